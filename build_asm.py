@@ -1,0 +1,348 @@
+#!/usr/bin/env python3
+"""Rebuild the shipped gfx1201 code objects from asm_src/ with LLVM (clang + ld.lld; no ROCm).
+
+    python build_asm.py            # build every entry of asm_src/kernels.toml into hsaco/, write hsaco/manifest.json
+    python build_asm.py --check    # rebuild into a temporary folder; exit 1 and explain if anything differs
+    python build_asm.py --only NAME
+
+Sources by suffix:
+    .s    clang --target=amdgcn-amd-amdhsa -mcpu=<arch> -c, then ld.lld -shared
+    .hip  clang -x hip --offload-arch=<arch> --cuda-device-only -nogpulib -nogpuinc --no-gpu-bundle-output -O3
+          (headers-free HIP written against clang builtins)
+    .py   a generator: `python <file>` prints assembly on stdout, which is then built like a .s
+
+Builds are deterministic: sources are compiled from inside asm_src/ with relative paths, and the outputs
+carry no paths or timestamps, so two builds give identical bytes (tests/test_build.py checks it).
+This is a development tool: the installed sage_co package never imports it.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+ASM_SRC = ROOT / "asm_src"
+HSACO = ROOT / "hsaco"
+KERNEL_LIST = ASM_SRC / "kernels.toml"
+MANIFEST = HSACO / "manifest.json"
+MIN_CLANG = 19
+LLVM_GUESSES = [f"/usr/lib/llvm-{v}/bin" for v in (22, 21, 20, 19)]
+SUPPORTED_ARCHS = {"gfx1201"}
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------- LLVM
+@dataclass(frozen=True)
+class LLVM:
+    bin_dir: Path
+    clang: Path
+    lld: Path
+    version: str                      # e.g. "22.1.8"
+
+    def tool(self, name: str) -> Path:
+        path = self.bin_dir / name
+        if not path.exists():
+            raise BuildError(f"{name} not found next to clang in {self.bin_dir}")
+        return path
+
+
+def _clang_version(clang: Path) -> str | None:
+    try:
+        out = subprocess.run([str(clang), "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"clang version (\d+)\.(\d+)\.(\d+)", out)
+    return ".".join(m.groups()) if m else None
+
+
+def _llvm_in(bin_dir: Path) -> LLVM | None:
+    clang, lld = bin_dir / "clang", bin_dir / "ld.lld"
+    if not (clang.exists() and lld.exists()):
+        return None
+    version = _clang_version(clang)
+    if version is None or int(version.split(".")[0]) < MIN_CLANG:
+        return None
+    return LLVM(bin_dir, clang, lld, version)
+
+
+def find_llvm() -> LLVM:
+    """SAGE_CO_LLVM=<bin dir> first, then clang/ld.lld on PATH, then /usr/lib/llvm-{22,21,20,19}/bin."""
+    env = os.environ.get("SAGE_CO_LLVM")
+    if env:
+        found = _llvm_in(Path(env))
+        if found is None:
+            raise BuildError(f"SAGE_CO_LLVM={env} does not hold clang >= {MIN_CLANG} and ld.lld")
+        return found
+    candidates = []
+    on_path = shutil.which("clang")
+    if on_path:
+        candidates.append(Path(on_path).resolve().parent)
+    candidates += [Path(p) for p in LLVM_GUESSES]
+    for cand in candidates:
+        found = _llvm_in(cand)
+        if found is not None:
+            return found
+    raise BuildError(
+        f"no LLVM with gfx1201 support found: need clang >= {MIN_CLANG} and ld.lld in one bin directory.\n"
+        f"  looked at: SAGE_CO_LLVM (unset), PATH, {', '.join(LLVM_GUESSES)}\n"
+        "  install on Debian/Ubuntu: apt-get install -y llvm-22 clang-22 lld-22\n"
+        "  or point SAGE_CO_LLVM at the bin directory of such an LLVM")
+
+
+# ---------------------------------------------------------------------------------------- kernel list
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    source: str
+    arch: str
+    provides: tuple[dict, ...]
+    src_dir: Path = ASM_SRC
+
+
+def read_kernel_list(path: Path = KERNEL_LIST) -> list[Entry]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise BuildError(f"{path}: {exc}") from None
+    entries, names = [], set()
+    for i, row in enumerate(data.get("code_object", [])):
+        where = f"{path.name} code_object #{i + 1}"
+        for key in ("name", "source", "arch"):
+            if not isinstance(row.get(key), str) or not row[key]:
+                raise BuildError(f"{where}: missing string field {key!r}")
+        if row["arch"] not in SUPPORTED_ARCHS:
+            raise BuildError(f"{where}: arch {row['arch']!r} not supported (expected one of {sorted(SUPPORTED_ARCHS)})")
+        if row["name"] in names:
+            raise BuildError(f"{where}: duplicate name {row['name']!r}")
+        if Path(row["source"]).suffix not in (".s", ".hip", ".py"):
+            raise BuildError(f"{where}: source {row['source']!r} must end in .s, .hip or .py")
+        if not (path.parent / row["source"]).is_file():
+            raise BuildError(f"{where}: source {path.parent.name}/{row['source']} does not exist")
+        provides = tuple(row.get("provides", []))
+        for p in provides:
+            for key in ("op", "variant", "symbol"):
+                if not isinstance(p.get(key), str):
+                    raise BuildError(f"{where}: each provides row needs string {key!r}")
+        names.add(row["name"])
+        entries.append(Entry(row["name"], row["source"], row["arch"], provides, path.parent))
+    return entries
+
+
+# ---------------------------------------------------------------------------------------- building
+def _run(cmd: list[str], cwd: Path, what: str) -> str:
+    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildError(f"{what} failed (exit {proc.returncode}):\n  {' '.join(map(str, cmd))}\n{proc.stderr.strip()}")
+    return proc.stdout
+
+
+def build_one(entry: Entry, llvm: LLVM, out_dir: Path) -> Path:
+    """Build one code object into out_dir/<arch>/<name>.co and return its path."""
+    out = out_dir / entry.arch / f"{entry.name}.co"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    src = Path(entry.source)
+    with tempfile.TemporaryDirectory(prefix="sage_co_build_") as tmp:
+        tmp = Path(tmp)
+        if src.suffix == ".hip":
+            _run([llvm.clang, "-x", "hip", f"--offload-arch={entry.arch}", "--cuda-device-only", "-nogpulib",
+                  "-nogpuinc", "--no-gpu-bundle-output", "-O3",
+                  # clang derives the HIP compilation-unit id from paths (incl. the temp output): pin it
+                  f"-cuid={entry.name}", "-o", tmp / "out.co", src],
+                 entry.src_dir, f"compiling {entry.src_dir.name}/{src}")
+            shutil.copyfile(tmp / "out.co", out)
+            return out
+        if src.suffix == ".py":
+            asm = _run([sys.executable, src], entry.src_dir, f"generator {entry.src_dir.name}/{src}")
+            asm_file = tmp / f"{entry.name}.s"
+            asm_file.write_text(asm)
+            # assemble from the temp dir under a fixed relative name so no path reaches the object
+            cwd, asm_arg = tmp, asm_file.name
+        else:
+            cwd, asm_arg = entry.src_dir, src
+        _run([llvm.clang, "--target=amdgcn-amd-amdhsa", f"-mcpu={entry.arch}", "-c", "-o", tmp / "out.o", asm_arg],
+             cwd, f"assembling asm_src/{src}")
+        _run([llvm.lld, "-shared", "-o", tmp / "out.co", tmp / "out.o"], cwd, f"linking asm_src/{src}")
+        shutil.copyfile(tmp / "out.co", out)
+    return out
+
+
+def manifest_entry(entry: Entry, co_path: Path, llvm_version: str) -> dict:
+    """What the manifest records for one code object, read back from the built bytes."""
+    sys.path.insert(0, str(ROOT))
+    from sage_co import codeobj  # the runtime reader: the manifest is what the runtime will see
+
+    data = co_path.read_bytes()
+    co = codeobj.read(data, f"{entry.arch}/{co_path.name}", arch=entry.arch)
+    kernels = {}
+    for kname, k in sorted(co.kernels.items()):
+        md, kd = k.metadata, k.descriptor
+        kernels[kname] = {
+            "symbol": md.get(".symbol"),
+            "kernarg_size": md.get(".kernarg_segment_size"),
+            "kernarg_align": md.get(".kernarg_segment_align"),
+            "args": [{"name": a.get(".name", ""), "offset": a[".offset"], "size": a[".size"],
+                      "value_kind": a[".value_kind"]} for a in k.args],
+            "lds_bytes": md.get(".group_segment_fixed_size"),
+            "private_bytes": md.get(".private_segment_fixed_size"),
+            "vgpr_count": md.get(".vgpr_count"),
+            "sgpr_count": md.get(".sgpr_count"),
+            "wavefront_size": md.get(".wavefront_size"),
+            "max_flat_workgroup_size": md.get(".max_flat_workgroup_size"),
+            "descriptor": {"rsrc1": f"0x{kd.rsrc1:08x}", "rsrc2": f"0x{kd.rsrc2:08x}", "rsrc3": f"0x{kd.rsrc3:08x}",
+                           "kernel_code_properties": f"0x{kd.kernel_code_properties:04x}"},
+        }
+    for p in entry.provides:
+        if p["symbol"] not in kernels:
+            raise BuildError(f"{entry.name}: kernels.toml says it provides symbol {p['symbol']!r}, "
+                             f"but the code object holds {sorted(kernels)}")
+    return {
+        "file": f"{entry.arch}/{co_path.name}",
+        "source": f"{entry.src_dir.name}/{entry.source}",
+        "arch": entry.arch,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "code_object_version": co.code_object_version,
+        "llvm_version": llvm_version,
+        "provides": [dict(p) for p in entry.provides],
+        "kernels": kernels,
+    }
+
+
+def build_all(entries: list[Entry], llvm: LLVM, out_dir: Path, progress: bool = True) -> dict:
+    manifest = {"format": 1, "code_objects": {}}
+    if progress and sys.stderr.isatty():
+        from rich.progress import Progress
+        with Progress(transient=True) as bar:
+            task = bar.add_task("building code objects", total=len(entries))
+            for e in entries:
+                bar.update(task, description=f"building {e.name}")
+                manifest["code_objects"][e.name] = manifest_entry(e, build_one(e, llvm, out_dir), llvm.version)
+                bar.advance(task)
+    else:
+        for e in entries:
+            if progress:
+                print(f"  building {e.name} ({e.source})", file=sys.stderr)
+            manifest["code_objects"][e.name] = manifest_entry(e, build_one(e, llvm, out_dir), llvm.version)
+    return manifest
+
+
+def write_manifest(manifest: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+# ---------------------------------------------------------------------------------------- check
+def _diff_dicts(a, b, path="") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in sorted(set(a) | set(b), key=str):
+            if key not in a:
+                out.append(f"{path}{key}: missing from the checked-in manifest")
+            elif key not in b:
+                out.append(f"{path}{key}: the rebuild no longer produces it")
+            else:
+                out += _diff_dicts(a[key], b[key], f"{path}{key}.")
+        return out
+    if a != b:
+        return [f"{path.rstrip('.')}: checked in {json.dumps(a)}, rebuilt {json.dumps(b)}"]
+    return []
+
+
+def check(entries: list[Entry], llvm: LLVM, hsaco: Path = HSACO) -> list[str]:
+    """Rebuild into a temporary folder; return a readable list of differences (empty = all match)."""
+    problems = []
+    manifest_path = hsaco / "manifest.json"
+    checked_in = json.loads(manifest_path.read_text()) if manifest_path.exists() else None
+    if checked_in is None:
+        problems.append(f"{manifest_path} does not exist: run python build_asm.py and commit hsaco/")
+    with tempfile.TemporaryDirectory(prefix="sage_co_check_") as tmp:
+        rebuilt = build_all(entries, llvm, Path(tmp), progress=False)
+        for name, new in rebuilt["code_objects"].items():
+            shipped = hsaco / new["file"]
+            if not shipped.exists():
+                problems.append(f"{name}: hsaco/{new['file']} is missing (source {new['source']})")
+                continue
+            old_bytes, new_bytes = shipped.read_bytes(), (Path(tmp) / new["file"]).read_bytes()
+            if old_bytes != new_bytes:
+                first = next((i for i, (x, y) in enumerate(zip(old_bytes, new_bytes)) if x != y),
+                             min(len(old_bytes), len(new_bytes)))
+                problems.append(
+                    f"{name}: hsaco/{new['file']} does not match its source {new['source']} "
+                    f"(shipped {len(old_bytes)} bytes sha256 {hashlib.sha256(old_bytes).hexdigest()[:12]}, "
+                    f"rebuilt {len(new_bytes)} bytes sha256 {new['sha256'][:12]}, first difference at byte 0x{first:x})")
+        if checked_in is not None:
+            old_objs, new_objs = checked_in.get("code_objects", {}), rebuilt["code_objects"]
+            for name in sorted(set(old_objs) - set(new_objs)):
+                problems.append(f"{name}: in hsaco/manifest.json but not in asm_src/kernels.toml")
+            for name in sorted(set(new_objs) & set(old_objs)):
+                for line in _diff_dicts(old_objs[name], new_objs[name]):
+                    problems.append(f"{name}: manifest {line}")
+            for name in sorted(set(new_objs) - set(old_objs)):
+                problems.append(f"{name}: missing from hsaco/manifest.json")
+    if problems and checked_in is not None:
+        built_with = {o.get("llvm_version") for o in checked_in.get("code_objects", {}).values()}
+        if built_with and built_with != {llvm.version}:
+            problems.append(f"note: the shipped objects were built with LLVM {sorted(built_with)}, "
+                            f"this check used LLVM {llvm.version}; a different LLVM may explain byte differences")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="verify hsaco/ matches asm_src/ (no files written)")
+    ap.add_argument("--only", metavar="NAME", action="append", help="build only these code objects")
+    ap.add_argument("--kernels", type=Path, default=KERNEL_LIST, help=argparse.SUPPRESS)  # tests: another kernel list
+    ap.add_argument("--out", type=Path, default=HSACO, help=argparse.SUPPRESS)             # tests: another hsaco dir
+    args = ap.parse_args(argv)
+    hsaco, manifest_path = args.out, args.out / "manifest.json"
+    try:
+        llvm = find_llvm()
+        entries = read_kernel_list(args.kernels)
+        if args.check:
+            problems = check(entries, llvm, hsaco)
+            if problems:
+                print("build_asm.py --check: the shipped code objects do not match their sources:", file=sys.stderr)
+                for p in problems:
+                    print(f"  - {p}", file=sys.stderr)
+                print("Rebuild with `python build_asm.py` and commit hsaco/ together with asm_src/.", file=sys.stderr)
+                return 1
+            print(f"build_asm.py --check: {len(entries)} code objects match their sources (LLVM {llvm.version})")
+            return 0
+        if args.only:
+            unknown = set(args.only) - {e.name for e in entries}
+            if unknown:
+                raise BuildError(f"--only: unknown code object(s) {sorted(unknown)}; known: {[e.name for e in entries]}")
+        manifest = build_all(entries if not args.only else [e for e in entries if e.name in args.only], llvm, hsaco)
+        if args.only and manifest_path.exists():  # keep the other entries, replace the rebuilt ones
+            merged = json.loads(manifest_path.read_text())
+            merged.setdefault("code_objects", {}).update(manifest["code_objects"])
+            manifest = merged
+        known = {f"{e.arch}/{e.name}.co" for e in entries}
+        for stale in sorted(hsaco.glob("*/*.co")):
+            if f"{stale.parent.name}/{stale.name}" not in known:
+                stale.unlink()
+                print(f"  removed {stale} (no longer in the kernel list)", file=sys.stderr)
+        manifest["code_objects"] = {k: v for k, v in manifest["code_objects"].items()
+                                    if k in {e.name for e in entries}}
+        write_manifest(manifest, manifest_path)
+        print(f"built {len(manifest['code_objects'])} code objects with LLVM {llvm.version} -> {hsaco}")
+        return 0
+    except BuildError as exc:
+        print(f"build_asm.py: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
