@@ -1,0 +1,87 @@
+"""The shipped kernels: hsaco/manifest.json says which code object and symbol serve which operation on
+which arch. Loading needs no compiler and no source tree: the .co files are package data.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import codeobj
+
+_PKG = Path(__file__).resolve().parent
+
+
+def hsaco_dir() -> Path:
+    """Installed wheel: sage_co/hsaco; source checkout or editable install: <repo>/hsaco."""
+    for cand in (_PKG / "hsaco", _PKG.parent / "hsaco"):
+        if (cand / "manifest.json").is_file():
+            return cand
+    raise FileNotFoundError(f"hsaco/manifest.json not found next to the sage_co package ({_PKG}); "
+                            "the installation is incomplete")
+
+
+@functools.lru_cache(maxsize=None)
+def manifest() -> dict:
+    return json.loads((hsaco_dir() / "manifest.json").read_text())
+
+
+@dataclass(frozen=True)
+class ShippedKernel:
+    op: str
+    variant: str
+    arch: str
+    symbol: str
+    code_object: str          # manifest key, e.g. "gfx1201_sage_prepare"
+    file: str                 # relative to hsaco/, e.g. "gfx1201/gfx1201_sage_prepare.co"
+    sha256: str
+
+
+def kernels() -> list[ShippedKernel]:
+    out = []
+    for name, co in sorted(manifest()["code_objects"].items()):
+        for p in co.get("provides", []):
+            out.append(ShippedKernel(p["op"], p["variant"], co["arch"], p["symbol"], name, co["file"], co["sha256"]))
+    return out
+
+
+def find(op: str, variant: str | None = None, arch: str = "gfx1201") -> ShippedKernel:
+    """The kernel serving `op`. `variant` None picks DEFAULT_VARIANT[op] when shipped, else the first listed."""
+    rows = [k for k in kernels() if k.op == op and k.arch == arch]
+    if not rows:
+        raise LookupError(f"no shipped kernel for op {op!r} on {arch}; shipped ops: {sorted({k.op for k in kernels()})}")
+    if variant is None:
+        preferred = DEFAULT_VARIANT.get(op)
+        variant = preferred if preferred in {k.variant for k in rows} else rows[0].variant
+    for k in rows:
+        if k.variant == variant:
+            return k
+    raise LookupError(f"op {op!r} on {arch} has no variant {variant!r}; available: {sorted(k.variant for k in rows)}")
+
+
+# Ops with several implementations: which one serves by default (the others stay selectable).
+DEFAULT_VARIANT = {"sage_attention_fwd": "asm"}
+
+
+def find_symbol(symbol: str, arch: str = "gfx1201") -> ShippedKernel:
+    for k in kernels():
+        if k.symbol == symbol and k.arch == arch:
+            return k
+    raise LookupError(f"no shipped kernel symbol {symbol!r} for {arch}")
+
+
+@functools.lru_cache(maxsize=None)
+def load_bytes(file: str, sha256: str) -> bytes:
+    data = (hsaco_dir() / file).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        raise codeobj.CodeObjectError(file, f"sha256 {digest[:16]}... does not match the manifest ({sha256[:16]}...): "
+                                            "the installed code object is corrupt or stale")
+    return data
+
+
+@functools.lru_cache(maxsize=None)
+def load(file: str, sha256: str) -> codeobj.CodeObject:
+    return codeobj.read(load_bytes(file, sha256), file)
