@@ -1,0 +1,288 @@
+// gfx1201_sage_attention_fwd: SageAttention forward (non-causal, head dim 128) on RDNA4, headers-free HIP.
+//
+// The readable baseline of the attention kernel; a hand-scheduled asm kernel later must beat it and match it.
+// It keeps the same kernarg struct and launch geometry (below). Facts cited as rdna4 §N are in
+// shared/docs/rdna4_facts.md.
+//
+// Math, per query row i and key tile of 64 keys (sage_co.reference.sage_attention_model):
+//   s      = float(sum_d q_int8*k_int8) * (q_scale[i/32] * k_scale[j/32])     keys j >= seq_len: s = -inf
+//   m_new  = max(m_old, max_j s);  alpha = exp2(m_old - m_new) (0 while m_old = -inf)
+//   p      = exp2(s - m_new);      l = l*alpha + rowsum(p)
+//   O      = O*alpha + fp8_e4m3(p*448) . v_fp8                               (fp32 accumulation)
+//   out    = bf16((O * (1/(448*l))) * v_scale[d])  RNE;   lse = (m + log2 l)*ln2 [+ ln2 * q_deq.k_mean]
+// `#pragma clang fp contract(off)`: HIP contracts a*b+c into FMA by default, which would round differently
+// from the model.
+//
+// Launch geometry: grid (seq_pad/64, num_heads, batch) workgroups of 128 threads = 4 wave32.
+//   Workgroup = 64 queries of one (batch, head); wave w owns queries 16w..16w+15 of them.
+//   Each wave loops over all seq_pad/64 key tiles of 64 keys.
+//
+// Kernarg struct (88 bytes, 8-byte aligned; no hidden arguments):
+//   | offset | name       | type | contents                                                        |
+//   |--------|------------|------|-----------------------------------------------------------------|
+//   |      0 | q          | ptr  | int8  [B, H, seq_pad, 128], carries softmax_scale*log2(e)       |
+//   |      8 | k          | ptr  | int8  [B, H, seq_pad, 128]                                      |
+//   |     16 | v          | ptr  | fp8 e4m3fn [B, H, 128, seq_pad] (V transposed, key-contiguous)  |
+//   |     24 | q_scale    | ptr  | f32   [B, H, seq_pad/32]                                        |
+//   |     32 | k_scale    | ptr  | f32   [B, H, seq_pad/32]                                        |
+//   |     40 | k_mean     | ptr  | f32   [B, H, 128] (read only when flags bit 1 and bit 0 are set) |
+//   |     48 | v_scale    | ptr  | f32   [B, H, 128]                                               |
+//   |     56 | out        | ptr  | bf16  [B, seq_len, H, 128], contiguous                          |
+//   |     64 | lse        | ptr  | f32   [B, H, seq_len] (written only when flags bit 0 is set)    |
+//   |     72 | seq_len    | u32  | S >= 1                                                          |
+//   |     76 | seq_pad    | u32  | round_up(S, 64); padded rows of q/k/v are zero                  |
+//   |     80 | num_heads  | u32  | H (grid y)                                                      |
+//   |     84 | flags      | u32  | bit 0: write lse; bit 1: lse adds the smooth_k term              |
+// All tensors are dense in the layouts above; the host (sage_co/ops/attention.py) checks that.
+//
+// Data flow (rdna4 §1.3): S^T = K.Q^T with v_wmma_i32_16x16x16_iu8 (A = K rows, B = Q^T), so the 16 query
+// columns of the D fragment sit one per lane pair (r, r+16) (rdna4 §1.2: D[m][n] in lane 16*(m/8)+n, vgpr m%8).
+// Row max / row sum = in-lane reduction over 32 VGPRs + one v_permlanex16 exchange (DPP cannot cross rows).
+// P^T is packed with v_cvt_pk_fp8_f32 in VGPR order and is directly the B operand of O^T = V^T.P^T
+// (v_wmma_f32_16x16x16_fp8_fp8); O^T is 8 d-tiles x 8 VGPRs = 64 VGPRs and alpha is one value per lane.
+//
+// Index permutations (the permutation rule of rdna4 §1.2: a WMMA sums over k slots, any bijection works
+// when A and B agree, and the d sum is split over 8 WMMAs in any order):
+//   * d: WMMA d-step s takes d in {8s..8s+7} on lanes 0-15 and {64+8s..64+8s+7} on lanes 16-31, so a lane
+//     reads 64 contiguous bytes of a Q or K row (4 x b128) instead of 8-byte pieces.
+//   * keys: in S^T chunk c (c = 0..3), A row m carries key 32*(m/8) + 8c + m%8 of the tile. The D
+//     fragment of lane (h, r), vgpr v, chunk c then holds key 32h + 8c + v: lanes 0-15 own keys 0-31 of
+//     the tile and lanes 16-31 keys 32-63 (so one k_scale block per lane per tile), and the V^T A-fragments
+//     of the four chunks are 32 contiguous bytes of a V^T row (2 x b128).
+//
+// LDS: per buffer K tile 64 x 128 B (8 KiB) + V^T tile 128 x 64 B (8 KiB), two buffers (32 KiB): tile t+1 is
+// loaded global -> VGPRs before the WMMA work of tile t, stored to the other buffer after it, one barrier per
+// tile. 16-byte chunks are XOR-swizzled (K: chunk ^ (row & 7); V^T: chunk ^ ((row >> 1) & 3)) so each group
+// of 8 lanes of a ds_load_b128 touches 8 distinct 16-byte bank groups (rdna4 §2: 64 banks x 4 B per WGP,
+// layout of the bank sets UNVERIFIED for RDNA4).
+//
+// Resources (clang 22 -O3, llvm-objdump of the shipped .co): see RESOURCES at the end of this header.
+// RESOURCES: filled in below by the author after each build.
+//   VGPRs 140 (vgpr_count), SGPRs 44, scratch 0, LDS 32768 B.
+//   Occupancy (rdna4 §2.1): 140 VGPRs -> 10 waves/SIMD by registers; LDS 32 KiB per 4-wave workgroup ->
+//   4 workgroups per WGP (128 KiB) = 16 waves per WGP = 4 waves/SIMD, which is the binding limit.
+
+#pragma clang fp contract(off)
+
+#define __global__ __attribute__((global))
+#define __shared__ __attribute__((shared))
+#define __device__ __attribute__((device))
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef int v2i __attribute__((ext_vector_type(2)));
+typedef int v4i __attribute__((ext_vector_type(4)));
+typedef int v8i __attribute__((ext_vector_type(8)));
+typedef float v2f __attribute__((ext_vector_type(2)));
+typedef float v4f __attribute__((ext_vector_type(4)));
+typedef float v8f __attribute__((ext_vector_type(8)));
+
+#define TILE_Q 64      // queries per workgroup
+#define TILE_K 64      // keys per loop step
+#define HEAD_DIM 128
+#define LDS_BUF 1024   // v4i (16 B) chunks per buffer: K 512 + V^T 512
+#define LDS_V 512      // chunk offset of the V^T tile inside a buffer
+#define FLAG_LSE 1u
+#define FLAG_SMOOTH_K 2u
+
+#define LN2 0.693147180559945309f
+
+static __device__ __attribute__((always_inline)) float xlane16(float x) {
+  // value of lane l ^ 16 (rdna4 §1.3: v_permlanex16_b32 with selects 0x76543210 / 0xfedcba98)
+  return __builtin_bit_cast(float, __builtin_amdgcn_permlanex16(0, __builtin_bit_cast(int, x),
+                                                                0x76543210, 0xfedcba98, false, false));
+}
+
+static __device__ __attribute__((always_inline)) u32 bf16_rne(float x) {
+  // fp32 -> bf16 bits, round to nearest even; NaN stays a quiet NaN
+  u32 u = __builtin_bit_cast(u32, x);
+  u32 r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return x != x ? 0x7fc0u : r;
+}
+
+static __device__ __attribute__((always_inline)) int fp8x4(float a, float b, float c, float d) {
+  // four fp32 -> packed fp8 e4m3 bytes (a in byte 0), RNE (rdna4 §3: v_cvt_pk_fp8_f32, word_sel = high half)
+  int lo = __builtin_amdgcn_cvt_pk_fp8_f32(a, b, 0, false);
+  return __builtin_amdgcn_cvt_pk_fp8_f32(c, d, lo, true);
+}
+
+extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(128, 128))) void
+gfx1201_sage_attention_fwd(const signed char* __restrict__ q, const signed char* __restrict__ k,
+                           const unsigned char* __restrict__ v, const float* __restrict__ q_scale,
+                           const float* __restrict__ k_scale, const float* __restrict__ k_mean,
+                           const float* __restrict__ v_scale, unsigned short* __restrict__ out,
+                           float* __restrict__ lse, u32 seq_len, u32 seq_pad, u32 num_heads, u32 flags) {
+  __shared__ static v4i lds[2 * LDS_BUF];
+
+  const u32 tid = __builtin_amdgcn_workitem_id_x();
+  const u32 lane = tid & 31, r = lane & 15, hl = lane >> 4;  // lane = 16*hl + r
+  const u32 wave = __builtin_amdgcn_readfirstlane(tid >> 5);
+  const u32 qtile = __builtin_amdgcn_workgroup_id_x();
+  const u32 head = __builtin_amdgcn_workgroup_id_y();
+  const u32 batch = __builtin_amdgcn_workgroup_id_z();
+
+  const u64 bh = (u64)batch * num_heads + head;
+  const u32 nblk = seq_pad / 32;
+  // Uniform (SGPR) base pointers + 32-bit per-lane byte offsets: clang emits global_load vOff, s[base]
+  // (rdna4 §4.1) instead of 64-bit VGPR address arithmetic. Offsets inside one head stay < 2^32 bytes.
+  const char* qh = (const char*)q + bh * seq_pad * HEAD_DIM;
+  const char* kh = (const char*)k + bh * seq_pad * HEAD_DIM;
+  const char* vh = (const char*)v + bh * HEAD_DIM * seq_pad;
+  const float* ksh = k_scale + bh * nblk;
+
+  // Q^T B-fragments: lane (hl, r) holds query row r, bytes 64hl..64hl+63; d-step s = bytes 8s..8s+7 of that.
+  const u32 q0 = qtile * TILE_Q + wave * 16;  // first query of this wave (uniform)
+  const u32 qi = q0 + r;                      // this lane's query
+  v4i qf[4];
+  for (int i = 0; i < 4; ++i) qf[i] = *(const v4i*)(qh + (qi * HEAD_DIM + 64 * hl + 16 * i));
+  const float qs = q_scale[bh * nblk + q0 / 32];  // the wave's 16 queries share one 32-token block
+
+  // global -> LDS staging: thread tid moves K chunks tid + 128u (row = chunk/8) and V^T chunks tid + 128u
+  // (row d = chunk/4) of a tile, u = 0..3. Global offsets relative to the tile's (uniform) base.
+  const u32 k_row = tid >> 3, k_col = tid & 7;
+  const u32 v_row = tid >> 2, v_col = tid & 3;
+  u32 k_gl[4], v_gl[4];
+  for (int u = 0; u < 4; ++u) {
+    k_gl[u] = (tid + 128 * u) * 16;
+    v_gl[u] = (v_row + 32 * u) * seq_pad + v_col * 16;
+  }
+  const u32 lds_k_st = k_row * 8 + (k_col ^ (k_row & 7));
+  const u32 lds_v_st = LDS_V + v_row * 4 + (v_col ^ ((v_row >> 1) & 3));
+  // K A-fragment reads: chunk c row = 32*(r/8) + 8c + r%8, 16-byte column 4hl+i (i = 0..3).
+  const u32 k_rd_row = 32 * (r >> 3) + (r & 7);
+  u32 lds_k_rd[4];
+  for (int i = 0; i < 4; ++i) lds_k_rd[i] = k_rd_row * 8 + ((4 * hl + i) ^ (r & 7));
+  // V^T A-fragment reads: d-tile t row d = 16t + r, 16-byte column 2hl+i (i = 0..1).
+  u32 lds_v_rd[2];
+  for (int i = 0; i < 2; ++i) lds_v_rd[i] = LDS_V + r * 4 + ((2 * hl + i) ^ ((r >> 1) & 3));
+
+  const u32 ntiles = seq_pad / TILE_K;
+  v4i kst[4], vst[4];
+  for (int u = 0; u < 4; ++u) {
+    kst[u] = *(const v4i*)(kh + k_gl[u]);
+    vst[u] = *(const v4i*)(vh + v_gl[u]);
+  }
+  const v2f ks2 = *(const v2f*)ksh;
+  float ks_next = hl ? ks2.y : ks2.x;  // k_scale block of keys 32hl..32hl+31 of the tile
+  for (int u = 0; u < 4; ++u) {
+    lds[lds_k_st + 128 * u] = kst[u];
+    lds[lds_v_st + 128 * u] = vst[u];
+  }
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup", "local");
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup", "local");
+
+  v8f o[8];
+  for (int t = 0; t < 8; ++t) o[t] = (v8f){0, 0, 0, 0, 0, 0, 0, 0};
+  float m_run = -__builtin_inff(), l_run = 0.0f;
+
+  for (u32 tile = 0; tile < ntiles; ++tile) {
+    const u32 buf = (tile & 1) * LDS_BUF;
+    const bool more = tile + 1 < ntiles;
+    const float ks = ks_next;
+    if (more) {  // prefetch tile+1 into VGPRs; stored to the other LDS buffer after this tile's WMMA work
+      // the tile offset goes into the 32-bit lane offset (not the base) so the load keeps the SGPR base
+      const u32 koff = (tile + 1) * (TILE_K * HEAD_DIM), voff = (tile + 1) * TILE_K;
+      for (int u = 0; u < 4; ++u) {
+        kst[u] = *(const v4i*)(kh + (k_gl[u] + koff));
+        vst[u] = *(const v4i*)(vh + (v_gl[u] + voff));
+      }
+      const v2f ks2 = *(const v2f*)(ksh + 2 * (tile + 1));  // one s_load_b64, then a per-lane select
+      ks_next = hl ? ks2.y : ks2.x;
+    }
+
+    // S^T chunks: 4 x (16 keys x 16 queries), 8 d-steps each, chains interleaved over the chunks.
+    v8i sacc[4];
+    for (int c = 0; c < 4; ++c) sacc[c] = (v8i){0, 0, 0, 0, 0, 0, 0, 0};
+    for (int i = 0; i < 4; ++i) {
+      for (int c = 0; c < 4; ++c) {
+        const v4i kf = lds[buf + lds_k_rd[i] + 128 * c];
+        sacc[c] = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, kf.xy, true, qf[i].xy, sacc[c], false);
+        sacc[c] = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, kf.zw, true, qf[i].zw, sacc[c], false);
+      }
+    }
+
+    // Online softmax; lane (hl, r) holds query r, keys 32hl + 8c + e (chunk c, vgpr e).
+    const float qk = qs * ks;
+    float s[32];
+    for (int c = 0; c < 4; ++c)
+      for (int e = 0; e < 8; ++e) s[8 * c + e] = (float)sacc[c][e] * qk;
+    const u32 key0 = tile * TILE_K + 32 * hl;
+    if (tile * TILE_K + TILE_K > seq_len) {  // tail tile only (uniform branch)
+      for (int j = 0; j < 32; ++j)
+        if (key0 + j >= seq_len) s[j] = -__builtin_inff();
+    }
+    float mx = s[0];
+    for (int j = 1; j < 32; ++j) mx = __builtin_fmaxf(mx, s[j]);
+    mx = __builtin_fmaxf(mx, xlane16(mx));
+    const float m_new = __builtin_fmaxf(m_run, mx);
+    const float alpha = m_run == -__builtin_inff() ? 0.0f : __builtin_amdgcn_exp2f(m_run - m_new);
+    m_run = m_new;
+    float p[32];
+    for (int j = 0; j < 32; ++j) p[j] = __builtin_amdgcn_exp2f(s[j] - m_new);
+    float rs = p[0];
+    for (int j = 1; j < 32; ++j) rs += p[j];
+    rs = rs + xlane16(rs);  // (keys 0-31) + (keys 32-63); fp add commutes, so both lanes get the same l
+    l_run = l_run * alpha + rs;
+    v2i pf[4];  // P^T B-fragments, chunk c: keys 32hl+8c .. +7 in byte order
+    for (int c = 0; c < 4; ++c) {
+      const float* pc = p + 8 * c;
+      pf[c].x = fp8x4(pc[0] * 448.0f, pc[1] * 448.0f, pc[2] * 448.0f, pc[3] * 448.0f);
+      pf[c].y = fp8x4(pc[4] * 448.0f, pc[5] * 448.0f, pc[6] * 448.0f, pc[7] * 448.0f);
+    }
+    for (int t = 0; t < 8; ++t) o[t] *= alpha;
+
+    // O^T[d-tile t] += V^T[16t.., chunk c] . P^T[chunk c]; V^T load i of d-tile t covers chunks 2i, 2i+1.
+    for (int i = 0; i < 2; ++i) {
+      for (int t = 0; t < 8; ++t) {
+        const v4i vf = lds[buf + lds_v_rd[i] + 64 * t];
+        o[t] = __builtin_amdgcn_wmma_f32_16x16x16_fp8_fp8_w32_gfx12(vf.xy, pf[2 * i], o[t]);
+        o[t] = __builtin_amdgcn_wmma_f32_16x16x16_fp8_fp8_w32_gfx12(vf.zw, pf[2 * i + 1], o[t]);
+      }
+    }
+
+    if (more) {
+      const u32 nbuf = buf ^ LDS_BUF;
+      for (int u = 0; u < 4; ++u) {
+        lds[nbuf + lds_k_st + 128 * u] = kst[u];
+        lds[nbuf + lds_v_st + 128 * u] = vst[u];
+      }
+    }
+    // one barrier per tile: buffer tile&1 is free again and buffer (tile+1)&1 is complete
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup", "local");
+    __builtin_amdgcn_s_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup", "local");
+  }
+
+  // Epilogue: lane (hl, r) holds O^T[d = 16t + 8hl + e][query r] in o[t][e].
+  if (qi >= seq_len) return;
+  const float inv = 1.0f / (448.0f * l_run);
+  const v4f* vsc = (const v4f*)(v_scale + bh * HEAD_DIM + 8 * hl);
+  v4i* orow = (v4i*)(out + (((u64)batch * seq_len + qi) * num_heads + head) * HEAD_DIM + 8 * hl);
+  for (int t = 0; t < 8; ++t) {
+    const v4f va = vsc[4 * t], vb = vsc[4 * t + 1];
+    const float sc[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
+    u32 h16[8];
+    for (int e = 0; e < 8; ++e) h16[e] = bf16_rne((o[t][e] * inv) * sc[e]);
+    orow[2 * t] = (v4i){(int)(h16[0] | h16[1] << 16), (int)(h16[2] | h16[3] << 16),
+                        (int)(h16[4] | h16[5] << 16), (int)(h16[6] | h16[7] << 16)};
+  }
+  if (flags & FLAG_LSE) {
+    float val = (m_run + __builtin_amdgcn_logf(l_run)) * LN2;  // v_log_f32 = log2; l >= 1 (max term is 1)
+    if (flags & FLAG_SMOOTH_K) {
+      // ln2 * sum_d (q_int8 * q_scale) * k_mean[d]; lane holds d = 64hl .. 64hl+63 of its query row
+      const float* km = k_mean + bh * HEAD_DIM + 64 * hl;
+      float acc = 0.0f;
+      for (int i = 0; i < 4; ++i)
+        for (int w = 0; w < 4; ++w)
+          for (int b = 0; b < 4; ++b) {
+            const int d = 16 * i + 4 * w + b;
+            const float qd = (float)(signed char)(qf[i][w] >> (8 * b)) * qs;
+            acc += qd * km[d];
+          }
+      acc = acc + xlane16(acc);
+      val += LN2 * acc;
+    }
+    if (hl == 0) lse[bh * seq_len + qi] = val;
+  }
+}
