@@ -24,6 +24,10 @@ KINDS = {
 }
 
 
+# Every declared struct by kernel symbol; tools/disasm_check.py compares each with the shipped metadata.
+DECLARED: dict[str, "KernargStruct"] = {}
+
+
 class KernargMismatch(RuntimeError):
     """The Python declaration of a kernel's arguments disagrees with the code object."""
 
@@ -60,6 +64,7 @@ class KernargStruct:
         if len({f.name for f in self.fields}) != len(self.fields):
             raise ValueError(f"{name}: duplicate field names")
         self.by_name = {f.name: f for f in self.fields}
+        DECLARED[name] = self
 
     def pack(self, values: dict) -> bytes:
         """Pack {field name: value}; pointers are integer device addresses. Every field must be given."""

@@ -1,0 +1,1 @@
+"""Host-side orchestration of the shipped kernels: kernarg declarations, launch geometry, passes."""

@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""ABI regression check for every shipped code object (maintainers' tool; uses LLVM's llvm-objdump).
+
+    python tools/disasm_check.py             # check snapshots, kernarg declarations, lint; print the mix
+    python tools/disasm_check.py --update    # rewrite tools/abi/<code object>.json from the shipped .co files
+    python tools/disasm_check.py --co X.co   # lint / mix of one arbitrary code object (no snapshot)
+
+1. Snapshot: per kernel the kernarg layout, LDS, VGPRs, wave32, denorm/round modes, code-object version and
+   the descriptor words, compared with the checked-in tools/abi/<name>.json; drift prints a diff, exit 1.
+2. Kernarg declarations: the Python KernargStruct of every shipped symbol (sage_co.ops.*) against the
+   code object's metadata, the same comparison the launcher makes before a first launch.
+3. Lint of the llvm-objdump disassembly for the gfx12 rules of docs/rdna4.md §Hazards:
+   wmma-operand-hazard (a WMMA reading the previous WMMA's D as A/B with no VALU between; rule 1),
+   wmma-overlap (D overlapping A or B; rule 2), valu-sgpr-hazard (an SGPR read by a VALU, rewritten by an
+   SALU, then read again without s_wait_alu depctr_sa_sdst(0); rule 3), legacy-barrier (s_barrier is
+   rejected on gfx12), barrier-without-dscnt (LDS stores in flight at s_barrier_signal; rule 8), scratch
+   (any private segment or scratch_* access).
+4. Instruction mix per kernel (WMMA, VALU, TRANS, SALU, VMEM, LDS, SMEM, branch, wait), printed with rich.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from build_asm import BuildError, find_llvm  # noqa: E402
+from sage_co import codeobj  # noqa: E402
+
+SNAPSHOT_DIR = ROOT / "tools" / "abi"
+HSACO = ROOT / "hsaco"
+
+TRANS_OPS = ("v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_")
+
+
+# ------------------------------------------------------------------------------------------ snapshot
+def snapshot(co: codeobj.CodeObject) -> dict:
+    out = {"code_object_version": co.code_object_version, "arch": co.arch, "kernels": {}}
+    for name, k in sorted(co.kernels.items()):
+        d, md = k.descriptor, k.metadata
+        out["kernels"][name] = {
+            "kernarg_segment_size": md.get(".kernarg_segment_size"),
+            "args": [[a[".offset"], a[".size"], a[".value_kind"], a.get(".name", "")] for a in k.args],
+            "lds_bytes": d.group_segment_fixed_size,
+            "private_bytes": d.private_segment_fixed_size,
+            "vgpr_count": md.get(".vgpr_count"),
+            "descriptor_vgprs": d.vgpr_count,
+            "wave32": bool(d.wavefront_size32),
+            "float_denorm_mode_32": d.float_denorm_mode_32,
+            "float_denorm_mode_16_64": d.float_denorm_mode_16_64,
+            "float_round_mode_32": d.float_round_mode_32,
+            "float_round_mode_16_64": d.float_round_mode_16_64,
+            "user_sgpr_count": d.user_sgpr_count,
+            "workgroup_ids": [d.enable_sgpr_workgroup_id_x, d.enable_sgpr_workgroup_id_y, d.enable_sgpr_workgroup_id_z],
+            "workitem_ids": d.enable_vgpr_workitem_id,
+            "max_flat_workgroup_size": md.get(".max_flat_workgroup_size"),
+            "descriptor": {"rsrc1": f"0x{d.rsrc1:08x}", "rsrc2": f"0x{d.rsrc2:08x}", "rsrc3": f"0x{d.rsrc3:08x}",
+                           "kernel_code_properties": f"0x{d.kernel_code_properties:04x}"},
+        }
+    return out
+
+
+def diff_snapshot(old, new, path="") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        lines = []
+        for key in sorted(set(old) | set(new)):
+            p = f"{path}.{key}" if path else key
+            if key not in new:
+                lines.append(f"- {p}: {json.dumps(old[key])} (gone)")
+            elif key not in old:
+                lines.append(f"+ {p}: {json.dumps(new[key])} (new)")
+            else:
+                lines += diff_snapshot(old[key], new[key], p)
+        return lines
+    return [] if old == new else [f"~ {path}: snapshot {json.dumps(old)} -> now {json.dumps(new)}"]
+
+
+# ------------------------------------------------------------------------------------------ disassembly
+@dataclass
+class Line:
+    addr: int
+    mnemonic: str
+    operands: str
+    text: str
+
+
+_LINE = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(.*?)\s*//\s*([0-9A-Fa-f]+):")
+
+
+def disassemble(path: Path, llvm) -> dict[str, list[Line]]:
+    """llvm-objdump -d, split per function symbol."""
+    out = subprocess.run([str(llvm.tool("llvm-objdump")), "-d", "--mcpu=gfx1201", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    funcs: dict[str, list[Line]] = {}
+    current = None
+    for raw in out.splitlines():
+        m = re.match(r"^[0-9a-f]+ <([^>]+)>:", raw)
+        if m:
+            current = funcs.setdefault(m.group(1), [])
+            continue
+        m = _LINE.match(raw)
+        if m and current is not None:
+            current.append(Line(int(m.group(3), 16), m.group(1), m.group(2), f"{m.group(1)} {m.group(2)}".strip()))
+    return funcs
+
+
+_REG = re.compile(r"\b([vs])(?:\[(\d+):(\d+)\]|(\d+))\b")
+
+
+def regs(operand: str, kind: str) -> set[int]:
+    """Register numbers of one operand string, e.g. 'v[8:15]' -> {8..15}."""
+    out = set()
+    for m in _REG.finditer(operand):
+        if m.group(1) != kind:
+            continue
+        lo = int(m.group(2) if m.group(2) is not None else m.group(4))
+        hi = int(m.group(3)) if m.group(3) is not None else lo
+        out.update(range(lo, hi + 1))
+    return out
+
+
+def split_operands(operands: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in operands:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur.strip())
+    # drop trailing modifiers glued to the last operand ("0 neg_lo:[1,1,0]")
+    if parts:
+        parts[-1] = parts[-1].split(" ")[0]
+    return parts
+
+
+def classify(mnemonic: str) -> str:
+    m = mnemonic
+    if m.startswith(("v_wmma", "v_swmmac")):
+        return "WMMA"
+    if m.startswith(TRANS_OPS):
+        return "TRANS"
+    if m.startswith(("global_", "buffer_", "flat_", "scratch_")):
+        return "VMEM"
+    if m.startswith("ds_"):
+        return "LDS"
+    if m.startswith(("s_load", "s_buffer_load", "s_prefetch")):
+        return "SMEM"
+    if m.startswith(("s_branch", "s_cbranch", "s_setpc", "s_swappc", "s_endpgm")):
+        return "branch"
+    if m.startswith(("s_wait", "s_barrier", "s_nop", "s_delay_alu", "s_sleep", "s_sendmsg", "s_setprio", "s_code_end")):
+        return "wait/sync"
+    if m.startswith("s_"):
+        return "SALU"
+    if m.startswith("v_"):
+        return "VALU"
+    return "other"
+
+
+def is_valu(mnemonic: str) -> bool:
+    return classify(mnemonic) in ("VALU", "TRANS")
+
+
+# ------------------------------------------------------------------------------------------ lint
+def lint(lines: list[Line], kernel: codeobj.Kernel | None = None) -> list[str]:
+    problems = []
+    prev_wmma_d: set[int] | None = None     # D of the last WMMA while no VALU has issued since
+    lds_stores_pending = False
+    sgpr_read_by_valu: set[int] = set()
+    salu_rewritten: set[int] = set()        # SGPRs written by SALU after a VALU read them, not yet waited
+    if kernel is not None and (kernel.descriptor.private_segment_fixed_size or kernel.descriptor.enable_private_segment):
+        problems.append(f"scratch: kernel {kernel.name} uses a private segment "
+                        f"({kernel.descriptor.private_segment_fixed_size} bytes)")
+    for ln in lines:
+        m, ops = ln.mnemonic, split_operands(ln.operands)
+        where = f"0x{ln.addr:x}: {ln.text}"
+        if m.startswith(("v_wmma", "v_swmmac")) and len(ops) >= 3:
+            d, a, b = regs(ops[0], "v"), regs(ops[1], "v"), regs(ops[2], "v")
+            if d & (a | b):
+                problems.append(f"wmma-overlap: D overlaps A/B (docs/rdna4.md §Hazards rule 2) at {where}")
+            idx = regs(ops[3], "v") if m.startswith("v_swmmac") and len(ops) > 3 else set()
+            if prev_wmma_d is not None and prev_wmma_d & (a | b | idx):
+                problems.append(f"wmma-operand-hazard: reads the previous WMMA's result as A/B with no VALU between "
+                                f"(docs/rdna4.md §Hazards rule 1; insert v_nop) at {where}")
+            prev_wmma_d = d
+        elif is_valu(m):
+            prev_wmma_d = None
+        if m == "s_barrier":
+            problems.append(f"legacy-barrier: s_barrier is rejected on gfx12; use s_barrier_signal -1 / "
+                            f"s_barrier_wait -1 at {where}")
+        if m.startswith("ds_store") or (m.startswith("ds_") and ("write" in m or m.startswith(("ds_add", "ds_max", "ds_min")))):
+            lds_stores_pending = True
+        if m in ("s_wait_dscnt", "s_wait_loadcnt_dscnt", "s_wait_storecnt_dscnt", "s_wait_idle"):
+            value = ops[0] if ops else "0"
+            try:
+                n = int(value, 0)
+                dscnt = n & 0x3F if m != "s_wait_dscnt" else n
+            except ValueError:
+                dscnt = 0
+            if dscnt == 0 or m == "s_wait_idle":
+                lds_stores_pending = False
+        if m == "s_barrier_signal" and lds_stores_pending:
+            problems.append(f"barrier-without-dscnt: LDS stores may be in flight at the barrier; add s_wait_dscnt 0x0 "
+                            f"before it (docs/rdna4.md §Hazards rule 8) at {where}")
+        if m.startswith("scratch_"):
+            problems.append(f"scratch: scratch access at {where}")
+        # VALU-read-SGPR hazard (rule 3): VALU reads s_x, SALU rewrites s_x, VALU/SALU reads s_x again
+        if m == "s_wait_alu" and ("depctr_sa_sdst(0)" in ln.operands or ln.operands.strip() in ("0", "0x0")):
+            salu_rewritten.clear()
+        if classify(m) in ("SMEM", "VMEM"):
+            sgpr_read_by_valu.clear()
+            salu_rewritten.clear()
+        srcs = ops[1:] if ops else []
+        if m.startswith(("s_cmp", "s_bitcmp")):
+            srcs = ops
+        read_sgprs = set().union(*(regs(o, "s") for o in srcs)) if srcs else set()
+        if salu_rewritten & read_sgprs and is_valu(m):
+            hit = sorted(salu_rewritten & read_sgprs)
+            problems.append(f"valu-sgpr-hazard: s{hit[0]} was read by a VALU, rewritten by an SALU and is read again "
+                            f"without s_wait_alu depctr_sa_sdst(0) (docs/rdna4.md §Hazards rule 3) at {where}")
+            salu_rewritten -= set(hit)
+        if is_valu(m):
+            sgpr_read_by_valu |= read_sgprs
+        elif classify(m) == "SALU" and ops and not m.startswith(("s_cmp", "s_bitcmp")):
+            written = regs(ops[0], "s")
+            salu_rewritten |= written & sgpr_read_by_valu
+    return problems
+
+
+def instruction_mix(lines: list[Line]) -> Counter:
+    return Counter(classify(ln.mnemonic) for ln in lines if ln.mnemonic != "s_code_end")
+
+
+# ------------------------------------------------------------------------------------------ main
+def kernarg_declarations() -> dict:
+    """Every KernargStruct the package declares (importing the ops modules registers them)."""
+    import importlib
+    import pkgutil
+
+    import sage_co.ops as ops_pkg
+    from sage_co.kernargs import DECLARED
+    for mod in pkgutil.iter_modules(ops_pkg.__path__):
+        importlib.import_module(f"sage_co.ops.{mod.name}")
+    return dict(DECLARED)
+
+
+def check_code_object(path: Path, llvm, snap_dir: Path | None, update: bool, declared: dict | None,
+                      mix_rows: list) -> list[str]:
+    problems = []
+    try:
+        co = codeobj.read(path.read_bytes(), str(path), arch=None)
+    except codeobj.CodeObjectError as exc:
+        return [str(exc)]
+    if snap_dir is not None:
+        snap_file = snap_dir / f"{path.stem}.json"
+        now = snapshot(co)
+        if update:
+            snap_dir.mkdir(parents=True, exist_ok=True)
+            snap_file.write_text(json.dumps(now, indent=2, sort_keys=True) + "\n")
+        elif not snap_file.exists():
+            problems.append(f"{path.name}: no ABI snapshot {snap_file.relative_to(ROOT)}; run with --update and review it")
+        else:
+            for line in diff_snapshot(json.loads(snap_file.read_text()), now):
+                problems.append(f"{path.name}: ABI drift {line}")
+    if declared is not None:
+        for kname, k in co.kernels.items():
+            struct = declared.get(kname)
+            if struct is None:
+                problems.append(f"{path.name}: kernel {kname} has no Python KernargStruct declaration in sage_co.ops")
+                continue
+            try:
+                struct.check(k.metadata, where=path.name)
+            except Exception as exc:  # KernargMismatch: keep its two-layout message
+                problems.append(str(exc))
+    funcs = disassemble(path, llvm)
+    for kname, k in co.kernels.items():
+        lines = funcs.get(kname, [])
+        for p in lint(lines, k):
+            problems.append(f"{path.name}:{kname}: {p}")
+        mix_rows.append((path.name, kname, instruction_mix(lines), k))
+    return problems
+
+
+def print_mix(rows: list) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    cols = ["WMMA", "VALU", "TRANS", "SALU", "VMEM", "LDS", "SMEM", "branch", "wait/sync"]
+    table = Table(title="instruction mix (static, per kernel)")
+    table.add_column("code object", no_wrap=True)
+    table.add_column("kernel", no_wrap=True)
+    for c in cols + ["total", "VGPRs", "LDS B"]:
+        table.add_column(c, justify="right")
+    for co_name, kname, mix, k in rows:
+        table.add_row(co_name, kname, *[str(mix.get(c, 0)) for c in cols], str(sum(mix.values())),
+                      str(k.metadata.get(".vgpr_count")), str(k.descriptor.group_segment_fixed_size))
+    Console(width=200).print(table)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="ABI snapshots, kernarg declarations, hazard lint, instruction mix")
+    ap.add_argument("--update", action="store_true", help="rewrite the ABI snapshots from the shipped code objects")
+    ap.add_argument("--co", type=Path, action="append", help="check this code object only (lint + mix; no snapshot)")
+    ap.add_argument("--snapshots", type=Path, default=SNAPSHOT_DIR, help=argparse.SUPPRESS)
+    ap.add_argument("--hsaco", type=Path, default=HSACO, help=argparse.SUPPRESS)
+    ap.add_argument("--no-mix", action="store_true", help="do not print the instruction-mix table")
+    args = ap.parse_args(argv)
+    try:
+        llvm = find_llvm()
+    except BuildError as exc:
+        print(f"disasm_check.py: {exc}", file=sys.stderr)
+        return 2
+    problems, rows = [], []
+    if args.co:
+        for path in args.co:
+            problems += check_code_object(path, llvm, None, False, None, rows)
+    else:
+        manifest = json.loads((args.hsaco / "manifest.json").read_text())
+        declared = kernarg_declarations()
+        paths = [args.hsaco / entry["file"] for entry in manifest["code_objects"].values()]
+        for path in paths:
+            problems += check_code_object(path, llvm, args.snapshots, args.update, declared, rows)
+        if not args.update and args.snapshots.exists():
+            shipped = {p.stem for p in paths}
+            for stale in sorted(args.snapshots.glob("*.json")):
+                if stale.stem not in shipped:
+                    problems.append(f"{stale.relative_to(ROOT)}: snapshot of a code object that is no longer shipped")
+    if not args.no_mix and rows:
+        print_mix(rows)
+    if problems:
+        print(f"disasm_check.py: {len(problems)} problem(s):", file=sys.stderr)
+        for p in problems:
+            print(f"  - {p}", file=sys.stderr)
+        return 1
+    print(f"disasm_check.py: {len(rows)} kernel(s) checked: snapshots, kernarg declarations and lint clean"
+          + (" (snapshots rewritten)" if args.update else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
