@@ -159,6 +159,8 @@ def build_one(entry: Entry, llvm: LLVM, out_dir: Path) -> Path:
         if src.suffix == ".hip":
             _run([llvm.clang, "-x", "hip", f"--offload-arch={entry.arch}", "--cuda-device-only", "-nogpulib",
                   "-nogpuinc", "--no-gpu-bundle-output", "-O3",
+                  # keep argument names so the metadata (.args[].name) can be checked against Python
+                  "-fno-discard-value-names",
                   # clang derives the HIP compilation-unit id from paths (incl. the temp output): pin it
                   f"-cuid={entry.name}", "-o", tmp / "out.co", src],
                  entry.src_dir, f"compiling {entry.src_dir.name}/{src}")

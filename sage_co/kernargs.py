@@ -96,7 +96,9 @@ class KernargStruct:
         """Compare with one kernel's metadata map (from sage_co.codeobj); raise KernargMismatch on any difference."""
         explicit = [a for a in kernel_metadata.get(".args", [])
                     if not str(a.get(".value_kind", "")).startswith("hidden_")]
-        theirs = [(a[".offset"], a[".size"], a[".value_kind"], a.get(".name", "")) for a in explicit]
+        # clang names HIP pointer parameters "<name>.coerce" (coerced to the global address space)
+        theirs = [(a[".offset"], a[".size"], a[".value_kind"], a.get(".name", "").removesuffix(".coerce"))
+                  for a in explicit]
         ours = self.table()
         problems = []
         if len(theirs) != len(ours):
