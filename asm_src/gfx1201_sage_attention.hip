@@ -196,7 +196,7 @@ gfx1201_sage_attention_fwd(const signed char* __restrict__ q, const signed char*
     for (int c = 0; c < 4; ++c) sacc[c] = (v8i){0, 0, 0, 0, 0, 0, 0, 0};
     for (int i = 0; i < 4; ++i) {
       for (int c = 0; c < 4; ++c) {
-        const v4i kf = lds[buf + lds_k_rd[i] + 128 * c];
+        const v4i kf = lds[buf + lds_k_rd[i] + 64 * c];  // chunk c = rows +8c
         sacc[c] = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, kf.xy, true, qf[i].xy, sacc[c], false);
         sacc[c] = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, kf.zw, true, qf[i].zw, sacc[c], false);
       }
