@@ -111,7 +111,7 @@ def disassemble(path: Path, llvm) -> dict[str, list[Line]]:
     return funcs
 
 
-_REG = re.compile(r"\b([vs])(?:\[(\d+):(\d+)\]|(\d+))\b")
+_REG = re.compile(r"\b([vs])(?:\[(\d+):(\d+)\]|(\d+)(?!\w))")
 
 
 def regs(operand: str, kind: str) -> set[int]:

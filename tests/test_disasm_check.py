@@ -1,0 +1,101 @@
+"""tools/disasm_check.py: passes on the shipped kernels, catches a planted WMMA hazard, ABI drift and an
+edited kernarg declaration."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+import build_asm  # noqa: E402
+import disasm_check  # noqa: E402
+
+try:
+    LLVM = build_asm.find_llvm()
+except build_asm.BuildError:
+    LLVM = None
+pytestmark = pytest.mark.skipif(LLVM is None, reason="disasm_check needs llvm-objdump (LLVM >= 19) here")
+
+
+def run_check(*args):
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "disasm_check.py"), *map(str, args)],
+                          capture_output=True, text=True)
+
+
+def test_passes_on_the_shipped_kernels():
+    r = run_check()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "lint clean" in r.stdout and "instruction mix" in r.stdout
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hsaco")
+    kernels = tmp_path_factory.mktemp("src")
+    for f in (ROOT / "tests" / "kernels").iterdir():
+        shutil.copy(f, kernels / f.name)
+    with open(kernels / "kernels.toml", "a") as fh:
+        fh.write('\n[[code_object]]\nname = "test_hazard_wmma"\nsource = "hazard_wmma.s"\narch = "gfx1201"\n')
+    r = subprocess.run([sys.executable, str(ROOT / "build_asm.py"), "--kernels", str(kernels / "kernels.toml"),
+                        "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_catches_the_planted_wmma_hazard(built):
+    r = run_check("--co", built / "gfx1201" / "test_hazard_wmma.co", "--no-mix")
+    assert r.returncode == 1
+    assert "wmma-operand-hazard" in r.stderr and "v_wmma_i32_16x16x16_iu8 v[24:31], v[16:17]" in r.stderr
+    clean = run_check("--co", built / "gfx1201" / "test_wmma_iu8_min.co", "--no-mix")
+    assert clean.returncode == 0, clean.stderr
+
+
+def lint_text(asm: str):
+    lines = [disasm_check.Line(4 * i, *(t.split(None, 1) + [""])[:2], t) for i, t in enumerate(asm.strip().splitlines())]
+    return disasm_check.lint(lines)
+
+
+def test_lint_rules_on_text():
+    assert any("wmma-overlap" in p for p in lint_text("v_wmma_i32_16x16x16_iu8 v[8:15], v[8:9], v[20:21], 0"))
+    assert lint_text("v_wmma_i32_16x16x16_iu8 v[16:23], v[8:9], v[10:11], 0\nv_nop\n"
+                     "v_wmma_i32_16x16x16_iu8 v[24:31], v[16:17], v[10:11], 0") == []
+    # accumulator chaining (C = previous D) needs nothing (docs/rdna4.md §Hazards rule 1)
+    assert lint_text("v_wmma_i32_16x16x16_iu8 v[16:23], v[8:9], v[10:11], 0\n"
+                     "v_wmma_i32_16x16x16_iu8 v[16:23], v[12:13], v[10:11], v[16:23]") == []
+    assert any("legacy-barrier" in p for p in lint_text("s_barrier"))
+    assert any("barrier-without-dscnt" in p for p in lint_text("ds_store_b32 v1, v2\ns_barrier_signal -1"))
+    assert lint_text("ds_store_b32 v1, v2\ns_wait_dscnt 0x0\ns_barrier_signal -1") == []
+    assert any("scratch" in p for p in lint_text("scratch_store_b32 off, v1, s0"))
+    assert any("valu-sgpr-hazard" in p for p in
+               lint_text("v_add_nc_u32 v1, s4, v1\ns_add_co_u32 s4, s4, 64\nv_add_nc_u32 v2, s4, v2"))
+    assert lint_text("v_add_nc_u32 v1, s4, v1\ns_add_co_u32 s4, s4, 64\ns_wait_alu depctr_sa_sdst(0)\n"
+                     "v_add_nc_u32 v2, s4, v2") == []
+
+
+def test_catches_abi_drift_and_a_changed_kernarg_layout(built, tmp_path):
+    snaps = tmp_path / "abi"
+    hsaco = tmp_path / "hsaco"
+    shutil.copytree(built, hsaco)
+    manifest = json.loads((hsaco / "manifest.json").read_text())
+    manifest["code_objects"] = {k: v for k, v in manifest["code_objects"].items() if k == "test_fill"}
+    (hsaco / "manifest.json").write_text(json.dumps(manifest))
+    from sage_co.kernargs import Field, KernargStruct
+    KernargStruct("fill", [Field("out", "ptr", 0), Field("value", "u32", 8)], 12)  # registers the declaration
+    r = disasm_check.main(["--hsaco", str(hsaco), "--snapshots", str(snaps), "--update", "--no-mix"])
+    assert r == 0 and (snaps / "test_fill.json").exists()
+    assert disasm_check.main(["--hsaco", str(hsaco), "--snapshots", str(snaps), "--no-mix"]) == 0
+    # the snapshot records the old layout; the kernel now takes a float at 8 -> drift
+    snap = json.loads((snaps / "test_fill.json").read_text())
+    snap["kernels"]["fill"]["args"][1] = [8, 4, "by_value", "scale"]
+    (snaps / "test_fill.json").write_text(json.dumps(snap))
+    assert disasm_check.main(["--hsaco", str(hsaco), "--snapshots", str(snaps), "--no-mix"]) == 1
+    # an edited Python declaration is caught the same way the launcher catches it
+    snap["kernels"]["fill"]["args"][1] = [8, 4, "by_value", "value"]
+    (snaps / "test_fill.json").write_text(json.dumps(snap))
+    KernargStruct("fill", [Field("out", "ptr", 0), Field("value", "u32", 8), Field("extra", "u32", 12)], 16)
+    assert disasm_check.main(["--hsaco", str(hsaco), "--snapshots", str(snaps), "--no-mix"]) == 1
+    KernargStruct("fill", [Field("out", "ptr", 0), Field("value", "u32", 8)], 12)
