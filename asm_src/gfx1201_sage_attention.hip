@@ -1,8 +1,8 @@
 // gfx1201_sage_attention_fwd: SageAttention forward (non-causal, head dim 128) on RDNA4, headers-free HIP.
 //
 // The readable baseline of the attention kernel; a hand-scheduled asm kernel later must beat it and match it.
-// It keeps the same kernarg struct and launch geometry (below). Facts cited as rdna4 §N are in
-// shared/docs/rdna4_facts.md.
+// It keeps the same kernarg struct and launch geometry (below). Hardware facts cite docs/rdna4.md sections
+// (§WMMA, §Memory, ...).
 //
 // Math, per query row i and key tile of 64 keys (sage_co.reference.sage_attention_model):
 //   s      = float(sum_d q_int8*k_int8) * (q_scale[i/32] * k_scale[j/32])     keys j >= seq_len: s = -inf
@@ -35,32 +35,37 @@
 //   |     84 | flags      | u32  | bit 0: write lse; bit 1: lse adds the smooth_k term              |
 // All tensors are dense in the layouts above; the host (sage_co/ops/attention.py) checks that.
 //
-// Data flow (rdna4 §1.3): S^T = K.Q^T with v_wmma_i32_16x16x16_iu8 (A = K rows, B = Q^T), so the 16 query
-// columns of the D fragment sit one per lane pair (r, r+16) (rdna4 §1.2: D[m][n] in lane 16*(m/8)+n, vgpr m%8).
-// Row max / row sum = in-lane reduction over 32 VGPRs + one v_permlanex16 exchange (DPP cannot cross rows).
-// P^T is packed with v_cvt_pk_fp8_f32 in VGPR order and is directly the B operand of O^T = V^T.P^T
+// Data flow (docs/rdna4.md §WMMA, "SageAttention data flow"): S^T = K.Q^T with v_wmma_i32_16x16x16_iu8
+// (A = K rows, B = Q^T), so the 16 query columns of the D fragment sit one per lane pair (r, r+16)
+// (§WMMA lane layouts: D[m][n] in lane 16*(m/8)+n, vgpr m%8). Row max / row sum = in-lane reduction over
+// 32 VGPRs + one v_permlanex16 exchange (DPP cannot cross 16-lane rows). P^T is packed with
+// v_cvt_pk_fp8_f32 in VGPR order and is directly the B operand of O^T = V^T.P^T
 // (v_wmma_f32_16x16x16_fp8_fp8); O^T is 8 d-tiles x 8 VGPRs = 64 VGPRs and alpha is one value per lane.
 //
-// Index permutations (the permutation rule of rdna4 §1.2: a WMMA sums over k slots, any bijection works
-// when A and B agree, and the d sum is split over 8 WMMAs in any order):
+// Index permutations (the permutation rule of §WMMA: a WMMA sums over k slots, any bijection works when A and
+// B agree, and the d sum is split over 8 WMMAs in any order):
 //   * d: WMMA d-step s takes d in {8s..8s+7} on lanes 0-15 and {64+8s..64+8s+7} on lanes 16-31, so a lane
 //     reads 64 contiguous bytes of a Q or K row (4 x b128) instead of 8-byte pieces.
-//   * keys: in S^T chunk c (c = 0..3), A row m carries key 32*(m/8) + 8c + m%8 of the tile. The D
-//     fragment of lane (h, r), vgpr v, chunk c then holds key 32h + 8c + v: lanes 0-15 own keys 0-31 of
-//     the tile and lanes 16-31 keys 32-63 (so one k_scale block per lane per tile), and the V^T A-fragments
-//     of the four chunks are 32 contiguous bytes of a V^T row (2 x b128).
+//   * keys: in S^T chunk c (c = 0..3), A row m carries key 32*(m/8) + 8c + m%8 of the tile. The D fragment
+//     of lane (h, r), vgpr v, chunk c then holds key 32h + 8c + v: lanes 0-15 own keys 0-31 of the tile and
+//     lanes 16-31 keys 32-63 (one k_scale block per lane per tile), and the V^T A-fragments of the four
+//     chunks are 32 contiguous bytes of a V^T row (2 x b128).
 //
+// Tiles (docs/rdna4.md §Throughput, §Occupancy): 16 queries per wave keeps O^T (64 VGPRs), S^T (32), Q^T
+// fragments (16) and the next tile's staging registers (32) resident without spilling; 32 queries per wave
+// would halve the LDS fragment traffic but needs ~300 VGPRs. Per wave and key tile: 32 iu8 + 32 fp8 WMMA
+// (512 WMMA clocks) against 32 ds_load_b128 (16 KiB) and ~300 VALU/TRANS for the softmax.
 // LDS: per buffer K tile 64 x 128 B (8 KiB) + V^T tile 128 x 64 B (8 KiB), two buffers (32 KiB): tile t+1 is
-// loaded global -> VGPRs before the WMMA work of tile t, stored to the other buffer after it, one barrier per
-// tile. 16-byte chunks are XOR-swizzled (K: chunk ^ (row & 7); V^T: chunk ^ ((row >> 1) & 3)) so each group
-// of 8 lanes of a ds_load_b128 touches 8 distinct 16-byte bank groups (rdna4 §2: 64 banks x 4 B per WGP,
-// layout of the bank sets UNVERIFIED for RDNA4).
+// loaded global -> VGPRs before the WMMA work of tile t and stored to the other buffer after it, so there is
+// one barrier per tile. 16-byte chunks are XOR-swizzled (K: chunk ^ (row & 7); V^T: chunk ^ ((row >> 1) & 3))
+// so each group of 8 lanes of a ds_load_b128 touches 8 distinct 16-byte bank groups (§Memory: 64 banks x 4 B
+// per WGP; the bank layout is UNVERIFIED for RDNA4). The tail tile (keys >= seq_len) takes a uniform branch
+// that masks scores to -inf; padded query rows are computed and not stored.
 //
-// Resources (clang 22 -O3, llvm-objdump of the shipped .co): see RESOURCES at the end of this header.
-// RESOURCES: filled in below by the author after each build.
-//   VGPRs 140 (vgpr_count), SGPRs 44, scratch 0, LDS 32768 B.
-//   Occupancy (rdna4 §2.1): 140 VGPRs -> 10 waves/SIMD by registers; LDS 32 KiB per 4-wave workgroup ->
-//   4 workgroups per WGP (128 KiB) = 16 waves per WGP = 4 waves/SIMD, which is the binding limit.
+// Resources (clang 22.1.8 -O3, checked with llvm-objdump / tools/disasm_check.py): 219 VGPRs, 33 SGPRs,
+// scratch 0, LDS 32768 B, no WMMA hazards left (LLVM inserts the v_nop of §Hazards 1 where needed).
+// Occupancy (§Occupancy): 219 VGPRs -> 6 waves/SIMD by registers; 32 KiB LDS per 4-wave workgroup ->
+// 4 workgroups per WGP (128 KiB) = 16 waves per WGP = 4 waves/SIMD, the binding limit.
 
 #pragma clang fp contract(off)
 
@@ -88,7 +93,7 @@ typedef float v8f __attribute__((ext_vector_type(8)));
 #define LN2 0.693147180559945309f
 
 static __device__ __attribute__((always_inline)) float xlane16(float x) {
-  // value of lane l ^ 16 (rdna4 §1.3: v_permlanex16_b32 with selects 0x76543210 / 0xfedcba98)
+  // value of lane l ^ 16 (docs/rdna4.md §WMMA: v_permlanex16_b32 with selects 0x76543210 / 0xfedcba98)
   return __builtin_bit_cast(float, __builtin_amdgcn_permlanex16(0, __builtin_bit_cast(int, x),
                                                                 0x76543210, 0xfedcba98, false, false));
 }
@@ -101,7 +106,7 @@ static __device__ __attribute__((always_inline)) u32 bf16_rne(float x) {
 }
 
 static __device__ __attribute__((always_inline)) int fp8x4(float a, float b, float c, float d) {
-  // four fp32 -> packed fp8 e4m3 bytes (a in byte 0), RNE (rdna4 §3: v_cvt_pk_fp8_f32, word_sel = high half)
+  // four fp32 -> packed fp8 e4m3 bytes (a in byte 0), RNE (docs/rdna4.md §FP8: v_cvt_pk_fp8_f32, word_sel = high half)
   int lo = __builtin_amdgcn_cvt_pk_fp8_f32(a, b, 0, false);
   return __builtin_amdgcn_cvt_pk_fp8_f32(c, d, lo, true);
 }
@@ -124,7 +129,7 @@ gfx1201_sage_attention_fwd(const signed char* __restrict__ q, const signed char*
   const u64 bh = (u64)batch * num_heads + head;
   const u32 nblk = seq_pad / 32;
   // Uniform (SGPR) base pointers + 32-bit per-lane byte offsets: clang emits global_load vOff, s[base]
-  // (rdna4 §4.1) instead of 64-bit VGPR address arithmetic. Offsets inside one head stay < 2^32 bytes.
+  // (docs/rdna4.md §Memory) instead of 64-bit VGPR address arithmetic. Offsets inside one head stay < 2^32 bytes.
   const char* qh = (const char*)q + bh * seq_pad * HEAD_DIM;
   const char* kh = (const char*)k + bh * seq_pad * HEAD_DIM;
   const char* vh = (const char*)v + bh * HEAD_DIM * seq_pad;

@@ -8,7 +8,7 @@ Why the kernel is not bitwise equal to sage_co.reference.sage_attention_model (t
 <= 2e-3, and in practice it is far below that):
   * row sums: the kernel sums the 32 probabilities of a lane in register order and adds the other lane
     half's partial (keys 0-31 + keys 32-63 of a tile); torch's p.sum(-1) uses its own reduction order;
-  * exp2: the kernel's v_exp_f32 is within 1 ulp of exp2 (docs: rdna4 §2 TRANS ops), torch.exp2 rounds
+  * exp2: the kernel's v_exp_f32 is within 1 ulp of exp2 (docs/rdna4.md §Throughput, TRANS ops), torch.exp2 rounds
     correctly, and a 1-ulp difference in p can move fp8(p * 448) to the neighbouring fp8 value;
   * P.V: the fp8 WMMA accumulates its 16 products in hardware order, the model's fp32 matmul in BLAS order.
 Scores s and the running max m are bitwise the model's (exact int8 dot, same fp32 products), so the LSE
