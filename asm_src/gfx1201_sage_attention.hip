@@ -235,7 +235,10 @@ gfx1201_sage_attention_fwd(const signed char* __restrict__ q, const signed char*
       pf[c].x = fp8x4(pc[0] * 448.0f, pc[1] * 448.0f, pc[2] * 448.0f, pc[3] * 448.0f);
       pf[c].y = fp8x4(pc[4] * 448.0f, pc[5] * 448.0f, pc[6] * 448.0f, pc[7] * 448.0f);
     }
-    for (int t = 0; t < 8; ++t) o[t] *= alpha;
+    // Rescale O only when some lane's max moved (x * 1 == x exactly, so skipping is bitwise the same);
+    // after the first tiles of a row the max rarely changes. Uniform branch on a wave-wide ballot.
+    if (__builtin_amdgcn_ballot_w32(alpha != 1.0f))
+      for (int t = 0; t < 8; ++t) o[t] *= alpha;
 
     // O^T[d-tile t] += V^T[16t.., chunk c] . P^T[chunk c]; V^T load i of d-tile t covers chunks 2i, 2i+1.
     for (int i = 0; i < 2; ++i) {
