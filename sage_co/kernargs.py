@@ -52,8 +52,9 @@ class Field:
 class KernargStruct:
     """An explicit kernarg layout. `size` is the end of the explicit arguments in bytes."""
 
-    def __init__(self, name: str, fields: list[Field], size: int):
-        self.name, self.fields, self.size = name, tuple(fields), size
+    def __init__(self, name: str, fields: list[Field], size: int, symbols: tuple[str, ...] = ()):
+        """`symbols`: the kernel symbols that take this struct (several kernels may share one layout)."""
+        self.name, self.fields, self.size, self.symbols = name, tuple(fields), size, tuple(symbols)
         end = 0
         for f in sorted(self.fields, key=lambda f: f.offset):
             if f.offset < end:
@@ -64,7 +65,8 @@ class KernargStruct:
         if len({f.name for f in self.fields}) != len(self.fields):
             raise ValueError(f"{name}: duplicate field names")
         self.by_name = {f.name: f for f in self.fields}
-        DECLARED[name] = self
+        for key in (name, *self.symbols):
+            DECLARED[key] = self
 
     def pack(self, values: dict) -> bytes:
         """Pack {field name: value}; pointers are integer device addresses. Every field must be given."""
