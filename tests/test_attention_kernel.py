@@ -65,7 +65,10 @@ def _check_against_model(dist, B, H, S, smooth_k=False):
     ref_out, ref_lse = reference.sage_attention_model(prepared, return_lse=True)
     assert _rel_l2(out, ref_out) <= MODEL_REL_L2
     assert torch.isfinite(lse).all()
-    assert ((lse - ref_lse).abs() <= LSE_RTOL * ref_lse.abs()).all(), (lse - ref_lse).abs().max()
+    # relative to max(|lse|, 1): a row's LSE can cancel to ~0 (log of a sum of a few exps near 1) while its
+    # rounding error stays that of its O(1) terms m*ln2 and log(l)
+    rel = (lse - ref_lse).abs() / ref_lse.abs().clamp(min=1.0)
+    assert rel.max().item() <= LSE_RTOL, rel.max().item()
 
 
 @pytest.mark.parametrize("B,H,S", SHAPES)
