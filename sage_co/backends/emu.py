@@ -17,7 +17,7 @@ class EmuBackend:
         self.emu = emu
         self.device = emu.Device()
         self.modules: dict[str, object] = {}     # sha256 -> loaded module
-        self.last_stats = None
+        self.history: list[tuple[str, object]] = []   # (symbol, run statistics) of every launch
 
     def module(self, shipped, co):
         if shipped.sha256 not in self.modules:
@@ -50,7 +50,7 @@ class EmuBackend:
                 if nbytes and name not in read_only:
                     data = bytearray(self.device.read(addr, nbytes))
                     args[name].reshape(-1).view(torch.uint8).copy_(torch.frombuffer(data, dtype=torch.uint8))
-            self.last_stats = stats
+            self.history.append((shipped.symbol, stats))
             return stats
         finally:
             for addr, _ in allocations.values():
