@@ -365,6 +365,8 @@ def bad_args():
         (dict(k=k[:, :39].contiguous()), ValueError, r"^k: expected the shape of q"),
         (dict(q=q[:, :0], k=k[:, :0], v=v[:, :0]), ValueError, r"^q: expected at least one token"),
         (dict(q=grad), ValueError, r"^q: expected a tensor without requires_grad"),
+        (dict(k=torch.empty(1, 40, 2, 128, dtype=BF16, device="meta")), ValueError, r"^k: expected a tensor on cpu"),
+        (dict(q_norm_weight=w.to("meta")), ValueError, r"^q_norm_weight: expected a tensor on cpu"),
         (dict(softmax_scale=float("nan")), ValueError, r"^softmax_scale: expected a finite"),
         (dict(softmax_scale=float("inf")), ValueError, r"^softmax_scale: expected a finite"),
         (dict(softmax_scale="0.1"), TypeError, r"^softmax_scale: expected None or a finite float"),
