@@ -5,7 +5,7 @@ to the host code that launches it. Before the first launch the declaration is co
 object's own metadata (`.args`: offset, size, value_kind, name) and a mismatch refuses to launch with
 both layouts side by side. tools/disasm_check.py runs the same comparison for every shipped kernel.
 
-ABI (docs/abi.md, from LLVM AMDGPUUsage "Kernel Argument Layout"): explicit arguments in declaration
+ABI (docs/rdna4.md §Entry, from LLVM AMDGPUUsage "Kernel Argument Layout"): explicit arguments in declaration
 order at naturally aligned offsets; a pointer is 8 bytes (value_kind global_buffer), scalars 4 bytes
 (by_value). Hidden arguments, when a kernel declares any, follow at the next 8-byte boundary and are
 filled by the runtime (HIP, or sage_co.emu), never by the caller.
