@@ -16,7 +16,7 @@ from .prepared import HEAD_DIM, SCALE_BLOCK, SagePrepared, s_pad
 LOG2E = 1.4426950408889634  # log2(e) as the nearest double (M_LOG2E)
 LN2 = 0.6931471805599453  # ln(2) as the nearest double (M_LN2)
 INT8_MAX = 127.0
-FP8_MAX = 448.0  # OCP e4m3fn largest finite (docs/rdna4.md §3: 0x7E)
+FP8_MAX = 448.0  # OCP e4m3fn largest finite (docs/rdna4.md §FP8: 0x7E)
 FP8_NAN = 0x7F  # the one NaN encoding the spec produces (docs/numerics.md §Non-finite)
 KEY_TILE = 64  # keys per online-softmax step in the HIP kernel
 
