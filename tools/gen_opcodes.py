@@ -240,6 +240,26 @@ def gen_vopd():
     return X, Y
 
 
+def gen_symbols() -> dict:
+    """Symbolic operand spellings LLVM uses: hwreg ids, sendmsg immediates, th/scope cache-policy names."""
+    def inner(t):
+        return t[t.index('(') + 1:t.rindex(')')]
+    hw = objdump([[0xb8800000 | 31 << 11 | i] for i in range(64)])            # s_getreg_b32 s0, hwreg(i)
+    hwreg = {i: inner(t) for i, t in enumerate(hw) if t and not inner(t).isdigit()}
+    sm = objdump([[0xbfb60000 | i] for i in range(1024)])                       # s_sendmsg
+    sendmsg = {i: t.split(' ', 1)[1] for i, t in enumerate(sm) if t and 'MSG_' in t}
+    th = {}
+    for kind, base, w1 in (('load', 0xee050000 | 124, 0), ('store', 0xee068000 | 124, 1 << 23),
+                           ('atomic', 0xee0d4000 | 124, 1 << 23)):
+        texts = objdump([[base, w1 | t << 20, 2] for t in range(8)])
+        th[kind] = {t: (x.split('th:')[1].split()[0] if 'th:' in x else '') for t, x in enumerate(texts)}
+    sc = objdump([[0xee050000 | 124, s << 18, 2] for s in range(4)])
+    scope = {s: (x.split('scope:')[1].split()[0] if 'scope:' in x else '') for s, x in enumerate(sc)}
+    fm = objdump([[0xc4220000 | 124, f << 23 | 8 << 9 | 4, 0] for f in range(128)])   # tbuffer_load_format_x
+    fmt = {i: t.split('format:')[1].split()[0] for i, t in enumerate(fm) if t and 'format:' in t}
+    return dict(HWREG=hwreg, SENDMSG=sendmsg, TH=th, SCOPE=scope, BUF_FORMAT=fmt)
+
+
 def main():
     tables = {}
     for enc, n in (('SOP1', 256), ('SOP2', 128), ('SOPK', 32), ('SOPC', 128), ('SOPP', 128)):
@@ -266,6 +286,8 @@ def main():
                                           width=120, sort_dicts=False) + '\n\n')
         fh.write('VOPD_X = ' + pprint.pformat({op: v[:2] for op, v in sorted(vx.items())}, width=120) + '\n\n')
         fh.write('VOPD_Y = ' + pprint.pformat({op: v[:2] for op, v in sorted(vy.items())}, width=120) + '\n')
+        for k, v in gen_symbols().items():
+            fh.write('\n' + k + ' = ' + pprint.pformat(v, width=120) + '\n')
 
 
 if __name__ == '__main__':
