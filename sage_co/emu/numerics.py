@@ -93,22 +93,66 @@ def mul_f32(a, b, mode: int = DENORM_KEEP) -> np.ndarray:
         return flush_out(flush_in(_f32(a), mode) * flush_in(_f32(b), mode), mode)
 
 
-def round_odd_f64_to_f32(s: np.ndarray, err: np.ndarray) -> np.ndarray:
-    """Round s + err (s = RN64(s + err), err exact, |err| <= ulp(s)/2) to float32 with one correct RNE rounding.
-
-    Make s round-to-odd: if err != 0 and s's last mantissa bit is 0, step s one f64 ulp toward err (the true
-    value lies strictly between s and that neighbour, and the neighbour is odd). A round-to-odd value with
-    53 >= 24 + 2 bits rounds to 24 bits exactly like the true value does, so the final RNE cast is correct.
-    This holds for f32 subnormal results too (they keep even fewer bits) and for overflow (the cast gives inf
-    from above max + half ulp, and the odd value never sits on that tie unless the true value does).
-    """
+def round_odd_f64(s: np.ndarray, err: np.ndarray) -> np.ndarray:
+    """Given s = RN64(s + err) and its exact error err, return s + err rounded to odd at 53 bits: if err != 0 and
+    s's last mantissa bit is 0, step s one f64 ulp toward err (the true value lies strictly between s and that
+    neighbour, and the neighbour is odd). inf/NaN s (err NaN) pass through."""
     sbits = s.view(np.int64)
     fix = np.isfinite(err) & (err != 0) & ((sbits & 1) == 0)
     # stepping the magnitude bits: +1 moves away from zero, -1 toward it; toward err means away iff same sign
     step = np.where(np.signbit(err) == np.signbit(s), 1, -1).astype(np.int64)
-    sbits = np.where(fix, sbits + step, sbits)
+    return np.where(fix, sbits + step, sbits).view(np.float64)
+
+
+def round_odd_f64_to_f32(s: np.ndarray, err: np.ndarray) -> np.ndarray:
+    """Round s + err (s = RN64(s + err), err exact) to float32 with one correct RNE rounding.
+
+    A round-to-odd value with 53 >= 24 + 2 bits rounds to 24 bits exactly like the true value does, so the RNE
+    cast of round_odd_f64(s, err) is correct. This holds for f32 subnormal results too (they keep even fewer
+    bits) and for overflow (the cast gives inf from max + half ulp upward; the odd value is never on that tie
+    unless the true value is).
+    """
     with np.errstate(all="ignore"):
-        return sbits.view(np.float64).astype(np.float32)
+        return round_odd_f64(s, err).astype(np.float32)
+
+
+def round_odd_f64_to_f32_odd(x: np.ndarray) -> np.ndarray:
+    """float64 -> float32 rounded to odd (exact values unchanged): a later RNE to a format with <= 22 significant
+    bits (f16: 11, bf16: 8) then equals the RNE of x itself. Out-of-f32-range values become inf."""
+    with np.errstate(all="ignore"):
+        r = x.astype(np.float32)
+        rb = r.view(np.uint32)
+        fix = np.isfinite(x) & np.isfinite(r) & (r.astype(np.float64) != x) & ((rb & 1) == 0)
+        away = (np.abs(r.astype(np.float64)) < np.abs(x))
+        stepped = np.where(away, rb + np.uint32(1), rb - np.uint32(1))
+        return np.where(fix, stepped, rb).view(np.float32)
+
+
+def sum_f64_to_f32(p: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """RNE float32 of the exact sum p + c of two float64 arrays (used by fma and WMMA: p, c exact values on grids
+    far above f64's underflow, so TwoSum's error is exact).
+
+    Fast path: s = fl64(p + c) cast to f32 is already correct unless s sits exactly on an f32 rounding boundary
+    (the midpoint of two f32 values: low 29 bits of s == 0x10000000) or in the f32 subnormal range (coarser
+    midpoints). Elsewhere the exact sum lies strictly on s's side of every midpoint (it rounds to s, and a
+    midpoint other than s is a whole f64 ulp away), so both round alike. Suspects take the TwoSum + round-to-odd
+    path.
+    """
+    with np.errstate(all="ignore"):
+        p, c = np.asarray(p, np.float64), np.asarray(c, np.float64)
+        s = np.atleast_1d(p + c)
+        sb = s.view(np.int64)
+        out = s.astype(np.float32)
+        suspect = ((sb & 0x1FFFFFFF) == 0x10000000) | ((np.abs(s) < 2.0 ** -126) & (s != 0))
+        idx = np.flatnonzero(suspect)
+        if idx.size:
+            ps = np.broadcast_to(p, s.shape).reshape(-1)[idx]
+            cs = np.broadcast_to(c, s.shape).reshape(-1)[idx]
+            ss = s.reshape(-1)[idx]
+            bv = ss - ps                                  # TwoSum (Knuth): exact error of ss = fl(ps + cs)
+            err = (ps - (ss - bv)) + (cs - bv)
+            out.reshape(-1)[idx] = round_odd_f64_to_f32(ss, err)
+        return out.reshape(np.broadcast_shapes(p.shape, c.shape))
 
 
 def fma_f32(a, b, c, mode: int = DENORM_KEEP) -> np.ndarray:
@@ -116,19 +160,16 @@ def fma_f32(a, b, c, mode: int = DENORM_KEEP) -> np.ndarray:
 
     a*b is exact in float64 (24+24 = 48 significant bits; the exponent range of f32 products, 2^-298..2^256,
     is inside f64's normal range). s = p + c rounds in f64; TwoSum recovers its exact error (the exact sum is a
-    multiple of 2^-298, so no f64 underflow), and round_odd_f64_to_f32 turns (s, err) into the correctly
-    rounded f32. Infinities/NaN come from the f64 expression itself (inf*0 = nan, inf - inf = nan), and zero
-    signs follow IEEE because p + c is computed with IEEE f64 addition (+0 unless both are -0).
+    multiple of 2^-298, so no f64 underflow), and round-to-odd turns (s, err) into the correctly rounded f32
+    (sum_f64_to_f32, which skips that work where s is provably safe). Infinities/NaN come from the f64
+    expression itself (inf*0 = nan, inf - inf = nan), and zero signs follow IEEE because p + c is computed with IEEE f64 addition (+0 unless both are -0).
     """
     with np.errstate(all="ignore"):        # signalling NaN inputs warn on the f64 cast; inf*0 etc. are intended
         a = flush_in(_f32(a), mode).astype(np.float64)
         b = flush_in(_f32(b), mode).astype(np.float64)
         c = flush_in(_f32(c), mode).astype(np.float64)
         p = a * b
-        s = p + c
-        bv = s - p                          # TwoSum (Knuth): exact error of s = fl(p + c)
-        err = (p - (s - bv)) + (c - bv)
-    return flush_out(round_odd_f64_to_f32(s, err), mode)
+    return flush_out(sum_f64_to_f32(p, c), mode)
 
 
 # ---------------------------------------------------------------------------------------------------------------
