@@ -301,20 +301,23 @@ def _th_kind(name: str) -> str:
 def _smem(inst: Inst) -> str:
     f = inst.f
     asm, name, tpl = OPS['SMEM'][inst.opcode]
+    off = f['offset']
+    offtxt = f'-{-off:#x}' if off < 0 else f'{off:#x}'
+    mods = _cpol(f, 'load') + (['nv'] if f['nv'] else [])
+    if not any(t[0] == 'sdata' for t in tpl):
+        # s_atc_probe / s_prefetch_* / s_dcache_inv: sdata is a number (probe mode / prefetch size), offset and
+        # soffset in the template's order
+        fixed = {'=0x0': offtxt, '=null': sreg(f['soffset'], 1), '=16': str(f['sdata'])}
+        ops = [sreg(f['sbase'], n) if fld == 'sbase' else fixed.get(fld, fld[1:]) for fld, n, _ in tpl]
+        return _join(asm, ops, mods)
     ops = []
     for field, nregs, rf in tpl:
         if field == 'sdata': ops.append(sreg(f['sdata'], nregs))
         elif field == 'sbase': ops.append(sreg(f['sbase'], nregs))
-    off = f['offset']
-    offtxt = f'-{-off:#x}' if off < 0 else f'{off:#x}'
-    if name.startswith('s_prefetch'):       # sdata holds the prefetch size, printed as a number
-        return _join(asm, ops + [offtxt, sreg(f['soffset'], 1), str(f['sdata'])], [])
     if f['soffset'] != 124:
         ops.append(sreg(f['soffset'], 1) + f' offset:{offtxt}')
     else:
         ops.append(offtxt)
-    mods = _cpol(f, 'load')
-    if f['nv']: mods.append('nv')
     return _join(asm, ops, mods)
 
 
@@ -386,7 +389,8 @@ def _vbuffer(inst: Inst) -> str:
            reg_text('v', f['vaddr'], nv) if f['idxen'] or f['offen'] else 'off',
            sreg(f['rsrc'], 4), sreg(f['soffset'], 1)]
     mods = []
-    if name.startswith('tbuffer'): mods.append('format:' + BUF_FORMAT.get(f['format'], str(f['format'])))
+    if name.startswith('tbuffer') and f['format'] != 1:     # 1 = BUF_FMT_8_UNORM, LLVM's default, not printed
+        mods.append('format:' + BUF_FORMAT.get(f['format'], str(f['format'])))
     if f['idxen']: mods.append('idxen')
     if f['offen']: mods.append('offen')
     if f['offset']: mods.append(f'offset:{f["offset"]}')
