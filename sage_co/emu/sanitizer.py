@@ -1,0 +1,292 @@
+"""The sanitizer: wait counters, WMMA hazards, barriers, LDS races. Every finding raises EmuError naming kernel,
+PC, instruction, wave (workgroup id + wave-in-group) and lane (executor.State.fail).
+
+Wait counters (rdna4_facts §4.2): data completes at issue, but each wave keeps a per-counter issue sequence number
+and a "completed up to" number. A load's destination registers remember the sequence number of their load; an
+`s_wait_<cnt> N` completes every load of that counter with seq <= issued - N (loads of one type complete in issue
+order; SMEM may complete out of order, so only kmcnt 0 completes anything). Reading -- or overwriting with a
+non-load -- a register whose load is not complete is an error. Registers that may be pending are kept in a small
+dict so that the common step (nothing pending) costs one truth test.
+
+Global bounds live in memory_ops.check_global; LDS bounds in memory_ops._lds_index.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from sage_co.emu.executor import ALL, EXEC, F, LITERAL, NULL, SCC_CODE, VCC
+
+KINDS = ("load", "store", "ds", "km")
+
+
+def attach(st):
+    W = st.W
+    st.issued = {k: np.zeros(W, dtype=np.int64) for k in KINDS}
+    st.done = {k: np.zeros(W, dtype=np.int64) for k in KINDS}
+    st.vpend = {"load": np.zeros((st.prog.nvgpr, W), dtype=np.int64), "ds": np.zeros((st.prog.nvgpr, W), np.int64)}
+    st.spend = np.zeros((128, W), dtype=np.int64)
+    st.maybe = {}                      # ('v'|'s', reg) -> counter kind
+    st.wmma_d = np.full((W, 2), -1, dtype=np.int64)
+    st.wmma_live = False
+    if st.lds_race_check:
+        ndw = st.lds_stride // 4
+        st.race_writer = np.zeros((st.nwg, ndw), dtype=np.int64)      # wave-in-wg + 1 of the last writer, 0 none
+        st.race_readers = np.zeros((st.nwg, ndw), dtype=np.uint64)    # bitmask of reading waves (wave-in-wg < 64)
+
+
+# ------------------------------------------------------------------------------------------------ operands
+def _vregs(code, n=1):
+    return [("v", code - 256 + i) for i in range(n)] if code >= 256 else []
+
+
+def _sregs(code, n=1):
+    if code < 106 or code in (VCC, VCC + 1) or 108 <= code < 124:
+        return [("s", code + i) for i in range(n)]
+    return []
+
+
+def _operand_regs(inst):
+    """(reads, writes, load_dsts, kind) register keys of an instruction, from the generated opcode templates."""
+    from sage_co.emu.opcodes import OPS, VOPD_X, VOPD_Y
+    enc, f = inst.enc, inst.f
+    reads, writes = [], []
+    tenc = "VOP3" if enc == "VOP3SD" else enc
+    if enc == "VOPD":
+        x, y = inst.name.split("|")
+        for half, (s0, s1, vd) in ((x, ("srcx0", "vsrcx1", "vdstx")), (y, ("srcy0", "vsrcy1", "vdsty"))):
+            reads += _vregs(f[s0]) + _sregs(f[s0]) + [("v", f[s1])]
+            writes += [("v", f[vd])]
+            if "fmac" in half:
+                reads += [("v", f[vd])]
+            if "cndmask" in half:
+                reads += [("s", VCC)]
+        return reads, writes
+    tpl = OPS.get(tenc, {}).get(inst.opcode)
+    if tpl is None:
+        return reads, writes
+    dpp = inst.dpp
+    for item in tpl[2]:
+        field, n = item[0], item[1]
+        if field.startswith("=") or n == 0:
+            continue
+        code = f.get(field)
+        if code is None:
+            continue
+        vgpr_only = field in ("vdst", "vsrc1", "addr", "data0", "data1", "vaddr", "vsrc", "vdata") or \
+            (field == "vdst" and enc not in ("VOP3", "VOP3SD", "VOP3P"))
+        if field == "src0" and dpp is not None:
+            code = 256 + dpp["src0"]
+        if field in ("sbase", "rsrc", "saddr", "soffset"):
+            keys = _sregs(code, n) if code != NULL else []
+        elif vgpr_only:
+            keys = [("v", code + i) for i in range(n)]
+        else:
+            keys = _vregs(code, n) + _sregs(code, n)
+        if field in ("vdst", "sdst", "sdata") or (field == "vdata" and "load" in inst.name):
+            if enc in ("VOP3", "VOP3SD") and field == "vdst" and item[2:] and item[2] == "s":
+                keys = _sregs(code, n)
+            writes += keys
+        else:
+            reads += keys
+    if inst.name in ("v_fmac_f32", "v_cndmask_b32") and enc == "VOP2":
+        if inst.name == "v_fmac_f32":
+            reads.append(("v", f["vdst"]))
+        else:
+            reads.append(("s", VCC))
+    if inst.name.startswith(("s_cbranch_vcc",)):
+        reads.append(("s", VCC))
+    return reads, writes
+
+
+def wrap(st, ops, inst, pc, h):
+    from sage_co.emu.executor import inst_class
+    cls = inst_class(inst)
+    try:
+        reads, writes = _operand_regs(inst)
+    except Exception:            # a template we cannot interpret: no register checks for it
+        reads, writes = [], []
+    reads, writes = tuple(dict.fromkeys(reads)), tuple(dict.fromkeys(writes))
+    is_load = cls in ("VMEM_LOAD", "SMEM") or (cls == "LDS" and inst.name.startswith(("ds_load", "ds_bpermute",
+                                                                                         "ds_permute", "ds_swizzle"))
+                                               or (cls == "LDS" and "_rtn" in inst.name))
+    kind = {"VMEM_LOAD": "load", "SMEM": "km", "LDS": "ds", "VMEM_STORE": "store"}.get(cls)
+    if cls == "VMEM_LOAD" and inst.name.startswith(("global_atomic", "buffer_atomic")) and not (F(inst, "th") & 1):
+        kind, is_load = "store", False
+    if cls == "LDS" and not is_load:
+        kind = "ds"
+    is_valu = cls in ("VALU", "TRANS")
+    load_dsts = writes if is_load else ()
+    plain_writes = () if is_load else writes
+    issued, done = getattr(st, "issued", None), getattr(st, "done", None)
+
+    def hh(sel):
+        if st.maybe:
+            _check(st, pc, sel, reads, "reads", "before its load completed (missing s_wait_*)")
+            _check(st, pc, sel, plain_writes, "overwrites", "while a load into it is still pending")
+        if is_valu and st.wmma_live:
+            st.wmma_d[sel] = -1
+            if sel is ALL:
+                st.wmma_live = False
+        r = h(sel)
+        if kind is not None:
+            issued[kind][sel] += 1
+            if load_dsts:
+                seq = issued[kind][sel]
+                for key in load_dsts:
+                    if key[0] == "v":
+                        st.vpend[kind][key[1]][sel] = seq
+                    else:
+                        st.spend[key[1]][sel] = seq
+                    st.maybe[key] = kind
+        return r
+    return hh
+
+
+def _check(st, pc, sel, keys, verb, why):
+    maybe = st.maybe
+    for key in keys:
+        kind = maybe.get(key)
+        if kind is None:
+            continue
+        pend = (st.vpend[kind][key[1]] if key[0] == "v" else st.spend[key[1]])[sel]
+        bad = pend > st.done[kind][sel]
+        if bad.any():
+            w = st.waves_of(sel)[int(np.argmax(bad))]
+            reg = f"v{key[1]}" if key[0] == "v" else f"s{key[1]}"
+            cnt = {"load": "loadcnt", "ds": "dscnt", "km": "kmcnt"}[kind]
+            st.fail(pc, f"{verb} {reg} {why}: its {cnt} load is outstanding", w)
+
+
+def build_wait(st, inst, pc, name, simm):
+    if not st.sanitize:
+        return lambda sel: None
+    waits = []
+    if name == "s_wait_loadcnt":
+        waits = [("load", simm & 0x3F)]
+    elif name == "s_wait_storecnt":
+        waits = [("store", simm & 0x3F)]
+    elif name == "s_wait_dscnt":
+        waits = [("ds", simm & 0x3F)]
+    elif name == "s_wait_kmcnt":
+        waits = [("km", simm & 0x1F)]
+    elif name == "s_wait_loadcnt_dscnt":
+        waits = [("load", (simm >> 8) & 0x3F), ("ds", simm & 0x3F)]
+    elif name == "s_wait_storecnt_dscnt":
+        waits = [("store", (simm >> 8) & 0x3F), ("ds", simm & 0x3F)]
+    elif name == "s_waitcnt":
+        # legacy gfx11 layout: vmcnt [15:10], lgkmcnt [9:4], expcnt [2:0]
+        vm, lgkm = (simm >> 10) & 0x3F, (simm >> 4) & 0x3F
+        waits = [("load", vm), ("store", vm), ("ds", lgkm), ("km", lgkm)]
+    else:   # s_wait_expcnt / samplecnt / bvhcnt: counters our kernels never increment
+        return lambda sel: None
+
+    def h(sel):
+        for kind, n in waits:
+            iss = st.issued[kind][sel]
+            if kind == "km":
+                if n == 0:
+                    st.done[kind][sel] = iss    # SMEM returns out of order: only kmcnt 0 guarantees completion
+            else:
+                st.done[kind][sel] = np.maximum(st.done[kind][sel], iss - n)
+            if st.maybe and (st.done[kind] >= st.issued[kind]).all():
+                for key in [k for k, v in st.maybe.items() if v == kind]:
+                    del st.maybe[key]
+    return h
+
+
+# ------------------------------------------------------------------------------------------------ WMMA
+def wmma_overlap(st, pc, sel):
+    st.fail(pc, "WMMA destination D overlaps its A or B operand (D is early-clobber; rdna4_facts §6.2)",
+            st.waves_of(sel)[0])
+
+
+def wmma_hazard(st, pc, sel, ra, rb, na, vd, nd):
+    """rdna4_facts §6.1: a WMMA reading as A/B the VGPRs written by the immediately preceding WMMA with no VALU
+    between needs a v_nop."""
+    if st.wmma_live:
+        last = st.wmma_d[sel]
+        lo, hi = last[:, 0], last[:, 1]
+        bad = (lo >= 0) & (((lo < ra + na) & (ra < hi)) | ((lo < rb + na) & (rb < hi)))
+        if bad.any():
+            w = st.waves_of(sel)[int(np.argmax(bad))]
+            st.fail(pc, f"WMMA reads as A/B the VGPRs v[{int(lo[np.argmax(bad)])}:{int(hi[np.argmax(bad)]) - 1}] "
+                        f"written by the immediately preceding WMMA with no VALU between (needs v_nop; rdna4_facts "
+                        f"§6.1)", w)
+    st.wmma_d[sel] = (vd, vd + nd)
+    st.wmma_live = True
+
+
+# ------------------------------------------------------------------------------------------------ barriers
+def check_signal(st, sel, pc):
+    """A wave signals a barrier that an already-ended wave of its workgroup never reached."""
+    ended = ~st.alive
+    if not ended.any():
+        return
+    for w in st.waves_of(sel):
+        g = st.wave_wg[w]
+        others = np.flatnonzero((st.wave_wg == g) & ended & (st.sig < st.sig[w]))
+        if len(others):
+            st.fail(pc, f"barrier not reached by all waves: wave {int(st.wave_in_wg[others[0]])} of this workgroup "
+                        f"ended without signalling it", w)
+
+
+def check_end(st, sel, pc):
+    waves = st.waves_of(sel)
+    for w in waves:
+        g = st.wave_wg[w]
+        ahead = np.flatnonzero((st.wave_wg == g) & (st.sig > st.sig[w]))
+        if len(ahead):
+            st.fail(pc, f"wave ends while wave {int(st.wave_in_wg[ahead[0]])} of its workgroup waits at a barrier it "
+                        f"never reached (barrier not reached by all waves)", w)
+
+
+def wait_without_signal(st, sel, pc, bad):
+    w = st.waves_of(sel)[int(np.argmax(bad))]
+    st.fail(pc, "s_barrier_wait without a preceding s_barrier_signal", w)
+
+
+def deadlock(st):
+    w = int(np.flatnonzero(st.alive)[0])
+    st.fail(int(st.pc[w]), "deadlock: every remaining wave waits at a barrier that not all waves of its workgroup "
+                           "reach", w)
+
+
+# ------------------------------------------------------------------------------------------------ LDS races
+def barrier_complete(st, wgs):
+    if st.lds_race_check:
+        st.race_writer[wgs] = 0
+        st.race_readers[wgs] = 0
+
+
+def lds_access(st, pc, sel, m, addr_active, nbytes, write):
+    """Two waves touching one LDS dword between barriers, at least one writing (dword granularity)."""
+    waves = st.waves_of(sel)
+    wi, lane = np.nonzero(m)
+    ok = (addr_active >= 0) & (addr_active + nbytes <= st.lds_bytes)
+    first_dw = addr_active >> 2
+    last_dw = (addr_active + nbytes - 1) >> 2
+    for w_local in np.unique(wi):
+        pick = (wi == w_local) & ok
+        if not pick.any():
+            continue
+        w = int(waves[w_local])
+        g, me = int(st.wave_wg[w]), int(st.wave_in_wg[w])
+        span = int((last_dw[pick] - first_dw[pick]).max()) + 1
+        dws = np.unique((first_dw[pick][:, None] + np.arange(span)).reshape(-1))
+        dws = dws[dws < st.race_writer.shape[1]]
+        wr = st.race_writer[g, dws]
+        bit = np.uint64(1) << np.uint64(me)
+        conflict = (wr != 0) & (wr != me + 1)
+        if write:
+            conflict |= (st.race_readers[g, dws] & ~bit) != 0
+        if conflict.any():
+            k = int(np.argmax(conflict))
+            other = int(wr[k]) - 1 if wr[k] != 0 and wr[k] != me + 1 else \
+                int(np.flatnonzero([(int(st.race_readers[g, dws[k]]) >> i) & 1 for i in range(64)])[0])
+            st.fail(pc, f"LDS race: {'write' if write else 'read'} of LDS address 0x{int(dws[k]) * 4:x} also "
+                        f"{'written' if wr[k] not in (0, me + 1) else 'read'} by wave {other} of the workgroup with no "
+                        f"barrier between", w, int(lane[np.flatnonzero(pick)[0]]))
+        if write:
+            st.race_writer[g, dws] = me + 1
+        else:
+            st.race_readers[g, dws] |= bit
