@@ -34,7 +34,9 @@ ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
     Field("seq_pad", "u32", 76),
     Field("num_heads", "u32", 80),
     Field("flags", "u32", 84),
-], size=88)
+], size=88, symbols=(
+    "gfx1201_sage_attention_fwd",  # variant "hip"; the hand-scheduled asm variant adds its symbol here (same ABI)
+))
 
 # The kernel addresses one head of q/k/v with 32-bit byte offsets (S_pad * 128 < 2**32).
 MAX_SEQ_PAD = (1 << 32) // HEAD_DIM - PAD
