@@ -111,6 +111,8 @@ def inst_class(inst) -> str:
     if enc == "DS":
         return "LDS"
     if enc in ("VGLOBAL", "VBUFFER", "VFLAT", "VSCRATCH"):
+        if enc == "VSCRATCH" and "load" in n:
+            return "VMEM_LOAD"
         return "VMEM_STORE" if ("store" in n or "atomic" in n) and "load" not in n else "VMEM_LOAD"
     if "wmma" in n:
         return "WMMA"
@@ -143,6 +145,8 @@ class State:
         self.lds_stride = (max(prog.lds_bytes, 4) + 15) // 16 * 16
         self.lds = np.zeros(nwg * self.lds_stride, dtype=np.uint8)
         self.sanitize, self.lds_race_check = sanitize, lds_race_check
+        self.private_bytes = int(prog.kernel.descriptor.private_segment_fixed_size)
+        self.private = None        # per-lane scratch, allocated on first scratch access
         self.handlers: list = [None] * len(prog.insts)
         self.steps = 0
 
@@ -495,3 +499,19 @@ def _run_batch(st: State, ops: Ops, tracer) -> int:
                 st.pc[sel] = r
         else:
             st.pc[sel] = r
+
+
+def unimplemented(prog: Program) -> list[str]:
+    """Text of every instruction of the kernel the executor cannot build (for coverage checks of real kernels)."""
+    st = State(prog, 1, 1, False, False)
+    st.grid, st.block = (1, 1, 1), (32, 1, 1)
+    st.wave_wg = st.wave_in_wg = st.wg_id = np.zeros(1, dtype=np.int64)
+    ops, missing = Ops(st), []
+    for pc, inst in enumerate(prog.insts):
+        if inst.name == "s_code_end":
+            continue
+        try:
+            build_handler(st, ops, pc)
+        except EmuError as e:
+            missing.append(f"0x{inst.offset:x} {prog.text(pc)}: {str(e).split(': ', 1)[-1]}")
+    return missing

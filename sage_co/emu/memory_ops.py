@@ -146,6 +146,8 @@ def build(st, ops, inst, pc):
         return _vbuffer(st, ops, inst, pc)
     if enc == "DS":
         return _ds(st, ops, inst, pc)
+    if enc == "VSCRATCH":
+        return _vscratch(st, ops, inst, pc)
     return None
 
 
@@ -549,3 +551,63 @@ def _ds(st, ops, inst, pc):
             ufunc.at(lds32, flat[ok] >> 2, data[ok])
         return h
     return None
+
+
+# ------------------------------------------------------------------------------------------------ scratch
+def _vscratch(st, ops, inst, pc):
+    """Private (scratch) memory: each lane has its own private_segment_fixed_size bytes (architected flat
+    scratch; rdna4_facts §5.2). Address = [vaddr if sve] + [saddr SGPR] + offset, per lane."""
+    op, ty = _split(inst.name, "scratch_")
+    if op not in ("load", "store"):
+        return None
+    table = LOADS if op == "load" else STORES
+    if ty not in table:
+        return None
+    nbytes, kind = table[ty]
+    V = st.V
+    saddr, vaddr, sve, ioff = F(inst, "saddr"), F(inst, "vaddr"), F(inst, "sve"), int(F(inst, "offset"))
+    sr = ops.sread(inst, saddr) if saddr != NULL else None
+    size = st.private_bytes
+    if st.private is None:
+        st.private = np.zeros(st.W * 32 * max(size, 4), dtype=U8)
+    priv = st.private
+    priv32 = priv.view(U32) if len(priv) % 4 == 0 else None
+    stride = max(size, 4)
+
+    def index(sel, m):
+        n = st.W if sel is ALL else len(sel)
+        a = np.full((n, 32), ioff, dtype=I64)
+        if sve:
+            a = a + V[vaddr][sel].astype(I64)
+        if sr is not None:
+            a = a + np.broadcast_to(np.asarray(sr(sel)).astype(I64), (n,))[:, None]
+        am = a[m]
+        bad = (am < 0) | (am + nbytes > size)
+        if bad.any():
+            k = int(np.argmax(bad))
+            w, lane = _where_lane(st, sel, m, k)
+            st.fail(pc, f"scratch access of {nbytes} B at private offset {int(am[k])} is outside the kernel's "
+                        f"{size} B private segment", w, lane)
+        waves = st.waves_of(sel).astype(I64)
+        base = (waves[:, None] * 32 + np.arange(32)) * stride
+        return base[m] + am
+
+    if op == "load":
+        vd = F(inst, "vdst")
+
+        def h(sel):
+            m = _mask(st, sel)
+            flat = index(sel, m)
+            raw = mem_gather(priv, priv32, flat, nbytes)
+            old = V[vd][sel][m] if kind.startswith(("lo", "hi")) else None
+            _vwrite_rows(V, vd, sel, m, _shape_load(kind, raw, old) if kind != "b" else raw)
+        return h
+    vs = F(inst, "vsrc")
+    nsrc = max(1, nbytes // 4)
+
+    def hs(sel):
+        m = _mask(st, sel)
+        flat = index(sel, m)
+        rows = np.stack([V[vs + i][sel][m] for i in range(nsrc)], axis=1)
+        mem_scatter(priv, priv32, flat, _store_data(kind, rows, nbytes), nbytes)
+    return hs

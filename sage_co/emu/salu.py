@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sage_co.emu.device import EmuError
 from sage_co.emu.executor import ALL, END, EXEC, SCC_CODE, VCC, F, FULL
 
 U32, U64, I32, I64 = np.uint32, np.uint64, np.int32, np.int64
@@ -186,11 +187,9 @@ def _clz(x, bits):
 
 
 def _brev32(x):
-    x = np.asarray(x, dtype=U32)
-    return np.unpackbits(x.view(np.uint8).reshape(-1, 4), axis=1, bitorder="little")[:, ::-1].copy() \
-        .reshape(-1, 4, 8)[:, :, ::-1].reshape(-1, 32) if False else \
-        np.packbits(np.unpackbits(x.view(np.uint8).reshape(-1, 4), axis=1, bitorder="little")[:, ::-1],
-                     axis=1, bitorder="little").view(U32)[:, 0]
+    x = np.ascontiguousarray(np.asarray(x, dtype=U32).reshape(-1))
+    bits = np.unpackbits(x.view(np.uint8).reshape(-1, 4), axis=1, bitorder="little")[:, ::-1]
+    return np.packbits(np.ascontiguousarray(bits), axis=1, bitorder="little").view(U32)[:, 0]
 
 
 # name -> (wide_src, wide_dst, fn(a, scc) -> (result, scc | None))
@@ -213,7 +212,17 @@ SOP1 = {
                                            .view(U32), None)),
     "s_abs_i32": (0, 0, lambda a, c: _nz(np.abs(_i32(a).astype(I64)).astype(U32))),
     "s_bitset0_b32": (0, 0, None), "s_bitset1_b32": (0, 0, None),
+    # SALU float conversions (gfx12), same rounding/saturation as the VALU forms (numerics)
+    "s_cvt_f32_i32": (0, 0, lambda a, c: (_fbits(_nm().cvt_f32_i32(_i32(a))), None)),
+    "s_cvt_f32_u32": (0, 0, lambda a, c: (_fbits(_nm().cvt_f32_u32(a)), None)),
+    "s_cvt_i32_f32": (0, 0, lambda a, c: (_nm().cvt_i32_f32(_f32(a)).view(U32), None)),
+    "s_cvt_u32_f32": (0, 0, lambda a, c: (_nm().cvt_u32_f32(_f32(a)), None)),
 }
+
+
+def _nm():
+    from sage_co.emu import numerics
+    return numerics
 SAVEEXEC = {
     "and": lambda s, e: s & e, "or": lambda s, e: s | e, "xor": lambda s, e: s ^ e,
     "nand": lambda s, e: ~(s & e), "nor": lambda s, e: ~(s | e), "xnor": lambda s, e: ~(s ^ e),
@@ -366,7 +375,7 @@ def build(st, ops, inst, pc):
 def _barrier_signal(st, ops, inst, pc):
     # s_barrier_signal -1: workgroup barrier (rdna4_facts §4.3). Other ids are named barriers (gfx1250+ only).
     if F(inst, "ssrc0") != 193:
-        raise ValueError_("s_barrier_signal with a barrier id other than -1 is not supported")
+        raise EmuError("s_barrier_signal with a barrier id other than -1 is not supported")
     sig, alive, wave_wg, blocked = st.sig, st.alive, st.wave_wg, st.blocked
 
     def h(sel):
@@ -383,13 +392,9 @@ def _barrier_signal(st, ops, inst, pc):
     return h
 
 
-class ValueError_(Exception):
-    pass
-
-
 def _barrier_wait(st, inst, pc):
     if F(inst, "simm16") & 0xFFFF != 0xFFFF:
-        raise ValueError_("s_barrier_wait with a barrier id other than -1 is not supported")
+        raise EmuError("s_barrier_wait with a barrier id other than -1 is not supported")
     sig, passed, alive, wave_wg, blocked = st.sig, st.passed, st.alive, st.wave_wg, st.blocked
     nwg, W = st.nwg, st.W
     wpg = W // nwg

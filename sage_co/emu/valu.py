@@ -539,6 +539,8 @@ def build(st, ops, inst, pc):
     special = SPECIAL.get(name)
     if special is not None:
         return special(st, ops, inst, src)
+    if enc == "VOP3P" and name in PK:
+        return _packed(st, ops, inst)
     if name not in T:
         return None
     srcs, res, fn, flt = T[name]
@@ -866,6 +868,52 @@ SPECIAL = {
     "v_div_scale_f32": _div_scale_op, "v_div_fmas_f32": _div_fmas_op,
     "v_nop": _nop, "v_pipeflush": _nop,
 }
+
+
+# ----------------------------------------------------------------------------------------------- VOP3P packed
+def _pk_f16(fn):
+    return lambda *a: fn(*[x.view(F16).astype(F32) for x in a]).astype(F16).view(U16)
+
+
+PK = {  # name -> (nsrc, float?, fn on uint16 halves -> uint16)
+    "v_pk_max_u16": (2, False, np.maximum), "v_pk_min_u16": (2, False, np.minimum),
+    "v_pk_max_i16": (2, False, lambda a, b: np.maximum(a.view(I16), b.view(I16)).view(U16)),
+    "v_pk_min_i16": (2, False, lambda a, b: np.minimum(a.view(I16), b.view(I16)).view(U16)),
+    "v_pk_add_u16": (2, False, lambda a, b: a + b), "v_pk_sub_u16": (2, False, lambda a, b: a - b),
+    "v_pk_add_i16": (2, False, lambda a, b: a + b), "v_pk_sub_i16": (2, False, lambda a, b: a - b),
+    "v_pk_mul_lo_u16": (2, False, lambda a, b: a * b),
+    "v_pk_lshlrev_b16": (2, False, lambda a, b: b << (a & U16(15))),
+    "v_pk_lshrrev_b16": (2, False, lambda a, b: b >> (a & U16(15))),
+    "v_pk_ashrrev_i16": (2, False, lambda a, b: (b.view(I16) >> (a & U16(15)).view(I16)).view(U16)),
+    "v_pk_add_f16": (2, True, _pk_f16(lambda a, b: a + b)), "v_pk_mul_f16": (2, True, _pk_f16(lambda a, b: a * b)),
+    "v_pk_fma_f16": (3, True, lambda a, b, c: (a.view(F16).astype(F64) * b.view(F16).astype(F64)
+                                               + c.view(F16).astype(F64)).astype(F16).view(U16)),
+    "v_pk_max_num_f16": (2, True, _pk_f16(lambda a, b: nm.max_num_f32(a, b))),
+    "v_pk_min_num_f16": (2, True, _pk_f16(lambda a, b: nm.min_num_f32(a, b))),
+}
+
+
+def _packed(st, ops, inst):
+    """VOP3P packed 16-bit: the low result takes half opsel[i] of source i, the high result half opsel_hi[i];
+    neg_lo/neg_hi flip the sign of float halves feeding the low/high result."""
+    n, flt, fn = PK[inst.name]
+    opsel, opsel_hi, neg, neg_hi = F(inst, "opsel"), F(inst, "opsel_hi"), F(inst, "neg"), F(inst, "neg_hi")
+    readers = [ops.vread(inst, F(inst, f"src{i}"), "b32") for i in range(n)]
+    wr = ops.vwrite(F(inst, "vdst"))
+
+    def half(x, i, hi):
+        sel_hi = (opsel_hi if hi else opsel) >> i & 1
+        v = ((np.asarray(x) >> U32(16 * sel_hi)) & U32(0xFFFF)).astype(U16)
+        if flt and ((neg_hi if hi else neg) >> i) & 1:
+            v = v ^ U16(0x8000)
+        return v
+
+    def h(sel):
+        xs = [r(sel) for r in readers]
+        lo = fn(*[half(x, i, 0) for i, x in enumerate(xs)])
+        hi = fn(*[half(x, i, 1) for i, x in enumerate(xs)])
+        wr(sel, np.asarray(lo).astype(U32) | (np.asarray(hi).astype(U32) << U32(16)))
+    return h
 
 
 # ----------------------------------------------------------------------------------------------- VOPD
