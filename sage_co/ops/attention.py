@@ -35,7 +35,8 @@ ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
     Field("num_heads", "u32", 80),
     Field("flags", "u32", 84),
 ], size=88, symbols=(
-    "gfx1201_sage_attention_fwd",  # variant "hip"; the hand-scheduled asm variant adds its symbol here (same ABI)
+    "gfx1201_sage_attention_fwd",      # variant "hip" (asm_src/gfx1201_sage_attention.hip)
+    "gfx1201_sage_attention_fwd_asm",  # variant "asm" (asm_src/gen_sage_attention_asm.py), same ABI
 ))
 
 # The kernel addresses one head of q/k/v with 32-bit byte offsets (S_pad * 128 < 2**32).
@@ -65,7 +66,7 @@ def _shape_of(prepared) -> tuple[int, int, int]:
 
 
 def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, backend: str | None = None,
-                      variant: str = "hip"):
+                      variant: str | None = None):
     """Attention forward on a prepared structure: out bf16 [B, S, H, 128], or (out, lse fp32 [B, H, S]).
 
     backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "hip"); variant: which shipped kernel
@@ -78,8 +79,9 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, backe
     if S_pad > MAX_SEQ_PAD:
         raise ValueError(f"prepared.seq_len: S = {S} is too long for the attention kernel (S_pad = {S_pad} > "
                          f"{MAX_SEQ_PAD}: one head of q/k/v must stay below 4 GiB)")
-    if not isinstance(variant, str):
-        raise TypeError(f"variant: expected a str naming a shipped variant of {OP}, got {type(variant).__name__}")
+    if variant is not None and not isinstance(variant, str):
+        raise TypeError(f"variant: expected None (the default kernel) or a str naming a shipped variant of {OP}, "
+                        f"got {type(variant).__name__}")
     kernel = registry.find(OP, variant)
     device = prepared.q_int8.device
     backend = resolve_backend(prepared.q_int8, backend)
