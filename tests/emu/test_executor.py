@@ -1,0 +1,215 @@
+"""The executor runs clang-compiled HIP kernels and hand-written asm on the emulator and matches numpy."""
+import io
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sage_co.emu import Device, EmuError, executor
+
+LLVM = Path("/usr/lib/llvm-22/bin")
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+pytestmark = pytest.mark.skipif(not (LLVM / "clang").exists() or not (LLVM / "ld.lld").exists(),
+                                reason="needs LLVM 22 (clang, ld.lld) at /usr/lib/llvm-22/bin to build test kernels")
+
+
+@pytest.fixture(scope="module")
+def hip(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hip") / "exec_kernels.co"
+    subprocess.run([str(LLVM / "clang"), "-x", "hip", "--offload-arch=gfx1201", "--cuda-device-only", "-nogpulib",
+                    "-nogpuinc", "--no-gpu-bundle-output", "-O3", "-o", str(out), str(HERE / "asm" / "exec_kernels.hip")],
+                   check=True)
+    return out.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def wmma_min(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("asm")
+    subprocess.run([str(LLVM / "clang"), "--target=amdgcn-amd-amdhsa", "-mcpu=gfx1201", "-c",
+                    str(HERE / "asm" / "wmma_iu8_min.s"), "-o", str(tmp / "w.o")], check=True)
+    subprocess.run([str(LLVM / "ld.lld"), "-shared", str(tmp / "w.o"), "-o", str(tmp / "w.co")], check=True)
+    return (tmp / "w.co").read_bytes()
+
+
+def put(dev, arr):
+    p = dev.alloc(arr.nbytes)
+    dev.write(p, np.ascontiguousarray(arr))
+    return p
+
+
+def get(dev, p, dtype, n):
+    return np.frombuffer(dev.read(p, np.dtype(dtype).itemsize * n), dtype).copy()
+
+
+def test_wmma_iu8_min_matches_numpy_and_buffer_oob_reads_zero(wmma_min):
+    dev = Device()
+    mod = dev.load(wmma_min)
+    rng = np.random.default_rng(1)
+    A = rng.integers(-128, 128, (16, 16), dtype=np.int8)
+    B = rng.integers(-128, 128, (16, 16), dtype=np.int8)
+    a, bt, c = put(dev, A), put(dev, B.T.copy()), dev.alloc(1024)
+    stats = mod.launch("wmma_iu8_min", (1, 1, 1), (32, 1, 1), struct.pack("<QQQI", a, bt, c, 256))
+    C = get(dev, c, np.int32, 256).reshape(16, 16)
+    np.testing.assert_array_equal(C, A.astype(np.int32) @ B.astype(np.int32))
+    assert stats["WMMA"] == 1 and stats["waves"] == 1
+    # a_bytes = 100: the V# NUM_RECORDS range check zeroes every 8-byte A fragment with offset + 8 > 100
+    mod.launch("wmma_iu8_min", (1, 1, 1), (32, 1, 1), struct.pack("<QQQI", a, bt, c, 100))
+    A2 = A.astype(np.int32).copy()
+    for r in range(16):
+        for h in range(2):
+            if 16 * r + 8 * h + 8 > 100:
+                A2[r, 8 * h:8 * h + 8] = 0
+    np.testing.assert_array_equal(get(dev, c, np.int32, 256).reshape(16, 16), A2 @ B.astype(np.int32))
+
+
+def test_saxpy_partial_waves_many_workgroups(hip):
+    dev = Device()
+    mod = dev.load(hip)
+    n = 1000
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    out = put(dev, np.full(n + 8, 7.0, np.float32))
+    stats = mod.launch("saxpy", (11, 1, 1), (96, 1, 1), struct.pack("<QQQfI", out, put(dev, a), put(dev, b), 1.5, n))
+    res = get(dev, out, np.float32, n + 8)
+    # clang contracts a*s+b into one FMA: compare with a correctly rounded fma (f64 product is exact)
+    np.testing.assert_array_equal(res[:n], (a.astype(np.float64) * 1.5 + b).astype(np.float32))
+    assert (res[n:] == 7.0).all()
+    assert stats["waves"] == 11 * 3 and stats["workgroups"] == 11
+
+
+def test_ids_and_hidden_args_3d(hip):
+    dev = Device()
+    mod = dev.load(hip)
+    grid, block = (3, 2, 2), (4, 4, 4)
+    nwg = 12
+    out = put(dev, np.zeros(nwg * 64 * 4, np.int32))
+    mod.launch("ids", grid, block, struct.pack("<Q", out))
+    res = get(dev, out, np.uint32, nwg * 64 * 4).reshape(-1, 4)
+    for bz in range(2):
+        for by in range(2):
+            for bx in range(3):
+                for tz in range(4):
+                    for ty in range(4):
+                        for tx in range(4):
+                            lin = ((bz * 2 + by) * 3 + bx) * 64 + (tz * 4 + ty) * 4 + tx
+                            assert res[lin, 0] == tx | ty << 8 | tz << 16
+                            assert res[lin, 1] == bx | by << 8 | bz << 16
+                            assert res[lin, 2] == 4 | (3 * 4) << 16
+                            assert res[lin, 3] == 3 | 2 << 8 | 2 << 16
+
+
+def _diverge_ref(x, nwg):
+    out = np.zeros(nwg * 64, np.uint64)
+    for i in range(nwg * 64):
+        b, t = divmod(i, 64)
+        acc = 0
+        for k in range(int(x[i]) & 15):
+            acc = (acc * 3 + k) & 0xFFFFFFFF
+        if b & 1:
+            for _ in range(b):
+                acc = (acc ^ (acc << 1)) & 0xFFFFFFFF
+        elif t & 1:
+            acc = (acc + 1000) & 0xFFFFFFFF
+        out[i] = acc
+    return out.astype(np.uint32)
+
+
+def test_divergent_branches_and_loops(hip):
+    dev = Device()
+    mod = dev.load(hip)
+    nwg = 6
+    x = np.random.default_rng(3).integers(0, 2 ** 32, nwg * 64, dtype=np.uint32)
+    out = dev.alloc(4 * nwg * 64)
+    mod.launch("diverge", (nwg, 1, 1), (64, 1, 1), struct.pack("<QQ", out, put(dev, x)))
+    np.testing.assert_array_equal(get(dev, out, np.uint32, nwg * 64), _diverge_ref(x, nwg))
+
+
+def test_lds_barrier_block_sum_8_waves(hip):
+    dev = Device()
+    mod = dev.load(hip)
+    x = np.random.default_rng(4).integers(-100, 100, 4 * 256).astype(np.float32)
+    out = dev.alloc(16)
+    stats = mod.launch("block_sum", (4, 1, 1), (256, 1, 1), struct.pack("<QQ", out, put(dev, x)),
+                       lds_race_check=True)
+    np.testing.assert_array_equal(get(dev, out, np.float32, 4), x.reshape(4, 256).sum(1))
+    assert stats["LDS"] > 0 and stats["waves"] == 32
+
+
+def test_dpp_permlanex16_exp2(hip):
+    dev = Device()
+    mod = dev.load(hip)
+    x = np.random.default_rng(5).standard_normal(32).astype(np.float32)
+    out = dev.alloc(128)
+    mod.launch("dpp", (1, 1, 1), (32, 1, 1), struct.pack("<QQ", out, put(dev, x)))
+    v = (x.astype(np.float64) * 3 + 1).astype(np.float32)     # contracted to one fma: exact in f64
+    m = np.maximum(v, v[np.arange(32) ^ 1])
+    m = np.maximum(m, m[np.arange(32) ^ 16])
+    ref = np.exp2((m * np.float32(0.125)).astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(get(dev, out, np.float32, 32), ref)   # numerics.exp2_f32: f64 rounded once
+
+
+def test_bpermute_integer_and_float_division(hip):
+    dev = Device()
+    mod = dev.load(hip)
+    v = np.random.default_rng(6).integers(0, 2 ** 31, 32, dtype=np.uint32)
+    out, fout = dev.alloc(128), dev.alloc(128)
+    mod.launch("shuffle_div", (1, 1, 1), (32, 1, 1), struct.pack("<QQQ", out, fout, put(dev, v)))
+    t = np.arange(32)
+    r = v[(t * 7) & 31].astype(np.int64)
+    np.testing.assert_array_equal(get(dev, out, np.uint32, 32), (r // (t + 1) + r % (t + 3)).astype(np.uint32))
+    # IEEE division, correctly rounded (the div_scale/rcp/fma/div_fmas/div_fixup sequence)
+    np.testing.assert_array_equal(get(dev, fout, np.float32, 32),
+                                  (v.astype(np.float32).astype(np.float64) / (t + 1)).astype(np.float32))
+
+
+def test_trace_one_wave(hip):
+    dev = Device()
+    mod = dev.load(hip)
+    out = dev.alloc(4 * 128)
+    lines = []
+    stats = mod.launch("diverge", (2, 1, 1), (64, 1, 1),
+                       struct.pack("<QQ", out, put(dev, np.arange(128, dtype=np.uint32))), trace_wave=(1, 1, lines))
+    assert lines == stats["trace"] and len(lines) > 10
+    assert any("s_load" in ln and "->" in ln for ln in lines)
+    assert lines[-1].split()[1] == "s_endpgm"
+
+
+def test_launch_validation(hip):
+    dev = Device()
+    mod = dev.load(hip)
+    ka = struct.pack("<QQQfI", 0, 0, 0, 1.0, 0)
+    with pytest.raises(ValueError, match="grid"):
+        mod.launch("saxpy", (0, 1, 1), (64, 1, 1), ka)
+    with pytest.raises(ValueError, match="max_flat_workgroup_size"):
+        mod.launch("ids", (1, 1, 1), (512, 1, 1), struct.pack("<Q", 0))
+    with pytest.raises(ValueError, match="explicit args need"):
+        mod.launch("saxpy", (1, 1, 1), (64, 1, 1), ka[:20])
+    with pytest.raises(Exception, match="no kernel named"):
+        mod.launch("nope", (1, 1, 1), (64, 1, 1), ka)
+
+
+def test_device_memory_api():
+    dev = Device()
+    a = dev.alloc(1000)
+    b = dev.alloc(10)
+    assert a % 256 == 0 and b % 256 == 0 and b >= a + 1000 + 256
+    dev.write(a, b"\x01\x02\x03")
+    assert dev.read(a, 3) == b"\x01\x02\x03"
+    with pytest.raises(ValueError, match="not inside one live allocation"):
+        dev.read(a + 999, 2)
+    dev.free(a)
+    with pytest.raises(ValueError):
+        dev.read(a, 1)
+    with pytest.raises(ValueError):
+        dev.alloc(0)
+
+
+@pytest.mark.parametrize("co", sorted((ROOT / "hsaco" / "gfx1201").glob("*.co")), ids=lambda p: p.stem)
+def test_every_instruction_of_shipped_kernels_is_implemented(co):
+    dev = Device()
+    mod = dev.load(co.read_bytes(), co.name)
+    for name, k in mod.kernels.items():
+        assert executor.unimplemented(executor.Program(mod, k)) == [], name
