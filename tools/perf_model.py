@@ -307,14 +307,15 @@ def disassemble(path: Path) -> tuple[dict[str, list[Inst]], str]:
         from sage_co.emu import disasm
     except ImportError as e:
         raise RuntimeError(f"{path}: no disassembler: LLVM not found and sage_co.emu.disasm unavailable ({e})")
-    data = path.read_bytes()
+    from sage_co import codeobj
+    co = codeobj.read_file(path)
+    lines = [(off, *text.partition(" ")[::2]) for off, text in disasm.disassemble(co.text, co.text_addr)]
+    entries = sorted(k.entry for k in co.kernels.values()) + [len(co.text)]
     funcs = {}
-    for name, base, code in disasm.code_object_kernels(data):
-        insts = []
-        for off, text in disasm.disassemble(code, base):
-            mnem, _, ops = text.partition(" ")
-            insts.append(Inst(off, mnem, ops.strip()))
-        funcs[name] = insts
+    for name, k in co.kernels.items():
+        end = k.entry + k.code_size if k.code_size else next(e for e in entries if e > k.entry)
+        lo, hi = co.text_addr + k.entry, co.text_addr + end
+        funcs[name] = [Inst(off, mnem, ops.strip()) for off, mnem, ops in lines if lo <= off < hi]
     return funcs, "sage_co.emu.disasm"
 
 

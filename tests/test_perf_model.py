@@ -1,0 +1,340 @@
+"""tools/perf_model.py: the model's arithmetic on synthetic instruction mixes, occupancy, the loop finder (on
+synthetic code and on a tiny assembled kernel), the emulator steady-state difference, and a smoke run on the
+shipped HIP attention kernel. Every figure here is modeled; nothing is timed."""
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+import build_asm  # noqa: E402
+import perf_model as pm  # noqa: E402
+from perf_model import Inst, Mix, tile_cost  # noqa: E402
+
+try:
+    LLVM = build_asm.find_llvm()
+except build_asm.BuildError:
+    LLVM = None
+needs_llvm = pytest.mark.skipif(LLVM is None, reason="assembling/disassembling needs LLVM (clang, ld.lld, "
+                                                     "llvm-objdump >= 19) and none was found")
+
+
+def insts(*spec):
+    """('v_add_f32', 3), ... -> a straight-line list of Inst at consecutive 4-byte addresses."""
+    out = []
+    for mnemonic, n in spec:
+        for _ in range(n):
+            out.append(Inst(4 * len(out), mnemonic, ""))
+    return out
+
+
+IU8 = "v_wmma_i32_16x16x16_iu8"
+
+
+# ------------------------------------------------------------------------------------------- arithmetic
+def test_eight_iu8_wmma_is_64_cycles_wmma_bound():
+    t = tile_cost(Mix.of(insts((IU8, 8))), waves=4)
+    assert t.cycles == 64 and t.wmma == 64
+    assert t.binding == "WMMA"
+
+
+def test_fp8_and_bf16_wmma_costs():
+    assert tile_cost(Mix.of(insts(("v_wmma_f32_16x16x16_fp8_fp8", 8))), 4).cycles == 64
+    assert tile_cost(Mix.of(insts(("v_wmma_f32_16x16x16_bf16", 8))), 4).cycles == 128
+    assert tile_cost(Mix.of(insts(("v_wmma_bf16_16x16x16_bf16", 2))), 4).cycles == 32
+
+
+def test_valu_adds_to_wmma_on_the_vector_port():
+    t = tile_cost(Mix.of(insts((IU8, 8), ("v_mul_f32_e32", 100))), waves=4)
+    assert t.cycles == 164
+    assert t.binding == "WMMA+VALU"
+
+
+def test_vopd_pair_is_one_issue():
+    mix = Mix.of(insts((IU8, 8), ("v_dual_mul_f32", 50), ("v_max_num_f32_e32", 50)))
+    assert mix.VALU == 100 and mix.vopd == 50
+    assert tile_cost(mix, 4).cycles == 164
+
+
+def test_trans_bound_case():
+    # 64 v_exp_f32 = 256 TRANS-pipeline cycles > 74 VALU issue cycles; WMMA still adds (chosen assumption)
+    t = tile_cost(Mix.of(insts((IU8, 8), ("v_add_f32_e32", 10), ("v_exp_f32_e32", 64))), waves=4)
+    assert t.valu == 74 and t.trans == 256
+    assert t.cycles == 64 + 256
+    assert t.binding == "WMMA+TRANS"
+    # the alternative assumption of the sensitivity table: TRANS keeps running under WMMA
+    alt = tile_cost(Mix.of(insts((IU8, 8), ("v_add_f32_e32", 10), ("v_exp_f32_e32", 64))), 4,
+                    trans_overlaps_wmma=True)
+    assert alt.cycles == 256 and alt.binding == "TRANS"
+
+
+def test_scalar_lds_and_occupancy_bounds():
+    scalar = tile_cost(Mix.of(insts((IU8, 2), ("s_add_co_i32", 100), ("s_wait_dscnt", 20))), waves=4)
+    assert scalar.cycles == 120 and scalar.binding == "scalar/memory issue"
+    # one wave per SIMD: its in-order stream (vector + scalar) is the bound; two waves overlap them
+    mix = Mix.of(insts((IU8, 8), ("s_add_co_i32", 20)))
+    assert tile_cost(mix, 1).cycles == 84 and tile_cost(mix, 1).binding == "issue stream (1 wave/SIMD)"
+    assert tile_cost(mix, 2).cycles == 64 and tile_cost(mix, 2).binding == "WMMA"
+    # LDS: 200 ds_load_b128 = 200 * 512 B at 64 B/clk/SIMD = 1600 cycles
+    lds = tile_cost(Mix.of(insts((IU8, 8), ("ds_load_b128", 200))), waves=4)
+    assert lds.cycles == 1600 and lds.binding == "LDS"
+    assert tile_cost(Mix.of(insts(("ds_load_2addr_b64", 1))), 4).lds == 16 * 32 / 64
+    with pytest.raises(ValueError, match="waves"):
+        tile_cost(mix, 0)
+
+
+def test_unknown_instruction_is_an_error():
+    with pytest.raises(ValueError, match="no performance class"):
+        Mix.of(insts(("frobnicate", 1)))
+
+
+# ------------------------------------------------------------------------------------------- occupancy
+@pytest.mark.parametrize("vgprs,waves", [(24, 16), (96, 16), (97, 12), (120, 12), (121, 10), (144, 10), (145, 9),
+                                         (168, 9), (169, 8), (192, 8), (193, 7), (216, 7), (217, 6), (219, 6),
+                                         (240, 6), (241, 5), (256, 5)])
+def test_occupancy_from_vgprs_matches_the_table(vgprs, waves):
+    assert pm.waves_by_vgprs(vgprs) == waves       # docs/rdna4.md §Occupancy table
+
+
+def test_occupancy_bad_input_and_lds_limit():
+    for bad in (0, 257):
+        with pytest.raises(ValueError, match="vgprs"):
+            pm.waves_by_vgprs(bad)
+    assert pm.waves_by_lds(32768) == 4      # 4 workgroups of 4 waves per 128 KiB WGP, 4 SIMDs
+    assert pm.waves_by_lds(65536) == 2
+    assert pm.waves_by_lds(0) == 16
+
+
+# ------------------------------------------------------------------------------------------- loop finder
+def test_branch_target_arithmetic():
+    # the HIP kernel's back-edge: 0x2c14 s_cbranch_vccnz 64642 -> 0x1e20 (simm16 -894)
+    assert pm.branch_target(Inst(0x2C14, "s_cbranch_vccnz", "64642")) == 0x1E20
+    assert pm.branch_target(Inst(0x1C38, "s_cbranch_scc1", "1042")) == 0x1C38 + 4 + 4 * 1042
+    assert pm.branch_target(Inst(0, "v_mov_b32_e32", "v0, 0")) is None
+
+
+def _cfg_loop():
+    """head: 2 WMMA; exit test; optional block of 3 VALU; back-edge. Plus a WMMA-free loop before it."""
+    code = [
+        ("s_mov_b32", ""),                  # 0x00
+        ("s_add_co_i32", ""),               # 0x04  <- small loop head
+        ("s_cbranch_scc1", str(0xFFFE)),    # 0x08  -> 0x04 (no WMMA inside)
+        (IU8, ""),                          # 0x0c  <- main loop head
+        (IU8, ""),                          # 0x10
+        ("s_cbranch_scc0", "6"),            # 0x14  -> 0x30: leaves the loop (exit test)
+        ("s_cbranch_vccz", "3"),            # 0x18  -> 0x28: skips the optional block
+        ("v_mul_f32_e32", ""),              # 0x1c
+        ("v_mul_f32_e32", ""),              # 0x20
+        ("v_mul_f32_e32", ""),              # 0x24
+        ("s_cbranch_vccnz", str(0x10000 - 8)),  # 0x28 -> 0x0c back-edge (conditional)
+        ("s_branch", str(0x10000 - 9)),     # 0x2c -> 0x0c second back-edge
+        ("s_endpgm", ""),                   # 0x30
+    ]
+    return [Inst(4 * k, m, o) for k, (m, o) in enumerate(code)]
+
+
+def test_loop_finder_on_synthetic_code():
+    code = _cfg_loop()
+    loops = pm.find_loops(code)
+    assert [(lp.head, lp.tail) for lp in loops] == [(0x04, 0x08), (0x0C, 0x2C)]
+    main = pm.main_loop(code)
+    assert (main.head, main.tail, main.backedges) == (0x0C, 0x2C, (0x28, 0x2C))
+    path, notes = pm.longest_iteration(code, main)
+    mix = Mix.of(path)
+    assert mix.WMMA == 2 and mix.VALU == 3       # the optional block is on the longest path
+    # the heavier way back: fall through the conditional back-edge to the s_branch one; never the exit at 0x14
+    assert [i.addr for i in path] == [0x0C, 0x10, 0x14, 0x18, 0x1C, 0x20, 0x24, 0x28, 0x2C]
+    assert notes == []
+
+
+def test_loop_finder_rejects_loopless_kernels():
+    with pytest.raises(ValueError, match="no WMMA"):
+        pm.main_loop(insts(("v_add_f32_e32", 3)))
+    with pytest.raises(ValueError, match="no main loop"):
+        pm.main_loop(insts((IU8, 2), ("s_endpgm", 1)))
+
+
+TINY_LOOP_KERNEL = """
+        .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
+        .amdhsa_code_object_version 5
+        .text
+        .globl tiny_loop
+        .p2align 8
+        .type tiny_loop,@function
+tiny_loop:
+        s_mov_b32 s4, 4
+.Lwarm:                                   // a loop without WMMA: not the main loop
+        s_sub_co_i32 s4, s4, 1
+        s_cmp_lg_u32 s4, 0
+        s_cbranch_scc1 .Lwarm
+        v_mov_b32 v8, 0
+        v_mov_b32 v9, 0
+        s_mov_b32 s5, 3
+.Louter:
+        s_mov_b32 s6, 2
+.Linner:                                  // the main loop: innermost loop holding the WMMAs
+        v_wmma_i32_16x16x16_iu8 v[16:23], v[8:9], v[8:9], v[16:23] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[24:31], v[8:9], v[8:9], v[24:31] neg_lo:[1,1,0]
+        v_cvt_f32_i32_e32 v32, v16
+        v_exp_f32_e32 v33, v32
+        v_dual_mul_f32 v34, v32, v32 :: v_dual_add_f32 v35, v33, v33
+        s_sub_co_i32 s6, s6, 1
+        s_cmp_lg_u32 s6, 0
+        s_cbranch_scc1 .Linner
+        v_add_f32_e32 v36, v34, v35
+        s_sub_co_i32 s5, s5, 1
+        s_cmp_lg_u32 s5, 0
+        s_cbranch_scc1 .Louter
+        s_endpgm
+.Ltiny_loop_end:
+        .size tiny_loop, .Ltiny_loop_end-tiny_loop
+
+        .rodata
+        .p2align 6
+        .amdhsa_kernel tiny_loop
+          .amdhsa_user_sgpr_count 2
+          .amdhsa_user_sgpr_kernarg_segment_ptr 1
+          .amdhsa_wavefront_size32 1
+          .amdhsa_next_free_vgpr 40
+          .amdhsa_next_free_sgpr 8
+        .end_amdhsa_kernel
+
+        .amdgpu_metadata
+---
+amdhsa.version: [1, 2]
+amdhsa.target: amdgcn-amd-amdhsa--gfx1201
+amdhsa.kernels:
+  - .name: tiny_loop
+    .symbol: tiny_loop.kd
+    .kernarg_segment_size: 0
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 0
+    .wavefront_size: 32
+    .sgpr_count: 8
+    .vgpr_count: 40
+    .max_flat_workgroup_size: 32
+...
+        .end_amdgpu_metadata
+"""
+
+
+@needs_llvm
+def test_loop_finder_on_an_assembled_kernel(tmp_path):
+    src = tmp_path / "tiny_loop.s"
+    src.write_text(TINY_LOOP_KERNEL)
+    subprocess.run([str(LLVM.clang), "--target=amdgcn-amd-amdhsa", "-mcpu=gfx1201", "-c", "-o",
+                    str(tmp_path / "t.o"), str(src)], check=True, capture_output=True)
+    co = tmp_path / "tiny_loop.co"
+    subprocess.run([str(LLVM.lld), "-shared", "-o", str(co), str(tmp_path / "t.o")], check=True, capture_output=True)
+    km = pm.analyze("tiny", co)
+    assert km.symbol == "tiny_loop" and km.vgprs == 40 and km.waves == 16
+    assert km.disassembler.startswith("llvm-objdump")
+    funcs, _ = pm.disassemble(co)
+    code = funcs["tiny_loop"]
+    assert len(pm.find_loops(code)) == 3
+    head = next(i for i in code if i.addr == km.loop.head)
+    assert head.mnemonic == "v_wmma_i32_16x16x16_iu8"     # the inner loop, not .Louter or .Lwarm
+    s = km.static
+    assert (s.WMMA, s.VALU, s.TRANS, s.SALU, s.BRANCH, s.vopd) == (2, 2, 1, 2, 1, 1)
+    # 2 iu8 WMMA (16) + max(VALU 2 + TRANS 1, 4 x TRANS) = 20
+    assert tile_cost(s, km.waves).cycles == 20
+
+
+def test_both_disassemblers_find_the_same_main_loop(monkeypatch):
+    if LLVM is None:
+        pytest.skip("needs llvm-objdump to compare against")
+    pytest.importorskip("sage_co.emu.disasm", reason="sage_co.emu.disasm is not in this tree")
+    ref = pm.analyze("hip", pm.HIP_CO)
+
+    def no_llvm():
+        raise build_asm.BuildError("hidden for this test")
+    monkeypatch.setattr(build_asm, "find_llvm", no_llvm)
+    emu = pm.analyze("hip", pm.HIP_CO)
+    assert emu.disassembler == "sage_co.emu.disasm"
+    assert (emu.loop, emu.static.counts()) == (ref.loop, ref.static.counts())
+
+
+# ------------------------------------------------------------------------------------------- dynamic counts
+def test_steady_state_from_two_runs():
+    per_tile = {"SALU": 15, "VALU": 250, "TRANS": 33, "WMMA": 64, "SMEM": 1, "VMEM_LOAD": 8, "VMEM_STORE": 0,
+                "LDS": 40, "BRANCH": 6, "WAIT_OTHER": 97}
+    fixed = {c: 7 * i + 3 for i, c in enumerate(pm.CLASSES)}      # prologue/epilogue per wave
+
+    def stats(waves, tiles):
+        return {c: waves * (fixed[c] + per_tile[c] * tiles) for c in pm.CLASSES} | {"waves": waves}
+    static = Mix(WMMA=64, wmma_cycles=512, wmma_ops=64 * 8192, VALU=300, vopd=30, LDS=40, lds_bytes=20480,
+                 VMEM_LOAD=8, load_bytes=4096)
+    mix = pm.mix_from_stats(stats(8, 2), stats(16, 4), 2, 4, 8, 16, static)
+    assert mix.counts() == pytest.approx(per_tile)
+    assert (mix.wmma_cycles, mix.lds_bytes, mix.load_bytes, mix.vopd) == pytest.approx((512, 20480, 4096, 25))
+    with pytest.raises(KeyError, match="VALU"):
+        pm.mix_from_stats({"WMMA": 1}, stats(16, 4), 2, 4, 8, 16, static)
+
+
+# ------------------------------------------------------------------------------------------- shipped kernel
+@needs_llvm
+def test_static_loop_of_the_shipped_hip_kernel():
+    km = pm.analyze("hip", pm.HIP_CO)
+    # asm_src/gfx1201_sage_attention.hip: per wave and 64-key tile 32 iu8 + 32 fp8 WMMA, 8 b128 global loads,
+    # 32 ds_load_b128 + 8 ds_store_b128; 219 VGPRs -> 6 waves, 32 KiB LDS -> 4 waves per SIMD
+    s = km.static
+    assert (s.WMMA, s.wmma_cycles, s.VMEM_LOAD, s.LDS, s.lds_bytes) == (64, 512, 8, 40, 40 * 512)
+    assert km.keys_per_tile == 64
+    assert (km.vgprs, km.waves_vgpr, km.waves_lds, km.waves) == (219, 6, 4, 4)
+
+
+def _report(kernels):
+    from rich.console import Console
+    buf = io.StringIO()
+    out = pm.report(kernels, Console(file=buf, width=200))
+    return out, buf.getvalue()
+
+
+@needs_llvm
+def test_smoke_report_on_the_shipped_hip_kernel():
+    try:
+        import sage_co.emu  # noqa: F401
+    except ImportError as e:
+        pytest.skip(f"the emulator is not importable here ({e})")
+    kernels = pm.load_kernels(static_only=False, asm_co=None, seqs=(128, 256))
+    hip = dict((v, km) for v, km, _ in kernels)["hip"]
+    assert hip.notes == [] and hip.mix is not hip.static, hip.notes    # dynamic counts were used
+    assert hip.mix.WMMA == 64 and hip.mix.TRANS == hip.static.TRANS   # not data dependent
+    assert hip.mix.VALU <= hip.static.VALU                             # rescale/mask blocks only sometimes
+    out, text = _report(kernels)
+    assert "modeled" in text and "Calibration" in text and "Sensitivity" in text
+    rows = out["results"]["hip"]
+    assert [(r.H, r.S) for r in rows] == [(h, s) for _, h, s in pm.SHAPES]
+    for r in rows:
+        assert r.tile.cycles >= r.tile.wmma > 0 and 0 < r.pct_peak < 100 and r.tflops > 0
+        assert f"{r.tflops:,.1f}" in text
+    if not pm.ASM_CO.exists():
+        assert "not shipped yet" in text
+
+
+def test_calibration_reference_tile():
+    cal = pm.calibrate()
+    # 16 queries x 64 keys, d = 128: 64 bf16 WMMA x 16 cycles
+    assert cal["mix"].WMMA == 64 and cal["tile"].wmma == 1024
+    assert cal["flops_per_tile"] == 4 * 16 * 64 * 128
+    assert cal["modeled"] == pytest.approx(cal["flops_per_tile"] / cal["tile"].cycles * pm.SIMDS * pm.CLOCK_HZ / 1e12)
+    sdpa = cal["rows"][0]
+    # 68 TFLOPS -> cycles per tile such that 128 SIMDs at 2.92 GHz deliver 68e12 FLOP/s
+    assert sdpa["implied_cycles"][0] == pytest.approx(4 * 16 * 64 * 128 * 128 * 2.92e9 / 68e12)
+
+
+def test_cli_static_runs():
+    if LLVM is None:
+        pytest.skip("the CLI disassembles with llvm-objdump here")
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "perf_model.py"), "--static"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert "Modeled speed" in r.stdout
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "perf_model.py"), "--emu-seq", "256,128"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "--emu-seq" in r.stderr
