@@ -162,11 +162,19 @@ INLINE void rms_norm(u32 (&row)[64], const u16* __restrict__ weight, float eps) 
 // with i + H2; both outputs are made from the two old values and written back in place.
 template <int RD>
 INLINE void rope(u32 (&row)[64], const u16* __restrict__ cs, const u16* __restrict__ sn) {
-  constexpr int H2 = RD / 2;
+  constexpr int H2 = RD / 2, CHUNKS = H2 / 8;
+  // cos/sin go in chunks of 8 channel pairs, double-buffered: chunk j + 1 is loading while chunk j computes. The
+  // scheduling barrier keeps LLVM from hoisting every chunk's loads to the top (RD = 128: 128 more VGPRs, which
+  // spilled in the stats kernel).
+  u32x4 cur[4] = {load16(cs), load16(cs + H2), load16(sn), load16(sn + H2)};
 #pragma unroll
-  for (int j = 0; j < H2 / 8; ++j) {
-    u32x4 c_lo = load16(cs + 8 * j), c_hi = load16(cs + H2 + 8 * j);
-    u32x4 s_lo = load16(sn + 8 * j), s_hi = load16(sn + H2 + 8 * j);
+  for (int j = 0; j < CHUNKS; ++j) {
+    u32x4 nxt[4] = {cur[0], cur[1], cur[2], cur[3]};
+    if (j + 1 < CHUNKS) {
+      int o = 8 * (j + 1);
+      nxt[0] = load16(cs + o); nxt[1] = load16(cs + H2 + o); nxt[2] = load16(sn + o); nxt[3] = load16(sn + H2 + o);
+    }
+    u32x4 c_lo = cur[0], c_hi = cur[1], s_lo = cur[2], s_hi = cur[3];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {          // dword e of the chunk: channels i, i + 1
       int d1 = 4 * j + e, d2 = d1 + H2 / 2;  // dwords holding channels i, i+1 and i+H2, i+H2+1
@@ -183,6 +191,9 @@ INLINE void rope(u32 (&row)[64], const u16* __restrict__ cs, const u16* __restri
       row[d1] = pack_bf16(o1[0], o1[1]);
       row[d2] = pack_bf16(o2[0], o2[1]);
     }
+    __builtin_amdgcn_sched_barrier(0);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) cur[q] = nxt[q];
   }
 }
 
