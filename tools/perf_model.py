@@ -774,6 +774,15 @@ def report(kernels, console=None) -> dict:
                                          "calibration point for the HIP column")
     console.print(t)
 
+    if "hip" in costs:
+        h, hk = costs["hip"], dict(present)["hip"]
+        need = h.cycles / 1.5
+        floor = sensitivity(hk)[-1][1]
+        console.print(f"1.5x the HIP kernel (modeled) needs <= {need:.0f} cycles per {hk.keys_per_tile}-key tile, i.e. "
+                      f"<= {need - h.wmma:.0f} cycles beside the {h.wmma:.0f} WMMA cycles. The HIP loop's "
+                      f"{hk.mix.TRANS:.0f} TRANS ops alone cost {h.trans:.0f} (chosen assumption) or {hk.mix.TRANS:.0f} "
+                      f"issue cycles (if TRANS overlapped WMMA); floor of this loop {floor.cycles:.0f} cycles = "
+                      f"{h.cycles / floor.cycles:.2f}x HIP at most, unless the TRANS count itself drops.")
     if "asm" in results and "hip" in results:
         speedup = min(a.tflops / h.tflops for a, h in zip(results["asm"], results["hip"]))
         steady = 100 * costs["asm"].wmma / costs["asm"].cycles
