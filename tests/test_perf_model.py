@@ -317,6 +317,17 @@ def test_smoke_report_on_the_shipped_hip_kernel():
         assert "not shipped yet" in text
 
 
+@needs_llvm
+def test_side_by_side_columns_and_goal_line():
+    # the HIP code object in the asm column: same loop, so every ratio is exactly 1 and the goal is not met
+    kernels = pm.load_kernels(static_only=True, asm_co=pm.HIP_CO)
+    out, text = _report(kernels)
+    for h, a in zip(out["results"]["hip"], out["results"]["asm"]):
+        assert a.tflops == h.tflops > 0
+    assert "1.00x" in text and "asm >= 1.5x HIP: NOT met (min 1.00x)" in text
+    assert "different counts" not in text
+
+
 def test_calibration_reference_tile():
     cal = pm.calibrate()
     # 16 queries x 64 keys, d = 128: 64 bf16 WMMA x 16 cycles

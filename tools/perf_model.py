@@ -783,6 +783,9 @@ def report(kernels, console=None) -> dict:
                       f"{hk.mix.TRANS:.0f} TRANS ops alone cost {h.trans:.0f} (chosen assumption) or {hk.mix.TRANS:.0f} "
                       f"issue cycles (if TRANS overlapped WMMA); floor of this loop {floor.cycles:.0f} cycles = "
                       f"{h.cycles / floor.cycles:.2f}x HIP at most, unless the TRANS count itself drops.")
+    if len({km.mix is km.static for _, km in present}) > 1:
+        console.print("[yellow]The columns use different counts (dynamic vs static longest path): the static one "
+                      "counts every optional block; rerun with --static to compare like with like.")
     if "asm" in results and "hip" in results:
         speedup = min(a.tflops / h.tflops for a, h in zip(results["asm"], results["hip"]))
         steady = 100 * costs["asm"].wmma / costs["asm"].cycles
