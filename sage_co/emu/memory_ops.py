@@ -538,7 +538,7 @@ def _ds(st, ops, inst, pc):
             src = ((lanes & and_m) | or_m) ^ xor_m
         else:
             return None
-        return lambda sel: wr(sel, V[d0][sel][:, src])
+        return lambda sel: wr(sel, V[ad][sel][:, src])      # the swizzled source is the ADDR operand
     if name.startswith("ds_") and name[3:] in DS_ATOMIC:
         ufunc = DS_ATOMIC[name[3:]]
 

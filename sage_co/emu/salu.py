@@ -226,8 +226,9 @@ def _nm():
 SAVEEXEC = {
     "and": lambda s, e: s & e, "or": lambda s, e: s | e, "xor": lambda s, e: s ^ e,
     "nand": lambda s, e: ~(s & e), "nor": lambda s, e: ~(s | e), "xnor": lambda s, e: ~(s ^ e),
-    "and_not0": lambda s, e: ~e & s, "or_not0": lambda s, e: ~e | s,
-    "and_not1": lambda s, e: e & ~s, "or_not1": lambda s, e: e | ~s,
+    # ISA: S_AND_NOT0_SAVEEXEC EXEC = ~S0 & EXEC; S_AND_NOT1_SAVEEXEC EXEC = S0 & ~EXEC (old s_andn1/s_andn2)
+    "and_not0": lambda s, e: ~s & e, "or_not0": lambda s, e: ~s | e,
+    "and_not1": lambda s, e: s & ~e, "or_not1": lambda s, e: s | ~e,
 }
 
 SOPC = {

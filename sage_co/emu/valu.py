@@ -243,10 +243,15 @@ for _n, _fn in {
     if _fn is not None:
         op(_n, "bb", "b", _fn)
 op("v_mov_b32", "b", "b", lambda a: a)
+op("v_bcnt_u32_b32", "bb", "b", lambda a, b: _popcnt(a) + b)
+op("v_mbcnt_lo_u32_b32", "bb", "b", lambda a, b: _mbcnt(a) + b)
+op("v_mbcnt_hi_u32_b32", "bb", "b", lambda a, b: b + U32(0) * _u(a))   # wave32: lanes 32..63 do not exist
 op("v_not_b32", "b", "b", lambda a: ~_u(a))
 op("v_bfrev_b32", "b", "b", lambda a: _brev(a))
 op("v_ffbh_u32", "b", "b", lambda a: _ffbh(a))
 op("v_ffbl_b32", "b", "b", lambda a: _ffbl(a))
+op("v_ctz_i32_b32", "b", "b", lambda a: _ffbl(a))       # gfx12 names of ffbl / ffbh
+op("v_clz_i32_u32", "b", "b", lambda a: _ffbh(a))
 op("v_cvt_u32_u16", "s", "b", lambda a: a.astype(U32))
 op("v_cvt_i32_i16", "s", "b", lambda a: a.view(I16).astype(I32).view(U32))
 for _n, _fn in {
@@ -317,6 +322,18 @@ def _cvt_pk_u8(a, b, c):
     v = np.where(np.isnan(a), 0, v).astype(U32)
     sh = (_u(b) & U32(3)) * U32(8)
     return (_u(c) & ~(U32(0xFF) << sh)) | (v << sh)
+
+
+def _popcnt(a):
+    a = np.ascontiguousarray(_u(a))
+    return np.unpackbits(a.view(U8).reshape(*a.shape, 4), axis=-1).sum(-1).astype(U32)
+
+
+def _mbcnt(a):
+    """Count of set bits of a below the current lane (v_mbcnt_lo_u32_b32)."""
+    below = (U64(1) << np.arange(32, dtype=U64)) - U64(1)
+    return _popcnt((np.asarray(a, dtype=U32).astype(U64)[..., None] & below[None, :]).astype(U32)
+                   if np.ndim(a) == 1 else (np.asarray(a, dtype=U32).astype(U64) & below).astype(U32))
 
 
 def _brev(a):
