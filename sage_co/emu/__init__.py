@@ -6,7 +6,11 @@
 
 The emulator knows nothing of attention: it runs whatever gfx1201 code it is given, exactly, and stops with
 EmuError on anything it cannot do or any sanitizer finding.
+
+    disassemble(code_bytes) -> [(offset, text)]   # the text llvm-objdump --mcpu=gfx1201 prints
+    python -m sage_co.emu.disasm FILE.co
 """
 from sage_co.emu.device import Device, EmuError, Module
+from sage_co.emu.disasm import disassemble
 
-__all__ = ["Device", "EmuError", "Module"]
+__all__ = ["Device", "EmuError", "Module", "disassemble"]
