@@ -1,0 +1,283 @@
+"""A small scheduling DSL for hand-written gfx1201 assembly (used by gen_sage_attention_asm.py).
+
+What it gives a generator, and nothing more:
+  * named register allocation (`RegFile`): every VGPR/SGPR range has a name and a comment, and the allocation
+    table is printed into the kernel header, so the .s carries its own register map;
+  * VALU ops as small records (`Op`) that know which VGPRs they read and write and whether they have a VOPD
+    form, plus `pair_vopd`, which fuses neighbouring independent ops into `v_dual_*` issues when the
+    docs/rdna4.md §Throughput VOPD rules allow it (one even and one odd destination, src0s in different VGPR
+    banks, vsrc1s in different banks, at most one literal) and never changes what the code computes
+    (both halves of a VOPD read before either writes, so a pair may not read the other half's result);
+  * in-order wait counters (`WaitCounter`) for LOADcnt/DScnt: loads of one kind complete in issue order
+    (docs/rdna4.md §Waits, MEM_ORDERED), so `wait_for(tag)` emits the loosest `s_wait_*cnt N` that covers a
+    given load;
+  * `Asm`, the output buffer: instructions, labels, comments and section banners.
+Nothing here knows about attention.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+VOPD_OPS = {  # docs/rdna4.md §Throughput, VOPD rules: ops with a v_dual_* form (both X and Y for these)
+    "v_mul_f32": "v_dual_mul_f32", "v_add_f32": "v_dual_add_f32", "v_sub_f32": "v_dual_sub_f32",
+    "v_max_num_f32": "v_dual_max_num_f32", "v_min_num_f32": "v_dual_min_num_f32", "v_mov_b32": "v_dual_mov_b32",
+}
+COMMUTATIVE = {"v_mul_f32", "v_add_f32", "v_max_num_f32", "v_min_num_f32"}
+
+
+# ------------------------------------------------------------------------------------------ registers
+@dataclass(frozen=True)
+class Range:
+    """A named run of registers: kind 'v' or 's', first register, count."""
+    kind: str
+    base: int
+    n: int
+    name: str
+
+    def __getitem__(self, i) -> "Range":
+        if isinstance(i, slice):
+            start, stop, step = i.indices(self.n)
+            if step != 1 or stop <= start:
+                raise IndexError(f"{self.name}[{i}]: only contiguous non-empty slices")
+            return Range(self.kind, self.base + start, stop - start, f"{self.name}[{start}:{stop}]")
+        if not -self.n <= i < self.n:
+            raise IndexError(f"{self.name}[{i}] out of range (n={self.n})")
+        i %= self.n
+        return Range(self.kind, self.base + i, 1, f"{self.name}[{i}]")
+
+    @property
+    def num(self) -> int:
+        """The register number of a single register."""
+        if self.n != 1:
+            raise ValueError(f"{self.name} is {self.n} registers, not one")
+        return self.base
+
+    def pair(self, i: int) -> "Range":
+        return self[i:i + 2]
+
+    def __str__(self) -> str:
+        return f"{self.kind}{self.base}" if self.n == 1 else f"{self.kind}[{self.base}:{self.base + self.n - 1}]"
+
+    def regs(self) -> set[int]:
+        return set(range(self.base, self.base + self.n))
+
+
+class RegFile:
+    """Hand allocation with names. `alloc` hands out the next free registers (optionally aligned)."""
+
+    def __init__(self, kind: str, limit: int, first: int = 0):
+        self.kind, self.limit, self.next = kind, limit, first
+        self.table: list[tuple[Range, str]] = []
+
+    def alloc(self, name: str, n: int = 1, align: int = 1, note: str = "") -> Range:
+        base = -(-self.next // align) * align
+        if base + n > self.limit:
+            raise ValueError(f"out of {self.kind}GPRs allocating {name} ({n}): {base + n} > {self.limit}")
+        r = Range(self.kind, base, n, name)
+        self.next = base + n
+        self.table.append((r, note))
+        return r
+
+    def fixed(self, name: str, base: int, n: int = 1, note: str = "") -> Range:
+        r = Range(self.kind, base, n, name)
+        self.table.append((r, note))
+        return r
+
+    @property
+    def used(self) -> int:
+        return max((r.base + r.n for r, _ in self.table), default=0)
+
+
+# ------------------------------------------------------------------------------------------ VALU ops
+def _vnum(x) -> int | None:
+    return x.num if isinstance(x, Range) and x.kind == "v" else None
+
+
+def _is_literal(x) -> bool:
+    return isinstance(x, str) and x.startswith("0x")
+
+
+@dataclass
+class Op:
+    """One VALU instruction. `dst`/`srcs` are Ranges or strings (SGPR names, constants). VOPD candidates
+    are built with `Op.vop2` (opcode, dst, src0, src1); everything else is free text with explicit
+    read/write sets."""
+    text: str
+    reads: set[int] = field(default_factory=set)
+    writes: set[int] = field(default_factory=set)
+    opcode: str | None = None
+    dst: Range | None = None
+    src0: object = None
+    src1: Range | None = None
+    trans: bool = False
+
+    @classmethod
+    def vop2(cls, opcode: str, dst: Range, src0, src1) -> "Op":
+        reads = {r for r in (_vnum(src0), _vnum(src1)) if r is not None}
+        return cls(f"{opcode} {dst}, {src0}, {src1}", reads, {dst.num}, opcode, dst, src0, src1)
+
+    @classmethod
+    def mov(cls, dst: Range, src) -> "Op":
+        reads = {_vnum(src)} - {None}
+        return cls(f"v_mov_b32 {dst}, {src}", reads, {dst.num}, "v_mov_b32", dst, src, None)
+
+    @classmethod
+    def raw(cls, text: str, reads=(), writes=(), trans: bool = False) -> "Op":
+        def nums(xs):
+            out = set()
+            for x in xs:
+                out |= x.regs() if isinstance(x, Range) else {x}
+            return out
+        return cls(text, nums(reads), nums(writes), trans=trans)
+
+    @property
+    def vopd_able(self) -> bool:
+        return self.opcode in VOPD_OPS
+
+    def dual_half(self) -> str:
+        if self.opcode == "v_mov_b32":
+            return f"{VOPD_OPS[self.opcode]} {self.dst}, {self.src0}"
+        return f"{VOPD_OPS[self.opcode]} {self.dst}, {self.src0}, {self.src1}"
+
+    def swapped(self) -> "Op | None":
+        """The same op with src0/src1 exchanged, when legal (commutative, new src1 a VGPR)."""
+        if self.opcode in COMMUTATIVE and _vnum(self.src0) is not None:
+            return Op.vop2(self.opcode, self.dst, self.src1, self.src0)
+        return None
+
+
+def _bank(x) -> int | None:
+    n = _vnum(x)
+    return None if n is None else n % 4
+
+
+def vopd_legal(x: Op, y: Op) -> bool:
+    """docs/rdna4.md §Throughput VOPD rules (checked again by llvm-mc when the .s is assembled)."""
+    if not (x.vopd_able and y.vopd_able):
+        return False
+    if x.writes & y.reads or y.writes & x.reads or x.writes & y.writes:
+        return False                       # both halves read before either writes: keep sequential meaning
+    if x.dst.num % 2 == y.dst.num % 2:
+        return False                       # one even and one odd destination
+    bx, by = _bank(x.src0), _bank(y.src0)
+    if bx is not None and by is not None and bx == by:
+        return False                       # src0s in different VGPR banks (also: not the same VGPR)
+    if x.src1 is not None and y.src1 is not None and _bank(x.src1) == _bank(y.src1):
+        return False                       # vsrc1s in different banks
+    lits = {s for s in (x.src0, y.src0) if _is_literal(s)}
+    return len(lits) <= 1
+
+
+def try_pair(x: Op, y: Op) -> tuple[Op, Op] | None:
+    for a in (x, x.swapped()):
+        for b in (y, y.swapped()):
+            if a is not None and b is not None and vopd_legal(a, b):
+                return a, b
+    return None
+
+
+@dataclass
+class Issue:
+    """One VALU issue slot: a single op or a VOPD pair."""
+    ops: tuple[Op, ...]
+
+    @property
+    def text(self) -> str:
+        if len(self.ops) == 1:
+            return self.ops[0].text
+        return f"{self.ops[0].dual_half()} :: {self.ops[1].dual_half()}"
+
+    @property
+    def trans(self) -> bool:
+        return any(o.trans for o in self.ops)
+
+
+def pair_vopd(ops: list[Op], window: int = 8) -> list[Issue]:
+    """Fuse ops into VOPD pairs: each op looks ahead up to `window` ops for a partner that is independent of
+    it and of every op it would jump over. Order of dependent ops is never changed."""
+    pending = list(ops)
+    out: list[Issue] = []
+    while pending:
+        x = pending.pop(0)
+        partner = None
+        if x.vopd_able:
+            between_r, between_w = set(), set()
+            for j, y in enumerate(pending[:window]):
+                movable = not (y.reads & between_w or y.writes & (between_r | between_w))
+                if movable and y.vopd_able:
+                    pr = try_pair(x, y)
+                    if pr is not None:
+                        partner = (j, pr)
+                        break
+                between_r |= y.reads
+                between_w |= y.writes
+        if partner is None:
+            out.append(Issue((x,)))
+        else:
+            j, (a, b) = partner
+            pending.pop(j)
+            out.append(Issue((a, b)))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ waits
+class WaitCounter:
+    """An in-order memory counter (LOADcnt or DScnt): remembers outstanding loads by tag."""
+
+    def __init__(self, asm: "Asm", wait_op: str, limit: int = 63):
+        self.asm, self.wait_op, self.limit = asm, wait_op, limit
+        self.outstanding: list[str] = []
+
+    def issue(self, tag: str) -> None:
+        self.outstanding.append(tag)
+
+    def wait_for(self, tag: str) -> None:
+        """Wait until the load `tag` (and everything issued before it) has completed."""
+        if tag not in self.outstanding:
+            return
+        k = self.outstanding.index(tag)
+        after = len(self.outstanding) - k - 1
+        self.asm.op(f"{self.wait_op} {min(after, self.limit)}")
+        del self.outstanding[:k + 1]
+
+    def wait_all(self) -> None:
+        if self.outstanding:
+            self.asm.op(f"{self.wait_op} 0")
+            self.outstanding.clear()
+
+    def state(self) -> tuple[str, ...]:
+        return tuple(self.outstanding)
+
+
+# ------------------------------------------------------------------------------------------ output
+class Asm:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.counts: dict[str, int] = {}
+
+    def op(self, text: str, comment: str = "") -> None:
+        self.lines.append(f"        {text}" + (f"  // {comment}" if comment else ""))
+
+    def issue(self, iss: Issue) -> None:
+        self.op(iss.text)
+
+    def valu(self, ops: list[Op]) -> None:
+        for iss in pair_vopd(ops):
+            self.issue(iss)
+
+    def label(self, name: str) -> None:
+        self.lines.append(f"{name}:")
+
+    def comment(self, text: str) -> None:
+        for ln in text.splitlines():
+            self.lines.append(f"        // {ln}" if ln else "        //")
+
+    def section(self, title: str) -> None:
+        self.lines.append("")
+        self.lines.append(f"        // ---- {title} " + "-" * max(0, 96 - len(title)))
+
+    def raw(self, text: str) -> None:
+        self.lines.extend(text.splitlines())
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
