@@ -98,6 +98,12 @@ def chunking(S: int) -> tuple[int, int]:
     return per_chunk, -(-tiles // per_chunk)
 
 
+def _alloc(*shape, dtype, device) -> torch.Tensor:
+    """Every output and workspace tensor: torch.empty, so the kernels must write every byte (tests replace this
+    with an allocator that fills the memory with garbage to prove it)."""
+    return torch.empty(*shape, dtype=dtype, device=device)
+
+
 def _aligned(t: torch.Tensor | None) -> torch.Tensor | None:
     """A contiguous tensor whose data starts on a 16-byte boundary (a copy only for an offset view)."""
     if t is None or t.data_ptr() % ALIGN == 0:
@@ -129,13 +135,13 @@ def run_prepare(q, k, v, softmax_scale=None, *, smooth_k=False, q_norm_weight=No
     placeholder = torch.zeros(ALIGN, dtype=torch.uint8, device=dev)  # for pointers a kernel never dereferences
 
     def f32(*shape):
-        return torch.empty(*shape, dtype=torch.float32, device=dev)
+        return _alloc(*shape, dtype=torch.float32, device=dev)
 
-    q_int8 = torch.empty(B, H, Sp, HEAD_DIM, dtype=torch.int8, device=dev)
-    k_int8 = torch.empty(B, H, Sp, HEAD_DIM, dtype=torch.int8, device=dev)
+    q_int8 = _alloc(B, H, Sp, HEAD_DIM, dtype=torch.int8, device=dev)
+    k_int8 = _alloc(B, H, Sp, HEAD_DIM, dtype=torch.int8, device=dev)
     q_scale, k_scale = f32(B, H, Sp // SCALE_BLOCK), f32(B, H, Sp // SCALE_BLOCK)
     k_mean, v_scale, v_inv = f32(B, H, HEAD_DIM), f32(B, H, HEAD_DIM), f32(B, H, HEAD_DIM)
-    v_fp8 = torch.empty(B, H, HEAD_DIM, Sp, dtype=torch.float8_e4m3fn, device=dev)
+    v_fp8 = _alloc(B, H, HEAD_DIM, Sp, dtype=torch.float8_e4m3fn, device=dev)
     per_chunk, n_chunks = chunking(S)
     vmax_part = f32(B, H, n_chunks, HEAD_DIM)
     ksum_part = f32(B, H, n_chunks, HEAD_DIM) if smooth_k else placeholder
