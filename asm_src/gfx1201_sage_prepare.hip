@@ -8,24 +8,28 @@
 // Every workgroup of the stats and quant kernels is ONE wave32 and owns 32 tokens ("a tile") of one (b, h):
 // a tile is exactly one Q/K scale block, so the block amax is a reduction inside one wave (no LDS, no barrier).
 //
-// Three kernels, launched in this order (sage_co/ops/prepare.py):
+// Three kernels, launched in this order (sage_co/ops/prepare.py). stats and quant ship once per RoPE width:
+// symbol suffix _rope32/_rope64/_rope96/_rope128, none = no RoPE (a runtime rope_dim switch let LLVM merge the
+// variants' tails and spill; one symbol each keeps every kernel at <= 207 VGPRs, no scratch).
 //
-//  1. gfx1201_sage_prepare_stats   grid (n_chunks, H, B * n_tens), block 32.  n_tens = 2 with smooth_k, else 1;
-//     z % n_tens selects V (0) or K (1). Chunk c covers tiles [c*tiles_per_chunk, ...) of the ceil(S/32) tiles
-//     holding valid tokens. Writes, per (b, h, chunk):
-//       vmax_part[b, h, c, 128]  max |v| per channel (NaN wins: max of |bf16| bit patterns as unsigned ints),
-//       ksum_part[b, h, c, 128]  sum over the chunk's tokens of the normed/roped K per channel (smooth_k only),
-//                                fixed order: tokens in order within a tile, tiles in order within the chunk.
+//  1. gfx1201_sage_prepare_stats[_ropeN]  grid (n_chunks, H, B * n_tens), block 32. n_tens = 2 with smooth_k,
+//     else 1; z % n_tens selects V (0) or K (1). Chunk c covers tiles [c * tiles_per_chunk, ...) of the
+//     ceil(S / 32) tiles holding valid tokens. Writes, per (b, h, chunk):
+//       vmax_part[b, h, c, 128]  max |v| per channel (NaN wins: max of |bf16| bit patterns as unsigned ints,
+//                                v_pk_max_u16), V lane layout as in quant below;
+//       ksum_part[b, h, c, 128]  sum over the chunk's tokens of the normed/roped K per channel (smooth_k only):
+//                                lane = token, rows go through LDS (8.5 KiB), lane l adds channels 4l..4l+3 of
+//                                the tile's valid rows in token order, tiles in order.
 //  2. gfx1201_sage_prepare_reduce  grid (1, H, B), block 128 (thread = channel). Folds the chunk partials in chunk
 //     order: v_scale = amax / 448, v_inv = 448 / amax (0 when amax == 0) (workspace), k_mean = sum / S (or 0).
-//  3. gfx1201_sage_prepare_quant   grid (n_tiles, H, 3 * B), block 32. z % 3 selects Q (0), K (1), V (2).
-//     Q/K: lane = token (one 256-byte row per lane, 16 x 16-byte loads), x = f32(row) * c (Q) or
-//     f32(row) - k_mean (K), block amax = in-lane max over 128 channels + 5 ds_bpermute steps over the wave,
-//     then q = rint(x * inv) -> 8 x 16-byte stores of the int8 row. Padded rows are zero (loaded as nothing,
-//     forced to 0). V: lane = (channel group cg = lane % 16 of 8 channels, token half th = lane / 16 of 16
-//     tokens); 16 x 16-byte loads (two full 256-byte rows per load instruction), then per channel 4 packed fp8
-//     dwords = 16 consecutive tokens of the transposed [128, S_pad] row: one 16-byte store per channel. The
-//     transpose is free: v_cvt_pk_fp8_f32 picks which two values it packs.
+//  3. gfx1201_sage_prepare_quant[_ropeN]  grid (n_tiles, H, 3 * B), block 32. z % 3 selects Q (0), K (1), V (2).
+//     Q/K: lane = token (one 256-byte row per lane, 16 x 16-byte loads; a padded token loads row S - 1 and is
+//     masked), optional norm/RoPE on the packed bf16 row, x = f32(row) * c (Q) or f32(row) - k_mean (K), block
+//     amax = in-lane max over 128 channels + 5 ds_bpermute steps, q = rint(x * inv) (x * inv + 1.5 * 2^23, whose
+//     low byte is the int8) -> 8 x 16-byte stores of the int8 row. V: lane = (channel group cg = lane % 16 of 8
+//     channels, token half th = lane / 16 of 16 tokens); 16 x 16-byte loads (two full 256-byte rows per load
+//     instruction), then per channel 4 packed fp8 dwords = 16 consecutive tokens of the transposed [128, S_pad]
+//     row: one 16-byte store per channel. The transpose is free: v_cvt_pk_fp8_f32 picks the two values it packs.
 //
 // Passes over the inputs (HBM reads): Q once; V twice (its per-channel scale needs all S tokens before any token
 // can be quantized: stats then quant); K once, or twice with smooth_k (k_mean over all S tokens first). With
@@ -35,27 +39,27 @@
 //
 // Memory speed: each wave keeps 16 independent 16-byte loads (8 KiB) in flight per tile; the quant grid has
 // 3 * B * H * S_pad / 32 one-wave workgroups, the stats grid B * H * n_chunks * n_tens with n_chunks <= 64
-// chosen by the host (tiles_per_chunk = ceil(valid tiles / 64)).
+// chosen by the host (tiles_per_chunk = ceil(valid tiles / 64)). ~200 VGPRs -> 7 waves per SIMD.
 //
 // Non-finite values (docs/numerics.md §Non-finite, reference.py _round_int8 / to_fp8):
 //   Q/K block: amax = NaN or inf -> scale = amax / 127 and every int8 0 (NaN * anything -> NaN -> 0; inv = 0
 //   makes finite x 0 and inf * 0 NaN -> 0). inv = 127 / amax = inf (subnormal amax) -> int8 = 127 * sign(x),
-//   0 for x = +-0. Otherwise x * inv is finite and |x * inv| <= 127 * (1 + 2^-24): rint + v_cvt_i32_f32, no clamp
-//   needed (the three cases are wave-uniform branches, so the common path stays short).
-//   V channel: amax and inv finite -> |v * inv| <= 448 * (1 + 2^-24), which v_cvt_pk_fp8_f32 (RNE) rounds to
-//   448 at most; otherwise clamp with v_med3 and map NaN (med3 would turn it into -448) to +NaN -> 0x7F, and
-//   force padded tokens to 0.
-//   bf16 rounding in norm/RoPE: RNE, NaN -> (bits >> 16) | 0x40 (torch's .to(bfloat16)).
+//   0 for x = +-0. Otherwise x * inv is finite and |x * inv| <= 127 * (1 + 2^-24): rint, no clamp needed (the
+//   three cases are wave-uniform branches on an SGPR, so the common path stays short).
+//   V channel: amax and inv finite and nonzero for all 8 channels of every lane (wave ballot) -> |v * inv| <=
+//   448 * (1 + 2^-24), which v_cvt_pk_fp8_f32 (RNE) rounds to 448 at most; otherwise clamp with v_med3, map NaN
+//   (med3 would turn it into -448) to +NaN -> 0x7F, and force padded tokens to 0.
+//   bf16 rounding in norm/RoPE: RNE, NaN -> (bits >> 16) | 0x40 (torch's .to(bfloat16)), see bf16_bits.
 //
 // Kernargs (explicit only, no hidden arguments; sage_co/ops/prepare.py declares the same layouts):
-//   stats  (88 B):  0 k, 8 v, 16 k_norm_w, 24 cos, 32 sin, 40 ksum_part, 48 vmax_part (ptr);
-//                   56 eps (f32), 60 S, 64 H, 68 tiles_per_chunk, 72 n_chunks, 76 n_tens, 80 k_norm, 84 rope_dim (i32)
+//   stats  (84 B):  0 k, 8 v, 16 k_norm_w, 24 cos, 32 sin, 40 ksum_part, 48 vmax_part (ptr);
+//                   56 eps (f32); 60 S, 64 H, 68 tiles_per_chunk, 72 n_chunks, 76 n_tens, 80 k_norm (i32)
 //   reduce (56 B):  0 ksum_part, 8 vmax_part, 16 k_mean, 24 v_scale, 32 v_inv (ptr); 40 H, 44 n_chunks, 48 S,
 //                   52 smooth_k (i32)
-//   quant (128 B):  0 q, 8 k, 16 v, 24 q_norm_w, 32 k_norm_w, 40 cos, 48 sin, 56 k_mean, 64 v_inv, 72 q_int8,
-//                   80 k_int8, 88 q_scale, 96 k_scale, 104 v_fp8 (ptr); 112 q_mult (f32), 116 eps (f32),
-//                   120 S, 124 H (i32) ... see the kernel signatures below for the tail.
-// rope_dim = 0 means no RoPE; k_norm / q_norm = 0 means no RMSNorm (the weight pointer is then unused).
+//   quant (140 B):  0 q, 8 k, 16 v, 24 q_norm_w, 32 k_norm_w, 40 cos, 48 sin, 56 k_mean, 64 v_inv, 72 q_int8,
+//                   80 k_int8, 88 q_scale, 96 k_scale, 104 v_fp8 (ptr); 112 q_mult (f32), 116 eps (f32);
+//                   120 S, 124 H, 128 S_pad, 132 q_norm, 136 k_norm (i32)
+// q_norm / k_norm = 0 means no RMSNorm (the weight pointer is then never read); without RoPE cos/sin are unused.
 
 #pragma clang fp contract(off)  // every product and sum is rounded on its own, like the torch reference
 
