@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 VOPD_OPS = {  # docs/rdna4.md §Throughput, VOPD rules: ops with a v_dual_* form (both X and Y for these)
-    "v_mul_f32": "v_dual_mul_f32", "v_add_f32": "v_dual_add_f32", "v_sub_f32": "v_dual_sub_f32",
+    "v_mul_f32": "v_dual_mul_f32", "v_add_f32": "v_dual_add_f32", "v_sub_f32": "v_dual_sub_f32", "v_subrev_f32": "v_dual_subrev_f32",
     "v_max_num_f32": "v_dual_max_num_f32", "v_min_num_f32": "v_dual_min_num_f32", "v_mov_b32": "v_dual_mov_b32",
 }
 COMMUTATIVE = {"v_mul_f32", "v_add_f32", "v_max_num_f32", "v_min_num_f32"}

@@ -49,6 +49,7 @@ STAGE_STEP = THREADS * 16                 # bytes between a thread's successive 
 
 # numerics constants (bit patterns)
 F32_448 = "0x43e00000"                    # fp8 e4m3 max: p8 = fp8(p * 448)
+MAGIC_INT = "0x4b400000"                  # float 1.5 * 2^23: int32 x + MAGIC_INT has float bits 1.5*2^23 + x
 F32_NEG_INF = "0xff800000"
 F32_LN2 = "0x3f317218"                    # float32(ln 2)
 BF16_QNAN32 = "0x7fc00000"                # a NaN output becomes bf16 0x7fc0 (as the HIP kernel)
@@ -93,6 +94,7 @@ Q = V.alloc("Q", 16, align=4, note="Q^T B-fragments: Q[4i:4i+4] = 16 bytes 64h+1
 stK = V.alloc("stK", 16, align=4, note="global->LDS staging of K tile t+2")
 stV = V.alloc("stV", 16, align=4, note="global->LDS staging of V^T tile t+1")
 ring = V.alloc("ring", 4 * RING, align=4, note=f"{RING} LDS fragment slots of 4 VGPRs (ds_load_b128)")
+magic = V.alloc("magic", 8, note="0x4b400000 x 8: C of each chunk's first QK^T WMMA (int -> float trick)")
 NUM_VGPRS = V.used
 
 kernarg = S.fixed("kernarg", 0, 2, "kernarg segment pointer (only user SGPR, docs/rdna4.md §Entry)")
@@ -120,6 +122,7 @@ s_q0 = S.alloc("q0", note="first query of this wave")
 s_last = S.alloc("last_tile", note="seq_pad/64 - 1")
 s_ntail = S.alloc("ntail", note="valid keys of the last tile")
 s_448 = S.alloc("c448", note="448.0f (VOPD src0 of p*448)")
+s_magic = S.alloc("magic", note="12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)")
 s_sel = S.alloc("permsel", note="v_permlanex16 lane select 0x76543210")
 s_qs = S.alloc("qs", note="q_scale of this wave's 16 queries")
 s_t = S.alloc("tile", note="loop: current key tile t")
@@ -187,7 +190,7 @@ def qk_matrix(mx_: Matrix, kbuf: int, sacc) -> None:
         acc = sacc[8 * c:8 * c + 8]
 
         def emit(a, regs, acc=acc, i=i, half=half, first=first):
-            src_c = "0" if first else str(acc)
+            src_c = str(magic) if first else str(acc)
             a.op(f"{WMMA_QK} {acc}, {regs[2 * half:2 * half + 2]}, {Q[4 * i + 2 * half:4 * i + 2 * half + 2]}, "
                  f"{src_c} {IU8_SIGNED}")
         mx_.wmma(fk, emit)
@@ -273,10 +276,13 @@ def vmax(d, s0, s1):
 
 
 def scale_ops(sacc) -> list[Op]:
-    """s = float(s_int32) * (q_scale * k_scale): the HIP kernel's cvt then fp32 multiply, in place."""
+    """s = float(s_int32) * (q_scale * k_scale), in place. The QK^T accumulators start at C = 0x4b400000
+    (MAGIC_INT) instead of 0, so each holds the bits of the float 1.5 * 2^23 + s_int32 (|s_int32| < 2^21 keeps
+    the exponent); subtracting 1.5 * 2^23 is exact (Sterbenz) and gives float(s_int32) -- bitwise the HIP
+    kernel's v_cvt_f32_i32, but as a VOPD-pairable v_subrev_f32 instead of a single-issue convert."""
     ops = [vmul(qk[0], s_qs, ks), Op.mov(qk[1], qk[0])]
     for j in range(32):
-        ops.append(Op.raw(f"v_cvt_f32_i32_e32 {sacc[j]}, {sacc[j]}", [sacc[j]], [sacc[j]]))
+        ops.append(Op.vop2("v_subrev_f32", sacc[j], s_magic, sacc[j]))
         if j % 2:
             ops.append(vmul(sacc[j - 1], qk[0], sacc[j - 1]))
             ops.append(vmul(sacc[j], qk[1], sacc[j]))
@@ -464,6 +470,7 @@ def scalar_setup(a: Asm) -> None:
     a.op(f"s_lshl_b32 {s_tmp[0]}, {s_last}, 6")
     a.op(f"s_sub_co_i32 {s_ntail}, {s_seqlen}, {s_tmp[0]}", "valid keys in the last tile")
     a.op(f"s_mov_b32 {s_448}, {F32_448}")
+    a.op(f"s_mov_b32 {s_magic}, {MAGIC_INT}")
     a.op(f"s_mov_b32 {s_sel}, {PERMX16_SEL_LO}")
     # head offset of q/k/v: bh * seq_pad * 128 bytes (64-bit)
     a.op(f"s_lshl_b32 {s_tmp[0]}, {s_seqpad}, 7")
@@ -759,7 +766,7 @@ def kernel_text() -> str:
     a.op(f"s_lshl_b32 {s_koff[0]}, {s_tmp[0]}, 13")
     a.op(f"s_add_nc_u64 {s_kb}, {s_kh}, {s_koff}", "K(min(1, last))")
     a.section("prologue: O = 0, m = -inf, l = 0")
-    a.valu([Op.mov(O[j], "0") for j in range(64)] +
+    a.valu([Op.mov(O[j], "0") for j in range(64)] + [Op.mov(magic[j], s_magic) for j in range(8)] +
            [Op.mov(m[0], F32_NEG_INF), Op.mov(l_run, "0")])
     vm.wait_all()
     stage_stores(a, LDS_KBUF[0], LDS_VBUF[0])
@@ -908,10 +915,12 @@ def header_text() -> str:
 //   The last step (peeled, outside the loop) masks keys >= seq_len to -inf and runs softmax + PV only.
 //
 // Cycle budget per 64-key tile per SIMD (tools/perf_model.py's model: WMMA blocks VALU, VALU 1 issue/clk,
-// VOPD = 1 issue, TRANS 4 clk in its own pipe): 64 WMMA x 8 = 512 clk; VALU ~{{cvt 32 + scale 16 + max 17 +
-// m/alpha 8 + exp-arg 16 + exp 32 + sum&*448 32 + pack 16 + l 4}} = ~173 issues, plus 32 when the O rescale runs;
-// TRANS 33 x 4 = 132 < VALU, hidden. ~685-717 clk/tile = 73-76 % of the 8-bit WMMA peak; the floor of this
-// arithmetic is 512 + 132 = 644 (exp2 once per score). LDS 20 KiB/tile/wave = 320 clk, below the vector port.
+// VOPD = 1 issue, TRANS 4 clk in its own pipe): 64 WMMA x 8 = 512 clk; VALU ~{{int->float 16 + scale 16 +
+// max 17 + m/alpha 8 + exp-arg 16 + exp 32 + sum&*448 32 + pack 16 + l 4}} = ~157 issues, plus 32 when the O
+// rescale runs (most tiles at moderate S: some lane of 16 rows finds a new max); TRANS 33 x 4 = 132 < VALU.
+// ~670-700 clk/tile = 75-78 % of the 8-bit WMMA peak; the floor of this arithmetic is 512 + 132 = 644 (exp2
+// once per score). LDS 20 KiB/tile/wave = 320 clk, below the vector port. int->float: every chunk's first
+// QK^T WMMA takes C = MAGIC_INT, so float(s_int) is an exact VOPD v_subrev_f32 instead of a v_cvt_f32_i32.
 // Memory waits are placed where the data is first needed (§Waits: loads of a kind complete in order).
 //
 // Hazards (docs/rdna4.md §Hazards): no WMMA reads another WMMA's D as A/B (rule 1: A/B come from LDS, Q and
