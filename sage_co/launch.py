@@ -19,7 +19,7 @@ from . import registry
 from .kernargs import KernargStruct
 
 BACKENDS = ("emu", "hip")
-_checked: set[tuple[str, str]] = set()
+_checked: set[tuple] = set()   # (symbol, sha256, declared layout) already compared with the metadata
 _backends: dict[str, object] = {}
 
 
@@ -67,9 +67,10 @@ def checked_kernel(symbol: str, struct: KernargStruct, arch: str = "gfx1201"):
     """The shipped kernel for `symbol`, its code object verified against `struct` (once per process)."""
     shipped = registry.find_symbol(symbol, arch)
     co = registry.load(shipped.file, shipped.sha256)
-    if (symbol, shipped.sha256) not in _checked:
+    key = (symbol, shipped.sha256, tuple(struct.table()))
+    if key not in _checked:
         struct.check(co.kernel(symbol).metadata, where=shipped.file)
-        _checked.add((symbol, shipped.sha256))
+        _checked.add(key)
     return shipped, co
 
 

@@ -35,6 +35,13 @@ def fp32_div(a, b) -> torch.Tensor:
     return torch.div(a, b)
 
 
+def fp32_sqrt(x: torch.Tensor) -> torch.Tensor:
+    """IEEE (correctly rounded) fp32 sqrt. torch's CPU torch.sqrt is not correctly rounded for every fp32 input
+    (sqrt(0x3e4b9bab) gives 0x3ee44e5b; IEEE is 0x3ee44e5c), so take the sqrt in float64 and round once:
+    53 >= 2 * 24 + 2 makes that double rounding innocuous for sqrt."""
+    return torch.sqrt(x.double()).float()
+
+
 def q_multiplier(softmax_scale: float | None = None) -> float:
     """c = float32(softmax_scale * log2(e)): the product taken in double, rounded once to fp32 (RNE)."""
     scale = validate.check_softmax_scale(softmax_scale)
@@ -135,7 +142,7 @@ def mean_square(xf: torch.Tensor) -> torch.Tensor:
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """bf16 -> bf16: y = bf16(xf * r), r = 1 / sqrt(ms + eps); then y = bf16(y * weight) (eager Qwen-style order)."""
     xf = x.float()
-    r = fp32_div(1.0, torch.sqrt(mean_square(xf) + _f32(eps, xf)))
+    r = fp32_div(1.0, fp32_sqrt(mean_square(xf) + _f32(eps, xf)))
     y = (xf * r).to(torch.bfloat16)
     return (y.float() * weight.float()).to(torch.bfloat16)
 

@@ -26,7 +26,9 @@ class EmuBackend:
         return self.modules[shipped.sha256]
 
     def run(self, shipped, co, kernel, struct, grid, block, args, **launch_options):
-        read_only = {a.get(".name") for a in kernel.explicit_args if a.get(".actual_access") == "read_only"}
+        # clang names HIP pointer parameters "<name>.coerce"; inputs the metadata marks read_only are not copied back
+        read_only = {a.get(".name", "").removesuffix(".coerce") for a in kernel.explicit_args
+                     if a.get(".actual_access") == "read_only"}
         allocations: dict[str, tuple[int, int]] = {}
         values = {}
         try:

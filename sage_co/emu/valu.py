@@ -74,29 +74,61 @@ def _cvt_f32_f16(h):
 
 
 def _div_scale(s0, s1, s2):
-    """v_div_scale_f32 (ISA pseudocode with tinygrad's hardware-checked fixes): returns (D, vcc bool)."""
-    e1 = (_fb(s1) >> U32(23)) & U32(0xFF)
-    e2 = (_fb(s2) >> U32(23)) & U32(0xFF)
-    d = s0.copy() if isinstance(s0, np.ndarray) else np.asarray(s0)
+    """v_div_scale_f32 S0 (value to scale), S1 (denominator), S2 (numerator) -> (D, vcc bool), following the RDNA
+    ISA pseudocode case by case; where its text (written for f64) cannot apply to f32 -- "1.0 / S1 is a
+    denormal" -- it is read at f32 precision (|S1| > 2^126). clang's correctly rounded f32 division is
+    div_scale(d, d, n), div_scale(n, d, n) -> vcc, rcp + Newton-Raphson fmas, div_fmas(vcc), div_fixup; the
+    cases are chosen so that sequence returns the IEEE quotient for every input (tests/emu/test_division.py)."""
+    s0, s1, s2 = (np.asarray(x, dtype=F32) for x in (s0, s1, s2))
     with ERR:
-        q = s2.astype(F64) / s1.astype(F64)
-        big = (e2.astype(I64) - e1.astype(I64)) >= 96
-        qden = (np.abs(q) < 2.0 ** -126) & (q != 0)
-        tiny = e2 <= 23
-        zero = (s2 == 0) | (s1 == 0)
-        up = nm.ldexp_f32(np.asarray(s0, dtype=F32), 64)
-        vcc = ~zero & (big | (~big & qden) | (~big & ~qden & tiny))
-        d = np.where(zero, np.float32(np.nan),
-                     np.where(big, np.where(s0 == s1, up, s0),
-                              np.where(qden, s0, np.where(tiny, up, s0))))
+        e1 = ((_fb(s1) >> U32(23)) & U32(0xFF)).astype(I64)
+        e2 = ((_fb(s2) >> U32(23)) & U32(0xFF)).astype(I64)
+        # "S2 / S1 is denormal" includes quotients that underflow f32 entirely (the sequence rescales them by
+        # 2^64 and div_fmas scales back with one rounding), so test the unrounded (f64) quotient
+        q = np.abs(s2.astype(F64) / s1.astype(F64))
+        q_den = (q != 0) & (q < 2.0 ** -126)
+        s1_den = (s1 != 0) & (np.abs(s1) < np.float32(2.0 ** -126))
+        rcp_den = np.abs(s1.astype(F64)) > 2.0 ** 126             # 1/S1 would be an f32 denormal
+        up, down = nm.ldexp_f32(s0, 64), nm.ldexp_f32(s0, -64)
+        d, vcc = s0.copy(), np.zeros(s0.shape, dtype=bool)
+        undecided = np.ones(s0.shape, dtype=bool)
+
+        def case(cond, value, set_vcc):
+            nonlocal d, vcc, undecided
+            hit = undecided & cond
+            d = np.where(hit, value, d)
+            vcc = vcc | (hit & set_vcc)
+            undecided = undecided & ~cond
+
+        case((s2 == 0) | (s1 == 0), np.float32(np.nan), False)
+        case(e2 - e1 >= 96, np.where(s0 == s1, up, s0), True)       # N/D near FLT_MAX: scale the denominator
+        case(s1_den, up, False)
+        # |S1| > 2^126 with a denormal quotient: the pseudocode's f64 text would scale the denominator *up*
+        # (to inf); scaling it down like the next case is the reading under which the sequence stays exact
+        # (docs/emulator.md §Division; unverified on hardware)
+        case(rcp_den & q_den, np.where(s0 == s1, down, s0), True)
+        case(rcp_den, down, False)
+        case(q_den, np.where(s0 == s2, up, s0), True)               # quotient denormal: scale the numerator
+        case(e2 <= 23, up, False)                                   # numerator tiny
     return d.astype(F32), vcc
 
 
 def _div_fmas(a, b, c, vcc):
+    """v_div_fmas_f32: fma(a, b, c), times 2^64 (exponent of c > 127) or 2^-64 where vcc is set, rounded once:
+    the exact a*b + c is kept round-to-odd in f64 through the power-of-two scaling, then rounded to f32 (so a
+    quotient that lands in the f32 subnormal range is not rounded twice)."""
+    a, b, c = (np.asarray(x, dtype=F32) for x in (a, b, c))
     r = nm.fma_f32(a, b, c)
-    e2 = (_fb(c) >> U32(23)) & U32(0xFF)
+    if not np.any(vcc):
+        return r
     with ERR:
-        scaled = np.where(e2 > 127, nm.ldexp_f32(r, 64), nm.ldexp_f32(r, -64))
+        p, c64 = a.astype(F64) * b.astype(F64), c.astype(F64)
+        s = p + c64
+        bv = s - p
+        err = (p - (s - bv)) + (c64 - bv)                           # TwoSum: exact error of s
+        odd = nm.round_odd_f64(np.atleast_1d(s), np.atleast_1d(err)).reshape(s.shape)
+        e2 = (_fb(c) >> U32(23)) & U32(0xFF)
+        scaled = (odd * np.where(e2 > 127, 2.0 ** 64, 2.0 ** -64)).astype(F32)
     return np.where(vcc, scaled, r).astype(F32)
 
 
