@@ -6,7 +6,9 @@
 
 Each Python function validates its arguments (sage_co.validate) before any kernel runs, normalises the
 optional ones into schema-friendly values, and calls the custom op; the fake implementations return tensors
-with exactly the shapes, dtypes and strides of the real outputs.
+with exactly the shapes, dtypes and strides of the real outputs. FP8 V crosses the op boundary as its raw
+bytes (a uint8 view of the same storage): torch's schema checker (opcheck test_schema) cannot compare
+float8 tensors, and a view costs nothing.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ def _prepare_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale
     p = run_prepare(q, k, v, softmax_scale, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
                     k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin,
                     rope_dim=rope_dim if rope_dim != _NO_ROPE else None, backend=backend or None)
-    return p.q_int8, p.q_scale, p.k_int8, p.k_scale, p.k_mean, p.v_fp8, p.v_scale
+    return p.q_int8, p.q_scale, p.k_int8, p.k_scale, p.k_mean, p.v_fp8.view(torch.uint8), p.v_scale
 
 
 def _prepared_like(q: torch.Tensor):
@@ -44,7 +46,7 @@ def _prepared_like(q: torch.Tensor):
             q.new_empty((B, H, Sp, HEAD_DIM), dtype=torch.int8),
             q.new_empty((B, H, Sp // SCALE_BLOCK), dtype=torch.float32),
             q.new_empty((B, H, HEAD_DIM), dtype=torch.float32),
-            torch.empty((B, H, HEAD_DIM, Sp), dtype=torch.float8_e4m3fn, device=dev),
+            q.new_empty((B, H, HEAD_DIM, Sp), dtype=torch.uint8),   # the fp8 bytes of v_fp8
             q.new_empty((B, H, HEAD_DIM), dtype=torch.float32))
 
 
@@ -63,16 +65,21 @@ def sage_prepare(q, k, v, softmax_scale=None, *, smooth_k=False, q_norm_weight=N
     _check_choice("backend", backend, ("emu", "hip"))
     fields = _prepare_op(q, k, v, chk.softmax_scale, bool(smooth_k), q_norm_weight, k_norm_weight, float(eps),
                          cos, sin, chk.rope_dim or _NO_ROPE, backend or _DEFAULT)
-    return SagePrepared(*fields, chk.S)
+    return _prepared(fields, chk.S)
+
+
+def _prepared(fields, S: int) -> SagePrepared:
+    q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale = fields
+    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes.view(torch.float8_e4m3fn), v_scale, S)
 
 
 # -------------------------------------------------------------------------------------------- forward
 @torch.library.custom_op("sage_co::sage_attention_fwd", mutates_args=())
 def _fwd_op(q_int8: torch.Tensor, q_scale: torch.Tensor, k_int8: torch.Tensor, k_scale: torch.Tensor,
-            k_mean: torch.Tensor, v_fp8: torch.Tensor, v_scale: torch.Tensor, seq_len: int, return_lse: bool,
+            k_mean: torch.Tensor, v_bytes: torch.Tensor, v_scale: torch.Tensor, seq_len: int, return_lse: bool,
             backend: str, kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
     from .ops.attention import run_attention_fwd
-    prepared = SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_fp8, v_scale, seq_len)
+    prepared = _prepared((q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale), seq_len)
     kw = {"variant": kernel} if kernel else {}
     res = run_attention_fwd(prepared, return_lse=return_lse, backend=backend or None, **kw)
     if return_lse:
@@ -88,7 +95,7 @@ def _fwd_like(q_int8, seq_len, return_lse):
 
 
 @_fwd_op.register_fake
-def _(q_int8, q_scale, k_int8, k_scale, k_mean, v_fp8, v_scale, seq_len, return_lse, backend, kernel):
+def _(q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, seq_len, return_lse, backend, kernel):
     return _fwd_like(q_int8, seq_len, return_lse)
 
 
@@ -106,7 +113,8 @@ def sage_attention_fwd(prepared: SagePrepared, *, return_lse=False, backend=None
     validate.check_prepared(prepared, q.shape[0], prepared.seq_len, q.shape[1])
     _check_choice("backend", backend, ("emu", "hip"))
     _check_choice("kernel", kernel, None)
-    out, lse = _fwd_op(*prepared[:7], prepared.seq_len, bool(return_lse), backend or _DEFAULT, kernel or _DEFAULT)
+    out, lse = _fwd_op(*prepared[:5], prepared.v_fp8.view(torch.uint8), prepared.v_scale, prepared.seq_len,
+                       bool(return_lse), backend or _DEFAULT, kernel or _DEFAULT)
     return (out, lse) if return_lse else out
 
 

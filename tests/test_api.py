@@ -28,7 +28,8 @@ def test_opcheck_all_three_ops():
     torch.library.opcheck(torch.ops.sage_co.sage_prepare.default,
                           (q, k, v, 0.088, True, None, None, 1e-6, None, None, 0, "emu"))
     p = sage_co.sage_prepare(q, k, v)
-    torch.library.opcheck(torch.ops.sage_co.sage_attention_fwd.default, (*p[:7], p.seq_len, True, "emu", "hip"))
+    torch.library.opcheck(torch.ops.sage_co.sage_attention_fwd.default,
+                          (*p[:5], p.v_fp8.view(torch.uint8), p.v_scale, p.seq_len, True, "emu", "hip"))
     na = norm_rope_args(33, 32)
     torch.library.opcheck(torch.ops.sage_co.sage_attention.default,
                           (q, k, v, 0.088, False, na["q_norm_weight"], na["k_norm_weight"], 1e-6, na["cos"], na["sin"],
