@@ -48,8 +48,8 @@ def cmd_run(args) -> int:
     import torch
 
     from . import accuracy, api, reference, registry
+    from . import launch as launch_mod
     from .launch import get_backend
-    from .ops import attention as attention_ops
 
     backend = args.backend or _default_backend()
     device = "cuda" if backend == "hip" else "cpu"
@@ -58,6 +58,7 @@ def cmd_run(args) -> int:
                   f"backend [cyan]{backend}[/] ({where})")
     q, k, v = accuracy.make_inputs(args.dist, args.B, args.S, args.H, seed=args.seed, device=device)
     timings = {}
+    first_launch = len(launch_mod.launched)
     with console.status("prepare kernel: quantizing Q/K to INT8 and V to FP8 ...") as status:
         t0 = time.perf_counter()
         prepared = api.sage_prepare(q, k, v, smooth_k=args.smooth_k, backend=backend)
@@ -87,25 +88,27 @@ def cmd_run(args) -> int:
         f"rel L2 {accuracy.metrics(out.cpu().float(), model.float())['rel_l2']:.2e}"
     console.print(f"kernel output vs arithmetic model: {bitwise}")
 
-    prov = Table(title="kernels that ran")
-    for col in ("stage", "symbol", "code object", "source", "sha256", "time"):
-        prov.add_column(col)
-    attn = registry.find(attention_ops.OP, args.kernel)
-    for stage, kern in (("prepare", None), ("attention", attn)):
-        rows_k = [kk for kk in registry.kernels() if kk.op.startswith("sage_prepare")] if kern is None else [kern]
-        for kk in rows_k:
-            co = registry.manifest()["code_objects"][kk.code_object]
-            prov.add_row(stage, kk.symbol, f"hsaco/{kk.file}", co["source"], kk.sha256[:12], f"{timings[stage]:.2f} s")
+    prov = Table(title="kernels that ran (in launch order)")
+    for col in ("stage", "symbol", "code object", "built from", "sha256"):
+        prov.add_column(col, no_wrap=True)
+    manifest = registry.manifest()["code_objects"]
+    for symbol, _ in launch_mod.launched[first_launch:]:
+        kk = registry.find_symbol(symbol)
+        prov.add_row(kk.op, symbol, f"{registry.hsaco_dir().name}/{kk.file}", manifest[kk.code_object]["source"],
+                     kk.sha256[:12])
     console.print(prov)
+    console.print(f"time: prepare {timings['prepare']:.2f} s, attention {timings['attention']:.2f} s "
+                  f"({'emulated on the CPU' if backend == 'emu' else 'on the GPU'})")
 
     if backend == "emu":
         emu = get_backend("emu")
         counts = Table(title="emulated dynamic instruction counts (wave-instructions)")
-        keys = sorted({key for _, st in emu.history for key in st if isinstance(st[key], (int, float))})
-        counts.add_column("kernel")
+        keys = ["WMMA", "VALU", "TRANS", "SALU", "LDS", "VMEM_LOAD", "VMEM_STORE", "SMEM", "BRANCH", "WAIT_OTHER",
+                "wave_instructions", "waves", "wall_s"]
+        counts.add_column("kernel", no_wrap=True)
         for key in keys:
             counts.add_column(key, justify="right")
-        for symbol, st in emu.history:
+        for symbol, st in emu.history[-(len(launch_mod.launched) - first_launch):]:
             counts.add_row(symbol, *[f"{st.get(key, 0):,}" if isinstance(st.get(key, 0), int) else f"{st.get(key):.2f}"
                                      for key in keys])
         console.print(counts)

@@ -21,6 +21,7 @@ from .kernargs import KernargStruct
 BACKENDS = ("emu", "hip")
 _checked: set[tuple] = set()   # (symbol, sha256, declared layout) already compared with the metadata
 _backends: dict[str, object] = {}
+launched: list[tuple[str, str]] = []   # (symbol, backend) of every launch in this process, oldest first
 
 
 def device_arch(device: torch.device) -> str | None:
@@ -102,4 +103,5 @@ def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: 
     devices = {t.device for t in tensors.values()}
     if len(devices) > 1:
         raise ValueError(f"{symbol}: tensor arguments are on several devices {sorted(map(str, devices))}")
+    launched.append((symbol, backend))
     return get_backend(backend).run(shipped, co, kernel, struct, tuple(grid), tuple(block), args)
