@@ -29,7 +29,7 @@ def hip(tmp_path_factory):
 def wmma_min(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("asm")
     subprocess.run([str(LLVM / "clang"), "--target=amdgcn-amd-amdhsa", "-mcpu=gfx1201", "-c",
-                    str(HERE / "asm" / "wmma_iu8_min.s"), "-o", str(tmp / "w.o")], check=True)
+                    str(HERE.parent / "kernels" / "wmma_iu8_min.s"), "-o", str(tmp / "w.o")], check=True)
     subprocess.run([str(LLVM / "ld.lld"), "-shared", str(tmp / "w.o"), "-o", str(tmp / "w.co")], check=True)
     return (tmp / "w.co").read_bytes()
 
