@@ -284,7 +284,7 @@ def test_static_loop_of_the_shipped_hip_kernel():
     # 32 ds_load_b128 + 8 ds_store_b128; 219 VGPRs -> 6 waves, 32 KiB LDS -> 4 waves per SIMD
     s = km.static
     assert (s.WMMA, s.wmma_cycles, s.VMEM_LOAD, s.LDS, s.lds_bytes) == (64, 512, 8, 40, 40 * 512)
-    assert km.keys_per_tile == 64
+    assert (km.keys_per_iter, km.tiles_per_iter) == (64, 1)
     assert (km.vgprs, km.waves_vgpr, km.waves_lds, km.waves) == (219, 6, 4, 4)
 
 

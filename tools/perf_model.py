@@ -59,6 +59,7 @@ WAVES_PER_WG = 4
 QUERIES_PER_WAVE = QUERY_TILE // WAVES_PER_WG
 HEAD_DIM = 128
 PAD = 64                                    # prepare pads S to a multiple of 64 (sage_co.prepared.PAD)
+KEY_TILE = 64                               # every per-tile figure is per 64-key tile of one wave
 
 SHAPES = [(1, h, s) for h in (5, 24) for s in (4096, 16384, 75600)]
 HSACO = ROOT / "hsaco" / "gfx1201"
@@ -193,6 +194,10 @@ class Mix:
 
     def counts(self) -> dict[str, float]:
         return {c: getattr(self, c) for c in CLASSES}
+
+    def scaled(self, f: float, source: str) -> "Mix":
+        return replace(self, **{x.name: getattr(self, x.name) * f for x in fields(self) if x.name != "source"},
+                       source=source)
 
 
 @dataclass
@@ -415,11 +420,13 @@ class KernelModel:
     lds_bytes: int
     loop: Loop
     loop_insts: int                 # instructions in the loop's address range
-    static: Mix                     # longest path per iteration
+    static: Mix                     # longest path, per 64-key tile (= per iteration / tiles_per_iter)
     fixed: Mix                      # instructions outside the loop, each once (prologue + epilogue)
     mix: Mix                        # the mix the model uses (dynamic when available, else static)
     notes: list[str] = field(default_factory=list)
     disassembler: str = ""
+    static_iter: Mix | None = None  # longest path of one loop iteration (not normalised)
+    insts: list[Inst] = field(default_factory=list)    # the kernel's instructions (for the simulator)
 
     @property
     def waves_vgpr(self) -> int:
@@ -434,13 +441,19 @@ class KernelModel:
         return min(self.waves_vgpr, self.waves_lds)
 
     @property
-    def keys_per_tile(self) -> int:
+    def keys_per_iter(self) -> int:
         """Keys per loop iteration, from the WMMA work of one iteration (QK + PV, 16 queries, d = 128)."""
-        keys = self.static.wmma_ops / (4 * QUERIES_PER_WAVE * HEAD_DIM)
+        keys = self.static_iter.wmma_ops / (4 * QUERIES_PER_WAVE * HEAD_DIM)
         if keys <= 0 or keys != int(keys):
-            raise ValueError(f"{self.label}: loop WMMA work {self.static.wmma_ops} OPs is not 4*16*128*keys "
+            raise ValueError(f"{self.label}: loop WMMA work {self.static_iter.wmma_ops} OPs is not 4*16*128*keys "
                              f"for a whole number of keys")
         return int(keys)
+
+    @property
+    def tiles_per_iter(self) -> int:
+        """64-key tiles per loop iteration (the asm loop is unrolled x2: 2). A loop with less work than one
+        tile (synthetic test kernels) counts as one tile per iteration; analyze() notes it."""
+        return max(1, self.keys_per_iter // KEY_TILE)
 
 
 def analyze(label: str, path: Path, symbol: str | None = None) -> KernelModel:
@@ -462,8 +475,16 @@ def analyze(label: str, path: Path, symbol: str | None = None) -> KernelModel:
                    "static: outside the loop, each once")
     vgprs = int(kernel.metadata.get(".vgpr_count", kernel.descriptor.vgpr_count))
     lds = int(kernel.descriptor.group_segment_fixed_size)
-    return KernelModel(label, path, symbol, vgprs, lds, loop, sum(loop.contains(i.addr) for i in insts),
-                       static, fixed, static, notes, dis)
+    km = KernelModel(label, path, symbol, vgprs, lds, loop, sum(loop.contains(i.addr) for i in insts),
+                     static, fixed, static, notes, dis, static_iter=static, insts=insts)
+    # every per-tile figure is per 64-key tile, whatever the unroll (asm: 2 tiles per iteration)
+    if km.keys_per_iter % KEY_TILE:
+        km.notes.append(f"loop iteration holds {km.keys_per_iter} keys, not a multiple of {KEY_TILE}: "
+                        "figures are per iteration")
+    if km.tiles_per_iter != 1:
+        km.static = km.mix = static.scaled(1 / km.tiles_per_iter,
+                                           f"static: longest path through the loop / {km.tiles_per_iter} tiles")
+    return km
 
 
 # ------------------------------------------------------------------------------------------- emulator
@@ -513,8 +534,10 @@ def emulator_mix(km: KernelModel, variant: str, seqs=EMU_SEQ) -> Mix:
         symbol, stats = get_backend("emu").history[-1]
         runs.append((S, stats))
     (s0, st0), (s1, st1) = runs
-    kt = km.keys_per_tile
-    return mix_from_stats(st0, st1, s0 / kt, s1 / kt, st0["waves"], st1["waves"], km.static)
+    # per 64-key tile (the emulator counts whole iterations; S is a multiple of keys_per_iter in both runs)
+    if s0 % km.keys_per_iter or s1 % km.keys_per_iter:
+        raise ValueError(f"emulator sequence lengths must be multiples of {km.keys_per_iter} keys per iteration")
+    return mix_from_stats(st0, st1, s0 / KEY_TILE, s1 / KEY_TILE, st0["waves"], st1["waves"], km.static)
 
 
 # ------------------------------------------------------------------------------------------- shapes
@@ -547,8 +570,7 @@ def dram_bytes(B: int, H: int, S: int, resident_wgs: int) -> float:
 def model_shape(km: KernelModel, B: int, H: int, S: int, mix: Mix | None = None) -> ShapeResult:
     mix = mix or km.mix
     S_pad = -(-S // PAD) * PAD
-    kt = km.keys_per_tile
-    tiles_per_wave = -(-S_pad // kt)
+    tiles_per_wave = -(-S_pad // KEY_TILE)              # 64-key tiles (an odd count in an x2 loop: tail)
     waves_total = B * H * (S_pad // QUERY_TILE) * WAVES_PER_WG
     waves_per_simd = -(-waves_total // SIMDS)            # busiest SIMD
     resident_wgs = SIMDS * km.waves // WAVES_PER_WG
@@ -672,7 +694,8 @@ def report(kernels, console=None) -> dict:
         ("disassembler", lambda km: km.disassembler),
         ("loop range", lambda km: f"0x{km.loop.head:x}-0x{km.loop.tail:x} ({km.loop_insts} insts, "
                                   f"{len(km.loop.backedges)} back-edges)"),
-        ("keys per tile (from WMMA work)", lambda km: str(km.keys_per_tile)),
+        ("keys per loop iteration (from WMMA work)", lambda km: f"{km.keys_per_iter} = {km.tiles_per_iter} x "
+                                                                f"{KEY_TILE}-key tile; figures below per tile"),
         ("counts used", lambda km: "dynamic (emulator)" if km.mix is not km.static else "static (longest path)"),
     ]
     for c in CLASSES:
@@ -778,7 +801,7 @@ def report(kernels, console=None) -> dict:
         h, hk = costs["hip"], dict(present)["hip"]
         need = h.cycles / 1.5
         floor = sensitivity(hk)[-1][1]
-        console.print(f"1.5x the HIP kernel (modeled) needs <= {need:.0f} cycles per {hk.keys_per_tile}-key tile, i.e. "
+        console.print(f"1.5x the HIP kernel (modeled) needs <= {need:.0f} cycles per {KEY_TILE}-key tile, i.e. "
                       f"<= {need - h.wmma:.0f} cycles beside the {h.wmma:.0f} WMMA cycles. The HIP loop's "
                       f"{hk.mix.TRANS:.0f} TRANS ops alone cost {h.trans:.0f} (chosen assumption) or {hk.mix.TRANS:.0f} "
                       f"issue cycles (if TRANS overlapped WMMA); floor of this loop {floor.cycles:.0f} cycles = "
