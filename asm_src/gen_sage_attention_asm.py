@@ -585,7 +585,7 @@ def body(a: Asm, parity: int, last: bool) -> None:
         stage_loads(a, vm, s_kb, s_vb, tag)
         for u in range(STAGE_LOADS):
             a.op(f"s_add_nc_u64 {s_vb[2 * u:2 * u + 2]}, {s_vb[2 * u:2 * u + 2]}, {TILE_K}")
-        a.section(f"phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack")
+        a.section("phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack")
     else:
         a.section(f"last tile (t % 2 = {parity}): mask keys >= seq_len, softmax, PV")
     wv.prefetch()

@@ -40,7 +40,6 @@ def _prepare_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale
 def _prepared_like(q: torch.Tensor):
     B, S, H, _ = q.shape
     Sp = s_pad(S)
-    dev = q.device
     return (q.new_empty((B, H, Sp, HEAD_DIM), dtype=torch.int8),
             q.new_empty((B, H, Sp // SCALE_BLOCK), dtype=torch.float32),
             q.new_empty((B, H, Sp, HEAD_DIM), dtype=torch.int8),

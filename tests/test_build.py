@@ -3,21 +3,12 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-import build_asm  # noqa: E402
+from llvm_tools import LLVM, ROOT, build_asm, needs_llvm  # noqa: E402
 
 TEST_KERNELS = ROOT / "tests" / "kernels"
-
-try:
-    LLVM = build_asm.find_llvm()
-except build_asm.BuildError as exc:
-    LLVM, WHY = None, str(exc).splitlines()[0]
-needs_llvm = pytest.mark.skipif(LLVM is None, reason="no LLVM with gfx1201 support (clang >= 19 + ld.lld) here")
 
 
 def run_build(*args):

@@ -9,15 +9,7 @@ import pytest
 
 from sage_co import codeobj, registry
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-import build_asm  # noqa: E402
-
-try:
-    LLVM = build_asm.find_llvm()
-except build_asm.BuildError:
-    LLVM = None
-needs_llvm = pytest.mark.skipif(LLVM is None, reason="no LLVM with gfx1201 support (clang >= 19 + ld.lld) here")
+from llvm_tools import LLVM, ROOT, needs_llvm  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -4,21 +4,13 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tools"))
-import build_asm  # noqa: E402
+from llvm_tools import LLVM, ROOT, build_asm, needs_llvm  # noqa: E402,F401
 import disasm_check  # noqa: E402
 
-try:
-    LLVM = build_asm.find_llvm()
-except build_asm.BuildError:
-    LLVM = None
-pytestmark = pytest.mark.skipif(LLVM is None, reason="disasm_check needs llvm-objdump (LLVM >= 19) here")
+pytestmark = needs_llvm
 
 
 def run_check(*args):

@@ -8,9 +8,9 @@ Operand spelling follows LLVM's AMDGPUInstPrinter; every rule here is checked ag
 tests/emu/test_decode.py. Nothing here runs LLVM.
 """
 from __future__ import annotations
-import struct, sys
+import sys
 
-from .decode import Inst, decode, register_text, reg_text, DPP16, DPP8, DPP8_FI
+from .decode import Inst, decode, register_text, reg_text
 from .opcodes import OPS, VOPD_X, VOPD_Y, HWREG, SENDMSG, TH, SCOPE, BUF_FORMAT
 
 # ---- constants -------------------------------------------------------------------------------------------------
@@ -214,7 +214,7 @@ def _vopd(inst: Inst) -> str:
 def _sopp(inst: Inst) -> str:
     asm, name, tpl = OPS['SOPP'][inst.opcode]
     imm = inst.f['simm16']
-    simm = imm - 0x10000 if imm & 0x8000 else imm
+    imm - 0x10000 if imm & 0x8000 else imm
     if not tpl: return asm
     if name == 's_delay_alu': return asm + ' ' + _delay_alu(imm)
     if name == 's_wait_alu': return asm + ' ' + _depctr(imm)

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from sage_co.emu.device import ARENA_VA, EmuError
+from sage_co.emu.device import EmuError
 
 ALL = slice(None)
 END = -1
@@ -342,7 +342,6 @@ class Stats(dict):
 def _init_batch(st: State, prog: Program, grid, block, wg_lo: int, nwg: int, wpg: int, kernarg_va, dispatch_va,
                 queue_va):
     d = prog.kernel.descriptor
-    W = st.W
     st.grid, st.block = grid, block
     wg_local = np.repeat(np.arange(nwg), wpg)
     st.wave_wg = wg_local

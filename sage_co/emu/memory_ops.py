@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from sage_co.emu.device import ARENA_VA, EmuError
-from sage_co.emu.executor import ALL, LANE, NULL, F
+from sage_co.emu.executor import ALL, NULL, F
 
 U8, U16, U32, U64, I64 = np.uint8, np.uint16, np.uint32, np.uint64, np.int64
 VA = np.uint64(ARENA_VA)
@@ -244,7 +244,7 @@ def _vglobal(st, ops, inst, pc):
             return None
         nbytes, kind = LOADS[ty]
         vd = F(inst, "vdst")
-        ndw = (nbytes + 3) // 4 if kind == "b" else 1
+        (nbytes + 3) // 4 if kind == "b" else 1
 
         def h(sel):
             m = _mask(st, sel)

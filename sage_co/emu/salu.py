@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from sage_co.emu.device import EmuError
-from sage_co.emu.executor import ALL, END, EXEC, SCC_CODE, VCC, F, FULL
+from sage_co.emu.executor import ALL, END, EXEC, VCC, F
 
 U32, U64, I32, I64 = np.uint32, np.uint64, np.int32, np.int64
 M32 = U64(0xFFFFFFFF)
@@ -362,7 +362,7 @@ def build(st, ops, inst, pc):
             a, b = ops.sread(inst, F(inst, "ssrc0"), wide), ops.sread(inst, F(inst, "ssrc1"))
             want = name[len("s_bitcmp")] == "1"
             one = U64(1) if wide else U32(1)
-            m = U64(63) if wide else U32(31)
+            U64(63) if wide else U32(31)
 
             def h(sel):
                 bit = (np.asarray(a(sel)) >> (np.asarray(b(sel)) & U32(31 if not wide else 63)).astype(
@@ -377,7 +377,7 @@ def _barrier_signal(st, ops, inst, pc):
     # s_barrier_signal -1: workgroup barrier (rdna4_facts §4.3). Other ids are named barriers (gfx1250+ only).
     if F(inst, "ssrc0") != 193:
         raise EmuError("s_barrier_signal with a barrier id other than -1 is not supported")
-    sig, alive, wave_wg, blocked = st.sig, st.alive, st.wave_wg, st.blocked
+    sig, _alive, wave_wg, blocked = st.sig, st.alive, st.wave_wg, st.blocked
 
     def h(sel):
         sig[sel] += 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sage_co.emu.executor import ALL, EXEC, F, LITERAL, NULL, SCC_CODE, VCC
+from sage_co.emu.executor import ALL, F, NULL, VCC
 
 KINDS = ("load", "store", "ds", "km")
 
@@ -47,7 +47,7 @@ def _sregs(code, n=1):
 
 def _operand_regs(inst):
     """(reads, writes, load_dsts, kind) register keys of an instruction, from the generated opcode templates."""
-    from sage_co.emu.opcodes import OPS, VOPD_X, VOPD_Y
+    from sage_co.emu.opcodes import OPS
     enc, f = inst.enc, inst.f
     reads, writes = [], []
     tenc = "VOP3" if enc == "VOP3SD" else enc
@@ -117,7 +117,7 @@ def wrap(st, ops, inst, pc, h):
     is_valu = cls in ("VALU", "TRANS")
     load_dsts = writes if is_load else ()
     plain_writes = () if is_load else writes
-    issued, done = getattr(st, "issued", None), getattr(st, "done", None)
+    issued, _done = getattr(st, "issued", None), getattr(st, "done", None)
 
     def hh(sel):
         if st.maybe:

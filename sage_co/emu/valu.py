@@ -11,7 +11,7 @@ import numpy as np
 
 from sage_co.emu import numerics as nm
 from sage_co.emu.device import EmuError
-from sage_co.emu.executor import ALL, EXEC, F, LANE, NULL, VCC, pack_lanes, unpack_lanes
+from sage_co.emu.executor import ALL, EXEC, F, NULL, VCC, pack_lanes, unpack_lanes
 
 U8, U16, U32, U64, I16, I32, I64 = np.uint8, np.uint16, np.uint32, np.uint64, np.int16, np.int32, np.int64
 F16, F32, F64 = np.float16, np.float32, np.float64

@@ -7,7 +7,6 @@ models them as correctly rounded, so only that bound is a property both share.
 HIP's default for gfx1201 keeps f32 denormals (FLOAT_DENORM_MODE_32 = 3 in these code objects); inputs avoid
 denormals anyway. Launch geometry: grid counts workgroups (hipModuleLaunchKernel convention).
 """
-import shutil
 import struct
 import subprocess
 from fractions import Fraction

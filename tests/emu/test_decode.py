@@ -2,7 +2,7 @@
 clang -O3 HIP kernels and every shipped hsaco/gfx1201/*.co must disassemble exactly as llvm-objdump prints it
 (whitespace collapsed, `// address: words` comment dropped). LLVM is only used here, never by sage_co.emu."""
 from __future__ import annotations
-import io, os, re, subprocess, tempfile, time
+import os, re, subprocess
 from pathlib import Path
 
 import pytest

@@ -1,5 +1,4 @@
 """The executor runs clang-compiled HIP kernels and hand-written asm on the emulator and matches numpy."""
-import io
 import struct
 import subprocess
 from pathlib import Path
@@ -7,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sage_co.emu import Device, EmuError, executor
+from sage_co.emu import Device, executor
 
 LLVM = Path("/usr/lib/llvm-22/bin")
 HERE = Path(__file__).parent

@@ -1,6 +1,5 @@
 """Each sanitizer case: the deliberately broken kernel is stopped with EmuError naming the problem, the clean
 version runs. Kernels: tests/emu/asm/sanitizer_cases.s, assembled with BROKEN=0/1."""
-import shutil
 import struct
 import subprocess
 from pathlib import Path
