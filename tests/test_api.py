@@ -23,37 +23,43 @@ def norm_rope_args(S, rope_dim=64, seed=1):
                 rope_dim=rope_dim)
 
 
-def test_opcheck_all_three_ops():
+KERNELS = ["asm", "hip"]   # every attention test runs against both shipped kernels
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_opcheck_all_three_ops(kernel):
     q, k, v = qkv()
     torch.library.opcheck(torch.ops.sage_co.sage_prepare.default,
                           (q, k, v, 0.088, True, None, None, 1e-6, None, None, 0, "emu"))
     p = sage_co.sage_prepare(q, k, v)
     torch.library.opcheck(torch.ops.sage_co.sage_attention_fwd.default,
-                          (*p[:5], p.v_fp8.view(torch.uint8), p.v_scale, p.seq_len, True, "emu", "hip"))
+                          (*p[:5], p.v_fp8.view(torch.uint8), p.v_scale, p.seq_len, True, "emu", kernel))
     na = norm_rope_args(33, 32)
     torch.library.opcheck(torch.ops.sage_co.sage_attention.default,
                           (q, k, v, 0.088, False, na["q_norm_weight"], na["k_norm_weight"], 1e-6, na["cos"], na["sin"],
-                           32, False, "emu", "hip"))
+                           32, False, "emu", kernel))
 
 
-def test_torch_compile_fullgraph_equals_eager():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_torch_compile_fullgraph_equals_eager(kernel):
     q, k, v = qkv(S=40)
 
     def f(q, k, v):
-        return sage_co.sage_attention(q, k, v, kernel="hip") * 2
+        return sage_co.sage_attention(q, k, v, kernel=kernel) * 2
 
     eager = f(q, k, v)
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
     assert torch.equal(eager, compiled)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("rope_dim", [32, 128])
-def test_fused_norm_rope_equals_prepare_then_forward(rope_dim):
+def test_fused_norm_rope_equals_prepare_then_forward(rope_dim, kernel):
     q, k, v = qkv(S=70, H=2, seed=3)
     na = norm_rope_args(70, rope_dim)
-    fused = sage_co.sage_attention(q, k, v, kernel="hip", **na)
+    fused = sage_co.sage_attention(q, k, v, kernel=kernel, **na)
     p = sage_co.sage_prepare(q, k, v, **na)
-    two_step = sage_co.sage_attention_fwd(p, kernel="hip")
+    two_step = sage_co.sage_attention_fwd(p, kernel=kernel)
     assert torch.equal(fused, two_step)
 
 
@@ -114,12 +120,21 @@ def test_backend_choice_is_explicit_or_by_device():
         launch_mod.resolve_backend(meta, None)
 
 
-def test_edited_kernarg_declaration_is_refused():
+def test_default_kernel_is_the_hand_scheduled_one():
+    from sage_co import registry
+    assert registry.find("sage_attention_fwd").variant == "asm"
+    assert registry.find("sage_attention_fwd", "hip").symbol == "gfx1201_sage_attention_fwd"
+    with pytest.raises(LookupError, match="no variant 'fast'"):
+        registry.find("sage_attention_fwd", "fast")
+
+
+@pytest.mark.parametrize("symbol", ["gfx1201_sage_attention_fwd", "gfx1201_sage_attention_fwd_asm"])
+def test_edited_kernarg_declaration_is_refused(symbol):
     from sage_co.ops.attention import ATTENTION_FWD_ARGS
     fields = list(ATTENTION_FWD_ARGS.fields)
     swapped = [Field(f.name, f.kind, f.offset) for f in fields]
     swapped[-1], swapped[-2] = Field("num_heads", "u32", 84), Field("flags", "u32", 80)
     edited = KernargStruct("edited_attention_fwd", swapped, ATTENTION_FWD_ARGS.size)
     with pytest.raises(KernargMismatch, match="refusing to launch"):
-        launch_mod.checked_kernel("gfx1201_sage_attention_fwd", edited)
-    launch_mod.checked_kernel("gfx1201_sage_attention_fwd", ATTENTION_FWD_ARGS)
+        launch_mod.checked_kernel(symbol, edited)
+    launch_mod.checked_kernel(symbol, ATTENTION_FWD_ARGS)
