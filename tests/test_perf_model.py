@@ -13,6 +13,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 import build_asm  # noqa: E402
 import perf_model as pm  # noqa: E402
+from dataclasses import replace  # noqa: E402
+
 from perf_model import Inst, Mix, tile_cost  # noqa: E402
 
 try:
@@ -291,7 +293,7 @@ def test_static_loop_of_the_shipped_hip_kernel():
 def _report(kernels):
     from rich.console import Console
     buf = io.StringIO()
-    out = pm.report(kernels, Console(file=buf, width=200))
+    out = pm.report(kernels, Console(file=buf, width=200), latency_sensitivity_table=False)
     return out, buf.getvalue()
 
 
@@ -326,6 +328,11 @@ def test_side_by_side_columns_and_goal_line():
         assert a.tflops == h.tflops > 0
     assert "1.00x" in text and "asm >= 1.5x HIP: NOT met (min 1.00x)" in text
     assert "different counts" not in text
+    # latency-aware mode: the same stream simulates identically, and never beats the issue bound
+    for h, a in zip(out["latency_results"]["hip"], out["latency_results"]["asm"]):
+        assert a.tflops == h.tflops > 0 and h.tile.cycles >= 0.99 * out["costs"]["hip"].cycles
+    assert "Goal (latency-aware, modeled): asm >= 1.5x HIP: NOT met (min 1.00x)" in text
+    assert "latency-aware" in text and "VALU result" in text      # the latency table is printed
 
 
 def test_calibration_reference_tile():
@@ -342,10 +349,161 @@ def test_calibration_reference_tile():
 def test_cli_static_runs():
     if LLVM is None:
         pytest.skip("the CLI disassembles with llvm-objdump here")
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "perf_model.py"), "--static"], capture_output=True,
-                       text=True)
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "perf_model.py"), "--static", "--quick"],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "Modeled speed" in r.stdout
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "perf_model.py"), "--emu-seq", "256,128"],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "--emu-seq" in r.stderr
+
+
+# ------------------------------------------------------------------------------------------- latency-aware simulator
+def ops(*lines):
+    """('v_add_f32_e32', 'v1, v0, v0'), ... -> decoded ops of a straight-line stream."""
+    return [pm.decode(Inst(4 * k, m, o)) for k, (m, o) in enumerate(lines)]
+
+
+def issue_clocks(stream, waves=1, iterations=2, lat=pm.Latencies(), wave=0, iteration=0):
+    r = pm.simulate(stream, waves, iterations, lat, trace=True, warmup=1)
+    return [c for c, w, it, _ in r.trace if w == wave and it == iteration], r
+
+
+LAT = pm.Latencies()
+
+
+def test_decode_operands():
+    wmma = pm.decode(Inst(0, IU8, "v[128:135], v[208:209], v[160:161], v[128:135] neg_lo:[1,1,0]"))
+    assert wmma.dsts == tuple(range(128, 136)) and wmma.wmma_cycles == 8 and wmma.vector
+    assert set(range(208, 210)) | set(range(160, 162)) | set(range(128, 136)) <= set(wmma.srcs)
+    dual = pm.decode(Inst(0, "v_dual_max_num_f32", "v24, v96, v97 :: v_dual_fmac_f32 v25, v98, v99"))
+    assert dual.dsts == (24, 25) and {96, 97, 98, 99, 25} <= set(dual.srcs)    # fmac reads its destination
+    store = pm.decode(Inst(0, "ds_store_b128", "v7, v[176:179] offset:2048"))
+    assert store.dsts == () and {7, 176, 179} <= set(store.srcs) and store.mem_bytes == 512
+    w = pm.decode(Inst(0, "s_wait_loadcnt_dscnt", "0x0302"))
+    assert w.waits == (("load", 3), ("ds", 2))
+    cmp = pm.decode(Inst(0, "v_cmp_neq_f32_e32", "vcc_lo, 0xff800000, v16"))
+    assert cmp.dsts == (pm._NAMED["vcc_lo"],)
+    assert pm._NAMED["vcc_lo"] in pm.decode(Inst(0, "s_cbranch_vccz", "64")).srcs
+
+
+def test_dependent_valu_chain_stalls_by_the_latency():
+    clocks, _ = issue_clocks(ops(("v_add_f32_e32", "v1, v0, v0"), ("v_add_f32_e32", "v2, v1, v1"),
+                                 ("v_add_f32_e32", "v3, v2, v2")))
+    assert clocks == [0, LAT.valu, 2 * LAT.valu]
+
+
+def test_independent_instructions_issue_back_to_back():
+    clocks, _ = issue_clocks(ops(*[("v_add_f32_e32", f"v{10 + k}, v0, v1") for k in range(6)]))
+    assert clocks == list(range(6))
+
+
+def test_trans_latency_and_pipeline():
+    # a consumer of v_exp waits TRANS_LATENCY; a second TRANS waits for the pipeline (quarter rate)
+    clocks, _ = issue_clocks(ops(("v_exp_f32_e32", "v1, v0"), ("v_exp_f32_e32", "v2, v0"),
+                                 ("v_add_f32_e32", "v3, v1, v1")))
+    assert clocks == [0, LAT.trans_busy, LAT.trans]
+
+
+def test_two_waves_hide_each_others_latency():
+    # a loop-carried chain of 10 dependent VALU ops: v1 <- v0, ..., v0 <- v9
+    chain = ops(*[("v_add_f32_e32", f"v{(k + 1) % 10}, v{k}, v{k}") for k in range(10)])
+    one = pm.simulate(chain, 1, 8)
+    two = pm.simulate(chain, 2, 8)
+    assert one.cycles_per_iter == pytest.approx(10 * LAT.valu, rel=0.02)       # fully exposed
+    assert two.cycles_per_iter == pytest.approx(10 * LAT.valu / 2, rel=0.05)   # the other wave fills the gaps
+    five = pm.simulate(chain, LAT.valu, 8)
+    assert five.cycles_per_iter == pytest.approx(10, rel=0.05)                 # issue-bound: 1 VALU/clk
+    assert one.breakdown["dep: VALU result"] > 0.7 and five.breakdown["VALU issue"] > 0.95
+
+
+def test_s_wait_dscnt_waits_until_at_most_n_are_outstanding():
+    lds = 512 / LAT.lds_bytes_per_clk                       # clocks of LDS bandwidth per ds_load_b128
+    stream = ops(("ds_load_b128", "v[10:13], v1"), ("ds_load_b128", "v[14:17], v1 offset:16"),
+                 ("ds_load_b128", "v[18:21], v1 offset:32"), ("s_wait_dscnt", "0x1"),
+                 ("v_add_f32_e32", "v2, v14, v15"), ("s_wait_dscnt", "0x0"), ("v_add_f32_e32", "v3, v18, v19"))
+    clocks, r = issue_clocks(stream)
+    # in-order completion: load k completes at (k + 1) x bandwidth clocks + latency; dscnt 1 = the second done
+    second, third = 2 * lds + LAT.lds, 3 * lds + LAT.lds
+    assert clocks[:3] == [0, 1, 2]
+    assert clocks[3] == second and clocks[4] == second + 1
+    assert clocks[5] == third and clocks[6] == third + 1
+    assert r.breakdown["waiting on LDS"] > 0.5
+
+
+def test_wmma_blocks_valu_on_its_simd_for_any_wave():
+    stream = ops((IU8, "v[16:23], v[0:1], v[2:3], v[16:23]"), ("v_add_f32_e32", "v30, v4, v5"))
+    clocks, _ = issue_clocks(stream)
+    assert clocks == [0, 8]                                # the independent VALU waits for the matrix unit
+    # two waves: one wave's VALU cannot run under the other's WMMA either; the SIMD alternates 8 + 1 clocks
+    r = pm.simulate(stream, 2, 10)
+    assert r.cycles_per_iter == pytest.approx(9, rel=0.02)
+    # a dependent WMMA (accumulator chain) waits for the previous result: cycles + WMMA_EXTRA
+    chain = ops((IU8, "v[16:23], v[0:1], v[2:3], v[16:23]"), (IU8, "v[16:23], v[0:1], v[2:3], v[16:23]"))
+    clocks, _ = issue_clocks(chain)
+    assert clocks == [0, 8 + LAT.wmma_extra]
+    assert pm.simulate(chain, 1, 10).cycles_per_iter == pytest.approx(2 * (8 + LAT.wmma_extra), rel=0.02)
+
+
+def test_memory_issue_waits_for_outstanding_valu_writes():
+    # §Hazards 6: a ds_load issues only when the wave's VALU VGPR writes are done (VA_VDST = 0)
+    clocks, _ = issue_clocks(ops(("v_add_f32_e32", "v5, v0, v1"), ("ds_load_b128", "v[10:13], v1")))
+    assert clocks == [0, LAT.valu]
+
+
+def test_barrier_mappings():
+    stream = ops(("s_barrier_signal", "-1"), ("s_barrier_wait", "0xffff"), ("v_add_f32_e32", "v2, v0, v1"))
+    clocks, _ = issue_clocks(stream)
+    assert clocks == [0, LAT.barrier, LAT.barrier + 1]     # the wait issues at own signal + release latency
+    # co-located mapping: a wave whose mate is held up (a long global wait) waits for it at the barrier
+    slow = ops(("global_load_b32", "v9, v1, s[2:3]"), ("s_wait_loadcnt", "0x0"), ("s_barrier_signal", "-1"),
+               ("s_barrier_wait", "0xffff"))
+    own = pm.simulate(slow, 2, 6)
+    colo = pm.simulate(slow, 2, 6, replace(LAT, barrier_colocated=True))
+    assert colo.cycles_per_iter > own.cycles_per_iter and colo.breakdown["barrier"] > 0
+
+
+def test_zero_latency_simulation_matches_the_issue_bound_model():
+    zero = pm.Latencies(valu=0, trans=0, wmma_extra=0, salu=0, lds=0, global_=0, smem=0, barrier=0, branch=0)
+    insts_ = [Inst(4 * k, m, o) for k, (m, o) in enumerate(
+        [(IU8, f"v[{16 + 8 * (k % 4)}:{23 + 8 * (k % 4)}], v[0:1], v[2:3], v[{16 + 8 * (k % 4)}:{23 + 8 * (k % 4)}]")
+         for k in range(8)] + [("v_mul_f32_e32", f"v{60 + k}, v{60 + k}, v4") for k in range(20)])]
+    sim = pm.simulate([pm.decode(i) for i in insts_], 4, 12, zero)
+    assert sim.cycles_per_iter == pytest.approx(tile_cost(Mix.of(insts_), 4).cycles, rel=0.02)   # 64 + 20
+
+
+def test_simulator_bad_input():
+    with pytest.raises(ValueError, match="waves"):
+        pm.simulate(ops(("v_add_f32_e32", "v1, v0, v0")), 0)
+    with pytest.raises(ValueError, match="iterations"):
+        pm.simulate(ops(("v_add_f32_e32", "v1, v0, v0")), 1, 1)
+
+
+def test_latency_calibration_stream():
+    stream = pm.flash_bf16_stream()
+    mix = Mix.of(stream)
+    assert (mix.WMMA, mix.wmma_cycles, mix.TRANS) == (64, 1024, 33)
+    assert mix.VALU == pytest.approx(pm.flash_bf16_mix().VALU, abs=10)     # the same softmax work as the mix
+    cal = pm.calibrate_latency()
+    # the simulator never beats the issue bound of the same stream, and four waves leave it WMMA-bound
+    assert cal["sim"].cycles_per_tile >= cal["issue"].cycles * 0.99
+    assert cal["sim"].breakdown["WMMA"] > 0.5
+    one = pm.calibrate_latency(waves=1)
+    assert one["sim"].cycles_per_tile > cal["sim"].cycles_per_tile
+
+
+@needs_llvm
+def test_asm_loop_is_normalised_per_64_key_tile():
+    if not pm.ASM_CO.exists():
+        pytest.skip("the asm kernel is not shipped in this tree")
+    asm, hip = pm.analyze("asm", pm.ASM_CO), pm.analyze("hip", pm.HIP_CO)
+    assert (asm.keys_per_iter, asm.tiles_per_iter) == (128, 2)
+    assert asm.static.WMMA == hip.static.WMMA == 64                     # per 64-key tile in both
+    assert asm.static.wmma_cycles == 512 and asm.static_iter.WMMA == 128
+    paths, order, why = pm.steady_paths(asm, 8)                          # static counts: the longest path
+    assert order == [0] and len(paths[0]) == asm.loop_insts and "longest" in why
+    asm.mix = replace(asm.static, VALU=asm.static.VALU - 8)              # as if one rescale ran every other time
+    paths, order, why = pm.steady_paths(asm, 8)
+    assert len(order) == 8 and len(paths) == 2 and all(Mix.of(p).WMMA == 128 for p in paths)
+    per_iter = sum(Mix.of(paths[k]).VALU for k in order) / 8
+    assert per_iter == pytest.approx(2 * asm.mix.VALU)

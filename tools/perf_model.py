@@ -7,6 +7,7 @@ is MODELED, never measured. It is a per-SIMD issue-bound model of the attention 
     python tools/perf_model.py                 # HIP and hand-scheduled asm kernels side by side
     python tools/perf_model.py --static        # skip the emulator, use static loop counts only
     python tools/perf_model.py --asm-co X.co   # model any code object in the asm column
+    python tools/perf_model.py --quick         # without the latency-aware sensitivity table
 
 1. Loop: the code object is disassembled (LLVM's llvm-objdump via build_asm.find_llvm(), or
    sage_co.emu.disasm when LLVM is missing); the loop is the innermost backward-branch range that holds the
@@ -20,6 +21,11 @@ is MODELED, never measured. It is a per-SIMD issue-bound model of the attention 
    TFLOPS = 4*B*H*S^2*128 / time and % of the 382.7 TOPS INT8/FP8 dense peak.
 4. Calibration: a standard BF16 flash-attention tile through the same accounting, against the public
    measured BF16 figures (seed: SDPA ~68 TFLOPS; FlyDSL 90-100 TFLOPS on R9700).
+5. Latency-aware mode (side by side with the issue-bound figures, which stay the optimistic bound): an
+   in-order multi-wave SIMD simulator runs the loop's instruction stream (paths mixed as the emulator saw
+   them) with a register scoreboard, LOADcnt/DScnt/KMcnt, the WMMA unit, the TRANS pipeline, LDS bandwidth and
+   barriers, with the latencies of LATENCY_TABLE; it reports cycles per 64-key tile and what the SIMD's clocks
+   went to. Every per-tile figure is per 64-key tile of one wave (the asm loop covers 2 tiles per iteration).
 """
 from __future__ import annotations
 
@@ -1319,7 +1325,7 @@ def fmt(x: float, nd: int = 1) -> str:
     return f"{x:,.{nd}f}"
 
 
-def report(kernels, console=None) -> dict:
+def report(kernels, console=None, latency_sensitivity_table: bool = True) -> dict:
     from rich.console import Console
     from rich.table import Table
     console = console or Console(width=140)
@@ -1423,8 +1429,7 @@ def report(kernels, console=None) -> dict:
     t.add_column("variant")
     for v, _ in present:
         t.add_column(v, justify="right")
-    lsens = {v: latency_sensitivity(km) for v, km in present}
-    names = {n for v, _ in present for n, _ in lsens[v]}
+    lsens = {v: latency_sensitivity(km) if latency_sensitivity_table else [] for v, km in present}
     for name, _ in max(lsens.values(), key=len):
         cells = []
         for v, _ in present:
@@ -1432,8 +1437,8 @@ def report(kernels, console=None) -> dict:
             cells.append(f"{fmt(r.cycles_per_tile)} ({fmt(100 * costs[v].wmma / r.cycles_per_tile)} %) {r.binding}"
                          if r else "-")
         t.add_row(name, *cells)
-    del names
-    console.print(t)
+    if latency_sensitivity_table:
+        console.print(t)
 
     results: dict[str, list[ShapeResult]] = {}
     lresults: dict[str, list[ShapeResult]] = {}
@@ -1545,6 +1550,7 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--static", action="store_true", help="do not run the emulator; static loop counts only")
     ap.add_argument("--asm-co", type=Path, help="code object for the asm column (default: the shipped one)")
+    ap.add_argument("--quick", action="store_true", help="skip the latency-aware sensitivity table")
     ap.add_argument("--emu-seq", default=",".join(map(str, EMU_SEQ)),
                     help="two sequence lengths (multiples of 64) for the emulator runs")
     args = ap.parse_args(argv)
@@ -1553,7 +1559,7 @@ def main(argv=None) -> int:
         ap.error(f"--emu-seq: expected two increasing lengths, got {args.emu_seq!r}")
     if args.asm_co is not None and not args.asm_co.exists():
         ap.error(f"--asm-co: {args.asm_co} does not exist")
-    report(load_kernels(args.static, args.asm_co, seqs))
+    report(load_kernels(args.static, args.asm_co, seqs), latency_sensitivity_table=not args.quick)
     return 0
 
 
