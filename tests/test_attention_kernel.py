@@ -1,5 +1,7 @@
-"""The attention forward kernel (asm_src/gfx1201_sage_attention.hip) run on the emulator through
-sage_co.ops.attention.run_attention_fwd, checked against the FP32 reference and the arithmetic model.
+"""The attention forward kernels -- the clang-built baseline (asm_src/gfx1201_sage_attention.hip, variant "hip")
+and the hand-scheduled one (asm_src/gen_sage_attention_asm.py, variant "asm", the default) -- run on the
+emulator through sage_co.ops.attention.run_attention_fwd, checked against the FP32 reference and the arithmetic
+model. Every test runs against both kernels; tests/test_attention_asm.py adds asm vs HIP bit for bit.
 
 Inputs are prepared by sage_co.reference.sage_prepare (bitwise the spec's prepare), so only the attention
 kernel is under test here.
@@ -22,7 +24,7 @@ import math
 import pytest
 import torch
 
-from sage_co import accuracy, reference
+from sage_co import accuracy, reference, registry
 from sage_co.ops.attention import ATTENTION_FWD_ARGS, run_attention_fwd
 from sage_co.prepared import SagePrepared
 
@@ -34,14 +36,20 @@ ONES_TOL = 8e-3         # all-zero Q/K, V = 1: the output is 1 up to bf16 roundi
 SHAPES = [(1, 1, 1), (1, 1, 15), (1, 2, 16), (2, 1, 17), (1, 1, 31), (1, 3, 32), (1, 1, 33), (2, 2, 64),
           (1, 3, 100), (2, 1, 257), (1, 2, 1000)]
 LONG = (1, 1, 4096)
+KERNELS = ("hip", "asm")
 
 
 @functools.lru_cache(maxsize=None)
-def _case(dist: str, B: int, H: int, S: int, smooth_k: bool = False, seed: int = 0):
-    """(q, k, v, prepared, out, lse) for one input set; the kernel runs once per case."""
+def _prepared(dist: str, B: int, H: int, S: int, smooth_k: bool = False, seed: int = 0):
     q, k, v = accuracy.make_inputs(dist, B, S, H, seed=seed)
-    prepared = reference.sage_prepare(q, k, v, smooth_k=smooth_k)
-    out, lse = run_attention_fwd(prepared, return_lse=True, backend="emu")
+    return q, k, v, reference.sage_prepare(q, k, v, smooth_k=smooth_k)
+
+
+@functools.lru_cache(maxsize=None)
+def _case(kernel: str, dist: str, B: int, H: int, S: int, smooth_k: bool = False, seed: int = 0):
+    """(q, k, v, prepared, out, lse) for one input set; each kernel runs once per case."""
+    q, k, v, prepared = _prepared(dist, B, H, S, smooth_k, seed)
+    out, lse = run_attention_fwd(prepared, return_lse=True, backend="emu", variant=kernel)
     return q, k, v, prepared, out, lse
 
 
@@ -50,8 +58,8 @@ def _rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm()).item()
 
 
-def _check_against_fp32(dist, B, H, S, smooth_k=False):
-    q, k, v, prepared, out, _ = _case(dist, B, H, S, smooth_k)
+def _check_against_fp32(kernel, dist, B, H, S, smooth_k=False):
+    q, k, v, prepared, out, _ = _case(kernel, dist, B, H, S, smooth_k)
     assert out.shape == (B, S, H, 128) and out.dtype == torch.bfloat16
     assert torch.isfinite(out).all()
     m = accuracy.metrics(out, reference.attention_fp32(q, k, v))
@@ -60,8 +68,8 @@ def _check_against_fp32(dist, B, H, S, smooth_k=False):
     assert m["median_row_cosine"] >= accuracy.MIN_ROW_COSINE, m
 
 
-def _check_against_model(dist, B, H, S, smooth_k=False):
-    _, _, _, prepared, out, lse = _case(dist, B, H, S, smooth_k)
+def _check_against_model(kernel, dist, B, H, S, smooth_k=False):
+    _, _, _, prepared, out, lse = _case(kernel, dist, B, H, S, smooth_k)
     ref_out, ref_lse = reference.sage_attention_model(prepared, return_lse=True)
     assert _rel_l2(out, ref_out) <= MODEL_REL_L2
     assert torch.isfinite(lse).all()
@@ -72,70 +80,79 @@ def _check_against_model(dist, B, H, S, smooth_k=False):
 
 
 @pytest.mark.parametrize("B,H,S", SHAPES)
-def test_accuracy_vs_fp32_reference(B, H, S):
-    _check_against_fp32("randn", B, H, S)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_accuracy_vs_fp32_reference(B, H, S, kernel):
+    _check_against_fp32(kernel, "randn", B, H, S)
 
 
 @pytest.mark.parametrize("B,H,S", SHAPES)
-def test_matches_arithmetic_model(B, H, S):
-    _check_against_model("randn", B, H, S)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_matches_arithmetic_model(B, H, S, kernel):
+    _check_against_model(kernel, "randn", B, H, S)
 
 
 @pytest.mark.parametrize("B,H,S", [(1, 2, 100), (2, 1, 257)])
-def test_smooth_k(B, H, S):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_smooth_k(B, H, S, kernel):
     """K with a large per-channel offset, prepared with smooth_k: LSE must carry the q . k_mean term."""
-    _check_against_fp32("k_offset", B, H, S, smooth_k=True)
-    _check_against_model("k_offset", B, H, S, smooth_k=True)
+    _check_against_fp32(kernel, "k_offset", B, H, S, smooth_k=True)
+    _check_against_model(kernel, "k_offset", B, H, S, smooth_k=True)
 
 
 @pytest.mark.slow
-def test_long_sequence():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_long_sequence(kernel):
     B, H, S = LONG
-    _check_against_fp32("randn", B, H, S)
-    _check_against_model("randn", B, H, S)
+    _check_against_fp32(kernel, "randn", B, H, S)
+    _check_against_model(kernel, "randn", B, H, S)
 
 
-def test_lse_without_smooth_k_matches_fp32_logsumexp():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_lse_without_smooth_k_matches_fp32_logsumexp(kernel):
     """The natural-log LSE of the kernel vs logsumexp of the exact fp32 logits (quantization-limited)."""
-    q, k, v, _, _, lse = _case("randn", 1, 3, 100)
+    q, k, v, _, _, lse = _case(kernel, "randn", 1, 3, 100)
     _, ref_lse = reference.attention_fp32(q, k, v, return_lse=True)
     assert (lse - ref_lse).abs().max().item() < 0.05
 
 
 @pytest.mark.parametrize("S", [100, 64])
-def test_zero_qk_uniform_v(S):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_zero_qk_uniform_v(S, kernel):
     """q = k = 0 gives equal scores, so every output is the mean of v = 1 over the S valid keys."""
     B, H = 1, 2
     z = torch.zeros(B, S, H, 128, dtype=torch.bfloat16)
     prepared = reference.sage_prepare(z, z, torch.ones_like(z))
-    out = run_attention_fwd(prepared, backend="emu")
+    out = run_attention_fwd(prepared, backend="emu", variant=kernel)
     assert ((out.float() - 1).abs() <= ONES_TOL).all(), out.float().sub(1).abs().max()
 
 
-def test_repeat_runs_bitwise_identical():
-    _, _, _, prepared, out, lse = _case("randn", 1, 3, 100)
-    out2, lse2 = run_attention_fwd(prepared, return_lse=True, backend="emu")
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_repeat_runs_bitwise_identical(kernel):
+    _, _, _, prepared, out, lse = _case(kernel, "randn", 1, 3, 100)
+    out2, lse2 = run_attention_fwd(prepared, return_lse=True, backend="emu", variant=kernel)
     assert torch.equal(out.view(torch.int16), out2.view(torch.int16))
     assert torch.equal(lse.view(torch.int32), lse2.view(torch.int32))
 
 
-def test_without_lse_same_output():
-    _, _, _, prepared, out, _ = _case("randn", 2, 1, 17)
-    out2 = run_attention_fwd(prepared, backend="emu")
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_without_lse_same_output(kernel):
+    _, _, _, prepared, out, _ = _case(kernel, "randn", 2, 1, 17)
+    out2 = run_attention_fwd(prepared, backend="emu", variant=kernel)
     assert isinstance(out2, torch.Tensor)
     assert torch.equal(out.view(torch.int16), out2.view(torch.int16))
 
 
-def test_padding_rows_do_not_leak():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_padding_rows_do_not_leak(kernel):
     """Garbage in the padded key rows (j >= S) must not change the output: the kernel masks them to -inf."""
-    _, _, _, prepared, out, lse = _case("randn", 1, 2, 100)
+    _, _, _, prepared, out, lse = _case(kernel, "randn", 1, 2, 100)
     S = prepared.seq_len
     k = prepared.k_int8.clone()
     k[:, :, S:] = 100
     v = prepared.v_fp8.view(torch.uint8).clone()
     v[..., S:] = 0x7E  # 448
     dirty = prepared._replace(k_int8=k, v_fp8=v.view(torch.float8_e4m3fn))
-    out2, lse2 = run_attention_fwd(dirty, return_lse=True, backend="emu")
+    out2, lse2 = run_attention_fwd(dirty, return_lse=True, backend="emu", variant=kernel)
     assert torch.equal(out.view(torch.int16), out2.view(torch.int16))
     assert torch.equal(lse.view(torch.int32), lse2.view(torch.int32))
 
@@ -185,9 +202,10 @@ def test_grid_covers_padded_queries():
     assert math.prod(grid(_small_prepared(B=1, H=1, S=1))) == 1
 
 
-def test_lds_double_buffer_has_no_race():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_lds_double_buffer_has_no_race(kernel):
     """The emulator's LDS race checker over a 3-tile run: tile t+1 is stored into the other LDS buffer while
-    tile t is read, with one barrier per tile (asm_src/gfx1201_sage_attention.hip header)."""
+    tile t is read, with one barrier per tile (the headers of both kernels' sources)."""
     from sage_co import launch as launcher
     from sage_co.ops import attention
 
@@ -198,7 +216,7 @@ def test_lds_double_buffer_has_no_race():
     args = dict(q=p.q_int8, k=p.k_int8, v=p.v_fp8, q_scale=p.q_scale, k_scale=p.k_scale, k_mean=p.k_mean,
                 v_scale=p.v_scale, out=out, lse=lse, seq_len=p.seq_len, seq_pad=S_pad, num_heads=H,
                 flags=attention.FLAG_LSE | attention.FLAG_SMOOTH_K)
-    symbol = "gfx1201_sage_attention_fwd"
+    symbol = registry.find(attention.OP, kernel).symbol
     shipped, co = launcher.checked_kernel(symbol, attention.ATTENTION_FWD_ARGS)
     launcher.get_backend("emu").run(shipped, co, co.kernel(symbol), attention.ATTENTION_FWD_ARGS, attention.grid(p),
                                     attention.BLOCK, args, sanitize=True, lds_race_check=True)
