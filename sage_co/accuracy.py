@@ -72,6 +72,23 @@ def default_providers() -> dict[str, Provider]:
     }
 
 
+def kernel_providers(variants=()) -> dict[str, Provider]:
+    """The shipped attention kernels (prepare + forward through sage_co's public op) as providers; an empty
+    `variants` means every shipped variant of sage_attention_fwd. Imported lazily: the metrics above need no
+    kernels."""
+    import sage_co
+    from sage_co import registry
+
+    variants = list(variants) or sorted({k.variant for k in registry.kernels() if k.op == "sage_attention_fwd"})
+    providers = {}
+    for variant in variants:
+        for smooth_k in (False, True):
+            name = f"sage-co kernel ({variant})" + (" smooth_k" if smooth_k else "")
+            providers[name] = (lambda q, k, v, variant=variant, smooth_k=smooth_k:
+                               sage_co.sage_attention(q, k, v, smooth_k=smooth_k, kernel=variant))
+    return providers
+
+
 def evaluate(providers: Mapping[str, Provider], B: int, H: int, S: int, dists=DISTRIBUTIONS, seed: int = 0,
              device="cpu") -> list[tuple[str, str, dict[str, float]]]:
     """(distribution, provider, metrics) for every provider on every distribution."""
@@ -110,11 +127,16 @@ def main(argv=None, extra_providers: Mapping[str, Provider] | None = None) -> in
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dist", choices=DISTRIBUTIONS, action="append",
                     help="input distribution (repeatable; default: all)")
+    ap.add_argument("--kernels", nargs="*", default=None, metavar="VARIANT",
+                    help="also run the shipped attention kernels (prepare + forward) of these variants, e.g. "
+                         "'asm hip'; bare --kernels runs every shipped variant (on the emulator for CPU tensors)")
     args = ap.parse_args(argv)
     for name in ("B", "H", "S"):
         if getattr(args, name) < 1:
             ap.error(f"--{name}: expected >= 1, got {getattr(args, name)}")
     providers = default_providers()
+    if args.kernels is not None:
+        providers.update(kernel_providers(args.kernels))
     providers.update(extra_providers or {})
     rows = evaluate(providers, args.B, args.H, args.S, args.dist or DISTRIBUTIONS, args.seed, args.device)
     print_table(rows, title=f"vs FP32 reference, B={args.B} H={args.H} S={args.S} seed={args.seed} "

@@ -458,3 +458,11 @@ def test_same_bits_on_cuda():
     out_cpu = R.sage_attention_model(cpu).float()
     out_gpu = R.sage_attention_model(gpu._replace(k_mean=cpu.k_mean.cuda())).float().cpu()
     assert (out_cpu - out_gpu).abs().max() <= 2 ** -7 * out_cpu.abs().max()  # exp2/sum order: a bf16 ulp
+
+
+def test_accuracy_command_runs_the_shipped_kernels(capsys):
+    """`python -m sage_co.accuracy --kernels` adds the shipped kernels (on the emulator) to the table."""
+    from sage_co import accuracy
+    assert accuracy.main(["--S", "70", "--H", "1", "--dist", "randn", "--kernels", "hip"]) == 0
+    out = capsys.readouterr().out
+    assert "sage-co kernel (hip)" in out and "sage-co kernel (hip) smooth_k" in out and "FAIL" not in out
