@@ -42,9 +42,26 @@ def check_global(st, pc, sel, mask, off: np.ndarray, nbytes: int, what: str):
                     f"allocation", w, lane)
 
 
+# access size -> an item type of that size: an access aligned to its own size is one element of the memory viewed
+# as that type, so a gather/scatter is one np.take / one 1-D fancy assignment (bytes are moved as they are)
+_ITEM = {1: U8, 2: U16, 4: U32, 8: U64, 16: np.dtype((np.void, 16))}
+
+
+def _items(mem, nbytes: int, off: np.ndarray):
+    """(mem viewed as nbytes-sized items, item indices) when every offset is a multiple of nbytes, else None."""
+    item = _ITEM.get(nbytes)
+    if item is None or (off & (nbytes - 1)).any():
+        return None
+    return mem[:len(mem) - len(mem) % nbytes].view(item), off // nbytes if nbytes > 1 else off
+
+
 def mem_gather(mem, mem32, off: np.ndarray, nbytes: int) -> np.ndarray:
     """[k] arena offsets -> uint32 [k, ceil(nbytes/4)] (sub-dword loads come back zero-extended in dword 0)."""
     ndw = (nbytes + 3) // 4
+    items = _items(mem, nbytes, off)
+    if items is not None:
+        got = np.take(*items)
+        return got.astype(U32)[:, None] if nbytes < 4 else got.view(U32).reshape(len(off), ndw)
     if nbytes % 4 == 0 and not (off & 3).any():
         idx = (off >> 2)[:, None] + np.arange(ndw)
         return mem32[idx]
@@ -56,6 +73,14 @@ def mem_gather(mem, mem32, off: np.ndarray, nbytes: int) -> np.ndarray:
 
 def mem_scatter(mem, mem32, off: np.ndarray, data: np.ndarray, nbytes: int):
     """Write data uint32 [k, ndw] (low nbytes bytes of each row) at arena offsets; later lanes win on overlap."""
+    items = _items(mem, nbytes, off)
+    if items is not None:
+        view, index = items
+        if nbytes < 4:
+            view[index] = data[:, 0].astype(view.dtype)            # the low bytes (little-endian)
+        else:
+            view[index] = np.ascontiguousarray(data[:, :nbytes // 4]).view(view.dtype).reshape(len(off))
+        return
     if nbytes % 4 == 0 and not (off & 3).any():
         ndw = nbytes // 4
         mem32[(off >> 2)[:, None] + np.arange(ndw)] = data[:, :ndw]
@@ -69,9 +94,21 @@ def _vread_rows(V, r, n, sel):
     return V[r:r + n] if sel is ALL else V[r:r + n][:, sel]
 
 
+def _active(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """x [W', 32] -> the values of mask's active lanes, row-major [k] (a view when every lane is active)."""
+    return x.reshape(-1) if mask.all() else x[mask]
+
+
 def _vwrite_rows(V, r, sel, mask, data):
     """data [k, n] for the active lanes of mask [W', 32] -> VGPRs r..r+n-1 (inactive lanes untouched)."""
     n = data.shape[1]
+    if mask.all():                                  # every lane: one strided copy of the whole block
+        block = data.T.reshape(n, *mask.shape)
+        if sel is ALL:
+            V[r:r + n] = block
+        else:
+            V[r:r + n, sel] = block
+        return
     for i in range(n):
         if sel is ALL:
             V[r + i][mask] = data[:, i]
@@ -248,7 +285,7 @@ def _vglobal(st, ops, inst, pc):
 
         def h(sel):
             m = _mask(st, sel)
-            off = addresses(sel)[m]
+            off = _active(addresses(sel), m)
             check_global(st, pc, sel, m, off, nbytes, "global load")
             raw = mem_gather(st.mem, st.mem32, off, nbytes)
             old = V[vd][sel][m] if kind.startswith(("lo", "hi")) else None
@@ -263,9 +300,9 @@ def _vglobal(st, ops, inst, pc):
 
         def h(sel):
             m = _mask(st, sel)
-            off = addresses(sel)[m]
+            off = _active(addresses(sel), m)
             check_global(st, pc, sel, m, off, nbytes, "global store")
-            rows = np.stack([V[vs + i][sel][m] for i in range(nsrc)], axis=1)
+            rows = np.stack([_active(V[vs + i][sel], m) for i in range(nsrc)], axis=1)
             mem_scatter(st.mem, st.mem32, off, _store_data(kind, rows, nbytes), nbytes)
         return h
     if op == "atomic":
@@ -293,7 +330,7 @@ def _global_atomic(st, ops, inst, pc, ty, addresses):
 
     def h(sel):
         m = _mask(st, sel)
-        off = addresses(sel)[m]
+        off = _active(addresses(sel), m)
         check_global(st, pc, sel, m, off, 4, "global atomic")
         if (off & 3).any():
             st.fail(pc, "misaligned 32-bit atomic")
@@ -420,7 +457,7 @@ DS_ATOMIC = {"add_u32": np.add, "sub_u32": np.subtract, "and_b32": np.bitwise_an
 def _lds_index(st, pc, sel, m, addr, nbytes, what, write):
     """addr int64 [n, 32] byte addresses within the workgroup's LDS -> (flat offsets into st.lds of the active
     lanes [k], in-range [k]). Out of the declared group segment: sanitizer error; else dropped/zero."""
-    a = addr[m]
+    a = _active(addr, m)
     ok = (a >= 0) & (a + nbytes <= st.lds_bytes)
     if not ok.all() and st.sanitize:
         k = int(np.argmax(~ok))
@@ -428,7 +465,7 @@ def _lds_index(st, pc, sel, m, addr, nbytes, what, write):
         st.fail(pc, f"{what} of {nbytes} B at LDS address 0x{int(a[k]):x} is outside the kernel's "
                     f"{st.lds_bytes} B group segment", w, lane)
     wg = (st.wave_wg if sel is ALL else st.wave_wg[sel])
-    flat = (wg[:, None] * st.lds_stride + addr)[m]
+    flat = _active(wg[:, None] * st.lds_stride + addr, m)
     if st.lds_race_check:
         from sage_co.emu import sanitizer
         sanitizer.lds_access(st, pc, sel, m, a, nbytes, write)
@@ -489,9 +526,12 @@ def _ds(st, ops, inst, pc):
         def h(sel):
             m = _mask(st, sel)
             flat, ok = _lds_index(st, pc, sel, m, base(sel) + off16, nbytes, name, False)
-            raw = np.zeros((len(flat), (nbytes + 3) // 4), dtype=U32)
-            if ok.any():
-                raw[ok] = mem_gather(lds, lds32, flat[ok], nbytes)
+            if ok.all():
+                raw = mem_gather(lds, lds32, flat, nbytes)
+            else:
+                raw = np.zeros((len(flat), (nbytes + 3) // 4), dtype=U32)
+                if ok.any():
+                    raw[ok] = mem_gather(lds, lds32, flat[ok], nbytes)
             old = V[vd][sel][m] if kind.startswith(("lo", "hi")) else None
             _vwrite_rows(V, vd, sel, m, _shape_load(kind, raw, old) if kind != "b" else raw)
         return h
@@ -505,8 +545,10 @@ def _ds(st, ops, inst, pc):
         def h(sel):
             m = _mask(st, sel)
             flat, ok = _lds_index(st, pc, sel, m, base(sel) + off16, nbytes, name, True)
-            rows = np.stack([V[d0 + i][sel][m] for i in range(nsrc)], axis=1)
-            if ok.any():
+            rows = np.stack([_active(V[d0 + i][sel], m) for i in range(nsrc)], axis=1)
+            if ok.all():
+                mem_scatter(lds, lds32, flat, _store_data(kind, rows, nbytes), nbytes)
+            elif ok.any():
                 mem_scatter(lds, lds32, flat[ok], _store_data(kind, rows, nbytes)[ok], nbytes)
         return h
     if name in ("ds_bpermute_b32", "ds_permute_b32"):
@@ -608,6 +650,6 @@ def _vscratch(st, ops, inst, pc):
     def hs(sel):
         m = _mask(st, sel)
         flat = index(sel, m)
-        rows = np.stack([V[vs + i][sel][m] for i in range(nsrc)], axis=1)
+        rows = np.stack([_active(V[vs + i][sel], m) for i in range(nsrc)], axis=1)
         mem_scatter(priv, priv32, flat, _store_data(kind, rows, nbytes), nbytes)
     return hs

@@ -130,29 +130,40 @@ def round_odd_f64_to_f32_odd(x: np.ndarray) -> np.ndarray:
 
 def sum_f64_to_f32(p: np.ndarray, c: np.ndarray) -> np.ndarray:
     """RNE float32 of the exact sum p + c of two float64 arrays (used by fma and WMMA: p, c exact values on grids
-    far above f64's underflow, so TwoSum's error is exact).
-
-    Fast path: s = fl64(p + c) cast to f32 is already correct unless s sits exactly on an f32 rounding boundary
-    (the midpoint of two f32 values: low 29 bits of s == 0x10000000) or in the f32 subnormal range (coarser
-    midpoints). Elsewhere the exact sum lies strictly on s's side of every midpoint (it rounds to s, and a
-    midpoint other than s is a whole f64 ulp away), so both round alike. Suspects take the TwoSum + round-to-odd
-    path.
-    """
+    far above f64's underflow, so TwoSum's error is exact)."""
     with np.errstate(all="ignore"):
         p, c = np.asarray(p, np.float64), np.asarray(c, np.float64)
-        s = np.atleast_1d(p + c)
-        sb = s.view(np.int64)
+        return f64_sum_to_f32(np.atleast_1d(p + c), p, c).reshape(np.broadcast_shapes(p.shape, c.shape))
+
+
+def f64_sum_to_f32(s: np.ndarray, p: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """s = fl64(p + c) (p, c broadcastable to s; c may be float32) -> RNE float32 of the exact p + c, in s's shape.
+
+    Fast path: s cast to f32 is already correct unless s sits exactly on an f32 rounding boundary (the midpoint of
+    two f32 values: low 29 bits of s == 0x10000000) or in the f32 subnormal range (coarser midpoints). Elsewhere the
+    exact sum lies strictly on s's side of every midpoint (it rounds to s, and a midpoint other than s is a whole
+    f64 ulp away), so both round alike. Suspects take the TwoSum + round-to-odd path. The candidates are found with
+    cheap passes (midpoint bits; f32 result at or below the smallest normal, which every nonzero s below 2^-126
+    gives) and narrowed to the exact suspect set on the few candidates.
+    """
+    with np.errstate(all="ignore"):
         out = s.astype(np.float32)
-        suspect = ((sb & 0x1FFFFFFF) == 0x10000000) | ((np.abs(s) < 2.0 ** -126) & (s != 0))
-        idx = np.flatnonzero(suspect)
+        cand = (s.view(np.int64) & 0x1FFFFFFF) == 0x10000000
+        cand |= (out.view(np.uint32) & F32_ABS) <= np.uint32(0x00800000)
+        idx = np.flatnonzero(cand)
         if idx.size:
-            ps = np.broadcast_to(p, s.shape).reshape(-1)[idx]
-            cs = np.broadcast_to(c, s.shape).reshape(-1)[idx]
-            ss = s.reshape(-1)[idx]
-            bv = ss - ps                                  # TwoSum (Knuth): exact error of ss = fl(ps + cs)
-            err = (ps - (ss - bv)) + (cs - bv)
-            out.reshape(-1)[idx] = round_odd_f64_to_f32(ss, err)
-        return out.reshape(np.broadcast_shapes(p.shape, c.shape))
+            where = np.unravel_index(idx, s.shape)
+            ss = s[where]
+            suspect = ((ss.view(np.int64) & 0x1FFFFFFF) == 0x10000000) | ((np.abs(ss) < 2.0 ** -126) & (ss != 0))
+            if suspect.any():
+                where = tuple(w[suspect] for w in where)
+                ss = ss[suspect]
+                ps = np.broadcast_to(p, s.shape)[where]
+                cs = np.broadcast_to(c, s.shape)[where].astype(np.float64)
+                bv = ss - ps                                  # TwoSum (Knuth): exact error of ss = fl(ps + cs)
+                err = (ps - (ss - bv)) + (cs - bv)
+                out[where] = round_odd_f64_to_f32(ss, err)
+        return out
 
 
 def fma_f32(a, b, c, mode: int = DENORM_KEEP) -> np.ndarray:
@@ -236,22 +247,26 @@ def bf8_e5m2_to_f32(code) -> np.ndarray:
 
 
 def _f32_to_f8(x, mbits: int, bias: int, lut: np.ndarray, max_code: int, overflow_code: int) -> np.ndarray:
-    x = _f32(x)
-    xd = x.astype(np.float64)
-    mag = np.abs(xd)
-    finite = np.isfinite(mag)
-    safe = np.where(finite & (mag > 0), mag, 1.0)
-    _, e2 = np.frexp(safe)                                  # safe = m * 2^e2, m in [0.5, 1)
-    exp = np.maximum(e2 - 1, 1 - bias)                      # binade exponent, clamped at the subnormal range
-    quantum = np.ldexp(1.0, exp - mbits)
-    rounded = np.rint(safe / quantum) * quantum             # RNE on the fp8 grid (division by 2^k is exact)
-    pos = lut[:max_code + 1].astype(np.float64)             # codes 0..max_code are increasing and finite
-    code = np.searchsorted(pos, np.minimum(rounded, pos[-1])).astype(np.uint8)
-    code = np.where(mag == 0, 0, code)
-    code = np.where(rounded > pos[-1], overflow_code, code)
-    code = np.where(np.isinf(mag), overflow_code, code)
-    code = np.where(np.isnan(mag), 0x7F, code)
-    return (code | np.where(np.signbit(x), 0x80, 0)).astype(np.uint8)
+    """RNE of float32 to an OCP fp8 format, on the f32 bits (lut: the format's decode table, for the docs' sake
+    the codes 0..max_code are its finite magnitudes in increasing order).
+
+    fp8 normal range (|x| >= 2^(1 - bias)): the f32 bits are rounded to mbits mantissa bits in integer arithmetic
+    (add half an ulp minus one, plus the kept lsb: ties to even; a carry moves into the exponent as it should), and
+    the exponent is rebiased; codes beyond max_code (including +-inf) overflow. Below it: the fp8 grid is the
+    multiples of the quantum 2^(1 - bias - mbits), and |x| / quantum (an exact f32 power-of-two scaling) rounded
+    with rint (RNE) is the code, 2^mbits being the smallest normal. NaN -> 0x7F; the sign bit is kept throughout.
+    """
+    bits = as_u32(_f32(x))
+    mag = bits & F32_ABS
+    shift = 23 - mbits
+    normal = ((mag + np.uint32((1 << (shift - 1)) - 1) + ((mag >> np.uint32(shift)) & np.uint32(1)))
+              >> np.uint32(shift)).astype(np.int64) - ((127 - bias) << mbits)
+    with np.errstate(all="ignore"):                          # inf/NaN lanes cast garbage here; not selected
+        sub = np.rint(as_f32(mag) * np.float32(2.0 ** (bias - 1 + mbits))).astype(np.int64)
+    code = np.where(mag < np.uint32((128 - bias) << 23), sub, normal)
+    code = np.where(code > max_code, overflow_code, code)
+    code = np.where(mag > F32_EXP, 0x7F, code)
+    return (code | ((bits >> np.uint32(24)) & np.uint32(0x80))).astype(np.uint8)
 
 
 def f32_to_fp8_e4m3(x) -> np.ndarray:
@@ -386,22 +401,30 @@ def _order_key(x: np.ndarray) -> np.ndarray:
     return np.where(bits & 0x80000000, -(bits & 0x7FFFFFFF) - 1, bits)
 
 
+def _minmax_num_f32(a, b, greater: bool) -> np.ndarray:
+    """The larger (greater) or smaller number of a and b: the float compare decides unless a == b, where only
+    +-0 can differ in bits (maximumNumber takes +0: the AND of the bits, minimumNumber -0: the OR); NaN lanes are
+    patched after (a NaN loses to a number; two NaNs give a, quieted)."""
+    a, b = _f32(a), _f32(b)
+    ab, bb = as_u32(a), as_u32(b)
+    with np.errstate(invalid="ignore"):
+        tie = (ab & bb) if greater else (ab | bb)
+        r = np.where(a > b if greater else a < b, ab, np.where(a == b, tie, bb))
+    an, bn = np.isnan(a), np.isnan(b)
+    if an.any() or bn.any():
+        r = np.where(an, bb, np.where(bn, ab, r))
+        r = np.where(an & bn, ab | F32_QUIET, r)
+    return as_f32(r)
+
+
 def max_num_f32(a, b) -> np.ndarray:
     """v_max_num_f32 (also the canonicalize idiom max(x, x), which quiets a signalling NaN)."""
-    a, b = _f32(a), _f32(b)
-    an, bn = np.isnan(a), np.isnan(b)
-    r = np.where(_order_key(a) > _order_key(b), a, b)
-    r = np.where(an, b, np.where(bn, a, r))
-    return quiet_nan(np.where(an & bn, a, r))
+    return _minmax_num_f32(a, b, True)
 
 
 def min_num_f32(a, b) -> np.ndarray:
     """v_min_num_f32."""
-    a, b = _f32(a), _f32(b)
-    an, bn = np.isnan(a), np.isnan(b)
-    r = np.where(_order_key(a) < _order_key(b), a, b)
-    r = np.where(an, b, np.where(bn, a, r))
-    return quiet_nan(np.where(an & bn, a, r))
+    return _minmax_num_f32(a, b, False)
 
 
 def max3_num_f32(a, b, c) -> np.ndarray:

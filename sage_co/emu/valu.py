@@ -1013,24 +1013,25 @@ def _wmma(st, ops, inst, pc):
     vd = F(inst, "vdst")
     a0, b0, c0 = F(inst, "src0"), F(inst, "src1"), F(inst, "src2")
     neg, neg_hi, clamp = F(inst, "neg"), F(inst, "neg_hi"), F(inst, "clamp")
+    f8 = {"fp8_fp8": (False, False), "fp8_bf8": (False, True), "bf8_fp8": (True, False), "bf8_bf8": (True, True)}
+    # the kernels take and return registers in the VGPR layout [nregs, waves, 32]: V slices pass straight in
     if name == "v_wmma_i32_16x16x16_iu8":
         na, nd = 2, 8
-        fn = lambda a, b, c: wm.wmma_i32_16x16x16_iu8(a, b, c, bool(neg & 1), bool(neg & 2), bool(clamp))
-    elif name.startswith("v_wmma_f32_16x16x16_") and name[len("v_wmma_f32_16x16x16_"):] in (
-            "fp8_fp8", "fp8_bf8", "bf8_fp8", "bf8_bf8"):
+        fn = lambda a, b, c: wm.iu8_vgpr(a, b, c, bool(neg & 1), bool(neg & 2), bool(clamp))
+    elif name.startswith("v_wmma_f32_16x16x16_") and name[len("v_wmma_f32_16x16x16_"):] in f8:
         na, nd = 2, 8
-        f = getattr(wm, name[2:])
-        fn = lambda a, b, c: f(a, b, c, bool(neg & 4), bool(neg_hi & 4))
+        a_bf8, b_bf8 = f8[name[len("v_wmma_f32_16x16x16_"):]]
+        fn = lambda a, b, c: wm.f8_vgpr(a, b, c, a_bf8, b_bf8, bool(neg & 4), bool(neg_hi & 4))
     elif name in ("v_wmma_f32_16x16x16_f16", "v_wmma_f32_16x16x16_bf16"):
         na, nd = 4, 8
-        f = getattr(wm, name[2:])
+        bf16 = name.endswith("bf16")
         nl, nh = tuple((neg >> i) & 1 for i in range(3)), tuple((neg_hi >> i) & 1 for i in range(3))
-        fn = lambda a, b, c: f(a, b, c, nl, nh)
+        fn = lambda a, b, c: wm.f32_16bit_vgpr(a, b, c, bf16, nl, nh)
     elif name in ("v_wmma_f16_16x16x16_f16", "v_wmma_bf16_16x16x16_bf16"):
         na, nd = 4, 4
-        f = getattr(wm, name[2:])
+        bf16 = name.endswith("bf16")
         nl, nh = tuple((neg >> i) & 1 for i in range(3)), tuple((neg_hi >> i) & 1 for i in range(3))
-        fn = lambda a, b, c: f(a, b, c, nl, nh)
+        fn = lambda a, b, c: wm.f16_16bit_vgpr(a, b, c, bf16, nl, nh)
     else:
         return None
     if a0 < 256 or b0 < 256:
@@ -1045,7 +1046,8 @@ def _wmma(st, ops, inst, pc):
         cread = lambda sel: _regs(V, rc, nd, sel)
     else:
         cv = ops.vread(inst, c0, "f32" if "f32" in name or "f16" in name else "b32")
-        cread = lambda sel: np.broadcast_to(np.asarray(cv(sel), dtype=U32), (st.W if sel is ALL else len(sel), 32, nd))
+        cread = lambda sel: np.ascontiguousarray(np.broadcast_to(
+            np.asarray(cv(sel), dtype=U32)[None], (nd, st.W if sel is ALL else len(sel), 32)))
     overlap = _overlap(vd, nd, ra, na) or _overlap(vd, nd, rb, na)
 
     def h(sel):
@@ -1054,24 +1056,19 @@ def _wmma(st, ops, inst, pc):
             if overlap:
                 sanitizer.wmma_overlap(st, pc, sel)
             sanitizer.wmma_hazard(st, pc, sel, ra, rb, na, vd, nd)
-        a, b, c = _regs(V, ra, na, sel), _regs(V, rb, na, sel), cread(sel)
-        d = fn(a, b, c)
-        dd = np.moveaxis(np.asarray(d, dtype=U32), 2, 0)      # [nd, n, 32]
+        d = fn(_regs(V, ra, na, sel), _regs(V, rb, na, sel), cread(sel))       # [nd, n, 32], a new array
         if sel is ALL and st.exec_full:
-            V[vd:vd + nd] = dd
+            V[vd:vd + nd] = d
+        elif sel is ALL:
+            np.copyto(V[vd:vd + nd], d, where=st.EXM)
         else:
-            ex = st.EXM if sel is ALL else st.EXM[sel]
-            for i in range(nd):
-                if sel is ALL:
-                    np.copyto(V[vd + i], dd[i], where=ex)
-                else:
-                    V[vd + i][sel] = np.where(ex, dd[i], V[vd + i][sel])
+            V[vd:vd + nd, sel] = np.where(st.EXM[sel], d, V[vd:vd + nd, sel])
     return h
 
 
 def _regs(V, r, n, sel):
-    x = V[r:r + n] if sel is ALL else V[r:r + n][:, sel]
-    return np.ascontiguousarray(np.moveaxis(x, 0, 2))
+    """VGPRs r..r+n-1 of the selected waves, [n, waves, 32] (a view of V for all waves)."""
+    return V[r:r + n] if sel is ALL else V[r:r + n, sel]
 
 
 def _overlap(a, na, b, nb):

@@ -54,51 +54,66 @@ def _gather(regs: np.ndarray, dtype, idx: np.ndarray) -> np.ndarray:
     return regs.view(dtype).reshape(w, -1)[:, idx].reshape(w, 16, 16)
 
 
-# The hot paths use reshape/transpose views equivalent to the index maps above (strided copies are several times
-# faster than fancy indexing); tests check them against a loop reference and the index maps.
-#   8-bit operand: lane 16h + r holds k = 8h + j in byte j of its 8 bytes       -> bytes[W, h, r, j]
-#   16-bit operand: lane 16*k2 + r holds k = 8*k3 + 4*k2 + k01 in half 4*k3 + k01 -> halves[W, k2, r, k3, k01]
-#   32-bit / 16-bit C/D: lane 16h + n holds m = 8h + v in slot v (register v / half v) -> slots[W, h, n, v]
-# D^T = B^T A^T is one batched matmul [W, n, K] @ [W, K, m]; D^T[w, n, 8h + v] is slot [w, h, n, v].
-
-def _rows8(regs: np.ndarray, dtype, out_dtype) -> np.ndarray:
-    """8-bit operand registers [W, 32, 2] -> rows [W, r, k] as out_dtype (B^T for B)."""
-    w = regs.shape[0]
-    return regs.view(dtype).astype(out_dtype).reshape(w, 2, 16, 8).transpose(0, 2, 1, 3).reshape(w, 16, 16)
-
+# The kernels work in the executor's VGPR layout: operand registers of W waves as one [nregs, W, 32] uint32 array
+# (for every wave at one PC, V[r:r + nregs] itself, no copy). The public functions below take and return
+# [W, 32, nregs] and convert. Reshape/transpose views stand in for the index maps above (a strided copy is several
+# times faster than fancy indexing); tests check them against loop references and the index maps.
+#   8-bit operand [2, W, 32]: register g, lane 16h + r, byte j holds k = 8h + 4g + j     -> bytes [g, W, h, r, j]
+#   16-bit operand [4, W, 32]: register 2*k3 + k1, lane 16*k2 + r, half j holds k = 8*k3 + 4*k2 + 2*k1 + j
+#                                                                               -> halves [k3, k1, W, k2, r, j]
+#   32-bit C/D [8, W, 32]: register v, lane 16h + n holds D[8h + v][n]           -> slots [v, W, h, n]
+#   16-bit C/D [4, W, 32]: register g, lane 16h + n, half j holds D[8h + 2g + j][n] -> slots [g, W, h, n, j]
+# Numpy copies fast when the innermost axis is long: operands are brought into column form [W, k, r] (r = m for A,
+# n for B; r innermost), A enters the matmul as a transposed view (BLAS takes it as is), and D = A B [W, m, n] seen as
+# slots keeps n innermost, so the one pass that adds C writes the VGPR layout at memory speed.
+#   8-bit (iu8, fp8/bf8): the sums are exact, so any k order shared by A and B gives the same D; the columns use
+#     k' = (h, g, j) with words [W, h, g, r] moved as whole dwords first.
+#   16-bit: f64 sums may round (see the module docstring), so these keep the plain k order and the BLAS call
+#     D^T = B^T A^T of B's rows [W, n, k] and A's columns [W, k, m] that they have always used.
 
 def _cols8(regs: np.ndarray, dtype, out_dtype) -> np.ndarray:
-    """8-bit operand registers [W, 32, 2] -> columns [W, k, r] as out_dtype (A^T for A)."""
-    w = regs.shape[0]
-    return regs.view(dtype).astype(out_dtype).reshape(w, 2, 16, 8).transpose(0, 1, 3, 2).reshape(w, 16, 16)
+    """8-bit operand [2, W, 32] -> columns [W, k', r] as out_dtype, k' = 4 * (2h + g) + j (A^T for A, B for B)."""
+    w = regs.shape[1]
+    x = regs.view(dtype).astype(out_dtype).reshape(2, w, 2, 16, 4)           # [g, W, h, r, j]
+    return np.ascontiguousarray(x.transpose(1, 2, 0, 4, 3)).reshape(w, 16, 16)
+
+
+def _words(regs: np.ndarray) -> np.ndarray:
+    """8-bit operand [2, W, 32] -> its dwords as [W, h, g, r] (contiguous; a dword is bytes j = 0..3)."""
+    w = regs.shape[1]
+    return np.ascontiguousarray(regs.reshape(2, w, 2, 16).transpose(1, 2, 0, 3))
 
 
 def _rows16(halves: np.ndarray) -> np.ndarray:
-    """16-bit operand halves [W, 32, 8] (any 2-byte dtype) -> rows [W, r, k]."""
-    w = halves.shape[0]
-    return halves.reshape(w, 2, 16, 2, 4).transpose(0, 2, 3, 1, 4).reshape(w, 16, 16)
+    """16-bit operand halves [4, W, 64] (any 2-byte dtype) -> rows [W, r, k]."""
+    w = halves.shape[1]
+    return halves.reshape(2, 2, w, 2, 16, 2).transpose(2, 4, 0, 3, 1, 5).reshape(w, 16, 16)
 
 
 def _cols16(halves: np.ndarray) -> np.ndarray:
-    """16-bit operand halves [W, 32, 8] -> columns [W, k, r]."""
-    w = halves.shape[0]
-    return halves.reshape(w, 2, 16, 2, 4).transpose(0, 3, 1, 4, 2).reshape(w, 16, 16)
+    """16-bit operand halves [4, W, 64] -> columns [W, k, r]."""
+    w = halves.shape[1]
+    return halves.reshape(2, 2, w, 2, 16, 2).transpose(2, 0, 3, 1, 5, 4).reshape(w, 16, 16)
 
 
-def _mm_slots(bt: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """B^T [W, n, K] @ A^T [W, K, m] -> D in slot layout [W, 2, 16, 8] (a strided view; m = 8h + v)."""
-    w = bt.shape[0]
-    return np.matmul(bt, at).reshape(w, 16, 2, 8).transpose(0, 2, 1, 3)
+def _slots32(d: np.ndarray) -> np.ndarray:
+    """D [W, m, n] -> 32-bit slot view [v, W, h, n] (m = 8h + v)."""
+    return d.reshape(d.shape[0], 2, 8, 16).transpose(2, 0, 1, 3)
 
 
-def _slots(regs_or_halves: np.ndarray) -> np.ndarray:
-    """C registers [W, 32, 8] (or 16-bit halves [W, 32, 8]) -> slot layout [W, 2, 16, 8] (a view)."""
-    return regs_or_halves.reshape(regs_or_halves.shape[0], 2, 16, 8)
+def _slots32_t(dt: np.ndarray) -> np.ndarray:
+    """D^T [W, n, m] -> 32-bit slot view [v, W, h, n] (m = 8h + v)."""
+    return dt.reshape(dt.shape[0], 16, 2, 8).transpose(3, 0, 2, 1)
 
 
-def _regs(slots: np.ndarray, nregs: int) -> np.ndarray:
-    """Slot layout [W, 2, 16, 8] of 32- or 16-bit values -> [W, 32, nregs] uint32 registers."""
-    return np.ascontiguousarray(slots).view(np.uint32).reshape(slots.shape[0], 32, nregs)
+def _slots16(dt: np.ndarray) -> np.ndarray:
+    """D^T [W, n, m] -> 16-bit slot view [g, W, h, n, j] (m = 8h + 2g + j)."""
+    return dt.reshape(dt.shape[0], 16, 2, 4, 2).transpose(3, 0, 2, 1, 4)
+
+
+def _c_slots32(c: np.ndarray) -> np.ndarray:
+    """C registers [8, W, 32] -> slots [v, W, h, n] (a view)."""
+    return c.reshape(8, c.shape[1], 2, 16)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -128,24 +143,31 @@ def _vecsum_to_f32(terms: list[np.ndarray]) -> np.ndarray:
     return nm.round_odd_f64_to_f32(p[-1], rest)
 
 
-def _sum_to_f32(terms: list[np.ndarray]) -> np.ndarray:
-    """RNE float32 of the exact sum of 2 or 3 float64 arrays whose values are exact (products, dots, C)."""
+def _sum_to_f32(terms: list[np.ndarray], c: np.ndarray) -> np.ndarray:
+    """RNE float32 of the exact sum of 1 or 2 float64 arrays (exact dots, any layout) and c (f32 or f64 C slots),
+    in c's shape, C-contiguous."""
     with np.errstate(all="ignore"):
-        if len(terms) == 2:
-            return nm.sum_f64_to_f32(terms[0], terms[1])
-        x, y, c = terms
+        if len(terms) == 1:
+            s = np.add(terms[0], c, out=np.empty(c.shape, np.float64))
+            return nm.f64_sum_to_f32(s, terms[0], c)
+        x, y = (np.ascontiguousarray(t) for t in terms)
         s, e = _two_sum(x, y)
-        out = nm.sum_f64_to_f32(s, c)
+        out = nm.sum_f64_to_f32(s, c.astype(np.float64))
         hard = np.flatnonzero((e != 0) & np.isfinite(e))      # x + y not exact in f64: rare, do it the slow way
         if hard.size:
             flat = out.reshape(-1)
-            flat[hard] = _vecsum_to_f32([x.reshape(-1)[hard], y.reshape(-1)[hard], c.reshape(-1)[hard]])
+            where = np.unravel_index(hard, out.shape)
+            flat[hard] = _vecsum_to_f32([x[where], y[where], c[where].astype(np.float64)])
         return out
 
 
 def _c_f32(c: np.ndarray, neg: bool = False, abs_: bool = False) -> np.ndarray:
-    """C registers -> slot layout [W, 2, 16, 8] float64 with the neg/abs modifiers applied."""
-    cf = _slots(c.view(np.float32)).astype(np.float64)
+    """C registers [8, W, 32] -> slots [v, W, h, n]: float32 (a view) without modifiers, else float64 with the
+    neg/abs modifiers applied."""
+    cf = _c_slots32(c.view(np.float32))
+    if not (neg or abs_):
+        return cf
+    cf = cf.astype(np.float64)
     if abs_:
         cf = np.abs(cf)
     return -cf if neg else cf
@@ -154,20 +176,20 @@ def _c_f32(c: np.ndarray, neg: bool = False, abs_: bool = False) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------------------
 # integer WMMA
 
-def wmma_i32_16x16x16_iu8(a, b, c, a_signed: bool, b_signed: bool, clamp: bool = False) -> np.ndarray:
-    """v_wmma_i32_16x16x16_iu8. a, b: [W,32,2]; c: [W,32,8] -> D [W,32,8].
+def iu8_vgpr(a, b, c, a_signed: bool, b_signed: bool, clamp: bool = False) -> np.ndarray:
+    """v_wmma_i32_16x16x16_iu8 on [2, W, 32], [2, W, 32], [8, W, 32] uint32 (VGPR layout) -> D [8, W, 32].
     docs/rdna4.md §WMMA: neg_lo[0]/[1] select signed A/B; clamp saturates the i32 result instead of wrapping.
     Exact: |products| <= 2^16 and |16-term sums| <= 2^20 < 2^24, so the f32 matmul makes no rounding."""
-    a, b, c = _check("a", a, 2), _check("b", b, 2), _check("c", c, 8)
-    at = _cols8(a, np.int8 if a_signed else np.uint8, np.float32)           # A^T [W, k, m]
-    bt = _rows8(b, np.int8 if b_signed else np.uint8, np.float32)           # B^T [W, n, k]
-    dot = _mm_slots(bt, at)
-    cs = _slots(c.view(np.int32))
+    w = a.shape[1]
+    at = _cols8(a, np.int8 if a_signed else np.uint8, np.float32)            # A^T [W, k', m]
+    bk = _cols8(b, np.int8 if b_signed else np.uint8, np.float32)            # B [W, k', n]
+    dot = _slots32(np.matmul(at.transpose(0, 2, 1), bk).astype(np.int32))
+    cs = _c_slots32(c.view(np.int32))
     if clamp:
         total = np.clip(dot.astype(np.int64) + cs, -2**31, 2**31 - 1).astype(np.int32)
     else:
-        total = dot.astype(np.int32) + cs                                    # int32 add wraps modulo 2^32
-    return _regs(total, 8)
+        total = np.add(dot, cs, out=np.empty((8, w, 2, 16), np.int32))       # int32 add wraps modulo 2^32
+    return total.view(np.uint32).reshape(8, w, 32)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -185,11 +207,12 @@ _PAIR_FP8 = _pair_lut(nm.FP8_E4M3_LUT)
 _PAIR_BF8 = _pair_lut(nm.BF8_E5M2_LUT)
 
 
-def _decode_f8(regs: np.ndarray, bf8: bool, cols: bool) -> np.ndarray:
-    """[W, 32, 2] fp8/bf8 registers -> float64 (exact) rows [W, r, k], or columns [W, k, r] with cols."""
-    w = regs.shape[0]
-    vals = np.take(_PAIR_BF8 if bf8 else _PAIR_FP8, regs.view(np.uint16)).view(np.float64).reshape(w, 2, 16, 8)
-    return (vals.transpose(0, 1, 3, 2) if cols else vals.transpose(0, 2, 1, 3)).reshape(w, 16, 16)
+def _decode_f8(regs: np.ndarray, bf8: bool) -> np.ndarray:
+    """[2, W, 32] fp8/bf8 registers -> float64 (exact) columns [W, k', r], k' = 4 * (2h + g) + j (as _cols8).
+    The bytes are transposed while still bytes; adjacent pairs (r, r + 1) then decode in one take."""
+    w = regs.shape[1]
+    codes = np.ascontiguousarray(_words(regs).view(np.uint8).reshape(w, 4, 16, 4).transpose(0, 1, 3, 2))
+    return np.take(_PAIR_BF8 if bf8 else _PAIR_FP8, codes.view(np.uint16)).view(np.float64).reshape(w, 16, 16)
 
 
 # Split point for exact bf8 sums: bf8 values >= 2^-4 are multiples of 2^-6, smaller ones multiples of 2^-16.
@@ -201,8 +224,9 @@ def _split(x: np.ndarray):
     return np.where(big, x, 0.0), np.where(big, 0.0, x)
 
 
-def _dot_terms_f8(bt: np.ndarray, b_bf8: bool, at: np.ndarray, a_bf8: bool) -> list[np.ndarray]:
-    """The exact dot in slot layout, as a list of f64 arrays whose sum is exactly sum_k A[m,k] B[k,n].
+def _dot_terms_f8(at: np.ndarray, a_bf8: bool, bk: np.ndarray, b_bf8: bool) -> list[np.ndarray]:
+    """The exact dot as D [W, m, n] f64 arrays whose sum is exactly sum_k A[m,k] B[k,n] (at: A^T [W, k', m],
+    bk: B [W, k', n]).
 
     Exponent-span argument (each partial sum of a matmul must be exact whatever BLAS's order):
       fp8 x fp8: e4m3 values are multiples of 2^-9 with |v| <= 448 < 2^9, so products are multiples of 2^-18 and
@@ -213,27 +237,110 @@ def _dot_terms_f8(bt: np.ndarray, b_bf8: bool, at: np.ndarray, a_bf8: bool) -> l
       bf8 x bf8: hi*hi: multiples of 2^-12 below 2^4 * 2^32 = 2^36 (48 bits); the cross and lo*lo products, summed
         as one K=48 matmul, are multiples of 2^-32 below 48 * 2^16 * 2^-4 < 2^18 (50 bits). Two exact matmuls.
     """
+    mm = lambda x, y: np.matmul(x.transpose(0, 2, 1), y)                     # A^T as A, times B
     if not a_bf8 and not b_bf8:
-        return [_mm_slots(bt, at)]
+        return [mm(at, bk)]
     if a_bf8 and b_bf8:
-        bhi, blo = _split(bt)
         ahi, alo = _split(at)
-        cross = _mm_slots(np.concatenate([bhi, blo, blo], axis=2), np.concatenate([alo, ahi, alo], axis=1))
-        return [_mm_slots(bhi, ahi), cross]
+        bhi, blo = _split(bk)
+        cross = mm(np.concatenate([ahi, alo, alo], axis=1), np.concatenate([blo, bhi, blo], axis=1))
+        return [mm(ahi, bhi), cross]
     if a_bf8:
         ahi, alo = _split(at)
-        return [_mm_slots(bt, ahi), _mm_slots(bt, alo)]
-    bhi, blo = _split(bt)
-    return [_mm_slots(bhi, at), _mm_slots(blo, at)]
+        return [mm(ahi, bk), mm(alo, bk)]
+    bhi, blo = _split(bk)
+    return [mm(at, bhi), mm(at, blo)]
+
+
+def f8_vgpr(a, b, c, a_bf8: bool, b_bf8: bool, neg_c: bool = False, abs_c: bool = False) -> np.ndarray:
+    """v_wmma_f32_16x16x16_{fp8,bf8}_{fp8,bf8} on [2, W, 32], [2, W, 32], [8, W, 32] uint32 (VGPR layout) -> D
+    [8, W, 32]: the 16 products summed exactly, C added, one RNE rounding to f32 (hardware internal order/width
+    undocumented). neg_c/abs_c: neg_lo[2]/neg_hi[2], which LLVM accepts on C only (docs/rdna4.md §WMMA)."""
+    w = a.shape[1]
+    # docs/rdna4.md §FP8: WMMA fp8 operands are OCP e4m3 (fp8) / e5m2 (bf8), decoded exactly
+    at, bk = _decode_f8(a, a_bf8), _decode_f8(b, b_bf8)
+    with np.errstate(all="ignore"):
+        terms = [_slots32(t) for t in _dot_terms_f8(at, a_bf8, bk, b_bf8)]
+        return _sum_to_f32(terms, _c_f32(c, neg_c, abs_c)).view(np.uint32).reshape(8, w, 32)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# f16 / bf16 WMMA
+
+def _neg16(regs: np.ndarray, neg_lo: bool, neg_hi: bool) -> np.ndarray:
+    # docs/rdna4.md §WMMA: f16/bf16 neg_lo[i]/neg_hi[i] negate the low/high 16-bit halves of src i
+    mask = (0x8000 if neg_lo else 0) | (0x80000000 if neg_hi else 0)
+    return regs ^ np.uint32(mask) if mask else regs
+
+
+def _f16_to_f64(h: np.ndarray, bf16: bool) -> np.ndarray:
+    return (nm.bf16_to_f32(h) if bf16 else h.view(np.float16)).astype(np.float64)
+
+
+def _dot16(a, b, bf16: bool, neg_lo, neg_hi) -> np.ndarray:
+    """D^T [W, n, m] as a float64 matmul of the decoded 16-bit operands ([4, W, 32] registers)."""
+    w = a.shape[1]
+    at = _f16_to_f64(_cols16(_neg16(a, neg_lo[0], neg_hi[0]).view(np.uint16).reshape(4, w, 64)), bf16)
+    bt = _f16_to_f64(_rows16(_neg16(b, neg_lo[1], neg_hi[1]).view(np.uint16).reshape(4, w, 64)), bf16)
+    with np.errstate(all="ignore"):
+        return np.matmul(bt, at)
+
+
+def f32_16bit_vgpr(a, b, c, bf16: bool, neg_lo=(0, 0, 0), neg_hi=(0, 0, 0)) -> np.ndarray:
+    """v_wmma_f32_16x16x16_{f16,bf16} on [4, W, 32], [4, W, 32], [8, W, 32] uint32 (VGPR layout) -> D [8, W, 32].
+    f64 dot (exact unless the products span more than 53 bits), then + C rounded once to f32."""
+    w = a.shape[1]
+    dot = _slots32_t(_dot16(a, b, bf16, neg_lo, neg_hi))
+    cf = _c_f32(c, neg_lo[2], neg_hi[2])                   # C: neg_lo = negate, neg_hi = abs (AMC README)
+    return _sum_to_f32([dot], cf).view(np.uint32).reshape(8, w, 32)
+
+
+def _sum_to_16bit(dot: np.ndarray, cf: np.ndarray, bf16: bool) -> np.ndarray:
+    """RNE of dot + cf to f16/bf16 bits: TwoSum, round-to-odd at 53 then at 24 bits (round-to-odd composes),
+    then one RNE to the 16-bit format (24 >= 11 + 2 and 8 + 2)."""
+    with np.errstate(all="ignore"):
+        s, err = _two_sum(dot, cf)
+        odd = nm.round_odd_f64_to_f32_odd(np.where(np.isfinite(s), nm.round_odd_f64(s, err), s))
+        return nm.f32_to_bf16(odd) if bf16 else odd.astype(np.float16).view(np.uint16)
+
+
+def _c16(c: np.ndarray, bf16: bool, neg: bool, abs_: bool) -> np.ndarray:
+    """16-bit C registers [4, W, 32] -> float64 slots [g, W, h, n, j] with the neg/abs modifiers applied."""
+    h = c.view(np.uint16).reshape(4, c.shape[1], 2, 16, 2)
+    h = (h & np.uint16(0x7FFF)) if abs_ else h
+    h = (h ^ np.uint16(0x8000)) if neg else h
+    return _f16_to_f64(h, bf16)
+
+
+def f16_16bit_vgpr(a, b, c, bf16: bool, neg_lo=(0, 0, 0), neg_hi=(0, 0, 0)) -> np.ndarray:
+    """v_wmma_f16_16x16x16_f16 / v_wmma_bf16_16x16x16_bf16 on [4, W, 32] x3 uint32 (VGPR layout) -> D [4, W, 32]:
+    c/D are packed 16-bit rows (docs/rdna4.md §WMMA). f64 dot + C, then one RNE rounding to f16/bf16."""
+    w = a.shape[1]
+    dot = _slots16(_dot16(a, b, bf16, neg_lo, neg_hi))
+    d = _sum_to_16bit(dot, _c16(c, bf16, neg_lo[2], neg_hi[2]), bf16)
+    return np.ascontiguousarray(d).view(np.uint32).reshape(4, w, 32)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the instructions on [W, 32, nregs] registers (tests, tools): convert to the VGPR layout and back
+
+def _vgpr(name: str, x, nregs: int) -> np.ndarray:
+    return np.ascontiguousarray(np.moveaxis(_check(name, x, nregs), 2, 0))
+
+
+def _lanes(d: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.moveaxis(d, 0, 2))
+
+
+def wmma_i32_16x16x16_iu8(a, b, c, a_signed: bool, b_signed: bool, clamp: bool = False) -> np.ndarray:
+    """v_wmma_i32_16x16x16_iu8. a, b: [W,32,2]; c: [W,32,8] -> D [W,32,8] (see iu8_vgpr)."""
+    a, b, c = _vgpr("a", a, 2), _vgpr("b", b, 2), _vgpr("c", c, 8)
+    return _lanes(iu8_vgpr(a, b, c, a_signed, b_signed, clamp))
 
 
 def _wmma_f32_f8(a, b, c, a_bf8: bool, b_bf8: bool, neg_c: bool = False, abs_c: bool = False) -> np.ndarray:
-    a, b, c = _check("a", a, 2), _check("b", b, 2), _check("c", c, 8)
-    # docs/rdna4.md §FP8: WMMA fp8 operands are OCP e4m3 (fp8) / e5m2 (bf8), decoded exactly
-    at, bt = _decode_f8(a, a_bf8, cols=True), _decode_f8(b, b_bf8, cols=False)
-    with np.errstate(all="ignore"):
-        terms = _dot_terms_f8(bt, b_bf8, at, a_bf8) + [_c_f32(c, neg_c, abs_c)]
-        return _regs(_sum_to_f32(terms), 8)
+    a, b, c = _vgpr("a", a, 2), _vgpr("b", b, 2), _vgpr("c", c, 8)
+    return _lanes(f8_vgpr(a, b, c, a_bf8, b_bf8, neg_c, abs_c))
 
 
 def wmma_f32_16x16x16_fp8_fp8(a, b, c, neg_c: bool = False, abs_c: bool = False) -> np.ndarray:
@@ -258,74 +365,30 @@ def wmma_f32_16x16x16_bf8_bf8(a, b, c, neg_c: bool = False, abs_c: bool = False)
     return _wmma_f32_f8(a, b, c, True, True, neg_c, abs_c)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# f16 / bf16 WMMA
-
-def _neg16(regs: np.ndarray, neg_lo: bool, neg_hi: bool) -> np.ndarray:
-    # docs/rdna4.md §WMMA: f16/bf16 neg_lo[i]/neg_hi[i] negate the low/high 16-bit halves of src i
-    mask = (0x8000 if neg_lo else 0) | (0x80000000 if neg_hi else 0)
-    return regs ^ np.uint32(mask) if mask else regs
-
-
-def _f16_to_f64(h: np.ndarray, bf16: bool) -> np.ndarray:
-    return (nm.bf16_to_f32(h) if bf16 else h.view(np.float16)).astype(np.float64)
-
-
-def _dot16(a, b, bf16: bool, neg_lo, neg_hi) -> np.ndarray:
-    """D^T [W, n, m] as a float64 matmul of the decoded 16-bit operands."""
-    a, b = _check("a", a, 4), _check("b", b, 4)
-    w = a.shape[0]
-    at = _f16_to_f64(_cols16(_neg16(a, neg_lo[0], neg_hi[0]).view(np.uint16).reshape(w, 32, 8)), bf16)
-    bt = _f16_to_f64(_rows16(_neg16(b, neg_lo[1], neg_hi[1]).view(np.uint16).reshape(w, 32, 8)), bf16)
-    with np.errstate(all="ignore"):
-        return _mm_slots(bt, at)
-
-
-def _wmma_f32_16(a, b, c, bf16: bool, neg_lo, neg_hi) -> np.ndarray:
-    dot = _dot16(a, b, bf16, neg_lo, neg_hi)
-    cf = _c_f32(_check("c", c, 8), neg_lo[2], neg_hi[2])      # C: neg_lo = negate, neg_hi = abs (AMC README)
-    return _regs(_sum_to_f32([dot, cf]), 8)
-
-
 def wmma_f32_16x16x16_f16(a, b, c, neg_lo=(0, 0, 0), neg_hi=(0, 0, 0)) -> np.ndarray:
     """v_wmma_f32_16x16x16_f16: a, b [W,32,4] f16 pairs, c [W,32,8] f32. f64 dot (exact unless the products span
     more than 53 bits), then + C rounded once to f32; hardware internal order/width undocumented."""
-    return _wmma_f32_16(a, b, c, False, neg_lo, neg_hi)
+    a, b, c = _vgpr("a", a, 4), _vgpr("b", b, 4), _vgpr("c", c, 8)
+    return _lanes(f32_16bit_vgpr(a, b, c, False, neg_lo, neg_hi))
 
 
 def wmma_f32_16x16x16_bf16(a, b, c, neg_lo=(0, 0, 0), neg_hi=(0, 0, 0)) -> np.ndarray:
     """v_wmma_f32_16x16x16_bf16: as the f16 form with bf16 inputs."""
-    return _wmma_f32_16(a, b, c, True, neg_lo, neg_hi)
-
-
-def _sum_to_16bit(dot: np.ndarray, cf: np.ndarray, bf16: bool) -> np.ndarray:
-    """RNE of dot + cf to f16/bf16 bits: TwoSum, round-to-odd at 53 then at 24 bits (round-to-odd composes),
-    then one RNE to the 16-bit format (24 >= 11 + 2 and 8 + 2)."""
-    with np.errstate(all="ignore"):
-        s, err = _two_sum(dot, cf)
-        odd = nm.round_odd_f64_to_f32_odd(np.where(np.isfinite(s), nm.round_odd_f64(s, err), s))
-        return nm.f32_to_bf16(odd) if bf16 else odd.astype(np.float16).view(np.uint16)
-
-
-def _c16(c: np.ndarray, bf16: bool, neg: bool, abs_: bool) -> np.ndarray:
-    w = c.shape[0]
-    h = _slots(_check("c", c, 4).view(np.uint16).reshape(w, 32, 8))
-    h = (h & np.uint16(0x7FFF)) if abs_ else h
-    h = (h ^ np.uint16(0x8000)) if neg else h
-    return _f16_to_f64(h, bf16)
+    a, b, c = _vgpr("a", a, 4), _vgpr("b", b, 4), _vgpr("c", c, 8)
+    return _lanes(f32_16bit_vgpr(a, b, c, True, neg_lo, neg_hi))
 
 
 def wmma_f16_16x16x16_f16(a, b, c, neg_lo=(0, 0, 0), neg_hi=(0, 0, 0)) -> np.ndarray:
     """v_wmma_f16_16x16x16_f16: c/D are 4 registers of packed f16 rows (docs/rdna4.md §WMMA). f64 dot + C, then one
     RNE rounding to f16; hardware internal order/width undocumented."""
-    dot = _dot16(a, b, False, neg_lo, neg_hi)
-    return _regs(_sum_to_16bit(dot, _c16(c, False, neg_lo[2], neg_hi[2]), bf16=False), 4)
+    a, b, c = _vgpr("a", a, 4), _vgpr("b", b, 4), _vgpr("c", c, 4)
+    return _lanes(f16_16bit_vgpr(a, b, c, False, neg_lo, neg_hi))
 
 
 def wmma_bf16_16x16x16_bf16(a, b, c, neg_lo=(0, 0, 0), neg_hi=(0, 0, 0)) -> np.ndarray:
     """v_wmma_bf16_16x16x16_bf16: c/D packed bf16 rows. f64 dot + C, one RNE rounding to bf16."""
-    dot = _dot16(a, b, True, neg_lo, neg_hi)
-    return _regs(_sum_to_16bit(dot, _c16(c, True, neg_lo[2], neg_hi[2]), bf16=True), 4)
+    a, b, c = _vgpr("a", a, 4), _vgpr("b", b, 4), _vgpr("c", c, 4)
+    return _lanes(f16_16bit_vgpr(a, b, c, True, neg_lo, neg_hi))
 
 
 # ---------------------------------------------------------------------------------------------------------------
