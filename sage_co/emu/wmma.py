@@ -1,7 +1,8 @@
 """gfx1201 wave32 WMMA on register arrays, vectorized over waves.
 
-Every function takes the operand registers of W waves as uint32 arrays [W, 32 lanes, nregs] and returns D as
-[W, 32, nregs] uint32. The lane/register/byte maps are precomputed index arrays (docs/rdna4.md §WMMA):
+The wmma_* functions take the operand registers of W waves as uint32 arrays [W, 32 lanes, nregs] and return D as
+[W, 32, nregs] uint32; the *_vgpr kernels they wrap (which the executor calls) take and return the executor's VGPR
+layout [nregs, W, 32]. The lane/register/byte maps, as precomputed index arrays (docs/rdna4.md §WMMA):
   8-bit A:  A[m][k] in lane 16*(k//8)+m, register (k//4)%2, byte k%4   (B[k][n]: same with n for m)
   16-bit A: A[m][k] in lane 16*((k//4)%2)+m, register 2*(k//8)+(k//2)%2, half k%2   (B: same with n)
   32-bit C/D: D[m][n] in lane 16*(m//8)+n, register m%8
