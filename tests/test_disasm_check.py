@@ -47,7 +47,7 @@ def test_catches_the_planted_wmma_hazard(built):
 
 
 def lint_text(asm: str):
-    lines = [disasm_check.Line(4 * i, *(t.split(None, 1) + [""])[:2], t) for i, t in enumerate(asm.strip().splitlines())]
+    lines = [disasm_check.Line(4 * i, *(t.split(None, 1) + [""])[:2]) for i, t in enumerate(asm.strip().splitlines())]
     return disasm_check.lint(lines)
 
 

@@ -90,7 +90,7 @@ def test_scalar_lds_and_occupancy_bounds():
 
 
 def test_unknown_instruction_is_an_error():
-    with pytest.raises(ValueError, match="no performance class"):
+    with pytest.raises(ValueError, match="no class"):
         Mix.of(insts(("frobnicate", 1)))
 
 

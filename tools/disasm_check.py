@@ -15,7 +15,7 @@
    SALU, then read again without s_wait_alu depctr_sa_sdst(0); rule 3), legacy-barrier (s_barrier is
    rejected on gfx12), barrier-without-dscnt (LDS stores in flight at s_barrier_signal; rule 8), scratch
    (any private segment or scratch_* access).
-4. Instruction mix per kernel (WMMA, VALU, TRANS, SALU, VMEM, LDS, SMEM, branch, wait), printed with rich.
+4. Instruction mix per kernel in the emulator's instruction classes (CLASSES), printed with rich.
 """
 from __future__ import annotations
 
@@ -37,7 +37,10 @@ from sage_co import codeobj  # noqa: E402
 SNAPSHOT_DIR = ROOT / "tools" / "abi"
 HSACO = ROOT / "hsaco"
 
-TRANS_OPS = ("v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_")
+TRANS_PREFIXES = ("v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_")
+# Instruction classes, named like the emulator's run statistics (sage_co/emu/executor.py) so static mixes and
+# dynamic counts line up (tools/perf_model.py uses both).
+CLASSES = ("WMMA", "VALU", "TRANS", "SALU", "VMEM_LOAD", "VMEM_STORE", "LDS", "SMEM", "BRANCH", "WAIT_OTHER")
 
 
 # ------------------------------------------------------------------------------------------ snapshot
@@ -83,32 +86,40 @@ def diff_snapshot(old, new, path="") -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ disassembly
-@dataclass
+@dataclass(frozen=True)
 class Line:
-    addr: int
+    addr: int                       # byte offset inside .text
     mnemonic: str
     operands: str
-    text: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.mnemonic} {self.operands}".strip()
 
 
 _LINE = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(.*?)\s*//\s*([0-9A-Fa-f]+):")
 
 
-def disassemble(path: Path, llvm) -> dict[str, list[Line]]:
-    """llvm-objdump -d, split per function symbol."""
-    out = subprocess.run([str(llvm.tool("llvm-objdump")), "-d", "--mcpu=gfx1201", str(path)],
-                         capture_output=True, text=True, check=True).stdout
+def parse_objdump(text: str) -> dict[str, list[Line]]:
+    """llvm-objdump -d output -> instructions per function symbol."""
     funcs: dict[str, list[Line]] = {}
     current = None
-    for raw in out.splitlines():
+    for raw in text.splitlines():
         m = re.match(r"^[0-9a-f]+ <([^>]+)>:", raw)
         if m:
             current = funcs.setdefault(m.group(1), [])
             continue
         m = _LINE.match(raw)
         if m and current is not None:
-            current.append(Line(int(m.group(3), 16), m.group(1), m.group(2), f"{m.group(1)} {m.group(2)}".strip()))
+            current.append(Line(int(m.group(3), 16), m.group(1), m.group(2)))
     return funcs
+
+
+def disassemble(path: Path, llvm) -> dict[str, list[Line]]:
+    """llvm-objdump -d, split per function symbol."""
+    out = subprocess.run([str(llvm.tool("llvm-objdump")), "-d", "--mcpu=gfx1201", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    return parse_objdump(out)
 
 
 _REG = re.compile(r"\b([vs])(?:\[(\d+):(\d+)\]|(\d+)(?!\w))")
@@ -150,23 +161,27 @@ def classify(mnemonic: str) -> str:
     m = mnemonic
     if m.startswith(("v_wmma", "v_swmmac")):
         return "WMMA"
-    if m.startswith(TRANS_OPS):
+    if m.startswith(TRANS_PREFIXES):
         return "TRANS"
-    if m.startswith(("global_", "buffer_", "flat_", "scratch_")):
-        return "VMEM"
+    if m.startswith(("global_load", "buffer_load", "flat_load", "scratch_load", "global_atomic", "buffer_atomic",
+                     "global_inv")):
+        return "VMEM_LOAD"
+    if m.startswith(("global_store", "buffer_store", "flat_store", "scratch_store", "global_wb")):
+        return "VMEM_STORE"
     if m.startswith("ds_"):
         return "LDS"
     if m.startswith(("s_load", "s_buffer_load", "s_prefetch")):
         return "SMEM"
     if m.startswith(("s_branch", "s_cbranch", "s_setpc", "s_swappc", "s_endpgm")):
-        return "branch"
-    if m.startswith(("s_wait", "s_barrier", "s_nop", "s_delay_alu", "s_sleep", "s_sendmsg", "s_setprio", "s_code_end")):
-        return "wait/sync"
+        return "BRANCH"
+    if m.startswith(("s_wait", "s_barrier", "s_nop", "s_delay_alu", "s_sleep", "s_sendmsg", "s_setprio",
+                     "s_code_end", "s_clause", "s_icache")):
+        return "WAIT_OTHER"
     if m.startswith("s_"):
         return "SALU"
     if m.startswith("v_"):
         return "VALU"
-    return "other"
+    raise ValueError(f"instruction {mnemonic!r}: no class (expected v_*, s_*, ds_*, global_*, buffer_*, ...)")
 
 
 def is_valu(mnemonic: str) -> bool:
@@ -219,7 +234,7 @@ def lint(lines: list[Line], kernel: codeobj.Kernel | None = None) -> list[str]:
         # VALU-read-SGPR hazard (rule 3): VALU reads s_x, SALU rewrites s_x, VALU/SALU reads s_x again
         if m == "s_wait_alu" and ("depctr_sa_sdst(0)" in ln.operands or ln.operands.strip() in ("0", "0x0")):
             salu_rewritten.clear()
-        if classify(m) in ("SMEM", "VMEM"):
+        if classify(m) in ("SMEM", "VMEM_LOAD", "VMEM_STORE"):
             sgpr_read_by_valu.clear()
             salu_rewritten.clear()
         srcs = ops[1:] if ops else []
@@ -296,7 +311,7 @@ def check_code_object(path: Path, llvm, snap_dir: Path | None, update: bool, dec
 def print_mix(rows: list) -> None:
     from rich.console import Console
     from rich.table import Table
-    cols = ["WMMA", "VALU", "TRANS", "SALU", "VMEM", "LDS", "SMEM", "branch", "wait/sync"]
+    cols = list(CLASSES)
     table = Table(title="instruction mix (static, per kernel)")
     table.add_column("code object", no_wrap=True)
     table.add_column("kernel", no_wrap=True)

@@ -39,6 +39,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+# One disassembly parser and one instruction classifier for the tools: tools/disasm_check.py. Its classes are
+# named like the emulator's Stats (sage_co/emu/executor.py), so static and dynamic counts agree.
+from disasm_check import CLASSES, TRANS_PREFIXES, classify, parse_objdump  # noqa: E402,F401
+from disasm_check import Line as Inst  # noqa: E402
 
 # ------------------------------------------------------------------------------------------- hardware
 # docs/rdna4.md §Throughput: R9700 = 64 CUs x 2 SIMD32, boost 2.92 GHz (sustained clock under load unmeasured).
@@ -99,38 +105,6 @@ ASSUMPTIONS = [
     ("not modeled", "instruction/data latency, dependency stalls, barrier skew, LDS bank conflicts, L2 bandwidth, "
                     "instruction cache, launch overhead", "-"),
 ]
-
-TRANS_PREFIXES = ("v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_")
-# Same class names as the emulator's Stats (sage_co/emu/executor.py CLASSES), so static and dynamic agree.
-CLASSES = ("SALU", "VALU", "TRANS", "WMMA", "SMEM", "VMEM_LOAD", "VMEM_STORE", "LDS", "BRANCH", "WAIT_OTHER")
-
-
-def classify(mnemonic: str) -> str:
-    m = mnemonic
-    if m.startswith(("v_wmma", "v_swmmac")):
-        return "WMMA"
-    if m.startswith(TRANS_PREFIXES):
-        return "TRANS"
-    if m.startswith(("global_load", "buffer_load", "flat_load", "scratch_load", "global_atomic", "buffer_atomic",
-                     "global_inv")):
-        return "VMEM_LOAD"
-    if m.startswith(("global_store", "buffer_store", "flat_store", "scratch_store", "global_wb")):
-        return "VMEM_STORE"
-    if m.startswith("ds_"):
-        return "LDS"
-    if m.startswith(("s_load", "s_buffer_load", "s_prefetch")):
-        return "SMEM"
-    if m.startswith(("s_branch", "s_cbranch", "s_setpc", "s_swappc", "s_endpgm")):
-        return "BRANCH"
-    if m.startswith(("s_wait", "s_barrier", "s_nop", "s_delay_alu", "s_sleep", "s_sendmsg", "s_setprio",
-                     "s_code_end", "s_clause", "s_icache")):
-        return "WAIT_OTHER"
-    if m.startswith("s_"):
-        return "SALU"
-    if m.startswith("v_"):
-        return "VALU"
-    raise ValueError(f"instruction {mnemonic!r}: no performance class (expected v_*, s_*, ds_*, global_*, buffer_*)")
-
 
 def wmma_cycles(mnemonic: str) -> int:
     """§Throughput [AMC]: f16/bf16 WMMA/SWMMAC 16 cycles per SIMD, 8-bit and 4-bit 8."""
@@ -278,31 +252,6 @@ def waves_by_lds(lds_bytes: int, waves_per_wg: int = WAVES_PER_WG) -> int:
 
 
 # ------------------------------------------------------------------------------------------- disassembly
-@dataclass(frozen=True)
-class Inst:
-    addr: int                       # byte offset inside .text
-    mnemonic: str
-    operands: str
-
-
-_OBJDUMP_LINE = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(.*?)\s*//\s*([0-9A-Fa-f]+):")
-
-
-def parse_objdump(text: str) -> dict[str, list[Inst]]:
-    """llvm-objdump -d output -> instructions per function symbol."""
-    funcs: dict[str, list[Inst]] = {}
-    current = None
-    for raw in text.splitlines():
-        m = re.match(r"^[0-9a-f]+ <([^>]+)>:", raw)
-        if m:
-            current = funcs.setdefault(m.group(1), [])
-            continue
-        m = _OBJDUMP_LINE.match(raw)
-        if m and current is not None:
-            current.append(Inst(int(m.group(3), 16), m.group(1), m.group(2)))
-    return funcs
-
-
 def disassemble(path: Path) -> tuple[dict[str, list[Inst]], str]:
     """Instructions per kernel and the name of the disassembler used."""
     import build_asm
