@@ -11,6 +11,13 @@ EmuError on anything it cannot do or any sanitizer finding.
     python -m sage_co.emu.disasm FILE.co
 """
 from sage_co.emu.device import Device, EmuError, Module
-from sage_co.emu.disasm import disassemble
 
 __all__ = ["Device", "EmuError", "Module", "disassemble"]
+
+
+def __getattr__(name: str):
+    # imported on first use, so `python -m sage_co.emu.disasm` does not find its module half-imported
+    if name == "disassemble":
+        from sage_co.emu.disasm import disassemble
+        return disassemble
+    raise AttributeError(f"module 'sage_co.emu' has no attribute {name!r}")
