@@ -23,7 +23,8 @@ def cmd_info(args) -> int:
     table = Table(title=f"shipped code objects ({registry.hsaco_dir()})")
     for col in ("op", "variant", "symbol", "code object", "kernarg bytes", "args (offset:name)", "VGPRs", "LDS B",
                 "COV", "LLVM", "sha256"):
-        table.add_column(col, overflow="fold", no_wrap=col not in ("args (offset:name)",))
+        args_col = col == "args (offset:name)"
+        table.add_column(col, overflow="fold", no_wrap=not args_col, min_width=28 if args_col else None)
     for name, co in sorted(man["code_objects"].items()):
         for kname, k in sorted(co["kernels"].items()):
             provides = [p for p in co["provides"] if p["symbol"] == kname] or [{"op": "-", "variant": "-"}]
