@@ -33,7 +33,8 @@ def cmd_info(args) -> int:
                 table.add_row(p["op"], p["variant"], kname, co["file"], str(k["kernarg_size"]), args_text,
                               str(k["vgpr_count"]), str(k["lds_bytes"]), str(co["code_object_version"]),
                               co["llvm_version"], co["sha256"][:12])
-    console.print(table)
+    # the ABI table is wide: piped output gets room for every column instead of rich's 80-column guess
+    (console if sys.stdout.isatty() else Console(width=260)).print(table)
     return 0
 
 
