@@ -1166,14 +1166,18 @@ def flash_bf16_stream(keys: int = 64) -> list[Inst]:
         elif j + 8 < 40:                                # first V fragments, under the softmax
             ds_load((j + 8) % 8, 32768 + 1024 * (j - 24), 100 + j - 24)
     s = [32 + i for i in range(32)]
-    # row max over the lane's 32 scores: 4 accumulators, then the other lane half
-    for a in range(4):
-        e(("v_max_num_f32_e32", f"v{168 + a}, v{s[a]}, v{s[a + 4]}"))
-    for i in range(8, 32):
-        e(("v_max_num_f32_e32", f"v{168 + i % 4}, v{168 + i % 4}, v{s[i]}"))
-    e(("v_max_num_f32_e32", "v168, v168, v169"))
-    e(("v_max_num_f32_e32", "v170, v170, v171"))
-    e(("v_max_num_f32_e32", "v168, v168, v170"))
+    def reduce32(op: str, acc: int):
+        """v{acc} = op over the lane's 32 scores: 4 accumulators v{acc}..v{acc+3}, then a pairwise tree."""
+        for a in range(4):
+            e((op, f"v{acc + a}, v{s[a]}, v{s[a + 4]}"))
+        for i in range(8, 32):
+            e((op, f"v{acc + i % 4}, v{acc + i % 4}, v{s[i]}"))
+        e((op, f"v{acc}, v{acc}, v{acc + 1}"))
+        e((op, f"v{acc + 2}, v{acc + 2}, v{acc + 3}"))
+        e((op, f"v{acc}, v{acc}, v{acc + 2}"))
+
+    # row max over the lane's 32 scores, then the other lane half
+    reduce32("v_max_num_f32_e32", 168)
     e(("v_permlanex16_b32", "v180, v168, s4, s5"))
     e(("v_max3_num_f32", "v177, v176, v168, v180"))           # m_new
     e(("v_sub_f32_e32", "v178, v176, v177"))                  # alpha = exp2(m_old - m_new)
@@ -1187,13 +1191,7 @@ def flash_bf16_stream(keys: int = 64) -> list[Inst]:
         if i + 4 < 32:
             e(("v_sub_f32_e32", f"v{s[i + 4]}, v{s[i + 4]}, v177"))
     # row sum (4 accumulators), other lane half, l = l * alpha + sum
-    for a in range(4):
-        e(("v_add_f32_e32", f"v{172 + a}, v{s[a]}, v{s[a + 4]}"))
-    for i in range(8, 32):
-        e(("v_add_f32_e32", f"v{172 + i % 4}, v{172 + i % 4}, v{s[i]}"))
-    e(("v_add_f32_e32", "v172, v172, v173"))
-    e(("v_add_f32_e32", "v174, v174, v175"))
-    e(("v_add_f32_e32", "v172, v172, v174"))
+    reduce32("v_add_f32_e32", 172)
     e(("v_permlanex16_b32", "v181, v172, s4, s5"))
     e(("v_add_f32_e32", "v185, v172, v181"))
     e(("v_fma_f32", "v179, v179, v178, v185"))
