@@ -13,6 +13,8 @@ API on torch's current stream.
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from . import registry
@@ -21,6 +23,7 @@ from .kernargs import KernargStruct
 BACKENDS = ("emu", "hip")
 _checked: set[tuple] = set()   # (symbol, sha256, declared layout) already compared with the metadata
 _backends: dict[str, object] = {}
+_backends_lock = threading.Lock()   # two threads' first launches must share one backend (one emulator arena)
 launched: list[tuple[str, str]] = []   # (symbol, backend) of every launch in this process, oldest first
 
 
@@ -52,6 +55,11 @@ def resolve_backend(tensor: torch.Tensor, backend: str | None) -> str:
 
 
 def get_backend(name: str):
+    with _backends_lock:
+        return _get_backend_locked(name)
+
+
+def _get_backend_locked(name: str):
     if name not in _backends:
         if name == "emu":
             from .backends.emu import EmuBackend

@@ -3,8 +3,16 @@
 Tensor arguments are copied into emulator memory (one allocation each), the kernarg struct is packed with
 the emulator addresses, the grid runs to completion, and every tensor argument the metadata does not
 mark read_only is copied back into its torch tensor.
+
+Concurrency: the emulator's memory is one numpy arena that is replaced by a larger copy when an allocation
+does not fit, and a running kernel holds the arena it started with. So one lock serialises everything that
+touches the device (allocations, copies, the launch itself and the copy-back): a call from another thread waits
+instead of growing the arena under a running kernel (issue 11 item 1). The emulator is single-threaded Python,
+so serialising costs no throughput.
 """
 from __future__ import annotations
+
+import threading
 
 import torch
 
@@ -18,6 +26,7 @@ class EmuBackend:
         self.device = emu.Device()
         self.modules: dict[str, object] = {}     # sha256 -> loaded module
         self.history: list[tuple[str, object]] = []   # (symbol, run statistics) of every launch
+        self.lock = threading.RLock()   # held for the whole of run(): the arena never moves under a kernel
 
     def module(self, shipped, co):
         if shipped.sha256 not in self.modules:
@@ -26,6 +35,10 @@ class EmuBackend:
         return self.modules[shipped.sha256]
 
     def run(self, shipped, co, kernel, struct, grid, block, args, **launch_options):
+        with self.lock:
+            return self._run_locked(shipped, co, kernel, struct, grid, block, args, **launch_options)
+
+    def _run_locked(self, shipped, co, kernel, struct, grid, block, args, **launch_options):
         # clang names HIP pointer parameters "<name>.coerce"; inputs the metadata marks read_only are not copied back
         read_only = {a.get(".name", "").removesuffix(".coerce") for a in kernel.explicit_args
                      if a.get(".actual_access") == "read_only"}
