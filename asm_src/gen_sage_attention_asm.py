@@ -54,6 +54,7 @@ F32_NEG_INF = "0xff800000"
 F32_LN2 = "0x3f317218"                    # float32(ln 2)
 BF16_QNAN32 = "0x7fc00000"                # a NaN output becomes bf16 0x7fc0 (as the HIP kernel)
 BF16_ROUND = "0x7fff"
+F32_BF16_MAX, F32_NEG_BF16_MAX = "0x7f7f0000", "0xff7f0000"   # +-largest finite bf16: the output saturates there
 HI16_MASK = "0xffff0000"
 PERMX16_SEL_LO, PERMX16_SEL_HI = "0x76543210", "0xfedcba98"   # v_permlanex16: lane l reads lane l ^ 16
 
@@ -620,7 +621,7 @@ def body(a: Asm, parity: int, last: bool) -> None:
 
 
 def epilogue(a: Asm, parity_m) -> None:
-    """out = bf16((O * (1 / (448 l))) * v_scale) and the LSE, exactly as the HIP kernel's epilogue."""
+    """out = bf16_sat((O * (1 / (448 l))) * v_scale) and the LSE, exactly as the HIP kernel's epilogue."""
     a.section("epilogue: inv = 1 / (448 l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence)")
     t, den, num, r, q, e = (ring[i] for i in range(6))
     a.op(f"v_mul_f32_e32 {t}, {F32_448}, {l_run}")
@@ -637,7 +638,7 @@ def epilogue(a: Asm, parity_m) -> None:
     a.op(f"v_div_fmas_f32 {den}, {den}, {r}, {q}")
     inv = ring[6]
     a.op(f"v_div_fixup_f32 {inv}, {den}, {t}, 1.0")
-    a.section("epilogue: v_scale, bf16 RNE (NaN -> 0x7fc0), stores of the valid query rows")
+    a.section("epilogue: v_scale, bf16 RNE saturating at +-bf16 max (NaN -> 0x7fc0), stores of the valid query rows")
     vsc = SA  # 64 v_scale values: SA/SB are free now
     vm = WaitCounter(a, "s_wait_loadcnt")
     a.op(f"v_bfe_u32 {t}, {tid}, 4, 1", "h")
@@ -659,9 +660,11 @@ def epilogue(a: Asm, parity_m) -> None:
             o = O[j]
             a.op(f"v_mul_f32_e32 {o}, {o}, {inv}")
             a.op(f"v_mul_f32_e32 {o}, {o}, {sc}")
+            a.op(f"v_cmp_o_f32_e32 vcc_lo, {o}, {o}", "NaN test before the clamp (max/min_num drop NaN)")
+            a.op(f"v_max_num_f32_e32 {o}, {F32_NEG_BF16_MAX}, {o}", "saturate at -bf16 max (numerics §Finite range)")
+            a.op(f"v_min_num_f32_e32 {o}, {F32_BF16_MAX}, {o}", "saturate at +bf16 max")
             a.op(f"v_bfe_u32 {sc}, {o}, 16, 1")
             a.op(f"v_add3_u32 {sc}, {o}, {sc}, {BF16_ROUND}")
-            a.op(f"v_cmp_o_f32_e32 vcc_lo, {o}, {o}")
             a.op("s_wait_alu depctr_va_vcc(0)")
             a.op(f"v_cndmask_b32_e32 {sc}, {BF16_QNAN32}, {sc}, vcc_lo")
             if e % 2:
@@ -874,7 +877,7 @@ def header_text() -> str:
 // Contract: the same operation, kernarg struct and launch geometry as asm_src/gfx1201_sage_attention.hip, and
 // the same per-row arithmetic in the same order (scores = float(int dot) * (q_scale*k_scale); max; exp2(s - m);
 // row sum p0+p1+..+p31 then + the other lane half; l = l*alpha + sum; fp8(p*448); per-accumulator PV chunk order
-// 0,1,2,3; epilogue (O * (1/(448 l))) * v_scale -> bf16 RNE; lse = (m + log2 l)*ln2 [+ ln2*q.k_mean]): the
+// 0,1,2,3; epilogue (O * (1/(448 l))) * v_scale -> bf16 RNE saturating at +-bf16 max; lse = (m + log2 l)*ln2 [+ ln2*q.k_mean]): the
 // output and LSE are bitwise the HIP kernel's on the emulator (tests/test_attention_asm.py).
 //
 // Launch: grid (seq_pad/{TILE_Q}, num_heads, batch), block {THREADS} = {WAVES} wave32; wave w owns queries

@@ -9,7 +9,7 @@
 //   m_new  = max(m_old, max_j s);  alpha = exp2(m_old - m_new) (0 while m_old = -inf)
 //   p      = exp2(s - m_new);      l = l*alpha + rowsum(p)
 //   O      = O*alpha + fp8_e4m3(p*448) . v_fp8                               (fp32 accumulation)
-//   out    = bf16((O * (1/(448*l))) * v_scale[d])  RNE;   lse = (m + log2 l)*ln2 [+ ln2 * q_deq.k_mean]
+//   out    = bf16_sat((O * (1/(448*l))) * v_scale[d])  RNE, saturating at +-bf16 max;   lse = (m + log2 l)*ln2 [+ ln2 * q_deq.k_mean]
 // `#pragma clang fp contract(off)`: HIP contracts a*b+c into FMA by default, which would round differently
 // from the model.
 //
@@ -62,7 +62,7 @@
 // per WGP; the bank layout is UNVERIFIED for RDNA4). The tail tile (keys >= seq_len) takes a uniform branch
 // that masks scores to -inf; padded query rows are computed and not stored.
 //
-// Resources (clang 22.1.8 -O3, checked with llvm-objdump / tools/disasm_check.py): 219 VGPRs, 33 SGPRs,
+// Resources (clang 22.1.8 -O3, checked with llvm-objdump / tools/disasm_check.py): 219 VGPRs, 36 SGPRs,
 // scratch 0, LDS 32768 B, no WMMA hazards left (LLVM inserts the v_nop of §Hazards 1 where needed).
 // Occupancy (§Occupancy): 219 VGPRs -> 6 waves/SIMD by registers; 32 KiB LDS per 4-wave workgroup ->
 // 4 workgroups per WGP (128 KiB) = 16 waves per WGP = 4 waves/SIMD, the binding limit.
@@ -91,6 +91,7 @@ typedef float v8f __attribute__((ext_vector_type(8)));
 #define FLAG_SMOOTH_K 2u
 
 #define LN2 0.693147180559945309f
+#define BF16_MAX 0x1.fep127f   // largest finite bf16 (bits 0x7f7f), exact in fp32
 
 static __device__ __attribute__((always_inline)) float xlane16(float x) {
   // value of lane l ^ 16 (docs/rdna4.md §WMMA: v_permlanex16_b32 with selects 0x76543210 / 0xfedcba98)
@@ -98,9 +99,12 @@ static __device__ __attribute__((always_inline)) float xlane16(float x) {
                                                                 0x76543210, 0xfedcba98, false, false));
 }
 
-static __device__ __attribute__((always_inline)) u32 bf16_rne(float x) {
-  // fp32 -> bf16 bits, round to nearest even; NaN stays a quiet NaN
-  u32 u = __builtin_bit_cast(u32, x);
+static __device__ __attribute__((always_inline)) u32 bf16_rne_sat(float x) {
+  // fp32 -> bf16 bits, round to nearest even, saturating: |x| >= the largest finite bf16 gives +-BF16_MAX
+  // (docs/numerics.md §Finite range: quantized weights can sum past a V at bf16 max); NaN -> quiet NaN 0x7fc0.
+  // The clamp may drop a NaN (v_max_num/v_min_num), so the NaN test reads x, not c.
+  const float c = __builtin_fminf(__builtin_fmaxf(x, -BF16_MAX), BF16_MAX);
+  u32 u = __builtin_bit_cast(u32, c);
   u32 r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return x != x ? 0x7fc0u : r;
 }
@@ -271,7 +275,7 @@ gfx1201_sage_attention_fwd(const signed char* __restrict__ q, const signed char*
     const v4f va = vsc[4 * t], vb = vsc[4 * t + 1];
     const float sc[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
     u32 h16[8];
-    for (int e = 0; e < 8; ++e) h16[e] = bf16_rne((o[t][e] * inv) * sc[e]);
+    for (int e = 0; e < 8; ++e) h16[e] = bf16_rne_sat((o[t][e] * inv) * sc[e]);
     orow[2 * t] = (v4i){(int)(h16[0] | h16[1] << 16), (int)(h16[2] | h16[3] << 16),
                         (int)(h16[4] | h16[5] << 16), (int)(h16[6] | h16[7] << 16)};
   }

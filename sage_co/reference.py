@@ -19,6 +19,7 @@ INT8_MAX = 127.0
 FP8_MAX = 448.0  # OCP e4m3fn largest finite (docs/rdna4.md §FP8: 0x7E)
 FP8_NAN = 0x7F  # the one NaN encoding the spec produces (docs/numerics.md §Non-finite)
 KEY_TILE = 64  # keys per online-softmax step in the HIP kernel
+BF16_MAX = torch.finfo(torch.bfloat16).max  # 0x7f7f: the attention output saturates here (docs/numerics.md §Finite range)
 
 
 def _f32(x: float, like: torch.Tensor) -> torch.Tensor:
@@ -116,6 +117,13 @@ def quantize_v(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return v_fp8, v_scale
 
 
+def bf16_saturating(x: torch.Tensor) -> torch.Tensor:
+    """fp32 -> bf16 RNE with |x| beyond the largest finite bf16 (and +-inf) giving +-BF16_MAX; NaN stays NaN.
+    The attention output of a V near bf16 max can exceed it by the fp8 rounding of p (docs/numerics.md §Finite
+    range), so the spec saturates instead of rounding to inf."""
+    return x.clamp(-BF16_MAX, BF16_MAX).to(torch.bfloat16)  # clamp keeps NaN
+
+
 def dequantize_int8_blocks(x_int8: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """int8 [B, H, S_pad, 128] * scale per 32-row block -> fp32 [B, H, S_pad, 128]."""
     return x_int8.float() * scale.repeat_interleave(SCALE_BLOCK, dim=-1)[..., None]
@@ -196,7 +204,7 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
       qk_scale = q_scale[blk(i)] * k_scale[blk(j)];  s = float32(s_int32) * qk_scale;  s = -inf for j >= S
       m_new = max(m_old, max_t s);  alpha = exp2(m_old - m_new) (0 when m_old = -inf);  p = exp2(s - m_new)
       l = l * alpha + rowsum(p);  p8 = fp8(p * 448);  O = O * alpha + p8 @ float32(v_fp8)
-      out[i, d] = bf16((O[i, d] * inv) * v_scale[d]),  inv = 1 / (448 * l)
+      out[i, d] = bf16_sat((O[i, d] * inv) * v_scale[d]),  inv = 1 / (448 * l)  (saturating at +-bf16 max)
     Returns out bf16 [B, S, H, 128], and with return_lse also lse fp32 [B, H, S] (natural log, smooth_k-corrected).
     """
     if isinstance(key_tile, bool) or not isinstance(key_tile, int) or key_tile < 1:
@@ -236,7 +244,7 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
         m = m_new
 
     inv = fp32_div(1.0, l * c448)
-    out = ((O * inv) * prepared.v_scale[:, :, None, :]).to(torch.bfloat16)
+    out = bf16_saturating((O * inv) * prepared.v_scale[:, :, None, :])
     out = out.transpose(1, 2).contiguous()  # [B, S, H, 128]
     if not return_lse:
         return out

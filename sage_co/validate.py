@@ -68,15 +68,36 @@ def check_qkv(q, k, v) -> tuple[int, int, int]:
     return B, S, H
 
 
+# docs/numerics.md §Finite range: with |softmax_scale| <= 2^64 and |q|, |k| <= 2^24 every intermediate of the spec
+# is finite (the largest logit is below 2^121); beyond 2^64 even |q| ~ 4 overflows the scaled Q (1e38 gave all NaN).
+MAX_SOFTMAX_SCALE = 2.0 ** 64
+MAX_QK_ABS = 2.0 ** 24
+
+
 def check_softmax_scale(softmax_scale) -> float:
-    """None -> 1/sqrt(128); otherwise a finite real number (int or float, not bool)."""
+    """None -> 1/sqrt(128); otherwise a real number (int or float, not bool) with |softmax_scale| <= 2^64."""
     if softmax_scale is None:
         return 1.0 / math.sqrt(HEAD_DIM)
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
         raise TypeError(f"softmax_scale: expected None or a finite float, got {type(softmax_scale).__name__}")
-    if not math.isfinite(softmax_scale):
-        raise ValueError(f"softmax_scale: expected a finite float, got {softmax_scale}")
+    if not math.isfinite(softmax_scale) or abs(softmax_scale) > MAX_SOFTMAX_SCALE:
+        raise ValueError(f"softmax_scale: expected a finite float with |softmax_scale| <= 2**64 (the range where "
+                         f"the arithmetic stays finite, docs/numerics.md §Finite range), got {softmax_scale}")
     return float(softmax_scale)
+
+
+def check_finite_range(q, k, softmax_scale=None) -> None:
+    """Optional check (one pass over q and k; the ops do not run it): the inputs lie in the supported finite range
+    of docs/numerics.md §Finite range, |q|, |k| <= 2^24, so the output and LSE are finite. Raises ValueError naming
+    q or k."""
+    check_softmax_scale(softmax_scale)
+    for name, t in (("q", q), ("k", k)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        amax = t.detach().abs().amax().item() if t.numel() else 0.0
+        if not amax <= MAX_QK_ABS:
+            raise ValueError(f"{name}: max |{name}| = {amax} is outside the supported finite range |{name}| <= 2**24 "
+                             f"(docs/numerics.md §Finite range)")
 
 
 def check_flag(name: str, value) -> bool:
