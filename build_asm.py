@@ -181,6 +181,13 @@ def build_one(entry: Entry, llvm: LLVM, out_dir: Path) -> Path:
     return out
 
 
+def _manifest_reader():
+    """sage_co.manifest, the one manifest reader (the runtime's), imported from this checkout."""
+    sys.path.insert(0, str(ROOT))
+    from sage_co import manifest
+    return manifest
+
+
 def manifest_entry(entry: Entry, co_path: Path, llvm_version: str) -> dict:
     """What the manifest records for one code object, read back from the built bytes."""
     sys.path.insert(0, str(ROOT))
@@ -266,9 +273,14 @@ def check(entries: list[Entry], llvm: LLVM, hsaco: Path = HSACO) -> list[str]:
     """Rebuild into a temporary folder; return a readable list of differences (empty = all match)."""
     problems = []
     manifest_path = hsaco / "manifest.json"
-    checked_in = json.loads(manifest_path.read_text()) if manifest_path.exists() else None
-    if checked_in is None:
+    checked_in = None
+    if not manifest_path.exists():
         problems.append(f"{manifest_path} does not exist: run python build_asm.py and commit hsaco/")
+    else:
+        try:
+            checked_in = _manifest_reader().read(manifest_path)
+        except _manifest_reader().ManifestError as exc:   # truncated or malformed: say so, compare the bytes anyway
+            problems.append(f"{exc}; run python build_asm.py and commit hsaco/")
     with tempfile.TemporaryDirectory(prefix="sage_co_check_") as tmp:
         rebuilt = build_all(entries, llvm, Path(tmp), progress=False)
         for name, new in rebuilt["code_objects"].items():
@@ -328,7 +340,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise BuildError(f"--only: unknown code object(s) {sorted(unknown)}; known: {[e.name for e in entries]}")
         manifest = build_all(entries if not args.only else [e for e in entries if e.name in args.only], llvm, hsaco)
         if args.only and manifest_path.exists():  # keep the other entries, replace the rebuilt ones
-            merged = json.loads(manifest_path.read_text())
+            try:
+                merged = _manifest_reader().read(manifest_path)
+            except _manifest_reader().ManifestError as exc:
+                raise BuildError(f"--only keeps the other entries of the manifest, but {exc}; "
+                                 f"rebuild everything (python build_asm.py)") from None
             merged.setdefault("code_objects", {}).update(manifest["code_objects"])
             manifest = merged
         known = {f"{e.arch}/{e.name}.co" for e in entries}

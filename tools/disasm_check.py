@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from build_asm import BuildError, find_llvm  # noqa: E402
 from sage_co import codeobj  # noqa: E402
+from sage_co import manifest as sage_manifest  # noqa: E402
 
 SNAPSHOT_DIR = ROOT / "tools" / "abi"
 HSACO = ROOT / "hsaco"
@@ -275,7 +276,7 @@ def check_code_object(path: Path, llvm, snap_dir: Path | None, update: bool, dec
                       mix_rows: list) -> list[str]:
     problems = []
     try:
-        co = codeobj.read(path.read_bytes(), str(path), arch=None)
+        co = codeobj.read_file(path, arch=None)
     except codeobj.CodeObjectError as exc:
         return [str(exc)]
     if snap_dir is not None:
@@ -287,7 +288,12 @@ def check_code_object(path: Path, llvm, snap_dir: Path | None, update: bool, dec
         elif not snap_file.exists():
             problems.append(f"{path.name}: no ABI snapshot {snap_file.relative_to(ROOT)}; run with --update and review it")
         else:
-            for line in diff_snapshot(json.loads(snap_file.read_text()), now):
+            try:
+                old = json.loads(snap_file.read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                return problems + [f"{snap_file.relative_to(ROOT)}: unreadable ABI snapshot ({exc}); "
+                                   f"run with --update and review it"]
+            for line in diff_snapshot(old, now):
                 problems.append(f"{path.name}: ABI drift {line}")
     if declared is not None:
         for kname, k in co.kernels.items():
@@ -341,9 +347,14 @@ def main(argv=None) -> int:
         for path in args.co:
             problems += check_code_object(path, llvm, None, False, None, rows)
     else:
-        manifest = json.loads((args.hsaco / "manifest.json").read_text())
+        try:
+            manifest = sage_manifest.read(args.hsaco / "manifest.json")
+            paths = [sage_manifest.code_object_path(args.hsaco, entry["file"])
+                     for entry in manifest["code_objects"].values()]
+        except sage_manifest.ManifestError as exc:
+            print(f"disasm_check.py: {exc}", file=sys.stderr)
+            return 2
         declared = kernarg_declarations()
-        paths = [args.hsaco / entry["file"] for entry in manifest["code_objects"].values()]
         for path in paths:
             problems += check_code_object(path, llvm, args.snapshots, args.update, declared, rows)
         if not args.update and args.snapshots.exists():

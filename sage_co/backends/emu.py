@@ -27,6 +27,8 @@ class EmuBackend:
         self.modules: dict[str, object] = {}     # sha256 -> loaded module
         self.history: list[tuple[str, object]] = []   # (symbol, run statistics) of every launch
         self.lock = threading.RLock()   # held for the whole of run(): the arena never moves under a kernel
+        # progress(symbol, workgroups done, total) after each batch of workgroups, or None (the CLI sets it)
+        self.progress = None
 
     def module(self, shipped, co):
         if shipped.sha256 not in self.modules:
@@ -59,6 +61,9 @@ class EmuBackend:
                 else:
                     values[name] = value
             kernarg_bytes = struct.pack(values)
+            if self.progress is not None and "progress" not in launch_options:
+                report = self.progress
+                launch_options["progress"] = lambda done, total: report(shipped.symbol, done, total)
             stats = self.module(shipped, co).launch(shipped.symbol, grid=grid, block=block, kernargs=kernarg_bytes,
                                                     **launch_options)
             for name, (addr, nbytes) in allocations.items():

@@ -179,7 +179,7 @@ class Module:
         return bytes(buf)
 
     def launch(self, kernel_name: str, grid=(1, 1, 1), block=(32, 1, 1), kernargs: bytes = b"", *,
-               sanitize: bool = True, lds_race_check: bool = False, trace_wave=None):
+               sanitize: bool = True, lds_race_check: bool = False, trace_wave=None, progress=None):
         from sage_co.emu import executor
         k = self.co.kernel(kernel_name)
         grid, block = tuple(int(x) for x in grid), tuple(int(x) for x in block)
@@ -203,7 +203,8 @@ class Module:
             if prog is None:
                 prog = self._programs[kernel_name] = executor.Program(self, k)
             return executor.run(prog, grid, block, kernarg_va=kva, dispatch_va=dva, queue_va=qva,
-                                sanitize=sanitize, lds_race_check=lds_race_check, trace_wave=trace_wave)
+                                sanitize=sanitize, lds_race_check=lds_race_check, trace_wave=trace_wave,
+                                progress=progress)
         finally:
             for va in extra:
                 dev.free(va)

@@ -397,7 +397,7 @@ def run(prog: Program, grid, block, **kw):
 
 
 def _run(prog: Program, grid, block, *, kernarg_va, dispatch_va=0, queue_va=0, sanitize=True,
-         lds_race_check=False, trace_wave=None):
+         lds_race_check=False, trace_wave=None, progress=None):
     t0 = time.perf_counter()
     nthreads = block[0] * block[1] * block[2]
     wpg = (nthreads + 31) // 32
@@ -427,6 +427,8 @@ def _run(prog: Program, grid, block, *, kernarg_va, dispatch_va=0, queue_va=0, s
             tracer.attach(st)
         with np.errstate(all="ignore"):
             steps += _run_batch(st, Ops(st), tracer)
+        if progress is not None:   # progress(workgroups done, total): the CLI's progress bar on long runs
+            progress(wg_lo + nwg, total_wg)
     counts = {c: 0 for c in CLASSES}
     ec = prog.exec_count
     for pc, c in enumerate(prog.cls):
