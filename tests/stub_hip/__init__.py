@@ -85,8 +85,36 @@ class Stub:
     def fail(self, entry: str, code: int, times: int = 1):
         self.lib.stub_fail(entry.encode(), code, times)
 
+    def set_recording(self, on: bool):
+        """Off: calls are still checked (and kernargs copied) but not kept (benchmarks)."""
+        self.lib.stub_set_recording(int(on))
+
     def set_device_count(self, n: int):
         self.lib.stub_set_device_count(n)
 
     def set_capturing(self, stream: int, on: bool):
         self.lib.stub_set_capturing(stream, int(on))
+
+
+class HostPlatform:
+    """The hip backend's view of devices and streams for runs on the stub: CPU tensors stand for device
+    tensors (their host addresses go into the kernargs), `device` is the device index they are on, `stream`
+    the raw stream handle torch would report, `arch` every device's gfx name."""
+
+    def __init__(self, arch: str = "gfx1201", device: int = 0, stream: int = 0):
+        self.arch_name, self.device, self.stream_handle = arch, device, stream
+
+    def init(self) -> None:
+        pass   # the test has mapped the stub, as torch's HIP initialisation maps its libamdhip64
+
+    def device_problem(self, tensor) -> str | None:
+        return None if tensor.device.type == "cpu" else f"the stub platform takes CPU tensors, not {tensor.device}"
+
+    def device_index(self, tensor) -> int:
+        return self.device
+
+    def arch(self, index: int) -> str:
+        return self.arch_name
+
+    def stream(self, index: int) -> int:
+        return self.stream_handle

@@ -52,6 +52,8 @@ typedef struct { int module; char name[256]; } stub_function;
 
 static stub_record records[MAX_RECORDS];
 static int n_records = 0;
+static int recording = 1;   /* 0: calls are checked but not recorded (the host-overhead benchmark) */
+static stub_record scratch;
 static stub_module modules[MAX_MODULES];
 static int n_modules = 0;
 static stub_function functions[MAX_FUNCTIONS];
@@ -63,6 +65,13 @@ static char fail_entry[64];
 static int fail_code = 0, fail_times = 0;
 
 static stub_record *new_record(int kind) {
+    if (!recording) {
+        free(scratch.bytes);
+        memset(&scratch, 0, sizeof scratch);
+        scratch.kind = kind;
+        scratch.device = current_device;
+        return &scratch;
+    }
     if (n_records == MAX_RECORDS) { fprintf(stderr, "stub_amdhip64: record buffer full\n"); abort(); }
     stub_record *r = &records[n_records++];
     memset(r, 0, sizeof *r);
@@ -220,6 +229,7 @@ void stub_clear(void) {
     for (int i = 0; i < n_records; i++) free(records[i].bytes);
     n_records = 0;
 }
+void stub_set_recording(int on) { recording = on; }
 void stub_set_device_count(int n) { device_count = n; }
 void stub_fail(const char *entry, int code, int times) {
     strncpy(fail_entry, entry, sizeof fail_entry - 1); fail_code = code; fail_times = times;
