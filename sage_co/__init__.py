@@ -10,5 +10,7 @@ __version__ = "0.1.0"
 
 from .api import sage_attention, sage_attention_fwd, sage_prepare  # noqa: E402
 from .prepared import SagePrepared  # noqa: E402
+from .compat import sageattn, sageattn_varlen  # noqa: E402  (SageAttention's API, sage_co/compat.py)
 
-__all__ = ["sage_attention", "sage_attention_fwd", "sage_prepare", "SagePrepared", "__version__"]
+__all__ = ["sage_attention", "sage_attention_fwd", "sage_prepare", "SagePrepared", "sageattn", "sageattn_varlen",
+           "__version__"]
