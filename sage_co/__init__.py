@@ -14,3 +14,9 @@ from .compat import sageattn, sageattn_varlen  # noqa: E402  (SageAttention's AP
 
 __all__ = ["sage_attention", "sage_attention_fwd", "sage_prepare", "SagePrepared", "sageattn", "sageattn_varlen",
            "__version__"]
+
+import os as _os  # noqa: E402
+
+if _os.environ.get("SAGE_CO_SAGEATTENTION_SHIM"):  # opt-in: sage_co/integrations/sageattention_shim.py
+    from .integrations import sageattention_shim as _shim
+    _shim.install_from_env()
