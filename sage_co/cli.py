@@ -13,6 +13,7 @@ memory, unusable code objects, output closed or disk full), 130 when interrupted
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import threading
@@ -49,6 +50,8 @@ def cmd_info(args) -> int:
                               co["llvm_version"], co["sha256"][:12])
     # the ABI table is wide: piped output gets room for every column instead of rich's 80-column guess
     (console if sys.stdout.isatty() else _Console(width=260)).print(table)
+    from .integrations import sageattention_shim  # integ helper: whether `import sageattention` reaches sage-co
+    console.print(sageattention_shim.describe(), markup=False)
     return 0
 
 
@@ -122,12 +125,40 @@ def _check_run_feasible(args, backend: str) -> dict:
     return est
 
 
+class _Progress:
+    """The status line of a long emulator run: workgroups done, elapsed and estimated remaining time."""
+
+    def __init__(self, status):
+        self.status, self.started = status, time.perf_counter()
+
+    def __call__(self, symbol: str, done: int, total: int) -> None:
+        elapsed = time.perf_counter() - self.started
+        left = elapsed / done * (total - done)
+        self.status.update(f"{symbol}: {done:,}/{total:,} workgroups ({100 * done / total:.0f} %), "
+                           f"{elapsed:.0f} s elapsed, ~{left:.0f} s left")
+
+
+@contextlib.contextmanager
+def _emu_progress(backend: str, status):
+    """Install a _Progress as the emulator backend's progress callback for the block (emu runs only)."""
+    progress = _Progress(status)
+    if backend != "emu":
+        yield progress
+        return
+    from .launch import get_backend
+    emu = get_backend("emu")
+    emu.progress = progress
+    try:
+        yield progress
+    finally:
+        emu.progress = None
+
+
 def cmd_run(args) -> int:
     import torch
 
     from . import accuracy, api, reference, registry
     from . import launch as launch_mod
-    from .launch import get_backend
 
     backend = args.backend or _default_backend()
     est = _check_run_feasible(args, backend)
@@ -141,30 +172,16 @@ def cmd_run(args) -> int:
                       f"memory ~{_gib(est['bytes'])}")
     q, k, v = accuracy.make_inputs(args.dist, args.B, args.S, args.H, seed=args.seed, device=device)
     timings = {}
-    first_launch = len(launch_mod.launched)
-    with console.status("prepare kernel: quantizing Q/K to INT8 and V to FP8 ...") as status:
-        emu_backend = get_backend("emu") if backend == "emu" else None
-        started = [time.perf_counter()]
-
-        def report(symbol: str, done: int, total: int) -> None:   # emulator progress, per batch of workgroups
-            elapsed = time.perf_counter() - started[0]
-            left = elapsed / done * (total - done)
-            status.update(f"{symbol}: {done:,}/{total:,} workgroups ({100 * done / total:.0f} %), "
-                          f"{elapsed:.0f} s elapsed, ~{left:.0f} s left")
-        if emu_backend is not None:
-            emu_backend.progress = report
-        try:
-            t0 = started[0] = time.perf_counter()
-            prepared = api.sage_prepare(q, k, v, smooth_k=args.smooth_k, backend=backend)
-            timings["prepare"] = time.perf_counter() - t0
-            status.update(f"attention kernel: INT8 QK^T + FP8 PV WMMA over {args.S} keys "
-                          f"(prepare took {timings['prepare']:.1f} s) ...")
-            t0 = started[0] = time.perf_counter()
-            out = api.sage_attention_fwd(prepared, backend=backend, kernel=args.kernel)
-            timings["attention"] = time.perf_counter() - t0
-        finally:
-            if emu_backend is not None:
-                emu_backend.progress = None
+    with console.status("prepare kernel: quantizing Q/K to INT8 and V to FP8 ...") as status, \
+            _emu_progress(backend, status) as progress, launch_mod.recording() as records:
+        t0 = progress.started = time.perf_counter()
+        prepared = api.sage_prepare(q, k, v, smooth_k=args.smooth_k, backend=backend)
+        timings["prepare"] = time.perf_counter() - t0
+        status.update(f"attention kernel: INT8 QK^T + FP8 PV WMMA over {args.S} keys "
+                      f"(prepare took {timings['prepare']:.1f} s) ...")
+        t0 = progress.started = time.perf_counter()
+        out = api.sage_attention_fwd(prepared, backend=backend, kernel=args.kernel)
+        timings["attention"] = time.perf_counter() - t0
         status.update("FP32 reference and BF16 SDPA ...")
         ref = reference.attention_fp32(q.cpu(), k.cpu(), v.cpu())
         sdpa = accuracy.bf16_sdpa(q.cpu(), k.cpu(), v.cpu())
@@ -189,7 +206,8 @@ def cmd_run(args) -> int:
     for col in ("stage", "symbol", "code object", "built from", "sha256"):
         prov.add_column(col, no_wrap=True)
     manifest = registry.manifest()["code_objects"]
-    for symbol, _ in launch_mod.launched[first_launch:]:
+    for rec in records:
+        symbol = rec.symbol
         kk = registry.find_symbol(symbol)
         prov.add_row(kk.op, symbol, f"{registry.hsaco_dir().name}/{kk.file}", manifest[kk.code_object]["source"],
                      kk.sha256[:12])
@@ -198,15 +216,15 @@ def cmd_run(args) -> int:
                   f"({'emulated on the CPU' if backend == 'emu' else 'on the GPU'})")
 
     if backend == "emu":
-        emu = get_backend("emu")
         counts = Table(title="emulated dynamic instruction counts (wave-instructions)")
         keys = ["WMMA", "VALU", "TRANS", "SALU", "LDS", "VMEM_LOAD", "VMEM_STORE", "SMEM", "BRANCH", "WAIT_OTHER",
                 "wave_instructions", "waves", "wall_s"]
         counts.add_column("kernel", no_wrap=True)
         for key in keys:
             counts.add_column(key, justify="right")
-        for symbol, st in emu.history[-(len(launch_mod.launched) - first_launch):]:
-            counts.add_row(symbol, *[f"{st.get(key, 0):,}" if isinstance(st.get(key, 0), int) else f"{st.get(key):.2f}"
+        for rec in records:
+            st = rec.result
+            counts.add_row(rec.symbol, *[f"{st.get(key, 0):,}" if isinstance(st.get(key, 0), int) else f"{st.get(key):.2f}"
                                      for key in keys])
         console.print(counts)
     ok = accuracy.within_contract(rows[0][1])
