@@ -51,6 +51,8 @@ def _prepared_like(q: torch.Tensor):
 
 @_prepare_op.register_fake
 def _(q, k, v, softmax_scale, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin, rope_dim, backend):
+    B, S, H, _ = q.shape
+    validate.check_prepare_limits(B, S, H)   # the same refusals as the real kernels, also on meta / under compile
     return _prepared_like(q)
 
 
@@ -61,7 +63,8 @@ def sage_prepare(q, k, v, softmax_scale=None, *, smooth_k=False, q_norm_weight=N
     backend: None picks by device (CPU -> the emulator, a gfx1201 GPU -> hip), or "emu" / "hip"."""
     chk = validate.check_prepare_args(q, k, v, softmax_scale, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
                                       k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin, rope_dim=rope_dim)
-    _check_choice("backend", backend, ("emu", "hip"))
+    validate.check_backend(backend)
+    validate.check_prepare_limits(chk.B, chk.S, chk.H)
     fields = _prepare_op(q, k, v, chk.softmax_scale, bool(smooth_k), q_norm_weight, k_norm_weight, float(eps),
                          cos, sin, chk.rope_dim or _NO_ROPE, backend or _DEFAULT)
     return _prepared(fields, chk.S)
@@ -95,6 +98,8 @@ def _fwd_like(q_int8, seq_len, return_lse):
 
 @_fwd_op.register_fake
 def _(q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, seq_len, return_lse, backend, kernel):
+    validate.check_attention_length(seq_len, "seq_len")
+    validate.check_kernel_shipped(kernel or None)
     return _fwd_like(q_int8, seq_len, return_lse)
 
 
@@ -110,8 +115,9 @@ def sage_attention_fwd(prepared: SagePrepared, *, return_lse=False, backend=None
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise ValueError("prepared.q_int8: expected a 4-dim int8 tensor [B, H, S_pad, 128]")
     validate.check_prepared(prepared, q.shape[0], prepared.seq_len, q.shape[1])
-    _check_choice("backend", backend, ("emu", "hip"))
-    _check_choice("kernel", kernel, None)
+    validate.check_attention_length(prepared.seq_len, "prepared.seq_len")
+    validate.check_backend(backend)
+    validate.check_kernel(kernel)
     out, lse = _fwd_op(*prepared[:5], prepared.v_fp8.view(torch.uint8), prepared.v_scale, prepared.seq_len,
                        bool(return_lse), backend or _DEFAULT, kernel or _DEFAULT)
     return (out, lse) if return_lse else out
@@ -132,6 +138,9 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sca
 def _(q, k, v, softmax_scale, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin, rope_dim, return_lse,
       backend, kernel):
     B, S, H, _ = q.shape
+    validate.check_prepare_limits(B, S, H)
+    validate.check_attention_length(S, "q")
+    validate.check_kernel_shipped(kernel or None)
     out = q.new_empty((B, S, H, HEAD_DIM), dtype=torch.bfloat16)
     lse = q.new_empty((B, H, S) if return_lse else (0,), dtype=torch.float32)
     return out, lse
@@ -144,17 +153,11 @@ def sage_attention(q, k, v, softmax_scale=None, *, smooth_k=False, q_norm_weight
     chk = validate.check_prepare_args(q, k, v, softmax_scale, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
                                       k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin, rope_dim=rope_dim)
     validate.check_flag("return_lse", return_lse)
-    _check_choice("backend", backend, ("emu", "hip"))
-    _check_choice("kernel", kernel, None)
+    validate.check_backend(backend)
+    validate.check_kernel(kernel)
+    validate.check_prepare_limits(chk.B, chk.S, chk.H)
+    validate.check_attention_length(chk.S, "q")
     out, lse = _attention_op(q, k, v, chk.softmax_scale, bool(smooth_k), q_norm_weight, k_norm_weight, float(eps),
                              cos, sin, chk.rope_dim or _NO_ROPE, bool(return_lse), backend or _DEFAULT,
                              kernel or _DEFAULT)
     return (out, lse) if return_lse else out
-
-
-def _check_choice(name: str, value, allowed) -> None:
-    if value is None:
-        return
-    if not isinstance(value, str) or not value or (allowed is not None and value not in allowed):
-        expected = f"one of {allowed} or None" if allowed else "a variant name string or None"
-        raise ValueError(f"{name}: expected {expected}, got {value!r}")

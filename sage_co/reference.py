@@ -215,6 +215,7 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
     B, H, Sp, D = prepared.q_int8.shape
     S = prepared.seq_len
     validate.check_prepared(prepared, B, S, H)
+    validate.check_prepared_padding(prepared)
     dev = prepared.q_int8.device
 
     # int8 values are exact in fp32 (and in bf16/tf32), and every partial sum of a 128-term int8 dot is an integer

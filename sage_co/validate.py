@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-from .prepared import HEAD_DIM, SagePrepared, expected_shapes
+from .prepared import HEAD_DIM, PAD, SCALE_BLOCK, SagePrepared, expected_shapes, s_pad
 
 ROPE_DIMS = (32, 64, 96, 128)
 
@@ -80,7 +80,9 @@ def check_softmax_scale(softmax_scale) -> float:
         return 1.0 / math.sqrt(HEAD_DIM)
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
         raise TypeError(f"softmax_scale: expected None or a finite float, got {type(softmax_scale).__name__}")
-    if not math.isfinite(softmax_scale) or abs(softmax_scale) > MAX_SOFTMAX_SCALE:
+    # comparisons, not math.isfinite: under torch.compile(dynamic=True) the float is symbolic and math.isfinite
+    # cannot be traced (fullgraph fails); the chained comparison also refuses NaN and +-inf
+    if not -MAX_SOFTMAX_SCALE <= softmax_scale <= MAX_SOFTMAX_SCALE:
         raise ValueError(f"softmax_scale: expected a finite float with |softmax_scale| <= 2**64 (the range where "
                          f"the arithmetic stays finite, docs/numerics.md §Finite range), got {softmax_scale}")
     return float(softmax_scale)
@@ -109,7 +111,7 @@ def check_flag(name: str, value) -> bool:
 def check_eps(eps) -> float:
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         raise TypeError(f"eps: expected a finite float >= 0, got {type(eps).__name__}")
-    if not math.isfinite(eps) or eps < 0:
+    if not 0 <= eps < math.inf:   # comparisons only: traceable with a symbolic eps (see check_softmax_scale)
         raise ValueError(f"eps: expected a finite float >= 0, got {eps}")
     return float(eps)
 
@@ -155,6 +157,64 @@ def check_norm_rope(q_norm_weight, k_norm_weight, cos, sin, rope_dim, S: int, de
     return rope_dim
 
 
+# ------------------------------------------------------------------- whole-call checks (issue 11 item 5)
+BACKENDS = ("emu", "hip")
+ATTENTION_OP = "sage_attention_fwd"
+# The attention kernel addresses one head of q/k/v with 32-bit byte offsets: S_pad * 128 < 2^32, so
+# S_pad <= 2^32 / 128 - 64 = 33,554,368 (docs/numerics.md §Inputs).
+MAX_ATTENTION_SEQ_PAD = (1 << 32) // HEAD_DIM - PAD
+# The prepare kernels' grids: y = H, z = 3 * B (quant) (docs/rdna4.md §HIP runtime: y, z <= 65536); S_pad < 2^31.
+MAX_GRID_YZ = 65536
+
+
+def check_backend(backend) -> None:
+    """backend: None (choose by the tensors' device), "emu" or "hip"."""
+    if backend is None:
+        return
+    if not isinstance(backend, str):
+        raise TypeError(f"backend: expected None, 'emu' or 'hip', got {type(backend).__name__}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected None, 'emu' or 'hip', got {backend!r}")
+
+
+def check_kernel(kernel, op: str = ATTENTION_OP) -> None:
+    """kernel: None (the default variant) or the name of a variant the manifest ships for `op`."""
+    if kernel is None:
+        return
+    if not isinstance(kernel, str):
+        raise TypeError(f"kernel: expected None or a str naming a shipped variant of {op}, got {type(kernel).__name__}")
+    if torch.compiler.is_compiling():
+        return   # dynamo cannot trace the manifest read; the op's fake implementation makes this check at trace time
+    check_kernel_shipped(kernel, op)
+
+
+def check_kernel_shipped(kernel, op: str = ATTENTION_OP) -> None:
+    """The manifest part of check_kernel, without the compile guard: the ops' fake implementations call it (they
+    run as plain Python under FakeTensorMode, also while torch.compile traces)."""
+    if kernel is None:
+        return
+    from . import registry  # torch-free and cached; imported here so `validate` stays a leaf for the reference
+    variants = sorted({k.variant for k in registry.kernels() if k.op == op})
+    if kernel not in variants:
+        raise ValueError(f"kernel: expected None or one of {variants} (the shipped variants of {op}), got {kernel!r}")
+
+
+def check_attention_length(S, name: str = "q") -> None:
+    """S tokens fit the attention kernel: S_pad = round_up(S, 64) <= 33,554,368."""
+    Sp = s_pad(S)
+    if Sp > MAX_ATTENTION_SEQ_PAD:
+        raise ValueError(f"{name}: S = {S} is too long for the attention kernel: S_pad = round_up(S, 64) = {Sp} > "
+                         f"{MAX_ATTENTION_SEQ_PAD} (one head of q/k/v is addressed with 32-bit byte offsets)")
+
+
+def check_prepare_limits(B, S, H) -> None:
+    """The prepare kernels' launch grids fit: 3 * B <= 65536, H <= 65536, S_pad < 2^31."""
+    if 3 * B > MAX_GRID_YZ or H > MAX_GRID_YZ:
+        raise ValueError(f"q: B = {B} and H = {H} exceed the launch grid (need 3 * B <= 65536 and H <= 65536)")
+    if s_pad(S) >= 2 ** 31:
+        raise ValueError(f"q: S = {S} is too long (S_pad must stay below 2^31)")
+
+
 def check_prepare_args(q, k, v, softmax_scale=None, *, smooth_k=False, q_norm_weight=None, k_norm_weight=None,
                        eps=1e-6, cos=None, sin=None, rope_dim=None) -> Checked:
     """Everything sage_prepare / sage_attention take, checked in one go."""
@@ -186,3 +246,24 @@ def check_prepared(prepared, B: int, S: int, H: int, device: torch.device | str 
         _contiguous(name, t)
         if t.device != dev:
             raise ValueError(f"{name}: expected a tensor on {dev}, got {t.device}")
+
+
+def check_prepared_padding(prepared) -> None:
+    """Everything past prepared.seq_len is zero, as the layout requires (docs/numerics.md §Prepared layout): rows
+    >= seq_len of q_int8/k_int8, columns >= seq_len of v_fp8, scale blocks that hold no valid token. This catches a
+    seq_len lowered within the same S_pad (100 -> 65 was silently used: rel L2 0.74). Reads only the padded part
+    (fewer than 64 tokens per head); skipped for tensors without data (meta)."""
+    S = prepared.seq_len
+    q_int8 = prepared.q_int8
+    if q_int8.device.type == "meta" or S >= q_int8.shape[2]:
+        return
+    first_empty_block = -(-S // SCALE_BLOCK)
+    padded = (("q_int8", q_int8[:, :, S:]), ("k_int8", prepared.k_int8[:, :, S:]),
+              ("v_fp8", prepared.v_fp8[..., S:].view(torch.uint8)),
+              ("q_scale", prepared.q_scale[..., first_empty_block:]),
+              ("k_scale", prepared.k_scale[..., first_empty_block:]))
+    for field, t in padded:
+        if t.numel() and bool(t.ne(0).any()):
+            raise ValueError(f"prepared.seq_len: {S}, but prepared.{field} holds non-zero values past token {S} where "
+                             f"the layout has zero padding: the structure was prepared for a longer sequence or "
+                             f"seq_len was changed")

@@ -50,11 +50,11 @@ def test_options_with_info_are_refused(capsys):
 
 
 def test_a_run_with_options_before_the_subcommand_runs_that_shape(capsys):
-    first = len(launch.launched)
-    assert cli.main(["-S", "64", "-H", "1", "--kernel", "hip", "run", "--smooth-k"]) == 0
+    with launch.recording() as records:
+        assert cli.main(["-S", "64", "-H", "1", "--kernel", "hip", "run", "--smooth-k"]) == 0
     out = capsys.readouterr().out
     assert "B=1 H=1 S=64" in out
-    symbols = [s for s, _ in launch.launched[first:]]
+    symbols = [r.symbol for r in records]
     assert symbols[-1] == "gfx1201_sage_attention_fwd"            # the --kernel hip variant, not the asm default
     assert "gfx1201_sage_prepare_stats" in symbols
 

@@ -16,8 +16,9 @@ from ..prepared import SagePrepared
 OP = abi.ATTENTION_OP
 BLOCK = abi.ATTENTION_BLOCK
 
-# The kernel addresses one head of q/k/v with 32-bit byte offsets (S_pad * 128 < 2**32).
-MAX_SEQ_PAD = (1 << 32) // HEAD_DIM - PAD
+# The kernel addresses one head of q/k/v with 32-bit byte offsets (S_pad * 128 < 2**32); checked by
+# validate.check_attention_length.
+MAX_SEQ_PAD = validate.MAX_ATTENTION_SEQ_PAD
 
 
 def grid(prepared: SagePrepared) -> tuple[int, int, int]:
@@ -53,9 +54,8 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, backe
     B, S, H = _shape_of(prepared)
     validate.check_prepared(prepared, B, S, H)
     S_pad = prepared.q_int8.shape[2]
-    if S_pad > MAX_SEQ_PAD:
-        raise ValueError(f"prepared.seq_len: S = {S} is too long for the attention kernel (S_pad = {S_pad} > "
-                         f"{MAX_SEQ_PAD}: one head of q/k/v must stay below 4 GiB)")
+    validate.check_attention_length(S, "prepared.seq_len")
+    validate.check_prepared_padding(prepared)
     if variant is not None and not isinstance(variant, str):
         raise TypeError(f"variant: expected None (the default kernel) or a str naming a shipped variant of {OP}, "
                         f"got {type(variant).__name__}")
