@@ -69,7 +69,13 @@ class Program:
         self.insts = insts
         self.index = {i.offset: n for n, i in enumerate(insts)}
         d = kernel.descriptor
-        self.nvgpr = max(d.vgpr_count, int(kernel.metadata.get(".vgpr_count", 0)), 1)
+        # The hardware gives a wave the VGPRs its descriptor asks for, nothing more; an access past them is refused
+        # (operand checks below). Metadata that says the code uses more is refused up front.
+        self.nvgpr = d.vgpr_count
+        used = int(kernel.metadata.get(".vgpr_count", 0))
+        if used > self.nvgpr:
+            raise EmuError(f"kernel {self.name}: the metadata says the code uses {used} VGPRs but the descriptor "
+                           f"allocates {self.nvgpr}; a wave would touch VGPRs it does not own")
         self.lds_bytes = int(d.group_segment_fixed_size)
         self.denorm32 = int(d.float_denorm_mode_32)
         self.denorm16 = int(d.float_denorm_mode_16_64)
