@@ -149,6 +149,17 @@ class HipBackend:
             per_device[index] = ResolvedKernel(fn, p.struct.size)
             return per_device[index]
 
+    def unload(self) -> None:
+        """hipModuleUnload every loaded module and forget every resolved kernel (the next launch loads again).
+        The caller makes sure no enqueued kernel still runs from them (synchronize first)."""
+        from .. import launch
+        with self._lock:
+            for p in launch._plans.values():
+                p.backend_state.pop("hip", None)
+            modules, self.modules = self.modules, {}
+            for (index, _sha), (module, _data) in modules.items():
+                self._with_device(index, lambda: self._call("hipModuleUnload", module))
+
     def warmup(self, plans, device=None) -> None:
         index = device.index if device is not None and device.index is not None else self._call("hipGetDevice")
         for p in plans:
