@@ -125,4 +125,4 @@ def test_launch_overhead_benchmark_runs(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_launch_overhead.py"), "--launches", "20",
                         "--rounds", "1"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert sum(" us" in line for line in r.stdout.splitlines()) == 4, r.stdout
+    assert sum(" us CPU" in line for line in r.stdout.splitlines()) == 4, r.stdout

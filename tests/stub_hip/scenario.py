@@ -63,12 +63,13 @@ def run_ops(backend: str):
     rope_dim, attention in each variant with and without LSE. Returns the launch records."""
     from sage_co import launch, registry
     from sage_co.ops.attention import OP, run_attention_fwd
-    from sage_co.ops.prepare import ROPE_VARIANTS, run_prepare
+    from sage_co.abi import PREPARE_ROPE_DIMS
+    from sage_co.ops.prepare import run_prepare
     q, k, v = inputs()
     with launch.recording() as records:
         prepared = run_prepare(q, k, v, smooth_k=False, backend=backend)
         run_prepare(q, k, v, smooth_k=True, backend=backend)
-        for rd in ROPE_VARIANTS[1:]:
+        for rd in PREPARE_ROPE_DIMS[1:]:
             run_prepare(q, k, v, smooth_k=True, backend=backend, **norm_rope(q.shape[1], rd))
         for variant in sorted({k.variant for k in registry.kernels() if k.op == OP}):
             run_attention_fwd(prepared, backend=backend, variant=variant)
@@ -96,8 +97,8 @@ def main_scenario(tmp: Path) -> dict:
     emu_records = run_ops("emu")
     comparisons = []
     for h, e, s in zip(hip_records, emu_records, stub_launches):
-        from sage_co.kernargs import DECLARED
-        decl = DECLARED[h.symbol]
+        from sage_co.abi import struct_for
+        decl = struct_for(registry.find_symbol(h.symbol).op)
         expected = bytearray(e.kernarg_bytes)       # the emulator's bytes, its addresses replaced by hip's
         for f in decl.fields:
             if f.kind == "ptr":
