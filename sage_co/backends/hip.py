@@ -87,6 +87,7 @@ class HipBackend:
         self.runtime = hip_runtime.bind(self.hip, self.generation, self.platform.init)
         self.modules: dict[tuple[int, str], tuple[object, bytes]] = {}   # (device, sha256) -> (module, bytes)
         self.module_loads = 0
+        self._resolved_plans: list[KernelPlan] = []   # plans whose backend_state holds this backend's handles
         self._lock = threading.Lock()
         self._success = self.hip.hipError_t.hipSuccess
 
@@ -124,7 +125,7 @@ class HipBackend:
     def _resolve(self, p: KernelPlan, index: int) -> ResolvedKernel:
         """Plan `p` on device `index`, loading its module at first use."""
         with self._lock:
-            per_device = p.backend_state.setdefault("hip", {})
+            per_device = p.backend_state.setdefault(self, {})
             if index in per_device:
                 return per_device[index]
             arch = self.platform.arch(index)
@@ -147,15 +148,16 @@ class HipBackend:
             fn = self._with_device(index, lambda: self._call("hipModuleGetFunction", module, p.symbol.encode(),
                                                              detail=f"({p.symbol})"))
             per_device[index] = ResolvedKernel(fn, p.struct.size)
+            self._resolved_plans.append(p)
             return per_device[index]
 
     def unload(self) -> None:
         """hipModuleUnload every loaded module and forget every resolved kernel (the next launch loads again).
         The caller makes sure no enqueued kernel still runs from them (synchronize first)."""
-        from .. import launch
         with self._lock:
-            for p in launch._plans.values():
-                p.backend_state.pop("hip", None)
+            for p in self._resolved_plans:
+                p.backend_state.pop(self, None)
+            self._resolved_plans = []
             modules, self.modules = self.modules, {}
             for (index, _sha), (module, _data) in modules.items():
                 self._with_device(index, lambda: self._call("hipModuleUnload", module))
@@ -171,7 +173,7 @@ class HipBackend:
         if not kl.tensors:
             raise ValueError(f"{p.symbol}: the hip backend needs at least one tensor argument to pick a device")
         index = self.platform.device_index(next(iter(kl.tensors.values())))
-        rk = p.backend_state.get("hip", {}).get(index)
+        rk = p.backend_state.get(self, {}).get(index)
         if rk is None:
             rk = self._resolve(p, index)
         stream = self.platform.stream(index)
