@@ -96,6 +96,10 @@ def test_graph_capture_needs_warmup(main_run):
     assert main_run["capture_after_warmup"] == dict(loads=0, launches=4, ok=True)
 
 
+def test_dynamic_lds_is_shared_mem_bytes(main_run):
+    assert main_run["dynamic_lds_shared_mem"] == 256
+
+
 def test_misaligned_tensor_refused_before_the_runtime(main_run):
     assert "not 16-byte aligned" in main_run["misaligned"] and "'out'" in main_run["misaligned"]
     assert not main_run["misaligned_reached_runtime"]

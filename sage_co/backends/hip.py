@@ -79,7 +79,7 @@ class ResolvedKernel:
 
 class HipBackend:
     name = "hip"
-    options = frozenset()
+    options = frozenset({"dynamic_lds"})   # bytes of dynamic LDS: hipModuleLaunchKernel's sharedMemBytes
 
     def __init__(self, platform=None):
         self.platform = platform if platform is not None else TorchHip()
@@ -176,6 +176,9 @@ class HipBackend:
         rk = p.backend_state.get(self, {}).get(index)
         if rk is None:
             rk = self._resolve(p, index)
+        shared = kl.options.get("dynamic_lds", 0) if kl.options else 0
+        if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
+            raise ValueError(f"{p.symbol}: dynamic_lds must be an int >= 0 (bytes), got {shared!r}")
         stream = self.platform.stream(index)
         hip = self.hip
         previous = self._call("hipGetDevice")
@@ -185,7 +188,7 @@ class HipBackend:
             with rk.lock:
                 p.packer.pack_into(rk.buffer, kl.values)
                 kl.kernarg_bytes = bytes(rk.buffer)
-                err = hip.hipModuleLaunchKernel(rk.function, *kl.grid, *kl.block, 0, stream, None,
+                err = hip.hipModuleLaunchKernel(rk.function, *kl.grid, *kl.block, shared, stream, None,
                                                 rk.config_address)[0]
         except RuntimeError as exc:
             raise HipError(f"hipModuleLaunchKernel({p.symbol}): hip-python could not call the HIP runtime: {exc}",

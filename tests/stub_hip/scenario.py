@@ -177,6 +177,16 @@ def main_scenario(tmp: Path) -> dict:
                                        launches=len(stub.records("launch")) - n_launches,
                                        ok=all(r["result"] == 0 for r in stub.records("launch")[n_launches:]))
 
+    # -- dynamic LDS reaches hipModuleLaunchKernel's sharedMemBytes
+    from sage_co.abi import struct_for
+    shipped = registry.find_symbol(stub.records("launch")[-1]["name"])
+    struct_ = struct_for(shipped.op)
+    buf = torch.zeros(4096, dtype=torch.uint8)
+    launch.launch(shipped.symbol, struct_, (1, 1, 1), (32, 1, 1),
+                  {f.name: buf if f.kind == "ptr" else 1.0 if f.kind == "f32" else 1 for f in struct_.fields},
+                  backend="hip", dynamic_lds=256)
+    out["dynamic_lds_shared_mem"] = stub.records("launch")[-1]["shared_mem"]
+
     # -- alignment: a view at an odd offset is refused before anything reaches the runtime
     n_launches = len(stub.records("launch"))
     flat = torch.zeros(17 * 128, dtype=torch.bfloat16)
