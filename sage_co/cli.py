@@ -13,6 +13,8 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from .backends import BACKENDS
+
 console = Console() if sys.stdout.isatty() else Console(width=180)
 
 
@@ -133,7 +135,7 @@ def main(argv=None) -> int:
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--smooth-k", action="store_true")
         p.add_argument("--kernel", default=None, help="attention kernel variant (default: the manifest's default)")
-        p.add_argument("--backend", choices=("emu", "hip"), default=None)
+        p.add_argument("--backend", choices=BACKENDS, default=None)
     run.set_defaults(func=cmd_run)
     from . import selftest
     selftest.register(sub)
