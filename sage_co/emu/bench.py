@@ -10,6 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from sage_co.emu import Device
+
 LLVM = Path("/usr/lib/llvm-22/bin")
 
 ASM = r"""
@@ -92,7 +94,6 @@ def build() -> bytes:
 
 
 def run(waves=(32, 128, 512), iters: int = 200, sanitize: bool = True) -> dict:
-    from sage_co.emu import Device
     dev = Device()
     mod = dev.load(build(), "bench.co")
     out = {}

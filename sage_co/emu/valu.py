@@ -7,17 +7,19 @@ before the view; omod/clamp after. Arithmetic comes from numerics.py (exact fma,
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from sage_co.emu import numerics as nm
-from sage_co.emu.device import EmuError
-from sage_co.emu.executor import ALL, EXEC, F, NULL, VCC, pack_lanes, unpack_lanes
+from sage_co.emu import sanitizer
+from sage_co.emu import wmma as wm
+from sage_co.emu.state import ALL, EXEC, NULL, VCC, EmuError, F, pack_lanes, unpack_lanes
 
 U8, U16, U32, U64, I16, I32, I64 = np.uint8, np.uint16, np.uint32, np.uint64, np.int16, np.int32, np.int64
 F16, F32, F64 = np.float16, np.float32, np.float64
 SIGN = {32: U32(0x80000000), 16: U32(0x8000), 64: U64(1 << 63)}
 ABSM = {32: U32(0x7FFFFFFF), 16: U32(0x7FFF), 64: U64((1 << 63) - 1)}
-import contextlib
 ERR = contextlib.nullcontext()   # executor.run ignores fp warnings for the whole run
 
 
@@ -462,7 +464,7 @@ class Src:
 
 def dpp_source(st, dpp, raw):
     """DPP16/DPP8 lane permutation of src0. Returns a reader giving (values [n,32]) and records, per call, the
-    lanes that may be written in st._dpp_mask (bool [n,32] or None)."""
+    lanes that may be written in st.dpp_mask (bool [n,32] or None)."""
     lanes = np.arange(32)
     if "dpp_ctrl" in dpp:
         c, bc, fi = dpp["dpp_ctrl"], dpp["bc"], dpp["fi"]
@@ -507,9 +509,9 @@ def dpp_source(st, dpp, raw):
             ok = ok & (EXM if sel is ALL else EXM[sel])[:, src]
         if bc:
             out = np.where(ok, out, 0).astype(out.dtype)
-            st._dpp_mask = None if wmask.all() else np.broadcast_to(wmask, out.shape)
+            st.dpp_mask = None if wmask.all() else np.broadcast_to(wmask, out.shape)
         else:
-            st._dpp_mask = ok & wmask
+            st.dpp_mask = ok & wmask
         return out
     return rd
 
@@ -545,7 +547,7 @@ def _typed_writer(st, ops, inst, vd, res, dst_hi=0, dpp=False):
             val = np.asarray(val)
             if val.dtype != U32:
                 val = val.view(U32) if val.dtype.itemsize == 4 else val.astype(U32)
-            m = st._dpp_mask
+            m = st.dpp_mask
             if m is None:
                 return base(sel, val)
             mw(sel, val, m & (EXM if sel is ALL else EXM[sel]))
@@ -967,7 +969,7 @@ def _packed(st, ops, inst):
 
 # ----------------------------------------------------------------------------------------------- VOPD
 def _vopd(st, ops, inst, pc):
-    """Dual issue: both halves read their sources before either writes (rdna4_facts §2 VOPD)."""
+    """Dual issue: both halves read their sources before either writes (docs/rdna4.md §Throughput, VOPD rules)."""
     xname, yname = inst.name.split("|")
     halves = []
     for nm_, s0, s1, vd in ((xname, "srcx0", "vsrcx1", "vdstx"), (yname, "srcy0", "vsrcy1", "vdsty")):
@@ -1008,7 +1010,6 @@ WMMA_REGS = {"iu8": (2, 8), "fp8_fp8": (2, 8), "fp8_bf8": (2, 8), "bf8_fp8": (2,
 
 
 def _wmma(st, ops, inst, pc):
-    from sage_co.emu import wmma as wm
     name = inst.name
     vd = F(inst, "vdst")
     a0, b0, c0 = F(inst, "src0"), F(inst, "src1"), F(inst, "src2")
@@ -1052,7 +1053,6 @@ def _wmma(st, ops, inst, pc):
 
     def h(sel):
         if st.sanitize:
-            from sage_co.emu import sanitizer
             if overlap:
                 sanitizer.wmma_overlap(st, pc, sel)
             sanitizer.wmma_hazard(st, pc, sel, ra, rb, na, vd, nd)
