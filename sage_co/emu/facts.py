@@ -336,21 +336,26 @@ VOPD_FORMS = {"v_" + n[len("v_dual_"):]: n for n in _X if n in _Y}
 # ...whose whole meaning is vdst = f(src0[, vsrc1]): no tied accumulator, implied VCC or literal
 VOPD_PLAIN = {k: v for k, v in VOPD_FORMS.items()
               if not READS_VDST.match(v) and v not in READS_VCC and not any(t[0] == "=LIT" for t in _X[v])}
-VGPR_BANKS = 4          # docs/rdna4.md §Throughput: bank = VGPR % 4
+VGPR_BANKS = 4          # docs/rdna4.md §Throughput VOPD rules: bank = VGPR % 4
 
 
 def vopd_pair_problem(x_dst: int, y_dst: int, x_src0: int | None, y_src0: int | None, x_vsrc1: int | None,
-                      y_vsrc1: int | None, literals: int = 0) -> str | None:
-    """Why an X half and a Y half may not form one VOPD (VGPR numbers; None for a source that is no VGPR), or None
-    when they may (docs/rdna4.md §Throughput VOPD rules)."""
+                      y_vsrc1: int | None, literals: int = 0, sgprs: int = 0, both_mov: bool = False) -> str | None:
+    """Why an X half and a Y half may not form one VOPD on gfx12, or None when they may (docs/rdna4.md §Throughput
+    VOPD rules). VGPR numbers, None for a source that is no VGPR; literals / sgprs: distinct literals / SGPRs the
+    pair reads; both_mov: both halves are v_dual_mov_b32 (then Y reads through the src2 source cache and the source
+    bank rules do not apply)."""
     if x_dst % 2 == y_dst % 2:
         return "destinations must be one even and one odd VGPR"
-    if x_src0 is not None and y_src0 is not None and x_src0 % VGPR_BANKS == y_src0 % VGPR_BANKS:
-        return "src0 of both halves in one VGPR bank"
-    if x_vsrc1 is not None and y_vsrc1 is not None and x_vsrc1 % VGPR_BANKS == y_vsrc1 % VGPR_BANKS:
-        return "vsrc1 of both halves in one VGPR bank"
+    if not both_mov:
+        if x_src0 is not None and y_src0 is not None and x_src0 % VGPR_BANKS == y_src0 % VGPR_BANKS:
+            return "src0 of both halves in one VGPR bank"
+        if x_vsrc1 is not None and y_vsrc1 is not None and x_vsrc1 % VGPR_BANKS == y_vsrc1 % VGPR_BANKS:
+            return "vsrc1 of both halves in one VGPR bank"
     if literals > 1:
         return "more than one literal"
+    if literals + sgprs > 2:
+        return "more than two scalar values (SGPRs + literal)"
     return None
 
 
@@ -363,4 +368,9 @@ def vopd_problem(inst) -> str | None:
     x_name, y_name = inst.name.split("|")
     x1 = f["vsrcx1"] if any(t[0] == "vsrcx1" for t in _X[x_name]) else None
     y1 = f["vsrcy1"] if any(t[0] == "vsrcy1" for t in _Y[y_name]) else None
-    return vopd_pair_problem(f["vdstx"], f["vdsty"], vg(f["srcx0"]), vg(f["srcy0"]), x1, y1)
+    sgprs = {c for c in (f["srcx0"], f["srcy0"]) if c < 128 and c != NULL}
+    if x_name == "v_dual_cndmask_b32" or y_name == "v_dual_cndmask_b32":
+        sgprs.add(VCC)
+    lits = int(inst.literal is not None)
+    return vopd_pair_problem(f["vdstx"], f["vdsty"], vg(f["srcx0"]), vg(f["srcy0"]), x1, y1, lits, len(sgprs),
+                             x_name == y_name == "v_dual_mov_b32")
