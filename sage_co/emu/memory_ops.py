@@ -454,9 +454,15 @@ DS_ATOMIC = {"add_u32": np.add, "sub_u32": np.subtract, "and_b32": np.bitwise_an
              "xor_b32": np.bitwise_xor, "min_u32": np.minimum, "max_u32": np.maximum}
 
 
+LDS_ADDR_MASK = np.int64(0xFFFFFFFF)
+
+
 def _lds_index(st, pc, sel, m, addr, nbytes, what, write):
     """addr int64 [n, 32] byte addresses within the workgroup's LDS -> (flat offsets into st.lds of the active
-    lanes [k], in-range [k]). Out of the declared group segment: sanitizer error; else dropped/zero."""
+    lanes [k], in-range [k]). Out of the declared group segment: sanitizer error; else dropped/zero.
+    The address is ADDR + offset modulo 2^32 (docs/rdna4.md §Memory, LDS addressing): compilers fold a negative base
+    into the unsigned instruction offset (`v_sub_nc_u32 v3, 0, v4` + `ds_load_b32 v3, v3 offset:1020`)."""
+    addr = addr & LDS_ADDR_MASK
     a = _active(addr, m)
     ok = (a >= 0) & (a + nbytes <= st.lds_bytes)
     if not ok.all() and st.sanitize:

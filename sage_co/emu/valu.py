@@ -328,6 +328,8 @@ op("v_add_f16", "hh", "h", lambda a, b: (a.astype(F32) + b.astype(F32)).astype(F
 op("v_mul_f16", "hh", "h", lambda a, b: (a.astype(F32) * b.astype(F32)).astype(F16))
 op("v_sub_f16", "hh", "h", lambda a, b: (a.astype(F32) - b.astype(F32)).astype(F16))
 op("v_fma_f16", "hhh", "h", lambda a, b, c: (a.astype(F64) * b.astype(F64) + c.astype(F64)).astype(F16))
+for _n in ("v_fmac_f16", "v_fmaak_f16", "v_fmamk_f16"):     # src2 = vdst / literal (filled in by the builder)
+    op(_n, "hhh", "h", T["v_fma_f16"][2])
 op("v_mov_b16", "s", "s", lambda a: a)
 op("v_add_nc_u16", "ss", "s", lambda a, b: a + b)
 op("v_sub_nc_u16", "ss", "s", lambda a, b: a - b)
@@ -596,11 +598,11 @@ def build(st, ops, inst, pc):
         return None
     srcs, res, fn, flt = T[name]
     codes = _src_codes(inst, len(srcs))
-    if name == "v_fmac_f32":
+    if name in ("v_fmac_f32", "v_fmac_f16"):
         codes[2] = 256 + F(inst, "vdst")
-    elif name == "v_fmaak_f32":
+    elif name in ("v_fmaak_f32", "v_fmaak_f16"):
         codes[2] = 255
-    elif name == "v_fmamk_f32":
+    elif name in ("v_fmamk_f32", "v_fmamk_f16"):
         codes = [codes[0], 255, codes[1]]
     readers = [src.read(i, c, k) for i, (c, k) in enumerate(zip(codes, srcs))]
     vd = F(inst, "vdst")
