@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sage_co.emu.state import ALL, EXEC, LITERAL, NULL, SCC_CODE, EmuError, const_bits
+from sage_co.emu.state import ALL, EXEC, LITERAL, NULL, SCC_CODE, EmuError, State, const_bits
 
 
 class Ops:
