@@ -171,7 +171,7 @@ def _valu(inst: Inst) -> str:
     if enc == 'VOP3':
         opsel = f['opsel']
         if name in ('v_cvt_f32_fp8', 'v_cvt_f32_bf8') or name.startswith('v_cvt_sr_'):
-            # byte_sel is OPSEL bit-reversed over [3:2] (docs rdna4_facts: "encoded OPSEL is bit-reversed")
+            # byte_sel is OPSEL bit-reversed over [3:2] (docs/rdna4.md §FP8, v_cvt_f32_fp8)
             bs = (opsel >> 1 & 1) | (opsel & 1) << 1 if name.startswith('v_cvt_f32') else opsel >> 2 & 3
             if bs: mods.append(f'byte_sel:{bs}')
         elif opsel:
