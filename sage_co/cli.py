@@ -35,6 +35,8 @@ def cmd_info(args) -> int:
                               co["llvm_version"], co["sha256"][:12])
     # the ABI table is wide: piped output gets room for every column instead of rich's 80-column guess
     (console if sys.stdout.isatty() else Console(width=260)).print(table)
+    from .integrations import sageattention_shim  # integ helper: whether `import sageattention` reaches sage-co
+    console.print(sageattention_shim.describe(), markup=False)
     return 0
 
 
