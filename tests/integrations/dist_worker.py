@@ -1,0 +1,34 @@
+"""Worker processes for tests/integrations/test_parallel.py (torch.multiprocessing spawn, gloo on CPU)."""
+from __future__ import annotations
+
+import traceback
+
+import torch
+import torch.distributed as dist
+
+from sage_co import accuracy
+from sage_co.parallel import sequence_parallel_attention
+
+
+def full_inputs(S: int, H: int):
+    """The whole sequence, the same on every rank and in the parent: bf16 [1, S, H, 128], K with a channel offset
+    (the case smooth_k exists for, so per-shard means matter)."""
+    return accuracy.make_inputs("k_offset", 1, S, H, seed=3)
+
+
+def run(rank: int, world: int, init_file: str, out_dir: str, scenarios) -> None:
+    torch.set_num_threads(1)  # W processes share a small machine
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        for name, mode, lens, H in scenarios:
+            q, k, v = full_inputs(sum(lens), H)
+            sl = slice(sum(lens[:rank]), sum(lens[:rank + 1]))
+            try:
+                out, lse = sequence_parallel_attention(q[:, sl], k[:, sl], v[:, sl], mode=mode, return_lse=True,
+                                                       smooth_k=True)
+                res = {"out": out, "lse": lse}
+            except Exception as e:  # the parent asserts on it (refusals are part of the contract)
+                res = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
+            torch.save(res, f"{out_dir}/{name}.{rank}.pt")
+    finally:
+        dist.destroy_process_group()
