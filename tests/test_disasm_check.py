@@ -68,26 +68,31 @@ def test_lint_rules_on_text():
                      "v_add_nc_u32 v2, s4, v2") == []
 
 
-def test_catches_abi_drift_and_a_changed_kernarg_layout(built, tmp_path):
-    snaps = tmp_path / "abi"
+def test_catches_abi_drift_and_a_changed_kernarg_layout(built, tmp_path, monkeypatch):
+    """The one snapshot is the manifest's `kernels` section; the declarations come from sage_co.abi by op."""
+    from sage_co import abi
+    from sage_co.kernargs import Field, KernargStruct
     hsaco = tmp_path / "hsaco"
     shutil.copytree(built, hsaco)
     manifest = json.loads((hsaco / "manifest.json").read_text())
     manifest["code_objects"] = {k: v for k, v in manifest["code_objects"].items() if k == "test_fill"}
-    (hsaco / "manifest.json").write_text(json.dumps(manifest))
-    from sage_co.kernargs import Field, KernargStruct
-    KernargStruct("fill", [Field("out", "ptr", 0), Field("value", "u32", 8)], 12)  # registers the declaration
-    r = disasm_check.main(["--hsaco", str(hsaco), "--snapshots", str(snaps), "--update", "--no-mix"])
-    assert r == 0 and (snaps / "test_fill.json").exists()
-    assert disasm_check.main(["--hsaco", str(hsaco), "--snapshots", str(snaps), "--no-mix"]) == 0
-    # the snapshot records the old layout; the kernel now takes a float at 8 -> drift
-    snap = json.loads((snaps / "test_fill.json").read_text())
-    snap["kernels"]["fill"]["args"][1] = [8, 4, "by_value", "scale"]
-    (snaps / "test_fill.json").write_text(json.dumps(snap))
-    assert disasm_check.main(["--hsaco", str(hsaco), "--snapshots", str(snaps), "--no-mix"]) == 1
-    # an edited Python declaration is caught the same way the launcher catches it
-    snap["kernels"]["fill"]["args"][1] = [8, 4, "by_value", "value"]
-    (snaps / "test_fill.json").write_text(json.dumps(snap))
-    KernargStruct("fill", [Field("out", "ptr", 0), Field("value", "u32", 8), Field("extra", "u32", 12)], 16)
-    assert disasm_check.main(["--hsaco", str(hsaco), "--snapshots", str(snaps), "--no-mix"]) == 1
-    KernargStruct("fill", [Field("out", "ptr", 0), Field("value", "u32", 8)], 12)
+    manifest["code_objects"]["test_fill"]["provides"] = [{"op": "test.fill", "variant": "asm", "symbol": "fill"}]
+
+    def write(m):
+        (hsaco / "manifest.json").write_text(json.dumps(m))
+    write(manifest)
+    # a shipped symbol whose op has no struct in sage_co/abi.py is a problem
+    assert disasm_check.main(["--hsaco", str(hsaco), "--no-mix"]) == 1
+    monkeypatch.setitem(abi.STRUCTS, "test.fill", KernargStruct("fill", [Field("out", "ptr", 0),
+                                                                          Field("value", "u32", 8)], 12))
+    assert disasm_check.main(["--hsaco", str(hsaco), "--no-mix"]) == 0
+    # the manifest records another layout than the shipped bytes have -> drift
+    drifted = json.loads(json.dumps(manifest))
+    drifted["code_objects"]["test_fill"]["kernels"]["fill"]["args"][1]["name"] = "scale"
+    write(drifted)
+    assert disasm_check.main(["--hsaco", str(hsaco), "--no-mix"]) == 1
+    # an edited declaration is caught the same way the launcher catches it
+    write(manifest)
+    monkeypatch.setitem(abi.STRUCTS, "test.fill", KernargStruct(
+        "fill", [Field("out", "ptr", 0), Field("value", "u32", 8), Field("extra", "u32", 12)], 16))
+    assert disasm_check.main(["--hsaco", str(hsaco), "--no-mix"]) == 1

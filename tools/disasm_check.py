@@ -2,13 +2,15 @@
 """ABI regression check for every shipped code object (maintainers' tool; uses LLVM's llvm-objdump).
 
     python tools/disasm_check.py             # check snapshots, kernarg declarations, lint; print the mix
-    python tools/disasm_check.py --update    # rewrite tools/abi/<code object>.json from the shipped .co files
     python tools/disasm_check.py --co X.co   # lint / mix of one arbitrary code object (no snapshot)
 
-1. Snapshot: per kernel the kernarg layout, LDS, VGPRs, wave32, denorm/round modes, code-object version and
-   the descriptor words, compared with the checked-in tools/abi/<name>.json; drift prints a diff, exit 1.
-2. Kernarg declarations: the Python KernargStruct of every shipped symbol (sage_co.ops.*) against the
-   code object's metadata, the same comparison the launcher makes before a first launch.
+1. Snapshot: per kernel the kernarg layout, LDS, VGPRs, wave32, denorm/round modes and the descriptor words
+   (build_asm.kernel_snapshot) of the shipped bytes, compared with the one checked-in snapshot, the `kernels`
+   section of hsaco/manifest.json; drift prints a diff, exit 1. An intended ABI change is accepted by
+   rebuilding (python build_asm.py) and reviewing the manifest diff.
+2. Kernarg declarations: the struct of every shipped symbol (sage_co/abi.py, found by the symbol's op in the
+   manifest) against the code object's metadata, the same comparison the launcher makes before a first launch.
+   Runs without torch (sage_co.abi and sage_co.codeobj are torch-free).
 3. Lint of the llvm-objdump disassembly for the gfx12 rules of docs/rdna4.md §Hazards:
    wmma-operand-hazard (a WMMA reading the previous WMMA's D as A/B with no VALU between; rule 1),
    wmma-overlap (D overlapping A or B; rule 2), valu-sgpr-hazard (an SGPR read by a VALU, rewritten by an
@@ -31,10 +33,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from build_asm import BuildError, find_llvm  # noqa: E402
-from sage_co import codeobj  # noqa: E402
+from build_asm import BuildError, find_llvm, kernel_snapshot  # noqa: E402
+from sage_co import abi, codeobj  # noqa: E402
 
-SNAPSHOT_DIR = ROOT / "tools" / "abi"
 HSACO = ROOT / "hsaco"
 
 TRANS_PREFIXES = ("v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_")
@@ -45,29 +46,8 @@ CLASSES = ("WMMA", "VALU", "TRANS", "SALU", "VMEM_LOAD", "VMEM_STORE", "LDS", "S
 
 # ------------------------------------------------------------------------------------------ snapshot
 def snapshot(co: codeobj.CodeObject) -> dict:
-    out = {"code_object_version": co.code_object_version, "arch": co.arch, "kernels": {}}
-    for name, k in sorted(co.kernels.items()):
-        d, md = k.descriptor, k.metadata
-        out["kernels"][name] = {
-            "kernarg_segment_size": md.get(".kernarg_segment_size"),
-            "args": [[a[".offset"], a[".size"], a[".value_kind"], a.get(".name", "")] for a in k.args],
-            "lds_bytes": d.group_segment_fixed_size,
-            "private_bytes": d.private_segment_fixed_size,
-            "vgpr_count": md.get(".vgpr_count"),
-            "descriptor_vgprs": d.vgpr_count,
-            "wave32": bool(d.wavefront_size32),
-            "float_denorm_mode_32": d.float_denorm_mode_32,
-            "float_denorm_mode_16_64": d.float_denorm_mode_16_64,
-            "float_round_mode_32": d.float_round_mode_32,
-            "float_round_mode_16_64": d.float_round_mode_16_64,
-            "user_sgpr_count": d.user_sgpr_count,
-            "workgroup_ids": [d.enable_sgpr_workgroup_id_x, d.enable_sgpr_workgroup_id_y, d.enable_sgpr_workgroup_id_z],
-            "workitem_ids": d.enable_vgpr_workitem_id,
-            "max_flat_workgroup_size": md.get(".max_flat_workgroup_size"),
-            "descriptor": {"rsrc1": f"0x{d.rsrc1:08x}", "rsrc2": f"0x{d.rsrc2:08x}", "rsrc3": f"0x{d.rsrc3:08x}",
-                           "kernel_code_properties": f"0x{d.kernel_code_properties:04x}"},
-        }
-    return out
+    """{kernel name: its ABI snapshot} as hsaco/manifest.json records it (build_asm.kernel_snapshot)."""
+    return {name: kernel_snapshot(k) for name, k in sorted(co.kernels.items())}
 
 
 def diff_snapshot(old, new, path="") -> list[str]:
@@ -259,41 +239,33 @@ def instruction_mix(lines: list[Line]) -> Counter:
 
 
 # ------------------------------------------------------------------------------------------ main
-def kernarg_declarations() -> dict:
-    """Every KernargStruct the package declares (importing the ops modules registers them)."""
-    import importlib
-    import pkgutil
+def kernarg_declarations(manifest: dict) -> dict:
+    """symbol -> the KernargStruct of sage_co/abi.py for the op the manifest says that symbol serves."""
+    out = {}
+    for entry in manifest["code_objects"].values():
+        for p in entry.get("provides", []):
+            try:
+                out[p["symbol"]] = abi.struct_for(p["op"])
+            except LookupError:
+                pass  # reported per kernel below: a shipped symbol without a declaration is a problem
+    return out
 
-    import sage_co.ops as ops_pkg
-    from sage_co.kernargs import DECLARED
-    for mod in pkgutil.iter_modules(ops_pkg.__path__):
-        importlib.import_module(f"sage_co.ops.{mod.name}")
-    return dict(DECLARED)
 
-
-def check_code_object(path: Path, llvm, snap_dir: Path | None, update: bool, declared: dict | None,
-                      mix_rows: list) -> list[str]:
+def check_code_object(path: Path, llvm, recorded: dict | None, declared: dict | None, mix_rows: list) -> list[str]:
+    """recorded: the manifest's `kernels` section for this code object (None: no snapshot comparison)."""
     problems = []
     try:
         co = codeobj.read(path.read_bytes(), str(path), arch=None)
     except codeobj.CodeObjectError as exc:
         return [str(exc)]
-    if snap_dir is not None:
-        snap_file = snap_dir / f"{path.stem}.json"
-        now = snapshot(co)
-        if update:
-            snap_dir.mkdir(parents=True, exist_ok=True)
-            snap_file.write_text(json.dumps(now, indent=2, sort_keys=True) + "\n")
-        elif not snap_file.exists():
-            problems.append(f"{path.name}: no ABI snapshot {snap_file.relative_to(ROOT)}; run with --update and review it")
-        else:
-            for line in diff_snapshot(json.loads(snap_file.read_text()), now):
-                problems.append(f"{path.name}: ABI drift {line}")
+    if recorded is not None:
+        for line in diff_snapshot(recorded, snapshot(co)):
+            problems.append(f"{path.name}: ABI drift {line} (rebuild with build_asm.py and review the manifest)")
     if declared is not None:
         for kname, k in co.kernels.items():
             struct = declared.get(kname)
             if struct is None:
-                problems.append(f"{path.name}: kernel {kname} has no Python KernargStruct declaration in sage_co.ops")
+                problems.append(f"{path.name}: kernel {kname} has no kernarg struct in sage_co/abi.py for its op")
                 continue
             try:
                 struct.check(k.metadata, where=path.name)
@@ -325,9 +297,7 @@ def print_mix(rows: list) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="ABI snapshots, kernarg declarations, hazard lint, instruction mix")
-    ap.add_argument("--update", action="store_true", help="rewrite the ABI snapshots from the shipped code objects")
     ap.add_argument("--co", type=Path, action="append", help="check this code object only (lint + mix; no snapshot)")
-    ap.add_argument("--snapshots", type=Path, default=SNAPSHOT_DIR, help=argparse.SUPPRESS)
     ap.add_argument("--hsaco", type=Path, default=HSACO, help=argparse.SUPPRESS)
     ap.add_argument("--no-mix", action="store_true", help="do not print the instruction-mix table")
     args = ap.parse_args(argv)
@@ -339,18 +309,12 @@ def main(argv=None) -> int:
     problems, rows = [], []
     if args.co:
         for path in args.co:
-            problems += check_code_object(path, llvm, None, False, None, rows)
+            problems += check_code_object(path, llvm, None, None, rows)
     else:
         manifest = json.loads((args.hsaco / "manifest.json").read_text())
-        declared = kernarg_declarations()
-        paths = [args.hsaco / entry["file"] for entry in manifest["code_objects"].values()]
-        for path in paths:
-            problems += check_code_object(path, llvm, args.snapshots, args.update, declared, rows)
-        if not args.update and args.snapshots.exists():
-            shipped = {p.stem for p in paths}
-            for stale in sorted(args.snapshots.glob("*.json")):
-                if stale.stem not in shipped:
-                    problems.append(f"{stale.relative_to(ROOT)}: snapshot of a code object that is no longer shipped")
+        declared = kernarg_declarations(manifest)
+        for entry in manifest["code_objects"].values():
+            problems += check_code_object(args.hsaco / entry["file"], llvm, entry.get("kernels", {}), declared, rows)
     if not args.no_mix and rows:
         print_mix(rows)
     if problems:
@@ -358,8 +322,7 @@ def main(argv=None) -> int:
         for p in problems:
             print(f"  - {p}", file=sys.stderr)
         return 1
-    print(f"disasm_check.py: {len(rows)} kernel(s) checked: snapshots, kernarg declarations and lint clean"
-          + (" (snapshots rewritten)" if args.update else ""))
+    print(f"disasm_check.py: {len(rows)} kernel(s) checked: snapshots, kernarg declarations and lint clean")
     return 0
 
 
