@@ -32,3 +32,24 @@ def run(rank: int, world: int, init_file: str, out_dir: str, scenarios) -> None:
             torch.save(res, f"{out_dir}/{name}.{rank}.pt")
     finally:
         dist.destroy_process_group()
+
+
+def run_yunchang(rank: int, world: int, init_file: str, out_dir: str, S_r: int, H: int) -> None:
+    """yunchang's LongContextAttention with sage-co's ring processor: pure ring (ulysses 1 x ring W), then pure
+    Ulysses (W x 1). Saves each rank's output shard."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        from yunchang import LongContextAttention, set_seq_parallel_pg
+
+        from sage_co.integrations.xdit import SageCoRingProcessor
+        q, k, v = full_inputs(S_r * world, H)
+        sl = slice(S_r * rank, S_r * (rank + 1))
+        for name, degrees in (("ring", (1, world)), ("ulysses", (world, 1))):
+            set_seq_parallel_pg(*degrees, rank, world)
+            attn = LongContextAttention(attn_type=None, attn_processor=SageCoRingProcessor())
+            with torch.no_grad():
+                out = attn(q[:, sl].contiguous(), k[:, sl].contiguous(), v[:, sl].contiguous())
+            torch.save(out, f"{out_dir}/yunchang_{name}.{rank}.pt")
+    finally:
+        dist.destroy_process_group()
