@@ -16,11 +16,13 @@ import argparse
 import contextlib
 import os
 import sys
-import threading
 import time
 
 from rich.console import Console
 from rich.table import Table
+
+from .backends import BACKENDS
+
 
 class _Console(Console):
     def on_broken_pipe(self) -> None:
@@ -159,6 +161,7 @@ def cmd_run(args) -> int:
 
     from . import accuracy, api, reference, registry
     from . import launch as launch_mod
+    from .backends.timing import stage
 
     backend = args.backend or _default_backend()
     est = _check_run_feasible(args, backend)
@@ -172,16 +175,19 @@ def cmd_run(args) -> int:
                       f"memory ~{_gib(est['bytes'])}")
     q, k, v = accuracy.make_inputs(args.dist, args.B, args.S, args.H, seed=args.seed, device=device)
     timings = {}
-    with console.status("prepare kernel: quantizing Q/K to INT8 and V to FP8 ...") as status, \
-            _emu_progress(backend, status) as progress, launch_mod.recording() as records:
-        t0 = progress.started = time.perf_counter()
-        prepared = api.sage_prepare(q, k, v, smooth_k=args.smooth_k, backend=backend)
-        timings["prepare"] = time.perf_counter() - t0
+    with launch_mod.recording() as records, \
+            console.status("prepare kernel: quantizing Q/K to INT8 and V to FP8 ...") as status, \
+            _emu_progress(backend, status) as progress:
+        progress.started = time.perf_counter()
+        with stage(backend, q.device if backend == "hip" else None) as t:   # HIP events on the GPU
+            prepared = api.sage_prepare(q, k, v, smooth_k=args.smooth_k, backend=backend)
+        timings["prepare"] = t.seconds
         status.update(f"attention kernel: INT8 QK^T + FP8 PV WMMA over {args.S} keys "
                       f"(prepare took {timings['prepare']:.1f} s) ...")
-        t0 = progress.started = time.perf_counter()
-        out = api.sage_attention_fwd(prepared, backend=backend, kernel=args.kernel)
-        timings["attention"] = time.perf_counter() - t0
+        progress.started = time.perf_counter()
+        with stage(backend, q.device if backend == "hip" else None) as t:
+            out = api.sage_attention_fwd(prepared, backend=backend, kernel=args.kernel)
+        timings["attention"] = t.seconds
         status.update("FP32 reference and BF16 SDPA ...")
         ref = reference.attention_fp32(q.cpu(), k.cpu(), v.cpu())
         sdpa = accuracy.bf16_sdpa(q.cpu(), k.cpu(), v.cpu())
@@ -206,14 +212,13 @@ def cmd_run(args) -> int:
     for col in ("stage", "symbol", "code object", "built from", "sha256"):
         prov.add_column(col, no_wrap=True)
     manifest = registry.manifest()["code_objects"]
-    for rec in records:
-        symbol = rec.symbol
+    for symbol in [r.symbol for r in records]:
         kk = registry.find_symbol(symbol)
         prov.add_row(kk.op, symbol, f"{registry.hsaco_dir().name}/{kk.file}", manifest[kk.code_object]["source"],
                      kk.sha256[:12])
     console.print(prov)
     console.print(f"time: prepare {timings['prepare']:.2f} s, attention {timings['attention']:.2f} s "
-                  f"({'emulated on the CPU' if backend == 'emu' else 'on the GPU'})")
+                  f"({'emulated on the CPU' if backend == 'emu' else 'on the GPU, ' + t.clock})")
 
     if backend == "emu":
         counts = Table(title="emulated dynamic instruction counts (wave-instructions)")
@@ -222,9 +227,8 @@ def cmd_run(args) -> int:
         counts.add_column("kernel", no_wrap=True)
         for key in keys:
             counts.add_column(key, justify="right")
-        for rec in records:
-            st = rec.result
-            counts.add_row(rec.symbol, *[f"{st.get(key, 0):,}" if isinstance(st.get(key, 0), int) else f"{st.get(key):.2f}"
+        for symbol, st in [(r.symbol, r.result) for r in records]:
+            counts.add_row(symbol, *[f"{st.get(key, 0):,}" if isinstance(st.get(key, 0), int) else f"{st.get(key):.2f}"
                                      for key in keys])
         console.print(counts)
     ok = accuracy.within_contract(rows[0][1])
@@ -268,7 +272,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=_seed, default=sup, help="input seed, 0 .. 2**64 - 1 (default 0)")
     p.add_argument("--smooth-k", action="store_true", default=sup)
     p.add_argument("--kernel", default=sup, help="attention kernel variant (default: the manifest's default)")
-    p.add_argument("--backend", choices=("emu", "hip"), default=sup)
+    p.add_argument("--backend", choices=BACKENDS, default=sup)
 
 
 def _parse(argv) -> argparse.Namespace:
@@ -280,6 +284,8 @@ def _parse(argv) -> argparse.Namespace:
     run = sub.add_parser("run", help="run one attention and report accuracy (the default command)")
     _add_run_options(run)
     run.set_defaults(func=cmd_run)
+    from . import selftest
+    selftest.register(sub)
     args = ap.parse_args(argv)
     given = sorted(name for name in RUN_DEFAULTS if hasattr(args, name))
     if args.cmd not in (None, "run") and given:

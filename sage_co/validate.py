@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import torch
 
+from .backends import BACKENDS  # the one list; backend modules load lazily, so this stays light
 from .prepared import HEAD_DIM, PAD, SCALE_BLOCK, SagePrepared, expected_shapes, s_pad
 
 ROPE_DIMS = (32, 64, 96, 128)
@@ -158,7 +159,6 @@ def check_norm_rope(q_norm_weight, k_norm_weight, cos, sin, rope_dim, S: int, de
 
 
 # ------------------------------------------------------------------- whole-call checks (issue 11 item 5)
-BACKENDS = ("emu", "hip")
 ATTENTION_OP = "sage_attention_fwd"
 # The attention kernel addresses one head of q/k/v with 32-bit byte offsets: S_pad * 128 < 2^32, so
 # S_pad <= 2^32 / 128 - 64 = 33,554,368 (docs/numerics.md §Inputs).

@@ -178,11 +178,19 @@ def broken_hsaco(tmp_path, monkeypatch, manifest_text):
     hsaco = tmp_path / "hsaco"
     shutil.copytree(ROOT / "hsaco", hsaco)
     monkeypatch.setattr(registry, "hsaco_dir", lambda: hsaco)
-    for fn in (registry.manifest, registry.load_bytes, registry.load):
-        fn.cache_clear()
+    _clear_registry_caches()
     yield hsaco
-    for fn in (registry.manifest, registry.load_bytes, registry.load):
-        fn.cache_clear()
+    _clear_registry_caches()
+
+
+def _clear_registry_caches() -> None:
+    """Every cached answer of the registry (lru_caches and the lookup table) is dropped."""
+    for value in vars(registry).values():
+        if hasattr(value, "cache_clear"):
+            value.cache_clear()
+    for value in vars(registry).values():
+        if isinstance(value, dict) and value and all(isinstance(k, tuple) for k in value):
+            value.clear()
 
 
 def test_registry_and_info_on_a_truncated_manifest(broken_hsaco, manifest_text, capsys):
