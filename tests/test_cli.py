@@ -132,3 +132,22 @@ def test_estimate_grows_with_the_shape():
     small, big = cli.estimate(1, 2, 1024), cli.estimate(1, 2, 4096)
     assert big["attention_s"] == pytest.approx(16 * small["attention_s"])
     assert big["bytes"] > small["bytes"]
+
+
+@pytest.mark.parametrize("exc, text", [
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried to "
+                  "allocate 1 bytes"), "out of memory"),
+    (MemoryError(), "out of memory"),
+    (KeyboardInterrupt(), "interrupted"),
+])
+def test_failures_inside_a_run_are_one_line(monkeypatch, capsys, exc, text):
+    """What the memory estimate lets through but the allocator refuses is still one line, not a traceback."""
+    from sage_co import accuracy
+
+    def fail(*args, **kwargs):
+        raise exc
+    monkeypatch.setattr(accuracy, "make_inputs", fail)
+    code = cli.main(["-S", "64", "-H", "1"])
+    err = capsys.readouterr().err
+    assert code == (130 if isinstance(exc, KeyboardInterrupt) else 1)
+    assert err.count("\n") == 1 and err.startswith("sage-co: ") and text in err
