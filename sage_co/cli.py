@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import sys
 import time
@@ -299,6 +300,9 @@ def _parse(argv) -> argparse.Namespace:
     return args
 
 
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
+
+
 def _silence_stdout() -> None:
     """After stdout failed (closed pipe, full disk) point it at /dev/null, so the interpreter's final flush
     does not print a second error."""
@@ -336,9 +340,11 @@ def main(argv=None) -> int:
         return _fail("out of memory; use a smaller -S, -H or -B", 1)
     except (ValueError, TypeError, LookupError) as exc:   # the API's argument errors name the argument
         return _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 2)
-    except OSError as exc:                                # e.g. ENOSPC writing the output
-        _silence_stdout()
-        return _fail(f"cannot write the output ({exc.strerror or exc})", 1)
+    except OSError as exc:
+        if exc.errno in _OUTPUT_ERRNOS:                   # writing the output: full disk, quota, I/O error
+            _silence_stdout()
+            return _fail(f"cannot write the output ({exc.strerror or exc})", 1)
+        return _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 1)   # e.g. hsaco/ missing
     except RuntimeError as exc:                           # torch's allocation failures, emulator findings
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if "alloc" in text.lower() or "memory" in text.lower():

@@ -151,3 +151,19 @@ def test_failures_inside_a_run_are_one_line(monkeypatch, capsys, exc, text):
     err = capsys.readouterr().err
     assert code == (130 if isinstance(exc, KeyboardInterrupt) else 1)
     assert err.count("\n") == 1 and err.startswith("sage-co: ") and text in err
+
+
+def test_a_missing_hsaco_is_one_line(monkeypatch, capsys):
+    from sage_co import registry
+
+    def missing():
+        raise FileNotFoundError("hsaco/manifest.json not found next to the sage_co package; the installation is "
+                                "incomplete")
+    monkeypatch.setattr(registry, "hsaco_dir", missing)
+    registry.manifest.cache_clear()
+    try:
+        assert cli.main(["info"]) == 1
+    finally:
+        registry.manifest.cache_clear()
+    err = capsys.readouterr().err
+    assert err == "sage-co: hsaco/manifest.json not found next to the sage_co package; the installation is incomplete\n"
