@@ -80,13 +80,21 @@ def _prepared(fields, S: int) -> SagePrepared:
 def _fwd_op(q_int8: torch.Tensor, q_scale: torch.Tensor, k_int8: torch.Tensor, k_scale: torch.Tensor,
             k_mean: torch.Tensor, v_bytes: torch.Tensor, v_scale: torch.Tensor, seq_len: int, return_lse: bool,
             backend: str, kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
-    from .ops.attention import run_attention_fwd
     prepared = _prepared((q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale), seq_len)
+    # A caller's SagePrepared: its padding must be zero (a seq_len lowered within the same S_pad shows there).
+    # Checked here, in the real implementation, so torch.compile traces no data-dependent branch; it reads only
+    # the padded part. sage_attention's own prepared structure skips it (see _run_fwd).
+    validate.check_prepared_padding(prepared)
+    return _run_fwd(prepared, return_lse, backend, kernel)
+
+
+def _run_fwd(prepared: SagePrepared, return_lse: bool, backend: str, kernel: str):
+    from .ops.attention import run_attention_fwd
     kw = {"variant": kernel} if kernel else {}
     res = run_attention_fwd(prepared, return_lse=return_lse, backend=backend or None, **kw)
     if return_lse:
         return res
-    return res, q_scale.new_empty((0,))
+    return res, prepared.q_scale.new_empty((0,))
 
 
 def _fwd_like(q_int8, seq_len, return_lse):
@@ -131,7 +139,7 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sca
                   backend: str, kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
     fields = _prepare_op(q, k, v, softmax_scale, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin, rope_dim,
                          backend)
-    return _fwd_op(*fields, q.shape[1], return_lse, backend, kernel)
+    return _run_fwd(_prepared(fields, q.shape[1]), return_lse, backend, kernel)   # made here: no padding re-read
 
 
 @_attention_op.register_fake

@@ -55,7 +55,6 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, backe
     validate.check_prepared(prepared, B, S, H)
     S_pad = prepared.q_int8.shape[2]
     validate.check_attention_length(S, "prepared.seq_len")
-    validate.check_prepared_padding(prepared)
     if variant is not None and not isinstance(variant, str):
         raise TypeError(f"variant: expected None (the default kernel) or a str naming a shipped variant of {OP}, "
                         f"got {type(variant).__name__}")
