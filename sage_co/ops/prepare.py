@@ -1,94 +1,111 @@
-"""Host side of the prepare stage: bf16 q/k/v [B, S, H, 128] in, SagePrepared out (docs/numerics.md §Prepare).
+"""Host side of the prepare stage: q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (bf16 or fp16, NHD or HND, any
+strides with a contiguous last dim) in, SagePrepared out (docs/numerics.md §Prepare).
 
 Three kernels of asm_src/gfx1201_sage_prepare.hip run in order (its header comment has the design):
-  stats   grid (n_chunks, H, B * n_tens), one wave32 per chunk of 32-token tiles: per-channel max |v| partials,
+  stats   grid (n_chunks, H_kv, B * n_tens), one wave32 per chunk of 32-token tiles: per-channel max |v| partials,
           and with smooth_k the per-channel sums of the (normed/roped) K rows.
-  reduce  grid (1, H, B), 128 threads (one per channel): folds the partials in chunk order into v_scale, 1/v_scale
-          (448 / amax, a workspace for quant) and k_mean.
-  quant   grid (S_pad / 32, H, 3 * B), one wave32 per 32-token tile of Q (z % 3 == 0), K (1) or V (2).
-Each of stats and quant ships one symbol per rope_dim (suffix _rope32 .. _rope128; no suffix = no RoPE).
+  reduce  grid (1, H_kv, B), D_pad threads (one per channel): folds the partials in chunk order into v_scale,
+          1/v_scale (448 / amax, a workspace for quant) and k_mean.
+  quant   grid (H_q * S_q_pad/32 + 2 * H_kv * S_kv_pad/32, B, 1), one wave32 per 32-token tile of Q, K or V.
+stats and quant ship one symbol per (head_dim = D_pad, in_dtype, rope_dim), selected by those manifest keys.
+The inputs are read in place: each kernel gets a flat view of the tensor's memory and its element strides, so an
+HND view of NHD memory (or any other strided view) costs no copy. Only a view the 16-byte vector loads cannot
+address (data not 16-byte aligned, or a stride that is not a multiple of 8 elements) is copied first.
 """
 from __future__ import annotations
 
 import torch
 
-from .. import validate
+from .. import registry, validate
 from ..kernargs import Field, KernargStruct
 from ..launch import launch, resolve_backend
-from ..prepared import HEAD_DIM, SCALE_BLOCK, SagePrepared, s_pad
+from ..prepared import SCALE_BLOCK, SagePrepared, d_pad, s_pad
 from ..reference import q_multiplier
 
 WAVE = (32, 1, 1)  # stats and quant: one wave32 per workgroup
-REDUCE_BLOCK = (HEAD_DIM, 1, 1)  # reduce: one thread per channel
 MAX_CHUNKS = 64  # stats chunks per (b, h): enough workgroups to fill the GPU, few partials for reduce to fold
 ALIGN = 16  # the kernels read and write with 16-byte vector accesses
+ELEMS_PER_LOAD = ALIGN // 2  # 16-bit elements per 16-byte load: strides must be multiples of this
+DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
-def _symbol(kind: str, rope_dim: int | None) -> str:
-    return f"gfx1201_sage_prepare_{kind}" + (f"_rope{rope_dim}" if rope_dim else "")
+def _strides(prefix: str, offset: int) -> list[Field]:
+    return [Field(f"{prefix}_sb", "i32", offset), Field(f"{prefix}_ss", "i32", offset + 4),
+            Field(f"{prefix}_sh", "i32", offset + 8)]
 
 
 # The kernarg tables of the header comment in asm_src/gfx1201_sage_prepare.hip; checked against the .co
 # metadata before the first launch of each symbol.
-def _stats_args(symbol: str) -> KernargStruct:
-    return KernargStruct(symbol, [
-        Field("k", "ptr", 0),            # bf16 [B, S, H, 128]
-        Field("v", "ptr", 8),            # bf16 [B, S, H, 128]
-        Field("k_norm_w", "ptr", 16),    # bf16 [128] (placeholder when k_norm == 0)
-        Field("cos", "ptr", 24),         # bf16 [S, rope_dim] (placeholder without RoPE)
-        Field("sin", "ptr", 32),         # bf16 [S, rope_dim]
-        Field("ksum_part", "ptr", 40),   # fp32 [B, H, n_chunks, 128] out (smooth_k only; else placeholder)
-        Field("vmax_part", "ptr", 48),   # fp32 [B, H, n_chunks, 128] out
-        Field("eps", "f32", 56),
-        Field("S", "i32", 60),
-        Field("H", "i32", 64),
-        Field("tiles_per_chunk", "i32", 68),
-        Field("n_chunks", "i32", 72),
-        Field("n_tens", "i32", 76),      # 1: V only; 2: V and K (smooth_k)
-        Field("k_norm", "i32", 80),
-    ], size=84)
+STATS_ARGS = KernargStruct("sage_prepare.stats", [
+    Field("k", "ptr", 0),            # bf16/fp16 [B, S_kv, H_kv, D] (strided, flat view)
+    Field("v", "ptr", 8),            # bf16/fp16 [B, S_kv, H_kv, D]
+    Field("k_norm_w", "ptr", 16),    # [D] (placeholder when k_norm == 0)
+    Field("cos", "ptr", 24),         # [max(S_q, S_kv), rope_dim] (placeholder without RoPE)
+    Field("sin", "ptr", 32),
+    Field("ksum_part", "ptr", 40),   # fp32 [B, H_kv, n_chunks, D_pad] out (smooth_k only; else placeholder)
+    Field("vmax_part", "ptr", 48),   # fp32 [B, H_kv, n_chunks, D_pad] out
+    Field("eps", "f32", 56),
+    Field("S", "i32", 60),           # S_kv
+    Field("H", "i32", 64),           # H_kv
+    Field("tiles_per_chunk", "i32", 68),
+    Field("n_chunks", "i32", 72),
+    Field("n_tens", "i32", 76),      # 1: V only; 2: V and K (smooth_k)
+    Field("k_norm", "i32", 80),
+    Field("D", "i32", 84),
+    *_strides("k", 88), *_strides("v", 100),
+], size=112)
 
-
-def _quant_args(symbol: str) -> KernargStruct:
-    return KernargStruct(symbol, [
-        Field("q", "ptr", 0),            # bf16 [B, S, H, 128]
-        Field("k", "ptr", 8),
-        Field("v", "ptr", 16),
-        Field("q_norm_w", "ptr", 24),    # bf16 [128] (placeholder when q_norm == 0)
-        Field("k_norm_w", "ptr", 32),
-        Field("cos", "ptr", 40),         # bf16 [S, rope_dim] (placeholder without RoPE)
-        Field("sin", "ptr", 48),
-        Field("k_mean", "ptr", 56),      # fp32 [B, H, 128] in (from reduce)
-        Field("v_inv", "ptr", 64),       # fp32 [B, H, 128] in (from reduce)
-        Field("q_int8", "ptr", 72),      # int8 [B, H, S_pad, 128] out
-        Field("k_int8", "ptr", 80),
-        Field("q_scale", "ptr", 88),     # fp32 [B, H, S_pad / 32] out
-        Field("k_scale", "ptr", 96),
-        Field("v_fp8", "ptr", 104),      # fp8 e4m3fn [B, H, 128, S_pad] out
-        Field("q_mult", "f32", 112),     # float32(softmax_scale * log2 e)
-        Field("eps", "f32", 116),
-        Field("S", "i32", 120),
-        Field("H", "i32", 124),
-        Field("S_pad", "i32", 128),
-        Field("q_norm", "i32", 132),
-        Field("k_norm", "i32", 136),
-    ], size=140)
-
-
-ROPE_VARIANTS = (None, 32, 64, 96, 128)
-STATS_ARGS = {rd: _stats_args(_symbol("stats", rd)) for rd in ROPE_VARIANTS}
-QUANT_ARGS = {rd: _quant_args(_symbol("quant", rd)) for rd in ROPE_VARIANTS}
-REDUCE_ARGS = KernargStruct(_symbol("reduce", None), [
-    Field("ksum_part", "ptr", 0),    # fp32 [B, H, n_chunks, 128] in (read only when smooth_k)
-    Field("vmax_part", "ptr", 8),    # fp32 [B, H, n_chunks, 128] in
-    Field("k_mean", "ptr", 16),      # fp32 [B, H, 128] out (zeros unless smooth_k)
-    Field("v_scale", "ptr", 24),     # fp32 [B, H, 128] out
-    Field("v_inv", "ptr", 32),       # fp32 [B, H, 128] out, workspace for quant
+REDUCE_ARGS = KernargStruct("sage_prepare.reduce", [
+    Field("ksum_part", "ptr", 0),    # fp32 [B, H_kv, n_chunks, D_pad] in (read only when smooth_k)
+    Field("vmax_part", "ptr", 8),    # fp32 [B, H_kv, n_chunks, D_pad] in
+    Field("k_mean", "ptr", 16),      # fp32 [B, H_kv, D_pad] out (zeros unless smooth_k)
+    Field("v_scale", "ptr", 24),     # fp32 [B, H_kv, D_pad] out
+    Field("v_inv", "ptr", 32),       # fp32 [B, H_kv, D_pad] out, workspace for quant
     Field("H", "i32", 40),
     Field("n_chunks", "i32", 44),
     Field("S", "i32", 48),
     Field("smooth_k", "i32", 52),
-], size=56)
+    Field("D_pad", "i32", 56),
+], size=60)
+
+QUANT_ARGS = KernargStruct("sage_prepare.quant", [
+    Field("q", "ptr", 0),            # bf16/fp16 [B, S_q, H_q, D] (strided, flat view)
+    Field("k", "ptr", 8),            # [B, S_kv, H_kv, D]
+    Field("v", "ptr", 16),
+    Field("q_norm_w", "ptr", 24),    # [D] (placeholder when q_norm == 0)
+    Field("k_norm_w", "ptr", 32),
+    Field("cos", "ptr", 40),         # [max(S_q, S_kv), rope_dim] (placeholder without RoPE)
+    Field("sin", "ptr", 48),
+    Field("k_mean", "ptr", 56),      # fp32 [B, H_kv, D_pad] in (from reduce)
+    Field("v_inv", "ptr", 64),       # fp32 [B, H_kv, D_pad] in (from reduce)
+    Field("q_int8", "ptr", 72),      # int8 [B, H_q, S_q_pad, D_pad] out
+    Field("k_int8", "ptr", 80),      # int8 [B, H_kv, S_kv_pad, D_pad] out
+    Field("q_scale", "ptr", 88),     # fp32 [B, H_q, S_q_pad / 32] out
+    Field("k_scale", "ptr", 96),     # fp32 [B, H_kv, S_kv_pad / 32] out
+    Field("v_fp8", "ptr", 104),      # fp8 e4m3fn [B, H_kv, D_pad, S_kv_pad] out
+    Field("q_mult", "f32", 112),     # float32(softmax_scale * log2 e)
+    Field("eps", "f32", 116),
+    Field("S_q", "i32", 120),
+    Field("S_kv", "i32", 124),
+    Field("H_q", "i32", 128),
+    Field("H_kv", "i32", 132),
+    Field("S_q_pad", "i32", 136),
+    Field("S_kv_pad", "i32", 140),
+    Field("D", "i32", 144),
+    Field("q_norm", "i32", 148),
+    Field("k_norm", "i32", 152),
+    *_strides("q", 156), *_strides("k", 168), *_strides("v", 180),
+], size=192)
+
+
+def kernel_symbol(op: str, **keys) -> str:
+    """The symbol of the shipped kernel serving `op` with exactly these manifest key columns (head_dim, in_dtype,
+    rope_dim), looked up in hsaco/manifest.json."""
+    rows = [p for co in registry.manifest()["code_objects"].values() for p in co.get("provides", [])
+            if p["op"] == op and all(p.get(k) == v for k, v in keys.items())]
+    if len(rows) != 1:
+        raise LookupError(f"{len(rows)} shipped kernels for op {op!r} with {keys} (expected exactly one)")
+    return rows[0]["symbol"]
 
 
 def chunking(S: int) -> tuple[int, int]:
@@ -114,57 +131,95 @@ def _aligned(t: torch.Tensor | None) -> torch.Tensor | None:
     return out.copy_(t)
 
 
-def run_prepare(q, k, v, softmax_scale=None, *, smooth_k=False, q_norm_weight=None, k_norm_weight=None, eps=1e-6,
-                cos=None, sin=None, rope_dim=None, backend: str | None = None) -> SagePrepared:
+def flat_view(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    """An NHD view t [B, S, H, D] (stride(-1) == 1) -> (a contiguous 1-D view of the memory it spans, starting at
+    its first element, and its (batch, token, head) element strides). No copy unless the 16-byte loads cannot
+    address it (see the module docstring); strides of size-1 dims are 0 (never multiplied by a nonzero index)."""
+    strides = tuple(st if n > 1 else 0 for n, st in zip(t.shape[:3], t.stride()[:3]))
+    if t.data_ptr() % ALIGN or any(st % ELEMS_PER_LOAD for st in strides):
+        t = _aligned(t.contiguous()) if t.is_contiguous() else t.contiguous()
+        t = _aligned(t)
+        strides = tuple(st if n > 1 else 0 for n, st in zip(t.shape[:3], t.stride()[:3]))
+    extent = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    return t.as_strided((extent,), (1,)), strides
+
+
+def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
+                k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None,
+                backend: str | None = None) -> SagePrepared:
     """The prepare stage on the shipped gfx1201 kernels; same arguments and result as sage_co.reference.sage_prepare.
 
     backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "hip"). Every argument is validated before
-    any kernel runs; outputs are fresh tensors on q's device, padded rows/columns zero."""
-    chk = validate.check_prepare_args(q, k, v, softmax_scale, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
-                                      k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin, rope_dim=rope_dim)
+    any kernel runs; outputs are fresh tensors on q's device, padded rows/columns/channels zero."""
+    chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
+                                      q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
+                                      sin=sin, rope_dim=rope_dim)
     backend = resolve_backend(q, backend)
-    B, S, H, rd = chk.B, chk.S, chk.H, chk.rope_dim
-    Sp = s_pad(S)
-    if 3 * B > 65536 or H > 65536:  # grid y = H, z = 3 * B (HIP limits, launcher_facts §4)
-        raise ValueError(f"q: B = {B} and H = {H} exceed the launch grid (need 3 * B <= 65536 and H <= 65536)")
-    if Sp >= 2 ** 31:
-        raise ValueError(f"q: S = {S} is too long (S_pad must stay below 2^31)")
+    sh = chk.shapes
+    B, H_q, H_kv, D = sh.B, sh.H_q, sh.H_kv, sh.D
+    Sq, Skv, Dp = s_pad(sh.S_q), s_pad(sh.S_kv), d_pad(D)
+    check_launch_limits(sh)
+    keys = dict(head_dim=Dp, in_dtype=DTYPE_KEYS[sh.dtype], rope_dim=chk.rope_dim or 0)
+    stats_sym, quant_sym = kernel_symbol("sage_prepare.stats", **keys), kernel_symbol("sage_prepare.quant", **keys)
+    reduce_sym = kernel_symbol("sage_prepare.reduce")
     dev = q.device
-    q, k, v, cos, sin, q_norm_weight, k_norm_weight = map(_aligned, (q, k, v, cos, sin, q_norm_weight,
-                                                                      k_norm_weight))
+    (qf, qs), (kf, ks), (vf, vs) = flat_view(chk.q), flat_view(chk.k), flat_view(chk.v)
+    cos, sin, q_norm_weight, k_norm_weight = map(_aligned, (cos, sin, q_norm_weight, k_norm_weight))
     placeholder = torch.zeros(ALIGN, dtype=torch.uint8, device=dev)  # for pointers a kernel never dereferences
 
     def f32(*shape):
         return _alloc(*shape, dtype=torch.float32, device=dev)
 
-    q_int8 = _alloc(B, H, Sp, HEAD_DIM, dtype=torch.int8, device=dev)
-    k_int8 = _alloc(B, H, Sp, HEAD_DIM, dtype=torch.int8, device=dev)
-    q_scale, k_scale = f32(B, H, Sp // SCALE_BLOCK), f32(B, H, Sp // SCALE_BLOCK)
-    k_mean, v_scale, v_inv = f32(B, H, HEAD_DIM), f32(B, H, HEAD_DIM), f32(B, H, HEAD_DIM)
-    v_fp8 = _alloc(B, H, HEAD_DIM, Sp, dtype=torch.float8_e4m3fn, device=dev)
-    per_chunk, n_chunks = chunking(S)
-    vmax_part = f32(B, H, n_chunks, HEAD_DIM)
-    ksum_part = f32(B, H, n_chunks, HEAD_DIM) if smooth_k else placeholder
+    q_int8 = _alloc(B, H_q, Sq, Dp, dtype=torch.int8, device=dev)
+    k_int8 = _alloc(B, H_kv, Skv, Dp, dtype=torch.int8, device=dev)
+    q_scale, k_scale = f32(B, H_q, Sq // SCALE_BLOCK), f32(B, H_kv, Skv // SCALE_BLOCK)
+    k_mean, v_scale, v_inv = f32(B, H_kv, Dp), f32(B, H_kv, Dp), f32(B, H_kv, Dp)
+    v_fp8 = _alloc(B, H_kv, Dp, Skv, dtype=torch.float8_e4m3fn, device=dev)
+    per_chunk, n_chunks = chunking(sh.S_kv)
+    vmax_part = f32(B, H_kv, n_chunks, Dp)
+    ksum_part = f32(B, H_kv, n_chunks, Dp) if smooth_k else placeholder
 
     def opt(t):
         return placeholder if t is None else t
 
+    def strides(prefix, st):
+        return {f"{prefix}_sb": st[0], f"{prefix}_ss": st[1], f"{prefix}_sh": st[2]}
+
     n_tens = 2 if smooth_k else 1
-    launch(_symbol("stats", rd), STATS_ARGS[rd], (n_chunks, H, B * n_tens), WAVE, {
-        "k": k, "v": v, "k_norm_w": opt(k_norm_weight), "cos": opt(cos), "sin": opt(sin),
-        "ksum_part": ksum_part, "vmax_part": vmax_part, "eps": eps, "S": S, "H": H,
+    launch(stats_sym, STATS_ARGS, (n_chunks, H_kv, B * n_tens), WAVE, {
+        "k": kf, "v": vf, "k_norm_w": opt(k_norm_weight), "cos": opt(cos), "sin": opt(sin),
+        "ksum_part": ksum_part, "vmax_part": vmax_part, "eps": float(eps), "S": sh.S_kv, "H": H_kv,
         "tiles_per_chunk": per_chunk, "n_chunks": n_chunks, "n_tens": n_tens,
-        "k_norm": int(k_norm_weight is not None),
+        "k_norm": int(k_norm_weight is not None), "D": D, **strides("k", ks), **strides("v", vs),
     }, backend=backend)
-    launch(_symbol("reduce", None), REDUCE_ARGS, (1, H, B), REDUCE_BLOCK, {
+    launch(reduce_sym, REDUCE_ARGS, (1, H_kv, B), (Dp, 1, 1), {
         "ksum_part": ksum_part, "vmax_part": vmax_part, "k_mean": k_mean, "v_scale": v_scale, "v_inv": v_inv,
-        "H": H, "n_chunks": n_chunks, "S": S, "smooth_k": int(smooth_k),
+        "H": H_kv, "n_chunks": n_chunks, "S": sh.S_kv, "smooth_k": int(smooth_k), "D_pad": Dp,
     }, backend=backend)
-    launch(_symbol("quant", rd), QUANT_ARGS[rd], (Sp // SCALE_BLOCK, H, 3 * B), WAVE, {
-        "q": q, "k": k, "v": v, "q_norm_w": opt(q_norm_weight), "k_norm_w": opt(k_norm_weight),
+    launch(quant_sym, QUANT_ARGS, quant_grid(sh), WAVE, {
+        "q": qf, "k": kf, "v": vf, "q_norm_w": opt(q_norm_weight), "k_norm_w": opt(k_norm_weight),
         "cos": opt(cos), "sin": opt(sin), "k_mean": k_mean, "v_inv": v_inv,
         "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_fp8": v_fp8,
-        "q_mult": q_multiplier(chk.softmax_scale), "eps": float(eps), "S": S, "H": H, "S_pad": Sp,
+        "q_mult": q_multiplier(chk.softmax_scale), "eps": float(eps), "S_q": sh.S_q, "S_kv": sh.S_kv,
+        "H_q": H_q, "H_kv": H_kv, "S_q_pad": Sq, "S_kv_pad": Skv, "D": D,
         "q_norm": int(q_norm_weight is not None), "k_norm": int(k_norm_weight is not None),
+        **strides("q", qs), **strides("k", ks), **strides("v", vs),
     }, backend=backend)
-    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_fp8, v_scale, S)
+    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_fp8, v_scale, sh.S_q, sh.S_kv, D, sh.dtype)
+
+
+def quant_grid(sh: validate.Shapes) -> tuple[int, int, int]:
+    """Q tiles (head-major), then K tiles, then V tiles along x; batch along y."""
+    tq, tkv = s_pad(sh.S_q) // SCALE_BLOCK, s_pad(sh.S_kv) // SCALE_BLOCK
+    return (sh.H_q * tq + 2 * sh.H_kv * tkv, sh.B, 1)
+
+
+def check_launch_limits(sh: validate.Shapes) -> None:
+    """The grids fit the HIP limits (launcher_facts §4: x < 2^31, y and z <= 65536) and every index the kernels
+    compute in 32 bits stays below 2^31. Raised before any launch, naming q."""
+    if sh.B * 2 > 65536 or sh.H_kv > 65536:
+        raise ValueError(f"q: B = {sh.B} and H_kv = {sh.H_kv} exceed the launch grid (need 2 * B <= 65536 and "
+                         f"H_kv <= 65536)")
+    if max(s_pad(sh.S_q), s_pad(sh.S_kv)) >= 2 ** 31 or quant_grid(sh)[0] >= 2 ** 31:
+        raise ValueError(f"q: S_q = {sh.S_q}, S_kv = {sh.S_kv} with {sh.H_q} heads are too long for the prepare "
+                         f"launch (S_pad and heads * S_pad / 32 must stay below 2^31)")
