@@ -125,11 +125,24 @@ template <> struct Elt<BF16> {
   // |x| bit pattern (max over these as unsigned 16-bit ints = NaN-propagating max |x|) -> f32
   MEMBER u32 abs_to_f32_bits(u32 h) { return h << 16; }
 };
+// The empty asm makes a value opaque and puts it in a VGPR: an f32 result before it is rounded (otherwise LLVM
+// narrows fp16(f32(a) * f32(b)) into v_pk_mul_f16 / v_fma_mix*), and a packed pair before it is widened (otherwise
+// wave-uniform weights and cos/sin are widened with the SALU float ops s_cvt_f32_f16 / s_cvt_hi_f32_f16). Same
+// values either way -- the f32 product of two fp16 is exact -- but those are instructions the emulator does not
+// implement, and an unknown instruction is an error there.
+INLINE float opaque(float f) {
+  __asm__("" : "+v"(f));
+  return f;
+}
+INLINE u32 opaque_u(u32 u) {
+  __asm__("" : "+v"(u));
+  return u;
+}
 template <> struct Elt<FP16> {
-  MEMBER float lo(u32 p) { return f16_to_f(p & 0xffffu); }
-  MEMBER float hi(u32 p) { return f16_to_f(p >> 16); }
-  MEMBER float round(float f) { return (float)(_Float16)f; }
-  MEMBER u32 pack(float a, float b) { return f_to_f16(a) | (f_to_f16(b) << 16); }
+  MEMBER float lo(u32 p) { return f16_to_f(opaque_u(p) & 0xffffu); }
+  MEMBER float hi(u32 p) { return f16_to_f(opaque_u(p) >> 16); }
+  MEMBER float round(float f) { return (float)(_Float16)opaque(f); }
+  MEMBER u32 pack(float a, float b) { return f_to_f16(opaque(a)) | (f_to_f16(opaque(b)) << 16); }
   MEMBER u32 abs_to_f32_bits(u32 h) { return as_u(f16_to_f(h)); }
 };
 

@@ -83,7 +83,7 @@ def _operand_regs(inst):
         else:
             keys = _vregs(code, n) + _sregs(code, n)
         if field in ("vdst", "sdst", "sdata") or (field == "vdata" and "load" in inst.name):
-            if enc in ("VOP3", "VOP3SD") and field == "vdst" and item[2:] and item[2] == "s":
+            if field == "vdst" and item[2:] and item[2] == "s":  # an SGPR dst (v_readfirstlane_b32: VOP1 too)
                 keys = _sregs(code, n)
             writes += keys
         else:
