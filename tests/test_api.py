@@ -30,14 +30,15 @@ KERNELS = ["asm", "hip"]   # every attention test runs against both shipped kern
 def test_opcheck_all_three_ops(kernel):
     q, k, v = qkv()
     torch.library.opcheck(torch.ops.sage_co.sage_prepare.default,
-                          (q, k, v, 0.088, True, None, None, 1e-6, None, None, 0, "emu"))
+                          (q, k, v, 0.088, "NHD", True, None, None, 1e-6, None, None, 0, "emu"))
     p = sage_co.sage_prepare(q, k, v)
     torch.library.opcheck(torch.ops.sage_co.sage_attention_fwd.default,
-                          (*p[:5], p.v_fp8.view(torch.uint8), p.v_scale, p.seq_len, True, "emu", kernel))
+                          (*p[:5], p.v_fp8.view(torch.uint8), p.v_scale, p.seq_len_q, p.seq_len_kv, p.head_dim,
+                           p.out_dtype, "NHD", True, "emu", kernel))
     na = norm_rope_args(33, 32)
     torch.library.opcheck(torch.ops.sage_co.sage_attention.default,
-                          (q, k, v, 0.088, False, na["q_norm_weight"], na["k_norm_weight"], 1e-6, na["cos"], na["sin"],
-                           32, False, "emu", kernel))
+                          (q, k, v, 0.088, "NHD", False, na["q_norm_weight"], na["k_norm_weight"], 1e-6, na["cos"],
+                           na["sin"], 32, False, "emu", kernel))
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -101,7 +102,7 @@ def test_more_validation_errors(no_kernels):
     with pytest.raises(ValueError, match="requires_grad|grad"):
         sage_co.sage_attention(q.clone().requires_grad_(True), k, v)
     p = reference.sage_prepare(*qkv(S=100))
-    wrong = p._replace(seq_len=33)
+    wrong = p._replace(seq_len_q=33, seq_len_kv=33)
     with pytest.raises(ValueError, match="another shape"):
         sage_co.sage_attention_fwd(wrong)
     with pytest.raises(TypeError, match="prepared"):

@@ -152,7 +152,7 @@ def test_without_lse_same_output(kernel):
 def test_padding_rows_do_not_leak(kernel):
     """Garbage in the padded key rows (j >= S) must not change the output: the kernel masks them to -inf."""
     _, _, _, prepared, out, lse = _case(kernel, "randn", 1, 2, 100)
-    S = prepared.seq_len
+    S = prepared.seq_len_q
     k = prepared.k_int8.clone()
     k[:, :, S:] = 100
     v = prepared.v_fp8.view(torch.uint8).clone()
@@ -178,8 +178,9 @@ def test_kernarg_struct_is_the_documented_table():
 
 
 @pytest.mark.parametrize("mutate,exc,match", [
-    (lambda p: p._replace(seq_len=p.seq_len + 30), ValueError, "prepared"),
-    (lambda p: p._replace(seq_len=0), ValueError, "prepared.seq_len"),
+    (lambda p: p._replace(seq_len_q=p.seq_len_q + 30, seq_len_kv=p.seq_len_kv + 30), ValueError, "prepared"),
+    (lambda p: p._replace(seq_len_q=0), ValueError, "prepared.seq_len_q"),
+    (lambda p: p._replace(head_dim=64), ValueError, "prepared.q_int8"),
     (lambda p: p._replace(q_scale=p.q_scale[..., :-1]), ValueError, "prepared.q_scale"),
     (lambda p: p._replace(k_int8=p.k_int8.float()), TypeError, "prepared.k_int8"),
     (lambda p: p._replace(v_fp8=p.v_fp8.transpose(-1, -2)), ValueError, "prepared.v_fp8"),
@@ -217,10 +218,10 @@ def test_lds_double_buffer_has_no_race(kernel):
 
     p = _small_prepared(B=1, H=2, S=150)
     B, H, S_pad, _ = p.q_int8.shape
-    out = torch.empty(B, p.seq_len, H, 128, dtype=torch.bfloat16)
-    lse = torch.empty(B, H, p.seq_len)
+    out = torch.empty(B, p.seq_len_q, H, 128, dtype=torch.bfloat16)
+    lse = torch.empty(B, H, p.seq_len_q)
     args = dict(q=p.q_int8, k=p.k_int8, v=p.v_fp8, q_scale=p.q_scale, k_scale=p.k_scale, k_mean=p.k_mean,
-                v_scale=p.v_scale, out=out, lse=lse, seq_len=p.seq_len, seq_pad=S_pad, num_heads=H,
+                v_scale=p.v_scale, out=out, lse=lse, seq_len=p.seq_len_q, seq_pad=S_pad, num_heads=H,
                 flags=attention.FLAG_LSE | attention.FLAG_SMOOTH_K)
     symbol = registry.find(attention.OP, kernel).symbol
     shipped, co = launcher.checked_kernel(symbol, attention.ATTENTION_FWD_ARGS)

@@ -141,11 +141,12 @@ def test_prepared_shapes_and_padding_zero(S, smooth_k):
     q, k, v = qkv(B, S, H, seed=S)
     k = (k.float() + 3).to(BF16)  # nonzero mean: padded rows must still be zero, not -k_mean
     p = R.sage_prepare(q, k, v, smooth_k=smooth_k)
-    assert isinstance(p, SagePrepared) and p.seq_len == S and isinstance(p.seq_len, int)
-    for field, (shape, dtype) in expected_shapes(B, S, H).items():
+    assert isinstance(p, SagePrepared) and p.seq_len_q == p.seq_len_kv == S and isinstance(p.seq_len_q, int)
+    assert p.head_dim == 128 and p.out_dtype == BF16
+    for field, (shape, dtype) in expected_shapes(B, S, S, H, H, 128).items():
         t = getattr(p, field)
         assert tuple(t.shape) == shape and t.dtype == dtype and t.is_contiguous(), field
-    validate.check_prepared(p, B, S, H)
+    assert validate.check_prepared(p) == (B, S, S, H, H, 128, BF16)
     Sp = s_pad(S)
     assert Sp % 64 == 0 and Sp - 64 < S <= Sp
     assert (p.q_int8[:, :, S:] == 0).all() and (p.k_int8[:, :, S:] == 0).all()
@@ -356,13 +357,19 @@ def bad_args():
     w = randn(128, seed=3)
     grad = q.clone().requires_grad_(True)
     return [
-        (dict(q=q.float()), TypeError, r"^q: expected dtype torch.bfloat16"),
-        (dict(k=k.half()), TypeError, r"^k: expected dtype torch.bfloat16"),
+        (dict(q=q.float()), TypeError, r"^q: expected dtype torch.bfloat16 or torch.float16"),
+        (dict(k=k.half()), TypeError, r"^k: expected the dtype of q \(torch.bfloat16\), got torch.float16"),
         (dict(v=[1, 2]), TypeError, r"^v: expected a torch.Tensor"),
-        (dict(q=q.transpose(1, 2).contiguous().transpose(1, 2)), ValueError, r"^q: expected a contiguous"),
-        (dict(v=torch.zeros(1, 40, 2, 64, dtype=BF16)), ValueError, r"^v: expected head dim 128"),
+        (dict(q=q.transpose(1, 3).contiguous().transpose(1, 3)), ValueError, r"^q: expected a contiguous last dim"),
+        (dict(v=torch.zeros(1, 40, 2, 64, dtype=BF16)), ValueError, r"^v: expected the head dim of q \(D = 128\)"),
+        (dict(q=torch.zeros(1, 40, 2, 136, dtype=BF16)), ValueError, r"^q: expected a head dim that is a multiple"),
+        (dict(q=torch.zeros(1, 40, 2, 24, dtype=BF16)), ValueError, r"^q: expected a head dim that is a multiple"),
+        (dict(q=torch.zeros(1, 40, 3, 128, dtype=BF16)), ValueError, r"^k: expected a number of heads that divides"),
+        (dict(layout="hnd"), ValueError, r"^layout: expected one of \('NHD', 'HND'\)"),
+        (dict(layout=None), TypeError, r"^layout: expected one of"),
         (dict(q=q[0]), ValueError, r"^q: expected 4 dims"),
-        (dict(k=k[:, :39].contiguous()), ValueError, r"^k: expected the shape of q"),
+        (dict(k=k[:, :39].contiguous()), ValueError, r"^v: expected the shape of k"),
+        (dict(k=k[:, :0], v=v[:, :0]), ValueError, r"^k: expected at least one token"),
         (dict(q=q[:, :0], k=k[:, :0], v=v[:, :0]), ValueError, r"^q: expected at least one token"),
         (dict(q=grad), ValueError, r"^q: expected a tensor without requires_grad"),
         (dict(k=torch.empty(1, 40, 2, 128, dtype=BF16, device="meta")), ValueError, r"^k: expected a tensor on cpu"),
@@ -378,7 +385,7 @@ def bad_args():
         (dict(cos=cos, sin=sin, rope_dim=32), ValueError, r"^cos: expected shape \[S, rope_dim\] = \[40, 32\]"),
         (dict(cos=cos, sin=sin, rope_dim=64.0), TypeError, r"^rope_dim: expected None or an int"),
         (dict(rope_dim=64), ValueError, r"^rope_dim: given \(64\) but cos and sin are None"),
-        (dict(cos=cos), ValueError, r"^sin: expected a bf16 \[S, rope_dim\] tensor because cos is given"),
+        (dict(cos=cos), ValueError, r"^sin: expected a \[S, rope_dim\] tensor because cos is given"),
         (dict(cos=cos[:39], sin=sin[:39]), ValueError, r"^cos: expected shape \[S, rope_dim\] = \[40, 64\]"),
         (dict(cos=cos, sin=sin[:, :32].contiguous()), ValueError, r"^sin: expected shape \[S, rope_dim\]"),
         (dict(cos=cos[:, :48].contiguous(), sin=sin[:, :48].contiguous()), ValueError,
@@ -406,32 +413,35 @@ def test_attention_specific_validation():
         R.sage_attention(q, k, v, return_lse=None)
     with pytest.raises(ValueError, match=r"^key_tile: expected a positive int"):
         R.sage_attention_model(R.sage_prepare(q, k, v), key_tile=0)
-    with pytest.raises(TypeError, match=r"^q: expected dtype torch.bfloat16"):
+    with pytest.raises(TypeError, match=r"^q: expected dtype torch.bfloat16 or torch.float16"):
         R.attention_fp32(q.float(), k, v)
 
 
-def test_check_prepared_rejects_other_shapes():
+def test_check_prepared_rejects_inconsistent_structures():
     q, k, v = qkv(1, 100, 2)
     p = R.sage_prepare(q, k, v)
-    validate.check_prepared(p, 1, 100, 2)
-    validate.check_prepared(p, 1, 100, 2, device="cpu")
-    with pytest.raises(ValueError, match=r"^prepared.seq_len: expected 90 .* another shape"):
-        validate.check_prepared(p, 1, 90, 2)
-    # same S_pad, same seq_len, but the head count differs
-    with pytest.raises(ValueError, match=r"^prepared.q_int8: expected shape \(1, 3, 128, 128\) for B=1, S=100, H=3"):
-        validate.check_prepared(p, 1, 100, 3)
-    with pytest.raises(ValueError, match=r"^prepared.q_int8: expected shape \(2, 2, 128, 128\)"):
-        validate.check_prepared(p, 2, 100, 2)
+    validate.check_prepared(p)
+    validate.check_prepared(p, device="cpu")
+    with pytest.raises(ValueError, match=r"^prepared.q_int8: expected shape \(1, 2, 192, 128\) for B=1, S_q=130"):
+        validate.check_prepared(p._replace(seq_len_q=130))
+    with pytest.raises(ValueError, match=r"^prepared.q_int8: expected shape \(1, 2, 128, 64\) .* D=64"):
+        validate.check_prepared(p._replace(head_dim=64))
+    with pytest.raises(ValueError, match=r"^prepared.k_int8: expected B >= 1 and a head count dividing"):
+        validate.check_prepared(p._replace(k_int8=torch.zeros(1, 3, 128, 128, dtype=torch.int8)))
     with pytest.raises(TypeError, match=r"^prepared.v_fp8: expected dtype torch.float8_e4m3fn"):
-        validate.check_prepared(p._replace(v_fp8=p.v_fp8.view(torch.uint8)), 1, 100, 2)
+        validate.check_prepared(p._replace(v_fp8=p.v_fp8.view(torch.uint8)))
     with pytest.raises(ValueError, match=r"^prepared.k_scale: expected a contiguous"):
-        validate.check_prepared(p._replace(k_scale=p.k_scale.transpose(1, 2).contiguous().transpose(1, 2)), 1, 100, 2)
-    with pytest.raises(TypeError, match=r"^prepared.seq_len: expected an int"):
-        validate.check_prepared(p._replace(seq_len=100.0), 1, 100, 2)
+        validate.check_prepared(p._replace(k_scale=p.k_scale.transpose(1, 2).contiguous().transpose(1, 2)))
+    with pytest.raises(TypeError, match=r"^prepared.seq_len_q: expected an int"):
+        validate.check_prepared(p._replace(seq_len_q=100.0))
+    with pytest.raises(ValueError, match=r"^prepared.seq_len_kv: expected an int >= 1"):
+        validate.check_prepared(p._replace(seq_len_kv=0))
+    with pytest.raises(TypeError, match=r"^prepared.out_dtype"):
+        validate.check_prepared(p._replace(out_dtype=torch.float32))
     with pytest.raises(TypeError, match=r"^prepared: expected a SagePrepared"):
-        validate.check_prepared(tuple(p), 1, 100, 2)
-    with pytest.raises(ValueError, match=r"^prepared.q_int8: expected shape \(1, 2, 256, 128\) for B=1, S=200"):
-        R.sage_attention_model(p._replace(seq_len=200))  # the model checks the tensors against seq_len
+        validate.check_prepared(tuple(p))
+    with pytest.raises(ValueError, match=r"^prepared.q_int8: expected shape \(1, 2, 256, 128\) for B=1, S_q=200"):
+        R.sage_attention_model(p._replace(seq_len_q=200))  # the model checks the tensors against seq_len_q
 
 
 # ------------------------------------------------------------------------------------------- other devices

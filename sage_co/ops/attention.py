@@ -11,7 +11,7 @@ import torch
 from .. import registry, validate
 from ..kernargs import Field, KernargStruct
 from ..launch import launch, resolve_backend
-from ..prepared import HEAD_DIM, PAD, SagePrepared
+from ..prepared import HEAD_DIM, PAD, SagePrepared, s_pad
 
 OP = "sage_attention_fwd"
 QUERY_TILE = 64  # queries per workgroup (4 waves x 16); grid x = S_pad / 64
@@ -48,21 +48,27 @@ def grid(prepared: SagePrepared) -> tuple[int, int, int]:
     return (Sp // QUERY_TILE, H, B)
 
 
-def _shape_of(prepared) -> tuple[int, int, int]:
-    """(B, S, H) read off q_int8 and seq_len, with errors that name the field; check_prepared does the rest."""
-    if not isinstance(prepared, SagePrepared):
-        raise TypeError(f"prepared: expected a SagePrepared, got {type(prepared).__name__}")
-    q = prepared.q_int8
-    if not isinstance(q, torch.Tensor) or q.dim() != 4:
-        shape = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
-        raise ValueError(f"prepared.q_int8: expected a 4-dim tensor [B, H, S_pad, {HEAD_DIM}], got {shape}")
-    S = prepared.seq_len
-    if isinstance(S, bool) or not isinstance(S, int) or S < 1:
-        raise ValueError(f"prepared.seq_len: expected an int >= 1, got {S!r}")
-    B, H = q.shape[0], q.shape[1]
-    if B < 1 or H < 1:
-        raise ValueError(f"prepared.q_int8: expected B >= 1 and H >= 1, got shape {tuple(q.shape)}")
-    return B, S, H
+def check_supported(shapes: validate.Shapes, variant: str | None = None) -> None:
+    """The shipped attention kernel `variant` exists and serves these shapes, else LookupError / NotImplementedError
+    before any kernel runs. The v1 kernels (one ABI, above) serve D = 128, H_q == H_kv, S_q == S_kv, bf16 output;
+    the other shapes of issue 13 (head dim 64 and padded ones, GQA/MQA, S_q != S_kv, fp16) need the v2 kernels."""
+    if variant is not None and not isinstance(variant, str):
+        raise TypeError(f"variant: expected None (the default kernel) or a str naming a shipped variant of {OP}, "
+                        f"got {type(variant).__name__}")
+    kernel = registry.find(OP, variant or None)
+    missing = [what for what, ok in (
+        (f"head dim {shapes.D} (only {HEAD_DIM})", shapes.D == HEAD_DIM),
+        (f"GQA/MQA (H_q = {shapes.H_q}, H_kv = {shapes.H_kv})", shapes.H_q == shapes.H_kv),
+        (f"S_q = {shapes.S_q} != S_kv = {shapes.S_kv}", shapes.S_q == shapes.S_kv),
+        (f"{shapes.dtype} output (only torch.bfloat16)", shapes.dtype == torch.bfloat16)) if not ok]
+    if missing:
+        raise NotImplementedError(f"q: the shipped attention kernel {kernel.variant!r} does not serve "
+                                  f"{'; '.join(missing)} yet (issue 13: the v2 attention kernels); sage_prepare "
+                                  f"and sage_co.reference already do")
+    S_pad = s_pad(shapes.S_q)
+    if S_pad > MAX_SEQ_PAD:
+        raise ValueError(f"q: S = {shapes.S_q} is too long for the attention kernel (S_pad = {S_pad} > "
+                         f"{MAX_SEQ_PAD}: one head of q/k/v must stay below 4 GiB)")
 
 
 def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, backend: str | None = None,
@@ -73,16 +79,11 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, backe
     ("hip" = the clang-built kernel; others as listed in hsaco/manifest.json for op sage_attention_fwd).
     Everything is validated before any kernel runs."""
     validate.check_flag("return_lse", return_lse)
-    B, S, H = _shape_of(prepared)
-    validate.check_prepared(prepared, B, S, H)
-    S_pad = prepared.q_int8.shape[2]
-    if S_pad > MAX_SEQ_PAD:
-        raise ValueError(f"prepared.seq_len: S = {S} is too long for the attention kernel (S_pad = {S_pad} > "
-                         f"{MAX_SEQ_PAD}: one head of q/k/v must stay below 4 GiB)")
-    if variant is not None and not isinstance(variant, str):
-        raise TypeError(f"variant: expected None (the default kernel) or a str naming a shipped variant of {OP}, "
-                        f"got {type(variant).__name__}")
+    sh = validate.check_prepared(prepared)
+    check_supported(sh, variant)
     kernel = registry.find(OP, variant)
+    B, S, H = sh.B, sh.S_q, sh.H_q
+    S_pad = prepared.q_int8.shape[2]
     device = prepared.q_int8.device
     backend = resolve_backend(prepared.q_int8, backend)
 
