@@ -139,3 +139,99 @@ def test_edited_kernarg_declaration_is_refused(symbol):
     with pytest.raises(KernargMismatch, match="refusing to launch"):
         launch_mod.checked_kernel(symbol, edited)
     launch_mod.checked_kernel(symbol, ATTENTION_FWD_ARGS)
+
+
+# ------------------------------------------------------------------------- issue 13: the new signature
+def qkv_new(B=1, S_q=33, S_kv=40, H_q=4, H_kv=2, D=64, dtype=torch.float16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(B, S_q, H_q, D, generator=g).to(dtype), torch.randn(B, S_kv, H_kv, D, generator=g).to(dtype),
+            torch.randn(B, S_kv, H_kv, D, generator=g).to(dtype))
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_opcheck_prepare_new_shapes(layout):
+    """fp16, GQA, S_q != S_kv, a padded head dim (80), NHD and HND views: the real op and its fake agree on every
+    output's shape, dtype and strides."""
+    q, k, v = qkv_new(D=80)
+    if layout == "HND":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))   # HND views of NHD memory
+    torch.library.opcheck(torch.ops.sage_co.sage_prepare.default,
+                          (q, k, v, 0.1, layout, True, None, None, 1e-6, None, None, 0, "emu"))
+
+
+def test_prepare_end_to_end_new_shapes_equals_reference():
+    q, k, v = qkv_new(D=96, dtype=torch.bfloat16)
+    hnd = [t.transpose(1, 2) for t in (q, k, v)]
+    p = sage_co.sage_prepare(*hnd, layout="HND", smooth_k=False)
+    r = reference.sage_prepare(q, k, v)
+    assert p[7:] == r[7:] == (33, 40, 96, torch.bfloat16)
+    for a, b in zip(p[:7], r[:7]):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def test_torch_compile_fullgraph_prepare_new_signature():
+    q, k, v = qkv_new(D=64)
+
+    def f(q, k, v):
+        p = sage_co.sage_prepare(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), layout="HND")
+        return p.q_int8.float().sum() + p.v_scale.sum(), p.k_scale
+
+    eager = f(q, k, v)
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
+    assert all(torch.equal(a, b) for a, b in zip(eager, compiled))
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_attention_hnd_layout_and_compile(kernel):
+    """layout="HND" end to end (the shapes the shipped v1 kernels serve: D = 128, H_q = H_kv, S_q = S_kv, bf16):
+    the same values as NHD, returned as [B, H, S, D], also under torch.compile(fullgraph=True)."""
+    q, k, v = qkv(S=40, H=2, seed=5)
+    nhd = sage_co.sage_attention(q, k, v, kernel=kernel)
+
+    def f(q, k, v):
+        return sage_co.sage_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), layout="HND",
+                                      kernel=kernel)
+
+    hnd = f(q, k, v)
+    assert hnd.shape == (1, 2, 40, 128) and torch.equal(hnd.transpose(1, 2), nhd)
+    assert torch.equal(torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v), hnd)
+    out_ref = reference.sage_attention(q, k, v)
+    assert (nhd.float() - out_ref.float()).norm() <= 1e-3 * out_ref.float().norm()
+
+
+@pytest.mark.parametrize("case", ["gqa", "cross", "d64", "fp16"])
+def test_attention_variants_not_shipped_yet(case, no_kernels):
+    """Until the v2 attention kernels ship (issue 13, attention side), these shapes are refused before any kernel
+    (prepare included) with an error naming what is missing; the reference serves them already."""
+    kw = {"gqa": dict(H_q=4, H_kv=2, S_kv=33, D=128, dtype=torch.bfloat16),
+          "cross": dict(H_q=2, H_kv=2, S_kv=77, D=128, dtype=torch.bfloat16),
+          "d64": dict(H_q=2, H_kv=2, S_kv=33, D=64, dtype=torch.bfloat16),
+          "fp16": dict(H_q=2, H_kv=2, S_kv=33, D=128, dtype=torch.float16)}[case]
+    q, k, v = qkv_new(**kw)
+    with pytest.raises(NotImplementedError, match="^q: the shipped attention kernel"):
+        sage_co.sage_attention(q, k, v)
+    out = reference.sage_attention(q, k, v)
+    assert out.shape == q.shape and out.dtype == q.dtype and torch.isfinite(out.float()).all()
+
+
+@pytest.mark.parametrize("bad, exc, match", [
+    (dict(layout="BHSD"), ValueError, "^layout"),
+    (dict(q=torch.zeros(1, 33, 4, 72, dtype=torch.float16)), ValueError, "^q: expected a head dim"),
+    (dict(q=torch.zeros(1, 33, 4, 144, dtype=torch.float16)), ValueError, "^q: expected a head dim"),
+    (dict(q=torch.zeros(1, 33, 3, 64, dtype=torch.float16)), ValueError, "^k: expected a number of heads"),
+    (dict(q=torch.zeros(1, 33, 4, 64, dtype=torch.bfloat16)), TypeError, "^k: expected the dtype of q"),
+    (dict(kernel="fast"), LookupError, "no variant 'fast'"),
+])
+@pytest.mark.parametrize("entry", ["prepare", "attention"])
+def test_new_validation_errors_before_any_kernel(no_kernels, bad, exc, match, entry):
+    q, k, v = qkv_new()
+    args = dict(q=q, k=k, v=v)
+    args.update(bad)
+    if entry == "prepare":
+        if "kernel" in args:
+            pytest.skip("sage_prepare has no kernel= argument")
+        fn = sage_co.sage_prepare
+    else:
+        fn = sage_co.sage_attention
+    with pytest.raises(exc, match=match):
+        fn(args.pop("q"), args.pop("k"), args.pop("v"), **args)
