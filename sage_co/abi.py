@@ -24,6 +24,7 @@ WAVE_SIZE = 32            # every kernel runs wave32 (docs/rdna4.md §Entry)
 
 # ---------------------------------------------------------------------------------------------- attention
 ATTENTION_OP = "sage_attention_fwd"
+OUT_DTYPES = ("bf16", "fp16")   # manifest key column out_dtype; head_dim takes HEAD_DIMS_NATIVE
 QUERY_TILE = 64           # queries per workgroup: grid x = S_pad / QUERY_TILE
 KEY_TILE = 64             # keys per loop step of every attention kernel
 ATTENTION_WAVES = 4       # one workgroup = 4 wave32, wave w owns queries 16w..16w+15 of the query tile
@@ -35,20 +36,41 @@ FLAG_LSE = 1 << FLAG_LSE_BIT
 FLAG_SMOOTH_K = 1 << FLAG_SMOOTH_K_BIT
 
 ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
-    Field("q", "ptr", 0),          # int8 [B, H, S_pad, 128]
-    Field("k", "ptr", 8),          # int8 [B, H, S_pad, 128]
-    Field("v", "ptr", 16),         # fp8 e4m3fn [B, H, 128, S_pad]
-    Field("q_scale", "ptr", 24),   # fp32 [B, H, S_pad/32]
-    Field("k_scale", "ptr", 32),   # fp32 [B, H, S_pad/32]
-    Field("k_mean", "ptr", 40),    # fp32 [B, H, 128]
-    Field("v_scale", "ptr", 48),   # fp32 [B, H, 128]
-    Field("out", "ptr", 56),       # bf16 [B, S, H, 128]
-    Field("lse", "ptr", 64),       # fp32 [B, H, S]; a 4-byte placeholder when flags bit 0 is clear
-    Field("seq_len", "u32", 72),
-    Field("seq_pad", "u32", 76),
-    Field("num_heads", "u32", 80),
-    Field("flags", "u32", 84),
-], size=88)
+    Field("q", "ptr", 0),               # int8 [B, H_q, S_q_pad, D_pad]
+    Field("k", "ptr", 8),               # int8 [B, H_kv, S_kv_pad, D_pad]
+    Field("v", "ptr", 16),              # fp8 e4m3fn [B, H_kv, D_pad, S_kv_pad]
+    Field("q_scale", "ptr", 24),        # fp32 [B, H_q, S_q_pad/32]
+    Field("k_scale", "ptr", 32),        # fp32 [B, H_kv, S_kv_pad/32]
+    Field("k_mean", "ptr", 40),         # fp32 [B, H_kv, D_pad]
+    Field("v_scale", "ptr", 48),        # fp32 [B, H_kv, D_pad]
+    Field("out", "ptr", 56),            # bf16/fp16, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d], d < head_dim
+    Field("lse", "ptr", 64),            # fp32 [B, H_q, S_q]; a 4-byte placeholder when flags bit 0 is clear
+    Field("seq_len_q", "u32", 72),
+    Field("seq_pad_q", "u32", 76),
+    Field("seq_len_kv", "u32", 80),
+    Field("seq_pad_kv", "u32", 84),
+    Field("num_heads_q", "u32", 88),    # grid y
+    Field("num_heads_kv", "u32", 92),
+    Field("kv_group_magic", "u64", 96),  # kv_group_magic(H_q // H_kv): K/V head = (h * magic) >> 32
+    Field("out_stride_b", "u32", 104),  # element strides of out
+    Field("out_stride_s", "u32", 108),
+    Field("out_stride_h", "u32", 112),
+    Field("head_dim", "u32", 116),      # the real D (multiple of 16, <= D_pad): channels >= D are not stored
+    Field("flags", "u32", 120),
+], size=124)
+MAX_QUERY_HEADS = 1 << 16       # grid y limit, and the range over which kv_group_magic divides exactly
+
+
+def kv_group_magic(group: int) -> int:
+    """ceil(2^32 / group): for every head h < 2^16, (h * magic) >> 32 == h // group. With magic * group = 2^32 + e,
+    0 <= e < group: h * magic / 2^32 = h / group + h * e / (group * 2^32), and h * e < 2^32 keeps the second term
+    below 1 / group, too small to carry h / group over the next integer. One multiply (s_mul_u64) replaces an
+    integer division the hardware does not have."""
+    if isinstance(group, bool) or not isinstance(group, int) or not 1 <= group < MAX_QUERY_HEADS:
+        raise ValueError(f"kv group: expected an int in [1, {MAX_QUERY_HEADS}), got {group!r}")
+    return -(-(1 << 32) // group)
+
+
 # which fields are written by the kernel (the rest are read only; the asm metadata says so)
 ATTENTION_OUTPUTS = ("out", "lse")
 
