@@ -21,6 +21,8 @@ _LAZY = {
     "sage_attention_fwd": "api",
     "sage_prepare": "api",
     "SagePrepared": "prepared",
+    "sageattn": "compat",          # SageAttention's API (sage_co/compat.py)
+    "sageattn_varlen": "compat",
 }
 
 __all__ = [*_LAZY, "__version__"]
@@ -37,3 +39,10 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(__all__))
+
+
+import os as _os  # noqa: E402
+
+if _os.environ.get("SAGE_CO_SAGEATTENTION_SHIM"):  # opt-in (imports torch): sage_co/integrations/sageattention_shim.py
+    from .integrations import sageattention_shim as _shim
+    _shim.install_from_env()

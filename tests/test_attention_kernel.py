@@ -319,9 +319,8 @@ def test_lds_double_buffer_has_no_race(kernel, D):
                 out_stride_b=out.stride(0), out_stride_s=out.stride(1), out_stride_h=out.stride(2), head_dim=D,
                 flags=abi.FLAG_LSE | abi.FLAG_SMOOTH_K)
     symbol = registry.find(attention.OP, kernel, head_dim=D, out_dtype="bf16").symbol
-    shipped, co = launcher.checked_kernel(symbol, attention.ATTENTION_FWD_ARGS)
-    launcher.get_backend("emu").run(shipped, co, co.kernel(symbol), attention.ATTENTION_FWD_ARGS, attention.grid(p),
-                                    attention.BLOCK, args, sanitize=True, lds_race_check=True)
+    launcher.launch(symbol, attention.ATTENTION_FWD_ARGS, attention.grid(p), attention.BLOCK, args, backend="emu",
+                    sanitize=True, lds_race_check=True)
     ref_out = reference.sage_attention_model(p)
     assert _rel_l2(out, ref_out) <= MODEL_REL_L2
     assert torch.isfinite(lse).all()
