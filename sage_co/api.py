@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 from . import validate
+from .backends import BACKENDS
 from .prepared import SCALE_BLOCK, SagePrepared, d_pad, s_pad
 
 _NO_ROPE = 0          # rope_dim in the schema: 0 = no RoPE
@@ -71,7 +72,7 @@ def sage_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q
     chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
                                       q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
                                       sin=sin, rope_dim=rope_dim)
-    _check_choice("backend", backend, ("emu", "hip"))
+    _check_choice("backend", backend, BACKENDS)
     fields = _prepare_op(q, k, v, chk.softmax_scale, layout, bool(smooth_k), q_norm_weight, k_norm_weight,
                          float(eps), cos, sin, chk.rope_dim or _NO_ROPE, backend or _DEFAULT)
     sh = chk.shapes
@@ -94,15 +95,8 @@ def _fwd_op(q_int8: torch.Tensor, q_scale: torch.Tensor, k_int8: torch.Tensor, k
     prepared = _prepared((q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale), seq_len_q, seq_len_kv,
                          head_dim, out_dtype)
     kw = {"variant": kernel} if kernel else {}
-    out, lse = run_attention_fwd(prepared, return_lse=True, backend=backend or None, **kw) if return_lse else \
-        (run_attention_fwd(prepared, backend=backend or None, **kw), q_scale.new_empty((0,)))
-    return _to_layout(out, layout), lse
-
-
-def _to_layout(out_nhd: torch.Tensor, layout: str) -> torch.Tensor:
-    """The attention output [B, S, H, D] as a contiguous tensor of the caller's layout. HND is a transposing copy
-    until the attention kernels take output strides (issue 13, attention side)."""
-    return out_nhd if layout == "NHD" else out_nhd.transpose(1, 2).contiguous()
+    res = run_attention_fwd(prepared, return_lse=return_lse, layout=layout, backend=backend or None, **kw)
+    return res if return_lse else (res, q_scale.new_empty((0,)))
 
 
 def _fwd_like(like: torch.Tensor, B, S_q, H_q, D, out_dtype, layout, return_lse):
@@ -127,7 +121,7 @@ def sage_attention_fwd(prepared: SagePrepared, *, layout="NHD", return_lse=False
     validate.check_flag("return_lse", return_lse)
     validate.check_layout(layout)
     sh = validate.check_prepared(prepared)
-    _check_choice("backend", backend, ("emu", "hip"))
+    _check_choice("backend", backend, BACKENDS)
     _check_choice("kernel", kernel, None)
     _check_attention_kernel(sh, kernel)
     out, lse = _fwd_op(*prepared[:5], prepared.v_fp8.view(torch.uint8), prepared.v_scale, sh.S_q, sh.S_kv, sh.D,
@@ -136,16 +130,20 @@ def sage_attention_fwd(prepared: SagePrepared, *, layout="NHD", return_lse=False
 
 
 def _check_attention_kernel(shapes: validate.Shapes, kernel) -> None:
-    """The attention kernel variant exists and serves these shapes: raised before any kernel (prepare included).
-    It reads hsaco/manifest.json, which dynamo cannot trace: under torch.compile it runs once at trace time."""
-    _attention_kernel_serves(tuple(shapes[:6]), str(shapes.dtype), kernel)
+    """A shipped attention kernel serves these shapes (variant, head dim, output dtype) and the query heads fit its
+    grid: raised before any kernel, prepare included. It reads hsaco/manifest.json, which dynamo cannot trace:
+    under torch.compile it runs once at trace time."""
+    _attention_kernel_serves(shapes.H_q, d_pad(shapes.D), str(shapes.dtype), kernel)
 
 
 @torch.compiler.assume_constant_result
-def _attention_kernel_serves(sizes: tuple, dtype_name: str, kernel) -> bool:
-    from .ops.attention import check_supported
-    dtype = {str(d): d for d in (torch.bfloat16, torch.float16)}[dtype_name]
-    check_supported(validate.Shapes(*sizes, dtype), kernel)
+def _attention_kernel_serves(H_q: int, D_pad: int, dtype_name: str, kernel) -> bool:
+    from . import abi, registry
+    from .ops.attention import OP, OUT_DTYPE_KEYS
+    if H_q >= abi.MAX_QUERY_HEADS:
+        raise ValueError(f"q: {H_q} query heads exceed the attention launch grid (< {abi.MAX_QUERY_HEADS})")
+    keys = {str(d): k for d, k in OUT_DTYPE_KEYS.items()}
+    registry.find(OP, kernel or None, head_dim=D_pad, out_dtype=keys[dtype_name])
     return True
 
 
@@ -179,7 +177,7 @@ def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False,
                                       q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
                                       sin=sin, rope_dim=rope_dim)
     validate.check_flag("return_lse", return_lse)
-    _check_choice("backend", backend, ("emu", "hip"))
+    _check_choice("backend", backend, BACKENDS)
     _check_choice("kernel", kernel, None)
     _check_attention_kernel(chk.shapes, kernel)
     out, lse = _attention_op(q, k, v, chk.softmax_scale, layout, bool(smooth_k), q_norm_weight, k_norm_weight,

@@ -1,13 +1,13 @@
 """Kernel argument structs, declared explicitly and packed by hand.
 
-Every shipped kernel has one KernargStruct: field name, kind and byte offset, written out in Python next
-to the host code that launches it. Before the first launch the declaration is compared with the code
+Every shipped kernel has one KernargStruct: field name, kind and byte offset, declared once in sage_co/abi.py
+(torch-free; the asm generator, the ops and tools/disasm_check.py all read it there). Before the first launch the declaration is compared with the code
 object's own metadata (`.args`: offset, size, value_kind, name) and a mismatch refuses to launch with
 both layouts side by side. tools/disasm_check.py runs the same comparison for every shipped kernel.
 
 ABI (docs/rdna4.md §Entry, from LLVM AMDGPUUsage "Kernel Argument Layout"): explicit arguments in declaration
 order at naturally aligned offsets; a pointer is 8 bytes (value_kind global_buffer), scalars 4 bytes
-(by_value). Hidden arguments, when a kernel declares any, follow at the next 8-byte boundary and are
+(by_value), u64 8 bytes (by_value). Hidden arguments, when a kernel declares any, follow at the next 8-byte boundary and are
 filled by the runtime (HIP, or sage_co.emu), never by the caller.
 """
 from __future__ import annotations
@@ -19,13 +19,10 @@ from dataclasses import dataclass
 KINDS = {
     "ptr": ("<Q", 8, "global_buffer"),
     "i32": ("<i", 4, "by_value"),
+    "u64": ("<Q", 8, "by_value"),
     "u32": ("<I", 4, "by_value"),
     "f32": ("<f", 4, "by_value"),
 }
-
-
-# Every declared struct by kernel symbol; tools/disasm_check.py compares each with the shipped metadata.
-DECLARED: dict[str, "KernargStruct"] = {}
 
 
 class KernargMismatch(RuntimeError):
@@ -52,9 +49,8 @@ class Field:
 class KernargStruct:
     """An explicit kernarg layout. `size` is the end of the explicit arguments in bytes."""
 
-    def __init__(self, name: str, fields: list[Field], size: int, symbols: tuple[str, ...] = ()):
-        """`symbols`: the kernel symbols that take this struct (several kernels may share one layout)."""
-        self.name, self.fields, self.size, self.symbols = name, tuple(fields), size, tuple(symbols)
+    def __init__(self, name: str, fields: list[Field], size: int):
+        self.name, self.fields, self.size = name, tuple(fields), size
         end = 0
         for f in sorted(self.fields, key=lambda f: f.offset):
             if f.offset < end:
@@ -65,8 +61,6 @@ class KernargStruct:
         if len({f.name for f in self.fields}) != len(self.fields):
             raise ValueError(f"{name}: duplicate field names")
         self.by_name = {f.name: f for f in self.fields}
-        for key in (name, *self.symbols):
-            DECLARED[key] = self
 
     def pack(self, values: dict) -> bytes:
         """Pack {field name: value}; pointers are integer device addresses. Every field must be given."""
@@ -85,7 +79,8 @@ class KernargStruct:
             else:
                 if isinstance(v, bool) or not isinstance(v, int):
                     raise TypeError(f"{self.name}.{f.name}: expected an int for kind {f.kind}, got {type(v).__name__}")
-                lo, hi = {"ptr": (0, 2**64 - 1), "i32": (-2**31, 2**31 - 1), "u32": (0, 2**32 - 1)}[f.kind]
+                lo, hi = {"ptr": (0, 2**64 - 1), "u64": (0, 2**64 - 1), "i32": (-2**31, 2**31 - 1),
+                          "u32": (0, 2**32 - 1)}[f.kind]
                 if not lo <= v <= hi:
                     raise ValueError(f"{self.name}.{f.name}: {v} does not fit {f.kind} [{lo}, {hi}]")
             struct.pack_into(fmt, buf, f.offset, v)

@@ -14,11 +14,8 @@ from typing import NamedTuple
 
 import torch
 
-HEAD_DIM = 128   # the largest head dim (D_pad of D in 65..128)
-HEAD_DIMS_NATIVE = (64, 128)   # D_pad: the head dims the kernels are built for
-HEAD_DIM_STEP = 16   # D must be a multiple of this (one WMMA K-slice of 16 bf16/fp16)
-SCALE_BLOCK = 32  # tokens per Q/K scale (docs/numerics.md §Q)
-PAD = 64  # S_q and S_kv are padded to a multiple of the attention kernel's key/query tile
+# the one definition of these is sage_co/abi.py (torch-free); re-exported for the torch side
+from .abi import HEAD_DIM, HEAD_DIM_STEP, HEAD_DIMS_NATIVE, PAD, SCALE_BLOCK, d_pad, s_pad  # noqa: F401
 INPUT_DTYPES = (torch.bfloat16, torch.float16)   # q/k/v dtype; the output has the same dtype
 
 
@@ -35,16 +32,6 @@ class SagePrepared(NamedTuple):
     seq_len_kv: int  # S_kv, the number of valid keys / values
     head_dim: int  # D, the real head dim (channels D..D_pad-1 are padding)
     out_dtype: torch.dtype  # the caller's dtype (torch.bfloat16 or torch.float16): the attention output's
-
-
-def s_pad(S: int) -> int:
-    """S rounded up to a multiple of 64; rows/columns past S are zero in every prepared tensor."""
-    return (S + PAD - 1) // PAD * PAD
-
-
-def d_pad(D: int) -> int:
-    """The native head dim D is padded to: 64 for D <= 64, else 128."""
-    return HEAD_DIMS_NATIVE[0] if D <= HEAD_DIMS_NATIVE[0] else HEAD_DIMS_NATIVE[1]
 
 
 def expected_shapes(B: int, S_q: int, S_kv: int, H_q: int, H_kv: int, D: int

@@ -19,6 +19,9 @@ INT8_MAX = 127.0
 FP8_MAX = 448.0  # OCP e4m3fn largest finite (docs/rdna4.md §FP8: 0x7E)
 FP8_NAN = 0x7F  # the one NaN encoding the spec produces (docs/numerics.md §Non-finite)
 KEY_TILE = 64  # keys per online-softmax step in the HIP kernel
+# The attention output saturates at the output dtype's largest finite value (docs/numerics.md §Finite range):
+# bf16 0x7f7f, fp16 0x7bff (65504).
+OUT_MAX = {torch.bfloat16: torch.finfo(torch.bfloat16).max, torch.float16: torch.finfo(torch.float16).max}
 
 
 def _f32(x: float, like: torch.Tensor) -> torch.Tensor:
@@ -225,14 +228,23 @@ def to_layout(x: torch.Tensor, layout: str) -> torch.Tensor:
     return (x if layout == "NHD" else x.transpose(1, 2)).contiguous()
 
 
+def round_saturating(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """fp32 -> bf16 or fp16, RNE, with |x| beyond the dtype's largest finite value (and +-inf) giving +-that value;
+    NaN stays NaN (the kernels write the dtype's quiet NaN 0x7fc0 / 0x7e00). The attention output of a V near the
+    dtype's max can exceed it by the fp8 rounding of p (docs/numerics.md §Finite range), so the spec saturates
+    instead of rounding to inf."""
+    hi = OUT_MAX[dtype]
+    return x.clamp(-hi, hi).to(dtype)  # clamp keeps NaN
+
+
 def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, key_tile: int = KEY_TILE):
     """What the attention kernel computes from a SagePrepared (docs/numerics.md §Attention), per query row i of
     query head h (K/V head g = h // (H_q / H_kv)) and key tile t of key_tile keys:
       qk_scale = q_scale[blk(i)] * k_scale[g, blk(j)];  s = float32(s_int32) * qk_scale;  s = -inf for j >= S_kv
       m_new = max(m_old, max_t s);  alpha = exp2(m_old - m_new) (0 when m_old = -inf);  p = exp2(s - m_new)
       l = l * alpha + rowsum(p);  p8 = fp8(p * 448);  O = O * alpha + p8 @ float32(v_fp8[g])
-      out[i, d] = round((O[i, d] * inv) * v_scale[g, d]),  inv = 1 / (448 * l), d < head_dim, round = RNE to
-      out_dtype
+      out[i, d] = round_sat((O[i, d] * inv) * v_scale[g, d]),  inv = 1 / (448 * l), d < head_dim,
+      round_sat = RNE to out_dtype saturating at +-its largest finite value (round_saturating)
     Returns out [B, S_q, H_q, head_dim] (NHD) in out_dtype, and with return_lse also lse fp32 [B, H_q, S_q]
     (natural log, smooth_k-corrected)."""
     if isinstance(key_tile, bool) or not isinstance(key_tile, int) or key_tile < 1:
@@ -273,7 +285,7 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
         m = m_new
 
     inv = fp32_div(1.0, l * c448)
-    out = ((O * inv) * v_scale[:, :, None, :])[..., :sh.D].to(prepared.out_dtype)
+    out = round_saturating(((O * inv) * v_scale[:, :, None, :])[..., :sh.D], prepared.out_dtype)
     out = out.transpose(1, 2).contiguous()  # [B, S_q, H_q, D]
     if not return_lse:
         return out

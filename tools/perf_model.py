@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 # One disassembly parser and one instruction classifier for the tools: tools/disasm_check.py. Its classes are
 # named like the emulator's Stats (sage_co/emu/executor.py), so static and dynamic counts agree.
-from disasm_check import CLASSES, TRANS_PREFIXES, classify, parse_objdump  # noqa: E402,F401
+from disasm_check import CLASSES, classify, parse_objdump  # noqa: E402,F401
 from disasm_check import Line as Inst  # noqa: E402
 
 # ------------------------------------------------------------------------------------------- hardware
@@ -1254,7 +1254,12 @@ def load_kernels(static_only: bool, asm_co: Path | None, seqs=EMU_SEQ):
             out.append((variant, None, f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} "
                                        "is not shipped yet"))
             continue
-        km = analyze(variant, path)
+        # the shipped code objects hold one symbol per (head_dim, out_dtype): the model describes head dim 128, bf16
+        symbol = None
+        if path in (HIP_CO, ASM_CO):
+            from sage_co import registry
+            symbol = registry.find("sage_attention_fwd", variant, head_dim=HEAD_DIM, out_dtype="bf16").symbol
+        km = analyze(variant, path, symbol)
         if static_only:
             km.notes.append("static counts (--static): emulator not run")
         elif asm_co is not None and variant == "asm":

@@ -1,95 +1,76 @@
-"""Host side of the attention forward kernel: SagePrepared in, bf16 [B, S, H, 128] (and fp32 LSE [B, H, S]) out.
+"""Host side of the attention forward kernels: SagePrepared in, out in the caller's dtype and layout (and fp32
+LSE [B, H_q, S_q]) out.
 
-The kernel (asm_src/gfx1201_sage_attention.hip, and the later hand-scheduled asm variant with the same ABI)
-takes the kernarg struct declared here, runs one workgroup of 4 wave32 per 64 queries of one (batch, head),
-grid (S_pad / 64, H, B), and writes `out` (and `lse` when asked). Numerics: sage_co.reference.sage_attention_model.
+Both kernels (asm_src/gfx1201_sage_attention.hip, variant "hip", and the hand-scheduled asm family, variant
+"asm") take the kernarg struct of sage_co/abi.py, run one workgroup of 4 wave32 per 64 queries of one (batch,
+query head), grid (S_q_pad / 64, H_q, B), and write `out` through its element strides (so NHD and HND results
+need no copy) and `lse` when asked. One symbol per (head_dim = D_pad, out_dtype) pair, found by those manifest
+keys. Numerics: sage_co.reference.sage_attention_model.
 """
 from __future__ import annotations
 
 import torch
 
-from .. import registry, validate
-from ..kernargs import Field, KernargStruct
+from .. import abi, registry, validate
+from ..abi import ATTENTION_FWD_ARGS, FLAG_LSE, FLAG_SMOOTH_K, QUERY_TILE, kv_group_magic
 from ..launch import launch, resolve_backend
-from ..prepared import HEAD_DIM, PAD, SagePrepared, s_pad
+from ..prepared import SagePrepared, d_pad
 
-OP = "sage_attention_fwd"
-QUERY_TILE = 64  # queries per workgroup (4 waves x 16); grid x = S_pad / 64
-BLOCK = (128, 1, 1)
-FLAG_LSE = 1  # kernarg flags bit 0: write lse
-FLAG_SMOOTH_K = 2  # bit 1: lse adds ln2 * (q_int8 * q_scale) . k_mean
-
-# The header table of asm_src/gfx1201_sage_attention.hip; checked against the .co metadata before the first launch.
-ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
-    Field("q", "ptr", 0),          # int8 [B, H, S_pad, 128]
-    Field("k", "ptr", 8),          # int8 [B, H, S_pad, 128]
-    Field("v", "ptr", 16),         # fp8 e4m3fn [B, H, 128, S_pad]
-    Field("q_scale", "ptr", 24),   # fp32 [B, H, S_pad/32]
-    Field("k_scale", "ptr", 32),   # fp32 [B, H, S_pad/32]
-    Field("k_mean", "ptr", 40),    # fp32 [B, H, 128]
-    Field("v_scale", "ptr", 48),   # fp32 [B, H, 128]
-    Field("out", "ptr", 56),       # bf16 [B, S, H, 128]
-    Field("lse", "ptr", 64),       # fp32 [B, H, S]; a 4-byte placeholder when flags bit 0 is clear
-    Field("seq_len", "u32", 72),
-    Field("seq_pad", "u32", 76),
-    Field("num_heads", "u32", 80),
-    Field("flags", "u32", 84),
-], size=88, symbols=(
-    "gfx1201_sage_attention_fwd",      # variant "hip" (asm_src/gfx1201_sage_attention.hip)
-    "gfx1201_sage_attention_fwd_asm",  # variant "asm" (asm_src/gen_sage_attention_asm.py), same ABI
-))
-
-# The kernel addresses one head of q/k/v with 32-bit byte offsets (S_pad * 128 < 2**32).
-MAX_SEQ_PAD = (1 << 32) // HEAD_DIM - PAD
+OP = abi.ATTENTION_OP
+BLOCK = abi.ATTENTION_BLOCK
+LAYOUTS = ("NHD", "HND")
+OUT_DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+U32 = 1 << 32
+# WMMA 16-query fragments: a wave's 16 rows of out are addressed as lane offsets r * out_stride_s * 2 bytes
+WAVE_ROWS = abi.WAVE_QUERIES
 
 
 def grid(prepared: SagePrepared) -> tuple[int, int, int]:
-    B, H, Sp, _ = prepared.q_int8.shape
-    return (Sp // QUERY_TILE, H, B)
+    B, H_q, S_q_pad, _ = prepared.q_int8.shape
+    return (S_q_pad // QUERY_TILE, H_q, B)
 
 
-def check_supported(shapes: validate.Shapes, variant: str | None = None) -> None:
-    """The shipped attention kernel `variant` exists and serves these shapes, else LookupError / NotImplementedError
-    before any kernel runs. The v1 kernels (one ABI, above) serve D = 128, H_q == H_kv, S_q == S_kv, bf16 output;
-    the other shapes of issue 13 (head dim 64 and padded ones, GQA/MQA, S_q != S_kv, fp16) need the v2 kernels."""
+def _check_reach(prepared: SagePrepared, strides: tuple[int, int, int]) -> None:
+    """The kernels address one head of q/k/v and one wave's output rows with 32-bit byte offsets, and take the
+    output's element strides as u32."""
+    D_pad = prepared.q_int8.shape[-1]
+    for name in ("q_int8", "k_int8"):
+        S_pad = getattr(prepared, name).shape[2]
+        if S_pad * D_pad >= U32:
+            raise ValueError(f"prepared.{name}: one head of {S_pad} x {D_pad} bytes must stay below 4 GiB "
+                             f"(the kernel's 32-bit offsets); split the sequence")
+    if max(strides) >= U32 or WAVE_ROWS * strides[1] * 2 >= U32:
+        raise ValueError(f"prepared.q_int8: the output's element strides (batch, row, head) = {strides} are too "
+                         f"large for the kernel's 32-bit offsets")
+
+
+def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layout: str = "NHD",
+                      backend: str | None = None, variant: str | None = None):
+    """Attention forward on a prepared structure: out [B, S_q, H_q, D] (layout "NHD") or [B, H_q, S_q, D] ("HND")
+    in prepared.out_dtype, or (out, lse fp32 [B, H_q, S_q]).
+
+    backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "hip"); variant: which shipped kernel
+    family ("asm" = the hand-scheduled one, the default; "hip" = the clang-built one). Everything is validated
+    before any kernel runs."""
+    validate.check_flag("return_lse", return_lse)
+    layout = validate.check_layout(layout)
+    sh = validate.check_prepared(prepared)
     if variant is not None and not isinstance(variant, str):
         raise TypeError(f"variant: expected None (the default kernel) or a str naming a shipped variant of {OP}, "
                         f"got {type(variant).__name__}")
-    kernel = registry.find(OP, variant or None)
-    missing = [what for what, ok in (
-        (f"head dim {shapes.D} (only {HEAD_DIM})", shapes.D == HEAD_DIM),
-        (f"GQA/MQA (H_q = {shapes.H_q}, H_kv = {shapes.H_kv})", shapes.H_q == shapes.H_kv),
-        (f"S_q = {shapes.S_q} != S_kv = {shapes.S_kv}", shapes.S_q == shapes.S_kv),
-        (f"{shapes.dtype} output (only torch.bfloat16)", shapes.dtype == torch.bfloat16)) if not ok]
-    if missing:
-        raise NotImplementedError(f"q: the shipped attention kernel {kernel.variant!r} does not serve "
-                                  f"{'; '.join(missing)} yet (issue 13: the v2 attention kernels); sage_prepare "
-                                  f"and sage_co.reference already do")
-    S_pad = s_pad(shapes.S_q)
-    if S_pad > MAX_SEQ_PAD:
-        raise ValueError(f"q: S = {shapes.S_q} is too long for the attention kernel (S_pad = {S_pad} > "
-                         f"{MAX_SEQ_PAD}: one head of q/k/v must stay below 4 GiB)")
-
-
-def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, backend: str | None = None,
-                      variant: str | None = None):
-    """Attention forward on a prepared structure: out bf16 [B, S, H, 128], or (out, lse fp32 [B, H, S]).
-
-    backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "hip"); variant: which shipped kernel
-    ("hip" = the clang-built kernel; others as listed in hsaco/manifest.json for op sage_attention_fwd).
-    Everything is validated before any kernel runs."""
-    validate.check_flag("return_lse", return_lse)
-    sh = validate.check_prepared(prepared)
-    check_supported(sh, variant)
-    kernel = registry.find(OP, variant)
-    B, S, H = sh.B, sh.S_q, sh.H_q
-    S_pad = prepared.q_int8.shape[2]
+    if sh.H_q >= abi.MAX_QUERY_HEADS:
+        raise ValueError(f"prepared.q_int8: {sh.H_q} query heads exceed the launch grid (< {abi.MAX_QUERY_HEADS})")
+    kernel = registry.find(OP, variant, head_dim=d_pad(sh.D), out_dtype=OUT_DTYPE_KEYS[sh.dtype])
     device = prepared.q_int8.device
     backend = resolve_backend(prepared.q_int8, backend)
 
-    out = torch.empty(B, S, H, HEAD_DIM, dtype=torch.bfloat16, device=device)
+    shape = (sh.B, sh.S_q, sh.H_q, sh.D) if layout == "NHD" else (sh.B, sh.H_q, sh.S_q, sh.D)
+    out = torch.empty(shape, dtype=sh.dtype, device=device)
+    sb, ss, shd = (out.stride(0), out.stride(1), out.stride(2)) if layout == "NHD" else \
+        (out.stride(0), out.stride(2), out.stride(1))
+    _check_reach(prepared, (sb, ss, shd))
     # Without return_lse the kernel never touches lse; it still gets a valid (tiny) allocation.
-    lse = torch.empty(B, H, S, dtype=torch.float32, device=device) if return_lse else \
+    lse = torch.empty(sh.B, sh.H_q, sh.S_q, dtype=torch.float32, device=device) if return_lse else \
         torch.empty(1, dtype=torch.float32, device=device)
     # The smooth_k term is ln2 * q_f . k_mean; k_mean is all zero for a prepare without smooth_k, so adding it
     # always is exact (x + ln2 * (+-0) == x) and the host never has to inspect k_mean.
@@ -98,7 +79,10 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, backe
         "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_fp8,
         "q_scale": prepared.q_scale, "k_scale": prepared.k_scale, "k_mean": prepared.k_mean,
         "v_scale": prepared.v_scale, "out": out, "lse": lse,
-        "seq_len": S, "seq_pad": S_pad, "num_heads": H, "flags": flags,
+        "seq_len_q": sh.S_q, "seq_pad_q": prepared.q_int8.shape[2],
+        "seq_len_kv": sh.S_kv, "seq_pad_kv": prepared.k_int8.shape[2],
+        "num_heads_q": sh.H_q, "num_heads_kv": sh.H_kv, "kv_group_magic": kv_group_magic(sh.H_q // sh.H_kv),
+        "out_stride_b": sb, "out_stride_s": ss, "out_stride_h": shd, "head_dim": sh.D, "flags": flags,
     }
     launch(kernel.symbol, ATTENTION_FWD_ARGS, grid(prepared), BLOCK, args, backend=backend)
     return (out, lse) if return_lse else out

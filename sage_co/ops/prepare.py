@@ -17,7 +17,9 @@ from __future__ import annotations
 import torch
 
 from .. import registry, validate
-from ..kernargs import Field, KernargStruct
+from ..abi import PREPARE_QUANT_ARGS as QUANT_ARGS
+from ..abi import PREPARE_REDUCE_ARGS as REDUCE_ARGS
+from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # noqa: F401  (the structs live in sage_co/abi.py)
 from ..launch import launch, resolve_backend
 from ..prepared import SCALE_BLOCK, SagePrepared, d_pad, s_pad
 from ..reference import q_multiplier
@@ -29,83 +31,10 @@ ELEMS_PER_LOAD = ALIGN // 2  # 16-bit elements per 16-byte load: strides must be
 DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
-def _strides(prefix: str, offset: int) -> list[Field]:
-    return [Field(f"{prefix}_sb", "i32", offset), Field(f"{prefix}_ss", "i32", offset + 4),
-            Field(f"{prefix}_sh", "i32", offset + 8)]
-
-
-# The kernarg tables of the header comment in asm_src/gfx1201_sage_prepare.hip; checked against the .co
-# metadata before the first launch of each symbol.
-STATS_ARGS = KernargStruct("sage_prepare.stats", [
-    Field("k", "ptr", 0),            # bf16/fp16 [B, S_kv, H_kv, D] (strided, flat view)
-    Field("v", "ptr", 8),            # bf16/fp16 [B, S_kv, H_kv, D]
-    Field("k_norm_w", "ptr", 16),    # [D] (placeholder when k_norm == 0)
-    Field("cos", "ptr", 24),         # [max(S_q, S_kv), rope_dim] (placeholder without RoPE)
-    Field("sin", "ptr", 32),
-    Field("ksum_part", "ptr", 40),   # fp32 [B, H_kv, n_chunks, D_pad] out (smooth_k only; else placeholder)
-    Field("vmax_part", "ptr", 48),   # fp32 [B, H_kv, n_chunks, D_pad] out
-    Field("eps", "f32", 56),
-    Field("S", "i32", 60),           # S_kv
-    Field("H", "i32", 64),           # H_kv
-    Field("tiles_per_chunk", "i32", 68),
-    Field("n_chunks", "i32", 72),
-    Field("n_tens", "i32", 76),      # 1: V only; 2: V and K (smooth_k)
-    Field("k_norm", "i32", 80),
-    Field("D", "i32", 84),
-    *_strides("k", 88), *_strides("v", 100),
-], size=112)
-
-REDUCE_ARGS = KernargStruct("sage_prepare.reduce", [
-    Field("ksum_part", "ptr", 0),    # fp32 [B, H_kv, n_chunks, D_pad] in (read only when smooth_k)
-    Field("vmax_part", "ptr", 8),    # fp32 [B, H_kv, n_chunks, D_pad] in
-    Field("k_mean", "ptr", 16),      # fp32 [B, H_kv, D_pad] out (zeros unless smooth_k)
-    Field("v_scale", "ptr", 24),     # fp32 [B, H_kv, D_pad] out
-    Field("v_inv", "ptr", 32),       # fp32 [B, H_kv, D_pad] out, workspace for quant
-    Field("H", "i32", 40),
-    Field("n_chunks", "i32", 44),
-    Field("S", "i32", 48),
-    Field("smooth_k", "i32", 52),
-    Field("D_pad", "i32", 56),
-], size=60)
-
-QUANT_ARGS = KernargStruct("sage_prepare.quant", [
-    Field("q", "ptr", 0),            # bf16/fp16 [B, S_q, H_q, D] (strided, flat view)
-    Field("k", "ptr", 8),            # [B, S_kv, H_kv, D]
-    Field("v", "ptr", 16),
-    Field("q_norm_w", "ptr", 24),    # [D] (placeholder when q_norm == 0)
-    Field("k_norm_w", "ptr", 32),
-    Field("cos", "ptr", 40),         # [max(S_q, S_kv), rope_dim] (placeholder without RoPE)
-    Field("sin", "ptr", 48),
-    Field("k_mean", "ptr", 56),      # fp32 [B, H_kv, D_pad] in (from reduce)
-    Field("v_inv", "ptr", 64),       # fp32 [B, H_kv, D_pad] in (from reduce)
-    Field("q_int8", "ptr", 72),      # int8 [B, H_q, S_q_pad, D_pad] out
-    Field("k_int8", "ptr", 80),      # int8 [B, H_kv, S_kv_pad, D_pad] out
-    Field("q_scale", "ptr", 88),     # fp32 [B, H_q, S_q_pad / 32] out
-    Field("k_scale", "ptr", 96),     # fp32 [B, H_kv, S_kv_pad / 32] out
-    Field("v_fp8", "ptr", 104),      # fp8 e4m3fn [B, H_kv, D_pad, S_kv_pad] out
-    Field("q_mult", "f32", 112),     # float32(softmax_scale * log2 e)
-    Field("eps", "f32", 116),
-    Field("S_q", "i32", 120),
-    Field("S_kv", "i32", 124),
-    Field("H_q", "i32", 128),
-    Field("H_kv", "i32", 132),
-    Field("S_q_pad", "i32", 136),
-    Field("S_kv_pad", "i32", 140),
-    Field("D", "i32", 144),
-    Field("q_norm", "i32", 148),
-    Field("k_norm", "i32", 152),
-    *_strides("q", 156), *_strides("k", 168), *_strides("v", 180),
-], size=192)
-
-
 def kernel_symbol(op: str, **keys) -> str:
     """The symbol of the shipped kernel serving `op` with exactly these manifest key columns (head_dim, in_dtype,
-    rope_dim), looked up in hsaco/manifest.json."""
-    rows = [p for co in registry.manifest()["code_objects"].values() for p in co.get("provides", [])
-            if p["op"] == op and all(p.get(k) == v for k, v in keys.items())]
-    if len(rows) != 1:
-        raise LookupError(f"{len(rows)} shipped kernels for op {op!r} with {keys} (expected exactly one)")
-    return rows[0]["symbol"]
+    rope_dim): sage_co.registry.find, the one lookup every launch goes through."""
+    return registry.find(op, "hip", **keys).symbol
 
 
 def chunking(S: int) -> tuple[int, int]:
