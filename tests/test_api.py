@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import sage_co
+import sage_co.api  # noqa: F401  (registers torch.ops.sage_co.*: `import sage_co` is lazy)
 from sage_co import launch as launch_mod
 from sage_co import reference
 from sage_co.kernargs import Field, KernargMismatch, KernargStruct
@@ -123,18 +124,19 @@ def test_backend_choice_is_explicit_or_by_device():
 
 def test_default_kernel_is_the_hand_scheduled_one():
     from sage_co import registry
-    assert registry.find("sage_attention_fwd").variant == "asm"
-    assert registry.find("sage_attention_fwd", "hip").symbol == "gfx1201_sage_attention_fwd"
+    assert registry.find("sage_attention_fwd", head_dim=128, out_dtype="bf16").variant == "asm"
+    assert registry.find("sage_attention_fwd", "hip", head_dim=64, out_dtype="fp16").symbol == \
+        "gfx1201_sage_attention_fwd_d64_fp16"
     with pytest.raises(LookupError, match="no variant 'fast'"):
         registry.find("sage_attention_fwd", "fast")
 
 
-@pytest.mark.parametrize("symbol", ["gfx1201_sage_attention_fwd", "gfx1201_sage_attention_fwd_asm"])
+@pytest.mark.parametrize("symbol", ["gfx1201_sage_attention_fwd_d128_bf16", "gfx1201_sage_attention_fwd_asm_d64_fp16"])
 def test_edited_kernarg_declaration_is_refused(symbol):
     from sage_co.ops.attention import ATTENTION_FWD_ARGS
     fields = list(ATTENTION_FWD_ARGS.fields)
     swapped = [Field(f.name, f.kind, f.offset) for f in fields]
-    swapped[-1], swapped[-2] = Field("num_heads", "u32", 84), Field("flags", "u32", 80)
+    swapped[-1], swapped[-2] = Field("head_dim", "u32", 120), Field("flags", "u32", 116)
     edited = KernargStruct("edited_attention_fwd", swapped, ATTENTION_FWD_ARGS.size)
     with pytest.raises(KernargMismatch, match="refusing to launch"):
         launch_mod.checked_kernel(symbol, edited)
@@ -199,19 +201,23 @@ def test_attention_hnd_layout_and_compile(kernel):
     assert (nhd.float() - out_ref.float()).norm() <= 1e-3 * out_ref.float().norm()
 
 
-@pytest.mark.parametrize("case", ["gqa", "cross", "d64", "fp16"])
-def test_attention_variants_not_shipped_yet(case, no_kernels):
-    """Until the v2 attention kernels ship (issue 13, attention side), these shapes are refused before any kernel
-    (prepare included) with an error naming what is missing; the reference serves them already."""
-    kw = {"gqa": dict(H_q=4, H_kv=2, S_kv=33, D=128, dtype=torch.bfloat16),
-          "cross": dict(H_q=2, H_kv=2, S_kv=77, D=128, dtype=torch.bfloat16),
-          "d64": dict(H_q=2, H_kv=2, S_kv=33, D=64, dtype=torch.bfloat16),
-          "fp16": dict(H_q=2, H_kv=2, S_kv=33, D=128, dtype=torch.float16)}[case]
+@pytest.mark.parametrize("case", ["gqa", "mqa_cross", "d80_hnd", "fp16_d64"])
+def test_attention_new_shapes_end_to_end(case):
+    """GQA, MQA with S_q != S_kv, a padded head dim in HND, fp16 with D = 64: sage_attention on the emulator equals
+    prepare + the reference model (docs/numerics.md kernel-vs-model bound), in q's dtype and layout."""
+    kw, layout = {"gqa": (dict(H_q=4, H_kv=2, S_q=33, S_kv=33, D=128, dtype=torch.bfloat16), "NHD"),
+                  "mqa_cross": (dict(H_q=2, H_kv=1, S_q=31, S_kv=77, D=128, dtype=torch.bfloat16), "NHD"),
+                  "d80_hnd": (dict(H_q=2, H_kv=2, S_q=40, S_kv=33, D=80, dtype=torch.bfloat16), "HND"),
+                  "fp16_d64": (dict(H_q=4, H_kv=1, S_q=64, S_kv=31, D=64, dtype=torch.float16), "NHD")}[case]
     q, k, v = qkv_new(**kw)
-    with pytest.raises(NotImplementedError, match="^q: the shipped attention kernel"):
-        sage_co.sage_attention(q, k, v)
-    out = reference.sage_attention(q, k, v)
-    assert out.shape == q.shape and out.dtype == q.dtype and torch.isfinite(out.float()).all()
+    if layout == "HND":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    out, lse = sage_co.sage_attention(q, k, v, layout=layout, return_lse=True)
+    model, model_lse = reference.sage_attention(q, k, v, layout=layout, return_lse=True)
+    assert out.shape == q.shape and out.dtype == q.dtype and model.shape == out.shape
+    rel = ((out.float() - model.float()).norm() / model.float().norm()).item()
+    assert rel <= 1e-3, rel
+    assert torch.allclose(lse, model_lse, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("bad, exc, match", [
