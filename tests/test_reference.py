@@ -203,14 +203,15 @@ def test_non_finite_inputs():
 
 # -------------------------------------------------------------------------------------------- RMSNorm + RoPE
 def eager_norm_rope(x, weight, eps, cos, sin, rope_dim, mean_square):
-    """The unfused eager PyTorch BF16 sequence (Qwen3-style), op for op, with the mean square supplied."""
+    """The unfused eager PyTorch sequence in x's dtype (bf16 or fp16; Qwen3-style), op for op, with the mean square
+    supplied."""
     if weight is not None:
         h = x.float()
         h = h * torch.rsqrt(mean_square(h) + eps)
-        x = weight * h.to(BF16)
+        x = weight * h.to(x.dtype)
     if cos is None:
         return x
-    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    c, s = cos[None, :x.shape[1], None, :], sin[None, :x.shape[1], None, :]
     xr = x[..., :rope_dim]
     x1, x2 = xr[..., : rope_dim // 2], xr[..., rope_dim // 2:]
     rot = torch.cat((-x2, x1), dim=-1)
@@ -229,6 +230,51 @@ def test_fused_norm_rope_equals_eager_bitwise(norm, rope_dim):
     assert fused.dtype == BF16 and torch.equal(fused.view(torch.int16), eager.view(torch.int16))
     if rope_dim and rope_dim < 128:
         assert torch.equal(fused[..., rope_dim:], (R.rms_norm(x, weight, 1e-6) if norm else x)[..., rope_dim:])
+
+
+@pytest.mark.parametrize("D,rope_dim", [(128, 128), (128, 64), (96, 96), (80, 32), (64, 64), (48, 32)])
+def test_fused_norm_rope_equals_eager_fp16_bitwise(D, rope_dim):
+    """fp16 inputs round like eager fp16 ops (docs/numerics.md §RMSNorm + RoPE); padded head dims use the D_pad tree
+    and divide by the real D."""
+    S = 60
+    x = (3.0 * torch.randn(2, S, 3, D, generator=torch.Generator().manual_seed(D))).half()
+    x[0, 3, 1] = 0
+    weight = (1 + 0.1 * torch.randn(D, generator=torch.Generator().manual_seed(1))).half()
+    cos, sin = (t.half() for t in rope_tables(S, rope_dim))
+    fused = R.norm_rope(x, weight, 1e-6, cos, sin, rope_dim)
+    eager = eager_norm_rope(x, weight, 1e-6, cos, sin, rope_dim, R.mean_square)
+    assert fused.dtype == torch.float16 and torch.equal(fused.view(torch.int16), eager.view(torch.int16))
+    # the tree over D_pad with zero channels is the tree-free mean to within a few ulp
+    xf = x.float()
+    assert ((R.mean_square(xf) - xf.pow(2).mean(-1, keepdim=True)).abs()
+            <= 4 * torch.finfo(torch.float32).eps * xf.pow(2).mean(-1, keepdim=True)).all()
+
+
+@pytest.mark.parametrize("case", ["gqa8", "mqa_cross", "d80_hnd", "fp16_d64", "cross_long_kv"])
+def test_model_new_shapes_within_contract(case):
+    """GQA, MQA, S_q != S_kv, padded D, fp16, HND: the model stays within the accuracy contract vs FP32, in q's
+    dtype and layout, and its LSE within the int8 error of the FP32 LSE."""
+    B, S_q, S_kv, H_q, H_kv, D, dtype, layout = {
+        "gqa8": (1, 100, 100, 8, 1, 128, BF16, "NHD"),
+        "mqa_cross": (1, 64, 333, 4, 1, 128, BF16, "NHD"),
+        "d80_hnd": (2, 77, 31, 2, 2, 80, BF16, "HND"),
+        "fp16_d64": (1, 333, 77, 4, 2, 64, torch.float16, "NHD"),
+        "cross_long_kv": (1, 31, 512, 2, 2, 96, torch.float16, "HND"),
+    }[case]
+    g = torch.Generator().manual_seed(S_q + S_kv)
+    q = torch.randn(B, S_q, H_q, D, generator=g).to(dtype)
+    k, v = (torch.randn(B, S_kv, H_kv, D, generator=g).to(dtype) for _ in range(2))
+    if layout == "HND":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    out, lse = R.sage_attention(q, k, v, layout=layout, return_lse=True)
+    ref, ref_lse = R.attention_fp32(q, k, v, layout=layout, return_lse=True)
+    assert out.dtype == dtype and out.shape == q.shape and ref.shape == q.shape
+    assert accuracy.within_contract(accuracy.metrics(out, ref))
+    assert (lse - ref_lse).abs().max() < 0.05
+    # GQA: query head h reads K/V head h // (H_q / H_kv): the FP32 reference with K/V repeated per query head agrees
+    if H_q != H_kv:
+        rep = [t.repeat_interleave(H_q // H_kv, dim=2 if layout == "NHD" else 1) for t in (k, v)]
+        assert torch.equal(R.attention_fp32(q, *rep, layout=layout), ref)
 
 
 def test_norm_rope_inside_prepare():
