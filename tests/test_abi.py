@@ -31,7 +31,8 @@ def test_import_sage_co_and_abi_without_torch(tmp_path):
         import sys
         import sage_co, sage_co.abi, sage_co.codeobj, sage_co.kernargs, sage_co.registry
         assert "torch" not in sys.modules
-        print(sage_co.abi.ATTENTION_FWD_ARGS.size, sage_co.registry.find("sage_attention_fwd").symbol)
+        print(sage_co.abi.ATTENTION_FWD_ARGS.size,
+              sage_co.registry.find("sage_attention_fwd", head_dim=128, out_dtype="bf16").symbol)
         try:
             sage_co.sage_attention
         except ImportError as exc:
@@ -110,4 +111,6 @@ def test_generator_loads_the_struct_from_abi():
     assert [off for _, _, off, _ in loads] == sorted(off for _, _, off, _ in loads)
     text = gen.build(gen.FAMILY[0])
     for mnemonic, first, off, _ in loads:
-        assert f"{mnemonic} s[" in text and f", s[0:1], 0x{off:x}" in text
+        n = int(mnemonic.removeprefix("s_load_b")) // 32
+        dst = f"s{first}" if n == 1 else f"s[{first}:{first + n - 1}]"
+        assert f"{mnemonic} {dst}, s[0:1], 0x{off:x}" in text
