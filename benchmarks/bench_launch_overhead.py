@@ -56,6 +56,11 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
     import stub_hip
+    import torch
+    if getattr(torch.version, "hip", None) is not None:
+        print("bench_launch_overhead.py: torch is a ROCm build, so its own libamdhip64 is mapped and the stub cannot "
+              "stand in for it; run this with a CPU torch", file=sys.stderr)
+        return 2
     try:
         import rocm.bindings  # noqa: F401
     except ImportError:
@@ -70,7 +75,6 @@ def main(argv=None) -> int:
         except stub_hip.NoCompiler as exc:
             print(f"bench_launch_overhead.py: {exc}", file=sys.stderr)
             return 2
-        import torch
         from sage_co import launch
         from sage_co.backends.hip import HipBackend
         launch.use_backend("hip", HipBackend(platform=stub_hip.HostPlatform()))
