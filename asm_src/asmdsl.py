@@ -19,12 +19,15 @@ Nothing here knows about attention.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
-VOPD_OPS = {  # docs/rdna4.md §Throughput, VOPD rules: ops with a v_dual_* form (both X and Y for these)
-    "v_mul_f32": "v_dual_mul_f32", "v_add_f32": "v_dual_add_f32", "v_sub_f32": "v_dual_sub_f32", "v_subrev_f32": "v_dual_subrev_f32",
-    "v_max_num_f32": "v_dual_max_num_f32", "v_min_num_f32": "v_dual_min_num_f32", "v_mov_b32": "v_dual_mov_b32",
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repo's sage_co, not an installed one
+from sage_co.emu.facts import VOPD_PLAIN, vopd_pair_problem  # noqa: E402  (the one instruction-facts layer)
+
+# docs/rdna4.md §Throughput, VOPD rules: ops with a v_dual_* form in both halves whose meaning is dst = f(src0, src1)
+VOPD_OPS = VOPD_PLAIN
 COMMUTATIVE = {"v_mul_f32", "v_add_f32", "v_max_num_f32", "v_min_num_f32"}
 
 
@@ -149,26 +152,16 @@ class Op:
         return None
 
 
-def _bank(x) -> int | None:
-    n = _vnum(x)
-    return None if n is None else n % 4
-
-
 def vopd_legal(x: Op, y: Op) -> bool:
     """docs/rdna4.md §Throughput VOPD rules (checked again by llvm-mc when the .s is assembled)."""
     if not (x.vopd_able and y.vopd_able):
         return False
     if x.writes & y.reads or y.writes & x.reads or x.writes & y.writes:
         return False                       # both halves read before either writes: keep sequential meaning
-    if x.dst.num % 2 == y.dst.num % 2:
-        return False                       # one even and one odd destination
-    bx, by = _bank(x.src0), _bank(y.src0)
-    if bx is not None and by is not None and bx == by:
-        return False                       # src0s in different VGPR banks (also: not the same VGPR)
-    if x.src1 is not None and y.src1 is not None and _bank(x.src1) == _bank(y.src1):
-        return False                       # vsrc1s in different banks
     lits = {s for s in (x.src0, y.src0) if _is_literal(s)}
-    return len(lits) <= 1
+    sgprs = {str(s) for s in (x.src0, y.src0) if isinstance(s, Range) and s.kind == "s"}
+    return vopd_pair_problem(x.dst.num, y.dst.num, _vnum(x.src0), _vnum(y.src0), _vnum(x.src1), _vnum(y.src1),
+                             len(lits), len(sgprs), x.opcode == y.opcode == "v_mov_b32") is None
 
 
 def try_pair(x: Op, y: Op) -> tuple[Op, Op] | None:

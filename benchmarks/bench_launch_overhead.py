@@ -5,7 +5,8 @@ checks, kernarg packing, device guard, hipModuleLaunchKernel), a runtime whose e
 
     python benchmarks/bench_launch_overhead.py [--launches 20000] [--rounds 5]
 
-Reports the median over rounds of (wall time / launches) for the attention kernel and each prepare kernel,
+Reports the median over rounds of (thread CPU time / launches) -- the host time a launch costs, robust on a
+shared machine -- and of (wall time / launches), for the attention kernel and each prepare kernel,
 with the arguments run_prepare / run_attention_fwd pass. Goal (issue 12): <= 20 us per launch. torch's own
 current-stream lookup is not included (the stub platform answers it from a field); on a ROCm torch it is
 torch._C._cuda_getCurrentRawStream, one C call.
@@ -26,8 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 def kernels(torch):
     """(symbol, struct, grid, block, args) for one launch of each kernel, as the ops build them (B=1, H=2, S=64)."""
-    from sage_co import registry
-    from sage_co.ops import attention, prepare
+    from sage_co import abi, registry
     B, H, S, Sp = 1, 2, 64, 64
     t = torch.zeros(B, Sp, H, 128, dtype=torch.bfloat16)
     f32 = torch.zeros(B, H, 128)
@@ -40,11 +40,13 @@ def kernels(torch):
     quant = dict(q=t, k=t, v=t, q_norm_w=f32, k_norm_w=f32, cos=f32, sin=f32, k_mean=f32, v_inv=f32, q_int8=i8,
                  k_int8=i8, q_scale=f32, k_scale=f32, v_fp8=i8, q_mult=0.1, eps=1e-6, S=S, H=H, S_pad=Sp,
                  q_norm=0, k_norm=0)
+    wave, channels = (abi.WAVE_SIZE, 1, 1), (abi.HEAD_DIM, 1, 1)
     return [
-        (registry.find(attention.OP).symbol, attention.ATTENTION_FWD_ARGS, (1, H, B), attention.BLOCK, att),
-        ("gfx1201_sage_prepare_stats", prepare.STATS_ARGS[None], (2, H, B), prepare.WAVE, stats),
-        ("gfx1201_sage_prepare_reduce", prepare.REDUCE_ARGS, (1, H, B), prepare.REDUCE_BLOCK, reduce),
-        ("gfx1201_sage_prepare_quant", prepare.QUANT_ARGS[None], (2, H, 3 * B), prepare.WAVE, quant),
+        (registry.find(abi.ATTENTION_OP, head_dim=128, out_dtype="bf16").symbol, abi.ATTENTION_FWD_ARGS, (1, H, B),
+         abi.ATTENTION_BLOCK, att),
+        (registry.find("sage_prepare.stats", rope_dim=0).symbol, abi.PREPARE_STATS_ARGS, (2, H, B), wave, stats),
+        (registry.find("sage_prepare.reduce").symbol, abi.PREPARE_REDUCE_ARGS, (1, H, B), channels, reduce),
+        (registry.find("sage_prepare.quant", rope_dim=0).symbol, abi.PREPARE_QUANT_ARGS, (2, H, 3 * B), wave, quant),
     ]
 
 
@@ -76,13 +78,14 @@ def main(argv=None) -> int:
         print(f"host time per launch (median of {args.rounds} rounds x {args.launches} launches, stub runtime):")
         for symbol, struct, grid, block, kargs in kernels(torch):
             launch.launch(symbol, struct, grid, block, kargs, backend="hip")   # first launch loads the module
-            per_launch = []
+            wall, cpu = [], []
             for _ in range(args.rounds):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.thread_time()
                 for _ in range(args.launches):
                     launch.launch(symbol, struct, grid, block, kargs, backend="hip")
-                per_launch.append((time.perf_counter() - t0) / args.launches)
-            print(f"  {symbol:40s} {statistics.median(per_launch) * 1e6:6.1f} us")
+                wall.append((time.perf_counter() - t0) / args.launches)
+                cpu.append((time.thread_time() - c0) / args.launches)
+            print(f"  {symbol:40s} {statistics.median(cpu) * 1e6:6.1f} us CPU, {statistics.median(wall) * 1e6:6.1f} us wall")
     return 0
 
 

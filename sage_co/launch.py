@@ -205,12 +205,12 @@ def warmup(backend: str = "hip", device: torch.device | str | int | None = None,
     """Load every shipped kernel (or those named in `symbols`) on `device` now, so no later launch loads a
     module: call it before capturing a HIP graph (loading a module during stream capture fails on HIP), or to
     keep first-call latency out of a timed region."""
-    from .kernargs import DECLARED
-    from .ops import attention, prepare  # noqa: F401  (importing the ops declares their kernarg structs)
-    wanted = [k.symbol for k in registry.kernels()] if symbols is None else list(symbols)
-    missing = [s for s in wanted if s not in DECLARED]
-    if missing:
-        raise LookupError(f"warmup: no kernarg declaration for {missing}")
+    from .abi import struct_for
+    shipped = registry.kernels()
+    wanted = [k for k in shipped if symbols is None or k.symbol in set(symbols)]
+    unknown = sorted(set(symbols or ()) - {k.symbol for k in shipped})
+    if unknown:
+        raise LookupError(f"warmup: no shipped kernel named {unknown}")
     if device is not None and not isinstance(device, torch.device):
         device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
-    get_backend(backend).warmup([plan(s, DECLARED[s]) for s in wanted], device)
+    get_backend(backend).warmup([plan(k.symbol, struct_for(k.op)) for k in wanted], device)

@@ -48,23 +48,40 @@ _NOT_KEYS = ("op", "variant", "symbol")
 
 
 def kernels() -> list[ShippedKernel]:
+    return list(_kernels())
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels() -> tuple[ShippedKernel, ...]:
+    """Parsed once per process (the manifest is package data): launches look kernels up on every call."""
     out = []
     for name, co in sorted(manifest()["code_objects"].items()):
         for p in co.get("provides", []):
             keys = tuple(sorted((k, v) for k, v in p.items() if k not in _NOT_KEYS))
             out.append(ShippedKernel(p["op"], p["variant"], co["arch"], p["symbol"], name, co["file"], co["sha256"],
                                      keys))
-    return out
+    return tuple(out)
+
+
+_found: dict[tuple, ShippedKernel] = {}
 
 
 def find(op: str, variant: str | None = None, arch: str = "gfx1201", **keys) -> ShippedKernel:
     """The one kernel serving `op` whose manifest key columns equal `keys` (e.g. head_dim=128, out_dtype="bf16",
     rope_dim=0). `variant` None picks DEFAULT_VARIANT[op] when shipped, else the only variant there is.
     Every key column the op's rows carry must be given (or be the same on every row); a miss or an ambiguous
-    match is a LookupError listing what is shipped."""
-    rows = [k for k in kernels() if k.op == op and k.arch == arch]
+    match is a LookupError listing what is shipped. Answers are cached (ops look their kernels up per call)."""
+    cache_key = (op, variant, arch, tuple(sorted(keys.items())))
+    hit = _found.get(cache_key)
+    if hit is None:
+        hit = _found[cache_key] = _find(op, variant, arch, keys)
+    return hit
+
+
+def _find(op: str, variant: str | None, arch: str, keys: dict) -> ShippedKernel:
+    rows = [k for k in _kernels() if k.op == op and k.arch == arch]
     if not rows:
-        raise LookupError(f"no shipped kernel for op {op!r} on {arch}; shipped ops: {sorted({k.op for k in kernels()})}")
+        raise LookupError(f"no shipped kernel for op {op!r} on {arch}; shipped ops: {sorted({k.op for k in _kernels()})}")
     variants = sorted({k.variant for k in rows})
     if variant is None:
         preferred = DEFAULT_VARIANT.get(op)
@@ -93,7 +110,7 @@ DEFAULT_VARIANT = {"sage_attention_fwd": "asm"}
 
 
 def find_symbol(symbol: str, arch: str = "gfx1201") -> ShippedKernel:
-    for k in kernels():
+    for k in _kernels():
         if k.symbol == symbol and k.arch == arch:
             return k
     raise LookupError(f"no shipped kernel symbol {symbol!r} for {arch}")

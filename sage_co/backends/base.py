@@ -96,7 +96,7 @@ class KernelPlan:
     pointer_fields: frozenset
     read_only: frozenset         # pointer fields the metadata marks read_only (never copied back by emu)
     max_threads: int
-    backend_state: dict = field(default_factory=dict)   # per backend: its own cached handles for this kernel
+    backend_state: dict = field(default_factory=dict)   # backend instance -> its cached handles for this kernel
 
 
 @dataclass(eq=False)

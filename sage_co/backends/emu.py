@@ -2,8 +2,8 @@
 
 Tensor arguments are copied into emulator memory (one allocation each), the kernarg struct is packed with
 the emulator addresses, the grid runs to completion, and every tensor argument the metadata does not
-mark read_only is copied back into its torch tensor. Options: sanitize, lds_race_check, trace_wave
-(sage_co.emu.Module.launch). run() returns the run's statistics; `history` keeps only the latest few.
+mark read_only is copied back into its torch tensor. Options: sanitize, lds_race_check, trace_wave, dynamic_lds
+(bytes of LDS added to the kernel's static group segment, HIP's sharedMemBytes; sage_co.emu.Module.launch). run() returns the run's statistics; `history` keeps only the latest few.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ HISTORY = 64   # (symbol, statistics) of the latest launches kept in EmuBackend.
 
 class EmuBackend:
     name = "emu"
-    options = frozenset({"sanitize", "lds_race_check", "trace_wave"})
+    options = frozenset({"sanitize", "lds_race_check", "trace_wave", "dynamic_lds"})
 
     def __init__(self):
         from .. import emu  # imported lazily: `import sage_co` stays light

@@ -79,7 +79,7 @@ class ResolvedKernel:
 
 class HipBackend:
     name = "hip"
-    options = frozenset()
+    options = frozenset({"dynamic_lds"})   # bytes of dynamic LDS: hipModuleLaunchKernel's sharedMemBytes
 
     def __init__(self, platform=None):
         self.platform = platform if platform is not None else TorchHip()
@@ -87,6 +87,7 @@ class HipBackend:
         self.runtime = hip_runtime.bind(self.hip, self.generation, self.platform.init)
         self.modules: dict[tuple[int, str], tuple[object, bytes]] = {}   # (device, sha256) -> (module, bytes)
         self.module_loads = 0
+        self._resolved_plans: list[KernelPlan] = []   # plans whose backend_state holds this backend's handles
         self._lock = threading.Lock()
         self._success = self.hip.hipError_t.hipSuccess
 
@@ -124,7 +125,7 @@ class HipBackend:
     def _resolve(self, p: KernelPlan, index: int) -> ResolvedKernel:
         """Plan `p` on device `index`, loading its module at first use."""
         with self._lock:
-            per_device = p.backend_state.setdefault("hip", {})
+            per_device = p.backend_state.setdefault(self, {})
             if index in per_device:
                 return per_device[index]
             arch = self.platform.arch(index)
@@ -147,7 +148,19 @@ class HipBackend:
             fn = self._with_device(index, lambda: self._call("hipModuleGetFunction", module, p.symbol.encode(),
                                                              detail=f"({p.symbol})"))
             per_device[index] = ResolvedKernel(fn, p.struct.size)
+            self._resolved_plans.append(p)
             return per_device[index]
+
+    def unload(self) -> None:
+        """hipModuleUnload every loaded module and forget every resolved kernel (the next launch loads again).
+        The caller makes sure no enqueued kernel still runs from them (synchronize first)."""
+        with self._lock:
+            for p in self._resolved_plans:
+                p.backend_state.pop(self, None)
+            self._resolved_plans = []
+            modules, self.modules = self.modules, {}
+            for (index, _sha), (module, _data) in modules.items():
+                self._with_device(index, lambda: self._call("hipModuleUnload", module))
 
     def warmup(self, plans, device=None) -> None:
         index = device.index if device is not None and device.index is not None else self._call("hipGetDevice")
@@ -160,9 +173,12 @@ class HipBackend:
         if not kl.tensors:
             raise ValueError(f"{p.symbol}: the hip backend needs at least one tensor argument to pick a device")
         index = self.platform.device_index(next(iter(kl.tensors.values())))
-        rk = p.backend_state.get("hip", {}).get(index)
+        rk = p.backend_state.get(self, {}).get(index)
         if rk is None:
             rk = self._resolve(p, index)
+        shared = kl.options.get("dynamic_lds", 0) if kl.options else 0
+        if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
+            raise ValueError(f"{p.symbol}: dynamic_lds must be an int >= 0 (bytes), got {shared!r}")
         stream = self.platform.stream(index)
         hip = self.hip
         previous = self._call("hipGetDevice")
@@ -172,7 +188,7 @@ class HipBackend:
             with rk.lock:
                 p.packer.pack_into(rk.buffer, kl.values)
                 kl.kernarg_bytes = bytes(rk.buffer)
-                err = hip.hipModuleLaunchKernel(rk.function, *kl.grid, *kl.block, 0, stream, None,
+                err = hip.hipModuleLaunchKernel(rk.function, *kl.grid, *kl.block, shared, stream, None,
                                                 rk.config_address)[0]
         except RuntimeError as exc:
             raise HipError(f"hipModuleLaunchKernel({p.symbol}): hip-python could not call the HIP runtime: {exc}",
