@@ -47,10 +47,11 @@ def test_xdit_function_refuses_what_it_cannot_do(args, exc, name):
 
 def test_register_in_xdit():
     if importlib.util.find_spec("xfuser") is None:
-        pytest.skip("xfuser is not installed (its attention backends import triton, a 286 MB wheel, so CI skips it)")
+        pytest.skip("xfuser is not installed: it installs on CPU but (with triton) refuses to import without a GPU "
+                    "('No Accelerators ... available'), so CI does not install it")
     try:
         from xfuser.core.distributed import attention_backend as ab
-    except ImportError as e:
+    except (ImportError, NotImplementedError) as e:  # xfuser raises NotImplementedError without a GPU
         pytest.skip(f"xfuser's attention backends do not import on this machine: {e}")
     register_xdit(force=True)
     assert ab.ATTENTION_FUNCTION_REGISTRY[ab.AttentionBackendType.SAGE] is xdit_attention
