@@ -406,7 +406,7 @@ def _barrier_signal(st, ops, inst, pc):
     # s_barrier_signal -1: workgroup barrier (docs/rdna4.md §Waits, barrier). Other ids are named barriers (gfx1250+ only).
     if F(inst, "ssrc0") != 193:
         raise EmuError("s_barrier_signal with a barrier id other than -1 is not supported")
-    sig, _alive, wave_wg, blocked = st.sig, st.alive, st.wave_wg, st.blocked
+    sig, wave_wg, blocked = st.sig, st.wave_wg, st.blocked
 
     def h(sel):
         sig[sel] += 1
