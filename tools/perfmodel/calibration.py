@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -45,6 +46,7 @@ class Reference:
     published_us: float
     includes_quant: bool                    # the published time includes the FP8 quantization kernels
     source: str
+    published_incl_quant_us: float | None = None   # a second published figure of the same run, with quantization
 
     @property
     def flops(self) -> float:
@@ -82,10 +84,11 @@ def load_references(folder: str | Path | None = None) -> list[Reference]:
             else:
                 args[key] = p["S"]          # seq_len, seq_len_real, seq_len_kv: all S (no padding at these S)
         pub = meta["published_timing"]
+        also = re.search(r"incl\. quant\)\s*([0-9.]+)\s*us", pub.get("also", ""))
         refs.append(Reference(js.stem, hsaco, meta["kernel_name"], "fp8" if fp8 else "bf16", p["B"], p["H"], p["S"],
                               p["D"], tuple(meta["launch"]["grid"]), meta["launch"]["block"][0], args,
                               float(pub["latency_us"]), "incl" in pub["impl"] or "including" in pub["impl"],
-                              pub["source"]))
+                              pub["source"], float(also.group(1)) if also else None))
     if not refs:
         raise FileNotFoundError(f"{sub}: no calibration references (*.json beside *.hsaco)")
     return refs
