@@ -6,6 +6,7 @@
         --peak {int8,fp8,bf16,fp16} [--dram-bytes B] [--no-emulate] [--json]
     python tools/perf_model.py --calibration [DIR] [--json]   # the FlyDSL references: published vs modeled
     python tools/perf_model.py --restate [--json]             # our kernels and the op next to FlyDSL's figures
+    python tools/perf_model.py --what-if [--json]             # the asm kernel's geometry/schedule what-ifs
 
 --arg NAME=VALUE: a by-value kernel argument (e.g. seq_len=4096); for a pointer argument VALUE is the size in
 bytes of the zeroed buffer the emulated workgroup gets (default 16 MiB). Arguments without a name in the code
@@ -87,6 +88,7 @@ def main(argv=None) -> int:
     ap.add_argument("--calibration", nargs="?", const="", metavar="DIR",
                     help="the calibration references (default $SAGE_CO_CALIBRATION or ../shared/calibration)")
     ap.add_argument("--restate", action="store_true", help="our kernels and the op next to FlyDSL's figures")
+    ap.add_argument("--what-if", action="store_true", help="the asm kernel's geometry/schedule what-ifs")
     o = ap.add_argument_group("the shipped attention kernels' report")
     o.add_argument("--static", action="store_true", help="do not run the emulator; static loop counts only")
     o.add_argument("--asm-co", type=Path, help="code object for the asm column (default: the shipped one)")
@@ -118,6 +120,9 @@ def main(argv=None) -> int:
         if a.restate:
             from perfmodel.restate import print_restatement
             return print_restatement(as_json=a.json)
+        if a.what_if:
+            from perfmodel.whatif import print_what_if
+            return print_what_if(as_json=a.json)
     except (ValueError, FileNotFoundError) as e:
         print(f"perf_model: error: {e}", file=sys.stderr)
         return 2

@@ -140,7 +140,10 @@ def _straight(km: KernelModel, run: WorkgroupRun | None) -> list:
 
 
 def model_launch(km: KernelModel, launch: Launch, run: WorkgroupRun | None = None,
-                 params: Params = CALIBRATED) -> LaunchResult:
+                 params: Params = CALIBRATED, transform=None, variant: dict | None = None) -> LaunchResult:
+    """transform: an optional what-if applied to each decoded loop stream (list of simulate.Op -> list of Op),
+    e.g. fewer VALU per score (whatif.py); the counts of the result then describe the transformed stream.
+    variant: simulator rules changed for a sensitivity (fields of simulate.Latencies, e.g. trans_overlaps_wmma)."""
     notes: list[str] = []
     occ = occupancy(launch.block, km.vgprs, km.lds_bytes + launch.dynamic_lds)
     iter_mix = None
@@ -161,9 +164,15 @@ def model_launch(km: KernelModel, launch: Launch, run: WorkgroupRun | None = Non
 
     lat = Latencies(lds=params.lds_latency, global_=params.global_latency, barrier=params.barrier_latency,
                     wg_waves=occ.waves_per_simd_per_wg)
+    if variant:
+        lat = replace(lat, **variant)
+        notes.append(f"what-if: simulator rules {variant}")
     body = [i for i in km.insts if km.loop.contains(i.addr)]
     paths, order = loop_streams(km, iter_mix, SIM_ITERATIONS)
     streams = [_with_lds(decode_path(p, body), p, run) for p in paths]
+    if transform is not None:
+        streams = [transform(st) for st in streams]
+        notes.append("what-if: the loop stream was transformed")
     fixed_insts = _straight(km, run)
     fixed_ops = _with_lds(decode_path(fixed_insts), fixed_insts, run) if fixed_insts else []
     mix = iter_mix or km.static_iter
