@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import build_asm  # noqa: E402
 from dataclasses import replace  # noqa: E402
 
-from perfmodel import emulated, isa, report, stream, synthetic  # noqa: E402
+from perfmodel import calibration, emulated, isa, launch_model, report, stream, synthetic  # noqa: E402
 from perfmodel import hardware as hw  # noqa: E402
 from perfmodel import simulate as sim  # noqa: E402
 from perfmodel.isa import Inst  # noqa: E402
@@ -41,6 +41,7 @@ def insts(*spec):
 
 
 IU8 = "v_wmma_i32_16x16x16_iu8"
+CAL = calibration.calibration_dir()
 
 
 # ------------------------------------------------------------------------------------------- arithmetic
@@ -241,7 +242,7 @@ def test_loop_finder_on_an_assembled_kernel(tmp_path):
     subprocess.run([str(LLVM.lld), "-shared", "-o", str(co), str(tmp_path / "t.o")], check=True, capture_output=True)
     km = stream.analyze("tiny", co)
     assert km.symbol == "tiny_loop" and km.vgprs == 40 and km.waves == 16
-    assert km.disassembler.startswith("llvm-objdump")
+    assert km.disassembler == "sage_co.emu decoder"
     funcs, _ = stream.disassemble(co)
     code = funcs["tiny_loop"]
     assert len(stream.find_loops(code)) == 3
@@ -253,18 +254,37 @@ def test_loop_finder_on_an_assembled_kernel(tmp_path):
     assert tile_cost(s, km.waves).cycles == 20
 
 
-def test_both_disassemblers_find_the_same_main_loop(monkeypatch):
-    if LLVM is None:
-        pytest.skip("needs llvm-objdump to compare against")
-    pytest.importorskip("sage_co.emu.disasm", reason="sage_co.emu.disasm is not in this tree")
+@needs_llvm
+def test_llvm_objdump_finds_the_same_main_loop():
+    """The model decodes with the emulator's decoder; LLVM's llvm-objdump is the cross-check."""
+    out = subprocess.run([str(LLVM.tool("llvm-objdump")), "-d", "--mcpu=gfx1201", str(report.HIP_CO)],
+                         capture_output=True, text=True, check=True).stdout
     ref = stream.analyze("hip", report.HIP_CO)
+    llvm = isa.parse_objdump(out)[ref.symbol]
+    assert stream.main_loop(llvm) == ref.loop
+    path, _ = stream.longest_iteration(llvm, ref.loop)
+    assert Mix.of(path).counts() == ref.static_iter.counts()
 
-    def no_llvm():
-        raise build_asm.BuildError("hidden for this test")
-    monkeypatch.setattr(build_asm, "find_llvm", no_llvm)
-    emu = stream.analyze("hip", report.HIP_CO)
-    assert emu.disassembler == "sage_co.emu.disasm"
-    assert (emu.loop, emu.static.counts()) == (ref.loop, ref.static.counts())
+
+def test_model_classes_and_registers_are_the_facts_layers():
+    """Every instruction of the shipped and the calibration code objects: the model's class and reads/writes are
+    sage_co.emu.facts' (issue 17: one instruction-facts layer for statistics, sanitizer, lint and model)."""
+    from sage_co.emu.facts import facts
+    paths = sorted(report.HSACO.glob("*.co"))
+    if (CAL / "flydsl").is_dir():
+        paths += sorted((CAL / "flydsl").glob("*.hsaco"))
+    n = 0
+    for p in paths:
+        for lines in stream.disassemble(p)[0].values():
+            for ln in lines:
+                f = facts(ln.inst)
+                assert isa.classify(ln.mnemonic, ln.operands) == f.cls, ln.text
+                srcs, dsts = isa.reads_writes(ln)
+                scc = isa.NAMED["scc"]
+                assert {r for r in srcs if r != scc} == {isa._key(k) for k in f.reads}, ln.text
+                assert {r for r in dsts if r != scc} == {isa._key(k) for k in f.writes}, ln.text
+                n += 1
+    assert n > 1000
 
 
 # ------------------------------------------------------------------------------------------- dynamic counts
@@ -516,7 +536,6 @@ def test_asm_loop_is_normalised_per_64_key_tile():
 
 
 # ------------------------------------------------------------------------------------------- calibrated launch model
-from perfmodel import calibration, launch_model  # noqa: E402
 from perfmodel.emulated import lds_passes, pack_kernargs  # noqa: E402
 
 
@@ -607,9 +626,6 @@ def test_cli_models_any_code_object_as_json():
     assert r.returncode == 2 and "nosuch" in r.stderr
     r = subprocess.run(cmd[:4], capture_output=True, text=True)
     assert r.returncode != 0 and "--grid" in r.stderr
-
-
-CAL = calibration.calibration_dir()
 
 
 @pytest.mark.skipif(not (CAL / "flydsl").is_dir(),

@@ -1,17 +1,21 @@
 """The one import point of the performance model for instruction facts: class, register reads/writes, access width.
 
-Every classification the model makes goes through this module. Today the class and the objdump parser come from
-tools/disasm_check.py (classes named like the emulator's run statistics, so static and dynamic counts line up)
-and the register reads/writes from the operand text below; when the instruction-facts layer sage_co/emu/facts.py
-lands, this module forwards to it and the regexes below go (NOTES.md).
+Every classification the model makes goes through this module, and this module takes them from the project's one
+instruction-facts layer, sage_co/emu/facts.py (the emulator's statistics, sanitizer and the lint use the same):
+the class of a mnemonic (facts.class_of via disasm_check.classify) and, for decoded instructions (every Line of
+disasm_check.disassemble carries the emulator's decoded `inst`), the registers read and written (facts(inst)).
+Hand-written streams (the synthetic calibration stream, unit tests) have no decoded instruction: their operands are
+read from the text by `text_reads_writes`, which tests/test_perf_model.py checks against facts on every shipped and
+calibration instruction.
 """
 from __future__ import annotations
 
 import re
 
 import perfmodel  # noqa: F401  (sys.path: the repository root and tools/)
-from disasm_check import CLASSES, TRANS_PREFIXES, classify, parse_objdump  # noqa: F401
 from disasm_check import Line as Inst  # noqa: F401
+from disasm_check import classify, disassemble, parse_objdump  # noqa: F401
+from sage_co.emu.facts import CLASSES, facts  # noqa: F401
 
 LANES = 32                                  # wave32 (docs/rdna4.md §Code object)
 
@@ -73,8 +77,34 @@ def _regs(text: str) -> list[int]:
     return out
 
 
+# facts' scalar operand codes (sage_co/emu/facts.py) -> the scoreboard numbering
+_SCALAR = {106: NAMED["vcc_lo"], 107: NAMED["vcc_hi"], 125: NAMED["m0"], 126: NAMED["exec_lo"],
+           127: NAMED["exec_hi"]}
+
+
+def _key(k) -> int:
+    kind, n = k
+    return n if kind == "v" else _SCALAR.get(n, SGPR0 + n)
+
+
 def reads_writes(ins: Inst) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(registers read, registers written) of one disassembled instruction, in the scoreboard numbering."""
+    """(registers read, registers written) of one instruction in the scoreboard numbering: from facts(inst) when the
+    instruction was decoded, else from its operand text. SCC is the text rules' (facts does not name it)."""
+    if ins.inst is None:
+        return text_reads_writes(ins)
+    f = facts(ins.inst)
+    srcs, dsts = [_key(k) for k in f.reads], [_key(k) for k in f.writes]
+    m = ins.mnemonic
+    if m.startswith(_SCC_READERS):
+        srcs.append(NAMED["scc"])
+    if m.startswith("s_") and m.startswith(_SCC_WRITERS) and "_nc_" not in m:
+        dsts.append(NAMED["scc"])
+    return tuple(dict.fromkeys(srcs)), tuple(dict.fromkeys(dsts))
+
+
+def text_reads_writes(ins: Inst) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(registers read, registers written) read off the operand text (hand-written streams without a decoded
+    instruction), in the scoreboard numbering."""
     m, c = ins.mnemonic, classify(ins.mnemonic)
     ops = ins.operands
     halves = [(m, ops)]
@@ -110,6 +140,4 @@ def reads_writes(ins: Inst) -> tuple[tuple[int, ...], tuple[int, ...]]:
         srcs.append(NAMED["exec_lo"])
     if m.startswith("v_cmpx"):
         dsts.append(NAMED["exec_lo"])
-    if m.startswith(("v_", "ds_", "global_", "buffer_", "flat_", "scratch_")):
-        srcs.append(NAMED["exec_lo"])                  # lane mask
     return tuple(dict.fromkeys(srcs)), tuple(dict.fromkeys(dsts))

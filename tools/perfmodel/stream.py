@@ -1,7 +1,7 @@
 """Code object -> disassembly -> the kernel's main loop and its per-iteration instruction mix.
 
-1. The code object is disassembled (LLVM's llvm-objdump via build_asm.find_llvm(), or sage_co.emu.disasm when LLVM
-   is missing); the main loop is the innermost backward-branch range that holds the WMMAs.
+1. The code object is decoded by the emulator's decoder (disasm_check.disassemble; LLVM's llvm-objdump is the
+   cross-check in tests); the main loop is the innermost backward-branch range that holds the WMMAs.
 2. Static counts per iteration are the longest path through that range (every optional block taken once: an upper
    bound, e.g. an O rescale is always counted); `iteration_paths` lists every path for the simulator.
 3. Attention normalisation (the report of the shipped kernels): figures per 64-key tile of one wave of 16 queries,
@@ -9,12 +9,12 @@
 """
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from perfmodel.hardware import WMMA_OPS, waves_by_lds, waves_by_vgprs, wmma_cycles
-from perfmodel.isa import CLASSES, Inst, classify, parse_objdump, wave_bytes
+from perfmodel.isa import CLASSES, Inst, classify, wave_bytes
+from perfmodel.isa import disassemble as isa_disassemble
 
 # The attention kernels' geometry the per-tile figures are normalised to (sage_co/ops/attention.py)
 QUERY_TILE = 64                             # queries per workgroup of the shipped kernels, grid x = S_pad / 64
@@ -76,30 +76,9 @@ class Mix:
 
 # ------------------------------------------------------------------------------------------- disassembly
 def disassemble(path: Path) -> tuple[dict[str, list[Inst]], str]:
-    """Instructions per kernel and the name of the disassembler used."""
-    import build_asm
-    try:
-        llvm = build_asm.find_llvm()
-    except build_asm.BuildError:
-        llvm = None
-    if llvm is not None:
-        out = subprocess.run([str(llvm.tool("llvm-objdump")), "-d", "--mcpu=gfx1201", str(path)],
-                             capture_output=True, text=True, check=True).stdout
-        return parse_objdump(out), f"llvm-objdump {llvm.version}"
-    try:
-        from sage_co.emu import disasm
-    except ImportError as e:
-        raise RuntimeError(f"{path}: no disassembler: LLVM not found and sage_co.emu.disasm unavailable ({e})")
-    from sage_co import codeobj
-    co = codeobj.read_file(path)
-    lines = [(off, *text.partition(" ")[::2]) for off, text in disasm.disassemble(co.text, co.text_addr)]
-    entries = sorted(k.entry for k in co.kernels.values()) + [len(co.text)]
-    funcs = {}
-    for name, k in co.kernels.items():
-        end = k.entry + k.code_size if k.code_size else next(e for e in entries if e > k.entry)
-        lo, hi = co.text_addr + k.entry, co.text_addr + end
-        funcs[name] = [Inst(off, mnem, ops.strip()) for off, mnem, ops in lines if lo <= off < hi]
-    return funcs, "sage_co.emu.disasm"
+    """Instructions per kernel (decoded by the emulator's decoder: sage_co.emu via disasm_check.disassemble; LLVM's
+    llvm-objdump is the cross-check in tests) and the name of the disassembler."""
+    return isa_disassemble(Path(path)), "sage_co.emu decoder"
 
 
 # ------------------------------------------------------------------------------------------- loop finder
