@@ -61,12 +61,13 @@ def our_kernel(variant: str, B: int, H: int, S: int, params: Params = CALIBRATED
 
 
 def prepare_seconds(B: int, H: int, S: int, params: Params = CALIBRATED) -> float:
-    """Our prepare (3 launches), DRAM-bound (ASSUMED, as the FlyDSL quantization): stats reads K, V (2 B each);
-    quant reads Q, K, V (2 B each; K, V from the Infinity Cache when both fit) and writes 1 B each plus scales."""
+    """Our prepare without smooth_k (3 launches), DRAM-bound (docs/performance.md §The prepare stage: issue needs
+    about an eighth of the memory time): stats reads V (2 B per element), quant reads Q, K, V (2 B each) and writes
+    int8/fp8 (1 B each); V's second read comes from the 64 MiB Infinity Cache when V fits it (the same rule as the
+    FlyDSL quantization's second pass, calibration.quant_seconds). smooth_k adds a read of K (2 B) to stats."""
     n = B * S * H * HEAD_DIM
-    kv_in_cache = 2 * 2 * n <= INFINITY_CACHE
-    bytes_ = 4 * n + 2 * n + (0 if kv_in_cache else 4 * n) + 3 * n
-    return bytes_ / DRAM_BYTES_PER_S + PREPARE_LAUNCHES * params.launch_overhead_s
+    second_v = 0 if 2 * n <= INFINITY_CACHE else 2 * n
+    return (2 * n + 6 * n + 3 * n - 2 * n + second_v) / DRAM_BYTES_PER_S + PREPARE_LAUNCHES * params.launch_overhead_s
 
 
 def flydsl_kernel(ref: Reference, S: int, params: Params = CALIBRATED) -> LaunchResult:
@@ -88,6 +89,8 @@ def restatement(folder=None, params: Params = CALIBRATED) -> list[dict]:
             if r.S == 4096:
                 refs[r.dtype] = r
         published = {(r.dtype, r.S, r.includes_quant): r.published_us for r in load_references(folder)}
+        published.update({("fp8", r.S, True): r.published_incl_quant_us for r in load_references(folder)
+                          if r.published_incl_quant_us})
     except FileNotFoundError:
         refs, published = {}, {}
     rows = []
