@@ -14,6 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from perfmodel.cli import main  # noqa: E402
+from perfmodel.isa import classify  # noqa: E402,F401  (the model's one classification, checked by tests/emu/test_facts.py)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -58,10 +58,7 @@ def model_code_object(a) -> dict:
     km = analyze("co", a.co, a.symbol)
     run = None
     if not a.no_emulate:
-        if a.dynamic_lds:
-            raise ValueError("--dynamic-lds: the emulator launches without dynamic LDS; pass --no-emulate and "
-                             "--trip-count")
-        run = emulate_workgroup(a.co, km.symbol, a.block, emu_args, km.text_addr)
+        run = emulate_workgroup(a.co, km.symbol, a.block, emu_args, km.text_addr, a.dynamic_lds)
     res = model_launch(km, launch, run)
     out = res.as_dict()
     out.update(symbol=km.symbol, code_object=str(a.co), counts="emulated workgroup" if run else "static")

@@ -150,7 +150,8 @@ def pack_kernargs(kernel, values: dict) -> tuple[bytes, list[str]]:
     return bytes(out), pointers
 
 
-def emulate_workgroup(path: Path, symbol: str, block: int, args: dict[str, int], text_addr: int) -> WorkgroupRun:
+def emulate_workgroup(path: Path, symbol: str, block: int, args: dict[str, int], text_addr: int,
+                      dynamic_lds: int = 0) -> WorkgroupRun:
     """Run the first workgroup (grid 1,1,1) of `symbol` at the given by-value arguments. A pointer argument gets a
     zeroed buffer of args[name] bytes (DEFAULT_BUFFER_BYTES when absent), or args[name] itself when it is bytes
     (real data: data-dependent branches, such as an attention kernel's O rescale, then run as often as they would;
@@ -182,7 +183,8 @@ def emulate_workgroup(path: Path, symbol: str, block: int, args: dict[str, int],
             acc[0] += lds_passes(addr[w], m[w].astype(bool), nbytes)
             acc[1] += 1
     with _observe_lds(record):
-        stats = mod.launch(symbol, grid=(1, 1, 1), block=(block, 1, 1), kernargs=kernargs)
+        stats = mod.launch(symbol, grid=(1, 1, 1), block=(block, 1, 1), kernargs=kernargs,
+                           **({"dynamic_lds": dynamic_lds} if dynamic_lds else {}))
     prog = mod._programs[symbol]                        # per-PC wave-instruction counts of this launch
     counts = {text_addr + i.offset: int(prog.exec_count[n]) for n, i in enumerate(prog.insts) if prog.exec_count[n]}
     # a 2addr access calls the address function once per address: passes per wave-execution add up

@@ -202,10 +202,12 @@ def model_launch(km: KernelModel, launch: Launch, run: WorkgroupRun | None = Non
     time_s = max(compute_s, dram_s) + params.launch_overhead_s
     full = rounds[0]
     binding = full.binding if compute_s >= dram_s else "DRAM"
-    if len(rounds) > 1 or (sizes and sizes[-1] < k):
+    if len(rounds) > 1:
         tail = sum(r.cycles * r.count for r in rounds[1:]) / cycles if cycles else 0.0
         notes.append(f"wave-quantization tail: {n} workgroups on the busiest WGP in rounds of {sizes}; the "
                      f"partial round takes {100 * tail:.0f} % of the time")
+    elif sizes[-1] < k:
+        notes.append(f"under-filled: {launch.workgroups} workgroups for {WGPS} WGPs x {k} workgroup slots")
     total_bytes = launch.workgroups * occ.waves_per_wg * trips * bytes_per_wave_iter
     tflops = launch.flops / time_s / 1e12
     return LaunchResult(time_s, tflops, 100 * launch.flops / time_s / params.peak(launch.peak), binding, occ,
