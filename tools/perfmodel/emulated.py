@@ -46,21 +46,21 @@ def mix_from_stats(small: dict, large: dict, tiles_small: float, tiles_large: fl
 
 
 def attention_stats(variant: str, S: int) -> dict:
-    """Emulator statistics of one shipped attention launch at B = H = 1, S keys: launch()'s return value."""
+    """Emulator statistics of one shipped attention launch at B = H = 1, S keys: launch()'s return value.
+    Arguments by name for whichever attention kernarg layout sage_co.abi declares (restate.attention_inputs)."""
     import torch
-    from sage_co import registry
+    from sage_co import abi
     from sage_co.launch import launch
-    from sage_co.ops import attention as op
-    from sage_co.reference import sage_prepare
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, S, 1, HEAD_DIM, generator=g).to(torch.bfloat16) for _ in range(3))
-    p = sage_prepare(q, k, v)
-    kernel = registry.find(op.OP, variant)
-    out = torch.empty(1, S, 1, HEAD_DIM, dtype=torch.bfloat16)
-    args = {"q": p.q_int8, "k": p.k_int8, "v": p.v_fp8, "q_scale": p.q_scale, "k_scale": p.k_scale,
-            "k_mean": p.k_mean, "v_scale": p.v_scale, "out": out, "lse": torch.empty(1, dtype=torch.float32),
-            "seq_len": S, "seq_pad": p.q_int8.shape[2], "num_heads": 1, "flags": 0}
-    return launch(kernel.symbol, op.ATTENTION_FWD_ARGS, op.grid(p), op.BLOCK, args, backend="emu")
+    from perfmodel.restate import attention_inputs, attention_symbol
+    struct = abi.struct_for(abi.ATTENTION_OP)
+    values = attention_inputs(S)
+    args = {}
+    for f in struct.fields:
+        v = values[f.name]
+        args[f.name] = torch.zeros(v, dtype=torch.uint8) if f.kind == "ptr" and isinstance(v, int) else v
+    S_pad = values["seq_pad"]
+    grid = (S_pad // abi.QUERY_TILE, 1, 1)
+    return launch(attention_symbol(variant), struct, grid, abi.ATTENTION_BLOCK, args, backend="emu")
 
 
 def emulator_mix(km: KernelModel, variant: str, seqs=EMU_SEQ) -> Mix:

@@ -10,6 +10,7 @@ from perfmodel.hardware import ASSUMPTIONS, PEAK_OPS
 from perfmodel.isa import CLASSES
 from perfmodel.issue import ShapeResult, model_shape, sensitivity, tile_cost
 from perfmodel.simulate import CATEGORIES, LATENCY_TABLE, latency_sensitivity, simulate_kernel, steady_paths
+from perfmodel.restate import attention_symbol
 from perfmodel.stream import KEY_TILE, analyze
 
 SHAPES = [(1, h, s) for h in (5, 24) for s in (4096, 16384, 75600)]
@@ -26,7 +27,10 @@ def load_kernels(static_only: bool, asm_co: Path | None, seqs=EMU_SEQ):
             out.append((variant, None, f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} "
                                        "is not shipped yet"))
             continue
-        km = analyze(variant, path)
+        # the shipped code objects may hold one symbol per (head_dim, out_dtype): the model describes D=128, bf16
+        symbol = {HIP_CO: "hip", ASM_CO: "asm"}.get(path)
+        symbol = attention_symbol(symbol) if symbol else None
+        km = analyze(variant, path, symbol)
         if static_only:
             km.notes.append("static counts (--static): emulator not run")
         elif asm_co is not None and variant == "asm":

@@ -28,20 +28,33 @@ def attention_flops(B: int, H: int, S: int, D: int = HEAD_DIM) -> float:
     return 4.0 * B * H * S * S * D
 
 
+def attention_symbol(variant: str, head_dim: int = HEAD_DIM) -> str:
+    """The shipped symbol of an attention variant at this head dim with bf16 output (a code object may hold one
+    symbol per (head_dim, out_dtype): registry key columns)."""
+    from sage_co import registry
+    try:
+        return registry.find("sage_attention_fwd", variant, head_dim=head_dim, out_dtype="bf16").symbol
+    except (KeyError, TypeError, ValueError):
+        return registry.find("sage_attention_fwd", variant).symbol
+
+
 def attention_inputs(S: int, seed: int = 0) -> dict:
     """Kernel arguments of one head of real (random normal, prepared) data at B = H = 1, for the emulated
-    workgroup: the O rescale then runs as often as the row maxima move."""
+    workgroup: the O rescale then runs as often as the row maxima move. Pointers: the prepared tensors, or an int
+    (bytes of an output buffer). Values for both attention kernarg layouts
+    (v1 seq_len/seq_pad/num_heads, v2 seq_len_q/.../out_stride_*); our_kernel passes the ones the symbol declares."""
     import torch
     from sage_co.reference import sage_prepare
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(1, S, 1, HEAD_DIM, generator=g).to(torch.bfloat16) for _ in range(3))
     p = sage_prepare(q, k, v)
 
-    def raw(t):
-        return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-    return {"q": raw(p.q_int8), "k": raw(p.k_int8), "v": raw(p.v_fp8), "q_scale": raw(p.q_scale),
-            "k_scale": raw(p.k_scale), "k_mean": raw(p.k_mean), "v_scale": raw(p.v_scale),
-            "out": S * HEAD_DIM * 2, "lse": 4, "seq_len": S, "seq_pad": p.q_int8.shape[2], "num_heads": 1, "flags": 0}
+    return {"q": p.q_int8, "k": p.k_int8, "v": p.v_fp8, "q_scale": p.q_scale,
+            "k_scale": p.k_scale, "k_mean": p.k_mean, "v_scale": p.v_scale,
+            "out": S * HEAD_DIM * 2, "lse": 4, "seq_len": S, "seq_pad": p.q_int8.shape[2], "num_heads": 1, "flags": 0,
+            "seq_len_q": S, "seq_pad_q": p.q_int8.shape[2], "seq_len_kv": S, "seq_pad_kv": p.q_int8.shape[2],
+            "num_heads_q": 1, "num_heads_kv": 1, "kv_group_magic": 1 << 32, "out_stride_b": S * HEAD_DIM,
+            "out_stride_s": HEAD_DIM, "out_stride_h": HEAD_DIM, "head_dim": HEAD_DIM}
 
 
 def our_kernel(variant: str, B: int, H: int, S: int, params: Params = CALIBRATED) -> LaunchResult:
@@ -49,8 +62,15 @@ def our_kernel(variant: str, B: int, H: int, S: int, params: Params = CALIBRATED
     per-iteration counts and LDS passes, the trip count is S_pad / keys per iteration."""
     path = KERNELS[variant]
     if variant not in _cache:
-        km = analyze(variant, path)
-        run = emulate_workgroup(path, km.symbol, BLOCK, attention_inputs(EMU_S), km.text_addr)
+        import torch
+        from sage_co import codeobj
+        from perfmodel.emulated import arg_names
+        symbol = attention_symbol(variant)
+        km = analyze(variant, path, symbol)
+        names = set(arg_names(codeobj.read_file(path).kernel(symbol)))
+        args = {k: v.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if isinstance(v, torch.Tensor)
+                else v for k, v in attention_inputs(EMU_S).items() if k in names}
+        run = emulate_workgroup(path, km.symbol, BLOCK, args, km.text_addr)
         _cache[variant] = (km, run)
     km, run = _cache[variant]
     S_pad = -(-S // PAD) * PAD
