@@ -24,8 +24,8 @@ PREPARE_LAUNCHES = 3                        # stats, reduce, quant (sage_co/ops/
 _cache: dict = {}
 
 
-def attention_flops(B: int, H: int, S: int, D: int = HEAD_DIM) -> float:
-    return 4.0 * B * H * S * S * D
+def attention_flops(B: int, H: int, S: int, D: int = HEAD_DIM, S_kv: int | None = None) -> float:
+    return 4.0 * B * H * S * (S_kv or S) * D
 
 
 def attention_symbol(variant: str, head_dim: int = HEAD_DIM) -> str:
@@ -34,49 +34,60 @@ def attention_symbol(variant: str, head_dim: int = HEAD_DIM) -> str:
     from sage_co import registry
     try:
         return registry.find("sage_attention_fwd", variant, head_dim=head_dim, out_dtype="bf16").symbol
-    except (KeyError, TypeError, ValueError):
-        return registry.find("sage_attention_fwd", variant).symbol
+    except (LookupError, TypeError, ValueError):
+        if head_dim != HEAD_DIM:
+            raise ValueError(f"no shipped {variant} attention kernel for head_dim={head_dim}") from None
+        return registry.find("sage_attention_fwd", variant).symbol       # a manifest without key columns
 
 
-def attention_inputs(S: int, seed: int = 0) -> dict:
+def attention_inputs(S_q: int, S_kv: int | None = None, head_dim: int = HEAD_DIM, seed: int = 0) -> dict:
     """Kernel arguments of one head of real (random normal, prepared) data at B = H = 1, for the emulated
     workgroup: the O rescale then runs as often as the row maxima move. Pointers: the prepared tensors, or an int
-    (bytes of an output buffer). Values for both attention kernarg layouts
-    (v1 seq_len/seq_pad/num_heads, v2 seq_len_q/.../out_stride_*); our_kernel passes the ones the symbol declares."""
+    (bytes of an output buffer). Values for both attention kernarg layouts (v1 seq_len/seq_pad/num_heads, v2
+    seq_len_q/.../out_stride_*); callers pass the ones the symbol declares."""
     import torch
     from sage_co.reference import sage_prepare
+    S_kv = S_kv or S_q
     g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(1, S, 1, HEAD_DIM, generator=g).to(torch.bfloat16) for _ in range(3))
+    q = torch.randn(1, S_q, 1, head_dim, generator=g).to(torch.bfloat16)
+    k, v = (torch.randn(1, S_kv, 1, head_dim, generator=g).to(torch.bfloat16) for _ in range(2))
     p = sage_prepare(q, k, v)
-
+    Sq_pad, Skv_pad = p.q_int8.shape[2], p.k_int8.shape[2]
     return {"q": p.q_int8, "k": p.k_int8, "v": p.v_fp8, "q_scale": p.q_scale,
             "k_scale": p.k_scale, "k_mean": p.k_mean, "v_scale": p.v_scale,
-            "out": S * HEAD_DIM * 2, "lse": 4, "seq_len": S, "seq_pad": p.q_int8.shape[2], "num_heads": 1, "flags": 0,
-            "seq_len_q": S, "seq_pad_q": p.q_int8.shape[2], "seq_len_kv": S, "seq_pad_kv": p.q_int8.shape[2],
-            "num_heads_q": 1, "num_heads_kv": 1, "kv_group_magic": 1 << 32, "out_stride_b": S * HEAD_DIM,
-            "out_stride_s": HEAD_DIM, "out_stride_h": HEAD_DIM, "head_dim": HEAD_DIM}
+            "out": S_q * head_dim * 2, "lse": 4, "seq_len": S_q, "seq_pad": Sq_pad, "num_heads": 1, "flags": 0,
+            "seq_len_q": S_q, "seq_pad_q": Sq_pad, "seq_len_kv": S_kv, "seq_pad_kv": Skv_pad,
+            "num_heads_q": 1, "num_heads_kv": 1, "kv_group_magic": 1 << 32, "out_stride_b": S_q * head_dim,
+            "out_stride_s": head_dim, "out_stride_h": head_dim, "head_dim": head_dim}
 
 
-def our_kernel(variant: str, B: int, H: int, S: int, params: Params = CALIBRATED) -> LaunchResult:
-    """A shipped attention kernel at (B, H, S), D = 128: the first workgroup emulated at S = EMU_S gives the
-    per-iteration counts and LDS passes, the trip count is S_pad / keys per iteration."""
+def our_kernel(variant: str, B: int, H: int, S: int, params: Params = CALIBRATED, *, S_kv: int | None = None,
+               head_dim: int = HEAD_DIM) -> LaunchResult:
+    """A shipped attention kernel at (B, H, S_q = S, S_kv), D = head_dim: the first workgroup emulated at
+    S = EMU_S (S_kv = min(S_kv, EMU_S) for cross-attention) gives the per-iteration counts and LDS passes, the trip
+    count is S_kv_pad / keys per iteration."""
+    import torch
+    from sage_co import codeobj
+    from perfmodel.emulated import arg_names
+    S_kv = S_kv or S
     path = KERNELS[variant]
-    if variant not in _cache:
-        import torch
-        from sage_co import codeobj
-        from perfmodel.emulated import arg_names
-        symbol = attention_symbol(variant)
-        km = analyze(variant, path, symbol)
+    cross = S_kv != S
+    key = (variant, head_dim, cross)
+    if key not in _cache:
+        symbol = attention_symbol(variant, head_dim)
+        km = analyze(variant, path, symbol, head_dim)
         names = set(arg_names(codeobj.read_file(path).kernel(symbol)))
+        inputs = attention_inputs(EMU_S, min(S_kv, EMU_S) if cross else EMU_S, head_dim)
         args = {k: v.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if isinstance(v, torch.Tensor)
-                else v for k, v in attention_inputs(EMU_S).items() if k in names}
+                else v for k, v in inputs.items() if k in names}
         run = emulate_workgroup(path, km.symbol, BLOCK, args, km.text_addr)
-        _cache[variant] = (km, run)
-    km, run = _cache[variant]
-    S_pad = -(-S // PAD) * PAD
-    dram = B * H * (S_pad * HEAD_DIM * 3 + S * HEAD_DIM * 2 + 2 * (S_pad // 32) * 4 + 3 * HEAD_DIM * 4)
-    launch = Launch((S_pad // QUERY_TILE, H, B), BLOCK, attention_flops(B, H, S), "int8",
-                    trip_count=S_pad / km.keys_per_iter, dram_bytes=dram)
+        _cache[key] = (km, run)
+    km, run = _cache[key]
+    S_pad, S_kv_pad = -(-S // PAD) * PAD, -(-S_kv // PAD) * PAD
+    dram = B * H * ((S_pad + 2 * S_kv_pad) * head_dim + S * head_dim * 2 + (S_pad + S_kv_pad) // 32 * 4
+                    + 3 * head_dim * 4)
+    launch = Launch((S_pad // QUERY_TILE, H, B), BLOCK, attention_flops(B, H, S, head_dim, S_kv), "int8",
+                    trip_count=S_kv_pad / km.keys_per_iter, dram_bytes=dram)
     return model_launch(km, launch, run, params)
 
 
@@ -139,6 +150,29 @@ def restatement(folder=None, params: Params = CALIBRATED) -> list[dict]:
     return rows
 
 
+VARIANT_SHAPES = [  # issue 13: head dim 64, and cross-attention with a short key sequence
+    {"name": "D=64", "B": 1, "H": 24, "S": 4096, "S_kv": None, "head_dim": 64},
+    {"name": "cross-attention", "B": 1, "H": 40, "S": 75600, "S_kv": 512, "head_dim": 128},
+]
+
+
+def variant_rows(params: Params = CALIBRATED) -> list[dict]:
+    """Modeled figures of the head-dim-64 and cross-attention launches, where the shipped code objects have them."""
+    rows = []
+    for shape in VARIANT_SHAPES:
+        row = dict(shape)
+        for v in KERNELS:
+            try:
+                res = our_kernel(v, shape["B"], shape["H"], shape["S"], params, S_kv=shape["S_kv"],
+                                 head_dim=shape["head_dim"])
+            except ValueError as e:             # no such symbol shipped, or a prepare that refuses the shape
+                row[v] = {"missing": str(e)}
+                continue
+            row[v] = {"time_us": res.time_us, "tflops": res.tflops, "binding": res.binding}
+        rows.append(row)
+    return rows
+
+
 def print_calibration(folder=None, as_json: bool = False) -> int:
     if not calibration_dir(folder).exists():
         raise FileNotFoundError(f"{calibration_dir(folder)}: no calibration folder (set $SAGE_CO_CALIBRATION or "
@@ -164,8 +198,9 @@ def _cell(d: dict | None, key="time_us") -> str:
 
 def print_restatement(as_json: bool = False) -> int:
     rows = restatement()
+    variants = variant_rows()
     if as_json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps({"shapes": rows, "variants": variants}, indent=1))
         return 0
     print("B=1, H=24, D=128 (MODELED, calibrated; 'pub' = FlyDSL's published figure)")
     for r in rows:
@@ -186,5 +221,10 @@ def print_restatement(as_json: bool = False) -> int:
             parts.append(f"flydsl fp8 incl. quant {d['time_us']:.1f} us" +
                          (f" (pub {d['published_us']:.1f})" if d["published_us"] else ""))
         print("  " + "; ".join(parts))
+    for r in variants:
+        cells = [f"{v} " + (f"{r[v]['time_us']:.1f} us {r[v]['tflops']:.1f} TF ({r[v]['binding']})" if "time_us" in r[v]
+                            else f"not modeled: {r[v]['missing']}") for v in KERNELS if v in r]
+        print(f"  {r['name']} (B={r['B']}, H={r['H']}, S_q={r['S']}, S_kv={r['S_kv'] or r['S']}, "
+              f"D={r['head_dim']}): " + "; ".join(cells))
     return 0
 

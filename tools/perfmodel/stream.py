@@ -216,6 +216,7 @@ class KernelModel:
     static_iter: Mix | None = None  # longest path of one loop iteration (not normalised)
     insts: list[Inst] = field(default_factory=list)    # the kernel's instructions (for the simulator)
     private_bytes: int = 0          # scratch per work-item (descriptor private_segment_fixed_size)
+    head_dim: int = HEAD_DIM        # D_pad of an attention kernel (the WMMA work per key is 4 x 16 x head_dim)
     text_addr: int = 0              # address of .text (the emulator counts byte offsets from it)
 
     @property
@@ -232,11 +233,11 @@ class KernelModel:
 
     @property
     def keys_per_iter(self) -> int:
-        """Keys per loop iteration, from the WMMA work of one iteration (QK + PV, 16 queries, d = 128)."""
-        keys = self.static_iter.wmma_ops / (4 * QUERIES_PER_WAVE * HEAD_DIM)
+        """Keys per loop iteration, from the WMMA work of one iteration (QK + PV, 16 queries, d = head_dim)."""
+        keys = self.static_iter.wmma_ops / (4 * QUERIES_PER_WAVE * self.head_dim)
         if keys <= 0 or keys != int(keys):
-            raise ValueError(f"{self.label}: loop WMMA work {self.static_iter.wmma_ops} OPs is not 4*16*128*keys "
-                             f"for a whole number of keys")
+            raise ValueError(f"{self.label}: loop WMMA work {self.static_iter.wmma_ops} OPs is not "
+                             f"4*16*{self.head_dim}*keys for a whole number of keys")
         return int(keys)
 
     @property
@@ -246,7 +247,7 @@ class KernelModel:
         return max(1, self.keys_per_iter // KEY_TILE)
 
 
-def analyze(label: str, path: Path, symbol: str | None = None) -> KernelModel:
+def analyze(label: str, path: Path, symbol: str | None = None, head_dim: int = HEAD_DIM) -> KernelModel:
     from sage_co import codeobj
     co = codeobj.read_file(path)
     funcs, dis = disassemble(path)
@@ -267,7 +268,8 @@ def analyze(label: str, path: Path, symbol: str | None = None) -> KernelModel:
     lds = int(kernel.descriptor.group_segment_fixed_size)
     km = KernelModel(label, path, symbol, vgprs, lds, loop, sum(loop.contains(i.addr) for i in insts),
                      static, fixed, static, notes, dis, static_iter=static, insts=insts,
-                     private_bytes=int(kernel.descriptor.private_segment_fixed_size), text_addr=co.text_addr)
+                     private_bytes=int(kernel.descriptor.private_segment_fixed_size), text_addr=co.text_addr,
+                     head_dim=head_dim)
     # every per-tile figure is per 64-key tile, whatever the unroll (asm: 2 tiles per iteration)
     if km.keys_per_iter % KEY_TILE:
         km.notes.append(f"loop iteration holds {km.keys_per_iter} keys, not a multiple of {KEY_TILE}: "

@@ -18,7 +18,7 @@ B, H, S = 1, 24, 4096                       # the shape of the what-ifs (a FlyDS
 def _streams(variant: str):
     from perfmodel.restate import _cache
     our_kernel(variant, B, H, S)            # fills the cache: KernelModel + emulated workgroup
-    km, run = _cache[variant]
+    km, run = _cache[(variant, HEAD_DIM, False)]
     body = [i for i in km.insts if km.loop.contains(i.addr)]
     return km, run, body
 
@@ -86,7 +86,7 @@ def trimmed(variant: str, target_valu_per_score: float, rules: dict | None = Non
     from perfmodel.restate import _cache, attention_flops
     from perfmodel.launch_model import Launch, model_launch
     from perfmodel.stream import PAD, QUERY_TILE
-    km, run = _cache[variant]
+    km, run = _cache[(variant, HEAD_DIM, False)]
     S_pad = -(-S // PAD) * PAD
     launch = Launch((S_pad // QUERY_TILE, H, B), BLOCK, attention_flops(B, H, S), "int8",
                     trip_count=S_pad / km.keys_per_iter)
