@@ -13,9 +13,12 @@ with published R9700 timings (docs/performance.md). Entry point: `python tools/p
                  code object)
     launch_model the calibrated model of one launch: occupancy, rounds, tails, L2/DRAM/scratch, clock
     calibration  the FlyDSL references and the fit
+    attention    the shipped attention kernels' symbols and launch inputs
+    restate      our kernels and the whole op re-stated next to FlyDSL's figures
+    whatif       the asm kernel's geometry/schedule what-ifs
     synthetic    the synthetic BF16 flash-attention stream (simulator checks)
-    report       the side-by-side report of the shipped attention kernels
-    cli          argument parsing for both modes
+    report       the per-tile report of the shipped attention kernels (issue-bound and latency-aware bounds)
+    cli          argument parsing
 """
 import sys
 from pathlib import Path

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
+from perfmodel.attention import attention_inputs, attention_symbol
 from perfmodel.hardware import LANES, LDS_BANKS
 from perfmodel.isa import CLASSES, classify
-from perfmodel.stream import HEAD_DIM, KEY_TILE, PAD, KernelModel, Mix
+from perfmodel.stream import KEY_TILE, PAD, KernelModel, Mix
 
 EMU_SEQ = (1024, 2048)   # key tiles 16..32 of each wave: the O rescale already rare, as at large S
 DEFAULT_BUFFER_BYTES = 16 << 20   # an emulated pointer argument's buffer unless --arg NAME=BYTES says otherwise
@@ -51,7 +52,6 @@ def attention_stats(variant: str, S: int) -> dict:
     import torch
     from sage_co import abi
     from sage_co.launch import launch
-    from perfmodel.restate import attention_inputs, attention_symbol
     struct = abi.struct_for(abi.ATTENTION_OP)
     values = attention_inputs(S)
     args = {}

@@ -5,7 +5,6 @@ import math
 import re
 from dataclasses import dataclass
 
-from perfmodel import ROOT
 
 # ------------------------------------------------------------------------------------------- sourced figures
 BOOST_CLOCK_HZ = 2.92e9                     # §Throughput: R9700 boost 2920 MHz (the issue-bound bound uses it)

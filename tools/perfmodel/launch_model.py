@@ -108,8 +108,7 @@ def loop_streams(km: KernelModel, iter_mix: Mix | None, iterations: int) -> tupl
     paths = iteration_paths(km.insts, km.loop)
     if len(paths) == 1:
         return paths, [0]
-    from perfmodel.stream import Mix as _Mix
-    cnts = [_Mix.of(p).counts() for p in paths]
+    cnts = [Mix.of(p).counts() for p in paths]
     target = iter_mix.counts()
     acc = dict.fromkeys(CLASSES, 0.0)
     order = []

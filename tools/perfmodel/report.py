@@ -10,7 +10,7 @@ from perfmodel.hardware import ASSUMPTIONS, PEAK_OPS
 from perfmodel.isa import CLASSES
 from perfmodel.issue import ShapeResult, model_shape, sensitivity, tile_cost
 from perfmodel.simulate import CATEGORIES, LATENCY_TABLE, latency_sensitivity, simulate_kernel, steady_paths
-from perfmodel.restate import attention_symbol
+from perfmodel.attention import attention_symbol
 from perfmodel.stream import KEY_TILE, analyze
 
 SHAPES = [(1, h, s) for h in (5, 24) for s in (4096, 16384, 75600)]

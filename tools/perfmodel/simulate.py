@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from perfmodel.hardware import CALIBRATED, LDS_BYTES_PER_CLK_PER_SIMD, wmma_cycles
 from perfmodel.isa import CLASSES, NAMED, NREGS, SGPR0, Inst, classify, reads_writes, wave_bytes
-from perfmodel.stream import KernelModel, Loop, Mix, iteration_paths, longest_iteration
+from perfmodel.stream import KernelModel, Mix, iteration_paths, longest_iteration
 
 VALU_LATENCY = 5        # LLVM-DLY: s_delay_alu names VALU_DEP_1..4, so a VALU result is needed by at most the 4th
                         # next VALU: ~5 clk at 1 issue/clk (also LLVM's generic sched model, §Hazards 4)
