@@ -1,6 +1,9 @@
-"""tools/perf_model.py: the model's arithmetic on synthetic instruction mixes, occupancy, the loop finder (on
-synthetic code and on a tiny assembled kernel), the emulator steady-state difference, and a smoke run on the
-shipped HIP attention kernel. Every figure here is modeled; nothing is timed."""
+"""tools/perf_model.py (the tools/perfmodel package): the issue-bound arithmetic on synthetic mixes, occupancy at
+workgroup granularity, LDS passes from lane addresses, the loop finder (synthetic code, a tiny assembled kernel,
+LLVM as cross-check), instruction facts from sage_co.emu.facts, the emulator steady-state difference, the simulator,
+rounds/tails and L2/DRAM bounds of the launch model, the --co CLI, and the calibration on the FlyDSL references
+(runs when $SAGE_CO_CALIBRATION or ../shared/calibration holds them, skipped with the reason otherwise). Every
+figure here is modeled; nothing is timed."""
 import io
 import json
 import subprocess
