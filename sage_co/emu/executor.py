@@ -309,11 +309,13 @@ def unpack_lanes(x) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------------ building
 def build_handler(st: State, ops: Ops, pc: int):
-    from sage_co.emu import memory_ops, salu, valu
+    from sage_co.emu import memory_ops, salu, scalar_float, valu
     inst = st.prog.insts[pc]
     enc = inst.enc
     try:
-        if enc in ("SOP1", "SOP2", "SOPK", "SOPC", "SOPP"):
+        if inst.name in scalar_float.OPS:       # gfx12 scalar float group (SALU f32/f16, v_s_* transcendentals)
+            h = scalar_float.build(st, ops, inst, pc)
+        elif enc in ("SOP1", "SOP2", "SOPK", "SOPC", "SOPP"):
             h = salu.build(st, ops, inst, pc)
         elif enc in ("SMEM", "DS", "VGLOBAL", "VBUFFER", "VFLAT", "VSCRATCH"):
             h = memory_ops.build(st, ops, inst, pc)

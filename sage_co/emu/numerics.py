@@ -203,9 +203,13 @@ def bf16_to_f32(h) -> np.ndarray:
 def f32_to_f16(x) -> np.ndarray:
     """float32 -> f16 bit patterns (uint16) as v_cvt_f16_f32: RNE, overflow -> inf, f16 subnormals kept
     (FLOAT_DENORM_MODE_16_64 = 3 is the LLVM default), NaN -> quiet NaN with the sign and top payload bits
-    (numpy's IEEE conversion; hardware's NaN payload is undocumented)."""
+    (a NaN becomes sign | 0x7E00 | payload[22:13]: quiet, as IEEE conversions are; numpy's cast would keep a
+    signalling NaN signalling; hardware's NaN payload is undocumented)."""
     with np.errstate(all="ignore"):
-        return _f32(x).astype(np.float16).view(np.uint16)
+        h = _f32(x).astype(np.float16).view(np.uint16)
+    bits = as_u32(x)
+    nan = ((bits >> 16) & 0x8000 | 0x7E00 | (bits >> 13) & 0x1FF).astype(np.uint16)
+    return np.where((bits & F32_ABS) > F32_EXP, nan, h)
 
 
 def f16_to_f32(h) -> np.ndarray:

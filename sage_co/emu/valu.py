@@ -346,6 +346,7 @@ def _pk_rtz(x):
         over = np.abs(back) > np.abs(x)
         hb = h.view(U16).astype(np.int32)
         hb = np.where(over & np.isfinite(x) & ~np.isnan(x), hb - 1, hb)
+        hb = np.where(np.isnan(x), nm.f32_to_f16(x), hb)          # NaN: quiet, as numerics.f32_to_f16
     return (hb & 0xFFFF).astype(U32)
 
 
