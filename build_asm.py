@@ -3,17 +3,20 @@
 
     python build_asm.py            # build every entry of asm_src/kernels.toml into hsaco/, write hsaco/manifest.json
     python build_asm.py --check    # rebuild into a temporary folder; exit 1 and explain if anything differs
+                                   # (code objects, manifest incl. each kernel's ABI snapshot, generated .s)
     python build_asm.py --only NAME
 
 Sources by suffix:
     .s    clang --target=amdgcn-amd-amdhsa -mcpu=<arch> -c, then ld.lld -shared
     .hip  clang -x hip --offload-arch=<arch> --cuda-device-only -nogpulib -nogpuinc --no-gpu-bundle-output -O3
           (headers-free HIP written against clang builtins)
-    .py   a generator: `python <file>` prints assembly on stdout, which is then built like a .s
+    .py   a generator: `python <file>` prints assembly on stdout, which is then built like a .s; the assembly is
+          committed next to it as asm_src/<code object name>.s and --check compares it too
 
 Builds are deterministic: sources are compiled from inside asm_src/ with relative paths, and the outputs
 carry no paths or timestamps, so two builds give identical bytes (tests/test_build.py checks it).
-This is a development tool: the installed sage_co package never imports it.
+This is a development tool: the installed sage_co package never imports it. It needs no torch (it reads the
+built code objects with sage_co.codeobj; `import sage_co` loads nothing torch-dependent eagerly).
 """
 from __future__ import annotations
 
@@ -136,21 +139,60 @@ def read_kernel_list(path: Path = KERNEL_LIST) -> list[Entry]:
             for key in ("op", "variant", "symbol"):
                 if not isinstance(p.get(key), str):
                     raise BuildError(f"{where}: each provides row needs string {key!r}")
+            for key, value in p.items():
+                if isinstance(value, bool) or not isinstance(value, (str, int)):
+                    raise BuildError(f"{where}: provides {p['symbol']!r} key column {key!r} = {value!r} "
+                                     "must be a string or an int")
         names.add(row["name"])
         entries.append(Entry(row["name"], row["source"], row["arch"], provides, path.parent))
+    _check_key_columns(entries, path.name)
     return entries
 
 
+def _check_key_columns(entries: list[Entry], where: str) -> None:
+    """Every row of one (op, variant, arch) has the same key columns and distinct values: registry.find can
+    resolve any launch by keys alone."""
+    groups: dict[tuple, list[dict]] = {}
+    for e in entries:
+        for p in e.provides:
+            groups.setdefault((p["op"], p["variant"], e.arch), []).append(p)
+    for (op, variant, arch), rows in groups.items():
+        columns = {tuple(sorted(set(p) - {"op", "variant", "symbol"})) for p in rows}
+        if len(columns) > 1:
+            raise BuildError(f"{where}: op {op!r} variant {variant!r} rows carry different key columns {sorted(columns)}")
+        seen: dict[tuple, str] = {}
+        for p in rows:
+            key = tuple(sorted((k, v) for k, v in p.items() if k not in ("op", "variant", "symbol")))
+            if key in seen:
+                raise BuildError(f"{where}: op {op!r} variant {variant!r}: {p['symbol']!r} and {seen[key]!r} have "
+                                 f"the same keys {dict(key)}")
+            seen[key] = p["symbol"]
+
+
+def generated_asm_path(entry: Entry) -> Path:
+    """Where the output of a .py generator is committed: asm_src/<code object name>.s."""
+    return entry.src_dir / f"{entry.name}.s"
+
+
+def generate(entry: Entry) -> str:
+    """Run a .py generator (from inside its folder, so no path reaches the output) and return its assembly.
+    Generators import the scheduling DSL (asm_src/asmdsl.py) and the ABI (sage_co.abi) from this checkout."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ASM_SRC), str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+    return _run([sys.executable, entry.source], entry.src_dir, f"generator {entry.src_dir.name}/{entry.source}", env)
+
+
 # ---------------------------------------------------------------------------------------- building
-def _run(cmd: list[str], cwd: Path, what: str) -> str:
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True)
+def _run(cmd: list[str], cwd: Path, what: str, env: dict | None = None) -> str:
+    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise BuildError(f"{what} failed (exit {proc.returncode}):\n  {' '.join(map(str, cmd))}\n{proc.stderr.strip()}")
     return proc.stdout
 
 
-def build_one(entry: Entry, llvm: LLVM, out_dir: Path) -> Path:
-    """Build one code object into out_dir/<arch>/<name>.co and return its path."""
+def build_one(entry: Entry, llvm: LLVM, out_dir: Path, generated: str | None = None) -> Path:
+    """Build one code object into out_dir/<arch>/<name>.co and return its path. `generated`: the assembly a .py
+    source printed, when the caller already ran it."""
     out = out_dir / entry.arch / f"{entry.name}.co"
     out.parent.mkdir(parents=True, exist_ok=True)
     src = Path(entry.source)
@@ -167,7 +209,7 @@ def build_one(entry: Entry, llvm: LLVM, out_dir: Path) -> Path:
             shutil.copyfile(tmp / "out.co", out)
             return out
         if src.suffix == ".py":
-            asm = _run([sys.executable, src], entry.src_dir, f"generator {entry.src_dir.name}/{src}")
+            asm = generate(entry) if generated is None else generated
             asm_file = tmp / f"{entry.name}.s"
             asm_file.write_text(asm)
             # assemble from the temp dir under a fixed relative name so no path reaches the object
@@ -181,36 +223,51 @@ def build_one(entry: Entry, llvm: LLVM, out_dir: Path) -> Path:
     return out
 
 
+def kernel_snapshot(k) -> dict:
+    """The ABI of one kernel as the manifest records it (the one snapshot: build_asm.py --check compares it on
+    every rebuild, tools/disasm_check.py compares the shipped bytes with it, a change shows as a manifest diff)."""
+    md, d = k.metadata, k.descriptor
+    return {
+        "symbol": md.get(".symbol"),
+        "kernarg_size": md.get(".kernarg_segment_size"),
+        "kernarg_align": md.get(".kernarg_segment_align"),
+        "args": [{"name": a.get(".name", ""), "offset": a[".offset"], "size": a[".size"],
+                  "value_kind": a[".value_kind"]} for a in k.args],
+        "lds_bytes": md.get(".group_segment_fixed_size"),
+        "private_bytes": md.get(".private_segment_fixed_size"),
+        "vgpr_count": md.get(".vgpr_count"),
+        "sgpr_count": md.get(".sgpr_count"),
+        "wavefront_size": md.get(".wavefront_size"),
+        "max_flat_workgroup_size": md.get(".max_flat_workgroup_size"),
+        # decoded from the descriptor words below, spelled out so a review sees what changed
+        "float_denorm_mode_32": d.float_denorm_mode_32,
+        "float_denorm_mode_16_64": d.float_denorm_mode_16_64,
+        "float_round_mode_32": d.float_round_mode_32,
+        "float_round_mode_16_64": d.float_round_mode_16_64,
+        "user_sgpr_count": d.user_sgpr_count,
+        "workgroup_ids": [d.enable_sgpr_workgroup_id_x, d.enable_sgpr_workgroup_id_y, d.enable_sgpr_workgroup_id_z],
+        "workitem_ids": d.enable_vgpr_workitem_id,
+        "descriptor": {"rsrc1": f"0x{d.rsrc1:08x}", "rsrc2": f"0x{d.rsrc2:08x}", "rsrc3": f"0x{d.rsrc3:08x}",
+                       "kernel_code_properties": f"0x{d.kernel_code_properties:04x}"},
+    }
+
+
+def read_code_object(data: bytes, name: str, arch: str | None):
+    sys.path.insert(0, str(ROOT))
+    from sage_co import codeobj  # the runtime reader (torch-free): the manifest is what the runtime will see
+    return codeobj.read(data, name, arch=arch)
+
+
 def manifest_entry(entry: Entry, co_path: Path, llvm_version: str) -> dict:
     """What the manifest records for one code object, read back from the built bytes."""
-    sys.path.insert(0, str(ROOT))
-    from sage_co import codeobj  # the runtime reader: the manifest is what the runtime will see
-
     data = co_path.read_bytes()
-    co = codeobj.read(data, f"{entry.arch}/{co_path.name}", arch=entry.arch)
-    kernels = {}
-    for kname, k in sorted(co.kernels.items()):
-        md, kd = k.metadata, k.descriptor
-        kernels[kname] = {
-            "symbol": md.get(".symbol"),
-            "kernarg_size": md.get(".kernarg_segment_size"),
-            "kernarg_align": md.get(".kernarg_segment_align"),
-            "args": [{"name": a.get(".name", ""), "offset": a[".offset"], "size": a[".size"],
-                      "value_kind": a[".value_kind"]} for a in k.args],
-            "lds_bytes": md.get(".group_segment_fixed_size"),
-            "private_bytes": md.get(".private_segment_fixed_size"),
-            "vgpr_count": md.get(".vgpr_count"),
-            "sgpr_count": md.get(".sgpr_count"),
-            "wavefront_size": md.get(".wavefront_size"),
-            "max_flat_workgroup_size": md.get(".max_flat_workgroup_size"),
-            "descriptor": {"rsrc1": f"0x{kd.rsrc1:08x}", "rsrc2": f"0x{kd.rsrc2:08x}", "rsrc3": f"0x{kd.rsrc3:08x}",
-                           "kernel_code_properties": f"0x{kd.kernel_code_properties:04x}"},
-        }
+    co = read_code_object(data, f"{entry.arch}/{co_path.name}", entry.arch)
+    kernels = {kname: kernel_snapshot(k) for kname, k in sorted(co.kernels.items())}
     for p in entry.provides:
         if p["symbol"] not in kernels:
             raise BuildError(f"{entry.name}: kernels.toml says it provides symbol {p['symbol']!r}, "
                              f"but the code object holds {sorted(kernels)}")
-    return {
+    out = {
         "file": f"{entry.arch}/{co_path.name}",
         "source": f"{entry.src_dir.name}/{entry.source}",
         "arch": entry.arch,
@@ -220,9 +277,24 @@ def manifest_entry(entry: Entry, co_path: Path, llvm_version: str) -> dict:
         "provides": [dict(p) for p in entry.provides],
         "kernels": kernels,
     }
+    if Path(entry.source).suffix == ".py":
+        out["generated"] = f"{entry.src_dir.name}/{generated_asm_path(entry).name}"
+    return out
 
 
-def build_all(entries: list[Entry], llvm: LLVM, out_dir: Path, progress: bool = True) -> dict:
+def _build_entry(e: Entry, llvm: LLVM, out_dir: Path, asm_dir: Path | None) -> dict:
+    """Build one entry; a generator's assembly is also written to asm_dir/<name>.s (None: not written)."""
+    generated = None
+    if Path(e.source).suffix == ".py":
+        generated = generate(e)
+        if asm_dir is not None:
+            (asm_dir / f"{e.name}.s").write_text(generated)
+    return manifest_entry(e, build_one(e, llvm, out_dir, generated), llvm.version)
+
+
+def build_all(entries: list[Entry], llvm: LLVM, out_dir: Path, progress: bool = True,
+              asm_dir: Path | None = None) -> dict:
+    """Build every entry into out_dir; generators' assembly goes to asm_dir (None: each entry's own folder)."""
     manifest = {"format": 1, "code_objects": {}}
     if progress and sys.stderr.isatty():
         from rich.progress import Progress
@@ -230,13 +302,13 @@ def build_all(entries: list[Entry], llvm: LLVM, out_dir: Path, progress: bool = 
             task = bar.add_task("building code objects", total=len(entries))
             for e in entries:
                 bar.update(task, description=f"building {e.name}")
-                manifest["code_objects"][e.name] = manifest_entry(e, build_one(e, llvm, out_dir), llvm.version)
+                manifest["code_objects"][e.name] = _build_entry(e, llvm, out_dir, asm_dir or e.src_dir)
                 bar.advance(task)
     else:
         for e in entries:
             if progress:
                 print(f"  building {e.name} ({e.source})", file=sys.stderr)
-            manifest["code_objects"][e.name] = manifest_entry(e, build_one(e, llvm, out_dir), llvm.version)
+            manifest["code_objects"][e.name] = _build_entry(e, llvm, out_dir, asm_dir or e.src_dir)
     return manifest
 
 
@@ -270,7 +342,22 @@ def check(entries: list[Entry], llvm: LLVM, hsaco: Path = HSACO) -> list[str]:
     if checked_in is None:
         problems.append(f"{manifest_path} does not exist: run python build_asm.py and commit hsaco/")
     with tempfile.TemporaryDirectory(prefix="sage_co_check_") as tmp:
-        rebuilt = build_all(entries, llvm, Path(tmp), progress=False)
+        asm_dir = Path(tmp) / "asm"
+        asm_dir.mkdir()
+        rebuilt = build_all(entries, llvm, Path(tmp), progress=False, asm_dir=asm_dir)
+        for e in entries:
+            if Path(e.source).suffix != ".py":
+                continue
+            committed, fresh = generated_asm_path(e), (asm_dir / f"{e.name}.s").read_text()
+            if not committed.exists():
+                problems.append(f"{e.name}: the generated assembly {e.src_dir.name}/{committed.name} is not committed")
+            elif committed.read_text() != fresh:
+                old, new = committed.read_text().splitlines(), fresh.splitlines()
+                first = next((i for i, (x, y) in enumerate(zip(old, new)) if x != y), min(len(old), len(new)))
+                problems.append(f"{e.name}: {e.src_dir.name}/{committed.name} is not what {e.source} generates "
+                                f"(first difference at line {first + 1}: committed "
+                                f"{old[first] if first < len(old) else '<end>'!r}, generated "
+                                f"{new[first] if first < len(new) else '<end>'!r})")
         for name, new in rebuilt["code_objects"].items():
             shipped = hsaco / new["file"]
             if not shipped.exists():

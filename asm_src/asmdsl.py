@@ -11,17 +11,23 @@ What it gives a generator, and nothing more:
   * in-order wait counters (`WaitCounter`) for LOADcnt/DScnt: loads of one kind complete in issue order
     (docs/rdna4.md §Waits, MEM_ORDERED), so `wait_for(tag)` emits the loosest `s_wait_*cnt N` that covers a
     given load;
-  * `Asm`, the output buffer: instructions, labels, comments and section banners.
+  * `Asm`, the output buffer: instructions, labels, comments and section banners;
+  * `KernelDescriptor` / `amdhsa_kernel(...)` / `code_object(...)`: the `.amdhsa_kernel` descriptor directives,
+    the function symbol boilerplate and the `.amdgpu_metadata` YAML of one or several kernels, so a generator
+    (and a test kernel) states only what differs: name, arguments, LDS, register counts, workgroup size.
 Nothing here knows about attention.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
-VOPD_OPS = {  # docs/rdna4.md §Throughput, VOPD rules: ops with a v_dual_* form (both X and Y for these)
-    "v_mul_f32": "v_dual_mul_f32", "v_add_f32": "v_dual_add_f32", "v_sub_f32": "v_dual_sub_f32", "v_subrev_f32": "v_dual_subrev_f32",
-    "v_max_num_f32": "v_dual_max_num_f32", "v_min_num_f32": "v_dual_min_num_f32", "v_mov_b32": "v_dual_mov_b32",
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repo's sage_co, not an installed one
+from sage_co.emu.facts import VOPD_PLAIN, vopd_pair_problem  # noqa: E402  (the one instruction-facts layer)
+
+# docs/rdna4.md §Throughput, VOPD rules: ops with a v_dual_* form in both halves whose meaning is dst = f(src0, src1)
+VOPD_OPS = VOPD_PLAIN
 COMMUTATIVE = {"v_mul_f32", "v_add_f32", "v_max_num_f32", "v_min_num_f32"}
 
 
@@ -146,26 +152,16 @@ class Op:
         return None
 
 
-def _bank(x) -> int | None:
-    n = _vnum(x)
-    return None if n is None else n % 4
-
-
 def vopd_legal(x: Op, y: Op) -> bool:
     """docs/rdna4.md §Throughput VOPD rules (checked again by llvm-mc when the .s is assembled)."""
     if not (x.vopd_able and y.vopd_able):
         return False
     if x.writes & y.reads or y.writes & x.reads or x.writes & y.writes:
         return False                       # both halves read before either writes: keep sequential meaning
-    if x.dst.num % 2 == y.dst.num % 2:
-        return False                       # one even and one odd destination
-    bx, by = _bank(x.src0), _bank(y.src0)
-    if bx is not None and by is not None and bx == by:
-        return False                       # src0s in different VGPR banks (also: not the same VGPR)
-    if x.src1 is not None and y.src1 is not None and _bank(x.src1) == _bank(y.src1):
-        return False                       # vsrc1s in different banks
     lits = {s for s in (x.src0, y.src0) if _is_literal(s)}
-    return len(lits) <= 1
+    sgprs = {str(s) for s in (x.src0, y.src0) if isinstance(s, Range) and s.kind == "s"}
+    return vopd_pair_problem(x.dst.num, y.dst.num, _vnum(x.src0), _vnum(y.src0), _vnum(x.src1), _vnum(y.src1),
+                             len(lits), len(sgprs), x.opcode == y.opcode == "v_mov_b32") is None
 
 
 def try_pair(x: Op, y: Op) -> tuple[Op, Op] | None:
@@ -281,3 +277,144 @@ class Asm:
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ code object
+TARGET = "amdgcn-amd-amdhsa--gfx1201"
+CODE_OBJECT_VERSION = 6
+VCC_SGPRS = 2          # VCC is allocated from the top of the SGPR file when reserved (LLVM AMDGPUUsage)
+
+
+@dataclass(frozen=True)
+class KernelArg:
+    """One explicit kernel argument of the metadata: name, byte offset, kind 'ptr' (8-byte global pointer) or a
+    4-byte by-value scalar kind ('u32', 'i32', 'f32'); pointers are read_only unless `written`."""
+    name: str
+    offset: int
+    kind: str
+    written: bool = False
+
+    @property
+    def size(self) -> int:
+        return 8 if self.kind == "ptr" else 4
+
+    def yaml(self) -> str:
+        if self.kind != "ptr":
+            return f"{{ .name: {self.name}, .offset: {self.offset}, .size: {self.size}, .value_kind: by_value }}"
+        access = "" if self.written else ", .actual_access: read_only"
+        return (f"{{ .name: {self.name}, .offset: {self.offset}, .size: {self.size}, .value_kind: global_buffer, "
+                f".address_space: global{access} }}")
+
+
+@dataclass(frozen=True)
+class KernelDescriptor:
+    """What the kernel descriptor (.amdhsa_kernel) and the metadata say about one kernel symbol.
+
+    Entry state (docs/rdna4.md §Entry): the kernarg segment pointer is the only user SGPR pair (s[0:1]);
+    workgroup ids x/y/z are enabled (they arrive in ttmp9 / ttmp7 on gfx12); v0 holds the work-item id x."""
+    symbol: str
+    args: tuple[KernelArg, ...]
+    kernarg_size: int
+    next_free_vgpr: int
+    next_free_sgpr: int
+    max_flat_workgroup_size: int
+    lds_bytes: int = 0
+    reserve_vcc: bool = True
+    denorm_mode: int = 3             # 3 = keep fp32 and fp16/fp64 denormals (input and output)
+    inst_pref_size: int | None = None
+    uniform_work_group_size: bool = False
+
+    @property
+    def sgpr_count(self) -> int:
+        """The metadata's .sgpr_count counts the SGPRs the wave needs, VCC included when reserved (LLVM writes
+        next_free_sgpr + 2 for a kernel that uses VCC), not only the named ones."""
+        return self.next_free_sgpr + (VCC_SGPRS if self.reserve_vcc else 0)
+
+    def directives(self) -> str:
+        lines = [f".amdhsa_kernel {self.symbol}",
+                 f"  .amdhsa_group_segment_fixed_size {self.lds_bytes}",
+                 "  .amdhsa_private_segment_fixed_size 0",
+                 f"  .amdhsa_kernarg_size {self.kernarg_size}",
+                 "  .amdhsa_user_sgpr_count 2",
+                 "  .amdhsa_user_sgpr_kernarg_segment_ptr 1",
+                 "  .amdhsa_wavefront_size32 1",
+                 "  .amdhsa_system_sgpr_workgroup_id_x 1",
+                 "  .amdhsa_system_sgpr_workgroup_id_y 1",
+                 "  .amdhsa_system_sgpr_workgroup_id_z 1",
+                 "  .amdhsa_system_vgpr_workitem_id 0",
+                 f"  .amdhsa_next_free_vgpr {self.next_free_vgpr}",
+                 f"  .amdhsa_next_free_sgpr {self.next_free_sgpr}",
+                 f"  .amdhsa_reserve_vcc {int(self.reserve_vcc)}",
+                 f"  .amdhsa_float_denorm_mode_32 {self.denorm_mode}",
+                 f"  .amdhsa_float_denorm_mode_16_64 {self.denorm_mode}"]
+        if self.inst_pref_size is not None:
+            lines.append(f"  .amdhsa_inst_pref_size {self.inst_pref_size}")
+        lines.append(".end_amdhsa_kernel")
+        return "\n".join(f"        {ln}" for ln in lines)
+
+    def metadata(self) -> str:
+        """This kernel's entry of amdhsa.kernels (YAML list item)."""
+        lines = [f"  - .name:            {self.symbol}",
+                 f"    .symbol:          {self.symbol}.kd",
+                 f"    .kernarg_segment_size: {self.kernarg_size}",
+                 "    .kernarg_segment_align: 8",
+                 f"    .group_segment_fixed_size: {self.lds_bytes}",
+                 "    .private_segment_fixed_size: 0",
+                 "    .wavefront_size:  32",
+                 f"    .sgpr_count:      {self.sgpr_count}",
+                 f"    .vgpr_count:      {self.next_free_vgpr}",
+                 f"    .max_flat_workgroup_size: {self.max_flat_workgroup_size}"]
+        if self.uniform_work_group_size:
+            lines.append("    .uniform_work_group_size: 1")
+        if self.args:
+            lines.append("    .args:")
+            lines += [f"      - {a.yaml()}" for a in self.args]
+        return "\n".join(lines)
+
+
+def amdhsa_kernel(symbol: str, **kw) -> KernelDescriptor:
+    """A KernelDescriptor; `args` may be given as any iterable of KernelArg."""
+    kw["args"] = tuple(kw.get("args", ()))
+    return KernelDescriptor(symbol, **kw)
+
+
+def function(symbol: str, body: str) -> str:
+    """The text section of one kernel: symbol boilerplate around `body` (instructions, already indented)."""
+    return (f"""        .text
+        .globl  {symbol}
+        .p2align 8
+        .type   {symbol},@function
+{symbol}:
+{body.rstrip()}
+.L{symbol}_end:
+        .size   {symbol}, .L{symbol}_end-{symbol}
+""")
+
+
+def code_object(kernels: list[tuple[KernelDescriptor, str]], header: str = "",
+                pad_with_s_code_end: bool = False) -> str:
+    """A whole assembly file: target, every kernel's function, descriptors and one metadata block.
+    pad_with_s_code_end: fill after the code with s_code_end (0xBF9F0000) as LLVM does for gfx12, so an
+    instruction prefetch past the last kernel reads no garbage."""
+    out = [header.rstrip("\n")] if header else []
+    out.append(f"""        .amdgcn_target "{TARGET}"
+        .amdhsa_code_object_version {CODE_OBJECT_VERSION}""")
+    for desc, body in kernels:
+        out.append(function(desc.symbol, body))
+    if pad_with_s_code_end:
+        out.append("        .p2alignl 7, 0xBF9F0000\n        .fill 96, 4, 0xBF9F0000")
+    out.append("        .rodata")
+    for desc, _ in kernels:
+        out.append("        .p2align 6\n" + desc.directives())
+    meta = "\n".join(d.metadata() for d, _ in kernels)
+    out.append(f"""        .amdgpu_metadata
+---
+amdhsa.version:
+  - 1
+  - 2
+amdhsa.target: {TARGET}
+amdhsa.kernels:
+{meta}
+...
+        .end_amdgpu_metadata""")
+    return "\n".join(out) + "\n"

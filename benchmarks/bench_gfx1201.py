@@ -13,6 +13,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # this checkout's sage_co
 
 import torch
 from rich.console import Console
@@ -46,19 +49,23 @@ def main(argv=None) -> int:
     ap.add_argument("-S", type=int, nargs="+", default=[4096, 16384])
     ap.add_argument("--kernel", nargs="+", default=["hip", "asm"], help="attention kernel variants to time")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--device", type=int, default=None, help="gfx1201 device index (default: the first one)")
     args = ap.parse_args(argv)
     import sage_co
-    from sage_co.launch import device_arch
-    if not torch.cuda.is_available() or device_arch(torch.device("cuda")) != "gfx1201":
-        print("bench_gfx1201.py: no gfx1201 GPU visible to torch here; nothing to time. "
+    from sage_co.selftest import gfx1201_devices
+    devices, why = gfx1201_devices()
+    if not devices:
+        print(f"bench_gfx1201.py: no gfx1201 GPU visible to torch here ({why}); nothing to time. "
               "Modeled figures: python tools/perf_model.py", file=sys.stderr)
         return 2
+    device = torch.device("cuda", args.device if args.device is not None else devices[0])
+    torch.cuda.set_device(device)   # events and SDPA on the gfx1201, not on torch's default device
     console = Console()
     table = Table(title=f"gfx1201 timings (median of {args.rounds} interleaved rounds)")
     for col in ("S", "provider", "ms", "TFLOPS"):
         table.add_column(col, justify="right")
     for S in args.S:
-        q, k, v = (torch.randn(args.B, S, args.H, 128, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+        q, k, v = (torch.randn(args.B, S, args.H, 128, dtype=torch.bfloat16, device=device) for _ in range(3))
         prepared = sage_co.sage_prepare(q, k, v)
         providers = {}
         for kern in args.kernel:

@@ -5,10 +5,44 @@
 
 On a gfx1201 GPU the shipped code objects run through hip-python; on CPU tensors they run, bit for bit
 the same machine code, in the built-in emulator (sage_co.emu).
+
+`import sage_co` itself imports nothing that needs torch: the public functions below load on first use, so the
+kernel author's tools (build_asm.py, tools/disasm_check.py, sage_co.emu.disasm, sage_co.abi) run without torch.
 """
+from __future__ import annotations
+
+import importlib
+
 __version__ = "0.1.0"
 
-from .api import sage_attention, sage_attention_fwd, sage_prepare  # noqa: E402
-from .prepared import SagePrepared  # noqa: E402
+# public name -> the submodule that defines it (imported on first attribute access, PEP 562)
+_LAZY = {
+    "sage_attention": "api",
+    "sage_attention_fwd": "api",
+    "sage_prepare": "api",
+    "SagePrepared": "prepared",
+    "sageattn": "compat",          # SageAttention's API (sage_co/compat.py)
+    "sageattn_varlen": "compat",
+}
 
-__all__ = ["sage_attention", "sage_attention_fwd", "sage_prepare", "SagePrepared", "__version__"]
+__all__ = [*_LAZY, "__version__"]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sage_co' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+import os as _os  # noqa: E402
+
+if _os.environ.get("SAGE_CO_SAGEATTENTION_SHIM"):  # opt-in (imports torch): sage_co/integrations/sageattention_shim.py
+    from .integrations import sageattention_shim as _shim
+    _shim.install_from_env()

@@ -17,6 +17,7 @@ from typing import Optional
 import torch
 
 from . import validate
+from .backends import BACKENDS
 from .prepared import HEAD_DIM, SCALE_BLOCK, SagePrepared, s_pad
 
 _NO_ROPE = 0          # rope_dim in the schema: 0 = no RoPE
@@ -61,7 +62,7 @@ def sage_prepare(q, k, v, softmax_scale=None, *, smooth_k=False, q_norm_weight=N
     backend: None picks by device (CPU -> the emulator, a gfx1201 GPU -> hip), or "emu" / "hip"."""
     chk = validate.check_prepare_args(q, k, v, softmax_scale, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
                                       k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin, rope_dim=rope_dim)
-    _check_choice("backend", backend, ("emu", "hip"))
+    _check_choice("backend", backend, BACKENDS)
     fields = _prepare_op(q, k, v, chk.softmax_scale, bool(smooth_k), q_norm_weight, k_norm_weight, float(eps),
                          cos, sin, chk.rope_dim or _NO_ROPE, backend or _DEFAULT)
     return _prepared(fields, chk.S)
@@ -110,7 +111,7 @@ def sage_attention_fwd(prepared: SagePrepared, *, return_lse=False, backend=None
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise ValueError("prepared.q_int8: expected a 4-dim int8 tensor [B, H, S_pad, 128]")
     validate.check_prepared(prepared, q.shape[0], prepared.seq_len, q.shape[1])
-    _check_choice("backend", backend, ("emu", "hip"))
+    _check_choice("backend", backend, BACKENDS)
     _check_choice("kernel", kernel, None)
     out, lse = _fwd_op(*prepared[:5], prepared.v_fp8.view(torch.uint8), prepared.v_scale, prepared.seq_len,
                        bool(return_lse), backend or _DEFAULT, kernel or _DEFAULT)
@@ -144,7 +145,7 @@ def sage_attention(q, k, v, softmax_scale=None, *, smooth_k=False, q_norm_weight
     chk = validate.check_prepare_args(q, k, v, softmax_scale, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
                                       k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin, rope_dim=rope_dim)
     validate.check_flag("return_lse", return_lse)
-    _check_choice("backend", backend, ("emu", "hip"))
+    _check_choice("backend", backend, BACKENDS)
     _check_choice("kernel", kernel, None)
     out, lse = _attention_op(q, k, v, chk.softmax_scale, bool(smooth_k), q_norm_weight, k_norm_weight, float(eps),
                              cos, sin, chk.rope_dim or _NO_ROPE, bool(return_lse), backend or _DEFAULT,

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from rich.console import Console
 from rich.table import Table
+
+from .backends import BACKENDS
 
 console = Console() if sys.stdout.isatty() else Console(width=180)
 
@@ -35,6 +36,8 @@ def cmd_info(args) -> int:
                               co["llvm_version"], co["sha256"][:12])
     # the ABI table is wide: piped output gets room for every column instead of rich's 80-column guess
     (console if sys.stdout.isatty() else Console(width=260)).print(table)
+    from .integrations import sageattention_shim  # integ helper: whether `import sageattention` reaches sage-co
+    console.print(sageattention_shim.describe(), markup=False)
     return 0
 
 
@@ -51,7 +54,7 @@ def cmd_run(args) -> int:
 
     from . import accuracy, api, reference, registry
     from . import launch as launch_mod
-    from .launch import get_backend
+    from .backends.timing import stage
 
     backend = args.backend or _default_backend()
     device = "cuda" if backend == "hip" else "cpu"
@@ -60,16 +63,16 @@ def cmd_run(args) -> int:
                   f"backend [cyan]{backend}[/] ({where})")
     q, k, v = accuracy.make_inputs(args.dist, args.B, args.S, args.H, seed=args.seed, device=device)
     timings = {}
-    first_launch = len(launch_mod.launched)
-    with console.status("prepare kernel: quantizing Q/K to INT8 and V to FP8 ...") as status:
-        t0 = time.perf_counter()
-        prepared = api.sage_prepare(q, k, v, smooth_k=args.smooth_k, backend=backend)
-        timings["prepare"] = time.perf_counter() - t0
+    with launch_mod.recording() as records, \
+            console.status("prepare kernel: quantizing Q/K to INT8 and V to FP8 ...") as status:
+        with stage(backend, q.device if backend == "hip" else None) as t:   # HIP events on the GPU
+            prepared = api.sage_prepare(q, k, v, smooth_k=args.smooth_k, backend=backend)
+        timings["prepare"] = t.seconds
         status.update(f"attention kernel: INT8 QK^T + FP8 PV WMMA over {args.S} keys "
                       f"(prepare took {timings['prepare']:.1f} s) ...")
-        t0 = time.perf_counter()
-        out = api.sage_attention_fwd(prepared, backend=backend, kernel=args.kernel)
-        timings["attention"] = time.perf_counter() - t0
+        with stage(backend, q.device if backend == "hip" else None) as t:
+            out = api.sage_attention_fwd(prepared, backend=backend, kernel=args.kernel)
+        timings["attention"] = t.seconds
         status.update("FP32 reference and BF16 SDPA ...")
         ref = reference.attention_fp32(q.cpu(), k.cpu(), v.cpu())
         sdpa = accuracy.bf16_sdpa(q.cpu(), k.cpu(), v.cpu())
@@ -94,23 +97,22 @@ def cmd_run(args) -> int:
     for col in ("stage", "symbol", "code object", "built from", "sha256"):
         prov.add_column(col, no_wrap=True)
     manifest = registry.manifest()["code_objects"]
-    for symbol, _ in launch_mod.launched[first_launch:]:
+    for symbol in [r.symbol for r in records]:
         kk = registry.find_symbol(symbol)
         prov.add_row(kk.op, symbol, f"{registry.hsaco_dir().name}/{kk.file}", manifest[kk.code_object]["source"],
                      kk.sha256[:12])
     console.print(prov)
     console.print(f"time: prepare {timings['prepare']:.2f} s, attention {timings['attention']:.2f} s "
-                  f"({'emulated on the CPU' if backend == 'emu' else 'on the GPU'})")
+                  f"({'emulated on the CPU' if backend == 'emu' else 'on the GPU, ' + t.clock})")
 
     if backend == "emu":
-        emu = get_backend("emu")
         counts = Table(title="emulated dynamic instruction counts (wave-instructions)")
         keys = ["WMMA", "VALU", "TRANS", "SALU", "LDS", "VMEM_LOAD", "VMEM_STORE", "SMEM", "BRANCH", "WAIT_OTHER",
                 "wave_instructions", "waves", "wall_s"]
         counts.add_column("kernel", no_wrap=True)
         for key in keys:
             counts.add_column(key, justify="right")
-        for symbol, st in emu.history[-(len(launch_mod.launched) - first_launch):]:
+        for symbol, st in [(r.symbol, r.result) for r in records]:
             counts.add_row(symbol, *[f"{st.get(key, 0):,}" if isinstance(st.get(key, 0), int) else f"{st.get(key):.2f}"
                                      for key in keys])
         console.print(counts)
@@ -133,8 +135,10 @@ def main(argv=None) -> int:
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--smooth-k", action="store_true")
         p.add_argument("--kernel", default=None, help="attention kernel variant (default: the manifest's default)")
-        p.add_argument("--backend", choices=("emu", "hip"), default=None)
+        p.add_argument("--backend", choices=BACKENDS, default=None)
     run.set_defaults(func=cmd_run)
+    from . import selftest
+    selftest.register(sub)
     args = ap.parse_args(argv)
     for name in ("B", "H", "S"):
         if getattr(args, name) < 1:

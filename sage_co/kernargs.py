@@ -1,7 +1,7 @@
 """Kernel argument structs, declared explicitly and packed by hand.
 
-Every shipped kernel has one KernargStruct: field name, kind and byte offset, written out in Python next
-to the host code that launches it. Before the first launch the declaration is compared with the code
+Every shipped kernel has one KernargStruct: field name, kind and byte offset, declared once in sage_co/abi.py
+(torch-free; the asm generator, the ops and tools/disasm_check.py all read it there). Before the first launch the declaration is compared with the code
 object's own metadata (`.args`: offset, size, value_kind, name) and a mismatch refuses to launch with
 both layouts side by side. tools/disasm_check.py runs the same comparison for every shipped kernel.
 
@@ -22,10 +22,6 @@ KINDS = {
     "u32": ("<I", 4, "by_value"),
     "f32": ("<f", 4, "by_value"),
 }
-
-
-# Every declared struct by kernel symbol; tools/disasm_check.py compares each with the shipped metadata.
-DECLARED: dict[str, "KernargStruct"] = {}
 
 
 class KernargMismatch(RuntimeError):
@@ -52,9 +48,8 @@ class Field:
 class KernargStruct:
     """An explicit kernarg layout. `size` is the end of the explicit arguments in bytes."""
 
-    def __init__(self, name: str, fields: list[Field], size: int, symbols: tuple[str, ...] = ()):
-        """`symbols`: the kernel symbols that take this struct (several kernels may share one layout)."""
-        self.name, self.fields, self.size, self.symbols = name, tuple(fields), size, tuple(symbols)
+    def __init__(self, name: str, fields: list[Field], size: int):
+        self.name, self.fields, self.size = name, tuple(fields), size
         end = 0
         for f in sorted(self.fields, key=lambda f: f.offset):
             if f.offset < end:
@@ -65,8 +60,6 @@ class KernargStruct:
         if len({f.name for f in self.fields}) != len(self.fields):
             raise ValueError(f"{name}: duplicate field names")
         self.by_name = {f.name: f for f in self.fields}
-        for key in (name, *self.symbols):
-            DECLARED[key] = self
 
     def pack(self, values: dict) -> bytes:
         """Pack {field name: value}; pointers are integer device addresses. Every field must be given."""

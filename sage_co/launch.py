@@ -1,34 +1,98 @@
 """Launch a shipped kernel on a backend. One interface for both backends:
 
-    launch(symbol, struct, grid, block, args, backend=...)
+    stats = launch(symbol, struct, grid, block, args, backend="emu", sanitize=True)
 
-`args` maps every kernarg field to a value: torch tensors for pointer fields (all on one device,
-contiguous), Python ints/floats for scalars. The kernarg bytes are packed from the explicit
-KernargStruct (sage_co.kernargs), which is checked against the code object's metadata before the first
-launch of each kernel. Grid counts workgroups (HIP module-launch semantics), block counts work-items.
+`args` maps every kernarg field to a value: torch tensors for pointer fields (all on one device, contiguous,
+16-byte aligned), Python ints/floats for scalars. The kernarg bytes are packed from the explicit KernargStruct
+(sage_co.kernargs), checked against the code object's metadata at the kernel's first launch. Grid counts
+workgroups (HIP module-launch semantics), block counts work-items. Keyword options go to the backend
+(emu: sanitize, lds_race_check, trace_wave); launch() returns the backend's result (emu: the run's statistics,
+hip: None, the kernel being enqueued on torch's current stream).
 
-Backends: "emu" runs the real code object on the CPU in sage_co.emu (CPU tensors are copied into
-emulator memory and the written ones copied back); "hip" runs it on a gfx1201 through hip-python's module
-API on torch's current stream.
+Host cost: everything that does not change between launches (manifest row, parsed code object, metadata
+check, a precompiled kernarg packer, the backend's module and function handles) is built once per kernel
+and kept in a KernelPlan; benchmarks/bench_launch_overhead.py measures what is left per launch.
+
+Backends (sage_co.backends.BACKENDS): "emu" runs the real code object on the CPU in sage_co.emu; "hip" runs
+it on a gfx1201 through hip-python's module API, bound to the HIP runtime torch loaded.
 """
 from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from . import registry
+from .backends import BACKENDS, backend_class
+from .backends.base import (POINTER_ALIGN, KernelLaunch, KernelPlan, Packer, device_arch, emu_device_problem,
+                            hip_device_problem)
 from .kernargs import KernargStruct
 
-BACKENDS = ("emu", "hip")
+__all__ = ["launch", "resolve_backend", "get_backend", "use_backend", "checked_kernel", "plan", "warmup",
+           "recording", "device_arch", "BACKENDS", "LaunchRecord"]
+
+_DEVICE_CHECKS = {"emu": emu_device_problem, "hip": hip_device_problem}
 _checked: set[tuple] = set()   # (symbol, sha256, declared layout) already compared with the metadata
-_backends: dict[str, object] = {}
-launched: list[tuple[str, str]] = []   # (symbol, backend) of every launch in this process, oldest first
+_plans: dict[tuple[str, int], KernelPlan] = {}
+_backends: dict[str, Any] = {}
+_lock = threading.Lock()
+# (symbol, backend) of the latest launches, newest last: bounded, so a long-running process never grows it.
+launched: collections.deque = collections.deque(maxlen=256)
+_recorders: list[list] = []
 
 
-def device_arch(device: torch.device) -> str | None:
-    """The bare gfx name of a torch GPU device on ROCm builds, else None. launcher_facts §3: split at ':'."""
-    if device.type != "cuda" or getattr(torch.version, "hip", None) is None:
-        return None
-    return torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
+@dataclass(frozen=True)
+class LaunchRecord:
+    """One launch seen by recording(): the backend's result and the kernarg bytes it handed the runtime."""
+    symbol: str
+    backend: str
+    grid: tuple
+    block: tuple
+    result: Any
+    kernarg_bytes: bytes | None
+    addresses: dict | None       # pointer field -> device address the kernargs hold
+
+
+@contextlib.contextmanager
+def recording():
+    """Collect a LaunchRecord for every launch inside the block (tools use this instead of global history)."""
+    records: list[LaunchRecord] = []
+    _recorders.append(records)
+    try:
+        yield records
+    finally:
+        _recorders.remove(records)
+
+
+def get_backend(name: str):
+    """The process's backend instance for `name` (created at first use)."""
+    be = _backends.get(name)
+    if be is None:
+        with _lock:
+            be = _backends.get(name)
+            if be is None:
+                be = _backends[name] = backend_class(name)()
+    return be
+
+
+def use_backend(name: str, instance) -> Any:
+    """Install `instance` as the backend `name` (tests: a hip backend on a stub runtime); returns the previous
+    one (None when none was created yet) so the caller can put it back."""
+    if name not in BACKENDS:
+        raise ValueError(f"backend={name!r}: expected one of {BACKENDS}")
+    previous = _backends.pop(name, None)
+    if instance is not None:
+        _backends[name] = instance
+    return previous
+
+
+def _device_problem(name: str, tensor: torch.Tensor) -> str | None:
+    be = _backends.get(name)
+    return be.device_problem(tensor) if be is not None else _DEVICE_CHECKS[name](tensor)
 
 
 def resolve_backend(tensor: torch.Tensor, backend: str | None) -> str:
@@ -36,11 +100,9 @@ def resolve_backend(tensor: torch.Tensor, backend: str | None) -> str:
     if backend is not None:
         if backend not in BACKENDS:
             raise ValueError(f"backend={backend!r}: expected one of {BACKENDS} or None (choose by tensor device)")
-        if backend == "emu" and tensor.device.type != "cpu":
-            raise ValueError(f"backend='emu' runs on CPU tensors; the inputs are on {tensor.device}")
-        if backend == "hip" and device_arch(tensor.device) != "gfx1201":
-            raise ValueError(f"backend='hip' needs tensors on a gfx1201 ROCm device; the inputs are on "
-                             f"{tensor.device} (arch {device_arch(tensor.device)})")
+        problem = _device_problem(backend, tensor)
+        if problem:
+            raise ValueError(problem)
         return backend
     if tensor.device.type == "cpu":
         return "emu"
@@ -49,19 +111,6 @@ def resolve_backend(tensor: torch.Tensor, backend: str | None) -> str:
         return "hip"
     raise ValueError(f"no sage-co backend for tensors on {tensor.device} (arch {arch}): sage-co runs on a gfx1201 "
                      "ROCm device (backend='hip') or on CPU tensors through the emulator (backend='emu')")
-
-
-def get_backend(name: str):
-    if name not in _backends:
-        if name == "emu":
-            from .backends.emu import EmuBackend
-            _backends[name] = EmuBackend()
-        elif name == "hip":
-            from .backends.hip import HipBackend
-            _backends[name] = HipBackend()
-        else:
-            raise ValueError(f"backend={name!r}: expected one of {BACKENDS}")
-    return _backends[name]
 
 
 def checked_kernel(symbol: str, struct: KernargStruct, arch: str = "gfx1201"):
@@ -75,33 +124,93 @@ def checked_kernel(symbol: str, struct: KernargStruct, arch: str = "gfx1201"):
     return shipped, co
 
 
-def _validate_geometry(grid, block, kernel_md: dict, symbol: str):
+def plan(symbol: str, struct: KernargStruct) -> KernelPlan:
+    """The cached KernelPlan of one kernel (built and checked against the metadata at first use)."""
+    key = (symbol, id(struct))
+    p = _plans.get(key)
+    if p is None or p.struct is not struct:
+        shipped, co = checked_kernel(symbol, struct)
+        kernel = co.kernel(symbol)
+        # clang names HIP pointer parameters "<name>.coerce"
+        read_only = frozenset(a.get(".name", "").removesuffix(".coerce") for a in kernel.explicit_args
+                              if a.get(".actual_access") == "read_only")
+        p = KernelPlan(symbol, shipped, co, kernel, struct, Packer(struct),
+                       frozenset(f.name for f in struct.fields if f.kind == "ptr"), read_only,
+                       int(kernel.metadata.get(".max_flat_workgroup_size", 1024)))
+        _plans[key] = p
+    return p
+
+
+def _check_geometry(grid, block, p: KernelPlan) -> tuple[tuple, tuple]:
+    grid, block = tuple(grid), tuple(block)
     for what, dims in (("grid", grid), ("block", block)):
-        if len(dims) != 3 or any((not isinstance(d, int)) or d < 1 for d in dims):
-            raise ValueError(f"{symbol}: {what} must be three positive ints, got {dims}")
+        if len(dims) != 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
+            raise ValueError(f"{p.symbol}: {what} must be three positive ints, got {dims}")
     threads = block[0] * block[1] * block[2]
-    limit = kernel_md.get(".max_flat_workgroup_size", 1024)
-    if threads > limit:
-        raise ValueError(f"{symbol}: block {block} has {threads} work-items, the kernel allows at most {limit}")
-    if grid[0] > 2**31 - 1 or grid[1] > 65536 or grid[2] > 65536:  # launcher_facts §4 CLR launch limits
-        raise ValueError(f"{symbol}: grid {grid} exceeds the HIP limits (x < 2^31, y and z <= 65536)")
+    if threads > p.max_threads:
+        raise ValueError(f"{p.symbol}: block {block} has {threads} work-items, the kernel allows at most "
+                         f"{p.max_threads}")
+    if grid[0] > 2**31 - 1 or grid[1] > 65536 or grid[2] > 65536:  # docs/rdna4.md §HIP runtime: CLR launch limits
+        raise ValueError(f"{p.symbol}: grid {grid} exceeds the HIP limits (x < 2^31, y and z <= 65536)")
+    return grid, block
 
 
-def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: dict, *, backend: str):
-    """Run one kernel to completion (emu) or enqueue it on the current stream (hip). Returns backend stats."""
-    shipped, co = checked_kernel(symbol, struct)
-    kernel = co.kernel(symbol)
-    _validate_geometry(tuple(grid), tuple(block), kernel.metadata, symbol)
-    tensors = {n: v for n, v in args.items() if isinstance(v, torch.Tensor)}
-    for name, t in tensors.items():
-        field = struct.by_name.get(name)
-        if field is None or field.kind != "ptr":
-            raise TypeError(f"{symbol}: argument {name!r} is a tensor but the kernarg field is "
-                            f"{field.kind if field else 'not declared'}")
-        if not t.is_contiguous():
-            raise ValueError(f"{symbol}: tensor argument {name!r} must be contiguous")
-    devices = {t.device for t in tensors.values()}
-    if len(devices) > 1:
-        raise ValueError(f"{symbol}: tensor arguments are on several devices {sorted(map(str, devices))}")
+def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: dict, *, backend: str,
+           **options):
+    """Run one kernel to completion (emu) or enqueue it on the current stream (hip); returns the backend's
+    result. Everything is checked before the backend sees the launch; a launch that fails is not recorded."""
+    be = get_backend(backend) if backend in BACKENDS else None
+    if be is None:
+        raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")
+    if options and not options.keys() <= be.options:
+        raise TypeError(f"launch(backend={backend!r}) got unknown option(s) {sorted(set(options) - be.options)}; "
+                        f"the {backend} backend takes {sorted(be.options)}")
+    p = plan(symbol, struct)
+    grid, block = _check_geometry(grid, block, p)
+    tensors, values, device = {}, {}, None
+    for name, value in args.items():
+        if isinstance(value, torch.Tensor):
+            if name not in p.pointer_fields:
+                field = struct.by_name.get(name)
+                raise TypeError(f"{symbol}: argument {name!r} is a tensor but the kernarg field is "
+                                f"{field.kind if field else 'not declared'}")
+            if not value.is_contiguous():
+                raise ValueError(f"{symbol}: tensor argument {name!r} must be contiguous")
+            ptr = value.data_ptr()
+            if ptr % POINTER_ALIGN:
+                raise ValueError(f"{symbol}: tensor argument {name!r} starts at {ptr:#x}, which is not "
+                                 f"{POINTER_ALIGN}-byte aligned (the kernels use {POINTER_ALIGN}-byte vector loads); "
+                                 "pass a tensor that owns its storage, e.g. t.clone()")
+            if device is None:
+                device = value.device
+            elif value.device != device:
+                devices = sorted({str(t.device) for t in (*tensors.values(), value)})
+                raise ValueError(f"{symbol}: tensor arguments are on several devices {devices}")
+            tensors[name] = value
+            values[name] = ptr
+        else:
+            values[name] = value
+    kl = KernelLaunch(p, grid, block, args, tensors, values, options)
+    result = be.run(kl)
     launched.append((symbol, backend))
-    return get_backend(backend).run(shipped, co, kernel, struct, tuple(grid), tuple(block), args)
+    if _recorders:
+        addresses = kl.addresses if kl.addresses is not None else {n: values[n] for n in tensors}
+        rec = LaunchRecord(symbol, backend, grid, block, result, kl.kernarg_bytes, addresses)
+        for r in _recorders:
+            r.append(rec)
+    return result
+
+
+def warmup(backend: str = "hip", device: torch.device | str | int | None = None, symbols=None) -> None:
+    """Load every shipped kernel (or those named in `symbols`) on `device` now, so no later launch loads a
+    module: call it before capturing a HIP graph (loading a module during stream capture fails on HIP), or to
+    keep first-call latency out of a timed region."""
+    from .abi import struct_for
+    shipped = registry.kernels()
+    wanted = [k for k in shipped if symbols is None or k.symbol in set(symbols)]
+    unknown = sorted(set(symbols or ()) - {k.symbol for k in shipped})
+    if unknown:
+        raise LookupError(f"warmup: no shipped kernel named {unknown}")
+    if device is not None and not isinstance(device, torch.device):
+        device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    get_backend(backend).warmup([plan(k.symbol, struct_for(k.op)) for k in wanted], device)

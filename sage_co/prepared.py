@@ -8,9 +8,7 @@ from typing import NamedTuple
 
 import torch
 
-HEAD_DIM = 128
-SCALE_BLOCK = 32  # tokens per Q/K scale (docs/numerics.md §Q)
-PAD = 64  # S is padded to a multiple of the attention kernel's key/query tile
+from .abi import HEAD_DIM, PAD, SCALE_BLOCK, s_pad  # noqa: F401  (re-exported: the one definition is sage_co/abi.py)
 
 
 class SagePrepared(NamedTuple):
@@ -22,11 +20,6 @@ class SagePrepared(NamedTuple):
     v_fp8: torch.Tensor  # [B, H, 128, S_pad] float8_e4m3fn (V transposed)
     v_scale: torch.Tensor  # [B, H, 128] fp32
     seq_len: int  # S, the number of valid tokens
-
-
-def s_pad(S: int) -> int:
-    """S rounded up to a multiple of 64; rows/columns past S are zero in every prepared tensor."""
-    return (S + PAD - 1) // PAD * PAD
 
 
 def expected_shapes(B: int, S: int, H: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:

@@ -37,28 +37,72 @@ class ShippedKernel:
     code_object: str          # manifest key, e.g. "gfx1201_sage_prepare"
     file: str                 # relative to hsaco/, e.g. "gfx1201/gfx1201_sage_prepare.co"
     sha256: str
+    keys: tuple[tuple[str, object], ...] = ()   # the row's key columns beyond op/variant (head_dim, rope_dim, ...)
+
+    def key(self, name: str):
+        return dict(self.keys).get(name)
+
+
+# Columns of a manifest `provides` row that are not lookup keys.
+_NOT_KEYS = ("op", "variant", "symbol")
 
 
 def kernels() -> list[ShippedKernel]:
+    return list(_kernels())
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels() -> tuple[ShippedKernel, ...]:
+    """Parsed once per process (the manifest is package data): launches look kernels up on every call."""
     out = []
     for name, co in sorted(manifest()["code_objects"].items()):
         for p in co.get("provides", []):
-            out.append(ShippedKernel(p["op"], p["variant"], co["arch"], p["symbol"], name, co["file"], co["sha256"]))
-    return out
+            keys = tuple(sorted((k, v) for k, v in p.items() if k not in _NOT_KEYS))
+            out.append(ShippedKernel(p["op"], p["variant"], co["arch"], p["symbol"], name, co["file"], co["sha256"],
+                                     keys))
+    return tuple(out)
 
 
-def find(op: str, variant: str | None = None, arch: str = "gfx1201") -> ShippedKernel:
-    """The kernel serving `op`. `variant` None picks DEFAULT_VARIANT[op] when shipped, else the first listed."""
-    rows = [k for k in kernels() if k.op == op and k.arch == arch]
+_found: dict[tuple, ShippedKernel] = {}
+
+
+def find(op: str, variant: str | None = None, arch: str = "gfx1201", **keys) -> ShippedKernel:
+    """The one kernel serving `op` whose manifest key columns equal `keys` (e.g. head_dim=128, out_dtype="bf16",
+    rope_dim=0). `variant` None picks DEFAULT_VARIANT[op] when shipped, else the only variant there is.
+    Every key column the op's rows carry must be given (or be the same on every row); a miss or an ambiguous
+    match is a LookupError listing what is shipped. Answers are cached (ops look their kernels up per call)."""
+    cache_key = (op, variant, arch, tuple(sorted(keys.items())))
+    hit = _found.get(cache_key)
+    if hit is None:
+        hit = _found[cache_key] = _find(op, variant, arch, keys)
+    return hit
+
+
+def _find(op: str, variant: str | None, arch: str, keys: dict) -> ShippedKernel:
+    rows = [k for k in _kernels() if k.op == op and k.arch == arch]
     if not rows:
-        raise LookupError(f"no shipped kernel for op {op!r} on {arch}; shipped ops: {sorted({k.op for k in kernels()})}")
+        raise LookupError(f"no shipped kernel for op {op!r} on {arch}; shipped ops: {sorted({k.op for k in _kernels()})}")
+    variants = sorted({k.variant for k in rows})
     if variant is None:
         preferred = DEFAULT_VARIANT.get(op)
-        variant = preferred if preferred in {k.variant for k in rows} else rows[0].variant
-    for k in rows:
-        if k.variant == variant:
-            return k
-    raise LookupError(f"op {op!r} on {arch} has no variant {variant!r}; available: {sorted(k.variant for k in rows)}")
+        variant = preferred if preferred in variants else variants[0] if len(variants) == 1 else None
+        if variant is None:
+            raise LookupError(f"op {op!r} has variants {variants} and no default: pass variant=")
+    if variant not in variants:
+        raise LookupError(f"op {op!r} on {arch} has no variant {variant!r}; available: {variants}")
+    rows = [k for k in rows if k.variant == variant]
+    columns = sorted({c for k in rows for c, _ in k.keys})
+    unknown = sorted(set(keys) - set(columns))
+    if unknown:
+        raise LookupError(f"op {op!r}: unknown key(s) {unknown}; the manifest's key columns are {columns}")
+    match = [k for k in rows if all(k.key(c) == v for c, v in keys.items())]
+    if len(match) == 1:
+        return match[0]
+    table = ", ".join("{" + ", ".join(f"{c}={v!r}" for c, v in k.keys) + "}" for k in rows)
+    if not match:
+        raise LookupError(f"op {op!r} variant {variant!r} has no kernel with {keys}; shipped: {table}")
+    raise LookupError(f"op {op!r} variant {variant!r}: {keys} matches {len(match)} kernels "
+                      f"({[k.symbol for k in match]}); give the other key columns too: {columns}")
 
 
 # Ops with several implementations: which one serves by default (the others stay selectable).
@@ -66,7 +110,7 @@ DEFAULT_VARIANT = {"sage_attention_fwd": "asm"}
 
 
 def find_symbol(symbol: str, arch: str = "gfx1201") -> ShippedKernel:
-    for k in kernels():
+    for k in _kernels():
         if k.symbol == symbol and k.arch == arch:
             return k
     raise LookupError(f"no shipped kernel symbol {symbol!r} for {arch}")

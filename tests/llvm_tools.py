@@ -1,4 +1,6 @@
-"""The repo's build tools for tests: build_asm (LLVM discovery), and a skip marker for tests that need LLVM."""
+"""The one LLVM discovery for all tests (build_asm.find_llvm: $SAGE_CO_LLVM, PATH, /usr/lib/llvm-*), a skip marker
+for tests that need it, and the build helpers the tests share."""
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,3 +20,46 @@ except build_asm.BuildError as exc:
     LLVM, WHY_NO_LLVM = None, str(exc).splitlines()[0]
 
 needs_llvm = pytest.mark.skipif(LLVM is None, reason=f"no LLVM with gfx1201 support (clang >= 19 + ld.lld): {WHY_NO_LLVM}")
+TARGET = ["--target=amdgcn-amd-amdhsa", "-mcpu=gfx1201"]
+
+
+def tool(name: str) -> str:
+    """Path of an LLVM tool (clang, ld.lld, llvm-mc, llvm-objdump) of the discovered LLVM."""
+    if LLVM is None:
+        pytest.skip(f"no LLVM: {WHY_NO_LLVM}")
+    return str(LLVM.tool(name)) if name != "clang" else str(LLVM.clang)
+
+
+def run(cmd) -> subprocess.CompletedProcess:
+    res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    if res.returncode:
+        raise AssertionError(f"{' '.join(map(str, cmd))} failed:\n{res.stderr}")
+    return res
+
+
+def assemble_co(src: Path, out_dir: Path, extra=()) -> bytes:
+    """A .s file -> linked code object bytes (clang -c, ld.lld -shared)."""
+    obj, co = out_dir / (src.stem + ".o"), out_dir / (src.stem + ".co")
+    run([tool("clang"), *TARGET, "-c", *extra, src, "-o", obj])
+    run([tool("ld.lld"), "-shared", obj, "-o", co])
+    return co.read_bytes()
+
+
+def hip_co(src: Path, out: Path, extra=("-O3",)) -> bytes:
+    """A headers-free .hip file -> device code object bytes."""
+    run([tool("clang"), "-x", "hip", "--offload-arch=gfx1201", "--cuda-device-only", "-nogpulib", "-nogpuinc",
+         "--no-gpu-bundle-output", *extra, src, "-o", out])
+    return out.read_bytes()
+
+
+def assemble_text(asm: str, tmp: Path) -> bytes:
+    """Instruction lines (no directives) -> their machine code (.text of an llvm-mc object)."""
+    from sage_co.emu.disasm import text_and_symbols
+    src, obj = tmp / "snippet.s", tmp / "snippet.o"
+    src.write_text(asm + "\n")
+    run([tool("llvm-mc"), "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1201", "-filetype=obj", src, "-o", obj])
+    return text_and_symbols(obj.read_bytes())[0]
+
+
+def objdump(path: Path, *extra) -> str:
+    return run([tool("llvm-objdump"), "-d", "--mcpu=gfx1201", *extra, path]).stdout

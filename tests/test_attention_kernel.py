@@ -223,9 +223,8 @@ def test_lds_double_buffer_has_no_race(kernel):
                 v_scale=p.v_scale, out=out, lse=lse, seq_len=p.seq_len, seq_pad=S_pad, num_heads=H,
                 flags=attention.FLAG_LSE | attention.FLAG_SMOOTH_K)
     symbol = registry.find(attention.OP, kernel).symbol
-    shipped, co = launcher.checked_kernel(symbol, attention.ATTENTION_FWD_ARGS)
-    launcher.get_backend("emu").run(shipped, co, co.kernel(symbol), attention.ATTENTION_FWD_ARGS, attention.grid(p),
-                                    attention.BLOCK, args, sanitize=True, lds_race_check=True)
+    launcher.launch(symbol, attention.ATTENTION_FWD_ARGS, attention.grid(p), attention.BLOCK, args, backend="emu",
+                    sanitize=True, lds_race_check=True)
     ref_out, ref_lse = reference.sage_attention_model(p, return_lse=True)
     assert _rel_l2(out, ref_out) <= MODEL_REL_L2
     assert torch.isfinite(lse).all()

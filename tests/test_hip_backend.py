@@ -4,22 +4,34 @@ The emulator executes the same code objects bit for bit, and the emulator result
 reference in tests/test_prepare.py and tests/test_attention_*.py; so here every GPU result must equal the
 emulator's result of the same inputs bit for bit (prepare: all fields, k_mean included since the kernel's
 summation order is the same on both; attention: out and LSE), plus the accuracy contract, a non-default
-stream, and validation on GPU tensors."""
+stream, another device than the current one, graph capture after warm-up, and validation on GPU tensors.
+Every test allocates on a gfx1201 explicitly (DEVICE), never on torch's default device, which may be another GPU."""
 import pytest
 import torch
 
 import sage_co
-from sage_co import accuracy, reference
+from sage_co import accuracy, launch, reference
+from sage_co.backends.base import device_arch
 
 pytestmark = pytest.mark.gfx1201
 
 
-def qkv(B, S, H, seed=0, device="cuda"):
+def gfx1201_devices() -> list[int]:
+    if getattr(torch.version, "hip", None) is None or not torch.cuda.is_available():
+        return []
+    return [i for i in range(torch.cuda.device_count()) if device_arch(torch.device("cuda", i)) == "gfx1201"]
+
+
+DEVICES = gfx1201_devices()
+DEVICE = f"cuda:{DEVICES[0]}" if DEVICES else "cuda"
+
+
+def qkv(B, S, H, seed=0, device=DEVICE):
     g = torch.Generator().manual_seed(seed)
     return tuple(torch.randn(B, S, H, 128, generator=g).to(torch.bfloat16).to(device) for _ in range(3))
 
 
-def norm_rope(S, rope_dim, seed=1, device="cuda"):
+def norm_rope(S, rope_dim, seed=1, device=DEVICE):
     g = torch.Generator().manual_seed(seed)
     w = [(1 + 0.1 * torch.randn(128, generator=g)).to(torch.bfloat16).to(device) for _ in range(2)]
     ang = torch.arange(S)[:, None] * torch.linspace(0.01, 1, rope_dim)[None]
@@ -85,13 +97,55 @@ def test_attention_contract_long_sequence(kernel):
 def test_non_default_stream():
     q, k, v = qkv(1, 300, 2)
     base = sage_co.sage_attention(q, k, v)
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
+    torch.cuda.synchronize(DEVICE)
+    stream = torch.cuda.Stream(DEVICE)
+    stream.wait_stream(torch.cuda.current_stream(DEVICE))
     with torch.cuda.stream(stream):
         out = sage_co.sage_attention(q, k, v)
     stream.synchronize()
     assert same_bits(out, base)
+
+
+@pytest.mark.parametrize("index", DEVICES or [0])
+def test_every_gfx1201_device_while_another_is_current(index):
+    """Modules load per device and HIP needs the stream's device current: run on device `index` with a
+    different device current (when there is a second device), and the caller's current device is kept."""
+    others = [i for i in range(torch.cuda.device_count()) if i != index]
+    current = others[0] if others else index
+    q, k, v = qkv(1, 100, 2, device=f"cuda:{index}")
+    with torch.cuda.device(current):
+        out = sage_co.sage_attention(q, k, v)
+        assert torch.cuda.current_device() == current
+    eo = sage_co.sage_attention(q.cpu(), k.cpu(), v.cpu(), backend="emu")
+    assert out.device == q.device and same_bits(out, eo)
+
+
+def test_graph_capture_after_warmup():
+    q, k, v = qkv(1, 128, 2)
+    prepared = sage_co.sage_prepare(q, k, v)
+    launch.warmup("hip", device=torch.device(DEVICE))
+    eager = sage_co.sage_attention_fwd(prepared)
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream(DEVICE)
+    stream.wait_stream(torch.cuda.current_stream(DEVICE))
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        captured = sage_co.sage_attention_fwd(prepared)
+    graph.replay()
+    torch.cuda.synchronize(DEVICE)
+    assert same_bits(captured, eager)
+
+
+def test_inputs_at_an_odd_offset_are_copied_by_prepare():
+    """The kernels use 16-byte vector loads: prepare copies an input view that does not start on a 16-byte
+    boundary into an aligned buffer (launch() itself refuses such a pointer: tests/test_hip_stub.py)."""
+    q, k, v = qkv(1, 64, 1)
+    flat = torch.empty(q.numel() + 8, dtype=q.dtype, device=DEVICE)
+    q_odd = flat[1:1 + q.numel()].view(q.shape)
+    q_odd.copy_(q)
+    assert q_odd.data_ptr() % 16 != 0
+    a, b = sage_co.sage_prepare(q, k, v), sage_co.sage_prepare(q_odd, k, v)
+    for name in ("q_int8", "q_scale"):
+        assert same_bits(getattr(a, name), getattr(b, name)), name
 
 
 def test_validation_on_gpu_tensors():

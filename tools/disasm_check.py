@@ -1,28 +1,29 @@
 #!/usr/bin/env python3
-"""ABI regression check for every shipped code object (maintainers' tool; uses LLVM's llvm-objdump).
+"""ABI regression check for every shipped code object (maintainers' tool; decodes with sage_co.emu, no LLVM needed).
 
     python tools/disasm_check.py             # check snapshots, kernarg declarations, lint; print the mix
-    python tools/disasm_check.py --update    # rewrite tools/abi/<code object>.json from the shipped .co files
     python tools/disasm_check.py --co X.co   # lint / mix of one arbitrary code object (no snapshot)
 
-1. Snapshot: per kernel the kernarg layout, LDS, VGPRs, wave32, denorm/round modes, code-object version and
-   the descriptor words, compared with the checked-in tools/abi/<name>.json; drift prints a diff, exit 1.
-2. Kernarg declarations: the Python KernargStruct of every shipped symbol (sage_co.ops.*) against the
-   code object's metadata, the same comparison the launcher makes before a first launch.
-3. Lint of the llvm-objdump disassembly for the gfx12 rules of docs/rdna4.md §Hazards:
+1. Snapshot: per kernel the kernarg layout, LDS, VGPRs, wave32, denorm/round modes and the descriptor words
+   (build_asm.kernel_snapshot) of the shipped bytes, compared with the one checked-in snapshot, the `kernels`
+   section of hsaco/manifest.json; drift prints a diff, exit 1. An intended ABI change is accepted by
+   rebuilding (python build_asm.py) and reviewing the manifest diff.
+2. Kernarg declarations: the struct of every shipped symbol (sage_co/abi.py, found by the symbol's op in the
+   manifest) against the code object's metadata, the same comparison the launcher makes before a first launch.
+   Runs without torch (sage_co.abi and sage_co.codeobj are torch-free).
+3. Lint of the decoded instructions (sage_co.emu.decode + sage_co.emu.facts) for the gfx12 rules of
+   docs/rdna4.md §Hazards:
    wmma-operand-hazard (a WMMA reading the previous WMMA's D as A/B with no VALU between; rule 1),
    wmma-overlap (D overlapping A or B; rule 2), valu-sgpr-hazard (an SGPR read by a VALU, rewritten by an
-   SALU, then read again without s_wait_alu depctr_sa_sdst(0); rule 3), legacy-barrier (s_barrier is
-   rejected on gfx12), barrier-without-dscnt (LDS stores in flight at s_barrier_signal; rule 8), scratch
-   (any private segment or scratch_* access).
-4. Instruction mix per kernel in the emulator's instruction classes (CLASSES), printed with rich.
+   SALU, then read again without s_wait_alu depctr_sa_sdst(0); rule 3), barrier-without-dscnt (LDS stores in flight at s_barrier_signal; rule 8), scratch
+   (any private segment or scratch_* access), vopd-illegal (docs/rdna4.md §Throughput VOPD rules).
+4. Instruction mix per kernel in the emulator's instruction classes (sage_co.emu.facts.CLASSES), printed with rich.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import re
-import subprocess
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -31,43 +32,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from build_asm import BuildError, find_llvm  # noqa: E402
-from sage_co import codeobj  # noqa: E402
+from build_asm import kernel_snapshot  # noqa: E402
+from sage_co import abi, codeobj  # noqa: E402
+from sage_co.emu.decode import Inst, decode  # noqa: E402
+from sage_co.emu.facts import CLASSES, class_of, facts, vopd_problem  # noqa: E402,F401
+from sage_co.emu.text import inst_text  # noqa: E402
 
-SNAPSHOT_DIR = ROOT / "tools" / "abi"
 HSACO = ROOT / "hsaco"
 
-TRANS_PREFIXES = ("v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_")
-# Instruction classes, named like the emulator's run statistics (sage_co/emu/executor.py) so static mixes and
-# dynamic counts line up (tools/perf_model.py uses both).
-CLASSES = ("WMMA", "VALU", "TRANS", "SALU", "VMEM_LOAD", "VMEM_STORE", "LDS", "SMEM", "BRANCH", "WAIT_OTHER")
+# Instruction classes, reads/writes, TRANS and VOPD legality come from sage_co.emu.facts (the emulator's statistics
+# and sanitizer use the same layer), so static mixes and dynamic counts line up.
 
 
 # ------------------------------------------------------------------------------------------ snapshot
 def snapshot(co: codeobj.CodeObject) -> dict:
-    out = {"code_object_version": co.code_object_version, "arch": co.arch, "kernels": {}}
-    for name, k in sorted(co.kernels.items()):
-        d, md = k.descriptor, k.metadata
-        out["kernels"][name] = {
-            "kernarg_segment_size": md.get(".kernarg_segment_size"),
-            "args": [[a[".offset"], a[".size"], a[".value_kind"], a.get(".name", "")] for a in k.args],
-            "lds_bytes": d.group_segment_fixed_size,
-            "private_bytes": d.private_segment_fixed_size,
-            "vgpr_count": md.get(".vgpr_count"),
-            "descriptor_vgprs": d.vgpr_count,
-            "wave32": bool(d.wavefront_size32),
-            "float_denorm_mode_32": d.float_denorm_mode_32,
-            "float_denorm_mode_16_64": d.float_denorm_mode_16_64,
-            "float_round_mode_32": d.float_round_mode_32,
-            "float_round_mode_16_64": d.float_round_mode_16_64,
-            "user_sgpr_count": d.user_sgpr_count,
-            "workgroup_ids": [d.enable_sgpr_workgroup_id_x, d.enable_sgpr_workgroup_id_y, d.enable_sgpr_workgroup_id_z],
-            "workitem_ids": d.enable_vgpr_workitem_id,
-            "max_flat_workgroup_size": md.get(".max_flat_workgroup_size"),
-            "descriptor": {"rsrc1": f"0x{d.rsrc1:08x}", "rsrc2": f"0x{d.rsrc2:08x}", "rsrc3": f"0x{d.rsrc3:08x}",
-                           "kernel_code_properties": f"0x{d.kernel_code_properties:04x}"},
-        }
-    return out
+    """{kernel name: its ABI snapshot} as hsaco/manifest.json records it (build_asm.kernel_snapshot)."""
+    return {name: kernel_snapshot(k) for name, k in sorted(co.kernels.items())}
 
 
 def diff_snapshot(old, new, path="") -> list[str]:
@@ -89,8 +69,9 @@ def diff_snapshot(old, new, path="") -> list[str]:
 @dataclass(frozen=True)
 class Line:
     addr: int                       # byte offset inside .text
-    mnemonic: str
+    mnemonic: str                   # as llvm-objdump prints it (with _e32/_e64/_dpp)
     operands: str
+    inst: Inst | None = None        # the emulator's decoded instruction (None for text parsed from llvm-objdump)
 
     @property
     def text(self) -> str:
@@ -101,7 +82,7 @@ _LINE = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(.*?)\s*//\s*([0-9A-Fa-f]+):")
 
 
 def parse_objdump(text: str) -> dict[str, list[Line]]:
-    """llvm-objdump -d output -> instructions per function symbol."""
+    """llvm-objdump -d output -> instructions per function symbol (the LLVM cross-check of `disassemble`)."""
     funcs: dict[str, list[Line]] = {}
     current = None
     for raw in text.splitlines():
@@ -115,80 +96,61 @@ def parse_objdump(text: str) -> dict[str, list[Line]]:
     return funcs
 
 
-def disassemble(path: Path, llvm) -> dict[str, list[Line]]:
-    """llvm-objdump -d, split per function symbol."""
-    out = subprocess.run([str(llvm.tool("llvm-objdump")), "-d", "--mcpu=gfx1201", str(path)],
-                         capture_output=True, text=True, check=True).stdout
-    return parse_objdump(out)
-
-
-_REG = re.compile(r"\b([vs])(?:\[(\d+):(\d+)\]|(\d+)(?!\w))")
-
-
-def regs(operand: str, kind: str) -> set[int]:
-    """Register numbers of one operand string, e.g. 'v[8:15]' -> {8..15}."""
-    out = set()
-    for m in _REG.finditer(operand):
-        if m.group(1) != kind:
-            continue
-        lo = int(m.group(2) if m.group(2) is not None else m.group(4))
-        hi = int(m.group(3)) if m.group(3) is not None else lo
-        out.update(range(lo, hi + 1))
+def decode_lines(code: bytes, base: int = 0) -> list[Line]:
+    """Decoded instructions of a code blob as Lines (text exactly as llvm-objdump prints it)."""
+    out = []
+    for inst in decode(code, base):
+        mnem, _, ops = inst_text(inst).partition(" ")
+        out.append(Line(inst.offset, mnem, ops.strip(), inst))
     return out
 
 
-def split_operands(operands: str) -> list[str]:
-    parts, depth, cur = [], 0, ""
-    for ch in operands:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        parts.append(cur.strip())
-    # drop trailing modifiers glued to the last operand ("0 neg_lo:[1,1,0]")
-    if parts:
-        parts[-1] = parts[-1].split(" ")[0]
-    return parts
+def disassemble(path: Path) -> dict[str, list[Line]]:
+    """Instructions per kernel symbol, decoded by the emulator's decoder (sage_co.emu; LLVM is the cross-check in
+    tests/test_disasm_check.py)."""
+    co = codeobj.read(path.read_bytes(), str(path), arch=None)
+    lines = decode_lines(co.text, co.text_addr)
+    entries = sorted(k.entry for k in co.kernels.values()) + [len(co.text)]
+    funcs = {}
+    for name, k in co.kernels.items():
+        end = k.entry + k.code_size if k.code_size else next(e for e in entries if e > k.entry)
+        lo, hi = co.text_addr + k.entry, co.text_addr + end
+        funcs[name] = [ln for ln in lines if lo <= ln.addr < hi]
+    return funcs
 
 
-def classify(mnemonic: str) -> str:
-    m = mnemonic
-    if m.startswith(("v_wmma", "v_swmmac")):
-        return "WMMA"
-    if m.startswith(TRANS_PREFIXES):
-        return "TRANS"
-    if m.startswith(("global_load", "buffer_load", "flat_load", "scratch_load", "global_atomic", "buffer_atomic",
-                     "global_inv")):
-        return "VMEM_LOAD"
-    if m.startswith(("global_store", "buffer_store", "flat_store", "scratch_store", "global_wb")):
-        return "VMEM_STORE"
-    if m.startswith("ds_"):
-        return "LDS"
-    if m.startswith(("s_load", "s_buffer_load", "s_prefetch")):
-        return "SMEM"
-    if m.startswith(("s_branch", "s_cbranch", "s_setpc", "s_swappc", "s_endpgm")):
-        return "BRANCH"
-    if m.startswith(("s_wait", "s_barrier", "s_nop", "s_delay_alu", "s_sleep", "s_sendmsg", "s_setprio",
-                     "s_code_end", "s_clause", "s_icache")):
-        return "WAIT_OTHER"
-    if m.startswith("s_"):
-        return "SALU"
-    if m.startswith("v_"):
-        return "VALU"
-    raise ValueError(f"instruction {mnemonic!r}: no class (expected v_*, s_*, ds_*, global_*, buffer_*, ...)")
+def bare(mnemonic: str) -> str:
+    for suf in ("_e64_dpp", "_e32", "_e64", "_dpp"):
+        if mnemonic.endswith(suf):
+            return mnemonic[:-len(suf)]
+    return mnemonic
 
 
-def is_valu(mnemonic: str) -> bool:
-    return classify(mnemonic) in ("VALU", "TRANS")
+def classify(mnemonic: str, operands: str = "") -> str:
+    """Class of an instruction given as text (sage_co.emu.facts.class_of; an atomic prints TH_ATOMIC_RETURN when it
+    returns data)."""
+    return class_of(bare(mnemonic), returns="TH_ATOMIC_RETURN" in operands)
+
+
+def line_facts(ln: Line):
+    if ln.inst is None:
+        raise ValueError(f"0x{ln.addr:x}: {ln.text}: no decoded instruction (lint runs on disassemble()'s Lines)")
+    return facts(ln.inst)
 
 
 # ------------------------------------------------------------------------------------------ lint
+LDS_WRITES = ("ds_store", "ds_write", "ds_add", "ds_sub", "ds_rsub", "ds_inc", "ds_dec", "ds_min", "ds_max",
+              "ds_and", "ds_or", "ds_xor", "ds_mskor", "ds_cmpstore", "ds_cond_sub", "ds_condxchg")
+DS_WAITS = {"s_wait_dscnt": lambda v: v & 0x3F, "s_wait_loadcnt_dscnt": lambda v: v & 0x3F,
+            "s_wait_storecnt_dscnt": lambda v: v & 0x3F}       # docs/rdna4.md §Waits: imm = cnt << 8 | dscnt
+DEPCTR_SA_SDST = 0x1        # s_wait_alu field sa_sdst (bit 0): depctr_sa_sdst(0) clears it (docs/rdna4.md §Hazards 3)
+
+
+def _hazard_sgprs(keys) -> set[int]:
+    """SGPRs of rule 3 (s0-s105 and vcc_lo/hi) among register keys."""
+    return {n for k, n in keys if k == "s" and n <= 107}
+
+
 def lint(lines: list[Line], kernel: codeobj.Kernel | None = None) -> list[str]:
     problems = []
     prev_wmma_d: set[int] | None = None     # D of the last WMMA while no VALU has issued since
@@ -199,107 +161,91 @@ def lint(lines: list[Line], kernel: codeobj.Kernel | None = None) -> list[str]:
         problems.append(f"scratch: kernel {kernel.name} uses a private segment "
                         f"({kernel.descriptor.private_segment_fixed_size} bytes)")
     for ln in lines:
-        m, ops = ln.mnemonic, split_operands(ln.operands)
+        fx = line_facts(ln)
+        m, simm = fx.name, ln.inst.f.get("simm16", 0) & 0xFFFF
+        is_valu = fx.cls in ("VALU", "TRANS")
         where = f"0x{ln.addr:x}: {ln.text}"
-        if m.startswith(("v_wmma", "v_swmmac")) and len(ops) >= 3:
-            d, a, b = regs(ops[0], "v"), regs(ops[1], "v"), regs(ops[2], "v")
+        if fx.cls == "WMMA":
+            d, a, b = fx.vgprs("vdst"), fx.vgprs("src0"), fx.vgprs("src1")
             if d & (a | b):
                 problems.append(f"wmma-overlap: D overlaps A/B (docs/rdna4.md §Hazards rule 2) at {where}")
-            idx = regs(ops[3], "v") if m.startswith("v_swmmac") and len(ops) > 3 else set()
+            idx = fx.vgprs("src2") if m.startswith("v_swmmac") else set()
             if prev_wmma_d is not None and prev_wmma_d & (a | b | idx):
                 problems.append(f"wmma-operand-hazard: reads the previous WMMA's result as A/B with no VALU between "
                                 f"(docs/rdna4.md §Hazards rule 1; insert v_nop) at {where}")
             prev_wmma_d = d
-        elif is_valu(m):
+        elif is_valu:
             prev_wmma_d = None
-        if m == "s_barrier":
-            problems.append(f"legacy-barrier: s_barrier is rejected on gfx12; use s_barrier_signal -1 / "
-                            f"s_barrier_wait -1 at {where}")
-        if m.startswith("ds_store") or (m.startswith("ds_") and ("write" in m or m.startswith(("ds_add", "ds_max", "ds_min")))):
+        if ln.inst.enc == "VOPD":
+            why = vopd_problem(ln.inst)
+            if why is not None:
+                problems.append(f"vopd-illegal: {why} (docs/rdna4.md §Throughput VOPD rules) at {where}")
+        if fx.cls == "LDS" and m.startswith(LDS_WRITES):
             lds_stores_pending = True
-        if m in ("s_wait_dscnt", "s_wait_loadcnt_dscnt", "s_wait_storecnt_dscnt", "s_wait_idle"):
-            value = ops[0] if ops else "0"
-            try:
-                n = int(value, 0)
-                dscnt = n & 0x3F if m != "s_wait_dscnt" else n
-            except ValueError:
-                dscnt = 0
-            if dscnt == 0 or m == "s_wait_idle":
-                lds_stores_pending = False
+        if m == "s_wait_idle" or (m in DS_WAITS and DS_WAITS[m](simm) == 0):
+            lds_stores_pending = False
         if m == "s_barrier_signal" and lds_stores_pending:
             problems.append(f"barrier-without-dscnt: LDS stores may be in flight at the barrier; add s_wait_dscnt 0x0 "
                             f"before it (docs/rdna4.md §Hazards rule 8) at {where}")
         if m.startswith("scratch_"):
             problems.append(f"scratch: scratch access at {where}")
-        # VALU-read-SGPR hazard (rule 3): VALU reads s_x, SALU rewrites s_x, VALU/SALU reads s_x again
-        if m == "s_wait_alu" and ("depctr_sa_sdst(0)" in ln.operands or ln.operands.strip() in ("0", "0x0")):
+        # VALU-read-SGPR hazard (rule 3): VALU reads s_x, SALU rewrites s_x, VALU reads s_x again
+        if m == "s_wait_alu" and not simm & DEPCTR_SA_SDST:
             salu_rewritten.clear()
-        if classify(m) in ("SMEM", "VMEM_LOAD", "VMEM_STORE"):
+        if fx.cls in ("SMEM", "VMEM_LOAD", "VMEM_STORE"):
             sgpr_read_by_valu.clear()
             salu_rewritten.clear()
-        srcs = ops[1:] if ops else []
-        if m.startswith(("s_cmp", "s_bitcmp")):
-            srcs = ops
-        read_sgprs = set().union(*(regs(o, "s") for o in srcs)) if srcs else set()
-        if salu_rewritten & read_sgprs and is_valu(m):
+        read_sgprs = _hazard_sgprs(fx.reads)
+        if salu_rewritten & read_sgprs and is_valu:
             hit = sorted(salu_rewritten & read_sgprs)
             problems.append(f"valu-sgpr-hazard: s{hit[0]} was read by a VALU, rewritten by an SALU and is read again "
                             f"without s_wait_alu depctr_sa_sdst(0) (docs/rdna4.md §Hazards rule 3) at {where}")
             salu_rewritten -= set(hit)
-        if is_valu(m):
+        if is_valu:
             sgpr_read_by_valu |= read_sgprs
-        elif classify(m) == "SALU" and ops and not m.startswith(("s_cmp", "s_bitcmp")):
-            written = regs(ops[0], "s")
-            salu_rewritten |= written & sgpr_read_by_valu
+        elif fx.cls == "SALU":
+            salu_rewritten |= _hazard_sgprs(fx.writes) & sgpr_read_by_valu
     return problems
 
 
 def instruction_mix(lines: list[Line]) -> Counter:
-    return Counter(classify(ln.mnemonic) for ln in lines if ln.mnemonic != "s_code_end")
+    return Counter(line_facts(ln).cls for ln in lines if ln.mnemonic != "s_code_end")
 
 
 # ------------------------------------------------------------------------------------------ main
-def kernarg_declarations() -> dict:
-    """Every KernargStruct the package declares (importing the ops modules registers them)."""
-    import importlib
-    import pkgutil
+def kernarg_declarations(manifest: dict) -> dict:
+    """symbol -> the KernargStruct of sage_co/abi.py for the op the manifest says that symbol serves."""
+    out = {}
+    for entry in manifest["code_objects"].values():
+        for p in entry.get("provides", []):
+            try:
+                out[p["symbol"]] = abi.struct_for(p["op"])
+            except LookupError:
+                pass  # reported per kernel below: a shipped symbol without a declaration is a problem
+    return out
 
-    import sage_co.ops as ops_pkg
-    from sage_co.kernargs import DECLARED
-    for mod in pkgutil.iter_modules(ops_pkg.__path__):
-        importlib.import_module(f"sage_co.ops.{mod.name}")
-    return dict(DECLARED)
 
-
-def check_code_object(path: Path, llvm, snap_dir: Path | None, update: bool, declared: dict | None,
-                      mix_rows: list) -> list[str]:
+def check_code_object(path: Path, recorded: dict | None, declared: dict | None, mix_rows: list) -> list[str]:
+    """recorded: the manifest's `kernels` section for this code object (None: no snapshot comparison)."""
     problems = []
     try:
         co = codeobj.read(path.read_bytes(), str(path), arch=None)
     except codeobj.CodeObjectError as exc:
         return [str(exc)]
-    if snap_dir is not None:
-        snap_file = snap_dir / f"{path.stem}.json"
-        now = snapshot(co)
-        if update:
-            snap_dir.mkdir(parents=True, exist_ok=True)
-            snap_file.write_text(json.dumps(now, indent=2, sort_keys=True) + "\n")
-        elif not snap_file.exists():
-            problems.append(f"{path.name}: no ABI snapshot {snap_file.relative_to(ROOT)}; run with --update and review it")
-        else:
-            for line in diff_snapshot(json.loads(snap_file.read_text()), now):
-                problems.append(f"{path.name}: ABI drift {line}")
+    if recorded is not None:
+        for line in diff_snapshot(recorded, snapshot(co)):
+            problems.append(f"{path.name}: ABI drift {line} (rebuild with build_asm.py and review the manifest)")
     if declared is not None:
         for kname, k in co.kernels.items():
             struct = declared.get(kname)
             if struct is None:
-                problems.append(f"{path.name}: kernel {kname} has no Python KernargStruct declaration in sage_co.ops")
+                problems.append(f"{path.name}: kernel {kname} has no kernarg struct in sage_co/abi.py for its op")
                 continue
             try:
                 struct.check(k.metadata, where=path.name)
             except Exception as exc:  # KernargMismatch: keep its two-layout message
                 problems.append(str(exc))
-    funcs = disassemble(path, llvm)
+    funcs = disassemble(path)
     for kname, k in co.kernels.items():
         lines = funcs.get(kname, [])
         for p in lint(lines, k):
@@ -325,32 +271,19 @@ def print_mix(rows: list) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="ABI snapshots, kernarg declarations, hazard lint, instruction mix")
-    ap.add_argument("--update", action="store_true", help="rewrite the ABI snapshots from the shipped code objects")
     ap.add_argument("--co", type=Path, action="append", help="check this code object only (lint + mix; no snapshot)")
-    ap.add_argument("--snapshots", type=Path, default=SNAPSHOT_DIR, help=argparse.SUPPRESS)
     ap.add_argument("--hsaco", type=Path, default=HSACO, help=argparse.SUPPRESS)
     ap.add_argument("--no-mix", action="store_true", help="do not print the instruction-mix table")
     args = ap.parse_args(argv)
-    try:
-        llvm = find_llvm()
-    except BuildError as exc:
-        print(f"disasm_check.py: {exc}", file=sys.stderr)
-        return 2
     problems, rows = [], []
     if args.co:
         for path in args.co:
-            problems += check_code_object(path, llvm, None, False, None, rows)
+            problems += check_code_object(path, None, None, rows)
     else:
         manifest = json.loads((args.hsaco / "manifest.json").read_text())
-        declared = kernarg_declarations()
-        paths = [args.hsaco / entry["file"] for entry in manifest["code_objects"].values()]
-        for path in paths:
-            problems += check_code_object(path, llvm, args.snapshots, args.update, declared, rows)
-        if not args.update and args.snapshots.exists():
-            shipped = {p.stem for p in paths}
-            for stale in sorted(args.snapshots.glob("*.json")):
-                if stale.stem not in shipped:
-                    problems.append(f"{stale.relative_to(ROOT)}: snapshot of a code object that is no longer shipped")
+        declared = kernarg_declarations(manifest)
+        for entry in manifest["code_objects"].values():
+            problems += check_code_object(args.hsaco / entry["file"], entry.get("kernels", {}), declared, rows)
     if not args.no_mix and rows:
         print_mix(rows)
     if problems:
@@ -358,8 +291,7 @@ def main(argv=None) -> int:
         for p in problems:
             print(f"  - {p}", file=sys.stderr)
         return 1
-    print(f"disasm_check.py: {len(rows)} kernel(s) checked: snapshots, kernarg declarations and lint clean"
-          + (" (snapshots rewritten)" if args.update else ""))
+    print(f"disasm_check.py: {len(rows)} kernel(s) checked: snapshots, kernarg declarations and lint clean")
     return 0
 
 

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 # One disassembly parser and one instruction classifier for the tools: tools/disasm_check.py. Its classes are
 # named like the emulator's Stats (sage_co/emu/executor.py), so static and dynamic counts agree.
-from disasm_check import CLASSES, TRANS_PREFIXES, classify, parse_objdump  # noqa: E402,F401
+from disasm_check import CLASSES, classify, parse_objdump  # noqa: E402,F401
 from disasm_check import Line as Inst  # noqa: E402
 
 # ------------------------------------------------------------------------------------------- hardware

@@ -2,57 +2,69 @@
 
 Tensor arguments are copied into emulator memory (one allocation each), the kernarg struct is packed with
 the emulator addresses, the grid runs to completion, and every tensor argument the metadata does not
-mark read_only is copied back into its torch tensor.
+mark read_only is copied back into its torch tensor. Options: sanitize, lds_race_check, trace_wave, dynamic_lds
+(bytes of LDS added to the kernel's static group segment, HIP's sharedMemBytes; sage_co.emu.Module.launch). run() returns the run's statistics; `history` keeps only the latest few.
 """
 from __future__ import annotations
 
+import collections
+
 import torch
+
+from .base import KernelLaunch, emu_device_problem
+
+HISTORY = 64   # (symbol, statistics) of the latest launches kept in EmuBackend.history
 
 
 class EmuBackend:
     name = "emu"
+    options = frozenset({"sanitize", "lds_race_check", "trace_wave", "dynamic_lds"})
 
     def __init__(self):
         from .. import emu  # imported lazily: `import sage_co` stays light
         self.emu = emu
         self.device = emu.Device()
         self.modules: dict[str, object] = {}     # sha256 -> loaded module
-        self.history: list[tuple[str, object]] = []   # (symbol, run statistics) of every launch
+        self.history: collections.deque = collections.deque(maxlen=HISTORY)
 
-    def module(self, shipped, co):
+    @staticmethod
+    def device_problem(tensor: torch.Tensor) -> str | None:
+        return emu_device_problem(tensor)
+
+    def module(self, shipped):
         if shipped.sha256 not in self.modules:
             from .. import registry
             self.modules[shipped.sha256] = self.device.load(registry.load_bytes(shipped.file, shipped.sha256))
         return self.modules[shipped.sha256]
 
-    def run(self, shipped, co, kernel, struct, grid, block, args, **launch_options):
-        # clang names HIP pointer parameters "<name>.coerce"; inputs the metadata marks read_only are not copied back
-        read_only = {a.get(".name", "").removesuffix(".coerce") for a in kernel.explicit_args
-                     if a.get(".actual_access") == "read_only"}
+    def warmup(self, plans, device=None) -> None:
+        for p in plans:
+            self.module(p.shipped)
+
+    def run(self, kl: KernelLaunch):
+        p = kl.plan
         allocations: dict[str, tuple[int, int]] = {}
-        values = {}
+        values = dict(kl.values)
         try:
-            for name, value in args.items():
-                if isinstance(value, torch.Tensor):
-                    if value.device.type != "cpu":
-                        raise ValueError(f"{shipped.symbol}: the emu backend takes CPU tensors; {name!r} is on {value.device}")
-                    raw = value.reshape(-1).view(torch.uint8)
-                    nbytes = raw.numel()
-                    addr = self.device.alloc(max(nbytes, 4))
-                    if nbytes:
-                        self.device.write(addr, raw.numpy().tobytes())
-                    allocations[name] = (addr, nbytes)
-                    values[name] = addr
-                else:
-                    values[name] = value
-            kernarg_bytes = struct.pack(values)
-            stats = self.module(shipped, co).launch(shipped.symbol, grid=grid, block=block, kernargs=kernarg_bytes,
-                                                    **launch_options)
+            for name, tensor in kl.tensors.items():
+                if tensor.device.type != "cpu":
+                    raise ValueError(f"{p.symbol}: the emu backend takes CPU tensors; {name!r} is on {tensor.device}")
+                raw = tensor.reshape(-1).view(torch.uint8)
+                nbytes = raw.numel()
+                addr = self.device.alloc(max(nbytes, 4))
+                if nbytes:
+                    self.device.write(addr, raw.numpy().tobytes())
+                allocations[name] = (addr, nbytes)
+                values[name] = addr
+            kl.kernarg_bytes = p.packer.pack(values)
+            kl.addresses = {name: addr for name, (addr, _) in allocations.items()}
+            stats = self.module(p.shipped).launch(p.symbol, grid=kl.grid, block=kl.block, kernargs=kl.kernarg_bytes,
+                                                  **kl.options)
             for name, (addr, nbytes) in allocations.items():
-                if nbytes and name not in read_only:
+                if nbytes and name not in p.read_only:
                     data = bytearray(self.device.read(addr, nbytes))
-                    args[name].reshape(-1).view(torch.uint8).copy_(torch.frombuffer(data, dtype=torch.uint8))
-            self.history.append((shipped.symbol, stats))
+                    kl.tensors[name].reshape(-1).view(torch.uint8).copy_(torch.frombuffer(data, dtype=torch.uint8))
+            self.history.append((p.symbol, stats))
             return stats
         finally:
             for addr, _ in allocations.values():

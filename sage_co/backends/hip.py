@@ -1,90 +1,206 @@
-"""The HIP backend: hip-python's module API on a real gfx1201 (launcher_facts.md §2-§4).
+"""The HIP backend: hip-python's module API on a real gfx1201 (docs/rdna4.md §HIP runtime).
 
-hipModuleLoadData from the shipped bytes, hipModuleGetFunction, hipModuleLaunchKernel with the packed
-kernarg buffer passed through `extra` as one ctypes Structure (copied by value; a bytes object would be
-passed as a pointer), on torch's current stream. Modules are cached per (device index, sha256) and the
-code-object bytes are kept alive as long as the module (CLR builds from the caller's buffer in place).
-hip-python is an optional extra (`pip install sage-co[rocm]`); importing sage_co never needs it.
+hipModuleLoadData from the shipped bytes, hipModuleGetFunction, hipModuleLaunchKernel with the packed kernarg
+buffer passed through a prebuilt `extra` config (its address, which hip-python forwards unchanged), on torch's
+current stream, with the tensors' device current (HIP requires the
+stream's device to be the current one). hip-python is bound to the libamdhip64 file torch loaded
+(hip_runtime.bind), so both share one runtime, one set of streams and one queue.
+
+Per (device, kernel) the module, the function handle and the kernarg buffer + config are resolved at the first
+launch and cached: a launch does no loading, no lookups and creates no ctypes types or buffers. A module is never loaded while
+a stream captures a HIP graph (HIP fails that): warm up first (sage_co.launch.warmup), else HipError says so.
+Code-object bytes stay alive as long as their module (CLR may build from the caller's buffer in place).
+
+`platform` is what the backend asks about devices and streams: TorchHip (torch's HIP devices) by default;
+the test suite passes one that maps CPU tensors onto a stub runtime (tests/stub_hip).
 """
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import torch
 
-
-def _import_hip():
-    try:
-        from rocm.bindings import hip  # hip-python >= 10
-        return hip
-    except ImportError:
-        pass
-    try:
-        from hip import hip  # hip-python 6.x / 7.x
-        return hip
-    except ImportError:
-        raise RuntimeError("backend='hip' needs hip-python: pip install 'sage-co[rocm]' "
-                           "(choose the hip-python release matching your ROCm)") from None
+from . import hip_runtime
+from .base import KernelLaunch, KernelPlan, device_arch, hip_device_problem
+from .hip_runtime import HipError
 
 
-class HipError(RuntimeError):
-    pass
+class TorchHip:
+    """torch's HIP devices and current streams."""
+
+    def init(self) -> None:
+        if getattr(torch.version, "hip", None) is None:
+            raise HipError(f"backend='hip' needs a ROCm (HIP) build of torch; this torch {torch.__version__} has "
+                           "none (pip install torch from the ROCm index)")
+        torch.cuda.init()
+
+    @staticmethod
+    def device_problem(tensor: torch.Tensor) -> str | None:
+        return hip_device_problem(tensor)
+
+    @staticmethod
+    def device_index(tensor: torch.Tensor) -> int:
+        return tensor.device.index
+
+    @staticmethod
+    def arch(index: int) -> str | None:
+        return device_arch(torch.device("cuda", index))
+
+    @staticmethod
+    def stream(index: int) -> int:
+        """The raw handle of torch's current stream on device `index` (honours torch.cuda.stream(...) and
+        graph-capture streams)."""
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+
+
+# hipModuleLaunchKernel's `extra` config keys (HIP_LAUNCH_PARAM_*, docs/rdna4.md §HIP runtime)
+PARAM_BUFFER_POINTER, PARAM_BUFFER_SIZE, PARAM_END = 1, 2, 3
+
+
+class ResolvedKernel:
+    """One kernel on one device: its function handle and a kernarg buffer with the 5-slot `extra` config
+    {BUFFER_POINTER, buffer, BUFFER_SIZE, &size, END} built once. A launch packs into the buffer and hands
+    hip-python the config's address (forwarded as is; HIP copies the kernargs during the call, so the buffer
+    is free again when it returns; the lock keeps two threads from packing into it at once)."""
+
+    __slots__ = ("function", "buffer", "size", "config", "config_address", "lock")
+
+    def __init__(self, function, size: int):
+        self.function = function
+        self.buffer = (ctypes.c_uint8 * size)()
+        self.size = ctypes.c_size_t(size)
+        self.config = (ctypes.c_void_p * 5)(PARAM_BUFFER_POINTER, ctypes.addressof(self.buffer), PARAM_BUFFER_SIZE,
+                                            ctypes.addressof(self.size), PARAM_END)
+        self.config_address = ctypes.addressof(self.config)
+        self.lock = threading.Lock()
 
 
 class HipBackend:
     name = "hip"
+    options = frozenset({"dynamic_lds"})   # bytes of dynamic LDS: hipModuleLaunchKernel's sharedMemBytes
 
-    def __init__(self):
-        self.hip = _import_hip()
-        self.modules: dict[tuple[int, str], tuple[object, bytes]] = {}
-        self.functions: dict[tuple[int, str, str], object] = {}
+    def __init__(self, platform=None):
+        self.platform = platform if platform is not None else TorchHip()
+        self.hip, self.generation, self.hip_python_version = hip_runtime.import_hip()
+        self.runtime = hip_runtime.bind(self.hip, self.generation, self.platform.init)
+        self.modules: dict[tuple[int, str], tuple[object, bytes]] = {}   # (device, sha256) -> (module, bytes)
+        self.module_loads = 0
+        self._resolved_plans: list[KernelPlan] = []   # plans whose backend_state holds this backend's handles
+        self._lock = threading.Lock()
+        self._success = self.hip.hipError_t.hipSuccess
 
-    def _check(self, result, what: str):
+    def device_problem(self, tensor: torch.Tensor) -> str | None:
+        return self.platform.device_problem(tensor)
+
+    # --------------------------------------------------------------------------------- HIP calls
+    def _call(self, name: str, *args, detail: str = "", fault_note: bool = False, **kwargs):
+        """Call hip.<name>; raise HipError for a non-success result (or hip-python's own dlsym failure)."""
+        try:
+            result = getattr(self.hip, name)(*args, **kwargs)
+        except RuntimeError as exc:
+            raise HipError(f"{name}{detail}: hip-python could not call the HIP runtime {self.runtime.path}: {exc}",
+                           call=name) from None
         err = result[0] if isinstance(result, tuple) else result
-        if err != self.hip.hipError_t.hipSuccess:
-            name = getattr(err, "name", str(err))
-            raise HipError(f"{what} failed: {name}")
-        return result[1:] if isinstance(result, tuple) and len(result) > 1 else None
+        if err != self._success:
+            raise hip_runtime.error(self.hip, name, err, detail, fault_note)
+        return result[1] if isinstance(result, tuple) and len(result) == 2 else None
 
-    def function(self, device_index: int, shipped):
-        key = (device_index, shipped.sha256, shipped.symbol)
-        if key not in self.functions:
-            from .. import registry
-            mkey = (device_index, shipped.sha256)
-            if mkey not in self.modules:
-                data = registry.load_bytes(shipped.file, shipped.sha256)
-                # launcher_facts §3: modules load for the current device only
-                self._check(self.hip.hipSetDevice(device_index), "hipSetDevice")
-                (module,) = self._check(self.hip.hipModuleLoadData(data), f"hipModuleLoadData({shipped.file})")
-                self.modules[mkey] = (module, data)
-            module = self.modules[mkey][0]
-            (fn,) = self._check(self.hip.hipModuleGetFunction(module, shipped.symbol.encode()),
-                                f"hipModuleGetFunction({shipped.symbol})")
-            self.functions[key] = fn
-        return self.functions[key]
+    def _capturing(self, stream: int) -> bool:
+        status = self._call("hipStreamIsCapturing", stream)
+        return int(status) != 0
 
-    def run(self, shipped, co, kernel, struct, grid, block, args):
-        tensors = [v for v in args.values() if isinstance(v, torch.Tensor)]
-        if not tensors:
-            raise ValueError(f"{shipped.symbol}: the hip backend needs at least one tensor argument to pick a device")
-        device = tensors[0].device
-        from ..launch import device_arch
-        arch = device_arch(device)
-        if arch != shipped.arch:
-            raise ValueError(f"{shipped.symbol} is built for {shipped.arch}, the tensors are on {device} ({arch})")
-        values = {n: (v.data_ptr() if isinstance(v, torch.Tensor) else v) for n, v in args.items()}
-        raw = struct.pack(values)
+    def _with_device(self, index: int, fn):
+        previous = self._call("hipGetDevice")
+        if previous != index:
+            self._call("hipSetDevice", index)
+        try:
+            return fn()
+        finally:
+            if previous != index:
+                self._call("hipSetDevice", previous)
 
-        class Kernargs(ctypes.Structure):  # launcher_facts §2.1: a Structure is copied by value
-            _pack_ = 1
-            _fields_ = [("raw", ctypes.c_uint8 * len(raw))]
+    # --------------------------------------------------------------------------------- resolution
+    def _resolve(self, p: KernelPlan, index: int) -> ResolvedKernel:
+        """Plan `p` on device `index`, loading its module at first use."""
+        with self._lock:
+            per_device = p.backend_state.setdefault(self, {})
+            if index in per_device:
+                return per_device[index]
+            arch = self.platform.arch(index)
+            if arch != p.shipped.arch:
+                raise ValueError(f"{p.symbol} is built for {p.shipped.arch}; device {index} is {arch}")
+            key = (index, p.shipped.sha256)
+            if key not in self.modules:
+                if self._capturing(self.platform.stream(index)):
+                    raise HipError(f"{p.symbol}: its code object is not loaded on device {index} and the current "
+                                   "stream is capturing a HIP graph, where loading a module fails; call "
+                                   "sage_co.launch.warmup(device=...) (or run each op once) before the capture",
+                                   call="hipModuleLoadData")
+                from .. import registry
+                data = registry.load_bytes(p.shipped.file, p.shipped.sha256)
+                module = self._with_device(index, lambda: self._call("hipModuleLoadData", data,
+                                                                     detail=f"({p.shipped.file})"))
+                self.modules[key] = (module, data)
+                self.module_loads += 1
+            module = self.modules[key][0]
+            fn = self._with_device(index, lambda: self._call("hipModuleGetFunction", module, p.symbol.encode(),
+                                                             detail=f"({p.symbol})"))
+            per_device[index] = ResolvedKernel(fn, p.struct.size)
+            self._resolved_plans.append(p)
+            return per_device[index]
 
-        kernargs = Kernargs()
-        ctypes.memmove(ctypes.addressof(kernargs), raw, len(raw))
-        with torch.cuda.device(device):
-            self._check(self.hip.hipSetDevice(device.index), "hipSetDevice")
-            fn = self.function(device.index, shipped)
-            stream = torch.cuda.current_stream(device).cuda_stream
-            self._check(self.hip.hipModuleLaunchKernel(fn, *grid, *block, 0, stream, None, extra=(kernargs,)),
-                        f"hipModuleLaunchKernel({shipped.symbol}, grid={grid}, block={block})")
+    def unload(self) -> None:
+        """hipModuleUnload every loaded module and forget every resolved kernel (the next launch loads again).
+        The caller makes sure no enqueued kernel still runs from them (synchronize first)."""
+        with self._lock:
+            for p in self._resolved_plans:
+                p.backend_state.pop(self, None)
+            self._resolved_plans = []
+            modules, self.modules = self.modules, {}
+            for (index, _sha), (module, _data) in modules.items():
+                self._with_device(index, lambda: self._call("hipModuleUnload", module))
+
+    def warmup(self, plans, device=None) -> None:
+        index = device.index if device is not None and device.index is not None else self._call("hipGetDevice")
+        for p in plans:
+            self._resolve(p, index)
+
+    # --------------------------------------------------------------------------------- launch
+    def run(self, kl: KernelLaunch):
+        p = kl.plan
+        if not kl.tensors:
+            raise ValueError(f"{p.symbol}: the hip backend needs at least one tensor argument to pick a device")
+        index = self.platform.device_index(next(iter(kl.tensors.values())))
+        rk = p.backend_state.get(self, {}).get(index)
+        if rk is None:
+            rk = self._resolve(p, index)
+        shared = kl.options.get("dynamic_lds", 0) if kl.options else 0
+        if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
+            raise ValueError(f"{p.symbol}: dynamic_lds must be an int >= 0 (bytes), got {shared!r}")
+        stream = self.platform.stream(index)
+        hip = self.hip
+        previous = self._call("hipGetDevice")
+        if previous != index:
+            self._call("hipSetDevice", index)
+        try:
+            with rk.lock:
+                p.packer.pack_into(rk.buffer, kl.values)
+                kl.kernarg_bytes = bytes(rk.buffer)
+                err = hip.hipModuleLaunchKernel(rk.function, *kl.grid, *kl.block, shared, stream, None,
+                                                rk.config_address)[0]
+        except RuntimeError as exc:
+            raise HipError(f"hipModuleLaunchKernel({p.symbol}): hip-python could not call the HIP runtime: {exc}",
+                           call="hipModuleLaunchKernel") from None
+        finally:
+            if previous != index:
+                self._call("hipSetDevice", previous)
+        if err != self._success:
+            raise hip_runtime.error(hip, "hipModuleLaunchKernel", err,
+                                    f"({p.symbol}, grid={kl.grid}, block={kl.block}, device {index})", fault_note=True)
         return None
+
+    def synchronize(self) -> None:
+        """hipDeviceSynchronize on the current device: where a kernel's fault is reported."""
+        self._call("hipDeviceSynchronize", fault_note=True)

@@ -10,14 +10,8 @@ EmuError on anything it cannot do or any sanitizer finding.
     disassemble(code_bytes) -> [(offset, text)]   # the text llvm-objdump --mcpu=gfx1201 prints
     python -m sage_co.emu.disasm FILE.co
 """
-from sage_co.emu.device import Device, EmuError, Module
+from sage_co.emu.device import Device, Module
+from sage_co.emu.state import EmuError
+from sage_co.emu.text import disassemble
 
 __all__ = ["Device", "EmuError", "Module", "disassemble"]
-
-
-def __getattr__(name: str):
-    # imported on first use, so `python -m sage_co.emu.disasm` does not find its module half-imported
-    if name == "disassemble":
-        from sage_co.emu.disasm import disassemble
-        return disassemble
-    raise AttributeError(f"module 'sage_co.emu' has no attribute {name!r}")

@@ -1,6 +1,7 @@
-"""Emulator speed: `python -m sage_co.emu.bench` prints wave-instructions per second on a VALU/SALU loop at 32,
-128 and 512 waves and WMMA per second (iu8). Needs LLVM 22 (clang + ld.lld) to assemble the loop kernels; this
-module is a developer tool and is never imported by the runtime."""
+"""Emulator speed: `python -m sage_co.emu.bench` (from the repository root) prints wave-instructions per second on a
+VALU/SALU loop at 32, 128 and 512 waves and WMMA per second (iu8). Needs LLVM (clang + ld.lld, found by the repo's
+build_asm.find_llvm) to assemble the loop kernels; this module is a developer tool and is never imported by the
+runtime."""
 from __future__ import annotations
 
 import struct
@@ -10,7 +11,12 @@ import tempfile
 import time
 from pathlib import Path
 
-LLVM = Path("/usr/lib/llvm-22/bin")
+from sage_co.emu import Device
+
+try:                       # the repository's one LLVM discovery (build_asm.py at the repo root, not installed)
+    from build_asm import BuildError, find_llvm
+except ImportError:        # pragma: no cover - run outside the repository
+    find_llvm = None
 
 ASM = r"""
         .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
@@ -85,14 +91,14 @@ def build() -> bytes:
     with tempfile.TemporaryDirectory() as d:
         s, o, co = Path(d) / "b.s", Path(d) / "b.o", Path(d) / "b.co"
         s.write_text(ASM)
-        subprocess.run([str(LLVM / "clang"), "--target=amdgcn-amd-amdhsa", "-mcpu=gfx1201", "-c", str(s), "-o", str(o)],
+        llvm = find_llvm()
+        subprocess.run([str(llvm.clang), "--target=amdgcn-amd-amdhsa", "-mcpu=gfx1201", "-c", str(s), "-o", str(o)],
                        check=True)
-        subprocess.run([str(LLVM / "ld.lld"), "-shared", str(o), "-o", str(co)], check=True)
+        subprocess.run([str(llvm.lld), "-shared", str(o), "-o", str(co)], check=True)
         return co.read_bytes()
 
 
 def run(waves=(32, 128, 512), iters: int = 200, sanitize: bool = True) -> dict:
-    from sage_co.emu import Device
     dev = Device()
     mod = dev.load(build(), "bench.co")
     out = {}
@@ -114,8 +120,12 @@ def run(waves=(32, 128, 512), iters: int = 200, sanitize: bool = True) -> dict:
 
 
 def main(argv=None) -> int:
-    if not (LLVM / "clang").exists():
-        print(f"needs LLVM 22 at {LLVM} to assemble the benchmark kernels", file=sys.stderr)
+    try:
+        if find_llvm is None:
+            raise ImportError("build_asm.py not importable: run from the repository root")
+        find_llvm()
+    except (ImportError, BuildError) as exc:
+        print(f"needs LLVM (clang + ld.lld) to assemble the benchmark kernels: {exc}", file=sys.stderr)
         return 2
     for san in (True, False):
         res = run(sanitize=san)

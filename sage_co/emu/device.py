@@ -12,16 +12,13 @@ import struct
 import numpy as np
 
 from sage_co import codeobj
+from sage_co.emu import decode, executor
+from sage_co.emu.state import ARENA_VA, EmuError
 
-ARENA_VA = 0x7F00_0000_0000       # fake VA of arena byte 0 (high enough that a NULL-ish pointer is never valid)
 ALIGN = 256
 GUARD = 4096                       # gap after each allocation
 DISPATCH_PACKET_BYTES = 64
 QUEUE_BYTES = 256
-
-
-class EmuError(RuntimeError):
-    """A run stopped by the emulator: sanitizer finding, unimplemented instruction, bad launch."""
 
 
 def _align(x: int, a: int) -> int:
@@ -105,9 +102,9 @@ def dispatch_packet(grid, block, group_bytes: int, private_bytes: int, kernarg_v
     return bytes(pkt)
 
 
-# hidden argument values, filled the way the HIP runtime fills them (rdna4_facts §5.3; clr
+# hidden argument values, filled the way the HIP runtime fills them (docs/rdna4.md §Entry, kernarg segment; clr
 # hipamd/src/hip_platform / rocclr KernelBlitManager::setArgument for the implicit args).
-def hidden_args(kind: str, grid, block):
+def hidden_args(kind: str, grid, block, dynamic_lds: int = 0):
     dims = 3 if grid[2] > 1 or block[2] > 1 else 2 if grid[1] > 1 or block[1] > 1 else 1
     table = {
         "hidden_block_count_x": grid[0], "hidden_block_count_y": grid[1], "hidden_block_count_z": grid[2],
@@ -115,7 +112,7 @@ def hidden_args(kind: str, grid, block):
         "hidden_remainder_x": 0, "hidden_remainder_y": 0, "hidden_remainder_z": 0,
         "hidden_grid_dims": dims,
         "hidden_global_offset_x": 0, "hidden_global_offset_y": 0, "hidden_global_offset_z": 0,
-        "hidden_dynamic_lds_size": 0,
+        "hidden_dynamic_lds_size": dynamic_lds,
         # pointers the HIP runtime would set to real runtime objects; no kernel of ours reads them. 0 makes a
         # read of them fault in the sanitizer instead of reading garbage.
         "hidden_hostcall_buffer": 0, "hidden_multigrid_sync_arg": 0, "hidden_heap_v1": 0,
@@ -131,9 +128,8 @@ class Module:
     """A loaded code object: decoded once, launched many times."""
 
     def __init__(self, device: Device, co):
-        from sage_co.emu import decode as _decode
         self.device, self.co = device, co
-        self.insts = _decode.decode(co.text, 0)
+        self.insts = decode.decode(co.text, 0)
         self.by_offset = {i.offset: i for i in self.insts}
         self._programs = {}
 
@@ -166,7 +162,7 @@ class Module:
             raise ValueError(f"launch({k.name!r}): kernargs has {len(kernargs)} bytes, more than the kernarg "
                              f"segment ({seg})")
 
-    def kernarg_segment(self, k, grid, block, kernargs: bytes) -> bytes:
+    def kernarg_segment(self, k, grid, block, kernargs: bytes, dynamic_lds: int = 0) -> bytes:
         seg = max(int(k.metadata.get(".kernarg_segment_size", 0)), k.descriptor.kernarg_size, len(kernargs))
         buf = bytearray(seg)
         buf[:len(kernargs)] = kernargs
@@ -174,18 +170,23 @@ class Module:
             kind = str(a.get(".value_kind", ""))
             if not kind.startswith("hidden_"):
                 continue
-            val, off, size = hidden_args(kind, grid, block), a[".offset"], a[".size"]
+            val, off, size = hidden_args(kind, grid, block, dynamic_lds), a[".offset"], a[".size"]
             buf[off:off + size] = int(val).to_bytes(size, "little")
         return bytes(buf)
 
     def launch(self, kernel_name: str, grid=(1, 1, 1), block=(32, 1, 1), kernargs: bytes = b"", *,
-               sanitize: bool = True, lds_race_check: bool = False, trace_wave=None):
-        from sage_co.emu import executor
+               sanitize: bool = True, lds_race_check: bool = False, trace_wave=None, dynamic_lds: int = 0):
+        """Run kernel_name over grid x block. dynamic_lds: bytes of LDS the launch adds to the kernel's static
+        group segment (hipModuleLaunchKernel's sharedMemBytes; `extern __shared__` arrays and Triton kernels live
+        there); the kernel sees it in hidden_dynamic_lds_size and the dispatch packet."""
         k = self.co.kernel(kernel_name)
         grid, block = tuple(int(x) for x in grid), tuple(int(x) for x in block)
+        if isinstance(dynamic_lds, bool) or not isinstance(dynamic_lds, (int, np.integer)) or dynamic_lds < 0:
+            raise ValueError(f"launch({kernel_name!r}): dynamic_lds={dynamic_lds!r}: expected a byte count >= 0")
+        dynamic_lds = int(dynamic_lds)
         self._check_launch(k, grid, block, kernargs)
         dev = self.device
-        seg = self.kernarg_segment(k, grid, block, bytes(kernargs))
+        seg = self.kernarg_segment(k, grid, block, bytes(kernargs), dynamic_lds)
         kva = dev.alloc(max(len(seg), 4))
         dev.write(kva, seg)
         extra = [kva]
@@ -194,7 +195,7 @@ class Module:
             if k.descriptor.enable_sgpr_dispatch_ptr:
                 dva = dev.alloc(DISPATCH_PACKET_BYTES)
                 extra.append(dva)
-                dev.write(dva, dispatch_packet(grid, block, k.descriptor.group_segment_fixed_size,
+                dev.write(dva, dispatch_packet(grid, block, k.descriptor.group_segment_fixed_size + dynamic_lds,
                                                k.descriptor.private_segment_fixed_size, kva))
             if k.descriptor.enable_sgpr_queue_ptr:
                 qva = dev.alloc(QUEUE_BYTES)
@@ -203,7 +204,8 @@ class Module:
             if prog is None:
                 prog = self._programs[kernel_name] = executor.Program(self, k)
             return executor.run(prog, grid, block, kernarg_va=kva, dispatch_va=dva, queue_va=qva,
-                                sanitize=sanitize, lds_race_check=lds_race_check, trace_wave=trace_wave)
+                                sanitize=sanitize, lds_race_check=lds_race_check, trace_wave=trace_wave,
+                                dynamic_lds=dynamic_lds)
         finally:
             for va in extra:
                 dev.free(va)

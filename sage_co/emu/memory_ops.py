@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sage_co.emu.device import ARENA_VA, EmuError
-from sage_co.emu.executor import ALL, NULL, F
+from sage_co.emu import sanitizer
+from sage_co.emu.state import ALL, ARENA_VA, NULL, EmuError, F
 
 U8, U16, U32, U64, I64 = np.uint8, np.uint16, np.uint32, np.uint64, np.int64
 VA = np.uint64(ARENA_VA)
@@ -373,7 +373,7 @@ def _vbuffer(st, ops, inst, pc):
     def addresses(sel, m):
         """-> (arena offsets [k], in-range [k]) for the active lanes of m.
 
-        rdna4_facts §4.4 (V# words; OOB_SELECT on GFX11+): raw buffers (stride 0, OOB_SELECT 3) are out of range
+        docs/rdna4.md §Memory (V# words; OOB_SELECT on GFX11+): raw buffers (stride 0, OOB_SELECT 3) are out of range
         when offset + payload > NUM_RECORDS, judged per access: an access straddling NUM_RECORDS is out of range
         as a whole (loads give 0 in every dword, stores write nothing). Chosen: the range check uses
         voffset + inst_offset and leaves soffset out (UNVERIFIED which; the facts advise soffset = null).
@@ -454,9 +454,15 @@ DS_ATOMIC = {"add_u32": np.add, "sub_u32": np.subtract, "and_b32": np.bitwise_an
              "xor_b32": np.bitwise_xor, "min_u32": np.minimum, "max_u32": np.maximum}
 
 
+LDS_ADDR_MASK = np.int64(0xFFFFFFFF)
+
+
 def _lds_index(st, pc, sel, m, addr, nbytes, what, write):
     """addr int64 [n, 32] byte addresses within the workgroup's LDS -> (flat offsets into st.lds of the active
-    lanes [k], in-range [k]). Out of the declared group segment: sanitizer error; else dropped/zero."""
+    lanes [k], in-range [k]). Out of the declared group segment: sanitizer error; else dropped/zero.
+    The address is ADDR + offset modulo 2^32 (docs/rdna4.md §Memory, LDS addressing): compilers fold a negative base
+    into the unsigned instruction offset (`v_sub_nc_u32 v3, 0, v4` + `ds_load_b32 v3, v3 offset:1020`)."""
+    addr = addr & LDS_ADDR_MASK
     a = _active(addr, m)
     ok = (a >= 0) & (a + nbytes <= st.lds_bytes)
     if not ok.all() and st.sanitize:
@@ -467,7 +473,6 @@ def _lds_index(st, pc, sel, m, addr, nbytes, what, write):
     wg = (st.wave_wg if sel is ALL else st.wave_wg[sel])
     flat = _active(wg[:, None] * st.lds_stride + addr, m)
     if st.lds_race_check:
-        from sage_co.emu import sanitizer
         sanitizer.lds_access(st, pc, sel, m, a, nbytes, write)
     return flat, ok
 
@@ -598,7 +603,7 @@ def _ds(st, ops, inst, pc):
 # ------------------------------------------------------------------------------------------------ scratch
 def _vscratch(st, ops, inst, pc):
     """Private (scratch) memory: each lane has its own private_segment_fixed_size bytes (architected flat
-    scratch; rdna4_facts §5.2). Address = [vaddr if sve] + [saddr SGPR] + offset, per lane."""
+    scratch; docs/rdna4.md §Entry). Address = [vaddr if sve] + [saddr SGPR] + offset, per lane."""
     op, ty = _split(inst.name, "scratch_")
     if op not in ("load", "store"):
         return None

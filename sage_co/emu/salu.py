@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sage_co.emu.device import EmuError
-from sage_co.emu.executor import ALL, END, EXEC, VCC, F
+from sage_co.emu import sanitizer
+from sage_co.emu.state import ALL, END, EXEC, VCC, EmuError, F
 
 U32, U64, I32, I64 = np.uint32, np.uint64, np.int32, np.int64
 M32 = U64(0xFFFFFFFF)
@@ -202,6 +202,8 @@ SOP1 = {
     "s_abs_i32": (0, 0, lambda a, c: _nz(np.abs(_i32(a).astype(I64)).astype(U32))),
     "s_bitset0_b32": (0, 0, None), "s_bitset1_b32": (0, 0, None),
 }
+
+
 SAVEEXEC = {
     "and": lambda s, e: s & e, "or": lambda s, e: s | e, "xor": lambda s, e: s ^ e,
     "nand": lambda s, e: ~(s & e), "nor": lambda s, e: ~(s | e), "xnor": lambda s, e: ~(s ^ e),
@@ -336,7 +338,7 @@ def build(st, ops, inst, pc):
 
 
 def _barrier_signal(st, ops, inst, pc):
-    # s_barrier_signal -1: workgroup barrier (rdna4_facts §4.3). Other ids are named barriers (gfx1250+ only).
+    # s_barrier_signal -1: workgroup barrier (docs/rdna4.md §Waits, barrier). Other ids are named barriers (gfx1250+ only).
     if F(inst, "ssrc0") != 193:
         raise EmuError("s_barrier_signal with a barrier id other than -1 is not supported")
     sig, _alive, wave_wg, blocked = st.sig, st.alive, st.wave_wg, st.blocked
@@ -344,13 +346,11 @@ def _barrier_signal(st, ops, inst, pc):
     def h(sel):
         sig[sel] += 1
         if sel is not ALL:
-            from sage_co.emu import sanitizer
             if st.sanitize:
                 sanitizer.check_signal(st, sel, pc)
             # waves of these workgroups blocked at a wait may now proceed: let them re-check
             blocked[np.isin(wave_wg, np.unique(wave_wg[sel]))] = False
         elif st.lds_race_check:
-            from sage_co.emu import sanitizer
             sanitizer.barrier_complete(st, np.arange(st.nwg))
     return h
 
@@ -371,13 +371,11 @@ def _barrier_wait(st, inst, pc):
         # general rule: wave w passes when every live wave of its workgroup has signalled > passed[w] times
         need = passed[sel] + 1
         if st.sanitize and (sig[sel] < need).any():
-            from sage_co.emu import sanitizer
             sanitizer.wait_without_signal(st, sel, pc, sig[sel] < need)
         sig_live = np.where(alive, sig, np.iinfo(np.int64).max).reshape(nwg, wpg).min(axis=1)
         ok = sig_live[wave_wg[sel]] >= need
         waves = np.arange(W)[sel]
         if st.lds_race_check:
-            from sage_co.emu import sanitizer
             done = np.unique(wave_wg[waves[ok]])
             if len(done):
                 sanitizer.barrier_complete(st, done)
@@ -393,7 +391,6 @@ def waves_ended(st, sel, pc):
     """Waves in sel executed s_endpgm (divergent path): the barrier no longer waits for them."""
     wgs = np.unique(st.wave_wg[sel])
     if st.sanitize:
-        from sage_co.emu import sanitizer
         sanitizer.check_end(st, sel, pc)
     st.blocked[np.isin(st.wave_wg, wgs)] = False
 
@@ -413,7 +410,6 @@ def _sopp(st, ops, inst, pc):
     if name in ("s_endpgm", "s_endpgm_saved"):
         def h(sel):
             if st.sanitize and sel is ALL:
-                from sage_co.emu import sanitizer
                 sanitizer.check_end(st, ALL, pc)
             return END
         return h
@@ -424,7 +420,6 @@ def _sopp(st, ops, inst, pc):
     if name == "s_barrier_wait":
         return _barrier_wait(st, inst, pc)
     if name.startswith("s_wait_") or name == "s_waitcnt":
-        from sage_co.emu import sanitizer
         return sanitizer.build_wait(st, inst, pc, name, simm)
     if name == "s_branch":
         t = prog.target(pc, simm)

@@ -1,7 +1,7 @@
 """The sanitizer: wait counters, WMMA hazards, barriers, LDS races. Every finding raises EmuError naming kernel,
-PC, instruction, wave (workgroup id + wave-in-group) and lane (executor.State.fail).
+PC, instruction, wave (workgroup id + wave-in-group) and lane (state.State.fail).
 
-Wait counters (rdna4_facts §4.2): data completes at issue, but each wave keeps a per-counter issue sequence number
+Wait counters (docs/rdna4.md §Waits): data completes at issue, but each wave keeps a per-counter issue sequence number
 and a "completed up to" number. A load's destination registers remember the sequence number of their load; an
 `s_wait_<cnt> N` completes every load of that counter with seq <= issued - N (loads of one type complete in issue
 order; SMEM may complete out of order, so only kmcnt 0 completes anything). Reading -- or overwriting with a
@@ -14,110 +14,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from sage_co.emu.executor import ALL, F, NULL, VCC
-
-KINDS = ("load", "store", "ds", "km")
-
-
-def attach(st):
-    W = st.W
-    st.issued = {k: np.zeros(W, dtype=np.int64) for k in KINDS}
-    st.done = {k: np.zeros(W, dtype=np.int64) for k in KINDS}
-    st.vpend = {"load": np.zeros((st.prog.nvgpr, W), dtype=np.int64), "ds": np.zeros((st.prog.nvgpr, W), np.int64)}
-    st.spend = np.zeros((128, W), dtype=np.int64)
-    st.maybe = {}                      # ('v'|'s', reg) -> counter kind
-    st.wmma_d = np.full((W, 2), -1, dtype=np.int64)
-    st.wmma_live = False
-    if st.lds_race_check:
-        ndw = st.lds_stride // 4
-        st.race_writer = np.zeros((st.nwg, ndw), dtype=np.int64)      # wave-in-wg + 1 of the last writer, 0 none
-        st.race_readers = np.zeros((st.nwg, ndw), dtype=np.uint64)    # bitmask of reading waves (wave-in-wg < 64)
+from sage_co.emu.facts import WAIT_COUNTER
+from sage_co.emu.state import ALL
 
 
-# ------------------------------------------------------------------------------------------------ operands
-def _vregs(code, n=1):
-    return [("v", code - 256 + i) for i in range(n)] if code >= 256 else []
-
-
-def _sregs(code, n=1):
-    if code < 106 or code in (VCC, VCC + 1) or 108 <= code < 124:
-        return [("s", code + i) for i in range(n)]
-    return []
-
-
-def _operand_regs(inst):
-    """(reads, writes, load_dsts, kind) register keys of an instruction, from the generated opcode templates."""
-    from sage_co.emu.opcodes import OPS
-    enc, f = inst.enc, inst.f
-    reads, writes = [], []
-    tenc = "VOP3" if enc == "VOP3SD" else enc
-    if enc == "VOPD":
-        x, y = inst.name.split("|")
-        for half, (s0, s1, vd) in ((x, ("srcx0", "vsrcx1", "vdstx")), (y, ("srcy0", "vsrcy1", "vdsty"))):
-            reads += _vregs(f[s0]) + _sregs(f[s0]) + [("v", f[s1])]
-            writes += [("v", f[vd])]
-            if "fmac" in half:
-                reads += [("v", f[vd])]
-            if "cndmask" in half:
-                reads += [("s", VCC)]
-        return reads, writes
-    tpl = OPS.get(tenc, {}).get(inst.opcode)
-    if tpl is None:
-        return reads, writes
-    dpp = inst.dpp
-    for item in tpl[2]:
-        field, n = item[0], item[1]
-        if field.startswith("=") or n == 0:
-            continue
-        code = f.get(field)
-        if code is None:
-            continue
-        vgpr_only = field in ("vdst", "vsrc1", "addr", "data0", "data1", "vaddr", "vsrc", "vdata") or \
-            (field == "vdst" and enc not in ("VOP3", "VOP3SD", "VOP3P"))
-        if field == "src0" and dpp is not None:
-            code = 256 + dpp["src0"]
-        if field in ("sbase", "rsrc", "saddr", "soffset"):
-            keys = _sregs(code, n) if code != NULL else []
-        elif vgpr_only:
-            keys = [("v", code + i) for i in range(n)]
-        else:
-            keys = _vregs(code, n) + _sregs(code, n)
-        if field in ("vdst", "sdst", "sdata") or (field == "vdata" and "load" in inst.name):
-            if enc in ("VOP3", "VOP3SD") and field == "vdst" and item[2:] and item[2] == "s":
-                keys = _sregs(code, n)
-            writes += keys
-        else:
-            reads += keys
-    if inst.name in ("v_fmac_f32", "v_cndmask_b32") and enc == "VOP2":
-        if inst.name == "v_fmac_f32":
-            reads.append(("v", f["vdst"]))
-        else:
-            reads.append(("s", VCC))
-    if inst.name.startswith(("s_cbranch_vcc",)):
-        reads.append(("s", VCC))
-    return reads, writes
-
-
-def wrap(st, ops, inst, pc, h):
-    from sage_co.emu.executor import inst_class
-    cls = inst_class(inst)
-    try:
-        reads, writes = _operand_regs(inst)
-    except Exception:            # a template we cannot interpret: no register checks for it
-        reads, writes = [], []
-    reads, writes = tuple(dict.fromkeys(reads)), tuple(dict.fromkeys(writes))
-    is_load = cls in ("VMEM_LOAD", "SMEM") or (cls == "LDS" and inst.name.startswith(("ds_load", "ds_bpermute",
-                                                                                         "ds_permute", "ds_swizzle"))
-                                               or (cls == "LDS" and "_rtn" in inst.name))
-    kind = {"VMEM_LOAD": "load", "SMEM": "km", "LDS": "ds", "VMEM_STORE": "store"}.get(cls)
-    if cls == "VMEM_LOAD" and inst.name.startswith(("global_atomic", "buffer_atomic")) and not (F(inst, "th") & 1):
-        kind, is_load = "store", False
-    if cls == "LDS" and not is_load:
-        kind = "ds"
-    is_valu = cls in ("VALU", "TRANS")
-    load_dsts = writes if is_load else ()
-    plain_writes = () if is_load else writes
-    issued, _done = getattr(st, "issued", None), getattr(st, "done", None)
+# ------------------------------------------------------------------------------------------------ registers
+def wrap(st, inst, fx, pc, h):
+    """Handler h with the register checks of one instruction, from its facts (sage_co.emu.facts): reading -- or
+    overwriting with a non-load -- a register whose load has not completed is an error; a load's destinations
+    become pending on its counter."""
+    kind = fx.wait_kind
+    load_dsts = fx.writes if fx.returns_data else ()
+    plain_writes = () if fx.returns_data else fx.writes
+    reads = fx.reads
+    is_valu = fx.cls in ("VALU", "TRANS")
+    issued = st.issued
 
     def hh(sel):
         if st.maybe:
@@ -153,7 +64,7 @@ def _check(st, pc, sel, keys, verb, why):
         if bad.any():
             w = st.waves_of(sel)[int(np.argmax(bad))]
             reg = f"v{key[1]}" if key[0] == "v" else f"s{key[1]}"
-            cnt = {"load": "loadcnt", "ds": "dscnt", "km": "kmcnt"}[kind]
+            cnt = WAIT_COUNTER[kind]
             st.fail(pc, f"{verb} {reg} {why}: its {cnt} load is outstanding", w)
 
 
@@ -196,12 +107,12 @@ def build_wait(st, inst, pc, name, simm):
 
 # ------------------------------------------------------------------------------------------------ WMMA
 def wmma_overlap(st, pc, sel):
-    st.fail(pc, "WMMA destination D overlaps its A or B operand (D is early-clobber; rdna4_facts §6.2)",
+    st.fail(pc, "WMMA destination D overlaps its A or B operand (D is early-clobber; docs/rdna4.md §Hazards rule 2)",
             st.waves_of(sel)[0])
 
 
 def wmma_hazard(st, pc, sel, ra, rb, na, vd, nd):
-    """rdna4_facts §6.1: a WMMA reading as A/B the VGPRs written by the immediately preceding WMMA with no VALU
+    """docs/rdna4.md §Hazards rule 1: a WMMA reading as A/B the VGPRs written by the immediately preceding WMMA with no VALU
     between needs a v_nop."""
     if st.wmma_live:
         last = st.wmma_d[sel]
@@ -210,8 +121,8 @@ def wmma_hazard(st, pc, sel, ra, rb, na, vd, nd):
         if bad.any():
             w = st.waves_of(sel)[int(np.argmax(bad))]
             st.fail(pc, f"WMMA reads as A/B the VGPRs v[{int(lo[np.argmax(bad)])}:{int(hi[np.argmax(bad)]) - 1}] "
-                        f"written by the immediately preceding WMMA with no VALU between (needs v_nop; rdna4_facts "
-                        f"§6.1)", w)
+                        f"written by the immediately preceding WMMA with no VALU between (needs v_nop; docs/rdna4.md "
+                        f"§Hazards rule 1)", w)
     st.wmma_d[sel] = (vd, vd + nd)
     st.wmma_live = True
 

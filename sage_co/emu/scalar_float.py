@@ -2,7 +2,7 @@
 the VOP3 scalar transcendentals v_s_exp/log/rcp/rsq/sqrt_f32/_f16 (an SGPR destination, issued by the VALU).
 
 The ISA states that these produce the same results as their VALU counterparts and follow MODE.round / MODE.denorm
-(docs/rdna4.md §Scalar float), so every f32 result comes from the functions the VALU uses (numerics.py, valu.T)
+(docs/rdna4.md §Scalar float), so every f32 result comes from the functions the VALU uses (numerics.py, valu_ops.T)
 and the denormal mode is applied exactly where the VALU applies it:
   * f32 arithmetic / rounding / min / max: flush denormal inputs and results per FLOAT_DENORM_MODE_32 (the
     executor's `Program.denorm32`); conversions, compares and pk_rtz do not flush (as their VALU forms here);
@@ -20,14 +20,15 @@ values and rounded once (products are exact; an fma sum is exact in f64 whenever
 _fma_f16). f16 transcendentals are evaluated in float64 and rounded once to f16 (correctly rounded for rcp/sqrt;
 exp2/log2/rsq except at f64-near-ties) -- like the f32 TRANS ops, hardware is an approximation that may differ.
 
-Hook: executor.build_handler sends every name in OPS here (one line there).
+Hook: executor.BUILDERS tries `build` first for SOP1/SOP2/SOPC/VOP3 (it returns None for other names).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from sage_co.emu import numerics as nm
-from sage_co.emu.executor import F, LITERAL, const_bits
+from sage_co.emu import valu_ops
+from sage_co.emu.state import LITERAL, F, const_bits
 
 U16, U32, U64, I32 = np.uint16, np.uint32, np.uint64, np.int32
 F16, F32, F64 = np.float16, np.float32, np.float64
@@ -131,9 +132,8 @@ CMP = {"lt": np.less, "eq": np.equal, "le": np.less_equal, "gt": np.greater, "ge
 
 
 def _vec(name):
-    """The VALU implementation (valu.T) of an f32 op: its fn on float32 arrays (one source of truth)."""
-    from sage_co.emu import valu
-    return valu.T[name][2]
+    """The VALU implementation (valu_ops.T) of an f32 op: its fn on float32 arrays (one source of truth)."""
+    return valu_ops.T[name][2]
 
 
 # ---------------------------------------------------------------------------------------------- op table

@@ -1,43 +1,20 @@
 """Host side of the attention forward kernel: SagePrepared in, bf16 [B, S, H, 128] (and fp32 LSE [B, H, S]) out.
 
 The kernel (asm_src/gfx1201_sage_attention.hip, and the later hand-scheduled asm variant with the same ABI)
-takes the kernarg struct declared here, runs one workgroup of 4 wave32 per 64 queries of one (batch, head),
+takes the kernarg struct of sage_co/abi.py, runs one workgroup of 4 wave32 per 64 queries of one (batch, head),
 grid (S_pad / 64, H, B), and writes `out` (and `lse` when asked). Numerics: sage_co.reference.sage_attention_model.
 """
 from __future__ import annotations
 
 import torch
 
-from .. import registry, validate
-from ..kernargs import Field, KernargStruct
+from .. import abi, registry, validate
+from ..abi import ATTENTION_FWD_ARGS, FLAG_LSE, FLAG_SMOOTH_K, HEAD_DIM, PAD, QUERY_TILE
 from ..launch import launch, resolve_backend
-from ..prepared import HEAD_DIM, PAD, SagePrepared
+from ..prepared import SagePrepared
 
-OP = "sage_attention_fwd"
-QUERY_TILE = 64  # queries per workgroup (4 waves x 16); grid x = S_pad / 64
-BLOCK = (128, 1, 1)
-FLAG_LSE = 1  # kernarg flags bit 0: write lse
-FLAG_SMOOTH_K = 2  # bit 1: lse adds ln2 * (q_int8 * q_scale) . k_mean
-
-# The header table of asm_src/gfx1201_sage_attention.hip; checked against the .co metadata before the first launch.
-ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
-    Field("q", "ptr", 0),          # int8 [B, H, S_pad, 128]
-    Field("k", "ptr", 8),          # int8 [B, H, S_pad, 128]
-    Field("v", "ptr", 16),         # fp8 e4m3fn [B, H, 128, S_pad]
-    Field("q_scale", "ptr", 24),   # fp32 [B, H, S_pad/32]
-    Field("k_scale", "ptr", 32),   # fp32 [B, H, S_pad/32]
-    Field("k_mean", "ptr", 40),    # fp32 [B, H, 128]
-    Field("v_scale", "ptr", 48),   # fp32 [B, H, 128]
-    Field("out", "ptr", 56),       # bf16 [B, S, H, 128]
-    Field("lse", "ptr", 64),       # fp32 [B, H, S]; a 4-byte placeholder when flags bit 0 is clear
-    Field("seq_len", "u32", 72),
-    Field("seq_pad", "u32", 76),
-    Field("num_heads", "u32", 80),
-    Field("flags", "u32", 84),
-], size=88, symbols=(
-    "gfx1201_sage_attention_fwd",      # variant "hip" (asm_src/gfx1201_sage_attention.hip)
-    "gfx1201_sage_attention_fwd_asm",  # variant "asm" (asm_src/gen_sage_attention_asm.py), same ABI
-))
+OP = abi.ATTENTION_OP
+BLOCK = abi.ATTENTION_BLOCK
 
 # The kernel addresses one head of q/k/v with 32-bit byte offsets (S_pad * 128 < 2**32).
 MAX_SEQ_PAD = (1 << 32) // HEAD_DIM - PAD
@@ -82,7 +59,7 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, backe
     if variant is not None and not isinstance(variant, str):
         raise TypeError(f"variant: expected None (the default kernel) or a str naming a shipped variant of {OP}, "
                         f"got {type(variant).__name__}")
-    kernel = registry.find(OP, variant)
+    kernel = registry.find(OP, variant, head_dim=HEAD_DIM, out_dtype="bf16")
     device = prepared.q_int8.device
     backend = resolve_backend(prepared.q_int8, backend)
 

@@ -8,35 +8,27 @@ HIP's default for gfx1201 keeps f32 denormals (FLOAT_DENORM_MODE_32 = 3 in these
 denormals anyway. Launch geometry: grid counts workgroups (hipModuleLaunchKernel convention).
 """
 import struct
-import subprocess
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from llvm_tools import LLVM, WHY_NO_LLVM, hip_co
 from sage_co.emu import numerics as nm
 from sage_co.emu import wmma as wm
 
 HIP_DIR = Path(__file__).parent / "hip"
-CLANG = Path("/usr/lib/llvm-22/bin/clang")
 F32 = np.float32
 
 
 @pytest.fixture(scope="session")
 def code_objects(tmp_path_factory):
-    if not CLANG.exists():
-        pytest.skip(f"LLVM 22 clang not found at {CLANG}: cannot build the HIP corpus")
+    if LLVM is None:
+        pytest.skip(f"no LLVM: cannot build the HIP corpus ({WHY_NO_LLVM})")
     out = tmp_path_factory.mktemp("hip_co")
-    cos = {}
-    for src in sorted(HIP_DIR.glob("*.hip")):
-        co = out / (src.stem + ".co")
-        cmd = [str(CLANG), "-x", "hip", "--offload-arch=gfx1201", "--cuda-device-only", "-nogpulib", "-nogpuinc",
-               "--no-gpu-bundle-output", "-O3", "-I", str(HIP_DIR), "-o", str(co), str(src)]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        assert res.returncode == 0, f"{src.name} failed to compile:\n{res.stderr}"
-        cos[src.stem] = co.read_bytes()
-    return cos
+    return {src.stem: hip_co(src, out / (src.stem + ".co"), ("-O3", "-I", HIP_DIR))
+            for src in sorted(HIP_DIR.glob("*.hip"))}
 
 
 @pytest.fixture(scope="session")

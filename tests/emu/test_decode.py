@@ -1,28 +1,28 @@
-"""Decoder/disassembler golden tests: every instruction of the assembly corpus, the gfx1201_min probes, a few
-clang -O3 HIP kernels and every shipped hsaco/gfx1201/*.co must disassemble exactly as llvm-objdump prints it
+"""Decoder/disassembler golden tests: every instruction of the assembly corpus, the LLVM probes
+(tests/emu/corpus/probes: the inputs behind docs/rdna4.md's [L22] facts), a few clang -O3 HIP kernels and every shipped hsaco/gfx1201/*.co must disassemble exactly as llvm-objdump prints it
 (whitespace collapsed, `// address: words` comment dropped). LLVM is only used here, never by sage_co.emu."""
 from __future__ import annotations
-import os, re, subprocess
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from llvm_tools import hip_co, needs_llvm, objdump, tool
 from sage_co.emu.decode import DecodeError, decode, decode_at
 from sage_co.emu.disasm import disassemble, text_and_symbols
 
-LLVM = Path(os.environ.get('LLVM_BIN', '/usr/lib/llvm-22/bin'))
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).parent / 'corpus'
-PROBES = Path('/work/shared/examples/gfx1201_min/probes')
+PROBES = CORPUS / 'probes'
 HSACO = ROOT / 'hsaco' / 'gfx1201'
-needs_llvm = pytest.mark.skipif(not (LLVM / 'llvm-objdump').exists(), reason=f'LLVM 22 not found at {LLVM}')
 
 
 def llvm_mc(src: Path, out: Path) -> None:
     """Assemble; lines llvm-mc rejects (some probes are deliberately invalid) are dropped first."""
     text = src.read_text().splitlines()
     while True:
-        r = subprocess.run([LLVM / 'llvm-mc', '-triple=amdgcn-amd-amdhsa', '-mcpu=gfx1201', '-filetype=obj', '-o',
+        r = subprocess.run([tool('llvm-mc'), '-triple=amdgcn-amd-amdhsa', '-mcpu=gfx1201', '-filetype=obj', '-o',
                             out, '-'], input='\n'.join(text) + '\n', capture_output=True, text=True)
         bad = {int(m.group(1)) for m in re.finditer(r'^<stdin>:(\d+):\d+: error', r.stderr, re.M)}
         if r.returncode == 0 and not bad: return
@@ -31,14 +31,12 @@ def llvm_mc(src: Path, out: Path) -> None:
 
 
 def hipcc(src: Path, out: Path) -> None:
-    subprocess.run([LLVM / 'clang', '-x', 'hip', '--offload-arch=gfx1201', '--cuda-device-only', '-nogpulib',
-                    '-nogpuinc', '--no-gpu-bundle-output', '-O3', '-c', src, '-o', out], check=True, capture_output=True)
+    hip_co(src, out, ('-O3', '-c'))
 
 
 def objdump_text(path: Path) -> list[tuple[int, str]]:
     """[(offset within .text, normalised text)] from llvm-objdump."""
-    out = subprocess.run([LLVM / 'llvm-objdump', '-d', '--mcpu=gfx1201', path], check=True, capture_output=True,
-                         text=True).stdout
+    out = objdump(path)
     res = []
     for ln in out.splitlines():
         m = re.match(r'\s+(.*?)\s*// ([0-9A-F]+):', ln)
@@ -66,8 +64,8 @@ def build(kind: str, src: Path, tmp: Path) -> Path:
     return out
 
 
-SOURCES = sorted(CORPUS.glob('*.s')) + sorted(CORPUS.glob('*.hip')) + \
-    (sorted(PROBES.glob('*.s')) + sorted(PROBES.glob('*.hip')) if PROBES.exists() else [])
+SOURCES = sorted(CORPUS.glob('*.s')) + sorted(CORPUS.glob('*.hip')) + sorted(PROBES.glob('*.s')) + \
+    sorted(PROBES.glob('*.hip'))
 
 
 @needs_llvm

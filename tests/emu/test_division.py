@@ -4,7 +4,7 @@ underflowing quotients, huge and subnormal denominators, zeros, infinities and N
 import numpy as np
 
 from sage_co.emu import numerics as nm
-from sage_co.emu import valu
+from sage_co.emu import valu_ops as valu
 
 
 def emulated_div(n, d):

@@ -1,36 +1,27 @@
 """The executor runs clang-compiled HIP kernels and hand-written asm on the emulator and matches numpy."""
 import struct
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from llvm_tools import assemble_co, hip_co, needs_llvm
 from sage_co.emu import Device, executor
 
-LLVM = Path("/usr/lib/llvm-22/bin")
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
-pytestmark = pytest.mark.skipif(not (LLVM / "clang").exists() or not (LLVM / "ld.lld").exists(),
-                                reason="needs LLVM 22 (clang, ld.lld) at /usr/lib/llvm-22/bin to build test kernels")
+pytestmark = needs_llvm
 
 
 @pytest.fixture(scope="module")
 def hip(tmp_path_factory):
     out = tmp_path_factory.mktemp("hip") / "exec_kernels.co"
-    subprocess.run([str(LLVM / "clang"), "-x", "hip", "--offload-arch=gfx1201", "--cuda-device-only", "-nogpulib",
-                    "-nogpuinc", "--no-gpu-bundle-output", "-O3", "-o", str(out), str(HERE / "asm" / "exec_kernels.hip")],
-                   check=True)
-    return out.read_bytes()
+    return hip_co(HERE / "asm" / "exec_kernels.hip", out)
 
 
 @pytest.fixture(scope="module")
 def wmma_min(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("asm")
-    subprocess.run([str(LLVM / "clang"), "--target=amdgcn-amd-amdhsa", "-mcpu=gfx1201", "-c",
-                    str(HERE.parent / "kernels" / "wmma_iu8_min.s"), "-o", str(tmp / "w.o")], check=True)
-    subprocess.run([str(LLVM / "ld.lld"), "-shared", str(tmp / "w.o"), "-o", str(tmp / "w.co")], check=True)
-    return (tmp / "w.co").read_bytes()
+    return assemble_co(HERE.parent / "kernels" / "wmma_iu8_min.s", tmp_path_factory.mktemp("asm"))
 
 
 def put(dev, arr):

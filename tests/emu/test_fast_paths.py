@@ -1,31 +1,26 @@
 """The emulator's fast paths against plain references: WMMA writes under partial EXEC and for a subset of waves,
 aligned-item memory gathers/scatters, the bit-level fp8 encoders and the IEEE min/max numbers."""
 import struct
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from llvm_tools import assemble_co, needs_llvm
 from sage_co.emu import Device
 from sage_co.emu import memory_ops as mo
 from sage_co.emu import numerics as nm
 
-LLVM = Path("/usr/lib/llvm-22/bin")
 HERE = Path(__file__).parent
 
 
 # ---- WMMA write paths -------------------------------------------------------------------------------------------
 
-@pytest.mark.skipif(not (LLVM / "clang").exists() or not (LLVM / "ld.lld").exists(),
-                    reason="needs LLVM 22 (clang, ld.lld) at /usr/lib/llvm-22/bin to build the test kernel")
+@needs_llvm
 def test_wmma_partial_exec_and_wave_subsets(tmp_path):
-    subprocess.run([str(LLVM / "clang"), "--target=amdgcn-amd-amdhsa", "-mcpu=gfx1201", "-c",
-                    str(HERE / "asm" / "wmma_paths.s"), "-o", str(tmp_path / "w.o")], check=True)
-    subprocess.run([str(LLVM / "ld.lld"), "-shared", str(tmp_path / "w.o"), "-o", str(tmp_path / "w.co")], check=True)
     dev = Device()
-    mod = dev.load((tmp_path / "w.co").read_bytes())
+    mod = dev.load(assemble_co(HERE / "asm" / "wmma_paths.s", tmp_path))
     rng = np.random.default_rng(5)
     A = rng.integers(-128, 128, (16, 16), dtype=np.int8)
     B = rng.integers(-128, 128, (16, 16), dtype=np.int8)

@@ -68,7 +68,7 @@ def libm_fmaf():
 
 
 def test_fma_double_rounding_case():
-    # emulator_anchors §5: the f64 route double-rounds this to 0x3f800002
+    # computing fma as f64 a*b + c and rounding to f32 rounds twice and gives 0x3f800002 here
     a, b, c = F32(2**-12 * (1 + 2**-18)), F32(2**-12 * (1 - 2**-18)), F32(1 + 2**-23)
     assert bits(nm.fma_f32(a, b, c)) == 0x3F800001
     assert bits(F32(np.float64(a) * np.float64(b) + np.float64(c))) == 0x3F800002   # the trap being avoided

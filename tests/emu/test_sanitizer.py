@@ -1,26 +1,22 @@
 """Each sanitizer case: the deliberately broken kernel is stopped with EmuError naming the problem, the clean
 version runs. Kernels: tests/emu/asm/sanitizer_cases.s, assembled with BROKEN=0/1."""
 import struct
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from llvm_tools import assemble_co, needs_llvm
 from sage_co.emu import Device, EmuError
 
-LLVM = Path("/usr/lib/llvm-22/bin")
 ASM = Path(__file__).parent / "asm" / "sanitizer_cases.s"
-pytestmark = pytest.mark.skipif(not (LLVM / "clang").exists() or not (LLVM / "ld.lld").exists(),
-                                reason="needs LLVM 22 (clang, ld.lld) at /usr/lib/llvm-22/bin to assemble test kernels")
+pytestmark = needs_llvm
 
 
 def _assemble(tmp, broken: int) -> bytes:
-    obj, co = tmp / f"s{broken}.o", tmp / f"s{broken}.co"
-    subprocess.run([str(LLVM / "clang"), "--target=amdgcn-amd-amdhsa", "-mcpu=gfx1201", "-c",
-                    f"-Wa,-defsym,BROKEN={broken}", str(ASM), "-o", str(obj)], check=True)
-    subprocess.run([str(LLVM / "ld.lld"), "-shared", str(obj), "-o", str(co)], check=True)
-    return co.read_bytes()
+    out = tmp / f"b{broken}"
+    out.mkdir(exist_ok=True)
+    return assemble_co(ASM, out, [f"-Wa,-defsym,BROKEN={broken}"])
 
 
 @pytest.fixture(scope="module")

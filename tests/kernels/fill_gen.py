@@ -1,55 +1,21 @@
-"""Generator test kernel: prints gfx1201 assembly for `fill(u32* out, u32 value)`, one dword per lane of one wave."""
-KERNARG_BYTES = 12
+"""Generator test kernel: prints gfx1201 assembly for `fill(u32* out, u32 value)`, one dword per lane of one wave.
+Descriptor, symbol boilerplate and metadata come from asm_src/asmdsl.py, as for the shipped generator
+(build_asm.py puts asm_src/ on the generator's PYTHONPATH)."""
+import sys
 
-print(f"""\
-        .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
-        .amdhsa_code_object_version 5
-        .text
-        .globl fill
-        .p2align 8
-        .type fill,@function
-fill:
+from asmdsl import KernelArg, amdhsa_kernel, code_object  # noqa: E402
+
+BODY = """\
         s_load_b64      s[2:3], s[0:1], 0x0        // out
         s_load_b32      s4, s[0:1], 0x8            // value
         v_lshlrev_b32   v1, 2, v0                  // byte offset = 4 * lane
         s_wait_kmcnt    0x0
         v_mov_b32       v2, s4
         global_store_b32 v1, v2, s[2:3]
-        s_endpgm
-.Lfill_end:
-        .size fill, .Lfill_end-fill
+        s_endpgm"""
 
-        .rodata
-        .p2align 6
-        .amdhsa_kernel fill
-          .amdhsa_kernarg_size {KERNARG_BYTES}
-          .amdhsa_user_sgpr_count 2
-          .amdhsa_user_sgpr_kernarg_segment_ptr 1
-          .amdhsa_wavefront_size32 1
-          .amdhsa_next_free_vgpr 3
-          .amdhsa_next_free_sgpr 8
-          .amdhsa_float_denorm_mode_32 3
-          .amdhsa_float_denorm_mode_16_64 3
-        .end_amdhsa_kernel
+FILL = amdhsa_kernel("fill", args=[KernelArg("out", 0, "ptr", written=True), KernelArg("value", 8, "u32")],
+                     kernarg_size=12, next_free_vgpr=3, next_free_sgpr=8, reserve_vcc=False,
+                     max_flat_workgroup_size=32)
 
-        .amdgpu_metadata
----
-amdhsa.version: [1, 2]
-amdhsa.target: amdgcn-amd-amdhsa--gfx1201
-amdhsa.kernels:
-  - .name: fill
-    .symbol: fill.kd
-    .kernarg_segment_size: {KERNARG_BYTES}
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .wavefront_size: 32
-    .sgpr_count: 8
-    .vgpr_count: 3
-    .max_flat_workgroup_size: 32
-    .args:
-      - {{ .name: out,   .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global }}
-      - {{ .name: value, .offset: 8, .size: 4, .value_kind: by_value }}
-...
-        .end_amdgpu_metadata
-""")
+sys.stdout.write(code_object([(FILL, BODY)]))

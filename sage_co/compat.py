@@ -1,0 +1,243 @@
+"""SageAttention's Python API (`sageattn`, `sageattn_varlen`) on sage-co's kernels.
+
+    from sage_co import sageattn
+    out = sageattn(q, k, v)                                   # [B, H, S, D] ("HND", SageAttention's default)
+    out, lse = sageattn(q, k, v, tensor_layout="NHD", return_lse=True)
+
+Same contract as thu-ml SageAttention 2.x `sageattention.sageattn` (the API this module mirrors is
+`SAGEATTENTION_API_VERSION`): "HND" = [B, H, S, D], "NHD" = [B, S, H, D]; `sm_scale` defaults to D ** -0.5;
+`return_lse=True` returns (out, lse) with lse fp32 [B, H_q, S_q], the natural log of sum(exp(sm_scale * q.k)) over
+the *unsmoothed* keys (sage-co adds the smooth-K correction back, docs/numerics.md §LSE, as SageAttention does).
+
+One difference on purpose: SageAttention swallows unknown keyword arguments (`**kwargs`); here every keyword is
+either honoured, accepted as a documented no-op spelling, or rejected with an error naming it (see `sageattn`).
+
+What the op behind it serves is read from `sage_co.api.sage_attention`'s signature, so this module follows the
+op as features land: `layout=` (issue 13: HND/NHD views, fp16, head dim 64/96, separate Q and K/V lengths, GQA)
+and `is_causal=` (issue 14). Until then shapes the op cannot take raise NotImplementedError naming what is
+missing; nothing is emulated (K/V are never replicated for GQA, fp16 is never converted to bf16).
+"""
+from __future__ import annotations
+
+import inspect
+import math
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+SAGEATTENTION_API_VERSION = "2.2.0"  # thu-ml SageAttention release whose sageattn/sageattn_varlen API is mirrored
+LAYOUTS = ("HND", "NHD")
+
+# Keyword spellings callers of SageAttention pass, and the values sage-co accepts for each (anything else is an
+# error naming the keyword). Why each value is honoured or a no-op is in sageattn's docstring.
+_PV_ACCUM_ACCEPTED = ("fp32", "fp32+fp32", "fp16+fp32", "fp32+fp16")
+_QK_GRAN_ACCEPTED = ("per_warp", "per_block")
+_QUANT_BACKENDS_ACCEPTED = ("triton", "cuda")
+
+
+class _Options:
+    """sageattn's keywords after the policy: what the op must do."""
+
+    def __init__(self, sm_scale, is_causal: bool, enable_gqa: bool | None):
+        self.sm_scale = sm_scale
+        self.is_causal = is_causal
+        self.enable_gqa = enable_gqa
+
+
+def _is_zero(x) -> bool:
+    return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool) and x == 0)
+
+
+def _reject(fn: str, name: str, value, why: str):
+    raise ValueError(f"{name}: {fn} got {name}={value!r}; {why}")
+
+
+def _apply_kwargs(fn: str, kwargs: dict[str, Any], sm_scale, is_causal) -> _Options:
+    """Apply the keyword policy (documented in sageattn) to the extra keywords; raise on anything not served."""
+    enable_gqa = None
+    for name, value in kwargs.items():
+        if name == "attn_mask":
+            if value is not None:
+                _reject(fn, name, type(value).__name__, "sage-co has no attention masks (use attn_mask=None)")
+        elif name in ("dropout_p", "drop_rate"):
+            if not _is_zero(value):
+                _reject(fn, name, value, "sage-co has no dropout (inference only); pass 0.0")
+        elif name in ("softmax_scale", "scale"):
+            if value is not None:
+                if sm_scale is not None and float(value) != float(sm_scale):
+                    raise ValueError(f"{name}: {fn} got {name}={value!r} and sm_scale={sm_scale!r}; pass one")
+                sm_scale = value
+        elif name == "causal":
+            if not isinstance(value, bool):
+                raise TypeError(f"causal: expected True or False, got {value!r}")
+            is_causal = is_causal or value
+        elif name == "pv_accum_dtype":
+            if value not in _PV_ACCUM_ACCEPTED:
+                _reject(fn, name, value, f"sage-co accumulates P.V in fp32; accepted spellings: {_PV_ACCUM_ACCEPTED}")
+        elif name == "qk_quant_gran":
+            if value not in _QK_GRAN_ACCEPTED:
+                _reject(fn, name, value, "sage-co quantizes Q and K per 32-token block (as fine as 'per_warp' or "
+                                         f"finer); accepted: {_QK_GRAN_ACCEPTED}")
+        elif name == "quantization_backend":
+            if value not in _QUANT_BACKENDS_ACCEPTED:
+                _reject(fn, name, value, f"accepted: {_QUANT_BACKENDS_ACCEPTED} (sage-co has one quantizer)")
+        elif name == "smooth_v":
+            if value is not False:
+                _reject(fn, name, value, "sage-co does not smooth V (its P.V accumulation is fp32, where "
+                                         "SageAttention ignores smooth_v too); pass smooth_v=False")
+        elif name == "window_size":
+            if value is not None and tuple(value) != (-1, -1):
+                _reject(fn, name, value, "sage-co has no sliding window; pass (-1, -1)")
+        elif name == "softcap":
+            if not _is_zero(value):
+                _reject(fn, name, value, "sage-co has no logit soft-capping; pass 0.0")
+        elif name == "alibi_slopes":
+            if value is not None:
+                _reject(fn, name, type(value).__name__, "sage-co has no ALiBi; pass None")
+        elif name in ("return_softmax", "return_attn_probs"):
+            if value:
+                _reject(fn, name, value, "sage-co never materializes the attention probabilities")
+        elif name == "deterministic":
+            if not isinstance(value, bool):
+                raise TypeError(f"deterministic: expected True or False, got {value!r}")
+            # honoured either way: sage-co's forward has no atomics, every run is bitwise the same
+        elif name == "enable_gqa":
+            if not isinstance(value, bool):
+                raise TypeError(f"enable_gqa: expected True or False, got {value!r}")
+            enable_gqa = value
+        else:
+            raise TypeError(f"{fn}() got an unexpected keyword argument {name!r} (sage-co never drops keywords "
+                            f"silently; see sage_co.compat.sageattn for the accepted ones)")
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal: expected True or False, got {is_causal!r}")
+    return _Options(sm_scale, is_causal, enable_gqa)
+
+
+@lru_cache(maxsize=None)
+def _op_params() -> frozenset[str]:
+    """Keyword parameters of sage_co.sage_attention: which features of issues 13/14 the op has."""
+    from . import api
+    return frozenset(inspect.signature(api.sage_attention).parameters)
+
+
+def op_supports(feature: str) -> bool:
+    """True when sage_co.sage_attention takes `feature` ("layout" = issue 13's shapes, "is_causal" = issue 14)."""
+    return feature in _op_params()
+
+
+def _check_tensors(q, k, v, tensor_layout):
+    if tensor_layout not in LAYOUTS:
+        raise ValueError(f"tensor_layout: expected one of {LAYOUTS}, got {tensor_layout!r}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            dims = "[B, H, S, D]" if tensor_layout == "HND" else "[B, S, H, D]"
+            raise ValueError(f"{name}: expected 4 dims {dims} (tensor_layout={tensor_layout!r}), "
+                             f"got shape {tuple(t.shape)}")
+
+
+def _heads_seq(t: torch.Tensor, tensor_layout: str) -> tuple[int, int]:
+    return (t.shape[1], t.shape[2]) if tensor_layout == "HND" else (t.shape[2], t.shape[1])
+
+
+def _legacy_limits(q, k, v, tensor_layout, opts: _Options) -> None:
+    """The op before issue 13 takes bf16 [B, S, H, 128] with one S and one H for q, k, v: say what is missing."""
+    todo = "not supported by this sage-co build yet (issue 13 adds it)"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dtype == torch.float16:
+            raise NotImplementedError(f"{name}: fp16 is {todo}; sage-co never converts fp16 to bf16 behind your "
+                                      f"back: pass bf16 tensors if that rounding is acceptable")
+        if t.dtype != torch.bfloat16:
+            raise TypeError(f"{name}: expected dtype torch.bfloat16 or torch.float16, got {t.dtype}")
+        if t.shape[-1] != 128:
+            raise NotImplementedError(f"{name}: head dim {t.shape[-1]} is {todo}; this build serves head dim 128")
+    hq, sq = _heads_seq(q, tensor_layout)
+    hk, sk = _heads_seq(k, tensor_layout)
+    if k.shape != v.shape:
+        raise ValueError(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"k: expected batch {q.shape[0]} (the batch of q), got shape {tuple(k.shape)}")
+    if hk != hq:
+        if hk == 0 or hq % hk:
+            raise ValueError(f"k: expected a number of heads dividing the {hq} query heads, got {hk}")
+        if opts.enable_gqa is False:
+            raise ValueError(f"enable_gqa: False but q has {hq} heads and k {hk}; pass enable_gqa=True")
+        raise NotImplementedError(f"k: GQA/MQA ({hq} query heads, {hk} K/V heads) is {todo}; sage-co never "
+                                  f"replicates K/V to emulate it")
+    if sk != sq:
+        raise NotImplementedError(f"k: a K/V length ({sk}) different from the query length ({sq}) is {todo}")
+
+
+def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_scale: float | None = None,
+             return_lse: bool = False, smooth_k: bool = True, **kwargs):
+    """SageAttention's `sageattn` on sage-co: INT8 Q.K^T, FP8 P.V, fp32 accumulation (docs/numerics.md).
+
+    q: [B, H_q, S_q, D] ("HND") or [B, S_q, H_q, D] ("NHD"); k, v: [B, H_kv, S_kv, D] / [B, S_kv, H_kv, D].
+    Returns out in q's layout and dtype, and with return_lse=True also lse fp32 [B, H_q, S_q] (natural log of
+    the unsmoothed scaled scores). CPU tensors run on the emulator, tensors on a gfx1201 on the GPU.
+
+    Served now: bf16, head dim 128, one length and one head count for q, k, v, both layouts (HND is a transposed
+    view; this build copies it to NHD once). fp16, head dims 64/96, separate Q/KV lengths and GQA come with the
+    op's `layout=` signature (issue 13) and then pass straight through; before that they raise
+    NotImplementedError naming the argument. is_causal=True raises NotImplementedError until causal lands
+    (issue 14).
+
+    Keywords beyond SageAttention's named ones (never dropped silently):
+      honoured:  softmax_scale= / scale= (the same as sm_scale), causal= (the same as is_causal),
+                 deterministic= (sage-co's forward is deterministic either way),
+                 enable_gqa= (True/False; False with different head counts is an error, as in SDPA).
+      no-op spellings accepted (they ask for nothing sage-co does not already do):
+                 attn_mask=None, dropout_p=0 / drop_rate=0, window_size=(-1, -1), softcap=0, alibi_slopes=None,
+                 return_softmax=False / return_attn_probs=False, smooth_v=False,
+                 pv_accum_dtype in ("fp32", "fp32+fp32", "fp16+fp32", "fp32+fp16") (each asks for fp32
+                 accumulation at some level; sage-co accumulates P.V in fp32 throughout),
+                 qk_quant_gran in ("per_warp", "per_block") (sage-co's 32-token Q/K blocks are as fine or finer),
+                 quantization_backend in ("triton", "cuda") (which of SageAttention's quantizers; sage-co has one).
+      everything else, and any other value of the above, raises an error naming the keyword.
+    """
+    from . import api
+    _check_tensors(q, k, v, tensor_layout)
+    opts = _apply_kwargs("sageattn", kwargs, sm_scale, is_causal)
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse: expected True or False, got {return_lse!r}")
+    if not isinstance(smooth_k, bool):
+        raise TypeError(f"smooth_k: expected True or False, got {smooth_k!r}")
+    scale = opts.sm_scale if opts.sm_scale is not None else q.shape[-1] ** -0.5
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise TypeError(f"sm_scale: expected None or a finite float, got {scale!r}")
+    extra = {}
+    if opts.is_causal:
+        if not op_supports("is_causal"):
+            raise NotImplementedError("is_causal: causal attention is not in this sage-co build yet (issue 14 "
+                                      "adds it); sage-co never drops the mask silently")
+        extra["is_causal"] = True
+    if op_supports("layout"):
+        if opts.enable_gqa is False and _heads_seq(q, tensor_layout)[0] != _heads_seq(k, tensor_layout)[0]:
+            raise ValueError("enable_gqa: False but q and k have different head counts; pass enable_gqa=True")
+        return api.sage_attention(q, k, v, float(scale), layout=tensor_layout, smooth_k=smooth_k,
+                                  return_lse=return_lse, **extra)
+    _legacy_limits(q, k, v, tensor_layout, opts)
+    # Today's op reads contiguous NHD: HND (and strided NHD) costs one copy here until issue 13 reads views in place.
+    q_, k_, v_ = ((t.transpose(1, 2) if tensor_layout == "HND" else t).contiguous() for t in (q, k, v))
+    res = api.sage_attention(q_, k_, v_, float(scale), smooth_k=smooth_k, return_lse=return_lse, **extra)
+    out, lse = res if return_lse else (res, None)
+    if tensor_layout == "HND":
+        out = out.transpose(1, 2).contiguous()   # callers .view() SageAttention's (contiguous) output
+    return (out, lse) if return_lse else out
+
+
+def sageattn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal: bool = False,
+                    sm_scale: float | None = None, smooth_k: bool = True, **kwargs):
+    """SageAttention's `sageattn_varlen` (packed [total, H, D] with cumulative lengths). Raises
+    NotImplementedError until sage-co's varlen op lands (issue 14); the keyword policy is sageattn's."""
+    from . import api
+    opts = _apply_kwargs("sageattn_varlen", kwargs, sm_scale, is_causal)
+    varlen = getattr(api, "sage_attention_varlen", None)
+    if varlen is None:
+        raise NotImplementedError("sageattn_varlen: packed variable-length batches are not in this sage-co build "
+                                  "yet (issue 14 adds sage_attention_varlen); call sageattn per sequence")
+    scale = opts.sm_scale if opts.sm_scale is not None else q.shape[-1] ** -0.5
+    return varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(scale),
+                  is_causal=opts.is_causal, smooth_k=smooth_k)

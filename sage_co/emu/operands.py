@@ -1,0 +1,128 @@
+"""Operand readers/writers of the executor, bound to one State (resolved once per instruction, when its handler
+is built)."""
+from __future__ import annotations
+
+import numpy as np
+
+from sage_co.emu.state import ALL, EXEC, LITERAL, NULL, SCC_CODE, EmuError, State, const_bits
+
+
+class Ops:
+    """Operand readers/writers bound to one State. Readers return arrays broadcastable to [n, 32] (VGPR
+    operands) or scalars (constants); scalar readers return [n] arrays."""
+
+    def __init__(self, st: State):
+        self.st = st
+
+    # ---- VALU-side reads (per lane). kind: 'b32' | 'f32' | 'b16' | 'f16' | 'b64' | 'f64'
+    def vread(self, inst, code: int, kind: str = "b32"):
+        st = self.st
+        V, S, SCC = st.V, st.S, st.SCC
+        wide = kind in ("b64", "f64")
+        if code >= 256:
+            r = code - 256
+            if r + (2 if wide else 1) > st.prog.nvgpr:
+                raise EmuError(f"v{r} beyond the kernel's {st.prog.nvgpr} VGPRs")
+            if wide:
+                return lambda sel: V[r][sel].astype(np.uint64) | (V[r + 1][sel].astype(np.uint64) << np.uint64(32))
+            return lambda sel: V[r][sel]
+        if code == LITERAL:
+            lit = int(inst.literal or 0)
+            if wide:   # 64-bit literal: the 32 bits are the high half for f64, zero-extended for b64
+                val = np.uint64(lit << 32) if kind == "f64" else np.uint64(lit)
+                return lambda sel: val
+            val = np.uint32(lit & 0xFFFFFFFF)
+            return lambda sel: val
+        c = const_bits(code, kind)
+        if c is not None:
+            val = np.uint64(c) if wide else np.uint32(c & 0xFFFFFFFF)
+            return lambda sel: val
+        if code == SCC_CODE:
+            return lambda sel: SCC[sel].astype(np.uint32)[:, None] if not wide else \
+                SCC[sel].astype(np.uint64)[:, None]
+        if code < 128:
+            if wide:
+                return lambda sel: (S[code][sel].astype(np.uint64) |
+                                    (S[code + 1][sel].astype(np.uint64) << np.uint64(32)))[:, None]
+            if code == NULL:
+                z = np.uint32(0)
+                return lambda sel: z
+            return lambda sel: S[code][sel][:, None]
+        raise EmuError(f"operand code {code} not supported")
+
+    # ---- scalar reads: [n] arrays (uint32 or uint64 for 64-bit)
+    def sread(self, inst, code: int, wide: bool = False):
+        st = self.st
+        S, SCC = st.S, st.SCC
+        if code == LITERAL:
+            lit = int(inst.literal or 0)
+            val = np.uint64(lit) if wide else np.uint32(lit & 0xFFFFFFFF)
+            return lambda sel: val
+        c = const_bits(code, "b64" if wide else "b32")
+        if c is not None:
+            val = np.uint64(c) if wide else np.uint32(c & 0xFFFFFFFF)
+            return lambda sel: val
+        if code == SCC_CODE:
+            return lambda sel: SCC[sel].astype(np.uint64 if wide else np.uint32)
+        if code == NULL:
+            z = np.uint64(0) if wide else np.uint32(0)
+            return lambda sel: z
+        if code < 128:
+            if wide:
+                return lambda sel: S[code][sel].astype(np.uint64) | (S[code + 1][sel].astype(np.uint64) << np.uint64(32))
+            return lambda sel: S[code][sel]
+        if code >= 256:
+            raise EmuError(f"VGPR operand v{code - 256} in a scalar instruction")
+        raise EmuError(f"scalar operand code {code} not supported")
+
+    def swrite(self, code: int, wide: bool = False):
+        """Writer f(sel, value) for an SGPR destination; EXEC writes refresh the lane mask."""
+        st = self.st
+        S = st.S
+        if code == NULL:
+            return lambda sel, val: None
+        if code >= 128:
+            raise EmuError(f"scalar destination code {code} not supported")
+        is_exec = code in (EXEC, EXEC + 1) or (wide and code + 1 == EXEC)
+        if wide:
+            def w(sel, val):
+                val = np.asarray(val, dtype=np.uint64)
+                S[code][sel] = (val & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+                S[code + 1][sel] = (val >> np.uint64(32)).astype(np.uint32)
+                if is_exec:
+                    st.refresh_exec(sel)
+        else:
+            def w(sel, val):
+                S[code][sel] = val
+                if is_exec:
+                    st.refresh_exec(sel)
+        return w
+
+    # ---- VGPR write with EXEC masking (inactive lanes keep their value)
+    def vwrite(self, r: int, nregs: int = 1):
+        st = self.st
+        if r + nregs > st.prog.nvgpr:
+            raise EmuError(f"destination v{r} (+{nregs}) beyond the kernel's {st.prog.nvgpr} VGPRs")
+        V, EXM = st.V, st.EXM
+        row = V[r]
+
+        def w(sel, val):
+            if sel is ALL:
+                if st.exec_full:
+                    row[...] = val
+                else:
+                    np.copyto(row, val, where=EXM, casting="unsafe")
+            else:
+                row[sel] = np.where(EXM[sel], val, row[sel])
+        return w
+
+    def vwrite_masked(self, r: int):
+        """Writer f(sel, val, mask) writing only lanes where mask (already includes EXEC if wanted)."""
+        row = self.st.V[r]
+
+        def w(sel, val, mask):
+            if sel is ALL:
+                np.copyto(row, val, where=mask, casting="unsafe")
+            else:
+                row[sel] = np.where(mask, val, row[sel])
+        return w

@@ -1,0 +1,221 @@
+"""Make `import sageattention` resolve to sage-co, so frameworks' existing SageAttention switches run sage-co.
+
+ComfyUI (`--use-sage-attention`), diffusers (`set_attention_backend("sage")`), xDiT (`--attention_backend SAGE`),
+yunchang (`AttnType.SAGE_*`) and LightX2V (`"attn_type": "sage_attn2"`) all do `from sageattention import
+sageattn`, whose CUDA kernels do not build on ROCm. With the shim active that import yields a module whose
+`sageattn` / `sageattn_varlen` are sage_co.compat's, and `importlib.metadata.version("sageattention")` answers
+`SAGEATTENTION_API_VERSION` (callers check it, e.g. diffusers wants >= 2.1.1).
+
+Opt-in only, three ways:
+  * `sage_co.integrations.sageattention_shim.install()` before the framework imports sageattention;
+  * `SAGE_CO_SAGEATTENTION_SHIM=1` in the environment, read when `sage_co` is imported (`=force` also shadows
+    a real installed sageattention);
+  * `python -m sage_co.integrations.sageattention_shim [--force] (-m MODULE | SCRIPT) [ARGS...]`, which installs
+    it and runs the program, for frameworks that never import sage_co (e.g. ComfyUI's main.py).
+A real installed sageattention is never shadowed unless asked (`force=True`). `sage-co info` says whether the
+shim is active. Mechanism: a finder on sys.meta_path (the import system's documented hook) that serves both the
+module and its distribution metadata (importlib.metadata.DistributionFinder).
+
+The module's functions: `sageattn`, `sageattn_varlen` (sage_co.compat); `sageattn_qk_int8_pv_fp8_cuda` and
+`sageattn_qk_int8_pv_fp8_cuda_sm90` (SageAttention's INT8-QK / FP8-PV variants, the arithmetic sage-co's kernel
+does) run sageattn; `sageattn_qk_int8_pv_fp16_cuda` and `sageattn_qk_int8_pv_fp16_triton` promise FP16 P.V, which
+sage-co does not have, so they raise NotImplementedError (they exist so `from sageattention import ...` of the
+whole set, as diffusers does, succeeds).
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import os
+import sys
+import types
+import warnings
+
+from ..compat import SAGEATTENTION_API_VERSION, sageattn, sageattn_varlen
+
+ENV_VAR = "SAGE_CO_SAGEATTENTION_SHIM"
+MODULE = "sageattention"
+_SUBMODULES = ("core",)
+
+
+def sageattn_qk_int8_pv_fp8_cuda(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, return_lse=False,
+                                 smooth_k=True, **kwargs):
+    """SageAttention's INT8-QK / FP8-PV variant: sage-co's kernel is that arithmetic; runs sage_co.sageattn."""
+    return sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, **kwargs)
+
+
+def sageattn_qk_int8_pv_fp8_cuda_sm90(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None,
+                                      return_lse=False, smooth_k=True, **kwargs):
+    """SageAttention's INT8-QK / FP8-PV variant (sm90 build): runs sage_co.sageattn."""
+    return sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, **kwargs)
+
+
+def _fp16_pv(name: str):
+    def variant(*args, **kwargs):
+        raise NotImplementedError(f"{name}: SageAttention's FP16 P.V variant; sage-co computes P.V in FP8 "
+                                  f"(docs/numerics.md), so it does not run this one under its name. Call "
+                                  f"sageattn (or sageattn_qk_int8_pv_fp8_cuda) instead")
+    variant.__name__ = variant.__qualname__ = name
+    variant.__doc__ = "Not served by sage-co (FP16 P.V): raises NotImplementedError."
+    return variant
+
+
+def module_namespace() -> dict:
+    """The public names of the shim's `sageattention` module."""
+    return {
+        "sageattn": sageattn,
+        "sageattn_varlen": sageattn_varlen,
+        "sageattn_qk_int8_pv_fp8_cuda": sageattn_qk_int8_pv_fp8_cuda,
+        "sageattn_qk_int8_pv_fp8_cuda_sm90": sageattn_qk_int8_pv_fp8_cuda_sm90,
+        "sageattn_qk_int8_pv_fp16_cuda": _fp16_pv("sageattn_qk_int8_pv_fp16_cuda"),
+        "sageattn_qk_int8_pv_fp16_triton": _fp16_pv("sageattn_qk_int8_pv_fp16_triton"),
+        "__version__": SAGEATTENTION_API_VERSION,
+        "__sage_co__": True,  # lets callers (and `sage-co info`) tell the shim from thu-ml's package
+    }
+
+
+class _Loader(importlib.abc.Loader):
+    def create_module(self, spec):
+        return types.ModuleType(spec.name)
+
+    def exec_module(self, module):
+        module.__dict__.update(module_namespace())
+        module.__doc__ = f"sage-co's stand-in for thu-ml SageAttention (see {__name__})."
+
+
+class _Distribution(importlib.metadata.Distribution):
+    """Metadata of the shim's sageattention: name and version, nothing installed on disk."""
+
+    _METADATA = (f"Metadata-Version: 2.1\nName: {MODULE}\nVersion: {SAGEATTENTION_API_VERSION}\n"
+                 f"Summary: sage-co's SageAttention-compatible module (sage_co.integrations.sageattention_shim)\n")
+
+    def read_text(self, filename):
+        return self._METADATA if filename in ("METADATA", "PKG-INFO") else None
+
+    def locate_file(self, path):
+        return None
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == MODULE:
+            spec = importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=True)
+            spec.submodule_search_locations = []
+            return spec
+        if fullname in {f"{MODULE}.{s}" for s in _SUBMODULES}:
+            return importlib.machinery.ModuleSpec(fullname, _Loader())
+        return None
+
+    def find_distributions(self, context=importlib.metadata.DistributionFinder.Context()):
+        name = getattr(context, "name", None)
+        if name is not None and name.replace("-", "_").lower() == MODULE:
+            yield _Distribution()
+
+
+_finder: _Finder | None = None
+
+
+def _ours(module) -> bool:
+    return getattr(module, "__sage_co__", False) is True
+
+
+def real_sageattention() -> str | None:
+    """Where a real (not sage-co's) sageattention is importable from, or None."""
+    loaded = sys.modules.get(MODULE)
+    if loaded is not None and not _ours(loaded):
+        return getattr(loaded, "__file__", None) or repr(loaded)
+    if _finder is not None and _finder in sys.meta_path:
+        others = [f for f in sys.meta_path if f is not _finder]
+        for f in others:
+            spec = f.find_spec(MODULE, None) if hasattr(f, "find_spec") else None
+            if spec is not None:
+                return spec.origin or str(spec.submodule_search_locations)
+        return None
+    spec = importlib.util.find_spec(MODULE) if loaded is None else None
+    return None if spec is None else (spec.origin or str(spec.submodule_search_locations))
+
+
+def is_active() -> bool:
+    return _finder is not None and _finder in sys.meta_path
+
+
+def install(force: bool = False) -> None:
+    """Make `import sageattention` (and its metadata) resolve to sage-co. Raises RuntimeError when a real
+    sageattention is installed, unless force=True; modules that imported the real one already keep it."""
+    global _finder
+    if is_active():
+        return
+    real = real_sageattention()
+    if real is not None and not force:
+        raise RuntimeError(f"a real sageattention is installed ({real}); sage-co does not shadow it. Use "
+                           f"install(force=True) or {ENV_VAR}=force to route `import sageattention` to sage-co")
+    for name in [n for n in sys.modules if n == MODULE or n.startswith(MODULE + ".")]:
+        del sys.modules[name]  # forced: later imports get the shim; earlier importers keep their reference
+    _finder = _Finder()
+    sys.meta_path.insert(0, _finder)
+    importlib.invalidate_caches()
+
+
+def uninstall() -> None:
+    """Undo install(): later `import sageattention` finds whatever is really installed (or nothing)."""
+    global _finder
+    if _finder is not None and _finder in sys.meta_path:
+        sys.meta_path.remove(_finder)
+    _finder = None
+    for name in [n for n in sys.modules if n == MODULE or n.startswith(MODULE + ".")]:
+        if _ours(sys.modules[name]):
+            del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+def install_from_env(environ=os.environ) -> bool:
+    """Install when ENV_VAR asks for it ("1"/"on"/"true"; "force" also shadows a real sageattention). A real
+    sageattention without "force" leaves the shim off with a warning (importing sage_co must not fail)."""
+    value = environ.get(ENV_VAR, "").strip().lower()
+    if value in ("", "0", "off", "false"):
+        return False
+    if value not in ("1", "on", "true", "force"):
+        raise ValueError(f"{ENV_VAR}: expected 1/on/true, force, or 0/off/false, got {environ[ENV_VAR]!r}")
+    try:
+        install(force=value == "force")
+    except RuntimeError as e:
+        warnings.warn(f"{ENV_VAR}={environ[ENV_VAR]}: shim not installed: {e}", RuntimeWarning, stacklevel=2)
+        return False
+    return True
+
+
+def describe() -> str:
+    """One line for `sage-co info`."""
+    real = real_sageattention()
+    if is_active():
+        return "sageattention shim: active (`import sageattention` -> sage-co)" + (
+            f"; shadows the real one at {real}" if real else "")
+    how = f"install(), {ENV_VAR}=1 or python -m {__name__}"
+    return (f"sageattention shim: inactive (real sageattention at {real})" if real
+            else f"sageattention shim: inactive ({how})")
+
+
+def main(argv=None) -> int:
+    """python -m sage_co.integrations.sageattention_shim [--force] (-m MODULE | SCRIPT) [ARGS...]"""
+    import runpy
+    args = list(sys.argv[1:] if argv is None else argv)
+    force = bool(args) and args[0] == "--force"
+    args = args[1:] if force else args
+    if not args or (args[0] == "-m" and len(args) < 2):
+        print(main.__doc__, file=sys.stderr)
+        return 2
+    from sage_co.integrations import sageattention_shim  # the canonical module, not this __main__ copy
+    sageattention_shim.install(force=force)
+    if args[0] == "-m":
+        sys.argv = [args[1]] + args[2:]
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = args
+        runpy.run_path(args[0], run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""Worker processes for tests/integrations/test_parallel.py (torch.multiprocessing spawn, gloo on CPU)."""
+from __future__ import annotations
+
+import traceback
+
+import torch
+import torch.distributed as dist
+
+from sage_co import accuracy
+from sage_co.parallel import sequence_parallel_attention
+
+
+def full_inputs(S: int, H: int):
+    """The whole sequence, the same on every rank and in the parent: bf16 [1, S, H, 128], K with a channel offset
+    (the case smooth_k exists for, so per-shard means matter)."""
+    return accuracy.make_inputs("k_offset", 1, S, H, seed=3)
+
+
+def run(rank: int, world: int, init_file: str, out_dir: str, scenarios) -> None:
+    torch.set_num_threads(1)  # W processes share a small machine
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        for name, mode, lens, H in scenarios:
+            q, k, v = full_inputs(sum(lens), H)
+            sl = slice(sum(lens[:rank]), sum(lens[:rank + 1]))
+            try:
+                out, lse = sequence_parallel_attention(q[:, sl], k[:, sl], v[:, sl], mode=mode, return_lse=True,
+                                                       smooth_k=True)
+                res = {"out": out, "lse": lse}
+            except Exception as e:  # the parent asserts on it (refusals are part of the contract)
+                res = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
+            torch.save(res, f"{out_dir}/{name}.{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def run_yunchang(rank: int, world: int, init_file: str, out_dir: str, S_r: int, H: int) -> None:
+    """yunchang's LongContextAttention with sage-co's ring processor: pure ring (ulysses 1 x ring W), then pure
+    Ulysses (W x 1). Saves each rank's output shard."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        from yunchang import LongContextAttention, set_seq_parallel_pg
+
+        from sage_co.integrations.xdit import SageCoRingProcessor
+        q, k, v = full_inputs(S_r * world, H)
+        sl = slice(S_r * rank, S_r * (rank + 1))
+        for name, degrees in (("ring", (1, world)), ("ulysses", (world, 1))):
+            set_seq_parallel_pg(*degrees, rank, world)
+            attn = LongContextAttention(attn_type=None, attn_processor=SageCoRingProcessor())
+            with torch.no_grad():
+                out = attn(q[:, sl].contiguous(), k[:, sl].contiguous(), v[:, sl].contiguous())
+            torch.save(out, f"{out_dir}/yunchang_{name}.{rank}.pt")
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,253 @@
+"""Runs of the hip backend on the stub runtime, each in a fresh process (hip-python opens libamdhip64 once per
+process, so every runtime layout needs its own): `python tests/stub_hip/scenario.py NAME TMPDIR` prints one
+JSON line of observations that tests/test_hip_stub.py asserts on.
+
+  main           the stub mapped as torch's runtime (named libamdhip64.so.7, on no search path): every shipped
+                 kernel through the real ops, kernarg bytes vs the emulator's, module loads per (device, code
+                 object), streams and devices, error mapping, graph-capture warm-up
+  symlink        hip-python opened torch's runtime through a symlink: the same file, accepted
+  two_runtimes   hip-python already opened a copy of torch's runtime: refused
+  deleted        torch's runtime file was deleted after loading, so hip-python cannot dlopen it: HipError
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))          # tests/ (stub_hip)
+sys.path.insert(0, str(HERE.parent.parent))   # the repository (sage_co)
+
+import stub_hip  # noqa: E402
+
+
+def point_hip_python_at(path: Path):
+    """What a stray first hip-python call does: open a runtime of its own choosing (here: `path`)."""
+    try:
+        from rocm.bindings.util import paths
+        paths.get_library_path = lambda shortname, *a, **k: os.fsencode(path)
+        from rocm.bindings import hip
+    except ImportError:
+        import hip.chip
+        hip.chip.DLL = os.fsencode(path)
+        from hip import hip
+    hip.hipGetDeviceCount()
+
+
+def hip_backend(**platform):
+    from sage_co.backends.hip import HipBackend
+    return HipBackend(platform=stub_hip.HostPlatform(**platform))
+
+
+def inputs(S=33, H=2, seed=0):
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(1, S, H, 128, generator=g).to(torch.bfloat16) for _ in range(3))
+
+
+def norm_rope(S, rope_dim):
+    import torch
+    g = torch.Generator().manual_seed(1)
+    w = [(1 + 0.1 * torch.randn(128, generator=g)).to(torch.bfloat16) for _ in range(2)]
+    ang = torch.arange(S)[:, None] * torch.linspace(0.01, 1, rope_dim)[None]
+    return dict(q_norm_weight=w[0], k_norm_weight=w[1], cos=ang.cos().to(torch.bfloat16),
+                sin=ang.sin().to(torch.bfloat16), rope_dim=rope_dim)
+
+
+def run_ops(backend: str):
+    """Every shipped kernel through the ops: prepare without and with smooth_k, with norm + RoPE at each
+    rope_dim, attention in each variant with and without LSE. Returns the launch records."""
+    from sage_co import launch, registry
+    from sage_co.ops.attention import OP, run_attention_fwd
+    from sage_co.abi import PREPARE_ROPE_DIMS
+    from sage_co.ops.prepare import run_prepare
+    q, k, v = inputs()
+    with launch.recording() as records:
+        prepared = run_prepare(q, k, v, smooth_k=False, backend=backend)
+        run_prepare(q, k, v, smooth_k=True, backend=backend)
+        for rd in PREPARE_ROPE_DIMS[1:]:
+            run_prepare(q, k, v, smooth_k=True, backend=backend, **norm_rope(q.shape[1], rd))
+        for variant in sorted({k.variant for k in registry.kernels() if k.op == OP}):
+            run_attention_fwd(prepared, backend=backend, variant=variant)
+            run_attention_fwd(prepared, backend=backend, variant=variant, return_lse=True)
+    return records
+
+
+def main_scenario(tmp: Path) -> dict:
+    lib = stub_hip.build(tmp / "rocm_sdk_core" / "lib")
+    stub = stub_hip.Stub(lib)            # mapped like torch's runtime
+    stub.set_device_count(2)
+    import torch
+    from sage_co import launch, registry
+    from sage_co.backends.hip_runtime import HipError
+    from sage_co.ops import attention
+    out: dict = {}
+    be = hip_backend(stream=0x5A5A)
+    out["runtime"] = be.runtime.path
+    out["hip_python"] = be.hip_python_version
+    launch.use_backend("hip", be)
+
+    # -- kernarg bytes: the stub's copy of `extra` vs the emulator's packing of the same launches
+    hip_records = run_ops("hip")
+    stub_launches = stub.records("launch")
+    emu_records = run_ops("emu")
+    comparisons = []
+    for h, e, s in zip(hip_records, emu_records, stub_launches):
+        from sage_co.abi import struct_for
+        decl = struct_for(registry.find_symbol(h.symbol).op)
+        expected = bytearray(e.kernarg_bytes)       # the emulator's bytes, its addresses replaced by hip's
+        for f in decl.fields:
+            if f.kind == "ptr":
+                struct.pack_into("<Q", expected, f.offset, h.addresses[f.name])
+        comparisons.append(dict(
+            symbol=h.symbol, emu_symbol=e.symbol, stub_name=s["name"], geometry=[h.grid, h.block],
+            emu_geometry=[e.grid, e.block], stub_geometry=[s["grid"], s["block"]], shared_mem=s["shared_mem"],
+            stream=s["stream"], kernel_params_null=s["kernel_params_null"],
+            stub_equals_hip=s["data"] == h.kernarg_bytes, stub_equals_emu=s["data"] == bytes(expected),
+            size=len(s["data"]), struct_size=decl.size,
+            pointer_fields=[f.name for f in decl.fields if f.kind == "ptr"],
+            emu_pointers_differ=all(e.addresses[f.name] != h.addresses[f.name] for f in decl.fields
+                                    if f.kind == "ptr")))
+    out["launch_counts"] = [len(hip_records), len(emu_records), len(stub_launches)]
+    out["comparisons"] = comparisons
+    out["shipped_symbols"] = sorted({k.symbol for k in registry.kernels()})
+
+    # -- modules: one load per (device, code object), bytes = the shipped file, functions by name
+    be.platform.device = 1
+    run_ops_once = run_ops("hip")
+    be.platform.device = 0
+    loads = stub.records("load")
+    out["loads"] = [dict(device=r["device"], size=len(r["data"]),
+                         file=next((k.file for k in registry.kernels()
+                                    if (registry.hsaco_dir() / k.file).read_bytes() == r["data"]), None))
+                    for r in loads]
+    out["code_objects"] = sorted({k.file for k in registry.kernels()})
+    out["device1_launch_devices"] = sorted({r["device"] for r in stub.records("launch")[-len(run_ops_once):]})
+    out["functions"] = sorted({r["name"] for r in stub.records("get_function")})
+    out["current_device_after"] = be._call("hipGetDevice")
+
+    # -- errors: code, every alias, hipGetErrorString text; a failed launch is not recorded as launched
+    q, k, v = inputs(S=16, H=1)
+    from sage_co.ops.prepare import run_prepare
+    prepared = launch_prepared = run_prepare(q, k, v, backend="hip")
+    before = len(launch.launched), list(launch.launched)[-1:]
+    stub.fail("hipModuleLaunchKernel", 400)
+    try:
+        attention.run_attention_fwd(launch_prepared, backend="hip")
+        out["launch_error"] = None
+    except HipError as exc:
+        out["launch_error"] = dict(message=str(exc), call=exc.call, code=exc.code)
+    out["failed_launch_recorded"] = (len(launch.launched), list(launch.launched)[-1:]) != before
+    stub.fail("hipModuleGetFunction", 500)
+    be.platform.device = 1
+    be.unload()            # the next launch loads and resolves again
+    try:
+        attention.run_attention_fwd(prepared, backend="hip")
+        out["get_function_error"] = None
+    except HipError as exc:
+        out["get_function_error"] = dict(message=str(exc), call=exc.call, code=exc.code)
+    attention.run_attention_fwd(prepared, backend="hip")   # the next launch resolves again and works
+    out["retry_after_error_ok"] = stub.records("launch")[-1]["result"] == 0
+    be.platform.device = 0
+
+    # -- graph capture: loading a module while capturing fails; warmup() first loads everything
+    be.unload()
+    out["unloads"] = dict(loaded=len(stub.records("load")), unloaded=len(stub.records("unload")),
+                          ok=all(r["result"] == 0 for r in stub.records("unload")))
+    stub.set_capturing(0x5A5A, True)
+    try:
+        attention.run_attention_fwd(prepared, backend="hip")
+        out["capture_without_warmup"] = None
+    except HipError as exc:
+        out["capture_without_warmup"] = str(exc)
+    stub.set_capturing(0x5A5A, False)
+    n_loads = len(stub.records("load"))
+    launch.warmup("hip", device=0)
+    out["warmup_loads"] = len(stub.records("load")) - n_loads
+    n_loads, n_launches = len(stub.records("load")), len(stub.records("launch"))
+    stub.set_capturing(0x5A5A, True)
+    attention.run_attention_fwd(prepared, backend="hip")
+    run_prepare(q, k, v, backend="hip")
+    stub.set_capturing(0x5A5A, False)
+    out["capture_after_warmup"] = dict(loads=len(stub.records("load")) - n_loads,
+                                       launches=len(stub.records("launch")) - n_launches,
+                                       ok=all(r["result"] == 0 for r in stub.records("launch")[n_launches:]))
+
+    # -- dynamic LDS reaches hipModuleLaunchKernel's sharedMemBytes
+    from sage_co.abi import struct_for
+    shipped = registry.find_symbol(stub.records("launch")[-1]["name"])
+    struct_ = struct_for(shipped.op)
+    buf = torch.zeros(4096, dtype=torch.uint8)
+    launch.launch(shipped.symbol, struct_, (1, 1, 1), (32, 1, 1),
+                  {f.name: buf if f.kind == "ptr" else 1.0 if f.kind == "f32" else 1 for f in struct_.fields},
+                  backend="hip", dynamic_lds=256)
+    out["dynamic_lds_shared_mem"] = stub.records("launch")[-1]["shared_mem"]
+
+    # -- alignment: a view at an odd offset is refused before anything reaches the runtime
+    n_launches = len(stub.records("launch"))
+    flat = torch.zeros(17 * 128, dtype=torch.bfloat16)
+    odd = flat[1:1 + 16 * 128].view(1, 16, 1, 128)
+    try:
+        from sage_co import registry as reg
+        launch.launch(reg.find("sage_attention_fwd").symbol, attention.ATTENTION_FWD_ARGS, (1, 1, 1),
+                      attention.BLOCK, dict(q=prepared.q_int8, k=prepared.k_int8, v=prepared.v_fp8,
+                                            q_scale=prepared.q_scale, k_scale=prepared.k_scale,
+                                            k_mean=prepared.k_mean, v_scale=prepared.v_scale, out=odd,
+                                            lse=prepared.v_scale, seq_len=16, seq_pad=64, num_heads=1, flags=0),
+                      backend="hip")
+        out["misaligned"] = None
+    except ValueError as exc:
+        out["misaligned"] = str(exc)
+    out["misaligned_reached_runtime"] = len(stub.records("launch")) != n_launches
+    return out
+
+
+def symlink_scenario(tmp: Path) -> dict:
+    lib = stub_hip.build(tmp / "real")
+    link_dir = tmp / "opt_rocm" / "lib"
+    link_dir.mkdir(parents=True)
+    (link_dir / "libamdhip64.so").symlink_to(lib)
+    stub_hip.Stub(lib)                                      # torch's runtime
+    point_hip_python_at(link_dir / "libamdhip64.so")       # hip-python opened it by another name first
+    be = hip_backend()
+    from sage_co.backends import hip_runtime
+    return dict(runtime=be.runtime.path, lib=str(lib), mapped=[f.path for f in hip_runtime.mapped_runtimes()])
+
+
+def two_runtimes_scenario(tmp: Path) -> dict:
+    torch_lib = stub_hip.build(tmp / "torch")
+    other = tmp / "opt_rocm" / "lib"
+    other.mkdir(parents=True)
+    shutil.copy(torch_lib, other / "libamdhip64.so")      # a byte-identical copy is still another runtime
+    stub_hip.Stub(torch_lib)
+    point_hip_python_at(other / "libamdhip64.so")
+    from sage_co.backends.hip_runtime import HipError
+    try:
+        hip_backend()
+        return dict(error=None)
+    except HipError as exc:
+        return dict(error=str(exc), torch_lib=str(torch_lib), other=str(other / "libamdhip64.so"))
+
+
+def deleted_scenario(tmp: Path) -> dict:
+    lib = stub_hip.build(tmp / "gone")
+    stub_hip.Stub(lib)
+    lib.unlink()
+    from sage_co.backends.hip_runtime import HipError
+    try:
+        hip_backend()
+        return dict(error=None)
+    except HipError as exc:
+        return dict(error=str(exc), error_type=type(exc).__name__)
+
+
+SCENARIOS = {"main": main_scenario, "symlink": symlink_scenario, "two_runtimes": two_runtimes_scenario,
+             "deleted": deleted_scenario}
+
+if __name__ == "__main__":
+    result = SCENARIOS[sys.argv[1]](Path(sys.argv[2]))
+    print(json.dumps(result, default=list))

@@ -1,0 +1,132 @@
+"""The hip backend driven through the real hip-python against a stub libamdhip64 (tests/stub_hip): what the
+runtime receives, per shipped kernel, is what the emulator runs; modules load once per (device, code object);
+hip-python is bound to the runtime file torch mapped (and refuses a second one); HIP errors are clear.
+
+Each scenario runs in its own process (hip-python opens its runtime once per process). Skipped, with the
+reason, without a C compiler or without hip-python (`pip install hip-python`, part of the dev extra)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import stub_hip
+
+ROOT = Path(__file__).resolve().parent.parent
+
+if stub_hip.compiler() is None:
+    pytest.skip("no system C compiler (cc, gcc or clang) to build the stub libamdhip64", allow_module_level=True)
+try:
+    import rocm.bindings.hip  # noqa: F401  (hip-python >= 10)
+except ImportError:
+    try:
+        import hip.hip  # noqa: F401  (hip-python 6.x / 7.x)
+    except ImportError:
+        pytest.skip("hip-python is not installed (pip install hip-python; it is in the dev extra)",
+                    allow_module_level=True)
+
+
+def scenario(name: str, tmp_path: Path) -> dict:
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "stub_hip" / "scenario.py"), name, str(tmp_path)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"scenario {name} failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def main_run(tmp_path_factory):
+    return scenario("main", tmp_path_factory.mktemp("stub_main"))
+
+
+def test_bound_to_the_mapped_file_without_an_unversioned_name(main_run):
+    # TheRock layout: only libamdhip64.so.7, on no search path; hip-python's own search would not find it
+    assert main_run["runtime"].endswith("rocm_sdk_core/lib/libamdhip64.so.7")
+
+
+def test_every_shipped_kernel_gets_the_emulators_kernarg_bytes(main_run):
+    hip_n, emu_n, stub_n = main_run["launch_counts"]
+    assert hip_n == emu_n == stub_n > 0
+    comps = main_run["comparisons"]
+    assert {c["symbol"] for c in comps} == set(main_run["shipped_symbols"])
+    for c in comps:
+        assert c["symbol"] == c["emu_symbol"] == c["stub_name"]
+        assert c["geometry"] == c["emu_geometry"] == c["stub_geometry"], c["symbol"]
+        assert c["size"] == c["struct_size"], c
+        # the buffer hip-python handed the runtime through `extra` is the one the backend packed ...
+        assert c["stub_equals_hip"], c["symbol"]
+        # ... and byte for byte the emulator's, each pointer slot holding that backend's address of the tensor
+        assert c["stub_equals_emu"], c["symbol"]
+        assert c["emu_pointers_differ"], c["symbol"]     # so the pointer slots were really substituted
+        assert c["shared_mem"] == 0 and c["stream"] == 0x5A5A and c["kernel_params_null"]
+
+
+def test_one_module_load_per_device_and_code_object(main_run):
+    loads = main_run["loads"]
+    assert all(load["file"] is not None for load in loads), "a loaded image is not a shipped code object"
+    pairs = [(load["device"], load["file"]) for load in loads]
+    # the first two runs (device 0, then device 1) before unload(): each code object once per device
+    first = pairs[:2 * len(main_run["code_objects"])]
+    assert sorted(first) == sorted((d, f) for d in (0, 1) for f in main_run["code_objects"])
+    assert main_run["device1_launch_devices"] == [1]       # launched with its own device current
+    assert main_run["current_device_after"] == 0           # and the caller's device put back
+    assert set(main_run["functions"]) == set(main_run["shipped_symbols"])
+
+
+def test_hip_errors_carry_code_names_and_text(main_run):
+    err = main_run["launch_error"]
+    assert err["call"] == "hipModuleLaunchKernel" and err["code"] == 400
+    assert "hipErrorInvalidHandle / hipErrorInvalidResourceHandle" in err["message"]
+    assert "stub: error string for code 400" in err["message"]          # hipGetErrorString's text
+    assert "next synchronizing call" in err["message"]
+    assert not main_run["failed_launch_recorded"]
+    gf = main_run["get_function_error"]
+    assert gf["call"] == "hipModuleGetFunction" and gf["code"] == 500 and "hipErrorNotFound" in gf["message"]
+    assert main_run["retry_after_error_ok"]
+
+
+def test_graph_capture_needs_warmup(main_run):
+    u = main_run["unloads"]
+    assert u["loaded"] == u["unloaded"] > 0 and u["ok"]     # unload() released every module it had loaded
+    msg = main_run["capture_without_warmup"]
+    assert msg is not None and "capturing" in msg and "warmup" in msg
+    assert main_run["warmup_loads"] == 3
+    assert main_run["capture_after_warmup"] == dict(loads=0, launches=4, ok=True)
+
+
+def test_dynamic_lds_is_shared_mem_bytes(main_run):
+    assert main_run["dynamic_lds_shared_mem"] == 256
+
+
+def test_misaligned_tensor_refused_before_the_runtime(main_run):
+    assert "not 16-byte aligned" in main_run["misaligned"] and "'out'" in main_run["misaligned"]
+    assert not main_run["misaligned_reached_runtime"]
+
+
+def test_same_file_through_a_symlink_is_accepted(tmp_path):
+    r = scenario("symlink", tmp_path)
+    assert r["mapped"] == [r["lib"]] and r["runtime"] == r["lib"]
+
+
+def test_a_second_runtime_is_refused(tmp_path):
+    r = scenario("two_runtimes", tmp_path)
+    assert r["error"] is not None
+    assert "2 different HIP runtimes" in r["error"]
+    assert r["torch_lib"] in r["error"] and r["other"] in r["error"]
+    assert "refuses to launch" in r["error"]
+
+
+def test_unloadable_runtime_is_a_hip_error(tmp_path):
+    r = scenario("deleted", tmp_path)
+    assert r["error_type"] == "HipError"
+    assert "hip-python could not load the HIP runtime torch uses" in r["error"] and "dlopen" in r["error"]
+
+
+def test_launch_overhead_benchmark_runs(tmp_path):
+    """The benchmark itself (not a timing assertion: speed goals live in benchmarks/)."""
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_launch_overhead.py"), "--launches", "20",
+                        "--rounds", "1"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert sum(" us CPU" in line for line in r.stdout.splitlines()) == 4, r.stdout
