@@ -75,34 +75,6 @@ def _to_f16(x64):
     return _hb(np.asarray(x64, dtype=F64).astype(F16))
 
 
-# ---------------------------------------------------------------------------------------------- min / max
-def minmax(a, b, *, greater: bool, num: bool, half: bool):
-    """S_MIN/MAX_NUM and S_MINIMUM/MAXIMUM on register bits (f32, or f16 in the low half), as the RDNA4 pseudocode
-    (docs/rdna4.md §Scalar float): the float compare decides, -0 < +0 on a tie of zeros.
-      num (minimumNumber/maximumNumber): a NaN loses to a number; two NaNs give S0 quieted.
-      not num (minimum/maximum): a signalling NaN wins (S0 first) quieted, then a quiet NaN (S0 first)."""
-    a, b = np.asarray(a, dtype=U32), np.asarray(b, dtype=U32)
-    if half:
-        a, b = a & LOW16, b & LOW16
-        av, bv, exp, quiet, absm = _h(a), _h(b), H_EXP, H_QUIET, H_ABS
-    else:
-        av, bv, exp, quiet, absm = _f32(a), _f32(b), S_EXP, S_QUIET, S_ABS
-    with np.errstate(invalid="ignore"):
-        tie = (a & b) if greater else (a | b)            # +-0 tie: max takes +0 (AND of bits), min -0 (OR)
-        r = np.where(av > bv if greater else av < bv, a, np.where(av == bv, tie, b))
-    an, bn = (a & absm) > exp, (b & absm) > exp
-    if num:
-        r = np.where(an, b, np.where(bn, a, r))
-        r = np.where(an & bn, a | quiet, r)
-    else:
-        a_s, b_s = an & ((a & quiet) == 0), bn & ((b & quiet) == 0)
-        r = np.where(bn, b, r)
-        r = np.where(an, a, r)
-        r = np.where(b_s, b | quiet, r)
-        r = np.where(a_s, a | quiet, r)
-    return np.asarray(r, dtype=U32)
-
-
 # ---------------------------------------------------------------------------------------------- f16 arithmetic
 def _fma_f16(a, b, c):
     """fma on f16 values, one rounding: a*b is exact in f64 (22 bits); a*b + c is exact in f64 unless the operands
@@ -156,8 +128,10 @@ for _form in ("fmac", "fmaak", "fmamk"):
 _op("s_fmac_f16", "f16", "hhh", _fma_f16)
 for _n, _g, _num in (("min_num", False, True), ("max_num", True, True), ("minimum", False, False),
                      ("maximum", True, False)):
-    _op(f"s_{_n}_f32", "f32bits", "ff", lambda a, b, g=_g, n=_num: minmax(a, b, greater=g, num=n, half=False))
-    _op(f"s_{_n}_f16", "f16bits", "hh", lambda a, b, g=_g, n=_num: minmax(a, b, greater=g, num=n, half=True))
+    _op(f"s_{_n}_f32", "f32bits", "ff", lambda a, b, g=_g, n=_num: nm.minmax_bits(a, b, greater=g, num=n,
+                                                                                  half=False))
+    _op(f"s_{_n}_f16", "f16bits", "hh", lambda a, b, g=_g, n=_num: nm.minmax_bits(a, b, greater=g, num=n,
+                                                                                  half=True))
 for _n, _fn in ROUND.items():
     _op(f"s_{_n}_f32", "f32", "f", _vec(f"v_{_n}_f32"))
     _op(f"s_{_n}_f16", "f16", "h", lambda a, fn=_fn: fn(a))

@@ -99,6 +99,13 @@ def _ref_table(fl32: bool, fl16: bool):
     for cond in scalar_float.CMP:
         t[f"s_cmp_{cond}_f32"] = lambda a, b, c, cond=cond: R.cmp(cond, a, b, f32)
         t[f"s_cmp_{cond}_f16"] = _f16(lambda a, b, c, cond=cond: R.cmp(cond, a, b, f16))
+    mm = R.minmax
+    t["v_minimum_f32"] = lambda a, b, c: mm(a, b, f32, False, False, fl32)
+    t["v_maximum_f32"] = lambda a, b, c: mm(a, b, f32, True, False, fl32)
+    t["v_minimum3_f32"] = lambda a, b, c: mm(mm(a, b, f32, False, False, fl32), c, f32, False, False, fl32)
+    t["v_maximum3_f32"] = lambda a, b, c: mm(mm(a, b, f32, True, False, fl32), c, f32, True, False, fl32)
+    t["v_minimummaximum_f32"] = lambda a, b, c: mm(mm(a, b, f32, False, False, fl32), c, f32, True, False, fl32)
+    t["v_maximumminimum_f32"] = lambda a, b, c: mm(mm(a, b, f32, True, False, fl32), c, f32, False, False, fl32)
     for k in ("exp", "log", "rcp", "rsq", "sqrt"):
         t[f"v_s_{k}_f32"] = lambda a, b, c, k=k: R.trans(k, a, f32, True)
         t[f"v_s_{k}_f16"] = _f16(lambda a, b, c, k=k: R.trans(k, R.flush(a, f16, fl16), f16, False)
@@ -151,6 +158,13 @@ def objdump_matches(path: Path):
     bad = [(hex(o), t, got.get(o)) for o, t in want if got.get(o) != t]
     assert want and not bad, bad[:10]
     return {t.split()[0] for _, t in want}
+
+
+def executor_names(co: Path) -> set:
+    """Mnemonics (without _e32/_e64) of the assembled kernel as the emulator's decoder names them."""
+    from sage_co.emu.decode import decode
+    blob, addr, _ = text_and_symbols(co.read_bytes())
+    return {i.name for i in decode(blob, addr)}
 
 
 def group_mnemonics(names):
@@ -261,6 +275,15 @@ ASM_CASES += [
     ("v_s_sqrt_f16 s16, -s4", "v_s_sqrt_f16", "-a"),
     ("v_s_rcp_f16 s16, |s4|", "v_s_rcp_f16", "|a|"),
 ]
+# VALU IEEE minimum/maximum (FlyDSL's fx.max lowers to v_maximum_f32); same pseudocode as s_minimum/s_maximum
+ASM_CASES += [
+    ("v_minimum_f32 v1, s4, s5", "v_minimum_f32", "abc"),
+    ("v_maximum_f32 v1, s4, s5", "v_maximum_f32", "abc"),
+    ("v_minimum3_f32 v1, s4, s5, v6", "v_minimum3_f32", "abc"),
+    ("v_maximum3_f32 v1, s4, s5, v6", "v_maximum3_f32", "abc"),
+    ("v_minimummaximum_f32 v1, s4, s5, v6", "v_minimummaximum_f32", "abc"),
+    ("v_maximumminimum_f32 v1, s4, s5, v6", "v_maximumminimum_f32", "abc"),
+]
 # the VALU counterparts of the f32 transcendentals, on the same input (v_s_* must equal them bit for bit)
 VALU_TWINS = [f"v_{k}_f32" for k in ("exp", "log", "rcp", "rsq", "sqrt")]
 
@@ -289,7 +312,9 @@ def asm_source(mode32: int, mode16: int, cases=ASM_CASES, twins=VALU_TWINS) -> s
         lines.append(f"        {text}")
         if text.startswith("s_cmp_"):
             lines.append("        s_cselect_b32 s16, 1, 0")
-        lines += ["        v_mov_b32 v1, s16", f"        global_store_b32 v0, v1, s[8:9] offset:{4 * i}"]
+        if not text.startswith("v_") or text.startswith("v_s_"):       # VALU cases write v1 themselves
+            lines.append("        v_mov_b32 v1, s16")
+        lines.append(f"        global_store_b32 v0, v1, s[8:9] offset:{4 * i}")
     for j, twin in enumerate(twins):
         lines += [f"        {twin} v1, s4", f"        global_store_b32 v0, v1, s[8:9] offset:{4 * (len(cases) + j)}"]
     body = "\n".join(lines)
@@ -313,6 +338,7 @@ sf_asm:                                   // kernargs: out (8 B), in (8 B); one 
         s_add_co_ci_u32 s9, s9, 0
         s_load_b96      s[4:6], s[10:11], 0x0
         s_wait_kmcnt    0x0
+        v_mov_b32       v6, s6             // c for the 3-source VALU cases (two SGPRs at most per VALU op)
 {body}
         s_endpgm
 .Lsf_asm_end:
@@ -376,6 +402,7 @@ def test_every_instruction_assembled(tmp_path, mode):
     co = build_asm(tmp_path, mode)
     if mode == 3:
         assert group_mnemonics(objdump_matches(co)) == set(scalar_float.OPS)
+        assert executor_names(co) >= {n for _, n, _ in ASM_CASES}
     slots = len(ASM_CASES) + len(VALU_TWINS)
     out = run(co.read_bytes(), "sf_asm", slots)
     _compare(out, {i: (name, lambda a, b, c, s=spec: _args(s, a, b, c)) for i, (_, name, spec) in enumerate(ASM_CASES)},
