@@ -2,7 +2,8 @@
 next to clang and the hand-scheduled assembly) from kernels.py by build.py, checked in; neither flydsl nor a GPU is
 needed here. Each runs on sage_co.emu with the sanitizer on:
 
-  * wmma_gemm_*: C = A @ Bt^T (f16 in, f32 out), a 2x2 / 1x2 wave grid of v_wmma_f32_16x16x16_f16 over K.
+  * wmma_gemm_*: C = A @ Bt^T (f16 or bf16 in, f32 out), a 2x2 / 1x2 wave grid of v_wmma_f32_16x16x16_{f16,bf16}
+    over K.
     Integer-valued inputs: bit for bit against torch in float64 (every partial sum is an exact f32). Random
     inputs: bit for bit against the emulator's stated WMMA model applied step by step (each 16-deep dot exact, +C
     rounded once to f32 per K step, docs/emulator.md §Numerics) computed here with exact rationals on a subset of
@@ -66,6 +67,13 @@ def gemm_shape(name):
     return p["M"], p["N"], p["K"]
 
 
+def gemm_operands(name, values: np.ndarray):
+    """float64 values (exactly representable) -> (numpy array of the kernel's 16-bit input type, float64 tensor)."""
+    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[KERNELS[name]["params"].get("dtype", "f16")]
+    t = torch.from_numpy(values).to(dt)
+    return t.view(torch.int16).numpy(), t.double()
+
+
 GEMMS = [n for n, k in KERNELS.items() if k["builder"] == "wmma_gemm"]
 
 
@@ -83,17 +91,18 @@ def test_decode_matches_objdump(name):
     if name == "attn_loop_d16":
         assert {"v_s_sqrt_f32", "v_s_rcp_f32", "s_cvt_f32_i32", "s_mul_f32", "v_exp_f32_e32"} <= names
     else:
-        assert any(n.startswith("v_wmma_f32_16x16x16_f16") for n in names)
+        dt = KERNELS[name]["params"].get("dtype", "f16")
+        assert any(n.startswith(f"v_wmma_f32_16x16x16_{dt}") for n in names)
 
 
 @pytest.mark.parametrize("name", GEMMS)
 def test_wmma_gemm_integer_inputs_bitwise(name):
     M, N, K = gemm_shape(name)
     rng = np.random.default_rng(1)
-    a = rng.integers(-8, 9, (M, K)).astype(np.float16)
-    b = rng.integers(-8, 9, (N, K)).astype(np.float16)
+    a, a64 = gemm_operands(name, rng.integers(-8, 9, (M, K)).astype(np.float64))
+    b, b64 = gemm_operands(name, rng.integers(-8, 9, (N, K)).astype(np.float64))
     out, stats = launch(name, {"A": a, "Bt": b, "C": np.zeros((M, N), np.float32)}, {})
-    ref = (torch.from_numpy(a).double() @ torch.from_numpy(b).double().T).float().numpy()
+    ref = (a64 @ b64.T).float().numpy()
     np.testing.assert_array_equal(out["C"].view(np.uint32), ref.view(np.uint32))
     assert stats["WMMA"] == (M // 16) * (N // 16) * (K // 16)        # one wave-WMMA per 16x16 tile per K step
 
@@ -114,19 +123,19 @@ def _round_f32(x: Fraction) -> np.float32:
 def test_wmma_gemm_random_inputs(name):
     M, N, K = gemm_shape(name)
     rng = np.random.default_rng(2)
-    a = rng.standard_normal((M, K)).astype(np.float16)
-    b = rng.standard_normal((N, K)).astype(np.float16)
+    a, a64 = gemm_operands(name, rng.standard_normal((M, K)))
+    b, b64 = gemm_operands(name, rng.standard_normal((N, K)))
     out, _ = launch(name, {"A": a, "Bt": b, "C": np.zeros((M, N), np.float32)}, {})
     c = out["C"]
-    a64, b64 = torch.from_numpy(a).double(), torch.from_numpy(b).double()
     ref = (a64 @ b64.T).numpy()
+    av, bv = a64.numpy(), b64.numpy()
     bound = (K // 16) * 2.0 ** -24 * (a64.abs() @ b64.abs().T).numpy()
     assert np.all(np.abs(c - ref) <= bound), float(np.max(np.abs(c - ref) / np.maximum(bound, 1e-30)))
     # bitwise against the WMMA model, step by step in exact rationals, on a sample of outputs
     for i, j in [(0, 0), (M - 1, N - 1), (M // 2, 3), (5, N // 2 + 1), (M - 3, 7)]:
         acc = np.float32(0)
         for k0 in range(0, K, 16):
-            dot = sum(Fraction(float(a[i, k])) * Fraction(float(b[j, k])) for k in range(k0, k0 + 16))
+            dot = sum(Fraction(float(av[i, k])) * Fraction(float(bv[j, k])) for k in range(k0, k0 + 16))
             acc = _round_f32(Fraction(float(acc)) + dot)
         assert c[i, j].view(np.uint32) == acc.view(np.uint32), (i, j, c[i, j], acc)
 

@@ -15,13 +15,13 @@ WMMA = 16
 WAVE = 32
 
 
-def wmma_gemm(M: int, N: int, K: int, waves_m: int = 2, waves_n: int = 2):
-    """C[M, N] (f32) = A[M, K] (f16, row-major) @ Bt[N, K]^T (f16, row-major): one 16x16 WMMA tile per wave,
+def wmma_gemm(M: int, N: int, K: int, waves_m: int = 2, waves_n: int = 2, dtype: str = "f16"):
+    """C[M, N] (f32) = A[M, K] @ Bt[N, K]^T (f16 or bf16, row-major): one 16x16 WMMA tile per wave,
     a waves_m x waves_n wave grid per workgroup, a run-time loop over K in 16-wide steps, operands loaded
     straight from global memory (buffer loads) into the WMMA fragments; the accumulator is the loop-carried value."""
     BM, BN = WMMA * waves_m, WMMA * waves_n
     assert M % BM == 0 and N % BN == 0 and K % WMMA == 0
-    f16, f32 = fx.Float16, fx.Float32
+    f16, f32 = {"f16": fx.Float16, "bf16": fx.BFloat16}[dtype], fx.Float32
 
     @flyc.kernel
     def wmma_gemm_kernel(A: fx.Tensor, Bt: fx.Tensor, C: fx.Tensor, tiled_mma: fx.TiledMma):
