@@ -12,7 +12,7 @@ and the denormal mode is applied exactly where the VALU applies it:
 Only round-to-nearest-even is emulated (the executor refuses other round modes at load time).
 
 Scalar f16 ops read bits [15:0] of their sources (s_cvt_hi_f32_f16: bits [31:16]) and write the f16 result to
-bits [15:0] with bits [31:16] zeroed (ISA §6.8; v_s_*_f16 pseudocode `D0[31 : 16] = 16'0x0`). An inline float
+bits [15:0] with bits [31:16] zeroed (docs/rdna4.md §Scalar float). An inline float
 constant of an f16 operand is its f16 bit pattern, a literal's low 16 bits are the f16 value.
 
 Exactness: f32 ops bit-exact as in numerics.py. f16 add/sub/mul/fma are computed in float64 from the exact f16
@@ -30,10 +30,10 @@ from sage_co.emu import numerics as nm
 from sage_co.emu import valu_ops
 from sage_co.emu.state import LITERAL, F, const_bits
 
-U16, U32, U64, I32 = np.uint16, np.uint32, np.uint64, np.int32
+U16, U32, I32 = np.uint16, np.uint32, np.int32
 F16, F32, F64 = np.float16, np.float32, np.float64
-H_SIGN, H_ABS, H_EXP, H_QUIET = U32(0x8000), U32(0x7FFF), U32(0x7C00), U32(0x0200)
-S_SIGN, S_ABS, S_EXP, S_QUIET = U32(0x80000000), U32(0x7FFFFFFF), U32(0x7F800000), U32(0x00400000)
+H_SIGN, H_ABS, H_EXP = U32(0x8000), U32(0x7FFF), U32(0x7C00)          # f16 sign / magnitude / exponent bits
+S_SIGN, S_ABS = U32(0x80000000), U32(0x7FFFFFFF)                     # f32 sign / magnitude bits
 LOW16 = U32(0xFFFF)
 
 

@@ -68,13 +68,14 @@ def wmma_gemm(M: int, N: int, K: int, waves_m: int = 2, waves_n: int = 2, dtype:
 
 
 def online_softmax_attention(S_q: int, S_kv: int, D: int = 16, rows_per_block: int = 32):
-    """O[i, :] = softmax(Q[i, :] K[:n_kv]^T * rsqrt(head_dim)) V[:n_kv] for f32 Q/O [S_q, D], K/V [S_kv, D] (row-major,
-    static layouts), one query row per thread: a run-time loop over the first n_kv keys carries the running max m, the running sum l and the D-wide
-    accumulator (the flash-attention recurrence m' = max(m, s), alpha = 2^(m - m'), p = 2^(s - m'),
-    l' = l alpha + p, acc' = acc alpha + p v, with scores scaled by log2(e)). n_kv and head_dim are kernel
-    arguments, so the uniform scale is computed on the scalar unit (s_cvt_f32_i32 / v_s_rsq_f32 / s_mul_f32)."""
+    """O[i, :] = softmax(Q[i, :] K[:n_kv]^T * rsqrt(head_dim)) V[:n_kv] for f32 Q/O [S_q, D], K/V [S_kv, D]
+    (row-major, static layouts), one query row per thread: a run-time loop over the first n_kv keys carries the
+    running max m, the running sum l and the D-wide accumulator (the flash-attention recurrence m' = max(m, s),
+    alpha = 2^(m - m'), p = 2^(s - m'), l' = l alpha + p, acc' = acc alpha + p v, scores scaled by log2(e)).
+    n_kv and head_dim are kernel arguments, so the uniform scale is computed on the scalar unit (LLVM 22 emits
+    s_cvt_f32_i32, v_s_sqrt_f32, v_s_rcp_f32, s_mul_f32)."""
     assert D % 4 == 0
-    FAST = arith.FastMathFlags.afn      # approximate functions: exp2/rsqrt become the hardware v_exp/v_rsq
+    FAST = arith.FastMathFlags.afn      # approximate functions: no ocml calls (no ROCm device libraries needed)
     chunks = D // 4
     log2e = 1.4426950408889634
 
