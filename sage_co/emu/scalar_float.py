@@ -28,7 +28,7 @@ import numpy as np
 
 from sage_co.emu import numerics as nm
 from sage_co.emu import valu_ops
-from sage_co.emu.state import LITERAL, F, const_bits
+from sage_co.emu.state import LITERAL, EmuError, F, const_bits
 
 U16, U32, I32 = np.uint16, np.uint32, np.int32
 F16, F32, F64 = np.float16, np.float32, np.float64
@@ -254,6 +254,9 @@ def build(st, ops, inst, pc):
             out = fn(*[x if s == "b" else _f32(x) for x, s in zip(xs, srcs)])
             return np.asarray(out).view(U32) if np.asarray(out).dtype in (F32, I32) else np.asarray(out, U32)
     else:                                                    # VOP3 v_s_* transcendentals
+        if F(inst, "opsel"):
+            raise EmuError(f"{inst.name} with op_sel bits {F(inst, 'opsel'):#x}: LLVM rejects op_sel on v_s_* and the "
+                           f"hardware meaning is undocumented")
         pre, post = _vop3_modifiers(inst, kind == "trans16")
         if kind == "trans32":
             def compute(xs):

@@ -447,3 +447,13 @@ def test_f16_transcendentals_sweep(tmp_path):
     out = run(build_asm(tmp_path, 3, cases, []).read_bytes(), "sf_asm", len(cases), rows)
     _compare(out, {i: (n, lambda a, b, c: (a, b, c)) for i, (_, n, _) in enumerate(cases)}, where="exhaustive",
              rows=rows)
+
+
+def test_op_sel_on_v_s_is_refused(tmp_path):
+    """LLVM rejects op_sel on v_s_*; a hand-encoded one (v_s_exp_f16 s16, s4 with op_sel bit 0) is an error, not a
+    silently ignored field."""
+    from sage_co.emu import EmuError
+    case = [(".long 0xd6810810, 0x00000004", "v_s_exp_f16", "a")]
+    co = build_asm(tmp_path, 3, case, [])
+    with pytest.raises(EmuError, match="op_sel"):
+        run(co.read_bytes(), "sf_asm", 1, INPUTS[:2])
