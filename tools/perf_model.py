@@ -1254,7 +1254,12 @@ def load_kernels(static_only: bool, asm_co: Path | None, seqs=EMU_SEQ):
             out.append((variant, None, f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} "
                                        "is not shipped yet"))
             continue
-        km = analyze(variant, path)
+        # the shipped code objects hold one symbol per (head_dim, out_dtype): the model describes head dim 128, bf16
+        symbol = None
+        if path in (HIP_CO, ASM_CO):
+            from sage_co import registry
+            symbol = registry.find("sage_attention_fwd", variant, head_dim=HEAD_DIM, out_dtype="bf16").symbol
+        km = analyze(variant, path, symbol)
         if static_only:
             km.notes.append("static counts (--static): emulator not run")
         elif asm_co is not None and variant == "asm":
