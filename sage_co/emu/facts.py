@@ -290,7 +290,7 @@ def _alu_operands(inst, tpl) -> list[Operand]:
                 keys = _vkeys(code, n)
             reads_dst = bool(READS_VDST.match(name)) or name in ("s_cmov_b32", "s_cmov_b64", "s_cmovk_i32",
                                                                   "s_addk_co_i32", "s_mulk_i32", "s_fmac_f32",
-                                                                  "s_bitset0_b32", "s_bitset1_b32",
+                                                                  "s_fmac_f16", "s_bitset0_b32", "s_bitset1_b32",
                                                                   "s_bitset0_b64", "s_bitset1_b64")
             keys = _half(keys, hi)
             if name in ("s_setreg_b32",):            # SOPK: the sdst field is the source

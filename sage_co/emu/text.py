@@ -25,6 +25,10 @@ F64_HI_INLINE_BITS = {0x3fe00000, 0xbfe00000, 0x3ff00000, 0xbff00000, 0x40000000
                       0xc0100000, 0x3fc45f30}
 
 
+# f16 bit patterns of inline constants 240..248 (0.5, -0.5, 1, -1, 2, -2, 4, -4, 1/(2 pi))
+SOPC_F16_INLINE_BITS = (0x3800, 0xB800, 0x3C00, 0xBC00, 0x4000, 0xC000, 0x4400, 0xC400, 0x3118)
+
+
 def operand_kind(name: str, field: str, nregs: int) -> str:
     """Type class of a source slot, from the mnemonic: decides how constants print ('f32','f16','f64','b32','b64',
     'b16')."""
@@ -36,6 +40,7 @@ def operand_kind(name: str, field: str, nregs: int) -> str:
     else:
         t = types[-1] if types else 'b32'
     if nregs == 2: return 'f64' if t == 'f64' else 'b64'
+    if t == 'f16' and base.startswith('s_cmp_'): return 'f16_hex'   # LLVM prints SOPC f16 constants as f16 hex
     if t in ('f32',): return 'f32'
     if t in ('f16', 'bf16'): return 'f16' if t == 'f16' else 'bf16'
     if t in ('i16', 'u16', 'b16'): return 'b16'
@@ -48,6 +53,8 @@ def operand_text(code: int, literal: int | None = None, kind: str = 'b32', nregs
     if r is not None: return r
     if 128 <= code <= 192: return str(code - 128)
     if 193 <= code <= 208: return str(192 - code)
+    if kind == 'f16_hex' and 240 <= code <= 248:            # e.g. s_cmp_lt_f16 s4, 1.0 prints as 0x3c00
+        return f'{SOPC_F16_INLINE_BITS[code - 240]:#x}'
     if code in INLINE_F: return INLINE_F[code]
     if code == 248: return INV2PI.get(kind, '0.15915494')
     if code == 255:
@@ -58,6 +65,7 @@ def operand_text(code: int, literal: int | None = None, kind: str = 'b32', nregs
 
 def literal_text(lit: int, kind: str) -> str:
     """A literal prints as hex; lit(...) when the value could have been an inline constant of that type."""
+    if kind == 'f16_hex': return f'{lit:#x}'               # SOPC f16: LLVM never marks a literal lit(...)
     if kind in ('f16', 'bf16', 'b16'):
         inline = lit <= 64 or lit >= 0xfff0 and lit <= 0xffff or (kind == 'f16' and lit in F16_INLINE_BITS)
     elif kind == 'f64':
