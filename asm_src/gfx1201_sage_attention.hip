@@ -65,21 +65,25 @@
 //     lanes 16-31 keys 32-63 (one k_scale block per lane per tile), and the V^T A-fragments of the four
 //     chunks are 32 contiguous bytes of a V^T row (2 x b128).
 //
-// Tiles (docs/rdna4.md §Throughput, §Occupancy): 16 queries per wave keeps O^T (64 VGPRs), S^T (32), Q^T
-// fragments (16) and the next tile's staging registers (32) resident without spilling; 32 queries per wave
-// would halve the LDS fragment traffic but needs ~300 VGPRs. Per wave and key tile: 32 iu8 + 32 fp8 WMMA
-// (512 WMMA clocks) against 32 ds_load_b128 (16 KiB) and ~300 VALU/TRANS for the softmax.
-// LDS: per buffer K tile 64 x 128 B (8 KiB) + V^T tile 128 x 64 B (8 KiB), two buffers (32 KiB): tile t+1 is
-// loaded global -> VGPRs before the WMMA work of tile t and stored to the other buffer after it, so there is
-// one barrier per tile. 16-byte chunks are XOR-swizzled (K: chunk ^ (row & 7); V^T: chunk ^ ((row >> 1) & 3))
+// Tiles (docs/rdna4.md §Throughput, §Occupancy), figures for DP = 128 (DP = 64 halves the d-dependent ones):
+// 16 queries per wave keeps O^T (64 VGPRs), S^T (32), Q^T fragments (16) and the next tile's staging registers
+// (32) resident without spilling; 32 queries per wave would halve the LDS fragment traffic but needs ~300
+// VGPRs. Per wave and key tile: 32 iu8 + 32 fp8 WMMA (512 WMMA clocks) against 32 ds_load_b128 (16 KiB) and
+// ~300 VALU/TRANS for the softmax (the same for DP = 64: its tile is softmax-bound).
+// LDS: per buffer K tile 64 x DP B + V^T tile DP x 64 B, two buffers (32 KiB for DP = 128, 16 KiB for 64):
+// tile t+1 is loaded global -> VGPRs before the WMMA work of tile t and stored to the other buffer after it, so
+// there is one barrier per tile. 16-byte chunks are XOR-swizzled (K: chunk ^ (row & 7) with 8 chunks per row,
+// chunk ^ ((row >> 1) & 3) with 4; V^T: chunk ^ ((row >> 1) & 3))
 // so each group of 8 lanes of a ds_load_b128 touches 8 distinct 16-byte bank groups (§Memory: 64 banks x 4 B
-// per WGP; the bank layout is UNVERIFIED for RDNA4). The tail tile (keys >= seq_len) takes a uniform branch
+// per WGP; the bank layout is UNVERIFIED for RDNA4). The tail tile (keys >= seq_len_kv) takes a uniform branch
 // that masks scores to -inf; padded query rows are computed and not stored.
 //
-// Resources (clang 22.1.8 -O3, checked with llvm-objdump / tools/disasm_check.py): 219 VGPRs, 33 SGPRs,
-// scratch 0, LDS 32768 B, no WMMA hazards left (LLVM inserts the v_nop of §Hazards 1 where needed).
-// Occupancy (§Occupancy): 219 VGPRs -> 6 waves/SIMD by registers; 32 KiB LDS per 4-wave workgroup ->
-// 4 workgroups per WGP (128 KiB) = 16 waves per WGP = 4 waves/SIMD, the binding limit.
+// Resources (clang 22.1.8 -O3, checked with tools/disasm_check.py; hsaco/manifest.json has every symbol's):
+// DP = 128: 219 VGPRs, 33 SGPRs, scratch 0, LDS 32768 B; DP = 64: 141 VGPRs, LDS 16384 B; no WMMA hazards left
+// (LLVM inserts the v_nop of §Hazards 1 where needed). The epilogue's d-tile loop is fully unrolled: a
+// dynamically indexed o[] would go to scratch. Occupancy (§Occupancy), DP = 128: 219 VGPRs -> 6 waves/SIMD by
+// registers; 32 KiB LDS per 4-wave workgroup -> 4 workgroups per WGP (128 KiB) = 4 waves/SIMD, the binding
+// limit; DP = 64: 141 VGPRs -> 8 waves/SIMD (LDS allows 8).
 
 #pragma clang fp contract(off)
 

@@ -12,11 +12,15 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import stub_hip
 
 ROOT = Path(__file__).resolve().parent.parent
 
+if getattr(torch.version, "hip", None) is not None:
+    pytest.skip("torch is a ROCm build: its own libamdhip64 is mapped in every process, so a stub cannot stand in "
+                "for torch's runtime (tests/test_hip_backend.py covers the real one)", allow_module_level=True)
 if stub_hip.compiler() is None:
     pytest.skip("no system C compiler (cc, gcc or clang) to build the stub libamdhip64", allow_module_level=True)
 try:
@@ -129,4 +133,4 @@ def test_launch_overhead_benchmark_runs(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_launch_overhead.py"), "--launches", "20",
                         "--rounds", "1"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert sum(" us CPU" in line for line in r.stdout.splitlines()) == 4, r.stdout
+    assert sum(" us CPU" in line for line in r.stdout.splitlines()) == 5, r.stdout   # 4 kernels + the whole op

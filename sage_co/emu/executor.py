@@ -144,6 +144,9 @@ def _init_batch(st: State, prog: Program, grid, block, wg_lo: int, nwg: int, wpg
     st.V[0] = np.where(live, tx | (ty << 10) | (tz << 20), 0).astype(np.uint32)
     st.S[EXEC] = pack_lanes(live)
     st.refresh_exec()
+    # MODE register from the descriptor (docs/rdna4.md §Entry): round and denorm modes, FP16_OVFL
+    st.mode[:] = (d.float_round_mode_32 | d.float_round_mode_16_64 << 2 | d.float_denorm_mode_32 << 4 |
+                  d.float_denorm_mode_16_64 << 6 | d.fp16_ovfl << 23)
     st.pc[:] = prog.index[prog.kernel.entry]
 
 

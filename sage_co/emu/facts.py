@@ -340,17 +340,22 @@ VGPR_BANKS = 4          # docs/rdna4.md §Throughput VOPD rules: bank = VGPR % 4
 
 
 def vopd_pair_problem(x_dst: int, y_dst: int, x_src0: int | None, y_src0: int | None, x_vsrc1: int | None,
-                      y_vsrc1: int | None, literals: int = 0, sgprs: int = 0, both_mov: bool = False) -> str | None:
+                      y_vsrc1: int | None, literals: int = 0, sgprs: int = 0, both_mov: bool = False,
+                      same_vgpr_ok: bool = False) -> str | None:
     """Why an X half and a Y half may not form one VOPD on gfx12, or None when they may (docs/rdna4.md §Throughput
     VOPD rules). VGPR numbers, None for a source that is no VGPR; literals / sgprs: distinct literals / SGPRs the
     pair reads; both_mov: both halves are v_dual_mov_b32 (then Y reads through the src2 source cache and the source
-    bank rules do not apply)."""
+    bank rules do not apply); same_vgpr_ok: one VGPR read by both halves is no bank conflict (the hardware rule;
+    LLVM 22.1.8's assembler still rejects it, so code meant for that assembler keeps the default False)."""
     if x_dst % 2 == y_dst % 2:
         return "destinations must be one even and one odd VGPR"
+
+    def clash(a, b):
+        return a is not None and b is not None and a % VGPR_BANKS == b % VGPR_BANKS and not (same_vgpr_ok and a == b)
     if not both_mov:
-        if x_src0 is not None and y_src0 is not None and x_src0 % VGPR_BANKS == y_src0 % VGPR_BANKS:
+        if clash(x_src0, y_src0):
             return "src0 of both halves in one VGPR bank"
-        if x_vsrc1 is not None and y_vsrc1 is not None and x_vsrc1 % VGPR_BANKS == y_vsrc1 % VGPR_BANKS:
+        if clash(x_vsrc1, y_vsrc1):
             return "vsrc1 of both halves in one VGPR bank"
     if literals > 1:
         return "more than one literal"
@@ -360,7 +365,7 @@ def vopd_pair_problem(x_dst: int, y_dst: int, x_src0: int | None, y_src0: int | 
 
 
 def vopd_problem(inst) -> str | None:
-    """vopd_pair_problem of a decoded VOPD instruction."""
+    """vopd_pair_problem of a decoded VOPD instruction, by the hardware rule (one VGPR in both halves is fine)."""
     f = inst.f
 
     def vg(code):
@@ -373,4 +378,4 @@ def vopd_problem(inst) -> str | None:
         sgprs.add(VCC)
     lits = int(inst.literal is not None)
     return vopd_pair_problem(f["vdstx"], f["vdsty"], vg(f["srcx0"]), vg(f["srcy0"]), x1, y1, lits, len(sgprs),
-                             x_name == y_name == "v_dual_mov_b32")
+                             x_name == y_name == "v_dual_mov_b32", same_vgpr_ok=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from sage_co.emu import numerics, sanitizer
-from sage_co.emu.state import ALL, END, EXEC, VCC, EmuError, F
+from sage_co.emu.state import ALL, END, EXEC, HWREG_MODE, MODE_FP16_OVFL, MODE_FP_BITS, VCC, EmuError, F
 
 U32, U64, I32, I64 = np.uint32, np.uint64, np.int32, np.int64
 M32 = U64(0xFFFFFFFF)
@@ -345,6 +345,8 @@ def build(st, ops, inst, pc):
             return lambda sel: wr(sel, (cur(sel).astype(U64) * val).astype(U32))
         if name == "s_version":
             return lambda sel: None
+        if name in ("s_setreg_b32", "s_setreg_imm32_b32", "s_getreg_b32"):
+            return _hwreg(st, ops, inst, pc, name, k)
         return None
     if enc == "SOPC":
         base = name[len("s_cmp_"):] if name.startswith("s_cmp_") else None
@@ -370,6 +372,34 @@ def build(st, ops, inst, pc):
             return h
         return None
     return None
+
+
+def _hwreg(st, ops, inst, pc, name, simm):
+    """s_setreg_b32 / s_setreg_imm32_b32 / s_getreg_b32 on HW_REG_WAVE_MODE (docs/rdna4.md §Entry, MODE register).
+    hwreg(id, offset, size) is simm16 = id | offset << 6 | (size - 1) << 11. Writable here: FP16_OVFL (the fp8
+    conversion saturation Triton sets at entry on gfx12); the round/denorm bits may be rewritten only with the
+    values they have (the VALU binds the descriptor's modes); any other MODE bit or hardware register is refused."""
+    rid, off, size = simm & 0x3F, (simm >> 6) & 0x1F, ((simm >> 11) & 0x1F) + 1
+    mask = ((1 << size) - 1) << off & 0xFFFFFFFF
+    if rid != HWREG_MODE:
+        raise EmuError(f"{name} of hardware register {rid} is not emulated (only HW_REG_WAVE_MODE)")
+    mode = st.mode
+    if name == "s_getreg_b32":
+        wr = ops.swrite(F(inst, "sdst"))
+        return lambda sel: wr(sel, (mode[sel] & U32(mask)) >> U32(off))
+    val = ops.sread(inst, 255) if name == "s_setreg_imm32_b32" else ops.sread(inst, F(inst, "sdst"))
+    if mask & ~(MODE_FP_BITS | MODE_FP16_OVFL):
+        raise EmuError(f"{name} writes MODE bits 0x{mask & ~(MODE_FP_BITS | MODE_FP16_OVFL):x}; only the FP "
+                       f"round/denorm fields and FP16_OVFL are emulated")
+
+    def h(sel):
+        old = mode[sel]
+        new = (old & U32(~mask & 0xFFFFFFFF)) | ((np.asarray(val(sel), dtype=U32) << U32(off)) & U32(mask))
+        if ((new ^ old) & U32(MODE_FP_BITS)).any():
+            st.fail(pc, "changing the FP round/denorm mode at run time is not emulated (the kernel descriptor's "
+                        "modes apply to the whole kernel)")
+        mode[sel] = new
+    return h
 
 
 def _barrier_signal(st, ops, inst, pc):

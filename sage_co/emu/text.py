@@ -149,6 +149,9 @@ def _valu(inst: Inst) -> str:
     if d is not None:
         asm = inst.name + '_e64_dpp'
     neg, abs_ = (0, 0) if enc == 'VOP3P' else (f['neg'], f['abs'])   # VOP3P prints neg as neg_lo:[..]
+    mix = enc == 'VOP3P' and inst.name.startswith('v_fma_mix')
+    if mix:                       # v_fma_mix*: NEG / NEG_HI are per-source neg / abs, printed like VOP3 (-v, |v|)
+        neg, abs_ = f['neg'], f['neg_hi']
     ops = _ops(inst, tpl, neg, abs_)
     if d is not None:
         fields = [t[0] for t in tpl]
@@ -163,8 +166,8 @@ def _valu(inst: Inst) -> str:
             mods.append('op_sel_hi:' + _bits(f['opsel_hi'], nsrc))
         if name.startswith('v_swmmac') and f['opsel']:
             mods = [f'index_key:{f["opsel"]}']
-        if f['neg']: mods.append('neg_lo:' + _bits(f['neg'], nsrc))
-        if f['neg_hi']: mods.append('neg_hi:' + _bits(f['neg_hi'], nsrc))
+        if f['neg'] and not mix: mods.append('neg_lo:' + _bits(f['neg'], nsrc))
+        if f['neg_hi'] and not mix: mods.append('neg_hi:' + _bits(f['neg_hi'], nsrc))
         # integer and 8-bit-float neg bits were already printed above via neg_lo
         if f['clamp']: mods.append('clamp')
         return _join(asm, ops, mods)

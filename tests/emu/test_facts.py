@@ -12,13 +12,17 @@ from sage_co import codeobj
 from sage_co.emu import Device, executor
 from sage_co.emu.decode import decode, decode_at
 from sage_co.emu.disasm import text_and_symbols
+from test_triton_corpus import TRUE16_TODO
 from sage_co.emu.facts import CLASSES, VOPD_PLAIN, class_of, facts, vopd_pair_problem, vopd_problem
 
 sys.path.insert(0, str(ROOT / "tools"))
 import disasm_check  # noqa: E402
 
+# every shipped and corpus code object the decoder reads (the Triton true16 builds are not decoded yet:
+# test_triton_corpus.TRUE16_TODO)
 CORPUS = [*sorted((ROOT / "hsaco" / "gfx1201").glob("*.co")),
-          *sorted((Path(__file__).parent / "corpus").rglob("*.co"))]
+          *sorted(p for p in (Path(__file__).parent / "corpus").rglob("*.co")
+                  if not (p.parent.name == "triton" and p.stem in TRUE16_TODO))]
 
 
 def words(*ws):
@@ -60,6 +64,8 @@ def test_vopd_rules():
     assert vopd_pair_problem(2, 4, None, None, None, None) is not None          # two even destinations
     assert vopd_pair_problem(2, 3, 8, 12, None, None) is not None                # src0 in one bank
     assert vopd_pair_problem(2, 3, 8, 8, None, None, both_mov=True) is None     # mov+mov: source cache
+    assert vopd_pair_problem(2, 3, 8, 8, None, None) is not None                # LLVM 22's assembler rule
+    assert vopd_pair_problem(2, 3, 8, 8, None, None, same_vgpr_ok=True) is None  # the hardware rule
     assert vopd_pair_problem(2, 3, 8, 9, 4, 5, literals=1, sgprs=1) is None
     assert vopd_pair_problem(2, 3, 8, 9, 4, 5, literals=1, sgprs=2) is not None
     assert "v_mul_f32" in VOPD_PLAIN and "v_fmac_f32" not in VOPD_PLAIN and "v_add_nc_u32" not in VOPD_PLAIN
