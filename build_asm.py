@@ -4,7 +4,7 @@
     python build_asm.py            # build every entry of asm_src/kernels.toml into hsaco/, write hsaco/manifest.json
     python build_asm.py --check    # rebuild into a temporary folder; exit 1 and explain if anything differs
                                    # (code objects, manifest incl. each kernel's ABI snapshot, generated .s)
-    python build_asm.py --only NAME
+    python build_asm.py --only NAME          # (also with --check: check only these code objects)
 
 Sources by suffix:
     .s    clang --target=amdgcn-amd-amdhsa -mcpu=<arch> -c, then ld.lld -shared
@@ -341,8 +341,9 @@ def _diff_dicts(a, b, path="") -> list[str]:
     return []
 
 
-def check(entries: list[Entry], llvm: LLVM, hsaco: Path = HSACO) -> list[str]:
-    """Rebuild into a temporary folder; return a readable list of differences (empty = all match)."""
+def check(entries: list[Entry], llvm: LLVM, hsaco: Path = HSACO, only: set[str] | None = None) -> list[str]:
+    """Rebuild into a temporary folder; return a readable list of differences (empty = all match).
+    only: check just these code objects (the rest of the manifest is not compared)."""
     problems = []
     manifest_path = hsaco / "manifest.json"
     checked_in = None
@@ -385,6 +386,8 @@ def check(entries: list[Entry], llvm: LLVM, hsaco: Path = HSACO) -> list[str]:
                     f"rebuilt {len(new_bytes)} bytes sha256 {new['sha256'][:12]}, first difference at byte 0x{first:x})")
         if checked_in is not None:
             old_objs, new_objs = checked_in.get("code_objects", {}), rebuilt["code_objects"]
+            if only is not None:
+                old_objs = {k: v for k, v in old_objs.items() if k in only}
             for name in sorted(set(old_objs) - set(new_objs)):
                 problems.append(f"{name}: in hsaco/manifest.json but not in asm_src/kernels.toml")
             for name in sorted(set(new_objs) & set(old_objs)):
@@ -411,20 +414,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         llvm = find_llvm()
         entries = read_kernel_list(args.kernels)
+        if args.only:
+            unknown = set(args.only) - {e.name for e in entries}
+            if unknown:
+                raise BuildError(f"--only: unknown code object(s) {sorted(unknown)}; known: {[e.name for e in entries]}")
         if args.check:
-            problems = check(entries, llvm, hsaco)
+            only = set(args.only) if args.only else None
+            checked = [e for e in entries if only is None or e.name in only]
+            problems = check(checked, llvm, hsaco, only)
             if problems:
                 print("build_asm.py --check: the shipped code objects do not match their sources:", file=sys.stderr)
                 for p in problems:
                     print(f"  - {p}", file=sys.stderr)
                 print("Rebuild with `python build_asm.py` and commit hsaco/ together with asm_src/.", file=sys.stderr)
                 return 1
-            print(f"build_asm.py --check: {len(entries)} code objects match their sources (LLVM {llvm.version})")
+            print(f"build_asm.py --check: {len(checked)} code objects match their sources (LLVM {llvm.version})")
             return 0
-        if args.only:
-            unknown = set(args.only) - {e.name for e in entries}
-            if unknown:
-                raise BuildError(f"--only: unknown code object(s) {sorted(unknown)}; known: {[e.name for e in entries]}")
         manifest = build_all(entries if not args.only else [e for e in entries if e.name in args.only], llvm, hsaco)
         if args.only and manifest_path.exists():  # keep the other entries, replace the rebuilt ones
             try:

@@ -287,8 +287,9 @@ VCC_SGPRS = 2          # VCC is allocated from the top of the SGPR file when res
 
 @dataclass(frozen=True)
 class KernelArg:
-    """One explicit kernel argument of the metadata: name, byte offset, kind 'ptr' (8-byte global pointer) or a
-    4-byte by-value scalar kind ('u32', 'i32', 'f32'); pointers are read_only unless `written`."""
+    """One explicit kernel argument of the metadata: name, byte offset, kind 'ptr' (8-byte global pointer), 'u64'
+    (8-byte by-value) or a 4-byte by-value scalar kind ('u32', 'i32', 'f32'); pointers are read_only unless
+    `written`."""
     name: str
     offset: int
     kind: str
@@ -296,7 +297,7 @@ class KernelArg:
 
     @property
     def size(self) -> int:
-        return 8 if self.kind == "ptr" else 4
+        return 8 if self.kind in ("ptr", "u64") else 4
 
     def yaml(self) -> str:
         if self.kind != "ptr":

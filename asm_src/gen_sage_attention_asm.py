@@ -6,12 +6,13 @@ commits the text as asm_src/gfx1201_sage_attention_asm.s). `build(cfg)` returns 
 symbol for one `Config`; `build_family()` the code object with every shipped variant. Each kernel computes
 exactly what asm_src/gfx1201_sage_attention.hip computes, with the same kernarg struct (sage_co/abi.py) and
 launch geometry, in the same per-row operation order (bitwise equal output on the emulator); what differs is
-the schedule. The header of the emitted .s (header_text below, filled from the constants) documents layout,
+the schedule. The header of the emitted .s (family_header and variant_header, filled from the constants) documents layout,
 registers and schedule.
 """
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -31,9 +32,11 @@ WMMA_N = 16                    # WMMA fragments are 16 x 16 (docs/rdna4.md §WMM
 CHUNKS = TILE_K // WMMA_N      # S^T chunks of 16 keys
 SCALE_BLOCK = abi.SCALE_BLOCK  # tokens per q/k scale
 THREADS = WAVES * abi.WAVE_SIZE
+V_STAGE_ROWS = THREADS // 4     # V^T rows one staging load of all threads covers (4 chunks of 16 B per row)
 LANE_HALF = 16                 # lanes 0-15 / 16-31: v_permlanex16 exchanges the halves
 B128 = 16                      # bytes of one ds_load_b128 / global_load_b128 (also the LDS swizzle unit)
 F32_BYTES = 4
+OUT_BYTES = 2                  # bf16 / fp16 output elements
 
 # numerics constants (bit patterns)
 F32_448 = "0x43e00000"                    # fp8 e4m3 max: p8 = fp8(p * 448)
@@ -42,8 +45,11 @@ F32_NEG_INF = "0xff800000"
 F32_LN2 = "0x3f317218"                    # float32(ln 2)
 BF16_QNAN32 = "0x7fc00000"                # a NaN output becomes bf16 0x7fc0 (as the HIP kernel)
 BF16_ROUND = "0x7fff"
-F32_BF16_MAX, F32_NEG_BF16_MAX = "0x7f7f0000", "0xff7f0000"   # +-largest finite bf16: the output saturates there
 HI16_MASK = "0xffff0000"
+LO16_MASK = "0xffff"
+FP16_QNAN = "0x7e00"                      # a NaN output becomes fp16 0x7e00 (as the HIP kernel)
+# the output saturates at +-the dtype's largest finite value (docs/numerics.md §Finite range), as fp32 bit patterns
+OUT_MAX = {"bf16": ("0xff7f0000", "0x7f7f0000"), "fp16": ("0xc77fe000", "0x477fe000")}   # (-max, +max)
 PERMX16_SEL_LO, PERMX16_SEL_HI = "0x76543210", "0xfedcba98"   # v_permlanex16: lane l reads lane l ^ 16
 
 RING = 10                                 # LDS fragment ring: ds_load_b128 destinations (4 VGPRs each)
@@ -69,21 +75,27 @@ def log2(n: int) -> int:
 
 @dataclass(frozen=True)
 class Config:
-    """One kernel of the family. The manifest key columns of the symbol are exactly these fields."""
+    """One kernel of the family: the padded head dim (64 or 128) and the output dtype ("bf16" or "fp16").
+    The manifest key columns of the symbol (head_dim, out_dtype) are exactly these fields."""
     head_dim: int = abi.HEAD_DIM
     out_dtype: str = "bf16"
 
     def __post_init__(self):
-        if self.head_dim != abi.HEAD_DIM or self.out_dtype != "bf16":
-            raise ValueError(f"Config{(self.head_dim, self.out_dtype)}: not a variant this generator builds")
+        if self.head_dim not in abi.HEAD_DIMS_NATIVE or self.out_dtype not in abi.OUT_DTYPES:
+            raise ValueError(f"Config{(self.head_dim, self.out_dtype)}: head_dim must be one of "
+                             f"{abi.HEAD_DIMS_NATIVE} and out_dtype one of {abi.OUT_DTYPES}")
+
+    @property
+    def tag(self) -> str:
+        return f"d{self.head_dim}_{self.out_dtype}"
 
     @property
     def symbol(self) -> str:
-        return "gfx1201_sage_attention_fwd_asm"
+        return f"gfx1201_sage_attention_fwd_asm_{self.tag}"
 
 
 # the variants the shipped code object holds (asm_src/kernels.toml lists the same symbols with their keys)
-FAMILY = (Config(),)
+FAMILY = tuple(Config(d, t) for d in reversed(abi.HEAD_DIMS_NATIVE) for t in abi.OUT_DTYPES)
 
 
 def kernarg_loads(base_sgpr: int) -> list[tuple[str, int, int, str]]:
@@ -214,7 +226,9 @@ class AttentionKernel:
         self.cfg = cfg
         self.SYMBOL = cfg.symbol
         self.HEAD_DIM = cfg.head_dim
-        self.D_TILES = cfg.head_dim // WMMA_N            # O^T d-tiles of 16 channels
+        self.D_TILES = cfg.head_dim // WMMA_N            # O^T d-tiles of 16 channels (= 16-byte chunks per K row)
+        self.QF = cfg.head_dim // 32                     # Q^T fragments of 16 B per lane (lane half: head_dim/2 B)
+        self.HCOL = self.D_TILES // 2                    # 16-byte K-row chunks one lane half reads
         self.K_TILE_BYTES = TILE_K * cfg.head_dim        # int8 [TILE_K keys][head_dim d]
         self.V_TILE_BYTES = cfg.head_dim * TILE_K        # fp8 [head_dim d][TILE_K keys]
         self.LDS_KBUF = (0, self.K_TILE_BYTES)
@@ -224,11 +238,14 @@ class AttentionKernel:
         self.V_ROW_BYTES = TILE_K                        # bytes per V^T row (TILE_K / 16 chunks)
         self.STAGE_LOADS = (self.K_TILE_BYTES // THREADS) // B128   # b128 global loads per thread per tile
         self.STAGE_STEP = THREADS * B128                 # bytes between a thread's successive staging chunks
+        # the smallest real head dim this D_pad serves (abi.d_pad): d-tiles below it are always stored
+        smaller = [d for d in abi.HEAD_DIMS_NATIVE if d < cfg.head_dim]
+        self.MIN_HEAD_DIM = (max(smaller) if smaller else 0) + abi.HEAD_DIM_STEP
         # fragments of one loop iteration
         # QK^T: frag (i, c) = 16 bytes of K row 32*(r/8) + 8c + r%8 at d-group i (A of two d-steps)
         # PV:   frag (i, dt) = 16 bytes of V^T row 16dt + r, keys 32h + 16i.. (A of chunks 2i, 2i+1)
-        self.QK_ORDER = [(i, half, c) for i in range(4) for half in range(2) for c in range(CHUNKS)]
-        self.PV_ORDER = [(i, grp, half, dt) for i in range(2) for grp in range(2) for half in range(2)
+        self.QK_ORDER = [(i, half, c) for i in range(self.QF) for half in range(2) for c in range(CHUNKS)]
+        self.PV_ORDER = [(i, grp, half, dt) for i in range(2) for grp in range(self.D_TILES // 4) for half in range(2)
                          for dt in range(4 * grp, 4 * grp + 4)]
         self._allocate_vgprs()
         self._allocate_sgprs()
@@ -238,12 +255,12 @@ class AttentionKernel:
         self.tid = V.fixed("tid", 0, note="work-item id x (entry state, docs/rdna4.md §Entry); lane math reads it")
         V.next = 1
         # lane constants
-        self.k_rd = V.alloc("k_rd", 4, note="LDS byte address of K fragment d-group i (chunk c adds c*1024)")
+        self.k_rd = V.alloc("k_rd", self.QF, note="LDS byte address of K fragment d-group i (chunk c adds 8 rows)")
         self.v_rd = V.alloc("v_rd", 2, note="LDS byte address of V^T fragment half i (d-tile adds dt*1024)")
         self.k_st = V.alloc("k_st", note="LDS store address of this thread's K staging chunks")
         self.v_st = V.alloc("v_st", note="LDS store address of this thread's V^T staging chunks")
         self.k_gl = V.alloc("k_gl", note="global offset of this thread's K staging chunk 0 in a tile")
-        self.v_gl = V.alloc("v_gl", note="global offset of this thread's V^T staging chunk 0 (row*seq_pad + col*16)")
+        self.v_gl = V.alloc("v_gl", note="global offset of this thread's V^T staging chunk 0 (row*seq_pad_kv + col*16)")
         self.ks = V.alloc("ks", note="k_scale of this lane half's 32 keys of the next tile")
         self.ks_off = V.alloc("ks_off", note="4h: byte offset of this lane half's k_scale in a tile's pair")
         self.qk = V.alloc("qk", 2, note="q_scale*k_scale, two copies in different banks (VOPD src0)")
@@ -253,12 +270,13 @@ class AttentionKernel:
         self.rs = V.alloc("rs", 2, align=2, note="row-sum chain ping-pong: rs[1] (odd VGPR) after even steps, rs[0] after odd")
         self.mx = V.alloc("mx", 4, align=4, note="row-max partials; mx[0] ends as the lane max")
         self.xl = V.alloc("xl", note="v_permlanex16 result")
-        self.lim = V.alloc("lim", note="last tile: keys of this lane half still valid (seq_len - key0)")
+        self.lim = V.alloc("lim", note="last tile: keys of this lane half still valid (seq_len_kv - key0)")
         self.O = V.alloc("O", 8 * self.D_TILES, align=8,
                          note="O^T accumulators: d-tile dt = O[8dt:8dt+8], lane (h,r) row d=16dt+8h+e")
         self.SA = V.alloc("SA", 32, align=8, note="S^T of even tiles: chunk c = SA[8c:8c+8]; scores, then p, P^T fp8 in place")
         self.SB = V.alloc("SB", 32, align=8, note="S^T of odd tiles (the next tile's QK^T accumulates here)")
-        self.Q = V.alloc("Q", 16, align=4, note="Q^T B-fragments: Q[4i:4i+4] = 16 bytes 64h+16i.. of query row r")
+        self.Q = V.alloc("Q", 4 * self.QF, align=4,
+                         note=f"Q^T B-fragments: Q[4i:4i+4] = 16 bytes {self.HEAD_DIM // 2}h+16i.. of query row r")
         self.stK = V.alloc("stK", 4 * self.STAGE_LOADS, align=4, note="global->LDS staging of K tile t+2")
         self.stV = V.alloc("stV", 4 * self.STAGE_LOADS, align=4, note="global->LDS staging of V^T tile t+1")
         self.ring = V.alloc("ring", 4 * RING, align=4, note=f"{RING} LDS fragment slots of 4 VGPRs (ds_load_b128)")
@@ -280,30 +298,36 @@ class AttentionKernel:
         self.sp_q, self.sp_k, self.sp_v = karg["q"], karg["k"], karg["v"]
         self.sp_qscale, self.sp_kscale, self.sp_kmean = karg["q_scale"], karg["k_scale"], karg["k_mean"]
         self.sp_vscale, self.sp_out, self.sp_lse = karg["v_scale"], karg["out"], karg["lse"]
-        self.s_seqlen, self.s_seqpad = karg["seq_len"], karg["seq_pad"]
-        self.s_nheads, self.s_flags = karg["num_heads"], karg["flags"]
+        self.s_seqlen_q, self.s_seqpad_q = karg["seq_len_q"], karg["seq_pad_q"]
+        self.s_seqlen, self.s_seqpad = karg["seq_len_kv"], karg["seq_pad_kv"]   # the key loop's length
+        self.s_nheads, self.s_nheads_kv = karg["num_heads_q"], karg["num_heads_kv"]
+        self.s_magic_kv, self.s_flags, self.s_headdim = karg["kv_group_magic"], karg["flags"], karg["head_dim"]
+        self.s_ostride = (karg["out_stride_b"], karg["out_stride_s"], karg["out_stride_h"])
         self.s_head = S.alloc("head")
         self.s_batch = S.alloc("batch")
         self.s_wave = S.alloc("wave")
-        self.s_bh = S.alloc("bh", 2, 2, "batch*H + head (hi word 0)")
+        self.s_bh = S.alloc("bh", 2, 2, "batch*H_q + head (hi word 0)")
+        self.s_bkv = S.alloc("bkv", 2, 2, "batch*H_kv + K/V head (hi word 0)")
         self.s_tmp = S.alloc("tmp", 2, 2)
         self.s_tmp2 = S.alloc("tmp2", 2, 2)
+        self.s_tmp3 = S.alloc("tmp3", 2, 2)
         self.s_q0 = S.alloc("q0", note="first query of this wave")
-        self.s_last = S.alloc("last_tile", note="seq_pad/64 - 1")
+        self.s_last = S.alloc("last_tile", note="seq_pad_kv/64 - 1")
         self.s_ntail = S.alloc("ntail", note="valid keys of the last tile")
         self.s_448 = S.alloc("c448", note="448.0f (VOPD src0 of p*448)")
         self.s_magic = S.alloc("magic", note="12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)")
         self.s_sel = S.alloc("permsel", note="v_permlanex16 lane select 0x76543210")
         self.s_qs = S.alloc("qs", note="q_scale of this wave's 16 queries")
         self.s_t = S.alloc("tile", note="loop: current key tile t")
-        self.s_kh = S.alloc("kh", 2, 2, "K of this head")
+        self.s_kh = S.alloc("kh", 2, 2, "K of this K/V head")
         self.s_qrow = S.alloc("qrow", 2, 2, "Q rows of this wave")
         self.s_kb = S.alloc("kb", 2, 2, "K staging base (tile min(t+2, last))")
         self.s_koff = S.alloc("koff", 2, 2, "K staging tile byte offset (hi word 0)")
-        self.s_vb = S.alloc("vb", 2 * self.STAGE_LOADS, 2, "V^T staging bases of chunk rows u*32 (u = 0..3), tile t+1")
+        self.s_vb = S.alloc("vb", 2 * self.STAGE_LOADS, 2,
+                            f"V^T staging bases of chunk rows u*32 (u < {self.STAGE_LOADS}), tile t+1")
         self.s_ksb = S.alloc("ksb", 2, 2, "k_scale of tile t+1")
-        self.s_kmh = S.alloc("kmh", 2, 2, "k_mean of this head")
-        self.s_vsh = S.alloc("vsh", 2, 2, "v_scale of this head")
+        self.s_kmh = S.alloc("kmh", 2, 2, "k_mean of this K/V head")
+        self.s_vsh = S.alloc("vsh", 2, 2, "v_scale of this K/V head")
         self.s_outb = S.alloc("outb", 2, 2, "out row of query q0")
         self.s_lseb = S.alloc("lseb", 2, 2, "lse of query q0")
         self.NUM_SGPRS = S.used
@@ -463,130 +487,164 @@ class AttentionKernel:
         a.op(f"v_cmp_neq_f32_e32 vcc_lo, 1.0, {self.alpha[0]}")
         a.op("s_wait_alu depctr_va_vcc(0)")
         a.op(f"s_cbranch_vccz {label}")
-        a.valu([vmul(self.O[j], self.alpha[j % 2], self.O[j]) for j in range(64)])
+        a.valu([vmul(self.O[j], self.alpha[j % 2], self.O[j]) for j in range(self.O.n)])
         a.label(label)
 
 
     # ---------------------------------------------------------------------------------------------- kernel
+    def kswz_lines(self, dst, row) -> list[str]:
+        """dst = the XOR swizzle of K row `row`: row & 7 for 8 chunks per row (head dim 128), (row >> 1) & 3 for 4
+        (head dim 64, like the V^T rows), as the .hip kernel's kswz<DP>."""
+        if self.D_TILES == 8:
+            return [f"v_and_b32 {dst}, 7, {row}"]
+        return [f"v_bfe_u32 {dst}, {row}, 1, 2"]
+
     def lds_lane_constants(self, a: Asm) -> None:
+        D, ncol = self.HEAD_DIM, self.D_TILES
         a.section("prologue: lane constants (VALU while the kernargs load)")
         a.op(f"v_and_b32 {self.t_lane}, 31, {self.tid}", "lane")
         a.op(f"v_and_b32 {self.t_r}, 15, {self.tid}", "r = lane % 16")
         a.op(f"v_bfe_u32 {self.t_h}, {self.tid}, 4, 1", "h = lane / 16")
         a.op(f"v_lshlrev_b32 {self.ks_off}, 2, {self.t_h}", "4h: k_scale of this half inside a tile's pair")
-        a.op(f"v_lshlrev_b32 {self.k_gl}, 4, {self.tid}", "K staging: chunk tid of the tile (16 B)")
-        # K store: row = tid/8, col = tid%8, swizzled col ^ (row & 7)
-        a.op(f"v_lshrrev_b32 {self.t_x}, 3, {self.tid}", "K row")
-        a.op(f"v_and_b32 {self.t_y}, 7, {self.t_x}")
-        a.op(f"v_and_b32 {self.t_z}, 7, {self.tid}")
+        a.op(f"v_lshlrev_b32 {self.k_gl}, {log2(B128)}, {self.tid}", "K staging: chunk tid of the tile (16 B)")
+        # K store: row = tid / ncol, col = tid % ncol, swizzled col ^ kswz(row)
+        a.op(f"v_lshrrev_b32 {self.t_x}, {log2(ncol)}, {self.tid}", "K row")
+        for ln in self.kswz_lines(self.t_y, self.t_x):
+            a.op(ln)
+        a.op(f"v_and_b32 {self.t_z}, {ncol - 1}, {self.tid}")
         a.op(f"v_xor_b32 {self.t_y}, {self.t_y}, {self.t_z}")
-        a.op(f"v_lshlrev_b32 {self.t_y}, 4, {self.t_y}")
-        a.op(f"v_lshl_or_b32 {self.k_st}, {self.t_x}, 7, {self.t_y}", "row*128 + (col ^ row%8)*16")
+        a.op(f"v_lshlrev_b32 {self.t_y}, {log2(B128)}, {self.t_y}")
+        a.op(f"v_lshl_or_b32 {self.k_st}, {self.t_x}, {log2(self.K_ROW_BYTES)}, {self.t_y}",
+             f"row*{self.K_ROW_BYTES} + (col ^ kswz(row))*16")
         # V^T store: row = tid/4, col = tid%4, swizzled col ^ ((row >> 1) & 3)
         a.op(f"v_lshrrev_b32 {self.t_x}, 2, {self.tid}", "V^T row")
         a.op(f"v_bfe_u32 {self.t_y}, {self.t_x}, 1, 2")
         a.op(f"v_and_b32 {self.t_z}, 3, {self.tid}")
         a.op(f"v_xor_b32 {self.t_y}, {self.t_y}, {self.t_z}")
-        a.op(f"v_lshlrev_b32 {self.t_y}, 4, {self.t_y}")
-        a.op(f"v_lshl_or_b32 {self.v_st}, {self.t_x}, 6, {self.t_y}", "row*64 + (col ^ (row>>1)&3)*16")
-        # K fragment reads: row = 32*(r/8) + r%8, 16-byte column (4h + i) ^ (r & 7)
+        a.op(f"v_lshlrev_b32 {self.t_y}, {log2(B128)}, {self.t_y}")
+        a.op(f"v_lshl_or_b32 {self.v_st}, {self.t_x}, {log2(self.V_ROW_BYTES)}, {self.t_y}",
+             f"row*{self.V_ROW_BYTES} + (col ^ (row>>1)&3)*16")
+        # K fragment reads: row = 32*(r/8) + r%8, 16-byte column (HCOL*h + i) ^ kswz(row); kswz(row) = kswz(r%8)
+        # (32*(r/8) and the chunk offset 8c add nothing to row & 7 or to (row >> 1) & 3)
         a.op(f"v_lshrrev_b32 {self.t_x}, 3, {self.t_r}")
         a.op(f"v_and_b32 {self.t_y}, 7, {self.t_r}")
         a.op(f"v_lshl_or_b32 {self.t_x}, {self.t_x}, 5, {self.t_y}", "row")
-        a.op(f"v_lshlrev_b32 {self.t_x}, 7, {self.t_x}", "row * 128")
-        a.op(f"v_lshlrev_b32 {self.t_z}, 2, {self.t_h}", "4h")
-        for i in range(4):
+        a.op(f"v_lshlrev_b32 {self.t_x}, {log2(self.K_ROW_BYTES)}, {self.t_x}", f"row * {self.K_ROW_BYTES}")
+        for ln in self.kswz_lines(self.t_y, self.t_r):
+            a.op(ln)
+        a.op(f"v_lshlrev_b32 {self.t_z}, {log2(self.HCOL)}, {self.t_h}", f"{self.HCOL}h")
+        for i in range(self.QF):
             a.op(f"v_or_b32 {self.k_rd[i]}, {i}, {self.t_z}" if i else f"v_mov_b32 {self.k_rd[i]}, {self.t_z}")
             a.op(f"v_xor_b32 {self.k_rd[i]}, {self.k_rd[i]}, {self.t_y}")
-            a.op(f"v_lshl_or_b32 {self.k_rd[i]}, {self.k_rd[i]}, 4, {self.t_x}")
+            a.op(f"v_lshl_or_b32 {self.k_rd[i]}, {self.k_rd[i]}, {log2(B128)}, {self.t_x}")
         # V^T fragment reads: row d = r (+16dt), 16-byte column (2h + i) ^ ((r >> 1) & 3)
         a.op(f"v_bfe_u32 {self.t_y}, {self.t_r}, 1, 2")
-        a.op(f"v_lshlrev_b32 {self.t_x}, 6, {self.t_r}", "r * 64")
+        a.op(f"v_lshlrev_b32 {self.t_x}, {log2(self.V_ROW_BYTES)}, {self.t_r}", f"r * {self.V_ROW_BYTES}")
         a.op(f"v_lshlrev_b32 {self.t_z}, 1, {self.t_h}", "2h")
         for i in range(2):
             a.op(f"v_or_b32 {self.v_rd[i]}, {i}, {self.t_z}" if i else f"v_mov_b32 {self.v_rd[i]}, {self.t_z}")
             a.op(f"v_xor_b32 {self.v_rd[i]}, {self.v_rd[i]}, {self.t_y}")
-            a.op(f"v_lshl_or_b32 {self.v_rd[i]}, {self.v_rd[i]}, 4, {self.t_x}")
-        a.op(f"v_lshlrev_b32 {self.q_off}, 7, {self.t_r}", "query row r * 128")
-        a.op(f"v_lshl_or_b32 {self.q_off}, {self.t_h}, 6, {self.q_off}", "+ 64h (d permutation of the .hip header)")
+            a.op(f"v_lshl_or_b32 {self.v_rd[i]}, {self.v_rd[i]}, {log2(B128)}, {self.t_x}")
+        a.op(f"v_lshlrev_b32 {self.q_off}, {log2(D)}, {self.t_r}", f"query row r * {D}")
+        a.op(f"v_lshl_or_b32 {self.q_off}, {self.t_h}, {log2(D // 2)}, {self.q_off}",
+             f"+ {D // 2}h (d permutation of the .hip header)")
         a.op(f"v_readfirstlane_b32 {self.s_wave}, {self.tid}")
 
+    def zext(self, a: Asm, pair, value) -> None:
+        """pair = the 64-bit zero extension of the 32-bit SGPR `value`."""
+        a.op(f"s_mov_b32 {pair[0]}, {value}")
+        a.op(f"s_mov_b32 {pair[1]}, 0")
 
     def scalar_setup(self, a: Asm) -> None:
+        D = self.HEAD_DIM
+        tmp, tmp2, tmp3 = self.s_tmp, self.s_tmp2, self.s_tmp3
         a.section("prologue: scalar addressing")
         a.op("s_wait_kmcnt 0")
-        a.op(f"s_lshr_b32 {self.s_wave}, {self.s_wave}, 5", "wave = tid / 32 (uniform)")
-        a.op(f"s_and_b32 {self.s_head}, ttmp7, 0xffff", "workgroup id y = head (docs/rdna4.md §Entry)")
+        a.op(f"s_lshr_b32 {self.s_wave}, {self.s_wave}, {log2(abi.WAVE_SIZE)}", "wave = tid / 32 (uniform)")
+        a.op(f"s_and_b32 {self.s_head}, ttmp7, 0xffff", "workgroup id y = query head (docs/rdna4.md §Entry)")
         a.op(f"s_lshr_b32 {self.s_batch}, ttmp7, 16", "workgroup id z = batch")
         a.op(f"s_mul_i32 {self.s_bh[0]}, {self.s_batch}, {self.s_nheads}")
         a.op(f"s_add_co_i32 {self.s_bh[0]}, {self.s_bh[0]}, {self.s_head}")
         a.op(f"s_mov_b32 {self.s_bh[1]}, 0")
-        a.op(f"s_lshl_b32 {self.s_q0}, ttmp9, 6", "workgroup id x * 64")
-        a.op(f"s_lshl_b32 {self.s_tmp[0]}, {self.s_wave}, 4")
-        a.op(f"s_add_co_i32 {self.s_q0}, {self.s_q0}, {self.s_tmp[0]}", "q0 = 64*qtile + 16*wave")
-        a.op(f"s_lshr_b32 {self.s_last}, {self.s_seqpad}, 6")
-        a.op(f"s_add_co_i32 {self.s_last}, {self.s_last}, -1", "last tile index")
-        a.op(f"s_lshl_b32 {self.s_tmp[0]}, {self.s_last}, 6")
-        a.op(f"s_sub_co_i32 {self.s_ntail}, {self.s_seqlen}, {self.s_tmp[0]}", "valid keys in the last tile")
+        # GQA: K/V head = (head * kv_group_magic) >> 32 (sage_co/abi.py kv_group_magic: exact for head < 2^16)
+        self.zext(a, tmp, self.s_head)
+        a.op(f"s_mul_u64 {tmp}, {tmp}, {self.s_magic_kv}", "hi word: K/V head")
+        a.op(f"s_mul_i32 {self.s_bkv[0]}, {self.s_batch}, {self.s_nheads_kv}")
+        a.op(f"s_add_co_i32 {self.s_bkv[0]}, {self.s_bkv[0]}, {tmp[1]}")
+        a.op(f"s_mov_b32 {self.s_bkv[1]}, 0")
+        a.op(f"s_lshl_b32 {self.s_q0}, ttmp9, {log2(TILE_Q)}", f"workgroup id x * {TILE_Q}")
+        a.op(f"s_lshl_b32 {tmp[0]}, {self.s_wave}, {log2(WAVE_Q)}")
+        a.op(f"s_add_co_i32 {self.s_q0}, {self.s_q0}, {tmp[0]}", f"q0 = {TILE_Q}*qtile + {WAVE_Q}*wave")
+        a.op(f"s_lshr_b32 {self.s_last}, {self.s_seqpad}, {log2(TILE_K)}")
+        a.op(f"s_add_co_i32 {self.s_last}, {self.s_last}, -1", "last key tile index")
+        a.op(f"s_lshl_b32 {tmp[0]}, {self.s_last}, {log2(TILE_K)}")
+        a.op(f"s_sub_co_i32 {self.s_ntail}, {self.s_seqlen}, {tmp[0]}", "valid keys in the last tile")
         a.op(f"s_mov_b32 {self.s_448}, {F32_448}")
         a.op(f"s_mov_b32 {self.s_magic}, {MAGIC_INT}")
         a.op(f"s_mov_b32 {self.s_sel}, {PERMX16_SEL_LO}")
-        # head offset of q/k/v: bh * seq_pad * 128 bytes (64-bit)
-        a.op(f"s_lshl_b32 {self.s_tmp[0]}, {self.s_seqpad}, 7")
-        a.op(f"s_mov_b32 {self.s_tmp[1]}, 0")
-        a.op(f"s_mul_u64 {self.s_tmp}, {self.s_tmp}, {self.s_bh}")
-        a.op(f"s_add_nc_u64 {self.s_kh}, {self.sp_k}, {self.s_tmp}")
-        a.op(f"s_add_nc_u64 {self.s_qrow}, {self.sp_q}, {self.s_tmp}")
-        a.op(f"s_add_nc_u64 {self.s_vb[0:2]}, {self.sp_v}, {self.s_tmp}", "V^T of this head")
-        a.op(f"s_lshl_b32 {self.s_tmp2[0]}, {self.s_q0}, 7")
-        a.op(f"s_mov_b32 {self.s_tmp2[1]}, 0")
-        a.op(f"s_add_nc_u64 {self.s_qrow}, {self.s_qrow}, {self.s_tmp2}", "Q rows of query q0")
-        # V^T staging bases: row u*32 of tile 1 (the loop's first V load): + u*32*seq_pad + 64
-        a.op(f"s_lshl_b32 {self.s_tmp2[0]}, {self.s_seqpad}, 5", "32 rows of V^T")
-        a.op(f"s_add_nc_u64 {self.s_vb[2:4]}, {self.s_vb[0:2]}, {self.s_tmp2}")
-        a.op(f"s_add_nc_u64 {self.s_vb[4:6]}, {self.s_vb[2:4]}, {self.s_tmp2}")
-        a.op(f"s_add_nc_u64 {self.s_vb[6:8]}, {self.s_vb[4:6]}, {self.s_tmp2}")
-        # k_scale / q_scale of this head: bh * (seq_pad / 32) floats
-        a.op(f"s_lshr_b32 {self.s_tmp[0]}, {self.s_seqpad}, 5")
-        a.op(f"s_mov_b32 {self.s_tmp[1]}, 0")
-        a.op(f"s_mul_u64 {self.s_tmp}, {self.s_tmp}, {self.s_bh}")
-        a.op(f"s_lshl_b64 {self.s_tmp}, {self.s_tmp}, 2")
-        a.op(f"s_add_nc_u64 {self.s_ksb}, {self.sp_kscale}, {self.s_tmp}", "k_scale of tile 0")
-        a.op(f"s_add_nc_u64 {self.s_tmp}, {self.sp_qscale}, {self.s_tmp}")
-        a.op(f"s_lshr_b32 {self.s_tmp2[0]}, {self.s_q0}, 5")
-        a.op(f"s_lshl_b32 {self.s_tmp2[0]}, {self.s_tmp2[0]}, 2")
-        a.op(f"s_load_b32 {self.s_qs}, {self.s_tmp}, {self.s_tmp2[0]} offset:0x0", "q_scale of the wave's 32-query block")
-        # k_mean / v_scale of this head: bh * 128 floats
-        a.op(f"s_lshl_b64 {self.s_tmp}, {self.s_bh}, 9")
-        a.op(f"s_add_nc_u64 {self.s_kmh}, {self.sp_kmean}, {self.s_tmp}")
-        a.op(f"s_add_nc_u64 {self.s_vsh}, {self.sp_vscale}, {self.s_tmp}")
-        # out row of (batch, q0, head): ((batch*S + q0)*H + head) * 256 bytes
-        a.op(f"s_mul_i32 {self.s_tmp[0]}, {self.s_batch}, {self.s_seqlen}")
-        a.op(f"s_add_co_i32 {self.s_tmp[0]}, {self.s_tmp[0]}, {self.s_q0}")
-        a.op(f"s_mov_b32 {self.s_tmp[1]}, 0")
-        a.op(f"s_mov_b32 {self.s_tmp2[0]}, {self.s_nheads}")
-        a.op(f"s_mov_b32 {self.s_tmp2[1]}, 0")
-        a.op(f"s_mul_u64 {self.s_tmp}, {self.s_tmp}, {self.s_tmp2}")
-        a.op(f"s_mov_b32 {self.s_tmp2[0]}, {self.s_head}")
-        a.op(f"s_add_nc_u64 {self.s_tmp}, {self.s_tmp}, {self.s_tmp2}")
-        a.op(f"s_lshl_b64 {self.s_tmp}, {self.s_tmp}, 8")
-        a.op(f"s_add_nc_u64 {self.s_outb}, {self.sp_out}, {self.s_tmp}")
-        # lse of (bh, q0): (bh * S + q0) * 4 bytes
-        a.op(f"s_mov_b32 {self.s_tmp2[0]}, {self.s_seqlen}")
-        a.op(f"s_mul_u64 {self.s_tmp}, {self.s_bh}, {self.s_tmp2}")
-        a.op(f"s_mov_b32 {self.s_tmp2[0]}, {self.s_q0}")
-        a.op(f"s_add_nc_u64 {self.s_tmp}, {self.s_tmp}, {self.s_tmp2}")
-        a.op(f"s_lshl_b64 {self.s_tmp}, {self.s_tmp}, 2")
-        a.op(f"s_add_nc_u64 {self.s_lseb}, {self.sp_lse}, {self.s_tmp}")
+        # K and V^T of the K/V head: bkv * seq_pad_kv * D bytes (64-bit)
+        a.op(f"s_lshl_b32 {tmp[0]}, {self.s_seqpad}, {log2(D)}")
+        a.op(f"s_mov_b32 {tmp[1]}, 0")
+        a.op(f"s_mul_u64 {tmp}, {tmp}, {self.s_bkv}")
+        a.op(f"s_add_nc_u64 {self.s_kh}, {self.sp_k}, {tmp}")
+        a.op(f"s_add_nc_u64 {self.s_vb[0:2]}, {self.sp_v}, {tmp}", "V^T of this K/V head")
+        # Q rows of query q0 of this head: (bh * seq_pad_q + q0) * D bytes
+        a.op(f"s_lshl_b32 {tmp[0]}, {self.s_seqpad_q}, {log2(D)}")
+        a.op(f"s_mov_b32 {tmp[1]}, 0")
+        a.op(f"s_mul_u64 {tmp}, {tmp}, {self.s_bh}")
+        a.op(f"s_add_nc_u64 {self.s_qrow}, {self.sp_q}, {tmp}")
+        a.op(f"s_lshl_b32 {tmp2[0]}, {self.s_q0}, {log2(D)}")
+        a.op(f"s_mov_b32 {tmp2[1]}, 0")
+        a.op(f"s_add_nc_u64 {self.s_qrow}, {self.s_qrow}, {tmp2}", "Q rows of query q0")
+        # V^T staging bases: row u*32 of the tile: + u*32*seq_pad_kv (the loop advances them by TILE_K)
+        a.op(f"s_lshl_b32 {tmp2[0]}, {self.s_seqpad}, {log2(V_STAGE_ROWS)}", f"{V_STAGE_ROWS} rows of V^T")
+        for u in range(1, self.STAGE_LOADS):
+            a.op(f"s_add_nc_u64 {self.s_vb[2 * u:2 * u + 2]}, {self.s_vb[2 * u - 2:2 * u]}, {tmp2}")
+        # k_scale of the K/V head: bkv * (seq_pad_kv / 32) floats
+        a.op(f"s_lshr_b32 {tmp[0]}, {self.s_seqpad}, {log2(SCALE_BLOCK)}")
+        a.op(f"s_mov_b32 {tmp[1]}, 0")
+        a.op(f"s_mul_u64 {tmp}, {tmp}, {self.s_bkv}")
+        a.op(f"s_lshl_b64 {tmp}, {tmp}, {log2(F32_BYTES)}")
+        a.op(f"s_add_nc_u64 {self.s_ksb}, {self.sp_kscale}, {tmp}", "k_scale of tile 0")
+        # q_scale of the wave's block: bh * (seq_pad_q / 32) + q0 / 32 floats
+        a.op(f"s_lshr_b32 {tmp[0]}, {self.s_seqpad_q}, {log2(SCALE_BLOCK)}")
+        a.op(f"s_mov_b32 {tmp[1]}, 0")
+        a.op(f"s_mul_u64 {tmp}, {tmp}, {self.s_bh}")
+        a.op(f"s_lshl_b64 {tmp}, {tmp}, {log2(F32_BYTES)}")
+        a.op(f"s_add_nc_u64 {tmp}, {self.sp_qscale}, {tmp}")
+        a.op(f"s_lshr_b32 {tmp2[0]}, {self.s_q0}, {log2(SCALE_BLOCK)}")
+        a.op(f"s_lshl_b32 {tmp2[0]}, {tmp2[0]}, {log2(F32_BYTES)}")
+        a.op(f"s_load_b32 {self.s_qs}, {tmp}, {tmp2[0]} offset:0x0", "q_scale of the wave's 32-query block")
+        # k_mean / v_scale of the K/V head: bkv * D floats
+        a.op(f"s_lshl_b64 {tmp}, {self.s_bkv}, {log2(D * F32_BYTES)}")
+        a.op(f"s_add_nc_u64 {self.s_kmh}, {self.sp_kmean}, {tmp}")
+        a.op(f"s_add_nc_u64 {self.s_vsh}, {self.sp_vscale}, {tmp}")
+        # out row of (batch, q0, head): (batch*sb + q0*ss + head*sh) elements of OUT_BYTES (64-bit products)
+        for k, (idx, stride) in enumerate(((self.s_batch, self.s_ostride[0]), (self.s_q0, self.s_ostride[1]),
+                                           (self.s_head, self.s_ostride[2]))):
+            acc = tmp if k == 0 else tmp2
+            self.zext(a, acc, idx)
+            self.zext(a, tmp3, stride)
+            a.op(f"s_mul_u64 {acc}, {acc}, {tmp3}")
+            if k:
+                a.op(f"s_add_nc_u64 {tmp}, {tmp}, {tmp2}")
+        a.op(f"s_lshl_b64 {tmp}, {tmp}, {log2(OUT_BYTES)}")
+        a.op(f"s_add_nc_u64 {self.s_outb}, {self.sp_out}, {tmp}")
+        # lse of (bh, q0): (bh * S_q + q0) * 4 bytes
+        self.zext(a, tmp2, self.s_seqlen_q)
+        a.op(f"s_mul_u64 {tmp}, {self.s_bh}, {tmp2}")
+        a.op(f"s_mov_b32 {tmp2[0]}, {self.s_q0}")
+        a.op(f"s_add_nc_u64 {tmp}, {tmp}, {tmp2}")
+        a.op(f"s_lshl_b64 {tmp}, {tmp}, {log2(F32_BYTES)}")
+        a.op(f"s_add_nc_u64 {self.s_lseb}, {self.sp_lse}, {tmp}")
         a.op(f"s_mov_b32 {self.s_koff[1]}, 0")
         a.op(f"s_mov_b32 {self.s_t}, 0")
         # VALU reads these SGPRs from now on; none is written again by SALU (docs/rdna4.md §Hazards 3)
         a.op("s_wait_alu depctr_sa_sdst(0)")
         a.op(f"v_lshrrev_b32 {self.t_x}, 2, {self.tid}")
-        a.op(f"v_mul_lo_u32 {self.v_gl}, {self.t_x}, {self.s_seqpad}", "V^T row * seq_pad")
+        a.op(f"v_mul_lo_u32 {self.v_gl}, {self.t_x}, {self.s_seqpad}", "V^T row * seq_pad_kv")
         a.op(f"v_and_b32 {self.t_y}, 3, {self.tid}")
-        a.op(f"v_lshl_add_u32 {self.v_gl}, {self.t_y}, 4, {self.v_gl}", "+ col * 16")
-
+        a.op(f"v_lshl_add_u32 {self.v_gl}, {self.t_y}, {log2(B128)}, {self.v_gl}", "+ col * 16")
 
     def stage_loads(self, a: Asm, vm: WaitCounter, k_base, v_bases, tag: str, k_dst=None, v_dst=None) -> None:
         k_dst = self.stK if k_dst is None else k_dst
@@ -678,7 +736,7 @@ class AttentionKernel:
 
 
     def epilogue(self, a: Asm, parity_m) -> None:
-        """out = bf16_sat((O * (1 / (448 l))) * v_scale) and the LSE, exactly as the HIP kernel's epilogue."""
+        """out = bf16((O * (1 / (448 l))) * v_scale) and the LSE, exactly as the HIP kernel's epilogue."""
         a.section("epilogue: inv = 1 / (448 l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence)")
         t, den, num, r, q, e = (self.ring[i] for i in range(6))
         a.op(f"v_mul_f32_e32 {t}, {F32_448}, {self.l_run}")
@@ -695,20 +753,21 @@ class AttentionKernel:
         a.op(f"v_div_fmas_f32 {den}, {den}, {r}, {q}")
         inv = self.ring[6]
         a.op(f"v_div_fixup_f32 {inv}, {den}, {t}, 1.0")
-        a.section("epilogue: v_scale, bf16 RNE saturating at +-bf16 max (NaN -> 0x7fc0), stores of the valid query rows")
-        vsc = self.SA  # 64 v_scale values: SA/SB are free now
+        fp16 = self.cfg.out_dtype == "fp16"
+        neg_max, pos_max = OUT_MAX[self.cfg.out_dtype]
+        a.section(f"epilogue: v_scale, {self.cfg.out_dtype} RNE saturating at +-its max (NaN -> "
+                  f"{FP16_QNAN if fp16 else '0x7fc0'}), stores of the valid query rows")
         vm = WaitCounter(a, "s_wait_loadcnt")
         a.op(f"v_bfe_u32 {t}, {self.tid}, 4, 1", "h")
         a.op(f"v_lshlrev_b32 {t}, 5, {t}", "8h floats = 32h bytes")
+        # v_scale values land in SA/SB (free now): d-tile dt's 8 values of this lane half in SA/SB[8dt..8dt+7]
         for dt in range(self.D_TILES):
             for half in range(2):
                 j = 8 * dt + 4 * half
                 a.op(f"global_load_b128 {(self.SA if j < 32 else self.SB)[j % 32:j % 32 + 4]}, {t}, {self.s_vsh} "
                      f"offset:{dt * 64 + half * 16}")
                 vm.issue(f"vs{dt}{half}")
-        del vsc
-        packed = self.ring[8:40] if RING * 4 >= 40 else None
-        assert packed is not None
+        packed = self.ring[8:8 + 4 * self.D_TILES]   # 8 x 16-bit outputs of d-tile dt in packed[4dt:4dt+4]
         for dt in range(self.D_TILES):
             vm.wait_for(f"vs{dt}1")
             for e in range(8):
@@ -717,17 +776,27 @@ class AttentionKernel:
                 o = self.O[j]
                 a.op(f"v_mul_f32_e32 {o}, {o}, {inv}")
                 a.op(f"v_mul_f32_e32 {o}, {o}, {sc}")
-                a.op(f"v_cmp_o_f32_e32 vcc_lo, {o}, {o}", "NaN test before the clamp (max/min_num drop NaN)")
-                a.op(f"v_max_num_f32_e32 {o}, {F32_NEG_BF16_MAX}, {o}", "saturate at -bf16 max (numerics §Finite range)")
-                a.op(f"v_min_num_f32_e32 {o}, {F32_BF16_MAX}, {o}", "saturate at +bf16 max")
-                a.op(f"v_bfe_u32 {sc}, {o}, 16, 1")
-                a.op(f"v_add3_u32 {sc}, {o}, {sc}, {BF16_ROUND}")
-                a.op("s_wait_alu depctr_va_vcc(0)")
-                a.op(f"v_cndmask_b32_e32 {sc}, {BF16_QNAN32}, {sc}, vcc_lo")
+                # issue 11 item 3: NaN test on the unclamped value (max/min_num drop NaN), then the clamp
+                a.op(f"v_cmp_o_f32_e32 vcc_lo, {o}, {o}", "NaN test before the clamp")
+                a.op(f"v_max_num_f32_e32 {o}, {neg_max}, {o}", "saturate (docs/numerics.md §Finite range)")
+                a.op(f"v_min_num_f32_e32 {o}, {pos_max}, {o}")
+                if fp16:
+                    a.op(f"v_cvt_f16_f32_e64 {sc}, {o}", "RNE (round mode 0), low half (VOP3: the VOP1 form reaches v0-v127 only)")
+                    a.op("s_wait_alu depctr_va_vcc(0)")
+                    a.op(f"v_cndmask_b32_e32 {sc}, {FP16_QNAN}, {sc}, vcc_lo")
+                else:
+                    a.op(f"v_bfe_u32 {sc}, {o}, 16, 1")
+                    a.op(f"v_add3_u32 {sc}, {o}, {sc}, {BF16_ROUND}", "bf16 RNE in the high half")
+                    a.op("s_wait_alu depctr_va_vcc(0)")
+                    a.op(f"v_cndmask_b32_e32 {sc}, {BF16_QNAN32}, {sc}, vcc_lo")
                 if e % 2:
                     lo = (self.SA if j - 1 < 32 else self.SB)[(j - 1) % 32]
-                    a.op(f"v_lshrrev_b32 {lo}, 16, {lo}")
-                    a.op(f"v_and_or_b32 {packed[4 * dt + e // 2]}, {sc}, {HI16_MASK}, {lo}")
+                    if fp16:
+                        a.op(f"v_lshlrev_b32 {sc}, 16, {sc}")
+                        a.op(f"v_and_or_b32 {packed[4 * dt + e // 2]}, {lo}, {LO16_MASK}, {sc}")
+                    else:
+                        a.op(f"v_lshrrev_b32 {lo}, 16, {lo}")
+                        a.op(f"v_and_or_b32 {packed[4 * dt + e // 2]}, {sc}, {HI16_MASK}, {lo}")
         # LSE value (full EXEC: v_permlanex16 reads the other lane half)
         lse_v, lg = self.ring[0], self.ring[1]
         m_fin = self.m[parity_m]
@@ -739,18 +808,18 @@ class AttentionKernel:
         a.op(f"v_mul_f32_e32 {lse_v}, {F32_LN2}, {lse_v}")
         a.op(f"s_bitcmp1_b32 {self.s_flags}, {abi.FLAG_SMOOTH_K_BIT}")
         a.op("s_cbranch_scc0 .Lstore_out")
-        kmv = self.SA  # 64 k_mean values over SA, SB
+        # k_mean: this lane half's head_dim/2 values (d = head_dim/2 * h ..) over SA, SB
         km_off = self.ring[5]
         a.op(f"v_bfe_u32 {km_off}, {self.tid}, 4, 1", "h")
-        a.op(f"v_lshlrev_b32 {km_off}, 8, {km_off}", "64h floats = 256h bytes")
-        for j in range(16):
-            a.op(f"global_load_b128 {(self.SA if 4 * j < 32 else self.SB)[(4 * j) % 32:(4 * j) % 32 + 4]}, {km_off}, {self.s_kmh} "
-                 f"offset:{16 * j}")
+        a.op(f"v_lshlrev_b32 {km_off}, {log2(self.HEAD_DIM // 2 * F32_BYTES)}, {km_off}",
+             f"{self.HEAD_DIM // 2}h floats")
+        for j in range(self.HEAD_DIM // 8):
+            a.op(f"global_load_b128 {(self.SA if 4 * j < 32 else self.SB)[(4 * j) % 32:(4 * j) % 32 + 4]}, {km_off}, "
+                 f"{self.s_kmh} offset:{B128 * j}")
             vm.issue(f"km{j}")
-        del kmv
         acc, qd = self.ring[2], self.ring[3]
         a.op(f"v_mov_b32 {acc}, 0")
-        for i in range(4):
+        for i in range(self.QF):
             for w in range(4):
                 vm.wait_for(f"km{4 * i + w}")
                 for b in range(4):
@@ -769,17 +838,21 @@ class AttentionKernel:
         a.section("epilogue: stores (EXEC = valid query rows; lse from lanes 0-15)")
         a.op(f"v_and_b32 {self.v_qi}, 15, {self.tid}")
         a.op(f"v_add_nc_u32_e32 {self.v_qi}, {self.s_q0}, {self.v_qi}", "query index q0 + r")
-        a.op(f"v_cmpx_gt_u32_e64 {self.s_seqlen}, {self.v_qi}")
+        a.op(f"v_cmpx_gt_u32_e64 {self.s_seqlen_q}, {self.v_qi}")
         a.op("s_cbranch_execz .Lend")
         o_off = self.ring[4]
         a.op(f"v_and_b32 {o_off}, 15, {self.tid}")
-        a.op(f"v_mul_lo_u32 {o_off}, {o_off}, {self.s_nheads}")
-        a.op(f"v_lshlrev_b32 {o_off}, 8, {o_off}", "r * H * 256 bytes")
+        a.op(f"v_mul_lo_u32 {o_off}, {o_off}, {self.s_ostride[1]}", "r * out_stride_s")
+        a.op(f"v_lshlrev_b32 {o_off}, {log2(OUT_BYTES)}, {o_off}", "bytes")
         h_tmp = self.ring[5]
         a.op(f"v_bfe_u32 {h_tmp}, {self.tid}, 4, 1", "h")
-        a.op(f"v_lshl_add_u32 {o_off}, {h_tmp}, 4, {o_off}", "+ 16h bytes (8 bf16 of d-tile half h)")
+        a.op(f"v_lshl_add_u32 {o_off}, {h_tmp}, {log2(8 * OUT_BYTES)}, {o_off}", "+ 16h bytes (8 outputs of d-tile half h)")
         for dt in range(self.D_TILES):
-            a.op(f"global_store_b128 {o_off}, {packed[4 * dt:4 * dt + 4]}, {self.s_outb} offset:{32 * dt}")
+            if dt * WMMA_N >= self.MIN_HEAD_DIM:   # a d-tile only zero padding (D < D_pad) is not stored
+                a.op(f"s_cmp_le_u32 {self.s_headdim}, {dt * WMMA_N}", f"head_dim <= {dt * WMMA_N}: no more channels")
+                a.op("s_cbranch_scc1 .Lstored")
+            a.op(f"global_store_b128 {o_off}, {packed[4 * dt:4 * dt + 4]}, {self.s_outb} offset:{WMMA_N * OUT_BYTES * dt}")
+        a.label(".Lstored")
         a.op(f"s_bitcmp1_b32 {self.s_flags}, {abi.FLAG_LSE_BIT}")
         a.op("s_cbranch_scc0 .Lend")
         a.op(f"v_and_b32 {o_off}, 31, {self.tid}")
@@ -796,6 +869,7 @@ class AttentionKernel:
     def body_text(self) -> str:
         """The instructions of the kernel (prologue, loop, peeled last tiles, epilogue)."""
         a = Asm()
+        a.raw(self.variant_header())
         a.section("prologue: kernargs (the whole struct of sage_co/abi.py, dword i in SGPR KARG_SGPR + i)")
         for mnemonic, first, offset, names in kernarg_loads(KARG_SGPR):
             n = int(mnemonic.removeprefix("s_load_b")) // 32
@@ -806,8 +880,8 @@ class AttentionKernel:
 
         vm, ds = WaitCounter(a, "s_wait_loadcnt"), WaitCounter(a, "s_wait_dscnt")
         a.section("prologue: Q^T fragments, k_scale(0), K(0) and V^T(0) -> LDS buffers 0")
-        for i in range(4):
-            a.op(f"global_load_b128 {self.Q[4 * i:4 * i + 4]}, {self.q_off}, {self.s_qrow} offset:{16 * i}")
+        for i in range(self.QF):
+            a.op(f"global_load_b128 {self.Q[4 * i:4 * i + 4]}, {self.q_off}, {self.s_qrow} offset:{B128 * i}")
             vm.issue(f"q{i}")
         a.op(f"global_load_b32 {self.ks}, {self.ks_off}, {self.s_ksb}")
         vm.issue("ks0")
@@ -819,7 +893,7 @@ class AttentionKernel:
         a.op(f"s_lshl_b32 {self.s_koff[0]}, {self.s_tmp[0]}, {log2(self.K_TILE_BYTES)}", f"* {self.K_TILE_BYTES} bytes")
         a.op(f"s_add_nc_u64 {self.s_kb}, {self.s_kh}, {self.s_koff}", "K(min(1, last))")
         a.section("prologue: O = 0, m = -inf, l = 0")
-        a.valu([Op.mov(self.O[j], "0") for j in range(64)] + [Op.mov(self.magic[j], self.s_magic) for j in range(8)] +
+        a.valu([Op.mov(self.O[j], "0") for j in range(self.O.n)] + [Op.mov(self.magic[j], self.s_magic) for j in range(8)] +
                [Op.mov(self.m[0], F32_NEG_INF), Op.mov(self.l_run, "0")])
         vm.wait_all()
         self.stage_stores(a, self.LDS_KBUF[0], self.LDS_VBUF[0])
@@ -852,85 +926,30 @@ class AttentionKernel:
                 a.op("s_branch .Lepilogue")
         a.label(".Lepilogue")
         self.epilogue(a, 0)
-        return a.text()
+        # labels are local to the file: a family's .s holds several kernels, so each kernel's carry its tag
+        return re.sub(r"\.L(\w+)", lambda m: f".L{self.cfg.tag}_{m.group(1)}", a.text())
 
 
-    def header_text(self) -> str:
-        """The .s header: contract, kernarg table, register map, LDS map, loop schedule and cycle budget."""
-        kt = "\n".join(f"//   | {f.offset:>6} | {f.name:<9} | {f.kind:<4} |" for f in ARGS.fields)
-
+    def variant_header(self) -> str:
+        """The per-kernel part of the header: what this Config changes, LDS map, resources, register maps."""
         def regmap(rf):
-            return "\n".join(f"//   {str(r):<12} {r.name:<10} {note}" for r, note in rf.table)
-        return f"""// {self.SYMBOL}: SageAttention forward (non-causal, head dim {self.HEAD_DIM}) for gfx1201, hand-scheduled.
-// GENERATED by asm_src/gen_sage_attention_asm.py (asmdsl.py helpers) -- edit the generator, not this file.
-// Hardware facts cite docs/rdna4.md sections (§WMMA, §Throughput, §Occupancy, §Memory, §Waits, §Hazards).
-//
-// Contract: the same operation, kernarg struct and launch geometry as asm_src/gfx1201_sage_attention.hip, and
-// the same per-row arithmetic in the same order (scores = float(int dot) * (q_scale*k_scale); max; exp2(s - m);
-// row sum p0+p1+..+p31 then + the other lane half; l = l*alpha + sum; fp8(p*448); per-accumulator PV chunk order
-// 0,1,2,3; epilogue (O * (1/(448 l))) * v_scale -> bf16 RNE saturating at +-bf16 max; lse = (m + log2 l)*ln2 [+ ln2*q.k_mean]): the
-// output and LSE are bitwise the HIP kernel's on the emulator (tests/test_attention_asm.py).
-//
-// Launch: grid (seq_pad/{TILE_Q}, num_heads, batch), block {THREADS} = {WAVES} wave32; wave w owns queries
-// 64*x + 16w .. +15 of head (y, z) and walks all seq_pad/{TILE_K} key tiles.
-//
-// Kernarg struct ({ARGS.size} bytes, no hidden args; sage_co/ops/attention.py ATTENTION_FWD_ARGS):
-//   | offset | name      | kind |
-{kt}
-//   flags bit {abi.FLAG_LSE_BIT}: write lse; bit {abi.FLAG_SMOOTH_K_BIT}: lse adds ln2 * (q_int8*q_scale).k_mean
-//
-// Data flow (docs/rdna4.md §WMMA "SageAttention data flow", same index permutations as the .hip header):
-//   S^T = K.Q^T: {WMMA_QK} (A = K rows from LDS, B = Q^T kept in VGPRs), 4 chunks x 8 d-steps; lane (h, r)
-//   holds query r, keys 32h + 8c + e in chunk c, VGPR e. Softmax is in-lane + one v_permlanex16 exchange.
-//   O^T += V^T.P^T: {WMMA_PV} (A = V^T rows from LDS, B = P^T packed in place over the chunk's first two
-//   score VGPRs by v_cvt_pk_fp8_f32). O^T = 8 d-tiles x 8 VGPRs; alpha is one value per lane.
-//
-// Tiles: 16 queries x 64 keys per wave and step. The launch geometry (64 queries per 4-wave workgroup) fixes 16
-// queries per wave; 32 queries per wave would need a different grid, or a split of the key loop over waves
-// with an LDS merge, and ~300 VGPRs for two O^T and S^T sets (over the 256 limit). 16 queries leave room for
-// what the schedule needs: two S^T sets (the next tile's QK^T accumulates while this tile's softmax runs).
-//
-// LDS ({self.LDS_BYTES} B): kbuf0 @{self.LDS_KBUF[0]}, kbuf1 @{self.LDS_KBUF[1]} (K tiles {self.K_TILE_BYTES} B), vbuf0 @{self.LDS_VBUF[0]}, vbuf1 @{self.LDS_VBUF[1]}
-// (V^T tiles {self.V_TILE_BYTES} B). K is staged one tile AHEAD of V^T: during step t the waves read K(t+1) from
-// kbuf[(t+1)%2] and V^T(t) from vbuf[t%2] while K(t+2) and V^T(t+1) travel global -> VGPRs (issued at the top
-// of step t, before its WMMA bursts) and are stored to kbuf[t%2] / vbuf[(t+1)%2] at its end: one barrier per
-// step. 16-byte chunks are XOR-swizzled as in the .hip kernel (K: col ^ (row & 7); V^T: col ^ ((row >> 1) & 3)).
-// Fragments go through a ring of {RING} ds_load_b128 slots, each reloaded right after its last WMMA.
-//
-// Loop schedule, step t (unrolled x2 so SA/SB, m[0]/m[1] and the LDS buffers alternate by name):
-//   top      SALU addresses; global_load k_scale(t+1), K(min(t+2, last)) x{self.STAGE_LOADS}, V^T(t+1) x{self.STAGE_LOADS}
-//   phase X  ds_load the first {RING} K fragments of tile t+1; row max of tile t (VOPD max chains,
-//            v_permlanex16, v_max3), alpha; then 32 QK^T(t+1) WMMAs with tile t's exp2 / row sum / *448 /
-//            fp8 pack woven between them (~3 VALU issues per WMMA; each row-sum add shares a VOPD with the *448
-//            of an earlier p), V^T fragment loads of tile t as ring slots free up
-//   rescale  O *= alpha only when some lane's max moved (v_cmp + s_cbranch_vccz; bitwise the same)
-//   phase Y  32 PV(t) WMMAs woven with the scaling of tile t+1's scores (cvt + VOPD multiply)
-//   end      s_wait_loadcnt 0; ds_store K(t+2), V^T(t+1); s_wait_dscnt 0; s_barrier_signal/wait
-//   The last step (peeled, outside the loop) masks keys >= seq_len to -inf and runs softmax + PV only.
-//
-// Cycle budget per 64-key tile per SIMD (tools/perf_model.py's model: WMMA blocks VALU, VALU 1 issue/clk,
-// VOPD = 1 issue, TRANS 4 clk in its own pipe): 64 WMMA x 8 = 512 clk; VALU ~{{int->float 16 + scale 16 +
-// max 17 + m/alpha 8 + exp-arg 16 + exp 32 + sum&*448 32 + pack 16 + l 4}} = ~157 issues, plus 32 when the O
-// rescale runs (most tiles at moderate S: some lane of 16 rows finds a new max); TRANS 33 x 4 = 132 < VALU.
-// ~670-700 clk/tile = 75-78 % of the 8-bit WMMA peak; the floor of this arithmetic is 512 + 132 = 644 (exp2
-// once per score). LDS 20 KiB/tile/wave = 320 clk, below the vector port. int->float: every chunk's first
-// QK^T WMMA takes C = MAGIC_INT, so float(s_int) is an exact VOPD v_subrev_f32 instead of a v_cvt_f32_i32.
-// Memory waits are placed where the data is first needed (§Waits: loads of a kind complete in order).
-//
-// Hazards (docs/rdna4.md §Hazards): no WMMA reads another WMMA's D as A/B (rule 1: A/B come from LDS, Q and
-// the VALU-written P); D never overlaps A/B (rule 2); every VCC written by VALU and read again is preceded by
-// s_wait_alu depctr_va_vcc(0) (rule 3); SGPRs read by VALU are written once in the prologue, followed by
-// s_wait_alu depctr_sa_sdst(0); s_wait_dscnt 0 before every s_barrier_signal (rule 8); no scratch.
-//
-// Resources: {self.NUM_VGPRS} VGPRs -> {min(16, 1536 // (-(-self.NUM_VGPRS // 24) * 24))} waves/SIMD by registers; {self.LDS_BYTES} B LDS per 4-wave workgroup ->
-// 4 workgroups per WGP = 4 waves/SIMD (the binding limit, as for the HIP kernel).
+            return "\n".join(f"//   {str(r):<12} {r.name:<12} {note}" for r, note in rf.table)
+        waves = min(MAX_WAVES_PER_SIMD, VGPRS_PER_SIMD // (-(-self.NUM_VGPRS // VGPR_GRANULE) * VGPR_GRANULE))
+        return f"""
+// ==== {self.SYMBOL}: head dim (D_pad) {self.HEAD_DIM}, output {self.cfg.out_dtype} ===============================
+// QK^T {len(self.QK_ORDER)} WMMA + PV {len(self.PV_ORDER)} WMMA per 64-key tile; O^T = {self.D_TILES} d-tiles x 8 VGPRs;
+// Q^T {self.QF} x 16 B per lane; staging {self.STAGE_LOADS} + {self.STAGE_LOADS} b128 loads per thread and tile.
+// LDS ({self.LDS_BYTES} B): kbuf0 @{self.LDS_KBUF[0]}, kbuf1 @{self.LDS_KBUF[1]} (K tiles {self.K_TILE_BYTES} B, rows of
+// {self.K_ROW_BYTES} B), vbuf0 @{self.LDS_VBUF[0]}, vbuf1 @{self.LDS_VBUF[1]} (V^T tiles {self.V_TILE_BYTES} B, rows of {self.V_ROW_BYTES} B).
+// Resources: {self.NUM_VGPRS} VGPRs -> {waves} waves/SIMD by registers; {self.LDS_BYTES} B LDS per 4-wave workgroup.
+// Output: {self.cfg.out_dtype} RNE, saturating at +-{OUT_MAX[self.cfg.out_dtype][1]} (fp32 bits), d-tiles at or past
+// head_dim (the kernarg; zero-padded channels) not stored.
 //
 // VGPR map:
 {regmap(self.V)}
 // SGPR map:
 {regmap(self.S)}
 """
-
 
     def descriptor(self):
         """Descriptor + metadata of this symbol, from the ABI struct (pointers the kernel writes: abi.ATTENTION_OUTPUTS)."""
@@ -941,17 +960,93 @@ class AttentionKernel:
                              uniform_work_group_size=True)
 
 
+def family_header(kernels) -> str:
+    """The .s header shared by the family: contract, kernarg table, data flow, loop schedule, cycle budget."""
+    kt = "\n".join(f"//   | {f.offset:>6} | {f.name:<14} | {f.kind:<4} |" for f in ARGS.fields)
+    variants = "\n".join(f"//   {k.SYMBOL:<44} head_dim {k.HEAD_DIM:>3}  out_dtype {k.cfg.out_dtype}  "
+                         f"{k.NUM_VGPRS} VGPRs  {k.LDS_BYTES} B LDS" for k in kernels)
+    return f"""// gfx1201_sage_attention_fwd_asm_*: SageAttention forward (non-causal) for gfx1201, hand-scheduled; a family.
+// GENERATED by asm_src/gen_sage_attention_asm.py (asmdsl.py helpers) -- edit the generator, not this file.
+// Hardware facts cite docs/rdna4.md sections (§WMMA, §Throughput, §Occupancy, §Memory, §Waits, §Hazards).
+//
+// Variants (one Config each; manifest key columns head_dim, out_dtype):
+{variants}
+//
+// Contract: the same operation, kernarg struct and launch geometry as asm_src/gfx1201_sage_attention.hip, and
+// the same per-row arithmetic in the same order (scores = float(int dot) * (q_scale*k_scale); max; exp2(s - m);
+// row sum p0+p1+..+p31 then + the other lane half; l = l*alpha + sum; fp8(p*448); per-accumulator PV chunk order
+// 0,1,2,3; epilogue (O * (1/(448 l))) * v_scale -> bf16/fp16 RNE saturating at +-the dtype's max; lse =
+// (m + log2 l)*ln2 [+ ln2*q.k_mean]): the output and LSE are bitwise the HIP kernel's on the emulator
+// (tests/test_attention_asm.py).
+//
+// Launch: grid (seq_pad_q/{TILE_Q}, num_heads_q, batch), block {THREADS} = {WAVES} wave32; wave w owns queries
+// 64*x + 16w .. +15 of query head y, batch z, and walks all seq_pad_kv/{TILE_K} key tiles of K/V head
+// (y * kv_group_magic) >> 32 (GQA/MQA without a division: sage_co/abi.py kv_group_magic).
+//
+// Kernarg struct ({ARGS.size} bytes, no hidden args; sage_co/abi.py ATTENTION_FWD_ARGS), loaded whole into
+// SGPRs s{KARG_SGPR}.. (dword i in s{KARG_SGPR}+i):
+//   | offset | name           | kind |
+{kt}
+//   flags bit {abi.FLAG_LSE_BIT}: write lse; bit {abi.FLAG_SMOOTH_K_BIT}: lse adds ln2 * (q_int8*q_scale).k_mean
+//   out: element (b, i, h, d) at out + 2*(b*out_stride_b + i*out_stride_s + h*out_stride_h + d), d < head_dim
+//
+// Data flow (docs/rdna4.md §WMMA "SageAttention data flow", same index permutations as the .hip header):
+//   S^T = K.Q^T: {WMMA_QK} (A = K rows from LDS, B = Q^T kept in VGPRs), 4 chunks x D_pad/16 d-steps; lane
+//   (h, r) holds query r, keys 32h + 8c + e in chunk c, VGPR e. Softmax is in-lane + one v_permlanex16 exchange.
+//   O^T += V^T.P^T: {WMMA_PV} (A = V^T rows from LDS, B = P^T packed in place over the chunk's first two
+//   score VGPRs by v_cvt_pk_fp8_f32). O^T = D_pad/16 d-tiles x 8 VGPRs; alpha is one value per lane.
+//
+// Tiles: 16 queries x 64 keys per wave and step. The launch geometry (64 queries per 4-wave workgroup) fixes 16
+// queries per wave; 32 queries per wave would need a different grid, or a split of the key loop over waves
+// with an LDS merge, and ~300 VGPRs for two O^T and S^T sets (over the 256 limit). 16 queries leave room for
+// what the schedule needs: two S^T sets (the next tile's QK^T accumulates while this tile's softmax runs).
+//
+// LDS: two K and two V^T tile buffers. K is staged one tile AHEAD of V^T: during step t the waves read K(t+1)
+// from kbuf[(t+1)%2] and V^T(t) from vbuf[t%2] while K(t+2) and V^T(t+1) travel global -> VGPRs (issued at the
+// top of step t, before its WMMA bursts) and are stored to kbuf[t%2] / vbuf[(t+1)%2] at its end: one barrier
+// per step. 16-byte chunks are XOR-swizzled as in the .hip kernel (K: col ^ (row & 7) for 8 chunks per row,
+// col ^ ((row >> 1) & 3) for 4; V^T: col ^ ((row >> 1) & 3)). Fragments go through a ring of {RING}
+// ds_load_b128 slots, each reloaded right after its last WMMA.
+//
+// Loop schedule, step t (unrolled x2 so SA/SB, m[0]/m[1] and the LDS buffers alternate by name):
+//   top      SALU addresses; global_load k_scale(t+1), K(min(t+2, last)), V^T(t+1)
+//   phase X  ds_load the first {RING} K fragments of tile t+1; row max of tile t (VOPD max chains,
+//            v_permlanex16, v_max3), alpha; then the QK^T(t+1) WMMAs with tile t's exp2 / row sum / *448 /
+//            fp8 pack woven between them (each row-sum add shares a VOPD with the *448 of an earlier p), V^T
+//            fragment loads of tile t as ring slots free up
+//   rescale  O *= alpha only when some lane's max moved (v_cmp + s_cbranch_vccz; bitwise the same)
+//   phase Y  the PV(t) WMMAs woven with the scaling of tile t+1's scores (cvt + VOPD multiply)
+//   end      s_wait_loadcnt 0; ds_store K(t+2), V^T(t+1); s_wait_dscnt 0; s_barrier_signal/wait
+//   The last step (peeled, outside the loop) masks keys >= seq_len_kv to -inf and runs softmax + PV only.
+//
+// Cycle budget per 64-key tile per SIMD, head dim 128 (tools/perf_model.py's model: WMMA blocks VALU, VALU 1
+// issue/clk, VOPD = 1 issue, TRANS 4 clk in its own pipe): 64 WMMA x 8 = 512 clk; VALU ~{{int->float 16 + scale
+// 16 + max 17 + m/alpha 8 + exp-arg 16 + exp 32 + sum&*448 32 + pack 16 + l 4}} = ~157 issues, plus 32 when the
+// O rescale runs (most tiles at moderate S: some lane of 16 rows finds a new max); TRANS 33 x 4 = 132 < VALU.
+// ~670-700 clk/tile = 75-78 % of the 8-bit WMMA peak; the floor of this arithmetic is 512 + 132 = 644 (exp2
+// once per score). Head dim 64 halves the WMMAs (256 clk) but not the softmax: its tile is VALU/TRANS-bound.
+// LDS 20 KiB/tile/wave (head dim 128) = 320 clk, below the vector port. int->float: every chunk's first QK^T
+// WMMA takes C = MAGIC_INT, so float(s_int) is an exact VOPD v_subrev_f32 instead of a v_cvt_f32_i32.
+// Memory waits are placed where the data is first needed (§Waits: loads of a kind complete in order).
+//
+// Hazards (docs/rdna4.md §Hazards): no WMMA reads another WMMA's D as A/B (rule 1: A/B come from LDS, Q and
+// the VALU-written P); D never overlaps A/B (rule 2); every VCC written by VALU and read again is preceded by
+// s_wait_alu depctr_va_vcc(0) (rule 3); SGPRs read by VALU are written once in the prologue, followed by
+// s_wait_alu depctr_sa_sdst(0); s_wait_dscnt 0 before every s_barrier_signal (rule 8); no scratch.
+"""
+
+
 def build(cfg: Config) -> str:
     """The assembly of one kernel (a complete code object with this one symbol)."""
     k = AttentionKernel(cfg)
-    return code_object([(k.descriptor(), k.body_text())], header=k.header_text(), pad_with_s_code_end=True)
+    return code_object([(k.descriptor(), k.body_text())], header=family_header([k]), pad_with_s_code_end=True)
 
 
 def build_family(configs=FAMILY) -> str:
     """The shipped code object: one symbol per Config (asm_src/kernels.toml names them with their keys)."""
     kernels = [AttentionKernel(cfg) for cfg in configs]
-    header = kernels[0].header_text() if len(kernels) == 1 else "\n".join(k.header_text() for k in kernels)
-    return code_object([(k.descriptor(), k.body_text()) for k in kernels], header=header, pad_with_s_code_end=True)
+    return code_object([(k.descriptor(), k.body_text()) for k in kernels], header=family_header(kernels),
+                       pad_with_s_code_end=True)
 
 
 if __name__ == "__main__":

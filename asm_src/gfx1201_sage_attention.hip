@@ -1,40 +1,54 @@
-// gfx1201_sage_attention_fwd: SageAttention forward (non-causal, head dim 128) on RDNA4, headers-free HIP.
+// gfx1201_sage_attention_fwd_d{64,128}_{bf16,fp16}: SageAttention forward (non-causal) on RDNA4, headers-free HIP.
 //
 // The readable baseline of the attention kernel; a hand-scheduled asm kernel later must beat it and match it.
 // It keeps the same kernarg struct and launch geometry (below). Hardware facts cite docs/rdna4.md sections
-// (§WMMA, §Memory, ...).
+// (§WMMA, §Memory, ...). One template, four symbols: the padded head dim DP (64 or 128; manifest key head_dim)
+// and the output dtype (bf16 or fp16; key out_dtype). GQA, separate query/key lengths and the caller's output
+// layout are runtime arguments.
 //
-// Math, per query row i and key tile of 64 keys (sage_co.reference.sage_attention_model):
-//   s      = float(sum_d q_int8*k_int8) * (q_scale[i/32] * k_scale[j/32])     keys j >= seq_len: s = -inf
+// Math, per query row i of query head h (K/V head g = h / (H_q/H_kv)) and key tile of 64 keys
+// (sage_co.reference.sage_attention_model):
+//   s      = float(sum_d q_int8*k_int8[g]) * (q_scale[i/32] * k_scale[g][j/32])   keys j >= seq_len_kv: s = -inf
 //   m_new  = max(m_old, max_j s);  alpha = exp2(m_old - m_new) (0 while m_old = -inf)
 //   p      = exp2(s - m_new);      l = l*alpha + rowsum(p)
 //   O      = O*alpha + fp8_e4m3(p*448) . v_fp8                               (fp32 accumulation)
-//   out    = bf16_sat((O * (1/(448*l))) * v_scale[d])  RNE, saturating at +-bf16 max;   lse = (m + log2 l)*ln2 [+ ln2 * q_deq.k_mean]
+//   out    = round_sat((O * (1/(448*l))) * v_scale[g][d])  RNE to bf16 or fp16, saturating at +-the dtype's
+//            largest finite value (NaN -> the dtype's quiet NaN), d < head_dim only;
+//   lse    = (m + log2 l)*ln2 [+ ln2 * q_deq.k_mean[g]]
 // `#pragma clang fp contract(off)`: HIP contracts a*b+c into FMA by default, which would round differently
 // from the model.
 //
-// Launch geometry: grid (seq_pad/64, num_heads, batch) workgroups of 128 threads = 4 wave32.
-//   Workgroup = 64 queries of one (batch, head); wave w owns queries 16w..16w+15 of them.
-//   Each wave loops over all seq_pad/64 key tiles of 64 keys.
+// Launch geometry: grid (seq_pad_q/64, num_heads_q, batch) workgroups of 128 threads = 4 wave32.
+//   Workgroup = 64 queries of one (batch, query head); wave w owns queries 16w..16w+15 of them.
+//   Each wave loops over all seq_pad_kv/64 key tiles of 64 keys of K/V head (head * kv_group_magic) >> 32.
 //
-// Kernarg struct (88 bytes, 8-byte aligned; no hidden arguments):
-//   | offset | name       | type | contents                                                        |
-//   |--------|------------|------|-----------------------------------------------------------------|
-//   |      0 | q          | ptr  | int8  [B, H, seq_pad, 128], carries softmax_scale*log2(e)       |
-//   |      8 | k          | ptr  | int8  [B, H, seq_pad, 128]                                      |
-//   |     16 | v          | ptr  | fp8 e4m3fn [B, H, 128, seq_pad] (V transposed, key-contiguous)  |
-//   |     24 | q_scale    | ptr  | f32   [B, H, seq_pad/32]                                        |
-//   |     32 | k_scale    | ptr  | f32   [B, H, seq_pad/32]                                        |
-//   |     40 | k_mean     | ptr  | f32   [B, H, 128] (read only when flags bit 1 and bit 0 are set) |
-//   |     48 | v_scale    | ptr  | f32   [B, H, 128]                                               |
-//   |     56 | out        | ptr  | bf16  [B, seq_len, H, 128], contiguous                          |
-//   |     64 | lse        | ptr  | f32   [B, H, seq_len] (written only when flags bit 0 is set)    |
-//   |     72 | seq_len    | u32  | S >= 1                                                          |
-//   |     76 | seq_pad    | u32  | round_up(S, 64); padded rows of q/k/v are zero                  |
-//   |     80 | num_heads  | u32  | H (grid y)                                                      |
-//   |     84 | flags      | u32  | bit 0: write lse; bit 1: lse adds the smooth_k term              |
-// All tensors are dense in the layouts above; the host (sage_co/ops/attention.py) checks that.
-//
+// Kernarg struct (sage_co/abi.py ATTENTION_FWD_ARGS, 124 bytes, 8-byte aligned; no hidden arguments):
+//   | offset | name           | type | contents                                                           |
+//   |--------|----------------|------|--------------------------------------------------------------------|
+//   |      0 | q              | ptr  | int8  [B, H_q, seq_pad_q, DP], carries softmax_scale*log2(e)       |
+//   |      8 | k              | ptr  | int8  [B, H_kv, seq_pad_kv, DP]                                    |
+//   |     16 | v              | ptr  | fp8 e4m3fn [B, H_kv, DP, seq_pad_kv] (V transposed, key-contiguous) |
+//   |     24 | q_scale        | ptr  | f32   [B, H_q, seq_pad_q/32]                                       |
+//   |     32 | k_scale        | ptr  | f32   [B, H_kv, seq_pad_kv/32]                                     |
+//   |     40 | k_mean         | ptr  | f32   [B, H_kv, DP] (read only when flags bit 1 and bit 0 are set) |
+//   |     48 | v_scale        | ptr  | f32   [B, H_kv, DP]                                                |
+//   |     56 | out            | ptr  | bf16/fp16, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d]     |
+//   |     64 | lse            | ptr  | f32   [B, H_q, seq_len_q] (written only when flags bit 0 is set)   |
+//   |     72 | seq_len_q      | u32  | S_q >= 1                                                           |
+//   |     76 | seq_pad_q      | u32  | round_up(S_q, 64); padded rows of q are zero                       |
+//   |     80 | seq_len_kv     | u32  | S_kv >= 1                                                          |
+//   |     84 | seq_pad_kv     | u32  | round_up(S_kv, 64); padded rows of k/v are zero                    |
+//   |     88 | num_heads_q    | u32  | H_q (grid y)                                                       |
+//   |     92 | num_heads_kv   | u32  | H_kv (divides H_q)                                                 |
+//   |     96 | kv_group_magic | u64  | ceil(2^32 / (H_q/H_kv)): K/V head = (h * magic) >> 32, exact for   |
+//   |        |                |      | every h < 2^16 (proof: sage_co/abi.py kv_group_magic)              |
+//   |    104 | out_stride_b   | u32  | element strides of out (sb, ss, sh; the last dim is contiguous)    |
+//   |    108 | out_stride_s   | u32  |                                                                    |
+//   |    112 | out_stride_h   | u32  |                                                                    |
+//   |    116 | head_dim       | u32  | D (multiple of 16, <= DP): channels >= D are not stored            |
+//   |    120 | flags          | u32  | bit 0: write lse; bit 1: lse adds the smooth_k term                 |
+// Every tensor but out is dense in the layout above; the host (sage_co/ops/attention.py) checks that.
+
 // Data flow (docs/rdna4.md §WMMA, "SageAttention data flow"): S^T = K.Q^T with v_wmma_i32_16x16x16_iu8
 // (A = K rows, B = Q^T), so the 16 query columns of the D fragment sit one per lane pair (r, r+16)
 // (§WMMA lane layouts: D[m][n] in lane 16*(m/8)+n, vgpr m%8). Row max / row sum = in-lane reduction over
@@ -51,21 +65,25 @@
 //     lanes 16-31 keys 32-63 (one k_scale block per lane per tile), and the V^T A-fragments of the four
 //     chunks are 32 contiguous bytes of a V^T row (2 x b128).
 //
-// Tiles (docs/rdna4.md §Throughput, §Occupancy): 16 queries per wave keeps O^T (64 VGPRs), S^T (32), Q^T
-// fragments (16) and the next tile's staging registers (32) resident without spilling; 32 queries per wave
-// would halve the LDS fragment traffic but needs ~300 VGPRs. Per wave and key tile: 32 iu8 + 32 fp8 WMMA
-// (512 WMMA clocks) against 32 ds_load_b128 (16 KiB) and ~300 VALU/TRANS for the softmax.
-// LDS: per buffer K tile 64 x 128 B (8 KiB) + V^T tile 128 x 64 B (8 KiB), two buffers (32 KiB): tile t+1 is
-// loaded global -> VGPRs before the WMMA work of tile t and stored to the other buffer after it, so there is
-// one barrier per tile. 16-byte chunks are XOR-swizzled (K: chunk ^ (row & 7); V^T: chunk ^ ((row >> 1) & 3))
+// Tiles (docs/rdna4.md §Throughput, §Occupancy), figures for DP = 128 (DP = 64 halves the d-dependent ones):
+// 16 queries per wave keeps O^T (64 VGPRs), S^T (32), Q^T fragments (16) and the next tile's staging registers
+// (32) resident without spilling; 32 queries per wave would halve the LDS fragment traffic but needs ~300
+// VGPRs. Per wave and key tile: 32 iu8 + 32 fp8 WMMA (512 WMMA clocks) against 32 ds_load_b128 (16 KiB) and
+// ~300 VALU/TRANS for the softmax (the same for DP = 64: its tile is softmax-bound).
+// LDS: per buffer K tile 64 x DP B + V^T tile DP x 64 B, two buffers (32 KiB for DP = 128, 16 KiB for 64):
+// tile t+1 is loaded global -> VGPRs before the WMMA work of tile t and stored to the other buffer after it, so
+// there is one barrier per tile. 16-byte chunks are XOR-swizzled (K: chunk ^ (row & 7) with 8 chunks per row,
+// chunk ^ ((row >> 1) & 3) with 4; V^T: chunk ^ ((row >> 1) & 3))
 // so each group of 8 lanes of a ds_load_b128 touches 8 distinct 16-byte bank groups (§Memory: 64 banks x 4 B
-// per WGP; the bank layout is UNVERIFIED for RDNA4). The tail tile (keys >= seq_len) takes a uniform branch
+// per WGP; the bank layout is UNVERIFIED for RDNA4). The tail tile (keys >= seq_len_kv) takes a uniform branch
 // that masks scores to -inf; padded query rows are computed and not stored.
 //
-// Resources (clang 22.1.8 -O3, checked with llvm-objdump / tools/disasm_check.py): 219 VGPRs, 36 SGPRs,
-// scratch 0, LDS 32768 B, no WMMA hazards left (LLVM inserts the v_nop of §Hazards 1 where needed).
-// Occupancy (§Occupancy): 219 VGPRs -> 6 waves/SIMD by registers; 32 KiB LDS per 4-wave workgroup ->
-// 4 workgroups per WGP (128 KiB) = 16 waves per WGP = 4 waves/SIMD, the binding limit.
+// Resources (clang 22.1.8 -O3, checked with tools/disasm_check.py; hsaco/manifest.json has every symbol's):
+// DP = 128: 219 VGPRs, 33 SGPRs, scratch 0, LDS 32768 B; DP = 64: 141 VGPRs, LDS 16384 B; no WMMA hazards left
+// (LLVM inserts the v_nop of §Hazards 1 where needed). The epilogue's d-tile loop is fully unrolled: a
+// dynamically indexed o[] would go to scratch. Occupancy (§Occupancy), DP = 128: 219 VGPRs -> 6 waves/SIMD by
+// registers; 32 KiB LDS per 4-wave workgroup -> 4 workgroups per WGP (128 KiB) = 4 waves/SIMD, the binding
+// limit; DP = 64: 141 VGPRs -> 8 waves/SIMD (LDS allows 8).
 
 #pragma clang fp contract(off)
 
@@ -84,14 +102,15 @@ typedef float v8f __attribute__((ext_vector_type(8)));
 
 #define TILE_Q 64      // queries per workgroup
 #define TILE_K 64      // keys per loop step
-#define HEAD_DIM 128
-#define LDS_BUF 1024   // v4i (16 B) chunks per buffer: K 512 + V^T 512
-#define LDS_V 512      // chunk offset of the V^T tile inside a buffer
 #define FLAG_LSE 1u
 #define FLAG_SMOOTH_K 2u
+#define MAX_DP 128     // the LDS array is sized for the largest padded head dim
 
 #define LN2 0.693147180559945309f
 #define BF16_MAX 0x1.fep127f   // largest finite bf16 (bits 0x7f7f), exact in fp32
+#define FP16_MAX 65504.0f      // largest finite fp16 (bits 0x7bff)
+#define BF16_QNAN 0x7fc0u
+#define FP16_QNAN 0x7e00u
 
 static __device__ __attribute__((always_inline)) float xlane16(float x) {
   // value of lane l ^ 16 (docs/rdna4.md §WMMA: v_permlanex16_b32 with selects 0x76543210 / 0xfedcba98)
@@ -99,14 +118,20 @@ static __device__ __attribute__((always_inline)) float xlane16(float x) {
                                                                 0x76543210, 0xfedcba98, false, false));
 }
 
-static __device__ __attribute__((always_inline)) u32 bf16_rne_sat(float x) {
-  // fp32 -> bf16 bits, round to nearest even, saturating: |x| >= the largest finite bf16 gives +-BF16_MAX
-  // (docs/numerics.md §Finite range: quantized weights can sum past a V at bf16 max); NaN -> quiet NaN 0x7fc0.
-  // The clamp may drop a NaN (v_max_num/v_min_num), so the NaN test reads x, not c.
+template <bool FP16>
+static __device__ __attribute__((always_inline)) u32 round_sat(float x) {
+  // fp32 -> bf16 or fp16 bits, round to nearest even, saturating: |x| beyond the dtype's largest finite value
+  // gives +-that value (docs/numerics.md §Finite range); NaN -> the dtype's quiet NaN. The clamp may drop a NaN
+  // (v_max_num/v_min_num), so the NaN test reads x, not c.
+  if (FP16) {
+    const float c = __builtin_fminf(__builtin_fmaxf(x, -FP16_MAX), FP16_MAX);
+    const u32 r = __builtin_bit_cast(unsigned short, (_Float16)c);  // v_cvt_f16_f32: RNE (round mode 0)
+    return x != x ? FP16_QNAN : r;
+  }
   const float c = __builtin_fminf(__builtin_fmaxf(x, -BF16_MAX), BF16_MAX);
   u32 u = __builtin_bit_cast(u32, c);
   u32 r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return x != x ? 0x7fc0u : r;
+  return x != x ? BF16_QNAN : r;
 }
 
 static __device__ __attribute__((always_inline)) int fp8x4(float a, float b, float c, float d) {
@@ -115,13 +140,25 @@ static __device__ __attribute__((always_inline)) int fp8x4(float a, float b, flo
   return __builtin_amdgcn_cvt_pk_fp8_f32(c, d, lo, true);
 }
 
-extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(128, 128))) void
-gfx1201_sage_attention_fwd(const signed char* __restrict__ q, const signed char* __restrict__ k,
-                           const unsigned char* __restrict__ v, const float* __restrict__ q_scale,
-                           const float* __restrict__ k_scale, const float* __restrict__ k_mean,
-                           const float* __restrict__ v_scale, unsigned short* __restrict__ out,
-                           float* __restrict__ lse, u32 seq_len, u32 seq_pad, u32 num_heads, u32 flags) {
-  __shared__ static v4i lds[2 * LDS_BUF];
+// K rows of the LDS tile: NCOL = DP/16 chunks of 16 B; chunk col of row `row` sits at col ^ kswz(row), so each
+// group of 8 lanes of a ds_load_b128 touches 8 distinct 16-byte bank groups (§Memory). V^T rows always have 4.
+template <int DP>
+static __device__ __attribute__((always_inline)) u32 kswz(u32 row) {
+  return DP == 128 ? (row & 7) : ((row >> 1) & 3);
+}
+
+template <int DP, bool FP16>
+static __device__ __attribute__((always_inline)) void attention(
+    const signed char* __restrict__ q, const signed char* __restrict__ k, const unsigned char* __restrict__ v,
+    const float* __restrict__ q_scale, const float* __restrict__ k_scale, const float* __restrict__ k_mean,
+    const float* __restrict__ v_scale, unsigned short* __restrict__ out, float* __restrict__ lse, u32 seq_len_q,
+    u32 seq_pad_q, u32 seq_len_kv, u32 seq_pad_kv, u32 num_heads_q, u32 num_heads_kv, u64 kv_group_magic,
+    u32 out_stride_b, u32 out_stride_s, u32 out_stride_h, u32 head_dim, u32 flags, v4i* lds) {
+  constexpr int NCOL = DP / 16;        // 16-byte chunks per K row (and O^T d-tiles)
+  constexpr int HCOL = NCOL / 2;       // chunks of a row one lane half holds (d = DP/2*hl ..)
+  constexpr int QF = DP / 32;          // Q^T fragments per lane (v4i), = K d-groups, = staging chunks per thread
+  constexpr int LDS_V = 4 * DP;        // chunk offset of the V^T tile inside a buffer (K tile: 64 x NCOL chunks)
+  constexpr int LDS_BUF = 8 * DP;      // chunks per buffer: K (64 rows x NCOL) + V^T (DP rows x 4)
 
   const u32 tid = __builtin_amdgcn_workitem_id_x();
   const u32 lane = tid & 31, r = lane & 15, hl = lane >> 4;  // lane = 16*hl + r
@@ -130,50 +167,54 @@ gfx1201_sage_attention_fwd(const signed char* __restrict__ q, const signed char*
   const u32 head = __builtin_amdgcn_workgroup_id_y();
   const u32 batch = __builtin_amdgcn_workgroup_id_z();
 
-  const u64 bh = (u64)batch * num_heads + head;
-  const u32 nblk = seq_pad / 32;
+  // GQA: K/V head = head / (H_q / H_kv), by a multiply-high with the host's magic (no integer division)
+  const u32 kv_head = (u32)(((u64)head * kv_group_magic) >> 32);
+  const u64 bh = (u64)batch * num_heads_q + head;
+  const u64 bkv = (u64)batch * num_heads_kv + kv_head;
+  const u32 nblk_q = seq_pad_q / 32, nblk_kv = seq_pad_kv / 32;
   // Uniform (SGPR) base pointers + 32-bit per-lane byte offsets: clang emits global_load vOff, s[base]
   // (docs/rdna4.md §Memory) instead of 64-bit VGPR address arithmetic. Offsets inside one head stay < 2^32 bytes.
-  const char* qh = (const char*)q + bh * seq_pad * HEAD_DIM;
-  const char* kh = (const char*)k + bh * seq_pad * HEAD_DIM;
-  const char* vh = (const char*)v + bh * HEAD_DIM * seq_pad;
-  const float* ksh = k_scale + bh * nblk;
+  const char* qh = (const char*)q + bh * seq_pad_q * DP;
+  const char* kh = (const char*)k + bkv * seq_pad_kv * DP;
+  const char* vh = (const char*)v + bkv * DP * seq_pad_kv;
+  const float* ksh = k_scale + bkv * nblk_kv;
 
-  // Q^T B-fragments: lane (hl, r) holds query row r, bytes 64hl..64hl+63; d-step s = bytes 8s..8s+7 of that.
+  // Q^T B-fragments: lane (hl, r) holds query row r, bytes DP/2*hl .. +DP/2-1; d-step s = bytes 8s..8s+7 of that.
   const u32 q0 = qtile * TILE_Q + wave * 16;  // first query of this wave (uniform)
   const u32 qi = q0 + r;                      // this lane's query
-  v4i qf[4];
-  for (int i = 0; i < 4; ++i) qf[i] = *(const v4i*)(qh + (qi * HEAD_DIM + 64 * hl + 16 * i));
-  const float qs = q_scale[bh * nblk + q0 / 32];  // the wave's 16 queries share one 32-token block
+  v4i qf[QF];
+  for (int i = 0; i < QF; ++i) qf[i] = *(const v4i*)(qh + (qi * DP + (DP / 2) * hl + 16 * i));
+  const float qs = q_scale[bh * nblk_q + q0 / 32];  // the wave's 16 queries share one 32-token block
 
-  // global -> LDS staging: thread tid moves K chunks tid + 128u (row = chunk/8) and V^T chunks tid + 128u
-  // (row d = chunk/4) of a tile, u = 0..3. Global offsets relative to the tile's (uniform) base.
-  const u32 k_row = tid >> 3, k_col = tid & 7;
+  // global -> LDS staging: thread tid moves K chunks tid + 128u (row = chunk/NCOL) and V^T chunks tid + 128u
+  // (row d = chunk/4) of a tile, u = 0..QF-1. Global offsets relative to the tile's (uniform) base.
+  const u32 k_row = tid / NCOL, k_col = tid % NCOL;
   const u32 v_row = tid >> 2, v_col = tid & 3;
-  u32 k_gl[4], v_gl[4];
-  for (int u = 0; u < 4; ++u) {
+  u32 k_gl[QF], v_gl[QF];
+  for (int u = 0; u < QF; ++u) {
     k_gl[u] = (tid + 128 * u) * 16;
-    v_gl[u] = (v_row + 32 * u) * seq_pad + v_col * 16;
+    v_gl[u] = (v_row + 32 * u) * seq_pad_kv + v_col * 16;
   }
-  const u32 lds_k_st = k_row * 8 + (k_col ^ (k_row & 7));
+  // rows of chunk tid + 128u are k_row + 128u/NCOL: kswz is the same for all u (128/NCOL is a multiple of 16)
+  const u32 lds_k_st = k_row * NCOL + (k_col ^ kswz<DP>(k_row));
   const u32 lds_v_st = LDS_V + v_row * 4 + (v_col ^ ((v_row >> 1) & 3));
-  // K A-fragment reads: chunk c row = 32*(r/8) + 8c + r%8, 16-byte column 4hl+i (i = 0..3).
+  // K A-fragment reads: chunk c row = 32*(r/8) + 8c + r%8, 16-byte column HCOL*hl+i (i < HCOL).
   const u32 k_rd_row = 32 * (r >> 3) + (r & 7);
-  u32 lds_k_rd[4];
-  for (int i = 0; i < 4; ++i) lds_k_rd[i] = k_rd_row * 8 + ((4 * hl + i) ^ (r & 7));
+  u32 lds_k_rd[QF];
+  for (int i = 0; i < QF; ++i) lds_k_rd[i] = k_rd_row * NCOL + ((HCOL * hl + i) ^ kswz<DP>(k_rd_row));
   // V^T A-fragment reads: d-tile t row d = 16t + r, 16-byte column 2hl+i (i = 0..1).
   u32 lds_v_rd[2];
   for (int i = 0; i < 2; ++i) lds_v_rd[i] = LDS_V + r * 4 + ((2 * hl + i) ^ ((r >> 1) & 3));
 
-  const u32 ntiles = seq_pad / TILE_K;
-  v4i kst[4], vst[4];
-  for (int u = 0; u < 4; ++u) {
+  const u32 ntiles = seq_pad_kv / TILE_K;
+  v4i kst[QF], vst[QF];
+  for (int u = 0; u < QF; ++u) {
     kst[u] = *(const v4i*)(kh + k_gl[u]);
     vst[u] = *(const v4i*)(vh + v_gl[u]);
   }
   const v2f ks2 = *(const v2f*)ksh;
   float ks_next = hl ? ks2.y : ks2.x;  // k_scale block of keys 32hl..32hl+31 of the tile
-  for (int u = 0; u < 4; ++u) {
+  for (int u = 0; u < QF; ++u) {
     lds[lds_k_st + 128 * u] = kst[u];
     lds[lds_v_st + 128 * u] = vst[u];
   }
@@ -181,8 +222,8 @@ gfx1201_sage_attention_fwd(const signed char* __restrict__ q, const signed char*
   __builtin_amdgcn_s_barrier();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup", "local");
 
-  v8f o[8];
-  for (int t = 0; t < 8; ++t) o[t] = (v8f){0, 0, 0, 0, 0, 0, 0, 0};
+  v8f o[NCOL];
+  for (int t = 0; t < NCOL; ++t) o[t] = (v8f){0, 0, 0, 0, 0, 0, 0, 0};
   float m_run = -__builtin_inff(), l_run = 0.0f;
 
   for (u32 tile = 0; tile < ntiles; ++tile) {
@@ -191,8 +232,8 @@ gfx1201_sage_attention_fwd(const signed char* __restrict__ q, const signed char*
     const float ks = ks_next;
     if (more) {  // prefetch tile+1 into VGPRs; stored to the other LDS buffer after this tile's WMMA work
       // the tile offset goes into the 32-bit lane offset (not the base) so the load keeps the SGPR base
-      const u32 koff = (tile + 1) * (TILE_K * HEAD_DIM), voff = (tile + 1) * TILE_K;
-      for (int u = 0; u < 4; ++u) {
+      const u32 koff = (tile + 1) * (TILE_K * DP), voff = (tile + 1) * TILE_K;
+      for (int u = 0; u < QF; ++u) {
         kst[u] = *(const v4i*)(kh + (k_gl[u] + koff));
         vst[u] = *(const v4i*)(vh + (v_gl[u] + voff));
       }
@@ -200,12 +241,12 @@ gfx1201_sage_attention_fwd(const signed char* __restrict__ q, const signed char*
       ks_next = hl ? ks2.y : ks2.x;
     }
 
-    // S^T chunks: 4 x (16 keys x 16 queries), 8 d-steps each, chains interleaved over the chunks.
+    // S^T chunks: 4 x (16 keys x 16 queries), DP/16 d-steps each, chains interleaved over the chunks.
     v8i sacc[4];
     for (int c = 0; c < 4; ++c) sacc[c] = (v8i){0, 0, 0, 0, 0, 0, 0, 0};
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < QF; ++i) {
       for (int c = 0; c < 4; ++c) {
-        const v4i kf = lds[buf + lds_k_rd[i] + 64 * c];  // chunk c = rows +8c
+        const v4i kf = lds[buf + lds_k_rd[i] + 8 * NCOL * c];  // chunk c = rows +8c
         sacc[c] = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, kf.xy, true, qf[i].xy, sacc[c], false);
         sacc[c] = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, kf.zw, true, qf[i].zw, sacc[c], false);
       }
@@ -217,9 +258,9 @@ gfx1201_sage_attention_fwd(const signed char* __restrict__ q, const signed char*
     for (int c = 0; c < 4; ++c)
       for (int e = 0; e < 8; ++e) s[8 * c + e] = (float)sacc[c][e] * qk;
     const u32 key0 = tile * TILE_K + 32 * hl;
-    if (tile * TILE_K + TILE_K > seq_len) {  // tail tile only (uniform branch)
+    if (tile * TILE_K + TILE_K > seq_len_kv) {  // tail tile only (uniform branch)
       for (int j = 0; j < 32; ++j)
-        if (key0 + j >= seq_len) s[j] = -__builtin_inff();
+        if (key0 + j >= seq_len_kv) s[j] = -__builtin_inff();
     }
     float mx = s[0];
     for (int j = 1; j < 32; ++j) mx = __builtin_fmaxf(mx, s[j]);
@@ -242,11 +283,11 @@ gfx1201_sage_attention_fwd(const signed char* __restrict__ q, const signed char*
     // Rescale O only when some lane's max moved (x * 1 == x exactly, so skipping is bitwise the same);
     // after the first tiles of a row the max rarely changes. Uniform branch on a wave-wide ballot.
     if (__builtin_amdgcn_ballot_w32(alpha != 1.0f))
-      for (int t = 0; t < 8; ++t) o[t] *= alpha;
+      for (int t = 0; t < NCOL; ++t) o[t] *= alpha;
 
     // O^T[d-tile t] += V^T[16t.., chunk c] . P^T[chunk c]; V^T load i of d-tile t covers chunks 2i, 2i+1.
     for (int i = 0; i < 2; ++i) {
-      for (int t = 0; t < 8; ++t) {
+      for (int t = 0; t < NCOL; ++t) {
         const v4i vf = lds[buf + lds_v_rd[i] + 64 * t];
         o[t] = __builtin_amdgcn_wmma_f32_16x16x16_fp8_fp8_w32_gfx12(vf.xy, pf[2 * i], o[t]);
         o[t] = __builtin_amdgcn_wmma_f32_16x16x16_fp8_fp8_w32_gfx12(vf.zw, pf[2 * i + 1], o[t]);
@@ -255,7 +296,7 @@ gfx1201_sage_attention_fwd(const signed char* __restrict__ q, const signed char*
 
     if (more) {
       const u32 nbuf = buf ^ LDS_BUF;
-      for (int u = 0; u < 4; ++u) {
+      for (int u = 0; u < QF; ++u) {
         lds[nbuf + lds_k_st + 128 * u] = kst[u];
         lds[nbuf + lds_v_st + 128 * u] = vst[u];
       }
@@ -266,26 +307,30 @@ gfx1201_sage_attention_fwd(const signed char* __restrict__ q, const signed char*
     __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup", "local");
   }
 
-  // Epilogue: lane (hl, r) holds O^T[d = 16t + 8hl + e][query r] in o[t][e].
-  if (qi >= seq_len) return;
+  // Epilogue: lane (hl, r) holds O^T[d = 16t + 8hl + e][query r] in o[t][e]; d-tiles at or past head_dim (the
+  // zero-padded channels, D a multiple of 16) are not stored.
+  if (qi >= seq_len_q) return;
   const float inv = 1.0f / (448.0f * l_run);
-  const v4f* vsc = (const v4f*)(v_scale + bh * HEAD_DIM + 8 * hl);
-  v4i* orow = (v4i*)(out + (((u64)batch * seq_len + qi) * num_heads + head) * HEAD_DIM + 8 * hl);
-  for (int t = 0; t < 8; ++t) {
+  const v4f* vsc = (const v4f*)(v_scale + bkv * DP + 8 * hl);
+  v4i* orow = (v4i*)(out + ((u64)batch * out_stride_b + (u64)qi * out_stride_s + (u64)head * out_stride_h) + 8 * hl);
+  const u32 dtiles = head_dim / 16;
+#pragma unroll
+  for (int t = 0; t < NCOL; ++t) {
+    if ((u32)t >= dtiles) continue;  // uniform: whole d-tiles of padding (o[] stays in registers: full unroll)
     const v4f va = vsc[4 * t], vb = vsc[4 * t + 1];
     const float sc[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
     u32 h16[8];
-    for (int e = 0; e < 8; ++e) h16[e] = bf16_rne_sat((o[t][e] * inv) * sc[e]);
+    for (int e = 0; e < 8; ++e) h16[e] = round_sat<FP16>((o[t][e] * inv) * sc[e]);
     orow[2 * t] = (v4i){(int)(h16[0] | h16[1] << 16), (int)(h16[2] | h16[3] << 16),
                         (int)(h16[4] | h16[5] << 16), (int)(h16[6] | h16[7] << 16)};
   }
   if (flags & FLAG_LSE) {
     float val = (m_run + __builtin_amdgcn_logf(l_run)) * LN2;  // v_log_f32 = log2; l >= 1 (max term is 1)
     if (flags & FLAG_SMOOTH_K) {
-      // ln2 * sum_d (q_int8 * q_scale) * k_mean[d]; lane holds d = 64hl .. 64hl+63 of its query row
-      const float* km = k_mean + bh * HEAD_DIM + 64 * hl;
+      // ln2 * sum_d (q_int8 * q_scale) * k_mean[d]; lane holds d = DP/2*hl .. +DP/2-1 of its query row
+      const float* km = k_mean + bkv * DP + (DP / 2) * hl;
       float acc = 0.0f;
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < QF; ++i)
         for (int w = 0; w < 4; ++w)
           for (int b = 0; b < 4; ++b) {
             const int d = 16 * i + 4 * w + b;
@@ -295,6 +340,28 @@ gfx1201_sage_attention_fwd(const signed char* __restrict__ q, const signed char*
       acc = acc + xlane16(acc);
       val += LN2 * acc;
     }
-    if (hl == 0) lse[bh * seq_len + qi] = val;
+    if (hl == 0) lse[bh * seq_len_q + qi] = val;
   }
 }
+
+#define ATTENTION_PARAMS                                                                                      \
+  const signed char *__restrict__ q, const signed char *__restrict__ k, const unsigned char *__restrict__ v,   \
+      const float *__restrict__ q_scale, const float *__restrict__ k_scale, const float *__restrict__ k_mean,  \
+      const float *__restrict__ v_scale, unsigned short *__restrict__ out, float *__restrict__ lse,             \
+      u32 seq_len_q, u32 seq_pad_q, u32 seq_len_kv, u32 seq_pad_kv, u32 num_heads_q, u32 num_heads_kv,         \
+      u64 kv_group_magic, u32 out_stride_b, u32 out_stride_s, u32 out_stride_h, u32 head_dim, u32 flags
+#define ATTENTION_ARGS                                                                                        \
+  q, k, v, q_scale, k_scale, k_mean, v_scale, out, lse, seq_len_q, seq_pad_q, seq_len_kv, seq_pad_kv,          \
+      num_heads_q, num_heads_kv, kv_group_magic, out_stride_b, out_stride_s, out_stride_h, head_dim, flags
+// LDS: two buffers of K (64 x DP B) + V^T (DP x 64 B) tiles, 32 KiB for DP = 128, 16 KiB for DP = 64
+#define KERNEL(NAME, DP, FP16)                                                                                \
+  extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(128, 128))) void NAME(ATTENTION_PARAMS) { \
+    __shared__ static v4i lds[2 * 8 * DP];                                                                    \
+    attention<DP, FP16>(ATTENTION_ARGS, lds);                                                                 \
+  }
+
+// One symbol per (head_dim = DP, out_dtype) manifest key pair (asm_src/kernels.toml)
+KERNEL(gfx1201_sage_attention_fwd_d128_bf16, 128, false)
+KERNEL(gfx1201_sage_attention_fwd_d128_fp16, 128, true)
+KERNEL(gfx1201_sage_attention_fwd_d64_bf16, 64, false)
+KERNEL(gfx1201_sage_attention_fwd_d64_fp16, 64, true)

@@ -4,88 +4,103 @@
 // its correctly rounded v_sqrt_f32 + fma-correction sequence). Numerics: docs/numerics.md / sage_co/reference.py,
 // matched bit for bit (k_mean: summation order differs, see stats/reduce below).
 //
-// Inputs q, k, v: contiguous bf16 [B, S, H, 128]. S_pad = round_up(S, 64); n_tiles = S_pad / 32.
-// Every workgroup of the stats and quant kernels is ONE wave32 and owns 32 tokens ("a tile") of one (b, h):
-// a tile is exactly one Q/K scale block, so the block amax is a reduction inside one wave (no LDS, no barrier).
+// Inputs (element strides are kernargs, read in place; the last dim is contiguous):
+//   q [B, S_q, H_q, D], k and v [B, S_kv, H_kv, D], bf16 or fp16 (one symbol per dtype), D a multiple of 16 up
+//   to D_PAD (64 or 128, one symbol per D_PAD): channels D..D_PAD-1 read as zero (never loaded), so a head dim of
+//   32/48/80/96/112 is padded without an extra pass. An HND tensor is the same memory with other strides.
+// S_pad = round_up(S, 64) per tensor; a tile = 32 tokens of one (b, head) = one Q/K scale block, one wave32.
+// GQA: K/V are prepared per K/V head (H_kv), Q per query head (H_q); nothing is replicated.
 //
-// Three kernels, launched in this order (sage_co/ops/prepare.py). stats and quant ship once per RoPE width:
-// symbol suffix _rope32/_rope64/_rope96/_rope128, none = no RoPE (a runtime rope_dim switch let LLVM merge the
-// variants' tails and spill; one symbol each keeps every kernel at <= 207 VGPRs, no scratch).
+// Three kernels, launched in this order (sage_co/ops/prepare.py). stats and quant ship one symbol per (D_PAD,
+// dtype, RoPE width): suffix _d64/_d128, _bf16/_fp16, then _rope32.._rope128 (none = no RoPE; D_PAD 64 has
+// rope 32 and 64 only). A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps
+// every kernel at <= 207 VGPRs, no scratch.
 //
-//  1. gfx1201_sage_prepare_stats[_ropeN]  grid (n_chunks, H, B * n_tens), block 32. n_tens = 2 with smooth_k,
+//  1. gfx1201_sage_prepare_stats_*  grid (n_chunks, H_kv, B * n_tens), block 32. n_tens = 2 with smooth_k,
 //     else 1; z % n_tens selects V (0) or K (1). Chunk c covers tiles [c * tiles_per_chunk, ...) of the
-//     ceil(S / 32) tiles holding valid tokens. Writes, per (b, h, chunk):
-//       vmax_part[b, h, c, 128]  max |v| per channel (NaN wins: max of |bf16| bit patterns as unsigned ints,
-//                                v_pk_max_u16), V lane layout as in quant below;
-//       ksum_part[b, h, c, 128]  sum over the chunk's tokens of the normed/roped K per channel (smooth_k only):
-//                                lane = token, rows go through LDS (8.5 KiB), lane l adds channels 4l..4l+3 of
-//                                the tile's valid rows in token order, tiles in order.
-//  2. gfx1201_sage_prepare_reduce  grid (1, H, B), block 128 (thread = channel). Folds the chunk partials in chunk
-//     order: v_scale = amax / 448, v_inv = 448 / amax (0 when amax == 0) (workspace), k_mean = sum / S (or 0).
-//  3. gfx1201_sage_prepare_quant[_ropeN]  grid (n_tiles, H, 3 * B), block 32. z % 3 selects Q (0), K (1), V (2).
-//     Q/K: lane = token (one 256-byte row per lane, 16 x 16-byte loads; a padded token loads row S - 1 and is
-//     masked), optional norm/RoPE on the packed bf16 row, x = f32(row) * c (Q) or f32(row) - k_mean (K), block
-//     amax = in-lane max over 128 channels + 5 ds_bpermute steps, q = rint(x * inv) (x * inv + 1.5 * 2^23, whose
-//     low byte is the int8) -> 8 x 16-byte stores of the int8 row. V: lane = (channel group cg = lane % 16 of 8
-//     channels, token half th = lane / 16 of 16 tokens); 16 x 16-byte loads (two full 256-byte rows per load
-//     instruction), then per channel 4 packed fp8 dwords = 16 consecutive tokens of the transposed [128, S_pad]
-//     row: one 16-byte store per channel. The transpose is free: v_cvt_pk_fp8_f32 picks the two values it packs.
+//     ceil(S_kv / 32) tiles holding valid tokens. Writes, per (b, kv head, chunk):
+//       vmax_part[b, h, c, D_PAD]  max |v| per channel (NaN wins: max of |x| 16-bit patterns as unsigned ints,
+//                                  v_pk_max_u16 -- bf16 and fp16 both order that way), V lane layout as in quant;
+//       ksum_part[b, h, c, D_PAD]  sum over the chunk's tokens of the normed/roped K per channel (smooth_k only):
+//                                  lane = token, rows go through LDS, lane l adds channels CPL*l..CPL*l+CPL-1
+//                                  (CPL = D_PAD / 32) of the tile's valid rows in token order, tiles in order.
+//  2. gfx1201_sage_prepare_reduce  grid (1, H_kv, B), block D_PAD (thread = channel). Folds the chunk partials in
+//     chunk order: v_scale = amax / 448, v_inv = 448 / amax (0 when amax == 0) (workspace), k_mean = sum / S_kv.
+//  3. gfx1201_sage_prepare_quant_*  grid (H_q * tq + 2 * H_kv * tkv, B, 1), block 32, tq = S_q_pad / 32,
+//     tkv = S_kv_pad / 32: x < H_q * tq is a Q tile, then the K tiles, then the V tiles (head-major).
+//     Q/K: lane = token (one row per lane, D/8 16-byte loads; a padded token loads row S - 1 and is masked),
+//     optional norm/RoPE on the packed row, x = f32(row) * c (Q) or f32(row) - k_mean (K), block amax = in-lane
+//     max over D_PAD channels + 5 ds_bpermute steps, q = rint(x * inv) (x * inv + 1.5 * 2^23, whose low byte is
+//     the int8) -> D_PAD/16 16-byte stores of the int8 row. V: lane = (channel group cg = lane % NCG of 8
+//     channels, token group tg = lane / NCG of TPL = 32 / (32 / NCG) tokens), NCG = D_PAD / 8; TPL 16-byte loads,
+//     then per channel TPL/4 packed fp8 dwords = TPL consecutive tokens of the transposed [D_PAD, S_kv_pad] row:
+//     one TPL-byte store per channel. The transpose is free: v_cvt_pk_fp8_f32 picks the two values it packs.
 //
-// Passes over the inputs (HBM reads): Q once; V twice (its per-channel scale needs all S tokens before any token
-// can be quantized: stats then quant); K once, or twice with smooth_k (k_mean over all S tokens first). With
-// norm/RoPE the K stats pass recomputes the normed/roped rows instead of storing them (writing and re-reading
-// a bf16 copy would cost more traffic than re-reading K). The reduce pass reads only the small partials.
-// No atomics: every sum has a fixed order; maxima are order-independent.
+// Passes over the inputs (HBM reads): Q once; V twice (its per-channel scale needs all S_kv tokens before any
+// token can be quantized: stats then quant); K once, or twice with smooth_k (k_mean over all S_kv tokens first).
+// With norm/RoPE the K stats pass recomputes the normed/roped rows instead of storing them. The reduce pass reads
+// only the small partials. No atomics: every sum has a fixed order; maxima are order-independent.
 //
-// Memory speed: each wave keeps 16 independent 16-byte loads (8 KiB) in flight per tile; the quant grid has
-// 3 * B * H * S_pad / 32 one-wave workgroups, the stats grid B * H * n_chunks * n_tens with n_chunks <= 64
-// chosen by the host (tiles_per_chunk = ceil(valid tiles / 64)). ~200 VGPRs -> 7 waves per SIMD.
+// Memory speed: each wave keeps D/8 (Q/K) or TPL (V) independent 16-byte loads in flight per tile; the stats grid
+// has B * H_kv * n_chunks * n_tens waves with n_chunks <= 64 chosen by the host (tiles_per_chunk = ceil(valid
+// tiles / 64)).
 //
-// Non-finite values (docs/numerics.md §Non-finite, reference.py _round_int8 / to_fp8):
+// Non-finite and tiny values (docs/numerics.md §Non-finite, reference.py _round_int8 / quantize_v):
 //   Q/K block: amax = NaN or inf -> scale = amax / 127 and every int8 0 (NaN * anything -> NaN -> 0; inv = 0
-//   makes finite x 0 and inf * 0 NaN -> 0). inv = 127 / amax = inf (subnormal amax) -> int8 = 127 * sign(x),
+//   makes finite x 0 and inf * 0 NaN -> 0). inv = 127 / amax = inf (tiny amax) -> int8 = 127 * sign(x),
 //   0 for x = +-0. Otherwise x * inv is finite and |x * inv| <= 127 * (1 + 2^-24): rint, no clamp needed (the
 //   three cases are wave-uniform branches on an SGPR, so the common path stays short).
-//   V channel: amax and inv finite and nonzero for all 8 channels of every lane (wave ballot) -> |v * inv| <=
-//   448 * (1 + 2^-24), which v_cvt_pk_fp8_f32 (RNE) rounds to 448 at most; otherwise clamp with v_med3, map NaN
-//   (med3 would turn it into -448) to +NaN -> 0x7F, and force padded tokens to 0.
-//   bf16 rounding in norm/RoPE: RNE, NaN -> (bits >> 16) | 0x40 (torch's .to(bfloat16)), see bf16_bits.
+//   V channel: amax and inv finite and nonzero for all 8 channels of every lane (wave ballot; lanes of padded
+//   channels count as fast: their zeros times inv 0 are +0) -> |v * inv| <= 448 * (1 + 2^-24), which
+//   v_cvt_pk_fp8_f32 (RNE) rounds to 448 at most; otherwise clamp with v_med3, keep v = +-0 where inv = inf
+//   (tiny amax: 0 * inf would be NaN), map NaN (med3 would turn it into -448) to +NaN -> 0x7F, and force padded
+//   tokens to 0.
+//   bf16 rounding in norm/RoPE: RNE, NaN -> (bits >> 16) | 0x40 (torch's .to(bfloat16)), see bf16_bits; fp16
+//   rounding: v_cvt_f16_f32 (RNE, overflow -> inf, fp16 denormals kept; kernels run with the fp16 denorm mode
+//   on). A NaN's payload only ever reaches a scale (NaN == NaN in the spec), never an int8/fp8 value.
 //
-// Kernargs (explicit only, no hidden arguments; sage_co/ops/prepare.py declares the same layouts):
-//   stats  (84 B):  0 k, 8 v, 16 k_norm_w, 24 cos, 32 sin, 40 ksum_part, 48 vmax_part (ptr);
-//                   56 eps (f32); 60 S, 64 H, 68 tiles_per_chunk, 72 n_chunks, 76 n_tens, 80 k_norm (i32)
-//   reduce (56 B):  0 ksum_part, 8 vmax_part, 16 k_mean, 24 v_scale, 32 v_inv (ptr); 40 H, 44 n_chunks, 48 S,
-//                   52 smooth_k (i32)
-//   quant (140 B):  0 q, 8 k, 16 v, 24 q_norm_w, 32 k_norm_w, 40 cos, 48 sin, 56 k_mean, 64 v_inv, 72 q_int8,
+// Kernargs (explicit only, no hidden arguments; sage_co/ops/prepare.py declares the same layouts). Strides are in
+// elements: *_sb (batch), *_ss (token), *_sh (head):
+//   stats  (112 B): 0 k, 8 v, 16 k_norm_w, 24 cos, 32 sin, 40 ksum_part, 48 vmax_part (ptr); 56 eps (f32);
+//                   60 S, 64 H, 68 tiles_per_chunk, 72 n_chunks, 76 n_tens, 80 k_norm, 84 D, 88 k_sb, 92 k_ss,
+//                   96 k_sh, 100 v_sb, 104 v_ss, 108 v_sh (i32)
+//   reduce (60 B):  0 ksum_part, 8 vmax_part, 16 k_mean, 24 v_scale, 32 v_inv (ptr); 40 H, 44 n_chunks, 48 S,
+//                   52 smooth_k, 56 D_pad (i32)
+//   quant (192 B):  0 q, 8 k, 16 v, 24 q_norm_w, 32 k_norm_w, 40 cos, 48 sin, 56 k_mean, 64 v_inv, 72 q_int8,
 //                   80 k_int8, 88 q_scale, 96 k_scale, 104 v_fp8 (ptr); 112 q_mult (f32), 116 eps (f32);
-//                   120 S, 124 H, 128 S_pad, 132 q_norm, 136 k_norm (i32)
+//                   120 S_q, 124 S_kv, 128 H_q, 132 H_kv, 136 S_q_pad, 140 S_kv_pad, 144 D, 148 q_norm,
+//                   152 k_norm, 156 q_sb, 160 q_ss, 164 q_sh, 168 k_sb, 172 k_ss, 176 k_sh, 180 v_sb, 184 v_ss,
+//                   188 v_sh (i32)
 // q_norm / k_norm = 0 means no RMSNorm (the weight pointer is then never read); without RoPE cos/sin are unused.
+// cos/sin: [max(S_q, S_kv), rope_dim], row = position (token index) for Q and K alike.
 
 #pragma clang fp contract(off)  // every product and sum is rounded on its own, like the torch reference
 
 #define __global__ __attribute__((global))
 #define __device__ __attribute__((device))
 #define INLINE __device__ static inline __attribute__((always_inline))
+#define MEMBER INLINE  // a static member function (the static is in INLINE)
 #define KERNEL extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(32, 32)))
 
 typedef unsigned int u32;
 typedef unsigned short u16;
 typedef unsigned long long u64;
 typedef signed char i8;
+typedef u32 u32x2 __attribute__((ext_vector_type(2)));
 typedef u32 u32x4 __attribute__((ext_vector_type(4)));
 typedef float f32x4 __attribute__((ext_vector_type(4)));
 typedef u16 u16x2 __attribute__((ext_vector_type(2)));
 
-#define HEAD_DIM 128
 #define TILE 32
+#define BF16 0
+#define FP16 1
 
 // ------------------------------------------------------------------------------------------------ helpers
 INLINE u32 lane_id() { return __builtin_amdgcn_workitem_id_x(); }
 INLINE float as_f(u32 u) { return __builtin_bit_cast(float, u); }
 INLINE u32 as_u(float f) { return __builtin_bit_cast(u32, f); }
-INLINE float bf_lo(u32 p) { return as_f(p << 16); }           // channel 2j of a packed pair
-INLINE float bf_hi(u32 p) { return as_f(p & 0xffff0000u); }   // channel 2j+1
 INLINE float is_nan_sel(float f, float if_nan, float other) { return f != f ? if_nan : other; }
+INLINE u32 min_u32(u32 a, u32 b) { return a < b ? a : b; }
 
 // f32 -> bf16 round-half-even as a bit pattern in the HIGH half of the result (the low half is junk).
 // NaN needs no select (a per-element select here was turned into exec-mask branches by LLVM): every NaN this
@@ -96,11 +111,40 @@ INLINE u32 bf16_bits(float f) {
   u32 u = as_u(f);
   return u + 0x7fffu + ((u >> 16) & 1u);
 }
-// ... and as the f32 value of that bf16
-INLINE float bf16r(float f) { return as_f(bf16_bits(f) & 0xffff0000u); }
-// two bf16 held in the high halves of lo and hi -> one packed dword (lo in bits 15:0). v_perm_b32 selector bytes
-// 0-3 pick bytes of the second operand, 4-7 bytes of the first.
-INLINE u32 pack_bf16(u32 lo, u32 hi) { return __builtin_amdgcn_perm(hi, lo, 0x07060302u); }
+INLINE float f16_to_f(u32 bits16) { return (float)__builtin_bit_cast(_Float16, (u16)bits16); }
+INLINE u32 f_to_f16(float f) { return (u32)__builtin_bit_cast(u16, (_Float16)f); }  // v_cvt_f16_f32 (RNE)
+
+// The 16-bit input type: channel 2j of a packed dword is bits 15:0, channel 2j+1 bits 31:16 (the memory layout).
+template <int DT> struct Elt;
+template <> struct Elt<BF16> {
+  MEMBER float lo(u32 p) { return as_f(p << 16); }
+  MEMBER float hi(u32 p) { return as_f(p & 0xffff0000u); }
+  MEMBER float round(float f) { return as_f(bf16_bits(f) & 0xffff0000u); }  // f32 value of bf16(f)
+  // bf16(a) | bf16(b) << 16. v_perm_b32 selector bytes 0-3 pick bytes of the second operand, 4-7 of the first.
+  MEMBER u32 pack(float a, float b) { return __builtin_amdgcn_perm(bf16_bits(b), bf16_bits(a), 0x07060302u); }
+  // |x| bit pattern (max over these as unsigned 16-bit ints = NaN-propagating max |x|) -> f32
+  MEMBER u32 abs_to_f32_bits(u32 h) { return h << 16; }
+};
+// The empty asm makes a value opaque and puts it in a VGPR: an f32 result before it is rounded (otherwise LLVM
+// narrows fp16(f32(a) * f32(b)) into v_pk_mul_f16 / v_fma_mix*), and a packed pair before it is widened (otherwise
+// wave-uniform weights and cos/sin are widened with the SALU float ops s_cvt_f32_f16 / s_cvt_hi_f32_f16). Same
+// values either way -- the f32 product of two fp16 is exact -- but those are instructions the emulator does not
+// implement, and an unknown instruction is an error there.
+INLINE float opaque(float f) {
+  __asm__("" : "+v"(f));
+  return f;
+}
+INLINE u32 opaque_u(u32 u) {
+  __asm__("" : "+v"(u));
+  return u;
+}
+template <> struct Elt<FP16> {
+  MEMBER float lo(u32 p) { return f16_to_f(opaque_u(p) & 0xffffu); }
+  MEMBER float hi(u32 p) { return f16_to_f(opaque_u(p) >> 16); }
+  MEMBER float round(float f) { return (float)(_Float16)opaque(f); }
+  MEMBER u32 pack(float a, float b) { return f_to_f16(opaque(a)) | (f_to_f16(opaque(b)) << 16); }
+  MEMBER u32 abs_to_f32_bits(u32 h) { return as_u(f16_to_f(h)); }
+};
 
 INLINE u32x4 load16(const void* p) { return *(const u32x4*)p; }
 INLINE void store16(void* p, u32x4 v) { *(u32x4*)p = v; }
@@ -116,56 +160,68 @@ INLINE u32 wave_max_u32(u32 v) {
   return v;
 }
 
-// A row of one token and head: 128 bf16 channels packed in 64 dwords, dword j = channels 2j (bits 15:0) and
-// 2j+1 (bits 31:16) -- the memory layout, loaded with 16 x 16-byte loads. Between the optional stages the row
-// stays packed (64 VGPRs), so a skipped stage costs no registers.
-INLINE float ch(const u32 (&row)[64], int i) { return (i & 1) ? bf_hi(row[i >> 1]) : bf_lo(row[i >> 1]); }
+// A row of one token and head: D_PAD channels packed in D_PAD/2 dwords. Between the optional stages the row stays
+// packed, so a skipped stage costs no registers. Channels >= D are zero and stay zero through norm and RoPE.
+template <int DT, int DP>
+INLINE float ch(const u32 (&row)[DP / 2], int i) {
+  return (i & 1) ? Elt<DT>::hi(row[i >> 1]) : Elt<DT>::lo(row[i >> 1]);
+}
 
 // Callers pass a row that exists (a padded token loads token S - 1, t_ld = min(t, S - 1)) and mask the result,
-// so no load is ever predicated.
-INLINE void load_row(u32 (&row)[64], const u16* __restrict__ p) {
+// so no load is ever predicated. Channel groups past D (n16 = D / 8 16-byte groups, wave-uniform) load group
+// n16 - 1 again (in bounds, cached) and are zeroed with a select on the uniform condition: branches around the
+// loads made LLVM shuffle the whole row between registers.
+template <int DP>
+INLINE void load_row(u32 (&row)[DP / 2], const u16* __restrict__ p, u32 n16) {
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    u32x4 v = load16(p + 8 * j);
-    row[4 * j] = v[0]; row[4 * j + 1] = v[1]; row[4 * j + 2] = v[2]; row[4 * j + 3] = v[3];
+  for (int j = 0; j < DP / 8; ++j) {
+    u32x4 v = load16(p + 8 * min_u32((u32)j, n16 - 1));
+    bool real = (u32)j < n16;
+    row[4 * j] = real ? v[0] : 0u; row[4 * j + 1] = real ? v[1] : 0u;
+    row[4 * j + 2] = real ? v[2] : 0u; row[4 * j + 3] = real ? v[3] : 0u;
   }
 }
 
-// RMSNorm (reference.rms_norm): t = x*x, t[i] += t[i + w] for w = 64 .. 1, ms = t[0] / 128,
-// r = 1 / sqrt(ms + eps), y = bf16(x * r), y = bf16(y * weight).
-INLINE void rms_norm(u32 (&row)[64], const u16* __restrict__ weight, float eps) {
-  float t[64];
+// RMSNorm (reference.rms_norm): t = x*x over the D_PAD channels (zeros past D), t[i] += t[i + w] for
+// w = D_PAD/2 .. 1, ms = t[0] / D, r = 1 / sqrt(ms + eps), y = round(x * r), y = round(y * weight) for the D real
+// channels (the padded ones stay 0 even when r = inf).
+template <int DT, int DP>
+INLINE void rms_norm(u32 (&row)[DP / 2], const u16* __restrict__ weight, float eps, u32 n16, u32 D) {
+  constexpr int HALF = DP / 2;
+  float t[HALF];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) {
-    float a = ch(row, i) * ch(row, i);
-    float b = ch(row, i + 64) * ch(row, i + 64);
+  for (int i = 0; i < HALF; ++i) {
+    float a = ch<DT, DP>(row, i) * ch<DT, DP>(row, i);
+    float b = ch<DT, DP>(row, i + HALF) * ch<DT, DP>(row, i + HALF);
     t[i] = a + b;
   }
 #pragma unroll
-  for (int w = 32; w >= 1; w >>= 1) {
+  for (int w = HALF / 2; w >= 1; w >>= 1) {
 #pragma unroll
     for (int i = 0; i < w; ++i) t[i] = t[i] + t[i + w];
   }
-  float ms = t[0] / 128.0f;
+  float ms = t[0] / (float)D;
   float r = 1.0f / __builtin_sqrtf(ms + eps);
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    u32x4 w = load16(weight + 8 * j);  // wave-uniform address: scalar loads
+  for (int j = 0; j < DP / 8; ++j) {
+    u32x4 w = load16(weight + 8 * min_u32((u32)j, n16 - 1));  // wave-uniform address: scalar loads
+    bool real = (u32)j < n16;                                  // padded groups stay 0 (0 * inf would be NaN)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       int d = 4 * j + e;
-      u32 lo = bf16_bits(bf16r(bf_lo(row[d]) * r) * bf_lo(w[e]));
-      u32 hi = bf16_bits(bf16r(bf_hi(row[d]) * r) * bf_hi(w[e]));
-      row[d] = pack_bf16(lo, hi);
+      float lo = Elt<DT>::round(Elt<DT>::lo(row[d]) * r) * Elt<DT>::lo(w[e]);
+      float hi = Elt<DT>::round(Elt<DT>::hi(row[d]) * r) * Elt<DT>::hi(w[e]);
+      row[d] = real ? Elt<DT>::pack(lo, hi) : 0u;
     }
   }
 }
 
-// Rotate-half RoPE on channels [0, RD) (reference.rope): out = bf16(bf16(y*cos) + bf16(rot*sin)),
-// rot = cat(-y[H2:RD], y[0:H2]). cs/sn point at this token's cos/sin rows (RD bf16 each). Channel i < H2 pairs
+// Rotate-half RoPE on channels [0, RD) (reference.rope): out = round(round(y*cos) + round(rot*sin)),
+// rot = cat(-y[H2:RD], y[0:H2]). cs/sn point at this token's cos/sin rows (RD values each). Channel i < H2 pairs
 // with i + H2; both outputs are made from the two old values and written back in place.
-template <int RD>
-INLINE void rope(u32 (&row)[64], const u16* __restrict__ cs, const u16* __restrict__ sn) {
+template <int DT, int DP, int RD>
+INLINE void rope(u32 (&row)[DP / 2], const u16* __restrict__ cs, const u16* __restrict__ sn) {
+  typedef Elt<DT> E;
   constexpr int H2 = RD / 2, CHUNKS = H2 / 8;
   // cos/sin go in chunks of 8 channel pairs, double-buffered: chunk j + 1 is loading while chunk j computes. The
   // scheduling barrier keeps LLVM from hoisting every chunk's loads to the top (RD = 128: 128 more VGPRs, which
@@ -182,18 +238,18 @@ INLINE void rope(u32 (&row)[64], const u16* __restrict__ cs, const u16* __restri
 #pragma unroll
     for (int e = 0; e < 4; ++e) {          // dword e of the chunk: channels i, i + 1
       int d1 = 4 * j + e, d2 = d1 + H2 / 2;  // dwords holding channels i, i+1 and i+H2, i+H2+1
-      u32 o1[2], o2[2];
+      float o1[2], o2[2];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float y1 = half ? bf_hi(row[d1]) : bf_lo(row[d1]);
-        float y2 = half ? bf_hi(row[d2]) : bf_lo(row[d2]);
-        float c1 = half ? bf_hi(c_lo[e]) : bf_lo(c_lo[e]), s1 = half ? bf_hi(s_lo[e]) : bf_lo(s_lo[e]);
-        float c2 = half ? bf_hi(c_hi[e]) : bf_lo(c_hi[e]), s2 = half ? bf_hi(s_hi[e]) : bf_lo(s_hi[e]);
-        o1[half] = bf16_bits(bf16r(y1 * c1) + bf16r(-y2 * s1));  // rot[i] = -y[i + H2]
-        o2[half] = bf16_bits(bf16r(y2 * c2) + bf16r(y1 * s2));   // rot[i + H2] = y[i]
+        float y1 = half ? E::hi(row[d1]) : E::lo(row[d1]);
+        float y2 = half ? E::hi(row[d2]) : E::lo(row[d2]);
+        float c1 = half ? E::hi(c_lo[e]) : E::lo(c_lo[e]), s1 = half ? E::hi(s_lo[e]) : E::lo(s_lo[e]);
+        float c2 = half ? E::hi(c_hi[e]) : E::lo(c_hi[e]), s2 = half ? E::hi(s_hi[e]) : E::lo(s_hi[e]);
+        o1[half] = E::round(y1 * c1) + E::round(-y2 * s1);  // rot[i] = -y[i + H2]
+        o2[half] = E::round(y2 * c2) + E::round(y1 * s2);   // rot[i + H2] = y[i]
       }
-      row[d1] = pack_bf16(o1[0], o1[1]);
-      row[d2] = pack_bf16(o2[0], o2[1]);
+      row[d1] = E::pack(o1[0], o1[1]);
+      row[d2] = E::pack(o2[0], o2[1]);
     }
     __builtin_amdgcn_sched_barrier(0);
 #pragma unroll
@@ -202,83 +258,100 @@ INLINE void rope(u32 (&row)[64], const u16* __restrict__ cs, const u16* __restri
 }
 
 // The optional norm/RoPE of one Q or K row; cos_row/sin_row belong to the same (loaded) token.
-template <int RD>
-INLINE void norm_rope_row(u32 (&row)[64], int norm, const u16* __restrict__ weight, float eps,
+template <int DT, int DP, int RD>
+INLINE void norm_rope_row(u32 (&row)[DP / 2], int norm, const u16* __restrict__ weight, float eps, u32 n16, u32 D,
                           const u16* __restrict__ cos_row, const u16* __restrict__ sin_row) {
-  if (norm) rms_norm(row, weight, eps);
-  if constexpr (RD > 0) rope<RD>(row, cos_row, sin_row);
+  if (norm) rms_norm<DT, DP>(row, weight, eps, n16, D);
+  if constexpr (RD > 0) rope<DT, DP, RD>(row, cos_row, sin_row);
 }
 
-INLINE u64 row_index(u32 b, u32 t, u32 h, u32 S, u32 H) { return ((u64)b * S + t) * H + h; }
+// Element offset of (b, t, h) of a strided [B, S, H, D] tensor.
+struct Strides { u32 sb, ss, sh; };
+INLINE u64 row_offset(Strides s, u32 b, u32 t, u32 h) { return (u64)b * s.sb + (u64)t * s.ss + (u64)h * s.sh; }
 
 // ------------------------------------------------------------------------------------------------ stats
 struct StatsArgs {
   const u16* k; const u16* v; const u16* k_norm_w; const u16* cos; const u16* sin;
-  float* ksum_part; float* vmax_part; float eps; u32 S, H, tiles_per_chunk, n_chunks, n_tens; int k_norm;
+  float* ks; float* vm; float eps; u32 S, H, tiles_per_chunk, n_chunks, n_tens; int k_norm; u32 D;
+  Strides kst, vst;
 };
 
-INLINE u32 min_u32(u32 a, u32 b) { return a < b ? a : b; }
-
-// V: per-channel max |v| over this chunk. lane = (cg, th): channels 8cg..8cg+7, tokens 16th..16th+15 of a tile.
-// |bf16| bit patterns compare as unsigned ints in magnitude order with every NaN above inf, so packed u16 max
-// (v_pk_max_u16) keeps NaN: 1 op per element. Padded tokens re-load token S-1: max is idempotent.
+// V: per-channel max |v| over this chunk. lane = (cg, tg): channels 8cg..8cg+7, tokens TPL*tg..+TPL-1 of a tile.
+// |bf16| and |fp16| bit patterns compare as unsigned ints in magnitude order with every NaN above inf, so packed
+// u16 max (v_pk_max_u16) keeps NaN: 1 op per element. Padded tokens re-load token S-1: max is idempotent. A lane
+// of padded channels (8cg >= D) loads channel group 0 and keeps the maximum 0.
+template <int DT, int DP>
 INLINE void stats_v(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
-  u32 lane = lane_id(), cg = lane & 15u, th = lane >> 4;
+  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
+  u32 lane = lane_id(), cg = lane % NCG, tg = lane / NCG;
+  bool real = cg * 8 < a.D;
+  u32 cg_ld = real ? cg : 0;
   u32 n_valid_tiles = (a.S + TILE - 1) / TILE;
   u32 t_begin = chunk * a.tiles_per_chunk;
   u32 t_end = min_u32(t_begin + a.tiles_per_chunk, n_valid_tiles);
   u16x2 m[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
   for (u32 tile = t_begin; tile < t_end; ++tile) {
-    u32x4 raw[16];
+    u32x4 raw[TPL];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      u32 t = min_u32(tile * TILE + th * 16 + i, a.S - 1);
-      raw[i] = load16(a.v + row_index(b, t, h, a.S, a.H) * HEAD_DIM + cg * 8);
+    for (u32 i = 0; i < TPL; ++i) {
+      u32 t = min_u32(tile * TILE + tg * TPL + i, a.S - 1);
+      raw[i] = load16(a.v + row_offset(a.vst, b, t, h) + cg_ld * 8);
     }
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
+    for (u32 i = 0; i < TPL; ++i) {
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         m[e] = __builtin_elementwise_max(m[e], __builtin_bit_cast(u16x2, raw[i][e] & 0x7fff7fffu));
     }
   }
-  // lanes l and l ^ 16 hold the same channels (other token half)
+  // lanes l, l ^ NCG, ... hold the same channels (other token groups)
   u32 out[8];
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
-    u32 other = (u32)__builtin_amdgcn_ds_bpermute((int)((lane ^ 16u) << 2), (int)__builtin_bit_cast(u32, m[e]));
-    u32 w = __builtin_bit_cast(u32, __builtin_elementwise_max(m[e], __builtin_bit_cast(u16x2, other)));
-    out[2 * e] = w << 16;
-    out[2 * e + 1] = w & 0xffff0000u;
+    u32 w = real ? __builtin_bit_cast(u32, m[e]) : 0u;
+#pragma unroll
+    for (u32 x = NCG; x < 32; x <<= 1) {
+      u32 other = (u32)__builtin_amdgcn_ds_bpermute((int)((lane ^ x) << 2), (int)w);
+      w = __builtin_bit_cast(u32, __builtin_elementwise_max(__builtin_bit_cast(u16x2, w),
+                                                            __builtin_bit_cast(u16x2, other)));
+    }
+    out[2 * e] = Elt<DT>::abs_to_f32_bits(w & 0xffffu);
+    out[2 * e + 1] = Elt<DT>::abs_to_f32_bits(w >> 16);
   }
-  if (th == 0) {
-    float* dst = a.vmax_part + ((u64)(b * a.H + h) * a.n_chunks + chunk) * HEAD_DIM + cg * 8;
+  if (tg == 0) {
+    float* dst = a.vm + ((u64)(b * a.H + h) * a.n_chunks + chunk) * DP + cg * 8;
     store16(dst, (u32x4){out[0], out[1], out[2], out[3]});
     store16(dst + 4, (u32x4){out[4], out[5], out[6], out[7]});
   }
 }
 
 // K: per-channel sum over this chunk of the (normed/roped) rows. lane = token; the column sums go through LDS:
-// each lane writes its packed row, then lane l adds channels 4l..4l+3 of the tile's valid rows in token order.
-#define LDS_ROW 68  // dwords; 64 + 4 keeps the 16-byte row stores of different lanes on different banks
-template <int RD>
+// each lane writes its packed row, then lane l adds channels CPL*l..CPL*l+CPL-1 of the tile's valid rows in token
+// order.
+#define LDS_PAD 4  // dwords; a row of DP/2 + 4 keeps the 16-byte row stores of different lanes on different banks
+template <int DT, int DP, int RD>
 INLINE void stats_k(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
+  constexpr int ROW = DP / 2 + LDS_PAD, CPL = DP / 32;
   u32 lane = lane_id();
+  u32 n16 = a.D / 8;
   u32 n_valid_tiles = (a.S + TILE - 1) / TILE;
   u32 t_begin = chunk * a.tiles_per_chunk;
   u32 t_end = min_u32(t_begin + a.tiles_per_chunk, n_valid_tiles);
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float acc[CPL];
+#pragma unroll
+  for (int c = 0; c < CPL; ++c) acc[c] = 0.0f;
   for (u32 tile = t_begin; tile < t_end; ++tile) {
     u32 t = min_u32(tile * TILE + lane, a.S - 1);
-    u32 row[64];
-    load_row(row, a.k + row_index(b, t, h, a.S, a.H) * HEAD_DIM);
-    norm_rope_row<RD>(row, a.k_norm, a.k_norm_w, a.eps, a.cos + (u64)t * RD, a.sin + (u64)t * RD);
+    u32 row[DP / 2];
+    load_row<DP>(row, a.k + row_offset(a.kst, b, t, h), n16);
+    norm_rope_row<DT, DP, RD>(row, a.k_norm, a.k_norm_w, a.eps, n16, a.D, a.cos + (u64)t * RD,
+                              a.sin + (u64)t * RD);
     __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");  // previous tile's LDS reads are done (WAR)
     __builtin_amdgcn_s_barrier();
     __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
-      store16(&lds[lane * LDS_ROW + 4 * j], (u32x4){row[4 * j], row[4 * j + 1], row[4 * j + 2], row[4 * j + 3]});
+    for (int j = 0; j < DP / 8; ++j)
+      store16(&lds[lane * ROW + 4 * j], (u32x4){row[4 * j], row[4 * j + 1], row[4 * j + 2], row[4 * j + 3]});
     __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
     __builtin_amdgcn_s_barrier();
     __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
@@ -286,80 +359,85 @@ INLINE void stats_k(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
 #pragma unroll
     for (u32 r = 0; r < TILE; ++r) {
       if (r < rows) {
-        typedef u32 u32x2 __attribute__((ext_vector_type(2)));
-        u32x2 c = *(const u32x2*)&lds[r * LDS_ROW + 2 * lane];
-        acc[0] = acc[0] + bf_lo(c[0]);
-        acc[1] = acc[1] + bf_hi(c[0]);
-        acc[2] = acc[2] + bf_lo(c[1]);
-        acc[3] = acc[3] + bf_hi(c[1]);
+        if constexpr (CPL == 4) {
+          u32x2 c = *(const u32x2*)&lds[r * ROW + 2 * lane];
+          acc[0] = acc[0] + Elt<DT>::lo(c[0]);
+          acc[1] = acc[1] + Elt<DT>::hi(c[0]);
+          acc[2] = acc[2] + Elt<DT>::lo(c[1]);
+          acc[3] = acc[3] + Elt<DT>::hi(c[1]);
+        } else {
+          u32 c = lds[r * ROW + lane];
+          acc[0] = acc[0] + Elt<DT>::lo(c);
+          acc[1] = acc[1] + Elt<DT>::hi(c);
+        }
       }
     }
   }
-  float* dst = a.ksum_part + ((u64)(b * a.H + h) * a.n_chunks + chunk) * HEAD_DIM + 4 * lane;
-  store16(dst, (u32x4){as_u(acc[0]), as_u(acc[1]), as_u(acc[2]), as_u(acc[3])});
+  float* dst = a.ks + ((u64)(b * a.H + h) * a.n_chunks + chunk) * DP + CPL * lane;
+  if constexpr (CPL == 4)
+    store16(dst, (u32x4){as_u(acc[0]), as_u(acc[1]), as_u(acc[2]), as_u(acc[3])});
+  else
+    *(u32x2*)dst = (u32x2){as_u(acc[0]), as_u(acc[1])};
 }
 
-// One kernel symbol per rope_dim (suffix _rope32 .. _rope128; none = no RoPE): with all five variants behind one
-// switch, LLVM merges their common tails and the row's registers no longer fit in 256 VGPRs.
 #define STATS_PARAMS                                                                                          \
   const u16 *__restrict__ k, const u16 *__restrict__ v, const u16 *__restrict__ k_norm_w,                     \
       const u16 *__restrict__ cos, const u16 *__restrict__ sin, float *__restrict__ ksum_part,                \
       float *__restrict__ vmax_part, float eps, int S, int H, int tiles_per_chunk, int n_chunks, int n_tens,  \
-      int k_norm
-template <int RD>
+      int k_norm, int D, int k_sb, int k_ss, int k_sh, int v_sb, int v_ss, int v_sh
+template <int DT, int DP, int RD>
 INLINE void stats_body(STATS_PARAMS) {
   StatsArgs a = {k, v, k_norm_w, cos, sin, ksum_part, vmax_part, eps, (u32)S, (u32)H, (u32)tiles_per_chunk,
-                 (u32)n_chunks, (u32)n_tens, k_norm};
+                 (u32)n_chunks, (u32)n_tens, k_norm, (u32)D, {(u32)k_sb, (u32)k_ss, (u32)k_sh},
+                 {(u32)v_sb, (u32)v_ss, (u32)v_sh}};
   u32 chunk = __builtin_amdgcn_workgroup_id_x();
   u32 h = __builtin_amdgcn_workgroup_id_y();
   u32 z = __builtin_amdgcn_workgroup_id_z();
   u32 b = z / a.n_tens, which = z % a.n_tens;
-  __attribute__((shared)) static u32 lds[TILE * LDS_ROW];  // 8.5 KiB, K column sums only
+  __attribute__((shared)) static u32 lds[TILE * (DP / 2 + LDS_PAD)];  // K column sums only
   if (which == 0)
-    stats_v(a, b, h, chunk);
+    stats_v<DT, DP>(a, b, h, chunk);
   else
-    stats_k<RD>(a, b, h, chunk, lds);
+    stats_k<DT, DP, RD>(a, b, h, chunk, lds);
 }
-#define STATS_ARGS k, v, k_norm_w, cos, sin, ksum_part, vmax_part, eps, S, H, tiles_per_chunk, n_chunks, n_tens, k_norm
-KERNEL void gfx1201_sage_prepare_stats(STATS_PARAMS) { stats_body<0>(STATS_ARGS); }
-KERNEL void gfx1201_sage_prepare_stats_rope32(STATS_PARAMS) { stats_body<32>(STATS_ARGS); }
-KERNEL void gfx1201_sage_prepare_stats_rope64(STATS_PARAMS) { stats_body<64>(STATS_ARGS); }
-KERNEL void gfx1201_sage_prepare_stats_rope96(STATS_PARAMS) { stats_body<96>(STATS_ARGS); }
-KERNEL void gfx1201_sage_prepare_stats_rope128(STATS_PARAMS) { stats_body<128>(STATS_ARGS); }
+#define STATS_ARGS k, v, k_norm_w, cos, sin, ksum_part, vmax_part, eps, S, H, tiles_per_chunk, n_chunks, n_tens, \
+                   k_norm, D, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh
 
 // ------------------------------------------------------------------------------------------------ reduce
-extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(128, 128)))
+extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(64, 128)))
 void gfx1201_sage_prepare_reduce(const float* __restrict__ ksum_part, const float* __restrict__ vmax_part,
                                  float* __restrict__ k_mean, float* __restrict__ v_scale,
-                                 float* __restrict__ v_inv, int H, int n_chunks, int S, int smooth_k) {
+                                 float* __restrict__ v_inv, int H, int n_chunks, int S, int smooth_k, int D_pad) {
   u32 ch = __builtin_amdgcn_workitem_id_x();
   u32 h = __builtin_amdgcn_workgroup_id_y();
   u32 b = __builtin_amdgcn_workgroup_id_z();
+  u32 dp = (u32)D_pad;
   u64 bh = (u64)b * (u32)H + h;
-  const float* vp = vmax_part + bh * (u32)n_chunks * HEAD_DIM + ch;
+  const float* vp = vmax_part + bh * (u32)n_chunks * dp + ch;
   u32 m = 0;  // max of non-negative f32 bit patterns; NaN patterns sort above inf
   for (int c = 0; c < n_chunks; ++c) {
-    u32 w = as_u(vp[(u64)c * HEAD_DIM]);
+    u32 w = as_u(vp[(u64)c * dp]);
     m = m > w ? m : w;
   }
   float amax = as_f(m);
-  v_scale[bh * HEAD_DIM + ch] = amax / 448.0f;
-  v_inv[bh * HEAD_DIM + ch] = amax == 0.0f ? 0.0f : 448.0f / amax;
+  v_scale[bh * dp + ch] = amax / 448.0f;
+  v_inv[bh * dp + ch] = amax == 0.0f ? 0.0f : 448.0f / amax;  // inf for a tiny amax: quant_v's general path
   float mean = 0.0f;
   if (smooth_k) {
-    const float* kp = ksum_part + bh * (u32)n_chunks * HEAD_DIM + ch;
+    const float* kp = ksum_part + bh * (u32)n_chunks * dp + ch;
     float s = 0.0f;
-    for (int c = 0; c < n_chunks; ++c) s = s + kp[(u64)c * HEAD_DIM];
+    for (int c = 0; c < n_chunks; ++c) s = s + kp[(u64)c * dp];
     mean = s / (float)S;
   }
-  k_mean[bh * HEAD_DIM + ch] = mean;
+  k_mean[bh * dp + ch] = mean;
 }
 
 // ------------------------------------------------------------------------------------------------ quant
 struct QuantArgs {
   const u16* q; const u16* k; const u16* v; const u16* q_norm_w; const u16* k_norm_w; const u16* cos;
   const u16* sin; const float* k_mean; const float* v_inv; i8* q_int8; i8* k_int8; float* q_scale;
-  float* k_scale; unsigned char* v_fp8; float q_mult, eps; u32 S, H, S_pad; int q_norm, k_norm;
+  float* k_scale; unsigned char* v_fp8; float q_mult, eps; u32 S_q, S_kv, H_q, H_kv, S_q_pad, S_kv_pad, D;
+  int q_norm, k_norm; Strides qst, kst, vst;
 };
 
 // Four int8 held in the low bytes of a, b, c, d -> one dword (byte 0 = a). v_perm_b32: selector bytes 0-3 pick
@@ -374,36 +452,39 @@ INLINE u32 pack4_i8(u32 a, u32 b, u32 c, u32 d) {
 // complement low byte is then the low byte of the sum's bit pattern. Exactly rint(y) & 0xff for |y| <= 127.
 #define ROUND_MAGIC 12582912.0f
 
-// Q (is_k = false) or K tile: one 32-token scale block, lane = token.
-template <int RD, bool is_k>
+// Q (is_k = false) or K tile: one 32-token scale block of head h, lane = token.
+template <int DT, int DP, int RD, bool is_k>
 INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
+  constexpr int NW = DP / 4;  // int8 dwords per row
+  u32 S = is_k ? a.S_kv : a.S_q, S_pad = is_k ? a.S_kv_pad : a.S_q_pad, H = is_k ? a.H_kv : a.H_q;
   u32 lane = lane_id();
   u32 t = tile * TILE + lane;
-  bool valid = t < a.S;
-  u32 t_ld = min_u32(t, a.S - 1);
-  u32 row[64];
-  load_row(row, (is_k ? a.k : a.q) + row_index(b, t_ld, h, a.S, a.H) * HEAD_DIM);
-  norm_rope_row<RD>(row, is_k ? a.k_norm : a.q_norm, is_k ? a.k_norm_w : a.q_norm_w, a.eps,
-                    a.cos + (u64)t_ld * RD, a.sin + (u64)t_ld * RD);
-  float x[HEAD_DIM];
+  bool valid = t < S;
+  u32 t_ld = min_u32(t, S - 1);
+  u32 n16 = a.D / 8;
+  u32 row[DP / 2];
+  load_row<DP>(row, (is_k ? a.k : a.q) + row_offset(is_k ? a.kst : a.qst, b, t_ld, h), n16);
+  norm_rope_row<DT, DP, RD>(row, is_k ? a.k_norm : a.q_norm, is_k ? a.k_norm_w : a.q_norm_w, a.eps, n16, a.D,
+                            a.cos + (u64)t_ld * RD, a.sin + (u64)t_ld * RD);
+  float x[DP];
 #pragma unroll
-  for (int i = 0; i < HEAD_DIM; ++i) x[i] = ch(row, i);
-  u64 bh = (u64)b * a.H + h;
+  for (int i = 0; i < DP; ++i) x[i] = ch<DT, DP>(row, i);
+  u64 bh = (u64)b * H + h;
   if constexpr (is_k) {
-    const f32x4* mean = (const f32x4*)(a.k_mean + bh * HEAD_DIM);  // wave-uniform: scalar loads
+    const f32x4* mean = (const f32x4*)(a.k_mean + bh * DP);  // wave-uniform: scalar loads
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
+    for (int j = 0; j < DP / 4; ++j) {
       f32x4 m4 = mean[j];
 #pragma unroll
       for (int e = 0; e < 4; ++e) x[4 * j + e] = x[4 * j + e] - m4[e];
     }
   } else {
 #pragma unroll
-    for (int i = 0; i < HEAD_DIM; ++i) x[i] = x[i] * a.q_mult;
+    for (int i = 0; i < DP; ++i) x[i] = x[i] * a.q_mult;
   }
   u32 m = 0;  // max |x| as bit patterns: NaN wins like torch.amax
 #pragma unroll
-  for (int i = 0; i < HEAD_DIM; i += 2) {
+  for (int i = 0; i < DP; i += 2) {
     u32 m2 = __builtin_elementwise_max(as_u(x[i]) & 0x7fffffffu, as_u(x[i + 1]) & 0x7fffffffu);
     m = m > m2 ? m : m2;
   }
@@ -414,15 +495,15 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   float amax = as_f(m);
   float scale = amax / 127.0f;
   float inv = amax == 0.0f ? 0.0f : 127.0f / amax;
-  if (lane == 0) (is_k ? a.k_scale : a.q_scale)[bh * (a.S_pad / TILE) + tile] = scale;
+  if (lane == 0) (is_k ? a.k_scale : a.q_scale)[bh * (S_pad / TILE) + tile] = scale;
 
-  u32 words[32];
+  u32 words[NW];
   if (m >= 0x7f800000u) {  // NaN or inf in the block: every x * inv is 0 or NaN -> int8 0
 #pragma unroll
-    for (int j = 0; j < 32; ++j) words[j] = 0;
-  } else if (as_u(inv) == 0x7f800000u) {  // subnormal amax: x * inv = +-inf -> +-127, 0 * inf = NaN -> 0
+    for (int j = 0; j < NW; ++j) words[j] = 0;
+  } else if (as_u(inv) == 0x7f800000u) {  // tiny amax: x * inv = +-inf -> +-127, 0 * inf = NaN -> 0
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
+    for (int j = 0; j < NW; ++j) {
       u32 qv[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -433,7 +514,7 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
     }
   } else {  // |x * inv| <= 127 * (1 + 2^-24): rint(x * inv) is in [-127, 127], no clamp needed
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
+    for (int j = 0; j < NW; ++j) {
       u32 qv[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) qv[e] = as_u(x[4 * j + e] * inv + ROUND_MAGIC);
@@ -442,63 +523,75 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   }
   if (!valid) {
 #pragma unroll
-    for (int j = 0; j < 32; ++j) words[j] = 0;  // padded rows are zero
+    for (int j = 0; j < NW; ++j) words[j] = 0;  // padded rows are zero
   }
-  i8* dst = (is_k ? a.k_int8 : a.q_int8) + (bh * a.S_pad + t) * HEAD_DIM;
+  i8* dst = (is_k ? a.k_int8 : a.q_int8) + (bh * S_pad + t) * DP;
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < NW / 4; ++j)
     store16(dst + 16 * j, (u32x4){words[4 * j], words[4 * j + 1], words[4 * j + 2], words[4 * j + 3]});
 }
 
-// V tile: lane = (cg, th) -> channels 8cg..8cg+7, tokens tile*32 + 16th + 0..15 (a padded token loads token
-// S-1 and is zeroed before use).
+// V tile of K/V head h: lane = (cg, tg) -> channels 8cg..8cg+7, tokens tile*32 + TPL*tg + 0..TPL-1 (a padded token
+// loads token S-1 and is zeroed before use; a lane of padded channels loads channel group 0 and zeroes it).
+template <int DT, int DP>
 INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
-  u32 lane = lane_id(), cg = lane & 15u, th = lane >> 4;
-  u32 t0 = tile * TILE + th * 16;
-  u32x4 raw[16];
+  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
+  u32 lane = lane_id(), cg = lane % NCG, tg = lane / NCG;
+  bool real = cg * 8 < a.D;
+  u32 S = a.S_kv;
+  u32 t0 = tile * TILE + tg * TPL;
+  u32x4 raw[TPL];
 #pragma unroll
-  for (int i = 0; i < 16; ++i)
-    raw[i] = load16(a.v + row_index(b, min_u32(t0 + i, a.S - 1), h, a.S, a.H) * HEAD_DIM + cg * 8);
-  if ((tile + 1) * TILE > a.S) {  // wave-uniform: only the last tile holding valid tokens, and padding tiles
+  for (u32 i = 0; i < TPL; ++i)
+    raw[i] = load16(a.v + row_offset(a.vst, b, min_u32(t0 + i, S - 1), h) + (real ? cg : 0u) * 8);
+  if ((tile + 1) * TILE > S || 8 * NCG > a.D) {  // wave-uniform: the last valid tile, padding tiles, padded D
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
-      if (t0 + i >= a.S) raw[i] = (u32x4){0, 0, 0, 0};
+    for (u32 i = 0; i < TPL; ++i)
+      if (t0 + i >= S || !real) raw[i] = (u32x4){0, 0, 0, 0};
   }
-  u64 bh = (u64)b * a.H + h;
-  const float* invp = a.v_inv + bh * HEAD_DIM + cg * 8;
+  u64 bh = (u64)b * a.H_kv + h;
+  const float* invp = a.v_inv + bh * DP + cg * 8;
   f32x4 i0 = *(const f32x4*)invp, i1 = *(const f32x4*)(invp + 4);
   float inv[8] = {i0[0], i0[1], i0[2], i0[3], i1[0], i1[1], i1[2], i1[3]};
   // fast path: every inv of this lane finite and nonzero, so every amax is finite and nonzero and
   // |v * inv| <= 448 * (1 + 2^-24) rounds to at most 448 in the RNE fp8 conversion: no clamp, no NaN.
-  // inv == 0 means amax 0 or inf (inf * 0 = NaN must become 0x7F): general path too.
+  // inv == 0 means amax 0 or inf (inf * 0 = NaN must become 0x7F), inv == inf a tiny amax: general path. A lane of
+  // padded channels (zeros times inv 0) gives +0 on either path.
   bool lane_fast = true;
 #pragma unroll
   for (int c = 0; c < 8; ++c) lane_fast = lane_fast && (as_u(inv[c]) & 0x7fffffffu) - 1u < 0x7f7fffffu;
+  lane_fast = lane_fast || !real;
   bool fast = __builtin_amdgcn_ballot_w32(!lane_fast) == 0;  // wave-uniform: one path for the whole wave
-  unsigned char* dst = a.v_fp8 + (bh * HEAD_DIM + cg * 8) * a.S_pad + t0;
+  unsigned char* dst = a.v_fp8 + (bh * DP + cg * 8) * a.S_kv_pad + t0;
 #pragma unroll
   for (int c = 0; c < 8; ++c) {
-    float y[16];
+    float y[TPL];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
+    for (u32 i = 0; i < TPL; ++i) {
       u32 p = raw[i][c >> 1];
-      y[i] = ((c & 1) ? bf_hi(p) : bf_lo(p)) * inv[c];
+      y[i] = ((c & 1) ? Elt<DT>::hi(p) : Elt<DT>::lo(p)) * inv[c];
     }
     if (!fast) {
+      bool inv_inf = as_u(inv[c]) == 0x7f800000u;  // tiny amax: no v is NaN or inf, so y is NaN only for v = +-0
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
+      for (u32 i = 0; i < TPL; ++i) {
+        u32 p = raw[i][c >> 1];
+        float vv = (c & 1) ? Elt<DT>::hi(p) : Elt<DT>::lo(p);
         float cl = __builtin_amdgcn_fmed3f(y[i], -448.0f, 448.0f);
-        cl = is_nan_sel(y[i], as_f(0x7fc00000u), cl);  // +NaN -> 0x7F (med3 would give -448)
-        y[i] = t0 + i < a.S ? cl : 0.0f;                // padded tokens are 0 even when 0 * inv is NaN
+        cl = is_nan_sel(y[i], inv_inf ? vv : as_f(0x7fc00000u), cl);  // 0 * inf keeps the zero; NaN -> 0x7F
+        y[i] = t0 + i < S ? cl : 0.0f;                                 // padded tokens are 0 even when NaN
       }
     }
-    u32 w[4];
+    u32 w[TPL / 4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (u32 j = 0; j < TPL / 4; ++j) {
       int lo = __builtin_amdgcn_cvt_pk_fp8_f32(y[4 * j], y[4 * j + 1], 0, false);
       w[j] = (u32)__builtin_amdgcn_cvt_pk_fp8_f32(y[4 * j + 2], y[4 * j + 3], lo, true);
     }
-    store16(dst + (u64)c * a.S_pad, (u32x4){w[0], w[1], w[2], w[3]});
+    if constexpr (TPL == 16)
+      store16(dst + (u64)c * a.S_kv_pad, (u32x4){w[0], w[1], w[2], w[3]});
+    else
+      *(u32x2*)(dst + (u64)c * a.S_kv_pad) = (u32x2){w[0], w[1]};
   }
 }
 
@@ -507,29 +600,51 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
       const u16 *__restrict__ q_norm_w, const u16 *__restrict__ k_norm_w, const u16 *__restrict__ cos,        \
       const u16 *__restrict__ sin, const float *__restrict__ k_mean, const float *__restrict__ v_inv,         \
       i8 *__restrict__ q_int8, i8 *__restrict__ k_int8, float *__restrict__ q_scale,                          \
-      float *__restrict__ k_scale, unsigned char *__restrict__ v_fp8, float q_mult, float eps, int S, int H,  \
-      int S_pad, int q_norm, int k_norm
-template <int RD>
+      float *__restrict__ k_scale, unsigned char *__restrict__ v_fp8, float q_mult, float eps, int S_q,       \
+      int S_kv, int H_q, int H_kv, int S_q_pad, int S_kv_pad, int D, int q_norm, int k_norm, int q_sb,        \
+      int q_ss, int q_sh, int k_sb, int k_ss, int k_sh, int v_sb, int v_ss, int v_sh
+template <int DT, int DP, int RD>
 INLINE void quant_body(QUANT_PARAMS) {
   QuantArgs a = {q, k, v, q_norm_w, k_norm_w, cos, sin, k_mean, v_inv, q_int8, k_int8, q_scale, k_scale, v_fp8,
-                 q_mult, eps, (u32)S, (u32)H, (u32)S_pad, q_norm, k_norm};
-  u32 tile = __builtin_amdgcn_workgroup_id_x();
-  u32 h = __builtin_amdgcn_workgroup_id_y();
-  u32 z = __builtin_amdgcn_workgroup_id_z();
-  u32 b = z / 3, which = z % 3;
+                 q_mult, eps, (u32)S_q, (u32)S_kv, (u32)H_q, (u32)H_kv, (u32)S_q_pad, (u32)S_kv_pad, (u32)D,
+                 q_norm, k_norm, {(u32)q_sb, (u32)q_ss, (u32)q_sh}, {(u32)k_sb, (u32)k_ss, (u32)k_sh},
+                 {(u32)v_sb, (u32)v_ss, (u32)v_sh}};
+  u32 x = __builtin_amdgcn_workgroup_id_x();
+  u32 b = __builtin_amdgcn_workgroup_id_y();
+  u32 tq = a.S_q_pad / TILE, tkv = a.S_kv_pad / TILE;
+  u32 nq = a.H_q * tq, nk = a.H_kv * tkv;
   // Q and K are separate specializations: a runtime is_k would keep the unscaled and the scaled row alive at
-  // the same time
-  if (which == 0)
-    quant_qk<RD, false>(a, b, h, tile);
-  else if (which == 1)
-    quant_qk<RD, true>(a, b, h, tile);
-  else
-    quant_v(a, b, h, tile);
+  // the same time. The work index is wave-uniform (SGPR), so these are scalar divisions and uniform branches.
+  if (x < nq) {
+    quant_qk<DT, DP, RD, false>(a, b, x / tq, x % tq);
+  } else if (x < nq + nk) {
+    x -= nq;
+    quant_qk<DT, DP, RD, true>(a, b, x / tkv, x % tkv);
+  } else {
+    x -= nq + nk;
+    quant_v<DT, DP>(a, b, x / tkv, x % tkv);
+  }
 }
 #define QUANT_ARGS q, k, v, q_norm_w, k_norm_w, cos, sin, k_mean, v_inv, q_int8, k_int8, q_scale, k_scale, v_fp8, \
-                   q_mult, eps, S, H, S_pad, q_norm, k_norm
-KERNEL void gfx1201_sage_prepare_quant(QUANT_PARAMS) { quant_body<0>(QUANT_ARGS); }
-KERNEL void gfx1201_sage_prepare_quant_rope32(QUANT_PARAMS) { quant_body<32>(QUANT_ARGS); }
-KERNEL void gfx1201_sage_prepare_quant_rope64(QUANT_PARAMS) { quant_body<64>(QUANT_ARGS); }
-KERNEL void gfx1201_sage_prepare_quant_rope96(QUANT_PARAMS) { quant_body<96>(QUANT_ARGS); }
-KERNEL void gfx1201_sage_prepare_quant_rope128(QUANT_PARAMS) { quant_body<128>(QUANT_ARGS); }
+                   q_mult, eps, S_q, S_kv, H_q, H_kv, S_q_pad, S_kv_pad, D, q_norm, k_norm, q_sb, q_ss, q_sh,       \
+                   k_sb, k_ss, k_sh, v_sb, v_ss, v_sh
+
+// ------------------------------------------------------------------------------------------------ symbols
+// One stats and one quant symbol per (D_PAD, dtype, rope_dim); rope_dim <= D_PAD.
+#define VARIANT(SUFFIX, DT, DP, RD)                                                                              \
+  KERNEL void gfx1201_sage_prepare_stats##SUFFIX(STATS_PARAMS) { stats_body<DT, DP, RD>(STATS_ARGS); }       \
+  KERNEL void gfx1201_sage_prepare_quant##SUFFIX(QUANT_PARAMS) { quant_body<DT, DP, RD>(QUANT_ARGS); }
+#define VARIANTS_D128(DTS, DT)                                 \
+  VARIANT(_d128_##DTS, DT, 128, 0)                             \
+  VARIANT(_d128_##DTS##_rope32, DT, 128, 32)                   \
+  VARIANT(_d128_##DTS##_rope64, DT, 128, 64)                   \
+  VARIANT(_d128_##DTS##_rope96, DT, 128, 96)                   \
+  VARIANT(_d128_##DTS##_rope128, DT, 128, 128)
+#define VARIANTS_D64(DTS, DT)                                  \
+  VARIANT(_d64_##DTS, DT, 64, 0)                               \
+  VARIANT(_d64_##DTS##_rope32, DT, 64, 32)                     \
+  VARIANT(_d64_##DTS##_rope64, DT, 64, 64)
+VARIANTS_D128(bf16, BF16)
+VARIANTS_D128(fp16, FP16)
+VARIANTS_D64(bf16, BF16)
+VARIANTS_D64(fp16, FP16)

@@ -17,11 +17,14 @@ from .kernargs import Field, KernargStruct
 # ---------------------------------------------------------------------------------------------- shared constants
 SCALE_BLOCK = 32          # tokens per Q/K scale (docs/numerics.md §Q)
 PAD = 64                  # S is padded to a multiple of the attention kernel's query/key tile
-HEAD_DIM = 128            # the head dim of the v1 kernels
+HEAD_DIM = 128            # the largest head dim (D_pad of D in 65..128)
+HEAD_DIMS_NATIVE = (64, 128)   # D_pad: the head dims the kernels are built for (manifest key column head_dim)
+HEAD_DIM_STEP = 16        # D must be a multiple of this (one WMMA K-slice of 16 bf16/fp16)
 WAVE_SIZE = 32            # every kernel runs wave32 (docs/rdna4.md §Entry)
 
 # ---------------------------------------------------------------------------------------------- attention
 ATTENTION_OP = "sage_attention_fwd"
+OUT_DTYPES = ("bf16", "fp16")   # manifest key column out_dtype; head_dim takes HEAD_DIMS_NATIVE
 QUERY_TILE = 64           # queries per workgroup: grid x = S_pad / QUERY_TILE
 KEY_TILE = 64             # keys per loop step of every attention kernel
 ATTENTION_WAVES = 4       # one workgroup = 4 wave32, wave w owns queries 16w..16w+15 of the query tile
@@ -33,82 +36,120 @@ FLAG_LSE = 1 << FLAG_LSE_BIT
 FLAG_SMOOTH_K = 1 << FLAG_SMOOTH_K_BIT
 
 ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
-    Field("q", "ptr", 0),          # int8 [B, H, S_pad, 128]
-    Field("k", "ptr", 8),          # int8 [B, H, S_pad, 128]
-    Field("v", "ptr", 16),         # fp8 e4m3fn [B, H, 128, S_pad]
-    Field("q_scale", "ptr", 24),   # fp32 [B, H, S_pad/32]
-    Field("k_scale", "ptr", 32),   # fp32 [B, H, S_pad/32]
-    Field("k_mean", "ptr", 40),    # fp32 [B, H, 128]
-    Field("v_scale", "ptr", 48),   # fp32 [B, H, 128]
-    Field("out", "ptr", 56),       # bf16 [B, S, H, 128]
-    Field("lse", "ptr", 64),       # fp32 [B, H, S]; a 4-byte placeholder when flags bit 0 is clear
-    Field("seq_len", "u32", 72),
-    Field("seq_pad", "u32", 76),
-    Field("num_heads", "u32", 80),
-    Field("flags", "u32", 84),
-], size=88)
+    Field("q", "ptr", 0),               # int8 [B, H_q, S_q_pad, D_pad]
+    Field("k", "ptr", 8),               # int8 [B, H_kv, S_kv_pad, D_pad]
+    Field("v", "ptr", 16),              # fp8 e4m3fn [B, H_kv, D_pad, S_kv_pad]
+    Field("q_scale", "ptr", 24),        # fp32 [B, H_q, S_q_pad/32]
+    Field("k_scale", "ptr", 32),        # fp32 [B, H_kv, S_kv_pad/32]
+    Field("k_mean", "ptr", 40),         # fp32 [B, H_kv, D_pad]
+    Field("v_scale", "ptr", 48),        # fp32 [B, H_kv, D_pad]
+    Field("out", "ptr", 56),            # bf16/fp16, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d], d < head_dim
+    Field("lse", "ptr", 64),            # fp32 [B, H_q, S_q]; a 4-byte placeholder when flags bit 0 is clear
+    Field("seq_len_q", "u32", 72),
+    Field("seq_pad_q", "u32", 76),
+    Field("seq_len_kv", "u32", 80),
+    Field("seq_pad_kv", "u32", 84),
+    Field("num_heads_q", "u32", 88),    # grid y
+    Field("num_heads_kv", "u32", 92),
+    Field("kv_group_magic", "u64", 96),  # kv_group_magic(H_q // H_kv): K/V head = (h * magic) >> 32
+    Field("out_stride_b", "u32", 104),  # element strides of out
+    Field("out_stride_s", "u32", 108),
+    Field("out_stride_h", "u32", 112),
+    Field("head_dim", "u32", 116),      # the real D (multiple of 16, <= D_pad): channels >= D are not stored
+    Field("flags", "u32", 120),
+], size=124)
+MAX_QUERY_HEADS = 1 << 16       # grid y limit, and the range over which kv_group_magic divides exactly
+
+
+def kv_group_magic(group: int) -> int:
+    """ceil(2^32 / group): for every head h < 2^16, (h * magic) >> 32 == h // group. With magic * group = 2^32 + e,
+    0 <= e < group: h * magic / 2^32 = h / group + h * e / (group * 2^32), and h * e < 2^32 keeps the second term
+    below 1 / group, too small to carry h / group over the next integer. One multiply (s_mul_u64) replaces an
+    integer division the hardware does not have."""
+    if isinstance(group, bool) or not isinstance(group, int) or not 1 <= group < MAX_QUERY_HEADS:
+        raise ValueError(f"kv group: expected an int in [1, {MAX_QUERY_HEADS}), got {group!r}")
+    return -(-(1 << 32) // group)
+
+
 # which fields are written by the kernel (the rest are read only; the asm metadata says so)
 ATTENTION_OUTPUTS = ("out", "lse")
 
 # ---------------------------------------------------------------------------------------------- prepare
-# asm_src/gfx1201_sage_prepare.hip: stats, reduce and quant; stats and quant ship one symbol per rope_dim
-# (manifest key column rope_dim; 0 = no RoPE).
-PREPARE_ROPE_DIMS = (0, 32, 64, 96, 128)
+# asm_src/gfx1201_sage_prepare.hip (owned by the prepare work, sage_co/ops/prepare.py packs them): stats and quant
+# ship one symbol per (head_dim = D_pad, in_dtype, rope_dim) manifest key columns, reduce one symbol.
+PREPARE_ROPE_DIMS = (0, 32, 64, 96, 128)   # manifest key column rope_dim (0 = no RoPE); D_pad 64: 0, 32, 64 only
+PREPARE_IN_DTYPES = ("bf16", "fp16")       # manifest key column in_dtype
 PREPARE_ALIGN = 16        # the prepare kernels read and write with 16-byte vector accesses
-PREPARE_MAX_CHUNKS = 64   # stats chunks per (b, h)
+PREPARE_MAX_CHUNKS = 64   # stats chunks per (b, K/V head): enough waves to fill the GPU, few partials to fold
+def _strides(prefix: str, offset: int) -> list[Field]:
+    return [Field(f"{prefix}_sb", "i32", offset), Field(f"{prefix}_ss", "i32", offset + 4),
+            Field(f"{prefix}_sh", "i32", offset + 8)]
 
+
+# The kernarg tables of the header comment in asm_src/gfx1201_sage_prepare.hip; checked against the .co
+# metadata before the first launch of each symbol.
 PREPARE_STATS_ARGS = KernargStruct("sage_prepare.stats", [
-    Field("k", "ptr", 0),            # bf16 [B, S, H, 128]
-    Field("v", "ptr", 8),            # bf16 [B, S, H, 128]
-    Field("k_norm_w", "ptr", 16),    # bf16 [128] (placeholder when k_norm == 0)
-    Field("cos", "ptr", 24),         # bf16 [S, rope_dim] (placeholder without RoPE)
-    Field("sin", "ptr", 32),         # bf16 [S, rope_dim]
-    Field("ksum_part", "ptr", 40),   # fp32 [B, H, n_chunks, 128] out (smooth_k only; else placeholder)
-    Field("vmax_part", "ptr", 48),   # fp32 [B, H, n_chunks, 128] out
+    Field("k", "ptr", 0),            # bf16/fp16 [B, S_kv, H_kv, D] (strided, flat view)
+    Field("v", "ptr", 8),            # bf16/fp16 [B, S_kv, H_kv, D]
+    Field("k_norm_w", "ptr", 16),    # [D] (placeholder when k_norm == 0)
+    Field("cos", "ptr", 24),         # [max(S_q, S_kv), rope_dim] (placeholder without RoPE)
+    Field("sin", "ptr", 32),
+    Field("ksum_part", "ptr", 40),   # fp32 [B, H_kv, n_chunks, D_pad] out (smooth_k only; else placeholder)
+    Field("vmax_part", "ptr", 48),   # fp32 [B, H_kv, n_chunks, D_pad] out
     Field("eps", "f32", 56),
-    Field("S", "i32", 60),
-    Field("H", "i32", 64),
+    Field("S", "i32", 60),           # S_kv
+    Field("H", "i32", 64),           # H_kv
     Field("tiles_per_chunk", "i32", 68),
     Field("n_chunks", "i32", 72),
     Field("n_tens", "i32", 76),      # 1: V only; 2: V and K (smooth_k)
     Field("k_norm", "i32", 80),
-], size=84)
+    Field("D", "i32", 84),
+    *_strides("k", 88), *_strides("v", 100),
+], size=112)
 
 PREPARE_REDUCE_ARGS = KernargStruct("sage_prepare.reduce", [
-    Field("ksum_part", "ptr", 0),    # fp32 [B, H, n_chunks, 128] in (read only when smooth_k)
-    Field("vmax_part", "ptr", 8),    # fp32 [B, H, n_chunks, 128] in
-    Field("k_mean", "ptr", 16),      # fp32 [B, H, 128] out (zeros unless smooth_k)
-    Field("v_scale", "ptr", 24),     # fp32 [B, H, 128] out
-    Field("v_inv", "ptr", 32),       # fp32 [B, H, 128] out, workspace for quant
+    Field("ksum_part", "ptr", 0),    # fp32 [B, H_kv, n_chunks, D_pad] in (read only when smooth_k)
+    Field("vmax_part", "ptr", 8),    # fp32 [B, H_kv, n_chunks, D_pad] in
+    Field("k_mean", "ptr", 16),      # fp32 [B, H_kv, D_pad] out (zeros unless smooth_k)
+    Field("v_scale", "ptr", 24),     # fp32 [B, H_kv, D_pad] out
+    Field("v_inv", "ptr", 32),       # fp32 [B, H_kv, D_pad] out, workspace for quant
     Field("H", "i32", 40),
     Field("n_chunks", "i32", 44),
     Field("S", "i32", 48),
     Field("smooth_k", "i32", 52),
-], size=56)
+    Field("D_pad", "i32", 56),
+], size=60)
 
 PREPARE_QUANT_ARGS = KernargStruct("sage_prepare.quant", [
-    Field("q", "ptr", 0),            # bf16 [B, S, H, 128]
-    Field("k", "ptr", 8),
+    Field("q", "ptr", 0),            # bf16/fp16 [B, S_q, H_q, D] (strided, flat view)
+    Field("k", "ptr", 8),            # [B, S_kv, H_kv, D]
     Field("v", "ptr", 16),
-    Field("q_norm_w", "ptr", 24),    # bf16 [128] (placeholder when q_norm == 0)
+    Field("q_norm_w", "ptr", 24),    # [D] (placeholder when q_norm == 0)
     Field("k_norm_w", "ptr", 32),
-    Field("cos", "ptr", 40),         # bf16 [S, rope_dim] (placeholder without RoPE)
+    Field("cos", "ptr", 40),         # [max(S_q, S_kv), rope_dim] (placeholder without RoPE)
     Field("sin", "ptr", 48),
-    Field("k_mean", "ptr", 56),      # fp32 [B, H, 128] in (from reduce)
-    Field("v_inv", "ptr", 64),       # fp32 [B, H, 128] in (from reduce)
-    Field("q_int8", "ptr", 72),      # int8 [B, H, S_pad, 128] out
-    Field("k_int8", "ptr", 80),
-    Field("q_scale", "ptr", 88),     # fp32 [B, H, S_pad / 32] out
-    Field("k_scale", "ptr", 96),
-    Field("v_fp8", "ptr", 104),      # fp8 e4m3fn [B, H, 128, S_pad] out
+    Field("k_mean", "ptr", 56),      # fp32 [B, H_kv, D_pad] in (from reduce)
+    Field("v_inv", "ptr", 64),       # fp32 [B, H_kv, D_pad] in (from reduce)
+    Field("q_int8", "ptr", 72),      # int8 [B, H_q, S_q_pad, D_pad] out
+    Field("k_int8", "ptr", 80),      # int8 [B, H_kv, S_kv_pad, D_pad] out
+    Field("q_scale", "ptr", 88),     # fp32 [B, H_q, S_q_pad / 32] out
+    Field("k_scale", "ptr", 96),     # fp32 [B, H_kv, S_kv_pad / 32] out
+    Field("v_fp8", "ptr", 104),      # fp8 e4m3fn [B, H_kv, D_pad, S_kv_pad] out
     Field("q_mult", "f32", 112),     # float32(softmax_scale * log2 e)
     Field("eps", "f32", 116),
-    Field("S", "i32", 120),
-    Field("H", "i32", 124),
-    Field("S_pad", "i32", 128),
-    Field("q_norm", "i32", 132),
-    Field("k_norm", "i32", 136),
-], size=140)
+    Field("S_q", "i32", 120),
+    Field("S_kv", "i32", 124),
+    Field("H_q", "i32", 128),
+    Field("H_kv", "i32", 132),
+    Field("S_q_pad", "i32", 136),
+    Field("S_kv_pad", "i32", 140),
+    Field("D", "i32", 144),
+    Field("q_norm", "i32", 148),
+    Field("k_norm", "i32", 152),
+    *_strides("q", 156), *_strides("k", 168), *_strides("v", 180),
+], size=192)
+
+
 
 # ---------------------------------------------------------------------------------------------- lookup
 # op (manifest column) -> the kernarg struct every symbol serving that op takes
@@ -132,3 +173,8 @@ def struct_for(op: str) -> KernargStruct:
 def s_pad(S: int) -> int:
     """S rounded up to a multiple of PAD; rows/columns past S are zero in every prepared tensor."""
     return (S + PAD - 1) // PAD * PAD
+
+
+def d_pad(D: int) -> int:
+    """The native head dim D is padded to: 64 for D <= 64, else 128."""
+    return HEAD_DIMS_NATIVE[0] if D <= HEAD_DIMS_NATIVE[0] else HEAD_DIMS_NATIVE[1]

@@ -1,14 +1,15 @@
 """The public ops, registered with torch.library so they work under torch.compile (fullgraph) and pass opcheck.
 
-    sage_prepare(q, k, v, ...)            -> SagePrepared
-    sage_attention_fwd(prepared, ...)     -> out [B, S, H, 128] bf16 (, lse [B, H, S] fp32)
-    sage_attention(q, k, v, ...)          -> prepare + forward
+    sage_prepare(q, k, v, ..., layout="NHD")       -> SagePrepared
+    sage_attention_fwd(prepared, ..., layout="NHD") -> out (, lse [B, H_q, S_q] fp32)
+    sage_attention(q, k, v, ..., layout="NHD")     -> prepare + forward
 
-Each Python function validates its arguments (sage_co.validate) before any kernel runs, normalises the
-optional ones into schema-friendly values, and calls the custom op; the fake implementations return tensors
-with exactly the shapes, dtypes and strides of the real outputs. FP8 V crosses the op boundary as its raw
-bytes (a uint8 view of the same storage): torch's schema checker (opcheck test_schema) cannot compare
-float8 tensors, and a view costs nothing.
+q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="NHD") or [B, H, S, D] (layout="HND"), bf16 or fp16, any strides
+with a contiguous last dim; out has q's dtype and layout. Each Python function validates every argument
+(sage_co.validate, and the attention kernel's limits) before any kernel runs, normalises the optional ones into
+schema-friendly values, and calls the custom op; the fake implementations return tensors with exactly the shapes,
+dtypes and strides of the real outputs. FP8 V crosses the op boundary as its raw bytes (a uint8 view of the same
+storage): torch's schema checker (opcheck test_schema) cannot compare float8 tensors, and a view costs nothing.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Optional
 import torch
 
 from . import validate
-from .prepared import HEAD_DIM, SCALE_BLOCK, SagePrepared, s_pad
+from .prepared import SCALE_BLOCK, SagePrepared, d_pad, s_pad
 
 _NO_ROPE = 0          # rope_dim in the schema: 0 = no RoPE
 _DEFAULT = ""         # backend / kernel in the schema: "" = choose automatically
@@ -25,147 +26,179 @@ _DEFAULT = ""         # backend / kernel in the schema: "" = choose automaticall
 
 # -------------------------------------------------------------------------------------------- prepare
 @torch.library.custom_op("sage_co::sage_prepare", mutates_args=())
-def _prepare_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, smooth_k: bool,
-                q_norm_weight: Optional[torch.Tensor], k_norm_weight: Optional[torch.Tensor], eps: float,
-                cos: Optional[torch.Tensor], sin: Optional[torch.Tensor], rope_dim: int, backend: str
+def _prepare_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, layout: str,
+                smooth_k: bool, q_norm_weight: Optional[torch.Tensor], k_norm_weight: Optional[torch.Tensor],
+                eps: float, cos: Optional[torch.Tensor], sin: Optional[torch.Tensor], rope_dim: int, backend: str
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                            torch.Tensor]:
     from .ops.prepare import run_prepare
-    p = run_prepare(q, k, v, softmax_scale, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
+    p = run_prepare(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
                     k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin,
                     rope_dim=rope_dim if rope_dim != _NO_ROPE else None, backend=backend or None)
     return p.q_int8, p.q_scale, p.k_int8, p.k_scale, p.k_mean, p.v_fp8.view(torch.uint8), p.v_scale
 
 
-def _prepared_like(q: torch.Tensor):
-    B, S, H, _ = q.shape
-    Sp = s_pad(S)
-    return (q.new_empty((B, H, Sp, HEAD_DIM), dtype=torch.int8),
-            q.new_empty((B, H, Sp // SCALE_BLOCK), dtype=torch.float32),
-            q.new_empty((B, H, Sp, HEAD_DIM), dtype=torch.int8),
-            q.new_empty((B, H, Sp // SCALE_BLOCK), dtype=torch.float32),
-            q.new_empty((B, H, HEAD_DIM), dtype=torch.float32),
-            q.new_empty((B, H, HEAD_DIM, Sp), dtype=torch.uint8),   # the fp8 bytes of v_fp8
-            q.new_empty((B, H, HEAD_DIM), dtype=torch.float32))
+def _sizes(q, k, layout):
+    """(B, S_q, S_kv, H_q, H_kv, D) of validated inputs (also on fake/meta tensors)."""
+    qn, kn = (q, k) if layout == "NHD" else (q.transpose(1, 2), k.transpose(1, 2))
+    B, S_q, H_q, D = qn.shape
+    return B, S_q, kn.shape[1], H_q, kn.shape[2], D
+
+
+def _prepared_like(q: torch.Tensor, k: torch.Tensor, layout: str):
+    B, S_q, S_kv, H_q, H_kv, D = _sizes(q, k, layout)
+    Sq, Skv, Dp = s_pad(S_q), s_pad(S_kv), d_pad(D)
+    return (q.new_empty((B, H_q, Sq, Dp), dtype=torch.int8),
+            q.new_empty((B, H_q, Sq // SCALE_BLOCK), dtype=torch.float32),
+            q.new_empty((B, H_kv, Skv, Dp), dtype=torch.int8),
+            q.new_empty((B, H_kv, Skv // SCALE_BLOCK), dtype=torch.float32),
+            q.new_empty((B, H_kv, Dp), dtype=torch.float32),
+            q.new_empty((B, H_kv, Dp, Skv), dtype=torch.uint8),   # the fp8 bytes of v_fp8
+            q.new_empty((B, H_kv, Dp), dtype=torch.float32))
 
 
 @_prepare_op.register_fake
-def _(q, k, v, softmax_scale, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin, rope_dim, backend):
-    B, S, H, _ = q.shape
-    validate.check_prepare_limits(B, S, H)   # the same refusals as the real kernels, also on meta / under compile
-    return _prepared_like(q)
+def _(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin, rope_dim, backend):
+    return _prepared_like(q, k, layout)
 
 
-def sage_prepare(q, k, v, softmax_scale=None, *, smooth_k=False, q_norm_weight=None, k_norm_weight=None,
-                 eps=1e-6, cos=None, sin=None, rope_dim=None, backend=None) -> SagePrepared:
-    """Quantize bf16 [B, S, H, 128] q/k/v for the attention kernel (docs/numerics.md §Prepare).
+def sage_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
+                 k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, backend=None) -> SagePrepared:
+    """Quantize q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="HND": [B, H, S, D]; bf16 or fp16) for the
+    attention kernel (docs/numerics.md §Prepare). softmax_scale None = 1/sqrt(D).
 
     backend: None picks by device (CPU -> the emulator, a gfx1201 GPU -> hip), or "emu" / "hip"."""
-    chk = validate.check_prepare_args(q, k, v, softmax_scale, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
-                                      k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin, rope_dim=rope_dim)
+    chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
+                                      q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
+                                      sin=sin, rope_dim=rope_dim)
     validate.check_backend(backend)
-    validate.check_prepare_limits(chk.B, chk.S, chk.H)
-    fields = _prepare_op(q, k, v, chk.softmax_scale, bool(smooth_k), q_norm_weight, k_norm_weight, float(eps),
-                         cos, sin, chk.rope_dim or _NO_ROPE, backend or _DEFAULT)
-    return _prepared(fields, chk.S)
+    fields = _prepare_op(q, k, v, chk.softmax_scale, layout, bool(smooth_k), q_norm_weight, k_norm_weight,
+                         float(eps), cos, sin, chk.rope_dim or _NO_ROPE, backend or _DEFAULT)
+    sh = chk.shapes
+    return _prepared(fields, sh.S_q, sh.S_kv, sh.D, sh.dtype)
 
 
-def _prepared(fields, S: int) -> SagePrepared:
+def _prepared(fields, S_q: int, S_kv: int, D: int, out_dtype: torch.dtype) -> SagePrepared:
     q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale = fields
-    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes.view(torch.float8_e4m3fn), v_scale, S)
+    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes.view(torch.float8_e4m3fn), v_scale,
+                        S_q, S_kv, D, out_dtype)
 
 
 # -------------------------------------------------------------------------------------------- forward
 @torch.library.custom_op("sage_co::sage_attention_fwd", mutates_args=())
 def _fwd_op(q_int8: torch.Tensor, q_scale: torch.Tensor, k_int8: torch.Tensor, k_scale: torch.Tensor,
-            k_mean: torch.Tensor, v_bytes: torch.Tensor, v_scale: torch.Tensor, seq_len: int, return_lse: bool,
-            backend: str, kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
-    prepared = _prepared((q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale), seq_len)
+            k_mean: torch.Tensor, v_bytes: torch.Tensor, v_scale: torch.Tensor, seq_len_q: int, seq_len_kv: int,
+            head_dim: int, out_dtype: torch.dtype, layout: str, return_lse: bool, backend: str, kernel: str
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    prepared = _prepared((q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale), seq_len_q, seq_len_kv,
+                         head_dim, out_dtype)
     # A caller's SagePrepared: its padding must be zero (a seq_len lowered within the same S_pad shows there).
     # Checked here, in the real implementation, so torch.compile traces no data-dependent branch; it reads only
-    # the padded part. sage_attention's own prepared structure skips it (see _run_fwd).
+    # the padded part. sage_attention's own prepared structure skips it (_run_fwd).
     validate.check_prepared_padding(prepared)
-    return _run_fwd(prepared, return_lse, backend, kernel)
+    return _run_fwd(prepared, layout, return_lse, backend, kernel)
 
 
-def _run_fwd(prepared: SagePrepared, return_lse: bool, backend: str, kernel: str):
+def _run_fwd(prepared: SagePrepared, layout: str, return_lse: bool, backend: str, kernel: str):
     from .ops.attention import run_attention_fwd
     kw = {"variant": kernel} if kernel else {}
-    res = run_attention_fwd(prepared, return_lse=return_lse, backend=backend or None, **kw)
-    if return_lse:
-        return res
-    return res, prepared.q_scale.new_empty((0,))
+    res = run_attention_fwd(prepared, return_lse=return_lse, layout=layout, backend=backend or None, **kw)
+    return res if return_lse else (res, prepared.q_scale.new_empty((0,)))
 
 
-def _fwd_like(q_int8, seq_len, return_lse):
-    B, H = q_int8.shape[0], q_int8.shape[1]
-    out = q_int8.new_empty((B, seq_len, H, HEAD_DIM), dtype=torch.bfloat16)
-    lse = q_int8.new_empty((B, H, seq_len) if return_lse else (0,), dtype=torch.float32)
+def _fwd_like(like: torch.Tensor, B, S_q, H_q, D, out_dtype, layout, return_lse):
+    shape = (B, S_q, H_q, D) if layout == "NHD" else (B, H_q, S_q, D)
+    out = like.new_empty(shape, dtype=out_dtype)
+    lse = like.new_empty((B, H_q, S_q) if return_lse else (0,), dtype=torch.float32)
     return out, lse
 
 
 @_fwd_op.register_fake
-def _(q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, seq_len, return_lse, backend, kernel):
-    validate.check_attention_length(seq_len, "seq_len")
+def _(q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, seq_len_q, seq_len_kv, head_dim, out_dtype, layout,
+      return_lse, backend, kernel):
+    validate.check_attention_length(seq_len_q, head_dim, "seq_len_q")   # the real op's refusals, also on meta
+    validate.check_attention_length(seq_len_kv, head_dim, "seq_len_kv")
     validate.check_kernel_shipped(kernel or None)
-    return _fwd_like(q_int8, seq_len, return_lse)
+    return _fwd_like(q_int8, q_int8.shape[0], seq_len_q, q_int8.shape[1], head_dim, out_dtype, layout, return_lse)
 
 
-def sage_attention_fwd(prepared: SagePrepared, *, return_lse=False, backend=None, kernel=None):
-    """The attention kernel alone on a SagePrepared: out bf16 [B, S, H, 128], or (out, lse fp32 [B, H, S]).
+def sage_attention_fwd(prepared: SagePrepared, *, layout="NHD", return_lse=False, backend=None, kernel=None):
+    """The attention kernel alone on a SagePrepared: out [B, S_q, H_q, D] (layout="HND": [B, H_q, S_q, D]) in
+    prepared.out_dtype, or (out, lse fp32 [B, H_q, S_q]).
 
     kernel: None = the default shipped kernel (the hand-scheduled asm when shipped), or a variant name from
     the manifest ("hip" = the clang-built baseline, "asm")."""
     validate.check_flag("return_lse", return_lse)
-    if not isinstance(prepared, SagePrepared):
-        raise TypeError(f"prepared: expected a SagePrepared (from sage_prepare), got {type(prepared).__name__}")
-    q = prepared.q_int8
-    if not isinstance(q, torch.Tensor) or q.dim() != 4:
-        raise ValueError("prepared.q_int8: expected a 4-dim int8 tensor [B, H, S_pad, 128]")
-    validate.check_prepared(prepared, q.shape[0], prepared.seq_len, q.shape[1])
-    validate.check_attention_length(prepared.seq_len, "prepared.seq_len")
+    validate.check_layout(layout)
+    sh = validate.check_prepared(prepared)
     validate.check_backend(backend)
     validate.check_kernel(kernel)
-    out, lse = _fwd_op(*prepared[:5], prepared.v_fp8.view(torch.uint8), prepared.v_scale, prepared.seq_len,
-                       bool(return_lse), backend or _DEFAULT, kernel or _DEFAULT)
+    _check_attention_kernel(sh, kernel)
+    validate.check_attention_length(sh.S_q, sh.D, "prepared.seq_len_q")
+    validate.check_attention_length(sh.S_kv, sh.D, "prepared.seq_len_kv")
+    out, lse = _fwd_op(*prepared[:5], prepared.v_fp8.view(torch.uint8), prepared.v_scale, sh.S_q, sh.S_kv, sh.D,
+                       sh.dtype, layout, bool(return_lse), backend or _DEFAULT, kernel or _DEFAULT)
     return (out, lse) if return_lse else out
+
+
+def _check_attention_kernel(shapes: validate.Shapes, kernel) -> None:
+    """A shipped attention kernel serves these shapes (variant, head dim, output dtype) and the query heads fit its
+    grid: raised before any kernel, prepare included. It reads hsaco/manifest.json, which dynamo cannot trace:
+    under torch.compile it runs once at trace time."""
+    _attention_kernel_serves(shapes.H_q, d_pad(shapes.D), str(shapes.dtype), kernel)
+
+
+@torch.compiler.assume_constant_result
+def _attention_kernel_serves(H_q: int, D_pad: int, dtype_name: str, kernel) -> bool:
+    from . import abi, registry
+    from .ops.attention import OP, OUT_DTYPE_KEYS
+    if H_q >= abi.MAX_QUERY_HEADS:
+        raise ValueError(f"q: {H_q} query heads exceed the attention launch grid (< {abi.MAX_QUERY_HEADS})")
+    keys = {str(d): k for d, k in OUT_DTYPE_KEYS.items()}
+    registry.find(OP, kernel or None, head_dim=D_pad, out_dtype=keys[dtype_name])
+    return True
 
 
 # -------------------------------------------------------------------------------------------- prepare + forward
 @torch.library.custom_op("sage_co::sage_attention", mutates_args=())
-def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, smooth_k: bool,
-                  q_norm_weight: Optional[torch.Tensor], k_norm_weight: Optional[torch.Tensor], eps: float,
-                  cos: Optional[torch.Tensor], sin: Optional[torch.Tensor], rope_dim: int, return_lse: bool,
-                  backend: str, kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
-    fields = _prepare_op(q, k, v, softmax_scale, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin, rope_dim,
-                         backend)
-    return _run_fwd(_prepared(fields, q.shape[1]), return_lse, backend, kernel)   # made here: no padding re-read
+def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, layout: str,
+                  smooth_k: bool, q_norm_weight: Optional[torch.Tensor], k_norm_weight: Optional[torch.Tensor],
+                  eps: float, cos: Optional[torch.Tensor], sin: Optional[torch.Tensor], rope_dim: int,
+                  return_lse: bool, backend: str, kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
+    fields = _prepare_op(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin,
+                         rope_dim, backend)
+    B, S_q, S_kv, H_q, H_kv, D = _sizes(q, k, layout)
+    prepared = _prepared(fields, S_q, S_kv, D, q.dtype)   # made here: its padding is not re-read
+    return _run_fwd(prepared, layout, return_lse, backend, kernel)
 
 
 @_attention_op.register_fake
-def _(q, k, v, softmax_scale, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin, rope_dim, return_lse,
+def _(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin, rope_dim, return_lse,
       backend, kernel):
-    B, S, H, _ = q.shape
-    validate.check_prepare_limits(B, S, H)
-    validate.check_attention_length(S, "q")
+    B, S_q, S_kv, H_q, H_kv, D = _sizes(q, k, layout)
+    validate.check_attention_length(S_q, D, "q")   # the real op's refusals, also on meta / under torch.compile
+    validate.check_attention_length(S_kv, D, "k")
     validate.check_kernel_shipped(kernel or None)
-    out = q.new_empty((B, S, H, HEAD_DIM), dtype=torch.bfloat16)
-    lse = q.new_empty((B, H, S) if return_lse else (0,), dtype=torch.float32)
-    return out, lse
+    return _fwd_like(q, B, S_q, H_q, D, q.dtype, layout, return_lse)
 
 
-def sage_attention(q, k, v, softmax_scale=None, *, smooth_k=False, q_norm_weight=None, k_norm_weight=None,
-                   eps=1e-6, cos=None, sin=None, rope_dim=None, return_lse=False, backend=None, kernel=None):
-    """SageAttention forward of bf16 [B, S, H, 128] q/k/v: prepare (INT8 Q/K, FP8 V, optional fused
-    RMSNorm + RoPE) then the attention kernel. Returns bf16 [B, S, H, 128] (and fp32 LSE [B, H, S])."""
-    chk = validate.check_prepare_args(q, k, v, softmax_scale, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
-                                      k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin, rope_dim=rope_dim)
+def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
+                   k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, return_lse=False, backend=None,
+                   kernel=None):
+    """SageAttention forward: prepare (INT8 Q/K, FP8 V, optional fused RMSNorm + RoPE) then the attention kernel.
+
+    q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="HND": [B, H, S, D]), bf16 or fp16, H_q % H_kv == 0, D a
+    multiple of 16 up to 128. Returns out in q's dtype and layout (and fp32 LSE [B, H_q, S_q], natural log)."""
+    chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
+                                      q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
+                                      sin=sin, rope_dim=rope_dim)
     validate.check_flag("return_lse", return_lse)
     validate.check_backend(backend)
     validate.check_kernel(kernel)
-    validate.check_prepare_limits(chk.B, chk.S, chk.H)
-    validate.check_attention_length(chk.S, "q")
-    out, lse = _attention_op(q, k, v, chk.softmax_scale, bool(smooth_k), q_norm_weight, k_norm_weight, float(eps),
-                             cos, sin, chk.rope_dim or _NO_ROPE, bool(return_lse), backend or _DEFAULT,
+    _check_attention_kernel(chk.shapes, kernel)
+    validate.check_attention_length(chk.shapes.S_q, chk.shapes.D, "q")
+    validate.check_attention_length(chk.shapes.S_kv, chk.shapes.D, "k")
+    out, lse = _attention_op(q, k, v, chk.softmax_scale, layout, bool(smooth_k), q_norm_weight, k_norm_weight,
+                             float(eps), cos, sin, chk.rope_dim or _NO_ROPE, bool(return_lse), backend or _DEFAULT,
                              kernel or _DEFAULT)
     return (out, lse) if return_lse else out

@@ -7,7 +7,7 @@ both layouts side by side. tools/disasm_check.py runs the same comparison for ev
 
 ABI (docs/rdna4.md §Entry, from LLVM AMDGPUUsage "Kernel Argument Layout"): explicit arguments in declaration
 order at naturally aligned offsets; a pointer is 8 bytes (value_kind global_buffer), scalars 4 bytes
-(by_value). Hidden arguments, when a kernel declares any, follow at the next 8-byte boundary and are
+(by_value), u64 8 bytes (by_value). Hidden arguments, when a kernel declares any, follow at the next 8-byte boundary and are
 filled by the runtime (HIP, or sage_co.emu), never by the caller.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 KINDS = {
     "ptr": ("<Q", 8, "global_buffer"),
     "i32": ("<i", 4, "by_value"),
+    "u64": ("<Q", 8, "by_value"),
     "u32": ("<I", 4, "by_value"),
     "f32": ("<f", 4, "by_value"),
 }
@@ -78,7 +79,8 @@ class KernargStruct:
             else:
                 if isinstance(v, bool) or not isinstance(v, int):
                     raise TypeError(f"{self.name}.{f.name}: expected an int for kind {f.kind}, got {type(v).__name__}")
-                lo, hi = {"ptr": (0, 2**64 - 1), "i32": (-2**31, 2**31 - 1), "u32": (0, 2**32 - 1)}[f.kind]
+                lo, hi = {"ptr": (0, 2**64 - 1), "u64": (0, 2**64 - 1), "i32": (-2**31, 2**31 - 1),
+                          "u32": (0, 2**32 - 1)}[f.kind]
                 if not lo <= v <= hi:
                     raise ValueError(f"{self.name}.{f.name}: {v} does not fit {f.kind} [{lo}, {hi}]")
             struct.pack_into(fmt, buf, f.offset, v)

@@ -1,6 +1,12 @@
 """The prepared (quantized) form of one attention call, shared by the reference and every kernel.
 
-Layout and numerics: docs/numerics.md §Prepared. This module is neutral: it knows shapes, not how they are made.
+Layout and numerics: docs/numerics.md §Prepared layout. This module is neutral: it knows shapes, not how they
+are made.
+
+    q, k, v  ->  sage_prepare  ->  SagePrepared  ->  attention kernel  ->  out (dtype out_dtype), lse
+
+Q has H_q heads and S_q rows, K/V have H_kv heads and S_kv rows (GQA: H_q % H_kv == 0, query head h reads K/V
+head h // (H_q // H_kv)). The head dim D (a multiple of 16, at most 128) is zero-padded to D_pad = 64 or 128.
 """
 from __future__ import annotations
 
@@ -8,29 +14,36 @@ from typing import NamedTuple
 
 import torch
 
-from .abi import HEAD_DIM, PAD, SCALE_BLOCK, s_pad  # noqa: F401  (re-exported: the one definition is sage_co/abi.py)
+# the one definition of these is sage_co/abi.py (torch-free); re-exported for the torch side
+from .abi import HEAD_DIM, HEAD_DIM_STEP, HEAD_DIMS_NATIVE, PAD, SCALE_BLOCK, d_pad, s_pad  # noqa: F401
+INPUT_DTYPES = (torch.bfloat16, torch.float16)   # q/k/v dtype; the output has the same dtype
 
 
 class SagePrepared(NamedTuple):
-    q_int8: torch.Tensor  # [B, H, S_pad, 128] int8, carries softmax_scale * log2(e)
-    q_scale: torch.Tensor  # [B, H, S_pad // 32] fp32
-    k_int8: torch.Tensor  # [B, H, S_pad, 128] int8
-    k_scale: torch.Tensor  # [B, H, S_pad // 32] fp32
-    k_mean: torch.Tensor  # [B, H, 128] fp32, zeros unless smooth_k
-    v_fp8: torch.Tensor  # [B, H, 128, S_pad] float8_e4m3fn (V transposed)
-    v_scale: torch.Tensor  # [B, H, 128] fp32
-    seq_len: int  # S, the number of valid tokens
+    """Quantized Q/K/V of one call. Rows past seq_len_q / seq_len_kv and channels past head_dim are zero."""
+    q_int8: torch.Tensor  # [B, H_q, S_q_pad, D_pad] int8, carries softmax_scale * log2(e)
+    q_scale: torch.Tensor  # [B, H_q, S_q_pad // 32] fp32
+    k_int8: torch.Tensor  # [B, H_kv, S_kv_pad, D_pad] int8
+    k_scale: torch.Tensor  # [B, H_kv, S_kv_pad // 32] fp32
+    k_mean: torch.Tensor  # [B, H_kv, D_pad] fp32, zeros unless smooth_k
+    v_fp8: torch.Tensor  # [B, H_kv, D_pad, S_kv_pad] float8_e4m3fn (V transposed)
+    v_scale: torch.Tensor  # [B, H_kv, D_pad] fp32
+    seq_len_q: int  # S_q, the number of valid query rows
+    seq_len_kv: int  # S_kv, the number of valid keys / values
+    head_dim: int  # D, the real head dim (channels D..D_pad-1 are padding)
+    out_dtype: torch.dtype  # the caller's dtype (torch.bfloat16 or torch.float16): the attention output's
 
 
-def expected_shapes(B: int, S: int, H: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-    """Field name -> (shape, dtype) of a SagePrepared for q/k/v of shape [B, S, H, 128]."""
-    Sp = s_pad(S)
+def expected_shapes(B: int, S_q: int, S_kv: int, H_q: int, H_kv: int, D: int
+                    ) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Field name -> (shape, dtype) of the tensors of a SagePrepared for q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D]."""
+    Sq, Skv, Dp = s_pad(S_q), s_pad(S_kv), d_pad(D)
     return {
-        "q_int8": ((B, H, Sp, HEAD_DIM), torch.int8),
-        "q_scale": ((B, H, Sp // SCALE_BLOCK), torch.float32),
-        "k_int8": ((B, H, Sp, HEAD_DIM), torch.int8),
-        "k_scale": ((B, H, Sp // SCALE_BLOCK), torch.float32),
-        "k_mean": ((B, H, HEAD_DIM), torch.float32),
-        "v_fp8": ((B, H, HEAD_DIM, Sp), torch.float8_e4m3fn),
-        "v_scale": ((B, H, HEAD_DIM), torch.float32),
+        "q_int8": ((B, H_q, Sq, Dp), torch.int8),
+        "q_scale": ((B, H_q, Sq // SCALE_BLOCK), torch.float32),
+        "k_int8": ((B, H_kv, Skv, Dp), torch.int8),
+        "k_scale": ((B, H_kv, Skv // SCALE_BLOCK), torch.float32),
+        "k_mean": ((B, H_kv, Dp), torch.float32),
+        "v_fp8": ((B, H_kv, Dp, Skv), torch.float8_e4m3fn),
+        "v_scale": ((B, H_kv, Dp), torch.float32),
     }

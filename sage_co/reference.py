@@ -11,7 +11,7 @@ import math
 import torch
 
 from . import validate
-from .prepared import HEAD_DIM, SCALE_BLOCK, SagePrepared, s_pad
+from .prepared import SCALE_BLOCK, SagePrepared, d_pad, s_pad
 
 LOG2E = 1.4426950408889634  # log2(e) as the nearest double (M_LOG2E)
 LN2 = 0.6931471805599453  # ln(2) as the nearest double (M_LN2)
@@ -19,7 +19,9 @@ INT8_MAX = 127.0
 FP8_MAX = 448.0  # OCP e4m3fn largest finite (docs/rdna4.md §FP8: 0x7E)
 FP8_NAN = 0x7F  # the one NaN encoding the spec produces (docs/numerics.md §Non-finite)
 KEY_TILE = 64  # keys per online-softmax step in the HIP kernel
-BF16_MAX = torch.finfo(torch.bfloat16).max  # 0x7f7f: the attention output saturates here (docs/numerics.md §Finite range)
+# The attention output saturates at the output dtype's largest finite value (docs/numerics.md §Finite range):
+# bf16 0x7f7f, fp16 0x7bff (65504).
+OUT_MAX = {torch.bfloat16: torch.finfo(torch.bfloat16).max, torch.float16: torch.finfo(torch.float16).max}
 
 
 def _f32(x: float, like: torch.Tensor) -> torch.Tensor:
@@ -43,9 +45,10 @@ def fp32_sqrt(x: torch.Tensor) -> torch.Tensor:
     return torch.sqrt(x.double()).float()
 
 
-def q_multiplier(softmax_scale: float | None = None) -> float:
-    """c = float32(softmax_scale * log2(e)): the product taken in double, rounded once to fp32 (RNE)."""
-    scale = validate.check_softmax_scale(softmax_scale)
+def q_multiplier(softmax_scale: float | None = None, head_dim: int = 128) -> float:
+    """c = float32(softmax_scale * log2(e)): the product taken in double, rounded once to fp32 (RNE).
+    softmax_scale None = 1/sqrt(head_dim)."""
+    scale = validate.check_softmax_scale(softmax_scale, head_dim)
     return torch.tensor(scale * LOG2E, dtype=torch.float64).to(torch.float32).item()
 
 
@@ -71,8 +74,16 @@ def _round_int8(y: torch.Tensor) -> torch.Tensor:
     return r.clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
 
 
+def pad_channels(x: torch.Tensor, D_pad: int) -> torch.Tensor:
+    """x [..., D] -> [..., D_pad] with zero channels D..D_pad-1 (docs/numerics.md §Head dim padding)."""
+    D = x.shape[-1]
+    if D == D_pad:
+        return x
+    return torch.cat([x, x.new_zeros(*x.shape[:-1], D_pad - D)], dim=-1)
+
+
 def quantize_int8_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x fp32 [B, S, H, 128] -> (int8 [B, H, S_pad, 128], scale fp32 [B, H, S_pad/32]), one scale per 32 tokens.
+    """x fp32 [B, S, H, D_pad] -> (int8 [B, H, S_pad, D_pad], scale fp32 [B, H, S_pad/32]), one scale per 32 tokens.
     Rows past S are zero and count as zero in their block's amax."""
     B, S, H, D = x.shape
     Sp = s_pad(S)
@@ -86,167 +97,197 @@ def quantize_int8_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def quantize_q(q: torch.Tensor, softmax_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """x = float32(q) * c, c = q_multiplier(softmax_scale); then quantize_int8_blocks."""
-    c = _f32(q_multiplier(softmax_scale), q)
-    return quantize_int8_blocks(q.float() * c)
+    """q [B, S_q, H_q, D] (NHD, bf16/fp16): x = float32(q) * c, c = q_multiplier(softmax_scale), channels zero-
+    padded to D_pad; then quantize_int8_blocks. softmax_scale None = 1/sqrt(D)."""
+    D = q.shape[-1]
+    c = _f32(q_multiplier(validate.check_softmax_scale(softmax_scale, D)), q)
+    return quantize_int8_blocks(pad_channels(q.float() * c, d_pad(D)))
 
 
 def k_channel_mean(k: torch.Tensor) -> torch.Tensor:
-    """k_mean [B, H, 128] fp32: mean over the S tokens of float32(k). Summation order is not part of the spec."""
-    return k.float().mean(dim=1)
+    """k_mean [B, H_kv, D_pad] fp32: mean over the S_kv tokens of float32(k), padded channels 0. Summation order
+    is not part of the spec."""
+    return pad_channels(k.float().mean(dim=1), d_pad(k.shape[-1]))
 
 
 def quantize_k(k: torch.Tensor, k_mean: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """x = float32(k) - k_mean (k_mean None: x = float32(k)); then quantize_int8_blocks. Given k_mean, bitwise."""
-    x = k.float()
+    """x = float32(k) - k_mean (k_mean None: x = float32(k)), channels zero-padded to D_pad (k_mean [B, H_kv, D_pad]
+    has zeros there); then quantize_int8_blocks. Given k_mean, bitwise."""
+    x = pad_channels(k.float(), d_pad(k.shape[-1]))
     if k_mean is not None:
         x = x - k_mean[:, None, :, :]
     return quantize_int8_blocks(x)
 
 
 def quantize_v(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per (b, h, channel) over the S tokens: v_scale = amax / 448, inv = 448 / amax,
-    v_fp8 = fp8(clamp(float32(v) * inv, -448, 448)); returns (v_fp8 [B, H, 128, S_pad], v_scale [B, H, 128])."""
+    """Per (b, h, channel) over the S_kv tokens: v_scale = amax / 448, inv = 448 / amax (0 when amax == 0),
+    y = float32(v) * inv except y = v for v = +-0 where inv = +inf (a channel of tiny values, amax < 448 / FLT_MAX:
+    docs/numerics.md §V), v_fp8 = fp8(clamp(y, -448, 448)).
+    Returns (v_fp8 [B, H_kv, D_pad, S_kv_pad], v_scale [B, H_kv, D_pad]); padded channels and tokens are 0."""
     B, S, H, D = v.shape
-    vf = v.float()
-    amax = vf.abs().amax(dim=1)  # [B, H, 128], propagates NaN
+    vf = pad_channels(v.float(), d_pad(D))
+    amax = vf.abs().amax(dim=1)  # [B, H, D_pad], propagates NaN
     v_scale, inv = _amax_inv(amax, FP8_MAX)
-    y = (vf * inv[:, None]).clamp(-FP8_MAX, FP8_MAX)  # clamp keeps NaN
-    v_fp8 = torch.zeros(B, H, D, s_pad(S), dtype=torch.uint8, device=v.device).view(torch.float8_e4m3fn)
+    inv_b = inv[:, None]
+    y = vf * inv_b
+    y = torch.where(torch.isinf(inv_b) & (vf == 0), vf, y)  # 0 * inf: the zero stays a zero, not NaN
+    y = y.clamp(-FP8_MAX, FP8_MAX)  # clamp keeps NaN
+    v_fp8 = torch.zeros(B, H, vf.shape[-1], s_pad(S), dtype=torch.uint8, device=v.device).view(torch.float8_e4m3fn)
     v_fp8[..., :S] = to_fp8(y).permute(0, 2, 3, 1)
     return v_fp8, v_scale
 
 
-def bf16_saturating(x: torch.Tensor) -> torch.Tensor:
-    """fp32 -> bf16 RNE with |x| beyond the largest finite bf16 (and +-inf) giving +-BF16_MAX; NaN stays NaN.
-    The attention output of a V near bf16 max can exceed it by the fp8 rounding of p (docs/numerics.md §Finite
-    range), so the spec saturates instead of rounding to inf."""
-    return x.clamp(-BF16_MAX, BF16_MAX).to(torch.bfloat16)  # clamp keeps NaN
-
-
 def dequantize_int8_blocks(x_int8: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """int8 [B, H, S_pad, 128] * scale per 32-row block -> fp32 [B, H, S_pad, 128]."""
+    """int8 [B, H, S_pad, D_pad] * scale per 32-row block -> fp32 [B, H, S_pad, D_pad]."""
     return x_int8.float() * scale.repeat_interleave(SCALE_BLOCK, dim=-1)[..., None]
 
 
 def dequantize_v(v_fp8: torch.Tensor, v_scale: torch.Tensor) -> torch.Tensor:
-    """fp8 [B, H, 128, S_pad] * v_scale [B, H, 128] -> fp32 [B, H, 128, S_pad]."""
+    """fp8 [B, H, D_pad, S_pad] * v_scale [B, H, D_pad] -> fp32 [B, H, D_pad, S_pad]."""
     return v_fp8.float() * v_scale[..., None]
 
 
 # ---------------------------------------------------------------------------------------------- RMSNorm + RoPE
 def mean_square(xf: torch.Tensor) -> torch.Tensor:
-    """ms = mean of xf*xf over the last dim (128), keepdim, by the spec's halving tree: t = xf*xf, then
-    t[i] = t[i] + t[i + w] for w = 64, 32, 16, 8, 4, 2, 1 (each level one elementwise fp32 add), ms = t[0] / 128.
+    """ms = mean of xf*xf over the last dim (D channels), keepdim, by the spec's halving tree over the channels
+    zero-padded to D_pad: t = xf*xf, then t[i] = t[i] + t[i + w] for w = D_pad/2, ..., 2, 1 (each level one
+    elementwise fp32 add; the zero channels add exact zeros), ms = t[0] / D (IEEE division by the real D).
     Elementwise ops only, so the bits are the same on every device."""
-    t = xf * xf
-    w = HEAD_DIM // 2
+    D = xf.shape[-1]
+    t = pad_channels(xf * xf, d_pad(D))
+    w = t.shape[-1] // 2
     while w >= 1:
         t = t[..., :w] + t[..., w:2 * w]
         w //= 2
-    return fp32_div(t, float(HEAD_DIM))
+    return fp32_div(t, float(D))
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """bf16 -> bf16: y = bf16(xf * r), r = 1 / sqrt(ms + eps); then y = bf16(y * weight) (eager Qwen-style order)."""
+    """bf16/fp16 -> same dtype: y = round(xf * r), r = 1 / sqrt(ms + eps); then y = round(y * weight) (eager
+    Qwen-style order), round = RNE to x's dtype (what an eager bf16 or fp16 op does)."""
     xf = x.float()
     r = fp32_div(1.0, fp32_sqrt(mean_square(xf) + _f32(eps, xf)))
-    y = (xf * r).to(torch.bfloat16)
-    return (y.float() * weight.float()).to(torch.bfloat16)
+    y = (xf * r).to(x.dtype)
+    return (y.float() * weight.float()).to(x.dtype)
 
 
 def rope(y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope_dim: int) -> torch.Tensor:
-    """Rotate-half RoPE on the first rope_dim channels of y [B, S, H, 128] bf16, cos/sin bf16 [S, rope_dim]:
-    out = bf16(bf16(y*cos) + bf16(rotate_half(y)*sin)), rotate_half(y) = cat(-y2, y1); later channels pass."""
-    half = rope_dim // 2
+    """Rotate-half RoPE on the first rope_dim channels of y [B, S, H, D] (bf16 or fp16), cos/sin [>= S, rope_dim]
+    in y's dtype, row = position: out = round(round(y*cos) + round(rotate_half(y)*sin)), rotate_half(y) =
+    cat(-y2, y1), round = RNE to y's dtype; later channels pass."""
+    S, half = y.shape[1], rope_dim // 2
     yr = y[..., :rope_dim].float()
     rot = torch.cat([-yr[..., half:], yr[..., :half]], dim=-1)
-    c = cos.float()[None, :, None, :]
-    s = sin.float()[None, :, None, :]
-    a = (yr * c).to(torch.bfloat16).float()
-    b = (rot * s).to(torch.bfloat16).float()
-    out = (a + b).to(torch.bfloat16)
-    return torch.cat([out, y[..., rope_dim:]], dim=-1) if rope_dim < HEAD_DIM else out
+    c = cos[:S].float()[None, :, None, :]
+    s = sin[:S].float()[None, :, None, :]
+    a = (yr * c).to(y.dtype).float()
+    b = (rot * s).to(y.dtype).float()
+    out = (a + b).to(y.dtype)
+    return torch.cat([out, y[..., rope_dim:]], dim=-1) if rope_dim < y.shape[-1] else out
 
 
 def norm_rope(x: torch.Tensor, weight: torch.Tensor | None, eps: float, cos: torch.Tensor | None,
               sin: torch.Tensor | None, rope_dim: int | None) -> torch.Tensor:
-    """The optional fused pre-quantization step for Q or K: RMSNorm (if weight) then RoPE (if cos)."""
+    """The optional fused pre-quantization step for Q or K [B, S, H, D]: RMSNorm (if weight) then RoPE (if cos)."""
     if weight is not None:
         x = rms_norm(x, weight, eps)
     if cos is not None:
-        x = rope(x, cos, sin, rope_dim)
+        x = rope(x, cos, sin, rope_dim if rope_dim is not None else cos.shape[1])
     return x
 
 
 # ------------------------------------------------------------------------------------------------------- prepare
-def sage_prepare(q, k, v, softmax_scale=None, *, smooth_k=False, q_norm_weight=None, k_norm_weight=None,
-                 eps=1e-6, cos=None, sin=None, rope_dim=None) -> SagePrepared:
-    """q, k, v bf16 [B, S, H, 128] -> SagePrepared (docs/numerics.md §Prepare)."""
-    chk = validate.check_prepare_args(q, k, v, softmax_scale, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
-                                      k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin, rope_dim=rope_dim)
-    q = norm_rope(q, q_norm_weight, eps, cos, sin, chk.rope_dim)
-    k = norm_rope(k, k_norm_weight, eps, cos, sin, chk.rope_dim)
-    q_int8, q_scale = quantize_q(q, chk.softmax_scale)
+def sage_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
+                 k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None) -> SagePrepared:
+    """q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (bf16 or fp16; layout="HND": [B, H, S, D]) -> SagePrepared
+    (docs/numerics.md §Prepare)."""
+    chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
+                                      q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
+                                      sin=sin, rope_dim=rope_dim)
+    sh = chk.shapes
+    qn = norm_rope(chk.q, q_norm_weight, eps, cos, sin, chk.rope_dim)
+    kn = norm_rope(chk.k, k_norm_weight, eps, cos, sin, chk.rope_dim)
+    q_int8, q_scale = quantize_q(qn, chk.softmax_scale)
     if smooth_k:
-        k_mean = k_channel_mean(k)
+        k_mean = k_channel_mean(kn)
     else:
-        k_mean = torch.zeros(chk.B, chk.H, HEAD_DIM, dtype=torch.float32, device=q.device)
-    k_int8, k_scale = quantize_k(k, k_mean)
-    v_fp8, v_scale = quantize_v(v)
-    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_fp8, v_scale, chk.S)
+        k_mean = torch.zeros(sh.B, sh.H_kv, d_pad(sh.D), dtype=torch.float32, device=q.device)
+    k_int8, k_scale = quantize_k(kn, k_mean)
+    v_fp8, v_scale = quantize_v(chk.v)
+    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_fp8, v_scale, sh.S_q, sh.S_kv, sh.D, sh.dtype)
 
 
 # ----------------------------------------------------------------------------------------------------- attention
+def kv_head_index(H_q: int, H_kv: int, device=None) -> torch.Tensor:
+    """GQA/MQA: query head h reads K/V head h // (H_q // H_kv) (docs/numerics.md §GQA)."""
+    return torch.arange(H_q, device=device) // (H_q // H_kv)
+
+
+def to_layout(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """An NHD [B, S, H, D] result as a tensor of the caller's layout (HND: [B, H, S, D]), contiguous."""
+    return (x if layout == "NHD" else x.transpose(1, 2)).contiguous()
+
+
+def round_saturating(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """fp32 -> bf16 or fp16, RNE, with |x| beyond the dtype's largest finite value (and +-inf) giving +-that value;
+    NaN stays NaN (the kernels write the dtype's quiet NaN 0x7fc0 / 0x7e00). The attention output of a V near the
+    dtype's max can exceed it by the fp8 rounding of p (docs/numerics.md §Finite range), so the spec saturates
+    instead of rounding to inf."""
+    hi = OUT_MAX[dtype]
+    return x.clamp(-hi, hi).to(dtype)  # clamp keeps NaN
+
+
 def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, key_tile: int = KEY_TILE):
-    """What the attention kernel computes from a SagePrepared (docs/numerics.md §Attention), per query row i
-    and key tile t of key_tile keys:
-      qk_scale = q_scale[blk(i)] * k_scale[blk(j)];  s = float32(s_int32) * qk_scale;  s = -inf for j >= S
+    """What the attention kernel computes from a SagePrepared (docs/numerics.md §Attention), per query row i of
+    query head h (K/V head g = h // (H_q / H_kv)) and key tile t of key_tile keys:
+      qk_scale = q_scale[blk(i)] * k_scale[g, blk(j)];  s = float32(s_int32) * qk_scale;  s = -inf for j >= S_kv
       m_new = max(m_old, max_t s);  alpha = exp2(m_old - m_new) (0 when m_old = -inf);  p = exp2(s - m_new)
-      l = l * alpha + rowsum(p);  p8 = fp8(p * 448);  O = O * alpha + p8 @ float32(v_fp8)
-      out[i, d] = bf16_sat((O[i, d] * inv) * v_scale[d]),  inv = 1 / (448 * l)  (saturating at +-bf16 max)
-    Returns out bf16 [B, S, H, 128], and with return_lse also lse fp32 [B, H, S] (natural log, smooth_k-corrected).
-    """
+      l = l * alpha + rowsum(p);  p8 = fp8(p * 448);  O = O * alpha + p8 @ float32(v_fp8[g])
+      out[i, d] = round_sat((O[i, d] * inv) * v_scale[g, d]),  inv = 1 / (448 * l), d < head_dim,
+      round_sat = RNE to out_dtype saturating at +-its largest finite value (round_saturating)
+    Returns out [B, S_q, H_q, head_dim] (NHD) in out_dtype, and with return_lse also lse fp32 [B, H_q, S_q]
+    (natural log, smooth_k-corrected)."""
     if isinstance(key_tile, bool) or not isinstance(key_tile, int) or key_tile < 1:
         raise ValueError(f"key_tile: expected a positive int, got {key_tile!r}")
     validate.check_flag("return_lse", return_lse)
-    if not isinstance(prepared, SagePrepared):
-        raise TypeError(f"prepared: expected a SagePrepared, got {type(prepared).__name__}")
-    B, H, Sp, D = prepared.q_int8.shape
-    S = prepared.seq_len
-    validate.check_prepared(prepared, B, S, H)
+    sh = validate.check_prepared(prepared)
     validate.check_prepared_padding(prepared)
-    dev = prepared.q_int8.device
+    S, S_kv, dev = sh.S_q, sh.S_kv, prepared.q_int8.device
+    B, H, Skvp = sh.B, sh.H_q, prepared.k_int8.shape[2]
+    g = kv_head_index(sh.H_q, sh.H_kv, dev)
+    k_int8, k_scale_g = prepared.k_int8[:, g], prepared.k_scale[:, g]
+    v_fp8, v_scale, k_mean = prepared.v_fp8[:, g], prepared.v_scale[:, g], prepared.k_mean[:, g]
+    Dp = k_int8.shape[-1]
 
     # int8 values are exact in fp32 (and in bf16/tf32), and every partial sum of a 128-term int8 dot is an integer
     # below 128 * 127 * 127 < 2**24: an fp32 matmul gives the exact int32 dot whatever its summation order.
-    qi = prepared.q_int8[:, :, :S].float()  # [B, H, S, 128]
-    q_scale = prepared.q_scale.repeat_interleave(SCALE_BLOCK, dim=-1)[..., :S, None]  # [B, H, S, 1]
-    k_scale = prepared.k_scale.repeat_interleave(SCALE_BLOCK, dim=-1)  # [B, H, S_pad]
+    qi = prepared.q_int8[:, :, :S].float()  # [B, H, S_q, D_pad]
+    q_scale = prepared.q_scale.repeat_interleave(SCALE_BLOCK, dim=-1)[..., :S, None]  # [B, H, S_q, 1]
+    k_scale = k_scale_g.repeat_interleave(SCALE_BLOCK, dim=-1)  # [B, H, S_kv_pad]
     neg_inf = torch.tensor(-math.inf, dtype=torch.float32, device=dev)
     c448 = _f32(FP8_MAX, qi)
 
     m = torch.full((B, H, S, 1), -math.inf, dtype=torch.float32, device=dev)
     l = torch.zeros(B, H, S, 1, dtype=torch.float32, device=dev)
-    O = torch.zeros(B, H, S, D, dtype=torch.float32, device=dev)
-    for j0 in range(0, S, key_tile):
-        j1 = min(j0 + key_tile, Sp)  # keys in [S, S_pad) are masked; keys past S_pad would be masked too
-        s_int = qi @ prepared.k_int8[:, :, j0:j1].float().transpose(-1, -2)  # [B, H, S, T]
+    O = torch.zeros(B, H, S, Dp, dtype=torch.float32, device=dev)
+    for j0 in range(0, S_kv, key_tile):
+        j1 = min(j0 + key_tile, Skvp)  # keys in [S_kv, S_kv_pad) are masked; keys past S_kv_pad would be too
+        s_int = qi @ k_int8[:, :, j0:j1].float().transpose(-1, -2)  # [B, H, S_q, T]
         qk_scale = q_scale * k_scale[:, :, None, j0:j1]
         s = s_int * qk_scale
-        valid = torch.arange(j0, j1, device=dev) < S
+        valid = torch.arange(j0, j1, device=dev) < S_kv
         s = torch.where(valid, s, neg_inf)
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
         alpha = torch.where(m == -math.inf, torch.zeros_like(m), torch.exp2(m - m_new))
         p = torch.exp2(s - m_new)
         l = l * alpha + p.sum(dim=-1, keepdim=True)
         p8 = to_fp8(p * c448).float()
-        O = O * alpha + p8 @ prepared.v_fp8[:, :, :, j0:j1].float().transpose(-1, -2)
+        O = O * alpha + p8 @ v_fp8[:, :, :, j0:j1].float().transpose(-1, -2)
         m = m_new
 
     inv = fp32_div(1.0, l * c448)
-    out = bf16_saturating((O * inv) * prepared.v_scale[:, :, None, :])
-    out = out.transpose(1, 2).contiguous()  # [B, S, H, 128]
+    out = round_saturating(((O * inv) * v_scale[:, :, None, :])[..., :sh.D], prepared.out_dtype)
+    out = out.transpose(1, 2).contiguous()  # [B, S_q, H_q, D]
     if not return_lse:
         return out
     ln2 = _f32(LN2, l)
@@ -254,30 +295,37 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
     # smooth_k: the kernel's logits lost q . k_mean; q_int8 * q_scale carries softmax_scale * log2(e), so the
     # natural-log correction is ln(2) * sum_d q_f[d] * k_mean[d]. Zero when k_mean is zero (smooth_k off).
     q_f = qi * q_scale
-    corr = (q_f @ prepared.k_mean[..., None]) * ln2  # [B, H, S, 1]
+    corr = (q_f @ k_mean[..., None]) * ln2  # [B, H, S_q, 1]
     lse = lse + corr
     return out, lse[..., 0].contiguous()
 
 
-def sage_attention(q, k, v, softmax_scale=None, *, smooth_k=False, q_norm_weight=None, k_norm_weight=None,
-                   eps=1e-6, cos=None, sin=None, rope_dim=None, return_lse=False):
-    """sage_prepare then sage_attention_model: bf16 [B, S, H, 128] out (and fp32 [B, H, S] LSE)."""
+def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
+                   k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, return_lse=False):
+    """sage_prepare then sage_attention_model: out in q's dtype and layout (and fp32 LSE [B, H_q, S_q])."""
     validate.check_flag("return_lse", return_lse)
-    prepared = sage_prepare(q, k, v, softmax_scale, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
+    prepared = sage_prepare(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
                             k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin, rope_dim=rope_dim)
-    return sage_attention_model(prepared, return_lse=return_lse)
+    res = sage_attention_model(prepared, return_lse=return_lse)
+    if return_lse:
+        return to_layout(res[0], layout), res[1]
+    return to_layout(res, layout)
 
 
-def attention_fp32(q, k, v, softmax_scale=None, *, return_lse=False, max_chunk_bytes: int = 1 << 30):
-    """Exact softmax attention of the bf16 inputs in fp32: fp32 [B, S, H, 128] (and natural-log LSE [B, H, S]).
-    Queries go in chunks so the fp32 score block stays under max_chunk_bytes (S = 32k fits in a few GB)."""
-    B, S, H = validate.check_qkv(q, k, v)
-    scale = validate.check_softmax_scale(softmax_scale)
+def attention_fp32(q, k, v, softmax_scale=None, *, layout="NHD", return_lse=False, max_chunk_bytes: int = 1 << 30):
+    """Exact softmax attention of the inputs in fp32: fp32 out in q's layout (and natural-log LSE [B, H_q, S_q]).
+    GQA: query head h uses K/V head h // (H_q / H_kv). Queries go in chunks so the fp32 score block stays under
+    max_chunk_bytes (S = 32k fits in a few GB)."""
+    sh, qn, kn, vn = validate.check_qkv(q, k, v, layout)
+    scale = validate.check_softmax_scale(softmax_scale, sh.D)
     validate.check_flag("return_lse", return_lse)
-    qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))  # [B, H, S, 128]
+    g = kv_head_index(sh.H_q, sh.H_kv, q.device)
+    qf = qn.float().transpose(1, 2)  # [B, H_q, S_q, D]
+    kf, vf = (t.float().transpose(1, 2)[:, g] for t in (kn, vn))  # [B, H_q, S_kv, D]
     sc = _f32(scale, qf)
-    rows = max(1, max_chunk_bytes // (3 * 4 * B * H * S))  # scores, exp and softmax alive at once
-    out = torch.empty(B, H, S, HEAD_DIM, dtype=torch.float32, device=q.device)
+    B, H, S, S_kv = sh.B, sh.H_q, sh.S_q, sh.S_kv
+    rows = max(1, max_chunk_bytes // (3 * 4 * B * H * S_kv))  # scores, exp and softmax alive at once
+    out = torch.empty(B, H, S, sh.D, dtype=torch.float32, device=q.device)
     lse = torch.empty(B, H, S, dtype=torch.float32, device=q.device) if return_lse else None
     for i0 in range(0, S, rows):
         i1 = min(i0 + rows, S)
@@ -285,5 +333,5 @@ def attention_fp32(q, k, v, softmax_scale=None, *, return_lse=False, max_chunk_b
         out[:, :, i0:i1] = torch.softmax(logits, dim=-1) @ vf
         if return_lse:
             lse[:, :, i0:i1] = torch.logsumexp(logits, dim=-1)
-    out = out.transpose(1, 2).contiguous()
+    out = to_layout(out.transpose(1, 2), layout)
     return (out, lse) if return_lse else out

@@ -11,24 +11,42 @@ from typing import NamedTuple
 import torch
 
 from .backends import BACKENDS  # the one list; backend modules load lazily, so this stays light
-from .prepared import HEAD_DIM, PAD, SCALE_BLOCK, SagePrepared, expected_shapes, s_pad
+from .prepared import (HEAD_DIM, HEAD_DIM_STEP, INPUT_DTYPES, PAD, SCALE_BLOCK, SagePrepared, d_pad,
+                       expected_shapes, s_pad)
 
 ROPE_DIMS = (32, 64, 96, 128)
+LAYOUTS = ("NHD", "HND")
+MAX_STRIDE = 2 ** 31 - 1   # the prepare kernels take element strides as 32-bit kernargs
+
+
+class Shapes(NamedTuple):
+    """The sizes of one call: q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (NHD order), dtype of q/k/v."""
+    B: int
+    S_q: int
+    S_kv: int
+    H_q: int
+    H_kv: int
+    D: int
+    dtype: torch.dtype
 
 
 class Checked(NamedTuple):
-    B: int
-    S: int
-    H: int
+    shapes: Shapes
+    q: torch.Tensor  # the NHD views [B, S, H, D] of the inputs (no copy: a transpose for layout="HND")
+    k: torch.Tensor
+    v: torch.Tensor
     softmax_scale: float
     rope_dim: int | None  # None when RoPE is off
 
 
-def _tensor(name: str, t, dtype: torch.dtype) -> torch.Tensor:
+def _tensor(name: str, t, dtype) -> torch.Tensor:
+    """t is a tensor of `dtype` (or of one of the dtypes in the tuple `dtype`) without requires_grad."""
+    dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
+    want = " or ".join(str(d) for d in dtypes)
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor of dtype {dtype}, got {type(t).__name__}")
-    if t.dtype != dtype:
-        raise TypeError(f"{name}: expected dtype {dtype}, got {t.dtype}")
+        raise TypeError(f"{name}: expected a torch.Tensor of dtype {want}, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        raise TypeError(f"{name}: expected dtype {want}, got {t.dtype}")
     if t.requires_grad:
         raise ValueError(f"{name}: expected a tensor without requires_grad (sage-co has no backward); "
                          f"pass {name}.detach()")
@@ -46,27 +64,64 @@ def _same_device(name: str, t: torch.Tensor, device: torch.device) -> None:
         raise ValueError(f"{name}: expected a tensor on {device} (the device of q), got {t.device}")
 
 
-def check_qkv(q, k, v) -> tuple[int, int, int]:
-    """q, k, v: contiguous bf16 [B, S, H, 128], one shape, one device, S >= 1. Returns (B, S, H)."""
+def check_layout(layout) -> str:
+    if not isinstance(layout, str):
+        raise TypeError(f"layout: expected one of {LAYOUTS}, got {type(layout).__name__}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {LAYOUTS} ('NHD' = [B, S, H, D], 'HND' = [B, H, S, D]), "
+                         f"got {layout!r}")
+    return layout
+
+
+def check_head_dim(name: str, D: int, shape) -> None:
+    if D % HEAD_DIM_STEP or not HEAD_DIM_STEP <= D <= HEAD_DIM:
+        raise ValueError(f"{name}: expected a head dim that is a multiple of {HEAD_DIM_STEP} in "
+                         f"{HEAD_DIM_STEP}..{HEAD_DIM} (64 and 128 native, others zero-padded), got D = {D} "
+                         f"(shape {tuple(shape)})")
+
+
+def check_qkv(q, k, v, layout="NHD") -> tuple[Shapes, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout "NHD"; "HND": [B, H, S, D]), one dtype (bf16 or fp16),
+    one device, any strides with stride(-1) == 1, D a multiple of 16 up to 128, H_q % H_kv == 0.
+    Returns (Shapes, and the NHD views of q, k, v: a transpose for "HND", never a copy)."""
+    layout = check_layout(layout)
+    dims = "[B, S, H, D]" if layout == "NHD" else "[B, H, S, D]"
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _tensor(name, t, torch.bfloat16)
+        _tensor(name, t, INPUT_DTYPES)
         if t.dim() != 4:
-            raise ValueError(f"{name}: expected 4 dims [B, S, H, {HEAD_DIM}], got shape {tuple(t.shape)}")
-        if t.shape[-1] != HEAD_DIM:
-            raise ValueError(f"{name}: expected head dim {HEAD_DIM} (shape [B, S, H, {HEAD_DIM}]), "
-                             f"got shape {tuple(t.shape)}")
+            raise ValueError(f"{name}: expected 4 dims {dims} (layout={layout!r}), got shape {tuple(t.shape)}")
     for name, t in (("k", k), ("v", v)):
-        if t.shape != q.shape:
-            raise ValueError(f"{name}: expected the shape of q {tuple(q.shape)}, got {tuple(t.shape)}")
-    B, S, H, _ = q.shape
-    if S == 0:
-        raise ValueError(f"q: expected at least one token (S >= 1), got shape {tuple(q.shape)}")
-    if B == 0 or H == 0:
-        raise ValueError(f"q: expected B >= 1 and H >= 1, got shape {tuple(q.shape)}")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _contiguous(name, t)
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name}: expected the dtype of q ({q.dtype}), got {t.dtype}")
+    views = [t if layout == "NHD" else t.transpose(1, 2) for t in (q, k, v)]
+    qn, kn, vn = views
+    B, S_q, H_q, D = qn.shape
+    check_head_dim("q", D, q.shape)
+    for name, t in (("k", kn), ("v", vn)):
+        if t.shape[-1] != D:
+            raise ValueError(f"{name}: expected the head dim of q (D = {D}), got shape {tuple(t.shape)}")
+        if t.shape[0] != B:
+            raise ValueError(f"{name}: expected the batch size of q (B = {B}), got shape {tuple(t.shape)}")
+    if vn.shape != kn.shape:
+        raise ValueError(f"v: expected the shape of k {tuple((k).shape)}, got {tuple(v.shape)}")
+    _, S_kv, H_kv, _ = kn.shape
+    if B == 0 or H_q == 0:
+        raise ValueError(f"q: expected B >= 1 and H >= 1, got shape {tuple(q.shape)} (layout={layout!r})")
+    if S_q == 0:
+        raise ValueError(f"q: expected at least one token (S >= 1), got shape {tuple(q.shape)} (layout={layout!r})")
+    if S_kv == 0:
+        raise ValueError(f"k: expected at least one token (S >= 1), got shape {tuple(k.shape)} (layout={layout!r})")
+    if H_kv == 0 or H_q % H_kv:
+        raise ValueError(f"k: expected a number of heads that divides the {H_q} heads of q (GQA/MQA), got "
+                         f"{H_kv} (shape {tuple(k.shape)}, layout={layout!r})")
+    for name, t, orig in (("q", qn, q), ("k", kn, k), ("v", vn, v)):
+        if t.stride(-1) != 1 and t.shape[-1] > 1:
+            raise ValueError(f"{name}: expected a contiguous last dim (stride(-1) == 1), got strides "
+                             f"{tuple(orig.stride())} for shape {tuple(orig.shape)}; pass {name}.contiguous()")
+        if max(orig.stride()) > MAX_STRIDE:
+            raise ValueError(f"{name}: strides {tuple(orig.stride())} exceed {MAX_STRIDE} elements")
         _same_device(name, t, q.device)
-    return B, S, H
+    return Shapes(B, S_q, S_kv, H_q, H_kv, D, q.dtype), qn, kn, vn
 
 
 # docs/numerics.md §Finite range: with |softmax_scale| <= 2^64 and |q|, |k| <= 2^24 every intermediate of the spec
@@ -75,10 +130,11 @@ MAX_SOFTMAX_SCALE = 2.0 ** 64
 MAX_QK_ABS = 2.0 ** 24
 
 
-def check_softmax_scale(softmax_scale) -> float:
-    """None -> 1/sqrt(128); otherwise a real number (int or float, not bool) with |softmax_scale| <= 2^64."""
+def check_softmax_scale(softmax_scale, head_dim: int = HEAD_DIM) -> float:
+    """None -> 1/sqrt(head_dim) (the real D, not the padded one); otherwise a real number (int or float, not bool)
+    with |softmax_scale| <= 2^64."""
     if softmax_scale is None:
-        return 1.0 / math.sqrt(HEAD_DIM)
+        return 1.0 / math.sqrt(head_dim)
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
         raise TypeError(f"softmax_scale: expected None or a finite float, got {type(softmax_scale).__name__}")
     # comparisons, not math.isfinite: under torch.compile(dynamic=True) the float is symbolic and math.isfinite
@@ -87,20 +143,6 @@ def check_softmax_scale(softmax_scale) -> float:
         raise ValueError(f"softmax_scale: expected a finite float with |softmax_scale| <= 2**64 (the range where "
                          f"the arithmetic stays finite, docs/numerics.md §Finite range), got {softmax_scale}")
     return float(softmax_scale)
-
-
-def check_finite_range(q, k, softmax_scale=None) -> None:
-    """Optional check (one pass over q and k; the ops do not run it): the inputs lie in the supported finite range
-    of docs/numerics.md §Finite range, |q|, |k| <= 2^24, so the output and LSE are finite. Raises ValueError naming
-    q or k."""
-    check_softmax_scale(softmax_scale)
-    for name, t in (("q", q), ("k", k)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-        amax = t.detach().abs().amax().item() if t.numel() else 0.0
-        if not amax <= MAX_QK_ABS:
-            raise ValueError(f"{name}: max |{name}| = {amax} is outside the supported finite range |{name}| <= 2**24 "
-                             f"(docs/numerics.md §Finite range)")
 
 
 def check_flag(name: str, value) -> bool:
@@ -117,21 +159,25 @@ def check_eps(eps) -> float:
     return float(eps)
 
 
-def check_norm_rope(q_norm_weight, k_norm_weight, cos, sin, rope_dim, S: int, device: torch.device) -> int | None:
-    """Norm weights: None or contiguous bf16 [128]. cos/sin: both None or both contiguous bf16 [S, rope_dim].
-    rope_dim: None (taken from cos) or one of 32, 64, 96, 128 matching cos. Returns rope_dim or None."""
+def check_norm_rope(q_norm_weight, k_norm_weight, cos, sin, rope_dim, shapes: Shapes,
+                    device: torch.device) -> int | None:
+    """Norm weights: None or contiguous [D] in the dtype of q. cos/sin: both None or both contiguous
+    [max(S_q, S_kv), rope_dim] in the dtype of q (row i = position i, for Q and K alike). rope_dim: None (taken
+    from cos) or one of 32, 64, 96, 128, at most D, matching cos. Returns rope_dim or None."""
+    D, dtype, S = shapes.D, shapes.dtype, max(shapes.S_q, shapes.S_kv)
     for name, w in (("q_norm_weight", q_norm_weight), ("k_norm_weight", k_norm_weight)):
         if w is None:
             continue
-        _tensor(name, w, torch.bfloat16)
-        if tuple(w.shape) != (HEAD_DIM,):
-            raise ValueError(f"{name}: expected shape ({HEAD_DIM},), got {tuple(w.shape)}")
+        _tensor(name, w, dtype)
+        if tuple(w.shape) != (D,):
+            raise ValueError(f"{name}: expected shape ({D},) (the head dim), got {tuple(w.shape)}")
         _contiguous(name, w)
         _same_device(name, w, device)
+    allowed = tuple(r for r in ROPE_DIMS if r <= D)
     if rope_dim is not None and (isinstance(rope_dim, bool) or not isinstance(rope_dim, int)):
-        raise TypeError(f"rope_dim: expected None or an int in {ROPE_DIMS}, got {type(rope_dim).__name__}")
-    if rope_dim is not None and rope_dim not in ROPE_DIMS:
-        raise ValueError(f"rope_dim: expected one of {ROPE_DIMS}, got {rope_dim}")
+        raise TypeError(f"rope_dim: expected None or an int in {allowed}, got {type(rope_dim).__name__}")
+    if rope_dim is not None and rope_dim not in allowed:
+        raise ValueError(f"rope_dim: expected one of {allowed} (at most the head dim {D}), got {rope_dim}")
     if cos is None and sin is None:
         if rope_dim is not None:
             raise ValueError(f"rope_dim: given ({rope_dim}) but cos and sin are None; pass cos and sin "
@@ -139,32 +185,100 @@ def check_norm_rope(q_norm_weight, k_norm_weight, cos, sin, rope_dim, S: int, de
         return None
     if cos is None or sin is None:
         missing, given = ("cos", "sin") if cos is None else ("sin", "cos")
-        raise ValueError(f"{missing}: expected a bf16 [S, rope_dim] tensor because {given} is given "
-                         f"(RoPE needs both)")
+        raise ValueError(f"{missing}: expected a [S, rope_dim] tensor because {given} is given (RoPE needs both)")
     for name, t in (("cos", cos), ("sin", sin)):
-        _tensor(name, t, torch.bfloat16)
+        _tensor(name, t, dtype)
         if t.dim() != 2:
             raise ValueError(f"{name}: expected shape [S, rope_dim] = [{S}, rope_dim], got {tuple(t.shape)}")
     if rope_dim is None:
         rope_dim = cos.shape[1]
-        if rope_dim not in ROPE_DIMS:
-            raise ValueError(f"cos: expected shape [{S}, rope_dim] with rope_dim in {ROPE_DIMS}, "
+        if rope_dim not in allowed:
+            raise ValueError(f"cos: expected shape [{S}, rope_dim] with rope_dim in {allowed}, "
                              f"got {tuple(cos.shape)}")
     for name, t in (("cos", cos), ("sin", sin)):
         if tuple(t.shape) != (S, rope_dim):
-            raise ValueError(f"{name}: expected shape [S, rope_dim] = [{S}, {rope_dim}], got {tuple(t.shape)}")
+            raise ValueError(f"{name}: expected shape [S, rope_dim] = [{S}, {rope_dim}] (S = max(S_q, S_kv), "
+                             f"row = position), got {tuple(t.shape)}")
         _contiguous(name, t)
         _same_device(name, t, device)
     return rope_dim
 
 
+def check_prepare_args(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
+                       k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None) -> Checked:
+    """Everything sage_prepare / sage_attention take, checked in one go."""
+    shapes, qn, kn, vn = check_qkv(q, k, v, layout)
+    scale = check_softmax_scale(softmax_scale, shapes.D)
+    check_flag("smooth_k", smooth_k)
+    check_eps(eps)
+    rd = check_norm_rope(q_norm_weight, k_norm_weight, cos, sin, rope_dim, shapes, q.device)
+    return Checked(shapes, qn, kn, vn, scale, rd)
+
+
+def _seq_field(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"prepared.{name}: expected an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"prepared.{name}: expected an int >= 1, got {value}")
+    return value
+
+
+def check_prepared(prepared, device: torch.device | str | None = None) -> Shapes:
+    """A SagePrepared is consistent: B and H_q read off q_int8, H_kv off k_int8, S_q, S_kv, D from its int fields;
+    every field's dtype, shape (expected_shapes), contiguity and device. The int fields are trusted only as far
+    as the tensors agree with them: s_pad(seq_len) must be the tensors' padded length, d_pad(head_dim) their
+    width. Returns the Shapes (dtype = out_dtype)."""
+    if not isinstance(prepared, SagePrepared):
+        raise TypeError(f"prepared: expected a SagePrepared (from sage_prepare), got {type(prepared).__name__}")
+    S_q, S_kv = _seq_field("seq_len_q", prepared.seq_len_q), _seq_field("seq_len_kv", prepared.seq_len_kv)
+    D = prepared.head_dim
+    if isinstance(D, bool) or not isinstance(D, int):
+        raise TypeError(f"prepared.head_dim: expected an int, got {type(D).__name__}")
+    check_head_dim("prepared.head_dim", D, ())
+    if prepared.out_dtype not in INPUT_DTYPES:
+        raise TypeError(f"prepared.out_dtype: expected one of {INPUT_DTYPES}, got {prepared.out_dtype!r}")
+    for name in ("q_int8", "k_int8"):
+        t = getattr(prepared, name)
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"prepared.{name}: expected a 4-dim int8 tensor [B, H, S_pad, D_pad], got {shape}")
+    B, H_q = prepared.q_int8.shape[:2]
+    H_kv = prepared.k_int8.shape[1]
+    if B < 1 or H_q < 1 or H_kv < 1 or H_q % H_kv:
+        raise ValueError(f"prepared.k_int8: expected B >= 1 and a head count dividing the {H_q} heads of q_int8, "
+                         f"got shape {tuple(prepared.k_int8.shape)}")
+    dev = torch.device(device) if device is not None else prepared.q_int8.device
+    desc = f"B={B}, S_q={S_q}, S_kv={S_kv}, H_q={H_q}, H_kv={H_kv}, D={D} (D_pad={d_pad(D)})"
+    for field, (shape, dtype) in expected_shapes(B, S_q, S_kv, H_q, H_kv, D).items():
+        name = f"prepared.{field}"
+        t = getattr(prepared, field)
+        _tensor(name, t, dtype)
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name}: expected shape {shape} for {desc}, got {tuple(t.shape)}; "
+                             f"this prepared structure was made for another shape")
+        _contiguous(name, t)
+        if t.device != dev:
+            raise ValueError(f"{name}: expected a tensor on {dev}, got {t.device}")
+    return Shapes(B, S_q, S_kv, H_q, H_kv, D, prepared.out_dtype)
+
+
+def check_finite_range(q, k, softmax_scale=None) -> None:
+    """Optional check (one pass over q and k; the ops do not run it): the inputs lie in the supported finite range
+    of docs/numerics.md §Finite range, |q|, |k| <= 2^24, so the output and LSE are finite. Raises ValueError naming
+    q or k."""
+    check_softmax_scale(softmax_scale)
+    for name, t in (("q", q), ("k", k)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        amax = t.detach().abs().amax().item() if t.numel() else 0.0
+        if not amax <= MAX_QK_ABS:
+            raise ValueError(f"{name}: max |{name}| = {amax} is outside the supported finite range |{name}| <= 2**24 "
+                             f"(docs/numerics.md §Finite range)")
+
+
 # ------------------------------------------------------------------- whole-call checks (issue 11 item 5)
 ATTENTION_OP = "sage_attention_fwd"
-# The attention kernel addresses one head of q/k/v with 32-bit byte offsets: S_pad * 128 < 2^32, so
-# S_pad <= 2^32 / 128 - 64 = 33,554,368 (docs/numerics.md §Inputs).
-MAX_ATTENTION_SEQ_PAD = (1 << 32) // HEAD_DIM - PAD
-# The prepare kernels' grids: y = H, z = 3 * B (quant) (docs/rdna4.md §HIP runtime: y, z <= 65536); S_pad < 2^31.
-MAX_GRID_YZ = 65536
+U32 = 1 << 32
 
 
 def check_backend(backend) -> None:
@@ -172,9 +286,9 @@ def check_backend(backend) -> None:
     if backend is None:
         return
     if not isinstance(backend, str):
-        raise TypeError(f"backend: expected None, 'emu' or 'hip', got {type(backend).__name__}")
+        raise TypeError(f"backend: expected None or one of {BACKENDS}, got {type(backend).__name__}")
     if backend not in BACKENDS:
-        raise ValueError(f"backend: expected None, 'emu' or 'hip', got {backend!r}")
+        raise ValueError(f"backend: expected None or one of {BACKENDS}, got {backend!r}")
 
 
 def check_kernel(kernel, op: str = ATTENTION_OP) -> None:
@@ -199,71 +313,32 @@ def check_kernel_shipped(kernel, op: str = ATTENTION_OP) -> None:
         raise ValueError(f"kernel: expected None or one of {variants} (the shipped variants of {op}), got {kernel!r}")
 
 
-def check_attention_length(S, name: str = "q") -> None:
-    """S tokens fit the attention kernel: S_pad = round_up(S, 64) <= 33,554,368."""
-    Sp = s_pad(S)
-    if Sp > MAX_ATTENTION_SEQ_PAD:
+def check_attention_length(S, D, name: str = "q") -> None:
+    """S tokens of head dim D fit the attention kernel: it addresses one head with 32-bit byte offsets, so
+    round_up(S, 64) * D_pad < 2^32 (S_pad <= 33,554,368 at D_pad 128, 67,108,800 at D_pad 64)."""
+    Sp, Dp = s_pad(S), d_pad(D)
+    if Sp * Dp >= U32:
+        limit = (U32 - 1) // Dp // PAD * PAD
         raise ValueError(f"{name}: S = {S} is too long for the attention kernel: S_pad = round_up(S, 64) = {Sp} > "
-                         f"{MAX_ATTENTION_SEQ_PAD} (one head of q/k/v is addressed with 32-bit byte offsets)")
-
-
-def check_prepare_limits(B, S, H) -> None:
-    """The prepare kernels' launch grids fit: 3 * B <= 65536, H <= 65536, S_pad < 2^31."""
-    if 3 * B > MAX_GRID_YZ or H > MAX_GRID_YZ:
-        raise ValueError(f"q: B = {B} and H = {H} exceed the launch grid (need 3 * B <= 65536 and H <= 65536)")
-    if s_pad(S) >= 2 ** 31:
-        raise ValueError(f"q: S = {S} is too long (S_pad must stay below 2^31)")
-
-
-def check_prepare_args(q, k, v, softmax_scale=None, *, smooth_k=False, q_norm_weight=None, k_norm_weight=None,
-                       eps=1e-6, cos=None, sin=None, rope_dim=None) -> Checked:
-    """Everything sage_prepare / sage_attention take, checked in one go."""
-    B, S, H = check_qkv(q, k, v)
-    scale = check_softmax_scale(softmax_scale)
-    check_flag("smooth_k", smooth_k)
-    check_eps(eps)
-    rd = check_norm_rope(q_norm_weight, k_norm_weight, cos, sin, rope_dim, S, q.device)
-    return Checked(B, S, H, scale, rd)
-
-
-def check_prepared(prepared, B: int, S: int, H: int, device: torch.device | str | None = None) -> None:
-    """A SagePrepared matches q/k/v of shape [B, S, H, 128]: every field's dtype, shape, layout, device."""
-    if not isinstance(prepared, SagePrepared):
-        raise TypeError(f"prepared: expected a SagePrepared, got {type(prepared).__name__}")
-    if isinstance(prepared.seq_len, bool) or not isinstance(prepared.seq_len, int):
-        raise TypeError(f"prepared.seq_len: expected an int (S), got {type(prepared.seq_len).__name__}")
-    if prepared.seq_len != S:
-        raise ValueError(f"prepared.seq_len: expected {S} (S of q/k/v), got {prepared.seq_len}; "
-                         f"this prepared structure was made for another shape")
-    dev = torch.device(device) if device is not None else prepared.q_int8.device
-    for field, (shape, dtype) in expected_shapes(B, S, H).items():
-        name = f"prepared.{field}"
-        t = getattr(prepared, field)
-        _tensor(name, t, dtype)
-        if tuple(t.shape) != shape:
-            raise ValueError(f"{name}: expected shape {shape} for B={B}, S={S}, H={H}, got {tuple(t.shape)}; "
-                             f"this prepared structure was made for another shape")
-        _contiguous(name, t)
-        if t.device != dev:
-            raise ValueError(f"{name}: expected a tensor on {dev}, got {t.device}")
+                         f"{limit} at head dim {D} (one head is addressed with 32-bit byte offsets)")
 
 
 def check_prepared_padding(prepared) -> None:
-    """Everything past prepared.seq_len is zero, as the layout requires (docs/numerics.md §Prepared layout): rows
-    >= seq_len of q_int8/k_int8, columns >= seq_len of v_fp8, scale blocks that hold no valid token. This catches a
-    seq_len lowered within the same S_pad (100 -> 65 was silently used: rel L2 0.74). Reads only the padded part
-    (fewer than 64 tokens per head); skipped for tensors without data (meta)."""
-    S = prepared.seq_len
+    """Everything past the valid tokens is zero, as the layout requires (docs/numerics.md §Prepared layout): q_int8
+    rows >= seq_len_q, k_int8 rows and v_fp8 columns >= seq_len_kv, scale blocks that hold no valid token. This
+    catches a seq_len lowered within the same S_pad (100 -> 65 was silently used: rel L2 0.74). Reads only the
+    padded part (fewer than 64 tokens per head); skipped for tensors without data (meta)."""
     q_int8 = prepared.q_int8
-    if q_int8.device.type == "meta" or S >= q_int8.shape[2]:
+    if q_int8.device.type == "meta":
         return
-    first_empty_block = -(-S // SCALE_BLOCK)
-    padded = (("q_int8", q_int8[:, :, S:]), ("k_int8", prepared.k_int8[:, :, S:]),
-              ("v_fp8", prepared.v_fp8[..., S:].view(torch.uint8)),
-              ("q_scale", prepared.q_scale[..., first_empty_block:]),
-              ("k_scale", prepared.k_scale[..., first_empty_block:]))
-    for field, t in padded:
+    S_q, S_kv = prepared.seq_len_q, prepared.seq_len_kv
+    bq, bk = -(-S_q // SCALE_BLOCK), -(-S_kv // SCALE_BLOCK)
+    padded = (("seq_len_q", S_q, "q_int8", q_int8[:, :, S_q:]), ("seq_len_q", S_q, "q_scale", prepared.q_scale[..., bq:]),
+              ("seq_len_kv", S_kv, "k_int8", prepared.k_int8[:, :, S_kv:]),
+              ("seq_len_kv", S_kv, "k_scale", prepared.k_scale[..., bk:]),
+              ("seq_len_kv", S_kv, "v_fp8", prepared.v_fp8[..., S_kv:].view(torch.uint8)))
+    for length, S, field, t in padded:
         if t.numel() and bool(t.ne(0).any()):
-            raise ValueError(f"prepared.seq_len: {S}, but prepared.{field} holds non-zero values past token {S} where "
-                             f"the layout has zero padding: the structure was prepared for a longer sequence or "
-                             f"seq_len was changed")
+            raise ValueError(f"prepared.{length}: {S}, but prepared.{field} holds non-zero values past token {S} "
+                             f"where the layout has zero padding: the structure was prepared for a longer sequence "
+                             f"or {length} was changed")

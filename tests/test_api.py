@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import sage_co
+import sage_co.api  # noqa: F401  (registers torch.ops.sage_co.*: `import sage_co` is lazy)
 from sage_co import launch as launch_mod
 from sage_co import reference
 from sage_co.kernargs import Field, KernargMismatch, KernargStruct
@@ -30,14 +31,15 @@ KERNELS = ["asm", "hip"]   # every attention test runs against both shipped kern
 def test_opcheck_all_three_ops(kernel):
     q, k, v = qkv()
     torch.library.opcheck(torch.ops.sage_co.sage_prepare.default,
-                          (q, k, v, 0.088, True, None, None, 1e-6, None, None, 0, "emu"))
+                          (q, k, v, 0.088, "NHD", True, None, None, 1e-6, None, None, 0, "emu"))
     p = sage_co.sage_prepare(q, k, v)
     torch.library.opcheck(torch.ops.sage_co.sage_attention_fwd.default,
-                          (*p[:5], p.v_fp8.view(torch.uint8), p.v_scale, p.seq_len, True, "emu", kernel))
+                          (*p[:5], p.v_fp8.view(torch.uint8), p.v_scale, p.seq_len_q, p.seq_len_kv, p.head_dim,
+                           p.out_dtype, "NHD", True, "emu", kernel))
     na = norm_rope_args(33, 32)
     torch.library.opcheck(torch.ops.sage_co.sage_attention.default,
-                          (q, k, v, 0.088, False, na["q_norm_weight"], na["k_norm_weight"], 1e-6, na["cos"], na["sin"],
-                           32, False, "emu", kernel))
+                          (q, k, v, 0.088, "NHD", False, na["q_norm_weight"], na["k_norm_weight"], 1e-6, na["cos"],
+                           na["sin"], 32, False, "emu", kernel))
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -101,7 +103,7 @@ def test_more_validation_errors(no_kernels):
     with pytest.raises(ValueError, match="requires_grad|grad"):
         sage_co.sage_attention(q.clone().requires_grad_(True), k, v)
     p = reference.sage_prepare(*qkv(S=100))
-    wrong = p._replace(seq_len=33)
+    wrong = p._replace(seq_len_q=33, seq_len_kv=33)
     with pytest.raises(ValueError, match="another shape"):
         sage_co.sage_attention_fwd(wrong)
     with pytest.raises(TypeError, match="prepared"):
@@ -122,19 +124,133 @@ def test_backend_choice_is_explicit_or_by_device():
 
 def test_default_kernel_is_the_hand_scheduled_one():
     from sage_co import registry
-    assert registry.find("sage_attention_fwd").variant == "asm"
-    assert registry.find("sage_attention_fwd", "hip").symbol == "gfx1201_sage_attention_fwd"
+    assert registry.find("sage_attention_fwd", head_dim=128, out_dtype="bf16").variant == "asm"
+    assert registry.find("sage_attention_fwd", "hip", head_dim=64, out_dtype="fp16").symbol == \
+        "gfx1201_sage_attention_fwd_d64_fp16"
     with pytest.raises(LookupError, match="no variant 'fast'"):
         registry.find("sage_attention_fwd", "fast")
 
 
-@pytest.mark.parametrize("symbol", ["gfx1201_sage_attention_fwd", "gfx1201_sage_attention_fwd_asm"])
+@pytest.mark.parametrize("symbol", ["gfx1201_sage_attention_fwd_d128_bf16", "gfx1201_sage_attention_fwd_asm_d64_fp16"])
 def test_edited_kernarg_declaration_is_refused(symbol):
     from sage_co.ops.attention import ATTENTION_FWD_ARGS
     fields = list(ATTENTION_FWD_ARGS.fields)
     swapped = [Field(f.name, f.kind, f.offset) for f in fields]
-    swapped[-1], swapped[-2] = Field("num_heads", "u32", 84), Field("flags", "u32", 80)
+    swapped[-1], swapped[-2] = Field("head_dim", "u32", 120), Field("flags", "u32", 116)
     edited = KernargStruct("edited_attention_fwd", swapped, ATTENTION_FWD_ARGS.size)
     with pytest.raises(KernargMismatch, match="refusing to launch"):
         launch_mod.checked_kernel(symbol, edited)
     launch_mod.checked_kernel(symbol, ATTENTION_FWD_ARGS)
+
+
+# ------------------------------------------------------------------------- issue 13: the new signature
+def qkv_new(B=1, S_q=33, S_kv=40, H_q=4, H_kv=2, D=64, dtype=torch.float16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(B, S_q, H_q, D, generator=g).to(dtype), torch.randn(B, S_kv, H_kv, D, generator=g).to(dtype),
+            torch.randn(B, S_kv, H_kv, D, generator=g).to(dtype))
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_opcheck_prepare_new_shapes(layout):
+    """fp16, GQA, S_q != S_kv, a padded head dim (80), NHD and HND views: the real op and its fake agree on every
+    output's shape, dtype and strides."""
+    q, k, v = qkv_new(D=80)
+    if layout == "HND":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))   # HND views of NHD memory
+    torch.library.opcheck(torch.ops.sage_co.sage_prepare.default,
+                          (q, k, v, 0.1, layout, True, None, None, 1e-6, None, None, 0, "emu"))
+
+
+def test_prepare_end_to_end_new_shapes_equals_reference():
+    q, k, v = qkv_new(D=96, dtype=torch.bfloat16)
+    hnd = [t.transpose(1, 2) for t in (q, k, v)]
+    p = sage_co.sage_prepare(*hnd, layout="HND", smooth_k=False)
+    r = reference.sage_prepare(q, k, v)
+    assert p[7:] == r[7:] == (33, 40, 96, torch.bfloat16)
+    for a, b in zip(p[:7], r[:7]):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def test_torch_compile_fullgraph_prepare_new_signature():
+    q, k, v = qkv_new(D=64)
+
+    def f(q, k, v):
+        p = sage_co.sage_prepare(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), layout="HND")
+        return p.q_int8.float().sum() + p.v_scale.sum(), p.k_scale
+
+    eager = f(q, k, v)
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
+    assert all(torch.equal(a, b) for a, b in zip(eager, compiled))
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_attention_hnd_layout_and_compile(kernel):
+    """layout="HND" end to end (the shapes the shipped v1 kernels serve: D = 128, H_q = H_kv, S_q = S_kv, bf16):
+    the same values as NHD, returned as [B, H, S, D], also under torch.compile(fullgraph=True)."""
+    q, k, v = qkv(S=40, H=2, seed=5)
+    nhd = sage_co.sage_attention(q, k, v, kernel=kernel)
+
+    def f(q, k, v):
+        return sage_co.sage_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), layout="HND",
+                                      kernel=kernel)
+
+    hnd = f(q, k, v)
+    assert hnd.shape == (1, 2, 40, 128) and torch.equal(hnd.transpose(1, 2), nhd)
+    assert torch.equal(torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v), hnd)
+    out_ref = reference.sage_attention(q, k, v)
+    assert (nhd.float() - out_ref.float()).norm() <= 1e-3 * out_ref.float().norm()
+
+
+@pytest.mark.parametrize("case", ["gqa", "mqa_cross", "d80_hnd", "fp16_d64"])
+def test_attention_new_shapes_end_to_end(case):
+    """GQA, MQA with S_q != S_kv, a padded head dim in HND, fp16 with D = 64: sage_attention on the emulator equals
+    prepare + the reference model (docs/numerics.md kernel-vs-model bound), in q's dtype and layout."""
+    kw, layout = {"gqa": (dict(H_q=4, H_kv=2, S_q=33, S_kv=33, D=128, dtype=torch.bfloat16), "NHD"),
+                  "mqa_cross": (dict(H_q=2, H_kv=1, S_q=31, S_kv=77, D=128, dtype=torch.bfloat16), "NHD"),
+                  "d80_hnd": (dict(H_q=2, H_kv=2, S_q=40, S_kv=33, D=80, dtype=torch.bfloat16), "HND"),
+                  "fp16_d64": (dict(H_q=4, H_kv=1, S_q=64, S_kv=31, D=64, dtype=torch.float16), "NHD")}[case]
+    q, k, v = qkv_new(**kw)
+    if layout == "HND":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    out, lse = sage_co.sage_attention(q, k, v, layout=layout, return_lse=True)
+    model, model_lse = reference.sage_attention(q, k, v, layout=layout, return_lse=True)
+    assert out.shape == q.shape and out.dtype == q.dtype and model.shape == out.shape
+    rel = ((out.float() - model.float()).norm() / model.float().norm()).item()
+    assert rel <= 1e-3, rel
+    assert torch.allclose(lse, model_lse, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("bad, exc, match", [
+    (dict(layout="BHSD"), ValueError, "^layout"),
+    (dict(q=torch.zeros(1, 33, 4, 72, dtype=torch.float16)), ValueError, "^q: expected a head dim"),
+    (dict(q=torch.zeros(1, 33, 4, 144, dtype=torch.float16)), ValueError, "^q: expected a head dim"),
+    (dict(q=torch.zeros(1, 33, 3, 64, dtype=torch.float16)), ValueError, "^k: expected a number of heads"),
+    (dict(q=torch.zeros(1, 33, 4, 64, dtype=torch.bfloat16)), TypeError, "^k: expected the dtype of q"),
+    (dict(kernel="fast"), LookupError, "no variant 'fast'"),
+])
+@pytest.mark.parametrize("entry", ["prepare", "attention"])
+def test_new_validation_errors_before_any_kernel(no_kernels, bad, exc, match, entry):
+    q, k, v = qkv_new()
+    args = dict(q=q, k=k, v=v)
+    args.update(bad)
+    if entry == "prepare":
+        if "kernel" in args:
+            pytest.skip("sage_prepare has no kernel= argument")
+        fn = sage_co.sage_prepare
+    else:
+        fn = sage_co.sage_attention
+    with pytest.raises(exc, match=match):
+        fn(args.pop("q"), args.pop("k"), args.pop("v"), **args)
+
+
+def test_opcheck_attention_ops_new_shapes_hnd():
+    """The forward and the fused op on GQA + S_q != S_kv + fp16 + a padded head dim, HND: real and fake agree on
+    shapes, dtypes and strides (out contiguous in the caller's layout)."""
+    q, k, v = qkv_new(S_q=33, S_kv=40, H_q=4, H_kv=2, D=80, dtype=torch.float16)
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    p = sage_co.sage_prepare(q, k, v, layout="HND")
+    torch.library.opcheck(torch.ops.sage_co.sage_attention_fwd.default,
+                          (*p[:5], p.v_fp8.view(torch.uint8), p.v_scale, p.seq_len_q, p.seq_len_kv, p.head_dim,
+                           p.out_dtype, "HND", True, "emu", "hip"))
+    torch.library.opcheck(torch.ops.sage_co.sage_attention.default,
+                          (q, k, v, 0.1, "HND", False, None, None, 1e-6, None, None, 0, False, "emu", "asm"))

@@ -14,19 +14,31 @@ from elftools.elf.elffile import ELFFile
 from sage_co import abi, emu, launch, reference, registry
 from sage_co.emu.device import EmuError
 
+SYMBOL = "gfx1201_sage_attention_fwd_d128_bf16"   # the HIP kernel, head dim 128, bf16 out: 128 work-items, x id only
+
 
 def _attention_args(S: int = 64):
+    """The prepared inputs and the exact launch() arguments the attention op passes for them (captured, so the
+    test follows the kernarg struct wherever sage_co/abi.py takes it)."""
+    from sage_co.ops import attention
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, S, 1, 128, generator=g).to(torch.bfloat16) for _ in range(3))
     p = reference.sage_prepare(q, k, v)
-    out = torch.empty(1, S, 1, 128, dtype=torch.bfloat16)
-    args = {"q": p.q_int8, "k": p.k_int8, "v": p.v_fp8, "q_scale": p.q_scale, "k_scale": p.k_scale,
-            "k_mean": p.k_mean, "v_scale": p.v_scale, "out": out, "lse": torch.empty(4, dtype=torch.float32),
-            "seq_len": S, "seq_pad": p.q_int8.shape[2], "num_heads": 1, "flags": 0}
-    return p, args
+    captured = {}
+
+    def capture(symbol, struct, grid, block, args, **kw):
+        captured.update(symbol=symbol, struct=struct, grid=grid, args=args)
+    real = attention.launch
+    attention.launch = capture
+    try:
+        attention.run_attention_fwd(p, backend="emu", variant="hip")
+    finally:
+        attention.launch = real
+    assert captured["symbol"] == SYMBOL
+    return p, captured["args"]
 
 
-SYMBOL = "gfx1201_sage_attention_fwd"   # the HIP kernel: 128 work-items, x id only
+
 
 
 def test_the_declared_block_runs():
@@ -51,11 +63,11 @@ def test_a_block_other_than_the_declared_one_is_refused(block, match):
 
 def test_a_launch_that_fails_while_packing_is_not_recorded():
     _, args = _attention_args()
-    args["seq_len"] = -1                                   # u32 field: refused by the packer
+    args["seq_len_kv"] = -1                                # a u32 field: refused by the packer
     before = list(launch.launched)
     history = list(launch.get_backend("emu").history)
     with launch.recording() as records:
-        with pytest.raises((ValueError, OverflowError, struct.error)):
+        with pytest.raises((ValueError, OverflowError, struct.error), match="seq_len_kv"):
             launch.launch(SYMBOL, abi.ATTENTION_FWD_ARGS, (1, 1, 1), abi.ATTENTION_BLOCK, args, backend="emu")
     assert records == [] and list(launch.launched) == before
     assert list(launch.get_backend("emu").history) == history
@@ -86,7 +98,7 @@ def test_emulator_refuses_a_descriptor_smaller_than_the_metadata(small_descripto
     device, module = small_descriptor_module
     assert module.kernels[SYMBOL].descriptor.vgpr_count == 64
     with pytest.raises(EmuError, match="uses 219 VGPRs but the descriptor allocates 64"):
-        module.launch(SYMBOL, (1, 1, 1), (128, 1, 1), bytes(88))
+        module.launch(SYMBOL, (1, 1, 1), (128, 1, 1), bytes(abi.ATTENTION_FWD_ARGS.size))
 
 
 def test_emulator_refuses_code_touching_vgprs_past_the_descriptor(small_descriptor_module):

@@ -45,21 +45,25 @@ def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def _qkv(B, S, H, seed=0, scale=(1.0, 1.0, 1.0), offset=(0.0, 0.0, 0.0)):
+def _qkv(B, S, H, seed=0, scale=(1.0, 1.0, 1.0), offset=(0.0, 0.0, 0.0), D=128, dtype=torch.bfloat16, S_kv=None,
+         H_kv=None):
+    """q [B, S, H, D], k/v [B, S_kv, H_kv, D] (defaults: S, H)."""
     g = _gen(seed)
-    return tuple((torch.randn(B, S, H, 128, generator=g) * s + o).to(torch.bfloat16) for s, o in zip(scale, offset))
+    S_kv, H_kv = S_kv or S, H_kv or H
+    shapes = ((B, S, H, D), (B, S_kv, H_kv, D), (B, S_kv, H_kv, D))
+    return tuple((torch.randn(*sh, generator=g) * s + o).to(dtype) for sh, s, o in zip(shapes, scale, offset))
 
 
-def _norm_rope(S, rope_dim=None, norm=False, seed=1):
+def _norm_rope(S, rope_dim=None, norm=False, seed=1, D=128, dtype=torch.bfloat16):
     g = _gen(seed)
     kw = {}
     if norm:
-        kw["q_norm_weight"] = (torch.rand(128, generator=g) * 1.5 + 0.25).to(torch.bfloat16)
-        kw["k_norm_weight"] = (torch.rand(128, generator=g) * 1.5 + 0.25).to(torch.bfloat16)
+        kw["q_norm_weight"] = (torch.rand(D, generator=g) * 1.5 + 0.25).to(dtype)
+        kw["k_norm_weight"] = (torch.rand(D, generator=g) * 1.5 + 0.25).to(dtype)
     if rope_dim:
         inv_freq = 10000.0 ** (-torch.arange(0, rope_dim // 2, dtype=torch.float64) * 2 / rope_dim)
         ang = torch.arange(S, dtype=torch.float64)[:, None] * torch.cat([inv_freq, inv_freq])[None]
-        kw["cos"], kw["sin"] = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
+        kw["cos"], kw["sin"] = ang.cos().to(dtype), ang.sin().to(dtype)
     return kw
 
 
@@ -78,29 +82,29 @@ def _same_bits(name, a: torch.Tensor, b: torch.Tensor):
                              f"kernel {a[tuple(idx)].item()} reference {b[tuple(idx)].item()}")
 
 
-def check(q, k, v, softmax_scale=None, *, smooth_k=False, eps=1e-6, **kw) -> SagePrepared:
+def check(q, k, v, softmax_scale=None, *, smooth_k=False, eps=1e-6, layout="NHD", **kw) -> SagePrepared:
     """run_prepare on the emulator vs the reference; returns the kernel's result."""
-    out = run_prepare(q, k, v, softmax_scale, smooth_k=smooth_k, eps=eps, backend="emu", **kw)
-    ref = reference.sage_prepare(q, k, v, softmax_scale, smooth_k=smooth_k, eps=eps, **kw)
-    assert isinstance(out, SagePrepared) and out.seq_len == ref.seq_len
+    out = run_prepare(q, k, v, softmax_scale, smooth_k=smooth_k, eps=eps, layout=layout, backend="emu", **kw)
+    ref = reference.sage_prepare(q, k, v, softmax_scale, smooth_k=smooth_k, eps=eps, layout=layout, **kw)
+    assert isinstance(out, SagePrepared) and out[7:] == ref[7:]
     for name in ("q_int8", "q_scale", "v_fp8", "v_scale"):
         _same_bits(name, getattr(out, name), getattr(ref, name))
-    S = q.shape[1]
+    k_nhd = k if layout == "NHD" else k.transpose(1, 2)
+    S = k_nhd.shape[1]
+    kk = reference.norm_rope(k_nhd, kw.get("k_norm_weight"), eps, kw.get("cos"), kw.get("sin"),
+                             None if kw.get("cos") is None else kw["cos"].shape[1])
     if smooth_k:
-        kk = reference.norm_rope(k, kw.get("k_norm_weight"), eps, kw.get("cos"), kw.get("sin"),
-                                 None if kw.get("cos") is None else kw["cos"].shape[1]).float()
+        kf = reference.pad_channels(kk.float(), out.k_mean.shape[-1])
         finite = torch.isfinite(ref.k_mean)
         assert torch.equal(torch.isfinite(out.k_mean), finite), "k_mean: non-finite entries differ"
         assert torch.equal(torch.isnan(out.k_mean), torch.isnan(ref.k_mean)), "k_mean: NaN entries differ"
-        bound = 2 * max(S - 1, 0) * U * kk.abs().mean(dim=1) + 2 * U * ref.k_mean.abs()
+        bound = 2 * max(S - 1, 0) * U * kf.abs().mean(dim=1) + 2 * U * ref.k_mean.abs()
         err = (out.k_mean - ref.k_mean).abs()
         assert bool((err[finite] <= bound[finite]).all()), f"k_mean: max error {err[finite].max().item()}"
         infinite = ~finite & ~torch.isnan(ref.k_mean)
         assert torch.equal(out.k_mean[infinite], ref.k_mean[infinite]), "k_mean: infinities differ"
     else:
         _same_bits("k_mean", out.k_mean, ref.k_mean)  # exact zeros
-    kk = reference.norm_rope(k, kw.get("k_norm_weight"), eps, kw.get("cos"), kw.get("sin"),
-                             None if kw.get("cos") is None else kw["cos"].shape[1])
     k_int8, k_scale = reference.quantize_k(kk, out.k_mean)
     _same_bits("k_int8", out.k_int8, k_int8)
     _same_bits("k_scale", out.k_scale, k_scale)
@@ -254,7 +258,8 @@ def test_bf16_max():
 
 def test_subnormal_magnitudes():
     """A block whose amax is below 127 / FLT_MAX has inv = inf: x * inf = +-inf -> +-127, 0 * inf = NaN -> 0;
-    a V channel like that turns its zeros into NaN -> 0x7F (docs/numerics.md §Q, §V). Scales are subnormal."""
+    a V channel like that keeps its zeros and maps the rest to +-448 (docs/numerics.md §Q, §V). Scales are
+    subnormal."""
     B, S, H = 1, 128, 2
     g = _gen(9)
     q, k, v = (torch.randn(B, S, H, 128, generator=g) for _ in range(3))
@@ -267,7 +272,7 @@ def test_subnormal_magnitudes():
     k[0, :64] *= 1e-38                                  # amax < 127 / FLT_MAX: inv = 127 / amax overflows
     v[0, :, 0, :8] *= sub                               # V channels 0..7 of head 0: subnormal amax
     v[0, :, 0, 0] = 0.0                                 # channel 0 all zero: scale 0, fp8 0
-    v[0, ::5, 0, 1] = 0.0                               # channel 1: zeros become 0 * inf = NaN -> 0x7F
+    v[0, ::5, 0, 1] = 0.0                               # channel 1: zeros stay zeros (not 0 * inf = NaN)
     q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
     out = check(q, k, v)
     for h in range(H):  # the inv = inf path really ran for Q block 0 and the first K blocks
@@ -276,7 +281,9 @@ def test_subnormal_magnitudes():
     assert out.q_int8[0, 0, 0:32].abs().amax() == 127 and (out.q_int8[0, 0, 0:32, ::3] == 0).all()
     fp8 = out.v_fp8.view(torch.uint8)
     assert out.v_scale[0, 0, 0] == 0 and not fp8[0, 0, 0].any()
-    assert bool((fp8[0, 0, 1, 0:S:5] == 0x7F).all())
+    ch1, v1 = fp8[0, 0, 1, :S], v[0, :, 0, 1]
+    assert torch.isinf(reference.fp32_div(448.0, v1.float().abs().amax()))  # the tiny-amax case really ran
+    assert bool((ch1[v1 == 0] & 0x7F == 0).all()) and bool((ch1[v1 != 0] & 0x7F == 0x7E).all())  # no NaN
 
 
 def test_smooth_k_subnormal_mean():
@@ -299,8 +306,15 @@ def test_unaligned_and_sliced_inputs():
 
 
 @pytest.mark.parametrize("bad,exc,match", [
-    (dict(q=torch.zeros(1, 8, 1, 128)), TypeError, "q: expected dtype torch.bfloat16"),
-    (dict(k=torch.zeros(1, 9, 1, 128, dtype=torch.bfloat16)), ValueError, "k: expected the shape of q"),
+    (dict(q=torch.zeros(1, 8, 1, 128)), TypeError, "q: expected dtype torch.bfloat16 or torch.float16"),
+    (dict(k=torch.zeros(1, 8, 1, 128, dtype=torch.float16)), TypeError, "k: expected the dtype of q"),
+    (dict(k=torch.zeros(1, 9, 1, 128, dtype=torch.bfloat16)), ValueError, "v: expected the shape of k"),
+    (dict(k=torch.zeros(1, 8, 1, 64, dtype=torch.bfloat16)), ValueError, "k: expected the head dim of q"),
+    (dict(q=torch.zeros(1, 8, 3, 128, dtype=torch.bfloat16), k=torch.zeros(1, 8, 2, 128, dtype=torch.bfloat16),
+          v=torch.zeros(1, 8, 2, 128, dtype=torch.bfloat16)), ValueError, "k: expected a number of heads"),
+    (dict(q=torch.zeros(1, 8, 1, 72, dtype=torch.bfloat16)), ValueError, "q: expected a head dim"),
+    (dict(layout="BSHD"), ValueError, "layout"),
+    (dict(q=torch.zeros(1, 8, 1, 256, dtype=torch.bfloat16)[..., ::2]), ValueError, "q: expected a contiguous last"),
     (dict(rope_dim=48), ValueError, "rope_dim"),
     (dict(q_norm_weight=torch.ones(64, dtype=torch.bfloat16)), ValueError, "q_norm_weight: expected shape"),
     (dict(cos=torch.ones(8, 32, dtype=torch.bfloat16)), ValueError, "sin"),
@@ -330,11 +344,143 @@ def test_kernel_sequence_and_geometry(monkeypatch):
     q, k, v = _qkv(2, S, 3, seed=15)
     run_prepare(q, k, v, backend="emu", **_norm_rope(S, 96))
     run_prepare(q, k, v, smooth_k=True, backend="emu")
+    q, k, v = _qkv(2, 40, 4, seed=15, D=48, dtype=torch.float16, S_kv=100, H_kv=2)  # quant x: 4*2 + 2*2*4 tiles
+    run_prepare(q, k, v, backend="emu")
     assert calls == [
-        ("gfx1201_sage_prepare_stats_rope96", (3, 3, 2), (32, 1, 1)),
+        ("gfx1201_sage_prepare_stats_d128_bf16_rope96", (3, 3, 2), (32, 1, 1)),
         ("gfx1201_sage_prepare_reduce", (1, 3, 2), (128, 1, 1)),
-        ("gfx1201_sage_prepare_quant_rope96", (4, 3, 6), (32, 1, 1)),
-        ("gfx1201_sage_prepare_stats", (3, 3, 4), (32, 1, 1)),
+        ("gfx1201_sage_prepare_quant_d128_bf16_rope96", (3 * 4 * 3, 2, 1), (32, 1, 1)),
+        ("gfx1201_sage_prepare_stats_d128_bf16", (3, 3, 4), (32, 1, 1)),
         ("gfx1201_sage_prepare_reduce", (1, 3, 2), (128, 1, 1)),
-        ("gfx1201_sage_prepare_quant", (4, 3, 6), (32, 1, 1)),
+        ("gfx1201_sage_prepare_quant_d128_bf16", (3 * 4 * 3, 2, 1), (32, 1, 1)),
+        ("gfx1201_sage_prepare_stats_d64_fp16", (4, 2, 2), (32, 1, 1)),
+        ("gfx1201_sage_prepare_reduce", (1, 2, 2), (64, 1, 1)),
+        ("gfx1201_sage_prepare_quant_d64_fp16", (4 * 2 + 2 * 2 * 4, 2, 1), (32, 1, 1)),
     ]
+
+
+# ------------------------------------------------------------------------------- issue 13: the new shapes
+# S_q, S_kv from {1, 31, 33, 64, 77, 333}, both orders (a sample: each length on each side at least once)
+@pytest.mark.parametrize("S_q,S_kv", [(1, 333), (333, 1), (31, 77), (77, 31), (33, 64), (64, 33)])
+def test_separate_lengths(S_q, S_kv):
+    q, k, v = _qkv(1, S_q, 2, seed=S_q + S_kv, offset=(0.0, 1.0, 0.0), S_kv=S_kv)
+    out = check(q, k, v, smooth_k=S_q < S_kv)
+    assert out.q_int8.shape[2] == s_pad(S_q) and out.k_int8.shape[2] == s_pad(S_kv)
+    assert out.v_fp8.shape[-1] == s_pad(S_kv)
+
+
+# GQA ratios 1, 2, 4, 8 and MQA (H_kv = 1); K/V prepared per K/V head
+@pytest.mark.parametrize("H_q,H_kv,smooth_k", [(2, 2, False), (4, 2, True), (4, 1, False), (8, 2, True),
+                                               (8, 1, True)])
+def test_gqa(H_q, H_kv, smooth_k):
+    q, k, v = _qkv(1, 33, H_q, seed=H_q * 10 + H_kv, H_kv=H_kv, S_kv=40, offset=(0.0, 0.5, 0.0))
+    out = check(q, k, v, smooth_k=smooth_k)
+    assert out.k_int8.shape[1] == H_kv and out.v_fp8.shape[1] == H_kv and out.q_int8.shape[1] == H_q
+
+
+# D in {64, 96, 128} and the padded 32, 80 (also 16, 48, 112): channels D..D_pad-1 are zero everywhere
+@pytest.mark.parametrize("D", [16, 32, 48, 64, 80, 96, 112, 128])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_head_dims_and_dtypes(D, dtype):
+    S = 45
+    q, k, v = _qkv(1, S, 2, seed=D, D=D, dtype=dtype, S_kv=70, offset=(0.0, 0.3, 0.0))
+    out = check(q, k, v, smooth_k=D % 32 == 0)
+    Dp = 64 if D <= 64 else 128
+    assert out.q_int8.shape[-1] == Dp and out.head_dim == D and out.out_dtype == dtype
+    assert not out.q_int8[..., D:].any() and not out.k_int8[..., D:].any()
+    assert not out.v_fp8.view(torch.uint8)[:, :, D:].any() and not out.v_scale[..., D:].any()
+    assert not out.k_mean[..., D:].any()
+
+
+@pytest.mark.parametrize("D,rope_dim,smooth_k", [(128, 128, True), (128, 64, False), (96, 96, True), (80, 64, True),
+                                                 (64, 64, False), (64, 32, True), (48, 32, False)])
+def test_fp16_norm_and_rope(D, rope_dim, smooth_k):
+    """RMSNorm + RoPE rounding like eager fp16 (docs/numerics.md §Optional RMSNorm + RoPE), bit for bit."""
+    S = 50
+    q, k, v = _qkv(1, S, 2, seed=D + rope_dim, D=D, dtype=torch.float16, scale=(3.0, 1.0, 1.0),
+                   offset=(0.0, 0.5, 0.0))
+    check(q, k, v, smooth_k=smooth_k, eps=1e-5, **_norm_rope(S, rope_dim, norm=True, D=D, dtype=torch.float16))
+
+
+def test_rope_cross_lengths_and_gqa():
+    """cos/sin have max(S_q, S_kv) rows; Q row i and K row j use rows i and j."""
+    S_q, S_kv = 31, 77
+    q, k, v = _qkv(1, S_q, 4, seed=3, S_kv=S_kv, H_kv=2, D=96)
+    check(q, k, v, smooth_k=True, **_norm_rope(S_kv, 64, norm=True, D=96))
+
+
+def _launch_spy(monkeypatch):
+    seen = []
+    real = prepare_mod.launch
+    monkeypatch.setattr(prepare_mod, "launch",
+                        lambda sym, st, grid, block, args, backend: seen.append(args) or
+                        real(sym, st, grid, block, args, backend=backend))
+    return seen
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_hnd_and_strided_views_are_read_in_place(dtype, monkeypatch):
+    """HND = [B, H, S, D]: an HND view of NHD memory, a contiguous HND tensor, and q/k/v sliced out of one packed
+    qkv tensor: the kernels get the caller's memory (no copy) and the strides as kernargs, and match the reference."""
+    seen = _launch_spy(monkeypatch)
+    B, S, H, D = 2, 37, 2, 64
+    nhd = _qkv(B, S, H, seed=4, D=D, dtype=dtype)
+    views = [t.transpose(1, 2) for t in nhd]                       # HND views of NHD memory
+    check(*views, layout="HND", smooth_k=True)
+    hnd = [t.transpose(1, 2).contiguous() for t in nhd]            # contiguous HND
+    check(*hnd, layout="HND")
+    packed = torch.randn(B, S, 3, H, D, generator=_gen(5)).to(dtype)  # [B, S, 3, H, D] (e.g. a fused qkv proj)
+    check(packed[:, :, 0], packed[:, :, 1], packed[:, :, 2])
+    for args, inputs in zip((seen[0], seen[3], seen[6]), (views, hnd, [packed[:, :, i] for i in range(3)])):
+        for flat, t in ((args["k"], inputs[1]), (args["v"], inputs[2])):
+            assert flat.data_ptr() == t.data_ptr() and flat.untyped_storage().data_ptr() == \
+                t.untyped_storage().data_ptr(), "the kernel got a copy"
+    quant_args = seen[8]
+    assert quant_args["q"].data_ptr() == packed[:, :, 0].data_ptr()
+    assert (quant_args["q_sb"], quant_args["q_ss"], quant_args["q_sh"]) == (S * 3 * H * D, 3 * H * D, D)
+    hnd_quant = seen[5]
+    assert (hnd_quant["k_sb"], hnd_quant["k_ss"], hnd_quant["k_sh"]) == (H * S * D, D, S * D)
+
+
+def test_mixed_layouts_of_the_same_values_agree():
+    q, k, v = _qkv(1, 40, 4, seed=6, D=96, S_kv=33, H_kv=2)
+    a = run_prepare(q, k, v, backend="emu")
+    b = run_prepare(*(t.transpose(1, 2).contiguous() for t in (q, k, v)), layout="HND", backend="emu")
+    for name in ("q_int8", "q_scale", "k_int8", "k_scale", "v_fp8", "v_scale"):
+        _same_bits(name, getattr(a, name), getattr(b, name))
+
+
+# ----------------------------------------------------------------------------- issue 11 item 2: tiny V amax
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_tiny_v_channel_gives_no_nan(dtype):
+    """A V channel whose max |v| is below 448 / FLT_MAX (~1.3e-36) has inv = 448 / amax = inf; its zeros stay
+    zeros (0 * inf is not NaN here) and the other values become +-448: no 0x7F, and the attention output of
+    that channel is finite (docs/numerics.md §V). fp16 cannot hold such values except as 0 plus a subnormal
+    scale... so fp16 uses amax = 0 and a 2^-24 channel (inv finite) as the neighbours of the case."""
+    B, S, H, D = 1, 40, 1, 64
+    q, k, v = _qkv(B, S, H, seed=17, D=D, dtype=torch.float32)
+    tiny = 1e-37 if dtype == torch.bfloat16 else 2.0 ** -24
+    v[0, :, 0, 3] *= tiny
+    v[0, ::3, 0, 3] = 0.0
+    v[0, :, 0, 4] = 0.0
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    out = check(q, k, v)
+    fp8 = out.v_fp8.view(torch.uint8)[0, 0, :, :S]
+    assert not bool((fp8 == 0x7F).any()), "a NaN fp8 from finite V"
+    assert bool((fp8[3][v[0, :, 0, 3] == 0] & 0x7F == 0).all())
+    if dtype == torch.bfloat16:
+        assert torch.isinf(reference.fp32_div(448.0, v[0, :, 0, 3].float().abs().amax()))
+        assert bool((fp8[3][v[0, :, 0, 3] != 0] & 0x7F == 0x7E).all())
+    model = reference.sage_attention_model(out)
+    assert torch.isfinite(model.float()).all()
+
+
+def test_tiny_v_reference_over_the_whole_range():
+    """Reference, every power of two from 2^-133 to 2^-100 as a channel's amax: never NaN, v_fp8 * v_scale
+    stays within one fp8 step of v where inv is finite."""
+    for e in range(-133, -99):
+        v = torch.zeros(1, 8, 1, 16, dtype=torch.bfloat16)
+        v[0, 1::2, 0, :] = 2.0 ** e
+        fp8, scale = reference.quantize_v(v)
+        assert not bool((fp8.view(torch.uint8) == 0x7F).any()), e
+        assert not fp8.view(torch.uint8)[..., 0:8:2].any()

@@ -141,11 +141,12 @@ def test_prepared_shapes_and_padding_zero(S, smooth_k):
     q, k, v = qkv(B, S, H, seed=S)
     k = (k.float() + 3).to(BF16)  # nonzero mean: padded rows must still be zero, not -k_mean
     p = R.sage_prepare(q, k, v, smooth_k=smooth_k)
-    assert isinstance(p, SagePrepared) and p.seq_len == S and isinstance(p.seq_len, int)
-    for field, (shape, dtype) in expected_shapes(B, S, H).items():
+    assert isinstance(p, SagePrepared) and p.seq_len_q == p.seq_len_kv == S and isinstance(p.seq_len_q, int)
+    assert p.head_dim == 128 and p.out_dtype == BF16
+    for field, (shape, dtype) in expected_shapes(B, S, S, H, H, 128).items():
         t = getattr(p, field)
         assert tuple(t.shape) == shape and t.dtype == dtype and t.is_contiguous(), field
-    validate.check_prepared(p, B, S, H)
+    assert validate.check_prepared(p) == (B, S, S, H, H, 128, BF16)
     Sp = s_pad(S)
     assert Sp % 64 == 0 and Sp - 64 < S <= Sp
     assert (p.q_int8[:, :, S:] == 0).all() and (p.k_int8[:, :, S:] == 0).all()
@@ -202,14 +203,15 @@ def test_non_finite_inputs():
 
 # -------------------------------------------------------------------------------------------- RMSNorm + RoPE
 def eager_norm_rope(x, weight, eps, cos, sin, rope_dim, mean_square):
-    """The unfused eager PyTorch BF16 sequence (Qwen3-style), op for op, with the mean square supplied."""
+    """The unfused eager PyTorch sequence in x's dtype (bf16 or fp16; Qwen3-style), op for op, with the mean square
+    supplied."""
     if weight is not None:
         h = x.float()
         h = h * torch.rsqrt(mean_square(h) + eps)
-        x = weight * h.to(BF16)
+        x = weight * h.to(x.dtype)
     if cos is None:
         return x
-    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    c, s = cos[None, :x.shape[1], None, :], sin[None, :x.shape[1], None, :]
     xr = x[..., :rope_dim]
     x1, x2 = xr[..., : rope_dim // 2], xr[..., rope_dim // 2:]
     rot = torch.cat((-x2, x1), dim=-1)
@@ -228,6 +230,51 @@ def test_fused_norm_rope_equals_eager_bitwise(norm, rope_dim):
     assert fused.dtype == BF16 and torch.equal(fused.view(torch.int16), eager.view(torch.int16))
     if rope_dim and rope_dim < 128:
         assert torch.equal(fused[..., rope_dim:], (R.rms_norm(x, weight, 1e-6) if norm else x)[..., rope_dim:])
+
+
+@pytest.mark.parametrize("D,rope_dim", [(128, 128), (128, 64), (96, 96), (80, 32), (64, 64), (48, 32)])
+def test_fused_norm_rope_equals_eager_fp16_bitwise(D, rope_dim):
+    """fp16 inputs round like eager fp16 ops (docs/numerics.md §RMSNorm + RoPE); padded head dims use the D_pad tree
+    and divide by the real D."""
+    S = 60
+    x = (3.0 * torch.randn(2, S, 3, D, generator=torch.Generator().manual_seed(D))).half()
+    x[0, 3, 1] = 0
+    weight = (1 + 0.1 * torch.randn(D, generator=torch.Generator().manual_seed(1))).half()
+    cos, sin = (t.half() for t in rope_tables(S, rope_dim))
+    fused = R.norm_rope(x, weight, 1e-6, cos, sin, rope_dim)
+    eager = eager_norm_rope(x, weight, 1e-6, cos, sin, rope_dim, R.mean_square)
+    assert fused.dtype == torch.float16 and torch.equal(fused.view(torch.int16), eager.view(torch.int16))
+    # the tree over D_pad with zero channels is the tree-free mean to within a few ulp
+    xf = x.float()
+    assert ((R.mean_square(xf) - xf.pow(2).mean(-1, keepdim=True)).abs()
+            <= 4 * torch.finfo(torch.float32).eps * xf.pow(2).mean(-1, keepdim=True)).all()
+
+
+@pytest.mark.parametrize("case", ["gqa8", "mqa_cross", "d80_hnd", "fp16_d64", "cross_long_kv"])
+def test_model_new_shapes_within_contract(case):
+    """GQA, MQA, S_q != S_kv, padded D, fp16, HND: the model stays within the accuracy contract vs FP32, in q's
+    dtype and layout, and its LSE within the int8 error of the FP32 LSE."""
+    B, S_q, S_kv, H_q, H_kv, D, dtype, layout = {
+        "gqa8": (1, 100, 100, 8, 1, 128, BF16, "NHD"),
+        "mqa_cross": (1, 64, 333, 4, 1, 128, BF16, "NHD"),
+        "d80_hnd": (2, 77, 31, 2, 2, 80, BF16, "HND"),
+        "fp16_d64": (1, 333, 77, 4, 2, 64, torch.float16, "NHD"),
+        "cross_long_kv": (1, 31, 512, 2, 2, 96, torch.float16, "HND"),
+    }[case]
+    g = torch.Generator().manual_seed(S_q + S_kv)
+    q = torch.randn(B, S_q, H_q, D, generator=g).to(dtype)
+    k, v = (torch.randn(B, S_kv, H_kv, D, generator=g).to(dtype) for _ in range(2))
+    if layout == "HND":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    out, lse = R.sage_attention(q, k, v, layout=layout, return_lse=True)
+    ref, ref_lse = R.attention_fp32(q, k, v, layout=layout, return_lse=True)
+    assert out.dtype == dtype and out.shape == q.shape and ref.shape == q.shape
+    assert accuracy.within_contract(accuracy.metrics(out, ref))
+    assert (lse - ref_lse).abs().max() < 0.05
+    # GQA: query head h reads K/V head h // (H_q / H_kv): the FP32 reference with K/V repeated per query head agrees
+    if H_q != H_kv:
+        rep = [t.repeat_interleave(H_q // H_kv, dim=2 if layout == "NHD" else 1) for t in (k, v)]
+        assert torch.equal(R.attention_fp32(q, *rep, layout=layout), ref)
 
 
 def test_norm_rope_inside_prepare():
@@ -356,13 +403,19 @@ def bad_args():
     w = randn(128, seed=3)
     grad = q.clone().requires_grad_(True)
     return [
-        (dict(q=q.float()), TypeError, r"^q: expected dtype torch.bfloat16"),
-        (dict(k=k.half()), TypeError, r"^k: expected dtype torch.bfloat16"),
+        (dict(q=q.float()), TypeError, r"^q: expected dtype torch.bfloat16 or torch.float16"),
+        (dict(k=k.half()), TypeError, r"^k: expected the dtype of q \(torch.bfloat16\), got torch.float16"),
         (dict(v=[1, 2]), TypeError, r"^v: expected a torch.Tensor"),
-        (dict(q=q.transpose(1, 2).contiguous().transpose(1, 2)), ValueError, r"^q: expected a contiguous"),
-        (dict(v=torch.zeros(1, 40, 2, 64, dtype=BF16)), ValueError, r"^v: expected head dim 128"),
+        (dict(q=q.transpose(1, 3).contiguous().transpose(1, 3)), ValueError, r"^q: expected a contiguous last dim"),
+        (dict(v=torch.zeros(1, 40, 2, 64, dtype=BF16)), ValueError, r"^v: expected the head dim of q \(D = 128\)"),
+        (dict(q=torch.zeros(1, 40, 2, 136, dtype=BF16)), ValueError, r"^q: expected a head dim that is a multiple"),
+        (dict(q=torch.zeros(1, 40, 2, 24, dtype=BF16)), ValueError, r"^q: expected a head dim that is a multiple"),
+        (dict(q=torch.zeros(1, 40, 3, 128, dtype=BF16)), ValueError, r"^k: expected a number of heads that divides"),
+        (dict(layout="hnd"), ValueError, r"^layout: expected one of \('NHD', 'HND'\)"),
+        (dict(layout=None), TypeError, r"^layout: expected one of"),
         (dict(q=q[0]), ValueError, r"^q: expected 4 dims"),
-        (dict(k=k[:, :39].contiguous()), ValueError, r"^k: expected the shape of q"),
+        (dict(k=k[:, :39].contiguous()), ValueError, r"^v: expected the shape of k"),
+        (dict(k=k[:, :0], v=v[:, :0]), ValueError, r"^k: expected at least one token"),
         (dict(q=q[:, :0], k=k[:, :0], v=v[:, :0]), ValueError, r"^q: expected at least one token"),
         (dict(q=grad), ValueError, r"^q: expected a tensor without requires_grad"),
         (dict(k=torch.empty(1, 40, 2, 128, dtype=BF16, device="meta")), ValueError, r"^k: expected a tensor on cpu"),
@@ -378,7 +431,7 @@ def bad_args():
         (dict(cos=cos, sin=sin, rope_dim=32), ValueError, r"^cos: expected shape \[S, rope_dim\] = \[40, 32\]"),
         (dict(cos=cos, sin=sin, rope_dim=64.0), TypeError, r"^rope_dim: expected None or an int"),
         (dict(rope_dim=64), ValueError, r"^rope_dim: given \(64\) but cos and sin are None"),
-        (dict(cos=cos), ValueError, r"^sin: expected a bf16 \[S, rope_dim\] tensor because cos is given"),
+        (dict(cos=cos), ValueError, r"^sin: expected a \[S, rope_dim\] tensor because cos is given"),
         (dict(cos=cos[:39], sin=sin[:39]), ValueError, r"^cos: expected shape \[S, rope_dim\] = \[40, 64\]"),
         (dict(cos=cos, sin=sin[:, :32].contiguous()), ValueError, r"^sin: expected shape \[S, rope_dim\]"),
         (dict(cos=cos[:, :48].contiguous(), sin=sin[:, :48].contiguous()), ValueError,
@@ -406,32 +459,35 @@ def test_attention_specific_validation():
         R.sage_attention(q, k, v, return_lse=None)
     with pytest.raises(ValueError, match=r"^key_tile: expected a positive int"):
         R.sage_attention_model(R.sage_prepare(q, k, v), key_tile=0)
-    with pytest.raises(TypeError, match=r"^q: expected dtype torch.bfloat16"):
+    with pytest.raises(TypeError, match=r"^q: expected dtype torch.bfloat16 or torch.float16"):
         R.attention_fp32(q.float(), k, v)
 
 
-def test_check_prepared_rejects_other_shapes():
+def test_check_prepared_rejects_inconsistent_structures():
     q, k, v = qkv(1, 100, 2)
     p = R.sage_prepare(q, k, v)
-    validate.check_prepared(p, 1, 100, 2)
-    validate.check_prepared(p, 1, 100, 2, device="cpu")
-    with pytest.raises(ValueError, match=r"^prepared.seq_len: expected 90 .* another shape"):
-        validate.check_prepared(p, 1, 90, 2)
-    # same S_pad, same seq_len, but the head count differs
-    with pytest.raises(ValueError, match=r"^prepared.q_int8: expected shape \(1, 3, 128, 128\) for B=1, S=100, H=3"):
-        validate.check_prepared(p, 1, 100, 3)
-    with pytest.raises(ValueError, match=r"^prepared.q_int8: expected shape \(2, 2, 128, 128\)"):
-        validate.check_prepared(p, 2, 100, 2)
+    validate.check_prepared(p)
+    validate.check_prepared(p, device="cpu")
+    with pytest.raises(ValueError, match=r"^prepared.q_int8: expected shape \(1, 2, 192, 128\) for B=1, S_q=130"):
+        validate.check_prepared(p._replace(seq_len_q=130))
+    with pytest.raises(ValueError, match=r"^prepared.q_int8: expected shape \(1, 2, 128, 64\) .* D=64"):
+        validate.check_prepared(p._replace(head_dim=64))
+    with pytest.raises(ValueError, match=r"^prepared.k_int8: expected B >= 1 and a head count dividing"):
+        validate.check_prepared(p._replace(k_int8=torch.zeros(1, 3, 128, 128, dtype=torch.int8)))
     with pytest.raises(TypeError, match=r"^prepared.v_fp8: expected dtype torch.float8_e4m3fn"):
-        validate.check_prepared(p._replace(v_fp8=p.v_fp8.view(torch.uint8)), 1, 100, 2)
+        validate.check_prepared(p._replace(v_fp8=p.v_fp8.view(torch.uint8)))
     with pytest.raises(ValueError, match=r"^prepared.k_scale: expected a contiguous"):
-        validate.check_prepared(p._replace(k_scale=p.k_scale.transpose(1, 2).contiguous().transpose(1, 2)), 1, 100, 2)
-    with pytest.raises(TypeError, match=r"^prepared.seq_len: expected an int"):
-        validate.check_prepared(p._replace(seq_len=100.0), 1, 100, 2)
+        validate.check_prepared(p._replace(k_scale=p.k_scale.transpose(1, 2).contiguous().transpose(1, 2)))
+    with pytest.raises(TypeError, match=r"^prepared.seq_len_q: expected an int"):
+        validate.check_prepared(p._replace(seq_len_q=100.0))
+    with pytest.raises(ValueError, match=r"^prepared.seq_len_kv: expected an int >= 1"):
+        validate.check_prepared(p._replace(seq_len_kv=0))
+    with pytest.raises(TypeError, match=r"^prepared.out_dtype"):
+        validate.check_prepared(p._replace(out_dtype=torch.float32))
     with pytest.raises(TypeError, match=r"^prepared: expected a SagePrepared"):
-        validate.check_prepared(tuple(p), 1, 100, 2)
-    with pytest.raises(ValueError, match=r"^prepared.q_int8: expected shape \(1, 2, 256, 128\) for B=1, S=200"):
-        R.sage_attention_model(p._replace(seq_len=200))  # the model checks the tensors against seq_len
+        validate.check_prepared(tuple(p))
+    with pytest.raises(ValueError, match=r"^prepared.q_int8: expected shape \(1, 2, 256, 128\) for B=1, S_q=200"):
+        R.sage_attention_model(p._replace(seq_len_q=200))  # the model checks the tensors against seq_len_q
 
 
 # ------------------------------------------------------------------------------------------- other devices

@@ -1,70 +1,76 @@
-"""Host side of the attention forward kernel: SagePrepared in, bf16 [B, S, H, 128] (and fp32 LSE [B, H, S]) out.
+"""Host side of the attention forward kernels: SagePrepared in, out in the caller's dtype and layout (and fp32
+LSE [B, H_q, S_q]) out.
 
-The kernel (asm_src/gfx1201_sage_attention.hip, and the later hand-scheduled asm variant with the same ABI)
-takes the kernarg struct of sage_co/abi.py, runs one workgroup of 4 wave32 per 64 queries of one (batch, head),
-grid (S_pad / 64, H, B), and writes `out` (and `lse` when asked). Numerics: sage_co.reference.sage_attention_model.
+Both kernels (asm_src/gfx1201_sage_attention.hip, variant "hip", and the hand-scheduled asm family, variant
+"asm") take the kernarg struct of sage_co/abi.py, run one workgroup of 4 wave32 per 64 queries of one (batch,
+query head), grid (S_q_pad / 64, H_q, B), and write `out` through its element strides (so NHD and HND results
+need no copy) and `lse` when asked. One symbol per (head_dim = D_pad, out_dtype) pair, found by those manifest
+keys. Numerics: sage_co.reference.sage_attention_model.
 """
 from __future__ import annotations
 
 import torch
 
 from .. import abi, registry, validate
-from ..abi import ATTENTION_FWD_ARGS, FLAG_LSE, FLAG_SMOOTH_K, HEAD_DIM, PAD, QUERY_TILE
+from ..abi import ATTENTION_FWD_ARGS, FLAG_LSE, FLAG_SMOOTH_K, QUERY_TILE, kv_group_magic
 from ..launch import launch, resolve_backend
-from ..prepared import SagePrepared
+from ..prepared import SagePrepared, d_pad
 
 OP = abi.ATTENTION_OP
 BLOCK = abi.ATTENTION_BLOCK
-
-# The kernel addresses one head of q/k/v with 32-bit byte offsets (S_pad * 128 < 2**32); checked by
-# validate.check_attention_length.
-MAX_SEQ_PAD = validate.MAX_ATTENTION_SEQ_PAD
+LAYOUTS = ("NHD", "HND")
+OUT_DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+U32 = 1 << 32
+# WMMA 16-query fragments: a wave's 16 rows of out are addressed as lane offsets r * out_stride_s * 2 bytes
+WAVE_ROWS = abi.WAVE_QUERIES
 
 
 def grid(prepared: SagePrepared) -> tuple[int, int, int]:
-    B, H, Sp, _ = prepared.q_int8.shape
-    return (Sp // QUERY_TILE, H, B)
+    B, H_q, S_q_pad, _ = prepared.q_int8.shape
+    return (S_q_pad // QUERY_TILE, H_q, B)
 
 
-def _shape_of(prepared) -> tuple[int, int, int]:
-    """(B, S, H) read off q_int8 and seq_len, with errors that name the field; check_prepared does the rest."""
-    if not isinstance(prepared, SagePrepared):
-        raise TypeError(f"prepared: expected a SagePrepared, got {type(prepared).__name__}")
-    q = prepared.q_int8
-    if not isinstance(q, torch.Tensor) or q.dim() != 4:
-        shape = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
-        raise ValueError(f"prepared.q_int8: expected a 4-dim tensor [B, H, S_pad, {HEAD_DIM}], got {shape}")
-    S = prepared.seq_len
-    if isinstance(S, bool) or not isinstance(S, int) or S < 1:
-        raise ValueError(f"prepared.seq_len: expected an int >= 1, got {S!r}")
-    B, H = q.shape[0], q.shape[1]
-    if B < 1 or H < 1:
-        raise ValueError(f"prepared.q_int8: expected B >= 1 and H >= 1, got shape {tuple(q.shape)}")
-    return B, S, H
+def _check_reach(prepared: SagePrepared, strides: tuple[int, int, int]) -> None:
+    """The kernels address one head of q/k/v and one wave's output rows with 32-bit byte offsets, and take the
+    output's element strides as u32."""
+    D_pad = prepared.q_int8.shape[-1]
+    for name in ("q_int8", "k_int8"):
+        S_pad = getattr(prepared, name).shape[2]
+        if S_pad * D_pad >= U32:
+            raise ValueError(f"prepared.{name}: one head of {S_pad} x {D_pad} bytes must stay below 4 GiB "
+                             f"(the kernel's 32-bit offsets); split the sequence")
+    if max(strides) >= U32 or WAVE_ROWS * strides[1] * 2 >= U32:
+        raise ValueError(f"prepared.q_int8: the output's element strides (batch, row, head) = {strides} are too "
+                         f"large for the kernel's 32-bit offsets")
 
 
-def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, backend: str | None = None,
-                      variant: str | None = None):
-    """Attention forward on a prepared structure: out bf16 [B, S, H, 128], or (out, lse fp32 [B, H, S]).
+def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layout: str = "NHD",
+                      backend: str | None = None, variant: str | None = None):
+    """Attention forward on a prepared structure: out [B, S_q, H_q, D] (layout "NHD") or [B, H_q, S_q, D] ("HND")
+    in prepared.out_dtype, or (out, lse fp32 [B, H_q, S_q]).
 
     backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "hip"); variant: which shipped kernel
-    ("hip" = the clang-built kernel; others as listed in hsaco/manifest.json for op sage_attention_fwd).
-    Everything is validated before any kernel runs."""
+    family ("asm" = the hand-scheduled one, the default; "hip" = the clang-built one). Everything is validated
+    before any kernel runs."""
     validate.check_flag("return_lse", return_lse)
-    B, S, H = _shape_of(prepared)
-    validate.check_prepared(prepared, B, S, H)
-    S_pad = prepared.q_int8.shape[2]
-    validate.check_attention_length(S, "prepared.seq_len")
+    layout = validate.check_layout(layout)
+    sh = validate.check_prepared(prepared)
     if variant is not None and not isinstance(variant, str):
         raise TypeError(f"variant: expected None (the default kernel) or a str naming a shipped variant of {OP}, "
                         f"got {type(variant).__name__}")
-    kernel = registry.find(OP, variant, head_dim=HEAD_DIM, out_dtype="bf16")
+    if sh.H_q >= abi.MAX_QUERY_HEADS:
+        raise ValueError(f"prepared.q_int8: {sh.H_q} query heads exceed the launch grid (< {abi.MAX_QUERY_HEADS})")
+    kernel = registry.find(OP, variant, head_dim=d_pad(sh.D), out_dtype=OUT_DTYPE_KEYS[sh.dtype])
     device = prepared.q_int8.device
     backend = resolve_backend(prepared.q_int8, backend)
 
-    out = torch.empty(B, S, H, HEAD_DIM, dtype=torch.bfloat16, device=device)
+    shape = (sh.B, sh.S_q, sh.H_q, sh.D) if layout == "NHD" else (sh.B, sh.H_q, sh.S_q, sh.D)
+    out = torch.empty(shape, dtype=sh.dtype, device=device)
+    sb, ss, shd = (out.stride(0), out.stride(1), out.stride(2)) if layout == "NHD" else \
+        (out.stride(0), out.stride(2), out.stride(1))
+    _check_reach(prepared, (sb, ss, shd))
     # Without return_lse the kernel never touches lse; it still gets a valid (tiny) allocation.
-    lse = torch.empty(B, H, S, dtype=torch.float32, device=device) if return_lse else \
+    lse = torch.empty(sh.B, sh.H_q, sh.S_q, dtype=torch.float32, device=device) if return_lse else \
         torch.empty(1, dtype=torch.float32, device=device)
     # The smooth_k term is ln2 * q_f . k_mean; k_mean is all zero for a prepare without smooth_k, so adding it
     # always is exact (x + ln2 * (+-0) == x) and the host never has to inspect k_mean.
@@ -73,7 +79,10 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, backe
         "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_fp8,
         "q_scale": prepared.q_scale, "k_scale": prepared.k_scale, "k_mean": prepared.k_mean,
         "v_scale": prepared.v_scale, "out": out, "lse": lse,
-        "seq_len": S, "seq_pad": S_pad, "num_heads": H, "flags": flags,
+        "seq_len_q": sh.S_q, "seq_pad_q": prepared.q_int8.shape[2],
+        "seq_len_kv": sh.S_kv, "seq_pad_kv": prepared.k_int8.shape[2],
+        "num_heads_q": sh.H_q, "num_heads_kv": sh.H_kv, "kv_group_magic": kv_group_magic(sh.H_q // sh.H_kv),
+        "out_stride_b": sb, "out_stride_s": ss, "out_stride_h": shd, "head_dim": sh.D, "flags": flags,
     }
     launch(kernel.symbol, ATTENTION_FWD_ARGS, grid(prepared), BLOCK, args, backend=backend)
     return (out, lse) if return_lse else out

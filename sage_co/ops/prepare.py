@@ -1,34 +1,41 @@
-"""Host side of the prepare stage: bf16 q/k/v [B, S, H, 128] in, SagePrepared out (docs/numerics.md §Prepare).
+"""Host side of the prepare stage: q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (bf16 or fp16, NHD or HND, any
+strides with a contiguous last dim) in, SagePrepared out (docs/numerics.md §Prepare).
 
 Three kernels of asm_src/gfx1201_sage_prepare.hip run in order (its header comment has the design):
-  stats   grid (n_chunks, H, B * n_tens), one wave32 per chunk of 32-token tiles: per-channel max |v| partials,
+  stats   grid (n_chunks, H_kv, B * n_tens), one wave32 per chunk of 32-token tiles: per-channel max |v| partials,
           and with smooth_k the per-channel sums of the (normed/roped) K rows.
-  reduce  grid (1, H, B), 128 threads (one per channel): folds the partials in chunk order into v_scale, 1/v_scale
-          (448 / amax, a workspace for quant) and k_mean.
-  quant   grid (S_pad / 32, H, 3 * B), one wave32 per 32-token tile of Q (z % 3 == 0), K (1) or V (2).
-Each of stats and quant ships one symbol per rope_dim (manifest key column rope_dim, 0 = no RoPE): the symbol
-of every launch comes from sage_co.registry.find(op, **keys), the kernarg structs from sage_co/abi.py.
+  reduce  grid (1, H_kv, B), D_pad threads (one per channel): folds the partials in chunk order into v_scale,
+          1/v_scale (448 / amax, a workspace for quant) and k_mean.
+  quant   grid (H_q * S_q_pad/32 + 2 * H_kv * S_kv_pad/32, B, 1), one wave32 per 32-token tile of Q, K or V.
+stats and quant ship one symbol per (head_dim = D_pad, in_dtype, rope_dim), selected by those manifest keys.
+The inputs are read in place: each kernel gets a flat view of the tensor's memory and its element strides, so an
+HND view of NHD memory (or any other strided view) costs no copy. Only a view the 16-byte vector loads cannot
+address (data not 16-byte aligned, or a stride that is not a multiple of 8 elements) is copied first.
 """
 from __future__ import annotations
 
 import torch
 
 from .. import registry, validate
-from ..abi import (HEAD_DIM, PREPARE_ALIGN, PREPARE_MAX_CHUNKS, PREPARE_QUANT_ARGS, PREPARE_REDUCE_ARGS,
-                   PREPARE_STATS_ARGS, SCALE_BLOCK, s_pad)
+from ..abi import PREPARE_ALIGN, PREPARE_MAX_CHUNKS
+from ..abi import PREPARE_QUANT_ARGS as QUANT_ARGS
+from ..abi import PREPARE_REDUCE_ARGS as REDUCE_ARGS
+from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # noqa: F401  (the structs live in sage_co/abi.py)
 from ..launch import launch, resolve_backend
-from ..prepared import SagePrepared
+from ..prepared import SCALE_BLOCK, SagePrepared, d_pad, s_pad
 from ..reference import q_multiplier
 
 WAVE = (32, 1, 1)  # stats and quant: one wave32 per workgroup
-REDUCE_BLOCK = (HEAD_DIM, 1, 1)  # reduce: one thread per channel
-MAX_CHUNKS = PREPARE_MAX_CHUNKS  # stats chunks per (b, h): enough workgroups to fill the GPU, few partials to fold
-ALIGN = PREPARE_ALIGN  # the kernels read and write with 16-byte vector accesses
+MAX_CHUNKS = PREPARE_MAX_CHUNKS
+ALIGN = PREPARE_ALIGN
+ELEMS_PER_LOAD = ALIGN // 2  # 16-bit elements per 16-byte load: strides must be multiples of this
+DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
-def _kernel(kind: str, **keys) -> str:
-    """The symbol serving sage_prepare.<kind> with these manifest keys (rope_dim: 0 = no RoPE)."""
-    return registry.find(f"sage_prepare.{kind}", "hip", **keys).symbol
+def kernel_symbol(op: str, **keys) -> str:
+    """The symbol of the shipped kernel serving `op` with exactly these manifest key columns (head_dim, in_dtype,
+    rope_dim): sage_co.registry.find, the one lookup every launch goes through."""
+    return registry.find(op, "hip", **keys).symbol
 
 
 def chunking(S: int) -> tuple[int, int]:
@@ -54,57 +61,95 @@ def _aligned(t: torch.Tensor | None) -> torch.Tensor | None:
     return out.copy_(t)
 
 
-def run_prepare(q, k, v, softmax_scale=None, *, smooth_k=False, q_norm_weight=None, k_norm_weight=None, eps=1e-6,
-                cos=None, sin=None, rope_dim=None, backend: str | None = None) -> SagePrepared:
+def flat_view(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    """An NHD view t [B, S, H, D] (stride(-1) == 1) -> (a contiguous 1-D view of the memory it spans, starting at
+    its first element, and its (batch, token, head) element strides). No copy unless the 16-byte loads cannot
+    address it (see the module docstring); strides of size-1 dims are 0 (never multiplied by a nonzero index)."""
+    strides = tuple(st if n > 1 else 0 for n, st in zip(t.shape[:3], t.stride()[:3]))
+    if t.data_ptr() % ALIGN or any(st % ELEMS_PER_LOAD for st in strides):
+        t = _aligned(t.contiguous()) if t.is_contiguous() else t.contiguous()
+        t = _aligned(t)
+        strides = tuple(st if n > 1 else 0 for n, st in zip(t.shape[:3], t.stride()[:3]))
+    extent = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    return t.as_strided((extent,), (1,)), strides
+
+
+def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
+                k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None,
+                backend: str | None = None) -> SagePrepared:
     """The prepare stage on the shipped gfx1201 kernels; same arguments and result as sage_co.reference.sage_prepare.
 
     backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "hip"). Every argument is validated before
-    any kernel runs; outputs are fresh tensors on q's device, padded rows/columns zero."""
-    chk = validate.check_prepare_args(q, k, v, softmax_scale, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
-                                      k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin, rope_dim=rope_dim)
+    any kernel runs; outputs are fresh tensors on q's device, padded rows/columns/channels zero."""
+    chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
+                                      q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
+                                      sin=sin, rope_dim=rope_dim)
     backend = resolve_backend(q, backend)
-    B, S, H, rd = chk.B, chk.S, chk.H, chk.rope_dim
-    Sp = s_pad(S)
-    if 3 * B > 65536 or H > 65536:  # grid y = H, z = 3 * B (HIP limits, launcher_facts §4)
-        raise ValueError(f"q: B = {B} and H = {H} exceed the launch grid (need 3 * B <= 65536 and H <= 65536)")
-    if Sp >= 2 ** 31:
-        raise ValueError(f"q: S = {S} is too long (S_pad must stay below 2^31)")
+    sh = chk.shapes
+    B, H_q, H_kv, D = sh.B, sh.H_q, sh.H_kv, sh.D
+    Sq, Skv, Dp = s_pad(sh.S_q), s_pad(sh.S_kv), d_pad(D)
+    check_launch_limits(sh)
+    keys = dict(head_dim=Dp, in_dtype=DTYPE_KEYS[sh.dtype], rope_dim=chk.rope_dim or 0)
+    stats_sym, quant_sym = kernel_symbol("sage_prepare.stats", **keys), kernel_symbol("sage_prepare.quant", **keys)
+    reduce_sym = kernel_symbol("sage_prepare.reduce")
     dev = q.device
-    q, k, v, cos, sin, q_norm_weight, k_norm_weight = map(_aligned, (q, k, v, cos, sin, q_norm_weight,
-                                                                      k_norm_weight))
+    (qf, qs), (kf, ks), (vf, vs) = flat_view(chk.q), flat_view(chk.k), flat_view(chk.v)
+    cos, sin, q_norm_weight, k_norm_weight = map(_aligned, (cos, sin, q_norm_weight, k_norm_weight))
     placeholder = torch.zeros(ALIGN, dtype=torch.uint8, device=dev)  # for pointers a kernel never dereferences
 
     def f32(*shape):
         return _alloc(*shape, dtype=torch.float32, device=dev)
 
-    q_int8 = _alloc(B, H, Sp, HEAD_DIM, dtype=torch.int8, device=dev)
-    k_int8 = _alloc(B, H, Sp, HEAD_DIM, dtype=torch.int8, device=dev)
-    q_scale, k_scale = f32(B, H, Sp // SCALE_BLOCK), f32(B, H, Sp // SCALE_BLOCK)
-    k_mean, v_scale, v_inv = f32(B, H, HEAD_DIM), f32(B, H, HEAD_DIM), f32(B, H, HEAD_DIM)
-    v_fp8 = _alloc(B, H, HEAD_DIM, Sp, dtype=torch.float8_e4m3fn, device=dev)
-    per_chunk, n_chunks = chunking(S)
-    vmax_part = f32(B, H, n_chunks, HEAD_DIM)
-    ksum_part = f32(B, H, n_chunks, HEAD_DIM) if smooth_k else placeholder
+    q_int8 = _alloc(B, H_q, Sq, Dp, dtype=torch.int8, device=dev)
+    k_int8 = _alloc(B, H_kv, Skv, Dp, dtype=torch.int8, device=dev)
+    q_scale, k_scale = f32(B, H_q, Sq // SCALE_BLOCK), f32(B, H_kv, Skv // SCALE_BLOCK)
+    k_mean, v_scale, v_inv = f32(B, H_kv, Dp), f32(B, H_kv, Dp), f32(B, H_kv, Dp)
+    v_fp8 = _alloc(B, H_kv, Dp, Skv, dtype=torch.float8_e4m3fn, device=dev)
+    per_chunk, n_chunks = chunking(sh.S_kv)
+    vmax_part = f32(B, H_kv, n_chunks, Dp)
+    ksum_part = f32(B, H_kv, n_chunks, Dp) if smooth_k else placeholder
 
     def opt(t):
         return placeholder if t is None else t
 
+    def strides(prefix, st):
+        return {f"{prefix}_sb": st[0], f"{prefix}_ss": st[1], f"{prefix}_sh": st[2]}
+
     n_tens = 2 if smooth_k else 1
-    launch(_kernel("stats", rope_dim=rd or 0), PREPARE_STATS_ARGS, (n_chunks, H, B * n_tens), WAVE, {
-        "k": k, "v": v, "k_norm_w": opt(k_norm_weight), "cos": opt(cos), "sin": opt(sin),
-        "ksum_part": ksum_part, "vmax_part": vmax_part, "eps": eps, "S": S, "H": H,
+    launch(stats_sym, STATS_ARGS, (n_chunks, H_kv, B * n_tens), WAVE, {
+        "k": kf, "v": vf, "k_norm_w": opt(k_norm_weight), "cos": opt(cos), "sin": opt(sin),
+        "ksum_part": ksum_part, "vmax_part": vmax_part, "eps": float(eps), "S": sh.S_kv, "H": H_kv,
         "tiles_per_chunk": per_chunk, "n_chunks": n_chunks, "n_tens": n_tens,
-        "k_norm": int(k_norm_weight is not None),
+        "k_norm": int(k_norm_weight is not None), "D": D, **strides("k", ks), **strides("v", vs),
     }, backend=backend)
-    launch(_kernel("reduce"), PREPARE_REDUCE_ARGS, (1, H, B), REDUCE_BLOCK, {
+    launch(reduce_sym, REDUCE_ARGS, (1, H_kv, B), (Dp, 1, 1), {
         "ksum_part": ksum_part, "vmax_part": vmax_part, "k_mean": k_mean, "v_scale": v_scale, "v_inv": v_inv,
-        "H": H, "n_chunks": n_chunks, "S": S, "smooth_k": int(smooth_k),
+        "H": H_kv, "n_chunks": n_chunks, "S": sh.S_kv, "smooth_k": int(smooth_k), "D_pad": Dp,
     }, backend=backend)
-    launch(_kernel("quant", rope_dim=rd or 0), PREPARE_QUANT_ARGS, (Sp // SCALE_BLOCK, H, 3 * B), WAVE, {
-        "q": q, "k": k, "v": v, "q_norm_w": opt(q_norm_weight), "k_norm_w": opt(k_norm_weight),
+    launch(quant_sym, QUANT_ARGS, quant_grid(sh), WAVE, {
+        "q": qf, "k": kf, "v": vf, "q_norm_w": opt(q_norm_weight), "k_norm_w": opt(k_norm_weight),
         "cos": opt(cos), "sin": opt(sin), "k_mean": k_mean, "v_inv": v_inv,
         "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_fp8": v_fp8,
-        "q_mult": q_multiplier(chk.softmax_scale), "eps": float(eps), "S": S, "H": H, "S_pad": Sp,
+        "q_mult": q_multiplier(chk.softmax_scale), "eps": float(eps), "S_q": sh.S_q, "S_kv": sh.S_kv,
+        "H_q": H_q, "H_kv": H_kv, "S_q_pad": Sq, "S_kv_pad": Skv, "D": D,
         "q_norm": int(q_norm_weight is not None), "k_norm": int(k_norm_weight is not None),
+        **strides("q", qs), **strides("k", ks), **strides("v", vs),
     }, backend=backend)
-    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_fp8, v_scale, S)
+    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_fp8, v_scale, sh.S_q, sh.S_kv, D, sh.dtype)
+
+
+def quant_grid(sh: validate.Shapes) -> tuple[int, int, int]:
+    """Q tiles (head-major), then K tiles, then V tiles along x; batch along y."""
+    tq, tkv = s_pad(sh.S_q) // SCALE_BLOCK, s_pad(sh.S_kv) // SCALE_BLOCK
+    return (sh.H_q * tq + 2 * sh.H_kv * tkv, sh.B, 1)
+
+
+def check_launch_limits(sh: validate.Shapes) -> None:
+    """The grids fit the HIP limits (launcher_facts §4: x < 2^31, y and z <= 65536) and every index the kernels
+    compute in 32 bits stays below 2^31. Raised before any launch, naming q."""
+    if sh.B * 2 > 65536 or sh.H_kv > 65536:
+        raise ValueError(f"q: B = {sh.B} and H_kv = {sh.H_kv} exceed the launch grid (need 2 * B <= 65536 and "
+                         f"H_kv <= 65536)")
+    if max(s_pad(sh.S_q), s_pad(sh.S_kv)) >= 2 ** 31 or quant_grid(sh)[0] >= 2 ** 31:
+        raise ValueError(f"q: S_q = {sh.S_q}, S_kv = {sh.S_kv} with {sh.H_q} heads are too long for the prepare "
+                         f"launch (S_pad and heads * S_pad / 32 must stay below 2^31)")
