@@ -26,27 +26,39 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 
 def kernels(torch):
-    """(symbol, struct, grid, block, args) for one launch of each kernel, as the ops build them (B=1, H=2, S=64)."""
+    """(symbol, struct, grid, block, args) for one launch of each kernel, as the ops build them (B=1, H=2, S=64,
+    head dim 128, bf16). The struct of each op comes from sage_co.abi; every field gets a plausible value."""
     from sage_co import abi, registry
     B, H, S, Sp = 1, 2, 64, 64
     t = torch.zeros(B, Sp, H, 128, dtype=torch.bfloat16)
     f32 = torch.zeros(B, H, 128)
     i8 = torch.zeros(B, H, Sp, 128, dtype=torch.int8)
-    att = dict(q=i8, k=i8, v=i8, q_scale=f32, k_scale=f32, k_mean=f32, v_scale=f32, out=t, lse=f32,
-               seq_len=S, seq_pad=Sp, num_heads=H, flags=0)
-    stats = dict(k=t, v=t, k_norm_w=f32, cos=f32, sin=f32, ksum_part=f32, vmax_part=f32, eps=1e-6, S=S, H=H,
-                 tiles_per_chunk=1, n_chunks=2, n_tens=1, k_norm=0)
-    reduce = dict(ksum_part=f32, vmax_part=f32, k_mean=f32, v_scale=f32, v_inv=f32, H=H, n_chunks=2, S=S, smooth_k=0)
-    quant = dict(q=t, k=t, v=t, q_norm_w=f32, k_norm_w=f32, cos=f32, sin=f32, k_mean=f32, v_inv=f32, q_int8=i8,
-                 k_int8=i8, q_scale=f32, k_scale=f32, v_fp8=i8, q_mult=0.1, eps=1e-6, S=S, H=H, S_pad=Sp,
-                 q_norm=0, k_norm=0)
+
+    def fill(struct, **named):
+        ptr = {"q": i8, "k": i8, "v": i8, "out": t, "q_int8": i8, "k_int8": i8, "v_fp8": i8}
+        vals = {}
+        for f in struct.fields:
+            if f.name in named:
+                vals[f.name] = named[f.name]
+            elif f.kind == "ptr":
+                vals[f.name] = ptr.get(f.name, f32)
+            else:
+                vals[f.name] = 1e-6 if f.kind == "f32" else 1
+        return vals
+    att = fill(abi.ATTENTION_FWD_ARGS, seq_len_q=S, seq_pad_q=Sp, seq_len_kv=S, seq_pad_kv=Sp, num_heads_q=H,
+               num_heads_kv=H, kv_group_magic=abi.kv_group_magic(1), out_stride_b=Sp * H * 128,
+               out_stride_s=H * 128, out_stride_h=128, head_dim=128, flags=0)
+    keys = dict(head_dim=128, in_dtype="bf16", rope_dim=0)
     wave, channels = (abi.WAVE_SIZE, 1, 1), (abi.HEAD_DIM, 1, 1)
     return [
         (registry.find(abi.ATTENTION_OP, head_dim=128, out_dtype="bf16").symbol, abi.ATTENTION_FWD_ARGS, (1, H, B),
          abi.ATTENTION_BLOCK, att),
-        (registry.find("sage_prepare.stats", rope_dim=0).symbol, abi.PREPARE_STATS_ARGS, (2, H, B), wave, stats),
-        (registry.find("sage_prepare.reduce").symbol, abi.PREPARE_REDUCE_ARGS, (1, H, B), channels, reduce),
-        (registry.find("sage_prepare.quant", rope_dim=0).symbol, abi.PREPARE_QUANT_ARGS, (2, H, 3 * B), wave, quant),
+        (registry.find("sage_prepare.stats", **keys).symbol, abi.PREPARE_STATS_ARGS, (2, H, B), wave,
+         fill(abi.PREPARE_STATS_ARGS, k=t, v=t)),
+        (registry.find("sage_prepare.reduce").symbol, abi.PREPARE_REDUCE_ARGS, (1, H, B), channels,
+         fill(abi.PREPARE_REDUCE_ARGS)),
+        (registry.find("sage_prepare.quant", **keys).symbol, abi.PREPARE_QUANT_ARGS, (2, H, 3 * B), wave,
+         fill(abi.PREPARE_QUANT_ARGS, q=t, k=t, v=t)),
     ]
 
 

@@ -77,6 +77,7 @@ ATTENTION_OUTPUTS = ("out", "lse")
 # ---------------------------------------------------------------------------------------------- prepare
 # asm_src/gfx1201_sage_prepare.hip (owned by the prepare work, sage_co/ops/prepare.py packs them): stats and quant
 # ship one symbol per (head_dim = D_pad, in_dtype, rope_dim) manifest key columns, reduce one symbol.
+PREPARE_ROPE_DIMS = (0, 32, 64, 96, 128)   # the rope_dim key column (0 = no RoPE; D_pad 64 ships those <= 64)
 def _strides(prefix: str, offset: int) -> list[Field]:
     return [Field(f"{prefix}_sb", "i32", offset), Field(f"{prefix}_ss", "i32", offset + 4),
             Field(f"{prefix}_sh", "i32", offset + 8)]

@@ -43,37 +43,43 @@ def hip_backend(**platform):
     return HipBackend(platform=stub_hip.HostPlatform(**platform))
 
 
-def inputs(S=33, H=2, seed=0):
+def inputs(S=33, H=2, seed=0, D=128, dtype=None):
     import torch
     g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(1, S, H, 128, generator=g).to(torch.bfloat16) for _ in range(3))
+    return tuple(torch.randn(1, S, H, D, generator=g).to(dtype or torch.bfloat16) for _ in range(3))
 
 
-def norm_rope(S, rope_dim):
+def norm_rope(S, rope_dim, D=128, dtype=None):
     import torch
+    dtype = dtype or torch.bfloat16
     g = torch.Generator().manual_seed(1)
-    w = [(1 + 0.1 * torch.randn(128, generator=g)).to(torch.bfloat16) for _ in range(2)]
+    w = [(1 + 0.1 * torch.randn(D, generator=g)).to(dtype) for _ in range(2)]
     ang = torch.arange(S)[:, None] * torch.linspace(0.01, 1, rope_dim)[None]
-    return dict(q_norm_weight=w[0], k_norm_weight=w[1], cos=ang.cos().to(torch.bfloat16),
-                sin=ang.sin().to(torch.bfloat16), rope_dim=rope_dim)
+    return dict(q_norm_weight=w[0], k_norm_weight=w[1], cos=ang.cos().to(dtype),
+                sin=ang.sin().to(dtype), rope_dim=rope_dim)
 
 
 def run_ops(backend: str):
-    """Every shipped kernel through the ops: prepare without and with smooth_k, with norm + RoPE at each
-    rope_dim, attention in each variant with and without LSE. Returns the launch records."""
+    """Every shipped kernel through the ops: for each head dim (D_pad) and dtype, prepare without and with
+    smooth_k, with norm + RoPE at each rope_dim, attention in each variant with and without LSE. Returns the
+    launch records (the first prepared structure is returned too, for later launches)."""
+    import torch
     from sage_co import launch, registry
+    from sage_co.abi import HEAD_DIMS_NATIVE, PREPARE_ROPE_DIMS
     from sage_co.ops.attention import OP, run_attention_fwd
-    from sage_co.abi import PREPARE_ROPE_DIMS
     from sage_co.ops.prepare import run_prepare
-    q, k, v = inputs()
     with launch.recording() as records:
-        prepared = run_prepare(q, k, v, smooth_k=False, backend=backend)
-        run_prepare(q, k, v, smooth_k=True, backend=backend)
-        for rd in PREPARE_ROPE_DIMS[1:]:
-            run_prepare(q, k, v, smooth_k=True, backend=backend, **norm_rope(q.shape[1], rd))
-        for variant in sorted({k.variant for k in registry.kernels() if k.op == OP}):
-            run_attention_fwd(prepared, backend=backend, variant=variant)
-            run_attention_fwd(prepared, backend=backend, variant=variant, return_lse=True)
+        for D in reversed(HEAD_DIMS_NATIVE):
+            for dtype in (torch.bfloat16, torch.float16):
+                q, k, v = inputs(D=D, dtype=dtype)
+                prepared = run_prepare(q, k, v, smooth_k=False, backend=backend)
+                run_prepare(q, k, v, smooth_k=True, backend=backend)
+                for rd in PREPARE_ROPE_DIMS[1:]:
+                    if rd <= D:
+                        run_prepare(q, k, v, smooth_k=True, backend=backend, **norm_rope(q.shape[1], rd, D, dtype))
+                for variant in sorted({k.variant for k in registry.kernels() if k.op == OP}):
+                    run_attention_fwd(prepared, backend=backend, variant=variant)
+                    run_attention_fwd(prepared, backend=backend, variant=variant, return_lse=True)
     return records
 
 
@@ -192,12 +198,15 @@ def main_scenario(tmp: Path) -> dict:
     flat = torch.zeros(17 * 128, dtype=torch.bfloat16)
     odd = flat[1:1 + 16 * 128].view(1, 16, 1, 128)
     try:
+        from sage_co import abi
         from sage_co import registry as reg
-        launch.launch(reg.find("sage_attention_fwd").symbol, attention.ATTENTION_FWD_ARGS, (1, 1, 1),
-                      attention.BLOCK, dict(q=prepared.q_int8, k=prepared.k_int8, v=prepared.v_fp8,
-                                            q_scale=prepared.q_scale, k_scale=prepared.k_scale,
-                                            k_mean=prepared.k_mean, v_scale=prepared.v_scale, out=odd,
-                                            lse=prepared.v_scale, seq_len=16, seq_pad=64, num_heads=1, flags=0),
+        launch.launch(reg.find("sage_attention_fwd", head_dim=128, out_dtype="bf16").symbol,
+                      attention.ATTENTION_FWD_ARGS, (1, 1, 1), attention.BLOCK,
+                      dict(q=prepared.q_int8, k=prepared.k_int8, v=prepared.v_fp8, q_scale=prepared.q_scale,
+                           k_scale=prepared.k_scale, k_mean=prepared.k_mean, v_scale=prepared.v_scale, out=odd,
+                           lse=prepared.v_scale, seq_len_q=16, seq_pad_q=64, seq_len_kv=16, seq_pad_kv=64,
+                           num_heads_q=1, num_heads_kv=1, kv_group_magic=abi.kv_group_magic(1),
+                           out_stride_b=16 * 128, out_stride_s=128, out_stride_h=128, head_dim=128, flags=0),
                       backend="hip")
         out["misaligned"] = None
     except ValueError as exc:
