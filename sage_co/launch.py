@@ -141,8 +141,15 @@ def plan(symbol: str, struct: KernargStruct) -> KernelPlan:
     return p
 
 
+_GEOMETRY_CACHE = 256   # (grid, block) pairs remembered as checked per kernel; cleared when full
+_INT_ONLY = {int}
+
+
 def _check_geometry(grid, block, p: KernelPlan) -> tuple[tuple, tuple]:
     grid, block = tuple(grid), tuple(block)
+    key = (grid, block)
+    if key in p.checked_geometry and set(map(type, grid + block)) == _INT_ONLY:   # (True == 1: types too)
+        return grid, block
     for what, dims in (("grid", grid), ("block", block)):
         if len(dims) != 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
             raise ValueError(f"{p.symbol}: {what} must be three positive ints, got {dims}")
@@ -152,6 +159,9 @@ def _check_geometry(grid, block, p: KernelPlan) -> tuple[tuple, tuple]:
                          f"{p.max_threads}")
     if grid[0] > 2**31 - 1 or grid[1] > 65536 or grid[2] > 65536:  # docs/rdna4.md §HIP runtime: CLR launch limits
         raise ValueError(f"{p.symbol}: grid {grid} exceeds the HIP limits (x < 2^31, y and z <= 65536)")
+    if len(p.checked_geometry) >= _GEOMETRY_CACHE:
+        p.checked_geometry.clear()
+    p.checked_geometry.add(key)
     return grid, block
 
 

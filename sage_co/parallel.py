@@ -25,6 +25,8 @@ RCCL (xGMI / PCIe P2P between R9700s). On CPU (tests, the emulator) use "gloo".
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 import torch.distributed as dist
 
@@ -121,13 +123,30 @@ def merge_partials(out, lse, blk_out, blk_lse):
     return out * w_old + blk_out * w_blk, new
 
 
-def _ring(q, k, v, group, world, rank, lens_q, lens_kv, op_kwargs):
+@lru_cache(maxsize=None)
+def serves_separate_lengths(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
+    """Does the op serve S_q != S_kv for this device, dtype and head dim? Decided before any ring traffic, the same
+    on every rank (a refusal halfway round the ring would leave peers waiting): False without issue 13's signature,
+    else one tiny probe launch (1 query, 2 keys), cached per process."""
     from . import compat
+    from .api import sage_attention
+    if not compat.op_supports("layout"):
+        return False
+    q = torch.zeros(1, 1, 1, head_dim, dtype=dtype, device=device)
+    kv = torch.zeros(1, 2, 1, head_dim, dtype=dtype, device=device)
+    try:
+        sage_attention(q, kv, kv)
+    except NotImplementedError:
+        return False
+    return True
+
+
+def _ring(q, k, v, group, world, rank, lens_q, lens_kv, op_kwargs):
     from .api import sage_attention
     if op_kwargs.get("is_causal"):
         raise NotImplementedError("is_causal: causal ring attention needs per-step masks (issue 14); use "
                                   "mode='ulysses' once the op is causal")
-    if len(set(lens_q + lens_kv)) != 1 and not compat.op_supports("layout"):
+    if len(set(lens_q + lens_kv)) != 1 and not serves_separate_lengths(q.device, q.dtype, q.shape[-1]):
         raise NotImplementedError(f"q: ring attention with uneven shards (query lengths {lens_q}, K/V lengths "
                                   f"{lens_kv}) needs separate Q and K/V lengths in the op (issue 13); pad or "
                                   f"re-shard to equal lengths, or use mode='ulysses'")

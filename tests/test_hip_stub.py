@@ -12,11 +12,15 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import stub_hip
 
 ROOT = Path(__file__).resolve().parent.parent
 
+if getattr(torch.version, "hip", None) is not None:
+    pytest.skip("torch is a ROCm build: its own libamdhip64 is mapped in every process, so a stub cannot stand in "
+                "for torch's runtime (tests/test_hip_backend.py covers the real one)", allow_module_level=True)
 if stub_hip.compiler() is None:
     pytest.skip("no system C compiler (cc, gcc or clang) to build the stub libamdhip64", allow_module_level=True)
 try:
@@ -101,7 +105,8 @@ def test_dynamic_lds_is_shared_mem_bytes(main_run):
 
 
 def test_misaligned_tensor_refused_before_the_runtime(main_run):
-    assert "not 16-byte aligned" in main_run["misaligned"] and "'out'" in main_run["misaligned"]
+    assert "not 16-byte aligned" in main_run["misaligned"]
+    assert repr(main_run["misaligned_field"]) in main_run["misaligned"]     # names the argument
     assert not main_run["misaligned_reached_runtime"]
 
 
@@ -129,4 +134,4 @@ def test_launch_overhead_benchmark_runs(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_launch_overhead.py"), "--launches", "20",
                         "--rounds", "1"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert sum(" us CPU" in line for line in r.stdout.splitlines()) == 4, r.stdout
+    assert sum(" us CPU" in line for line in r.stdout.splitlines()) == 5, r.stdout   # 4 kernels + the whole op

@@ -103,3 +103,13 @@ def test_backends_do_not_import_launch():
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             assert not any(n.split(".")[-1] == "launch" or ".launch" in n for n in names), (path.name, names)
+
+
+def test_geometry_checked_every_time_even_after_a_good_launch(monkeypatch):
+    emu = launch.get_backend("emu")
+    monkeypatch.setattr(type(emu), "run", lambda self, kl: "ran")
+    args, symbol = _attention_args(), _attention_symbol()
+    assert launch.launch(symbol, abi.ATTENTION_FWD_ARGS, (1, 1, 1), abi.ATTENTION_BLOCK, args, backend="emu") == "ran"
+    for grid in [(True, 1, 1), (1, 1, 0), (1, 1)]:
+        with pytest.raises(ValueError, match="grid"):
+            launch.launch(symbol, abi.ATTENTION_FWD_ARGS, grid, abi.ATTENTION_BLOCK, args, backend="emu")

@@ -63,7 +63,7 @@ class Packer:
         if len(values) == len(self.names):
             try:
                 row = [values[n] for n in self.names]
-                if not any(type(v) is bool for v in row):
+                if bool not in map(type, row):   # struct would take a bool as an int
                     return self.compiled.pack(*row)
             except (KeyError, _struct.error, TypeError, OverflowError):
                 pass
@@ -74,7 +74,7 @@ class Packer:
         if len(values) == len(self.names):
             try:
                 row = [values[n] for n in self.names]
-                if not any(type(v) is bool for v in row):
+                if bool not in map(type, row):   # struct would take a bool as an int
                     self.compiled.pack_into(buffer, 0, *row)
                     return
             except (KeyError, _struct.error, TypeError, OverflowError):
@@ -96,6 +96,7 @@ class KernelPlan:
     pointer_fields: frozenset
     read_only: frozenset         # pointer fields the metadata marks read_only (never copied back by emu)
     max_threads: int
+    checked_geometry: set = field(default_factory=set)  # (grid, block) pairs already validated (launch.py)
     backend_state: dict = field(default_factory=dict)   # backend instance -> its cached handles for this kernel
 
 

@@ -29,6 +29,9 @@ VCC, TTMP0, NULL, M0, EXEC, SCC_CODE, LITERAL = 106, 108, 124, 125, 126, 253, 25
 NUM_SREGS = 128
 ARENA_VA = 0x7F00_0000_0000       # fake VA of device arena byte 0 (high enough that a NULL-ish pointer is never valid)
 SANITIZER_KINDS = ("load", "store", "ds", "km")      # wait counters tracked (facts.WAIT_KINDS)
+# HW_REG_WAVE_MODE (hwreg id 1) fields (docs/rdna4.md §Entry, MODE register): FP_ROUND [3:0], FP_DENORM [7:4],
+# FP16_OVFL [23] (fp8/bf8 conversions saturate finite overflow when set)
+HWREG_MODE, MODE_FP_BITS, MODE_FP16_OVFL = 1, 0xFF, 1 << 23
 
 # inline constant tables (decode docstring: 240-248 float constants whose bit pattern depends on the type)
 _FCONST = [0.5, -0.5, 1.0, -1.0, 2.0, -2.0, 4.0, -4.0]
@@ -76,8 +79,8 @@ class State:
     __slots__ = (
         # program and batch shape
         "prog", "W", "nwg", "grid", "block", "wave_wg", "wave_in_wg", "wg_id",
-        # registers and control
-        "V", "S", "SCC", "EXM", "exec_full", "pc", "alive", "blocked", "sig", "passed", "handlers",
+        # registers and control; mode: HW_REG_WAVE_MODE per wave
+        "V", "S", "SCC", "EXM", "exec_full", "mode", "pc", "alive", "blocked", "sig", "passed", "handlers",
         # memory: device arena, LDS, private segment
         "device", "mem", "mem32", "live_starts", "live_ends", "lds_bytes", "lds_stride", "lds",
         "private_bytes", "private",
@@ -99,6 +102,7 @@ class State:
         self.SCC = np.zeros(W, dtype=bool)
         self.EXM = np.zeros((W, 32), dtype=bool)
         self.exec_full = False
+        self.mode = np.zeros(W, dtype=np.uint32)
         self.pc = np.zeros(W, dtype=np.int64)
         self.alive = np.ones(W, dtype=bool)
         self.blocked = np.zeros(W, dtype=bool)
@@ -120,7 +124,8 @@ class State:
         self.issued = {k: np.zeros(W, dtype=np.int64) for k in SANITIZER_KINDS}
         self.done = {k: np.zeros(W, dtype=np.int64) for k in SANITIZER_KINDS}
         nv = prog.nvgpr if sanitize else 0
-        self.vpend = {"load": np.zeros((nv, W), dtype=np.int64), "ds": np.zeros((nv, W), np.int64)}
+        # pending load sequence per VGPR part (0 whole register, 1 low half, 2 high half: true16 / d16 accesses)
+        self.vpend = {"load": np.zeros((3, nv, W), dtype=np.int64), "ds": np.zeros((3, nv, W), np.int64)}
         self.spend = np.zeros((NUM_SREGS if sanitize else 0, W), dtype=np.int64)
         self.maybe = {}                      # ('v'|'s', reg) -> counter kind of a possibly pending load
         self.wmma_d = np.full((W, 2), -1, dtype=np.int64)

@@ -14,7 +14,8 @@ import numpy as np
 from sage_co.emu import numerics as nm
 from sage_co.emu import sanitizer
 from sage_co.emu import wmma as wm
-from sage_co.emu.state import ALL, EXEC, NULL, VCC, EmuError, F, pack_lanes, unpack_lanes
+from sage_co.emu.decode import HALVES
+from sage_co.emu.state import ALL, EXEC, MODE_FP16_OVFL, NULL, VCC, EmuError, F, pack_lanes, unpack_lanes
 from sage_co.emu.valu_ops import CMP, CMP_KIND, T, _cls, _div_fmas, _div_scale, _ffbl, _i
 
 U8, U16, U32, U64, I16, I32, I64 = np.uint8, np.uint16, np.uint32, np.uint64, np.int16, np.int32, np.int64
@@ -25,6 +26,14 @@ ERR = contextlib.nullcontext()   # executor.run ignores fp warnings for the whol
 
 
 # ----------------------------------------------------------------------------------------------- operands
+E32_FIELDS = ("src0", "vsrc1")
+
+
+def e32_halves(inst) -> tuple:
+    """Fields of a VOP1/VOP2/VOPC instruction that are true16 register halves (decode.HALVES), else ()."""
+    return HALVES.get(inst.enc, {}).get(inst.opcode, ()) if inst.enc in ("VOP1", "VOP2", "VOPC") else ()
+
+
 class Src:
     """Operand reader factory for one instruction (resolves codes, modifiers, op_sel, DPP)."""
 
@@ -46,10 +55,13 @@ class Src:
             code = 256 + self.dpp["src0"]
         bits = {"b": 32, "f": 32, "h": 16, "s": 16, "q": 64, "d": 64}[kind]
         rkind = {"b": "b32", "f": "f32", "h": "f16", "s": "b16", "q": "b64", "d": "f64"}[kind]
+        hi = (self.opsel >> i) & 1 if inst.enc == "VOP3" else 0
+        if bits == 16 and code >= 256 and i < 2 and E32_FIELDS[i] in e32_halves(inst):
+            # true16 in VOP1/VOP2/VOPC: VGPR field = register [6:0] | half << 7 (docs/rdna4.md §Throughput, True16)
+            hi, code = (code - 256) >> 7, 256 + ((code - 256) & 127)
         raw = self.ops.vread(inst, code, rkind)
         if i == 0 and self.dpp is not None:
             raw = dpp_source(st, self.dpp, raw)
-        hi = (self.opsel >> i) & 1 if inst.enc == "VOP3" else 0
         fl = kind in ("f", "h", "d")
         ab, ng = fl and (self.abs >> i) & 1, fl and (self.neg >> i) & 1
         if bits == 16:
@@ -211,6 +223,8 @@ def build(st, ops, inst, pc):
         return special(st, ops, inst, src)
     if enc == "VOP3P" and name in PK:
         return _packed(st, ops, inst)
+    if enc == "VOP3P" and name in ("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16"):
+        return _fma_mix(st, ops, inst)
     if name not in T:
         return None
     srcs, res, fn, flt = T[name]
@@ -224,6 +238,8 @@ def build(st, ops, inst, pc):
     readers = [src.read(i, c, k) for i, (c, k) in enumerate(zip(codes, srcs))]
     vd = F(inst, "vdst")
     dst_hi = (F(inst, "opsel") >> 3) & 1 if enc == "VOP3" else 0
+    if "vdst" in e32_halves(inst):
+        dst_hi, vd = vd >> 7, vd & 127
     wr = _typed_writer(st, ops, inst, vd, res, dst_hi, dpp=inst.dpp is not None)
     post = _post(inst, res, flt)
     mode = st.prog.denorm32
@@ -341,6 +357,16 @@ def _cndmask(st, ops, inst, src):
     wr = _typed_writer(st, ops, inst, F(inst, "vdst"), "b", dpp=inst.dpp is not None)
     return lambda sel: wr(sel, np.where(m(sel), np.asarray(b(sel)).view(U32) if kind == "f" else b(sel),
                                         np.asarray(a(sel)).view(U32) if kind == "f" else a(sel)))
+
+
+def _cndmask16(st, ops, inst, src):
+    """v_cndmask_b16 (VOP3): D.16 = mask[lane] ? S1.16 : S0.16, halves by op_sel (f16 abs/neg modifiers allowed)."""
+    codes = _src_codes(inst, 2)
+    kind = "h" if (F(inst, "abs") or F(inst, "neg")) else "s"
+    a, b = src.read(0, codes[0], kind), src.read(1, codes[1], kind)
+    m = _lanemask_reader(st, ops, inst, F(inst, "src2"))
+    wr = _typed_writer(st, ops, inst, F(inst, "vdst"), "s", (F(inst, "opsel") >> 3) & 1)
+    return lambda sel: wr(sel, np.where(m(sel), np.asarray(b(sel)).view(U16), np.asarray(a(sel)).view(U16)))
 
 
 def _carry_op(kind):
@@ -472,12 +498,20 @@ def _cvt_pk_f8(bf8):
         a, b = src.read(0, F(inst, "src0"), "f"), src.read(1, F(inst, "src1"), "f")
         vd = F(inst, "vdst")
         hi = bool((F(inst, "opsel") >> 3) & 1)
-        row, wr = st.V[vd], ops.vwrite(vd)
+        row, wr, mode = st.V[vd], ops.vwrite(vd), st.mode
+        fmax = F32(57344.0 if bf8 else 448.0)
 
         def h(sel):
             n = st.W if sel is ALL else len(sel)
             x = np.broadcast_to(a(sel), (n, 32))
             y = np.broadcast_to(b(sel), (n, 32))
+            sat = (mode[sel] & U32(MODE_FP16_OVFL)) != 0
+            if sat.any():
+                # MODE.FP16_OVFL: finite values beyond the format's largest saturate to it; Inf/NaN convert as
+                # before (docs/rdna4.md §FP8, saturation)
+                s = sat[:, None]
+                x = np.where(s & np.isfinite(x), np.clip(x, -fmax, fmax), x).astype(F32)
+                y = np.where(s & np.isfinite(y), np.clip(y, -fmax, fmax), y).astype(F32)
             wr(sel, nm.cvt_pk_f8_f32(row[sel], x, y, hi, bf8))
         return h
     return make
@@ -525,7 +559,7 @@ def _nop(st, ops, inst, src):
 
 
 SPECIAL = {
-    "v_cndmask_b32": _cndmask,
+    "v_cndmask_b32": _cndmask, "v_cndmask_b16": _cndmask16,
     "v_add_co_u32": _carry_op("add"), "v_sub_co_u32": _carry_op("sub"), "v_subrev_co_u32": _carry_op("subrev"),
     "v_add_co_ci_u32": _carry_op("add"), "v_sub_co_ci_u32": _carry_op("sub"),
     "v_subrev_co_ci_u32": _carry_op("subrev"),
@@ -561,6 +595,48 @@ PK = {  # name -> (nsrc, float?, fn on uint16 halves -> uint16)
     "v_pk_max_num_f16": (2, True, _pk_f16(lambda a, b: nm.max_num_f32(a, b))),
     "v_pk_min_num_f16": (2, True, _pk_f16(lambda a, b: nm.min_num_f32(a, b))),
 }
+
+
+def _fma_mix(st, ops, inst):
+    """v_fma_mix_f32 / v_fma_mixlo_f16 / v_fma_mixhi_f16: source i is f32 when op_sel_hi[i] = 0, else the f16 half
+    op_sel[i] of it, converted exactly; neg_lo negates and neg_hi takes the absolute value of source i; one f32 fma;
+    mixlo/mixhi convert that to f16 into the low/high half of vD (the other half kept); clamp clamps to [0, 1]."""
+    name = inst.name
+    opsel, opsel_hi, neg, absm = F(inst, "opsel"), F(inst, "opsel_hi"), F(inst, "neg"), F(inst, "neg_hi")
+    clamp = F(inst, "clamp")
+    codes = [F(inst, f"src{i}") for i in range(3)]
+    # an inline constant in an f16 slot is its f16 bit pattern (in both halves)
+    const16 = [opsel_hi >> i & 1 and 128 <= c < 256 and c != 255 for i, c in enumerate(codes)]
+    readers = [ops.vread(inst, c, "f16" if const16[i] else "b32") for i, c in enumerate(codes)]
+    vd = F(inst, "vdst")
+    row, wr = st.V[vd], ops.vwrite(vd)
+    mode32 = st.prog.denorm32
+
+    def src(x, i):
+        x = np.asarray(x, dtype=U32)
+        if const16[i]:
+            v = (x & U32(0xFFFF)).astype(U16).view(F16).astype(F32)
+        elif opsel_hi >> i & 1:
+            v = ((x >> U32(16 * (opsel >> i & 1))) & U32(0xFFFF)).astype(U16).view(F16).astype(F32)
+        else:
+            v = x.view(F32)
+        if absm >> i & 1:
+            v = np.abs(v)
+        if neg >> i & 1:
+            v = -v
+        return v
+
+    def h(sel):
+        a, b, c = (src(r(sel), i) for i, r in enumerate(readers))
+        r = nm.fma_f32(*np.broadcast_arrays(a, b, c), mode32)
+        if clamp:
+            r = np.where(np.isnan(r), F32(0), np.clip(r, F32(0), F32(1))).astype(F32)
+        if name == "v_fma_mix_f32":
+            return wr(sel, np.asarray(r, dtype=F32).view(U32))
+        h16 = np.asarray(r, dtype=F32).astype(F16).view(U16).astype(U32)
+        old = row[sel]
+        wr(sel, (old & U32(0xFFFF0000)) | h16 if name == "v_fma_mixlo_f16" else (old & U32(0xFFFF)) | h16 << U32(16))
+    return h
 
 
 def _packed(st, ops, inst):

@@ -60,6 +60,8 @@ def test_vopd_rules():
     assert vopd_pair_problem(2, 4, None, None, None, None) is not None          # two even destinations
     assert vopd_pair_problem(2, 3, 8, 12, None, None) is not None                # src0 in one bank
     assert vopd_pair_problem(2, 3, 8, 8, None, None, both_mov=True) is None     # mov+mov: source cache
+    assert vopd_pair_problem(2, 3, 8, 8, None, None) is not None                # LLVM 22's assembler rule
+    assert vopd_pair_problem(2, 3, 8, 8, None, None, same_vgpr_ok=True) is None  # the hardware rule
     assert vopd_pair_problem(2, 3, 8, 9, 4, 5, literals=1, sgprs=1) is None
     assert vopd_pair_problem(2, 3, 8, 9, 4, 5, literals=1, sgprs=2) is not None
     assert "v_mul_f32" in VOPD_PLAIN and "v_fmac_f32" not in VOPD_PLAIN and "v_add_nc_u32" not in VOPD_PLAIN
@@ -108,19 +110,19 @@ def test_vgpr_operands_match_llvm_text(co):
     blob, addr, _ = text_and_symbols(co.read_bytes())
     insts = {i.offset: i for i in decode(blob, addr)}
     bad = []
-    for ln in objdump(co).splitlines():
+    for ln in objdump(co, "--mattr=+real-true16").splitlines():     # the hardware's view of 16-bit operands
         m = re.match(r"\s+(.*?)\s*// ([0-9A-F]+):", ln)
         if not m:
             continue
         inst = insts[int(m.group(2), 16)]
         text = m.group(1)
         printed = set()
-        for r in re.finditer(r"\bv(?:\[(\d+):(\d+)\]|(\d+))(?![\w:])", text):
+        for r in re.finditer(r"\bv(?:\[(\d+):(\d+)\]|(\d+))(?![\w:])(?:\.[lh])?", text):
             lo = int(r.group(1) or r.group(3))
             hi = int(r.group(2) or lo)
             printed |= set(range(lo, hi + 1))
         fx = facts(inst)
-        mine = {n for k, n in fx.reads + fx.writes if k == "v"}
+        mine = {n for k, n in fx.reads + fx.writes if k in ("v", "v.l", "v.h")}
         if printed != mine:
             bad.append((text, sorted(printed ^ mine)))
         if inst.enc == "VOPD" and vopd_problem(inst) is not None:

@@ -146,7 +146,10 @@ def test_issue13_shapes(case):
         pytest.skip("needs issue 13's op (sage_attention(..., layout=)): not on main yet")
     layout = "HND" if name.endswith("hnd") else "NHD"
     q, k, v = _issue13_inputs(dtype, D, S_q, S_kv, H_q, H_kv, layout)
-    out, lse = sage_co.sageattn(q, k, v, tensor_layout=layout, return_lse=True)
+    try:
+        out, lse = sage_co.sageattn(q, k, v, tensor_layout=layout, return_lse=True)
+    except NotImplementedError as e:  # the new signature can land before the kernels that serve every shape
+        pytest.skip(f"the op takes layout= but does not serve this shape yet: {e}")
     ref_out, ref_lse = attention_fp32(q, k, v, layout=layout)
     assert out.dtype == dtype and out.shape == q.shape and lse.shape == (B, H_q, S_q)
     pad = (0, 128 - D)  # accuracy.metrics takes 128-vectors: zero channels add nothing to any metric

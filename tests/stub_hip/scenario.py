@@ -43,43 +43,55 @@ def hip_backend(**platform):
     return HipBackend(platform=stub_hip.HostPlatform(**platform))
 
 
-def inputs(S=33, H=2, seed=0, D=128, dtype=None):
+DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def inputs(S=33, H=2, seed=0, D=128, dtype="bf16"):
     import torch
     g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(1, S, H, D, generator=g).to(dtype or torch.bfloat16) for _ in range(3))
+    return tuple(torch.randn(1, S, H, D, generator=g).to(getattr(torch, DTYPES[dtype])) for _ in range(3))
 
 
-def norm_rope(S, rope_dim, D=128, dtype=None):
+def norm_rope(S, rope_dim, D=128, dtype="bf16"):
     import torch
-    dtype = dtype or torch.bfloat16
     g = torch.Generator().manual_seed(1)
-    w = [(1 + 0.1 * torch.randn(D, generator=g)).to(dtype) for _ in range(2)]
+    dt = getattr(torch, DTYPES[dtype])
+    w = [(1 + 0.1 * torch.randn(D, generator=g)).to(dt) for _ in range(2)]
     ang = torch.arange(S)[:, None] * torch.linspace(0.01, 1, rope_dim)[None]
-    return dict(q_norm_weight=w[0], k_norm_weight=w[1], cos=ang.cos().to(dtype),
-                sin=ang.sin().to(dtype), rope_dim=rope_dim)
+    return dict(q_norm_weight=w[0], k_norm_weight=w[1], cos=ang.cos().to(dt), sin=ang.sin().to(dt), rope_dim=rope_dim)
+
+
+def prepare_families():
+    """{(head_dim, in_dtype): sorted rope_dims} of the shipped prepare stats kernels (manifest key columns; a
+    manifest without them ships head_dim 128, bf16 only)."""
+    from sage_co import registry
+    fams: dict = {}
+    for k in registry.kernels():
+        if k.op == "sage_prepare.stats":
+            key = (k.key("head_dim") or 128, k.key("in_dtype") or "bf16")
+            fams.setdefault(key, set()).add(k.key("rope_dim") or 0)
+    return {key: sorted(v) for key, v in sorted(fams.items())}
 
 
 def run_ops(backend: str):
-    """Every shipped kernel through the ops: for each head dim (D_pad) and dtype, prepare without and with
-    smooth_k, with norm + RoPE at each rope_dim, attention in each variant with and without LSE. Returns the
-    launch records (the first prepared structure is returned too, for later launches)."""
-    import torch
+    """Every shipped kernel through the ops: for each prepare family (head dim, dtype) prepare without and with
+    smooth_k and with norm + RoPE at each rope_dim, then attention in each variant with and without LSE on that
+    prepared input. Returns the launch records."""
     from sage_co import launch, registry
-    from sage_co.abi import HEAD_DIMS_NATIVE, PREPARE_ROPE_DIMS
     from sage_co.ops.attention import OP, run_attention_fwd
     from sage_co.ops.prepare import run_prepare
+    variants = sorted({k.variant for k in registry.kernels() if k.op == OP})
     with launch.recording() as records:
-        for D in reversed(HEAD_DIMS_NATIVE):
-            for dtype in (torch.bfloat16, torch.float16):
-                q, k, v = inputs(D=D, dtype=dtype)
-                prepared = run_prepare(q, k, v, smooth_k=False, backend=backend)
-                run_prepare(q, k, v, smooth_k=True, backend=backend)
-                for rd in PREPARE_ROPE_DIMS[1:]:
-                    if rd <= D:
-                        run_prepare(q, k, v, smooth_k=True, backend=backend, **norm_rope(q.shape[1], rd, D, dtype))
-                for variant in sorted({k.variant for k in registry.kernels() if k.op == OP}):
-                    run_attention_fwd(prepared, backend=backend, variant=variant)
-                    run_attention_fwd(prepared, backend=backend, variant=variant, return_lse=True)
+        for (D, dtype), rope_dims in prepare_families().items():
+            q, k, v = inputs(D=D, dtype=dtype)
+            prepared = run_prepare(q, k, v, smooth_k=False, backend=backend)
+            run_prepare(q, k, v, smooth_k=True, backend=backend)
+            for rd in rope_dims:
+                if rd:
+                    run_prepare(q, k, v, smooth_k=True, backend=backend, **norm_rope(q.shape[1], rd, D, dtype))
+            for variant in variants:
+                run_attention_fwd(prepared, backend=backend, variant=variant)
+                run_attention_fwd(prepared, backend=backend, variant=variant, return_lse=True)
     return records
 
 
@@ -188,7 +200,7 @@ def main_scenario(tmp: Path) -> dict:
     shipped = registry.find_symbol(stub.records("launch")[-1]["name"])
     struct_ = struct_for(shipped.op)
     buf = torch.zeros(4096, dtype=torch.uint8)
-    launch.launch(shipped.symbol, struct_, (1, 1, 1), (32, 1, 1),
+    launch.launch(shipped.symbol, struct_, (1, 1, 1), (launch.plan(shipped.symbol, struct_).max_threads, 1, 1),
                   {f.name: buf if f.kind == "ptr" else 1.0 if f.kind == "f32" else 1 for f in struct_.fields},
                   backend="hip", dynamic_lds=256)
     out["dynamic_lds_shared_mem"] = stub.records("launch")[-1]["shared_mem"]
@@ -198,16 +210,12 @@ def main_scenario(tmp: Path) -> dict:
     flat = torch.zeros(17 * 128, dtype=torch.bfloat16)
     odd = flat[1:1 + 16 * 128].view(1, 16, 1, 128)
     try:
-        from sage_co import abi
-        from sage_co import registry as reg
-        launch.launch(reg.find("sage_attention_fwd", head_dim=128, out_dtype="bf16").symbol,
-                      attention.ATTENTION_FWD_ARGS, (1, 1, 1), attention.BLOCK,
-                      dict(q=prepared.q_int8, k=prepared.k_int8, v=prepared.v_fp8, q_scale=prepared.q_scale,
-                           k_scale=prepared.k_scale, k_mean=prepared.k_mean, v_scale=prepared.v_scale, out=odd,
-                           lse=prepared.v_scale, seq_len_q=16, seq_pad_q=64, seq_len_kv=16, seq_pad_kv=64,
-                           num_heads_q=1, num_heads_kv=1, kv_group_magic=abi.kv_group_magic(1),
-                           out_stride_b=16 * 128, out_stride_s=128, out_stride_h=128, head_dim=128, flags=0),
-                      backend="hip")
+        first_ptr = next(f.name for f in struct_.fields if f.kind == "ptr")
+        args = {f.name: buf if f.kind == "ptr" else 1.0 if f.kind == "f32" else 1 for f in struct_.fields}
+        args[first_ptr] = odd
+        out["misaligned_field"] = first_ptr
+        launch.launch(shipped.symbol, struct_, (1, 1, 1), (launch.plan(shipped.symbol, struct_).max_threads, 1, 1),
+                      args, backend="hip")
         out["misaligned"] = None
     except ValueError as exc:
         out["misaligned"] = str(exc)
