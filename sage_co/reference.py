@@ -251,6 +251,7 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
         raise ValueError(f"key_tile: expected a positive int, got {key_tile!r}")
     validate.check_flag("return_lse", return_lse)
     sh = validate.check_prepared(prepared)
+    validate.check_prepared_padding(prepared)
     S, S_kv, dev = sh.S_q, sh.S_kv, prepared.q_int8.device
     B, H, Skvp = sh.B, sh.H_q, prepared.k_int8.shape[2]
     g = kv_head_index(sh.H_q, sh.H_kv, dev)
