@@ -21,7 +21,7 @@ from elftools.elf.sections import SymbolTableSection
 EM_AMDGPU = 224
 ELFOSABI_AMDGPU_HSA = 64
 NT_AMDGPU_METADATA = 32
-# e_flags & 0xff (EF_AMDGPU_MACH); launcher_facts §4 "ELF identification"
+# e_flags & 0xff (EF_AMDGPU_MACH): docs/rdna4.md §Code object, "ELF identification"
 MACH = {0x04E: "gfx1201", 0x04C: "gfx942", 0x04F: "gfx950", 0x048: "gfx1200", 0x041: "gfx1100"}
 # EI_ABIVERSION -> code object version
 ABI_TO_COV = {2: 4, 3: 5, 4: 6}

@@ -21,6 +21,7 @@ from dataclasses import replace  # noqa: E402
 
 from perfmodel import calibration, emulated, isa, launch_model, report, stream, synthetic  # noqa: E402
 from perfmodel import hardware as hw  # noqa: E402
+from perfmodel.attention import attention_symbol  # noqa: E402
 from perfmodel import simulate as sim  # noqa: E402
 from perfmodel.isa import Inst  # noqa: E402
 from perfmodel.issue import tile_cost  # noqa: E402
@@ -45,6 +46,7 @@ def insts(*spec):
 
 IU8 = "v_wmma_i32_16x16x16_iu8"
 CAL = calibration.calibration_dir()
+HIP_SYMBOL, ASM_SYMBOL = attention_symbol("hip"), attention_symbol("asm")    # head dim 128, bf16 out
 
 
 # ------------------------------------------------------------------------------------------- arithmetic
@@ -262,7 +264,7 @@ def test_llvm_objdump_finds_the_same_main_loop():
     """The model decodes with the emulator's decoder; LLVM's llvm-objdump is the cross-check."""
     out = subprocess.run([str(LLVM.tool("llvm-objdump")), "-d", "--mcpu=gfx1201", str(report.HIP_CO)],
                          capture_output=True, text=True, check=True).stdout
-    ref = stream.analyze("hip", report.HIP_CO)
+    ref = stream.analyze("hip", report.HIP_CO, HIP_SYMBOL)
     llvm = isa.parse_objdump(out)[ref.symbol]
     assert stream.main_loop(llvm) == ref.loop
     path, _ = stream.longest_iteration(llvm, ref.loop)
@@ -310,7 +312,7 @@ def test_steady_state_from_two_runs():
 # ------------------------------------------------------------------------------------------- shipped kernel
 @needs_llvm
 def test_static_loop_of_the_shipped_hip_kernel():
-    km = stream.analyze("hip", report.HIP_CO)
+    km = stream.analyze("hip", report.HIP_CO, HIP_SYMBOL)
     # asm_src/gfx1201_sage_attention.hip: per wave and 64-key tile 32 iu8 + 32 fp8 WMMA, 8 b128 global loads,
     # 32 ds_load_b128 + 8 ds_store_b128; 219 VGPRs -> 6 waves, 32 KiB LDS -> 4 waves per SIMD
     s = km.static
@@ -525,7 +527,7 @@ def test_latency_calibration_stream():
 def test_asm_loop_is_normalised_per_64_key_tile():
     if not report.ASM_CO.exists():
         pytest.skip("the asm kernel is not shipped in this tree")
-    asm, hip = stream.analyze("asm", report.ASM_CO), stream.analyze("hip", report.HIP_CO)
+    asm, hip = stream.analyze("asm", report.ASM_CO, ASM_SYMBOL), stream.analyze("hip", report.HIP_CO, HIP_SYMBOL)
     assert (asm.keys_per_iter, asm.tiles_per_iter) == (128, 2)
     assert asm.static.WMMA == hip.static.WMMA == 64                     # per 64-key tile in both
     assert asm.static.wmma_cycles == 512 and asm.static_iter.WMMA == 128
@@ -586,7 +588,7 @@ def _hip_launch(workgroups, trips=4.0):
 
 
 def test_rounds_and_the_wave_quantization_tail():
-    km = stream.analyze("hip", report.HIP_CO)
+    km = stream.analyze("hip", report.HIP_CO, HIP_SYMBOL)
     k = hw.occupancy(128, km.vgprs, km.lds_bytes).wgs_per_wgp
     full = launch_model.model_launch(km, _hip_launch(32 * k))
     tail = launch_model.model_launch(km, _hip_launch(32 * k + 1))
@@ -606,7 +608,7 @@ def test_rounds_and_the_wave_quantization_tail():
 
 
 def test_l2_and_dram_bound_the_launch():
-    km = stream.analyze("hip", report.HIP_CO)
+    km = stream.analyze("hip", report.HIP_CO, HIP_SYMBOL)
     base = launch_model.model_launch(km, _hip_launch(128))
     starved = launch_model.model_launch(km, _hip_launch(128), params=replace(hw.CALIBRATED, l2_bytes_per_clk=1.0))
     assert starved.binding == "L2 -> CU bandwidth" and starved.time_s > base.time_s
@@ -617,9 +619,16 @@ def test_l2_and_dram_bound_the_launch():
 
 @needs_llvm
 def test_cli_models_any_code_object_as_json():
-    cmd = [sys.executable, str(ROOT / "tools" / "perf_model.py"), "--co", str(report.HIP_CO), "--grid", "4,1,1",
-           "--block", "128", "--arg", "seq_len=256", "--arg", "seq_pad=256", "--arg", "num_heads=1",
-           "--arg", "flags=0", "--flops", str(4 * 256 * 256 * 128), "--peak", "int8", "--json"]
+    from sage_co import codeobj
+    by_value = {"seq_len": 256, "seq_pad": 256, "num_heads": 1, "flags": 0, "seq_len_q": 256, "seq_pad_q": 256,
+                "seq_len_kv": 256, "seq_pad_kv": 256, "num_heads_q": 1, "num_heads_kv": 1, "kv_group_magic": 1 << 32,
+                "out_stride_b": 256 * 128, "out_stride_s": 128, "out_stride_h": 128, "head_dim": 128}
+    kernel = codeobj.read_file(report.HIP_CO).kernel(HIP_SYMBOL)
+    args = [f"--arg={a['.name']}={by_value[a['.name']]}" for a in kernel.explicit_args
+            if a[".value_kind"] == "by_value"]
+    cmd = [sys.executable, str(ROOT / "tools" / "perf_model.py"), "--co", str(report.HIP_CO), "--symbol", HIP_SYMBOL,
+           "--grid", "4,1,1", "--block", "128", *args, "--flops", str(4 * 256 * 256 * 128), "--peak", "int8",
+           "--json"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
@@ -627,7 +636,7 @@ def test_cli_models_any_code_object_as_json():
     assert out["trip_count"] == 4 and out["counts"] == "emulated workgroup"      # 256 keys / 64 per iteration
     r = subprocess.run(cmd[:-1] + ["--arg", "nosuch=1"], capture_output=True, text=True)
     assert r.returncode == 2 and "nosuch" in r.stderr
-    r = subprocess.run(cmd[:4], capture_output=True, text=True)
+    r = subprocess.run(cmd[:6], capture_output=True, text=True)
     assert r.returncode != 0 and "--grid" in r.stderr
 
 

@@ -83,8 +83,10 @@ _SCALAR = {106: NAMED["vcc_lo"], 107: NAMED["vcc_hi"], 125: NAMED["m0"], 126: NA
 
 
 def _key(k) -> int:
+    """facts' register key -> scoreboard number. A 16-bit half ('v.l' / 'v.h') counts as its whole VGPR (the
+    scoreboard tracks registers, not halves: a conservative dependency)."""
     kind, n = k
-    return n if kind == "v" else _SCALAR.get(n, SGPR0 + n)
+    return n if kind.startswith("v") else _SCALAR.get(n, SGPR0 + n)
 
 
 def reads_writes(ins: Inst) -> tuple[tuple[int, ...], tuple[int, ...]]:
