@@ -31,10 +31,27 @@ from sage_co.emu.disasm import disassemble, text_and_symbols
 mpmath = pytest.importorskip("mpmath", reason="mpmath (a torch/sympy dependency) gives the exact references")
 import sfloat_ref as R  # noqa: E402  (pytest puts tests/emu on sys.path: it has no __init__.py)
 
-LLVM = Path("/usr/lib/llvm-22/bin")
+from llvm_tools import LLVM as FOUND_LLVM, WHY_NO_LLVM  # noqa: E402  (tests/ is on sys.path: conftest.py)
+
+TOOLS = ("clang", "llvm-mc", "ld.lld", "llvm-objdump")
+
+
+def _why_no_llvm22() -> str:
+    """Why the tests cannot run ('' when they can): the mnemonics clang -O3 emits and llvm-objdump's text are
+    LLVM 22's."""
+    if FOUND_LLVM is None:
+        return f"needs LLVM 22 ({', '.join(TOOLS)}): {WHY_NO_LLVM}"
+    if int(FOUND_LLVM.version.split(".")[0]) < 22:
+        return (f"needs LLVM 22; the LLVM found (tests/llvm_tools.py) is clang {FOUND_LLVM.version} in "
+                f"{FOUND_LLVM.bin_dir}")
+    missing = [t for t in TOOLS if not (FOUND_LLVM.bin_dir / t).exists()]
+    return f"{', '.join(missing)} not next to clang in {FOUND_LLVM.bin_dir}" if missing else ""
+
+
+WHY_NO_LLVM22 = _why_no_llvm22()
+LLVM = None if WHY_NO_LLVM22 else FOUND_LLVM.bin_dir     # the bin directory of the discovered LLVM 22
 HERE = Path(__file__).parent
-pytestmark = pytest.mark.skipif(not all((LLVM / t).exists() for t in ("clang", "llvm-mc", "ld.lld", "llvm-objdump")),
-                                reason="needs LLVM 22 (clang, llvm-mc, ld.lld, llvm-objdump) at /usr/lib/llvm-22/bin")
+pytestmark = pytest.mark.skipif(bool(WHY_NO_LLVM22), reason=WHY_NO_LLVM22)
 
 S32 = [0, 0x80000000, 0x00000001, 0x807FFFFF, 0x00800000, 0x3F800000, 0xBF800000, 0x3F000000, 0x3FC00000,
        0xC0200000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00123, 0x7F800001, 0x4F000000,
