@@ -11,9 +11,12 @@ command line. Nothing here runs LLVM.
 """
 from __future__ import annotations
 
+import argparse
 import io
+import os
 import sys
 
+from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from sage_co.emu.text import disassemble, inst_text
@@ -34,18 +37,50 @@ def text_and_symbols(data: bytes) -> tuple[bytes, int, dict[int, str]]:
     return blob, addr, funcs
 
 
-def main(argv: list[str]) -> int:
-    true16 = '--true16' in argv
-    argv = [a for a in argv if a != '--true16']
-    if len(argv) != 1:
-        print('usage: python -m sage_co.emu.disasm [--true16] FILE.co', file=sys.stderr); return 2
-    blob, addr, funcs = text_and_symbols(open(argv[0], 'rb').read())
-    # Kernels are contiguous in .text (s_code_end padding between/after them), so decode it linearly.
-    for o, t in disassemble(blob, addr, true16):
-        if o - addr in funcs: print(f'\n{funcs[o - addr]}:')
-        print(f'  {o:#010x}  {t}')
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m sage_co.emu.disasm",
+                                 description="Disassemble the .text of a gfx1201 code object or relocatable object "
+                                             "as llvm-objdump -d --mcpu=gfx1201 prints it (no LLVM needed).")
+    ap.add_argument("file", metavar="FILE.co", help="code object (.co/.hsaco) or relocatable object (.o)")
+    ap.add_argument("--true16", action="store_true",
+                    help="16-bit registers as llvm-objdump --mattr=+real-true16 prints them (vN.l / vN.h)")
+    return ap
+
+
+def _fail(message: str, code: int) -> int:
+    try:
+        print(f"disasm: {message}", file=sys.stderr)
+    except OSError:
+        pass
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)        # argparse: --help prints usage; a bad option exits 2 with a usage line
+    try:
+        with open(args.file, "rb") as f:
+            data = f.read()
+        blob, addr, funcs = text_and_symbols(data)
+    except OSError as exc:
+        return _fail(f"cannot read {args.file}: {exc.strerror or exc}", 1)
+    except (ValueError, ELFError) as exc:
+        return _fail(f"{args.file} is not a usable ELF object: {exc}", 1)
+    try:
+        # Kernels are contiguous in .text (s_code_end padding between/after them), so decode it linearly.
+        for o, t in disassemble(blob, addr, args.true16):
+            if o - addr in funcs: print(f'\n{funcs[o - addr]}:')
+            print(f'  {o:#010x}  {t}')
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): point stdout at /dev/null so the interpreter's final flush does not
+        # raise a second time, and exit non-zero without a traceback.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return _fail("output closed before everything was written (broken pipe)", 1)
     return 0
 
 
 if __name__ == '__main__':
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())
