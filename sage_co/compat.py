@@ -12,10 +12,12 @@ the *unsmoothed* keys (sage-co adds the smooth-K correction back, docs/numerics.
 One difference on purpose: SageAttention swallows unknown keyword arguments (`**kwargs`); here every keyword is
 either honoured, accepted as a documented no-op spelling, or rejected with an error naming it (see `sageattn`).
 
-What the op behind it serves is read from `sage_co.api.sage_attention`'s signature, so this module follows the
-op as features land: `layout=` (issue 13: HND/NHD views, fp16, head dim 64/96, separate Q and K/V lengths, GQA)
-and `is_causal=` (issue 14). Until then shapes the op cannot take raise NotImplementedError naming what is
-missing; nothing is emulated (K/V are never replicated for GQA, fp16 is never converted to bf16).
+Every call goes straight to `sage_co.sage_attention(..., layout=tensor_layout)`, which reads HND and NHD views in
+place and serves bf16 and fp16, head dims that are multiples of 16 up to 128, separate Q and K/V lengths and
+GQA/MQA (H_q a multiple of H_kv) natively: nothing is emulated here (K/V are never replicated, fp16 is never
+converted to bf16) and the op's own errors name the argument. Causal attention and packed variable-length batches
+(issue 14) are gated on the op: whether it takes `is_causal=` is read from its signature and whether
+`sage_co.api.sage_attention_varlen` exists; until then they raise NotImplementedError naming what is missing.
 """
 from __future__ import annotations
 
@@ -116,13 +118,13 @@ def _apply_kwargs(fn: str, kwargs: dict[str, Any], sm_scale, is_causal) -> _Opti
 
 @lru_cache(maxsize=None)
 def _op_params() -> frozenset[str]:
-    """Keyword parameters of sage_co.sage_attention: which features of issues 13/14 the op has."""
+    """Keyword parameters of sage_co.sage_attention (whether issue 14's is_causal= has landed)."""
     from . import api
     return frozenset(inspect.signature(api.sage_attention).parameters)
 
 
 def op_supports(feature: str) -> bool:
-    """True when sage_co.sage_attention takes `feature` ("layout" = issue 13's shapes, "is_causal" = issue 14)."""
+    """True when sage_co.sage_attention takes the keyword `feature` (e.g. "is_causal", issue 14)."""
     return feature in _op_params()
 
 
@@ -142,34 +144,6 @@ def _heads_seq(t: torch.Tensor, tensor_layout: str) -> tuple[int, int]:
     return (t.shape[1], t.shape[2]) if tensor_layout == "HND" else (t.shape[2], t.shape[1])
 
 
-def _legacy_limits(q, k, v, tensor_layout, opts: _Options) -> None:
-    """The op before issue 13 takes bf16 [B, S, H, 128] with one S and one H for q, k, v: say what is missing."""
-    todo = "not supported by this sage-co build yet (issue 13 adds it)"
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dtype == torch.float16:
-            raise NotImplementedError(f"{name}: fp16 is {todo}; sage-co never converts fp16 to bf16 behind your "
-                                      f"back: pass bf16 tensors if that rounding is acceptable")
-        if t.dtype != torch.bfloat16:
-            raise TypeError(f"{name}: expected dtype torch.bfloat16 or torch.float16, got {t.dtype}")
-        if t.shape[-1] != 128:
-            raise NotImplementedError(f"{name}: head dim {t.shape[-1]} is {todo}; this build serves head dim 128")
-    hq, sq = _heads_seq(q, tensor_layout)
-    hk, sk = _heads_seq(k, tensor_layout)
-    if k.shape != v.shape:
-        raise ValueError(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
-    if q.shape[0] != k.shape[0]:
-        raise ValueError(f"k: expected batch {q.shape[0]} (the batch of q), got shape {tuple(k.shape)}")
-    if hk != hq:
-        if hk == 0 or hq % hk:
-            raise ValueError(f"k: expected a number of heads dividing the {hq} query heads, got {hk}")
-        if opts.enable_gqa is False:
-            raise ValueError(f"enable_gqa: False but q has {hq} heads and k {hk}; pass enable_gqa=True")
-        raise NotImplementedError(f"k: GQA/MQA ({hq} query heads, {hk} K/V heads) is {todo}; sage-co never "
-                                  f"replicates K/V to emulate it")
-    if sk != sq:
-        raise NotImplementedError(f"k: a K/V length ({sk}) different from the query length ({sq}) is {todo}")
-
-
 def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_scale: float | None = None,
              return_lse: bool = False, smooth_k: bool = True, **kwargs):
     """SageAttention's `sageattn` on sage-co: INT8 Q.K^T, FP8 P.V, fp32 accumulation (docs/numerics.md).
@@ -178,11 +152,9 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
     Returns out in q's layout and dtype, and with return_lse=True also lse fp32 [B, H_q, S_q] (natural log of
     the unsmoothed scaled scores). CPU tensors run on the emulator, tensors on a gfx1201 on the GPU.
 
-    Served now: bf16, head dim 128, one length and one head count for q, k, v, both layouts (HND is a transposed
-    view; this build copies it to NHD once). fp16, head dims 64/96, separate Q/KV lengths and GQA come with the
-    op's `layout=` signature (issue 13) and then pass straight through; before that they raise
-    NotImplementedError naming the argument. is_causal=True raises NotImplementedError until causal lands
-    (issue 14).
+    Served: bf16 and fp16, head dim a multiple of 16 up to 128, S_q != S_kv, GQA/MQA (H_q a multiple of H_kv),
+    both layouts read in place by the op (no copy here). is_causal=True raises NotImplementedError until causal
+    lands (issue 14).
 
     Keywords beyond SageAttention's named ones (never dropped silently):
       honoured:  softmax_scale= / scale= (the same as sm_scale), causal= (the same as is_causal),
@@ -213,19 +185,10 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
             raise NotImplementedError("is_causal: causal attention is not in this sage-co build yet (issue 14 "
                                       "adds it); sage-co never drops the mask silently")
         extra["is_causal"] = True
-    if op_supports("layout"):
-        if opts.enable_gqa is False and _heads_seq(q, tensor_layout)[0] != _heads_seq(k, tensor_layout)[0]:
-            raise ValueError("enable_gqa: False but q and k have different head counts; pass enable_gqa=True")
-        return api.sage_attention(q, k, v, float(scale), layout=tensor_layout, smooth_k=smooth_k,
-                                  return_lse=return_lse, **extra)
-    _legacy_limits(q, k, v, tensor_layout, opts)
-    # Today's op reads contiguous NHD: HND (and strided NHD) costs one copy here until issue 13 reads views in place.
-    q_, k_, v_ = ((t.transpose(1, 2) if tensor_layout == "HND" else t).contiguous() for t in (q, k, v))
-    res = api.sage_attention(q_, k_, v_, float(scale), smooth_k=smooth_k, return_lse=return_lse, **extra)
-    out, lse = res if return_lse else (res, None)
-    if tensor_layout == "HND":
-        out = out.transpose(1, 2).contiguous()   # callers .view() SageAttention's (contiguous) output
-    return (out, lse) if return_lse else out
+    if opts.enable_gqa is False and _heads_seq(q, tensor_layout)[0] != _heads_seq(k, tensor_layout)[0]:
+        raise ValueError("enable_gqa: False but q and k have different head counts; pass enable_gqa=True")
+    return api.sage_attention(q, k, v, float(scale), layout=tensor_layout, smooth_k=smooth_k,
+                              return_lse=return_lse, **extra)
 
 
 def sageattn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal: bool = False,

@@ -119,15 +119,14 @@ def test_varlen_until_it_lands():
         sage_co.sageattn_varlen(q, q, q, cu, cu, 6, 6, dropout_p=0.5)
 
 
-# Shapes of issue 13 (fp16, head dim 64/96, S_q != S_kv, GQA): served once the op takes layout=; until then a
-# clear NotImplementedError naming the argument, never an emulation.
-ISSUE13 = [  # (name, dtype, D, S_q, S_kv, H_q, H_kv, argument named in the error)
-    ("fp16", torch.float16, 128, 64, 64, 2, 2, "q: fp16"),
-    ("head_dim_64", torch.bfloat16, 64, 64, 64, 2, 2, "head dim 64"),
-    ("head_dim_96", torch.bfloat16, 96, 40, 40, 2, 2, "head dim 96"),
-    ("cross_attention", torch.bfloat16, 128, 70, 33, 2, 2, "K/V length"),
-    ("gqa", torch.bfloat16, 128, 64, 64, 4, 2, "GQA"),
-    ("mqa_hnd", torch.bfloat16, 128, 64, 64, 2, 1, "GQA"),
+# Shapes of issue 13 (fp16, head dim 64/96, S_q != S_kv, GQA), served natively by the op (never emulated here).
+ISSUE13 = [  # (name, dtype, D, S_q, S_kv, H_q, H_kv)
+    ("fp16", torch.float16, 128, 64, 64, 2, 2),
+    ("head_dim_64", torch.bfloat16, 64, 64, 64, 2, 2),
+    ("head_dim_96", torch.bfloat16, 96, 40, 40, 2, 2),
+    ("cross_attention", torch.bfloat16, 128, 70, 33, 2, 2),
+    ("gqa", torch.bfloat16, 128, 64, 64, 4, 2),
+    ("mqa_hnd", torch.bfloat16, 128, 64, 64, 2, 1),
 ]
 
 
@@ -141,29 +140,13 @@ def _issue13_inputs(dtype, D, S_q, S_kv, H_q, H_kv, layout):
 
 @pytest.mark.parametrize("case", ISSUE13, ids=[c[0] for c in ISSUE13])
 def test_issue13_shapes(case):
-    name, dtype, D, S_q, S_kv, H_q, H_kv, _ = case
-    if not compat.op_supports("layout"):
-        pytest.skip("needs issue 13's op (sage_attention(..., layout=)): not on main yet")
+    name, dtype, D, S_q, S_kv, H_q, H_kv = case
     layout = "HND" if name.endswith("hnd") else "NHD"
     q, k, v = _issue13_inputs(dtype, D, S_q, S_kv, H_q, H_kv, layout)
-    try:
-        out, lse = sage_co.sageattn(q, k, v, tensor_layout=layout, return_lse=True)
-    except NotImplementedError as e:  # the new signature can land before the kernels that serve every shape
-        pytest.skip(f"the op takes layout= but does not serve this shape yet: {e}")
+    out, lse = sage_co.sageattn(q, k, v, tensor_layout=layout, return_lse=True)
     ref_out, ref_lse = attention_fp32(q, k, v, layout=layout)
     assert out.dtype == dtype and out.shape == q.shape and lse.shape == (B, H_q, S_q)
     pad = (0, 128 - D)  # accuracy.metrics takes 128-vectors: zero channels add nothing to any metric
     m = accuracy.metrics(torch.nn.functional.pad(out.float(), pad), torch.nn.functional.pad(ref_out, pad))
     assert accuracy.within_contract(m), m
     assert (lse - ref_lse).abs().max().item() <= 0.05
-
-
-@pytest.mark.parametrize("case", ISSUE13, ids=[c[0] for c in ISSUE13])
-def test_issue13_shapes_refused_clearly_until_they_land(case):
-    name, dtype, D, S_q, S_kv, H_q, H_kv, message = case
-    if compat.op_supports("layout"):
-        pytest.skip("issue 13's op is here: test_issue13_shapes runs these shapes for real")
-    layout = "HND" if name.endswith("hnd") else "NHD"
-    q, k, v = _issue13_inputs(dtype, D, S_q, S_kv, H_q, H_kv, layout)
-    with pytest.raises(NotImplementedError, match=message):
-        sage_co.sageattn(q, k, v, tensor_layout=layout)
