@@ -19,7 +19,7 @@
 // 64*x + 16w .. +15 of query head y, batch z, and walks all seq_pad_kv/64 key tiles of K/V head
 // (y * kv_group_magic) >> 32 (GQA/MQA without a division: sage_co/abi.py kv_group_magic).
 //
-// Kernarg struct (124 bytes, no hidden args; sage_co/abi.py ATTENTION_FWD_ARGS), loaded whole into
+// Kernarg struct (148 bytes, no hidden args; sage_co/abi.py ATTENTION_FWD_ARGS), loaded whole into
 // SGPRs s4.. (dword i in s4+i):
 //   | offset | name           | kind |
 //   |      0 | q              | ptr  |
@@ -43,6 +43,10 @@
 //   |    112 | out_stride_h   | u32  |
 //   |    116 | head_dim       | u32  |
 //   |    120 | flags          | u32  |
+//   |    128 | lut            | ptr  |
+//   |    136 | lut_stride_b   | u32  |
+//   |    140 | lut_stride_h   | u32  |
+//   |    144 | causal_offset  | i32  |
 //   flags bit 0: write lse; bit 1: lse adds ln2 * (q_int8*q_scale).k_mean
 //   out: element (b, i, h, d) at out + 2*(b*out_stride_b + i*out_stride_s + h*out_stride_h + d), d < head_dim
 //
@@ -123,7 +127,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
 //   v[22:23]     rs           row-sum chain ping-pong: rs[1] (odd VGPR) after even steps, rs[0] after odd
 //   v[24:27]     mx           row-max partials; mx[0] ends as the lane max
 //   v28          xl           v_permlanex16 result
-//   v29          lim          last tile: keys of this lane half still valid (seq_len_kv - key0)
+//   v29          lim          masked tiles: keys of this lane half still visible (lim(row) - key0); then a copy of m_use (VOPD bank of the exp2 arguments)
 //   v[32:95]     O            O^T accumulators: d-tile dt = O[8dt:8dt+8], lane (h,r) row d=16dt+8h+e
 //   v[96:127]    SA           S^T of even tiles: chunk c = SA[8c:8c+8]; scores, then p, P^T fp8 in place
 //   v[128:159]   SB           S^T of odd tiles (the next tile's QK^T accumulates here)
@@ -155,40 +159,48 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
 //   s32          out_stride_h kernarg out_stride_h (u32)
 //   s33          head_dim     kernarg head_dim (u32)
 //   s34          flags        kernarg flags (u32)
-//   s35          head         
-//   s36          batch        
-//   s37          wave         
-//   s[38:39]     bh           batch*H_q + head (hi word 0)
-//   s[40:41]     bkv          batch*H_kv + K/V head (hi word 0)
-//   s[42:43]     tmp          
-//   s[44:45]     tmp2         
-//   s[46:47]     tmp3         
-//   s48          q0           first query of this wave
-//   s49          last_tile    seq_pad_kv/64 - 1
-//   s50          ntail        valid keys of the last tile
-//   s51          c448         448.0f (VOPD src0 of p*448)
-//   s52          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
-//   s53          permsel      v_permlanex16 lane select 0x76543210
-//   s54          qs           q_scale of this wave's 16 queries
-//   s55          tile         loop: current key tile t
-//   s[56:57]     kh           K of this K/V head
-//   s[58:59]     qrow         Q rows of this wave
-//   s[60:61]     kb           K staging base (tile min(t+2, last))
-//   s[62:63]     koff         K staging tile byte offset (hi word 0)
-//   s[64:71]     vb           V^T staging bases of chunk rows u*32 (u < 4), tile t+1
-//   s[72:73]     ksb          k_scale of tile t+1
-//   s[74:75]     kmh          k_mean of this K/V head
-//   s[76:77]     vsh          v_scale of this K/V head
-//   s[78:79]     outb         out row of query q0
-//   s[80:81]     lseb         lse of query q0
+//   s[36:37]     lut          kernarg lut (ptr)
+//   s38          lut_stride_b kernarg lut_stride_b (u32)
+//   s39          lut_stride_h kernarg lut_stride_h (u32)
+//   s40          causal_offset kernarg causal_offset (i32)
+//   s41          head         
+//   s42          batch        
+//   s43          wave         
+//   s[44:45]     bh           batch*H_q + head (hi word 0)
+//   s[46:47]     bkv          batch*H_kv + K/V head (hi word 0)
+//   s[48:49]     tmp          
+//   s[50:51]     tmp2         
+//   s[52:53]     tmp3         
+//   s54          q0           first query of this wave
+//   s55          last_tile    count - 1: the last LUT entry
+//   s56          rowlim0      i32: q0 + causal_offset + 1 (causal) or seq_len_kv: row q0+r sees keys < min(rowlim0 + r, seq_len_kv)
+//   s57          wlim         i32: the smallest row limit of the wave: tiles ending above it are masked
+//   s[58:59]     lutrow       LUT row of this query tile
+//   s[60:63]     lut4         count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)
+//   s64          L3           L[min(t+3, last)] (in flight during tile t)
+//   s65          c448         448.0f (VOPD src0 of p*448)
+//   s66          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
+//   s67          permsel      v_permlanex16 lane select 0x76543210
+//   s68          qs           q_scale of this wave's 16 queries
+//   s69          tile         loop: current key tile t
+//   s[70:71]     kh           K of this K/V head
+//   s[72:73]     qrow         Q rows of this wave
+//   s[74:75]     kb           K staging base (tile min(t+2, last))
+//   s[76:77]     koff         K staging tile byte offset (hi word 0)
+//   s[78:85]     vb           V^T staging bases of chunk rows u*32 (u < 4), tile t+1
+//   s[86:87]     ksb          k_scale of tile t+1
+//   s[88:89]     kmh          k_mean of this K/V head
+//   s[90:91]     vsh          v_scale of this K/V head
+//   s[92:93]     outb         out row of query q0
+//   s[94:95]     lseb         lse of query q0
 
         // ---- prologue: kernargs (the whole struct of sage_co/abi.py, dword i in SGPR KARG_SGPR + i) ----------
         s_load_b256 s[4:11], s[0:1], 0x0  // q, k, v, q_scale
         s_load_b256 s[12:19], s[0:1], 0x20  // k_scale, k_mean, v_scale, out
         s_load_b256 s[20:27], s[0:1], 0x40  // lse, seq_len_q, seq_pad_q, seq_len_kv, seq_pad_kv, num_heads_q, num_heads_kv
-        s_load_b128 s[28:31], s[0:1], 0x60  // kv_group_magic, out_stride_b, out_stride_s
-        s_load_b64 s[32:33], s[0:1], 0x70  // out_stride_h, head_dim
-        s_load_b32 s34, s[0:1], 0x78  // flags
+        s_load_b256 s[28:35], s[0:1], 0x60  // kv_group_magic, out_stride_b, out_stride_s, out_stride_h, head_dim, flags
+        s_load_b128 s[36:39], s[0:1], 0x80  // lut, lut_stride_b, lut_stride_h
+        s_load_b32 s40, s[0:1], 0x90  // causal_offset
 
         // ---- prologue: lane constants (VALU while the kernargs load) -----------------------------------------
         v_and_b32 v208, 31, v0  // lane
@@ -237,92 +249,116 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_lshl_or_b32 v6, v6, 4, v211
         v_lshlrev_b32 v214, 7, v209  // query row r * 128
         v_lshl_or_b32 v214, v210, 6, v214  // + 64h (d permutation of the .hip header)
-        v_readfirstlane_b32 s37, v0
+        v_readfirstlane_b32 s43, v0
 
         // ---- prologue: scalar addressing ---------------------------------------------------------------------
         s_wait_kmcnt 0
-        s_lshr_b32 s37, s37, 5  // wave = tid / 32 (uniform)
-        s_and_b32 s35, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
-        s_lshr_b32 s36, ttmp7, 16  // workgroup id z = batch
-        s_mul_i32 s38, s36, s26
-        s_add_co_i32 s38, s38, s35
-        s_mov_b32 s39, 0
-        s_mov_b32 s42, s35
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[28:29]  // hi word: K/V head
-        s_mul_i32 s40, s36, s27
-        s_add_co_i32 s40, s40, s43
-        s_mov_b32 s41, 0
-        s_lshl_b32 s48, ttmp9, 6  // workgroup id x * 64
-        s_lshl_b32 s42, s37, 4
-        s_add_co_i32 s48, s48, s42  // q0 = 64*qtile + 16*wave
-        s_lshr_b32 s49, s25, 6
-        s_add_co_i32 s49, s49, -1  // last key tile index
-        s_lshl_b32 s42, s49, 6
-        s_sub_co_i32 s50, s24, s42  // valid keys in the last tile
-        s_mov_b32 s51, 0x43e00000
-        s_mov_b32 s52, 0x4b400000
-        s_mov_b32 s53, 0x76543210
-        s_lshl_b32 s42, s25, 7
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[40:41]
-        s_add_nc_u64 s[56:57], s[6:7], s[42:43]
-        s_add_nc_u64 s[64:65], s[8:9], s[42:43]  // V^T of this K/V head
-        s_lshl_b32 s42, s23, 7
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[38:39]
-        s_add_nc_u64 s[58:59], s[4:5], s[42:43]
-        s_lshl_b32 s44, s48, 7
+        s_lshr_b32 s43, s43, 5  // wave = tid / 32 (uniform)
+        s_and_b32 s41, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
+        s_lshr_b32 s42, ttmp7, 16  // workgroup id z = batch
+        s_mul_i32 s44, s42, s26
+        s_add_co_i32 s44, s44, s41
         s_mov_b32 s45, 0
-        s_add_nc_u64 s[58:59], s[58:59], s[44:45]  // Q rows of query q0
-        s_lshl_b32 s44, s25, 5  // 32 rows of V^T
-        s_add_nc_u64 s[66:67], s[64:65], s[44:45]
-        s_add_nc_u64 s[68:69], s[66:67], s[44:45]
-        s_add_nc_u64 s[70:71], s[68:69], s[44:45]
-        s_lshr_b32 s42, s25, 5
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[40:41]
-        s_lshl_b64 s[42:43], s[42:43], 2
-        s_add_nc_u64 s[72:73], s[12:13], s[42:43]  // k_scale of tile 0
-        s_lshr_b32 s42, s23, 5
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[38:39]
-        s_lshl_b64 s[42:43], s[42:43], 2
-        s_add_nc_u64 s[42:43], s[10:11], s[42:43]
-        s_lshr_b32 s44, s48, 5
-        s_lshl_b32 s44, s44, 2
-        s_load_b32 s54, s[42:43], s44 offset:0x0  // q_scale of the wave's 32-query block
-        s_lshl_b64 s[42:43], s[40:41], 9
-        s_add_nc_u64 s[74:75], s[14:15], s[42:43]
-        s_add_nc_u64 s[76:77], s[16:17], s[42:43]
-        s_mov_b32 s42, s36
-        s_mov_b32 s43, 0
-        s_mov_b32 s46, s30
+        s_mov_b32 s48, s41
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[28:29]  // hi word: K/V head
+        s_mul_i32 s46, s42, s27
+        s_add_co_i32 s46, s46, s49
         s_mov_b32 s47, 0
-        s_mul_u64 s[42:43], s[42:43], s[46:47]
-        s_mov_b32 s44, s48
-        s_mov_b32 s45, 0
-        s_mov_b32 s46, s31
-        s_mov_b32 s47, 0
-        s_mul_u64 s[44:45], s[44:45], s[46:47]
-        s_add_nc_u64 s[42:43], s[42:43], s[44:45]
-        s_mov_b32 s44, s35
-        s_mov_b32 s45, 0
-        s_mov_b32 s46, s32
-        s_mov_b32 s47, 0
-        s_mul_u64 s[44:45], s[44:45], s[46:47]
-        s_add_nc_u64 s[42:43], s[42:43], s[44:45]
-        s_lshl_b64 s[42:43], s[42:43], 1
-        s_add_nc_u64 s[78:79], s[18:19], s[42:43]
-        s_mov_b32 s44, s22
-        s_mov_b32 s45, 0
-        s_mul_u64 s[42:43], s[38:39], s[44:45]
-        s_mov_b32 s44, s48
-        s_add_nc_u64 s[42:43], s[42:43], s[44:45]
-        s_lshl_b64 s[42:43], s[42:43], 2
-        s_add_nc_u64 s[80:81], s[20:21], s[42:43]
-        s_mov_b32 s63, 0
-        s_mov_b32 s55, 0
+        s_lshl_b32 s54, ttmp9, 6  // workgroup id x * 64
+        s_lshl_b32 s48, s43, 4
+        s_add_co_i32 s54, s54, s48  // q0 = 64*qtile + 16*wave
+        s_lshr_b32 s48, s25, 6
+        s_add_co_i32 s48, s48, 1  // LUT row length
+        s_mul_i32 s48, s48, ttmp9  // * query tile
+        s_mul_i32 s50, s42, s38
+        s_add_co_i32 s48, s48, s50
+        s_mul_i32 s50, s41, s39
+        s_add_co_i32 s48, s48, s50
+        s_mov_b32 s49, 0
+        s_lshl_b64 s[48:49], s[48:49], 2
+        s_add_nc_u64 s[58:59], s[36:37], s[48:49]
+        s_load_b128 s[60:63], s[58:59], 0x0  // count, L[0], L[1], L[2] (the host pads the buffer)
+        s_add_co_i32 s48, s54, s40
+        s_add_co_i32 s48, s48, 1
+        s_bitcmp1_b32 s34, 2
+        s_cselect_b32 s56, s48, s24
+        s_min_i32 s57, s56, s24
+        s_wait_kmcnt 0  // LUT row head
+        s_add_co_i32 s55, s60, -1  // last LUT entry
+        s_cmp_gt_u32 s60, 1
+        s_cselect_b32 s62, s62, s61  // L[min(1, last)]
+        s_cmp_gt_u32 s60, 2
+        s_cselect_b32 s63, s63, s62  // L[min(2, last)]
+        s_mov_b32 s65, 0x43e00000
+        s_mov_b32 s66, 0x4b400000
+        s_mov_b32 s67, 0x76543210
+        s_lshl_b32 s48, s25, 7
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[46:47]
+        s_add_nc_u64 s[70:71], s[6:7], s[48:49]
+        s_add_nc_u64 s[78:79], s[8:9], s[48:49]  // V^T of this K/V head
+        s_lshl_b32 s50, s61, 6
+        s_mov_b32 s51, 0
+        s_add_nc_u64 s[78:79], s[78:79], s[50:51]  // V^T columns of tile L[0]
+        s_lshl_b32 s48, s23, 7
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[44:45]
+        s_add_nc_u64 s[72:73], s[4:5], s[48:49]
+        s_lshl_b32 s50, s54, 7
+        s_mov_b32 s51, 0
+        s_add_nc_u64 s[72:73], s[72:73], s[50:51]  // Q rows of query q0
+        s_lshl_b32 s50, s25, 5  // 32 rows of V^T
+        s_add_nc_u64 s[80:81], s[78:79], s[50:51]
+        s_add_nc_u64 s[82:83], s[80:81], s[50:51]
+        s_add_nc_u64 s[84:85], s[82:83], s[50:51]
+        s_lshr_b32 s48, s25, 5
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[46:47]
+        s_lshl_b64 s[48:49], s[48:49], 2
+        s_add_nc_u64 s[86:87], s[12:13], s[48:49]  // k_scale of the K/V head
+        s_lshl_b32 s48, s61, 3
+        s_mov_b32 s49, 0
+        s_add_nc_u64 s[86:87], s[86:87], s[48:49]  // k_scale pair of tile L[0]
+        s_lshr_b32 s48, s23, 5
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[44:45]
+        s_lshl_b64 s[48:49], s[48:49], 2
+        s_add_nc_u64 s[48:49], s[10:11], s[48:49]
+        s_lshr_b32 s50, s54, 5
+        s_lshl_b32 s50, s50, 2
+        s_load_b32 s68, s[48:49], s50 offset:0x0  // q_scale of the wave's 32-query block
+        s_lshl_b64 s[48:49], s[46:47], 9
+        s_add_nc_u64 s[88:89], s[14:15], s[48:49]
+        s_add_nc_u64 s[90:91], s[16:17], s[48:49]
+        s_mov_b32 s48, s42
+        s_mov_b32 s49, 0
+        s_mov_b32 s52, s30
+        s_mov_b32 s53, 0
+        s_mul_u64 s[48:49], s[48:49], s[52:53]
+        s_mov_b32 s50, s54
+        s_mov_b32 s51, 0
+        s_mov_b32 s52, s31
+        s_mov_b32 s53, 0
+        s_mul_u64 s[50:51], s[50:51], s[52:53]
+        s_add_nc_u64 s[48:49], s[48:49], s[50:51]
+        s_mov_b32 s50, s41
+        s_mov_b32 s51, 0
+        s_mov_b32 s52, s32
+        s_mov_b32 s53, 0
+        s_mul_u64 s[50:51], s[50:51], s[52:53]
+        s_add_nc_u64 s[48:49], s[48:49], s[50:51]
+        s_lshl_b64 s[48:49], s[48:49], 1
+        s_add_nc_u64 s[92:93], s[18:19], s[48:49]
+        s_mov_b32 s50, s22
+        s_mov_b32 s51, 0
+        s_mul_u64 s[48:49], s[44:45], s[50:51]
+        s_mov_b32 s50, s54
+        s_add_nc_u64 s[48:49], s[48:49], s[50:51]
+        s_lshl_b64 s[48:49], s[48:49], 2
+        s_add_nc_u64 s[94:95], s[20:21], s[48:49]
+        s_mov_b32 s77, 0
+        s_mov_b32 s69, 0
         s_wait_alu depctr_sa_sdst(0)
         v_lshrrev_b32 v211, 2, v0
         v_mul_lo_u32 v10, v211, s25  // V^T row * seq_pad_kv
@@ -330,26 +366,25 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_lshl_add_u32 v10, v212, 4, v10  // + col * 16
 
         // ---- prologue: Q^T fragments, k_scale(0), K(0) and V^T(0) -> LDS buffers 0 ---------------------------
-        global_load_b128 v[160:163], v214, s[58:59] offset:0
-        global_load_b128 v[164:167], v214, s[58:59] offset:16
-        global_load_b128 v[168:171], v214, s[58:59] offset:32
-        global_load_b128 v[172:175], v214, s[58:59] offset:48
-        global_load_b32 v11, v12, s[72:73]
-        global_load_b128 v[176:179], v9, s[56:57] offset:0
-        global_load_b128 v[180:183], v9, s[56:57] offset:2048
-        global_load_b128 v[184:187], v9, s[56:57] offset:4096
-        global_load_b128 v[188:191], v9, s[56:57] offset:6144
-        global_load_b128 v[192:195], v10, s[64:65]
-        global_load_b128 v[196:199], v10, s[66:67]
-        global_load_b128 v[200:203], v10, s[68:69]
-        global_load_b128 v[204:207], v10, s[70:71]
-        s_add_nc_u64 s[64:65], s[64:65], 64
-        s_add_nc_u64 s[66:67], s[66:67], 64
-        s_add_nc_u64 s[68:69], s[68:69], 64
-        s_add_nc_u64 s[70:71], s[70:71], 64
-        s_min_u32 s42, 1, s49
-        s_lshl_b32 s62, s42, 13  // * 8192 bytes
-        s_add_nc_u64 s[60:61], s[56:57], s[62:63]  // K(min(1, last))
+        global_load_b128 v[160:163], v214, s[72:73] offset:0
+        global_load_b128 v[164:167], v214, s[72:73] offset:16
+        global_load_b128 v[168:171], v214, s[72:73] offset:32
+        global_load_b128 v[172:175], v214, s[72:73] offset:48
+        s_cmp_eq_u32 s60, 0  // no active key tile: zeros and lse -inf
+        s_cbranch_scc1 .Ld128_bf16_empty
+        global_load_b32 v11, v12, s[86:87]
+        s_lshl_b32 s76, s61, 13  // * 8192 bytes
+        s_add_nc_u64 s[74:75], s[70:71], s[76:77]  // K(L[0])
+        global_load_b128 v[176:179], v9, s[74:75] offset:0
+        global_load_b128 v[180:183], v9, s[74:75] offset:2048
+        global_load_b128 v[184:187], v9, s[74:75] offset:4096
+        global_load_b128 v[188:191], v9, s[74:75] offset:6144
+        global_load_b128 v[192:195], v10, s[78:79]
+        global_load_b128 v[196:199], v10, s[80:81]
+        global_load_b128 v[200:203], v10, s[82:83]
+        global_load_b128 v[204:207], v10, s[84:85]
+        s_lshl_b32 s76, s62, 13  // * 8192 bytes
+        s_add_nc_u64 s[74:75], s[70:71], s[76:77]  // K(L[min(1, last)])
 
         // ---- prologue: O = 0, m = -inf, l = 0 ----------------------------------------------------------------
         v_dual_mov_b32 v32, 0 :: v_dual_mov_b32 v33, 0
@@ -384,10 +419,10 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_dual_mov_b32 v90, 0 :: v_dual_mov_b32 v91, 0
         v_dual_mov_b32 v92, 0 :: v_dual_mov_b32 v93, 0
         v_dual_mov_b32 v94, 0 :: v_dual_mov_b32 v95, 0
-        v_dual_mov_b32 v248, s52 :: v_dual_mov_b32 v249, s52
-        v_dual_mov_b32 v250, s52 :: v_dual_mov_b32 v251, s52
-        v_dual_mov_b32 v252, s52 :: v_dual_mov_b32 v253, s52
-        v_dual_mov_b32 v254, s52 :: v_dual_mov_b32 v255, s52
+        v_dual_mov_b32 v248, s66 :: v_dual_mov_b32 v249, s66
+        v_dual_mov_b32 v250, s66 :: v_dual_mov_b32 v251, s66
+        v_dual_mov_b32 v252, s66 :: v_dual_mov_b32 v253, s66
+        v_dual_mov_b32 v254, s66 :: v_dual_mov_b32 v255, s66
         v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
         s_wait_loadcnt 0
         ds_store_b128 v7, v[176:179] offset:0
@@ -403,10 +438,10 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_barrier_wait -1
 
         // ---- prologue: K(1) staging in flight while QK^T(0) runs; then its scores are scaled -----------------
-        global_load_b128 v[176:179], v9, s[60:61] offset:0
-        global_load_b128 v[180:183], v9, s[60:61] offset:2048
-        global_load_b128 v[184:187], v9, s[60:61] offset:4096
-        global_load_b128 v[188:191], v9, s[60:61] offset:6144
+        global_load_b128 v[176:179], v9, s[74:75] offset:0
+        global_load_b128 v[180:183], v9, s[74:75] offset:2048
+        global_load_b128 v[184:187], v9, s[74:75] offset:4096
+        global_load_b128 v[188:191], v9, s[74:75] offset:6144
         ds_load_b128 v[208:211], v1 offset:0
         ds_load_b128 v[212:215], v1 offset:1024
         ds_load_b128 v[216:219], v1 offset:2048
@@ -472,38 +507,38 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[174:175], v[120:127] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v13, s54, v11 :: v_dual_subrev_f32 v96, s52, v96
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v97, s52, v97
+        v_dual_mul_f32 v13, s68, v11 :: v_dual_subrev_f32 v96, s66, v96
+        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v97, s66, v97
         v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
-        v_dual_subrev_f32 v98, s52, v98 :: v_dual_subrev_f32 v99, s52, v99
+        v_dual_subrev_f32 v98, s66, v98 :: v_dual_subrev_f32 v99, s66, v99
         v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
-        v_dual_subrev_f32 v100, s52, v100 :: v_dual_subrev_f32 v101, s52, v101
+        v_dual_subrev_f32 v100, s66, v100 :: v_dual_subrev_f32 v101, s66, v101
         v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
-        v_dual_subrev_f32 v102, s52, v102 :: v_dual_subrev_f32 v103, s52, v103
+        v_dual_subrev_f32 v102, s66, v102 :: v_dual_subrev_f32 v103, s66, v103
         v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
-        v_dual_subrev_f32 v104, s52, v104 :: v_dual_subrev_f32 v105, s52, v105
+        v_dual_subrev_f32 v104, s66, v104 :: v_dual_subrev_f32 v105, s66, v105
         v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
-        v_dual_subrev_f32 v106, s52, v106 :: v_dual_subrev_f32 v107, s52, v107
+        v_dual_subrev_f32 v106, s66, v106 :: v_dual_subrev_f32 v107, s66, v107
         v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
-        v_dual_subrev_f32 v108, s52, v108 :: v_dual_subrev_f32 v109, s52, v109
+        v_dual_subrev_f32 v108, s66, v108 :: v_dual_subrev_f32 v109, s66, v109
         v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
-        v_dual_subrev_f32 v110, s52, v110 :: v_dual_subrev_f32 v111, s52, v111
+        v_dual_subrev_f32 v110, s66, v110 :: v_dual_subrev_f32 v111, s66, v111
         v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
-        v_dual_subrev_f32 v112, s52, v112 :: v_dual_subrev_f32 v113, s52, v113
+        v_dual_subrev_f32 v112, s66, v112 :: v_dual_subrev_f32 v113, s66, v113
         v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
-        v_dual_subrev_f32 v114, s52, v114 :: v_dual_subrev_f32 v115, s52, v115
+        v_dual_subrev_f32 v114, s66, v114 :: v_dual_subrev_f32 v115, s66, v115
         v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
-        v_dual_subrev_f32 v116, s52, v116 :: v_dual_subrev_f32 v117, s52, v117
+        v_dual_subrev_f32 v116, s66, v116 :: v_dual_subrev_f32 v117, s66, v117
         v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
-        v_dual_subrev_f32 v118, s52, v118 :: v_dual_subrev_f32 v119, s52, v119
+        v_dual_subrev_f32 v118, s66, v118 :: v_dual_subrev_f32 v119, s66, v119
         v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
-        v_dual_subrev_f32 v120, s52, v120 :: v_dual_subrev_f32 v121, s52, v121
+        v_dual_subrev_f32 v120, s66, v120 :: v_dual_subrev_f32 v121, s66, v121
         v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
-        v_dual_subrev_f32 v122, s52, v122 :: v_dual_subrev_f32 v123, s52, v123
+        v_dual_subrev_f32 v122, s66, v122 :: v_dual_subrev_f32 v123, s66, v123
         v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
-        v_dual_subrev_f32 v124, s52, v124 :: v_dual_subrev_f32 v125, s52, v125
+        v_dual_subrev_f32 v124, s66, v124 :: v_dual_subrev_f32 v125, s66, v125
         v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
-        v_dual_subrev_f32 v126, s52, v126 :: v_dual_subrev_f32 v127, s52, v127
+        v_dual_subrev_f32 v126, s66, v126 :: v_dual_subrev_f32 v127, s66, v127
         v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
         s_wait_loadcnt 0
         ds_store_b128 v7, v[176:179] offset:8192
@@ -516,28 +551,34 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
 
         // ---- main loop: two tiles per trip (register ping-pong SA/SB, m[0]/m[1], LDS buffers) ----------------
 .Ld128_bf16_loop:
-        s_cmp_eq_u32 s55, s49
+        s_cmp_eq_u32 s69, s55
         s_cbranch_scc1 .Ld128_bf16_last_0
 
-        // ---- tile t (t % 2 = 0): staging loads of K(min(t+2, last)), V^T(t+1), k_scale(t+1) ------------------
-        s_add_co_i32 s42, s55, 2
-        s_min_u32 s42, s42, s49
-        s_lshl_b32 s62, s42, 13  // * 8192 bytes
-        s_add_nc_u64 s[60:61], s[56:57], s[62:63]
-        s_add_nc_u64 s[72:73], s[72:73], 8  // k_scale pair of tile t+1
-        global_load_b32 v11, v12, s[72:73]
-        global_load_b128 v[176:179], v9, s[60:61] offset:0
-        global_load_b128 v[180:183], v9, s[60:61] offset:2048
-        global_load_b128 v[184:187], v9, s[60:61] offset:4096
-        global_load_b128 v[188:191], v9, s[60:61] offset:6144
-        global_load_b128 v[192:195], v10, s[64:65]
-        global_load_b128 v[196:199], v10, s[66:67]
-        global_load_b128 v[200:203], v10, s[68:69]
-        global_load_b128 v[204:207], v10, s[70:71]
-        s_add_nc_u64 s[64:65], s[64:65], 64
-        s_add_nc_u64 s[66:67], s[66:67], 64
-        s_add_nc_u64 s[68:69], s[68:69], 64
-        s_add_nc_u64 s[70:71], s[70:71], 64
+        // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
+        s_add_co_i32 s48, s69, 3
+        s_min_u32 s48, s48, s55
+        s_lshl_b32 s48, s48, 2
+        s_load_b32 s64, s[58:59], s48 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s76, s63, 13  // * 8192 bytes
+        s_add_nc_u64 s[74:75], s[70:71], s[76:77]
+        s_sub_co_i32 s48, s62, s61  // tiles from L[t] to L[t+1] (> 0: ascending)
+        s_mov_b32 s51, 0
+        s_lshl_b32 s50, s48, 3
+        s_add_nc_u64 s[86:87], s[86:87], s[50:51]  // k_scale pair of tile L[t+1]
+        global_load_b32 v11, v12, s[86:87]
+        s_lshl_b32 s50, s48, 6
+        s_add_nc_u64 s[78:79], s[78:79], s[50:51]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[80:81], s[80:81], s[50:51]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[82:83], s[82:83], s[50:51]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[84:85], s[84:85], s[50:51]  // V^T columns of tile L[t+1]
+        global_load_b128 v[176:179], v9, s[74:75] offset:0
+        global_load_b128 v[180:183], v9, s[74:75] offset:2048
+        global_load_b128 v[184:187], v9, s[74:75] offset:4096
+        global_load_b128 v[188:191], v9, s[74:75] offset:6144
+        global_load_b128 v[192:195], v10, s[78:79]
+        global_load_b128 v[196:199], v10, s[80:81]
+        global_load_b128 v[200:203], v10, s[82:83]
+        global_load_b128 v[204:207], v10, s[84:85]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
         ds_load_b128 v[208:211], v1 offset:8192
@@ -550,713 +591,18 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         ds_load_b128 v[236:239], v2 offset:11264
         ds_load_b128 v[240:243], v3 offset:8192
         ds_load_b128 v[244:247], v3 offset:9216
-        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
-        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
-        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
-        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
-        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
-        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
-        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
-        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
-        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
-        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
-        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
-        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
-        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
-        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
-        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
-        v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s53, 0xfedcba98
-        v_max3_num_f32 v17, v16, v24, v28
-        v_dual_mov_b32 v18, v17 :: v_dual_sub_f32 v19, v16, v17
-        v_exp_f32_e32 v19, v19
-        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
-        s_wait_alu depctr_va_vcc(0)
-        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
-        v_dual_sub_f32 v96, v96, v17 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v17 :: v_dual_sub_f32 v99, v99, v18
-        v_exp_f32_e32 v96, v96
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v100, v100, v17 :: v_dual_sub_f32 v101, v101, v18
-        v_exp_f32_e32 v97, v97
-        v_exp_f32_e32 v98, v98
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v102, v102, v17 :: v_dual_sub_f32 v103, v103, v18
-        v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v17 :: v_dual_add_f32 v23, v22, v98
-        v_dual_mul_f32 v96, s51, v96 :: v_dual_mul_f32 v97, s51, v97
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
-        v_cvt_pk_fp8_f32 v96, v96, v97
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[210:211], v[162:163], v[128:135] neg_lo:[1,1,0]
-        ds_load_b128 v[208:211], v3 offset:10240
-        v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v17 :: v_dual_add_f32 v23, v100, v22
-        v_dual_mul_f32 v98, s51, v98 :: v_dual_mul_f32 v99, s51, v99
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[214:215], v[162:163], v[136:143] neg_lo:[1,1,0]
-        ds_load_b128 v[212:215], v3 offset:11264
-        v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
-        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[218:219], v[162:163], v[144:151] neg_lo:[1,1,0]
-        ds_load_b128 v[216:219], v4 offset:8192
-        v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v17 :: v_dual_add_f32 v23, v22, v102
-        v_dual_mul_f32 v100, s51, v100 :: v_dual_sub_f32 v109, v109, v18
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[222:223], v[162:163], v[152:159] neg_lo:[1,1,0]
-        ds_load_b128 v[220:223], v4 offset:9216
-        v_exp_f32_e32 v105, v105
-        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s51, v101
-        v_cvt_pk_fp8_f32 v97, v100, v101
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[164:165], v[128:135] neg_lo:[1,1,0]
-        v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v17 :: v_dual_add_f32 v23, v104, v22
-        v_dual_mul_f32 v102, s51, v102 :: v_dual_mul_f32 v103, s51, v103
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[164:165], v[136:143] neg_lo:[1,1,0]
-        v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
-        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[164:165], v[144:151] neg_lo:[1,1,0]
-        v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v17 :: v_dual_add_f32 v23, v22, v106
-        v_dual_mul_f32 v104, s51, v104 :: v_dual_sub_f32 v113, v113, v18
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[164:165], v[152:159] neg_lo:[1,1,0]
-        v_exp_f32_e32 v109, v109
-        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s51, v105
-        v_cvt_pk_fp8_f32 v104, v104, v105
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[166:167], v[128:135] neg_lo:[1,1,0]
-        ds_load_b128 v[224:227], v4 offset:10240
-        v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v17 :: v_dual_add_f32 v23, v108, v22
-        v_dual_mul_f32 v106, s51, v106 :: v_dual_mul_f32 v107, s51, v107
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[166:167], v[136:143] neg_lo:[1,1,0]
-        ds_load_b128 v[228:231], v4 offset:11264
-        v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
-        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[166:167], v[144:151] neg_lo:[1,1,0]
-        ds_load_b128 v[232:235], v5 offset:16384
-        v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v17 :: v_dual_add_f32 v23, v22, v110
-        v_dual_mul_f32 v108, s51, v108 :: v_dual_sub_f32 v117, v117, v18
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[166:167], v[152:159] neg_lo:[1,1,0]
-        ds_load_b128 v[236:239], v5 offset:17408
-        v_exp_f32_e32 v113, v113
-        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s51, v109
-        v_cvt_pk_fp8_f32 v105, v108, v109
-        v_exp_f32_e32 v114, v114
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[168:169], v[128:135] neg_lo:[1,1,0]
-        v_dual_sub_f32 v118, v118, v17 :: v_dual_add_f32 v23, v112, v22
-        v_dual_mul_f32 v110, s51, v110 :: v_dual_mul_f32 v111, s51, v111
-        v_exp_f32_e32 v115, v115
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[168:169], v[136:143] neg_lo:[1,1,0]
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
-        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
-        v_exp_f32_e32 v116, v116
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[208:209], v[168:169], v[144:151] neg_lo:[1,1,0]
-        v_dual_sub_f32 v120, v120, v17 :: v_dual_add_f32 v23, v22, v114
-        v_dual_mul_f32 v112, s51, v112 :: v_dual_sub_f32 v121, v121, v18
-        v_exp_f32_e32 v117, v117
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[212:213], v[168:169], v[152:159] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s51, v113
-        v_cvt_pk_fp8_f32 v112, v112, v113
-        v_exp_f32_e32 v118, v118
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[170:171], v[128:135] neg_lo:[1,1,0]
-        ds_load_b128 v[240:243], v5 offset:18432
-        v_dual_sub_f32 v122, v122, v17 :: v_dual_add_f32 v23, v116, v22
-        v_dual_mul_f32 v114, s51, v114 :: v_dual_mul_f32 v115, s51, v115
-        v_exp_f32_e32 v119, v119
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[170:171], v[136:143] neg_lo:[1,1,0]
-        ds_load_b128 v[244:247], v5 offset:19456
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
-        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
-        v_exp_f32_e32 v120, v120
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[210:211], v[170:171], v[144:151] neg_lo:[1,1,0]
-        ds_load_b128 v[208:211], v5 offset:20480
-        v_dual_sub_f32 v124, v124, v17 :: v_dual_add_f32 v23, v22, v118
-        v_dual_mul_f32 v116, s51, v116 :: v_dual_sub_f32 v125, v125, v18
-        v_exp_f32_e32 v121, v121
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[214:215], v[170:171], v[152:159] neg_lo:[1,1,0]
-        ds_load_b128 v[212:215], v5 offset:21504
-        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s51, v117
-        v_cvt_pk_fp8_f32 v113, v116, v117
-        v_exp_f32_e32 v122, v122
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[216:217], v[172:173], v[128:135] neg_lo:[1,1,0]
-        v_dual_sub_f32 v126, v126, v17 :: v_dual_add_f32 v23, v120, v22
-        v_dual_mul_f32 v118, s51, v118 :: v_dual_mul_f32 v119, s51, v119
-        v_exp_f32_e32 v123, v123
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[220:221], v[172:173], v[136:143] neg_lo:[1,1,0]
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
-        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
-        v_exp_f32_e32 v124, v124
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[172:173], v[144:151] neg_lo:[1,1,0]
-        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s51, v120
-        v_exp_f32_e32 v125, v125
-        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s51, v121
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[172:173], v[152:159] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v120, v120, v121
-        v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s51, v122
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[218:219], v[174:175], v[128:135] neg_lo:[1,1,0]
-        ds_load_b128 v[216:219], v5 offset:22528
-        v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s51, v123
-        v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[222:223], v[174:175], v[136:143] neg_lo:[1,1,0]
-        ds_load_b128 v[220:223], v5 offset:23552
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s51, v124
-        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s51, v125
-        v_cvt_pk_fp8_f32 v121, v124, v125
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[174:175], v[144:151] neg_lo:[1,1,0]
-        ds_load_b128 v[224:227], v6 offset:16384
-        v_dual_mul_f32 v126, s51, v126 :: v_dual_mul_f32 v127, s51, v127
-        v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
-        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[230:231], v[174:175], v[152:159] neg_lo:[1,1,0]
-        ds_load_b128 v[228:231], v6 offset:17408
-        v_permlanex16_b32 v28, v22, s53, 0xfedcba98
-        v_add_f32 v22, v22, v28
-        v_add_f32 v21, v21, v22
-        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
-        s_wait_alu depctr_va_vcc(0)
-        s_cbranch_vccz .Ld128_bf16_no_rescale_0
-        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
-        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
-        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
-        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
-        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
-        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
-        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
-        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
-        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
-        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
-        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
-        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
-        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
-        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
-        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
-        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
-        v_dual_mul_f32 v64, v19, v64 :: v_dual_mul_f32 v65, v20, v65
-        v_dual_mul_f32 v66, v19, v66 :: v_dual_mul_f32 v67, v20, v67
-        v_dual_mul_f32 v68, v19, v68 :: v_dual_mul_f32 v69, v20, v69
-        v_dual_mul_f32 v70, v19, v70 :: v_dual_mul_f32 v71, v20, v71
-        v_dual_mul_f32 v72, v19, v72 :: v_dual_mul_f32 v73, v20, v73
-        v_dual_mul_f32 v74, v19, v74 :: v_dual_mul_f32 v75, v20, v75
-        v_dual_mul_f32 v76, v19, v76 :: v_dual_mul_f32 v77, v20, v77
-        v_dual_mul_f32 v78, v19, v78 :: v_dual_mul_f32 v79, v20, v79
-        v_dual_mul_f32 v80, v19, v80 :: v_dual_mul_f32 v81, v20, v81
-        v_dual_mul_f32 v82, v19, v82 :: v_dual_mul_f32 v83, v20, v83
-        v_dual_mul_f32 v84, v19, v84 :: v_dual_mul_f32 v85, v20, v85
-        v_dual_mul_f32 v86, v19, v86 :: v_dual_mul_f32 v87, v20, v87
-        v_dual_mul_f32 v88, v19, v88 :: v_dual_mul_f32 v89, v20, v89
-        v_dual_mul_f32 v90, v19, v90 :: v_dual_mul_f32 v91, v20, v91
-        v_dual_mul_f32 v92, v19, v92 :: v_dual_mul_f32 v93, v20, v93
-        v_dual_mul_f32 v94, v19, v94 :: v_dual_mul_f32 v95, v20, v95
-.Ld128_bf16_no_rescale_0:
-
-        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 8
-        s_wait_dscnt 9
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[96:97], v[32:39]
-        v_dual_mul_f32 v13, s54, v11 :: v_dual_subrev_f32 v128, s52, v128
-        s_wait_dscnt 8
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[96:97], v[40:47]
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v129, s52, v129
-        s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[96:97], v[48:55]
-        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
-        s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[96:97], v[56:63]
-        v_dual_subrev_f32 v130, s52, v130 :: v_dual_subrev_f32 v131, s52, v131
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[104:105], v[32:39]
-        ds_load_b128 v[232:235], v6 offset:18432
-        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[104:105], v[40:47]
-        ds_load_b128 v[236:239], v6 offset:19456
-        v_dual_subrev_f32 v132, s52, v132 :: v_dual_subrev_f32 v133, s52, v133
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[104:105], v[48:55]
-        ds_load_b128 v[240:243], v6 offset:20480
-        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[104:105], v[56:63]
-        ds_load_b128 v[244:247], v6 offset:21504
-        v_dual_subrev_f32 v134, s52, v134 :: v_dual_subrev_f32 v135, s52, v135
-        s_wait_dscnt 9
-        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[96:97], v[64:71]
-        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
-        s_wait_dscnt 8
-        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[96:97], v[72:79]
-        v_dual_subrev_f32 v136, s52, v136 :: v_dual_subrev_f32 v137, s52, v137
-        s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[96:97], v[80:87]
-        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
-        s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[96:97], v[88:95]
-        v_dual_subrev_f32 v138, s52, v138 :: v_dual_subrev_f32 v139, s52, v139
-        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[104:105], v[64:71]
-        ds_load_b128 v[208:211], v6 offset:22528
-        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
-        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[104:105], v[72:79]
-        ds_load_b128 v[212:215], v6 offset:23552
-        v_dual_subrev_f32 v140, s52, v140 :: v_dual_subrev_f32 v141, s52, v141
-        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[104:105], v[80:87]
-        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
-        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[104:105], v[88:95]
-        v_dual_subrev_f32 v142, s52, v142 :: v_dual_subrev_f32 v143, s52, v143
-        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
-        s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[112:113], v[32:39]
-        v_dual_subrev_f32 v144, s52, v144 :: v_dual_subrev_f32 v145, s52, v145
-        s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[112:113], v[40:47]
-        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
-        s_wait_dscnt 5
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[112:113], v[48:55]
-        v_dual_subrev_f32 v146, s52, v146 :: v_dual_subrev_f32 v147, s52, v147
-        s_wait_dscnt 4
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[112:113], v[56:63]
-        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[120:121], v[32:39]
-        v_dual_subrev_f32 v148, s52, v148 :: v_dual_subrev_f32 v149, s52, v149
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[120:121], v[40:47]
-        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[120:121], v[48:55]
-        v_dual_subrev_f32 v150, s52, v150 :: v_dual_subrev_f32 v151, s52, v151
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[120:121], v[56:63]
-        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
-        s_wait_dscnt 3
-        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[112:113], v[64:71]
-        v_dual_subrev_f32 v152, s52, v152 :: v_dual_subrev_f32 v153, s52, v153
-        s_wait_dscnt 2
-        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[112:113], v[72:79]
-        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
-        s_wait_dscnt 1
-        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[112:113], v[80:87]
-        v_dual_subrev_f32 v154, s52, v154 :: v_dual_subrev_f32 v155, s52, v155
-        s_wait_dscnt 0
-        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[112:113], v[88:95]
-        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
-        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[120:121], v[64:71]
-        v_dual_subrev_f32 v156, s52, v156 :: v_dual_subrev_f32 v157, s52, v157
-        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[120:121], v[72:79]
-        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
-        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[120:121], v[80:87]
-        v_dual_subrev_f32 v158, s52, v158 :: v_dual_subrev_f32 v159, s52, v159
-        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[120:121], v[88:95]
-        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
-
-        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
-        s_wait_loadcnt 0
-        ds_store_b128 v7, v[176:179] offset:0
-        ds_store_b128 v8, v[192:195] offset:24576
-        ds_store_b128 v7, v[180:183] offset:2048
-        ds_store_b128 v8, v[196:199] offset:26624
-        ds_store_b128 v7, v[184:187] offset:4096
-        ds_store_b128 v8, v[200:203] offset:28672
-        ds_store_b128 v7, v[188:191] offset:6144
-        ds_store_b128 v8, v[204:207] offset:30720
-        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
-        s_barrier_signal -1
-        s_barrier_wait -1
-        s_add_co_i32 s55, s55, 1
-        s_cmp_eq_u32 s55, s49
-        s_cbranch_scc1 .Ld128_bf16_last_1
-
-        // ---- tile t (t % 2 = 1): staging loads of K(min(t+2, last)), V^T(t+1), k_scale(t+1) ------------------
-        s_add_co_i32 s42, s55, 2
-        s_min_u32 s42, s42, s49
-        s_lshl_b32 s62, s42, 13  // * 8192 bytes
-        s_add_nc_u64 s[60:61], s[56:57], s[62:63]
-        s_add_nc_u64 s[72:73], s[72:73], 8  // k_scale pair of tile t+1
-        global_load_b32 v11, v12, s[72:73]
-        global_load_b128 v[176:179], v9, s[60:61] offset:0
-        global_load_b128 v[180:183], v9, s[60:61] offset:2048
-        global_load_b128 v[184:187], v9, s[60:61] offset:4096
-        global_load_b128 v[188:191], v9, s[60:61] offset:6144
-        global_load_b128 v[192:195], v10, s[64:65]
-        global_load_b128 v[196:199], v10, s[66:67]
-        global_load_b128 v[200:203], v10, s[68:69]
-        global_load_b128 v[204:207], v10, s[70:71]
-        s_add_nc_u64 s[64:65], s[64:65], 64
-        s_add_nc_u64 s[66:67], s[66:67], 64
-        s_add_nc_u64 s[68:69], s[68:69], 64
-        s_add_nc_u64 s[70:71], s[70:71], 64
-
-        // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
-        ds_load_b128 v[208:211], v1 offset:0
-        ds_load_b128 v[212:215], v1 offset:1024
-        ds_load_b128 v[216:219], v1 offset:2048
-        ds_load_b128 v[220:223], v1 offset:3072
-        ds_load_b128 v[224:227], v2 offset:0
-        ds_load_b128 v[228:231], v2 offset:1024
-        ds_load_b128 v[232:235], v2 offset:2048
-        ds_load_b128 v[236:239], v2 offset:3072
-        ds_load_b128 v[240:243], v3 offset:0
-        ds_load_b128 v[244:247], v3 offset:1024
-        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
-        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
-        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
-        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
-        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
-        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
-        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
-        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
-        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
-        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
-        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
-        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
-        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
-        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
-        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
-        v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s53, 0xfedcba98
-        v_max3_num_f32 v16, v17, v24, v28
-        v_dual_mov_b32 v18, v16 :: v_dual_sub_f32 v19, v17, v16
-        v_exp_f32_e32 v19, v19
-        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
-        s_wait_alu depctr_va_vcc(0)
-        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
-        v_dual_sub_f32 v128, v128, v16 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v16 :: v_dual_sub_f32 v131, v131, v18
-        v_exp_f32_e32 v128, v128
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v132, v132, v16 :: v_dual_sub_f32 v133, v133, v18
-        v_exp_f32_e32 v129, v129
-        v_exp_f32_e32 v130, v130
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v134, v134, v16 :: v_dual_sub_f32 v135, v135, v18
-        v_exp_f32_e32 v131, v131
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v16 :: v_dual_add_f32 v23, v22, v130
-        v_dual_mul_f32 v128, s51, v128 :: v_dual_mul_f32 v129, s51, v129
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
-        v_cvt_pk_fp8_f32 v128, v128, v129
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[210:211], v[162:163], v[96:103] neg_lo:[1,1,0]
-        ds_load_b128 v[208:211], v3 offset:2048
-        v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v16 :: v_dual_add_f32 v23, v132, v22
-        v_dual_mul_f32 v130, s51, v130 :: v_dual_mul_f32 v131, s51, v131
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[214:215], v[162:163], v[104:111] neg_lo:[1,1,0]
-        ds_load_b128 v[212:215], v3 offset:3072
-        v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
-        v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[218:219], v[162:163], v[112:119] neg_lo:[1,1,0]
-        ds_load_b128 v[216:219], v4 offset:0
-        v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v16 :: v_dual_add_f32 v23, v22, v134
-        v_dual_mul_f32 v132, s51, v132 :: v_dual_sub_f32 v141, v141, v18
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[222:223], v[162:163], v[120:127] neg_lo:[1,1,0]
-        ds_load_b128 v[220:223], v4 offset:1024
-        v_exp_f32_e32 v137, v137
-        v_dual_add_f32 v22, v23, v135 :: v_dual_mul_f32 v133, s51, v133
-        v_cvt_pk_fp8_f32 v129, v132, v133
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[164:165], v[96:103] neg_lo:[1,1,0]
-        v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v16 :: v_dual_add_f32 v23, v136, v22
-        v_dual_mul_f32 v134, s51, v134 :: v_dual_mul_f32 v135, s51, v135
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[164:165], v[104:111] neg_lo:[1,1,0]
-        v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
-        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[164:165], v[112:119] neg_lo:[1,1,0]
-        v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v16 :: v_dual_add_f32 v23, v22, v138
-        v_dual_mul_f32 v136, s51, v136 :: v_dual_sub_f32 v145, v145, v18
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[164:165], v[120:127] neg_lo:[1,1,0]
-        v_exp_f32_e32 v141, v141
-        v_dual_add_f32 v22, v23, v139 :: v_dual_mul_f32 v137, s51, v137
-        v_cvt_pk_fp8_f32 v136, v136, v137
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[166:167], v[96:103] neg_lo:[1,1,0]
-        ds_load_b128 v[224:227], v4 offset:2048
-        v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v16 :: v_dual_add_f32 v23, v140, v22
-        v_dual_mul_f32 v138, s51, v138 :: v_dual_mul_f32 v139, s51, v139
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[166:167], v[104:111] neg_lo:[1,1,0]
-        ds_load_b128 v[228:231], v4 offset:3072
-        v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
-        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[166:167], v[112:119] neg_lo:[1,1,0]
-        ds_load_b128 v[232:235], v5 offset:24576
-        v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v16 :: v_dual_add_f32 v23, v22, v142
-        v_dual_mul_f32 v140, s51, v140 :: v_dual_sub_f32 v149, v149, v18
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[166:167], v[120:127] neg_lo:[1,1,0]
-        ds_load_b128 v[236:239], v5 offset:25600
-        v_exp_f32_e32 v145, v145
-        v_dual_add_f32 v22, v23, v143 :: v_dual_mul_f32 v141, s51, v141
-        v_cvt_pk_fp8_f32 v137, v140, v141
-        v_exp_f32_e32 v146, v146
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[168:169], v[96:103] neg_lo:[1,1,0]
-        v_dual_sub_f32 v150, v150, v16 :: v_dual_add_f32 v23, v144, v22
-        v_dual_mul_f32 v142, s51, v142 :: v_dual_mul_f32 v143, s51, v143
-        v_exp_f32_e32 v147, v147
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[168:169], v[104:111] neg_lo:[1,1,0]
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
-        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
-        v_exp_f32_e32 v148, v148
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[208:209], v[168:169], v[112:119] neg_lo:[1,1,0]
-        v_dual_sub_f32 v152, v152, v16 :: v_dual_add_f32 v23, v22, v146
-        v_dual_mul_f32 v144, s51, v144 :: v_dual_sub_f32 v153, v153, v18
-        v_exp_f32_e32 v149, v149
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[212:213], v[168:169], v[120:127] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v23, v147 :: v_dual_mul_f32 v145, s51, v145
-        v_cvt_pk_fp8_f32 v144, v144, v145
-        v_exp_f32_e32 v150, v150
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[170:171], v[96:103] neg_lo:[1,1,0]
-        ds_load_b128 v[240:243], v5 offset:26624
-        v_dual_sub_f32 v154, v154, v16 :: v_dual_add_f32 v23, v148, v22
-        v_dual_mul_f32 v146, s51, v146 :: v_dual_mul_f32 v147, s51, v147
-        v_exp_f32_e32 v151, v151
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[170:171], v[104:111] neg_lo:[1,1,0]
-        ds_load_b128 v[244:247], v5 offset:27648
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
-        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
-        v_exp_f32_e32 v152, v152
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[210:211], v[170:171], v[112:119] neg_lo:[1,1,0]
-        ds_load_b128 v[208:211], v5 offset:28672
-        v_dual_sub_f32 v156, v156, v16 :: v_dual_add_f32 v23, v22, v150
-        v_dual_mul_f32 v148, s51, v148 :: v_dual_sub_f32 v157, v157, v18
-        v_exp_f32_e32 v153, v153
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[214:215], v[170:171], v[120:127] neg_lo:[1,1,0]
-        ds_load_b128 v[212:215], v5 offset:29696
-        v_dual_add_f32 v22, v23, v151 :: v_dual_mul_f32 v149, s51, v149
-        v_cvt_pk_fp8_f32 v145, v148, v149
-        v_exp_f32_e32 v154, v154
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[216:217], v[172:173], v[96:103] neg_lo:[1,1,0]
-        v_dual_sub_f32 v158, v158, v16 :: v_dual_add_f32 v23, v152, v22
-        v_dual_mul_f32 v150, s51, v150 :: v_dual_mul_f32 v151, s51, v151
-        v_exp_f32_e32 v155, v155
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[220:221], v[172:173], v[104:111] neg_lo:[1,1,0]
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
-        v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
-        v_exp_f32_e32 v156, v156
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[172:173], v[112:119] neg_lo:[1,1,0]
-        v_dual_add_f32 v23, v22, v154 :: v_dual_mul_f32 v152, s51, v152
-        v_exp_f32_e32 v157, v157
-        v_dual_add_f32 v22, v23, v155 :: v_dual_mul_f32 v153, s51, v153
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[172:173], v[120:127] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v152, v152, v153
-        v_exp_f32_e32 v158, v158
-        v_dual_add_f32 v23, v22, v156 :: v_dual_mul_f32 v154, s51, v154
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[218:219], v[174:175], v[96:103] neg_lo:[1,1,0]
-        ds_load_b128 v[216:219], v5 offset:30720
-        v_exp_f32_e32 v159, v159
-        v_dual_add_f32 v22, v23, v157 :: v_dual_mul_f32 v155, s51, v155
-        v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[222:223], v[174:175], v[104:111] neg_lo:[1,1,0]
-        ds_load_b128 v[220:223], v5 offset:31744
-        v_dual_add_f32 v23, v22, v158 :: v_dual_mul_f32 v156, s51, v156
-        v_dual_add_f32 v22, v23, v159 :: v_dual_mul_f32 v157, s51, v157
-        v_cvt_pk_fp8_f32 v153, v156, v157
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
-        ds_load_b128 v[224:227], v6 offset:24576
-        v_dual_mul_f32 v158, s51, v158 :: v_dual_mul_f32 v159, s51, v159
-        v_cvt_pk_fp8_f32 v153, v158, v159 op_sel:[0,0,1]
-        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[174:175], v[120:127] neg_lo:[1,1,0]
-        ds_load_b128 v[228:231], v6 offset:25600
-        v_permlanex16_b32 v28, v22, s53, 0xfedcba98
-        v_add_f32 v22, v22, v28
-        v_add_f32 v21, v21, v22
-        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
-        s_wait_alu depctr_va_vcc(0)
-        s_cbranch_vccz .Ld128_bf16_no_rescale_1
-        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
-        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
-        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
-        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
-        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
-        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
-        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
-        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
-        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
-        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
-        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
-        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
-        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
-        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
-        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
-        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
-        v_dual_mul_f32 v64, v19, v64 :: v_dual_mul_f32 v65, v20, v65
-        v_dual_mul_f32 v66, v19, v66 :: v_dual_mul_f32 v67, v20, v67
-        v_dual_mul_f32 v68, v19, v68 :: v_dual_mul_f32 v69, v20, v69
-        v_dual_mul_f32 v70, v19, v70 :: v_dual_mul_f32 v71, v20, v71
-        v_dual_mul_f32 v72, v19, v72 :: v_dual_mul_f32 v73, v20, v73
-        v_dual_mul_f32 v74, v19, v74 :: v_dual_mul_f32 v75, v20, v75
-        v_dual_mul_f32 v76, v19, v76 :: v_dual_mul_f32 v77, v20, v77
-        v_dual_mul_f32 v78, v19, v78 :: v_dual_mul_f32 v79, v20, v79
-        v_dual_mul_f32 v80, v19, v80 :: v_dual_mul_f32 v81, v20, v81
-        v_dual_mul_f32 v82, v19, v82 :: v_dual_mul_f32 v83, v20, v83
-        v_dual_mul_f32 v84, v19, v84 :: v_dual_mul_f32 v85, v20, v85
-        v_dual_mul_f32 v86, v19, v86 :: v_dual_mul_f32 v87, v20, v87
-        v_dual_mul_f32 v88, v19, v88 :: v_dual_mul_f32 v89, v20, v89
-        v_dual_mul_f32 v90, v19, v90 :: v_dual_mul_f32 v91, v20, v91
-        v_dual_mul_f32 v92, v19, v92 :: v_dual_mul_f32 v93, v20, v93
-        v_dual_mul_f32 v94, v19, v94 :: v_dual_mul_f32 v95, v20, v95
-.Ld128_bf16_no_rescale_1:
-
-        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 8
-        s_wait_dscnt 9
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[128:129], v[32:39]
-        v_dual_mul_f32 v13, s54, v11 :: v_dual_subrev_f32 v96, s52, v96
-        s_wait_dscnt 8
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[128:129], v[40:47]
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v97, s52, v97
-        s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[128:129], v[48:55]
-        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
-        s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[128:129], v[56:63]
-        v_dual_subrev_f32 v98, s52, v98 :: v_dual_subrev_f32 v99, s52, v99
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[136:137], v[32:39]
-        ds_load_b128 v[232:235], v6 offset:26624
-        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[136:137], v[40:47]
-        ds_load_b128 v[236:239], v6 offset:27648
-        v_dual_subrev_f32 v100, s52, v100 :: v_dual_subrev_f32 v101, s52, v101
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[136:137], v[48:55]
-        ds_load_b128 v[240:243], v6 offset:28672
-        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[136:137], v[56:63]
-        ds_load_b128 v[244:247], v6 offset:29696
-        v_dual_subrev_f32 v102, s52, v102 :: v_dual_subrev_f32 v103, s52, v103
-        s_wait_dscnt 9
-        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[128:129], v[64:71]
-        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
-        s_wait_dscnt 8
-        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[128:129], v[72:79]
-        v_dual_subrev_f32 v104, s52, v104 :: v_dual_subrev_f32 v105, s52, v105
-        s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[128:129], v[80:87]
-        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
-        s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[128:129], v[88:95]
-        v_dual_subrev_f32 v106, s52, v106 :: v_dual_subrev_f32 v107, s52, v107
-        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[136:137], v[64:71]
-        ds_load_b128 v[208:211], v6 offset:30720
-        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
-        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[136:137], v[72:79]
-        ds_load_b128 v[212:215], v6 offset:31744
-        v_dual_subrev_f32 v108, s52, v108 :: v_dual_subrev_f32 v109, s52, v109
-        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[136:137], v[80:87]
-        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
-        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[136:137], v[88:95]
-        v_dual_subrev_f32 v110, s52, v110 :: v_dual_subrev_f32 v111, s52, v111
-        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
-        s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[144:145], v[32:39]
-        v_dual_subrev_f32 v112, s52, v112 :: v_dual_subrev_f32 v113, s52, v113
-        s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[144:145], v[40:47]
-        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
-        s_wait_dscnt 5
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[144:145], v[48:55]
-        v_dual_subrev_f32 v114, s52, v114 :: v_dual_subrev_f32 v115, s52, v115
-        s_wait_dscnt 4
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[144:145], v[56:63]
-        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[152:153], v[32:39]
-        v_dual_subrev_f32 v116, s52, v116 :: v_dual_subrev_f32 v117, s52, v117
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[152:153], v[40:47]
-        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[152:153], v[48:55]
-        v_dual_subrev_f32 v118, s52, v118 :: v_dual_subrev_f32 v119, s52, v119
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[152:153], v[56:63]
-        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
-        s_wait_dscnt 3
-        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[144:145], v[64:71]
-        v_dual_subrev_f32 v120, s52, v120 :: v_dual_subrev_f32 v121, s52, v121
-        s_wait_dscnt 2
-        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[144:145], v[72:79]
-        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
-        s_wait_dscnt 1
-        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[144:145], v[80:87]
-        v_dual_subrev_f32 v122, s52, v122 :: v_dual_subrev_f32 v123, s52, v123
-        s_wait_dscnt 0
-        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[144:145], v[88:95]
-        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
-        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[152:153], v[64:71]
-        v_dual_subrev_f32 v124, s52, v124 :: v_dual_subrev_f32 v125, s52, v125
-        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[152:153], v[72:79]
-        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
-        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[152:153], v[80:87]
-        v_dual_subrev_f32 v126, s52, v126 :: v_dual_subrev_f32 v127, s52, v127
-        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[152:153], v[88:95]
-        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
-
-        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
-        s_wait_loadcnt 0
-        ds_store_b128 v7, v[176:179] offset:8192
-        ds_store_b128 v8, v[192:195] offset:16384
-        ds_store_b128 v7, v[180:183] offset:10240
-        ds_store_b128 v8, v[196:199] offset:18432
-        ds_store_b128 v7, v[184:187] offset:12288
-        ds_store_b128 v8, v[200:203] offset:20480
-        ds_store_b128 v7, v[188:191] offset:14336
-        ds_store_b128 v8, v[204:207] offset:22528
-        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
-        s_barrier_signal -1
-        s_barrier_wait -1
-        s_add_co_i32 s55, s55, 1
-        s_branch .Ld128_bf16_loop
-.Ld128_bf16_last_0:
-
-        // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
-        ds_load_b128 v[208:211], v5 offset:16384
-        ds_load_b128 v[212:215], v5 offset:17408
-        ds_load_b128 v[216:219], v5 offset:18432
-        ds_load_b128 v[220:223], v5 offset:19456
-        ds_load_b128 v[224:227], v5 offset:20480
-        ds_load_b128 v[228:231], v5 offset:21504
-        ds_load_b128 v[232:235], v5 offset:22528
-        ds_load_b128 v[236:239], v5 offset:23552
-        ds_load_b128 v[240:243], v6 offset:16384
-        ds_load_b128 v[244:247], v6 offset:17408
-        v_bfe_u32 v29, v0, 4, 1
-        v_lshlrev_b32 v29, 5, v29
-        v_sub_nc_u32_e32 v29, s50, v29
+        s_lshl_b32 s52, s61, 6
+        s_add_co_i32 s53, s52, 64
+        s_cmp_le_i32 s53, s57
+        s_cbranch_scc1 .Ld128_bf16_nomask_0
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s56, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s52, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
         v_cmp_lt_i32_e32 vcc_lo, 0, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
@@ -1353,6 +699,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_nomask_0:
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -1369,111 +716,1059 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v24, s67, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
-        v_dual_mov_b32 v18, v17 :: v_dual_sub_f32 v19, v16, v17
+        v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
-        v_dual_sub_f32 v96, v96, v17 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v17 :: v_dual_sub_f32 v99, v99, v18
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v17, vcc_lo
+        v_mov_b32 v29, v18
+        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
+        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v17 :: v_dual_sub_f32 v101, v101, v18
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
         v_exp_f32_e32 v97, v97
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v17 :: v_dual_sub_f32 v103, v103, v18
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_exp_f32_e32 v99, v99
+        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v100, v100
+        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_dual_mul_f32 v96, s65, v96 :: v_dual_mul_f32 v97, s65, v97
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v101, v101
+        v_add_f32 v22, v23, v99
+        v_cvt_pk_fp8_f32 v96, v96, v97
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[210:211], v[162:163], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[208:211], v3 offset:10240
+        v_exp_f32_e32 v102, v102
+        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_dual_mul_f32 v98, s65, v98 :: v_dual_mul_f32 v99, s65, v99
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[214:215], v[162:163], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[212:215], v3 offset:11264
+        v_exp_f32_e32 v103, v103
+        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[218:219], v[162:163], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[216:219], v4 offset:8192
+        v_exp_f32_e32 v104, v104
+        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_dual_mul_f32 v100, s65, v100 :: v_dual_sub_f32 v109, v109, v18
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[222:223], v[162:163], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[220:223], v4 offset:9216
+        v_exp_f32_e32 v105, v105
+        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s65, v101
+        v_cvt_pk_fp8_f32 v97, v100, v101
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[164:165], v[128:135] neg_lo:[1,1,0]
+        v_exp_f32_e32 v106, v106
+        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_dual_mul_f32 v102, s65, v102 :: v_dual_mul_f32 v103, s65, v103
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[164:165], v[136:143] neg_lo:[1,1,0]
+        v_exp_f32_e32 v107, v107
+        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[164:165], v[144:151] neg_lo:[1,1,0]
+        v_exp_f32_e32 v108, v108
+        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_dual_mul_f32 v104, s65, v104 :: v_dual_sub_f32 v113, v113, v18
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[164:165], v[152:159] neg_lo:[1,1,0]
+        v_exp_f32_e32 v109, v109
+        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s65, v105
+        v_cvt_pk_fp8_f32 v104, v104, v105
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[166:167], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v4 offset:10240
+        v_exp_f32_e32 v110, v110
+        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_dual_mul_f32 v106, s65, v106 :: v_dual_mul_f32 v107, s65, v107
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[166:167], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v4 offset:11264
+        v_exp_f32_e32 v111, v111
+        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[166:167], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v5 offset:16384
+        v_exp_f32_e32 v112, v112
+        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_dual_mul_f32 v108, s65, v108 :: v_dual_sub_f32 v117, v117, v18
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[166:167], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v5 offset:17408
+        v_exp_f32_e32 v113, v113
+        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s65, v109
+        v_cvt_pk_fp8_f32 v105, v108, v109
+        v_exp_f32_e32 v114, v114
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[168:169], v[128:135] neg_lo:[1,1,0]
+        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_dual_mul_f32 v110, s65, v110 :: v_dual_mul_f32 v111, s65, v111
+        v_exp_f32_e32 v115, v115
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[168:169], v[136:143] neg_lo:[1,1,0]
+        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
+        v_exp_f32_e32 v116, v116
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[208:209], v[168:169], v[144:151] neg_lo:[1,1,0]
+        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_dual_mul_f32 v112, s65, v112 :: v_dual_sub_f32 v121, v121, v18
+        v_exp_f32_e32 v117, v117
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[212:213], v[168:169], v[152:159] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s65, v113
+        v_cvt_pk_fp8_f32 v112, v112, v113
+        v_exp_f32_e32 v118, v118
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[170:171], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[240:243], v5 offset:18432
+        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_dual_mul_f32 v114, s65, v114 :: v_dual_mul_f32 v115, s65, v115
+        v_exp_f32_e32 v119, v119
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[170:171], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[244:247], v5 offset:19456
+        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
+        v_exp_f32_e32 v120, v120
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[210:211], v[170:171], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[208:211], v5 offset:20480
+        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_dual_mul_f32 v116, s65, v116 :: v_dual_sub_f32 v125, v125, v18
+        v_exp_f32_e32 v121, v121
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[214:215], v[170:171], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[212:215], v5 offset:21504
+        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s65, v117
+        v_cvt_pk_fp8_f32 v113, v116, v117
+        v_exp_f32_e32 v122, v122
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[216:217], v[172:173], v[128:135] neg_lo:[1,1,0]
+        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
+        v_dual_mul_f32 v118, s65, v118 :: v_dual_mul_f32 v119, s65, v119
+        v_exp_f32_e32 v123, v123
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[220:221], v[172:173], v[136:143] neg_lo:[1,1,0]
+        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        v_exp_f32_e32 v124, v124
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[172:173], v[144:151] neg_lo:[1,1,0]
+        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s65, v120
+        v_exp_f32_e32 v125, v125
+        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s65, v121
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[172:173], v[152:159] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v120, v120, v121
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s65, v122
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[218:219], v[174:175], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[216:219], v5 offset:22528
+        v_exp_f32_e32 v127, v127
+        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s65, v123
+        v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[222:223], v[174:175], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[220:223], v5 offset:23552
+        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s65, v124
+        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s65, v125
+        v_cvt_pk_fp8_f32 v121, v124, v125
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[174:175], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v6 offset:16384
+        v_dual_mul_f32 v126, s65, v126 :: v_dual_mul_f32 v127, s65, v127
+        v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[230:231], v[174:175], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v6 offset:17408
+        v_permlanex16_b32 v28, v22, s67, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_no_rescale_0
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+        v_dual_mul_f32 v64, v19, v64 :: v_dual_mul_f32 v65, v20, v65
+        v_dual_mul_f32 v66, v19, v66 :: v_dual_mul_f32 v67, v20, v67
+        v_dual_mul_f32 v68, v19, v68 :: v_dual_mul_f32 v69, v20, v69
+        v_dual_mul_f32 v70, v19, v70 :: v_dual_mul_f32 v71, v20, v71
+        v_dual_mul_f32 v72, v19, v72 :: v_dual_mul_f32 v73, v20, v73
+        v_dual_mul_f32 v74, v19, v74 :: v_dual_mul_f32 v75, v20, v75
+        v_dual_mul_f32 v76, v19, v76 :: v_dual_mul_f32 v77, v20, v77
+        v_dual_mul_f32 v78, v19, v78 :: v_dual_mul_f32 v79, v20, v79
+        v_dual_mul_f32 v80, v19, v80 :: v_dual_mul_f32 v81, v20, v81
+        v_dual_mul_f32 v82, v19, v82 :: v_dual_mul_f32 v83, v20, v83
+        v_dual_mul_f32 v84, v19, v84 :: v_dual_mul_f32 v85, v20, v85
+        v_dual_mul_f32 v86, v19, v86 :: v_dual_mul_f32 v87, v20, v87
+        v_dual_mul_f32 v88, v19, v88 :: v_dual_mul_f32 v89, v20, v89
+        v_dual_mul_f32 v90, v19, v90 :: v_dual_mul_f32 v91, v20, v91
+        v_dual_mul_f32 v92, v19, v92 :: v_dual_mul_f32 v93, v20, v93
+        v_dual_mul_f32 v94, v19, v94 :: v_dual_mul_f32 v95, v20, v95
+.Ld128_bf16_no_rescale_0:
+
+        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
+        s_wait_loadcnt 8
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[96:97], v[32:39]
+        v_dual_mul_f32 v13, s68, v11 :: v_dual_subrev_f32 v128, s66, v128
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[96:97], v[40:47]
+        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v129, s66, v129
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[96:97], v[48:55]
+        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[96:97], v[56:63]
+        v_dual_subrev_f32 v130, s66, v130 :: v_dual_subrev_f32 v131, s66, v131
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[104:105], v[32:39]
+        ds_load_b128 v[232:235], v6 offset:18432
+        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[104:105], v[40:47]
+        ds_load_b128 v[236:239], v6 offset:19456
+        v_dual_subrev_f32 v132, s66, v132 :: v_dual_subrev_f32 v133, s66, v133
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[104:105], v[48:55]
+        ds_load_b128 v[240:243], v6 offset:20480
+        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[104:105], v[56:63]
+        ds_load_b128 v[244:247], v6 offset:21504
+        v_dual_subrev_f32 v134, s66, v134 :: v_dual_subrev_f32 v135, s66, v135
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[96:97], v[64:71]
+        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[96:97], v[72:79]
+        v_dual_subrev_f32 v136, s66, v136 :: v_dual_subrev_f32 v137, s66, v137
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[96:97], v[80:87]
+        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[96:97], v[88:95]
+        v_dual_subrev_f32 v138, s66, v138 :: v_dual_subrev_f32 v139, s66, v139
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[104:105], v[64:71]
+        ds_load_b128 v[208:211], v6 offset:22528
+        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[104:105], v[72:79]
+        ds_load_b128 v[212:215], v6 offset:23552
+        v_dual_subrev_f32 v140, s66, v140 :: v_dual_subrev_f32 v141, s66, v141
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[104:105], v[80:87]
+        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[104:105], v[88:95]
+        v_dual_subrev_f32 v142, s66, v142 :: v_dual_subrev_f32 v143, s66, v143
+        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[112:113], v[32:39]
+        v_dual_subrev_f32 v144, s66, v144 :: v_dual_subrev_f32 v145, s66, v145
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[112:113], v[40:47]
+        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[112:113], v[48:55]
+        v_dual_subrev_f32 v146, s66, v146 :: v_dual_subrev_f32 v147, s66, v147
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[112:113], v[56:63]
+        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[120:121], v[32:39]
+        v_dual_subrev_f32 v148, s66, v148 :: v_dual_subrev_f32 v149, s66, v149
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[120:121], v[40:47]
+        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[120:121], v[48:55]
+        v_dual_subrev_f32 v150, s66, v150 :: v_dual_subrev_f32 v151, s66, v151
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[120:121], v[56:63]
+        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[112:113], v[64:71]
+        v_dual_subrev_f32 v152, s66, v152 :: v_dual_subrev_f32 v153, s66, v153
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[112:113], v[72:79]
+        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[112:113], v[80:87]
+        v_dual_subrev_f32 v154, s66, v154 :: v_dual_subrev_f32 v155, s66, v155
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[112:113], v[88:95]
+        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[120:121], v[64:71]
+        v_dual_subrev_f32 v156, s66, v156 :: v_dual_subrev_f32 v157, s66, v157
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[120:121], v[72:79]
+        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[120:121], v[80:87]
+        v_dual_subrev_f32 v158, s66, v158 :: v_dual_subrev_f32 v159, s66, v159
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[120:121], v[88:95]
+        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
+
+        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
+        s_wait_loadcnt 0
+        ds_store_b128 v7, v[176:179] offset:0
+        ds_store_b128 v8, v[192:195] offset:24576
+        ds_store_b128 v7, v[180:183] offset:2048
+        ds_store_b128 v8, v[196:199] offset:26624
+        ds_store_b128 v7, v[184:187] offset:4096
+        ds_store_b128 v8, v[200:203] offset:28672
+        ds_store_b128 v7, v[188:191] offset:6144
+        ds_store_b128 v8, v[204:207] offset:30720
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        s_add_co_i32 s69, s69, 1
+        s_wait_kmcnt 0  // L[min(t+3, last)]
+        s_mov_b32 s61, s62
+        s_mov_b32 s62, s63
+        s_mov_b32 s63, s64
+        s_cmp_eq_u32 s69, s55
+        s_cbranch_scc1 .Ld128_bf16_last_1
+
+        // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
+        s_add_co_i32 s48, s69, 3
+        s_min_u32 s48, s48, s55
+        s_lshl_b32 s48, s48, 2
+        s_load_b32 s64, s[58:59], s48 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s76, s63, 13  // * 8192 bytes
+        s_add_nc_u64 s[74:75], s[70:71], s[76:77]
+        s_sub_co_i32 s48, s62, s61  // tiles from L[t] to L[t+1] (> 0: ascending)
+        s_mov_b32 s51, 0
+        s_lshl_b32 s50, s48, 3
+        s_add_nc_u64 s[86:87], s[86:87], s[50:51]  // k_scale pair of tile L[t+1]
+        global_load_b32 v11, v12, s[86:87]
+        s_lshl_b32 s50, s48, 6
+        s_add_nc_u64 s[78:79], s[78:79], s[50:51]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[80:81], s[80:81], s[50:51]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[82:83], s[82:83], s[50:51]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[84:85], s[84:85], s[50:51]  // V^T columns of tile L[t+1]
+        global_load_b128 v[176:179], v9, s[74:75] offset:0
+        global_load_b128 v[180:183], v9, s[74:75] offset:2048
+        global_load_b128 v[184:187], v9, s[74:75] offset:4096
+        global_load_b128 v[188:191], v9, s[74:75] offset:6144
+        global_load_b128 v[192:195], v10, s[78:79]
+        global_load_b128 v[196:199], v10, s[80:81]
+        global_load_b128 v[200:203], v10, s[82:83]
+        global_load_b128 v[204:207], v10, s[84:85]
+
+        // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        ds_load_b128 v[208:211], v1 offset:0
+        ds_load_b128 v[212:215], v1 offset:1024
+        ds_load_b128 v[216:219], v1 offset:2048
+        ds_load_b128 v[220:223], v1 offset:3072
+        ds_load_b128 v[224:227], v2 offset:0
+        ds_load_b128 v[228:231], v2 offset:1024
+        ds_load_b128 v[232:235], v2 offset:2048
+        ds_load_b128 v[236:239], v2 offset:3072
+        ds_load_b128 v[240:243], v3 offset:0
+        ds_load_b128 v[244:247], v3 offset:1024
+        s_lshl_b32 s52, s61, 6
+        s_add_co_i32 s53, s52, 64
+        s_cmp_le_i32 s53, s57
+        s_cbranch_scc1 .Ld128_bf16_nomask_1
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s56, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s52, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_nomask_1:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s67, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v16, vcc_lo
+        v_mov_b32 v29, v18
+        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
+        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
+        v_exp_f32_e32 v128, v128
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
+        v_exp_f32_e32 v129, v129
+        v_exp_f32_e32 v130, v130
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
+        v_exp_f32_e32 v131, v131
+        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v132, v132
+        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
+        v_dual_mul_f32 v128, s65, v128 :: v_dual_mul_f32 v129, s65, v129
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v133, v133
+        v_add_f32 v22, v23, v131
+        v_cvt_pk_fp8_f32 v128, v128, v129
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[210:211], v[162:163], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[208:211], v3 offset:2048
+        v_exp_f32_e32 v134, v134
+        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
+        v_dual_mul_f32 v130, s65, v130 :: v_dual_mul_f32 v131, s65, v131
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[214:215], v[162:163], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[212:215], v3 offset:3072
+        v_exp_f32_e32 v135, v135
+        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
+        v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[218:219], v[162:163], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[216:219], v4 offset:0
+        v_exp_f32_e32 v136, v136
+        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
+        v_dual_mul_f32 v132, s65, v132 :: v_dual_sub_f32 v141, v141, v18
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[222:223], v[162:163], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[220:223], v4 offset:1024
+        v_exp_f32_e32 v137, v137
+        v_dual_add_f32 v22, v23, v135 :: v_dual_mul_f32 v133, s65, v133
+        v_cvt_pk_fp8_f32 v129, v132, v133
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[164:165], v[96:103] neg_lo:[1,1,0]
+        v_exp_f32_e32 v138, v138
+        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
+        v_dual_mul_f32 v134, s65, v134 :: v_dual_mul_f32 v135, s65, v135
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[164:165], v[104:111] neg_lo:[1,1,0]
+        v_exp_f32_e32 v139, v139
+        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
+        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[164:165], v[112:119] neg_lo:[1,1,0]
+        v_exp_f32_e32 v140, v140
+        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
+        v_dual_mul_f32 v136, s65, v136 :: v_dual_sub_f32 v145, v145, v18
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[164:165], v[120:127] neg_lo:[1,1,0]
+        v_exp_f32_e32 v141, v141
+        v_dual_add_f32 v22, v23, v139 :: v_dual_mul_f32 v137, s65, v137
+        v_cvt_pk_fp8_f32 v136, v136, v137
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[166:167], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v4 offset:2048
+        v_exp_f32_e32 v142, v142
+        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
+        v_dual_mul_f32 v138, s65, v138 :: v_dual_mul_f32 v139, s65, v139
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[166:167], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v4 offset:3072
+        v_exp_f32_e32 v143, v143
+        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
+        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[166:167], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v5 offset:24576
+        v_exp_f32_e32 v144, v144
+        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
+        v_dual_mul_f32 v140, s65, v140 :: v_dual_sub_f32 v149, v149, v18
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[166:167], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v5 offset:25600
+        v_exp_f32_e32 v145, v145
+        v_dual_add_f32 v22, v23, v143 :: v_dual_mul_f32 v141, s65, v141
+        v_cvt_pk_fp8_f32 v137, v140, v141
+        v_exp_f32_e32 v146, v146
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[168:169], v[96:103] neg_lo:[1,1,0]
+        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
+        v_dual_mul_f32 v142, s65, v142 :: v_dual_mul_f32 v143, s65, v143
+        v_exp_f32_e32 v147, v147
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[168:169], v[104:111] neg_lo:[1,1,0]
+        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
+        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
+        v_exp_f32_e32 v148, v148
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[208:209], v[168:169], v[112:119] neg_lo:[1,1,0]
+        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
+        v_dual_mul_f32 v144, s65, v144 :: v_dual_sub_f32 v153, v153, v18
+        v_exp_f32_e32 v149, v149
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[212:213], v[168:169], v[120:127] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v23, v147 :: v_dual_mul_f32 v145, s65, v145
+        v_cvt_pk_fp8_f32 v144, v144, v145
+        v_exp_f32_e32 v150, v150
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[170:171], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[240:243], v5 offset:26624
+        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
+        v_dual_mul_f32 v146, s65, v146 :: v_dual_mul_f32 v147, s65, v147
+        v_exp_f32_e32 v151, v151
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[170:171], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[244:247], v5 offset:27648
+        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
+        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
+        v_exp_f32_e32 v152, v152
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[210:211], v[170:171], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[208:211], v5 offset:28672
+        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
+        v_dual_mul_f32 v148, s65, v148 :: v_dual_sub_f32 v157, v157, v18
+        v_exp_f32_e32 v153, v153
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[214:215], v[170:171], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[212:215], v5 offset:29696
+        v_dual_add_f32 v22, v23, v151 :: v_dual_mul_f32 v149, s65, v149
+        v_cvt_pk_fp8_f32 v145, v148, v149
+        v_exp_f32_e32 v154, v154
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[216:217], v[172:173], v[96:103] neg_lo:[1,1,0]
+        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
+        v_dual_mul_f32 v150, s65, v150 :: v_dual_mul_f32 v151, s65, v151
+        v_exp_f32_e32 v155, v155
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[220:221], v[172:173], v[104:111] neg_lo:[1,1,0]
+        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
+        v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
+        v_exp_f32_e32 v156, v156
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[172:173], v[112:119] neg_lo:[1,1,0]
+        v_dual_add_f32 v23, v22, v154 :: v_dual_mul_f32 v152, s65, v152
+        v_exp_f32_e32 v157, v157
+        v_dual_add_f32 v22, v23, v155 :: v_dual_mul_f32 v153, s65, v153
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[172:173], v[120:127] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v152, v152, v153
+        v_exp_f32_e32 v158, v158
+        v_dual_add_f32 v23, v22, v156 :: v_dual_mul_f32 v154, s65, v154
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[218:219], v[174:175], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[216:219], v5 offset:30720
+        v_exp_f32_e32 v159, v159
+        v_dual_add_f32 v22, v23, v157 :: v_dual_mul_f32 v155, s65, v155
+        v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[222:223], v[174:175], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[220:223], v5 offset:31744
+        v_dual_add_f32 v23, v22, v158 :: v_dual_mul_f32 v156, s65, v156
+        v_dual_add_f32 v22, v23, v159 :: v_dual_mul_f32 v157, s65, v157
+        v_cvt_pk_fp8_f32 v153, v156, v157
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v6 offset:24576
+        v_dual_mul_f32 v158, s65, v158 :: v_dual_mul_f32 v159, s65, v159
+        v_cvt_pk_fp8_f32 v153, v158, v159 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[174:175], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v6 offset:25600
+        v_permlanex16_b32 v28, v22, s67, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_no_rescale_1
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+        v_dual_mul_f32 v64, v19, v64 :: v_dual_mul_f32 v65, v20, v65
+        v_dual_mul_f32 v66, v19, v66 :: v_dual_mul_f32 v67, v20, v67
+        v_dual_mul_f32 v68, v19, v68 :: v_dual_mul_f32 v69, v20, v69
+        v_dual_mul_f32 v70, v19, v70 :: v_dual_mul_f32 v71, v20, v71
+        v_dual_mul_f32 v72, v19, v72 :: v_dual_mul_f32 v73, v20, v73
+        v_dual_mul_f32 v74, v19, v74 :: v_dual_mul_f32 v75, v20, v75
+        v_dual_mul_f32 v76, v19, v76 :: v_dual_mul_f32 v77, v20, v77
+        v_dual_mul_f32 v78, v19, v78 :: v_dual_mul_f32 v79, v20, v79
+        v_dual_mul_f32 v80, v19, v80 :: v_dual_mul_f32 v81, v20, v81
+        v_dual_mul_f32 v82, v19, v82 :: v_dual_mul_f32 v83, v20, v83
+        v_dual_mul_f32 v84, v19, v84 :: v_dual_mul_f32 v85, v20, v85
+        v_dual_mul_f32 v86, v19, v86 :: v_dual_mul_f32 v87, v20, v87
+        v_dual_mul_f32 v88, v19, v88 :: v_dual_mul_f32 v89, v20, v89
+        v_dual_mul_f32 v90, v19, v90 :: v_dual_mul_f32 v91, v20, v91
+        v_dual_mul_f32 v92, v19, v92 :: v_dual_mul_f32 v93, v20, v93
+        v_dual_mul_f32 v94, v19, v94 :: v_dual_mul_f32 v95, v20, v95
+.Ld128_bf16_no_rescale_1:
+
+        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
+        s_wait_loadcnt 8
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[128:129], v[32:39]
+        v_dual_mul_f32 v13, s68, v11 :: v_dual_subrev_f32 v96, s66, v96
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[128:129], v[40:47]
+        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v97, s66, v97
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[128:129], v[48:55]
+        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[128:129], v[56:63]
+        v_dual_subrev_f32 v98, s66, v98 :: v_dual_subrev_f32 v99, s66, v99
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[136:137], v[32:39]
+        ds_load_b128 v[232:235], v6 offset:26624
+        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[136:137], v[40:47]
+        ds_load_b128 v[236:239], v6 offset:27648
+        v_dual_subrev_f32 v100, s66, v100 :: v_dual_subrev_f32 v101, s66, v101
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[136:137], v[48:55]
+        ds_load_b128 v[240:243], v6 offset:28672
+        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[136:137], v[56:63]
+        ds_load_b128 v[244:247], v6 offset:29696
+        v_dual_subrev_f32 v102, s66, v102 :: v_dual_subrev_f32 v103, s66, v103
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[128:129], v[64:71]
+        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[128:129], v[72:79]
+        v_dual_subrev_f32 v104, s66, v104 :: v_dual_subrev_f32 v105, s66, v105
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[128:129], v[80:87]
+        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[128:129], v[88:95]
+        v_dual_subrev_f32 v106, s66, v106 :: v_dual_subrev_f32 v107, s66, v107
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[136:137], v[64:71]
+        ds_load_b128 v[208:211], v6 offset:30720
+        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[136:137], v[72:79]
+        ds_load_b128 v[212:215], v6 offset:31744
+        v_dual_subrev_f32 v108, s66, v108 :: v_dual_subrev_f32 v109, s66, v109
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[136:137], v[80:87]
+        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[136:137], v[88:95]
+        v_dual_subrev_f32 v110, s66, v110 :: v_dual_subrev_f32 v111, s66, v111
+        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[144:145], v[32:39]
+        v_dual_subrev_f32 v112, s66, v112 :: v_dual_subrev_f32 v113, s66, v113
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[144:145], v[40:47]
+        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[144:145], v[48:55]
+        v_dual_subrev_f32 v114, s66, v114 :: v_dual_subrev_f32 v115, s66, v115
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[144:145], v[56:63]
+        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[152:153], v[32:39]
+        v_dual_subrev_f32 v116, s66, v116 :: v_dual_subrev_f32 v117, s66, v117
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[152:153], v[40:47]
+        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[152:153], v[48:55]
+        v_dual_subrev_f32 v118, s66, v118 :: v_dual_subrev_f32 v119, s66, v119
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[152:153], v[56:63]
+        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[144:145], v[64:71]
+        v_dual_subrev_f32 v120, s66, v120 :: v_dual_subrev_f32 v121, s66, v121
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[144:145], v[72:79]
+        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[144:145], v[80:87]
+        v_dual_subrev_f32 v122, s66, v122 :: v_dual_subrev_f32 v123, s66, v123
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[144:145], v[88:95]
+        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[152:153], v[64:71]
+        v_dual_subrev_f32 v124, s66, v124 :: v_dual_subrev_f32 v125, s66, v125
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[152:153], v[72:79]
+        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[152:153], v[80:87]
+        v_dual_subrev_f32 v126, s66, v126 :: v_dual_subrev_f32 v127, s66, v127
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[152:153], v[88:95]
+        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
+
+        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
+        s_wait_loadcnt 0
+        ds_store_b128 v7, v[176:179] offset:8192
+        ds_store_b128 v8, v[192:195] offset:16384
+        ds_store_b128 v7, v[180:183] offset:10240
+        ds_store_b128 v8, v[196:199] offset:18432
+        ds_store_b128 v7, v[184:187] offset:12288
+        ds_store_b128 v8, v[200:203] offset:20480
+        ds_store_b128 v7, v[188:191] offset:14336
+        ds_store_b128 v8, v[204:207] offset:22528
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        s_add_co_i32 s69, s69, 1
+        s_wait_kmcnt 0  // L[min(t+3, last)]
+        s_mov_b32 s61, s62
+        s_mov_b32 s62, s63
+        s_mov_b32 s63, s64
+        s_branch .Ld128_bf16_loop
+.Ld128_bf16_last_0:
+
+        // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        ds_load_b128 v[208:211], v5 offset:16384
+        ds_load_b128 v[212:215], v5 offset:17408
+        ds_load_b128 v[216:219], v5 offset:18432
+        ds_load_b128 v[220:223], v5 offset:19456
+        ds_load_b128 v[224:227], v5 offset:20480
+        ds_load_b128 v[228:231], v5 offset:21504
+        ds_load_b128 v[232:235], v5 offset:22528
+        ds_load_b128 v[236:239], v5 offset:23552
+        ds_load_b128 v[240:243], v6 offset:16384
+        ds_load_b128 v[244:247], v6 offset:17408
+        s_lshl_b32 s52, s61, 6
+        s_add_co_i32 s53, s52, 64
+        s_cmp_le_i32 s53, s57
+        s_cbranch_scc1 .Ld128_bf16_nomask_0_last
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s56, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s52, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_nomask_0_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s67, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v17, vcc_lo
+        v_mov_b32 v29, v18
+        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
+        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_exp_f32_e32 v96, v96
+        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_exp_f32_e32 v97, v97
+        v_exp_f32_e32 v98, v98
+        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
         v_exp_f32_e32 v99, v99
         v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v17 :: v_dual_add_f32 v23, v22, v98
-        v_dual_mul_f32 v96, s51, v96 :: v_dual_mul_f32 v97, s51, v97
+        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_dual_mul_f32 v96, s65, v96 :: v_dual_mul_f32 v97, s65, v97
         v_exp_f32_e32 v101, v101
         v_add_f32 v22, v23, v99
         v_cvt_pk_fp8_f32 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v17 :: v_dual_add_f32 v23, v100, v22
-        v_dual_mul_f32 v98, s51, v98 :: v_dual_mul_f32 v99, s51, v99
+        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_dual_mul_f32 v98, s65, v98 :: v_dual_mul_f32 v99, s65, v99
         v_exp_f32_e32 v103, v103
         v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v17 :: v_dual_add_f32 v23, v22, v102
-        v_dual_mul_f32 v100, s51, v100 :: v_dual_sub_f32 v109, v109, v18
+        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_dual_mul_f32 v100, s65, v100 :: v_dual_sub_f32 v109, v109, v18
         v_exp_f32_e32 v105, v105
-        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s51, v101
+        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s65, v101
         v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v17 :: v_dual_add_f32 v23, v104, v22
-        v_dual_mul_f32 v102, s51, v102 :: v_dual_mul_f32 v103, s51, v103
+        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_dual_mul_f32 v102, s65, v102 :: v_dual_mul_f32 v103, s65, v103
         v_exp_f32_e32 v107, v107
         v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
         v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v17 :: v_dual_add_f32 v23, v22, v106
-        v_dual_mul_f32 v104, s51, v104 :: v_dual_sub_f32 v113, v113, v18
+        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_dual_mul_f32 v104, s65, v104 :: v_dual_sub_f32 v113, v113, v18
         v_exp_f32_e32 v109, v109
-        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s51, v105
+        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s65, v105
         v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v17 :: v_dual_add_f32 v23, v108, v22
-        v_dual_mul_f32 v106, s51, v106 :: v_dual_mul_f32 v107, s51, v107
+        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_dual_mul_f32 v106, s65, v106 :: v_dual_mul_f32 v107, s65, v107
         v_exp_f32_e32 v111, v111
         v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
         v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v17 :: v_dual_add_f32 v23, v22, v110
-        v_dual_mul_f32 v108, s51, v108 :: v_dual_sub_f32 v117, v117, v18
+        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_dual_mul_f32 v108, s65, v108 :: v_dual_sub_f32 v117, v117, v18
         v_exp_f32_e32 v113, v113
-        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s51, v109
+        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s65, v109
         v_cvt_pk_fp8_f32 v105, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v17 :: v_dual_add_f32 v23, v112, v22
-        v_dual_mul_f32 v110, s51, v110 :: v_dual_mul_f32 v111, s51, v111
+        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_dual_mul_f32 v110, s65, v110 :: v_dual_mul_f32 v111, s65, v111
         v_exp_f32_e32 v115, v115
         v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
         v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v17 :: v_dual_add_f32 v23, v22, v114
-        v_dual_mul_f32 v112, s51, v112 :: v_dual_sub_f32 v121, v121, v18
+        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_dual_mul_f32 v112, s65, v112 :: v_dual_sub_f32 v121, v121, v18
         v_exp_f32_e32 v117, v117
-        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s51, v113
+        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s65, v113
         v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v17 :: v_dual_add_f32 v23, v116, v22
-        v_dual_mul_f32 v114, s51, v114 :: v_dual_mul_f32 v115, s51, v115
+        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_dual_mul_f32 v114, s65, v114 :: v_dual_mul_f32 v115, s65, v115
         v_exp_f32_e32 v119, v119
         v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
         v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v17 :: v_dual_add_f32 v23, v22, v118
-        v_dual_mul_f32 v116, s51, v116 :: v_dual_sub_f32 v125, v125, v18
+        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_dual_mul_f32 v116, s65, v116 :: v_dual_sub_f32 v125, v125, v18
         v_exp_f32_e32 v121, v121
-        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s51, v117
+        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s65, v117
         v_cvt_pk_fp8_f32 v113, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v17 :: v_dual_add_f32 v23, v120, v22
-        v_dual_mul_f32 v118, s51, v118 :: v_dual_mul_f32 v119, s51, v119
+        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
+        v_dual_mul_f32 v118, s65, v118 :: v_dual_mul_f32 v119, s65, v119
         v_exp_f32_e32 v123, v123
         v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
         v_exp_f32_e32 v124, v124
-        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s51, v120
+        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s65, v120
         v_exp_f32_e32 v125, v125
-        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s51, v121
+        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s65, v121
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s51, v122
+        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s65, v122
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s51, v123
+        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s65, v123
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s51, v124
-        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s51, v125
+        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s65, v124
+        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s65, v125
         v_cvt_pk_fp8_f32 v121, v124, v125
-        v_dual_mul_f32 v126, s51, v126 :: v_dual_mul_f32 v127, s51, v127
+        v_dual_mul_f32 v126, s65, v126 :: v_dual_mul_f32 v127, s65, v127
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v22, s67, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -1583,9 +1878,18 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         ds_load_b128 v[236:239], v5 offset:31744
         ds_load_b128 v[240:243], v6 offset:24576
         ds_load_b128 v[244:247], v6 offset:25600
-        v_bfe_u32 v29, v0, 4, 1
-        v_lshlrev_b32 v29, 5, v29
-        v_sub_nc_u32_e32 v29, s50, v29
+        s_lshl_b32 s52, s61, 6
+        s_add_co_i32 s53, s52, 64
+        s_cmp_le_i32 s53, s57
+        s_cbranch_scc1 .Ld128_bf16_nomask_1_last
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s56, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s52, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
         v_cmp_lt_i32_e32 vcc_lo, 0, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
@@ -1682,6 +1986,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_nomask_1_last:
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -1698,111 +2003,115 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v24, s67, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
-        v_dual_mov_b32 v18, v16 :: v_dual_sub_f32 v19, v17, v16
+        v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
-        v_dual_sub_f32 v128, v128, v16 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v16 :: v_dual_sub_f32 v131, v131, v18
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v16, vcc_lo
+        v_mov_b32 v29, v18
+        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
+        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
         v_exp_f32_e32 v128, v128
-        v_dual_sub_f32 v132, v132, v16 :: v_dual_sub_f32 v133, v133, v18
+        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
         v_exp_f32_e32 v129, v129
         v_exp_f32_e32 v130, v130
-        v_dual_sub_f32 v134, v134, v16 :: v_dual_sub_f32 v135, v135, v18
+        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
         v_exp_f32_e32 v131, v131
         v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
         v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v16 :: v_dual_add_f32 v23, v22, v130
-        v_dual_mul_f32 v128, s51, v128 :: v_dual_mul_f32 v129, s51, v129
+        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
+        v_dual_mul_f32 v128, s65, v128 :: v_dual_mul_f32 v129, s65, v129
         v_exp_f32_e32 v133, v133
         v_add_f32 v22, v23, v131
         v_cvt_pk_fp8_f32 v128, v128, v129
         v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v16 :: v_dual_add_f32 v23, v132, v22
-        v_dual_mul_f32 v130, s51, v130 :: v_dual_mul_f32 v131, s51, v131
+        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
+        v_dual_mul_f32 v130, s65, v130 :: v_dual_mul_f32 v131, s65, v131
         v_exp_f32_e32 v135, v135
         v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
         v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
         v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v16 :: v_dual_add_f32 v23, v22, v134
-        v_dual_mul_f32 v132, s51, v132 :: v_dual_sub_f32 v141, v141, v18
+        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
+        v_dual_mul_f32 v132, s65, v132 :: v_dual_sub_f32 v141, v141, v18
         v_exp_f32_e32 v137, v137
-        v_dual_add_f32 v22, v23, v135 :: v_dual_mul_f32 v133, s51, v133
+        v_dual_add_f32 v22, v23, v135 :: v_dual_mul_f32 v133, s65, v133
         v_cvt_pk_fp8_f32 v129, v132, v133
         v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v16 :: v_dual_add_f32 v23, v136, v22
-        v_dual_mul_f32 v134, s51, v134 :: v_dual_mul_f32 v135, s51, v135
+        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
+        v_dual_mul_f32 v134, s65, v134 :: v_dual_mul_f32 v135, s65, v135
         v_exp_f32_e32 v139, v139
         v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
         v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
         v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v16 :: v_dual_add_f32 v23, v22, v138
-        v_dual_mul_f32 v136, s51, v136 :: v_dual_sub_f32 v145, v145, v18
+        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
+        v_dual_mul_f32 v136, s65, v136 :: v_dual_sub_f32 v145, v145, v18
         v_exp_f32_e32 v141, v141
-        v_dual_add_f32 v22, v23, v139 :: v_dual_mul_f32 v137, s51, v137
+        v_dual_add_f32 v22, v23, v139 :: v_dual_mul_f32 v137, s65, v137
         v_cvt_pk_fp8_f32 v136, v136, v137
         v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v16 :: v_dual_add_f32 v23, v140, v22
-        v_dual_mul_f32 v138, s51, v138 :: v_dual_mul_f32 v139, s51, v139
+        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
+        v_dual_mul_f32 v138, s65, v138 :: v_dual_mul_f32 v139, s65, v139
         v_exp_f32_e32 v143, v143
         v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
         v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
         v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v16 :: v_dual_add_f32 v23, v22, v142
-        v_dual_mul_f32 v140, s51, v140 :: v_dual_sub_f32 v149, v149, v18
+        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
+        v_dual_mul_f32 v140, s65, v140 :: v_dual_sub_f32 v149, v149, v18
         v_exp_f32_e32 v145, v145
-        v_dual_add_f32 v22, v23, v143 :: v_dual_mul_f32 v141, s51, v141
+        v_dual_add_f32 v22, v23, v143 :: v_dual_mul_f32 v141, s65, v141
         v_cvt_pk_fp8_f32 v137, v140, v141
         v_exp_f32_e32 v146, v146
-        v_dual_sub_f32 v150, v150, v16 :: v_dual_add_f32 v23, v144, v22
-        v_dual_mul_f32 v142, s51, v142 :: v_dual_mul_f32 v143, s51, v143
+        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
+        v_dual_mul_f32 v142, s65, v142 :: v_dual_mul_f32 v143, s65, v143
         v_exp_f32_e32 v147, v147
         v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
         v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
         v_exp_f32_e32 v148, v148
-        v_dual_sub_f32 v152, v152, v16 :: v_dual_add_f32 v23, v22, v146
-        v_dual_mul_f32 v144, s51, v144 :: v_dual_sub_f32 v153, v153, v18
+        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
+        v_dual_mul_f32 v144, s65, v144 :: v_dual_sub_f32 v153, v153, v18
         v_exp_f32_e32 v149, v149
-        v_dual_add_f32 v22, v23, v147 :: v_dual_mul_f32 v145, s51, v145
+        v_dual_add_f32 v22, v23, v147 :: v_dual_mul_f32 v145, s65, v145
         v_cvt_pk_fp8_f32 v144, v144, v145
         v_exp_f32_e32 v150, v150
-        v_dual_sub_f32 v154, v154, v16 :: v_dual_add_f32 v23, v148, v22
-        v_dual_mul_f32 v146, s51, v146 :: v_dual_mul_f32 v147, s51, v147
+        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
+        v_dual_mul_f32 v146, s65, v146 :: v_dual_mul_f32 v147, s65, v147
         v_exp_f32_e32 v151, v151
         v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
         v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
         v_exp_f32_e32 v152, v152
-        v_dual_sub_f32 v156, v156, v16 :: v_dual_add_f32 v23, v22, v150
-        v_dual_mul_f32 v148, s51, v148 :: v_dual_sub_f32 v157, v157, v18
+        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
+        v_dual_mul_f32 v148, s65, v148 :: v_dual_sub_f32 v157, v157, v18
         v_exp_f32_e32 v153, v153
-        v_dual_add_f32 v22, v23, v151 :: v_dual_mul_f32 v149, s51, v149
+        v_dual_add_f32 v22, v23, v151 :: v_dual_mul_f32 v149, s65, v149
         v_cvt_pk_fp8_f32 v145, v148, v149
         v_exp_f32_e32 v154, v154
-        v_dual_sub_f32 v158, v158, v16 :: v_dual_add_f32 v23, v152, v22
-        v_dual_mul_f32 v150, s51, v150 :: v_dual_mul_f32 v151, s51, v151
+        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
+        v_dual_mul_f32 v150, s65, v150 :: v_dual_mul_f32 v151, s65, v151
         v_exp_f32_e32 v155, v155
         v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
         v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
         v_exp_f32_e32 v156, v156
-        v_dual_add_f32 v23, v22, v154 :: v_dual_mul_f32 v152, s51, v152
+        v_dual_add_f32 v23, v22, v154 :: v_dual_mul_f32 v152, s65, v152
         v_exp_f32_e32 v157, v157
-        v_dual_add_f32 v22, v23, v155 :: v_dual_mul_f32 v153, s51, v153
+        v_dual_add_f32 v22, v23, v155 :: v_dual_mul_f32 v153, s65, v153
         v_cvt_pk_fp8_f32 v152, v152, v153
         v_exp_f32_e32 v158, v158
-        v_dual_add_f32 v23, v22, v156 :: v_dual_mul_f32 v154, s51, v154
+        v_dual_add_f32 v23, v22, v156 :: v_dual_mul_f32 v154, s65, v154
         v_exp_f32_e32 v159, v159
-        v_dual_add_f32 v22, v23, v157 :: v_dual_mul_f32 v155, s51, v155
+        v_dual_add_f32 v22, v23, v157 :: v_dual_mul_f32 v155, s65, v155
         v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v158 :: v_dual_mul_f32 v156, s51, v156
-        v_dual_add_f32 v22, v23, v159 :: v_dual_mul_f32 v157, s51, v157
+        v_dual_add_f32 v23, v22, v158 :: v_dual_mul_f32 v156, s65, v156
+        v_dual_add_f32 v22, v23, v159 :: v_dual_mul_f32 v157, s65, v157
         v_cvt_pk_fp8_f32 v153, v156, v157
-        v_dual_mul_f32 v158, s51, v158 :: v_dual_mul_f32 v159, s51, v159
+        v_dual_mul_f32 v158, s65, v158 :: v_dual_mul_f32 v159, s65, v159
         v_cvt_pk_fp8_f32 v153, v158, v159 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v22, s67, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -1897,6 +2206,44 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[222:223], v[152:153], v[72:79]
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[226:227], v[152:153], v[80:87]
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[230:231], v[152:153], v[88:95]
+        s_branch .Ld128_bf16_epilogue
+.Ld128_bf16_empty:
+
+        // ---- no active key tile (LUT count 0): O = 0, m = -inf, l = 0 -> zeros and lse -inf ------------------
+        v_dual_mov_b32 v32, 0 :: v_dual_mov_b32 v33, 0
+        v_dual_mov_b32 v34, 0 :: v_dual_mov_b32 v35, 0
+        v_dual_mov_b32 v36, 0 :: v_dual_mov_b32 v37, 0
+        v_dual_mov_b32 v38, 0 :: v_dual_mov_b32 v39, 0
+        v_dual_mov_b32 v40, 0 :: v_dual_mov_b32 v41, 0
+        v_dual_mov_b32 v42, 0 :: v_dual_mov_b32 v43, 0
+        v_dual_mov_b32 v44, 0 :: v_dual_mov_b32 v45, 0
+        v_dual_mov_b32 v46, 0 :: v_dual_mov_b32 v47, 0
+        v_dual_mov_b32 v48, 0 :: v_dual_mov_b32 v49, 0
+        v_dual_mov_b32 v50, 0 :: v_dual_mov_b32 v51, 0
+        v_dual_mov_b32 v52, 0 :: v_dual_mov_b32 v53, 0
+        v_dual_mov_b32 v54, 0 :: v_dual_mov_b32 v55, 0
+        v_dual_mov_b32 v56, 0 :: v_dual_mov_b32 v57, 0
+        v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
+        v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
+        v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
+        v_dual_mov_b32 v64, 0 :: v_dual_mov_b32 v65, 0
+        v_dual_mov_b32 v66, 0 :: v_dual_mov_b32 v67, 0
+        v_dual_mov_b32 v68, 0 :: v_dual_mov_b32 v69, 0
+        v_dual_mov_b32 v70, 0 :: v_dual_mov_b32 v71, 0
+        v_dual_mov_b32 v72, 0 :: v_dual_mov_b32 v73, 0
+        v_dual_mov_b32 v74, 0 :: v_dual_mov_b32 v75, 0
+        v_dual_mov_b32 v76, 0 :: v_dual_mov_b32 v77, 0
+        v_dual_mov_b32 v78, 0 :: v_dual_mov_b32 v79, 0
+        v_dual_mov_b32 v80, 0 :: v_dual_mov_b32 v81, 0
+        v_dual_mov_b32 v82, 0 :: v_dual_mov_b32 v83, 0
+        v_dual_mov_b32 v84, 0 :: v_dual_mov_b32 v85, 0
+        v_dual_mov_b32 v86, 0 :: v_dual_mov_b32 v87, 0
+        v_dual_mov_b32 v88, 0 :: v_dual_mov_b32 v89, 0
+        v_dual_mov_b32 v90, 0 :: v_dual_mov_b32 v91, 0
+        v_dual_mov_b32 v92, 0 :: v_dual_mov_b32 v93, 0
+        v_dual_mov_b32 v94, 0 :: v_dual_mov_b32 v95, 0
+        v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
+        s_wait_kmcnt 0  // q_scale (the smooth_k lse term)
 .Ld128_bf16_epilogue:
 
         // ---- epilogue: inv = 1 / (448 l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) -------------
@@ -1913,26 +2260,29 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_div_fmas_f32 v209, v209, v211, v212
         v_div_fixup_f32 v214, v209, v208, 1.0
+        v_cmp_neq_f32_e32 vcc_lo, 0, v21  // l = 0: a row that saw no key -> inv 0, zeros
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v214, 0, v214, vcc_lo
 
         // ---- epilogue: v_scale, bf16 RNE saturating at +-its max (NaN -> 0x7fc0), stores of the valid query rows 
         v_bfe_u32 v208, v0, 4, 1  // h
         v_lshlrev_b32 v208, 5, v208  // 8h floats = 32h bytes
-        global_load_b128 v[96:99], v208, s[76:77] offset:0
-        global_load_b128 v[100:103], v208, s[76:77] offset:16
-        global_load_b128 v[104:107], v208, s[76:77] offset:64
-        global_load_b128 v[108:111], v208, s[76:77] offset:80
-        global_load_b128 v[112:115], v208, s[76:77] offset:128
-        global_load_b128 v[116:119], v208, s[76:77] offset:144
-        global_load_b128 v[120:123], v208, s[76:77] offset:192
-        global_load_b128 v[124:127], v208, s[76:77] offset:208
-        global_load_b128 v[128:131], v208, s[76:77] offset:256
-        global_load_b128 v[132:135], v208, s[76:77] offset:272
-        global_load_b128 v[136:139], v208, s[76:77] offset:320
-        global_load_b128 v[140:143], v208, s[76:77] offset:336
-        global_load_b128 v[144:147], v208, s[76:77] offset:384
-        global_load_b128 v[148:151], v208, s[76:77] offset:400
-        global_load_b128 v[152:155], v208, s[76:77] offset:448
-        global_load_b128 v[156:159], v208, s[76:77] offset:464
+        global_load_b128 v[96:99], v208, s[90:91] offset:0
+        global_load_b128 v[100:103], v208, s[90:91] offset:16
+        global_load_b128 v[104:107], v208, s[90:91] offset:64
+        global_load_b128 v[108:111], v208, s[90:91] offset:80
+        global_load_b128 v[112:115], v208, s[90:91] offset:128
+        global_load_b128 v[116:119], v208, s[90:91] offset:144
+        global_load_b128 v[120:123], v208, s[90:91] offset:192
+        global_load_b128 v[124:127], v208, s[90:91] offset:208
+        global_load_b128 v[128:131], v208, s[90:91] offset:256
+        global_load_b128 v[132:135], v208, s[90:91] offset:272
+        global_load_b128 v[136:139], v208, s[90:91] offset:320
+        global_load_b128 v[140:143], v208, s[90:91] offset:336
+        global_load_b128 v[144:147], v208, s[90:91] offset:384
+        global_load_b128 v[148:151], v208, s[90:91] offset:400
+        global_load_b128 v[152:155], v208, s[90:91] offset:448
+        global_load_b128 v[156:159], v208, s[90:91] offset:464
         s_wait_loadcnt 14
         v_mul_f32_e32 v32, v32, v214
         v_mul_f32_e32 v32, v32, v96
@@ -2592,360 +2942,360 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_cbranch_scc0 .Ld128_bf16_store_out
         v_bfe_u32 v213, v0, 4, 1  // h
         v_lshlrev_b32 v213, 8, v213  // 64h floats
-        global_load_b128 v[96:99], v213, s[74:75] offset:0
-        global_load_b128 v[100:103], v213, s[74:75] offset:16
-        global_load_b128 v[104:107], v213, s[74:75] offset:32
-        global_load_b128 v[108:111], v213, s[74:75] offset:48
-        global_load_b128 v[112:115], v213, s[74:75] offset:64
-        global_load_b128 v[116:119], v213, s[74:75] offset:80
-        global_load_b128 v[120:123], v213, s[74:75] offset:96
-        global_load_b128 v[124:127], v213, s[74:75] offset:112
-        global_load_b128 v[128:131], v213, s[74:75] offset:128
-        global_load_b128 v[132:135], v213, s[74:75] offset:144
-        global_load_b128 v[136:139], v213, s[74:75] offset:160
-        global_load_b128 v[140:143], v213, s[74:75] offset:176
-        global_load_b128 v[144:147], v213, s[74:75] offset:192
-        global_load_b128 v[148:151], v213, s[74:75] offset:208
-        global_load_b128 v[152:155], v213, s[74:75] offset:224
-        global_load_b128 v[156:159], v213, s[74:75] offset:240
+        global_load_b128 v[96:99], v213, s[88:89] offset:0
+        global_load_b128 v[100:103], v213, s[88:89] offset:16
+        global_load_b128 v[104:107], v213, s[88:89] offset:32
+        global_load_b128 v[108:111], v213, s[88:89] offset:48
+        global_load_b128 v[112:115], v213, s[88:89] offset:64
+        global_load_b128 v[116:119], v213, s[88:89] offset:80
+        global_load_b128 v[120:123], v213, s[88:89] offset:96
+        global_load_b128 v[124:127], v213, s[88:89] offset:112
+        global_load_b128 v[128:131], v213, s[88:89] offset:128
+        global_load_b128 v[132:135], v213, s[88:89] offset:144
+        global_load_b128 v[136:139], v213, s[88:89] offset:160
+        global_load_b128 v[140:143], v213, s[88:89] offset:176
+        global_load_b128 v[144:147], v213, s[88:89] offset:192
+        global_load_b128 v[148:151], v213, s[88:89] offset:208
+        global_load_b128 v[152:155], v213, s[88:89] offset:224
+        global_load_b128 v[156:159], v213, s[88:89] offset:240
         v_mov_b32 v210, 0
         s_wait_loadcnt 15
         v_bfe_i32 v211, v160, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v96
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v160, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v97
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v160, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v98
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v160, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v99
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 14
         v_bfe_i32 v211, v161, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v100
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v161, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v101
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v161, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v102
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v161, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v103
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 13
         v_bfe_i32 v211, v162, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v104
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v162, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v105
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v162, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v106
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v162, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v107
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 12
         v_bfe_i32 v211, v163, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v108
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v163, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v109
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v163, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v110
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v163, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v111
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 11
         v_bfe_i32 v211, v164, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v112
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v164, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v113
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v164, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v114
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v164, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v115
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 10
         v_bfe_i32 v211, v165, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v116
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v165, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v117
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v165, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v118
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v165, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v119
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 9
         v_bfe_i32 v211, v166, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v120
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v166, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v121
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v166, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v122
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v166, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v123
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 8
         v_bfe_i32 v211, v167, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v124
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v167, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v125
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v167, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v126
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v167, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v127
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 7
         v_bfe_i32 v211, v168, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v128
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v168, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v129
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v168, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v130
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v168, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v131
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 6
         v_bfe_i32 v211, v169, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v132
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v169, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v133
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v169, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v134
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v169, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v135
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 5
         v_bfe_i32 v211, v170, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v136
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v170, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v137
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v170, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v138
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v170, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v139
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 4
         v_bfe_i32 v211, v171, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v140
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v171, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v141
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v171, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v142
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v171, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v143
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 3
         v_bfe_i32 v211, v172, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v144
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v172, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v145
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v172, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v146
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v172, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v147
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 2
         v_bfe_i32 v211, v173, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v148
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v173, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v149
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v173, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v150
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v173, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v151
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 1
         v_bfe_i32 v211, v174, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v152
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v174, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v153
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v174, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v154
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v174, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v155
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 0
         v_bfe_i32 v211, v175, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v156
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v175, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v157
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v175, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v158
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v175, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v159
         v_add_f32_e32 v210, v210, v211
-        v_permlanex16_b32 v28, v210, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v210, s67, 0xfedcba98
         v_add_f32_e32 v210, v210, v28
         v_mul_f32_e32 v210, 0x3f317218, v210
         v_add_f32_e32 v208, v208, v210
@@ -2953,7 +3303,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
 
         // ---- epilogue: stores (EXEC = valid query rows; lse from lanes 0-15) ---------------------------------
         v_and_b32 v176, 15, v0
-        v_add_nc_u32_e32 v176, s48, v176  // query index q0 + r
+        v_add_nc_u32_e32 v176, s54, v176  // query index q0 + r
         v_cmpx_gt_u32_e64 s22, v176
         s_cbranch_execz .Ld128_bf16_end
         v_and_b32 v212, 15, v0
@@ -2961,20 +3311,20 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_lshlrev_b32 v212, 1, v212  // bytes
         v_bfe_u32 v213, v0, 4, 1  // h
         v_lshl_add_u32 v212, v213, 4, v212  // + 16h bytes (8 outputs of d-tile half h)
-        global_store_b128 v212, v[216:219], s[78:79] offset:0
-        global_store_b128 v212, v[220:223], s[78:79] offset:32
-        global_store_b128 v212, v[224:227], s[78:79] offset:64
-        global_store_b128 v212, v[228:231], s[78:79] offset:96
-        global_store_b128 v212, v[232:235], s[78:79] offset:128
+        global_store_b128 v212, v[216:219], s[92:93] offset:0
+        global_store_b128 v212, v[220:223], s[92:93] offset:32
+        global_store_b128 v212, v[224:227], s[92:93] offset:64
+        global_store_b128 v212, v[228:231], s[92:93] offset:96
+        global_store_b128 v212, v[232:235], s[92:93] offset:128
         s_cmp_le_u32 s33, 80  // head_dim <= 80: no more channels
         s_cbranch_scc1 .Ld128_bf16_stored
-        global_store_b128 v212, v[236:239], s[78:79] offset:160
+        global_store_b128 v212, v[236:239], s[92:93] offset:160
         s_cmp_le_u32 s33, 96  // head_dim <= 96: no more channels
         s_cbranch_scc1 .Ld128_bf16_stored
-        global_store_b128 v212, v[240:243], s[78:79] offset:192
+        global_store_b128 v212, v[240:243], s[92:93] offset:192
         s_cmp_le_u32 s33, 112  // head_dim <= 112: no more channels
         s_cbranch_scc1 .Ld128_bf16_stored
-        global_store_b128 v212, v[244:247], s[78:79] offset:224
+        global_store_b128 v212, v[244:247], s[92:93] offset:224
 .Ld128_bf16_stored:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld128_bf16_end
@@ -2982,7 +3332,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cmpx_gt_u32_e64 16, v212  // lanes 0-15 hold the row's lse
         v_and_b32 v212, 15, v0
         v_lshlrev_b32 v212, 2, v212
-        global_store_b32 v212, v208, s[80:81]
+        global_store_b32 v212, v208, s[94:95]
 .Ld128_bf16_end:
         s_endpgm
 .Lgfx1201_sage_attention_fwd_asm_d128_bf16_end:
@@ -3020,7 +3370,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
 //   v[22:23]     rs           row-sum chain ping-pong: rs[1] (odd VGPR) after even steps, rs[0] after odd
 //   v[24:27]     mx           row-max partials; mx[0] ends as the lane max
 //   v28          xl           v_permlanex16 result
-//   v29          lim          last tile: keys of this lane half still valid (seq_len_kv - key0)
+//   v29          lim          masked tiles: keys of this lane half still visible (lim(row) - key0); then a copy of m_use (VOPD bank of the exp2 arguments)
 //   v[32:95]     O            O^T accumulators: d-tile dt = O[8dt:8dt+8], lane (h,r) row d=16dt+8h+e
 //   v[96:127]    SA           S^T of even tiles: chunk c = SA[8c:8c+8]; scores, then p, P^T fp8 in place
 //   v[128:159]   SB           S^T of odd tiles (the next tile's QK^T accumulates here)
@@ -3052,40 +3402,48 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
 //   s32          out_stride_h kernarg out_stride_h (u32)
 //   s33          head_dim     kernarg head_dim (u32)
 //   s34          flags        kernarg flags (u32)
-//   s35          head         
-//   s36          batch        
-//   s37          wave         
-//   s[38:39]     bh           batch*H_q + head (hi word 0)
-//   s[40:41]     bkv          batch*H_kv + K/V head (hi word 0)
-//   s[42:43]     tmp          
-//   s[44:45]     tmp2         
-//   s[46:47]     tmp3         
-//   s48          q0           first query of this wave
-//   s49          last_tile    seq_pad_kv/64 - 1
-//   s50          ntail        valid keys of the last tile
-//   s51          c448         448.0f (VOPD src0 of p*448)
-//   s52          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
-//   s53          permsel      v_permlanex16 lane select 0x76543210
-//   s54          qs           q_scale of this wave's 16 queries
-//   s55          tile         loop: current key tile t
-//   s[56:57]     kh           K of this K/V head
-//   s[58:59]     qrow         Q rows of this wave
-//   s[60:61]     kb           K staging base (tile min(t+2, last))
-//   s[62:63]     koff         K staging tile byte offset (hi word 0)
-//   s[64:71]     vb           V^T staging bases of chunk rows u*32 (u < 4), tile t+1
-//   s[72:73]     ksb          k_scale of tile t+1
-//   s[74:75]     kmh          k_mean of this K/V head
-//   s[76:77]     vsh          v_scale of this K/V head
-//   s[78:79]     outb         out row of query q0
-//   s[80:81]     lseb         lse of query q0
+//   s[36:37]     lut          kernarg lut (ptr)
+//   s38          lut_stride_b kernarg lut_stride_b (u32)
+//   s39          lut_stride_h kernarg lut_stride_h (u32)
+//   s40          causal_offset kernarg causal_offset (i32)
+//   s41          head         
+//   s42          batch        
+//   s43          wave         
+//   s[44:45]     bh           batch*H_q + head (hi word 0)
+//   s[46:47]     bkv          batch*H_kv + K/V head (hi word 0)
+//   s[48:49]     tmp          
+//   s[50:51]     tmp2         
+//   s[52:53]     tmp3         
+//   s54          q0           first query of this wave
+//   s55          last_tile    count - 1: the last LUT entry
+//   s56          rowlim0      i32: q0 + causal_offset + 1 (causal) or seq_len_kv: row q0+r sees keys < min(rowlim0 + r, seq_len_kv)
+//   s57          wlim         i32: the smallest row limit of the wave: tiles ending above it are masked
+//   s[58:59]     lutrow       LUT row of this query tile
+//   s[60:63]     lut4         count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)
+//   s64          L3           L[min(t+3, last)] (in flight during tile t)
+//   s65          c448         448.0f (VOPD src0 of p*448)
+//   s66          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
+//   s67          permsel      v_permlanex16 lane select 0x76543210
+//   s68          qs           q_scale of this wave's 16 queries
+//   s69          tile         loop: current key tile t
+//   s[70:71]     kh           K of this K/V head
+//   s[72:73]     qrow         Q rows of this wave
+//   s[74:75]     kb           K staging base (tile min(t+2, last))
+//   s[76:77]     koff         K staging tile byte offset (hi word 0)
+//   s[78:85]     vb           V^T staging bases of chunk rows u*32 (u < 4), tile t+1
+//   s[86:87]     ksb          k_scale of tile t+1
+//   s[88:89]     kmh          k_mean of this K/V head
+//   s[90:91]     vsh          v_scale of this K/V head
+//   s[92:93]     outb         out row of query q0
+//   s[94:95]     lseb         lse of query q0
 
         // ---- prologue: kernargs (the whole struct of sage_co/abi.py, dword i in SGPR KARG_SGPR + i) ----------
         s_load_b256 s[4:11], s[0:1], 0x0  // q, k, v, q_scale
         s_load_b256 s[12:19], s[0:1], 0x20  // k_scale, k_mean, v_scale, out
         s_load_b256 s[20:27], s[0:1], 0x40  // lse, seq_len_q, seq_pad_q, seq_len_kv, seq_pad_kv, num_heads_q, num_heads_kv
-        s_load_b128 s[28:31], s[0:1], 0x60  // kv_group_magic, out_stride_b, out_stride_s
-        s_load_b64 s[32:33], s[0:1], 0x70  // out_stride_h, head_dim
-        s_load_b32 s34, s[0:1], 0x78  // flags
+        s_load_b256 s[28:35], s[0:1], 0x60  // kv_group_magic, out_stride_b, out_stride_s, out_stride_h, head_dim, flags
+        s_load_b128 s[36:39], s[0:1], 0x80  // lut, lut_stride_b, lut_stride_h
+        s_load_b32 s40, s[0:1], 0x90  // causal_offset
 
         // ---- prologue: lane constants (VALU while the kernargs load) -----------------------------------------
         v_and_b32 v208, 31, v0  // lane
@@ -3134,92 +3492,116 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_lshl_or_b32 v6, v6, 4, v211
         v_lshlrev_b32 v214, 7, v209  // query row r * 128
         v_lshl_or_b32 v214, v210, 6, v214  // + 64h (d permutation of the .hip header)
-        v_readfirstlane_b32 s37, v0
+        v_readfirstlane_b32 s43, v0
 
         // ---- prologue: scalar addressing ---------------------------------------------------------------------
         s_wait_kmcnt 0
-        s_lshr_b32 s37, s37, 5  // wave = tid / 32 (uniform)
-        s_and_b32 s35, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
-        s_lshr_b32 s36, ttmp7, 16  // workgroup id z = batch
-        s_mul_i32 s38, s36, s26
-        s_add_co_i32 s38, s38, s35
-        s_mov_b32 s39, 0
-        s_mov_b32 s42, s35
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[28:29]  // hi word: K/V head
-        s_mul_i32 s40, s36, s27
-        s_add_co_i32 s40, s40, s43
-        s_mov_b32 s41, 0
-        s_lshl_b32 s48, ttmp9, 6  // workgroup id x * 64
-        s_lshl_b32 s42, s37, 4
-        s_add_co_i32 s48, s48, s42  // q0 = 64*qtile + 16*wave
-        s_lshr_b32 s49, s25, 6
-        s_add_co_i32 s49, s49, -1  // last key tile index
-        s_lshl_b32 s42, s49, 6
-        s_sub_co_i32 s50, s24, s42  // valid keys in the last tile
-        s_mov_b32 s51, 0x43e00000
-        s_mov_b32 s52, 0x4b400000
-        s_mov_b32 s53, 0x76543210
-        s_lshl_b32 s42, s25, 7
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[40:41]
-        s_add_nc_u64 s[56:57], s[6:7], s[42:43]
-        s_add_nc_u64 s[64:65], s[8:9], s[42:43]  // V^T of this K/V head
-        s_lshl_b32 s42, s23, 7
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[38:39]
-        s_add_nc_u64 s[58:59], s[4:5], s[42:43]
-        s_lshl_b32 s44, s48, 7
+        s_lshr_b32 s43, s43, 5  // wave = tid / 32 (uniform)
+        s_and_b32 s41, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
+        s_lshr_b32 s42, ttmp7, 16  // workgroup id z = batch
+        s_mul_i32 s44, s42, s26
+        s_add_co_i32 s44, s44, s41
         s_mov_b32 s45, 0
-        s_add_nc_u64 s[58:59], s[58:59], s[44:45]  // Q rows of query q0
-        s_lshl_b32 s44, s25, 5  // 32 rows of V^T
-        s_add_nc_u64 s[66:67], s[64:65], s[44:45]
-        s_add_nc_u64 s[68:69], s[66:67], s[44:45]
-        s_add_nc_u64 s[70:71], s[68:69], s[44:45]
-        s_lshr_b32 s42, s25, 5
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[40:41]
-        s_lshl_b64 s[42:43], s[42:43], 2
-        s_add_nc_u64 s[72:73], s[12:13], s[42:43]  // k_scale of tile 0
-        s_lshr_b32 s42, s23, 5
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[38:39]
-        s_lshl_b64 s[42:43], s[42:43], 2
-        s_add_nc_u64 s[42:43], s[10:11], s[42:43]
-        s_lshr_b32 s44, s48, 5
-        s_lshl_b32 s44, s44, 2
-        s_load_b32 s54, s[42:43], s44 offset:0x0  // q_scale of the wave's 32-query block
-        s_lshl_b64 s[42:43], s[40:41], 9
-        s_add_nc_u64 s[74:75], s[14:15], s[42:43]
-        s_add_nc_u64 s[76:77], s[16:17], s[42:43]
-        s_mov_b32 s42, s36
-        s_mov_b32 s43, 0
-        s_mov_b32 s46, s30
+        s_mov_b32 s48, s41
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[28:29]  // hi word: K/V head
+        s_mul_i32 s46, s42, s27
+        s_add_co_i32 s46, s46, s49
         s_mov_b32 s47, 0
-        s_mul_u64 s[42:43], s[42:43], s[46:47]
-        s_mov_b32 s44, s48
-        s_mov_b32 s45, 0
-        s_mov_b32 s46, s31
-        s_mov_b32 s47, 0
-        s_mul_u64 s[44:45], s[44:45], s[46:47]
-        s_add_nc_u64 s[42:43], s[42:43], s[44:45]
-        s_mov_b32 s44, s35
-        s_mov_b32 s45, 0
-        s_mov_b32 s46, s32
-        s_mov_b32 s47, 0
-        s_mul_u64 s[44:45], s[44:45], s[46:47]
-        s_add_nc_u64 s[42:43], s[42:43], s[44:45]
-        s_lshl_b64 s[42:43], s[42:43], 1
-        s_add_nc_u64 s[78:79], s[18:19], s[42:43]
-        s_mov_b32 s44, s22
-        s_mov_b32 s45, 0
-        s_mul_u64 s[42:43], s[38:39], s[44:45]
-        s_mov_b32 s44, s48
-        s_add_nc_u64 s[42:43], s[42:43], s[44:45]
-        s_lshl_b64 s[42:43], s[42:43], 2
-        s_add_nc_u64 s[80:81], s[20:21], s[42:43]
-        s_mov_b32 s63, 0
-        s_mov_b32 s55, 0
+        s_lshl_b32 s54, ttmp9, 6  // workgroup id x * 64
+        s_lshl_b32 s48, s43, 4
+        s_add_co_i32 s54, s54, s48  // q0 = 64*qtile + 16*wave
+        s_lshr_b32 s48, s25, 6
+        s_add_co_i32 s48, s48, 1  // LUT row length
+        s_mul_i32 s48, s48, ttmp9  // * query tile
+        s_mul_i32 s50, s42, s38
+        s_add_co_i32 s48, s48, s50
+        s_mul_i32 s50, s41, s39
+        s_add_co_i32 s48, s48, s50
+        s_mov_b32 s49, 0
+        s_lshl_b64 s[48:49], s[48:49], 2
+        s_add_nc_u64 s[58:59], s[36:37], s[48:49]
+        s_load_b128 s[60:63], s[58:59], 0x0  // count, L[0], L[1], L[2] (the host pads the buffer)
+        s_add_co_i32 s48, s54, s40
+        s_add_co_i32 s48, s48, 1
+        s_bitcmp1_b32 s34, 2
+        s_cselect_b32 s56, s48, s24
+        s_min_i32 s57, s56, s24
+        s_wait_kmcnt 0  // LUT row head
+        s_add_co_i32 s55, s60, -1  // last LUT entry
+        s_cmp_gt_u32 s60, 1
+        s_cselect_b32 s62, s62, s61  // L[min(1, last)]
+        s_cmp_gt_u32 s60, 2
+        s_cselect_b32 s63, s63, s62  // L[min(2, last)]
+        s_mov_b32 s65, 0x43e00000
+        s_mov_b32 s66, 0x4b400000
+        s_mov_b32 s67, 0x76543210
+        s_lshl_b32 s48, s25, 7
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[46:47]
+        s_add_nc_u64 s[70:71], s[6:7], s[48:49]
+        s_add_nc_u64 s[78:79], s[8:9], s[48:49]  // V^T of this K/V head
+        s_lshl_b32 s50, s61, 6
+        s_mov_b32 s51, 0
+        s_add_nc_u64 s[78:79], s[78:79], s[50:51]  // V^T columns of tile L[0]
+        s_lshl_b32 s48, s23, 7
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[44:45]
+        s_add_nc_u64 s[72:73], s[4:5], s[48:49]
+        s_lshl_b32 s50, s54, 7
+        s_mov_b32 s51, 0
+        s_add_nc_u64 s[72:73], s[72:73], s[50:51]  // Q rows of query q0
+        s_lshl_b32 s50, s25, 5  // 32 rows of V^T
+        s_add_nc_u64 s[80:81], s[78:79], s[50:51]
+        s_add_nc_u64 s[82:83], s[80:81], s[50:51]
+        s_add_nc_u64 s[84:85], s[82:83], s[50:51]
+        s_lshr_b32 s48, s25, 5
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[46:47]
+        s_lshl_b64 s[48:49], s[48:49], 2
+        s_add_nc_u64 s[86:87], s[12:13], s[48:49]  // k_scale of the K/V head
+        s_lshl_b32 s48, s61, 3
+        s_mov_b32 s49, 0
+        s_add_nc_u64 s[86:87], s[86:87], s[48:49]  // k_scale pair of tile L[0]
+        s_lshr_b32 s48, s23, 5
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[44:45]
+        s_lshl_b64 s[48:49], s[48:49], 2
+        s_add_nc_u64 s[48:49], s[10:11], s[48:49]
+        s_lshr_b32 s50, s54, 5
+        s_lshl_b32 s50, s50, 2
+        s_load_b32 s68, s[48:49], s50 offset:0x0  // q_scale of the wave's 32-query block
+        s_lshl_b64 s[48:49], s[46:47], 9
+        s_add_nc_u64 s[88:89], s[14:15], s[48:49]
+        s_add_nc_u64 s[90:91], s[16:17], s[48:49]
+        s_mov_b32 s48, s42
+        s_mov_b32 s49, 0
+        s_mov_b32 s52, s30
+        s_mov_b32 s53, 0
+        s_mul_u64 s[48:49], s[48:49], s[52:53]
+        s_mov_b32 s50, s54
+        s_mov_b32 s51, 0
+        s_mov_b32 s52, s31
+        s_mov_b32 s53, 0
+        s_mul_u64 s[50:51], s[50:51], s[52:53]
+        s_add_nc_u64 s[48:49], s[48:49], s[50:51]
+        s_mov_b32 s50, s41
+        s_mov_b32 s51, 0
+        s_mov_b32 s52, s32
+        s_mov_b32 s53, 0
+        s_mul_u64 s[50:51], s[50:51], s[52:53]
+        s_add_nc_u64 s[48:49], s[48:49], s[50:51]
+        s_lshl_b64 s[48:49], s[48:49], 1
+        s_add_nc_u64 s[92:93], s[18:19], s[48:49]
+        s_mov_b32 s50, s22
+        s_mov_b32 s51, 0
+        s_mul_u64 s[48:49], s[44:45], s[50:51]
+        s_mov_b32 s50, s54
+        s_add_nc_u64 s[48:49], s[48:49], s[50:51]
+        s_lshl_b64 s[48:49], s[48:49], 2
+        s_add_nc_u64 s[94:95], s[20:21], s[48:49]
+        s_mov_b32 s77, 0
+        s_mov_b32 s69, 0
         s_wait_alu depctr_sa_sdst(0)
         v_lshrrev_b32 v211, 2, v0
         v_mul_lo_u32 v10, v211, s25  // V^T row * seq_pad_kv
@@ -3227,26 +3609,25 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_lshl_add_u32 v10, v212, 4, v10  // + col * 16
 
         // ---- prologue: Q^T fragments, k_scale(0), K(0) and V^T(0) -> LDS buffers 0 ---------------------------
-        global_load_b128 v[160:163], v214, s[58:59] offset:0
-        global_load_b128 v[164:167], v214, s[58:59] offset:16
-        global_load_b128 v[168:171], v214, s[58:59] offset:32
-        global_load_b128 v[172:175], v214, s[58:59] offset:48
-        global_load_b32 v11, v12, s[72:73]
-        global_load_b128 v[176:179], v9, s[56:57] offset:0
-        global_load_b128 v[180:183], v9, s[56:57] offset:2048
-        global_load_b128 v[184:187], v9, s[56:57] offset:4096
-        global_load_b128 v[188:191], v9, s[56:57] offset:6144
-        global_load_b128 v[192:195], v10, s[64:65]
-        global_load_b128 v[196:199], v10, s[66:67]
-        global_load_b128 v[200:203], v10, s[68:69]
-        global_load_b128 v[204:207], v10, s[70:71]
-        s_add_nc_u64 s[64:65], s[64:65], 64
-        s_add_nc_u64 s[66:67], s[66:67], 64
-        s_add_nc_u64 s[68:69], s[68:69], 64
-        s_add_nc_u64 s[70:71], s[70:71], 64
-        s_min_u32 s42, 1, s49
-        s_lshl_b32 s62, s42, 13  // * 8192 bytes
-        s_add_nc_u64 s[60:61], s[56:57], s[62:63]  // K(min(1, last))
+        global_load_b128 v[160:163], v214, s[72:73] offset:0
+        global_load_b128 v[164:167], v214, s[72:73] offset:16
+        global_load_b128 v[168:171], v214, s[72:73] offset:32
+        global_load_b128 v[172:175], v214, s[72:73] offset:48
+        s_cmp_eq_u32 s60, 0  // no active key tile: zeros and lse -inf
+        s_cbranch_scc1 .Ld128_fp16_empty
+        global_load_b32 v11, v12, s[86:87]
+        s_lshl_b32 s76, s61, 13  // * 8192 bytes
+        s_add_nc_u64 s[74:75], s[70:71], s[76:77]  // K(L[0])
+        global_load_b128 v[176:179], v9, s[74:75] offset:0
+        global_load_b128 v[180:183], v9, s[74:75] offset:2048
+        global_load_b128 v[184:187], v9, s[74:75] offset:4096
+        global_load_b128 v[188:191], v9, s[74:75] offset:6144
+        global_load_b128 v[192:195], v10, s[78:79]
+        global_load_b128 v[196:199], v10, s[80:81]
+        global_load_b128 v[200:203], v10, s[82:83]
+        global_load_b128 v[204:207], v10, s[84:85]
+        s_lshl_b32 s76, s62, 13  // * 8192 bytes
+        s_add_nc_u64 s[74:75], s[70:71], s[76:77]  // K(L[min(1, last)])
 
         // ---- prologue: O = 0, m = -inf, l = 0 ----------------------------------------------------------------
         v_dual_mov_b32 v32, 0 :: v_dual_mov_b32 v33, 0
@@ -3281,10 +3662,10 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_dual_mov_b32 v90, 0 :: v_dual_mov_b32 v91, 0
         v_dual_mov_b32 v92, 0 :: v_dual_mov_b32 v93, 0
         v_dual_mov_b32 v94, 0 :: v_dual_mov_b32 v95, 0
-        v_dual_mov_b32 v248, s52 :: v_dual_mov_b32 v249, s52
-        v_dual_mov_b32 v250, s52 :: v_dual_mov_b32 v251, s52
-        v_dual_mov_b32 v252, s52 :: v_dual_mov_b32 v253, s52
-        v_dual_mov_b32 v254, s52 :: v_dual_mov_b32 v255, s52
+        v_dual_mov_b32 v248, s66 :: v_dual_mov_b32 v249, s66
+        v_dual_mov_b32 v250, s66 :: v_dual_mov_b32 v251, s66
+        v_dual_mov_b32 v252, s66 :: v_dual_mov_b32 v253, s66
+        v_dual_mov_b32 v254, s66 :: v_dual_mov_b32 v255, s66
         v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
         s_wait_loadcnt 0
         ds_store_b128 v7, v[176:179] offset:0
@@ -3300,10 +3681,10 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_barrier_wait -1
 
         // ---- prologue: K(1) staging in flight while QK^T(0) runs; then its scores are scaled -----------------
-        global_load_b128 v[176:179], v9, s[60:61] offset:0
-        global_load_b128 v[180:183], v9, s[60:61] offset:2048
-        global_load_b128 v[184:187], v9, s[60:61] offset:4096
-        global_load_b128 v[188:191], v9, s[60:61] offset:6144
+        global_load_b128 v[176:179], v9, s[74:75] offset:0
+        global_load_b128 v[180:183], v9, s[74:75] offset:2048
+        global_load_b128 v[184:187], v9, s[74:75] offset:4096
+        global_load_b128 v[188:191], v9, s[74:75] offset:6144
         ds_load_b128 v[208:211], v1 offset:0
         ds_load_b128 v[212:215], v1 offset:1024
         ds_load_b128 v[216:219], v1 offset:2048
@@ -3369,38 +3750,38 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[174:175], v[120:127] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v13, s54, v11 :: v_dual_subrev_f32 v96, s52, v96
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v97, s52, v97
+        v_dual_mul_f32 v13, s68, v11 :: v_dual_subrev_f32 v96, s66, v96
+        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v97, s66, v97
         v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
-        v_dual_subrev_f32 v98, s52, v98 :: v_dual_subrev_f32 v99, s52, v99
+        v_dual_subrev_f32 v98, s66, v98 :: v_dual_subrev_f32 v99, s66, v99
         v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
-        v_dual_subrev_f32 v100, s52, v100 :: v_dual_subrev_f32 v101, s52, v101
+        v_dual_subrev_f32 v100, s66, v100 :: v_dual_subrev_f32 v101, s66, v101
         v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
-        v_dual_subrev_f32 v102, s52, v102 :: v_dual_subrev_f32 v103, s52, v103
+        v_dual_subrev_f32 v102, s66, v102 :: v_dual_subrev_f32 v103, s66, v103
         v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
-        v_dual_subrev_f32 v104, s52, v104 :: v_dual_subrev_f32 v105, s52, v105
+        v_dual_subrev_f32 v104, s66, v104 :: v_dual_subrev_f32 v105, s66, v105
         v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
-        v_dual_subrev_f32 v106, s52, v106 :: v_dual_subrev_f32 v107, s52, v107
+        v_dual_subrev_f32 v106, s66, v106 :: v_dual_subrev_f32 v107, s66, v107
         v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
-        v_dual_subrev_f32 v108, s52, v108 :: v_dual_subrev_f32 v109, s52, v109
+        v_dual_subrev_f32 v108, s66, v108 :: v_dual_subrev_f32 v109, s66, v109
         v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
-        v_dual_subrev_f32 v110, s52, v110 :: v_dual_subrev_f32 v111, s52, v111
+        v_dual_subrev_f32 v110, s66, v110 :: v_dual_subrev_f32 v111, s66, v111
         v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
-        v_dual_subrev_f32 v112, s52, v112 :: v_dual_subrev_f32 v113, s52, v113
+        v_dual_subrev_f32 v112, s66, v112 :: v_dual_subrev_f32 v113, s66, v113
         v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
-        v_dual_subrev_f32 v114, s52, v114 :: v_dual_subrev_f32 v115, s52, v115
+        v_dual_subrev_f32 v114, s66, v114 :: v_dual_subrev_f32 v115, s66, v115
         v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
-        v_dual_subrev_f32 v116, s52, v116 :: v_dual_subrev_f32 v117, s52, v117
+        v_dual_subrev_f32 v116, s66, v116 :: v_dual_subrev_f32 v117, s66, v117
         v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
-        v_dual_subrev_f32 v118, s52, v118 :: v_dual_subrev_f32 v119, s52, v119
+        v_dual_subrev_f32 v118, s66, v118 :: v_dual_subrev_f32 v119, s66, v119
         v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
-        v_dual_subrev_f32 v120, s52, v120 :: v_dual_subrev_f32 v121, s52, v121
+        v_dual_subrev_f32 v120, s66, v120 :: v_dual_subrev_f32 v121, s66, v121
         v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
-        v_dual_subrev_f32 v122, s52, v122 :: v_dual_subrev_f32 v123, s52, v123
+        v_dual_subrev_f32 v122, s66, v122 :: v_dual_subrev_f32 v123, s66, v123
         v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
-        v_dual_subrev_f32 v124, s52, v124 :: v_dual_subrev_f32 v125, s52, v125
+        v_dual_subrev_f32 v124, s66, v124 :: v_dual_subrev_f32 v125, s66, v125
         v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
-        v_dual_subrev_f32 v126, s52, v126 :: v_dual_subrev_f32 v127, s52, v127
+        v_dual_subrev_f32 v126, s66, v126 :: v_dual_subrev_f32 v127, s66, v127
         v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
         s_wait_loadcnt 0
         ds_store_b128 v7, v[176:179] offset:8192
@@ -3413,28 +3794,34 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
 
         // ---- main loop: two tiles per trip (register ping-pong SA/SB, m[0]/m[1], LDS buffers) ----------------
 .Ld128_fp16_loop:
-        s_cmp_eq_u32 s55, s49
+        s_cmp_eq_u32 s69, s55
         s_cbranch_scc1 .Ld128_fp16_last_0
 
-        // ---- tile t (t % 2 = 0): staging loads of K(min(t+2, last)), V^T(t+1), k_scale(t+1) ------------------
-        s_add_co_i32 s42, s55, 2
-        s_min_u32 s42, s42, s49
-        s_lshl_b32 s62, s42, 13  // * 8192 bytes
-        s_add_nc_u64 s[60:61], s[56:57], s[62:63]
-        s_add_nc_u64 s[72:73], s[72:73], 8  // k_scale pair of tile t+1
-        global_load_b32 v11, v12, s[72:73]
-        global_load_b128 v[176:179], v9, s[60:61] offset:0
-        global_load_b128 v[180:183], v9, s[60:61] offset:2048
-        global_load_b128 v[184:187], v9, s[60:61] offset:4096
-        global_load_b128 v[188:191], v9, s[60:61] offset:6144
-        global_load_b128 v[192:195], v10, s[64:65]
-        global_load_b128 v[196:199], v10, s[66:67]
-        global_load_b128 v[200:203], v10, s[68:69]
-        global_load_b128 v[204:207], v10, s[70:71]
-        s_add_nc_u64 s[64:65], s[64:65], 64
-        s_add_nc_u64 s[66:67], s[66:67], 64
-        s_add_nc_u64 s[68:69], s[68:69], 64
-        s_add_nc_u64 s[70:71], s[70:71], 64
+        // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
+        s_add_co_i32 s48, s69, 3
+        s_min_u32 s48, s48, s55
+        s_lshl_b32 s48, s48, 2
+        s_load_b32 s64, s[58:59], s48 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s76, s63, 13  // * 8192 bytes
+        s_add_nc_u64 s[74:75], s[70:71], s[76:77]
+        s_sub_co_i32 s48, s62, s61  // tiles from L[t] to L[t+1] (> 0: ascending)
+        s_mov_b32 s51, 0
+        s_lshl_b32 s50, s48, 3
+        s_add_nc_u64 s[86:87], s[86:87], s[50:51]  // k_scale pair of tile L[t+1]
+        global_load_b32 v11, v12, s[86:87]
+        s_lshl_b32 s50, s48, 6
+        s_add_nc_u64 s[78:79], s[78:79], s[50:51]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[80:81], s[80:81], s[50:51]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[82:83], s[82:83], s[50:51]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[84:85], s[84:85], s[50:51]  // V^T columns of tile L[t+1]
+        global_load_b128 v[176:179], v9, s[74:75] offset:0
+        global_load_b128 v[180:183], v9, s[74:75] offset:2048
+        global_load_b128 v[184:187], v9, s[74:75] offset:4096
+        global_load_b128 v[188:191], v9, s[74:75] offset:6144
+        global_load_b128 v[192:195], v10, s[78:79]
+        global_load_b128 v[196:199], v10, s[80:81]
+        global_load_b128 v[200:203], v10, s[82:83]
+        global_load_b128 v[204:207], v10, s[84:85]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
         ds_load_b128 v[208:211], v1 offset:8192
@@ -3447,713 +3834,18 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         ds_load_b128 v[236:239], v2 offset:11264
         ds_load_b128 v[240:243], v3 offset:8192
         ds_load_b128 v[244:247], v3 offset:9216
-        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
-        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
-        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
-        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
-        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
-        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
-        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
-        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
-        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
-        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
-        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
-        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
-        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
-        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
-        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
-        v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s53, 0xfedcba98
-        v_max3_num_f32 v17, v16, v24, v28
-        v_dual_mov_b32 v18, v17 :: v_dual_sub_f32 v19, v16, v17
-        v_exp_f32_e32 v19, v19
-        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
-        s_wait_alu depctr_va_vcc(0)
-        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
-        v_dual_sub_f32 v96, v96, v17 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v17 :: v_dual_sub_f32 v99, v99, v18
-        v_exp_f32_e32 v96, v96
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v100, v100, v17 :: v_dual_sub_f32 v101, v101, v18
-        v_exp_f32_e32 v97, v97
-        v_exp_f32_e32 v98, v98
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v102, v102, v17 :: v_dual_sub_f32 v103, v103, v18
-        v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v17 :: v_dual_add_f32 v23, v22, v98
-        v_dual_mul_f32 v96, s51, v96 :: v_dual_mul_f32 v97, s51, v97
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
-        v_cvt_pk_fp8_f32 v96, v96, v97
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[210:211], v[162:163], v[128:135] neg_lo:[1,1,0]
-        ds_load_b128 v[208:211], v3 offset:10240
-        v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v17 :: v_dual_add_f32 v23, v100, v22
-        v_dual_mul_f32 v98, s51, v98 :: v_dual_mul_f32 v99, s51, v99
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[214:215], v[162:163], v[136:143] neg_lo:[1,1,0]
-        ds_load_b128 v[212:215], v3 offset:11264
-        v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
-        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[218:219], v[162:163], v[144:151] neg_lo:[1,1,0]
-        ds_load_b128 v[216:219], v4 offset:8192
-        v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v17 :: v_dual_add_f32 v23, v22, v102
-        v_dual_mul_f32 v100, s51, v100 :: v_dual_sub_f32 v109, v109, v18
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[222:223], v[162:163], v[152:159] neg_lo:[1,1,0]
-        ds_load_b128 v[220:223], v4 offset:9216
-        v_exp_f32_e32 v105, v105
-        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s51, v101
-        v_cvt_pk_fp8_f32 v97, v100, v101
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[164:165], v[128:135] neg_lo:[1,1,0]
-        v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v17 :: v_dual_add_f32 v23, v104, v22
-        v_dual_mul_f32 v102, s51, v102 :: v_dual_mul_f32 v103, s51, v103
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[164:165], v[136:143] neg_lo:[1,1,0]
-        v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
-        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[164:165], v[144:151] neg_lo:[1,1,0]
-        v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v17 :: v_dual_add_f32 v23, v22, v106
-        v_dual_mul_f32 v104, s51, v104 :: v_dual_sub_f32 v113, v113, v18
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[164:165], v[152:159] neg_lo:[1,1,0]
-        v_exp_f32_e32 v109, v109
-        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s51, v105
-        v_cvt_pk_fp8_f32 v104, v104, v105
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[166:167], v[128:135] neg_lo:[1,1,0]
-        ds_load_b128 v[224:227], v4 offset:10240
-        v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v17 :: v_dual_add_f32 v23, v108, v22
-        v_dual_mul_f32 v106, s51, v106 :: v_dual_mul_f32 v107, s51, v107
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[166:167], v[136:143] neg_lo:[1,1,0]
-        ds_load_b128 v[228:231], v4 offset:11264
-        v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
-        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[166:167], v[144:151] neg_lo:[1,1,0]
-        ds_load_b128 v[232:235], v5 offset:16384
-        v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v17 :: v_dual_add_f32 v23, v22, v110
-        v_dual_mul_f32 v108, s51, v108 :: v_dual_sub_f32 v117, v117, v18
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[166:167], v[152:159] neg_lo:[1,1,0]
-        ds_load_b128 v[236:239], v5 offset:17408
-        v_exp_f32_e32 v113, v113
-        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s51, v109
-        v_cvt_pk_fp8_f32 v105, v108, v109
-        v_exp_f32_e32 v114, v114
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[168:169], v[128:135] neg_lo:[1,1,0]
-        v_dual_sub_f32 v118, v118, v17 :: v_dual_add_f32 v23, v112, v22
-        v_dual_mul_f32 v110, s51, v110 :: v_dual_mul_f32 v111, s51, v111
-        v_exp_f32_e32 v115, v115
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[168:169], v[136:143] neg_lo:[1,1,0]
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
-        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
-        v_exp_f32_e32 v116, v116
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[208:209], v[168:169], v[144:151] neg_lo:[1,1,0]
-        v_dual_sub_f32 v120, v120, v17 :: v_dual_add_f32 v23, v22, v114
-        v_dual_mul_f32 v112, s51, v112 :: v_dual_sub_f32 v121, v121, v18
-        v_exp_f32_e32 v117, v117
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[212:213], v[168:169], v[152:159] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s51, v113
-        v_cvt_pk_fp8_f32 v112, v112, v113
-        v_exp_f32_e32 v118, v118
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[170:171], v[128:135] neg_lo:[1,1,0]
-        ds_load_b128 v[240:243], v5 offset:18432
-        v_dual_sub_f32 v122, v122, v17 :: v_dual_add_f32 v23, v116, v22
-        v_dual_mul_f32 v114, s51, v114 :: v_dual_mul_f32 v115, s51, v115
-        v_exp_f32_e32 v119, v119
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[170:171], v[136:143] neg_lo:[1,1,0]
-        ds_load_b128 v[244:247], v5 offset:19456
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
-        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
-        v_exp_f32_e32 v120, v120
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[210:211], v[170:171], v[144:151] neg_lo:[1,1,0]
-        ds_load_b128 v[208:211], v5 offset:20480
-        v_dual_sub_f32 v124, v124, v17 :: v_dual_add_f32 v23, v22, v118
-        v_dual_mul_f32 v116, s51, v116 :: v_dual_sub_f32 v125, v125, v18
-        v_exp_f32_e32 v121, v121
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[214:215], v[170:171], v[152:159] neg_lo:[1,1,0]
-        ds_load_b128 v[212:215], v5 offset:21504
-        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s51, v117
-        v_cvt_pk_fp8_f32 v113, v116, v117
-        v_exp_f32_e32 v122, v122
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[216:217], v[172:173], v[128:135] neg_lo:[1,1,0]
-        v_dual_sub_f32 v126, v126, v17 :: v_dual_add_f32 v23, v120, v22
-        v_dual_mul_f32 v118, s51, v118 :: v_dual_mul_f32 v119, s51, v119
-        v_exp_f32_e32 v123, v123
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[220:221], v[172:173], v[136:143] neg_lo:[1,1,0]
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
-        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
-        v_exp_f32_e32 v124, v124
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[172:173], v[144:151] neg_lo:[1,1,0]
-        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s51, v120
-        v_exp_f32_e32 v125, v125
-        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s51, v121
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[172:173], v[152:159] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v120, v120, v121
-        v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s51, v122
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[218:219], v[174:175], v[128:135] neg_lo:[1,1,0]
-        ds_load_b128 v[216:219], v5 offset:22528
-        v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s51, v123
-        v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[222:223], v[174:175], v[136:143] neg_lo:[1,1,0]
-        ds_load_b128 v[220:223], v5 offset:23552
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s51, v124
-        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s51, v125
-        v_cvt_pk_fp8_f32 v121, v124, v125
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[174:175], v[144:151] neg_lo:[1,1,0]
-        ds_load_b128 v[224:227], v6 offset:16384
-        v_dual_mul_f32 v126, s51, v126 :: v_dual_mul_f32 v127, s51, v127
-        v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
-        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[230:231], v[174:175], v[152:159] neg_lo:[1,1,0]
-        ds_load_b128 v[228:231], v6 offset:17408
-        v_permlanex16_b32 v28, v22, s53, 0xfedcba98
-        v_add_f32 v22, v22, v28
-        v_add_f32 v21, v21, v22
-        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
-        s_wait_alu depctr_va_vcc(0)
-        s_cbranch_vccz .Ld128_fp16_no_rescale_0
-        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
-        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
-        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
-        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
-        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
-        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
-        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
-        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
-        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
-        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
-        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
-        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
-        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
-        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
-        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
-        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
-        v_dual_mul_f32 v64, v19, v64 :: v_dual_mul_f32 v65, v20, v65
-        v_dual_mul_f32 v66, v19, v66 :: v_dual_mul_f32 v67, v20, v67
-        v_dual_mul_f32 v68, v19, v68 :: v_dual_mul_f32 v69, v20, v69
-        v_dual_mul_f32 v70, v19, v70 :: v_dual_mul_f32 v71, v20, v71
-        v_dual_mul_f32 v72, v19, v72 :: v_dual_mul_f32 v73, v20, v73
-        v_dual_mul_f32 v74, v19, v74 :: v_dual_mul_f32 v75, v20, v75
-        v_dual_mul_f32 v76, v19, v76 :: v_dual_mul_f32 v77, v20, v77
-        v_dual_mul_f32 v78, v19, v78 :: v_dual_mul_f32 v79, v20, v79
-        v_dual_mul_f32 v80, v19, v80 :: v_dual_mul_f32 v81, v20, v81
-        v_dual_mul_f32 v82, v19, v82 :: v_dual_mul_f32 v83, v20, v83
-        v_dual_mul_f32 v84, v19, v84 :: v_dual_mul_f32 v85, v20, v85
-        v_dual_mul_f32 v86, v19, v86 :: v_dual_mul_f32 v87, v20, v87
-        v_dual_mul_f32 v88, v19, v88 :: v_dual_mul_f32 v89, v20, v89
-        v_dual_mul_f32 v90, v19, v90 :: v_dual_mul_f32 v91, v20, v91
-        v_dual_mul_f32 v92, v19, v92 :: v_dual_mul_f32 v93, v20, v93
-        v_dual_mul_f32 v94, v19, v94 :: v_dual_mul_f32 v95, v20, v95
-.Ld128_fp16_no_rescale_0:
-
-        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 8
-        s_wait_dscnt 9
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[96:97], v[32:39]
-        v_dual_mul_f32 v13, s54, v11 :: v_dual_subrev_f32 v128, s52, v128
-        s_wait_dscnt 8
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[96:97], v[40:47]
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v129, s52, v129
-        s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[96:97], v[48:55]
-        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
-        s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[96:97], v[56:63]
-        v_dual_subrev_f32 v130, s52, v130 :: v_dual_subrev_f32 v131, s52, v131
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[104:105], v[32:39]
-        ds_load_b128 v[232:235], v6 offset:18432
-        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[104:105], v[40:47]
-        ds_load_b128 v[236:239], v6 offset:19456
-        v_dual_subrev_f32 v132, s52, v132 :: v_dual_subrev_f32 v133, s52, v133
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[104:105], v[48:55]
-        ds_load_b128 v[240:243], v6 offset:20480
-        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[104:105], v[56:63]
-        ds_load_b128 v[244:247], v6 offset:21504
-        v_dual_subrev_f32 v134, s52, v134 :: v_dual_subrev_f32 v135, s52, v135
-        s_wait_dscnt 9
-        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[96:97], v[64:71]
-        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
-        s_wait_dscnt 8
-        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[96:97], v[72:79]
-        v_dual_subrev_f32 v136, s52, v136 :: v_dual_subrev_f32 v137, s52, v137
-        s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[96:97], v[80:87]
-        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
-        s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[96:97], v[88:95]
-        v_dual_subrev_f32 v138, s52, v138 :: v_dual_subrev_f32 v139, s52, v139
-        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[104:105], v[64:71]
-        ds_load_b128 v[208:211], v6 offset:22528
-        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
-        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[104:105], v[72:79]
-        ds_load_b128 v[212:215], v6 offset:23552
-        v_dual_subrev_f32 v140, s52, v140 :: v_dual_subrev_f32 v141, s52, v141
-        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[104:105], v[80:87]
-        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
-        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[104:105], v[88:95]
-        v_dual_subrev_f32 v142, s52, v142 :: v_dual_subrev_f32 v143, s52, v143
-        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
-        s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[112:113], v[32:39]
-        v_dual_subrev_f32 v144, s52, v144 :: v_dual_subrev_f32 v145, s52, v145
-        s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[112:113], v[40:47]
-        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
-        s_wait_dscnt 5
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[112:113], v[48:55]
-        v_dual_subrev_f32 v146, s52, v146 :: v_dual_subrev_f32 v147, s52, v147
-        s_wait_dscnt 4
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[112:113], v[56:63]
-        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[120:121], v[32:39]
-        v_dual_subrev_f32 v148, s52, v148 :: v_dual_subrev_f32 v149, s52, v149
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[120:121], v[40:47]
-        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[120:121], v[48:55]
-        v_dual_subrev_f32 v150, s52, v150 :: v_dual_subrev_f32 v151, s52, v151
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[120:121], v[56:63]
-        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
-        s_wait_dscnt 3
-        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[112:113], v[64:71]
-        v_dual_subrev_f32 v152, s52, v152 :: v_dual_subrev_f32 v153, s52, v153
-        s_wait_dscnt 2
-        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[112:113], v[72:79]
-        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
-        s_wait_dscnt 1
-        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[112:113], v[80:87]
-        v_dual_subrev_f32 v154, s52, v154 :: v_dual_subrev_f32 v155, s52, v155
-        s_wait_dscnt 0
-        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[112:113], v[88:95]
-        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
-        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[120:121], v[64:71]
-        v_dual_subrev_f32 v156, s52, v156 :: v_dual_subrev_f32 v157, s52, v157
-        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[120:121], v[72:79]
-        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
-        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[120:121], v[80:87]
-        v_dual_subrev_f32 v158, s52, v158 :: v_dual_subrev_f32 v159, s52, v159
-        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[120:121], v[88:95]
-        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
-
-        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
-        s_wait_loadcnt 0
-        ds_store_b128 v7, v[176:179] offset:0
-        ds_store_b128 v8, v[192:195] offset:24576
-        ds_store_b128 v7, v[180:183] offset:2048
-        ds_store_b128 v8, v[196:199] offset:26624
-        ds_store_b128 v7, v[184:187] offset:4096
-        ds_store_b128 v8, v[200:203] offset:28672
-        ds_store_b128 v7, v[188:191] offset:6144
-        ds_store_b128 v8, v[204:207] offset:30720
-        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
-        s_barrier_signal -1
-        s_barrier_wait -1
-        s_add_co_i32 s55, s55, 1
-        s_cmp_eq_u32 s55, s49
-        s_cbranch_scc1 .Ld128_fp16_last_1
-
-        // ---- tile t (t % 2 = 1): staging loads of K(min(t+2, last)), V^T(t+1), k_scale(t+1) ------------------
-        s_add_co_i32 s42, s55, 2
-        s_min_u32 s42, s42, s49
-        s_lshl_b32 s62, s42, 13  // * 8192 bytes
-        s_add_nc_u64 s[60:61], s[56:57], s[62:63]
-        s_add_nc_u64 s[72:73], s[72:73], 8  // k_scale pair of tile t+1
-        global_load_b32 v11, v12, s[72:73]
-        global_load_b128 v[176:179], v9, s[60:61] offset:0
-        global_load_b128 v[180:183], v9, s[60:61] offset:2048
-        global_load_b128 v[184:187], v9, s[60:61] offset:4096
-        global_load_b128 v[188:191], v9, s[60:61] offset:6144
-        global_load_b128 v[192:195], v10, s[64:65]
-        global_load_b128 v[196:199], v10, s[66:67]
-        global_load_b128 v[200:203], v10, s[68:69]
-        global_load_b128 v[204:207], v10, s[70:71]
-        s_add_nc_u64 s[64:65], s[64:65], 64
-        s_add_nc_u64 s[66:67], s[66:67], 64
-        s_add_nc_u64 s[68:69], s[68:69], 64
-        s_add_nc_u64 s[70:71], s[70:71], 64
-
-        // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
-        ds_load_b128 v[208:211], v1 offset:0
-        ds_load_b128 v[212:215], v1 offset:1024
-        ds_load_b128 v[216:219], v1 offset:2048
-        ds_load_b128 v[220:223], v1 offset:3072
-        ds_load_b128 v[224:227], v2 offset:0
-        ds_load_b128 v[228:231], v2 offset:1024
-        ds_load_b128 v[232:235], v2 offset:2048
-        ds_load_b128 v[236:239], v2 offset:3072
-        ds_load_b128 v[240:243], v3 offset:0
-        ds_load_b128 v[244:247], v3 offset:1024
-        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
-        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
-        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
-        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
-        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
-        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
-        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
-        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
-        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
-        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
-        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
-        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
-        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
-        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
-        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
-        v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s53, 0xfedcba98
-        v_max3_num_f32 v16, v17, v24, v28
-        v_dual_mov_b32 v18, v16 :: v_dual_sub_f32 v19, v17, v16
-        v_exp_f32_e32 v19, v19
-        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
-        s_wait_alu depctr_va_vcc(0)
-        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
-        v_dual_sub_f32 v128, v128, v16 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v16 :: v_dual_sub_f32 v131, v131, v18
-        v_exp_f32_e32 v128, v128
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v132, v132, v16 :: v_dual_sub_f32 v133, v133, v18
-        v_exp_f32_e32 v129, v129
-        v_exp_f32_e32 v130, v130
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v134, v134, v16 :: v_dual_sub_f32 v135, v135, v18
-        v_exp_f32_e32 v131, v131
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v16 :: v_dual_add_f32 v23, v22, v130
-        v_dual_mul_f32 v128, s51, v128 :: v_dual_mul_f32 v129, s51, v129
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
-        v_cvt_pk_fp8_f32 v128, v128, v129
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[210:211], v[162:163], v[96:103] neg_lo:[1,1,0]
-        ds_load_b128 v[208:211], v3 offset:2048
-        v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v16 :: v_dual_add_f32 v23, v132, v22
-        v_dual_mul_f32 v130, s51, v130 :: v_dual_mul_f32 v131, s51, v131
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[214:215], v[162:163], v[104:111] neg_lo:[1,1,0]
-        ds_load_b128 v[212:215], v3 offset:3072
-        v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
-        v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[218:219], v[162:163], v[112:119] neg_lo:[1,1,0]
-        ds_load_b128 v[216:219], v4 offset:0
-        v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v16 :: v_dual_add_f32 v23, v22, v134
-        v_dual_mul_f32 v132, s51, v132 :: v_dual_sub_f32 v141, v141, v18
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[222:223], v[162:163], v[120:127] neg_lo:[1,1,0]
-        ds_load_b128 v[220:223], v4 offset:1024
-        v_exp_f32_e32 v137, v137
-        v_dual_add_f32 v22, v23, v135 :: v_dual_mul_f32 v133, s51, v133
-        v_cvt_pk_fp8_f32 v129, v132, v133
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[164:165], v[96:103] neg_lo:[1,1,0]
-        v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v16 :: v_dual_add_f32 v23, v136, v22
-        v_dual_mul_f32 v134, s51, v134 :: v_dual_mul_f32 v135, s51, v135
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[164:165], v[104:111] neg_lo:[1,1,0]
-        v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
-        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[164:165], v[112:119] neg_lo:[1,1,0]
-        v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v16 :: v_dual_add_f32 v23, v22, v138
-        v_dual_mul_f32 v136, s51, v136 :: v_dual_sub_f32 v145, v145, v18
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[164:165], v[120:127] neg_lo:[1,1,0]
-        v_exp_f32_e32 v141, v141
-        v_dual_add_f32 v22, v23, v139 :: v_dual_mul_f32 v137, s51, v137
-        v_cvt_pk_fp8_f32 v136, v136, v137
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[166:167], v[96:103] neg_lo:[1,1,0]
-        ds_load_b128 v[224:227], v4 offset:2048
-        v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v16 :: v_dual_add_f32 v23, v140, v22
-        v_dual_mul_f32 v138, s51, v138 :: v_dual_mul_f32 v139, s51, v139
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[166:167], v[104:111] neg_lo:[1,1,0]
-        ds_load_b128 v[228:231], v4 offset:3072
-        v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
-        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[166:167], v[112:119] neg_lo:[1,1,0]
-        ds_load_b128 v[232:235], v5 offset:24576
-        v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v16 :: v_dual_add_f32 v23, v22, v142
-        v_dual_mul_f32 v140, s51, v140 :: v_dual_sub_f32 v149, v149, v18
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[166:167], v[120:127] neg_lo:[1,1,0]
-        ds_load_b128 v[236:239], v5 offset:25600
-        v_exp_f32_e32 v145, v145
-        v_dual_add_f32 v22, v23, v143 :: v_dual_mul_f32 v141, s51, v141
-        v_cvt_pk_fp8_f32 v137, v140, v141
-        v_exp_f32_e32 v146, v146
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[168:169], v[96:103] neg_lo:[1,1,0]
-        v_dual_sub_f32 v150, v150, v16 :: v_dual_add_f32 v23, v144, v22
-        v_dual_mul_f32 v142, s51, v142 :: v_dual_mul_f32 v143, s51, v143
-        v_exp_f32_e32 v147, v147
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[168:169], v[104:111] neg_lo:[1,1,0]
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
-        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
-        v_exp_f32_e32 v148, v148
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[208:209], v[168:169], v[112:119] neg_lo:[1,1,0]
-        v_dual_sub_f32 v152, v152, v16 :: v_dual_add_f32 v23, v22, v146
-        v_dual_mul_f32 v144, s51, v144 :: v_dual_sub_f32 v153, v153, v18
-        v_exp_f32_e32 v149, v149
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[212:213], v[168:169], v[120:127] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v23, v147 :: v_dual_mul_f32 v145, s51, v145
-        v_cvt_pk_fp8_f32 v144, v144, v145
-        v_exp_f32_e32 v150, v150
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[170:171], v[96:103] neg_lo:[1,1,0]
-        ds_load_b128 v[240:243], v5 offset:26624
-        v_dual_sub_f32 v154, v154, v16 :: v_dual_add_f32 v23, v148, v22
-        v_dual_mul_f32 v146, s51, v146 :: v_dual_mul_f32 v147, s51, v147
-        v_exp_f32_e32 v151, v151
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[170:171], v[104:111] neg_lo:[1,1,0]
-        ds_load_b128 v[244:247], v5 offset:27648
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
-        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
-        v_exp_f32_e32 v152, v152
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[210:211], v[170:171], v[112:119] neg_lo:[1,1,0]
-        ds_load_b128 v[208:211], v5 offset:28672
-        v_dual_sub_f32 v156, v156, v16 :: v_dual_add_f32 v23, v22, v150
-        v_dual_mul_f32 v148, s51, v148 :: v_dual_sub_f32 v157, v157, v18
-        v_exp_f32_e32 v153, v153
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[214:215], v[170:171], v[120:127] neg_lo:[1,1,0]
-        ds_load_b128 v[212:215], v5 offset:29696
-        v_dual_add_f32 v22, v23, v151 :: v_dual_mul_f32 v149, s51, v149
-        v_cvt_pk_fp8_f32 v145, v148, v149
-        v_exp_f32_e32 v154, v154
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[216:217], v[172:173], v[96:103] neg_lo:[1,1,0]
-        v_dual_sub_f32 v158, v158, v16 :: v_dual_add_f32 v23, v152, v22
-        v_dual_mul_f32 v150, s51, v150 :: v_dual_mul_f32 v151, s51, v151
-        v_exp_f32_e32 v155, v155
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[220:221], v[172:173], v[104:111] neg_lo:[1,1,0]
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
-        v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
-        v_exp_f32_e32 v156, v156
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[172:173], v[112:119] neg_lo:[1,1,0]
-        v_dual_add_f32 v23, v22, v154 :: v_dual_mul_f32 v152, s51, v152
-        v_exp_f32_e32 v157, v157
-        v_dual_add_f32 v22, v23, v155 :: v_dual_mul_f32 v153, s51, v153
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[172:173], v[120:127] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v152, v152, v153
-        v_exp_f32_e32 v158, v158
-        v_dual_add_f32 v23, v22, v156 :: v_dual_mul_f32 v154, s51, v154
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[218:219], v[174:175], v[96:103] neg_lo:[1,1,0]
-        ds_load_b128 v[216:219], v5 offset:30720
-        v_exp_f32_e32 v159, v159
-        v_dual_add_f32 v22, v23, v157 :: v_dual_mul_f32 v155, s51, v155
-        v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[222:223], v[174:175], v[104:111] neg_lo:[1,1,0]
-        ds_load_b128 v[220:223], v5 offset:31744
-        v_dual_add_f32 v23, v22, v158 :: v_dual_mul_f32 v156, s51, v156
-        v_dual_add_f32 v22, v23, v159 :: v_dual_mul_f32 v157, s51, v157
-        v_cvt_pk_fp8_f32 v153, v156, v157
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
-        ds_load_b128 v[224:227], v6 offset:24576
-        v_dual_mul_f32 v158, s51, v158 :: v_dual_mul_f32 v159, s51, v159
-        v_cvt_pk_fp8_f32 v153, v158, v159 op_sel:[0,0,1]
-        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[174:175], v[120:127] neg_lo:[1,1,0]
-        ds_load_b128 v[228:231], v6 offset:25600
-        v_permlanex16_b32 v28, v22, s53, 0xfedcba98
-        v_add_f32 v22, v22, v28
-        v_add_f32 v21, v21, v22
-        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
-        s_wait_alu depctr_va_vcc(0)
-        s_cbranch_vccz .Ld128_fp16_no_rescale_1
-        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
-        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
-        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
-        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
-        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
-        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
-        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
-        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
-        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
-        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
-        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
-        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
-        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
-        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
-        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
-        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
-        v_dual_mul_f32 v64, v19, v64 :: v_dual_mul_f32 v65, v20, v65
-        v_dual_mul_f32 v66, v19, v66 :: v_dual_mul_f32 v67, v20, v67
-        v_dual_mul_f32 v68, v19, v68 :: v_dual_mul_f32 v69, v20, v69
-        v_dual_mul_f32 v70, v19, v70 :: v_dual_mul_f32 v71, v20, v71
-        v_dual_mul_f32 v72, v19, v72 :: v_dual_mul_f32 v73, v20, v73
-        v_dual_mul_f32 v74, v19, v74 :: v_dual_mul_f32 v75, v20, v75
-        v_dual_mul_f32 v76, v19, v76 :: v_dual_mul_f32 v77, v20, v77
-        v_dual_mul_f32 v78, v19, v78 :: v_dual_mul_f32 v79, v20, v79
-        v_dual_mul_f32 v80, v19, v80 :: v_dual_mul_f32 v81, v20, v81
-        v_dual_mul_f32 v82, v19, v82 :: v_dual_mul_f32 v83, v20, v83
-        v_dual_mul_f32 v84, v19, v84 :: v_dual_mul_f32 v85, v20, v85
-        v_dual_mul_f32 v86, v19, v86 :: v_dual_mul_f32 v87, v20, v87
-        v_dual_mul_f32 v88, v19, v88 :: v_dual_mul_f32 v89, v20, v89
-        v_dual_mul_f32 v90, v19, v90 :: v_dual_mul_f32 v91, v20, v91
-        v_dual_mul_f32 v92, v19, v92 :: v_dual_mul_f32 v93, v20, v93
-        v_dual_mul_f32 v94, v19, v94 :: v_dual_mul_f32 v95, v20, v95
-.Ld128_fp16_no_rescale_1:
-
-        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 8
-        s_wait_dscnt 9
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[128:129], v[32:39]
-        v_dual_mul_f32 v13, s54, v11 :: v_dual_subrev_f32 v96, s52, v96
-        s_wait_dscnt 8
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[128:129], v[40:47]
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v97, s52, v97
-        s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[128:129], v[48:55]
-        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
-        s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[128:129], v[56:63]
-        v_dual_subrev_f32 v98, s52, v98 :: v_dual_subrev_f32 v99, s52, v99
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[136:137], v[32:39]
-        ds_load_b128 v[232:235], v6 offset:26624
-        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[136:137], v[40:47]
-        ds_load_b128 v[236:239], v6 offset:27648
-        v_dual_subrev_f32 v100, s52, v100 :: v_dual_subrev_f32 v101, s52, v101
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[136:137], v[48:55]
-        ds_load_b128 v[240:243], v6 offset:28672
-        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[136:137], v[56:63]
-        ds_load_b128 v[244:247], v6 offset:29696
-        v_dual_subrev_f32 v102, s52, v102 :: v_dual_subrev_f32 v103, s52, v103
-        s_wait_dscnt 9
-        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[128:129], v[64:71]
-        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
-        s_wait_dscnt 8
-        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[128:129], v[72:79]
-        v_dual_subrev_f32 v104, s52, v104 :: v_dual_subrev_f32 v105, s52, v105
-        s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[128:129], v[80:87]
-        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
-        s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[128:129], v[88:95]
-        v_dual_subrev_f32 v106, s52, v106 :: v_dual_subrev_f32 v107, s52, v107
-        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[136:137], v[64:71]
-        ds_load_b128 v[208:211], v6 offset:30720
-        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
-        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[136:137], v[72:79]
-        ds_load_b128 v[212:215], v6 offset:31744
-        v_dual_subrev_f32 v108, s52, v108 :: v_dual_subrev_f32 v109, s52, v109
-        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[136:137], v[80:87]
-        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
-        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[136:137], v[88:95]
-        v_dual_subrev_f32 v110, s52, v110 :: v_dual_subrev_f32 v111, s52, v111
-        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
-        s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[144:145], v[32:39]
-        v_dual_subrev_f32 v112, s52, v112 :: v_dual_subrev_f32 v113, s52, v113
-        s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[144:145], v[40:47]
-        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
-        s_wait_dscnt 5
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[144:145], v[48:55]
-        v_dual_subrev_f32 v114, s52, v114 :: v_dual_subrev_f32 v115, s52, v115
-        s_wait_dscnt 4
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[144:145], v[56:63]
-        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[152:153], v[32:39]
-        v_dual_subrev_f32 v116, s52, v116 :: v_dual_subrev_f32 v117, s52, v117
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[152:153], v[40:47]
-        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[152:153], v[48:55]
-        v_dual_subrev_f32 v118, s52, v118 :: v_dual_subrev_f32 v119, s52, v119
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[152:153], v[56:63]
-        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
-        s_wait_dscnt 3
-        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[144:145], v[64:71]
-        v_dual_subrev_f32 v120, s52, v120 :: v_dual_subrev_f32 v121, s52, v121
-        s_wait_dscnt 2
-        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[144:145], v[72:79]
-        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
-        s_wait_dscnt 1
-        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[144:145], v[80:87]
-        v_dual_subrev_f32 v122, s52, v122 :: v_dual_subrev_f32 v123, s52, v123
-        s_wait_dscnt 0
-        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[144:145], v[88:95]
-        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
-        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[152:153], v[64:71]
-        v_dual_subrev_f32 v124, s52, v124 :: v_dual_subrev_f32 v125, s52, v125
-        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[152:153], v[72:79]
-        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
-        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[152:153], v[80:87]
-        v_dual_subrev_f32 v126, s52, v126 :: v_dual_subrev_f32 v127, s52, v127
-        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[152:153], v[88:95]
-        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
-
-        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
-        s_wait_loadcnt 0
-        ds_store_b128 v7, v[176:179] offset:8192
-        ds_store_b128 v8, v[192:195] offset:16384
-        ds_store_b128 v7, v[180:183] offset:10240
-        ds_store_b128 v8, v[196:199] offset:18432
-        ds_store_b128 v7, v[184:187] offset:12288
-        ds_store_b128 v8, v[200:203] offset:20480
-        ds_store_b128 v7, v[188:191] offset:14336
-        ds_store_b128 v8, v[204:207] offset:22528
-        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
-        s_barrier_signal -1
-        s_barrier_wait -1
-        s_add_co_i32 s55, s55, 1
-        s_branch .Ld128_fp16_loop
-.Ld128_fp16_last_0:
-
-        // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
-        ds_load_b128 v[208:211], v5 offset:16384
-        ds_load_b128 v[212:215], v5 offset:17408
-        ds_load_b128 v[216:219], v5 offset:18432
-        ds_load_b128 v[220:223], v5 offset:19456
-        ds_load_b128 v[224:227], v5 offset:20480
-        ds_load_b128 v[228:231], v5 offset:21504
-        ds_load_b128 v[232:235], v5 offset:22528
-        ds_load_b128 v[236:239], v5 offset:23552
-        ds_load_b128 v[240:243], v6 offset:16384
-        ds_load_b128 v[244:247], v6 offset:17408
-        v_bfe_u32 v29, v0, 4, 1
-        v_lshlrev_b32 v29, 5, v29
-        v_sub_nc_u32_e32 v29, s50, v29
+        s_lshl_b32 s52, s61, 6
+        s_add_co_i32 s53, s52, 64
+        s_cmp_le_i32 s53, s57
+        s_cbranch_scc1 .Ld128_fp16_nomask_0
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s56, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s52, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
         v_cmp_lt_i32_e32 vcc_lo, 0, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
@@ -4250,6 +3942,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_nomask_0:
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -4266,111 +3959,1059 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v24, s67, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
-        v_dual_mov_b32 v18, v17 :: v_dual_sub_f32 v19, v16, v17
+        v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
-        v_dual_sub_f32 v96, v96, v17 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v17 :: v_dual_sub_f32 v99, v99, v18
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v17, vcc_lo
+        v_mov_b32 v29, v18
+        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
+        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v17 :: v_dual_sub_f32 v101, v101, v18
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
         v_exp_f32_e32 v97, v97
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v17 :: v_dual_sub_f32 v103, v103, v18
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_exp_f32_e32 v99, v99
+        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v100, v100
+        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_dual_mul_f32 v96, s65, v96 :: v_dual_mul_f32 v97, s65, v97
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v101, v101
+        v_add_f32 v22, v23, v99
+        v_cvt_pk_fp8_f32 v96, v96, v97
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[210:211], v[162:163], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[208:211], v3 offset:10240
+        v_exp_f32_e32 v102, v102
+        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_dual_mul_f32 v98, s65, v98 :: v_dual_mul_f32 v99, s65, v99
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[214:215], v[162:163], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[212:215], v3 offset:11264
+        v_exp_f32_e32 v103, v103
+        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[218:219], v[162:163], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[216:219], v4 offset:8192
+        v_exp_f32_e32 v104, v104
+        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_dual_mul_f32 v100, s65, v100 :: v_dual_sub_f32 v109, v109, v18
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[222:223], v[162:163], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[220:223], v4 offset:9216
+        v_exp_f32_e32 v105, v105
+        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s65, v101
+        v_cvt_pk_fp8_f32 v97, v100, v101
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[164:165], v[128:135] neg_lo:[1,1,0]
+        v_exp_f32_e32 v106, v106
+        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_dual_mul_f32 v102, s65, v102 :: v_dual_mul_f32 v103, s65, v103
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[164:165], v[136:143] neg_lo:[1,1,0]
+        v_exp_f32_e32 v107, v107
+        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[164:165], v[144:151] neg_lo:[1,1,0]
+        v_exp_f32_e32 v108, v108
+        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_dual_mul_f32 v104, s65, v104 :: v_dual_sub_f32 v113, v113, v18
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[164:165], v[152:159] neg_lo:[1,1,0]
+        v_exp_f32_e32 v109, v109
+        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s65, v105
+        v_cvt_pk_fp8_f32 v104, v104, v105
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[166:167], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v4 offset:10240
+        v_exp_f32_e32 v110, v110
+        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_dual_mul_f32 v106, s65, v106 :: v_dual_mul_f32 v107, s65, v107
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[166:167], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v4 offset:11264
+        v_exp_f32_e32 v111, v111
+        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[166:167], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v5 offset:16384
+        v_exp_f32_e32 v112, v112
+        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_dual_mul_f32 v108, s65, v108 :: v_dual_sub_f32 v117, v117, v18
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[166:167], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v5 offset:17408
+        v_exp_f32_e32 v113, v113
+        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s65, v109
+        v_cvt_pk_fp8_f32 v105, v108, v109
+        v_exp_f32_e32 v114, v114
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[168:169], v[128:135] neg_lo:[1,1,0]
+        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_dual_mul_f32 v110, s65, v110 :: v_dual_mul_f32 v111, s65, v111
+        v_exp_f32_e32 v115, v115
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[168:169], v[136:143] neg_lo:[1,1,0]
+        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
+        v_exp_f32_e32 v116, v116
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[208:209], v[168:169], v[144:151] neg_lo:[1,1,0]
+        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_dual_mul_f32 v112, s65, v112 :: v_dual_sub_f32 v121, v121, v18
+        v_exp_f32_e32 v117, v117
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[212:213], v[168:169], v[152:159] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s65, v113
+        v_cvt_pk_fp8_f32 v112, v112, v113
+        v_exp_f32_e32 v118, v118
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[170:171], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[240:243], v5 offset:18432
+        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_dual_mul_f32 v114, s65, v114 :: v_dual_mul_f32 v115, s65, v115
+        v_exp_f32_e32 v119, v119
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[170:171], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[244:247], v5 offset:19456
+        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
+        v_exp_f32_e32 v120, v120
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[210:211], v[170:171], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[208:211], v5 offset:20480
+        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_dual_mul_f32 v116, s65, v116 :: v_dual_sub_f32 v125, v125, v18
+        v_exp_f32_e32 v121, v121
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[214:215], v[170:171], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[212:215], v5 offset:21504
+        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s65, v117
+        v_cvt_pk_fp8_f32 v113, v116, v117
+        v_exp_f32_e32 v122, v122
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[216:217], v[172:173], v[128:135] neg_lo:[1,1,0]
+        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
+        v_dual_mul_f32 v118, s65, v118 :: v_dual_mul_f32 v119, s65, v119
+        v_exp_f32_e32 v123, v123
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[220:221], v[172:173], v[136:143] neg_lo:[1,1,0]
+        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        v_exp_f32_e32 v124, v124
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[172:173], v[144:151] neg_lo:[1,1,0]
+        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s65, v120
+        v_exp_f32_e32 v125, v125
+        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s65, v121
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[172:173], v[152:159] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v120, v120, v121
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s65, v122
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[218:219], v[174:175], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[216:219], v5 offset:22528
+        v_exp_f32_e32 v127, v127
+        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s65, v123
+        v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[222:223], v[174:175], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[220:223], v5 offset:23552
+        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s65, v124
+        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s65, v125
+        v_cvt_pk_fp8_f32 v121, v124, v125
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[174:175], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v6 offset:16384
+        v_dual_mul_f32 v126, s65, v126 :: v_dual_mul_f32 v127, s65, v127
+        v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[230:231], v[174:175], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v6 offset:17408
+        v_permlanex16_b32 v28, v22, s67, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_no_rescale_0
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+        v_dual_mul_f32 v64, v19, v64 :: v_dual_mul_f32 v65, v20, v65
+        v_dual_mul_f32 v66, v19, v66 :: v_dual_mul_f32 v67, v20, v67
+        v_dual_mul_f32 v68, v19, v68 :: v_dual_mul_f32 v69, v20, v69
+        v_dual_mul_f32 v70, v19, v70 :: v_dual_mul_f32 v71, v20, v71
+        v_dual_mul_f32 v72, v19, v72 :: v_dual_mul_f32 v73, v20, v73
+        v_dual_mul_f32 v74, v19, v74 :: v_dual_mul_f32 v75, v20, v75
+        v_dual_mul_f32 v76, v19, v76 :: v_dual_mul_f32 v77, v20, v77
+        v_dual_mul_f32 v78, v19, v78 :: v_dual_mul_f32 v79, v20, v79
+        v_dual_mul_f32 v80, v19, v80 :: v_dual_mul_f32 v81, v20, v81
+        v_dual_mul_f32 v82, v19, v82 :: v_dual_mul_f32 v83, v20, v83
+        v_dual_mul_f32 v84, v19, v84 :: v_dual_mul_f32 v85, v20, v85
+        v_dual_mul_f32 v86, v19, v86 :: v_dual_mul_f32 v87, v20, v87
+        v_dual_mul_f32 v88, v19, v88 :: v_dual_mul_f32 v89, v20, v89
+        v_dual_mul_f32 v90, v19, v90 :: v_dual_mul_f32 v91, v20, v91
+        v_dual_mul_f32 v92, v19, v92 :: v_dual_mul_f32 v93, v20, v93
+        v_dual_mul_f32 v94, v19, v94 :: v_dual_mul_f32 v95, v20, v95
+.Ld128_fp16_no_rescale_0:
+
+        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
+        s_wait_loadcnt 8
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[96:97], v[32:39]
+        v_dual_mul_f32 v13, s68, v11 :: v_dual_subrev_f32 v128, s66, v128
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[96:97], v[40:47]
+        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v129, s66, v129
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[96:97], v[48:55]
+        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[96:97], v[56:63]
+        v_dual_subrev_f32 v130, s66, v130 :: v_dual_subrev_f32 v131, s66, v131
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[104:105], v[32:39]
+        ds_load_b128 v[232:235], v6 offset:18432
+        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[104:105], v[40:47]
+        ds_load_b128 v[236:239], v6 offset:19456
+        v_dual_subrev_f32 v132, s66, v132 :: v_dual_subrev_f32 v133, s66, v133
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[104:105], v[48:55]
+        ds_load_b128 v[240:243], v6 offset:20480
+        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[104:105], v[56:63]
+        ds_load_b128 v[244:247], v6 offset:21504
+        v_dual_subrev_f32 v134, s66, v134 :: v_dual_subrev_f32 v135, s66, v135
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[96:97], v[64:71]
+        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[96:97], v[72:79]
+        v_dual_subrev_f32 v136, s66, v136 :: v_dual_subrev_f32 v137, s66, v137
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[96:97], v[80:87]
+        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[96:97], v[88:95]
+        v_dual_subrev_f32 v138, s66, v138 :: v_dual_subrev_f32 v139, s66, v139
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[104:105], v[64:71]
+        ds_load_b128 v[208:211], v6 offset:22528
+        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[104:105], v[72:79]
+        ds_load_b128 v[212:215], v6 offset:23552
+        v_dual_subrev_f32 v140, s66, v140 :: v_dual_subrev_f32 v141, s66, v141
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[104:105], v[80:87]
+        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[104:105], v[88:95]
+        v_dual_subrev_f32 v142, s66, v142 :: v_dual_subrev_f32 v143, s66, v143
+        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[112:113], v[32:39]
+        v_dual_subrev_f32 v144, s66, v144 :: v_dual_subrev_f32 v145, s66, v145
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[112:113], v[40:47]
+        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[112:113], v[48:55]
+        v_dual_subrev_f32 v146, s66, v146 :: v_dual_subrev_f32 v147, s66, v147
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[112:113], v[56:63]
+        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[120:121], v[32:39]
+        v_dual_subrev_f32 v148, s66, v148 :: v_dual_subrev_f32 v149, s66, v149
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[120:121], v[40:47]
+        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[120:121], v[48:55]
+        v_dual_subrev_f32 v150, s66, v150 :: v_dual_subrev_f32 v151, s66, v151
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[120:121], v[56:63]
+        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[112:113], v[64:71]
+        v_dual_subrev_f32 v152, s66, v152 :: v_dual_subrev_f32 v153, s66, v153
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[112:113], v[72:79]
+        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[112:113], v[80:87]
+        v_dual_subrev_f32 v154, s66, v154 :: v_dual_subrev_f32 v155, s66, v155
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[112:113], v[88:95]
+        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[120:121], v[64:71]
+        v_dual_subrev_f32 v156, s66, v156 :: v_dual_subrev_f32 v157, s66, v157
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[120:121], v[72:79]
+        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[120:121], v[80:87]
+        v_dual_subrev_f32 v158, s66, v158 :: v_dual_subrev_f32 v159, s66, v159
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[120:121], v[88:95]
+        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
+
+        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
+        s_wait_loadcnt 0
+        ds_store_b128 v7, v[176:179] offset:0
+        ds_store_b128 v8, v[192:195] offset:24576
+        ds_store_b128 v7, v[180:183] offset:2048
+        ds_store_b128 v8, v[196:199] offset:26624
+        ds_store_b128 v7, v[184:187] offset:4096
+        ds_store_b128 v8, v[200:203] offset:28672
+        ds_store_b128 v7, v[188:191] offset:6144
+        ds_store_b128 v8, v[204:207] offset:30720
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        s_add_co_i32 s69, s69, 1
+        s_wait_kmcnt 0  // L[min(t+3, last)]
+        s_mov_b32 s61, s62
+        s_mov_b32 s62, s63
+        s_mov_b32 s63, s64
+        s_cmp_eq_u32 s69, s55
+        s_cbranch_scc1 .Ld128_fp16_last_1
+
+        // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
+        s_add_co_i32 s48, s69, 3
+        s_min_u32 s48, s48, s55
+        s_lshl_b32 s48, s48, 2
+        s_load_b32 s64, s[58:59], s48 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s76, s63, 13  // * 8192 bytes
+        s_add_nc_u64 s[74:75], s[70:71], s[76:77]
+        s_sub_co_i32 s48, s62, s61  // tiles from L[t] to L[t+1] (> 0: ascending)
+        s_mov_b32 s51, 0
+        s_lshl_b32 s50, s48, 3
+        s_add_nc_u64 s[86:87], s[86:87], s[50:51]  // k_scale pair of tile L[t+1]
+        global_load_b32 v11, v12, s[86:87]
+        s_lshl_b32 s50, s48, 6
+        s_add_nc_u64 s[78:79], s[78:79], s[50:51]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[80:81], s[80:81], s[50:51]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[82:83], s[82:83], s[50:51]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[84:85], s[84:85], s[50:51]  // V^T columns of tile L[t+1]
+        global_load_b128 v[176:179], v9, s[74:75] offset:0
+        global_load_b128 v[180:183], v9, s[74:75] offset:2048
+        global_load_b128 v[184:187], v9, s[74:75] offset:4096
+        global_load_b128 v[188:191], v9, s[74:75] offset:6144
+        global_load_b128 v[192:195], v10, s[78:79]
+        global_load_b128 v[196:199], v10, s[80:81]
+        global_load_b128 v[200:203], v10, s[82:83]
+        global_load_b128 v[204:207], v10, s[84:85]
+
+        // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        ds_load_b128 v[208:211], v1 offset:0
+        ds_load_b128 v[212:215], v1 offset:1024
+        ds_load_b128 v[216:219], v1 offset:2048
+        ds_load_b128 v[220:223], v1 offset:3072
+        ds_load_b128 v[224:227], v2 offset:0
+        ds_load_b128 v[228:231], v2 offset:1024
+        ds_load_b128 v[232:235], v2 offset:2048
+        ds_load_b128 v[236:239], v2 offset:3072
+        ds_load_b128 v[240:243], v3 offset:0
+        ds_load_b128 v[244:247], v3 offset:1024
+        s_lshl_b32 s52, s61, 6
+        s_add_co_i32 s53, s52, 64
+        s_cmp_le_i32 s53, s57
+        s_cbranch_scc1 .Ld128_fp16_nomask_1
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s56, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s52, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_nomask_1:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s67, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v16, vcc_lo
+        v_mov_b32 v29, v18
+        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
+        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
+        v_exp_f32_e32 v128, v128
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
+        v_exp_f32_e32 v129, v129
+        v_exp_f32_e32 v130, v130
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
+        v_exp_f32_e32 v131, v131
+        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v132, v132
+        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
+        v_dual_mul_f32 v128, s65, v128 :: v_dual_mul_f32 v129, s65, v129
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v133, v133
+        v_add_f32 v22, v23, v131
+        v_cvt_pk_fp8_f32 v128, v128, v129
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[210:211], v[162:163], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[208:211], v3 offset:2048
+        v_exp_f32_e32 v134, v134
+        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
+        v_dual_mul_f32 v130, s65, v130 :: v_dual_mul_f32 v131, s65, v131
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[214:215], v[162:163], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[212:215], v3 offset:3072
+        v_exp_f32_e32 v135, v135
+        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
+        v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[218:219], v[162:163], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[216:219], v4 offset:0
+        v_exp_f32_e32 v136, v136
+        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
+        v_dual_mul_f32 v132, s65, v132 :: v_dual_sub_f32 v141, v141, v18
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[222:223], v[162:163], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[220:223], v4 offset:1024
+        v_exp_f32_e32 v137, v137
+        v_dual_add_f32 v22, v23, v135 :: v_dual_mul_f32 v133, s65, v133
+        v_cvt_pk_fp8_f32 v129, v132, v133
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[164:165], v[96:103] neg_lo:[1,1,0]
+        v_exp_f32_e32 v138, v138
+        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
+        v_dual_mul_f32 v134, s65, v134 :: v_dual_mul_f32 v135, s65, v135
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[164:165], v[104:111] neg_lo:[1,1,0]
+        v_exp_f32_e32 v139, v139
+        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
+        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[164:165], v[112:119] neg_lo:[1,1,0]
+        v_exp_f32_e32 v140, v140
+        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
+        v_dual_mul_f32 v136, s65, v136 :: v_dual_sub_f32 v145, v145, v18
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[164:165], v[120:127] neg_lo:[1,1,0]
+        v_exp_f32_e32 v141, v141
+        v_dual_add_f32 v22, v23, v139 :: v_dual_mul_f32 v137, s65, v137
+        v_cvt_pk_fp8_f32 v136, v136, v137
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[166:167], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v4 offset:2048
+        v_exp_f32_e32 v142, v142
+        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
+        v_dual_mul_f32 v138, s65, v138 :: v_dual_mul_f32 v139, s65, v139
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[166:167], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v4 offset:3072
+        v_exp_f32_e32 v143, v143
+        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
+        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[166:167], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v5 offset:24576
+        v_exp_f32_e32 v144, v144
+        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
+        v_dual_mul_f32 v140, s65, v140 :: v_dual_sub_f32 v149, v149, v18
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[166:167], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v5 offset:25600
+        v_exp_f32_e32 v145, v145
+        v_dual_add_f32 v22, v23, v143 :: v_dual_mul_f32 v141, s65, v141
+        v_cvt_pk_fp8_f32 v137, v140, v141
+        v_exp_f32_e32 v146, v146
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[168:169], v[96:103] neg_lo:[1,1,0]
+        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
+        v_dual_mul_f32 v142, s65, v142 :: v_dual_mul_f32 v143, s65, v143
+        v_exp_f32_e32 v147, v147
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[168:169], v[104:111] neg_lo:[1,1,0]
+        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
+        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
+        v_exp_f32_e32 v148, v148
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[208:209], v[168:169], v[112:119] neg_lo:[1,1,0]
+        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
+        v_dual_mul_f32 v144, s65, v144 :: v_dual_sub_f32 v153, v153, v18
+        v_exp_f32_e32 v149, v149
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[212:213], v[168:169], v[120:127] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v23, v147 :: v_dual_mul_f32 v145, s65, v145
+        v_cvt_pk_fp8_f32 v144, v144, v145
+        v_exp_f32_e32 v150, v150
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[170:171], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[240:243], v5 offset:26624
+        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
+        v_dual_mul_f32 v146, s65, v146 :: v_dual_mul_f32 v147, s65, v147
+        v_exp_f32_e32 v151, v151
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[170:171], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[244:247], v5 offset:27648
+        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
+        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
+        v_exp_f32_e32 v152, v152
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[210:211], v[170:171], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[208:211], v5 offset:28672
+        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
+        v_dual_mul_f32 v148, s65, v148 :: v_dual_sub_f32 v157, v157, v18
+        v_exp_f32_e32 v153, v153
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[214:215], v[170:171], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[212:215], v5 offset:29696
+        v_dual_add_f32 v22, v23, v151 :: v_dual_mul_f32 v149, s65, v149
+        v_cvt_pk_fp8_f32 v145, v148, v149
+        v_exp_f32_e32 v154, v154
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[216:217], v[172:173], v[96:103] neg_lo:[1,1,0]
+        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
+        v_dual_mul_f32 v150, s65, v150 :: v_dual_mul_f32 v151, s65, v151
+        v_exp_f32_e32 v155, v155
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[220:221], v[172:173], v[104:111] neg_lo:[1,1,0]
+        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
+        v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
+        v_exp_f32_e32 v156, v156
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[172:173], v[112:119] neg_lo:[1,1,0]
+        v_dual_add_f32 v23, v22, v154 :: v_dual_mul_f32 v152, s65, v152
+        v_exp_f32_e32 v157, v157
+        v_dual_add_f32 v22, v23, v155 :: v_dual_mul_f32 v153, s65, v153
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[172:173], v[120:127] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v152, v152, v153
+        v_exp_f32_e32 v158, v158
+        v_dual_add_f32 v23, v22, v156 :: v_dual_mul_f32 v154, s65, v154
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[218:219], v[174:175], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[216:219], v5 offset:30720
+        v_exp_f32_e32 v159, v159
+        v_dual_add_f32 v22, v23, v157 :: v_dual_mul_f32 v155, s65, v155
+        v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[222:223], v[174:175], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[220:223], v5 offset:31744
+        v_dual_add_f32 v23, v22, v158 :: v_dual_mul_f32 v156, s65, v156
+        v_dual_add_f32 v22, v23, v159 :: v_dual_mul_f32 v157, s65, v157
+        v_cvt_pk_fp8_f32 v153, v156, v157
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v6 offset:24576
+        v_dual_mul_f32 v158, s65, v158 :: v_dual_mul_f32 v159, s65, v159
+        v_cvt_pk_fp8_f32 v153, v158, v159 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[174:175], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v6 offset:25600
+        v_permlanex16_b32 v28, v22, s67, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_no_rescale_1
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+        v_dual_mul_f32 v64, v19, v64 :: v_dual_mul_f32 v65, v20, v65
+        v_dual_mul_f32 v66, v19, v66 :: v_dual_mul_f32 v67, v20, v67
+        v_dual_mul_f32 v68, v19, v68 :: v_dual_mul_f32 v69, v20, v69
+        v_dual_mul_f32 v70, v19, v70 :: v_dual_mul_f32 v71, v20, v71
+        v_dual_mul_f32 v72, v19, v72 :: v_dual_mul_f32 v73, v20, v73
+        v_dual_mul_f32 v74, v19, v74 :: v_dual_mul_f32 v75, v20, v75
+        v_dual_mul_f32 v76, v19, v76 :: v_dual_mul_f32 v77, v20, v77
+        v_dual_mul_f32 v78, v19, v78 :: v_dual_mul_f32 v79, v20, v79
+        v_dual_mul_f32 v80, v19, v80 :: v_dual_mul_f32 v81, v20, v81
+        v_dual_mul_f32 v82, v19, v82 :: v_dual_mul_f32 v83, v20, v83
+        v_dual_mul_f32 v84, v19, v84 :: v_dual_mul_f32 v85, v20, v85
+        v_dual_mul_f32 v86, v19, v86 :: v_dual_mul_f32 v87, v20, v87
+        v_dual_mul_f32 v88, v19, v88 :: v_dual_mul_f32 v89, v20, v89
+        v_dual_mul_f32 v90, v19, v90 :: v_dual_mul_f32 v91, v20, v91
+        v_dual_mul_f32 v92, v19, v92 :: v_dual_mul_f32 v93, v20, v93
+        v_dual_mul_f32 v94, v19, v94 :: v_dual_mul_f32 v95, v20, v95
+.Ld128_fp16_no_rescale_1:
+
+        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
+        s_wait_loadcnt 8
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[128:129], v[32:39]
+        v_dual_mul_f32 v13, s68, v11 :: v_dual_subrev_f32 v96, s66, v96
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[128:129], v[40:47]
+        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v97, s66, v97
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[128:129], v[48:55]
+        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[128:129], v[56:63]
+        v_dual_subrev_f32 v98, s66, v98 :: v_dual_subrev_f32 v99, s66, v99
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[136:137], v[32:39]
+        ds_load_b128 v[232:235], v6 offset:26624
+        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[136:137], v[40:47]
+        ds_load_b128 v[236:239], v6 offset:27648
+        v_dual_subrev_f32 v100, s66, v100 :: v_dual_subrev_f32 v101, s66, v101
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[136:137], v[48:55]
+        ds_load_b128 v[240:243], v6 offset:28672
+        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[136:137], v[56:63]
+        ds_load_b128 v[244:247], v6 offset:29696
+        v_dual_subrev_f32 v102, s66, v102 :: v_dual_subrev_f32 v103, s66, v103
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[128:129], v[64:71]
+        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[128:129], v[72:79]
+        v_dual_subrev_f32 v104, s66, v104 :: v_dual_subrev_f32 v105, s66, v105
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[128:129], v[80:87]
+        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[128:129], v[88:95]
+        v_dual_subrev_f32 v106, s66, v106 :: v_dual_subrev_f32 v107, s66, v107
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[136:137], v[64:71]
+        ds_load_b128 v[208:211], v6 offset:30720
+        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[136:137], v[72:79]
+        ds_load_b128 v[212:215], v6 offset:31744
+        v_dual_subrev_f32 v108, s66, v108 :: v_dual_subrev_f32 v109, s66, v109
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[136:137], v[80:87]
+        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[136:137], v[88:95]
+        v_dual_subrev_f32 v110, s66, v110 :: v_dual_subrev_f32 v111, s66, v111
+        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[144:145], v[32:39]
+        v_dual_subrev_f32 v112, s66, v112 :: v_dual_subrev_f32 v113, s66, v113
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[144:145], v[40:47]
+        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[144:145], v[48:55]
+        v_dual_subrev_f32 v114, s66, v114 :: v_dual_subrev_f32 v115, s66, v115
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[144:145], v[56:63]
+        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[152:153], v[32:39]
+        v_dual_subrev_f32 v116, s66, v116 :: v_dual_subrev_f32 v117, s66, v117
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[152:153], v[40:47]
+        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[152:153], v[48:55]
+        v_dual_subrev_f32 v118, s66, v118 :: v_dual_subrev_f32 v119, s66, v119
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[152:153], v[56:63]
+        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[144:145], v[64:71]
+        v_dual_subrev_f32 v120, s66, v120 :: v_dual_subrev_f32 v121, s66, v121
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[144:145], v[72:79]
+        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[144:145], v[80:87]
+        v_dual_subrev_f32 v122, s66, v122 :: v_dual_subrev_f32 v123, s66, v123
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[144:145], v[88:95]
+        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[152:153], v[64:71]
+        v_dual_subrev_f32 v124, s66, v124 :: v_dual_subrev_f32 v125, s66, v125
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[152:153], v[72:79]
+        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[152:153], v[80:87]
+        v_dual_subrev_f32 v126, s66, v126 :: v_dual_subrev_f32 v127, s66, v127
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[152:153], v[88:95]
+        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
+
+        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
+        s_wait_loadcnt 0
+        ds_store_b128 v7, v[176:179] offset:8192
+        ds_store_b128 v8, v[192:195] offset:16384
+        ds_store_b128 v7, v[180:183] offset:10240
+        ds_store_b128 v8, v[196:199] offset:18432
+        ds_store_b128 v7, v[184:187] offset:12288
+        ds_store_b128 v8, v[200:203] offset:20480
+        ds_store_b128 v7, v[188:191] offset:14336
+        ds_store_b128 v8, v[204:207] offset:22528
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        s_add_co_i32 s69, s69, 1
+        s_wait_kmcnt 0  // L[min(t+3, last)]
+        s_mov_b32 s61, s62
+        s_mov_b32 s62, s63
+        s_mov_b32 s63, s64
+        s_branch .Ld128_fp16_loop
+.Ld128_fp16_last_0:
+
+        // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        ds_load_b128 v[208:211], v5 offset:16384
+        ds_load_b128 v[212:215], v5 offset:17408
+        ds_load_b128 v[216:219], v5 offset:18432
+        ds_load_b128 v[220:223], v5 offset:19456
+        ds_load_b128 v[224:227], v5 offset:20480
+        ds_load_b128 v[228:231], v5 offset:21504
+        ds_load_b128 v[232:235], v5 offset:22528
+        ds_load_b128 v[236:239], v5 offset:23552
+        ds_load_b128 v[240:243], v6 offset:16384
+        ds_load_b128 v[244:247], v6 offset:17408
+        s_lshl_b32 s52, s61, 6
+        s_add_co_i32 s53, s52, 64
+        s_cmp_le_i32 s53, s57
+        s_cbranch_scc1 .Ld128_fp16_nomask_0_last
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s56, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s52, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_nomask_0_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s67, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v17, vcc_lo
+        v_mov_b32 v29, v18
+        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
+        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_exp_f32_e32 v96, v96
+        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_exp_f32_e32 v97, v97
+        v_exp_f32_e32 v98, v98
+        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
         v_exp_f32_e32 v99, v99
         v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v17 :: v_dual_add_f32 v23, v22, v98
-        v_dual_mul_f32 v96, s51, v96 :: v_dual_mul_f32 v97, s51, v97
+        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_dual_mul_f32 v96, s65, v96 :: v_dual_mul_f32 v97, s65, v97
         v_exp_f32_e32 v101, v101
         v_add_f32 v22, v23, v99
         v_cvt_pk_fp8_f32 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v17 :: v_dual_add_f32 v23, v100, v22
-        v_dual_mul_f32 v98, s51, v98 :: v_dual_mul_f32 v99, s51, v99
+        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_dual_mul_f32 v98, s65, v98 :: v_dual_mul_f32 v99, s65, v99
         v_exp_f32_e32 v103, v103
         v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v17 :: v_dual_add_f32 v23, v22, v102
-        v_dual_mul_f32 v100, s51, v100 :: v_dual_sub_f32 v109, v109, v18
+        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_dual_mul_f32 v100, s65, v100 :: v_dual_sub_f32 v109, v109, v18
         v_exp_f32_e32 v105, v105
-        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s51, v101
+        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s65, v101
         v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v17 :: v_dual_add_f32 v23, v104, v22
-        v_dual_mul_f32 v102, s51, v102 :: v_dual_mul_f32 v103, s51, v103
+        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_dual_mul_f32 v102, s65, v102 :: v_dual_mul_f32 v103, s65, v103
         v_exp_f32_e32 v107, v107
         v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
         v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v17 :: v_dual_add_f32 v23, v22, v106
-        v_dual_mul_f32 v104, s51, v104 :: v_dual_sub_f32 v113, v113, v18
+        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_dual_mul_f32 v104, s65, v104 :: v_dual_sub_f32 v113, v113, v18
         v_exp_f32_e32 v109, v109
-        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s51, v105
+        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s65, v105
         v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v17 :: v_dual_add_f32 v23, v108, v22
-        v_dual_mul_f32 v106, s51, v106 :: v_dual_mul_f32 v107, s51, v107
+        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_dual_mul_f32 v106, s65, v106 :: v_dual_mul_f32 v107, s65, v107
         v_exp_f32_e32 v111, v111
         v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
         v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v17 :: v_dual_add_f32 v23, v22, v110
-        v_dual_mul_f32 v108, s51, v108 :: v_dual_sub_f32 v117, v117, v18
+        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_dual_mul_f32 v108, s65, v108 :: v_dual_sub_f32 v117, v117, v18
         v_exp_f32_e32 v113, v113
-        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s51, v109
+        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s65, v109
         v_cvt_pk_fp8_f32 v105, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v17 :: v_dual_add_f32 v23, v112, v22
-        v_dual_mul_f32 v110, s51, v110 :: v_dual_mul_f32 v111, s51, v111
+        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_dual_mul_f32 v110, s65, v110 :: v_dual_mul_f32 v111, s65, v111
         v_exp_f32_e32 v115, v115
         v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
         v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v17 :: v_dual_add_f32 v23, v22, v114
-        v_dual_mul_f32 v112, s51, v112 :: v_dual_sub_f32 v121, v121, v18
+        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_dual_mul_f32 v112, s65, v112 :: v_dual_sub_f32 v121, v121, v18
         v_exp_f32_e32 v117, v117
-        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s51, v113
+        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s65, v113
         v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v17 :: v_dual_add_f32 v23, v116, v22
-        v_dual_mul_f32 v114, s51, v114 :: v_dual_mul_f32 v115, s51, v115
+        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_dual_mul_f32 v114, s65, v114 :: v_dual_mul_f32 v115, s65, v115
         v_exp_f32_e32 v119, v119
         v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
         v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v17 :: v_dual_add_f32 v23, v22, v118
-        v_dual_mul_f32 v116, s51, v116 :: v_dual_sub_f32 v125, v125, v18
+        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_dual_mul_f32 v116, s65, v116 :: v_dual_sub_f32 v125, v125, v18
         v_exp_f32_e32 v121, v121
-        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s51, v117
+        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s65, v117
         v_cvt_pk_fp8_f32 v113, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v17 :: v_dual_add_f32 v23, v120, v22
-        v_dual_mul_f32 v118, s51, v118 :: v_dual_mul_f32 v119, s51, v119
+        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
+        v_dual_mul_f32 v118, s65, v118 :: v_dual_mul_f32 v119, s65, v119
         v_exp_f32_e32 v123, v123
         v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
         v_exp_f32_e32 v124, v124
-        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s51, v120
+        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s65, v120
         v_exp_f32_e32 v125, v125
-        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s51, v121
+        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s65, v121
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s51, v122
+        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s65, v122
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s51, v123
+        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s65, v123
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s51, v124
-        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s51, v125
+        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s65, v124
+        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s65, v125
         v_cvt_pk_fp8_f32 v121, v124, v125
-        v_dual_mul_f32 v126, s51, v126 :: v_dual_mul_f32 v127, s51, v127
+        v_dual_mul_f32 v126, s65, v126 :: v_dual_mul_f32 v127, s65, v127
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v22, s67, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -4480,9 +5121,18 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         ds_load_b128 v[236:239], v5 offset:31744
         ds_load_b128 v[240:243], v6 offset:24576
         ds_load_b128 v[244:247], v6 offset:25600
-        v_bfe_u32 v29, v0, 4, 1
-        v_lshlrev_b32 v29, 5, v29
-        v_sub_nc_u32_e32 v29, s50, v29
+        s_lshl_b32 s52, s61, 6
+        s_add_co_i32 s53, s52, 64
+        s_cmp_le_i32 s53, s57
+        s_cbranch_scc1 .Ld128_fp16_nomask_1_last
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s56, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s52, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
         v_cmp_lt_i32_e32 vcc_lo, 0, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
@@ -4579,6 +5229,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_nomask_1_last:
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -4595,111 +5246,115 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v24, s67, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
-        v_dual_mov_b32 v18, v16 :: v_dual_sub_f32 v19, v17, v16
+        v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
-        v_dual_sub_f32 v128, v128, v16 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v16 :: v_dual_sub_f32 v131, v131, v18
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v16, vcc_lo
+        v_mov_b32 v29, v18
+        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
+        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
         v_exp_f32_e32 v128, v128
-        v_dual_sub_f32 v132, v132, v16 :: v_dual_sub_f32 v133, v133, v18
+        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
         v_exp_f32_e32 v129, v129
         v_exp_f32_e32 v130, v130
-        v_dual_sub_f32 v134, v134, v16 :: v_dual_sub_f32 v135, v135, v18
+        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
         v_exp_f32_e32 v131, v131
         v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
         v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v16 :: v_dual_add_f32 v23, v22, v130
-        v_dual_mul_f32 v128, s51, v128 :: v_dual_mul_f32 v129, s51, v129
+        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
+        v_dual_mul_f32 v128, s65, v128 :: v_dual_mul_f32 v129, s65, v129
         v_exp_f32_e32 v133, v133
         v_add_f32 v22, v23, v131
         v_cvt_pk_fp8_f32 v128, v128, v129
         v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v16 :: v_dual_add_f32 v23, v132, v22
-        v_dual_mul_f32 v130, s51, v130 :: v_dual_mul_f32 v131, s51, v131
+        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
+        v_dual_mul_f32 v130, s65, v130 :: v_dual_mul_f32 v131, s65, v131
         v_exp_f32_e32 v135, v135
         v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
         v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
         v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v16 :: v_dual_add_f32 v23, v22, v134
-        v_dual_mul_f32 v132, s51, v132 :: v_dual_sub_f32 v141, v141, v18
+        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
+        v_dual_mul_f32 v132, s65, v132 :: v_dual_sub_f32 v141, v141, v18
         v_exp_f32_e32 v137, v137
-        v_dual_add_f32 v22, v23, v135 :: v_dual_mul_f32 v133, s51, v133
+        v_dual_add_f32 v22, v23, v135 :: v_dual_mul_f32 v133, s65, v133
         v_cvt_pk_fp8_f32 v129, v132, v133
         v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v16 :: v_dual_add_f32 v23, v136, v22
-        v_dual_mul_f32 v134, s51, v134 :: v_dual_mul_f32 v135, s51, v135
+        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
+        v_dual_mul_f32 v134, s65, v134 :: v_dual_mul_f32 v135, s65, v135
         v_exp_f32_e32 v139, v139
         v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
         v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
         v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v16 :: v_dual_add_f32 v23, v22, v138
-        v_dual_mul_f32 v136, s51, v136 :: v_dual_sub_f32 v145, v145, v18
+        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
+        v_dual_mul_f32 v136, s65, v136 :: v_dual_sub_f32 v145, v145, v18
         v_exp_f32_e32 v141, v141
-        v_dual_add_f32 v22, v23, v139 :: v_dual_mul_f32 v137, s51, v137
+        v_dual_add_f32 v22, v23, v139 :: v_dual_mul_f32 v137, s65, v137
         v_cvt_pk_fp8_f32 v136, v136, v137
         v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v16 :: v_dual_add_f32 v23, v140, v22
-        v_dual_mul_f32 v138, s51, v138 :: v_dual_mul_f32 v139, s51, v139
+        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
+        v_dual_mul_f32 v138, s65, v138 :: v_dual_mul_f32 v139, s65, v139
         v_exp_f32_e32 v143, v143
         v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
         v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
         v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v16 :: v_dual_add_f32 v23, v22, v142
-        v_dual_mul_f32 v140, s51, v140 :: v_dual_sub_f32 v149, v149, v18
+        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
+        v_dual_mul_f32 v140, s65, v140 :: v_dual_sub_f32 v149, v149, v18
         v_exp_f32_e32 v145, v145
-        v_dual_add_f32 v22, v23, v143 :: v_dual_mul_f32 v141, s51, v141
+        v_dual_add_f32 v22, v23, v143 :: v_dual_mul_f32 v141, s65, v141
         v_cvt_pk_fp8_f32 v137, v140, v141
         v_exp_f32_e32 v146, v146
-        v_dual_sub_f32 v150, v150, v16 :: v_dual_add_f32 v23, v144, v22
-        v_dual_mul_f32 v142, s51, v142 :: v_dual_mul_f32 v143, s51, v143
+        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
+        v_dual_mul_f32 v142, s65, v142 :: v_dual_mul_f32 v143, s65, v143
         v_exp_f32_e32 v147, v147
         v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
         v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
         v_exp_f32_e32 v148, v148
-        v_dual_sub_f32 v152, v152, v16 :: v_dual_add_f32 v23, v22, v146
-        v_dual_mul_f32 v144, s51, v144 :: v_dual_sub_f32 v153, v153, v18
+        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
+        v_dual_mul_f32 v144, s65, v144 :: v_dual_sub_f32 v153, v153, v18
         v_exp_f32_e32 v149, v149
-        v_dual_add_f32 v22, v23, v147 :: v_dual_mul_f32 v145, s51, v145
+        v_dual_add_f32 v22, v23, v147 :: v_dual_mul_f32 v145, s65, v145
         v_cvt_pk_fp8_f32 v144, v144, v145
         v_exp_f32_e32 v150, v150
-        v_dual_sub_f32 v154, v154, v16 :: v_dual_add_f32 v23, v148, v22
-        v_dual_mul_f32 v146, s51, v146 :: v_dual_mul_f32 v147, s51, v147
+        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
+        v_dual_mul_f32 v146, s65, v146 :: v_dual_mul_f32 v147, s65, v147
         v_exp_f32_e32 v151, v151
         v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
         v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
         v_exp_f32_e32 v152, v152
-        v_dual_sub_f32 v156, v156, v16 :: v_dual_add_f32 v23, v22, v150
-        v_dual_mul_f32 v148, s51, v148 :: v_dual_sub_f32 v157, v157, v18
+        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
+        v_dual_mul_f32 v148, s65, v148 :: v_dual_sub_f32 v157, v157, v18
         v_exp_f32_e32 v153, v153
-        v_dual_add_f32 v22, v23, v151 :: v_dual_mul_f32 v149, s51, v149
+        v_dual_add_f32 v22, v23, v151 :: v_dual_mul_f32 v149, s65, v149
         v_cvt_pk_fp8_f32 v145, v148, v149
         v_exp_f32_e32 v154, v154
-        v_dual_sub_f32 v158, v158, v16 :: v_dual_add_f32 v23, v152, v22
-        v_dual_mul_f32 v150, s51, v150 :: v_dual_mul_f32 v151, s51, v151
+        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
+        v_dual_mul_f32 v150, s65, v150 :: v_dual_mul_f32 v151, s65, v151
         v_exp_f32_e32 v155, v155
         v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
         v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
         v_exp_f32_e32 v156, v156
-        v_dual_add_f32 v23, v22, v154 :: v_dual_mul_f32 v152, s51, v152
+        v_dual_add_f32 v23, v22, v154 :: v_dual_mul_f32 v152, s65, v152
         v_exp_f32_e32 v157, v157
-        v_dual_add_f32 v22, v23, v155 :: v_dual_mul_f32 v153, s51, v153
+        v_dual_add_f32 v22, v23, v155 :: v_dual_mul_f32 v153, s65, v153
         v_cvt_pk_fp8_f32 v152, v152, v153
         v_exp_f32_e32 v158, v158
-        v_dual_add_f32 v23, v22, v156 :: v_dual_mul_f32 v154, s51, v154
+        v_dual_add_f32 v23, v22, v156 :: v_dual_mul_f32 v154, s65, v154
         v_exp_f32_e32 v159, v159
-        v_dual_add_f32 v22, v23, v157 :: v_dual_mul_f32 v155, s51, v155
+        v_dual_add_f32 v22, v23, v157 :: v_dual_mul_f32 v155, s65, v155
         v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v158 :: v_dual_mul_f32 v156, s51, v156
-        v_dual_add_f32 v22, v23, v159 :: v_dual_mul_f32 v157, s51, v157
+        v_dual_add_f32 v23, v22, v158 :: v_dual_mul_f32 v156, s65, v156
+        v_dual_add_f32 v22, v23, v159 :: v_dual_mul_f32 v157, s65, v157
         v_cvt_pk_fp8_f32 v153, v156, v157
-        v_dual_mul_f32 v158, s51, v158 :: v_dual_mul_f32 v159, s51, v159
+        v_dual_mul_f32 v158, s65, v158 :: v_dual_mul_f32 v159, s65, v159
         v_cvt_pk_fp8_f32 v153, v158, v159 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v22, s67, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -4794,6 +5449,44 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[222:223], v[152:153], v[72:79]
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[226:227], v[152:153], v[80:87]
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[230:231], v[152:153], v[88:95]
+        s_branch .Ld128_fp16_epilogue
+.Ld128_fp16_empty:
+
+        // ---- no active key tile (LUT count 0): O = 0, m = -inf, l = 0 -> zeros and lse -inf ------------------
+        v_dual_mov_b32 v32, 0 :: v_dual_mov_b32 v33, 0
+        v_dual_mov_b32 v34, 0 :: v_dual_mov_b32 v35, 0
+        v_dual_mov_b32 v36, 0 :: v_dual_mov_b32 v37, 0
+        v_dual_mov_b32 v38, 0 :: v_dual_mov_b32 v39, 0
+        v_dual_mov_b32 v40, 0 :: v_dual_mov_b32 v41, 0
+        v_dual_mov_b32 v42, 0 :: v_dual_mov_b32 v43, 0
+        v_dual_mov_b32 v44, 0 :: v_dual_mov_b32 v45, 0
+        v_dual_mov_b32 v46, 0 :: v_dual_mov_b32 v47, 0
+        v_dual_mov_b32 v48, 0 :: v_dual_mov_b32 v49, 0
+        v_dual_mov_b32 v50, 0 :: v_dual_mov_b32 v51, 0
+        v_dual_mov_b32 v52, 0 :: v_dual_mov_b32 v53, 0
+        v_dual_mov_b32 v54, 0 :: v_dual_mov_b32 v55, 0
+        v_dual_mov_b32 v56, 0 :: v_dual_mov_b32 v57, 0
+        v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
+        v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
+        v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
+        v_dual_mov_b32 v64, 0 :: v_dual_mov_b32 v65, 0
+        v_dual_mov_b32 v66, 0 :: v_dual_mov_b32 v67, 0
+        v_dual_mov_b32 v68, 0 :: v_dual_mov_b32 v69, 0
+        v_dual_mov_b32 v70, 0 :: v_dual_mov_b32 v71, 0
+        v_dual_mov_b32 v72, 0 :: v_dual_mov_b32 v73, 0
+        v_dual_mov_b32 v74, 0 :: v_dual_mov_b32 v75, 0
+        v_dual_mov_b32 v76, 0 :: v_dual_mov_b32 v77, 0
+        v_dual_mov_b32 v78, 0 :: v_dual_mov_b32 v79, 0
+        v_dual_mov_b32 v80, 0 :: v_dual_mov_b32 v81, 0
+        v_dual_mov_b32 v82, 0 :: v_dual_mov_b32 v83, 0
+        v_dual_mov_b32 v84, 0 :: v_dual_mov_b32 v85, 0
+        v_dual_mov_b32 v86, 0 :: v_dual_mov_b32 v87, 0
+        v_dual_mov_b32 v88, 0 :: v_dual_mov_b32 v89, 0
+        v_dual_mov_b32 v90, 0 :: v_dual_mov_b32 v91, 0
+        v_dual_mov_b32 v92, 0 :: v_dual_mov_b32 v93, 0
+        v_dual_mov_b32 v94, 0 :: v_dual_mov_b32 v95, 0
+        v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
+        s_wait_kmcnt 0  // q_scale (the smooth_k lse term)
 .Ld128_fp16_epilogue:
 
         // ---- epilogue: inv = 1 / (448 l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) -------------
@@ -4810,26 +5503,29 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_div_fmas_f32 v209, v209, v211, v212
         v_div_fixup_f32 v214, v209, v208, 1.0
+        v_cmp_neq_f32_e32 vcc_lo, 0, v21  // l = 0: a row that saw no key -> inv 0, zeros
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v214, 0, v214, vcc_lo
 
         // ---- epilogue: v_scale, fp16 RNE saturating at +-its max (NaN -> 0x7e00), stores of the valid query rows 
         v_bfe_u32 v208, v0, 4, 1  // h
         v_lshlrev_b32 v208, 5, v208  // 8h floats = 32h bytes
-        global_load_b128 v[96:99], v208, s[76:77] offset:0
-        global_load_b128 v[100:103], v208, s[76:77] offset:16
-        global_load_b128 v[104:107], v208, s[76:77] offset:64
-        global_load_b128 v[108:111], v208, s[76:77] offset:80
-        global_load_b128 v[112:115], v208, s[76:77] offset:128
-        global_load_b128 v[116:119], v208, s[76:77] offset:144
-        global_load_b128 v[120:123], v208, s[76:77] offset:192
-        global_load_b128 v[124:127], v208, s[76:77] offset:208
-        global_load_b128 v[128:131], v208, s[76:77] offset:256
-        global_load_b128 v[132:135], v208, s[76:77] offset:272
-        global_load_b128 v[136:139], v208, s[76:77] offset:320
-        global_load_b128 v[140:143], v208, s[76:77] offset:336
-        global_load_b128 v[144:147], v208, s[76:77] offset:384
-        global_load_b128 v[148:151], v208, s[76:77] offset:400
-        global_load_b128 v[152:155], v208, s[76:77] offset:448
-        global_load_b128 v[156:159], v208, s[76:77] offset:464
+        global_load_b128 v[96:99], v208, s[90:91] offset:0
+        global_load_b128 v[100:103], v208, s[90:91] offset:16
+        global_load_b128 v[104:107], v208, s[90:91] offset:64
+        global_load_b128 v[108:111], v208, s[90:91] offset:80
+        global_load_b128 v[112:115], v208, s[90:91] offset:128
+        global_load_b128 v[116:119], v208, s[90:91] offset:144
+        global_load_b128 v[120:123], v208, s[90:91] offset:192
+        global_load_b128 v[124:127], v208, s[90:91] offset:208
+        global_load_b128 v[128:131], v208, s[90:91] offset:256
+        global_load_b128 v[132:135], v208, s[90:91] offset:272
+        global_load_b128 v[136:139], v208, s[90:91] offset:320
+        global_load_b128 v[140:143], v208, s[90:91] offset:336
+        global_load_b128 v[144:147], v208, s[90:91] offset:384
+        global_load_b128 v[148:151], v208, s[90:91] offset:400
+        global_load_b128 v[152:155], v208, s[90:91] offset:448
+        global_load_b128 v[156:159], v208, s[90:91] offset:464
         s_wait_loadcnt 14
         v_mul_f32_e32 v32, v32, v214
         v_mul_f32_e32 v32, v32, v96
@@ -5425,360 +6121,360 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_cbranch_scc0 .Ld128_fp16_store_out
         v_bfe_u32 v213, v0, 4, 1  // h
         v_lshlrev_b32 v213, 8, v213  // 64h floats
-        global_load_b128 v[96:99], v213, s[74:75] offset:0
-        global_load_b128 v[100:103], v213, s[74:75] offset:16
-        global_load_b128 v[104:107], v213, s[74:75] offset:32
-        global_load_b128 v[108:111], v213, s[74:75] offset:48
-        global_load_b128 v[112:115], v213, s[74:75] offset:64
-        global_load_b128 v[116:119], v213, s[74:75] offset:80
-        global_load_b128 v[120:123], v213, s[74:75] offset:96
-        global_load_b128 v[124:127], v213, s[74:75] offset:112
-        global_load_b128 v[128:131], v213, s[74:75] offset:128
-        global_load_b128 v[132:135], v213, s[74:75] offset:144
-        global_load_b128 v[136:139], v213, s[74:75] offset:160
-        global_load_b128 v[140:143], v213, s[74:75] offset:176
-        global_load_b128 v[144:147], v213, s[74:75] offset:192
-        global_load_b128 v[148:151], v213, s[74:75] offset:208
-        global_load_b128 v[152:155], v213, s[74:75] offset:224
-        global_load_b128 v[156:159], v213, s[74:75] offset:240
+        global_load_b128 v[96:99], v213, s[88:89] offset:0
+        global_load_b128 v[100:103], v213, s[88:89] offset:16
+        global_load_b128 v[104:107], v213, s[88:89] offset:32
+        global_load_b128 v[108:111], v213, s[88:89] offset:48
+        global_load_b128 v[112:115], v213, s[88:89] offset:64
+        global_load_b128 v[116:119], v213, s[88:89] offset:80
+        global_load_b128 v[120:123], v213, s[88:89] offset:96
+        global_load_b128 v[124:127], v213, s[88:89] offset:112
+        global_load_b128 v[128:131], v213, s[88:89] offset:128
+        global_load_b128 v[132:135], v213, s[88:89] offset:144
+        global_load_b128 v[136:139], v213, s[88:89] offset:160
+        global_load_b128 v[140:143], v213, s[88:89] offset:176
+        global_load_b128 v[144:147], v213, s[88:89] offset:192
+        global_load_b128 v[148:151], v213, s[88:89] offset:208
+        global_load_b128 v[152:155], v213, s[88:89] offset:224
+        global_load_b128 v[156:159], v213, s[88:89] offset:240
         v_mov_b32 v210, 0
         s_wait_loadcnt 15
         v_bfe_i32 v211, v160, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v96
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v160, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v97
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v160, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v98
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v160, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v99
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 14
         v_bfe_i32 v211, v161, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v100
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v161, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v101
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v161, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v102
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v161, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v103
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 13
         v_bfe_i32 v211, v162, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v104
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v162, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v105
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v162, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v106
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v162, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v107
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 12
         v_bfe_i32 v211, v163, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v108
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v163, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v109
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v163, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v110
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v163, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v111
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 11
         v_bfe_i32 v211, v164, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v112
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v164, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v113
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v164, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v114
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v164, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v115
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 10
         v_bfe_i32 v211, v165, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v116
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v165, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v117
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v165, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v118
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v165, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v119
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 9
         v_bfe_i32 v211, v166, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v120
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v166, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v121
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v166, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v122
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v166, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v123
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 8
         v_bfe_i32 v211, v167, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v124
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v167, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v125
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v167, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v126
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v167, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v127
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 7
         v_bfe_i32 v211, v168, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v128
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v168, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v129
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v168, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v130
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v168, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v131
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 6
         v_bfe_i32 v211, v169, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v132
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v169, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v133
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v169, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v134
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v169, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v135
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 5
         v_bfe_i32 v211, v170, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v136
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v170, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v137
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v170, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v138
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v170, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v139
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 4
         v_bfe_i32 v211, v171, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v140
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v171, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v141
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v171, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v142
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v171, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v143
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 3
         v_bfe_i32 v211, v172, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v144
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v172, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v145
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v172, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v146
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v172, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v147
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 2
         v_bfe_i32 v211, v173, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v148
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v173, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v149
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v173, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v150
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v173, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v151
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 1
         v_bfe_i32 v211, v174, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v152
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v174, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v153
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v174, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v154
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v174, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v155
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 0
         v_bfe_i32 v211, v175, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v156
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v175, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v157
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v175, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v158
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v175, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s54, v211
+        v_mul_f32_e32 v211, s68, v211
         v_mul_f32_e32 v211, v211, v159
         v_add_f32_e32 v210, v210, v211
-        v_permlanex16_b32 v28, v210, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v210, s67, 0xfedcba98
         v_add_f32_e32 v210, v210, v28
         v_mul_f32_e32 v210, 0x3f317218, v210
         v_add_f32_e32 v208, v208, v210
@@ -5786,7 +6482,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
 
         // ---- epilogue: stores (EXEC = valid query rows; lse from lanes 0-15) ---------------------------------
         v_and_b32 v176, 15, v0
-        v_add_nc_u32_e32 v176, s48, v176  // query index q0 + r
+        v_add_nc_u32_e32 v176, s54, v176  // query index q0 + r
         v_cmpx_gt_u32_e64 s22, v176
         s_cbranch_execz .Ld128_fp16_end
         v_and_b32 v212, 15, v0
@@ -5794,20 +6490,20 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_lshlrev_b32 v212, 1, v212  // bytes
         v_bfe_u32 v213, v0, 4, 1  // h
         v_lshl_add_u32 v212, v213, 4, v212  // + 16h bytes (8 outputs of d-tile half h)
-        global_store_b128 v212, v[216:219], s[78:79] offset:0
-        global_store_b128 v212, v[220:223], s[78:79] offset:32
-        global_store_b128 v212, v[224:227], s[78:79] offset:64
-        global_store_b128 v212, v[228:231], s[78:79] offset:96
-        global_store_b128 v212, v[232:235], s[78:79] offset:128
+        global_store_b128 v212, v[216:219], s[92:93] offset:0
+        global_store_b128 v212, v[220:223], s[92:93] offset:32
+        global_store_b128 v212, v[224:227], s[92:93] offset:64
+        global_store_b128 v212, v[228:231], s[92:93] offset:96
+        global_store_b128 v212, v[232:235], s[92:93] offset:128
         s_cmp_le_u32 s33, 80  // head_dim <= 80: no more channels
         s_cbranch_scc1 .Ld128_fp16_stored
-        global_store_b128 v212, v[236:239], s[78:79] offset:160
+        global_store_b128 v212, v[236:239], s[92:93] offset:160
         s_cmp_le_u32 s33, 96  // head_dim <= 96: no more channels
         s_cbranch_scc1 .Ld128_fp16_stored
-        global_store_b128 v212, v[240:243], s[78:79] offset:192
+        global_store_b128 v212, v[240:243], s[92:93] offset:192
         s_cmp_le_u32 s33, 112  // head_dim <= 112: no more channels
         s_cbranch_scc1 .Ld128_fp16_stored
-        global_store_b128 v212, v[244:247], s[78:79] offset:224
+        global_store_b128 v212, v[244:247], s[92:93] offset:224
 .Ld128_fp16_stored:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld128_fp16_end
@@ -5815,7 +6511,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cmpx_gt_u32_e64 16, v212  // lanes 0-15 hold the row's lse
         v_and_b32 v212, 15, v0
         v_lshlrev_b32 v212, 2, v212
-        global_store_b32 v212, v208, s[80:81]
+        global_store_b32 v212, v208, s[94:95]
 .Ld128_fp16_end:
         s_endpgm
 .Lgfx1201_sage_attention_fwd_asm_d128_fp16_end:
@@ -5853,7 +6549,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
 //   v[22:23]     rs           row-sum chain ping-pong: rs[1] (odd VGPR) after even steps, rs[0] after odd
 //   v[24:27]     mx           row-max partials; mx[0] ends as the lane max
 //   v28          xl           v_permlanex16 result
-//   v29          lim          last tile: keys of this lane half still valid (seq_len_kv - key0)
+//   v29          lim          masked tiles: keys of this lane half still visible (lim(row) - key0); then a copy of m_use (VOPD bank of the exp2 arguments)
 //   v[32:63]     O            O^T accumulators: d-tile dt = O[8dt:8dt+8], lane (h,r) row d=16dt+8h+e
 //   v[64:95]     SA           S^T of even tiles: chunk c = SA[8c:8c+8]; scores, then p, P^T fp8 in place
 //   v[96:127]    SB           S^T of odd tiles (the next tile's QK^T accumulates here)
@@ -5885,40 +6581,48 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
 //   s32          out_stride_h kernarg out_stride_h (u32)
 //   s33          head_dim     kernarg head_dim (u32)
 //   s34          flags        kernarg flags (u32)
-//   s35          head         
-//   s36          batch        
-//   s37          wave         
-//   s[38:39]     bh           batch*H_q + head (hi word 0)
-//   s[40:41]     bkv          batch*H_kv + K/V head (hi word 0)
-//   s[42:43]     tmp          
-//   s[44:45]     tmp2         
-//   s[46:47]     tmp3         
-//   s48          q0           first query of this wave
-//   s49          last_tile    seq_pad_kv/64 - 1
-//   s50          ntail        valid keys of the last tile
-//   s51          c448         448.0f (VOPD src0 of p*448)
-//   s52          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
-//   s53          permsel      v_permlanex16 lane select 0x76543210
-//   s54          qs           q_scale of this wave's 16 queries
-//   s55          tile         loop: current key tile t
-//   s[56:57]     kh           K of this K/V head
-//   s[58:59]     qrow         Q rows of this wave
-//   s[60:61]     kb           K staging base (tile min(t+2, last))
-//   s[62:63]     koff         K staging tile byte offset (hi word 0)
-//   s[64:67]     vb           V^T staging bases of chunk rows u*32 (u < 2), tile t+1
-//   s[68:69]     ksb          k_scale of tile t+1
-//   s[70:71]     kmh          k_mean of this K/V head
-//   s[72:73]     vsh          v_scale of this K/V head
-//   s[74:75]     outb         out row of query q0
-//   s[76:77]     lseb         lse of query q0
+//   s[36:37]     lut          kernarg lut (ptr)
+//   s38          lut_stride_b kernarg lut_stride_b (u32)
+//   s39          lut_stride_h kernarg lut_stride_h (u32)
+//   s40          causal_offset kernarg causal_offset (i32)
+//   s41          head         
+//   s42          batch        
+//   s43          wave         
+//   s[44:45]     bh           batch*H_q + head (hi word 0)
+//   s[46:47]     bkv          batch*H_kv + K/V head (hi word 0)
+//   s[48:49]     tmp          
+//   s[50:51]     tmp2         
+//   s[52:53]     tmp3         
+//   s54          q0           first query of this wave
+//   s55          last_tile    count - 1: the last LUT entry
+//   s56          rowlim0      i32: q0 + causal_offset + 1 (causal) or seq_len_kv: row q0+r sees keys < min(rowlim0 + r, seq_len_kv)
+//   s57          wlim         i32: the smallest row limit of the wave: tiles ending above it are masked
+//   s[58:59]     lutrow       LUT row of this query tile
+//   s[60:63]     lut4         count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)
+//   s64          L3           L[min(t+3, last)] (in flight during tile t)
+//   s65          c448         448.0f (VOPD src0 of p*448)
+//   s66          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
+//   s67          permsel      v_permlanex16 lane select 0x76543210
+//   s68          qs           q_scale of this wave's 16 queries
+//   s69          tile         loop: current key tile t
+//   s[70:71]     kh           K of this K/V head
+//   s[72:73]     qrow         Q rows of this wave
+//   s[74:75]     kb           K staging base (tile min(t+2, last))
+//   s[76:77]     koff         K staging tile byte offset (hi word 0)
+//   s[78:81]     vb           V^T staging bases of chunk rows u*32 (u < 2), tile t+1
+//   s[82:83]     ksb          k_scale of tile t+1
+//   s[84:85]     kmh          k_mean of this K/V head
+//   s[86:87]     vsh          v_scale of this K/V head
+//   s[88:89]     outb         out row of query q0
+//   s[90:91]     lseb         lse of query q0
 
         // ---- prologue: kernargs (the whole struct of sage_co/abi.py, dword i in SGPR KARG_SGPR + i) ----------
         s_load_b256 s[4:11], s[0:1], 0x0  // q, k, v, q_scale
         s_load_b256 s[12:19], s[0:1], 0x20  // k_scale, k_mean, v_scale, out
         s_load_b256 s[20:27], s[0:1], 0x40  // lse, seq_len_q, seq_pad_q, seq_len_kv, seq_pad_kv, num_heads_q, num_heads_kv
-        s_load_b128 s[28:31], s[0:1], 0x60  // kv_group_magic, out_stride_b, out_stride_s
-        s_load_b64 s[32:33], s[0:1], 0x70  // out_stride_h, head_dim
-        s_load_b32 s34, s[0:1], 0x78  // flags
+        s_load_b256 s[28:35], s[0:1], 0x60  // kv_group_magic, out_stride_b, out_stride_s, out_stride_h, head_dim, flags
+        s_load_b128 s[36:39], s[0:1], 0x80  // lut, lut_stride_b, lut_stride_h
+        s_load_b32 s40, s[0:1], 0x90  // causal_offset
 
         // ---- prologue: lane constants (VALU while the kernargs load) -----------------------------------------
         v_and_b32 v152, 31, v0  // lane
@@ -5961,90 +6665,114 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_lshl_or_b32 v4, v4, 4, v155
         v_lshlrev_b32 v158, 6, v153  // query row r * 64
         v_lshl_or_b32 v158, v154, 5, v158  // + 32h (d permutation of the .hip header)
-        v_readfirstlane_b32 s37, v0
+        v_readfirstlane_b32 s43, v0
 
         // ---- prologue: scalar addressing ---------------------------------------------------------------------
         s_wait_kmcnt 0
-        s_lshr_b32 s37, s37, 5  // wave = tid / 32 (uniform)
-        s_and_b32 s35, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
-        s_lshr_b32 s36, ttmp7, 16  // workgroup id z = batch
-        s_mul_i32 s38, s36, s26
-        s_add_co_i32 s38, s38, s35
-        s_mov_b32 s39, 0
-        s_mov_b32 s42, s35
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[28:29]  // hi word: K/V head
-        s_mul_i32 s40, s36, s27
-        s_add_co_i32 s40, s40, s43
-        s_mov_b32 s41, 0
-        s_lshl_b32 s48, ttmp9, 6  // workgroup id x * 64
-        s_lshl_b32 s42, s37, 4
-        s_add_co_i32 s48, s48, s42  // q0 = 64*qtile + 16*wave
-        s_lshr_b32 s49, s25, 6
-        s_add_co_i32 s49, s49, -1  // last key tile index
-        s_lshl_b32 s42, s49, 6
-        s_sub_co_i32 s50, s24, s42  // valid keys in the last tile
-        s_mov_b32 s51, 0x43e00000
-        s_mov_b32 s52, 0x4b400000
-        s_mov_b32 s53, 0x76543210
-        s_lshl_b32 s42, s25, 6
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[40:41]
-        s_add_nc_u64 s[56:57], s[6:7], s[42:43]
-        s_add_nc_u64 s[64:65], s[8:9], s[42:43]  // V^T of this K/V head
-        s_lshl_b32 s42, s23, 6
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[38:39]
-        s_add_nc_u64 s[58:59], s[4:5], s[42:43]
-        s_lshl_b32 s44, s48, 6
+        s_lshr_b32 s43, s43, 5  // wave = tid / 32 (uniform)
+        s_and_b32 s41, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
+        s_lshr_b32 s42, ttmp7, 16  // workgroup id z = batch
+        s_mul_i32 s44, s42, s26
+        s_add_co_i32 s44, s44, s41
         s_mov_b32 s45, 0
-        s_add_nc_u64 s[58:59], s[58:59], s[44:45]  // Q rows of query q0
-        s_lshl_b32 s44, s25, 5  // 32 rows of V^T
-        s_add_nc_u64 s[66:67], s[64:65], s[44:45]
-        s_lshr_b32 s42, s25, 5
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[40:41]
-        s_lshl_b64 s[42:43], s[42:43], 2
-        s_add_nc_u64 s[68:69], s[12:13], s[42:43]  // k_scale of tile 0
-        s_lshr_b32 s42, s23, 5
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[38:39]
-        s_lshl_b64 s[42:43], s[42:43], 2
-        s_add_nc_u64 s[42:43], s[10:11], s[42:43]
-        s_lshr_b32 s44, s48, 5
-        s_lshl_b32 s44, s44, 2
-        s_load_b32 s54, s[42:43], s44 offset:0x0  // q_scale of the wave's 32-query block
-        s_lshl_b64 s[42:43], s[40:41], 8
-        s_add_nc_u64 s[70:71], s[14:15], s[42:43]
-        s_add_nc_u64 s[72:73], s[16:17], s[42:43]
-        s_mov_b32 s42, s36
-        s_mov_b32 s43, 0
-        s_mov_b32 s46, s30
+        s_mov_b32 s48, s41
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[28:29]  // hi word: K/V head
+        s_mul_i32 s46, s42, s27
+        s_add_co_i32 s46, s46, s49
         s_mov_b32 s47, 0
-        s_mul_u64 s[42:43], s[42:43], s[46:47]
-        s_mov_b32 s44, s48
-        s_mov_b32 s45, 0
-        s_mov_b32 s46, s31
-        s_mov_b32 s47, 0
-        s_mul_u64 s[44:45], s[44:45], s[46:47]
-        s_add_nc_u64 s[42:43], s[42:43], s[44:45]
-        s_mov_b32 s44, s35
-        s_mov_b32 s45, 0
-        s_mov_b32 s46, s32
-        s_mov_b32 s47, 0
-        s_mul_u64 s[44:45], s[44:45], s[46:47]
-        s_add_nc_u64 s[42:43], s[42:43], s[44:45]
-        s_lshl_b64 s[42:43], s[42:43], 1
-        s_add_nc_u64 s[74:75], s[18:19], s[42:43]
-        s_mov_b32 s44, s22
-        s_mov_b32 s45, 0
-        s_mul_u64 s[42:43], s[38:39], s[44:45]
-        s_mov_b32 s44, s48
-        s_add_nc_u64 s[42:43], s[42:43], s[44:45]
-        s_lshl_b64 s[42:43], s[42:43], 2
-        s_add_nc_u64 s[76:77], s[20:21], s[42:43]
-        s_mov_b32 s63, 0
-        s_mov_b32 s55, 0
+        s_lshl_b32 s54, ttmp9, 6  // workgroup id x * 64
+        s_lshl_b32 s48, s43, 4
+        s_add_co_i32 s54, s54, s48  // q0 = 64*qtile + 16*wave
+        s_lshr_b32 s48, s25, 6
+        s_add_co_i32 s48, s48, 1  // LUT row length
+        s_mul_i32 s48, s48, ttmp9  // * query tile
+        s_mul_i32 s50, s42, s38
+        s_add_co_i32 s48, s48, s50
+        s_mul_i32 s50, s41, s39
+        s_add_co_i32 s48, s48, s50
+        s_mov_b32 s49, 0
+        s_lshl_b64 s[48:49], s[48:49], 2
+        s_add_nc_u64 s[58:59], s[36:37], s[48:49]
+        s_load_b128 s[60:63], s[58:59], 0x0  // count, L[0], L[1], L[2] (the host pads the buffer)
+        s_add_co_i32 s48, s54, s40
+        s_add_co_i32 s48, s48, 1
+        s_bitcmp1_b32 s34, 2
+        s_cselect_b32 s56, s48, s24
+        s_min_i32 s57, s56, s24
+        s_wait_kmcnt 0  // LUT row head
+        s_add_co_i32 s55, s60, -1  // last LUT entry
+        s_cmp_gt_u32 s60, 1
+        s_cselect_b32 s62, s62, s61  // L[min(1, last)]
+        s_cmp_gt_u32 s60, 2
+        s_cselect_b32 s63, s63, s62  // L[min(2, last)]
+        s_mov_b32 s65, 0x43e00000
+        s_mov_b32 s66, 0x4b400000
+        s_mov_b32 s67, 0x76543210
+        s_lshl_b32 s48, s25, 6
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[46:47]
+        s_add_nc_u64 s[70:71], s[6:7], s[48:49]
+        s_add_nc_u64 s[78:79], s[8:9], s[48:49]  // V^T of this K/V head
+        s_lshl_b32 s50, s61, 6
+        s_mov_b32 s51, 0
+        s_add_nc_u64 s[78:79], s[78:79], s[50:51]  // V^T columns of tile L[0]
+        s_lshl_b32 s48, s23, 6
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[44:45]
+        s_add_nc_u64 s[72:73], s[4:5], s[48:49]
+        s_lshl_b32 s50, s54, 6
+        s_mov_b32 s51, 0
+        s_add_nc_u64 s[72:73], s[72:73], s[50:51]  // Q rows of query q0
+        s_lshl_b32 s50, s25, 5  // 32 rows of V^T
+        s_add_nc_u64 s[80:81], s[78:79], s[50:51]
+        s_lshr_b32 s48, s25, 5
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[46:47]
+        s_lshl_b64 s[48:49], s[48:49], 2
+        s_add_nc_u64 s[82:83], s[12:13], s[48:49]  // k_scale of the K/V head
+        s_lshl_b32 s48, s61, 3
+        s_mov_b32 s49, 0
+        s_add_nc_u64 s[82:83], s[82:83], s[48:49]  // k_scale pair of tile L[0]
+        s_lshr_b32 s48, s23, 5
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[44:45]
+        s_lshl_b64 s[48:49], s[48:49], 2
+        s_add_nc_u64 s[48:49], s[10:11], s[48:49]
+        s_lshr_b32 s50, s54, 5
+        s_lshl_b32 s50, s50, 2
+        s_load_b32 s68, s[48:49], s50 offset:0x0  // q_scale of the wave's 32-query block
+        s_lshl_b64 s[48:49], s[46:47], 8
+        s_add_nc_u64 s[84:85], s[14:15], s[48:49]
+        s_add_nc_u64 s[86:87], s[16:17], s[48:49]
+        s_mov_b32 s48, s42
+        s_mov_b32 s49, 0
+        s_mov_b32 s52, s30
+        s_mov_b32 s53, 0
+        s_mul_u64 s[48:49], s[48:49], s[52:53]
+        s_mov_b32 s50, s54
+        s_mov_b32 s51, 0
+        s_mov_b32 s52, s31
+        s_mov_b32 s53, 0
+        s_mul_u64 s[50:51], s[50:51], s[52:53]
+        s_add_nc_u64 s[48:49], s[48:49], s[50:51]
+        s_mov_b32 s50, s41
+        s_mov_b32 s51, 0
+        s_mov_b32 s52, s32
+        s_mov_b32 s53, 0
+        s_mul_u64 s[50:51], s[50:51], s[52:53]
+        s_add_nc_u64 s[48:49], s[48:49], s[50:51]
+        s_lshl_b64 s[48:49], s[48:49], 1
+        s_add_nc_u64 s[88:89], s[18:19], s[48:49]
+        s_mov_b32 s50, s22
+        s_mov_b32 s51, 0
+        s_mul_u64 s[48:49], s[44:45], s[50:51]
+        s_mov_b32 s50, s54
+        s_add_nc_u64 s[48:49], s[48:49], s[50:51]
+        s_lshl_b64 s[48:49], s[48:49], 2
+        s_add_nc_u64 s[90:91], s[20:21], s[48:49]
+        s_mov_b32 s77, 0
+        s_mov_b32 s69, 0
         s_wait_alu depctr_sa_sdst(0)
         v_lshrrev_b32 v155, 2, v0
         v_mul_lo_u32 v8, v155, s25  // V^T row * seq_pad_kv
@@ -6052,18 +6780,19 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_lshl_add_u32 v8, v156, 4, v8  // + col * 16
 
         // ---- prologue: Q^T fragments, k_scale(0), K(0) and V^T(0) -> LDS buffers 0 ---------------------------
-        global_load_b128 v[128:131], v158, s[58:59] offset:0
-        global_load_b128 v[132:135], v158, s[58:59] offset:16
-        global_load_b32 v9, v10, s[68:69]
-        global_load_b128 v[136:139], v7, s[56:57] offset:0
-        global_load_b128 v[140:143], v7, s[56:57] offset:2048
-        global_load_b128 v[144:147], v8, s[64:65]
-        global_load_b128 v[148:151], v8, s[66:67]
-        s_add_nc_u64 s[64:65], s[64:65], 64
-        s_add_nc_u64 s[66:67], s[66:67], 64
-        s_min_u32 s42, 1, s49
-        s_lshl_b32 s62, s42, 12  // * 4096 bytes
-        s_add_nc_u64 s[60:61], s[56:57], s[62:63]  // K(min(1, last))
+        global_load_b128 v[128:131], v158, s[72:73] offset:0
+        global_load_b128 v[132:135], v158, s[72:73] offset:16
+        s_cmp_eq_u32 s60, 0  // no active key tile: zeros and lse -inf
+        s_cbranch_scc1 .Ld64_bf16_empty
+        global_load_b32 v9, v10, s[82:83]
+        s_lshl_b32 s76, s61, 12  // * 4096 bytes
+        s_add_nc_u64 s[74:75], s[70:71], s[76:77]  // K(L[0])
+        global_load_b128 v[136:139], v7, s[74:75] offset:0
+        global_load_b128 v[140:143], v7, s[74:75] offset:2048
+        global_load_b128 v[144:147], v8, s[78:79]
+        global_load_b128 v[148:151], v8, s[80:81]
+        s_lshl_b32 s76, s62, 12  // * 4096 bytes
+        s_add_nc_u64 s[74:75], s[70:71], s[76:77]  // K(L[min(1, last)])
 
         // ---- prologue: O = 0, m = -inf, l = 0 ----------------------------------------------------------------
         v_dual_mov_b32 v32, 0 :: v_dual_mov_b32 v33, 0
@@ -6082,10 +6811,10 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
         v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
         v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
-        v_dual_mov_b32 v192, s52 :: v_dual_mov_b32 v193, s52
-        v_dual_mov_b32 v194, s52 :: v_dual_mov_b32 v195, s52
-        v_dual_mov_b32 v196, s52 :: v_dual_mov_b32 v197, s52
-        v_dual_mov_b32 v198, s52 :: v_dual_mov_b32 v199, s52
+        v_dual_mov_b32 v192, s66 :: v_dual_mov_b32 v193, s66
+        v_dual_mov_b32 v194, s66 :: v_dual_mov_b32 v195, s66
+        v_dual_mov_b32 v196, s66 :: v_dual_mov_b32 v197, s66
+        v_dual_mov_b32 v198, s66 :: v_dual_mov_b32 v199, s66
         v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
         s_wait_loadcnt 0
         ds_store_b128 v5, v[136:139] offset:0
@@ -6097,8 +6826,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_barrier_wait -1
 
         // ---- prologue: K(1) staging in flight while QK^T(0) runs; then its scores are scaled -----------------
-        global_load_b128 v[136:139], v7, s[60:61] offset:0
-        global_load_b128 v[140:143], v7, s[60:61] offset:2048
+        global_load_b128 v[136:139], v7, s[74:75] offset:0
+        global_load_b128 v[140:143], v7, s[74:75] offset:2048
         ds_load_b128 v[152:155], v1 offset:0
         ds_load_b128 v[156:159], v1 offset:512
         ds_load_b128 v[160:163], v1 offset:1024
@@ -6132,38 +6861,38 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_wmma_i32_16x16x16_iu8 v[80:87], v[178:179], v[134:135], v[80:87] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v11, s54, v9 :: v_dual_subrev_f32 v64, s52, v64
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v65, s52, v65
+        v_dual_mul_f32 v11, s68, v9 :: v_dual_subrev_f32 v64, s66, v64
+        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v65, s66, v65
         v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
-        v_dual_subrev_f32 v66, s52, v66 :: v_dual_subrev_f32 v67, s52, v67
+        v_dual_subrev_f32 v66, s66, v66 :: v_dual_subrev_f32 v67, s66, v67
         v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
-        v_dual_subrev_f32 v68, s52, v68 :: v_dual_subrev_f32 v69, s52, v69
+        v_dual_subrev_f32 v68, s66, v68 :: v_dual_subrev_f32 v69, s66, v69
         v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
-        v_dual_subrev_f32 v70, s52, v70 :: v_dual_subrev_f32 v71, s52, v71
+        v_dual_subrev_f32 v70, s66, v70 :: v_dual_subrev_f32 v71, s66, v71
         v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
-        v_dual_subrev_f32 v72, s52, v72 :: v_dual_subrev_f32 v73, s52, v73
+        v_dual_subrev_f32 v72, s66, v72 :: v_dual_subrev_f32 v73, s66, v73
         v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
-        v_dual_subrev_f32 v74, s52, v74 :: v_dual_subrev_f32 v75, s52, v75
+        v_dual_subrev_f32 v74, s66, v74 :: v_dual_subrev_f32 v75, s66, v75
         v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
-        v_dual_subrev_f32 v76, s52, v76 :: v_dual_subrev_f32 v77, s52, v77
+        v_dual_subrev_f32 v76, s66, v76 :: v_dual_subrev_f32 v77, s66, v77
         v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
-        v_dual_subrev_f32 v78, s52, v78 :: v_dual_subrev_f32 v79, s52, v79
+        v_dual_subrev_f32 v78, s66, v78 :: v_dual_subrev_f32 v79, s66, v79
         v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
-        v_dual_subrev_f32 v80, s52, v80 :: v_dual_subrev_f32 v81, s52, v81
+        v_dual_subrev_f32 v80, s66, v80 :: v_dual_subrev_f32 v81, s66, v81
         v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
-        v_dual_subrev_f32 v82, s52, v82 :: v_dual_subrev_f32 v83, s52, v83
+        v_dual_subrev_f32 v82, s66, v82 :: v_dual_subrev_f32 v83, s66, v83
         v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
-        v_dual_subrev_f32 v84, s52, v84 :: v_dual_subrev_f32 v85, s52, v85
+        v_dual_subrev_f32 v84, s66, v84 :: v_dual_subrev_f32 v85, s66, v85
         v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
-        v_dual_subrev_f32 v86, s52, v86 :: v_dual_subrev_f32 v87, s52, v87
+        v_dual_subrev_f32 v86, s66, v86 :: v_dual_subrev_f32 v87, s66, v87
         v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
-        v_dual_subrev_f32 v88, s52, v88 :: v_dual_subrev_f32 v89, s52, v89
+        v_dual_subrev_f32 v88, s66, v88 :: v_dual_subrev_f32 v89, s66, v89
         v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
-        v_dual_subrev_f32 v90, s52, v90 :: v_dual_subrev_f32 v91, s52, v91
+        v_dual_subrev_f32 v90, s66, v90 :: v_dual_subrev_f32 v91, s66, v91
         v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
-        v_dual_subrev_f32 v92, s52, v92 :: v_dual_subrev_f32 v93, s52, v93
+        v_dual_subrev_f32 v92, s66, v92 :: v_dual_subrev_f32 v93, s66, v93
         v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
-        v_dual_subrev_f32 v94, s52, v94 :: v_dual_subrev_f32 v95, s52, v95
+        v_dual_subrev_f32 v94, s66, v94 :: v_dual_subrev_f32 v95, s66, v95
         v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
         s_wait_loadcnt 0
         ds_store_b128 v5, v[136:139] offset:4096
@@ -6174,22 +6903,28 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
 
         // ---- main loop: two tiles per trip (register ping-pong SA/SB, m[0]/m[1], LDS buffers) ----------------
 .Ld64_bf16_loop:
-        s_cmp_eq_u32 s55, s49
+        s_cmp_eq_u32 s69, s55
         s_cbranch_scc1 .Ld64_bf16_last_0
 
-        // ---- tile t (t % 2 = 0): staging loads of K(min(t+2, last)), V^T(t+1), k_scale(t+1) ------------------
-        s_add_co_i32 s42, s55, 2
-        s_min_u32 s42, s42, s49
-        s_lshl_b32 s62, s42, 12  // * 4096 bytes
-        s_add_nc_u64 s[60:61], s[56:57], s[62:63]
-        s_add_nc_u64 s[68:69], s[68:69], 8  // k_scale pair of tile t+1
-        global_load_b32 v9, v10, s[68:69]
-        global_load_b128 v[136:139], v7, s[60:61] offset:0
-        global_load_b128 v[140:143], v7, s[60:61] offset:2048
-        global_load_b128 v[144:147], v8, s[64:65]
-        global_load_b128 v[148:151], v8, s[66:67]
-        s_add_nc_u64 s[64:65], s[64:65], 64
-        s_add_nc_u64 s[66:67], s[66:67], 64
+        // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
+        s_add_co_i32 s48, s69, 3
+        s_min_u32 s48, s48, s55
+        s_lshl_b32 s48, s48, 2
+        s_load_b32 s64, s[58:59], s48 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s76, s63, 12  // * 4096 bytes
+        s_add_nc_u64 s[74:75], s[70:71], s[76:77]
+        s_sub_co_i32 s48, s62, s61  // tiles from L[t] to L[t+1] (> 0: ascending)
+        s_mov_b32 s51, 0
+        s_lshl_b32 s50, s48, 3
+        s_add_nc_u64 s[82:83], s[82:83], s[50:51]  // k_scale pair of tile L[t+1]
+        global_load_b32 v9, v10, s[82:83]
+        s_lshl_b32 s50, s48, 6
+        s_add_nc_u64 s[78:79], s[78:79], s[50:51]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[80:81], s[80:81], s[50:51]  // V^T columns of tile L[t+1]
+        global_load_b128 v[136:139], v7, s[74:75] offset:0
+        global_load_b128 v[140:143], v7, s[74:75] offset:2048
+        global_load_b128 v[144:147], v8, s[78:79]
+        global_load_b128 v[148:151], v8, s[80:81]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
         ds_load_b128 v[152:155], v1 offset:4096
@@ -6202,537 +6937,18 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         ds_load_b128 v[180:183], v2 offset:5632
         ds_load_b128 v[184:187], v3 offset:8192
         ds_load_b128 v[188:191], v3 offset:9216
-        v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
-        v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
-        v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
-        v_dual_max_num_f32 v26, v74, v26 :: v_dual_max_num_f32 v27, v75, v27
-        v_dual_max_num_f32 v24, v76, v24 :: v_dual_max_num_f32 v25, v77, v25
-        v_dual_max_num_f32 v26, v78, v26 :: v_dual_max_num_f32 v27, v79, v27
-        v_dual_max_num_f32 v24, v80, v24 :: v_dual_max_num_f32 v25, v81, v25
-        v_dual_max_num_f32 v26, v82, v26 :: v_dual_max_num_f32 v27, v83, v27
-        v_dual_max_num_f32 v24, v84, v24 :: v_dual_max_num_f32 v25, v85, v25
-        v_dual_max_num_f32 v26, v86, v26 :: v_dual_max_num_f32 v27, v87, v27
-        v_dual_max_num_f32 v24, v88, v24 :: v_dual_max_num_f32 v25, v89, v25
-        v_dual_max_num_f32 v26, v90, v26 :: v_dual_max_num_f32 v27, v91, v27
-        v_dual_max_num_f32 v24, v92, v24 :: v_dual_max_num_f32 v25, v93, v25
-        v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
-        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
-        v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s53, 0xfedcba98
-        v_max3_num_f32 v17, v16, v24, v28
-        v_dual_mov_b32 v18, v17 :: v_dual_sub_f32 v19, v16, v17
-        v_exp_f32_e32 v19, v19
-        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
-        s_wait_alu depctr_va_vcc(0)
-        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
-        v_dual_sub_f32 v64, v64, v17 :: v_dual_sub_f32 v65, v65, v18
-        v_dual_sub_f32 v66, v66, v17 :: v_dual_sub_f32 v67, v67, v18
-        v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v17 :: v_dual_sub_f32 v69, v69, v18
-        v_exp_f32_e32 v65, v65
-        v_exp_f32_e32 v66, v66
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v70, v70, v17 :: v_dual_sub_f32 v71, v71, v18
-        v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v22, v64, v65 :: v_dual_sub_f32 v73, v73, v18
-        v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v17 :: v_dual_add_f32 v23, v22, v66
-        v_dual_mul_f32 v64, s51, v64 :: v_dual_mul_f32 v65, s51, v65
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_exp_f32_e32 v69, v69
-        v_add_f32 v22, v23, v67
-        v_cvt_pk_fp8_f32 v64, v64, v65
-        v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v17 :: v_dual_add_f32 v23, v68, v22
-        v_dual_mul_f32 v66, s51, v66 :: v_dual_mul_f32 v67, s51, v67
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v18 :: v_dual_add_f32 v22, v69, v23
-        v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
-        v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v17 :: v_dual_add_f32 v23, v22, v70
-        v_dual_mul_f32 v68, s51, v68 :: v_dual_sub_f32 v77, v77, v18
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_exp_f32_e32 v73, v73
-        v_dual_add_f32 v22, v23, v71 :: v_dual_mul_f32 v69, s51, v69
-        v_cvt_pk_fp8_f32 v65, v68, v69
-        v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v17 :: v_dual_add_f32 v23, v72, v22
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[154:155], v[130:131], v[96:103] neg_lo:[1,1,0]
-        ds_load_b128 v[152:155], v3 offset:10240
-        v_dual_mul_f32 v70, s51, v70 :: v_dual_mul_f32 v71, s51, v71
-        v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v18 :: v_dual_add_f32 v22, v73, v23
-        v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
-        v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v17 :: v_dual_add_f32 v23, v22, v74
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[158:159], v[130:131], v[104:111] neg_lo:[1,1,0]
-        ds_load_b128 v[156:159], v3 offset:11264
-        v_dual_mul_f32 v72, s51, v72 :: v_dual_sub_f32 v81, v81, v18
-        v_exp_f32_e32 v77, v77
-        v_dual_add_f32 v22, v23, v75 :: v_dual_mul_f32 v73, s51, v73
-        v_cvt_pk_fp8_f32 v72, v72, v73
-        v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v17 :: v_dual_add_f32 v23, v76, v22
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[162:163], v[130:131], v[112:119] neg_lo:[1,1,0]
-        ds_load_b128 v[160:163], v4 offset:8192
-        v_dual_mul_f32 v74, s51, v74 :: v_dual_mul_f32 v75, s51, v75
-        v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v18 :: v_dual_add_f32 v22, v77, v23
-        v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
-        v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v17 :: v_dual_add_f32 v23, v22, v78
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[166:167], v[130:131], v[120:127] neg_lo:[1,1,0]
-        ds_load_b128 v[164:167], v4 offset:9216
-        v_dual_mul_f32 v76, s51, v76 :: v_dual_sub_f32 v85, v85, v18
-        v_exp_f32_e32 v81, v81
-        v_dual_add_f32 v22, v23, v79 :: v_dual_mul_f32 v77, s51, v77
-        v_cvt_pk_fp8_f32 v73, v76, v77
-        v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v17 :: v_dual_add_f32 v23, v80, v22
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[168:169], v[132:133], v[96:103] neg_lo:[1,1,0]
-        v_dual_mul_f32 v78, s51, v78 :: v_dual_mul_f32 v79, s51, v79
-        v_exp_f32_e32 v83, v83
-        v_dual_sub_f32 v87, v87, v18 :: v_dual_add_f32 v22, v81, v23
-        v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
-        v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v17 :: v_dual_add_f32 v23, v22, v82
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[172:173], v[132:133], v[104:111] neg_lo:[1,1,0]
-        v_dual_mul_f32 v80, s51, v80 :: v_dual_sub_f32 v89, v89, v18
-        v_exp_f32_e32 v85, v85
-        v_dual_add_f32 v22, v23, v83 :: v_dual_mul_f32 v81, s51, v81
-        v_cvt_pk_fp8_f32 v80, v80, v81
-        v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v17 :: v_dual_add_f32 v23, v84, v22
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[176:177], v[132:133], v[112:119] neg_lo:[1,1,0]
-        v_dual_mul_f32 v82, s51, v82 :: v_dual_mul_f32 v83, s51, v83
-        v_exp_f32_e32 v87, v87
-        v_dual_sub_f32 v91, v91, v18 :: v_dual_add_f32 v22, v85, v23
-        v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
-        v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v17 :: v_dual_add_f32 v23, v22, v86
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[180:181], v[132:133], v[120:127] neg_lo:[1,1,0]
-        v_dual_mul_f32 v84, s51, v84 :: v_dual_sub_f32 v93, v93, v18
-        v_exp_f32_e32 v89, v89
-        v_dual_add_f32 v22, v23, v87 :: v_dual_mul_f32 v85, s51, v85
-        v_cvt_pk_fp8_f32 v81, v84, v85
-        v_exp_f32_e32 v90, v90
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[170:171], v[134:135], v[96:103] neg_lo:[1,1,0]
-        ds_load_b128 v[168:171], v4 offset:10240
-        v_dual_sub_f32 v94, v94, v17 :: v_dual_add_f32 v23, v88, v22
-        v_dual_mul_f32 v86, s51, v86 :: v_dual_mul_f32 v87, s51, v87
-        v_exp_f32_e32 v91, v91
-        v_dual_sub_f32 v95, v95, v18 :: v_dual_add_f32 v22, v89, v23
-        v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
-        v_exp_f32_e32 v92, v92
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[174:175], v[134:135], v[104:111] neg_lo:[1,1,0]
-        ds_load_b128 v[172:175], v4 offset:11264
-        v_dual_add_f32 v23, v22, v90 :: v_dual_mul_f32 v88, s51, v88
-        v_exp_f32_e32 v93, v93
-        v_dual_add_f32 v22, v23, v91 :: v_dual_mul_f32 v89, s51, v89
-        v_cvt_pk_fp8_f32 v88, v88, v89
-        v_exp_f32_e32 v94, v94
-        v_dual_add_f32 v23, v22, v92 :: v_dual_mul_f32 v90, s51, v90
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[178:179], v[134:135], v[112:119] neg_lo:[1,1,0]
-        v_exp_f32_e32 v95, v95
-        v_dual_add_f32 v22, v23, v93 :: v_dual_mul_f32 v91, s51, v91
-        v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v94 :: v_dual_mul_f32 v92, s51, v92
-        v_dual_add_f32 v22, v23, v95 :: v_dual_mul_f32 v93, s51, v93
-        v_cvt_pk_fp8_f32 v89, v92, v93
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[182:183], v[134:135], v[120:127] neg_lo:[1,1,0]
-        v_dual_mul_f32 v94, s51, v94 :: v_dual_mul_f32 v95, s51, v95
-        v_cvt_pk_fp8_f32 v89, v94, v95 op_sel:[0,0,1]
-        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s53, 0xfedcba98
-        v_add_f32 v22, v22, v28
-        v_add_f32 v21, v21, v22
-        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
-        s_wait_alu depctr_va_vcc(0)
-        s_cbranch_vccz .Ld64_bf16_no_rescale_0
-        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
-        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
-        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
-        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
-        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
-        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
-        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
-        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
-        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
-        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
-        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
-        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
-        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
-        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
-        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
-        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
-.Ld64_bf16_no_rescale_0:
-
-        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 4
-        v_dual_mul_f32 v11, s54, v9 :: v_dual_subrev_f32 v96, s52, v96
-        s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[64:65], v[32:39]
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v97, s52, v97
-        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
-        s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[64:65], v[40:47]
-        v_dual_subrev_f32 v98, s52, v98 :: v_dual_subrev_f32 v99, s52, v99
-        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
-        s_wait_dscnt 5
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[64:65], v[48:55]
-        v_dual_subrev_f32 v100, s52, v100 :: v_dual_subrev_f32 v101, s52, v101
-        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
-        s_wait_dscnt 4
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[64:65], v[56:63]
-        v_dual_subrev_f32 v102, s52, v102 :: v_dual_subrev_f32 v103, s52, v103
-        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[72:73], v[32:39]
-        v_dual_subrev_f32 v104, s52, v104 :: v_dual_subrev_f32 v105, s52, v105
-        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[72:73], v[40:47]
-        v_dual_subrev_f32 v106, s52, v106 :: v_dual_subrev_f32 v107, s52, v107
-        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[72:73], v[48:55]
-        v_dual_subrev_f32 v108, s52, v108 :: v_dual_subrev_f32 v109, s52, v109
-        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[72:73], v[56:63]
-        v_dual_subrev_f32 v110, s52, v110 :: v_dual_subrev_f32 v111, s52, v111
-        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
-        s_wait_dscnt 3
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[80:81], v[32:39]
-        v_dual_subrev_f32 v112, s52, v112 :: v_dual_subrev_f32 v113, s52, v113
-        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
-        s_wait_dscnt 2
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[80:81], v[40:47]
-        v_dual_subrev_f32 v114, s52, v114 :: v_dual_subrev_f32 v115, s52, v115
-        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
-        s_wait_dscnt 1
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[80:81], v[48:55]
-        v_dual_subrev_f32 v116, s52, v116 :: v_dual_subrev_f32 v117, s52, v117
-        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
-        s_wait_dscnt 0
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[80:81], v[56:63]
-        v_dual_subrev_f32 v118, s52, v118 :: v_dual_subrev_f32 v119, s52, v119
-        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[88:89], v[32:39]
-        v_dual_subrev_f32 v120, s52, v120 :: v_dual_subrev_f32 v121, s52, v121
-        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[88:89], v[40:47]
-        v_dual_subrev_f32 v122, s52, v122 :: v_dual_subrev_f32 v123, s52, v123
-        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[88:89], v[48:55]
-        v_dual_subrev_f32 v124, s52, v124 :: v_dual_subrev_f32 v125, s52, v125
-        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[88:89], v[56:63]
-        v_dual_subrev_f32 v126, s52, v126 :: v_dual_subrev_f32 v127, s52, v127
-        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
-
-        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
-        s_wait_loadcnt 0
-        ds_store_b128 v5, v[136:139] offset:0
-        ds_store_b128 v6, v[144:147] offset:12288
-        ds_store_b128 v5, v[140:143] offset:2048
-        ds_store_b128 v6, v[148:151] offset:14336
-        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
-        s_barrier_signal -1
-        s_barrier_wait -1
-        s_add_co_i32 s55, s55, 1
-        s_cmp_eq_u32 s55, s49
-        s_cbranch_scc1 .Ld64_bf16_last_1
-
-        // ---- tile t (t % 2 = 1): staging loads of K(min(t+2, last)), V^T(t+1), k_scale(t+1) ------------------
-        s_add_co_i32 s42, s55, 2
-        s_min_u32 s42, s42, s49
-        s_lshl_b32 s62, s42, 12  // * 4096 bytes
-        s_add_nc_u64 s[60:61], s[56:57], s[62:63]
-        s_add_nc_u64 s[68:69], s[68:69], 8  // k_scale pair of tile t+1
-        global_load_b32 v9, v10, s[68:69]
-        global_load_b128 v[136:139], v7, s[60:61] offset:0
-        global_load_b128 v[140:143], v7, s[60:61] offset:2048
-        global_load_b128 v[144:147], v8, s[64:65]
-        global_load_b128 v[148:151], v8, s[66:67]
-        s_add_nc_u64 s[64:65], s[64:65], 64
-        s_add_nc_u64 s[66:67], s[66:67], 64
-
-        // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
-        ds_load_b128 v[152:155], v1 offset:0
-        ds_load_b128 v[156:159], v1 offset:512
-        ds_load_b128 v[160:163], v1 offset:1024
-        ds_load_b128 v[164:167], v1 offset:1536
-        ds_load_b128 v[168:171], v2 offset:0
-        ds_load_b128 v[172:175], v2 offset:512
-        ds_load_b128 v[176:179], v2 offset:1024
-        ds_load_b128 v[180:183], v2 offset:1536
-        ds_load_b128 v[184:187], v3 offset:12288
-        ds_load_b128 v[188:191], v3 offset:13312
-        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
-        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
-        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
-        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
-        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
-        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
-        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
-        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
-        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
-        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
-        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
-        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
-        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
-        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
-        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
-        v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s53, 0xfedcba98
-        v_max3_num_f32 v16, v17, v24, v28
-        v_dual_mov_b32 v18, v16 :: v_dual_sub_f32 v19, v17, v16
-        v_exp_f32_e32 v19, v19
-        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
-        s_wait_alu depctr_va_vcc(0)
-        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
-        v_dual_sub_f32 v96, v96, v16 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v16 :: v_dual_sub_f32 v99, v99, v18
-        v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v16 :: v_dual_sub_f32 v101, v101, v18
-        v_exp_f32_e32 v97, v97
-        v_exp_f32_e32 v98, v98
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[64:71], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v102, v102, v16 :: v_dual_sub_f32 v103, v103, v18
-        v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
-        v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v16 :: v_dual_add_f32 v23, v22, v98
-        v_dual_mul_f32 v96, s51, v96 :: v_dual_mul_f32 v97, s51, v97
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[72:79], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
-        v_cvt_pk_fp8_f32 v96, v96, v97
-        v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v16 :: v_dual_add_f32 v23, v100, v22
-        v_dual_mul_f32 v98, s51, v98 :: v_dual_mul_f32 v99, s51, v99
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[80:87], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
-        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
-        v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v16 :: v_dual_add_f32 v23, v22, v102
-        v_dual_mul_f32 v100, s51, v100 :: v_dual_sub_f32 v109, v109, v18
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[88:95], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_exp_f32_e32 v105, v105
-        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s51, v101
-        v_cvt_pk_fp8_f32 v97, v100, v101
-        v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v16 :: v_dual_add_f32 v23, v104, v22
-        v_wmma_i32_16x16x16_iu8 v[64:71], v[154:155], v[130:131], v[64:71] neg_lo:[1,1,0]
-        ds_load_b128 v[152:155], v3 offset:14336
-        v_dual_mul_f32 v102, s51, v102 :: v_dual_mul_f32 v103, s51, v103
-        v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
-        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
-        v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v16 :: v_dual_add_f32 v23, v22, v106
-        v_wmma_i32_16x16x16_iu8 v[72:79], v[158:159], v[130:131], v[72:79] neg_lo:[1,1,0]
-        ds_load_b128 v[156:159], v3 offset:15360
-        v_dual_mul_f32 v104, s51, v104 :: v_dual_sub_f32 v113, v113, v18
-        v_exp_f32_e32 v109, v109
-        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s51, v105
-        v_cvt_pk_fp8_f32 v104, v104, v105
-        v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v16 :: v_dual_add_f32 v23, v108, v22
-        v_wmma_i32_16x16x16_iu8 v[80:87], v[162:163], v[130:131], v[80:87] neg_lo:[1,1,0]
-        ds_load_b128 v[160:163], v4 offset:12288
-        v_dual_mul_f32 v106, s51, v106 :: v_dual_mul_f32 v107, s51, v107
-        v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
-        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
-        v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v16 :: v_dual_add_f32 v23, v22, v110
-        v_wmma_i32_16x16x16_iu8 v[88:95], v[166:167], v[130:131], v[88:95] neg_lo:[1,1,0]
-        ds_load_b128 v[164:167], v4 offset:13312
-        v_dual_mul_f32 v108, s51, v108 :: v_dual_sub_f32 v117, v117, v18
-        v_exp_f32_e32 v113, v113
-        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s51, v109
-        v_cvt_pk_fp8_f32 v105, v108, v109
-        v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v16 :: v_dual_add_f32 v23, v112, v22
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[64:71], v[168:169], v[132:133], v[64:71] neg_lo:[1,1,0]
-        v_dual_mul_f32 v110, s51, v110 :: v_dual_mul_f32 v111, s51, v111
-        v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
-        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
-        v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v16 :: v_dual_add_f32 v23, v22, v114
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[72:79], v[172:173], v[132:133], v[72:79] neg_lo:[1,1,0]
-        v_dual_mul_f32 v112, s51, v112 :: v_dual_sub_f32 v121, v121, v18
-        v_exp_f32_e32 v117, v117
-        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s51, v113
-        v_cvt_pk_fp8_f32 v112, v112, v113
-        v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v16 :: v_dual_add_f32 v23, v116, v22
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[80:87], v[176:177], v[132:133], v[80:87] neg_lo:[1,1,0]
-        v_dual_mul_f32 v114, s51, v114 :: v_dual_mul_f32 v115, s51, v115
-        v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
-        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
-        v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v16 :: v_dual_add_f32 v23, v22, v118
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[88:95], v[180:181], v[132:133], v[88:95] neg_lo:[1,1,0]
-        v_dual_mul_f32 v116, s51, v116 :: v_dual_sub_f32 v125, v125, v18
-        v_exp_f32_e32 v121, v121
-        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s51, v117
-        v_cvt_pk_fp8_f32 v113, v116, v117
-        v_exp_f32_e32 v122, v122
-        v_wmma_i32_16x16x16_iu8 v[64:71], v[170:171], v[134:135], v[64:71] neg_lo:[1,1,0]
-        ds_load_b128 v[168:171], v4 offset:14336
-        v_dual_sub_f32 v126, v126, v16 :: v_dual_add_f32 v23, v120, v22
-        v_dual_mul_f32 v118, s51, v118 :: v_dual_mul_f32 v119, s51, v119
-        v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
-        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
-        v_exp_f32_e32 v124, v124
-        v_wmma_i32_16x16x16_iu8 v[72:79], v[174:175], v[134:135], v[72:79] neg_lo:[1,1,0]
-        ds_load_b128 v[172:175], v4 offset:15360
-        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s51, v120
-        v_exp_f32_e32 v125, v125
-        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s51, v121
-        v_cvt_pk_fp8_f32 v120, v120, v121
-        v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s51, v122
-        v_wmma_i32_16x16x16_iu8 v[80:87], v[178:179], v[134:135], v[80:87] neg_lo:[1,1,0]
-        v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s51, v123
-        v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s51, v124
-        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s51, v125
-        v_cvt_pk_fp8_f32 v121, v124, v125
-        v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
-        v_dual_mul_f32 v126, s51, v126 :: v_dual_mul_f32 v127, s51, v127
-        v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
-        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s53, 0xfedcba98
-        v_add_f32 v22, v22, v28
-        v_add_f32 v21, v21, v22
-        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
-        s_wait_alu depctr_va_vcc(0)
-        s_cbranch_vccz .Ld64_bf16_no_rescale_1
-        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
-        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
-        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
-        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
-        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
-        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
-        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
-        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
-        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
-        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
-        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
-        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
-        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
-        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
-        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
-        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
-.Ld64_bf16_no_rescale_1:
-
-        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 4
-        v_dual_mul_f32 v11, s54, v9 :: v_dual_subrev_f32 v64, s52, v64
-        s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[96:97], v[32:39]
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v65, s52, v65
-        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
-        s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[96:97], v[40:47]
-        v_dual_subrev_f32 v66, s52, v66 :: v_dual_subrev_f32 v67, s52, v67
-        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
-        s_wait_dscnt 5
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[96:97], v[48:55]
-        v_dual_subrev_f32 v68, s52, v68 :: v_dual_subrev_f32 v69, s52, v69
-        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
-        s_wait_dscnt 4
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[96:97], v[56:63]
-        v_dual_subrev_f32 v70, s52, v70 :: v_dual_subrev_f32 v71, s52, v71
-        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[104:105], v[32:39]
-        v_dual_subrev_f32 v72, s52, v72 :: v_dual_subrev_f32 v73, s52, v73
-        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[104:105], v[40:47]
-        v_dual_subrev_f32 v74, s52, v74 :: v_dual_subrev_f32 v75, s52, v75
-        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[104:105], v[48:55]
-        v_dual_subrev_f32 v76, s52, v76 :: v_dual_subrev_f32 v77, s52, v77
-        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[104:105], v[56:63]
-        v_dual_subrev_f32 v78, s52, v78 :: v_dual_subrev_f32 v79, s52, v79
-        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
-        s_wait_dscnt 3
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[112:113], v[32:39]
-        v_dual_subrev_f32 v80, s52, v80 :: v_dual_subrev_f32 v81, s52, v81
-        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
-        s_wait_dscnt 2
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[112:113], v[40:47]
-        v_dual_subrev_f32 v82, s52, v82 :: v_dual_subrev_f32 v83, s52, v83
-        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
-        s_wait_dscnt 1
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[112:113], v[48:55]
-        v_dual_subrev_f32 v84, s52, v84 :: v_dual_subrev_f32 v85, s52, v85
-        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
-        s_wait_dscnt 0
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[112:113], v[56:63]
-        v_dual_subrev_f32 v86, s52, v86 :: v_dual_subrev_f32 v87, s52, v87
-        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[120:121], v[32:39]
-        v_dual_subrev_f32 v88, s52, v88 :: v_dual_subrev_f32 v89, s52, v89
-        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[120:121], v[40:47]
-        v_dual_subrev_f32 v90, s52, v90 :: v_dual_subrev_f32 v91, s52, v91
-        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[120:121], v[48:55]
-        v_dual_subrev_f32 v92, s52, v92 :: v_dual_subrev_f32 v93, s52, v93
-        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[120:121], v[56:63]
-        v_dual_subrev_f32 v94, s52, v94 :: v_dual_subrev_f32 v95, s52, v95
-        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
-
-        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
-        s_wait_loadcnt 0
-        ds_store_b128 v5, v[136:139] offset:4096
-        ds_store_b128 v6, v[144:147] offset:8192
-        ds_store_b128 v5, v[140:143] offset:6144
-        ds_store_b128 v6, v[148:151] offset:10240
-        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
-        s_barrier_signal -1
-        s_barrier_wait -1
-        s_add_co_i32 s55, s55, 1
-        s_branch .Ld64_bf16_loop
-.Ld64_bf16_last_0:
-
-        // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
-        ds_load_b128 v[152:155], v3 offset:8192
-        ds_load_b128 v[156:159], v3 offset:9216
-        ds_load_b128 v[160:163], v3 offset:10240
-        ds_load_b128 v[164:167], v3 offset:11264
-        ds_load_b128 v[168:171], v4 offset:8192
-        ds_load_b128 v[172:175], v4 offset:9216
-        ds_load_b128 v[176:179], v4 offset:10240
-        ds_load_b128 v[180:183], v4 offset:11264
-        v_bfe_u32 v29, v0, 4, 1
-        v_lshlrev_b32 v29, 5, v29
-        v_sub_nc_u32_e32 v29, s50, v29
+        s_lshl_b32 s52, s61, 6
+        s_add_co_i32 s53, s52, 64
+        s_cmp_le_i32 s53, s57
+        s_cbranch_scc1 .Ld64_bf16_nomask_0
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s56, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s52, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
         v_cmp_lt_i32_e32 vcc_lo, 0, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
@@ -6829,6 +7045,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_nomask_0:
         v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
         v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
         v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
@@ -6845,116 +7062,150 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v24, s67, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
-        v_dual_mov_b32 v18, v17 :: v_dual_sub_f32 v19, v16, v17
+        v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
-        v_dual_sub_f32 v64, v64, v17 :: v_dual_sub_f32 v65, v65, v18
-        v_dual_sub_f32 v66, v66, v17 :: v_dual_sub_f32 v67, v67, v18
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v17, vcc_lo
+        v_mov_b32 v29, v18
+        v_dual_sub_f32 v64, v64, v29 :: v_dual_sub_f32 v65, v65, v18
+        v_dual_sub_f32 v66, v66, v29 :: v_dual_sub_f32 v67, v67, v18
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v17 :: v_dual_sub_f32 v69, v69, v18
+        v_dual_sub_f32 v68, v68, v29 :: v_dual_sub_f32 v69, v69, v18
         v_exp_f32_e32 v65, v65
         v_exp_f32_e32 v66, v66
-        v_dual_sub_f32 v70, v70, v17 :: v_dual_sub_f32 v71, v71, v18
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_dual_sub_f32 v70, v70, v29 :: v_dual_sub_f32 v71, v71, v18
         v_exp_f32_e32 v67, v67
         v_dual_add_f32 v22, v64, v65 :: v_dual_sub_f32 v73, v73, v18
         v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v17 :: v_dual_add_f32 v23, v22, v66
-        v_dual_mul_f32 v64, s51, v64 :: v_dual_mul_f32 v65, s51, v65
+        v_dual_sub_f32 v72, v72, v29 :: v_dual_add_f32 v23, v22, v66
+        v_dual_mul_f32 v64, s65, v64 :: v_dual_mul_f32 v65, s65, v65
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
         v_exp_f32_e32 v69, v69
         v_add_f32 v22, v23, v67
         v_cvt_pk_fp8_f32 v64, v64, v65
         v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v17 :: v_dual_add_f32 v23, v68, v22
-        v_dual_mul_f32 v66, s51, v66 :: v_dual_mul_f32 v67, s51, v67
+        v_dual_sub_f32 v74, v74, v29 :: v_dual_add_f32 v23, v68, v22
+        v_dual_mul_f32 v66, s65, v66 :: v_dual_mul_f32 v67, s65, v67
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
         v_exp_f32_e32 v71, v71
         v_dual_sub_f32 v75, v75, v18 :: v_dual_add_f32 v22, v69, v23
         v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
         v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v17 :: v_dual_add_f32 v23, v22, v70
-        v_dual_mul_f32 v68, s51, v68 :: v_dual_sub_f32 v77, v77, v18
+        v_dual_sub_f32 v76, v76, v29 :: v_dual_add_f32 v23, v22, v70
+        v_dual_mul_f32 v68, s65, v68 :: v_dual_sub_f32 v77, v77, v18
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
         v_exp_f32_e32 v73, v73
-        v_dual_add_f32 v22, v23, v71 :: v_dual_mul_f32 v69, s51, v69
+        v_dual_add_f32 v22, v23, v71 :: v_dual_mul_f32 v69, s65, v69
         v_cvt_pk_fp8_f32 v65, v68, v69
         v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v17 :: v_dual_add_f32 v23, v72, v22
-        v_dual_mul_f32 v70, s51, v70 :: v_dual_mul_f32 v71, s51, v71
+        v_dual_sub_f32 v78, v78, v29 :: v_dual_add_f32 v23, v72, v22
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[154:155], v[130:131], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[152:155], v3 offset:10240
+        v_dual_mul_f32 v70, s65, v70 :: v_dual_mul_f32 v71, s65, v71
         v_exp_f32_e32 v75, v75
         v_dual_sub_f32 v79, v79, v18 :: v_dual_add_f32 v22, v73, v23
         v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
         v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v17 :: v_dual_add_f32 v23, v22, v74
-        v_dual_mul_f32 v72, s51, v72 :: v_dual_sub_f32 v81, v81, v18
+        v_dual_sub_f32 v80, v80, v29 :: v_dual_add_f32 v23, v22, v74
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[158:159], v[130:131], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[156:159], v3 offset:11264
+        v_dual_mul_f32 v72, s65, v72 :: v_dual_sub_f32 v81, v81, v18
         v_exp_f32_e32 v77, v77
-        v_dual_add_f32 v22, v23, v75 :: v_dual_mul_f32 v73, s51, v73
+        v_dual_add_f32 v22, v23, v75 :: v_dual_mul_f32 v73, s65, v73
         v_cvt_pk_fp8_f32 v72, v72, v73
         v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v17 :: v_dual_add_f32 v23, v76, v22
-        v_dual_mul_f32 v74, s51, v74 :: v_dual_mul_f32 v75, s51, v75
+        v_dual_sub_f32 v82, v82, v29 :: v_dual_add_f32 v23, v76, v22
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[162:163], v[130:131], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[160:163], v4 offset:8192
+        v_dual_mul_f32 v74, s65, v74 :: v_dual_mul_f32 v75, s65, v75
         v_exp_f32_e32 v79, v79
         v_dual_sub_f32 v83, v83, v18 :: v_dual_add_f32 v22, v77, v23
         v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
         v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v17 :: v_dual_add_f32 v23, v22, v78
-        v_dual_mul_f32 v76, s51, v76 :: v_dual_sub_f32 v85, v85, v18
+        v_dual_sub_f32 v84, v84, v29 :: v_dual_add_f32 v23, v22, v78
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[166:167], v[130:131], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[164:167], v4 offset:9216
+        v_dual_mul_f32 v76, s65, v76 :: v_dual_sub_f32 v85, v85, v18
         v_exp_f32_e32 v81, v81
-        v_dual_add_f32 v22, v23, v79 :: v_dual_mul_f32 v77, s51, v77
+        v_dual_add_f32 v22, v23, v79 :: v_dual_mul_f32 v77, s65, v77
         v_cvt_pk_fp8_f32 v73, v76, v77
         v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v17 :: v_dual_add_f32 v23, v80, v22
-        v_dual_mul_f32 v78, s51, v78 :: v_dual_mul_f32 v79, s51, v79
+        v_dual_sub_f32 v86, v86, v29 :: v_dual_add_f32 v23, v80, v22
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[168:169], v[132:133], v[96:103] neg_lo:[1,1,0]
+        v_dual_mul_f32 v78, s65, v78 :: v_dual_mul_f32 v79, s65, v79
         v_exp_f32_e32 v83, v83
         v_dual_sub_f32 v87, v87, v18 :: v_dual_add_f32 v22, v81, v23
         v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
         v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v17 :: v_dual_add_f32 v23, v22, v82
-        v_dual_mul_f32 v80, s51, v80 :: v_dual_sub_f32 v89, v89, v18
+        v_dual_sub_f32 v88, v88, v29 :: v_dual_add_f32 v23, v22, v82
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[172:173], v[132:133], v[104:111] neg_lo:[1,1,0]
+        v_dual_mul_f32 v80, s65, v80 :: v_dual_sub_f32 v89, v89, v18
         v_exp_f32_e32 v85, v85
-        v_dual_add_f32 v22, v23, v83 :: v_dual_mul_f32 v81, s51, v81
+        v_dual_add_f32 v22, v23, v83 :: v_dual_mul_f32 v81, s65, v81
         v_cvt_pk_fp8_f32 v80, v80, v81
         v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v17 :: v_dual_add_f32 v23, v84, v22
-        v_dual_mul_f32 v82, s51, v82 :: v_dual_mul_f32 v83, s51, v83
+        v_dual_sub_f32 v90, v90, v29 :: v_dual_add_f32 v23, v84, v22
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[176:177], v[132:133], v[112:119] neg_lo:[1,1,0]
+        v_dual_mul_f32 v82, s65, v82 :: v_dual_mul_f32 v83, s65, v83
         v_exp_f32_e32 v87, v87
         v_dual_sub_f32 v91, v91, v18 :: v_dual_add_f32 v22, v85, v23
         v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
         v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v17 :: v_dual_add_f32 v23, v22, v86
-        v_dual_mul_f32 v84, s51, v84 :: v_dual_sub_f32 v93, v93, v18
+        v_dual_sub_f32 v92, v92, v29 :: v_dual_add_f32 v23, v22, v86
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[180:181], v[132:133], v[120:127] neg_lo:[1,1,0]
+        v_dual_mul_f32 v84, s65, v84 :: v_dual_sub_f32 v93, v93, v18
         v_exp_f32_e32 v89, v89
-        v_dual_add_f32 v22, v23, v87 :: v_dual_mul_f32 v85, s51, v85
+        v_dual_add_f32 v22, v23, v87 :: v_dual_mul_f32 v85, s65, v85
         v_cvt_pk_fp8_f32 v81, v84, v85
         v_exp_f32_e32 v90, v90
-        v_dual_sub_f32 v94, v94, v17 :: v_dual_add_f32 v23, v88, v22
-        v_dual_mul_f32 v86, s51, v86 :: v_dual_mul_f32 v87, s51, v87
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[170:171], v[134:135], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[168:171], v4 offset:10240
+        v_dual_sub_f32 v94, v94, v29 :: v_dual_add_f32 v23, v88, v22
+        v_dual_mul_f32 v86, s65, v86 :: v_dual_mul_f32 v87, s65, v87
         v_exp_f32_e32 v91, v91
         v_dual_sub_f32 v95, v95, v18 :: v_dual_add_f32 v22, v89, v23
         v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
         v_exp_f32_e32 v92, v92
-        v_dual_add_f32 v23, v22, v90 :: v_dual_mul_f32 v88, s51, v88
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[174:175], v[134:135], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[172:175], v4 offset:11264
+        v_dual_add_f32 v23, v22, v90 :: v_dual_mul_f32 v88, s65, v88
         v_exp_f32_e32 v93, v93
-        v_dual_add_f32 v22, v23, v91 :: v_dual_mul_f32 v89, s51, v89
+        v_dual_add_f32 v22, v23, v91 :: v_dual_mul_f32 v89, s65, v89
         v_cvt_pk_fp8_f32 v88, v88, v89
         v_exp_f32_e32 v94, v94
-        v_dual_add_f32 v23, v22, v92 :: v_dual_mul_f32 v90, s51, v90
+        v_dual_add_f32 v23, v22, v92 :: v_dual_mul_f32 v90, s65, v90
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[178:179], v[134:135], v[112:119] neg_lo:[1,1,0]
         v_exp_f32_e32 v95, v95
-        v_dual_add_f32 v22, v23, v93 :: v_dual_mul_f32 v91, s51, v91
+        v_dual_add_f32 v22, v23, v93 :: v_dual_mul_f32 v91, s65, v91
         v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v94 :: v_dual_mul_f32 v92, s51, v92
-        v_dual_add_f32 v22, v23, v95 :: v_dual_mul_f32 v93, s51, v93
+        v_dual_add_f32 v23, v22, v94 :: v_dual_mul_f32 v92, s65, v92
+        v_dual_add_f32 v22, v23, v95 :: v_dual_mul_f32 v93, s65, v93
         v_cvt_pk_fp8_f32 v89, v92, v93
-        v_dual_mul_f32 v94, s51, v94 :: v_dual_mul_f32 v95, s51, v95
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[182:183], v[134:135], v[120:127] neg_lo:[1,1,0]
+        v_dual_mul_f32 v94, s65, v94 :: v_dual_mul_f32 v95, s65, v95
         v_cvt_pk_fp8_f32 v89, v94, v95 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v22, s67, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
-        s_cbranch_vccz .Ld64_bf16_no_rescale_0_last
+        s_cbranch_vccz .Ld64_bf16_no_rescale_0
         v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
         v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
         v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
@@ -6971,49 +7222,128 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
         v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
         v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
-.Ld64_bf16_no_rescale_0_last:
+.Ld64_bf16_no_rescale_0:
 
-        // ---- phase Y: PV(t) x 32 WMMA ------------------------------------------------------------------------
+        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
+        s_wait_loadcnt 4
+        v_dual_mul_f32 v11, s68, v9 :: v_dual_subrev_f32 v96, s66, v96
         s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[152:153], v[64:65], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[64:65], v[32:39]
+        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v97, s66, v97
+        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
         s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[156:157], v[64:65], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[64:65], v[40:47]
+        v_dual_subrev_f32 v98, s66, v98 :: v_dual_subrev_f32 v99, s66, v99
+        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
         s_wait_dscnt 5
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[160:161], v[64:65], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[64:65], v[48:55]
+        v_dual_subrev_f32 v100, s66, v100 :: v_dual_subrev_f32 v101, s66, v101
+        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
         s_wait_dscnt 4
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[164:165], v[64:65], v[56:63]
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[154:155], v[72:73], v[32:39]
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[158:159], v[72:73], v[40:47]
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[162:163], v[72:73], v[48:55]
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[166:167], v[72:73], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[64:65], v[56:63]
+        v_dual_subrev_f32 v102, s66, v102 :: v_dual_subrev_f32 v103, s66, v103
+        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[72:73], v[32:39]
+        v_dual_subrev_f32 v104, s66, v104 :: v_dual_subrev_f32 v105, s66, v105
+        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[72:73], v[40:47]
+        v_dual_subrev_f32 v106, s66, v106 :: v_dual_subrev_f32 v107, s66, v107
+        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[72:73], v[48:55]
+        v_dual_subrev_f32 v108, s66, v108 :: v_dual_subrev_f32 v109, s66, v109
+        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[72:73], v[56:63]
+        v_dual_subrev_f32 v110, s66, v110 :: v_dual_subrev_f32 v111, s66, v111
+        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
         s_wait_dscnt 3
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[168:169], v[80:81], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[80:81], v[32:39]
+        v_dual_subrev_f32 v112, s66, v112 :: v_dual_subrev_f32 v113, s66, v113
+        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
         s_wait_dscnt 2
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[172:173], v[80:81], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[80:81], v[40:47]
+        v_dual_subrev_f32 v114, s66, v114 :: v_dual_subrev_f32 v115, s66, v115
+        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
         s_wait_dscnt 1
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[176:177], v[80:81], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[80:81], v[48:55]
+        v_dual_subrev_f32 v116, s66, v116 :: v_dual_subrev_f32 v117, s66, v117
+        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
         s_wait_dscnt 0
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[180:181], v[80:81], v[56:63]
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[170:171], v[88:89], v[32:39]
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[174:175], v[88:89], v[40:47]
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[178:179], v[88:89], v[48:55]
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[182:183], v[88:89], v[56:63]
-        v_mov_b32 v16, v17  // m of the last tile into m[0]
-        s_branch .Ld64_bf16_epilogue
-.Ld64_bf16_last_1:
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[80:81], v[56:63]
+        v_dual_subrev_f32 v118, s66, v118 :: v_dual_subrev_f32 v119, s66, v119
+        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[88:89], v[32:39]
+        v_dual_subrev_f32 v120, s66, v120 :: v_dual_subrev_f32 v121, s66, v121
+        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[88:89], v[40:47]
+        v_dual_subrev_f32 v122, s66, v122 :: v_dual_subrev_f32 v123, s66, v123
+        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[88:89], v[48:55]
+        v_dual_subrev_f32 v124, s66, v124 :: v_dual_subrev_f32 v125, s66, v125
+        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[88:89], v[56:63]
+        v_dual_subrev_f32 v126, s66, v126 :: v_dual_subrev_f32 v127, s66, v127
+        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
 
-        // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
-        ds_load_b128 v[152:155], v3 offset:12288
-        ds_load_b128 v[156:159], v3 offset:13312
-        ds_load_b128 v[160:163], v3 offset:14336
-        ds_load_b128 v[164:167], v3 offset:15360
-        ds_load_b128 v[168:171], v4 offset:12288
-        ds_load_b128 v[172:175], v4 offset:13312
-        ds_load_b128 v[176:179], v4 offset:14336
-        ds_load_b128 v[180:183], v4 offset:15360
-        v_bfe_u32 v29, v0, 4, 1
-        v_lshlrev_b32 v29, 5, v29
-        v_sub_nc_u32_e32 v29, s50, v29
+        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
+        s_wait_loadcnt 0
+        ds_store_b128 v5, v[136:139] offset:0
+        ds_store_b128 v6, v[144:147] offset:12288
+        ds_store_b128 v5, v[140:143] offset:2048
+        ds_store_b128 v6, v[148:151] offset:14336
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        s_add_co_i32 s69, s69, 1
+        s_wait_kmcnt 0  // L[min(t+3, last)]
+        s_mov_b32 s61, s62
+        s_mov_b32 s62, s63
+        s_mov_b32 s63, s64
+        s_cmp_eq_u32 s69, s55
+        s_cbranch_scc1 .Ld64_bf16_last_1
+
+        // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
+        s_add_co_i32 s48, s69, 3
+        s_min_u32 s48, s48, s55
+        s_lshl_b32 s48, s48, 2
+        s_load_b32 s64, s[58:59], s48 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s76, s63, 12  // * 4096 bytes
+        s_add_nc_u64 s[74:75], s[70:71], s[76:77]
+        s_sub_co_i32 s48, s62, s61  // tiles from L[t] to L[t+1] (> 0: ascending)
+        s_mov_b32 s51, 0
+        s_lshl_b32 s50, s48, 3
+        s_add_nc_u64 s[82:83], s[82:83], s[50:51]  // k_scale pair of tile L[t+1]
+        global_load_b32 v9, v10, s[82:83]
+        s_lshl_b32 s50, s48, 6
+        s_add_nc_u64 s[78:79], s[78:79], s[50:51]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[80:81], s[80:81], s[50:51]  // V^T columns of tile L[t+1]
+        global_load_b128 v[136:139], v7, s[74:75] offset:0
+        global_load_b128 v[140:143], v7, s[74:75] offset:2048
+        global_load_b128 v[144:147], v8, s[78:79]
+        global_load_b128 v[148:151], v8, s[80:81]
+
+        // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        ds_load_b128 v[152:155], v1 offset:0
+        ds_load_b128 v[156:159], v1 offset:512
+        ds_load_b128 v[160:163], v1 offset:1024
+        ds_load_b128 v[164:167], v1 offset:1536
+        ds_load_b128 v[168:171], v2 offset:0
+        ds_load_b128 v[172:175], v2 offset:512
+        ds_load_b128 v[176:179], v2 offset:1024
+        ds_load_b128 v[180:183], v2 offset:1536
+        ds_load_b128 v[184:187], v3 offset:12288
+        ds_load_b128 v[188:191], v3 offset:13312
+        s_lshl_b32 s52, s61, 6
+        s_add_co_i32 s53, s52, 64
+        s_cmp_le_i32 s53, s57
+        s_cbranch_scc1 .Ld64_bf16_nomask_1
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s56, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s52, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
         v_cmp_lt_i32_e32 vcc_lo, 0, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
@@ -7110,6 +7440,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_nomask_1:
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -7126,111 +7457,783 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v24, s67, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
-        v_dual_mov_b32 v18, v16 :: v_dual_sub_f32 v19, v17, v16
+        v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
-        v_dual_sub_f32 v96, v96, v16 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v16 :: v_dual_sub_f32 v99, v99, v18
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v16, vcc_lo
+        v_mov_b32 v29, v18
+        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
+        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v16 :: v_dual_sub_f32 v101, v101, v18
+        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
         v_exp_f32_e32 v97, v97
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v16 :: v_dual_sub_f32 v103, v103, v18
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
         v_exp_f32_e32 v99, v99
         v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v16 :: v_dual_add_f32 v23, v22, v98
-        v_dual_mul_f32 v96, s51, v96 :: v_dual_mul_f32 v97, s51, v97
+        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_dual_mul_f32 v96, s65, v96 :: v_dual_mul_f32 v97, s65, v97
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
         v_exp_f32_e32 v101, v101
         v_add_f32 v22, v23, v99
         v_cvt_pk_fp8_f32 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v16 :: v_dual_add_f32 v23, v100, v22
-        v_dual_mul_f32 v98, s51, v98 :: v_dual_mul_f32 v99, s51, v99
+        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_dual_mul_f32 v98, s65, v98 :: v_dual_mul_f32 v99, s65, v99
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
         v_exp_f32_e32 v103, v103
         v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v16 :: v_dual_add_f32 v23, v22, v102
-        v_dual_mul_f32 v100, s51, v100 :: v_dual_sub_f32 v109, v109, v18
+        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_dual_mul_f32 v100, s65, v100 :: v_dual_sub_f32 v109, v109, v18
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
         v_exp_f32_e32 v105, v105
-        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s51, v101
+        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s65, v101
         v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v16 :: v_dual_add_f32 v23, v104, v22
-        v_dual_mul_f32 v102, s51, v102 :: v_dual_mul_f32 v103, s51, v103
+        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[154:155], v[130:131], v[64:71] neg_lo:[1,1,0]
+        ds_load_b128 v[152:155], v3 offset:14336
+        v_dual_mul_f32 v102, s65, v102 :: v_dual_mul_f32 v103, s65, v103
         v_exp_f32_e32 v107, v107
         v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
         v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v16 :: v_dual_add_f32 v23, v22, v106
-        v_dual_mul_f32 v104, s51, v104 :: v_dual_sub_f32 v113, v113, v18
+        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[158:159], v[130:131], v[72:79] neg_lo:[1,1,0]
+        ds_load_b128 v[156:159], v3 offset:15360
+        v_dual_mul_f32 v104, s65, v104 :: v_dual_sub_f32 v113, v113, v18
         v_exp_f32_e32 v109, v109
-        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s51, v105
+        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s65, v105
         v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v16 :: v_dual_add_f32 v23, v108, v22
-        v_dual_mul_f32 v106, s51, v106 :: v_dual_mul_f32 v107, s51, v107
+        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[162:163], v[130:131], v[80:87] neg_lo:[1,1,0]
+        ds_load_b128 v[160:163], v4 offset:12288
+        v_dual_mul_f32 v106, s65, v106 :: v_dual_mul_f32 v107, s65, v107
         v_exp_f32_e32 v111, v111
         v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
         v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v16 :: v_dual_add_f32 v23, v22, v110
-        v_dual_mul_f32 v108, s51, v108 :: v_dual_sub_f32 v117, v117, v18
+        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[166:167], v[130:131], v[88:95] neg_lo:[1,1,0]
+        ds_load_b128 v[164:167], v4 offset:13312
+        v_dual_mul_f32 v108, s65, v108 :: v_dual_sub_f32 v117, v117, v18
         v_exp_f32_e32 v113, v113
-        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s51, v109
+        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s65, v109
         v_cvt_pk_fp8_f32 v105, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v16 :: v_dual_add_f32 v23, v112, v22
-        v_dual_mul_f32 v110, s51, v110 :: v_dual_mul_f32 v111, s51, v111
+        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[168:169], v[132:133], v[64:71] neg_lo:[1,1,0]
+        v_dual_mul_f32 v110, s65, v110 :: v_dual_mul_f32 v111, s65, v111
         v_exp_f32_e32 v115, v115
         v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
         v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v16 :: v_dual_add_f32 v23, v22, v114
-        v_dual_mul_f32 v112, s51, v112 :: v_dual_sub_f32 v121, v121, v18
+        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[172:173], v[132:133], v[72:79] neg_lo:[1,1,0]
+        v_dual_mul_f32 v112, s65, v112 :: v_dual_sub_f32 v121, v121, v18
         v_exp_f32_e32 v117, v117
-        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s51, v113
+        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s65, v113
         v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v16 :: v_dual_add_f32 v23, v116, v22
-        v_dual_mul_f32 v114, s51, v114 :: v_dual_mul_f32 v115, s51, v115
+        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[176:177], v[132:133], v[80:87] neg_lo:[1,1,0]
+        v_dual_mul_f32 v114, s65, v114 :: v_dual_mul_f32 v115, s65, v115
         v_exp_f32_e32 v119, v119
         v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
         v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v16 :: v_dual_add_f32 v23, v22, v118
-        v_dual_mul_f32 v116, s51, v116 :: v_dual_sub_f32 v125, v125, v18
+        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[180:181], v[132:133], v[88:95] neg_lo:[1,1,0]
+        v_dual_mul_f32 v116, s65, v116 :: v_dual_sub_f32 v125, v125, v18
         v_exp_f32_e32 v121, v121
-        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s51, v117
+        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s65, v117
         v_cvt_pk_fp8_f32 v113, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v16 :: v_dual_add_f32 v23, v120, v22
-        v_dual_mul_f32 v118, s51, v118 :: v_dual_mul_f32 v119, s51, v119
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[170:171], v[134:135], v[64:71] neg_lo:[1,1,0]
+        ds_load_b128 v[168:171], v4 offset:14336
+        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
+        v_dual_mul_f32 v118, s65, v118 :: v_dual_mul_f32 v119, s65, v119
         v_exp_f32_e32 v123, v123
         v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
         v_exp_f32_e32 v124, v124
-        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s51, v120
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[174:175], v[134:135], v[72:79] neg_lo:[1,1,0]
+        ds_load_b128 v[172:175], v4 offset:15360
+        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s65, v120
         v_exp_f32_e32 v125, v125
-        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s51, v121
+        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s65, v121
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s51, v122
+        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s65, v122
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[178:179], v[134:135], v[80:87] neg_lo:[1,1,0]
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s51, v123
+        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s65, v123
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s51, v124
-        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s51, v125
+        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s65, v124
+        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s65, v125
         v_cvt_pk_fp8_f32 v121, v124, v125
-        v_dual_mul_f32 v126, s51, v126 :: v_dual_mul_f32 v127, s51, v127
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
+        v_dual_mul_f32 v126, s65, v126 :: v_dual_mul_f32 v127, s65, v127
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v22, s67, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_no_rescale_1
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+.Ld64_bf16_no_rescale_1:
+
+        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
+        s_wait_loadcnt 4
+        v_dual_mul_f32 v11, s68, v9 :: v_dual_subrev_f32 v64, s66, v64
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[96:97], v[32:39]
+        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v65, s66, v65
+        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[96:97], v[40:47]
+        v_dual_subrev_f32 v66, s66, v66 :: v_dual_subrev_f32 v67, s66, v67
+        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[96:97], v[48:55]
+        v_dual_subrev_f32 v68, s66, v68 :: v_dual_subrev_f32 v69, s66, v69
+        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[96:97], v[56:63]
+        v_dual_subrev_f32 v70, s66, v70 :: v_dual_subrev_f32 v71, s66, v71
+        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[104:105], v[32:39]
+        v_dual_subrev_f32 v72, s66, v72 :: v_dual_subrev_f32 v73, s66, v73
+        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[104:105], v[40:47]
+        v_dual_subrev_f32 v74, s66, v74 :: v_dual_subrev_f32 v75, s66, v75
+        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[104:105], v[48:55]
+        v_dual_subrev_f32 v76, s66, v76 :: v_dual_subrev_f32 v77, s66, v77
+        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[104:105], v[56:63]
+        v_dual_subrev_f32 v78, s66, v78 :: v_dual_subrev_f32 v79, s66, v79
+        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[112:113], v[32:39]
+        v_dual_subrev_f32 v80, s66, v80 :: v_dual_subrev_f32 v81, s66, v81
+        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[112:113], v[40:47]
+        v_dual_subrev_f32 v82, s66, v82 :: v_dual_subrev_f32 v83, s66, v83
+        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[112:113], v[48:55]
+        v_dual_subrev_f32 v84, s66, v84 :: v_dual_subrev_f32 v85, s66, v85
+        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[112:113], v[56:63]
+        v_dual_subrev_f32 v86, s66, v86 :: v_dual_subrev_f32 v87, s66, v87
+        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[120:121], v[32:39]
+        v_dual_subrev_f32 v88, s66, v88 :: v_dual_subrev_f32 v89, s66, v89
+        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[120:121], v[40:47]
+        v_dual_subrev_f32 v90, s66, v90 :: v_dual_subrev_f32 v91, s66, v91
+        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[120:121], v[48:55]
+        v_dual_subrev_f32 v92, s66, v92 :: v_dual_subrev_f32 v93, s66, v93
+        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[120:121], v[56:63]
+        v_dual_subrev_f32 v94, s66, v94 :: v_dual_subrev_f32 v95, s66, v95
+        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
+
+        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
+        s_wait_loadcnt 0
+        ds_store_b128 v5, v[136:139] offset:4096
+        ds_store_b128 v6, v[144:147] offset:8192
+        ds_store_b128 v5, v[140:143] offset:6144
+        ds_store_b128 v6, v[148:151] offset:10240
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        s_add_co_i32 s69, s69, 1
+        s_wait_kmcnt 0  // L[min(t+3, last)]
+        s_mov_b32 s61, s62
+        s_mov_b32 s62, s63
+        s_mov_b32 s63, s64
+        s_branch .Ld64_bf16_loop
+.Ld64_bf16_last_0:
+
+        // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        ds_load_b128 v[152:155], v3 offset:8192
+        ds_load_b128 v[156:159], v3 offset:9216
+        ds_load_b128 v[160:163], v3 offset:10240
+        ds_load_b128 v[164:167], v3 offset:11264
+        ds_load_b128 v[168:171], v4 offset:8192
+        ds_load_b128 v[172:175], v4 offset:9216
+        ds_load_b128 v[176:179], v4 offset:10240
+        ds_load_b128 v[180:183], v4 offset:11264
+        s_lshl_b32 s52, s61, 6
+        s_add_co_i32 s53, s52, 64
+        s_cmp_le_i32 s53, s57
+        s_cbranch_scc1 .Ld64_bf16_nomask_0_last
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s56, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s52, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_nomask_0_last:
+        v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
+        v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
+        v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
+        v_dual_max_num_f32 v26, v74, v26 :: v_dual_max_num_f32 v27, v75, v27
+        v_dual_max_num_f32 v24, v76, v24 :: v_dual_max_num_f32 v25, v77, v25
+        v_dual_max_num_f32 v26, v78, v26 :: v_dual_max_num_f32 v27, v79, v27
+        v_dual_max_num_f32 v24, v80, v24 :: v_dual_max_num_f32 v25, v81, v25
+        v_dual_max_num_f32 v26, v82, v26 :: v_dual_max_num_f32 v27, v83, v27
+        v_dual_max_num_f32 v24, v84, v24 :: v_dual_max_num_f32 v25, v85, v25
+        v_dual_max_num_f32 v26, v86, v26 :: v_dual_max_num_f32 v27, v87, v27
+        v_dual_max_num_f32 v24, v88, v24 :: v_dual_max_num_f32 v25, v89, v25
+        v_dual_max_num_f32 v26, v90, v26 :: v_dual_max_num_f32 v27, v91, v27
+        v_dual_max_num_f32 v24, v92, v24 :: v_dual_max_num_f32 v25, v93, v25
+        v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s67, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v17, vcc_lo
+        v_mov_b32 v29, v18
+        v_dual_sub_f32 v64, v64, v29 :: v_dual_sub_f32 v65, v65, v18
+        v_dual_sub_f32 v66, v66, v29 :: v_dual_sub_f32 v67, v67, v18
+        v_exp_f32_e32 v64, v64
+        v_dual_sub_f32 v68, v68, v29 :: v_dual_sub_f32 v69, v69, v18
+        v_exp_f32_e32 v65, v65
+        v_exp_f32_e32 v66, v66
+        v_dual_sub_f32 v70, v70, v29 :: v_dual_sub_f32 v71, v71, v18
+        v_exp_f32_e32 v67, v67
+        v_dual_add_f32 v22, v64, v65 :: v_dual_sub_f32 v73, v73, v18
+        v_exp_f32_e32 v68, v68
+        v_dual_sub_f32 v72, v72, v29 :: v_dual_add_f32 v23, v22, v66
+        v_dual_mul_f32 v64, s65, v64 :: v_dual_mul_f32 v65, s65, v65
+        v_exp_f32_e32 v69, v69
+        v_add_f32 v22, v23, v67
+        v_cvt_pk_fp8_f32 v64, v64, v65
+        v_exp_f32_e32 v70, v70
+        v_dual_sub_f32 v74, v74, v29 :: v_dual_add_f32 v23, v68, v22
+        v_dual_mul_f32 v66, s65, v66 :: v_dual_mul_f32 v67, s65, v67
+        v_exp_f32_e32 v71, v71
+        v_dual_sub_f32 v75, v75, v18 :: v_dual_add_f32 v22, v69, v23
+        v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
+        v_exp_f32_e32 v72, v72
+        v_dual_sub_f32 v76, v76, v29 :: v_dual_add_f32 v23, v22, v70
+        v_dual_mul_f32 v68, s65, v68 :: v_dual_sub_f32 v77, v77, v18
+        v_exp_f32_e32 v73, v73
+        v_dual_add_f32 v22, v23, v71 :: v_dual_mul_f32 v69, s65, v69
+        v_cvt_pk_fp8_f32 v65, v68, v69
+        v_exp_f32_e32 v74, v74
+        v_dual_sub_f32 v78, v78, v29 :: v_dual_add_f32 v23, v72, v22
+        v_dual_mul_f32 v70, s65, v70 :: v_dual_mul_f32 v71, s65, v71
+        v_exp_f32_e32 v75, v75
+        v_dual_sub_f32 v79, v79, v18 :: v_dual_add_f32 v22, v73, v23
+        v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
+        v_exp_f32_e32 v76, v76
+        v_dual_sub_f32 v80, v80, v29 :: v_dual_add_f32 v23, v22, v74
+        v_dual_mul_f32 v72, s65, v72 :: v_dual_sub_f32 v81, v81, v18
+        v_exp_f32_e32 v77, v77
+        v_dual_add_f32 v22, v23, v75 :: v_dual_mul_f32 v73, s65, v73
+        v_cvt_pk_fp8_f32 v72, v72, v73
+        v_exp_f32_e32 v78, v78
+        v_dual_sub_f32 v82, v82, v29 :: v_dual_add_f32 v23, v76, v22
+        v_dual_mul_f32 v74, s65, v74 :: v_dual_mul_f32 v75, s65, v75
+        v_exp_f32_e32 v79, v79
+        v_dual_sub_f32 v83, v83, v18 :: v_dual_add_f32 v22, v77, v23
+        v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
+        v_exp_f32_e32 v80, v80
+        v_dual_sub_f32 v84, v84, v29 :: v_dual_add_f32 v23, v22, v78
+        v_dual_mul_f32 v76, s65, v76 :: v_dual_sub_f32 v85, v85, v18
+        v_exp_f32_e32 v81, v81
+        v_dual_add_f32 v22, v23, v79 :: v_dual_mul_f32 v77, s65, v77
+        v_cvt_pk_fp8_f32 v73, v76, v77
+        v_exp_f32_e32 v82, v82
+        v_dual_sub_f32 v86, v86, v29 :: v_dual_add_f32 v23, v80, v22
+        v_dual_mul_f32 v78, s65, v78 :: v_dual_mul_f32 v79, s65, v79
+        v_exp_f32_e32 v83, v83
+        v_dual_sub_f32 v87, v87, v18 :: v_dual_add_f32 v22, v81, v23
+        v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
+        v_exp_f32_e32 v84, v84
+        v_dual_sub_f32 v88, v88, v29 :: v_dual_add_f32 v23, v22, v82
+        v_dual_mul_f32 v80, s65, v80 :: v_dual_sub_f32 v89, v89, v18
+        v_exp_f32_e32 v85, v85
+        v_dual_add_f32 v22, v23, v83 :: v_dual_mul_f32 v81, s65, v81
+        v_cvt_pk_fp8_f32 v80, v80, v81
+        v_exp_f32_e32 v86, v86
+        v_dual_sub_f32 v90, v90, v29 :: v_dual_add_f32 v23, v84, v22
+        v_dual_mul_f32 v82, s65, v82 :: v_dual_mul_f32 v83, s65, v83
+        v_exp_f32_e32 v87, v87
+        v_dual_sub_f32 v91, v91, v18 :: v_dual_add_f32 v22, v85, v23
+        v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
+        v_exp_f32_e32 v88, v88
+        v_dual_sub_f32 v92, v92, v29 :: v_dual_add_f32 v23, v22, v86
+        v_dual_mul_f32 v84, s65, v84 :: v_dual_sub_f32 v93, v93, v18
+        v_exp_f32_e32 v89, v89
+        v_dual_add_f32 v22, v23, v87 :: v_dual_mul_f32 v85, s65, v85
+        v_cvt_pk_fp8_f32 v81, v84, v85
+        v_exp_f32_e32 v90, v90
+        v_dual_sub_f32 v94, v94, v29 :: v_dual_add_f32 v23, v88, v22
+        v_dual_mul_f32 v86, s65, v86 :: v_dual_mul_f32 v87, s65, v87
+        v_exp_f32_e32 v91, v91
+        v_dual_sub_f32 v95, v95, v18 :: v_dual_add_f32 v22, v89, v23
+        v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
+        v_exp_f32_e32 v92, v92
+        v_dual_add_f32 v23, v22, v90 :: v_dual_mul_f32 v88, s65, v88
+        v_exp_f32_e32 v93, v93
+        v_dual_add_f32 v22, v23, v91 :: v_dual_mul_f32 v89, s65, v89
+        v_cvt_pk_fp8_f32 v88, v88, v89
+        v_exp_f32_e32 v94, v94
+        v_dual_add_f32 v23, v22, v92 :: v_dual_mul_f32 v90, s65, v90
+        v_exp_f32_e32 v95, v95
+        v_dual_add_f32 v22, v23, v93 :: v_dual_mul_f32 v91, s65, v91
+        v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
+        v_dual_add_f32 v23, v22, v94 :: v_dual_mul_f32 v92, s65, v92
+        v_dual_add_f32 v22, v23, v95 :: v_dual_mul_f32 v93, s65, v93
+        v_cvt_pk_fp8_f32 v89, v92, v93
+        v_dual_mul_f32 v94, s65, v94 :: v_dual_mul_f32 v95, s65, v95
+        v_cvt_pk_fp8_f32 v89, v94, v95 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_permlanex16_b32 v28, v22, s67, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_no_rescale_0_last
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+.Ld64_bf16_no_rescale_0_last:
+
+        // ---- phase Y: PV(t) x 32 WMMA ------------------------------------------------------------------------
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[152:153], v[64:65], v[32:39]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[156:157], v[64:65], v[40:47]
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[160:161], v[64:65], v[48:55]
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[164:165], v[64:65], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[154:155], v[72:73], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[158:159], v[72:73], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[162:163], v[72:73], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[166:167], v[72:73], v[56:63]
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[168:169], v[80:81], v[32:39]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[172:173], v[80:81], v[40:47]
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[176:177], v[80:81], v[48:55]
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[180:181], v[80:81], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[170:171], v[88:89], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[174:175], v[88:89], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[178:179], v[88:89], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[182:183], v[88:89], v[56:63]
+        v_mov_b32 v16, v17  // m of the last tile into m[0]
+        s_branch .Ld64_bf16_epilogue
+.Ld64_bf16_last_1:
+
+        // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        ds_load_b128 v[152:155], v3 offset:12288
+        ds_load_b128 v[156:159], v3 offset:13312
+        ds_load_b128 v[160:163], v3 offset:14336
+        ds_load_b128 v[164:167], v3 offset:15360
+        ds_load_b128 v[168:171], v4 offset:12288
+        ds_load_b128 v[172:175], v4 offset:13312
+        ds_load_b128 v[176:179], v4 offset:14336
+        ds_load_b128 v[180:183], v4 offset:15360
+        s_lshl_b32 s52, s61, 6
+        s_add_co_i32 s53, s52, 64
+        s_cmp_le_i32 s53, s57
+        s_cbranch_scc1 .Ld64_bf16_nomask_1_last
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s56, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s52, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_nomask_1_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s67, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v16, vcc_lo
+        v_mov_b32 v29, v18
+        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
+        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_exp_f32_e32 v96, v96
+        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_exp_f32_e32 v97, v97
+        v_exp_f32_e32 v98, v98
+        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_exp_f32_e32 v99, v99
+        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        v_exp_f32_e32 v100, v100
+        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_dual_mul_f32 v96, s65, v96 :: v_dual_mul_f32 v97, s65, v97
+        v_exp_f32_e32 v101, v101
+        v_add_f32 v22, v23, v99
+        v_cvt_pk_fp8_f32 v96, v96, v97
+        v_exp_f32_e32 v102, v102
+        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_dual_mul_f32 v98, s65, v98 :: v_dual_mul_f32 v99, s65, v99
+        v_exp_f32_e32 v103, v103
+        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
+        v_exp_f32_e32 v104, v104
+        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_dual_mul_f32 v100, s65, v100 :: v_dual_sub_f32 v109, v109, v18
+        v_exp_f32_e32 v105, v105
+        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s65, v101
+        v_cvt_pk_fp8_f32 v97, v100, v101
+        v_exp_f32_e32 v106, v106
+        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_dual_mul_f32 v102, s65, v102 :: v_dual_mul_f32 v103, s65, v103
+        v_exp_f32_e32 v107, v107
+        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
+        v_exp_f32_e32 v108, v108
+        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_dual_mul_f32 v104, s65, v104 :: v_dual_sub_f32 v113, v113, v18
+        v_exp_f32_e32 v109, v109
+        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s65, v105
+        v_cvt_pk_fp8_f32 v104, v104, v105
+        v_exp_f32_e32 v110, v110
+        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_dual_mul_f32 v106, s65, v106 :: v_dual_mul_f32 v107, s65, v107
+        v_exp_f32_e32 v111, v111
+        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
+        v_exp_f32_e32 v112, v112
+        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_dual_mul_f32 v108, s65, v108 :: v_dual_sub_f32 v117, v117, v18
+        v_exp_f32_e32 v113, v113
+        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s65, v109
+        v_cvt_pk_fp8_f32 v105, v108, v109
+        v_exp_f32_e32 v114, v114
+        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_dual_mul_f32 v110, s65, v110 :: v_dual_mul_f32 v111, s65, v111
+        v_exp_f32_e32 v115, v115
+        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
+        v_exp_f32_e32 v116, v116
+        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_dual_mul_f32 v112, s65, v112 :: v_dual_sub_f32 v121, v121, v18
+        v_exp_f32_e32 v117, v117
+        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s65, v113
+        v_cvt_pk_fp8_f32 v112, v112, v113
+        v_exp_f32_e32 v118, v118
+        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_dual_mul_f32 v114, s65, v114 :: v_dual_mul_f32 v115, s65, v115
+        v_exp_f32_e32 v119, v119
+        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
+        v_exp_f32_e32 v120, v120
+        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_dual_mul_f32 v116, s65, v116 :: v_dual_sub_f32 v125, v125, v18
+        v_exp_f32_e32 v121, v121
+        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s65, v117
+        v_cvt_pk_fp8_f32 v113, v116, v117
+        v_exp_f32_e32 v122, v122
+        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
+        v_dual_mul_f32 v118, s65, v118 :: v_dual_mul_f32 v119, s65, v119
+        v_exp_f32_e32 v123, v123
+        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s65, v120
+        v_exp_f32_e32 v125, v125
+        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s65, v121
+        v_cvt_pk_fp8_f32 v120, v120, v121
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s65, v122
+        v_exp_f32_e32 v127, v127
+        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s65, v123
+        v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
+        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s65, v124
+        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s65, v125
+        v_cvt_pk_fp8_f32 v121, v124, v125
+        v_dual_mul_f32 v126, s65, v126 :: v_dual_mul_f32 v127, s65, v127
+        v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_permlanex16_b32 v28, v22, s67, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -7279,6 +8282,28 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[174:175], v[120:121], v[40:47]
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[178:179], v[120:121], v[48:55]
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[182:183], v[120:121], v[56:63]
+        s_branch .Ld64_bf16_epilogue
+.Ld64_bf16_empty:
+
+        // ---- no active key tile (LUT count 0): O = 0, m = -inf, l = 0 -> zeros and lse -inf ------------------
+        v_dual_mov_b32 v32, 0 :: v_dual_mov_b32 v33, 0
+        v_dual_mov_b32 v34, 0 :: v_dual_mov_b32 v35, 0
+        v_dual_mov_b32 v36, 0 :: v_dual_mov_b32 v37, 0
+        v_dual_mov_b32 v38, 0 :: v_dual_mov_b32 v39, 0
+        v_dual_mov_b32 v40, 0 :: v_dual_mov_b32 v41, 0
+        v_dual_mov_b32 v42, 0 :: v_dual_mov_b32 v43, 0
+        v_dual_mov_b32 v44, 0 :: v_dual_mov_b32 v45, 0
+        v_dual_mov_b32 v46, 0 :: v_dual_mov_b32 v47, 0
+        v_dual_mov_b32 v48, 0 :: v_dual_mov_b32 v49, 0
+        v_dual_mov_b32 v50, 0 :: v_dual_mov_b32 v51, 0
+        v_dual_mov_b32 v52, 0 :: v_dual_mov_b32 v53, 0
+        v_dual_mov_b32 v54, 0 :: v_dual_mov_b32 v55, 0
+        v_dual_mov_b32 v56, 0 :: v_dual_mov_b32 v57, 0
+        v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
+        v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
+        v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
+        v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
+        s_wait_kmcnt 0  // q_scale (the smooth_k lse term)
 .Ld64_bf16_epilogue:
 
         // ---- epilogue: inv = 1 / (448 l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) -------------
@@ -7295,18 +8320,21 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_div_fmas_f32 v153, v153, v155, v156
         v_div_fixup_f32 v158, v153, v152, 1.0
+        v_cmp_neq_f32_e32 vcc_lo, 0, v21  // l = 0: a row that saw no key -> inv 0, zeros
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0, v158, vcc_lo
 
         // ---- epilogue: v_scale, bf16 RNE saturating at +-its max (NaN -> 0x7fc0), stores of the valid query rows 
         v_bfe_u32 v152, v0, 4, 1  // h
         v_lshlrev_b32 v152, 5, v152  // 8h floats = 32h bytes
-        global_load_b128 v[64:67], v152, s[72:73] offset:0
-        global_load_b128 v[68:71], v152, s[72:73] offset:16
-        global_load_b128 v[72:75], v152, s[72:73] offset:64
-        global_load_b128 v[76:79], v152, s[72:73] offset:80
-        global_load_b128 v[80:83], v152, s[72:73] offset:128
-        global_load_b128 v[84:87], v152, s[72:73] offset:144
-        global_load_b128 v[88:91], v152, s[72:73] offset:192
-        global_load_b128 v[92:95], v152, s[72:73] offset:208
+        global_load_b128 v[64:67], v152, s[86:87] offset:0
+        global_load_b128 v[68:71], v152, s[86:87] offset:16
+        global_load_b128 v[72:75], v152, s[86:87] offset:64
+        global_load_b128 v[76:79], v152, s[86:87] offset:80
+        global_load_b128 v[80:83], v152, s[86:87] offset:128
+        global_load_b128 v[84:87], v152, s[86:87] offset:144
+        global_load_b128 v[88:91], v152, s[86:87] offset:192
+        global_load_b128 v[92:95], v152, s[86:87] offset:208
         s_wait_loadcnt 6
         v_mul_f32_e32 v32, v32, v158
         v_mul_f32_e32 v32, v32, v64
@@ -7642,184 +8670,184 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_cbranch_scc0 .Ld64_bf16_store_out
         v_bfe_u32 v157, v0, 4, 1  // h
         v_lshlrev_b32 v157, 7, v157  // 32h floats
-        global_load_b128 v[64:67], v157, s[70:71] offset:0
-        global_load_b128 v[68:71], v157, s[70:71] offset:16
-        global_load_b128 v[72:75], v157, s[70:71] offset:32
-        global_load_b128 v[76:79], v157, s[70:71] offset:48
-        global_load_b128 v[80:83], v157, s[70:71] offset:64
-        global_load_b128 v[84:87], v157, s[70:71] offset:80
-        global_load_b128 v[88:91], v157, s[70:71] offset:96
-        global_load_b128 v[92:95], v157, s[70:71] offset:112
+        global_load_b128 v[64:67], v157, s[84:85] offset:0
+        global_load_b128 v[68:71], v157, s[84:85] offset:16
+        global_load_b128 v[72:75], v157, s[84:85] offset:32
+        global_load_b128 v[76:79], v157, s[84:85] offset:48
+        global_load_b128 v[80:83], v157, s[84:85] offset:64
+        global_load_b128 v[84:87], v157, s[84:85] offset:80
+        global_load_b128 v[88:91], v157, s[84:85] offset:96
+        global_load_b128 v[92:95], v157, s[84:85] offset:112
         v_mov_b32 v154, 0
         s_wait_loadcnt 7
         v_bfe_i32 v155, v128, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v64
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v128, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v65
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v128, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v66
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v128, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v67
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 6
         v_bfe_i32 v155, v129, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v68
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v129, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v69
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v129, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v70
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v129, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v71
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 5
         v_bfe_i32 v155, v130, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v72
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v130, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v73
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v130, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v74
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v130, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v75
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 4
         v_bfe_i32 v155, v131, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v76
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v131, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v77
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v131, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v78
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v131, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v79
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 3
         v_bfe_i32 v155, v132, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v80
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v132, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v81
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v132, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v82
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v132, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v83
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 2
         v_bfe_i32 v155, v133, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v84
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v133, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v85
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v133, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v86
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v133, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v87
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 1
         v_bfe_i32 v155, v134, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v88
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v134, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v89
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v134, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v90
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v134, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v91
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 0
         v_bfe_i32 v155, v135, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v92
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v135, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v93
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v135, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v94
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v135, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v95
         v_add_f32_e32 v154, v154, v155
-        v_permlanex16_b32 v28, v154, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v154, s67, 0xfedcba98
         v_add_f32_e32 v154, v154, v28
         v_mul_f32_e32 v154, 0x3f317218, v154
         v_add_f32_e32 v152, v152, v154
@@ -7827,7 +8855,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
 
         // ---- epilogue: stores (EXEC = valid query rows; lse from lanes 0-15) ---------------------------------
         v_and_b32 v136, 15, v0
-        v_add_nc_u32_e32 v136, s48, v136  // query index q0 + r
+        v_add_nc_u32_e32 v136, s54, v136  // query index q0 + r
         v_cmpx_gt_u32_e64 s22, v136
         s_cbranch_execz .Ld64_bf16_end
         v_and_b32 v156, 15, v0
@@ -7835,16 +8863,16 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_lshlrev_b32 v156, 1, v156  // bytes
         v_bfe_u32 v157, v0, 4, 1  // h
         v_lshl_add_u32 v156, v157, 4, v156  // + 16h bytes (8 outputs of d-tile half h)
-        global_store_b128 v156, v[160:163], s[74:75] offset:0
+        global_store_b128 v156, v[160:163], s[88:89] offset:0
         s_cmp_le_u32 s33, 16  // head_dim <= 16: no more channels
         s_cbranch_scc1 .Ld64_bf16_stored
-        global_store_b128 v156, v[164:167], s[74:75] offset:32
+        global_store_b128 v156, v[164:167], s[88:89] offset:32
         s_cmp_le_u32 s33, 32  // head_dim <= 32: no more channels
         s_cbranch_scc1 .Ld64_bf16_stored
-        global_store_b128 v156, v[168:171], s[74:75] offset:64
+        global_store_b128 v156, v[168:171], s[88:89] offset:64
         s_cmp_le_u32 s33, 48  // head_dim <= 48: no more channels
         s_cbranch_scc1 .Ld64_bf16_stored
-        global_store_b128 v156, v[172:175], s[74:75] offset:96
+        global_store_b128 v156, v[172:175], s[88:89] offset:96
 .Ld64_bf16_stored:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld64_bf16_end
@@ -7852,7 +8880,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cmpx_gt_u32_e64 16, v156  // lanes 0-15 hold the row's lse
         v_and_b32 v156, 15, v0
         v_lshlrev_b32 v156, 2, v156
-        global_store_b32 v156, v152, s[76:77]
+        global_store_b32 v156, v152, s[90:91]
 .Ld64_bf16_end:
         s_endpgm
 .Lgfx1201_sage_attention_fwd_asm_d64_bf16_end:
@@ -7890,7 +8918,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
 //   v[22:23]     rs           row-sum chain ping-pong: rs[1] (odd VGPR) after even steps, rs[0] after odd
 //   v[24:27]     mx           row-max partials; mx[0] ends as the lane max
 //   v28          xl           v_permlanex16 result
-//   v29          lim          last tile: keys of this lane half still valid (seq_len_kv - key0)
+//   v29          lim          masked tiles: keys of this lane half still visible (lim(row) - key0); then a copy of m_use (VOPD bank of the exp2 arguments)
 //   v[32:63]     O            O^T accumulators: d-tile dt = O[8dt:8dt+8], lane (h,r) row d=16dt+8h+e
 //   v[64:95]     SA           S^T of even tiles: chunk c = SA[8c:8c+8]; scores, then p, P^T fp8 in place
 //   v[96:127]    SB           S^T of odd tiles (the next tile's QK^T accumulates here)
@@ -7922,40 +8950,48 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
 //   s32          out_stride_h kernarg out_stride_h (u32)
 //   s33          head_dim     kernarg head_dim (u32)
 //   s34          flags        kernarg flags (u32)
-//   s35          head         
-//   s36          batch        
-//   s37          wave         
-//   s[38:39]     bh           batch*H_q + head (hi word 0)
-//   s[40:41]     bkv          batch*H_kv + K/V head (hi word 0)
-//   s[42:43]     tmp          
-//   s[44:45]     tmp2         
-//   s[46:47]     tmp3         
-//   s48          q0           first query of this wave
-//   s49          last_tile    seq_pad_kv/64 - 1
-//   s50          ntail        valid keys of the last tile
-//   s51          c448         448.0f (VOPD src0 of p*448)
-//   s52          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
-//   s53          permsel      v_permlanex16 lane select 0x76543210
-//   s54          qs           q_scale of this wave's 16 queries
-//   s55          tile         loop: current key tile t
-//   s[56:57]     kh           K of this K/V head
-//   s[58:59]     qrow         Q rows of this wave
-//   s[60:61]     kb           K staging base (tile min(t+2, last))
-//   s[62:63]     koff         K staging tile byte offset (hi word 0)
-//   s[64:67]     vb           V^T staging bases of chunk rows u*32 (u < 2), tile t+1
-//   s[68:69]     ksb          k_scale of tile t+1
-//   s[70:71]     kmh          k_mean of this K/V head
-//   s[72:73]     vsh          v_scale of this K/V head
-//   s[74:75]     outb         out row of query q0
-//   s[76:77]     lseb         lse of query q0
+//   s[36:37]     lut          kernarg lut (ptr)
+//   s38          lut_stride_b kernarg lut_stride_b (u32)
+//   s39          lut_stride_h kernarg lut_stride_h (u32)
+//   s40          causal_offset kernarg causal_offset (i32)
+//   s41          head         
+//   s42          batch        
+//   s43          wave         
+//   s[44:45]     bh           batch*H_q + head (hi word 0)
+//   s[46:47]     bkv          batch*H_kv + K/V head (hi word 0)
+//   s[48:49]     tmp          
+//   s[50:51]     tmp2         
+//   s[52:53]     tmp3         
+//   s54          q0           first query of this wave
+//   s55          last_tile    count - 1: the last LUT entry
+//   s56          rowlim0      i32: q0 + causal_offset + 1 (causal) or seq_len_kv: row q0+r sees keys < min(rowlim0 + r, seq_len_kv)
+//   s57          wlim         i32: the smallest row limit of the wave: tiles ending above it are masked
+//   s[58:59]     lutrow       LUT row of this query tile
+//   s[60:63]     lut4         count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)
+//   s64          L3           L[min(t+3, last)] (in flight during tile t)
+//   s65          c448         448.0f (VOPD src0 of p*448)
+//   s66          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
+//   s67          permsel      v_permlanex16 lane select 0x76543210
+//   s68          qs           q_scale of this wave's 16 queries
+//   s69          tile         loop: current key tile t
+//   s[70:71]     kh           K of this K/V head
+//   s[72:73]     qrow         Q rows of this wave
+//   s[74:75]     kb           K staging base (tile min(t+2, last))
+//   s[76:77]     koff         K staging tile byte offset (hi word 0)
+//   s[78:81]     vb           V^T staging bases of chunk rows u*32 (u < 2), tile t+1
+//   s[82:83]     ksb          k_scale of tile t+1
+//   s[84:85]     kmh          k_mean of this K/V head
+//   s[86:87]     vsh          v_scale of this K/V head
+//   s[88:89]     outb         out row of query q0
+//   s[90:91]     lseb         lse of query q0
 
         // ---- prologue: kernargs (the whole struct of sage_co/abi.py, dword i in SGPR KARG_SGPR + i) ----------
         s_load_b256 s[4:11], s[0:1], 0x0  // q, k, v, q_scale
         s_load_b256 s[12:19], s[0:1], 0x20  // k_scale, k_mean, v_scale, out
         s_load_b256 s[20:27], s[0:1], 0x40  // lse, seq_len_q, seq_pad_q, seq_len_kv, seq_pad_kv, num_heads_q, num_heads_kv
-        s_load_b128 s[28:31], s[0:1], 0x60  // kv_group_magic, out_stride_b, out_stride_s
-        s_load_b64 s[32:33], s[0:1], 0x70  // out_stride_h, head_dim
-        s_load_b32 s34, s[0:1], 0x78  // flags
+        s_load_b256 s[28:35], s[0:1], 0x60  // kv_group_magic, out_stride_b, out_stride_s, out_stride_h, head_dim, flags
+        s_load_b128 s[36:39], s[0:1], 0x80  // lut, lut_stride_b, lut_stride_h
+        s_load_b32 s40, s[0:1], 0x90  // causal_offset
 
         // ---- prologue: lane constants (VALU while the kernargs load) -----------------------------------------
         v_and_b32 v152, 31, v0  // lane
@@ -7998,90 +9034,114 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_lshl_or_b32 v4, v4, 4, v155
         v_lshlrev_b32 v158, 6, v153  // query row r * 64
         v_lshl_or_b32 v158, v154, 5, v158  // + 32h (d permutation of the .hip header)
-        v_readfirstlane_b32 s37, v0
+        v_readfirstlane_b32 s43, v0
 
         // ---- prologue: scalar addressing ---------------------------------------------------------------------
         s_wait_kmcnt 0
-        s_lshr_b32 s37, s37, 5  // wave = tid / 32 (uniform)
-        s_and_b32 s35, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
-        s_lshr_b32 s36, ttmp7, 16  // workgroup id z = batch
-        s_mul_i32 s38, s36, s26
-        s_add_co_i32 s38, s38, s35
-        s_mov_b32 s39, 0
-        s_mov_b32 s42, s35
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[28:29]  // hi word: K/V head
-        s_mul_i32 s40, s36, s27
-        s_add_co_i32 s40, s40, s43
-        s_mov_b32 s41, 0
-        s_lshl_b32 s48, ttmp9, 6  // workgroup id x * 64
-        s_lshl_b32 s42, s37, 4
-        s_add_co_i32 s48, s48, s42  // q0 = 64*qtile + 16*wave
-        s_lshr_b32 s49, s25, 6
-        s_add_co_i32 s49, s49, -1  // last key tile index
-        s_lshl_b32 s42, s49, 6
-        s_sub_co_i32 s50, s24, s42  // valid keys in the last tile
-        s_mov_b32 s51, 0x43e00000
-        s_mov_b32 s52, 0x4b400000
-        s_mov_b32 s53, 0x76543210
-        s_lshl_b32 s42, s25, 6
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[40:41]
-        s_add_nc_u64 s[56:57], s[6:7], s[42:43]
-        s_add_nc_u64 s[64:65], s[8:9], s[42:43]  // V^T of this K/V head
-        s_lshl_b32 s42, s23, 6
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[38:39]
-        s_add_nc_u64 s[58:59], s[4:5], s[42:43]
-        s_lshl_b32 s44, s48, 6
+        s_lshr_b32 s43, s43, 5  // wave = tid / 32 (uniform)
+        s_and_b32 s41, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
+        s_lshr_b32 s42, ttmp7, 16  // workgroup id z = batch
+        s_mul_i32 s44, s42, s26
+        s_add_co_i32 s44, s44, s41
         s_mov_b32 s45, 0
-        s_add_nc_u64 s[58:59], s[58:59], s[44:45]  // Q rows of query q0
-        s_lshl_b32 s44, s25, 5  // 32 rows of V^T
-        s_add_nc_u64 s[66:67], s[64:65], s[44:45]
-        s_lshr_b32 s42, s25, 5
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[40:41]
-        s_lshl_b64 s[42:43], s[42:43], 2
-        s_add_nc_u64 s[68:69], s[12:13], s[42:43]  // k_scale of tile 0
-        s_lshr_b32 s42, s23, 5
-        s_mov_b32 s43, 0
-        s_mul_u64 s[42:43], s[42:43], s[38:39]
-        s_lshl_b64 s[42:43], s[42:43], 2
-        s_add_nc_u64 s[42:43], s[10:11], s[42:43]
-        s_lshr_b32 s44, s48, 5
-        s_lshl_b32 s44, s44, 2
-        s_load_b32 s54, s[42:43], s44 offset:0x0  // q_scale of the wave's 32-query block
-        s_lshl_b64 s[42:43], s[40:41], 8
-        s_add_nc_u64 s[70:71], s[14:15], s[42:43]
-        s_add_nc_u64 s[72:73], s[16:17], s[42:43]
-        s_mov_b32 s42, s36
-        s_mov_b32 s43, 0
-        s_mov_b32 s46, s30
+        s_mov_b32 s48, s41
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[28:29]  // hi word: K/V head
+        s_mul_i32 s46, s42, s27
+        s_add_co_i32 s46, s46, s49
         s_mov_b32 s47, 0
-        s_mul_u64 s[42:43], s[42:43], s[46:47]
-        s_mov_b32 s44, s48
-        s_mov_b32 s45, 0
-        s_mov_b32 s46, s31
-        s_mov_b32 s47, 0
-        s_mul_u64 s[44:45], s[44:45], s[46:47]
-        s_add_nc_u64 s[42:43], s[42:43], s[44:45]
-        s_mov_b32 s44, s35
-        s_mov_b32 s45, 0
-        s_mov_b32 s46, s32
-        s_mov_b32 s47, 0
-        s_mul_u64 s[44:45], s[44:45], s[46:47]
-        s_add_nc_u64 s[42:43], s[42:43], s[44:45]
-        s_lshl_b64 s[42:43], s[42:43], 1
-        s_add_nc_u64 s[74:75], s[18:19], s[42:43]
-        s_mov_b32 s44, s22
-        s_mov_b32 s45, 0
-        s_mul_u64 s[42:43], s[38:39], s[44:45]
-        s_mov_b32 s44, s48
-        s_add_nc_u64 s[42:43], s[42:43], s[44:45]
-        s_lshl_b64 s[42:43], s[42:43], 2
-        s_add_nc_u64 s[76:77], s[20:21], s[42:43]
-        s_mov_b32 s63, 0
-        s_mov_b32 s55, 0
+        s_lshl_b32 s54, ttmp9, 6  // workgroup id x * 64
+        s_lshl_b32 s48, s43, 4
+        s_add_co_i32 s54, s54, s48  // q0 = 64*qtile + 16*wave
+        s_lshr_b32 s48, s25, 6
+        s_add_co_i32 s48, s48, 1  // LUT row length
+        s_mul_i32 s48, s48, ttmp9  // * query tile
+        s_mul_i32 s50, s42, s38
+        s_add_co_i32 s48, s48, s50
+        s_mul_i32 s50, s41, s39
+        s_add_co_i32 s48, s48, s50
+        s_mov_b32 s49, 0
+        s_lshl_b64 s[48:49], s[48:49], 2
+        s_add_nc_u64 s[58:59], s[36:37], s[48:49]
+        s_load_b128 s[60:63], s[58:59], 0x0  // count, L[0], L[1], L[2] (the host pads the buffer)
+        s_add_co_i32 s48, s54, s40
+        s_add_co_i32 s48, s48, 1
+        s_bitcmp1_b32 s34, 2
+        s_cselect_b32 s56, s48, s24
+        s_min_i32 s57, s56, s24
+        s_wait_kmcnt 0  // LUT row head
+        s_add_co_i32 s55, s60, -1  // last LUT entry
+        s_cmp_gt_u32 s60, 1
+        s_cselect_b32 s62, s62, s61  // L[min(1, last)]
+        s_cmp_gt_u32 s60, 2
+        s_cselect_b32 s63, s63, s62  // L[min(2, last)]
+        s_mov_b32 s65, 0x43e00000
+        s_mov_b32 s66, 0x4b400000
+        s_mov_b32 s67, 0x76543210
+        s_lshl_b32 s48, s25, 6
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[46:47]
+        s_add_nc_u64 s[70:71], s[6:7], s[48:49]
+        s_add_nc_u64 s[78:79], s[8:9], s[48:49]  // V^T of this K/V head
+        s_lshl_b32 s50, s61, 6
+        s_mov_b32 s51, 0
+        s_add_nc_u64 s[78:79], s[78:79], s[50:51]  // V^T columns of tile L[0]
+        s_lshl_b32 s48, s23, 6
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[44:45]
+        s_add_nc_u64 s[72:73], s[4:5], s[48:49]
+        s_lshl_b32 s50, s54, 6
+        s_mov_b32 s51, 0
+        s_add_nc_u64 s[72:73], s[72:73], s[50:51]  // Q rows of query q0
+        s_lshl_b32 s50, s25, 5  // 32 rows of V^T
+        s_add_nc_u64 s[80:81], s[78:79], s[50:51]
+        s_lshr_b32 s48, s25, 5
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[46:47]
+        s_lshl_b64 s[48:49], s[48:49], 2
+        s_add_nc_u64 s[82:83], s[12:13], s[48:49]  // k_scale of the K/V head
+        s_lshl_b32 s48, s61, 3
+        s_mov_b32 s49, 0
+        s_add_nc_u64 s[82:83], s[82:83], s[48:49]  // k_scale pair of tile L[0]
+        s_lshr_b32 s48, s23, 5
+        s_mov_b32 s49, 0
+        s_mul_u64 s[48:49], s[48:49], s[44:45]
+        s_lshl_b64 s[48:49], s[48:49], 2
+        s_add_nc_u64 s[48:49], s[10:11], s[48:49]
+        s_lshr_b32 s50, s54, 5
+        s_lshl_b32 s50, s50, 2
+        s_load_b32 s68, s[48:49], s50 offset:0x0  // q_scale of the wave's 32-query block
+        s_lshl_b64 s[48:49], s[46:47], 8
+        s_add_nc_u64 s[84:85], s[14:15], s[48:49]
+        s_add_nc_u64 s[86:87], s[16:17], s[48:49]
+        s_mov_b32 s48, s42
+        s_mov_b32 s49, 0
+        s_mov_b32 s52, s30
+        s_mov_b32 s53, 0
+        s_mul_u64 s[48:49], s[48:49], s[52:53]
+        s_mov_b32 s50, s54
+        s_mov_b32 s51, 0
+        s_mov_b32 s52, s31
+        s_mov_b32 s53, 0
+        s_mul_u64 s[50:51], s[50:51], s[52:53]
+        s_add_nc_u64 s[48:49], s[48:49], s[50:51]
+        s_mov_b32 s50, s41
+        s_mov_b32 s51, 0
+        s_mov_b32 s52, s32
+        s_mov_b32 s53, 0
+        s_mul_u64 s[50:51], s[50:51], s[52:53]
+        s_add_nc_u64 s[48:49], s[48:49], s[50:51]
+        s_lshl_b64 s[48:49], s[48:49], 1
+        s_add_nc_u64 s[88:89], s[18:19], s[48:49]
+        s_mov_b32 s50, s22
+        s_mov_b32 s51, 0
+        s_mul_u64 s[48:49], s[44:45], s[50:51]
+        s_mov_b32 s50, s54
+        s_add_nc_u64 s[48:49], s[48:49], s[50:51]
+        s_lshl_b64 s[48:49], s[48:49], 2
+        s_add_nc_u64 s[90:91], s[20:21], s[48:49]
+        s_mov_b32 s77, 0
+        s_mov_b32 s69, 0
         s_wait_alu depctr_sa_sdst(0)
         v_lshrrev_b32 v155, 2, v0
         v_mul_lo_u32 v8, v155, s25  // V^T row * seq_pad_kv
@@ -8089,18 +9149,19 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_lshl_add_u32 v8, v156, 4, v8  // + col * 16
 
         // ---- prologue: Q^T fragments, k_scale(0), K(0) and V^T(0) -> LDS buffers 0 ---------------------------
-        global_load_b128 v[128:131], v158, s[58:59] offset:0
-        global_load_b128 v[132:135], v158, s[58:59] offset:16
-        global_load_b32 v9, v10, s[68:69]
-        global_load_b128 v[136:139], v7, s[56:57] offset:0
-        global_load_b128 v[140:143], v7, s[56:57] offset:2048
-        global_load_b128 v[144:147], v8, s[64:65]
-        global_load_b128 v[148:151], v8, s[66:67]
-        s_add_nc_u64 s[64:65], s[64:65], 64
-        s_add_nc_u64 s[66:67], s[66:67], 64
-        s_min_u32 s42, 1, s49
-        s_lshl_b32 s62, s42, 12  // * 4096 bytes
-        s_add_nc_u64 s[60:61], s[56:57], s[62:63]  // K(min(1, last))
+        global_load_b128 v[128:131], v158, s[72:73] offset:0
+        global_load_b128 v[132:135], v158, s[72:73] offset:16
+        s_cmp_eq_u32 s60, 0  // no active key tile: zeros and lse -inf
+        s_cbranch_scc1 .Ld64_fp16_empty
+        global_load_b32 v9, v10, s[82:83]
+        s_lshl_b32 s76, s61, 12  // * 4096 bytes
+        s_add_nc_u64 s[74:75], s[70:71], s[76:77]  // K(L[0])
+        global_load_b128 v[136:139], v7, s[74:75] offset:0
+        global_load_b128 v[140:143], v7, s[74:75] offset:2048
+        global_load_b128 v[144:147], v8, s[78:79]
+        global_load_b128 v[148:151], v8, s[80:81]
+        s_lshl_b32 s76, s62, 12  // * 4096 bytes
+        s_add_nc_u64 s[74:75], s[70:71], s[76:77]  // K(L[min(1, last)])
 
         // ---- prologue: O = 0, m = -inf, l = 0 ----------------------------------------------------------------
         v_dual_mov_b32 v32, 0 :: v_dual_mov_b32 v33, 0
@@ -8119,10 +9180,10 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
         v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
         v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
-        v_dual_mov_b32 v192, s52 :: v_dual_mov_b32 v193, s52
-        v_dual_mov_b32 v194, s52 :: v_dual_mov_b32 v195, s52
-        v_dual_mov_b32 v196, s52 :: v_dual_mov_b32 v197, s52
-        v_dual_mov_b32 v198, s52 :: v_dual_mov_b32 v199, s52
+        v_dual_mov_b32 v192, s66 :: v_dual_mov_b32 v193, s66
+        v_dual_mov_b32 v194, s66 :: v_dual_mov_b32 v195, s66
+        v_dual_mov_b32 v196, s66 :: v_dual_mov_b32 v197, s66
+        v_dual_mov_b32 v198, s66 :: v_dual_mov_b32 v199, s66
         v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
         s_wait_loadcnt 0
         ds_store_b128 v5, v[136:139] offset:0
@@ -8134,8 +9195,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_barrier_wait -1
 
         // ---- prologue: K(1) staging in flight while QK^T(0) runs; then its scores are scaled -----------------
-        global_load_b128 v[136:139], v7, s[60:61] offset:0
-        global_load_b128 v[140:143], v7, s[60:61] offset:2048
+        global_load_b128 v[136:139], v7, s[74:75] offset:0
+        global_load_b128 v[140:143], v7, s[74:75] offset:2048
         ds_load_b128 v[152:155], v1 offset:0
         ds_load_b128 v[156:159], v1 offset:512
         ds_load_b128 v[160:163], v1 offset:1024
@@ -8169,38 +9230,38 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_wmma_i32_16x16x16_iu8 v[80:87], v[178:179], v[134:135], v[80:87] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v11, s54, v9 :: v_dual_subrev_f32 v64, s52, v64
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v65, s52, v65
+        v_dual_mul_f32 v11, s68, v9 :: v_dual_subrev_f32 v64, s66, v64
+        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v65, s66, v65
         v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
-        v_dual_subrev_f32 v66, s52, v66 :: v_dual_subrev_f32 v67, s52, v67
+        v_dual_subrev_f32 v66, s66, v66 :: v_dual_subrev_f32 v67, s66, v67
         v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
-        v_dual_subrev_f32 v68, s52, v68 :: v_dual_subrev_f32 v69, s52, v69
+        v_dual_subrev_f32 v68, s66, v68 :: v_dual_subrev_f32 v69, s66, v69
         v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
-        v_dual_subrev_f32 v70, s52, v70 :: v_dual_subrev_f32 v71, s52, v71
+        v_dual_subrev_f32 v70, s66, v70 :: v_dual_subrev_f32 v71, s66, v71
         v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
-        v_dual_subrev_f32 v72, s52, v72 :: v_dual_subrev_f32 v73, s52, v73
+        v_dual_subrev_f32 v72, s66, v72 :: v_dual_subrev_f32 v73, s66, v73
         v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
-        v_dual_subrev_f32 v74, s52, v74 :: v_dual_subrev_f32 v75, s52, v75
+        v_dual_subrev_f32 v74, s66, v74 :: v_dual_subrev_f32 v75, s66, v75
         v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
-        v_dual_subrev_f32 v76, s52, v76 :: v_dual_subrev_f32 v77, s52, v77
+        v_dual_subrev_f32 v76, s66, v76 :: v_dual_subrev_f32 v77, s66, v77
         v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
-        v_dual_subrev_f32 v78, s52, v78 :: v_dual_subrev_f32 v79, s52, v79
+        v_dual_subrev_f32 v78, s66, v78 :: v_dual_subrev_f32 v79, s66, v79
         v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
-        v_dual_subrev_f32 v80, s52, v80 :: v_dual_subrev_f32 v81, s52, v81
+        v_dual_subrev_f32 v80, s66, v80 :: v_dual_subrev_f32 v81, s66, v81
         v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
-        v_dual_subrev_f32 v82, s52, v82 :: v_dual_subrev_f32 v83, s52, v83
+        v_dual_subrev_f32 v82, s66, v82 :: v_dual_subrev_f32 v83, s66, v83
         v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
-        v_dual_subrev_f32 v84, s52, v84 :: v_dual_subrev_f32 v85, s52, v85
+        v_dual_subrev_f32 v84, s66, v84 :: v_dual_subrev_f32 v85, s66, v85
         v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
-        v_dual_subrev_f32 v86, s52, v86 :: v_dual_subrev_f32 v87, s52, v87
+        v_dual_subrev_f32 v86, s66, v86 :: v_dual_subrev_f32 v87, s66, v87
         v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
-        v_dual_subrev_f32 v88, s52, v88 :: v_dual_subrev_f32 v89, s52, v89
+        v_dual_subrev_f32 v88, s66, v88 :: v_dual_subrev_f32 v89, s66, v89
         v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
-        v_dual_subrev_f32 v90, s52, v90 :: v_dual_subrev_f32 v91, s52, v91
+        v_dual_subrev_f32 v90, s66, v90 :: v_dual_subrev_f32 v91, s66, v91
         v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
-        v_dual_subrev_f32 v92, s52, v92 :: v_dual_subrev_f32 v93, s52, v93
+        v_dual_subrev_f32 v92, s66, v92 :: v_dual_subrev_f32 v93, s66, v93
         v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
-        v_dual_subrev_f32 v94, s52, v94 :: v_dual_subrev_f32 v95, s52, v95
+        v_dual_subrev_f32 v94, s66, v94 :: v_dual_subrev_f32 v95, s66, v95
         v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
         s_wait_loadcnt 0
         ds_store_b128 v5, v[136:139] offset:4096
@@ -8211,22 +9272,28 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
 
         // ---- main loop: two tiles per trip (register ping-pong SA/SB, m[0]/m[1], LDS buffers) ----------------
 .Ld64_fp16_loop:
-        s_cmp_eq_u32 s55, s49
+        s_cmp_eq_u32 s69, s55
         s_cbranch_scc1 .Ld64_fp16_last_0
 
-        // ---- tile t (t % 2 = 0): staging loads of K(min(t+2, last)), V^T(t+1), k_scale(t+1) ------------------
-        s_add_co_i32 s42, s55, 2
-        s_min_u32 s42, s42, s49
-        s_lshl_b32 s62, s42, 12  // * 4096 bytes
-        s_add_nc_u64 s[60:61], s[56:57], s[62:63]
-        s_add_nc_u64 s[68:69], s[68:69], 8  // k_scale pair of tile t+1
-        global_load_b32 v9, v10, s[68:69]
-        global_load_b128 v[136:139], v7, s[60:61] offset:0
-        global_load_b128 v[140:143], v7, s[60:61] offset:2048
-        global_load_b128 v[144:147], v8, s[64:65]
-        global_load_b128 v[148:151], v8, s[66:67]
-        s_add_nc_u64 s[64:65], s[64:65], 64
-        s_add_nc_u64 s[66:67], s[66:67], 64
+        // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
+        s_add_co_i32 s48, s69, 3
+        s_min_u32 s48, s48, s55
+        s_lshl_b32 s48, s48, 2
+        s_load_b32 s64, s[58:59], s48 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s76, s63, 12  // * 4096 bytes
+        s_add_nc_u64 s[74:75], s[70:71], s[76:77]
+        s_sub_co_i32 s48, s62, s61  // tiles from L[t] to L[t+1] (> 0: ascending)
+        s_mov_b32 s51, 0
+        s_lshl_b32 s50, s48, 3
+        s_add_nc_u64 s[82:83], s[82:83], s[50:51]  // k_scale pair of tile L[t+1]
+        global_load_b32 v9, v10, s[82:83]
+        s_lshl_b32 s50, s48, 6
+        s_add_nc_u64 s[78:79], s[78:79], s[50:51]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[80:81], s[80:81], s[50:51]  // V^T columns of tile L[t+1]
+        global_load_b128 v[136:139], v7, s[74:75] offset:0
+        global_load_b128 v[140:143], v7, s[74:75] offset:2048
+        global_load_b128 v[144:147], v8, s[78:79]
+        global_load_b128 v[148:151], v8, s[80:81]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
         ds_load_b128 v[152:155], v1 offset:4096
@@ -8239,537 +9306,18 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         ds_load_b128 v[180:183], v2 offset:5632
         ds_load_b128 v[184:187], v3 offset:8192
         ds_load_b128 v[188:191], v3 offset:9216
-        v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
-        v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
-        v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
-        v_dual_max_num_f32 v26, v74, v26 :: v_dual_max_num_f32 v27, v75, v27
-        v_dual_max_num_f32 v24, v76, v24 :: v_dual_max_num_f32 v25, v77, v25
-        v_dual_max_num_f32 v26, v78, v26 :: v_dual_max_num_f32 v27, v79, v27
-        v_dual_max_num_f32 v24, v80, v24 :: v_dual_max_num_f32 v25, v81, v25
-        v_dual_max_num_f32 v26, v82, v26 :: v_dual_max_num_f32 v27, v83, v27
-        v_dual_max_num_f32 v24, v84, v24 :: v_dual_max_num_f32 v25, v85, v25
-        v_dual_max_num_f32 v26, v86, v26 :: v_dual_max_num_f32 v27, v87, v27
-        v_dual_max_num_f32 v24, v88, v24 :: v_dual_max_num_f32 v25, v89, v25
-        v_dual_max_num_f32 v26, v90, v26 :: v_dual_max_num_f32 v27, v91, v27
-        v_dual_max_num_f32 v24, v92, v24 :: v_dual_max_num_f32 v25, v93, v25
-        v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
-        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
-        v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s53, 0xfedcba98
-        v_max3_num_f32 v17, v16, v24, v28
-        v_dual_mov_b32 v18, v17 :: v_dual_sub_f32 v19, v16, v17
-        v_exp_f32_e32 v19, v19
-        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
-        s_wait_alu depctr_va_vcc(0)
-        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
-        v_dual_sub_f32 v64, v64, v17 :: v_dual_sub_f32 v65, v65, v18
-        v_dual_sub_f32 v66, v66, v17 :: v_dual_sub_f32 v67, v67, v18
-        v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v17 :: v_dual_sub_f32 v69, v69, v18
-        v_exp_f32_e32 v65, v65
-        v_exp_f32_e32 v66, v66
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v70, v70, v17 :: v_dual_sub_f32 v71, v71, v18
-        v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v22, v64, v65 :: v_dual_sub_f32 v73, v73, v18
-        v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v17 :: v_dual_add_f32 v23, v22, v66
-        v_dual_mul_f32 v64, s51, v64 :: v_dual_mul_f32 v65, s51, v65
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_exp_f32_e32 v69, v69
-        v_add_f32 v22, v23, v67
-        v_cvt_pk_fp8_f32 v64, v64, v65
-        v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v17 :: v_dual_add_f32 v23, v68, v22
-        v_dual_mul_f32 v66, s51, v66 :: v_dual_mul_f32 v67, s51, v67
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v18 :: v_dual_add_f32 v22, v69, v23
-        v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
-        v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v17 :: v_dual_add_f32 v23, v22, v70
-        v_dual_mul_f32 v68, s51, v68 :: v_dual_sub_f32 v77, v77, v18
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_exp_f32_e32 v73, v73
-        v_dual_add_f32 v22, v23, v71 :: v_dual_mul_f32 v69, s51, v69
-        v_cvt_pk_fp8_f32 v65, v68, v69
-        v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v17 :: v_dual_add_f32 v23, v72, v22
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[154:155], v[130:131], v[96:103] neg_lo:[1,1,0]
-        ds_load_b128 v[152:155], v3 offset:10240
-        v_dual_mul_f32 v70, s51, v70 :: v_dual_mul_f32 v71, s51, v71
-        v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v18 :: v_dual_add_f32 v22, v73, v23
-        v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
-        v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v17 :: v_dual_add_f32 v23, v22, v74
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[158:159], v[130:131], v[104:111] neg_lo:[1,1,0]
-        ds_load_b128 v[156:159], v3 offset:11264
-        v_dual_mul_f32 v72, s51, v72 :: v_dual_sub_f32 v81, v81, v18
-        v_exp_f32_e32 v77, v77
-        v_dual_add_f32 v22, v23, v75 :: v_dual_mul_f32 v73, s51, v73
-        v_cvt_pk_fp8_f32 v72, v72, v73
-        v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v17 :: v_dual_add_f32 v23, v76, v22
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[162:163], v[130:131], v[112:119] neg_lo:[1,1,0]
-        ds_load_b128 v[160:163], v4 offset:8192
-        v_dual_mul_f32 v74, s51, v74 :: v_dual_mul_f32 v75, s51, v75
-        v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v18 :: v_dual_add_f32 v22, v77, v23
-        v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
-        v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v17 :: v_dual_add_f32 v23, v22, v78
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[166:167], v[130:131], v[120:127] neg_lo:[1,1,0]
-        ds_load_b128 v[164:167], v4 offset:9216
-        v_dual_mul_f32 v76, s51, v76 :: v_dual_sub_f32 v85, v85, v18
-        v_exp_f32_e32 v81, v81
-        v_dual_add_f32 v22, v23, v79 :: v_dual_mul_f32 v77, s51, v77
-        v_cvt_pk_fp8_f32 v73, v76, v77
-        v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v17 :: v_dual_add_f32 v23, v80, v22
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[168:169], v[132:133], v[96:103] neg_lo:[1,1,0]
-        v_dual_mul_f32 v78, s51, v78 :: v_dual_mul_f32 v79, s51, v79
-        v_exp_f32_e32 v83, v83
-        v_dual_sub_f32 v87, v87, v18 :: v_dual_add_f32 v22, v81, v23
-        v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
-        v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v17 :: v_dual_add_f32 v23, v22, v82
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[172:173], v[132:133], v[104:111] neg_lo:[1,1,0]
-        v_dual_mul_f32 v80, s51, v80 :: v_dual_sub_f32 v89, v89, v18
-        v_exp_f32_e32 v85, v85
-        v_dual_add_f32 v22, v23, v83 :: v_dual_mul_f32 v81, s51, v81
-        v_cvt_pk_fp8_f32 v80, v80, v81
-        v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v17 :: v_dual_add_f32 v23, v84, v22
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[176:177], v[132:133], v[112:119] neg_lo:[1,1,0]
-        v_dual_mul_f32 v82, s51, v82 :: v_dual_mul_f32 v83, s51, v83
-        v_exp_f32_e32 v87, v87
-        v_dual_sub_f32 v91, v91, v18 :: v_dual_add_f32 v22, v85, v23
-        v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
-        v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v17 :: v_dual_add_f32 v23, v22, v86
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[180:181], v[132:133], v[120:127] neg_lo:[1,1,0]
-        v_dual_mul_f32 v84, s51, v84 :: v_dual_sub_f32 v93, v93, v18
-        v_exp_f32_e32 v89, v89
-        v_dual_add_f32 v22, v23, v87 :: v_dual_mul_f32 v85, s51, v85
-        v_cvt_pk_fp8_f32 v81, v84, v85
-        v_exp_f32_e32 v90, v90
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[170:171], v[134:135], v[96:103] neg_lo:[1,1,0]
-        ds_load_b128 v[168:171], v4 offset:10240
-        v_dual_sub_f32 v94, v94, v17 :: v_dual_add_f32 v23, v88, v22
-        v_dual_mul_f32 v86, s51, v86 :: v_dual_mul_f32 v87, s51, v87
-        v_exp_f32_e32 v91, v91
-        v_dual_sub_f32 v95, v95, v18 :: v_dual_add_f32 v22, v89, v23
-        v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
-        v_exp_f32_e32 v92, v92
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[174:175], v[134:135], v[104:111] neg_lo:[1,1,0]
-        ds_load_b128 v[172:175], v4 offset:11264
-        v_dual_add_f32 v23, v22, v90 :: v_dual_mul_f32 v88, s51, v88
-        v_exp_f32_e32 v93, v93
-        v_dual_add_f32 v22, v23, v91 :: v_dual_mul_f32 v89, s51, v89
-        v_cvt_pk_fp8_f32 v88, v88, v89
-        v_exp_f32_e32 v94, v94
-        v_dual_add_f32 v23, v22, v92 :: v_dual_mul_f32 v90, s51, v90
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[178:179], v[134:135], v[112:119] neg_lo:[1,1,0]
-        v_exp_f32_e32 v95, v95
-        v_dual_add_f32 v22, v23, v93 :: v_dual_mul_f32 v91, s51, v91
-        v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v94 :: v_dual_mul_f32 v92, s51, v92
-        v_dual_add_f32 v22, v23, v95 :: v_dual_mul_f32 v93, s51, v93
-        v_cvt_pk_fp8_f32 v89, v92, v93
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[182:183], v[134:135], v[120:127] neg_lo:[1,1,0]
-        v_dual_mul_f32 v94, s51, v94 :: v_dual_mul_f32 v95, s51, v95
-        v_cvt_pk_fp8_f32 v89, v94, v95 op_sel:[0,0,1]
-        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s53, 0xfedcba98
-        v_add_f32 v22, v22, v28
-        v_add_f32 v21, v21, v22
-        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
-        s_wait_alu depctr_va_vcc(0)
-        s_cbranch_vccz .Ld64_fp16_no_rescale_0
-        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
-        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
-        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
-        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
-        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
-        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
-        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
-        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
-        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
-        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
-        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
-        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
-        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
-        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
-        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
-        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
-.Ld64_fp16_no_rescale_0:
-
-        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 4
-        v_dual_mul_f32 v11, s54, v9 :: v_dual_subrev_f32 v96, s52, v96
-        s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[64:65], v[32:39]
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v97, s52, v97
-        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
-        s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[64:65], v[40:47]
-        v_dual_subrev_f32 v98, s52, v98 :: v_dual_subrev_f32 v99, s52, v99
-        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
-        s_wait_dscnt 5
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[64:65], v[48:55]
-        v_dual_subrev_f32 v100, s52, v100 :: v_dual_subrev_f32 v101, s52, v101
-        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
-        s_wait_dscnt 4
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[64:65], v[56:63]
-        v_dual_subrev_f32 v102, s52, v102 :: v_dual_subrev_f32 v103, s52, v103
-        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[72:73], v[32:39]
-        v_dual_subrev_f32 v104, s52, v104 :: v_dual_subrev_f32 v105, s52, v105
-        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[72:73], v[40:47]
-        v_dual_subrev_f32 v106, s52, v106 :: v_dual_subrev_f32 v107, s52, v107
-        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[72:73], v[48:55]
-        v_dual_subrev_f32 v108, s52, v108 :: v_dual_subrev_f32 v109, s52, v109
-        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[72:73], v[56:63]
-        v_dual_subrev_f32 v110, s52, v110 :: v_dual_subrev_f32 v111, s52, v111
-        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
-        s_wait_dscnt 3
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[80:81], v[32:39]
-        v_dual_subrev_f32 v112, s52, v112 :: v_dual_subrev_f32 v113, s52, v113
-        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
-        s_wait_dscnt 2
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[80:81], v[40:47]
-        v_dual_subrev_f32 v114, s52, v114 :: v_dual_subrev_f32 v115, s52, v115
-        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
-        s_wait_dscnt 1
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[80:81], v[48:55]
-        v_dual_subrev_f32 v116, s52, v116 :: v_dual_subrev_f32 v117, s52, v117
-        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
-        s_wait_dscnt 0
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[80:81], v[56:63]
-        v_dual_subrev_f32 v118, s52, v118 :: v_dual_subrev_f32 v119, s52, v119
-        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[88:89], v[32:39]
-        v_dual_subrev_f32 v120, s52, v120 :: v_dual_subrev_f32 v121, s52, v121
-        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[88:89], v[40:47]
-        v_dual_subrev_f32 v122, s52, v122 :: v_dual_subrev_f32 v123, s52, v123
-        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[88:89], v[48:55]
-        v_dual_subrev_f32 v124, s52, v124 :: v_dual_subrev_f32 v125, s52, v125
-        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[88:89], v[56:63]
-        v_dual_subrev_f32 v126, s52, v126 :: v_dual_subrev_f32 v127, s52, v127
-        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
-
-        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
-        s_wait_loadcnt 0
-        ds_store_b128 v5, v[136:139] offset:0
-        ds_store_b128 v6, v[144:147] offset:12288
-        ds_store_b128 v5, v[140:143] offset:2048
-        ds_store_b128 v6, v[148:151] offset:14336
-        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
-        s_barrier_signal -1
-        s_barrier_wait -1
-        s_add_co_i32 s55, s55, 1
-        s_cmp_eq_u32 s55, s49
-        s_cbranch_scc1 .Ld64_fp16_last_1
-
-        // ---- tile t (t % 2 = 1): staging loads of K(min(t+2, last)), V^T(t+1), k_scale(t+1) ------------------
-        s_add_co_i32 s42, s55, 2
-        s_min_u32 s42, s42, s49
-        s_lshl_b32 s62, s42, 12  // * 4096 bytes
-        s_add_nc_u64 s[60:61], s[56:57], s[62:63]
-        s_add_nc_u64 s[68:69], s[68:69], 8  // k_scale pair of tile t+1
-        global_load_b32 v9, v10, s[68:69]
-        global_load_b128 v[136:139], v7, s[60:61] offset:0
-        global_load_b128 v[140:143], v7, s[60:61] offset:2048
-        global_load_b128 v[144:147], v8, s[64:65]
-        global_load_b128 v[148:151], v8, s[66:67]
-        s_add_nc_u64 s[64:65], s[64:65], 64
-        s_add_nc_u64 s[66:67], s[66:67], 64
-
-        // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
-        ds_load_b128 v[152:155], v1 offset:0
-        ds_load_b128 v[156:159], v1 offset:512
-        ds_load_b128 v[160:163], v1 offset:1024
-        ds_load_b128 v[164:167], v1 offset:1536
-        ds_load_b128 v[168:171], v2 offset:0
-        ds_load_b128 v[172:175], v2 offset:512
-        ds_load_b128 v[176:179], v2 offset:1024
-        ds_load_b128 v[180:183], v2 offset:1536
-        ds_load_b128 v[184:187], v3 offset:12288
-        ds_load_b128 v[188:191], v3 offset:13312
-        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
-        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
-        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
-        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
-        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
-        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
-        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
-        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
-        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
-        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
-        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
-        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
-        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
-        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
-        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
-        v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s53, 0xfedcba98
-        v_max3_num_f32 v16, v17, v24, v28
-        v_dual_mov_b32 v18, v16 :: v_dual_sub_f32 v19, v17, v16
-        v_exp_f32_e32 v19, v19
-        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
-        s_wait_alu depctr_va_vcc(0)
-        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
-        v_dual_sub_f32 v96, v96, v16 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v16 :: v_dual_sub_f32 v99, v99, v18
-        v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v16 :: v_dual_sub_f32 v101, v101, v18
-        v_exp_f32_e32 v97, v97
-        v_exp_f32_e32 v98, v98
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[64:71], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v102, v102, v16 :: v_dual_sub_f32 v103, v103, v18
-        v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
-        v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v16 :: v_dual_add_f32 v23, v22, v98
-        v_dual_mul_f32 v96, s51, v96 :: v_dual_mul_f32 v97, s51, v97
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[72:79], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
-        v_cvt_pk_fp8_f32 v96, v96, v97
-        v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v16 :: v_dual_add_f32 v23, v100, v22
-        v_dual_mul_f32 v98, s51, v98 :: v_dual_mul_f32 v99, s51, v99
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[80:87], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
-        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
-        v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v16 :: v_dual_add_f32 v23, v22, v102
-        v_dual_mul_f32 v100, s51, v100 :: v_dual_sub_f32 v109, v109, v18
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[88:95], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_exp_f32_e32 v105, v105
-        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s51, v101
-        v_cvt_pk_fp8_f32 v97, v100, v101
-        v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v16 :: v_dual_add_f32 v23, v104, v22
-        v_wmma_i32_16x16x16_iu8 v[64:71], v[154:155], v[130:131], v[64:71] neg_lo:[1,1,0]
-        ds_load_b128 v[152:155], v3 offset:14336
-        v_dual_mul_f32 v102, s51, v102 :: v_dual_mul_f32 v103, s51, v103
-        v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
-        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
-        v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v16 :: v_dual_add_f32 v23, v22, v106
-        v_wmma_i32_16x16x16_iu8 v[72:79], v[158:159], v[130:131], v[72:79] neg_lo:[1,1,0]
-        ds_load_b128 v[156:159], v3 offset:15360
-        v_dual_mul_f32 v104, s51, v104 :: v_dual_sub_f32 v113, v113, v18
-        v_exp_f32_e32 v109, v109
-        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s51, v105
-        v_cvt_pk_fp8_f32 v104, v104, v105
-        v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v16 :: v_dual_add_f32 v23, v108, v22
-        v_wmma_i32_16x16x16_iu8 v[80:87], v[162:163], v[130:131], v[80:87] neg_lo:[1,1,0]
-        ds_load_b128 v[160:163], v4 offset:12288
-        v_dual_mul_f32 v106, s51, v106 :: v_dual_mul_f32 v107, s51, v107
-        v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
-        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
-        v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v16 :: v_dual_add_f32 v23, v22, v110
-        v_wmma_i32_16x16x16_iu8 v[88:95], v[166:167], v[130:131], v[88:95] neg_lo:[1,1,0]
-        ds_load_b128 v[164:167], v4 offset:13312
-        v_dual_mul_f32 v108, s51, v108 :: v_dual_sub_f32 v117, v117, v18
-        v_exp_f32_e32 v113, v113
-        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s51, v109
-        v_cvt_pk_fp8_f32 v105, v108, v109
-        v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v16 :: v_dual_add_f32 v23, v112, v22
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[64:71], v[168:169], v[132:133], v[64:71] neg_lo:[1,1,0]
-        v_dual_mul_f32 v110, s51, v110 :: v_dual_mul_f32 v111, s51, v111
-        v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
-        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
-        v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v16 :: v_dual_add_f32 v23, v22, v114
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[72:79], v[172:173], v[132:133], v[72:79] neg_lo:[1,1,0]
-        v_dual_mul_f32 v112, s51, v112 :: v_dual_sub_f32 v121, v121, v18
-        v_exp_f32_e32 v117, v117
-        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s51, v113
-        v_cvt_pk_fp8_f32 v112, v112, v113
-        v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v16 :: v_dual_add_f32 v23, v116, v22
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[80:87], v[176:177], v[132:133], v[80:87] neg_lo:[1,1,0]
-        v_dual_mul_f32 v114, s51, v114 :: v_dual_mul_f32 v115, s51, v115
-        v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
-        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
-        v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v16 :: v_dual_add_f32 v23, v22, v118
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[88:95], v[180:181], v[132:133], v[88:95] neg_lo:[1,1,0]
-        v_dual_mul_f32 v116, s51, v116 :: v_dual_sub_f32 v125, v125, v18
-        v_exp_f32_e32 v121, v121
-        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s51, v117
-        v_cvt_pk_fp8_f32 v113, v116, v117
-        v_exp_f32_e32 v122, v122
-        v_wmma_i32_16x16x16_iu8 v[64:71], v[170:171], v[134:135], v[64:71] neg_lo:[1,1,0]
-        ds_load_b128 v[168:171], v4 offset:14336
-        v_dual_sub_f32 v126, v126, v16 :: v_dual_add_f32 v23, v120, v22
-        v_dual_mul_f32 v118, s51, v118 :: v_dual_mul_f32 v119, s51, v119
-        v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
-        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
-        v_exp_f32_e32 v124, v124
-        v_wmma_i32_16x16x16_iu8 v[72:79], v[174:175], v[134:135], v[72:79] neg_lo:[1,1,0]
-        ds_load_b128 v[172:175], v4 offset:15360
-        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s51, v120
-        v_exp_f32_e32 v125, v125
-        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s51, v121
-        v_cvt_pk_fp8_f32 v120, v120, v121
-        v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s51, v122
-        v_wmma_i32_16x16x16_iu8 v[80:87], v[178:179], v[134:135], v[80:87] neg_lo:[1,1,0]
-        v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s51, v123
-        v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s51, v124
-        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s51, v125
-        v_cvt_pk_fp8_f32 v121, v124, v125
-        v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
-        v_dual_mul_f32 v126, s51, v126 :: v_dual_mul_f32 v127, s51, v127
-        v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
-        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s53, 0xfedcba98
-        v_add_f32 v22, v22, v28
-        v_add_f32 v21, v21, v22
-        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
-        s_wait_alu depctr_va_vcc(0)
-        s_cbranch_vccz .Ld64_fp16_no_rescale_1
-        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
-        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
-        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
-        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
-        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
-        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
-        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
-        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
-        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
-        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
-        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
-        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
-        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
-        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
-        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
-        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
-.Ld64_fp16_no_rescale_1:
-
-        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 4
-        v_dual_mul_f32 v11, s54, v9 :: v_dual_subrev_f32 v64, s52, v64
-        s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[96:97], v[32:39]
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v65, s52, v65
-        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
-        s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[96:97], v[40:47]
-        v_dual_subrev_f32 v66, s52, v66 :: v_dual_subrev_f32 v67, s52, v67
-        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
-        s_wait_dscnt 5
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[96:97], v[48:55]
-        v_dual_subrev_f32 v68, s52, v68 :: v_dual_subrev_f32 v69, s52, v69
-        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
-        s_wait_dscnt 4
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[96:97], v[56:63]
-        v_dual_subrev_f32 v70, s52, v70 :: v_dual_subrev_f32 v71, s52, v71
-        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[104:105], v[32:39]
-        v_dual_subrev_f32 v72, s52, v72 :: v_dual_subrev_f32 v73, s52, v73
-        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[104:105], v[40:47]
-        v_dual_subrev_f32 v74, s52, v74 :: v_dual_subrev_f32 v75, s52, v75
-        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[104:105], v[48:55]
-        v_dual_subrev_f32 v76, s52, v76 :: v_dual_subrev_f32 v77, s52, v77
-        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[104:105], v[56:63]
-        v_dual_subrev_f32 v78, s52, v78 :: v_dual_subrev_f32 v79, s52, v79
-        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
-        s_wait_dscnt 3
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[112:113], v[32:39]
-        v_dual_subrev_f32 v80, s52, v80 :: v_dual_subrev_f32 v81, s52, v81
-        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
-        s_wait_dscnt 2
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[112:113], v[40:47]
-        v_dual_subrev_f32 v82, s52, v82 :: v_dual_subrev_f32 v83, s52, v83
-        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
-        s_wait_dscnt 1
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[112:113], v[48:55]
-        v_dual_subrev_f32 v84, s52, v84 :: v_dual_subrev_f32 v85, s52, v85
-        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
-        s_wait_dscnt 0
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[112:113], v[56:63]
-        v_dual_subrev_f32 v86, s52, v86 :: v_dual_subrev_f32 v87, s52, v87
-        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[120:121], v[32:39]
-        v_dual_subrev_f32 v88, s52, v88 :: v_dual_subrev_f32 v89, s52, v89
-        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[120:121], v[40:47]
-        v_dual_subrev_f32 v90, s52, v90 :: v_dual_subrev_f32 v91, s52, v91
-        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[120:121], v[48:55]
-        v_dual_subrev_f32 v92, s52, v92 :: v_dual_subrev_f32 v93, s52, v93
-        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[120:121], v[56:63]
-        v_dual_subrev_f32 v94, s52, v94 :: v_dual_subrev_f32 v95, s52, v95
-        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
-
-        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
-        s_wait_loadcnt 0
-        ds_store_b128 v5, v[136:139] offset:4096
-        ds_store_b128 v6, v[144:147] offset:8192
-        ds_store_b128 v5, v[140:143] offset:6144
-        ds_store_b128 v6, v[148:151] offset:10240
-        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
-        s_barrier_signal -1
-        s_barrier_wait -1
-        s_add_co_i32 s55, s55, 1
-        s_branch .Ld64_fp16_loop
-.Ld64_fp16_last_0:
-
-        // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
-        ds_load_b128 v[152:155], v3 offset:8192
-        ds_load_b128 v[156:159], v3 offset:9216
-        ds_load_b128 v[160:163], v3 offset:10240
-        ds_load_b128 v[164:167], v3 offset:11264
-        ds_load_b128 v[168:171], v4 offset:8192
-        ds_load_b128 v[172:175], v4 offset:9216
-        ds_load_b128 v[176:179], v4 offset:10240
-        ds_load_b128 v[180:183], v4 offset:11264
-        v_bfe_u32 v29, v0, 4, 1
-        v_lshlrev_b32 v29, 5, v29
-        v_sub_nc_u32_e32 v29, s50, v29
+        s_lshl_b32 s52, s61, 6
+        s_add_co_i32 s53, s52, 64
+        s_cmp_le_i32 s53, s57
+        s_cbranch_scc1 .Ld64_fp16_nomask_0
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s56, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s52, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
         v_cmp_lt_i32_e32 vcc_lo, 0, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
@@ -8866,6 +9414,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_nomask_0:
         v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
         v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
         v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
@@ -8882,116 +9431,150 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v24, s67, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
-        v_dual_mov_b32 v18, v17 :: v_dual_sub_f32 v19, v16, v17
+        v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
-        v_dual_sub_f32 v64, v64, v17 :: v_dual_sub_f32 v65, v65, v18
-        v_dual_sub_f32 v66, v66, v17 :: v_dual_sub_f32 v67, v67, v18
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v17, vcc_lo
+        v_mov_b32 v29, v18
+        v_dual_sub_f32 v64, v64, v29 :: v_dual_sub_f32 v65, v65, v18
+        v_dual_sub_f32 v66, v66, v29 :: v_dual_sub_f32 v67, v67, v18
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v17 :: v_dual_sub_f32 v69, v69, v18
+        v_dual_sub_f32 v68, v68, v29 :: v_dual_sub_f32 v69, v69, v18
         v_exp_f32_e32 v65, v65
         v_exp_f32_e32 v66, v66
-        v_dual_sub_f32 v70, v70, v17 :: v_dual_sub_f32 v71, v71, v18
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_dual_sub_f32 v70, v70, v29 :: v_dual_sub_f32 v71, v71, v18
         v_exp_f32_e32 v67, v67
         v_dual_add_f32 v22, v64, v65 :: v_dual_sub_f32 v73, v73, v18
         v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v17 :: v_dual_add_f32 v23, v22, v66
-        v_dual_mul_f32 v64, s51, v64 :: v_dual_mul_f32 v65, s51, v65
+        v_dual_sub_f32 v72, v72, v29 :: v_dual_add_f32 v23, v22, v66
+        v_dual_mul_f32 v64, s65, v64 :: v_dual_mul_f32 v65, s65, v65
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
         v_exp_f32_e32 v69, v69
         v_add_f32 v22, v23, v67
         v_cvt_pk_fp8_f32 v64, v64, v65
         v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v17 :: v_dual_add_f32 v23, v68, v22
-        v_dual_mul_f32 v66, s51, v66 :: v_dual_mul_f32 v67, s51, v67
+        v_dual_sub_f32 v74, v74, v29 :: v_dual_add_f32 v23, v68, v22
+        v_dual_mul_f32 v66, s65, v66 :: v_dual_mul_f32 v67, s65, v67
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
         v_exp_f32_e32 v71, v71
         v_dual_sub_f32 v75, v75, v18 :: v_dual_add_f32 v22, v69, v23
         v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
         v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v17 :: v_dual_add_f32 v23, v22, v70
-        v_dual_mul_f32 v68, s51, v68 :: v_dual_sub_f32 v77, v77, v18
+        v_dual_sub_f32 v76, v76, v29 :: v_dual_add_f32 v23, v22, v70
+        v_dual_mul_f32 v68, s65, v68 :: v_dual_sub_f32 v77, v77, v18
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
         v_exp_f32_e32 v73, v73
-        v_dual_add_f32 v22, v23, v71 :: v_dual_mul_f32 v69, s51, v69
+        v_dual_add_f32 v22, v23, v71 :: v_dual_mul_f32 v69, s65, v69
         v_cvt_pk_fp8_f32 v65, v68, v69
         v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v17 :: v_dual_add_f32 v23, v72, v22
-        v_dual_mul_f32 v70, s51, v70 :: v_dual_mul_f32 v71, s51, v71
+        v_dual_sub_f32 v78, v78, v29 :: v_dual_add_f32 v23, v72, v22
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[154:155], v[130:131], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[152:155], v3 offset:10240
+        v_dual_mul_f32 v70, s65, v70 :: v_dual_mul_f32 v71, s65, v71
         v_exp_f32_e32 v75, v75
         v_dual_sub_f32 v79, v79, v18 :: v_dual_add_f32 v22, v73, v23
         v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
         v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v17 :: v_dual_add_f32 v23, v22, v74
-        v_dual_mul_f32 v72, s51, v72 :: v_dual_sub_f32 v81, v81, v18
+        v_dual_sub_f32 v80, v80, v29 :: v_dual_add_f32 v23, v22, v74
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[158:159], v[130:131], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[156:159], v3 offset:11264
+        v_dual_mul_f32 v72, s65, v72 :: v_dual_sub_f32 v81, v81, v18
         v_exp_f32_e32 v77, v77
-        v_dual_add_f32 v22, v23, v75 :: v_dual_mul_f32 v73, s51, v73
+        v_dual_add_f32 v22, v23, v75 :: v_dual_mul_f32 v73, s65, v73
         v_cvt_pk_fp8_f32 v72, v72, v73
         v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v17 :: v_dual_add_f32 v23, v76, v22
-        v_dual_mul_f32 v74, s51, v74 :: v_dual_mul_f32 v75, s51, v75
+        v_dual_sub_f32 v82, v82, v29 :: v_dual_add_f32 v23, v76, v22
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[162:163], v[130:131], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[160:163], v4 offset:8192
+        v_dual_mul_f32 v74, s65, v74 :: v_dual_mul_f32 v75, s65, v75
         v_exp_f32_e32 v79, v79
         v_dual_sub_f32 v83, v83, v18 :: v_dual_add_f32 v22, v77, v23
         v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
         v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v17 :: v_dual_add_f32 v23, v22, v78
-        v_dual_mul_f32 v76, s51, v76 :: v_dual_sub_f32 v85, v85, v18
+        v_dual_sub_f32 v84, v84, v29 :: v_dual_add_f32 v23, v22, v78
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[166:167], v[130:131], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[164:167], v4 offset:9216
+        v_dual_mul_f32 v76, s65, v76 :: v_dual_sub_f32 v85, v85, v18
         v_exp_f32_e32 v81, v81
-        v_dual_add_f32 v22, v23, v79 :: v_dual_mul_f32 v77, s51, v77
+        v_dual_add_f32 v22, v23, v79 :: v_dual_mul_f32 v77, s65, v77
         v_cvt_pk_fp8_f32 v73, v76, v77
         v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v17 :: v_dual_add_f32 v23, v80, v22
-        v_dual_mul_f32 v78, s51, v78 :: v_dual_mul_f32 v79, s51, v79
+        v_dual_sub_f32 v86, v86, v29 :: v_dual_add_f32 v23, v80, v22
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[168:169], v[132:133], v[96:103] neg_lo:[1,1,0]
+        v_dual_mul_f32 v78, s65, v78 :: v_dual_mul_f32 v79, s65, v79
         v_exp_f32_e32 v83, v83
         v_dual_sub_f32 v87, v87, v18 :: v_dual_add_f32 v22, v81, v23
         v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
         v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v17 :: v_dual_add_f32 v23, v22, v82
-        v_dual_mul_f32 v80, s51, v80 :: v_dual_sub_f32 v89, v89, v18
+        v_dual_sub_f32 v88, v88, v29 :: v_dual_add_f32 v23, v22, v82
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[172:173], v[132:133], v[104:111] neg_lo:[1,1,0]
+        v_dual_mul_f32 v80, s65, v80 :: v_dual_sub_f32 v89, v89, v18
         v_exp_f32_e32 v85, v85
-        v_dual_add_f32 v22, v23, v83 :: v_dual_mul_f32 v81, s51, v81
+        v_dual_add_f32 v22, v23, v83 :: v_dual_mul_f32 v81, s65, v81
         v_cvt_pk_fp8_f32 v80, v80, v81
         v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v17 :: v_dual_add_f32 v23, v84, v22
-        v_dual_mul_f32 v82, s51, v82 :: v_dual_mul_f32 v83, s51, v83
+        v_dual_sub_f32 v90, v90, v29 :: v_dual_add_f32 v23, v84, v22
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[176:177], v[132:133], v[112:119] neg_lo:[1,1,0]
+        v_dual_mul_f32 v82, s65, v82 :: v_dual_mul_f32 v83, s65, v83
         v_exp_f32_e32 v87, v87
         v_dual_sub_f32 v91, v91, v18 :: v_dual_add_f32 v22, v85, v23
         v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
         v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v17 :: v_dual_add_f32 v23, v22, v86
-        v_dual_mul_f32 v84, s51, v84 :: v_dual_sub_f32 v93, v93, v18
+        v_dual_sub_f32 v92, v92, v29 :: v_dual_add_f32 v23, v22, v86
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[180:181], v[132:133], v[120:127] neg_lo:[1,1,0]
+        v_dual_mul_f32 v84, s65, v84 :: v_dual_sub_f32 v93, v93, v18
         v_exp_f32_e32 v89, v89
-        v_dual_add_f32 v22, v23, v87 :: v_dual_mul_f32 v85, s51, v85
+        v_dual_add_f32 v22, v23, v87 :: v_dual_mul_f32 v85, s65, v85
         v_cvt_pk_fp8_f32 v81, v84, v85
         v_exp_f32_e32 v90, v90
-        v_dual_sub_f32 v94, v94, v17 :: v_dual_add_f32 v23, v88, v22
-        v_dual_mul_f32 v86, s51, v86 :: v_dual_mul_f32 v87, s51, v87
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[170:171], v[134:135], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[168:171], v4 offset:10240
+        v_dual_sub_f32 v94, v94, v29 :: v_dual_add_f32 v23, v88, v22
+        v_dual_mul_f32 v86, s65, v86 :: v_dual_mul_f32 v87, s65, v87
         v_exp_f32_e32 v91, v91
         v_dual_sub_f32 v95, v95, v18 :: v_dual_add_f32 v22, v89, v23
         v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
         v_exp_f32_e32 v92, v92
-        v_dual_add_f32 v23, v22, v90 :: v_dual_mul_f32 v88, s51, v88
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[174:175], v[134:135], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[172:175], v4 offset:11264
+        v_dual_add_f32 v23, v22, v90 :: v_dual_mul_f32 v88, s65, v88
         v_exp_f32_e32 v93, v93
-        v_dual_add_f32 v22, v23, v91 :: v_dual_mul_f32 v89, s51, v89
+        v_dual_add_f32 v22, v23, v91 :: v_dual_mul_f32 v89, s65, v89
         v_cvt_pk_fp8_f32 v88, v88, v89
         v_exp_f32_e32 v94, v94
-        v_dual_add_f32 v23, v22, v92 :: v_dual_mul_f32 v90, s51, v90
+        v_dual_add_f32 v23, v22, v92 :: v_dual_mul_f32 v90, s65, v90
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[178:179], v[134:135], v[112:119] neg_lo:[1,1,0]
         v_exp_f32_e32 v95, v95
-        v_dual_add_f32 v22, v23, v93 :: v_dual_mul_f32 v91, s51, v91
+        v_dual_add_f32 v22, v23, v93 :: v_dual_mul_f32 v91, s65, v91
         v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v94 :: v_dual_mul_f32 v92, s51, v92
-        v_dual_add_f32 v22, v23, v95 :: v_dual_mul_f32 v93, s51, v93
+        v_dual_add_f32 v23, v22, v94 :: v_dual_mul_f32 v92, s65, v92
+        v_dual_add_f32 v22, v23, v95 :: v_dual_mul_f32 v93, s65, v93
         v_cvt_pk_fp8_f32 v89, v92, v93
-        v_dual_mul_f32 v94, s51, v94 :: v_dual_mul_f32 v95, s51, v95
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[182:183], v[134:135], v[120:127] neg_lo:[1,1,0]
+        v_dual_mul_f32 v94, s65, v94 :: v_dual_mul_f32 v95, s65, v95
         v_cvt_pk_fp8_f32 v89, v94, v95 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v22, s67, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
-        s_cbranch_vccz .Ld64_fp16_no_rescale_0_last
+        s_cbranch_vccz .Ld64_fp16_no_rescale_0
         v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
         v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
         v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
@@ -9008,49 +9591,128 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
         v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
         v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
-.Ld64_fp16_no_rescale_0_last:
+.Ld64_fp16_no_rescale_0:
 
-        // ---- phase Y: PV(t) x 32 WMMA ------------------------------------------------------------------------
+        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
+        s_wait_loadcnt 4
+        v_dual_mul_f32 v11, s68, v9 :: v_dual_subrev_f32 v96, s66, v96
         s_wait_dscnt 7
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[152:153], v[64:65], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[64:65], v[32:39]
+        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v97, s66, v97
+        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
         s_wait_dscnt 6
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[156:157], v[64:65], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[64:65], v[40:47]
+        v_dual_subrev_f32 v98, s66, v98 :: v_dual_subrev_f32 v99, s66, v99
+        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
         s_wait_dscnt 5
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[160:161], v[64:65], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[64:65], v[48:55]
+        v_dual_subrev_f32 v100, s66, v100 :: v_dual_subrev_f32 v101, s66, v101
+        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
         s_wait_dscnt 4
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[164:165], v[64:65], v[56:63]
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[154:155], v[72:73], v[32:39]
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[158:159], v[72:73], v[40:47]
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[162:163], v[72:73], v[48:55]
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[166:167], v[72:73], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[64:65], v[56:63]
+        v_dual_subrev_f32 v102, s66, v102 :: v_dual_subrev_f32 v103, s66, v103
+        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[72:73], v[32:39]
+        v_dual_subrev_f32 v104, s66, v104 :: v_dual_subrev_f32 v105, s66, v105
+        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[72:73], v[40:47]
+        v_dual_subrev_f32 v106, s66, v106 :: v_dual_subrev_f32 v107, s66, v107
+        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[72:73], v[48:55]
+        v_dual_subrev_f32 v108, s66, v108 :: v_dual_subrev_f32 v109, s66, v109
+        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[72:73], v[56:63]
+        v_dual_subrev_f32 v110, s66, v110 :: v_dual_subrev_f32 v111, s66, v111
+        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
         s_wait_dscnt 3
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[168:169], v[80:81], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[80:81], v[32:39]
+        v_dual_subrev_f32 v112, s66, v112 :: v_dual_subrev_f32 v113, s66, v113
+        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
         s_wait_dscnt 2
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[172:173], v[80:81], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[80:81], v[40:47]
+        v_dual_subrev_f32 v114, s66, v114 :: v_dual_subrev_f32 v115, s66, v115
+        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
         s_wait_dscnt 1
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[176:177], v[80:81], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[80:81], v[48:55]
+        v_dual_subrev_f32 v116, s66, v116 :: v_dual_subrev_f32 v117, s66, v117
+        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
         s_wait_dscnt 0
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[180:181], v[80:81], v[56:63]
-        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[170:171], v[88:89], v[32:39]
-        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[174:175], v[88:89], v[40:47]
-        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[178:179], v[88:89], v[48:55]
-        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[182:183], v[88:89], v[56:63]
-        v_mov_b32 v16, v17  // m of the last tile into m[0]
-        s_branch .Ld64_fp16_epilogue
-.Ld64_fp16_last_1:
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[80:81], v[56:63]
+        v_dual_subrev_f32 v118, s66, v118 :: v_dual_subrev_f32 v119, s66, v119
+        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[88:89], v[32:39]
+        v_dual_subrev_f32 v120, s66, v120 :: v_dual_subrev_f32 v121, s66, v121
+        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[88:89], v[40:47]
+        v_dual_subrev_f32 v122, s66, v122 :: v_dual_subrev_f32 v123, s66, v123
+        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[88:89], v[48:55]
+        v_dual_subrev_f32 v124, s66, v124 :: v_dual_subrev_f32 v125, s66, v125
+        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[88:89], v[56:63]
+        v_dual_subrev_f32 v126, s66, v126 :: v_dual_subrev_f32 v127, s66, v127
+        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
 
-        // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
-        ds_load_b128 v[152:155], v3 offset:12288
-        ds_load_b128 v[156:159], v3 offset:13312
-        ds_load_b128 v[160:163], v3 offset:14336
-        ds_load_b128 v[164:167], v3 offset:15360
-        ds_load_b128 v[168:171], v4 offset:12288
-        ds_load_b128 v[172:175], v4 offset:13312
-        ds_load_b128 v[176:179], v4 offset:14336
-        ds_load_b128 v[180:183], v4 offset:15360
-        v_bfe_u32 v29, v0, 4, 1
-        v_lshlrev_b32 v29, 5, v29
-        v_sub_nc_u32_e32 v29, s50, v29
+        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
+        s_wait_loadcnt 0
+        ds_store_b128 v5, v[136:139] offset:0
+        ds_store_b128 v6, v[144:147] offset:12288
+        ds_store_b128 v5, v[140:143] offset:2048
+        ds_store_b128 v6, v[148:151] offset:14336
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        s_add_co_i32 s69, s69, 1
+        s_wait_kmcnt 0  // L[min(t+3, last)]
+        s_mov_b32 s61, s62
+        s_mov_b32 s62, s63
+        s_mov_b32 s63, s64
+        s_cmp_eq_u32 s69, s55
+        s_cbranch_scc1 .Ld64_fp16_last_1
+
+        // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
+        s_add_co_i32 s48, s69, 3
+        s_min_u32 s48, s48, s55
+        s_lshl_b32 s48, s48, 2
+        s_load_b32 s64, s[58:59], s48 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s76, s63, 12  // * 4096 bytes
+        s_add_nc_u64 s[74:75], s[70:71], s[76:77]
+        s_sub_co_i32 s48, s62, s61  // tiles from L[t] to L[t+1] (> 0: ascending)
+        s_mov_b32 s51, 0
+        s_lshl_b32 s50, s48, 3
+        s_add_nc_u64 s[82:83], s[82:83], s[50:51]  // k_scale pair of tile L[t+1]
+        global_load_b32 v9, v10, s[82:83]
+        s_lshl_b32 s50, s48, 6
+        s_add_nc_u64 s[78:79], s[78:79], s[50:51]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[80:81], s[80:81], s[50:51]  // V^T columns of tile L[t+1]
+        global_load_b128 v[136:139], v7, s[74:75] offset:0
+        global_load_b128 v[140:143], v7, s[74:75] offset:2048
+        global_load_b128 v[144:147], v8, s[78:79]
+        global_load_b128 v[148:151], v8, s[80:81]
+
+        // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        ds_load_b128 v[152:155], v1 offset:0
+        ds_load_b128 v[156:159], v1 offset:512
+        ds_load_b128 v[160:163], v1 offset:1024
+        ds_load_b128 v[164:167], v1 offset:1536
+        ds_load_b128 v[168:171], v2 offset:0
+        ds_load_b128 v[172:175], v2 offset:512
+        ds_load_b128 v[176:179], v2 offset:1024
+        ds_load_b128 v[180:183], v2 offset:1536
+        ds_load_b128 v[184:187], v3 offset:12288
+        ds_load_b128 v[188:191], v3 offset:13312
+        s_lshl_b32 s52, s61, 6
+        s_add_co_i32 s53, s52, 64
+        s_cmp_le_i32 s53, s57
+        s_cbranch_scc1 .Ld64_fp16_nomask_1
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s56, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s52, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
         v_cmp_lt_i32_e32 vcc_lo, 0, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
@@ -9147,6 +9809,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_nomask_1:
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -9163,111 +9826,783 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v24, s67, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
-        v_dual_mov_b32 v18, v16 :: v_dual_sub_f32 v19, v17, v16
+        v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
-        v_dual_sub_f32 v96, v96, v16 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v16 :: v_dual_sub_f32 v99, v99, v18
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v16, vcc_lo
+        v_mov_b32 v29, v18
+        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
+        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v16 :: v_dual_sub_f32 v101, v101, v18
+        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
         v_exp_f32_e32 v97, v97
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v16 :: v_dual_sub_f32 v103, v103, v18
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
         v_exp_f32_e32 v99, v99
         v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v16 :: v_dual_add_f32 v23, v22, v98
-        v_dual_mul_f32 v96, s51, v96 :: v_dual_mul_f32 v97, s51, v97
+        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_dual_mul_f32 v96, s65, v96 :: v_dual_mul_f32 v97, s65, v97
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
         v_exp_f32_e32 v101, v101
         v_add_f32 v22, v23, v99
         v_cvt_pk_fp8_f32 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v16 :: v_dual_add_f32 v23, v100, v22
-        v_dual_mul_f32 v98, s51, v98 :: v_dual_mul_f32 v99, s51, v99
+        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_dual_mul_f32 v98, s65, v98 :: v_dual_mul_f32 v99, s65, v99
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
         v_exp_f32_e32 v103, v103
         v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v16 :: v_dual_add_f32 v23, v22, v102
-        v_dual_mul_f32 v100, s51, v100 :: v_dual_sub_f32 v109, v109, v18
+        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_dual_mul_f32 v100, s65, v100 :: v_dual_sub_f32 v109, v109, v18
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
         v_exp_f32_e32 v105, v105
-        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s51, v101
+        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s65, v101
         v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v16 :: v_dual_add_f32 v23, v104, v22
-        v_dual_mul_f32 v102, s51, v102 :: v_dual_mul_f32 v103, s51, v103
+        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[154:155], v[130:131], v[64:71] neg_lo:[1,1,0]
+        ds_load_b128 v[152:155], v3 offset:14336
+        v_dual_mul_f32 v102, s65, v102 :: v_dual_mul_f32 v103, s65, v103
         v_exp_f32_e32 v107, v107
         v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
         v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v16 :: v_dual_add_f32 v23, v22, v106
-        v_dual_mul_f32 v104, s51, v104 :: v_dual_sub_f32 v113, v113, v18
+        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[158:159], v[130:131], v[72:79] neg_lo:[1,1,0]
+        ds_load_b128 v[156:159], v3 offset:15360
+        v_dual_mul_f32 v104, s65, v104 :: v_dual_sub_f32 v113, v113, v18
         v_exp_f32_e32 v109, v109
-        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s51, v105
+        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s65, v105
         v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v16 :: v_dual_add_f32 v23, v108, v22
-        v_dual_mul_f32 v106, s51, v106 :: v_dual_mul_f32 v107, s51, v107
+        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[162:163], v[130:131], v[80:87] neg_lo:[1,1,0]
+        ds_load_b128 v[160:163], v4 offset:12288
+        v_dual_mul_f32 v106, s65, v106 :: v_dual_mul_f32 v107, s65, v107
         v_exp_f32_e32 v111, v111
         v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
         v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v16 :: v_dual_add_f32 v23, v22, v110
-        v_dual_mul_f32 v108, s51, v108 :: v_dual_sub_f32 v117, v117, v18
+        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[166:167], v[130:131], v[88:95] neg_lo:[1,1,0]
+        ds_load_b128 v[164:167], v4 offset:13312
+        v_dual_mul_f32 v108, s65, v108 :: v_dual_sub_f32 v117, v117, v18
         v_exp_f32_e32 v113, v113
-        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s51, v109
+        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s65, v109
         v_cvt_pk_fp8_f32 v105, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v16 :: v_dual_add_f32 v23, v112, v22
-        v_dual_mul_f32 v110, s51, v110 :: v_dual_mul_f32 v111, s51, v111
+        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[168:169], v[132:133], v[64:71] neg_lo:[1,1,0]
+        v_dual_mul_f32 v110, s65, v110 :: v_dual_mul_f32 v111, s65, v111
         v_exp_f32_e32 v115, v115
         v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
         v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v16 :: v_dual_add_f32 v23, v22, v114
-        v_dual_mul_f32 v112, s51, v112 :: v_dual_sub_f32 v121, v121, v18
+        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[172:173], v[132:133], v[72:79] neg_lo:[1,1,0]
+        v_dual_mul_f32 v112, s65, v112 :: v_dual_sub_f32 v121, v121, v18
         v_exp_f32_e32 v117, v117
-        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s51, v113
+        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s65, v113
         v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v16 :: v_dual_add_f32 v23, v116, v22
-        v_dual_mul_f32 v114, s51, v114 :: v_dual_mul_f32 v115, s51, v115
+        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[176:177], v[132:133], v[80:87] neg_lo:[1,1,0]
+        v_dual_mul_f32 v114, s65, v114 :: v_dual_mul_f32 v115, s65, v115
         v_exp_f32_e32 v119, v119
         v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
         v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v16 :: v_dual_add_f32 v23, v22, v118
-        v_dual_mul_f32 v116, s51, v116 :: v_dual_sub_f32 v125, v125, v18
+        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[180:181], v[132:133], v[88:95] neg_lo:[1,1,0]
+        v_dual_mul_f32 v116, s65, v116 :: v_dual_sub_f32 v125, v125, v18
         v_exp_f32_e32 v121, v121
-        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s51, v117
+        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s65, v117
         v_cvt_pk_fp8_f32 v113, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v16 :: v_dual_add_f32 v23, v120, v22
-        v_dual_mul_f32 v118, s51, v118 :: v_dual_mul_f32 v119, s51, v119
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[170:171], v[134:135], v[64:71] neg_lo:[1,1,0]
+        ds_load_b128 v[168:171], v4 offset:14336
+        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
+        v_dual_mul_f32 v118, s65, v118 :: v_dual_mul_f32 v119, s65, v119
         v_exp_f32_e32 v123, v123
         v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
         v_exp_f32_e32 v124, v124
-        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s51, v120
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[174:175], v[134:135], v[72:79] neg_lo:[1,1,0]
+        ds_load_b128 v[172:175], v4 offset:15360
+        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s65, v120
         v_exp_f32_e32 v125, v125
-        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s51, v121
+        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s65, v121
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s51, v122
+        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s65, v122
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[178:179], v[134:135], v[80:87] neg_lo:[1,1,0]
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s51, v123
+        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s65, v123
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s51, v124
-        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s51, v125
+        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s65, v124
+        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s65, v125
         v_cvt_pk_fp8_f32 v121, v124, v125
-        v_dual_mul_f32 v126, s51, v126 :: v_dual_mul_f32 v127, s51, v127
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
+        v_dual_mul_f32 v126, s65, v126 :: v_dual_mul_f32 v127, s65, v127
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v22, s67, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_no_rescale_1
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+.Ld64_fp16_no_rescale_1:
+
+        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
+        s_wait_loadcnt 4
+        v_dual_mul_f32 v11, s68, v9 :: v_dual_subrev_f32 v64, s66, v64
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[96:97], v[32:39]
+        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v65, s66, v65
+        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[96:97], v[40:47]
+        v_dual_subrev_f32 v66, s66, v66 :: v_dual_subrev_f32 v67, s66, v67
+        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[96:97], v[48:55]
+        v_dual_subrev_f32 v68, s66, v68 :: v_dual_subrev_f32 v69, s66, v69
+        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[96:97], v[56:63]
+        v_dual_subrev_f32 v70, s66, v70 :: v_dual_subrev_f32 v71, s66, v71
+        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[104:105], v[32:39]
+        v_dual_subrev_f32 v72, s66, v72 :: v_dual_subrev_f32 v73, s66, v73
+        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[104:105], v[40:47]
+        v_dual_subrev_f32 v74, s66, v74 :: v_dual_subrev_f32 v75, s66, v75
+        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[104:105], v[48:55]
+        v_dual_subrev_f32 v76, s66, v76 :: v_dual_subrev_f32 v77, s66, v77
+        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[104:105], v[56:63]
+        v_dual_subrev_f32 v78, s66, v78 :: v_dual_subrev_f32 v79, s66, v79
+        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[112:113], v[32:39]
+        v_dual_subrev_f32 v80, s66, v80 :: v_dual_subrev_f32 v81, s66, v81
+        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[112:113], v[40:47]
+        v_dual_subrev_f32 v82, s66, v82 :: v_dual_subrev_f32 v83, s66, v83
+        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[112:113], v[48:55]
+        v_dual_subrev_f32 v84, s66, v84 :: v_dual_subrev_f32 v85, s66, v85
+        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[112:113], v[56:63]
+        v_dual_subrev_f32 v86, s66, v86 :: v_dual_subrev_f32 v87, s66, v87
+        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[120:121], v[32:39]
+        v_dual_subrev_f32 v88, s66, v88 :: v_dual_subrev_f32 v89, s66, v89
+        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[120:121], v[40:47]
+        v_dual_subrev_f32 v90, s66, v90 :: v_dual_subrev_f32 v91, s66, v91
+        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[120:121], v[48:55]
+        v_dual_subrev_f32 v92, s66, v92 :: v_dual_subrev_f32 v93, s66, v93
+        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[120:121], v[56:63]
+        v_dual_subrev_f32 v94, s66, v94 :: v_dual_subrev_f32 v95, s66, v95
+        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
+
+        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
+        s_wait_loadcnt 0
+        ds_store_b128 v5, v[136:139] offset:4096
+        ds_store_b128 v6, v[144:147] offset:8192
+        ds_store_b128 v5, v[140:143] offset:6144
+        ds_store_b128 v6, v[148:151] offset:10240
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        s_add_co_i32 s69, s69, 1
+        s_wait_kmcnt 0  // L[min(t+3, last)]
+        s_mov_b32 s61, s62
+        s_mov_b32 s62, s63
+        s_mov_b32 s63, s64
+        s_branch .Ld64_fp16_loop
+.Ld64_fp16_last_0:
+
+        // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        ds_load_b128 v[152:155], v3 offset:8192
+        ds_load_b128 v[156:159], v3 offset:9216
+        ds_load_b128 v[160:163], v3 offset:10240
+        ds_load_b128 v[164:167], v3 offset:11264
+        ds_load_b128 v[168:171], v4 offset:8192
+        ds_load_b128 v[172:175], v4 offset:9216
+        ds_load_b128 v[176:179], v4 offset:10240
+        ds_load_b128 v[180:183], v4 offset:11264
+        s_lshl_b32 s52, s61, 6
+        s_add_co_i32 s53, s52, 64
+        s_cmp_le_i32 s53, s57
+        s_cbranch_scc1 .Ld64_fp16_nomask_0_last
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s56, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s52, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_nomask_0_last:
+        v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
+        v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
+        v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
+        v_dual_max_num_f32 v26, v74, v26 :: v_dual_max_num_f32 v27, v75, v27
+        v_dual_max_num_f32 v24, v76, v24 :: v_dual_max_num_f32 v25, v77, v25
+        v_dual_max_num_f32 v26, v78, v26 :: v_dual_max_num_f32 v27, v79, v27
+        v_dual_max_num_f32 v24, v80, v24 :: v_dual_max_num_f32 v25, v81, v25
+        v_dual_max_num_f32 v26, v82, v26 :: v_dual_max_num_f32 v27, v83, v27
+        v_dual_max_num_f32 v24, v84, v24 :: v_dual_max_num_f32 v25, v85, v25
+        v_dual_max_num_f32 v26, v86, v26 :: v_dual_max_num_f32 v27, v87, v27
+        v_dual_max_num_f32 v24, v88, v24 :: v_dual_max_num_f32 v25, v89, v25
+        v_dual_max_num_f32 v26, v90, v26 :: v_dual_max_num_f32 v27, v91, v27
+        v_dual_max_num_f32 v24, v92, v24 :: v_dual_max_num_f32 v25, v93, v25
+        v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s67, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v17, vcc_lo
+        v_mov_b32 v29, v18
+        v_dual_sub_f32 v64, v64, v29 :: v_dual_sub_f32 v65, v65, v18
+        v_dual_sub_f32 v66, v66, v29 :: v_dual_sub_f32 v67, v67, v18
+        v_exp_f32_e32 v64, v64
+        v_dual_sub_f32 v68, v68, v29 :: v_dual_sub_f32 v69, v69, v18
+        v_exp_f32_e32 v65, v65
+        v_exp_f32_e32 v66, v66
+        v_dual_sub_f32 v70, v70, v29 :: v_dual_sub_f32 v71, v71, v18
+        v_exp_f32_e32 v67, v67
+        v_dual_add_f32 v22, v64, v65 :: v_dual_sub_f32 v73, v73, v18
+        v_exp_f32_e32 v68, v68
+        v_dual_sub_f32 v72, v72, v29 :: v_dual_add_f32 v23, v22, v66
+        v_dual_mul_f32 v64, s65, v64 :: v_dual_mul_f32 v65, s65, v65
+        v_exp_f32_e32 v69, v69
+        v_add_f32 v22, v23, v67
+        v_cvt_pk_fp8_f32 v64, v64, v65
+        v_exp_f32_e32 v70, v70
+        v_dual_sub_f32 v74, v74, v29 :: v_dual_add_f32 v23, v68, v22
+        v_dual_mul_f32 v66, s65, v66 :: v_dual_mul_f32 v67, s65, v67
+        v_exp_f32_e32 v71, v71
+        v_dual_sub_f32 v75, v75, v18 :: v_dual_add_f32 v22, v69, v23
+        v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
+        v_exp_f32_e32 v72, v72
+        v_dual_sub_f32 v76, v76, v29 :: v_dual_add_f32 v23, v22, v70
+        v_dual_mul_f32 v68, s65, v68 :: v_dual_sub_f32 v77, v77, v18
+        v_exp_f32_e32 v73, v73
+        v_dual_add_f32 v22, v23, v71 :: v_dual_mul_f32 v69, s65, v69
+        v_cvt_pk_fp8_f32 v65, v68, v69
+        v_exp_f32_e32 v74, v74
+        v_dual_sub_f32 v78, v78, v29 :: v_dual_add_f32 v23, v72, v22
+        v_dual_mul_f32 v70, s65, v70 :: v_dual_mul_f32 v71, s65, v71
+        v_exp_f32_e32 v75, v75
+        v_dual_sub_f32 v79, v79, v18 :: v_dual_add_f32 v22, v73, v23
+        v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
+        v_exp_f32_e32 v76, v76
+        v_dual_sub_f32 v80, v80, v29 :: v_dual_add_f32 v23, v22, v74
+        v_dual_mul_f32 v72, s65, v72 :: v_dual_sub_f32 v81, v81, v18
+        v_exp_f32_e32 v77, v77
+        v_dual_add_f32 v22, v23, v75 :: v_dual_mul_f32 v73, s65, v73
+        v_cvt_pk_fp8_f32 v72, v72, v73
+        v_exp_f32_e32 v78, v78
+        v_dual_sub_f32 v82, v82, v29 :: v_dual_add_f32 v23, v76, v22
+        v_dual_mul_f32 v74, s65, v74 :: v_dual_mul_f32 v75, s65, v75
+        v_exp_f32_e32 v79, v79
+        v_dual_sub_f32 v83, v83, v18 :: v_dual_add_f32 v22, v77, v23
+        v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
+        v_exp_f32_e32 v80, v80
+        v_dual_sub_f32 v84, v84, v29 :: v_dual_add_f32 v23, v22, v78
+        v_dual_mul_f32 v76, s65, v76 :: v_dual_sub_f32 v85, v85, v18
+        v_exp_f32_e32 v81, v81
+        v_dual_add_f32 v22, v23, v79 :: v_dual_mul_f32 v77, s65, v77
+        v_cvt_pk_fp8_f32 v73, v76, v77
+        v_exp_f32_e32 v82, v82
+        v_dual_sub_f32 v86, v86, v29 :: v_dual_add_f32 v23, v80, v22
+        v_dual_mul_f32 v78, s65, v78 :: v_dual_mul_f32 v79, s65, v79
+        v_exp_f32_e32 v83, v83
+        v_dual_sub_f32 v87, v87, v18 :: v_dual_add_f32 v22, v81, v23
+        v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
+        v_exp_f32_e32 v84, v84
+        v_dual_sub_f32 v88, v88, v29 :: v_dual_add_f32 v23, v22, v82
+        v_dual_mul_f32 v80, s65, v80 :: v_dual_sub_f32 v89, v89, v18
+        v_exp_f32_e32 v85, v85
+        v_dual_add_f32 v22, v23, v83 :: v_dual_mul_f32 v81, s65, v81
+        v_cvt_pk_fp8_f32 v80, v80, v81
+        v_exp_f32_e32 v86, v86
+        v_dual_sub_f32 v90, v90, v29 :: v_dual_add_f32 v23, v84, v22
+        v_dual_mul_f32 v82, s65, v82 :: v_dual_mul_f32 v83, s65, v83
+        v_exp_f32_e32 v87, v87
+        v_dual_sub_f32 v91, v91, v18 :: v_dual_add_f32 v22, v85, v23
+        v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
+        v_exp_f32_e32 v88, v88
+        v_dual_sub_f32 v92, v92, v29 :: v_dual_add_f32 v23, v22, v86
+        v_dual_mul_f32 v84, s65, v84 :: v_dual_sub_f32 v93, v93, v18
+        v_exp_f32_e32 v89, v89
+        v_dual_add_f32 v22, v23, v87 :: v_dual_mul_f32 v85, s65, v85
+        v_cvt_pk_fp8_f32 v81, v84, v85
+        v_exp_f32_e32 v90, v90
+        v_dual_sub_f32 v94, v94, v29 :: v_dual_add_f32 v23, v88, v22
+        v_dual_mul_f32 v86, s65, v86 :: v_dual_mul_f32 v87, s65, v87
+        v_exp_f32_e32 v91, v91
+        v_dual_sub_f32 v95, v95, v18 :: v_dual_add_f32 v22, v89, v23
+        v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
+        v_exp_f32_e32 v92, v92
+        v_dual_add_f32 v23, v22, v90 :: v_dual_mul_f32 v88, s65, v88
+        v_exp_f32_e32 v93, v93
+        v_dual_add_f32 v22, v23, v91 :: v_dual_mul_f32 v89, s65, v89
+        v_cvt_pk_fp8_f32 v88, v88, v89
+        v_exp_f32_e32 v94, v94
+        v_dual_add_f32 v23, v22, v92 :: v_dual_mul_f32 v90, s65, v90
+        v_exp_f32_e32 v95, v95
+        v_dual_add_f32 v22, v23, v93 :: v_dual_mul_f32 v91, s65, v91
+        v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
+        v_dual_add_f32 v23, v22, v94 :: v_dual_mul_f32 v92, s65, v92
+        v_dual_add_f32 v22, v23, v95 :: v_dual_mul_f32 v93, s65, v93
+        v_cvt_pk_fp8_f32 v89, v92, v93
+        v_dual_mul_f32 v94, s65, v94 :: v_dual_mul_f32 v95, s65, v95
+        v_cvt_pk_fp8_f32 v89, v94, v95 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_permlanex16_b32 v28, v22, s67, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_no_rescale_0_last
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+.Ld64_fp16_no_rescale_0_last:
+
+        // ---- phase Y: PV(t) x 32 WMMA ------------------------------------------------------------------------
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[152:153], v[64:65], v[32:39]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[156:157], v[64:65], v[40:47]
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[160:161], v[64:65], v[48:55]
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[164:165], v[64:65], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[154:155], v[72:73], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[158:159], v[72:73], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[162:163], v[72:73], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[166:167], v[72:73], v[56:63]
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[168:169], v[80:81], v[32:39]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[172:173], v[80:81], v[40:47]
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[176:177], v[80:81], v[48:55]
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[180:181], v[80:81], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[170:171], v[88:89], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[174:175], v[88:89], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[178:179], v[88:89], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[182:183], v[88:89], v[56:63]
+        v_mov_b32 v16, v17  // m of the last tile into m[0]
+        s_branch .Ld64_fp16_epilogue
+.Ld64_fp16_last_1:
+
+        // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        ds_load_b128 v[152:155], v3 offset:12288
+        ds_load_b128 v[156:159], v3 offset:13312
+        ds_load_b128 v[160:163], v3 offset:14336
+        ds_load_b128 v[164:167], v3 offset:15360
+        ds_load_b128 v[168:171], v4 offset:12288
+        ds_load_b128 v[172:175], v4 offset:13312
+        ds_load_b128 v[176:179], v4 offset:14336
+        ds_load_b128 v[180:183], v4 offset:15360
+        s_lshl_b32 s52, s61, 6
+        s_add_co_i32 s53, s52, 64
+        s_cmp_le_i32 s53, s57
+        s_cbranch_scc1 .Ld64_fp16_nomask_1_last
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s56, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s52, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_nomask_1_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s67, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v16, vcc_lo
+        v_mov_b32 v29, v18
+        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
+        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_exp_f32_e32 v96, v96
+        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_exp_f32_e32 v97, v97
+        v_exp_f32_e32 v98, v98
+        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_exp_f32_e32 v99, v99
+        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        v_exp_f32_e32 v100, v100
+        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_dual_mul_f32 v96, s65, v96 :: v_dual_mul_f32 v97, s65, v97
+        v_exp_f32_e32 v101, v101
+        v_add_f32 v22, v23, v99
+        v_cvt_pk_fp8_f32 v96, v96, v97
+        v_exp_f32_e32 v102, v102
+        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_dual_mul_f32 v98, s65, v98 :: v_dual_mul_f32 v99, s65, v99
+        v_exp_f32_e32 v103, v103
+        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
+        v_exp_f32_e32 v104, v104
+        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_dual_mul_f32 v100, s65, v100 :: v_dual_sub_f32 v109, v109, v18
+        v_exp_f32_e32 v105, v105
+        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s65, v101
+        v_cvt_pk_fp8_f32 v97, v100, v101
+        v_exp_f32_e32 v106, v106
+        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_dual_mul_f32 v102, s65, v102 :: v_dual_mul_f32 v103, s65, v103
+        v_exp_f32_e32 v107, v107
+        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
+        v_exp_f32_e32 v108, v108
+        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_dual_mul_f32 v104, s65, v104 :: v_dual_sub_f32 v113, v113, v18
+        v_exp_f32_e32 v109, v109
+        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s65, v105
+        v_cvt_pk_fp8_f32 v104, v104, v105
+        v_exp_f32_e32 v110, v110
+        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_dual_mul_f32 v106, s65, v106 :: v_dual_mul_f32 v107, s65, v107
+        v_exp_f32_e32 v111, v111
+        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
+        v_exp_f32_e32 v112, v112
+        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_dual_mul_f32 v108, s65, v108 :: v_dual_sub_f32 v117, v117, v18
+        v_exp_f32_e32 v113, v113
+        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s65, v109
+        v_cvt_pk_fp8_f32 v105, v108, v109
+        v_exp_f32_e32 v114, v114
+        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_dual_mul_f32 v110, s65, v110 :: v_dual_mul_f32 v111, s65, v111
+        v_exp_f32_e32 v115, v115
+        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
+        v_exp_f32_e32 v116, v116
+        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_dual_mul_f32 v112, s65, v112 :: v_dual_sub_f32 v121, v121, v18
+        v_exp_f32_e32 v117, v117
+        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s65, v113
+        v_cvt_pk_fp8_f32 v112, v112, v113
+        v_exp_f32_e32 v118, v118
+        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_dual_mul_f32 v114, s65, v114 :: v_dual_mul_f32 v115, s65, v115
+        v_exp_f32_e32 v119, v119
+        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
+        v_exp_f32_e32 v120, v120
+        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_dual_mul_f32 v116, s65, v116 :: v_dual_sub_f32 v125, v125, v18
+        v_exp_f32_e32 v121, v121
+        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s65, v117
+        v_cvt_pk_fp8_f32 v113, v116, v117
+        v_exp_f32_e32 v122, v122
+        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
+        v_dual_mul_f32 v118, s65, v118 :: v_dual_mul_f32 v119, s65, v119
+        v_exp_f32_e32 v123, v123
+        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s65, v120
+        v_exp_f32_e32 v125, v125
+        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s65, v121
+        v_cvt_pk_fp8_f32 v120, v120, v121
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s65, v122
+        v_exp_f32_e32 v127, v127
+        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s65, v123
+        v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
+        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s65, v124
+        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s65, v125
+        v_cvt_pk_fp8_f32 v121, v124, v125
+        v_dual_mul_f32 v126, s65, v126 :: v_dual_mul_f32 v127, s65, v127
+        v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_permlanex16_b32 v28, v22, s67, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -9316,6 +10651,28 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[174:175], v[120:121], v[40:47]
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[178:179], v[120:121], v[48:55]
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[182:183], v[120:121], v[56:63]
+        s_branch .Ld64_fp16_epilogue
+.Ld64_fp16_empty:
+
+        // ---- no active key tile (LUT count 0): O = 0, m = -inf, l = 0 -> zeros and lse -inf ------------------
+        v_dual_mov_b32 v32, 0 :: v_dual_mov_b32 v33, 0
+        v_dual_mov_b32 v34, 0 :: v_dual_mov_b32 v35, 0
+        v_dual_mov_b32 v36, 0 :: v_dual_mov_b32 v37, 0
+        v_dual_mov_b32 v38, 0 :: v_dual_mov_b32 v39, 0
+        v_dual_mov_b32 v40, 0 :: v_dual_mov_b32 v41, 0
+        v_dual_mov_b32 v42, 0 :: v_dual_mov_b32 v43, 0
+        v_dual_mov_b32 v44, 0 :: v_dual_mov_b32 v45, 0
+        v_dual_mov_b32 v46, 0 :: v_dual_mov_b32 v47, 0
+        v_dual_mov_b32 v48, 0 :: v_dual_mov_b32 v49, 0
+        v_dual_mov_b32 v50, 0 :: v_dual_mov_b32 v51, 0
+        v_dual_mov_b32 v52, 0 :: v_dual_mov_b32 v53, 0
+        v_dual_mov_b32 v54, 0 :: v_dual_mov_b32 v55, 0
+        v_dual_mov_b32 v56, 0 :: v_dual_mov_b32 v57, 0
+        v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
+        v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
+        v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
+        v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
+        s_wait_kmcnt 0  // q_scale (the smooth_k lse term)
 .Ld64_fp16_epilogue:
 
         // ---- epilogue: inv = 1 / (448 l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) -------------
@@ -9332,18 +10689,21 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_div_fmas_f32 v153, v153, v155, v156
         v_div_fixup_f32 v158, v153, v152, 1.0
+        v_cmp_neq_f32_e32 vcc_lo, 0, v21  // l = 0: a row that saw no key -> inv 0, zeros
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0, v158, vcc_lo
 
         // ---- epilogue: v_scale, fp16 RNE saturating at +-its max (NaN -> 0x7e00), stores of the valid query rows 
         v_bfe_u32 v152, v0, 4, 1  // h
         v_lshlrev_b32 v152, 5, v152  // 8h floats = 32h bytes
-        global_load_b128 v[64:67], v152, s[72:73] offset:0
-        global_load_b128 v[68:71], v152, s[72:73] offset:16
-        global_load_b128 v[72:75], v152, s[72:73] offset:64
-        global_load_b128 v[76:79], v152, s[72:73] offset:80
-        global_load_b128 v[80:83], v152, s[72:73] offset:128
-        global_load_b128 v[84:87], v152, s[72:73] offset:144
-        global_load_b128 v[88:91], v152, s[72:73] offset:192
-        global_load_b128 v[92:95], v152, s[72:73] offset:208
+        global_load_b128 v[64:67], v152, s[86:87] offset:0
+        global_load_b128 v[68:71], v152, s[86:87] offset:16
+        global_load_b128 v[72:75], v152, s[86:87] offset:64
+        global_load_b128 v[76:79], v152, s[86:87] offset:80
+        global_load_b128 v[80:83], v152, s[86:87] offset:128
+        global_load_b128 v[84:87], v152, s[86:87] offset:144
+        global_load_b128 v[88:91], v152, s[86:87] offset:192
+        global_load_b128 v[92:95], v152, s[86:87] offset:208
         s_wait_loadcnt 6
         v_mul_f32_e32 v32, v32, v158
         v_mul_f32_e32 v32, v32, v64
@@ -9647,184 +11007,184 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_cbranch_scc0 .Ld64_fp16_store_out
         v_bfe_u32 v157, v0, 4, 1  // h
         v_lshlrev_b32 v157, 7, v157  // 32h floats
-        global_load_b128 v[64:67], v157, s[70:71] offset:0
-        global_load_b128 v[68:71], v157, s[70:71] offset:16
-        global_load_b128 v[72:75], v157, s[70:71] offset:32
-        global_load_b128 v[76:79], v157, s[70:71] offset:48
-        global_load_b128 v[80:83], v157, s[70:71] offset:64
-        global_load_b128 v[84:87], v157, s[70:71] offset:80
-        global_load_b128 v[88:91], v157, s[70:71] offset:96
-        global_load_b128 v[92:95], v157, s[70:71] offset:112
+        global_load_b128 v[64:67], v157, s[84:85] offset:0
+        global_load_b128 v[68:71], v157, s[84:85] offset:16
+        global_load_b128 v[72:75], v157, s[84:85] offset:32
+        global_load_b128 v[76:79], v157, s[84:85] offset:48
+        global_load_b128 v[80:83], v157, s[84:85] offset:64
+        global_load_b128 v[84:87], v157, s[84:85] offset:80
+        global_load_b128 v[88:91], v157, s[84:85] offset:96
+        global_load_b128 v[92:95], v157, s[84:85] offset:112
         v_mov_b32 v154, 0
         s_wait_loadcnt 7
         v_bfe_i32 v155, v128, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v64
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v128, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v65
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v128, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v66
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v128, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v67
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 6
         v_bfe_i32 v155, v129, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v68
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v129, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v69
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v129, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v70
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v129, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v71
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 5
         v_bfe_i32 v155, v130, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v72
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v130, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v73
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v130, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v74
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v130, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v75
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 4
         v_bfe_i32 v155, v131, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v76
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v131, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v77
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v131, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v78
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v131, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v79
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 3
         v_bfe_i32 v155, v132, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v80
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v132, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v81
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v132, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v82
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v132, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v83
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 2
         v_bfe_i32 v155, v133, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v84
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v133, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v85
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v133, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v86
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v133, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v87
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 1
         v_bfe_i32 v155, v134, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v88
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v134, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v89
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v134, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v90
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v134, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v91
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 0
         v_bfe_i32 v155, v135, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v92
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v135, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v93
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v135, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v94
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v135, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s54, v155
+        v_mul_f32_e32 v155, s68, v155
         v_mul_f32_e32 v155, v155, v95
         v_add_f32_e32 v154, v154, v155
-        v_permlanex16_b32 v28, v154, s53, 0xfedcba98
+        v_permlanex16_b32 v28, v154, s67, 0xfedcba98
         v_add_f32_e32 v154, v154, v28
         v_mul_f32_e32 v154, 0x3f317218, v154
         v_add_f32_e32 v152, v152, v154
@@ -9832,7 +11192,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
 
         // ---- epilogue: stores (EXEC = valid query rows; lse from lanes 0-15) ---------------------------------
         v_and_b32 v136, 15, v0
-        v_add_nc_u32_e32 v136, s48, v136  // query index q0 + r
+        v_add_nc_u32_e32 v136, s54, v136  // query index q0 + r
         v_cmpx_gt_u32_e64 s22, v136
         s_cbranch_execz .Ld64_fp16_end
         v_and_b32 v156, 15, v0
@@ -9840,16 +11200,16 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_lshlrev_b32 v156, 1, v156  // bytes
         v_bfe_u32 v157, v0, 4, 1  // h
         v_lshl_add_u32 v156, v157, 4, v156  // + 16h bytes (8 outputs of d-tile half h)
-        global_store_b128 v156, v[160:163], s[74:75] offset:0
+        global_store_b128 v156, v[160:163], s[88:89] offset:0
         s_cmp_le_u32 s33, 16  // head_dim <= 16: no more channels
         s_cbranch_scc1 .Ld64_fp16_stored
-        global_store_b128 v156, v[164:167], s[74:75] offset:32
+        global_store_b128 v156, v[164:167], s[88:89] offset:32
         s_cmp_le_u32 s33, 32  // head_dim <= 32: no more channels
         s_cbranch_scc1 .Ld64_fp16_stored
-        global_store_b128 v156, v[168:171], s[74:75] offset:64
+        global_store_b128 v156, v[168:171], s[88:89] offset:64
         s_cmp_le_u32 s33, 48  // head_dim <= 48: no more channels
         s_cbranch_scc1 .Ld64_fp16_stored
-        global_store_b128 v156, v[172:175], s[74:75] offset:96
+        global_store_b128 v156, v[172:175], s[88:89] offset:96
 .Ld64_fp16_stored:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld64_fp16_end
@@ -9857,7 +11217,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cmpx_gt_u32_e64 16, v156  // lanes 0-15 hold the row's lse
         v_and_b32 v156, 15, v0
         v_lshlrev_b32 v156, 2, v156
-        global_store_b32 v156, v152, s[76:77]
+        global_store_b32 v156, v152, s[90:91]
 .Ld64_fp16_end:
         s_endpgm
 .Lgfx1201_sage_attention_fwd_asm_d64_fp16_end:
@@ -9870,7 +11230,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d128_bf16
           .amdhsa_group_segment_fixed_size 32768
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 124
+          .amdhsa_kernarg_size 148
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -9879,7 +11239,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
           .amdhsa_system_sgpr_workgroup_id_z 1
           .amdhsa_system_vgpr_workitem_id 0
           .amdhsa_next_free_vgpr 256
-          .amdhsa_next_free_sgpr 82
+          .amdhsa_next_free_sgpr 96
           .amdhsa_reserve_vcc 1
           .amdhsa_float_denorm_mode_32 3
           .amdhsa_float_denorm_mode_16_64 3
@@ -9889,7 +11249,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d128_fp16
           .amdhsa_group_segment_fixed_size 32768
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 124
+          .amdhsa_kernarg_size 148
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -9898,7 +11258,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
           .amdhsa_system_sgpr_workgroup_id_z 1
           .amdhsa_system_vgpr_workitem_id 0
           .amdhsa_next_free_vgpr 256
-          .amdhsa_next_free_sgpr 82
+          .amdhsa_next_free_sgpr 96
           .amdhsa_reserve_vcc 1
           .amdhsa_float_denorm_mode_32 3
           .amdhsa_float_denorm_mode_16_64 3
@@ -9908,7 +11268,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d64_bf16
           .amdhsa_group_segment_fixed_size 16384
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 124
+          .amdhsa_kernarg_size 148
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -9917,7 +11277,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
           .amdhsa_system_sgpr_workgroup_id_z 1
           .amdhsa_system_vgpr_workitem_id 0
           .amdhsa_next_free_vgpr 200
-          .amdhsa_next_free_sgpr 78
+          .amdhsa_next_free_sgpr 92
           .amdhsa_reserve_vcc 1
           .amdhsa_float_denorm_mode_32 3
           .amdhsa_float_denorm_mode_16_64 3
@@ -9927,7 +11287,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d64_fp16
           .amdhsa_group_segment_fixed_size 16384
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 124
+          .amdhsa_kernarg_size 148
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -9936,7 +11296,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
           .amdhsa_system_sgpr_workgroup_id_z 1
           .amdhsa_system_vgpr_workitem_id 0
           .amdhsa_next_free_vgpr 200
-          .amdhsa_next_free_sgpr 78
+          .amdhsa_next_free_sgpr 92
           .amdhsa_reserve_vcc 1
           .amdhsa_float_denorm_mode_32 3
           .amdhsa_float_denorm_mode_16_64 3
@@ -9951,12 +11311,12 @@ amdhsa.target: amdgcn-amd-amdhsa--gfx1201
 amdhsa.kernels:
   - .name:            gfx1201_sage_attention_fwd_asm_d128_bf16
     .symbol:          gfx1201_sage_attention_fwd_asm_d128_bf16.kd
-    .kernarg_segment_size: 124
+    .kernarg_segment_size: 148
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 32768
     .private_segment_fixed_size: 0
     .wavefront_size:  32
-    .sgpr_count:      84
+    .sgpr_count:      98
     .vgpr_count:      256
     .max_flat_workgroup_size: 128
     .uniform_work_group_size: 1
@@ -9982,14 +11342,18 @@ amdhsa.kernels:
       - { .name: out_stride_h, .offset: 112, .size: 4, .value_kind: by_value }
       - { .name: head_dim, .offset: 116, .size: 4, .value_kind: by_value }
       - { .name: flags, .offset: 120, .size: 4, .value_kind: by_value }
+      - { .name: lut, .offset: 128, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: lut_stride_b, .offset: 136, .size: 4, .value_kind: by_value }
+      - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
+      - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
   - .name:            gfx1201_sage_attention_fwd_asm_d128_fp16
     .symbol:          gfx1201_sage_attention_fwd_asm_d128_fp16.kd
-    .kernarg_segment_size: 124
+    .kernarg_segment_size: 148
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 32768
     .private_segment_fixed_size: 0
     .wavefront_size:  32
-    .sgpr_count:      84
+    .sgpr_count:      98
     .vgpr_count:      256
     .max_flat_workgroup_size: 128
     .uniform_work_group_size: 1
@@ -10015,14 +11379,18 @@ amdhsa.kernels:
       - { .name: out_stride_h, .offset: 112, .size: 4, .value_kind: by_value }
       - { .name: head_dim, .offset: 116, .size: 4, .value_kind: by_value }
       - { .name: flags, .offset: 120, .size: 4, .value_kind: by_value }
+      - { .name: lut, .offset: 128, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: lut_stride_b, .offset: 136, .size: 4, .value_kind: by_value }
+      - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
+      - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
   - .name:            gfx1201_sage_attention_fwd_asm_d64_bf16
     .symbol:          gfx1201_sage_attention_fwd_asm_d64_bf16.kd
-    .kernarg_segment_size: 124
+    .kernarg_segment_size: 148
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 16384
     .private_segment_fixed_size: 0
     .wavefront_size:  32
-    .sgpr_count:      80
+    .sgpr_count:      94
     .vgpr_count:      200
     .max_flat_workgroup_size: 128
     .uniform_work_group_size: 1
@@ -10048,14 +11416,18 @@ amdhsa.kernels:
       - { .name: out_stride_h, .offset: 112, .size: 4, .value_kind: by_value }
       - { .name: head_dim, .offset: 116, .size: 4, .value_kind: by_value }
       - { .name: flags, .offset: 120, .size: 4, .value_kind: by_value }
+      - { .name: lut, .offset: 128, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: lut_stride_b, .offset: 136, .size: 4, .value_kind: by_value }
+      - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
+      - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
   - .name:            gfx1201_sage_attention_fwd_asm_d64_fp16
     .symbol:          gfx1201_sage_attention_fwd_asm_d64_fp16.kd
-    .kernarg_segment_size: 124
+    .kernarg_segment_size: 148
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 16384
     .private_segment_fixed_size: 0
     .wavefront_size:  32
-    .sgpr_count:      80
+    .sgpr_count:      94
     .vgpr_count:      200
     .max_flat_workgroup_size: 128
     .uniform_work_group_size: 1
@@ -10081,5 +11453,9 @@ amdhsa.kernels:
       - { .name: out_stride_h, .offset: 112, .size: 4, .value_kind: by_value }
       - { .name: head_dim, .offset: 116, .size: 4, .value_kind: by_value }
       - { .name: flags, .offset: 120, .size: 4, .value_kind: by_value }
+      - { .name: lut, .offset: 128, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: lut_stride_b, .offset: 136, .size: 4, .value_kind: by_value }
+      - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
+      - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
 ...
         .end_amdgpu_metadata
