@@ -56,8 +56,9 @@
 //   (tiny amax: 0 * inf would be NaN), map NaN (med3 would turn it into -448) to +NaN -> 0x7F, and force padded
 //   tokens to 0.
 //   bf16 rounding in norm/RoPE: RNE, NaN -> (bits >> 16) | 0x40 (torch's .to(bfloat16)), see bf16_bits; fp16
-//   rounding: v_cvt_f16_f32 (RNE, overflow -> inf, fp16 denormals kept; kernels run with the fp16 denorm mode
-//   on). A NaN's payload only ever reaches a scale (NaN == NaN in the spec), never an int8/fp8 value.
+//   rounding: v_cvt_f16_f32 (RNE, overflow -> inf, fp16 denormals kept: clang's descriptor sets
+//   float_denorm_mode_16_64 = 3, docs/rdna4.md §Entry FP mode; tests/test_prepare.py checks every symbol). A NaN's
+//   payload only ever reaches a scale (NaN == NaN in the spec), never an int8/fp8 value.
 //
 // Kernargs (explicit only, no hidden arguments; sage_co/ops/prepare.py declares the same layouts). Strides are in
 // elements: *_sb (batch), *_ss (token), *_sh (head):

@@ -241,3 +241,16 @@ def test_new_validation_errors_before_any_kernel(no_kernels, bad, exc, match, en
         fn = sage_co.sage_attention
     with pytest.raises(exc, match=match):
         fn(args.pop("q"), args.pop("k"), args.pop("v"), **args)
+
+
+def test_opcheck_attention_ops_new_shapes_hnd():
+    """The forward and the fused op on GQA + S_q != S_kv + fp16 + a padded head dim, HND: real and fake agree on
+    shapes, dtypes and strides (out contiguous in the caller's layout)."""
+    q, k, v = qkv_new(S_q=33, S_kv=40, H_q=4, H_kv=2, D=80, dtype=torch.float16)
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    p = sage_co.sage_prepare(q, k, v, layout="HND")
+    torch.library.opcheck(torch.ops.sage_co.sage_attention_fwd.default,
+                          (*p[:5], p.v_fp8.view(torch.uint8), p.v_scale, p.seq_len_q, p.seq_len_kv, p.head_dim,
+                           p.out_dtype, "HND", True, "emu", "hip"))
+    torch.library.opcheck(torch.ops.sage_co.sage_attention.default,
+                          (q, k, v, 0.1, "HND", False, None, None, 1e-6, None, None, 0, False, "emu", "asm"))

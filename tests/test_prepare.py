@@ -484,3 +484,17 @@ def test_tiny_v_reference_over_the_whole_range():
         fp8, scale = reference.quantize_v(v)
         assert not bool((fp8.view(torch.uint8) == 0x7F).any()), e
         assert not fp8.view(torch.uint8)[..., 0:8:2].any()
+
+
+def test_every_prepare_symbol_keeps_denormals_and_has_no_scratch():
+    """The bitwise contract needs fp32 and fp16 denormals preserved (docs/numerics.md §Notation; the fp16 path's
+    v_cvt_f16_f32) and the kernel header promises no scratch: read from each shipped descriptor."""
+    from sage_co import registry
+    rows = [k for k in registry.kernels() if k.op.startswith("sage_prepare.")]
+    assert len(rows) == 1 + 2 * 2 * (5 + 3)  # reduce + stats/quant x dtype x (D_pad 128: 5 rope dims, 64: 3)
+    for k in rows:
+        kern = registry.load(k.file, k.sha256).kernel(k.symbol)
+        f = kern.descriptor.fields
+        assert f["float_denorm_mode_32"] == 3 and f["float_denorm_mode_16_64"] == 3, k.symbol
+        assert kern.descriptor.private_segment_fixed_size == 0, k.symbol
+        assert kern.metadata[".vgpr_count"] <= 207, k.symbol

@@ -24,6 +24,9 @@ S_NOP = 0xbf800000
 OUT = os.path.join(os.path.dirname(__file__), '..', 'sage_co', 'emu', 'opcodes.py')
 
 
+MATTR: list[str] = []      # extra llvm-objdump options of the current pass (['--mattr=+real-true16'] for T16)
+
+
 def objdump(cands: list[list[int]], stride: int = 16) -> list[str | None]:
     """Disassemble each candidate (list of dwords) placed at a fixed stride padded with s_nop; text or None."""
     lines = []
@@ -34,7 +37,7 @@ def objdump(cands: list[list[int]], stride: int = 16) -> list[str | None]:
         with open(d + '/a.s', 'w') as fh: fh.write('\n'.join(lines) + '\n')
         subprocess.run([LLVM + '/llvm-mc', '-triple=amdgcn-amd-amdhsa', '-mcpu=gfx1201', '-filetype=obj', d + '/a.s',
                         '-o', d + '/a.o'], check=True)
-        out = subprocess.run([LLVM + '/llvm-objdump', '-d', '--mcpu=gfx1201', d + '/a.o'], check=True,
+        out = subprocess.run([LLVM + '/llvm-objdump', '-d', '--mcpu=gfx1201', *MATTR, d + '/a.o'], check=True,
                              capture_output=True, text=True).stdout
     res = {}
     for ln in out.splitlines():
@@ -64,7 +67,8 @@ def split_operands(s: str) -> list[str]:
     return out
 
 
-REG = re.compile(r'^(v|s|ttmp)(?:(\d+)|\[(\d+):(\d+)\])$')
+REG = re.compile(r'^(v|s|ttmp)(?:(\d+)|\[(\d+):(\d+)\])(?:\.[lh])?$')
+HALF = re.compile(r'^v\d+\.[lh]$')
 
 
 def template(ops: list[str], fields: dict[str, tuple[str, int]]) -> tuple:
@@ -266,6 +270,36 @@ def gen_symbols() -> dict:
     return dict(HWREG=hwreg, SENDMSG=sendmsg, TH=th, SCOPE=scope, BUF_FORMAT=fmt)
 
 
+def gen_true16(tables: dict) -> dict:
+    """The real-true16 view (llvm-objdump --mattr=+real-true16, the hardware's reading of 16-bit operands):
+    T16[enc][op] = (asm, name, template, halves) for every VALU opcode whose true16 text differs from the default
+    view or that only exists there; halves = the fields printed as a 16-bit half (vN.l / vN.h)."""
+    MATTR[:] = ['--mattr=+real-true16']
+    try:
+        out = {}
+        for enc, n in (('VOP1', 256), ('VOP2', 64), ('VOPC', 256), ('VOP3', 1024)):
+            base = valu_variants(enc)
+
+            def variants(op, base=base, enc=enc):
+                # VOP3 probe 0 sets modifier bits [14:8] (an sdst for VOP3SD); for other ops LLVM's true16 decoder
+                # then falls back to the default view, so probe them without it
+                v = base(op)
+                sd = op in tables['VOP3'] and any(t[0] == 'sdst' for t in tables['VOP3'][op][2])
+                return v[1:] if v and enc == 'VOP3' and not sd else v
+            raw = gen_encoding(enc, n, variants)
+            t16 = {}
+            for op, (mn, name, tpl, text) in raw.items():
+                _, toks = mnemonic_and_ops(text)
+                halves = tuple(t[0] for t, tok in zip(tpl, toks) if HALF.match(tok.strip('-|')))
+                default = tables[enc].get(op)
+                if halves or default is None or default[0] != mn:
+                    t16[op] = (mn, name, tpl, halves)
+            out[enc] = t16
+        return out
+    finally:
+        MATTR[:] = []
+
+
 def main():
     tables = {}
     for enc, n in (('SOP1', 256), ('SOP2', 128), ('SOPK', 32), ('SOPC', 128), ('SOPP', 128)):
@@ -278,6 +312,7 @@ def main():
         tables[seg] = gen_encoding(seg, 256, vmem_variants(seg))
     tables['VBUFFER'] = gen_encoding('VBUFFER', 256, vbuffer_variants)
     vx, vy = gen_vopd()
+    t16 = gen_true16(tables)
     for enc, t in tables.items():
         print(enc, len(t), file=sys.stderr)
     with open(OUT, 'w') as fh:
@@ -287,11 +322,15 @@ def main():
                  '  name:     mnemonic without _e32/_e64/_dpp\n'
                  '  template: printed operands in order; (field, nregs, regfile) for a register/operand field,\n'
                  '            ("=text", 0, "") for fixed text LLVM printed in the probe (vcc_lo, off, hwreg(...), ...)\n'
-                 'VOPD_X / VOPD_Y[op] = (name, template) for the two halves of a VOPD pair.\n"""\n')
+                 'VOPD_X / VOPD_Y[op] = (name, template) for the two halves of a VOPD pair.\n'
+                 'T16[enc][op] = (asm, name, template, halves): the llvm-objdump --mattr=+real-true16 view of VALU\n'
+                 '  opcodes whose text differs there or that exist only there; halves = fields printed as vN.l/vN.h.\n"""\n')
         fh.write('OPS = ' + pprint.pformat({e: {op: v[:3] for op, v in sorted(t.items())} for e, t in tables.items()},
                                           width=120, sort_dicts=False) + '\n\n')
         fh.write('VOPD_X = ' + pprint.pformat({op: v[:2] for op, v in sorted(vx.items())}, width=120) + '\n\n')
-        fh.write('VOPD_Y = ' + pprint.pformat({op: v[:2] for op, v in sorted(vy.items())}, width=120) + '\n')
+        fh.write('VOPD_Y = ' + pprint.pformat({op: v[:2] for op, v in sorted(vy.items())}, width=120) + '\n\n')
+        fh.write('T16 = ' + pprint.pformat({e: dict(sorted(t.items())) for e, t in t16.items()}, width=120,
+                                           sort_dicts=False) + '\n')
         for k, v in gen_symbols().items():
             fh.write('\n' + k + ' = ' + pprint.pformat(v, width=120) + '\n')
 

@@ -44,7 +44,15 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from .opcodes import OPS, VOPD_X, VOPD_Y
+from .opcodes import OPS as _DEFAULT_OPS
+from .opcodes import T16, VOPD_X, VOPD_Y
+
+# The opcode tables the emulator decodes with: LLVM's default view plus the opcodes that exist only in its
+# real-true16 view (v_mov_b16_e32). HALVES[enc][op]: operand fields that are 16-bit register halves (vN.l / vN.h);
+# in VOP1/VOP2/VOPC encodings such a VGPR field holds the register in bits [6:0] and the half in bit 7.
+OPS = {enc: {**{op: v[:3] for op, v in T16.get(enc, {}).items() if op not in t}, **t}
+       for enc, t in _DEFAULT_OPS.items()}
+HALVES = {enc: {op: v[3] for op, v in t.items() if v[3]} for enc, t in T16.items()}
 
 
 class DecodeError(Exception):

@@ -3,7 +3,8 @@
     disassemble(code: bytes, base=0) -> list[(offset, text)]
     inst_text(inst: Inst) -> str
     text_and_symbols(elf_bytes) -> (.text bytes, .text address, {offset: function symbol})
-    python -m sage_co.emu.disasm FILE.co|FILE.o     # one line per instruction: offset, text
+    python -m sage_co.emu.disasm [--true16] FILE.co|FILE.o   # one line per instruction: offset, text
+                                                   # --true16: as llvm-objdump --mattr=+real-true16 (vN.l / vN.h)
 
 The text rules live in text.py (the executor names instructions with them); this module adds the ELF side and the
 command line. Nothing here runs LLVM.
@@ -34,11 +35,13 @@ def text_and_symbols(data: bytes) -> tuple[bytes, int, dict[int, str]]:
 
 
 def main(argv: list[str]) -> int:
+    true16 = '--true16' in argv
+    argv = [a for a in argv if a != '--true16']
     if len(argv) != 1:
-        print('usage: python -m sage_co.emu.disasm FILE.co', file=sys.stderr); return 2
+        print('usage: python -m sage_co.emu.disasm [--true16] FILE.co', file=sys.stderr); return 2
     blob, addr, funcs = text_and_symbols(open(argv[0], 'rb').read())
     # Kernels are contiguous in .text (s_code_end padding between/after them), so decode it linearly.
-    for o, t in disassemble(blob, addr):
+    for o, t in disassemble(blob, addr, true16):
         if o - addr in funcs: print(f'\n{funcs[o - addr]}:')
         print(f'  {o:#010x}  {t}')
     return 0

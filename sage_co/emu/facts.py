@@ -21,7 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sage_co.emu.opcodes import OPS, VOPD_X, VOPD_Y
+from sage_co.emu.decode import HALVES, OPS
+from sage_co.emu.opcodes import VOPD_X, VOPD_Y
 from sage_co.emu.state import EXEC, NULL, VCC
 
 # Instruction classes of the run statistics and the static mixes (docs/emulator.md §Statistics).
@@ -73,7 +74,7 @@ class InstFacts:
         return ()
 
     def vgprs(self, field: str) -> set[int]:
-        return {n for k, n in self.regs(field) if k == "v"}
+        return {n for k, n in self.regs(field) if k in ("v", "v.l", "v.h")}
 
 
 # ------------------------------------------------------------------------------------------------ classes
@@ -142,6 +143,23 @@ def _skeys(code: int, n: int) -> tuple:
     return ()
 
 
+def _half(keys: tuple, hi) -> tuple:
+    """VGPR keys of a 16-bit access: ('v.l', n) / ('v.h', n) (hi None: the whole register)."""
+    if hi is None:
+        return keys
+    return tuple(("v.h" if hi else "v.l", n) if k == "v" else (k, n) for k, n in keys)
+
+
+def _mem_half(name: str, load: bool):
+    """Which half of its data VGPR a memory access touches: d16 loads write one half (the other is kept), b8/b16
+    stores read the low half, d16_hi stores the high one; None: whole registers."""
+    if "_d16_hi" in name:
+        return 1
+    if (load and "_d16" in name) or (not load and name.endswith(("_b16", "_b8"))):
+        return 0
+    return None
+
+
 def _src_keys(code: int, n: int) -> tuple:
     """An operand code that may name a VGPR (256+) or a scalar register."""
     return _vkeys(code - 256, n) if code >= 256 else _skeys(code, n)
@@ -187,10 +205,10 @@ def _mem_operands(inst, tpl, returns: bool) -> list[Operand]:
                 out.append(Operand(field, _vkeys(code, width), True, False))
                 continue
             if field == "vdst":
-                out.append(Operand(field, _vkeys(code, n), False, True))
+                out.append(Operand(field, _half(_vkeys(code, n), _mem_half(name, True)), False, True))
                 continue
             if field == "vsrc":
-                out.append(Operand(field, _vkeys(code, n), True, False))
+                out.append(Operand(field, _half(_vkeys(code, n), _mem_half(name, "_atomic" in name)), True, False))
                 if "_atomic" in name and returns and not any(t[0] == "vdst" for t in tpl):
                     width = n // 2 if "cmpswap" in name else n
                     out.append(Operand("vdst", _vkeys(f["vdst"], width), False, True))
@@ -211,17 +229,19 @@ def _mem_operands(inst, tpl, returns: bool) -> list[Operand]:
             if field == "vdata":
                 width = n + int(bool(f.get("tfe")))
                 if "_load" in name:
-                    out.append(Operand(field, _vkeys(code, width), False, True))
+                    out.append(Operand(field, _half(_vkeys(code, width), _mem_half(name, True)), False, True))
                 elif "_atomic" in name and returns:
                     ret = n // 2 if "cmpswap" in name else n
                     out.append(Operand(field, _vkeys(code, n), True, False))
                     out.append(Operand("vdata_ret", _vkeys(code, ret), False, True))
                 else:
-                    out.append(Operand(field, _vkeys(code, n), True, False))
+                    out.append(Operand(field, _half(_vkeys(code, n), _mem_half(name, False)), True, False))
                 continue
         if enc == "DS":
             if field == "vdst":
-                out.append(Operand(field, _vkeys(code, n), False, True))
+                out.append(Operand(field, _half(_vkeys(code, n), _mem_half(name, True)), False, True))
+            elif field in ("data0", "data1") and name.startswith("ds_store"):
+                out.append(Operand(field, _half(_vkeys(code, n), _mem_half(name, False)), True, False))
             else:
                 out.append(Operand(field, _vkeys(code, n), True, False))
             continue
@@ -240,6 +260,10 @@ def _alu_operands(inst, tpl) -> list[Operand]:
     enc, f, name = inst.enc, inst.f, inst.name
     out = []
     scalar_dst = enc in ("SOP1", "SOP2", "SOPK")
+    # true16 halves: in VOP1/VOP2/VOPC the VGPR field = register [6:0] | half << 7; in VOP3 the half is op_sel
+    e32 = enc in ("VOP1", "VOP2", "VOPC")
+    halves = HALVES.get("VOP3" if enc == "VOP3SD" else enc, {}).get(inst.opcode, ())
+    opsel = inst.f.get("opsel", 0) if enc == "VOP3" else 0
     for item in tpl:
         field, n = item[0], item[1]
         if field.startswith("=") or n == 0:
@@ -250,6 +274,15 @@ def _alu_operands(inst, tpl) -> list[Operand]:
         rf = item[2] if len(item) > 2 else ""
         if field == "src0" and inst.dpp is not None:
             code = 256 + inst.dpp["src0"]
+        hi = None
+        if field in halves:
+            plain = field in ("vdst", "vsrc1")             # VGPR-only fields hold a bare register number
+            if e32 and (code >= 256 or plain):
+                reg = code - 256 if code >= 256 else code
+                hi, reg = reg >> 7, reg & 127
+                code = 256 + reg if code >= 256 else reg
+            elif not e32:
+                hi = opsel >> {"src0": 0, "src1": 1, "src2": 2, "vdst": 3}.get(field, 0) & 1
         if field in ("vdst", "sdst"):
             if scalar_dst or field == "sdst" or rf == "s":
                 keys = _skeys(code, n)
@@ -257,16 +290,17 @@ def _alu_operands(inst, tpl) -> list[Operand]:
                 keys = _vkeys(code, n)
             reads_dst = bool(READS_VDST.match(name)) or name in ("s_cmov_b32", "s_cmov_b64", "s_cmovk_i32",
                                                                   "s_addk_co_i32", "s_mulk_i32", "s_fmac_f32",
-                                                                  "s_bitset0_b32", "s_bitset1_b32",
+                                                                  "s_fmac_f16", "s_bitset0_b32", "s_bitset1_b32",
                                                                   "s_bitset0_b64", "s_bitset1_b64")
+            keys = _half(keys, hi)
             if name in ("s_setreg_b32",):            # SOPK: the sdst field is the source
                 out.append(Operand(field, keys, True, False))
             else:
                 out.append(Operand(field, keys, reads_dst, True))
         elif field == "vsrc1":
-            out.append(Operand(field, _vkeys(code, n), True, False))
+            out.append(Operand(field, _half(_vkeys(code, n), hi), True, False))
         else:
-            out.append(Operand(field, _src_keys(code, n), True, False))
+            out.append(Operand(field, _half(_src_keys(code, n), hi), True, False))
     # implied operands
     if name in READS_VCC and (enc in ("VOP2", "SOPP", "VOPD")):
         out.append(Operand("implied", _skeys(VCC, 1), True, False))

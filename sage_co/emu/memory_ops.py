@@ -620,14 +620,13 @@ def _vscratch(st, ops, inst, pc):
     priv = st.private
     priv32 = priv.view(U32) if len(priv) % 4 == 0 else None
     stride = max(size, 4)
+    lane_base = (np.arange(st.W, dtype=I64)[:, None] * 32 + np.arange(32)) * stride   # [W, 32] private byte 0
 
     def index(sel, m):
         n = st.W if sel is ALL else len(sel)
-        a = np.full((n, 32), ioff, dtype=I64)
-        if sve:
-            a = a + V[vaddr][sel].astype(I64)
+        a = V[vaddr][sel].astype(I64) + ioff if sve else np.full((n, 32), ioff, dtype=I64)
         if sr is not None:
-            a = a + np.broadcast_to(np.asarray(sr(sel)).astype(I64), (n,))[:, None]
+            a += np.broadcast_to(np.asarray(sr(sel)).astype(I64), (n,))[:, None]
         am = a[m]
         bad = (am < 0) | (am + nbytes > size)
         if bad.any():
@@ -635,9 +634,7 @@ def _vscratch(st, ops, inst, pc):
             w, lane = _where_lane(st, sel, m, k)
             st.fail(pc, f"scratch access of {nbytes} B at private offset {int(am[k])} is outside the kernel's "
                         f"{size} B private segment", w, lane)
-        waves = st.waves_of(sel).astype(I64)
-        base = (waves[:, None] * 32 + np.arange(32)) * stride
-        return base[m] + am
+        return lane_base[sel][m] + am
 
     if op == "load":
         vd = F(inst, "vdst")

@@ -203,9 +203,13 @@ def bf16_to_f32(h) -> np.ndarray:
 def f32_to_f16(x) -> np.ndarray:
     """float32 -> f16 bit patterns (uint16) as v_cvt_f16_f32: RNE, overflow -> inf, f16 subnormals kept
     (FLOAT_DENORM_MODE_16_64 = 3 is the LLVM default), NaN -> quiet NaN with the sign and top payload bits
-    (numpy's IEEE conversion; hardware's NaN payload is undocumented)."""
+    (a NaN becomes sign | 0x7E00 | payload[22:13]: quiet, as IEEE conversions are; numpy's cast would keep a
+    signalling NaN signalling; hardware's NaN payload is undocumented)."""
     with np.errstate(all="ignore"):
-        return _f32(x).astype(np.float16).view(np.uint16)
+        h = _f32(x).astype(np.float16).view(np.uint16)
+    bits = as_u32(x)
+    nan = ((bits >> 16) & 0x8000 | 0x7E00 | (bits >> 13) & 0x1FF).astype(np.uint16)
+    return np.where((bits & F32_ABS) > F32_EXP, nan, h)
 
 
 def f16_to_f32(h) -> np.ndarray:
@@ -480,3 +484,45 @@ def fract_f32(x) -> np.ndarray:
     with np.errstate(all="ignore"):
         f = x - np.floor(x)                     # exact in f32 except when it rounds up to 1.0 (then capped)
         return np.minimum(f, np.float32(np.nextafter(np.float32(1), np.float32(0))))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# min / max on register bits, f32 or f16 (the scalar-float group and v_minimum/v_maximum*; docs/rdna4.md §Scalar float)
+
+def minmax_bits(a, b, *, greater: bool, num: bool, half: bool) -> np.ndarray:
+    """*_MIN/MAX_NUM and *_MINIMUM/MAXIMUM on uint32 register bits (f32, or f16 in the low half; f16 results have
+    bits [31:16] zero), as the RDNA4 pseudocode: the float compare decides, -0 < +0 on a tie of zeros.
+      num (minimumNumber/maximumNumber): a NaN loses to a number; two NaNs give S0 quieted.
+      not num (minimum/maximum): a signalling NaN wins (S0 first) quieted, then a quiet NaN (S0 first)."""
+    a, b = np.asarray(a, dtype=np.uint32), np.asarray(b, dtype=np.uint32)
+    if half:
+        low = np.uint32(0xFFFF)
+        a, b = a & low, b & low
+        av, bv = a.astype(np.uint16).view(np.float16), b.astype(np.uint16).view(np.float16)
+        exp, quiet, absm = np.uint32(0x7C00), np.uint32(0x0200), np.uint32(0x7FFF)
+    else:
+        av, bv, exp, quiet, absm = as_f32(a), as_f32(b), F32_EXP, F32_QUIET, F32_ABS
+    with np.errstate(invalid="ignore"):
+        tie = (a & b) if greater else (a | b)            # +-0 tie: max takes +0 (AND of bits), min -0 (OR)
+        r = np.where(av > bv if greater else av < bv, a, np.where(av == bv, tie, b))
+    an, bn = (a & absm) > exp, (b & absm) > exp
+    if num:
+        r = np.where(an, b, np.where(bn, a, r))
+        r = np.where(an & bn, a | quiet, r)
+    else:
+        a_s, b_s = an & ((a & quiet) == 0), bn & ((b & quiet) == 0)
+        r = np.where(bn, b, r)
+        r = np.where(an, a, r)
+        r = np.where(b_s, b | quiet, r)
+        r = np.where(a_s, a | quiet, r)
+    return np.asarray(r, dtype=np.uint32)
+
+
+def minimum_f32(a, b) -> np.ndarray:
+    """v_minimum_f32 (IEEE-754-2019 minimum: NaN propagates, -0 < +0) on float32 values."""
+    return as_f32(minmax_bits(as_u32(_f32(a)), as_u32(_f32(b)), greater=False, num=False, half=False))
+
+
+def maximum_f32(a, b) -> np.ndarray:
+    """v_maximum_f32 (IEEE-754-2019 maximum) on float32 values."""
+    return as_f32(minmax_bits(as_u32(_f32(a)), as_u32(_f32(b)), greater=True, num=False, half=False))

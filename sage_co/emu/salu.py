@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sage_co.emu import numerics, sanitizer
+from sage_co.emu import sanitizer
 from sage_co.emu.state import ALL, END, EXEC, HWREG_MODE, MODE_FP16_OVFL, MODE_FP_BITS, VCC, EmuError, F
 
 U32, U64, I32, I64 = np.uint32, np.uint64, np.int32, np.int64
@@ -99,14 +99,6 @@ def _pack(lo_hi_a, lo_hi_b):
     return f
 
 
-def _f32(x):
-    return np.asarray(x, dtype=U32).view(np.float32)
-
-
-def _fbits(x):
-    return np.asarray(x, dtype=np.float32).view(U32)
-
-
 SOP2 = {
     "s_add_co_u32": (0, 0, 0, lambda a, b, c: _carry_add(a, b)),
     "s_sub_co_u32": (0, 0, 0, lambda a, b, c: _carry_sub(a, b)),
@@ -150,9 +142,6 @@ SOP2 = {
     "s_add_nc_u64": (1, 1, 1, lambda a, b, c: (a + b, None)),
     "s_sub_nc_u64": (1, 1, 1, lambda a, b, c: (a - b, None)),
     "s_mul_u64": (1, 1, 1, lambda a, b, c: (a * b, None)),
-    "s_add_f32": (0, 0, 0, lambda a, b, c: (_fbits(_f32(a) + _f32(b)), None)),
-    "s_sub_f32": (0, 0, 0, lambda a, b, c: (_fbits(_f32(a) - _f32(b)), None)),
-    "s_mul_f32": (0, 0, 0, lambda a, b, c: (_fbits(_f32(a) * _f32(b)), None)),
 }
 for _w, _wide in (("b32", 0), ("b64", 1)):
     SOP2[f"s_and_{_w}"] = (_wide, _wide, _wide, lambda a, b, c: _nz(a & b))
@@ -212,16 +201,8 @@ SOP1 = {
                                            .view(U32), None)),
     "s_abs_i32": (0, 0, lambda a, c: _nz(np.abs(_i32(a).astype(I64)).astype(U32))),
     "s_bitset0_b32": (0, 0, None), "s_bitset1_b32": (0, 0, None),
-    # SALU float conversions (gfx12), same rounding/saturation as the VALU forms (numerics)
-    "s_cvt_f32_i32": (0, 0, lambda a, c: (_fbits(_nm().cvt_f32_i32(_i32(a))), None)),
-    "s_cvt_f32_u32": (0, 0, lambda a, c: (_fbits(_nm().cvt_f32_u32(a)), None)),
-    "s_cvt_i32_f32": (0, 0, lambda a, c: (_nm().cvt_i32_f32(_f32(a)).view(U32), None)),
-    "s_cvt_u32_f32": (0, 0, lambda a, c: (_nm().cvt_u32_f32(_f32(a)), None)),
 }
 
-
-def _nm():
-    return numerics
 
 SAVEEXEC = {
     "and": lambda s, e: s & e, "or": lambda s, e: s | e, "xor": lambda s, e: s ^ e,
@@ -238,15 +219,6 @@ SOPC = {
     "eq_u32": lambda a, b: a == b, "lg_u32": lambda a, b: a != b, "gt_u32": lambda a, b: a > b,
     "ge_u32": lambda a, b: a >= b, "lt_u32": lambda a, b: a < b, "le_u32": lambda a, b: a <= b,
     "eq_u64": lambda a, b: a == b, "lg_u64": lambda a, b: a != b,
-    "lt_f32": lambda a, b: _f32(a) < _f32(b), "eq_f32": lambda a, b: _f32(a) == _f32(b),
-    "le_f32": lambda a, b: _f32(a) <= _f32(b), "gt_f32": lambda a, b: _f32(a) > _f32(b),
-    "lg_f32": lambda a, b: (_f32(a) < _f32(b)) | (_f32(a) > _f32(b)), "ge_f32": lambda a, b: _f32(a) >= _f32(b),
-    "o_f32": lambda a, b: ~np.isnan(_f32(a)) & ~np.isnan(_f32(b)),
-    "u_f32": lambda a, b: np.isnan(_f32(a)) | np.isnan(_f32(b)),
-    "neq_f32": lambda a, b: ~(_f32(a) == _f32(b)), "nlt_f32": lambda a, b: ~(_f32(a) < _f32(b)),
-    "nle_f32": lambda a, b: ~(_f32(a) <= _f32(b)), "ngt_f32": lambda a, b: ~(_f32(a) > _f32(b)),
-    "nge_f32": lambda a, b: ~(_f32(a) >= _f32(b)),
-    "nlg_f32": lambda a, b: ~((_f32(a) < _f32(b)) | (_f32(a) > _f32(b))),
 }
 
 # SOPP no-ops: scheduling hints, clause markers, priority, perf counters, padding (s_code_end is never reached by
@@ -273,13 +245,6 @@ def build(st, ops, inst, pc):
                     SCC[sel] = c
                 wr(sel, r)
             return h
-        if name in ("s_fmac_f32", "s_fmaak_f32", "s_fmamk_f32"):
-            d, a0, b0 = F(inst, "sdst"), F(inst, "ssrc0"), F(inst, "ssrc1")
-            ra, rb, rd = ops.sread(inst, a0), ops.sread(inst, b0), ops.sread(inst, d)
-            lit = ops.sread(inst, 255)
-            x, y, z = {"s_fmac_f32": (ra, rb, rd), "s_fmaak_f32": (ra, rb, lit), "s_fmamk_f32": (ra, lit, rb)}[name]
-            wr = ops.swrite(d)
-            return lambda sel: wr(sel, _fbits(numerics.fma_f32(_f32(x(sel)), _f32(y(sel)), _f32(z(sel)))))
         return None
     if enc == "SOP1":
         d, s0 = F(inst, "sdst"), F(inst, "ssrc0")
@@ -406,7 +371,7 @@ def _barrier_signal(st, ops, inst, pc):
     # s_barrier_signal -1: workgroup barrier (docs/rdna4.md §Waits, barrier). Other ids are named barriers (gfx1250+ only).
     if F(inst, "ssrc0") != 193:
         raise EmuError("s_barrier_signal with a barrier id other than -1 is not supported")
-    sig, _alive, wave_wg, blocked = st.sig, st.alive, st.wave_wg, st.blocked
+    sig, wave_wg, blocked = st.sig, st.wave_wg, st.blocked
 
     def h(sel):
         sig[sel] += 1

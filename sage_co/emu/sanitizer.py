@@ -24,9 +24,9 @@ def wrap(st, inst, fx, pc, h):
     overwriting with a non-load -- a register whose load has not completed is an error; a load's destinations
     become pending on its counter."""
     kind = fx.wait_kind
-    load_dsts = fx.writes if fx.returns_data else ()
-    plain_writes = () if fx.returns_data else fx.writes
-    reads = fx.reads
+    load_dsts = tuple((VPART.get(k[0]), k) for k in fx.writes) if fx.returns_data else ()
+    plain_writes = _related(()) if fx.returns_data else _related(fx.writes)
+    reads = _related(fx.reads)
     is_valu = fx.cls in ("VALU", "TRANS")
     issued = st.issued
 
@@ -43,14 +43,25 @@ def wrap(st, inst, fx, pc, h):
             issued[kind][sel] += 1
             if load_dsts:
                 seq = issued[kind][sel]
-                for key in load_dsts:
-                    if key[0] == "v":
-                        st.vpend[kind][key[1]][sel] = seq
+                for part, key in load_dsts:
+                    if part is not None:
+                        st.vpend[kind][part, key[1], sel] = seq
                     else:
                         st.spend[key[1]][sel] = seq
                     st.maybe[key] = kind
         return r
     return hh
+
+
+# VGPR keys of facts: ('v', n) the whole register, ('v.l', n) / ('v.h', n) one 16-bit half; a pending load into a
+# half conflicts with accesses of that half or of the whole register, never with the other half
+VPART = {"v": 0, "v.l": 1, "v.h": 2}
+_RELATED = {"v": ("v", "v.l", "v.h"), "v.l": ("v", "v.l"), "v.h": ("v", "v.h")}
+
+
+def _related(keys) -> tuple:
+    """The pending-load keys an access of `keys` must check."""
+    return tuple(dict.fromkeys((kk, k[1]) for k in keys for kk in _RELATED.get(k[0], (k[0],))))
 
 
 def _check(st, pc, sel, keys, verb, why):
@@ -59,11 +70,13 @@ def _check(st, pc, sel, keys, verb, why):
         kind = maybe.get(key)
         if kind is None:
             continue
-        pend = (st.vpend[kind][key[1]] if key[0] == "v" else st.spend[key[1]])[sel]
+        part = VPART.get(key[0])
+        pend = (st.vpend[kind][part, key[1]] if part is not None else st.spend[key[1]])[sel]
         bad = pend > st.done[kind][sel]
         if bad.any():
             w = st.waves_of(sel)[int(np.argmax(bad))]
-            reg = f"v{key[1]}" if key[0] == "v" else f"s{key[1]}"
+            reg = f"{key[0]}{key[1]}".replace("v.l", "v").replace("v.h", "v") + \
+                {"v.l": ".l", "v.h": ".h"}.get(key[0], "") if part is not None else f"s{key[1]}"
             cnt = WAIT_COUNTER[kind]
             st.fail(pc, f"{verb} {reg} {why}: its {cnt} load is outstanding", w)
 

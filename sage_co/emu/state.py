@@ -124,7 +124,8 @@ class State:
         self.issued = {k: np.zeros(W, dtype=np.int64) for k in SANITIZER_KINDS}
         self.done = {k: np.zeros(W, dtype=np.int64) for k in SANITIZER_KINDS}
         nv = prog.nvgpr if sanitize else 0
-        self.vpend = {"load": np.zeros((nv, W), dtype=np.int64), "ds": np.zeros((nv, W), np.int64)}
+        # pending load sequence per VGPR part (0 whole register, 1 low half, 2 high half: true16 / d16 accesses)
+        self.vpend = {"load": np.zeros((3, nv, W), dtype=np.int64), "ds": np.zeros((3, nv, W), np.int64)}
         self.spend = np.zeros((NUM_SREGS if sanitize else 0, W), dtype=np.int64)
         self.maybe = {}                      # ('v'|'s', reg) -> counter kind of a possibly pending load
         self.wmma_d = np.full((W, 2), -1, dtype=np.int64)

@@ -9,8 +9,10 @@ tests/emu/test_decode.py. Nothing here runs LLVM.
 """
 from __future__ import annotations
 
-from .decode import Inst, decode, register_text, reg_text
-from .opcodes import OPS, VOPD_X, VOPD_Y, HWREG, SENDMSG, TH, SCOPE, BUF_FORMAT
+import re
+
+from .decode import OPS, Inst, decode, register_text, reg_text
+from .opcodes import T16, VOPD_X, VOPD_Y, HWREG, SENDMSG, TH, SCOPE, BUF_FORMAT
 
 # ---- constants -------------------------------------------------------------------------------------------------
 # Inline float constants 240..248 (RDNA4 ISA "Inline constants"); 248 = 1/(2*pi), spelled per operand width.
@@ -21,6 +23,10 @@ F32_INLINE_BITS = {0x3f000000, 0xbf000000, 0x3f800000, 0xbf800000, 0x40000000, 0
 F16_INLINE_BITS = {0x3800, 0xb800, 0x3c00, 0xbc00, 0x4000, 0xc000, 0x4400, 0xc400, 0x3118}
 F64_HI_INLINE_BITS = {0x3fe00000, 0xbfe00000, 0x3ff00000, 0xbff00000, 0x40000000, 0xc0000000, 0x40100000,
                       0xc0100000, 0x3fc45f30}
+
+
+# f16 bit patterns of inline constants 240..248 (0.5, -0.5, 1, -1, 2, -2, 4, -4, 1/(2 pi))
+SOPC_F16_INLINE_BITS = (0x3800, 0xB800, 0x3C00, 0xBC00, 0x4000, 0xC000, 0x4400, 0xC400, 0x3118)
 
 
 def operand_kind(name: str, field: str, nregs: int) -> str:
@@ -34,6 +40,7 @@ def operand_kind(name: str, field: str, nregs: int) -> str:
     else:
         t = types[-1] if types else 'b32'
     if nregs == 2: return 'f64' if t == 'f64' else 'b64'
+    if t == 'f16' and base.startswith('s_cmp_'): return 'f16_hex'   # LLVM prints SOPC f16 constants as f16 hex
     if t in ('f32',): return 'f32'
     if t in ('f16', 'bf16'): return 'f16' if t == 'f16' else 'bf16'
     if t in ('i16', 'u16', 'b16'): return 'b16'
@@ -46,6 +53,8 @@ def operand_text(code: int, literal: int | None = None, kind: str = 'b32', nregs
     if r is not None: return r
     if 128 <= code <= 192: return str(code - 128)
     if 193 <= code <= 208: return str(192 - code)
+    if kind == 'f16_hex' and 240 <= code <= 248:            # e.g. s_cmp_lt_f16 s4, 1.0 prints as 0x3c00
+        return f'{SOPC_F16_INLINE_BITS[code - 240]:#x}'
     if code in INLINE_F: return INLINE_F[code]
     if code == 248: return INV2PI.get(kind, '0.15915494')
     if code == 255:
@@ -56,6 +65,7 @@ def operand_text(code: int, literal: int | None = None, kind: str = 'b32', nregs
 
 def literal_text(lit: int, kind: str) -> str:
     """A literal prints as hex; lit(...) when the value could have been an inline constant of that type."""
+    if kind == 'f16_hex': return f'{lit:#x}'               # SOPC f16: LLVM never marks a literal lit(...)
     if kind in ('f16', 'bf16', 'b16'):
         inline = lit <= 64 or lit >= 0xfff0 and lit <= 0xffff or (kind == 'f16' and lit in F16_INLINE_BITS)
     elif kind == 'f64':
@@ -132,9 +142,33 @@ def _dpp_text(d) -> str:
     return s
 
 
-def _valu(inst: Inst) -> str:
+_HALF_IDX = {'src0': 0, 'src1': 1, 'src2': 2, 'vdst': 3}
+
+
+def _halves(inst: Inst, tpl, ops: list, halves) -> None:
+    """real-true16 spelling: a 16-bit register operand is vN.l / vN.h -- in VOP1/VOP2/VOPC the field holds the
+    register in bits [6:0] and the half in bit 7; in VOP3 the half is the operand's op_sel bit (vdst: bit 3)."""
+    e32 = inst.enc in ('VOP1', 'VOP2', 'VOPC')
+    opsel = inst.f.get('opsel', 0)
+    for i, t in enumerate(tpl):
+        if t[0] not in halves or i >= len(ops):
+            continue
+
+        def sub(m, field=t[0]):
+            n = int(m.group(1))
+            reg, hi = (n & 127, n >> 7) if e32 else (n, opsel >> _HALF_IDX[field] & 1)
+            return f'v{reg}.{"h" if hi else "l"}'
+        ops[i] = re.sub(r'\bv(\d+)\b', sub, ops[i], count=1)
+
+
+def _valu(inst: Inst, true16: bool = False) -> str:
     enc, f = inst.enc, inst.f
-    asm, _, tpl = OPS['VOP3' if enc == 'VOP3SD' else enc][inst.opcode]
+    tenc = 'VOP3' if enc == 'VOP3SD' else enc
+    asm, _, tpl = OPS[tenc][inst.opcode]
+    t16 = T16.get(tenc, {}).get(inst.opcode) if true16 else None
+    halves = ()
+    if t16 is not None:
+        asm, _, tpl, halves = t16
     d = inst.dpp
     if enc in ('VOP1', 'VOP2', 'VOPC'):
         neg = abs_ = 0
@@ -145,6 +179,7 @@ def _valu(inst: Inst) -> str:
         ops = _ops(inst, tpl, neg, abs_, vgpr_fields=('src0',) if d is not None else ())
         if d is not None:
             ops[[t[0] for t in tpl].index('src0')] = _mod(f'v{d["src0"]}', 0, neg, abs_)
+        _halves(inst, tpl, ops, halves)
         return _join(asm, ops, [_dpp_text(d)] if d is not None else [])
     if d is not None:
         asm = inst.name + '_e64_dpp'
@@ -156,6 +191,7 @@ def _valu(inst: Inst) -> str:
     if d is not None:
         fields = [t[0] for t in tpl]
         ops[fields.index('src0')] = _mod(f'v{d["src0"]}', 0, neg, abs_)
+    _halves(inst, tpl, ops, halves)
     nsrc = sum(1 for t in tpl if t[0] in ('src0', 'src1', 'src2'))
     mods = []
     name = inst.name
@@ -177,6 +213,8 @@ def _valu(inst: Inst) -> str:
             # byte_sel is OPSEL bit-reversed over [3:2] (docs/rdna4.md §FP8, v_cvt_f32_fp8)
             bs = (opsel >> 1 & 1) | (opsel & 1) << 1 if name.startswith('v_cvt_f32') else opsel >> 2 & 3
             if bs: mods.append(f'byte_sel:{bs}')
+        elif opsel and halves and any(t[0] == 'src2' for t in tpl) and 'src2' not in halves:
+            pass          # real-true16 v_cndmask_b16: the .l/.h suffixes carry op_sel and LLVM prints none
         elif opsel:
             n = nsrc + 1 if not name.startswith('v_permlane') else 2
             bits = [opsel >> i & 1 for i in range(nsrc)] + [opsel >> 3 & 1]
@@ -399,7 +437,8 @@ def _vbuffer(inst: Inst) -> str:
     return _join(asm, ops, mods + _cpol(f, kind))
 
 
-def inst_text(inst: Inst) -> str:
+def inst_text(inst: Inst, true16: bool = False) -> str:
+    """true16: spell 16-bit register operands as llvm-objdump --mattr=+real-true16 does (vN.l / vN.h)."""
     enc = inst.enc
     if enc in ('SOP1', 'SOP2', 'SOPK', 'SOPC', 'SOPP'): return _salu(inst)
     if enc == 'SMEM': return _smem(inst)
@@ -407,8 +446,8 @@ def inst_text(inst: Inst) -> str:
     if enc == 'DS': return _ds(inst)
     if enc in ('VGLOBAL', 'VFLAT', 'VSCRATCH'): return _vmem(inst)
     if enc == 'VBUFFER': return _vbuffer(inst)
-    return _valu(inst)
+    return _valu(inst, true16)
 
 
-def disassemble(code: bytes, base: int = 0) -> list[tuple[int, str]]:
-    return [(i.offset, inst_text(i)) for i in decode(code, base)]
+def disassemble(code: bytes, base: int = 0, true16: bool = False) -> list[tuple[int, str]]:
+    return [(i.offset, inst_text(i, true16)) for i in decode(code, base)]

@@ -14,6 +14,7 @@ import numpy as np
 from sage_co.emu import numerics as nm
 from sage_co.emu import sanitizer
 from sage_co.emu import wmma as wm
+from sage_co.emu.decode import HALVES
 from sage_co.emu.state import ALL, EXEC, MODE_FP16_OVFL, NULL, VCC, EmuError, F, pack_lanes, unpack_lanes
 from sage_co.emu.valu_ops import CMP, CMP_KIND, T, _cls, _div_fmas, _div_scale, _ffbl, _i
 
@@ -25,6 +26,14 @@ ERR = contextlib.nullcontext()   # executor.run ignores fp warnings for the whol
 
 
 # ----------------------------------------------------------------------------------------------- operands
+E32_FIELDS = ("src0", "vsrc1")
+
+
+def e32_halves(inst) -> tuple:
+    """Fields of a VOP1/VOP2/VOPC instruction that are true16 register halves (decode.HALVES), else ()."""
+    return HALVES.get(inst.enc, {}).get(inst.opcode, ()) if inst.enc in ("VOP1", "VOP2", "VOPC") else ()
+
+
 class Src:
     """Operand reader factory for one instruction (resolves codes, modifiers, op_sel, DPP)."""
 
@@ -46,10 +55,13 @@ class Src:
             code = 256 + self.dpp["src0"]
         bits = {"b": 32, "f": 32, "h": 16, "s": 16, "q": 64, "d": 64}[kind]
         rkind = {"b": "b32", "f": "f32", "h": "f16", "s": "b16", "q": "b64", "d": "f64"}[kind]
+        hi = (self.opsel >> i) & 1 if inst.enc == "VOP3" else 0
+        if bits == 16 and code >= 256 and i < 2 and E32_FIELDS[i] in e32_halves(inst):
+            # true16 in VOP1/VOP2/VOPC: VGPR field = register [6:0] | half << 7 (docs/rdna4.md §Throughput, True16)
+            hi, code = (code - 256) >> 7, 256 + ((code - 256) & 127)
         raw = self.ops.vread(inst, code, rkind)
         if i == 0 and self.dpp is not None:
             raw = dpp_source(st, self.dpp, raw)
-        hi = (self.opsel >> i) & 1 if inst.enc == "VOP3" else 0
         fl = kind in ("f", "h", "d")
         ab, ng = fl and (self.abs >> i) & 1, fl and (self.neg >> i) & 1
         if bits == 16:
@@ -226,6 +238,8 @@ def build(st, ops, inst, pc):
     readers = [src.read(i, c, k) for i, (c, k) in enumerate(zip(codes, srcs))]
     vd = F(inst, "vdst")
     dst_hi = (F(inst, "opsel") >> 3) & 1 if enc == "VOP3" else 0
+    if "vdst" in e32_halves(inst):
+        dst_hi, vd = vd >> 7, vd & 127
     wr = _typed_writer(st, ops, inst, vd, res, dst_hi, dpp=inst.dpp is not None)
     post = _post(inst, res, flt)
     mode = st.prog.denorm32
@@ -343,6 +357,16 @@ def _cndmask(st, ops, inst, src):
     wr = _typed_writer(st, ops, inst, F(inst, "vdst"), "b", dpp=inst.dpp is not None)
     return lambda sel: wr(sel, np.where(m(sel), np.asarray(b(sel)).view(U32) if kind == "f" else b(sel),
                                         np.asarray(a(sel)).view(U32) if kind == "f" else a(sel)))
+
+
+def _cndmask16(st, ops, inst, src):
+    """v_cndmask_b16 (VOP3): D.16 = mask[lane] ? S1.16 : S0.16, halves by op_sel (f16 abs/neg modifiers allowed)."""
+    codes = _src_codes(inst, 2)
+    kind = "h" if (F(inst, "abs") or F(inst, "neg")) else "s"
+    a, b = src.read(0, codes[0], kind), src.read(1, codes[1], kind)
+    m = _lanemask_reader(st, ops, inst, F(inst, "src2"))
+    wr = _typed_writer(st, ops, inst, F(inst, "vdst"), "s", (F(inst, "opsel") >> 3) & 1)
+    return lambda sel: wr(sel, np.where(m(sel), np.asarray(b(sel)).view(U16), np.asarray(a(sel)).view(U16)))
 
 
 def _carry_op(kind):
@@ -535,7 +559,7 @@ def _nop(st, ops, inst, src):
 
 
 SPECIAL = {
-    "v_cndmask_b32": _cndmask,
+    "v_cndmask_b32": _cndmask, "v_cndmask_b16": _cndmask16,
     "v_add_co_u32": _carry_op("add"), "v_sub_co_u32": _carry_op("sub"), "v_subrev_co_u32": _carry_op("subrev"),
     "v_add_co_ci_u32": _carry_op("add"), "v_sub_co_ci_u32": _carry_op("sub"),
     "v_subrev_co_ci_u32": _carry_op("subrev"),

@@ -214,6 +214,12 @@ op("v_fmac_f32", "fff", "f", nm.fma_f32, True)      # src2 = vdst (filled in by 
 op("v_fmaak_f32", "fff", "f", nm.fma_f32, True)
 op("v_fmamk_f32", "fff", "f", nm.fma_f32, True)
 op("v_max3_num_f32", "fff", "f", nm.max3_num_f32, True)
+op("v_minimum_f32", "ff", "f", nm.minimum_f32, True)
+op("v_maximum_f32", "ff", "f", nm.maximum_f32, True)
+op("v_minimum3_f32", "fff", "f", lambda a, b, c: nm.minimum_f32(nm.minimum_f32(a, b), c), True)
+op("v_maximum3_f32", "fff", "f", lambda a, b, c: nm.maximum_f32(nm.maximum_f32(a, b), c), True)
+op("v_minimummaximum_f32", "fff", "f", lambda a, b, c: nm.maximum_f32(nm.minimum_f32(a, b), c), True)
+op("v_maximumminimum_f32", "fff", "f", lambda a, b, c: nm.minimum_f32(nm.maximum_f32(a, b), c), True)
 op("v_min3_num_f32", "fff", "f", nm.min3_num_f32, True)
 op("v_med3_num_f32", "fff", "f", nm.med3_num_f32, True)
 op("v_maxmin_num_f32", "fff", "f", lambda a, b, c: nm.min_num_f32(nm.max_num_f32(a, b), c), True)
@@ -343,6 +349,7 @@ def _pk_rtz(x):
         over = np.abs(back) > np.abs(x)
         hb = h.view(U16).astype(np.int32)
         hb = np.where(over & np.isfinite(x) & ~np.isnan(x), hb - 1, hb)
+        hb = np.where(np.isnan(x), nm.f32_to_f16(x), hb)          # NaN: quiet, as numerics.f32_to_f16
     return (hb & 0xFFFF).astype(U32)
 
 

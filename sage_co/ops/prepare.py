@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from .. import registry, validate
+from ..abi import PREPARE_ALIGN, PREPARE_MAX_CHUNKS
 from ..abi import PREPARE_QUANT_ARGS as QUANT_ARGS
 from ..abi import PREPARE_REDUCE_ARGS as REDUCE_ARGS
 from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # noqa: F401  (the structs live in sage_co/abi.py)
@@ -25,8 +26,8 @@ from ..prepared import SCALE_BLOCK, SagePrepared, d_pad, s_pad
 from ..reference import q_multiplier
 
 WAVE = (32, 1, 1)  # stats and quant: one wave32 per workgroup
-MAX_CHUNKS = 64  # stats chunks per (b, h): enough workgroups to fill the GPU, few partials for reduce to fold
-ALIGN = 16  # the kernels read and write with 16-byte vector accesses
+MAX_CHUNKS = PREPARE_MAX_CHUNKS
+ALIGN = PREPARE_ALIGN
 ELEMS_PER_LOAD = ALIGN // 2  # 16-bit elements per 16-byte load: strides must be multiples of this
 DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 

@@ -149,3 +149,34 @@ def test_every_table_opcode_matches_objdump(tmp_path):
         except DecodeError as e: got = str(e)
         if got != ' '.join(want.split()): bad.append((want, got))
     assert not bad, f'{len(bad)} of {len(cands)} differ: {bad[:10]}'
+
+
+@needs_llvm
+def test_true16_table_matches_objdump_real_true16():
+    """Every opcode of the real-true16 view (opcodes.T16) disassembles as llvm-objdump --mattr=+real-true16 prints
+    it, with .l/.h halves, through disassemble(true16=True)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('gen_opcodes', ROOT / 'tools' / 'gen_opcodes.py')
+    gen = importlib.util.module_from_spec(spec); spec.loader.exec_module(gen)
+    from sage_co.emu.decode import VOP3SD_OPS
+    from sage_co.emu.opcodes import T16
+    cands = []
+    for enc, t in T16.items():
+        variants = gen.valu_variants(enc)
+        for op in t:
+            vs = variants(op)
+            if enc == 'VOP3' and op not in VOP3SD_OPS: vs = vs[1:]
+            cands += [ws for ws, _ in vs[:2]]
+    gen.MATTR[:] = ['--mattr=+real-true16']
+    try:
+        texts = gen.objdump(cands, stride=16)
+    finally:
+        gen.MATTR[:] = []
+    bad, n = [], 0
+    for ws, want in zip(cands, texts):
+        if want is None: continue
+        n += 1
+        code = words(*ws) + words(*[gen.S_NOP] * (4 - len(ws)))
+        got = disassemble(code, true16=True)[0][1]
+        if got != ' '.join(want.split()): bad.append((want, got))
+    assert n > 200 and not bad, f'{len(bad)} of {n} differ: {bad[:10]}'

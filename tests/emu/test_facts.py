@@ -12,17 +12,13 @@ from sage_co import codeobj
 from sage_co.emu import Device, executor
 from sage_co.emu.decode import decode, decode_at
 from sage_co.emu.disasm import text_and_symbols
-from test_triton_corpus import TRUE16_TODO
 from sage_co.emu.facts import CLASSES, VOPD_PLAIN, class_of, facts, vopd_pair_problem, vopd_problem
 
 sys.path.insert(0, str(ROOT / "tools"))
 import disasm_check  # noqa: E402
 
-# every shipped and corpus code object the decoder reads (the Triton true16 builds are not decoded yet:
-# test_triton_corpus.TRUE16_TODO)
 CORPUS = [*sorted((ROOT / "hsaco" / "gfx1201").glob("*.co")),
-          *sorted(p for p in (Path(__file__).parent / "corpus").rglob("*.co")
-                  if not (p.parent.name == "triton" and p.stem in TRUE16_TODO))]
+          *sorted((Path(__file__).parent / "corpus").rglob("*.co"))]
 
 
 def words(*ws):
@@ -114,19 +110,19 @@ def test_vgpr_operands_match_llvm_text(co):
     blob, addr, _ = text_and_symbols(co.read_bytes())
     insts = {i.offset: i for i in decode(blob, addr)}
     bad = []
-    for ln in objdump(co).splitlines():
+    for ln in objdump(co, "--mattr=+real-true16").splitlines():     # the hardware's view of 16-bit operands
         m = re.match(r"\s+(.*?)\s*// ([0-9A-F]+):", ln)
         if not m:
             continue
         inst = insts[int(m.group(2), 16)]
         text = m.group(1)
         printed = set()
-        for r in re.finditer(r"\bv(?:\[(\d+):(\d+)\]|(\d+))(?![\w:])", text):
+        for r in re.finditer(r"\bv(?:\[(\d+):(\d+)\]|(\d+))(?![\w:])(?:\.[lh])?", text):
             lo = int(r.group(1) or r.group(3))
             hi = int(r.group(2) or lo)
             printed |= set(range(lo, hi + 1))
         fx = facts(inst)
-        mine = {n for k, n in fx.reads + fx.writes if k == "v"}
+        mine = {n for k, n in fx.reads + fx.writes if k in ("v", "v.l", "v.h")}
         if printed != mine:
             bad.append((text, sorted(printed ^ mine)))
         if inst.enc == "VOPD" and vopd_problem(inst) is not None:

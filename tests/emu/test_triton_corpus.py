@@ -3,9 +3,9 @@ checked in; neither triton nor a GPU is needed here): every kernel runs on the e
 matches numpy/torch -- bitwise where the arithmetic is exact, else a float64 model of the kernel's own algorithm
 within the bound stated at the check.
 
-Each kernel is built twice: with LLVM's default for gfx12 (real-true16) and with -real-true16 (`*_t16off`). The
-default builds of the WMMA kernels contain true16 instructions (`v_mov_b16 v1.l, ...`) that the emulator does not
-decode yet (issue 10 item 5): those are listed in TRUE16_TODO and expected to fail with a DecodeError."""
+Each kernel is built twice: with LLVM's default for gfx12 (real-true16: `v_mov_b16_e32 v1.h, v1.l`, 16-bit VOP3 ops
+on register halves) and with -real-true16 (`*_t16off`); both run and decode as llvm-objdump prints them
+(`--mattr=+real-true16` for the true16 builds)."""
 import json
 import re
 import struct
@@ -17,18 +17,16 @@ import torch
 
 from llvm_tools import needs_llvm, objdump
 from sage_co.emu import Device
-from sage_co.emu.decode import DecodeError
 from sage_co.emu.disasm import disassemble, text_and_symbols
 
 HERE = Path(__file__).parent / "corpus" / "triton"
 NAMES = sorted(p.stem for p in HERE.glob("*.co"))
-TRUE16_TODO = {"gemm_f16", "gemm_bf16", "gemm_i8", "gemm_fp8", "flash_attn_bf16", "sage_attn_i8_fp8"}
 TAIL = struct.pack("<QQ", 0, 0)     # Triton's two trailing pointer args (global / profile scratch), unused here
 LOG2E = 1.4426950408889634
 
 
 def _variants(base):
-    return [n for n in (base, base + "_t16off") if n in NAMES and n not in TRUE16_TODO]
+    return [n for n in (base, base + "_t16off") if n in NAMES]
 
 
 class Run:
@@ -172,19 +170,19 @@ def test_attention(name):
     assert st["WMMA"] > 0
 
 
-@pytest.mark.parametrize("name", sorted(n for n in NAMES if n in TRUE16_TODO))
-def test_true16_builds_are_not_decoded_yet(name):
-    with pytest.raises(DecodeError):
-        Device().load((HERE / f"{name}.co").read_bytes(), name)
+VIEWS = [(n, True) for n in NAMES] + [(n, False) for n in NAMES if n.endswith("_t16off")]
 
 
 @needs_llvm
-@pytest.mark.parametrize("name", [n for n in NAMES if n not in TRUE16_TODO])
-def test_decode_matches_objdump(name):
+@pytest.mark.parametrize("name,true16", VIEWS, ids=[f"{n}-{'true16' if t else 'default'}" for n, t in VIEWS])
+def test_decode_matches_objdump(name, true16):
+    """Every build in LLVM's real-true16 view; the -real-true16 builds also in its default view (the default view
+    has no spelling for v_mov_b16_e32, which the true16 builds use)."""
     path = HERE / f"{name}.co"
     blob, addr, _ = text_and_symbols(path.read_bytes())
-    got = dict(disassemble(blob, addr))
+    got = dict(disassemble(blob, addr, true16=true16))
+    text = objdump(path, *(["--mattr=+real-true16"] if true16 else []))
     want = [(int(m.group(2), 16), " ".join(m.group(1).split())) for m in
-            (re.match(r"\s+(.*?)\s*// ([0-9A-F]+):", ln) for ln in objdump(path).splitlines()) if m]
+            (re.match(r"\s+(.*?)\s*// ([0-9A-F]+):", ln) for ln in text.splitlines()) if m]
     bad = [(hex(o), t, got.get(o)) for o, t in want if got.get(o) != t]
     assert want and not bad, bad[:10]

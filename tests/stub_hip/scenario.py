@@ -210,13 +210,12 @@ def main_scenario(tmp: Path) -> dict:
     flat = torch.zeros(17 * 128, dtype=torch.bfloat16)
     odd = flat[1:1 + 16 * 128].view(1, 16, 1, 128)
     try:
-        from sage_co import registry as reg
-        launch.launch(reg.find("sage_attention_fwd").symbol, attention.ATTENTION_FWD_ARGS, (1, 1, 1),
-                      attention.BLOCK, dict(q=prepared.q_int8, k=prepared.k_int8, v=prepared.v_fp8,
-                                            q_scale=prepared.q_scale, k_scale=prepared.k_scale,
-                                            k_mean=prepared.k_mean, v_scale=prepared.v_scale, out=odd,
-                                            lse=prepared.v_scale, seq_len=16, seq_pad=64, num_heads=1, flags=0),
-                      backend="hip")
+        first_ptr = next(f.name for f in struct_.fields if f.kind == "ptr")
+        args = {f.name: buf if f.kind == "ptr" else 1.0 if f.kind == "f32" else 1 for f in struct_.fields}
+        args[first_ptr] = odd
+        out["misaligned_field"] = first_ptr
+        launch.launch(shipped.symbol, struct_, (1, 1, 1), (launch.plan(shipped.symbol, struct_).max_threads, 1, 1),
+                      args, backend="hip")
         out["misaligned"] = None
     except ValueError as exc:
         out["misaligned"] = str(exc)

@@ -1,0 +1,38 @@
+"""The shipped attention kernels' launch inputs for the model: which symbol, and one head of real prepared data with
+the kernel arguments by name (for either attention kernarg layout)."""
+from __future__ import annotations
+
+from perfmodel.stream import HEAD_DIM
+
+
+def attention_symbol(variant: str, head_dim: int = HEAD_DIM) -> str:
+    """The shipped symbol of an attention variant at this head dim with bf16 output (a code object may hold one
+    symbol per (head_dim, out_dtype): registry key columns)."""
+    from sage_co import registry
+    try:
+        return registry.find("sage_attention_fwd", variant, head_dim=head_dim, out_dtype="bf16").symbol
+    except (LookupError, TypeError, ValueError):
+        if head_dim != HEAD_DIM:
+            raise ValueError(f"no shipped {variant} attention kernel for head_dim={head_dim}") from None
+        return registry.find("sage_attention_fwd", variant).symbol       # a manifest without key columns
+
+
+def attention_inputs(S_q: int, S_kv: int | None = None, head_dim: int = HEAD_DIM, seed: int = 0) -> dict:
+    """Kernel arguments of one head of real (random normal, prepared) data at B = H = 1, for the emulated
+    workgroup: the O rescale then runs as often as the row maxima move. Pointers: the prepared tensors, or an int
+    (bytes of an output buffer). Values for both attention kernarg layouts (v1 seq_len/seq_pad/num_heads, v2
+    seq_len_q/.../out_stride_*); callers pass the ones the symbol declares."""
+    import torch
+    from sage_co.reference import sage_prepare
+    S_kv = S_kv or S_q
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, S_q, 1, head_dim, generator=g).to(torch.bfloat16)
+    k, v = (torch.randn(1, S_kv, 1, head_dim, generator=g).to(torch.bfloat16) for _ in range(2))
+    p = sage_prepare(q, k, v)
+    Sq_pad, Skv_pad = p.q_int8.shape[2], p.k_int8.shape[2]
+    return {"q": p.q_int8, "k": p.k_int8, "v": p.v_fp8, "q_scale": p.q_scale,
+            "k_scale": p.k_scale, "k_mean": p.k_mean, "v_scale": p.v_scale,
+            "out": S_q * head_dim * 2, "lse": 4, "seq_len": S_q, "seq_pad": Sq_pad, "num_heads": 1, "flags": 0,
+            "seq_len_q": S_q, "seq_pad_q": Sq_pad, "seq_len_kv": S_kv, "seq_pad_kv": Skv_pad,
+            "num_heads_q": 1, "num_heads_kv": 1, "kv_group_magic": 1 << 32, "out_stride_b": S_q * head_dim,
+            "out_stride_s": head_dim, "out_stride_h": head_dim, "head_dim": head_dim}

@@ -1,0 +1,138 @@
+"""The R9700's figures (docs/rdna4.md), the model's fitted parameters, and occupancy at workgroup granularity."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+
+# ------------------------------------------------------------------------------------------- sourced figures
+BOOST_CLOCK_HZ = 2.92e9                     # §Throughput: R9700 boost 2920 MHz (the issue-bound bound uses it)
+CLOCK_HZ = BOOST_CLOCK_HZ
+CUS = 64                                    # §Throughput: 64 CUs = 32 WGPs x 2 CUs, 2 SIMD32 per CU
+WGPS = CUS // 2
+SIMDS = 2 * CUS
+SIMDS_PER_WGP = 4
+PEAK_RATE = {"int8": 2048, "fp8": 2048, "bf16": 1024, "fp16": 1024}   # §Throughput: dense OP|FLOP/clk/CU
+PEAK_OPS = PEAK_RATE["int8"] * CUS * CLOCK_HZ    # 382.7 TOPS INT8/FP8 dense at boost
+PEAK_BF16 = PEAK_RATE["bf16"] * CUS * CLOCK_HZ   # 191.4 TFLOPS
+WMMA_OPS = 2 * 16 * 16 * 16                 # one 16x16x16 WMMA
+TRANS_CYCLES = 4                            # §Throughput: TRANS quarter rate, separate pipeline
+LDS_BYTES_PER_CLK_PER_SIMD = 128 / 2        # §Memory: ~128 B/clk per CU half (UNVERIFIED), shared by 2 SIMDs
+LDS_BANKS = 32                              # §Memory: 32 dword banks per CU half (one per CU/SIMD pair)
+SIMDS_PER_LDS_HALF = 2                      # §Memory: "two sets of 32 (one per CU/SIMD pair)"
+DRAM_BYTES_PER_S = 640e9                    # §Throughput table: 256-bit GDDR6 at 20 Gbps
+INFINITY_CACHE = 64 << 20                   # §Throughput table (ROCMDOC)
+L2_BYTES = 8 << 20                          # §Throughput table (ROCMDOC)
+VGPR_FILE = 1536                            # §Occupancy: VGPRs per SIMD lane slice
+VGPR_GRANULE = 24
+MAX_WAVES_PER_SIMD = 16
+LDS_PER_WGP = 128 << 10                     # §Occupancy: 128 KiB per WGP
+LDS_MAX_PER_WG = 64 << 10                   # §Occupancy: one workgroup allocates at most 65536 B
+LANES = 32
+
+
+# ------------------------------------------------------------------------------------------- fitted / assumed
+@dataclass(frozen=True)
+class Params:
+    """The calibrated model's parameters. `fitted` ones were chosen on the four FlyDSL references (calibration.py,
+    docs/performance.md §Calibration); the others are stated assumptions the fit did not touch."""
+    clock_hz: float = 2.15e9            # FITTED: sustained clock under a matrix load (boost 2.92 GHz, game 2.35 GHz;
+                                        # it also absorbs what the model leaves out, docs/performance.md)
+    lds_latency: int = 32               # FITTED: LDS load-to-use, clocks (24..40 fit alike; 128 puts BF16 +50 % off)
+    global_latency: int = 500           # ASSUMED: VMEM load-to-use (L2/Infinity Cache hit), clocks
+    barrier_latency: int = 16           # ASSUMED: last signal -> release of s_barrier_wait, clocks
+    l2_bytes_per_clk: float = 2048.0    # ASSUMED: L2 -> CUs, whole GPU (16 channels x 128 B), bytes per clock
+    launch_overhead_s: float = 4e-6     # ASSUMED: kernel launch + first-wave ramp per launch
+    quant_passes: float = 5.0           # ASSUMED: bytes moved per element of a per-tensor bf16 -> fp8 quantization
+                                        # (amax pass reads 2 B, quantize pass reads 2 B and writes 1 B)
+
+    def peak(self, kind: str) -> float:
+        """Dense WMMA peak in OP/s at this clock (§Throughput rates)."""
+        if kind not in PEAK_RATE:
+            raise ValueError(f"peak: expected one of {sorted(PEAK_RATE)}, got {kind!r}")
+        return PEAK_RATE[kind] * CUS * self.clock_hz
+
+
+CALIBRATED = Params()
+FITTED = ("clock_hz", "lds_latency")
+
+ASSUMPTIONS = [
+    ("WMMA", "iu8/fp8/bf8/iu4 16x16x16: 8 cycles per SIMD; f16/bf16: 16 (swmmac alike)", "§Throughput [AMC]"),
+    ("VALU", "one wave32 VALU issue per cycle per SIMD; a VOPD v_dual_* pair is one issue; every non-TRANS "
+             "VALU op costs one issue cycle (no multi-cycle VALU ops in these loops)", "§Throughput (UNVERIFIED)"),
+    ("TRANS", "v_exp/log/rcp/rsq/sqrt/sin/cos: one VALU issue cycle, then 4 cycles in the TRANS pipeline; "
+              "the pipeline overlaps other VALU issue but NOT WMMA (WMMA owns the SIMD's vector datapath): "
+              "vector port = WMMA + max(VALU issue, 4 x TRANS)", "§Throughput [LLVM-SCHED] + decision"),
+    ("WMMA vs VALU", "WMMA cannot co-execute with VALU on its SIMD, for any wave: WMMA cycles and VALU issue "
+                     "cycles add on the SIMD's vector port, whatever the occupancy", "§WMMA, §Hazards 7 [AMC]"),
+    ("scalar/memory issue", "SALU, SMEM, branch, s_wait*/s_delay_alu/barrier, LDS and VMEM instructions: one "
+                            "issue cycle each on a second port; waits cost no stall (latency is assumed hidden)",
+     "decision"),
+    ("occupancy", "workgroups per WGP = min over VGPRs (per SIMD), LDS (128 KiB per WGP), wave slots (16 per "
+                  "SIMD); a workgroup's waves go round-robin over the WGP's 4 SIMDs", "§Occupancy + decision"),
+    ("LDS", "32 dword banks per CU half shared by 2 SIMDs; an access takes one pass per 128 B (b64: 16 lanes, "
+            "b128: 8 lanes per pass) times its bank-conflict degree from the emulated addresses",
+     "§Memory [LDSDOC, UNVERIFIED for RDNA4]"),
+    ("memory", "640 GB/s DRAM; K/V of a head are read from DRAM once while they fit the 64 MiB Infinity Cache; "
+               "L2 -> CU traffic bounded by Params.l2_bytes_per_clk", "§Throughput table + decision"),
+    ("clock / grid", "the sustained clock under matrix load is fitted (Params.clock_hz); workgroups are "
+                     "dispatched round-robin over the 32 WGPs, the busiest WGP sets the time",
+     "§Throughput [ZINC] + fit"),
+]
+
+
+def wmma_cycles(mnemonic: str) -> int:
+    """§Throughput [AMC]: f16/bf16 WMMA/SWMMAC 16 cycles per SIMD, 8-bit and 4-bit 8."""
+    if re.search(r"_(f16|bf16)(_|$)", mnemonic.split("_16x16")[-1]):
+        return 16
+    if re.search(r"(iu8|iu4|fp8|bf8)", mnemonic):
+        return 8
+    raise ValueError(f"instruction {mnemonic!r}: unknown WMMA type (expected f16/bf16/iu8/iu4/fp8/bf8)")
+
+
+# ------------------------------------------------------------------------------------------- occupancy
+def waves_by_vgprs(vgprs: int) -> int:
+    """§Occupancy: waves/SIMD = min(16, floor(1536 / roundup(n, 24)))."""
+    if not 1 <= vgprs <= 256:
+        raise ValueError(f"vgprs: expected 1..256 VGPRs per wave, got {vgprs}")
+    return min(MAX_WAVES_PER_SIMD, VGPR_FILE // (math.ceil(vgprs / VGPR_GRANULE) * VGPR_GRANULE))
+
+
+def waves_by_lds(lds_bytes: int, waves_per_wg: int) -> int:
+    """Workgroups per WGP that fit its 128 KiB LDS, as waves per SIMD (a WGP has 4 SIMD32)."""
+    if lds_bytes <= 0:
+        return MAX_WAVES_PER_SIMD
+    return min(MAX_WAVES_PER_SIMD, (LDS_PER_WGP // lds_bytes) * waves_per_wg // SIMDS_PER_WGP)
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    waves_per_wg: int
+    waves_per_simd_per_wg: int      # busiest SIMD's share of one workgroup (round-robin placement)
+    wgs_per_wgp: int
+    limits: dict                    # workgroups per WGP allowed by each resource
+    binding: str
+
+    @property
+    def waves_per_simd(self) -> int:
+        return self.wgs_per_wgp * self.waves_per_simd_per_wg
+
+
+def occupancy(block_threads: int, vgprs: int, lds_bytes: int) -> Occupancy:
+    """Workgroups per WGP at workgroup granularity (docs/rdna4.md §Occupancy): a workgroup is placed whole on one
+    WGP, its waves round-robin over the 4 SIMDs (wave k on SIMD k % 4), so the busiest SIMD holds ceil(W / 4) of
+    them; VGPRs limit waves per SIMD, LDS (static + dynamic) limits workgroups per WGP, 16 wave slots per SIMD."""
+    if block_threads < 1 or block_threads > 1024:
+        raise ValueError(f"block: expected 1..1024 threads per workgroup, got {block_threads}")
+    if lds_bytes > LDS_MAX_PER_WG:
+        raise ValueError(f"LDS: {lds_bytes} B per workgroup exceeds the {LDS_MAX_PER_WG} B limit (§Occupancy)")
+    w = math.ceil(block_threads / LANES)
+    per_simd = math.ceil(w / SIMDS_PER_WGP)
+    limits = {"VGPRs": waves_by_vgprs(vgprs) // per_simd,
+              "LDS": LDS_PER_WGP // lds_bytes if lds_bytes > 0 else 10 ** 6,
+              "wave slots": MAX_WAVES_PER_SIMD // per_simd}
+    binding = min(limits, key=limits.get)
+    if limits[binding] < 1:
+        raise ValueError(f"a workgroup of {w} waves with {vgprs} VGPRs and {lds_bytes} B LDS does not fit one WGP")
+    return Occupancy(w, per_simd, limits[binding], limits, binding)

@@ -1,0 +1,163 @@
+"""What the calibrated model says the asm kernel's geometry and schedule should be (docs/performance.md
+§Geometry and schedule): each figure changes one thing of the shipped kernel's real instruction stream or launch
+and re-runs the same model. Every figure is MODELED."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from perfmodel.hardware import CALIBRATED, CUS, PEAK_RATE, WGPS, occupancy
+from perfmodel.launch_model import SIM_ITERATIONS, _with_lds, loop_streams
+from perfmodel.restate import BLOCK, HEAD_DIM, our_kernel
+from perfmodel.simulate import Latencies, decode_path, simulate
+from perfmodel.stream import Mix, iteration_paths
+
+B, H, S = 1, 24, 4096                       # the shape of the what-ifs (a FlyDSL reference shape)
+
+
+def _streams(variant: str):
+    from perfmodel.restate import _cache
+    our_kernel(variant, B, H, S)            # fills the cache: KernelModel + emulated workgroup
+    km, run = _cache[(variant, HEAD_DIM, False)]
+    body = [i for i in km.insts if km.loop.contains(i.addr)]
+    return km, run, body
+
+
+def waves_sweep(variant: str, waves=(1, 2, 3, 4, 6, 8)) -> dict[int, float]:
+    """Simulated SIMD clocks per loop iteration of one wave at each number of waves per SIMD (the shipped
+    stream; more waves than its VGPRs allow are a what-if of the same schedule with fewer registers)."""
+    from perfmodel.emulated import dynamic_iteration_mix
+    km, run, body = _streams(variant)
+    mix, _ = dynamic_iteration_mix(km, run)
+    paths, order = loop_streams(km, mix, SIM_ITERATIONS)
+    streams = [_with_lds(decode_path(p, body), p, run) for p in paths]
+    lat = Latencies(lds=CALIBRATED.lds_latency, global_=CALIBRATED.global_latency,
+                    barrier=CALIBRATED.barrier_latency, wg_waves=1)
+    return {w: simulate(streams[0], w, SIM_ITERATIONS, lat, variants=streams, order=order).cycles_per_iter
+            for w in waves}
+
+
+def rescale_bounds(variant: str) -> dict[str, float]:
+    """Clocks per iteration at 4 waves/SIMD with the loop path that never rescales O, the emulated mix, and the
+    path that always does (the asm loop already skips the rescale when no row maximum moved)."""
+    km, run, body = _streams(variant)
+    paths = iteration_paths(km.insts, km.loop)
+    by_valu = sorted(paths, key=lambda p: Mix.of(p).VALU)
+    lat = Latencies(lds=CALIBRATED.lds_latency, global_=CALIBRATED.global_latency,
+                    barrier=CALIBRATED.barrier_latency, wg_waves=1)
+    out = {}
+    for name, p in (("never", by_valu[0]), ("always", by_valu[-1])):
+        out[name] = simulate(_with_lds(decode_path(p, body), p, run), 4, SIM_ITERATIONS, lat).cycles_per_iter
+    out["valu_never"], out["valu_always"] = Mix.of(by_valu[0]).VALU, Mix.of(by_valu[-1]).VALU
+    return out
+
+
+def drop_valu(fraction: float):
+    """A what-if transform: remove every k-th plain VALU op (not TRANS, not WMMA) so that `fraction` of them go;
+    their consumers then read older values (the scoreboard only times readiness)."""
+    def transform(ops):
+        out, acc = [], 0.0
+        for op in ops:
+            if op.cls == "VALU":
+                acc += fraction
+                if acc >= 1.0:
+                    acc -= 1.0
+                    continue
+            out.append(op)
+        return out
+    return transform
+
+
+def valu_per_score(variant: str) -> tuple[float, float]:
+    """(plain VALU issues, TRANS issues) per score VGPR of the emulated loop (16 queries x keys per wave:
+    keys / 2 score VGPRs per 16 queries, 32 lanes)."""
+    from perfmodel.emulated import dynamic_iteration_mix
+    km, run, _ = _streams(variant)
+    mix, _ = dynamic_iteration_mix(km, run)
+    score_vgprs = 16 * km.keys_per_iter / 32
+    return mix.VALU / score_vgprs, mix.TRANS / score_vgprs
+
+
+def trimmed(variant: str, target_valu_per_score: float, rules: dict | None = None):
+    """The S = 4096 launch with the loop's plain VALU cut to `target` issues per score VGPR (rules: simulator
+    rule changes, e.g. {"trans_overlaps_wmma": True})."""
+    now, _ = valu_per_score(variant)
+    frac = max(0.0, 1.0 - target_valu_per_score / now)
+    from perfmodel.restate import _cache, attention_flops
+    from perfmodel.launch_model import Launch, model_launch
+    from perfmodel.stream import PAD, QUERY_TILE
+    km, run = _cache[(variant, HEAD_DIM, False)]
+    S_pad = -(-S // PAD) * PAD
+    launch = Launch((S_pad // QUERY_TILE, H, B), BLOCK, attention_flops(B, H, S), "int8",
+                    trip_count=S_pad / km.keys_per_iter)
+    return model_launch(km, launch, run, transform=drop_valu(frac), variant=rules)
+
+
+def l2_threshold(variant: str, candidates=(2048, 1536, 1024, 768, 640, 512, 384)) -> float | None:
+    """The smallest L2 -> CU bandwidth (bytes per clock, whole GPU) at which the S = 4096 launch stays compute-bound."""
+    last = None
+    for c in candidates:
+        r = our_kernel(variant, B, H, S, replace(CALIBRATED, l2_bytes_per_clk=c))
+        if r.binding == "L2 -> CU bandwidth":
+            return last
+        last = c
+    return last
+
+
+def geometry(queries_per_wg: int, vgprs: int = 256, lds_bytes: int = 32768, seq: int = S) -> dict:
+    """Occupancy, rounds and L2 demand factor of a workgroup of `queries_per_wg` queries (16 per wave) staging one
+    K/V tile of `lds_bytes` for all its waves (so K/V traffic from L2 falls as 64 / queries_per_wg)."""
+    waves = queries_per_wg // 16
+    occ = occupancy(32 * waves, vgprs, lds_bytes)
+    wgs = math.ceil(seq / queries_per_wg) * H * B
+    per_wgp = math.ceil(wgs / WGPS)
+    rounds = math.ceil(per_wgp / occ.wgs_per_wgp)
+    return {"queries": queries_per_wg, "waves_per_wg": waves, "wgs_per_wgp": occ.wgs_per_wgp,
+            "waves_per_simd": occ.waves_per_simd, "limit": occ.binding, "rounds": rounds,
+            "round_fill": per_wgp / (rounds * occ.wgs_per_wgp), "l2_factor": 64 / queries_per_wg}
+
+
+def wmma_floor_s(seq: int = S) -> float:
+    """FLOPs / (INT8 dense peak at the fitted clock): no kernel of this shape beats it on the model."""
+    return 4.0 * B * H * seq * seq * HEAD_DIM / (PEAK_RATE["int8"] * CUS * CALIBRATED.clock_hz)
+
+
+def what_if() -> dict:
+    hip, asm = our_kernel("hip", B, H, S).time_us, our_kernel("asm", B, H, S).time_us
+    out = {"shape": {"B": B, "H": H, "S": S}, "hip_us": hip, "asm_us": asm,
+           "wmma_floor_us": wmma_floor_s() * 1e6, "waves": {}, "rescale": {}, "valu": {}, "l2": {}, "geometry": []}
+    for v in ("hip", "asm"):
+        out["waves"][v] = waves_sweep(v)
+        out["rescale"][v] = rescale_bounds(v)
+        out["valu"][v] = dict(zip(("valu_per_score_vgpr", "trans_per_score_vgpr"), valu_per_score(v)))
+        out["l2"][v] = l2_threshold(v)
+    out["trimmed"] = {t: trimmed("asm", t).time_us for t in (3.0, 2.0, 1.0, 0.0)}
+    out["trimmed_trans_overlaps_wmma"] = {t: trimmed("asm", t, {"trans_overlaps_wmma": True}).time_us
+                                          for t in (4.35, 3.0, 2.0)}
+    out["geometry"] = [geometry(q) for q in (64, 128, 256)]
+    return out
+
+
+def print_what_if(as_json: bool = False) -> int:
+    import json
+    d = what_if()
+    if as_json:
+        print(json.dumps(d, indent=1, default=str))
+        return 0
+    print(f"What-ifs at B={B}, H={H}, S={S} (MODELED): hip {d['hip_us']:.1f} us, asm {d['asm_us']:.1f} us, "
+          f"WMMA floor {d['wmma_floor_us']:.1f} us")
+    for v in ("hip", "asm"):
+        w = ", ".join(f"{k}: {c:.0f}" for k, c in d["waves"][v].items())
+        r = d["rescale"][v]
+        print(f"  {v}: clocks per iteration by waves/SIMD {w}; rescale never {r['never']:.0f} / always "
+              f"{r['always']:.0f}; VALU {d['valu'][v]['valu_per_score_vgpr']:.2f} + TRANS "
+              f"{d['valu'][v]['trans_per_score_vgpr']:.2f} per score VGPR; compute-bound down to L2 "
+              f"{d['l2'][v]} B/clk")
+    print("  asm with plain VALU cut to N per score VGPR: " +
+          ", ".join(f"{t:g}: {us:.1f} us" for t, us in d["trimmed"].items()))
+    print("  the same if the TRANS pipeline ran under WMMA (UNVERIFIED rule): " +
+          ", ".join(f"{t:g}: {us:.1f} us" for t, us in d["trimmed_trans_overlaps_wmma"].items()))
+    for g in d["geometry"]:
+        print(f"  {g['queries']} queries/workgroup: {g['waves_per_wg']} waves, {g['wgs_per_wgp']} per WGP "
+              f"({g['limit']}), {g['waves_per_simd']} waves/SIMD, {g['rounds']} rounds, L2 traffic x{g['l2_factor']:g}")
+    return 0
