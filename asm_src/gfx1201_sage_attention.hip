@@ -86,11 +86,11 @@
 // that masks scores to -inf; padded query rows are computed and not stored.
 //
 // Resources (clang 22.1.8 -O3, checked with tools/disasm_check.py; hsaco/manifest.json has every symbol's):
-// DP = 128: 219 VGPRs, 33 SGPRs, scratch 0, LDS 32768 B; DP = 64: 141 VGPRs, LDS 16384 B; no WMMA hazards left
+// DP = 128: 224 VGPRs, 48 SGPRs, scratch 0, LDS 32768 B; DP = 64: 138 VGPRs, LDS 16384 B; no WMMA hazards left
 // (LLVM inserts the v_nop of §Hazards 1 where needed). The epilogue's d-tile loop is fully unrolled: a
-// dynamically indexed o[] would go to scratch. Occupancy (§Occupancy), DP = 128: 219 VGPRs -> 6 waves/SIMD by
+// dynamically indexed o[] would go to scratch. Occupancy (§Occupancy), DP = 128: 224 VGPRs -> 6 waves/SIMD by
 // registers; 32 KiB LDS per 4-wave workgroup -> 4 workgroups per WGP (128 KiB) = 4 waves/SIMD, the binding
-// limit; DP = 64: 141 VGPRs -> 8 waves/SIMD (LDS allows 8).
+// limit; DP = 64: 138 VGPRs -> 8 waves/SIMD (LDS allows 8).
 
 #pragma clang fp contract(off)
 
