@@ -209,6 +209,9 @@ def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False,
     return (out, lse) if return_lse else out
 
 
+from .varlen import sage_attention_varlen  # noqa: E402  (the packed op; it calls sage_attention per sequence)
+
+
 def _check_choice(name: str, value, allowed) -> None:
     if value is None:
         return

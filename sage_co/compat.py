@@ -181,8 +181,8 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
     Served now: bf16, head dim 128, one length and one head count for q, k, v, both layouts (HND is a transposed
     view; this build copies it to NHD once). fp16, head dims 64/96, separate Q/KV lengths and GQA come with the
     op's `layout=` signature (issue 13) and then pass straight through; before that they raise
-    NotImplementedError naming the argument. is_causal=True raises NotImplementedError until causal lands
-    (issue 14).
+    NotImplementedError naming the argument. is_causal=True is the op's bottom-right aligned causal mask
+    (issue 14; rows that see no key give zeros and LSE -inf).
 
     Keywords beyond SageAttention's named ones (never dropped silently):
       honoured:  softmax_scale= / scale= (the same as sm_scale), causal= (the same as is_causal),
@@ -230,8 +230,8 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
 
 def sageattn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal: bool = False,
                     sm_scale: float | None = None, smooth_k: bool = True, **kwargs):
-    """SageAttention's `sageattn_varlen` (packed [total, H, D] with cumulative lengths). Raises
-    NotImplementedError until sage-co's varlen op lands (issue 14); the keyword policy is sageattn's."""
+    """SageAttention's `sageattn_varlen` (packed [total, H, D] with cumulative lengths) on
+    sage_co.sage_attention_varlen (issue 14: bit for bit the per-sequence calls); the keyword policy is sageattn's."""
     from . import api
     opts = _apply_kwargs("sageattn_varlen", kwargs, sm_scale, is_causal)
     varlen = getattr(api, "sage_attention_varlen", None)
