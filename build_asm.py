@@ -223,6 +223,13 @@ def build_one(entry: Entry, llvm: LLVM, out_dir: Path, generated: str | None = N
     return out
 
 
+def _manifest_reader():
+    """sage_co.manifest, the one manifest reader (the runtime's), imported from this checkout."""
+    sys.path.insert(0, str(ROOT))
+    from sage_co import manifest
+    return manifest
+
+
 def kernel_snapshot(k) -> dict:
     """The ABI of one kernel as the manifest records it (the one snapshot: build_asm.py --check compares it on
     every rebuild, tools/disasm_check.py compares the shipped bytes with it, a change shows as a manifest diff)."""
@@ -339,9 +346,14 @@ def check(entries: list[Entry], llvm: LLVM, hsaco: Path = HSACO, only: set[str] 
     only: check just these code objects (the rest of the manifest is not compared)."""
     problems = []
     manifest_path = hsaco / "manifest.json"
-    checked_in = json.loads(manifest_path.read_text()) if manifest_path.exists() else None
-    if checked_in is None:
+    checked_in = None
+    if not manifest_path.exists():
         problems.append(f"{manifest_path} does not exist: run python build_asm.py and commit hsaco/")
+    else:
+        try:
+            checked_in = _manifest_reader().read(manifest_path)
+        except _manifest_reader().ManifestError as exc:   # truncated or malformed: say so, compare the bytes anyway
+            problems.append(f"{exc}; run python build_asm.py and commit hsaco/")
     with tempfile.TemporaryDirectory(prefix="sage_co_check_") as tmp:
         asm_dir = Path(tmp) / "asm"
         asm_dir.mkdir()
@@ -420,7 +432,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         manifest = build_all(entries if not args.only else [e for e in entries if e.name in args.only], llvm, hsaco)
         if args.only and manifest_path.exists():  # keep the other entries, replace the rebuilt ones
-            merged = json.loads(manifest_path.read_text())
+            try:
+                merged = _manifest_reader().read(manifest_path)
+            except _manifest_reader().ManifestError as exc:
+                raise BuildError(f"--only keeps the other entries of the manifest, but {exc}; "
+                                 f"rebuild everything (python build_asm.py)") from None
             merged.setdefault("code_objects", {}).update(manifest["code_objects"])
             manifest = merged
         known = {f"{e.arch}/{e.name}.co" for e in entries}

@@ -150,7 +150,7 @@ template <> struct Elt<FP16> {
 INLINE u32x4 load16(const void* p) { return *(const u32x4*)p; }
 INLINE void store16(void* p, u32x4 v) { *(u32x4*)p = v; }
 
-// wave32 all-lane reduction through ds_bpermute (docs/rdna4.md §LDS: ds_bpermute_b32 reads lane addr/4).
+// wave32 all-lane reduction through ds_bpermute (docs/rdna4.md §Memory: ds_bpermute_b32 reads lane addr/4).
 INLINE u32 wave_max_u32(u32 v) {
   u32 lane = lane_id();
 #pragma unroll

@@ -97,6 +97,8 @@ PREPARE_ROPE_DIMS = (0, 32, 64, 96, 128)   # manifest key column rope_dim (0 = n
 PREPARE_IN_DTYPES = ("bf16", "fp16")       # manifest key column in_dtype
 PREPARE_ALIGN = 16        # the prepare kernels read and write with 16-byte vector accesses
 PREPARE_MAX_CHUNKS = 64   # stats chunks per (b, K/V head): enough waves to fill the GPU, few partials to fold
+
+
 def _strides(prefix: str, offset: int) -> list[Field]:
     return [Field(f"{prefix}_sb", "i32", offset), Field(f"{prefix}_ss", "i32", offset + 4),
             Field(f"{prefix}_sh", "i32", offset + 8)]

@@ -24,7 +24,7 @@ Provider = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def metrics(out: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
-    """out (any float dtype) vs ref (fp32), same shape [..., 128]; rows are the last dim.
+    """out (any float dtype) vs ref (fp32), same shape [..., D]; rows are the last dim (one query and head).
     NaN in out counts as outside the band and makes the other figures NaN."""
     if out.shape != ref.shape:
         raise ValueError(f"out: expected the shape of ref {tuple(ref.shape)}, got {tuple(out.shape)}")

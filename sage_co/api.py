@@ -18,7 +18,6 @@ from typing import Optional
 import torch
 
 from . import masks, validate
-from .backends import BACKENDS
 from .prepared import SCALE_BLOCK, SagePrepared, d_pad, s_pad
 
 _NO_ROPE = 0          # rope_dim in the schema: 0 = no RoPE
@@ -72,7 +71,7 @@ def sage_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q
     chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
                                       q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
                                       sin=sin, rope_dim=rope_dim)
-    _check_choice("backend", backend, BACKENDS)
+    validate.check_backend(backend)
     fields = _prepare_op(q, k, v, chk.softmax_scale, layout, bool(smooth_k), q_norm_weight, k_norm_weight,
                          float(eps), cos, sin, chk.rope_dim or _NO_ROPE, backend or _DEFAULT)
     sh = chk.shapes
@@ -91,13 +90,22 @@ def _fwd_op(q_int8: torch.Tensor, q_scale: torch.Tensor, k_int8: torch.Tensor, k
             k_mean: torch.Tensor, v_bytes: torch.Tensor, v_scale: torch.Tensor, seq_len_q: int, seq_len_kv: int,
             head_dim: int, out_dtype: torch.dtype, layout: str, return_lse: bool, backend: str, kernel: str,
             is_causal: bool = False, block_mask: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    from .ops.attention import run_attention_fwd
     prepared = _prepared((q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale), seq_len_q, seq_len_kv,
                          head_dim, out_dtype)
+    # A caller's SagePrepared: its padding must be zero (a seq_len lowered within the same S_pad shows there).
+    # Checked here, in the real implementation, so torch.compile traces no data-dependent branch; it reads only
+    # the padded part. sage_attention's own prepared structure skips it (_run_fwd).
+    validate.check_prepared_padding(prepared)
+    return _run_fwd(prepared, layout, return_lse, backend, kernel, is_causal, block_mask)
+
+
+def _run_fwd(prepared: SagePrepared, layout: str, return_lse: bool, backend: str, kernel: str,
+             is_causal: bool = False, block_mask: Optional[torch.Tensor] = None):
+    from .ops.attention import run_attention_fwd
     kw = {"variant": kernel} if kernel else {}
     res = run_attention_fwd(prepared, return_lse=return_lse, layout=layout, backend=backend or None,
                             is_causal=is_causal, block_mask=block_mask, **kw)
-    return res if return_lse else (res, q_scale.new_empty((0,)))
+    return res if return_lse else (res, prepared.q_scale.new_empty((0,)))
 
 
 def _fwd_like(like: torch.Tensor, B, S_q, H_q, D, out_dtype, layout, return_lse):
@@ -110,6 +118,9 @@ def _fwd_like(like: torch.Tensor, B, S_q, H_q, D, out_dtype, layout, return_lse)
 @_fwd_op.register_fake
 def _(q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, seq_len_q, seq_len_kv, head_dim, out_dtype, layout,
       return_lse, backend, kernel, is_causal=False, block_mask=None):
+    validate.check_attention_length(seq_len_q, head_dim, "seq_len_q")   # the real op's refusals, also on meta
+    validate.check_attention_length(seq_len_kv, head_dim, "seq_len_kv")
+    validate.check_kernel_shipped(kernel or None)
     return _fwd_like(q_int8, q_int8.shape[0], seq_len_q, q_int8.shape[1], head_dim, out_dtype, layout, return_lse)
 
 
@@ -125,9 +136,11 @@ def sage_attention_fwd(prepared: SagePrepared, *, layout="NHD", return_lse=False
     validate.check_layout(layout)
     sh = validate.check_prepared(prepared)
     masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
-    _check_choice("backend", backend, BACKENDS)
-    _check_choice("kernel", kernel, None)
+    validate.check_backend(backend)
+    validate.check_kernel(kernel)
     _check_attention_kernel(sh, kernel)
+    validate.check_attention_length(sh.S_q, sh.D, "prepared.seq_len_q")
+    validate.check_attention_length(sh.S_kv, sh.D, "prepared.seq_len_kv")
     out, lse = _fwd_op(*prepared[:5], prepared.v_fp8.view(torch.uint8), prepared.v_scale, sh.S_q, sh.S_kv, sh.D,
                        sh.dtype, layout, bool(return_lse), backend or _DEFAULT, kernel or _DEFAULT, bool(is_causal),
                        block_mask)
@@ -162,13 +175,17 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sca
     fields = _prepare_op(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin,
                          rope_dim, backend)
     B, S_q, S_kv, H_q, H_kv, D = _sizes(q, k, layout)
-    return _fwd_op(*fields, S_q, S_kv, D, q.dtype, layout, return_lse, backend, kernel, is_causal, block_mask)
+    prepared = _prepared(fields, S_q, S_kv, D, q.dtype)   # made here: its padding is not re-read
+    return _run_fwd(prepared, layout, return_lse, backend, kernel, is_causal, block_mask)
 
 
 @_attention_op.register_fake
 def _(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin, rope_dim, return_lse,
       backend, kernel, is_causal=False, block_mask=None):
     B, S_q, S_kv, H_q, H_kv, D = _sizes(q, k, layout)
+    validate.check_attention_length(S_q, D, "q")   # the real op's refusals, also on meta / under torch.compile
+    validate.check_attention_length(S_kv, D, "k")
+    validate.check_kernel_shipped(kernel or None)
     return _fwd_like(q, B, S_q, H_q, D, q.dtype, layout, return_lse)
 
 
@@ -189,18 +206,20 @@ def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False,
                                       q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
                                       sin=sin, rope_dim=rope_dim)
     validate.check_flag("return_lse", return_lse)
-    validate.check_flag("is_causal", is_causal)
-    _check_choice("backend", backend, BACKENDS)
-    _check_choice("kernel", kernel, None)
+    validate.check_backend(backend)
+    validate.check_kernel(kernel)
     _check_attention_kernel(chk.shapes, kernel)
+    validate.check_attention_length(chk.shapes.S_q, chk.shapes.D, "q")
+    validate.check_attention_length(chk.shapes.S_kv, chk.shapes.D, "k")
+    validate.check_flag("is_causal", is_causal)
     if sparsity not in (None, "auto"):
         raise ValueError(f"sparsity: expected None or \"auto\", got {sparsity!r}")
     if sparsity == "auto":
         if block_mask is not None:
             raise ValueError("sparsity: \"auto\" predicts the block mask; do not also pass block_mask")
         from .sparse import predict_block_mask
-        qn, kn = (q, k) if layout == "NHD" else (q.transpose(1, 2), k.transpose(1, 2))
-        block_mask = predict_block_mask(qn, kn, cdf_threshold=cdf_threshold, softmax_scale=chk.softmax_scale)
+        block_mask = predict_block_mask(q, k, cdf_threshold=cdf_threshold, softmax_scale=chk.softmax_scale,
+                                        layout=layout)
     sh = chk.shapes
     masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
     out, lse = _attention_op(q, k, v, chk.softmax_scale, layout, bool(smooth_k), q_norm_weight, k_norm_weight,
@@ -209,12 +228,4 @@ def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False,
     return (out, lse) if return_lse else out
 
 
-from .varlen import sage_attention_varlen  # noqa: E402  (the packed op; it calls sage_attention per sequence)
-
-
-def _check_choice(name: str, value, allowed) -> None:
-    if value is None:
-        return
-    if not isinstance(value, str) or not value or (allowed is not None and value not in allowed):
-        expected = f"one of {allowed} or None" if allowed else "a variant name string or None"
-        raise ValueError(f"{name}: expected {expected}, got {value!r}")
+from .varlen import sage_attention_varlen  # noqa: E402,F401  (the packed op: sage_attention per sequence)

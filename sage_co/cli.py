@@ -4,18 +4,35 @@
                                 gfx1201 is present) and print accuracy, instruction counts and kernel provenance
     sage-co run -B 1 -H 2 -S 1024 [--kernel hip] [--backend emu|hip] [--smooth-k] [--seed N]
     sage-co info                list the shipped kernels with their ABI (from hsaco/manifest.json)
+
+The run options mean the same before and after `run` (`sage-co -S 64 run --smooth-k` runs S=64 with smooth_k;
+given twice, the later one wins) and are refused with another subcommand. Every failure is one line on stderr and
+a non-zero exit: 2 for a bad argument, 1 for a run that could not complete (no GPU for --backend hip, not enough
+memory, unusable code objects, output closed or disk full), 130 when interrupted.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import os
 import sys
+import time
 
 from rich.console import Console
 from rich.table import Table
 
 from .backends import BACKENDS
 
-console = Console() if sys.stdout.isatty() else Console(width=180)
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich exits silently with status 1; main() reports it in one line instead
+        self.quiet = True
+        raise BrokenPipeError("stdout closed")
+
+
+console = _Console() if sys.stdout.isatty() else _Console(width=180)
 
 
 def cmd_info(args) -> int:
@@ -35,10 +52,18 @@ def cmd_info(args) -> int:
                               str(k["vgpr_count"]), str(k["lds_bytes"]), str(co["code_object_version"]),
                               co["llvm_version"], co["sha256"][:12])
     # the ABI table is wide: piped output gets room for every column instead of rich's 80-column guess
-    (console if sys.stdout.isatty() else Console(width=260)).print(table)
+    (console if sys.stdout.isatty() else _Console(width=260)).print(table)
     from .integrations import sageattention_shim  # integ helper: whether `import sageattention` reaches sage-co
     console.print(sageattention_shim.describe(), markup=False)
     return 0
+
+
+class CliError(Exception):
+    """A failure reported as one line `sage-co: <message>` with exit status `code`."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
 
 
 def _default_backend() -> str:
@@ -49,6 +74,89 @@ def _default_backend() -> str:
     return "emu"
 
 
+# Emulator speed (docs/emulator.md, "Whole kernels"): attention B=1 H=4 S=4096 in 7.0-7.5 s, prepare in 0.8 s.
+EMU_ATTENTION_S_PER_QK = 7.5 / (4 * 4096 * 4096)   # seconds per (head, query, key)
+EMU_PREPARE_S_PER_TOKEN = 0.8 / (4 * 4096)          # seconds per (head, token)
+# Memory of one `run`, per (batch, head, token): the inputs, the prepared tensors, the emulator's copies of them
+# (its arena doubles when it grows) and the fp32 / model references; plus the fp32 reference's score chunk.
+RUN_BYTES_PER_TOKEN = 10 * 1024
+FP32_REFERENCE_CHUNK = 1 << 30
+LONG_RUN_S = 10.0   # print the time estimate above this
+
+
+def estimate(B: int, H: int, S: int) -> dict:
+    """Seconds on the emulator and bytes of memory a `run` of this shape needs (rough, for the user)."""
+    from .prepared import s_pad
+    Sp = s_pad(S)
+    return {"prepare_s": EMU_PREPARE_S_PER_TOKEN * B * H * Sp,
+            "attention_s": EMU_ATTENTION_S_PER_QK * B * H * Sp * Sp,
+            "bytes": RUN_BYTES_PER_TOKEN * B * H * Sp + min(FP32_REFERENCE_CHUNK, 12 * B * H * S * S)}
+
+
+def available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (Linux), else the physical memory, else None."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def _check_run_feasible(args, backend: str) -> dict:
+    """Refuse a run that cannot work before anything is allocated: one line each."""
+    if backend == "hip" and _default_backend() != "hip":
+        import torch
+        why = "torch has no ROCm" if getattr(torch.version, "hip", None) is None else "no gfx1201 device is visible"
+        raise CliError(f"--backend hip needs a gfx1201 GPU and a ROCm build of torch ({why}); "
+                       f"leave --backend out to run on the CPU emulator")
+    est = estimate(args.B, args.H, args.S)
+    avail = available_memory()
+    if avail is not None and est["bytes"] > avail:
+        raise CliError(f"-B {args.B} -H {args.H} -S {args.S} needs about {_gib(est['bytes'])} of memory (inputs, "
+                       f"prepared tensors, emulator copies, references); {_gib(avail)} is available. "
+                       f"Use a smaller -S, -H or -B")
+    return est
+
+
+class _Progress:
+    """The status line of a long emulator run: workgroups done, elapsed and estimated remaining time."""
+
+    def __init__(self, status):
+        self.status, self.started = status, time.perf_counter()
+
+    def __call__(self, symbol: str, done: int, total: int) -> None:
+        elapsed = time.perf_counter() - self.started
+        left = elapsed / done * (total - done)
+        self.status.update(f"{symbol}: {done:,}/{total:,} workgroups ({100 * done / total:.0f} %), "
+                           f"{elapsed:.0f} s elapsed, ~{left:.0f} s left")
+
+
+@contextlib.contextmanager
+def _emu_progress(backend: str, status):
+    """Install a _Progress as the emulator backend's progress callback for the block (emu runs only)."""
+    progress = _Progress(status)
+    if backend != "emu":
+        yield progress
+        return
+    from .launch import get_backend
+    emu = get_backend("emu")
+    emu.progress = progress
+    try:
+        yield progress
+    finally:
+        emu.progress = None
+
+
 def cmd_run(args) -> int:
     import torch
 
@@ -57,19 +165,27 @@ def cmd_run(args) -> int:
     from .backends.timing import stage
 
     backend = args.backend or _default_backend()
+    est = _check_run_feasible(args, backend)
     device = "cuda" if backend == "hip" else "cpu"
     where = "gfx1201 GPU (hip-python)" if backend == "hip" else "CPU emulator (sage_co.emu) executing the gfx1201 code objects"
     console.print(f"[bold]sage-co[/]: SageAttention forward, B={args.B} H={args.H} S={args.S} D=128, "
                   f"backend [cyan]{backend}[/] ({where})")
+    if backend == "emu" and est["prepare_s"] + est["attention_s"] > LONG_RUN_S:
+        console.print(f"estimated emulation time: prepare ~{est['prepare_s']:.0f} s, attention "
+                      f"~{est['attention_s']:.0f} s (docs/emulator.md speeds; this machine may differ), "
+                      f"memory ~{_gib(est['bytes'])}")
     q, k, v = accuracy.make_inputs(args.dist, args.B, args.S, args.H, seed=args.seed, device=device)
     timings = {}
     with launch_mod.recording() as records, \
-            console.status("prepare kernel: quantizing Q/K to INT8 and V to FP8 ...") as status:
+            console.status("prepare kernel: quantizing Q/K to INT8 and V to FP8 ...") as status, \
+            _emu_progress(backend, status) as progress:
+        progress.started = time.perf_counter()
         with stage(backend, q.device if backend == "hip" else None) as t:   # HIP events on the GPU
             prepared = api.sage_prepare(q, k, v, smooth_k=args.smooth_k, backend=backend)
         timings["prepare"] = t.seconds
         status.update(f"attention kernel: INT8 QK^T + FP8 PV WMMA over {args.S} keys "
                       f"(prepare took {timings['prepare']:.1f} s) ...")
+        progress.started = time.perf_counter()
         with stage(backend, q.device if backend == "hip" else None) as t:
             out = api.sage_attention_fwd(prepared, backend=backend, kernel=args.kernel)
         timings["attention"] = t.seconds
@@ -121,29 +237,121 @@ def cmd_run(args) -> int:
     return 0 if ok else 1
 
 
-def main(argv=None) -> int:
+RUN_DEFAULTS = {"B": 1, "H": 2, "S": 1024, "dist": "randn", "seed": 0, "smooth_k": False, "kernel": None,
+                "backend": None}
+SEED_LIMIT = 2 ** 64   # torch.Generator.manual_seed takes 0 .. 2^64 - 1
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be in 0 .. 2**64 - 1, got {value}")
+    return value
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """The run options, on the top-level parser and on `run`; SUPPRESS keeps an option absent unless given, so
+    a value before the subcommand is not overwritten by the subcommand's default."""
+    sup = argparse.SUPPRESS
+    p.add_argument("-B", type=_positive_int, default=sup, help="batch (default 1)")
+    p.add_argument("-H", type=_positive_int, default=sup, help="heads (default 2)")
+    p.add_argument("-S", type=_positive_int, default=sup, help="sequence length (default 1024)")
+    p.add_argument("--dist", choices=("randn", "k_offset"), default=sup, help="input distribution (default randn)")
+    p.add_argument("--seed", type=_seed, default=sup, help="input seed, 0 .. 2**64 - 1 (default 0)")
+    p.add_argument("--smooth-k", action="store_true", default=sup)
+    p.add_argument("--kernel", default=sup, help="attention kernel variant (default: the manifest's default)")
+    p.add_argument("--backend", choices=BACKENDS, default=sup)
+
+
+def _parse(argv) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="sage-co", description="SageAttention for gfx1201 as shipped code objects")
+    _add_run_options(ap)
     sub = ap.add_subparsers(dest="cmd")
     info = sub.add_parser("info", help="list the shipped kernels and their ABI")
     info.set_defaults(func=cmd_info)
     run = sub.add_parser("run", help="run one attention and report accuracy (the default command)")
-    for p in (ap, run):
-        p.add_argument("-B", type=int, default=1)
-        p.add_argument("-H", type=int, default=2)
-        p.add_argument("-S", type=int, default=1024)
-        p.add_argument("--dist", choices=("randn", "k_offset"), default="randn")
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--smooth-k", action="store_true")
-        p.add_argument("--kernel", default=None, help="attention kernel variant (default: the manifest's default)")
-        p.add_argument("--backend", choices=BACKENDS, default=None)
+    _add_run_options(run)
     run.set_defaults(func=cmd_run)
     from . import selftest
     selftest.register(sub)
     args = ap.parse_args(argv)
-    for name in ("B", "H", "S"):
-        if getattr(args, name) < 1:
-            ap.error(f"-{name} must be >= 1")
-    return args.func(args) if getattr(args, "func", None) else cmd_run(args)
+    given = sorted(name for name in RUN_DEFAULTS if hasattr(args, name))
+    if args.cmd not in (None, "run") and given:
+        flags = ", ".join(("-" if len(n) == 1 else "--") + n.replace("_", "-") for n in given)
+        ap.error(f"{flags}: option(s) of `run`, not of `{args.cmd}`")
+    for name, value in RUN_DEFAULTS.items():
+        if not hasattr(args, name):
+            setattr(args, name, value)
+    if getattr(args, "func", None) is None:
+        args.func = cmd_run
+    return args
+
+
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
+
+
+def _silence_stdout() -> None:
+    """After stdout failed (closed pipe, full disk) point it at /dev/null, so the interpreter's final flush
+    does not print a second error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _fail(message: str, code: int) -> int:
+    try:
+        print(f"sage-co: {message}", file=sys.stderr)
+    except OSError:
+        pass
+    return code
+
+
+def main(argv=None) -> int:
+    args = _parse(argv)   # argparse itself exits 2 with a usage line on a bad option
+    from .codeobj import CodeObjectError
+    from .manifest import ManifestError
+    try:
+        code = args.func(args)
+        sys.stdout.flush()
+        return code
+    except CliError as exc:
+        return _fail(str(exc), exc.code)
+    except BrokenPipeError:
+        _silence_stdout()
+        return _fail("output closed before everything was written (broken pipe)", 1)
+    except (ManifestError, CodeObjectError) as exc:
+        return _fail(f"the shipped code objects are unusable: {exc}", 1)
+    except MemoryError:
+        return _fail("out of memory; use a smaller -S, -H or -B", 1)
+    except (ValueError, TypeError, LookupError) as exc:   # the API's argument errors name the argument
+        return _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 2)
+    except OSError as exc:
+        if exc.errno in _OUTPUT_ERRNOS:                   # writing the output: full disk, quota, I/O error
+            _silence_stdout()
+            return _fail(f"cannot write the output ({exc.strerror or exc})", 1)
+        return _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 1)   # e.g. hsaco/ missing
+    except RuntimeError as exc:                           # torch's allocation failures, emulator findings
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "alloc" in text.lower() or "memory" in text.lower():
+            return _fail(f"out of memory ({text}); use a smaller -S, -H or -B", 1)
+        return _fail(f"{type(exc).__name__}: {text}", 1)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
 
 
 if __name__ == "__main__":

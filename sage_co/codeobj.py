@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 import msgpack
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 EM_AMDGPU = 224
 ELFOSABI_AMDGPU_HSA = 64
 NT_AMDGPU_METADATA = 32
-# e_flags & 0xff (EF_AMDGPU_MACH); launcher_facts §4 "ELF identification"
+# e_flags & 0xff (EF_AMDGPU_MACH): docs/rdna4.md §Code object, "ELF identification"
 MACH = {0x04E: "gfx1201", 0x04C: "gfx942", 0x04F: "gfx950", 0x048: "gfx1200", 0x041: "gfx1100"}
 # EI_ABIVERSION -> code object version
 ABI_TO_COV = {2: 4, 3: 5, 4: 6}
@@ -169,56 +170,81 @@ class CodeObject:
         return self.kernels[name]
 
 
+# What pyelftools and msgpack raise on a corrupt body: besides ELFError, a field read as a huge offset or size
+# surfaces as OverflowError/MemoryError, a section type that does not match its name as AttributeError, a zero
+# sh_entsize as ZeroDivisionError, a read past the end as struct.error/EOFError. Each becomes a CodeObjectError.
+_MALFORMED = (ELFError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError, struct.error,
+              KeyError, IndexError, UnicodeDecodeError, TypeError, OverflowError, MemoryError, AttributeError,
+              ZeroDivisionError, EOFError, RecursionError, AssertionError)
+
+
 def read(data: bytes, name: str = "<bytes>", arch: str | None = "gfx1201") -> CodeObject:
-    """Parse a code object. `arch` None accepts any AMDGPU target (used only by tooling)."""
+    """Parse a code object. `arch` None accepts any AMDGPU target (used only by tooling).
+
+    Raises CodeObjectError (a ValueError) naming `name` and what is wrong for every malformed input."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"read(data=...): expected bytes, got {type(data).__name__}")
     data = bytes(data)
     if len(data) < 64 or data[:4] != b"\x7fELF":
         raise CodeObjectError(name, f"not an ELF file ({len(data)} bytes, magic {data[:4]!r})")
     try:
-        elf = ELFFile(io.BytesIO(data))
-        header = elf.header
-        machine, osabi_raw, abiver, e_flags = header.e_machine, data[7], data[8], header.e_flags
-        if machine != "EM_AMDGPU" and machine != EM_AMDGPU:
-            raise CodeObjectError(name, f"ELF for machine {machine}, expected EM_AMDGPU (224)")
-        if osabi_raw != ELFOSABI_AMDGPU_HSA:
-            raise CodeObjectError(name, f"EI_OSABI {osabi_raw}, expected 64 (AMDGPU_HSA)")
-        if abiver not in ABI_TO_COV:
-            raise CodeObjectError(name, f"EI_ABIVERSION {abiver} is not code object v4/v5/v6")
-        target = MACH.get(e_flags & 0xFF, f"mach 0x{e_flags & 0xff:03x}")
-        if arch is not None and target != arch:
-            raise CodeObjectError(name, f"code object is for {target}, expected {arch}")
-        sections = {s.name: s for s in elf.iter_sections()}
-        for needed in (".text", ".rodata", ".symtab"):
-            if needed not in sections:
-                raise CodeObjectError(name, f"missing ELF section {needed}")
-        text_sec, rodata = sections[".text"], sections[".rodata"]
-        text, text_addr = text_sec.data(), text_sec["sh_addr"]
-        if len(text) != text_sec["sh_size"]:
-            raise CodeObjectError(name, "truncated .text section")
-        rodata_bytes, rodata_addr = rodata.data(), rodata["sh_addr"]
-        meta = None
-        for sec in elf.iter_sections():
-            if sec["sh_type"] != "SHT_NOTE":
-                continue
-            for note in sec.iter_notes():
-                if note["n_name"] == "AMDGPU" and note["n_type"] in (NT_AMDGPU_METADATA, "NT_AMDGPU_METADATA"):
-                    desc = note["n_desc"]
-                    meta = msgpack.unpackb(desc if isinstance(desc, bytes) else desc.encode("latin1"),
-                                           raw=False, strict_map_key=False)
-        if meta is None:
-            raise CodeObjectError(name, "no NT_AMDGPU_METADATA note")
-        symbols = {s.name: s for s in sections[".symtab"].iter_symbols()}
+        return _read_elf(data, name, arch)
     except CodeObjectError:
         raise
-    except (ELFError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError,
-            struct.error, KeyError, IndexError, UnicodeDecodeError, TypeError) as exc:
+    except _MALFORMED as exc:
         raise CodeObjectError(name, f"malformed code object ({type(exc).__name__}: {exc})") from None
+
+
+def _read_elf(data: bytes, name: str, arch: str | None) -> CodeObject:
+    elf = ELFFile(io.BytesIO(data))
+    header = elf.header
+    machine, osabi_raw, abiver, e_flags = header.e_machine, data[7], data[8], header.e_flags
+    if machine != "EM_AMDGPU" and machine != EM_AMDGPU:
+        raise CodeObjectError(name, f"ELF for machine {machine}, expected EM_AMDGPU (224)")
+    if osabi_raw != ELFOSABI_AMDGPU_HSA:
+        raise CodeObjectError(name, f"EI_OSABI {osabi_raw}, expected 64 (AMDGPU_HSA)")
+    if abiver not in ABI_TO_COV:
+        raise CodeObjectError(name, f"EI_ABIVERSION {abiver} is not code object v4/v5/v6")
+    target = MACH.get(e_flags & 0xFF, f"mach 0x{e_flags & 0xff:03x}")
+    if arch is not None and target != arch:
+        raise CodeObjectError(name, f"code object is for {target}, expected {arch}")
+    sections = {s.name: s for s in elf.iter_sections()}
+    for needed in (".text", ".rodata", ".symtab"):
+        if needed not in sections:
+            raise CodeObjectError(name, f"missing ELF section {needed}")
+    if not isinstance(sections[".symtab"], SymbolTableSection):
+        raise CodeObjectError(name, f".symtab is not a symbol table (sh_type {sections['.symtab']['sh_type']})")
+    text_sec, rodata = sections[".text"], sections[".rodata"]
+    for sec in (text_sec, rodata):
+        if sec["sh_offset"] + sec["sh_size"] > len(data):
+            raise CodeObjectError(name, f"section {sec.name} (offset {sec['sh_offset']}, {sec['sh_size']} bytes) "
+                                        f"extends past the end of the file ({len(data)} bytes)")
+    text, text_addr = text_sec.data(), text_sec["sh_addr"]
+    if len(text) != text_sec["sh_size"]:
+        raise CodeObjectError(name, "truncated .text section")
+    rodata_bytes, rodata_addr = rodata.data(), rodata["sh_addr"]
+    meta = None
+    for sec in elf.iter_sections():
+        if sec["sh_type"] != "SHT_NOTE":
+            continue
+        for note in sec.iter_notes():
+            if note["n_name"] == "AMDGPU" and note["n_type"] in (NT_AMDGPU_METADATA, "NT_AMDGPU_METADATA"):
+                desc = note["n_desc"]
+                meta = msgpack.unpackb(desc if isinstance(desc, bytes) else desc.encode("latin1"),
+                                       raw=False, strict_map_key=False)
+    if meta is None:
+        raise CodeObjectError(name, "no NT_AMDGPU_METADATA note")
+    if not isinstance(meta, dict) or not isinstance(meta.get("amdhsa.kernels", []), list):
+        raise CodeObjectError(name, "NT_AMDGPU_METADATA is not a map with an amdhsa.kernels list")
+    symbols = {s.name: s for s in sections[".symtab"].iter_symbols()}
 
     kernels: dict[str, Kernel] = {}
     for kmeta in meta.get("amdhsa.kernels", []):
-        kname = kmeta.get(".name")
+        if not isinstance(kmeta, dict) or not isinstance(kmeta.get(".name"), str):
+            raise CodeObjectError(name, f"amdhsa.kernels entry is not a map with a .name string: {kmeta!r:.80}")
+        kname = kmeta[".name"]
+        if not isinstance(kmeta.get(".args", []), list) or not all(isinstance(a, dict) for a in kmeta.get(".args", [])):
+            raise CodeObjectError(name, f"kernel {kname!r}: .args is not a list of maps")
         kd_sym = symbols.get(kmeta.get(".symbol", f"{kname}.kd"))
         if kd_sym is None:
             raise CodeObjectError(name, f"kernel {kname!r}: descriptor symbol {kmeta.get('.symbol')!r} missing")
@@ -236,6 +262,10 @@ def read(data: bytes, name: str = "<bytes>", arch: str | None = "gfx1201") -> Co
     return CodeObject(name, target, ABI_TO_COV[abiver], e_flags, text, text_addr, meta, kernels)
 
 
-def read_file(path) -> CodeObject:
-    with open(path, "rb") as fh:
-        return read(fh.read(), str(path))
+def read_file(path, arch: str | None = "gfx1201") -> CodeObject:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise CodeObjectError(str(path), f"cannot read ({exc.strerror or exc})") from None
+    return read(data, str(path), arch)

@@ -157,12 +157,32 @@ def _check_geometry(grid, block, p: KernelPlan) -> tuple[tuple, tuple]:
     if threads > p.max_threads:
         raise ValueError(f"{p.symbol}: block {block} has {threads} work-items, the kernel allows at most "
                          f"{p.max_threads}")
+    _check_declared_workgroup(block, threads, p)
     if grid[0] > 2**31 - 1 or grid[1] > 65536 or grid[2] > 65536:  # docs/rdna4.md §HIP runtime: CLR launch limits
         raise ValueError(f"{p.symbol}: grid {grid} exceeds the HIP limits (x < 2^31, y and z <= 65536)")
     if len(p.checked_geometry) >= _GEOMETRY_CACHE:
         p.checked_geometry.clear()
     p.checked_geometry.add(key)
     return grid, block
+
+
+def _check_declared_workgroup(block: tuple, threads: int, p: KernelPlan) -> None:
+    """The block must be the one the kernel is written for (issue 11 item 10). Every shipped kernel is written for
+    exactly one workgroup size and declares it as its flat workgroup size (HIP amdgpu_flat_work_group_size(N, N),
+    the asm's .max_flat_workgroup_size), or as .reqd_workgroup_size; and a kernel whose descriptor delivers only
+    the x (or x, y) work-item id cannot tell the work-items of a y/z dimension apart (docs/rdna4.md §Entry)."""
+    md = p.kernel.metadata
+    reqd = md.get(".reqd_workgroup_size")
+    if reqd is not None and tuple(reqd) != block:
+        raise ValueError(f"{p.symbol}: block {block} differs from the kernel's required workgroup size {tuple(reqd)}")
+    if threads != p.max_threads:
+        raise ValueError(f"{p.symbol}: block {block} has {threads} work-items; the kernel is written for "
+                         f"workgroups of exactly {p.max_threads} (its declared flat workgroup size)")
+    ids = p.kernel.descriptor.enable_vgpr_workitem_id   # 0: x only, 1: x and y, 2: x, y and z
+    if (block[1] > 1 and ids < 1) or (block[2] > 1 and ids < 2):
+        given = "x" if ids == 0 else "x and y"
+        raise ValueError(f"{p.symbol}: block {block} spans dimensions the kernel does not see (its descriptor "
+                         f"delivers only the {given} work-item id); use ({threads}, 1, 1)")
 
 
 def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: dict, *, backend: str,

@@ -255,6 +255,7 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
     validate.check_flag("return_lse", return_lse)
     validate.check_flag("is_causal", is_causal)
     sh = validate.check_prepared(prepared)
+    validate.check_prepared_padding(prepared)
     S, S_kv, dev = sh.S_q, sh.S_kv, prepared.q_int8.device
     masks.check_block_mask(block_mask, sh.B, sh.H_q, S, S_kv)
     # skipping an inactive tile and masking all its scores are the same arithmetic (alpha = 1 or 0, p = 0)

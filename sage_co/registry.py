@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import codeobj
+from . import manifest as manifest_file
 
 _PKG = Path(__file__).resolve().parent
 
@@ -25,7 +25,8 @@ def hsaco_dir() -> Path:
 
 @functools.lru_cache(maxsize=None)
 def manifest() -> dict:
-    return json.loads((hsaco_dir() / "manifest.json").read_text())
+    """hsaco/manifest.json, checked (sage_co.manifest: a malformed one raises ManifestError naming the problem)."""
+    return manifest_file.read(hsaco_dir() / "manifest.json")
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,12 @@ def find_symbol(symbol: str, arch: str = "gfx1201") -> ShippedKernel:
 
 @functools.lru_cache(maxsize=None)
 def load_bytes(file: str, sha256: str) -> bytes:
-    data = (hsaco_dir() / file).read_bytes()
+    path = manifest_file.code_object_path(hsaco_dir(), file)   # refuses a `file` that leaves hsaco/
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise codeobj.CodeObjectError(file, f"cannot read the shipped code object {path} ({exc.strerror or exc})") \
+            from None
     digest = hashlib.sha256(data).hexdigest()
     if digest != sha256:
         raise codeobj.CodeObjectError(file, f"sha256 {digest[:16]}... does not match the manifest ({sha256[:16]}...): "

@@ -10,7 +10,9 @@ from typing import NamedTuple
 
 import torch
 
-from .prepared import (HEAD_DIM, HEAD_DIM_STEP, INPUT_DTYPES, SagePrepared, d_pad, expected_shapes)
+from .backends import BACKENDS  # the one list; backend modules load lazily, so this stays light
+from .prepared import (HEAD_DIM, HEAD_DIM_STEP, INPUT_DTYPES, PAD, SCALE_BLOCK, SagePrepared, d_pad,
+                       expected_shapes, s_pad)
 
 ROPE_DIMS = (32, 64, 96, 128)
 LAYOUTS = ("NHD", "HND")
@@ -122,14 +124,24 @@ def check_qkv(q, k, v, layout="NHD") -> tuple[Shapes, torch.Tensor, torch.Tensor
     return Shapes(B, S_q, S_kv, H_q, H_kv, D, q.dtype), qn, kn, vn
 
 
+# docs/numerics.md §Finite range: with |softmax_scale| <= 2^64 and |q|, |k| <= 2^24 every intermediate of the spec
+# is finite (the largest logit is below 2^121); beyond 2^64 even |q| ~ 4 overflows the scaled Q (1e38 gave all NaN).
+MAX_SOFTMAX_SCALE = 2.0 ** 64
+MAX_QK_ABS = 2.0 ** 24
+
+
 def check_softmax_scale(softmax_scale, head_dim: int = HEAD_DIM) -> float:
-    """None -> 1/sqrt(head_dim) (the real D, not the padded one); otherwise a finite real number (int or float)."""
+    """None -> 1/sqrt(head_dim) (the real D, not the padded one); otherwise a real number (int or float, not bool)
+    with |softmax_scale| <= 2^64."""
     if softmax_scale is None:
         return 1.0 / math.sqrt(head_dim)
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
         raise TypeError(f"softmax_scale: expected None or a finite float, got {type(softmax_scale).__name__}")
-    if not math.isfinite(softmax_scale):
-        raise ValueError(f"softmax_scale: expected a finite float, got {softmax_scale}")
+    # comparisons, not math.isfinite: under torch.compile(dynamic=True) the float is symbolic and math.isfinite
+    # cannot be traced (fullgraph fails); the chained comparison also refuses NaN and +-inf
+    if not -MAX_SOFTMAX_SCALE <= softmax_scale <= MAX_SOFTMAX_SCALE:
+        raise ValueError(f"softmax_scale: expected a finite float with |softmax_scale| <= 2**64 (the range where "
+                         f"the arithmetic stays finite, docs/numerics.md §Finite range), got {softmax_scale}")
     return float(softmax_scale)
 
 
@@ -142,7 +154,7 @@ def check_flag(name: str, value) -> bool:
 def check_eps(eps) -> float:
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         raise TypeError(f"eps: expected a finite float >= 0, got {type(eps).__name__}")
-    if not math.isfinite(eps) or eps < 0:
+    if not 0 <= eps < math.inf:   # comparisons only: traceable with a symbolic eps (see check_softmax_scale)
         raise ValueError(f"eps: expected a finite float >= 0, got {eps}")
     return float(eps)
 
@@ -248,3 +260,85 @@ def check_prepared(prepared, device: torch.device | str | None = None) -> Shapes
         if t.device != dev:
             raise ValueError(f"{name}: expected a tensor on {dev}, got {t.device}")
     return Shapes(B, S_q, S_kv, H_q, H_kv, D, prepared.out_dtype)
+
+
+def check_finite_range(q, k, softmax_scale=None) -> None:
+    """Optional check (one pass over q and k; the ops do not run it): the inputs lie in the supported finite range
+    of docs/numerics.md §Finite range, |q|, |k| <= 2^24, so the output and LSE are finite. Raises ValueError naming
+    q or k."""
+    check_softmax_scale(softmax_scale)
+    for name, t in (("q", q), ("k", k)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        amax = t.detach().abs().amax().item() if t.numel() else 0.0
+        if not amax <= MAX_QK_ABS:
+            raise ValueError(f"{name}: max |{name}| = {amax} is outside the supported finite range |{name}| <= 2**24 "
+                             f"(docs/numerics.md §Finite range)")
+
+
+# ------------------------------------------------------------------- whole-call checks (issue 11 item 5)
+ATTENTION_OP = "sage_attention_fwd"
+U32 = 1 << 32
+
+
+def check_backend(backend) -> None:
+    """backend: None (choose by the tensors' device), "emu" or "hip"."""
+    if backend is None:
+        return
+    if not isinstance(backend, str):
+        raise TypeError(f"backend: expected None or one of {BACKENDS}, got {type(backend).__name__}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected None or one of {BACKENDS}, got {backend!r}")
+
+
+def check_kernel(kernel, op: str = ATTENTION_OP) -> None:
+    """kernel: None (the default variant) or the name of a variant the manifest ships for `op`."""
+    if kernel is None:
+        return
+    if not isinstance(kernel, str):
+        raise TypeError(f"kernel: expected None or a str naming a shipped variant of {op}, got {type(kernel).__name__}")
+    if torch.compiler.is_compiling():
+        return   # dynamo cannot trace the manifest read; the op's fake implementation makes this check at trace time
+    check_kernel_shipped(kernel, op)
+
+
+def check_kernel_shipped(kernel, op: str = ATTENTION_OP) -> None:
+    """The manifest part of check_kernel, without the compile guard: the ops' fake implementations call it (they
+    run as plain Python under FakeTensorMode, also while torch.compile traces)."""
+    if kernel is None:
+        return
+    from . import registry  # torch-free and cached; imported here so `validate` stays a leaf for the reference
+    variants = sorted({k.variant for k in registry.kernels() if k.op == op})
+    if kernel not in variants:
+        raise ValueError(f"kernel: expected None or one of {variants} (the shipped variants of {op}), got {kernel!r}")
+
+
+def check_attention_length(S, D, name: str = "q") -> None:
+    """S tokens of head dim D fit the attention kernel: it addresses one head with 32-bit byte offsets, so
+    round_up(S, 64) * D_pad < 2^32 (S_pad <= 33,554,368 at D_pad 128, 67,108,800 at D_pad 64)."""
+    Sp, Dp = s_pad(S), d_pad(D)
+    if Sp * Dp >= U32:
+        limit = (U32 - 1) // Dp // PAD * PAD
+        raise ValueError(f"{name}: S = {S} is too long for the attention kernel: S_pad = round_up(S, 64) = {Sp} > "
+                         f"{limit} at head dim {D} (one head is addressed with 32-bit byte offsets)")
+
+
+def check_prepared_padding(prepared) -> None:
+    """Everything past the valid tokens is zero, as the layout requires (docs/numerics.md §Prepared layout): q_int8
+    rows >= seq_len_q, k_int8 rows and v_fp8 columns >= seq_len_kv, scale blocks that hold no valid token. This
+    catches a seq_len lowered within the same S_pad (100 -> 65 was silently used: rel L2 0.74). Reads only the
+    padded part (fewer than 64 tokens per head); skipped for tensors without data (meta)."""
+    q_int8 = prepared.q_int8
+    if q_int8.device.type == "meta":
+        return
+    S_q, S_kv = prepared.seq_len_q, prepared.seq_len_kv
+    bq, bk = -(-S_q // SCALE_BLOCK), -(-S_kv // SCALE_BLOCK)
+    padded = (("seq_len_q", S_q, "q_int8", q_int8[:, :, S_q:]), ("seq_len_q", S_q, "q_scale", prepared.q_scale[..., bq:]),
+              ("seq_len_kv", S_kv, "k_int8", prepared.k_int8[:, :, S_kv:]),
+              ("seq_len_kv", S_kv, "k_scale", prepared.k_scale[..., bk:]),
+              ("seq_len_kv", S_kv, "v_fp8", prepared.v_fp8[..., S_kv:].view(torch.uint8)))
+    for length, S, field, t in padded:
+        if t.numel() and bool(t.ne(0).any()):
+            raise ValueError(f"prepared.{length}: {S}, but prepared.{field} holds non-zero values past token {S} "
+                             f"where the layout has zero padding: the structure was prepared for a longer sequence "
+                             f"or {length} was changed")

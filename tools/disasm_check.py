@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from build_asm import kernel_snapshot  # noqa: E402
 from sage_co import abi, codeobj  # noqa: E402
+from sage_co import manifest as sage_manifest  # noqa: E402
 from sage_co.emu.decode import Inst, decode  # noqa: E402
 from sage_co.emu.facts import CLASSES, class_of, facts, vopd_problem  # noqa: E402,F401
 from sage_co.emu.text import inst_text  # noqa: E402
@@ -229,7 +230,7 @@ def check_code_object(path: Path, recorded: dict | None, declared: dict | None, 
     """recorded: the manifest's `kernels` section for this code object (None: no snapshot comparison)."""
     problems = []
     try:
-        co = codeobj.read(path.read_bytes(), str(path), arch=None)
+        co = codeobj.read_file(path, arch=None)
     except codeobj.CodeObjectError as exc:
         return [str(exc)]
     if recorded is not None:
@@ -280,10 +281,16 @@ def main(argv=None) -> int:
         for path in args.co:
             problems += check_code_object(path, None, None, rows)
     else:
-        manifest = json.loads((args.hsaco / "manifest.json").read_text())
+        try:
+            manifest = sage_manifest.read(args.hsaco / "manifest.json")
+            paths = [sage_manifest.code_object_path(args.hsaco, entry["file"])
+                     for entry in manifest["code_objects"].values()]
+        except sage_manifest.ManifestError as exc:
+            print(f"disasm_check.py: {exc}", file=sys.stderr)
+            return 2
         declared = kernarg_declarations(manifest)
-        for entry in manifest["code_objects"].values():
-            problems += check_code_object(args.hsaco / entry["file"], entry.get("kernels", {}), declared, rows)
+        for path, entry in zip(paths, manifest["code_objects"].values()):
+            problems += check_code_object(path, entry.get("kernels", {}), declared, rows)
     if not args.no_mix and rows:
         print_mix(rows)
     if problems:

@@ -4,10 +4,17 @@ Tensor arguments are copied into emulator memory (one allocation each), the kern
 the emulator addresses, the grid runs to completion, and every tensor argument the metadata does not
 mark read_only is copied back into its torch tensor. Options: sanitize, lds_race_check, trace_wave, dynamic_lds
 (bytes of LDS added to the kernel's static group segment, HIP's sharedMemBytes; sage_co.emu.Module.launch). run() returns the run's statistics; `history` keeps only the latest few.
+
+Concurrency: the emulator's memory is one numpy arena that is replaced by a larger copy when an allocation
+does not fit, and a running kernel holds the arena it started with. So one lock serialises everything that
+touches the device (allocations, copies, the launch itself and the copy-back): a call from another thread waits
+instead of growing the arena under a running kernel (issue 11 item 1). The emulator is single-threaded Python,
+so serialising costs no throughput.
 """
 from __future__ import annotations
 
 import collections
+import threading
 
 import torch
 
@@ -26,6 +33,9 @@ class EmuBackend:
         self.device = emu.Device()
         self.modules: dict[str, object] = {}     # sha256 -> loaded module
         self.history: collections.deque = collections.deque(maxlen=HISTORY)
+        self.lock = threading.RLock()   # held for the whole of run(): the arena never moves under a kernel
+        # progress(symbol, workgroups done, total) after each batch of workgroups, or None (the CLI sets it)
+        self.progress = None
 
     @staticmethod
     def device_problem(tensor: torch.Tensor) -> str | None:
@@ -42,6 +52,10 @@ class EmuBackend:
             self.module(p.shipped)
 
     def run(self, kl: KernelLaunch):
+        with self.lock:
+            return self._run_locked(kl)
+
+    def _run_locked(self, kl: KernelLaunch):
         p = kl.plan
         allocations: dict[str, tuple[int, int]] = {}
         values = dict(kl.values)
@@ -58,8 +72,12 @@ class EmuBackend:
                 values[name] = addr
             kl.kernarg_bytes = p.packer.pack(values)
             kl.addresses = {name: addr for name, (addr, _) in allocations.items()}
+            options = dict(kl.options)
+            if self.progress is not None and "progress" not in options:
+                report = self.progress
+                options["progress"] = lambda done, total: report(p.symbol, done, total)
             stats = self.module(p.shipped).launch(p.symbol, grid=kl.grid, block=kl.block, kernargs=kl.kernarg_bytes,
-                                                  **kl.options)
+                                                  **options)
             for name, (addr, nbytes) in allocations.items():
                 if nbytes and name not in p.read_only:
                     data = bytearray(self.device.read(addr, nbytes))

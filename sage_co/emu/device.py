@@ -175,10 +175,12 @@ class Module:
         return bytes(buf)
 
     def launch(self, kernel_name: str, grid=(1, 1, 1), block=(32, 1, 1), kernargs: bytes = b"", *,
-               sanitize: bool = True, lds_race_check: bool = False, trace_wave=None, dynamic_lds: int = 0):
+               sanitize: bool = True, lds_race_check: bool = False, trace_wave=None, dynamic_lds: int = 0,
+               progress=None):
         """Run kernel_name over grid x block. dynamic_lds: bytes of LDS the launch adds to the kernel's static
         group segment (hipModuleLaunchKernel's sharedMemBytes; `extern __shared__` arrays and Triton kernels live
-        there); the kernel sees it in hidden_dynamic_lds_size and the dispatch packet."""
+        there); the kernel sees it in hidden_dynamic_lds_size and the dispatch packet. progress: None or
+        callable(workgroups done, total), called after each batch of workgroups."""
         k = self.co.kernel(kernel_name)
         grid, block = tuple(int(x) for x in grid), tuple(int(x) for x in block)
         if isinstance(dynamic_lds, bool) or not isinstance(dynamic_lds, (int, np.integer)) or dynamic_lds < 0:
@@ -205,7 +207,7 @@ class Module:
                 prog = self._programs[kernel_name] = executor.Program(self, k)
             return executor.run(prog, grid, block, kernarg_va=kva, dispatch_va=dva, queue_va=qva,
                                 sanitize=sanitize, lds_race_check=lds_race_check, trace_wave=trace_wave,
-                                dynamic_lds=dynamic_lds)
+                                dynamic_lds=dynamic_lds, progress=progress)
         finally:
             for va in extra:
                 dev.free(va)

@@ -38,7 +38,13 @@ class Program:
         self.insts = insts
         self.index = {i.offset: n for n, i in enumerate(insts)}
         d = kernel.descriptor
-        self.nvgpr = max(d.vgpr_count, int(kernel.metadata.get(".vgpr_count", 0)), 1)
+        # The hardware gives a wave the VGPRs its descriptor asks for, nothing more; an access past them is refused
+        # (operand checks below). Metadata that says the code uses more is refused up front.
+        self.nvgpr = d.vgpr_count
+        used = int(kernel.metadata.get(".vgpr_count", 0))
+        if used > self.nvgpr:
+            raise EmuError(f"kernel {self.name}: the metadata says the code uses {used} VGPRs but the descriptor "
+                           f"allocates {self.nvgpr}; a wave would touch VGPRs it does not own")
         self.lds_bytes = int(d.group_segment_fixed_size)
         self.denorm32 = int(d.float_denorm_mode_32)
         self.denorm16 = int(d.float_denorm_mode_16_64)
@@ -165,7 +171,7 @@ def run(prog: Program, grid, block, **kw):
 
 
 def _run(prog: Program, grid, block, *, kernarg_va, dispatch_va=0, queue_va=0, sanitize=True,
-         lds_race_check=False, trace_wave=None, dynamic_lds=0):
+         lds_race_check=False, trace_wave=None, dynamic_lds=0, progress=None):
     t0 = time.perf_counter()
     nthreads = block[0] * block[1] * block[2]
     wpg = (nthreads + 31) // 32
@@ -188,6 +194,8 @@ def _run(prog: Program, grid, block, *, kernarg_va, dispatch_va=0, queue_va=0, s
             tracer.attach(st)
         with np.errstate(all="ignore"):
             steps += _run_batch(st, Ops(st), tracer)
+        if progress is not None:   # progress(workgroups done, total): the CLI's progress bar on long runs
+            progress(wg_lo + nwg, total_wg)
     counts = {c: 0 for c in CLASSES}
     ec = prog.exec_count
     for pc, c in enumerate(prog.cls):

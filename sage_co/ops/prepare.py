@@ -145,7 +145,7 @@ def quant_grid(sh: validate.Shapes) -> tuple[int, int, int]:
 
 
 def check_launch_limits(sh: validate.Shapes) -> None:
-    """The grids fit the HIP limits (launcher_facts §4: x < 2^31, y and z <= 65536) and every index the kernels
+    """The grids fit the HIP limits (docs/rdna4.md §HIP runtime: x < 2^31, y and z <= 65536) and every index the kernels
     compute in 32 bits stays below 2^31. Raised before any launch, naming q."""
     if sh.B * 2 > 65536 or sh.H_kv > 65536:
         raise ValueError(f"q: B = {sh.B} and H_kv = {sh.H_kv} exceed the launch grid (need 2 * B <= 65536 and "

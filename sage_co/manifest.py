@@ -1,0 +1,105 @@
+"""Read and check hsaco/manifest.json, the list of shipped code objects that build_asm.py writes.
+
+One reader for every consumer (the runtime registry, `sage-co info`, `build_asm.py --check`,
+tools/disasm_check.py): a file that cannot be read, is not JSON, lacks a field its readers use, holds a field of
+the wrong type, or names a code object outside hsaco/ raises ManifestError naming the file and what is wrong.
+Torch-free and LLVM-free.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path, PurePosixPath
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+# The fields every reader relies on, per level: name -> required Python type(s). Other fields are allowed (the
+# provides rows carry extra lookup keys).
+_CODE_OBJECT_FIELDS = {"file": str, "arch": str, "sha256": str, "source": str, "code_object_version": int,
+                       "llvm_version": str, "provides": list, "kernels": dict}
+_PROVIDES_FIELDS = {"op": str, "variant": str, "symbol": str}
+_KERNEL_FIELDS = {"kernarg_size": int, "vgpr_count": int, "lds_bytes": int, "args": list}
+_ARG_FIELDS = {"name": str, "offset": int, "size": int}
+
+
+class ManifestError(ValueError):
+    """hsaco/manifest.json is unreadable or malformed; the message names the file and the problem."""
+
+    def __init__(self, name: str, problem: str):
+        super().__init__(f"{name}: {problem}")
+        self.name, self.problem = name, problem
+
+
+def read(path) -> dict:
+    """The manifest at `path`, parsed and checked (check())."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(str(path), f"cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    return loads(text, str(path))
+
+
+def loads(text: str, name: str = "manifest.json") -> dict:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ManifestError(name, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
+                                  f"(truncated or hand-edited?)") from None
+    except RecursionError:
+        raise ManifestError(name, "not valid JSON: nested too deeply") from None
+    check(data, name)
+    return data
+
+
+def _fields(obj, spec: dict, name: str, where: str) -> None:
+    if not isinstance(obj, dict):
+        raise ManifestError(name, f"{where}: expected an object, got {type(obj).__name__}")
+    for key, typ in spec.items():
+        if key not in obj:
+            raise ManifestError(name, f"{where}: missing field {key!r}")
+        value = obj[key]
+        if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+            raise ManifestError(name, f"{where}.{key}: expected {typ.__name__}, got {type(value).__name__} "
+                                      f"{json.dumps(value)[:40]}")
+
+
+def check(data, name: str = "manifest.json") -> None:
+    """Raise ManifestError unless `data` has every field its readers use, with the right types."""
+    if not isinstance(data, dict) or not isinstance(data.get("code_objects"), dict):
+        raise ManifestError(name, "expected an object with a 'code_objects' object")
+    for co_name, co in data["code_objects"].items():
+        where = f"code_objects.{co_name}"
+        _fields(co, _CODE_OBJECT_FIELDS, name, where)
+        relative_file(co["file"], name, f"{where}.file")
+        if not _SHA256.fullmatch(co["sha256"]):
+            raise ManifestError(name, f"{where}.sha256: expected 64 lowercase hex digits, got {co['sha256'][:70]!r}")
+        for i, p in enumerate(co["provides"]):
+            _fields(p, _PROVIDES_FIELDS, name, f"{where}.provides[{i}]")
+            if p["symbol"] not in co["kernels"]:
+                raise ManifestError(name, f"{where}.provides[{i}]: symbol {p['symbol']!r} is not among its kernels "
+                                          f"{sorted(co['kernels'])}")
+        for kname, k in co["kernels"].items():
+            _fields(k, _KERNEL_FIELDS, name, f"{where}.kernels.{kname}")
+            for i, a in enumerate(k["args"]):
+                _fields(a, _ARG_FIELDS, name, f"{where}.kernels.{kname}.args[{i}]")
+
+
+def relative_file(file: str, name: str = "manifest.json", where: str = "file") -> PurePosixPath:
+    """A manifest `file` as a path below hsaco/: relative, '/'-separated, no '..', no empty or '.' parts."""
+    p = PurePosixPath(file)
+    if (not file or p.is_absolute() or "\\" in file or ":" in file
+            or any(part in ("..", ".", "") for part in file.split("/"))):
+        raise ManifestError(name, f"{where}: {file!r} must be a plain relative path inside hsaco/ "
+                                  f"(no absolute path, '..', '.', backslash or drive)")
+    return p
+
+
+def code_object_path(hsaco_dir, file: str, name: str = "manifest.json") -> Path:
+    """hsaco_dir / file, refused when the manifest entry would leave hsaco/ (also through a symlink)."""
+    base = Path(hsaco_dir)
+    path = base / relative_file(file, name)
+    resolved, root = path.resolve(), base.resolve()
+    if root != resolved and root not in resolved.parents:
+        raise ManifestError(name, f"file: {file!r} resolves to {resolved}, outside {root}")
+    return path

@@ -1,0 +1,88 @@
+"""Concurrent calls on the emulator backend (issue 11 item 1).
+
+The emulator keeps device memory in one numpy arena that is replaced by a larger copy when an allocation does not
+fit. Before the backend lock, a thread whose call grew the arena while another thread's kernel ran left that kernel
+writing into the old arena: wrong or NaN output and no error. Here every call starts on a tiny arena, so the
+threads' allocations force growth while the other threads' kernels run; each thread's result must equal its
+single-threaded result bit for bit.
+"""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from sage_co import api, launch
+from sage_co.backends.emu import EmuBackend
+
+TINY_ARENA = 4096  # bytes: every call of the test grows it
+
+
+def _fresh_tiny_backend(monkeypatch) -> EmuBackend:
+    backend = EmuBackend()
+    backend.device.__init__(TINY_ARENA)
+    monkeypatch.setitem(launch._backends, "emu", backend)
+    return backend
+
+
+def _inputs(seed: int, S: int):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(1, S, 1, 128, generator=g).to(torch.bfloat16) for _ in range(3))
+
+
+def test_threads_growing_the_arena_get_their_single_threaded_results(monkeypatch):
+    cases = [(seed, S) for seed, S in ((1, 64), (2, 96), (3, 160))]
+    inputs = [_inputs(seed, S) for seed, S in cases]
+    expected = [api.sage_attention(*qkv, backend="emu") for qkv in inputs]   # one at a time
+
+    backend = _fresh_tiny_backend(monkeypatch)
+    results: dict[int, torch.Tensor] = {}
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(inputs))
+
+    def worker(i: int) -> None:
+        try:
+            start.wait()
+            results[i] = api.sage_attention(*inputs[i], backend="emu")
+        except BaseException as exc:  # reported below; a thread's exception would otherwise vanish
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(backend.device.mem) > TINY_ARENA, "the test must make the arena grow"
+    for i, (seed, S) in enumerate(cases):
+        assert torch.equal(results[i], expected[i]), f"thread {i} (seed {seed}, S={S}) got another result"
+
+
+def test_first_launches_from_several_threads_share_one_backend(monkeypatch):
+    monkeypatch.setattr(launch, "_backends", {})
+    got: list[object] = []
+    start = threading.Barrier(4)
+
+    def worker() -> None:
+        start.wait()
+        got.append(launch.get_backend("emu"))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(b) for b in got}) == 1
+
+
+def test_lock_is_released_after_a_failing_launch(monkeypatch):
+    """A launch that raises inside the backend must not leave the lock held (the next call would hang)."""
+    backend = _fresh_tiny_backend(monkeypatch)
+    q, k, v = _inputs(5, 64)
+    with pytest.raises(Exception):
+        backend.run(None, None, None, None, (1, 1, 1), (32, 1, 1), {"x": object()})
+    assert backend.lock.acquire(timeout=1)
+    backend.lock.release()
+    out = api.sage_attention(q, k, v, backend="emu")
+    assert torch.isfinite(out.float()).all()

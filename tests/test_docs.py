@@ -1,0 +1,92 @@
+"""The docs describe the repository as it is (issue 17): every path the README's Layout table names exists, every
+`docs/rdna4.md §Section` citation names a section that exists, and no file outside tests/ cites the fact sheets
+that live outside the repository or an absolute path on the machine it was written on."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# Files whose text is checked for citations: the code, the kernel sources, the tools and the docs (tests may name a
+# local data folder through an environment variable / default path, e.g. the perf model's calibration folder).
+CHECKED = ["README.md", "build_asm.py", "docs", "sage_co", "tools", "asm_src", "benchmarks"]
+TEXT_SUFFIXES = {".py", ".md", ".s", ".hip", ".toml", ".c", ".h"}
+OUTSIDE = re.compile(r"rdna4_facts|launcher_facts|emulator_anchors|/work/")
+
+
+def _text_files():
+    for name in CHECKED:
+        p = ROOT / name
+        for f in ([p] if p.is_file() else sorted(p.rglob("*"))):
+            if f.is_file() and f.suffix in TEXT_SUFFIXES and "__pycache__" not in f.parts:
+                yield f
+
+
+def _layout_paths() -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    paths = []
+    for row in table.splitlines():
+        if not row.startswith("| `"):
+            continue
+        cell = row.split("|")[1]
+        names = re.findall(r"`([^`]+)`", cell)
+        base = ""
+        for n in names:
+            if "/" in n.rstrip("/"):
+                base = n.rsplit("/", 1)[0] + "/" if not n.endswith("/") else ""
+                paths.append(n)
+            elif base and not (ROOT / n).exists():
+                paths.append(base + n)     # `gen_sage_attention_asm.py` after `asm_src/asmdsl.py`
+            else:
+                paths.append(n)            # `pyproject.toml` after `.ci/run`
+    return paths
+
+
+def test_layout_table_paths_exist():
+    paths = _layout_paths()
+    assert len(paths) >= 30, paths                 # the parser found the table
+    missing = [p for p in paths if not (ROOT / p).exists()]
+    assert not missing, f"README Layout names paths that do not exist: {missing}"
+
+
+def test_layout_table_lists_every_package_module():
+    """Every module of sage_co/ (outside the emulator, which docs/emulator.md lists) and every subpackage of sage_co/
+    and tools/ appears in the Layout table."""
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    wanted = [f"sage_co/{p.name}" for p in (ROOT / "sage_co").glob("*.py") if p.name != "__init__.py"]
+    wanted += [f"{p.parent.name}/{p.name}/" for d in ("sage_co", "tools") for p in (ROOT / d).iterdir()
+               if p.is_dir() and (p / "__init__.py").exists()]
+    listed = set(_layout_paths())
+    absent = [w for w in wanted if w not in listed and w.rstrip("/") not in listed
+              and f"`{Path(w).name}`" not in table]
+    assert not absent, f"README Layout does not mention: {absent}"
+
+
+def test_emulator_doc_lists_every_emu_module():
+    doc = (ROOT / "docs" / "emulator.md").read_text()
+    absent = [p.name for p in (ROOT / "sage_co" / "emu").glob("*.py")
+              if p.name != "__init__.py" and f"`{p.name}`" not in doc]
+    assert not absent, f"docs/emulator.md's module table does not mention: {absent}"
+
+
+def test_rdna4_section_citations_exist():
+    sections = re.findall(r"^##+ §(.+?)\s*$", (ROOT / "docs" / "rdna4.md").read_text(), re.M)
+    assert "Entry" in sections and "WMMA" in sections
+    bad = []
+    for f in _text_files():
+        for i, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
+            for cited in re.findall(r"rdna4\.md[ ,]*§([A-Za-z][\w -]*)", line):
+                if not any(cited.startswith(s) for s in sections):
+                    bad.append(f"{f.relative_to(ROOT)}:{i}: §{cited}")
+    assert not bad, "citations of docs/rdna4.md sections that do not exist:\n" + "\n".join(bad)
+
+
+def test_nothing_cites_files_outside_the_repository():
+    bad = []
+    for f in _text_files():
+        for i, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
+            if OUTSIDE.search(line):
+                bad.append(f"{f.relative_to(ROOT)}:{i}: {line.strip()[:120]}")
+    assert not bad, "references to files outside the repository:\n" + "\n".join(bad)
