@@ -226,6 +226,3 @@ def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False,
                              float(eps), cos, sin, chk.rope_dim or _NO_ROPE, bool(return_lse), backend or _DEFAULT,
                              kernel or _DEFAULT, bool(is_causal), block_mask)
     return (out, lse) if return_lse else out
-
-
-from .varlen import sage_attention_varlen  # noqa: E402,F401  (the packed op: sage_attention per sequence)

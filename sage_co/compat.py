@@ -232,12 +232,8 @@ def sageattn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
                     sm_scale: float | None = None, smooth_k: bool = True, **kwargs):
     """SageAttention's `sageattn_varlen` (packed [total, H, D] with cumulative lengths) on
     sage_co.sage_attention_varlen (issue 14: bit for bit the per-sequence calls); the keyword policy is sageattn's."""
-    from . import api
+    from .varlen import sage_attention_varlen as varlen
     opts = _apply_kwargs("sageattn_varlen", kwargs, sm_scale, is_causal)
-    varlen = getattr(api, "sage_attention_varlen", None)
-    if varlen is None:
-        raise NotImplementedError("sageattn_varlen: packed variable-length batches are not in this sage-co build "
-                                  "yet (issue 14 adds sage_attention_varlen); call sageattn per sequence")
     scale = opts.sm_scale if opts.sm_scale is not None else q.shape[-1] ** -0.5
     return varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(scale),
                   is_causal=opts.is_causal, smooth_k=smooth_k)
