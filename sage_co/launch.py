@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from . import registry
+from . import abi, registry
 from .backends import BACKENDS, backend_class
 from .backends.base import (POINTER_ALIGN, KernelLaunch, KernelPlan, Packer, device_arch, emu_device_problem,
                             hip_device_problem)
@@ -166,18 +166,24 @@ def _check_geometry(grid, block, p: KernelPlan) -> tuple[tuple, tuple]:
     return grid, block
 
 
+# Kernels written for exactly one block (the rest take any block up to their flat workgroup size, e.g. the prepare
+# reduce kernel: one thread per channel, D_pad of them). The metadata records only the maximum, so the fixed ones are
+# declared here from sage_co/abi.py.
+_FIXED_BLOCKS = {abi.ATTENTION_OP: abi.ATTENTION_BLOCK}
+
+
 def _check_declared_workgroup(block: tuple, threads: int, p: KernelPlan) -> None:
-    """The block must be the one the kernel is written for (issue 11 item 10). Every shipped kernel is written for
-    exactly one workgroup size and declares it as its flat workgroup size (HIP amdgpu_flat_work_group_size(N, N),
-    the asm's .max_flat_workgroup_size), or as .reqd_workgroup_size; and a kernel whose descriptor delivers only
-    the x (or x, y) work-item id cannot tell the work-items of a y/z dimension apart (docs/rdna4.md §Entry)."""
-    md = p.kernel.metadata
-    reqd = md.get(".reqd_workgroup_size")
+    """The block must be one the kernel is written for (issue 11 item 10): equal to .reqd_workgroup_size when the
+    metadata has one, equal to the declared block of a fixed-block kernel (the attention kernels: 4 wave32,
+    abi.ATTENTION_BLOCK), and without a y/z extent the descriptor delivers no work-item id for: a kernel that reads
+    only the x (or x, y) id cannot tell those work-items apart (docs/rdna4.md §Entry)."""
+    reqd = p.kernel.metadata.get(".reqd_workgroup_size")
     if reqd is not None and tuple(reqd) != block:
         raise ValueError(f"{p.symbol}: block {block} differs from the kernel's required workgroup size {tuple(reqd)}")
-    if threads != p.max_threads:
-        raise ValueError(f"{p.symbol}: block {block} has {threads} work-items; the kernel is written for "
-                         f"workgroups of exactly {p.max_threads} (its declared flat workgroup size)")
+    fixed = _FIXED_BLOCKS.get(p.struct.name)
+    if fixed is not None and block != fixed:
+        raise ValueError(f"{p.symbol}: block {block}; the kernel is written for workgroups of exactly {fixed} "
+                         f"(sage_co/abi.py)")
     ids = p.kernel.descriptor.enable_vgpr_workitem_id   # 0: x only, 1: x and y, 2: x, y and z
     if (block[1] > 1 and ids < 1) or (block[2] > 1 and ids < 2):
         given = "x" if ids == 0 else "x and y"

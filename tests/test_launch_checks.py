@@ -48,10 +48,9 @@ def test_the_declared_block_runs():
 
 
 @pytest.mark.parametrize("block, match", [
-    ((64, 1, 1), "written for workgroups of exactly 128"),
-    ((96, 1, 1), "written for workgroups of exactly 128"),
-    ((64, 2, 1), "spans dimensions the kernel does not see .* only the x work-item id"),
-    ((32, 1, 4), "spans dimensions"),
+    ((64, 1, 1), r"written for workgroups of exactly \(128, 1, 1\)"),
+    ((96, 1, 1), r"written for workgroups of exactly \(128, 1, 1\)"),
+    ((64, 2, 1), r"written for workgroups of exactly \(128, 1, 1\)"),
 ])
 def test_a_block_other_than_the_declared_one_is_refused(block, match):
     _, args = _attention_args()
@@ -116,3 +115,14 @@ def test_emulator_refuses_code_touching_vgprs_past_the_descriptor(small_descript
     packed = abi.ATTENTION_FWD_ARGS.pack({**args, **bufs})
     with pytest.raises(EmuError, match="beyond the kernel's 64 VGPRs"):
         module.launch(SYMBOL, (1, 1, 1), (128, 1, 1), packed)
+
+
+def test_a_block_spanning_dimensions_without_work_item_ids_is_refused():
+    """The prepare reduce kernel takes any block up to 128 (one thread per channel) but reads only the x id."""
+    from sage_co.ops import prepare
+    sym = next(k.symbol for k in registry.kernels() if k.op.startswith("sage_prepare.reduce"))
+    p = launch.plan(sym, prepare.REDUCE_ARGS)
+    assert p.kernel.descriptor.enable_vgpr_workitem_id == 0
+    with pytest.raises(ValueError, match="spans dimensions the kernel does not see .* only the x work-item id"):
+        launch._check_geometry((1, 1, 1), (32, 2, 1), p)
+    launch._check_geometry((1, 1, 1), (64, 1, 1), p)   # fewer channels: a valid block of this kernel

@@ -1,5 +1,5 @@
 """Issue-bound cycles per key tile per SIMD (the optimistic bound: every latency hidden) and the shipped attention
-kernels' shape figures at boost clock in that mode (docs/performance.md §Issue-bound model)."""
+kernels' shape figures at boost clock in that mode (docs/performance.md §Issue-bound mode)."""
 from __future__ import annotations
 
 import math

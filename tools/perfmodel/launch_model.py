@@ -1,4 +1,4 @@
-"""The calibrated model of one kernel launch on the R9700: any code object, any grid (docs/performance.md §Model).
+"""The calibrated model of one kernel launch on the R9700: any code object, any grid (docs/performance.md §The model).
 
     time = launch overhead + max(DRAM bound, sum over the busiest WGP's rounds of
            max(simulated round, L2 -> CU bound)) / sustained clock
