@@ -270,7 +270,8 @@ class AttentionKernel:
         self.rs = V.alloc("rs", 2, align=2, note="row-sum chain ping-pong: rs[1] (odd VGPR) after even steps, rs[0] after odd")
         self.mx = V.alloc("mx", 4, align=4, note="row-max partials; mx[0] ends as the lane max")
         self.xl = V.alloc("xl", note="v_permlanex16 result")
-        self.lim = V.alloc("lim", note="last tile: keys of this lane half still valid (seq_len_kv - key0)")
+        self.lim = V.alloc("lim", note="masked tiles: keys of this lane half still visible (lim(row) - key0); "
+                           "then a copy of m_use (VOPD bank of the exp2 arguments)")
         self.O = V.alloc("O", 8 * self.D_TILES, align=8,
                          note="O^T accumulators: d-tile dt = O[8dt:8dt+8], lane (h,r) row d=16dt+8h+e")
         self.SA = V.alloc("SA", 32, align=8, note="S^T of even tiles: chunk c = SA[8c:8c+8]; scores, then p, P^T fp8 in place")
@@ -312,8 +313,14 @@ class AttentionKernel:
         self.s_tmp2 = S.alloc("tmp2", 2, 2)
         self.s_tmp3 = S.alloc("tmp3", 2, 2)
         self.s_q0 = S.alloc("q0", note="first query of this wave")
-        self.s_last = S.alloc("last_tile", note="seq_pad_kv/64 - 1")
-        self.s_ntail = S.alloc("ntail", note="valid keys of the last tile")
+        self.s_last = S.alloc("last_tile", note="count - 1: the last LUT entry")
+        self.s_rowlim0 = S.alloc("rowlim0", note="i32: q0 + causal_offset + 1 (causal) or seq_len_kv: row q0+r "
+                                 "sees keys < min(rowlim0 + r, seq_len_kv)")
+        self.s_wlim = S.alloc("wlim", note="i32: the smallest row limit of the wave: tiles ending above it are masked")
+        self.s_lutrow = S.alloc("lutrow", 2, 2, "LUT row of this query tile")
+        self.s_lut = S.alloc("lut4", 4, 4, "count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)")
+        self.s_cnt, self.s_Lc, self.s_L1, self.s_L2 = (self.s_lut[i] for i in range(4))
+        self.s_L3 = S.alloc("L3", note="L[min(t+3, last)] (in flight during tile t)")
         self.s_448 = S.alloc("c448", note="448.0f (VOPD src0 of p*448)")
         self.s_magic = S.alloc("magic", note="12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)")
         self.s_sel = S.alloc("permsel", note="v_permlanex16 lane select 0x76543210")
@@ -385,7 +392,6 @@ class AttentionKernel:
         ops += [vmax(self.mx[0], self.mx[0], self.mx[2]), vmax(self.mx[1], self.mx[1], self.mx[3]), vmax(self.mx[0], self.mx[0], self.mx[1])]
         ops.append(Op.raw(f"v_permlanex16_b32 {self.xl}, {self.mx[0]}, {self.s_sel}, {PERMX16_SEL_HI}", [self.mx[0]], [self.xl]))
         ops.append(Op.raw(f"v_max3_num_f32 {m_new}, {m_old}, {self.mx[0]}, {self.xl}", [m_old, self.mx[0], self.xl], [m_new]))
-        ops.append(Op.mov(self.m[2], m_new))
         ops.append(vsub(self.alpha[0], m_old, m_new))
         ops.append(Op.raw(f"v_exp_f32_e32 {self.alpha[0]}, {self.alpha[0]}", [self.alpha[0]], [self.alpha[0]], trans=True))
         return ops
@@ -398,12 +404,20 @@ class AttentionKernel:
                 f"v_cndmask_b32_e32 {self.alpha[0]}, 0, {self.alpha[0]}, vcc_lo"]
 
 
+    def guard_lines(self, m_new) -> list[str]:
+        """m_use = m_new, or 0 while m_new = -inf (a row with no visible key so far: p = exp2(-inf - 0) = 0, not
+    NaN), in m[2] and lim (two VOPD banks for the exp2 arguments)."""
+        return [f"v_cmp_neq_f32_e32 vcc_lo, {F32_NEG_INF}, {m_new}",
+                "s_wait_alu depctr_va_vcc(0)",
+                f"v_cndmask_b32_e32 {self.m[2]}, 0, {m_new}, vcc_lo",
+                f"v_mov_b32 {self.lim}, {self.m[2]}"]
+
     def exp_ops(self, sacc, m_new) -> list[Op]:
         """p = exp2(s - m_new); row sum l_tile = p0 + p1 + ... + p31 in register order (the HIP kernel's order),
     p8 = fp8(p * 448) packed in VGPR order into the chunk's first two registers (the P^T B-fragment,
     docs/rdna4.md §WMMA data flow). The chain alternates rs[1]/rs[0] so that each add pairs in one VOPD with the
     *448 of p[j-2] (one even, one odd destination; vsrc1 banks j and j-2 differ)."""
-        mm = (m_new, self.m[2])
+        mm = (self.lim, self.m[2])     # both m_use (guard_lines)
         ops: list[Op] = []
 
         def sub(j):
@@ -469,11 +483,19 @@ class AttentionKernel:
                 vadd(self.l_run, self.l_run, final)]
 
 
-    def mask_lines(self, sacc) -> list[str]:
-        """Last tile: scores of keys >= seq_len become -inf. Lane half h holds keys 32h + 8c + e (c chunk, e vgpr):
-    valid when 8c + e < ntail - 32h."""
-        out = [f"v_bfe_u32 {self.lim}, {self.tid}, 4, 1", f"v_lshlrev_b32 {self.lim}, 5, {self.lim}",
-               f"v_sub_nc_u32_e32 {self.lim}, {self.s_ntail}, {self.lim}"]
+    def mask_lines(self, sacc, label: str) -> list[str]:
+        """Tiles reaching past the wave's smallest row limit (the sequence tail, the causal diagonal): scores of
+    keys j >= lim(row) = min(rowlim0 + r, seq_len_kv) become -inf (uniform branch; other tiles skip it). Lane half h
+    holds keys key0 + 32h + 8c + e (c chunk, e vgpr): visible when 8c + e < lim(row) - key0 - 32h (signed)."""
+        key0, end = self.s_tmp3[0], self.s_tmp3[1]
+        out = [f"s_lshl_b32 {key0}, {self.s_Lc}, {log2(TILE_K)}", f"s_add_co_i32 {end}, {key0}, {TILE_K}",
+               f"s_cmp_le_i32 {end}, {self.s_wlim}", f"s_cbranch_scc1 {label}",
+               "s_wait_alu depctr_sa_sdst(0)",
+               f"v_and_b32 {self.lim}, 15, {self.tid}", f"v_add_nc_u32_e32 {self.lim}, {self.s_rowlim0}, {self.lim}",
+               f"v_min_i32_e32 {self.lim}, {self.s_seqlen}, {self.lim}",
+               f"v_subrev_nc_u32_e32 {self.lim}, {key0}, {self.lim}",
+               f"v_bfe_u32 {self.xl}, {self.tid}, 4, 1", f"v_lshlrev_b32 {self.xl}, 5, {self.xl}",
+               f"v_sub_nc_u32_e32 {self.lim}, {self.lim}, {self.xl}"]
         for c in range(CHUNKS):
             for e in range(8):
                 out += [f"v_cmp_lt_i32_e32 vcc_lo, {8 * c + e}, {self.lim}",
@@ -575,10 +597,30 @@ class AttentionKernel:
         a.op(f"s_lshl_b32 {self.s_q0}, ttmp9, {log2(TILE_Q)}", f"workgroup id x * {TILE_Q}")
         a.op(f"s_lshl_b32 {tmp[0]}, {self.s_wave}, {log2(WAVE_Q)}")
         a.op(f"s_add_co_i32 {self.s_q0}, {self.s_q0}, {tmp[0]}", f"q0 = {TILE_Q}*qtile + {WAVE_Q}*wave")
-        a.op(f"s_lshr_b32 {self.s_last}, {self.s_seqpad}, {log2(TILE_K)}")
-        a.op(f"s_add_co_i32 {self.s_last}, {self.s_last}, -1", "last key tile index")
-        a.op(f"s_lshl_b32 {tmp[0]}, {self.s_last}, {log2(TILE_K)}")
-        a.op(f"s_sub_co_i32 {self.s_ntail}, {self.s_seqlen}, {tmp[0]}", "valid keys in the last tile")
+        # LUT row of (batch, head, query tile): lut + 4 * (batch*sb + head*sh + qtile*(seq_pad_kv/64 + 1))
+        a.op(f"s_lshr_b32 {tmp[0]}, {self.s_seqpad}, {log2(TILE_K)}")
+        a.op(f"s_add_co_i32 {tmp[0]}, {tmp[0]}, 1", "LUT row length")
+        a.op(f"s_mul_i32 {tmp[0]}, {tmp[0]}, ttmp9", "* query tile")
+        a.op(f"s_mul_i32 {tmp2[0]}, {self.s_batch}, {self.karg['lut_stride_b']}")
+        a.op(f"s_add_co_i32 {tmp[0]}, {tmp[0]}, {tmp2[0]}")
+        a.op(f"s_mul_i32 {tmp2[0]}, {self.s_head}, {self.karg['lut_stride_h']}")
+        a.op(f"s_add_co_i32 {tmp[0]}, {tmp[0]}, {tmp2[0]}")
+        a.op(f"s_mov_b32 {tmp[1]}, 0")
+        a.op(f"s_lshl_b64 {tmp}, {tmp}, 2")
+        a.op(f"s_add_nc_u64 {self.s_lutrow}, {self.karg['lut']}, {tmp}")
+        a.op(f"s_load_b128 {self.s_lut}, {self.s_lutrow}, 0x0", "count, L[0], L[1], L[2] (the host pads the buffer)")
+        # row limits: row q0 + r sees keys j < min(rowlim0 + r, seq_len_kv) (signed; causal: q0 + r + S_kv - S_q + 1)
+        a.op(f"s_add_co_i32 {tmp[0]}, {self.s_q0}, {self.karg['causal_offset']}")
+        a.op(f"s_add_co_i32 {tmp[0]}, {tmp[0]}, 1")
+        a.op(f"s_bitcmp1_b32 {self.s_flags}, {abi.FLAG_CAUSAL_BIT}")
+        a.op(f"s_cselect_b32 {self.s_rowlim0}, {tmp[0]}, {self.s_seqlen}")
+        a.op(f"s_min_i32 {self.s_wlim}, {self.s_rowlim0}, {self.s_seqlen}")
+        a.op("s_wait_kmcnt 0", "LUT row head")
+        a.op(f"s_add_co_i32 {self.s_last}, {self.s_cnt}, -1", "last LUT entry")
+        a.op(f"s_cmp_gt_u32 {self.s_cnt}, 1")
+        a.op(f"s_cselect_b32 {self.s_L1}, {self.s_L1}, {self.s_Lc}", "L[min(1, last)]")
+        a.op(f"s_cmp_gt_u32 {self.s_cnt}, 2")
+        a.op(f"s_cselect_b32 {self.s_L2}, {self.s_L2}, {self.s_L1}", "L[min(2, last)]")
         a.op(f"s_mov_b32 {self.s_448}, {F32_448}")
         a.op(f"s_mov_b32 {self.s_magic}, {MAGIC_INT}")
         a.op(f"s_mov_b32 {self.s_sel}, {PERMX16_SEL_LO}")
@@ -588,6 +630,9 @@ class AttentionKernel:
         a.op(f"s_mul_u64 {tmp}, {tmp}, {self.s_bkv}")
         a.op(f"s_add_nc_u64 {self.s_kh}, {self.sp_k}, {tmp}")
         a.op(f"s_add_nc_u64 {self.s_vb[0:2]}, {self.sp_v}, {tmp}", "V^T of this K/V head")
+        a.op(f"s_lshl_b32 {tmp2[0]}, {self.s_Lc}, {log2(TILE_K)}")
+        a.op(f"s_mov_b32 {tmp2[1]}, 0")
+        a.op(f"s_add_nc_u64 {self.s_vb[0:2]}, {self.s_vb[0:2]}, {tmp2}", "V^T columns of tile L[0]")
         # Q rows of query q0 of this head: (bh * seq_pad_q + q0) * D bytes
         a.op(f"s_lshl_b32 {tmp[0]}, {self.s_seqpad_q}, {log2(D)}")
         a.op(f"s_mov_b32 {tmp[1]}, 0")
@@ -605,7 +650,10 @@ class AttentionKernel:
         a.op(f"s_mov_b32 {tmp[1]}, 0")
         a.op(f"s_mul_u64 {tmp}, {tmp}, {self.s_bkv}")
         a.op(f"s_lshl_b64 {tmp}, {tmp}, {log2(F32_BYTES)}")
-        a.op(f"s_add_nc_u64 {self.s_ksb}, {self.sp_kscale}, {tmp}", "k_scale of tile 0")
+        a.op(f"s_add_nc_u64 {self.s_ksb}, {self.sp_kscale}, {tmp}", "k_scale of the K/V head")
+        a.op(f"s_lshl_b32 {tmp[0]}, {self.s_Lc}, {log2(2 * F32_BYTES)}")
+        a.op(f"s_mov_b32 {tmp[1]}, 0")
+        a.op(f"s_add_nc_u64 {self.s_ksb}, {self.s_ksb}, {tmp}", "k_scale pair of tile L[0]")
         # q_scale of the wave's block: bh * (seq_pad_q / 32) + q0 / 32 floats
         a.op(f"s_lshr_b32 {tmp[0]}, {self.s_seqpad_q}, {log2(SCALE_BLOCK)}")
         a.op(f"s_mov_b32 {tmp[1]}, 0")
@@ -691,26 +739,35 @@ class AttentionKernel:
         wv = Weaver(a, mat, ds)
 
         if not last:
-            a.section(f"tile t (t % 2 = {parity}): staging loads of K(min(t+2, last)), V^T(t+1), k_scale(t+1)")
-            a.op(f"s_add_co_i32 {self.s_tmp[0]}, {self.s_t}, 2")
+            a.section(f"tile t (t % 2 = {parity}): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), "
+                      "V^T(L[t+1]), k_scale(L[t+1])")
+            a.op(f"s_add_co_i32 {self.s_tmp[0]}, {self.s_t}, 3")
             a.op(f"s_min_u32 {self.s_tmp[0]}, {self.s_tmp[0]}, {self.s_last}")
-            a.op(f"s_lshl_b32 {self.s_koff[0]}, {self.s_tmp[0]}, {log2(self.K_TILE_BYTES)}", f"* {self.K_TILE_BYTES} bytes")
+            a.op(f"s_lshl_b32 {self.s_tmp[0]}, {self.s_tmp[0]}, 2")
+            a.op(f"s_load_b32 {self.s_L3}, {self.s_lutrow}, {self.s_tmp[0]} offset:0x4", "waited at the end of the tile")
+            a.op(f"s_lshl_b32 {self.s_koff[0]}, {self.s_L2}, {log2(self.K_TILE_BYTES)}", f"* {self.K_TILE_BYTES} bytes")
             a.op(f"s_add_nc_u64 {self.s_kb}, {self.s_kh}, {self.s_koff}")
-            a.op(f"s_add_nc_u64 {self.s_ksb}, {self.s_ksb}, 8", "k_scale pair of tile t+1")
+            a.op(f"s_sub_co_i32 {self.s_tmp[0]}, {self.s_L1}, {self.s_Lc}", "tiles from L[t] to L[t+1] (> 0: ascending)")
+            a.op(f"s_mov_b32 {self.s_tmp2[1]}, 0")
+            a.op(f"s_lshl_b32 {self.s_tmp2[0]}, {self.s_tmp[0]}, {log2(2 * F32_BYTES)}")
+            a.op(f"s_add_nc_u64 {self.s_ksb}, {self.s_ksb}, {self.s_tmp2}", "k_scale pair of tile L[t+1]")
             a.op(f"global_load_b32 {self.ks}, {self.ks_off}, {self.s_ksb}")
             vm.issue("ks")
-            self.stage_loads(a, vm, self.s_kb, self.s_vb, tag)
+            a.op(f"s_lshl_b32 {self.s_tmp2[0]}, {self.s_tmp[0]}, {log2(TILE_K)}")
             for u in range(self.STAGE_LOADS):
-                a.op(f"s_add_nc_u64 {self.s_vb[2 * u:2 * u + 2]}, {self.s_vb[2 * u:2 * u + 2]}, {TILE_K}")
+                a.op(f"s_add_nc_u64 {self.s_vb[2 * u:2 * u + 2]}, {self.s_vb[2 * u:2 * u + 2]}, {self.s_tmp2}",
+                     "V^T columns of tile L[t+1]")
+            self.stage_loads(a, vm, self.s_kb, self.s_vb, tag)
             a.section("phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack")
         else:
             a.section(f"last tile (t % 2 = {parity}): mask keys >= seq_len, softmax, PV")
         wv.prefetch()
-        if last:
-            for ln in self.mask_lines(cur):
-                a.op(ln)
+        nomask = f".Lnomask_{parity}{'_last' if last else ''}"
+        for ln in self.mask_lines(cur, nomask):
+            a.op(ln)
+        a.label(nomask)
         a.valu(self.max_ops(cur, m_old, m_new))
-        for ln in self.alpha_select_lines(m_old):
+        for ln in self.alpha_select_lines(m_old) + self.guard_lines(m_new):
             a.op(ln)
         e_issues = pair_vopd(self.exp_ops(cur, m_new) + [Op.mov(self.alpha[1], self.alpha[0])] + self.lsum_ops())
         wv.phase(n_qk, e_issues)
@@ -731,6 +788,10 @@ class AttentionKernel:
             self.stage_stores(a, self.LDS_KBUF[parity], self.LDS_VBUF[1 - parity])
             self.barrier(a, ds)
             a.op(f"s_add_co_i32 {self.s_t}, {self.s_t}, 1")
+            a.op("s_wait_kmcnt 0", "L[min(t+3, last)]")
+            a.op(f"s_mov_b32 {self.s_Lc}, {self.s_L1}")
+            a.op(f"s_mov_b32 {self.s_L1}, {self.s_L2}")
+            a.op(f"s_mov_b32 {self.s_L2}, {self.s_L3}")
 
 
 
@@ -753,6 +814,9 @@ class AttentionKernel:
         a.op(f"v_div_fmas_f32 {den}, {den}, {r}, {q}")
         inv = self.ring[6]
         a.op(f"v_div_fixup_f32 {inv}, {den}, {t}, 1.0")
+        a.op(f"v_cmp_neq_f32_e32 vcc_lo, 0, {self.l_run}", "l = 0: a row that saw no key -> inv 0, zeros")
+        a.op("s_wait_alu depctr_va_vcc(0)")
+        a.op(f"v_cndmask_b32_e32 {inv}, 0, {inv}, vcc_lo")
         fp16 = self.cfg.out_dtype == "fp16"
         neg_max, pos_max = OUT_MAX[self.cfg.out_dtype]
         a.section(f"epilogue: v_scale, {self.cfg.out_dtype} RNE saturating at +-its max (NaN -> "
@@ -883,15 +947,15 @@ class AttentionKernel:
         for i in range(self.QF):
             a.op(f"global_load_b128 {self.Q[4 * i:4 * i + 4]}, {self.q_off}, {self.s_qrow} offset:{B128 * i}")
             vm.issue(f"q{i}")
+        a.op(f"s_cmp_eq_u32 {self.s_cnt}, 0", "no active key tile: zeros and lse -inf")
+        a.op("s_cbranch_scc1 .Lempty")
         a.op(f"global_load_b32 {self.ks}, {self.ks_off}, {self.s_ksb}")
         vm.issue("ks0")
-        self.stage_loads(a, vm, self.s_kh, self.s_vb, "p0")
-        # V^T bases now advance to tile 1 (the loop loads V^T(t+1))
-        for u in range(self.STAGE_LOADS):
-            a.op(f"s_add_nc_u64 {self.s_vb[2 * u:2 * u + 2]}, {self.s_vb[2 * u:2 * u + 2]}, {TILE_K}")
-        a.op(f"s_min_u32 {self.s_tmp[0]}, 1, {self.s_last}")
-        a.op(f"s_lshl_b32 {self.s_koff[0]}, {self.s_tmp[0]}, {log2(self.K_TILE_BYTES)}", f"* {self.K_TILE_BYTES} bytes")
-        a.op(f"s_add_nc_u64 {self.s_kb}, {self.s_kh}, {self.s_koff}", "K(min(1, last))")
+        a.op(f"s_lshl_b32 {self.s_koff[0]}, {self.s_Lc}, {log2(self.K_TILE_BYTES)}", f"* {self.K_TILE_BYTES} bytes")
+        a.op(f"s_add_nc_u64 {self.s_kb}, {self.s_kh}, {self.s_koff}", "K(L[0])")
+        self.stage_loads(a, vm, self.s_kb, self.s_vb, "p0")
+        a.op(f"s_lshl_b32 {self.s_koff[0]}, {self.s_L1}, {log2(self.K_TILE_BYTES)}", f"* {self.K_TILE_BYTES} bytes")
+        a.op(f"s_add_nc_u64 {self.s_kb}, {self.s_kh}, {self.s_koff}", "K(L[min(1, last)])")
         a.section("prologue: O = 0, m = -inf, l = 0")
         a.valu([Op.mov(self.O[j], "0") for j in range(self.O.n)] + [Op.mov(self.magic[j], self.s_magic) for j in range(8)] +
                [Op.mov(self.m[0], F32_NEG_INF), Op.mov(self.l_run, "0")])
@@ -923,7 +987,12 @@ class AttentionKernel:
             self.body(a, parity, last=True)
             if parity == 0:
                 a.op(f"v_mov_b32 {self.m[0]}, {self.m[1]}", "m of the last tile into m[0]")
-                a.op("s_branch .Lepilogue")
+            a.op("s_branch .Lepilogue")
+        a.label(".Lempty")
+        a.section("no active key tile (LUT count 0): O = 0, m = -inf, l = 0 -> zeros and lse -inf")
+        a.valu([Op.mov(self.O[j], "0") for j in range(self.O.n)] + [Op.mov(self.m[0], F32_NEG_INF),
+                                                                   Op.mov(self.l_run, "0")])
+        a.op("s_wait_kmcnt 0", "q_scale (the smooth_k lse term)")
         a.label(".Lepilogue")
         self.epilogue(a, 0)
         # labels are local to the file: a family's .s holds several kernels, so each kernel's carry its tag
@@ -965,7 +1034,7 @@ def family_header(kernels) -> str:
     kt = "\n".join(f"//   | {f.offset:>6} | {f.name:<14} | {f.kind:<4} |" for f in ARGS.fields)
     variants = "\n".join(f"//   {k.SYMBOL:<44} head_dim {k.HEAD_DIM:>3}  out_dtype {k.cfg.out_dtype}  "
                          f"{k.NUM_VGPRS} VGPRs  {k.LDS_BYTES} B LDS" for k in kernels)
-    return f"""// gfx1201_sage_attention_fwd_asm_*: SageAttention forward (non-causal) for gfx1201, hand-scheduled; a family.
+    return f"""// gfx1201_sage_attention_fwd_asm_*: SageAttention forward (dense, causal, block-sparse) for gfx1201, hand-scheduled; a family.
 // GENERATED by asm_src/gen_sage_attention_asm.py (asmdsl.py helpers) -- edit the generator, not this file.
 // Hardware facts cite docs/rdna4.md sections (§WMMA, §Throughput, §Occupancy, §Memory, §Waits, §Hazards).
 //
@@ -980,8 +1049,13 @@ def family_header(kernels) -> str:
 // (tests/test_attention_asm.py).
 //
 // Launch: grid (seq_pad_q/{TILE_Q}, num_heads_q, batch), block {THREADS} = {WAVES} wave32; wave w owns queries
-// 64*x + 16w .. +15 of query head y, batch z, and walks all seq_pad_kv/{TILE_K} key tiles of K/V head
-// (y * kv_group_magic) >> 32 (GQA/MQA without a division: sage_co/abi.py kv_group_magic).
+// 64*x + 16w .. +15 of query head y, batch z, and walks the active key tiles L[0] < L[1] < ... of its query tile's
+// LUT row (kernarg lut: [count, L...], docs/numerics.md §Masks) of K/V head (y * kv_group_magic) >> 32 (GQA/MQA
+// without a division: sage_co/abi.py kv_group_magic). count = 0: straight to the epilogue (zeros, lse -inf).
+// Tile t of the walk is key tile L[t]: K/V^T/k_scale addresses come from L[t+1], L[min(t+2, last)] (SGPRs), and
+// L[min(t+3, last)] is s_load-ed at the top of tile t and waited at its end (one LUT entry in flight).
+// Masking: a tile whose end passes the wave's smallest row limit (seq_len_kv, or q0 + S_kv - S_q + 1 when
+// causal) takes a uniform branch that sets s = -inf for keys >= the lane's row limit; m_use = 0 while m = -inf.
 //
 // Kernarg struct ({ARGS.size} bytes, no hidden args; sage_co/abi.py ATTENTION_FWD_ARGS), loaded whole into
 // SGPRs s{KARG_SGPR}.. (dword i in s{KARG_SGPR}+i):
@@ -1017,7 +1091,7 @@ def family_header(kernels) -> str:
 //   rescale  O *= alpha only when some lane's max moved (v_cmp + s_cbranch_vccz; bitwise the same)
 //   phase Y  the PV(t) WMMAs woven with the scaling of tile t+1's scores (cvt + VOPD multiply)
 //   end      s_wait_loadcnt 0; ds_store K(t+2), V^T(t+1); s_wait_dscnt 0; s_barrier_signal/wait
-//   The last step (peeled, outside the loop) masks keys >= seq_len_kv to -inf and runs softmax + PV only.
+//   The last step (peeled, outside the loop) runs softmax + PV only. Every step masks when its tile needs it.
 //
 // Cycle budget per 64-key tile per SIMD, head dim 128 (tools/perf_model.py's model: WMMA blocks VALU, VALU 1
 // issue/clk, VOPD = 1 issue, TRANS 4 clk in its own pipe): 64 WMMA x 8 = 512 clk; VALU ~{{int->float 16 + scale

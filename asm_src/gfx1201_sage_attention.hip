@@ -1,4 +1,4 @@
-// gfx1201_sage_attention_fwd_d{64,128}_{bf16,fp16}: SageAttention forward (non-causal) on RDNA4, headers-free HIP.
+// gfx1201_sage_attention_fwd_d{64,128}_{bf16,fp16}: SageAttention forward (dense, causal, block-sparse) on RDNA4, headers-free HIP.
 //
 // The readable baseline of the attention kernel; a hand-scheduled asm kernel later must beat it and match it.
 // It keeps the same kernarg struct and launch geometry (below). Hardware facts cite docs/rdna4.md sections
@@ -8,11 +8,13 @@
 //
 // Math, per query row i of query head h (K/V head g = h / (H_q/H_kv)) and key tile of 64 keys
 // (sage_co.reference.sage_attention_model):
-//   s      = float(sum_d q_int8*k_int8[g]) * (q_scale[i/32] * k_scale[g][j/32])   keys j >= seq_len_kv: s = -inf
+//   s      = float(sum_d q_int8*k_int8[g]) * (q_scale[i/32] * k_scale[g][j/32])   keys j >= lim(i): s = -inf
+//   (only the active key tiles of the LUT are visited; lim(i) = seq_len_kv, or min(seq_len_kv, i + S_kv - S_q + 1)
+//   when causal)
 //   m_new  = max(m_old, max_j s);  alpha = exp2(m_old - m_new) (0 while m_old = -inf)
-//   p      = exp2(s - m_new);      l = l*alpha + rowsum(p)
+//   p      = exp2(s - m_use) (m_use = m_new, or 0 while m_new = -inf);  l = l*alpha + rowsum(p)
 //   O      = O*alpha + fp8_e4m3(p*448) . v_fp8                               (fp32 accumulation)
-//   out    = round_sat((O * (1/(448*l))) * v_scale[g][d])  RNE to bf16 or fp16, saturating at +-the dtype's
+//   out    = round_sat((O * (1/(448*l))) * v_scale[g][d]) (inv = 0 when l = 0: zeros)  RNE to bf16 or fp16, saturating at +-the dtype's
 //            largest finite value (NaN -> the dtype's quiet NaN), d < head_dim only;
 //   lse    = (m + log2 l)*ln2 [+ ln2 * q_deq.k_mean[g]]
 // `#pragma clang fp contract(off)`: HIP contracts a*b+c into FMA by default, which would round differently
@@ -20,9 +22,9 @@
 //
 // Launch geometry: grid (seq_pad_q/64, num_heads_q, batch) workgroups of 128 threads = 4 wave32.
 //   Workgroup = 64 queries of one (batch, query head); wave w owns queries 16w..16w+15 of them.
-//   Each wave loops over all seq_pad_kv/64 key tiles of 64 keys of K/V head (head * kv_group_magic) >> 32.
+//   Each wave loops over the active key tiles (LUT row of its query tile) of K/V head (head * kv_group_magic) >> 32.
 //
-// Kernarg struct (sage_co/abi.py ATTENTION_FWD_ARGS, 124 bytes, 8-byte aligned; no hidden arguments):
+// Kernarg struct (sage_co/abi.py ATTENTION_FWD_ARGS, 148 bytes, 8-byte aligned; no hidden arguments):
 //   | offset | name           | type | contents                                                           |
 //   |--------|----------------|------|--------------------------------------------------------------------|
 //   |      0 | q              | ptr  | int8  [B, H_q, seq_pad_q, DP], carries softmax_scale*log2(e)       |
@@ -46,7 +48,12 @@
 //   |    108 | out_stride_s   | u32  |                                                                    |
 //   |    112 | out_stride_h   | u32  |                                                                    |
 //   |    116 | head_dim       | u32  | D (multiple of 16, <= DP): channels >= D are not stored            |
-//   |    120 | flags          | u32  | bit 0: write lse; bit 1: lse adds the smooth_k term                 |
+//   |    120 | flags          | u32  | bit 0: write lse; bit 1: lse adds the smooth_k term; bit 2: causal  |
+//   |    128 | lut            | ptr  | u32 rows [count, t_0 < ... < t_{count-1}, ...] of seq_pad_kv/64 + 1 |
+//   |        |                |      | entries per query tile: the active key tiles (docs/numerics.md)     |
+//   |    136 | lut_stride_b   | u32  | element strides of the LUT rows of (batch, head); row of query tile |
+//   |    140 | lut_stride_h   | u32  | x at lut + b*sb + h*sh + x*(seq_pad_kv/64 + 1); 0 = shared          |
+//   |    144 | causal_offset  | i32  | seq_len_kv - seq_len_q: row i sees keys j <= i + causal_offset      |
 // Every tensor but out is dense in the layout above; the host (sage_co/ops/attention.py) checks that.
 
 // Data flow (docs/rdna4.md §WMMA, "SageAttention data flow"): S^T = K.Q^T with v_wmma_i32_16x16x16_iu8
@@ -79,11 +86,11 @@
 // that masks scores to -inf; padded query rows are computed and not stored.
 //
 // Resources (clang 22.1.8 -O3, checked with tools/disasm_check.py; hsaco/manifest.json has every symbol's):
-// DP = 128: 219 VGPRs, 33 SGPRs, scratch 0, LDS 32768 B; DP = 64: 141 VGPRs, LDS 16384 B; no WMMA hazards left
+// DP = 128: 224 VGPRs, 48 SGPRs, scratch 0, LDS 32768 B; DP = 64: 138 VGPRs, LDS 16384 B; no WMMA hazards left
 // (LLVM inserts the v_nop of §Hazards 1 where needed). The epilogue's d-tile loop is fully unrolled: a
-// dynamically indexed o[] would go to scratch. Occupancy (§Occupancy), DP = 128: 219 VGPRs -> 6 waves/SIMD by
+// dynamically indexed o[] would go to scratch. Occupancy (§Occupancy), DP = 128: 224 VGPRs -> 6 waves/SIMD by
 // registers; 32 KiB LDS per 4-wave workgroup -> 4 workgroups per WGP (128 KiB) = 4 waves/SIMD, the binding
-// limit; DP = 64: 141 VGPRs -> 8 waves/SIMD (LDS allows 8).
+// limit; DP = 64: 138 VGPRs -> 8 waves/SIMD (LDS allows 8).
 
 #pragma clang fp contract(off)
 
@@ -104,6 +111,7 @@ typedef float v8f __attribute__((ext_vector_type(8)));
 #define TILE_K 64      // keys per loop step
 #define FLAG_LSE 1u
 #define FLAG_SMOOTH_K 2u
+#define FLAG_CAUSAL 4u
 #define MAX_DP 128     // the LDS array is sized for the largest padded head dim
 
 #define LN2 0.693147180559945309f
@@ -153,7 +161,8 @@ static __device__ __attribute__((always_inline)) void attention(
     const float* __restrict__ q_scale, const float* __restrict__ k_scale, const float* __restrict__ k_mean,
     const float* __restrict__ v_scale, unsigned short* __restrict__ out, float* __restrict__ lse, u32 seq_len_q,
     u32 seq_pad_q, u32 seq_len_kv, u32 seq_pad_kv, u32 num_heads_q, u32 num_heads_kv, u64 kv_group_magic,
-    u32 out_stride_b, u32 out_stride_s, u32 out_stride_h, u32 head_dim, u32 flags, v4i* lds) {
+    u32 out_stride_b, u32 out_stride_s, u32 out_stride_h, u32 head_dim, u32 flags, const u32* __restrict__ lut,
+    u32 lut_stride_b, u32 lut_stride_h, int causal_offset, v4i* lds) {
   constexpr int NCOL = DP / 16;        // 16-byte chunks per K row (and O^T d-tiles)
   constexpr int HCOL = NCOL / 2;       // chunks of a row one lane half holds (d = DP/2*hl ..)
   constexpr int QF = DP / 32;          // Q^T fragments per lane (v4i), = K d-groups, = staging chunks per thread
@@ -206,14 +215,33 @@ static __device__ __attribute__((always_inline)) void attention(
   u32 lds_v_rd[2];
   for (int i = 0; i < 2; ++i) lds_v_rd[i] = LDS_V + r * 4 + ((2 * hl + i) ^ ((r >> 1) & 3));
 
+  // Active key tiles of this query tile (docs/numerics.md §Masks): LUT row [count, t_0 < t_1 < ... < t_{count-1}]
+  // of ntiles + 1 u32 at lut + batch*lut_stride_b + head*lut_stride_h + qtile*(ntiles+1) (strides 0 share a row
+  // set between heads/batches). Keys j of row i are visible when j < lim(i) = min(seq_len_kv, i + causal_offset
+  // + 1) (the second term only with FLAG_CAUSAL); a tile is masked per element only when some row of the wave
+  // has lim below its end (uniform test on the wave's first row, whose lim is the smallest).
   const u32 ntiles = seq_pad_kv / TILE_K;
+  const u32* lrow = lut + ((u64)batch * lut_stride_b + (u64)head * lut_stride_h + (u64)qtile * (ntiles + 1));
+  const u32 count = lrow[0];
+  const u32* tiles = lrow + 1;
+  const bool causal = (flags & FLAG_CAUSAL) != 0;
+  const int lim_lane = causal ? __builtin_elementwise_min((int)qi + causal_offset + 1, (int)seq_len_kv)
+                              : (int)seq_len_kv;
+  const int lim_wave = causal ? __builtin_elementwise_min((int)q0 + causal_offset + 1, (int)seq_len_kv)
+                              : (int)seq_len_kv;
   v4i kst[QF], vst[QF];
-  for (int u = 0; u < QF; ++u) {
-    kst[u] = *(const v4i*)(kh + k_gl[u]);
-    vst[u] = *(const v4i*)(vh + v_gl[u]);
+  float ks_next = 0.0f;
+  if (count) {
+    const u32 t0 = tiles[0];
+    for (int u = 0; u < QF; ++u) {
+      kst[u] = *(const v4i*)(kh + (k_gl[u] + t0 * (TILE_K * DP)));
+      vst[u] = *(const v4i*)(vh + (v_gl[u] + t0 * TILE_K));
+    }
+    const v2f ks2 = *(const v2f*)(ksh + 2 * t0);
+    ks_next = hl ? ks2.y : ks2.x;  // k_scale block of keys 32hl..32hl+31 of the tile
+  } else {
+    for (int u = 0; u < QF; ++u) kst[u] = vst[u] = (v4i){0, 0, 0, 0};
   }
-  const v2f ks2 = *(const v2f*)ksh;
-  float ks_next = hl ? ks2.y : ks2.x;  // k_scale block of keys 32hl..32hl+31 of the tile
   for (int u = 0; u < QF; ++u) {
     lds[lds_k_st + 128 * u] = kst[u];
     lds[lds_v_st + 128 * u] = vst[u];
@@ -226,18 +254,20 @@ static __device__ __attribute__((always_inline)) void attention(
   for (int t = 0; t < NCOL; ++t) o[t] = (v8f){0, 0, 0, 0, 0, 0, 0, 0};
   float m_run = -__builtin_inff(), l_run = 0.0f;
 
-  for (u32 tile = 0; tile < ntiles; ++tile) {
-    const u32 buf = (tile & 1) * LDS_BUF;
-    const bool more = tile + 1 < ntiles;
+  for (u32 it = 0; it < count; ++it) {
+    const u32 tile = tiles[it];
+    const u32 buf = (it & 1) * LDS_BUF;
+    const bool more = it + 1 < count;
     const float ks = ks_next;
-    if (more) {  // prefetch tile+1 into VGPRs; stored to the other LDS buffer after this tile's WMMA work
+    if (more) {  // prefetch the next active tile into VGPRs; stored to the other LDS buffer after this tile's WMMAs
       // the tile offset goes into the 32-bit lane offset (not the base) so the load keeps the SGPR base
-      const u32 koff = (tile + 1) * (TILE_K * DP), voff = (tile + 1) * TILE_K;
+      const u32 tn = tiles[it + 1];
+      const u32 koff = tn * (TILE_K * DP), voff = tn * TILE_K;
       for (int u = 0; u < QF; ++u) {
         kst[u] = *(const v4i*)(kh + (k_gl[u] + koff));
         vst[u] = *(const v4i*)(vh + (v_gl[u] + voff));
       }
-      const v2f ks2 = *(const v2f*)(ksh + 2 * (tile + 1));  // one s_load_b64, then a per-lane select
+      const v2f ks2 = *(const v2f*)(ksh + 2 * tn);  // one s_load_b64, then a per-lane select
       ks_next = hl ? ks2.y : ks2.x;
     }
 
@@ -257,10 +287,10 @@ static __device__ __attribute__((always_inline)) void attention(
     float s[32];
     for (int c = 0; c < 4; ++c)
       for (int e = 0; e < 8; ++e) s[8 * c + e] = (float)sacc[c][e] * qk;
-    const u32 key0 = tile * TILE_K + 32 * hl;
-    if (tile * TILE_K + TILE_K > seq_len_kv) {  // tail tile only (uniform branch)
+    if ((int)(tile * TILE_K + TILE_K) > lim_wave) {  // tail / causal-diagonal tiles only (uniform branch)
+      const int lim = lim_lane - (int)(tile * TILE_K + 32 * hl);  // keys 32hl + j of the tile: valid when j < lim
       for (int j = 0; j < 32; ++j)
-        if (key0 + j >= seq_len_kv) s[j] = -__builtin_inff();
+        if (j >= lim) s[j] = -__builtin_inff();
     }
     float mx = s[0];
     for (int j = 1; j < 32; ++j) mx = __builtin_fmaxf(mx, s[j]);
@@ -268,8 +298,10 @@ static __device__ __attribute__((always_inline)) void attention(
     const float m_new = __builtin_fmaxf(m_run, mx);
     const float alpha = m_run == -__builtin_inff() ? 0.0f : __builtin_amdgcn_exp2f(m_run - m_new);
     m_run = m_new;
+    // a row with no visible key yet has m_new = -inf: subtract 0 instead, so p = exp2(-inf) = 0, not NaN
+    const float m_use = m_new == -__builtin_inff() ? 0.0f : m_new;
     float p[32];
-    for (int j = 0; j < 32; ++j) p[j] = __builtin_amdgcn_exp2f(s[j] - m_new);
+    for (int j = 0; j < 32; ++j) p[j] = __builtin_amdgcn_exp2f(s[j] - m_use);
     float rs = p[0];
     for (int j = 1; j < 32; ++j) rs += p[j];
     rs = rs + xlane16(rs);  // (keys 0-31) + (keys 32-63); fp add commutes, so both lanes get the same l
@@ -310,7 +342,8 @@ static __device__ __attribute__((always_inline)) void attention(
   // Epilogue: lane (hl, r) holds O^T[d = 16t + 8hl + e][query r] in o[t][e]; d-tiles at or past head_dim (the
   // zero-padded channels, D a multiple of 16) are not stored.
   if (qi >= seq_len_q) return;
-  const float inv = 1.0f / (448.0f * l_run);
+  // l = 0: the row saw no key (O = 0): output zeros (inv 0, not 1/0) and lse = (-inf + log2 0) * ln2 = -inf
+  const float inv = l_run == 0.0f ? 0.0f : 1.0f / (448.0f * l_run);
   const v4f* vsc = (const v4f*)(v_scale + bkv * DP + 8 * hl);
   v4i* orow = (v4i*)(out + ((u64)batch * out_stride_b + (u64)qi * out_stride_s + (u64)head * out_stride_h) + 8 * hl);
   const u32 dtiles = head_dim / 16;
@@ -349,10 +382,12 @@ static __device__ __attribute__((always_inline)) void attention(
       const float *__restrict__ q_scale, const float *__restrict__ k_scale, const float *__restrict__ k_mean,  \
       const float *__restrict__ v_scale, unsigned short *__restrict__ out, float *__restrict__ lse,             \
       u32 seq_len_q, u32 seq_pad_q, u32 seq_len_kv, u32 seq_pad_kv, u32 num_heads_q, u32 num_heads_kv,         \
-      u64 kv_group_magic, u32 out_stride_b, u32 out_stride_s, u32 out_stride_h, u32 head_dim, u32 flags
+      u64 kv_group_magic, u32 out_stride_b, u32 out_stride_s, u32 out_stride_h, u32 head_dim, u32 flags,       \
+      const u32 *__restrict__ lut, u32 lut_stride_b, u32 lut_stride_h, int causal_offset
 #define ATTENTION_ARGS                                                                                        \
   q, k, v, q_scale, k_scale, k_mean, v_scale, out, lse, seq_len_q, seq_pad_q, seq_len_kv, seq_pad_kv,          \
-      num_heads_q, num_heads_kv, kv_group_magic, out_stride_b, out_stride_s, out_stride_h, head_dim, flags
+      num_heads_q, num_heads_kv, kv_group_magic, out_stride_b, out_stride_s, out_stride_h, head_dim, flags,    \
+      lut, lut_stride_b, lut_stride_h, causal_offset
 // LDS: two buffers of K (64 x DP B) + V^T (DP x 64 B) tiles, 32 KiB for DP = 128, 16 KiB for DP = 64
 #define KERNEL(NAME, DP, FP16)                                                                                \
   extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(128, 128))) void NAME(ATTENTION_PARAMS) { \

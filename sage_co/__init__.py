@@ -23,6 +23,12 @@ _LAZY = {
     "SagePrepared": "prepared",
     "sageattn": "compat",          # SageAttention's API (sage_co/compat.py)
     "sageattn_varlen": "compat",
+    "sage_attention_varlen": "varlen",
+    "BLOCK_Q": "masks",            # the kernels' query / key tiles: block_mask granularity
+    "BLOCK_KV": "masks",
+    "predict_block_mask": "sparse",
+    "sliding_tile_mask": "sparse",
+    "radial_mask": "sparse",
 }
 
 __all__ = [*_LAZY, "__version__"]

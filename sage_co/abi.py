@@ -32,8 +32,20 @@ WAVE_QUERIES = QUERY_TILE // ATTENTION_WAVES
 ATTENTION_BLOCK = (ATTENTION_WAVES * WAVE_SIZE, 1, 1)
 FLAG_LSE_BIT = 0          # kernarg `flags` bit 0: write lse
 FLAG_SMOOTH_K_BIT = 1     # bit 1: lse adds ln2 * (q_int8 * q_scale) . k_mean
+FLAG_CAUSAL_BIT = 2        # bit 2: row i sees keys j <= i + causal_offset (bottom-right aligned causal mask)
 FLAG_LSE = 1 << FLAG_LSE_BIT
 FLAG_SMOOTH_K = 1 << FLAG_SMOOTH_K_BIT
+FLAG_CAUSAL = 1 << FLAG_CAUSAL_BIT
+# Active key tiles per query tile (docs/numerics.md §Masks): u32 rows [count, t_0 < t_1 < ... < t_{count-1}, ...]
+# of lut_row_len(seq_pad_kv) entries; the asm kernel reads 4 entries at a time, so the buffer carries LUT_TAIL
+# spare entries past its last row.
+LUT_TAIL = 3
+
+
+def lut_row_len(seq_pad_kv: int) -> int:
+    """u32 entries per LUT row: the count + one per key tile."""
+    return seq_pad_kv // KEY_TILE + 1
+
 
 ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
     Field("q", "ptr", 0),               # int8 [B, H_q, S_q_pad, D_pad]
@@ -57,7 +69,11 @@ ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
     Field("out_stride_h", "u32", 112),
     Field("head_dim", "u32", 116),      # the real D (multiple of 16, <= D_pad): channels >= D are not stored
     Field("flags", "u32", 120),
-], size=124)
+    Field("lut", "ptr", 128),           # u32 LUT rows (above); row of (b, h, query tile x) at b*sb + h*sh + x*row_len
+    Field("lut_stride_b", "u32", 136),  # element strides (0: rows shared by every batch / head)
+    Field("lut_stride_h", "u32", 140),
+    Field("causal_offset", "i32", 144),  # seq_len_kv - seq_len_q (read only with FLAG_CAUSAL)
+], size=148)
 MAX_QUERY_HEADS = 1 << 16       # grid y limit, and the range over which kv_group_magic divides exactly
 
 

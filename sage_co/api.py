@@ -17,7 +17,7 @@ from typing import Optional
 
 import torch
 
-from . import validate
+from . import masks, validate
 from .prepared import SCALE_BLOCK, SagePrepared, d_pad, s_pad
 
 _NO_ROPE = 0          # rope_dim in the schema: 0 = no RoPE
@@ -88,21 +88,23 @@ def _prepared(fields, S_q: int, S_kv: int, D: int, out_dtype: torch.dtype) -> Sa
 @torch.library.custom_op("sage_co::sage_attention_fwd", mutates_args=())
 def _fwd_op(q_int8: torch.Tensor, q_scale: torch.Tensor, k_int8: torch.Tensor, k_scale: torch.Tensor,
             k_mean: torch.Tensor, v_bytes: torch.Tensor, v_scale: torch.Tensor, seq_len_q: int, seq_len_kv: int,
-            head_dim: int, out_dtype: torch.dtype, layout: str, return_lse: bool, backend: str, kernel: str
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+            head_dim: int, out_dtype: torch.dtype, layout: str, return_lse: bool, backend: str, kernel: str,
+            is_causal: bool = False, block_mask: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     prepared = _prepared((q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale), seq_len_q, seq_len_kv,
                          head_dim, out_dtype)
     # A caller's SagePrepared: its padding must be zero (a seq_len lowered within the same S_pad shows there).
     # Checked here, in the real implementation, so torch.compile traces no data-dependent branch; it reads only
     # the padded part. sage_attention's own prepared structure skips it (_run_fwd).
     validate.check_prepared_padding(prepared)
-    return _run_fwd(prepared, layout, return_lse, backend, kernel)
+    return _run_fwd(prepared, layout, return_lse, backend, kernel, is_causal, block_mask)
 
 
-def _run_fwd(prepared: SagePrepared, layout: str, return_lse: bool, backend: str, kernel: str):
+def _run_fwd(prepared: SagePrepared, layout: str, return_lse: bool, backend: str, kernel: str,
+             is_causal: bool = False, block_mask: Optional[torch.Tensor] = None):
     from .ops.attention import run_attention_fwd
     kw = {"variant": kernel} if kernel else {}
-    res = run_attention_fwd(prepared, return_lse=return_lse, layout=layout, backend=backend or None, **kw)
+    res = run_attention_fwd(prepared, return_lse=return_lse, layout=layout, backend=backend or None,
+                            is_causal=is_causal, block_mask=block_mask, **kw)
     return res if return_lse else (res, prepared.q_scale.new_empty((0,)))
 
 
@@ -115,29 +117,33 @@ def _fwd_like(like: torch.Tensor, B, S_q, H_q, D, out_dtype, layout, return_lse)
 
 @_fwd_op.register_fake
 def _(q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, seq_len_q, seq_len_kv, head_dim, out_dtype, layout,
-      return_lse, backend, kernel):
+      return_lse, backend, kernel, is_causal=False, block_mask=None):
     validate.check_attention_length(seq_len_q, head_dim, "seq_len_q")   # the real op's refusals, also on meta
     validate.check_attention_length(seq_len_kv, head_dim, "seq_len_kv")
     validate.check_kernel_shipped(kernel or None)
     return _fwd_like(q_int8, q_int8.shape[0], seq_len_q, q_int8.shape[1], head_dim, out_dtype, layout, return_lse)
 
 
-def sage_attention_fwd(prepared: SagePrepared, *, layout="NHD", return_lse=False, backend=None, kernel=None):
+def sage_attention_fwd(prepared: SagePrepared, *, layout="NHD", return_lse=False, backend=None, kernel=None,
+                       is_causal=False, block_mask=None):
     """The attention kernel alone on a SagePrepared: out [B, S_q, H_q, D] (layout="HND": [B, H_q, S_q, D]) in
     prepared.out_dtype, or (out, lse fp32 [B, H_q, S_q]).
 
     kernel: None = the default shipped kernel (the hand-scheduled asm when shipped), or a variant name from
-    the manifest ("hip" = the clang-built baseline, "asm")."""
+    the manifest ("hip" = the clang-built baseline, "asm"). is_causal / block_mask: see sage_attention."""
     validate.check_flag("return_lse", return_lse)
+    validate.check_flag("is_causal", is_causal)
     validate.check_layout(layout)
     sh = validate.check_prepared(prepared)
+    masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
     validate.check_backend(backend)
     validate.check_kernel(kernel)
     _check_attention_kernel(sh, kernel)
     validate.check_attention_length(sh.S_q, sh.D, "prepared.seq_len_q")
     validate.check_attention_length(sh.S_kv, sh.D, "prepared.seq_len_kv")
     out, lse = _fwd_op(*prepared[:5], prepared.v_fp8.view(torch.uint8), prepared.v_scale, sh.S_q, sh.S_kv, sh.D,
-                       sh.dtype, layout, bool(return_lse), backend or _DEFAULT, kernel or _DEFAULT)
+                       sh.dtype, layout, bool(return_lse), backend or _DEFAULT, kernel or _DEFAULT, bool(is_causal),
+                       block_mask)
     return (out, lse) if return_lse else out
 
 
@@ -164,17 +170,18 @@ def _attention_kernel_serves(H_q: int, D_pad: int, dtype_name: str, kernel) -> b
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, layout: str,
                   smooth_k: bool, q_norm_weight: Optional[torch.Tensor], k_norm_weight: Optional[torch.Tensor],
                   eps: float, cos: Optional[torch.Tensor], sin: Optional[torch.Tensor], rope_dim: int,
-                  return_lse: bool, backend: str, kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
+                  return_lse: bool, backend: str, kernel: str, is_causal: bool = False,
+                  block_mask: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     fields = _prepare_op(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin,
                          rope_dim, backend)
     B, S_q, S_kv, H_q, H_kv, D = _sizes(q, k, layout)
     prepared = _prepared(fields, S_q, S_kv, D, q.dtype)   # made here: its padding is not re-read
-    return _run_fwd(prepared, layout, return_lse, backend, kernel)
+    return _run_fwd(prepared, layout, return_lse, backend, kernel, is_causal, block_mask)
 
 
 @_attention_op.register_fake
 def _(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin, rope_dim, return_lse,
-      backend, kernel):
+      backend, kernel, is_causal=False, block_mask=None):
     B, S_q, S_kv, H_q, H_kv, D = _sizes(q, k, layout)
     validate.check_attention_length(S_q, D, "q")   # the real op's refusals, also on meta / under torch.compile
     validate.check_attention_length(S_kv, D, "k")
@@ -184,11 +191,17 @@ def _(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, ep
 
 def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
                    k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, return_lse=False, backend=None,
-                   kernel=None):
+                   kernel=None, is_causal=False, block_mask=None, sparsity=None, cdf_threshold=0.9):
     """SageAttention forward: prepare (INT8 Q/K, FP8 V, optional fused RMSNorm + RoPE) then the attention kernel.
 
     q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="HND": [B, H, S, D]), bf16 or fp16, H_q % H_kv == 0, D a
-    multiple of 16 up to 128. Returns out in q's dtype and layout (and fp32 LSE [B, H_q, S_q], natural log)."""
+    multiple of 16 up to 128. Returns out in q's dtype and layout (and fp32 LSE [B, H_q, S_q], natural log).
+
+    is_causal: query i sees keys j <= i + S_kv - S_q (bottom-right aligned, as flash-attention >= 2.1).
+    block_mask: bool [B, H_q, ceil(S_q / BLOCK_Q), ceil(S_kv / BLOCK_KV)]: the key tiles each query tile attends
+    (the kernel visits only those: time ~ density); combines with is_causal. sparsity="auto": block_mask =
+    sage_co.predict_block_mask(q, k, cdf_threshold=...) (SpargeAttn's prediction). Rows that see no key output
+    zeros and LSE -inf (docs/numerics.md §Masks)."""
     chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
                                       q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
                                       sin=sin, rope_dim=rope_dim)
@@ -198,7 +211,18 @@ def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False,
     _check_attention_kernel(chk.shapes, kernel)
     validate.check_attention_length(chk.shapes.S_q, chk.shapes.D, "q")
     validate.check_attention_length(chk.shapes.S_kv, chk.shapes.D, "k")
+    validate.check_flag("is_causal", is_causal)
+    if sparsity not in (None, "auto"):
+        raise ValueError(f"sparsity: expected None or \"auto\", got {sparsity!r}")
+    if sparsity == "auto":
+        if block_mask is not None:
+            raise ValueError("sparsity: \"auto\" predicts the block mask; do not also pass block_mask")
+        from .sparse import predict_block_mask
+        block_mask = predict_block_mask(q, k, cdf_threshold=cdf_threshold, softmax_scale=chk.softmax_scale,
+                                        layout=layout)
+    sh = chk.shapes
+    masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
     out, lse = _attention_op(q, k, v, chk.softmax_scale, layout, bool(smooth_k), q_norm_weight, k_norm_weight,
                              float(eps), cos, sin, chk.rope_dim or _NO_ROPE, bool(return_lse), backend or _DEFAULT,
-                             kernel or _DEFAULT)
+                             kernel or _DEFAULT, bool(is_causal), block_mask)
     return (out, lse) if return_lse else out

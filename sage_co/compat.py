@@ -15,9 +15,9 @@ either honoured, accepted as a documented no-op spelling, or rejected with an er
 Every call goes straight to `sage_co.sage_attention(..., layout=tensor_layout)`, which reads HND and NHD views in
 place and serves bf16 and fp16, head dims that are multiples of 16 up to 128, separate Q and K/V lengths and
 GQA/MQA (H_q a multiple of H_kv) natively: nothing is emulated here (K/V are never replicated, fp16 is never
-converted to bf16) and the op's own errors name the argument. Causal attention and packed variable-length batches
-(issue 14) are gated on the op: whether it takes `is_causal=` is read from its signature and whether
-`sage_co.api.sage_attention_varlen` exists; until then they raise NotImplementedError naming what is missing.
+converted to bf16) and the op's own errors name the argument. `is_causal=True` is the op's bottom-right aligned
+causal mask and `sageattn_varlen` runs `sage_co.sage_attention_varlen` (packed == per-sequence calls bit for bit);
+a build whose op lacks `is_causal=` raises NotImplementedError rather than dropping the mask.
 """
 from __future__ import annotations
 
@@ -153,8 +153,8 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
     the unsmoothed scaled scores). CPU tensors run on the emulator, tensors on a gfx1201 on the GPU.
 
     Served: bf16 and fp16, head dim a multiple of 16 up to 128, S_q != S_kv, GQA/MQA (H_q a multiple of H_kv),
-    both layouts read in place by the op (no copy here). is_causal=True raises NotImplementedError until causal
-    lands (issue 14).
+    both layouts read in place by the op (no copy here). is_causal=True is the op's bottom-right aligned causal
+    mask (rows that see no key give zeros and LSE -inf).
 
     Keywords beyond SageAttention's named ones (never dropped silently):
       honoured:  softmax_scale= / scale= (the same as sm_scale), causal= (the same as is_causal),
@@ -193,14 +193,10 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
 
 def sageattn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal: bool = False,
                     sm_scale: float | None = None, smooth_k: bool = True, **kwargs):
-    """SageAttention's `sageattn_varlen` (packed [total, H, D] with cumulative lengths). Raises
-    NotImplementedError until sage-co's varlen op lands (issue 14); the keyword policy is sageattn's."""
-    from . import api
+    """SageAttention's `sageattn_varlen` (packed [total, H, D] with cumulative lengths) on
+    sage_co.sage_attention_varlen (issue 14: bit for bit the per-sequence calls); the keyword policy is sageattn's."""
+    from .varlen import sage_attention_varlen as varlen
     opts = _apply_kwargs("sageattn_varlen", kwargs, sm_scale, is_causal)
-    varlen = getattr(api, "sage_attention_varlen", None)
-    if varlen is None:
-        raise NotImplementedError("sageattn_varlen: packed variable-length batches are not in this sage-co build "
-                                  "yet (issue 14 adds sage_attention_varlen); call sageattn per sequence")
     scale = opts.sm_scale if opts.sm_scale is not None else q.shape[-1] ** -0.5
     return varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(scale),
                   is_causal=opts.is_causal, smooth_k=smooth_k)

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from . import validate
+from . import masks, validate
 from .prepared import SCALE_BLOCK, SagePrepared, d_pad, s_pad
 
 LOG2E = 1.4426950408889634  # log2(e) as the nearest double (M_LOG2E)
@@ -237,22 +237,29 @@ def round_saturating(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return x.clamp(-hi, hi).to(dtype)  # clamp keeps NaN
 
 
-def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, key_tile: int = KEY_TILE):
+def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, key_tile: int = KEY_TILE,
+                         is_causal: bool = False, block_mask: torch.Tensor | None = None):
     """What the attention kernel computes from a SagePrepared (docs/numerics.md §Attention), per query row i of
     query head h (K/V head g = h // (H_q / H_kv)) and key tile t of key_tile keys:
       qk_scale = q_scale[blk(i)] * k_scale[g, blk(j)];  s = float32(s_int32) * qk_scale;  s = -inf for j >= S_kv
-      m_new = max(m_old, max_t s);  alpha = exp2(m_old - m_new) (0 when m_old = -inf);  p = exp2(s - m_new)
+      and for masked pairs (docs/numerics.md §Masks: is_causal row i sees j <= i + S_kv - S_q; block_mask tiles)
+      m_new = max(m_old, max_t s);  alpha = exp2(m_old - m_new) (0 when m_old = -inf);
+      p = exp2(s - m_use), m_use = m_new (0 while m_new = -inf: a row that saw no key keeps p = 0, l = 0)
       l = l * alpha + rowsum(p);  p8 = fp8(p * 448);  O = O * alpha + p8 @ float32(v_fp8[g])
-      out[i, d] = round_sat((O[i, d] * inv) * v_scale[g, d]),  inv = 1 / (448 * l), d < head_dim,
+      out[i, d] = round_sat((O[i, d] * inv) * v_scale[g, d]),  inv = 1 / (448 * l) (0 when l = 0), d < head_dim,
       round_sat = RNE to out_dtype saturating at +-its largest finite value (round_saturating)
     Returns out [B, S_q, H_q, head_dim] (NHD) in out_dtype, and with return_lse also lse fp32 [B, H_q, S_q]
     (natural log, smooth_k-corrected)."""
     if isinstance(key_tile, bool) or not isinstance(key_tile, int) or key_tile < 1:
         raise ValueError(f"key_tile: expected a positive int, got {key_tile!r}")
     validate.check_flag("return_lse", return_lse)
+    validate.check_flag("is_causal", is_causal)
     sh = validate.check_prepared(prepared)
     validate.check_prepared_padding(prepared)
     S, S_kv, dev = sh.S_q, sh.S_kv, prepared.q_int8.device
+    masks.check_block_mask(block_mask, sh.B, sh.H_q, S, S_kv)
+    # skipping an inactive tile and masking all its scores are the same arithmetic (alpha = 1 or 0, p = 0)
+    visible = masks.element_mask(S, S_kv, is_causal=is_causal, block_mask=block_mask, device=dev)
     B, H, Skvp = sh.B, sh.H_q, prepared.k_int8.shape[2]
     g = kv_head_index(sh.H_q, sh.H_kv, dev)
     k_int8, k_scale_g = prepared.k_int8[:, g], prepared.k_scale[:, g]
@@ -276,16 +283,18 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
         qk_scale = q_scale * k_scale[:, :, None, j0:j1]
         s = s_int * qk_scale
         valid = torch.arange(j0, j1, device=dev) < S_kv
-        s = torch.where(valid, s, neg_inf)
+        vis = torch.nn.functional.pad(visible[..., j0:min(j1, S_kv)], (0, j1 - min(j1, S_kv)), value=False)
+        s = torch.where(valid & vis, s, neg_inf)
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
         alpha = torch.where(m == -math.inf, torch.zeros_like(m), torch.exp2(m - m_new))
-        p = torch.exp2(s - m_new)
+        m_use = torch.where(m_new == -math.inf, torch.zeros_like(m_new), m_new)
+        p = torch.exp2(s - m_use)
         l = l * alpha + p.sum(dim=-1, keepdim=True)
         p8 = to_fp8(p * c448).float()
         O = O * alpha + p8 @ v_fp8[:, :, :, j0:j1].float().transpose(-1, -2)
         m = m_new
 
-    inv = fp32_div(1.0, l * c448)
+    inv = torch.where(l == 0, torch.zeros_like(l), fp32_div(1.0, l * c448))
     out = round_saturating(((O * inv) * v_scale[:, :, None, :])[..., :sh.D], prepared.out_dtype)
     out = out.transpose(1, 2).contiguous()  # [B, S_q, H_q, D]
     if not return_lse:
@@ -301,19 +310,23 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
 
 
 def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
-                   k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, return_lse=False):
+                   k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, return_lse=False,
+                   is_causal=False, block_mask=None):
     """sage_prepare then sage_attention_model: out in q's dtype and layout (and fp32 LSE [B, H_q, S_q])."""
     validate.check_flag("return_lse", return_lse)
     prepared = sage_prepare(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
                             k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin, rope_dim=rope_dim)
-    res = sage_attention_model(prepared, return_lse=return_lse)
+    res = sage_attention_model(prepared, return_lse=return_lse, is_causal=is_causal, block_mask=block_mask)
     if return_lse:
         return to_layout(res[0], layout), res[1]
     return to_layout(res, layout)
 
 
-def attention_fp32(q, k, v, softmax_scale=None, *, layout="NHD", return_lse=False, max_chunk_bytes: int = 1 << 30):
+def attention_fp32(q, k, v, softmax_scale=None, *, layout="NHD", return_lse=False, max_chunk_bytes: int = 1 << 30,
+                   is_causal=False, block_mask=None):
     """Exact softmax attention of the inputs in fp32: fp32 out in q's layout (and natural-log LSE [B, H_q, S_q]).
+    is_causal (bottom-right aligned) / block_mask restrict the keys each query sees (docs/numerics.md §Masks); a row
+    that sees no key gives zeros and LSE -inf.
     GQA: query head h uses K/V head h // (H_q / H_kv). Queries go in chunks so the fp32 score block stays under
     max_chunk_bytes (S = 32k fits in a few GB)."""
     sh, qn, kn, vn = validate.check_qkv(q, k, v, layout)
@@ -324,13 +337,19 @@ def attention_fp32(q, k, v, softmax_scale=None, *, layout="NHD", return_lse=Fals
     kf, vf = (t.float().transpose(1, 2)[:, g] for t in (kn, vn))  # [B, H_q, S_kv, D]
     sc = _f32(scale, qf)
     B, H, S, S_kv = sh.B, sh.H_q, sh.S_q, sh.S_kv
+    masks.check_block_mask(block_mask, B, H, S, S_kv)
+    visible = masks.element_mask(S, S_kv, is_causal=is_causal, block_mask=block_mask, device=q.device) \
+        if (is_causal or block_mask is not None) else None
     rows = max(1, max_chunk_bytes // (3 * 4 * B * H * S_kv))  # scores, exp and softmax alive at once
     out = torch.empty(B, H, S, sh.D, dtype=torch.float32, device=q.device)
     lse = torch.empty(B, H, S, dtype=torch.float32, device=q.device) if return_lse else None
     for i0 in range(0, S, rows):
         i1 = min(i0 + rows, S)
         logits = (qf[:, :, i0:i1] @ kf.transpose(-1, -2)) * sc
-        out[:, :, i0:i1] = torch.softmax(logits, dim=-1) @ vf
+        if visible is not None:
+            logits = logits.masked_fill(~visible[:, :, i0:i1], -math.inf)
+        prob = torch.softmax(logits, dim=-1)
+        out[:, :, i0:i1] = torch.nan_to_num(prob, nan=0.0) @ vf   # rows that see no key: 0/0 -> 0
         if return_lse:
             lse[:, :, i0:i1] = torch.logsumexp(logits, dim=-1)
     out = to_layout(out.transpose(1, 2), layout)

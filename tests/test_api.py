@@ -136,7 +136,8 @@ def test_edited_kernarg_declaration_is_refused(symbol):
     from sage_co.ops.attention import ATTENTION_FWD_ARGS
     fields = list(ATTENTION_FWD_ARGS.fields)
     swapped = [Field(f.name, f.kind, f.offset) for f in fields]
-    swapped[-1], swapped[-2] = Field("head_dim", "u32", 120), Field("flags", "u32", 116)
+    i_hd, i_fl = (next(i for i, f in enumerate(fields) if f.name == n) for n in ("head_dim", "flags"))
+    swapped[i_hd], swapped[i_fl] = Field("flags", "u32", 116), Field("head_dim", "u32", 120)   # offsets swapped
     edited = KernargStruct("edited_attention_fwd", swapped, ATTENTION_FWD_ARGS.size)
     with pytest.raises(KernargMismatch, match="refusing to launch"):
         launch_mod.checked_kernel(symbol, edited)

@@ -26,7 +26,7 @@ import math
 import pytest
 import torch
 
-from sage_co import abi, accuracy, reference, registry
+from sage_co import abi, accuracy, masks, reference, registry
 from sage_co.ops.attention import ATTENTION_FWD_ARGS, run_attention_fwd
 from sage_co.prepared import SagePrepared
 
@@ -247,8 +247,9 @@ def test_kernarg_struct_is_the_documented_table():
                     (48, "v_scale"), (56, "out"), (64, "lse"), (72, "seq_len_q"), (76, "seq_pad_q"),
                     (80, "seq_len_kv"), (84, "seq_pad_kv"), (88, "num_heads_q"), (92, "num_heads_kv"),
                     (96, "kv_group_magic"), (104, "out_stride_b"), (108, "out_stride_s"), (112, "out_stride_h"),
-                    (116, "head_dim"), (120, "flags")]
-    assert ATTENTION_FWD_ARGS.size == 124
+                    (116, "head_dim"), (120, "flags"), (128, "lut"), (136, "lut_stride_b"), (140, "lut_stride_h"),
+                    (144, "causal_offset")]
+    assert ATTENTION_FWD_ARGS.size == 148
 
 
 def test_kv_group_magic_divides_exactly():
@@ -318,6 +319,8 @@ def test_lds_double_buffer_has_no_race(kernel, D):
                 seq_pad_kv=p.k_int8.shape[2], num_heads_q=2, num_heads_kv=1, kv_group_magic=abi.kv_group_magic(2),
                 out_stride_b=out.stride(0), out_stride_s=out.stride(1), out_stride_h=out.stride(2), head_dim=D,
                 flags=abi.FLAG_LSE | abi.FLAG_SMOOTH_K)
+    lut, lut_sb, lut_sh = masks.build_lut(masks.active_tiles(1, 2, 70, 150))
+    args.update(lut=lut, lut_stride_b=lut_sb, lut_stride_h=lut_sh, causal_offset=0)
     symbol = registry.find(attention.OP, kernel, head_dim=D, out_dtype="bf16").symbol
     launcher.launch(symbol, attention.ATTENTION_FWD_ARGS, attention.grid(p), attention.BLOCK, args, backend="emu",
                     sanitize=True, lds_race_check=True)

@@ -96,7 +96,7 @@ def small_descriptor_module():
 def test_emulator_refuses_a_descriptor_smaller_than_the_metadata(small_descriptor_module):
     device, module = small_descriptor_module
     assert module.kernels[SYMBOL].descriptor.vgpr_count == 64
-    with pytest.raises(EmuError, match="uses 219 VGPRs but the descriptor allocates 64"):
+    with pytest.raises(EmuError, match="uses 224 VGPRs but the descriptor allocates 64"):
         module.launch(SYMBOL, (1, 1, 1), (128, 1, 1), bytes(abi.ATTENTION_FWD_ARGS.size))
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import abi, registry, validate
-from ..abi import ATTENTION_FWD_ARGS, FLAG_LSE, FLAG_SMOOTH_K, QUERY_TILE, kv_group_magic
+from .. import abi, masks, registry, validate
+from ..abi import ATTENTION_FWD_ARGS, FLAG_CAUSAL, FLAG_LSE, FLAG_SMOOTH_K, QUERY_TILE, kv_group_magic
 from ..launch import launch, resolve_backend
 from ..prepared import SagePrepared, d_pad
 
@@ -45,14 +45,18 @@ def _check_reach(prepared: SagePrepared, strides: tuple[int, int, int]) -> None:
 
 
 def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layout: str = "NHD",
-                      backend: str | None = None, variant: str | None = None):
+                      backend: str | None = None, variant: str | None = None, is_causal: bool = False,
+                      block_mask: torch.Tensor | None = None):
     """Attention forward on a prepared structure: out [B, S_q, H_q, D] (layout "NHD") or [B, H_q, S_q, D] ("HND")
     in prepared.out_dtype, or (out, lse fp32 [B, H_q, S_q]).
 
     backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "hip"); variant: which shipped kernel
-    family ("asm" = the hand-scheduled one, the default; "hip" = the clang-built one). Everything is validated
-    before any kernel runs."""
+    family ("asm" = the hand-scheduled one, the default; "hip" = the clang-built one). is_causal: row i sees keys
+    j <= i + S_kv - S_q (bottom-right aligned); block_mask: bool [B, H_q, ceil(S_q/64), ceil(S_kv/64)], the key
+    tiles each query tile visits (sage_co.masks). Rows that see no key get zeros and lse -inf. Everything is
+    validated before any kernel runs."""
     validate.check_flag("return_lse", return_lse)
+    validate.check_flag("is_causal", is_causal)
     layout = validate.check_layout(layout)
     sh = validate.check_prepared(prepared)
     if variant is not None and not isinstance(variant, str):
@@ -60,6 +64,7 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layou
                         f"got {type(variant).__name__}")
     if sh.H_q >= abi.MAX_QUERY_HEADS:
         raise ValueError(f"prepared.q_int8: {sh.H_q} query heads exceed the launch grid (< {abi.MAX_QUERY_HEADS})")
+    masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
     kernel = registry.find(OP, variant, head_dim=d_pad(sh.D), out_dtype=OUT_DTYPE_KEYS[sh.dtype])
     device = prepared.q_int8.device
     backend = resolve_backend(prepared.q_int8, backend)
@@ -74,7 +79,10 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layou
         torch.empty(1, dtype=torch.float32, device=device)
     # The smooth_k term is ln2 * q_f . k_mean; k_mean is all zero for a prepare without smooth_k, so adding it
     # always is exact (x + ln2 * (+-0) == x) and the host never has to inspect k_mean.
-    flags = (FLAG_LSE | FLAG_SMOOTH_K) if return_lse else 0
+    flags = ((FLAG_LSE | FLAG_SMOOTH_K) if return_lse else 0) | (FLAG_CAUSAL if is_causal else 0)
+    active = masks.active_tiles(sh.B, sh.H_q, sh.S_q, sh.S_kv, is_causal=is_causal, block_mask=block_mask,
+                                device=device)
+    lut, lut_sb, lut_sh = masks.build_lut(active)
     args = {
         "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_fp8,
         "q_scale": prepared.q_scale, "k_scale": prepared.k_scale, "k_mean": prepared.k_mean,
@@ -83,6 +91,7 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layou
         "seq_len_kv": sh.S_kv, "seq_pad_kv": prepared.k_int8.shape[2],
         "num_heads_q": sh.H_q, "num_heads_kv": sh.H_kv, "kv_group_magic": kv_group_magic(sh.H_q // sh.H_kv),
         "out_stride_b": sb, "out_stride_s": ss, "out_stride_h": shd, "head_dim": sh.D, "flags": flags,
+        "lut": lut, "lut_stride_b": lut_sb, "lut_stride_h": lut_sh, "causal_offset": sh.S_kv - sh.S_q,
     }
     launch(kernel.symbol, ATTENTION_FWD_ARGS, grid(prepared), BLOCK, args, backend=backend)
     return (out, lse) if return_lse else out

@@ -40,13 +40,15 @@ def test_apply_honours_softmax_scale_and_refuses_what_it_cannot_do():
     w = SageCoAttnWeight()
     assert torch.equal(w.apply(q, k, v, softmax_scale=0.05),
                        sage_co.sageattn(q[None], k[None], v[None], tensor_layout="NHD", sm_scale=0.05).reshape(40, -1))
-    with pytest.raises(NotImplementedError, match="is_causal"):
-        w.apply(q, k, v, causal=True)
+    # causal (issue 14) passes straight through to sageattn
+    assert torch.equal(w.apply(q, k, v, causal=True),
+                       sage_co.sageattn(q[None], k[None], v[None], tensor_layout="NHD", is_causal=True).reshape(40, -1))
     with pytest.raises(TypeError, match="mystery"):
         w.apply(q, k, v, mystery=1)
     packed = torch.tensor([0, 15, 40], dtype=torch.int32)  # two sequences: varlen
-    with pytest.raises(NotImplementedError, match="sageattn_varlen"):
-        w.apply(q, k, v, cu_seqlens_q=packed, cu_seqlens_kv=packed, max_seqlen_q=25, max_seqlen_kv=25)
+    # two packed sequences go to sageattn_varlen (issue 14)
+    assert torch.equal(w.apply(q, k, v, cu_seqlens_q=packed, cu_seqlens_kv=packed, max_seqlen_q=25, max_seqlen_kv=25),
+                       sage_co.sageattn_varlen(q, k, v, packed, packed, 25, 25).reshape(40, -1))
     with pytest.raises(ValueError, match="cu_seqlens_q"):
         w.apply(q, k, v, cu_seqlens_q=torch.tensor([0, 39]))
 

@@ -99,22 +99,19 @@ def test_unsupported_keywords_name_the_keyword(kw, exc, name):
         sage_co.sageattn(q, k, v, **kw)
 
 
-def test_causal_until_it_lands():
+def test_causal_is_the_op():
     q, k, v = _qkv(S=8)
-    if compat.op_supports("is_causal"):
-        pytest.skip("the op takes is_causal now (issue 14): compare with a causal FP32 reference instead")
+    assert compat.op_supports("is_causal")
+    ref = sage_co.sage_attention(q, k, v, is_causal=True, smooth_k=True)   # sageattn defaults to smooth_k
     for kw in ({"is_causal": True}, {"causal": True}):
-        with pytest.raises(NotImplementedError, match="is_causal"):
-            sage_co.sageattn(q, k, v, tensor_layout="NHD", **kw)
+        assert torch.equal(sage_co.sageattn(q, k, v, tensor_layout="NHD", **kw), ref)
 
 
-def test_varlen_until_it_lands():
-    q = torch.zeros(10, 2, 128, dtype=torch.bfloat16)
+def test_varlen_is_the_op():
+    q = torch.randn(10, 2, 128).bfloat16()
     cu = torch.tensor([0, 4, 10], dtype=torch.int32)
-    if hasattr(sage_co.api, "sage_attention_varlen"):
-        pytest.skip("sage_attention_varlen exists now (issue 14): test the packed call against per-sequence calls")
-    with pytest.raises(NotImplementedError, match="sageattn_varlen"):
-        sage_co.sageattn_varlen(q, q, q, cu, cu, 6, 6)
+    out = sage_co.sageattn_varlen(q, q, q, cu, cu, 6, 6, is_causal=True)
+    assert torch.equal(out, sage_co.sage_attention_varlen(q, q, q, cu, cu, 6, 6, is_causal=True, smooth_k=True))
     with pytest.raises(ValueError, match="dropout_p"):  # keywords are still checked first
         sage_co.sageattn_varlen(q, q, q, cu, cu, 6, 6, dropout_p=0.5)
 

@@ -30,9 +30,12 @@ def attention_inputs(S_q: int, S_kv: int | None = None, head_dim: int = HEAD_DIM
     k, v = (torch.randn(1, S_kv, 1, head_dim, generator=g).to(torch.bfloat16) for _ in range(2))
     p = sage_prepare(q, k, v)
     Sq_pad, Skv_pad = p.q_int8.shape[2], p.k_int8.shape[2]
+    from sage_co import masks    # v3: the LUT of active key tiles (dense here: every tile of every query tile)
+    lut, lut_sb, lut_sh = masks.build_lut(masks.active_tiles(1, 1, S_q, S_kv))
     return {"q": p.q_int8, "k": p.k_int8, "v": p.v_fp8, "q_scale": p.q_scale,
             "k_scale": p.k_scale, "k_mean": p.k_mean, "v_scale": p.v_scale,
             "out": S_q * head_dim * 2, "lse": 4, "seq_len": S_q, "seq_pad": Sq_pad, "num_heads": 1, "flags": 0,
             "seq_len_q": S_q, "seq_pad_q": Sq_pad, "seq_len_kv": S_kv, "seq_pad_kv": Skv_pad,
             "num_heads_q": 1, "num_heads_kv": 1, "kv_group_magic": 1 << 32, "out_stride_b": S_q * head_dim,
-            "out_stride_s": head_dim, "out_stride_h": head_dim, "head_dim": head_dim}
+            "out_stride_s": head_dim, "out_stride_h": head_dim, "head_dim": head_dim,
+            "lut": lut, "lut_stride_b": lut_sb, "lut_stride_h": lut_sh, "causal_offset": S_kv - S_q}

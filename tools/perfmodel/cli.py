@@ -9,7 +9,8 @@
     python tools/perf_model.py --what-if [--json]             # the asm kernel's geometry/schedule what-ifs
 
 --arg NAME=VALUE: a by-value kernel argument (e.g. seq_len=4096); for a pointer argument VALUE is the size in
-bytes of the zeroed buffer the emulated workgroup gets (default 16 MiB). Arguments without a name in the code
+bytes of the zeroed buffer the emulated workgroup gets (default 16 MiB), or u32:A,B,... its contents (little-endian
+u32 words, e.g. an attention kernel's LUT row lut=u32:4,0,1,2,3,0,0,0). Arguments without a name in the code
 object's metadata are arg0, arg1, ... (their position). --emu-arg overrides --arg for the emulated workgroup only
 (e.g. a shorter sequence; then pass --trip-count for the modeled launch). --trip-count: main-loop iterations per
 wave, when the emulated workgroup cannot give them (--no-emulate, or --emu-arg).
@@ -17,6 +18,7 @@ wave, when the emulated workgroup cannot give them (--no-emulate, or --emu-arg).
 from __future__ import annotations
 
 import argparse
+import struct
 import json
 import sys
 from pathlib import Path
@@ -24,12 +26,18 @@ from pathlib import Path
 from perfmodel.hardware import PEAK_RATE
 
 
-def _pairs(items: list[str], flag: str) -> dict[str, int]:
+def _pairs(items: list[str], flag: str) -> dict[str, int | bytes]:
     out = {}
     for item in items or []:
         name, eq, value = item.partition("=")
         if not eq or not name:
             raise ValueError(f"{flag} {item!r}: expected NAME=VALUE")
+        if value.startswith("u32:"):      # a pointer argument's buffer contents
+            try:
+                out[name] = struct.pack(f"<{value.count(',') + 1}I", *(int(w, 0) for w in value[4:].split(",")))
+            except (ValueError, struct.error):
+                raise ValueError(f"{flag} {item!r}: u32:A,B,... takes comma-separated u32 words") from None
+            continue
         try:
             out[name] = int(value, 0)
         except ValueError:
