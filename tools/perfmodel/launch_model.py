@@ -22,8 +22,7 @@ from dataclasses import dataclass, field, replace
 from perfmodel.emulated import WorkgroupRun, dynamic_iteration_mix
 from perfmodel.hardware import (CALIBRATED, DRAM_BYTES_PER_S, SIMDS_PER_LDS_HALF, WGPS, Occupancy, Params,
                                 occupancy)
-from perfmodel.isa import CLASSES
-from perfmodel.simulate import Latencies, decode_path, simulate
+from perfmodel.simulate import Latencies, decode_path, diffuse_paths, simulate
 from perfmodel.stream import KernelModel, Mix, iteration_paths, longest_iteration
 
 SIM_ITERATIONS = 12
@@ -108,18 +107,7 @@ def loop_streams(km: KernelModel, iter_mix: Mix | None, iterations: int) -> tupl
     paths = iteration_paths(km.insts, km.loop)
     if len(paths) == 1:
         return paths, [0]
-    cnts = [Mix.of(p).counts() for p in paths]
-    target = iter_mix.counts()
-    acc = dict.fromkeys(CLASSES, 0.0)
-    order = []
-    for k in range(1, iterations + 1):
-        j = min(range(len(paths)), key=lambda j: sum(abs(acc[c] + cnts[j][c] - k * target[c]) for c in CLASSES))
-        order.append(j)
-        for c in CLASSES:
-            acc[c] += cnts[j][c]
-    used = sorted(set(order))
-    remap = {j: i for i, j in enumerate(used)}
-    return [paths[j] for j in used], [remap[j] for j in order]
+    return diffuse_paths(paths, iter_mix.counts(), iterations)
 
 
 def _with_lds(ops, insts, run: WorkgroupRun | None):

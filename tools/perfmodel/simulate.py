@@ -404,8 +404,16 @@ def steady_paths(km: "KernelModel", iterations: int) -> tuple[list[list[Inst]], 
         path, _ = longest_iteration(km.insts, km.loop)
         return [path], [0], "longest path every iteration (static counts)"
     paths = iteration_paths(km.insts, km.loop)
-    cnts = [Mix.of(p).counts() for p in paths]
     target = {c: v * km.tiles_per_iter for c, v in km.mix.counts().items()}
+    used, order = diffuse_paths(paths, target, iterations)
+    desc = ", ".join(f"{len(p)} insts x {order.count(i)}" for i, p in enumerate(used))
+    return used, order, f"{len(paths)} paths; per {iterations} iterations: {desc} (nearest the emulator's mix)"
+
+
+def diffuse_paths(paths: list[list], target: dict, iterations: int) -> tuple[list[list], list[int]]:
+    """Error diffusion over loop paths: iteration k takes the path that keeps the running class counts nearest
+    k x `target` (per-iteration counts by class). Returns the paths used and, per iteration, an index into them."""
+    cnts = [Mix.of(p).counts() for p in paths]
     acc = dict.fromkeys(CLASSES, 0.0)
     order = []
     for k in range(1, iterations + 1):
@@ -415,9 +423,7 @@ def steady_paths(km: "KernelModel", iterations: int) -> tuple[list[list[Inst]], 
             acc[c] += cnts[j][c]
     used = sorted(set(order))
     remap = {j: i for i, j in enumerate(used)}
-    desc = ", ".join(f"{len(paths[j])} insts x {order.count(j)}" for j in used)
-    return [paths[j] for j in used], [remap[j] for j in order], \
-        f"{len(paths)} paths; per {iterations} iterations: {desc} (nearest the emulator's mix)"
+    return [paths[j] for j in used], [remap[j] for j in order]
 
 
 def simulate_kernel(km: "KernelModel", lat: Latencies = Latencies(), iterations: int | None = None,
