@@ -16,8 +16,8 @@ ring     K/V shards travel round the ring with `batch_isend_irecv` (the next sha
          runs on the current one); each step's partial (out, lse) is merged in fp32 by log-sum-exp. Not bitwise
          with the single-process op: smooth_k's mean, V's per-channel FP8 scale and K's 32-token blocks are taken
          per shard, each partial output is rounded to the output dtype before the fp32 merge, and the merge adds
-         in ring order. Uneven shards need an op that takes separate Q and K/V lengths (issue 13); before that
-         they are refused with an error. No causal ring yet (the per-step masks need issue 14's causal op).
+         in ring order. Uneven shards are fine (the op takes separate Q and K/V lengths). No causal ring yet:
+         it needs per-step masks offset by each shard's position (use mode="ulysses" with is_causal=True).
 
 On GPUs: `torch.distributed.init_process_group("nccl")` (on ROCm torch that backend is RCCL), one rank per GPU,
 `torch.cuda.set_device(local_rank)`, tensors on that GPU; both all_to_all_single and batch_isend_irecv run over
@@ -25,7 +25,6 @@ RCCL (xGMI / PCIe P2P between R9700s). On CPU (tests, the emulator) use "gloo".
 """
 from __future__ import annotations
 
-from functools import lru_cache
 
 import torch
 import torch.distributed as dist
@@ -123,33 +122,11 @@ def merge_partials(out, lse, blk_out, blk_lse):
     return out * w_old + blk_out * w_blk, new
 
 
-@lru_cache(maxsize=None)
-def serves_separate_lengths(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
-    """Does the op serve S_q != S_kv for this device, dtype and head dim? Decided before any ring traffic, the same
-    on every rank (a refusal halfway round the ring would leave peers waiting): False without issue 13's signature,
-    else one tiny probe launch (1 query, 2 keys), cached per process."""
-    from . import compat
-    from .api import sage_attention
-    if not compat.op_supports("layout"):
-        return False
-    q = torch.zeros(1, 1, 1, head_dim, dtype=dtype, device=device)
-    kv = torch.zeros(1, 2, 1, head_dim, dtype=dtype, device=device)
-    try:
-        sage_attention(q, kv, kv)
-    except NotImplementedError:
-        return False
-    return True
-
-
 def _ring(q, k, v, group, world, rank, lens_q, lens_kv, op_kwargs):
     from .api import sage_attention
     if op_kwargs.get("is_causal"):
-        raise NotImplementedError("is_causal: causal ring attention needs per-step masks (issue 14); use "
-                                  "mode='ulysses' once the op is causal")
-    if len(set(lens_q + lens_kv)) != 1 and not serves_separate_lengths(q.device, q.dtype, q.shape[-1]):
-        raise NotImplementedError(f"q: ring attention with uneven shards (query lengths {lens_q}, K/V lengths "
-                                  f"{lens_kv}) needs separate Q and K/V lengths in the op (issue 13); pad or "
-                                  f"re-shard to equal lengths, or use mode='ulysses'")
+        raise NotImplementedError("is_causal: causal ring attention needs per-step masks offset by each shard's "
+                                  "position, not built yet; use mode='ulysses' (the op is causal over each head shard)")
     nxt, prv = _global(group, (rank + 1) % world), _global(group, (rank - 1) % world)
     out = lse = None
     cur_k, cur_v = k.contiguous(), v.contiguous()

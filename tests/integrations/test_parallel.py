@@ -11,7 +11,7 @@ import torch.multiprocessing as mp
 
 import sage_co
 from sage_co import accuracy
-from sage_co.parallel import merge_partials, sequence_parallel_attention, serves_separate_lengths
+from sage_co.parallel import merge_partials, sequence_parallel_attention
 
 from . import dist_worker
 from .fp32ref import attention_fp32
@@ -85,19 +85,15 @@ def test_ring_vs_single_process_op(runs):
     assert torch.isfinite(out).all() and torch.isfinite(lse).all()
 
 
-def test_ring_uneven_refused_or_handled(runs):
+def test_ring_uneven_shards_are_handled(runs):
     world, res = runs
     if "ring_uneven" not in res:
         pytest.skip("scenario ring_uneven runs with W=2 only")
     shards, (q, k, v) = res["ring_uneven"]
     got = _gathered(shards)
-    if serves_separate_lengths(q.device, q.dtype, q.shape[-1]):  # issue 13's kernels: uneven shards are handled
-        assert not isinstance(got, list), got
-        fp32_out, _ = attention_fp32(q, k, v)
-        assert accuracy.within_contract(accuracy.metrics(got[0], fp32_out))
-    else:
-        assert isinstance(got, list) and len(got) == world  # every rank refuses, none hangs
-        assert all("NotImplementedError" in e and "uneven shards" in e and "issue 13" in e for e in got), got
+    assert not isinstance(got, list), got   # a list holds the ranks' error messages
+    fp32_out, _ = attention_fp32(q, k, v)
+    assert accuracy.within_contract(accuracy.metrics(got[0], fp32_out))
 
 
 def test_merge_partials_is_exact_attention_split():
