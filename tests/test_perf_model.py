@@ -2,7 +2,7 @@
 workgroup granularity, LDS passes from lane addresses, the loop finder (synthetic code, a tiny assembled kernel,
 LLVM as cross-check), instruction facts from sage_co.emu.facts, the emulator steady-state difference, the simulator,
 rounds/tails and L2/DRAM bounds of the launch model, the --co CLI, and the calibration on the FlyDSL references
-(runs when $SAGE_CO_CALIBRATION or ../shared/calibration holds them, skipped with the reason otherwise). Every
+(runs when $SAGE_CO_CALIBRATION names the folder holding them, skipped with the reason otherwise). Every
 figure here is modeled; nothing is timed."""
 import io
 import json
@@ -45,7 +45,9 @@ def insts(*spec):
 
 
 IU8 = "v_wmma_i32_16x16x16_iu8"
-CAL = calibration.calibration_dir()
+CAL = calibration.calibration_dir()                      # None unless $SAGE_CO_CALIBRATION names it
+CAL_FLYDSL = CAL / "flydsl" if CAL is not None else None
+HAVE_CAL = CAL_FLYDSL is not None and CAL_FLYDSL.is_dir()
 HIP_SYMBOL, ASM_SYMBOL = attention_symbol("hip"), attention_symbol("asm")    # head dim 128, bf16 out
 
 
@@ -276,8 +278,8 @@ def test_model_classes_and_registers_are_the_facts_layers():
     sage_co.emu.facts' (issue 17: one instruction-facts layer for statistics, sanitizer, lint and model)."""
     from sage_co.emu.facts import facts
     paths = sorted(report.HSACO.glob("*.co"))
-    if (CAL / "flydsl").is_dir():
-        paths += sorted((CAL / "flydsl").glob("*.hsaco"))
+    if HAVE_CAL:
+        paths += sorted(CAL_FLYDSL.glob("*.hsaco"))
     n = 0
     for p in paths:
         for lines in stream.disassemble(p)[0].values():
@@ -642,9 +644,9 @@ def test_cli_models_any_code_object_as_json():
     assert r.returncode != 0 and "--grid" in r.stderr
 
 
-@pytest.mark.skipif(not (CAL / "flydsl").is_dir(),
-                    reason=f"calibration references not present at {CAL} (set ${calibration.ENV} to the folder "
-                           "holding flydsl/*.hsaco + *.json)")
+@pytest.mark.skipif(not HAVE_CAL,
+                    reason=f"calibration references not present ({CAL_FLYDSL or 'no folder given'}): set "
+                           f"${calibration.ENV} to the folder holding flydsl/*.hsaco + *.json")
 def test_calibration_reproduces_the_flydsl_references():
     rows = calibration.calibrate()
     assert len(rows) == 4

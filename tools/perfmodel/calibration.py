@@ -1,7 +1,7 @@
 """The calibration: peer code objects with published gfx1201 timings, through the same model as any launch.
 
-The references live outside the repository (data for the model, not code of the project): the folder given by
---calibration DIR, else $SAGE_CO_CALIBRATION, else ../shared/calibration next to the repository. Each
+The references are data for the model, not code of the project, and are never copied into the repository: the
+folder is given by --calibration DIR or $SAGE_CO_CALIBRATION (no default location). Each
 flydsl/<stem>.hsaco has a <stem>.json with the launch (grid, block, kernarg layout), the problem shape and the
 published time (docs/performance.md §Calibration). Nothing from them is copied into the repository.
 """
@@ -14,7 +14,6 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from perfmodel import ROOT
 from perfmodel.emulated import emulate_workgroup
 from perfmodel.hardware import CALIBRATED, DRAM_BYTES_PER_S, INFINITY_CACHE, Params
 from perfmodel.launch_model import Launch, LaunchResult, model_launch
@@ -25,9 +24,20 @@ TOLERANCE = 0.20                            # the goal: every reference within +
 QUANT_LAUNCHES = 2                          # ASSUMED: the FP8 op's quantization = 2 kernels (amax, quantize)
 
 
-def calibration_dir(path: str | Path | None = None) -> Path:
-    """The calibration folder: the argument, $SAGE_CO_CALIBRATION, or ../shared/calibration beside the repo."""
-    return Path(path or os.environ.get(ENV) or ROOT.parent / "shared" / "calibration")
+def calibration_dir(path: str | Path | None = None) -> Path | None:
+    """The calibration folder: the argument, else $SAGE_CO_CALIBRATION; None when neither names one."""
+    given = path or os.environ.get(ENV)
+    return Path(given) if given else None
+
+
+def require_calibration_dir(path: str | Path | None = None) -> Path:
+    """calibration_dir(path), which must exist: a FileNotFoundError saying how to name it otherwise."""
+    root = calibration_dir(path)
+    if root is None or not root.is_dir():
+        where = f"{root}: no such folder" if root is not None else "no calibration folder given"
+        raise FileNotFoundError(f"{where} (pass --calibration DIR or set ${ENV} to the folder of the FlyDSL "
+                                "references)")
+    return root
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,7 @@ class Reference:
 
 
 def load_references(folder: str | Path | None = None) -> list[Reference]:
-    root = calibration_dir(folder)
+    root = require_calibration_dir(folder)
     sub = root / "flydsl" if (root / "flydsl").is_dir() else root
     refs = []
     for js in sorted(sub.glob("*.json")):

@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     g.add_argument("--no-emulate", action="store_true", help="static counts (needs --trip-count)")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     ap.add_argument("--calibration", nargs="?", const="", metavar="DIR",
-                    help="the calibration references (default $SAGE_CO_CALIBRATION or ../shared/calibration)")
+                    help="the calibration references (default $SAGE_CO_CALIBRATION)")
     ap.add_argument("--restate", action="store_true", help="our kernels and the op next to FlyDSL's figures")
     ap.add_argument("--what-if", action="store_true", help="the asm kernel's geometry/schedule what-ifs")
     o = ap.add_argument_group("the shipped attention kernels' report")

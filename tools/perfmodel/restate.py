@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from perfmodel import ROOT
-from perfmodel.calibration import (TOLERANCE, Reference, calibrate, calibration_dir, emulated, load_references,
+from perfmodel.calibration import (TOLERANCE, Reference, calibrate, emulated, load_references, require_calibration_dir,
                                    quant_seconds)
 from perfmodel.attention import attention_inputs, attention_symbol
 from perfmodel.emulated import emulate_workgroup
@@ -142,9 +142,7 @@ def variant_rows(params: Params = CALIBRATED) -> list[dict]:
 
 
 def print_calibration(folder=None, as_json: bool = False) -> int:
-    if not calibration_dir(folder).exists():
-        raise FileNotFoundError(f"{calibration_dir(folder)}: no calibration folder (set $SAGE_CO_CALIBRATION or "
-                                "pass --calibration DIR)")
+    require_calibration_dir(folder)
     rows = calibrate(folder)
     out = [{"reference": r.ref.stem, "published_us": r.ref.published_us, "modeled_us": r.modeled_us,
             "error": r.error, "binding": r.kernel.binding, "includes_quant": r.ref.includes_quant,
