@@ -34,7 +34,13 @@ def mix_from_stats(small: dict, large: dict, tiles_small: float, tiles_large: fl
     for c in CLASSES:
         per_wave = large[c] / waves_large - small[c] / waves_small
         setattr(mix, c, per_wave / (tiles_large - tiles_small))
+    _scale_side_figures(mix, static)
+    return mix
 
+
+def _scale_side_figures(mix: Mix, static: Mix) -> None:
+    """Dynamic counts carry no cycles/bytes/VOPD share: take them per instruction from the static loop (the same
+    instructions run, only their counts differ)."""
     def ratio(num, den):
         return num / den if den else 0.0
     mix.wmma_cycles = mix.WMMA * ratio(static.wmma_cycles, static.WMMA)
@@ -43,7 +49,6 @@ def mix_from_stats(small: dict, large: dict, tiles_small: float, tiles_large: fl
     mix.lds_bytes = mix.LDS * ratio(static.lds_bytes, static.LDS)
     mix.load_bytes = mix.VMEM_LOAD * ratio(static.load_bytes, static.VMEM_LOAD)
     mix.store_bytes = mix.VMEM_STORE * ratio(static.store_bytes, static.VMEM_STORE)
-    return mix
 
 
 def attention_stats(variant: str, S: int) -> dict:
@@ -205,11 +210,5 @@ def dynamic_iteration_mix(km: KernelModel, run: WorkgroupRun) -> tuple[Mix, floa
         if km.loop.contains(ins.addr) and ins.addr in run.counts:
             c = classify(ins.mnemonic)
             setattr(mix, c, getattr(mix, c) + run.per_wave(ins.addr) / trips)
-    ratio = (lambda n, d: n / d if d else 0.0)
-    mix.wmma_cycles = mix.WMMA * ratio(static.wmma_cycles, static.WMMA)
-    mix.wmma_ops = mix.WMMA * ratio(static.wmma_ops, static.WMMA)
-    mix.vopd = mix.VALU * ratio(static.vopd, static.VALU)
-    mix.lds_bytes = mix.LDS * ratio(static.lds_bytes, static.LDS)
-    mix.load_bytes = mix.VMEM_LOAD * ratio(static.load_bytes, static.VMEM_LOAD)
-    mix.store_bytes = mix.VMEM_STORE * ratio(static.store_bytes, static.VMEM_STORE)
+    _scale_side_figures(mix, static)
     return mix, trips
