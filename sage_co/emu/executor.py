@@ -13,6 +13,7 @@ is asked. A new instruction group hooks in by adding its builder to the tuples o
 """
 from __future__ import annotations
 
+import ctypes
 import gc
 import time
 
@@ -157,15 +158,36 @@ def _init_batch(st: State, prog: Program, grid, block, wg_lo: int, nwg: int, wpg
     st.pc[:] = prog.index[prog.kernel.entry]
 
 
+# glibc's heap: a run frees and reallocates the same large numpy temporaries (WMMA operands in f64, LDS gathers:
+# 0.1-1 MiB each) on every step. With glibc's default M_TOP_PAD (128 KiB) each free at the top of the heap returns the
+# pages to the kernel and the next allocation faults them in again: ~0.5 ms per fp8 WMMA step of 256 waves, a third
+# of a Triton attention run. During a run the heap keeps 64 MiB of padding instead; the default is restored after.
+M_TOP_PAD, RUN_TOP_PAD, DEFAULT_TOP_PAD = -2, 64 << 20, 128 << 10     # mallopt(3)
+
+
+def _mallopt():
+    try:
+        return ctypes.CDLL(None).mallopt      # glibc (and musl's no-op); absent on other C libraries
+    except (OSError, AttributeError):
+        return None
+
+
+_MALLOPT = _mallopt()
+
+
 def run(prog: Program, grid, block, **kw):
     """Run the whole grid. Python's cyclic GC is paused meanwhile: a run allocates many small closures (the
     instruction handlers) but no reference cycles, and full collections triggered by torch's live objects cost
-    ~0.2 s per launch."""
+    ~0.2 s per launch. The C heap keeps its freed pages meanwhile (RUN_TOP_PAD above)."""
     was_enabled = gc.isenabled()
     gc.disable()
+    if _MALLOPT is not None:
+        _MALLOPT(M_TOP_PAD, RUN_TOP_PAD)
     try:
         return _run(prog, grid, block, **kw)
     finally:
+        if _MALLOPT is not None:
+            _MALLOPT(M_TOP_PAD, DEFAULT_TOP_PAD)
         if was_enabled:
             gc.enable()
 
