@@ -28,6 +28,14 @@ def check_global(st, pc, sel, mask, off: np.ndarray, nbytes: int, what: str):
     and with the sanitizer on, outside every live allocation."""
     if len(off) == 0:
         return
+    lo, hi = int(off.min()), int(off.max()) + nbytes
+    if lo >= 0 and hi <= len(st.mem):
+        if not st.sanitize:
+            return
+        # the common case: every lane inside one live allocation (two reductions instead of a search per lane)
+        i = int(np.searchsorted(st.live_starts, lo, side="right")) - 1
+        if i >= 0 and hi <= st.live_ends[i]:
+            return
     end = off + nbytes
     bad = (off < 0) | (end > len(st.mem))
     if st.sanitize:
@@ -509,9 +517,12 @@ def _ds(st, ops, inst, pc):
             for j, o in enumerate(offs):
                 flat, ok = _lds_index(st, pc, sel, m, b + o, size, name, not load)
                 if load:
-                    data = np.zeros((len(flat), ndw), dtype=U32)
-                    if ok.any():
-                        data[ok] = mem_gather(lds, lds32, flat[ok], size)
+                    if ok.all():
+                        data = mem_gather(lds, lds32, flat, size)
+                    else:
+                        data = np.zeros((len(flat), ndw), dtype=U32)
+                        if ok.any():
+                            data[ok] = mem_gather(lds, lds32, flat[ok], size)
                     parts.append(data)
                 else:
                     src = d0 if j == 0 else d1

@@ -20,6 +20,7 @@ F32_SIGN = np.uint32(0x80000000)
 F32_ABS = np.uint32(0x7FFFFFFF)
 F32_EXP = np.uint32(0x7F800000)
 F32_QUIET = np.uint32(0x00400000)
+F32_MANT = np.uint32(0x007FFFFF)
 F32_MIN_NORMAL = np.float32(2.0 ** -126)
 
 
@@ -55,10 +56,16 @@ DENORM_FLUSH_IN_OUT, DENORM_FLUSH_OUT, DENORM_FLUSH_IN, DENORM_KEEP = 0, 1, 2, 3
 def flush_f32(x):
     """Denormal -> zero of the same sign. Accepts float32 values or uint32 bit patterns, returns the same dtype."""
     arr = np.asarray(x)
-    if arr.dtype == np.uint32:
-        return np.where((arr & F32_EXP) == 0, arr & F32_SIGN, arr)
-    bits = as_u32(arr)
-    return as_f32(np.where((bits & F32_EXP) == 0, bits & F32_SIGN, bits))
+    bits = arr if arr.dtype == np.uint32 else as_u32(arr)
+    # denormal <=> magnitude bits in [1, 0x7FFFFF]; minus one (zero wraps to 0xFFFFFFFF) makes that one compare,
+    # and the common case (no denormal) returns the input untouched
+    mag = bits & F32_ABS
+    mag -= np.uint32(1)
+    den = mag < F32_MANT
+    if not den.any():
+        return arr
+    out = np.where(den, bits & F32_SIGN, bits)
+    return out if arr.dtype == np.uint32 else as_f32(out)
 
 
 def flush_in(x, mode: int):
@@ -411,13 +418,19 @@ def _minmax_num_f32(a, b, greater: bool) -> np.ndarray:
     patched after (a NaN loses to a number; two NaNs give a, quieted)."""
     a, b = _f32(a), _f32(b)
     ab, bb = as_u32(a), as_u32(b)
+    an, bn = np.isnan(a), np.isnan(b)
+    if not (an.any() or bn.any()):
+        # no NaN: fmax/fmin decide; equal operands have equal bits except +0/-0, where the tie rule picks
+        r = as_u32(np.fmax(a, b) if greater else np.fmin(a, b))
+        tie = a == b
+        if tie.any():
+            r = np.where(tie, (ab & bb) if greater else (ab | bb), r)
+        return as_f32(r)
     with np.errstate(invalid="ignore"):
         tie = (ab & bb) if greater else (ab | bb)
         r = np.where(a > b if greater else a < b, ab, np.where(a == b, tie, bb))
-    an, bn = np.isnan(a), np.isnan(b)
-    if an.any() or bn.any():
-        r = np.where(an, bb, np.where(bn, ab, r))
-        r = np.where(an & bn, ab | F32_QUIET, r)
+    r = np.where(an, bb, np.where(bn, ab, r))
+    r = np.where(an & bn, ab | F32_QUIET, r)
     return as_f32(r)
 
 

@@ -29,9 +29,10 @@ def wrap(st, inst, fx, pc, h):
     reads = _related(fx.reads)
     is_valu = fx.cls in ("VALU", "TRANS")
     issued = st.issued
+    touched = frozenset(reads) | frozenset(plain_writes)    # one C-level test against the pending keys per step
 
     def hh(sel):
-        if st.maybe:
+        if st.maybe and not st.maybe.keys().isdisjoint(touched):
             _check(st, pc, sel, reads, "reads", "before its load completed (missing s_wait_*)")
             _check(st, pc, sel, plain_writes, "overwrites", "while a load into it is still pending")
         if is_valu and st.wmma_live:

@@ -64,12 +64,15 @@ def F(inst, name, default=0):
 
 
 def pack_lanes(b: np.ndarray) -> np.ndarray:
-    """bool[n, 32] -> uint32[n] lane mask (bit i = lane i)."""
-    return np.packbits(np.ascontiguousarray(b, dtype=bool), axis=-1, bitorder="little").view(np.uint32)[:, 0]
+    """bool[n, 32] -> uint32[n] lane mask (bit i = lane i). One packbits over the flat array (a row is 4 whole bytes,
+    little-endian bit order = lane order): about half the cost of packing along the last axis."""
+    return np.packbits(np.ascontiguousarray(b, dtype=bool).reshape(-1), bitorder="little").view(np.uint32)
 
 
 def unpack_lanes(x) -> np.ndarray:
-    return ((np.asarray(x, dtype=np.uint32)[:, None] >> LANE) & 1).astype(bool)
+    """uint32[n] lane masks -> bool[n, 32] (lane i = bit i): one unpackbits of the little-endian bytes."""
+    x = np.ascontiguousarray(x, dtype=np.uint32)
+    return np.unpackbits(x.view(np.uint8), bitorder="little").reshape(len(x), 32).view(bool)
 
 
 class State:
@@ -136,8 +139,7 @@ class State:
 
     # --- EXEC
     def refresh_exec(self, sel=ALL):
-        e = self.S[EXEC][sel]
-        self.EXM[sel] = ((e[:, None] >> LANE) & 1).astype(bool)
+        self.EXM[sel] = unpack_lanes(self.S[EXEC][sel])
         self.exec_full = bool(np.all(self.S[EXEC][self.alive] == FULL))
 
     def wave_desc(self, w: int) -> str:

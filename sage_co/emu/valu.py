@@ -288,7 +288,13 @@ def _src_codes(inst, n):
 def _lanemask_reader(st, ops, inst, code):
     """Reader of a lane mask operand (VCC or an SGPR) -> bool [n, 32]."""
     r = ops.sread(inst, code)
-    return lambda sel: unpack_lanes(np.broadcast_to(np.asarray(r(sel), dtype=U32), (st.W if sel is ALL else len(sel),)))
+
+    def rd(sel):
+        x = r(sel)
+        if np.ndim(x) == 0:     # a constant mask
+            x = np.full(st.W if sel is ALL else len(sel), x, dtype=U32)
+        return unpack_lanes(x)
+    return rd
 
 
 def _sdst_writer(st, ops, code):
@@ -297,9 +303,12 @@ def _sdst_writer(st, ops, code):
     wr = ops.swrite(code)
 
     def w(sel, bits_bool):
-        bits = pack_lanes(np.broadcast_to(bits_bool, (st.W if sel is ALL else len(sel), 32)))
         if code == NULL:
             return
+        n = st.W if sel is ALL else len(sel)
+        bits = pack_lanes(bits_bool if np.shape(bits_bool) == (n, 32) else np.broadcast_to(bits_bool, (n, 32)))
+        if sel is ALL and st.exec_full:     # every lane active: the whole mask is the result
+            return wr(sel, bits)
         ex = S[EXEC][sel]
         old = S[code][sel]
         wr(sel, (old & ~ex) | (bits & ex))

@@ -49,7 +49,28 @@ def bfe_i(a, off, w):
     return np.where(w == 0, 0, v).astype(I64).astype(U32)
 
 
+_PERM_INDEX: dict = {}    # constant selector -> byte index into [S1 bytes 0-3, S0 bytes 4-7, 0x00, 0xFF], or None
+
+
+def _perm_index(sel: int):
+    """Byte gather index of a constant v_perm_b32 selector, or None when a byte takes a sign (selector 8-11)."""
+    if sel not in _PERM_INDEX:
+        idx = []
+        for byte in range(4):
+            s = (sel >> (8 * byte)) & 0xFF
+            idx.append(s if s < 8 else 8 if s == 12 else 9 if s > 12 else -1)
+        _PERM_INDEX[sel] = None if -1 in idx else np.array(idx)
+    return _PERM_INDEX[sel]
+
+
 def perm_b32(s0, s1, sel):
+    if np.ndim(sel) == 0:       # constant selector (Triton/clang pack halves this way): one byte gather
+        idx = _perm_index(int(sel))
+        if idx is not None:
+            s0, s1 = np.broadcast_arrays(_u(s0), _u(s1))
+            src = np.empty(s0.shape + (3,), U32)
+            src[..., 0], src[..., 1], src[..., 2] = s1, s0, U32(0xFF00)
+            return np.ascontiguousarray(src.view(U8)[..., idx]).view(U32)[..., 0]
     data = (_u(s0).astype(U64) << U64(32)) | _u(s1).astype(U64)
     data = np.broadcast_arrays(data, _u(sel))[0]
     sel = np.broadcast_arrays(_u(sel), data)[0]
