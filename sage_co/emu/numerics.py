@@ -151,12 +151,27 @@ def f64_sum_to_f32(s: np.ndarray, p: np.ndarray, c: np.ndarray) -> np.ndarray:
     exact sum lies strictly on s's side of every midpoint (it rounds to s, and a midpoint other than s is a whole
     f64 ulp away), so both round alike. Suspects take the TwoSum + round-to-odd path. The candidates are found with
     cheap passes (midpoint bits; f32 result at or below the smallest normal, which every nonzero s below 2^-126
-    gives) and narrowed to the exact suspect set on the few candidates.
+    gives) and narrowed to the exact suspect set on the few candidates; when they are many (over 1/8), TwoSum runs
+    over the whole array instead and only the inexact sums among them take the round-to-odd path.
     """
     with np.errstate(all="ignore"):
         out = s.astype(np.float32)
         cand = (s.view(np.int64) & 0x1FFFFFFF) == 0x10000000
         cand |= (out.view(np.uint32) & F32_ABS) <= np.uint32(0x00800000)
+        ncand = np.count_nonzero(cand)
+        if not ncand:
+            return out
+        if ncand * 8 > s.size:
+            # many candidates (sums of few significant bits, e.g. bf16 WMMA dots, sit on f32 midpoints often):
+            # TwoSum over the whole array; where it is zero s is the exact sum and the cast rounds it correctly
+            bv = s - p
+            err = (p - (s - bv)) + (c - bv)
+            cand &= err != 0
+            if cand.any():
+                idx = np.flatnonzero(cand)
+                where = np.unravel_index(idx, s.shape)
+                out[where] = round_odd_f64_to_f32(s[where], np.broadcast_to(err, s.shape)[where])
+            return out
         idx = np.flatnonzero(cand)
         if idx.size:
             where = np.unravel_index(idx, s.shape)

@@ -70,7 +70,8 @@ def _gather(regs: np.ndarray, dtype, idx: np.ndarray) -> np.ndarray:
 #   8-bit (iu8, fp8/bf8): the sums are exact, so any k order shared by A and B gives the same D; the columns use
 #     k' = (h, g, j) with words [W, h, g, r] moved as whole dwords first.
 #   16-bit: f64 sums may round (see the module docstring), so these keep the plain k order and the BLAS call
-#     D^T = B^T A^T of B's rows [W, n, k] and A's columns [W, k, m] that they have always used.
+#     D^T = B^T A^T of B's rows [W, n, k] (a transposed view of its columns) and A's columns [W, k, m] that they
+#     have always used.
 
 def _cols8(regs: np.ndarray, dtype, out_dtype) -> np.ndarray:
     """8-bit operand [2, W, 32] -> columns [W, k', r] as out_dtype, k' = 4 * (2h + g) + j (A^T for A, B for B)."""
@@ -83,12 +84,6 @@ def _words(regs: np.ndarray) -> np.ndarray:
     """8-bit operand [2, W, 32] -> its dwords as [W, h, g, r] (contiguous; a dword is bytes j = 0..3)."""
     w = regs.shape[1]
     return np.ascontiguousarray(regs.reshape(2, w, 2, 16).transpose(1, 2, 0, 3))
-
-
-def _rows16(halves: np.ndarray) -> np.ndarray:
-    """16-bit operand halves [4, W, 64] (any 2-byte dtype) -> rows [W, r, k]."""
-    w = halves.shape[1]
-    return halves.reshape(2, 2, w, 2, 16, 2).transpose(2, 4, 0, 3, 1, 5).reshape(w, 16, 16)
 
 
 def _cols16(halves: np.ndarray) -> np.ndarray:
@@ -282,16 +277,18 @@ def _dot16(a, b, bf16: bool, neg_lo, neg_hi) -> np.ndarray:
     """D^T [W, n, m] as a float64 matmul of the decoded 16-bit operands ([4, W, 32] registers)."""
     w = a.shape[1]
     at = _f16_to_f64(_cols16(_neg16(a, neg_lo[0], neg_hi[0]).view(np.uint16).reshape(4, w, 64)), bf16)
-    bt = _f16_to_f64(_rows16(_neg16(b, neg_lo[1], neg_hi[1]).view(np.uint16).reshape(4, w, 64)), bf16)
+    # B's rows [W, n, k] as the transposed view of its columns (a fast copy; BLAS takes the view as it is, and gives
+    # the same sums bit for bit as from a row copy, checked on operands whose f64 sums round)
+    bt = _f16_to_f64(_cols16(_neg16(b, neg_lo[1], neg_hi[1]).view(np.uint16).reshape(4, w, 64)), bf16)
     with np.errstate(all="ignore"):
-        return np.matmul(bt, at)
+        return np.matmul(bt.transpose(0, 2, 1), at)
 
 
 def f32_16bit_vgpr(a, b, c, bf16: bool, neg_lo=(0, 0, 0), neg_hi=(0, 0, 0)) -> np.ndarray:
     """v_wmma_f32_16x16x16_{f16,bf16} on [4, W, 32], [4, W, 32], [8, W, 32] uint32 (VGPR layout) -> D [8, W, 32].
     f64 dot (exact unless the products span more than 53 bits), then + C rounded once to f32."""
     w = a.shape[1]
-    dot = _slots32_t(_dot16(a, b, bf16, neg_lo, neg_hi))
+    dot = np.ascontiguousarray(_slots32_t(_dot16(a, b, bf16, neg_lo, neg_hi)))   # the sum passes run contiguous
     cf = _c_f32(c, neg_lo[2], neg_hi[2])                   # C: neg_lo = negate, neg_hi = abs (AMC README)
     return _sum_to_f32([dot], cf).view(np.uint32).reshape(8, w, 32)
 
