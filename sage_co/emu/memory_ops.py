@@ -612,6 +612,30 @@ def _ds(st, ops, inst, pc):
 
 
 # ------------------------------------------------------------------------------------------------ scratch
+def private_memory(st):
+    """The batch's private memory (allocated on first use): (bytes, their uint32 view or None, [W, 32] index of each
+    lane's private byte 0). Each lane owns private_segment_fixed_size bytes (at least 4)."""
+    if st.private is None:
+        st.private = np.zeros(st.W * 32 * max(st.private_bytes, 4), dtype=U8)
+    priv = st.private
+    stride = max(st.private_bytes, 4)
+    lane_base = (np.arange(st.W, dtype=I64)[:, None] * 32 + np.arange(32)) * stride
+    return priv, (priv.view(U32) if len(priv) % 4 == 0 else None), lane_base
+
+
+def private_index(st, pc, sel, m, am, nbytes: int, lane_base, what: str):
+    """Private offsets am [k] of the active lanes of m -> indices into st.private; an access outside the kernel's
+    private segment stops the run (what names the access in the message)."""
+    size = st.private_bytes
+    bad = (am < 0) | (am + nbytes > size)
+    if bad.any():
+        k = int(np.argmax(bad))
+        w, lane = _where_lane(st, sel, m, k)
+        st.fail(pc, f"{what} of {nbytes} B at private offset {int(am[k])} is outside the kernel's {size} B private "
+                    f"segment", w, lane)
+    return lane_base[sel][m] + am
+
+
 def _vscratch(st, ops, inst, pc):
     """Private (scratch) memory: each lane has its own private_segment_fixed_size bytes (architected flat
     scratch; docs/rdna4.md §Entry). Address = [vaddr if sve] + [saddr SGPR] + offset, per lane."""
@@ -625,27 +649,14 @@ def _vscratch(st, ops, inst, pc):
     V = st.V
     saddr, vaddr, sve, ioff = F(inst, "saddr"), F(inst, "vaddr"), F(inst, "sve"), int(F(inst, "offset"))
     sr = ops.sread(inst, saddr) if saddr != NULL else None
-    size = st.private_bytes
-    if st.private is None:
-        st.private = np.zeros(st.W * 32 * max(size, 4), dtype=U8)
-    priv = st.private
-    priv32 = priv.view(U32) if len(priv) % 4 == 0 else None
-    stride = max(size, 4)
-    lane_base = (np.arange(st.W, dtype=I64)[:, None] * 32 + np.arange(32)) * stride   # [W, 32] private byte 0
+    priv, priv32, lane_base = private_memory(st)
 
     def index(sel, m):
         n = st.W if sel is ALL else len(sel)
         a = V[vaddr][sel].astype(I64) + ioff if sve else np.full((n, 32), ioff, dtype=I64)
         if sr is not None:
             a += np.broadcast_to(np.asarray(sr(sel)).astype(I64), (n,))[:, None]
-        am = a[m]
-        bad = (am < 0) | (am + nbytes > size)
-        if bad.any():
-            k = int(np.argmax(bad))
-            w, lane = _where_lane(st, sel, m, k)
-            st.fail(pc, f"scratch access of {nbytes} B at private offset {int(am[k])} is outside the kernel's "
-                        f"{size} B private segment", w, lane)
-        return lane_base[sel][m] + am
+        return private_index(st, pc, sel, m, a[m], nbytes, lane_base, "scratch access")
 
     if op == "load":
         vd = F(inst, "vdst")

@@ -28,6 +28,16 @@ FULL = np.uint32(0xFFFFFFFF)
 VCC, TTMP0, NULL, M0, EXEC, SCC_CODE, LITERAL = 106, 108, 124, 125, 126, 253, 255
 NUM_SREGS = 128
 ARENA_VA = 0x7F00_0000_0000       # fake VA of device arena byte 0 (high enough that a NULL-ish pointer is never valid)
+# flat address apertures (docs/rdna4.md §Flat apertures): 4 GiB each, based at a multiple of 2^32; a flat address whose
+# high dword is an aperture's goes to the lane's scratch (private) or the workgroup's LDS (shared) at the low dword.
+# The bases are the values Linux's amdkfd programs on gfx9+ (LDS 1 << 48, scratch 2 << 48); code reads them through
+# the src_shared_base / src_private_base operands and never depends on the numbers.
+SHARED_BASE, PRIVATE_BASE, APERTURE_BYTES = 1 << 48, 2 << 48, 1 << 32
+SRC_SHARED_BASE, SRC_SHARED_LIMIT, SRC_PRIVATE_BASE, SRC_PRIVATE_LIMIT = 235, 236, 237, 238
+APERTURE_OPERANDS = {SRC_SHARED_BASE: SHARED_BASE, SRC_SHARED_LIMIT: SHARED_BASE + APERTURE_BYTES - 1,
+                     SRC_PRIVATE_BASE: PRIVATE_BASE, SRC_PRIVATE_LIMIT: PRIVATE_BASE + APERTURE_BYTES - 1}
+APERTURE_NAMES = {SRC_SHARED_BASE: "src_shared_base", SRC_SHARED_LIMIT: "src_shared_limit",
+                  SRC_PRIVATE_BASE: "src_private_base", SRC_PRIVATE_LIMIT: "src_private_limit"}
 SANITIZER_KINDS = ("load", "store", "ds", "km")      # wait counters tracked (facts.WAIT_KINDS)
 # HW_REG_WAVE_MODE (hwreg id 1) fields (docs/rdna4.md §Entry, MODE register): FP_ROUND [3:0], FP_DENORM [7:4],
 # FP16_OVFL [23] (fp8/bf8 conversions saturate finite overflow when set)
