@@ -1,9 +1,12 @@
 """Emulator speed: `python -m sage_co.emu.bench` (from the repository root) prints wave-instructions per second on a
-VALU/SALU loop at 32, 128 and 512 waves and WMMA per second (iu8). Needs LLVM (clang + ld.lld, found by the repo's
-build_asm.find_llvm) to assemble the loop kernels; this module is a developer tool and is never imported by the
-runtime."""
+VALU/SALU loop at 32, 128 and 512 waves, WMMA per second (iu8), and wave-instructions per second of the Triton
+corpus's two attention kernels at S = 4096 (tests/emu/corpus/triton: `sage_attn_i8_fp8` INT8 QK / FP8 PV, 32
+workgroups x 8 waves; `flash_attn_bf16`, 64 x 4 waves; random inputs, one head). Needs LLVM (clang + ld.lld, found by
+the repo's build_asm.find_llvm) to assemble the loop kernels; this module is a developer tool and is never imported by
+the runtime."""
 from __future__ import annotations
 
+import json
 import struct
 import subprocess
 import sys
@@ -11,7 +14,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from sage_co.emu import Device
+
+TRITON = Path(__file__).resolve().parents[2] / "tests" / "emu" / "corpus" / "triton"
+ATTENTION = ("sage_attn_i8_fp8", "sage_attn_i8_fp8_t16off", "flash_attn_bf16")
 
 try:                       # the repository's one LLVM discovery (build_asm.py at the repo root, not installed)
     from build_asm import BuildError, find_llvm
@@ -119,6 +127,37 @@ def run(waves=(32, 128, 512), iters: int = 200, sanitize: bool = True) -> dict:
     return out
 
 
+def triton_attention(name: str, S: int = 4096, sanitize: bool = True) -> dict:
+    """One launch of a Triton corpus attention kernel over S queries and keys (one head, random inputs): its
+    statistics (wave_instructions, wall_s, ...)."""
+    meta = json.loads((TRITON / f"{name}.json").read_text())
+    dev = Device(1 << 26)
+    mod = dev.load((TRITON / f"{name}.co").read_bytes(), name)
+    rng = np.random.default_rng(0)
+    c = meta["constexprs"]
+    D, BM, BN = c["D"], c["BM"], c["BN"]
+
+    def put(a):
+        p = dev.alloc(max(a.nbytes, 4))
+        dev.write(p, np.ascontiguousarray(a))
+        return p
+
+    out = dev.alloc(S * D * 2)
+    if name.startswith("flash"):
+        qkv = [put((rng.standard_normal((S, D)).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16))
+               for _ in range(3)]
+        args = struct.pack("<QQQQif", *qkv, out, S, D ** -0.5)
+    else:
+        q, k = (put(rng.integers(-127, 128, (S, D)).astype(np.int8)) for _ in range(2))
+        v = put(rng.integers(0, 0x7F, (S, D)).astype(np.uint8))               # finite e4m3 codes
+        qs, ks = put(np.full(S // BM, 0.002, np.float32)), put(np.full(S // BN, 0.002, np.float32))
+        vs = put(np.ones(D, np.float32))
+        args = struct.pack("<QQQQQQQi", q, k, v, qs, ks, vs, out, S) + bytes(4)
+    args += struct.pack("<QQ", 0, 0)      # Triton's two trailing pointer args (global / profile scratch), unused
+    return mod.launch(meta["symbol"], (S // BM, 1, 1), (32 * meta["num_warps"], 1, 1), args,
+                      dynamic_lds=meta["shared"], sanitize=sanitize)
+
+
 def main(argv=None) -> int:
     try:
         if find_llvm is None:
@@ -132,6 +171,10 @@ def main(argv=None) -> int:
         print(f"sanitize={san}")
         for k, v in res.items():
             print(f"  {k:34s} {v / 1e6:8.2f} M/s")
+        for name in ATTENTION:
+            st = triton_attention(name, sanitize=san)
+            print(f"  {name + ' S=4096':34s} {st['wave_instructions'] / st['wall_s'] / 1e6:8.2f} M/s "
+                  f"({st['wave_instructions'] / 1e6:.1f} M wave-instructions in {st['wall_s']:.2f} s)")
     return 0
 
 
