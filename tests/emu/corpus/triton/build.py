@@ -4,15 +4,21 @@
 
 Every kernel of CORPUS is compiled ahead of time for GPUTarget("hip", "gfx1201", 32), once with LLVM's default
 (real-true16 on gfx12) and once with `-real-true16`, into <name>[_t16off].co plus <name>[_t16off].json (kernel
-symbol, num_warps, static LDS bytes, signature, constexprs, triton version). The tests load these files."""
+symbol, num_warps, static LDS bytes, signature, constexprs, triton version). The tests load these files.
+
+Line info is off (TRITON_DISABLE_LINE_INFO): the code objects carry no debug sections, so no path of the machine that
+built them (the source directory, the site-packages of triton) is embedded."""
 import json
+import os
 import sys
 from pathlib import Path
 
-import triton
-import triton.backends.amd.compiler as amd_compiler
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+os.environ["TRITON_DISABLE_LINE_INFO"] = "1"     # read by triton.knobs at import; see the docstring
+
+import triton  # noqa: E402
+import triton.backends.amd.compiler as amd_compiler  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
