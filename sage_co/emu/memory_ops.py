@@ -512,7 +512,7 @@ def _ds(st, ops, inst, pc):
 
         def h(sel):
             m = _mask(st, sel)
-            b = base(sel)
+            b = base(sel)          # a copy: the address survives a destination that overlaps it
             parts = []
             for j, o in enumerate(offs):
                 flat, ok = _lds_index(st, pc, sel, m, b + o, size, name, not load)
@@ -530,7 +530,8 @@ def _ds(st, ops, inst, pc):
                     if ok.any():
                         mem_scatter(lds, lds32, flat[ok], rows[ok], size)
             if load:
-                _vwrite_rows(V, vd, sel, m, np.concatenate(parts, axis=1))
+                for j, data in enumerate(parts):         # each address's dwords, no concatenation
+                    _vwrite_rows(V, vd + j * ndw, sel, m, data)
         return h
     if name.startswith("ds_load_"):
         ty = name[len("ds_load_"):]

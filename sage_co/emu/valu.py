@@ -15,7 +15,8 @@ from sage_co.emu import numerics as nm
 from sage_co.emu import sanitizer
 from sage_co.emu import wmma as wm
 from sage_co.emu.decode import HALVES
-from sage_co.emu.state import ALL, EXEC, MODE_FP16_OVFL, NULL, VCC, EmuError, F, pack_lanes, unpack_lanes
+from sage_co.emu.state import (ALL, EXEC, LITERAL, MODE_FP16_OVFL, NULL, VCC, EmuError, F, const_bits, pack_lanes,
+                               unpack_lanes)
 from sage_co.emu.valu_ops import CMP, CMP_KIND, T, _cls, _div_fmas, _div_scale, _ffbl, _i
 
 U8, U16, U32, U64, I16, I32, I64 = np.uint8, np.uint16, np.uint32, np.uint64, np.int16, np.int32, np.int64
@@ -64,8 +65,25 @@ class Src:
             raw = dpp_source(st, self.dpp, raw)
         fl = kind in ("f", "h", "d")
         ab, ng = fl and (self.abs >> i) & 1, fl and (self.neg >> i) & 1
+        if bits == 16 and code >= 256 and not (i == 0 and self.dpp is not None):
+            # a VGPR half is a strided uint16 view of the register row (little-endian: .l at even, .h at odd
+            # halves): no shift, mask or cast per step
+            half = st.V[code - 256].view(U16)[:, int(hi)::2]
+
+            def h16(sel):
+                v = half[sel]
+                if ab:
+                    v = v & U16(0x7FFF)
+                if ng:
+                    v = v ^ U16(0x8000)
+                return v
+            return (lambda sel: h16(sel).view(F16)) if kind == "h" else h16
         if bits == 16:
             sh = U32(16 * hi)
+            if code == LITERAL or const_bits(code, rkind) is not None:     # a constant: its half once, at build
+                c16 = (U32(raw(ALL)) >> sh) & U32(0xFFFF)
+                c16 = U16((c16 & U32(0x7FFF)) if ab else c16) ^ U16(0x8000 if ng else 0)
+                return (lambda sel: c16.view(F16)) if kind == "h" else (lambda sel: c16)
 
             def r16(sel):
                 v = (raw(sel) >> sh) & U32(0xFFFF)
@@ -160,15 +178,19 @@ def _typed_writer(st, ops, inst, vd, res, dst_hi=0, dpp=False):
             w1(sel, (val >> U64(32)).astype(U32))
         return w
     if res in ("h", "s"):
-        row = V[vd]
-        sh = U32(16 * dst_hi)
-        keep = U32(0xFFFF0000) if not dst_hi else U32(0x0000FFFF)
-        base = ops.vwrite(vd)
+        ops.vwrite(vd)                                    # the register-range check
+        half = V[vd].view(U16)[:, dst_hi::2]              # the destination half as a strided view of its row
 
         def w(sel, val):
             val = np.asarray(val)
             v16 = val.view(U16) if val.dtype in (F16, I16) else val.astype(U16, copy=False)
-            base(sel, (row[sel] & keep) | (v16.astype(U32) << sh))
+            if sel is ALL:
+                if st.exec_full:
+                    half[...] = v16
+                else:
+                    np.copyto(half, v16, where=EXM)
+            else:
+                half[sel] = np.where(EXM[sel], v16, half[sel])
         return w
     base = ops.vwrite(vd)
     if dpp:
