@@ -1,5 +1,8 @@
 """The emulator's fast paths against plain references: WMMA writes under partial EXEC and for a subset of waves,
-aligned-item memory gathers/scatters, the bit-level fp8 encoders and the IEEE min/max numbers."""
+aligned-item memory gathers/scatters, the bit-level fp8 encoders, the IEEE min/max numbers (with and without NaN),
+v_perm_b32 with a constant selector, lane-mask packing, the denormal flush and the f64 -> f32 sum rounding on
+midpoint-heavy arrays."""
+from fractions import Fraction
 import struct
 from pathlib import Path
 
@@ -11,6 +14,8 @@ from llvm_tools import assemble_co, needs_llvm
 from sage_co.emu import Device
 from sage_co.emu import memory_ops as mo
 from sage_co.emu import numerics as nm
+from sage_co.emu import valu_ops
+from sage_co.emu.state import pack_lanes, unpack_lanes
 
 HERE = Path(__file__).parent
 
@@ -153,3 +158,67 @@ def test_min_max_num_match_order_key_reference():
         s = np.float32(-0.0)
         np.testing.assert_array_equal(nm.max_num_f32(fa, s).view(np.uint32),
                                       _ref_minmax(fa, np.full_like(fa, s), True))
+
+    ok = ~(np.isnan(fa) | np.isnan(fb))          # the NaN-free fast path (fmax/fmin + the +-0 tie rule)
+    np.testing.assert_array_equal(nm.max_num_f32(fa[ok], fb[ok]).view(np.uint32), _ref_minmax(fa[ok], fb[ok], True))
+    np.testing.assert_array_equal(nm.min_num_f32(fa[ok], fb[ok]).view(np.uint32), _ref_minmax(fa[ok], fb[ok], False))
+
+
+# ---- VALU helpers ------------------------------------------------------------------------------------------------
+
+def test_perm_constant_selector_matches_per_lane_path():
+    rng = np.random.default_rng(11)
+    s0, s1 = (rng.integers(0, 2**32, (8, 32), dtype=np.uint64).astype(np.uint32) for _ in range(2))
+    sels = [0x05040100, 0x07060302, 0x0C0C0C0C, 0x0D0E0F10, 0x08090A0B] + \
+        [int(x) for x in rng.integers(0, 2**32, 300, dtype=np.uint64)] + \
+        [int.from_bytes(bytes(rng.integers(0, 16, 4, dtype=np.uint8)), "little") for _ in range(300)]
+    for sel in sels:
+        got = valu_ops.perm_b32(s0, s1, np.uint32(sel))
+        want = valu_ops.perm_b32(s0, s1, np.full((8, 32), sel, np.uint32))      # the per-lane selector path
+        np.testing.assert_array_equal(got, want, err_msg=hex(sel))
+
+
+def test_lane_mask_pack_unpack():
+    x = np.random.default_rng(12).integers(0, 2**32, 100, dtype=np.uint64).astype(np.uint32)
+    bits = unpack_lanes(x)
+    assert bits.shape == (100, 32) and bits.dtype == bool
+    assert (bits == (((x[:, None] >> np.arange(32, dtype=np.uint32)) & 1) == 1)).all()
+    np.testing.assert_array_equal(pack_lanes(bits), x)
+
+
+def test_flush_f32_matches_reference():
+    x = np.concatenate([np.array([0, 0x80000000, 1, 0x807FFFFF, 0x00800000, 0x80800000, 0x7F800000, 0x7FC00001],
+                                 np.uint32),
+                        np.random.default_rng(13).integers(0, 2**32, 5000, dtype=np.uint64).astype(np.uint32)])
+    x[100:200] &= np.uint32(0x807FFFFF)                                             # denormals
+    want = np.where((x & np.uint32(0x7F800000)) == 0, x & np.uint32(0x80000000), x)
+    np.testing.assert_array_equal(nm.flush_f32(x), want)
+    np.testing.assert_array_equal(nm.flush_f32(x.view(np.float32)).view(np.uint32), want)
+    normal = x[(x & np.uint32(0x7F800000)) != 0]
+    assert nm.flush_f32(normal) is normal           # no denormal: the input itself, no copy
+
+
+def _rne_f32(v: Fraction) -> np.uint32:
+    """Round an exact rational to f32 (RNE) by comparing the neighbours of its f64 rounding."""
+    x = np.float32(float(v))
+    cands = [x, np.nextafter(x, np.float32(np.inf)), np.nextafter(x, np.float32(-np.inf))]
+    return min(cands, key=lambda y: (abs(Fraction(float(y)) - v), int(np.float32(y).view(np.uint32)) & 1)).view(
+        np.uint32)
+
+
+def test_sum_to_f32_midpoint_heavy_arrays():
+    """f64_sum_to_f32 takes a whole-array TwoSum path when over 1/8 of the sums sit on f32 midpoints (bf16 WMMA
+    dots): its results equal the per-suspect path's and the exact rational rounding."""
+    rng = np.random.default_rng(14)
+    n = 3000
+    base = rng.standard_normal(n).astype(np.float32).astype(np.float64)
+    p = base + np.spacing(base.astype(np.float32)).astype(np.float64) / 2        # exact f32 midpoints
+    c = np.where(rng.random(n) < 0.5, rng.choice([-1.0, 1.0], n) * 2.0 ** -80 * np.abs(p), 0.0)
+    p = np.concatenate([p, rng.standard_normal(n) * 1e-39])                       # f32 subnormal range too
+    c = np.concatenate([c, rng.standard_normal(n) * 1e-45])
+    many = nm.f64_sum_to_f32(p + c, p, c)
+    pad_p, pad_c = np.concatenate([p, np.full(100 * n, 1.2345678)]), np.concatenate([c, np.full(100 * n, 1e-3)])
+    few = nm.f64_sum_to_f32(pad_p + pad_c, pad_p, pad_c)[:len(p)]               # under 1/8 candidates
+    np.testing.assert_array_equal(many.view(np.uint32), few.view(np.uint32))
+    for i in rng.choice(len(p), 400, replace=False):
+        assert many[i].view(np.uint32) == _rne_f32(Fraction(float(p[i])) + Fraction(float(c[i]))), i
