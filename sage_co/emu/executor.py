@@ -159,35 +159,38 @@ def _init_batch(st: State, prog: Program, grid, block, wg_lo: int, nwg: int, wpg
 
 
 # glibc's heap: a run frees and reallocates the same large numpy temporaries (WMMA operands in f64, LDS gathers:
-# 0.1-1 MiB each) on every step. With glibc's default M_TOP_PAD (128 KiB) each free at the top of the heap returns the
-# pages to the kernel and the next allocation faults them in again: ~0.5 ms per fp8 WMMA step of 256 waves, a third
-# of a Triton attention run. During a run the heap keeps 64 MiB of padding instead; the default is restored after.
-M_TOP_PAD, RUN_TOP_PAD, DEFAULT_TOP_PAD = -2, 64 << 20, 128 << 10     # mallopt(3)
+# 0.1-2 MiB each) on every step. Depending on what the process allocated before (torch), glibc's dynamic thresholds
+# may still be low, and then each such free unmaps the block or trims the top of the heap and the next allocation
+# faults the pages in again: measured 4.7 s instead of 3.1 s for the Triton INT8/FP8 attention at S = 4096 under
+# pytest. The first run therefore sets the two thresholds to where glibc's dynamic adjustment ends on 64-bit
+# (mmap threshold 32 MiB, trim threshold twice that), for the rest of the process.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3                 # mallopt(3) parameter numbers
+MMAP_THRESHOLD = 32 << 20                                   # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit
+_heap_tuned = False
 
 
-def _mallopt():
+def _tune_heap():
+    global _heap_tuned
+    _heap_tuned = True
     try:
-        return ctypes.CDLL(None).mallopt      # glibc (and musl's no-op); absent on other C libraries
+        mallopt = ctypes.CDLL(None).mallopt     # glibc (musl: a no-op); absent on other C libraries
     except (OSError, AttributeError):
-        return None
-
-
-_MALLOPT = _mallopt()
+        return
+    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    mallopt(M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD)
 
 
 def run(prog: Program, grid, block, **kw):
     """Run the whole grid. Python's cyclic GC is paused meanwhile: a run allocates many small closures (the
     instruction handlers) but no reference cycles, and full collections triggered by torch's live objects cost
-    ~0.2 s per launch. The C heap keeps its freed pages meanwhile (RUN_TOP_PAD above)."""
+    ~0.2 s per launch. The first run sets the C heap's thresholds (_tune_heap above)."""
+    if not _heap_tuned:
+        _tune_heap()
     was_enabled = gc.isenabled()
     gc.disable()
-    if _MALLOPT is not None:
-        _MALLOPT(M_TOP_PAD, RUN_TOP_PAD)
     try:
         return _run(prog, grid, block, **kw)
     finally:
-        if _MALLOPT is not None:
-            _MALLOPT(M_TOP_PAD, DEFAULT_TOP_PAD)
         if was_enabled:
             gc.enable()
 
