@@ -143,7 +143,7 @@ def sum_f64_to_f32(p: np.ndarray, c: np.ndarray) -> np.ndarray:
         return f64_sum_to_f32(np.atleast_1d(p + c), p, c).reshape(np.broadcast_shapes(p.shape, c.shape))
 
 
-def f64_sum_to_f32(s: np.ndarray, p: np.ndarray, c: np.ndarray) -> np.ndarray:
+def f64_sum_to_f32(s: np.ndarray, p: np.ndarray, c: np.ndarray, midpoints_likely: bool = False) -> np.ndarray:
     """s = fl64(p + c) (p, c broadcastable to s; c may be float32) -> RNE float32 of the exact p + c, in s's shape.
 
     Fast path: s cast to f32 is already correct unless s sits exactly on an f32 rounding boundary (the midpoint of
@@ -153,20 +153,30 @@ def f64_sum_to_f32(s: np.ndarray, p: np.ndarray, c: np.ndarray) -> np.ndarray:
     cheap passes (midpoint bits; f32 result at or below the smallest normal, which every nonzero s below 2^-126
     gives) and narrowed to the exact suspect set on the few candidates; when they are many (over 1/8), TwoSum runs
     over the whole array instead and only the inexact sums among them take the round-to-odd path.
+    midpoints_likely (a caller whose sums have few significant bits, e.g. bf16 WMMA dots): TwoSum first, and when
+    every sum is exact the cast alone is the answer (no candidate passes).
     """
     with np.errstate(all="ignore"):
         out = s.astype(np.float32)
+        if midpoints_likely:
+            bv = s - p
+            err = (p - (s - bv)) + (c - bv)
+            inexact = err != 0
+            if not inexact.any():
+                return out
         cand = (s.view(np.int64) & 0x1FFFFFFF) == 0x10000000
         cand |= (out.view(np.uint32) & F32_ABS) <= np.uint32(0x00800000)
         ncand = np.count_nonzero(cand)
         if not ncand:
             return out
-        if ncand * 8 > s.size:
+        if midpoints_likely or ncand * 8 > s.size:
             # many candidates (sums of few significant bits, e.g. bf16 WMMA dots, sit on f32 midpoints often):
             # TwoSum over the whole array; where it is zero s is the exact sum and the cast rounds it correctly
-            bv = s - p
-            err = (p - (s - bv)) + (c - bv)
-            cand &= err != 0
+            if not midpoints_likely:
+                bv = s - p
+                err = (p - (s - bv)) + (c - bv)
+                inexact = err != 0
+            cand &= inexact
             if cand.any():
                 idx = np.flatnonzero(cand)
                 where = np.unravel_index(idx, s.shape)

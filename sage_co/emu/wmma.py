@@ -139,13 +139,13 @@ def _vecsum_to_f32(terms: list[np.ndarray]) -> np.ndarray:
     return nm.round_odd_f64_to_f32(p[-1], rest)
 
 
-def _sum_to_f32(terms: list[np.ndarray], c: np.ndarray) -> np.ndarray:
+def _sum_to_f32(terms: list[np.ndarray], c: np.ndarray, midpoints_likely: bool = False) -> np.ndarray:
     """RNE float32 of the exact sum of 1 or 2 float64 arrays (exact dots, any layout) and c (f32 or f64 C slots),
-    in c's shape, C-contiguous."""
+    in c's shape, C-contiguous. midpoints_likely: see numerics.f64_sum_to_f32 (16-bit dots)."""
     with np.errstate(all="ignore"):
         if len(terms) == 1:
             s = np.add(terms[0], c, out=np.empty(c.shape, np.float64))
-            return nm.f64_sum_to_f32(s, terms[0], c)
+            return nm.f64_sum_to_f32(s, terms[0], c, midpoints_likely)
         x, y = (np.ascontiguousarray(t) for t in terms)
         s, e = _two_sum(x, y)
         out = nm.sum_f64_to_f32(s, c.astype(np.float64))
@@ -292,7 +292,7 @@ def f32_16bit_vgpr(a, b, c, bf16: bool, neg_lo=(0, 0, 0), neg_hi=(0, 0, 0)) -> n
     w = a.shape[1]
     dot = np.ascontiguousarray(_slots32_t(_dot16(a, b, bf16, neg_lo, neg_hi)))   # the sum passes run contiguous
     cf = _c_f32(c, neg_lo[2], neg_hi[2])                   # C: neg_lo = negate, neg_hi = abs (AMC README)
-    return _sum_to_f32([dot], cf).view(np.uint32).reshape(8, w, 32)
+    return _sum_to_f32([dot], cf, midpoints_likely=True).view(np.uint32).reshape(8, w, 32)
 
 
 def _sum_to_16bit(dot: np.ndarray, cf: np.ndarray, bf16: bool) -> np.ndarray:

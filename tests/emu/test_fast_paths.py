@@ -208,7 +208,8 @@ def _rne_f32(v: Fraction) -> np.uint32:
 
 def test_sum_to_f32_midpoint_heavy_arrays():
     """f64_sum_to_f32 takes a whole-array TwoSum path when over 1/8 of the sums sit on f32 midpoints (bf16 WMMA
-    dots): its results equal the per-suspect path's and the exact rational rounding."""
+    dots), or first when the caller says midpoints are likely: the results equal the per-suspect path's and the exact
+    rational rounding."""
     rng = np.random.default_rng(14)
     n = 3000
     base = rng.standard_normal(n).astype(np.float32).astype(np.float64)
@@ -220,5 +221,9 @@ def test_sum_to_f32_midpoint_heavy_arrays():
     pad_p, pad_c = np.concatenate([p, np.full(100 * n, 1.2345678)]), np.concatenate([c, np.full(100 * n, 1e-3)])
     few = nm.f64_sum_to_f32(pad_p + pad_c, pad_p, pad_c)[:len(p)]               # under 1/8 candidates
     np.testing.assert_array_equal(many.view(np.uint32), few.view(np.uint32))
+    likely = nm.f64_sum_to_f32(p + c, p, c, midpoints_likely=True)               # TwoSum-first (16-bit WMMA)
+    np.testing.assert_array_equal(likely.view(np.uint32), few.view(np.uint32))
+    np.testing.assert_array_equal(nm.f64_sum_to_f32(pad_p + pad_c, pad_p, pad_c, midpoints_likely=True)[:len(p)]
+                                  .view(np.uint32), few.view(np.uint32))
     for i in rng.choice(len(p), 400, replace=False):
         assert many[i].view(np.uint32) == _rne_f32(Fraction(float(p[i])) + Fraction(float(c[i]))), i
