@@ -244,7 +244,7 @@ PREDICT_SELECT_ARGS = KernargStruct(PREDICT_SELECT_OP, [
     Field("sim_threshold", "f32", 72),    # float32(simthreshd)
     Field("mass_scale", "f32", 76),       # 2^k, k = min(24, 31 - ceil(log2 n_kv))
     Field("cdf_fixed", "u32", 80),        # max(1, rne(cdf_threshold * 2^31))
-    Field("topk_count", "u32", 84),       # ceil(topk * n_kv); 0 = cdf mode
+    Field("topk_count", "u32", 84),       # predict_topk_count(); 0 = cdf mode
 ], size=88)
 
 STRUCTS[PREDICT_POOL_OP] = PREDICT_POOL_ARGS
@@ -262,7 +262,10 @@ def predict_cdf_fixed(cdf_threshold: float) -> int:
     return max(1, round(float(cdf_threshold) * 2 ** PREDICT_MASS_BITS))
 
 
-def predict_topk_count(topk: float | None, n_kv: int) -> int:
-    """ceil(topk * n_kv) key blocks per query block (float64 product); 0 = cdf mode (topk None)."""
+def predict_topk_count(topk: float | None, n_kv: int, cdf_threshold: float = 0.0) -> int:
+    """Key blocks kept per query block by rank alone: ceil(topk * n_kv) (float64 product); n_kv when topk is None and
+    cdf_threshold >= 1 (the whole mass: every block, also those whose integer mass rounds to 0); else 0 (cdf mode)."""
     import math
-    return 0 if topk is None else math.ceil(float(topk) * n_kv)
+    if topk is not None:
+        return math.ceil(float(topk) * n_kv)
+    return n_kv if cdf_threshold >= 1.0 else 0

@@ -96,9 +96,9 @@ def _predict_torch(qn: torch.Tensor, kn: torch.Tensor, sh: validate.Shapes, scal
     t = torch.where(finite, t, torch.zeros_like(t)) + 0.0    # + 0.0: -0 -> +0 (they rank as equal)
     w = _exp2_mass(t - t.amax(-1, keepdim=True), abi.predict_mass_scale(n_kv))
     order = torch.argsort(-t, dim=-1, stable=True)            # rank: larger t first, ties by lower index
-    if topk is not None:
-        keep_sorted = torch.arange(n_kv, device=dev) < abi.predict_topk_count(topk, n_kv)
-        keep_sorted = keep_sorted.expand(order.shape)
+    count = abi.predict_topk_count(topk, n_kv, cdf_threshold)
+    if count:
+        keep_sorted = (torch.arange(n_kv, device=dev) < count).expand(order.shape)
     else:
         w_sorted = w.gather(-1, order)
         above = w_sorted.cumsum(-1) - w_sorted               # int64: exact in any order

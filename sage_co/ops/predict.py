@@ -72,6 +72,7 @@ def run_predict(qn: torch.Tensor, kn: torch.Tensor, sh: validate.Shapes, softmax
         "kv_group_magic": kv_group_magic(sh.H_q // sh.H_kv), "n_q": n_q, "n_kv": n_kv, "H_q": sh.H_q,
         "H_kv": sh.H_kv, "D": sh.D, "score_scale": q_multiplier(softmax_scale),
         "sim_threshold": simthreshd, "mass_scale": abi.predict_mass_scale(n_kv),
-        "cdf_fixed": abi.predict_cdf_fixed(cdf_threshold), "topk_count": abi.predict_topk_count(topk, n_kv),
+        "cdf_fixed": abi.predict_cdf_fixed(cdf_threshold),
+        "topk_count": abi.predict_topk_count(topk, n_kv, cdf_threshold),
     }, backend=backend, dynamic_lds=n_kv * PREDICT_LDS_ENTRY)
     return mask.view(torch.bool)
