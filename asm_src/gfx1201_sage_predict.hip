@@ -17,7 +17,7 @@
 //     Writes q_mean [B, H_q, n_q, 128] (row-major: the select kernel reads a row with wave-uniform scalar loads),
 //     k_mean_t [B, H_kv, 128, n_kv] (transposed: lane j of select reads column j, 128-byte coalesced rows), and
 //     q_sim [B, H_q, n_q], k_sim [B, H_kv, n_kv].
-//  2. gfx1201_sage_predict_select  grid (n_q, H_q, B), block 32, dynamic LDS n_kv * 8 bytes (score t and integer
+//  2. gfx1201_sage_predict_select  grid (n_q, H_q, B), block 32, dynamic LDS round_up(n_kv, 4) * 8 bytes (score t and integer
 //     mass w of every key block). One wave per (b, query head h, query block x); K head g = (h * kv_group_magic)
 //     >> 32 (sage_co.abi.kv_group_magic). Lane = key block j (chunks of 32):
 //       s = +0, s = s + q[d] * k[d][j] for d = 0..D-1 in order;  t = s * score_scale        (log2 units)
@@ -54,11 +54,13 @@ typedef unsigned short u16;
 typedef unsigned char u8;
 typedef unsigned long long u64;
 typedef u32 u32x2 __attribute__((ext_vector_type(2)));
+typedef u32 u32x4 __attribute__((ext_vector_type(4)));
 typedef float f32x4 __attribute__((ext_vector_type(4)));
 
 #define BLOCK 64          // tokens per pooled block = the attention kernel's query / key tile (sage_co.abi)
 #define CH 128            // pooled channels: D zero-padded to 128 (32 lanes x 4)
 #define CPL 4             // channels per lane
+#define TPS 4             // pool: tokens per step (loads in flight together)
 #define DSTEP 16          // the select kernel's score loop step: D is a multiple of 16 (sage_co.abi.HEAD_DIM_STEP)
 #define FLT_MIN_F 1.17549435e-38f
 #define FLT_MAX_F 3.40282347e+38f
@@ -133,19 +135,35 @@ INLINE void pool_body(const u16* __restrict__ q, const u16* __restrict__ k, floa
   bool real = c0 < D;
   const u16* p = base + (u64)b * sb + (u64)(blk * BLOCK) * ss + (u64)h * sh + (real ? c0 : 0u);
   float acc[CPL] = {0.0f, 0.0f, 0.0f, 0.0f}, us[CPL] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (u32 t = 0; t < n; ++t) {
-    u32x2 raw = *(const u32x2*)(p + (u64)t * ss);  // a padded-channel lane re-reads channels 0..3 (in bounds)
-    float xv[CPL] = {Elt<DT>::lo(raw[0]), Elt<DT>::hi(raw[0]), Elt<DT>::lo(raw[1]), Elt<DT>::hi(raw[1])};
+  // TPS tokens per step: their loads and channel trees are independent (in flight together); the sums into acc
+  // and usum stay in token order. A token past n re-reads token n - 1 and counts as zeros: adding +0 to acc or
+  // usum is exact (they start at +0 and a sum is -0 only when both terms are), and a zero row has u = 0 * 2^126.
+  for (u32 t0 = 0; t0 < n; t0 += TPS) {
+    float xv[TPS][CPL], inv[TPS];
 #pragma unroll
-    for (int c = 0; c < CPL; ++c) xv[c] = real ? xv[c] : 0.0f;
+    for (u32 i = 0; i < TPS; ++i) {
+      u32x2 raw = *(const u32x2*)(p + (u64)min_u32(t0 + i, n - 1) * ss);  // a padded-channel lane reads 0..3
+      bool use = real && t0 + i < n;
+      xv[i][0] = use ? Elt<DT>::lo(raw[0]) : 0.0f;
+      xv[i][1] = use ? Elt<DT>::hi(raw[0]) : 0.0f;
+      xv[i][2] = use ? Elt<DT>::lo(raw[1]) : 0.0f;
+      xv[i][3] = use ? Elt<DT>::hi(raw[1]) : 0.0f;
+    }
 #pragma unroll
-    for (int c = 0; c < CPL; ++c) acc[c] = acc[c] + xv[c];
-    float nrm = tree_sum(xv[0] * xv[0], xv[1] * xv[1], xv[2] * xv[2], xv[3] * xv[3]);
-    float r = __builtin_sqrtf(nrm);
-    r = r < FLT_MIN_F ? FLT_MIN_F : r;  // NaN stays NaN
-    float inv = 1.0f / r;
+    for (u32 i = 0; i < TPS; ++i) {
+      float nrm = tree_sum(xv[i][0] * xv[i][0], xv[i][1] * xv[i][1], xv[i][2] * xv[i][2], xv[i][3] * xv[i][3]);
+      float r = __builtin_sqrtf(nrm);
+      r = r < FLT_MIN_F ? FLT_MIN_F : r;  // NaN stays NaN
+      inv[i] = 1.0f / r;
+    }
 #pragma unroll
-    for (int c = 0; c < CPL; ++c) us[c] = us[c] + xv[c] * inv;
+    for (u32 i = 0; i < TPS; ++i) {
+#pragma unroll
+      for (int c = 0; c < CPL; ++c) {
+        acc[c] = acc[c] + xv[i][c];
+        us[c] = us[c] + xv[i][c] * inv[i];
+      }
+    }
   }
   float fn = (float)n;
   float sq = tree_sum(us[0] * us[0], us[1] * us[1], us[2] * us[2], us[3] * us[3]);
@@ -176,8 +194,8 @@ KERNEL void gfx1201_sage_predict_pool_bf16(POOL_PARAMS) { pool_body<BF16>(POOL_A
 KERNEL void gfx1201_sage_predict_pool_fp16(POOL_PARAMS) { pool_body<FP16>(POOL_ARGS); }
 
 // ------------------------------------------------------------------------------------------------ select
-struct Entry { float t; u32 w; };
-extern __attribute__((shared)) Entry lds_entries[];  // dynamic LDS: n_kv entries
+struct __attribute__((aligned(8))) Entry { float t; u32 w; };
+extern __attribute__((shared, aligned(16))) Entry lds_entries[];  // dynamic LDS: round_up(n_kv, 4) entries
 
 INLINE u32 exp2_mass(float x, float mass_scale) {
   if (x < EXP2_CUTOFF) return 0u;
@@ -192,6 +210,29 @@ INLINE u32 exp2_mass(float x, float mass_scale) {
   float pw = 1.0f + a * f;
   float e = __builtin_ldexpf(pw, (int)n);  // exact: pw in [1, 2], n >= -32
   return (u32)__builtin_rintf(e * mass_scale);
+}
+
+// Mass and count of the entries [i0, i1) ranked above key block j (score tj); i0, i1 multiples of RANK_STEP.
+#define RANK_STEP 4
+#define RANK_BELOW 0  // every i < j: ties count
+#define RANK_MIXED 1
+#define RANK_ABOVE 2  // every i > j: ties do not count
+template <int MODE>
+INLINE void rank_range(const Entry* lds, u32 i0, u32 i1, float tj, u32 j, u32& above_w, u32& above_n) {
+  for (u32 i = i0; i < i1; i += RANK_STEP) {
+    // two 16-byte loads of 4 entries (t0 w0 t1 w1 | t2 w2 t3 w3), unconditional (LLVM otherwise sinks a load
+    // of w into the branch of its select)
+    u32x4 lo = *(const u32x4*)(lds + i), hi = *(const u32x4*)(lds + i + 2);
+    u32 raw[2 * RANK_STEP] = {lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]};
+#pragma unroll
+    for (u32 k = 0; k < RANK_STEP; ++k) {
+      float t = as_f(raw[2 * k]);
+      u32 w = raw[2 * k + 1];
+      bool above = MODE == RANK_BELOW ? t >= tj : MODE == RANK_ABOVE ? t > tj : (t > tj) | ((t == tj) & (i + k < j));
+      above_w += above ? w : 0u;
+      above_n += above ? 1u : 0u;
+    }
+  }
 }
 
 INLINE void write_all(u8* __restrict__ out, u32 n_kv, u8 v) {
@@ -219,6 +260,7 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
   const float* kt = k_mean_t + bh * CH * n_kv;
   const float* ks = k_sim + bh * n_kv;
   Entry* lds = lds_entries;
+  u32 n4 = (n_kv + RANK_STEP - 1) / RANK_STEP * RANK_STEP;  // the LDS holds n4 entries (host: round_up(n_kv, 4))
 
   // scores: t_j = (+0 + q[0] * k[0][j] + ... + q[D-1] * k[D-1][j], in order) * score_scale
   bool bad = false;
@@ -239,6 +281,8 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
       lds[j].t = t;
       bad = bad || !(__builtin_fabsf(t) <= FLT_MAX_F);
       mx = t > mx ? t : mx;
+    } else if (j < n4) {
+      lds[j].t = -__builtin_inff();  // padding entries: never ranked above anything, mass 0
     }
   }
   if (__builtin_amdgcn_ballot_w32(bad) != 0u) {  // a non-finite pooled score: the row cannot be ranked, keep all
@@ -252,7 +296,7 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
   }
   // integer masses (order-free sums)
   u32 wsum = 0;
-  for (u32 j = lane; j < n_kv; j += 32) {
+  for (u32 j = lane; j < n4; j += 32) {  // padding: exp2_mass(-inf) = 0
     u32 w = exp2_mass(lds[j].t - mx, mass_scale);
     lds[j].w = w;
     wsum += w;
@@ -260,17 +304,16 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
 #pragma unroll
   for (u32 m = 16; m >= 1; m >>= 1) wsum += shfl_xor_u(wsum, m);
   u64 thresh = (u64)cdf_fixed * wsum;
-  // rank: the blocks above j are t_i > t_j, or t_i == t_j and i < j
+  // rank: the blocks above j are t_i > t_j, or t_i == t_j and i < j. Split by where i lies for the whole chunk:
+  // i < j0 (i < j on every lane: t_i >= t_j), the chunk itself (both tests), i >= j0 + 32 (t_i > t_j).
   for (u32 j0 = 0; j0 < n_kv; j0 += 32) {
     u32 j = j0 + lane, jl = min_u32(j, n_kv - 1);
     float tj = lds[jl].t;
     u32 above_w = 0, above_n = 0;
-    for (u32 i = 0; i < n_kv; ++i) {
-      Entry e = lds[i];
-      bool above = e.t > tj || (e.t == tj && i < j);
-      above_w += above ? e.w : 0u;
-      above_n += above ? 1u : 0u;
-    }
+    u32 mid_end = min_u32(j0 + 32, n4);
+    rank_range<RANK_BELOW>(lds, 0, j0, tj, j, above_w, above_n);
+    rank_range<RANK_MIXED>(lds, j0, mid_end, tj, j, above_w, above_n);
+    rank_range<RANK_ABOVE>(lds, mid_end, n4, tj, j, above_w, above_n);
     bool keep = topk_count ? above_n < topk_count : ((u64)above_w << 31) < thresh;
     keep = keep || !(ks[jl] >= sim_threshold);  // a key block that is not self-similar is always kept
     if (j < n_kv) out[j] = keep ? 1 : 0;

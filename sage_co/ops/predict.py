@@ -5,7 +5,7 @@ any strides with a contiguous last dim) in, bool block_mask [B, H_q, ceil(S_q/64
 Two kernels of asm_src/gfx1201_sage_predict.hip (its header comment has the design):
   pool    grid (H_q * n_q + H_kv * n_kv, B, 1), one wave32 per 64-token block of Q or K: fp32 mean (Q row-major,
           K transposed) and self-similarity per block. One symbol per in_dtype (manifest key column).
-  select  grid (n_q, H_q, B), one wave32 per query block, n_kv * 8 bytes of dynamic LDS: pooled scores, integer
+  select  grid (n_q, H_q, B), one wave32 per query block, round_up(n_kv, 4) * 8 bytes of dynamic LDS: pooled scores, integer
           softmax masses, rank counts, one mask byte per key block.
 The inputs are read in place through their element strides (sage_co.ops.prepare.flat_view: no copy unless the
 vector loads cannot address the view).
@@ -24,6 +24,12 @@ from .prepare import DTYPE_KEYS, flat_view
 
 VARIANT = "hip"
 U32 = 1 << 32
+
+
+def select_lds_bytes(n_kv: int) -> int:
+    """Dynamic LDS of the select kernel: round_up(n_kv, PREDICT_RANK_STEP) entries of PREDICT_LDS_ENTRY bytes."""
+    step = abi.PREDICT_RANK_STEP
+    return -(-n_kv // step) * step * PREDICT_LDS_ENTRY
 
 
 def check_predict_limits(sh: validate.Shapes) -> None:
@@ -74,5 +80,5 @@ def run_predict(qn: torch.Tensor, kn: torch.Tensor, sh: validate.Shapes, softmax
         "sim_threshold": simthreshd, "mass_scale": abi.predict_mass_scale(n_kv),
         "cdf_fixed": abi.predict_cdf_fixed(cdf_threshold),
         "topk_count": abi.predict_topk_count(topk, n_kv, cdf_threshold),
-    }, backend=backend, dynamic_lds=n_kv * PREDICT_LDS_ENTRY)
+    }, backend=backend, dynamic_lds=select_lds_bytes(n_kv))
     return mask.view(torch.bool)
