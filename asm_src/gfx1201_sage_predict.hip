@@ -14,9 +14,8 @@
 //     inv = 1 / r;  usum += x * inv.  Then mean = acc / n, sim = tree(usum * usum) / (n * n). tree(): each lane
 //     sums its 4 channels in order ((c0 + c1) + c2) + c3, then 5 butterfly steps lane ^ 16, 8, 4, 2, 1 through
 //     ds_bpermute (docs/rdna4.md §Memory): IEEE addition is commutative, so every lane holds the same bits.
-//     Writes q_mean [B, H_q, n_q, 128] (row-major: the select kernel reads a row with wave-uniform scalar loads),
-//     k_mean_t [B, H_kv, 128, n_kv] (transposed: lane j of select reads column j, 128-byte coalesced rows), and
-//     q_sim [B, H_q, n_q], k_sim [B, H_kv, n_kv].
+//     Writes q_mean [B, H_q, n_q, 128], k_mean [B, H_kv, n_kv, 128] (the select kernel reads a query row with
+//     wave-uniform scalar loads, and lane j key row j with 16-byte loads), q_sim [B, H_q, n_q], k_sim [B, H_kv, n_kv].
 //  2. gfx1201_sage_predict_select  grid (n_q, H_q, B), block 32, dynamic LDS round_up(n_kv, 4) * 8 bytes (score t and integer
 //     mass w of every key block). One wave per (b, query head h, query block x); K head g = (h * kv_group_magic)
 //     >> 32 (sage_co.abi.kv_group_magic). Lane = key block j (chunks of 32):
@@ -32,10 +31,10 @@
 //     (v_exp_f32 is not correctly rounded on hardware: docs/numerics.md §Attention arithmetic model).
 //
 // Kernargs (explicit only; sage_co/abi.py PREDICT_POOL_ARGS / PREDICT_SELECT_ARGS declare the same layouts):
-//   pool   (100 B): 0 q, 8 k, 16 q_mean, 24 q_sim, 32 k_mean_t, 40 k_sim (ptr); 48 S_q, 52 S_kv, 56 H_q, 60 H_kv,
+//   pool   (100 B): 0 q, 8 k, 16 q_mean, 24 q_sim, 32 k_mean, 40 k_sim (ptr); 48 S_q, 52 S_kv, 56 H_q, 60 H_kv,
 //                   64 n_q, 68 n_kv, 72 D, 76 q_sb, 80 q_ss, 84 q_sh, 88 k_sb, 92 k_ss, 96 k_sh (u32; strides
 //                   in elements: batch, token, head)
-//   select  (88 B): 0 q_mean, 8 q_sim, 16 k_mean_t, 24 k_sim, 32 mask (ptr); 40 kv_group_magic (u64); 48 n_q,
+//   select  (88 B): 0 q_mean, 8 q_sim, 16 k_mean, 24 k_sim, 32 mask (ptr); 40 kv_group_magic (u64); 48 n_q,
 //                   52 n_kv, 56 H_q, 60 H_kv, 64 D (u32); 68 score_scale, 72 sim_threshold, 76 mass_scale (f32);
 //                   80 cdf_fixed, 84 topk_count (u32; topk_count 0 = cdf mode)
 //
@@ -116,7 +115,7 @@ INLINE float tree_sum(float c0, float c1, float c2, float c3) {
 // ------------------------------------------------------------------------------------------------ pool
 template <int DT>
 INLINE void pool_body(const u16* __restrict__ q, const u16* __restrict__ k, float* __restrict__ q_mean,
-                      float* __restrict__ q_sim, float* __restrict__ k_mean_t, float* __restrict__ k_sim, u32 S_q,
+                      float* __restrict__ q_sim, float* __restrict__ k_mean, float* __restrict__ k_sim, u32 S_q,
                       u32 S_kv, u32 H_q, u32 H_kv, u32 n_q, u32 n_kv, u32 D, u32 q_sb, u32 q_ss, u32 q_sh,
                       u32 k_sb, u32 k_ss, u32 k_sh) {
   u32 x = __builtin_amdgcn_workgroup_id_x();
@@ -171,31 +170,28 @@ INLINE void pool_body(const u16* __restrict__ q, const u16* __restrict__ k, floa
   float mean[CPL];
 #pragma unroll
   for (int c = 0; c < CPL; ++c) mean[c] = acc[c] / fn;
-  if (is_q) {
-    u64 row = ((u64)b * H_q + h) * n_q + blk;
-    *(f32x4*)(q_mean + row * CH + c0) = (f32x4){mean[0], mean[1], mean[2], mean[3]};
-    if (lane == 0) q_sim[row] = sim;
-  } else {
-    u64 bh = (u64)b * H_kv + h;
-    float* col = k_mean_t + bh * CH * n_kv + blk;
-#pragma unroll
-    for (int c = 0; c < CPL; ++c) col[(u64)(c0 + c) * n_kv] = mean[c];
-    if (lane == 0) k_sim[bh * n_kv + blk] = sim;
-  }
+  u64 row = ((u64)b * (is_q ? H_q : H_kv) + h) * nb + blk;
+  *(f32x4*)((is_q ? q_mean : k_mean) + row * CH + c0) = (f32x4){mean[0], mean[1], mean[2], mean[3]};
+  if (lane == 0) (is_q ? q_sim : k_sim)[row] = sim;
 }
 
 #define POOL_PARAMS                                                                                              \
   const u16 *__restrict__ q, const u16 *__restrict__ k, float *__restrict__ q_mean, float *__restrict__ q_sim,  \
-      float *__restrict__ k_mean_t, float *__restrict__ k_sim, u32 S_q, u32 S_kv, u32 H_q, u32 H_kv, u32 n_q,   \
+      float *__restrict__ k_mean, float *__restrict__ k_sim, u32 S_q, u32 S_kv, u32 H_q, u32 H_kv, u32 n_q,   \
       u32 n_kv, u32 D, u32 q_sb, u32 q_ss, u32 q_sh, u32 k_sb, u32 k_ss, u32 k_sh
-#define POOL_ARGS q, k, q_mean, q_sim, k_mean_t, k_sim, S_q, S_kv, H_q, H_kv, n_q, n_kv, D, q_sb, q_ss, q_sh, k_sb, \
+#define POOL_ARGS q, k, q_mean, q_sim, k_mean, k_sim, S_q, S_kv, H_q, H_kv, n_q, n_kv, D, q_sb, q_ss, q_sh, k_sb, \
                   k_ss, k_sh
 KERNEL void gfx1201_sage_predict_pool_bf16(POOL_PARAMS) { pool_body<BF16>(POOL_ARGS); }
 KERNEL void gfx1201_sage_predict_pool_fp16(POOL_PARAMS) { pool_body<FP16>(POOL_ARGS); }
 
 // ------------------------------------------------------------------------------------------------ select
-struct __attribute__((aligned(8))) Entry { float t; u32 w; };
-extern __attribute__((shared, aligned(16))) Entry lds_entries[];  // dynamic LDS: round_up(n_kv, 4) entries
+// Dynamic LDS, n4 = round_up(n_kv, 4) entries per array: scores t[n4] (fp32), then masses w[n4] (u32). Separate
+// arrays: the rank count reads only t, four entries per 16-byte load.
+extern __attribute__((shared, aligned(16))) u32 lds_dyn[];
+struct Table {
+  float* t;
+  u32* w;
+};
 
 INLINE u32 exp2_mass(float x, float mass_scale) {
   if (x < EXP2_CUTOFF) return 0u;
@@ -217,20 +213,17 @@ INLINE u32 exp2_mass(float x, float mass_scale) {
 #define RANK_BELOW 0  // every i < j: ties count
 #define RANK_MIXED 1
 #define RANK_ABOVE 2  // every i > j: ties do not count
-template <int MODE>
-INLINE void rank_range(const Entry* lds, u32 i0, u32 i1, float tj, u32 j, u32& above_w, u32& above_n) {
+template <int MODE, bool COUNT>  // COUNT: sum 1 per entry ranked above (topk), else its mass w (cdf)
+INLINE void rank_range(Table tab, u32 i0, u32 i1, float tj, u32 j, u32& above) {
+#pragma unroll 4
   for (u32 i = i0; i < i1; i += RANK_STEP) {
-    // two 16-byte loads of 4 entries (t0 w0 t1 w1 | t2 w2 t3 w3), unconditional (LLVM otherwise sinks a load
-    // of w into the branch of its select)
-    u32x4 lo = *(const u32x4*)(lds + i), hi = *(const u32x4*)(lds + i + 2);
-    u32 raw[2 * RANK_STEP] = {lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]};
+    f32x4 t4 = *(const f32x4*)(tab.t + i);
+    u32x4 w4 = COUNT ? (u32x4){1u, 1u, 1u, 1u} : *(const u32x4*)(tab.w + i);
 #pragma unroll
     for (u32 k = 0; k < RANK_STEP; ++k) {
-      float t = as_f(raw[2 * k]);
-      u32 w = raw[2 * k + 1];
-      bool above = MODE == RANK_BELOW ? t >= tj : MODE == RANK_ABOVE ? t > tj : (t > tj) | ((t == tj) & (i + k < j));
-      above_w += above ? w : 0u;
-      above_n += above ? 1u : 0u;
+      float t = t4[k];
+      bool is_above = MODE == RANK_BELOW ? t >= tj : MODE == RANK_ABOVE ? t > tj : (t > tj) | ((t == tj) & (i + k < j));
+      above += is_above ? w4[k] : 0u;
     }
   }
 }
@@ -240,7 +233,7 @@ INLINE void write_all(u8* __restrict__ out, u32 n_kv, u8 v) {
 }
 
 KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const float* __restrict__ q_sim,
-                                        const float* __restrict__ k_mean_t, const float* __restrict__ k_sim,
+                                        const float* __restrict__ k_mean, const float* __restrict__ k_sim,
                                         u8* __restrict__ mask, u64 kv_group_magic, u32 n_q, u32 n_kv, u32 H_q,
                                         u32 H_kv, u32 D, float score_scale, float sim_threshold, float mass_scale,
                                         u32 cdf_fixed, u32 topk_count) {
@@ -257,32 +250,32 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
   }
   const float* qr = q_mean + row * CH;
   u64 bh = (u64)b * H_kv + g;
-  const float* kt = k_mean_t + bh * CH * n_kv;
+  const float* kt = k_mean + bh * n_kv * CH;
   const float* ks = k_sim + bh * n_kv;
-  Entry* lds = lds_entries;
-  u32 n4 = (n_kv + RANK_STEP - 1) / RANK_STEP * RANK_STEP;  // the LDS holds n4 entries (host: round_up(n_kv, 4))
+  u32 n4 = (n_kv + RANK_STEP - 1) / RANK_STEP * RANK_STEP;  // entries per LDS array (host: round_up(n_kv, 4))
+  Table tab = {(float*)lds_dyn, lds_dyn + n4};
 
   // scores: t_j = (+0 + q[0] * k[0][j] + ... + q[D-1] * k[D-1][j], in order) * score_scale
   bool bad = false;
   float mx = -__builtin_inff();
   for (u32 j0 = 0; j0 < n_kv; j0 += 32) {
     u32 j = j0 + lane, jl = min_u32(j, n_kv - 1);
-    const float* kc = kt + jl;
+    const float* kr = kt + (u64)jl * CH;  // this lane's key row: 16-byte loads at immediate offsets
     float s = 0.0f;
     for (u32 d0 = 0; d0 < D; d0 += DSTEP) {  // D is a multiple of DSTEP: all loads of a step, then the sums
-      float kv[DSTEP];
+      f32x4 kv[DSTEP / 4];
 #pragma unroll
-      for (u32 e = 0; e < DSTEP; ++e) kv[e] = kc[(u64)(d0 + e) * n_kv];
+      for (u32 e = 0; e < DSTEP / 4; ++e) kv[e] = *(const f32x4*)(kr + d0 + 4 * e);
 #pragma unroll
-      for (u32 e = 0; e < DSTEP; ++e) s = s + qr[d0 + e] * kv[e];
+      for (u32 e = 0; e < DSTEP; ++e) s = s + qr[d0 + e] * kv[e / 4][e % 4];
     }
     float t = s * score_scale;
     if (j < n_kv) {
-      lds[j].t = t;
+      tab.t[j] = t;
       bad = bad || !(__builtin_fabsf(t) <= FLT_MAX_F);
       mx = t > mx ? t : mx;
     } else if (j < n4) {
-      lds[j].t = -__builtin_inff();  // padding entries: never ranked above anything, mass 0
+      tab.t[j] = -__builtin_inff();  // padding entries: never ranked above anything, mass 0
     }
   }
   if (__builtin_amdgcn_ballot_w32(bad) != 0u) {  // a non-finite pooled score: the row cannot be ranked, keep all
@@ -297,8 +290,8 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
   // integer masses (order-free sums)
   u32 wsum = 0;
   for (u32 j = lane; j < n4; j += 32) {  // padding: exp2_mass(-inf) = 0
-    u32 w = exp2_mass(lds[j].t - mx, mass_scale);
-    lds[j].w = w;
+    u32 w = exp2_mass(tab.t[j] - mx, mass_scale);
+    tab.w[j] = w;
     wsum += w;
   }
 #pragma unroll
@@ -308,13 +301,22 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
   // i < j0 (i < j on every lane: t_i >= t_j), the chunk itself (both tests), i >= j0 + 32 (t_i > t_j).
   for (u32 j0 = 0; j0 < n_kv; j0 += 32) {
     u32 j = j0 + lane, jl = min_u32(j, n_kv - 1);
-    float tj = lds[jl].t;
-    u32 above_w = 0, above_n = 0;
+    float tj = tab.t[jl];
     u32 mid_end = min_u32(j0 + 32, n4);
-    rank_range<RANK_BELOW>(lds, 0, j0, tj, j, above_w, above_n);
-    rank_range<RANK_MIXED>(lds, j0, mid_end, tj, j, above_w, above_n);
-    rank_range<RANK_ABOVE>(lds, mid_end, n4, tj, j, above_w, above_n);
-    bool keep = topk_count ? above_n < topk_count : ((u64)above_w << 31) < thresh;
+    bool keep;
+    if (topk_count) {  // wave-uniform: the rank count R_j
+      u32 above_n = 0;
+      rank_range<RANK_BELOW, true>(tab, 0, j0, tj, j, above_n);
+      rank_range<RANK_MIXED, true>(tab, j0, mid_end, tj, j, above_n);
+      rank_range<RANK_ABOVE, true>(tab, mid_end, n4, tj, j, above_n);
+      keep = above_n < topk_count;
+    } else {           // the mass ranked above, A_j
+      u32 above_w = 0;
+      rank_range<RANK_BELOW, false>(tab, 0, j0, tj, j, above_w);
+      rank_range<RANK_MIXED, false>(tab, j0, mid_end, tj, j, above_w);
+      rank_range<RANK_ABOVE, false>(tab, mid_end, n4, tj, j, above_w);
+      keep = ((u64)above_w << 31) < thresh;
+    }
     keep = keep || !(ks[jl] >= sim_threshold);  // a key block that is not self-similar is always kept
     if (j < n_kv) out[j] = keep ? 1 : 0;
   }

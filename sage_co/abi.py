@@ -216,7 +216,7 @@ PREDICT_POOL_ARGS = KernargStruct(PREDICT_POOL_OP, [
     Field("k", "ptr", 8),            # [B, S_kv, H_kv, D]
     Field("q_mean", "ptr", 16),      # fp32 [B, H_q, n_q, 128] out
     Field("q_sim", "ptr", 24),       # fp32 [B, H_q, n_q] out
-    Field("k_mean_t", "ptr", 32),    # fp32 [B, H_kv, 128, n_kv] out (transposed)
+    Field("k_mean", "ptr", 32),      # fp32 [B, H_kv, n_kv, 128] out
     Field("k_sim", "ptr", 40),       # fp32 [B, H_kv, n_kv] out
     Field("S_q", "u32", 48),
     Field("S_kv", "u32", 52),
@@ -232,7 +232,7 @@ PREDICT_POOL_ARGS = KernargStruct(PREDICT_POOL_OP, [
 PREDICT_SELECT_ARGS = KernargStruct(PREDICT_SELECT_OP, [
     Field("q_mean", "ptr", 0),       # from pool
     Field("q_sim", "ptr", 8),
-    Field("k_mean_t", "ptr", 16),
+    Field("k_mean", "ptr", 16),
     Field("k_sim", "ptr", 24),
     Field("mask", "ptr", 32),        # u8 [B, H_q, n_q, n_kv] out (0/1: torch.bool)
     Field("kv_group_magic", "u64", 40),   # kv_group_magic(H_q // H_kv)

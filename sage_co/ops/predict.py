@@ -3,8 +3,8 @@ any strides with a contiguous last dim) in, bool block_mask [B, H_q, ceil(S_q/64
 (docs/numerics.md §Predictor; the torch spec is sage_co.sparse.predict_block_mask(backend="torch")).
 
 Two kernels of asm_src/gfx1201_sage_predict.hip (its header comment has the design):
-  pool    grid (H_q * n_q + H_kv * n_kv, B, 1), one wave32 per 64-token block of Q or K: fp32 mean (Q row-major,
-          K transposed) and self-similarity per block. One symbol per in_dtype (manifest key column).
+  pool    grid (H_q * n_q + H_kv * n_kv, B, 1), one wave32 per 64-token block of Q or K: fp32 mean and
+          self-similarity per block. One symbol per in_dtype (manifest key column).
   select  grid (n_q, H_q, B), one wave32 per query block, round_up(n_kv, 4) * 8 bytes of dynamic LDS: pooled scores, integer
           softmax masses, rank counts, one mask byte per key block.
 The inputs are read in place through their element strides (sage_co.ops.prepare.flat_view: no copy unless the
@@ -65,16 +65,16 @@ def run_predict(qn: torch.Tensor, kn: torch.Tensor, sh: validate.Shapes, softmax
     f32 = torch.float32
     q_mean = torch.empty(sh.B, sh.H_q, n_q, C, dtype=f32, device=dev)
     q_sim = torch.empty(sh.B, sh.H_q, n_q, dtype=f32, device=dev)
-    k_mean_t = torch.empty(sh.B, sh.H_kv, C, n_kv, dtype=f32, device=dev)
+    k_mean = torch.empty(sh.B, sh.H_kv, n_kv, C, dtype=f32, device=dev)
     k_sim = torch.empty(sh.B, sh.H_kv, n_kv, dtype=f32, device=dev)
     mask = torch.empty(sh.B, sh.H_q, n_q, n_kv, dtype=torch.uint8, device=dev)
     launch(pool_sym, PREDICT_POOL_ARGS, (sh.H_q * n_q + sh.H_kv * n_kv, sh.B, 1), PREDICT_BLOCK, {
-        "q": qf, "k": kf, "q_mean": q_mean, "q_sim": q_sim, "k_mean_t": k_mean_t, "k_sim": k_sim,
+        "q": qf, "k": kf, "q_mean": q_mean, "q_sim": q_sim, "k_mean": k_mean, "k_sim": k_sim,
         "S_q": sh.S_q, "S_kv": sh.S_kv, "H_q": sh.H_q, "H_kv": sh.H_kv, "n_q": n_q, "n_kv": n_kv, "D": sh.D,
         "q_sb": qs[0], "q_ss": qs[1], "q_sh": qs[2], "k_sb": ks[0], "k_ss": ks[1], "k_sh": ks[2],
     }, backend=backend)
     launch(select_sym, PREDICT_SELECT_ARGS, (n_q, sh.H_q, sh.B), PREDICT_BLOCK, {
-        "q_mean": q_mean, "q_sim": q_sim, "k_mean_t": k_mean_t, "k_sim": k_sim, "mask": mask,
+        "q_mean": q_mean, "q_sim": q_sim, "k_mean": k_mean, "k_sim": k_sim, "mask": mask,
         "kv_group_magic": kv_group_magic(sh.H_q // sh.H_kv), "n_q": n_q, "n_kv": n_kv, "H_q": sh.H_q,
         "H_kv": sh.H_kv, "D": sh.D, "score_scale": q_multiplier(softmax_scale),
         "sim_threshold": simthreshd, "mass_scale": abi.predict_mass_scale(n_kv),
