@@ -133,10 +133,35 @@ def predict_block_mask(q: torch.Tensor, k: torch.Tensor, *, cdf_threshold: float
         raise ValueError(f"simthreshd: expected a number in [-1, 1], got {simthreshd!r}")
     if backend is not None and backend not in PREDICT_BACKENDS:
         raise ValueError(f"backend: expected None or one of {PREDICT_BACKENDS}, got {backend!r}")
+    if backend != "torch":
+        from .ops.predict import check_predict_limits
+        check_predict_limits(sh)
+    return _predict_op(q, k, layout, scale, float(cdf_threshold), _NO_TOPK if topk is None else float(topk),
+                       float(simthreshd), backend or _DEFAULT)
+
+
+_NO_TOPK = 0.0      # topk in the custom op's schema: 0 = None (cdf mode); a given topk is > 0
+_DEFAULT = ""       # backend in the schema: "" = choose by device
+
+
+# A torch.library custom op (with a fake implementation), so sage_attention(sparsity="auto") traces under
+# torch.compile(fullgraph=True) like the other ops; the arguments are validated before it (predict_block_mask).
+@torch.library.custom_op("sage_co::predict_block_mask", mutates_args=())
+def _predict_op(q: torch.Tensor, k: torch.Tensor, layout: str, softmax_scale: float, cdf_threshold: float,
+                topk: float, simthreshd: float, backend: str) -> torch.Tensor:
+    sh, qn, kn, _ = validate.check_qkv(q, k, k, layout)
+    topk_or_none = None if topk == _NO_TOPK else topk
     if backend == "torch":
-        return _predict_torch(qn, kn, sh, scale, float(cdf_threshold), topk, float(simthreshd))
+        return _predict_torch(qn, kn, sh, softmax_scale, cdf_threshold, topk_or_none, simthreshd)
     from .ops.predict import run_predict
-    return run_predict(qn, kn, sh, scale, float(cdf_threshold), topk, float(simthreshd), backend=backend)
+    return run_predict(qn, kn, sh, softmax_scale, cdf_threshold, topk_or_none, simthreshd, backend=backend or None)
+
+
+@_predict_op.register_fake
+def _(q, k, layout, softmax_scale, cdf_threshold, topk, simthreshd, backend):
+    qn, kn = (q, k) if layout == "NHD" else (q.transpose(1, 2), k.transpose(1, 2))
+    return q.new_empty((qn.shape[0], qn.shape[2], n_tiles(qn.shape[1], BLOCK_Q), n_tiles(kn.shape[1], BLOCK_KV)),
+                       dtype=torch.bool)
 
 
 def _boxes(grid: tuple[int, int, int], S: int, block: int) -> torch.Tensor:

@@ -206,3 +206,18 @@ def test_ties_rank_by_lower_index(kw):
     assert (want[..., 0] | ~want[..., 2]).all() and (want[..., 1] | ~want[..., 3]).all()
     if "topk" in kw:
         assert (want.sum(-1) == 2).all() and not want[..., 2:].all()
+
+
+def test_custom_op_opcheck_and_compile():
+    """predict_block_mask is a torch.library custom op (fake implementation included): opcheck passes, and
+    sage_attention(sparsity="auto") traces under torch.compile(fullgraph=True) with the same result as eager."""
+    q = blocky(1, 100, 2, 64, torch.bfloat16, seed=16, noise=0.05)
+    k = blocky(1, 150, 1, 64, torch.bfloat16, seed=17, noise=0.05)
+    v = blocky(1, 150, 1, 64, torch.bfloat16, seed=18)
+    torch.library.opcheck(torch.ops.sage_co.predict_block_mask.default, (q, k, "NHD", 0.125, 0.5, 0.0, 0.6, "emu"))
+
+    def f(q, k, v):
+        return sage_co.sage_attention(q, k, v, sparsity="auto", cdf_threshold=0.5, kernel="hip")
+    eager = f(q, k, v)
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
+    assert torch.equal(eager.view(torch.int16), compiled.view(torch.int16))
