@@ -47,6 +47,10 @@ CASES = [
     (torch.float16, "NHD", 1, 90, 333, 2, 2, 96, dict(topk=0.01)),
     (torch.bfloat16, "NHD", 1, 200, 200, 2, 2, 64, dict(cdf_threshold=1.0)),
     (torch.bfloat16, "HND", 1, 100, 400, 2, 1, 32, dict(cdf_threshold=0.8, simthreshd=0.9)),
+    # n_kv = 71: three 32-block chunks per row, so the select kernel's three rank ranges (below / own chunk /
+    # above) all run, and a tail block of 13 tokens
+    (torch.bfloat16, "NHD", 1, 130, 64 * 70 + 13, 2, 1, 16, dict(cdf_threshold=0.7)),
+    (torch.float16, "HND", 1, 130, 64 * 70 + 13, 2, 2, 16, dict(topk=0.2)),
 ]
 
 
@@ -200,6 +204,23 @@ def test_ties_rank_by_lower_index(kw):
     k = blocky(1, 256, 2, 64, torch.bfloat16, seed=15, noise=0.05)
     k[:, 192:256] = k[:, 64:128]            # block 3 == block 1
     k[:, 128:192] = k[:, 0:64]              # block 2 == block 0
+    _check_ties(q, k, kw)
+
+
+@pytest.mark.parametrize("kw", [dict(topk=0.1), dict(cdf_threshold=0.9)])
+def test_ties_across_chunks(kw):
+    """Copies 32+ blocks apart: the tie is decided in the kernel's below / above rank ranges, not its own chunk."""
+    q = blocky(1, 128, 2, 16, torch.bfloat16, seed=19, noise=0.05)
+    k = blocky(1, 64 * 80, 2, 16, torch.bfloat16, seed=20, noise=0.05)
+    for src, dst in ((1, 41), (0, 70), (5, 37)):
+        k[:, 64 * dst:64 * (dst + 1)] = k[:, 64 * src:64 * (src + 1)]
+    want, got = both(q, k, simthreshd=0.5, **kw)
+    assert torch.equal(want, got)
+    for src, dst in ((1, 41), (0, 70), (5, 37)):
+        assert (want[..., src] | ~want[..., dst]).all()
+
+
+def _check_ties(q, k, kw):
     want, got = both(q, k, simthreshd=0.5, **kw)
     assert torch.equal(want, got)
     # a later copy is kept only if the earlier one is
