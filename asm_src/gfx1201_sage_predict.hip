@@ -14,17 +14,21 @@
 //     inv = 1 / r;  usum += x * inv.  Then mean = acc / n, sim = tree(usum * usum) / (n * n). tree(): each lane
 //     sums its 4 channels in order ((c0 + c1) + c2) + c3, then 5 butterfly steps lane ^ 16, 8, 4, 2, 1 through
 //     ds_bpermute (docs/rdna4.md §Memory): IEEE addition is commutative, so every lane holds the same bits.
-//     Writes q_mean [B, H_q, n_q, 128], k_mean [B, H_kv, n_kv, 128] (the select kernel reads a query row with
-//     wave-uniform scalar loads, and lane j key row j with 16-byte loads), q_sim [B, H_q, n_q], k_sim [B, H_kv, n_kv].
-//  2. gfx1201_sage_predict_select  grid (n_q, H_q, B), block 32, dynamic LDS round_up(n_kv, 4) * 8 bytes (score t and integer
-//     mass w of every key block). One wave per (b, query head h, query block x); K head g = (h * kv_group_magic)
-//     >> 32 (sage_co.abi.kv_group_magic). Lane = key block j (chunks of 32):
+//     Schedule: TPS = 4 tokens per step (4 loads in flight, 4 independent trees / sqrt / divisions), then the
+//     in-order sums. Writes q_mean [B, H_q, n_q, 128], k_mean [B, H_kv, n_kv, 128] (select reads a query row with
+//     wave-uniform scalar loads, lane j key row j with 16-byte loads), q_sim [B, H_q, n_q], k_sim [B, H_kv, n_kv].
+//  2. gfx1201_sage_predict_select  grid (n_q, H_q, B), block 32, dynamic LDS n4 * 8 bytes, n4 = round_up(n_kv, 4):
+//     the scores t[n4] then the integer masses w[n4] (padding: t = -inf, w = 0). One wave per (b, query head h,
+//     query block x); K head g = (h * kv_group_magic) >> 32 (sage_co.abi.kv_group_magic). Lane = key block j,
+//     in chunks of 32:
 //       s = +0, s = s + q[d] * k[d][j] for d = 0..D-1 in order;  t = s * score_scale        (log2 units)
-//       a row whose q_sim is not >= sim_threshold, or with a non-finite t: every key block kept
+//       a row whose q_sim is not >= sim_threshold, or with a non-finite t: every key block kept (early exit)
 //       M = max_j t (wave max, exact);  e = exp2_poly(t - M);  w = rint(e * mass_scale) (u32, exact integer)
-//       W = sum_j w (u32, exact: mass_scale <= 2^31 / n_kv);  per j: W_above = sum of w_i, cnt = number of i
-//       ranked above j (t_i > t_j, or t_i == t_j and i < j): an O(n_kv^2) count over LDS, no sort
-//       keep = topk_count ? cnt < topk_count : (W_above << 31) < cdf_fixed * W (u64);  keep |= !(k_sim >= thr)
+//       W = sum_j w (u32, exact: mass_scale <= 2^31 / n_kv);  per j: A_j = sum of w_i (cdf) or R_j = number of
+//       i (topk) ranked above j (t_i > t_j, or t_i == t_j and i < j): an O(n_kv^2) count over LDS, no sort, in
+//       three ranges that need one compare each where possible: i < j0 (t_i >= t_j), the lane's own chunk
+//       (both tests), i >= j0 + 32 (t_i > t_j); 4 entries per 16-byte LDS load
+//       keep = topk_count ? R_j < topk_count : A_j * 2^31 < cdf_fixed * W (u64);  keep |= !(k_sim[j] >= thr)
 //     Writes mask [B, H_q, n_q, n_kv] (one byte per key block, 0/1: torch.bool).
 //     exp2_poly(x), x <= 0: 0 when x < -32; else n = floor(x), f = x - n, p = 1 + f * (C1 + f * (C2 + ... + f * C6))
 //     (Horner, separate multiply and add), e = p * 2^n -- basic IEEE operations only, so every device agrees
@@ -38,8 +42,9 @@
 //                   52 n_kv, 56 H_q, 60 H_kv, 64 D (u32); 68 score_scale, 72 sim_threshold, 76 mass_scale (f32);
 //                   80 cdf_fixed, 84 topk_count (u32; topk_count 0 = cdf mode)
 //
-// Register map: pool keeps acc[4], usum[4] and the token's 4 channels per lane; select keeps s, t and the two
-// running counts per lane, the query row is read from scalar memory. No atomics, no scratch.
+// Register map (hsaco/manifest.json has the counts: pool 53/58 VGPRs bf16/fp16, select 40): pool keeps acc[4],
+// usum[4] and TPS tokens x 4 channels per lane; select keeps s, 16 key values of a step, t_j and one running
+// count per lane, the query row in SGPRs (scalar loads). No atomics, no scratch, no static LDS.
 
 #pragma clang fp contract(off)  // every product and sum is rounded on its own, like the torch reference
 
