@@ -244,3 +244,15 @@ def test_custom_op_opcheck_and_compile():
     eager = f(q, k, v)
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
     assert torch.equal(eager.view(torch.int16), compiled.view(torch.int16))
+
+
+def test_misaligned_view_is_copied_not_refused():
+    """A view that does not start on a 16-byte boundary (storage offset 1 element) is copied by flat_view before
+    the 8-byte loads; the mask is the same."""
+    q = blocky(1, 100, 2, 32, torch.float16, seed=21, noise=0.05)
+    k = blocky(1, 140, 2, 32, torch.float16, seed=22, noise=0.05)
+    buf = torch.empty(q.numel() + 1, dtype=q.dtype)
+    qm = buf[1:].view(q.shape).copy_(q)
+    assert qm.data_ptr() % 16
+    want, got = both(qm, k, cdf_threshold=0.6, simthreshd=0.5)
+    assert torch.equal(want, got) and torch.equal(got, predict_block_mask(q, k, cdf_threshold=0.6, simthreshd=0.5))
