@@ -17,18 +17,18 @@
 //     Schedule: TPS = 4 tokens per step (4 loads in flight, 4 independent trees / sqrt / divisions), then the
 //     in-order sums. Writes q_mean [B, H_q, n_q, 128], k_mean [B, H_kv, n_kv, 128] (select reads a query row with
 //     wave-uniform scalar loads, lane j key row j with 16-byte loads), q_sim [B, H_q, n_q], k_sim [B, H_kv, n_kv].
-//  2. gfx1201_sage_predict_select  grid (n_q, H_q, B), block 32, dynamic LDS n4 * 8 bytes, n4 = round_up(n_kv, 4):
-//     the scores t[n4] then the integer masses w[n4] (padding: t = -inf, w = 0). One wave per (b, query head h,
-//     query block x); K head g = (h * kv_group_magic) >> 32 (sage_co.abi.kv_group_magic). Lane = key block j,
-//     in chunks of 32:
+//  2. gfx1201_sage_predict_select  grid (n_q, H_q, B), block 32, dynamic LDS 12 * N bytes, N = the next power of
+//     two >= max(n_kv, 2): N u64 sort keys, then N u32 slots (score bits, then integer mass, of key block j). One
+//     wave per (b, query head h, query block x); K head g = (h * kv_group_magic) >> 32 (sage_co.abi.kv_group_magic).
+//     Lane = key block j, in chunks of 32:
 //       s = +0, s = s + q[d] * k[d][j] for d = 0..D-1 in order;  t = s * score_scale        (log2 units)
 //       a row whose q_sim is not >= sim_threshold, or with a non-finite t: every key block kept (early exit)
 //       M = max_j t (wave max, exact);  e = exp2_poly(t - M);  w = rint(e * mass_scale) (u32, exact integer)
-//       W = sum_j w (u32, exact: mass_scale <= 2^31 / n_kv);  per j: A_j = sum of w_i (cdf) or R_j = number of
-//       i (topk) ranked above j (t_i > t_j, or t_i == t_j and i < j): an O(n_kv^2) count over LDS, no sort, in
-//       three ranges that need one compare each where possible: i < j0 (t_i >= t_j), the lane's own chunk
-//       (both tests), i >= j0 + 32 (t_i > t_j); 4 entries per 16-byte LDS load
-//       keep = topk_count ? R_j < topk_count : A_j * 2^31 < cdf_fixed * W (u64);  keep |= !(k_sim[j] >= thr)
+//       W = sum_j w (u32, exact: mass_scale <= 2^31 / n_kv)
+//       rank: bitonic sort of the keys (descending t, ties by ascending j: the spec's "ranked above") in LDS,
+//       log2(N) (log2(N) + 1) / 2 steps of N/2 compare-exchanges; then lane L walks sorted positions
+//       [L * N/32, (L + 1) * N/32) with A = (exclusive wave scan of the lanes' mass sums) + its running sum, R = pos
+//       keep = topk_count ? R < topk_count : A * 2^31 < cdf_fixed * W (u64);  keep |= !(k_sim[j] >= thr)
 //     Writes mask [B, H_q, n_q, n_kv] (one byte per key block, 0/1: torch.bool).
 //     exp2_poly(x), x <= 0: 0 when x < -32; else n = floor(x), f = x - n, p = 1 + f * (C1 + f * (C2 + ... + f * C6))
 //     (Horner, separate multiply and add), e = p * 2^n -- basic IEEE operations only, so every device agrees
@@ -42,9 +42,9 @@
 //                   52 n_kv, 56 H_q, 60 H_kv, 64 D (u32); 68 score_scale, 72 sim_threshold, 76 mass_scale (f32);
 //                   80 cdf_fixed, 84 topk_count (u32; topk_count 0 = cdf mode)
 //
-// Register map (hsaco/manifest.json has the counts: pool 53/58 VGPRs bf16/fp16, select 40): pool keeps acc[4],
-// usum[4] and TPS tokens x 4 channels per lane; select keeps s, 16 key values of a step, t_j and one running
-// count per lane, the query row in SGPRs (scalar loads). No atomics, no scratch, no static LDS.
+// Register map (hsaco/manifest.json has the counts): pool keeps acc[4], usum[4] and TPS tokens x 4 channels per
+// lane; select keeps s and 16 key values of a step, then two 64-bit keys of a compare-exchange, the query row in
+// SGPRs (scalar loads). No atomics, no scratch, no static LDS.
 
 #pragma clang fp contract(off)  // every product and sum is rounded on its own, like the torch reference
 
@@ -190,13 +190,9 @@ KERNEL void gfx1201_sage_predict_pool_bf16(POOL_PARAMS) { pool_body<BF16>(POOL_A
 KERNEL void gfx1201_sage_predict_pool_fp16(POOL_PARAMS) { pool_body<FP16>(POOL_ARGS); }
 
 // ------------------------------------------------------------------------------------------------ select
-// Dynamic LDS, n4 = round_up(n_kv, 4) entries per array: scores t[n4] (fp32), then masses w[n4] (u32). Separate
-// arrays: the rank count reads only t, four entries per 16-byte load.
+// Dynamic LDS (host: sage_co.ops.predict.select_lds_bytes): N = the next power of two >= max(n_kv, 2) sort keys
+// (u64), then N u32 slots holding each key block's score bits, then its integer mass.
 extern __attribute__((shared, aligned(16))) u32 lds_dyn[];
-struct Table {
-  float* t;
-  u32* w;
-};
 
 INLINE u32 exp2_mass(float x, float mass_scale) {
   if (x < EXP2_CUTOFF) return 0u;
@@ -213,25 +209,23 @@ INLINE u32 exp2_mass(float x, float mass_scale) {
   return (u32)__builtin_rintf(e * mass_scale);
 }
 
-// Mass and count of the entries [i0, i1) ranked above key block j (score tj); i0, i1 multiples of RANK_STEP.
-#define RANK_STEP 4
-#define RANK_BELOW 0  // every i < j: ties count
-#define RANK_MIXED 1
-#define RANK_ABOVE 2  // every i > j: ties do not count
-template <int MODE, bool COUNT>  // COUNT: sum 1 per entry ranked above (topk), else its mass w (cdf)
-INLINE void rank_range(Table tab, u32 i0, u32 i1, float tj, u32 j, u32& above) {
-#pragma unroll 4
-  for (u32 i = i0; i < i1; i += RANK_STEP) {
-    f32x4 t4 = *(const f32x4*)(tab.t + i);
-    u32x4 w4 = COUNT ? (u32x4){1u, 1u, 1u, 1u} : *(const u32x4*)(tab.w + i);
-#pragma unroll
-    for (u32 k = 0; k < RANK_STEP; ++k) {
-      float t = t4[k];
-      bool is_above = MODE == RANK_BELOW ? t >= tj : MODE == RANK_ABOVE ? t > tj : (t > tj) | ((t == tj) & (i + k < j));
-      above += is_above ? w4[k] : 0u;
-    }
-  }
+// Sort key of key block j with finite score t: ascending keys = descending t, ties by ascending j (the spec's
+// rank). t + 0 turns -0 into +0 (they rank as equal); the bits of a finite float map to an unsigned order-preserving
+// u (negative: all bits flipped; else the sign bit set), and ~u sorts descending.
+INLINE u64 rank_key(float t, u32 j) {
+  u32 bits = __builtin_bit_cast(u32, t + 0.0f);
+  u32 u = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  return ((u64)~u << 32) | j;
 }
+#define KEY_PAD 0xffffffffffffffffull  // padding entries sort last
+
+INLINE u32 shfl_up_u(u32 v, u32 d) {  // lane - d's value (callers use it only for lane >= d)
+  return (u32)__builtin_amdgcn_ds_bpermute((int)(((lane_id() - d) & 31u) << 2), (int)v);
+}
+
+// Lanes of the wave hand LDS data to each other between phases: a workgroup-scope fence (the workgroup is this one
+// wave) orders the stores before the later loads for the compiler and waits for them (s_wait_dscnt 0).
+INLINE void lds_handoff() { __builtin_amdgcn_fence(__ATOMIC_ACQ_REL, "workgroup"); }
 
 INLINE void write_all(u8* __restrict__ out, u32 n_kv, u8 v) {
   for (u32 j = lane_id(); j < n_kv; j += 32) out[j] = v;
@@ -257,8 +251,10 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
   u64 bh = (u64)b * H_kv + g;
   const float* kt = k_mean + bh * n_kv * CH;
   const float* ks = k_sim + bh * n_kv;
-  u32 n4 = (n_kv + RANK_STEP - 1) / RANK_STEP * RANK_STEP;  // entries per LDS array (host: round_up(n_kv, 4))
-  Table tab = {(float*)lds_dyn, lds_dyn + n4};
+  u32 N = 2;
+  while (N < n_kv) N <<= 1;
+  u64* keys = (u64*)lds_dyn;
+  u32* val = lds_dyn + 2 * N;  // score bits, then mass, of key block j
 
   // scores: t_j = (+0 + q[0] * k[0][j] + ... + q[D-1] * k[D-1][j], in order) * score_scale
   bool bad = false;
@@ -276,17 +272,18 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
     }
     float t = s * score_scale;
     if (j < n_kv) {
-      tab.t[j] = t;
+      val[j] = __builtin_bit_cast(u32, t);
+      keys[j] = rank_key(t, j);
       bad = bad || !(__builtin_fabsf(t) <= FLT_MAX_F);
       mx = t > mx ? t : mx;
-    } else if (j < n4) {
-      tab.t[j] = -__builtin_inff();  // padding entries: never ranked above anything, mass 0
     }
   }
   if (__builtin_amdgcn_ballot_w32(bad) != 0u) {  // a non-finite pooled score: the row cannot be ranked, keep all
     write_all(out, n_kv, 1);
     return;
   }
+  for (u32 j = n_kv + lane; j < N; j += 32) keys[j] = KEY_PAD;
+  lds_handoff();
 #pragma unroll
   for (u32 m = 16; m >= 1; m >>= 1) {
     float o = shfl_xor(mx, m);
@@ -294,35 +291,55 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
   }
   // integer masses (order-free sums)
   u32 wsum = 0;
-  for (u32 j = lane; j < n4; j += 32) {  // padding: exp2_mass(-inf) = 0
-    u32 w = exp2_mass(tab.t[j] - mx, mass_scale);
-    tab.w[j] = w;
+  for (u32 j = lane; j < n_kv; j += 32) {
+    u32 w = exp2_mass(as_f(val[j]) - mx, mass_scale);
+    val[j] = w;
     wsum += w;
   }
 #pragma unroll
   for (u32 m = 16; m >= 1; m >>= 1) wsum += shfl_xor_u(wsum, m);
   u64 thresh = (u64)cdf_fixed * wsum;
-  // rank: the blocks above j are t_i > t_j, or t_i == t_j and i < j. Split by where i lies for the whole chunk:
-  // i < j0 (i < j on every lane: t_i >= t_j), the chunk itself (both tests), i >= j0 + 32 (t_i > t_j).
-  for (u32 j0 = 0; j0 < n_kv; j0 += 32) {
-    u32 j = j0 + lane, jl = min_u32(j, n_kv - 1);
-    float tj = tab.t[jl];
-    u32 mid_end = min_u32(j0 + 32, n4);
-    bool keep;
-    if (topk_count) {  // wave-uniform: the rank count R_j
-      u32 above_n = 0;
-      rank_range<RANK_BELOW, true>(tab, 0, j0, tj, j, above_n);
-      rank_range<RANK_MIXED, true>(tab, j0, mid_end, tj, j, above_n);
-      rank_range<RANK_ABOVE, true>(tab, mid_end, n4, tj, j, above_n);
-      keep = above_n < topk_count;
-    } else {           // the mass ranked above, A_j
-      u32 above_w = 0;
-      rank_range<RANK_BELOW, false>(tab, 0, j0, tj, j, above_w);
-      rank_range<RANK_MIXED, false>(tab, j0, mid_end, tj, j, above_w);
-      rank_range<RANK_ABOVE, false>(tab, mid_end, n4, tj, j, above_w);
-      keep = ((u64)above_w << 31) < thresh;
+  lds_handoff();
+
+  // rank: bitonic sort of the N keys in LDS (ascending), N/2 disjoint compare-exchanges per step, 32 per pass of
+  // the wave, a hand-off between steps
+  for (u32 k = 2; k <= N; k <<= 1) {
+    for (u32 jj = k >> 1; jj > 0; jj >>= 1) {
+      for (u32 p = lane; p < N / 2; p += 32) {
+        u32 i = 2 * p - (p & (jj - 1)), l = i + jj;
+        u64 a = keys[i], c = keys[l];
+        bool up = (i & k) == 0;
+        u64 lo = a < c ? a : c, hi = a < c ? c : a;
+        keys[i] = up ? lo : hi;
+        keys[l] = up ? hi : lo;
+      }
+      lds_handoff();
     }
-    keep = keep || !(ks[jl] >= sim_threshold);  // a key block that is not self-similar is always kept
-    if (j < n_kv) out[j] = keep ? 1 : 0;
+  }
+  // sorted position pos holds key block idx: A = the masses of positions < pos (integers, any order), R = pos.
+  // Lane L walks positions [L * per, (L + 1) * per); its start is an exclusive scan of the lanes' sums.
+  u32 per = N >= 32 ? N / 32 : 1;
+  u32 first = lane * per;
+  u32 lane_sum = 0;
+  for (u32 q = 0; q < per; ++q) {
+    u32 pos = first + q;
+    if (pos < n_kv) lane_sum += val[(u32)keys[pos]];
+  }
+  u32 incl = lane_sum;
+#pragma unroll
+  for (u32 d = 1; d < 32; d <<= 1) {
+    u32 o = shfl_up_u(incl, d);
+    incl += lane >= d ? o : 0u;
+  }
+  u32 above = incl - lane_sum;
+  for (u32 q = 0; q < per; ++q) {
+    u32 pos = first + q;
+    if (pos < n_kv) {
+      u32 idx = (u32)keys[pos];
+      bool keep = topk_count ? pos < topk_count : ((u64)above << 31) < thresh;
+      keep = keep || !(ks[idx] >= sim_threshold);  // a key block that is not self-similar is always kept
+      out[idx] = keep ? 1 : 0;
+      above += val[idx];
+    }
   }
 }

@@ -204,10 +204,16 @@ def d_pad(D: int) -> int:
 PREDICT_POOL_OP = "sage_predict.pool"
 PREDICT_SELECT_OP = "sage_predict.select"
 PREDICT_CHANNELS = 128    # pooled means are zero-padded to 128 channels (32 lanes x 4: the pool kernel's tree)
-PREDICT_LDS_ENTRY = 8     # bytes of dynamic LDS per key block in select (fp32 score + u32 mass)
-PREDICT_RANK_STEP = 4     # select reads the entries 4 at a time: the LDS holds round_up(n_kv, 4) entries
-PREDICT_MAX_LDS = 65536   # LDS one workgroup may allocate (docs/rdna4.md §Occupancy): n_kv <= 8192 key blocks
-PREDICT_MAX_KEY_BLOCKS = PREDICT_MAX_LDS // PREDICT_LDS_ENTRY   # a multiple of PREDICT_RANK_STEP
+PREDICT_LDS_ENTRY = 12    # bytes of select's dynamic LDS per sorted entry: a u64 sort key + the u32 score/mass slot
+PREDICT_MAX_LDS = 65536   # LDS one workgroup may allocate (docs/rdna4.md §Occupancy)
+PREDICT_MAX_KEY_BLOCKS = 4096   # the largest power of two N with N * PREDICT_LDS_ENTRY <= PREDICT_MAX_LDS
+
+
+def predict_sort_len(n_kv: int) -> int:
+    """N: the select kernel's bitonic sort length, the next power of two >= max(n_kv, 2)."""
+    return max(2, 1 << (n_kv - 1).bit_length())
+
+
 PREDICT_MASS_BITS = 31    # integer masses: W = sum of n_kv masses stays below 2^31; cdf_fixed = cdf * 2^31
 PREDICT_BLOCK = (WAVE_SIZE, 1, 1)
 

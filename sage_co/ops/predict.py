@@ -5,8 +5,8 @@ any strides with a contiguous last dim) in, bool block_mask [B, H_q, ceil(S_q/64
 Two kernels of asm_src/gfx1201_sage_predict.hip (its header comment has the design):
   pool    grid (H_q * n_q + H_kv * n_kv, B, 1), one wave32 per 64-token block of Q or K: fp32 mean and
           self-similarity per block. One symbol per in_dtype (manifest key column).
-  select  grid (n_q, H_q, B), one wave32 per query block, round_up(n_kv, 4) * 8 bytes of dynamic LDS: pooled scores, integer
-          softmax masses, rank counts, one mask byte per key block.
+  select  grid (n_q, H_q, B), one wave32 per query block, 12 * next_pow2(n_kv) bytes of dynamic LDS: pooled scores,
+          integer softmax masses, a bitonic sort of the ranks, one mask byte per key block.
 The inputs are read in place through their element strides (sage_co.ops.prepare.flat_view: no copy unless the
 vector loads cannot address the view).
 """
@@ -27,9 +27,8 @@ U32 = 1 << 32
 
 
 def select_lds_bytes(n_kv: int) -> int:
-    """Dynamic LDS of the select kernel: round_up(n_kv, PREDICT_RANK_STEP) entries of PREDICT_LDS_ENTRY bytes."""
-    step = abi.PREDICT_RANK_STEP
-    return -(-n_kv // step) * step * PREDICT_LDS_ENTRY
+    """Dynamic LDS of the select kernel: N = abi.predict_sort_len(n_kv) entries of PREDICT_LDS_ENTRY bytes."""
+    return abi.predict_sort_len(n_kv) * PREDICT_LDS_ENTRY
 
 
 def check_predict_limits(sh: validate.Shapes) -> None:
@@ -39,7 +38,7 @@ def check_predict_limits(sh: validate.Shapes) -> None:
     if n_kv > PREDICT_MAX_KEY_BLOCKS:
         raise ValueError(f"k: S_kv = {sh.S_kv} makes {n_kv} key blocks; the predictor kernel ranks at most "
                          f"{PREDICT_MAX_KEY_BLOCKS} (S_kv <= {PREDICT_MAX_KEY_BLOCKS * BLOCK_KV}) in one workgroup's "
-                         f"LDS; use backend=\"torch\" for longer sequences")
+                         f"LDS (its bitonic sort); use backend=\"torch\" for longer sequences")
     if sh.H_q >= abi.MAX_QUERY_HEADS or sh.B > 65536:
         raise ValueError(f"q: B = {sh.B}, H_q = {sh.H_q} exceed the predictor's launch grid (B <= 65536, "
                          f"H_q < {abi.MAX_QUERY_HEADS})")
