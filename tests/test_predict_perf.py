@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 def test_predictor_counts_scale_with_the_work():
     from perfmodel import sparse
     small, large = sparse.predictor_counts(1024), sparse.predictor_counts(2048)
-    # pool: one wave per block, twice the blocks; select: per query block O(n_kv) score + O(n_kv^2) rank work
+    # pool: one wave per block, twice the blocks; select: per query block O(n_kv) scores + an n_kv-key sort
     assert small["pool"]["waves"] * 2 == large["pool"]["waves"]
     assert large["pool"]["wave_instructions"] == 2 * small["pool"]["wave_instructions"]
     assert large["select"]["wave_instructions"] > 2 * small["select"]["wave_instructions"]
