@@ -1,6 +1,7 @@
-"""The block-mask predictor (issue 14; docs/numerics.md §Predictor): the gfx1201 kernels (asm_src/gfx1201_sage_predict.hip,
-run on the emulator with its sanitizer on) give the SAME mask, bit for bit, as the torch spec
-(sage_co.predict_block_mask(backend="torch")); bad input is refused before any kernel; sparsity="auto" runs them."""
+"""The block-mask predictor (issue 14; docs/numerics.md §Predictor): the gfx1201 kernels
+(asm_src/gfx1201_sage_predict.hip, run on the emulator with its sanitizer on) give the SAME mask, bit for bit, as
+the torch spec (sage_co.predict_block_mask(backend="torch")); bad input is refused before any kernel;
+sparsity="auto" runs them."""
 from __future__ import annotations
 
 import math
