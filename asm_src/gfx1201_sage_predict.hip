@@ -223,9 +223,10 @@ INLINE u32 shfl_up_u(u32 v, u32 d) {  // lane - d's value (callers use it only f
   return (u32)__builtin_amdgcn_ds_bpermute((int)(((lane_id() - d) & 31u) << 2), (int)v);
 }
 
-// Lanes of the wave hand LDS data to each other between phases: a workgroup-scope fence (the workgroup is this one
-// wave) orders the stores before the later loads for the compiler and waits for them (s_wait_dscnt 0).
-INLINE void lds_handoff() { __builtin_amdgcn_fence(__ATOMIC_ACQ_REL, "workgroup"); }
+// Lanes of the wave hand LDS data to each other between phases. One wave's LDS operations take effect in order
+// (docs/rdna4.md §Waits), so a wavefront-scope fence -- it keeps the compiler from moving the later loads above the
+// stores, and emits no wait -- is enough.
+INLINE void lds_handoff() { __builtin_amdgcn_fence(__ATOMIC_ACQ_REL, "wavefront"); }
 
 INLINE void write_all(u8* __restrict__ out, u32 n_kv, u8 v) {
   for (u32 j = lane_id(); j < n_kv; j += 32) out[j] = v;
