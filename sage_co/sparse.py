@@ -5,7 +5,8 @@ ceil(S_kv / BLOCK_KV)] for sage_attention(..., block_mask=...).
 predict_block_mask runs as two gfx1201 kernels (asm_src/gfx1201_sage_predict.hip, host side sage_co/ops/predict.py)
 on the emu / hip backends; backend="torch" runs its torch implementation below, which is the spec
 (docs/numerics.md §Predictor) the kernels match bit for bit. Its cost is O(S^2 / 64^2 * D) pooled-score work plus
-one read of Q and K, small next to the attention it prunes (docs/performance.md §Predictor).
+one read of Q and K, small next to the attention it prunes (docs/performance.md §Predictor and block-sparse
+attention).
 """
 from __future__ import annotations
 
