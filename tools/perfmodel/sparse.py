@@ -62,7 +62,8 @@ def density_rows(variant: str = "asm", B: int = 1, H: int = 16, S: int = 16384, 
     return rows
 
 
-PREDICT_SHAPE = (1, 24, 16384, 128)     # B, H, S, D: the figure docs/performance.md §Predictor and block-sparse attention states
+# B, H, S, D: the figure docs/performance.md §Predictor and block-sparse attention states
+PREDICT_SHAPE = (1, 24, 16384, 128)
 
 
 def predictor_counts(S: int, D: int = 128) -> dict[str, dict]:
