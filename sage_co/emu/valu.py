@@ -69,14 +69,10 @@ class Src:
             # a VGPR half is a strided uint16 view of the register row (little-endian: .l at even, .h at odd
             # halves): no shift, mask or cast per step
             half = st.V[code - 256].view(U16)[:, int(hi)::2]
+            keep, flip = U16(0x7FFF if ab else 0xFFFF), U16(0x8000 if ng else 0)   # abs, neg in the bits
 
             def h16(sel):
-                v = half[sel]
-                if ab:
-                    v = v & U16(0x7FFF)
-                if ng:
-                    v = v ^ U16(0x8000)
-                return v
+                return (half[sel] & keep) ^ flip if ab or ng else half[sel]
             return (lambda sel: h16(sel).view(F16)) if kind == "h" else h16
         if bits == 16:
             sh = U32(16 * hi)
