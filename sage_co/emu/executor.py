@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from sage_co.emu import flat_ops, memory_ops, salu, sanitizer, scalar_float, text, trace, valu
-from sage_co.emu.facts import CLASSES, facts
+from sage_co.emu.facts import CALL_INSTS, CLASSES, facts
 from sage_co.emu.operands import Ops
 from sage_co.emu.state import ALL, END, EXEC, TTMP0, EmuError, State, pack_lanes
 
@@ -36,8 +36,14 @@ class Program:
         insts = [i for i in module.insts if i.offset >= kernel.entry]
         if kernel.code_size:
             insts = [i for i in insts if i.offset < kernel.entry + kernel.code_size] or insts
+        # A kernel that calls (s_swappc_b64 / s_call_b64, or jumps through s_setpc_b64) may reach any function of the
+        # code object: its program is then the whole .text, entered at the kernel's entry (docs/rdna4.md §Calls).
+        if any(i.name in CALL_INSTS for i in insts):
+            insts = list(module.insts)
         self.insts = insts
         self.index = {i.offset: n for n, i in enumerate(insts)}
+        self.offsets = np.array([i.offset for i in insts], dtype=np.int64)     # ascending: decode order
+        self.text_addr = module.co.text_addr
         d = kernel.descriptor
         # The hardware gives a wave the VGPRs its descriptor asks for, nothing more; an access past them is refused
         # (operand checks below). Metadata that says the code uses more is refused up front.
@@ -64,6 +70,28 @@ class Program:
         if off not in self.index:
             raise EmuError(f"kernel {self.name}: branch at 0x{i.offset:x} to 0x{off:x}, not an instruction")
         return self.index[off]
+
+    def code_index(self, pc: int, addr: np.ndarray):
+        """PC indices of the 64-bit code addresses `addr` (one per wave; s_setpc/s_swappc targets): an int when all
+        are one instruction, else an int array. An address that is not an instruction of this code object stops the
+        run."""
+        addr = np.asarray(addr, dtype=np.uint64)
+        first = int(addr.flat[0])
+        if (addr == addr.flat[0]).all():
+            n = self.index.get(first - self.text_addr)
+            if n is None:
+                self.fail_jump(pc, first)
+            return n
+        off = addr.astype(np.int64) - self.text_addr
+        k = np.clip(np.searchsorted(self.offsets, off), 0, len(self.offsets) - 1)
+        bad = self.offsets[k] != off
+        if bad.any():
+            self.fail_jump(pc, int(addr[np.flatnonzero(bad)[0]]))
+        return k
+
+    def fail_jump(self, pc: int, addr: int):
+        raise EmuError(f"kernel {self.name} pc 0x{self.insts[pc].offset:x} `{self.text(pc)}`: jump to address "
+                       f"0x{addr:x}, which is not an instruction of this code object's .text")
 
     def text(self, pc: int) -> str:
         try:

@@ -36,6 +36,9 @@ WAIT_COUNTER = {"load": "loadcnt", "store": "storecnt", "ds": "dscnt", "km": "km
 _TRANS = re.compile(r"^v_(s_)?(exp|log|rcp|rcp_iflag|rsq|sqrt|sin|cos)_(f16|f32|f64)$")
 # Program-flow changes (the BRANCH class): branches, jumps through SGPRs, and the end of the program.
 _BRANCH = ("s_branch", "s_cbranch_", "s_setpc_", "s_swappc_", "s_call_", "s_rfe_", "s_endpgm")
+# Jumps whose target is not a SOPP branch offset: calls and returns (docs/rdna4.md §Calls). A program containing one
+# may reach any function of its code object.
+CALL_INSTS = frozenset({"s_setpc_b64", "s_swappc_b64", "s_call_b64"})
 # SOP1 synchronisation that the statistics count with waits: barriers and messages.
 _WAIT_SOP1 = ("s_barrier_", "s_sendmsg_rtn_", "s_sleep_var", "s_get_barrier_state")
 

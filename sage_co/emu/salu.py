@@ -281,6 +281,8 @@ def build(st, ops, inst, pc):
                 SCC[sel] = new != 0
                 wr(sel, old)
             return h
+        if name in ("s_setpc_b64", "s_swappc_b64"):
+            return _jump(st, ops, inst, pc, name, d, s0)
         if name == "s_getpc_b64":
             wr = ops.swrite(d, True)
             nxt = U64(st.prog.module.co.text_addr + inst.offset + inst.size)
@@ -310,6 +312,15 @@ def build(st, ops, inst, pc):
             return lambda sel: wr(sel, (cur(sel).astype(U64) * val).astype(U32))
         if name == "s_version":
             return lambda sel: None
+        if name == "s_call_b64":
+            # D = PC + 4 (the return address), PC = PC + 4 + simm16 * 4 (docs/rdna4.md §Calls)
+            t, wr = st.prog.target(pc, k), ops.swrite(d, True)
+            ret = U64(st.prog.text_addr + inst.offset + inst.size)
+
+            def h(sel):
+                wr(sel, np.full(st.W if sel is ALL else len(sel), ret, dtype=U64))
+                return t
+            return h
         if name in ("s_setreg_b32", "s_setreg_imm32_b32", "s_getreg_b32"):
             return _hwreg(st, ops, inst, pc, name, k)
         return None
@@ -337,6 +348,24 @@ def build(st, ops, inst, pc):
             return h
         return None
     return None
+
+
+def _jump(st, ops, inst, pc, name, d, s0):
+    """s_setpc_b64: PC = S0; s_swappc_b64: D = PC + 4 (the next instruction's address), then PC = S0 (S0 read before
+    D is written: `s_swappc_b64 s[30:31], s[30:31]` jumps to the old value). docs/rdna4.md §Calls. The target is a
+    64-bit code address per wave; code_index maps it to an instruction of the program or stops the run."""
+    prog = st.prog
+    target = ops.sread(inst, s0, True)
+    if name == "s_setpc_b64":
+        return lambda sel: prog.code_index(pc, target(sel))
+    wr = ops.swrite(d, True)
+    ret = U64(prog.text_addr + inst.offset + inst.size)
+
+    def h(sel):
+        addr = np.array(target(sel), dtype=U64, copy=True)
+        wr(sel, np.full(addr.shape if addr.ndim else (st.W if sel is ALL else len(sel)), ret, dtype=U64))
+        return prog.code_index(pc, addr)
+    return h
 
 
 def _hwreg(st, ops, inst, pc, name, simm):

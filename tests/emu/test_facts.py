@@ -44,6 +44,9 @@ def test_operands_follow_semantics(tmp_path):
         "v_cmp_gt_f32 vcc_lo, v1, v2",
         "s_load_b64 s[2:3], s[0:1], 0x0",
         "ds_load_b32 v1, v2 offset:1020",
+        "s_swappc_b64 s[30:31], s[4:5]",                   # return address written, target read (docs/rdna4.md §Calls)
+        "s_setpc_b64 s[30:31]",
+        "s_call_b64 s[30:31], 4",
     ]), tmp_path)
     got = [facts(i) for i in decode(code)]
     assert got[0].reads == (("s", 5),) and got[0].writes == (("v", 1),) and got[0].returns_data
@@ -54,6 +57,9 @@ def test_operands_follow_semantics(tmp_path):
     assert got[5].writes == (("s", 106),) and not got[5].returns_data
     assert got[6].wait_kind == "km" and got[6].writes == (("s", 2), ("s", 3))
     assert got[7].wait_kind == "ds" and got[7].returns_data
+    assert got[8].cls == "BRANCH" and got[8].reads == (("s", 4), ("s", 5)) and got[8].writes == (("s", 30), ("s", 31))
+    assert got[9].cls == "BRANCH" and got[9].reads == (("s", 30), ("s", 31)) and not got[9].writes
+    assert got[10].cls == "BRANCH" and not got[10].reads and got[10].writes == (("s", 30), ("s", 31))
 
 
 def test_vopd_rules():
@@ -69,6 +75,7 @@ def test_vopd_rules():
 
 def test_classes_of_formerly_disputed_mnemonics():
     assert class_of("s_endpgm") == class_of("s_setpc_b64") == "BRANCH"
+    assert class_of("s_swappc_b64") == class_of("s_call_b64") == "BRANCH"
     assert class_of("global_atomic_add_u32") == "VMEM_STORE"
     assert class_of("global_atomic_add_u32", returns=True) == "VMEM_LOAD"
     assert class_of("global_wb") == "VMEM_STORE" and class_of("global_inv") == "VMEM_LOAD"
