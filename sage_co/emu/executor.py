@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from sage_co.emu import flat_ops, memory_ops, salu, sanitizer, scalar_float, text, trace, valu
+from sage_co.emu import atomic_ops, flat_ops, memory_ops, salu, sanitizer, scalar_float, text, trace, valu
 from sage_co.emu.facts import CALL_INSTS, CLASSES, facts
 from sage_co.emu.operands import Ops
 from sage_co.emu.state import ALL, END, EXEC, TTMP0, EmuError, State, pack_lanes
@@ -103,8 +103,9 @@ class Program:
 # ------------------------------------------------------------------------------------------------ building
 _SALU, _MEM, _VALU = (salu.build,), (memory_ops.build,), (valu.build,)
 _SF = (scalar_float.build,)      # gfx12 scalar-float group first (SALU f32/f16, v_s_* transcendentals)
+_MEM_ATOMIC = _MEM + (atomic_ops.build,)     # atomics memory_ops does not do: with return, 64-bit, cmpswap, ...
 BUILDERS = {"SOP1": _SF + _SALU, "SOP2": _SF + _SALU, "SOPK": _SALU, "SOPC": _SF + _SALU, "SOPP": _SALU,
-            "SMEM": _MEM, "DS": _MEM, "VGLOBAL": _MEM, "VBUFFER": _MEM, "VFLAT": (flat_ops.build,), "VSCRATCH": _MEM,
+            "SMEM": _MEM, "DS": _MEM_ATOMIC, "VGLOBAL": _MEM_ATOMIC, "VBUFFER": _MEM, "VFLAT": (flat_ops.build,), "VSCRATCH": _MEM,
             "VOP1": _VALU, "VOP2": _VALU, "VOPC": _VALU, "VOP3": _SF + _VALU, "VOP3SD": _VALU, "VOP3P": _VALU,
             "VOPD": _VALU}
 

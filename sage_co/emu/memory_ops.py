@@ -267,22 +267,29 @@ def _check_scalar(st, pc, sel, idx, off, nbytes):
                     f"allocation", w)
 
 
+def global_addresses(st, inst):
+    """addresses(sel) -> int64 arena offsets [n, 32] of every lane of a global_* instruction: the VGPR pair, or the
+    SGPR pair + the VGPR's 32-bit offset, plus the instruction offset."""
+    V, S = st.V, st.S
+    saddr, vaddr, ioff = F(inst, "saddr"), F(inst, "vaddr"), np.int64(F(inst, "offset"))
+
+    def addresses(sel):
+        if saddr != NULL:
+            base = S[saddr][sel].astype(I64) | (S[saddr + 1][sel].astype(I64) << 32)
+            return base[:, None] + V[vaddr][sel].astype(I64) + (ioff - ARENA_VA)
+        lo, hi = V[vaddr][sel].astype(I64), V[vaddr + 1][sel].astype(I64)
+        return (lo | (hi << 32)) + (ioff - ARENA_VA)
+    return addresses
+
+
 def _vglobal(st, ops, inst, pc):
     op, ty = _split(inst.name, "global_")
     if op is None:
         if inst.name in ("global_inv", "global_wb", "global_wbinv"):
             return lambda sel: None
         return None
-    V, S = st.V, st.S
-    saddr, vaddr, ioff = F(inst, "saddr"), F(inst, "vaddr"), np.int64(F(inst, "offset"))
-
-    def addresses(sel):
-        """int64 arena offsets [n, 32] of every lane."""
-        if saddr != NULL:
-            base = S[saddr][sel].astype(I64) | (S[saddr + 1][sel].astype(I64) << 32)
-            return base[:, None] + V[vaddr][sel].astype(I64) + (ioff - ARENA_VA)
-        lo, hi = V[vaddr][sel].astype(I64), V[vaddr + 1][sel].astype(I64)
-        return (lo | (hi << 32)) + (ioff - ARENA_VA)
+    V = st.V
+    addresses = global_addresses(st, inst)
 
     if op == "load":
         if ty not in LOADS:
