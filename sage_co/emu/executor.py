@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from sage_co.emu import atomic_ops, flat_ops, memory_ops, salu, sanitizer, scalar_float, text, trace, valu
+from sage_co.emu import atomic_ops, flat_ops, memory_ops, salu, sanitizer, scalar_float, text, trace, valu, valu_ops
 from sage_co.emu.facts import CALL_INSTS, CLASSES, facts
 from sage_co.emu.operands import Ops
 from sage_co.emu.state import ALL, END, EXEC, TTMP0, EmuError, State, pack_lanes
@@ -125,6 +125,8 @@ def build_handler(st: State, ops: Ops, pc: int):
         st.fail(pc, str(e))
     if h is None:
         st.fail(pc, f"instruction {inst.name} ({enc} opcode {inst.opcode}) is not implemented by the emulator")
+    if inst.name in valu_ops.FP16_OVFL_UNEMULATED:
+        h = valu_ops.fp16_ovfl_refused(st, pc, h)
     if st.sanitize:
         h = sanitizer.wrap(st, inst, st.prog.facts[pc], pc, h)
     st.handlers[pc] = h

@@ -564,3 +564,26 @@ def minimum_f32(a, b) -> np.ndarray:
 def maximum_f32(a, b) -> np.ndarray:
     """v_maximum_f32 (IEEE-754-2019 maximum) on float32 values."""
     return as_f32(minmax_bits(as_u32(_f32(a)), as_u32(_f32(b)), greater=True, num=False, half=False))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MODE.FP16_OVFL on f16 results (docs/rdna4.md §FP16_OVFL): an infinite f16 result of finite sources is the largest
+# finite f16 with its sign; an infinite source still gives an infinite result (true Inf kept), NaN stays NaN.
+F16_MAX = np.float16(65504.0)
+
+
+def saturate_f16_overflow(result, sources, on) -> np.ndarray:
+    """result: f16 values or bit patterns (uint16) [n, 32], returned in the same form; sources: the operands (any dtype, broadcastable; integers are finite); on: bool [n], the
+    waves whose MODE.FP16_OVFL is set."""
+    raw = np.asarray(result)
+    r = raw.view(np.float16) if raw.dtype == np.uint16 else raw.astype(np.float16, copy=False)   # bits or values
+    inf = np.isinf(r)
+    if not inf.any():
+        return raw
+    hit = inf & np.asarray(on)[:, None]
+    for x in sources:
+        x = np.asarray(x)
+        if x.dtype.kind == "f":
+            hit &= np.isfinite(x)
+    out = np.where(hit, np.copysign(F16_MAX, r), r).astype(np.float16)
+    return out.view(np.uint16) if raw.dtype == np.uint16 else out

@@ -17,7 +17,7 @@ from sage_co.emu import wmma as wm
 from sage_co.emu.decode import HALVES
 from sage_co.emu.state import (ALL, EXEC, LITERAL, MODE_FP16_OVFL, NULL, VCC, EmuError, F, const_bits, pack_lanes,
                                unpack_lanes)
-from sage_co.emu.valu_ops import CMP, CMP_KIND, T, _cls, _div_fmas, _div_scale, _ffbl, _i
+from sage_co.emu.valu_ops import CMP, CMP_KIND, T, _cls, _div_fmas, _div_scale, _ffbl, _i, fp16_ovfl_handler
 
 U8, U16, U32, U64, I16, I32, I64 = np.uint8, np.uint16, np.uint32, np.uint64, np.int16, np.int32, np.int64
 F16, F32, F64 = np.float16, np.float32, np.float64
@@ -272,6 +272,8 @@ def build(st, ops, inst, pc):
 
         def fn(*a):
             return post(inner(*a))
+    if res == "h":      # MODE.FP16_OVFL saturates f16 results (docs/rdna4.md §FP16_OVFL)
+        return fp16_ovfl_handler(st, readers, fn, wr)
     if len(readers) == 1:
         r0, = readers
 

@@ -10,6 +10,7 @@ import contextlib
 import numpy as np
 
 from sage_co.emu import numerics as nm
+from sage_co.emu.state import ALL, MODE_FP16_OVFL
 
 U8, U16, U32, U64, I16, I32, I64 = np.uint8, np.uint16, np.uint32, np.uint64, np.int16, np.int32, np.int64
 F16, F32, F64 = np.float16, np.float32, np.float64
@@ -270,7 +271,8 @@ op("v_cvt_floor_i32_f32", "f", "b", lambda a: nm.cvt_i32_f32(np.floor(a)).view(U
 for _k in range(4):
     op(f"v_cvt_f32_ubyte{_k}", "b", "f", lambda a, k=_k: ((a >> U32(8 * k)) & U32(0xFF)).astype(F32))
 op("v_cvt_f16_f32", "f", "h", lambda a: nm.f32_to_f16(a))
-op("v_cvt_f32_f16", "h", "f", lambda a: a.astype(F32))
+# a signalling NaN comes out quiet (numpy's cast keeps it signalling): docs/rdna4.md §Scalar float, f16 -> f32 NaN
+op("v_cvt_f32_f16", "h", "f", lambda a: nm.quiet_nan(a.astype(F32)))
 op("v_cvt_pk_rtz_f16_f32", "ff", "b", lambda a, b: _pk_rtz(a) | (_pk_rtz(b) << U32(16)))
 op("v_cvt_pk_i16_i32", "bb", "b", lambda a, b: _sat_i16(_i(a)) | (_sat_i16(_i(b)) << U32(16)))
 op("v_cvt_pk_u16_u32", "bb", "b", lambda a, b: np.minimum(a, U32(0xFFFF)) | (np.minimum(b, U32(0xFFFF)) << U32(16)))
@@ -426,3 +428,39 @@ CMP = {"f": lambda a, b: np.zeros(np.broadcast(a, b).shape, bool), "lt": np.less
        "t": lambda a, b: np.ones(np.broadcast(a, b).shape, bool)}
 CMP_KIND = {"f32": ("f", F32), "i32": ("b", I32), "u32": ("b", U32), "f16": ("h", F16), "i16": ("s", I16),
             "u16": ("s", U16), "u64": ("q", U64), "i64": ("q", I64), "f64": ("d", F64)}
+
+
+def fp16_ovfl_handler(st, readers, fn, wr):
+    """Handler of a table op with an f16 result: MODE.FP16_OVFL, read per step (s_setreg may change it), saturates an
+    overflowing result of finite sources (numerics.saturate_f16_overflow; docs/rdna4.md §FP16_OVFL)."""
+    mode, bit = st.mode, U32(MODE_FP16_OVFL)
+
+    def h(sel):
+        with ERR:
+            xs = [r(sel) for r in readers]
+            out = fn(*xs)
+            on = ((mode if sel is ALL else mode[sel]) & bit) != 0
+            if on.any():
+                out = nm.saturate_f16_overflow(out, xs, on)
+            wr(sel, out)
+    return h
+
+
+# f16-result instructions outside the op table whose MODE.FP16_OVFL saturation is not emulated: with the bit set they
+# stop the run instead of returning an infinity the hardware would not (docs/rdna4.md §FP16_OVFL). Ops whose result
+# cannot overflow (min/max, rounding, round-toward-zero conversions) are not listed.
+FP16_OVFL_UNEMULATED = frozenset({
+    "v_pk_add_f16", "v_pk_mul_f16", "v_pk_fma_f16", "v_fma_mixlo_f16", "v_fma_mixhi_f16", "v_wmma_f16_16x16x16_f16",
+    "s_add_f16", "s_sub_f16", "s_mul_f16", "s_fmac_f16", "s_cvt_f16_f32",
+    "v_s_exp_f16", "v_s_log_f16", "v_s_rcp_f16", "v_s_rsq_f16", "v_s_sqrt_f16"})
+
+
+def fp16_ovfl_refused(st, pc, h):
+    """Wrap handler h of an FP16_OVFL_UNEMULATED instruction: a wave with MODE.FP16_OVFL set stops the run."""
+    mode, bit = st.mode, U32(MODE_FP16_OVFL)
+
+    def checked(sel):
+        if (((mode if sel is ALL else mode[sel]) & bit) != 0).any():
+            st.fail(pc, "MODE.FP16_OVFL is set: its saturation of this instruction's f16 result is not emulated")
+        return h(sel)
+    return checked

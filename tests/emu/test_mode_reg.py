@@ -34,3 +34,35 @@ def test_fp16_ovfl_saturates_fp8_conversion(tmp_path):
 def test_changing_denorm_mode_at_run_time_is_refused(tmp_path):
     with pytest.raises(EmuError, match="round/denorm mode at run time is not emulated"):
         _run(tmp_path, 1.0, denorm=1)
+
+
+FP16 = Path(__file__).parent / "asm" / "fp16_ovfl.s"
+
+
+def _run_fp16(tmp_path, x, refuse=0):
+    co = assemble_co(FP16, tmp_path, [f"-Wa,-defsym,REFUSE={refuse}"])
+    dev = Device()
+    out = dev.alloc(4 * 32)
+    dev.load(co).launch("fp16_ovfl", (1, 1, 1), (32, 1, 1), struct.pack("<Qf", out, x))
+    return np.frombuffer(dev.read(out, 4 * 32), np.uint32).reshape(2, 16)
+
+
+def test_fp16_ovfl_saturates_f16_results(tmp_path):
+    """docs/rdna4.md §FP16_OVFL: an infinite f16 result of finite sources becomes ±65504 (0x7bff / 0xfbff) with the
+    bit set; an infinite source still gives Inf, a NaN stays NaN; results in range are unchanged. The upper half of
+    the destination is kept (VOP1/VOP2/VOP3 f16 writes [15:0] only; the register was zeroed)."""
+    off, on = _run_fp16(tmp_path, 1.0e6)
+    #            cvt x   cvt -x  cvt inf cvt NaN add     mul     fma     inf+x   u16     sNaN->f32   1+2
+    want_off = [0x7C00, 0xFC00, 0x7C00, 0x7E00, 0x7C00, 0xFC00, 0x7C00, 0x7C00, 0x7C00, 0x7FC02000, 0x4200]
+    want_on = [0x7BFF, 0xFBFF, 0x7C00, 0x7E00, 0x7BFF, 0xFBFF, 0x7BFF, 0x7C00, 0x7BFF, 0x7FC02000, 0x4200]
+    assert [hex(v) for v in off[:11]] == [hex(v) for v in want_off]
+    assert [hex(v) for v in on[:11]] == [hex(v) for v in want_on]
+    off, on = _run_fp16(tmp_path, 65519.0)               # rounds to 65504 (below the halfway point to 2^16)
+    assert off[0] == on[0] == 0x7BFF
+    off, on = _run_fp16(tmp_path, 65520.0)               # rounds up to 2^16: overflow
+    assert off[0] == 0x7C00 and on[0] == 0x7BFF
+
+
+def test_fp16_ovfl_unemulated_forms_are_refused(tmp_path):
+    with pytest.raises(EmuError, match="FP16_OVFL is set: its saturation of this instruction's f16 result is not"):
+        _run_fp16(tmp_path, 1.0, refuse=1)

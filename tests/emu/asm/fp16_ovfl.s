@@ -1,0 +1,89 @@
+// MODE.FP16_OVFL on f16 results (docs/rdna4.md §FP16_OVFL), one wave; kernarg: out ptr, x f32. Every lane computes
+// the same values; lane 0's land at out[0..15] (bit clear) and out[16..31] (after s_setreg_imm32_b32 sets it):
+//   +0 v_cvt_f16_f32 x   +1 v_cvt_f16_f32 -x   +2 v_cvt_f16_f32 +inf   +3 v_cvt_f16_f32 NaN (0x7fc00000)
+//   +4 v_add_f16 max, max   +5 v_mul_f16 -max, 2   +6 v_fma_f16 max, 2, -1   +7 v_add_f16 +inf, -max
+//   +8 v_cvt_f16_u16 65535   +9 v_cvt_f32_f16 of the signalling NaN 0x7c01   +10 v_add_f16 1, 2 (no overflow)
+// REFUSE=1 adds a v_pk_add_f16 after the write, whose saturation is not emulated (the run stops).
+        .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
+        .amdhsa_code_object_version 5
+        .text
+        .globl  fp16_ovfl
+        .p2align 8
+        .type   fp16_ovfl,@function
+fp16_ovfl:
+        s_load_b96      s[4:6], s[0:1], 0x0      // s[4:5] = out, s6 = x
+        v_mov_b32       v0, 0
+        v_mov_b32       v20, 0x7bff              // f16 max
+        v_mov_b32       v21, 0xfbff              // -max
+        v_mov_b32       v22, 0x7c00              // +inf (f16)
+        v_mov_b32       v23, 0x7c01              // signalling NaN (f16)
+        v_mov_b32       v24, 0x7f800000          // +inf (f32)
+        v_mov_b32       v25, 0x7fc00000          // NaN (f32)
+        v_mov_b32       v26, 0xffff              // 65535
+        s_mov_b32       s8, 0
+.Lpass:
+        s_wait_kmcnt    0
+        v_mov_b32       v1, s6
+        v_xor_b32       v2, 0x80000000, v1
+        v_mov_b32       v3, 0
+        v_cvt_f16_f32   v3, v1
+        v_mov_b32       v4, 0
+        v_cvt_f16_f32   v4, v2
+        v_mov_b32       v5, 0
+        v_cvt_f16_f32   v5, v24
+        v_mov_b32       v6, 0
+        v_cvt_f16_f32   v6, v25
+        v_mov_b32       v7, 0
+        v_add_f16       v7, v20, v20
+        v_mov_b32       v8, 0
+        v_mul_f16       v8, v21, 2.0
+        v_mov_b32       v9, 0
+        v_fma_f16       v9, v20, 2.0, -1.0
+        v_mov_b32       v10, 0
+        v_add_f16       v10, v22, v21
+        v_mov_b32       v11, 0
+        v_cvt_f16_u16   v11, v26
+        v_cvt_f32_f16   v12, v23
+        v_mov_b32       v13, 0
+        v_add_f16       v13, 1.0, 2.0
+        v_mov_b32       v14, 0
+        v_mov_b32       v15, 0
+        v_mov_b32       v16, 0
+        v_mov_b32       v17, 0
+        v_mov_b32       v18, 0
+        v_mov_b32       v0, s8
+        global_store_b128 v0, v[3:6], s[4:5]
+        global_store_b128 v0, v[7:10], s[4:5] offset:16
+        global_store_b128 v0, v[11:14], s[4:5] offset:32
+        global_store_b128 v0, v[15:18], s[4:5] offset:48
+        s_cmp_eq_u32    s8, 64
+        s_cbranch_scc1  .Ldone
+        s_mov_b32       s8, 64
+        s_setreg_imm32_b32 hwreg(HW_REG_WAVE_MODE, 23, 1), 1
+.if REFUSE
+        v_pk_add_f16    v19, v20, v20
+.endif
+        s_branch        .Lpass
+.Ldone:
+        s_endpgm
+
+        .rodata
+        .p2align 6
+        .amdhsa_kernel fp16_ovfl
+          .amdhsa_kernarg_size 12
+          .amdhsa_user_sgpr_count 2
+          .amdhsa_user_sgpr_kernarg_segment_ptr 1
+          .amdhsa_wavefront_size32 1
+          .amdhsa_next_free_vgpr 32
+          .amdhsa_next_free_sgpr 16
+          .amdhsa_float_denorm_mode_32 3
+          .amdhsa_float_denorm_mode_16_64 3
+        .end_amdhsa_kernel
+
+        .amdgpu_metadata
+---
+amdhsa.version: [ 1, 2 ]
+amdhsa.kernels:
+  - { .name: fp16_ovfl, .symbol: fp16_ovfl.kd, .kernarg_segment_size: 12, .kernarg_segment_align: 8, .group_segment_fixed_size: 0, .private_segment_fixed_size: 0, .wavefront_size: 32, .sgpr_count: 16, .vgpr_count: 32, .max_flat_workgroup_size: 32, .args: [ { .offset: 0, .size: 8, .value_kind: global_buffer }, { .offset: 8, .size: 4, .value_kind: by_value } ] }
+...
+        .end_amdgpu_metadata
