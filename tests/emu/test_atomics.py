@@ -163,3 +163,54 @@ def test_decode_matches_objdump():
                  "global_atomic_add_u64", "global_atomic_max_u64", "global_atomic_min_i64", "global_atomic_swap_b64",
                  "global_atomic_cmpswap_b64"):
         assert form in text, form
+
+
+FORMS = Path(__file__).parent / "asm" / "atomic_forms.s"
+
+
+@needs_llvm
+def test_atomic_forms_against_the_pseudocode(tmp_path):
+    """tests/emu/asm/atomic_forms.s: each lane on its own addresses, so every returned value and final memory word
+    is the docs/rdna4.md §Atomics pseudocode's, independent of lane order; bitwise."""
+    from llvm_tools import assemble_co
+    rng = np.random.default_rng(11)
+    a, b, c, d = (rng.integers(0, 2**32, 32, dtype=np.uint64) for _ in range(4))
+    a[:8] = b[:8]                          # ds_inc/dec and the global cmpswap: equal operands on some lanes
+    b[8:12], a[8:12] = 0, 0                # a = 0: ds_dec returns to b
+    c[12:16] = b[12:16]                    # ds_cmpstore_b32: cmp (b) == new (c) is harmless; mem a == cmp b below
+    a[16:20] = b[16:20] = c[16:20]
+    ins = np.stack([a, b, c, d], axis=1).astype(np.uint32)
+    g0 = rng.integers(0, 2**64, (32, 4), dtype=np.uint64)
+    g0[::2, 0] = (g0[::2, 0] & np.uint64(0xFFFFFFFF00000000)) | b[::2]     # cmpswap_b32 matches on even lanes
+    g0[:4, 3] = 0                                                          # dec_u64 of 0 -> C
+    dev = Device()
+    mod = dev.load(assemble_co(FORMS, tmp_path), "atomic_forms.co")
+    pout, pg, pin = dev.alloc(144 * 32), dev.alloc(32 * 32), dev.alloc(16 * 32)
+    dev.write(pg, g0)
+    dev.write(pin, ins)
+    mod.launch("atomic_forms", (1, 1, 1), (32, 1, 1), struct.pack("<QQQ", pout, pg, pin))
+    out = np.frombuffer(dev.read(pout, 144 * 32), np.uint32).reshape(32, 36)
+    g = np.frombuffer(dev.read(pg, 32 * 32), np.uint64).reshape(32, 4)
+    for t in range(32):
+        A, B, Cc, D = (int(v) for v in (a[t], b[t], c[t], d[t]))
+        AA, CC = A | B << 32, Cc | D << 32
+        u64 = lambda lo: int(out[t, lo]) | int(out[t, lo + 1]) << 32         # noqa: E731
+        lds = out[t, 20:36]
+        ldsq = lambda k: int(lds[k]) | int(lds[k + 1]) << 32                 # noqa: E731
+        assert u64(0) == AA and ldsq(0) == (AA + CC) & M64                  # ds_add_rtn_u64
+        assert u64(2) == AA and ldsq(2) == CC                               # cmpstore_rtn_b64: cmp A matches
+        assert u64(4) == AA and ldsq(4) == (CC if AA == CC else AA)         # cmp C: stores only if A == C
+        assert out[t, 6] == A and lds[6] == (0 if A >= B else A + 1)        # ds_inc_rtn_u32
+        assert out[t, 7] == A and lds[7] == (B if A == 0 or A > B else A - 1)   # ds_dec_rtn_u32
+        assert out[t, 8] == A and lds[8] == (A & ~B & M32) | Cc            # ds_mskor_rtn_b32
+        assert out[t, 9] == A and lds[9] == (B - A) & M32                   # ds_rsub_rtn_u32
+        assert lds[10] == min(np.int32(np.uint32(A)), np.int32(np.uint32(B))).astype(np.int64) & M32   # ds_min_i32
+        assert lds[11] == (Cc if A == B else A)                             # ds_cmpstore_b32 (new c, cmp b)
+        assert (lds[12:16] == 0).all()
+        G = [int(v) for v in g0[t]]
+        lo0, hi0 = G[0] & M32, G[0] >> 32
+        assert out[t, 10] == lo0 and out[t, 11] == hi0                      # cmpswap_b32 / inc_u32 return old
+        assert int(g[t, 0]) == ((A if lo0 == B else lo0) | (0 if hi0 >= Cc else hi0 + 1) << 32)
+        assert u64(12) == G[1] and int(g[t, 1]) == (G[1] - CC) & M64        # global_atomic_sub_u64
+        assert u64(14) == G[2] and int(g[t, 2]) == G[2] ^ AA                # global_atomic_xor_b64
+        assert u64(16) == G[3] and int(g[t, 3]) == (CC if G[3] == 0 or G[3] > CC else G[3] - 1)   # dec_u64
