@@ -98,7 +98,7 @@ def test_call_private_callee_frame_is_checked(env):
 @pytest.mark.parametrize("bad", [0, 2])
 def test_call_forms_and_per_wave_targets(bad, tmp_path):
     dev = Device()
-    mod = dev.load(assemble_co(ASM, tmp_path, [f"-Wa,-defsym,BAD={bad}"]), "calls.co")
+    mod = dev.load(assemble_co(ASM, tmp_path, [f"-Wa,-defsym,BAD={bad}", "-Wa,-defsym,BADWAIT=0"]), "calls.co")
     out = dev.alloc(8 * 128)
     run = lambda: mod.launch("calls", (1, 1, 1), (128, 1, 1), struct.pack("<Q", out))  # noqa: E731
     if bad:
@@ -114,6 +114,16 @@ def test_call_forms_and_per_wave_targets(bad, tmp_path):
     ret = [i for i in mod.insts if i.name == "s_swappc_b64"][0]
     assert (got[:, 1] == ret.offset + ret.size - (lpc.offset + lpc.size)).all()
     assert st["BRANCH"] == 4 * (1 + 1 + 2 + 1)       # s_call, s_swappc, two s_setpc, s_endpgm per wave
+
+
+@needs_llvm
+def test_jump_through_a_pending_sgpr_pair_is_caught(tmp_path):
+    """The sanitizer sees s_setpc_b64's SGPR pair as read (facts.py): jumping through an s_load result before
+    s_wait_kmcnt stops the run."""
+    dev = Device()
+    mod = dev.load(assemble_co(ASM, tmp_path, ["-Wa,-defsym,BAD=0", "-Wa,-defsym,BADWAIT=1"]), "calls.co")
+    with pytest.raises(EmuError, match=r"s_setpc_b64 s\[12:13\]"):
+        mod.launch("calls", (1, 1, 1), (32, 1, 1), struct.pack("<Q", dev.alloc(8 * 32)))
 
 
 @needs_llvm

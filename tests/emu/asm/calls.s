@@ -3,6 +3,7 @@
 //   s_call_b64 to add_ten (v3 = 1 + 10), then s_swappc_b64 to add_ten in even waves and times_three in odd waves
 //   (per-wave targets: the wave set splits at the call and merges at .Lret); both return by s_setpc_b64 s[30:31].
 //   even waves: 21, odd waves: 33. BAD != 0 adds BAD bytes to the swappc target (not an instruction: an error).
+//   BADWAIT=1 jumps through an SGPR pair whose s_load has not been waited for (the sanitizer stops it).
         .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
         .amdhsa_code_object_version 5
         .text
@@ -10,6 +11,10 @@
         .p2align 8
         .type   calls,@function
 calls:
+.if BADWAIT
+        s_load_b64      s[12:13], s[0:1], 0x0
+        s_setpc_b64     s[12:13]
+.endif
         s_load_b64      s[0:1], s[0:1], 0x0
         v_and_b32       v1, 0x3ff, v0
         v_lshlrev_b32   v2, 3, v1               // byte offset of out[2 * tid]
