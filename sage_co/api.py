@@ -35,7 +35,7 @@ def _prepare_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale
     p = run_prepare(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
                     k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin,
                     rope_dim=rope_dim if rope_dim != _NO_ROPE else None, backend=backend or None)
-    return p.q_int8, p.q_scale, p.k_int8, p.k_scale, p.k_mean, p.v_fp8.view(torch.uint8), p.v_scale
+    return p.q_int8, p.q_scale, p.k_int8, p.k_scale, p.k_mean, p.v_t.view(torch.uint8), p.v_scale
 
 
 def _sizes(q, k, layout):
@@ -53,7 +53,7 @@ def _prepared_like(q: torch.Tensor, k: torch.Tensor, layout: str):
             q.new_empty((B, H_kv, Skv, Dp), dtype=torch.int8),
             q.new_empty((B, H_kv, Skv // SCALE_BLOCK), dtype=torch.float32),
             q.new_empty((B, H_kv, Dp), dtype=torch.float32),
-            q.new_empty((B, H_kv, Dp, Skv), dtype=torch.uint8),   # the fp8 bytes of v_fp8
+            q.new_empty((B, H_kv, Dp, Skv), dtype=torch.uint8),   # the fp8 bytes of v_t
             q.new_empty((B, H_kv, Dp), dtype=torch.float32))
 
 
@@ -141,7 +141,7 @@ def sage_attention_fwd(prepared: SagePrepared, *, layout="NHD", return_lse=False
     _check_attention_kernel(sh, kernel)
     validate.check_attention_length(sh.S_q, sh.D, "prepared.seq_len_q")
     validate.check_attention_length(sh.S_kv, sh.D, "prepared.seq_len_kv")
-    out, lse = _fwd_op(*prepared[:5], prepared.v_fp8.view(torch.uint8), prepared.v_scale, sh.S_q, sh.S_kv, sh.D,
+    out, lse = _fwd_op(*prepared[:5], prepared.v_t.view(torch.uint8), prepared.v_scale, sh.S_q, sh.S_kv, sh.D,
                        sh.dtype, layout, bool(return_lse), backend or _DEFAULT, kernel or _DEFAULT, bool(is_causal),
                        block_mask)
     return (out, lse) if return_lse else out

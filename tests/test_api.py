@@ -34,7 +34,7 @@ def test_opcheck_all_three_ops(kernel):
                           (q, k, v, 0.088, "NHD", True, None, None, 1e-6, None, None, 0, "emu"))
     p = sage_co.sage_prepare(q, k, v)
     torch.library.opcheck(torch.ops.sage_co.sage_attention_fwd.default,
-                          (*p[:5], p.v_fp8.view(torch.uint8), p.v_scale, p.seq_len_q, p.seq_len_kv, p.head_dim,
+                          (*p[:5], p.v_t.view(torch.uint8), p.v_scale, p.seq_len_q, p.seq_len_kv, p.head_dim,
                            p.out_dtype, "NHD", True, "emu", kernel))
     na = norm_rope_args(33, 32)
     torch.library.opcheck(torch.ops.sage_co.sage_attention.default,
@@ -251,7 +251,7 @@ def test_opcheck_attention_ops_new_shapes_hnd():
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     p = sage_co.sage_prepare(q, k, v, layout="HND")
     torch.library.opcheck(torch.ops.sage_co.sage_attention_fwd.default,
-                          (*p[:5], p.v_fp8.view(torch.uint8), p.v_scale, p.seq_len_q, p.seq_len_kv, p.head_dim,
+                          (*p[:5], p.v_t.view(torch.uint8), p.v_scale, p.seq_len_q, p.seq_len_kv, p.head_dim,
                            p.out_dtype, "HND", True, "emu", "hip"))
     torch.library.opcheck(torch.ops.sage_co.sage_attention.default,
                           (q, k, v, 0.1, "HND", False, None, None, 1e-6, None, None, 0, False, "emu", "asm"))

@@ -210,9 +210,9 @@ def test_padding_rows_do_not_leak(kernel):
     S_kv = prepared.seq_len_kv
     k = prepared.k_int8.clone()
     k[:, :, S_kv:] = 100
-    v = prepared.v_fp8.view(torch.uint8).clone()
+    v = prepared.v_t.view(torch.uint8).clone()
     v[..., S_kv:] = 0x7E  # 448
-    dirty = prepared._replace(k_int8=k, v_fp8=v.view(torch.float8_e4m3fn))
+    dirty = prepared._replace(k_int8=k, v_t=v.view(torch.float8_e4m3fn))
     out2, lse2 = run_attention_fwd(dirty, return_lse=True, layout=case[7], backend="emu", variant=kernel)
     assert torch.equal(out.view(torch.int16), out2.view(torch.int16))
     assert torch.equal(lse.view(torch.int32), lse2.view(torch.int32))
@@ -266,7 +266,7 @@ def test_kv_group_magic_divides_exactly():
     (lambda p: p._replace(seq_len_kv=0), ValueError, "prepared.seq_len_kv"),
     (lambda p: p._replace(q_scale=p.q_scale[..., :-1]), ValueError, "prepared.q_scale"),
     (lambda p: p._replace(k_int8=p.k_int8.float()), TypeError, "prepared.k_int8"),
-    (lambda p: p._replace(v_fp8=p.v_fp8.transpose(-1, -2)), ValueError, "prepared.v_fp8"),
+    (lambda p: p._replace(v_t=p.v_t.transpose(-1, -2)), ValueError, "prepared.v_t"),
     (lambda p: p._replace(v_scale=p.v_scale[:, :1, :64]), ValueError, "prepared.v_scale"),
     (lambda p: p._replace(q_int8=p.q_int8[0]), ValueError, "prepared.q_int8"),
     (lambda p: p._replace(head_dim=40), ValueError, "head_dim"),
@@ -314,7 +314,7 @@ def test_lds_double_buffer_has_no_race(kernel, D):
     p = _small_prepared(B=1, S_q=70, S_kv=150, H_q=2, H_kv=1, D=D)
     out = torch.empty(1, 70, 2, D, dtype=torch.bfloat16)
     lse = torch.empty(1, 2, 70)
-    args = dict(q=p.q_int8, k=p.k_int8, v=p.v_fp8, q_scale=p.q_scale, k_scale=p.k_scale, k_mean=p.k_mean,
+    args = dict(q=p.q_int8, k=p.k_int8, v=p.v_t, q_scale=p.q_scale, k_scale=p.k_scale, k_mean=p.k_mean,
                 v_scale=p.v_scale, out=out, lse=lse, seq_len_q=70, seq_pad_q=p.q_int8.shape[2], seq_len_kv=150,
                 seq_pad_kv=p.k_int8.shape[2], num_heads_q=2, num_heads_kv=1, kv_group_magic=abi.kv_group_magic(2),
                 out_stride_b=out.stride(0), out_stride_s=out.stride(1), out_stride_h=out.stride(2), head_dim=D,

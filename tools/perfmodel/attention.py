@@ -32,7 +32,7 @@ def attention_inputs(S_q: int, S_kv: int | None = None, head_dim: int = HEAD_DIM
     Sq_pad, Skv_pad = p.q_int8.shape[2], p.k_int8.shape[2]
     from sage_co import masks    # v3: the LUT of active key tiles (dense here: every tile of every query tile)
     lut, lut_sb, lut_sh = masks.build_lut(masks.active_tiles(1, 1, S_q, S_kv))
-    return {"q": p.q_int8, "k": p.k_int8, "v": p.v_fp8, "q_scale": p.q_scale,
+    return {"q": p.q_int8, "k": p.k_int8, "v": p.v_t, "q_scale": p.q_scale,
             "k_scale": p.k_scale, "k_mean": p.k_mean, "v_scale": p.v_scale,
             "out": S_q * head_dim * 2, "lse": 4, "seq_len": S_q, "seq_pad": Sq_pad, "num_heads": 1, "flags": 0,
             "seq_len_q": S_q, "seq_pad_q": Sq_pad, "seq_len_kv": S_kv, "seq_pad_kv": Skv_pad,
