@@ -248,8 +248,8 @@ def test_kernarg_struct_is_the_documented_table():
                     (80, "seq_len_kv"), (84, "seq_pad_kv"), (88, "num_heads_q"), (92, "num_heads_kv"),
                     (96, "kv_group_magic"), (104, "out_stride_b"), (108, "out_stride_s"), (112, "out_stride_h"),
                     (116, "head_dim"), (120, "flags"), (128, "lut"), (136, "lut_stride_b"), (140, "lut_stride_h"),
-                    (144, "causal_offset")]
-    assert ATTENTION_FWD_ARGS.size == 148
+                    (144, "causal_offset"), (152, "v_mean")]
+    assert ATTENTION_FWD_ARGS.size == 160
 
 
 def test_kv_group_magic_divides_exactly():
@@ -294,7 +294,7 @@ def test_every_variant_is_shipped_in_both_kernels():
     for kernel in KERNELS:
         for D in abi.HEAD_DIMS_NATIVE:
             for dtype in abi.OUT_DTYPES:
-                k = registry.find(abi.ATTENTION_OP, kernel, head_dim=D, out_dtype=dtype)
+                k = registry.find(abi.ATTENTION_OP, kernel, head_dim=D, out_dtype=dtype, pv_dtype="fp8")
                 assert k.key("head_dim") == D and k.key("out_dtype") == dtype
 
 
@@ -318,10 +318,10 @@ def test_lds_double_buffer_has_no_race(kernel, D):
                 v_scale=p.v_scale, out=out, lse=lse, seq_len_q=70, seq_pad_q=p.q_int8.shape[2], seq_len_kv=150,
                 seq_pad_kv=p.k_int8.shape[2], num_heads_q=2, num_heads_kv=1, kv_group_magic=abi.kv_group_magic(2),
                 out_stride_b=out.stride(0), out_stride_s=out.stride(1), out_stride_h=out.stride(2), head_dim=D,
-                flags=abi.FLAG_LSE | abi.FLAG_SMOOTH_K)
+                flags=abi.FLAG_LSE | abi.FLAG_SMOOTH_K, v_mean=p.k_mean)
     lut, lut_sb, lut_sh = masks.build_lut(masks.active_tiles(1, 2, 70, 150))
     args.update(lut=lut, lut_stride_b=lut_sb, lut_stride_h=lut_sh, causal_offset=0)
-    symbol = registry.find(attention.OP, kernel, head_dim=D, out_dtype="bf16").symbol
+    symbol = registry.find(attention.OP, kernel, head_dim=D, out_dtype="bf16", pv_dtype="fp8").symbol
     launcher.launch(symbol, attention.ATTENTION_FWD_ARGS, attention.grid(p), attention.BLOCK, args, backend="emu",
                     sanitize=True, lds_race_check=True)
     ref_out = reference.sage_attention_model(p)
