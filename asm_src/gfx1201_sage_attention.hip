@@ -1,10 +1,10 @@
-// gfx1201_sage_attention_fwd_d{64,128}_{bf16,fp16}: SageAttention forward (dense, causal, block-sparse) on RDNA4, headers-free HIP.
+// gfx1201_sage_attention_fwd_d{64,128}_{bf16,fp16}[_pv16]: SageAttention forward (dense, causal, block-sparse) on RDNA4, headers-free HIP.
 //
 // The readable baseline of the attention kernel; a hand-scheduled asm kernel later must beat it and match it.
 // It keeps the same kernarg struct and launch geometry (below). Hardware facts cite docs/rdna4.md sections
-// (§WMMA, §Memory, ...). One template, four symbols: the padded head dim DP (64 or 128; manifest key head_dim)
-// and the output dtype (bf16 or fp16; key out_dtype). GQA, separate query/key lengths and the caller's output
-// layout are runtime arguments.
+// (§WMMA, §Memory, ...). One template, eight symbols: the padded head dim DP (64 or 128; manifest key head_dim),
+// the output dtype (bf16 or fp16; key out_dtype) and the P.V input type (PV16: key pv_dtype "fp8" or "fp16",
+// suffix _pv16). GQA, separate query/key lengths, the caller's output layout and smooth_v are runtime arguments.
 //
 // Math, per query row i of query head h (K/V head g = h / (H_q/H_kv)) and key tile of 64 keys
 // (sage_co.reference.sage_attention_model):
@@ -14,8 +14,10 @@
 //   m_new  = max(m_old, max_j s);  alpha = exp2(m_old - m_new) (0 while m_old = -inf)
 //   p      = exp2(s - m_use) (m_use = m_new, or 0 while m_new = -inf);  l = l*alpha + rowsum(p)
 //   O      = O*alpha + fp8_e4m3(p*448) . v_fp8                               (fp32 accumulation)
-//   out    = round_sat((O * (1/(448*l))) * v_scale[g][d]) (inv = 0 when l = 0: zeros)  RNE to bf16 or fp16, saturating at +-the dtype's
+//   out    = round_sat((O * (1/(448*l))) * v_scale[g][d] [+ v_mean[g][d]]) (inv = 0 when l = 0: zeros; v_mean with
+//            flags bit 3 (smooth_v) on rows with l != 0)  RNE to bf16 or fp16, saturating at +-the dtype's
 //            largest finite value (NaN -> the dtype's quiet NaN), d < head_dim only;
+//   PV16:  O = O*alpha + fp16(p) . v_f16 (v_wmma_f32_16x16x16_f16), out = round_sat(O * (1/l)) (no 448, no scales)
 //   lse    = (m + log2 l)*ln2 [+ ln2 * q_deq.k_mean[g]]
 // `#pragma clang fp contract(off)`: HIP contracts a*b+c into FMA by default, which would round differently
 // from the model.
@@ -24,16 +26,16 @@
 //   Workgroup = 64 queries of one (batch, query head); wave w owns queries 16w..16w+15 of them.
 //   Each wave loops over the active key tiles (LUT row of its query tile) of K/V head (head * kv_group_magic) >> 32.
 //
-// Kernarg struct (sage_co/abi.py ATTENTION_FWD_ARGS, 148 bytes, 8-byte aligned; no hidden arguments):
+// Kernarg struct (sage_co/abi.py ATTENTION_FWD_ARGS, 160 bytes, 8-byte aligned; no hidden arguments):
 //   | offset | name           | type | contents                                                           |
 //   |--------|----------------|------|--------------------------------------------------------------------|
 //   |      0 | q              | ptr  | int8  [B, H_q, seq_pad_q, DP], carries softmax_scale*log2(e)       |
 //   |      8 | k              | ptr  | int8  [B, H_kv, seq_pad_kv, DP]                                    |
-//   |     16 | v              | ptr  | fp8 e4m3fn [B, H_kv, DP, seq_pad_kv] (V transposed, key-contiguous) |
+//   |     16 | v              | ptr  | V^T [B, H_kv, DP, seq_pad_kv] (key-contiguous): fp8 e4m3fn; fp16 PV16 |
 //   |     24 | q_scale        | ptr  | f32   [B, H_q, seq_pad_q/32]                                       |
 //   |     32 | k_scale        | ptr  | f32   [B, H_kv, seq_pad_kv/32]                                     |
 //   |     40 | k_mean         | ptr  | f32   [B, H_kv, DP] (read only when flags bit 1 and bit 0 are set) |
-//   |     48 | v_scale        | ptr  | f32   [B, H_kv, DP]                                                |
+//   |     48 | v_scale        | ptr  | f32   [B, H_kv, DP] (not read by PV16 symbols)                     |
 //   |     56 | out            | ptr  | bf16/fp16, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d]     |
 //   |     64 | lse            | ptr  | f32   [B, H_q, seq_len_q] (written only when flags bit 0 is set)   |
 //   |     72 | seq_len_q      | u32  | S_q >= 1                                                           |
@@ -48,12 +50,14 @@
 //   |    108 | out_stride_s   | u32  |                                                                    |
 //   |    112 | out_stride_h   | u32  |                                                                    |
 //   |    116 | head_dim       | u32  | D (multiple of 16, <= DP): channels >= D are not stored            |
-//   |    120 | flags          | u32  | bit 0: write lse; bit 1: lse adds the smooth_k term; bit 2: causal  |
+//   |    120 | flags          | u32  | bit 0: write lse; bit 1: lse adds the smooth_k term; bit 2: causal; |
+//   |        |                |      | bit 3: smooth_v (add v_mean)                                       |
 //   |    128 | lut            | ptr  | u32 rows [count, t_0 < ... < t_{count-1}, ...] of seq_pad_kv/64 + 1 |
 //   |        |                |      | entries per query tile: the active key tiles (docs/numerics.md)     |
 //   |    136 | lut_stride_b   | u32  | element strides of the LUT rows of (batch, head); row of query tile |
 //   |    140 | lut_stride_h   | u32  | x at lut + b*sb + h*sh + x*(seq_pad_kv/64 + 1); 0 = shared          |
 //   |    144 | causal_offset  | i32  | seq_len_kv - seq_len_q: row i sees keys j <= i + causal_offset      |
+//   |    152 | v_mean         | ptr  | f32   [B, H_kv, DP] (read only with flags bit 3)                   |
 // Every tensor but out is dense in the layout above; the host (sage_co/ops/attention.py) checks that.
 
 // Data flow (docs/rdna4.md §WMMA, "SageAttention data flow"): S^T = K.Q^T with v_wmma_i32_16x16x16_iu8
@@ -91,6 +95,11 @@
 // dynamically indexed o[] would go to scratch. Occupancy (§Occupancy), DP = 128: 224 VGPRs -> 6 waves/SIMD by
 // registers; 32 KiB LDS per 4-wave workgroup -> 4 workgroups per WGP (128 KiB) = 4 waves/SIMD, the binding
 // limit; DP = 64: 138 VGPRs -> 8 waves/SIMD (LDS allows 8).
+// PV16 (pv_dtype fp16): the V^T tile is DP x 128 B (8 chunks per row, XOR-swizzled row & 7 like 8-chunk K rows),
+// staged as DP/16 b128 loads per thread; each lane reads chunk 4hl+c of row 16t+r as the f16 A-fragment of chunk c
+// (keys 32hl+8c..+7 in the 16-bit operand's slot order, docs/rdna4.md §WMMA lane layouts; P^T's B-fragment holds the
+// same keys in the same slots: the permutation rule). DP = 128: 245 VGPRs, LDS 48 KiB -> 2 workgroups per WGP =
+// 2 waves/SIMD; DP = 64: 171 VGPRs, 24 KiB -> 5 waves/SIMD (LDS-bound).
 
 #pragma clang fp contract(off)
 

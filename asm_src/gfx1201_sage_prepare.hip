@@ -16,8 +16,9 @@
 // rope 32 and 64 only). A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps
 // every kernel at <= 207 VGPRs, no scratch.
 //
-//  1. gfx1201_sage_prepare_stats_*  grid (n_chunks, H_kv, B * n_tens), block 32. n_tens = 2 with smooth_k,
-//     else 1; z % n_tens selects V (0) or K (1). Chunk c covers tiles [c * tiles_per_chunk, ...) of the
+//  1. gfx1201_sage_prepare_stats_*  grid (n_chunks, H_kv, B * n_tens), block 32. `tens` (sage_co/abi.py STATS_*)
+//     says which statistics run: V max (not for pv fp16), K sums (smooth_k), V sums (smooth_v); n_tens = how many,
+//     and z % n_tens picks the (z % n_tens)-th of them. With smooth_v the V max pass keeps max v and min v. Chunk c covers tiles [c * tiles_per_chunk, ...) of the
 //     ceil(S_kv / 32) tiles holding valid tokens. Writes, per (b, kv head, chunk):
 //       vmax_part[b, h, c, D_PAD]  max |v| per channel (NaN wins: max of |x| 16-bit patterns as unsigned ints,
 //                                  v_pk_max_u16 -- bf16 and fp16 both order that way), V lane layout as in quant;
@@ -25,7 +26,9 @@
 //                                  lane = token, rows go through LDS, lane l adds channels CPL*l..CPL*l+CPL-1
 //                                  (CPL = D_PAD / 32) of the tile's valid rows in token order, tiles in order.
 //  2. gfx1201_sage_prepare_reduce  grid (1, H_kv, B), block D_PAD (thread = channel). Folds the chunk partials in
-//     chunk order: v_scale = amax / 448, v_inv = 448 / amax (0 when amax == 0) (workspace), k_mean = sum / S_kv.
+//     chunk order: v_scale = amax / 448, v_inv = 448 / amax (0 when amax == 0) (workspace), k_mean = sum / S_kv;
+//     v_mode 1 (smooth_v): v_mean = V sum / S_kv and amax = max(|max v - v_mean|, |min v - v_mean|) (fp32
+//     subtraction is monotone: the largest |v - v_mean| sits at max v or min v); v_mode 2 (pv fp16): zeros.
 //  3. gfx1201_sage_prepare_quant_*  grid (H_q * tq + 2 * H_kv * tkv, B, 1), block 32, tq = S_q_pad / 32,
 //     tkv = S_kv_pad / 32: x < H_q * tq is a Q tile, then the K tiles, then the V tiles (head-major).
 //     Q/K: lane = token (one row per lane, D/8 16-byte loads; a padded token loads row S - 1 and is masked),
@@ -35,6 +38,8 @@
 //     channels, token group tg = lane / NCG of TPL = 32 / (32 / NCG) tokens), NCG = D_PAD / 8; TPL 16-byte loads,
 //     then per channel TPL/4 packed fp8 dwords = TPL consecutive tokens of the transposed [D_PAD, S_kv_pad] row:
 //     one TPL-byte store per channel. The transpose is free: v_cvt_pk_fp8_f32 picks the two values it packs.
+//     V is quantized as v - v_mean (v_mean zeros without smooth_v: exact). pv_fp16: quant_v16 writes V^T in fp16
+//     instead (same lanes, 2 bytes per token, no scale).
 //
 // Passes over the inputs (HBM reads): Q once; V twice (its per-channel scale needs all S_kv tokens before any
 // token can be quantized: stats then quant); K once, or twice with smooth_k (k_mean over all S_kv tokens first).
@@ -62,16 +67,16 @@
 //
 // Kernargs (explicit only, no hidden arguments; sage_co/ops/prepare.py declares the same layouts). Strides are in
 // elements: *_sb (batch), *_ss (token), *_sh (head):
-//   stats  (112 B): 0 k, 8 v, 16 k_norm_w, 24 cos, 32 sin, 40 ksum_part, 48 vmax_part (ptr); 56 eps (f32);
+//   stats  (132 B): 0 k, 8 v, 16 k_norm_w, 24 cos, 32 sin, 40 ksum_part, 48 vmax_part (ptr); 56 eps (f32);
 //                   60 S, 64 H, 68 tiles_per_chunk, 72 n_chunks, 76 n_tens, 80 k_norm, 84 D, 88 k_sb, 92 k_ss,
-//                   96 k_sh, 100 v_sb, 104 v_ss, 108 v_sh (i32)
-//   reduce (60 B):  0 ksum_part, 8 vmax_part, 16 k_mean, 24 v_scale, 32 v_inv (ptr); 40 H, 44 n_chunks, 48 S,
-//                   52 smooth_k, 56 D_pad (i32)
-//   quant (192 B):  0 q, 8 k, 16 v, 24 q_norm_w, 32 k_norm_w, 40 cos, 48 sin, 56 k_mean, 64 v_inv, 72 q_int8,
-//                   80 k_int8, 88 q_scale, 96 k_scale, 104 v_fp8 (ptr); 112 q_mult (f32), 116 eps (f32);
+//                   96 k_sh, 100 v_sb, 104 v_ss, 108 v_sh (i32); 112 vmin_part, 120 vsum_part (ptr); 128 tens (i32)
+//   reduce (92 B):  0 ksum_part, 8 vmax_part, 16 k_mean, 24 v_scale, 32 v_inv (ptr); 40 H, 44 n_chunks, 48 S,
+//                   52 smooth_k, 56 D_pad (i32); 64 vmin_part, 72 vsum_part, 80 v_mean (ptr); 88 v_mode (i32)
+//   quant (204 B):  0 q, 8 k, 16 v, 24 q_norm_w, 32 k_norm_w, 40 cos, 48 sin, 56 k_mean, 64 v_inv, 72 q_int8,
+//                   80 k_int8, 88 q_scale, 96 k_scale, 104 v_t (ptr); 112 q_mult (f32), 116 eps (f32);
 //                   120 S_q, 124 S_kv, 128 H_q, 132 H_kv, 136 S_q_pad, 140 S_kv_pad, 144 D, 148 q_norm,
 //                   152 k_norm, 156 q_sb, 160 q_ss, 164 q_sh, 168 k_sb, 172 k_ss, 176 k_sh, 180 v_sb, 184 v_ss,
-//                   188 v_sh (i32)
+//                   188 v_sh (i32); 192 v_mean (ptr); 200 pv_fp16 (i32)
 // q_norm / k_norm = 0 means no RMSNorm (the weight pointer is then never read); without RoPE cos/sin are unused.
 // cos/sin: [max(S_q, S_kv), rope_dim], row = position (token index) for Q and K alike.
 
