@@ -59,70 +59,69 @@ def _reject(fn: str, name: str, value, why: str):
     raise ValueError(f"{name}: {fn} got {name}={value!r}; {why}")
 
 
+def _bool_keyword(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected True or False, got {value!r}")
+    return value
+
+
+def _shown(value) -> str:
+    """How an unserved value appears in the error: tensors and other objects by type name."""
+    return value if value is None or isinstance(value, (bool, int, float, str, tuple, list)) else type(value).__name__
+
+
+# Keywords accepted as no-op spellings: name -> (does this value ask for nothing sage-co does not already do,
+# why any other value is refused). Why each is a no-op is in sageattn's docstring.
+_NO_OP_KEYWORDS = {
+    "attn_mask": (lambda v: v is None, "sage-co has no attention masks (use attn_mask=None)"),
+    "dropout_p": (_is_zero, "sage-co has no dropout (inference only); pass 0.0"),
+    "drop_rate": (_is_zero, "sage-co has no dropout (inference only); pass 0.0"),
+    "pv_accum_dtype": (lambda v: v in _PV_ACCUM_ACCEPTED,
+                       f"sage-co accumulates P.V in fp32; accepted spellings: {_PV_ACCUM_ACCEPTED}"),
+    "qk_quant_gran": (lambda v: v in _QK_GRAN_ACCEPTED,
+                      "sage-co quantizes Q and K per 32-token block (as fine as 'per_warp' or finer); "
+                      f"accepted: {_QK_GRAN_ACCEPTED}"),
+    "quantization_backend": (lambda v: v in _QUANT_BACKENDS_ACCEPTED,
+                             f"accepted: {_QUANT_BACKENDS_ACCEPTED} (sage-co has one quantizer)"),
+    "window_size": (lambda v: v is None or tuple(v) == (-1, -1), "sage-co has no sliding window; pass (-1, -1)"),
+    "softcap": (_is_zero, "sage-co has no logit soft-capping; pass 0.0"),
+    "alibi_slopes": (lambda v: v is None, "sage-co has no ALiBi; pass None"),
+    "return_softmax": (lambda v: not v, "sage-co never materializes the attention probabilities"),
+    "return_attn_probs": (lambda v: not v, "sage-co never materializes the attention probabilities"),
+}
+
+
 def _apply_kwargs(fn: str, kwargs: dict[str, Any], sm_scale, is_causal) -> _Options:
     """Apply the keyword policy (documented in sageattn) to the extra keywords; raise on anything not served."""
     enable_gqa, smooth_v, pv_dtype, pv_named = None, False, "fp8", None
     for name, value in kwargs.items():
-        if name == "attn_mask":
-            if value is not None:
-                _reject(fn, name, type(value).__name__, "sage-co has no attention masks (use attn_mask=None)")
-        elif name in ("dropout_p", "drop_rate"):
-            if not _is_zero(value):
-                _reject(fn, name, value, "sage-co has no dropout (inference only); pass 0.0")
+        if name in _NO_OP_KEYWORDS:
+            accepted, why = _NO_OP_KEYWORDS[name]
+            if not accepted(value):
+                _reject(fn, name, _shown(value), why)
         elif name in ("softmax_scale", "scale"):
             if value is not None:
                 if sm_scale is not None and float(value) != float(sm_scale):
                     raise ValueError(f"{name}: {fn} got {name}={value!r} and sm_scale={sm_scale!r}; pass one")
                 sm_scale = value
         elif name == "causal":
-            if not isinstance(value, bool):
-                raise TypeError(f"causal: expected True or False, got {value!r}")
-            is_causal = is_causal or value
-        elif name == "pv_accum_dtype":
-            if value not in _PV_ACCUM_ACCEPTED:
-                _reject(fn, name, value, f"sage-co accumulates P.V in fp32; accepted spellings: {_PV_ACCUM_ACCEPTED}")
-        elif name == "qk_quant_gran":
-            if value not in _QK_GRAN_ACCEPTED:
-                _reject(fn, name, value, "sage-co quantizes Q and K per 32-token block (as fine as 'per_warp' or "
-                                         f"finer); accepted: {_QK_GRAN_ACCEPTED}")
-        elif name == "quantization_backend":
-            if value not in _QUANT_BACKENDS_ACCEPTED:
-                _reject(fn, name, value, f"accepted: {_QUANT_BACKENDS_ACCEPTED} (sage-co has one quantizer)")
+            is_causal = is_causal or _bool_keyword(name, value)
         elif name == "smooth_v":
-            if not isinstance(value, bool):
-                raise TypeError(f"smooth_v: expected True or False, got {value!r}")
-            smooth_v = value
+            smooth_v = _bool_keyword(name, value)
         elif name in ("pv_dtype", "value_dtype"):
             if value not in _PV_DTYPES:
-                _reject(fn, name, value, f"the P.V input type is one of {_PV_DTYPES}")
+                _reject(fn, name, _shown(value), f"the P.V input type is one of {_PV_DTYPES}")
             if pv_named is not None and value != pv_dtype:
                 raise ValueError(f"{name}: {fn} got {name}={value!r} and {pv_named}={pv_dtype!r}; pass one")
             pv_dtype, pv_named = value, name
-        elif name == "window_size":
-            if value is not None and tuple(value) != (-1, -1):
-                _reject(fn, name, value, "sage-co has no sliding window; pass (-1, -1)")
-        elif name == "softcap":
-            if not _is_zero(value):
-                _reject(fn, name, value, "sage-co has no logit soft-capping; pass 0.0")
-        elif name == "alibi_slopes":
-            if value is not None:
-                _reject(fn, name, type(value).__name__, "sage-co has no ALiBi; pass None")
-        elif name in ("return_softmax", "return_attn_probs"):
-            if value:
-                _reject(fn, name, value, "sage-co never materializes the attention probabilities")
         elif name == "deterministic":
-            if not isinstance(value, bool):
-                raise TypeError(f"deterministic: expected True or False, got {value!r}")
-            # honoured either way: sage-co's forward has no atomics, every run is bitwise the same
+            _bool_keyword(name, value)  # honoured either way: the forward has no atomics, every run is bitwise equal
         elif name == "enable_gqa":
-            if not isinstance(value, bool):
-                raise TypeError(f"enable_gqa: expected True or False, got {value!r}")
-            enable_gqa = value
+            enable_gqa = _bool_keyword(name, value)
         else:
             raise TypeError(f"{fn}() got an unexpected keyword argument {name!r} (sage-co never drops keywords "
                             f"silently; see sage_co.compat.sageattn for the accepted ones)")
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal: expected True or False, got {is_causal!r}")
+    _bool_keyword("is_causal", is_causal)
     return _Options(sm_scale, is_causal, enable_gqa, smooth_v, pv_dtype)
 
 
@@ -186,10 +185,8 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
     from . import api
     _check_tensors(q, k, v, tensor_layout)
     opts = _apply_kwargs("sageattn", kwargs, sm_scale, is_causal)
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse: expected True or False, got {return_lse!r}")
-    if not isinstance(smooth_k, bool):
-        raise TypeError(f"smooth_k: expected True or False, got {smooth_k!r}")
+    _bool_keyword("return_lse", return_lse)
+    _bool_keyword("smooth_k", smooth_k)
     scale = opts.sm_scale if opts.sm_scale is not None else q.shape[-1] ** -0.5
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
         raise TypeError(f"sm_scale: expected None or a finite float, got {scale!r}")
