@@ -236,9 +236,9 @@ def test_output_saturates_at_the_dtype_max(dtype, kernel):
 
 
 # ---------------------------------------------------------------------------------------- host-side checks
-def _small_prepared(B=1, S_q=40, S_kv=70, H_q=2, H_kv=1, D=128) -> SagePrepared:
+def _small_prepared(B=1, S_q=40, S_kv=70, H_q=2, H_kv=1, D=128, pv_dtype="fp8") -> SagePrepared:
     q, k, v = make_inputs(B, S_q, S_kv, H_q, H_kv, D, "bf16", "NHD", "randn")
-    return reference.sage_prepare(q, k, v)
+    return reference.sage_prepare(q, k, v, pv_dtype=pv_dtype)
 
 
 def test_kernarg_struct_is_the_documented_table():
@@ -304,14 +304,15 @@ def test_grid_covers_padded_queries():
     assert math.prod(grid(_small_prepared(B=1, S_q=1, S_kv=200, H_q=1, H_kv=1))) == 1
 
 
+@pytest.mark.parametrize("pv", ["fp8", "fp16"])
 @pytest.mark.parametrize("kernel,D", [("hip", 128), ("asm", 128), ("hip", 64), ("asm", 64)])
-def test_lds_double_buffer_has_no_race(kernel, D):
+def test_lds_double_buffer_has_no_race(kernel, D, pv):
     """The emulator's LDS race checker over a 3-tile run: tile t+1 is stored into the other LDS buffer while
     tile t is read, with one barrier per tile (the headers of both kernels' sources)."""
     from sage_co import launch as launcher
     from sage_co.ops import attention
 
-    p = _small_prepared(B=1, S_q=70, S_kv=150, H_q=2, H_kv=1, D=D)
+    p = _small_prepared(B=1, S_q=70, S_kv=150, H_q=2, H_kv=1, D=D, pv_dtype=pv)
     out = torch.empty(1, 70, 2, D, dtype=torch.bfloat16)
     lse = torch.empty(1, 2, 70)
     args = dict(q=p.q_int8, k=p.k_int8, v=p.v_t, q_scale=p.q_scale, k_scale=p.k_scale, k_mean=p.k_mean,
@@ -321,7 +322,7 @@ def test_lds_double_buffer_has_no_race(kernel, D):
                 flags=abi.FLAG_LSE | abi.FLAG_SMOOTH_K, v_mean=p.k_mean)
     lut, lut_sb, lut_sh = masks.build_lut(masks.active_tiles(1, 2, 70, 150))
     args.update(lut=lut, lut_stride_b=lut_sb, lut_stride_h=lut_sh, causal_offset=0)
-    symbol = registry.find(attention.OP, kernel, head_dim=D, out_dtype="bf16", pv_dtype="fp8").symbol
+    symbol = registry.find(attention.OP, kernel, head_dim=D, out_dtype="bf16", pv_dtype=pv).symbol
     launcher.launch(symbol, attention.ATTENTION_FWD_ARGS, attention.grid(p), attention.BLOCK, args, backend="emu",
                     sanitize=True, lds_race_check=True)
     ref_out = reference.sage_attention_model(p)

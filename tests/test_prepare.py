@@ -17,6 +17,7 @@ every scale must actually be written by the kernels.
 from __future__ import annotations
 
 import functools
+import math
 import pytest
 import torch
 
@@ -498,3 +499,48 @@ def test_every_prepare_symbol_keeps_denormals_and_has_no_scratch():
         assert f["float_denorm_mode_32"] == 3 and f["float_denorm_mode_16_64"] == 3, k.symbol
         assert kern.descriptor.private_segment_fixed_size == 0, k.symbol
         assert kern.metadata[".vgpr_count"] <= 207, k.symbol
+
+
+# ------------------------------------------------------------------------------------------ smooth_v, pv fp16
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("D,S", [(128, 100), (64, 33), (96, 130)])
+def test_smooth_v_and_pv16_every_byte(dtype, D, S):
+    """Issue 19 under the garbage allocator: smooth_v's v_t / v_scale bitwise given the kernel's v_mean (v_mean
+    within fp32 summation error, padded channels exactly 0); pv fp16's v_t bitwise (fp16 RNE of V, padding +0),
+    v_scale all zero."""
+    g = _gen(21)
+    q, k = (torch.randn(1, S, 2, D, generator=g).to(dtype) for _ in range(2))
+    v = (torch.randn(1, S, 2, D, generator=g) * 0.5 + 3 * torch.randn(1, 1, 2, D, generator=g)).to(dtype)
+    out = run_prepare(q, k, v, smooth_v=True, backend="emu")
+    mean = reference.v_channel_mean(v)
+    assert (out.v_mean - mean).abs().max() <= 2 * S * U * v.float().abs().amax()
+    assert not out.v_mean[..., D:].any()
+    v_t, v_scale = reference.quantize_v(v, out.v_mean)
+    _same_bits("v_t", out.v_t, v_t)
+    _same_bits("v_scale", out.v_scale, v_scale)
+    h = run_prepare(q, k, v, pv_dtype="fp16", smooth_k=True, backend="emu")
+    _same_bits("v_t", h.v_t, reference.convert_v_fp16(v))
+    _same_bits("v_scale", h.v_scale, torch.zeros_like(h.v_scale))
+    ref = reference.sage_prepare(q, k, v, pv_dtype="fp16")
+    _same_bits("q_int8", h.q_int8, ref.q_int8)
+
+
+def test_smooth_v_non_finite_and_overflowing_v():
+    """A NaN or inf in a V channel makes v_mean non-finite, so the whole channel is NaN (0x7F) with a NaN scale,
+    as §Non-finite inputs says for a NaN channel; bf16 V past 65504 becomes +-inf in the fp16 V^T."""
+    q, k, v = _qkv(1, 64, 1, seed=22)
+    v = v.clone()
+    v[0, 3, 0, 5] = float("nan")
+    v[0, 7, 0, 9] = float("inf")
+    v[0, 9, 0, 11] = 1e6
+    out = run_prepare(q, k, v, smooth_v=True, backend="emu")
+    fp8 = out.v_t.view(torch.uint8)[0, 0]
+    for ch in (5, 9):
+        assert torch.isnan(out.v_scale[0, 0, ch]) and bool((fp8[ch, :64] == 0x7F).all())
+    v_t, v_scale = reference.quantize_v(v, out.v_mean)
+    _same_bits("v_t", out.v_t, v_t)
+    h = run_prepare(q, k, v, pv_dtype="fp16", backend="emu")
+    assert math.isinf(h.v_t[0, 0, 11, 9].item()) and math.isnan(h.v_t[0, 0, 5, 3].item())
+    ref = reference.convert_v_fp16(v)
+    finite = ~torch.isnan(ref)
+    assert torch.equal(h.v_t[finite].view(torch.int16), ref[finite].view(torch.int16))
