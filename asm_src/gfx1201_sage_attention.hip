@@ -98,8 +98,9 @@
 // PV16 (pv_dtype fp16): the V^T tile is DP x 128 B (8 chunks per row, XOR-swizzled row & 7 like 8-chunk K rows),
 // staged as DP/16 b128 loads per thread; each lane reads chunk 4hl+c of row 16t+r as the f16 A-fragment of chunk c
 // (keys 32hl+8c..+7 in the 16-bit operand's slot order, docs/rdna4.md §WMMA lane layouts; P^T's B-fragment holds the
-// same keys in the same slots: the permutation rule). DP = 128: 245 VGPRs, LDS 48 KiB -> 2 workgroups per WGP =
-// 2 waves/SIMD; DP = 64: 171 VGPRs, 24 KiB -> 5 waves/SIMD (LDS-bound).
+// same keys in the same slots: the permutation rule). One V^T tile instead of two (see LDS_V below: a second
+// barrier per tile) keeps the LDS at the fp8 symbols' 32 / 16 KiB. DP = 128: 245 VGPRs -> 5 waves/SIMD by
+// registers, LDS 32 KiB -> 4 workgroups per WGP = 4 waves/SIMD; DP = 64: 171 VGPRs -> 8, LDS 16 KiB -> 8.
 
 #pragma clang fp contract(off)
 
@@ -186,8 +187,12 @@ static __device__ __attribute__((always_inline)) void attention(
   constexpr int VB = PV16 ? 2 : 1;     // bytes per V element (fp16 or fp8)
   constexpr int VCOL = 4 * VB;         // 16-byte chunks per V^T row of a 64-key tile
   constexpr int VF = QF * VB;          // V^T staging chunks per thread
-  constexpr int LDS_V = 4 * DP;        // chunk offset of the V^T tile inside a buffer (K tile: 64 x NCOL chunks)
-  constexpr int LDS_BUF = LDS_V + VCOL * DP;  // chunks per buffer: K (64 rows x NCOL) + V^T (DP rows x VCOL)
+  // LDS, in 16-byte chunks. fp8: two buffers of K (64 rows x NCOL = 4 DP chunks) + V^T (DP rows x 4); PV16: two K
+  // buffers and ONE V^T tile (DP rows x 8) after them, so the LDS stays 16 DP chunks (32 KiB at DP = 128) and the
+  // occupancy that of the fp8 symbols; V^T(t+1) is then stored after the end-of-tile barrier and published by a
+  // second barrier placed before tile t+1's P.V WMMAs (the Q.K^T and softmax of t+1 run in between).
+  constexpr int LDS_V = PV16 ? 8 * DP : 4 * DP;   // chunk offset of the V^T tile (fp8: inside a buffer)
+  constexpr int LDS_BUF = PV16 ? 4 * DP : 8 * DP;  // chunks between the two buffers
 
   const u32 tid = __builtin_amdgcn_workitem_id_x();
   const u32 lane = tid & 31, r = lane & 15, hl = lane >> 4;  // lane = 16*hl + r
@@ -275,6 +280,7 @@ static __device__ __attribute__((always_inline)) void attention(
   for (u32 it = 0; it < count; ++it) {
     const u32 tile = tiles[it];
     const u32 buf = (it & 1) * LDS_BUF;
+    const u32 vbuf = PV16 ? 0u : buf;  // PV16: the one V^T tile
     const bool more = it + 1 < count;
     const float ks = ks_next;
     if (more) {  // prefetch the next active tile into VGPRs; stored to the other LDS buffer after this tile's WMMAs
@@ -340,16 +346,20 @@ static __device__ __attribute__((always_inline)) void attention(
 
     // O^T[d-tile t] += V^T[16t.., chunk c] . P^T[chunk c], chunks 0, 1, 2, 3 per accumulator.
     if (PV16) {  // f16 WMMA (docs/rdna4.md §WMMA): one 16-byte V^T load per chunk
+      // V^T(tile) was stored after the previous tile's barrier: publish it (for it = 0 the prologue's barrier did)
+      __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup", "local");
+      __builtin_amdgcn_s_barrier();
+      __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup", "local");
       for (int c = 0; c < 4; ++c) {
         for (int t = 0; t < NCOL; ++t) {
-          const v8h vf = __builtin_bit_cast(v8h, lds[buf + lds_v_rd[c] + 16 * VCOL * t]);
+          const v8h vf = __builtin_bit_cast(v8h, lds[vbuf + lds_v_rd[c] + 16 * VCOL * t]);
           o[t] = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32_gfx12(vf, ph[c], o[t]);
         }
       }
     } else {     // fp8 WMMA: V^T load i of d-tile t covers chunks 2i, 2i+1
       for (int i = 0; i < 2; ++i) {
         for (int t = 0; t < NCOL; ++t) {
-          const v4i vf = lds[buf + lds_v_rd[i] + 16 * VCOL * t];
+          const v4i vf = lds[vbuf + lds_v_rd[i] + 16 * VCOL * t];
           o[t] = __builtin_amdgcn_wmma_f32_16x16x16_fp8_fp8_w32_gfx12(vf.xy, pf[2 * i], o[t]);
           o[t] = __builtin_amdgcn_wmma_f32_16x16x16_fp8_fp8_w32_gfx12(vf.zw, pf[2 * i + 1], o[t]);
         }
@@ -359,12 +369,16 @@ static __device__ __attribute__((always_inline)) void attention(
     if (more) {
       const u32 nbuf = buf ^ LDS_BUF;
       for (int u = 0; u < QF; ++u) lds[nbuf + lds_k_st + 128 * u] = kst[u];
-      for (int u = 0; u < VF; ++u) lds[nbuf + lds_v_st + 128 * u] = vst[u];
+      if (!PV16)
+        for (int u = 0; u < VF; ++u) lds[nbuf + lds_v_st + 128 * u] = vst[u];
     }
-    // one barrier per tile: buffer tile&1 is free again and buffer (tile+1)&1 is complete
+    // one barrier per tile: buffer tile&1 is free again and buffer (tile+1)&1 is complete (PV16: and every wave is
+    // done reading V^T(tile), so V^T(tile+1) may overwrite it now)
     __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup", "local");
     __builtin_amdgcn_s_barrier();
     __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup", "local");
+    if (PV16 && more)
+      for (int u = 0; u < VF; ++u) lds[lds_v_st + 128 * u] = vst[u];
   }
 
   // Epilogue: lane (hl, r) holds O^T[d = 16t + 8hl + e][query r] in o[t][e]; d-tiles at or past head_dim (the
@@ -431,10 +445,11 @@ static __device__ __attribute__((always_inline)) void attention(
   q, k, v, q_scale, k_scale, k_mean, v_scale, out, lse, seq_len_q, seq_pad_q, seq_len_kv, seq_pad_kv,          \
       num_heads_q, num_heads_kv, kv_group_magic, out_stride_b, out_stride_s, out_stride_h, head_dim, flags,    \
       lut, lut_stride_b, lut_stride_h, causal_offset, v_mean
-// LDS: two buffers of K (64 x DP B) + V^T (DP x 64 B) tiles, 32 KiB for DP = 128, 16 KiB for DP = 64
+// LDS: two buffers of K (64 x DP B) + V^T (DP x 64 B) tiles (PV16: two K tiles + one DP x 128 B V^T tile),
+// 32 KiB for DP = 128, 16 KiB for DP = 64
 #define KERNEL(NAME, DP, FP16, PV16)                                                                          \
   extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(128, 128))) void NAME(ATTENTION_PARAMS) { \
-    __shared__ static v4i lds[2 * (4 + 4 * (1 + PV16)) * DP];                                                 \
+    __shared__ static v4i lds[16 * DP];                                                                       \
     attention<DP, FP16, PV16>(ATTENTION_ARGS, lds);                                                           \
   }
 
