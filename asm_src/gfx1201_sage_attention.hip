@@ -57,7 +57,8 @@
 //   |    136 | lut_stride_b   | u32  | element strides of the LUT rows of (batch, head); row of query tile |
 //   |    140 | lut_stride_h   | u32  | x at lut + b*sb + h*sh + x*(seq_pad_kv/64 + 1); 0 = shared          |
 //   |    144 | causal_offset  | i32  | seq_len_kv - seq_len_q: row i sees keys j <= i + causal_offset      |
-//   |    152 | v_mean         | ptr  | f32   [B, H_kv, DP] (read only with flags bit 3)                   |
+//   |    152 | v_mean         | ptr  | f32   [B, H_kv, DP] (read here only with flags bit 3; the asm      |
+//   |        |                |      | kernel loads it always: the host passes k_mean without smooth_v)   |
 // Every tensor but out is dense in the layout above; the host (sage_co/ops/attention.py) checks that.
 
 // Data flow (docs/rdna4.md §WMMA, "SageAttention data flow"): S^T = K.Q^T with v_wmma_i32_16x16x16_iu8

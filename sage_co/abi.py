@@ -76,7 +76,8 @@ ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
     Field("lut_stride_b", "u32", 136),  # element strides (0: rows shared by every batch / head)
     Field("lut_stride_h", "u32", 140),
     Field("causal_offset", "i32", 144),  # seq_len_kv - seq_len_q (read only with FLAG_CAUSAL)
-    Field("v_mean", "ptr", 152),        # fp32 [B, H_kv, D_pad] (read only with FLAG_SMOOTH_V; else a placeholder)
+    Field("v_mean", "ptr", 152),        # fp32 [B, H_kv, D_pad]: added only with FLAG_SMOOTH_V, but the asm kernel
+                                        # loads it always: without smooth_v pass another [B, H_kv, D_pad] (k_mean)
 ], size=160)
 MAX_QUERY_HEADS = 1 << 16       # grid y limit, and the range over which kv_group_magic divides exactly
 
