@@ -250,3 +250,15 @@ def test_accuracy_goals():
     assert err["v_offset", "fp8+smooth_v"] <= err["randn", "fp8"] + 0.002
     assert err["v_offset", "fp8+smooth_v"] < err["v_offset", "fp8"]          # smoothing helps on offsets
     assert err["randn", "fp16"] < err["randn", "fp8"]                          # fp16 P.V is the more accurate
+
+
+def test_selftest_covers_smooth_v_and_pv16(tmp_path):
+    """sage-co selftest's emulator half runs the new configs (its GPU half compares the GPU with these bits)."""
+    from sage_co import selftest
+    assert {"smooth_v", "pv_fp16"} <= set(selftest.PREPARE_CONFIGS)
+    report = selftest.run(tmp_path, small=((1, 33, 1),), configs=("smooth_v", "pv_fp16"), large=(), timing=(),
+                          echo=lambda *a: None)
+    names = [c.name for c in report.checks]
+    assert any("smooth_v: prepare == reference" in n for n in names) and any("pv_fp16: attention[asm]" in n
+                                                                                 for n in names)
+    assert not report.failed
