@@ -247,8 +247,11 @@ class AttentionKernel:
         self.V_ROW_BYTES = TILE_K * self.V_BYTES + (V16_ROW_PAD if self.PV16 else 0)
         self.V_TILE_BYTES = cfg.head_dim * self.V_ROW_BYTES   # [head_dim d][TILE_K keys]
         self.LDS_KBUF = (0, self.K_TILE_BYTES)
-        self.LDS_VBUF = (2 * self.K_TILE_BYTES, 2 * self.K_TILE_BYTES + self.V_TILE_BYTES)
-        self.LDS_BYTES = 2 * self.K_TILE_BYTES + 2 * self.V_TILE_BYTES
+        # pv fp16: ONE V^T tile (vbuf0 == vbuf1): V^T(t+1) is stored after the end-of-step barrier and published by
+        # a second one, so the LDS (2 K tiles + 1 V^T tile) leaves room for 3 workgroups per WGP instead of 2
+        self.SINGLE_V = self.PV16
+        self.LDS_VBUF = (2 * self.K_TILE_BYTES, 2 * self.K_TILE_BYTES + (0 if self.SINGLE_V else self.V_TILE_BYTES))
+        self.LDS_BYTES = 2 * self.K_TILE_BYTES + (1 if self.SINGLE_V else 2) * self.V_TILE_BYTES
         self.K_ROW_BYTES = cfg.head_dim                  # bytes per key row (head_dim / 16 chunks)
         self.STAGE_LOADS = (self.K_TILE_BYTES // THREADS) // B128   # b128 global loads per thread per tile
         # V^T staging: fp8 as K (STAGE_LOADS chunks, rows u*32 apart); fp16 V16_LOADS consecutive chunks of one row
@@ -871,8 +874,14 @@ class AttentionKernel:
         if not last:
             a.section("end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier")
             vm.wait_all()
-            self.stage_stores(a, self.LDS_KBUF[parity], self.LDS_VBUF[1 - parity])
-            self.barrier(a, ds)
+            if self.SINGLE_V:   # every wave is done reading V^T(t) after the first barrier
+                self.stage_stores(a, self.LDS_KBUF[parity], None)
+                self.barrier(a, ds)
+                self.stage_stores(a, None, self.LDS_VBUF[1 - parity])
+                self.barrier(a, ds)
+            else:
+                self.stage_stores(a, self.LDS_KBUF[parity], self.LDS_VBUF[1 - parity])
+                self.barrier(a, ds)
             a.op(f"s_add_co_i32 {self.s_t}, {self.s_t}, 1")
             a.op("s_wait_kmcnt 0", "L[min(t+3, last)]")
             a.op(f"s_mov_b32 {self.s_Lc}, {self.s_L1}")
@@ -1201,7 +1210,9 @@ def family_header(kernels) -> str:
 // LDS: two K and two V^T tile buffers. K is staged one tile AHEAD of V^T: during step t the waves read K(t+1)
 // from kbuf[(t+1)%2] and V^T(t) from vbuf[t%2] while K(t+2) and V^T(t+1) travel global -> VGPRs (issued at the
 // top of step t, before its WMMA bursts) and are stored to kbuf[t%2] / vbuf[(t+1)%2] at its end: one barrier
-// per step. 16-byte chunks are XOR-swizzled as in the .hip kernel (K: col ^ (row & 7) for 8 chunks per row,
+// per step (pv fp16: ONE V^T tile, vbuf0 == vbuf1: the end of step t stores K(t+2), barrier, stores V^T(t+1),
+// barrier -- two barriers, and 34 KiB of LDS instead of 52 at head dim 128: 3 workgroups per WGP instead of 2).
+// 16-byte chunks are XOR-swizzled as in the .hip kernel (K: col ^ (row & 7) for 8 chunks per row,
 // col ^ ((row >> 1) & 3) for 4; V^T: col ^ ((row >> 1) & 3)). Fragments go through a ring of {RING} ({RING_PV16_D128} for pv fp16 at head dim 128)
 // ds_load_b128 slots, each reloaded right after its last WMMA.
 //

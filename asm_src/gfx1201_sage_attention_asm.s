@@ -7,10 +7,10 @@
 //   gfx1201_sage_attention_fwd_asm_d128_fp16          head_dim 128  out_dtype fp16  pv_dtype fp8   256 VGPRs  32768 B LDS  ring 10
 //   gfx1201_sage_attention_fwd_asm_d64_bf16           head_dim  64  out_dtype bf16  pv_dtype fp8   200 VGPRs  16384 B LDS  ring 10
 //   gfx1201_sage_attention_fwd_asm_d64_fp16           head_dim  64  out_dtype fp16  pv_dtype fp8   200 VGPRs  16384 B LDS  ring 10
-//   gfx1201_sage_attention_fwd_asm_d128_bf16_pv16     head_dim 128  out_dtype bf16  pv_dtype fp16  256 VGPRs  53248 B LDS  ring 6
-//   gfx1201_sage_attention_fwd_asm_d128_fp16_pv16     head_dim 128  out_dtype fp16  pv_dtype fp16  256 VGPRs  53248 B LDS  ring 6
-//   gfx1201_sage_attention_fwd_asm_d64_bf16_pv16      head_dim  64  out_dtype bf16  pv_dtype fp16  208 VGPRs  26624 B LDS  ring 10
-//   gfx1201_sage_attention_fwd_asm_d64_fp16_pv16      head_dim  64  out_dtype fp16  pv_dtype fp16  208 VGPRs  26624 B LDS  ring 10
+//   gfx1201_sage_attention_fwd_asm_d128_bf16_pv16     head_dim 128  out_dtype bf16  pv_dtype fp16  256 VGPRs  34816 B LDS  ring 6
+//   gfx1201_sage_attention_fwd_asm_d128_fp16_pv16     head_dim 128  out_dtype fp16  pv_dtype fp16  256 VGPRs  34816 B LDS  ring 6
+//   gfx1201_sage_attention_fwd_asm_d64_bf16_pv16      head_dim  64  out_dtype bf16  pv_dtype fp16  208 VGPRs  17408 B LDS  ring 10
+//   gfx1201_sage_attention_fwd_asm_d64_fp16_pv16      head_dim  64  out_dtype fp16  pv_dtype fp16  208 VGPRs  17408 B LDS  ring 10
 //
 // Contract: the same operation, kernarg struct and launch geometry as asm_src/gfx1201_sage_attention.hip, and
 // the same per-row arithmetic in the same order (scores = float(int dot) * (q_scale*k_scale); max; exp2(s - m);
@@ -80,7 +80,9 @@
 // LDS: two K and two V^T tile buffers. K is staged one tile AHEAD of V^T: during step t the waves read K(t+1)
 // from kbuf[(t+1)%2] and V^T(t) from vbuf[t%2] while K(t+2) and V^T(t+1) travel global -> VGPRs (issued at the
 // top of step t, before its WMMA bursts) and are stored to kbuf[t%2] / vbuf[(t+1)%2] at its end: one barrier
-// per step. 16-byte chunks are XOR-swizzled as in the .hip kernel (K: col ^ (row & 7) for 8 chunks per row,
+// per step (pv fp16: ONE V^T tile, vbuf0 == vbuf1: the end of step t stores K(t+2), barrier, stores V^T(t+1),
+// barrier -- two barriers, and 34 KiB of LDS instead of 52 at head dim 128: 3 workgroups per WGP instead of 2).
+// 16-byte chunks are XOR-swizzled as in the .hip kernel (K: col ^ (row & 7) for 8 chunks per row,
 // col ^ ((row >> 1) & 3) for 4; V^T: col ^ ((row >> 1) & 3)). Fragments go through a ring of 10 (6 for pv fp16 at head dim 128)
 // ds_load_b128 slots, each reloaded right after its last WMMA.
 //
@@ -11712,9 +11714,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
 // ==== gfx1201_sage_attention_fwd_asm_d128_bf16_pv16: head dim (D_pad) 128, output bf16, P.V fp16 ===============================
 // QK^T 32 WMMA + PV 32 WMMA (v_wmma_f32_16x16x16_f16) per 64-key tile; O^T = 8 d-tiles x 8 VGPRs;
 // Q^T 4 x 16 B per lane; staging 4 + 8 b128 loads per thread and tile; ring 6 slots.
-// LDS (53248 B): kbuf0 @0, kbuf1 @8192 (K tiles 8192 B, rows of
-// 128 B), vbuf0 @16384, vbuf1 @34816 (V^T tiles 18432 B, rows of 144 B).
-// Resources: 256 VGPRs -> 5 waves/SIMD by registers; 53248 B LDS per 4-wave workgroup.
+// LDS (34816 B): kbuf0 @0, kbuf1 @8192 (K tiles 8192 B, rows of
+// 128 B), vbuf0 @16384, vbuf1 @16384 (V^T tiles 18432 B, rows of 144 B).
+// Resources: 256 VGPRs -> 5 waves/SIMD by registers; 34816 B LDS per 4-wave workgroup.
 // Output: bf16 RNE, saturating at +-0x7f7f0000 (fp32 bits), d-tiles at or past
 // head_dim (the kernarg; zero-padded channels) not stored.
 //
@@ -12682,17 +12684,20 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
         ds_store_b128 v6, v[176:179] offset:0
-        ds_store_b128 v7, v[192:195] offset:34816
         ds_store_b128 v6, v[180:183] offset:2048
-        ds_store_b128 v7, v[196:199] offset:34832
         ds_store_b128 v6, v[184:187] offset:4096
-        ds_store_b128 v7, v[200:203] offset:34848
         ds_store_b128 v6, v[188:191] offset:6144
-        ds_store_b128 v7, v[204:207] offset:34864
-        ds_store_b128 v7, v[208:211] offset:34880
-        ds_store_b128 v7, v[212:215] offset:34896
-        ds_store_b128 v7, v[216:219] offset:34912
-        ds_store_b128 v7, v[220:223] offset:34928
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        ds_store_b128 v7, v[192:195] offset:16384
+        ds_store_b128 v7, v[196:199] offset:16400
+        ds_store_b128 v7, v[200:203] offset:16416
+        ds_store_b128 v7, v[204:207] offset:16432
+        ds_store_b128 v7, v[208:211] offset:16448
+        ds_store_b128 v7, v[212:215] offset:16464
+        ds_store_b128 v7, v[216:219] offset:16480
+        ds_store_b128 v7, v[220:223] offset:16496
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
@@ -13001,13 +13006,13 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
         v_cvt_f16_f32_e64 v148, v148
         v_wmma_i32_16x16x16_iu8 v[112:119], v[242:243], v[170:171], v[112:119] neg_lo:[1,1,0]
-        ds_load_b128 v[240:243], v5 offset:34816
+        ds_load_b128 v[240:243], v5 offset:16384
         v_exp_f32_e32 v153, v153
         v_dual_sub_f32 v157, v157, v18 :: v_dual_add_f32 v22, v23, v151
         v_cvt_f16_f32_e64 v149, v149
         v_pack_b32_f16 v146, v148, v149
         v_wmma_i32_16x16x16_iu8 v[120:127], v[246:247], v[170:171], v[120:127] neg_lo:[1,1,0]
-        ds_load_b128 v[244:247], v5 offset:37120
+        ds_load_b128 v[244:247], v5 offset:18688
         v_exp_f32_e32 v154, v154
         v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
         v_cvt_f16_f32_e64 v150, v150
@@ -13035,23 +13040,23 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cvt_f16_f32_e64 v154, v154
         v_exp_f32_e32 v159, v159
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[174:175], v[96:103] neg_lo:[1,1,0]
-        ds_load_b128 v[224:227], v5 offset:39424
+        ds_load_b128 v[224:227], v5 offset:20992
         v_add_f32 v22, v23, v157
         v_cvt_f16_f32_e64 v155, v155
         v_pack_b32_f16 v153, v154, v155
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[174:175], v[104:111] neg_lo:[1,1,0]
-        ds_load_b128 v[228:231], v5 offset:41728
+        ds_load_b128 v[228:231], v5 offset:23296
         v_dual_add_f32 v23, v22, v158 :: v_dual_mov_b32 v20, v19
         v_cvt_f16_f32_e64 v156, v156
         v_add_f32 v22, v23, v159
         v_cvt_f16_f32_e64 v157, v157
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[174:175], v[112:119] neg_lo:[1,1,0]
-        ds_load_b128 v[232:235], v5 offset:44032
+        ds_load_b128 v[232:235], v5 offset:25600
         v_pack_b32_f16 v154, v156, v157
         v_cvt_f16_f32_e64 v158, v158
         v_cvt_f16_f32_e64 v159, v159
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[174:175], v[120:127] neg_lo:[1,1,0]
-        ds_load_b128 v[236:239], v5 offset:46336
+        ds_load_b128 v[236:239], v5 offset:27904
         v_pack_b32_f16 v155, v158, v159
         v_permlanex16_b32 v28, v22, s71, 0xfedcba98
         v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
@@ -13097,108 +13102,108 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[128:131], v[32:39]
-        ds_load_b128 v[240:243], v5 offset:48640
+        ds_load_b128 v[240:243], v5 offset:30208
         v_dual_mul_f32 v12, s72, v10 :: v_dual_subrev_f32 v97, s70, v97
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[128:131], v[40:47]
-        ds_load_b128 v[244:247], v5 offset:50944
+        ds_load_b128 v[244:247], v5 offset:32512
         v_dual_mov_b32 v13, v12 :: v_dual_subrev_f32 v96, s70, v96
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[128:131], v[48:55]
-        ds_load_b128 v[224:227], v5 offset:34832
+        ds_load_b128 v[224:227], v5 offset:16400
         v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[128:131], v[56:63]
-        ds_load_b128 v[228:231], v5 offset:37136
+        ds_load_b128 v[228:231], v5 offset:18704
         v_dual_subrev_f32 v98, s70, v98 :: v_dual_subrev_f32 v99, s70, v99
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[128:131], v[64:71]
-        ds_load_b128 v[232:235], v5 offset:39440
+        ds_load_b128 v[232:235], v5 offset:21008
         v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[128:131], v[72:79]
-        ds_load_b128 v[236:239], v5 offset:41744
+        ds_load_b128 v[236:239], v5 offset:23312
         v_dual_subrev_f32 v100, s70, v100 :: v_dual_subrev_f32 v101, s70, v101
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[128:131], v[80:87]
-        ds_load_b128 v[240:243], v5 offset:44048
+        ds_load_b128 v[240:243], v5 offset:25616
         v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[128:131], v[88:95]
-        ds_load_b128 v[244:247], v5 offset:46352
+        ds_load_b128 v[244:247], v5 offset:27920
         v_dual_subrev_f32 v102, s70, v102 :: v_dual_subrev_f32 v103, s70, v103
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[136:139], v[32:39]
-        ds_load_b128 v[224:227], v5 offset:48656
+        ds_load_b128 v[224:227], v5 offset:30224
         v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[136:139], v[40:47]
-        ds_load_b128 v[228:231], v5 offset:50960
+        ds_load_b128 v[228:231], v5 offset:32528
         v_dual_subrev_f32 v104, s70, v104 :: v_dual_subrev_f32 v105, s70, v105
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[136:139], v[48:55]
-        ds_load_b128 v[232:235], v5 offset:34848
+        ds_load_b128 v[232:235], v5 offset:16416
         v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[136:139], v[56:63]
-        ds_load_b128 v[236:239], v5 offset:37152
+        ds_load_b128 v[236:239], v5 offset:18720
         v_dual_subrev_f32 v106, s70, v106 :: v_dual_subrev_f32 v107, s70, v107
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[136:139], v[64:71]
-        ds_load_b128 v[240:243], v5 offset:39456
+        ds_load_b128 v[240:243], v5 offset:21024
         v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[136:139], v[72:79]
-        ds_load_b128 v[244:247], v5 offset:41760
+        ds_load_b128 v[244:247], v5 offset:23328
         v_dual_subrev_f32 v108, s70, v108 :: v_dual_subrev_f32 v109, s70, v109
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[136:139], v[80:87]
-        ds_load_b128 v[224:227], v5 offset:44064
+        ds_load_b128 v[224:227], v5 offset:25632
         v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[136:139], v[88:95]
-        ds_load_b128 v[228:231], v5 offset:46368
+        ds_load_b128 v[228:231], v5 offset:27936
         v_dual_subrev_f32 v110, s70, v110 :: v_dual_subrev_f32 v111, s70, v111
         v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[232:235], v[144:147], v[32:39]
-        ds_load_b128 v[232:235], v5 offset:48672
+        ds_load_b128 v[232:235], v5 offset:30240
         v_dual_subrev_f32 v112, s70, v112 :: v_dual_subrev_f32 v113, s70, v113
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[236:239], v[144:147], v[40:47]
-        ds_load_b128 v[236:239], v5 offset:50976
+        ds_load_b128 v[236:239], v5 offset:32544
         v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[240:243], v[144:147], v[48:55]
-        ds_load_b128 v[240:243], v5 offset:34864
+        ds_load_b128 v[240:243], v5 offset:16432
         v_dual_subrev_f32 v114, s70, v114 :: v_dual_subrev_f32 v115, s70, v115
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[244:247], v[144:147], v[56:63]
-        ds_load_b128 v[244:247], v5 offset:37168
+        ds_load_b128 v[244:247], v5 offset:18736
         v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[224:227], v[144:147], v[64:71]
-        ds_load_b128 v[224:227], v5 offset:39472
+        ds_load_b128 v[224:227], v5 offset:21040
         v_dual_subrev_f32 v116, s70, v116 :: v_dual_subrev_f32 v117, s70, v117
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[228:231], v[144:147], v[72:79]
-        ds_load_b128 v[228:231], v5 offset:41776
+        ds_load_b128 v[228:231], v5 offset:23344
         v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[232:235], v[144:147], v[80:87]
-        ds_load_b128 v[232:235], v5 offset:44080
+        ds_load_b128 v[232:235], v5 offset:25648
         v_dual_subrev_f32 v118, s70, v118 :: v_dual_subrev_f32 v119, s70, v119
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[236:239], v[144:147], v[88:95]
-        ds_load_b128 v[236:239], v5 offset:46384
+        ds_load_b128 v[236:239], v5 offset:27952
         v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[152:155], v[32:39]
-        ds_load_b128 v[240:243], v5 offset:48688
+        ds_load_b128 v[240:243], v5 offset:30256
         v_dual_subrev_f32 v120, s70, v120 :: v_dual_subrev_f32 v121, s70, v121
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[152:155], v[40:47]
-        ds_load_b128 v[244:247], v5 offset:50992
+        ds_load_b128 v[244:247], v5 offset:32560
         v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[152:155], v[48:55]
@@ -13222,12 +13227,15 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
         ds_store_b128 v6, v[176:179] offset:8192
-        ds_store_b128 v7, v[192:195] offset:16384
         ds_store_b128 v6, v[180:183] offset:10240
-        ds_store_b128 v7, v[196:199] offset:16400
         ds_store_b128 v6, v[184:187] offset:12288
-        ds_store_b128 v7, v[200:203] offset:16416
         ds_store_b128 v6, v[188:191] offset:14336
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        ds_store_b128 v7, v[192:195] offset:16384
+        ds_store_b128 v7, v[196:199] offset:16400
+        ds_store_b128 v7, v[200:203] offset:16416
         ds_store_b128 v7, v[204:207] offset:16432
         ds_store_b128 v7, v[208:211] offset:16448
         ds_store_b128 v7, v[212:215] offset:16464
@@ -13638,12 +13646,12 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
 .Ld128_bf16_pv16_last_1:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
-        ds_load_b128 v[224:227], v5 offset:34816
-        ds_load_b128 v[228:231], v5 offset:37120
-        ds_load_b128 v[232:235], v5 offset:39424
-        ds_load_b128 v[236:239], v5 offset:41728
-        ds_load_b128 v[240:243], v5 offset:44032
-        ds_load_b128 v[244:247], v5 offset:46336
+        ds_load_b128 v[224:227], v5 offset:16384
+        ds_load_b128 v[228:231], v5 offset:18688
+        ds_load_b128 v[232:235], v5 offset:20992
+        ds_load_b128 v[236:239], v5 offset:23296
+        ds_load_b128 v[240:243], v5 offset:25600
+        ds_load_b128 v[244:247], v5 offset:27904
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
@@ -13938,82 +13946,82 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         // ---- phase Y: PV(t) x 32 WMMA ------------------------------------------------------------------------
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[128:131], v[32:39]
-        ds_load_b128 v[224:227], v5 offset:48640
+        ds_load_b128 v[224:227], v5 offset:30208
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[128:131], v[40:47]
-        ds_load_b128 v[228:231], v5 offset:50944
+        ds_load_b128 v[228:231], v5 offset:32512
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[128:131], v[48:55]
-        ds_load_b128 v[232:235], v5 offset:34832
+        ds_load_b128 v[232:235], v5 offset:16400
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[128:131], v[56:63]
-        ds_load_b128 v[236:239], v5 offset:37136
+        ds_load_b128 v[236:239], v5 offset:18704
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[128:131], v[64:71]
-        ds_load_b128 v[240:243], v5 offset:39440
+        ds_load_b128 v[240:243], v5 offset:21008
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[128:131], v[72:79]
-        ds_load_b128 v[244:247], v5 offset:41744
+        ds_load_b128 v[244:247], v5 offset:23312
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[128:131], v[80:87]
-        ds_load_b128 v[224:227], v5 offset:44048
+        ds_load_b128 v[224:227], v5 offset:25616
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[128:131], v[88:95]
-        ds_load_b128 v[228:231], v5 offset:46352
+        ds_load_b128 v[228:231], v5 offset:27920
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[232:235], v[136:139], v[32:39]
-        ds_load_b128 v[232:235], v5 offset:48656
+        ds_load_b128 v[232:235], v5 offset:30224
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[236:239], v[136:139], v[40:47]
-        ds_load_b128 v[236:239], v5 offset:50960
+        ds_load_b128 v[236:239], v5 offset:32528
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[240:243], v[136:139], v[48:55]
-        ds_load_b128 v[240:243], v5 offset:34848
+        ds_load_b128 v[240:243], v5 offset:16416
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[244:247], v[136:139], v[56:63]
-        ds_load_b128 v[244:247], v5 offset:37152
+        ds_load_b128 v[244:247], v5 offset:18720
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[224:227], v[136:139], v[64:71]
-        ds_load_b128 v[224:227], v5 offset:39456
+        ds_load_b128 v[224:227], v5 offset:21024
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[228:231], v[136:139], v[72:79]
-        ds_load_b128 v[228:231], v5 offset:41760
+        ds_load_b128 v[228:231], v5 offset:23328
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[232:235], v[136:139], v[80:87]
-        ds_load_b128 v[232:235], v5 offset:44064
+        ds_load_b128 v[232:235], v5 offset:25632
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[236:239], v[136:139], v[88:95]
-        ds_load_b128 v[236:239], v5 offset:46368
+        ds_load_b128 v[236:239], v5 offset:27936
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[144:147], v[32:39]
-        ds_load_b128 v[240:243], v5 offset:48672
+        ds_load_b128 v[240:243], v5 offset:30240
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[144:147], v[40:47]
-        ds_load_b128 v[244:247], v5 offset:50976
+        ds_load_b128 v[244:247], v5 offset:32544
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[144:147], v[48:55]
-        ds_load_b128 v[224:227], v5 offset:34864
+        ds_load_b128 v[224:227], v5 offset:16432
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[144:147], v[56:63]
-        ds_load_b128 v[228:231], v5 offset:37168
+        ds_load_b128 v[228:231], v5 offset:18736
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[144:147], v[64:71]
-        ds_load_b128 v[232:235], v5 offset:39472
+        ds_load_b128 v[232:235], v5 offset:21040
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[144:147], v[72:79]
-        ds_load_b128 v[236:239], v5 offset:41776
+        ds_load_b128 v[236:239], v5 offset:23344
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[144:147], v[80:87]
-        ds_load_b128 v[240:243], v5 offset:44080
+        ds_load_b128 v[240:243], v5 offset:25648
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[144:147], v[88:95]
-        ds_load_b128 v[244:247], v5 offset:46384
+        ds_load_b128 v[244:247], v5 offset:27952
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[152:155], v[32:39]
-        ds_load_b128 v[224:227], v5 offset:48688
+        ds_load_b128 v[224:227], v5 offset:30256
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[152:155], v[40:47]
-        ds_load_b128 v[228:231], v5 offset:50992
+        ds_load_b128 v[228:231], v5 offset:32560
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[152:155], v[48:55]
         s_wait_dscnt 4
@@ -15079,9 +15087,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
 // ==== gfx1201_sage_attention_fwd_asm_d128_fp16_pv16: head dim (D_pad) 128, output fp16, P.V fp16 ===============================
 // QK^T 32 WMMA + PV 32 WMMA (v_wmma_f32_16x16x16_f16) per 64-key tile; O^T = 8 d-tiles x 8 VGPRs;
 // Q^T 4 x 16 B per lane; staging 4 + 8 b128 loads per thread and tile; ring 6 slots.
-// LDS (53248 B): kbuf0 @0, kbuf1 @8192 (K tiles 8192 B, rows of
-// 128 B), vbuf0 @16384, vbuf1 @34816 (V^T tiles 18432 B, rows of 144 B).
-// Resources: 256 VGPRs -> 5 waves/SIMD by registers; 53248 B LDS per 4-wave workgroup.
+// LDS (34816 B): kbuf0 @0, kbuf1 @8192 (K tiles 8192 B, rows of
+// 128 B), vbuf0 @16384, vbuf1 @16384 (V^T tiles 18432 B, rows of 144 B).
+// Resources: 256 VGPRs -> 5 waves/SIMD by registers; 34816 B LDS per 4-wave workgroup.
 // Output: fp16 RNE, saturating at +-0x477fe000 (fp32 bits), d-tiles at or past
 // head_dim (the kernarg; zero-padded channels) not stored.
 //
@@ -16049,17 +16057,20 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
         ds_store_b128 v6, v[176:179] offset:0
-        ds_store_b128 v7, v[192:195] offset:34816
         ds_store_b128 v6, v[180:183] offset:2048
-        ds_store_b128 v7, v[196:199] offset:34832
         ds_store_b128 v6, v[184:187] offset:4096
-        ds_store_b128 v7, v[200:203] offset:34848
         ds_store_b128 v6, v[188:191] offset:6144
-        ds_store_b128 v7, v[204:207] offset:34864
-        ds_store_b128 v7, v[208:211] offset:34880
-        ds_store_b128 v7, v[212:215] offset:34896
-        ds_store_b128 v7, v[216:219] offset:34912
-        ds_store_b128 v7, v[220:223] offset:34928
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        ds_store_b128 v7, v[192:195] offset:16384
+        ds_store_b128 v7, v[196:199] offset:16400
+        ds_store_b128 v7, v[200:203] offset:16416
+        ds_store_b128 v7, v[204:207] offset:16432
+        ds_store_b128 v7, v[208:211] offset:16448
+        ds_store_b128 v7, v[212:215] offset:16464
+        ds_store_b128 v7, v[216:219] offset:16480
+        ds_store_b128 v7, v[220:223] offset:16496
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
@@ -16368,13 +16379,13 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
         v_cvt_f16_f32_e64 v148, v148
         v_wmma_i32_16x16x16_iu8 v[112:119], v[242:243], v[170:171], v[112:119] neg_lo:[1,1,0]
-        ds_load_b128 v[240:243], v5 offset:34816
+        ds_load_b128 v[240:243], v5 offset:16384
         v_exp_f32_e32 v153, v153
         v_dual_sub_f32 v157, v157, v18 :: v_dual_add_f32 v22, v23, v151
         v_cvt_f16_f32_e64 v149, v149
         v_pack_b32_f16 v146, v148, v149
         v_wmma_i32_16x16x16_iu8 v[120:127], v[246:247], v[170:171], v[120:127] neg_lo:[1,1,0]
-        ds_load_b128 v[244:247], v5 offset:37120
+        ds_load_b128 v[244:247], v5 offset:18688
         v_exp_f32_e32 v154, v154
         v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
         v_cvt_f16_f32_e64 v150, v150
@@ -16402,23 +16413,23 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cvt_f16_f32_e64 v154, v154
         v_exp_f32_e32 v159, v159
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[174:175], v[96:103] neg_lo:[1,1,0]
-        ds_load_b128 v[224:227], v5 offset:39424
+        ds_load_b128 v[224:227], v5 offset:20992
         v_add_f32 v22, v23, v157
         v_cvt_f16_f32_e64 v155, v155
         v_pack_b32_f16 v153, v154, v155
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[174:175], v[104:111] neg_lo:[1,1,0]
-        ds_load_b128 v[228:231], v5 offset:41728
+        ds_load_b128 v[228:231], v5 offset:23296
         v_dual_add_f32 v23, v22, v158 :: v_dual_mov_b32 v20, v19
         v_cvt_f16_f32_e64 v156, v156
         v_add_f32 v22, v23, v159
         v_cvt_f16_f32_e64 v157, v157
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[174:175], v[112:119] neg_lo:[1,1,0]
-        ds_load_b128 v[232:235], v5 offset:44032
+        ds_load_b128 v[232:235], v5 offset:25600
         v_pack_b32_f16 v154, v156, v157
         v_cvt_f16_f32_e64 v158, v158
         v_cvt_f16_f32_e64 v159, v159
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[174:175], v[120:127] neg_lo:[1,1,0]
-        ds_load_b128 v[236:239], v5 offset:46336
+        ds_load_b128 v[236:239], v5 offset:27904
         v_pack_b32_f16 v155, v158, v159
         v_permlanex16_b32 v28, v22, s71, 0xfedcba98
         v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
@@ -16464,108 +16475,108 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[128:131], v[32:39]
-        ds_load_b128 v[240:243], v5 offset:48640
+        ds_load_b128 v[240:243], v5 offset:30208
         v_dual_mul_f32 v12, s72, v10 :: v_dual_subrev_f32 v97, s70, v97
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[128:131], v[40:47]
-        ds_load_b128 v[244:247], v5 offset:50944
+        ds_load_b128 v[244:247], v5 offset:32512
         v_dual_mov_b32 v13, v12 :: v_dual_subrev_f32 v96, s70, v96
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[128:131], v[48:55]
-        ds_load_b128 v[224:227], v5 offset:34832
+        ds_load_b128 v[224:227], v5 offset:16400
         v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[128:131], v[56:63]
-        ds_load_b128 v[228:231], v5 offset:37136
+        ds_load_b128 v[228:231], v5 offset:18704
         v_dual_subrev_f32 v98, s70, v98 :: v_dual_subrev_f32 v99, s70, v99
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[128:131], v[64:71]
-        ds_load_b128 v[232:235], v5 offset:39440
+        ds_load_b128 v[232:235], v5 offset:21008
         v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[128:131], v[72:79]
-        ds_load_b128 v[236:239], v5 offset:41744
+        ds_load_b128 v[236:239], v5 offset:23312
         v_dual_subrev_f32 v100, s70, v100 :: v_dual_subrev_f32 v101, s70, v101
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[128:131], v[80:87]
-        ds_load_b128 v[240:243], v5 offset:44048
+        ds_load_b128 v[240:243], v5 offset:25616
         v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[128:131], v[88:95]
-        ds_load_b128 v[244:247], v5 offset:46352
+        ds_load_b128 v[244:247], v5 offset:27920
         v_dual_subrev_f32 v102, s70, v102 :: v_dual_subrev_f32 v103, s70, v103
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[136:139], v[32:39]
-        ds_load_b128 v[224:227], v5 offset:48656
+        ds_load_b128 v[224:227], v5 offset:30224
         v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[136:139], v[40:47]
-        ds_load_b128 v[228:231], v5 offset:50960
+        ds_load_b128 v[228:231], v5 offset:32528
         v_dual_subrev_f32 v104, s70, v104 :: v_dual_subrev_f32 v105, s70, v105
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[136:139], v[48:55]
-        ds_load_b128 v[232:235], v5 offset:34848
+        ds_load_b128 v[232:235], v5 offset:16416
         v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[136:139], v[56:63]
-        ds_load_b128 v[236:239], v5 offset:37152
+        ds_load_b128 v[236:239], v5 offset:18720
         v_dual_subrev_f32 v106, s70, v106 :: v_dual_subrev_f32 v107, s70, v107
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[136:139], v[64:71]
-        ds_load_b128 v[240:243], v5 offset:39456
+        ds_load_b128 v[240:243], v5 offset:21024
         v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[136:139], v[72:79]
-        ds_load_b128 v[244:247], v5 offset:41760
+        ds_load_b128 v[244:247], v5 offset:23328
         v_dual_subrev_f32 v108, s70, v108 :: v_dual_subrev_f32 v109, s70, v109
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[136:139], v[80:87]
-        ds_load_b128 v[224:227], v5 offset:44064
+        ds_load_b128 v[224:227], v5 offset:25632
         v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[136:139], v[88:95]
-        ds_load_b128 v[228:231], v5 offset:46368
+        ds_load_b128 v[228:231], v5 offset:27936
         v_dual_subrev_f32 v110, s70, v110 :: v_dual_subrev_f32 v111, s70, v111
         v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[232:235], v[144:147], v[32:39]
-        ds_load_b128 v[232:235], v5 offset:48672
+        ds_load_b128 v[232:235], v5 offset:30240
         v_dual_subrev_f32 v112, s70, v112 :: v_dual_subrev_f32 v113, s70, v113
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[236:239], v[144:147], v[40:47]
-        ds_load_b128 v[236:239], v5 offset:50976
+        ds_load_b128 v[236:239], v5 offset:32544
         v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[240:243], v[144:147], v[48:55]
-        ds_load_b128 v[240:243], v5 offset:34864
+        ds_load_b128 v[240:243], v5 offset:16432
         v_dual_subrev_f32 v114, s70, v114 :: v_dual_subrev_f32 v115, s70, v115
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[244:247], v[144:147], v[56:63]
-        ds_load_b128 v[244:247], v5 offset:37168
+        ds_load_b128 v[244:247], v5 offset:18736
         v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[224:227], v[144:147], v[64:71]
-        ds_load_b128 v[224:227], v5 offset:39472
+        ds_load_b128 v[224:227], v5 offset:21040
         v_dual_subrev_f32 v116, s70, v116 :: v_dual_subrev_f32 v117, s70, v117
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[228:231], v[144:147], v[72:79]
-        ds_load_b128 v[228:231], v5 offset:41776
+        ds_load_b128 v[228:231], v5 offset:23344
         v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[232:235], v[144:147], v[80:87]
-        ds_load_b128 v[232:235], v5 offset:44080
+        ds_load_b128 v[232:235], v5 offset:25648
         v_dual_subrev_f32 v118, s70, v118 :: v_dual_subrev_f32 v119, s70, v119
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[236:239], v[144:147], v[88:95]
-        ds_load_b128 v[236:239], v5 offset:46384
+        ds_load_b128 v[236:239], v5 offset:27952
         v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[152:155], v[32:39]
-        ds_load_b128 v[240:243], v5 offset:48688
+        ds_load_b128 v[240:243], v5 offset:30256
         v_dual_subrev_f32 v120, s70, v120 :: v_dual_subrev_f32 v121, s70, v121
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[152:155], v[40:47]
-        ds_load_b128 v[244:247], v5 offset:50992
+        ds_load_b128 v[244:247], v5 offset:32560
         v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[152:155], v[48:55]
@@ -16589,12 +16600,15 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
         ds_store_b128 v6, v[176:179] offset:8192
-        ds_store_b128 v7, v[192:195] offset:16384
         ds_store_b128 v6, v[180:183] offset:10240
-        ds_store_b128 v7, v[196:199] offset:16400
         ds_store_b128 v6, v[184:187] offset:12288
-        ds_store_b128 v7, v[200:203] offset:16416
         ds_store_b128 v6, v[188:191] offset:14336
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        ds_store_b128 v7, v[192:195] offset:16384
+        ds_store_b128 v7, v[196:199] offset:16400
+        ds_store_b128 v7, v[200:203] offset:16416
         ds_store_b128 v7, v[204:207] offset:16432
         ds_store_b128 v7, v[208:211] offset:16448
         ds_store_b128 v7, v[212:215] offset:16464
@@ -17005,12 +17019,12 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
 .Ld128_fp16_pv16_last_1:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
-        ds_load_b128 v[224:227], v5 offset:34816
-        ds_load_b128 v[228:231], v5 offset:37120
-        ds_load_b128 v[232:235], v5 offset:39424
-        ds_load_b128 v[236:239], v5 offset:41728
-        ds_load_b128 v[240:243], v5 offset:44032
-        ds_load_b128 v[244:247], v5 offset:46336
+        ds_load_b128 v[224:227], v5 offset:16384
+        ds_load_b128 v[228:231], v5 offset:18688
+        ds_load_b128 v[232:235], v5 offset:20992
+        ds_load_b128 v[236:239], v5 offset:23296
+        ds_load_b128 v[240:243], v5 offset:25600
+        ds_load_b128 v[244:247], v5 offset:27904
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
@@ -17305,82 +17319,82 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         // ---- phase Y: PV(t) x 32 WMMA ------------------------------------------------------------------------
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[128:131], v[32:39]
-        ds_load_b128 v[224:227], v5 offset:48640
+        ds_load_b128 v[224:227], v5 offset:30208
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[128:131], v[40:47]
-        ds_load_b128 v[228:231], v5 offset:50944
+        ds_load_b128 v[228:231], v5 offset:32512
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[128:131], v[48:55]
-        ds_load_b128 v[232:235], v5 offset:34832
+        ds_load_b128 v[232:235], v5 offset:16400
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[128:131], v[56:63]
-        ds_load_b128 v[236:239], v5 offset:37136
+        ds_load_b128 v[236:239], v5 offset:18704
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[128:131], v[64:71]
-        ds_load_b128 v[240:243], v5 offset:39440
+        ds_load_b128 v[240:243], v5 offset:21008
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[128:131], v[72:79]
-        ds_load_b128 v[244:247], v5 offset:41744
+        ds_load_b128 v[244:247], v5 offset:23312
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[128:131], v[80:87]
-        ds_load_b128 v[224:227], v5 offset:44048
+        ds_load_b128 v[224:227], v5 offset:25616
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[128:131], v[88:95]
-        ds_load_b128 v[228:231], v5 offset:46352
+        ds_load_b128 v[228:231], v5 offset:27920
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[232:235], v[136:139], v[32:39]
-        ds_load_b128 v[232:235], v5 offset:48656
+        ds_load_b128 v[232:235], v5 offset:30224
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[236:239], v[136:139], v[40:47]
-        ds_load_b128 v[236:239], v5 offset:50960
+        ds_load_b128 v[236:239], v5 offset:32528
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[240:243], v[136:139], v[48:55]
-        ds_load_b128 v[240:243], v5 offset:34848
+        ds_load_b128 v[240:243], v5 offset:16416
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[244:247], v[136:139], v[56:63]
-        ds_load_b128 v[244:247], v5 offset:37152
+        ds_load_b128 v[244:247], v5 offset:18720
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[224:227], v[136:139], v[64:71]
-        ds_load_b128 v[224:227], v5 offset:39456
+        ds_load_b128 v[224:227], v5 offset:21024
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[228:231], v[136:139], v[72:79]
-        ds_load_b128 v[228:231], v5 offset:41760
+        ds_load_b128 v[228:231], v5 offset:23328
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[232:235], v[136:139], v[80:87]
-        ds_load_b128 v[232:235], v5 offset:44064
+        ds_load_b128 v[232:235], v5 offset:25632
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[236:239], v[136:139], v[88:95]
-        ds_load_b128 v[236:239], v5 offset:46368
+        ds_load_b128 v[236:239], v5 offset:27936
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[144:147], v[32:39]
-        ds_load_b128 v[240:243], v5 offset:48672
+        ds_load_b128 v[240:243], v5 offset:30240
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[144:147], v[40:47]
-        ds_load_b128 v[244:247], v5 offset:50976
+        ds_load_b128 v[244:247], v5 offset:32544
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[144:147], v[48:55]
-        ds_load_b128 v[224:227], v5 offset:34864
+        ds_load_b128 v[224:227], v5 offset:16432
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[144:147], v[56:63]
-        ds_load_b128 v[228:231], v5 offset:37168
+        ds_load_b128 v[228:231], v5 offset:18736
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[144:147], v[64:71]
-        ds_load_b128 v[232:235], v5 offset:39472
+        ds_load_b128 v[232:235], v5 offset:21040
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[144:147], v[72:79]
-        ds_load_b128 v[236:239], v5 offset:41776
+        ds_load_b128 v[236:239], v5 offset:23344
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[144:147], v[80:87]
-        ds_load_b128 v[240:243], v5 offset:44080
+        ds_load_b128 v[240:243], v5 offset:25648
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[144:147], v[88:95]
-        ds_load_b128 v[244:247], v5 offset:46384
+        ds_load_b128 v[244:247], v5 offset:27952
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[152:155], v[32:39]
-        ds_load_b128 v[224:227], v5 offset:48688
+        ds_load_b128 v[224:227], v5 offset:30256
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[152:155], v[40:47]
-        ds_load_b128 v[228:231], v5 offset:50992
+        ds_load_b128 v[228:231], v5 offset:32560
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[152:155], v[48:55]
         s_wait_dscnt 4
@@ -18382,9 +18396,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
 // ==== gfx1201_sage_attention_fwd_asm_d64_bf16_pv16: head dim (D_pad) 64, output bf16, P.V fp16 ===============================
 // QK^T 16 WMMA + PV 16 WMMA (v_wmma_f32_16x16x16_f16) per 64-key tile; O^T = 4 d-tiles x 8 VGPRs;
 // Q^T 2 x 16 B per lane; staging 2 + 4 b128 loads per thread and tile; ring 10 slots.
-// LDS (26624 B): kbuf0 @0, kbuf1 @4096 (K tiles 4096 B, rows of
-// 64 B), vbuf0 @8192, vbuf1 @17408 (V^T tiles 9216 B, rows of 144 B).
-// Resources: 208 VGPRs -> 7 waves/SIMD by registers; 26624 B LDS per 4-wave workgroup.
+// LDS (17408 B): kbuf0 @0, kbuf1 @4096 (K tiles 4096 B, rows of
+// 64 B), vbuf0 @8192, vbuf1 @8192 (V^T tiles 9216 B, rows of 144 B).
+// Resources: 208 VGPRs -> 7 waves/SIMD by registers; 17408 B LDS per 4-wave workgroup.
 // Output: bf16 RNE, saturating at +-0x7f7f0000 (fp32 bits), d-tiles at or past
 // head_dim (the kernarg; zero-padded channels) not stored.
 //
@@ -19178,11 +19192,14 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
         ds_store_b128 v4, v[136:139] offset:0
-        ds_store_b128 v5, v[144:147] offset:17408
         ds_store_b128 v4, v[140:143] offset:2048
-        ds_store_b128 v5, v[148:151] offset:17424
-        ds_store_b128 v5, v[152:155] offset:17440
-        ds_store_b128 v5, v[156:159] offset:17456
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        ds_store_b128 v5, v[144:147] offset:8192
+        ds_store_b128 v5, v[148:151] offset:8208
+        ds_store_b128 v5, v[152:155] offset:8224
+        ds_store_b128 v5, v[156:159] offset:8240
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
@@ -19224,8 +19241,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         ds_load_b128 v[180:183], v2 offset:512
         ds_load_b128 v[184:187], v2 offset:1024
         ds_load_b128 v[188:191], v2 offset:1536
-        ds_load_b128 v[192:195], v3 offset:17408
-        ds_load_b128 v[196:199], v3 offset:19712
+        ds_load_b128 v[192:195], v3 offset:8192
+        ds_load_b128 v[196:199], v3 offset:10496
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
@@ -19406,7 +19423,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_exp_f32_e32 v107, v107
         v_dual_sub_f32 v111, v111, v14 :: v_dual_add_f32 v18, v105, v19
         v_wmma_i32_16x16x16_iu8 v[64:71], v[162:163], v[130:131], v[64:71] neg_lo:[1,1,0]
-        ds_load_b128 v[160:163], v3 offset:22016
+        ds_load_b128 v[160:163], v3 offset:12800
         v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
         v_exp_f32_e32 v108, v108
@@ -19415,7 +19432,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_exp_f32_e32 v109, v109
         v_dual_sub_f32 v113, v113, v14 :: v_dual_add_f32 v18, v19, v107
         v_wmma_i32_16x16x16_iu8 v[72:79], v[166:167], v[130:131], v[72:79] neg_lo:[1,1,0]
-        ds_load_b128 v[164:167], v3 offset:24320
+        ds_load_b128 v[164:167], v3 offset:15104
         v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
         v_exp_f32_e32 v110, v110
@@ -19424,7 +19441,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_exp_f32_e32 v111, v111
         v_dual_sub_f32 v115, v115, v14 :: v_dual_add_f32 v18, v109, v19
         v_wmma_i32_16x16x16_iu8 v[80:87], v[170:171], v[130:131], v[80:87] neg_lo:[1,1,0]
-        ds_load_b128 v[168:171], v3 offset:17424
+        ds_load_b128 v[168:171], v3 offset:8208
         v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
         v_exp_f32_e32 v112, v112
@@ -19433,7 +19450,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_exp_f32_e32 v113, v113
         v_dual_sub_f32 v117, v117, v14 :: v_dual_add_f32 v18, v19, v111
         v_wmma_i32_16x16x16_iu8 v[88:95], v[174:175], v[130:131], v[88:95] neg_lo:[1,1,0]
-        ds_load_b128 v[172:175], v3 offset:19728
+        ds_load_b128 v[172:175], v3 offset:10512
         v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
         v_exp_f32_e32 v114, v114
@@ -19477,7 +19494,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cvt_f16_f32_e64 v118, v118
         v_exp_f32_e32 v123, v123
         v_wmma_i32_16x16x16_iu8 v[64:71], v[178:179], v[134:135], v[64:71] neg_lo:[1,1,0]
-        ds_load_b128 v[176:179], v3 offset:22032
+        ds_load_b128 v[176:179], v3 offset:12816
         v_dual_sub_f32 v127, v127, v14 :: v_dual_add_f32 v18, v121, v19
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
@@ -19486,7 +19503,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cvt_f16_f32_e64 v120, v120
         v_exp_f32_e32 v125, v125
         v_wmma_i32_16x16x16_iu8 v[72:79], v[182:183], v[134:135], v[72:79] neg_lo:[1,1,0]
-        ds_load_b128 v[180:183], v3 offset:24336
+        ds_load_b128 v[180:183], v3 offset:15120
         v_add_f32 v18, v19, v123
         v_cvt_f16_f32_e64 v121, v121
         v_pack_b32_f16 v120, v120, v121
@@ -19495,7 +19512,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cvt_f16_f32_e64 v122, v122
         v_exp_f32_e32 v127, v127
         v_wmma_i32_16x16x16_iu8 v[80:87], v[186:187], v[134:135], v[80:87] neg_lo:[1,1,0]
-        ds_load_b128 v[184:187], v3 offset:17440
+        ds_load_b128 v[184:187], v3 offset:8224
         v_add_f32 v18, v19, v125
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
@@ -19504,7 +19521,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_add_f32 v18, v19, v127
         v_cvt_f16_f32_e64 v125, v125
         v_wmma_i32_16x16x16_iu8 v[88:95], v[190:191], v[134:135], v[88:95] neg_lo:[1,1,0]
-        ds_load_b128 v[188:191], v3 offset:19744
+        ds_load_b128 v[188:191], v3 offset:10528
         v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
@@ -19538,32 +19555,32 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_dual_mul_f32 v10, s72, v8 :: v_dual_subrev_f32 v65, s70, v65
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[192:195], v[96:99], v[32:39]
-        ds_load_b128 v[192:195], v3 offset:22048
+        ds_load_b128 v[192:195], v3 offset:12832
         v_dual_mov_b32 v11, v10 :: v_dual_subrev_f32 v64, s70, v64
         v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[196:199], v[96:99], v[40:47]
-        ds_load_b128 v[196:199], v3 offset:24352
+        ds_load_b128 v[196:199], v3 offset:15136
         v_dual_subrev_f32 v66, s70, v66 :: v_dual_subrev_f32 v67, s70, v67
         v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[160:163], v[96:99], v[48:55]
-        ds_load_b128 v[160:163], v3 offset:17456
+        ds_load_b128 v[160:163], v3 offset:8240
         v_dual_subrev_f32 v68, s70, v68 :: v_dual_subrev_f32 v69, s70, v69
         v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[56:63], v[164:167], v[96:99], v[56:63]
-        ds_load_b128 v[164:167], v3 offset:19760
+        ds_load_b128 v[164:167], v3 offset:10544
         v_dual_subrev_f32 v70, s70, v70 :: v_dual_subrev_f32 v71, s70, v71
         v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[168:171], v[104:107], v[32:39]
-        ds_load_b128 v[168:171], v3 offset:22064
+        ds_load_b128 v[168:171], v3 offset:12848
         v_dual_subrev_f32 v72, s70, v72 :: v_dual_subrev_f32 v73, s70, v73
         v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[172:175], v[104:107], v[40:47]
-        ds_load_b128 v[172:175], v3 offset:24368
+        ds_load_b128 v[172:175], v3 offset:15152
         v_dual_subrev_f32 v74, s70, v74 :: v_dual_subrev_f32 v75, s70, v75
         v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
         s_wait_dscnt 9
@@ -19610,8 +19627,11 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
         ds_store_b128 v4, v[136:139] offset:4096
-        ds_store_b128 v5, v[144:147] offset:8192
         ds_store_b128 v4, v[140:143] offset:6144
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        ds_store_b128 v5, v[144:147] offset:8192
         ds_store_b128 v5, v[148:151] offset:8208
         ds_store_b128 v5, v[152:155] offset:8224
         ds_store_b128 v5, v[156:159] offset:8240
@@ -19956,16 +19976,16 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
 .Ld64_bf16_pv16_last_1:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
-        ds_load_b128 v[160:163], v3 offset:17408
-        ds_load_b128 v[164:167], v3 offset:19712
-        ds_load_b128 v[168:171], v3 offset:22016
-        ds_load_b128 v[172:175], v3 offset:24320
-        ds_load_b128 v[176:179], v3 offset:17424
-        ds_load_b128 v[180:183], v3 offset:19728
-        ds_load_b128 v[184:187], v3 offset:22032
-        ds_load_b128 v[188:191], v3 offset:24336
-        ds_load_b128 v[192:195], v3 offset:17440
-        ds_load_b128 v[196:199], v3 offset:19744
+        ds_load_b128 v[160:163], v3 offset:8192
+        ds_load_b128 v[164:167], v3 offset:10496
+        ds_load_b128 v[168:171], v3 offset:12800
+        ds_load_b128 v[172:175], v3 offset:15104
+        ds_load_b128 v[176:179], v3 offset:8208
+        ds_load_b128 v[180:183], v3 offset:10512
+        ds_load_b128 v[184:187], v3 offset:12816
+        ds_load_b128 v[188:191], v3 offset:15120
+        ds_load_b128 v[192:195], v3 offset:8224
+        ds_load_b128 v[196:199], v3 offset:10528
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
@@ -20244,22 +20264,22 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         // ---- phase Y: PV(t) x 32 WMMA ------------------------------------------------------------------------
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[160:163], v[96:99], v[32:39]
-        ds_load_b128 v[160:163], v3 offset:22048
+        ds_load_b128 v[160:163], v3 offset:12832
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[164:167], v[96:99], v[40:47]
-        ds_load_b128 v[164:167], v3 offset:24352
+        ds_load_b128 v[164:167], v3 offset:15136
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[168:171], v[96:99], v[48:55]
-        ds_load_b128 v[168:171], v3 offset:17456
+        ds_load_b128 v[168:171], v3 offset:8240
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[56:63], v[172:175], v[96:99], v[56:63]
-        ds_load_b128 v[172:175], v3 offset:19760
+        ds_load_b128 v[172:175], v3 offset:10544
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[176:179], v[104:107], v[32:39]
-        ds_load_b128 v[176:179], v3 offset:22064
+        ds_load_b128 v[176:179], v3 offset:12848
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[180:183], v[104:107], v[40:47]
-        ds_load_b128 v[180:183], v3 offset:24368
+        ds_load_b128 v[180:183], v3 offset:15152
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[184:187], v[104:107], v[48:55]
         s_wait_dscnt 8
@@ -20849,9 +20869,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
 // ==== gfx1201_sage_attention_fwd_asm_d64_fp16_pv16: head dim (D_pad) 64, output fp16, P.V fp16 ===============================
 // QK^T 16 WMMA + PV 16 WMMA (v_wmma_f32_16x16x16_f16) per 64-key tile; O^T = 4 d-tiles x 8 VGPRs;
 // Q^T 2 x 16 B per lane; staging 2 + 4 b128 loads per thread and tile; ring 10 slots.
-// LDS (26624 B): kbuf0 @0, kbuf1 @4096 (K tiles 4096 B, rows of
-// 64 B), vbuf0 @8192, vbuf1 @17408 (V^T tiles 9216 B, rows of 144 B).
-// Resources: 208 VGPRs -> 7 waves/SIMD by registers; 26624 B LDS per 4-wave workgroup.
+// LDS (17408 B): kbuf0 @0, kbuf1 @4096 (K tiles 4096 B, rows of
+// 64 B), vbuf0 @8192, vbuf1 @8192 (V^T tiles 9216 B, rows of 144 B).
+// Resources: 208 VGPRs -> 7 waves/SIMD by registers; 17408 B LDS per 4-wave workgroup.
 // Output: fp16 RNE, saturating at +-0x477fe000 (fp32 bits), d-tiles at or past
 // head_dim (the kernarg; zero-padded channels) not stored.
 //
@@ -21645,11 +21665,14 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
         ds_store_b128 v4, v[136:139] offset:0
-        ds_store_b128 v5, v[144:147] offset:17408
         ds_store_b128 v4, v[140:143] offset:2048
-        ds_store_b128 v5, v[148:151] offset:17424
-        ds_store_b128 v5, v[152:155] offset:17440
-        ds_store_b128 v5, v[156:159] offset:17456
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        ds_store_b128 v5, v[144:147] offset:8192
+        ds_store_b128 v5, v[148:151] offset:8208
+        ds_store_b128 v5, v[152:155] offset:8224
+        ds_store_b128 v5, v[156:159] offset:8240
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
@@ -21691,8 +21714,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         ds_load_b128 v[180:183], v2 offset:512
         ds_load_b128 v[184:187], v2 offset:1024
         ds_load_b128 v[188:191], v2 offset:1536
-        ds_load_b128 v[192:195], v3 offset:17408
-        ds_load_b128 v[196:199], v3 offset:19712
+        ds_load_b128 v[192:195], v3 offset:8192
+        ds_load_b128 v[196:199], v3 offset:10496
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
@@ -21873,7 +21896,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_exp_f32_e32 v107, v107
         v_dual_sub_f32 v111, v111, v14 :: v_dual_add_f32 v18, v105, v19
         v_wmma_i32_16x16x16_iu8 v[64:71], v[162:163], v[130:131], v[64:71] neg_lo:[1,1,0]
-        ds_load_b128 v[160:163], v3 offset:22016
+        ds_load_b128 v[160:163], v3 offset:12800
         v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
         v_exp_f32_e32 v108, v108
@@ -21882,7 +21905,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_exp_f32_e32 v109, v109
         v_dual_sub_f32 v113, v113, v14 :: v_dual_add_f32 v18, v19, v107
         v_wmma_i32_16x16x16_iu8 v[72:79], v[166:167], v[130:131], v[72:79] neg_lo:[1,1,0]
-        ds_load_b128 v[164:167], v3 offset:24320
+        ds_load_b128 v[164:167], v3 offset:15104
         v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
         v_exp_f32_e32 v110, v110
@@ -21891,7 +21914,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_exp_f32_e32 v111, v111
         v_dual_sub_f32 v115, v115, v14 :: v_dual_add_f32 v18, v109, v19
         v_wmma_i32_16x16x16_iu8 v[80:87], v[170:171], v[130:131], v[80:87] neg_lo:[1,1,0]
-        ds_load_b128 v[168:171], v3 offset:17424
+        ds_load_b128 v[168:171], v3 offset:8208
         v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
         v_exp_f32_e32 v112, v112
@@ -21900,7 +21923,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_exp_f32_e32 v113, v113
         v_dual_sub_f32 v117, v117, v14 :: v_dual_add_f32 v18, v19, v111
         v_wmma_i32_16x16x16_iu8 v[88:95], v[174:175], v[130:131], v[88:95] neg_lo:[1,1,0]
-        ds_load_b128 v[172:175], v3 offset:19728
+        ds_load_b128 v[172:175], v3 offset:10512
         v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
         v_exp_f32_e32 v114, v114
@@ -21944,7 +21967,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cvt_f16_f32_e64 v118, v118
         v_exp_f32_e32 v123, v123
         v_wmma_i32_16x16x16_iu8 v[64:71], v[178:179], v[134:135], v[64:71] neg_lo:[1,1,0]
-        ds_load_b128 v[176:179], v3 offset:22032
+        ds_load_b128 v[176:179], v3 offset:12816
         v_dual_sub_f32 v127, v127, v14 :: v_dual_add_f32 v18, v121, v19
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
@@ -21953,7 +21976,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cvt_f16_f32_e64 v120, v120
         v_exp_f32_e32 v125, v125
         v_wmma_i32_16x16x16_iu8 v[72:79], v[182:183], v[134:135], v[72:79] neg_lo:[1,1,0]
-        ds_load_b128 v[180:183], v3 offset:24336
+        ds_load_b128 v[180:183], v3 offset:15120
         v_add_f32 v18, v19, v123
         v_cvt_f16_f32_e64 v121, v121
         v_pack_b32_f16 v120, v120, v121
@@ -21962,7 +21985,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cvt_f16_f32_e64 v122, v122
         v_exp_f32_e32 v127, v127
         v_wmma_i32_16x16x16_iu8 v[80:87], v[186:187], v[134:135], v[80:87] neg_lo:[1,1,0]
-        ds_load_b128 v[184:187], v3 offset:17440
+        ds_load_b128 v[184:187], v3 offset:8224
         v_add_f32 v18, v19, v125
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
@@ -21971,7 +21994,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_add_f32 v18, v19, v127
         v_cvt_f16_f32_e64 v125, v125
         v_wmma_i32_16x16x16_iu8 v[88:95], v[190:191], v[134:135], v[88:95] neg_lo:[1,1,0]
-        ds_load_b128 v[188:191], v3 offset:19744
+        ds_load_b128 v[188:191], v3 offset:10528
         v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
@@ -22005,32 +22028,32 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_dual_mul_f32 v10, s72, v8 :: v_dual_subrev_f32 v65, s70, v65
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[192:195], v[96:99], v[32:39]
-        ds_load_b128 v[192:195], v3 offset:22048
+        ds_load_b128 v[192:195], v3 offset:12832
         v_dual_mov_b32 v11, v10 :: v_dual_subrev_f32 v64, s70, v64
         v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[196:199], v[96:99], v[40:47]
-        ds_load_b128 v[196:199], v3 offset:24352
+        ds_load_b128 v[196:199], v3 offset:15136
         v_dual_subrev_f32 v66, s70, v66 :: v_dual_subrev_f32 v67, s70, v67
         v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[160:163], v[96:99], v[48:55]
-        ds_load_b128 v[160:163], v3 offset:17456
+        ds_load_b128 v[160:163], v3 offset:8240
         v_dual_subrev_f32 v68, s70, v68 :: v_dual_subrev_f32 v69, s70, v69
         v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[56:63], v[164:167], v[96:99], v[56:63]
-        ds_load_b128 v[164:167], v3 offset:19760
+        ds_load_b128 v[164:167], v3 offset:10544
         v_dual_subrev_f32 v70, s70, v70 :: v_dual_subrev_f32 v71, s70, v71
         v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[168:171], v[104:107], v[32:39]
-        ds_load_b128 v[168:171], v3 offset:22064
+        ds_load_b128 v[168:171], v3 offset:12848
         v_dual_subrev_f32 v72, s70, v72 :: v_dual_subrev_f32 v73, s70, v73
         v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[172:175], v[104:107], v[40:47]
-        ds_load_b128 v[172:175], v3 offset:24368
+        ds_load_b128 v[172:175], v3 offset:15152
         v_dual_subrev_f32 v74, s70, v74 :: v_dual_subrev_f32 v75, s70, v75
         v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
         s_wait_dscnt 9
@@ -22077,8 +22100,11 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
         ds_store_b128 v4, v[136:139] offset:4096
-        ds_store_b128 v5, v[144:147] offset:8192
         ds_store_b128 v4, v[140:143] offset:6144
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        ds_store_b128 v5, v[144:147] offset:8192
         ds_store_b128 v5, v[148:151] offset:8208
         ds_store_b128 v5, v[152:155] offset:8224
         ds_store_b128 v5, v[156:159] offset:8240
@@ -22423,16 +22449,16 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
 .Ld64_fp16_pv16_last_1:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
-        ds_load_b128 v[160:163], v3 offset:17408
-        ds_load_b128 v[164:167], v3 offset:19712
-        ds_load_b128 v[168:171], v3 offset:22016
-        ds_load_b128 v[172:175], v3 offset:24320
-        ds_load_b128 v[176:179], v3 offset:17424
-        ds_load_b128 v[180:183], v3 offset:19728
-        ds_load_b128 v[184:187], v3 offset:22032
-        ds_load_b128 v[188:191], v3 offset:24336
-        ds_load_b128 v[192:195], v3 offset:17440
-        ds_load_b128 v[196:199], v3 offset:19744
+        ds_load_b128 v[160:163], v3 offset:8192
+        ds_load_b128 v[164:167], v3 offset:10496
+        ds_load_b128 v[168:171], v3 offset:12800
+        ds_load_b128 v[172:175], v3 offset:15104
+        ds_load_b128 v[176:179], v3 offset:8208
+        ds_load_b128 v[180:183], v3 offset:10512
+        ds_load_b128 v[184:187], v3 offset:12816
+        ds_load_b128 v[188:191], v3 offset:15120
+        ds_load_b128 v[192:195], v3 offset:8224
+        ds_load_b128 v[196:199], v3 offset:10528
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
@@ -22711,22 +22737,22 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         // ---- phase Y: PV(t) x 32 WMMA ------------------------------------------------------------------------
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[160:163], v[96:99], v[32:39]
-        ds_load_b128 v[160:163], v3 offset:22048
+        ds_load_b128 v[160:163], v3 offset:12832
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[164:167], v[96:99], v[40:47]
-        ds_load_b128 v[164:167], v3 offset:24352
+        ds_load_b128 v[164:167], v3 offset:15136
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[168:171], v[96:99], v[48:55]
-        ds_load_b128 v[168:171], v3 offset:17456
+        ds_load_b128 v[168:171], v3 offset:8240
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[56:63], v[172:175], v[96:99], v[56:63]
-        ds_load_b128 v[172:175], v3 offset:19760
+        ds_load_b128 v[172:175], v3 offset:10544
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[176:179], v[104:107], v[32:39]
-        ds_load_b128 v[176:179], v3 offset:22064
+        ds_load_b128 v[176:179], v3 offset:12848
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[180:183], v[104:107], v[40:47]
-        ds_load_b128 v[180:183], v3 offset:24368
+        ds_load_b128 v[180:183], v3 offset:15152
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[184:187], v[104:107], v[48:55]
         s_wait_dscnt 8
@@ -23356,7 +23382,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .end_amdhsa_kernel
         .p2align 6
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d128_bf16_pv16
-          .amdhsa_group_segment_fixed_size 53248
+          .amdhsa_group_segment_fixed_size 34816
           .amdhsa_private_segment_fixed_size 0
           .amdhsa_kernarg_size 160
           .amdhsa_user_sgpr_count 2
@@ -23375,7 +23401,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .end_amdhsa_kernel
         .p2align 6
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d128_fp16_pv16
-          .amdhsa_group_segment_fixed_size 53248
+          .amdhsa_group_segment_fixed_size 34816
           .amdhsa_private_segment_fixed_size 0
           .amdhsa_kernarg_size 160
           .amdhsa_user_sgpr_count 2
@@ -23394,7 +23420,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .end_amdhsa_kernel
         .p2align 6
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d64_bf16_pv16
-          .amdhsa_group_segment_fixed_size 26624
+          .amdhsa_group_segment_fixed_size 17408
           .amdhsa_private_segment_fixed_size 0
           .amdhsa_kernarg_size 160
           .amdhsa_user_sgpr_count 2
@@ -23413,7 +23439,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .end_amdhsa_kernel
         .p2align 6
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d64_fp16_pv16
-          .amdhsa_group_segment_fixed_size 26624
+          .amdhsa_group_segment_fixed_size 17408
           .amdhsa_private_segment_fixed_size 0
           .amdhsa_kernarg_size 160
           .amdhsa_user_sgpr_count 2
@@ -23593,7 +23619,7 @@ amdhsa.kernels:
     .symbol:          gfx1201_sage_attention_fwd_asm_d128_bf16_pv16.kd
     .kernarg_segment_size: 160
     .kernarg_segment_align: 8
-    .group_segment_fixed_size: 53248
+    .group_segment_fixed_size: 34816
     .private_segment_fixed_size: 0
     .wavefront_size:  32
     .sgpr_count:      100
@@ -23631,7 +23657,7 @@ amdhsa.kernels:
     .symbol:          gfx1201_sage_attention_fwd_asm_d128_fp16_pv16.kd
     .kernarg_segment_size: 160
     .kernarg_segment_align: 8
-    .group_segment_fixed_size: 53248
+    .group_segment_fixed_size: 34816
     .private_segment_fixed_size: 0
     .wavefront_size:  32
     .sgpr_count:      100
@@ -23669,7 +23695,7 @@ amdhsa.kernels:
     .symbol:          gfx1201_sage_attention_fwd_asm_d64_bf16_pv16.kd
     .kernarg_segment_size: 160
     .kernarg_segment_align: 8
-    .group_segment_fixed_size: 26624
+    .group_segment_fixed_size: 17408
     .private_segment_fixed_size: 0
     .wavefront_size:  32
     .sgpr_count:      100
@@ -23707,7 +23733,7 @@ amdhsa.kernels:
     .symbol:          gfx1201_sage_attention_fwd_asm_d64_fp16_pv16.kd
     .kernarg_segment_size: 160
     .kernarg_segment_align: 8
-    .group_segment_fixed_size: 26624
+    .group_segment_fixed_size: 17408
     .private_segment_fixed_size: 0
     .wavefront_size:  32
     .sgpr_count:      100
