@@ -197,7 +197,7 @@ STRUCTS: dict[str, KernargStruct] = {
     "sage_prepare.stats": PREPARE_STATS_ARGS,
     "sage_prepare.reduce": PREPARE_REDUCE_ARGS,
     "sage_prepare.quant": PREPARE_QUANT_ARGS,
-}
+}  # the predictor's structs are added at the end of this module (its own section)
 
 
 def struct_for(op: str) -> KernargStruct:
@@ -217,3 +217,83 @@ def s_pad(S: int) -> int:
 def d_pad(D: int) -> int:
     """The native head dim D is padded to: 64 for D <= 64, else 128."""
     return HEAD_DIMS_NATIVE[0] if D <= HEAD_DIMS_NATIVE[0] else HEAD_DIMS_NATIVE[1]
+
+
+# ---------------------------------------------------------------------------------------------- predictor
+# asm_src/gfx1201_sage_predict.hip (sage_co/ops/predict.py packs them; docs/numerics.md §Predictor): pool ships one
+# symbol per in_dtype (manifest key column), select one symbol.
+PREDICT_POOL_OP = "sage_predict.pool"
+PREDICT_SELECT_OP = "sage_predict.select"
+PREDICT_CHANNELS = 128    # pooled means are zero-padded to 128 channels (32 lanes x 4: the pool kernel's tree)
+PREDICT_LDS_ENTRY = 12    # bytes of select's dynamic LDS per sorted entry: a u64 sort key + the u32 score/mass slot
+PREDICT_MAX_LDS = 65536   # LDS one workgroup may allocate (docs/rdna4.md §Occupancy)
+PREDICT_MAX_KEY_BLOCKS = 4096   # the largest power of two N with N * PREDICT_LDS_ENTRY <= PREDICT_MAX_LDS
+
+
+def predict_sort_len(n_kv: int) -> int:
+    """N: the select kernel's bitonic sort length, the next power of two >= max(n_kv, 2)."""
+    return max(2, 1 << (n_kv - 1).bit_length())
+
+
+PREDICT_MASS_BITS = 31    # integer masses: W = sum of n_kv masses stays below 2^31; cdf_fixed = cdf * 2^31
+PREDICT_BLOCK = (WAVE_SIZE, 1, 1)
+
+PREDICT_POOL_ARGS = KernargStruct(PREDICT_POOL_OP, [
+    Field("q", "ptr", 0),            # bf16/fp16 [B, S_q, H_q, D] (strided, flat view)
+    Field("k", "ptr", 8),            # [B, S_kv, H_kv, D]
+    Field("q_mean", "ptr", 16),      # fp32 [B, H_q, n_q, 128] out
+    Field("q_sim", "ptr", 24),       # fp32 [B, H_q, n_q] out
+    Field("k_mean", "ptr", 32),      # fp32 [B, H_kv, n_kv, 128] out
+    Field("k_sim", "ptr", 40),       # fp32 [B, H_kv, n_kv] out
+    Field("S_q", "u32", 48),
+    Field("S_kv", "u32", 52),
+    Field("H_q", "u32", 56),
+    Field("H_kv", "u32", 60),
+    Field("n_q", "u32", 64),         # ceil(S_q / 64)
+    Field("n_kv", "u32", 68),        # ceil(S_kv / 64)
+    Field("D", "u32", 72),
+    Field("q_sb", "u32", 76), Field("q_ss", "u32", 80), Field("q_sh", "u32", 84),   # element strides
+    Field("k_sb", "u32", 88), Field("k_ss", "u32", 92), Field("k_sh", "u32", 96),
+], size=100)
+
+PREDICT_SELECT_ARGS = KernargStruct(PREDICT_SELECT_OP, [
+    Field("q_mean", "ptr", 0),       # from pool
+    Field("q_sim", "ptr", 8),
+    Field("k_mean", "ptr", 16),
+    Field("k_sim", "ptr", 24),
+    Field("mask", "ptr", 32),        # u8 [B, H_q, n_q, n_kv] out (0/1: torch.bool)
+    Field("kv_group_magic", "u64", 40),   # kv_group_magic(H_q // H_kv)
+    Field("n_q", "u32", 48),
+    Field("n_kv", "u32", 52),
+    Field("H_q", "u32", 56),
+    Field("H_kv", "u32", 60),
+    Field("D", "u32", 64),
+    Field("score_scale", "f32", 68),      # float32(softmax_scale * log2 e)
+    Field("sim_threshold", "f32", 72),    # float32(simthreshd)
+    Field("mass_scale", "f32", 76),       # 2^k, k = min(24, 31 - ceil(log2 n_kv))
+    Field("cdf_fixed", "u32", 80),        # max(1, rne(cdf_threshold * 2^31))
+    Field("topk_count", "u32", 84),       # predict_topk_count(); 0 = cdf mode
+], size=88)
+
+STRUCTS[PREDICT_POOL_OP] = PREDICT_POOL_ARGS
+STRUCTS[PREDICT_SELECT_OP] = PREDICT_SELECT_ARGS
+
+
+def predict_mass_scale(n_kv: int) -> float:
+    """2^k, k = min(24, 31 - ceil(log2 n_kv)): the integer masses rint(e * 2^k) of n_kv key blocks (e <= 1) sum below
+    2^31 (docs/numerics.md §Predictor)."""
+    return float(2 ** min(24, PREDICT_MASS_BITS - (n_kv - 1).bit_length()))
+
+
+def predict_cdf_fixed(cdf_threshold: float) -> int:
+    """cdf_threshold in 1.31 fixed point, at least 1 (the top-ranked key block is always kept)."""
+    return max(1, round(float(cdf_threshold) * 2 ** PREDICT_MASS_BITS))
+
+
+def predict_topk_count(topk: float | None, n_kv: int, cdf_threshold: float = 0.0) -> int:
+    """Key blocks kept per query block by rank alone: ceil(topk * n_kv) (float64 product); n_kv when topk is None and
+    cdf_threshold >= 1 (the whole mass: every block, also those whose integer mass rounds to 0); else 0 (cdf mode)."""
+    import math
+    if topk is not None:
+        return math.ceil(float(topk) * n_kv)
+    return n_kv if cdf_threshold >= 1.0 else 0

@@ -221,8 +221,8 @@ def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False,
     is_causal: query i sees keys j <= i + S_kv - S_q (bottom-right aligned, as flash-attention >= 2.1).
     block_mask: bool [B, H_q, ceil(S_q / BLOCK_Q), ceil(S_kv / BLOCK_KV)]: the key tiles each query tile attends
     (the kernel visits only those: time ~ density); combines with is_causal. sparsity="auto": block_mask =
-    sage_co.predict_block_mask(q, k, cdf_threshold=...) (SpargeAttn's prediction). Rows that see no key output
-    zeros and LSE -inf (docs/numerics.md §Masks)."""
+    sage_co.predict_block_mask(q, k, cdf_threshold=..., backend=backend) (SpargeAttn's prediction, on the
+    predictor kernels). Rows that see no key output zeros and LSE -inf (docs/numerics.md §Masks)."""
     chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
                                       q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
                                       sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype)
@@ -240,7 +240,7 @@ def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False,
             raise ValueError("sparsity: \"auto\" predicts the block mask; do not also pass block_mask")
         from .sparse import predict_block_mask
         block_mask = predict_block_mask(q, k, cdf_threshold=cdf_threshold, softmax_scale=chk.softmax_scale,
-                                        layout=layout)
+                                        layout=layout, backend=backend)   # the predictor kernels
     sh = chk.shapes
     masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
     out, lse = _attention_op(q, k, v, chk.softmax_scale, layout, bool(smooth_k), q_norm_weight, k_norm_weight,

@@ -126,6 +126,8 @@ def environment(report: Report) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------------ cases
+PREDICT_KW = {"cdf_threshold": 0.9, "simthreshd": -1.0}   # the predictor check (docs/numerics.md §Predictor)
+
 def inputs(B, S, H, config: str, device="cpu", seed=0):
     import torch
     g = torch.Generator().manual_seed(seed)
@@ -203,6 +205,12 @@ def emulator_case(report: Report, B, S, H, config: str) -> dict:
             m = accuracy.metrics(o, fp32)
             report.add(f"{tag}: attention[{variant}] accuracy contract vs FP32", accuracy.within_contract(m),
                        f"cosine {m['cosine']:.5f}, outside band {100 * m['outside_band']:.3f} %")
+    if config == "plain":   # the block-mask predictor (simthreshd -1: every block ranked, a non-trivial mask)
+        from .sparse import predict_block_mask
+        m = predict_block_mask(q, k, **PREDICT_KW, backend="emu")
+        ok = same_bits(m, predict_block_mask(q, k, **PREDICT_KW, backend="torch"))
+        report.add(f"{tag}: predictor mask == torch spec (bit for bit)", ok, f"density {m.float().mean():.3f}")
+        out["predict"] = m
     out["inputs"] = ((q, k, v), kw)
     return out
 
@@ -216,6 +224,10 @@ def gpu_case(report: Report, device: int, B, S, H, config: str, emu: dict) -> No
     differ = [n for n in fields if not same_bits(getattr(prepared, n), getattr(emu["prepared"], n))]
     report.add(f"{tag}: prepare == emulator (bit for bit, all fields)", not differ,
                f"differ: {differ}" if differ else "")
+    if "predict" in emu:
+        from .sparse import predict_block_mask
+        ok = same_bits(predict_block_mask(q, k, **PREDICT_KW, backend="hip"), emu["predict"])
+        report.add(f"{tag}: predictor mask == emulator (bit for bit)", ok)
     for variant, (eo, el) in emu["attention"].items():
         o, lse = api.sage_attention_fwd(prepared, backend="hip", kernel=variant, return_lse=True)
         ok = same_bits(o, eo) and same_bits(lse, el)

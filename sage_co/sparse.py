@@ -2,8 +2,11 @@
 patterns for video token grids. Every function returns a bool block_mask [B, H_q, ceil(S_q / BLOCK_Q),
 ceil(S_kv / BLOCK_KV)] for sage_attention(..., block_mask=...).
 
-predict_block_mask is the torch implementation (runs on any device, here the reference); a gfx1201 kernel for it is
-not shipped yet: its cost is O(S^2 / 64^2 * D) pooled-score work, small next to the attention it prunes.
+predict_block_mask runs as two gfx1201 kernels (asm_src/gfx1201_sage_predict.hip, host side sage_co/ops/predict.py)
+on the emu / hip backends; backend="torch" runs its torch implementation below, which is the spec
+(docs/numerics.md §Predictor) the kernels match bit for bit. Its cost is O(S^2 / 64^2 * D) pooled-score work plus
+one read of Q and K, small next to the attention it prunes (docs/performance.md §Predictor and block-sparse
+attention).
 """
 from __future__ import annotations
 
@@ -11,59 +14,155 @@ import math
 
 import torch
 
-from . import validate
+from . import abi, validate
 from .masks import BLOCK_KV, BLOCK_Q, n_tiles
+from .reference import fp32_div, fp32_sqrt, q_multiplier
+
+PREDICT_BACKENDS = ("torch",) + validate.BACKENDS   # backend= of predict_block_mask ("torch": the spec in torch)
+FLT_MIN = 2.0 ** -126
+EXP2_CUTOFF = -32.0          # exp2_poly(x) = 0 below (its mass rint(e * 2^k), k <= 24, would be 0)
+# 2^f on [0, 1): p(f) = 1 + f * (C1 + f * (C2 + ... + f * C6)), least-squares coefficients rounded to fp32
+EXP2_COEFFS = tuple(float.fromhex(h) for h in ("0x1.62e42cp-1", "0x1.ebfd5ap-3", "0x1.c688f0p-5", "0x1.3d0c40p-7",
+                                               "0x1.46d326p-10", "0x1.c54640p-13"))
+
+
+def _lane_tree(v: torch.Tensor) -> torch.Tensor:
+    """[..., 128] fp32 -> [...]: the pool kernel's channel sum. Lane L holds channels 4L..4L+3 and sums them in
+    order, then butterfly steps lane ^ 16, 8, 4, 2, 1 (each lane adds its partner's partial: s[:w] + s[w:2w])."""
+    v = v.unflatten(-1, (32, 4))
+    s = ((v[..., 0] + v[..., 1]) + v[..., 2]) + v[..., 3]
+    for w in (16, 8, 4, 2, 1):
+        s = s[..., :w] + s[..., w:2 * w]
+    return s[..., 0]
 
 
 def _pool(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """x fp32 [B, H, S, D] -> (mean per block [B, H, n, D], self-similarity per block [B, H, n]: the mean cosine
-    similarity of every token pair of the block, ||sum_t x_t/|x_t| ||^2 / n^2, tail blocks over their real tokens)."""
-    B, H, S, D = x.shape
+    """x [B, S, H, D] (NHD view, bf16/fp16) -> (mean [B, H, n, 128] fp32, self-similarity sim [B, H, n] fp32).
+    Per block of n real tokens, in token order: acc += x; r = sqrt(tree(x * x)), FLT_MIN when r < FLT_MIN;
+    usum += x * (1 / r). mean = acc / n, sim = tree(usum * usum) / (n * n) (the mean cosine similarity of the
+    block's token pairs). Tail tokens past S are zeros here: adding them is exact (acc and usum are never -0)."""
+    B, S, H, D = x.shape
     n = n_tiles(S, block)
-    pad = n * block - S
-    xp = torch.nn.functional.pad(x, (0, 0, 0, pad)).view(B, H, n, block, D)
+    xf = x.float().transpose(1, 2)                                           # [B, H, S, D], exact
+    xf = torch.nn.functional.pad(xf, (0, abi.PREDICT_CHANNELS - D, 0, n * block - S))
+    xb = xf.view(B, H, n, block, abi.PREDICT_CHANNELS)
+    acc = torch.zeros(B, H, n, abi.PREDICT_CHANNELS, device=x.device)
+    usum = torch.zeros_like(acc)
+    tiny = torch.tensor(FLT_MIN, dtype=torch.float32, device=x.device)
+    for t in range(block):
+        xt = xb[:, :, :, t]
+        acc = acc + xt
+        r = fp32_sqrt(_lane_tree(xt * xt))
+        inv = fp32_div(1.0, torch.where(r < tiny, tiny, r))
+        usum = usum + xt * inv[..., None]
     cnt = torch.full((n,), float(block), device=x.device)
-    cnt[-1] = block - pad
-    mean = xp.sum(3) / cnt[:, None]
-    unit = torch.nn.functional.normalize(xp, dim=-1)           # padded rows stay 0
-    sim = unit.sum(3).pow(2).sum(-1) / cnt.pow(2)
+    cnt[-1] = S - (n - 1) * block
+    mean = fp32_div(acc, cnt[:, None])
+    sim = fp32_div(_lane_tree(usum * usum), cnt * cnt)
     return mean, sim
+
+
+def _exp2_mass(x: torch.Tensor, mass_scale: float) -> torch.Tensor:
+    """x = t - max_j t <= 0 (fp32) -> int64 masses rint(exp2_poly(x) * mass_scale): n = floor(x), f = x - n,
+    p = Horner polynomial (separate multiply and add), e = p * 2^n (exact); 0 below EXP2_CUTOFF."""
+    small = x < EXP2_CUTOFF
+    xc = torch.where(small, torch.full_like(x, EXP2_CUTOFF), x)
+    n = torch.floor(xc)
+    f = xc - n
+    a = torch.full_like(f, EXP2_COEFFS[5])
+    for c in reversed(EXP2_COEFFS[:5]):
+        a = a * f + c
+    p = 1.0 + a * f
+    pow2 = ((n.to(torch.int32) + 127) << 23).view(torch.float32)           # 2^n, n in [-32, 0]
+    w = torch.round((p * pow2) * mass_scale)
+    return torch.where(small, torch.zeros_like(w), w).to(torch.int64)
+
+
+def _predict_torch(qn: torch.Tensor, kn: torch.Tensor, sh: validate.Shapes, scale: float, cdf_threshold: float,
+                   topk: float | None, simthreshd: float) -> torch.Tensor:
+    """The spec (docs/numerics.md §Predictor) in torch on NHD views; bool [B, H_q, n_q, n_kv]."""
+    dev = qn.device
+    g = torch.arange(sh.H_q, device=dev) // (sh.H_q // sh.H_kv)
+    qm, qsim = _pool(qn, BLOCK_Q)
+    km, ksim = _pool(kn, BLOCK_KV)
+    km, ksim = km[:, g], ksim[:, g]
+    n_kv = km.shape[2]
+    s = torch.zeros(sh.B, sh.H_q, qm.shape[2], n_kv, device=dev)
+    for d in range(sh.D):                                    # in order, separate multiply and add
+        s = s + qm[..., d, None] * km[..., None, :, d]
+    t = s * torch.tensor(q_multiplier(scale), dtype=torch.float32, device=dev)
+    thr = torch.tensor(simthreshd, dtype=torch.float32, device=dev)
+    finite = torch.isfinite(t)
+    bad = ~finite.all(-1)                                    # such a row cannot be ranked: it keeps every block
+    t = torch.where(finite, t, torch.zeros_like(t)) + 0.0    # + 0.0: -0 -> +0 (they rank as equal)
+    w = _exp2_mass(t - t.amax(-1, keepdim=True), abi.predict_mass_scale(n_kv))
+    order = torch.argsort(-t, dim=-1, stable=True)            # rank: larger t first, ties by lower index
+    count = abi.predict_topk_count(topk, n_kv, cdf_threshold)
+    if count:
+        keep_sorted = (torch.arange(n_kv, device=dev) < count).expand(order.shape)
+    else:
+        w_sorted = w.gather(-1, order)
+        above = w_sorted.cumsum(-1) - w_sorted               # int64: exact in any order
+        keep_sorted = (above << abi.PREDICT_MASS_BITS) < abi.predict_cdf_fixed(cdf_threshold) * w.sum(-1, keepdim=True)
+    mask = torch.zeros(order.shape, dtype=torch.bool, device=dev).scatter(-1, order, keep_sorted)
+    mask |= bad[..., None]
+    mask |= (~(qsim >= thr))[..., :, None]
+    mask |= (~(ksim >= thr))[..., None, :]
+    return mask
 
 
 def predict_block_mask(q: torch.Tensor, k: torch.Tensor, *, cdf_threshold: float = 0.9, topk: float | None = None,
                        simthreshd: float = 0.6, softmax_scale: float | None = None,
-                       layout: str = "NHD") -> torch.Tensor:
+                       layout: str = "NHD", backend: str | None = None) -> torch.Tensor:
     """SpargeAttn's block mask: Q and K mean-pooled per BLOCK_Q / BLOCK_KV tokens; pooled scores
-    softmax(q_pool . k_pool * softmax_scale) per query block; each query block keeps the smallest set of key blocks
-    whose probability mass reaches cdf_threshold (or, with topk, the ceil(topk * n_kv) largest). Blocks whose
-    tokens are not self-similar (mean pairwise cosine < simthreshd) cannot be summarised by their mean: such a
-    query block keeps every key block, such a key block is kept by every query block."""
+    q_pool . k_pool * softmax_scale, softmax in base 2 per query block; each query block keeps the smallest set of
+    top-ranked key blocks whose probability mass reaches cdf_threshold (the blocks ranked above a kept block hold
+    less than cdf_threshold), or, with topk, the ceil(topk * n_kv) highest ranked. Blocks whose tokens are not
+    self-similar (mean pairwise cosine not >= simthreshd) cannot be summarised by their mean: such a query block
+    keeps every key block, such a key block is kept by every query block. The exact arithmetic (bit for bit the
+    same on every backend) is docs/numerics.md §Predictor.
+
+    backend: None picks by device (CPU -> the emulator, a gfx1201 GPU -> hip; the kernels), "emu" / "hip", or
+    "torch" (the torch implementation of the spec, any device)."""
     sh, qn, kn, _ = validate.check_qkv(q, k, k, layout)
     scale = validate.check_softmax_scale(softmax_scale, sh.D)
-    if not (isinstance(cdf_threshold, (int, float)) and 0.0 < cdf_threshold <= 1.0):
+    if isinstance(cdf_threshold, bool) or not (isinstance(cdf_threshold, (int, float)) and 0.0 < cdf_threshold <= 1.0):
         raise ValueError(f"cdf_threshold: expected a number in (0, 1], got {cdf_threshold!r}")
-    if topk is not None and not (isinstance(topk, (int, float)) and 0.0 < topk <= 1.0):
+    if topk is not None and (isinstance(topk, bool) or not (isinstance(topk, (int, float)) and 0.0 < topk <= 1.0)):
         raise ValueError(f"topk: expected None or a fraction in (0, 1], got {topk!r}")
-    if not isinstance(simthreshd, (int, float)) or not -1.0 <= simthreshd <= 1.0:
+    if isinstance(simthreshd, bool) or not isinstance(simthreshd, (int, float)) or not -1.0 <= simthreshd <= 1.0:
         raise ValueError(f"simthreshd: expected a number in [-1, 1], got {simthreshd!r}")
-    g = torch.arange(sh.H_q, device=q.device) // (sh.H_q // sh.H_kv)
-    qp, qsim = _pool(qn.float().transpose(1, 2), BLOCK_Q)
-    kp, ksim = _pool(kn.float().transpose(1, 2), BLOCK_KV)
-    kp, ksim = kp[:, g], ksim[:, g]
-    prob = torch.softmax((qp @ kp.transpose(-1, -2)) * scale, dim=-1)        # [B, H, nq, nk]
-    nk = prob.shape[-1]
-    order = prob.argsort(dim=-1, descending=True)
-    sorted_p = prob.gather(-1, order)
-    if topk is not None:
-        keep_sorted = torch.arange(nk, device=q.device) < math.ceil(topk * nk)
-        keep_sorted = keep_sorted.expand_as(sorted_p)
-    else:
-        before = sorted_p.cumsum(-1) - sorted_p       # mass of the blocks ranked above this one
-        keep_sorted = before < cdf_threshold
-    mask = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
-    mask |= (qsim < simthreshd)[..., :, None]
-    mask |= (ksim < simthreshd)[..., None, :]
-    return mask
+    if backend is not None and backend not in PREDICT_BACKENDS:
+        raise ValueError(f"backend: expected None or one of {PREDICT_BACKENDS}, got {backend!r}")
+    if backend != "torch":
+        from .ops.predict import check_predict_limits
+        check_predict_limits(sh)
+    return _predict_op(q, k, layout, scale, float(cdf_threshold), _NO_TOPK if topk is None else float(topk),
+                       float(simthreshd), backend or _DEFAULT)
+
+
+_NO_TOPK = 0.0      # topk in the custom op's schema: 0 = None (cdf mode); a given topk is > 0
+_DEFAULT = ""       # backend in the schema: "" = choose by device
+
+
+# A torch.library custom op (with a fake implementation), so sage_attention(sparsity="auto") traces under
+# torch.compile(fullgraph=True) like the other ops; the arguments are validated before it (predict_block_mask).
+@torch.library.custom_op("sage_co::predict_block_mask", mutates_args=())
+def _predict_op(q: torch.Tensor, k: torch.Tensor, layout: str, softmax_scale: float, cdf_threshold: float,
+                topk: float, simthreshd: float, backend: str) -> torch.Tensor:
+    sh, qn, kn, _ = validate.check_qkv(q, k, k, layout)
+    topk_or_none = None if topk == _NO_TOPK else topk
+    if backend == "torch":
+        return _predict_torch(qn, kn, sh, softmax_scale, cdf_threshold, topk_or_none, simthreshd)
+    from .ops.predict import run_predict
+    return run_predict(qn, kn, sh, softmax_scale, cdf_threshold, topk_or_none, simthreshd, backend=backend or None)
+
+
+@_predict_op.register_fake
+def _(q, k, layout, softmax_scale, cdf_threshold, topk, simthreshd, backend):
+    qn, kn = (q, k) if layout == "NHD" else (q.transpose(1, 2), k.transpose(1, 2))
+    return q.new_empty((qn.shape[0], qn.shape[2], n_tiles(qn.shape[1], BLOCK_Q), n_tiles(kn.shape[1], BLOCK_KV)),
+                       dtype=torch.bool)
 
 
 def _boxes(grid: tuple[int, int, int], S: int, block: int) -> torch.Tensor:

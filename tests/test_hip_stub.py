@@ -64,7 +64,7 @@ def test_every_shipped_kernel_gets_the_emulators_kernarg_bytes(main_run):
         # ... and byte for byte the emulator's, each pointer slot holding that backend's address of the tensor
         assert c["stub_equals_emu"], c["symbol"]
         assert c["emu_pointers_differ"], c["symbol"]     # so the pointer slots were really substituted
-        assert c["shared_mem"] == 0 and c["stream"] == 0x5A5A and c["kernel_params_null"]
+        assert c["shared_mem"] == c["expected_shared_mem"] and c["stream"] == 0x5A5A and c["kernel_params_null"]
 
 
 def test_one_module_load_per_device_and_code_object(main_run):
@@ -96,7 +96,7 @@ def test_graph_capture_needs_warmup(main_run):
     assert u["loaded"] == u["unloaded"] > 0 and u["ok"]     # unload() released every module it had loaded
     msg = main_run["capture_without_warmup"]
     assert msg is not None and "capturing" in msg and "warmup" in msg
-    assert main_run["warmup_loads"] == 3
+    assert main_run["warmup_loads"] == len(main_run["code_objects"])   # one load per shipped code object
     assert main_run["capture_after_warmup"] == dict(loads=0, launches=4, ok=True)
 
 
@@ -134,4 +134,6 @@ def test_launch_overhead_benchmark_runs(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_launch_overhead.py"), "--launches", "20",
                         "--rounds", "1"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert sum(" us CPU" in line for line in r.stdout.splitlines()) == 5, r.stdout   # 4 kernels + the whole op
+    from sage_co import abi
+    n_ops = len(abi.STRUCTS)    # one kernel of each op + the whole op
+    assert sum(" us CPU" in line for line in r.stdout.splitlines()) == n_ops + 1, r.stdout

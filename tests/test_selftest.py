@@ -17,7 +17,9 @@ def test_emulator_half_without_a_gpu(tmp_path):
     assert lines[0] == report.gpu                        # said first, plainly
     assert not report.failed, [c for c in report.failed]
     names = [c.name for c in report.checks]
-    assert sum("sha256" in n for n in names) == 3
+    from sage_co import registry
+    assert sum("sha256" in n for n in names) == len(registry.manifest()["code_objects"])   # one per shipped object
+    assert sum("predictor mask == torch spec" in n for n in names) == 1
     assert any("prepare == reference" in n for n in names)
     assert sum("accuracy contract vs FP32" in n for n in names) == 2 * len(selftest.variants())
     data = json.loads((tmp_path / "selftest.json").read_text())

@@ -80,6 +80,8 @@ def run_ops(backend: str):
     launch records."""
     from sage_co import launch, registry
     from sage_co.ops.attention import OP, run_attention_fwd
+    from sage_co import validate
+    from sage_co.ops.predict import run_predict
     from sage_co.ops.prepare import run_prepare
     variants = sorted({k.variant for k in registry.kernels() if k.op == OP})
     with launch.recording() as records:
@@ -97,7 +99,20 @@ def run_ops(backend: str):
                 run_attention_fwd(prepared, backend=backend, variant=variant, return_lse=True)
                 run_attention_fwd(smooth_v, backend=backend, variant=variant)
                 run_attention_fwd(pv16, backend=backend, variant=variant, return_lse=True)
+            sh, qn, kn, _ = validate.check_qkv(q, k, k, "NHD")   # the block-mask predictor (pool + select)
+            run_predict(qn, kn, sh, 0.125, 0.9, None, 0.6, backend=backend)
     return records
+
+
+def expected_dynamic_lds(decl, kernarg_bytes: bytes) -> int:
+    """The dynamic LDS (hipModuleLaunchKernel's sharedMemBytes) a launch asks for: the predictor's select kernel
+    holds round_up(n_kv, 4) * 8 bytes (sage_co.ops.predict.select_lds_bytes); every other kernel none."""
+    from sage_co import abi
+    from sage_co.ops.predict import select_lds_bytes
+    if decl.name != abi.PREDICT_SELECT_OP:
+        return 0
+    n_kv = struct.unpack_from("<I", kernarg_bytes, decl.by_name["n_kv"].offset)[0]
+    return select_lds_bytes(n_kv)
 
 
 def main_scenario(tmp: Path) -> dict:
@@ -130,6 +145,7 @@ def main_scenario(tmp: Path) -> dict:
             symbol=h.symbol, emu_symbol=e.symbol, stub_name=s["name"], geometry=[h.grid, h.block],
             emu_geometry=[e.grid, e.block], stub_geometry=[s["grid"], s["block"]], shared_mem=s["shared_mem"],
             stream=s["stream"], kernel_params_null=s["kernel_params_null"],
+            expected_shared_mem=expected_dynamic_lds(decl, e.kernarg_bytes),
             stub_equals_hip=s["data"] == h.kernarg_bytes, stub_equals_emu=s["data"] == bytes(expected),
             size=len(s["data"]), struct_size=decl.size,
             pointer_fields=[f.name for f in decl.fields if f.kind == "ptr"],

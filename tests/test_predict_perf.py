@@ -1,0 +1,31 @@
+"""The predictor's cost on the performance model (tools/perfmodel/sparse.py; docs/performance.md §Predictor and
+block-sparse attention): from the kernels' emulated counts at B=1, H=24, S=16384, D=128 it is well under the dense
+attention it prunes, and the predictor plus the attention at density 0.25 beats the dense attention."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+
+
+def test_predictor_counts_scale_with_the_work():
+    from perfmodel import sparse
+    small, large = sparse.predictor_counts(1024), sparse.predictor_counts(2048)
+    # pool: one wave per block, twice the blocks; select: per query block O(n_kv) scores + an n_kv-key sort
+    assert small["pool"]["waves"] * 2 == large["pool"]["waves"]
+    assert large["pool"]["wave_instructions"] == 2 * small["pool"]["wave_instructions"]
+    assert large["select"]["wave_instructions"] > 2 * small["select"]["wave_instructions"]
+    rows = sparse.predictor_rows(1, 2, 1024, 128, counts=small)
+    assert [r["launch"] for r in rows] == ["pool", "select"]
+    assert rows[0]["wave_instructions"] == 2 * small["pool"]["wave_instructions"]
+
+
+def test_predictor_is_well_under_dense_attention():
+    from perfmodel import sparse
+    res = sparse.predictor_vs_dense(densities=(1.0, 0.25))
+    print({r["launch"]: round(r["time_us"], 1) for r in res["predictor"]}, round(res["predictor_us"], 1),
+          round(res["dense_us"], 1))
+    assert res["predictor_fraction"] < 0.08
+    quarter = next(r for r in res["density"] if r["mode"] == "density 0.25")
+    assert quarter["speedup_with_predictor"] >= 3.0
