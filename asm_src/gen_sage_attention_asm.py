@@ -53,9 +53,13 @@ OUT_MAX = {"bf16": ("0xff7f0000", "0x7f7f0000"), "fp16": ("0xc77fe000", "0x477fe
 PERMX16_SEL_LO, PERMX16_SEL_HI = "0x76543210", "0xfedcba98"   # v_permlanex16: lane l reads lane l ^ 16
 
 RING = 10                                 # LDS fragment ring: ds_load_b128 destinations (4 VGPRs each)
+RING_PV16_D128 = 6                        # pv fp16, head dim 128: V^T staging takes 16 more VGPRs, the ring gives them
 
 WMMA_QK = "v_wmma_i32_16x16x16_iu8"
 WMMA_PV = "v_wmma_f32_16x16x16_fp8_fp8"
+WMMA_PV16 = "v_wmma_f32_16x16x16_f16"     # pv fp16: A = V^T (8 halves), B = P^T (8 halves), fp32 C/D
+V16_ROW_PAD = 16                          # pv fp16: V^T LDS rows of 128 B + 16 B (144 B: 8 lanes of a ds_load_b128
+                                          # at rows r..r+7 hit 8 distinct 16-byte bank groups, 9r mod 16 distinct)
 IU8_SIGNED = "neg_lo:[1,1,0]"             # docs/rdna4.md §WMMA: neg_lo bit0/bit1 = A/B signed
 
 VGPR_LIMIT = 256                          # wave32 VGPRs per wave (docs/rdna4.md §Occupancy)
@@ -75,19 +79,23 @@ def log2(n: int) -> int:
 
 @dataclass(frozen=True)
 class Config:
-    """One kernel of the family: the padded head dim (64 or 128) and the output dtype ("bf16" or "fp16").
-    The manifest key columns of the symbol (head_dim, out_dtype) are exactly these fields."""
+    """One kernel of the family: the padded head dim (64 or 128), the output dtype ("bf16" or "fp16") and the P.V
+    input type ("fp8" or "fp16"). The manifest key columns of the symbol (head_dim, out_dtype, pv_dtype) are
+    exactly these fields."""
     head_dim: int = abi.HEAD_DIM
     out_dtype: str = "bf16"
+    pv_dtype: str = "fp8"
 
     def __post_init__(self):
-        if self.head_dim not in abi.HEAD_DIMS_NATIVE or self.out_dtype not in abi.OUT_DTYPES:
-            raise ValueError(f"Config{(self.head_dim, self.out_dtype)}: head_dim must be one of "
-                             f"{abi.HEAD_DIMS_NATIVE} and out_dtype one of {abi.OUT_DTYPES}")
+        if self.head_dim not in abi.HEAD_DIMS_NATIVE or self.out_dtype not in abi.OUT_DTYPES or \
+                self.pv_dtype not in abi.PV_DTYPES:
+            raise ValueError(f"Config{(self.head_dim, self.out_dtype, self.pv_dtype)}: head_dim must be one of "
+                             f"{abi.HEAD_DIMS_NATIVE}, out_dtype one of {abi.OUT_DTYPES}, pv_dtype one of "
+                             f"{abi.PV_DTYPES}")
 
     @property
     def tag(self) -> str:
-        return f"d{self.head_dim}_{self.out_dtype}"
+        return f"d{self.head_dim}_{self.out_dtype}" + ("_pv16" if self.pv_dtype == "fp16" else "")
 
     @property
     def symbol(self) -> str:
@@ -95,7 +103,7 @@ class Config:
 
 
 # the variants the shipped code object holds (asm_src/kernels.toml lists the same symbols with their keys)
-FAMILY = tuple(Config(d, t) for d in reversed(abi.HEAD_DIMS_NATIVE) for t in abi.OUT_DTYPES)
+FAMILY = tuple(Config(d, t, pv) for pv in abi.PV_DTYPES for d in reversed(abi.HEAD_DIMS_NATIVE) for t in abi.OUT_DTYPES)
 
 
 def kernarg_loads(base_sgpr: int) -> list[tuple[str, int, int, str]]:
@@ -146,7 +154,8 @@ class Matrix:
     the fragment it needs (DScnt completes in order)."""
 
     def __init__(self, ring):
-        self.ring = ring                             # the VGPRs of the RING fragment slots
+        self.ring = ring                             # the VGPRs of the fragment slots (4 each)
+        self.slots = ring.n // 4
         self.frags: list[Frag] = []
         self.wmmas: list[tuple[int, object]] = []   # (frag index, emit(asm, frag_regs))
         self.index: dict = {}
@@ -162,7 +171,7 @@ class Matrix:
         self.wmmas.append((fk, emit))
 
     def slot(self, fk: int):
-        return self.ring[4 * (fk % RING):4 * (fk % RING) + 4]
+        return self.ring[4 * (fk % self.slots):4 * (fk % self.slots) + 4]
 
 
 class Weaver:
@@ -178,8 +187,8 @@ class Weaver:
         frags = self.mx.frags
         while self.next_load < len(frags):
             k = self.next_load
-            if k >= RING:
-                prev = frags[k - RING]
+            if k >= self.mx.slots:
+                prev = frags[k - self.mx.slots]
                 if not prev.uses or max(prev.uses) >= self.emitted:
                     return
             frags[k].load(self.a, self.mx.slot(k))
@@ -230,13 +239,24 @@ class AttentionKernel:
         self.QF = cfg.head_dim // 32                     # Q^T fragments of 16 B per lane (lane half: head_dim/2 B)
         self.HCOL = self.D_TILES // 2                    # 16-byte K-row chunks one lane half reads
         self.K_TILE_BYTES = TILE_K * cfg.head_dim        # int8 [TILE_K keys][head_dim d]
-        self.V_TILE_BYTES = cfg.head_dim * TILE_K        # fp8 [head_dim d][TILE_K keys]
+        self.PV16 = cfg.pv_dtype == "fp16"
+        self.V_BYTES = 2 if self.PV16 else 1             # bytes per V element
+        self.RING = RING_PV16_D128 if self.PV16 and cfg.head_dim == 128 else RING
+        # V^T rows: fp8 TILE_K bytes (XOR swizzle); fp16 2*TILE_K bytes + V16_ROW_PAD (padding instead of XOR, so
+        # every thread's staging chunks and every lane's fragments sit at immediate offsets from one address)
+        self.V_ROW_BYTES = TILE_K * self.V_BYTES + (V16_ROW_PAD if self.PV16 else 0)
+        self.V_TILE_BYTES = cfg.head_dim * self.V_ROW_BYTES   # [head_dim d][TILE_K keys]
         self.LDS_KBUF = (0, self.K_TILE_BYTES)
-        self.LDS_VBUF = (2 * self.K_TILE_BYTES, 2 * self.K_TILE_BYTES + self.V_TILE_BYTES)
-        self.LDS_BYTES = 2 * self.K_TILE_BYTES + 2 * self.V_TILE_BYTES
+        # pv fp16: ONE V^T tile (vbuf0 == vbuf1): V^T(t+1) is stored after the end-of-step barrier and published by
+        # a second one, so the LDS (2 K tiles + 1 V^T tile) leaves room for 3 workgroups per WGP instead of 2
+        self.SINGLE_V = self.PV16
+        self.LDS_VBUF = (2 * self.K_TILE_BYTES, 2 * self.K_TILE_BYTES + (0 if self.SINGLE_V else self.V_TILE_BYTES))
+        self.LDS_BYTES = 2 * self.K_TILE_BYTES + (1 if self.SINGLE_V else 2) * self.V_TILE_BYTES
         self.K_ROW_BYTES = cfg.head_dim                  # bytes per key row (head_dim / 16 chunks)
-        self.V_ROW_BYTES = TILE_K                        # bytes per V^T row (TILE_K / 16 chunks)
         self.STAGE_LOADS = (self.K_TILE_BYTES // THREADS) // B128   # b128 global loads per thread per tile
+        # V^T staging: fp8 as K (STAGE_LOADS chunks, rows u*32 apart); fp16 V16_LOADS consecutive chunks of one row
+        self.V16_LOADS = (cfg.head_dim * TILE_K * 2 // THREADS) // B128
+        self.V_LOADS = self.V16_LOADS if self.PV16 else self.STAGE_LOADS
         self.STAGE_STEP = THREADS * B128                 # bytes between a thread's successive staging chunks
         # the smallest real head dim this D_pad serves (abi.d_pad): d-tiles below it are always stored
         smaller = [d for d in abi.HEAD_DIMS_NATIVE if d < cfg.head_dim]
@@ -247,6 +267,9 @@ class AttentionKernel:
         self.QK_ORDER = [(i, half, c) for i in range(self.QF) for half in range(2) for c in range(CHUNKS)]
         self.PV_ORDER = [(i, grp, half, dt) for i in range(2) for grp in range(self.D_TILES // 4) for half in range(2)
                          for dt in range(4 * grp, 4 * grp + 4)]
+        # pv fp16: frag (c, dt) = 16 bytes (keys 32h + 8c.., 8 halves) of V^T row 16dt + r: A of chunk c alone
+        self.PV16_ORDER = [(c, dt) for c in range(CHUNKS) for dt in range(self.D_TILES)]
+        self.N_PV = len(self.PV16_ORDER) if self.PV16 else len(self.PV_ORDER)
         self._allocate_vgprs()
         self._allocate_sgprs()
 
@@ -256,7 +279,11 @@ class AttentionKernel:
         V.next = 1
         # lane constants
         self.k_rd = V.alloc("k_rd", self.QF, note="LDS byte address of K fragment d-group i (chunk c adds 8 rows)")
-        self.v_rd = V.alloc("v_rd", 2, note="LDS byte address of V^T fragment half i (d-tile adds dt*1024)")
+        if self.PV16:
+            self.v_rd = V.alloc("v_rd", 1, note=f"LDS byte address of V^T row r, keys 32h.. (chunk c adds 16c, d-tile "
+                                f"dt*{16 * self.V_ROW_BYTES})")
+        else:
+            self.v_rd = V.alloc("v_rd", 2, note="LDS byte address of V^T fragment half i (d-tile adds dt*1024)")
         self.k_st = V.alloc("k_st", note="LDS store address of this thread's K staging chunks")
         self.v_st = V.alloc("v_st", note="LDS store address of this thread's V^T staging chunks")
         self.k_gl = V.alloc("k_gl", note="global offset of this thread's K staging chunk 0 in a tile")
@@ -279,8 +306,9 @@ class AttentionKernel:
         self.Q = V.alloc("Q", 4 * self.QF, align=4,
                          note=f"Q^T B-fragments: Q[4i:4i+4] = 16 bytes {self.HEAD_DIM // 2}h+16i.. of query row r")
         self.stK = V.alloc("stK", 4 * self.STAGE_LOADS, align=4, note="global->LDS staging of K tile t+2")
-        self.stV = V.alloc("stV", 4 * self.STAGE_LOADS, align=4, note="global->LDS staging of V^T tile t+1")
-        self.ring = V.alloc("ring", 4 * RING, align=4, note=f"{RING} LDS fragment slots of 4 VGPRs (ds_load_b128)")
+        self.stV = V.alloc("stV", 4 * self.V_LOADS, align=4, note="global->LDS staging of V^T tile t+1")
+        self.ring = V.alloc("ring", 4 * self.RING, align=4,
+                            note=f"{self.RING} LDS fragment slots of 4 VGPRs (ds_load_b128)")
         self.magic = V.alloc("magic", 8, note="0x4b400000 x 8: C of each chunk's first QK^T WMMA (int -> float trick)")
         self.NUM_VGPRS = V.used
         # lane offsets computed in the prologue that need homes only briefly (the ring is free then)
@@ -330,8 +358,13 @@ class AttentionKernel:
         self.s_qrow = S.alloc("qrow", 2, 2, "Q rows of this wave")
         self.s_kb = S.alloc("kb", 2, 2, "K staging base (tile min(t+2, last))")
         self.s_koff = S.alloc("koff", 2, 2, "K staging tile byte offset (hi word 0)")
-        self.s_vb = S.alloc("vb", 2 * self.STAGE_LOADS, 2,
-                            f"V^T staging bases of chunk rows u*32 (u < {self.STAGE_LOADS}), tile t+1")
+        if self.PV16:
+            self.s_vb = S.alloc("vb", 2, 2, "V^T staging base (tile t+1)")
+        else:
+            self.s_vb = S.alloc("vb", 2 * self.STAGE_LOADS, 2,
+                                f"V^T staging bases of chunk rows u*32 (u < {self.STAGE_LOADS}), tile t+1")
+        self.s_addmean = S.alloc("addmean", note="epilogue: lanes that add v_mean (smooth_v and l != 0)")
+        self.s_vmh = S.alloc("vmh", 2, 2, "v_mean of this K/V head")
         self.s_ksb = S.alloc("ksb", 2, 2, "k_scale of tile t+1")
         self.s_kmh = S.alloc("kmh", 2, 2, "k_mean of this K/V head")
         self.s_vsh = S.alloc("vsh", 2, 2, "v_scale of this K/V head")
@@ -355,6 +388,16 @@ class AttentionKernel:
 
     def pv_matrix(self, mx_: Matrix, vbuf: int, pacc) -> None:
         # per accumulator dt the chunks go 0, 1, 2, 3 (the HIP kernel's order: bitwise the same fp32 sums)
+        if self.PV16:
+            for c, dt in self.PV16_ORDER:
+                fk = mx_.frag(("v", c, dt), lambda a, regs, c=c, dt=dt: a.op(
+                    f"ds_load_b128 {regs}, {self.v_rd[0]} offset:{vbuf + dt * 16 * self.V_ROW_BYTES + c * B128}"))
+                acc = self.O[8 * dt:8 * dt + 8]
+
+                def emit(a, regs, acc=acc, c=c):
+                    a.op(f"{WMMA_PV16} {acc}, {regs}, {pacc[8 * c:8 * c + 4]}, {acc}")
+                mx_.wmma(fk, emit)
+            return
         for i, grp, half, dt in self.PV_ORDER:
             fk = mx_.frag(("v", i, dt), lambda a, regs, i=i, dt=dt: a.op(
                 f"ds_load_b128 {regs}, {self.v_rd[i]} offset:{vbuf + dt * 16 * self.V_ROW_BYTES}"))
@@ -434,12 +477,19 @@ class AttentionKernel:
             return vadd(R[j % 2], R[(j - 1) % 2], sacc[j])
 
         def scale(j):
+            if self.PV16:       # p16 = fp16(p) in the low half, RNE (VOP3 form: the VOP1 one reaches v0-v127 only)
+                return Op.raw(f"v_cvt_f16_f32_e64 {sacc[j]}, {sacc[j]}", [sacc[j]], [sacc[j]])
             return vmul(sacc[j], self.s_448, sacc[j])
 
-        def packs_after(j):     # pack as soon as the *448 of p_j is issued
+        def packs_after(j):     # pack as soon as the *448 (fp16: the convert) of p_j is issued
             out = []
             c, e = divmod(j, 8)
             base = sacc[8 * c]
+            if self.PV16:       # halves p_{j-1}, p_j -> VGPR 8c + e//2: the f16 B-fragment of chunk c in 4 VGPRs
+                if e % 2:
+                    dst = sacc[8 * c + e // 2]
+                    out.append(Op.raw(f"v_pack_b32_f16 {dst}, {sacc[j - 1]}, {sacc[j]}", [sacc[j - 1], sacc[j]], [dst]))
+                return out
             if e in (1, 5):
                 dst = sacc[8 * c + e // 4]
                 out.append(Op.raw(f"v_cvt_pk_fp8_f32 {dst}, {sacc[j - 1]}, {sacc[j]}", [sacc[j - 1], sacc[j], dst], [dst]))
@@ -538,6 +588,26 @@ class AttentionKernel:
         a.op(f"v_lshlrev_b32 {self.t_y}, {log2(B128)}, {self.t_y}")
         a.op(f"v_lshl_or_b32 {self.k_st}, {self.t_x}, {log2(self.K_ROW_BYTES)}, {self.t_y}",
              f"row*{self.K_ROW_BYTES} + (col ^ kswz(row))*16")
+        if self.PV16:
+            self.v16_lane_constants(a)
+        else:
+            self.v8_lane_constants(a)
+        self.k_q_lane_constants(a)
+
+    def v16_lane_constants(self, a: Asm) -> None:
+        """pv fp16: thread tid stages V16_LOADS consecutive 16-byte chunks of V^T row tid / per_row (per_row =
+        threads per row); lane (h, r) reads row r (+16 dt), keys 32h + 8c.. at + 64h + 16c (+ 16c by offset)."""
+        per_row = (TILE_K * 2 // B128) // self.V16_LOADS
+        a.op(f"v_lshrrev_b32 {self.t_x}, {log2(per_row)}, {self.tid}" if per_row > 1 else
+             f"v_mov_b32 {self.t_x}, {self.tid}", "V^T row of this thread's staging chunks")
+        a.op(f"v_and_b32 {self.t_y}, {per_row - 1}, {self.tid}", "which part of the row")
+        a.op(f"v_lshlrev_b32 {self.t_y}, {log2(self.V16_LOADS * B128)}, {self.t_y}", "its first byte")
+        a.op(f"v_mul_u32_u24_e32 {self.v_st}, {self.V_ROW_BYTES}, {self.t_x}")
+        a.op(f"v_add_nc_u32_e32 {self.v_st}, {self.v_st}, {self.t_y}", f"row*{self.V_ROW_BYTES} + part")
+        a.op(f"v_mul_u32_u24_e32 {self.v_rd[0]}, {self.V_ROW_BYTES}, {self.t_r}", f"r * {self.V_ROW_BYTES}")
+        a.op(f"v_lshl_add_u32 {self.v_rd[0]}, {self.t_h}, {log2(4 * B128)}, {self.v_rd[0]}", "+ 64h (keys 32h..)")
+
+    def v8_lane_constants(self, a: Asm) -> None:
         # V^T store: row = tid/4, col = tid%4, swizzled col ^ ((row >> 1) & 3)
         a.op(f"v_lshrrev_b32 {self.t_x}, 2, {self.tid}", "V^T row")
         a.op(f"v_bfe_u32 {self.t_y}, {self.t_x}, 1, 2")
@@ -546,6 +616,17 @@ class AttentionKernel:
         a.op(f"v_lshlrev_b32 {self.t_y}, {log2(B128)}, {self.t_y}")
         a.op(f"v_lshl_or_b32 {self.v_st}, {self.t_x}, {log2(self.V_ROW_BYTES)}, {self.t_y}",
              f"row*{self.V_ROW_BYTES} + (col ^ (row>>1)&3)*16")
+        # V^T fragment reads: row d = r (+16dt), 16-byte column (2h + i) ^ ((r >> 1) & 3)
+        a.op(f"v_bfe_u32 {self.t_y}, {self.t_r}, 1, 2")
+        a.op(f"v_lshlrev_b32 {self.t_x}, {log2(self.V_ROW_BYTES)}, {self.t_r}", f"r * {self.V_ROW_BYTES}")
+        a.op(f"v_lshlrev_b32 {self.t_z}, 1, {self.t_h}", "2h")
+        for i in range(2):
+            a.op(f"v_or_b32 {self.v_rd[i]}, {i}, {self.t_z}" if i else f"v_mov_b32 {self.v_rd[i]}, {self.t_z}")
+            a.op(f"v_xor_b32 {self.v_rd[i]}, {self.v_rd[i]}, {self.t_y}")
+            a.op(f"v_lshl_or_b32 {self.v_rd[i]}, {self.v_rd[i]}, {log2(B128)}, {self.t_x}")
+
+    def k_q_lane_constants(self, a: Asm) -> None:
+        D = self.HEAD_DIM
         # K fragment reads: row = 32*(r/8) + r%8, 16-byte column (HCOL*h + i) ^ kswz(row); kswz(row) = kswz(r%8)
         # (32*(r/8) and the chunk offset 8c add nothing to row & 7 or to (row >> 1) & 3)
         a.op(f"v_lshrrev_b32 {self.t_x}, 3, {self.t_r}")
@@ -559,14 +640,6 @@ class AttentionKernel:
             a.op(f"v_or_b32 {self.k_rd[i]}, {i}, {self.t_z}" if i else f"v_mov_b32 {self.k_rd[i]}, {self.t_z}")
             a.op(f"v_xor_b32 {self.k_rd[i]}, {self.k_rd[i]}, {self.t_y}")
             a.op(f"v_lshl_or_b32 {self.k_rd[i]}, {self.k_rd[i]}, {log2(B128)}, {self.t_x}")
-        # V^T fragment reads: row d = r (+16dt), 16-byte column (2h + i) ^ ((r >> 1) & 3)
-        a.op(f"v_bfe_u32 {self.t_y}, {self.t_r}, 1, 2")
-        a.op(f"v_lshlrev_b32 {self.t_x}, {log2(self.V_ROW_BYTES)}, {self.t_r}", f"r * {self.V_ROW_BYTES}")
-        a.op(f"v_lshlrev_b32 {self.t_z}, 1, {self.t_h}", "2h")
-        for i in range(2):
-            a.op(f"v_or_b32 {self.v_rd[i]}, {i}, {self.t_z}" if i else f"v_mov_b32 {self.v_rd[i]}, {self.t_z}")
-            a.op(f"v_xor_b32 {self.v_rd[i]}, {self.v_rd[i]}, {self.t_y}")
-            a.op(f"v_lshl_or_b32 {self.v_rd[i]}, {self.v_rd[i]}, {log2(B128)}, {self.t_x}")
         a.op(f"v_lshlrev_b32 {self.q_off}, {log2(D)}, {self.t_r}", f"query row r * {D}")
         a.op(f"v_lshl_or_b32 {self.q_off}, {self.t_h}, {log2(D // 2)}, {self.q_off}",
              f"+ {D // 2}h (d permutation of the .hip header)")
@@ -629,8 +702,10 @@ class AttentionKernel:
         a.op(f"s_mov_b32 {tmp[1]}, 0")
         a.op(f"s_mul_u64 {tmp}, {tmp}, {self.s_bkv}")
         a.op(f"s_add_nc_u64 {self.s_kh}, {self.sp_k}, {tmp}")
+        if self.PV16:
+            a.op(f"s_lshl_b64 {tmp}, {tmp}, 1", "fp16 V^T: 2 bytes per element")
         a.op(f"s_add_nc_u64 {self.s_vb[0:2]}, {self.sp_v}, {tmp}", "V^T of this K/V head")
-        a.op(f"s_lshl_b32 {tmp2[0]}, {self.s_Lc}, {log2(TILE_K)}")
+        a.op(f"s_lshl_b32 {tmp2[0]}, {self.s_Lc}, {log2(TILE_K * self.V_BYTES)}")
         a.op(f"s_mov_b32 {tmp2[1]}, 0")
         a.op(f"s_add_nc_u64 {self.s_vb[0:2]}, {self.s_vb[0:2]}, {tmp2}", "V^T columns of tile L[0]")
         # Q rows of query q0 of this head: (bh * seq_pad_q + q0) * D bytes
@@ -643,7 +718,7 @@ class AttentionKernel:
         a.op(f"s_add_nc_u64 {self.s_qrow}, {self.s_qrow}, {tmp2}", "Q rows of query q0")
         # V^T staging bases: row u*32 of the tile: + u*32*seq_pad_kv (the loop advances them by TILE_K)
         a.op(f"s_lshl_b32 {tmp2[0]}, {self.s_seqpad}, {log2(V_STAGE_ROWS)}", f"{V_STAGE_ROWS} rows of V^T")
-        for u in range(1, self.STAGE_LOADS):
+        for u in range(1, 1 if self.PV16 else self.STAGE_LOADS):
             a.op(f"s_add_nc_u64 {self.s_vb[2 * u:2 * u + 2]}, {self.s_vb[2 * u - 2:2 * u]}, {tmp2}")
         # k_scale of the K/V head: bkv * (seq_pad_kv / 32) floats
         a.op(f"s_lshr_b32 {tmp[0]}, {self.s_seqpad}, {log2(SCALE_BLOCK)}")
@@ -667,6 +742,7 @@ class AttentionKernel:
         a.op(f"s_lshl_b64 {tmp}, {self.s_bkv}, {log2(D * F32_BYTES)}")
         a.op(f"s_add_nc_u64 {self.s_kmh}, {self.sp_kmean}, {tmp}")
         a.op(f"s_add_nc_u64 {self.s_vsh}, {self.sp_vscale}, {tmp}")
+        a.op(f"s_add_nc_u64 {self.s_vmh}, {self.karg['v_mean']}, {tmp}")
         # out row of (batch, q0, head): (batch*sb + q0*ss + head*sh) elements of OUT_BYTES (64-bit products)
         for k, (idx, stride) in enumerate(((self.s_batch, self.s_ostride[0]), (self.s_q0, self.s_ostride[1]),
                                            (self.s_head, self.s_ostride[2]))):
@@ -689,6 +765,15 @@ class AttentionKernel:
         a.op(f"s_mov_b32 {self.s_t}, 0")
         # VALU reads these SGPRs from now on; none is written again by SALU (docs/rdna4.md §Hazards 3)
         a.op("s_wait_alu depctr_sa_sdst(0)")
+        if self.PV16:   # row tid / per_row, its part tid % per_row of V16_LOADS chunks (v16_lane_constants)
+            per_row = (TILE_K * 2 // B128) // self.V16_LOADS
+            a.op(f"v_lshrrev_b32 {self.t_x}, {log2(per_row)}, {self.tid}")
+            a.op(f"v_mul_lo_u32 {self.v_gl}, {self.t_x}, {self.s_seqpad}", "V^T row * seq_pad_kv")
+            a.op(f"v_lshlrev_b32 {self.v_gl}, 1, {self.v_gl}", "fp16: bytes")
+            a.op(f"v_and_b32 {self.t_y}, {per_row - 1}, {self.tid}")
+            a.op(f"v_lshl_add_u32 {self.v_gl}, {self.t_y}, {log2(self.V16_LOADS * B128)}, {self.v_gl}",
+                 "+ part * its bytes")
+            return
         a.op(f"v_lshrrev_b32 {self.t_x}, 2, {self.tid}")
         a.op(f"v_mul_lo_u32 {self.v_gl}, {self.t_x}, {self.s_seqpad}", "V^T row * seq_pad_kv")
         a.op(f"v_and_b32 {self.t_y}, 3, {self.tid}")
@@ -701,20 +786,24 @@ class AttentionKernel:
             if k_base is not None:
                 a.op(f"global_load_b128 {k_dst[4 * u:4 * u + 4]}, {self.k_gl}, {k_base} offset:{u * self.STAGE_STEP}")
                 vm.issue(f"{tag}k{u}")
-        for u in range(self.STAGE_LOADS):
+        for u in range(self.V_LOADS):
             if v_bases is not None:
-                a.op(f"global_load_b128 {v_dst[4 * u:4 * u + 4]}, {self.v_gl}, {v_bases[2 * u:2 * u + 2]}")
+                if self.PV16:   # consecutive chunks of one V^T row: immediate offsets from one base
+                    a.op(f"global_load_b128 {v_dst[4 * u:4 * u + 4]}, {self.v_gl}, {v_bases[0:2]} offset:{u * B128}")
+                else:
+                    a.op(f"global_load_b128 {v_dst[4 * u:4 * u + 4]}, {self.v_gl}, {v_bases[2 * u:2 * u + 2]}")
                 vm.issue(f"{tag}v{u}")
 
 
     def stage_stores(self, a: Asm, kbuf: int | None, vbuf: int | None, k_src=None, v_src=None) -> None:
         k_src = self.stK if k_src is None else k_src
         v_src = self.stV if v_src is None else v_src
-        for u in range(self.STAGE_LOADS):
-            if kbuf is not None:
+        for u in range(max(self.STAGE_LOADS, self.V_LOADS)):
+            if kbuf is not None and u < self.STAGE_LOADS:
                 a.op(f"ds_store_b128 {self.k_st}, {k_src[4 * u:4 * u + 4]} offset:{kbuf + u * self.STAGE_STEP}")
-            if vbuf is not None:
-                a.op(f"ds_store_b128 {self.v_st}, {v_src[4 * u:4 * u + 4]} offset:{vbuf + u * self.STAGE_STEP}")
+            if vbuf is not None and u < self.V_LOADS:
+                step = B128 if self.PV16 else self.STAGE_STEP
+                a.op(f"ds_store_b128 {self.v_st}, {v_src[4 * u:4 * u + 4]} offset:{vbuf + u * step}")
 
 
     def barrier(self, a: Asm, ds: WaitCounter) -> None:
@@ -753,8 +842,8 @@ class AttentionKernel:
             a.op(f"s_add_nc_u64 {self.s_ksb}, {self.s_ksb}, {self.s_tmp2}", "k_scale pair of tile L[t+1]")
             a.op(f"global_load_b32 {self.ks}, {self.ks_off}, {self.s_ksb}")
             vm.issue("ks")
-            a.op(f"s_lshl_b32 {self.s_tmp2[0]}, {self.s_tmp[0]}, {log2(TILE_K)}")
-            for u in range(self.STAGE_LOADS):
+            a.op(f"s_lshl_b32 {self.s_tmp2[0]}, {self.s_tmp[0]}, {log2(TILE_K * self.V_BYTES)}")
+            for u in range(1 if self.PV16 else self.STAGE_LOADS):
                 a.op(f"s_add_nc_u64 {self.s_vb[2 * u:2 * u + 2]}, {self.s_vb[2 * u:2 * u + 2]}, {self.s_tmp2}",
                      "V^T columns of tile L[t+1]")
             self.stage_loads(a, vm, self.s_kb, self.s_vb, tag)
@@ -781,12 +870,18 @@ class AttentionKernel:
             y_items.append(f"s_wait_loadcnt {len(vm.outstanding) - k - 1}")
             del vm.outstanding[:k + 1]
             y_items += pair_vopd(self.scale_ops(nxt))
-        wv.phase(len(self.PV_ORDER), y_items)
+        wv.phase(self.N_PV, y_items)
         if not last:
             a.section("end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier")
             vm.wait_all()
-            self.stage_stores(a, self.LDS_KBUF[parity], self.LDS_VBUF[1 - parity])
-            self.barrier(a, ds)
+            if self.SINGLE_V:   # every wave is done reading V^T(t) after the first barrier
+                self.stage_stores(a, self.LDS_KBUF[parity], None)
+                self.barrier(a, ds)
+                self.stage_stores(a, None, self.LDS_VBUF[1 - parity])
+                self.barrier(a, ds)
+            else:
+                self.stage_stores(a, self.LDS_KBUF[parity], self.LDS_VBUF[1 - parity])
+                self.barrier(a, ds)
             a.op(f"s_add_co_i32 {self.s_t}, {self.s_t}, 1")
             a.op("s_wait_kmcnt 0", "L[min(t+3, last)]")
             a.op(f"s_mov_b32 {self.s_Lc}, {self.s_L1}")
@@ -797,10 +892,14 @@ class AttentionKernel:
 
 
     def epilogue(self, a: Asm, parity_m) -> None:
-        """out = bf16((O * (1 / (448 l))) * v_scale) and the LSE, exactly as the HIP kernel's epilogue."""
-        a.section("epilogue: inv = 1 / (448 l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence)")
+        """out = bf16((O * (1 / (448 l))) * v_scale [+ v_mean]) (pv fp16: O * (1 / l)) and the LSE, exactly as the
+        HIP kernel's epilogue."""
+        a.section("epilogue: inv = 1 / (448 l) (pv fp16: 1 / l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence)")
         t, den, num, r, q, e = (self.ring[i] for i in range(6))
-        a.op(f"v_mul_f32_e32 {t}, {F32_448}, {self.l_run}")
+        if self.PV16:
+            a.op(f"v_mov_b32_e32 {t}, {self.l_run}")
+        else:
+            a.op(f"v_mul_f32_e32 {t}, {F32_448}, {self.l_run}")
         a.op(f"v_div_scale_f32 {den}, null, {t}, {t}, 1.0")
         a.op(f"v_div_scale_f32 {num}, vcc_lo, 1.0, {t}, 1.0")
         a.op(f"v_rcp_f32_e32 {r}, {den}")
@@ -824,22 +923,47 @@ class AttentionKernel:
         vm = WaitCounter(a, "s_wait_loadcnt")
         a.op(f"v_bfe_u32 {t}, {self.tid}, 4, 1", "h")
         a.op(f"v_lshlrev_b32 {t}, 5, {t}", "8h floats = 32h bytes")
-        # v_scale values land in SA/SB (free now): d-tile dt's 8 values of this lane half in SA/SB[8dt..8dt+7]
-        for dt in range(self.D_TILES):
+        # smooth_v (flags bit 3): v_mean of d-tile dt in slot dt % 2 (magic, stV[0:8], both free now), added on the
+        # lanes of s_addmean = rows with l != 0 when the flag is set (others keep the value: no -0 -> +0 change)
+        vmean_slots = (self.magic, self.stV[0:8])
+
+        def load_vmean(dt):
             for half in range(2):
-                j = 8 * dt + 4 * half
-                a.op(f"global_load_b128 {(self.SA if j < 32 else self.SB)[j % 32:j % 32 + 4]}, {t}, {self.s_vsh} "
+                a.op(f"global_load_b128 {vmean_slots[dt % 2][4 * half:4 * half + 4]}, {t}, {self.s_vmh} "
                      f"offset:{dt * 64 + half * 16}")
-                vm.issue(f"vs{dt}{half}")
-        packed = self.ring[8:8 + 4 * self.D_TILES]   # 8 x 16-bit outputs of d-tile dt in packed[4dt:4dt+4]
+                vm.issue(f"vm{dt}{half}")
+        if not self.PV16:
+            # v_scale values land in SA/SB (free now): d-tile dt's 8 values of this lane half in SA/SB[8dt..8dt+7]
+            for dt in range(self.D_TILES):
+                for half in range(2):
+                    j = 8 * dt + 4 * half
+                    a.op(f"global_load_b128 {(self.SA if j < 32 else self.SB)[j % 32:j % 32 + 4]}, {t}, {self.s_vsh} "
+                         f"offset:{dt * 64 + half * 16}")
+                    vm.issue(f"vs{dt}{half}")
+            load_vmean(0)
+            load_vmean(1)
+            a.op(f"v_cmp_neq_f32_e64 {self.s_addmean}, 0, {self.l_run}", "rows that saw a key")
+            a.op("s_wait_alu depctr_va_sdst(0)")
+            a.op(f"s_bitcmp1_b32 {self.s_flags}, {abi.FLAG_SMOOTH_V_BIT}")
+            a.op(f"s_cselect_b32 {self.s_addmean}, {self.s_addmean}, 0", "no lane without smooth_v")
+            a.op("s_wait_alu depctr_sa_sdst(0)")
+        # 8 x 16-bit outputs of d-tile dt in packed[4dt:4dt+4] (pv fp16 head dim 128: the ring is too small; the
+        # V^T staging registers are free now)
+        packed = self.stV[0:4 * self.D_TILES] if self.RING < 2 + self.D_TILES else \
+            self.ring[8:8 + 4 * self.D_TILES]
         for dt in range(self.D_TILES):
-            vm.wait_for(f"vs{dt}1")
+            if not self.PV16:
+                vm.wait_for(f"vm{dt}1")
             for e in range(8):
                 j = 8 * dt + e
                 sc = (self.SA if j < 32 else self.SB)[j % 32]
                 o = self.O[j]
                 a.op(f"v_mul_f32_e32 {o}, {o}, {inv}")
-                a.op(f"v_mul_f32_e32 {o}, {o}, {sc}")
+                if not self.PV16:
+                    a.op(f"v_mul_f32_e32 {o}, {o}, {sc}")
+                    vmv, tmp = vmean_slots[dt % 2][e], self.ring[7]
+                    a.op(f"v_add_f32_e32 {tmp}, {o}, {vmv}", "+ v_mean (smooth_v)")
+                    a.op(f"v_cndmask_b32_e64 {o}, {o}, {tmp}, {self.s_addmean}")
                 # issue 11 item 3: NaN test on the unclamped value (max/min_num drop NaN), then the clamp
                 a.op(f"v_cmp_o_f32_e32 vcc_lo, {o}, {o}", "NaN test before the clamp")
                 a.op(f"v_max_num_f32_e32 {o}, {neg_max}, {o}", "saturate (docs/numerics.md §Finite range)")
@@ -861,6 +985,8 @@ class AttentionKernel:
                     else:
                         a.op(f"v_lshrrev_b32 {lo}, 16, {lo}")
                         a.op(f"v_and_or_b32 {packed[4 * dt + e // 2]}, {sc}, {HI16_MASK}, {lo}")
+            if not self.PV16 and dt + 2 < self.D_TILES:
+                load_vmean(dt + 2)    # into the slot d-tile dt has just finished with
         # LSE value (full EXEC: v_permlanex16 reads the other lane half)
         lse_v, lg = self.ring[0], self.ring[1]
         m_fin = self.m[parity_m]
@@ -1005,9 +1131,9 @@ class AttentionKernel:
             return "\n".join(f"//   {str(r):<12} {r.name:<12} {note}" for r, note in rf.table)
         waves = min(MAX_WAVES_PER_SIMD, VGPRS_PER_SIMD // (-(-self.NUM_VGPRS // VGPR_GRANULE) * VGPR_GRANULE))
         return f"""
-// ==== {self.SYMBOL}: head dim (D_pad) {self.HEAD_DIM}, output {self.cfg.out_dtype} ===============================
-// QK^T {len(self.QK_ORDER)} WMMA + PV {len(self.PV_ORDER)} WMMA per 64-key tile; O^T = {self.D_TILES} d-tiles x 8 VGPRs;
-// Q^T {self.QF} x 16 B per lane; staging {self.STAGE_LOADS} + {self.STAGE_LOADS} b128 loads per thread and tile.
+// ==== {self.SYMBOL}: head dim (D_pad) {self.HEAD_DIM}, output {self.cfg.out_dtype}, P.V {self.cfg.pv_dtype} ===============================
+// QK^T {len(self.QK_ORDER)} WMMA + PV {self.N_PV} WMMA ({WMMA_PV16 if self.PV16 else WMMA_PV}) per 64-key tile; O^T = {self.D_TILES} d-tiles x 8 VGPRs;
+// Q^T {self.QF} x 16 B per lane; staging {self.STAGE_LOADS} + {self.V_LOADS} b128 loads per thread and tile; ring {self.RING} slots.
 // LDS ({self.LDS_BYTES} B): kbuf0 @{self.LDS_KBUF[0]}, kbuf1 @{self.LDS_KBUF[1]} (K tiles {self.K_TILE_BYTES} B, rows of
 // {self.K_ROW_BYTES} B), vbuf0 @{self.LDS_VBUF[0]}, vbuf1 @{self.LDS_VBUF[1]} (V^T tiles {self.V_TILE_BYTES} B, rows of {self.V_ROW_BYTES} B).
 // Resources: {self.NUM_VGPRS} VGPRs -> {waves} waves/SIMD by registers; {self.LDS_BYTES} B LDS per 4-wave workgroup.
@@ -1032,19 +1158,20 @@ class AttentionKernel:
 def family_header(kernels) -> str:
     """The .s header shared by the family: contract, kernarg table, data flow, loop schedule, cycle budget."""
     kt = "\n".join(f"//   | {f.offset:>6} | {f.name:<14} | {f.kind:<4} |" for f in ARGS.fields)
-    variants = "\n".join(f"//   {k.SYMBOL:<44} head_dim {k.HEAD_DIM:>3}  out_dtype {k.cfg.out_dtype}  "
-                         f"{k.NUM_VGPRS} VGPRs  {k.LDS_BYTES} B LDS" for k in kernels)
+    variants = "\n".join(f"//   {k.SYMBOL:<49} head_dim {k.HEAD_DIM:>3}  out_dtype {k.cfg.out_dtype}  pv_dtype "
+                         f"{k.cfg.pv_dtype:<4}  {k.NUM_VGPRS} VGPRs  {k.LDS_BYTES} B LDS  ring {k.RING}" for k in kernels)
     return f"""// gfx1201_sage_attention_fwd_asm_*: SageAttention forward (dense, causal, block-sparse) for gfx1201, hand-scheduled; a family.
 // GENERATED by asm_src/gen_sage_attention_asm.py (asmdsl.py helpers) -- edit the generator, not this file.
 // Hardware facts cite docs/rdna4.md sections (§WMMA, §Throughput, §Occupancy, §Memory, §Waits, §Hazards).
 //
-// Variants (one Config each; manifest key columns head_dim, out_dtype):
+// Variants (one Config each; manifest key columns head_dim, out_dtype, pv_dtype):
 {variants}
 //
 // Contract: the same operation, kernarg struct and launch geometry as asm_src/gfx1201_sage_attention.hip, and
 // the same per-row arithmetic in the same order (scores = float(int dot) * (q_scale*k_scale); max; exp2(s - m);
 // row sum p0+p1+..+p31 then + the other lane half; l = l*alpha + sum; fp8(p*448); per-accumulator PV chunk order
-// 0,1,2,3; epilogue (O * (1/(448 l))) * v_scale -> bf16/fp16 RNE saturating at +-the dtype's max; lse =
+// 0,1,2,3; epilogue (O * (1/(448 l))) * v_scale [+ v_mean where flags bit 3 (smooth_v) and l != 0] -> bf16/fp16
+// RNE saturating at +-the dtype's max (pv fp16: p16 = fp16(p) RNE, {WMMA_PV16}, O * (1/l)); lse =
 // (m + log2 l)*ln2 [+ ln2*q.k_mean]): the output and LSE are bitwise the HIP kernel's on the emulator
 // (tests/test_attention_asm.py).
 //
@@ -1061,7 +1188,8 @@ def family_header(kernels) -> str:
 // SGPRs s{KARG_SGPR}.. (dword i in s{KARG_SGPR}+i):
 //   | offset | name           | kind |
 {kt}
-//   flags bit {abi.FLAG_LSE_BIT}: write lse; bit {abi.FLAG_SMOOTH_K_BIT}: lse adds ln2 * (q_int8*q_scale).k_mean
+//   flags bit {abi.FLAG_LSE_BIT}: write lse; bit {abi.FLAG_SMOOTH_K_BIT}: lse adds ln2 * (q_int8*q_scale).k_mean;
+//   bit {abi.FLAG_CAUSAL_BIT}: causal; bit {abi.FLAG_SMOOTH_V_BIT}: smooth_v, out adds v_mean (loaded always: pass k_mean without it)
 //   out: element (b, i, h, d) at out + 2*(b*out_stride_b + i*out_stride_s + h*out_stride_h + d), d < head_dim
 //
 // Data flow (docs/rdna4.md §WMMA "SageAttention data flow", same index permutations as the .hip header):
@@ -1069,6 +1197,10 @@ def family_header(kernels) -> str:
 //   (h, r) holds query r, keys 32h + 8c + e in chunk c, VGPR e. Softmax is in-lane + one v_permlanex16 exchange.
 //   O^T += V^T.P^T: {WMMA_PV} (A = V^T rows from LDS, B = P^T packed in place over the chunk's first two
 //   score VGPRs by v_cvt_pk_fp8_f32). O^T = D_pad/16 d-tiles x 8 VGPRs; alpha is one value per lane.
+//   pv fp16: {WMMA_PV16} (A = 16 bytes of an fp16 V^T row = keys 32h + 8c.. of chunk c, B = P^T converted in
+//   place by v_cvt_f16_f32 and packed by v_pack_b32_f16 into the chunk's first four score VGPRs: the 16-bit
+//   operand's slot order holds the same keys in A and B, docs/rdna4.md §WMMA permutation rule). V^T rows in LDS
+//   are 144 B (128 + 16 of padding instead of an XOR swizzle), each thread stages consecutive chunks of one row.
 //
 // Tiles: 16 queries x 64 keys per wave and step. The launch geometry (64 queries per 4-wave workgroup) fixes 16
 // queries per wave; 32 queries per wave would need a different grid, or a split of the key loop over waves
@@ -1078,8 +1210,10 @@ def family_header(kernels) -> str:
 // LDS: two K and two V^T tile buffers. K is staged one tile AHEAD of V^T: during step t the waves read K(t+1)
 // from kbuf[(t+1)%2] and V^T(t) from vbuf[t%2] while K(t+2) and V^T(t+1) travel global -> VGPRs (issued at the
 // top of step t, before its WMMA bursts) and are stored to kbuf[t%2] / vbuf[(t+1)%2] at its end: one barrier
-// per step. 16-byte chunks are XOR-swizzled as in the .hip kernel (K: col ^ (row & 7) for 8 chunks per row,
-// col ^ ((row >> 1) & 3) for 4; V^T: col ^ ((row >> 1) & 3)). Fragments go through a ring of {RING}
+// per step (pv fp16: ONE V^T tile, vbuf0 == vbuf1: the end of step t stores K(t+2), barrier, stores V^T(t+1),
+// barrier -- two barriers, and 34 KiB of LDS instead of 52 at head dim 128: 3 workgroups per WGP instead of 2).
+// 16-byte chunks are XOR-swizzled as in the .hip kernel (K: col ^ (row & 7) for 8 chunks per row,
+// col ^ ((row >> 1) & 3) for 4; V^T: col ^ ((row >> 1) & 3)). Fragments go through a ring of {RING} ({RING_PV16_D128} for pv fp16 at head dim 128)
 // ds_load_b128 slots, each reloaded right after its last WMMA.
 //
 // Loop schedule, step t (unrolled x2 so SA/SB, m[0]/m[1] and the LDS buffers alternate by name):
