@@ -80,15 +80,27 @@ class Prologue:
         for ln in self.kswz_lines(self.t_y, self.t_x):
             a.op(ln)
         a.op(f"v_and_b32 {self.t_z}, {ncol - 1}, {self.tid}")
-        a.op(f"v_xor_b32 {self.t_y}, {self.t_y}, {self.t_z}")
-        a.op(f"v_lshlrev_b32 {self.t_y}, {log2(B128)}, {self.t_y}")
-        a.op(f"v_lshl_or_b32 {self.k_st}, {self.t_x}, {log2(self.K_ROW_BYTES)}, {self.t_y}",
-             f"row*{self.K_ROW_BYTES} + (col ^ kswz(row))*16")
+        self.swizzled_store_address(a, self.k_st, self.K_ROW_BYTES, f"row*{self.K_ROW_BYTES} + (col ^ kswz(row))*16")
         if self.PV16:
             self.v16_lane_constants(a)
         else:
             self.v8_lane_constants(a)
         self.k_q_lane_constants(a)
+
+    def swizzled_store_address(self, a: Asm, dst, row_bytes: int, comment: str) -> None:
+        """dst = row * row_bytes + (col ^ swizzle) * 16, the LDS store address of a 16-byte chunk (XOR swizzle of
+        the .hip kernel), from t_x = row, t_y = swizzle, t_z = col (t_y is overwritten)."""
+        a.op(f"v_xor_b32 {self.t_y}, {self.t_y}, {self.t_z}")
+        a.op(f"v_lshlrev_b32 {self.t_y}, {log2(B128)}, {self.t_y}")
+        a.op(f"v_lshl_or_b32 {dst}, {self.t_x}, {log2(row_bytes)}, {self.t_y}", comment)
+
+    def swizzled_read_addresses(self, a: Asm, dsts) -> None:
+        """dsts[i] = t_x + ((t_z + i) ^ t_y) * 16: the LDS address of fragment column t_z + i (t_z has its low bits
+        clear, so + i is an OR) of the row at byte t_x, swizzle t_y."""
+        for i in range(dsts.n):
+            a.op(f"v_or_b32 {dsts[i]}, {i}, {self.t_z}" if i else f"v_mov_b32 {dsts[i]}, {self.t_z}")
+            a.op(f"v_xor_b32 {dsts[i]}, {dsts[i]}, {self.t_y}")
+            a.op(f"v_lshl_or_b32 {dsts[i]}, {dsts[i]}, {log2(B128)}, {self.t_x}")
 
     def v16_lane_constants(self, a: Asm) -> None:
         """pv fp16: thread tid stages V16_LOADS consecutive 16-byte chunks of V^T row tid / per_row (per_row =
@@ -108,18 +120,12 @@ class Prologue:
         a.op(f"v_lshrrev_b32 {self.t_x}, 2, {self.tid}", "V^T row")
         a.op(f"v_bfe_u32 {self.t_y}, {self.t_x}, 1, 2")
         a.op(f"v_and_b32 {self.t_z}, 3, {self.tid}")
-        a.op(f"v_xor_b32 {self.t_y}, {self.t_y}, {self.t_z}")
-        a.op(f"v_lshlrev_b32 {self.t_y}, {log2(B128)}, {self.t_y}")
-        a.op(f"v_lshl_or_b32 {self.v_st}, {self.t_x}, {log2(self.V_ROW_BYTES)}, {self.t_y}",
-             f"row*{self.V_ROW_BYTES} + (col ^ (row>>1)&3)*16")
+        self.swizzled_store_address(a, self.v_st, self.V_ROW_BYTES, f"row*{self.V_ROW_BYTES} + (col ^ (row>>1)&3)*16")
         # V^T fragment reads: row d = r (+16dt), 16-byte column (2h + i) ^ ((r >> 1) & 3)
         a.op(f"v_bfe_u32 {self.t_y}, {self.t_r}, 1, 2")
         a.op(f"v_lshlrev_b32 {self.t_x}, {log2(self.V_ROW_BYTES)}, {self.t_r}", f"r * {self.V_ROW_BYTES}")
         a.op(f"v_lshlrev_b32 {self.t_z}, 1, {self.t_h}", "2h")
-        for i in range(2):
-            a.op(f"v_or_b32 {self.v_rd[i]}, {i}, {self.t_z}" if i else f"v_mov_b32 {self.v_rd[i]}, {self.t_z}")
-            a.op(f"v_xor_b32 {self.v_rd[i]}, {self.v_rd[i]}, {self.t_y}")
-            a.op(f"v_lshl_or_b32 {self.v_rd[i]}, {self.v_rd[i]}, {log2(B128)}, {self.t_x}")
+        self.swizzled_read_addresses(a, self.v_rd)
 
     def k_q_lane_constants(self, a: Asm) -> None:
         D = self.HEAD_DIM
@@ -132,10 +138,7 @@ class Prologue:
         for ln in self.kswz_lines(self.t_y, self.t_r):
             a.op(ln)
         a.op(f"v_lshlrev_b32 {self.t_z}, {log2(self.HCOL)}, {self.t_h}", f"{self.HCOL}h")
-        for i in range(self.QF):
-            a.op(f"v_or_b32 {self.k_rd[i]}, {i}, {self.t_z}" if i else f"v_mov_b32 {self.k_rd[i]}, {self.t_z}")
-            a.op(f"v_xor_b32 {self.k_rd[i]}, {self.k_rd[i]}, {self.t_y}")
-            a.op(f"v_lshl_or_b32 {self.k_rd[i]}, {self.k_rd[i]}, {log2(B128)}, {self.t_x}")
+        self.swizzled_read_addresses(a, self.k_rd)
         a.op(f"v_lshlrev_b32 {self.q_off}, {log2(D)}, {self.t_r}", f"query row r * {D}")
         a.op(f"v_lshl_or_b32 {self.q_off}, {self.t_h}, {log2(D // 2)}, {self.q_off}",
              f"+ {D // 2}h (d permutation of the .hip header)")
@@ -145,6 +148,30 @@ class Prologue:
         """pair = the 64-bit zero extension of the 32-bit SGPR `value`."""
         a.op(f"s_mov_b32 {pair[0]}, {value}")
         a.op(f"s_mov_b32 {pair[1]}, 0")
+
+    def head_base(self, a: Asm, dst, ptr, index, count, per: int = 1, block: int = 1, elem_bytes: int = 1,
+                  comment: str = "") -> None:
+        """dst = ptr + index * (count * per / block) * elem_bytes: the 64-bit address of block `index` (a head:
+        the SGPR pair bh or bkv, hi word 0) of an array of count * per / block elements per head (count a 32-bit
+        SGPR; per / block / elem_bytes powers of two, per or block 1). The byte offset stays in s_tmp."""
+        tmp = self.s_tmp
+        if (per == 1) == (block == 1):
+            raise ValueError(f"head_base: one of per={per} / block={block} must be 1, the other not")
+        if per > 1:
+            a.op(f"s_lshl_b32 {tmp[0]}, {count}, {log2(per)}")
+        else:
+            a.op(f"s_lshr_b32 {tmp[0]}, {count}, {log2(block)}")
+        a.op(f"s_mov_b32 {tmp[1]}, 0")
+        a.op(f"s_mul_u64 {tmp}, {tmp}, {index}")
+        if elem_bytes > 1:
+            a.op(f"s_lshl_b64 {tmp}, {tmp}, {log2(elem_bytes)}")
+        a.op(f"s_add_nc_u64 {dst}, {ptr}, {tmp}", comment)
+
+    def add_offset(self, a: Asm, dst, value, unit: int, pair, comment: str) -> None:
+        """dst += value * unit (64-bit; value a 32-bit SGPR, unit a power of two), through the SGPR pair `pair`."""
+        a.op(f"s_lshl_b32 {pair[0]}, {value}, {log2(unit)}")
+        a.op(f"s_mov_b32 {pair[1]}, 0")
+        a.op(f"s_add_nc_u64 {dst}, {dst}, {pair}", comment)
 
     def scalar_setup(self, a: Asm) -> None:
         D = self.HEAD_DIM
@@ -194,43 +221,24 @@ class Prologue:
         a.op(f"s_mov_b32 {self.s_magic}, {MAGIC_INT}")
         a.op(f"s_mov_b32 {self.s_sel}, {PERMX16_SEL_LO}")
         # K and V^T of the K/V head: bkv * seq_pad_kv * D bytes (64-bit)
-        a.op(f"s_lshl_b32 {tmp[0]}, {self.s_seqpad}, {log2(D)}")
-        a.op(f"s_mov_b32 {tmp[1]}, 0")
-        a.op(f"s_mul_u64 {tmp}, {tmp}, {self.s_bkv}")
-        a.op(f"s_add_nc_u64 {self.s_kh}, {self.sp_k}, {tmp}")
+        self.head_base(a, self.s_kh, self.sp_k, self.s_bkv, self.s_seqpad, per=D)
         if self.PV16:
             a.op(f"s_lshl_b64 {tmp}, {tmp}, 1", "fp16 V^T: 2 bytes per element")
         a.op(f"s_add_nc_u64 {self.s_vb[0:2]}, {self.sp_v}, {tmp}", "V^T of this K/V head")
-        a.op(f"s_lshl_b32 {tmp2[0]}, {self.s_Lc}, {log2(TILE_K * self.V_BYTES)}")
-        a.op(f"s_mov_b32 {tmp2[1]}, 0")
-        a.op(f"s_add_nc_u64 {self.s_vb[0:2]}, {self.s_vb[0:2]}, {tmp2}", "V^T columns of tile L[0]")
+        self.add_offset(a, self.s_vb[0:2], self.s_Lc, TILE_K * self.V_BYTES, tmp2, "V^T columns of tile L[0]")
         # Q rows of query q0 of this head: (bh * seq_pad_q + q0) * D bytes
-        a.op(f"s_lshl_b32 {tmp[0]}, {self.s_seqpad_q}, {log2(D)}")
-        a.op(f"s_mov_b32 {tmp[1]}, 0")
-        a.op(f"s_mul_u64 {tmp}, {tmp}, {self.s_bh}")
-        a.op(f"s_add_nc_u64 {self.s_qrow}, {self.sp_q}, {tmp}")
-        a.op(f"s_lshl_b32 {tmp2[0]}, {self.s_q0}, {log2(D)}")
-        a.op(f"s_mov_b32 {tmp2[1]}, 0")
-        a.op(f"s_add_nc_u64 {self.s_qrow}, {self.s_qrow}, {tmp2}", "Q rows of query q0")
+        self.head_base(a, self.s_qrow, self.sp_q, self.s_bh, self.s_seqpad_q, per=D)
+        self.add_offset(a, self.s_qrow, self.s_q0, D, tmp2, "Q rows of query q0")
         # V^T staging bases: row u*32 of the tile: + u*32*seq_pad_kv (the loop advances them by TILE_K)
         a.op(f"s_lshl_b32 {tmp2[0]}, {self.s_seqpad}, {log2(V_STAGE_ROWS)}", f"{V_STAGE_ROWS} rows of V^T")
         for u in range(1, 1 if self.PV16 else self.STAGE_LOADS):
             a.op(f"s_add_nc_u64 {self.s_vb[2 * u:2 * u + 2]}, {self.s_vb[2 * u - 2:2 * u]}, {tmp2}")
         # k_scale of the K/V head: bkv * (seq_pad_kv / 32) floats
-        a.op(f"s_lshr_b32 {tmp[0]}, {self.s_seqpad}, {log2(SCALE_BLOCK)}")
-        a.op(f"s_mov_b32 {tmp[1]}, 0")
-        a.op(f"s_mul_u64 {tmp}, {tmp}, {self.s_bkv}")
-        a.op(f"s_lshl_b64 {tmp}, {tmp}, {log2(F32_BYTES)}")
-        a.op(f"s_add_nc_u64 {self.s_ksb}, {self.sp_kscale}, {tmp}", "k_scale of the K/V head")
-        a.op(f"s_lshl_b32 {tmp[0]}, {self.s_Lc}, {log2(2 * F32_BYTES)}")
-        a.op(f"s_mov_b32 {tmp[1]}, 0")
-        a.op(f"s_add_nc_u64 {self.s_ksb}, {self.s_ksb}, {tmp}", "k_scale pair of tile L[0]")
+        self.head_base(a, self.s_ksb, self.sp_kscale, self.s_bkv, self.s_seqpad, block=SCALE_BLOCK,
+                       elem_bytes=F32_BYTES, comment="k_scale of the K/V head")
+        self.add_offset(a, self.s_ksb, self.s_Lc, 2 * F32_BYTES, tmp, "k_scale pair of tile L[0]")
         # q_scale of the wave's block: bh * (seq_pad_q / 32) + q0 / 32 floats
-        a.op(f"s_lshr_b32 {tmp[0]}, {self.s_seqpad_q}, {log2(SCALE_BLOCK)}")
-        a.op(f"s_mov_b32 {tmp[1]}, 0")
-        a.op(f"s_mul_u64 {tmp}, {tmp}, {self.s_bh}")
-        a.op(f"s_lshl_b64 {tmp}, {tmp}, {log2(F32_BYTES)}")
-        a.op(f"s_add_nc_u64 {tmp}, {self.sp_qscale}, {tmp}")
+        self.head_base(a, tmp, self.sp_qscale, self.s_bh, self.s_seqpad_q, block=SCALE_BLOCK, elem_bytes=F32_BYTES)
         a.op(f"s_lshr_b32 {tmp2[0]}, {self.s_q0}, {log2(SCALE_BLOCK)}")
         a.op(f"s_lshl_b32 {tmp2[0]}, {tmp2[0]}, {log2(F32_BYTES)}")
         a.op(f"s_load_b32 {self.s_qs}, {tmp}, {tmp2[0]} offset:0x0", "q_scale of the wave's 32-query block")
