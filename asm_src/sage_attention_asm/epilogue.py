@@ -12,6 +12,12 @@ from .config import (B128, BF16_QNAN32, BF16_ROUND, F32_448, F32_BYTES, F32_LN2,
 class Epilogue:
     """The epilogue stage of AttentionKernel (reads KernelState)."""
 
+    def sab(self, j: int, n: int = 0):
+        """The score VGPRs SA then SB as one 64-VGPR scratch (free in the epilogue): VGPR j, or with n the n VGPRs
+        from j (inside one of the two)."""
+        half, at = (self.SA, j) if j < 32 else (self.SB, j - 32)
+        return half[at:at + n] if n else half[at]
+
     def epilogue(self, a: Asm, parity_m) -> None:
         """out = bf16((O * (1 / (448 l))) * v_scale [+ v_mean]) (pv fp16: O * (1 / l)) and the LSE, exactly as the
         HIP kernel's epilogue."""
@@ -58,7 +64,7 @@ class Epilogue:
             for dt in range(self.D_TILES):
                 for half in range(2):
                     j = 8 * dt + 4 * half
-                    a.op(f"global_load_b128 {(self.SA if j < 32 else self.SB)[j % 32:j % 32 + 4]}, {t}, {self.s_vsh} "
+                    a.op(f"global_load_b128 {self.sab(j, 4)}, {t}, {self.s_vsh} "
                          f"offset:{dt * 64 + half * 16}")
                     vm.issue(f"vs{dt}{half}")
             load_vmean(0)
@@ -77,7 +83,7 @@ class Epilogue:
                 vm.wait_for(f"vm{dt}1")
             for e in range(8):
                 j = 8 * dt + e
-                sc = (self.SA if j < 32 else self.SB)[j % 32]
+                sc = self.sab(j)
                 o = self.O[j]
                 a.op(f"v_mul_f32_e32 {o}, {o}, {inv}")
                 if not self.PV16:
@@ -99,7 +105,7 @@ class Epilogue:
                     a.op("s_wait_alu depctr_va_vcc(0)")
                     a.op(f"v_cndmask_b32_e32 {sc}, {BF16_QNAN32}, {sc}, vcc_lo")
                 if e % 2:
-                    lo = (self.SA if j - 1 < 32 else self.SB)[(j - 1) % 32]
+                    lo = self.sab(j - 1)
                     if fp16:
                         a.op(f"v_lshlrev_b32 {sc}, 16, {sc}")
                         a.op(f"v_and_or_b32 {packed[4 * dt + e // 2]}, {lo}, {LO16_MASK}, {sc}")
@@ -125,7 +131,7 @@ class Epilogue:
         a.op(f"v_lshlrev_b32 {km_off}, {log2(self.HEAD_DIM // 2 * F32_BYTES)}, {km_off}",
              f"{self.HEAD_DIM // 2}h floats")
         for j in range(self.HEAD_DIM // 8):
-            a.op(f"global_load_b128 {(self.SA if 4 * j < 32 else self.SB)[(4 * j) % 32:(4 * j) % 32 + 4]}, {km_off}, "
+            a.op(f"global_load_b128 {self.sab(4 * j, 4)}, {km_off}, "
                  f"{self.s_kmh} offset:{B128 * j}")
             vm.issue(f"km{j}")
         acc, qd = self.ring[2], self.ring[3]
@@ -135,7 +141,7 @@ class Epilogue:
                 vm.wait_for(f"km{4 * i + w}")
                 for b in range(4):
                     d = 16 * i + 4 * w + b
-                    km = (self.SA if d < 32 else self.SB)[d % 32]
+                    km = self.sab(d)
                     a.op(f"v_bfe_i32 {qd}, {self.Q[4 * i + w]}, {8 * b}, 8")
                     a.op(f"v_cvt_f32_i32_e32 {qd}, {qd}")
                     a.op(f"v_mul_f32_e32 {qd}, {self.s_qs}, {qd}")

@@ -11,6 +11,12 @@ from .stream import Matrix, Weaver
 class KeyLoop:
     """The loop stage of AttentionKernel (reads KernelState; uses MatmulStreams and Softmax)."""
 
+    def k_tile_base(self, a: Asm, entry, comment: str = "") -> None:
+        """s_kb = the K staging base of key tile `entry` (an SGPR holding a LUT entry): K of the K/V head + entry *
+        K_TILE_BYTES (s_koff's hi word is 0 from the prologue on)."""
+        a.op(f"s_lshl_b32 {self.s_koff[0]}, {entry}, {log2(self.K_TILE_BYTES)}", f"* {self.K_TILE_BYTES} bytes")
+        a.op(f"s_add_nc_u64 {self.s_kb}, {self.s_kh}, {self.s_koff}", comment)
+
     def stage_loads(self, a: Asm, vm: WaitCounter, k_base, v_bases, tag: str, k_dst=None, v_dst=None) -> None:
         k_dst = self.stK if k_dst is None else k_dst
         v_dst = self.stV if v_dst is None else v_dst
@@ -63,8 +69,7 @@ class KeyLoop:
             a.op(f"s_min_u32 {self.s_tmp[0]}, {self.s_tmp[0]}, {self.s_last}")
             a.op(f"s_lshl_b32 {self.s_tmp[0]}, {self.s_tmp[0]}, 2")
             a.op(f"s_load_b32 {self.s_L3}, {self.s_lutrow}, {self.s_tmp[0]} offset:0x4", "waited at the end of the tile")
-            a.op(f"s_lshl_b32 {self.s_koff[0]}, {self.s_L2}, {log2(self.K_TILE_BYTES)}", f"* {self.K_TILE_BYTES} bytes")
-            a.op(f"s_add_nc_u64 {self.s_kb}, {self.s_kh}, {self.s_koff}")
+            self.k_tile_base(a, self.s_L2)
             a.op(f"s_sub_co_i32 {self.s_tmp[0]}, {self.s_L1}, {self.s_Lc}", "tiles from L[t] to L[t+1] (> 0: ascending)")
             a.op(f"s_mov_b32 {self.s_tmp2[1]}, 0")
             a.op(f"s_lshl_b32 {self.s_tmp2[0]}, {self.s_tmp[0]}, {log2(2 * F32_BYTES)}")

@@ -36,11 +36,9 @@ class Prologue:
         a.op("s_cbranch_scc1 .Lempty")
         a.op(f"global_load_b32 {self.ks}, {self.ks_off}, {self.s_ksb}")
         vm.issue("ks0")
-        a.op(f"s_lshl_b32 {self.s_koff[0]}, {self.s_Lc}, {log2(self.K_TILE_BYTES)}", f"* {self.K_TILE_BYTES} bytes")
-        a.op(f"s_add_nc_u64 {self.s_kb}, {self.s_kh}, {self.s_koff}", "K(L[0])")
+        self.k_tile_base(a, self.s_Lc, "K(L[0])")
         self.stage_loads(a, vm, self.s_kb, self.s_vb, "p0")
-        a.op(f"s_lshl_b32 {self.s_koff[0]}, {self.s_L1}, {log2(self.K_TILE_BYTES)}", f"* {self.K_TILE_BYTES} bytes")
-        a.op(f"s_add_nc_u64 {self.s_kb}, {self.s_kh}, {self.s_koff}", "K(L[min(1, last)])")
+        self.k_tile_base(a, self.s_L1, "K(L[min(1, last)])")
         a.section("prologue: O = 0, m = -inf, l = 0")
         a.valu([Op.mov(self.O[j], "0") for j in range(self.O.n)] + [Op.mov(self.magic[j], self.s_magic) for j in range(8)] +
                [Op.mov(self.m[0], F32_NEG_INF), Op.mov(self.l_run, "0")])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from asmdsl import Asm, Op
 
 from .config import CHUNKS, F32_NEG_INF, PERMX16_SEL_HI, TILE_K, log2
-from .stream import vadd, vmax, vmul, vsub
+from .stream import vadd, vcc_select_lines, vmax, vmul, vsub
 
 
 class Softmax:
@@ -42,17 +42,13 @@ class Softmax:
 
     def alpha_select_lines(self, m_old) -> list[str]:
         """alpha = m_old == -inf ? 0 : exp2(m_old - m_new) (VCC written by VALU, read by VALU: §Hazards 3)."""
-        return [f"v_cmp_neq_f32_e32 vcc_lo, {F32_NEG_INF}, {m_old}",
-                "s_wait_alu depctr_va_vcc(0)",
-                f"v_cndmask_b32_e32 {self.alpha[0]}, 0, {self.alpha[0]}, vcc_lo"]
+        return vcc_select_lines(f"v_cmp_neq_f32_e32 vcc_lo, {F32_NEG_INF}, {m_old}", self.alpha[0], 0, self.alpha[0])
 
     def guard_lines(self, m_new) -> list[str]:
         """m_use = m_new, or 0 while m_new = -inf (a row with no visible key so far: p = exp2(-inf - 0) = 0, not
     NaN), in m[2] and lim (two VOPD banks for the exp2 arguments)."""
-        return [f"v_cmp_neq_f32_e32 vcc_lo, {F32_NEG_INF}, {m_new}",
-                "s_wait_alu depctr_va_vcc(0)",
-                f"v_cndmask_b32_e32 {self.m[2]}, 0, {m_new}, vcc_lo",
-                f"v_mov_b32 {self.lim}, {self.m[2]}"]
+        return vcc_select_lines(f"v_cmp_neq_f32_e32 vcc_lo, {F32_NEG_INF}, {m_new}", self.m[2], 0, m_new) + \
+            [f"v_mov_b32 {self.lim}, {self.m[2]}"]
 
     def exp_ops(self, sacc, m_new) -> list[Op]:
         """p = exp2(s - m_new); row sum l_tile = p0 + p1 + ... + p31 in register order (the HIP kernel's order),
@@ -145,9 +141,8 @@ class Softmax:
                f"v_sub_nc_u32_e32 {self.lim}, {self.lim}, {self.xl}"]
         for c in range(CHUNKS):
             for e in range(8):
-                out += [f"v_cmp_lt_i32_e32 vcc_lo, {8 * c + e}, {self.lim}",
-                        "s_wait_alu depctr_va_vcc(0)",
-                        f"v_cndmask_b32_e32 {sacc[8 * c + e]}, {F32_NEG_INF}, {sacc[8 * c + e]}, vcc_lo"]
+                out += vcc_select_lines(f"v_cmp_lt_i32_e32 vcc_lo, {8 * c + e}, {self.lim}", sacc[8 * c + e],
+                                        F32_NEG_INF, sacc[8 * c + e])
         return out
 
     def rescale(self, a: Asm, label: str) -> None:

@@ -1,25 +1,23 @@
 """The WMMA stream: fragments loaded into an LDS ring (`Matrix`) and emitted phase by phase with VALU work woven
-between the WMMAs (`Weaver`); plus the VOPD-pairable VALU op helpers the softmax uses."""
+between the WMMAs (`Weaver`); plus the VALU helpers the softmax uses (VOPD-pairable fp32 ops, VCC selects)."""
 from __future__ import annotations
+
+from functools import partial
 
 from asmdsl import Asm, Op, WaitCounter
 
-
 # ---------------------------------------------------------------------------------------------- VALU helpers
-def vmul(d, s0, s1):
-    return Op.vop2("v_mul_f32", d, s0, s1)
+# vmul(d, s0, s1) etc.: VOP2 fp32 ops that pair_vopd can fuse
+vmul = partial(Op.vop2, "v_mul_f32")
+vadd = partial(Op.vop2, "v_add_f32")
+vsub = partial(Op.vop2, "v_sub_f32")
+vmax = partial(Op.vop2, "v_max_num_f32")
 
 
-def vadd(d, s0, s1):
-    return Op.vop2("v_add_f32", d, s0, s1)
-
-
-def vsub(d, s0, s1):
-    return Op.vop2("v_sub_f32", d, s0, s1)
-
-
-def vmax(d, s0, s1):
-    return Op.vop2("v_max_num_f32", d, s0, s1)
+def vcc_select_lines(compare: str, dst, if_false, if_true) -> list[str]:
+    """dst = (compare, a VALU v_cmp_*_e32 writing vcc_lo) ? if_true : if_false. VCC written by VALU and read by
+    VALU needs s_wait_alu depctr_va_vcc(0) between (docs/rdna4.md §Hazards 3)."""
+    return [compare, "s_wait_alu depctr_va_vcc(0)", f"v_cndmask_b32_e32 {dst}, {if_false}, {if_true}, vcc_lo"]
 
 
 # ---------------------------------------------------------------------------------------------- WMMA stream
