@@ -103,7 +103,7 @@ class Prologue:
     def v16_lane_constants(self, a: Asm) -> None:
         """pv fp16: thread tid stages V16_LOADS consecutive 16-byte chunks of V^T row tid / per_row (per_row =
         threads per row); lane (h, r) reads row r (+16 dt), keys 32h + 8c.. at + 64h + 16c (+ 16c by offset)."""
-        per_row = (TILE_K * 2 // B128) // self.V16_LOADS
+        per_row = self.V16_PER_ROW
         a.op(f"v_lshrrev_b32 {self.t_x}, {log2(per_row)}, {self.tid}" if per_row > 1 else
              f"v_mov_b32 {self.t_x}, {self.tid}", "V^T row of this thread's staging chunks")
         a.op(f"v_and_b32 {self.t_y}, {per_row - 1}, {self.tid}", "which part of the row")
@@ -268,7 +268,7 @@ class Prologue:
         # VALU reads these SGPRs from now on; none is written again by SALU (docs/rdna4.md §Hazards 3)
         a.op("s_wait_alu depctr_sa_sdst(0)")
         if self.PV16:   # row tid / per_row, its part tid % per_row of V16_LOADS chunks (v16_lane_constants)
-            per_row = (TILE_K * 2 // B128) // self.V16_LOADS
+            per_row = self.V16_PER_ROW
             a.op(f"v_lshrrev_b32 {self.t_x}, {log2(per_row)}, {self.tid}")
             a.op(f"v_mul_lo_u32 {self.v_gl}, {self.t_x}, {self.s_seqpad}", "V^T row * seq_pad_kv")
             a.op(f"v_lshlrev_b32 {self.v_gl}, 1, {self.v_gl}", "fp16: bytes")

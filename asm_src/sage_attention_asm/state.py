@@ -37,6 +37,7 @@ class KernelState:
         self.STAGE_LOADS = (self.K_TILE_BYTES // THREADS) // B128   # b128 global loads per thread per tile
         # V^T staging: fp8 as K (STAGE_LOADS chunks, rows u*32 apart); fp16 V16_LOADS consecutive chunks of one row
         self.V16_LOADS = (cfg.head_dim * TILE_K * 2 // THREADS) // B128
+        self.V16_PER_ROW = (TILE_K * 2 // B128) // self.V16_LOADS   # threads staging one fp16 V^T row
         self.V_LOADS = self.V16_LOADS if self.PV16 else self.STAGE_LOADS
         self.STAGE_STEP = THREADS * B128                 # bytes between a thread's successive staging chunks
         # the smallest real head dim this D_pad serves (abi.d_pad): d-tiles below it are always stored
