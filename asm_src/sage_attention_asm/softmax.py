@@ -79,7 +79,6 @@ class Softmax:
         def packs_after(j):     # pack as soon as the *448 (fp16: the convert) of p_j is issued
             out = []
             c, e = divmod(j, 8)
-            base = sacc[8 * c]
             if self.PV16:       # halves p_{j-1}, p_j -> VGPR 8c + e//2: the f16 B-fragment of chunk c in 4 VGPRs
                 if e % 2:
                     dst = sacc[8 * c + e // 2]
@@ -93,7 +92,6 @@ class Softmax:
                 # op_sel dst bit: the high half; the convert merges into dst (docs/rdna4.md §Hazards 9)
                 out.append(Op.raw(f"v_cvt_pk_fp8_f32 {dst}, {sacc[j - 1]}, {sacc[j]} op_sel:[0,0,1]",
                                   [sacc[j - 1], sacc[j], dst], [dst]))
-            del base
             return out
 
         LAG = 2
