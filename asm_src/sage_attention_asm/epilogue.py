@@ -54,19 +54,19 @@ class Epilogue:
         # lanes of s_addmean = rows with l != 0 when the flag is set (others keep the value: no -0 -> +0 change)
         vmean_slots = (self.magic, self.stV[0:8])
 
-        def load_vmean(dt):
+        def load_dtile(dst8, base, dt, tag):
+            """dst8 = this lane half's 8 floats of d-tile dt of a per-channel fp32 vector (offset t = 32h bytes)."""
             for half in range(2):
-                a.op(f"global_load_b128 {vmean_slots[dt % 2][4 * half:4 * half + 4]}, {t}, {self.s_vmh} "
-                     f"offset:{dt * 64 + half * 16}")
-                vm.issue(f"vm{dt}{half}")
+                a.op(f"global_load_b128 {dst8[4 * half:4 * half + 4]}, {t}, {base} "
+                     f"offset:{dt * WMMA_N * F32_BYTES + half * B128}")
+                vm.issue(f"{tag}{dt}{half}")
+
+        def load_vmean(dt):
+            load_dtile(vmean_slots[dt % 2], self.s_vmh, dt, "vm")
         if not self.PV16:
             # v_scale values land in SA/SB (free now): d-tile dt's 8 values of this lane half in SA/SB[8dt..8dt+7]
             for dt in range(self.D_TILES):
-                for half in range(2):
-                    j = 8 * dt + 4 * half
-                    a.op(f"global_load_b128 {self.sab(j, 4)}, {t}, {self.s_vsh} "
-                         f"offset:{dt * 64 + half * 16}")
-                    vm.issue(f"vs{dt}{half}")
+                load_dtile(self.sab(8 * dt, 8), self.s_vsh, dt, "vs")
             load_vmean(0)
             load_vmean(1)
             a.op(f"v_cmp_neq_f32_e64 {self.s_addmean}, 0, {self.l_run}", "rows that saw a key")
