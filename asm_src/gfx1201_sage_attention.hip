@@ -1,10 +1,10 @@
-// gfx1201_sage_attention_fwd_d{64,128}_{bf16,fp16}: SageAttention forward (dense, causal, block-sparse) on RDNA4, headers-free HIP.
+// gfx1201_sage_attention_fwd_d{64,128}_{bf16,fp16}[_pv16]: SageAttention forward (dense, causal, block-sparse) on RDNA4, headers-free HIP.
 //
 // The readable baseline of the attention kernel; a hand-scheduled asm kernel later must beat it and match it.
 // It keeps the same kernarg struct and launch geometry (below). Hardware facts cite docs/rdna4.md sections
-// (§WMMA, §Memory, ...). One template, four symbols: the padded head dim DP (64 or 128; manifest key head_dim)
-// and the output dtype (bf16 or fp16; key out_dtype). GQA, separate query/key lengths and the caller's output
-// layout are runtime arguments.
+// (§WMMA, §Memory, ...). One template, eight symbols: the padded head dim DP (64 or 128; manifest key head_dim),
+// the output dtype (bf16 or fp16; key out_dtype) and the P.V input type (PV16: key pv_dtype "fp8" or "fp16",
+// suffix _pv16). GQA, separate query/key lengths, the caller's output layout and smooth_v are runtime arguments.
 //
 // Math, per query row i of query head h (K/V head g = h / (H_q/H_kv)) and key tile of 64 keys
 // (sage_co.reference.sage_attention_model):
@@ -14,8 +14,10 @@
 //   m_new  = max(m_old, max_j s);  alpha = exp2(m_old - m_new) (0 while m_old = -inf)
 //   p      = exp2(s - m_use) (m_use = m_new, or 0 while m_new = -inf);  l = l*alpha + rowsum(p)
 //   O      = O*alpha + fp8_e4m3(p*448) . v_fp8                               (fp32 accumulation)
-//   out    = round_sat((O * (1/(448*l))) * v_scale[g][d]) (inv = 0 when l = 0: zeros)  RNE to bf16 or fp16, saturating at +-the dtype's
+//   out    = round_sat((O * (1/(448*l))) * v_scale[g][d] [+ v_mean[g][d]]) (inv = 0 when l = 0: zeros; v_mean with
+//            flags bit 3 (smooth_v) on rows with l != 0)  RNE to bf16 or fp16, saturating at +-the dtype's
 //            largest finite value (NaN -> the dtype's quiet NaN), d < head_dim only;
+//   PV16:  O = O*alpha + fp16(p) . v_f16 (v_wmma_f32_16x16x16_f16), out = round_sat(O * (1/l)) (no 448, no scales)
 //   lse    = (m + log2 l)*ln2 [+ ln2 * q_deq.k_mean[g]]
 // `#pragma clang fp contract(off)`: HIP contracts a*b+c into FMA by default, which would round differently
 // from the model.
@@ -24,16 +26,16 @@
 //   Workgroup = 64 queries of one (batch, query head); wave w owns queries 16w..16w+15 of them.
 //   Each wave loops over the active key tiles (LUT row of its query tile) of K/V head (head * kv_group_magic) >> 32.
 //
-// Kernarg struct (sage_co/abi.py ATTENTION_FWD_ARGS, 148 bytes, 8-byte aligned; no hidden arguments):
+// Kernarg struct (sage_co/abi.py ATTENTION_FWD_ARGS, 160 bytes, 8-byte aligned; no hidden arguments):
 //   | offset | name           | type | contents                                                           |
 //   |--------|----------------|------|--------------------------------------------------------------------|
 //   |      0 | q              | ptr  | int8  [B, H_q, seq_pad_q, DP], carries softmax_scale*log2(e)       |
 //   |      8 | k              | ptr  | int8  [B, H_kv, seq_pad_kv, DP]                                    |
-//   |     16 | v              | ptr  | fp8 e4m3fn [B, H_kv, DP, seq_pad_kv] (V transposed, key-contiguous) |
+//   |     16 | v              | ptr  | V^T [B, H_kv, DP, seq_pad_kv] (key-contiguous): fp8 e4m3fn; fp16 PV16 |
 //   |     24 | q_scale        | ptr  | f32   [B, H_q, seq_pad_q/32]                                       |
 //   |     32 | k_scale        | ptr  | f32   [B, H_kv, seq_pad_kv/32]                                     |
 //   |     40 | k_mean         | ptr  | f32   [B, H_kv, DP] (read only when flags bit 1 and bit 0 are set) |
-//   |     48 | v_scale        | ptr  | f32   [B, H_kv, DP]                                                |
+//   |     48 | v_scale        | ptr  | f32   [B, H_kv, DP] (not read by PV16 symbols)                     |
 //   |     56 | out            | ptr  | bf16/fp16, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d]     |
 //   |     64 | lse            | ptr  | f32   [B, H_q, seq_len_q] (written only when flags bit 0 is set)   |
 //   |     72 | seq_len_q      | u32  | S_q >= 1                                                           |
@@ -48,12 +50,15 @@
 //   |    108 | out_stride_s   | u32  |                                                                    |
 //   |    112 | out_stride_h   | u32  |                                                                    |
 //   |    116 | head_dim       | u32  | D (multiple of 16, <= DP): channels >= D are not stored            |
-//   |    120 | flags          | u32  | bit 0: write lse; bit 1: lse adds the smooth_k term; bit 2: causal  |
+//   |    120 | flags          | u32  | bit 0: write lse; bit 1: lse adds the smooth_k term; bit 2: causal; |
+//   |        |                |      | bit 3: smooth_v (add v_mean)                                       |
 //   |    128 | lut            | ptr  | u32 rows [count, t_0 < ... < t_{count-1}, ...] of seq_pad_kv/64 + 1 |
 //   |        |                |      | entries per query tile: the active key tiles (docs/numerics.md)     |
 //   |    136 | lut_stride_b   | u32  | element strides of the LUT rows of (batch, head); row of query tile |
 //   |    140 | lut_stride_h   | u32  | x at lut + b*sb + h*sh + x*(seq_pad_kv/64 + 1); 0 = shared          |
 //   |    144 | causal_offset  | i32  | seq_len_kv - seq_len_q: row i sees keys j <= i + causal_offset      |
+//   |    152 | v_mean         | ptr  | f32   [B, H_kv, DP] (read here only with flags bit 3; the asm      |
+//   |        |                |      | kernel loads it always: the host passes k_mean without smooth_v)   |
 // Every tensor but out is dense in the layout above; the host (sage_co/ops/attention.py) checks that.
 
 // Data flow (docs/rdna4.md §WMMA, "SageAttention data flow"): S^T = K.Q^T with v_wmma_i32_16x16x16_iu8
@@ -91,6 +96,12 @@
 // dynamically indexed o[] would go to scratch. Occupancy (§Occupancy), DP = 128: 224 VGPRs -> 6 waves/SIMD by
 // registers; 32 KiB LDS per 4-wave workgroup -> 4 workgroups per WGP (128 KiB) = 4 waves/SIMD, the binding
 // limit; DP = 64: 138 VGPRs -> 8 waves/SIMD (LDS allows 8).
+// PV16 (pv_dtype fp16): the V^T tile is DP x 128 B (8 chunks per row, XOR-swizzled row & 7 like 8-chunk K rows),
+// staged as DP/16 b128 loads per thread; each lane reads chunk 4hl+c of row 16t+r as the f16 A-fragment of chunk c
+// (keys 32hl+8c..+7 in the 16-bit operand's slot order, docs/rdna4.md §WMMA lane layouts; P^T's B-fragment holds the
+// same keys in the same slots: the permutation rule). One V^T tile instead of two (see LDS_V below: a second
+// barrier per tile) keeps the LDS at the fp8 symbols' 32 / 16 KiB. DP = 128: 245 VGPRs -> 5 waves/SIMD by
+// registers, LDS 32 KiB -> 4 workgroups per WGP = 4 waves/SIMD; DP = 64: 171 VGPRs -> 8, LDS 16 KiB -> 8.
 
 #pragma clang fp contract(off)
 
@@ -106,12 +117,14 @@ typedef int v8i __attribute__((ext_vector_type(8)));
 typedef float v2f __attribute__((ext_vector_type(2)));
 typedef float v4f __attribute__((ext_vector_type(4)));
 typedef float v8f __attribute__((ext_vector_type(8)));
+typedef _Float16 v8h __attribute__((ext_vector_type(8)));
 
 #define TILE_Q 64      // queries per workgroup
 #define TILE_K 64      // keys per loop step
 #define FLAG_LSE 1u
 #define FLAG_SMOOTH_K 2u
 #define FLAG_CAUSAL 4u
+#define FLAG_SMOOTH_V 8u
 #define MAX_DP 128     // the LDS array is sized for the largest padded head dim
 
 #define LN2 0.693147180559945309f
@@ -148,6 +161,12 @@ static __device__ __attribute__((always_inline)) int fp8x4(float a, float b, flo
   return __builtin_amdgcn_cvt_pk_fp8_f32(c, d, lo, true);
 }
 
+// V^T rows: 4 chunks (fp8) swizzled (row >> 1) & 3, or 8 chunks (fp16) swizzled like 8-chunk K rows, row & 7.
+template <bool PV16>
+static __device__ __attribute__((always_inline)) u32 vswz(u32 row) {
+  return PV16 ? (row & 7) : ((row >> 1) & 3);
+}
+
 // K rows of the LDS tile: NCOL = DP/16 chunks of 16 B; chunk col of row `row` sits at col ^ kswz(row), so each
 // group of 8 lanes of a ds_load_b128 touches 8 distinct 16-byte bank groups (§Memory). V^T rows always have 4.
 template <int DP>
@@ -155,19 +174,26 @@ static __device__ __attribute__((always_inline)) u32 kswz(u32 row) {
   return DP == 128 ? (row & 7) : ((row >> 1) & 3);
 }
 
-template <int DP, bool FP16>
+template <int DP, bool FP16, bool PV16>
 static __device__ __attribute__((always_inline)) void attention(
     const signed char* __restrict__ q, const signed char* __restrict__ k, const unsigned char* __restrict__ v,
     const float* __restrict__ q_scale, const float* __restrict__ k_scale, const float* __restrict__ k_mean,
     const float* __restrict__ v_scale, unsigned short* __restrict__ out, float* __restrict__ lse, u32 seq_len_q,
     u32 seq_pad_q, u32 seq_len_kv, u32 seq_pad_kv, u32 num_heads_q, u32 num_heads_kv, u64 kv_group_magic,
     u32 out_stride_b, u32 out_stride_s, u32 out_stride_h, u32 head_dim, u32 flags, const u32* __restrict__ lut,
-    u32 lut_stride_b, u32 lut_stride_h, int causal_offset, v4i* lds) {
+    u32 lut_stride_b, u32 lut_stride_h, int causal_offset, const float* __restrict__ v_mean, v4i* lds) {
   constexpr int NCOL = DP / 16;        // 16-byte chunks per K row (and O^T d-tiles)
   constexpr int HCOL = NCOL / 2;       // chunks of a row one lane half holds (d = DP/2*hl ..)
   constexpr int QF = DP / 32;          // Q^T fragments per lane (v4i), = K d-groups, = staging chunks per thread
-  constexpr int LDS_V = 4 * DP;        // chunk offset of the V^T tile inside a buffer (K tile: 64 x NCOL chunks)
-  constexpr int LDS_BUF = 8 * DP;      // chunks per buffer: K (64 rows x NCOL) + V^T (DP rows x 4)
+  constexpr int VB = PV16 ? 2 : 1;     // bytes per V element (fp16 or fp8)
+  constexpr int VCOL = 4 * VB;         // 16-byte chunks per V^T row of a 64-key tile
+  constexpr int VF = QF * VB;          // V^T staging chunks per thread
+  // LDS, in 16-byte chunks. fp8: two buffers of K (64 rows x NCOL = 4 DP chunks) + V^T (DP rows x 4); PV16: two K
+  // buffers and ONE V^T tile (DP rows x 8) after them, so the LDS stays 16 DP chunks (32 KiB at DP = 128) and the
+  // occupancy that of the fp8 symbols; V^T(t+1) is then stored after the end-of-tile barrier and published by a
+  // second barrier placed before tile t+1's P.V WMMAs (the Q.K^T and softmax of t+1 run in between).
+  constexpr int LDS_V = PV16 ? 8 * DP : 4 * DP;   // chunk offset of the V^T tile (fp8: inside a buffer)
+  constexpr int LDS_BUF = PV16 ? 4 * DP : 8 * DP;  // chunks between the two buffers
 
   const u32 tid = __builtin_amdgcn_workitem_id_x();
   const u32 lane = tid & 31, r = lane & 15, hl = lane >> 4;  // lane = 16*hl + r
@@ -185,7 +211,7 @@ static __device__ __attribute__((always_inline)) void attention(
   // (docs/rdna4.md §Memory) instead of 64-bit VGPR address arithmetic. Offsets inside one head stay < 2^32 bytes.
   const char* qh = (const char*)q + bh * seq_pad_q * DP;
   const char* kh = (const char*)k + bkv * seq_pad_kv * DP;
-  const char* vh = (const char*)v + bkv * DP * seq_pad_kv;
+  const char* vh = (const char*)v + bkv * DP * seq_pad_kv * VB;
   const float* ksh = k_scale + bkv * nblk_kv;
 
   // Q^T B-fragments: lane (hl, r) holds query row r, bytes DP/2*hl .. +DP/2-1; d-step s = bytes 8s..8s+7 of that.
@@ -195,25 +221,26 @@ static __device__ __attribute__((always_inline)) void attention(
   for (int i = 0; i < QF; ++i) qf[i] = *(const v4i*)(qh + (qi * DP + (DP / 2) * hl + 16 * i));
   const float qs = q_scale[bh * nblk_q + q0 / 32];  // the wave's 16 queries share one 32-token block
 
-  // global -> LDS staging: thread tid moves K chunks tid + 128u (row = chunk/NCOL) and V^T chunks tid + 128u
-  // (row d = chunk/4) of a tile, u = 0..QF-1. Global offsets relative to the tile's (uniform) base.
+  // global -> LDS staging: thread tid moves K chunks tid + 128u (row = chunk/NCOL, u < QF) and V^T chunks
+  // tid + 128u (row d = chunk/VCOL, u < VF) of a tile. Global offsets relative to the tile's (uniform) base.
   const u32 k_row = tid / NCOL, k_col = tid % NCOL;
-  const u32 v_row = tid >> 2, v_col = tid & 3;
-  u32 k_gl[QF], v_gl[QF];
-  for (int u = 0; u < QF; ++u) {
-    k_gl[u] = (tid + 128 * u) * 16;
-    v_gl[u] = (v_row + 32 * u) * seq_pad_kv + v_col * 16;
-  }
-  // rows of chunk tid + 128u are k_row + 128u/NCOL: kswz is the same for all u (128/NCOL is a multiple of 16)
+  const u32 v_row = tid / VCOL, v_col = tid % VCOL;
+  u32 k_gl[QF], v_gl[VF];
+  for (int u = 0; u < QF; ++u) k_gl[u] = (tid + 128 * u) * 16;
+  for (int u = 0; u < VF; ++u) v_gl[u] = (v_row + (128 / VCOL) * u) * seq_pad_kv * VB + v_col * 16;
+  // rows of chunk tid + 128u are k_row + 128u/NCOL: kswz is the same for all u (128/NCOL is a multiple of 16);
+  // V^T rows swizzle like K rows of the same chunk count (fp8: 4 chunks, fp16: 8 chunks per row)
   const u32 lds_k_st = k_row * NCOL + (k_col ^ kswz<DP>(k_row));
-  const u32 lds_v_st = LDS_V + v_row * 4 + (v_col ^ ((v_row >> 1) & 3));
+  const u32 lds_v_st = LDS_V + v_row * VCOL + (v_col ^ vswz<PV16>(v_row));
   // K A-fragment reads: chunk c row = 32*(r/8) + 8c + r%8, 16-byte column HCOL*hl+i (i < HCOL).
   const u32 k_rd_row = 32 * (r >> 3) + (r & 7);
   u32 lds_k_rd[QF];
   for (int i = 0; i < QF; ++i) lds_k_rd[i] = k_rd_row * NCOL + ((HCOL * hl + i) ^ kswz<DP>(k_rd_row));
-  // V^T A-fragment reads: d-tile t row d = 16t + r, 16-byte column 2hl+i (i = 0..1).
-  u32 lds_v_rd[2];
-  for (int i = 0; i < 2; ++i) lds_v_rd[i] = LDS_V + r * 4 + ((2 * hl + i) ^ ((r >> 1) & 3));
+  // V^T A-fragment reads: d-tile t row d = 16t + r; fp8: 16-byte column 2hl+i (i = 0..1, chunks 2i, 2i+1);
+  // fp16: column 4hl+c (c = 0..3, one chunk each: keys 32hl+8c.. as 8 halves)
+  constexpr int VRD = PV16 ? 4 : 2;
+  u32 lds_v_rd[VRD];
+  for (int i = 0; i < VRD; ++i) lds_v_rd[i] = LDS_V + r * VCOL + ((VRD * hl + i) ^ vswz<PV16>(r));
 
   // Active key tiles of this query tile (docs/numerics.md §Masks): LUT row [count, t_0 < t_1 < ... < t_{count-1}]
   // of ntiles + 1 u32 at lut + batch*lut_stride_b + head*lut_stride_h + qtile*(ntiles+1) (strides 0 share a row
@@ -229,23 +256,20 @@ static __device__ __attribute__((always_inline)) void attention(
                               : (int)seq_len_kv;
   const int lim_wave = causal ? __builtin_elementwise_min((int)q0 + causal_offset + 1, (int)seq_len_kv)
                               : (int)seq_len_kv;
-  v4i kst[QF], vst[QF];
+  v4i kst[QF], vst[VF];
   float ks_next = 0.0f;
   if (count) {
     const u32 t0 = tiles[0];
-    for (int u = 0; u < QF; ++u) {
-      kst[u] = *(const v4i*)(kh + (k_gl[u] + t0 * (TILE_K * DP)));
-      vst[u] = *(const v4i*)(vh + (v_gl[u] + t0 * TILE_K));
-    }
+    for (int u = 0; u < QF; ++u) kst[u] = *(const v4i*)(kh + (k_gl[u] + t0 * (TILE_K * DP)));
+    for (int u = 0; u < VF; ++u) vst[u] = *(const v4i*)(vh + (v_gl[u] + t0 * (TILE_K * VB)));
     const v2f ks2 = *(const v2f*)(ksh + 2 * t0);
     ks_next = hl ? ks2.y : ks2.x;  // k_scale block of keys 32hl..32hl+31 of the tile
   } else {
-    for (int u = 0; u < QF; ++u) kst[u] = vst[u] = (v4i){0, 0, 0, 0};
+    for (int u = 0; u < QF; ++u) kst[u] = (v4i){0, 0, 0, 0};
+    for (int u = 0; u < VF; ++u) vst[u] = (v4i){0, 0, 0, 0};
   }
-  for (int u = 0; u < QF; ++u) {
-    lds[lds_k_st + 128 * u] = kst[u];
-    lds[lds_v_st + 128 * u] = vst[u];
-  }
+  for (int u = 0; u < QF; ++u) lds[lds_k_st + 128 * u] = kst[u];
+  for (int u = 0; u < VF; ++u) lds[lds_v_st + 128 * u] = vst[u];
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup", "local");
   __builtin_amdgcn_s_barrier();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup", "local");
@@ -257,16 +281,15 @@ static __device__ __attribute__((always_inline)) void attention(
   for (u32 it = 0; it < count; ++it) {
     const u32 tile = tiles[it];
     const u32 buf = (it & 1) * LDS_BUF;
+    const u32 vbuf = PV16 ? 0u : buf;  // PV16: the one V^T tile
     const bool more = it + 1 < count;
     const float ks = ks_next;
     if (more) {  // prefetch the next active tile into VGPRs; stored to the other LDS buffer after this tile's WMMAs
       // the tile offset goes into the 32-bit lane offset (not the base) so the load keeps the SGPR base
       const u32 tn = tiles[it + 1];
-      const u32 koff = tn * (TILE_K * DP), voff = tn * TILE_K;
-      for (int u = 0; u < QF; ++u) {
-        kst[u] = *(const v4i*)(kh + (k_gl[u] + koff));
-        vst[u] = *(const v4i*)(vh + (v_gl[u] + voff));
-      }
+      const u32 koff = tn * (TILE_K * DP), voff = tn * (TILE_K * VB);
+      for (int u = 0; u < QF; ++u) kst[u] = *(const v4i*)(kh + (k_gl[u] + koff));
+      for (int u = 0; u < VF; ++u) vst[u] = *(const v4i*)(vh + (v_gl[u] + voff));
       const v2f ks2 = *(const v2f*)(ksh + 2 * tn);  // one s_load_b64, then a per-lane select
       ks_next = hl ? ks2.y : ks2.x;
     }
@@ -306,54 +329,88 @@ static __device__ __attribute__((always_inline)) void attention(
     for (int j = 1; j < 32; ++j) rs += p[j];
     rs = rs + xlane16(rs);  // (keys 0-31) + (keys 32-63); fp add commutes, so both lanes get the same l
     l_run = l_run * alpha + rs;
-    v2i pf[4];  // P^T B-fragments, chunk c: keys 32hl+8c .. +7 in byte order
+    v2i pf[4];   // fp8: P^T B-fragments, chunk c: keys 32hl+8c .. +7 in byte order
+    v8h ph[4];   // fp16: the same keys as 8 halves (RNE), in the f16 operand's slot order (§WMMA permutation rule)
     for (int c = 0; c < 4; ++c) {
       const float* pc = p + 8 * c;
-      pf[c].x = fp8x4(pc[0] * 448.0f, pc[1] * 448.0f, pc[2] * 448.0f, pc[3] * 448.0f);
-      pf[c].y = fp8x4(pc[4] * 448.0f, pc[5] * 448.0f, pc[6] * 448.0f, pc[7] * 448.0f);
+      if (PV16) {
+        for (int e = 0; e < 8; ++e) ph[c][e] = (_Float16)pc[e];
+      } else {
+        pf[c].x = fp8x4(pc[0] * 448.0f, pc[1] * 448.0f, pc[2] * 448.0f, pc[3] * 448.0f);
+        pf[c].y = fp8x4(pc[4] * 448.0f, pc[5] * 448.0f, pc[6] * 448.0f, pc[7] * 448.0f);
+      }
     }
     // Rescale O only when some lane's max moved (x * 1 == x exactly, so skipping is bitwise the same);
     // after the first tiles of a row the max rarely changes. Uniform branch on a wave-wide ballot.
     if (__builtin_amdgcn_ballot_w32(alpha != 1.0f))
       for (int t = 0; t < NCOL; ++t) o[t] *= alpha;
 
-    // O^T[d-tile t] += V^T[16t.., chunk c] . P^T[chunk c]; V^T load i of d-tile t covers chunks 2i, 2i+1.
-    for (int i = 0; i < 2; ++i) {
-      for (int t = 0; t < NCOL; ++t) {
-        const v4i vf = lds[buf + lds_v_rd[i] + 64 * t];
-        o[t] = __builtin_amdgcn_wmma_f32_16x16x16_fp8_fp8_w32_gfx12(vf.xy, pf[2 * i], o[t]);
-        o[t] = __builtin_amdgcn_wmma_f32_16x16x16_fp8_fp8_w32_gfx12(vf.zw, pf[2 * i + 1], o[t]);
+    // O^T[d-tile t] += V^T[16t.., chunk c] . P^T[chunk c], chunks 0, 1, 2, 3 per accumulator.
+    if (PV16) {  // f16 WMMA (docs/rdna4.md §WMMA): one 16-byte V^T load per chunk
+      // V^T(tile) was stored after the previous tile's barrier: publish it (for it = 0 the prologue's barrier did)
+      __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup", "local");
+      __builtin_amdgcn_s_barrier();
+      __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup", "local");
+      for (int c = 0; c < 4; ++c) {
+        for (int t = 0; t < NCOL; ++t) {
+          const v8h vf = __builtin_bit_cast(v8h, lds[vbuf + lds_v_rd[c] + 16 * VCOL * t]);
+          o[t] = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32_gfx12(vf, ph[c], o[t]);
+        }
+      }
+    } else {     // fp8 WMMA: V^T load i of d-tile t covers chunks 2i, 2i+1
+      for (int i = 0; i < 2; ++i) {
+        for (int t = 0; t < NCOL; ++t) {
+          const v4i vf = lds[vbuf + lds_v_rd[i] + 16 * VCOL * t];
+          o[t] = __builtin_amdgcn_wmma_f32_16x16x16_fp8_fp8_w32_gfx12(vf.xy, pf[2 * i], o[t]);
+          o[t] = __builtin_amdgcn_wmma_f32_16x16x16_fp8_fp8_w32_gfx12(vf.zw, pf[2 * i + 1], o[t]);
+        }
       }
     }
 
     if (more) {
       const u32 nbuf = buf ^ LDS_BUF;
-      for (int u = 0; u < QF; ++u) {
-        lds[nbuf + lds_k_st + 128 * u] = kst[u];
-        lds[nbuf + lds_v_st + 128 * u] = vst[u];
-      }
+      for (int u = 0; u < QF; ++u) lds[nbuf + lds_k_st + 128 * u] = kst[u];
+      if (!PV16)
+        for (int u = 0; u < VF; ++u) lds[nbuf + lds_v_st + 128 * u] = vst[u];
     }
-    // one barrier per tile: buffer tile&1 is free again and buffer (tile+1)&1 is complete
+    // one barrier per tile: buffer tile&1 is free again and buffer (tile+1)&1 is complete (PV16: and every wave is
+    // done reading V^T(tile), so V^T(tile+1) may overwrite it now)
     __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup", "local");
     __builtin_amdgcn_s_barrier();
     __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup", "local");
+    if (PV16 && more)
+      for (int u = 0; u < VF; ++u) lds[lds_v_st + 128 * u] = vst[u];
   }
 
   // Epilogue: lane (hl, r) holds O^T[d = 16t + 8hl + e][query r] in o[t][e]; d-tiles at or past head_dim (the
   // zero-padded channels, D a multiple of 16) are not stored.
   if (qi >= seq_len_q) return;
   // l = 0: the row saw no key (O = 0): output zeros (inv 0, not 1/0) and lse = (-inf + log2 0) * ln2 = -inf
-  const float inv = l_run == 0.0f ? 0.0f : 1.0f / (448.0f * l_run);
+  const float inv = l_run == 0.0f ? 0.0f : 1.0f / (PV16 ? l_run : 448.0f * l_run);
   const v4f* vsc = (const v4f*)(v_scale + bkv * DP + 8 * hl);
+  // smooth_v: v_mean comes back on rows that saw a key (a row's softmax weights sum to 1); others stay zero
+  const bool add_mean = (flags & FLAG_SMOOTH_V) && l_run != 0.0f;
+  const v4f* vmn = (const v4f*)(v_mean + bkv * DP + 8 * hl);
   v4i* orow = (v4i*)(out + ((u64)batch * out_stride_b + (u64)qi * out_stride_s + (u64)head * out_stride_h) + 8 * hl);
   const u32 dtiles = head_dim / 16;
 #pragma unroll
   for (int t = 0; t < NCOL; ++t) {
     if ((u32)t >= dtiles) continue;  // uniform: whole d-tiles of padding (o[] stays in registers: full unroll)
-    const v4f va = vsc[4 * t], vb = vsc[4 * t + 1];
-    const float sc[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
     u32 h16[8];
-    for (int e = 0; e < 8; ++e) h16[e] = round_sat<FP16>((o[t][e] * inv) * sc[e]);
+    if (PV16) {
+      for (int e = 0; e < 8; ++e) h16[e] = round_sat<FP16>(o[t][e] * inv);
+    } else {
+      const v4f va = vsc[4 * t], vb = vsc[4 * t + 1];
+      const float sc[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
+      float x[8];
+      for (int e = 0; e < 8; ++e) x[e] = (o[t][e] * inv) * sc[e];
+      if (add_mean) {
+        const v4f ma = vmn[4 * t], mb = vmn[4 * t + 1];
+        const float mn[8] = {ma.x, ma.y, ma.z, ma.w, mb.x, mb.y, mb.z, mb.w};
+        for (int e = 0; e < 8; ++e) x[e] = x[e] + mn[e];
+      }
+      for (int e = 0; e < 8; ++e) h16[e] = round_sat<FP16>(x[e]);
+    }
     orow[2 * t] = (v4i){(int)(h16[0] | h16[1] << 16), (int)(h16[2] | h16[3] << 16),
                         (int)(h16[4] | h16[5] << 16), (int)(h16[6] | h16[7] << 16)};
   }
@@ -383,20 +440,27 @@ static __device__ __attribute__((always_inline)) void attention(
       const float *__restrict__ v_scale, unsigned short *__restrict__ out, float *__restrict__ lse,             \
       u32 seq_len_q, u32 seq_pad_q, u32 seq_len_kv, u32 seq_pad_kv, u32 num_heads_q, u32 num_heads_kv,         \
       u64 kv_group_magic, u32 out_stride_b, u32 out_stride_s, u32 out_stride_h, u32 head_dim, u32 flags,       \
-      const u32 *__restrict__ lut, u32 lut_stride_b, u32 lut_stride_h, int causal_offset
+      const u32 *__restrict__ lut, u32 lut_stride_b, u32 lut_stride_h, int causal_offset,                     \
+      const float *__restrict__ v_mean
 #define ATTENTION_ARGS                                                                                        \
   q, k, v, q_scale, k_scale, k_mean, v_scale, out, lse, seq_len_q, seq_pad_q, seq_len_kv, seq_pad_kv,          \
       num_heads_q, num_heads_kv, kv_group_magic, out_stride_b, out_stride_s, out_stride_h, head_dim, flags,    \
-      lut, lut_stride_b, lut_stride_h, causal_offset
-// LDS: two buffers of K (64 x DP B) + V^T (DP x 64 B) tiles, 32 KiB for DP = 128, 16 KiB for DP = 64
-#define KERNEL(NAME, DP, FP16)                                                                                \
+      lut, lut_stride_b, lut_stride_h, causal_offset, v_mean
+// LDS: two buffers of K (64 x DP B) + V^T (DP x 64 B) tiles (PV16: two K tiles + one DP x 128 B V^T tile),
+// 32 KiB for DP = 128, 16 KiB for DP = 64
+#define KERNEL(NAME, DP, FP16, PV16)                                                                          \
   extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(128, 128))) void NAME(ATTENTION_PARAMS) { \
-    __shared__ static v4i lds[2 * 8 * DP];                                                                    \
-    attention<DP, FP16>(ATTENTION_ARGS, lds);                                                                 \
+    __shared__ static v4i lds[16 * DP];                                                                       \
+    attention<DP, FP16, PV16>(ATTENTION_ARGS, lds);                                                           \
   }
 
 // One symbol per (head_dim = DP, out_dtype) manifest key pair (asm_src/kernels.toml)
-KERNEL(gfx1201_sage_attention_fwd_d128_bf16, 128, false)
-KERNEL(gfx1201_sage_attention_fwd_d128_fp16, 128, true)
-KERNEL(gfx1201_sage_attention_fwd_d64_bf16, 64, false)
-KERNEL(gfx1201_sage_attention_fwd_d64_fp16, 64, true)
+KERNEL(gfx1201_sage_attention_fwd_d128_bf16, 128, false, false)
+KERNEL(gfx1201_sage_attention_fwd_d128_fp16, 128, true, false)
+KERNEL(gfx1201_sage_attention_fwd_d64_bf16, 64, false, false)
+KERNEL(gfx1201_sage_attention_fwd_d64_fp16, 64, true, false)
+// pv_dtype fp16 (manifest key pv_dtype = "fp16"; the four above are "fp8")
+KERNEL(gfx1201_sage_attention_fwd_d128_bf16_pv16, 128, false, true)
+KERNEL(gfx1201_sage_attention_fwd_d128_fp16_pv16, 128, true, true)
+KERNEL(gfx1201_sage_attention_fwd_d64_bf16_pv16, 64, false, true)
+KERNEL(gfx1201_sage_attention_fwd_d64_fp16_pv16, 64, true, true)

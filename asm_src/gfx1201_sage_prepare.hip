@@ -16,8 +16,9 @@
 // rope 32 and 64 only). A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps
 // every kernel at <= 207 VGPRs, no scratch.
 //
-//  1. gfx1201_sage_prepare_stats_*  grid (n_chunks, H_kv, B * n_tens), block 32. n_tens = 2 with smooth_k,
-//     else 1; z % n_tens selects V (0) or K (1). Chunk c covers tiles [c * tiles_per_chunk, ...) of the
+//  1. gfx1201_sage_prepare_stats_*  grid (n_chunks, H_kv, B * n_tens), block 32. `tens` (sage_co/abi.py STATS_*)
+//     says which statistics run: V max (not for pv fp16), K sums (smooth_k), V sums (smooth_v); n_tens = how many,
+//     and z % n_tens picks the (z % n_tens)-th of them. With smooth_v the V max pass keeps max v and min v. Chunk c covers tiles [c * tiles_per_chunk, ...) of the
 //     ceil(S_kv / 32) tiles holding valid tokens. Writes, per (b, kv head, chunk):
 //       vmax_part[b, h, c, D_PAD]  max |v| per channel (NaN wins: max of |x| 16-bit patterns as unsigned ints,
 //                                  v_pk_max_u16 -- bf16 and fp16 both order that way), V lane layout as in quant;
@@ -25,7 +26,9 @@
 //                                  lane = token, rows go through LDS, lane l adds channels CPL*l..CPL*l+CPL-1
 //                                  (CPL = D_PAD / 32) of the tile's valid rows in token order, tiles in order.
 //  2. gfx1201_sage_prepare_reduce  grid (1, H_kv, B), block D_PAD (thread = channel). Folds the chunk partials in
-//     chunk order: v_scale = amax / 448, v_inv = 448 / amax (0 when amax == 0) (workspace), k_mean = sum / S_kv.
+//     chunk order: v_scale = amax / 448, v_inv = 448 / amax (0 when amax == 0) (workspace), k_mean = sum / S_kv;
+//     v_mode 1 (smooth_v): v_mean = V sum / S_kv and amax = max(|max v - v_mean|, |min v - v_mean|) (fp32
+//     subtraction is monotone: the largest |v - v_mean| sits at max v or min v); v_mode 2 (pv fp16): zeros.
 //  3. gfx1201_sage_prepare_quant_*  grid (H_q * tq + 2 * H_kv * tkv, B, 1), block 32, tq = S_q_pad / 32,
 //     tkv = S_kv_pad / 32: x < H_q * tq is a Q tile, then the K tiles, then the V tiles (head-major).
 //     Q/K: lane = token (one row per lane, D/8 16-byte loads; a padded token loads row S - 1 and is masked),
@@ -35,6 +38,8 @@
 //     channels, token group tg = lane / NCG of TPL = 32 / (32 / NCG) tokens), NCG = D_PAD / 8; TPL 16-byte loads,
 //     then per channel TPL/4 packed fp8 dwords = TPL consecutive tokens of the transposed [D_PAD, S_kv_pad] row:
 //     one TPL-byte store per channel. The transpose is free: v_cvt_pk_fp8_f32 picks the two values it packs.
+//     V is quantized as v - v_mean (v_mean zeros without smooth_v: exact). pv_fp16: quant_v16 writes V^T in fp16
+//     instead (same lanes, 2 bytes per token, no scale).
 //
 // Passes over the inputs (HBM reads): Q once; V twice (its per-channel scale needs all S_kv tokens before any
 // token can be quantized: stats then quant); K once, or twice with smooth_k (k_mean over all S_kv tokens first).
@@ -62,16 +67,16 @@
 //
 // Kernargs (explicit only, no hidden arguments; sage_co/ops/prepare.py declares the same layouts). Strides are in
 // elements: *_sb (batch), *_ss (token), *_sh (head):
-//   stats  (112 B): 0 k, 8 v, 16 k_norm_w, 24 cos, 32 sin, 40 ksum_part, 48 vmax_part (ptr); 56 eps (f32);
+//   stats  (132 B): 0 k, 8 v, 16 k_norm_w, 24 cos, 32 sin, 40 ksum_part, 48 vmax_part (ptr); 56 eps (f32);
 //                   60 S, 64 H, 68 tiles_per_chunk, 72 n_chunks, 76 n_tens, 80 k_norm, 84 D, 88 k_sb, 92 k_ss,
-//                   96 k_sh, 100 v_sb, 104 v_ss, 108 v_sh (i32)
-//   reduce (60 B):  0 ksum_part, 8 vmax_part, 16 k_mean, 24 v_scale, 32 v_inv (ptr); 40 H, 44 n_chunks, 48 S,
-//                   52 smooth_k, 56 D_pad (i32)
-//   quant (192 B):  0 q, 8 k, 16 v, 24 q_norm_w, 32 k_norm_w, 40 cos, 48 sin, 56 k_mean, 64 v_inv, 72 q_int8,
-//                   80 k_int8, 88 q_scale, 96 k_scale, 104 v_fp8 (ptr); 112 q_mult (f32), 116 eps (f32);
+//                   96 k_sh, 100 v_sb, 104 v_ss, 108 v_sh (i32); 112 vmin_part, 120 vsum_part (ptr); 128 tens (i32)
+//   reduce (92 B):  0 ksum_part, 8 vmax_part, 16 k_mean, 24 v_scale, 32 v_inv (ptr); 40 H, 44 n_chunks, 48 S,
+//                   52 smooth_k, 56 D_pad (i32); 64 vmin_part, 72 vsum_part, 80 v_mean (ptr); 88 v_mode (i32)
+//   quant (204 B):  0 q, 8 k, 16 v, 24 q_norm_w, 32 k_norm_w, 40 cos, 48 sin, 56 k_mean, 64 v_inv, 72 q_int8,
+//                   80 k_int8, 88 q_scale, 96 k_scale, 104 v_t (ptr); 112 q_mult (f32), 116 eps (f32);
 //                   120 S_q, 124 S_kv, 128 H_q, 132 H_kv, 136 S_q_pad, 140 S_kv_pad, 144 D, 148 q_norm,
 //                   152 k_norm, 156 q_sb, 160 q_ss, 164 q_sh, 168 k_sb, 172 k_ss, 176 k_sh, 180 v_sb, 184 v_ss,
-//                   188 v_sh (i32)
+//                   188 v_sh (i32); 192 v_mean (ptr); 200 pv_fp16 (i32)
 // q_norm / k_norm = 0 means no RMSNorm (the weight pointer is then never read); without RoPE cos/sin are unused.
 // cos/sin: [max(S_q, S_kv), rope_dim], row = position (token index) for Q and K alike.
 
@@ -275,13 +280,30 @@ struct StatsArgs {
   const u16* k; const u16* v; const u16* k_norm_w; const u16* cos; const u16* sin;
   float* ks; float* vm; float eps; u32 S, H, tiles_per_chunk, n_chunks, n_tens; int k_norm; u32 D;
   Strides kst, vst;
+  float* vmin; float* vsum; u32 tens;
 };
+// `tens` bits (sage_co/abi.py STATS_*): which statistics this launch computes; workgroup z % n_tens runs the
+// (z % n_tens)-th set bit of the low three.
+#define STATS_V_MAX 1u
+#define STATS_K_SUM 2u
+#define STATS_V_SUM 4u
+#define STATS_V_SIGNED 8u
+
+// A 16-bit float pattern as a signed int16 that orders like the value: negative patterns get their magnitude bits
+// flipped (-x -> -1 - |x|), so v_pk_max_i16 / v_pk_min_i16 give max v and min v (+-0 both map next to 0; NaN
+// lands above +inf or below -inf -- irrelevant: the channel sum, hence v_mean, is NaN then). Applied to both halves
+// of a dword; the map is its own inverse.
+INLINE u32 sortable16x2(u32 p) { return p ^ (((p & 0x80008000u) >> 15) * 0x7fffu); }
 
 // V: per-channel max |v| over this chunk. lane = (cg, tg): channels 8cg..8cg+7, tokens TPL*tg..+TPL-1 of a tile.
 // |bf16| and |fp16| bit patterns compare as unsigned ints in magnitude order with every NaN above inf, so packed
 // u16 max (v_pk_max_u16) keeps NaN: 1 op per element. Padded tokens re-load token S-1: max is idempotent. A lane
 // of padded channels (8cg >= D) loads channel group 0 and keeps the maximum 0.
-template <int DT, int DP>
+//
+// SIGNED (smooth_v): max v and min v per channel instead (sortable16x2 keys, packed signed 16-bit max/min), to
+// vmax_part and vmin_part: the reduce pass needs max |v - v_mean|, and fp32 subtraction of one v_mean is monotone
+// in v, so that maximum sits at max v or min v (docs/numerics.md §smooth_v).
+template <int DT, int DP, bool SIGNED>
 INLINE void stats_v(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
   constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
   u32 lane = lane_id(), cg = lane % NCG, tg = lane / NCG;
@@ -290,7 +312,11 @@ INLINE void stats_v(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
   u32 n_valid_tiles = (a.S + TILE - 1) / TILE;
   u32 t_begin = chunk * a.tiles_per_chunk;
   u32 t_end = min_u32(t_begin + a.tiles_per_chunk, n_valid_tiles);
+  typedef short s16x2 __attribute__((ext_vector_type(2)));
   u16x2 m[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+  s16x2 smax[4], smin[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) smax[e] = (s16x2){-32768, -32768}, smin[e] = (s16x2){32767, 32767};
   for (u32 tile = t_begin; tile < t_end; ++tile) {
     u32x4 raw[TPL];
 #pragma unroll
@@ -301,9 +327,42 @@ INLINE void stats_v(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
 #pragma unroll
     for (u32 i = 0; i < TPL; ++i) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        m[e] = __builtin_elementwise_max(m[e], __builtin_bit_cast(u16x2, raw[i][e] & 0x7fff7fffu));
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (SIGNED) {
+          s16x2 key = __builtin_bit_cast(s16x2, sortable16x2(raw[i][e]));
+          smax[e] = __builtin_elementwise_max(smax[e], key);
+          smin[e] = __builtin_elementwise_min(smin[e], key);
+        } else {
+          m[e] = __builtin_elementwise_max(m[e], __builtin_bit_cast(u16x2, raw[i][e] & 0x7fff7fffu));
+        }
+      }
     }
+  }
+  if constexpr (SIGNED) {
+    u32 hi[8], lo[8];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      u32 wx = real ? __builtin_bit_cast(u32, smax[e]) : 0u;  // key 0 = +0
+      u32 wn = real ? __builtin_bit_cast(u32, smin[e]) : 0u;
+#pragma unroll
+      for (u32 x = NCG; x < 32; x <<= 1) {
+        u32 ox = (u32)__builtin_amdgcn_ds_bpermute((int)((lane ^ x) << 2), (int)wx);
+        u32 on = (u32)__builtin_amdgcn_ds_bpermute((int)((lane ^ x) << 2), (int)wn);
+        wx = __builtin_bit_cast(u32, __builtin_elementwise_max(__builtin_bit_cast(s16x2, wx), __builtin_bit_cast(s16x2, ox)));
+        wn = __builtin_bit_cast(u32, __builtin_elementwise_min(__builtin_bit_cast(s16x2, wn), __builtin_bit_cast(s16x2, on)));
+      }
+      wx = sortable16x2(wx), wn = sortable16x2(wn);  // back to the 16-bit float patterns
+      hi[2 * e] = Elt<DT>::abs_to_f32_bits(wx & 0xffffu), hi[2 * e + 1] = Elt<DT>::abs_to_f32_bits(wx >> 16);
+      lo[2 * e] = Elt<DT>::abs_to_f32_bits(wn & 0xffffu), lo[2 * e + 1] = Elt<DT>::abs_to_f32_bits(wn >> 16);
+    }
+    if (tg == 0) {
+      u64 at = ((u64)(b * a.H + h) * a.n_chunks + chunk) * DP + cg * 8;
+      store16(a.vm + at, (u32x4){hi[0], hi[1], hi[2], hi[3]});
+      store16(a.vm + at + 4, (u32x4){hi[4], hi[5], hi[6], hi[7]});
+      store16(a.vmin + at, (u32x4){lo[0], lo[1], lo[2], lo[3]});
+      store16(a.vmin + at + 4, (u32x4){lo[4], lo[5], lo[6], lo[7]});
+    }
+    return;
   }
   // lanes l, l ^ NCG, ... hold the same channels (other token groups)
   u32 out[8];
@@ -316,7 +375,7 @@ INLINE void stats_v(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
       w = __builtin_bit_cast(u32, __builtin_elementwise_max(__builtin_bit_cast(u16x2, w),
                                                             __builtin_bit_cast(u16x2, other)));
     }
-    out[2 * e] = Elt<DT>::abs_to_f32_bits(w & 0xffffu);
+    out[2 * e] = Elt<DT>::abs_to_f32_bits(w & 0xffffu);  // any 16-bit pattern -> its f32 bits
     out[2 * e + 1] = Elt<DT>::abs_to_f32_bits(w >> 16);
   }
   if (tg == 0) {
@@ -385,30 +444,48 @@ INLINE void stats_k(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
   const u16 *__restrict__ k, const u16 *__restrict__ v, const u16 *__restrict__ k_norm_w,                     \
       const u16 *__restrict__ cos, const u16 *__restrict__ sin, float *__restrict__ ksum_part,                \
       float *__restrict__ vmax_part, float eps, int S, int H, int tiles_per_chunk, int n_chunks, int n_tens,  \
-      int k_norm, int D, int k_sb, int k_ss, int k_sh, int v_sb, int v_ss, int v_sh
+      int k_norm, int D, int k_sb, int k_ss, int k_sh, int v_sb, int v_ss, int v_sh,                          \
+      float *__restrict__ vmin_part, float *__restrict__ vsum_part, int tens
 template <int DT, int DP, int RD>
 INLINE void stats_body(STATS_PARAMS) {
   StatsArgs a = {k, v, k_norm_w, cos, sin, ksum_part, vmax_part, eps, (u32)S, (u32)H, (u32)tiles_per_chunk,
                  (u32)n_chunks, (u32)n_tens, k_norm, (u32)D, {(u32)k_sb, (u32)k_ss, (u32)k_sh},
-                 {(u32)v_sb, (u32)v_ss, (u32)v_sh}};
+                 {(u32)v_sb, (u32)v_ss, (u32)v_sh}, vmin_part, vsum_part, (u32)tens};
   u32 chunk = __builtin_amdgcn_workgroup_id_x();
   u32 h = __builtin_amdgcn_workgroup_id_y();
   u32 z = __builtin_amdgcn_workgroup_id_z();
   u32 b = z / a.n_tens, which = z % a.n_tens;
-  __attribute__((shared)) static u32 lds[TILE * (DP / 2 + LDS_PAD)];  // K column sums only
-  if (which == 0)
-    stats_v<DT, DP>(a, b, h, chunk);
-  else
+  u32 kinds = a.tens & (STATS_V_MAX | STATS_K_SUM | STATS_V_SUM);
+  for (u32 i = 0; i < which; ++i) kinds &= kinds - 1;  // drop the lowest set bit `which` times (uniform)
+  u32 kind = kinds & (0u - kinds);
+  __attribute__((shared)) static u32 lds[TILE * (DP / 2 + LDS_PAD)];  // column sums only
+  if (kind == STATS_V_MAX) {
+    if (a.tens & STATS_V_SIGNED)
+      stats_v<DT, DP, true>(a, b, h, chunk);
+    else
+      stats_v<DT, DP, false>(a, b, h, chunk);
+  } else if (kind == STATS_K_SUM) {
     stats_k<DT, DP, RD>(a, b, h, chunk, lds);
+  } else {  // STATS_V_SUM: the K column-sum code on V rows (no norm, no RoPE) into vsum_part
+    StatsArgs av = a;
+    av.k = a.v, av.kst = a.vst, av.k_norm = 0, av.ks = a.vsum;
+    stats_k<DT, DP, 0>(av, b, h, chunk, lds);
+  }
 }
 #define STATS_ARGS k, v, k_norm_w, cos, sin, ksum_part, vmax_part, eps, S, H, tiles_per_chunk, n_chunks, n_tens, \
-                   k_norm, D, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh
+                   k_norm, D, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, vmin_part, vsum_part, tens
 
 // ------------------------------------------------------------------------------------------------ reduce
+// v_mode (sage_co/abi.py REDUCE_V_*)
+#define REDUCE_V_FP8 0
+#define REDUCE_V_SMOOTH 1
+#define REDUCE_V_NONE 2
 extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(64, 128)))
 void gfx1201_sage_prepare_reduce(const float* __restrict__ ksum_part, const float* __restrict__ vmax_part,
                                  float* __restrict__ k_mean, float* __restrict__ v_scale,
-                                 float* __restrict__ v_inv, int H, int n_chunks, int S, int smooth_k, int D_pad) {
+                                 float* __restrict__ v_inv, int H, int n_chunks, int S, int smooth_k, int D_pad,
+                                 const float* __restrict__ vmin_part, const float* __restrict__ vsum_part,
+                                 float* __restrict__ v_mean, int v_mode) {
   u32 ch = __builtin_amdgcn_workitem_id_x();
   u32 h = __builtin_amdgcn_workgroup_id_y();
   u32 b = __builtin_amdgcn_workgroup_id_z();
@@ -416,10 +493,28 @@ void gfx1201_sage_prepare_reduce(const float* __restrict__ ksum_part, const floa
   u64 bh = (u64)b * (u32)H + h;
   const float* vp = vmax_part + bh * (u32)n_chunks * dp + ch;
   u32 m = 0;  // max of non-negative f32 bit patterns; NaN patterns sort above inf
-  for (int c = 0; c < n_chunks; ++c) {
+  for (int c = 0; c < n_chunks && v_mode == REDUCE_V_FP8; ++c) {
     u32 w = as_u(vp[(u64)c * dp]);
     m = m > w ? m : w;
   }
+  float vmean = 0.0f;
+  if (v_mode == REDUCE_V_SMOOTH) {
+    // v_mean = (sum of the chunk sums, in chunk order) / S_kv; amax = max |v - v_mean| = the larger of
+    // |max v - v_mean| and |min v - v_mean| (fp32 subtraction is monotone), NaN-propagating as bit patterns
+    const float* sp = vsum_part + bh * (u32)n_chunks * dp + ch;
+    const float* lp = vmin_part + bh * (u32)n_chunks * dp + ch;
+    float s = 0.0f, hi = vp[0], lo = lp[0];
+    for (int c = 0; c < n_chunks; ++c) {
+      s = s + sp[(u64)c * dp];
+      hi = __builtin_fmaxf(hi, vp[(u64)c * dp]);
+      lo = __builtin_fminf(lo, lp[(u64)c * dp]);
+    }
+    vmean = s / (float)S;
+    u32 a1 = as_u(hi - vmean) & 0x7fffffffu, a2 = as_u(lo - vmean) & 0x7fffffffu;
+    m = a1 > a2 ? a1 : a2;
+  }
+  if (v_mode == REDUCE_V_NONE) m = 0;  // pv fp16: no V scale (vmax_part is not read)
+  v_mean[bh * dp + ch] = vmean;
   float amax = as_f(m);
   v_scale[bh * dp + ch] = amax / 448.0f;
   v_inv[bh * dp + ch] = amax == 0.0f ? 0.0f : 448.0f / amax;  // inf for a tiny amax: quant_v's general path
@@ -437,8 +532,8 @@ void gfx1201_sage_prepare_reduce(const float* __restrict__ ksum_part, const floa
 struct QuantArgs {
   const u16* q; const u16* k; const u16* v; const u16* q_norm_w; const u16* k_norm_w; const u16* cos;
   const u16* sin; const float* k_mean; const float* v_inv; i8* q_int8; i8* k_int8; float* q_scale;
-  float* k_scale; unsigned char* v_fp8; float q_mult, eps; u32 S_q, S_kv, H_q, H_kv, S_q_pad, S_kv_pad, D;
-  int q_norm, k_norm; Strides qst, kst, vst;
+  float* k_scale; unsigned char* v_t; float q_mult, eps; u32 S_q, S_kv, H_q, H_kv, S_q_pad, S_kv_pad, D;
+  int q_norm, k_norm; Strides qst, kst, vst; const float* v_mean;
 };
 
 // Four int8 held in the low bytes of a, b, c, d -> one dword (byte 0 = a). v_perm_b32: selector bytes 0-3 pick
@@ -554,6 +649,10 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   const float* invp = a.v_inv + bh * DP + cg * 8;
   f32x4 i0 = *(const f32x4*)invp, i1 = *(const f32x4*)(invp + 4);
   float inv[8] = {i0[0], i0[1], i0[2], i0[3], i1[0], i1[1], i1[2], i1[3]};
+  // x = v - v_mean (smooth_v; v_mean = +0 otherwise, and v - (+0) is v bit for bit, -0 included)
+  const float* meanp = a.v_mean + bh * DP + cg * 8;
+  f32x4 m0 = *(const f32x4*)meanp, m1 = *(const f32x4*)(meanp + 4);
+  float mean[8] = {m0[0], m0[1], m0[2], m0[3], m1[0], m1[1], m1[2], m1[3]};
   // fast path: every inv of this lane finite and nonzero, so every amax is finite and nonzero and
   // |v * inv| <= 448 * (1 + 2^-24) rounds to at most 448 in the RNE fp8 conversion: no clamp, no NaN.
   // inv == 0 means amax 0 or inf (inf * 0 = NaN must become 0x7F), inv == inf a tiny amax: general path. A lane of
@@ -563,21 +662,25 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   for (int c = 0; c < 8; ++c) lane_fast = lane_fast && (as_u(inv[c]) & 0x7fffffffu) - 1u < 0x7f7fffffu;
   lane_fast = lane_fast || !real;
   bool fast = __builtin_amdgcn_ballot_w32(!lane_fast) == 0;  // wave-uniform: one path for the whole wave
-  unsigned char* dst = a.v_fp8 + (bh * DP + cg * 8) * a.S_kv_pad + t0;
+  unsigned char* dst = a.v_t + (bh * DP + cg * 8) * a.S_kv_pad + t0;
 #pragma unroll
   for (int c = 0; c < 8; ++c) {
     float y[TPL];
 #pragma unroll
     for (u32 i = 0; i < TPL; ++i) {
       u32 p = raw[i][c >> 1];
-      y[i] = ((c & 1) ? Elt<DT>::hi(p) : Elt<DT>::lo(p)) * inv[c];
+      y[i] = (((c & 1) ? Elt<DT>::hi(p) : Elt<DT>::lo(p)) - mean[c]) * inv[c];
+    }
+    if ((tile + 1) * TILE > S) {  // wave-uniform: padded tokens are 0, not (0 - v_mean) * inv
+#pragma unroll
+      for (u32 i = 0; i < TPL; ++i) y[i] = t0 + i < S ? y[i] : 0.0f;
     }
     if (!fast) {
-      bool inv_inf = as_u(inv[c]) == 0x7f800000u;  // tiny amax: no v is NaN or inf, so y is NaN only for v = +-0
+      bool inv_inf = as_u(inv[c]) == 0x7f800000u;  // tiny amax: no x is NaN or inf, so y is NaN only for x = +-0
 #pragma unroll
       for (u32 i = 0; i < TPL; ++i) {
         u32 p = raw[i][c >> 1];
-        float vv = (c & 1) ? Elt<DT>::hi(p) : Elt<DT>::lo(p);
+        float vv = ((c & 1) ? Elt<DT>::hi(p) : Elt<DT>::lo(p)) - mean[c];
         float cl = __builtin_amdgcn_fmed3f(y[i], -448.0f, 448.0f);
         cl = is_nan_sel(y[i], inv_inf ? vv : as_f(0x7fc00000u), cl);  // 0 * inf keeps the zero; NaN -> 0x7F
         y[i] = t0 + i < S ? cl : 0.0f;                                 // padded tokens are 0 even when NaN
@@ -596,20 +699,61 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   }
 }
 
+// pv fp16: V tile of K/V head h transposed to fp16 [D_pad, S_kv_pad] (the f16 WMMA's A operand rows): fp16 input
+// bits pass through, bf16 is rounded by v_cvt_f16_f32 (RNE, overflow -> +-inf, fp16 subnormals kept: torch's
+// .to(float16) of float32(v)). Lane layout, padding and stores as quant_v with 2 bytes per token.
+template <int DT, int DP>
+INLINE void quant_v16(const QuantArgs& a, u32 b, u32 h, u32 tile) {
+  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
+  u32 lane = lane_id(), cg = lane % NCG, tg = lane / NCG;
+  bool real = cg * 8 < a.D;
+  u32 S = a.S_kv;
+  u32 t0 = tile * TILE + tg * TPL;
+  u32x4 raw[TPL];
+#pragma unroll
+  for (u32 i = 0; i < TPL; ++i)
+    raw[i] = load16(a.v + row_offset(a.vst, b, min_u32(t0 + i, S - 1), h) + (real ? cg : 0u) * 8);
+  if ((tile + 1) * TILE > S || 8 * NCG > a.D) {  // wave-uniform: the last valid tile, padding tiles, padded D
+#pragma unroll
+    for (u32 i = 0; i < TPL; ++i)
+      if (t0 + i >= S || !real) raw[i] = (u32x4){0, 0, 0, 0};
+  }
+  u64 bh = (u64)b * a.H_kv + h;
+  u16* dst = (u16*)a.v_t + (bh * DP + cg * 8) * a.S_kv_pad + t0;
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    u32 hv[TPL];
+#pragma unroll
+    for (u32 i = 0; i < TPL; ++i) {
+      u32 p = raw[i][c >> 1];
+      u32 bits = (c & 1) ? p >> 16 : p & 0xffffu;
+      if constexpr (DT == BF16) bits = f_to_f16(opaque(Elt<BF16>::lo(bits)));
+      hv[i] = bits;
+    }
+    u32 w[TPL / 2];
+#pragma unroll
+    for (u32 j = 0; j < TPL / 2; ++j) w[j] = hv[2 * j] | (hv[2 * j + 1] << 16);
+#pragma unroll
+    for (u32 j = 0; j < TPL / 8; ++j)
+      store16(dst + (u64)c * a.S_kv_pad + 8 * j, (u32x4){w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]});
+  }
+}
+
 #define QUANT_PARAMS                                                                                          \
   const u16 *__restrict__ q, const u16 *__restrict__ k, const u16 *__restrict__ v,                            \
       const u16 *__restrict__ q_norm_w, const u16 *__restrict__ k_norm_w, const u16 *__restrict__ cos,        \
       const u16 *__restrict__ sin, const float *__restrict__ k_mean, const float *__restrict__ v_inv,         \
       i8 *__restrict__ q_int8, i8 *__restrict__ k_int8, float *__restrict__ q_scale,                          \
-      float *__restrict__ k_scale, unsigned char *__restrict__ v_fp8, float q_mult, float eps, int S_q,       \
+      float *__restrict__ k_scale, unsigned char *__restrict__ v_t, float q_mult, float eps, int S_q,         \
       int S_kv, int H_q, int H_kv, int S_q_pad, int S_kv_pad, int D, int q_norm, int k_norm, int q_sb,        \
-      int q_ss, int q_sh, int k_sb, int k_ss, int k_sh, int v_sb, int v_ss, int v_sh
+      int q_ss, int q_sh, int k_sb, int k_ss, int k_sh, int v_sb, int v_ss, int v_sh,                         \
+      const float *__restrict__ v_mean, int pv_fp16
 template <int DT, int DP, int RD>
 INLINE void quant_body(QUANT_PARAMS) {
-  QuantArgs a = {q, k, v, q_norm_w, k_norm_w, cos, sin, k_mean, v_inv, q_int8, k_int8, q_scale, k_scale, v_fp8,
+  QuantArgs a = {q, k, v, q_norm_w, k_norm_w, cos, sin, k_mean, v_inv, q_int8, k_int8, q_scale, k_scale, v_t,
                  q_mult, eps, (u32)S_q, (u32)S_kv, (u32)H_q, (u32)H_kv, (u32)S_q_pad, (u32)S_kv_pad, (u32)D,
                  q_norm, k_norm, {(u32)q_sb, (u32)q_ss, (u32)q_sh}, {(u32)k_sb, (u32)k_ss, (u32)k_sh},
-                 {(u32)v_sb, (u32)v_ss, (u32)v_sh}};
+                 {(u32)v_sb, (u32)v_ss, (u32)v_sh}, v_mean};
   u32 x = __builtin_amdgcn_workgroup_id_x();
   u32 b = __builtin_amdgcn_workgroup_id_y();
   u32 tq = a.S_q_pad / TILE, tkv = a.S_kv_pad / TILE;
@@ -623,12 +767,15 @@ INLINE void quant_body(QUANT_PARAMS) {
     quant_qk<DT, DP, RD, true>(a, b, x / tkv, x % tkv);
   } else {
     x -= nq + nk;
-    quant_v<DT, DP>(a, b, x / tkv, x % tkv);
+    if (pv_fp16)
+      quant_v16<DT, DP>(a, b, x / tkv, x % tkv);
+    else
+      quant_v<DT, DP>(a, b, x / tkv, x % tkv);
   }
 }
-#define QUANT_ARGS q, k, v, q_norm_w, k_norm_w, cos, sin, k_mean, v_inv, q_int8, k_int8, q_scale, k_scale, v_fp8, \
-                   q_mult, eps, S_q, S_kv, H_q, H_kv, S_q_pad, S_kv_pad, D, q_norm, k_norm, q_sb, q_ss, q_sh,       \
-                   k_sb, k_ss, k_sh, v_sb, v_ss, v_sh
+#define QUANT_ARGS q, k, v, q_norm_w, k_norm_w, cos, sin, k_mean, v_inv, q_int8, k_int8, q_scale, k_scale, v_t, \
+                   q_mult, eps, S_q, S_kv, H_q, H_kv, S_q_pad, S_kv_pad, D, q_norm, k_norm, q_sb, q_ss, q_sh,     \
+                   k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, v_mean, pv_fp16
 
 // ------------------------------------------------------------------------------------------------ symbols
 // One stats and one quant symbol per (D_PAD, dtype, rope_dim); rope_dim <= D_PAD.

@@ -67,10 +67,13 @@ def main(argv=None) -> int:
     for S in args.S:
         q, k, v = (torch.randn(args.B, S, args.H, 128, dtype=torch.bfloat16, device=device) for _ in range(3))
         prepared = sage_co.sage_prepare(q, k, v)
+        prepared16 = sage_co.sage_prepare(q, k, v, pv_dtype="fp16")    # issue 19: fp16 P.V (modeled 1.4x fp8)
         providers = {}
         for kern in args.kernel:
             providers[f"sage[{kern}] (prepare incl.)"] = lambda kern=kern: sage_co.sage_attention(q, k, v, kernel=kern)
             providers[f"sage[{kern}] kernel only"] = lambda kern=kern: sage_co.sage_attention_fwd(prepared, kernel=kern)
+            providers[f"sage[{kern}] pv fp16 kernel only"] = \
+                lambda kern=kern: sage_co.sage_attention_fwd(prepared16, kernel=kern)
         qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
         providers["BF16 SDPA"] = lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt)
         tri = triton_sage()

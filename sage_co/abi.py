@@ -25,6 +25,7 @@ WAVE_SIZE = 32            # every kernel runs wave32 (docs/rdna4.md §Entry)
 # ---------------------------------------------------------------------------------------------- attention
 ATTENTION_OP = "sage_attention_fwd"
 OUT_DTYPES = ("bf16", "fp16")   # manifest key column out_dtype; head_dim takes HEAD_DIMS_NATIVE
+PV_DTYPES = ("fp8", "fp16")     # manifest key column pv_dtype: the P.V WMMA (fp8 e4m3 with V scales, or f16)
 QUERY_TILE = 64           # queries per workgroup: grid x = S_pad / QUERY_TILE
 KEY_TILE = 64             # keys per loop step of every attention kernel
 ATTENTION_WAVES = 4       # one workgroup = 4 wave32, wave w owns queries 16w..16w+15 of the query tile
@@ -33,9 +34,11 @@ ATTENTION_BLOCK = (ATTENTION_WAVES * WAVE_SIZE, 1, 1)
 FLAG_LSE_BIT = 0          # kernarg `flags` bit 0: write lse
 FLAG_SMOOTH_K_BIT = 1     # bit 1: lse adds ln2 * (q_int8 * q_scale) . k_mean
 FLAG_CAUSAL_BIT = 2        # bit 2: row i sees keys j <= i + causal_offset (bottom-right aligned causal mask)
+FLAG_SMOOTH_V_BIT = 3     # bit 3: smooth_v: the epilogue adds v_mean[d] to every row that saw a key
 FLAG_LSE = 1 << FLAG_LSE_BIT
 FLAG_SMOOTH_K = 1 << FLAG_SMOOTH_K_BIT
 FLAG_CAUSAL = 1 << FLAG_CAUSAL_BIT
+FLAG_SMOOTH_V = 1 << FLAG_SMOOTH_V_BIT
 # Active key tiles per query tile (docs/numerics.md §Masks): u32 rows [count, t_0 < t_1 < ... < t_{count-1}, ...]
 # of lut_row_len(seq_pad_kv) entries; the asm kernel reads 4 entries at a time, so the buffer carries LUT_TAIL
 # spare entries past its last row.
@@ -50,11 +53,11 @@ def lut_row_len(seq_pad_kv: int) -> int:
 ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
     Field("q", "ptr", 0),               # int8 [B, H_q, S_q_pad, D_pad]
     Field("k", "ptr", 8),               # int8 [B, H_kv, S_kv_pad, D_pad]
-    Field("v", "ptr", 16),              # fp8 e4m3fn [B, H_kv, D_pad, S_kv_pad]
+    Field("v", "ptr", 16),              # V^T [B, H_kv, D_pad, S_kv_pad]: fp8 e4m3fn (pv fp8) or fp16 (pv fp16)
     Field("q_scale", "ptr", 24),        # fp32 [B, H_q, S_q_pad/32]
     Field("k_scale", "ptr", 32),        # fp32 [B, H_kv, S_kv_pad/32]
     Field("k_mean", "ptr", 40),         # fp32 [B, H_kv, D_pad]
-    Field("v_scale", "ptr", 48),        # fp32 [B, H_kv, D_pad]
+    Field("v_scale", "ptr", 48),        # fp32 [B, H_kv, D_pad] (pv fp8 only)
     Field("out", "ptr", 56),            # bf16/fp16, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d], d < head_dim
     Field("lse", "ptr", 64),            # fp32 [B, H_q, S_q]; a 4-byte placeholder when flags bit 0 is clear
     Field("seq_len_q", "u32", 72),
@@ -73,7 +76,9 @@ ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
     Field("lut_stride_b", "u32", 136),  # element strides (0: rows shared by every batch / head)
     Field("lut_stride_h", "u32", 140),
     Field("causal_offset", "i32", 144),  # seq_len_kv - seq_len_q (read only with FLAG_CAUSAL)
-], size=148)
+    Field("v_mean", "ptr", 152),        # fp32 [B, H_kv, D_pad]: added only with FLAG_SMOOTH_V, but the asm kernel
+                                        # loads it always: without smooth_v pass another [B, H_kv, D_pad] (k_mean)
+], size=160)
 MAX_QUERY_HEADS = 1 << 16       # grid y limit, and the range over which kv_group_magic divides exactly
 
 
@@ -119,11 +124,18 @@ PREPARE_STATS_ARGS = KernargStruct("sage_prepare.stats", [
     Field("H", "i32", 64),           # H_kv
     Field("tiles_per_chunk", "i32", 68),
     Field("n_chunks", "i32", 72),
-    Field("n_tens", "i32", 76),      # 1: V only; 2: V and K (smooth_k)
+    Field("n_tens", "i32", 76),      # workgroups per (chunk, head, batch): the bits set in `tens`
     Field("k_norm", "i32", 80),
     Field("D", "i32", 84),
     *_strides("k", 88), *_strides("v", 100),
-], size=112)
+    Field("vmin_part", "ptr", 112),  # fp32 [B, H_kv, n_chunks, D_pad] out: min v (smooth_v only; else placeholder)
+    Field("vsum_part", "ptr", 120),  # fp32 [B, H_kv, n_chunks, D_pad] out: sum of v (smooth_v only)
+    Field("tens", "i32", 128),       # STATS_* bits: which statistics run (z % n_tens picks the n-th set bit)
+], size=132)
+STATS_V_MAX = 1           # tens bit 0: per-channel max |v| (or, with STATS_V_SIGNED, max v and min v)
+STATS_K_SUM = 2           # bit 1: per-channel sums of the normed/roped K (smooth_k)
+STATS_V_SUM = 4           # bit 2: per-channel sums of V (smooth_v)
+STATS_V_SIGNED = 8        # bit 3 (not a workgroup): V max pass keeps signed max and min (smooth_v)
 
 PREPARE_REDUCE_ARGS = KernargStruct("sage_prepare.reduce", [
     Field("ksum_part", "ptr", 0),    # fp32 [B, H_kv, n_chunks, D_pad] in (read only when smooth_k)
@@ -136,7 +148,14 @@ PREPARE_REDUCE_ARGS = KernargStruct("sage_prepare.reduce", [
     Field("S", "i32", 48),
     Field("smooth_k", "i32", 52),
     Field("D_pad", "i32", 56),
-], size=60)
+    Field("vmin_part", "ptr", 64),   # fp32 [B, H_kv, n_chunks, D_pad] in (v_mode 1)
+    Field("vsum_part", "ptr", 72),   # fp32 [B, H_kv, n_chunks, D_pad] in (v_mode 1)
+    Field("v_mean", "ptr", 80),      # fp32 [B, H_kv, D_pad] out (zeros unless v_mode 1)
+    Field("v_mode", "i32", 88),      # REDUCE_V_*: how v_scale / v_inv / v_mean are made
+], size=92)
+REDUCE_V_FP8 = 0          # v_scale = max|v| / 448, v_mean = 0
+REDUCE_V_SMOOTH = 1       # v_mean = sum / S, amax = max(|max v - v_mean|, |min v - v_mean|)
+REDUCE_V_NONE = 2         # pv fp16: no V statistics; v_scale, v_inv, v_mean = 0
 
 PREPARE_QUANT_ARGS = KernargStruct("sage_prepare.quant", [
     Field("q", "ptr", 0),            # bf16/fp16 [B, S_q, H_q, D] (strided, flat view)
@@ -152,7 +171,7 @@ PREPARE_QUANT_ARGS = KernargStruct("sage_prepare.quant", [
     Field("k_int8", "ptr", 80),      # int8 [B, H_kv, S_kv_pad, D_pad] out
     Field("q_scale", "ptr", 88),     # fp32 [B, H_q, S_q_pad / 32] out
     Field("k_scale", "ptr", 96),     # fp32 [B, H_kv, S_kv_pad / 32] out
-    Field("v_fp8", "ptr", 104),      # fp8 e4m3fn [B, H_kv, D_pad, S_kv_pad] out
+    Field("v_t", "ptr", 104),        # V^T [B, H_kv, D_pad, S_kv_pad] out: fp8 e4m3fn, or fp16 when pv_fp16
     Field("q_mult", "f32", 112),     # float32(softmax_scale * log2 e)
     Field("eps", "f32", 116),
     Field("S_q", "i32", 120),
@@ -165,7 +184,9 @@ PREPARE_QUANT_ARGS = KernargStruct("sage_prepare.quant", [
     Field("q_norm", "i32", 148),
     Field("k_norm", "i32", 152),
     *_strides("q", 156), *_strides("k", 168), *_strides("v", 180),
-], size=192)
+    Field("v_mean", "ptr", 192),     # fp32 [B, H_kv, D_pad] in: subtracted from V before fp8 (zeros: exact)
+    Field("pv_fp16", "i32", 200),    # 1: V^T in fp16 (RNE from bf16, fp16 passed through), no v_inv / v_mean
+], size=204)
 
 
 

@@ -19,7 +19,7 @@ MAX_OUTSIDE = 0.005  # fraction of elements allowed outside the band
 MIN_COSINE = 0.998
 MIN_ROW_COSINE = 0.99
 
-DISTRIBUTIONS = ("randn", "k_offset")
+DISTRIBUTIONS = ("randn", "k_offset", "sharp_q", "v_offset")
 Provider = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -47,14 +47,18 @@ def within_contract(m: Mapping[str, float]) -> bool:
 
 def make_inputs(dist: str, B: int, S: int, H: int, seed: int = 0, device="cpu"):
     """bf16 [B, S, H, 128] q, k, v. randn: all N(0, 1). k_offset: k gets a per-(head, channel) offset
-    4 * N(0, 1) shared by every token, the distribution smooth_k exists for. Drawn on CPU so every device sees
-    the same values."""
+    4 * N(0, 1) shared by every token, the distribution smooth_k exists for; v_offset: the same on v (smooth_v's);
+    sharp_q: q * 6 (peaked softmax rows). Drawn on CPU so every device sees the same values."""
     if dist not in DISTRIBUTIONS:
         raise ValueError(f"dist: expected one of {DISTRIBUTIONS}, got {dist!r}")
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(B, S, H, 128, generator=g) for _ in range(3))
     if dist == "k_offset":
         k = k + 4 * torch.randn(1, 1, H, 128, generator=g)
+    if dist == "v_offset":
+        v = v + 4 * torch.randn(1, 1, H, 128, generator=g)
+    if dist == "sharp_q":
+        q = q * 6
     return tuple(t.to(torch.bfloat16).to(device).contiguous() for t in (q, k, v))
 
 
@@ -69,6 +73,8 @@ def default_providers() -> dict[str, Provider]:
         "bf16 sdpa": bf16_sdpa,
         "sage model": lambda q, k, v: reference.sage_attention(q, k, v),
         "sage model smooth_k": lambda q, k, v: reference.sage_attention(q, k, v, smooth_k=True),
+        "sage model smooth_v": lambda q, k, v: reference.sage_attention(q, k, v, smooth_v=True),
+        "sage model pv fp16": lambda q, k, v: reference.sage_attention(q, k, v, pv_dtype="fp16"),
     }
 
 

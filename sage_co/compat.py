@@ -36,15 +36,19 @@ LAYOUTS = ("HND", "NHD")
 _PV_ACCUM_ACCEPTED = ("fp32", "fp32+fp32", "fp16+fp32", "fp32+fp16")
 _QK_GRAN_ACCEPTED = ("per_warp", "per_block")
 _QUANT_BACKENDS_ACCEPTED = ("triton", "cuda")
+_PV_DTYPES = ("fp8", "fp16")   # pv_dtype= / value_dtype=: sage_co.sage_attention's pv_dtype
 
 
 class _Options:
     """sageattn's keywords after the policy: what the op must do."""
 
-    def __init__(self, sm_scale, is_causal: bool, enable_gqa: bool | None):
+    def __init__(self, sm_scale, is_causal: bool, enable_gqa: bool | None, smooth_v: bool = False,
+                 pv_dtype: str = "fp8"):
         self.sm_scale = sm_scale
         self.is_causal = is_causal
         self.enable_gqa = enable_gqa
+        self.smooth_v = smooth_v
+        self.pv_dtype = pv_dtype
 
 
 def _is_zero(x) -> bool:
@@ -79,8 +83,6 @@ _NO_OP_KEYWORDS = {
                       f"accepted: {_QK_GRAN_ACCEPTED}"),
     "quantization_backend": (lambda v: v in _QUANT_BACKENDS_ACCEPTED,
                              f"accepted: {_QUANT_BACKENDS_ACCEPTED} (sage-co has one quantizer)"),
-    "smooth_v": (lambda v: v is False, "sage-co does not smooth V (its P.V accumulation is fp32, where "
-                                       "SageAttention ignores smooth_v too); pass smooth_v=False"),
     "window_size": (lambda v: v is None or tuple(v) == (-1, -1), "sage-co has no sliding window; pass (-1, -1)"),
     "softcap": (_is_zero, "sage-co has no logit soft-capping; pass 0.0"),
     "alibi_slopes": (lambda v: v is None, "sage-co has no ALiBi; pass None"),
@@ -91,7 +93,7 @@ _NO_OP_KEYWORDS = {
 
 def _apply_kwargs(fn: str, kwargs: dict[str, Any], sm_scale, is_causal) -> _Options:
     """Apply the keyword policy (documented in sageattn) to the extra keywords; raise on anything not served."""
-    enable_gqa = None
+    enable_gqa, smooth_v, pv_dtype, pv_named = None, False, "fp8", None
     for name, value in kwargs.items():
         if name in _NO_OP_KEYWORDS:
             accepted, why = _NO_OP_KEYWORDS[name]
@@ -104,6 +106,14 @@ def _apply_kwargs(fn: str, kwargs: dict[str, Any], sm_scale, is_causal) -> _Opti
                 sm_scale = value
         elif name == "causal":
             is_causal = is_causal or _bool_keyword(name, value)
+        elif name == "smooth_v":
+            smooth_v = _bool_keyword(name, value)
+        elif name in ("pv_dtype", "value_dtype"):
+            if value not in _PV_DTYPES:
+                _reject(fn, name, _shown(value), f"the P.V input type is one of {_PV_DTYPES}")
+            if pv_named is not None and value != pv_dtype:
+                raise ValueError(f"{name}: {fn} got {name}={value!r} and {pv_named}={pv_dtype!r}; pass one")
+            pv_dtype, pv_named = value, name
         elif name == "deterministic":
             _bool_keyword(name, value)  # honoured either way: the forward has no atomics, every run is bitwise equal
         elif name == "enable_gqa":
@@ -112,7 +122,7 @@ def _apply_kwargs(fn: str, kwargs: dict[str, Any], sm_scale, is_causal) -> _Opti
             raise TypeError(f"{fn}() got an unexpected keyword argument {name!r} (sage-co never drops keywords "
                             f"silently; see sage_co.compat.sageattn for the accepted ones)")
     _bool_keyword("is_causal", is_causal)
-    return _Options(sm_scale, is_causal, enable_gqa)
+    return _Options(sm_scale, is_causal, enable_gqa, smooth_v, pv_dtype)
 
 
 @lru_cache(maxsize=None)
@@ -158,12 +168,16 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
     Keywords beyond SageAttention's named ones (never dropped silently):
       honoured:  softmax_scale= / scale= (the same as sm_scale), causal= (the same as is_causal),
                  deterministic= (sage-co's forward is deterministic either way),
-                 enable_gqa= (True/False; False with different head counts is an error, as in SDPA).
+                 enable_gqa= (True/False; False with different head counts is an error, as in SDPA),
+                 smooth_v= (SageAttention's name: V minus its per-channel mean before FP8, added back after;
+                 fp8 P.V only), pv_dtype= / value_dtype= ("fp8", the default, or "fp16": V kept in fp16 and P.V
+                 on the f16 WMMA, SageAttention's qk_int8_pv_fp16 kernels).
       no-op spellings accepted (they ask for nothing sage-co does not already do):
                  attn_mask=None, dropout_p=0 / drop_rate=0, window_size=(-1, -1), softcap=0, alibi_slopes=None,
-                 return_softmax=False / return_attn_probs=False, smooth_v=False,
+                 return_softmax=False / return_attn_probs=False,
                  pv_accum_dtype in ("fp32", "fp32+fp32", "fp16+fp32", "fp32+fp16") (each asks for fp32
-                 accumulation at some level; sage-co accumulates P.V in fp32 throughout),
+                 accumulation at some level; sage-co accumulates P.V in fp32 throughout, with either pv_dtype;
+                 the accumulator spelling does not pick the P.V input type: pass pv_dtype= for that),
                  qk_quant_gran in ("per_warp", "per_block") (sage-co's 32-token Q/K blocks are as fine or finer),
                  quantization_backend in ("triton", "cuda") (which of SageAttention's quantizers; sage-co has one).
       everything else, and any other value of the above, raises an error naming the keyword.
@@ -185,7 +199,7 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
     if opts.enable_gqa is False and _heads_seq(q, tensor_layout)[0] != _heads_seq(k, tensor_layout)[0]:
         raise ValueError("enable_gqa: False but q and k have different head counts; pass enable_gqa=True")
     return api.sage_attention(q, k, v, float(scale), layout=tensor_layout, smooth_k=smooth_k,
-                              return_lse=return_lse, **extra)
+                              return_lse=return_lse, smooth_v=opts.smooth_v, pv_dtype=opts.pv_dtype, **extra)
 
 
 def sageattn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal: bool = False,
@@ -196,4 +210,4 @@ def sageattn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     opts = _apply_kwargs("sageattn_varlen", kwargs, sm_scale, is_causal)
     scale = opts.sm_scale if opts.sm_scale is not None else q.shape[-1] ** -0.5
     return varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(scale),
-                  is_causal=opts.is_causal, smooth_k=smooth_k)
+                  is_causal=opts.is_causal, smooth_k=smooth_k, smooth_v=opts.smooth_v, pv_dtype=opts.pv_dtype)

@@ -26,17 +26,27 @@ class SagePrepared(NamedTuple):
     k_int8: torch.Tensor  # [B, H_kv, S_kv_pad, D_pad] int8
     k_scale: torch.Tensor  # [B, H_kv, S_kv_pad // 32] fp32
     k_mean: torch.Tensor  # [B, H_kv, D_pad] fp32, zeros unless smooth_k
-    v_fp8: torch.Tensor  # [B, H_kv, D_pad, S_kv_pad] float8_e4m3fn (V transposed)
+    v_t: torch.Tensor  # [B, H_kv, D_pad, S_kv_pad] V transposed: float8_e4m3fn (pv_dtype "fp8") or float16 ("fp16")
     v_scale: torch.Tensor  # [B, H_kv, D_pad] fp32
     seq_len_q: int  # S_q, the number of valid query rows
     seq_len_kv: int  # S_kv, the number of valid keys / values
     head_dim: int  # D, the real head dim (channels D..D_pad-1 are padding)
     out_dtype: torch.dtype  # the caller's dtype (torch.bfloat16 or torch.float16): the attention output's
+    v_mean: torch.Tensor | None = None  # [B, H_kv, D_pad] fp32 with smooth_v (added back in the epilogue), else None
+
+    @property
+    def pv_dtype(self) -> str:
+        """"fp8" (v_t float8_e4m3fn, P.V on the fp8 WMMA) or "fp16" (v_t float16, the f16 WMMA)."""
+        return "fp16" if self.v_t.dtype == torch.float16 else "fp8"
 
 
-def expected_shapes(B: int, S_q: int, S_kv: int, H_q: int, H_kv: int, D: int
+PV_DTYPES = {"fp8": torch.float8_e4m3fn, "fp16": torch.float16}   # pv_dtype -> the dtype of v_t
+
+
+def expected_shapes(B: int, S_q: int, S_kv: int, H_q: int, H_kv: int, D: int, pv_dtype: str = "fp8"
                     ) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-    """Field name -> (shape, dtype) of the tensors of a SagePrepared for q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D]."""
+    """Field name -> (shape, dtype) of the tensors of a SagePrepared for q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D]
+    (v_mean, present only with smooth_v, has the shape of k_mean)."""
     Sq, Skv, Dp = s_pad(S_q), s_pad(S_kv), d_pad(D)
     return {
         "q_int8": ((B, H_q, Sq, Dp), torch.int8),
@@ -44,6 +54,6 @@ def expected_shapes(B: int, S_q: int, S_kv: int, H_q: int, H_kv: int, D: int
         "k_int8": ((B, H_kv, Skv, Dp), torch.int8),
         "k_scale": ((B, H_kv, Skv // SCALE_BLOCK), torch.float32),
         "k_mean": ((B, H_kv, Dp), torch.float32),
-        "v_fp8": ((B, H_kv, Dp, Skv), torch.float8_e4m3fn),
+        "v_t": ((B, H_kv, Dp, Skv), PV_DTYPES[pv_dtype]),
         "v_scale": ((B, H_kv, Dp), torch.float32),
     }

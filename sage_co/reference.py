@@ -119,13 +119,22 @@ def quantize_k(k: torch.Tensor, k_mean: torch.Tensor | None = None) -> tuple[tor
     return quantize_int8_blocks(x)
 
 
-def quantize_v(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per (b, h, channel) over the S_kv tokens: v_scale = amax / 448, inv = 448 / amax (0 when amax == 0),
-    y = float32(v) * inv except y = v for v = +-0 where inv = +inf (a channel of tiny values, amax < 448 / FLT_MAX:
-    docs/numerics.md §V), v_fp8 = fp8(clamp(y, -448, 448)).
+def v_channel_mean(v: torch.Tensor) -> torch.Tensor:
+    """v_mean [B, H_kv, D_pad] fp32 (smooth_v): mean over the S_kv tokens of float32(v), padded channels 0.
+    Summation order is not part of the spec (as k_mean)."""
+    return pad_channels(v.float().mean(dim=1), d_pad(v.shape[-1]))
+
+
+def quantize_v(v: torch.Tensor, v_mean: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per (b, h, channel) over the S_kv tokens, x = float32(v) - v_mean (v_mean None: x = float32(v); smooth_v,
+    docs/numerics.md §smooth_v): v_scale = amax / 448 with amax = max |x|, inv = 448 / amax (0 when amax == 0),
+    y = x * inv except y = x for x = +-0 where inv = +inf (a channel of tiny values, amax < 448 / FLT_MAX:
+    docs/numerics.md §V), v_fp8 = fp8(clamp(y, -448, 448)). Given v_mean, bitwise.
     Returns (v_fp8 [B, H_kv, D_pad, S_kv_pad], v_scale [B, H_kv, D_pad]); padded channels and tokens are 0."""
     B, S, H, D = v.shape
     vf = pad_channels(v.float(), d_pad(D))
+    if v_mean is not None:
+        vf = vf - v_mean[:, None, :, :]
     amax = vf.abs().amax(dim=1)  # [B, H, D_pad], propagates NaN
     v_scale, inv = _amax_inv(amax, FP8_MAX)
     inv_b = inv[:, None]
@@ -135,6 +144,17 @@ def quantize_v(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     v_fp8 = torch.zeros(B, H, vf.shape[-1], s_pad(S), dtype=torch.uint8, device=v.device).view(torch.float8_e4m3fn)
     v_fp8[..., :S] = to_fp8(y).permute(0, 2, 3, 1)
     return v_fp8, v_scale
+
+
+def convert_v_fp16(v: torch.Tensor) -> torch.Tensor:
+    """pv_dtype="fp16": V [B, S_kv, H_kv, D] (bf16 or fp16) -> v_t fp16 [B, H_kv, D_pad, S_kv_pad], transposed like
+    v_fp8: fp16 inputs pass through, bf16 is rounded RNE (float32(v).to(float16): overflow -> +-inf, fp16 subnormals
+    kept, docs/numerics.md §pv_dtype fp16). Padded channels and tokens are +0."""
+    B, S, H, D = v.shape
+    vh = pad_channels(v.float(), d_pad(D)).to(torch.float16)
+    out = torch.zeros(B, H, vh.shape[-1], s_pad(S), dtype=torch.float16, device=v.device)
+    out[..., :S] = vh.permute(0, 2, 3, 1)
+    return out
 
 
 def dequantize_int8_blocks(x_int8: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -198,12 +218,14 @@ def norm_rope(x: torch.Tensor, weight: torch.Tensor | None, eps: float, cos: tor
 
 # ------------------------------------------------------------------------------------------------------- prepare
 def sage_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
-                 k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None) -> SagePrepared:
+                 k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, smooth_v=False,
+                 pv_dtype="fp8") -> SagePrepared:
     """q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (bf16 or fp16; layout="HND": [B, H, S, D]) -> SagePrepared
-    (docs/numerics.md §Prepare)."""
+    (docs/numerics.md §Prepare). smooth_v: V minus its per-channel mean before fp8 (v_mean kept); pv_dtype "fp16":
+    v_t is V in fp16 (no scale: v_scale zeros)."""
     chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
                                       q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
-                                      sin=sin, rope_dim=rope_dim)
+                                      sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype)
     sh = chk.shapes
     qn = norm_rope(chk.q, q_norm_weight, eps, cos, sin, chk.rope_dim)
     kn = norm_rope(chk.k, k_norm_weight, eps, cos, sin, chk.rope_dim)
@@ -213,8 +235,13 @@ def sage_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q
     else:
         k_mean = torch.zeros(sh.B, sh.H_kv, d_pad(sh.D), dtype=torch.float32, device=q.device)
     k_int8, k_scale = quantize_k(kn, k_mean)
-    v_fp8, v_scale = quantize_v(chk.v)
-    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_fp8, v_scale, sh.S_q, sh.S_kv, sh.D, sh.dtype)
+    if pv_dtype == "fp16":
+        v_t, v_scale = convert_v_fp16(chk.v), torch.zeros_like(k_mean)
+    else:
+        v_mean = v_channel_mean(chk.v) if smooth_v else None
+        v_t, v_scale = quantize_v(chk.v, v_mean)
+    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_t, v_scale, sh.S_q, sh.S_kv, sh.D, sh.dtype,
+                        v_mean if pv_dtype == "fp8" else None)
 
 
 # ----------------------------------------------------------------------------------------------------- attention
@@ -246,8 +273,11 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
       m_new = max(m_old, max_t s);  alpha = exp2(m_old - m_new) (0 when m_old = -inf);
       p = exp2(s - m_use), m_use = m_new (0 while m_new = -inf: a row that saw no key keeps p = 0, l = 0)
       l = l * alpha + rowsum(p);  p8 = fp8(p * 448);  O = O * alpha + p8 @ float32(v_fp8[g])
-      out[i, d] = round_sat((O[i, d] * inv) * v_scale[g, d]),  inv = 1 / (448 * l) (0 when l = 0), d < head_dim,
-      round_sat = RNE to out_dtype saturating at +-its largest finite value (round_saturating)
+      out[i, d] = round_sat((O[i, d] * inv) * v_scale[g, d] [+ v_mean[g, d]]),  inv = 1 / (448 * l) (0 when
+      l = 0), d < head_dim, v_mean added (smooth_v) only where l > 0, round_sat = RNE to out_dtype saturating at
+      +-its largest finite value (round_saturating)
+    pv_dtype "fp16" (v_t float16): p16 = fp16(p) (RNE), O = O * alpha + p16 @ float32(v_t[g]),
+      out = round_sat(O * inv), inv = 1 / l (0 when l = 0) -- no 448, no v_scale
     Returns out [B, S_q, H_q, head_dim] (NHD) in out_dtype, and with return_lse also lse fp32 [B, H_q, S_q]
     (natural log, smooth_k-corrected)."""
     if isinstance(key_tile, bool) or not isinstance(key_tile, int) or key_tile < 1:
@@ -263,7 +293,8 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
     B, H, Skvp = sh.B, sh.H_q, prepared.k_int8.shape[2]
     g = kv_head_index(sh.H_q, sh.H_kv, dev)
     k_int8, k_scale_g = prepared.k_int8[:, g], prepared.k_scale[:, g]
-    v_fp8, v_scale, k_mean = prepared.v_fp8[:, g], prepared.v_scale[:, g], prepared.k_mean[:, g]
+    v_t, v_scale, k_mean = prepared.v_t[:, g], prepared.v_scale[:, g], prepared.k_mean[:, g]
+    pv16 = prepared.pv_dtype == "fp16"
     Dp = k_int8.shape[-1]
 
     # int8 values are exact in fp32 (and in bf16/tf32), and every partial sum of a 128-term int8 dot is an integer
@@ -290,12 +321,19 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
         m_use = torch.where(m_new == -math.inf, torch.zeros_like(m_new), m_new)
         p = torch.exp2(s - m_use)
         l = l * alpha + p.sum(dim=-1, keepdim=True)
-        p8 = to_fp8(p * c448).float()
-        O = O * alpha + p8 @ v_fp8[:, :, :, j0:j1].float().transpose(-1, -2)
+        pq = p.to(torch.float16).float() if pv16 else to_fp8(p * c448).float()
+        O = O * alpha + pq @ v_t[:, :, :, j0:j1].float().transpose(-1, -2)
         m = m_new
 
-    inv = torch.where(l == 0, torch.zeros_like(l), fp32_div(1.0, l * c448))
-    out = round_saturating(((O * inv) * v_scale[:, :, None, :])[..., :sh.D], prepared.out_dtype)
+    if pv16:
+        inv = torch.where(l == 0, torch.zeros_like(l), fp32_div(1.0, l))
+        x = O * inv
+    else:
+        inv = torch.where(l == 0, torch.zeros_like(l), fp32_div(1.0, l * c448))
+        x = (O * inv) * v_scale[:, :, None, :]
+        if prepared.v_mean is not None:  # smooth_v: the mean comes back (exact: a row's weights sum to 1)
+            x = x + torch.where(l == 0, torch.zeros_like(l), prepared.v_mean[:, g][:, :, None, :])
+    out = round_saturating(x[..., :sh.D], prepared.out_dtype)
     out = out.transpose(1, 2).contiguous()  # [B, S_q, H_q, D]
     if not return_lse:
         return out
@@ -311,11 +349,12 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
 
 def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
                    k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, return_lse=False,
-                   is_causal=False, block_mask=None):
+                   is_causal=False, block_mask=None, smooth_v=False, pv_dtype="fp8"):
     """sage_prepare then sage_attention_model: out in q's dtype and layout (and fp32 LSE [B, H_q, S_q])."""
     validate.check_flag("return_lse", return_lse)
     prepared = sage_prepare(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
-                            k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin, rope_dim=rope_dim)
+                            k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin, rope_dim=rope_dim,
+                            smooth_v=smooth_v, pv_dtype=pv_dtype)
     res = sage_attention_model(prepared, return_lse=return_lse, is_causal=is_causal, block_mask=block_mask)
     if return_lse:
         return to_layout(res[0], layout), res[1]

@@ -29,9 +29,9 @@ SMALL_SHAPES = ((1, 1, 1), (1, 33, 2), (2, 100, 3), (1, 257, 2))       # (B, S, 
 LARGE_SHAPES = ((1, 4096, 8), (1, 16384, 2))                           # accuracy contract vs FP32 on the GPU
 TIMING_SHAPES = ((1, 4096, 24), (1, 16384, 24))                        # HIP-event timing vs BF16 SDPA
 QUICK_SMALL, QUICK_LARGE, QUICK_TIMING = SMALL_SHAPES[1:2], LARGE_SHAPES[:1], TIMING_SHAPES[:1]
-PREPARE_CONFIGS = ("plain", "smooth_k", "norm+rope64")
+PREPARE_CONFIGS = ("plain", "smooth_k", "norm+rope64", "smooth_v", "pv_fp16")
 MODEL_REL_L2 = 2e-3   # kernel vs arithmetic model (tests/test_attention_asm.py states the same bound and why)
-PREPARED_FIELDS = ("q_int8", "q_scale", "k_int8", "k_scale", "k_mean", "v_fp8", "v_scale")
+PREPARED_FIELDS = ("q_int8", "q_scale", "k_int8", "k_scale", "k_mean", "v_t", "v_scale")
 
 
 @dataclass
@@ -135,6 +135,10 @@ def inputs(B, S, H, config: str, device="cpu", seed=0):
     kw: dict = {}
     if config in ("smooth_k", "norm+rope64"):
         kw["smooth_k"] = True
+    if config == "smooth_v":
+        kw["smooth_v"] = True
+    if config == "pv_fp16":
+        kw["pv_dtype"] = "fp16"
     if config == "norm+rope64":
         w = [(1 + 0.1 * torch.randn(128, generator=g)).to(torch.bfloat16) for _ in range(2)]
         ang = torch.arange(S)[:, None] * torch.linspace(0.01, 1, 64)[None]
@@ -173,8 +177,16 @@ def emulator_case(report: Report, B, S, H, config: str) -> dict:
     ref = reference.sage_prepare(q, k, v, **kw)
     # with smooth_k, k_mean (and K quantized after subtracting it) follow a float summation whose order the
     # reference does not fix: bit for bit only without it (tests/test_prepare.py states the k_mean bound)
-    bitwise = ["q_int8", "q_scale", "v_fp8", "v_scale"] + (["k_int8", "k_scale", "k_mean"] if config == "plain" else [])
+    # with smooth_v the same holds for v_mean: v_t / v_scale are compared given the kernel's v_mean instead
+    exact_k = config in ("plain", "smooth_v", "pv_fp16")
+    bitwise = ["q_int8", "q_scale"] + (["v_t", "v_scale"] if config != "smooth_v" else []) + \
+        (["k_int8", "k_scale", "k_mean"] if exact_k else [])
     differ = [n for n in bitwise if not same_bits(getattr(prepared, n), getattr(ref, n))]
+    if config == "smooth_v":
+        bitwise += ["v_t", "v_scale (given v_mean)"]
+        v_t, v_scale = reference.quantize_v(v, prepared.v_mean)
+        differ += [n for n, a, b in (("v_t", prepared.v_t, v_t), ("v_scale", prepared.v_scale, v_scale))
+                   if not same_bits(a, b)]
     report.add(f"{tag}: prepare == reference (bit for bit, {', '.join(bitwise)})", not differ,
                f"differ: {differ}" if differ else "")
     out = {"prepared": prepared, "attention": {}}
@@ -208,7 +220,8 @@ def gpu_case(report: Report, device: int, B, S, H, config: str, emu: dict) -> No
     (q, k, v), kw = inputs(B, S, H, config, device=f"cuda:{device}")
     tag = f"gpu{device} B={B} S={S} H={H} {config}"
     prepared = api.sage_prepare(q, k, v, backend="hip", **kw)
-    differ = [n for n in PREPARED_FIELDS if not same_bits(getattr(prepared, n), getattr(emu["prepared"], n))]
+    fields = PREPARED_FIELDS + (("v_mean",) if prepared.v_mean is not None else ())
+    differ = [n for n in fields if not same_bits(getattr(prepared, n), getattr(emu["prepared"], n))]
     report.add(f"{tag}: prepare == emulator (bit for bit, all fields)", not differ,
                f"differ: {differ}" if differ else "")
     if "predict" in emu:

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import torch
 
 from .backends import BACKENDS  # the one list; backend modules load lazily, so this stays light
-from .prepared import (HEAD_DIM, HEAD_DIM_STEP, INPUT_DTYPES, PAD, SCALE_BLOCK, SagePrepared, d_pad,
+from .prepared import (HEAD_DIM, HEAD_DIM_STEP, INPUT_DTYPES, PAD, PV_DTYPES, SCALE_BLOCK, SagePrepared, d_pad,
                        expected_shapes, s_pad)
 
 ROPE_DIMS = (32, 64, 96, 128)
@@ -204,12 +204,28 @@ def check_norm_rope(q_norm_weight, k_norm_weight, cos, sin, rope_dim, shapes: Sh
     return rope_dim
 
 
+def check_pv(pv_dtype, smooth_v) -> str:
+    """pv_dtype is "fp8" or "fp16"; smooth_v a bool that only the fp8 path takes (the fp16 path has no V scale
+    for a mean to shrink). Returns pv_dtype."""
+    if not isinstance(pv_dtype, str):
+        raise TypeError(f"pv_dtype: expected \"fp8\" or \"fp16\", got {type(pv_dtype).__name__}")
+    if pv_dtype not in PV_DTYPES:
+        raise ValueError(f"pv_dtype: expected one of {tuple(PV_DTYPES)} (the P.V WMMA's input type), got {pv_dtype!r}")
+    check_flag("smooth_v", smooth_v)
+    if smooth_v and pv_dtype != "fp8":
+        raise ValueError(f"smooth_v: only the fp8 P.V path quantizes V (pv_dtype=\"fp8\"); got smooth_v=True "
+                         f"with pv_dtype={pv_dtype!r}")
+    return pv_dtype
+
+
 def check_prepare_args(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
-                       k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None) -> Checked:
+                       k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, smooth_v=False,
+                       pv_dtype="fp8") -> Checked:
     """Everything sage_prepare / sage_attention take, checked in one go."""
     shapes, qn, kn, vn = check_qkv(q, k, v, layout)
     scale = check_softmax_scale(softmax_scale, shapes.D)
     check_flag("smooth_k", smooth_k)
+    check_pv(pv_dtype, smooth_v)
     check_eps(eps)
     rd = check_norm_rope(q_norm_weight, k_norm_weight, cos, sin, rope_dim, shapes, q.device)
     return Checked(shapes, qn, kn, vn, scale, rd)
@@ -249,7 +265,14 @@ def check_prepared(prepared, device: torch.device | str | None = None) -> Shapes
                          f"got shape {tuple(prepared.k_int8.shape)}")
     dev = torch.device(device) if device is not None else prepared.q_int8.device
     desc = f"B={B}, S_q={S_q}, S_kv={S_kv}, H_q={H_q}, H_kv={H_kv}, D={D} (D_pad={d_pad(D)})"
-    for field, (shape, dtype) in expected_shapes(B, S_q, S_kv, H_q, H_kv, D).items():
+    v_t = prepared.v_t
+    pv = "fp16" if isinstance(v_t, torch.Tensor) and v_t.dtype == torch.float16 else "fp8"
+    fields = expected_shapes(B, S_q, S_kv, H_q, H_kv, D, pv)
+    if prepared.v_mean is not None:
+        if pv != "fp8":
+            raise ValueError("prepared.v_mean: smooth_v goes with an fp8 v_t; this structure has an fp16 v_t")
+        fields["v_mean"] = fields["k_mean"]
+    for field, (shape, dtype) in fields.items():
         name = f"prepared.{field}"
         t = getattr(prepared, field)
         _tensor(name, t, dtype)
@@ -325,7 +348,7 @@ def check_attention_length(S, D, name: str = "q") -> None:
 
 def check_prepared_padding(prepared) -> None:
     """Everything past the valid tokens is zero, as the layout requires (docs/numerics.md §Prepared layout): q_int8
-    rows >= seq_len_q, k_int8 rows and v_fp8 columns >= seq_len_kv, scale blocks that hold no valid token. This
+    rows >= seq_len_q, k_int8 rows and v_t columns >= seq_len_kv, scale blocks that hold no valid token. This
     catches a seq_len lowered within the same S_pad (100 -> 65 was silently used: rel L2 0.74). Reads only the
     padded part (fewer than 64 tokens per head); skipped for tensors without data (meta)."""
     q_int8 = prepared.q_int8
@@ -336,7 +359,7 @@ def check_prepared_padding(prepared) -> None:
     padded = (("seq_len_q", S_q, "q_int8", q_int8[:, :, S_q:]), ("seq_len_q", S_q, "q_scale", prepared.q_scale[..., bq:]),
               ("seq_len_kv", S_kv, "k_int8", prepared.k_int8[:, :, S_kv:]),
               ("seq_len_kv", S_kv, "k_scale", prepared.k_scale[..., bk:]),
-              ("seq_len_kv", S_kv, "v_fp8", prepared.v_fp8[..., S_kv:].view(torch.uint8)))
+              ("seq_len_kv", S_kv, "v_t", prepared.v_t[..., S_kv:].view(torch.uint8)))
     for length, S, field, t in padded:
         if t.numel() and bool(t.ne(0).any()):
             raise ValueError(f"prepared.{length}: {S}, but prepared.{field} holds non-zero values past token {S} "

@@ -27,7 +27,8 @@ def _check_cu(name: str, cu, total: int, max_len) -> list[int]:
 
 
 def sage_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, softmax_scale=None, *,
-                          is_causal=False, return_lse=False, smooth_k=False, backend=None, kernel=None):
+                          is_causal=False, return_lse=False, smooth_k=False, backend=None, kernel=None,
+                          smooth_v=False, pv_dtype="fp8"):
     """q [total_q, H_q, D], k/v [total_kv, H_kv, D] packed (sequence b = rows cu_seqlens[b]:cu_seqlens[b+1]), bf16 or
     fp16. Returns out [total_q, H_q, D] in q's dtype (and lse fp32 [H_q, total_q]). is_causal is bottom-right
     aligned per sequence; a sequence with no keys gives zeros and lse -inf."""
@@ -37,6 +38,7 @@ def sage_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, ma
             raise ValueError(f"{name}: expected a packed 3-D tensor [total, H, D], got {getattr(t, 'shape', t)!r}")
     validate.check_flag("is_causal", is_causal)
     validate.check_flag("return_lse", return_lse)
+    validate.check_pv(pv_dtype, smooth_v)
     cq = _check_cu("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q)
     ck = _check_cu("cu_seqlens_kv", cu_seqlens_kv, k.shape[0], max_seqlen_kv)
     if len(cq) != len(ck):
@@ -52,7 +54,8 @@ def sage_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, ma
         if q1 == q0 or k1 == k0:
             continue                      # no queries, or no keys: zeros / -inf (already there)
         res = sage_attention(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], softmax_scale, smooth_k=smooth_k,
-                             is_causal=is_causal, return_lse=return_lse, backend=backend, kernel=kernel)
+                             is_causal=is_causal, return_lse=return_lse, backend=backend, kernel=kernel,
+                             smooth_v=smooth_v, pv_dtype=pv_dtype)
         o, ls = res if return_lse else (res, None)
         out[q0:q1] = o[0]
         if return_lse:

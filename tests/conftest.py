@@ -20,3 +20,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gfx1201" in item.keywords:
             item.add_marker(pytest.mark.skip(reason=why))
+
+
+@pytest.fixture
+def no_kernels(monkeypatch):
+    """Fail the test if any kernel launches: input validation must come first (the launch layer and each op
+    module's imported `launch` are replaced)."""
+    import sage_co.launch
+    import sage_co.ops.attention
+    import sage_co.ops.predict
+    import sage_co.ops.prepare
+
+    def boom(*a, **k):
+        raise AssertionError("a kernel ran before the input was validated")
+    for module in (sage_co.launch, sage_co.ops.attention, sage_co.ops.prepare, sage_co.ops.predict):
+        monkeypatch.setattr(module, "launch", boom)

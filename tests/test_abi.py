@@ -32,7 +32,7 @@ def test_import_sage_co_and_abi_without_torch(tmp_path):
         import sage_co, sage_co.abi, sage_co.codeobj, sage_co.kernargs, sage_co.registry
         assert "torch" not in sys.modules
         print(sage_co.abi.ATTENTION_FWD_ARGS.size,
-              sage_co.registry.find("sage_attention_fwd", head_dim=128, out_dtype="bf16").symbol)
+              sage_co.registry.find("sage_attention_fwd", head_dim=128, out_dtype="bf16", pv_dtype="fp8").symbol)
         try:
             sage_co.sage_attention
         except ImportError as exc:

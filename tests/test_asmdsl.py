@@ -103,7 +103,8 @@ def test_generator_is_a_family_without_import_time_state():
     cfg = gen.FAMILY[0]
     first = gen.build(cfg)
     assert gen.build(cfg) == first          # registers are allocated per build, not at import
-    assert "if False" not in (ROOT / "asm_src" / "gen_sage_attention_asm.py").read_text()
+    for src in [ROOT / "asm_src" / "gen_sage_attention_asm.py", *(ROOT / "asm_src" / "sage_attention_asm").glob("*.py")]:
+        assert "if False" not in src.read_text(), src
     k = gen.AttentionKernel(cfg)
     assert k.NUM_VGPRS <= gen.VGPR_LIMIT and k.LDS_BYTES == 2 * (k.K_TILE_BYTES + k.V_TILE_BYTES)
     assert f"s_lshl_b32 {k.s_koff[0]}, {k.s_L2}, {gen.log2(k.K_TILE_BYTES)}" in first   # K of LUT entry L[min(t+2, last)]

@@ -51,9 +51,9 @@ def _check_bitwise(case):
 def test_asm_is_the_default_variant():
     for D in abi.HEAD_DIMS_NATIVE:
         for dtype in abi.OUT_DTYPES:
-            k = registry.find("sage_attention_fwd", head_dim=D, out_dtype=dtype)
+            k = registry.find("sage_attention_fwd", head_dim=D, out_dtype=dtype, pv_dtype="fp8")
             assert k.variant == "asm" and k.symbol == f"gfx1201_sage_attention_fwd_asm_d{D}_{dtype}"
-            assert registry.find("sage_attention_fwd", "hip", head_dim=D, out_dtype=dtype).symbol == \
+            assert registry.find("sage_attention_fwd", "hip", head_dim=D, out_dtype=dtype, pv_dtype="fp8").symbol == \
                 f"gfx1201_sage_attention_fwd_d{D}_{dtype}"
 
 

@@ -210,9 +210,9 @@ def test_padding_rows_do_not_leak(kernel):
     S_kv = prepared.seq_len_kv
     k = prepared.k_int8.clone()
     k[:, :, S_kv:] = 100
-    v = prepared.v_fp8.view(torch.uint8).clone()
+    v = prepared.v_t.view(torch.uint8).clone()
     v[..., S_kv:] = 0x7E  # 448
-    dirty = prepared._replace(k_int8=k, v_fp8=v.view(torch.float8_e4m3fn))
+    dirty = prepared._replace(k_int8=k, v_t=v.view(torch.float8_e4m3fn))
     out2, lse2 = run_attention_fwd(dirty, return_lse=True, layout=case[7], backend="emu", variant=kernel)
     assert torch.equal(out.view(torch.int16), out2.view(torch.int16))
     assert torch.equal(lse.view(torch.int32), lse2.view(torch.int32))
@@ -236,9 +236,9 @@ def test_output_saturates_at_the_dtype_max(dtype, kernel):
 
 
 # ---------------------------------------------------------------------------------------- host-side checks
-def _small_prepared(B=1, S_q=40, S_kv=70, H_q=2, H_kv=1, D=128) -> SagePrepared:
+def _small_prepared(B=1, S_q=40, S_kv=70, H_q=2, H_kv=1, D=128, pv_dtype="fp8") -> SagePrepared:
     q, k, v = make_inputs(B, S_q, S_kv, H_q, H_kv, D, "bf16", "NHD", "randn")
-    return reference.sage_prepare(q, k, v)
+    return reference.sage_prepare(q, k, v, pv_dtype=pv_dtype)
 
 
 def test_kernarg_struct_is_the_documented_table():
@@ -248,8 +248,8 @@ def test_kernarg_struct_is_the_documented_table():
                     (80, "seq_len_kv"), (84, "seq_pad_kv"), (88, "num_heads_q"), (92, "num_heads_kv"),
                     (96, "kv_group_magic"), (104, "out_stride_b"), (108, "out_stride_s"), (112, "out_stride_h"),
                     (116, "head_dim"), (120, "flags"), (128, "lut"), (136, "lut_stride_b"), (140, "lut_stride_h"),
-                    (144, "causal_offset")]
-    assert ATTENTION_FWD_ARGS.size == 148
+                    (144, "causal_offset"), (152, "v_mean")]
+    assert ATTENTION_FWD_ARGS.size == 160
 
 
 def test_kv_group_magic_divides_exactly():
@@ -266,7 +266,7 @@ def test_kv_group_magic_divides_exactly():
     (lambda p: p._replace(seq_len_kv=0), ValueError, "prepared.seq_len_kv"),
     (lambda p: p._replace(q_scale=p.q_scale[..., :-1]), ValueError, "prepared.q_scale"),
     (lambda p: p._replace(k_int8=p.k_int8.float()), TypeError, "prepared.k_int8"),
-    (lambda p: p._replace(v_fp8=p.v_fp8.transpose(-1, -2)), ValueError, "prepared.v_fp8"),
+    (lambda p: p._replace(v_t=p.v_t.transpose(-1, -2)), ValueError, "prepared.v_t"),
     (lambda p: p._replace(v_scale=p.v_scale[:, :1, :64]), ValueError, "prepared.v_scale"),
     (lambda p: p._replace(q_int8=p.q_int8[0]), ValueError, "prepared.q_int8"),
     (lambda p: p._replace(head_dim=40), ValueError, "head_dim"),
@@ -294,7 +294,7 @@ def test_every_variant_is_shipped_in_both_kernels():
     for kernel in KERNELS:
         for D in abi.HEAD_DIMS_NATIVE:
             for dtype in abi.OUT_DTYPES:
-                k = registry.find(abi.ATTENTION_OP, kernel, head_dim=D, out_dtype=dtype)
+                k = registry.find(abi.ATTENTION_OP, kernel, head_dim=D, out_dtype=dtype, pv_dtype="fp8")
                 assert k.key("head_dim") == D and k.key("out_dtype") == dtype
 
 
@@ -304,24 +304,25 @@ def test_grid_covers_padded_queries():
     assert math.prod(grid(_small_prepared(B=1, S_q=1, S_kv=200, H_q=1, H_kv=1))) == 1
 
 
+@pytest.mark.parametrize("pv", ["fp8", "fp16"])
 @pytest.mark.parametrize("kernel,D", [("hip", 128), ("asm", 128), ("hip", 64), ("asm", 64)])
-def test_lds_double_buffer_has_no_race(kernel, D):
+def test_lds_double_buffer_has_no_race(kernel, D, pv):
     """The emulator's LDS race checker over a 3-tile run: tile t+1 is stored into the other LDS buffer while
     tile t is read, with one barrier per tile (the headers of both kernels' sources)."""
     from sage_co import launch as launcher
     from sage_co.ops import attention
 
-    p = _small_prepared(B=1, S_q=70, S_kv=150, H_q=2, H_kv=1, D=D)
+    p = _small_prepared(B=1, S_q=70, S_kv=150, H_q=2, H_kv=1, D=D, pv_dtype=pv)
     out = torch.empty(1, 70, 2, D, dtype=torch.bfloat16)
     lse = torch.empty(1, 2, 70)
-    args = dict(q=p.q_int8, k=p.k_int8, v=p.v_fp8, q_scale=p.q_scale, k_scale=p.k_scale, k_mean=p.k_mean,
+    args = dict(q=p.q_int8, k=p.k_int8, v=p.v_t, q_scale=p.q_scale, k_scale=p.k_scale, k_mean=p.k_mean,
                 v_scale=p.v_scale, out=out, lse=lse, seq_len_q=70, seq_pad_q=p.q_int8.shape[2], seq_len_kv=150,
                 seq_pad_kv=p.k_int8.shape[2], num_heads_q=2, num_heads_kv=1, kv_group_magic=abi.kv_group_magic(2),
                 out_stride_b=out.stride(0), out_stride_s=out.stride(1), out_stride_h=out.stride(2), head_dim=D,
-                flags=abi.FLAG_LSE | abi.FLAG_SMOOTH_K)
+                flags=abi.FLAG_LSE | abi.FLAG_SMOOTH_K, v_mean=p.k_mean)
     lut, lut_sb, lut_sh = masks.build_lut(masks.active_tiles(1, 2, 70, 150))
     args.update(lut=lut, lut_stride_b=lut_sb, lut_stride_h=lut_sh, causal_offset=0)
-    symbol = registry.find(attention.OP, kernel, head_dim=D, out_dtype="bf16").symbol
+    symbol = registry.find(attention.OP, kernel, head_dim=D, out_dtype="bf16", pv_dtype=pv).symbol
     launcher.launch(symbol, attention.ATTENTION_FWD_ARGS, attention.grid(p), attention.BLOCK, args, backend="emu",
                     sanitize=True, lds_race_check=True)
     ref_out = reference.sage_attention_model(p)

@@ -212,7 +212,7 @@ def test_registry_refuses_an_escaping_file(broken_hsaco, manifest_text):
 
 
 def test_registry_names_a_missing_code_object(broken_hsaco):
-    k = registry.find("sage_attention_fwd", "hip", head_dim=128, out_dtype="bf16")
+    k = registry.find("sage_attention_fwd", "hip", head_dim=128, out_dtype="bf16", pv_dtype="fp8")
     (broken_hsaco / k.file).unlink()
     with pytest.raises(codeobj.CodeObjectError, match=f"{k.file}: cannot read the shipped code object"):
         registry.load(k.file, k.sha256)

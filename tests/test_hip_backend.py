@@ -51,7 +51,7 @@ def gpu_vs_emulator_prepare(q, k, v, **kw):
     gpu = sage_co.sage_prepare(q, k, v, **kw)
     cpu_kw = {n: (t.cpu() if isinstance(t, torch.Tensor) else t) for n, t in kw.items()}
     emu = sage_co.sage_prepare(q.cpu(), k.cpu(), v.cpu(), backend="emu", **cpu_kw)
-    for name in ("q_int8", "q_scale", "k_int8", "k_scale", "k_mean", "v_fp8", "v_scale"):
+    for name in ("q_int8", "q_scale", "k_int8", "k_scale", "k_mean", "v_t", "v_scale"):
         assert same_bits(getattr(gpu, name), getattr(emu, name)), name
     return gpu
 

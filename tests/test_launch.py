@@ -62,7 +62,7 @@ def test_result_returned_and_recorded():
     q, k, v = (torch.randn(1, 40, 1, 128, generator=g).to(torch.bfloat16) for _ in range(3))
     with launch.recording() as records:
         sage_co.sage_attention(q, k, v, backend="emu")
-    assert [r.symbol for r in records][-1] == registry.find(abi.ATTENTION_OP, head_dim=128, out_dtype="bf16").symbol
+    assert [r.symbol for r in records][-1] == registry.find(abi.ATTENTION_OP, head_dim=128, out_dtype="bf16", pv_dtype="fp8").symbol
     for r in records:
         assert isinstance(r.result, dict) and r.result["waves"] >= 1 and r.backend == "emu"
         assert len(r.kernarg_bytes) == abi.struct_for(registry.find_symbol(r.symbol).op).size

@@ -116,7 +116,7 @@ def test_inactive_tiles_are_never_read():
     bm = torch.tensor([True, False, True]).view(1, 1, 1, 3)
     clean = {kern: run_attention_fwd(p, backend="emu", variant=kern, block_mask=bm) for kern in KERNELS}
     p.k_scale[..., 2:4] = float("nan")
-    p.v_fp8.view(torch.uint8)[..., 64:128] = 0x7f        # e4m3fn NaN
+    p.v_t.view(torch.uint8)[..., 64:128] = 0x7f        # e4m3fn NaN
     for kern in KERNELS:
         assert torch.equal(_bits(run_attention_fwd(p, backend="emu", variant=kern, block_mask=bm)), _bits(clean[kern]))
 

@@ -29,3 +29,30 @@ def test_predictor_is_well_under_dense_attention():
     assert res["predictor_fraction"] < 0.08
     quarter = next(r for r in res["density"] if r["mode"] == "density 0.25")
     assert quarter["speedup_with_predictor"] >= 3.0
+
+
+def test_issue_bound_launches_use_the_calibrated_clock():
+    """The predictor is compared with the calibrated attention, so its issue-bound time uses the same fitted clock
+    (a slower clock must give a longer issue-bound time; the DRAM bound must not move)."""
+    import dataclasses
+    from perfmodel import sparse
+    from perfmodel.calibration import CALIBRATED
+    counts = sparse.predictor_counts(1024)
+    fast = sparse.predictor_rows(1, 2, 1024, 128, counts=counts)
+    half_clock = dataclasses.replace(CALIBRATED, clock_hz=CALIBRATED.clock_hz / 2)
+    slow = sparse.predictor_rows(1, 2, 1024, 128, params=half_clock, counts=counts)
+    for f, s in zip(fast, slow):
+        assert abs(s["issue_us"] - 2 * f["issue_us"]) < 1e-9 * s["issue_us"]
+        assert s["dram_us"] == f["dram_us"]
+
+
+def test_perf_model_cli_sparse_json():
+    import json
+    import subprocess
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, str(root / "tools" / "perf_model.py"), "--sparse", "--json"],
+                       capture_output=True, text=True, check=True)
+    res = json.loads(r.stdout)
+    assert [row["launch"] for row in res["predictor"]] == ["pool", "select"]
+    assert res["predictor_us"] == sum(row["time_us"] for row in res["predictor"])
+    assert [row["mode"] for row in res["density"]][0] == "density 1"

@@ -1,7 +1,7 @@
 """The prepare kernels (asm_src/gfx1201_sage_prepare.hip) on the emulator through sage_co.ops.prepare.run_prepare,
 checked against sage_co.reference (docs/numerics.md §Prepare).
 
-Bitwise: q_int8, q_scale, v_fp8, v_scale against reference.sage_prepare; k_int8, k_scale against
+Bitwise: q_int8, q_scale, v_t, v_scale against reference.sage_prepare; k_int8, k_scale against
 reference.quantize_k of the reference's normed/roped K with the KERNEL's k_mean (the spec leaves the mean's
 summation order open, and fixes the quantization given k_mean). Scales compare as bit patterns, NaN == NaN
 (any NaN payload is allowed, docs/numerics.md §Non-finite).
@@ -17,6 +17,7 @@ every scale must actually be written by the kernels.
 from __future__ import annotations
 
 import functools
+import math
 import pytest
 import torch
 
@@ -87,7 +88,7 @@ def check(q, k, v, softmax_scale=None, *, smooth_k=False, eps=1e-6, layout="NHD"
     out = run_prepare(q, k, v, softmax_scale, smooth_k=smooth_k, eps=eps, layout=layout, backend="emu", **kw)
     ref = reference.sage_prepare(q, k, v, softmax_scale, smooth_k=smooth_k, eps=eps, layout=layout, **kw)
     assert isinstance(out, SagePrepared) and out[7:] == ref[7:]
-    for name in ("q_int8", "q_scale", "v_fp8", "v_scale"):
+    for name in ("q_int8", "q_scale", "v_t", "v_scale"):
         _same_bits(name, getattr(out, name), getattr(ref, name))
     k_nhd = k if layout == "NHD" else k.transpose(1, 2)
     S = k_nhd.shape[1]
@@ -124,7 +125,7 @@ def test_shapes(B, H, S, smooth_k):
     q, k, v = _qkv(B, S, H, seed=S + 7 * B + 3 * H, offset=(0.0, 1.5, 0.0))  # K with a per-channel-ish offset
     out = check(q, k, v, smooth_k=smooth_k)
     Sp = s_pad(S)
-    assert out.q_int8.shape == (B, H, Sp, 128) and out.v_fp8.shape == (B, H, 128, Sp)
+    assert out.q_int8.shape == (B, H, Sp, 128) and out.v_t.shape == (B, H, 128, Sp)
     # the element equal to amax maps to +-127 in every block holding valid tokens (full range, spec §Q)
     nblk = -(-S // 32)
     assert bool((out.q_int8.view(B, H, Sp // 32, -1)[:, :, :nblk].abs().amax(-1) == 127).all())
@@ -180,7 +181,7 @@ def test_all_zero(smooth_k):
     B, S, H = 1, 45, 2
     z = torch.zeros(B, S, H, 128, dtype=torch.bfloat16)
     out = check(z, z, z, smooth_k=smooth_k, **_norm_rope(S, 64, norm=True))
-    for name in ("q_int8", "k_int8", "v_fp8", "q_scale", "k_scale", "v_scale", "k_mean"):
+    for name in ("q_int8", "k_int8", "v_t", "q_scale", "k_scale", "v_scale", "k_mean"):
         t = getattr(out, name)
         assert not t.view(torch.uint8).any(), f"{name} is not all zero"
 
@@ -211,7 +212,7 @@ def test_non_finite():
     assert out.k_scale[0, 0, 2] == inf and not out.k_int8[0, 0, 64:96].any()
     assert torch.isnan(out.k_scale[1, 1, 3]) and not out.k_int8[1, 1, 96:128].any()
     assert out.q_int8[0, 1, 32:S].abs().amax() == 127  # the neighbouring blocks are untouched
-    fp8 = out.v_fp8.view(torch.uint8)
+    fp8 = out.v_t.view(torch.uint8)
     assert out.v_scale[0, 0, 9] == inf and fp8[0, 0, 9, 3] == 0x7F
     assert bool(((fp8[0, 0, 9, :S] & 0x7F) == 0).sum() == S - 1)  # finite * 0 = +-0
     assert torch.isnan(out.v_scale[1, 1, 20]) and bool((fp8[1, 1, 20, :S] == 0x7F).all())
@@ -253,7 +254,7 @@ def test_bf16_max():
     v[0, :, 1] = v[0, :, 1].sign() * BF16_MAX
     out = check(*(t.to(torch.bfloat16) for t in (q, k, v)))
     assert bool((out.k_int8[0, 0, 64:S].abs() == 127).all())
-    assert bool((out.v_fp8.view(torch.uint8)[0, 1, :, :S] & 0x7F == 0x7E).all())
+    assert bool((out.v_t.view(torch.uint8)[0, 1, :, :S] & 0x7F == 0x7E).all())
 
 
 def test_subnormal_magnitudes():
@@ -279,7 +280,7 @@ def test_subnormal_magnitudes():
         assert torch.isinf(reference.fp32_div(127.0, (q[0, 0:32, h].float() * reference.q_multiplier()).abs().amax()))
         assert torch.isinf(reference.fp32_div(127.0, k[0, 0:32, h].float().abs().amax()))
     assert out.q_int8[0, 0, 0:32].abs().amax() == 127 and (out.q_int8[0, 0, 0:32, ::3] == 0).all()
-    fp8 = out.v_fp8.view(torch.uint8)
+    fp8 = out.v_t.view(torch.uint8)
     assert out.v_scale[0, 0, 0] == 0 and not fp8[0, 0, 0].any()
     ch1, v1 = fp8[0, 0, 1, :S], v[0, :, 0, 1]
     assert torch.isinf(reference.fp32_div(448.0, v1.float().abs().amax()))  # the tiny-amax case really ran
@@ -366,7 +367,7 @@ def test_separate_lengths(S_q, S_kv):
     q, k, v = _qkv(1, S_q, 2, seed=S_q + S_kv, offset=(0.0, 1.0, 0.0), S_kv=S_kv)
     out = check(q, k, v, smooth_k=S_q < S_kv)
     assert out.q_int8.shape[2] == s_pad(S_q) and out.k_int8.shape[2] == s_pad(S_kv)
-    assert out.v_fp8.shape[-1] == s_pad(S_kv)
+    assert out.v_t.shape[-1] == s_pad(S_kv)
 
 
 # GQA ratios 1, 2, 4, 8 and MQA (H_kv = 1); K/V prepared per K/V head
@@ -375,7 +376,7 @@ def test_separate_lengths(S_q, S_kv):
 def test_gqa(H_q, H_kv, smooth_k):
     q, k, v = _qkv(1, 33, H_q, seed=H_q * 10 + H_kv, H_kv=H_kv, S_kv=40, offset=(0.0, 0.5, 0.0))
     out = check(q, k, v, smooth_k=smooth_k)
-    assert out.k_int8.shape[1] == H_kv and out.v_fp8.shape[1] == H_kv and out.q_int8.shape[1] == H_q
+    assert out.k_int8.shape[1] == H_kv and out.v_t.shape[1] == H_kv and out.q_int8.shape[1] == H_q
 
 
 # D in {64, 96, 128} and the padded 32, 80 (also 16, 48, 112): channels D..D_pad-1 are zero everywhere
@@ -388,7 +389,7 @@ def test_head_dims_and_dtypes(D, dtype):
     Dp = 64 if D <= 64 else 128
     assert out.q_int8.shape[-1] == Dp and out.head_dim == D and out.out_dtype == dtype
     assert not out.q_int8[..., D:].any() and not out.k_int8[..., D:].any()
-    assert not out.v_fp8.view(torch.uint8)[:, :, D:].any() and not out.v_scale[..., D:].any()
+    assert not out.v_t.view(torch.uint8)[:, :, D:].any() and not out.v_scale[..., D:].any()
     assert not out.k_mean[..., D:].any()
 
 
@@ -446,7 +447,7 @@ def test_mixed_layouts_of_the_same_values_agree():
     q, k, v = _qkv(1, 40, 4, seed=6, D=96, S_kv=33, H_kv=2)
     a = run_prepare(q, k, v, backend="emu")
     b = run_prepare(*(t.transpose(1, 2).contiguous() for t in (q, k, v)), layout="HND", backend="emu")
-    for name in ("q_int8", "q_scale", "k_int8", "k_scale", "v_fp8", "v_scale"):
+    for name in ("q_int8", "q_scale", "k_int8", "k_scale", "v_t", "v_scale"):
         _same_bits(name, getattr(a, name), getattr(b, name))
 
 
@@ -465,7 +466,7 @@ def test_tiny_v_channel_gives_no_nan(dtype):
     v[0, :, 0, 4] = 0.0
     q, k, v = (t.to(dtype) for t in (q, k, v))
     out = check(q, k, v)
-    fp8 = out.v_fp8.view(torch.uint8)[0, 0, :, :S]
+    fp8 = out.v_t.view(torch.uint8)[0, 0, :, :S]
     assert not bool((fp8 == 0x7F).any()), "a NaN fp8 from finite V"
     assert bool((fp8[3][v[0, :, 0, 3] == 0] & 0x7F == 0).all())
     if dtype == torch.bfloat16:
@@ -498,3 +499,48 @@ def test_every_prepare_symbol_keeps_denormals_and_has_no_scratch():
         assert f["float_denorm_mode_32"] == 3 and f["float_denorm_mode_16_64"] == 3, k.symbol
         assert kern.descriptor.private_segment_fixed_size == 0, k.symbol
         assert kern.metadata[".vgpr_count"] <= 207, k.symbol
+
+
+# ------------------------------------------------------------------------------------------ smooth_v, pv fp16
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("D,S", [(128, 100), (64, 33), (96, 130)])
+def test_smooth_v_and_pv16_every_byte(dtype, D, S):
+    """Issue 19 under the garbage allocator: smooth_v's v_t / v_scale bitwise given the kernel's v_mean (v_mean
+    within fp32 summation error, padded channels exactly 0); pv fp16's v_t bitwise (fp16 RNE of V, padding +0),
+    v_scale all zero."""
+    g = _gen(21)
+    q, k = (torch.randn(1, S, 2, D, generator=g).to(dtype) for _ in range(2))
+    v = (torch.randn(1, S, 2, D, generator=g) * 0.5 + 3 * torch.randn(1, 1, 2, D, generator=g)).to(dtype)
+    out = run_prepare(q, k, v, smooth_v=True, backend="emu")
+    mean = reference.v_channel_mean(v)
+    assert (out.v_mean - mean).abs().max() <= 2 * S * U * v.float().abs().amax()
+    assert not out.v_mean[..., D:].any()
+    v_t, v_scale = reference.quantize_v(v, out.v_mean)
+    _same_bits("v_t", out.v_t, v_t)
+    _same_bits("v_scale", out.v_scale, v_scale)
+    h = run_prepare(q, k, v, pv_dtype="fp16", smooth_k=True, backend="emu")
+    _same_bits("v_t", h.v_t, reference.convert_v_fp16(v))
+    _same_bits("v_scale", h.v_scale, torch.zeros_like(h.v_scale))
+    ref = reference.sage_prepare(q, k, v, pv_dtype="fp16")
+    _same_bits("q_int8", h.q_int8, ref.q_int8)
+
+
+def test_smooth_v_non_finite_and_overflowing_v():
+    """A NaN or inf in a V channel makes v_mean non-finite, so the whole channel is NaN (0x7F) with a NaN scale,
+    as §Non-finite inputs says for a NaN channel; bf16 V past 65504 becomes +-inf in the fp16 V^T."""
+    q, k, v = _qkv(1, 64, 1, seed=22)
+    v = v.clone()
+    v[0, 3, 0, 5] = float("nan")
+    v[0, 7, 0, 9] = float("inf")
+    v[0, 9, 0, 11] = 1e6
+    out = run_prepare(q, k, v, smooth_v=True, backend="emu")
+    fp8 = out.v_t.view(torch.uint8)[0, 0]
+    for ch in (5, 9):
+        assert torch.isnan(out.v_scale[0, 0, ch]) and bool((fp8[ch, :64] == 0x7F).all())
+    v_t, v_scale = reference.quantize_v(v, out.v_mean)
+    _same_bits("v_t", out.v_t, v_t)
+    h = run_prepare(q, k, v, pv_dtype="fp16", backend="emu")
+    assert math.isinf(h.v_t[0, 0, 11, 9].item()) and math.isnan(h.v_t[0, 0, 5, 3].item())
+    ref = reference.convert_v_fp16(v)
+    finite = ~torch.isnan(ref)
+    assert torch.equal(h.v_t[finite].view(torch.int16), ref[finite].view(torch.int16))

@@ -131,7 +131,7 @@ def test_zero_blocks_and_channels():
     assert p.q_scale[0, 1, 1].item() == 0 and (p.q_int8[0, 1, 32:64] == 0).all()
     assert p.q_scale[0, 0, 1].item() > 0
     assert p.k_scale[0, 0, 0].item() == 0 and (p.k_int8[0, 0, 0:32] == 0).all()
-    assert p.v_scale[0, 1, 5].item() == 0 and (p.v_fp8[0, 1, 5].view(torch.uint8) == 0).all()
+    assert p.v_scale[0, 1, 5].item() == 0 and (p.v_t[0, 1, 5].view(torch.uint8) == 0).all()
 
 
 @pytest.mark.parametrize("S", [1, 31, 32, 33, 63, 64, 65, 100, 130])
@@ -150,7 +150,7 @@ def test_prepared_shapes_and_padding_zero(S, smooth_k):
     Sp = s_pad(S)
     assert Sp % 64 == 0 and Sp - 64 < S <= Sp
     assert (p.q_int8[:, :, S:] == 0).all() and (p.k_int8[:, :, S:] == 0).all()
-    assert (p.v_fp8[..., S:].view(torch.uint8) == 0).all()
+    assert (p.v_t[..., S:].view(torch.uint8) == 0).all()
     full = -(-S // 32)  # blocks holding a valid token
     assert (p.q_scale[..., full:] == 0).all() and (p.k_scale[..., full:] == 0).all()
     assert (p.q_scale[..., :full] > 0).all()
@@ -185,9 +185,9 @@ def test_non_finite_inputs():
     assert p.k_scale[0, 0, 1].isnan() and (p.k_int8[0, 0, 32:64] == 0).all()
     assert p.k_scale[0, 1, 2].item() == math.inf and (p.k_int8[0, 1, 64:96] == 0).all()
     assert torch.isfinite(p.k_scale[0, 0, [0, 2, 3]]).all() and p.k_scale[0, 0, 0] > 0
-    assert p.v_scale[0, 1, 7].isnan() and (p.v_fp8[0, 1, 7, :S].view(torch.uint8) == 0x7F).all()
+    assert p.v_scale[0, 1, 7].isnan() and (p.v_t[0, 1, 7, :S].view(torch.uint8) == 0x7F).all()
     assert p.v_scale[0, 0, 2].item() == math.inf
-    bits = p.v_fp8[0, 0, 2, :S].view(torch.uint8)  # inf * (448 / inf) = NaN, finite * 0 = +-0 (sign kept)
+    bits = p.v_t[0, 0, 2, :S].view(torch.uint8)  # inf * (448 / inf) = NaN, finite * 0 = +-0 (sign kept)
     zero = (bits == 0) | (bits == 0x80)
     assert bits[11] == 0x7F and zero[torch.arange(S) != 11].all()
     assert torch.equal(bits[torch.arange(S) != 11] == 0x80, v[0, :, 0, 2][torch.arange(S) != 11] < 0)
@@ -318,7 +318,7 @@ def test_model_single_tile_matches_direct_formula():
     pr = torch.exp2(s - s.amax(-1, keepdim=True))
     l = pr.sum(-1, keepdim=True)
     p8 = R.to_fp8(pr * 448).float()
-    o = p8 @ p.v_fp8[..., :S].float().transpose(-1, -2)
+    o = p8 @ p.v_t[..., :S].float().transpose(-1, -2)
     direct = ((o * (1 / (l * 448))) * p.v_scale[:, :, None, :]).to(BF16).transpose(1, 2)
     assert torch.equal(out.view(torch.int16), direct.view(torch.int16))
 
@@ -474,8 +474,8 @@ def test_check_prepared_rejects_inconsistent_structures():
         validate.check_prepared(p._replace(head_dim=64))
     with pytest.raises(ValueError, match=r"^prepared.k_int8: expected B >= 1 and a head count dividing"):
         validate.check_prepared(p._replace(k_int8=torch.zeros(1, 3, 128, 128, dtype=torch.int8)))
-    with pytest.raises(TypeError, match=r"^prepared.v_fp8: expected dtype torch.float8_e4m3fn"):
-        validate.check_prepared(p._replace(v_fp8=p.v_fp8.view(torch.uint8)))
+    with pytest.raises(TypeError, match=r"^prepared.v_t: expected dtype torch.float8_e4m3fn"):
+        validate.check_prepared(p._replace(v_t=p.v_t.view(torch.uint8)))
     with pytest.raises(ValueError, match=r"^prepared.k_scale: expected a contiguous"):
         validate.check_prepared(p._replace(k_scale=p.k_scale.transpose(1, 2).contiguous().transpose(1, 2)))
     with pytest.raises(TypeError, match=r"^prepared.seq_len_q: expected an int"):
@@ -506,7 +506,7 @@ def test_same_bits_on_cuda():
     k_int8, k_scale = R.quantize_k(R.norm_rope(k.cuda(), w.cuda(), 1e-6, cos.cuda(), sin.cuda(), 96),
                                    cpu.k_mean.cuda())
     gpu = gpu._replace(k_int8=k_int8, k_scale=k_scale)
-    for name in ("q_int8", "q_scale", "k_int8", "k_scale", "v_fp8", "v_scale"):
+    for name in ("q_int8", "q_scale", "k_int8", "k_scale", "v_t", "v_scale"):
         a, b = getattr(cpu, name), getattr(gpu, name).cpu()
         assert torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
                            b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b), name

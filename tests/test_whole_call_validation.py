@@ -86,13 +86,13 @@ def test_seq_len_lowered_within_the_same_s_pad_is_refused(no_launch):
             fn(tampered)
 
 
-@pytest.mark.parametrize("field", ["k_int8", "v_fp8", "q_scale"])
+@pytest.mark.parametrize("field", ["k_int8", "v_t", "q_scale"])
 def test_non_zero_padding_of_any_field_is_refused(field):
     q, k, v = _qkv(65)   # S_pad 128: rows 65..127 and scale block 3 are padding
     prepared = reference.sage_prepare(q, k, v)
     t = getattr(prepared, field).clone()
     raw = t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
-    if field == "v_fp8":
+    if field == "v_t":
         raw[0, 0, 3, 120] = 1
     elif field == "k_int8":
         raw[0, 0, 120, 3] = 1

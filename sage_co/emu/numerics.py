@@ -60,8 +60,11 @@ def flush_f32(x):
     # denormal <=> magnitude bits in [1, 0x7FFFFF]; minus one (zero wraps to 0xFFFFFFFF) makes that one compare,
     # and the common case (no denormal) returns the input untouched
     mag = bits & F32_ABS
-    mag -= np.uint32(1)
-    den = mag < F32_MANT
+    if mag.ndim:
+        mag -= np.uint32(1)
+        den = mag < F32_MANT
+    else:                               # a numpy scalar warns on the wrap an array does silently
+        den = np.bool_(0 < mag <= F32_MANT)
     if not den.any():
         return arr
     out = np.where(den, bits & F32_SIGN, bits)

@@ -18,9 +18,8 @@ module and its distribution metadata (importlib.metadata.DistributionFinder).
 
 The module's functions: `sageattn`, `sageattn_varlen` (sage_co.compat); `sageattn_qk_int8_pv_fp8_cuda` and
 `sageattn_qk_int8_pv_fp8_cuda_sm90` (SageAttention's INT8-QK / FP8-PV variants, the arithmetic sage-co's kernel
-does) run sageattn; `sageattn_qk_int8_pv_fp16_cuda` and `sageattn_qk_int8_pv_fp16_triton` promise FP16 P.V, which
-sage-co does not have, so they raise NotImplementedError (they exist so `from sageattention import ...` of the
-whole set, as diffusers does, succeeds).
+does) run sageattn; `sageattn_qk_int8_pv_fp16_cuda` and `sageattn_qk_int8_pv_fp16_triton` (FP16 P.V) run
+sageattn with pv_dtype="fp16" (issue 19: V kept in fp16, P.V on the f16 WMMA, fp32 accumulation).
 """
 from __future__ import annotations
 
@@ -53,12 +52,13 @@ def sageattn_qk_int8_pv_fp8_cuda_sm90(q, k, v, tensor_layout="HND", is_causal=Fa
 
 
 def _fp16_pv(name: str):
-    def variant(*args, **kwargs):
-        raise NotImplementedError(f"{name}: SageAttention's FP16 P.V variant; sage-co computes P.V in FP8 "
-                                  f"(docs/numerics.md), so it does not run this one under its name. Call "
-                                  f"sageattn (or sageattn_qk_int8_pv_fp8_cuda) instead")
+    def variant(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, return_lse=False, smooth_k=True,
+                **kwargs):
+        # value_dtype= is compat's second spelling of pv_dtype: a caller's pv_dtype="fp8" is a conflict it names
+        return sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, value_dtype="fp16",
+                        **kwargs)
     variant.__name__ = variant.__qualname__ = name
-    variant.__doc__ = "Not served by sage-co (FP16 P.V): raises NotImplementedError."
+    variant.__doc__ = "SageAttention's INT8-QK / FP16-PV variant: sage_co.sageattn with pv_dtype=\"fp16\"."
     return variant
 
 

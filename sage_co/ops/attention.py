@@ -5,14 +5,16 @@ Both kernels (asm_src/gfx1201_sage_attention.hip, variant "hip", and the hand-sc
 "asm") take the kernarg struct of sage_co/abi.py, run one workgroup of 4 wave32 per 64 queries of one (batch,
 query head), grid (S_q_pad / 64, H_q, B), and write `out` through its element strides (so NHD and HND results
 need no copy) and `lse` when asked. One symbol per (head_dim = D_pad, out_dtype) pair, found by those manifest
-keys. Numerics: sage_co.reference.sage_attention_model.
+keys (and pv_dtype: "fp8" for an fp8 v_t, "fp16" for an fp16 one). Numerics:
+sage_co.reference.sage_attention_model.
 """
 from __future__ import annotations
 
 import torch
 
 from .. import abi, masks, registry, validate
-from ..abi import ATTENTION_FWD_ARGS, FLAG_CAUSAL, FLAG_LSE, FLAG_SMOOTH_K, QUERY_TILE, kv_group_magic
+from ..abi import (ATTENTION_FWD_ARGS, FLAG_CAUSAL, FLAG_LSE, FLAG_SMOOTH_K, FLAG_SMOOTH_V, QUERY_TILE,
+                   kv_group_magic)
 from ..launch import launch, resolve_backend
 from ..prepared import SagePrepared, d_pad
 
@@ -65,7 +67,8 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layou
     if sh.H_q >= abi.MAX_QUERY_HEADS:
         raise ValueError(f"prepared.q_int8: {sh.H_q} query heads exceed the launch grid (< {abi.MAX_QUERY_HEADS})")
     masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
-    kernel = registry.find(OP, variant, head_dim=d_pad(sh.D), out_dtype=OUT_DTYPE_KEYS[sh.dtype])
+    kernel = registry.find(OP, variant, head_dim=d_pad(sh.D), out_dtype=OUT_DTYPE_KEYS[sh.dtype],
+                           pv_dtype=prepared.pv_dtype)
     device = prepared.q_int8.device
     backend = resolve_backend(prepared.q_int8, backend)
 
@@ -79,12 +82,13 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layou
         torch.empty(1, dtype=torch.float32, device=device)
     # The smooth_k term is ln2 * q_f . k_mean; k_mean is all zero for a prepare without smooth_k, so adding it
     # always is exact (x + ln2 * (+-0) == x) and the host never has to inspect k_mean.
-    flags = ((FLAG_LSE | FLAG_SMOOTH_K) if return_lse else 0) | (FLAG_CAUSAL if is_causal else 0)
+    flags = ((FLAG_LSE | FLAG_SMOOTH_K) if return_lse else 0) | (FLAG_CAUSAL if is_causal else 0) | \
+        (FLAG_SMOOTH_V if prepared.v_mean is not None else 0)
     active = masks.active_tiles(sh.B, sh.H_q, sh.S_q, sh.S_kv, is_causal=is_causal, block_mask=block_mask,
                                 device=device)
     lut, lut_sb, lut_sh = masks.build_lut(active)
     args = {
-        "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_fp8,
+        "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_t,
         "q_scale": prepared.q_scale, "k_scale": prepared.k_scale, "k_mean": prepared.k_mean,
         "v_scale": prepared.v_scale, "out": out, "lse": lse,
         "seq_len_q": sh.S_q, "seq_pad_q": prepared.q_int8.shape[2],
@@ -92,6 +96,8 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layou
         "num_heads_q": sh.H_q, "num_heads_kv": sh.H_kv, "kv_group_magic": kv_group_magic(sh.H_q // sh.H_kv),
         "out_stride_b": sb, "out_stride_s": ss, "out_stride_h": shd, "head_dim": sh.D, "flags": flags,
         "lut": lut, "lut_stride_b": lut_sb, "lut_stride_h": lut_sh, "causal_offset": sh.S_kv - sh.S_q,
+        # smooth_v: the epilogue adds v_mean back; without it the kernel never reads this pointer
+        "v_mean": prepared.v_mean if prepared.v_mean is not None else prepared.k_mean,
     }
     launch(kernel.symbol, ATTENTION_FWD_ARGS, grid(prepared), BLOCK, args, backend=backend)
     return (out, lse) if return_lse else out

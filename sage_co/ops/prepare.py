@@ -2,10 +2,11 @@
 strides with a contiguous last dim) in, SagePrepared out (docs/numerics.md §Prepare).
 
 Three kernels of asm_src/gfx1201_sage_prepare.hip run in order (its header comment has the design):
-  stats   grid (n_chunks, H_kv, B * n_tens), one wave32 per chunk of 32-token tiles: per-channel max |v| partials,
-          and with smooth_k the per-channel sums of the (normed/roped) K rows.
+  stats   grid (n_chunks, H_kv, B * n_tens), one wave32 per chunk of 32-token tiles: per-channel max |v| partials
+          (smooth_v: max v and min v, and the sums of V), and with smooth_k the per-channel sums of the
+          (normed/roped) K rows. Not launched for pv_dtype="fp16" without smooth_k.
   reduce  grid (1, H_kv, B), D_pad threads (one per channel): folds the partials in chunk order into v_scale,
-          1/v_scale (448 / amax, a workspace for quant) and k_mean.
+          1/v_scale (448 / amax, a workspace for quant), k_mean and v_mean.
   quant   grid (H_q * S_q_pad/32 + 2 * H_kv * S_kv_pad/32, B, 1), one wave32 per 32-token tile of Q, K or V.
 stats and quant ship one symbol per (head_dim = D_pad, in_dtype, rope_dim), selected by those manifest keys.
 The inputs are read in place: each kernel gets a flat view of the tensor's memory and its element strides, so an
@@ -17,7 +18,8 @@ from __future__ import annotations
 import torch
 
 from .. import registry, validate
-from ..abi import PREPARE_ALIGN, PREPARE_MAX_CHUNKS
+from ..abi import (PREPARE_ALIGN, PREPARE_MAX_CHUNKS, REDUCE_V_FP8, REDUCE_V_NONE, REDUCE_V_SMOOTH, STATS_K_SUM,
+                   STATS_V_MAX, STATS_V_SIGNED, STATS_V_SUM)
 from ..abi import PREPARE_QUANT_ARGS as QUANT_ARGS
 from ..abi import PREPARE_REDUCE_ARGS as REDUCE_ARGS
 from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # noqa: F401  (the structs live in sage_co/abi.py)
@@ -75,15 +77,18 @@ def flat_view(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
 
 
 def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
-                k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None,
+                k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, smooth_v=False, pv_dtype="fp8",
                 backend: str | None = None) -> SagePrepared:
     """The prepare stage on the shipped gfx1201 kernels; same arguments and result as sage_co.reference.sage_prepare.
 
+    smooth_v: V's per-channel mean (v_mean) is subtracted before fp8 (stats also takes V's sums, max and min);
+    pv_dtype="fp16": quant writes V^T in fp16 and no V statistics run (stats only for smooth_k, if at all).
     backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "hip"). Every argument is validated before
     any kernel runs; outputs are fresh tensors on q's device, padded rows/columns/channels zero."""
     chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
                                       q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
-                                      sin=sin, rope_dim=rope_dim)
+                                      sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype)
+    pv16 = pv_dtype == "fp16"
     backend = resolve_backend(q, backend)
     sh = chk.shapes
     B, H_q, H_kv, D = sh.B, sh.H_q, sh.H_kv, sh.D
@@ -103,11 +108,13 @@ def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_
     q_int8 = _alloc(B, H_q, Sq, Dp, dtype=torch.int8, device=dev)
     k_int8 = _alloc(B, H_kv, Skv, Dp, dtype=torch.int8, device=dev)
     q_scale, k_scale = f32(B, H_q, Sq // SCALE_BLOCK), f32(B, H_kv, Skv // SCALE_BLOCK)
-    k_mean, v_scale, v_inv = f32(B, H_kv, Dp), f32(B, H_kv, Dp), f32(B, H_kv, Dp)
-    v_fp8 = _alloc(B, H_kv, Dp, Skv, dtype=torch.float8_e4m3fn, device=dev)
+    k_mean, v_scale, v_inv, v_mean = f32(B, H_kv, Dp), f32(B, H_kv, Dp), f32(B, H_kv, Dp), f32(B, H_kv, Dp)
+    v_t = _alloc(B, H_kv, Dp, Skv, dtype=torch.float16 if pv16 else torch.float8_e4m3fn, device=dev)
     per_chunk, n_chunks = chunking(sh.S_kv)
-    vmax_part = f32(B, H_kv, n_chunks, Dp)
+    vmax_part = placeholder if pv16 else f32(B, H_kv, n_chunks, Dp)
     ksum_part = f32(B, H_kv, n_chunks, Dp) if smooth_k else placeholder
+    vmin_part, vsum_part = (f32(B, H_kv, n_chunks, Dp), f32(B, H_kv, n_chunks, Dp)) if smooth_v else \
+        (placeholder, placeholder)
 
     def opt(t):
         return placeholder if t is None else t
@@ -115,27 +122,34 @@ def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_
     def strides(prefix, st):
         return {f"{prefix}_sb": st[0], f"{prefix}_ss": st[1], f"{prefix}_sh": st[2]}
 
-    n_tens = 2 if smooth_k else 1
-    launch(stats_sym, STATS_ARGS, (n_chunks, H_kv, B * n_tens), WAVE, {
-        "k": kf, "v": vf, "k_norm_w": opt(k_norm_weight), "cos": opt(cos), "sin": opt(sin),
-        "ksum_part": ksum_part, "vmax_part": vmax_part, "eps": float(eps), "S": sh.S_kv, "H": H_kv,
-        "tiles_per_chunk": per_chunk, "n_chunks": n_chunks, "n_tens": n_tens,
-        "k_norm": int(k_norm_weight is not None), "D": D, **strides("k", ks), **strides("v", vs),
-    }, backend=backend)
+    tens = (0 if pv16 else STATS_V_MAX) | (STATS_K_SUM if smooth_k else 0) | \
+        ((STATS_V_SUM | STATS_V_SIGNED) if smooth_v else 0)
+    n_tens = bin(tens & (STATS_V_MAX | STATS_K_SUM | STATS_V_SUM)).count("1")
+    if n_tens:   # pv fp16 without smooth_k needs no statistics at all
+        launch(stats_sym, STATS_ARGS, (n_chunks, H_kv, B * n_tens), WAVE, {
+            "k": kf, "v": vf, "k_norm_w": opt(k_norm_weight), "cos": opt(cos), "sin": opt(sin),
+            "ksum_part": ksum_part, "vmax_part": vmax_part, "eps": float(eps), "S": sh.S_kv, "H": H_kv,
+            "tiles_per_chunk": per_chunk, "n_chunks": n_chunks, "n_tens": n_tens,
+            "k_norm": int(k_norm_weight is not None), "D": D, **strides("k", ks), **strides("v", vs),
+            "vmin_part": vmin_part, "vsum_part": vsum_part, "tens": tens,
+        }, backend=backend)
+    v_mode = REDUCE_V_NONE if pv16 else (REDUCE_V_SMOOTH if smooth_v else REDUCE_V_FP8)
     launch(reduce_sym, REDUCE_ARGS, (1, H_kv, B), (Dp, 1, 1), {
         "ksum_part": ksum_part, "vmax_part": vmax_part, "k_mean": k_mean, "v_scale": v_scale, "v_inv": v_inv,
         "H": H_kv, "n_chunks": n_chunks, "S": sh.S_kv, "smooth_k": int(smooth_k), "D_pad": Dp,
+        "vmin_part": vmin_part, "vsum_part": vsum_part, "v_mean": v_mean, "v_mode": v_mode,
     }, backend=backend)
     launch(quant_sym, QUANT_ARGS, quant_grid(sh), WAVE, {
         "q": qf, "k": kf, "v": vf, "q_norm_w": opt(q_norm_weight), "k_norm_w": opt(k_norm_weight),
         "cos": opt(cos), "sin": opt(sin), "k_mean": k_mean, "v_inv": v_inv,
-        "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_fp8": v_fp8,
+        "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t,
         "q_mult": q_multiplier(chk.softmax_scale), "eps": float(eps), "S_q": sh.S_q, "S_kv": sh.S_kv,
         "H_q": H_q, "H_kv": H_kv, "S_q_pad": Sq, "S_kv_pad": Skv, "D": D,
         "q_norm": int(q_norm_weight is not None), "k_norm": int(k_norm_weight is not None),
-        **strides("q", qs), **strides("k", ks), **strides("v", vs),
+        **strides("q", qs), **strides("k", ks), **strides("v", vs), "v_mean": v_mean, "pv_fp16": int(pv16),
     }, backend=backend)
-    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_fp8, v_scale, sh.S_q, sh.S_kv, D, sh.dtype)
+    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_t, v_scale, sh.S_q, sh.S_kv, D, sh.dtype,
+                        v_mean if smooth_v else None)
 
 
 def quant_grid(sh: validate.Shapes) -> tuple[int, int, int]:

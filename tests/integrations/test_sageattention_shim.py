@@ -54,11 +54,13 @@ def test_install_serves_module_metadata_and_submodule(shim_on):
     assert importlib.metadata.version("sageattention") == SAGEATTENTION_API_VERSION
     assert importlib.util.find_spec("sageattention") is not None
     assert shim.is_active() and "active" in shim.describe()
-    # diffusers imports the whole set of variant names; the FP16-P.V ones refuse to run under their name
+    # diffusers imports the whole set of variant names; the FP16-P.V ones run pv_dtype="fp16" (issue 19)
     from sageattention import sageattn_qk_int8_pv_fp16_triton, sageattn_qk_int8_pv_fp8_cuda  # noqa: F401
-    q = torch.zeros(1, 1, 8, 128, dtype=torch.bfloat16)
-    with pytest.raises(NotImplementedError, match="FP16 P.V"):
-        sageattn_qk_int8_pv_fp16_triton(q, q, q)
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 1, 8, 128, generator=g).to(torch.bfloat16)
+    assert torch.equal(sageattn_qk_int8_pv_fp16_triton(q, q, q), sage_co.sageattn(q, q, q, pv_dtype="fp16"))
+    with pytest.raises(ValueError, match="pv_dtype"):
+        sageattn_qk_int8_pv_fp16_triton(q, q, q, pv_dtype="fp8")
 
 
 @needs_no_real

@@ -75,8 +75,9 @@ def prepare_families():
 
 def run_ops(backend: str):
     """Every shipped kernel through the ops: for each prepare family (head dim, dtype) prepare without and with
-    smooth_k and with norm + RoPE at each rope_dim, then attention in each variant with and without LSE on that
-    prepared input. Returns the launch records."""
+    smooth_k, with norm + RoPE at each rope_dim, with smooth_v and with pv_dtype="fp16", then attention in each
+    variant with and without LSE on those prepared inputs (the fp16 one reaches the _pv16 symbols). Returns the
+    launch records."""
     from sage_co import launch, registry
     from sage_co.ops.attention import OP, run_attention_fwd
     from sage_co import validate
@@ -91,9 +92,13 @@ def run_ops(backend: str):
             for rd in rope_dims:
                 if rd:
                     run_prepare(q, k, v, smooth_k=True, backend=backend, **norm_rope(q.shape[1], rd, D, dtype))
+            smooth_v = run_prepare(q, k, v, smooth_v=True, backend=backend)       # issue 19: V statistics
+            pv16 = run_prepare(q, k, v, pv_dtype="fp16", backend=backend)        # and the fp16 V^T path
             for variant in variants:
                 run_attention_fwd(prepared, backend=backend, variant=variant)
                 run_attention_fwd(prepared, backend=backend, variant=variant, return_lse=True)
+                run_attention_fwd(smooth_v, backend=backend, variant=variant)
+                run_attention_fwd(pv16, backend=backend, variant=variant, return_lse=True)
             sh, qn, kn, _ = validate.check_qkv(q, k, k, "NHD")   # the block-mask predictor (pool + select)
             run_predict(qn, kn, sh, 0.125, 0.9, None, 0.6, backend=backend)
     return records

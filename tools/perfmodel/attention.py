@@ -5,19 +5,21 @@ from __future__ import annotations
 from perfmodel.stream import HEAD_DIM
 
 
-def attention_symbol(variant: str, head_dim: int = HEAD_DIM) -> str:
-    """The shipped symbol of an attention variant at this head dim with bf16 output (a code object may hold one
-    symbol per (head_dim, out_dtype): registry key columns)."""
+def attention_symbol(variant: str, head_dim: int = HEAD_DIM, pv_dtype: str = "fp8") -> str:
+    """The shipped symbol of an attention variant at this head dim and P.V dtype with bf16 output (a code object
+    may hold one symbol per (head_dim, out_dtype, pv_dtype): registry key columns)."""
     from sage_co import registry
     try:
-        return registry.find("sage_attention_fwd", variant, head_dim=head_dim, out_dtype="bf16").symbol
+        return registry.find("sage_attention_fwd", variant, head_dim=head_dim, out_dtype="bf16",
+                             pv_dtype=pv_dtype).symbol
     except (LookupError, TypeError, ValueError):
         if head_dim != HEAD_DIM:
             raise ValueError(f"no shipped {variant} attention kernel for head_dim={head_dim}") from None
         return registry.find("sage_attention_fwd", variant).symbol       # a manifest without key columns
 
 
-def attention_inputs(S_q: int, S_kv: int | None = None, head_dim: int = HEAD_DIM, seed: int = 0) -> dict:
+def attention_inputs(S_q: int, S_kv: int | None = None, head_dim: int = HEAD_DIM, seed: int = 0,
+                     pv_dtype: str = "fp8") -> dict:
     """Kernel arguments of one head of real (random normal, prepared) data at B = H = 1, for the emulated
     workgroup: the O rescale then runs as often as the row maxima move. Pointers: the prepared tensors, or an int
     (bytes of an output buffer). Values for both attention kernarg layouts (v1 seq_len/seq_pad/num_heads, v2
@@ -28,14 +30,15 @@ def attention_inputs(S_q: int, S_kv: int | None = None, head_dim: int = HEAD_DIM
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(1, S_q, 1, head_dim, generator=g).to(torch.bfloat16)
     k, v = (torch.randn(1, S_kv, 1, head_dim, generator=g).to(torch.bfloat16) for _ in range(2))
-    p = sage_prepare(q, k, v)
+    p = sage_prepare(q, k, v, pv_dtype=pv_dtype)
     Sq_pad, Skv_pad = p.q_int8.shape[2], p.k_int8.shape[2]
     from sage_co import masks    # v3: the LUT of active key tiles (dense here: every tile of every query tile)
     lut, lut_sb, lut_sh = masks.build_lut(masks.active_tiles(1, 1, S_q, S_kv))
-    return {"q": p.q_int8, "k": p.k_int8, "v": p.v_fp8, "q_scale": p.q_scale,
+    return {"q": p.q_int8, "k": p.k_int8, "v": p.v_t, "q_scale": p.q_scale,
             "k_scale": p.k_scale, "k_mean": p.k_mean, "v_scale": p.v_scale,
             "out": S_q * head_dim * 2, "lse": 4, "seq_len": S_q, "seq_pad": Sq_pad, "num_heads": 1, "flags": 0,
             "seq_len_q": S_q, "seq_pad_q": Sq_pad, "seq_len_kv": S_kv, "seq_pad_kv": Skv_pad,
             "num_heads_q": 1, "num_heads_kv": 1, "kv_group_magic": 1 << 32, "out_stride_b": S_q * head_dim,
             "out_stride_s": head_dim, "out_stride_h": head_dim, "head_dim": head_dim,
-            "lut": lut, "lut_stride_b": lut_sb, "lut_stride_h": lut_sh, "causal_offset": S_kv - S_q}
+            "lut": lut, "lut_stride_b": lut_sb, "lut_stride_h": lut_sh, "causal_offset": S_kv - S_q,
+            "v_mean": p.k_mean}

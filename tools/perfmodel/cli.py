@@ -94,6 +94,8 @@ def main(argv=None) -> int:
                     help="the calibration references (default $SAGE_CO_CALIBRATION)")
     ap.add_argument("--restate", action="store_true", help="our kernels and the op next to FlyDSL's figures")
     ap.add_argument("--what-if", action="store_true", help="the asm kernel's geometry/schedule what-ifs")
+    ap.add_argument("--pv", action="store_true", help="pv_dtype fp8 vs fp16 for both kernels (issue 19)")
+    ap.add_argument("--sparse", action="store_true", help="the predictor and the attention vs block density (issue 14)")
     o = ap.add_argument_group("the shipped attention kernels' report")
     o.add_argument("--static", action="store_true", help="do not run the emulator; static loop counts only")
     o.add_argument("--asm-co", type=Path, help="code object for the asm column (default: the shipped one)")
@@ -128,6 +130,12 @@ def main(argv=None) -> int:
         if a.what_if:
             from perfmodel.whatif import print_what_if
             return print_what_if(as_json=a.json)
+        if a.pv:
+            from perfmodel.pv import print_pv
+            return print_pv(as_json=a.json)
+        if a.sparse:
+            from perfmodel.sparse import print_sparse
+            return print_sparse(as_json=a.json)
     except (ValueError, FileNotFoundError) as e:
         print(f"perf_model: error: {e}", file=sys.stderr)
         return 2

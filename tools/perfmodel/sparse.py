@@ -12,14 +12,15 @@ The predictor (sage_co.predict_block_mask's two kernels, asm_src/gfx1201_sage_pr
 emulated counts (predictor_rows): the real kernels run on the emulator for one head at the target S (every query
 block ranked: simthreshd = -1, the most work; the work per head does not depend on the data otherwise), the counts
 scale by B * H, and each launch takes max(issue-bound, DRAM-bound) + the launch overhead: issue one wave-instruction
-per SIMD clock over the 128 SIMDs at boost (the prepare stage's convention, docs/performance.md §The prepare stage:
-the one-wave workgroups are many and small, 24 VGPRs or fewer, so latency hides behind other waves), DRAM the
+per SIMD clock over the 128 SIMDs at the calibrated model's fitted clock (params.clock_hz, the clock the attention
+it is compared with runs at; the workgroups are many and small, 58 VGPRs or fewer, so latency hides behind other
+waves, the prepare stage's convention in docs/performance.md §The prepare stage otherwise), DRAM the
 bytes each launch must move (pool reads Q and K once; select reads the pooled means and writes the mask).
 """
 from __future__ import annotations
 
 from perfmodel.calibration import CALIBRATED
-from perfmodel.hardware import CLOCK_HZ, DRAM_BYTES_PER_S, SIMDS
+from perfmodel.hardware import DRAM_BYTES_PER_S, SIMDS
 from perfmodel.launch_model import Launch, model_launch
 from perfmodel import restate
 from perfmodel.stream import HEAD_DIM
@@ -94,7 +95,7 @@ def predictor_rows(B: int = PREDICT_SHAPE[0], H: int = PREDICT_SHAPE[1], S: int 
     rows = []
     for name in ("pool", "select"):
         wave_instr = counts[name]["wave_instructions"] * B * H
-        issue_s = wave_instr / (SIMDS * CLOCK_HZ)
+        issue_s = wave_instr / (SIMDS * params.clock_hz)
         dram_s = dram[name] / DRAM_BYTES_PER_S
         rows.append({"launch": name, "wave_instructions": wave_instr, "issue_us": issue_s * 1e6,
                      "dram_us": dram_s * 1e6, "binding": "issue" if issue_s > dram_s else "DRAM",
@@ -117,8 +118,13 @@ def predictor_vs_dense(variant: str = "asm", densities=DENSITIES, params=CALIBRA
             "predictor_fraction": pred_us / dense_us, "density": rows}
 
 
-if __name__ == "__main__":
+def print_sparse(as_json: bool = False) -> int:
+    """`python tools/perf_model.py --sparse`: the predictor's launches and the attention at each density."""
     res = predictor_vs_dense()
+    if as_json:
+        import json
+        print(json.dumps(res, indent=1))
+        return 0
     B, H, S, D = res["shape"]
     print(f"predictor at B={B} H={H} S={S} D={D} (modeled from emulated counts):")
     for r in res["predictor"]:
@@ -129,3 +135,4 @@ if __name__ == "__main__":
     for row in res["density"]:
         print(f"  {row['mode']:32} attention {row['time_us']:9.1f} us  + predictor {row['with_predictor_us']:9.1f} us"
               f"  x{row['speedup_with_predictor']:.2f} vs dense ({row['binding']})")
+    return 0

@@ -1,0 +1,105 @@
+"""The family's constants (tile geometry, numerics bit patterns, resource limits), `Config` (one kernel of the
+family), `FAMILY` (the shipped variants) and the kernarg loads (from sage_co/abi.py ATTENTION_FWD_ARGS)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sage_co import abi
+
+ARGS = abi.ATTENTION_FWD_ARGS
+KARG_SGPR = 4                  # first SGPR of the kernarg struct: after s[0:1], 4-aligned for s_load_b128/b256
+TILE_Q = abi.QUERY_TILE        # queries per workgroup (grid x = seq_pad / TILE_Q)
+WAVES = abi.ATTENTION_WAVES    # block = WAVES wave32
+WAVE_Q = abi.WAVE_QUERIES      # queries per wave (one 16-column WMMA fragment)
+TILE_K = abi.KEY_TILE          # keys per loop step
+WMMA_N = 16                    # WMMA fragments are 16 x 16 (docs/rdna4.md §WMMA)
+CHUNKS = TILE_K // WMMA_N      # S^T chunks of 16 keys
+SCALE_BLOCK = abi.SCALE_BLOCK  # tokens per q/k scale
+THREADS = WAVES * abi.WAVE_SIZE
+V_STAGE_ROWS = THREADS // 4     # V^T rows one staging load of all threads covers (4 chunks of 16 B per row)
+LANE_HALF = 16                 # lanes 0-15 / 16-31: v_permlanex16 exchanges the halves
+B128 = 16                      # bytes of one ds_load_b128 / global_load_b128 (also the LDS swizzle unit)
+F32_BYTES = 4
+OUT_BYTES = 2                  # bf16 / fp16 output elements
+
+# numerics constants (bit patterns)
+F32_448 = "0x43e00000"                    # fp8 e4m3 max: p8 = fp8(p * 448)
+MAGIC_INT = "0x4b400000"                  # float 1.5 * 2^23: int32 x + MAGIC_INT has float bits 1.5*2^23 + x
+F32_NEG_INF = "0xff800000"
+F32_LN2 = "0x3f317218"                    # float32(ln 2)
+BF16_QNAN32 = "0x7fc00000"                # a NaN output becomes bf16 0x7fc0 (as the HIP kernel)
+BF16_ROUND = "0x7fff"
+HI16_MASK = "0xffff0000"
+LO16_MASK = "0xffff"
+FP16_QNAN = "0x7e00"                      # a NaN output becomes fp16 0x7e00 (as the HIP kernel)
+# the output saturates at +-the dtype's largest finite value (docs/numerics.md §Finite range), as fp32 bit patterns
+OUT_MAX = {"bf16": ("0xff7f0000", "0x7f7f0000"), "fp16": ("0xc77fe000", "0x477fe000")}   # (-max, +max)
+PERMX16_SEL_LO, PERMX16_SEL_HI = "0x76543210", "0xfedcba98"   # v_permlanex16: lane l reads lane l ^ 16
+
+RING = 10                                 # LDS fragment ring: ds_load_b128 destinations (4 VGPRs each)
+RING_PV16_D128 = 6                        # pv fp16, head dim 128: V^T staging takes 16 more VGPRs, the ring gives them
+
+WMMA_QK = "v_wmma_i32_16x16x16_iu8"
+WMMA_PV = "v_wmma_f32_16x16x16_fp8_fp8"
+WMMA_PV16 = "v_wmma_f32_16x16x16_f16"     # pv fp16: A = V^T (8 halves), B = P^T (8 halves), fp32 C/D
+V16_ROW_PAD = 16                          # pv fp16: V^T LDS rows of 128 B + 16 B (144 B: 8 lanes of a ds_load_b128
+                                          # at rows r..r+7 hit 8 distinct 16-byte bank groups, 9r mod 16 distinct)
+IU8_SIGNED = "neg_lo:[1,1,0]"             # docs/rdna4.md §WMMA: neg_lo bit0/bit1 = A/B signed
+
+VGPR_LIMIT = 256                          # wave32 VGPRs per wave (docs/rdna4.md §Occupancy)
+SGPR_LIMIT = 106                          # addressable SGPRs; VCC sits above them (docs/rdna4.md §Entry)
+VGPR_GRANULE = 24                         # wave32 VGPR allocation granule (docs/rdna4.md §Occupancy)
+VGPRS_PER_SIMD = 1536
+MAX_WAVES_PER_SIMD = 16
+INST_PREF_SIZE = 63                       # instruction prefetch (x 128 B): the maximum the field holds
+
+
+def log2(n: int) -> int:
+    """The shift that multiplies by n (n a power of two; anything else is a generator bug)."""
+    if n < 1 or n & (n - 1):
+        raise ValueError(f"{n} is not a power of two")
+    return n.bit_length() - 1
+
+
+@dataclass(frozen=True)
+class Config:
+    """One kernel of the family: the padded head dim (64 or 128), the output dtype ("bf16" or "fp16") and the P.V
+    input type ("fp8" or "fp16"). The manifest key columns of the symbol (head_dim, out_dtype, pv_dtype) are
+    exactly these fields."""
+    head_dim: int = abi.HEAD_DIM
+    out_dtype: str = "bf16"
+    pv_dtype: str = "fp8"
+
+    def __post_init__(self):
+        if self.head_dim not in abi.HEAD_DIMS_NATIVE or self.out_dtype not in abi.OUT_DTYPES or \
+                self.pv_dtype not in abi.PV_DTYPES:
+            raise ValueError(f"Config{(self.head_dim, self.out_dtype, self.pv_dtype)}: head_dim must be one of "
+                             f"{abi.HEAD_DIMS_NATIVE}, out_dtype one of {abi.OUT_DTYPES}, pv_dtype one of "
+                             f"{abi.PV_DTYPES}")
+
+    @property
+    def tag(self) -> str:
+        return f"d{self.head_dim}_{self.out_dtype}" + ("_pv16" if self.pv_dtype == "fp16" else "")
+
+    @property
+    def symbol(self) -> str:
+        return f"gfx1201_sage_attention_fwd_asm_{self.tag}"
+
+
+# the variants the shipped code object holds (asm_src/kernels.toml lists the same symbols with their keys)
+FAMILY = tuple(Config(d, t, pv) for pv in abi.PV_DTYPES for d in reversed(abi.HEAD_DIMS_NATIVE) for t in abi.OUT_DTYPES)
+
+
+def kernarg_loads(base_sgpr: int) -> list[tuple[str, int, int, str]]:
+    """The s_load instructions that bring the whole kernarg struct into SGPRs base_sgpr.. (dword i of the
+    struct in SGPR base_sgpr + i): (mnemonic, first SGPR, byte offset, fields covered), widest loads first
+    (b256, b128, b64, b32; SMEM destinations stay aligned because every chunk size divides the previous)."""
+    dwords = ARGS.size // 4
+    out, at = [], 0
+    while at < dwords:
+        n = next(w for w in (8, 4, 2, 1) if w <= dwords - at)
+        lo, hi = 4 * at, 4 * (at + n)
+        names = ", ".join(f.name for f in ARGS.fields if lo <= f.offset < hi)
+        out.append((f"s_load_b{32 * n}", base_sgpr + at, lo, names))
+        at += n
+    return out

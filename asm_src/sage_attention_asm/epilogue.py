@@ -1,0 +1,181 @@
+"""The epilogue: 1 / l (IEEE division), v_scale and smooth_v's v_mean, the saturating bf16/fp16 output, the LSE
+(with smooth_k's q.k_mean term) and the stores of the valid query rows."""
+from __future__ import annotations
+
+from asmdsl import Asm, WaitCounter
+from sage_co import abi
+
+from .config import (B128, BF16_QNAN32, BF16_ROUND, F32_448, F32_BYTES, F32_LN2, FP16_QNAN, HI16_MASK, LO16_MASK,
+                     OUT_BYTES, OUT_MAX, PERMX16_SEL_HI, WMMA_N, log2)
+
+
+class Epilogue:
+    """The epilogue stage of AttentionKernel (reads KernelState)."""
+
+    def sab(self, j: int, n: int = 0):
+        """The score VGPRs SA then SB as one 64-VGPR scratch (free in the epilogue): VGPR j, or with n the n VGPRs
+        from j (inside one of the two)."""
+        half, at = (self.SA, j) if j < 32 else (self.SB, j - 32)
+        return half[at:at + n] if n else half[at]
+
+    def epilogue(self, a: Asm, parity_m) -> None:
+        """out = bf16((O * (1 / (448 l))) * v_scale [+ v_mean]) (pv fp16: O * (1 / l)) and the LSE, exactly as the
+        HIP kernel's epilogue."""
+        a.section("epilogue: inv = 1 / (448 l) (pv fp16: 1 / l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence)")
+        t, den, num, r, q, e = (self.ring[i] for i in range(6))
+        if self.PV16:
+            a.op(f"v_mov_b32_e32 {t}, {self.l_run}")
+        else:
+            a.op(f"v_mul_f32_e32 {t}, {F32_448}, {self.l_run}")
+        a.op(f"v_div_scale_f32 {den}, null, {t}, {t}, 1.0")
+        a.op(f"v_div_scale_f32 {num}, vcc_lo, 1.0, {t}, 1.0")
+        a.op(f"v_rcp_f32_e32 {r}, {den}")
+        a.op(f"v_fma_f32 {e}, -{den}, {r}, 1.0")
+        a.op(f"v_fmac_f32_e32 {r}, {e}, {r}")
+        a.op(f"v_mul_f32_e32 {q}, {num}, {r}")
+        a.op(f"v_fma_f32 {e}, -{den}, {q}, {num}")
+        a.op(f"v_fmac_f32_e32 {q}, {e}, {r}")
+        a.op(f"v_fma_f32 {den}, -{den}, {q}, {num}")
+        a.op("s_wait_alu depctr_va_vcc(0)")
+        a.op(f"v_div_fmas_f32 {den}, {den}, {r}, {q}")
+        inv = self.ring[6]
+        a.op(f"v_div_fixup_f32 {inv}, {den}, {t}, 1.0")
+        a.op(f"v_cmp_neq_f32_e32 vcc_lo, 0, {self.l_run}", "l = 0: a row that saw no key -> inv 0, zeros")
+        a.op("s_wait_alu depctr_va_vcc(0)")
+        a.op(f"v_cndmask_b32_e32 {inv}, 0, {inv}, vcc_lo")
+        fp16 = self.cfg.out_dtype == "fp16"
+        neg_max, pos_max = OUT_MAX[self.cfg.out_dtype]
+        a.section(f"epilogue: v_scale, {self.cfg.out_dtype} RNE saturating at +-its max (NaN -> "
+                  f"{FP16_QNAN if fp16 else '0x7fc0'}), stores of the valid query rows")
+        vm = WaitCounter(a, "s_wait_loadcnt")
+        a.op(f"v_bfe_u32 {t}, {self.tid}, 4, 1", "h")
+        a.op(f"v_lshlrev_b32 {t}, 5, {t}", "8h floats = 32h bytes")
+        # smooth_v (flags bit 3): v_mean of d-tile dt in slot dt % 2 (magic, stV[0:8], both free now), added on the
+        # lanes of s_addmean = rows with l != 0 when the flag is set (others keep the value: no -0 -> +0 change)
+        vmean_slots = (self.magic, self.stV[0:8])
+
+        def load_dtile(dst8, base, dt, tag):
+            """dst8 = this lane half's 8 floats of d-tile dt of a per-channel fp32 vector (offset t = 32h bytes)."""
+            for half in range(2):
+                a.op(f"global_load_b128 {dst8[4 * half:4 * half + 4]}, {t}, {base} "
+                     f"offset:{dt * WMMA_N * F32_BYTES + half * B128}")
+                vm.issue(f"{tag}{dt}{half}")
+
+        def load_vmean(dt):
+            load_dtile(vmean_slots[dt % 2], self.s_vmh, dt, "vm")
+        if not self.PV16:
+            # v_scale values land in SA/SB (free now): d-tile dt's 8 values of this lane half in SA/SB[8dt..8dt+7]
+            for dt in range(self.D_TILES):
+                load_dtile(self.sab(8 * dt, 8), self.s_vsh, dt, "vs")
+            load_vmean(0)
+            load_vmean(1)
+            a.op(f"v_cmp_neq_f32_e64 {self.s_addmean}, 0, {self.l_run}", "rows that saw a key")
+            a.op("s_wait_alu depctr_va_sdst(0)")
+            a.op(f"s_bitcmp1_b32 {self.s_flags}, {abi.FLAG_SMOOTH_V_BIT}")
+            a.op(f"s_cselect_b32 {self.s_addmean}, {self.s_addmean}, 0", "no lane without smooth_v")
+            a.op("s_wait_alu depctr_sa_sdst(0)")
+        # 8 x 16-bit outputs of d-tile dt in packed[4dt:4dt+4] (pv fp16 head dim 128: the ring is too small; the
+        # V^T staging registers are free now)
+        packed = self.stV[0:4 * self.D_TILES] if self.RING < 2 + self.D_TILES else \
+            self.ring[8:8 + 4 * self.D_TILES]
+        for dt in range(self.D_TILES):
+            if not self.PV16:
+                vm.wait_for(f"vm{dt}1")
+            for e in range(8):
+                j = 8 * dt + e
+                sc = self.sab(j)
+                o = self.O[j]
+                a.op(f"v_mul_f32_e32 {o}, {o}, {inv}")
+                if not self.PV16:
+                    a.op(f"v_mul_f32_e32 {o}, {o}, {sc}")
+                    vmv, tmp = vmean_slots[dt % 2][e], self.ring[7]
+                    a.op(f"v_add_f32_e32 {tmp}, {o}, {vmv}", "+ v_mean (smooth_v)")
+                    a.op(f"v_cndmask_b32_e64 {o}, {o}, {tmp}, {self.s_addmean}")
+                # issue 11 item 3: NaN test on the unclamped value (max/min_num drop NaN), then the clamp
+                a.op(f"v_cmp_o_f32_e32 vcc_lo, {o}, {o}", "NaN test before the clamp")
+                a.op(f"v_max_num_f32_e32 {o}, {neg_max}, {o}", "saturate (docs/numerics.md §Finite range)")
+                a.op(f"v_min_num_f32_e32 {o}, {pos_max}, {o}")
+                if fp16:
+                    a.op(f"v_cvt_f16_f32_e64 {sc}, {o}", "RNE (round mode 0), low half (VOP3: the VOP1 form reaches v0-v127 only)")
+                    a.op("s_wait_alu depctr_va_vcc(0)")
+                    a.op(f"v_cndmask_b32_e32 {sc}, {FP16_QNAN}, {sc}, vcc_lo")
+                else:
+                    a.op(f"v_bfe_u32 {sc}, {o}, 16, 1")
+                    a.op(f"v_add3_u32 {sc}, {o}, {sc}, {BF16_ROUND}", "bf16 RNE in the high half")
+                    a.op("s_wait_alu depctr_va_vcc(0)")
+                    a.op(f"v_cndmask_b32_e32 {sc}, {BF16_QNAN32}, {sc}, vcc_lo")
+                if e % 2:
+                    lo = self.sab(j - 1)
+                    if fp16:
+                        a.op(f"v_lshlrev_b32 {sc}, 16, {sc}")
+                        a.op(f"v_and_or_b32 {packed[4 * dt + e // 2]}, {lo}, {LO16_MASK}, {sc}")
+                    else:
+                        a.op(f"v_lshrrev_b32 {lo}, 16, {lo}")
+                        a.op(f"v_and_or_b32 {packed[4 * dt + e // 2]}, {sc}, {HI16_MASK}, {lo}")
+            if not self.PV16 and dt + 2 < self.D_TILES:
+                load_vmean(dt + 2)    # into the slot d-tile dt has just finished with
+        # LSE value (full EXEC: v_permlanex16 reads the other lane half)
+        lse_v, lg = self.ring[0], self.ring[1]
+        m_fin = self.m[parity_m]
+        a.op(f"s_bitcmp1_b32 {self.s_flags}, {abi.FLAG_LSE_BIT}")
+        a.op("s_cbranch_scc0 .Lstore_out")
+        a.section("epilogue: lse = (m + log2 l) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean]")
+        a.op(f"v_log_f32_e32 {lg}, {self.l_run}")
+        a.op(f"v_add_f32_e32 {lse_v}, {m_fin}, {lg}")
+        a.op(f"v_mul_f32_e32 {lse_v}, {F32_LN2}, {lse_v}")
+        a.op(f"s_bitcmp1_b32 {self.s_flags}, {abi.FLAG_SMOOTH_K_BIT}")
+        a.op("s_cbranch_scc0 .Lstore_out")
+        # k_mean: this lane half's head_dim/2 values (d = head_dim/2 * h ..) over SA, SB
+        km_off = self.ring[5]
+        a.op(f"v_bfe_u32 {km_off}, {self.tid}, 4, 1", "h")
+        a.op(f"v_lshlrev_b32 {km_off}, {log2(self.HEAD_DIM // 2 * F32_BYTES)}, {km_off}",
+             f"{self.HEAD_DIM // 2}h floats")
+        for j in range(self.HEAD_DIM // 8):
+            a.op(f"global_load_b128 {self.sab(4 * j, 4)}, {km_off}, "
+                 f"{self.s_kmh} offset:{B128 * j}")
+            vm.issue(f"km{j}")
+        acc, qd = self.ring[2], self.ring[3]
+        a.op(f"v_mov_b32 {acc}, 0")
+        for i in range(self.QF):
+            for w in range(4):
+                vm.wait_for(f"km{4 * i + w}")
+                for b in range(4):
+                    d = 16 * i + 4 * w + b
+                    km = self.sab(d)
+                    a.op(f"v_bfe_i32 {qd}, {self.Q[4 * i + w]}, {8 * b}, 8")
+                    a.op(f"v_cvt_f32_i32_e32 {qd}, {qd}")
+                    a.op(f"v_mul_f32_e32 {qd}, {self.s_qs}, {qd}")
+                    a.op(f"v_mul_f32_e32 {qd}, {qd}, {km}")
+                    a.op(f"v_add_f32_e32 {acc}, {acc}, {qd}")
+        a.op(f"v_permlanex16_b32 {self.xl}, {acc}, {self.s_sel}, {PERMX16_SEL_HI}")
+        a.op(f"v_add_f32_e32 {acc}, {acc}, {self.xl}")
+        a.op(f"v_mul_f32_e32 {acc}, {F32_LN2}, {acc}")
+        a.op(f"v_add_f32_e32 {lse_v}, {lse_v}, {acc}")
+        a.label(".Lstore_out")
+        a.section("epilogue: stores (EXEC = valid query rows; lse from lanes 0-15)")
+        a.op(f"v_and_b32 {self.v_qi}, 15, {self.tid}")
+        a.op(f"v_add_nc_u32_e32 {self.v_qi}, {self.s_q0}, {self.v_qi}", "query index q0 + r")
+        a.op(f"v_cmpx_gt_u32_e64 {self.s_seqlen_q}, {self.v_qi}")
+        a.op("s_cbranch_execz .Lend")
+        o_off = self.ring[4]
+        a.op(f"v_and_b32 {o_off}, 15, {self.tid}")
+        a.op(f"v_mul_lo_u32 {o_off}, {o_off}, {self.s_ostride[1]}", "r * out_stride_s")
+        a.op(f"v_lshlrev_b32 {o_off}, {log2(OUT_BYTES)}, {o_off}", "bytes")
+        h_tmp = self.ring[5]
+        a.op(f"v_bfe_u32 {h_tmp}, {self.tid}, 4, 1", "h")
+        a.op(f"v_lshl_add_u32 {o_off}, {h_tmp}, {log2(8 * OUT_BYTES)}, {o_off}", "+ 16h bytes (8 outputs of d-tile half h)")
+        for dt in range(self.D_TILES):
+            if dt * WMMA_N >= self.MIN_HEAD_DIM:   # a d-tile only zero padding (D < D_pad) is not stored
+                a.op(f"s_cmp_le_u32 {self.s_headdim}, {dt * WMMA_N}", f"head_dim <= {dt * WMMA_N}: no more channels")
+                a.op("s_cbranch_scc1 .Lstored")
+            a.op(f"global_store_b128 {o_off}, {packed[4 * dt:4 * dt + 4]}, {self.s_outb} offset:{WMMA_N * OUT_BYTES * dt}")
+        a.label(".Lstored")
+        a.op(f"s_bitcmp1_b32 {self.s_flags}, {abi.FLAG_LSE_BIT}")
+        a.op("s_cbranch_scc0 .Lend")
+        a.op(f"v_and_b32 {o_off}, 31, {self.tid}")
+        a.op(f"v_cmpx_gt_u32_e64 16, {o_off}", "lanes 0-15 hold the row's lse")
+        a.op(f"v_and_b32 {o_off}, 15, {self.tid}")
+        a.op(f"v_lshlrev_b32 {o_off}, 2, {o_off}")
+        a.op(f"global_store_b32 {o_off}, {lse_v}, {self.s_lseb}")
+        a.label(".Lend")
+        a.op("s_endpgm")

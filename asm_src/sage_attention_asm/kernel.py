@@ -1,0 +1,82 @@
+"""AttentionKernel: one kernel symbol of the family, put together from the stage mixins (state.py sizes and
+registers; prologue, matmul, softmax, loop, epilogue emit its parts), with its per-variant .s header and its
+descriptor/metadata."""
+from __future__ import annotations
+
+import re
+
+from asmdsl import Asm, KernelArg, Op, amdhsa_kernel
+from sage_co import abi
+
+from .config import (ARGS, F32_NEG_INF, INST_PREF_SIZE, MAX_WAVES_PER_SIMD, OUT_MAX, THREADS, VGPR_GRANULE,
+                     VGPRS_PER_SIMD, WMMA_PV, WMMA_PV16)
+from .epilogue import Epilogue
+from .loop import KeyLoop
+from .matmul import MatmulStreams
+from .prologue import Prologue
+from .softmax import Softmax
+from .state import KernelState
+
+
+class AttentionKernel(KernelState, Prologue, MatmulStreams, Softmax, KeyLoop, Epilogue):
+    """The text of one kernel symbol for one Config. Registers are allocated per instance (nothing global),
+    and every method emits one part of the kernel into an Asm buffer."""
+
+    def body_text(self) -> str:
+        """The instructions of the kernel (prologue, loop, peeled last tiles, epilogue)."""
+        a = Asm()
+        a.raw(self.variant_header())
+        self.prologue(a)
+        # the k_scale address points at tile 0; the loop adds 8 before each load of tile t+1
+        a.section("main loop: two tiles per trip (register ping-pong SA/SB, m[0]/m[1], LDS buffers)")
+        a.label(".Lloop")
+        for parity in (0, 1):
+            a.op(f"s_cmp_eq_u32 {self.s_t}, {self.s_last}")
+            a.op(f"s_cbranch_scc1 .Llast_{parity}")
+            self.body(a, parity, last=False)
+        a.op("s_branch .Lloop")
+        for parity in (0, 1):
+            a.label(f".Llast_{parity}")
+            self.body(a, parity, last=True)
+            if parity == 0:
+                a.op(f"v_mov_b32 {self.m[0]}, {self.m[1]}", "m of the last tile into m[0]")
+            a.op("s_branch .Lepilogue")
+        a.label(".Lempty")
+        a.section("no active key tile (LUT count 0): O = 0, m = -inf, l = 0 -> zeros and lse -inf")
+        a.valu([Op.mov(self.O[j], "0") for j in range(self.O.n)] + [Op.mov(self.m[0], F32_NEG_INF),
+                                                                   Op.mov(self.l_run, "0")])
+        a.op("s_wait_kmcnt 0", "q_scale (the smooth_k lse term)")
+        a.label(".Lepilogue")
+        self.epilogue(a, 0)
+        # labels are local to the file: a family's .s holds several kernels, so each kernel's carry its tag
+        return re.sub(r"\.L(\w+)", lambda m: f".L{self.cfg.tag}_{m.group(1)}", a.text())
+
+
+    def variant_header(self) -> str:
+        """The per-kernel part of the header: what this Config changes, LDS map, resources, register maps."""
+        def regmap(rf):
+            return "\n".join(f"//   {str(r):<12} {r.name:<12} {note}" for r, note in rf.table)
+        waves = min(MAX_WAVES_PER_SIMD, VGPRS_PER_SIMD // (-(-self.NUM_VGPRS // VGPR_GRANULE) * VGPR_GRANULE))
+        return f"""
+// ==== {self.SYMBOL}: head dim (D_pad) {self.HEAD_DIM}, output {self.cfg.out_dtype}, P.V {self.cfg.pv_dtype} ===============================
+// QK^T {len(self.QK_ORDER)} WMMA + PV {self.N_PV} WMMA ({WMMA_PV16 if self.PV16 else WMMA_PV}) per 64-key tile; O^T = {self.D_TILES} d-tiles x 8 VGPRs;
+// Q^T {self.QF} x 16 B per lane; staging {self.STAGE_LOADS} + {self.V_LOADS} b128 loads per thread and tile; ring {self.RING} slots.
+// LDS ({self.LDS_BYTES} B): kbuf0 @{self.LDS_KBUF[0]}, kbuf1 @{self.LDS_KBUF[1]} (K tiles {self.K_TILE_BYTES} B, rows of
+// {self.K_ROW_BYTES} B), vbuf0 @{self.LDS_VBUF[0]}, vbuf1 @{self.LDS_VBUF[1]} (V^T tiles {self.V_TILE_BYTES} B, rows of {self.V_ROW_BYTES} B).
+// Resources: {self.NUM_VGPRS} VGPRs -> {waves} waves/SIMD by registers; {self.LDS_BYTES} B LDS per 4-wave workgroup.
+// Output: {self.cfg.out_dtype} RNE, saturating at +-{OUT_MAX[self.cfg.out_dtype][1]} (fp32 bits), d-tiles at or past
+// head_dim (the kernarg; zero-padded channels) not stored.
+//
+// VGPR map:
+{regmap(self.V)}
+// SGPR map:
+{regmap(self.S)}
+"""
+
+    def descriptor(self):
+        """Descriptor + metadata of this symbol, from the ABI struct (pointers the kernel writes: abi.ATTENTION_OUTPUTS)."""
+        args = [KernelArg(f.name, f.offset, f.kind, written=f.name in abi.ATTENTION_OUTPUTS) for f in ARGS.fields]
+        return amdhsa_kernel(self.SYMBOL, args=args, kernarg_size=ARGS.size, lds_bytes=self.LDS_BYTES,
+                             next_free_vgpr=self.NUM_VGPRS, next_free_sgpr=self.NUM_SGPRS,
+                             max_flat_workgroup_size=THREADS, inst_pref_size=INST_PREF_SIZE,
+                             uniform_work_group_size=True)

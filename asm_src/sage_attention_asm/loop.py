@@ -1,0 +1,123 @@
+"""The key loop: global -> VGPR -> LDS staging of K and V^T tiles, the barrier, and one tile step (QK^T of tile
+t+1 woven with the softmax of tile t, PV of tile t with the score scaling of tile t+1)."""
+from __future__ import annotations
+
+from asmdsl import Asm, Op, WaitCounter, pair_vopd
+
+from .config import B128, F32_BYTES, TILE_K, log2
+from .stream import Matrix, Weaver
+
+
+class KeyLoop:
+    """The loop stage of AttentionKernel (reads KernelState; uses MatmulStreams and Softmax)."""
+
+    def k_tile_base(self, a: Asm, entry, comment: str = "") -> None:
+        """s_kb = the K staging base of key tile `entry` (an SGPR holding a LUT entry): K of the K/V head + entry *
+        K_TILE_BYTES (s_koff's hi word is 0 from the prologue on)."""
+        a.op(f"s_lshl_b32 {self.s_koff[0]}, {entry}, {log2(self.K_TILE_BYTES)}", f"* {self.K_TILE_BYTES} bytes")
+        a.op(f"s_add_nc_u64 {self.s_kb}, {self.s_kh}, {self.s_koff}", comment)
+
+    def stage_loads(self, a: Asm, vm: WaitCounter, k_base, v_bases, tag: str, k_dst=None, v_dst=None) -> None:
+        k_dst = self.stK if k_dst is None else k_dst
+        v_dst = self.stV if v_dst is None else v_dst
+        for u in range(self.STAGE_LOADS):
+            if k_base is not None:
+                a.op(f"global_load_b128 {k_dst[4 * u:4 * u + 4]}, {self.k_gl}, {k_base} offset:{u * self.STAGE_STEP}")
+                vm.issue(f"{tag}k{u}")
+        for u in range(self.V_LOADS):
+            if v_bases is not None:
+                if self.PV16:   # consecutive chunks of one V^T row: immediate offsets from one base
+                    a.op(f"global_load_b128 {v_dst[4 * u:4 * u + 4]}, {self.v_gl}, {v_bases[0:2]} offset:{u * B128}")
+                else:
+                    a.op(f"global_load_b128 {v_dst[4 * u:4 * u + 4]}, {self.v_gl}, {v_bases[2 * u:2 * u + 2]}")
+                vm.issue(f"{tag}v{u}")
+
+    def stage_stores(self, a: Asm, kbuf: int | None, vbuf: int | None, k_src=None, v_src=None) -> None:
+        k_src = self.stK if k_src is None else k_src
+        v_src = self.stV if v_src is None else v_src
+        for u in range(max(self.STAGE_LOADS, self.V_LOADS)):
+            if kbuf is not None and u < self.STAGE_LOADS:
+                a.op(f"ds_store_b128 {self.k_st}, {k_src[4 * u:4 * u + 4]} offset:{kbuf + u * self.STAGE_STEP}")
+            if vbuf is not None and u < self.V_LOADS:
+                step = B128 if self.PV16 else self.STAGE_STEP
+                a.op(f"ds_store_b128 {self.v_st}, {v_src[4 * u:4 * u + 4]} offset:{vbuf + u * step}")
+
+    def barrier(self, a: Asm, ds: WaitCounter) -> None:
+        a.op("s_wait_dscnt 0", "LDS stores done before the barrier (docs/rdna4.md §Hazards 8)")
+        ds.outstanding.clear()
+        a.op("s_barrier_signal -1")
+        a.op("s_barrier_wait -1")
+
+    def body(self, a: Asm, parity: int, last: bool) -> None:
+        """One key tile t (t % 2 == parity). Not last: QK^T of tile t+1 is woven with the softmax of tile t,
+    PV of tile t with the score scaling of tile t+1 (see the schedule in the header)."""
+        cur, nxt = (self.SA, self.SB) if parity == 0 else (self.SB, self.SA)
+        m_old, m_new = self.m[parity], self.m[1 - parity]
+        vm, ds = WaitCounter(a, "s_wait_loadcnt"), WaitCounter(a, "s_wait_dscnt")
+        tag = f"t{parity}{'L' if last else ''}"
+        mat = Matrix(self.ring)
+        if not last:
+            self.qk_matrix(mat, self.LDS_KBUF[1 - parity], nxt)
+        self.pv_matrix(mat, self.LDS_VBUF[parity], cur)
+        n_qk = 0 if last else len(self.QK_ORDER)
+        wv = Weaver(a, mat, ds)
+
+        if not last:
+            a.section(f"tile t (t % 2 = {parity}): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), "
+                      "V^T(L[t+1]), k_scale(L[t+1])")
+            a.op(f"s_add_co_i32 {self.s_tmp[0]}, {self.s_t}, 3")
+            a.op(f"s_min_u32 {self.s_tmp[0]}, {self.s_tmp[0]}, {self.s_last}")
+            a.op(f"s_lshl_b32 {self.s_tmp[0]}, {self.s_tmp[0]}, 2")
+            a.op(f"s_load_b32 {self.s_L3}, {self.s_lutrow}, {self.s_tmp[0]} offset:0x4", "waited at the end of the tile")
+            self.k_tile_base(a, self.s_L2)
+            a.op(f"s_sub_co_i32 {self.s_tmp[0]}, {self.s_L1}, {self.s_Lc}", "tiles from L[t] to L[t+1] (> 0: ascending)")
+            a.op(f"s_mov_b32 {self.s_tmp2[1]}, 0")
+            a.op(f"s_lshl_b32 {self.s_tmp2[0]}, {self.s_tmp[0]}, {log2(2 * F32_BYTES)}")
+            a.op(f"s_add_nc_u64 {self.s_ksb}, {self.s_ksb}, {self.s_tmp2}", "k_scale pair of tile L[t+1]")
+            a.op(f"global_load_b32 {self.ks}, {self.ks_off}, {self.s_ksb}")
+            vm.issue("ks")
+            a.op(f"s_lshl_b32 {self.s_tmp2[0]}, {self.s_tmp[0]}, {log2(TILE_K * self.V_BYTES)}")
+            for u in range(1 if self.PV16 else self.STAGE_LOADS):
+                a.op(f"s_add_nc_u64 {self.s_vb[2 * u:2 * u + 2]}, {self.s_vb[2 * u:2 * u + 2]}, {self.s_tmp2}",
+                     "V^T columns of tile L[t+1]")
+            self.stage_loads(a, vm, self.s_kb, self.s_vb, tag)
+            a.section("phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack")
+        else:
+            a.section(f"last tile (t % 2 = {parity}): mask keys >= seq_len, softmax, PV")
+        wv.prefetch()
+        nomask = f".Lnomask_{parity}{'_last' if last else ''}"
+        for ln in self.mask_lines(cur, nomask):
+            a.op(ln)
+        a.label(nomask)
+        a.valu(self.max_ops(cur, m_old, m_new))
+        for ln in self.alpha_select_lines(m_old) + self.guard_lines(m_new):
+            a.op(ln)
+        e_issues = pair_vopd(self.exp_ops(cur, m_new) + [Op.mov(self.alpha[1], self.alpha[0])] + self.lsum_ops())
+        wv.phase(n_qk, e_issues)
+        self.rescale(a, f".Lno_rescale_{parity}{'_last' if last else ''}")
+        a.section("phase Y: PV(t) x 32 WMMA" + ("" if last else " woven with the score scaling of tile t+1"))
+        y_items = []
+        if not last:
+            vm_wait = WaitCounter(a, "s_wait_loadcnt")
+            vm_wait.outstanding = list(vm.outstanding)
+            k = vm.outstanding.index("ks")
+            y_items.append(f"s_wait_loadcnt {len(vm.outstanding) - k - 1}")
+            del vm.outstanding[:k + 1]
+            y_items += pair_vopd(self.scale_ops(nxt))
+        wv.phase(self.N_PV, y_items)
+        if not last:
+            a.section("end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier")
+            vm.wait_all()
+            if self.SINGLE_V:   # every wave is done reading V^T(t) after the first barrier
+                self.stage_stores(a, self.LDS_KBUF[parity], None)
+                self.barrier(a, ds)
+                self.stage_stores(a, None, self.LDS_VBUF[1 - parity])
+                self.barrier(a, ds)
+            else:
+                self.stage_stores(a, self.LDS_KBUF[parity], self.LDS_VBUF[1 - parity])
+                self.barrier(a, ds)
+            a.op(f"s_add_co_i32 {self.s_t}, {self.s_t}, 1")
+            a.op("s_wait_kmcnt 0", "L[min(t+3, last)]")
+            a.op(f"s_mov_b32 {self.s_Lc}, {self.s_L1}")
+            a.op(f"s_mov_b32 {self.s_L1}, {self.s_L2}")
+            a.op(f"s_mov_b32 {self.s_L2}, {self.s_L3}")
