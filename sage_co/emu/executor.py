@@ -59,6 +59,8 @@ class Program:
             if getattr(d, nm) != 0:
                 raise EmuError(f"kernel {self.name}: {nm}={getattr(d, nm)}; only round-to-nearest-even (0) is "
                                f"emulated")
+        # MODE.FP16_OVFL can be set only from the descriptor or by s_setreg: otherwise f16 results need no check
+        self.fp16_ovfl_possible = bool(d.fp16_ovfl) or any(i.name.startswith("s_setreg") for i in insts)
         self.exec_count = np.zeros(len(insts) + 1, dtype=np.int64)   # wave-instructions per PC index
         self.facts = [facts(i) for i in insts]
         self.cls = [f.cls for f in self.facts]
@@ -125,7 +127,7 @@ def build_handler(st: State, ops: Ops, pc: int):
         st.fail(pc, str(e))
     if h is None:
         st.fail(pc, f"instruction {inst.name} ({enc} opcode {inst.opcode}) is not implemented by the emulator")
-    if inst.name in valu_ops.FP16_OVFL_UNEMULATED:
+    if st.prog.fp16_ovfl_possible and inst.name in valu_ops.FP16_OVFL_UNEMULATED:
         h = valu_ops.fp16_ovfl_refused(st, pc, h)
     if st.sanitize:
         h = sanitizer.wrap(st, inst, st.prog.facts[pc], pc, h)

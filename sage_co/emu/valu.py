@@ -272,7 +272,7 @@ def build(st, ops, inst, pc):
 
         def fn(*a):
             return post(inner(*a))
-    if res == "h":      # MODE.FP16_OVFL saturates f16 results (docs/rdna4.md §FP16_OVFL)
+    if res == "h" and st.prog.fp16_ovfl_possible:      # MODE.FP16_OVFL saturates f16 results (§FP16_OVFL)
         return fp16_ovfl_handler(st, readers, fn, wr)
     if len(readers) == 1:
         r0, = readers
