@@ -107,7 +107,8 @@ _SALU, _MEM, _VALU = (salu.build,), (memory_ops.build,), (valu.build,)
 _SF = (scalar_float.build,)      # gfx12 scalar-float group first (SALU f32/f16, v_s_* transcendentals)
 _MEM_ATOMIC = _MEM + (atomic_ops.build,)     # atomics memory_ops does not do: with return, 64-bit, cmpswap, ...
 BUILDERS = {"SOP1": _SF + _SALU, "SOP2": _SF + _SALU, "SOPK": _SALU, "SOPC": _SF + _SALU, "SOPP": _SALU,
-            "SMEM": _MEM, "DS": _MEM_ATOMIC, "VGLOBAL": _MEM_ATOMIC, "VBUFFER": _MEM, "VFLAT": (flat_ops.build,), "VSCRATCH": _MEM,
+            "SMEM": _MEM, "DS": _MEM_ATOMIC, "VGLOBAL": _MEM_ATOMIC, "VBUFFER": _MEM, "VFLAT": (flat_ops.build,),
+            "VSCRATCH": _MEM,
             "VOP1": _VALU, "VOP2": _VALU, "VOPC": _VALU, "VOP3": _SF + _VALU, "VOP3SD": _VALU, "VOP3P": _VALU,
             "VOPD": _VALU}
 

@@ -576,8 +576,8 @@ F16_MAX = np.float16(65504.0)
 
 
 def saturate_f16_overflow(result, sources, on) -> np.ndarray:
-    """result: f16 values or bit patterns (uint16) [n, 32], returned in the same form; sources: the operands (any dtype, broadcastable; integers are finite); on: bool [n], the
-    waves whose MODE.FP16_OVFL is set."""
+    """result: f16 values or bit patterns (uint16) [n, 32], returned in the same form; sources: the operands (any
+    dtype, broadcastable; integers are finite); on: bool [n], the waves whose MODE.FP16_OVFL is set."""
     raw = np.asarray(result)
     r = raw.view(np.float16) if raw.dtype == np.uint16 else raw.astype(np.float16, copy=False)   # bits or values
     inf = np.isinf(r)
