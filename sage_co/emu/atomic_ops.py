@@ -82,23 +82,29 @@ def apply_in_order(mem, idx, data, data2, fn):
     return old
 
 
-def _items(mem, nbytes):
+def items(mem, nbytes):
     """The byte memory viewed as items of nbytes (the tail that is not a whole item left out)."""
     return mem[:len(mem) // nbytes * nbytes].view(U64 if nbytes == 8 else U32)
 
 
-def _lane_items(V, r, sel, m, nbytes):
-    """The operand starting at VGPR r of the active lanes as [k] items (a 64-bit item from the pair r, r + 1)."""
-    lo = V[r][sel][m]
+def lane_operand(V, r, sel, nbytes):
+    """The operand starting at VGPR r of every lane as [n, 32] items (a 64-bit item from the pair r, r + 1)."""
+    lo = V[r][sel]
     if nbytes == 4:
         return lo
-    return lo.astype(U64) | (V[r + 1][sel][m].astype(U64) << U64(32))
+    return lo.astype(U64) | (V[r + 1][sel].astype(U64) << U64(32))
 
 
-def _as_rows(vals, nbytes):
+def as_rows(vals, nbytes):
     if nbytes == 4:
         return vals[:, None]
     return np.stack([(vals & U64(0xFFFFFFFF)).astype(U32), (vals >> U64(32)).astype(U32)], axis=1)
+
+
+def parse_global(body: str):
+    """'add_u64' (a global_/flat_atomic_ suffix) -> (op, nbytes) or None."""
+    got = _parse(body, _GLOBAL_NAMES)
+    return got[:2] if got and not got[2] else None
 
 
 def build(st, ops, inst, pc):
@@ -119,7 +125,7 @@ def _ds(st, inst, pc, op, nbytes, rtn):
     the old value to vdst when `_rtn`."""
     fn, V = OPS[nbytes][op], st.V
     ad, d0, d1, vd, off16 = F(inst, "addr"), F(inst, "data0"), F(inst, "data1"), F(inst, "vdst"), F(inst, "offset")
-    mem = _items(st.lds, nbytes)
+    mem = items(st.lds, nbytes)
     two = op in TWO_DATA
 
     def h(sel):
@@ -127,12 +133,12 @@ def _ds(st, inst, pc, op, nbytes, rtn):
         flat, ok = mo._lds_index(st, pc, sel, m, V[ad][sel].astype(I64) + off16, nbytes, inst.name, True)
         if (flat % nbytes).any():
             st.fail(pc, f"misaligned {8 * nbytes}-bit LDS atomic")
-        data = _lane_items(V, d0, sel, m, nbytes)
-        data2 = _lane_items(V, d1, sel, m, nbytes) if two else data
+        data = lane_operand(V, d0, sel, nbytes)[m]
+        data2 = lane_operand(V, d1, sel, nbytes)[m] if two else data
         old = np.zeros(len(flat), dtype=mem.dtype)          # outside the group segment: no access, returns 0
         old[ok] = apply_in_order(mem, flat[ok] // nbytes, data[ok], data2[ok], fn)
         if rtn:
-            mo._vwrite_rows(V, vd, sel, m, _as_rows(old, nbytes))
+            mo._vwrite_rows(V, vd, sel, m, as_rows(old, nbytes))
     return h
 
 
@@ -151,9 +157,9 @@ def _global(st, inst, pc, op, nbytes, rtn):
         mo.check_global(st, pc, sel, m, off, nbytes, "global atomic")
         if (off % nbytes).any():
             st.fail(pc, f"misaligned {8 * nbytes}-bit atomic")
-        data = _lane_items(V, vs, sel, m, nbytes)
-        data2 = _lane_items(V, vs + nbytes // 4, sel, m, nbytes) if two else data
-        old = apply_in_order(_items(st.mem, nbytes), off // nbytes, data, data2, fn)
+        data = lane_operand(V, vs, sel, nbytes)[m]
+        data2 = lane_operand(V, vs + nbytes // 4, sel, nbytes)[m] if two else data
+        old = apply_in_order(items(st.mem, nbytes), off // nbytes, data, data2, fn)
         if rtn:
-            mo._vwrite_rows(V, vd, sel, m, _as_rows(old, nbytes))
+            mo._vwrite_rows(V, vd, sel, m, as_rows(old, nbytes))
     return h

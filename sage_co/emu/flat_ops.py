@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sage_co.emu import atomic_ops as ao
 from sage_co.emu import memory_ops as mo
 from sage_co.emu.state import ARENA_VA, NULL, PRIVATE_BASE, SHARED_BASE, EmuError, F
 
@@ -28,8 +29,9 @@ def build(st, ops, inst, pc):
         return _load(st, inst, pc, *mo.LOADS[ty])
     if op == "store" and ty in mo.STORES:
         return _store(st, inst, pc, *mo.STORES[ty])
-    if op == "atomic" and ty in mo.ATOMIC_U32:
-        return _atomic(st, inst, pc, mo.ATOMIC_U32[ty])
+    if op == "atomic":
+        got = ao.parse_global(ty)
+        return _atomic(st, inst, pc, got[0], got[1]) if got else None
     return None
 
 
@@ -134,32 +136,33 @@ def _store(st, inst, pc, nbytes, kind):
     return h
 
 
-def _atomic(st, inst, pc, fn):
+def _atomic(st, inst, pc, op, nbytes):
+    """Integer atomics on 32- or 64-bit items (atomic_ops: the global set's ops and order): each part (global, private,
+    shared) applies its lanes in ascending order; the parts are separate memories, so that is the lane order."""
     route, V = _Route(st, inst, pc), st.V
     vs, vd = F(inst, "vsrc"), F(inst, "vdst")
     rtn = (F(inst, "th") & 1) == 1     # TH_ATOMIC_RETURN
+    fn, two = ao.OPS[nbytes][op], op == "cmpswap"
 
     def h(sel):
-        m, parts = route(sel, 4, True)
-        olds = np.zeros(m.shape, U32)
-        lane_part = np.full(m.shape, -1, I64)       # lane -> dword index into its memory; part by the masks below
+        m, parts = route(sel, nbytes, True)
+        data = ao.lane_operand(V, vs, sel, nbytes)
+        data2 = ao.lane_operand(V, vs + nbytes // 4, sel, nbytes) if two else data
+        olds = np.zeros(m.shape, dtype=data.dtype)
         for part, got in parts.items():
             hit, idx = got[0], got[1]
             if part == "shared":
-                idx = np.where(got[2], idx, -4)     # outside the group segment: no access (reads 0)
-            if (idx & 3).any():
-                st.fail(pc, "misaligned 32-bit atomic")
-            lane_part[hit] = idx >> 2
-        data = V[vs][sel]
-        # lanes in order, one at a time: atomics to one address from several lanes serialize
-        for w, lane in zip(*np.nonzero(m)):
-            o = int(lane_part[w, lane])
-            if o < 0:
-                continue
-            part = next(p for p, got in parts.items() if got[0][w, lane])
-            mem32 = route.memory(part)[1]
-            olds[w, lane] = mem32[o]
-            mem32[o] = fn(np.array([mem32[o]], dtype=U32), np.array([data[w, lane]], dtype=U32))[0]
+                ok = got[2]
+                hit = hit.copy()
+                hit[hit] = ok                        # outside the group segment: no access, returns 0
+                idx = idx[ok]
+            if (idx % nbytes).any():
+                # a private index is the lane's base (a multiple of the private segment size) + the offset
+                st.fail(pc, f"misaligned {8 * nbytes}-bit atomic" if part != "private" or st.private_bytes % nbytes == 0
+                        else f"a {8 * nbytes}-bit atomic on scratch with a {st.private_bytes} B private segment (not "
+                             f"a multiple of {nbytes}) is not emulated")
+            mem = ao.items(route.memory(part)[0], nbytes)
+            olds[hit] = ao.apply_in_order(mem, idx // nbytes, data[hit], data2[hit], fn)
         if rtn:
-            mo._vwrite_rows(V, vd, sel, m, olds[m][:, None])
+            mo._vwrite_rows(V, vd, sel, m, ao.as_rows(olds[m], nbytes))
     return h

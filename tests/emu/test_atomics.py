@@ -161,7 +161,7 @@ def test_decode_matches_objdump():
     for form in ("ds_add_rtn_u32", "ds_max_rtn_u32", "ds_min_rtn_i32", "ds_sub_rtn_u32", "ds_storexchg_rtn_b32",
                  "ds_cmpstore_rtn_b32", "ds_and_rtn_b32", "ds_or_rtn_b32", "ds_xor_rtn_b32",
                  "global_atomic_add_u64", "global_atomic_max_u64", "global_atomic_min_i64", "global_atomic_swap_b64",
-                 "global_atomic_cmpswap_b64"):
+                 "global_atomic_cmpswap_b64", "flat_atomic_add_u64", "flat_atomic_swap_b64"):
         assert form in text, form
 
 
@@ -214,3 +214,25 @@ def test_atomic_forms_against_the_pseudocode(tmp_path):
         assert u64(12) == G[1] and int(g[t, 1]) == (G[1] - CC) & M64        # global_atomic_sub_u64
         assert u64(14) == G[2] and int(g[t, 2]) == G[2] ^ AA                # global_atomic_xor_b64
         assert u64(16) == G[3] and int(g[t, 3]) == (CC if G[3] == 0 or G[3] > CC else G[3] - 1)   # dec_u64
+
+
+def test_flat_u64_atomics(env):
+    """flat_atomic_add_u64 / flat_atomic_swap_b64 with return through a pointer that selects per lane between a
+    __shared__ word and a global one (docs/rdna4.md §Flat apertures); every lane its own word: bitwise."""
+    dev, mod, put, get = env
+    x = np.random.default_rng(12).integers(0, 2**32, 64, dtype=np.uint64)
+    spill0 = np.random.default_rng(13).integers(0, 2**64, 64, dtype=np.uint64)
+    po, pl, ps = dev.alloc(16 * 64), dev.alloc(8 * 64), put(spill0)
+    mod.launch("flat_u64", (1, 1, 1), (64, 1, 1), struct.pack("<QQQQ", po, pl, ps, put(x.astype(np.uint32))))
+    out, lds, spill = get(po, np.uint64, 128).reshape(64, 2), get(pl, np.uint64, 64), get(ps, np.uint64, 64)
+    t = np.arange(64, dtype=np.uint64)
+    tile0 = (t * np.uint64(3)) << np.uint64(33) | t
+    v = x | (x << np.uint64(32))
+    sh = (x & np.uint64(2)) != 0
+    old = np.where(sh, tile0[(np.arange(64) + 1) & 63], spill0)
+    assert (out[:, 0] == old).all() and (out[:, 1] == old + v).all()
+    assert (spill == np.where(sh, spill0, v ^ t)).all()
+    want_lds = tile0.copy()
+    lanes = np.flatnonzero(sh)
+    want_lds[(lanes + 1) & 63] = (v ^ t)[lanes]
+    assert (lds == want_lds).all()

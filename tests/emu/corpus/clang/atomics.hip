@@ -65,3 +65,20 @@ extern "C" __global__ void global_u64_nortn(u64* acc, const u32* in) {
   while (cur < v && !__hip_atomic_compare_exchange_weak(&acc[1], &cur, v, RELAXED, RELAXED, AGENT)) {
   }
 }
+
+// 64-bit atomics through a generic pointer (flat_atomic_*_u64, routed per lane by aperture, docs/rdna4.md
+// §Flat apertures): in[t] & 2 selects word (t + 1) & 63 of a __shared__ array, else spill[t] (every lane its own word).
+// out[2t] = fetch_add(p, v), out[2t + 1] = exchange(p, v ^ t) with v = in[t] | (u64)in[t] << 32; finally spill[t]
+// (untouched by shared lanes) and out_lds[t] = the shared word t.
+extern "C" __global__ void flat_u64(u64* out, u64* out_lds, u64* spill, const u32* in) {
+  __shared__ u64 tile[64];
+  u32 t = __builtin_amdgcn_workitem_id_x();
+  tile[t] = (u64)t * 3 << 33 | t;
+  __builtin_amdgcn_s_barrier();
+  u64* p = (in[t] & 2) ? &tile[(t + 1) & 63] : spill + t;
+  u64 v = (u64)in[t] | (u64)in[t] << 32;
+  out[2 * t] = __hip_atomic_fetch_add(p, v, RELAXED, AGENT);
+  out[2 * t + 1] = __hip_atomic_exchange(p, v ^ t, RELAXED, AGENT);
+  __builtin_amdgcn_s_barrier();
+  out_lds[t] = tile[t];
+}
