@@ -28,12 +28,12 @@ import numpy as np
 
 from sage_co.emu import numerics as nm
 from sage_co.emu import valu_ops
-from sage_co.emu.state import LITERAL, EmuError, F, const_bits
+from sage_co.emu.state import ALL, LITERAL, MODE_FP16_OVFL, EmuError, F, const_bits
 
 U16, U32, I32 = np.uint16, np.uint32, np.int32
 F16, F32, F64 = np.float16, np.float32, np.float64
 H_SIGN, H_ABS, H_EXP = U32(0x8000), U32(0x7FFF), U32(0x7C00)          # f16 sign / magnitude / exponent bits
-S_SIGN, S_ABS = U32(0x80000000), U32(0x7FFFFFFF)                     # f32 sign / magnitude bits
+S_SIGN, S_ABS, S_EXP = U32(0x80000000), U32(0x7FFFFFFF), U32(0x7F800000)   # f32 sign / magnitude / exponent
 LOW16 = U32(0xFFFF)
 
 
@@ -267,7 +267,42 @@ def build(st, ops, inst, pc):
                 v = np.asarray(fn(_h(_flush16_in(pre(xs[0]), m16))), dtype=F64).astype(F16)
                 return _flush16_out(_hb(post(v) if post else v), m16)
 
+    if st.prog.fp16_ovfl_possible and inst.name in F16_RESULT:
+        return _fp16_ovfl(st, srcs, compute, args, wr)
+
     def h(sel):
         with np.errstate(all="ignore"):
             wr(sel, compute(args(sel)))
+    return h
+
+
+# results that can overflow f16 from finite sources (min/max and rounding cannot; RTZ conversions land on the max)
+F16_RESULT = frozenset({"s_add_f16", "s_sub_f16", "s_mul_f16", "s_fmac_f16", "s_cvt_f16_f32",
+                        "v_s_exp_f16", "v_s_log_f16", "v_s_rcp_f16", "v_s_rsq_f16", "v_s_sqrt_f16"})
+
+
+def _fp16_ovfl(st, srcs, compute, args, wr):
+    """MODE.FP16_OVFL (docs/rdna4.md §FP16_OVFL), read per step: an infinite f16 result of finite sources (bits of
+    their kind: f32, f16 low/high half, integer) becomes the largest finite f16 with its sign."""
+    mode, bit = st.mode, U32(MODE_FP16_OVFL)
+    max16 = U32(0x7BFF)
+
+    def finite(x, kind):
+        if kind == "f":
+            return (x & S_EXP) != S_EXP
+        if kind in ("h", "H"):
+            return (x & H_EXP) != H_EXP
+        return np.ones(x.shape, bool)
+
+    def h(sel):
+        with np.errstate(all="ignore"):
+            xs = args(sel)
+            out = np.asarray(compute(xs), dtype=U32)
+            on = ((mode if sel is ALL else mode[sel]) & bit) != 0
+            if on.any():
+                hit = on & ((out & H_ABS) == H_EXP)
+                for x, kind in zip(xs, srcs):
+                    hit &= finite(x, kind)           # an 'H' source is already shifted down by its reader
+                out = np.where(hit, (out & H_SIGN) | max16, out)
+            wr(sel, out)
     return h

@@ -55,8 +55,11 @@ def test_fp16_ovfl_saturates_f16_results(tmp_path):
     #            cvt x   cvt -x  cvt inf cvt NaN add     mul     fma     inf+x   u16     sNaN->f32   1+2
     want_off = [0x7C00, 0xFC00, 0x7C00, 0x7E00, 0x7C00, 0xFC00, 0x7C00, 0x7C00, 0x7C00, 0x7FC02000, 0x4200]
     want_on = [0x7BFF, 0xFBFF, 0x7C00, 0x7E00, 0x7BFF, 0xFBFF, 0x7BFF, 0x7C00, 0x7BFF, 0x7FC02000, 0x4200]
-    assert [hex(v) for v in off[:11]] == [hex(v) for v in want_off]
-    assert [hex(v) for v in on[:11]] == [hex(v) for v in want_on]
+    #            s_add   s_cvt   rcp(0)  exp(16) inf*2
+    want_off += [0x7C00, 0x7C00, 0x7C00, 0x7C00, 0x7C00]
+    want_on += [0x7BFF, 0x7BFF, 0x7BFF, 0x7BFF, 0x7C00]
+    assert [hex(v) for v in off] == [hex(v) for v in want_off]
+    assert [hex(v) for v in on] == [hex(v) for v in want_on]
     off, on = _run_fp16(tmp_path, 65519.0)               # rounds to 65504 (below the halfway point to 2^16)
     assert off[0] == on[0] == 0x7BFF
     off, on = _run_fp16(tmp_path, 65520.0)               # rounds up to 2^16: overflow

@@ -3,6 +3,8 @@
 //   +0 v_cvt_f16_f32 x   +1 v_cvt_f16_f32 -x   +2 v_cvt_f16_f32 +inf   +3 v_cvt_f16_f32 NaN (0x7fc00000)
 //   +4 v_add_f16 max, max   +5 v_mul_f16 -max, 2   +6 v_fma_f16 max, 2, -1   +7 v_add_f16 +inf, -max
 //   +8 v_cvt_f16_u16 65535   +9 v_cvt_f32_f16 of the signalling NaN 0x7c01   +10 v_add_f16 1, 2 (no overflow)
+//   scalar: +11 s_add_f16 max, max   +12 s_cvt_f16_f32 x   +13 v_s_rcp_f16 0 (division by zero)   +14 v_s_exp_f16 16
+//   (2^16)   +15 s_mul_f16 +inf, 2 (an infinite source)
 // REFUSE=1 adds a v_pk_add_f16 after the write, whose saturation is not emulated (the run stops).
         .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
         .amdhsa_code_object_version 5
@@ -46,11 +48,16 @@ fp16_ovfl:
         v_cvt_f32_f16   v12, v23
         v_mov_b32       v13, 0
         v_add_f16       v13, 1.0, 2.0
-        v_mov_b32       v14, 0
-        v_mov_b32       v15, 0
-        v_mov_b32       v16, 0
-        v_mov_b32       v17, 0
-        v_mov_b32       v18, 0
+        s_add_f16       s10, 0x7bff, 0x7bff
+        v_mov_b32       v14, s10
+        s_cvt_f16_f32   s10, s6
+        v_mov_b32       v15, s10
+        v_s_rcp_f16     s10, 0
+        v_mov_b32       v16, s10
+        v_s_exp_f16     s10, 0x4c00
+        v_mov_b32       v17, s10
+        s_mul_f16       s10, 0x7c00, 2.0
+        v_mov_b32       v18, s10
         v_mov_b32       v0, s8
         global_store_b128 v0, v[3:6], s[4:5]
         global_store_b128 v0, v[7:10], s[4:5] offset:16
