@@ -32,18 +32,8 @@ def mix(x, k):
 
 
 @pytest.fixture()
-def env():
-    dev = Device()
-    mod = dev.load(CO.read_bytes(), CO.name)
-
-    def put(a):
-        p = dev.alloc(a.nbytes)
-        dev.write(p, np.ascontiguousarray(a))
-        return p
-
-    def get(p, n):
-        return np.frombuffer(dev.read(p, 4 * n), np.uint32).copy()
-    return dev, mod, put, get
+def env(clang_corpus):
+    return clang_corpus(CO.name)
 
 
 @pytest.mark.parametrize("n", [0, 1, 7])
@@ -55,7 +45,7 @@ def test_call_in_a_loop(env, n):
     want = np.zeros(192, np.uint64)
     for k in range(n):
         want = (want + mix(x.astype(np.uint64) + np.uint64(k), k)) & M32
-    assert (get(po, 192) == want.astype(np.uint32)).all()
+    assert (get(po, np.uint32, 192) == want.astype(np.uint32)).all()
     # one s_swappc_b64 and one s_setpc_b64 per wave and iteration, counted as BRANCH
     calls = [i for i in mod.insts if i.name in ("s_swappc_b64", "s_setpc_b64")]
     assert calls and all(facts(i).cls == "BRANCH" for i in calls)
@@ -76,7 +66,7 @@ def test_call_with_private_array(env, nt):
     terms = (mix(priv, t[:, None] + i) * (i + np.uint64(1))) & M32
     n = 16 - (np.arange(nt) & 7)                                                   # the callee's loop count per lane
     want = np.array([terms[k, :n[k]].sum() & 0xFFFFFFFF for k in range(nt)], np.uint32)
-    got = get(po, 64)
+    got = get(po, np.uint32, 64)
     assert (got[:nt] == want).all() and (got[nt:] == 0xDEADBEEF).all()
 
 

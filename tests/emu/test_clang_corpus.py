@@ -8,25 +8,15 @@ import numpy as np
 import pytest
 
 from llvm_tools import needs_llvm, objdump
-from sage_co.emu import Device, EmuError
+from sage_co.emu import EmuError
 from sage_co.emu.disasm import disassemble, text_and_symbols
 
 CO = Path(__file__).parent / "corpus" / "clang" / "compiler_forms.co"
 
 
 @pytest.fixture()
-def env():
-    dev = Device()
-    mod = dev.load(CO.read_bytes(), CO.name)
-
-    def put(a):
-        p = dev.alloc(a.nbytes)
-        dev.write(p, np.ascontiguousarray(a))
-        return p
-
-    def get(p, dt, n):
-        return np.frombuffer(dev.read(p, np.dtype(dt).itemsize * n), dt).copy()
-    return dev, mod, put, get
+def env(clang_corpus):
+    return clang_corpus(CO.name)
 
 
 def test_wave_id_from_ttmp8(env):

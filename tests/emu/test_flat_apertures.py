@@ -19,18 +19,8 @@ N = 64
 
 
 @pytest.fixture()
-def env():
-    dev = Device()
-    mod = dev.load(CO.read_bytes(), CO.name)
-
-    def put(a):
-        p = dev.alloc(a.nbytes)
-        dev.write(p, np.ascontiguousarray(a))
-        return p
-
-    def get(p, dt, n):
-        return np.frombuffer(dev.read(p, np.dtype(dt).itemsize * n), dt).copy()
-    return dev, mod, put, get
+def env(clang_corpus):
+    return clang_corpus(CO.name)
 
 
 def _private_model(x):
