@@ -577,13 +577,15 @@ F16_MAX = np.float16(65504.0)
 
 def saturate_f16_overflow(result, sources, on) -> np.ndarray:
     """result: f16 values or bit patterns (uint16) [n, 32], returned in the same form; sources: the operands (any
-    dtype, broadcastable; integers are finite); on: bool [n], the waves whose MODE.FP16_OVFL is set."""
+    dtype, broadcastable; integers are finite); on: bool [n], the waves whose MODE.FP16_OVFL is set (or [n, 32] per
+    lane)."""
     raw = np.asarray(result)
     r = raw.view(np.float16) if raw.dtype == np.uint16 else raw.astype(np.float16, copy=False)   # bits or values
     inf = np.isinf(r)
     if not inf.any():
         return raw
-    hit = inf & np.asarray(on)[:, None]
+    on = np.asarray(on)
+    hit = inf & (on[:, None] if on.ndim == 1 else on)
     for x in sources:
         x = np.asarray(x)
         if x.dtype.kind == "f":

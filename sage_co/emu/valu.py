@@ -12,7 +12,7 @@ import contextlib
 import numpy as np
 
 from sage_co.emu import numerics as nm
-from sage_co.emu import sanitizer
+from sage_co.emu import sanitizer, valu_packed
 from sage_co.emu import wmma as wm
 from sage_co.emu.decode import HALVES
 from sage_co.emu.state import (ALL, EXEC, LITERAL, MODE_FP16_OVFL, NULL, VCC, EmuError, F, const_bits, pack_lanes,
@@ -239,10 +239,10 @@ def build(st, ops, inst, pc):
     special = SPECIAL.get(name)
     if special is not None:
         return special(st, ops, inst, src)
-    if enc == "VOP3P" and name in PK:
-        return _packed(st, ops, inst)
+    if enc == "VOP3P" and name in valu_packed.PK:
+        return valu_packed.packed(st, ops, inst)
     if enc == "VOP3P" and name in ("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16"):
-        return _fma_mix(st, ops, inst)
+        return valu_packed.fma_mix(st, ops, inst)
     if name not in T:
         return None
     srcs, res, fn, flt = T[name]
@@ -601,94 +601,6 @@ SPECIAL = {
     "v_div_scale_f32": _div_scale_op, "v_div_fmas_f32": _div_fmas_op,
     "v_nop": _nop, "v_pipeflush": _nop,
 }
-
-
-# ----------------------------------------------------------------------------------------------- VOP3P packed
-def _pk_f16(fn):
-    return lambda *a: fn(*[x.view(F16).astype(F32) for x in a]).astype(F16).view(U16)
-
-
-PK = {  # name -> (nsrc, float?, fn on uint16 halves -> uint16)
-    "v_pk_max_u16": (2, False, np.maximum), "v_pk_min_u16": (2, False, np.minimum),
-    "v_pk_max_i16": (2, False, lambda a, b: np.maximum(a.view(I16), b.view(I16)).view(U16)),
-    "v_pk_min_i16": (2, False, lambda a, b: np.minimum(a.view(I16), b.view(I16)).view(U16)),
-    "v_pk_add_u16": (2, False, lambda a, b: a + b), "v_pk_sub_u16": (2, False, lambda a, b: a - b),
-    "v_pk_add_i16": (2, False, lambda a, b: a + b), "v_pk_sub_i16": (2, False, lambda a, b: a - b),
-    "v_pk_mul_lo_u16": (2, False, lambda a, b: a * b),
-    "v_pk_lshlrev_b16": (2, False, lambda a, b: b << (a & U16(15))),
-    "v_pk_lshrrev_b16": (2, False, lambda a, b: b >> (a & U16(15))),
-    "v_pk_ashrrev_i16": (2, False, lambda a, b: (b.view(I16) >> (a & U16(15)).view(I16)).view(U16)),
-    "v_pk_add_f16": (2, True, _pk_f16(lambda a, b: a + b)), "v_pk_mul_f16": (2, True, _pk_f16(lambda a, b: a * b)),
-    "v_pk_fma_f16": (3, True, lambda a, b, c: (a.view(F16).astype(F64) * b.view(F16).astype(F64)
-                                               + c.view(F16).astype(F64)).astype(F16).view(U16)),
-    "v_pk_max_num_f16": (2, True, _pk_f16(lambda a, b: nm.max_num_f32(a, b))),
-    "v_pk_min_num_f16": (2, True, _pk_f16(lambda a, b: nm.min_num_f32(a, b))),
-}
-
-
-def _fma_mix(st, ops, inst):
-    """v_fma_mix_f32 / v_fma_mixlo_f16 / v_fma_mixhi_f16: source i is f32 when op_sel_hi[i] = 0, else the f16 half
-    op_sel[i] of it, converted exactly; neg_lo negates and neg_hi takes the absolute value of source i; one f32 fma;
-    mixlo/mixhi convert that to f16 into the low/high half of vD (the other half kept); clamp clamps to [0, 1]."""
-    name = inst.name
-    opsel, opsel_hi, neg, absm = F(inst, "opsel"), F(inst, "opsel_hi"), F(inst, "neg"), F(inst, "neg_hi")
-    clamp = F(inst, "clamp")
-    codes = [F(inst, f"src{i}") for i in range(3)]
-    # an inline constant in an f16 slot is its f16 bit pattern (in both halves)
-    const16 = [opsel_hi >> i & 1 and 128 <= c < 256 and c != 255 for i, c in enumerate(codes)]
-    readers = [ops.vread(inst, c, "f16" if const16[i] else "b32") for i, c in enumerate(codes)]
-    vd = F(inst, "vdst")
-    row, wr = st.V[vd], ops.vwrite(vd)
-    mode32 = st.prog.denorm32
-
-    def src(x, i):
-        x = np.asarray(x, dtype=U32)
-        if const16[i]:
-            v = (x & U32(0xFFFF)).astype(U16).view(F16).astype(F32)
-        elif opsel_hi >> i & 1:
-            v = ((x >> U32(16 * (opsel >> i & 1))) & U32(0xFFFF)).astype(U16).view(F16).astype(F32)
-        else:
-            v = x.view(F32)
-        if absm >> i & 1:
-            v = np.abs(v)
-        if neg >> i & 1:
-            v = -v
-        return v
-
-    def h(sel):
-        a, b, c = (src(r(sel), i) for i, r in enumerate(readers))
-        r = nm.fma_f32(*np.broadcast_arrays(a, b, c), mode32)
-        if clamp:
-            r = np.where(np.isnan(r), F32(0), np.clip(r, F32(0), F32(1))).astype(F32)
-        if name == "v_fma_mix_f32":
-            return wr(sel, np.asarray(r, dtype=F32).view(U32))
-        h16 = np.asarray(r, dtype=F32).astype(F16).view(U16).astype(U32)
-        old = row[sel]
-        wr(sel, (old & U32(0xFFFF0000)) | h16 if name == "v_fma_mixlo_f16" else (old & U32(0xFFFF)) | h16 << U32(16))
-    return h
-
-
-def _packed(st, ops, inst):
-    """VOP3P packed 16-bit: the low result takes half opsel[i] of source i, the high result half opsel_hi[i];
-    neg_lo/neg_hi flip the sign of float halves feeding the low/high result."""
-    n, flt, fn = PK[inst.name]
-    opsel, opsel_hi, neg, neg_hi = F(inst, "opsel"), F(inst, "opsel_hi"), F(inst, "neg"), F(inst, "neg_hi")
-    readers = [ops.vread(inst, F(inst, f"src{i}"), "b32") for i in range(n)]
-    wr = ops.vwrite(F(inst, "vdst"))
-
-    def half(x, i, hi):
-        sel_hi = (opsel_hi if hi else opsel) >> i & 1
-        v = ((np.asarray(x) >> U32(16 * sel_hi)) & U32(0xFFFF)).astype(U16)
-        if flt and ((neg_hi if hi else neg) >> i) & 1:
-            v = v ^ U16(0x8000)
-        return v
-
-    def h(sel):
-        xs = [r(sel) for r in readers]
-        lo = fn(*[half(x, i, 0) for i, x in enumerate(xs)])
-        hi = fn(*[half(x, i, 1) for i, x in enumerate(xs)])
-        wr(sel, np.asarray(lo).astype(U32) | (np.asarray(hi).astype(U32) << U32(16)))
-    return h
 
 
 # ----------------------------------------------------------------------------------------------- VOPD

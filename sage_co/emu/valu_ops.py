@@ -450,7 +450,7 @@ def fp16_ovfl_handler(st, readers, fn, wr):
 # stop the run instead of returning an infinity the hardware would not (docs/rdna4.md §FP16_OVFL). Ops whose result
 # cannot overflow (min/max, rounding, round-toward-zero conversions) are not listed.
 FP16_OVFL_UNEMULATED = frozenset({
-    "v_pk_add_f16", "v_pk_mul_f16", "v_pk_fma_f16", "v_fma_mixlo_f16", "v_fma_mixhi_f16", "v_wmma_f16_16x16x16_f16"})
+    "v_wmma_f16_16x16x16_f16"})
 
 
 def fp16_ovfl_refused(st, pc, h):

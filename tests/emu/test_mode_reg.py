@@ -42,9 +42,9 @@ FP16 = Path(__file__).parent / "asm" / "fp16_ovfl.s"
 def _run_fp16(tmp_path, x, refuse=0):
     co = assemble_co(FP16, tmp_path, [f"-Wa,-defsym,REFUSE={refuse}"])
     dev = Device()
-    out = dev.alloc(4 * 32)
+    out = dev.alloc(4 * 64)
     dev.load(co).launch("fp16_ovfl", (1, 1, 1), (32, 1, 1), struct.pack("<Qf", out, x))
-    return np.frombuffer(dev.read(out, 4 * 32), np.uint32).reshape(2, 16)
+    return np.frombuffer(dev.read(out, 4 * 64), np.uint32).reshape(2, 32)[:, :20]
 
 
 def test_fp16_ovfl_saturates_f16_results(tmp_path):
@@ -58,6 +58,9 @@ def test_fp16_ovfl_saturates_f16_results(tmp_path):
     #            s_add   s_cvt   rcp(0)  exp(16) inf*2
     want_off += [0x7C00, 0x7C00, 0x7C00, 0x7C00, 0x7C00]
     want_on += [0x7BFF, 0x7BFF, 0x7BFF, 0x7BFF, 0x7C00]
+    #            pk_add {ovf, 3}  pk_fma {ovf, inf}  mixlo     mixhi
+    want_off += [0x42007C00, 0x7C007C00, 0x7C00, 0x7C000000]
+    want_on += [0x42007BFF, 0x7C007BFF, 0x7BFF, 0x7BFF0000]
     assert [hex(v) for v in off] == [hex(v) for v in want_off]
     assert [hex(v) for v in on] == [hex(v) for v in want_on]
     off, on = _run_fp16(tmp_path, 65519.0)               # rounds to 65504 (below the halfway point to 2^16)

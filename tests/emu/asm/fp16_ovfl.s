@@ -1,11 +1,13 @@
 // MODE.FP16_OVFL on f16 results (docs/rdna4.md §FP16_OVFL), one wave; kernarg: out ptr, x f32. Every lane computes
-// the same values; lane 0's land at out[0..15] (bit clear) and out[16..31] (after s_setreg_imm32_b32 sets it):
+// the same values; lane 0's land at out[0..31] (bit clear) and out[32..63] (after s_setreg_imm32_b32 sets it):
 //   +0 v_cvt_f16_f32 x   +1 v_cvt_f16_f32 -x   +2 v_cvt_f16_f32 +inf   +3 v_cvt_f16_f32 NaN (0x7fc00000)
 //   +4 v_add_f16 max, max   +5 v_mul_f16 -max, 2   +6 v_fma_f16 max, 2, -1   +7 v_add_f16 +inf, -max
 //   +8 v_cvt_f16_u16 65535   +9 v_cvt_f32_f16 of the signalling NaN 0x7c01   +10 v_add_f16 1, 2 (no overflow)
 //   scalar: +11 s_add_f16 max, max   +12 s_cvt_f16_f32 x   +13 v_s_rcp_f16 0 (division by zero)   +14 v_s_exp_f16 16
 //   (2^16)   +15 s_mul_f16 +inf, 2 (an infinite source)
-// REFUSE=1 adds a v_pk_add_f16 after the write, whose saturation is not emulated (the run stops).
+//   +16 v_pk_add_f16 {max, 1} + {max, 2}: low overflows, high 3   +17 v_pk_fma_f16 {max, inf} * 2 + {0, 0}
+//   +18 v_fma_mixlo_f16 max(f16) * 2 + 0 (f32 sum beyond the f16 range)   +19 v_fma_mixhi_f16 the same into [31:16]
+// REFUSE=1 adds a v_wmma_f16_16x16x16_f16 after the write, whose saturation is not emulated (the run stops).
         .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
         .amdhsa_code_object_version 5
         .text
@@ -58,17 +60,30 @@ fp16_ovfl:
         v_mov_b32       v17, s10
         s_mul_f16       s10, 0x7c00, 2.0
         v_mov_b32       v18, s10
+        v_mov_b32       v27, 0x3c007bff          // {max, 1}
+        v_mov_b32       v28, 0x40007bff          // {max, 2}
+        v_pk_add_f16    v29, v27, v28
+        v_mov_b32       v27, 0x7c007bff          // {max, inf}
+        v_mov_b32       v33, 0x40004000          // {2, 2}
+        v_mov_b32       v34, 0
+        v_pk_fma_f16    v30, v27, v33, v34
+        v_mov_b32       v31, 0
+        v_fma_mixlo_f16 v31, v20, 2.0, 0 op_sel_hi:[1,0,0]
+        v_mov_b32       v19, 0
+        v_fma_mixhi_f16 v19, v20, 2.0, 0 op_sel_hi:[1,0,0]
         v_mov_b32       v0, s8
+        global_store_b128 v0, v[29:32], s[4:5] offset:64
+        global_store_b32 v0, v19, s[4:5] offset:76
         global_store_b128 v0, v[3:6], s[4:5]
         global_store_b128 v0, v[7:10], s[4:5] offset:16
         global_store_b128 v0, v[11:14], s[4:5] offset:32
         global_store_b128 v0, v[15:18], s[4:5] offset:48
-        s_cmp_eq_u32    s8, 64
+        s_cmp_eq_u32    s8, 128
         s_cbranch_scc1  .Ldone
-        s_mov_b32       s8, 64
+        s_mov_b32       s8, 128
         s_setreg_imm32_b32 hwreg(HW_REG_WAVE_MODE, 23, 1), 1
 .if REFUSE
-        v_pk_add_f16    v19, v20, v20
+        v_wmma_f16_16x16x16_f16 v[8:11], v[0:3], v[0:3], v[8:11]
 .endif
         s_branch        .Lpass
 .Ldone:
@@ -81,7 +96,7 @@ fp16_ovfl:
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
-          .amdhsa_next_free_vgpr 32
+          .amdhsa_next_free_vgpr 40
           .amdhsa_next_free_sgpr 16
           .amdhsa_float_denorm_mode_32 3
           .amdhsa_float_denorm_mode_16_64 3
@@ -91,6 +106,6 @@ fp16_ovfl:
 ---
 amdhsa.version: [ 1, 2 ]
 amdhsa.kernels:
-  - { .name: fp16_ovfl, .symbol: fp16_ovfl.kd, .kernarg_segment_size: 12, .kernarg_segment_align: 8, .group_segment_fixed_size: 0, .private_segment_fixed_size: 0, .wavefront_size: 32, .sgpr_count: 16, .vgpr_count: 32, .max_flat_workgroup_size: 32, .args: [ { .offset: 0, .size: 8, .value_kind: global_buffer }, { .offset: 8, .size: 4, .value_kind: by_value } ] }
+  - { .name: fp16_ovfl, .symbol: fp16_ovfl.kd, .kernarg_segment_size: 12, .kernarg_segment_align: 8, .group_segment_fixed_size: 0, .private_segment_fixed_size: 0, .wavefront_size: 32, .sgpr_count: 16, .vgpr_count: 40, .max_flat_workgroup_size: 32, .args: [ { .offset: 0, .size: 8, .value_kind: global_buffer }, { .offset: 8, .size: 4, .value_kind: by_value } ] }
 ...
         .end_amdgpu_metadata
