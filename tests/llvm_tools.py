@@ -1,5 +1,6 @@
 """The one LLVM discovery for all tests (build_asm.find_llvm: $SAGE_CO_LLVM, PATH, /usr/lib/llvm-*), a skip marker
 for tests that need it, and the build helpers the tests share."""
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,19 @@ def assemble_text(asm: str, tmp: Path) -> bytes:
 
 def objdump(path: Path, *extra) -> str:
     return run([tool("llvm-objdump"), "-d", "--mcpu=gfx1201", *extra, path]).stdout
+
+
+def objdump_listing(text: str) -> list[tuple[int, str]]:
+    """(address, instruction text with whitespace collapsed) of every instruction line of llvm-objdump -d output."""
+    lines = (re.match(r"\s+(.*?)\s*// ([0-9A-F]+):", ln) for ln in text.splitlines())
+    return [(int(m.group(2), 16), " ".join(m.group(1).split())) for m in lines if m]
+
+
+def decode_mismatches(path: Path, true16: bool = False) -> tuple[list[tuple[int, str]], list]:
+    """sage_co.emu's disassembly of a code object against llvm-objdump's (in its real-true16 view with true16):
+    (objdump's listing, [(address, objdump text, emulator text)] where they differ)."""
+    from sage_co.emu.disasm import disassemble, text_and_symbols
+    blob, addr, _ = text_and_symbols(Path(path).read_bytes())
+    got = dict(disassemble(blob, addr, true16=true16))
+    want = objdump_listing(objdump(path, *(["--mattr=+real-true16"] if true16 else [])))
+    return want, [(hex(o), t, got.get(o)) for o, t in want if got.get(o) != t]

@@ -8,7 +8,6 @@ not document. The emulator applies them wave ascending, then lane ascending; the
 every order (final memory, and for each returned value that it is the memory value just before that lane's
 operation in *some* order: e.g. for add, {r_i + x_i} + {initial} == {r_i} + {final} as multisets), except
 `test_emulator_lane_order`, which pins the emulator's documented order."""
-import re
 import struct
 from collections import Counter
 from pathlib import Path
@@ -16,9 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llvm_tools import needs_llvm, objdump
+from llvm_tools import decode_mismatches, needs_llvm
 from sage_co.emu import Device
-from sage_co.emu.disasm import disassemble, text_and_symbols
 
 CO = Path(__file__).parent / "corpus" / "clang" / "atomics.co"
 NWG = 3
@@ -141,11 +139,7 @@ def test_global_u64_without_return_and_cmpswap(env):
 
 @needs_llvm
 def test_decode_matches_objdump():
-    blob, addr, _ = text_and_symbols(CO.read_bytes())
-    got = dict(disassemble(blob, addr))
-    want = [(int(m.group(2), 16), " ".join(m.group(1).split())) for m in
-            (re.match(r"\s+(.*?)\s*// ([0-9A-F]+):", ln) for ln in objdump(CO).splitlines()) if m]
-    bad = [(hex(o), t, got.get(o)) for o, t in want if got.get(o) != t]
+    want, bad = decode_mismatches(CO)
     assert want and not bad, bad[:10]
     text = " ".join(t for _, t in want)
     for form in ("ds_add_rtn_u32", "ds_max_rtn_u32", "ds_min_rtn_i32", "ds_sub_rtn_u32", "ds_storexchg_rtn_b32",

@@ -4,16 +4,14 @@ scratch stack (s32 / s33) reading the caller's private array through a flat poin
 give bitwise the values of a numpy model; an llvm-mc kernel checks s_call_b64, per-wave call targets, the return
 address, and that a jump to a non-instruction stops the run; decode equals llvm-objdump."""
 import dataclasses
-import re
 import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from llvm_tools import assemble_co, needs_llvm, objdump
+from llvm_tools import assemble_co, decode_mismatches, needs_llvm
 from sage_co.emu import Device, EmuError, executor
-from sage_co.emu.disasm import disassemble, text_and_symbols
 from sage_co.emu.facts import facts
 
 CO = Path(__file__).parent / "corpus" / "clang" / "calls.co"
@@ -118,9 +116,5 @@ def test_jump_through_a_pending_sgpr_pair_is_caught(tmp_path):
 
 @needs_llvm
 def test_decode_matches_objdump():
-    blob, addr, _ = text_and_symbols(CO.read_bytes())
-    got = dict(disassemble(blob, addr))
-    want = [(int(m.group(2), 16), " ".join(m.group(1).split())) for m in
-            (re.match(r"\s+(.*?)\s*// ([0-9A-F]+):", ln) for ln in objdump(CO).splitlines()) if m]
-    bad = [(hex(o), t, got.get(o)) for o, t in want if got.get(o) != t]
+    want, bad = decode_mismatches(CO)
     assert want and not bad, bad[:10]

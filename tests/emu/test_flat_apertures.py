@@ -2,16 +2,14 @@
 between a private / __shared__ array and a global buffer (tests/emu/corpus/clang/flat_private.hip, the .co checked
 in) run with the sanitizer on and give bitwise the values of a numpy model; the aperture operands read as 64-bit
 values; hand-written flat accesses outside the private or group segment are stopped; decode equals llvm-objdump."""
-import re
 import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from llvm_tools import assemble_co, needs_llvm, objdump
+from llvm_tools import assemble_co, decode_mismatches, needs_llvm
 from sage_co.emu import Device, EmuError
-from sage_co.emu.disasm import disassemble, text_and_symbols
 from sage_co.emu.state import APERTURE_OPERANDS, PRIVATE_BASE, SHARED_BASE, SRC_PRIVATE_BASE
 
 CO = Path(__file__).parent / "corpus" / "clang" / "flat_private.co"
@@ -142,11 +140,7 @@ def test_aperture_operands_and_bounds(kind, offset, ok, tmp_path):
 
 @needs_llvm
 def test_decode_matches_objdump():
-    blob, addr, _ = text_and_symbols(CO.read_bytes())
-    got = dict(disassemble(blob, addr))
-    want = [(int(m.group(2), 16), " ".join(m.group(1).split())) for m in
-            (re.match(r"\s+(.*?)\s*// ([0-9A-F]+):", ln) for ln in objdump(CO).splitlines()) if m]
-    bad = [(hex(o), t, got.get(o)) for o, t in want if got.get(o) != t]
+    want, bad = decode_mismatches(CO)
     assert want and not bad, bad[:10]
     text = " ".join(t for _, t in want)
     assert "src_private_base" in text and "src_shared_base" in text and "flat_atomic_add_u32" in text

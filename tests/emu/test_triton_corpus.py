@@ -7,7 +7,6 @@ Each kernel is built twice: with LLVM's default for gfx12 (real-true16: `v_mov_b
 on register halves) and with -real-true16 (`*_t16off`); both run and decode as llvm-objdump prints them
 (`--mattr=+real-true16` for the true16 builds)."""
 import json
-import re
 import struct
 from pathlib import Path
 
@@ -15,9 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from llvm_tools import needs_llvm, objdump
+from llvm_tools import decode_mismatches, needs_llvm
 from sage_co.emu import Device
-from sage_co.emu.disasm import disassemble, text_and_symbols
 
 HERE = Path(__file__).parent / "corpus" / "triton"
 NAMES = sorted(p.stem for p in HERE.glob("*.co"))
@@ -179,10 +177,5 @@ def test_decode_matches_objdump(name, true16):
     """Every build in LLVM's real-true16 view; the -real-true16 builds also in its default view (the default view
     has no spelling for v_mov_b16_e32, which the true16 builds use)."""
     path = HERE / f"{name}.co"
-    blob, addr, _ = text_and_symbols(path.read_bytes())
-    got = dict(disassemble(blob, addr, true16=true16))
-    text = objdump(path, *(["--mattr=+real-true16"] if true16 else []))
-    want = [(int(m.group(2), 16), " ".join(m.group(1).split())) for m in
-            (re.match(r"\s+(.*?)\s*// ([0-9A-F]+):", ln) for ln in text.splitlines()) if m]
-    bad = [(hex(o), t, got.get(o)) for o, t in want if got.get(o) != t]
+    want, bad = decode_mismatches(path, true16=true16)
     assert want and not bad, bad[:10]
