@@ -29,7 +29,7 @@ VGPR_GRANULE = 24
 MAX_WAVES_PER_SIMD = 16
 LDS_PER_WGP = 128 << 10                     # §Occupancy: 128 KiB per WGP
 LDS_MAX_PER_WG = 64 << 10                   # §Occupancy: one workgroup allocates at most 65536 B
-LANES = 32
+LANES = 32                                  # wave32 (docs/rdna4.md §Code object)
 
 
 # ------------------------------------------------------------------------------------------- fitted / assumed

@@ -15,9 +15,9 @@ import re
 import perfmodel  # noqa: F401  (sys.path: the repository root and tools/)
 from disasm_check import Line as Inst  # noqa: F401
 from disasm_check import classify, disassemble, parse_objdump  # noqa: F401
+from perfmodel.hardware import LANES
 from sage_co.emu.facts import CLASSES, facts  # noqa: F401
 
-LANES = 32                                  # wave32 (docs/rdna4.md §Code object)
 
 
 def is_wmma(mnemonic: str) -> bool:

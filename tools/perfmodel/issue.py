@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from perfmodel.hardware import (CLOCK_HZ, DRAM_BYTES_PER_S, INFINITY_CACHE, LDS_BYTES_PER_CLK_PER_SIMD, PEAK_OPS,
                                 SIMDS, TRANS_CYCLES)
 from perfmodel.stream import HEAD_DIM, KEY_TILE, PAD, QUERY_TILE, WAVES_PER_WG, KernelModel, Mix
+from perfmodel.simulate import SimResult
 
 
 @dataclass

@@ -12,10 +12,11 @@ from perfmodel.emulated import emulate_workgroup
 from perfmodel.hardware import CALIBRATED, DRAM_BYTES_PER_S, INFINITY_CACHE, Params
 from perfmodel.launch_model import Launch, LaunchResult, model_launch
 from perfmodel.stream import HEAD_DIM, PAD, QUERY_TILE, analyze
+from sage_co import abi
 
 HSACO = ROOT / "hsaco" / "gfx1201"
 KERNELS = {"hip": HSACO / "gfx1201_sage_attention_hip.co", "asm": HSACO / "gfx1201_sage_attention_asm.co"}
-BLOCK = 128                                 # 4 waves per workgroup (sage_co/ops/attention.py)
+BLOCK = abi.ATTENTION_BLOCK[0]              # threads per attention workgroup (sage_co/abi.py)
 EMU_S = 2048                                # the emulated workgroup's sequence (counts per iteration, LDS passes)
 SHAPES = [(1, 24, s) for s in (1536, 4096, 16384, 75600)]
 FLY_BLOCK_M = 256                           # FlyDSL: 256 queries per 16-wave workgroup, 64 keys per iteration

@@ -15,14 +15,15 @@ from pathlib import Path
 from perfmodel.hardware import WMMA_OPS, waves_by_lds, waves_by_vgprs, wmma_cycles
 from perfmodel.isa import CLASSES, Inst, classify, wave_bytes
 from perfmodel.isa import disassemble as isa_disassemble
+from sage_co import abi
 
-# The attention kernels' geometry the per-tile figures are normalised to (sage_co/ops/attention.py)
-QUERY_TILE = 64                             # queries per workgroup of the shipped kernels, grid x = S_pad / 64
-WAVES_PER_WG = 4
-QUERIES_PER_WAVE = QUERY_TILE // WAVES_PER_WG
-HEAD_DIM = 128
-PAD = 64                                    # prepare pads S to a multiple of 64 (sage_co.prepared.PAD)
-KEY_TILE = 64                               # every per-tile figure is per 64-key tile of one wave
+# The attention kernels' geometry the per-tile figures are normalised to: the one definition is sage_co/abi.py
+QUERY_TILE = abi.QUERY_TILE                 # queries per workgroup of the shipped kernels, grid x = S_pad / 64
+WAVES_PER_WG = abi.ATTENTION_WAVES
+QUERIES_PER_WAVE = abi.WAVE_QUERIES
+HEAD_DIM = abi.HEAD_DIM
+PAD = abi.PAD                               # prepare pads S to a multiple of 64
+KEY_TILE = abi.KEY_TILE                     # every per-tile figure is per 64-key tile of one wave
 
 
 # ------------------------------------------------------------------------------------------- instruction mix
