@@ -18,7 +18,6 @@ wave, when the emulated workgroup cannot give them (--no-emulate, or --emu-arg).
 from __future__ import annotations
 
 import argparse
-import struct
 import json
 import sys
 from pathlib import Path
@@ -26,22 +25,23 @@ from pathlib import Path
 from perfmodel.hardware import PEAK_RATE
 
 
-def _pairs(items: list[str], flag: str) -> dict[str, int | bytes]:
+def _pairs(items: list[str], flag: str) -> dict:
+    from perfmodel.emulated import Fields
     out = {}
     for item in items or []:
         name, eq, value = item.partition("=")
         if not eq or not name:
             raise ValueError(f"{flag} {item!r}: expected NAME=VALUE")
-        if value.startswith("u32:"):      # a pointer argument's buffer contents
+        if ":" in value:                  # fields: a by-value struct, or a pointer argument's buffer contents
             try:
-                out[name] = struct.pack(f"<{value.count(',') + 1}I", *(int(w, 0) for w in value[4:].split(",")))
-            except (ValueError, struct.error):
-                raise ValueError(f"{flag} {item!r}: u32:A,B,... takes comma-separated u32 words") from None
+                out[name] = Fields.parse(value)
+            except ValueError as e:
+                raise ValueError(f"{flag} {name}: {e}") from None
             continue
         try:
             out[name] = int(value, 0)
         except ValueError:
-            raise ValueError(f"{flag} {item!r}: VALUE must be an integer") from None
+            raise ValueError(f"{flag} {item!r}: VALUE must be an integer or KIND:V,... fields") from None
     return out
 
 

@@ -134,52 +134,150 @@ def arg_names(kernel) -> list[str]:
     return [a.get(".name", "").removesuffix(".coerce") or f"arg{i}" for i, a in enumerate(kernel.explicit_args)]
 
 
-def pack_kernargs(kernel, values: dict) -> tuple[bytes, list[str]]:
-    """Explicit kernargs from the metadata: pointers take `values[name]` (an address), by-value arguments an int.
-    Returns (bytes, names of pointer arguments)."""
+# field kinds of a by-value argument given field by field: struct format and size (natural alignment, as the C
+# struct the compiler laid out: docs/rdna4.md §Entry "Kernel Argument Layout"); "ptr" is an 8-byte pointer field
+# whose value is an emulated buffer (its size in bytes, or its contents)
+FIELD_KINDS = {"u8": ("<B", 1), "i8": ("<b", 1), "u16": ("<H", 2), "i16": ("<h", 2), "u32": ("<I", 4),
+               "i32": ("<i", 4), "f32": ("<f", 4), "u64": ("<Q", 8), "i64": ("<q", 8), "f64": ("<d", 8),
+               "ptr": ("<Q", 8)}
+
+
+@dataclass(frozen=True)
+class Fields:
+    """An argument given field by field, each (kind, value) at its natural alignment (FIELD_KINDS): a by-value
+    struct of any size (e.g. gcnasm's 56-byte opus_attn_kargs: four "ptr" fields, four "i32", one "f32"), or the
+    contents of a pointer argument's buffer (then no "ptr" fields). A "ptr" field's value is the byte size of the
+    zeroed buffer the emulated workgroup gets, or bytes (its contents); its address is written into the field."""
+    items: tuple
+
+    def __post_init__(self):
+        for kind, value in self.items:
+            if kind not in FIELD_KINDS:
+                raise ValueError(f"field kind {kind!r}: expected one of {sorted(FIELD_KINDS)}")
+            if kind == "ptr" and not (isinstance(value, (bytes, bytearray)) or (isinstance(value, int) and value > 0)):
+                raise ValueError(f"ptr field: expected a buffer size in bytes (> 0) or bytes, got {value!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> "Fields":
+        """'KIND:V,V,...,KIND:V,...' (a value without a kind takes the previous one's): 'ptr:1M,ptr:1M,i32:4,32,
+        f32:0.088' or 'u32:4,0,1'. Integers in any base Python reads ('0x3db504f3'); a ptr's size may end in K/M/G
+        (binary units); 'hex:0a0b..' appends raw bytes."""
+        items, kind = [], None
+        for part in text.split(","):
+            head, colon, value = part.strip().partition(":")
+            if colon and (head in FIELD_KINDS or head == "hex"):
+                kind = head
+            else:
+                value = part.strip()
+            if kind is None:
+                raise ValueError(f"{text!r}: the first value needs a kind ({', '.join(sorted(FIELD_KINDS))}, hex)")
+            try:
+                if kind == "hex":
+                    items += [("u8", b) for b in bytes.fromhex(value)]
+                elif kind == "ptr":
+                    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(value[-1:].upper(), 1)
+                    items.append((kind, int(value[:-1] if mult > 1 else value, 0) * mult))
+                elif kind[0] == "f":
+                    items.append((kind, float(value)))
+                else:
+                    items.append((kind, int(value, 0)))
+            except ValueError:
+                raise ValueError(f"{text!r}: {value!r} is not a {kind} value") from None
+        return cls(tuple(items))
+
+    @property
+    def pointers(self) -> int:
+        return sum(k == "ptr" for k, _ in self.items)
+
+    def pack(self, alloc=None) -> bytes:
+        """The bytes at natural alignment; alloc(size or bytes) -> address gives each "ptr" field its buffer."""
+        out = bytearray()
+        for kind, value in self.items:
+            fmt, size = FIELD_KINDS[kind]
+            out += bytes(-len(out) % size)
+            if kind == "ptr":
+                if alloc is None:
+                    raise ValueError("a ptr field needs a device to allocate its buffer (not inside a buffer)")
+                value = alloc(value)
+            elif fmt[-1] in "fd":
+                value = float(value)
+            elif not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"{kind} field: expected an int, got {value!r}")
+            elif fmt[-1].isupper() and value < 0:
+                value += 1 << (8 * size)        # a negative value for an unsigned field: its two's complement
+            try:
+                out += struct.pack(fmt, value)
+            except struct.error as e:
+                raise ValueError(f"{kind} field: {value!r} does not fit ({e})") from None
+        return bytes(out)
+
+
+def pack_kernargs(kernel, values: dict, alloc=None) -> tuple[bytes, list[str]]:
+    """Explicit kernargs from the metadata: pointers take `values[name]` (an address); a by-value argument an int
+    (1/2/4/8 bytes), bytes, or Fields (any size: zero-padded to the argument's size, never truncated; its "ptr"
+    fields get buffers from alloc). Returns (bytes, names of pointer arguments)."""
     out = bytearray(max((a[".offset"] + a[".size"] for a in kernel.explicit_args), default=0))
     pointers = []
     for name, a in zip(arg_names(kernel), kernel.explicit_args):
         if name not in values:
             raise ValueError(f"--arg {name}=VALUE: kernel argument {name!r} ({a['.value_kind']}, {a['.size']} B) "
                              "has no value")
-        v = int(values[name])
+        v = values[name]
         if a[".value_kind"] == "global_buffer":
             pointers.append(name)
+        if isinstance(v, (Fields, bytes, bytearray)):
+            if a[".value_kind"] == "global_buffer":
+                raise ValueError(f"kernel argument {name!r} is a pointer: its value is an address, not fields")
+            raw = v.pack(alloc) if isinstance(v, Fields) else bytes(v)
+            if len(raw) > a[".size"]:
+                raise ValueError(f"kernel argument {name!r}: {len(raw)} bytes given for a {a['.size']}-byte "
+                                 "by-value argument")
+            out[a[".offset"]:a[".offset"] + len(raw)] = raw
+            continue
+        v = int(v)
         fmt = {1: "<b", 2: "<h", 4: "<i", 8: "<q"}.get(a[".size"])
         if fmt is None:
-            raise ValueError(f"kernel argument {name!r}: {a['.size']}-byte by-value arguments are not supported")
+            raise ValueError(f"kernel argument {name!r}: a {a['.size']}-byte by-value argument takes its bytes or "
+                             "its fields (e.g. --arg NAME=ptr:BYTES,i32:4,f32:0.5), not one integer")
         if a[".value_kind"] == "global_buffer" or v >= 1 << (8 * a[".size"] - 1):
             fmt = fmt.upper()
         struct.pack_into(fmt, out, a[".offset"], v)
     return bytes(out), pointers
 
 
-def emulate_workgroup(path: Path, symbol: str, block: int, args: dict[str, int], text_addr: int,
+def emulate_workgroup(path: Path, symbol: str, block: int, args: dict, text_addr: int,
                       dynamic_lds: int = 0) -> WorkgroupRun:
-    """Run the first workgroup (grid 1,1,1) of `symbol` at the given by-value arguments. A pointer argument gets a
-    zeroed buffer of args[name] bytes (DEFAULT_BUFFER_BYTES when absent), or args[name] itself when it is bytes
-    (real data: data-dependent branches, such as an attention kernel's O rescale, then run as often as they would;
-    on zeroed buffers they take their zero-input path)."""
+    """Run the first workgroup (grid 1,1,1) of `symbol` at the given arguments. A pointer argument gets a
+    zeroed buffer of args[name] bytes (DEFAULT_BUFFER_BYTES when absent), or args[name] itself when it is bytes or
+    Fields without pointers (real data: data-dependent branches, such as an attention kernel's O rescale, then run
+    as often as they would; on zeroed buffers they take their zero-input path). A by-value argument is an int, its
+    bytes, or Fields (a struct of any size, whose "ptr" fields get emulated buffers the same way), so a code
+    object runs as built whatever its metadata names."""
     from sage_co import codeobj
     from sage_co.emu import Device
     co = codeobj.read_file(path)
     kernel = co.kernel(symbol)
     dev = Device(1 << 24)
     mod = dev.load(Path(path).read_bytes(), str(path))
-    values = {n: v for n, v in args.items() if not isinstance(v, (bytes, bytearray))}
     unknown = sorted(set(args) - set(arg_names(kernel)))
     if unknown:
         raise ValueError(f"--arg: {unknown} are not arguments of {symbol} (its arguments: {arg_names(kernel)})")
-    ptr_names = [n for n, a in zip(arg_names(kernel), kernel.explicit_args) if a[".value_kind"] == "global_buffer"]
-    for name in ptr_names:
-        data = args.get(name, DEFAULT_BUFFER_BYTES)
+
+    def buffer(data) -> int:
+        if isinstance(data, Fields):
+            data = data.pack()
         if isinstance(data, (bytes, bytearray)):
-            values[name] = dev.alloc(max(4, len(data)))
-            dev.write(values[name], bytes(data))
-        else:
-            values[name] = dev.alloc(int(data))
-    kernargs, _ = pack_kernargs(kernel, values)
+            addr = dev.alloc(max(4, len(data)))
+            dev.write(addr, bytes(data))
+            return addr
+        return dev.alloc(int(data))
+    values = {}
+    for name, a in zip(arg_names(kernel), kernel.explicit_args):
+        if a[".value_kind"] == "global_buffer":
+            values[name] = buffer(args.get(name, DEFAULT_BUFFER_BYTES))
+        elif name in args:
+            values[name] = args[name]
+    kernargs, _ = pack_kernargs(kernel, values, buffer)
     passes: dict[int, list[int]] = {}
 
     def record(pc, addr, m, nbytes):

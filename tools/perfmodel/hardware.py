@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
 
 
 # ------------------------------------------------------------------------------------------- sourced figures
 BOOST_CLOCK_HZ = 2.92e9                     # §Throughput: R9700 boost 2920 MHz (the issue-bound bound uses it)
 CLOCK_HZ = BOOST_CLOCK_HZ
+RX9070XT_BOOST_HZ = 2.97e9                  # §Throughput "Clocks": RX 9070 XT boost 2970 MHz (the gcnasm board)
+WMMA_BF16_MEASURED = 200e12                 # §Throughput "Clocks": ~200 TFLOPS BF16 WMMA measured on that board
 CUS = 64                                    # §Throughput: 64 CUs = 32 WGPs x 2 CUs, 2 SIMD32 per CU
 WGPS = CUS // 2
 SIMDS = 2 * CUS
@@ -16,14 +18,18 @@ SIMDS_PER_WGP = 4
 PEAK_RATE = {"int8": 2048, "fp8": 2048, "bf16": 1024, "fp16": 1024}   # §Throughput: dense OP|FLOP/clk/CU
 PEAK_OPS = PEAK_RATE["int8"] * CUS * CLOCK_HZ    # 382.7 TOPS INT8/FP8 dense at boost
 PEAK_BF16 = PEAK_RATE["bf16"] * CUS * CLOCK_HZ   # 191.4 TFLOPS
+# the clock the WMMA measurement needs at the sourced rate: 200e12 / (1024 x 64) = 3.05 GHz, i.e. that board ran
+# matrix work at (at least) its 2.97 GHz boost (docs/rdna4.md §Throughput "Clocks")
+WMMA_MEASURED_CLOCK_HZ = WMMA_BF16_MEASURED / (PEAK_RATE["bf16"] * CUS)
 WMMA_OPS = 2 * 16 * 16 * 16                 # one 16x16x16 WMMA
 TRANS_CYCLES = 4                            # §Throughput: TRANS quarter rate, separate pipeline
-LDS_BYTES_PER_CLK_PER_SIMD = 128 / 2        # §Memory: ~128 B/clk per CU half (UNVERIFIED), shared by 2 SIMDs
+LDS_PASS_BYTES = 128                        # §Memory: one pass = 32 dword banks x 4 B
 LDS_BANKS = 32                              # §Memory: 32 dword banks per CU half (one per CU/SIMD pair)
 SIMDS_PER_LDS_HALF = 2                      # §Memory: "two sets of 32 (one per CU/SIMD pair)"
 DRAM_BYTES_PER_S = 640e9                    # §Throughput table: 256-bit GDDR6 at 20 Gbps
 INFINITY_CACHE = 64 << 20                   # §Throughput table (ROCMDOC)
 L2_BYTES = 8 << 20                          # §Throughput table (ROCMDOC)
+L0_VECTOR_BYTES = 32 << 10                  # §Throughput table (ROCMDOC): L0 vector cache per CU
 VGPR_FILE = 1536                            # §Occupancy: VGPRs per SIMD lane slice
 VGPR_GRANULE = 24
 MAX_WAVES_PER_SIMD = 16
@@ -32,20 +38,45 @@ LDS_MAX_PER_WG = 64 << 10                   # §Occupancy: one workgroup allocat
 LANES = 32                                  # wave32 (docs/rdna4.md §Code object)
 
 
-# ------------------------------------------------------------------------------------------- fitted / assumed
+# ------------------------------------------------------------------------------------------- the parameter set
+def _p(default, status: str, why: str):
+    """A model parameter: its value, its status (SOURCED / FITTED / ASSUMED) and where it comes from."""
+    return field(default=default, metadata={"status": status, "why": why})
+
+
 @dataclass(frozen=True)
 class Params:
-    """The calibrated model's parameters. `fitted` ones were chosen on the four FlyDSL references (calibration.py,
-    docs/performance.md §Calibration); the others are stated assumptions the fit did not touch."""
-    clock_hz: float = 2.15e9            # FITTED: sustained clock under a matrix load (boost 2.92 GHz, game 2.35 GHz;
-                                        # it also absorbs what the model leaves out, docs/performance.md)
-    lds_latency: int = 32               # FITTED: LDS load-to-use, clocks (24..40 fit alike; 128 puts BF16 +50 % off)
-    global_latency: int = 500           # ASSUMED: VMEM load-to-use (L2/Infinity Cache hit), clocks
-    barrier_latency: int = 16           # ASSUMED: last signal -> release of s_barrier_wait, clocks
-    l2_bytes_per_clk: float = 2048.0    # ASSUMED: L2 -> CUs, whole GPU (16 channels x 128 B), bytes per clock
-    launch_overhead_s: float = 4e-6     # ASSUMED: kernel launch + first-wave ramp per launch
-    quant_passes: float = 5.0           # ASSUMED: bytes moved per element of a per-tensor bf16 -> fp8 quantization
-                                        # (amax pass reads 2 B, quantize pass reads 2 B and writes 1 B)
+    """The one parameter set of the calibrated model, for every kernel family (docs/performance.md §Calibration).
+    Each field says whether it is SOURCED (a fact of docs/rdna4.md), FITTED (chosen on the calibration references:
+    FlyDSL x 4 and gcnasm x 3 kernels) or ASSUMED (a stated physical assumption the fit did not move). Override
+    by name with `params.override(name=value)` or `with_overrides(mapping)` (`perf_model.py --refit REPORT.json`
+    sets measured values so)."""
+    clock_hz: float = _p(RX9070XT_BOOST_HZ, "SOURCED",
+                         "sustained clock under matrix load = the RX 9070 XT boost 2.97 GHz; the ~200 TFLOPS BF16 "
+                         "WMMA measurement on that board needs >= 3.05 GHz at 1024 FLOP/clk/CU, so the boost is its "
+                         "bound, not a fit (R9700 boost 2.92 GHz: -1.7 %) [docs/rdna4.md §Throughput \"Clocks\"]")
+    lds_bytes_per_clk: float = _p(72.0, "FITTED",
+                                  "LDS bytes per clock per CU (its LDS half, shared by its 2 SIMDs): a 32-bank pass "
+                                  "of 128 B holds the half 128 / 72 = 1.8 clocks; set by FlyDSL's LDS-staged "
+                                  "kernels (64..80 keep them within +-17 %); the RDNA2/3 wording of one access per "
+                                  "bank per clock would be 128, which puts FlyDSL 25 % fast [§Memory]")
+    lds_latency: int = _p(32, "ASSUMED", "LDS load-to-use, clocks (LLVM generic 20; 24..64 change no reference by "
+                                         "more than 6 %)")
+    global_latency: int = _p(400, "FITTED", "VMEM load-to-use, clocks: an L2 hit (K/V of the resident heads fit "
+                                            "the 8 MiB L2); 400 clk = 135 ns at 2.97 GHz; sets the gcnasm kernels, "
+                                            "which re-read K/V from global per wave")
+    barrier_latency: int = _p(16, "ASSUMED", "last s_barrier_signal -> release of s_barrier_wait, clocks")
+    l2_bytes_per_clk: float = _p(2048.0, "ASSUMED", "L2 -> CUs, whole GPU (16 channels x 128 B), bytes per clock; "
+                                                    "every wave's VMEM bytes cross it (no L0 credit: 32 KiB per CU "
+                                                    "against 64 KiB of K/V per iteration of gcnasm's 4 resident "
+                                                    "workgroups)")
+    valu_coissue_wmma: bool = _p(False, "ASSUMED", "a VALU op of another wave may issue while a WMMA runs [AMC: "
+                                                   "\"Can co-execute with VALU: False\"]")
+    trans_coissue_wmma: bool = _p(False, "ASSUMED", "the TRANS pipeline may run under a WMMA (a WMMA does not wait "
+                                                    "for it to drain)")
+    launch_overhead_s: float = _p(4e-6, "ASSUMED", "kernel launch + first-wave ramp per launch")
+    quant_passes: float = _p(5.0, "ASSUMED", "bytes moved per element of a per-tensor bf16 -> fp8 quantization "
+                                             "(amax pass reads 2 B, quantize pass reads 2 B and writes 1 B)")
 
     def peak(self, kind: str) -> float:
         """Dense WMMA peak in OP/s at this clock (§Throughput rates)."""
@@ -53,9 +84,44 @@ class Params:
             raise ValueError(f"peak: expected one of {sorted(PEAK_RATE)}, got {kind!r}")
         return PEAK_RATE[kind] * CUS * self.clock_hz
 
+    @property
+    def lds_pass_clocks(self) -> float:
+        """Clocks one 32-bank pass holds a CU's LDS half."""
+        return LDS_PASS_BYTES / self.lds_bytes_per_clk
+
+    def override(self, **changes) -> "Params":
+        """A copy with fields changed by name; an unknown name or a value of the wrong type is an error naming it."""
+        known = {f.name: f for f in fields(self)}
+        unknown = sorted(set(changes) - set(known))
+        if unknown:
+            raise ValueError(f"Params: unknown parameter(s) {unknown}; known: {sorted(known)}")
+        clean = {}
+        for name, v in changes.items():
+            want = type(getattr(self, name))
+            if want is bool:
+                if not isinstance(v, bool):
+                    raise ValueError(f"Params.{name}: expected true/false, got {v!r}")
+            elif isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"Params.{name}: expected a positive number, got {v!r}")
+            clean[name] = want(v) if want is not int else int(round(v))
+        return replace(self, **clean)
+
+    @classmethod
+    def table(cls) -> list[tuple[str, object, str, str]]:
+        """(name, value, status, source or assumption) of every parameter of CALIBRATED."""
+        return [(f.name, getattr(CALIBRATED, f.name), f.metadata["status"], f.metadata["why"]) for f in fields(cls)]
+
 
 CALIBRATED = Params()
-FITTED = ("clock_hz", "lds_latency")
+FITTED = tuple(f.name for f in fields(Params) if f.metadata["status"] == "FITTED")
+
+
+def with_overrides(values: dict, params: Params = CALIBRATED) -> Params:
+    """params with the named fields replaced (e.g. from a measurement report); see Params.override."""
+    return params.override(**values)
+
+
+LDS_BYTES_PER_CLK_PER_SIMD = CALIBRATED.lds_bytes_per_clk / SIMDS_PER_LDS_HALF   # the issue-bound bound's LDS rate
 
 ASSUMPTIONS = [
     ("WMMA", "iu8/fp8/bf8/iu4 16x16x16: 8 cycles per SIMD; f16/bf16: 16 (swmmac alike)", "§Throughput [AMC]"),
@@ -65,20 +131,21 @@ ASSUMPTIONS = [
               "the pipeline overlaps other VALU issue but NOT WMMA (WMMA owns the SIMD's vector datapath): "
               "vector port = WMMA + max(VALU issue, 4 x TRANS)", "§Throughput [LLVM-SCHED] + decision"),
     ("WMMA vs VALU", "WMMA cannot co-execute with VALU on its SIMD, for any wave: WMMA cycles and VALU issue "
-                     "cycles add on the SIMD's vector port, whatever the occupancy", "§WMMA, §Hazards 7 [AMC]"),
+                     "cycles add on the SIMD's vector port, whatever the occupancy (Params.valu_coissue_wmma)",
+     "§WMMA, §Hazards 7 [AMC]"),
     ("scalar/memory issue", "SALU, SMEM, branch, s_wait*/s_delay_alu/barrier, LDS and VMEM instructions: one "
-                            "issue cycle each on a second port; waits cost no stall (latency is assumed hidden)",
-     "decision"),
+                            "issue cycle each on a second port; s_setprio orders the arbitration",
+     "decision; §Throughput \"s_setprio\""),
     ("occupancy", "workgroups per WGP = min over VGPRs (per SIMD), LDS (128 KiB per WGP), wave slots (16 per "
                   "SIMD); a workgroup's waves go round-robin over the WGP's 4 SIMDs", "§Occupancy + decision"),
-    ("LDS", "32 dword banks per CU half shared by 2 SIMDs; an access takes one pass per 128 B (b64: 16 lanes, "
-            "b128: 8 lanes per pass) times its bank-conflict degree from the emulated addresses",
-     "§Memory [LDSDOC, UNVERIFIED for RDNA4]"),
+    ("LDS", f"32 dword banks per CU half shared by 2 SIMDs; an access takes one pass per 128 B (b64: 16 lanes, "
+            f"b128: 8 lanes per pass) times its bank-conflict degree from the emulated addresses; a pass holds the "
+            f"half 128 / Params.lds_bytes_per_clk clocks", "§Memory [LDSDOC, UNVERIFIED for RDNA4] + fit"),
     ("memory", "640 GB/s DRAM; K/V of a head are read from DRAM once while they fit the 64 MiB Infinity Cache; "
                "L2 -> CU traffic bounded by Params.l2_bytes_per_clk", "§Throughput table + decision"),
-    ("clock / grid", "the sustained clock under matrix load is fitted (Params.clock_hz); workgroups are "
-                     "dispatched round-robin over the 32 WGPs, the busiest WGP sets the time",
-     "§Throughput [ZINC] + fit"),
+    ("clock / grid", "the sustained clock is the RX 9070 XT boost (Params.clock_hz, SOURCED and bounded by the "
+                     "WMMA measurement); workgroups are dispatched round-robin over the 32 WGPs, the busiest WGP "
+                     "sets the time", "§Throughput \"Clocks\""),
 ]
 
 

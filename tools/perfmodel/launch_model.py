@@ -110,11 +110,12 @@ def loop_streams(km: KernelModel, iter_mix: Mix | None, iterations: int) -> tupl
     return diffuse_paths(paths, iter_mix.counts(), iterations)
 
 
-def _with_lds(ops, insts, run: WorkgroupRun | None):
-    """Each LDS access's clocks as its SIMD sees them: emulated passes x SIMDs per LDS half."""
+def _with_lds(ops, insts, run: WorkgroupRun | None, params: Params = CALIBRATED):
+    """Each LDS access's clocks as its SIMD sees them: emulated passes x clocks per pass x SIMDs per LDS half."""
     if run is None:
         return ops
-    return [replace(op, lds_clocks=run.lds_passes[ins.addr] * SIMDS_PER_LDS_HALF)
+    per_pass = params.lds_pass_clocks * SIMDS_PER_LDS_HALF
+    return [replace(op, lds_clocks=run.lds_passes[ins.addr] * per_pass)
             if op.cls == "LDS" and ins.addr in run.lds_passes else op for op, ins in zip(ops, insts)]
 
 
@@ -124,6 +125,13 @@ def _straight(km: KernelModel, run: WorkgroupRun | None) -> list:
     out = [i for i in km.insts if not km.loop.contains(i.addr) and i.mnemonic != "s_code_end"
            and (run is None or run.counts.get(i.addr, 0) > 0)]
     return out
+
+
+def latencies(params: Params = CALIBRATED, wg_waves: int = 0) -> Latencies:
+    """The simulator's rules from the parameter set (the one place Params reaches simulate.Latencies)."""
+    return Latencies(lds=params.lds_latency, global_=params.global_latency, barrier=params.barrier_latency,
+                     lds_bytes_per_clk=params.lds_bytes_per_clk / SIMDS_PER_LDS_HALF, wg_waves=wg_waves,
+                     valu_overlaps_wmma=params.valu_coissue_wmma, trans_overlaps_wmma=params.trans_coissue_wmma)
 
 
 def model_launch(km: KernelModel, launch: Launch, run: WorkgroupRun | None = None,
@@ -149,19 +157,18 @@ def model_launch(km: KernelModel, launch: Launch, run: WorkgroupRun | None = Non
     if km.private_bytes:
         notes.append(f"scratch: {km.private_bytes} B per lane; its accesses count as VMEM traffic through L2")
 
-    lat = Latencies(lds=params.lds_latency, global_=params.global_latency, barrier=params.barrier_latency,
-                    wg_waves=occ.waves_per_simd_per_wg)
+    lat = latencies(params, occ.waves_per_simd_per_wg)
     if variant:
         lat = replace(lat, **variant)
         notes.append(f"what-if: simulator rules {variant}")
     body = [i for i in km.insts if km.loop.contains(i.addr)]
     paths, order = loop_streams(km, iter_mix, SIM_ITERATIONS)
-    streams = [_with_lds(decode_path(p, body), p, run) for p in paths]
+    streams = [_with_lds(decode_path(p, body), p, run, params) for p in paths]
     if transform is not None:
         streams = [transform(st) for st in streams]
         notes.append("what-if: the loop stream was transformed")
     fixed_insts = _straight(km, run)
-    fixed_ops = _with_lds(decode_path(fixed_insts), fixed_insts, run) if fixed_insts else []
+    fixed_ops = _with_lds(decode_path(fixed_insts), fixed_insts, run, params) if fixed_insts else []
     mix = iter_mix or km.static_iter
     bytes_per_wave_iter = mix.load_bytes + mix.store_bytes
 

@@ -23,9 +23,9 @@ WMMA_EXTRA = 4          # ASSUMPTION (no source): a WMMA result is ready `cycles
 SALU_LATENCY = 2        # ASSUMPTION: s_delay_alu SALU_CYCLE_1..3 [LLVM-DLY] -> SALU results within ~1-3 clk
 LDS_LATENCY = CALIBRATED.lds_latency   # ASSUMPTION: LDS load-to-use; LLVM's generic model says 20 (§Throughput),
                         # published RDNA microbenchmarks put it in the tens of ns (~60-100 clk): hardware.Params
-LDS_BYTES_PER_CLK = LDS_BYTES_PER_CLK_PER_SIMD   # §Memory: 64 B/clk per SIMD, as the issue-bound model
-GLOBAL_LATENCY = CALIBRATED.global_latency   # ASSUMPTION: VMEM load-to-use; LLVM generic 320 (§Throughput), an L2 hit ~300, IC/DRAM
-                        # more: 500 chosen (K/V are L2/Infinity Cache hits shared by the resident workgroups)
+LDS_BYTES_PER_CLK = LDS_BYTES_PER_CLK_PER_SIMD   # §Memory: Params.lds_bytes_per_clk / 2 SIMDs, as the issue-bound model
+GLOBAL_LATENCY = CALIBRATED.global_latency   # FITTED (hardware.Params): VMEM load-to-use of an L2 hit; LLVM
+                        # generic 320 (§Throughput); K/V of the resident heads fit the 8 MiB L2
 SMEM_LATENCY = 100      # ASSUMPTION: scalar-cache hit
 BARRIER_LATENCY = CALIBRATED.barrier_latency   # ASSUMPTION: s_barrier_signal -> s_barrier_wait release round trip, no source
 BRANCH_TAKEN = 4        # ASSUMPTION: a taken branch refetches; the wave's next issue is 4 clk later
@@ -74,8 +74,10 @@ class Latencies:
     branch: int = BRANCH_TAKEN
     ports: int = 2                      # 2: vector + scalar/memory issue per clock; 1: one issue per SIMD per clock
     trans_overlaps_wmma: bool = False   # variant: a WMMA may start while the TRANS pipeline drains
+    valu_overlaps_wmma: bool = False    # variant: VALU/TRANS of any wave may issue while a WMMA holds the matrix unit
     wmma_counts_vdst: bool = False      # variant: in-flight WMMA results hold DS/VMEM issue (VA_VDST)
     barrier_colocated: bool = False     # variant: a barrier waits for all waves of the SIMD (one workgroup)
+    setprio: bool = True                # s_setprio orders the arbitration (False: every wave alike, the old rule)
     wg_waves: int = 0                   # waves of one workgroup on this SIMD (0: each wave its own workgroup
                                         # slice, released by its own signal); barrier_colocated overrides
 
@@ -95,6 +97,7 @@ class Op:
     nop: int = 0                    # s_nop N: N extra clocks
     taken: bool = False             # a branch the stream follows to a non-adjacent address
     lds_clocks: float = 0.0         # LDS time of this access as this SIMD sees it (0: mem_bytes / bandwidth)
+    prio: int = -1                  # s_setprio N: the wave's new issue priority (-1: not an s_setprio)
 
 
 def decode(ins: Inst, taken: bool = False) -> Op:
@@ -117,10 +120,11 @@ def decode(ins: Inst, taken: bool = False) -> Op:
         wait_alu = ops.split("(")[0].strip()
     elif m == "s_nop":
         nop = int(ops.split()[0], 0) if ops.strip() else 0
+    prio = int(ops.split()[0], 0) & 3 if m == "s_setprio" and ops.strip() else -1
     mem = wave_bytes(m) if c in ("LDS", "VMEM_LOAD", "VMEM_STORE") and not m.startswith(("global_inv", "global_wb")) \
         else 0
     return Op(m, c, c in ("VALU", "TRANS", "WMMA"), srcs, dsts,
-              wmma_cycles(m) if c == "WMMA" else 0, mem, tuple(waits), wait_alu, nop, taken)
+              wmma_cycles(m) if c == "WMMA" else 0, mem, tuple(waits), wait_alu, nop, taken, prio=prio)
 
 
 def decode_path(path: list[Inst], body: list[Inst] | None = None) -> list[Op]:
@@ -162,6 +166,7 @@ class _Wave:
         self.waits_done = 0
         self.cache: tuple[int, str] | None = None   # (earliest clock, reason) of the head op, wave-local part
         self.done = False
+        self.prio = 0                            # s_setprio: the wave's issue priority (0..3)
 
 
 @dataclass
@@ -260,8 +265,9 @@ def simulate(ops: list[Op], waves: int, iterations: int = 12, lat: Latencies = L
         issued_v = issued_s = 0
         issued_cls = ""
         best_t, best_why = None, ""
-        # arbitration: the ready wave that has waited longest since it last issued (round-robin, oldest first)
-        for wi in sorted(range(waves), key=lambda i: (ws[i].last_issue, i)):
+        # arbitration: the highest s_setprio priority first (docs/rdna4.md §Throughput "s_setprio"), then the
+        # ready wave that has waited longest since it last issued (round-robin, oldest first)
+        for wi in sorted(range(waves), key=lambda i: (-ws[i].prio if lat.setprio else 0, ws[i].last_issue, i)):
             w = ws[wi]
             if w.done:
                 continue
@@ -277,7 +283,7 @@ def simulate(ops: list[Op], waves: int, iterations: int = 12, lat: Latencies = L
                 elif b > t:
                     t, why = b, "barrier"
             if op.vector:
-                if matrix_free > t:
+                if matrix_free > t and (op.cls == "WMMA" or not lat.valu_overlaps_wmma):
                     t, why = matrix_free, "WMMA"
                 if op.cls == "TRANS" and trans_free > t:
                     t, why = trans_free, "TRANS pipeline"
@@ -326,6 +332,8 @@ def simulate(ops: list[Op], waves: int, iterations: int = 12, lat: Latencies = L
                 w.signals.append(now)
             elif op.mnemonic == "s_barrier_wait":
                 w.waits_done += 1
+            if op.prio >= 0:
+                w.prio = op.prio
             if op.cls not in ("LDS", "VMEM_LOAD", "VMEM_STORE", "SMEM"):   # memory results: through the counters
                 for r in op.dsts:
                     w.ready[r], w.producer[r] = ready, kind

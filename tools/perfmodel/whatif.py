@@ -7,9 +7,9 @@ import math
 from dataclasses import replace
 
 from perfmodel.hardware import CALIBRATED, CUS, PEAK_RATE, WGPS, occupancy
-from perfmodel.launch_model import SIM_ITERATIONS, _with_lds, loop_streams
+from perfmodel.launch_model import SIM_ITERATIONS, _with_lds, latencies, loop_streams
 from perfmodel.restate import BLOCK, HEAD_DIM, our_kernel
-from perfmodel.simulate import Latencies, decode_path, simulate
+from perfmodel.simulate import decode_path, simulate
 from perfmodel.stream import Mix, iteration_paths
 
 B, H, S = 1, 24, 4096                       # the shape of the what-ifs (a FlyDSL reference shape)
@@ -30,9 +30,8 @@ def waves_sweep(variant: str, waves=(1, 2, 3, 4, 6, 8)) -> dict[int, float]:
     km, run, body = _streams(variant)
     mix, _ = dynamic_iteration_mix(km, run)
     paths, order = loop_streams(km, mix, SIM_ITERATIONS)
-    streams = [_with_lds(decode_path(p, body), p, run) for p in paths]
-    lat = Latencies(lds=CALIBRATED.lds_latency, global_=CALIBRATED.global_latency,
-                    barrier=CALIBRATED.barrier_latency, wg_waves=1)
+    streams = [_with_lds(decode_path(p, body), p, run, CALIBRATED) for p in paths]
+    lat = latencies(CALIBRATED, 1)
     return {w: simulate(streams[0], w, SIM_ITERATIONS, lat, variants=streams, order=order).cycles_per_iter
             for w in waves}
 
@@ -43,11 +42,10 @@ def rescale_bounds(variant: str) -> dict[str, float]:
     km, run, body = _streams(variant)
     paths = iteration_paths(km.insts, km.loop)
     by_valu = sorted(paths, key=lambda p: Mix.of(p).VALU)
-    lat = Latencies(lds=CALIBRATED.lds_latency, global_=CALIBRATED.global_latency,
-                    barrier=CALIBRATED.barrier_latency, wg_waves=1)
+    lat = latencies(CALIBRATED, 1)
     out = {}
     for name, p in (("never", by_valu[0]), ("always", by_valu[-1])):
-        out[name] = simulate(_with_lds(decode_path(p, body), p, run), 4, SIM_ITERATIONS, lat).cycles_per_iter
+        out[name] = simulate(_with_lds(decode_path(p, body), p, run, CALIBRATED), 4, SIM_ITERATIONS, lat).cycles_per_iter
     out["valu_never"], out["valu_always"] = Mix.of(by_valu[0]).VALU, Mix.of(by_valu[-1]).VALU
     return out
 
