@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 from perfmodel import ROOT
-from perfmodel.calibration import (TOLERANCE, Reference, calibrate, emulated, load_references, require_calibration_dir,
-                                   quant_seconds)
+from perfmodel.calibration import (Reference, calibrate, emulated, load_references, quant_seconds,
+                                   require_calibration_dir)
 from perfmodel.attention import attention_inputs, attention_symbol
 from perfmodel.emulated import emulate_workgroup
-from perfmodel.hardware import CALIBRATED, DRAM_BYTES_PER_S, INFINITY_CACHE, Params
+from perfmodel.hardware import CALIBRATED, DRAM_BYTES_PER_S, FITTED, INFINITY_CACHE, Params
 from perfmodel.launch_model import Launch, LaunchResult, model_launch
 from perfmodel.stream import HEAD_DIM, PAD, QUERY_TILE, analyze
 from sage_co import abi
@@ -84,13 +84,13 @@ def flydsl_kernel(ref: Reference, S: int, params: Params = CALIBRATED) -> Launch
 def restatement(folder=None, params: Params = CALIBRATED) -> list[dict]:
     refs = {}
     try:
-        for r in load_references(folder):
+        fly = [r for r in load_references(folder) if r.family == "flydsl"]
+        for r in fly:
             refs.setdefault(r.dtype, r)
             if r.S == 4096:
                 refs[r.dtype] = r
-        published = {(r.dtype, r.S, r.includes_quant): r.published_us for r in load_references(folder)}
-        published.update({("fp8", r.S, True): r.published_incl_quant_us for r in load_references(folder)
-                          if r.published_incl_quant_us})
+        published = {(r.dtype, r.S, r.includes_quant): r.published_us for r in fly}
+        published.update({("fp8", r.S, True): r.published_incl_quant_us for r in fly if r.published_incl_quant_us})
     except FileNotFoundError:
         refs, published = {}, {}
     rows = []
@@ -142,21 +142,66 @@ def variant_rows(params: Params = CALIBRATED) -> list[dict]:
     return rows
 
 
+def calibration_rows(folder=None, params: Params = CALIBRATED, rows=None) -> list[dict]:
+    """Every published run of both families, published vs modeled (and FlyDSL FP8 S=1536 with its quantization,
+    a published figure the fit did not use)."""
+    out = []
+    for r in rows if rows is not None else calibrate(folder, params):
+        out.append({"family": r.ref.family, "kernel": r.ref.kernel, "reference": r.ref.stem, "B": r.ref.B,
+                    "H": r.ref.H, "S": r.ref.S, "primary": r.ref.primary, "published_us": r.ref.published_us,
+                    "modeled_us": r.modeled_us, "error": r.error, "tolerance": r.ref.tolerance,
+                    "within": r.within, "published_tflops": r.published_tflops, "modeled_tflops": r.modeled_tflops,
+                    "binding": r.kernel.binding, "includes_quant": r.ref.includes_quant,
+                    "quant_us": r.quant_s * 1e6, "source": r.ref.source})
+        if r.ref.published_incl_quant_us and not r.ref.includes_quant:
+            t = r.modeled_us + quant_seconds(r.ref.elements, 3, params) * 1e6
+            out.append({**out[-1], "reference": r.ref.stem + " incl. quantization (not fitted)", "primary": False,
+                        "published_us": r.ref.published_incl_quant_us, "modeled_us": t,
+                        "error": t / r.ref.published_incl_quant_us - 1,
+                        "within": abs(t / r.ref.published_incl_quant_us - 1) <= r.ref.tolerance,
+                        "published_tflops": r.ref.flops / r.ref.published_incl_quant_us / 1e6,
+                        "modeled_tflops": r.ref.flops / t / 1e6, "includes_quant": True,
+                        "quant_us": t - r.modeled_us})
+    return out
+
+
 def print_calibration(folder=None, as_json: bool = False) -> int:
+    from perfmodel.calibration import NOISE, rank_inversions
     require_calibration_dir(folder)
     rows = calibrate(folder)
-    out = [{"reference": r.ref.stem, "published_us": r.ref.published_us, "modeled_us": r.modeled_us,
-            "error": r.error, "binding": r.kernel.binding, "includes_quant": r.ref.includes_quant,
-            "quant_us": r.quant_s * 1e6} for r in rows]
+    out = calibration_rows(folder, rows=rows)
+    inversions = rank_inversions(rows)
+    params = [{"name": n, "value": v, "status": st, "source": why} for n, v, st, why in Params.table()]
     if as_json:
-        print(json.dumps({"clock_ghz": CALIBRATED.clock_hz / 1e9, "rows": out}, indent=1))
+        print(json.dumps({"params": params, "rows": out, "rank_inversions": inversions}, indent=1))
     else:
-        print(f"Calibration (MODELED vs published; sustained clock {CALIBRATED.clock_hz / 1e9:.2f} GHz, fitted)")
-        for o in out:
-            q = f" (incl. {o['quant_us']:.0f} us modeled quantization)" if o["includes_quant"] else ""
-            print(f"  {o['reference']}: published {o['published_us']:.1f} us, modeled {o['modeled_us']:.1f} us"
-                  f"{q}, error {100 * o['error']:+.1f} %, binding {o['binding']}")
-    return 0 if all(abs(o["error"]) <= TOLERANCE for o in out) else 1
+        print(f"Calibration: MODELED vs published, one parameter set (clock {CALIBRATED.clock_hz / 1e9:.2f} GHz, "
+              f"SOURCED; fitted: {', '.join(FITTED)})")
+        for fam, title in (("flydsl", "FlyDSL (aiter PR #4188), B=1 H=24 D=128, goal +-15 %"),
+                           ("gcnasm", "gcnasm opus_attn_gfx1201 (RX 9070 XT), BF16 D=128, goal +-20 %")):
+            sel = [o for o in out if o["family"] == fam]
+            if not sel:
+                print(f"\n{title}: no references in the folder")
+                continue
+            print(f"\n{title}")
+            print(f"  {'run':66s} {'published':>18s} {'modeled':>18s} {'error':>7s}  binding (modeled)")
+            for o in sel:
+                q = f" (incl. {o['quant_us']:.0f} us quant.)" if o["includes_quant"] else ""
+                mark = "" if o["within"] else "  OUTSIDE"
+                print(f"  {o['reference'] + ('' if o['primary'] or 'incl.' in o['reference'] else ' (older PR)'):66s}"
+                      f" {o['published_us']:9.1f} us {o['published_tflops']:5.1f} TF"
+                      f" {o['modeled_us']:9.1f} us {o['modeled_tflops']:5.1f} TF {100 * o['error']:+6.1f} %  "
+                      f"{o['binding']}{q}{mark}")
+        prim = sorted((r for r in rows if r.ref.primary), key=lambda r: -r.published_tflops)
+        print(f"\nRank order (primary runs; published ties within {100 * NOISE:.0f} % are noise):")
+        for k, (p, m) in enumerate(zip(prim, sorted(prim, key=lambda r: -r.modeled_tflops)), 1):
+            print(f"  {k:2d}. published {p.ref.stem:58s} {p.published_tflops:6.1f} TF | modeled {m.ref.stem:58s} "
+                  f"{m.modeled_tflops:6.1f} TF")
+        print("  inversions beyond noise: " + (", ".join(f"{a} > {b}" for a, b in inversions) or "none"))
+        print("\nParameters (hardware.Params):")
+        for d in params:
+            print(f"  {d['name']:20s} {d['value']!s:>10s}  {d['status']:8s} {d['source']}")
+    return 0 if all(o["within"] for o in out) and not inversions else 1
 
 
 def _cell(d: dict | None, key="time_us") -> str:
