@@ -4,16 +4,21 @@
     python tools/perf_model.py --co PATH --symbol NAME --grid X,Y,Z --block N [--dynamic-lds BYTES]
         [--arg NAME=VALUE ...] [--emu-arg NAME=VALUE ...] [--trip-count N] --flops F
         --peak {int8,fp8,bf16,fp16} [--dram-bytes B] [--no-emulate] [--json]
-    python tools/perf_model.py --calibration [DIR] [--json]   # the FlyDSL references: published vs modeled
+    python tools/perf_model.py --calibration [DIR] [--json]   # FlyDSL + gcnasm references: published vs modeled
     python tools/perf_model.py --restate [--json]             # our kernels and the op next to FlyDSL's figures
     python tools/perf_model.py --what-if [--json]             # the asm kernel's geometry/schedule what-ifs
 
 --arg NAME=VALUE: a by-value kernel argument (e.g. seq_len=4096); for a pointer argument VALUE is the size in
-bytes of the zeroed buffer the emulated workgroup gets (default 16 MiB), or u32:A,B,... its contents (little-endian
-u32 words, e.g. an attention kernel's LUT row lut=u32:4,0,1,2,3,0,0,0). Arguments without a name in the code
-object's metadata are arg0, arg1, ... (their position). --emu-arg overrides --arg for the emulated workgroup only
-(e.g. a shorter sequence; then pass --trip-count for the modeled launch). --trip-count: main-loop iterations per
-wave, when the emulated workgroup cannot give them (--no-emulate, or --emu-arg).
+bytes of the zeroed buffer the emulated workgroup gets (default 16 MiB), or fields giving its contents (u32:A,B,...,
+e.g. an attention kernel's LUT row lut=u32:4,0,1,2,3,0,0,0). A by-value argument of any size (a struct passed by
+value) takes its fields: KIND:V,V,...,KIND:V,... with KIND one of u8 i8 u16 i16 u32 i32 f32 u64 i64 f64 ptr, or
+hex:BYTES, laid out at natural alignment and zero-padded to the argument's size; a ptr:BYTES field is a pointer to
+an emulated zeroed buffer of that size (K/M/G suffixes), e.g. gcnasm's 56-byte opus_attn_kargs:
+    --arg arg0=ptr:512K,ptr:512K,ptr:512K,ptr:512K,i32:1,32,2048,128,f32:0.08838834764831845
+Arguments without a name in the code object's metadata are arg0, arg1, ... (their position). --emu-arg overrides
+--arg for the emulated workgroup only (e.g. a shorter sequence; then pass --trip-count for the modeled launch).
+--trip-count: main-loop iterations per wave, when the emulated workgroup cannot give them (--no-emulate, or
+--emu-arg). The model's parameters are hardware.Params (python tools/perf_model.py --calibration lists them).
 """
 from __future__ import annotations
 
@@ -91,7 +96,7 @@ def main(argv=None) -> int:
     g.add_argument("--no-emulate", action="store_true", help="static counts (needs --trip-count)")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     ap.add_argument("--calibration", nargs="?", const="", metavar="DIR",
-                    help="the calibration references (default $SAGE_CO_CALIBRATION)")
+                    help="the calibration references, FlyDSL and gcnasm (default $SAGE_CO_CALIBRATION)")
     ap.add_argument("--restate", action="store_true", help="our kernels and the op next to FlyDSL's figures")
     ap.add_argument("--what-if", action="store_true", help="the asm kernel's geometry/schedule what-ifs")
     ap.add_argument("--pv", action="store_true", help="pv_dtype fp8 vs fp16 for both kernels (issue 19)")

@@ -127,7 +127,8 @@ def sensitivity(km: KernelModel) -> list[tuple[str, TileCost]]:
         ("chosen model", tile_cost(mix, w)),
         ("static counts (every rescale/mask block once)", tile_cost(km.static, w)),
         ("TRANS pipeline also overlaps WMMA", tile_cost(mix, w, trans_overlaps_wmma=True)),
-        ("LDS at half the assumed bandwidth (32 B/clk/SIMD)", tile_cost(mix, w, lds_bytes_per_clk=32)),
+        (f"LDS at half the calibrated rate ({LDS_BYTES_PER_CLK_PER_SIMD / 2:g} B/clk/SIMD)",
+         tile_cost(mix, w, lds_bytes_per_clk=LDS_BYTES_PER_CLK_PER_SIMD / 2)),
         ("one wave per SIMD (no cross-wave overlap)", tile_cost(mix, 1)),
         ("floor for this loop: all plain VALU hidden under TRANS", tile_cost(floor, w)),
     ]
