@@ -1,18 +1,18 @@
 """Performance model of gfx1201 kernels on the Radeon AI PRO R9700 (maintainers' tool; every figure MODELED).
 
 No RDNA4 GPU is reachable from any project machine, so speed is judged by this model, calibrated on peer kernels
-with published R9700 timings (docs/performance.md). Entry point: `python tools/perf_model.py ...` (or
+with published gfx1201 timings (docs/performance.md). Entry point: `python tools/perf_model.py ...` (or
 `python -m perfmodel` from tools/). One job per module, data flowing one way:
 
     isa          the one import point for instruction facts (class, reads/writes, access width)
-    hardware     the R9700's figures (docs/rdna4.md), the fitted parameters, occupancy at workgroup granularity
+    hardware     the R9700's figures (docs/rdna4.md), the one parameter set (Params), occupancy at workgroup granularity
     stream       code object -> disassembly -> main loop, per-iteration instruction mix
     issue        issue-bound cycles per key tile (the optimistic bound)
     simulate     latency-aware in-order multi-wave SIMD simulator of the loop
     emulated     counts and LDS bank conflicts from the emulator (launch()'s return value; one workgroup of any
                  code object)
     launch_model the calibrated model of one launch: occupancy, rounds, tails, L2/DRAM/scratch, clock
-    calibration  the FlyDSL references and the fit
+    calibration  the FlyDSL and gcnasm references, rank order, sensitivity
     attention    the shipped attention kernels' symbols and launch inputs
     restate      our kernels and the whole op re-stated next to FlyDSL's figures
     whatif       the asm kernel's geometry/schedule what-ifs

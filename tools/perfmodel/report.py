@@ -219,7 +219,7 @@ def report(kernels, console=None, latency_sensitivity_table: bool = True) -> dic
                       "shipped. HIP steady state: "
                       f"{100 * costs['hip'].wmma / costs['hip'].cycles:.1f} % of peak (modeled).")
     console.print("These per-tile figures are bounds at the 2.92 GHz boost clock. The calibrated model (tails, LDS bank "
-                  "conflicts, fitted clock) and the current goals: python tools/perf_model.py --restate / --what-if "
+                  "conflicts, calibrated clock) and the current goals: python tools/perf_model.py --restate / --what-if "
                   "(docs/performance.md).")
     return dict(results=results, costs=costs, latency_results=lresults, sims=sims, latency_sensitivity=lsens)
 

@@ -12,7 +12,7 @@ The predictor (sage_co.predict_block_mask's two kernels, asm_src/gfx1201_sage_pr
 emulated counts (predictor_rows): the real kernels run on the emulator for one head at the target S (every query
 block ranked: simthreshd = -1, the most work; the work per head does not depend on the data otherwise), the counts
 scale by B * H, and each launch takes max(issue-bound, DRAM-bound) + the launch overhead: issue one wave-instruction
-per SIMD clock over the 128 SIMDs at the calibrated model's fitted clock (params.clock_hz, the clock the attention
+per SIMD clock over the 128 SIMDs at the calibrated model's clock (params.clock_hz, the clock the attention
 it is compared with runs at; the workgroups are many and small, 58 VGPRs or fewer, so latency hides behind other
 waves, the prepare stage's convention in docs/performance.md §The prepare stage otherwise), DRAM the
 bytes each launch must move (pool reads Q and K once; select reads the pooled means and writes the mask).

@@ -116,7 +116,7 @@ def geometry(queries_per_wg: int, vgprs: int = 256, lds_bytes: int = 32768, seq:
 
 
 def wmma_floor_s(seq: int = S) -> float:
-    """FLOPs / (INT8 dense peak at the fitted clock): no kernel of this shape beats it on the model."""
+    """FLOPs / (INT8 dense peak at the calibrated clock): no kernel of this shape beats it on the model."""
     return 4.0 * B * H * seq * seq * HEAD_DIM / (PEAK_RATE["int8"] * CUS * CALIBRATED.clock_hz)
 
 
