@@ -95,10 +95,12 @@ def test_scalar_lds_and_occupancy_bounds():
     mix = Mix.of(insts((IU8, 8), ("s_add_co_i32", 20)))
     assert tile_cost(mix, 1).cycles == 84 and tile_cost(mix, 1).binding == "issue stream (1 wave/SIMD)"
     assert tile_cost(mix, 2).cycles == 64 and tile_cost(mix, 2).binding == "WMMA"
-    # LDS: 200 ds_load_b128 = 200 * 512 B at 64 B/clk/SIMD = 1600 cycles
+    # LDS: 200 ds_load_b128 = 200 * 512 B at the calibrated rate per SIMD (72 B/clk per CU half / 2 SIMDs)
+    rate = hw.CALIBRATED.lds_bytes_per_clk / hw.SIMDS_PER_LDS_HALF
+    assert hw.LDS_BYTES_PER_CLK_PER_SIMD == rate == 36
     lds = tile_cost(Mix.of(insts((IU8, 8), ("ds_load_b128", 200))), waves=4)
-    assert lds.cycles == 1600 and lds.binding == "LDS"
-    assert tile_cost(Mix.of(insts(("ds_load_2addr_b64", 1))), 4).lds == 16 * 32 / 64
+    assert lds.cycles == pytest.approx(200 * 512 / rate) and lds.binding == "LDS"
+    assert tile_cost(Mix.of(insts(("ds_load_2addr_b64", 1))), 4).lds == pytest.approx(16 * 32 / rate)
     with pytest.raises(ValueError, match="waves"):
         tile_cost(mix, 0)
 
