@@ -5,6 +5,7 @@ rounds/tails and L2/DRAM bounds of the launch model, the --co CLI, and the calib
 (runs when $SAGE_CO_CALIBRATION names the folder holding them, skipped with the reason otherwise). Every
 figure here is modeled; nothing is timed."""
 import io
+import math
 import json
 import subprocess
 import sys
@@ -458,8 +459,9 @@ def test_s_wait_dscnt_waits_until_at_most_n_are_outstanding():
                  ("ds_load_b128", "v[18:21], v1 offset:32"), ("s_wait_dscnt", "0x1"),
                  ("v_add_f32_e32", "v2, v14, v15"), ("s_wait_dscnt", "0x0"), ("v_add_f32_e32", "v3, v18, v19"))
     clocks, r = issue_clocks(stream)
-    # in-order completion: load k completes at (k + 1) x bandwidth clocks + latency; dscnt 1 = the second done
-    second, third = 2 * lds + LAT.lds, 3 * lds + LAT.lds
+    # in-order completion: load k completes at (k + 1) x bandwidth clocks (rounded up to a whole clock) + latency;
+    # dscnt 1 = the second done
+    second, third = math.ceil(2 * lds) + LAT.lds, math.ceil(3 * lds) + LAT.lds
     assert clocks[:3] == [0, 1, 2]
     assert clocks[3] == second and clocks[4] == second + 1
     assert clocks[5] == third and clocks[6] == third + 1
