@@ -5,6 +5,7 @@
         [--arg NAME=VALUE ...] [--emu-arg NAME=VALUE ...] [--trip-count N] --flops F
         --peak {int8,fp8,bf16,fp16} [--dram-bytes B] [--no-emulate] [--json]
     python tools/perf_model.py --calibration [DIR] [--json]   # FlyDSL + gcnasm references: published vs modeled
+    python tools/perf_model.py --calibration [DIR] --sensitivity [--json]   # one parameter varied at a time
     python tools/perf_model.py --restate [--json]             # our kernels and the op next to FlyDSL's figures
     python tools/perf_model.py --what-if [--json]             # the asm kernel's geometry/schedule what-ifs
 
@@ -97,6 +98,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     ap.add_argument("--calibration", nargs="?", const="", metavar="DIR",
                     help="the calibration references, FlyDSL and gcnasm (default $SAGE_CO_CALIBRATION)")
+    ap.add_argument("--sensitivity", action="store_true",
+                    help="with --calibration: each parameter varied alone, errors per run (several minutes)")
     ap.add_argument("--restate", action="store_true", help="our kernels and the op next to FlyDSL's figures")
     ap.add_argument("--what-if", action="store_true", help="the asm kernel's geometry/schedule what-ifs")
     ap.add_argument("--pv", action="store_true", help="pv_dtype fp8 vs fp16 for both kernels (issue 19)")
@@ -127,8 +130,12 @@ def main(argv=None) -> int:
                     print(f"  note: {n}")
             return 0
         if a.calibration is not None:
-            from perfmodel.restate import print_calibration
+            from perfmodel.restate import print_calibration, print_sensitivity
+            if a.sensitivity:
+                return print_sensitivity(a.calibration or None, as_json=a.json)
             return print_calibration(a.calibration or None, as_json=a.json)
+        if a.sensitivity:
+            ap.error("--sensitivity goes with --calibration [DIR]")
         if a.restate:
             from perfmodel.restate import print_restatement
             return print_restatement(as_json=a.json)

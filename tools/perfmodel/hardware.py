@@ -60,8 +60,8 @@ class Params:
                                   "of 128 B holds the half 128 / 72 = 1.8 clocks; set by FlyDSL's LDS-staged "
                                   "kernels (64..80 keep them within +-17 %); the RDNA2/3 wording of one access per "
                                   "bank per clock would be 128, which puts FlyDSL 25 % fast [§Memory]")
-    lds_latency: int = _p(32, "ASSUMED", "LDS load-to-use, clocks (LLVM generic 20; 24..64 change no reference by "
-                                         "more than 6 %)")
+    lds_latency: int = _p(32, "ASSUMED", "LDS load-to-use, clocks (LLVM generic 20; the earlier fit's value; 64 "
+                                         "moves FlyDSL BF16 by +4..+8 %, nothing out of band)")
     global_latency: int = _p(400, "FITTED", "VMEM load-to-use, clocks: an L2 hit (K/V of the resident heads fit "
                                             "the 8 MiB L2); 400 clk = 135 ns at 2.97 GHz; sets the gcnasm kernels, "
                                             "which re-read K/V from global per wave")

@@ -204,6 +204,26 @@ def print_calibration(folder=None, as_json: bool = False) -> int:
     return 0 if all(o["within"] for o in out) and not inversions else 1
 
 
+def print_sensitivity(folder=None, as_json: bool = False) -> int:
+    """calibration.sensitivity as a table: each row one parameter changed, the error of every primary run."""
+    from perfmodel.calibration import sensitivity
+    require_calibration_dir(folder)
+    rows = sensitivity(folder)
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    stems = list(rows[0]["errors"])
+    print("Sensitivity (MODELED; each row changes one parameter of the calibrated set; error per primary run)")
+    for k, stem in enumerate(stems):
+        print(f"  [{k}] {stem}")
+    print(f"  {'variant':48s} " + " ".join(f"{'[' + str(k) + ']':>7s}" for k in range(len(stems)))
+          + "  in band  inversions  refit clock")
+    for r in rows:
+        print(f"  {r['variant']:48s} " + " ".join(f"{100 * r['errors'][s]:+6.1f}%" for s in stems)
+              + f"  {r['within']:>3d}/{r['runs']:<3d}  {r['inversions']:>10d}  {r['refit_clock_ghz']:.2f} GHz")
+    return 0
+
+
 def _cell(d: dict | None, key="time_us") -> str:
     return "-" if not d else f"{d[key]:.1f}"
 
