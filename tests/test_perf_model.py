@@ -283,6 +283,8 @@ def test_model_classes_and_registers_are_the_facts_layers():
     paths = sorted(report.HSACO.glob("*.co"))
     if HAVE_CAL:
         paths += sorted(CAL_FLYDSL.glob("*.hsaco"))
+    if CAL is not None and (CAL / "gcnasm").is_dir():
+        paths += sorted((CAL / "gcnasm").glob("*.co"))
     n = 0
     for p in paths:
         for lines in stream.disassemble(p)[0].values():
