@@ -360,13 +360,7 @@ KERNEL_END gfx1201_microbench_lds_chain
 KERNEL_BEGIN gfx1201_microbench_l2_stream
         PROLOGUE
         v_lshlrev_b32   v2, ROW_SHIFT, v1           // 16 * lane
-        s_mul_i32       s20, s16, STREAM_WAVE_BYTES // this wave's first window
-.Lstream_first_wrap:                                // grid waves * 2 KiB may exceed src_bytes: fold it in
-        s_cmp_lt_u32    s20, s13
-        s_cbranch_scc1  .Lstream_first_ok
-        s_sub_co_u32    s20, s20, s13
-        s_branch        .Lstream_first_wrap
-.Lstream_first_ok:
+        s_mul_i32       s20, s16, STREAM_WAVE_BYTES // this wave's first window (< stride_bytes <= src_bytes)
         LOOP_BEGIN l2_stream
         s_add_co_u32    s18, s8, s20
         s_add_co_ci_u32 s19, s9, 0
