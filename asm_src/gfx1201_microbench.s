@@ -1,7 +1,8 @@
 // gfx1201 microbenchmarks: small hand-written kernels that pin the performance model's unverified assumptions on
-// the first real run (issue 28; docs/performance.md §Microbenchmarks). `sage-co selftest --perf` launches each with
-// HIP events on a gfx1201 (or on the emulator, where only the results are checked: sage_co/microbench.py) and
-// `python tools/perf_model.py --refit REPORT.json` sets the model's parameters from the derived figures.
+// the first real run (issue 28; docs/performance.md §Microbenchmarks and refit). `sage-co selftest --perf` launches
+// each with HIP events on a gfx1201 (or on the emulator, where only the results are checked:
+// sage_co/microbench.py) and `python tools/perf_model.py --refit REPORT.json` sets the model's parameters from
+// the derived figures.
 //
 // What each kernel measures (per wave, `iterations` loop iterations; every loop body is balanced so that its
 // units would take the same time if they did NOT overlap: 4 iu8 WMMA = 32 clk, 32 VALU = 32 issue clk,

@@ -300,9 +300,9 @@ def predict_topk_count(topk: float | None, n_kv: int, cdf_threshold: float = 0.0
 
 
 # ---------------------------------------------------------------------------------------------- microbenchmarks
-# asm_src/gfx1201_microbench.s (issue 28; sage_co/microbench.py launches them, docs/performance.md §Microbenchmarks):
-# one symbol per benchmark (manifest key column bench), every one taking MICROBENCH_ARGS. The constants below are
-# the host's side of the named constants in the assembly's header.
+# asm_src/gfx1201_microbench.s (issue 28; sage_co/microbench.py launches them, docs/performance.md
+# §Microbenchmarks and refit): one symbol per benchmark (manifest key column bench), every one taking
+# MICROBENCH_ARGS. The constants below are the host's side of the named constants in the assembly's header.
 MICROBENCH_OP = "microbench"
 MICROBENCH_BLOCK = (4 * WAVE_SIZE, 1, 1)    # 4 wave32 (.reqd_workgroup_size)
 MICROBENCH_WAVES_PER_WG = MICROBENCH_BLOCK[0] // WAVE_SIZE

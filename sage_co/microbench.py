@@ -1,4 +1,5 @@
-"""Host side of the gfx1201 microbenchmarks (asm_src/gfx1201_microbench.s; docs/performance.md §Microbenchmarks).
+"""Host side of the gfx1201 microbenchmarks (asm_src/gfx1201_microbench.s; docs/performance.md
+§Microbenchmarks and refit).
 
     inputs(bench, workgroups, ...)      the kernel's argument tensors (seeded)
     launch_bench(bench, args, ...)      one launch on a backend ("emu" or "hip")

@@ -1,4 +1,4 @@
-"""The microbenchmark half of `sage-co selftest --perf` (docs/performance.md §Microbenchmarks).
+"""The microbenchmark half of `sage-co selftest --perf` (docs/performance.md §Microbenchmarks and refit).
 
 With a gfx1201: every kernel of asm_src/gfx1201_microbench.s runs once at a small iteration count and its result
 records are checked (sage_co.microbench.check), then it is timed with HIP events (torch.cuda.Event on the current
@@ -114,7 +114,8 @@ def markdown(perf: dict) -> list[str]:
     if not perf:
         return []
     lines = ["", "## Microbenchmarks (`--perf`)", "", f"**Where:** {perf['where']}", "",
-             "| kernel | measures | workgroups | iterations | ms | s / iteration | correct |", "|---|---|---|---|---|---|---|"]
+             "| kernel | measures | workgroups | iterations | ms | s / iteration | correct |",
+             "|---|---|---|---|---|---|---|"]
     for bench, k in perf["kernels"].items():
         ms = ", ".join(f"{x:.3f}" for x in k.get("ms", [])) or "not timed"
         spi = f"{k['seconds_per_iteration']:.3e}" if "seconds_per_iteration" in k else "-"

@@ -1,5 +1,5 @@
 """Refit the model's parameters from a `sage-co selftest --perf` report measured on a gfx1201
-(`python tools/perf_model.py --refit REPORT.json`; docs/performance.md §Refit from the microbenchmarks).
+(`python tools/perf_model.py --refit REPORT.json`; docs/performance.md §Microbenchmarks and refit).
 
 The report's `perf.derived` section (sage_co/microbench.py `derive`) holds figures measured by the kernels of
 asm_src/gfx1201_microbench.s. PARAMETER_MAP is the one table from those figures to hardware.Params fields (set by
