@@ -79,14 +79,19 @@
         .set LDS_HALF, LDS_BYTES / 2
         .set LDS_LOAD_STRIDE, LANES * B128  // one conflict-free wave b128 load = 512 B
         .set CHAIN_SHIFT, 2                 // lds_chain start address = 4 * thread id
-        .set EXP_LANE_MASK, 7               // exponents (lane % 8) - 4 + k: 2^e exact for e in [-4, 10]
+        .set EXP_LANE_MASK, 7               // exponents (lane % 8) - EXP_BIAS + k: 2^e exact for e in [-4, 10]
+        .set EXP_BIAS, 4
         .set STREAM_LOAD_BYTES, LANES * B128    // one wave global_load_b128 = 512 B, lane-contiguous
         .set STREAM_WAVE_BYTES, 4 * STREAM_LOAD_BYTES   // per wave and iteration
+        .set CHAIN_STEPS, 8                 // dependent ds_load_b32 per lds_chain iteration
+        .set COUNT_STEP, 1                  // what each VALU op adds to its counter
+        .set KARG_POINTERS, 0               // kernarg offset of a, b, src, out (4 x 8 bytes)
+        .set KARG_SCALARS, 32               // kernarg offset of iterations, src_bytes, stride_bytes
 
 // ---- prologue: arguments, lane and wave index, zeroed accumulators and unit block
 .macro PROLOGUE
-        s_load_b256     s[4:11], s[0:1], 0x0        // a, b, src, out
-        s_load_b96      s[12:14], s[0:1], 0x20      // iterations, src_bytes, stride_bytes
+        s_load_b256     s[4:11], s[0:1], KARG_POINTERS      // a, b, src, out
+        s_load_b96      s[12:14], s[0:1], KARG_SCALARS      // iterations, src_bytes, stride_bytes
         v_and_b32       v1, LANE_MASK, v0           // lane
         v_lshrrev_b32   v3, WAVE_SHIFT, v0          // wave in the workgroup (uniform)
         v_readfirstlane_b32 s16, v3
@@ -143,6 +148,7 @@
 .endm
 
 // ---- bodies: one WMMA of chain k; 8 VALU on one half of the unit block; 2 TRANS; 1 LDS load of slot j
+// (neg_lo:[1,1,0] on the iu8 WMMA: A and B signed, §WMMA)
 .macro WMMA k
         .if \k == 0
         v_wmma_i32_16x16x16_iu8 v[16:23], v[8:9], v[10:11], v[16:23] neg_lo:[1,1,0]
@@ -158,11 +164,11 @@
 .macro VALU8 half
         .if \half == 0
         .irp r, 48,49,50,51,52,53,54,55
-        v_add_nc_u32    v\r, 1, v\r
+        v_add_nc_u32    v\r, COUNT_STEP, v\r
         .endr
         .else
         .irp r, 56,57,58,59,60,61,62,63
-        v_add_nc_u32    v\r, 1, v\r
+        v_add_nc_u32    v\r, COUNT_STEP, v\r
         .endr
         .endif
 .endm
@@ -199,7 +205,7 @@
 .macro EXPONENTS
         v_and_b32       v4, EXP_LANE_MASK, v1
         .irp k, 0,1,2,3,4,5,6,7
-        v_add_nc_u32    v5, \k - 4, v4
+        v_add_nc_u32    v5, \k - EXP_BIAS, v4
         v_cvt_f32_i32   v[56 + \k], v5
         .endr
 .endm
@@ -349,7 +355,7 @@ KERNEL_BEGIN gfx1201_microbench_lds_chain
         FILL_LDS
         v_lshlrev_b32   v48, CHAIN_SHIFT, v0        // chain start: word `thread id`
         LOOP_BEGIN lds_chain
-        .rept 8                                     // CHAIN_STEPS (sage_co/abi.py) per iteration
+        .rept CHAIN_STEPS
         ds_load_b32     v48, v48
         s_wait_dscnt    0
         .endr
@@ -384,8 +390,12 @@ KERNEL_BEGIN gfx1201_microbench_l2_stream
         EPILOGUE
 KERNEL_END gfx1201_microbench_l2_stream
 
-        .p2alignl 7, 0xBF9F0000
-        .fill 96, 4, 0xBF9F0000
+// the padding LLVM puts after the last kernel (instruction prefetch must not run into other data): s_code_end words
+        .set S_CODE_END, 0xBF9F0000
+        .set CODE_END_ALIGN_LOG2, 7
+        .set CODE_END_PAD_DWORDS, 96
+        .p2alignl CODE_END_ALIGN_LOG2, S_CODE_END
+        .fill CODE_END_PAD_DWORDS, 4, S_CODE_END
 
 // ---- descriptors: the LDS kernels allocate LDS_BYTES, the others none
         .rodata

@@ -81,7 +81,8 @@ def test_assembly_constants_are_the_abi_constants():
     assert consts["LDS_LOAD_STRIDE"] == consts["STREAM_LOAD_BYTES"] == abi.MICROBENCH_LDS_LOAD_BYTES
     assert consts["STREAM_WAVE_BYTES"] == abi.MICROBENCH_STREAM_WAVE_BYTES
     assert consts["LANES"] * consts["WAVES_PER_WG"] == abi.MICROBENCH_BLOCK[0]
-    assert f".rept {abi.MICROBENCH_CHAIN_STEPS}" in ASM.read_text()
+    assert consts["CHAIN_STEPS"] == abi.MICROBENCH_CHAIN_STEPS and ".rept CHAIN_STEPS" in ASM.read_text()
+    assert consts["EXP_LANE_MASK"] == mb.EXP_LANE_MASK and consts["EXP_BIAS"] == mb.EXP_BIAS
 
 
 # ------------------------------------------------------------------------------------------ derivation
@@ -262,3 +263,15 @@ def test_parameter_map_names_model_parameters():
     from perfmodel.simulate import Latencies
     assert {m.rule for m in refit.RULE_MAP if m.rule} <= {f.name for f in fields(Latencies)}
     np.testing.assert_array_less([m.lo for m in refit.PARAMETER_MAP], [m.hi for m in refit.PARAMETER_MAP])
+
+
+def test_cli_selftest_perf_flag(tmp_path, monkeypatch):
+    from sage_co import cli
+    seen = {}
+
+    def fake_run(out, *, quick, device, perf=False, **_):
+        seen.update(perf=perf)
+        return selftest.Report(gpu="test")
+    monkeypatch.setattr(selftest, "run", fake_run)
+    assert cli.main(["selftest", "--perf", "--out", str(tmp_path)]) == 0 and seen == {"perf": True}
+    assert cli.main(["selftest", "--out", str(tmp_path)]) == 0 and seen == {"perf": False}

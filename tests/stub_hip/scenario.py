@@ -102,7 +102,7 @@ def run_ops(backend: str):
             sh, qn, kn, _ = validate.check_qkv(q, k, k, "NHD")   # the block-mask predictor (pool + select)
             run_predict(qn, kn, sh, 0.125, 0.9, None, 0.6, backend=backend)
         from sage_co import microbench            # the microbenchmarks of `selftest --perf`: one workgroup each
-        for bench in microbench.abi.MICROBENCH_BENCHES:
+        for bench in microbench.MICROBENCH_BENCHES:
             args = microbench.inputs(bench, 1, src_bytes=microbench.stream_stride(1) if bench == "l2_stream" else None)
             microbench.launch_bench(bench, args, 1, backend=backend)
     return records
