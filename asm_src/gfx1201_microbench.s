@@ -22,6 +22,10 @@
 //   gfx1201_microbench_l2_stream    4 global_load_b128 scope:SCOPE_DEV per iteration (2 KiB per wave) over a buffer
 //                                   that fits the 8 MiB L2 (§Throughput table): L2 -> CU bandwidth
 //
+// Timing is the host's: HIP events around launches at two iteration counts, the slope per iteration. (llvm-mc 22
+// rejects s_memtime / s_memrealtime for gfx1201; s_getreg hwreg(HW_REG_SHADER_CYCLES_LO) assembles, but the
+// emulator has no clock, so a kernel reading it could not be checked there.)
+//
 // Kernarg table (sage_co/abi.py MICROBENCH_ARGS, 44 bytes; every kernel takes the same struct):
 //   +0  a            ptr  int8 [16][16] A, row-major (WMMA kernels)
 //   +8  b            ptr  int8 [16][16] B^T, row-major = B column-major (WMMA kernels)
@@ -242,6 +246,7 @@
 
         .text
 // ============================================================================ WMMA alone
+// Measures: the sustained iu8 WMMA rate (host: 8 waves per SIMD). Record: [0:8) = 4 * iterations * A.B.
 KERNEL_BEGIN gfx1201_microbench_wmma
         PROLOGUE
         LOAD_WMMA_OPERANDS
@@ -255,6 +260,7 @@ KERNEL_BEGIN gfx1201_microbench_wmma
 KERNEL_END gfx1201_microbench_wmma
 
 // ============================================================================ VALU alone
+// Measures: VALU issue alone, the reference for wmma_valu. Record: [8:24) = 2 * iterations each.
 KERNEL_BEGIN gfx1201_microbench_valu
         PROLOGUE
         LOOP_BEGIN valu
@@ -267,6 +273,7 @@ KERNEL_BEGIN gfx1201_microbench_valu
 KERNEL_END gfx1201_microbench_valu
 
 // ============================================================================ TRANS alone
+// Measures: the TRANS pipeline alone, the reference for wmma_trans. Record: [8:16) = 2^e, [16:24) = e.
 KERNEL_BEGIN gfx1201_microbench_trans
         PROLOGUE
         EXPONENTS
@@ -280,6 +287,7 @@ KERNEL_BEGIN gfx1201_microbench_trans
 KERNEL_END gfx1201_microbench_trans
 
 // ============================================================================ LDS loads alone
+// Measures: LDS b128 loads alone, the reference for wmma_lds. Record: [8:24) = LDS words 4 lane + 128 j ...
 KERNEL_BEGIN gfx1201_microbench_lds
         PROLOGUE
         FILL_LDS
@@ -295,6 +303,7 @@ KERNEL_BEGIN gfx1201_microbench_lds
 KERNEL_END gfx1201_microbench_lds
 
 // ============================================================================ WMMA + VALU
+// Measures: whether VALU issues while a WMMA holds the matrix unit. Record: wmma's [0:8), valu's [8:24).
 KERNEL_BEGIN gfx1201_microbench_wmma_valu
         PROLOGUE
         LOAD_WMMA_OPERANDS
@@ -312,6 +321,7 @@ KERNEL_BEGIN gfx1201_microbench_wmma_valu
 KERNEL_END gfx1201_microbench_wmma_valu
 
 // ============================================================================ WMMA + TRANS
+// Measures: whether the TRANS pipeline runs under a WMMA. Record: wmma's [0:8), trans's [8:24).
 KERNEL_BEGIN gfx1201_microbench_wmma_trans
         PROLOGUE
         EXPONENTS
@@ -330,6 +340,7 @@ KERNEL_BEGIN gfx1201_microbench_wmma_trans
 KERNEL_END gfx1201_microbench_wmma_trans
 
 // ============================================================================ WMMA + LDS loads
+// Measures: whether LDS loads issue under a WMMA. Record: wmma's [0:8), lds's [8:24).
 KERNEL_BEGIN gfx1201_microbench_wmma_lds
         PROLOGUE
         FILL_LDS
@@ -350,6 +361,7 @@ KERNEL_BEGIN gfx1201_microbench_wmma_lds
 KERNEL_END gfx1201_microbench_wmma_lds
 
 // ============================================================================ dependent LDS loads
+// Measures: LDS load-to-use latency (host: one workgroup, one wave per SIMD). Record: [8] = the last address.
 KERNEL_BEGIN gfx1201_microbench_lds_chain
         PROLOGUE
         FILL_LDS
@@ -364,6 +376,7 @@ KERNEL_BEGIN gfx1201_microbench_lds_chain
 KERNEL_END gfx1201_microbench_lds_chain
 
 // ============================================================================ L2 -> CU stream
+// Measures: L2 -> CU bytes per clock (host: 16 waves per SIMD). Record: [0:8) load sums, [8:24) last loads.
 KERNEL_BEGIN gfx1201_microbench_l2_stream
         PROLOGUE
         v_lshlrev_b32   v2, ROW_SHIFT, v1           // 16 * lane
