@@ -209,7 +209,8 @@ GPU_PLAN = {
     "lds_chain": (1, 1024, 4096),
     "l2_stream": (WGPS * 16, 512, 2048),      # 16 waves per SIMD: 32 KiB of loads in flight per SIMD
 }
-EMU_PLAN = {b: (2, 3) for b in MICROBENCH_BENCHES}   # (workgroups, iterations) on the emulator: correctness only
+# (workgroups, iterations) on the emulator, correctness only; a GPU's correctness launch uses the same iterations
+EMU_PLAN = {b: (2, 3) for b in MICROBENCH_BENCHES}
 
 
 def per_iteration_seconds(t_short: float, t_long: float, n_short: int, n_long: int) -> float:
