@@ -297,3 +297,36 @@ def predict_topk_count(topk: float | None, n_kv: int, cdf_threshold: float = 0.0
     if topk is not None:
         return math.ceil(float(topk) * n_kv)
     return n_kv if cdf_threshold >= 1.0 else 0
+
+
+# ---------------------------------------------------------------------------------------------- microbenchmarks
+# asm_src/gfx1201_microbench.s (issue 28; sage_co/microbench.py launches them, docs/performance.md
+# §Microbenchmarks and refit): one symbol per benchmark (manifest key column bench), every one taking
+# MICROBENCH_ARGS. The constants below are the host's side of the named constants in the assembly's header.
+MICROBENCH_OP = "microbench"
+MICROBENCH_BLOCK = (4 * WAVE_SIZE, 1, 1)    # 4 wave32 (.reqd_workgroup_size)
+MICROBENCH_WAVES_PER_WG = MICROBENCH_BLOCK[0] // WAVE_SIZE
+MICROBENCH_RECORD_DWORDS = 24   # u32 per lane: [0:8) matrix sum (l2_stream: load sums), [8:24) the unit block
+MICROBENCH_MATRIX_DWORDS = 8
+MICROBENCH_WMMA_PER_ITER = 4    # independent v_wmma_i32_16x16x16_iu8 chains per iteration
+MICROBENCH_VALU_PER_ITER = 32   # v_add_nc_u32 per iteration (16 counters, +2 each)
+MICROBENCH_TRANS_PER_ITER = 8   # v_exp_f32 per iteration
+MICROBENCH_LDS_PER_ITER = 4     # ds_load_b128 per iteration (512 B each, conflict-free)
+MICROBENCH_CHAIN_STEPS = 8      # dependent ds_load_b32 per iteration (lds_chain)
+MICROBENCH_LDS_BYTES = 4096     # LDS table copied from src at entry (lds, wmma_lds, lds_chain)
+MICROBENCH_LDS_LOAD_BYTES = 512     # one wave ds_load_b128 / global_load_b128: 32 lanes x 16 B
+MICROBENCH_STREAM_LOADS = 4     # global_load_b128 per iteration (l2_stream)
+MICROBENCH_STREAM_WAVE_BYTES = MICROBENCH_STREAM_LOADS * MICROBENCH_LDS_LOAD_BYTES   # 2 KiB per wave-iteration
+MICROBENCH_BENCHES = ("wmma", "valu", "trans", "lds", "wmma_valu", "wmma_trans", "wmma_lds", "lds_chain",
+                      "l2_stream")
+
+MICROBENCH_ARGS = KernargStruct(MICROBENCH_OP, [
+    Field("a", "ptr", 0),             # int8 [16][16] A, row-major (WMMA kernels; any 256 B otherwise)
+    Field("b", "ptr", 8),             # int8 [16][16] B^T, row-major
+    Field("src", "ptr", 16),          # LDS kernels: MICROBENCH_LDS_BYTES for LDS; l2_stream: src_bytes read
+    Field("out", "ptr", 24),          # u32 [waves, 32 lanes, MICROBENCH_RECORD_DWORDS]
+    Field("iterations", "u32", 32),   # loop iterations per wave
+    Field("src_bytes", "u32", 36),    # l2_stream: bytes of src (multiple of MICROBENCH_STREAM_WAVE_BYTES)
+    Field("stride_bytes", "u32", 40),  # l2_stream: window advance per iteration (multiple of it, <= src_bytes)
+], size=44)
+STRUCTS[MICROBENCH_OP] = MICROBENCH_ARGS

@@ -1,6 +1,6 @@
 """`sage-co selftest`: the first thing to run on a Radeon AI PRO R9700 (gfx1201), and what to attach to a bug report.
 
-    sage-co selftest [--out DIR] [--quick] [--device N]
+    sage-co selftest [--out DIR] [--quick] [--device N] [--perf]
 
 1. Environment: Python, torch and its HIP build, the GPUs torch sees and their arch, hip-python's version, the
    HIP runtime file hip-python is bound to (the one torch loaded: sage_co/backends/hip_runtime.py), and the sha256
@@ -11,6 +11,9 @@
 3. GPU half (with a gfx1201): the same small cases on the GPU must equal the emulator bit for bit (every prepared
    field, out and LSE); large shapes must meet the accuracy contract against FP32; sage-co is timed with HIP
    events (torch.cuda.Event) against BF16 SDPA.
+4. With --perf, the microbenchmarks of asm_src/gfx1201_microbench.s (sage_co/selftest_perf.py): timed with HIP events
+   on the first gfx1201, their derived parameters in the report's `perf` section (what
+   `python tools/perf_model.py --refit` reads); without a GPU run on the emulator, results checked, no time.
 Without a gfx1201 it says so plainly and runs the emulator half. The report goes to DIR/selftest.md and
 DIR/selftest.json; the exit status is 1 when any check failed.
 """
@@ -47,6 +50,7 @@ class Report:
     gpu: str = ""                                   # what ran on the GPU, or why nothing did
     checks: list[Check] = field(default_factory=list)
     timings: list[dict] = field(default_factory=list)
+    perf: dict = field(default_factory=dict)         # --perf: the microbenchmarks (sage_co/selftest_perf.py)
 
     def add(self, name: str, ok: bool | None, detail: str = "") -> bool:
         self.checks.append(Check(name, "info" if ok is None else "pass" if ok else "fail", detail))
@@ -58,7 +62,7 @@ class Report:
 
     def to_json(self) -> str:
         return json.dumps(dict(environment=self.environment, gpu=self.gpu, checks=[asdict(c) for c in self.checks],
-                               timings=self.timings, failed=len(self.failed)), indent=2, default=str)
+                               timings=self.timings, perf=self.perf, failed=len(self.failed)), indent=2, default=str)
 
     def to_markdown(self) -> str:
         lines = ["# sage-co selftest", "", f"**GPU:** {self.gpu}", "",
@@ -71,6 +75,8 @@ class Report:
             lines += ["", "## Timings (HIP events, median of rounds)", "", "| shape (B, S, H) | provider | ms | TFLOPS |",
                       "|---|---|---|---|"]
             lines += [f"| {t['shape']} | {t['provider']} | {t['ms']:.3f} | {t['tflops']:.1f} |" for t in self.timings]
+        from . import selftest_perf
+        lines += selftest_perf.markdown(self.perf)
         return "\n".join(lines) + "\n"
 
 
@@ -287,7 +293,7 @@ def gpu_timing(report: Report, device: int, B, S, H) -> None:
 
 # ------------------------------------------------------------------------------------------ driver
 def run(out_dir: Path, *, quick: bool = False, device: int | None = None, small=None, large=None, timing=None,
-        configs=PREPARE_CONFIGS, echo=print) -> Report:
+        configs=PREPARE_CONFIGS, perf: bool = False, echo=print) -> Report:
     small = small if small is not None else (QUICK_SMALL if quick else SMALL_SHAPES)
     large = large if large is not None else (QUICK_LARGE if quick else LARGE_SHAPES)
     timing = timing if timing is not None else (QUICK_TIMING if quick else TIMING_SHAPES)
@@ -319,6 +325,9 @@ def run(out_dir: Path, *, quick: bool = False, device: int | None = None, small=
         for B, S, H in timing:
             echo(f"gpu {d}: timing B={B} S={S} H={H}")
             gpu_timing(report, d, B, S, H)
+    if perf:   # the microbenchmarks: timed on the first gfx1201, else checked on the emulator
+        from . import selftest_perf
+        selftest_perf.run(report, devices[:1], echo)
     report.environment["selftest_seconds"] = round(time.perf_counter() - t0, 1)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "selftest.json").write_text(report.to_json())
@@ -328,7 +337,7 @@ def run(out_dir: Path, *, quick: bool = False, device: int | None = None, small=
 
 def command(args) -> int:
     out = Path(args.out)
-    report = run(out, quick=args.quick, device=args.device)
+    report = run(out, quick=args.quick, device=args.device, perf=args.perf)
     print(report.to_markdown())
     print(f"report written to {out / 'selftest.md'} and {out / 'selftest.json'} (attach both to a bug report)")
     return 1 if report.failed else 0
@@ -341,4 +350,6 @@ def register(subparsers) -> None:
     p.add_argument("--out", default="sage-co-selftest", help="directory for selftest.md and selftest.json")
     p.add_argument("--quick", action="store_true", help="one small shape, one large shape, one timing shape")
     p.add_argument("--device", type=int, default=None, help="only this gfx1201 device index (default: all)")
+    p.add_argument("--perf", action="store_true", help="also the microbenchmarks that pin the performance model "
+                                                      "(timed on a gfx1201; checked on the emulator without one)")
     p.set_defaults(func=command)

@@ -76,8 +76,8 @@ def prepare_families():
 def run_ops(backend: str):
     """Every shipped kernel through the ops: for each prepare family (head dim, dtype) prepare without and with
     smooth_k, with norm + RoPE at each rope_dim, with smooth_v and with pv_dtype="fp16", then attention in each
-    variant with and without LSE on those prepared inputs (the fp16 one reaches the _pv16 symbols). Returns the
-    launch records."""
+    variant with and without LSE on those prepared inputs (the fp16 one reaches the _pv16 symbols), then each
+    microbenchmark (sage_co.microbench). Returns the launch records."""
     from sage_co import launch, registry
     from sage_co.ops.attention import OP, run_attention_fwd
     from sage_co import validate
@@ -101,6 +101,10 @@ def run_ops(backend: str):
                 run_attention_fwd(pv16, backend=backend, variant=variant, return_lse=True)
             sh, qn, kn, _ = validate.check_qkv(q, k, k, "NHD")   # the block-mask predictor (pool + select)
             run_predict(qn, kn, sh, 0.125, 0.9, None, 0.6, backend=backend)
+        from sage_co import microbench            # the microbenchmarks of `selftest --perf`: one workgroup each
+        for bench in microbench.MICROBENCH_BENCHES:
+            args = microbench.inputs(bench, 1, src_bytes=microbench.stream_stride(1) if bench == "l2_stream" else None)
+            microbench.launch_bench(bench, args, 1, backend=backend)
     return records
 
 

@@ -19,6 +19,7 @@ with published gfx1201 timings (docs/performance.md). Entry point: `python tools
     sparse       block-sparse attention vs density, and the predictor kernels from their emulated counts
     synthetic    the synthetic BF16 flash-attention stream (simulator checks)
     report       the per-tile report of the shipped attention kernels (issue-bound and latency-aware bounds)
+    refit        the parameters from a `sage-co selftest --perf` report (microbenchmarks on a gfx1201), old vs new
     cli          argument parsing
 """
 import sys

@@ -8,6 +8,7 @@
     python tools/perf_model.py --calibration [DIR] --sensitivity [--json]   # one parameter varied at a time
     python tools/perf_model.py --restate [--json]             # our kernels and the op next to FlyDSL's figures
     python tools/perf_model.py --what-if [--json]             # the asm kernel's geometry/schedule what-ifs
+    python tools/perf_model.py --refit REPORT.json [--json]   # parameters from `sage-co selftest --perf`, old vs new
 
 --arg NAME=VALUE: a by-value kernel argument (e.g. seq_len=4096); for a pointer argument VALUE is the size in
 bytes of the zeroed buffer the emulated workgroup gets (default 16 MiB), or fields giving its contents (u32:A,B,...,
@@ -104,6 +105,8 @@ def main(argv=None) -> int:
     ap.add_argument("--what-if", action="store_true", help="the asm kernel's geometry/schedule what-ifs")
     ap.add_argument("--pv", action="store_true", help="pv_dtype fp8 vs fp16 for both kernels (issue 19)")
     ap.add_argument("--sparse", action="store_true", help="the predictor and the attention vs block density (issue 14)")
+    ap.add_argument("--refit", type=Path, metavar="REPORT.json",
+                    help="set the parameters from a `sage-co selftest --perf` report of a gfx1201; old vs new figures")
     o = ap.add_argument_group("the shipped attention kernels' report")
     o.add_argument("--static", action="store_true", help="do not run the emulator; static loop counts only")
     o.add_argument("--asm-co", type=Path, help="code object for the asm column (default: the shipped one)")
@@ -148,6 +151,9 @@ def main(argv=None) -> int:
         if a.sparse:
             from perfmodel.sparse import print_sparse
             return print_sparse(as_json=a.json)
+        if a.refit is not None:
+            from perfmodel.refit import print_refit
+            return print_refit(a.refit, as_json=a.json)
     except (ValueError, FileNotFoundError) as e:
         print(f"perf_model: error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,632 @@
+// gfx1201 microbenchmarks: small hand-written kernels that pin the performance model's unverified assumptions on
+// the first real run (issue 28; docs/performance.md §Microbenchmarks and refit). `sage-co selftest --perf` launches
+// each with HIP events on a gfx1201 (or on the emulator, where only the results are checked:
+// sage_co/microbench.py) and `python tools/perf_model.py --refit REPORT.json` sets the model's parameters from
+// the derived figures.
+//
+// What each kernel measures (per wave, `iterations` loop iterations; every loop body is balanced so that its
+// units would take the same time if they did NOT overlap: 4 iu8 WMMA = 32 clk, 32 VALU = 32 issue clk,
+// 8 v_exp_f32 = 32 TRANS clk, docs/rdna4.md §Throughput):
+//   gfx1201_microbench_wmma         4 independent v_wmma_i32_16x16x16_iu8 chains: the sustained WMMA rate, hence the
+//                                   clock under a matrix load (8 clk per iu8 WMMA, §Throughput [AMC])
+//   gfx1201_microbench_valu         32 v_add_nc_u32 (16 counters): the VALU alone
+//   gfx1201_microbench_trans        8 v_exp_f32: the TRANS pipeline alone
+//   gfx1201_microbench_lds          4 ds_load_b128 (conflict-free, 512 B each): LDS loads alone
+//   gfx1201_microbench_wmma_valu    the WMMA body with the VALU body interleaved (8 VALU after each WMMA)
+//   gfx1201_microbench_wmma_trans   the WMMA body with the TRANS body interleaved (2 v_exp_f32 after each WMMA)
+//   gfx1201_microbench_wmma_lds     the WMMA body with the LDS body interleaved (1 ds_load_b128 after each WMMA)
+//                                   => overlap = (t_wmma + t_unit - t_mix) / min(t_wmma, t_unit): 1 the unit issues
+//                                   while a WMMA holds the matrix unit (this wave's or another wave's), 0 they add
+//   gfx1201_microbench_lds_chain    8 dependent ds_load_b32 per iteration (each address the previous load's value,
+//                                   s_wait_dscnt 0 between): LDS load-to-use latency
+//   gfx1201_microbench_l2_stream    4 global_load_b128 scope:SCOPE_DEV per iteration (2 KiB per wave) over a buffer
+//                                   that fits the 8 MiB L2 (§Throughput table): L2 -> CU bandwidth
+//
+// Timing is the host's: HIP events around launches at two iteration counts, the slope per iteration. (llvm-mc 22
+// rejects s_memtime / s_memrealtime for gfx1201; s_getreg hwreg(HW_REG_SHADER_CYCLES_LO) assembles, but the
+// emulator has no clock, so a kernel reading it could not be checked there.)
+//
+// Kernarg table (sage_co/abi.py MICROBENCH_ARGS, 44 bytes; every kernel takes the same struct):
+//   +0  a            ptr  int8 [16][16] A, row-major (WMMA kernels)
+//   +8  b            ptr  int8 [16][16] B^T, row-major = B column-major (WMMA kernels)
+//   +16 src          ptr  LDS kernels: LDS_BYTES copied into LDS at entry (lds_chain: u32 next-byte-addresses);
+//                         l2_stream: the buffer read, src_bytes long
+//   +24 out          ptr  u32 records, RECORD_DWORDS per lane, lane-major per wave, waves in grid order
+//   +32 iterations   u32  loop iterations per wave (0: the loop is skipped)
+//   +36 src_bytes    u32  l2_stream: bytes of src (a multiple of STREAM_WAVE_BYTES, >= stride_bytes)
+//   +40 stride_bytes u32  l2_stream: bytes a wave's read window advances per iteration (a multiple of
+//                         STREAM_WAVE_BYTES, <= src_bytes; the host passes grid waves x STREAM_WAVE_BYTES)
+// Launch: block = 128 threads (4 wave32, .reqd_workgroup_size), any grid x.
+//
+// Result record of one lane (RECORD_DWORDS u32 at out + (wave * 32 + lane) * RECORD_BYTES; what the emulator
+// checks in tests/test_microbench.py):
+//   [0:8)   the matrix sum ACC0+ACC1+ACC2+ACC3: 4 * iterations * (A.B), D layout (dword i = C[i + 8h][r], r = lane
+//           % 16, h = lane / 16; docs/rdna4.md §WMMA); l2_stream: the per-lane sums of every dword it loaded
+//           (dword i sums the words at byte 16 * lane + 4 * (i % 4) of loads i / 4 and i / 4 + 2); else 0
+//   [8:24)  the unit block v[48:63]: valu: 16 counters (2 * iterations each); trans: v[48:55] = 2^v[56:63],
+//           v[56:63] = float((lane % 8) - 4 + k); lds / wmma_lds: the 4 loaded b128 (LDS words 4 * lane +
+//           128 * j ..); lds_chain: dword 0 = the chain's last address (start 4 * thread id); l2_stream: the
+//           last iteration's 4 loads
+//
+// Register map (all kernels):
+//   s[0:1] kernarg pointer; s[4:5] a; s[6:7] b; s[8:9] src; s[10:11] out; s12 iterations; s13 src_bytes;
+//   s14 stride_bytes; s15 loop counter; s16 wave index in the grid; s17 the wave's record offset;
+//   s[18:19] l2_stream read base; s20 l2_stream window offset
+//   v0 work-item id (x); v1 lane; v2 address; v3 wave in the workgroup; v4, v5 temporaries
+//   v[8:9] A fragment, v[10:11] B fragment (8 contiguous bytes at 16 r + 8 h, §WMMA lane layouts)
+//   v[16:23] ACC0 (the record's matrix sum), v[24:31] ACC1, v[32:39] ACC2, v[40:47] ACC3
+//   v[48:63] the unit block (record [8:24)); v[64:71] LDS fill staging
+//
+// Hazards (docs/rdna4.md §Hazards): no WMMA reads another WMMA's D as A/B (A/B are loaded once; rule 1); D never
+// overlaps A/B (rule 2); no VALU in a loop reads an SGPR (rule 3); the one VALU SGPR write (v_readfirstlane) is
+// followed by s_wait_alu depctr_va_sdst(0); s_wait_dscnt 0 before the LDS fill's barrier (rule 8); no scratch.
+
+        .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
+        .amdhsa_code_object_version 6
+
+// ---- named constants (sage_co/abi.py states the host's side of each)
+        .set LANES, 32                      // wave32 (§Entry)
+        .set LANE_MASK, LANES - 1
+        .set WAVE_SHIFT, 5                  // thread id >> 5 = wave in the workgroup
+        .set WAVES_PER_WG, 4                // block = 128 threads
+        .set WG_SHIFT, 2                    // workgroup id * WAVES_PER_WG
+        .set RECORD_DWORDS, 24
+        .set RECORD_BYTES, RECORD_DWORDS * 4
+        .set RECORD_UNIT, 32                // byte offset of the unit block in a record
+        .set RECORD_WAVE_BYTES, LANES * RECORD_BYTES
+        .set B128, 16                       // bytes of one b128 access per lane
+        .set HALF_MASK, 15                  // r = lane % 16
+        .set HALF_SHIFT, 4                  // h = lane / 16
+        .set ROW_SHIFT, 4                   // 16 bytes per A / B^T row
+        .set FRAG_SHIFT, 3                  // 8 bytes per half-wave fragment
+        .set LDS_BYTES, 4096                // LDS table copied from src (two b128 per thread)
+        .set LDS_HALF, LDS_BYTES / 2
+        .set LDS_LOAD_STRIDE, LANES * B128  // one conflict-free wave b128 load = 512 B
+        .set CHAIN_SHIFT, 2                 // lds_chain start address = 4 * thread id
+        .set EXP_LANE_MASK, 7               // exponents (lane % 8) - EXP_BIAS + k: 2^e exact for e in [-4, 10]
+        .set EXP_BIAS, 4
+        .set STREAM_LOAD_BYTES, LANES * B128    // one wave global_load_b128 = 512 B, lane-contiguous
+        .set STREAM_WAVE_BYTES, 4 * STREAM_LOAD_BYTES   // per wave and iteration
+        .set CHAIN_STEPS, 8                 // dependent ds_load_b32 per lds_chain iteration
+        .set COUNT_STEP, 1                  // what each VALU op adds to its counter
+        .set KARG_POINTERS, 0               // kernarg offset of a, b, src, out (4 x 8 bytes)
+        .set KARG_SCALARS, 32               // kernarg offset of iterations, src_bytes, stride_bytes
+
+// ---- prologue: arguments, lane and wave index, zeroed accumulators and unit block
+.macro PROLOGUE
+        s_load_b256     s[4:11], s[0:1], KARG_POINTERS      // a, b, src, out
+        s_load_b96      s[12:14], s[0:1], KARG_SCALARS      // iterations, src_bytes, stride_bytes
+        v_and_b32       v1, LANE_MASK, v0           // lane
+        v_lshrrev_b32   v3, WAVE_SHIFT, v0          // wave in the workgroup (uniform)
+        v_readfirstlane_b32 s16, v3
+        s_wait_alu      depctr_va_sdst(0)           // §Hazards 3: a VALU wrote s16, the SALU reads it
+        s_lshl_b32      s17, ttmp9, WG_SHIFT        // workgroup id x (§Entry) * waves per workgroup
+        s_add_co_u32    s16, s16, s17               // wave index in the grid
+        s_mul_i32       s17, s16, RECORD_WAVE_BYTES
+        .irp r, 16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47
+        v_mov_b32       v\r, 0
+        .endr
+        .irp r, 48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63
+        v_mov_b32       v\r, 0
+        .endr
+        s_wait_kmcnt    0
+.endm
+
+// ---- WMMA operands: A and B^T fragments of this lane (8 contiguous bytes at 16 r + 8 h)
+.macro LOAD_WMMA_OPERANDS
+        v_and_b32       v4, HALF_MASK, v1           // r
+        v_lshrrev_b32   v5, HALF_SHIFT, v1          // h
+        v_lshlrev_b32   v4, ROW_SHIFT, v4
+        v_lshl_add_u32  v4, v5, FRAG_SHIFT, v4      // 16 r + 8 h
+        global_load_b64 v[8:9], v4, s[4:5]
+        global_load_b64 v[10:11], v4, s[6:7]
+        s_wait_loadcnt  0
+.endm
+
+// ---- LDS fill: LDS_BYTES from src, two b128 per thread, then a workgroup barrier
+.macro FILL_LDS
+        v_lshlrev_b32   v2, ROW_SHIFT, v0           // 16 * thread id
+        global_load_b128 v[64:67], v2, s[8:9]
+        global_load_b128 v[68:71], v2, s[8:9] offset:LDS_HALF
+        s_wait_loadcnt  0
+        ds_store_b128   v2, v[64:67]
+        ds_store_b128   v2, v[68:71] offset:LDS_HALF
+        s_wait_dscnt    0                           // §Hazards 8: stores done before the barrier
+        s_barrier_signal -1
+        s_barrier_wait  -1
+.endm
+
+// ---- the loop: s15 counts down from `iterations`; 0 iterations skip it
+.macro LOOP_BEGIN name
+        s_mov_b32       s15, s12
+        s_cmp_eq_u32    s15, 0
+        s_cbranch_scc1  .L\name\()_done
+.L\name\()_loop:
+.endm
+
+.macro LOOP_END name
+        s_sub_co_u32    s15, s15, 1
+        s_cmp_lg_u32    s15, 0
+        s_cbranch_scc1  .L\name\()_loop
+.L\name\()_done:
+.endm
+
+// ---- bodies: one WMMA of chain k; 8 VALU on one half of the unit block; 2 TRANS; 1 LDS load of slot j
+// (neg_lo:[1,1,0] on the iu8 WMMA: A and B signed, §WMMA)
+.macro WMMA k
+        .if \k == 0
+        v_wmma_i32_16x16x16_iu8 v[16:23], v[8:9], v[10:11], v[16:23] neg_lo:[1,1,0]
+        .elseif \k == 1
+        v_wmma_i32_16x16x16_iu8 v[24:31], v[8:9], v[10:11], v[24:31] neg_lo:[1,1,0]
+        .elseif \k == 2
+        v_wmma_i32_16x16x16_iu8 v[32:39], v[8:9], v[10:11], v[32:39] neg_lo:[1,1,0]
+        .else
+        v_wmma_i32_16x16x16_iu8 v[40:47], v[8:9], v[10:11], v[40:47] neg_lo:[1,1,0]
+        .endif
+.endm
+
+.macro VALU8 half
+        .if \half == 0
+        .irp r, 48,49,50,51,52,53,54,55
+        v_add_nc_u32    v\r, COUNT_STEP, v\r
+        .endr
+        .else
+        .irp r, 56,57,58,59,60,61,62,63
+        v_add_nc_u32    v\r, COUNT_STEP, v\r
+        .endr
+        .endif
+.endm
+
+.macro TRANS2 pair
+        .if \pair == 0
+        v_exp_f32       v48, v56
+        v_exp_f32       v49, v57
+        .elseif \pair == 1
+        v_exp_f32       v50, v58
+        v_exp_f32       v51, v59
+        .elseif \pair == 2
+        v_exp_f32       v52, v60
+        v_exp_f32       v53, v61
+        .else
+        v_exp_f32       v54, v62
+        v_exp_f32       v55, v63
+        .endif
+.endm
+
+.macro LDS1 j
+        .if \j == 0
+        ds_load_b128    v[48:51], v2
+        .elseif \j == 1
+        ds_load_b128    v[52:55], v2 offset:LDS_LOAD_STRIDE
+        .elseif \j == 2
+        ds_load_b128    v[56:59], v2 offset:2*LDS_LOAD_STRIDE
+        .else
+        ds_load_b128    v[60:63], v2 offset:3*LDS_LOAD_STRIDE
+        .endif
+.endm
+
+// ---- the TRANS kernels' exponents: v[56 + k] = float((lane % 8) - 4 + k)
+.macro EXPONENTS
+        v_and_b32       v4, EXP_LANE_MASK, v1
+        .irp k, 0,1,2,3,4,5,6,7
+        v_add_nc_u32    v5, \k - EXP_BIAS, v4
+        v_cvt_f32_i32   v[56 + \k], v5
+        .endr
+.endm
+
+// ---- epilogue: matrix sum, then the lane's record
+.macro EPILOGUE
+        s_wait_loadcnt_dscnt 0
+        .irp i, 0,1,2,3,4,5,6,7
+        v_add_nc_u32    v[16 + \i], v[16 + \i], v[24 + \i]
+        v_add_nc_u32    v[32 + \i], v[32 + \i], v[40 + \i]
+        v_add_nc_u32    v[16 + \i], v[16 + \i], v[32 + \i]
+        .endr
+        v_mad_u32_u24   v2, v1, RECORD_BYTES, s17
+        global_store_b128 v2, v[16:19], s[10:11]
+        global_store_b128 v2, v[20:23], s[10:11] offset:B128
+        global_store_b128 v2, v[48:51], s[10:11] offset:RECORD_UNIT
+        global_store_b128 v2, v[52:55], s[10:11] offset:RECORD_UNIT+B128
+        global_store_b128 v2, v[56:59], s[10:11] offset:RECORD_UNIT+2*B128
+        global_store_b128 v2, v[60:63], s[10:11] offset:RECORD_UNIT+3*B128
+        s_endpgm
+.endm
+
+.macro KERNEL_BEGIN name
+        .globl  \name
+        .p2align 8
+        .type   \name,@function
+\name:
+.endm
+
+.macro KERNEL_END name
+.L\name\()_end:
+        .size   \name, .L\name\()_end-\name
+.endm
+
+        .text
+// ============================================================================ WMMA alone
+// Measures: the sustained iu8 WMMA rate (host: 8 waves per SIMD). Record: [0:8) = 4 * iterations * A.B.
+KERNEL_BEGIN gfx1201_microbench_wmma
+        PROLOGUE
+        LOAD_WMMA_OPERANDS
+        LOOP_BEGIN wmma
+        WMMA 0
+        WMMA 1
+        WMMA 2
+        WMMA 3
+        LOOP_END wmma
+        EPILOGUE
+KERNEL_END gfx1201_microbench_wmma
+
+// ============================================================================ VALU alone
+// Measures: VALU issue alone, the reference for wmma_valu. Record: [8:24) = 2 * iterations each.
+KERNEL_BEGIN gfx1201_microbench_valu
+        PROLOGUE
+        LOOP_BEGIN valu
+        VALU8 0
+        VALU8 1
+        VALU8 0
+        VALU8 1
+        LOOP_END valu
+        EPILOGUE
+KERNEL_END gfx1201_microbench_valu
+
+// ============================================================================ TRANS alone
+// Measures: the TRANS pipeline alone, the reference for wmma_trans. Record: [8:16) = 2^e, [16:24) = e.
+KERNEL_BEGIN gfx1201_microbench_trans
+        PROLOGUE
+        EXPONENTS
+        LOOP_BEGIN trans
+        TRANS2 0
+        TRANS2 1
+        TRANS2 2
+        TRANS2 3
+        LOOP_END trans
+        EPILOGUE
+KERNEL_END gfx1201_microbench_trans
+
+// ============================================================================ LDS loads alone
+// Measures: LDS b128 loads alone, the reference for wmma_lds. Record: [8:24) = LDS words 4 lane + 128 j ...
+KERNEL_BEGIN gfx1201_microbench_lds
+        PROLOGUE
+        FILL_LDS
+        v_lshlrev_b32   v2, ROW_SHIFT, v1           // 16 * lane: each load reads 512 contiguous bytes
+        LOOP_BEGIN lds
+        s_wait_dscnt    0                           // the previous iteration's loads into the same registers
+        LDS1 0
+        LDS1 1
+        LDS1 2
+        LDS1 3
+        LOOP_END lds
+        EPILOGUE
+KERNEL_END gfx1201_microbench_lds
+
+// ============================================================================ WMMA + VALU
+// Measures: whether VALU issues while a WMMA holds the matrix unit. Record: wmma's [0:8), valu's [8:24).
+KERNEL_BEGIN gfx1201_microbench_wmma_valu
+        PROLOGUE
+        LOAD_WMMA_OPERANDS
+        LOOP_BEGIN wmma_valu
+        WMMA 0
+        VALU8 0
+        WMMA 1
+        VALU8 1
+        WMMA 2
+        VALU8 0
+        WMMA 3
+        VALU8 1
+        LOOP_END wmma_valu
+        EPILOGUE
+KERNEL_END gfx1201_microbench_wmma_valu
+
+// ============================================================================ WMMA + TRANS
+// Measures: whether the TRANS pipeline runs under a WMMA. Record: wmma's [0:8), trans's [8:24).
+KERNEL_BEGIN gfx1201_microbench_wmma_trans
+        PROLOGUE
+        EXPONENTS
+        LOAD_WMMA_OPERANDS
+        LOOP_BEGIN wmma_trans
+        WMMA 0
+        TRANS2 0
+        WMMA 1
+        TRANS2 1
+        WMMA 2
+        TRANS2 2
+        WMMA 3
+        TRANS2 3
+        LOOP_END wmma_trans
+        EPILOGUE
+KERNEL_END gfx1201_microbench_wmma_trans
+
+// ============================================================================ WMMA + LDS loads
+// Measures: whether LDS loads issue under a WMMA. Record: wmma's [0:8), lds's [8:24).
+KERNEL_BEGIN gfx1201_microbench_wmma_lds
+        PROLOGUE
+        FILL_LDS
+        LOAD_WMMA_OPERANDS
+        v_lshlrev_b32   v2, ROW_SHIFT, v1
+        LOOP_BEGIN wmma_lds
+        s_wait_dscnt    0
+        WMMA 0
+        LDS1 0
+        WMMA 1
+        LDS1 1
+        WMMA 2
+        LDS1 2
+        WMMA 3
+        LDS1 3
+        LOOP_END wmma_lds
+        EPILOGUE
+KERNEL_END gfx1201_microbench_wmma_lds
+
+// ============================================================================ dependent LDS loads
+// Measures: LDS load-to-use latency (host: one workgroup, one wave per SIMD). Record: [8] = the last address.
+KERNEL_BEGIN gfx1201_microbench_lds_chain
+        PROLOGUE
+        FILL_LDS
+        v_lshlrev_b32   v48, CHAIN_SHIFT, v0        // chain start: word `thread id`
+        LOOP_BEGIN lds_chain
+        .rept CHAIN_STEPS
+        ds_load_b32     v48, v48
+        s_wait_dscnt    0
+        .endr
+        LOOP_END lds_chain
+        EPILOGUE
+KERNEL_END gfx1201_microbench_lds_chain
+
+// ============================================================================ L2 -> CU stream
+// Measures: L2 -> CU bytes per clock (host: 16 waves per SIMD). Record: [0:8) load sums, [8:24) last loads.
+KERNEL_BEGIN gfx1201_microbench_l2_stream
+        PROLOGUE
+        v_lshlrev_b32   v2, ROW_SHIFT, v1           // 16 * lane
+        s_mul_i32       s20, s16, STREAM_WAVE_BYTES // this wave's first window (< stride_bytes <= src_bytes)
+        LOOP_BEGIN l2_stream
+        s_add_co_u32    s18, s8, s20
+        s_add_co_ci_u32 s19, s9, 0
+        global_load_b128 v[48:51], v2, s[18:19] scope:SCOPE_DEV
+        global_load_b128 v[52:55], v2, s[18:19] offset:STREAM_LOAD_BYTES scope:SCOPE_DEV
+        global_load_b128 v[56:59], v2, s[18:19] offset:2*STREAM_LOAD_BYTES scope:SCOPE_DEV
+        global_load_b128 v[60:63], v2, s[18:19] offset:3*STREAM_LOAD_BYTES scope:SCOPE_DEV
+        s_add_co_u32    s20, s20, s14               // next window, wrapped into [0, src_bytes)
+        s_cmp_lt_u32    s20, s13
+        s_cselect_b32   s21, 0, s13
+        s_sub_co_u32    s20, s20, s21
+        s_wait_loadcnt  0
+        .irp i, 0,1,2,3
+        v_add_nc_u32    v[16 + \i], v[16 + \i], v[48 + \i]
+        v_add_nc_u32    v[20 + \i], v[20 + \i], v[52 + \i]
+        v_add_nc_u32    v[16 + \i], v[16 + \i], v[56 + \i]
+        v_add_nc_u32    v[20 + \i], v[20 + \i], v[60 + \i]
+        .endr
+        LOOP_END l2_stream
+        EPILOGUE
+KERNEL_END gfx1201_microbench_l2_stream
+
+// the padding LLVM puts after the last kernel (instruction prefetch must not run into other data): s_code_end words
+        .set S_CODE_END, 0xBF9F0000
+        .set CODE_END_ALIGN_LOG2, 7
+        .set CODE_END_PAD_DWORDS, 96
+        .p2alignl CODE_END_ALIGN_LOG2, S_CODE_END
+        .fill CODE_END_PAD_DWORDS, 4, S_CODE_END
+
+// ---- descriptors: the LDS kernels allocate LDS_BYTES, the others none
+        .rodata
+.macro DESCRIPTOR name, lds
+        .p2align 6
+        .amdhsa_kernel \name
+          .amdhsa_group_segment_fixed_size \lds
+          .amdhsa_private_segment_fixed_size 0
+          .amdhsa_kernarg_size 44
+          .amdhsa_user_sgpr_count 2
+          .amdhsa_user_sgpr_kernarg_segment_ptr 1
+          .amdhsa_wavefront_size32 1
+          .amdhsa_system_sgpr_workgroup_id_x 1
+          .amdhsa_system_vgpr_workitem_id 0
+          .amdhsa_next_free_vgpr 72
+          .amdhsa_next_free_sgpr 24
+          .amdhsa_reserve_vcc 0
+          .amdhsa_float_denorm_mode_32 3
+          .amdhsa_float_denorm_mode_16_64 3
+        .end_amdhsa_kernel
+.endm
+        DESCRIPTOR gfx1201_microbench_wmma, 0
+        DESCRIPTOR gfx1201_microbench_valu, 0
+        DESCRIPTOR gfx1201_microbench_trans, 0
+        DESCRIPTOR gfx1201_microbench_lds, LDS_BYTES
+        DESCRIPTOR gfx1201_microbench_wmma_valu, 0
+        DESCRIPTOR gfx1201_microbench_wmma_trans, 0
+        DESCRIPTOR gfx1201_microbench_wmma_lds, LDS_BYTES
+        DESCRIPTOR gfx1201_microbench_lds_chain, LDS_BYTES
+        DESCRIPTOR gfx1201_microbench_l2_stream, 0
+
+// ---- metadata (the kernarg table above; one entry per kernel)
+        .amdgpu_metadata
+---
+amdhsa.version:
+  - 1
+  - 2
+amdhsa.target: amdgcn-amd-amdhsa--gfx1201
+amdhsa.kernels:
+  - .name:            gfx1201_microbench_wmma
+    .symbol:          gfx1201_microbench_wmma.kd
+    .kernarg_segment_size: 44
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      24
+    .vgpr_count:      72
+    .max_flat_workgroup_size: 128
+    .reqd_workgroup_size: [128, 1, 1]
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
+      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
+      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
+  - .name:            gfx1201_microbench_valu
+    .symbol:          gfx1201_microbench_valu.kd
+    .kernarg_segment_size: 44
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      24
+    .vgpr_count:      72
+    .max_flat_workgroup_size: 128
+    .reqd_workgroup_size: [128, 1, 1]
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
+      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
+      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
+  - .name:            gfx1201_microbench_trans
+    .symbol:          gfx1201_microbench_trans.kd
+    .kernarg_segment_size: 44
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      24
+    .vgpr_count:      72
+    .max_flat_workgroup_size: 128
+    .reqd_workgroup_size: [128, 1, 1]
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
+      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
+      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
+  - .name:            gfx1201_microbench_lds
+    .symbol:          gfx1201_microbench_lds.kd
+    .kernarg_segment_size: 44
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 4096
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      24
+    .vgpr_count:      72
+    .max_flat_workgroup_size: 128
+    .reqd_workgroup_size: [128, 1, 1]
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
+      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
+      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
+  - .name:            gfx1201_microbench_wmma_valu
+    .symbol:          gfx1201_microbench_wmma_valu.kd
+    .kernarg_segment_size: 44
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      24
+    .vgpr_count:      72
+    .max_flat_workgroup_size: 128
+    .reqd_workgroup_size: [128, 1, 1]
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
+      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
+      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
+  - .name:            gfx1201_microbench_wmma_trans
+    .symbol:          gfx1201_microbench_wmma_trans.kd
+    .kernarg_segment_size: 44
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      24
+    .vgpr_count:      72
+    .max_flat_workgroup_size: 128
+    .reqd_workgroup_size: [128, 1, 1]
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
+      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
+      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
+  - .name:            gfx1201_microbench_wmma_lds
+    .symbol:          gfx1201_microbench_wmma_lds.kd
+    .kernarg_segment_size: 44
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 4096
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      24
+    .vgpr_count:      72
+    .max_flat_workgroup_size: 128
+    .reqd_workgroup_size: [128, 1, 1]
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
+      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
+      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
+  - .name:            gfx1201_microbench_lds_chain
+    .symbol:          gfx1201_microbench_lds_chain.kd
+    .kernarg_segment_size: 44
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 4096
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      24
+    .vgpr_count:      72
+    .max_flat_workgroup_size: 128
+    .reqd_workgroup_size: [128, 1, 1]
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
+      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
+      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
+  - .name:            gfx1201_microbench_l2_stream
+    .symbol:          gfx1201_microbench_l2_stream.kd
+    .kernarg_segment_size: 44
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      24
+    .vgpr_count:      72
+    .max_flat_workgroup_size: 128
+    .reqd_workgroup_size: [128, 1, 1]
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
+      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
+      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
+...
+        .end_amdgpu_metadata

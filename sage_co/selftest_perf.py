@@ -1,0 +1,140 @@
+"""The microbenchmark half of `sage-co selftest --perf` (docs/performance.md §Microbenchmarks and refit).
+
+With a gfx1201: every kernel of asm_src/gfx1201_microbench.s runs once at a small iteration count and its result
+records are checked (sage_co.microbench.check), then it is timed with HIP events (torch.cuda.Event on the current
+stream) at two iteration counts; the slope, seconds per loop iteration, gives the derived parameters
+(microbench.derive: sustained WMMA clock and rate, whether VALU / TRANS / LDS issue while a WMMA holds the matrix
+unit, LDS load-to-use latency, L2 -> CU bytes per clock). Without one: every kernel runs on the emulator, its records
+and dynamic instruction counts are checked, and no time is reported (`measured` is false).
+
+The report's `perf` section (selftest.json) is what `python tools/perf_model.py --refit REPORT.json` reads:
+    perf.measured                   true only when the times are HIP-event times on a gfx1201
+    perf.kernels.<bench>            workgroups, iterations [n1, n2], ms [t1, t2], seconds_per_iteration, correct
+    perf.derived.<bench>.<figure>   microbench.derive's figures (absent when not measured)
+"""
+from __future__ import annotations
+
+import statistics
+
+from . import microbench as mb
+
+WARMUP = 2              # launches before timing (module load, clocks ramping)
+ROUNDS = 5              # timed launches per iteration count; the median is kept
+WHAT = {
+    "wmma": "4 independent iu8 WMMA chains: sustained matrix rate -> clock under matrix load",
+    "valu": "32 v_add_nc_u32 per iteration: VALU alone",
+    "trans": "8 v_exp_f32 per iteration: TRANS alone",
+    "lds": "4 ds_load_b128 per iteration: LDS loads alone",
+    "wmma_valu": "WMMA body + VALU body interleaved: VALU co-issue with WMMA",
+    "wmma_trans": "WMMA body + TRANS body interleaved: TRANS co-issue with WMMA",
+    "wmma_lds": "WMMA body + LDS body interleaved: LDS issue under WMMA",
+    "lds_chain": "8 dependent ds_load_b32 per iteration: LDS load-to-use latency",
+    "l2_stream": "4 global_load_b128 (SCOPE_DEV) per iteration over 6 MiB: L2 -> CU bandwidth",
+}
+
+
+def _time_launch(fn, device: int) -> float:
+    """Median HIP-event seconds of one call of fn on the device's current stream."""
+    import torch
+    with torch.cuda.device(device):
+        for _ in range(WARMUP):
+            fn()
+        times = []
+        for _ in range(ROUNDS):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e-3)
+    return statistics.median(times)
+
+
+def emulator(report, echo=print) -> dict:
+    """Every microbenchmark on the emulator: records and instruction counts checked; no time."""
+    kernels = {}
+    for bench in mb.MICROBENCH_BENCHES:
+        workgroups, iterations = mb.EMU_PLAN[bench]
+        echo(f"emulator: microbenchmark {bench}")
+        args = mb.inputs(bench, workgroups)
+        stats = mb.launch_bench(bench, args, iterations, backend="emu")
+        problems = mb.check(bench, args["out"], args, iterations) + count_problems(bench, stats, workgroups,
+                                                                                     iterations)
+        report.add(f"emu microbenchmark {bench}: results and instruction counts", not problems, "; ".join(problems))
+        kernels[bench] = {"workgroups": workgroups, "iterations": [iterations], "correct": not problems}
+    return {"measured": False, "where": "CPU emulator (results checked; no time: the emulator has no clock)",
+            "kernels": kernels}
+
+
+def count_problems(bench: str, stats: dict, workgroups: int, iterations: int) -> list[str]:
+    """The emulator's dynamic WMMA / TRANS / LDS counts against the kernel's loop body x iterations x waves."""
+    per = mb.ops_per_iteration(bench)
+    n = mb.waves(workgroups) * iterations
+    fill = 2 * mb.waves(workgroups) if bench in mb.LDS_BENCHES else 0     # the LDS fill: two b128 stores per lane
+    want = {"WMMA": per["WMMA"] * n, "TRANS": per["TRANS"] * n, "LDS": per["LDS"] * n + fill}
+    return [f"{bench}: {k} ran {stats.get(k, 0)} wave-instructions, the loop body says {v}"
+            for k, v in want.items() if stats.get(k, 0) != v]
+
+
+def gpu(report, device: int, echo=print) -> dict:
+    """Every microbenchmark on gfx1201 device `device`: checked once, then timed at two iteration counts."""
+    import torch
+    kernels, seconds, workgroups_of = {}, {}, {}
+    dev = f"cuda:{device}"
+    for bench in mb.MICROBENCH_BENCHES:
+        workgroups, n1, n2 = mb.GPU_PLAN[bench]
+        echo(f"gpu {device}: microbenchmark {bench}")
+        args = mb.inputs(bench, workgroups, device=dev)
+        check_iterations = mb.EMU_PLAN[bench][1]
+        with torch.cuda.device(device):
+            mb.launch_bench(bench, args, check_iterations, backend="hip")
+            torch.cuda.synchronize()
+        problems = mb.check(bench, args["out"], args, check_iterations)
+        report.add(f"gpu{device} microbenchmark {bench}: results", not problems, "; ".join(problems))
+        t = [_time_launch(lambda n=n: mb.launch_bench(bench, args, n, backend="hip"), device) for n in (n1, n2)]
+        per_iter = mb.per_iteration_seconds(t[0], t[1], n1, n2)
+        ok = per_iter > 0
+        report.add(f"gpu{device} microbenchmark {bench}: time grows with iterations", ok,
+                   f"{t[0] * 1e3:.3f} ms at {n1}, {t[1] * 1e3:.3f} ms at {n2} iterations")
+        kernels[bench] = {"workgroups": workgroups, "iterations": [n1, n2], "ms": [x * 1e3 for x in t],
+                          "seconds_per_iteration": per_iter, "correct": not problems}
+        seconds[bench], workgroups_of[bench] = per_iter, workgroups
+    out = {"measured": True, "where": f"gfx1201 device {device} ({torch.cuda.get_device_name(device)}), HIP events",
+           "kernels": kernels}
+    if all(s > 0 for s in seconds.values()):
+        out["derived"] = mb.derive(seconds, workgroups_of)
+    return out
+
+
+def run(report, devices: list[int], echo=print) -> None:
+    report.perf = gpu(report, devices[0], echo) if devices else emulator(report, echo)
+
+
+def markdown(perf: dict) -> list[str]:
+    if not perf:
+        return []
+    lines = ["", "## Microbenchmarks (`--perf`)", "", f"**Where:** {perf['where']}", "",
+             "| kernel | measures | workgroups | iterations | ms | s / iteration | correct |",
+             "|---|---|---|---|---|---|---|"]
+    for bench, k in perf["kernels"].items():
+        ms = ", ".join(f"{x:.3f}" for x in k.get("ms", [])) or "not timed"
+        spi = f"{k['seconds_per_iteration']:.3e}" if "seconds_per_iteration" in k else "-"
+        lines.append(f"| {bench} | {WHAT[bench]} | {k['workgroups']} | {', '.join(map(str, k['iterations']))} | {ms} "
+                     f"| {spi} | {'yes' if k['correct'] else 'NO'} |")
+    d = perf.get("derived")
+    if d:
+        lines += ["", "Derived (feed this report to `python tools/perf_model.py --refit selftest.json`):", "",
+                  "| figure | value |", "|---|---|",
+                  f"| sustained clock under WMMA load | {d['wmma']['sustained_clock_hz'] / 1e9:.3f} GHz |",
+                  f"| iu8 WMMA rate | {d['wmma']['ops_per_s'] / 1e12:.1f} TOPS |"]
+        for mix, unit in mb.OVERLAP_PAIRS.items():
+            lines.append(f"| {unit.upper()} overlap with WMMA (1 co-issues, 0 adds) | {d[mix]['overlap']:.2f} |")
+            lines.append(f"| {unit.upper()} alone: SIMD clocks per op | {d[mix]['unit_clocks_per_op']:.2f} |")
+        lines += [f"| LDS load-to-use latency | {d['lds_chain']['load_to_use_clk']:.1f} clk "
+                  f"({d['lds_chain']['load_to_use_s'] * 1e9:.1f} ns) |",
+                  f"| L2 -> CU bandwidth | {d['l2_stream']['bytes_per_clk']:.0f} B/clk "
+                  f"({d['l2_stream']['bytes_per_s'] / 1e12:.2f} TB/s) |"]
+    elif not perf["measured"]:
+        lines += ["", "No time is reported: the emulator checks that every kernel computes the right results, "
+                      "not how fast (run on a gfx1201 for the measured figures)."]
+    return lines
