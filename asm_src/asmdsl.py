@@ -19,12 +19,11 @@ Nothing here knows about attention.
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repo's sage_co, not an installed one
-from sage_co.emu.facts import VOPD_PLAIN, vopd_pair_problem  # noqa: E402  (the one instruction-facts layer)
+# the one instruction-facts layer; sage_co is this checkout's (build_asm.py runs generators with asm_src/ and the
+# repository root on PYTHONPATH, pytest adds both through pyproject.toml)
+from sage_co.emu.facts import VOPD_PLAIN, vopd_pair_problem
 
 # docs/rdna4.md §Throughput, VOPD rules: ops with a v_dual_* form in both halves whose meaning is dst = f(src0, src1)
 VOPD_OPS = VOPD_PLAIN

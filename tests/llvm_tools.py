@@ -8,11 +8,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "tools"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
 
-import build_asm  # noqa: E402
+import build_asm  # noqa: E402  (the repository root is on sys.path: pyproject.toml [tool.pytest.ini_options] pythonpath)
 
 try:
     LLVM = build_asm.find_llvm()
