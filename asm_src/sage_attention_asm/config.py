@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from sage_co import abi
 from sage_co import family
+from sage_co.rdna4 import MAX_WAVES_PER_SIMD, SGPR_LIMIT, VGPR_GRANULE, VGPR_LIMIT, VGPRS_PER_SIMD  # noqa: F401
 
 ARGS = abi.ATTENTION_FWD_ARGS
 KARG_SGPR = 4                  # first SGPR of the kernarg struct: after s[0:1], 4-aligned for s_load_b128/b256
@@ -47,11 +48,7 @@ V16_ROW_PAD = 16                          # pv fp16: V^T LDS rows of 128 B + 16 
                                           # at rows r..r+7 hit 8 distinct 16-byte bank groups, 9r mod 16 distinct)
 IU8_SIGNED = "neg_lo:[1,1,0]"             # docs/rdna4.md §WMMA: neg_lo bit0/bit1 = A/B signed
 
-VGPR_LIMIT = 256                          # wave32 VGPRs per wave (docs/rdna4.md §Occupancy)
-SGPR_LIMIT = 106                          # addressable SGPRs; VCC sits above them (docs/rdna4.md §Entry)
-VGPR_GRANULE = 24                         # wave32 VGPR allocation granule (docs/rdna4.md §Occupancy)
-VGPRS_PER_SIMD = 1536
-MAX_WAVES_PER_SIMD = 16
+# VGPR_LIMIT, SGPR_LIMIT, VGPR_GRANULE, VGPRS_PER_SIMD, MAX_WAVES_PER_SIMD: sage_co/rdna4.py (imported above)
 INST_PREF_SIZE = 63                       # instruction prefetch (x 128 B): the maximum the field holds
 
 
