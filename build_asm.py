@@ -6,6 +6,11 @@
                                    # (code objects, manifest incl. each kernel's ABI snapshot, generated .s)
     python build_asm.py --only NAME          # (also with --check: check only these code objects)
 
+Which symbols each code object provides (the manifest's `provides` rows) comes from sage_co/family.py (the family
+declared once) or, for a one-off code object it does not name, from rows in kernels.toml. Build and --check fail when a
+code object and that declaration disagree in either direction: a declared symbol missing, a symbol nobody declared,
+a .hip wrapper instantiating another template than declared, a .hip #define whose value is not sage_co/abi.py's.
+
 Sources by suffix:
     .s    clang --target=amdgcn-amd-amdhsa -mcpu=<arch> -c, then ld.lld -shared
     .hip  clang -x hip --offload-arch=<arch> --cuda-device-only -nogpulib -nogpuinc --no-gpu-bundle-output -O3
@@ -16,7 +21,8 @@ Sources by suffix:
 Builds are deterministic: sources are compiled from inside asm_src/ with relative paths, and the outputs
 carry no paths or timestamps, so two builds give identical bytes (tests/test_build.py checks it).
 This is a development tool: the installed sage_co package never imports it. It needs no torch (it reads the
-built code objects with sage_co.codeobj; `import sage_co` loads nothing torch-dependent eagerly).
+built code objects with sage_co.codeobj, finds LLVM with sage_co.llvm; `import sage_co` loads nothing torch-dependent
+eagerly). Run from the repository root, it imports this checkout's sage_co (its own folder is sys.path[0]).
 """
 from __future__ import annotations
 
@@ -291,17 +297,13 @@ def family_problems(entry: Entry, kernels, llvm: LLVM) -> list[str]:
     return problems
 
 
-def manifest_entry(entry: Entry, co_path: Path, llvm_version: str, llvm: LLVM | None = None,
-                   problems: list[str] | None = None) -> dict:
+def manifest_entry(entry: Entry, co_path: Path, llvm: LLVM, problems: list[str] | None = None) -> dict:
     """What the manifest records for one code object, read back from the built bytes. Disagreements with the
-    declared family (family_problems; needs `llvm` for a .hip source) go to `problems`, or raise BuildError when
-    it is None."""
+    declared family (family_problems) go to `problems`, or raise BuildError when it is None."""
     data = co_path.read_bytes()
     co = read_code_object(data, f"{entry.arch}/{co_path.name}", entry.arch)
     kernels = {kname: kernel_snapshot(k) for kname, k in sorted(co.kernels.items())}
-    found = family_problems(entry, set(kernels), llvm) if llvm is not None else \
-        [f"{entry.name}: kernels.toml says it provides symbol {p['symbol']!r}, but the code object holds "
-         f"{sorted(kernels)}" for p in entry.provides if p["symbol"] not in kernels]
+    found = family_problems(entry, set(kernels), llvm)
     if found and problems is None:
         raise BuildError("\n  ".join(found))
     if problems is not None:
@@ -312,7 +314,7 @@ def manifest_entry(entry: Entry, co_path: Path, llvm_version: str, llvm: LLVM | 
         "arch": entry.arch,
         "sha256": hashlib.sha256(data).hexdigest(),
         "code_object_version": co.code_object_version,
-        "llvm_version": llvm_version,
+        "llvm_version": llvm.version,
         "provides": [dict(p) for p in entry.provides],
         "kernels": kernels,
     }
@@ -329,7 +331,7 @@ def _build_entry(e: Entry, llvm: LLVM, out_dir: Path, asm_dir: Path | None, prob
         generated = generate(e)
         if asm_dir is not None:
             (asm_dir / f"{e.name}.s").write_text(generated)
-    return manifest_entry(e, build_one(e, llvm, out_dir, generated), llvm.version, llvm, problems)
+    return manifest_entry(e, build_one(e, llvm, out_dir, generated), llvm, problems)
 
 
 def build_all(entries: list[Entry], llvm: LLVM, out_dir: Path, progress: bool = True,
