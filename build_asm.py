@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sage_co import codeobj
-from sage_co import llvm as toolchain
 from sage_co import family as kernel_family
+from sage_co import llvm as toolchain
 from sage_co import manifest as manifest_file
 from sage_co.manifest import kernel_snapshot  # noqa: F401  (the manifest's per-kernel ABI record; tools use it)
 
