@@ -26,6 +26,8 @@ from typing import ClassVar
 from . import abi
 
 ARCH = "gfx1201"
+ATTENTION_IMPLS = ("hip", "asm")      # the `variant` column of sage_attention_fwd: HIP source, asm generator
+PREPARE_STAGES = ("stats", "quant")   # the prepare ops with one symbol per (head_dim, in_dtype, rope_dim)
 # The HIP sources' compile-time dtype selectors (`#define BF16 0`, `#define FP16 1`), the first template argument
 # of the prepare and predict bodies.
 HIP_IN_DTYPE = {"bf16": 0, "fp16": 1}
@@ -61,10 +63,10 @@ class AttentionVariant:
     op: ClassVar[str] = abi.ATTENTION_OP
 
     def __post_init__(self):
-        if self.variant not in ("hip", "asm") or self.head_dim not in abi.HEAD_DIMS_NATIVE or \
+        if self.variant not in ATTENTION_IMPLS or self.head_dim not in abi.HEAD_DIMS_NATIVE or \
                 self.out_dtype not in abi.OUT_DTYPES or self.pv_dtype not in abi.PV_DTYPES:
             raise ValueError(f"AttentionVariant{(self.variant, self.head_dim, self.out_dtype, self.pv_dtype)}: variant "
-                             f"must be 'hip' or 'asm', head_dim one of {abi.HEAD_DIMS_NATIVE}, out_dtype one of "
+                             f"must be one of {ATTENTION_IMPLS}, head_dim one of {abi.HEAD_DIMS_NATIVE}, out_dtype one of "
                              f"{abi.OUT_DTYPES}, pv_dtype one of {abi.PV_DTYPES}")
 
     @property
@@ -94,10 +96,10 @@ class PrepareVariant:
     rope_dim: int
 
     def __post_init__(self):
-        if self.stage not in ("stats", "quant") or self.head_dim not in abi.HEAD_DIMS_NATIVE or \
+        if self.stage not in PREPARE_STAGES or self.head_dim not in abi.HEAD_DIMS_NATIVE or \
                 self.in_dtype not in abi.PREPARE_IN_DTYPES or self.rope_dim not in rope_dims(self.head_dim):
             raise ValueError(f"PrepareVariant{(self.stage, self.head_dim, self.in_dtype, self.rope_dim)}: stage must be "
-                             f"'stats' or 'quant', head_dim one of {abi.HEAD_DIMS_NATIVE}, in_dtype one of "
+                             f"one of {PREPARE_STAGES}, head_dim one of {abi.HEAD_DIMS_NATIVE}, in_dtype one of "
                              f"{abi.PREPARE_IN_DTYPES}, rope_dim one of {rope_dims(self.head_dim)}")
 
     @property
@@ -144,7 +146,7 @@ ATTENTION_VARIANTS = tuple((d, t, pv) for pv in abi.PV_DTYPES for d in reversed(
                            for t in abi.OUT_DTYPES)
 ATTENTION_HIP = tuple(AttentionVariant("hip", *v) for v in ATTENTION_VARIANTS)
 ATTENTION_ASM = tuple(AttentionVariant("asm", *v) for v in ATTENTION_VARIANTS)   # the generator's FAMILY
-PREPARE = tuple(PrepareVariant(stage, d, t, r) for stage in ("stats", "quant") for d in reversed(abi.HEAD_DIMS_NATIVE)
+PREPARE = tuple(PrepareVariant(stage, d, t, r) for stage in PREPARE_STAGES for d in reversed(abi.HEAD_DIMS_NATIVE)
                 for t in abi.PREPARE_IN_DTYPES for r in rope_dims(d))
 PREDICT_POOL = tuple(PredictPoolVariant(t) for t in abi.PREPARE_IN_DTYPES)
 
