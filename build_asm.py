@@ -6,6 +6,11 @@
                                    # (code objects, manifest incl. each kernel's ABI snapshot, generated .s)
     python build_asm.py --only NAME          # (also with --check: check only these code objects)
 
+Which symbols each code object provides (the manifest's `provides` rows) comes from sage_co/family.py (the family
+declared once) or, for a one-off code object it does not name, from rows in kernels.toml. Build and --check fail when a
+code object and that declaration disagree in either direction: a declared symbol missing, a symbol nobody declared,
+a .hip wrapper instantiating another template than declared, a .hip #define whose value is not sage_co/abi.py's.
+
 Sources by suffix:
     .s    clang --target=amdgcn-amd-amdhsa -mcpu=<arch> -c, then ld.lld -shared
     .hip  clang -x hip --offload-arch=<arch> --cuda-device-only -nogpulib -nogpuinc --no-gpu-bundle-output -O3
@@ -16,7 +21,8 @@ Sources by suffix:
 Builds are deterministic: sources are compiled from inside asm_src/ with relative paths, and the outputs
 carry no paths or timestamps, so two builds give identical bytes (tests/test_build.py checks it).
 This is a development tool: the installed sage_co package never imports it. It needs no torch (it reads the
-built code objects with sage_co.codeobj; `import sage_co` loads nothing torch-dependent eagerly).
+built code objects with sage_co.codeobj, finds LLVM with sage_co.llvm; `import sage_co` loads nothing torch-dependent
+eagerly). Run from the repository root, it imports this checkout's sage_co (its own folder is sys.path[0]).
 """
 from __future__ import annotations
 
@@ -33,13 +39,17 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from sage_co import codeobj
+from sage_co import family as kernel_family
+from sage_co import llvm as toolchain
+from sage_co import manifest as manifest_file
+from sage_co.manifest import kernel_snapshot  # noqa: F401  (the manifest's per-kernel ABI record; tools use it)
+
 ROOT = Path(__file__).resolve().parent
 ASM_SRC = ROOT / "asm_src"
 HSACO = ROOT / "hsaco"
 KERNEL_LIST = ASM_SRC / "kernels.toml"
 MANIFEST = HSACO / "manifest.json"
-MIN_CLANG = 19
-LLVM_GUESSES = [f"/usr/lib/llvm-{v}/bin" for v in (22, 21, 20, 19)]
 SUPPORTED_ARCHS = {"gfx1201"}
 
 
@@ -48,61 +58,16 @@ class BuildError(RuntimeError):
 
 
 # ---------------------------------------------------------------------------------------------- LLVM
-@dataclass(frozen=True)
-class LLVM:
-    bin_dir: Path
-    clang: Path
-    lld: Path
-    version: str                      # e.g. "22.1.8"
-
-    def tool(self, name: str) -> Path:
-        path = self.bin_dir / name
-        if not path.exists():
-            raise BuildError(f"{name} not found next to clang in {self.bin_dir}")
-        return path
-
-
-def _clang_version(clang: Path) -> str | None:
-    try:
-        out = subprocess.run([str(clang), "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    m = re.search(r"clang version (\d+)\.(\d+)\.(\d+)", out)
-    return ".".join(m.groups()) if m else None
-
-
-def _llvm_in(bin_dir: Path) -> LLVM | None:
-    clang, lld = bin_dir / "clang", bin_dir / "ld.lld"
-    if not (clang.exists() and lld.exists()):
-        return None
-    version = _clang_version(clang)
-    if version is None or int(version.split(".")[0]) < MIN_CLANG:
-        return None
-    return LLVM(bin_dir, clang, lld, version)
+LLVM = toolchain.LLVM
 
 
 def find_llvm() -> LLVM:
-    """SAGE_CO_LLVM=<bin dir> first, then clang/ld.lld on PATH, then /usr/lib/llvm-{22,21,20,19}/bin."""
-    env = os.environ.get("SAGE_CO_LLVM")
-    if env:
-        found = _llvm_in(Path(env))
-        if found is None:
-            raise BuildError(f"SAGE_CO_LLVM={env} does not hold clang >= {MIN_CLANG} and ld.lld")
-        return found
-    candidates = []
-    on_path = shutil.which("clang")
-    if on_path:
-        candidates.append(Path(on_path).resolve().parent)
-    candidates += [Path(p) for p in LLVM_GUESSES]
-    for cand in candidates:
-        found = _llvm_in(cand)
-        if found is not None:
-            return found
-    raise BuildError(
-        f"no LLVM with gfx1201 support found: need clang >= {MIN_CLANG} and ld.lld in one bin directory.\n"
-        f"  looked at: SAGE_CO_LLVM (unset), PATH, {', '.join(LLVM_GUESSES)}\n"
-        "  install on Debian/Ubuntu: apt-get install -y llvm-22 clang-22 lld-22\n"
-        "  or point SAGE_CO_LLVM at the bin directory of such an LLVM")
+    """sage_co.llvm.find_llvm (SAGE_CO_LLVM=<bin dir>, then PATH, then /usr/lib/llvm-{22,21,20,19}/bin), its
+    refusal raised as a BuildError."""
+    try:
+        return toolchain.find_llvm()
+    except toolchain.LLVMNotFound as exc:
+        raise BuildError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------------- kernel list
@@ -113,9 +78,14 @@ class Entry:
     arch: str
     provides: tuple[dict, ...]
     src_dir: Path = ASM_SRC
+    family: kernel_family.CodeObjectFamily | None = None   # sage_co/family.py's declaration (None: rows in the toml)
 
 
-def read_kernel_list(path: Path = KERNEL_LIST) -> list[Entry]:
+def read_kernel_list(path: Path = KERNEL_LIST, families: dict | None = None) -> list[Entry]:
+    """The entries of a kernel list. A code object named in `families` (default sage_co.family.CODE_OBJECTS) takes its
+    provides rows from there and must not list any itself; the shipped list must name every declared family."""
+    if families is None:
+        families = kernel_family.CODE_OBJECTS
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
@@ -135,6 +105,12 @@ def read_kernel_list(path: Path = KERNEL_LIST) -> list[Entry]:
         if not (path.parent / row["source"]).is_file():
             raise BuildError(f"{where}: source {path.parent.name}/{row['source']} does not exist")
         provides = tuple(row.get("provides", []))
+        declared = families.get(row["name"])
+        if declared is not None:
+            if provides:
+                raise BuildError(f"{where}: {row['name']!r} is declared in sage_co/family.py CODE_OBJECTS; its "
+                                 f"provides rows come from there, remove the {len(provides)} written here")
+            provides = tuple(k.row() for k in declared.kernels)
         for p in provides:
             for key in ("op", "variant", "symbol"):
                 if not isinstance(p.get(key), str):
@@ -144,7 +120,12 @@ def read_kernel_list(path: Path = KERNEL_LIST) -> list[Entry]:
                     raise BuildError(f"{where}: provides {p['symbol']!r} key column {key!r} = {value!r} "
                                      "must be a string or an int")
         names.add(row["name"])
-        entries.append(Entry(row["name"], row["source"], row["arch"], provides, path.parent))
+        entries.append(Entry(row["name"], row["source"], row["arch"], provides, path.parent, declared))
+    if Path(path).resolve() == KERNEL_LIST.resolve():
+        missing = sorted(set(families) - names)
+        if missing:
+            raise BuildError(f"{path.name}: sage_co/family.py CODE_OBJECTS declares {missing}, which the kernel list "
+                             "does not build: add a [[code_object]] entry (name, source, arch) or drop the declaration")
     _check_key_columns(entries, path.name)
     return entries
 
@@ -223,64 +204,117 @@ def build_one(entry: Entry, llvm: LLVM, out_dir: Path, generated: str | None = N
     return out
 
 
-def _manifest_reader():
-    """sage_co.manifest, the one manifest reader (the runtime's), imported from this checkout."""
-    sys.path.insert(0, str(ROOT))
-    from sage_co import manifest
-    return manifest
-
-
-def kernel_snapshot(k) -> dict:
-    """The ABI of one kernel as the manifest records it (the one snapshot: build_asm.py --check compares it on
-    every rebuild, tools/disasm_check.py compares the shipped bytes with it, a change shows as a manifest diff)."""
-    md, d = k.metadata, k.descriptor
-    return {
-        "symbol": md.get(".symbol"),
-        "kernarg_size": md.get(".kernarg_segment_size"),
-        "kernarg_align": md.get(".kernarg_segment_align"),
-        "args": [{"name": a.get(".name", ""), "offset": a[".offset"], "size": a[".size"],
-                  "value_kind": a[".value_kind"]} for a in k.args],
-        "lds_bytes": md.get(".group_segment_fixed_size"),
-        "private_bytes": md.get(".private_segment_fixed_size"),
-        "vgpr_count": md.get(".vgpr_count"),
-        "sgpr_count": md.get(".sgpr_count"),
-        "wavefront_size": md.get(".wavefront_size"),
-        "max_flat_workgroup_size": md.get(".max_flat_workgroup_size"),
-        # decoded from the descriptor words below, spelled out so a review sees what changed
-        "float_denorm_mode_32": d.float_denorm_mode_32,
-        "float_denorm_mode_16_64": d.float_denorm_mode_16_64,
-        "float_round_mode_32": d.float_round_mode_32,
-        "float_round_mode_16_64": d.float_round_mode_16_64,
-        "user_sgpr_count": d.user_sgpr_count,
-        "workgroup_ids": [d.enable_sgpr_workgroup_id_x, d.enable_sgpr_workgroup_id_y, d.enable_sgpr_workgroup_id_z],
-        "workitem_ids": d.enable_vgpr_workitem_id,
-        "descriptor": {"rsrc1": f"0x{d.rsrc1:08x}", "rsrc2": f"0x{d.rsrc2:08x}", "rsrc3": f"0x{d.rsrc3:08x}",
-                       "kernel_code_properties": f"0x{d.kernel_code_properties:04x}"},
-    }
-
-
 def read_code_object(data: bytes, name: str, arch: str | None):
-    sys.path.insert(0, str(ROOT))
-    from sage_co import codeobj  # the runtime reader (torch-free): the manifest is what the runtime will see
+    """The runtime reader (sage_co.codeobj, torch-free): the manifest is what the runtime will see."""
     return codeobj.read(data, name, arch=arch)
 
 
-def manifest_entry(entry: Entry, co_path: Path, llvm_version: str) -> dict:
-    """What the manifest records for one code object, read back from the built bytes."""
+# ---------------------------------------------------------------------------------------- family check
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+([^\s/]+)", re.M)
+_C_INT = re.compile(r"(0[xX][0-9a-fA-F]+|[0-9]+)[uUlL]*")
+_EXTERN_C = re.compile(r'extern\s+"C"[^;{]*?\bvoid\s+(\w+)\s*\(')
+_TEMPLATE_CALL = re.compile(r"\b(\w+)\s*<([^<>;{}()]*)>\s*\(")
+
+
+def hip_defines(text: str) -> dict[str, list[str]]:
+    """`#define NAME VALUE` lines of a source: name -> every value it is given (the first token after the name)."""
+    out: dict[str, list[str]] = {}
+    for m in _DEFINE.finditer(text):
+        out.setdefault(m.group(1), []).append(m.group(2))
+    return out
+
+
+def c_int(token: str) -> int | None:
+    """A C integer literal (decimal or hex, u/l suffixes) as an int; None when the token is something else."""
+    m = _C_INT.fullmatch(token)
+    return int(m.group(1), 0) if m else None
+
+
+def _closing(text: str, at: int, open_: str, close: str) -> int:
+    """Index just past the bracket that closes the one at text[at]."""
+    depth = 0
+    for i in range(at, len(text)):
+        depth += (text[i] == open_) - (text[i] == close)
+        if depth == 0:
+            return i + 1
+    return len(text)
+
+
+def hip_instances(preprocessed: str) -> dict[str, str | None]:
+    """Every extern "C" kernel defined in preprocessed HIP -> the first template call of its body, normalised
+    ("attention<128, false, true>"), or None when the body calls no template (a kernel written out)."""
+    out = {}
+    for m in _EXTERN_C.finditer(preprocessed):
+        params_end = _closing(preprocessed, m.end() - 1, "(", ")")
+        brace = preprocessed.find("{", params_end)
+        if brace < 0 or preprocessed[params_end:brace].strip().endswith(";"):
+            continue                       # a declaration, not a definition
+        body = preprocessed[brace:_closing(preprocessed, brace, "{", "}")]
+        call = _TEMPLATE_CALL.search(body)
+        out[m.group(1)] = (f"{call.group(1)}<{', '.join(a.strip() for a in call.group(2).split(','))}>"
+                           if call else None)
+    return out
+
+
+def family_problems(entry: Entry, kernels, llvm: LLVM) -> list[str]:
+    """How the built code object (its kernel names `kernels`) and its source disagree with what the entry declares
+    (sage_co/family.py, or the toml's provides rows), in both directions: a declared symbol missing, a symbol no
+    row declares, a .hip wrapper calling another template instance than declared, a .hip #define whose value is
+    not sage_co/abi.py's. Empty: they agree. A code object that declares no rows at all is not checked."""
+    problems = []
+    where = "sage_co/family.py" if entry.family is not None else "asm_src/kernels.toml"
+    declared = [p["symbol"] for p in entry.provides]
+    if declared:
+        for sym in declared:
+            if sym not in kernels:
+                problems.append(f"{entry.name}: {where} declares symbol {sym!r}, but the code object built from "
+                                f"{entry.source} does not hold it (it holds {sorted(kernels)})")
+        for sym in sorted(set(kernels) - set(declared)):
+            problems.append(f"{entry.name}: the code object built from {entry.source} holds symbol {sym!r}, which "
+                            f"{where} does not declare (declare it, or stop instantiating it)")
+    fam = entry.family
+    if fam is None or Path(entry.source).suffix != ".hip":
+        return problems
+    defines = hip_defines((entry.src_dir / entry.source).read_text())
+    for name, want in fam.defines.items():
+        values = defines.get(name)
+        if not values:
+            problems.append(f"{entry.name}: {entry.source} has no `#define {name}` (sage_co/family.py expects "
+                            f"{want}, from sage_co/abi.py)")
+        for value in values or ():
+            if c_int(value) != want:
+                problems.append(f"{entry.name}: {entry.source} has `#define {name} {value}`, but sage_co/abi.py "
+                                f"says {want} (sage_co/family.py {entry.name} defines)")
+    preprocessed = _run([llvm.clang, "-x", "hip", f"--offload-arch={entry.arch}", "--cuda-device-only", "-nogpulib",
+                         "-nogpuinc", "-E", "-P", entry.source], entry.src_dir,
+                        f"preprocessing {entry.src_dir.name}/{entry.source}")
+    instances = hip_instances(preprocessed)
+    for k in fam.kernels:
+        if k.hip_instance is not None and k.symbol in instances and instances[k.symbol] != k.hip_instance:
+            problems.append(f"{entry.name}: {entry.source} defines {k.symbol} as a call of "
+                            f"{instances[k.symbol] or 'no template'}, but sage_co/family.py declares "
+                            f"{k.hip_instance} for its keys {dict(k.keys)}")
+    return problems
+
+
+def manifest_entry(entry: Entry, co_path: Path, llvm: LLVM, problems: list[str] | None = None) -> dict:
+    """What the manifest records for one code object, read back from the built bytes. Disagreements with the
+    declared family (family_problems) go to `problems`, or raise BuildError when it is None."""
     data = co_path.read_bytes()
     co = read_code_object(data, f"{entry.arch}/{co_path.name}", entry.arch)
     kernels = {kname: kernel_snapshot(k) for kname, k in sorted(co.kernels.items())}
-    for p in entry.provides:
-        if p["symbol"] not in kernels:
-            raise BuildError(f"{entry.name}: kernels.toml says it provides symbol {p['symbol']!r}, "
-                             f"but the code object holds {sorted(kernels)}")
+    found = family_problems(entry, set(kernels), llvm)
+    if found and problems is None:
+        raise BuildError("\n  ".join(found))
+    if problems is not None:
+        problems += found
     out = {
         "file": f"{entry.arch}/{co_path.name}",
         "source": f"{entry.src_dir.name}/{entry.source}",
         "arch": entry.arch,
         "sha256": hashlib.sha256(data).hexdigest(),
         "code_object_version": co.code_object_version,
-        "llvm_version": llvm_version,
+        "llvm_version": llvm.version,
         "provides": [dict(p) for p in entry.provides],
         "kernels": kernels,
     }
@@ -289,19 +323,21 @@ def manifest_entry(entry: Entry, co_path: Path, llvm_version: str) -> dict:
     return out
 
 
-def _build_entry(e: Entry, llvm: LLVM, out_dir: Path, asm_dir: Path | None) -> dict:
-    """Build one entry; a generator's assembly is also written to asm_dir/<name>.s (None: not written)."""
+def _build_entry(e: Entry, llvm: LLVM, out_dir: Path, asm_dir: Path | None, problems: list[str] | None = None) -> dict:
+    """Build one entry; a generator's assembly is also written to asm_dir/<name>.s (None: not written).
+    problems: where family disagreements go (None: they raise BuildError)."""
     generated = None
     if Path(e.source).suffix == ".py":
         generated = generate(e)
         if asm_dir is not None:
             (asm_dir / f"{e.name}.s").write_text(generated)
-    return manifest_entry(e, build_one(e, llvm, out_dir, generated), llvm.version)
+    return manifest_entry(e, build_one(e, llvm, out_dir, generated), llvm, problems)
 
 
 def build_all(entries: list[Entry], llvm: LLVM, out_dir: Path, progress: bool = True,
-              asm_dir: Path | None = None) -> dict:
-    """Build every entry into out_dir; generators' assembly goes to asm_dir (None: each entry's own folder)."""
+              asm_dir: Path | None = None, problems: list[str] | None = None) -> dict:
+    """Build every entry into out_dir; generators' assembly goes to asm_dir (None: each entry's own folder).
+    problems: collects the disagreements with the declared family (None: the first one raises BuildError)."""
     manifest = {"format": 1, "code_objects": {}}
     if progress and sys.stderr.isatty():
         from rich.progress import Progress
@@ -309,13 +345,13 @@ def build_all(entries: list[Entry], llvm: LLVM, out_dir: Path, progress: bool = 
             task = bar.add_task("building code objects", total=len(entries))
             for e in entries:
                 bar.update(task, description=f"building {e.name}")
-                manifest["code_objects"][e.name] = _build_entry(e, llvm, out_dir, asm_dir or e.src_dir)
+                manifest["code_objects"][e.name] = _build_entry(e, llvm, out_dir, asm_dir or e.src_dir, problems)
                 bar.advance(task)
     else:
         for e in entries:
             if progress:
                 print(f"  building {e.name} ({e.source})", file=sys.stderr)
-            manifest["code_objects"][e.name] = _build_entry(e, llvm, out_dir, asm_dir or e.src_dir)
+            manifest["code_objects"][e.name] = _build_entry(e, llvm, out_dir, asm_dir or e.src_dir, problems)
     return manifest
 
 
@@ -351,13 +387,13 @@ def check(entries: list[Entry], llvm: LLVM, hsaco: Path = HSACO, only: set[str] 
         problems.append(f"{manifest_path} does not exist: run python build_asm.py and commit hsaco/")
     else:
         try:
-            checked_in = _manifest_reader().read(manifest_path)
-        except _manifest_reader().ManifestError as exc:   # truncated or malformed: say so, compare the bytes anyway
+            checked_in = manifest_file.read(manifest_path)
+        except manifest_file.ManifestError as exc:   # truncated or malformed: say so, compare the bytes anyway
             problems.append(f"{exc}; run python build_asm.py and commit hsaco/")
     with tempfile.TemporaryDirectory(prefix="sage_co_check_") as tmp:
         asm_dir = Path(tmp) / "asm"
         asm_dir.mkdir()
-        rebuilt = build_all(entries, llvm, Path(tmp), progress=False, asm_dir=asm_dir)
+        rebuilt = build_all(entries, llvm, Path(tmp), progress=False, asm_dir=asm_dir, problems=problems)
         for e in entries:
             if Path(e.source).suffix != ".py":
                 continue
@@ -433,8 +469,8 @@ def main(argv: list[str] | None = None) -> int:
         manifest = build_all(entries if not args.only else [e for e in entries if e.name in args.only], llvm, hsaco)
         if args.only and manifest_path.exists():  # keep the other entries, replace the rebuilt ones
             try:
-                merged = _manifest_reader().read(manifest_path)
-            except _manifest_reader().ManifestError as exc:
+                merged = manifest_file.read(manifest_path)
+            except manifest_file.ManifestError as exc:
                 raise BuildError(f"--only keeps the other entries of the manifest, but {exc}; "
                                  f"rebuild everything (python build_asm.py)") from None
             merged.setdefault("code_objects", {}).update(manifest["code_objects"])

@@ -19,12 +19,12 @@ Nothing here knows about attention.
 """
 from __future__ import annotations
 
-import sys
+import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repo's sage_co, not an installed one
-from sage_co.emu.facts import VOPD_PLAIN, vopd_pair_problem  # noqa: E402  (the one instruction-facts layer)
+# the one instruction-facts layer; sage_co is this checkout's (build_asm.py runs generators with asm_src/ and the
+# repository root on PYTHONPATH, pytest adds both through pyproject.toml)
+from sage_co.emu.facts import READS_VDST, VOPD_PLAIN, is_trans, vopd_pair_problem
 
 # docs/rdna4.md §Throughput, VOPD rules: ops with a v_dual_* form in both halves whose meaning is dst = f(src0, src1)
 VOPD_OPS = VOPD_PLAIN
@@ -99,6 +99,9 @@ def _vnum(x) -> int | None:
     return x.num if isinstance(x, Range) and x.kind == "v" else None
 
 
+_ENCODING_SUFFIX = re.compile(r"_(e32|e64|dpp|sdwa)$")   # facts take the bare mnemonic
+
+
 def _is_literal(x) -> bool:
     return isinstance(x, str) and x.startswith("0x")
 
@@ -128,13 +131,26 @@ class Op:
         return cls(f"v_mov_b32 {dst}, {src}", reads, {dst.num}, "v_mov_b32", dst, src, None)
 
     @classmethod
-    def raw(cls, text: str, reads=(), writes=(), trans: bool = False) -> "Op":
+    def raw(cls, text: str, reads=(), writes=(), trans: bool | None = None) -> "Op":
+        """Free-text VALU op with the VGPRs it reads and writes. What sage_co.emu.facts knows from the mnemonic is
+        taken from there: TRANS (facts.is_trans; a `trans` passed must agree) and the read of a tied destination
+        (facts.READS_VDST: v_permlanex16_b32, v_fmac_*, ...: its writes are read too). tests/test_asmdsl.py assembles
+        every raw op of the family and checks the sets against facts of the decoded bytes."""
         def nums(xs):
             out = set()
             for x in xs:
                 out |= x.regs() if isinstance(x, Range) else {x}
             return out
-        return cls(text, nums(reads), nums(writes), trans=trans)
+        mnemonic = _ENCODING_SUFFIX.sub("", text.split()[0])
+        if trans is None:
+            trans = is_trans(mnemonic)
+        elif trans != is_trans(mnemonic):
+            raise ValueError(f"Op.raw({text!r}): trans={trans}, but sage_co.emu.facts says {mnemonic} is "
+                             f"{'' if is_trans(mnemonic) else 'not '}TRANS")
+        r, w = nums(reads), nums(writes)
+        if READS_VDST.match(mnemonic):
+            r |= w
+        return cls(text, r, w, trans=trans)
 
     @property
     def vopd_able(self) -> bool:

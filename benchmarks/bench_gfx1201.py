@@ -13,9 +13,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # this checkout's sage_co
 
 import torch
 from rich.console import Console

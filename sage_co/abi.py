@@ -13,6 +13,7 @@ found through the manifest, never through a symbol name assembled here.
 from __future__ import annotations
 
 from .kernargs import Field, KernargStruct
+from .rdna4 import LDS_MAX_PER_WG, WAVE_SIZE
 
 # ---------------------------------------------------------------------------------------------- shared constants
 SCALE_BLOCK = 32          # tokens per Q/K scale (docs/numerics.md §Q)
@@ -20,7 +21,7 @@ PAD = 64                  # S is padded to a multiple of the attention kernel's 
 HEAD_DIM = 128            # the largest head dim (D_pad of D in 65..128)
 HEAD_DIMS_NATIVE = (64, 128)   # D_pad: the head dims the kernels are built for (manifest key column head_dim)
 HEAD_DIM_STEP = 16        # D must be a multiple of this (one WMMA K-slice of 16 bf16/fp16)
-WAVE_SIZE = 32            # every kernel runs wave32 (docs/rdna4.md §Entry)
+# WAVE_SIZE: every kernel runs wave32 (sage_co/rdna4.py, docs/rdna4.md §Entry)
 
 # ---------------------------------------------------------------------------------------------- attention
 ATTENTION_OP = "sage_attention_fwd"
@@ -226,7 +227,7 @@ PREDICT_POOL_OP = "sage_predict.pool"
 PREDICT_SELECT_OP = "sage_predict.select"
 PREDICT_CHANNELS = 128    # pooled means are zero-padded to 128 channels (32 lanes x 4: the pool kernel's tree)
 PREDICT_LDS_ENTRY = 12    # bytes of select's dynamic LDS per sorted entry: a u64 sort key + the u32 score/mass slot
-PREDICT_MAX_LDS = 65536   # LDS one workgroup may allocate (docs/rdna4.md §Occupancy)
+PREDICT_MAX_LDS = LDS_MAX_PER_WG   # LDS one workgroup may allocate (sage_co/rdna4.py, docs/rdna4.md §Occupancy)
 PREDICT_MAX_KEY_BLOCKS = 4096   # the largest power of two N with N * PREDICT_LDS_ENTRY <= PREDICT_MAX_LDS
 
 

@@ -103,3 +103,33 @@ def code_object_path(hsaco_dir, file: str, name: str = "manifest.json") -> Path:
     if root != resolved and root not in resolved.parents:
         raise ManifestError(name, f"file: {file!r} resolves to {resolved}, outside {root}")
     return path
+
+
+def kernel_snapshot(k) -> dict:
+    """The ABI of one kernel (a sage_co.codeobj kernel) as the manifest's `kernels` section records it: the one
+    snapshot (build_asm.py writes it and --check compares it on every rebuild, tools/disasm_check.py compares the
+    shipped bytes with it, a change shows as a manifest diff)."""
+    md, d = k.metadata, k.descriptor
+    return {
+        "symbol": md.get(".symbol"),
+        "kernarg_size": md.get(".kernarg_segment_size"),
+        "kernarg_align": md.get(".kernarg_segment_align"),
+        "args": [{"name": a.get(".name", ""), "offset": a[".offset"], "size": a[".size"],
+                  "value_kind": a[".value_kind"]} for a in k.args],
+        "lds_bytes": md.get(".group_segment_fixed_size"),
+        "private_bytes": md.get(".private_segment_fixed_size"),
+        "vgpr_count": md.get(".vgpr_count"),
+        "sgpr_count": md.get(".sgpr_count"),
+        "wavefront_size": md.get(".wavefront_size"),
+        "max_flat_workgroup_size": md.get(".max_flat_workgroup_size"),
+        # decoded from the descriptor words below, spelled out so a review sees what changed
+        "float_denorm_mode_32": d.float_denorm_mode_32,
+        "float_denorm_mode_16_64": d.float_denorm_mode_16_64,
+        "float_round_mode_32": d.float_round_mode_32,
+        "float_round_mode_16_64": d.float_round_mode_16_64,
+        "user_sgpr_count": d.user_sgpr_count,
+        "workgroup_ids": [d.enable_sgpr_workgroup_id_x, d.enable_sgpr_workgroup_id_y, d.enable_sgpr_workgroup_id_z],
+        "workitem_ids": d.enable_vgpr_workitem_id,
+        "descriptor": {"rsrc1": f"0x{d.rsrc1:08x}", "rsrc2": f"0x{d.rsrc2:08x}", "rsrc3": f"0x{d.rsrc3:08x}",
+                       "kernel_code_properties": f"0x{d.kernel_code_properties:04x}"},
+    }

@@ -26,7 +26,7 @@ EXP2_COEFFS = tuple(float.fromhex(h) for h in ("0x1.62e42cp-1", "0x1.ebfd5ap-3",
                                                "0x1.46d326p-10", "0x1.c54640p-13"))
 
 
-def _lane_tree(v: torch.Tensor) -> torch.Tensor:
+def lane_tree(v: torch.Tensor) -> torch.Tensor:
     """[..., 128] fp32 -> [...]: the pool kernel's channel sum. Lane L holds channels 4L..4L+3 and sums them in
     order, then butterfly steps lane ^ 16, 8, 4, 2, 1 (each lane adds its partner's partial: s[:w] + s[w:2w])."""
     v = v.unflatten(-1, (32, 4))
@@ -52,17 +52,17 @@ def _pool(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
     for t in range(block):
         xt = xb[:, :, :, t]
         acc = acc + xt
-        r = fp32_sqrt(_lane_tree(xt * xt))
+        r = fp32_sqrt(lane_tree(xt * xt))
         inv = fp32_div(1.0, torch.where(r < tiny, tiny, r))
         usum = usum + xt * inv[..., None]
     cnt = torch.full((n,), float(block), device=x.device)
     cnt[-1] = S - (n - 1) * block
     mean = fp32_div(acc, cnt[:, None])
-    sim = fp32_div(_lane_tree(usum * usum), cnt * cnt)
+    sim = fp32_div(lane_tree(usum * usum), cnt * cnt)
     return mean, sim
 
 
-def _exp2_mass(x: torch.Tensor, mass_scale: float) -> torch.Tensor:
+def exp2_mass(x: torch.Tensor, mass_scale: float) -> torch.Tensor:
     """x = t - max_j t <= 0 (fp32) -> int64 masses rint(exp2_poly(x) * mass_scale): n = floor(x), f = x - n,
     p = Horner polynomial (separate multiply and add), e = p * 2^n (exact); 0 below EXP2_CUTOFF."""
     small = x < EXP2_CUTOFF
@@ -95,7 +95,7 @@ def _predict_torch(qn: torch.Tensor, kn: torch.Tensor, sh: validate.Shapes, scal
     finite = torch.isfinite(t)
     bad = ~finite.all(-1)                                    # such a row cannot be ranked: it keeps every block
     t = torch.where(finite, t, torch.zeros_like(t)) + 0.0    # + 0.0: -0 -> +0 (they rank as equal)
-    w = _exp2_mass(t - t.amax(-1, keepdim=True), abi.predict_mass_scale(n_kv))
+    w = exp2_mass(t - t.amax(-1, keepdim=True), abi.predict_mass_scale(n_kv))
     order = torch.argsort(-t, dim=-1, stable=True)            # rank: larger t first, ties by lower index
     count = abi.predict_topk_count(topk, n_kv, cdf_threshold)
     if count:

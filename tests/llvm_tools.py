@@ -8,11 +8,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "tools"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
 
-import build_asm  # noqa: E402
+import build_asm  # noqa: E402  (the repository root is on sys.path: pyproject.toml [tool.pytest.ini_options] pythonpath)
 
 try:
     LLVM = build_asm.find_llvm()
@@ -80,3 +77,28 @@ def decode_mismatches(path: Path, true16: bool = False) -> tuple[list[tuple[int,
     got = dict(disassemble(blob, addr, true16=true16))
     want = objdump_listing(objdump(path, *(["--mattr=+real-true16"] if true16 else [])))
     return want, [(hex(o), t, got.get(o)) for o, t in want if got.get(o) != t]
+
+
+TOOLS_22 = ("clang", "llvm-mc", "ld.lld", "llvm-objdump")
+
+
+def _why_no_llvm22() -> str:
+    """Why a test that needs LLVM 22 itself cannot run ('' when it can): the mnemonics clang -O3 emits and
+    llvm-objdump's text are LLVM 22's."""
+    if LLVM is None:
+        return f"needs LLVM 22 ({', '.join(TOOLS_22)}): {WHY_NO_LLVM}"
+    if int(LLVM.version.split(".")[0]) < 22:
+        return f"needs LLVM 22; the LLVM found (tests/llvm_tools.py) is clang {LLVM.version} in {LLVM.bin_dir}"
+    missing = [t for t in TOOLS_22 if not (LLVM.bin_dir / t).exists()]
+    return f"{', '.join(missing)} not next to clang in {LLVM.bin_dir}" if missing else ""
+
+
+WHY_NO_LLVM22 = _why_no_llvm22()
+
+
+def objdump_matches(path: Path) -> set[str]:
+    """Assert that sage_co.emu disassembles every instruction of a code object as llvm-objdump prints it (whitespace
+    collapsed); return the mnemonics llvm-objdump printed."""
+    want, bad = decode_mismatches(path)
+    assert want and not bad, bad[:10]
+    return {t.split()[0] for _, t in want}

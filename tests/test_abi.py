@@ -103,8 +103,7 @@ def test_kernel_list_rejects_ambiguous_keys(tmp_path):
 
 def test_generator_loads_the_struct_from_abi():
     """The generator's kernarg loads cover the abi struct exactly, at the struct's offsets (no literal offsets)."""
-    sys.path.insert(0, str(ROOT / "asm_src"))
-    import gen_sage_attention_asm as gen
+    import gen_sage_attention_asm as gen   # asm_src/ is on sys.path (pyproject.toml pytest pythonpath)
     loads = gen.kernarg_loads(gen.KARG_SGPR)
     covered = sum(int(m.removeprefix("s_load_b")) // 8 for m, *_ in loads)
     assert covered == abi.ATTENTION_FWD_ARGS.size

@@ -1,13 +1,9 @@
 """asm_src/asmdsl.py directly: VOPD pairing legality, pair_vopd keeping program order, WaitCounter's in-order
 waits, register files, and the shared descriptor/metadata emitter; the generator as a family (Config/build)."""
-import sys
-
 import pytest
 
 from llvm_tools import ROOT
-
-sys.path.insert(0, str(ROOT / "asm_src"))
-from asmdsl import (Asm, KernelArg, Op, RegFile, WaitCounter, amdhsa_kernel, code_object,  # noqa: E402
+from asmdsl import (Asm, KernelArg, Op, RegFile, WaitCounter, amdhsa_kernel, code_object,  # asm_src/ (pyproject)
                     pair_vopd, try_pair, vopd_legal)
 
 V = RegFile("v", 256)

@@ -24,7 +24,7 @@ import torch
 from sage_co import abi, reference, registry
 from sage_co.launch import get_backend
 from sage_co.ops.attention import run_attention_fwd
-from test_attention_kernel import CASES, IDS, check_against_fp32, check_against_model, kernel_case, make_inputs
+from attention_cases import CASES, IDS, check_against_fp32, check_against_model, kernel_case, make_inputs
 
 # every variant (head_dim x out_dtype) with S_q == S_kv and the key-loop shapes of the x2-unrolled loop: one tile,
 # tails of a 64-key tile and of a 32-token scale block, both peeled last-tile parities

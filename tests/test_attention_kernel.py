@@ -20,107 +20,16 @@ differs only through l and log2 (v_log_f32, 1 ulp).
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import pytest
 import torch
 
-from sage_co import abi, accuracy, masks, reference, registry
+from sage_co import abi, masks, reference, registry
 from sage_co.ops.attention import ATTENTION_FWD_ARGS, run_attention_fwd
 from sage_co.prepared import SagePrepared
-
-# vs sage_attention_model (see the module docstring for why not bitwise): docs/numerics.md "Kernel vs model"
-MODEL_REL_L2 = 1e-3
-MODEL_MAX_ABS = 2.0 ** -7   # times max|model|
-MODEL_MAX_DIFFERENT = 0.01  # fraction of output elements not bitwise equal
-LSE_RTOL = 1e-4         # vs the model's LSE
-ONES_TOL = 8e-3         # all-zero Q/K, V = 1: the output is 1 up to the rounding of the fp8/scale chain
-
-KERNELS = ("hip", "asm")
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-# One case: (B, S_q, S_kv, H_q, H_kv, D, dtype, layout, smooth_k, dist). S_q and S_kv from {1, 31, 33, 64, 77, 333}
-# in both orders; GQA ratios 1, 2, 4, 8 and MQA (H_kv = 1, also with an odd group of 3); D 48/64/80/96/112/128 so
-# both D_pad and the zero padding run; bf16 and fp16; NHD and HND results.
-CASES = [
-    (1, 1, 333, 2, 2, 128, "bf16", "NHD", False, "randn"),
-    (1, 333, 1, 4, 2, 64, "fp16", "HND", True, "k_offset"),
-    (2, 31, 77, 4, 1, 128, "fp16", "NHD", False, "randn"),
-    (1, 77, 31, 8, 1, 64, "bf16", "HND", False, "randn"),
-    (1, 33, 64, 3, 1, 96, "bf16", "NHD", True, "k_offset"),
-    (2, 64, 33, 2, 1, 48, "fp16", "NHD", True, "randn"),
-    (1, 64, 64, 2, 2, 80, "fp16", "HND", False, "randn"),
-    (1, 31, 33, 6, 3, 112, "bf16", "HND", True, "randn"),
-    (1, 333, 77, 8, 1, 128, "bf16", "NHD", False, "randn"),
-    (1, 77, 333, 2, 1, 64, "fp16", "NHD", False, "k_offset"),
-]
-IDS = [f"B{c[0]}-Sq{c[1]}-Skv{c[2]}-H{c[3]}/{c[4]}-D{c[5]}-{c[6]}-{c[7]}{'-smooth' if c[8] else ''}" for c in CASES]
-LONG = (1, 2048, 2048, 2, 1, 128, "bf16", "NHD", False, "randn")
-
-
-def make_inputs(B, S_q, S_kv, H_q, H_kv, D, dtype, layout, dist, seed=0):
-    """q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (as [B, H, S, D] views of the same memory for HND). randn: all
-    N(0, 1); k_offset: k gets a per-(head, channel) offset 4 * N(0, 1) shared by every token (what smooth_k is for)."""
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, S_q, H_q, D, generator=g)
-    k = torch.randn(B, S_kv, H_kv, D, generator=g)
-    v = torch.randn(B, S_kv, H_kv, D, generator=g)
-    if dist == "k_offset":
-        k = k + 4 * torch.randn(1, 1, H_kv, D, generator=g)
-    q, k, v = (t.to(DTYPES[dtype]) for t in (q, k, v))
-    if layout == "HND":
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-    return q, k, v
-
-
-@functools.lru_cache(maxsize=None)
-def prepared_case(case):
-    B, S_q, S_kv, H_q, H_kv, D, dtype, layout, smooth_k, dist = case
-    q, k, v = make_inputs(B, S_q, S_kv, H_q, H_kv, D, dtype, layout, dist)
-    return q, k, v, reference.sage_prepare(q, k, v, layout=layout, smooth_k=smooth_k)
-
-
-@functools.lru_cache(maxsize=None)
-def kernel_case(kernel: str, case):
-    """(q, k, v, prepared, out, lse) for one case; each kernel runs once per case."""
-    q, k, v, prepared = prepared_case(case)
-    out, lse = run_attention_fwd(prepared, return_lse=True, layout=case[7], backend="emu", variant=kernel)
-    return q, k, v, prepared, out, lse
-
-
-def _rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm()).item()
-
-
-def fp32_metrics(kernel, case) -> dict:
-    q, k, v, prepared, out, _ = kernel_case(kernel, case)
-    B, S_q, _, H_q, _, D, dtype, layout, _, _ = case
-    assert out.shape == ((B, S_q, H_q, D) if layout == "NHD" else (B, H_q, S_q, D))
-    assert out.dtype == DTYPES[dtype] and out.is_contiguous()
-    assert torch.isfinite(out).all()
-    return accuracy.metrics(out, reference.attention_fp32(q, k, v, layout=layout))
-
-
-def check_against_fp32(kernel, case):
-    m = fp32_metrics(kernel, case)
-    assert accuracy.within_contract(m), m
-
-
-def check_against_model(kernel, case):
-    _, _, _, prepared, out, lse = kernel_case(kernel, case)
-    ref_out, ref_lse = reference.sage_attention_model(prepared, return_lse=True)
-    ref_out = reference.to_layout(ref_out, case[7])
-    assert _rel_l2(out, ref_out) <= MODEL_REL_L2
-    assert (out.float() - ref_out.float()).abs().max() <= MODEL_MAX_ABS * ref_out.float().abs().max()
-    assert (out.view(torch.int16) != ref_out.view(torch.int16)).float().mean().item() <= MODEL_MAX_DIFFERENT
-    assert lse.shape == (case[0], case[3], case[1]) and torch.isfinite(lse).all()
-    # relative to max(|lse|, 1): a row's LSE can cancel to ~0 (log of a sum of a few exps near 1) while its
-    # rounding error stays that of its O(1) terms m*ln2 and log(l)
-    rel = (lse - ref_lse).abs() / ref_lse.abs().clamp(min=1.0)
-    assert rel.max().item() <= LSE_RTOL, rel.max().item()
+from attention_cases import (CASES, DTYPES, IDS, KERNELS, LONG, MODEL_REL_L2, ONES_TOL,  # tests/attention_cases.py
+                             check_against_fp32, check_against_model, kernel_case, make_inputs, rel_l2)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -326,5 +235,5 @@ def test_lds_double_buffer_has_no_race(kernel, D, pv):
     launcher.launch(symbol, attention.ATTENTION_FWD_ARGS, attention.grid(p), attention.BLOCK, args, backend="emu",
                     sanitize=True, lds_race_check=True)
     ref_out = reference.sage_attention_model(p)
-    assert _rel_l2(out, ref_out) <= MODEL_REL_L2
+    assert rel_l2(out, ref_out) <= MODEL_REL_L2
     assert torch.isfinite(lse).all()

@@ -32,7 +32,7 @@ def test_bad_sage_co_llvm_is_a_clear_error(monkeypatch, tmp_path):
 def test_no_llvm_anywhere_says_what_it_needs(monkeypatch):
     monkeypatch.delenv("SAGE_CO_LLVM", raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")
-    monkeypatch.setattr(build_asm, "LLVM_GUESSES", ["/nonexistent/llvm/bin"])
+    monkeypatch.setattr(build_asm.toolchain, "LLVM_GUESSES", ["/nonexistent/llvm/bin"])  # sage_co.llvm
     with pytest.raises(build_asm.BuildError, match="apt-get install -y llvm-22 clang-22 lld-22"):
         build_asm.find_llvm()
 

@@ -7,6 +7,7 @@ reason, without a C compiler or without hip-python (`pip install hip-python`, pa
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,8 +35,10 @@ except ImportError:
 
 
 def scenario(name: str, tmp_path: Path) -> dict:
+    # the child imports stub_hip (tests/) and this checkout's sage_co through PYTHONPATH, not sys.path edits
+    path = os.pathsep.join([str(ROOT / "tests"), str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     r = subprocess.run([sys.executable, str(ROOT / "tests" / "stub_hip" / "scenario.py"), name, str(tmp_path)],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": path})
     assert r.returncode == 0, f"scenario {name} failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     return json.loads(r.stdout.strip().splitlines()[-1])
 

@@ -16,7 +16,7 @@ import sage_co
 from sage_co import accuracy, masks, reference
 from sage_co.ops.attention import run_attention_fwd
 from sage_co.sparse import predict_block_mask, radial_mask, sliding_tile_mask
-from test_attention_kernel import MODEL_REL_L2, make_inputs
+from attention_cases import MODEL_REL_L2, make_inputs  # the shared attention cases (tests/attention_cases.py)
 
 KERNELS = ("hip", "asm")
 

@@ -15,9 +15,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tools"))
-import build_asm  # noqa: E402
+import build_asm  # noqa: E402  (the repository root and tools/ are on sys.path: pyproject.toml pytest pythonpath)
 from dataclasses import replace  # noqa: E402
 
 from perfmodel import calibration, emulated, isa, launch_model, report, stream, synthetic  # noqa: E402

@@ -11,7 +11,7 @@ import torch
 
 import sage_co
 from sage_co import abi, launch, masks
-from sage_co.sparse import _exp2_mass, _lane_tree, predict_block_mask
+from sage_co.sparse import exp2_mass, lane_tree, predict_block_mask
 
 
 def blocky(B, S, H, D, dtype, *, seed, noise=0.3, noisy_blocks=(), scale=1.0):
@@ -126,14 +126,14 @@ def test_spec_pieces():
     """The spec's building blocks do what docs/numerics.md §Predictor says."""
     # the channel tree is a sum (exact on integers), in the stated pairing
     v = torch.arange(128, dtype=torch.float32).expand(3, 128)
-    assert torch.equal(_lane_tree(v), torch.full((3,), float(127 * 128 // 2)))
+    assert torch.equal(lane_tree(v), torch.full((3,), float(127 * 128 // 2)))
     # exp2 masses: exact powers of two at integer x, monotone, within 1e-7 of 2^x, zero below the cutoff
     x = torch.tensor([0.0, -1.0, -5.0, -24.0, -32.0, -32.5, -float("inf")])
-    w = _exp2_mass(x, 2.0 ** 24)
+    w = exp2_mass(x, 2.0 ** 24)
     assert w.tolist() == [2 ** 24, 2 ** 23, 2 ** 19, 1, 0, 0, 0]
     xs = -torch.rand(10000, generator=torch.Generator().manual_seed(0)) * 8
     xs, _ = xs.sort()
-    ws = _exp2_mass(xs, 2.0 ** 24)
+    ws = exp2_mass(xs, 2.0 ** 24)
     assert (ws[1:] >= ws[:-1]).all()
     assert ((ws.double() / 2 ** 24 - torch.exp2(xs.double())).abs() <= 2e-7 * torch.exp2(xs.double()) + 2 ** -25).all()
     # the mass scale keeps the integer sum below 2^31

@@ -5,7 +5,7 @@
     python tools/disasm_check.py --co X.co   # lint / mix of one arbitrary code object (no snapshot)
 
 1. Snapshot: per kernel the kernarg layout, LDS, VGPRs, wave32, denorm/round modes and the descriptor words
-   (build_asm.kernel_snapshot) of the shipped bytes, compared with the one checked-in snapshot, the `kernels`
+   (sage_co.manifest.kernel_snapshot) of the shipped bytes, compared with the one checked-in snapshot, the `kernels`
    section of hsaco/manifest.json; drift prints a diff, exit 1. An intended ABI change is accepted by
    rebuilding (python build_asm.py) and reviewing the manifest diff.
 2. Kernarg declarations: the struct of every shipped symbol (sage_co/abi.py, found by the symbol's op in the
@@ -29,15 +29,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from sage_co import abi, codeobj
+from sage_co import manifest as sage_manifest
+from sage_co.emu.decode import Inst, decode
+from sage_co.emu.facts import CLASSES, class_of, facts, vopd_problem  # noqa: F401
+from sage_co.emu.text import inst_text
+from sage_co.manifest import kernel_snapshot
 
-from build_asm import kernel_snapshot  # noqa: E402
-from sage_co import abi, codeobj  # noqa: E402
-from sage_co import manifest as sage_manifest  # noqa: E402
-from sage_co.emu.decode import Inst, decode  # noqa: E402
-from sage_co.emu.facts import CLASSES, class_of, facts, vopd_problem  # noqa: E402,F401
-from sage_co.emu.text import inst_text  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 HSACO = ROOT / "hsaco"
 
@@ -47,7 +46,7 @@ HSACO = ROOT / "hsaco"
 
 # ------------------------------------------------------------------------------------------ snapshot
 def snapshot(co: codeobj.CodeObject) -> dict:
-    """{kernel name: its ABI snapshot} as hsaco/manifest.json records it (build_asm.kernel_snapshot)."""
+    """{kernel name: its ABI snapshot} as hsaco/manifest.json records it (sage_co.manifest.kernel_snapshot)."""
     return {name: kernel_snapshot(k) for name, k in sorted(co.kernels.items())}
 
 

@@ -13,12 +13,11 @@ opcode and the first that decodes wins.
 from __future__ import annotations
 import os, pprint, re, subprocess, sys, tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
-from build_asm import BuildError, find_llvm  # noqa: E402  (the one LLVM discovery of the repo)
+from sage_co.llvm import LLVMNotFound, find_llvm  # the one LLVM discovery of the repo
 
 try:
     LLVM = str(find_llvm().bin_dir)
-except BuildError:
+except LLVMNotFound:
     LLVM = None             # importable without LLVM (tests skip); running it needs LLVM
 S_NOP = 0xbf800000
 OUT = os.path.join(os.path.dirname(__file__), '..', 'sage_co', 'emu', 'opcodes.py')

@@ -9,12 +9,9 @@
 Every figure is MODELED (docs/performance.md); `python tools/perf_model.py --help` lists every option.
 """
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from perfmodel.cli import main  # noqa: E402
-from perfmodel.isa import classify  # noqa: E402,F401  (the model's one classification, checked by tests/emu/test_facts.py)
+from perfmodel.cli import main  # this script's folder (tools/) is sys.path[0]
+from perfmodel.isa import classify  # noqa: F401  (the model's one classification, checked by tests/emu/test_facts.py)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,17 +11,12 @@
     kernel.py    AttentionKernel (the mixins above), its .s header and descriptor
     family.py    the family's .s header, build(cfg), build_family()
 
-asm_src/gen_sage_attention_asm.py is the entry build_asm.py runs (asm_src/kernels.toml names it).
+asm_src/gen_sage_attention_asm.py is the entry build_asm.py runs (asm_src/kernels.toml names it). Imports need no
+path edits: build_asm.py runs the generator with asm_src/ (asmdsl) and the repository root (sage_co: the ABI and the
+family declaration, torch-free) on PYTHONPATH; pytest adds both (pyproject.toml [tool.pytest.ini_options] pythonpath).
 """
-import os
-import sys
-
-_ASM_SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, _ASM_SRC)                       # asmdsl
-sys.path.insert(0, os.path.dirname(_ASM_SRC))      # the repository root: sage_co.abi (torch-free) holds the ABI
-
-from .config import FAMILY, Config  # noqa: E402
-from .family import build, build_family, family_header  # noqa: E402
-from .kernel import AttentionKernel  # noqa: E402
+from .config import FAMILY, Config
+from .family import build, build_family, family_header
+from .kernel import AttentionKernel
 
 __all__ = ["FAMILY", "AttentionKernel", "Config", "build", "build_family", "family_header"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sage_co import abi
+from sage_co import family
+from sage_co.rdna4 import MAX_WAVES_PER_SIMD, SGPR_LIMIT, VGPR_GRANULE, VGPR_LIMIT, VGPRS_PER_SIMD  # noqa: F401
 
 ARGS = abi.ATTENTION_FWD_ARGS
 KARG_SGPR = 4                  # first SGPR of the kernarg struct: after s[0:1], 4-aligned for s_load_b128/b256
@@ -46,11 +48,7 @@ V16_ROW_PAD = 16                          # pv fp16: V^T LDS rows of 128 B + 16 
                                           # at rows r..r+7 hit 8 distinct 16-byte bank groups, 9r mod 16 distinct)
 IU8_SIGNED = "neg_lo:[1,1,0]"             # docs/rdna4.md §WMMA: neg_lo bit0/bit1 = A/B signed
 
-VGPR_LIMIT = 256                          # wave32 VGPRs per wave (docs/rdna4.md §Occupancy)
-SGPR_LIMIT = 106                          # addressable SGPRs; VCC sits above them (docs/rdna4.md §Entry)
-VGPR_GRANULE = 24                         # wave32 VGPR allocation granule (docs/rdna4.md §Occupancy)
-VGPRS_PER_SIMD = 1536
-MAX_WAVES_PER_SIMD = 16
+# VGPR_LIMIT, SGPR_LIMIT, VGPR_GRANULE, VGPRS_PER_SIMD, MAX_WAVES_PER_SIMD: sage_co/rdna4.py (imported above)
 INST_PREF_SIZE = 63                       # instruction prefetch (x 128 B): the maximum the field holds
 
 
@@ -71,23 +69,25 @@ class Config:
     pv_dtype: str = "fp8"
 
     def __post_init__(self):
-        if self.head_dim not in abi.HEAD_DIMS_NATIVE or self.out_dtype not in abi.OUT_DTYPES or \
-                self.pv_dtype not in abi.PV_DTYPES:
-            raise ValueError(f"Config{(self.head_dim, self.out_dtype, self.pv_dtype)}: head_dim must be one of "
-                             f"{abi.HEAD_DIMS_NATIVE}, out_dtype one of {abi.OUT_DTYPES}, pv_dtype one of "
-                             f"{abi.PV_DTYPES}")
+        _ = self.variant   # sage_co.family.AttentionVariant raises ValueError for a combination outside the axes
+
+    @property
+    def variant(self) -> family.AttentionVariant:
+        """This kernel's entry in the family declaration (sage_co/family.py): its symbol and manifest keys."""
+        return family.AttentionVariant("asm", self.head_dim, self.out_dtype, self.pv_dtype)
 
     @property
     def tag(self) -> str:
-        return f"d{self.head_dim}_{self.out_dtype}" + ("_pv16" if self.pv_dtype == "fp16" else "")
+        return self.variant.tag
 
     @property
     def symbol(self) -> str:
-        return f"gfx1201_sage_attention_fwd_asm_{self.tag}"
+        return self.variant.symbol
 
 
-# the variants the shipped code object holds (asm_src/kernels.toml lists the same symbols with their keys)
-FAMILY = tuple(Config(d, t, pv) for pv in abi.PV_DTYPES for d in reversed(abi.HEAD_DIMS_NATIVE) for t in abi.OUT_DTYPES)
+# the variants the shipped code object holds, in symbol order: sage_co/family.py ATTENTION_ASM (the family declared
+# once; the manifest rows of gfx1201_sage_attention_asm come from the same tuple)
+FAMILY = tuple(Config(v.head_dim, v.out_dtype, v.pv_dtype) for v in family.ATTENTION_ASM)
 
 
 def kernarg_loads(base_sgpr: int) -> list[tuple[str, int, int, str]]:

@@ -106,7 +106,7 @@ def build(cfg: Config) -> str:
 
 
 def build_family(configs=FAMILY) -> str:
-    """The shipped code object: one symbol per Config (asm_src/kernels.toml names them with their keys)."""
+    """The shipped code object: one symbol per Config (sage_co/family.py ATTENTION_ASM declares them with their keys)."""
     kernels = [AttentionKernel(cfg) for cfg in configs]
     return code_object([(k.descriptor(), k.body_text()) for k in kernels], header=family_header(kernels),
                        pad_with_s_code_end=True)

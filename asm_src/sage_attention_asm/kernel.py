@@ -7,9 +7,9 @@ import re
 
 from asmdsl import Asm, KernelArg, Op, amdhsa_kernel
 from sage_co import abi
+from sage_co.rdna4 import waves_by_vgprs
 
-from .config import (ARGS, F32_NEG_INF, INST_PREF_SIZE, MAX_WAVES_PER_SIMD, OUT_MAX, THREADS, VGPR_GRANULE,
-                     VGPRS_PER_SIMD, WMMA_PV, WMMA_PV16)
+from .config import ARGS, F32_NEG_INF, INST_PREF_SIZE, OUT_MAX, THREADS, WMMA_PV, WMMA_PV16
 from .epilogue import Epilogue
 from .loop import KeyLoop
 from .matmul import MatmulStreams
@@ -56,7 +56,7 @@ class AttentionKernel(KernelState, Prologue, MatmulStreams, Softmax, KeyLoop, Ep
         """The per-kernel part of the header: what this Config changes, LDS map, resources, register maps."""
         def regmap(rf):
             return "\n".join(f"//   {str(r):<12} {r.name:<12} {note}" for r, note in rf.table)
-        waves = min(MAX_WAVES_PER_SIMD, VGPRS_PER_SIMD // (-(-self.NUM_VGPRS // VGPR_GRANULE) * VGPR_GRANULE))
+        waves = waves_by_vgprs(self.NUM_VGPRS)
         return f"""
 // ==== {self.SYMBOL}: head dim (D_pad) {self.HEAD_DIM}, output {self.cfg.out_dtype}, P.V {self.cfg.pv_dtype} ===============================
 // QK^T {len(self.QK_ORDER)} WMMA + PV {self.N_PV} WMMA ({WMMA_PV16 if self.PV16 else WMMA_PV}) per 64-key tile; O^T = {self.D_TILES} d-tiles x 8 VGPRs;

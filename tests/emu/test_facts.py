@@ -2,7 +2,6 @@
 classifier, the emulator's statistics, the lint and the performance model agree on every shipped and corpus
 instruction (they all take the class from facts; this checks that nothing re-derives it differently)."""
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,7 @@ from sage_co.emu.decode import decode, decode_at
 from sage_co.emu.disasm import text_and_symbols
 from sage_co.emu.facts import CLASSES, VOPD_PLAIN, class_of, facts, vopd_pair_problem, vopd_problem
 
-sys.path.insert(0, str(ROOT / "tools"))
-import disasm_check  # noqa: E402
+import disasm_check  # tools/ is on sys.path (pyproject.toml pytest pythonpath)
 
 CORPUS = [*sorted((ROOT / "hsaco" / "gfx1201").glob("*.co")),
           *sorted((Path(__file__).parent / "corpus").rglob("*.co"))]

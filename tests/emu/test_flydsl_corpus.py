@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 import torch
 
-from llvm_tools import ROOT  # noqa: F401  (tests/ is on sys.path: conftest.py; puts tools/ on sys.path)
+from llvm_tools import ROOT  # noqa: F401  (tests/ and tools/ are on sys.path: conftest.py, pyproject.toml pythonpath)
 from perfmodel.calibration import ENV as CALIBRATION_ENV, calibration_dir  # noqa: E402
 from sage_co.emu import Device
 
@@ -91,7 +91,7 @@ def test_manifest_lists_the_corpus():
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_decode_matches_objdump(name):
-    from test_scalar_float import WHY_NO_LLVM22, objdump_matches    # tests/emu is on sys.path (no __init__.py)
+    from llvm_tools import WHY_NO_LLVM22, objdump_matches
     if WHY_NO_LLVM22:
         pytest.skip(WHY_NO_LLVM22)
     names = objdump_matches(CORPUS / KERNELS[name]["file"])

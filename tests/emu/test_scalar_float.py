@@ -26,29 +26,13 @@ import numpy as np
 import pytest
 
 from sage_co.emu import Device, scalar_float
-from sage_co.emu.disasm import disassemble, text_and_symbols
+from sage_co.emu.disasm import text_and_symbols
 
 mpmath = pytest.importorskip("mpmath", reason="mpmath (a torch/sympy dependency) gives the exact references")
 import sfloat_ref as R  # noqa: E402  (pytest puts tests/emu on sys.path: it has no __init__.py)
 
-from llvm_tools import LLVM as FOUND_LLVM, WHY_NO_LLVM  # noqa: E402  (tests/ is on sys.path: conftest.py)
+from llvm_tools import LLVM as FOUND_LLVM, WHY_NO_LLVM22, objdump_matches  # noqa: E402,F401  (tests/: conftest.py)
 
-TOOLS = ("clang", "llvm-mc", "ld.lld", "llvm-objdump")
-
-
-def _why_no_llvm22() -> str:
-    """Why the tests cannot run ('' when they can): the mnemonics clang -O3 emits and llvm-objdump's text are
-    LLVM 22's."""
-    if FOUND_LLVM is None:
-        return f"needs LLVM 22 ({', '.join(TOOLS)}): {WHY_NO_LLVM}"
-    if int(FOUND_LLVM.version.split(".")[0]) < 22:
-        return (f"needs LLVM 22; the LLVM found (tests/llvm_tools.py) is clang {FOUND_LLVM.version} in "
-                f"{FOUND_LLVM.bin_dir}")
-    missing = [t for t in TOOLS if not (FOUND_LLVM.bin_dir / t).exists()]
-    return f"{', '.join(missing)} not next to clang in {FOUND_LLVM.bin_dir}" if missing else ""
-
-
-WHY_NO_LLVM22 = _why_no_llvm22()
 LLVM = None if WHY_NO_LLVM22 else FOUND_LLVM.bin_dir     # the bin directory of the discovered LLVM 22
 HERE = Path(__file__).parent
 pytestmark = pytest.mark.skipif(bool(WHY_NO_LLVM22), reason=WHY_NO_LLVM22)
@@ -181,19 +165,6 @@ def run(co: bytes, kernel: str, slots: int, rows=INPUTS) -> np.ndarray:
     mod = dev.load(co)
     mod.launch(kernel, grid=(n, 1, 1), block=(32, 1, 1), kernargs=struct.pack("<QQi", out, inp, 32))
     return np.frombuffer(bytes(dev.read(out, 4 * slots * n)), np.uint32).reshape(n, slots)
-
-
-def objdump_matches(path: Path):
-    """Our disassembly of every instruction == llvm-objdump's (whitespace collapsed)."""
-    out = subprocess.run([LLVM / "llvm-objdump", "-d", "--mcpu=gfx1201", path], check=True, capture_output=True,
-                         text=True).stdout
-    want = [(int(m.group(2), 16), " ".join(m.group(1).split())) for m in
-            (re.match(r"\s+(.*?)\s*// ([0-9A-F]+):", ln) for ln in out.splitlines()) if m]
-    blob, addr, _ = text_and_symbols(path.read_bytes())
-    got = dict(disassemble(blob, addr))
-    bad = [(hex(o), t, got.get(o)) for o, t in want if got.get(o) != t]
-    assert want and not bad, bad[:10]
-    return {t.split()[0] for _, t in want}
 
 
 def executor_names(co: Path) -> set:

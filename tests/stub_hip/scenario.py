@@ -18,11 +18,7 @@ import struct
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))          # tests/ (stub_hip)
-sys.path.insert(0, str(HERE.parent.parent))   # the repository (sage_co)
-
-import stub_hip  # noqa: E402
+import stub_hip  # tests/ and the repository come on PYTHONPATH (tests/test_hip_stub.py sets it)
 
 
 def point_hip_python_at(path: Path):

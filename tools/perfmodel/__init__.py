@@ -22,10 +22,9 @@ with published gfx1201 timings (docs/performance.md). Entry point: `python tools
     refit        the parameters from a `sage-co selftest --perf` report (microbenchmarks on a gfx1201), old vs new
     cli          argument parsing
 """
-import sys
 from pathlib import Path
 
+# The checkout the model reads code objects from (hsaco/). Imports need no path edits: `python tools/perf_model.py`
+# puts tools/ first on sys.path, sage_co comes from the dev install (pip install -e .), and pytest adds the repository
+# root, tools/ and asm_src/ (pyproject.toml [tool.pytest.ini_options] pythonpath).
 ROOT = Path(__file__).resolve().parent.parent.parent
-for p in (str(ROOT), str(ROOT / "tools")):
-    if p not in sys.path:
-        sys.path.insert(0, p)

@@ -5,6 +5,13 @@ import math
 import re
 from dataclasses import dataclass, field, fields, replace
 
+# gfx1201 resource facts and the VGPR occupancy formula: stated once in sage_co/rdna4.py (the asm generator and the
+# ABI use the same); LANES is the wave width, rdna4.WAVE_SIZE
+from sage_co.rdna4 import LDS_MAX_PER_WG, LDS_PER_WGP, MAX_WAVES_PER_SIMD, SIMDS_PER_WGP, VGPR_GRANULE  # noqa: F401
+from sage_co.rdna4 import VGPRS_PER_SIMD as VGPR_FILE  # noqa: F401
+from sage_co.rdna4 import WAVE_SIZE as LANES
+from sage_co.rdna4 import waves_by_vgprs  # noqa: F401
+
 
 # ------------------------------------------------------------------------------------------- sourced figures
 BOOST_CLOCK_HZ = 2.92e9                     # §Throughput: R9700 boost 2920 MHz (the issue-bound bound uses it)
@@ -14,7 +21,6 @@ WMMA_BF16_MEASURED = 200e12                 # §Throughput "Clocks": ~200 TFLOPS
 CUS = 64                                    # §Throughput: 64 CUs = 32 WGPs x 2 CUs, 2 SIMD32 per CU
 WGPS = CUS // 2
 SIMDS = 2 * CUS
-SIMDS_PER_WGP = 4
 PEAK_RATE = {"int8": 2048, "fp8": 2048, "bf16": 1024, "fp16": 1024}   # §Throughput: dense OP|FLOP/clk/CU
 PEAK_OPS = PEAK_RATE["int8"] * CUS * CLOCK_HZ    # 382.7 TOPS INT8/FP8 dense at boost
 PEAK_BF16 = PEAK_RATE["bf16"] * CUS * CLOCK_HZ   # 191.4 TFLOPS
@@ -30,12 +36,6 @@ DRAM_BYTES_PER_S = 640e9                    # §Throughput table: 256-bit GDDR6 
 INFINITY_CACHE = 64 << 20                   # §Throughput table (ROCMDOC)
 L2_BYTES = 8 << 20                          # §Throughput table (ROCMDOC)
 L0_VECTOR_BYTES = 32 << 10                  # §Throughput table (ROCMDOC): L0 vector cache per CU
-VGPR_FILE = 1536                            # §Occupancy: VGPRs per SIMD lane slice
-VGPR_GRANULE = 24
-MAX_WAVES_PER_SIMD = 16
-LDS_PER_WGP = 128 << 10                     # §Occupancy: 128 KiB per WGP
-LDS_MAX_PER_WG = 64 << 10                   # §Occupancy: one workgroup allocates at most 65536 B
-LANES = 32                                  # wave32 (docs/rdna4.md §Code object)
 
 
 # ------------------------------------------------------------------------------------------- the parameter set
@@ -159,13 +159,6 @@ def wmma_cycles(mnemonic: str) -> int:
 
 
 # ------------------------------------------------------------------------------------------- occupancy
-def waves_by_vgprs(vgprs: int) -> int:
-    """§Occupancy: waves/SIMD = min(16, floor(1536 / roundup(n, 24)))."""
-    if not 1 <= vgprs <= 256:
-        raise ValueError(f"vgprs: expected 1..256 VGPRs per wave, got {vgprs}")
-    return min(MAX_WAVES_PER_SIMD, VGPR_FILE // (math.ceil(vgprs / VGPR_GRANULE) * VGPR_GRANULE))
-
-
 def waves_by_lds(lds_bytes: int, waves_per_wg: int) -> int:
     """Workgroups per WGP that fit its 128 KiB LDS, as waves per SIMD (a WGP has 4 SIMD32)."""
     if lds_bytes <= 0:

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import re
 
-import perfmodel  # noqa: F401  (sys.path: the repository root and tools/)
 from disasm_check import Line as Inst  # noqa: F401
 from disasm_check import classify, disassemble, parse_objdump  # noqa: F401
 from perfmodel.hardware import LANES
 from sage_co.emu.facts import CLASSES, facts  # noqa: F401
-
 
 
 def is_wmma(mnemonic: str) -> bool:

@@ -3,14 +3,13 @@
     python tests/emu/corpus/clang/build.py
 
 Each `*.hip` here -> `<name>.co`, clang -O3 for gfx1201 (headers-free device-only HIP), with the repo's one LLVM
-discovery (build_asm.find_llvm)."""
+discovery (sage_co.llvm.find_llvm)."""
 import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[3]))
-from build_asm import find_llvm  # noqa: E402
+from sage_co.llvm import find_llvm  # noqa: E402
 
 FLAGS = ["-x", "hip", "--offload-arch=gfx1201", "--cuda-device-only", "-nogpulib", "-nogpuinc",
          "--no-gpu-bundle-output", "-O3"]

@@ -107,8 +107,7 @@ def main() -> None:
         return pre, binary
     rocm_backend.RocmBackend._pipeline_parts = no_true16
 
-    sys.path.insert(0, str(HERE))
-    import kernels
+    import kernels  # this script's folder is sys.path[0]
 
     manifest = {"flydsl_version": flydsl.__version__, "arch": "gfx1201",
                 "rocdl_features": "-real-true16", "kernels": {}}

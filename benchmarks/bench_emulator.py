@@ -1,9 +1,9 @@
-"""Emulator speed: `python -m sage_co.emu.bench` (from the repository root) prints wave-instructions per second on a
+"""Emulator speed: `python benchmarks/bench_emulator.py` prints wave-instructions per second on a
 VALU/SALU loop at 32, 128 and 512 waves, WMMA per second (iu8), and wave-instructions per second of the Triton
 corpus's two attention kernels at S = 4096 (tests/emu/corpus/triton: `sage_attn_i8_fp8` INT8 QK / FP8 PV, 32
 workgroups x 8 waves; `flash_attn_bf16`, 64 x 4 waves; random inputs, one head). Needs LLVM (clang + ld.lld, found by
-the repo's build_asm.find_llvm) to assemble the loop kernels; this module is a developer tool and is never imported by
-the runtime."""
+sage_co.llvm.find_llvm) to assemble the loop kernels and this checkout's corpus: a repository-only benchmark (it was
+sage_co/emu/bench.py, which an installed wheel could not run)."""
 from __future__ import annotations
 
 import json
@@ -17,14 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from sage_co.emu import Device
+from sage_co.llvm import LLVMNotFound, find_llvm
 
-TRITON = Path(__file__).resolve().parents[2] / "tests" / "emu" / "corpus" / "triton"
+TRITON = Path(__file__).resolve().parent.parent / "tests" / "emu" / "corpus" / "triton"
 ATTENTION = ("sage_attn_i8_fp8", "sage_attn_i8_fp8_t16off", "flash_attn_bf16")
-
-try:                       # the repository's one LLVM discovery (build_asm.py at the repo root, not installed)
-    from build_asm import BuildError, find_llvm
-except ImportError:        # pragma: no cover - run outside the repository
-    find_llvm = None
 
 ASM = r"""
         .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
@@ -160,10 +156,8 @@ def triton_attention(name: str, S: int = 4096, sanitize: bool = True) -> dict:
 
 def main(argv=None) -> int:
     try:
-        if find_llvm is None:
-            raise ImportError("build_asm.py not importable: run from the repository root")
         find_llvm()
-    except (ImportError, BuildError) as exc:
+    except LLVMNotFound as exc:
         print(f"needs LLVM (clang + ld.lld) to assemble the benchmark kernels: {exc}", file=sys.stderr)
         return 2
     for san in (True, False):

@@ -1,0 +1,179 @@
+"""The shipped kernel family, declared once: which symbols each code object provides, for which (op, variant, key
+columns), and what a .hip source must instantiate and #define for them.
+
+Each kind of kernel is a dataclass (one instance = one symbol; its name, manifest key columns and HIP template
+instance are derived from its fields), and each family is the product of the axes sage_co/abi.py declares
+(HEAD_DIMS_NATIVE, OUT_DTYPES, PV_DTYPES, PREPARE_IN_DTYPES, PREPARE_ROPE_DIMS). From this module come:
+
+  * the manifest rows (`provides` of hsaco/manifest.json) of every code object named in CODE_OBJECTS:
+    build_asm.py derives them (asm_src/kernels.toml lists only the code object's name, source and arch);
+  * the asm generator's FAMILY (asm_src/sage_attention_asm/config.py: one Config per ATTENTION_ASM variant);
+  * what `build_asm.py` (build and --check) verifies in both directions: the built code object holds exactly the
+    declared symbols (none missing, none extra), each .hip wrapper calls the declared template instance (e.g.
+    `attention<128, false, true>`), and the .hip #define values in `CodeObjectFamily.defines` equal sage_co/abi.py.
+
+Adding a variant: extend an axis in sage_co/abi.py (or the product below) and rebuild (`python build_asm.py`);
+the .hip source must instantiate it (the check names what is missing). Adding a code object: one
+CodeObjectFamily in CODE_OBJECTS plus its [[code_object]] line (name, source, arch) in asm_src/kernels.toml, or,
+for a one-off kernel, [[code_object.provides]] rows written in kernels.toml itself (then it is not named here).
+Torch-free (build_asm.py and the generator import it without torch).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from . import abi
+
+ARCH = "gfx1201"
+ATTENTION_IMPLS = ("hip", "asm")      # the `variant` column of sage_attention_fwd: HIP source, asm generator
+PREPARE_STAGES = ("stats", "quant")   # the prepare ops with one symbol per (head_dim, in_dtype, rope_dim)
+# The HIP sources' compile-time dtype selectors (`#define BF16 0`, `#define FP16 1`), the first template argument
+# of the prepare and predict bodies.
+HIP_IN_DTYPE = {"bf16": 0, "fp16": 1}
+
+
+def _hip_bool(flag: bool) -> str:
+    return "true" if flag else "false"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One symbol: the manifest row (op, variant, key columns, symbol) and, for a HIP wrapper, the template instance
+    its body calls (None: the kernel is written out, not instantiated)."""
+    op: str
+    variant: str
+    symbol: str
+    keys: tuple[tuple[str, object], ...] = ()
+    hip_instance: str | None = None
+
+    def row(self) -> dict:
+        """The provides row of hsaco/manifest.json (the column order of the hand-written kernels.toml rows)."""
+        return {"op": self.op, "variant": self.variant, **dict(self.keys), "symbol": self.symbol}
+
+
+@dataclass(frozen=True)
+class AttentionVariant:
+    """sage_attention_fwd: padded head dim (D_pad), output dtype, P.V WMMA input type; `variant` the implementation
+    ("hip": asm_src/gfx1201_sage_attention.hip, "asm": the generator asm_src/gen_sage_attention_asm.py)."""
+    variant: str
+    head_dim: int
+    out_dtype: str
+    pv_dtype: str
+    op: ClassVar[str] = abi.ATTENTION_OP
+
+    def __post_init__(self):
+        if self.variant not in ATTENTION_IMPLS or self.head_dim not in abi.HEAD_DIMS_NATIVE or \
+                self.out_dtype not in abi.OUT_DTYPES or self.pv_dtype not in abi.PV_DTYPES:
+            raise ValueError(f"AttentionVariant{(self.variant, self.head_dim, self.out_dtype, self.pv_dtype)}: variant "
+                             f"must be one of {ATTENTION_IMPLS}, head_dim one of {abi.HEAD_DIMS_NATIVE}, out_dtype one of "
+                             f"{abi.OUT_DTYPES}, pv_dtype one of {abi.PV_DTYPES}")
+
+    @property
+    def tag(self) -> str:
+        return f"d{self.head_dim}_{self.out_dtype}" + ("_pv16" if self.pv_dtype == "fp16" else "")
+
+    @property
+    def symbol(self) -> str:
+        return f"{ARCH}_sage_attention_fwd_" + ("asm_" if self.variant == "asm" else "") + self.tag
+
+    def kernel(self) -> Kernel:
+        instance = None
+        if self.variant == "hip":   # template <int DP, bool FP16, bool PV16> attention(...)
+            instance = (f"attention<{self.head_dim}, {_hip_bool(self.out_dtype == 'fp16')}, "
+                        f"{_hip_bool(self.pv_dtype == 'fp16')}>")
+        return Kernel(self.op, self.variant, self.symbol,
+                      (("head_dim", self.head_dim), ("out_dtype", self.out_dtype), ("pv_dtype", self.pv_dtype)),
+                      instance)
+
+
+@dataclass(frozen=True)
+class PrepareVariant:
+    """sage_prepare.stats / sage_prepare.quant: padded head dim, input dtype, RoPE width (0 = none, <= head_dim)."""
+    stage: str          # "stats" | "quant"
+    head_dim: int
+    in_dtype: str
+    rope_dim: int
+
+    def __post_init__(self):
+        if self.stage not in PREPARE_STAGES or self.head_dim not in abi.HEAD_DIMS_NATIVE or \
+                self.in_dtype not in abi.PREPARE_IN_DTYPES or self.rope_dim not in rope_dims(self.head_dim):
+            raise ValueError(f"PrepareVariant{(self.stage, self.head_dim, self.in_dtype, self.rope_dim)}: stage must be "
+                             f"one of {PREPARE_STAGES}, head_dim one of {abi.HEAD_DIMS_NATIVE}, in_dtype one of "
+                             f"{abi.PREPARE_IN_DTYPES}, rope_dim one of {rope_dims(self.head_dim)}")
+
+    @property
+    def symbol(self) -> str:
+        return (f"{ARCH}_sage_prepare_{self.stage}_d{self.head_dim}_{self.in_dtype}"
+                + (f"_rope{self.rope_dim}" if self.rope_dim else ""))
+
+    def kernel(self) -> Kernel:   # template <int DT, int DP, int RD> {stats,quant}_body(...)
+        return Kernel(f"sage_prepare.{self.stage}", "hip", self.symbol,
+                      (("head_dim", self.head_dim), ("in_dtype", self.in_dtype), ("rope_dim", self.rope_dim)),
+                      f"{self.stage}_body<{HIP_IN_DTYPE[self.in_dtype]}, {self.head_dim}, {self.rope_dim}>")
+
+
+@dataclass(frozen=True)
+class PredictPoolVariant:
+    """sage_predict.pool: one symbol per input dtype."""
+    in_dtype: str
+
+    def kernel(self) -> Kernel:   # template <int DT> pool_body(...)
+        return Kernel(abi.PREDICT_POOL_OP, "hip", f"{ARCH}_sage_predict_pool_{self.in_dtype}",
+                      (("in_dtype", self.in_dtype),), f"pool_body<{HIP_IN_DTYPE[self.in_dtype]}>")
+
+
+def rope_dims(head_dim: int) -> tuple[int, ...]:
+    """The RoPE widths the prepare kernels are built for at padded head dim `head_dim` (0 = no RoPE)."""
+    return tuple(r for r in abi.PREPARE_ROPE_DIMS if r <= head_dim)
+
+
+@dataclass(frozen=True)
+class CodeObjectFamily:
+    """What one code object provides (in this order: the manifest rows keep it) and the #define values of its .hip
+    source that must equal sage_co/abi.py (name -> int; build_asm.py reads `#define NAME VALUE` lines)."""
+    kernels: tuple[Kernel, ...]
+    defines: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        return tuple(k.symbol for k in self.kernels)
+
+
+# ---------------------------------------------------------------------------------------------- the product
+# Attention: the order of the symbols in both code objects (pv_dtype, then head dim descending, then out_dtype).
+ATTENTION_VARIANTS = tuple((d, t, pv) for pv in abi.PV_DTYPES for d in reversed(abi.HEAD_DIMS_NATIVE)
+                           for t in abi.OUT_DTYPES)
+ATTENTION_HIP = tuple(AttentionVariant("hip", *v) for v in ATTENTION_VARIANTS)
+ATTENTION_ASM = tuple(AttentionVariant("asm", *v) for v in ATTENTION_VARIANTS)   # the generator's FAMILY
+PREPARE = tuple(PrepareVariant(stage, d, t, r) for stage in PREPARE_STAGES for d in reversed(abi.HEAD_DIMS_NATIVE)
+                for t in abi.PREPARE_IN_DTYPES for r in rope_dims(d))
+PREDICT_POOL = tuple(PredictPoolVariant(t) for t in abi.PREPARE_IN_DTYPES)
+
+_ATTENTION_DEFINES = {
+    "TILE_Q": abi.QUERY_TILE, "TILE_K": abi.KEY_TILE, "MAX_DP": abi.HEAD_DIM,
+    "FLAG_LSE": abi.FLAG_LSE, "FLAG_SMOOTH_K": abi.FLAG_SMOOTH_K, "FLAG_CAUSAL": abi.FLAG_CAUSAL,
+    "FLAG_SMOOTH_V": abi.FLAG_SMOOTH_V,
+}
+_PREPARE_DEFINES = {
+    "TILE": abi.SCALE_BLOCK, "BF16": HIP_IN_DTYPE["bf16"], "FP16": HIP_IN_DTYPE["fp16"],
+    "STATS_V_MAX": abi.STATS_V_MAX, "STATS_K_SUM": abi.STATS_K_SUM, "STATS_V_SUM": abi.STATS_V_SUM,
+    "STATS_V_SIGNED": abi.STATS_V_SIGNED,
+    "REDUCE_V_FP8": abi.REDUCE_V_FP8, "REDUCE_V_SMOOTH": abi.REDUCE_V_SMOOTH, "REDUCE_V_NONE": abi.REDUCE_V_NONE,
+}
+_PREDICT_DEFINES = {
+    "BLOCK": abi.KEY_TILE, "CH": abi.PREDICT_CHANNELS, "DSTEP": abi.HEAD_DIM_STEP,
+    "BF16": HIP_IN_DTYPE["bf16"], "FP16": HIP_IN_DTYPE["fp16"],
+}
+
+# code object name (asm_src/kernels.toml `name`) -> what it provides
+CODE_OBJECTS: dict[str, CodeObjectFamily] = {
+    f"{ARCH}_sage_attention_hip": CodeObjectFamily(tuple(v.kernel() for v in ATTENTION_HIP), _ATTENTION_DEFINES),
+    f"{ARCH}_sage_prepare": CodeObjectFamily(
+        (Kernel("sage_prepare.reduce", "hip", f"{ARCH}_sage_prepare_reduce"),) + tuple(v.kernel() for v in PREPARE),
+        _PREPARE_DEFINES),
+    f"{ARCH}_sage_attention_asm": CodeObjectFamily(tuple(v.kernel() for v in ATTENTION_ASM)),
+    f"{ARCH}_sage_predict": CodeObjectFamily(
+        tuple(v.kernel() for v in PREDICT_POOL) + (Kernel(abi.PREDICT_SELECT_OP, "hip", f"{ARCH}_sage_predict_select"),),
+        _PREDICT_DEFINES),
+}

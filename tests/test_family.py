@@ -1,0 +1,157 @@
+"""sage_co/family.py, the kernel family declared once: the manifest rows and the asm generator's FAMILY come from it,
+and `build_asm.py --check` fails when a code object or its .hip source disagrees with it in either direction
+(a declared symbol missing, an undeclared symbol present, a wrong template instance, a #define off sage_co/abi.py)."""
+import dataclasses
+import json
+
+import pytest
+
+from llvm_tools import LLVM, ROOT, build_asm, needs_llvm
+from sage_co import abi, family
+
+# A family code object small enough to compile in a second: two wrappers of one template and one flag #define
+# (the shape of asm_src/gfx1201_sage_attention.hip: KERNEL(NAME, DP, ...) lines over a template body).
+TINY_HIP = """// test family: y[i] = DP * x[i] (+1 when FLAG_LSE is set in flags)
+#define __global__ __attribute__((global))
+#define FLAG_LSE 1u
+template <int DP>
+static inline __attribute__((always_inline, device)) void body(float* y, const float* x, unsigned flags) {
+  unsigned i = __builtin_amdgcn_workitem_id_x();
+  y[i] = DP * x[i] + ((flags & FLAG_LSE) ? 1.0f : 0.0f);
+}
+#define KERNEL(NAME, DP) \\
+  extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(32, 32))) \\
+  void NAME(float* y, const float* x, unsigned flags) { body<DP>(y, x, flags); }
+KERNEL(tiny_d64, 64)
+KERNEL(tiny_d128, 128)
+"""
+TINY = "test_tiny_family"
+
+
+def tiny_kernel(head_dim: int, instance_dim: int | None = None) -> family.Kernel:
+    return family.Kernel("test.tiny", "hip", f"tiny_d{head_dim}", (("head_dim", head_dim),),
+                         f"body<{instance_dim or head_dim}>")
+
+
+GOOD = family.CodeObjectFamily((tiny_kernel(64), tiny_kernel(128)), {"FLAG_LSE": abi.FLAG_LSE})
+
+
+@pytest.fixture
+def tiny_tree(tmp_path, monkeypatch):
+    """A kernel list holding one family code object (declared in sage_co.family.CODE_OBJECTS for this test only),
+    built once into tmp_path/hsaco; returns a `check(declaration)` running `build_asm.py --check` against it."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "tiny.hip").write_text(TINY_HIP)
+    (src / "kernels.toml").write_text(f'[[code_object]]\nname = "{TINY}"\nsource = "tiny.hip"\narch = "gfx1201"\n')
+    out = tmp_path / "hsaco"
+    monkeypatch.setitem(family.CODE_OBJECTS, TINY, GOOD)
+    assert build_asm.main(["--kernels", str(src / "kernels.toml"), "--out", str(out)]) == 0
+
+    def check(declaration, capsys):
+        monkeypatch.setitem(family.CODE_OBJECTS, TINY, declaration)
+        rc = build_asm.main(["--check", "--kernels", str(src / "kernels.toml"), "--out", str(out)])
+        return rc, capsys.readouterr().err
+    return check, out
+
+
+@needs_llvm
+def test_rows_come_from_the_declaration_and_check_passes(tiny_tree, capsys):
+    check, out = tiny_tree
+    rows = json.loads((out / "manifest.json").read_text())["code_objects"][TINY]["provides"]
+    assert rows == [k.row() for k in GOOD.kernels]
+    assert check(GOOD, capsys)[0] == 0
+
+
+@needs_llvm
+def test_check_fails_on_a_symbol_the_family_does_not_declare(tiny_tree, capsys):
+    rc, err = tiny_tree[0](dataclasses.replace(GOOD, kernels=(tiny_kernel(64),)), capsys)
+    assert rc == 1
+    assert "holds symbol 'tiny_d128', which sage_co/family.py does not declare" in err
+
+
+@needs_llvm
+def test_check_fails_on_a_declared_symbol_the_code_object_lacks(tiny_tree, capsys):
+    extra = family.Kernel("test.tiny", "hip", "tiny_d256", (("head_dim", 256),), "body<256>")
+    rc, err = tiny_tree[0](dataclasses.replace(GOOD, kernels=GOOD.kernels + (extra,)), capsys)
+    assert rc == 1
+    assert "sage_co/family.py declares symbol 'tiny_d256', but the code object built from tiny.hip does not hold it" \
+        in err
+
+
+@needs_llvm
+def test_check_fails_on_a_flag_define_that_differs_from_abi(tiny_tree, capsys):
+    rc, err = tiny_tree[0](dataclasses.replace(GOOD, defines={"FLAG_LSE": abi.FLAG_CAUSAL}), capsys)
+    assert rc == 1
+    assert f"has `#define FLAG_LSE 1u`, but sage_co/abi.py says {abi.FLAG_CAUSAL}" in err
+    rc, err = tiny_tree[0](dataclasses.replace(GOOD, defines={"FLAG_SMOOTH_V": abi.FLAG_SMOOTH_V}), capsys)
+    assert rc == 1 and "has no `#define FLAG_SMOOTH_V`" in err
+
+
+@needs_llvm
+def test_check_fails_on_a_wrapper_instantiating_other_keys(tiny_tree, capsys):
+    swapped = (tiny_kernel(64, instance_dim=128), tiny_kernel(128))
+    rc, err = tiny_tree[0](dataclasses.replace(GOOD, kernels=swapped), capsys)
+    assert rc == 1
+    assert "defines tiny_d64 as a call of body<64>, but sage_co/family.py declares body<128>" in err
+
+
+def test_rows_may_not_be_written_twice(tmp_path, monkeypatch):
+    (tmp_path / "tiny.hip").write_text(TINY_HIP)
+    (tmp_path / "k.toml").write_text(f'[[code_object]]\nname = "{TINY}"\nsource = "tiny.hip"\narch = "gfx1201"\n'
+                                     '[[code_object.provides]]\nop = "test.tiny"\nvariant = "hip"\nsymbol = "tiny_d64"\n')
+    monkeypatch.setitem(family.CODE_OBJECTS, TINY, GOOD)
+    with pytest.raises(build_asm.BuildError, match="declared in sage_co/family.py CODE_OBJECTS"):
+        build_asm.read_kernel_list(tmp_path / "k.toml")
+
+
+def test_the_shipped_list_builds_every_declared_family(monkeypatch):
+    monkeypatch.setitem(family.CODE_OBJECTS, "gfx1201_not_built", GOOD)
+    with pytest.raises(build_asm.BuildError, match=r"declares \['gfx1201_not_built'\], which the kernel list does not"):
+        build_asm.read_kernel_list()
+
+
+# ------------------------------------------------------------------------------------------ the shipped family
+def test_shipped_manifest_rows_are_the_declaration():
+    manifest = json.loads((ROOT / "hsaco" / "manifest.json").read_text())["code_objects"]
+    assert set(manifest) == set(family.CODE_OBJECTS)
+    for name, fam in family.CODE_OBJECTS.items():
+        assert manifest[name]["provides"] == [k.row() for k in fam.kernels], name
+        assert sorted(manifest[name]["kernels"]) == sorted(fam.symbols), name
+
+
+def test_generator_family_is_the_declaration():
+    import gen_sage_attention_asm as gen
+    assert [c.symbol for c in gen.FAMILY] == [v.symbol for v in family.ATTENTION_ASM]
+    assert [(c.head_dim, c.out_dtype, c.pv_dtype) for c in gen.FAMILY] == \
+        [(v.head_dim, v.out_dtype, v.pv_dtype) for v in family.ATTENTION_ASM]
+    with pytest.raises(ValueError, match="head_dim one of"):
+        gen.Config(96, "bf16", "fp8")
+
+
+def test_the_product_spans_the_abi_axes():
+    assert {(v.head_dim, v.out_dtype, v.pv_dtype) for v in family.ATTENTION_HIP} == \
+        {(d, t, pv) for d in abi.HEAD_DIMS_NATIVE for t in abi.OUT_DTYPES for pv in abi.PV_DTYPES}
+    assert {(v.head_dim, v.rope_dim) for v in family.PREPARE} == \
+        {(d, r) for d in abi.HEAD_DIMS_NATIVE for r in abi.PREPARE_ROPE_DIMS if r <= d}
+    assert len(family.PREPARE) == 2 * len(abi.PREPARE_IN_DTYPES) * sum(len(family.rope_dims(d))
+                                                                        for d in abi.HEAD_DIMS_NATIVE)
+
+
+@needs_llvm
+@pytest.mark.parametrize("name", [n for n, f in family.CODE_OBJECTS.items() if f.defines])
+def test_shipped_hip_sources_match_the_declaration(name):
+    """The real .hip sources (preprocessed, not compiled): each wrapper calls its declared template instance and each
+    declared #define equals sage_co/abi.py; a declaration with one flag moved is caught."""
+    entry = next(e for e in build_asm.read_kernel_list() if e.name == name)
+    symbols = set(entry.family.symbols)
+    assert build_asm.family_problems(entry, symbols, LLVM) == []
+    flag, value = next(iter(entry.family.defines.items()))
+    moved = dataclasses.replace(entry.family, defines={flag: value + 1})
+    problems = build_asm.family_problems(dataclasses.replace(entry, family=moved), symbols, LLVM)
+    assert len(problems) == 1 and f"`#define {flag} " in problems[0]
+    k = entry.family.kernels[-1] if entry.family.kernels[-1].hip_instance else entry.family.kernels[1]
+    wrong = dataclasses.replace(k, hip_instance=k.hip_instance.replace("<", "<9, "))
+    renamed = dataclasses.replace(entry.family, kernels=tuple(wrong if x is k else x for x in entry.family.kernels))
+    problems = build_asm.family_problems(dataclasses.replace(entry, family=renamed), symbols, LLVM)
+    assert len(problems) == 1 and f"defines {k.symbol} as a call of {k.hip_instance}" in problems[0]

@@ -1,0 +1,86 @@
+"""The wheel runs from an installed copy: `pip install` of a wheel built from only what it ships (pyproject.toml,
+README.md, sage_co/, hsaco/) into a fresh venv, then, from a folder outside any source tree and with no PYTHONPATH,
+every module of the installed sage_co imports and the shipped entry points run (`sage-co info`, `sage-co run` on the
+emulator through the shipped code objects, the disassembler on a shipped code object). A module that reaches for the
+repository (build_asm.py, tests/, asm_src/, tools/) fails here. The venv reuses this interpreter's torch and other
+dependencies (--system-site-packages, pip --no-deps --no-index: no network)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED_SOURCES = ("pyproject.toml", "README.md", "sage_co", "hsaco")
+
+CHECK = textwrap.dedent("""
+    import importlib, json, pkgutil, sys
+    from pathlib import Path
+    import sage_co
+    here = Path(sage_co.__file__).resolve().parent
+    modules = sorted(m.name for m in pkgutil.walk_packages([str(here)], "sage_co."))
+    for name in modules:
+        importlib.import_module(name)
+    from sage_co import registry
+    print(json.dumps({"sage_co": str(here), "modules": modules, "hsaco": str(registry.hsaco_dir()),
+                      "kernels": len(registry.kernels())}))
+""")
+
+
+def _run(cmd, cwd, env, timeout=600):
+    r = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r.stdout
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(venv python, a clean env, a working folder outside every source tree) with the wheel installed."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    src.mkdir()
+    for name in SHIPPED_SOURCES:
+        p = ROOT / name
+        if p.is_dir():
+            shutil.copytree(p, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(p, src / name)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", tmp / "dist",
+          src], tmp, env)
+    wheel = next((tmp / "dist").glob("sage_co-*.whl"))
+    _run([sys.executable, "-m", "venv", "--system-site-packages", tmp / "venv"], tmp, env)
+    python = tmp / "venv" / "bin" / "python"
+    # --ignore-installed: a sage-co already installed outside the venv (e.g. an editable dev install) is left alone
+    _run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", wheel], tmp, env)
+    work = tmp / "elsewhere"
+    work.mkdir()
+    shutil.rmtree(src)          # nothing of the sources is left to fall back on
+    return python, env, work, tmp / "venv"
+
+
+def test_every_shipped_module_imports_from_the_installed_copy(installed):
+    python, env, work, venv = installed
+    out = json.loads(_run([python, "-c", CHECK], work, env).strip().splitlines()[-1])
+    assert Path(out["sage_co"]).is_relative_to(venv), out["sage_co"]      # not the checkout, not a dev install
+    assert Path(out["hsaco"]) == Path(out["sage_co"]) / "hsaco"
+    assert out["kernels"] == sum(len(f.kernels) for f in __import__("sage_co.family").family.CODE_OBJECTS.values())
+    for must in ("sage_co.cli", "sage_co.family", "sage_co.llvm", "sage_co.emu.disasm", "sage_co.ops.attention"):
+        assert must in out["modules"]
+    assert "sage_co.emu.bench" not in out["modules"]      # the repository-only benchmark is benchmarks/bench_emulator.py
+
+
+def test_shipped_entry_points_run_from_the_installed_copy(installed):
+    python, env, work, venv = installed
+    info = _run([venv / "bin" / "sage-co", "info"], work, env)
+    assert "gfx1201_sage_attention_fwd_asm_d128_bf16" in info and "gfx1201_sage_prepare_quant_d64_fp16" in info
+    run = _run([python, "-m", "sage_co.cli", "run", "-B", "1", "-H", "2", "-S", "64"], work, env)
+    assert "accuracy contract met" in run
+    co = next((venv / "lib").glob("python*/site-packages/sage_co/hsaco/gfx1201/gfx1201_sage_predict.co"))
+    text = _run([python, "-m", "sage_co.emu.disasm", co], work, env)
+    assert "s_endpgm" in text
