@@ -17,8 +17,7 @@ from sage_co import abi, microbench as mb, selftest, selftest_perf
 
 ROOT = Path(__file__).resolve().parent.parent
 ASM = ROOT / "asm_src" / "gfx1201_microbench.s"
-sys.path.insert(0, str(ROOT / "tools"))
-from perfmodel import refit  # noqa: E402
+from perfmodel import refit  # noqa: E402  (tools/ is on sys.path: pyproject.toml pytest pythonpath)
 from perfmodel.hardware import CALIBRATED  # noqa: E402
 
 WORKGROUPS, ITERATIONS = 2, 3          # 8 waves: two workgroups, so the wave index in the grid matters
