@@ -310,6 +310,32 @@ def test_parameter_map_names_model_parameters():
     np.testing.assert_array_less([m.lo for m in refit.PARAMETER_MAP], [m.hi for m in refit.PARAMETER_MAP])
 
 
+def test_docs_refit_table_is_the_mapping_and_todays_parameters():
+    """docs/performance.md §Microbenchmarks and refit: one row per mapped field, naming its parameter, with today's
+    value and status of hardware.Params."""
+    from dataclasses import fields
+    from perfmodel.hardware import Params
+    section = (ROOT / "docs" / "performance.md").read_text().split("## Microbenchmarks and refit", 1)[1]
+    table = section.split("| report field (`perf.derived.`) | parameter | today |", 1)[1].split("\n\n", 1)[0]
+    rows = [[c.strip() for c in r.strip("|").split("|")] for r in table.splitlines() if r.startswith("| `")]
+    status = {f.name: f.metadata["status"] for f in fields(Params)}
+    mapped = {m.field: m.param for m in refit.PARAMETER_MAP} | {m.field: m.param for m in refit.RULE_MAP}
+    assert {r[0].strip("`") for r in rows} == set(mapped)
+    for field, param_cell, today in rows:
+        param = mapped[field.strip("`")]
+        if param is None:
+            assert param_cell.startswith("none") and today.startswith("co-issues"), (field, today)
+            continue
+        assert param_cell.startswith(f"`{param}`") and today.endswith(f"({status[param]})"), (field, today)
+        value = getattr(CALIBRATED, param)
+        shown = today.split()[0]
+        if isinstance(value, bool):
+            assert shown == str(value), (field, today)
+        else:
+            scale = 1e9 if today.split()[1] == "GHz" else 1.0
+            assert float(shown) * scale == pytest.approx(value), (field, today)
+
+
 def test_cli_selftest_perf_flag(tmp_path, monkeypatch):
     from sage_co import cli
     seen = {}
