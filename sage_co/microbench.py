@@ -32,7 +32,7 @@ IU8_WMMA_CLOCKS = 8                 # docs/rdna4.md §Throughput [AMC]: iu8 WMMA
 VALU_ISSUE_CLOCKS = 1               # §Throughput: one wave32 VALU issue per clock per SIMD (UNVERIFIED)
 TRANS_CLOCKS = 4                    # §Throughput: TRANS quarter rate, 4 clk per wave32 v_exp_f32
 SIMDS = 128                         # §Throughput table: 64 CUs x 2 SIMD32
-CUS = 64                            # one LDS half (32 banks) per CU, shared by its 2 SIMDs (§Memory)
+CUS = SIMDS // 2                    # 2 SIMD32 per CU; one LDS half (32 banks) per CU, shared by its 2 SIMDs (§Memory)
 WGPS = 32                           # 64 CUs = 32 WGPs
 STREAM_SRC_BYTES = 6 << 20          # l2_stream buffer: fits the 8 MiB L2 (§Throughput table), far beyond L0
 EXP_LANE_MASK, EXP_BIAS = 7, 4      # trans exponents: float((lane % 8) - 4 + k), k = 0..7 (2^e exact)
