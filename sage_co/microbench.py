@@ -6,7 +6,8 @@
     expected(bench, args, ...)          the result records the kernel must write (numpy, from the inputs alone)
     check(bench, out, args, ...)        the mismatching record fields (empty: the kernel ran correctly)
     derive(seconds)                     the model's parameters from HIP-event times (sustained WMMA clock, co-issue,
-                                        LDS load-to-use latency, L2 -> CU bytes per clock)
+                                        LDS bytes per clock per CU, LDS load-to-use latency, L2 -> CU bytes
+                                        per clock)
 
 Each kernel runs `iterations` loop iterations per wave; on a GPU it is timed at two iteration counts and the slope
 (seconds per iteration) is what `derive` uses, so launch overhead and prologue cancel. Every constant of the
@@ -31,6 +32,7 @@ IU8_WMMA_CLOCKS = 8                 # docs/rdna4.md §Throughput [AMC]: iu8 WMMA
 VALU_ISSUE_CLOCKS = 1               # §Throughput: one wave32 VALU issue per clock per SIMD (UNVERIFIED)
 TRANS_CLOCKS = 4                    # §Throughput: TRANS quarter rate, 4 clk per wave32 v_exp_f32
 SIMDS = 128                         # §Throughput table: 64 CUs x 2 SIMD32
+CUS = SIMDS // 2                    # 2 SIMD32 per CU; one LDS half (32 banks) per CU, shared by its 2 SIMDs (§Memory)
 WGPS = 32                           # 64 CUs = 32 WGPs
 STREAM_SRC_BYTES = 6 << 20          # l2_stream buffer: fits the 8 MiB L2 (§Throughput table), far beyond L0
 EXP_LANE_MASK, EXP_BIAS = 7, 4      # trans exponents: float((lane % 8) - 4 + k), k = 0..7 (2^e exact)
@@ -225,8 +227,10 @@ def derive(seconds: dict[str, float], workgroups: dict[str, int]) -> dict:
     clock: the WMMA kernel keeps every SIMD's matrix unit busy (8 waves per SIMD, 4 independent chains per wave), so
     SIMD clocks per iteration = waves per SIMD x WMMA per iteration x 8 (§Throughput [AMC]); clock = that / seconds.
     overlap (per unit X): (t_wmma + t_X - t_mix) / min(t_wmma, t_X); 1: X issues while a WMMA holds the matrix
-    unit, 0: the two add (the model's rule, docs/rdna4.md §Hazards 7). LDS latency: seconds per dependent step x
-    the clock. L2: bytes of all waves per iteration / seconds / clock."""
+    unit, 0: the two add (the model's rule, docs/rdna4.md §Hazards 7). LDS rate: the `lds` kernel's bytes of all
+    waves per iteration / CUs / seconds / clock, bytes per clock of one CU's LDS half (16 waves per CU keep it
+    busy; its loads are conflict-free, 4 passes of 128 B each, docs/rdna4.md §Memory). LDS latency: seconds per
+    dependent step x the clock. L2: bytes of all waves per iteration / seconds / clock."""
     missing = [b for b in MICROBENCH_BENCHES if b not in seconds]
     if missing:
         raise ValueError(f"derive: no measurement for {missing}")
@@ -240,6 +244,8 @@ def derive(seconds: dict[str, float], workgroups: dict[str, int]) -> dict:
         t_w, t_x, t_m = seconds["wmma"], seconds[unit], seconds[mix]
         out[mix] = {"overlap": (t_w + t_x - t_m) / min(t_w, t_x), "t_wmma_s": t_w, "t_unit_s": t_x, "t_mix_s": t_m,
                     "unit_clocks_per_op": _unit_clocks(unit, seconds[unit], workgroups[unit], clock)}
+    lds_bytes = waves(workgroups["lds"]) * MICROBENCH_LDS_PER_ITER * MICROBENCH_LDS_LOAD_BYTES
+    out["lds"] = {"bytes_per_clk": lds_bytes / CUS / seconds["lds"] / clock}
     step_s = seconds["lds_chain"] / MICROBENCH_CHAIN_STEPS     # the chains of all waves advance side by side
     out["lds_chain"] = {"load_to_use_s": step_s, "load_to_use_clk": step_s * clock}
     stream_bytes = waves(workgroups["l2_stream"]) * MICROBENCH_STREAM_WAVE_BYTES

@@ -130,7 +130,8 @@ def markdown(perf: dict) -> list[str]:
         for mix, unit in mb.OVERLAP_PAIRS.items():
             lines.append(f"| {unit.upper()} overlap with WMMA (1 co-issues, 0 adds) | {d[mix]['overlap']:.2f} |")
             lines.append(f"| {unit.upper()} alone: SIMD clocks per op | {d[mix]['unit_clocks_per_op']:.2f} |")
-        lines += [f"| LDS load-to-use latency | {d['lds_chain']['load_to_use_clk']:.1f} clk "
+        lines += [f"| LDS b128 load rate (one CU's LDS half) | {d['lds']['bytes_per_clk']:.1f} B/clk |",
+                  f"| LDS load-to-use latency | {d['lds_chain']['load_to_use_clk']:.1f} clk "
                   f"({d['lds_chain']['load_to_use_s'] * 1e9:.1f} ns) |",
                   f"| L2 -> CU bandwidth | {d['l2_stream']['bytes_per_clk']:.0f} B/clk "
                   f"({d['l2_stream']['bytes_per_s'] / 1e12:.2f} TB/s) |"]

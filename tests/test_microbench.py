@@ -85,14 +85,15 @@ def test_assembly_constants_are_the_abi_constants():
 
 
 # ------------------------------------------------------------------------------------------ derivation
-def _synthetic_seconds(clock, overlaps, lds_latency, l2_bytes_per_clk, plan=mb.GPU_PLAN):
-    """Seconds per iteration a GPU with these properties would show (the inverse of derive's arithmetic)."""
+def _synthetic_seconds(clock, overlaps, lds_latency, l2_bytes_per_clk, plan=mb.GPU_PLAN, lds_bytes_per_clk=128.0):
+    """Seconds per iteration a GPU with these properties would show (the inverse of derive's arithmetic; a CU's
+    LDS half serves both its SIMDs, so one SIMD's b128 load takes 2 x 512 B / lds_bytes_per_clk clocks)."""
     wg = {b: plan[b][0] for b in abi.MICROBENCH_BENCHES}
     wps = {b: mb.waves(wg[b]) / mb.SIMDS for b in wg}
     clocks = {"wmma": wps["wmma"] * abi.MICROBENCH_WMMA_PER_ITER * mb.IU8_WMMA_CLOCKS,
               "valu": wps["valu"] * abi.MICROBENCH_VALU_PER_ITER * mb.VALU_ISSUE_CLOCKS,
               "trans": wps["trans"] * abi.MICROBENCH_TRANS_PER_ITER * mb.TRANS_CLOCKS,
-              "lds": wps["lds"] * abi.MICROBENCH_LDS_PER_ITER * 8}
+              "lds": wps["lds"] * abi.MICROBENCH_LDS_PER_ITER * 2 * abi.MICROBENCH_LDS_LOAD_BYTES / lds_bytes_per_clk}
     s = {b: c / clock for b, c in clocks.items()}
     for mix, unit in mb.OVERLAP_PAIRS.items():
         s[mix] = s["wmma"] + s[unit] - overlaps[unit] * min(s["wmma"], s[unit])
@@ -102,7 +103,7 @@ def _synthetic_seconds(clock, overlaps, lds_latency, l2_bytes_per_clk, plan=mb.G
 
 
 def test_derive_recovers_the_properties():
-    s, wg = _synthetic_seconds(2.4e9, {"valu": 0.0, "trans": 1.0, "lds": 0.75}, 57, 1500.0)
+    s, wg = _synthetic_seconds(2.4e9, {"valu": 0.0, "trans": 1.0, "lds": 0.75}, 57, 1500.0, lds_bytes_per_clk=80.0)
     d = mb.derive(s, wg)
     assert d["wmma"]["sustained_clock_hz"] == pytest.approx(2.4e9)
     assert d["wmma"]["ops_per_s"] == pytest.approx(2.4e9 * 2048 * 64)      # iu8 2048 OP/clk/CU (§Throughput)
@@ -111,6 +112,8 @@ def test_derive_recovers_the_properties():
     assert d["wmma_lds"]["overlap"] == pytest.approx(0.75)
     assert d["wmma_trans"]["unit_clocks_per_op"] == pytest.approx(mb.TRANS_CLOCKS)
     assert d["lds_chain"]["load_to_use_clk"] == pytest.approx(57)
+    assert d["lds"]["bytes_per_clk"] == pytest.approx(80.0)
+    assert d["wmma_lds"]["unit_clocks_per_op"] == pytest.approx(2 * abi.MICROBENCH_LDS_LOAD_BYTES / 80.0)
     assert d["l2_stream"]["bytes_per_clk"] == pytest.approx(1500.0)
     with pytest.raises(ValueError, match="no measurement for"):
         mb.derive({k: v for k, v in s.items() if k != "lds_chain"}, wg)
@@ -138,7 +141,7 @@ def test_gpu_half_control_flow(monkeypatch, tmp_path):
     synthetic GPU (there is no gfx1201 here): checked once, timed at two iteration counts, derived, fed to refit."""
     clock = 2.5e9
     plan = {b: (WORKGROUPS, 2, 6) for b in abi.MICROBENCH_BENCHES}
-    per_iter, _ = _synthetic_seconds(clock, {"valu": 0.0, "trans": 0.0, "lds": 1.0}, 64, 1024.0, plan)
+    per_iter, _ = _synthetic_seconds(clock, {"valu": 0.0, "trans": 0.9, "lds": 1.0}, 64, 1024.0, plan, 100.0)
     monkeypatch.setattr(mb, "GPU_PLAN", plan)
     launched = []
     real_launch, real_inputs = mb.launch_bench, mb.inputs
@@ -167,21 +170,24 @@ def test_gpu_half_control_flow(monkeypatch, tmp_path):
     assert perf["measured"] is True and perf["kernels"]["wmma"]["iterations"] == [2, 6]
     assert perf["derived"]["wmma"]["sustained_clock_hz"] == pytest.approx(clock)     # the overhead cancels
     assert perf["derived"]["lds_chain"]["load_to_use_clk"] == pytest.approx(64)
-    assert "Derived" in "\n".join(selftest_perf.markdown(perf))
+    assert "| LDS b128 load rate (one CU's LDS half) | 100.0 B/clk |" in "\n".join(selftest_perf.markdown(perf))
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"perf": json.loads(json.dumps(perf))}))
-    params, changes = refit.refit_params(refit.read_report(path))
+    derived = refit.read_report(path)
+    params, changes = refit.refit_params(derived)
     assert params.clock_hz == pytest.approx(clock) and params.lds_latency == 64
-    assert params.l2_bytes_per_clk == pytest.approx(1024)
+    assert params.l2_bytes_per_clk == pytest.approx(1024) and params.lds_bytes_per_clk == pytest.approx(100.0)
+    params = refit.apply_rules(params, refit.rule_findings(derived))
+    assert params.trans_coissue_wmma is True and params.valu_coissue_wmma is False
 
 
 # ------------------------------------------------------------------------------------------ --refit
-def _report(tmp_path, clock=2.6e9, lds=40.0, l2=1800.0, trans=0.05, **changes):
+def _report(tmp_path, clock=2.6e9, lds=40.0, l2=1800.0, trans=0.05, lds_rate=96.0, **changes):
     perf = {"measured": True, "where": "synthetic (test)", "kernels": {b: {"correct": True}
                                                                         for b in abi.MICROBENCH_BENCHES},
             "derived": {"wmma": {"sustained_clock_hz": clock, "ops_per_s": 1.0},
                         "wmma_valu": {"overlap": 0.02}, "wmma_trans": {"overlap": trans},
-                        "wmma_lds": {"overlap": 0.97},
+                        "wmma_lds": {"overlap": 0.97}, "lds": {"bytes_per_clk": lds_rate},
                         "lds_chain": {"load_to_use_clk": lds}, "l2_stream": {"bytes_per_clk": l2}}}
     for path, value in changes.items():
         node = perf
@@ -200,38 +206,71 @@ def _report(tmp_path, clock=2.6e9, lds=40.0, l2=1800.0, trans=0.05, **changes):
 SHAPES = (("asm", 1, 24, 1536, 128),)
 
 
-@pytest.mark.parametrize("clock, faster", [(2.6e9, True), (1.8e9, False)])
+@pytest.mark.parametrize("clock, faster", [(3.6e9, True), (1.8e9, False)])
 def test_refit_sets_parameters_and_restates(tmp_path, capsys, clock, faster):
     path = _report(tmp_path, clock=clock)
     params, changes = refit.refit_params(refit.read_report(path))
     assert params.clock_hz == clock != CALIBRATED.clock_hz
     assert params.lds_latency == 40 != CALIBRATED.lds_latency and params.l2_bytes_per_clk == 1800.0
-    assert [c.mapping.param for c in changes] == ["clock_hz", "lds_latency", "l2_bytes_per_clk"]
-    assert refit.print_refit(path, shapes=SHAPES, rule_kernels=()) == 0
+    assert params.lds_bytes_per_clk == 96.0 != CALIBRATED.lds_bytes_per_clk
+    assert [c.mapping.param for c in changes] == ["clock_hz", "lds_bytes_per_clk", "lds_latency", "l2_bytes_per_clk"]
+    assert refit.print_refit(path, shapes=SHAPES) == 0
     out = capsys.readouterr().out
-    assert f"2.150 GHz -> {clock / 1e9:.3f} GHz" in out and "32 clk -> 40 clk" in out
+    assert f"{CALIBRATED.clock_hz / 1e9:.3f} GHz -> {clock / 1e9:.3f} GHz (was SOURCED)" in out
+    assert "32 clk -> 40 clk (was ASSUMED)" in out and "72 B/clk -> 96 B/clk (was FITTED)" in out
     m = re.search(r"asm B=1 H=24 S=1536 D=128: ([\d.]+) us -> ([\d.]+) us", out)
     old, new = float(m.group(1)), float(m.group(2))
     assert (new < old) if faster else (new > old), out       # a faster clock re-states faster kernels
-    assert "wmma_trans.overlap     measured 0.05, model 0: agrees" in out
+    assert "wmma_trans.overlap     measured 0.05 (adds), model adds: agrees" in out
+    assert re.search(r"trans_coissue_wmma +wmma_trans.overlap +False -> False", out), out
+    assert "partial overlaps" not in out
 
 
-def test_refit_json_and_a_contradicted_rule(tmp_path, capsys):
+def test_measured_trans_rule_reaches_the_restated_time(tmp_path, capsys):
+    from perfmodel.restate import our_kernel
     path = _report(tmp_path, trans=0.92)
-    found = refit.rule_findings(refit.read_report(path))
-    trans = next(f for f in found if f.mapping.rule == "trans_overlaps_wmma")
-    assert trans.coissues and not trans.agrees
-    assert refit.print_refit(path, as_json=True, shapes=SHAPES, rule_kernels=()) == 0
+    derived = refit.read_report(path)
+    found = refit.rule_findings(derived)
+    trans = next(f for f in found if f.mapping.param == "trans_coissue_wmma")
+    assert trans.coissues is True and trans.verdict == "CONTRADICTS"
+    assert refit.print_refit(path, as_json=True, shapes=SHAPES) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["modeled"] and data["params"]["clock_hz"]["new"] == 2.6e9
     assert data["params"]["lds_latency"]["field"] == "lds_chain.load_to_use_clk"
-    assert [r["agrees"] for r in data["rules"]] == [False, True, True]
+    assert data["params"]["trans_coissue_wmma"] == {"field": "wmma_trans.overlap", "measured": 0.92, "old": False,
+                                                    "new": True}
+    assert data["params"]["valu_coissue_wmma"]["new"] is False
+    assert [r["verdict"] for r in data["rules"]] == ["contradicts", "agrees", "agrees"]
+    # the re-stated time runs under the measured rule: the same parameters with the model's TRANS rule are slower
+    params = refit.apply_rules(refit.refit_params(derived)[0], found)
+    assert params.trans_coissue_wmma is True
+    new_us = data["figures"][0]["new_us"]
+    assert new_us == pytest.approx(our_kernel("asm", 1, 24, 1536, params).time_us)
+    assert our_kernel("asm", 1, 24, 1536, params.override(trans_coissue_wmma=False)).time_us > new_us
+
+
+@pytest.mark.parametrize("overlap, rule", [(0.75, True), (1.2, True), (0.74, None), (0.5, None), (0.26, None),
+                                           (0.25, False), (-0.1, False)])
+def test_overlap_bands(overlap, rule):
+    assert refit.classify(overlap) is rule
+
+
+def test_partial_overlap_keeps_the_knob_and_brackets_the_time(tmp_path, capsys):
+    path = _report(tmp_path, trans=0.5)
+    found = refit.rule_findings(refit.read_report(path))
+    trans = next(f for f in found if f.mapping.param == "trans_coissue_wmma")
+    assert trans.coissues is None and trans.verdict == "PARTIAL" and trans.new is CALIBRATED.trans_coissue_wmma
+    assert refit.print_refit(path, as_json=True, shapes=SHAPES) == 0
+    row = json.loads(capsys.readouterr().out)["figures"][0]
+    assert row["bracket_us"]["True"] < row["bracket_us"]["False"]
+    assert row["new_us"] == pytest.approx(row["bracket_us"][str(CALIBRATED.trans_coissue_wmma)])
 
 
 @pytest.mark.parametrize("changes, message", [
     ({"derived__lds_chain__load_to_use_clk": None}, r"perf\.derived\.lds_chain\.load_to_use_clk: missing"),
     ({"derived__wmma__sustained_clock_hz": "fast"}, r"perf\.derived\.wmma\.sustained_clock_hz = 'fast': expected"),
     ({"derived__l2_stream__bytes_per_clk": -5.0}, r"perf\.derived\.l2_stream\.bytes_per_clk = -5 B/clk: outside"),
+    ({"derived__lds__bytes_per_clk": 5000.0}, r"perf\.derived\.lds\.bytes_per_clk = 5000 B/clk: outside"),
     ({"derived__wmma_trans__overlap": 7.0}, r"perf\.derived\.wmma_trans\.overlap = 7"),
     ({"measured": False}, r"perf\.measured = False"),
     ({"kernels__lds__correct": False}, r"perf\.kernels\.lds\.correct is not true"),
@@ -259,9 +298,41 @@ def test_parameter_map_names_model_parameters():
     from perfmodel.hardware import Params
     names = {f.name for f in fields(Params)}
     assert {m.param for m in refit.PARAMETER_MAP} <= names
-    from perfmodel.simulate import Latencies
-    assert {m.rule for m in refit.RULE_MAP if m.rule} <= {f.name for f in fields(Latencies)}
+    # every co-issue knob is a boolean Params field that reaches the simulator's rules
+    from perfmodel.launch_model import latencies
+    knobs = [m.param for m in refit.RULE_MAP if m.param]
+    assert knobs == ["trans_coissue_wmma", "valu_coissue_wmma"]
+    for k in knobs:
+        assert isinstance(getattr(CALIBRATED, k), bool)
+        assert latencies(CALIBRATED.override(**{k: True})) != latencies(CALIBRATED.override(**{k: False})), k
+    assert all(m.fixed_rule is not None for m in refit.RULE_MAP if not m.param)
     np.testing.assert_array_less([m.lo for m in refit.PARAMETER_MAP], [m.hi for m in refit.PARAMETER_MAP])
+
+
+def test_docs_refit_table_is_the_mapping_and_todays_parameters():
+    """docs/performance.md §Microbenchmarks and refit: one row per mapped field, naming its parameter, with today's
+    value and status of hardware.Params."""
+    from dataclasses import fields
+    from perfmodel.hardware import Params
+    section = (ROOT / "docs" / "performance.md").read_text().split("## Microbenchmarks and refit", 1)[1]
+    table = section.split("| report field (`perf.derived.`) | parameter | today |", 1)[1].split("\n\n", 1)[0]
+    rows = [[c.strip() for c in r.strip("|").split("|")] for r in table.splitlines() if r.startswith("| `")]
+    status = {f.name: f.metadata["status"] for f in fields(Params)}
+    mapped = {m.field: m.param for m in refit.PARAMETER_MAP} | {m.field: m.param for m in refit.RULE_MAP}
+    assert {r[0].strip("`") for r in rows} == set(mapped)
+    for field, param_cell, today in rows:
+        param = mapped[field.strip("`")]
+        if param is None:
+            assert param_cell.startswith("none") and today.startswith("co-issues"), (field, today)
+            continue
+        assert param_cell.startswith(f"`{param}`") and today.endswith(f"({status[param]})"), (field, today)
+        value = getattr(CALIBRATED, param)
+        shown = today.split()[0]
+        if isinstance(value, bool):
+            assert shown == str(value), (field, today)
+        else:
+            scale = 1e9 if today.split()[1] == "GHz" else 1.0
+            assert float(shown) * scale == pytest.approx(value), (field, today)
 
 
 def test_cli_selftest_perf_flag(tmp_path, monkeypatch):

@@ -2,16 +2,18 @@
 (`python tools/perf_model.py --refit REPORT.json`; docs/performance.md §Microbenchmarks and refit).
 
 The report's `perf.derived` section (sage_co/microbench.py `derive`) holds figures measured by the kernels of
-asm_src/gfx1201_microbench.s. PARAMETER_MAP is the one table from those figures to hardware.Params fields (set by
-name with dataclasses.replace); RULE_MAP says which simulator rule (simulate.Latencies) each co-issue measurement
-confirms or contradicts. The re-stated kernel times (restate.our_kernel, MODELED) are printed with the current and
-the refitted parameters side by side. Every figure printed is MODELED except the report's measured values.
+asm_src/gfx1201_microbench.s. PARAMETER_MAP is the one table from those figures to hardware.Params fields; RULE_MAP
+maps each co-issue overlap onto the Params knob of that rule (valu_coissue_wmma, trans_coissue_wmma), or states the
+rule it checks where the model has no knob (LDS beside WMMA). Everything is set by name with Params.override, so the
+re-stated kernel times (restate.our_kernel, MODELED) run under the measured figures and the measured rules; they are
+printed with the current and the refitted parameters side by side. Every figure printed is MODELED except the
+report's measured values.
 """
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from perfmodel.hardware import CALIBRATED, Params
@@ -34,6 +36,7 @@ class ParamMapping:
 # The one mapping from measured figures to the model's parameters (adapt `param` when hardware.Params renames one).
 PARAMETER_MAP = (
     ParamMapping("wmma.sustained_clock_hz", "clock_hz", "Hz", 0.3e9, 4.0e9),
+    ParamMapping("lds.bytes_per_clk", "lds_bytes_per_clk", "B/clk", 1.0, 1024.0),
     ParamMapping("lds_chain.load_to_use_clk", "lds_latency", "clk", 1.0, 4000.0, integer=True),
     ParamMapping("l2_stream.bytes_per_clk", "l2_bytes_per_clk", "B/clk", 1.0, 1.0e5),
 )
@@ -42,21 +45,24 @@ PARAMETER_MAP = (
 @dataclass(frozen=True)
 class RuleMapping:
     field: str                  # an overlap under perf.derived: 1 = co-issues with WMMA, 0 = the two add
-    rule: str | None            # simulate.Latencies field the finding maps to (None: no knob in the model)
-    model_overlap: float        # what the model assumes today
-    assumption: str             # where the model states it
+    param: str | None           # hardware.Params knob the measured rule sets (None: the model has no knob)
+    fixed_rule: bool | None     # without a knob: the rule the model always applies (True: co-issues)
+    assumption: str             # where the model states the rule
 
 
 RULE_MAP = (
-    RuleMapping("wmma_trans.overlap", "trans_overlaps_wmma", 0.0,
-                "hardware.ASSUMPTIONS 'TRANS': the TRANS pipeline does not run under a WMMA"),
-    RuleMapping("wmma_valu.overlap", None, 0.0,
-                "hardware.ASSUMPTIONS 'WMMA vs VALU': WMMA and VALU issue cycles add on the SIMD's vector port"),
-    RuleMapping("wmma_lds.overlap", None, 1.0,
+    RuleMapping("wmma_trans.overlap", "trans_coissue_wmma", None,
+                "hardware.ASSUMPTIONS 'TRANS': whether the TRANS pipeline runs under a WMMA"),
+    RuleMapping("wmma_valu.overlap", "valu_coissue_wmma", None,
+                "hardware.ASSUMPTIONS 'WMMA vs VALU': whether VALU issues while a WMMA holds the vector port"),
+    RuleMapping("wmma_lds.overlap", None, True,
                 "hardware.ASSUMPTIONS 'scalar/memory issue': LDS issues on a second port, beside WMMA"),
 )
 OVERLAP_RANGE = (-0.5, 1.5)     # measurement noise around [0, 1]; beyond it the run is broken
-COISSUE_THRESHOLD = 0.5         # overlap above this: the unit co-issues with WMMA
+# The knobs are booleans: an overlap within a quarter of an end sets that end (>= 0.75: True, the unit co-issues;
+# <= 0.25: False, the two add). In between (a partial overlap the model cannot express) the knob keeps its value
+# and the re-stated times are also given with every such knob at True and at False, which bracket them.
+COISSUE_AT_LEAST, ADDS_AT_MOST = 0.75, 0.25
 
 # The re-stated figures: (kernel, B, H, S, head dim), the rows of docs/performance.md §Re-stated figures.
 FIGURE_SHAPES = (("asm", 1, 24, 1536, 128), ("asm", 1, 24, 4096, 128), ("hip", 1, 24, 4096, 128),
@@ -116,6 +122,7 @@ class Change:
 
 
 def refit_params(derived: dict, base: Params = CALIBRATED) -> tuple[Params, list[Change]]:
+    """The numeric parameters of PARAMETER_MAP set from the report (the co-issue knobs: rule_findings)."""
     names = {f.name for f in fields(Params)}
     changes, updates = [], {}
     for m in PARAMETER_MAP:
@@ -126,99 +133,130 @@ def refit_params(derived: dict, base: Params = CALIBRATED) -> tuple[Params, list
         new = round(value) if m.integer else value
         updates[m.param] = new
         changes.append(Change(m, value, getattr(base, m.param), new))
-    return replace(base, **updates), changes
+    return base.override(**updates), changes
 
 
 @dataclass(frozen=True)
 class Finding:
     mapping: RuleMapping
     measured: float
-    coissues: bool
-    agrees: bool                # the measurement agrees with the model's rule
+    coissues: bool | None       # the measured rule: True co-issues, False adds, None partial (between the bands)
+    model: bool                 # the model's rule before the refit (the knob's value, or the fixed rule)
+
+    @property
+    def verdict(self) -> str:
+        if self.coissues is None:
+            return "PARTIAL"
+        return "agrees with" if self.coissues == self.model else "CONTRADICTS"
+
+    @property
+    def new(self) -> bool:
+        """The knob's value after the refit (a partial overlap keeps the model's)."""
+        return self.model if self.coissues is None else self.coissues
 
 
-def rule_findings(derived: dict) -> list[Finding]:
+def classify(overlap: float) -> bool | None:
+    if overlap >= COISSUE_AT_LEAST:
+        return True
+    if overlap <= ADDS_AT_MOST:
+        return False
+    return None
+
+
+def rule_findings(derived: dict, base: Params = CALIBRATED) -> list[Finding]:
+    names = {f.name for f in fields(Params)}
     out = []
     for m in RULE_MAP:
+        if m.param is not None and m.param not in names:
+            raise RefitError(f"the model has no parameter {m.param!r} (hardware.Params has {sorted(names)}); "
+                             "update RULE_MAP in tools/perfmodel/refit.py")
         v = _number(derived, m.field, *OVERLAP_RANGE, "overlap fraction")
-        co = v > COISSUE_THRESHOLD
-        out.append(Finding(m, v, co, co == (m.model_overlap > COISSUE_THRESHOLD)))
+        out.append(Finding(m, v, classify(v), getattr(base, m.param) if m.param else m.fixed_rule))
     return out
 
 
-def figures(old: Params, new: Params, shapes=FIGURE_SHAPES) -> list[dict]:
-    """Each shape's kernel time (MODELED) with the old and the refitted parameters."""
+def apply_rules(params: Params, found: list[Finding]) -> Params:
+    """params with every co-issue knob set to its measured rule."""
+    return params.override(**{f.mapping.param: f.new for f in found if f.mapping.param})
+
+
+def bracket(params: Params, found: list[Finding]) -> dict[str, Params] | None:
+    """For partial overlaps: params with all those knobs True and all False (None when no overlap is partial)."""
+    partial = [f.mapping.param for f in found if f.mapping.param and f.coissues is None]
+    if not partial:
+        return None
+    return {str(v): params.override(**dict.fromkeys(partial, v)) for v in (True, False)}
+
+
+def figures(old: Params, new: Params, shapes=FIGURE_SHAPES, brackets: dict[str, Params] | None = None) -> list[dict]:
+    """Each shape's kernel time (MODELED) with the old and the refitted parameters (and the partial-overlap
+    bracket's)."""
     from perfmodel.restate import our_kernel
     rows = []
     for kernel, B, H, S, D in shapes:
         a = our_kernel(kernel, B, H, S, old, head_dim=D)
         b = our_kernel(kernel, B, H, S, new, head_dim=D)
-        rows.append({"kernel": kernel, "B": B, "H": H, "S": S, "head_dim": D, "old_us": a.time_us,
-                     "new_us": b.time_us, "old_binding": a.binding, "new_binding": b.binding})
+        row = {"kernel": kernel, "B": B, "H": H, "S": S, "head_dim": D, "old_us": a.time_us, "new_us": b.time_us,
+               "old_binding": a.binding, "new_binding": b.binding}
+        if brackets:
+            row["bracket_us"] = {k: our_kernel(kernel, B, H, S, p, head_dim=D).time_us for k, p in brackets.items()}
+        rows.append(row)
     return rows
 
 
-RULE_KERNELS = ("asm", "hip")   # kernels re-stated under a contradicted rule (whatif.py's S = 4096 launch)
-
-
-def rule_figures(found: list[Finding], kernels=RULE_KERNELS) -> list[dict]:
-    """For each contradicted rule the model has a knob for: the S = 4096 kernel time (MODELED, current parameters)
-    under the model's rule and under the measured one (whatif.trimmed with no VALU removed, simulator rules
-    changed: the same launch as the --what-if table)."""
-    from perfmodel.whatif import B, H, S, trimmed, valu_per_score
-    rows = []
-    for f in found:
-        if f.agrees or f.mapping.rule is None:
-            continue
-        for kernel in kernels:
-            now = valu_per_score(kernel)[0]
-            model = trimmed(kernel, now)
-            measured = trimmed(kernel, now, {f.mapping.rule: f.coissues})
-            rows.append({"rule": f.mapping.rule, "value": f.coissues, "kernel": kernel, "B": B, "H": H, "S": S,
-                         "model_rule_us": model.time_us, "measured_rule_us": measured.time_us})
-    return rows
-
-
-def refit(path: Path, shapes=FIGURE_SHAPES, rule_kernels=RULE_KERNELS) -> dict:
+def refit(path: Path, shapes=FIGURE_SHAPES, base: Params = CALIBRATED) -> dict:
     derived = read_report(path)
-    params, changes = refit_params(derived)
-    found = rule_findings(derived)
-    return {"params": params, "changes": changes, "findings": found, "figures": figures(CALIBRATED, params, shapes),
-            "rule_figures": rule_figures(found, rule_kernels)}
+    params, changes = refit_params(derived, base)
+    found = rule_findings(derived, base)
+    params = apply_rules(params, found)
+    return {"params": params, "changes": changes, "findings": found,
+            "figures": figures(base, params, shapes, bracket(params, found))}
 
 
 def _fmt(m: ParamMapping, v: float) -> str:
     return f"{v / 1e9:.3f} GHz" if m.unit == "Hz" else f"{v:g} {m.unit}"
 
 
-def print_refit(path: Path, as_json: bool = False, shapes=FIGURE_SHAPES, rule_kernels=RULE_KERNELS) -> int:
-    r = refit(path, shapes, rule_kernels)
+def _status(param: str) -> str:
+    return next(f.metadata["status"] for f in fields(Params) if f.name == param)
+
+
+def print_refit(path: Path, as_json: bool = False, shapes=FIGURE_SHAPES) -> int:
+    r = refit(path, shapes)
+    knobs = [f for f in r["findings"] if f.mapping.param]
     if as_json:
+        params = {c.mapping.param: {"field": c.mapping.field, "measured": c.measured, "old": c.old, "new": c.new}
+                  for c in r["changes"]}
+        params.update({f.mapping.param: {"field": f.mapping.field, "measured": f.measured, "old": f.model,
+                                         "new": f.new} for f in knobs})
         print(json.dumps({
-            "params": {c.mapping.param: {"field": c.mapping.field, "measured": c.measured, "old": c.old, "new": c.new}
-                       for c in r["changes"]},
-            "rules": [{"field": f.mapping.field, "rule": f.mapping.rule, "measured_overlap": f.measured,
-                       "model_overlap": f.mapping.model_overlap, "agrees": f.agrees} for f in r["findings"]],
-            "figures": r["figures"], "rule_figures": r["rule_figures"], "modeled": True}, indent=1))
+            "params": params,
+            "rules": [{"field": f.mapping.field, "param": f.mapping.param, "measured_overlap": f.measured,
+                       "measured_rule": f.coissues, "model_rule": f.model, "verdict": f.verdict.split()[0].lower()}
+                      for f in r["findings"]],
+            "figures": r["figures"], "modeled": True}, indent=1))
         return 0
     print(f"Refit from {path} (measured on a gfx1201 by `sage-co selftest --perf`)")
     print("  parameter (hardware.Params)   report field (perf.derived.)     old -> new")
     for c in r["changes"]:
-        print(f"  {c.mapping.param:<29} {c.mapping.field:<32} {_fmt(c.mapping, c.old)} -> {_fmt(c.mapping, c.new)}")
-    print("  co-issue with WMMA (overlap: 1 co-issues, 0 adds; the model's rule)")
+        print(f"  {c.mapping.param:<29} {c.mapping.field:<32} {_fmt(c.mapping, c.old)} -> {_fmt(c.mapping, c.new)} "
+              f"(was {_status(c.mapping.param)})")
+    for f in knobs:
+        print(f"  {f.mapping.param:<29} {f.mapping.field:<32} {f.model} -> {f.new} (was {_status(f.mapping.param)})")
+    print(f"  co-issue with WMMA (overlap: 1 co-issues, 0 adds; >= {COISSUE_AT_LEAST:g} sets the knob True, "
+          f"<= {ADDS_AT_MOST:g} False, in between it keeps its value)")
     for f in r["findings"]:
-        verdict = "agrees with" if f.agrees else "CONTRADICTS"
-        knob = f"simulate.Latencies.{f.mapping.rule}" if f.mapping.rule else "no model knob"
-        print(f"  {f.mapping.field:<22} measured {f.measured:.2f}, model {f.mapping.model_overlap:.0f}: {verdict} "
-              f"{f.mapping.assumption} ({knob})")
-    print("Re-stated kernel times (MODELED; the co-issue rules above are the model's, not refitted)")
+        rule = {True: "co-issues", False: "adds", None: "partial"}[f.coissues]
+        knob = f"Params.{f.mapping.param}" if f.mapping.param else "no model knob: the model's rule stays"
+        print(f"  {f.mapping.field:<22} measured {f.measured:.2f} ({rule}), model {'co-issues' if f.model else 'adds'}: "
+              f"{f.verdict} {f.mapping.assumption} ({knob})")
+    print("Re-stated kernel times (MODELED) with the current -> the refitted parameters and co-issue rules")
     for row in r["figures"]:
         change = 100 * (row["new_us"] / row["old_us"] - 1)
-        print(f"  {row['kernel']} B={row['B']} H={row['H']} S={row['S']} D={row['head_dim']}: "
-              f"{row['old_us']:.1f} us -> {row['new_us']:.1f} us ({change:+.1f} %), binding {row['new_binding']}")
-    if r["rule_figures"]:
-        print("Under the measured co-issue rule (MODELED, current parameters; wire the rule into the model to keep it)")
-    for row in r["rule_figures"]:
-        print(f"  {row['kernel']} B={row['B']} H={row['H']} S={row['S']}, {row['rule']}={row['value']}: "
-              f"{row['model_rule_us']:.1f} us with the model's rule -> {row['measured_rule_us']:.1f} us")
+        line = (f"  {row['kernel']} B={row['B']} H={row['H']} S={row['S']} D={row['head_dim']}: "
+                f"{row['old_us']:.1f} us -> {row['new_us']:.1f} us ({change:+.1f} %), binding {row['new_binding']}")
+        if "bracket_us" in row:
+            b = row["bracket_us"]
+            line += f"; partial overlaps: {b['True']:.1f} us (co-issue) .. {b['False']:.1f} us (add)"
+        print(line)
     return 0
