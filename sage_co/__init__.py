@@ -31,10 +31,14 @@ _LAZY = {
     "radial_mask": "sparse",
 }
 
-__all__ = [*_LAZY, "__version__"]
+_SUBMODULES = ("sdpa",)   # public submodules reachable as attributes: sage_co.sdpa.enabled() after `import sage_co`
+
+__all__ = [*_LAZY, *_SUBMODULES, "__version__"]
 
 
 def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)   # the import binds it in globals()
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'sage_co' has no attribute {name!r}")
