@@ -160,6 +160,9 @@ def route(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
                              scale=scale, **extra)
     from .api import sage_attention
     softmax_scale = float(scale) if scale is not None else query.shape[-1] ** -0.5
+    # grad mode is off here when any input requires grad (else fallback_reason refused it): detach() is a view
+    # that tells sage-co's validation so, with the same values and the same output
+    query, key, value = query.detach(), key.detach(), value.detach()
     return sage_attention(query, key, value, softmax_scale, layout="HND", is_causal=bool(is_causal),
                           smooth_k=options.smooth_k, smooth_v=options.smooth_v, pv_dtype=options.pv_dtype,
                           backend=options.backend)
