@@ -11,7 +11,11 @@ Opt-in only, three ways:
   * `SAGE_CO_SAGEATTENTION_SHIM=1` in the environment, read when `sage_co` is imported (`=force` also shadows
     a real installed sageattention);
   * `python -m sage_co.integrations.sageattention_shim [--force] (-m MODULE | SCRIPT) [ARGS...]`, which installs
-    it and runs the program, for frameworks that never import sage_co (e.g. ComfyUI's main.py).
+    it and runs the program as `python SCRIPT` would (its folder first on sys.path), for frameworks that never
+    import sage_co (e.g. ComfyUI's main.py).
+With the variable set, the environment's `sage_co_sageattention_shim.pth` (installed with sage-co, build_hooks.py)
+imports sage_co at every interpreter start, so the variable alone reaches programs that never import sage_co;
+unset it (or set it to 0) to turn the shim off.
 A real installed sageattention is never shadowed unless asked (`force=True`). `sage-co info` says whether the
 shim is active. Mechanism: a finder on sys.meta_path (the import system's documented hook) that serves both the
 module and its distribution metadata (importlib.metadata.DistributionFinder).
@@ -197,23 +201,43 @@ def describe() -> str:
             else f"sageattention shim: inactive ({how})")
 
 
+USAGE = f"""usage: python -m {__name__} [--force] (-m MODULE | SCRIPT) [ARGS...]
+
+Install the sageattention shim (`import sageattention` -> sage-co), then run SCRIPT as `python SCRIPT ARGS` would
+(its folder first on sys.path, __name__ == "__main__", sys.argv = [SCRIPT, ARGS...]) or MODULE as `python -m MODULE
+ARGS` would. --force also shadows a real installed sageattention. Example, ComfyUI from any folder:
+    python -m {__name__} /path/to/ComfyUI/main.py --use-sage-attention
+"""
+
+
 def main(argv=None) -> int:
     """python -m sage_co.integrations.sageattention_shim [--force] (-m MODULE | SCRIPT) [ARGS...]"""
     import runpy
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help"):
+        print(USAGE, end="")
+        return 0
     force = bool(args) and args[0] == "--force"
     args = args[1:] if force else args
     if not args or (args[0] == "-m" and len(args) < 2):
-        print(main.__doc__, file=sys.stderr)
+        print(USAGE, end="", file=sys.stderr)
         return 2
     from sage_co.integrations import sageattention_shim  # the canonical module, not this __main__ copy
     sageattention_shim.install(force=force)
     if args[0] == "-m":
-        sys.argv = [args[1]] + args[2:]
+        sys.argv = [args[1]] + args[2:]   # `python -m` already put the working directory first on sys.path
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
     else:
+        script = args[0]
+        if not os.path.isfile(script):
+            print(f"{__name__}: can't open file {script!r}: not a file", file=sys.stderr)
+            return 2
+        # `python SCRIPT` puts the script's folder (symlinks resolved) first on sys.path instead of the working
+        # directory that `python -m` put there; runpy.run_path does not, so a script importing a sibling module
+        # (ComfyUI's main.py) would fail when started from another folder.
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
         sys.argv = args
-        runpy.run_path(args[0], run_name="__main__")
+        runpy.run_path(script, run_name="__main__")
     return 0
 
 
