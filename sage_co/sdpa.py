@@ -15,8 +15,9 @@ dropout_p 0, is_causal with S_q == S_kv only (SDPA's causal mask is top-left ali
 agree only on square scores), H_q == H_kv or enable_gqa with H_q a multiple of H_kv, and no input needing a
 gradient while grad mode is on (sage-co's ops have no backward). Every other call falls back.
 
-Options (enabled(...) / install(...)): pv_dtype "fp8" (default) or "fp16", smooth_k (default True, as
-SageAttention's sageattn: softmax-invariant, lowers the INT8 error of K), smooth_v, backend (None = by device).
+Options (enabled(...) / install(...), the fields of Options): pv_dtype "fp8" (default) or "fp16", smooth_k (default
+True, as SageAttention's sageattn: softmax-invariant, lowers the INT8 error of K), smooth_v, backend (None = by
+device), sparsity "auto" with cdf_threshold (SpargeAttn's predicted block mask: approximate, off by default).
 
 Mechanism: enabled() is a TorchFunctionMode (torch's documented hook for intercepting torch functions; it sees the
 call however the function was imported, in the thread that entered it). install() replaces the attribute
@@ -51,6 +52,8 @@ class Options:
     smooth_k: bool = True
     smooth_v: bool = False
     backend: str | None = None
+    sparsity: str | None = None   # "auto": SpargeAttn's predicted block mask (approximate: skips key tiles)
+    cdf_threshold: float = 0.9    # with sparsity="auto": the attention mass each query tile keeps
 
     def __post_init__(self):
         if self.pv_dtype not in PV_DTYPES:
@@ -60,6 +63,8 @@ class Options:
                 raise TypeError(f"{name}: expected True or False, got {getattr(self, name)!r}")
         if self.smooth_v and self.pv_dtype != "fp8":
             raise ValueError("smooth_v: only the fp8 P.V path quantizes V; got smooth_v=True with pv_dtype='fp16'")
+        if self.sparsity not in (None, "auto"):
+            raise ValueError(f"sparsity: expected None or \"auto\", got {self.sparsity!r}")
         from .validate import check_backend
         check_backend(self.backend)
 
@@ -71,8 +76,10 @@ _fallback: Counter = Counter()
 
 
 @torch.compiler.assume_constant_result
-def _count(reason: str) -> bool:
-    """Count one decision ("" = routed). Marked constant-result so dynamo runs it at trace time, not in the graph."""
+def record(reason: str) -> bool:
+    """Count one decision ("" = routed to sage-co, else the fallback's reason): route() and adapters that decide
+    with fallback_reason() (the ComfyUI node) call it. Marked constant-result so dynamo runs it at trace time
+    rather than putting it in the graph."""
     global _routed
     with _lock:
         if reason:
@@ -153,11 +160,16 @@ def route(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
           options: Options = Options()):
     """One SDPA call: sage-co when fallback_reason() is "", else the original SDPA with the same arguments."""
     reason = fallback_reason(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options=options)
-    _count(reason)
+    record(reason)
     if reason:
         extra = {"enable_gqa": enable_gqa} if enable_gqa else {}
         return ORIGINAL_SDPA(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                              scale=scale, **extra)
+    return run(query, key, value, is_causal, scale, options=options)
+
+
+def run(query, key, value, is_causal=False, scale=None, *, options: Options = Options()):
+    """sage-co on a call fallback_reason() accepted: [B, H, S, D] in and out, SDPA's scale default."""
     from .api import sage_attention
     softmax_scale = float(scale) if scale is not None else query.shape[-1] ** -0.5
     # grad mode is off here when any input requires grad (else fallback_reason refused it): detach() is a view
@@ -165,7 +177,7 @@ def route(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
     query, key, value = query.detach(), key.detach(), value.detach()
     return sage_attention(query, key, value, softmax_scale, layout="HND", is_causal=bool(is_causal),
                           smooth_k=options.smooth_k, smooth_v=options.smooth_v, pv_dtype=options.pv_dtype,
-                          backend=options.backend)
+                          backend=options.backend, sparsity=options.sparsity, cdf_threshold=options.cdf_threshold)
 
 
 _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
@@ -182,10 +194,9 @@ class enabled(TorchFunctionMode, contextlib.ContextDecorator):   # noqa: N801 (u
     """`with sage_co.sdpa.enabled(**options):` / `@sage_co.sdpa.enabled()`: SDPA calls in the block (this thread)
     go to sage-co where served, to torch's SDPA otherwise; options as Options."""
 
-    def __init__(self, *, pv_dtype: str = "fp8", smooth_k: bool = True, smooth_v: bool = False,
-                 backend: str | None = None):
+    def __init__(self, **options):
         super().__init__()
-        self.options = Options(pv_dtype, smooth_k, smooth_v, backend)
+        self.options = Options(**options)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -201,12 +212,11 @@ def _patched_sdpa(*args, **kwargs):
     return _route_call(args, kwargs, _installed or Options())
 
 
-def install(*, pv_dtype: str = "fp8", smooth_k: bool = True, smooth_v: bool = False,
-            backend: str | None = None) -> None:
+def install(**options) -> None:
     """Route SDPA to sage-co process-wide: replaces torch.nn.functional.scaled_dot_product_attention (calling it
     again replaces the options). Undo with uninstall()."""
     global _installed
-    _installed = Options(pv_dtype, smooth_k, smooth_v, backend)
+    _installed = Options(**options)
     torch.nn.functional.scaled_dot_product_attention = _patched_sdpa
 
 

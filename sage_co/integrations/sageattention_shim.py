@@ -13,7 +13,7 @@ Opt-in only, three ways:
   * `python -m sage_co.integrations.sageattention_shim [--force] (-m MODULE | SCRIPT) [ARGS...]`, which installs
     it and runs the program as `python SCRIPT` would (its folder first on sys.path), for frameworks that never
     import sage_co (e.g. ComfyUI's main.py).
-With the variable set, the environment's `sage_co_sageattention_shim.pth` (installed with sage-co, build_hooks.py)
+With the variable set, the environment's `sage_co_sageattention_shim.pth` (installed with sage-co, startup.py)
 imports sage_co at every interpreter start, so the variable alone reaches programs that never import sage_co;
 unset it (or set it to 0) to turn the shim off.
 A real installed sageattention is never shadowed unless asked (`force=True`). `sage-co info` says whether the

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import build_hooks
+from sage_co.integrations import startup
 from sage_co.integrations import sageattention_shim as shim
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,9 +42,9 @@ def test_wheels_ship_the_pth_at_the_top(hook, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     wheel = tmp_path / r.stdout.strip().splitlines()[-1]
     with zipfile.ZipFile(wheel) as z:
-        assert z.read(build_hooks.PTH_NAME).decode() == build_hooks.PTH_LINE
+        assert z.read(startup.PTH_NAME).decode() == startup.PTH_LINE
         record = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))).decode()
-    assert f"\n{build_hooks.PTH_NAME}," in "\n" + record   # pip uninstall removes it
+    assert f"\n{startup.PTH_NAME}," in "\n" + record   # pip uninstall removes it
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def venv(tmp_path_factory):
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
     assert purelib != sysconfig.get_paths()["purelib"]
-    (Path(purelib) / build_hooks.PTH_NAME).write_text(build_hooks.PTH_LINE)
+    (Path(purelib) / startup.PTH_NAME).write_text(startup.PTH_LINE)
     return python
 
 
