@@ -15,9 +15,11 @@ Loading the package also registers the function under the name "sage_co" with
 `get_attention_function(name)`), when that ComfyUI has it.
 
 comfy-kitchen: ComfyUI's `--use-kitchen-int8-attention` runs `comfy_kitchen.int8_attention`, which calls its own
-extension directly and never consults comfy_kitchen's BackendRegistry (neither do its other attention functions),
-so no backend registration can route it to sage-co: use this node (or `--use-sage-attention` with the sageattention
-shim) instead.
+extension directly and never consults comfy_kitchen's BackendRegistry, so no backend registration can route it to
+sage-co: use this node (or `--use-sage-attention` with the sageattention shim) instead. The comfy-kitchen attention
+functions that do consult the registry (sol_attn, na3d / na2d) compute Sol-Attn's pooled sparse attention and
+neighborhood attention, which sage-co's kernels do not, so sage-co registers no backend for them
+(tests/integrations/test_comfy_kitchen.py checks these facts on the installed comfy-kitchen).
 """
 from __future__ import annotations
 
