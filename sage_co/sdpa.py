@@ -136,8 +136,16 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
         return "value: sage-co needs value shaped like key (same S_kv and head dim)"
     if key.shape[0] != B or D != key.shape[3]:
         return "key: batch or head dim differs from query"
-    if D % abi.HEAD_DIM_STEP or D > abi.HEAD_DIM or min(B, H_q, H_kv, S_q, S_kv, D) < 1:
+    if min(B, H_q, H_kv, S_q, S_kv) < 1:
+        return f"shape: an empty dimension (q {tuple(query.shape)}, k {tuple(key.shape)})"
+    if D < 1 or D % abi.HEAD_DIM_STEP or D > abi.HEAD_DIM:
         return f"head_dim: sage-co serves multiples of {abi.HEAD_DIM_STEP} up to {abi.HEAD_DIM} (got {D})"
+    if scale is not None:
+        from .validate import check_softmax_scale
+        try:
+            check_softmax_scale(scale, D)
+        except (TypeError, ValueError):
+            return f"scale: sage-co serves a finite float scale up to 2**64 in magnitude (got {scale!r})"
     if H_q != H_kv and not (enable_gqa and H_q % H_kv == 0):
         return "heads: H_q != H_kv needs enable_gqa=True and H_q a multiple of H_kv"
     if H_q >= abi.MAX_QUERY_HEADS:
@@ -198,6 +206,12 @@ class enabled(TorchFunctionMode, contextlib.ContextDecorator):   # noqa: N801 (u
         super().__init__()
         self.options = Options(**options)
 
+    def __enter__(self):
+        if is_installed():   # the two would route one call twice (a fallback counted by both)
+            raise RuntimeError("sage_co.sdpa.enabled(): install() already routes SDPA in this process; "
+                               "call sage_co.sdpa.uninstall() first or drop the with block")
+        return super().__enter__()
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is ORIGINAL_SDPA:
@@ -214,8 +228,12 @@ def _patched_sdpa(*args, **kwargs):
 
 def install(**options) -> None:
     """Route SDPA to sage-co process-wide: replaces torch.nn.functional.scaled_dot_product_attention (calling it
-    again replaces the options). Undo with uninstall()."""
+    again replaces the options). Undo with uninstall(). Refused inside an enabled() block of this thread (the two
+    would route one call twice)."""
     global _installed
+    if any(isinstance(m, enabled) for m in torch.overrides._get_current_function_mode_stack()):
+        raise RuntimeError("sage_co.sdpa.install(): an enabled() block already routes SDPA in this thread; "
+                           "install outside it")
     _installed = Options(**options)
     torch.nn.functional.scaled_dot_product_attention = _patched_sdpa
 

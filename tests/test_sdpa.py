@@ -68,6 +68,8 @@ def _unserved():
         ("stride", [t.transpose(-1, -2).contiguous().transpose(-1, -2) for t in (q, k, v)], {}),
         ("value", (q, k, v[..., :32]), {}),
         ("requires_grad", (grad, k, v), {}),
+        ("scale", (q, k, v), dict(scale=float("inf"))),
+        ("shape", [t[:, :, :0] for t in (q, k, v)], {}),                # empty
     ]
 
 
@@ -79,7 +81,7 @@ def test_unserved_calls_run_torch_sdpa_with_the_reason(case):
         out = F.scaled_dot_product_attention(*args, **kwargs)
     torch.manual_seed(3)
     ref = sdpa.ORIGINAL_SDPA(*args, **kwargs)
-    assert torch.equal(out, ref)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0, equal_nan=True)   # bit for bit (scale=inf gives NaN)
     st = sdpa.stats()
     assert st["routed"] == 0 and sum(st["fallback"].values()) == 1
     assert next(iter(st["fallback"])).startswith(reason + ":"), st
@@ -131,6 +133,16 @@ def test_install_is_process_wide_and_uninstall_restores():
     assert F.scaled_dot_product_attention is sdpa.ORIGINAL_SDPA and not sdpa.is_installed()
     assert torch.equal(F.scaled_dot_product_attention(q, k, v), sdpa.ORIGINAL_SDPA(q, k, v))
     assert sdpa.stats() == {"routed": 1, "fallback": {}}
+
+
+def test_install_and_enabled_do_not_nest():
+    with sdpa.enabled():
+        with pytest.raises(RuntimeError, match="enabled"):
+            sdpa.install()
+    sdpa.install()
+    with pytest.raises(RuntimeError, match="uninstall"):
+        with sdpa.enabled():
+            pass
 
 
 @pytest.mark.parametrize("how", ["mode", "install"])
