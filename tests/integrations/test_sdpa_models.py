@@ -40,3 +40,20 @@ def test_every_attention_call_runs_sage_co(name):
     rel = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
     assert rel <= MODEL_REL_L2, rel
     assert torch.equal(tiny.forward(model, inputs()), ref)   # outside the block: torch's SDPA again
+
+
+@pytest.mark.slow
+def test_sd3_under_torch_compile_fullgraph():
+    """dynamo traces SD3's processors with the mode active (no graph break): the compiled model runs sage-co's op
+    for each attention, bit for bit the eager routed model."""
+    model = tiny.build_sd3()
+    with sdpa.enabled():
+        eager = tiny.forward(model, tiny.sd3_inputs())
+    torch._dynamo.reset()
+    sdpa.reset_stats()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with launch.recording() as records, sdpa.enabled():
+        out = tiny.forward(compiled, tiny.sd3_inputs())
+    assert sdpa.stats() == {"routed": tiny.SD3_SDPA_CALLS, "fallback": {}}
+    assert len([r for r in records if "attention" in r.symbol]) == tiny.SD3_SDPA_CALLS
+    assert torch.equal(out, eager)
