@@ -151,7 +151,8 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     if H_q >= abi.MAX_QUERY_HEADS:
         return f"heads: {H_q} query heads exceed the launch grid (< {abi.MAX_QUERY_HEADS})"
     if is_causal and S_q != S_kv:
-        return "is_causal: SDPA's causal mask is top-left aligned, sage-co's bottom-right; they agree only at S_q == S_kv"
+        return ("is_causal: SDPA's causal mask is top-left aligned, sage-co's bottom-right; they agree only at "
+                "S_q == S_kv")
     if any(t.stride(-1) != 1 for t in tensors):
         return "stride: sage-co reads a contiguous last dim (stride(-1) == 1)"
     from .validate import MAX_STRIDE, check_attention_length

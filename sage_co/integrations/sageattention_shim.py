@@ -36,7 +36,13 @@ import sys
 import types
 import warnings
 
-from ..compat import SAGEATTENTION_API_VERSION, sageattn, sageattn_varlen
+
+
+def _compat():
+    """sage_co.compat, imported on first use: it imports torch, which the start-up hook (a process that only has
+    the variable set) must not need before `import sageattention` actually runs (startup.py)."""
+    from .. import compat
+    return compat
 
 ENV_VAR = "SAGE_CO_SAGEATTENTION_SHIM"
 MODULE = "sageattention"
@@ -46,20 +52,20 @@ _SUBMODULES = ("core",)
 def sageattn_qk_int8_pv_fp8_cuda(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, return_lse=False,
                                  smooth_k=True, **kwargs):
     """SageAttention's INT8-QK / FP8-PV variant: sage-co's kernel is that arithmetic; runs sage_co.sageattn."""
-    return sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, **kwargs)
+    return _compat().sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, **kwargs)
 
 
 def sageattn_qk_int8_pv_fp8_cuda_sm90(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None,
                                       return_lse=False, smooth_k=True, **kwargs):
     """SageAttention's INT8-QK / FP8-PV variant (sm90 build): runs sage_co.sageattn."""
-    return sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, **kwargs)
+    return _compat().sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, **kwargs)
 
 
 def _fp16_pv(name: str):
     def variant(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, return_lse=False, smooth_k=True,
                 **kwargs):
         # value_dtype= is compat's second spelling of pv_dtype: a caller's pv_dtype="fp8" is a conflict it names
-        return sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, value_dtype="fp16",
+        return _compat().sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, value_dtype="fp16",
                         **kwargs)
     variant.__name__ = variant.__qualname__ = name
     variant.__doc__ = "SageAttention's INT8-QK / FP16-PV variant: sage_co.sageattn with pv_dtype=\"fp16\"."
@@ -69,13 +75,13 @@ def _fp16_pv(name: str):
 def module_namespace() -> dict:
     """The public names of the shim's `sageattention` module."""
     return {
-        "sageattn": sageattn,
-        "sageattn_varlen": sageattn_varlen,
+        "sageattn": _compat().sageattn,
+        "sageattn_varlen": _compat().sageattn_varlen,
         "sageattn_qk_int8_pv_fp8_cuda": sageattn_qk_int8_pv_fp8_cuda,
         "sageattn_qk_int8_pv_fp8_cuda_sm90": sageattn_qk_int8_pv_fp8_cuda_sm90,
         "sageattn_qk_int8_pv_fp16_cuda": _fp16_pv("sageattn_qk_int8_pv_fp16_cuda"),
         "sageattn_qk_int8_pv_fp16_triton": _fp16_pv("sageattn_qk_int8_pv_fp16_triton"),
-        "__version__": SAGEATTENTION_API_VERSION,
+        "__version__": _compat().SAGEATTENTION_API_VERSION,
         "__sage_co__": True,  # lets callers (and `sage-co info`) tell the shim from thu-ml's package
     }
 
@@ -92,11 +98,11 @@ class _Loader(importlib.abc.Loader):
 class _Distribution(importlib.metadata.Distribution):
     """Metadata of the shim's sageattention: name and version, nothing installed on disk."""
 
-    _METADATA = (f"Metadata-Version: 2.1\nName: {MODULE}\nVersion: {SAGEATTENTION_API_VERSION}\n"
-                 f"Summary: sage-co's SageAttention-compatible module (sage_co.integrations.sageattention_shim)\n")
-
     def read_text(self, filename):
-        return self._METADATA if filename in ("METADATA", "PKG-INFO") else None
+        if filename not in ("METADATA", "PKG-INFO"):
+            return None
+        return (f"Metadata-Version: 2.1\nName: {MODULE}\nVersion: {_compat().SAGEATTENTION_API_VERSION}\n"
+                f"Summary: sage-co's SageAttention-compatible module (sage_co.integrations.sageattention_shim)\n")
 
     def locate_file(self, path):
         return None

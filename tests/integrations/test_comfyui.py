@@ -12,7 +12,6 @@ import copy
 import os
 import subprocess
 import sys
-import sysconfig
 import textwrap
 import types
 from pathlib import Path
@@ -119,7 +118,7 @@ def test_node_routes_the_models_attention_to_sage_co(comfy, patcher):
     assert torch.equal(comfy.optimized_attention(q, k, v, HEADS, mask, transformer_options=opts),
                        comfy.attention_pytorch(q, k, v, HEADS, mask))
     st = sdpa.stats()
-    assert st["routed"] == 1 and list(st["fallback"]) == ["attn_mask: sage-co serves no SDPA masks (attn_mask=None only)"]
+    assert st["routed"] == 1 and [r.split(":")[0] for r in st["fallback"]] == ["attn_mask"]
 
 
 def test_node_options_and_skip_reshape(comfy):
@@ -142,7 +141,8 @@ def test_node_sparsity_auto_runs_the_predictor(comfy):
     (patched,) = comfyui.SageCoAttention().patch(_PatcherMaster(), True, "fp8", True, "auto")
     q, k, v = _qkv()
     with launch.recording() as records:
-        out = comfy.optimized_attention(q, k, v, HEADS, transformer_options=patched.model_options["transformer_options"])
+        out = comfy.optimized_attention(q, k, v, HEADS,
+                                        transformer_options=patched.model_options["transformer_options"])
     assert torch.equal(out, _sage_nhd(q, k, v, sparsity="auto"))
     assert any("predict" in r.symbol for r in records)
 
@@ -213,7 +213,7 @@ def test_real_comfyui_attention_reaches_sage_co(route, tmp_path):
     driver.write_text(DRIVER)
     env = {key: value for key, value in os.environ.items() if key != "SAGE_CO_SAGEATTENTION_SHIM"}
     repo = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join([repo, COMFYUI, sysconfig.get_paths()["purelib"]])
+    env["PYTHONPATH"] = os.pathsep.join([repo, COMFYUI])
     python = sys.executable
     if route == "env-shim":
         # only the variable and the installed start-up hook: a venv whose site-packages holds the .pth

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 FOLDER = "sage-co"
-ENTRY = '''"""sage-co's ComfyUI node, written by `sage-co comfyui install`; the code is in the installed sage-co package."""
+ENTRY = '''"""sage-co's ComfyUI node, written by `sage-co comfyui install` (the code is in the installed sage-co)."""
 from sage_co.integrations.comfyui import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS, register_attention_function
 
 register_attention_function()
