@@ -3,6 +3,9 @@
     import sage_co
     out = sage_co.sage_attention(q, k, v)          # bf16 [B, S, H, 128] in and out
 
+    with sage_co.sdpa.enabled():                   # F.scaled_dot_product_attention -> sage-co where served
+        image = pipe(prompt).images[0]
+
 On a gfx1201 GPU the shipped code objects run through hip-python; on CPU tensors they run, bit for bit
 the same machine code, in the built-in emulator (sage_co.emu).
 
