@@ -39,10 +39,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from . import abi
-from .prepared import PV_DTYPES
+from .prepared import INPUT_DTYPES, PV_DTYPES
 
-ORIGINAL_SDPA = torch.nn.functional.scaled_dot_product_attention   # the builtin, captured before any install()
-_SERVED_DTYPES = (torch.bfloat16, torch.float16)
+# torch's builtin (what F.scaled_dot_product_attention is unless someone replaced it, install() included)
+ORIGINAL_SDPA = torch._C._nn.scaled_dot_product_attention
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
         return "dropout_p: sage-co has no dropout (dropout_p=0 only)"
     if any(t.dim() != 4 for t in tensors):
         return f"shape: sage-co serves 4-dim [B, H, S, D] only (got {[t.dim() for t in tensors]} dims)"
-    if not (query.dtype == key.dtype == value.dtype) or query.dtype not in _SERVED_DTYPES:
+    if not (query.dtype == key.dtype == value.dtype) or query.dtype not in INPUT_DTYPES:
         return (f"dtype: sage-co serves bfloat16/float16 q, k, v of one dtype "
                 f"(got {', '.join(str(t.dtype).replace('torch.', '') for t in tensors)})")
     if not (query.device == key.device == value.device) or not _device_served(query, options.backend):
@@ -166,14 +166,15 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
 
 
 def route(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *,
-          options: Options = Options()):
-    """One SDPA call: sage-co when fallback_reason() is "", else the original SDPA with the same arguments."""
+          options: Options = Options(), fallback=ORIGINAL_SDPA):
+    """One SDPA call: sage-co when fallback_reason() is "", else `fallback` (torch's SDPA; under install(), the
+    function it replaced) with the same arguments."""
     reason = fallback_reason(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options=options)
     record(reason)
     if reason:
         extra = {"enable_gqa": enable_gqa} if enable_gqa else {}
-        return ORIGINAL_SDPA(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
-                             scale=scale, **extra)
+        return fallback(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                        scale=scale, **extra)
     return run(query, key, value, is_causal, scale, options=options)
 
 
@@ -192,11 +193,11 @@ def run(query, key, value, is_causal=False, scale=None, *, options: Options = Op
 _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
 
-def _route_call(args, kwargs, options: Options):
+def _route_call(args, kwargs, options: Options, fallback=ORIGINAL_SDPA):
     unknown = set(kwargs) - set(_SDPA_PARAMS)
     if unknown or len(args) > len(_SDPA_PARAMS):   # not SDPA's signature: let torch raise its own error
-        return ORIGINAL_SDPA(*args, **kwargs)
-    return route(*args, **kwargs, options=options)
+        return fallback(*args, **kwargs)
+    return route(*args, **kwargs, options=options, fallback=fallback)
 
 
 class enabled(TorchFunctionMode, contextlib.ContextDecorator):   # noqa: N801 (used like a function)
@@ -221,29 +222,34 @@ class enabled(TorchFunctionMode, contextlib.ContextDecorator):   # noqa: N801 (u
 
 
 _installed: Options | None = None
+_replaced = ORIGINAL_SDPA   # what install() replaced in torch.nn.functional, put back by uninstall()
 
 
 def _patched_sdpa(*args, **kwargs):
-    return _route_call(args, kwargs, _installed or Options())
+    return _route_call(args, kwargs, _installed or Options(), _replaced)
 
 
 def install(**options) -> None:
     """Route SDPA to sage-co process-wide: replaces torch.nn.functional.scaled_dot_product_attention (calling it
     again replaces the options). Undo with uninstall(). Refused inside an enabled() block of this thread (the two
     would route one call twice)."""
-    global _installed
+    global _installed, _replaced
     if any(isinstance(m, enabled) for m in torch.overrides._get_current_function_mode_stack()):
         raise RuntimeError("sage_co.sdpa.install(): an enabled() block already routes SDPA in this thread; "
                            "install outside it")
     _installed = Options(**options)
+    if not is_installed():
+        _replaced = torch.nn.functional.scaled_dot_product_attention
     torch.nn.functional.scaled_dot_product_attention = _patched_sdpa
 
 
 def uninstall() -> None:
-    """Put torch's own SDPA back in torch.nn.functional."""
-    global _installed
-    _installed = None
-    torch.nn.functional.scaled_dot_product_attention = ORIGINAL_SDPA
+    """Put back in torch.nn.functional what install() replaced (torch's own SDPA unless something else had replaced
+    it before); a no-op when not installed."""
+    global _installed, _replaced
+    if is_installed():
+        torch.nn.functional.scaled_dot_product_attention = _replaced
+    _installed, _replaced = None, ORIGINAL_SDPA
 
 
 def is_installed() -> bool:

@@ -135,6 +135,24 @@ def test_install_is_process_wide_and_uninstall_restores():
     assert sdpa.stats() == {"routed": 1, "fallback": {}}
 
 
+def test_install_keeps_and_restores_a_previous_replacement(monkeypatch):
+    """A library that had wrapped F.scaled_dot_product_attention before install() keeps serving the fallbacks and
+    gets its wrapper back at uninstall()."""
+    seen = []
+
+    def theirs(*args, **kwargs):
+        seen.append(kwargs.get("attn_mask") is not None)
+        return sdpa.ORIGINAL_SDPA(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", theirs)
+    q, k, v = _qkv()
+    sdpa.install()
+    F.scaled_dot_product_attention(q, k, v)                                       # routed: theirs not called
+    F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(S, S, dtype=torch.bool))   # fallback: theirs
+    sdpa.uninstall()
+    assert seen == [True] and F.scaled_dot_product_attention is theirs
+
+
 def test_install_and_enabled_do_not_nest():
     with sdpa.enabled():
         with pytest.raises(RuntimeError, match="enabled"):
