@@ -36,6 +36,10 @@ import sys
 import types
 import warnings
 
+ENV_VAR = "SAGE_CO_SAGEATTENTION_SHIM"
+MODULE = "sageattention"
+_SUBMODULES = ("core",)
+_LAUNCHER = "sage_co.integrations.sageattention_shim"   # this module's name also when it runs as __main__
 
 
 def _compat():
@@ -43,10 +47,6 @@ def _compat():
     the variable set) must not need before `import sageattention` actually runs (startup.py)."""
     from .. import compat
     return compat
-
-ENV_VAR = "SAGE_CO_SAGEATTENTION_SHIM"
-MODULE = "sageattention"
-_SUBMODULES = ("core",)
 
 
 def sageattn_qk_int8_pv_fp8_cuda(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, return_lse=False,
@@ -65,8 +65,8 @@ def _fp16_pv(name: str):
     def variant(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, return_lse=False, smooth_k=True,
                 **kwargs):
         # value_dtype= is compat's second spelling of pv_dtype: a caller's pv_dtype="fp8" is a conflict it names
-        return _compat().sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, value_dtype="fp16",
-                        **kwargs)
+        return _compat().sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k,
+                                  value_dtype="fp16", **kwargs)
     variant.__name__ = variant.__qualname__ = name
     variant.__doc__ = "SageAttention's INT8-QK / FP16-PV variant: sage_co.sageattn with pv_dtype=\"fp16\"."
     return variant
@@ -207,12 +207,12 @@ def describe() -> str:
             else f"sageattention shim: inactive ({how})")
 
 
-USAGE = f"""usage: python -m {__name__} [--force] (-m MODULE | SCRIPT) [ARGS...]
+USAGE = f"""usage: python -m {_LAUNCHER} [--force] (-m MODULE | SCRIPT) [ARGS...]
 
 Install the sageattention shim (`import sageattention` -> sage-co), then run SCRIPT as `python SCRIPT ARGS` would
 (its folder first on sys.path, __name__ == "__main__", sys.argv = [SCRIPT, ARGS...]) or MODULE as `python -m MODULE
 ARGS` would. --force also shadows a real installed sageattention. Example, ComfyUI from any folder:
-    python -m {__name__} /path/to/ComfyUI/main.py --use-sage-attention
+    python -m {_LAUNCHER} /path/to/ComfyUI/main.py --use-sage-attention
 """
 
 
@@ -236,7 +236,7 @@ def main(argv=None) -> int:
     else:
         script = args[0]
         if not os.path.isfile(script):
-            print(f"{__name__}: can't open file {script!r}: not a file", file=sys.stderr)
+            print(f"{_LAUNCHER}: can't open file {script!r}: not a file", file=sys.stderr)
             return 2
         # `python SCRIPT` puts the script's folder (symlinks resolved) first on sys.path instead of the working
         # directory that `python -m` put there; runpy.run_path does not, so a script importing a sibling module
