@@ -3,6 +3,9 @@
     import sage_co
     out = sage_co.sage_attention(q, k, v)          # bf16 [B, S, H, 128] in and out
 
+    with sage_co.sdpa.enabled():                   # F.scaled_dot_product_attention -> sage-co where served
+        image = pipe(prompt).images[0]
+
 On a gfx1201 GPU the shipped code objects run through hip-python; on CPU tensors they run, bit for bit
 the same machine code, in the built-in emulator (sage_co.emu).
 
@@ -31,10 +34,14 @@ _LAZY = {
     "radial_mask": "sparse",
 }
 
-__all__ = [*_LAZY, "__version__"]
+_SUBMODULES = ("sdpa",)   # public submodules reachable as attributes: sage_co.sdpa.enabled() after `import sage_co`
+
+__all__ = [*_LAZY, *_SUBMODULES, "__version__"]
 
 
 def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)   # the import binds it in globals()
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'sage_co' has no attribute {name!r}")

@@ -3,7 +3,9 @@
     sage-co                     run a real attention through the shipped code objects (on the emulator when no
                                 gfx1201 is present) and print accuracy, instruction counts and kernel provenance
     sage-co run -B 1 -H 2 -S 1024 [--kernel hip] [--backend emu|hip] [--smooth-k] [--seed N]
-    sage-co info                list the shipped kernels with their ABI (from hsaco/manifest.json)
+    sage-co info                list the shipped kernels with their ABI (from hsaco/manifest.json) and which
+                                framework switches reach sage-co here
+    sage-co comfyui install PATH   install sage-co's ComfyUI node into the ComfyUI tree at PATH
 
 The run options mean the same before and after `run` (`sage-co -S 64 run --smooth-k` runs S=64 with smooth_k;
 given twice, the later one wins) and are refused with another subcommand. Every failure is one line on stderr and
@@ -53,8 +55,17 @@ def cmd_info(args) -> int:
                               co["llvm_version"], co["sha256"][:12])
     # the ABI table is wide: piped output gets room for every column instead of rich's 80-column guess
     (console if sys.stdout.isatty() else _Console(width=260)).print(table)
-    from .integrations import sageattention_shim  # integ helper: whether `import sageattention` reaches sage-co
-    console.print(sageattention_shim.describe(), markup=False)
+    from .integrations import switches  # which framework switches reach sage-co here (the shim's line last)
+    for line in switches.lines():
+        console.print(line, markup=False)
+    return 0
+
+
+def cmd_comfyui_install(args) -> int:
+    from .integrations.comfyui import install
+    target = install.install(args.path)
+    console.print(f"wrote {target}: restart ComfyUI and add the node \"sage-co attention\" (advanced/attention) "
+                  f"after the model loader", markup=False)
     return 0
 
 
@@ -282,6 +293,11 @@ def _parse(argv) -> argparse.Namespace:
     sub = ap.add_subparsers(dest="cmd")
     info = sub.add_parser("info", help="list the shipped kernels and their ABI")
     info.set_defaults(func=cmd_info)
+    comfyui = sub.add_parser("comfyui", help="ComfyUI: install sage-co's custom node into a ComfyUI tree")
+    comfyui_sub = comfyui.add_subparsers(dest="comfyui_cmd", required=True)
+    comfyui_install = comfyui_sub.add_parser("install", help="write PATH/custom_nodes/sage-co/__init__.py")
+    comfyui_install.add_argument("path", metavar="PATH", help="the ComfyUI folder (the one holding custom_nodes/)")
+    comfyui_install.set_defaults(func=cmd_comfyui_install)
     run = sub.add_parser("run", help="run one attention and report accuracy (the default command)")
     _add_run_options(run)
     run.set_defaults(func=cmd_run)

@@ -14,8 +14,8 @@ The class follows LightX2V's attention-weight contract (AttnWeightTemplate and i
 Keywords: `softmax_scale`, `causal`, `attn_mask`, `dropout_p`, ... follow sage_co.sageattn's policy (honoured,
 documented no-op, or an error naming them). LightX2V also passes scheduling context that does not change the
 attention (`CONTEXT_KWARGS`: block_idx, scheduler, grid_sizes, sol_morton_preordered, model_cls); those are
-accepted and unused. cu_seqlens describing more than one sequence need sage-co's varlen op (issue 14) and raise
-NotImplementedError until then. It does not import LightX2V, so it is usable (and tested) without it.
+accepted and unused. cu_seqlens describing more than one sequence run sage_co.sageattn_varlen (packed == the
+per-sequence calls bit for bit). It does not import LightX2V, so it is usable (and tested) without it.
 """
 from __future__ import annotations
 

@@ -11,7 +11,11 @@ Opt-in only, three ways:
   * `SAGE_CO_SAGEATTENTION_SHIM=1` in the environment, read when `sage_co` is imported (`=force` also shadows
     a real installed sageattention);
   * `python -m sage_co.integrations.sageattention_shim [--force] (-m MODULE | SCRIPT) [ARGS...]`, which installs
-    it and runs the program, for frameworks that never import sage_co (e.g. ComfyUI's main.py).
+    it and runs the program as `python SCRIPT` would (its folder first on sys.path), for frameworks that never
+    import sage_co (e.g. ComfyUI's main.py).
+With the variable set, the environment's `sage_co_sageattention_shim.pth` (installed with sage-co, startup.py)
+imports sage_co at every interpreter start, so the variable alone reaches programs that never import sage_co;
+unset it (or set it to 0) to turn the shim off.
 A real installed sageattention is never shadowed unless asked (`force=True`). `sage-co info` says whether the
 shim is active. Mechanism: a finder on sys.meta_path (the import system's documented hook) that serves both the
 module and its distribution metadata (importlib.metadata.DistributionFinder).
@@ -32,31 +36,37 @@ import sys
 import types
 import warnings
 
-from ..compat import SAGEATTENTION_API_VERSION, sageattn, sageattn_varlen
-
 ENV_VAR = "SAGE_CO_SAGEATTENTION_SHIM"
 MODULE = "sageattention"
 _SUBMODULES = ("core",)
+_LAUNCHER = "sage_co.integrations.sageattention_shim"   # this module's name also when it runs as __main__
+
+
+def _compat():
+    """sage_co.compat, imported on first use: it imports torch, which the start-up hook (a process that only has
+    the variable set) must not need before `import sageattention` actually runs (startup.py)."""
+    from .. import compat
+    return compat
 
 
 def sageattn_qk_int8_pv_fp8_cuda(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, return_lse=False,
                                  smooth_k=True, **kwargs):
     """SageAttention's INT8-QK / FP8-PV variant: sage-co's kernel is that arithmetic; runs sage_co.sageattn."""
-    return sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, **kwargs)
+    return _compat().sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, **kwargs)
 
 
 def sageattn_qk_int8_pv_fp8_cuda_sm90(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None,
                                       return_lse=False, smooth_k=True, **kwargs):
     """SageAttention's INT8-QK / FP8-PV variant (sm90 build): runs sage_co.sageattn."""
-    return sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, **kwargs)
+    return _compat().sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, **kwargs)
 
 
 def _fp16_pv(name: str):
     def variant(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, return_lse=False, smooth_k=True,
                 **kwargs):
         # value_dtype= is compat's second spelling of pv_dtype: a caller's pv_dtype="fp8" is a conflict it names
-        return sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, value_dtype="fp16",
-                        **kwargs)
+        return _compat().sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k,
+                                  value_dtype="fp16", **kwargs)
     variant.__name__ = variant.__qualname__ = name
     variant.__doc__ = "SageAttention's INT8-QK / FP16-PV variant: sage_co.sageattn with pv_dtype=\"fp16\"."
     return variant
@@ -65,13 +75,13 @@ def _fp16_pv(name: str):
 def module_namespace() -> dict:
     """The public names of the shim's `sageattention` module."""
     return {
-        "sageattn": sageattn,
-        "sageattn_varlen": sageattn_varlen,
+        "sageattn": _compat().sageattn,
+        "sageattn_varlen": _compat().sageattn_varlen,
         "sageattn_qk_int8_pv_fp8_cuda": sageattn_qk_int8_pv_fp8_cuda,
         "sageattn_qk_int8_pv_fp8_cuda_sm90": sageattn_qk_int8_pv_fp8_cuda_sm90,
         "sageattn_qk_int8_pv_fp16_cuda": _fp16_pv("sageattn_qk_int8_pv_fp16_cuda"),
         "sageattn_qk_int8_pv_fp16_triton": _fp16_pv("sageattn_qk_int8_pv_fp16_triton"),
-        "__version__": SAGEATTENTION_API_VERSION,
+        "__version__": _compat().SAGEATTENTION_API_VERSION,
         "__sage_co__": True,  # lets callers (and `sage-co info`) tell the shim from thu-ml's package
     }
 
@@ -88,11 +98,11 @@ class _Loader(importlib.abc.Loader):
 class _Distribution(importlib.metadata.Distribution):
     """Metadata of the shim's sageattention: name and version, nothing installed on disk."""
 
-    _METADATA = (f"Metadata-Version: 2.1\nName: {MODULE}\nVersion: {SAGEATTENTION_API_VERSION}\n"
-                 f"Summary: sage-co's SageAttention-compatible module (sage_co.integrations.sageattention_shim)\n")
-
     def read_text(self, filename):
-        return self._METADATA if filename in ("METADATA", "PKG-INFO") else None
+        if filename not in ("METADATA", "PKG-INFO"):
+            return None
+        return (f"Metadata-Version: 2.1\nName: {MODULE}\nVersion: {_compat().SAGEATTENTION_API_VERSION}\n"
+                f"Summary: sage-co's SageAttention-compatible module (sage_co.integrations.sageattention_shim)\n")
 
     def locate_file(self, path):
         return None
@@ -197,23 +207,43 @@ def describe() -> str:
             else f"sageattention shim: inactive ({how})")
 
 
+USAGE = f"""usage: python -m {_LAUNCHER} [--force] (-m MODULE | SCRIPT) [ARGS...]
+
+Install the sageattention shim (`import sageattention` -> sage-co), then run SCRIPT as `python SCRIPT ARGS` would
+(its folder first on sys.path, __name__ == "__main__", sys.argv = [SCRIPT, ARGS...]) or MODULE as `python -m MODULE
+ARGS` would. --force also shadows a real installed sageattention. Example, ComfyUI from any folder:
+    python -m {_LAUNCHER} /path/to/ComfyUI/main.py --use-sage-attention
+"""
+
+
 def main(argv=None) -> int:
     """python -m sage_co.integrations.sageattention_shim [--force] (-m MODULE | SCRIPT) [ARGS...]"""
     import runpy
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help"):
+        print(USAGE, end="")
+        return 0
     force = bool(args) and args[0] == "--force"
     args = args[1:] if force else args
     if not args or (args[0] == "-m" and len(args) < 2):
-        print(main.__doc__, file=sys.stderr)
+        print(USAGE, end="", file=sys.stderr)
         return 2
     from sage_co.integrations import sageattention_shim  # the canonical module, not this __main__ copy
     sageattention_shim.install(force=force)
     if args[0] == "-m":
-        sys.argv = [args[1]] + args[2:]
+        sys.argv = [args[1]] + args[2:]   # `python -m` already put the working directory first on sys.path
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
     else:
+        script = args[0]
+        if not os.path.isfile(script):
+            print(f"{_LAUNCHER}: can't open file {script!r}: not a file", file=sys.stderr)
+            return 2
+        # `python SCRIPT` puts the script's folder (symlinks resolved) first on sys.path instead of the working
+        # directory that `python -m` put there; runpy.run_path does not, so a script importing a sibling module
+        # (ComfyUI's main.py) would fail when started from another folder.
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
         sys.argv = args
-        runpy.run_path(args[0], run_name="__main__")
+        runpy.run_path(script, run_name="__main__")
     return 0
 
 

@@ -9,8 +9,9 @@ chosen when it can import sageattention (its runtime check), so also activate
 sage_co.integrations.sageattention_shim before xfuser is imported; with the shim alone xDiT's own SAGE function
 calls sage-co's sageattn but drops attention_kwargs (attn_mask included) silently, which registering this
 function avoids. `attention_kwargs`: "attn_mask" follows sageattn's policy; xDiT's packed-K/V keys
-("indices_k", "cu_seqlens_k", "max_seqlen_k") need sage-co's varlen op (issue 14) and raise NotImplementedError
-when indices_k is given; any other key raises an error naming it.
+("indices_k", "cu_seqlens_k", "max_seqlen_k": K/V gathered by indices_k, queries dense) are not mapped onto
+sage_co.sage_attention_varlen by this backend and raise NotImplementedError when indices_k is given; any other
+key raises an error naming it.
 
 yunchang: `SageCoRingProcessor` is an `attn_processor` for `yunchang.LongContextAttention(attn_type=None,
 attn_processor=SageCoRingProcessor())` (yunchang hands the processor to its ring loop only when `attn_type`
@@ -32,8 +33,8 @@ def xdit_attention(query, key, value, dropout_p, is_causal, attention_kwargs=Non
     """xDiT attention backend on sage-co: [B, H, S, D] in, (out [B, H, S, D], lse [B, H, S]) out."""
     kw = dict(attention_kwargs or {})
     if kw.get("indices_k") is not None:
-        raise NotImplementedError("attention_kwargs['indices_k']: xDiT's packed (varlen) K/V needs sage-co's varlen "
-                                  "op (issue 14)")
+        raise NotImplementedError("attention_kwargs['indices_k']: xDiT's packed (varlen) K/V is not mapped onto "
+                                  "sage_co.sage_attention_varlen by this backend; pass unpacked K/V")
     for name in _VARLEN_KEYS:  # without indices_k xDiT packs nothing (its _varlen_pack_keys): these are unused
         kw.pop(name, None)
     unknown = sorted(set(kw) - {"attn_mask"})

@@ -1,0 +1,48 @@
+"""Which framework switches reach sage-co in this environment: the lines `sage-co info` prints (README
+"Ecosystem" has the same table). Reads installed-package metadata and this process's state; imports no framework.
+"""
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def _installed(dist: str) -> str:
+    v = _version(dist)
+    return f"{dist} {v}" if v else f"{dist} not installed"
+
+
+def _lightx2v_plugin() -> bool:
+    return any(ep.name == "sage_co" for ep in md.entry_points(group="lightx2v.platform_plugins"))
+
+
+def lines() -> list[str]:
+    from .. import sdpa
+    from . import sageattention_shim, startup
+    pth = startup.installed_pth()
+    env = os.environ.get(sageattention_shim.ENV_VAR)
+    return [
+        sdpa.describe() + f"; {sdpa.stats()['routed']} calls routed in this process",
+        f"diffusers ({_installed('diffusers')}): sage_co.integrations.diffusers.enable(model) for processors that "
+        "dispatch; sage_co.sdpa.enabled() for those calling SDPA (SD3, CogVideoX)",
+        "ComfyUI: node \"sage-co attention\" after `sage-co comfyui install PATH`; or --use-sage-attention with "
+        f"{sageattention_shim.ENV_VAR}=1",
+        f"comfy-kitchen ({_installed('comfy-kitchen')}): int8_attention is hard-wired to its extension (not "
+        "routable); use the ComfyUI node instead",
+        f"LightX2V ({_installed('lightx2v')}): attn_type \"sage_co\" plugin "
+        + ("registered (entry point lightx2v.platform_plugins)" if _lightx2v_plugin() else
+           "not registered (reinstall sage-co)"),
+        f"xDiT / yunchang ({_installed('xfuser')}, {_installed('yunchang')}): their SAGE backends through the "
+        "sageattention shim",
+        f"{sageattention_shim.ENV_VAR}={env!r} (start-up hook {pth or 'not installed: reinstall sage-co'})"
+        if env is not None else
+        f"{sageattention_shim.ENV_VAR} unset (start-up hook {pth or 'not installed: reinstall sage-co'})",
+        sageattention_shim.describe(),
+    ]

@@ -1,0 +1,263 @@
+"""Route torch.nn.functional.scaled_dot_product_attention to sage-co, for any model code that calls SDPA itself.
+
+    import sage_co.sdpa
+    with sage_co.sdpa.enabled():            # a torch.overrides.TorchFunctionMode; also a decorator
+        image = pipe(prompt).images[0]      # diffusers SD3 / CogVideoX processors, research code, ...
+    print(sage_co.sdpa.stats())             # {'routed': 48, 'fallback': {}}
+
+    sage_co.sdpa.install()                  # the same routing process-wide (every thread), until uninstall()
+
+Each SDPA call is either served by sage_co.sage_attention (layout "HND", SDPA's [B, H, S, D]) or handed to the
+original torch SDPA unchanged, with the reason counted in stats() (nothing is routed or dropped silently). Served:
+4-dim q/k/v of one dtype (bfloat16 / float16) on a device sage-co runs on (CPU -> the emulator, a gfx1201 GPU),
+v shaped like k, a head dim that is a multiple of 16 up to 128 and a contiguous last dim, attn_mask None,
+dropout_p 0, is_causal with S_q == S_kv only (SDPA's causal mask is top-left aligned, sage-co's bottom-right: they
+agree only on square scores), H_q == H_kv or enable_gqa with H_q a multiple of H_kv, and no input needing a
+gradient while grad mode is on (sage-co's ops have no backward). Every other call falls back.
+
+Options (enabled(...) / install(...), the fields of Options): pv_dtype "fp8" (default) or "fp16", smooth_k (default
+True, as SageAttention's sageattn: softmax-invariant, lowers the INT8 error of K), smooth_v, backend (None = by
+device), sparsity "auto" with cdf_threshold (SpargeAttn's predicted block mask: approximate, off by default).
+
+Mechanism: enabled() is a TorchFunctionMode (torch's documented hook for intercepting torch functions; it sees the
+call however the function was imported, in the thread that entered it). install() replaces the attribute
+torch.nn.functional.scaled_dot_product_attention (all threads; code that bound the function before install(),
+e.g. `from torch.nn.functional import scaled_dot_product_attention`, keeps the original). Under torch.compile
+dynamo traces both: the routing decision is made while tracing and sage-co runs as its custom op in the graph.
+
+stats(): in eager mode one count per call. Under torch.compile the decision runs at trace time, so each call site
+counts once per compilation (replays of the compiled graph are not counted).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from . import abi
+from .prepared import INPUT_DTYPES, PV_DTYPES
+
+# torch's builtin (what F.scaled_dot_product_attention is unless someone replaced it, install() included)
+ORIGINAL_SDPA = torch._C._nn.scaled_dot_product_attention
+
+
+@dataclass(frozen=True)
+class Options:
+    """How routed calls run: sage_co.sage_attention's keywords."""
+    pv_dtype: str = "fp8"
+    smooth_k: bool = True
+    smooth_v: bool = False
+    backend: str | None = None
+    sparsity: str | None = None   # "auto": SpargeAttn's predicted block mask (approximate: skips key tiles)
+    cdf_threshold: float = 0.9    # with sparsity="auto": the attention mass each query tile keeps
+
+    def __post_init__(self):
+        if self.pv_dtype not in PV_DTYPES:
+            raise ValueError(f"pv_dtype: expected one of {tuple(PV_DTYPES)}, got {self.pv_dtype!r}")
+        for name in ("smooth_k", "smooth_v"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name}: expected True or False, got {getattr(self, name)!r}")
+        if self.smooth_v and self.pv_dtype != "fp8":
+            raise ValueError("smooth_v: only the fp8 P.V path quantizes V; got smooth_v=True with pv_dtype='fp16'")
+        if self.sparsity not in (None, "auto"):
+            raise ValueError(f"sparsity: expected None or \"auto\", got {self.sparsity!r}")
+        from .validate import check_backend
+        check_backend(self.backend)
+
+
+# -------------------------------------------------------------------------------------------- stats
+_lock = threading.Lock()
+_routed = 0
+_fallback: Counter = Counter()
+
+
+@torch.compiler.assume_constant_result
+def record(reason: str) -> bool:
+    """Count one decision ("" = routed to sage-co, else the fallback's reason): route() and adapters that decide
+    with fallback_reason() (the ComfyUI node) call it. Marked constant-result so dynamo runs it at trace time
+    rather than putting it in the graph."""
+    global _routed
+    with _lock:
+        if reason:
+            _fallback[reason] += 1
+        else:
+            _routed += 1
+    return True
+
+
+def stats() -> dict:
+    """{'routed': number of SDPA calls sage-co ran, 'fallback': {reason: number handed to torch's SDPA}}."""
+    with _lock:
+        return {"routed": _routed, "fallback": dict(_fallback)}
+
+
+def reset_stats() -> None:
+    global _routed
+    with _lock:
+        _routed = 0
+        _fallback.clear()
+
+
+# -------------------------------------------------------------------------------------------- routing
+def _device_served(t: torch.Tensor, backend: str | None) -> bool:
+    if t.device.type == "cpu":
+        return backend in (None, "emu")
+    from .backends.base import device_arch
+    return backend in (None, "hip") and device_arch(t.device) == "gfx1201"
+
+
+def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                    enable_gqa=False, *, options: Options = Options()) -> str:
+    """Why this SDPA call is not served by sage-co ("" when it is). Reads only shapes, dtypes, flags and devices
+    (no data), so it is the same at trace time and at run time."""
+    tensors = (query, key, value)
+    if not all(isinstance(t, torch.Tensor) for t in tensors):
+        return "query/key/value: not all tensors"
+    if attn_mask is not None:
+        return "attn_mask: sage-co serves no SDPA masks (attn_mask=None only)"
+    if not isinstance(dropout_p, (int, float)) or dropout_p != 0:
+        return "dropout_p: sage-co has no dropout (dropout_p=0 only)"
+    if any(t.dim() != 4 for t in tensors):
+        return f"shape: sage-co serves 4-dim [B, H, S, D] only (got {[t.dim() for t in tensors]} dims)"
+    if not (query.dtype == key.dtype == value.dtype) or query.dtype not in INPUT_DTYPES:
+        return (f"dtype: sage-co serves bfloat16/float16 q, k, v of one dtype "
+                f"(got {', '.join(str(t.dtype).replace('torch.', '') for t in tensors)})")
+    if not (query.device == key.device == value.device) or not _device_served(query, options.backend):
+        return f"device: sage-co runs on CPU (emulator) or a gfx1201 GPU (got {query.device})"
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return "requires_grad: sage-co has no backward (use torch.no_grad() / inference_mode() for inference)"
+    B, H_q, S_q, D = query.shape
+    _, H_kv, S_kv, _ = key.shape
+    if tuple(value.shape) != tuple(key.shape):
+        return "value: sage-co needs value shaped like key (same S_kv and head dim)"
+    if key.shape[0] != B or D != key.shape[3]:
+        return "key: batch or head dim differs from query"
+    if min(B, H_q, H_kv, S_q, S_kv) < 1:
+        return f"shape: an empty dimension (q {tuple(query.shape)}, k {tuple(key.shape)})"
+    if D < 1 or D % abi.HEAD_DIM_STEP or D > abi.HEAD_DIM:
+        return f"head_dim: sage-co serves multiples of {abi.HEAD_DIM_STEP} up to {abi.HEAD_DIM} (got {D})"
+    if scale is not None:
+        from .validate import check_softmax_scale
+        try:
+            check_softmax_scale(scale, D)
+        except (TypeError, ValueError):
+            return f"scale: sage-co serves a finite float scale up to 2**64 in magnitude (got {scale!r})"
+    if H_q != H_kv and not (enable_gqa and H_q % H_kv == 0):
+        return "heads: H_q != H_kv needs enable_gqa=True and H_q a multiple of H_kv"
+    if H_q >= abi.MAX_QUERY_HEADS:
+        return f"heads: {H_q} query heads exceed the launch grid (< {abi.MAX_QUERY_HEADS})"
+    if is_causal and S_q != S_kv:
+        return ("is_causal: SDPA's causal mask is top-left aligned, sage-co's bottom-right; they agree only at "
+                "S_q == S_kv")
+    if any(t.stride(-1) != 1 for t in tensors):
+        return "stride: sage-co reads a contiguous last dim (stride(-1) == 1)"
+    from .validate import MAX_STRIDE, check_attention_length
+    if any(st > MAX_STRIDE for t in tensors for st in t.stride()):
+        return f"stride: a stride exceeds {MAX_STRIDE} elements"
+    try:
+        check_attention_length(max(S_q, S_kv), D)
+    except ValueError:
+        return "length: one head exceeds the attention kernel's 32-bit byte offsets"
+    return ""
+
+
+def route(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *,
+          options: Options = Options(), fallback=ORIGINAL_SDPA):
+    """One SDPA call: sage-co when fallback_reason() is "", else `fallback` (torch's SDPA; under install(), the
+    function it replaced) with the same arguments."""
+    reason = fallback_reason(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options=options)
+    record(reason)
+    if reason:
+        extra = {"enable_gqa": enable_gqa} if enable_gqa else {}
+        return fallback(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                        scale=scale, **extra)
+    return run(query, key, value, is_causal, scale, options=options)
+
+
+def run(query, key, value, is_causal=False, scale=None, *, options: Options = Options()):
+    """sage-co on a call fallback_reason() accepted: [B, H, S, D] in and out, SDPA's scale default."""
+    from .api import sage_attention
+    softmax_scale = float(scale) if scale is not None else query.shape[-1] ** -0.5
+    # grad mode is off here when any input requires grad (else fallback_reason refused it): detach() is a view
+    # that tells sage-co's validation so, with the same values and the same output
+    query, key, value = query.detach(), key.detach(), value.detach()
+    return sage_attention(query, key, value, softmax_scale, layout="HND", is_causal=bool(is_causal),
+                          smooth_k=options.smooth_k, smooth_v=options.smooth_v, pv_dtype=options.pv_dtype,
+                          backend=options.backend, sparsity=options.sparsity, cdf_threshold=options.cdf_threshold)
+
+
+_SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+
+
+def _route_call(args, kwargs, options: Options, fallback=ORIGINAL_SDPA):
+    unknown = set(kwargs) - set(_SDPA_PARAMS)
+    if unknown or len(args) > len(_SDPA_PARAMS):   # not SDPA's signature: let torch raise its own error
+        return fallback(*args, **kwargs)
+    return route(*args, **kwargs, options=options, fallback=fallback)
+
+
+class enabled(TorchFunctionMode, contextlib.ContextDecorator):   # noqa: N801 (used like a function)
+    """`with sage_co.sdpa.enabled(**options):` / `@sage_co.sdpa.enabled()`: SDPA calls in the block (this thread)
+    go to sage-co where served, to torch's SDPA otherwise; options as Options."""
+
+    def __init__(self, **options):
+        super().__init__()
+        self.options = Options(**options)
+
+    def __enter__(self):
+        if is_installed():   # the two would route one call twice (a fallback counted by both)
+            raise RuntimeError("sage_co.sdpa.enabled(): install() already routes SDPA in this process; "
+                               "call sage_co.sdpa.uninstall() first or drop the with block")
+        return super().__enter__()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is ORIGINAL_SDPA:
+            return _route_call(args, kwargs, self.options)
+        return func(*args, **kwargs)
+
+
+_installed: Options | None = None
+_replaced = ORIGINAL_SDPA   # what install() replaced in torch.nn.functional, put back by uninstall()
+
+
+def _patched_sdpa(*args, **kwargs):
+    return _route_call(args, kwargs, _installed or Options(), _replaced)
+
+
+def install(**options) -> None:
+    """Route SDPA to sage-co process-wide: replaces torch.nn.functional.scaled_dot_product_attention (calling it
+    again replaces the options). Undo with uninstall(). Refused inside an enabled() block of this thread (the two
+    would route one call twice)."""
+    global _installed, _replaced
+    if any(isinstance(m, enabled) for m in torch.overrides._get_current_function_mode_stack()):
+        raise RuntimeError("sage_co.sdpa.install(): an enabled() block already routes SDPA in this thread; "
+                           "install outside it")
+    _installed = Options(**options)
+    if not is_installed():
+        _replaced = torch.nn.functional.scaled_dot_product_attention
+    torch.nn.functional.scaled_dot_product_attention = _patched_sdpa
+
+
+def uninstall() -> None:
+    """Put back in torch.nn.functional what install() replaced (torch's own SDPA unless something else had replaced
+    it before); a no-op when not installed."""
+    global _installed, _replaced
+    if is_installed():
+        torch.nn.functional.scaled_dot_product_attention = _replaced
+    _installed, _replaced = None, ORIGINAL_SDPA
+
+
+def is_installed() -> bool:
+    return torch.nn.functional.scaled_dot_product_attention is _patched_sdpa
+
+
+def describe() -> str:
+    """One line for `sage-co info`."""
+    if is_installed():
+        return f"SDPA routing: installed process-wide ({_installed}); stats {stats()}"
+    return "SDPA routing: not installed (sage_co.sdpa.enabled() / install())"

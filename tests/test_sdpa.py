@@ -1,0 +1,188 @@
+"""sage_co.sdpa: SDPA calls sage-co serves run sage_co.sage_attention (bit for bit), every other call runs torch's
+SDPA unchanged with its reason counted; the mode, the decorator, install()/uninstall() and torch.compile."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import sage_co
+from sage_co import sdpa
+
+B, H, S, D = 2, 2, 70, 64   # S not a multiple of 64
+
+
+def _qkv(*shape, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*(shape or (B, H, S, D)), generator=g).to(dtype) for _ in range(3)]
+
+
+@pytest.fixture(autouse=True)
+def clean():
+    sdpa.reset_stats()
+    yield
+    sdpa.uninstall()
+    sdpa.reset_stats()
+
+
+def _sage(q, k, v, **kw):
+    return sage_co.sage_attention(q, k, v, layout="HND", smooth_k=True, **kw)
+
+
+def test_served_call_is_sage_attention_bit_for_bit():
+    q, k, v = _qkv()
+    with sdpa.enabled():
+        out = F.scaled_dot_product_attention(q, k, v)
+        scaled = F.scaled_dot_product_attention(q, k, v, scale=0.07)
+    assert torch.equal(out, _sage(q, k, v))
+    assert torch.equal(scaled, _sage(q, k, v, softmax_scale=0.07))
+    assert not torch.equal(out, F.scaled_dot_product_attention(q, k, v))   # outside the block: torch's SDPA
+    assert sdpa.stats() == {"routed": 2, "fallback": {}}
+
+
+def test_causal_square_and_gqa_are_served():
+    q, k, v = _qkv()
+    kv = [t[:, :1] for t in _qkv(seed=1)[:2]]
+    with sdpa.enabled(pv_dtype="fp16"):
+        causal = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        gqa = F.scaled_dot_product_attention(q, *kv, enable_gqa=True)
+    assert torch.equal(causal, _sage(q, k, v, is_causal=True, pv_dtype="fp16"))
+    assert torch.equal(gqa, _sage(q, *kv, pv_dtype="fp16"))
+    assert sdpa.stats()["routed"] == 2
+
+
+def _unserved():
+    q, k, v = _qkv()
+    qs = q[:, :, :40]
+    grad = q.clone().requires_grad_()
+    return [
+        ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(S, S, dtype=torch.bool))),
+        ("dropout_p", (q, k, v), dict(dropout_p=0.5)),
+        ("dtype", [t.float() for t in (q, k, v)], {}),
+        ("shape", [t[0] for t in (q, k, v)], {}),
+        ("head_dim", [t[..., :40] for t in (q, k, v)], {}),
+        ("heads", (q, k[:, :1], v[:, :1]), {}),                        # GQA without enable_gqa
+        ("is_causal", (qs, k, v), dict(is_causal=True)),                # top-left vs bottom-right at S_q != S_kv
+        ("stride", [t.transpose(-1, -2).contiguous().transpose(-1, -2) for t in (q, k, v)], {}),
+        ("value", (q, k, v[..., :32]), {}),
+        ("requires_grad", (grad, k, v), {}),
+        ("scale", (q, k, v), dict(scale=float("inf"))),
+        ("shape", [t[:, :, :0] for t in (q, k, v)], {}),                # empty
+    ]
+
+
+@pytest.mark.parametrize("case", _unserved(), ids=lambda c: c[0])
+def test_unserved_calls_run_torch_sdpa_with_the_reason(case):
+    reason, args, kwargs = case
+    torch.manual_seed(3)   # dropout draws random numbers: both calls under one seed
+    with sdpa.enabled():
+        out = F.scaled_dot_product_attention(*args, **kwargs)
+    torch.manual_seed(3)
+    ref = sdpa.ORIGINAL_SDPA(*args, **kwargs)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0, equal_nan=True)   # bit for bit (scale=inf gives NaN)
+    st = sdpa.stats()
+    assert st["routed"] == 0 and sum(st["fallback"].values()) == 1
+    assert next(iter(st["fallback"])).startswith(reason + ":"), st
+
+
+def test_requires_grad_is_served_under_no_grad():
+    q, k, v = _qkv()
+    q.requires_grad_()
+    with torch.no_grad(), sdpa.enabled():
+        out = F.scaled_dot_product_attention(q, k, v)
+    assert torch.equal(out, _sage(q.detach(), k, v)) and sdpa.stats()["routed"] == 1
+
+
+def test_torch_sdpa_errors_reach_the_caller_unchanged():
+    q, k, v = _qkv()
+    with sdpa.enabled(), pytest.raises(TypeError):
+        F.scaled_dot_product_attention(q, k, v, bogus=1)
+
+
+def test_decorator_and_options_are_checked():
+    q, k, v = _qkv()
+
+    @sdpa.enabled(pv_dtype="fp16")
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+    assert torch.equal(attend(q, k, v), _sage(q, k, v, pv_dtype="fp16"))
+    assert torch.equal(attend(q, k, v), _sage(q, k, v, pv_dtype="fp16"))   # reusable
+    assert sdpa.stats()["routed"] == 2
+    with pytest.raises(ValueError, match="pv_dtype"):
+        sdpa.enabled(pv_dtype="fp4")
+    with pytest.raises(ValueError, match="smooth_v"):
+        sdpa.enabled(pv_dtype="fp16", smooth_v=True)
+    with pytest.raises(ValueError, match="backend"):
+        sdpa.install(backend="cuda")
+    assert not sdpa.is_installed()
+
+
+def test_install_is_process_wide_and_uninstall_restores():
+    q, k, v = _qkv()
+    sdpa.install(smooth_k=False)
+    assert sdpa.is_installed() and "installed" in sdpa.describe()
+    result = {}
+    worker = threading.Thread(target=lambda: result.setdefault("out", F.scaled_dot_product_attention(q, k, v)))
+    worker.start()
+    worker.join()
+    assert torch.equal(result["out"], sage_co.sage_attention(q, k, v, layout="HND"))   # another thread routes too
+    sdpa.uninstall()
+    assert F.scaled_dot_product_attention is sdpa.ORIGINAL_SDPA and not sdpa.is_installed()
+    assert torch.equal(F.scaled_dot_product_attention(q, k, v), sdpa.ORIGINAL_SDPA(q, k, v))
+    assert sdpa.stats() == {"routed": 1, "fallback": {}}
+
+
+def test_install_keeps_and_restores_a_previous_replacement(monkeypatch):
+    """A library that had wrapped F.scaled_dot_product_attention before install() keeps serving the fallbacks and
+    gets its wrapper back at uninstall()."""
+    seen = []
+
+    def theirs(*args, **kwargs):
+        seen.append(kwargs.get("attn_mask") is not None)
+        return sdpa.ORIGINAL_SDPA(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", theirs)
+    q, k, v = _qkv()
+    sdpa.install()
+    F.scaled_dot_product_attention(q, k, v)                                       # routed: theirs not called
+    F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(S, S, dtype=torch.bool))   # fallback: theirs
+    sdpa.uninstall()
+    assert seen == [True] and F.scaled_dot_product_attention is theirs
+
+
+def test_install_and_enabled_do_not_nest():
+    with sdpa.enabled():
+        with pytest.raises(RuntimeError, match="enabled"):
+            sdpa.install()
+    sdpa.install()
+    with pytest.raises(RuntimeError, match="uninstall"):
+        with sdpa.enabled():
+            pass
+
+
+@pytest.mark.parametrize("how", ["mode", "install"])
+def test_torch_compile_fullgraph_routes(how):
+    """dynamo traces the routing (no graph break under fullgraph=True) and the graph runs sage-co's custom op;
+    the decision is counted once per traced call site, not per replay."""
+    q, k, v = _qkv()
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v) + F.scaled_dot_product_attention(q.float(), k.float(),
+                                                                                         v.float()).bfloat16()
+
+    torch._dynamo.reset()
+    want = _sage(q, k, v) + sdpa.ORIGINAL_SDPA(q.float(), k.float(), v.float()).bfloat16()
+    if how == "mode":
+        with sdpa.enabled():
+            compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+            outs = [compiled(q, k, v) for _ in range(2)]
+    else:
+        sdpa.install()
+        compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+        outs = [compiled(q, k, v) for _ in range(2)]
+    assert all(torch.equal(o, want) for o in outs)
+    st = sdpa.stats()
+    assert st["routed"] == 1 and sum(st["fallback"].values()) == 1, st
