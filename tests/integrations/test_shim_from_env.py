@@ -29,8 +29,10 @@ def _env(**extra):
 
 def _venv_env(**extra):
     """The venv's own site-packages (with the .pth) is processed before the system ones holding torch, as in a venv
-    made with --system-site-packages on a machine with torch preinstalled: the hook must not need torch."""
-    return _env(**extra)
+    made with --system-site-packages on a machine with torch preinstalled: the hook must not need torch. sage_co itself
+    is this checkout's (PYTHONPATH is on sys.path before any .pth runs), as if installed into the venv: an editable
+    install's own finder .pth in the system site-packages would only run after the venv's."""
+    return _env(PYTHONPATH=str(ROOT), **extra)
 
 
 @pytest.mark.parametrize("hook", ["build_wheel", "build_editable"])   # pip install . / pip install -e .
