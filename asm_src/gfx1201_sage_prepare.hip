@@ -12,9 +12,10 @@
 // GQA: K/V are prepared per K/V head (H_kv), Q per query head (H_q); nothing is replicated.
 //
 // Three kernels, launched in this order (sage_co/ops/prepare.py). stats and quant ship one symbol per (D_PAD,
-// dtype, RoPE width): suffix _d64/_d128, _bf16/_fp16, then _rope32.._rope128 (none = no RoPE; D_PAD 64 has
-// rope 32 and 64 only). A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps
-// every kernel at <= 207 VGPRs, no scratch.
+// dtype, RoPE width, norm/RoPE rounding): suffix _d64/_d128, _bf16/_fp16, then _rope32.._rope128 (none = no RoPE;
+// D_PAD 64 has rope 32 and 64 only), then _once for norm_rope_rounding "once" (none = "per_op"; ROUND_* below).
+// A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps every kernel at <= 207
+// VGPRs, no scratch.
 //
 //  1. gfx1201_sage_prepare_stats_*  grid (n_chunks, H_kv, B * n_tens), block 32. `tens` (sage_co/abi.py STATS_*)
 //     says which statistics run: V max (not for pv fp16), K sums (smooth_k), V sums (smooth_v); n_tens = how many,
@@ -78,7 +79,8 @@
 //                   152 k_norm, 156 q_sb, 160 q_ss, 164 q_sh, 168 k_sb, 172 k_ss, 176 k_sh, 180 v_sb, 184 v_ss,
 //                   188 v_sh (i32); 192 v_mean (ptr); 200 pv_fp16 (i32)
 // q_norm / k_norm = 0 means no RMSNorm (the weight pointer is then never read); without RoPE cos/sin are unused.
-// cos/sin: [max(S_q, S_kv), rope_dim], row = position (token index) for Q and K alike.
+// cos/sin: [max(S_q, S_kv), rope_dim], row = position (token index) for Q and K alike; in the input dtype for the
+// per_op symbols, fp32 for the _once ones (the host upcasts a table given in the input dtype).
 
 #pragma clang fp contract(off)  // every product and sum is rounded on its own, like the torch reference
 
@@ -272,9 +274,10 @@ INLINE void rms_norm(u32 (&row)[DP / 2], const u16* __restrict__ weight, float e
   }
 }
 
-// Rotate-half RoPE on channels [0, RD), per_op convention (reference.rope): out = round(round(y*cos) + round(rot*sin)),
-// rot = cat(-y[H2:RD], y[0:H2]). cs/sn point at this token's cos/sin rows (RD values each). Channel i < H2 pairs
-// with i + H2; both outputs are made from the two old values and written back in place.
+// Rotate-half RoPE on channels [0, RD), per_op convention (reference.rope):
+// out = round(round(y*cos) + round(rot*sin)), rot = cat(-y[H2:RD], y[0:H2]). cs/sn point at this token's cos/sin
+// rows (RD values each). Channel i < H2 pairs with i + H2; both outputs are made from the two old values and
+// written back in place.
 template <int DT, int DP, int RD>
 INLINE void rope_per_op(u32 (&row)[DP / 2], const u16* __restrict__ cs, const u16* __restrict__ sn) {
   typedef Elt<DT> E;

@@ -162,10 +162,12 @@ def test_norm_only(smooth_k):
     check(q, k, v, smooth_k=smooth_k, **_norm_rope(S, norm=True))
 
 
-@pytest.mark.parametrize("rope_dim,smooth_k,S", [(32, True, 33), (64, False, 100), (96, True, 64), (128, True, 130)])
-def test_norm_and_rope(rope_dim, smooth_k, S):
+@pytest.mark.parametrize("rope_dim,smooth_k,S,rounding", [(32, True, 33, "once"), (64, False, 100, "per_op"),
+                                                    (96, True, 64, "per_op"), (128, True, 130, "once")])
+def test_norm_and_rope(rope_dim, smooth_k, S, rounding):
+    """Both norm_rope_rounding conventions, with smooth_k's K sums over the normed/roped rows (stats kernel)."""
     q, k, v = _qkv(1, S, 2, seed=3 * rope_dim + S, scale=(2.0, 1.0, 1.0), offset=(0.0, 0.7, 0.0))
-    check(q, k, v, smooth_k=smooth_k, eps=1e-5, **_norm_rope(S, rope_dim, norm=True))
+    check(q, k, v, smooth_k=smooth_k, eps=1e-5, norm_rope_rounding=rounding, **_norm_rope(S, rope_dim, norm=True))
 
 
 def test_rope_dim_given_explicitly_and_one_sided_norm():
