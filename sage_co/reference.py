@@ -169,9 +169,10 @@ def dequantize_v(v_fp8: torch.Tensor, v_scale: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------------------------- RMSNorm + RoPE
 def mean_square(xf: torch.Tensor) -> torch.Tensor:
-    """ms = mean of xf*xf over the last dim (D channels), keepdim, by the spec's halving tree over the channels
-    zero-padded to D_pad: t = xf*xf, then t[i] = t[i] + t[i + w] for w = D_pad/2, ..., 2, 1 (each level one
-    elementwise fp32 add; the zero channels add exact zeros), ms = t[0] / D (IEEE division by the real D).
+    """norm_rope_rounding "per_op": ms = mean of xf*xf over the last dim (D channels), keepdim, by the spec's halving
+    tree over the channels zero-padded to D_pad: t = xf*xf, then t[i] = t[i] + t[i + w] for w = D_pad/2, ..., 2, 1
+    (each level one elementwise fp32 add; the zero channels add exact zeros), ms = t[0] / D (IEEE division by the
+    real D).
     Elementwise ops only, so the bits are the same on every device."""
     D = xf.shape[-1]
     t = pad_channels(xf * xf, d_pad(D))
