@@ -438,7 +438,10 @@ def bad_args():
         (dict(cos=cos, sin=sin[:, :32].contiguous()), ValueError, r"^sin: expected shape \[S, rope_dim\]"),
         (dict(cos=cos[:, :48].contiguous(), sin=sin[:, :48].contiguous()), ValueError,
          r"^cos: expected shape \[40, rope_dim\] with rope_dim in"),
-        (dict(cos=cos.float(), sin=sin), TypeError, r"^cos: expected dtype torch.bfloat16"),
+        (dict(cos=cos.float(), sin=sin, norm_rope_rounding="per_op"), TypeError,
+         r"^cos: expected dtype torch.bfloat16 with norm_rope_rounding=\"per_op\""),
+        (dict(cos=cos.double(), sin=sin), TypeError, r"^cos: expected dtype torch.float32 or torch.bfloat16"),
+        (dict(norm_rope_rounding="fp32"), ValueError, r"^norm_rope_rounding: expected one of"),
         (dict(cos=cos.t().contiguous().t(), sin=sin), ValueError, r"^cos: expected a contiguous"),
     ], (q, k, v)
 
