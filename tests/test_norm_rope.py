@@ -13,7 +13,7 @@ norm/RoPE arguments (on the emulator) == reference.quantize_q / quantize_k of th
 smooth_k (k_mean zero). The eager chains are written out here op for op, independent of sage_co.reference's norm code.
 
 The seed's own cases (S=4097 H=28 rope 96, S=513 H=7 rope 128, S=300 H=3 rope 64, inputs x3, fp32 tables) run on the
-reference in the default suite and on the emulator's kernels with SAGE_CO_SEED_CASES=1 (all S, two heads: minutes).
+reference in the default suite and on the emulator's kernels with SAGE_CO_SEED_CASES=1 (all S, two heads: ~45 s).
 """
 from __future__ import annotations
 
@@ -168,7 +168,7 @@ def test_seed_cases_reference(S, H, rope_dim, dtype):
     assert (per_op == seed).float().mean() < 0.9
 
 
-@pytest.mark.skipif(not os.environ.get("SAGE_CO_SEED_CASES"), reason="minutes on the emulator: SAGE_CO_SEED_CASES=1")
+@pytest.mark.skipif(not os.environ.get("SAGE_CO_SEED_CASES"), reason="~45 s on the emulator: SAGE_CO_SEED_CASES=1")
 @pytest.mark.parametrize("S,H,rope_dim", SEED_CASES)
 def test_seed_cases_kernels(S, H, rope_dim):
     """The seed's cases on the kernels (bf16, every token, the first two heads of each case's H)."""
