@@ -12,9 +12,10 @@
 // GQA: K/V are prepared per K/V head (H_kv), Q per query head (H_q); nothing is replicated.
 //
 // Three kernels, launched in this order (sage_co/ops/prepare.py). stats and quant ship one symbol per (D_PAD,
-// dtype, RoPE width): suffix _d64/_d128, _bf16/_fp16, then _rope32.._rope128 (none = no RoPE; D_PAD 64 has
-// rope 32 and 64 only). A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps
-// every kernel at <= 207 VGPRs, no scratch.
+// dtype, RoPE width, norm/RoPE rounding): suffix _d64/_d128, _bf16/_fp16, then _rope32.._rope128 (none = no RoPE;
+// D_PAD 64 has rope 32 and 64 only), then _once for norm_rope_rounding "once" (none = "per_op"; ROUND_* below).
+// A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps every kernel at <= 207
+// VGPRs, no scratch.
 //
 //  1. gfx1201_sage_prepare_stats_*  grid (n_chunks, H_kv, B * n_tens), block 32. `tens` (sage_co/abi.py STATS_*)
 //     says which statistics run: V max (not for pv fp16), K sums (smooth_k), V sums (smooth_v); n_tens = how many,
@@ -78,7 +79,8 @@
 //                   152 k_norm, 156 q_sb, 160 q_ss, 164 q_sh, 168 k_sb, 172 k_ss, 176 k_sh, 180 v_sb, 184 v_ss,
 //                   188 v_sh (i32); 192 v_mean (ptr); 200 pv_fp16 (i32)
 // q_norm / k_norm = 0 means no RMSNorm (the weight pointer is then never read); without RoPE cos/sin are unused.
-// cos/sin: [max(S_q, S_kv), rope_dim], row = position (token index) for Q and K alike.
+// cos/sin: [max(S_q, S_kv), rope_dim], row = position (token index) for Q and K alike; in the input dtype for the
+// per_op symbols, fp32 for the _once ones (the host upcasts a table given in the input dtype).
 
 #pragma clang fp contract(off)  // every product and sum is rounded on its own, like the torch reference
 
@@ -188,11 +190,15 @@ INLINE void load_row(u32 (&row)[DP / 2], const u16* __restrict__ p, u32 n16) {
   }
 }
 
-// RMSNorm (reference.rms_norm): t = x*x over the D_PAD channels (zeros past D), t[i] += t[i + w] for
-// w = D_PAD/2 .. 1, ms = t[0] / D, r = 1 / sqrt(ms + eps), y = round(x * r), y = round(y * weight) for the D real
-// channels (the padded ones stay 0 even when r = inf).
+// The two rounding conventions of the optional norm/RoPE (sage_co/abi.py PREPARE_ROUNDINGS, docs/numerics.md
+// §Optional RMSNorm + rotate-half RoPE); one stats and one quant symbol per convention.
+#define ROUND_PER_OP 0  // HF-transformers chain: every op rounded to the input dtype, tables in the input dtype
+#define ROUND_ONCE 1    // F.rms_norm (fp32, one rounding), then RoPE in fp32 with fp32 tables, one rounding
+
+// Sum of x*x over the row, per_op convention (reference.mean_square): t = x*x over the D_PAD channels (zeros past
+// D), t[i] += t[i + w] for w = D_PAD/2 .. 1.
 template <int DT, int DP>
-INLINE void rms_norm(u32 (&row)[DP / 2], const u16* __restrict__ weight, float eps, u32 n16, u32 D) {
+INLINE float sum_sq_tree(const u32 (&row)[DP / 2]) {
   constexpr int HALF = DP / 2;
   float t[HALF];
 #pragma unroll
@@ -206,7 +212,51 @@ INLINE void rms_norm(u32 (&row)[DP / 2], const u16* __restrict__ weight, float e
 #pragma unroll
     for (int i = 0; i < w; ++i) t[i] = t[i] + t[i + w];
   }
-  float ms = t[0] / (float)D;
+  return t[0];
+}
+
+// Sum of x*x over the D real channels, once convention (reference.mean_square_lanes8): the order of torch's CPU
+// sum over a contiguous row, which F.rms_norm uses: vectors j of 8 channels (8j..8j+7) go to 8-lane accumulator
+// j % 4 while j < 4 * floor(nv / 4) (nv = D / 8), the rest to accumulator 0; then ((acc0 + acc1) + acc2) + acc3,
+// then its 8 lanes in order. D is a kernarg, so the split is a select on a uniform condition; padded channels are
+// zeros, and adding +0 to a sum of squares is exact.
+template <int DT, int DP>
+INLINE float sum_sq_lanes8(const u32 (&row)[DP / 2], u32 D) {
+  constexpr int NV = DP / 8;
+  u32 split = 4 * (D / 32);  // vectors below split use all four accumulators
+  float acc[4][8];
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+#pragma unroll
+    for (int l = 0; l < 8; ++l) acc[k][l] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    bool four = (u32)j < split;
+#pragma unroll
+    for (int l = 0; l < 8; ++l) {
+      float v = ch<DT, DP>(row, 8 * j + l);
+      float t = v * v;
+      if (j % 4 == 0) {
+        acc[0][l] = acc[0][l] + t;
+      } else {
+        acc[j % 4][l] = acc[j % 4][l] + (four ? t : 0.0f);
+        acc[0][l] = acc[0][l] + (four ? 0.0f : t);
+      }
+    }
+  }
+  float f = 0.0f;
+#pragma unroll
+  for (int l = 0; l < 8; ++l) f = f + (((acc[0][l] + acc[1][l]) + acc[2][l]) + acc[3][l]);
+  return f;
+}
+
+// RMSNorm (reference.rms_norm): ms = sum / D, r = 1 / sqrt(ms + eps); per_op: y = round(x * r), then
+// y = round(y * weight); once: y = round((x * r) * weight). Only the D real channels (the padded ones stay 0 even
+// when r = inf).
+template <int DT, int DP, int RM>
+INLINE void rms_norm(u32 (&row)[DP / 2], const u16* __restrict__ weight, float eps, u32 n16, u32 D) {
+  float sum = RM == ROUND_ONCE ? sum_sq_lanes8<DT, DP>(row, D) : sum_sq_tree<DT, DP>(row);
+  float ms = sum / (float)D;
   float r = 1.0f / __builtin_sqrtf(ms + eps);
 #pragma unroll
   for (int j = 0; j < DP / 8; ++j) {
@@ -215,18 +265,21 @@ INLINE void rms_norm(u32 (&row)[DP / 2], const u16* __restrict__ weight, float e
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       int d = 4 * j + e;
-      float lo = Elt<DT>::round(Elt<DT>::lo(row[d]) * r) * Elt<DT>::lo(w[e]);
-      float hi = Elt<DT>::round(Elt<DT>::hi(row[d]) * r) * Elt<DT>::hi(w[e]);
+      float lo = Elt<DT>::lo(row[d]) * r, hi = Elt<DT>::hi(row[d]) * r;
+      if constexpr (RM == ROUND_PER_OP) lo = Elt<DT>::round(lo), hi = Elt<DT>::round(hi);
+      lo = lo * Elt<DT>::lo(w[e]);
+      hi = hi * Elt<DT>::hi(w[e]);
       row[d] = real ? Elt<DT>::pack(lo, hi) : 0u;
     }
   }
 }
 
-// Rotate-half RoPE on channels [0, RD) (reference.rope): out = round(round(y*cos) + round(rot*sin)),
-// rot = cat(-y[H2:RD], y[0:H2]). cs/sn point at this token's cos/sin rows (RD values each). Channel i < H2 pairs
-// with i + H2; both outputs are made from the two old values and written back in place.
+// Rotate-half RoPE on channels [0, RD), per_op convention (reference.rope):
+// out = round(round(y*cos) + round(rot*sin)), rot = cat(-y[H2:RD], y[0:H2]). cs/sn point at this token's cos/sin
+// rows (RD values each). Channel i < H2 pairs with i + H2; both outputs are made from the two old values and
+// written back in place.
 template <int DT, int DP, int RD>
-INLINE void rope(u32 (&row)[DP / 2], const u16* __restrict__ cs, const u16* __restrict__ sn) {
+INLINE void rope_per_op(u32 (&row)[DP / 2], const u16* __restrict__ cs, const u16* __restrict__ sn) {
   typedef Elt<DT> E;
   constexpr int H2 = RD / 2, CHUNKS = H2 / 8;
   // cos/sin go in chunks of 8 channel pairs, double-buffered: chunk j + 1 is loading while chunk j computes. The
@@ -263,12 +316,54 @@ INLINE void rope(u32 (&row)[DP / 2], const u16* __restrict__ cs, const u16* __re
   }
 }
 
-// The optional norm/RoPE of one Q or K row; cos_row/sin_row belong to the same (loaded) token.
+// Rotate-half RoPE, once convention (reference.rope): out = round(y*cos + rot*sin) in fp32 (each product and the
+// sum rounded to fp32, one rounding to the input dtype), cos/sin fp32 rows of RD values (the host upcasts tables
+// given in the input dtype, exactly). Chunks of 4 channel pairs (one 16-byte load per table half), double-buffered
+// as in rope_per_op: the same 16 VGPRs of table in flight.
 template <int DT, int DP, int RD>
+INLINE void rope_once(u32 (&row)[DP / 2], const float* __restrict__ cs, const float* __restrict__ sn) {
+  typedef Elt<DT> E;
+  constexpr int H2 = RD / 2, CHUNKS = H2 / 4;
+  f32x4 cur[4] = {*(const f32x4*)cs, *(const f32x4*)(cs + H2), *(const f32x4*)sn, *(const f32x4*)(sn + H2)};
+#pragma unroll
+  for (int j = 0; j < CHUNKS; ++j) {
+    f32x4 nxt[4] = {cur[0], cur[1], cur[2], cur[3]};
+    if (j + 1 < CHUNKS) {
+      int o = 4 * (j + 1);
+      nxt[0] = *(const f32x4*)(cs + o); nxt[1] = *(const f32x4*)(cs + H2 + o);
+      nxt[2] = *(const f32x4*)(sn + o); nxt[3] = *(const f32x4*)(sn + H2 + o);
+    }
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {          // dword e of the chunk: channels i, i + 1
+      int d1 = 2 * j + e, d2 = d1 + H2 / 2;  // dwords holding channels i, i+1 and i+H2, i+H2+1
+      float o1[2], o2[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float y1 = half ? E::hi(row[d1]) : E::lo(row[d1]);
+        float y2 = half ? E::hi(row[d2]) : E::lo(row[d2]);
+        int c = 2 * e + half;
+        o1[half] = y1 * cur[0][c] + (-y2) * cur[2][c];  // rot[i] = -y[i + H2]
+        o2[half] = y2 * cur[1][c] + y1 * cur[3][c];     // rot[i + H2] = y[i]
+      }
+      row[d1] = E::pack(o1[0], o1[1]);
+      row[d2] = E::pack(o2[0], o2[1]);
+    }
+    __builtin_amdgcn_sched_barrier(0);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) cur[q] = nxt[q];
+  }
+}
+
+// The optional norm/RoPE of one Q or K row of token t (the loaded token): cos/sin are [*, RD] tables of u16 in
+// the input dtype (per_op) or of fp32 (once).
+template <int DT, int DP, int RD, int RM>
 INLINE void norm_rope_row(u32 (&row)[DP / 2], int norm, const u16* __restrict__ weight, float eps, u32 n16, u32 D,
-                          const u16* __restrict__ cos_row, const u16* __restrict__ sin_row) {
-  if (norm) rms_norm<DT, DP>(row, weight, eps, n16, D);
-  if constexpr (RD > 0) rope<DT, DP, RD>(row, cos_row, sin_row);
+                          const void* __restrict__ cos, const void* __restrict__ sin, u32 t) {
+  if (norm) rms_norm<DT, DP, RM>(row, weight, eps, n16, D);
+  if constexpr (RD > 0 && RM == ROUND_ONCE)
+    rope_once<DT, DP, RD>(row, (const float*)cos + (u64)t * RD, (const float*)sin + (u64)t * RD);
+  else if constexpr (RD > 0)
+    rope_per_op<DT, DP, RD>(row, (const u16*)cos + (u64)t * RD, (const u16*)sin + (u64)t * RD);
 }
 
 // Element offset of (b, t, h) of a strided [B, S, H, D] tensor.
@@ -389,7 +484,7 @@ INLINE void stats_v(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
 // each lane writes its packed row, then lane l adds channels CPL*l..CPL*l+CPL-1 of the tile's valid rows in token
 // order.
 #define LDS_PAD 4  // dwords; a row of DP/2 + 4 keeps the 16-byte row stores of different lanes on different banks
-template <int DT, int DP, int RD>
+template <int DT, int DP, int RD, int RM>
 INLINE void stats_k(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
   constexpr int ROW = DP / 2 + LDS_PAD, CPL = DP / 32;
   u32 lane = lane_id();
@@ -404,8 +499,7 @@ INLINE void stats_k(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
     u32 t = min_u32(tile * TILE + lane, a.S - 1);
     u32 row[DP / 2];
     load_row<DP>(row, a.k + row_offset(a.kst, b, t, h), n16);
-    norm_rope_row<DT, DP, RD>(row, a.k_norm, a.k_norm_w, a.eps, n16, a.D, a.cos + (u64)t * RD,
-                              a.sin + (u64)t * RD);
+    norm_rope_row<DT, DP, RD, RM>(row, a.k_norm, a.k_norm_w, a.eps, n16, a.D, a.cos, a.sin, t);
     __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");  // previous tile's LDS reads are done (WAR)
     __builtin_amdgcn_s_barrier();
     __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
@@ -446,7 +540,7 @@ INLINE void stats_k(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
       float *__restrict__ vmax_part, float eps, int S, int H, int tiles_per_chunk, int n_chunks, int n_tens,  \
       int k_norm, int D, int k_sb, int k_ss, int k_sh, int v_sb, int v_ss, int v_sh,                          \
       float *__restrict__ vmin_part, float *__restrict__ vsum_part, int tens
-template <int DT, int DP, int RD>
+template <int DT, int DP, int RD, int RM>
 INLINE void stats_body(STATS_PARAMS) {
   StatsArgs a = {k, v, k_norm_w, cos, sin, ksum_part, vmax_part, eps, (u32)S, (u32)H, (u32)tiles_per_chunk,
                  (u32)n_chunks, (u32)n_tens, k_norm, (u32)D, {(u32)k_sb, (u32)k_ss, (u32)k_sh},
@@ -465,11 +559,11 @@ INLINE void stats_body(STATS_PARAMS) {
     else
       stats_v<DT, DP, false>(a, b, h, chunk);
   } else if (kind == STATS_K_SUM) {
-    stats_k<DT, DP, RD>(a, b, h, chunk, lds);
+    stats_k<DT, DP, RD, RM>(a, b, h, chunk, lds);
   } else {  // STATS_V_SUM: the K column-sum code on V rows (no norm, no RoPE) into vsum_part
     StatsArgs av = a;
     av.k = a.v, av.kst = a.vst, av.k_norm = 0, av.ks = a.vsum;
-    stats_k<DT, DP, 0>(av, b, h, chunk, lds);
+    stats_k<DT, DP, 0, RM>(av, b, h, chunk, lds);
   }
 }
 #define STATS_ARGS k, v, k_norm_w, cos, sin, ksum_part, vmax_part, eps, S, H, tiles_per_chunk, n_chunks, n_tens, \
@@ -549,7 +643,7 @@ INLINE u32 pack4_i8(u32 a, u32 b, u32 c, u32 d) {
 #define ROUND_MAGIC 12582912.0f
 
 // Q (is_k = false) or K tile: one 32-token scale block of head h, lane = token.
-template <int DT, int DP, int RD, bool is_k>
+template <int DT, int DP, int RD, int RM, bool is_k>
 INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   constexpr int NW = DP / 4;  // int8 dwords per row
   u32 S = is_k ? a.S_kv : a.S_q, S_pad = is_k ? a.S_kv_pad : a.S_q_pad, H = is_k ? a.H_kv : a.H_q;
@@ -560,8 +654,8 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   u32 n16 = a.D / 8;
   u32 row[DP / 2];
   load_row<DP>(row, (is_k ? a.k : a.q) + row_offset(is_k ? a.kst : a.qst, b, t_ld, h), n16);
-  norm_rope_row<DT, DP, RD>(row, is_k ? a.k_norm : a.q_norm, is_k ? a.k_norm_w : a.q_norm_w, a.eps, n16, a.D,
-                            a.cos + (u64)t_ld * RD, a.sin + (u64)t_ld * RD);
+  norm_rope_row<DT, DP, RD, RM>(row, is_k ? a.k_norm : a.q_norm, is_k ? a.k_norm_w : a.q_norm_w, a.eps, n16, a.D,
+                                a.cos, a.sin, t_ld);
   float x[DP];
 #pragma unroll
   for (int i = 0; i < DP; ++i) x[i] = ch<DT, DP>(row, i);
@@ -748,7 +842,7 @@ INLINE void quant_v16(const QuantArgs& a, u32 b, u32 h, u32 tile) {
       int S_kv, int H_q, int H_kv, int S_q_pad, int S_kv_pad, int D, int q_norm, int k_norm, int q_sb,        \
       int q_ss, int q_sh, int k_sb, int k_ss, int k_sh, int v_sb, int v_ss, int v_sh,                         \
       const float *__restrict__ v_mean, int pv_fp16
-template <int DT, int DP, int RD>
+template <int DT, int DP, int RD, int RM>
 INLINE void quant_body(QUANT_PARAMS) {
   QuantArgs a = {q, k, v, q_norm_w, k_norm_w, cos, sin, k_mean, v_inv, q_int8, k_int8, q_scale, k_scale, v_t,
                  q_mult, eps, (u32)S_q, (u32)S_kv, (u32)H_q, (u32)H_kv, (u32)S_q_pad, (u32)S_kv_pad, (u32)D,
@@ -761,10 +855,10 @@ INLINE void quant_body(QUANT_PARAMS) {
   // Q and K are separate specializations: a runtime is_k would keep the unscaled and the scaled row alive at
   // the same time. The work index is wave-uniform (SGPR), so these are scalar divisions and uniform branches.
   if (x < nq) {
-    quant_qk<DT, DP, RD, false>(a, b, x / tq, x % tq);
+    quant_qk<DT, DP, RD, RM, false>(a, b, x / tq, x % tq);
   } else if (x < nq + nk) {
     x -= nq;
-    quant_qk<DT, DP, RD, true>(a, b, x / tkv, x % tkv);
+    quant_qk<DT, DP, RD, RM, true>(a, b, x / tkv, x % tkv);
   } else {
     x -= nq + nk;
     if (pv_fp16)
@@ -778,21 +872,25 @@ INLINE void quant_body(QUANT_PARAMS) {
                    k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, v_mean, pv_fp16
 
 // ------------------------------------------------------------------------------------------------ symbols
-// One stats and one quant symbol per (D_PAD, dtype, rope_dim); rope_dim <= D_PAD.
-#define VARIANT(SUFFIX, DT, DP, RD)                                                                              \
-  KERNEL void gfx1201_sage_prepare_stats##SUFFIX(STATS_PARAMS) { stats_body<DT, DP, RD>(STATS_ARGS); }       \
-  KERNEL void gfx1201_sage_prepare_quant##SUFFIX(QUANT_PARAMS) { quant_body<DT, DP, RD>(QUANT_ARGS); }
-#define VARIANTS_D128(DTS, DT)                                 \
-  VARIANT(_d128_##DTS, DT, 128, 0)                             \
-  VARIANT(_d128_##DTS##_rope32, DT, 128, 32)                   \
-  VARIANT(_d128_##DTS##_rope64, DT, 128, 64)                   \
-  VARIANT(_d128_##DTS##_rope96, DT, 128, 96)                   \
-  VARIANT(_d128_##DTS##_rope128, DT, 128, 128)
-#define VARIANTS_D64(DTS, DT)                                  \
-  VARIANT(_d64_##DTS, DT, 64, 0)                               \
-  VARIANT(_d64_##DTS##_rope32, DT, 64, 32)                     \
-  VARIANT(_d64_##DTS##_rope64, DT, 64, 64)
-VARIANTS_D128(bf16, BF16)
-VARIANTS_D128(fp16, FP16)
-VARIANTS_D64(bf16, BF16)
-VARIANTS_D64(fp16, FP16)
+// One stats and one quant symbol per (D_PAD, dtype, rope_dim, rounding); rope_dim <= D_PAD. The once convention
+// (the default) has the suffix _once; without it, per_op.
+#define VARIANT(SUFFIX, DT, DP, RD, RM)                                                                          \
+  KERNEL void gfx1201_sage_prepare_stats##SUFFIX(STATS_PARAMS) { stats_body<DT, DP, RD, RM>(STATS_ARGS); }   \
+  KERNEL void gfx1201_sage_prepare_quant##SUFFIX(QUANT_PARAMS) { quant_body<DT, DP, RD, RM>(QUANT_ARGS); }
+#define VARIANTS_D128(DTS, DT, RS, RM)                                 \
+  VARIANT(_d128_##DTS##RS, DT, 128, 0, RM)                             \
+  VARIANT(_d128_##DTS##_rope32##RS, DT, 128, 32, RM)                   \
+  VARIANT(_d128_##DTS##_rope64##RS, DT, 128, 64, RM)                   \
+  VARIANT(_d128_##DTS##_rope96##RS, DT, 128, 96, RM)                   \
+  VARIANT(_d128_##DTS##_rope128##RS, DT, 128, 128, RM)
+#define VARIANTS_D64(DTS, DT, RS, RM)                                  \
+  VARIANT(_d64_##DTS##RS, DT, 64, 0, RM)                               \
+  VARIANT(_d64_##DTS##_rope32##RS, DT, 64, 32, RM)                     \
+  VARIANT(_d64_##DTS##_rope64##RS, DT, 64, 64, RM)
+#define VARIANTS(RS, RM)                \
+  VARIANTS_D128(bf16, BF16, RS, RM)     \
+  VARIANTS_D128(fp16, FP16, RS, RM)     \
+  VARIANTS_D64(bf16, BF16, RS, RM)      \
+  VARIANTS_D64(fp16, FP16, RS, RM)
+VARIANTS(, ROUND_PER_OP)
+VARIANTS(_once, ROUND_ONCE)

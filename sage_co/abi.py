@@ -98,9 +98,12 @@ ATTENTION_OUTPUTS = ("out", "lse")
 
 # ---------------------------------------------------------------------------------------------- prepare
 # asm_src/gfx1201_sage_prepare.hip (owned by the prepare work, sage_co/ops/prepare.py packs them): stats and quant
-# ship one symbol per (head_dim = D_pad, in_dtype, rope_dim) manifest key columns, reduce one symbol.
+# ship one symbol per (head_dim = D_pad, in_dtype, rope_dim, rounding) manifest key columns, reduce one symbol.
 PREPARE_ROPE_DIMS = (0, 32, 64, 96, 128)   # manifest key column rope_dim (0 = no RoPE); D_pad 64: 0, 32, 64 only
 PREPARE_IN_DTYPES = ("bf16", "fp16")       # manifest key column in_dtype
+# manifest key column rounding = the norm_rope_rounding option (docs/numerics.md §Optional RMSNorm + rotate-half
+# RoPE): "once" (the default: F.rms_norm, then RoPE in fp32 with fp32 tables) or "per_op" (the HF-transformers chain)
+PREPARE_ROUNDINGS = ("once", "per_op")
 PREPARE_ALIGN = 16        # the prepare kernels read and write with 16-byte vector accesses
 PREPARE_MAX_CHUNKS = 64   # stats chunks per (b, K/V head): enough waves to fill the GPU, few partials to fold
 

@@ -31,14 +31,14 @@ _DEFAULT = ""         # backend / kernel in the schema: "" = choose automaticall
 def _prepare_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, layout: str,
                 smooth_k: bool, q_norm_weight: Optional[torch.Tensor], k_norm_weight: Optional[torch.Tensor],
                 eps: float, cos: Optional[torch.Tensor], sin: Optional[torch.Tensor], rope_dim: int, backend: str,
-                smooth_v: bool = False, pv_dtype: str = "fp8"
+                smooth_v: bool = False, pv_dtype: str = "fp8", norm_rope_rounding: str = "once"
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                            torch.Tensor, torch.Tensor]:
     from .ops.prepare import run_prepare
     p = run_prepare(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
                     k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin,
                     rope_dim=rope_dim if rope_dim != _NO_ROPE else None, smooth_v=smooth_v, pv_dtype=pv_dtype,
-                    backend=backend or None)
+                    norm_rope_rounding=norm_rope_rounding, backend=backend or None)
     v_mean = p.v_mean if p.v_mean is not None else torch.zeros_like(p.k_mean)
     return p.q_int8, p.q_scale, p.k_int8, p.k_scale, p.k_mean, p.v_t.view(torch.uint8), p.v_scale, v_mean
 
@@ -66,26 +66,29 @@ def _prepared_like(q: torch.Tensor, k: torch.Tensor, layout: str, pv_dtype: str 
 
 @_prepare_op.register_fake
 def _(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin, rope_dim, backend,
-      smooth_v=False, pv_dtype="fp8"):
+      smooth_v=False, pv_dtype="fp8", norm_rope_rounding="once"):
     return _prepared_like(q, k, layout, pv_dtype)
 
 
 def sage_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
                  k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, smooth_v=False, pv_dtype="fp8",
-                 backend=None) -> SagePrepared:
+                 backend=None, norm_rope_rounding="once") -> SagePrepared:
     """Quantize q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="HND": [B, H, S, D]; bf16 or fp16) for the
     attention kernel (docs/numerics.md §Prepare). softmax_scale None = 1/sqrt(D). smooth_v: subtract V's
     per-channel mean before fp8 (added back by the attention kernel); pv_dtype "fp16": keep V in fp16 for the
-    f16 P.V WMMA (docs/numerics.md §smooth_v, §pv_dtype fp16).
+    f16 P.V WMMA (docs/numerics.md §smooth_v, §pv_dtype fp16). norm_rope_rounding: the optional RMSNorm/RoPE's
+    convention, "once" (default: F.rms_norm, then RoPE in fp32, cos/sin fp32 or q's dtype) or "per_op" (the
+    HF-transformers chain, every op rounded to q's dtype, cos/sin in q's dtype): docs/numerics.md §Optional RMSNorm.
 
     backend: None picks by device (CPU -> the emulator, a gfx1201 GPU -> hip), or "emu" / "hip"."""
     chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
                                       q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
-                                      sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype)
+                                      sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype,
+                                      norm_rope_rounding=norm_rope_rounding)
     validate.check_backend(backend)
     fields = _prepare_op(q, k, v, chk.softmax_scale, layout, bool(smooth_k), q_norm_weight, k_norm_weight,
                          float(eps), cos, sin, chk.rope_dim or _NO_ROPE, backend or _DEFAULT, bool(smooth_v),
-                         pv_dtype)
+                         pv_dtype, norm_rope_rounding)
     sh = chk.shapes
     return _prepared(fields, sh.S_q, sh.S_kv, sh.D, sh.dtype, bool(smooth_v), pv_dtype)
 
@@ -187,9 +190,9 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sca
                   eps: float, cos: Optional[torch.Tensor], sin: Optional[torch.Tensor], rope_dim: int,
                   return_lse: bool, backend: str, kernel: str, is_causal: bool = False,
                   block_mask: Optional[torch.Tensor] = None, smooth_v: bool = False,
-                  pv_dtype: str = "fp8") -> tuple[torch.Tensor, torch.Tensor]:
+                  pv_dtype: str = "fp8", norm_rope_rounding: str = "once") -> tuple[torch.Tensor, torch.Tensor]:
     fields = _prepare_op(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin,
-                         rope_dim, backend, smooth_v, pv_dtype)
+                         rope_dim, backend, smooth_v, pv_dtype, norm_rope_rounding)
     B, S_q, S_kv, H_q, H_kv, D = _sizes(q, k, layout)
     prepared = _prepared(fields, S_q, S_kv, D, q.dtype, smooth_v, pv_dtype)   # made here: padding not re-read
     return _run_fwd(prepared, layout, return_lse, backend, kernel, is_causal, block_mask)
@@ -197,7 +200,7 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sca
 
 @_attention_op.register_fake
 def _(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin, rope_dim, return_lse,
-      backend, kernel, is_causal=False, block_mask=None, smooth_v=False, pv_dtype="fp8"):
+      backend, kernel, is_causal=False, block_mask=None, smooth_v=False, pv_dtype="fp8", norm_rope_rounding="once"):
     B, S_q, S_kv, H_q, H_kv, D = _sizes(q, k, layout)
     validate.check_attention_length(S_q, D, "q")   # the real op's refusals, also on meta / under torch.compile
     validate.check_attention_length(S_kv, D, "k")
@@ -208,12 +211,14 @@ def _(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, ep
 def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
                    k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, return_lse=False, backend=None,
                    kernel=None, is_causal=False, block_mask=None, sparsity=None, cdf_threshold=0.9, smooth_v=False,
-                   pv_dtype="fp8"):
+                   pv_dtype="fp8", norm_rope_rounding="once"):
     """SageAttention forward: prepare (INT8 Q/K, FP8 V, optional fused RMSNorm + RoPE) then the attention kernel.
 
     pv_dtype: "fp8" (default: V in fp8 e4m3 with per-channel scales, P.V on the fp8 WMMA) or "fp16" (V kept in
     fp16, P rounded to fp16, the f16 WMMA: more accurate, slower). smooth_v (fp8 only): subtract V's per-channel
-    mean before fp8 and add it back to the output (helps V with per-channel offsets).
+    mean before fp8 and add it back to the output (helps V with per-channel offsets). norm_rope_rounding: "once"
+    (default: the fused RMSNorm/RoPE equals F.rms_norm then RoPE in fp32, cos/sin fp32 or q's dtype) or "per_op"
+    (the HF-transformers chain, every op rounded to q's dtype): docs/numerics.md §Optional RMSNorm.
 
     q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="HND": [B, H, S, D]), bf16 or fp16, H_q % H_kv == 0, D a
     multiple of 16 up to 128. Returns out in q's dtype and layout (and fp32 LSE [B, H_q, S_q], natural log).
@@ -225,7 +230,8 @@ def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False,
     predictor kernels). Rows that see no key output zeros and LSE -inf (docs/numerics.md §Masks)."""
     chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
                                       q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
-                                      sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype)
+                                      sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype,
+                                      norm_rope_rounding=norm_rope_rounding)
     validate.check_flag("return_lse", return_lse)
     validate.check_backend(backend)
     validate.check_kernel(kernel)
@@ -245,5 +251,6 @@ def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False,
     masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
     out, lse = _attention_op(q, k, v, chk.softmax_scale, layout, bool(smooth_k), q_norm_weight, k_norm_weight,
                              float(eps), cos, sin, chk.rope_dim or _NO_ROPE, bool(return_lse), backend or _DEFAULT,
-                             kernel or _DEFAULT, bool(is_causal), block_mask, bool(smooth_v), pv_dtype)
+                             kernel or _DEFAULT, bool(is_causal), block_mask, bool(smooth_v), pv_dtype,
+                             norm_rope_rounding)
     return (out, lse) if return_lse else out

@@ -31,6 +31,8 @@ PREPARE_STAGES = ("stats", "quant")   # the prepare ops with one symbol per (hea
 # The HIP sources' compile-time dtype selectors (`#define BF16 0`, `#define FP16 1`), the first template argument
 # of the prepare and predict bodies.
 HIP_IN_DTYPE = {"bf16": 0, "fp16": 1}
+# The prepare source's rounding selectors (`#define ROUND_PER_OP 0`, `#define ROUND_ONCE 1`), its last template argument.
+HIP_ROUNDING = {"per_op": 0, "once": 1}
 
 
 def _hip_bool(flag: bool) -> str:
@@ -89,28 +91,34 @@ class AttentionVariant:
 
 @dataclass(frozen=True)
 class PrepareVariant:
-    """sage_prepare.stats / sage_prepare.quant: padded head dim, input dtype, RoPE width (0 = none, <= head_dim)."""
+    """sage_prepare.stats / sage_prepare.quant: padded head dim, input dtype, RoPE width (0 = none, <= head_dim) and
+    the norm/RoPE rounding convention (abi.PREPARE_ROUNDINGS; "per_op" keeps the unsuffixed symbol names)."""
     stage: str          # "stats" | "quant"
     head_dim: int
     in_dtype: str
     rope_dim: int
+    rounding: str = "per_op"
 
     def __post_init__(self):
         if self.stage not in PREPARE_STAGES or self.head_dim not in abi.HEAD_DIMS_NATIVE or \
-                self.in_dtype not in abi.PREPARE_IN_DTYPES or self.rope_dim not in rope_dims(self.head_dim):
+                self.in_dtype not in abi.PREPARE_IN_DTYPES or self.rope_dim not in rope_dims(self.head_dim) or \
+                self.rounding not in abi.PREPARE_ROUNDINGS:
             raise ValueError(f"PrepareVariant{(self.stage, self.head_dim, self.in_dtype, self.rope_dim)}: stage must be "
                              f"one of {PREPARE_STAGES}, head_dim one of {abi.HEAD_DIMS_NATIVE}, in_dtype one of "
-                             f"{abi.PREPARE_IN_DTYPES}, rope_dim one of {rope_dims(self.head_dim)}")
+                             f"{abi.PREPARE_IN_DTYPES}, rope_dim one of {rope_dims(self.head_dim)}, rounding one "
+                             f"of {abi.PREPARE_ROUNDINGS}")
 
     @property
     def symbol(self) -> str:
         return (f"{ARCH}_sage_prepare_{self.stage}_d{self.head_dim}_{self.in_dtype}"
-                + (f"_rope{self.rope_dim}" if self.rope_dim else ""))
+                + (f"_rope{self.rope_dim}" if self.rope_dim else "") + ("_once" if self.rounding == "once" else ""))
 
-    def kernel(self) -> Kernel:   # template <int DT, int DP, int RD> {stats,quant}_body(...)
+    def kernel(self) -> Kernel:   # template <int DT, int DP, int RD, int RM> {stats,quant}_body(...)
         return Kernel(f"sage_prepare.{self.stage}", "hip", self.symbol,
-                      (("head_dim", self.head_dim), ("in_dtype", self.in_dtype), ("rope_dim", self.rope_dim)),
-                      f"{self.stage}_body<{HIP_IN_DTYPE[self.in_dtype]}, {self.head_dim}, {self.rope_dim}>")
+                      (("head_dim", self.head_dim), ("in_dtype", self.in_dtype), ("rope_dim", self.rope_dim),
+                       ("rounding", self.rounding)),
+                      f"{self.stage}_body<{HIP_IN_DTYPE[self.in_dtype]}, {self.head_dim}, {self.rope_dim}, "
+                      f"{HIP_ROUNDING[self.rounding]}>")
 
 
 @dataclass(frozen=True)
@@ -146,8 +154,8 @@ ATTENTION_VARIANTS = tuple((d, t, pv) for pv in abi.PV_DTYPES for d in reversed(
                            for t in abi.OUT_DTYPES)
 ATTENTION_HIP = tuple(AttentionVariant("hip", *v) for v in ATTENTION_VARIANTS)
 ATTENTION_ASM = tuple(AttentionVariant("asm", *v) for v in ATTENTION_VARIANTS)   # the generator's FAMILY
-PREPARE = tuple(PrepareVariant(stage, d, t, r) for stage in PREPARE_STAGES for d in reversed(abi.HEAD_DIMS_NATIVE)
-                for t in abi.PREPARE_IN_DTYPES for r in rope_dims(d))
+PREPARE = tuple(PrepareVariant(stage, d, t, r, rm) for rm in reversed(abi.PREPARE_ROUNDINGS) for stage in PREPARE_STAGES
+                for d in reversed(abi.HEAD_DIMS_NATIVE) for t in abi.PREPARE_IN_DTYPES for r in rope_dims(d))
 PREDICT_POOL = tuple(PredictPoolVariant(t) for t in abi.PREPARE_IN_DTYPES)
 
 _ATTENTION_DEFINES = {
@@ -158,7 +166,7 @@ _ATTENTION_DEFINES = {
 _PREPARE_DEFINES = {
     "TILE": abi.SCALE_BLOCK, "BF16": HIP_IN_DTYPE["bf16"], "FP16": HIP_IN_DTYPE["fp16"],
     "STATS_V_MAX": abi.STATS_V_MAX, "STATS_K_SUM": abi.STATS_K_SUM, "STATS_V_SUM": abi.STATS_V_SUM,
-    "STATS_V_SIGNED": abi.STATS_V_SIGNED,
+    "STATS_V_SIGNED": abi.STATS_V_SIGNED, "ROUND_PER_OP": HIP_ROUNDING["per_op"], "ROUND_ONCE": HIP_ROUNDING["once"],
     "REDUCE_V_FP8": abi.REDUCE_V_FP8, "REDUCE_V_SMOOTH": abi.REDUCE_V_SMOOTH, "REDUCE_V_NONE": abi.REDUCE_V_NONE,
 }
 _PREDICT_DEFINES = {

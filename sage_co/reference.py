@@ -169,9 +169,10 @@ def dequantize_v(v_fp8: torch.Tensor, v_scale: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------------------------- RMSNorm + RoPE
 def mean_square(xf: torch.Tensor) -> torch.Tensor:
-    """ms = mean of xf*xf over the last dim (D channels), keepdim, by the spec's halving tree over the channels
-    zero-padded to D_pad: t = xf*xf, then t[i] = t[i] + t[i + w] for w = D_pad/2, ..., 2, 1 (each level one
-    elementwise fp32 add; the zero channels add exact zeros), ms = t[0] / D (IEEE division by the real D).
+    """norm_rope_rounding "per_op": ms = mean of xf*xf over the last dim (D channels), keepdim, by the spec's halving
+    tree over the channels zero-padded to D_pad: t = xf*xf, then t[i] = t[i] + t[i + w] for w = D_pad/2, ..., 2, 1
+    (each level one elementwise fp32 add; the zero channels add exact zeros), ms = t[0] / D (IEEE division by the
+    real D).
     Elementwise ops only, so the bits are the same on every device."""
     D = xf.shape[-1]
     t = pad_channels(xf * xf, d_pad(D))
@@ -182,53 +183,92 @@ def mean_square(xf: torch.Tensor) -> torch.Tensor:
     return fp32_div(t, float(D))
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """bf16/fp16 -> same dtype: y = round(xf * r), r = 1 / sqrt(ms + eps); then y = round(y * weight) (eager
-    Qwen-style order), round = RNE to x's dtype (what an eager bf16 or fp16 op does)."""
+def mean_square_lanes8(xf: torch.Tensor) -> torch.Tensor:
+    """ms = mean of xf*xf over the last dim (D channels, a multiple of 8), keepdim, in the order of torch's CPU sum
+    over a contiguous row (ATen's vectorized inner sum: 8 fp32 lanes, 4 accumulators), which F.rms_norm and
+    xf.pow(2).mean(-1) use on CPU (docs/numerics.md §Optional RMSNorm + rotate-half RoPE): t = xf*xf, vector j =
+    t[8j:8j+8] (nv = D / 8 of them) is added to 8-lane accumulator j % 4 while j < 4 * floor(nv / 4), the rest to
+    accumulator 0 in order; a = ((acc0 + acc1) + acc2) + acc3; sum = a[0] + a[1] + ... + a[7] in order;
+    ms = sum / D (IEEE division). Elementwise ops only, so the bits are the same on every device."""
+    D = xf.shape[-1]
+    if D % 8:
+        raise ValueError(f"xf: expected a last dim that is a multiple of 8, got shape {tuple(xf.shape)}")
+    t = xf * xf
+    nv = D // 8
+    split = 4 * (nv // 4)
+    acc = [torch.zeros_like(t[..., :8]) for _ in range(4)]
+    for j in range(nv):
+        k = j % 4 if j < split else 0
+        acc[k] = acc[k] + t[..., 8 * j:8 * j + 8]
+    a = ((acc[0] + acc[1]) + acc[2]) + acc[3]
+    total = a[..., 0:1]
+    for lane in range(1, 8):
+        total = total + a[..., lane:lane + 1]
+    return fp32_div(total, float(D))
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, rounding: str = "once") -> torch.Tensor:
+    """bf16/fp16 -> same dtype, round = RNE to x's dtype, r = 1 / sqrt(ms + eps) (IEEE sqrt and division).
+    rounding "once" (F.rms_norm): ms = mean_square_lanes8, y = round((xf * r) * weight) -- fp32 compute, one
+    rounding. "per_op" (HF-transformers RMSNorm): ms = mean_square (the halving tree), y = round(xf * r), then
+    y = round(y * weight)."""
+    validate.check_norm_rope_rounding(rounding)
     xf = x.float()
-    r = fp32_div(1.0, fp32_sqrt(mean_square(xf) + _f32(eps, xf)))
+    ms = mean_square_lanes8(xf) if rounding == "once" else mean_square(xf)
+    r = fp32_div(1.0, fp32_sqrt(ms + _f32(eps, xf)))
+    if rounding == "once":
+        return ((xf * r) * weight.float()).to(x.dtype)
     y = (xf * r).to(x.dtype)
     return (y.float() * weight.float()).to(x.dtype)
 
 
-def rope(y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope_dim: int) -> torch.Tensor:
-    """Rotate-half RoPE on the first rope_dim channels of y [B, S, H, D] (bf16 or fp16), cos/sin [>= S, rope_dim]
-    in y's dtype, row = position: out = round(round(y*cos) + round(rotate_half(y)*sin)), rotate_half(y) =
-    cat(-y2, y1), round = RNE to y's dtype; later channels pass."""
+def rope(y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope_dim: int, rounding: str = "once") -> torch.Tensor:
+    """Rotate-half RoPE on the first rope_dim channels of y [B, S, H, D] (bf16 or fp16), cos/sin [>= S, rope_dim],
+    row = position; rotate_half(y) = cat(-y2, y1), round = RNE to y's dtype; later channels pass.
+    rounding "once" (the seed's / diffusers' fp32 RoPE): cos/sin fp32 or y's dtype (upcast exactly),
+    out = round(y*cos + rotate_half(y)*sin) computed in fp32. "per_op" (HF apply_rotary_pos_emb): cos/sin in y's
+    dtype, out = round(round(y*cos) + round(rotate_half(y)*sin))."""
+    validate.check_norm_rope_rounding(rounding)
     S, half = y.shape[1], rope_dim // 2
     yr = y[..., :rope_dim].float()
     rot = torch.cat([-yr[..., half:], yr[..., :half]], dim=-1)
     c = cos[:S].float()[None, :, None, :]
     s = sin[:S].float()[None, :, None, :]
-    a = (yr * c).to(y.dtype).float()
-    b = (rot * s).to(y.dtype).float()
-    out = (a + b).to(y.dtype)
+    if rounding == "once":
+        out = (yr * c + rot * s).to(y.dtype)
+    else:
+        a = (yr * c).to(y.dtype).float()
+        b = (rot * s).to(y.dtype).float()
+        out = (a + b).to(y.dtype)
     return torch.cat([out, y[..., rope_dim:]], dim=-1) if rope_dim < y.shape[-1] else out
 
 
 def norm_rope(x: torch.Tensor, weight: torch.Tensor | None, eps: float, cos: torch.Tensor | None,
-              sin: torch.Tensor | None, rope_dim: int | None) -> torch.Tensor:
-    """The optional fused pre-quantization step for Q or K [B, S, H, D]: RMSNorm (if weight) then RoPE (if cos)."""
+              sin: torch.Tensor | None, rope_dim: int | None, rounding: str = "once") -> torch.Tensor:
+    """The optional fused pre-quantization step for Q or K [B, S, H, D]: RMSNorm (if weight) then RoPE (if cos),
+    both in the `rounding` convention ("once" or "per_op", see rms_norm and rope)."""
     if weight is not None:
-        x = rms_norm(x, weight, eps)
+        x = rms_norm(x, weight, eps, rounding)
     if cos is not None:
-        x = rope(x, cos, sin, rope_dim if rope_dim is not None else cos.shape[1])
+        x = rope(x, cos, sin, rope_dim if rope_dim is not None else cos.shape[1], rounding)
     return x
 
 
 # ------------------------------------------------------------------------------------------------------- prepare
 def sage_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
                  k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, smooth_v=False,
-                 pv_dtype="fp8") -> SagePrepared:
+                 pv_dtype="fp8", norm_rope_rounding="once") -> SagePrepared:
     """q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (bf16 or fp16; layout="HND": [B, H, S, D]) -> SagePrepared
     (docs/numerics.md §Prepare). smooth_v: V minus its per-channel mean before fp8 (v_mean kept); pv_dtype "fp16":
-    v_t is V in fp16 (no scale: v_scale zeros)."""
+    v_t is V in fp16 (no scale: v_scale zeros). norm_rope_rounding: the convention of the optional RMSNorm/RoPE
+    ("once": F.rms_norm then fp32 RoPE; "per_op": the HF-transformers chain; see norm_rope)."""
     chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
                                       q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
-                                      sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype)
+                                      sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype,
+                                      norm_rope_rounding=norm_rope_rounding)
     sh = chk.shapes
-    qn = norm_rope(chk.q, q_norm_weight, eps, cos, sin, chk.rope_dim)
-    kn = norm_rope(chk.k, k_norm_weight, eps, cos, sin, chk.rope_dim)
+    qn = norm_rope(chk.q, q_norm_weight, eps, cos, sin, chk.rope_dim, norm_rope_rounding)
+    kn = norm_rope(chk.k, k_norm_weight, eps, cos, sin, chk.rope_dim, norm_rope_rounding)
     q_int8, q_scale = quantize_q(qn, chk.softmax_scale)
     if smooth_k:
         k_mean = k_channel_mean(kn)
@@ -349,12 +389,12 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
 
 def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
                    k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, return_lse=False,
-                   is_causal=False, block_mask=None, smooth_v=False, pv_dtype="fp8"):
+                   is_causal=False, block_mask=None, smooth_v=False, pv_dtype="fp8", norm_rope_rounding="once"):
     """sage_prepare then sage_attention_model: out in q's dtype and layout (and fp32 LSE [B, H_q, S_q])."""
     validate.check_flag("return_lse", return_lse)
     prepared = sage_prepare(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
                             k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin, rope_dim=rope_dim,
-                            smooth_v=smooth_v, pv_dtype=pv_dtype)
+                            smooth_v=smooth_v, pv_dtype=pv_dtype, norm_rope_rounding=norm_rope_rounding)
     res = sage_attention_model(prepared, return_lse=return_lse, is_causal=is_causal, block_mask=block_mask)
     if return_lse:
         return to_layout(res[0], layout), res[1]

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import torch
 
+from .abi import PREPARE_ROUNDINGS as NORM_ROPE_ROUNDINGS  # the manifest's rounding column
 from .backends import BACKENDS  # the one list; backend modules load lazily, so this stays light
 from .prepared import (HEAD_DIM, HEAD_DIM_STEP, INPUT_DTYPES, PAD, PV_DTYPES, SCALE_BLOCK, SagePrepared, d_pad,
                        expected_shapes, s_pad)
@@ -37,6 +38,7 @@ class Checked(NamedTuple):
     v: torch.Tensor
     softmax_scale: float
     rope_dim: int | None  # None when RoPE is off
+    norm_rope_rounding: str = "once"  # the norm/RoPE convention (docs/numerics.md §Optional RMSNorm + RoPE)
 
 
 def _tensor(name: str, t, dtype) -> torch.Tensor:
@@ -159,11 +161,25 @@ def check_eps(eps) -> float:
     return float(eps)
 
 
+def check_norm_rope_rounding(norm_rope_rounding) -> str:
+    """norm_rope_rounding is "once" (F.rms_norm, then RoPE in fp32: one rounding each) or "per_op" (the
+    HF-transformers chain, every op rounded to the input dtype)."""
+    if not isinstance(norm_rope_rounding, str):
+        raise TypeError(f"norm_rope_rounding: expected one of {NORM_ROPE_ROUNDINGS}, got "
+                        f"{type(norm_rope_rounding).__name__}")
+    if norm_rope_rounding not in NORM_ROPE_ROUNDINGS:
+        raise ValueError(f"norm_rope_rounding: expected one of {NORM_ROPE_ROUNDINGS}, got {norm_rope_rounding!r}")
+    return norm_rope_rounding
+
+
 def check_norm_rope(q_norm_weight, k_norm_weight, cos, sin, rope_dim, shapes: Shapes,
-                    device: torch.device) -> int | None:
+                    device: torch.device, norm_rope_rounding: str = "once") -> int | None:
     """Norm weights: None or contiguous [D] in the dtype of q. cos/sin: both None or both contiguous
-    [max(S_q, S_kv), rope_dim] in the dtype of q (row i = position i, for Q and K alike). rope_dim: None (taken
-    from cos) or one of 32, 64, 96, 128, at most D, matching cos. Returns rope_dim or None."""
+    [max(S_q, S_kv), rope_dim] (row i = position i, for Q and K alike), in fp32 or the dtype of q with
+    norm_rope_rounding "once" (a table in q's dtype is upcast exactly), in the dtype of q with "per_op" (the HF
+    chain multiplies by tables rounded to the input dtype). rope_dim: None (taken from cos) or one of 32, 64, 96,
+    128, at most D, matching cos. Returns rope_dim or None."""
+    check_norm_rope_rounding(norm_rope_rounding)
     D, dtype, S = shapes.D, shapes.dtype, max(shapes.S_q, shapes.S_kv)
     for name, w in (("q_norm_weight", q_norm_weight), ("k_norm_weight", k_norm_weight)):
         if w is None:
@@ -186,8 +202,13 @@ def check_norm_rope(q_norm_weight, k_norm_weight, cos, sin, rope_dim, shapes: Sh
     if cos is None or sin is None:
         missing, given = ("cos", "sin") if cos is None else ("sin", "cos")
         raise ValueError(f"{missing}: expected a [S, rope_dim] tensor because {given} is given (RoPE needs both)")
+    table_dtypes = (torch.float32, dtype) if norm_rope_rounding == "once" else dtype
     for name, t in (("cos", cos), ("sin", sin)):
-        _tensor(name, t, dtype)
+        if norm_rope_rounding == "per_op" and isinstance(t, torch.Tensor) and t.dtype != dtype:
+            raise TypeError(f"{name}: expected dtype {dtype} with norm_rope_rounding=\"per_op\" (the HF chain "
+                            f"rounds every product to the input dtype; pass {name}.to({dtype}) or use "
+                            f"norm_rope_rounding=\"once\", which takes fp32 tables), got {t.dtype}")
+        _tensor(name, t, table_dtypes)
         if t.dim() != 2:
             raise ValueError(f"{name}: expected shape [S, rope_dim] = [{S}, rope_dim], got {tuple(t.shape)}")
     if rope_dim is None:
@@ -220,15 +241,15 @@ def check_pv(pv_dtype, smooth_v) -> str:
 
 def check_prepare_args(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
                        k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, smooth_v=False,
-                       pv_dtype="fp8") -> Checked:
+                       pv_dtype="fp8", norm_rope_rounding="once") -> Checked:
     """Everything sage_prepare / sage_attention take, checked in one go."""
     shapes, qn, kn, vn = check_qkv(q, k, v, layout)
     scale = check_softmax_scale(softmax_scale, shapes.D)
     check_flag("smooth_k", smooth_k)
     check_pv(pv_dtype, smooth_v)
     check_eps(eps)
-    rd = check_norm_rope(q_norm_weight, k_norm_weight, cos, sin, rope_dim, shapes, q.device)
-    return Checked(shapes, qn, kn, vn, scale, rd)
+    rd = check_norm_rope(q_norm_weight, k_norm_weight, cos, sin, rope_dim, shapes, q.device, norm_rope_rounding)
+    return Checked(shapes, qn, kn, vn, scale, rd, norm_rope_rounding)
 
 
 def _seq_field(name: str, value) -> int:

@@ -93,7 +93,8 @@ def check(q, k, v, softmax_scale=None, *, smooth_k=False, eps=1e-6, layout="NHD"
     k_nhd = k if layout == "NHD" else k.transpose(1, 2)
     S = k_nhd.shape[1]
     kk = reference.norm_rope(k_nhd, kw.get("k_norm_weight"), eps, kw.get("cos"), kw.get("sin"),
-                             None if kw.get("cos") is None else kw["cos"].shape[1])
+                             None if kw.get("cos") is None else kw["cos"].shape[1],
+                             kw.get("norm_rope_rounding", "once"))
     if smooth_k:
         kf = reference.pad_channels(kk.float(), out.k_mean.shape[-1])
         finite = torch.isfinite(ref.k_mean)
@@ -161,10 +162,12 @@ def test_norm_only(smooth_k):
     check(q, k, v, smooth_k=smooth_k, **_norm_rope(S, norm=True))
 
 
-@pytest.mark.parametrize("rope_dim,smooth_k,S", [(32, True, 33), (64, False, 100), (96, True, 64), (128, True, 130)])
-def test_norm_and_rope(rope_dim, smooth_k, S):
+@pytest.mark.parametrize("rope_dim,smooth_k,S,rounding", [(32, True, 33, "once"), (64, False, 100, "per_op"),
+                                                    (96, True, 64, "per_op"), (128, True, 130, "once")])
+def test_norm_and_rope(rope_dim, smooth_k, S, rounding):
+    """Both norm_rope_rounding conventions, with smooth_k's K sums over the normed/roped rows (stats kernel)."""
     q, k, v = _qkv(1, S, 2, seed=3 * rope_dim + S, scale=(2.0, 1.0, 1.0), offset=(0.0, 0.7, 0.0))
-    check(q, k, v, smooth_k=smooth_k, eps=1e-5, **_norm_rope(S, rope_dim, norm=True))
+    check(q, k, v, smooth_k=smooth_k, eps=1e-5, norm_rope_rounding=rounding, **_norm_rope(S, rope_dim, norm=True))
 
 
 def test_rope_dim_given_explicitly_and_one_sided_norm():
@@ -335,7 +338,8 @@ def test_bad_arguments_fail_before_any_kernel(bad, exc, match, monkeypatch):
 
 
 def test_kernel_sequence_and_geometry(monkeypatch):
-    """stats (V only without smooth_k), reduce, quant; the RoPE variant symbol follows rope_dim."""
+    """stats (V only without smooth_k), reduce, quant; the RoPE variant symbol follows rope_dim, the _once suffix the
+    default norm_rope_rounding."""
     calls = []
     real = prepare_mod.launch
     monkeypatch.setattr(prepare_mod, "launch",
@@ -348,15 +352,15 @@ def test_kernel_sequence_and_geometry(monkeypatch):
     q, k, v = _qkv(2, 40, 4, seed=15, D=48, dtype=torch.float16, S_kv=100, H_kv=2)  # quant x: 4*2 + 2*2*4 tiles
     run_prepare(q, k, v, backend="emu")
     assert calls == [
-        ("gfx1201_sage_prepare_stats_d128_bf16_rope96", (3, 3, 2), (32, 1, 1)),
+        ("gfx1201_sage_prepare_stats_d128_bf16_rope96_once", (3, 3, 2), (32, 1, 1)),
         ("gfx1201_sage_prepare_reduce", (1, 3, 2), (128, 1, 1)),
-        ("gfx1201_sage_prepare_quant_d128_bf16_rope96", (3 * 4 * 3, 2, 1), (32, 1, 1)),
-        ("gfx1201_sage_prepare_stats_d128_bf16", (3, 3, 4), (32, 1, 1)),
+        ("gfx1201_sage_prepare_quant_d128_bf16_rope96_once", (3 * 4 * 3, 2, 1), (32, 1, 1)),
+        ("gfx1201_sage_prepare_stats_d128_bf16_once", (3, 3, 4), (32, 1, 1)),
         ("gfx1201_sage_prepare_reduce", (1, 3, 2), (128, 1, 1)),
-        ("gfx1201_sage_prepare_quant_d128_bf16", (3 * 4 * 3, 2, 1), (32, 1, 1)),
-        ("gfx1201_sage_prepare_stats_d64_fp16", (4, 2, 2), (32, 1, 1)),
+        ("gfx1201_sage_prepare_quant_d128_bf16_once", (3 * 4 * 3, 2, 1), (32, 1, 1)),
+        ("gfx1201_sage_prepare_stats_d64_fp16_once", (4, 2, 2), (32, 1, 1)),
         ("gfx1201_sage_prepare_reduce", (1, 2, 2), (64, 1, 1)),
-        ("gfx1201_sage_prepare_quant_d64_fp16", (4 * 2 + 2 * 2 * 4, 2, 1), (32, 1, 1)),
+        ("gfx1201_sage_prepare_quant_d64_fp16_once", (4 * 2 + 2 * 2 * 4, 2, 1), (32, 1, 1)),
     ]
 
 
@@ -492,7 +496,8 @@ def test_every_prepare_symbol_keeps_denormals_and_has_no_scratch():
     v_cvt_f16_f32) and the kernel header promises no scratch: read from each shipped descriptor."""
     from sage_co import registry
     rows = [k for k in registry.kernels() if k.op.startswith("sage_prepare.")]
-    assert len(rows) == 1 + 2 * 2 * (5 + 3)  # reduce + stats/quant x dtype x (D_pad 128: 5 rope dims, 64: 3)
+    # reduce + stats/quant x dtype x rounding (once, per_op) x (D_pad 128: 5 rope dims, 64: 3)
+    assert len(rows) == 1 + 2 * 2 * 2 * (5 + 3)
     for k in rows:
         kern = registry.load(k.file, k.sha256).kernel(k.symbol)
         f = kern.descriptor.fields

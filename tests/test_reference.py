@@ -203,8 +203,8 @@ def test_non_finite_inputs():
 
 # -------------------------------------------------------------------------------------------- RMSNorm + RoPE
 def eager_norm_rope(x, weight, eps, cos, sin, rope_dim, mean_square):
-    """The unfused eager PyTorch sequence in x's dtype (bf16 or fp16; Qwen3-style), op for op, with the mean square
-    supplied."""
+    """The unfused eager PyTorch sequence in x's dtype (bf16 or fp16; Qwen3-style, norm_rope_rounding="per_op"), op for
+    op, with the mean square supplied."""
     if weight is not None:
         h = x.float()
         h = h * torch.rsqrt(mean_square(h) + eps)
@@ -225,11 +225,12 @@ def test_fused_norm_rope_equals_eager_bitwise(norm, rope_dim):
     x[0, 3, 1] = 0  # an all-zero row: ms = 0, r = 1/sqrt(eps)
     weight = randn(128, seed=6) if norm else None
     cos, sin = rope_tables(S, rope_dim) if rope_dim else (None, None)
-    fused = R.norm_rope(x, weight, 1e-6, cos, sin, rope_dim)
+    fused = R.norm_rope(x, weight, 1e-6, cos, sin, rope_dim, "per_op")
     eager = eager_norm_rope(x, weight, 1e-6, cos, sin, rope_dim, R.mean_square)
     assert fused.dtype == BF16 and torch.equal(fused.view(torch.int16), eager.view(torch.int16))
     if rope_dim and rope_dim < 128:
-        assert torch.equal(fused[..., rope_dim:], (R.rms_norm(x, weight, 1e-6) if norm else x)[..., rope_dim:])
+        assert torch.equal(fused[..., rope_dim:],
+                           (R.rms_norm(x, weight, 1e-6, "per_op") if norm else x)[..., rope_dim:])
 
 
 @pytest.mark.parametrize("D,rope_dim", [(128, 128), (128, 64), (96, 96), (80, 32), (64, 64), (48, 32)])
@@ -241,7 +242,7 @@ def test_fused_norm_rope_equals_eager_fp16_bitwise(D, rope_dim):
     x[0, 3, 1] = 0
     weight = (1 + 0.1 * torch.randn(D, generator=torch.Generator().manual_seed(1))).half()
     cos, sin = (t.half() for t in rope_tables(S, rope_dim))
-    fused = R.norm_rope(x, weight, 1e-6, cos, sin, rope_dim)
+    fused = R.norm_rope(x, weight, 1e-6, cos, sin, rope_dim, "per_op")
     eager = eager_norm_rope(x, weight, 1e-6, cos, sin, rope_dim, R.mean_square)
     assert fused.dtype == torch.float16 and torch.equal(fused.view(torch.int16), eager.view(torch.int16))
     # the tree over D_pad with zero channels is the tree-free mean to within a few ulp
@@ -282,7 +283,8 @@ def test_norm_rope_inside_prepare():
     q, k, v = qkv(1, S, 2, seed=9)
     wq, wk = randn(128, seed=10), randn(128, seed=11)
     cos, sin = rope_tables(S, 64)
-    p = R.sage_prepare(q, k, v, q_norm_weight=wq, k_norm_weight=wk, cos=cos, sin=sin, smooth_k=True)
+    p = R.sage_prepare(q, k, v, q_norm_weight=wq, k_norm_weight=wk, cos=cos, sin=sin, smooth_k=True,
+                       norm_rope_rounding="per_op")
     qn = eager_norm_rope(q, wq, 1e-6, cos, sin, 64, R.mean_square)
     kn = eager_norm_rope(k, wk, 1e-6, cos, sin, 64, R.mean_square)
     ref = R.sage_prepare(qn, kn, v, smooth_k=True)
@@ -436,7 +438,10 @@ def bad_args():
         (dict(cos=cos, sin=sin[:, :32].contiguous()), ValueError, r"^sin: expected shape \[S, rope_dim\]"),
         (dict(cos=cos[:, :48].contiguous(), sin=sin[:, :48].contiguous()), ValueError,
          r"^cos: expected shape \[40, rope_dim\] with rope_dim in"),
-        (dict(cos=cos.float(), sin=sin), TypeError, r"^cos: expected dtype torch.bfloat16"),
+        (dict(cos=cos.float(), sin=sin, norm_rope_rounding="per_op"), TypeError,
+         r"^cos: expected dtype torch.bfloat16 with norm_rope_rounding=\"per_op\""),
+        (dict(cos=cos.double(), sin=sin), TypeError, r"^cos: expected dtype torch.float32 or torch.bfloat16"),
+        (dict(norm_rope_rounding="fp32"), ValueError, r"^norm_rope_rounding: expected one of"),
         (dict(cos=cos.t().contiguous().t(), sin=sin), ValueError, r"^cos: expected a contiguous"),
     ], (q, k, v)
 

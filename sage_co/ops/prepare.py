@@ -8,7 +8,8 @@ Three kernels of asm_src/gfx1201_sage_prepare.hip run in order (its header comme
   reduce  grid (1, H_kv, B), D_pad threads (one per channel): folds the partials in chunk order into v_scale,
           1/v_scale (448 / amax, a workspace for quant), k_mean and v_mean.
   quant   grid (H_q * S_q_pad/32 + 2 * H_kv * S_kv_pad/32, B, 1), one wave32 per 32-token tile of Q, K or V.
-stats and quant ship one symbol per (head_dim = D_pad, in_dtype, rope_dim), selected by those manifest keys.
+stats and quant ship one symbol per (head_dim = D_pad, in_dtype, rope_dim, rounding), selected by those manifest
+keys; rounding = norm_rope_rounding ("once" reads fp32 cos/sin tables: one in the input dtype is upcast here, exactly).
 The inputs are read in place: each kernel gets a flat view of the tensor's memory and its element strides, so an
 HND view of NHD memory (or any other strided view) costs no copy. Only a view the 16-byte vector loads cannot
 address (data not 16-byte aligned, or a stride that is not a multiple of 8 elements) is copied first.
@@ -78,7 +79,7 @@ def flat_view(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
 
 def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
                 k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, smooth_v=False, pv_dtype="fp8",
-                backend: str | None = None) -> SagePrepared:
+                norm_rope_rounding="once", backend: str | None = None) -> SagePrepared:
     """The prepare stage on the shipped gfx1201 kernels; same arguments and result as sage_co.reference.sage_prepare.
 
     smooth_v: V's per-channel mean (v_mean) is subtracted before fp8 (stats also takes V's sums, max and min);
@@ -87,18 +88,21 @@ def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_
     any kernel runs; outputs are fresh tensors on q's device, padded rows/columns/channels zero."""
     chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
                                       q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
-                                      sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype)
+                                      sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype,
+                                      norm_rope_rounding=norm_rope_rounding)
     pv16 = pv_dtype == "fp16"
     backend = resolve_backend(q, backend)
     sh = chk.shapes
     B, H_q, H_kv, D = sh.B, sh.H_q, sh.H_kv, sh.D
     Sq, Skv, Dp = s_pad(sh.S_q), s_pad(sh.S_kv), d_pad(D)
     check_launch_limits(sh)
-    keys = dict(head_dim=Dp, in_dtype=DTYPE_KEYS[sh.dtype], rope_dim=chk.rope_dim or 0)
+    keys = dict(head_dim=Dp, in_dtype=DTYPE_KEYS[sh.dtype], rope_dim=chk.rope_dim or 0, rounding=norm_rope_rounding)
     stats_sym, quant_sym = kernel_symbol("sage_prepare.stats", **keys), kernel_symbol("sage_prepare.quant", **keys)
     reduce_sym = kernel_symbol("sage_prepare.reduce")
     dev = q.device
     (qf, qs), (kf, ks), (vf, vs) = flat_view(chk.q), flat_view(chk.k), flat_view(chk.v)
+    if norm_rope_rounding == "once" and cos is not None:   # the once kernels read fp32 tables
+        cos, sin = cos.float(), sin.float()
     cos, sin, q_norm_weight, k_norm_weight = map(_aligned, (cos, sin, q_norm_weight, k_norm_weight))
     placeholder = torch.zeros(ALIGN, dtype=torch.uint8, device=dev)  # for pointers a kernel never dereferences
 

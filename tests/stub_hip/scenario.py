@@ -85,9 +85,11 @@ def run_ops(backend: str):
             q, k, v = inputs(D=D, dtype=dtype)
             prepared = run_prepare(q, k, v, smooth_k=False, backend=backend)
             run_prepare(q, k, v, smooth_k=True, backend=backend)
-            for rd in rope_dims:
-                if rd:
-                    run_prepare(q, k, v, smooth_k=True, backend=backend, **norm_rope(q.shape[1], rd, D, dtype))
+            for rd in rope_dims:   # both norm_rope_rounding conventions (the _once symbols and the per_op ones)
+                nr = norm_rope(q.shape[1], rd, D, dtype) if rd else {"q_norm_weight": q[0, 0, 0].contiguous()}
+                for rounding in ("once", "per_op"):
+                    if rd or rounding == "per_op":   # rope 0 once: the plain runs above
+                        run_prepare(q, k, v, smooth_k=True, backend=backend, norm_rope_rounding=rounding, **nr)
             smooth_v = run_prepare(q, k, v, smooth_v=True, backend=backend)       # issue 19: V statistics
             pv16 = run_prepare(q, k, v, pv_dtype="fp16", backend=backend)        # and the fp16 V^T path
             for variant in variants:
