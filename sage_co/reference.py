@@ -17,6 +17,10 @@ LOG2E = 1.4426950408889634  # log2(e) as the nearest double (M_LOG2E)
 LN2 = 0.6931471805599453  # ln(2) as the nearest double (M_LN2)
 INT8_MAX = 127.0
 FP8_MAX = 448.0  # OCP e4m3fn largest finite (docs/rdna4.md §FP8: 0x7E)
+# The P offset (docs/numerics.md §Attention arithmetic model): exp2's argument is s - (m_use - P_OFF), at most 8 for
+# every m (so p <= 2^8 <= FP8_MAX, P needs no multiply before its fp8 convert); any value below 8 keeps that bound
+# and the closer to 8 the more of the fp8 range P uses: 8 - 2^-7 (exact in fp32).
+P_OFF = 8.0 - 2.0 ** -7
 FP8_NAN = 0x7F  # the one NaN encoding the spec produces (docs/numerics.md §Non-finite)
 KEY_TILE = 64  # keys per online-softmax step in the HIP kernel
 # The attention output saturates at the output dtype's largest finite value (docs/numerics.md §Finite range):
@@ -271,13 +275,15 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
       qk_scale = q_scale[blk(i)] * k_scale[g, blk(j)];  s = float32(s_int32) * qk_scale;  s = -inf for j >= S_kv
       and for masked pairs (docs/numerics.md §Masks: is_causal row i sees j <= i + S_kv - S_q; block_mask tiles)
       m_new = max(m_old, max_t s);  alpha = exp2(m_old - m_new) (0 when m_old = -inf);
-      p = exp2(s - m_use), m_use = m_new (0 while m_new = -inf: a row that saw no key keeps p = 0, l = 0)
-      l = l * alpha + rowsum(p);  p8 = fp8(p * 448);  O = O * alpha + p8 @ float32(v_fp8[g])
-      out[i, d] = round_sat((O[i, d] * inv) * v_scale[g, d] [+ v_mean[g, d]]),  inv = 1 / (448 * l) (0 when
+      t = m_use - P_OFF, m_use = m_new (0 while m_new = -inf: a row that saw no key keeps p = 0, l = 0);
+      p = exp2(s - t) (P_OFF = 8 - 2^-7 folds the fp8 range into the exponent: p <= 2^8 for every m)
+      l = l * alpha + rowsum(p);  p8 = fp8(p);  O = O * alpha + p8 @ float32(v_fp8[g])
+      out[i, d] = round_sat((O[i, d] * inv) * v_scale[g, d] [+ v_mean[g, d]]),  inv = 1 / l (0 when
       l = 0), d < head_dim, v_mean added (smooth_v) only where l > 0, round_sat = RNE to out_dtype saturating at
       +-its largest finite value (round_saturating)
     pv_dtype "fp16" (v_t float16): p16 = fp16(p) (RNE), O = O * alpha + p16 @ float32(v_t[g]),
-      out = round_sat(O * inv), inv = 1 / l (0 when l = 0) -- no 448, no v_scale
+      out = round_sat(O * inv), inv = 1 / l (0 when l = 0) -- no v_scale
+    lse = (m + (log2(l) - P_OFF)) * ln2 [+ the smooth_k term]
     Returns out [B, S_q, H_q, head_dim] (NHD) in out_dtype, and with return_lse also lse fp32 [B, H_q, S_q]
     (natural log, smooth_k-corrected)."""
     if isinstance(key_tile, bool) or not isinstance(key_tile, int) or key_tile < 1:
@@ -303,7 +309,7 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
     q_scale = prepared.q_scale.repeat_interleave(SCALE_BLOCK, dim=-1)[..., :S, None]  # [B, H, S_q, 1]
     k_scale = k_scale_g.repeat_interleave(SCALE_BLOCK, dim=-1)  # [B, H, S_kv_pad]
     neg_inf = torch.tensor(-math.inf, dtype=torch.float32, device=dev)
-    c448 = _f32(FP8_MAX, qi)
+    p_off = _f32(P_OFF, qi)
 
     m = torch.full((B, H, S, 1), -math.inf, dtype=torch.float32, device=dev)
     l = torch.zeros(B, H, S, 1, dtype=torch.float32, device=dev)
@@ -319,17 +325,16 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
         alpha = torch.where(m == -math.inf, torch.zeros_like(m), torch.exp2(m - m_new))
         m_use = torch.where(m_new == -math.inf, torch.zeros_like(m_new), m_new)
-        p = torch.exp2(s - m_use)
+        p = torch.exp2(s - (m_use - p_off))
         l = l * alpha + p.sum(dim=-1, keepdim=True)
-        pq = p.to(torch.float16).float() if pv16 else to_fp8(p * c448).float()
+        pq = p.to(torch.float16).float() if pv16 else to_fp8(p).float()
         O = O * alpha + pq @ v_t[:, :, :, j0:j1].float().transpose(-1, -2)
         m = m_new
 
+    inv = torch.where(l == 0, torch.zeros_like(l), fp32_div(1.0, l))  # l carries 2^P_OFF as O does
     if pv16:
-        inv = torch.where(l == 0, torch.zeros_like(l), fp32_div(1.0, l))
         x = O * inv
     else:
-        inv = torch.where(l == 0, torch.zeros_like(l), fp32_div(1.0, l * c448))
         x = (O * inv) * v_scale[:, :, None, :]
         if prepared.v_mean is not None:  # smooth_v: the mean comes back (exact: a row's weights sum to 1)
             x = x + torch.where(l == 0, torch.zeros_like(l), prepared.v_mean[:, g][:, :, None, :])
@@ -338,7 +343,7 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
     if not return_lse:
         return out
     ln2 = _f32(LN2, l)
-    lse = (m + torch.log2(l)) * ln2
+    lse = (m + (torch.log2(l) - p_off)) * ln2
     # smooth_k: the kernel's logits lost q . k_mean; q_int8 * q_scale carries softmax_scale * log2(e), so the
     # natural-log correction is ln(2) * sum_d q_f[d] * k_mean[d]. Zero when k_mean is zero (smooth_k off).
     q_f = qi * q_scale

@@ -23,7 +23,9 @@ F32_BYTES = 4
 OUT_BYTES = 2                  # bf16 / fp16 output elements
 
 # numerics constants (bit patterns)
-F32_448 = "0x43e00000"                    # fp8 e4m3 max: p8 = fp8(p * 448)
+# P_OFF = 8 - 2^-7: p = exp2(s - (m - P_OFF)) carries the fp8 range (p <= 2^8 for every m: docs/numerics.md
+# §Attention arithmetic model "P offset"), so P converts to fp8 without a multiply
+F32_P_OFF = "0x40ffc000"                  # float32 7.9921875
 MAGIC_INT = "0x4b400000"                  # float 1.5 * 2^23: int32 x + MAGIC_INT has float bits 1.5*2^23 + x
 F32_NEG_INF = "0xff800000"
 F32_LN2 = "0x3f317218"                    # float32(ln 2)

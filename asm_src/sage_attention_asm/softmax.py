@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from asmdsl import Asm, Op
 
-from .config import CHUNKS, F32_NEG_INF, PERMX16_SEL_HI, TILE_K, log2
+from .config import CHUNKS, F32_NEG_INF, F32_P_OFF, PERMX16_SEL_HI, TILE_K, log2
 from .stream import vadd, vcc_select_lines, vmax, vmul, vsub
 
 
@@ -45,17 +45,18 @@ class Softmax:
         return vcc_select_lines(f"v_cmp_neq_f32_e32 vcc_lo, {F32_NEG_INF}, {m_old}", self.alpha[0], 0, self.alpha[0])
 
     def guard_lines(self, m_new) -> list[str]:
-        """m_use = m_new, or 0 while m_new = -inf (a row with no visible key so far: p = exp2(-inf - 0) = 0, not
-    NaN), in m[2] and lim (two VOPD banks for the exp2 arguments)."""
+        """t = m_use - P_OFF with m_use = m_new, or 0 while m_new = -inf (a row with no visible key so far:
+    p = exp2(-inf - t) = 0, not NaN), in m[2] and lim (two VOPD banks for the exp2 arguments). P_OFF folds the
+    fp8 range into the exponent: p = exp2(s - t) <= 2^8 (docs/numerics.md §Attention arithmetic model)."""
         return vcc_select_lines(f"v_cmp_neq_f32_e32 vcc_lo, {F32_NEG_INF}, {m_new}", self.m[2], 0, m_new) + \
-            [f"v_mov_b32 {self.lim}, {self.m[2]}"]
+            [f"v_subrev_f32_e32 {self.m[2]}, {F32_P_OFF}, {self.m[2]}", f"v_mov_b32 {self.lim}, {self.m[2]}"]
 
     def exp_ops(self, sacc, m_new) -> list[Op]:
-        """p = exp2(s - m_new); row sum l_tile = p0 + p1 + ... + p31 in register order (the HIP kernel's order),
-    p8 = fp8(p * 448) packed in VGPR order into the chunk's first two registers (the P^T B-fragment,
-    docs/rdna4.md §WMMA data flow). The chain alternates rs[1]/rs[0] so that each add pairs in one VOPD with the
-    *448 of p[j-2] (one even, one odd destination; vsrc1 banks j and j-2 differ)."""
-        mm = (self.lim, self.m[2])     # both m_use (guard_lines)
+        """p = exp2(s - t) (t = m_use - P_OFF: p carries the fp8 range); row sum l_tile = p0 + p1 + ... + p31 in
+    register order (the HIP kernel's order), p8 = fp8(p) packed in VGPR order into the chunk's first two registers
+    (the P^T B-fragment, docs/rdna4.md §WMMA data flow); pv fp16: p16 = fp16(p). The chain alternates rs[1]/rs[0]
+    (one even, one odd destination) so that its adds pair in VOPD with the exp arguments' subtractions."""
+        mm = (self.lim, self.m[2])     # both t (guard_lines)
         ops: list[Op] = []
 
         def sub(j):
@@ -71,12 +72,10 @@ class Softmax:
                 return vadd(R[1], sacc[0], sacc[1])
             return vadd(R[j % 2], R[(j - 1) % 2], sacc[j])
 
-        def scale(j):
-            if self.PV16:       # p16 = fp16(p) in the low half, RNE (VOP3 form: the VOP1 one reaches v0-v127 only)
-                return Op.raw(f"v_cvt_f16_f32_e64 {sacc[j]}, {sacc[j]}", [sacc[j]], [sacc[j]])
-            return vmul(sacc[j], self.s_448, sacc[j])
+        def scale(j):           # p16 = fp16(p) in the low half, RNE (VOP3 form: the VOP1 one reaches v0-v127 only)
+            return [Op.raw(f"v_cvt_f16_f32_e64 {sacc[j]}, {sacc[j]}", [sacc[j]], [sacc[j]])] if self.PV16 else []
 
-        def packs_after(j):     # pack as soon as the *448 (fp16: the convert) of p_j is issued
+        def packs_after(j):     # pack as soon as p_j (fp16: its convert) is issued
             out = []
             c, e = divmod(j, 8)
             if self.PV16:       # halves p_{j-1}, p_j -> VGPR 8c + e//2: the f16 B-fragment of chunk c in 4 VGPRs
@@ -105,14 +104,14 @@ class Softmax:
             if j >= 1:
                 ops.append(chain(j))
                 if j >= 2:
-                    ops.append(scale(j - 2))
+                    ops += scale(j - 2)
                     ops += packs_after(j - 2)
         for j in range(32 - LAG, 32):
             ops.append(chain(j))
-            ops.append(scale(j - 2))
+            ops += scale(j - 2)
             ops += packs_after(j - 2)
         for j in (30, 31):
-            ops.append(scale(j))
+            ops += scale(j)
             ops += packs_after(j)
         return ops
 
