@@ -526,39 +526,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[174:175], v[120:127] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v13, s71, v11 :: v_dual_subrev_f32 v96, s69, v96
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v97, s69, v97
-        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
-        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
-        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
-        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
-        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
-        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
-        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
-        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
-        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
-        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
-        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
-        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
-        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
-        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
-        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
-        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
-        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
-        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
-        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
-        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
-        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
-        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
-        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
-        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
-        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
-        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
-        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
-        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
-        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
-        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
-        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
+        v_mul_f32 v13, s71, v11
+        v_mov_b32 v14, v13
         s_wait_loadcnt 0
         ds_store_b128 v7, v[176:179] offset:8192
         ds_store_b128 v7, v[180:183] offset:10240
@@ -735,6 +704,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
@@ -746,152 +717,314 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
-        v_exp_f32_e32 v96, v96
+        v_fma_f32 v29, s69, v13, v18
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_one_fma_0
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_bf16_one_fma_0_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_one_fma_0_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_bf16_one_fma_0:
+        v_fma_f32 v96, v96, v14, -v29
+        v_fma_f32 v97, v97, v14, -v29
+        v_fma_f32 v98, v98, v14, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
-        v_exp_f32_e32 v97, v97
+        v_fma_f32 v99, v99, v14, -v29
+        v_exp_f32_e32 v96, v96
+        v_fma_f32 v100, v100, v14, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v14, -v29
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
-        v_exp_f32_e32 v99, v99
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
-        v_exp_f32_e32 v100, v100
+        v_fma_f32 v102, v102, v14, -v29
+        v_exp_f32_e32 v99, v99
+        v_fma_f32 v103, v103, v14, -v29
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
-        v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v14, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_wmma_i32_16x16x16_iu8 v[128:135], v[210:211], v[162:163], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v3 offset:10240
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v14, -v29
         v_cvt_pk_fp8_f32 v96, v96, v97
-        v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
         v_wmma_i32_16x16x16_iu8 v[136:143], v[214:215], v[162:163], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v3 offset:11264
-        v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v14, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_wmma_i32_16x16x16_iu8 v[144:151], v[218:219], v[162:163], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v4 offset:8192
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v14, -v29
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
-        v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
         v_wmma_i32_16x16x16_iu8 v[152:159], v[222:223], v[162:163], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v4 offset:9216
-        v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v18 :: v_dual_add_f32 v22, v23, v103
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v14, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[164:165], v[128:135] neg_lo:[1,1,0]
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v14, -v29
         v_cvt_pk_fp8_f32 v97, v100, v101
-        v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[164:165], v[136:143] neg_lo:[1,1,0]
-        v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
-        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v14, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[164:165], v[144:151] neg_lo:[1,1,0]
-        v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v14, -v29
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[164:165], v[152:159] neg_lo:[1,1,0]
-        v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v18 :: v_dual_add_f32 v22, v23, v107
-        v_cvt_pk_fp8_f32 v104, v104, v105
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v14, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[166:167], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:10240
-        v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v14, -v29
+        v_cvt_pk_fp8_f32 v104, v104, v105
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[166:167], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:11264
-        v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
-        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v14, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[166:167], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:16384
-        v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
-        v_exp_f32_e32 v113, v113
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v14, -v29
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[166:167], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:17408
-        v_dual_sub_f32 v117, v117, v18 :: v_dual_add_f32 v22, v23, v111
-        v_cvt_pk_fp8_f32 v105, v108, v109
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v14, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
+        v_exp_f32_e32 v113, v113
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[168:169], v[128:135] neg_lo:[1,1,0]
+        v_fma_f32 v117, v117, v14, -v29
+        v_cvt_pk_fp8_f32 v105, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
-        v_exp_f32_e32 v115, v115
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[168:169], v[136:143] neg_lo:[1,1,0]
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
-        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
-        v_exp_f32_e32 v116, v116
+        v_fma_f32 v118, v118, v14, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
+        v_exp_f32_e32 v115, v115
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[208:209], v[168:169], v[144:151] neg_lo:[1,1,0]
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
-        v_exp_f32_e32 v117, v117
+        v_fma_f32 v119, v119, v14, -v29
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
+        v_exp_f32_e32 v116, v116
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[212:213], v[168:169], v[152:159] neg_lo:[1,1,0]
-        v_dual_sub_f32 v121, v121, v18 :: v_dual_add_f32 v22, v23, v115
-        v_cvt_pk_fp8_f32 v112, v112, v113
-        v_exp_f32_e32 v118, v118
+        v_fma_f32 v120, v120, v14, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
+        v_exp_f32_e32 v117, v117
         v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[170:171], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:18432
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
-        v_exp_f32_e32 v119, v119
+        v_fma_f32 v121, v121, v14, -v29
+        v_cvt_pk_fp8_f32 v112, v112, v113
+        v_exp_f32_e32 v118, v118
         v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[170:171], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:19456
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
-        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
-        v_exp_f32_e32 v120, v120
+        v_fma_f32 v122, v122, v14, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
+        v_exp_f32_e32 v119, v119
         v_wmma_i32_16x16x16_iu8 v[144:151], v[210:211], v[170:171], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v5 offset:20480
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
-        v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v18 :: v_dual_add_f32 v22, v23, v119
+        v_fma_f32 v123, v123, v14, -v29
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
+        v_exp_f32_e32 v120, v120
         v_wmma_i32_16x16x16_iu8 v[152:159], v[214:215], v[170:171], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v5 offset:21504
-        v_cvt_pk_fp8_f32 v113, v116, v117
-        v_exp_f32_e32 v122, v122
+        v_fma_f32 v124, v124, v14, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
+        v_exp_f32_e32 v121, v121
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[216:217], v[172:173], v[128:135] neg_lo:[1,1,0]
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
-        v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_fma_f32 v125, v125, v14, -v29
+        v_cvt_pk_fp8_f32 v113, v116, v117
+        v_exp_f32_e32 v122, v122
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[220:221], v[172:173], v[136:143] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
-        v_exp_f32_e32 v124, v124
+        v_fma_f32 v126, v126, v14, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
+        v_exp_f32_e32 v123, v123
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[172:173], v[144:151] neg_lo:[1,1,0]
-        v_add_f32 v23, v22, v122
-        v_exp_f32_e32 v125, v125
-        v_add_f32 v22, v23, v123
+        v_fma_f32 v127, v127, v14, -v29
+        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        v_exp_f32_e32 v124, v124
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[172:173], v[152:159] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
+        v_exp_f32_e32 v125, v125
         v_cvt_pk_fp8_f32 v120, v120, v121
-        v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mov_b32 v20, v19
         v_wmma_i32_16x16x16_iu8 v[128:135], v[218:219], v[174:175], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v5 offset:22528
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v21, v21, v19
         v_wmma_i32_16x16x16_iu8 v[136:143], v[222:223], v[174:175], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v5 offset:23552
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_add_f32 v23, v22, v126
-        v_add_f32 v22, v23, v127
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
+        v_cvt_pk_fp8_f32 v121, v124, v125
         v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[174:175], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v6 offset:16384
-        v_cvt_pk_fp8_f32 v121, v124, v125
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_wmma_i32_16x16x16_iu8 v[152:159], v[230:231], v[174:175], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v6 offset:17408
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
@@ -935,94 +1068,63 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
 .Ld128_bf16_no_rescale_0:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 8
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[96:97], v[32:39]
-        v_dual_mul_f32 v13, s71, v11 :: v_dual_subrev_f32 v128, s69, v128
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[96:97], v[40:47]
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v129, s69, v129
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[96:97], v[48:55]
-        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[96:97], v[56:63]
-        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[104:105], v[32:39]
         ds_load_b128 v[232:235], v6 offset:18432
-        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
+        s_wait_loadcnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[104:105], v[40:47]
         ds_load_b128 v[236:239], v6 offset:19456
-        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[104:105], v[48:55]
         ds_load_b128 v[240:243], v6 offset:20480
-        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[104:105], v[56:63]
         ds_load_b128 v[244:247], v6 offset:21504
-        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[96:97], v[64:71]
-        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[96:97], v[72:79]
-        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[96:97], v[80:87]
-        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[96:97], v[88:95]
-        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[104:105], v[64:71]
         ds_load_b128 v[208:211], v6 offset:22528
-        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[104:105], v[72:79]
         ds_load_b128 v[212:215], v6 offset:23552
-        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[104:105], v[80:87]
-        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[104:105], v[88:95]
-        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
-        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
+        v_mul_f32 v13, s71, v11
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[112:113], v[32:39]
-        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[112:113], v[40:47]
-        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[112:113], v[48:55]
-        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[112:113], v[56:63]
-        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[120:121], v[32:39]
-        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[120:121], v[40:47]
-        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[120:121], v[48:55]
-        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[120:121], v[56:63]
-        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[112:113], v[64:71]
-        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[112:113], v[72:79]
-        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[112:113], v[80:87]
-        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_mov_b32 v14, v13
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[112:113], v[88:95]
-        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[120:121], v[64:71]
-        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[120:121], v[72:79]
-        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[120:121], v[80:87]
-        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[120:121], v[88:95]
-        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -1207,6 +1309,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
@@ -1218,152 +1322,314 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
-        v_exp_f32_e32 v128, v128
+        v_fma_f32 v29, s69, v13, v18
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_one_fma_1
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_bf16_one_fma_1_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_one_fma_1_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_bf16_one_fma_1:
+        v_fma_f32 v128, v128, v14, -v29
+        v_fma_f32 v129, v129, v14, -v29
+        v_fma_f32 v130, v130, v14, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
-        v_exp_f32_e32 v129, v129
+        v_fma_f32 v131, v131, v14, -v29
+        v_exp_f32_e32 v128, v128
+        v_fma_f32 v132, v132, v14, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v129, v129
+        v_fma_f32 v133, v133, v14, -v29
         v_exp_f32_e32 v130, v130
-        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
-        v_exp_f32_e32 v131, v131
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
-        v_exp_f32_e32 v132, v132
+        v_fma_f32 v134, v134, v14, -v29
+        v_exp_f32_e32 v131, v131
+        v_fma_f32 v135, v135, v14, -v29
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
-        v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
+        v_exp_f32_e32 v132, v132
+        v_fma_f32 v136, v136, v14, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
         v_wmma_i32_16x16x16_iu8 v[96:103], v[210:211], v[162:163], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v3 offset:2048
+        v_exp_f32_e32 v133, v133
+        v_fma_f32 v137, v137, v14, -v29
         v_cvt_pk_fp8_f32 v128, v128, v129
-        v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
         v_wmma_i32_16x16x16_iu8 v[104:111], v[214:215], v[162:163], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v3 offset:3072
-        v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
+        v_exp_f32_e32 v134, v134
+        v_fma_f32 v138, v138, v14, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
         v_wmma_i32_16x16x16_iu8 v[112:119], v[218:219], v[162:163], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v4 offset:0
+        v_exp_f32_e32 v135, v135
+        v_fma_f32 v139, v139, v14, -v29
         v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
-        v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
         v_wmma_i32_16x16x16_iu8 v[120:127], v[222:223], v[162:163], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v4 offset:1024
-        v_exp_f32_e32 v137, v137
-        v_dual_sub_f32 v141, v141, v18 :: v_dual_add_f32 v22, v23, v135
+        v_exp_f32_e32 v136, v136
+        v_fma_f32 v140, v140, v14, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[164:165], v[96:103] neg_lo:[1,1,0]
+        v_exp_f32_e32 v137, v137
+        v_fma_f32 v141, v141, v14, -v29
         v_cvt_pk_fp8_f32 v129, v132, v133
-        v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[164:165], v[104:111] neg_lo:[1,1,0]
-        v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
-        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
+        v_exp_f32_e32 v138, v138
+        v_fma_f32 v142, v142, v14, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[164:165], v[112:119] neg_lo:[1,1,0]
-        v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
+        v_exp_f32_e32 v139, v139
+        v_fma_f32 v143, v143, v14, -v29
+        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[164:165], v[120:127] neg_lo:[1,1,0]
-        v_exp_f32_e32 v141, v141
-        v_dual_sub_f32 v145, v145, v18 :: v_dual_add_f32 v22, v23, v139
-        v_cvt_pk_fp8_f32 v136, v136, v137
+        v_exp_f32_e32 v140, v140
+        v_fma_f32 v144, v144, v14, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[166:167], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:2048
-        v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
+        v_exp_f32_e32 v141, v141
+        v_fma_f32 v145, v145, v14, -v29
+        v_cvt_pk_fp8_f32 v136, v136, v137
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[166:167], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:3072
-        v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
-        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
+        v_exp_f32_e32 v142, v142
+        v_fma_f32 v146, v146, v14, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[166:167], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:24576
-        v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
-        v_exp_f32_e32 v145, v145
+        v_exp_f32_e32 v143, v143
+        v_fma_f32 v147, v147, v14, -v29
+        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[166:167], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:25600
-        v_dual_sub_f32 v149, v149, v18 :: v_dual_add_f32 v22, v23, v143
-        v_cvt_pk_fp8_f32 v137, v140, v141
+        v_exp_f32_e32 v144, v144
+        v_fma_f32 v148, v148, v14, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
+        v_exp_f32_e32 v145, v145
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[168:169], v[96:103] neg_lo:[1,1,0]
+        v_fma_f32 v149, v149, v14, -v29
+        v_cvt_pk_fp8_f32 v137, v140, v141
         v_exp_f32_e32 v146, v146
-        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
-        v_exp_f32_e32 v147, v147
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[168:169], v[104:111] neg_lo:[1,1,0]
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
-        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
-        v_exp_f32_e32 v148, v148
+        v_fma_f32 v150, v150, v14, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
+        v_exp_f32_e32 v147, v147
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[208:209], v[168:169], v[112:119] neg_lo:[1,1,0]
-        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
-        v_exp_f32_e32 v149, v149
+        v_fma_f32 v151, v151, v14, -v29
+        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
+        v_exp_f32_e32 v148, v148
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[212:213], v[168:169], v[120:127] neg_lo:[1,1,0]
-        v_dual_sub_f32 v153, v153, v18 :: v_dual_add_f32 v22, v23, v147
-        v_cvt_pk_fp8_f32 v144, v144, v145
-        v_exp_f32_e32 v150, v150
+        v_fma_f32 v152, v152, v14, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
+        v_exp_f32_e32 v149, v149
         v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[170:171], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:26624
-        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
-        v_exp_f32_e32 v151, v151
+        v_fma_f32 v153, v153, v14, -v29
+        v_cvt_pk_fp8_f32 v144, v144, v145
+        v_exp_f32_e32 v150, v150
         v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[170:171], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:27648
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
-        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
-        v_exp_f32_e32 v152, v152
+        v_fma_f32 v154, v154, v14, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
+        v_exp_f32_e32 v151, v151
         v_wmma_i32_16x16x16_iu8 v[112:119], v[210:211], v[170:171], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v5 offset:28672
-        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
-        v_exp_f32_e32 v153, v153
-        v_dual_sub_f32 v157, v157, v18 :: v_dual_add_f32 v22, v23, v151
+        v_fma_f32 v155, v155, v14, -v29
+        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
+        v_exp_f32_e32 v152, v152
         v_wmma_i32_16x16x16_iu8 v[120:127], v[214:215], v[170:171], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v5 offset:29696
-        v_cvt_pk_fp8_f32 v145, v148, v149
-        v_exp_f32_e32 v154, v154
+        v_fma_f32 v156, v156, v14, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
+        v_exp_f32_e32 v153, v153
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[216:217], v[172:173], v[96:103] neg_lo:[1,1,0]
-        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
-        v_exp_f32_e32 v155, v155
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
+        v_fma_f32 v157, v157, v14, -v29
+        v_cvt_pk_fp8_f32 v145, v148, v149
+        v_exp_f32_e32 v154, v154
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[220:221], v[172:173], v[104:111] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
-        v_exp_f32_e32 v156, v156
+        v_fma_f32 v158, v158, v14, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
+        v_exp_f32_e32 v155, v155
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[172:173], v[112:119] neg_lo:[1,1,0]
-        v_add_f32 v23, v22, v154
-        v_exp_f32_e32 v157, v157
-        v_add_f32 v22, v23, v155
+        v_fma_f32 v159, v159, v14, -v29
+        v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
+        v_exp_f32_e32 v156, v156
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[172:173], v[120:127] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
+        v_exp_f32_e32 v157, v157
         v_cvt_pk_fp8_f32 v152, v152, v153
-        v_exp_f32_e32 v158, v158
-        v_dual_add_f32 v23, v22, v156 :: v_dual_mov_b32 v20, v19
         v_wmma_i32_16x16x16_iu8 v[96:103], v[218:219], v[174:175], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v5 offset:30720
+        v_exp_f32_e32 v158, v158
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_exp_f32_e32 v159, v159
-        v_dual_add_f32 v22, v23, v157 :: v_dual_mul_f32 v21, v21, v19
         v_wmma_i32_16x16x16_iu8 v[104:111], v[222:223], v[174:175], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v5 offset:31744
         v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
-        v_add_f32 v23, v22, v158
-        v_add_f32 v22, v23, v159
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
+        v_cvt_pk_fp8_f32 v153, v156, v157
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v6 offset:24576
-        v_cvt_pk_fp8_f32 v153, v156, v157
         v_cvt_pk_fp8_f32 v153, v158, v159 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[174:175], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v6 offset:25600
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
@@ -1407,94 +1673,63 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
 .Ld128_bf16_no_rescale_1:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 8
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[128:129], v[32:39]
-        v_dual_mul_f32 v13, s71, v11 :: v_dual_subrev_f32 v96, s69, v96
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[128:129], v[40:47]
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v97, s69, v97
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[128:129], v[48:55]
-        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[128:129], v[56:63]
-        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[136:137], v[32:39]
         ds_load_b128 v[232:235], v6 offset:26624
-        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
+        s_wait_loadcnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[136:137], v[40:47]
         ds_load_b128 v[236:239], v6 offset:27648
-        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[136:137], v[48:55]
         ds_load_b128 v[240:243], v6 offset:28672
-        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[136:137], v[56:63]
         ds_load_b128 v[244:247], v6 offset:29696
-        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[128:129], v[64:71]
-        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[128:129], v[72:79]
-        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[128:129], v[80:87]
-        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[128:129], v[88:95]
-        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[136:137], v[64:71]
         ds_load_b128 v[208:211], v6 offset:30720
-        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[136:137], v[72:79]
         ds_load_b128 v[212:215], v6 offset:31744
-        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[136:137], v[80:87]
-        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[136:137], v[88:95]
-        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
-        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
+        v_mul_f32 v13, s71, v11
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[144:145], v[32:39]
-        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[144:145], v[40:47]
-        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[144:145], v[48:55]
-        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[144:145], v[56:63]
-        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[152:153], v[32:39]
-        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[152:153], v[40:47]
-        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[152:153], v[48:55]
-        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[152:153], v[56:63]
-        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[144:145], v[64:71]
-        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[144:145], v[72:79]
-        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[144:145], v[80:87]
-        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_mov_b32 v14, v13
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[144:145], v[88:95]
-        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[152:153], v[64:71]
-        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[152:153], v[72:79]
-        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[152:153], v[80:87]
-        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[152:153], v[88:95]
-        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -1653,6 +1888,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
@@ -1664,90 +1901,252 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_fma_f32 v29, s69, v13, v18
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_one_fma_0_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_bf16_one_fma_0_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_one_fma_0_last_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_bf16_one_fma_0_last:
+        v_fma_f32 v96, v96, v14, -v29
+        v_fma_f32 v97, v97, v14, -v29
+        v_fma_f32 v98, v98, v14, -v29
+        v_fma_f32 v99, v99, v14, -v29
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_fma_f32 v100, v100, v14, -v29
         v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v14, -v29
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v102, v102, v14, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        v_fma_f32 v103, v103, v14, -v29
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_fma_f32 v104, v104, v14, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_fma_f32 v105, v105, v14, -v29
         v_cvt_pk_fp8_f32 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_fma_f32 v106, v106, v14, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_fma_f32 v107, v107, v14, -v29
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_fma_f32 v108, v108, v14, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v18 :: v_dual_add_f32 v22, v23, v103
+        v_fma_f32 v109, v109, v14, -v29
         v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_fma_f32 v110, v110, v14, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
+        v_fma_f32 v111, v111, v14, -v29
         v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_fma_f32 v112, v112, v14, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v18 :: v_dual_add_f32 v22, v23, v107
+        v_fma_f32 v113, v113, v14, -v29
         v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_fma_f32 v114, v114, v14, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
+        v_fma_f32 v115, v115, v14, -v29
         v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_fma_f32 v116, v116, v14, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v18 :: v_dual_add_f32 v22, v23, v111
+        v_fma_f32 v117, v117, v14, -v29
         v_cvt_pk_fp8_f32 v105, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_fma_f32 v118, v118, v14, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
+        v_fma_f32 v119, v119, v14, -v29
         v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_fma_f32 v120, v120, v14, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v18 :: v_dual_add_f32 v22, v23, v115
+        v_fma_f32 v121, v121, v14, -v29
         v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_fma_f32 v122, v122, v14, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
+        v_fma_f32 v123, v123, v14, -v29
         v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_fma_f32 v124, v124, v14, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v18 :: v_dual_add_f32 v22, v23, v119
+        v_fma_f32 v125, v125, v14, -v29
         v_cvt_pk_fp8_f32 v113, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
+        v_fma_f32 v126, v126, v14, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_fma_f32 v127, v127, v14, -v29
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
         v_exp_f32_e32 v124, v124
-        v_add_f32 v23, v22, v122
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_exp_f32_e32 v125, v125
-        v_add_f32 v22, v23, v123
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v21, v21, v19
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_add_f32 v23, v22, v126
-        v_add_f32 v22, v23, v127
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
@@ -1983,6 +2382,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
@@ -1994,90 +2395,252 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
+        v_fma_f32 v29, s69, v13, v18
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_one_fma_1_last
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_bf16_one_fma_1_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_one_fma_1_last_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_bf16_one_fma_1_last:
+        v_fma_f32 v128, v128, v14, -v29
+        v_fma_f32 v129, v129, v14, -v29
+        v_fma_f32 v130, v130, v14, -v29
+        v_fma_f32 v131, v131, v14, -v29
         v_exp_f32_e32 v128, v128
-        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
+        v_fma_f32 v132, v132, v14, -v29
         v_exp_f32_e32 v129, v129
+        v_fma_f32 v133, v133, v14, -v29
         v_exp_f32_e32 v130, v130
-        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
+        v_fma_f32 v134, v134, v14, -v29
         v_exp_f32_e32 v131, v131
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
+        v_fma_f32 v135, v135, v14, -v29
         v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
+        v_fma_f32 v136, v136, v14, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
         v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
+        v_fma_f32 v137, v137, v14, -v29
         v_cvt_pk_fp8_f32 v128, v128, v129
         v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
+        v_fma_f32 v138, v138, v14, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
         v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
+        v_fma_f32 v139, v139, v14, -v29
         v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
         v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
+        v_fma_f32 v140, v140, v14, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         v_exp_f32_e32 v137, v137
-        v_dual_sub_f32 v141, v141, v18 :: v_dual_add_f32 v22, v23, v135
+        v_fma_f32 v141, v141, v14, -v29
         v_cvt_pk_fp8_f32 v129, v132, v133
         v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
+        v_fma_f32 v142, v142, v14, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
+        v_fma_f32 v143, v143, v14, -v29
         v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
         v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
+        v_fma_f32 v144, v144, v14, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_exp_f32_e32 v141, v141
-        v_dual_sub_f32 v145, v145, v18 :: v_dual_add_f32 v22, v23, v139
+        v_fma_f32 v145, v145, v14, -v29
         v_cvt_pk_fp8_f32 v136, v136, v137
         v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
+        v_fma_f32 v146, v146, v14, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
+        v_fma_f32 v147, v147, v14, -v29
         v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
         v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
+        v_fma_f32 v148, v148, v14, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
         v_exp_f32_e32 v145, v145
-        v_dual_sub_f32 v149, v149, v18 :: v_dual_add_f32 v22, v23, v143
+        v_fma_f32 v149, v149, v14, -v29
         v_cvt_pk_fp8_f32 v137, v140, v141
         v_exp_f32_e32 v146, v146
-        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
+        v_fma_f32 v150, v150, v14, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
         v_exp_f32_e32 v147, v147
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
+        v_fma_f32 v151, v151, v14, -v29
         v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
         v_exp_f32_e32 v148, v148
-        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
+        v_fma_f32 v152, v152, v14, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
         v_exp_f32_e32 v149, v149
-        v_dual_sub_f32 v153, v153, v18 :: v_dual_add_f32 v22, v23, v147
+        v_fma_f32 v153, v153, v14, -v29
         v_cvt_pk_fp8_f32 v144, v144, v145
         v_exp_f32_e32 v150, v150
-        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
+        v_fma_f32 v154, v154, v14, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
         v_exp_f32_e32 v151, v151
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
+        v_fma_f32 v155, v155, v14, -v29
         v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
         v_exp_f32_e32 v152, v152
-        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
+        v_fma_f32 v156, v156, v14, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
         v_exp_f32_e32 v153, v153
-        v_dual_sub_f32 v157, v157, v18 :: v_dual_add_f32 v22, v23, v151
+        v_fma_f32 v157, v157, v14, -v29
         v_cvt_pk_fp8_f32 v145, v148, v149
         v_exp_f32_e32 v154, v154
-        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
+        v_fma_f32 v158, v158, v14, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
         v_exp_f32_e32 v155, v155
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
+        v_fma_f32 v159, v159, v14, -v29
         v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
         v_exp_f32_e32 v156, v156
-        v_add_f32 v23, v22, v154
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
         v_exp_f32_e32 v157, v157
-        v_add_f32 v22, v23, v155
         v_cvt_pk_fp8_f32 v152, v152, v153
         v_exp_f32_e32 v158, v158
-        v_dual_add_f32 v23, v22, v156 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_exp_f32_e32 v159, v159
-        v_dual_add_f32 v22, v23, v157 :: v_dual_mul_f32 v21, v21, v19
         v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
-        v_add_f32 v23, v22, v158
-        v_add_f32 v22, v23, v159
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
         v_cvt_pk_fp8_f32 v153, v156, v157
         v_cvt_pk_fp8_f32 v153, v158, v159 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
@@ -3868,39 +4431,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[174:175], v[120:127] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v13, s71, v11 :: v_dual_subrev_f32 v96, s69, v96
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v97, s69, v97
-        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
-        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
-        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
-        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
-        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
-        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
-        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
-        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
-        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
-        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
-        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
-        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
-        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
-        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
-        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
-        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
-        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
-        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
-        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
-        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
-        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
-        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
-        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
-        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
-        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
-        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
-        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
-        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
-        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
-        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
-        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
+        v_mul_f32 v13, s71, v11
+        v_mov_b32 v14, v13
         s_wait_loadcnt 0
         ds_store_b128 v7, v[176:179] offset:8192
         ds_store_b128 v7, v[180:183] offset:10240
@@ -4077,6 +4609,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
@@ -4088,152 +4622,314 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
-        v_exp_f32_e32 v96, v96
+        v_fma_f32 v29, s69, v13, v18
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_one_fma_0
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp16_one_fma_0_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_one_fma_0_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp16_one_fma_0:
+        v_fma_f32 v96, v96, v14, -v29
+        v_fma_f32 v97, v97, v14, -v29
+        v_fma_f32 v98, v98, v14, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
-        v_exp_f32_e32 v97, v97
+        v_fma_f32 v99, v99, v14, -v29
+        v_exp_f32_e32 v96, v96
+        v_fma_f32 v100, v100, v14, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v14, -v29
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
-        v_exp_f32_e32 v99, v99
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
-        v_exp_f32_e32 v100, v100
+        v_fma_f32 v102, v102, v14, -v29
+        v_exp_f32_e32 v99, v99
+        v_fma_f32 v103, v103, v14, -v29
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
-        v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v14, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_wmma_i32_16x16x16_iu8 v[128:135], v[210:211], v[162:163], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v3 offset:10240
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v14, -v29
         v_cvt_pk_fp8_f32 v96, v96, v97
-        v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
         v_wmma_i32_16x16x16_iu8 v[136:143], v[214:215], v[162:163], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v3 offset:11264
-        v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v14, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_wmma_i32_16x16x16_iu8 v[144:151], v[218:219], v[162:163], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v4 offset:8192
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v14, -v29
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
-        v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
         v_wmma_i32_16x16x16_iu8 v[152:159], v[222:223], v[162:163], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v4 offset:9216
-        v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v18 :: v_dual_add_f32 v22, v23, v103
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v14, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[164:165], v[128:135] neg_lo:[1,1,0]
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v14, -v29
         v_cvt_pk_fp8_f32 v97, v100, v101
-        v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[164:165], v[136:143] neg_lo:[1,1,0]
-        v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
-        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v14, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[164:165], v[144:151] neg_lo:[1,1,0]
-        v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v14, -v29
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[164:165], v[152:159] neg_lo:[1,1,0]
-        v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v18 :: v_dual_add_f32 v22, v23, v107
-        v_cvt_pk_fp8_f32 v104, v104, v105
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v14, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[166:167], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:10240
-        v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v14, -v29
+        v_cvt_pk_fp8_f32 v104, v104, v105
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[166:167], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:11264
-        v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
-        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v14, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[166:167], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:16384
-        v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
-        v_exp_f32_e32 v113, v113
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v14, -v29
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[166:167], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:17408
-        v_dual_sub_f32 v117, v117, v18 :: v_dual_add_f32 v22, v23, v111
-        v_cvt_pk_fp8_f32 v105, v108, v109
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v14, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
+        v_exp_f32_e32 v113, v113
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[168:169], v[128:135] neg_lo:[1,1,0]
+        v_fma_f32 v117, v117, v14, -v29
+        v_cvt_pk_fp8_f32 v105, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
-        v_exp_f32_e32 v115, v115
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[168:169], v[136:143] neg_lo:[1,1,0]
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
-        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
-        v_exp_f32_e32 v116, v116
+        v_fma_f32 v118, v118, v14, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
+        v_exp_f32_e32 v115, v115
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[208:209], v[168:169], v[144:151] neg_lo:[1,1,0]
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
-        v_exp_f32_e32 v117, v117
+        v_fma_f32 v119, v119, v14, -v29
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
+        v_exp_f32_e32 v116, v116
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[212:213], v[168:169], v[152:159] neg_lo:[1,1,0]
-        v_dual_sub_f32 v121, v121, v18 :: v_dual_add_f32 v22, v23, v115
-        v_cvt_pk_fp8_f32 v112, v112, v113
-        v_exp_f32_e32 v118, v118
+        v_fma_f32 v120, v120, v14, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
+        v_exp_f32_e32 v117, v117
         v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[170:171], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:18432
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
-        v_exp_f32_e32 v119, v119
+        v_fma_f32 v121, v121, v14, -v29
+        v_cvt_pk_fp8_f32 v112, v112, v113
+        v_exp_f32_e32 v118, v118
         v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[170:171], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:19456
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
-        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
-        v_exp_f32_e32 v120, v120
+        v_fma_f32 v122, v122, v14, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
+        v_exp_f32_e32 v119, v119
         v_wmma_i32_16x16x16_iu8 v[144:151], v[210:211], v[170:171], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v5 offset:20480
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
-        v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v18 :: v_dual_add_f32 v22, v23, v119
+        v_fma_f32 v123, v123, v14, -v29
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
+        v_exp_f32_e32 v120, v120
         v_wmma_i32_16x16x16_iu8 v[152:159], v[214:215], v[170:171], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v5 offset:21504
-        v_cvt_pk_fp8_f32 v113, v116, v117
-        v_exp_f32_e32 v122, v122
+        v_fma_f32 v124, v124, v14, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
+        v_exp_f32_e32 v121, v121
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[216:217], v[172:173], v[128:135] neg_lo:[1,1,0]
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
-        v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_fma_f32 v125, v125, v14, -v29
+        v_cvt_pk_fp8_f32 v113, v116, v117
+        v_exp_f32_e32 v122, v122
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[220:221], v[172:173], v[136:143] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
-        v_exp_f32_e32 v124, v124
+        v_fma_f32 v126, v126, v14, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
+        v_exp_f32_e32 v123, v123
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[172:173], v[144:151] neg_lo:[1,1,0]
-        v_add_f32 v23, v22, v122
-        v_exp_f32_e32 v125, v125
-        v_add_f32 v22, v23, v123
+        v_fma_f32 v127, v127, v14, -v29
+        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        v_exp_f32_e32 v124, v124
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[172:173], v[152:159] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
+        v_exp_f32_e32 v125, v125
         v_cvt_pk_fp8_f32 v120, v120, v121
-        v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mov_b32 v20, v19
         v_wmma_i32_16x16x16_iu8 v[128:135], v[218:219], v[174:175], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v5 offset:22528
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v21, v21, v19
         v_wmma_i32_16x16x16_iu8 v[136:143], v[222:223], v[174:175], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v5 offset:23552
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_add_f32 v23, v22, v126
-        v_add_f32 v22, v23, v127
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
+        v_cvt_pk_fp8_f32 v121, v124, v125
         v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[174:175], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v6 offset:16384
-        v_cvt_pk_fp8_f32 v121, v124, v125
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_wmma_i32_16x16x16_iu8 v[152:159], v[230:231], v[174:175], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v6 offset:17408
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
@@ -4277,94 +4973,63 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
 .Ld128_fp16_no_rescale_0:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 8
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[96:97], v[32:39]
-        v_dual_mul_f32 v13, s71, v11 :: v_dual_subrev_f32 v128, s69, v128
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[96:97], v[40:47]
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v129, s69, v129
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[96:97], v[48:55]
-        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[96:97], v[56:63]
-        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[104:105], v[32:39]
         ds_load_b128 v[232:235], v6 offset:18432
-        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
+        s_wait_loadcnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[104:105], v[40:47]
         ds_load_b128 v[236:239], v6 offset:19456
-        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[104:105], v[48:55]
         ds_load_b128 v[240:243], v6 offset:20480
-        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[104:105], v[56:63]
         ds_load_b128 v[244:247], v6 offset:21504
-        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[96:97], v[64:71]
-        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[96:97], v[72:79]
-        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[96:97], v[80:87]
-        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[96:97], v[88:95]
-        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[104:105], v[64:71]
         ds_load_b128 v[208:211], v6 offset:22528
-        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[104:105], v[72:79]
         ds_load_b128 v[212:215], v6 offset:23552
-        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[104:105], v[80:87]
-        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[104:105], v[88:95]
-        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
-        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
+        v_mul_f32 v13, s71, v11
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[112:113], v[32:39]
-        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[112:113], v[40:47]
-        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[112:113], v[48:55]
-        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[112:113], v[56:63]
-        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[120:121], v[32:39]
-        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[120:121], v[40:47]
-        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[120:121], v[48:55]
-        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[120:121], v[56:63]
-        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[112:113], v[64:71]
-        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[112:113], v[72:79]
-        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[112:113], v[80:87]
-        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_mov_b32 v14, v13
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[112:113], v[88:95]
-        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[120:121], v[64:71]
-        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[120:121], v[72:79]
-        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[120:121], v[80:87]
-        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[120:121], v[88:95]
-        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -4549,6 +5214,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
@@ -4560,152 +5227,314 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
-        v_exp_f32_e32 v128, v128
+        v_fma_f32 v29, s69, v13, v18
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_one_fma_1
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp16_one_fma_1_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_one_fma_1_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp16_one_fma_1:
+        v_fma_f32 v128, v128, v14, -v29
+        v_fma_f32 v129, v129, v14, -v29
+        v_fma_f32 v130, v130, v14, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
-        v_exp_f32_e32 v129, v129
+        v_fma_f32 v131, v131, v14, -v29
+        v_exp_f32_e32 v128, v128
+        v_fma_f32 v132, v132, v14, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v129, v129
+        v_fma_f32 v133, v133, v14, -v29
         v_exp_f32_e32 v130, v130
-        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
-        v_exp_f32_e32 v131, v131
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
-        v_exp_f32_e32 v132, v132
+        v_fma_f32 v134, v134, v14, -v29
+        v_exp_f32_e32 v131, v131
+        v_fma_f32 v135, v135, v14, -v29
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
-        v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
+        v_exp_f32_e32 v132, v132
+        v_fma_f32 v136, v136, v14, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
         v_wmma_i32_16x16x16_iu8 v[96:103], v[210:211], v[162:163], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v3 offset:2048
+        v_exp_f32_e32 v133, v133
+        v_fma_f32 v137, v137, v14, -v29
         v_cvt_pk_fp8_f32 v128, v128, v129
-        v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
         v_wmma_i32_16x16x16_iu8 v[104:111], v[214:215], v[162:163], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v3 offset:3072
-        v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
+        v_exp_f32_e32 v134, v134
+        v_fma_f32 v138, v138, v14, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
         v_wmma_i32_16x16x16_iu8 v[112:119], v[218:219], v[162:163], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v4 offset:0
+        v_exp_f32_e32 v135, v135
+        v_fma_f32 v139, v139, v14, -v29
         v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
-        v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
         v_wmma_i32_16x16x16_iu8 v[120:127], v[222:223], v[162:163], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v4 offset:1024
-        v_exp_f32_e32 v137, v137
-        v_dual_sub_f32 v141, v141, v18 :: v_dual_add_f32 v22, v23, v135
+        v_exp_f32_e32 v136, v136
+        v_fma_f32 v140, v140, v14, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[164:165], v[96:103] neg_lo:[1,1,0]
+        v_exp_f32_e32 v137, v137
+        v_fma_f32 v141, v141, v14, -v29
         v_cvt_pk_fp8_f32 v129, v132, v133
-        v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[164:165], v[104:111] neg_lo:[1,1,0]
-        v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
-        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
+        v_exp_f32_e32 v138, v138
+        v_fma_f32 v142, v142, v14, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[164:165], v[112:119] neg_lo:[1,1,0]
-        v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
+        v_exp_f32_e32 v139, v139
+        v_fma_f32 v143, v143, v14, -v29
+        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[164:165], v[120:127] neg_lo:[1,1,0]
-        v_exp_f32_e32 v141, v141
-        v_dual_sub_f32 v145, v145, v18 :: v_dual_add_f32 v22, v23, v139
-        v_cvt_pk_fp8_f32 v136, v136, v137
+        v_exp_f32_e32 v140, v140
+        v_fma_f32 v144, v144, v14, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[166:167], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:2048
-        v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
+        v_exp_f32_e32 v141, v141
+        v_fma_f32 v145, v145, v14, -v29
+        v_cvt_pk_fp8_f32 v136, v136, v137
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[166:167], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:3072
-        v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
-        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
+        v_exp_f32_e32 v142, v142
+        v_fma_f32 v146, v146, v14, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[166:167], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:24576
-        v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
-        v_exp_f32_e32 v145, v145
+        v_exp_f32_e32 v143, v143
+        v_fma_f32 v147, v147, v14, -v29
+        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[166:167], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:25600
-        v_dual_sub_f32 v149, v149, v18 :: v_dual_add_f32 v22, v23, v143
-        v_cvt_pk_fp8_f32 v137, v140, v141
+        v_exp_f32_e32 v144, v144
+        v_fma_f32 v148, v148, v14, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
+        v_exp_f32_e32 v145, v145
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[168:169], v[96:103] neg_lo:[1,1,0]
+        v_fma_f32 v149, v149, v14, -v29
+        v_cvt_pk_fp8_f32 v137, v140, v141
         v_exp_f32_e32 v146, v146
-        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
-        v_exp_f32_e32 v147, v147
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[168:169], v[104:111] neg_lo:[1,1,0]
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
-        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
-        v_exp_f32_e32 v148, v148
+        v_fma_f32 v150, v150, v14, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
+        v_exp_f32_e32 v147, v147
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[208:209], v[168:169], v[112:119] neg_lo:[1,1,0]
-        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
-        v_exp_f32_e32 v149, v149
+        v_fma_f32 v151, v151, v14, -v29
+        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
+        v_exp_f32_e32 v148, v148
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[212:213], v[168:169], v[120:127] neg_lo:[1,1,0]
-        v_dual_sub_f32 v153, v153, v18 :: v_dual_add_f32 v22, v23, v147
-        v_cvt_pk_fp8_f32 v144, v144, v145
-        v_exp_f32_e32 v150, v150
+        v_fma_f32 v152, v152, v14, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
+        v_exp_f32_e32 v149, v149
         v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[170:171], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:26624
-        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
-        v_exp_f32_e32 v151, v151
+        v_fma_f32 v153, v153, v14, -v29
+        v_cvt_pk_fp8_f32 v144, v144, v145
+        v_exp_f32_e32 v150, v150
         v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[170:171], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:27648
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
-        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
-        v_exp_f32_e32 v152, v152
+        v_fma_f32 v154, v154, v14, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
+        v_exp_f32_e32 v151, v151
         v_wmma_i32_16x16x16_iu8 v[112:119], v[210:211], v[170:171], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v5 offset:28672
-        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
-        v_exp_f32_e32 v153, v153
-        v_dual_sub_f32 v157, v157, v18 :: v_dual_add_f32 v22, v23, v151
+        v_fma_f32 v155, v155, v14, -v29
+        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
+        v_exp_f32_e32 v152, v152
         v_wmma_i32_16x16x16_iu8 v[120:127], v[214:215], v[170:171], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v5 offset:29696
-        v_cvt_pk_fp8_f32 v145, v148, v149
-        v_exp_f32_e32 v154, v154
+        v_fma_f32 v156, v156, v14, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
+        v_exp_f32_e32 v153, v153
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[216:217], v[172:173], v[96:103] neg_lo:[1,1,0]
-        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
-        v_exp_f32_e32 v155, v155
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
+        v_fma_f32 v157, v157, v14, -v29
+        v_cvt_pk_fp8_f32 v145, v148, v149
+        v_exp_f32_e32 v154, v154
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[220:221], v[172:173], v[104:111] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
-        v_exp_f32_e32 v156, v156
+        v_fma_f32 v158, v158, v14, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
+        v_exp_f32_e32 v155, v155
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[172:173], v[112:119] neg_lo:[1,1,0]
-        v_add_f32 v23, v22, v154
-        v_exp_f32_e32 v157, v157
-        v_add_f32 v22, v23, v155
+        v_fma_f32 v159, v159, v14, -v29
+        v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
+        v_exp_f32_e32 v156, v156
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[172:173], v[120:127] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
+        v_exp_f32_e32 v157, v157
         v_cvt_pk_fp8_f32 v152, v152, v153
-        v_exp_f32_e32 v158, v158
-        v_dual_add_f32 v23, v22, v156 :: v_dual_mov_b32 v20, v19
         v_wmma_i32_16x16x16_iu8 v[96:103], v[218:219], v[174:175], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v5 offset:30720
+        v_exp_f32_e32 v158, v158
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_exp_f32_e32 v159, v159
-        v_dual_add_f32 v22, v23, v157 :: v_dual_mul_f32 v21, v21, v19
         v_wmma_i32_16x16x16_iu8 v[104:111], v[222:223], v[174:175], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v5 offset:31744
         v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
-        v_add_f32 v23, v22, v158
-        v_add_f32 v22, v23, v159
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
+        v_cvt_pk_fp8_f32 v153, v156, v157
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v6 offset:24576
-        v_cvt_pk_fp8_f32 v153, v156, v157
         v_cvt_pk_fp8_f32 v153, v158, v159 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[174:175], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v6 offset:25600
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
@@ -4749,94 +5578,63 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
 .Ld128_fp16_no_rescale_1:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 8
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[128:129], v[32:39]
-        v_dual_mul_f32 v13, s71, v11 :: v_dual_subrev_f32 v96, s69, v96
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[128:129], v[40:47]
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v97, s69, v97
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[128:129], v[48:55]
-        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[128:129], v[56:63]
-        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[136:137], v[32:39]
         ds_load_b128 v[232:235], v6 offset:26624
-        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
+        s_wait_loadcnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[136:137], v[40:47]
         ds_load_b128 v[236:239], v6 offset:27648
-        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[136:137], v[48:55]
         ds_load_b128 v[240:243], v6 offset:28672
-        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[136:137], v[56:63]
         ds_load_b128 v[244:247], v6 offset:29696
-        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[128:129], v[64:71]
-        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[128:129], v[72:79]
-        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[128:129], v[80:87]
-        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[128:129], v[88:95]
-        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[136:137], v[64:71]
         ds_load_b128 v[208:211], v6 offset:30720
-        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[136:137], v[72:79]
         ds_load_b128 v[212:215], v6 offset:31744
-        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[136:137], v[80:87]
-        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[136:137], v[88:95]
-        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
-        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
+        v_mul_f32 v13, s71, v11
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[144:145], v[32:39]
-        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[144:145], v[40:47]
-        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[144:145], v[48:55]
-        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[144:145], v[56:63]
-        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[152:153], v[32:39]
-        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[152:153], v[40:47]
-        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[152:153], v[48:55]
-        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[152:153], v[56:63]
-        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[144:145], v[64:71]
-        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[144:145], v[72:79]
-        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[144:145], v[80:87]
-        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_mov_b32 v14, v13
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[144:145], v[88:95]
-        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[152:153], v[64:71]
-        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[152:153], v[72:79]
-        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[152:153], v[80:87]
-        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[152:153], v[88:95]
-        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -4995,6 +5793,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
@@ -5006,90 +5806,252 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_fma_f32 v29, s69, v13, v18
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_one_fma_0_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp16_one_fma_0_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_one_fma_0_last_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp16_one_fma_0_last:
+        v_fma_f32 v96, v96, v14, -v29
+        v_fma_f32 v97, v97, v14, -v29
+        v_fma_f32 v98, v98, v14, -v29
+        v_fma_f32 v99, v99, v14, -v29
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_fma_f32 v100, v100, v14, -v29
         v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v14, -v29
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v102, v102, v14, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        v_fma_f32 v103, v103, v14, -v29
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_fma_f32 v104, v104, v14, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_fma_f32 v105, v105, v14, -v29
         v_cvt_pk_fp8_f32 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_fma_f32 v106, v106, v14, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_fma_f32 v107, v107, v14, -v29
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_fma_f32 v108, v108, v14, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v18 :: v_dual_add_f32 v22, v23, v103
+        v_fma_f32 v109, v109, v14, -v29
         v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_fma_f32 v110, v110, v14, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
+        v_fma_f32 v111, v111, v14, -v29
         v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_fma_f32 v112, v112, v14, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v18 :: v_dual_add_f32 v22, v23, v107
+        v_fma_f32 v113, v113, v14, -v29
         v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_fma_f32 v114, v114, v14, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
+        v_fma_f32 v115, v115, v14, -v29
         v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_fma_f32 v116, v116, v14, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v18 :: v_dual_add_f32 v22, v23, v111
+        v_fma_f32 v117, v117, v14, -v29
         v_cvt_pk_fp8_f32 v105, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_fma_f32 v118, v118, v14, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
+        v_fma_f32 v119, v119, v14, -v29
         v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_fma_f32 v120, v120, v14, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v18 :: v_dual_add_f32 v22, v23, v115
+        v_fma_f32 v121, v121, v14, -v29
         v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_fma_f32 v122, v122, v14, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
+        v_fma_f32 v123, v123, v14, -v29
         v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_fma_f32 v124, v124, v14, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v18 :: v_dual_add_f32 v22, v23, v119
+        v_fma_f32 v125, v125, v14, -v29
         v_cvt_pk_fp8_f32 v113, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
+        v_fma_f32 v126, v126, v14, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_fma_f32 v127, v127, v14, -v29
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
         v_exp_f32_e32 v124, v124
-        v_add_f32 v23, v22, v122
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_exp_f32_e32 v125, v125
-        v_add_f32 v22, v23, v123
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v21, v21, v19
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_add_f32 v23, v22, v126
-        v_add_f32 v22, v23, v127
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
@@ -5325,6 +6287,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
@@ -5336,90 +6300,252 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
+        v_fma_f32 v29, s69, v13, v18
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_one_fma_1_last
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp16_one_fma_1_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_one_fma_1_last_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp16_one_fma_1_last:
+        v_fma_f32 v128, v128, v14, -v29
+        v_fma_f32 v129, v129, v14, -v29
+        v_fma_f32 v130, v130, v14, -v29
+        v_fma_f32 v131, v131, v14, -v29
         v_exp_f32_e32 v128, v128
-        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
+        v_fma_f32 v132, v132, v14, -v29
         v_exp_f32_e32 v129, v129
+        v_fma_f32 v133, v133, v14, -v29
         v_exp_f32_e32 v130, v130
-        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
+        v_fma_f32 v134, v134, v14, -v29
         v_exp_f32_e32 v131, v131
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
+        v_fma_f32 v135, v135, v14, -v29
         v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
+        v_fma_f32 v136, v136, v14, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
         v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
+        v_fma_f32 v137, v137, v14, -v29
         v_cvt_pk_fp8_f32 v128, v128, v129
         v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
+        v_fma_f32 v138, v138, v14, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
         v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
+        v_fma_f32 v139, v139, v14, -v29
         v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
         v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
+        v_fma_f32 v140, v140, v14, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         v_exp_f32_e32 v137, v137
-        v_dual_sub_f32 v141, v141, v18 :: v_dual_add_f32 v22, v23, v135
+        v_fma_f32 v141, v141, v14, -v29
         v_cvt_pk_fp8_f32 v129, v132, v133
         v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
+        v_fma_f32 v142, v142, v14, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
+        v_fma_f32 v143, v143, v14, -v29
         v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
         v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
+        v_fma_f32 v144, v144, v14, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_exp_f32_e32 v141, v141
-        v_dual_sub_f32 v145, v145, v18 :: v_dual_add_f32 v22, v23, v139
+        v_fma_f32 v145, v145, v14, -v29
         v_cvt_pk_fp8_f32 v136, v136, v137
         v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
+        v_fma_f32 v146, v146, v14, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
+        v_fma_f32 v147, v147, v14, -v29
         v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
         v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
+        v_fma_f32 v148, v148, v14, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
         v_exp_f32_e32 v145, v145
-        v_dual_sub_f32 v149, v149, v18 :: v_dual_add_f32 v22, v23, v143
+        v_fma_f32 v149, v149, v14, -v29
         v_cvt_pk_fp8_f32 v137, v140, v141
         v_exp_f32_e32 v146, v146
-        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
+        v_fma_f32 v150, v150, v14, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
         v_exp_f32_e32 v147, v147
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
+        v_fma_f32 v151, v151, v14, -v29
         v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
         v_exp_f32_e32 v148, v148
-        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
+        v_fma_f32 v152, v152, v14, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
         v_exp_f32_e32 v149, v149
-        v_dual_sub_f32 v153, v153, v18 :: v_dual_add_f32 v22, v23, v147
+        v_fma_f32 v153, v153, v14, -v29
         v_cvt_pk_fp8_f32 v144, v144, v145
         v_exp_f32_e32 v150, v150
-        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
+        v_fma_f32 v154, v154, v14, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
         v_exp_f32_e32 v151, v151
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
+        v_fma_f32 v155, v155, v14, -v29
         v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
         v_exp_f32_e32 v152, v152
-        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
+        v_fma_f32 v156, v156, v14, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
         v_exp_f32_e32 v153, v153
-        v_dual_sub_f32 v157, v157, v18 :: v_dual_add_f32 v22, v23, v151
+        v_fma_f32 v157, v157, v14, -v29
         v_cvt_pk_fp8_f32 v145, v148, v149
         v_exp_f32_e32 v154, v154
-        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
+        v_fma_f32 v158, v158, v14, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
         v_exp_f32_e32 v155, v155
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
+        v_fma_f32 v159, v159, v14, -v29
         v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
         v_exp_f32_e32 v156, v156
-        v_add_f32 v23, v22, v154
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
         v_exp_f32_e32 v157, v157
-        v_add_f32 v22, v23, v155
         v_cvt_pk_fp8_f32 v152, v152, v153
         v_exp_f32_e32 v158, v158
-        v_dual_add_f32 v23, v22, v156 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_exp_f32_e32 v159, v159
-        v_dual_add_f32 v22, v23, v157 :: v_dual_mul_f32 v21, v21, v19
         v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
-        v_add_f32 v23, v22, v158
-        v_add_f32 v22, v23, v159
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
         v_cvt_pk_fp8_f32 v153, v156, v157
         v_cvt_pk_fp8_f32 v153, v158, v159 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
@@ -7078,39 +8204,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_wmma_i32_16x16x16_iu8 v[80:87], v[178:179], v[134:135], v[80:87] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v11, s71, v9 :: v_dual_subrev_f32 v64, s69, v64
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v65, s69, v65
-        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
-        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
-        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
-        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
-        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
-        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
-        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
-        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
-        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
-        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
-        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
-        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
-        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
-        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
-        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
-        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
-        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
-        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
-        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
-        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
-        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
-        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
-        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
-        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
-        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
-        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
-        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
-        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
-        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
-        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
-        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
+        v_mul_f32 v11, s71, v9
+        v_mov_b32 v12, v11
         s_wait_loadcnt 0
         ds_store_b128 v5, v[136:139] offset:4096
         ds_store_b128 v5, v[140:143] offset:6144
@@ -7279,6 +8374,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
@@ -7290,120 +8387,282 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v64, v64, v29 :: v_dual_sub_f32 v65, v65, v18
-        v_dual_sub_f32 v66, v66, v29 :: v_dual_sub_f32 v67, v67, v18
+        v_fma_f32 v29, s69, v11, v18
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_one_fma_0
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_bf16_one_fma_0_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_one_fma_0_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_bf16_one_fma_0:
+        v_fma_f32 v64, v64, v12, -v29
+        v_fma_f32 v65, v65, v12, -v29
+        v_fma_f32 v66, v66, v12, -v29
+        v_fma_f32 v67, v67, v12, -v29
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v29 :: v_dual_sub_f32 v69, v69, v18
-        v_exp_f32_e32 v65, v65
+        v_fma_f32 v68, v68, v12, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v65, v65
+        v_fma_f32 v69, v69, v12, -v29
         v_exp_f32_e32 v66, v66
-        v_dual_sub_f32 v70, v70, v29 :: v_dual_sub_f32 v71, v71, v18
+        v_fma_f32 v70, v70, v12, -v29
         v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v22, v64, v65 :: v_dual_sub_f32 v73, v73, v18
-        v_exp_f32_e32 v68, v68
+        v_fma_f32 v71, v71, v12, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v72, v72, v29 :: v_dual_add_f32 v23, v22, v66
+        v_exp_f32_e32 v68, v68
+        v_fma_f32 v72, v72, v12, -v29
+        v_dual_add_f32 v22, v64, v66 :: v_dual_add_f32 v23, v65, v67
         v_exp_f32_e32 v69, v69
-        v_add_f32 v22, v23, v67
+        v_fma_f32 v73, v73, v12, -v29
         v_cvt_pk_fp8_f32 v64, v64, v65
-        v_exp_f32_e32 v70, v70
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v74, v74, v29 :: v_dual_add_f32 v23, v68, v22
+        v_exp_f32_e32 v70, v70
+        v_fma_f32 v74, v74, v12, -v29
+        v_dual_add_f32 v22, v22, v68 :: v_dual_add_f32 v23, v23, v69
         v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v18 :: v_dual_add_f32 v22, v69, v23
+        v_fma_f32 v75, v75, v12, -v29
         v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
-        v_exp_f32_e32 v72, v72
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v76, v76, v29 :: v_dual_add_f32 v23, v22, v70
+        v_exp_f32_e32 v72, v72
+        v_fma_f32 v76, v76, v12, -v29
+        v_dual_add_f32 v22, v22, v70 :: v_dual_add_f32 v23, v23, v71
         v_exp_f32_e32 v73, v73
-        v_dual_sub_f32 v77, v77, v18 :: v_dual_add_f32 v22, v23, v71
-        v_cvt_pk_fp8_f32 v65, v68, v69
-        v_exp_f32_e32 v74, v74
+        v_fma_f32 v77, v77, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[96:103], v[154:155], v[130:131], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[152:155], v3 offset:10240
-        v_dual_sub_f32 v78, v78, v29 :: v_dual_add_f32 v23, v72, v22
+        v_cvt_pk_fp8_f32 v65, v68, v69
+        v_exp_f32_e32 v74, v74
+        v_fma_f32 v78, v78, v12, -v29
+        v_dual_add_f32 v22, v22, v72 :: v_dual_add_f32 v23, v23, v73
         v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v18 :: v_dual_add_f32 v22, v73, v23
-        v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
-        v_exp_f32_e32 v76, v76
+        v_fma_f32 v79, v79, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[104:111], v[158:159], v[130:131], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[156:159], v3 offset:11264
-        v_dual_sub_f32 v80, v80, v29 :: v_dual_add_f32 v23, v22, v74
+        v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
+        v_exp_f32_e32 v76, v76
+        v_fma_f32 v80, v80, v12, -v29
+        v_dual_add_f32 v22, v22, v74 :: v_dual_add_f32 v23, v23, v75
         v_exp_f32_e32 v77, v77
-        v_dual_sub_f32 v81, v81, v18 :: v_dual_add_f32 v22, v23, v75
-        v_cvt_pk_fp8_f32 v72, v72, v73
-        v_exp_f32_e32 v78, v78
+        v_fma_f32 v81, v81, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[112:119], v[162:163], v[130:131], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v4 offset:8192
-        v_dual_sub_f32 v82, v82, v29 :: v_dual_add_f32 v23, v76, v22
+        v_cvt_pk_fp8_f32 v72, v72, v73
+        v_exp_f32_e32 v78, v78
+        v_fma_f32 v82, v82, v12, -v29
+        v_dual_add_f32 v22, v22, v76 :: v_dual_add_f32 v23, v23, v77
         v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v18 :: v_dual_add_f32 v22, v77, v23
-        v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
-        v_exp_f32_e32 v80, v80
+        v_fma_f32 v83, v83, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[120:127], v[166:167], v[130:131], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v4 offset:9216
-        v_dual_sub_f32 v84, v84, v29 :: v_dual_add_f32 v23, v22, v78
+        v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
+        v_exp_f32_e32 v80, v80
+        v_fma_f32 v84, v84, v12, -v29
+        v_dual_add_f32 v22, v22, v78 :: v_dual_add_f32 v23, v23, v79
         v_exp_f32_e32 v81, v81
-        v_dual_sub_f32 v85, v85, v18 :: v_dual_add_f32 v22, v23, v79
-        v_cvt_pk_fp8_f32 v73, v76, v77
-        v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v29 :: v_dual_add_f32 v23, v80, v22
+        v_fma_f32 v85, v85, v12, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[168:169], v[132:133], v[96:103] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v73, v76, v77
+        v_exp_f32_e32 v82, v82
+        v_fma_f32 v86, v86, v12, -v29
+        v_dual_add_f32 v22, v22, v80 :: v_dual_add_f32 v23, v23, v81
         v_exp_f32_e32 v83, v83
-        v_dual_sub_f32 v87, v87, v18 :: v_dual_add_f32 v22, v81, v23
-        v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
-        v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v29 :: v_dual_add_f32 v23, v22, v82
+        v_fma_f32 v87, v87, v12, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[172:173], v[132:133], v[104:111] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
+        v_exp_f32_e32 v84, v84
+        v_fma_f32 v88, v88, v12, -v29
+        v_dual_add_f32 v22, v22, v82 :: v_dual_add_f32 v23, v23, v83
         v_exp_f32_e32 v85, v85
-        v_dual_sub_f32 v89, v89, v18 :: v_dual_add_f32 v22, v23, v83
-        v_cvt_pk_fp8_f32 v80, v80, v81
-        v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v29 :: v_dual_add_f32 v23, v84, v22
+        v_fma_f32 v89, v89, v12, -v29
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[176:177], v[132:133], v[112:119] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v80, v80, v81
+        v_exp_f32_e32 v86, v86
+        v_fma_f32 v90, v90, v12, -v29
+        v_dual_add_f32 v22, v22, v84 :: v_dual_add_f32 v23, v23, v85
         v_exp_f32_e32 v87, v87
-        v_dual_sub_f32 v91, v91, v18 :: v_dual_add_f32 v22, v85, v23
-        v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
-        v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v29 :: v_dual_add_f32 v23, v22, v86
+        v_fma_f32 v91, v91, v12, -v29
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[180:181], v[132:133], v[120:127] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
+        v_exp_f32_e32 v88, v88
+        v_fma_f32 v92, v92, v12, -v29
+        v_dual_add_f32 v22, v22, v86 :: v_dual_add_f32 v23, v23, v87
         v_exp_f32_e32 v89, v89
-        v_dual_sub_f32 v93, v93, v18 :: v_dual_add_f32 v22, v23, v87
-        v_cvt_pk_fp8_f32 v81, v84, v85
-        v_exp_f32_e32 v90, v90
-        v_dual_sub_f32 v94, v94, v29 :: v_dual_add_f32 v23, v88, v22
         v_wmma_i32_16x16x16_iu8 v[96:103], v[170:171], v[134:135], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v4 offset:10240
+        v_fma_f32 v93, v93, v12, -v29
+        v_cvt_pk_fp8_f32 v81, v84, v85
+        v_exp_f32_e32 v90, v90
+        v_fma_f32 v94, v94, v12, -v29
+        v_dual_add_f32 v22, v22, v88 :: v_dual_add_f32 v23, v23, v89
         v_exp_f32_e32 v91, v91
-        v_dual_sub_f32 v95, v95, v18 :: v_dual_add_f32 v22, v89, v23
-        v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
-        v_exp_f32_e32 v92, v92
-        v_add_f32 v23, v22, v90
         v_wmma_i32_16x16x16_iu8 v[104:111], v[174:175], v[134:135], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v4 offset:11264
+        v_fma_f32 v95, v95, v12, -v29
+        v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
+        v_exp_f32_e32 v92, v92
+        v_dual_add_f32 v22, v22, v90 :: v_dual_add_f32 v23, v23, v91
         v_exp_f32_e32 v93, v93
-        v_add_f32 v22, v23, v91
         v_cvt_pk_fp8_f32 v88, v88, v89
-        v_exp_f32_e32 v94, v94
-        v_dual_add_f32 v23, v22, v92 :: v_dual_mov_b32 v20, v19
         v_wmma_i32_16x16x16_iu8 v[112:119], v[178:179], v[134:135], v[112:119] neg_lo:[1,1,0]
+        v_exp_f32_e32 v94, v94
+        v_dual_add_f32 v22, v22, v92 :: v_dual_add_f32 v23, v23, v93
         v_exp_f32_e32 v95, v95
-        v_dual_add_f32 v22, v23, v93 :: v_dual_mul_f32 v21, v21, v19
         v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
-        v_add_f32 v23, v22, v94
-        v_add_f32 v22, v23, v95
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[182:183], v[134:135], v[120:127] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v22, v94 :: v_dual_add_f32 v23, v23, v95
         v_cvt_pk_fp8_f32 v89, v92, v93
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[182:183], v[134:135], v[120:127] neg_lo:[1,1,0]
         v_cvt_pk_fp8_f32 v89, v94, v95 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
@@ -7429,64 +8688,33 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
 .Ld64_bf16_no_rescale_0:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 4
-        v_dual_mul_f32 v11, s71, v9 :: v_dual_subrev_f32 v96, s69, v96
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[64:65], v[32:39]
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v97, s69, v97
-        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[64:65], v[40:47]
-        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
-        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
+        s_wait_loadcnt 4
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[64:65], v[48:55]
-        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
-        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[64:65], v[56:63]
-        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
-        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[72:73], v[32:39]
-        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
-        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[72:73], v[40:47]
-        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
-        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[72:73], v[48:55]
-        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
-        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[72:73], v[56:63]
-        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
-        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
+        v_mul_f32 v11, s71, v9
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[80:81], v[32:39]
-        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
-        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[80:81], v[40:47]
-        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
-        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[80:81], v[48:55]
-        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
-        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[80:81], v[56:63]
-        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
-        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[88:89], v[32:39]
-        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
-        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[88:89], v[40:47]
-        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
-        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
+        v_mov_b32 v12, v11
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[88:89], v[48:55]
-        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
-        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[88:89], v[56:63]
-        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
-        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -7661,6 +8889,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
@@ -7672,120 +8902,282 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_fma_f32 v29, s69, v11, v18
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_one_fma_1
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_bf16_one_fma_1_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_one_fma_1_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_bf16_one_fma_1:
+        v_fma_f32 v96, v96, v12, -v29
+        v_fma_f32 v97, v97, v12, -v29
+        v_fma_f32 v98, v98, v12, -v29
+        v_fma_f32 v99, v99, v12, -v29
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
-        v_exp_f32_e32 v97, v97
+        v_fma_f32 v100, v100, v12, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[64:71], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v12, -v29
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v102, v102, v12, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
-        v_exp_f32_e32 v100, v100
+        v_fma_f32 v103, v103, v12, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v12, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_fma_f32 v105, v105, v12, -v29
         v_cvt_pk_fp8_f32 v96, v96, v97
-        v_exp_f32_e32 v102, v102
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v12, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_fma_f32 v107, v107, v12, -v29
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
-        v_exp_f32_e32 v104, v104
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v12, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v18 :: v_dual_add_f32 v22, v23, v103
-        v_cvt_pk_fp8_f32 v97, v100, v101
-        v_exp_f32_e32 v106, v106
+        v_fma_f32 v109, v109, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[64:71], v[154:155], v[130:131], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[152:155], v3 offset:14336
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_cvt_pk_fp8_f32 v97, v100, v101
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v12, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
-        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
-        v_exp_f32_e32 v108, v108
+        v_fma_f32 v111, v111, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[72:79], v[158:159], v[130:131], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[156:159], v3 offset:15360
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v12, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v18 :: v_dual_add_f32 v22, v23, v107
-        v_cvt_pk_fp8_f32 v104, v104, v105
-        v_exp_f32_e32 v110, v110
+        v_fma_f32 v113, v113, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[80:87], v[162:163], v[130:131], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v4 offset:12288
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_cvt_pk_fp8_f32 v104, v104, v105
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v12, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
-        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
-        v_exp_f32_e32 v112, v112
+        v_fma_f32 v115, v115, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[88:95], v[166:167], v[130:131], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v4 offset:13312
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v12, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v18 :: v_dual_add_f32 v22, v23, v111
-        v_cvt_pk_fp8_f32 v105, v108, v109
-        v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_fma_f32 v117, v117, v12, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[64:71], v[168:169], v[132:133], v[64:71] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v105, v108, v109
+        v_exp_f32_e32 v114, v114
+        v_fma_f32 v118, v118, v12, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
-        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
-        v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_fma_f32 v119, v119, v12, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[172:173], v[132:133], v[72:79] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
+        v_exp_f32_e32 v116, v116
+        v_fma_f32 v120, v120, v12, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v18 :: v_dual_add_f32 v22, v23, v115
-        v_cvt_pk_fp8_f32 v112, v112, v113
-        v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_fma_f32 v121, v121, v12, -v29
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[176:177], v[132:133], v[80:87] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v112, v112, v113
+        v_exp_f32_e32 v118, v118
+        v_fma_f32 v122, v122, v12, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
-        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
-        v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_fma_f32 v123, v123, v12, -v29
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[180:181], v[132:133], v[88:95] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
+        v_exp_f32_e32 v120, v120
+        v_fma_f32 v124, v124, v12, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v18 :: v_dual_add_f32 v22, v23, v119
-        v_cvt_pk_fp8_f32 v113, v116, v117
-        v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
         v_wmma_i32_16x16x16_iu8 v[64:71], v[170:171], v[134:135], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v4 offset:14336
+        v_fma_f32 v125, v125, v12, -v29
+        v_cvt_pk_fp8_f32 v113, v116, v117
+        v_exp_f32_e32 v122, v122
+        v_fma_f32 v126, v126, v12, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
-        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
-        v_exp_f32_e32 v124, v124
-        v_add_f32 v23, v22, v122
         v_wmma_i32_16x16x16_iu8 v[72:79], v[174:175], v[134:135], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v4 offset:15360
+        v_fma_f32 v127, v127, v12, -v29
+        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_exp_f32_e32 v125, v125
-        v_add_f32 v22, v23, v123
         v_cvt_pk_fp8_f32 v120, v120, v121
-        v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mov_b32 v20, v19
         v_wmma_i32_16x16x16_iu8 v[80:87], v[178:179], v[134:135], v[80:87] neg_lo:[1,1,0]
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v21, v21, v19
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_add_f32 v23, v22, v126
-        v_add_f32 v22, v23, v127
-        v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
@@ -7811,64 +9203,33 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
 .Ld64_bf16_no_rescale_1:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 4
-        v_dual_mul_f32 v11, s71, v9 :: v_dual_subrev_f32 v64, s69, v64
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[96:97], v[32:39]
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v65, s69, v65
-        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[96:97], v[40:47]
-        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
-        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
+        s_wait_loadcnt 4
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[96:97], v[48:55]
-        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
-        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[96:97], v[56:63]
-        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
-        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[104:105], v[32:39]
-        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
-        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[104:105], v[40:47]
-        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
-        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[104:105], v[48:55]
-        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
-        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[104:105], v[56:63]
-        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
-        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
+        v_mul_f32 v11, s71, v9
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[112:113], v[32:39]
-        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
-        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[112:113], v[40:47]
-        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
-        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[112:113], v[48:55]
-        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
-        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[112:113], v[56:63]
-        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
-        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[120:121], v[32:39]
-        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
-        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[120:121], v[40:47]
-        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
-        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
+        v_mov_b32 v12, v11
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[120:121], v[48:55]
-        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
-        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[120:121], v[56:63]
-        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
-        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -8021,6 +9382,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
@@ -8032,90 +9395,252 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v64, v64, v29 :: v_dual_sub_f32 v65, v65, v18
-        v_dual_sub_f32 v66, v66, v29 :: v_dual_sub_f32 v67, v67, v18
+        v_fma_f32 v29, s69, v11, v18
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_one_fma_0_last
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_bf16_one_fma_0_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_one_fma_0_last_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_bf16_one_fma_0_last:
+        v_fma_f32 v64, v64, v12, -v29
+        v_fma_f32 v65, v65, v12, -v29
+        v_fma_f32 v66, v66, v12, -v29
+        v_fma_f32 v67, v67, v12, -v29
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v29 :: v_dual_sub_f32 v69, v69, v18
+        v_fma_f32 v68, v68, v12, -v29
         v_exp_f32_e32 v65, v65
+        v_fma_f32 v69, v69, v12, -v29
         v_exp_f32_e32 v66, v66
-        v_dual_sub_f32 v70, v70, v29 :: v_dual_sub_f32 v71, v71, v18
+        v_fma_f32 v70, v70, v12, -v29
         v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v22, v64, v65 :: v_dual_sub_f32 v73, v73, v18
+        v_fma_f32 v71, v71, v12, -v29
         v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v29 :: v_dual_add_f32 v23, v22, v66
+        v_fma_f32 v72, v72, v12, -v29
+        v_dual_add_f32 v22, v64, v66 :: v_dual_add_f32 v23, v65, v67
         v_exp_f32_e32 v69, v69
-        v_add_f32 v22, v23, v67
+        v_fma_f32 v73, v73, v12, -v29
         v_cvt_pk_fp8_f32 v64, v64, v65
         v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v29 :: v_dual_add_f32 v23, v68, v22
+        v_fma_f32 v74, v74, v12, -v29
+        v_dual_add_f32 v22, v22, v68 :: v_dual_add_f32 v23, v23, v69
         v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v18 :: v_dual_add_f32 v22, v69, v23
+        v_fma_f32 v75, v75, v12, -v29
         v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
         v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v29 :: v_dual_add_f32 v23, v22, v70
+        v_fma_f32 v76, v76, v12, -v29
+        v_dual_add_f32 v22, v22, v70 :: v_dual_add_f32 v23, v23, v71
         v_exp_f32_e32 v73, v73
-        v_dual_sub_f32 v77, v77, v18 :: v_dual_add_f32 v22, v23, v71
+        v_fma_f32 v77, v77, v12, -v29
         v_cvt_pk_fp8_f32 v65, v68, v69
         v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v29 :: v_dual_add_f32 v23, v72, v22
+        v_fma_f32 v78, v78, v12, -v29
+        v_dual_add_f32 v22, v22, v72 :: v_dual_add_f32 v23, v23, v73
         v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v18 :: v_dual_add_f32 v22, v73, v23
+        v_fma_f32 v79, v79, v12, -v29
         v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
         v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v29 :: v_dual_add_f32 v23, v22, v74
+        v_fma_f32 v80, v80, v12, -v29
+        v_dual_add_f32 v22, v22, v74 :: v_dual_add_f32 v23, v23, v75
         v_exp_f32_e32 v77, v77
-        v_dual_sub_f32 v81, v81, v18 :: v_dual_add_f32 v22, v23, v75
+        v_fma_f32 v81, v81, v12, -v29
         v_cvt_pk_fp8_f32 v72, v72, v73
         v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v29 :: v_dual_add_f32 v23, v76, v22
+        v_fma_f32 v82, v82, v12, -v29
+        v_dual_add_f32 v22, v22, v76 :: v_dual_add_f32 v23, v23, v77
         v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v18 :: v_dual_add_f32 v22, v77, v23
+        v_fma_f32 v83, v83, v12, -v29
         v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
         v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v29 :: v_dual_add_f32 v23, v22, v78
+        v_fma_f32 v84, v84, v12, -v29
+        v_dual_add_f32 v22, v22, v78 :: v_dual_add_f32 v23, v23, v79
         v_exp_f32_e32 v81, v81
-        v_dual_sub_f32 v85, v85, v18 :: v_dual_add_f32 v22, v23, v79
+        v_fma_f32 v85, v85, v12, -v29
         v_cvt_pk_fp8_f32 v73, v76, v77
         v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v29 :: v_dual_add_f32 v23, v80, v22
+        v_fma_f32 v86, v86, v12, -v29
+        v_dual_add_f32 v22, v22, v80 :: v_dual_add_f32 v23, v23, v81
         v_exp_f32_e32 v83, v83
-        v_dual_sub_f32 v87, v87, v18 :: v_dual_add_f32 v22, v81, v23
+        v_fma_f32 v87, v87, v12, -v29
         v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
         v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v29 :: v_dual_add_f32 v23, v22, v82
+        v_fma_f32 v88, v88, v12, -v29
+        v_dual_add_f32 v22, v22, v82 :: v_dual_add_f32 v23, v23, v83
         v_exp_f32_e32 v85, v85
-        v_dual_sub_f32 v89, v89, v18 :: v_dual_add_f32 v22, v23, v83
+        v_fma_f32 v89, v89, v12, -v29
         v_cvt_pk_fp8_f32 v80, v80, v81
         v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v29 :: v_dual_add_f32 v23, v84, v22
+        v_fma_f32 v90, v90, v12, -v29
+        v_dual_add_f32 v22, v22, v84 :: v_dual_add_f32 v23, v23, v85
         v_exp_f32_e32 v87, v87
-        v_dual_sub_f32 v91, v91, v18 :: v_dual_add_f32 v22, v85, v23
+        v_fma_f32 v91, v91, v12, -v29
         v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
         v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v29 :: v_dual_add_f32 v23, v22, v86
+        v_fma_f32 v92, v92, v12, -v29
+        v_dual_add_f32 v22, v22, v86 :: v_dual_add_f32 v23, v23, v87
         v_exp_f32_e32 v89, v89
-        v_dual_sub_f32 v93, v93, v18 :: v_dual_add_f32 v22, v23, v87
+        v_fma_f32 v93, v93, v12, -v29
         v_cvt_pk_fp8_f32 v81, v84, v85
         v_exp_f32_e32 v90, v90
-        v_dual_sub_f32 v94, v94, v29 :: v_dual_add_f32 v23, v88, v22
+        v_fma_f32 v94, v94, v12, -v29
+        v_dual_add_f32 v22, v22, v88 :: v_dual_add_f32 v23, v23, v89
         v_exp_f32_e32 v91, v91
-        v_dual_sub_f32 v95, v95, v18 :: v_dual_add_f32 v22, v89, v23
+        v_fma_f32 v95, v95, v12, -v29
         v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
         v_exp_f32_e32 v92, v92
-        v_add_f32 v23, v22, v90
+        v_dual_add_f32 v22, v22, v90 :: v_dual_add_f32 v23, v23, v91
         v_exp_f32_e32 v93, v93
-        v_add_f32 v22, v23, v91
         v_cvt_pk_fp8_f32 v88, v88, v89
         v_exp_f32_e32 v94, v94
-        v_dual_add_f32 v23, v22, v92 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v92 :: v_dual_add_f32 v23, v23, v93
         v_exp_f32_e32 v95, v95
-        v_dual_add_f32 v22, v23, v93 :: v_dual_mul_f32 v21, v21, v19
         v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
-        v_add_f32 v23, v22, v94
-        v_add_f32 v22, v23, v95
+        v_dual_add_f32 v22, v22, v94 :: v_dual_add_f32 v23, v23, v95
         v_cvt_pk_fp8_f32 v89, v92, v93
         v_cvt_pk_fp8_f32 v89, v94, v95 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
@@ -8303,6 +9828,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
@@ -8314,90 +9841,252 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_fma_f32 v29, s69, v11, v18
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_one_fma_1_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_bf16_one_fma_1_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_one_fma_1_last_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_bf16_one_fma_1_last:
+        v_fma_f32 v96, v96, v12, -v29
+        v_fma_f32 v97, v97, v12, -v29
+        v_fma_f32 v98, v98, v12, -v29
+        v_fma_f32 v99, v99, v12, -v29
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_fma_f32 v100, v100, v12, -v29
         v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v12, -v29
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v102, v102, v12, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        v_fma_f32 v103, v103, v12, -v29
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_fma_f32 v104, v104, v12, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_fma_f32 v105, v105, v12, -v29
         v_cvt_pk_fp8_f32 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_fma_f32 v106, v106, v12, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_fma_f32 v107, v107, v12, -v29
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_fma_f32 v108, v108, v12, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v18 :: v_dual_add_f32 v22, v23, v103
+        v_fma_f32 v109, v109, v12, -v29
         v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_fma_f32 v110, v110, v12, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
+        v_fma_f32 v111, v111, v12, -v29
         v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_fma_f32 v112, v112, v12, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v18 :: v_dual_add_f32 v22, v23, v107
+        v_fma_f32 v113, v113, v12, -v29
         v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_fma_f32 v114, v114, v12, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
+        v_fma_f32 v115, v115, v12, -v29
         v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_fma_f32 v116, v116, v12, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v18 :: v_dual_add_f32 v22, v23, v111
+        v_fma_f32 v117, v117, v12, -v29
         v_cvt_pk_fp8_f32 v105, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_fma_f32 v118, v118, v12, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
+        v_fma_f32 v119, v119, v12, -v29
         v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_fma_f32 v120, v120, v12, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v18 :: v_dual_add_f32 v22, v23, v115
+        v_fma_f32 v121, v121, v12, -v29
         v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_fma_f32 v122, v122, v12, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
+        v_fma_f32 v123, v123, v12, -v29
         v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_fma_f32 v124, v124, v12, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v18 :: v_dual_add_f32 v22, v23, v119
+        v_fma_f32 v125, v125, v12, -v29
         v_cvt_pk_fp8_f32 v113, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
+        v_fma_f32 v126, v126, v12, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_fma_f32 v127, v127, v12, -v29
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
         v_exp_f32_e32 v124, v124
-        v_add_f32 v23, v22, v122
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_exp_f32_e32 v125, v125
-        v_add_f32 v22, v23, v123
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v21, v21, v19
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_add_f32 v23, v22, v126
-        v_add_f32 v22, v23, v127
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
@@ -9474,39 +11163,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_wmma_i32_16x16x16_iu8 v[80:87], v[178:179], v[134:135], v[80:87] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v11, s71, v9 :: v_dual_subrev_f32 v64, s69, v64
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v65, s69, v65
-        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
-        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
-        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
-        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
-        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
-        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
-        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
-        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
-        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
-        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
-        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
-        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
-        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
-        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
-        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
-        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
-        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
-        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
-        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
-        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
-        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
-        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
-        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
-        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
-        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
-        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
-        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
-        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
-        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
-        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
-        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
+        v_mul_f32 v11, s71, v9
+        v_mov_b32 v12, v11
         s_wait_loadcnt 0
         ds_store_b128 v5, v[136:139] offset:4096
         ds_store_b128 v5, v[140:143] offset:6144
@@ -9675,6 +11333,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
@@ -9686,120 +11346,282 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v64, v64, v29 :: v_dual_sub_f32 v65, v65, v18
-        v_dual_sub_f32 v66, v66, v29 :: v_dual_sub_f32 v67, v67, v18
+        v_fma_f32 v29, s69, v11, v18
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_one_fma_0
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp16_one_fma_0_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_one_fma_0_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_fp16_one_fma_0:
+        v_fma_f32 v64, v64, v12, -v29
+        v_fma_f32 v65, v65, v12, -v29
+        v_fma_f32 v66, v66, v12, -v29
+        v_fma_f32 v67, v67, v12, -v29
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v29 :: v_dual_sub_f32 v69, v69, v18
-        v_exp_f32_e32 v65, v65
+        v_fma_f32 v68, v68, v12, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v65, v65
+        v_fma_f32 v69, v69, v12, -v29
         v_exp_f32_e32 v66, v66
-        v_dual_sub_f32 v70, v70, v29 :: v_dual_sub_f32 v71, v71, v18
+        v_fma_f32 v70, v70, v12, -v29
         v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v22, v64, v65 :: v_dual_sub_f32 v73, v73, v18
-        v_exp_f32_e32 v68, v68
+        v_fma_f32 v71, v71, v12, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v72, v72, v29 :: v_dual_add_f32 v23, v22, v66
+        v_exp_f32_e32 v68, v68
+        v_fma_f32 v72, v72, v12, -v29
+        v_dual_add_f32 v22, v64, v66 :: v_dual_add_f32 v23, v65, v67
         v_exp_f32_e32 v69, v69
-        v_add_f32 v22, v23, v67
+        v_fma_f32 v73, v73, v12, -v29
         v_cvt_pk_fp8_f32 v64, v64, v65
-        v_exp_f32_e32 v70, v70
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v74, v74, v29 :: v_dual_add_f32 v23, v68, v22
+        v_exp_f32_e32 v70, v70
+        v_fma_f32 v74, v74, v12, -v29
+        v_dual_add_f32 v22, v22, v68 :: v_dual_add_f32 v23, v23, v69
         v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v18 :: v_dual_add_f32 v22, v69, v23
+        v_fma_f32 v75, v75, v12, -v29
         v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
-        v_exp_f32_e32 v72, v72
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v76, v76, v29 :: v_dual_add_f32 v23, v22, v70
+        v_exp_f32_e32 v72, v72
+        v_fma_f32 v76, v76, v12, -v29
+        v_dual_add_f32 v22, v22, v70 :: v_dual_add_f32 v23, v23, v71
         v_exp_f32_e32 v73, v73
-        v_dual_sub_f32 v77, v77, v18 :: v_dual_add_f32 v22, v23, v71
-        v_cvt_pk_fp8_f32 v65, v68, v69
-        v_exp_f32_e32 v74, v74
+        v_fma_f32 v77, v77, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[96:103], v[154:155], v[130:131], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[152:155], v3 offset:10240
-        v_dual_sub_f32 v78, v78, v29 :: v_dual_add_f32 v23, v72, v22
+        v_cvt_pk_fp8_f32 v65, v68, v69
+        v_exp_f32_e32 v74, v74
+        v_fma_f32 v78, v78, v12, -v29
+        v_dual_add_f32 v22, v22, v72 :: v_dual_add_f32 v23, v23, v73
         v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v18 :: v_dual_add_f32 v22, v73, v23
-        v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
-        v_exp_f32_e32 v76, v76
+        v_fma_f32 v79, v79, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[104:111], v[158:159], v[130:131], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[156:159], v3 offset:11264
-        v_dual_sub_f32 v80, v80, v29 :: v_dual_add_f32 v23, v22, v74
+        v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
+        v_exp_f32_e32 v76, v76
+        v_fma_f32 v80, v80, v12, -v29
+        v_dual_add_f32 v22, v22, v74 :: v_dual_add_f32 v23, v23, v75
         v_exp_f32_e32 v77, v77
-        v_dual_sub_f32 v81, v81, v18 :: v_dual_add_f32 v22, v23, v75
-        v_cvt_pk_fp8_f32 v72, v72, v73
-        v_exp_f32_e32 v78, v78
+        v_fma_f32 v81, v81, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[112:119], v[162:163], v[130:131], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v4 offset:8192
-        v_dual_sub_f32 v82, v82, v29 :: v_dual_add_f32 v23, v76, v22
+        v_cvt_pk_fp8_f32 v72, v72, v73
+        v_exp_f32_e32 v78, v78
+        v_fma_f32 v82, v82, v12, -v29
+        v_dual_add_f32 v22, v22, v76 :: v_dual_add_f32 v23, v23, v77
         v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v18 :: v_dual_add_f32 v22, v77, v23
-        v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
-        v_exp_f32_e32 v80, v80
+        v_fma_f32 v83, v83, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[120:127], v[166:167], v[130:131], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v4 offset:9216
-        v_dual_sub_f32 v84, v84, v29 :: v_dual_add_f32 v23, v22, v78
+        v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
+        v_exp_f32_e32 v80, v80
+        v_fma_f32 v84, v84, v12, -v29
+        v_dual_add_f32 v22, v22, v78 :: v_dual_add_f32 v23, v23, v79
         v_exp_f32_e32 v81, v81
-        v_dual_sub_f32 v85, v85, v18 :: v_dual_add_f32 v22, v23, v79
-        v_cvt_pk_fp8_f32 v73, v76, v77
-        v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v29 :: v_dual_add_f32 v23, v80, v22
+        v_fma_f32 v85, v85, v12, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[168:169], v[132:133], v[96:103] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v73, v76, v77
+        v_exp_f32_e32 v82, v82
+        v_fma_f32 v86, v86, v12, -v29
+        v_dual_add_f32 v22, v22, v80 :: v_dual_add_f32 v23, v23, v81
         v_exp_f32_e32 v83, v83
-        v_dual_sub_f32 v87, v87, v18 :: v_dual_add_f32 v22, v81, v23
-        v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
-        v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v29 :: v_dual_add_f32 v23, v22, v82
+        v_fma_f32 v87, v87, v12, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[172:173], v[132:133], v[104:111] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
+        v_exp_f32_e32 v84, v84
+        v_fma_f32 v88, v88, v12, -v29
+        v_dual_add_f32 v22, v22, v82 :: v_dual_add_f32 v23, v23, v83
         v_exp_f32_e32 v85, v85
-        v_dual_sub_f32 v89, v89, v18 :: v_dual_add_f32 v22, v23, v83
-        v_cvt_pk_fp8_f32 v80, v80, v81
-        v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v29 :: v_dual_add_f32 v23, v84, v22
+        v_fma_f32 v89, v89, v12, -v29
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[176:177], v[132:133], v[112:119] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v80, v80, v81
+        v_exp_f32_e32 v86, v86
+        v_fma_f32 v90, v90, v12, -v29
+        v_dual_add_f32 v22, v22, v84 :: v_dual_add_f32 v23, v23, v85
         v_exp_f32_e32 v87, v87
-        v_dual_sub_f32 v91, v91, v18 :: v_dual_add_f32 v22, v85, v23
-        v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
-        v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v29 :: v_dual_add_f32 v23, v22, v86
+        v_fma_f32 v91, v91, v12, -v29
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[180:181], v[132:133], v[120:127] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
+        v_exp_f32_e32 v88, v88
+        v_fma_f32 v92, v92, v12, -v29
+        v_dual_add_f32 v22, v22, v86 :: v_dual_add_f32 v23, v23, v87
         v_exp_f32_e32 v89, v89
-        v_dual_sub_f32 v93, v93, v18 :: v_dual_add_f32 v22, v23, v87
-        v_cvt_pk_fp8_f32 v81, v84, v85
-        v_exp_f32_e32 v90, v90
-        v_dual_sub_f32 v94, v94, v29 :: v_dual_add_f32 v23, v88, v22
         v_wmma_i32_16x16x16_iu8 v[96:103], v[170:171], v[134:135], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v4 offset:10240
+        v_fma_f32 v93, v93, v12, -v29
+        v_cvt_pk_fp8_f32 v81, v84, v85
+        v_exp_f32_e32 v90, v90
+        v_fma_f32 v94, v94, v12, -v29
+        v_dual_add_f32 v22, v22, v88 :: v_dual_add_f32 v23, v23, v89
         v_exp_f32_e32 v91, v91
-        v_dual_sub_f32 v95, v95, v18 :: v_dual_add_f32 v22, v89, v23
-        v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
-        v_exp_f32_e32 v92, v92
-        v_add_f32 v23, v22, v90
         v_wmma_i32_16x16x16_iu8 v[104:111], v[174:175], v[134:135], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v4 offset:11264
+        v_fma_f32 v95, v95, v12, -v29
+        v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
+        v_exp_f32_e32 v92, v92
+        v_dual_add_f32 v22, v22, v90 :: v_dual_add_f32 v23, v23, v91
         v_exp_f32_e32 v93, v93
-        v_add_f32 v22, v23, v91
         v_cvt_pk_fp8_f32 v88, v88, v89
-        v_exp_f32_e32 v94, v94
-        v_dual_add_f32 v23, v22, v92 :: v_dual_mov_b32 v20, v19
         v_wmma_i32_16x16x16_iu8 v[112:119], v[178:179], v[134:135], v[112:119] neg_lo:[1,1,0]
+        v_exp_f32_e32 v94, v94
+        v_dual_add_f32 v22, v22, v92 :: v_dual_add_f32 v23, v23, v93
         v_exp_f32_e32 v95, v95
-        v_dual_add_f32 v22, v23, v93 :: v_dual_mul_f32 v21, v21, v19
         v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
-        v_add_f32 v23, v22, v94
-        v_add_f32 v22, v23, v95
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[182:183], v[134:135], v[120:127] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v22, v94 :: v_dual_add_f32 v23, v23, v95
         v_cvt_pk_fp8_f32 v89, v92, v93
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[182:183], v[134:135], v[120:127] neg_lo:[1,1,0]
         v_cvt_pk_fp8_f32 v89, v94, v95 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
@@ -9825,64 +11647,33 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
 .Ld64_fp16_no_rescale_0:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 4
-        v_dual_mul_f32 v11, s71, v9 :: v_dual_subrev_f32 v96, s69, v96
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[64:65], v[32:39]
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v97, s69, v97
-        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[64:65], v[40:47]
-        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
-        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
+        s_wait_loadcnt 4
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[64:65], v[48:55]
-        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
-        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[64:65], v[56:63]
-        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
-        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[72:73], v[32:39]
-        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
-        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[72:73], v[40:47]
-        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
-        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[72:73], v[48:55]
-        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
-        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[72:73], v[56:63]
-        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
-        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
+        v_mul_f32 v11, s71, v9
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[80:81], v[32:39]
-        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
-        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[80:81], v[40:47]
-        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
-        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[80:81], v[48:55]
-        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
-        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[80:81], v[56:63]
-        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
-        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[88:89], v[32:39]
-        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
-        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[88:89], v[40:47]
-        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
-        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
+        v_mov_b32 v12, v11
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[88:89], v[48:55]
-        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
-        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[88:89], v[56:63]
-        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
-        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -10057,6 +11848,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
@@ -10068,120 +11861,282 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_fma_f32 v29, s69, v11, v18
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_one_fma_1
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp16_one_fma_1_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_one_fma_1_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_fp16_one_fma_1:
+        v_fma_f32 v96, v96, v12, -v29
+        v_fma_f32 v97, v97, v12, -v29
+        v_fma_f32 v98, v98, v12, -v29
+        v_fma_f32 v99, v99, v12, -v29
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
-        v_exp_f32_e32 v97, v97
+        v_fma_f32 v100, v100, v12, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[64:71], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v12, -v29
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v102, v102, v12, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
-        v_exp_f32_e32 v100, v100
+        v_fma_f32 v103, v103, v12, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v12, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_fma_f32 v105, v105, v12, -v29
         v_cvt_pk_fp8_f32 v96, v96, v97
-        v_exp_f32_e32 v102, v102
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v12, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_fma_f32 v107, v107, v12, -v29
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
-        v_exp_f32_e32 v104, v104
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v12, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v18 :: v_dual_add_f32 v22, v23, v103
-        v_cvt_pk_fp8_f32 v97, v100, v101
-        v_exp_f32_e32 v106, v106
+        v_fma_f32 v109, v109, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[64:71], v[154:155], v[130:131], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[152:155], v3 offset:14336
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_cvt_pk_fp8_f32 v97, v100, v101
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v12, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
-        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
-        v_exp_f32_e32 v108, v108
+        v_fma_f32 v111, v111, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[72:79], v[158:159], v[130:131], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[156:159], v3 offset:15360
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v12, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v18 :: v_dual_add_f32 v22, v23, v107
-        v_cvt_pk_fp8_f32 v104, v104, v105
-        v_exp_f32_e32 v110, v110
+        v_fma_f32 v113, v113, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[80:87], v[162:163], v[130:131], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v4 offset:12288
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_cvt_pk_fp8_f32 v104, v104, v105
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v12, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
-        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
-        v_exp_f32_e32 v112, v112
+        v_fma_f32 v115, v115, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[88:95], v[166:167], v[130:131], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v4 offset:13312
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v12, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v18 :: v_dual_add_f32 v22, v23, v111
-        v_cvt_pk_fp8_f32 v105, v108, v109
-        v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_fma_f32 v117, v117, v12, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[64:71], v[168:169], v[132:133], v[64:71] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v105, v108, v109
+        v_exp_f32_e32 v114, v114
+        v_fma_f32 v118, v118, v12, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
-        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
-        v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_fma_f32 v119, v119, v12, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[172:173], v[132:133], v[72:79] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
+        v_exp_f32_e32 v116, v116
+        v_fma_f32 v120, v120, v12, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v18 :: v_dual_add_f32 v22, v23, v115
-        v_cvt_pk_fp8_f32 v112, v112, v113
-        v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_fma_f32 v121, v121, v12, -v29
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[176:177], v[132:133], v[80:87] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v112, v112, v113
+        v_exp_f32_e32 v118, v118
+        v_fma_f32 v122, v122, v12, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
-        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
-        v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_fma_f32 v123, v123, v12, -v29
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[180:181], v[132:133], v[88:95] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
+        v_exp_f32_e32 v120, v120
+        v_fma_f32 v124, v124, v12, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v18 :: v_dual_add_f32 v22, v23, v119
-        v_cvt_pk_fp8_f32 v113, v116, v117
-        v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
         v_wmma_i32_16x16x16_iu8 v[64:71], v[170:171], v[134:135], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v4 offset:14336
+        v_fma_f32 v125, v125, v12, -v29
+        v_cvt_pk_fp8_f32 v113, v116, v117
+        v_exp_f32_e32 v122, v122
+        v_fma_f32 v126, v126, v12, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
-        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
-        v_exp_f32_e32 v124, v124
-        v_add_f32 v23, v22, v122
         v_wmma_i32_16x16x16_iu8 v[72:79], v[174:175], v[134:135], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v4 offset:15360
+        v_fma_f32 v127, v127, v12, -v29
+        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_exp_f32_e32 v125, v125
-        v_add_f32 v22, v23, v123
         v_cvt_pk_fp8_f32 v120, v120, v121
-        v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mov_b32 v20, v19
         v_wmma_i32_16x16x16_iu8 v[80:87], v[178:179], v[134:135], v[80:87] neg_lo:[1,1,0]
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v21, v21, v19
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_add_f32 v23, v22, v126
-        v_add_f32 v22, v23, v127
-        v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
@@ -10207,64 +12162,33 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
 .Ld64_fp16_no_rescale_1:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 4
-        v_dual_mul_f32 v11, s71, v9 :: v_dual_subrev_f32 v64, s69, v64
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[96:97], v[32:39]
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v65, s69, v65
-        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[96:97], v[40:47]
-        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
-        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
+        s_wait_loadcnt 4
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[96:97], v[48:55]
-        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
-        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[96:97], v[56:63]
-        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
-        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[104:105], v[32:39]
-        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
-        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[104:105], v[40:47]
-        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
-        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[104:105], v[48:55]
-        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
-        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[104:105], v[56:63]
-        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
-        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
+        v_mul_f32 v11, s71, v9
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[112:113], v[32:39]
-        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
-        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[112:113], v[40:47]
-        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
-        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[112:113], v[48:55]
-        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
-        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[112:113], v[56:63]
-        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
-        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[120:121], v[32:39]
-        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
-        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[120:121], v[40:47]
-        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
-        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
+        v_mov_b32 v12, v11
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[120:121], v[48:55]
-        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
-        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[120:121], v[56:63]
-        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
-        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -10417,6 +12341,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
@@ -10428,90 +12354,252 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v64, v64, v29 :: v_dual_sub_f32 v65, v65, v18
-        v_dual_sub_f32 v66, v66, v29 :: v_dual_sub_f32 v67, v67, v18
+        v_fma_f32 v29, s69, v11, v18
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_one_fma_0_last
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp16_one_fma_0_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_one_fma_0_last_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_fp16_one_fma_0_last:
+        v_fma_f32 v64, v64, v12, -v29
+        v_fma_f32 v65, v65, v12, -v29
+        v_fma_f32 v66, v66, v12, -v29
+        v_fma_f32 v67, v67, v12, -v29
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v29 :: v_dual_sub_f32 v69, v69, v18
+        v_fma_f32 v68, v68, v12, -v29
         v_exp_f32_e32 v65, v65
+        v_fma_f32 v69, v69, v12, -v29
         v_exp_f32_e32 v66, v66
-        v_dual_sub_f32 v70, v70, v29 :: v_dual_sub_f32 v71, v71, v18
+        v_fma_f32 v70, v70, v12, -v29
         v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v22, v64, v65 :: v_dual_sub_f32 v73, v73, v18
+        v_fma_f32 v71, v71, v12, -v29
         v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v29 :: v_dual_add_f32 v23, v22, v66
+        v_fma_f32 v72, v72, v12, -v29
+        v_dual_add_f32 v22, v64, v66 :: v_dual_add_f32 v23, v65, v67
         v_exp_f32_e32 v69, v69
-        v_add_f32 v22, v23, v67
+        v_fma_f32 v73, v73, v12, -v29
         v_cvt_pk_fp8_f32 v64, v64, v65
         v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v29 :: v_dual_add_f32 v23, v68, v22
+        v_fma_f32 v74, v74, v12, -v29
+        v_dual_add_f32 v22, v22, v68 :: v_dual_add_f32 v23, v23, v69
         v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v18 :: v_dual_add_f32 v22, v69, v23
+        v_fma_f32 v75, v75, v12, -v29
         v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
         v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v29 :: v_dual_add_f32 v23, v22, v70
+        v_fma_f32 v76, v76, v12, -v29
+        v_dual_add_f32 v22, v22, v70 :: v_dual_add_f32 v23, v23, v71
         v_exp_f32_e32 v73, v73
-        v_dual_sub_f32 v77, v77, v18 :: v_dual_add_f32 v22, v23, v71
+        v_fma_f32 v77, v77, v12, -v29
         v_cvt_pk_fp8_f32 v65, v68, v69
         v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v29 :: v_dual_add_f32 v23, v72, v22
+        v_fma_f32 v78, v78, v12, -v29
+        v_dual_add_f32 v22, v22, v72 :: v_dual_add_f32 v23, v23, v73
         v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v18 :: v_dual_add_f32 v22, v73, v23
+        v_fma_f32 v79, v79, v12, -v29
         v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
         v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v29 :: v_dual_add_f32 v23, v22, v74
+        v_fma_f32 v80, v80, v12, -v29
+        v_dual_add_f32 v22, v22, v74 :: v_dual_add_f32 v23, v23, v75
         v_exp_f32_e32 v77, v77
-        v_dual_sub_f32 v81, v81, v18 :: v_dual_add_f32 v22, v23, v75
+        v_fma_f32 v81, v81, v12, -v29
         v_cvt_pk_fp8_f32 v72, v72, v73
         v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v29 :: v_dual_add_f32 v23, v76, v22
+        v_fma_f32 v82, v82, v12, -v29
+        v_dual_add_f32 v22, v22, v76 :: v_dual_add_f32 v23, v23, v77
         v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v18 :: v_dual_add_f32 v22, v77, v23
+        v_fma_f32 v83, v83, v12, -v29
         v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
         v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v29 :: v_dual_add_f32 v23, v22, v78
+        v_fma_f32 v84, v84, v12, -v29
+        v_dual_add_f32 v22, v22, v78 :: v_dual_add_f32 v23, v23, v79
         v_exp_f32_e32 v81, v81
-        v_dual_sub_f32 v85, v85, v18 :: v_dual_add_f32 v22, v23, v79
+        v_fma_f32 v85, v85, v12, -v29
         v_cvt_pk_fp8_f32 v73, v76, v77
         v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v29 :: v_dual_add_f32 v23, v80, v22
+        v_fma_f32 v86, v86, v12, -v29
+        v_dual_add_f32 v22, v22, v80 :: v_dual_add_f32 v23, v23, v81
         v_exp_f32_e32 v83, v83
-        v_dual_sub_f32 v87, v87, v18 :: v_dual_add_f32 v22, v81, v23
+        v_fma_f32 v87, v87, v12, -v29
         v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
         v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v29 :: v_dual_add_f32 v23, v22, v82
+        v_fma_f32 v88, v88, v12, -v29
+        v_dual_add_f32 v22, v22, v82 :: v_dual_add_f32 v23, v23, v83
         v_exp_f32_e32 v85, v85
-        v_dual_sub_f32 v89, v89, v18 :: v_dual_add_f32 v22, v23, v83
+        v_fma_f32 v89, v89, v12, -v29
         v_cvt_pk_fp8_f32 v80, v80, v81
         v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v29 :: v_dual_add_f32 v23, v84, v22
+        v_fma_f32 v90, v90, v12, -v29
+        v_dual_add_f32 v22, v22, v84 :: v_dual_add_f32 v23, v23, v85
         v_exp_f32_e32 v87, v87
-        v_dual_sub_f32 v91, v91, v18 :: v_dual_add_f32 v22, v85, v23
+        v_fma_f32 v91, v91, v12, -v29
         v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
         v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v29 :: v_dual_add_f32 v23, v22, v86
+        v_fma_f32 v92, v92, v12, -v29
+        v_dual_add_f32 v22, v22, v86 :: v_dual_add_f32 v23, v23, v87
         v_exp_f32_e32 v89, v89
-        v_dual_sub_f32 v93, v93, v18 :: v_dual_add_f32 v22, v23, v87
+        v_fma_f32 v93, v93, v12, -v29
         v_cvt_pk_fp8_f32 v81, v84, v85
         v_exp_f32_e32 v90, v90
-        v_dual_sub_f32 v94, v94, v29 :: v_dual_add_f32 v23, v88, v22
+        v_fma_f32 v94, v94, v12, -v29
+        v_dual_add_f32 v22, v22, v88 :: v_dual_add_f32 v23, v23, v89
         v_exp_f32_e32 v91, v91
-        v_dual_sub_f32 v95, v95, v18 :: v_dual_add_f32 v22, v89, v23
+        v_fma_f32 v95, v95, v12, -v29
         v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
         v_exp_f32_e32 v92, v92
-        v_add_f32 v23, v22, v90
+        v_dual_add_f32 v22, v22, v90 :: v_dual_add_f32 v23, v23, v91
         v_exp_f32_e32 v93, v93
-        v_add_f32 v22, v23, v91
         v_cvt_pk_fp8_f32 v88, v88, v89
         v_exp_f32_e32 v94, v94
-        v_dual_add_f32 v23, v22, v92 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v92 :: v_dual_add_f32 v23, v23, v93
         v_exp_f32_e32 v95, v95
-        v_dual_add_f32 v22, v23, v93 :: v_dual_mul_f32 v21, v21, v19
         v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
-        v_add_f32 v23, v22, v94
-        v_add_f32 v22, v23, v95
+        v_dual_add_f32 v22, v22, v94 :: v_dual_add_f32 v23, v23, v95
         v_cvt_pk_fp8_f32 v89, v92, v93
         v_cvt_pk_fp8_f32 v89, v94, v95 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
@@ -10699,6 +12787,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
@@ -10710,90 +12800,252 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_fma_f32 v29, s69, v11, v18
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_one_fma_1_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp16_one_fma_1_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_one_fma_1_last_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_fp16_one_fma_1_last:
+        v_fma_f32 v96, v96, v12, -v29
+        v_fma_f32 v97, v97, v12, -v29
+        v_fma_f32 v98, v98, v12, -v29
+        v_fma_f32 v99, v99, v12, -v29
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_fma_f32 v100, v100, v12, -v29
         v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v12, -v29
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v102, v102, v12, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        v_fma_f32 v103, v103, v12, -v29
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_fma_f32 v104, v104, v12, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_fma_f32 v105, v105, v12, -v29
         v_cvt_pk_fp8_f32 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_fma_f32 v106, v106, v12, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_fma_f32 v107, v107, v12, -v29
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_fma_f32 v108, v108, v12, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v18 :: v_dual_add_f32 v22, v23, v103
+        v_fma_f32 v109, v109, v12, -v29
         v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_fma_f32 v110, v110, v12, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
+        v_fma_f32 v111, v111, v12, -v29
         v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_fma_f32 v112, v112, v12, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v18 :: v_dual_add_f32 v22, v23, v107
+        v_fma_f32 v113, v113, v12, -v29
         v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_fma_f32 v114, v114, v12, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
+        v_fma_f32 v115, v115, v12, -v29
         v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_fma_f32 v116, v116, v12, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v18 :: v_dual_add_f32 v22, v23, v111
+        v_fma_f32 v117, v117, v12, -v29
         v_cvt_pk_fp8_f32 v105, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_fma_f32 v118, v118, v12, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
+        v_fma_f32 v119, v119, v12, -v29
         v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_fma_f32 v120, v120, v12, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v18 :: v_dual_add_f32 v22, v23, v115
+        v_fma_f32 v121, v121, v12, -v29
         v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_fma_f32 v122, v122, v12, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
+        v_fma_f32 v123, v123, v12, -v29
         v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_fma_f32 v124, v124, v12, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v18 :: v_dual_add_f32 v22, v23, v119
+        v_fma_f32 v125, v125, v12, -v29
         v_cvt_pk_fp8_f32 v113, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
+        v_fma_f32 v126, v126, v12, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_fma_f32 v127, v127, v12, -v29
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
         v_exp_f32_e32 v124, v124
-        v_add_f32 v23, v22, v122
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_exp_f32_e32 v125, v125
-        v_add_f32 v22, v23, v123
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v21, v21, v19
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_add_f32 v23, v22, v126
-        v_add_f32 v22, v23, v127
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
@@ -11905,39 +14157,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[174:175], v[112:119] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[174:175], v[120:127] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v12, s71, v10 :: v_dual_subrev_f32 v97, s69, v97
-        v_dual_mov_b32 v13, v12 :: v_dual_subrev_f32 v96, s69, v96
-        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
-        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
-        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
-        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
-        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
-        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
-        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
-        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
-        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
-        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
-        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
-        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
-        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
-        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
-        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
-        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
-        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
-        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
-        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
-        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
-        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
-        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
-        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
-        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
-        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
-        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
-        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
-        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
-        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
-        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
-        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
+        v_mul_f32 v12, s71, v10
+        v_mov_b32 v13, v12
         s_wait_loadcnt 0
         ds_store_b128 v6, v[176:179] offset:8192
         ds_store_b128 v6, v[180:183] offset:10240
@@ -12111,6 +14332,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
@@ -12122,188 +14345,350 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
-        v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_fma_f32 v29, s69, v12, v18
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_pv16_one_fma_0
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_pv16_one_fma_0_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_bf16_pv16_one_fma_0:
+        v_fma_f32 v96, v96, v13, -v29
+        v_fma_f32 v97, v97, v13, -v29
+        v_fma_f32 v98, v98, v13, -v29
+        v_fma_f32 v99, v99, v13, -v29
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v96, v96
+        v_fma_f32 v100, v100, v13, -v29
         v_exp_f32_e32 v97, v97
-        v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v101, v101, v13, -v29
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v98, v98
+        v_fma_f32 v102, v102, v13, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
-        v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_fma_f32 v103, v103, v13, -v29
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v13, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_cvt_f16_f32_e64 v96, v96
-        v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v13, -v29
         v_cvt_f16_f32_e64 v97, v97
         v_pack_b32_f16 v96, v96, v97
-        v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[162:163], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v2 offset:10240
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v13, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_cvt_f16_f32_e64 v98, v98
-        v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[162:163], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v2 offset:11264
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v13, -v29
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
-        v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[162:163], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v3 offset:8192
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v13, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_cvt_f16_f32_e64 v100, v100
-        v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v18 :: v_dual_add_f32 v22, v23, v103
-        v_cvt_f16_f32_e64 v101, v101
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[162:163], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v3 offset:9216
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v13, -v29
+        v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
-        v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[164:165], v[128:135] neg_lo:[1,1,0]
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v13, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_cvt_f16_f32_e64 v102, v102
-        v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
-        v_cvt_f16_f32_e64 v103, v103
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[164:165], v[136:143] neg_lo:[1,1,0]
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v13, -v29
+        v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
-        v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[164:165], v[144:151] neg_lo:[1,1,0]
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v13, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_cvt_f16_f32_e64 v104, v104
-        v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v18 :: v_dual_add_f32 v22, v23, v107
-        v_cvt_f16_f32_e64 v105, v105
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[164:165], v[152:159] neg_lo:[1,1,0]
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v13, -v29
+        v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
-        v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
         v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[166:167], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v3 offset:10240
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v13, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_cvt_f16_f32_e64 v106, v106
-        v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
-        v_cvt_f16_f32_e64 v107, v107
         v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[166:167], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v3 offset:11264
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v13, -v29
+        v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
-        v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
-        v_cvt_f16_f32_e64 v108, v108
         v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[166:167], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:8192
-        v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v18 :: v_dual_add_f32 v22, v23, v111
-        v_cvt_f16_f32_e64 v109, v109
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v13, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
+        v_cvt_f16_f32_e64 v108, v108
         v_wmma_i32_16x16x16_iu8 v[152:159], v[230:231], v[166:167], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:9216
+        v_exp_f32_e32 v113, v113
+        v_fma_f32 v117, v117, v13, -v29
+        v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
-        v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
-        v_cvt_f16_f32_e64 v110, v110
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[232:233], v[168:169], v[128:135] neg_lo:[1,1,0]
-        v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
-        v_cvt_f16_f32_e64 v111, v111
+        v_exp_f32_e32 v114, v114
+        v_fma_f32 v118, v118, v13, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
+        v_cvt_f16_f32_e64 v110, v110
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[236:237], v[168:169], v[136:143] neg_lo:[1,1,0]
+        v_exp_f32_e32 v115, v115
+        v_fma_f32 v119, v119, v13, -v29
+        v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
-        v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
-        v_cvt_f16_f32_e64 v112, v112
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[240:241], v[168:169], v[144:151] neg_lo:[1,1,0]
-        v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v18 :: v_dual_add_f32 v22, v23, v115
-        v_cvt_f16_f32_e64 v113, v113
-        v_pack_b32_f16 v112, v112, v113
+        v_exp_f32_e32 v116, v116
+        v_fma_f32 v120, v120, v13, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
+        v_cvt_f16_f32_e64 v112, v112
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[244:245], v[168:169], v[152:159] neg_lo:[1,1,0]
-        v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
-        v_cvt_f16_f32_e64 v114, v114
+        v_exp_f32_e32 v117, v117
+        v_fma_f32 v121, v121, v13, -v29
+        v_cvt_f16_f32_e64 v113, v113
+        v_pack_b32_f16 v112, v112, v113
         v_wmma_i32_16x16x16_iu8 v[128:135], v[234:235], v[170:171], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v4 offset:10240
-        v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
-        v_cvt_f16_f32_e64 v115, v115
-        v_pack_b32_f16 v113, v114, v115
+        v_exp_f32_e32 v118, v118
+        v_fma_f32 v122, v122, v13, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
+        v_cvt_f16_f32_e64 v114, v114
         v_wmma_i32_16x16x16_iu8 v[136:143], v[238:239], v[170:171], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v4 offset:11264
-        v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
-        v_cvt_f16_f32_e64 v116, v116
+        v_exp_f32_e32 v119, v119
+        v_fma_f32 v123, v123, v13, -v29
+        v_cvt_f16_f32_e64 v115, v115
+        v_pack_b32_f16 v113, v114, v115
         v_wmma_i32_16x16x16_iu8 v[144:151], v[242:243], v[170:171], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:16384
-        v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v18 :: v_dual_add_f32 v22, v23, v119
-        v_cvt_f16_f32_e64 v117, v117
-        v_pack_b32_f16 v114, v116, v117
+        v_exp_f32_e32 v120, v120
+        v_fma_f32 v124, v124, v13, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
+        v_cvt_f16_f32_e64 v116, v116
         v_wmma_i32_16x16x16_iu8 v[152:159], v[246:247], v[170:171], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:18688
-        v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
-        v_cvt_f16_f32_e64 v118, v118
+        v_exp_f32_e32 v121, v121
+        v_fma_f32 v125, v125, v13, -v29
+        v_cvt_f16_f32_e64 v117, v117
+        v_pack_b32_f16 v114, v116, v117
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[172:173], v[128:135] neg_lo:[1,1,0]
-        v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
-        v_cvt_f16_f32_e64 v119, v119
-        v_pack_b32_f16 v115, v118, v119
+        v_exp_f32_e32 v122, v122
+        v_fma_f32 v126, v126, v13, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
+        v_cvt_f16_f32_e64 v118, v118
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[172:173], v[136:143] neg_lo:[1,1,0]
-        v_exp_f32_e32 v124, v124
-        v_add_f32 v23, v22, v122
-        v_cvt_f16_f32_e64 v120, v120
-        v_exp_f32_e32 v125, v125
+        v_exp_f32_e32 v123, v123
+        v_fma_f32 v127, v127, v13, -v29
+        v_cvt_f16_f32_e64 v119, v119
+        v_pack_b32_f16 v115, v118, v119
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[172:173], v[144:151] neg_lo:[1,1,0]
-        v_add_f32 v22, v23, v123
-        v_cvt_f16_f32_e64 v121, v121
-        v_pack_b32_f16 v120, v120, v121
+        v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
+        v_cvt_f16_f32_e64 v120, v120
+        v_exp_f32_e32 v125, v125
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[172:173], v[152:159] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v121, v121
+        v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_add_f32 v23, v22, v124
-        v_cvt_f16_f32_e64 v122, v122
-        v_exp_f32_e32 v127, v127
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[174:175], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v5 offset:20992
-        v_add_f32 v22, v23, v125
+        v_cvt_f16_f32_e64 v122, v122
+        v_exp_f32_e32 v127, v127
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[174:175], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v5 offset:23296
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_f16_f32_e64 v124, v124
-        v_add_f32 v22, v23, v127
         v_cvt_f16_f32_e64 v125, v125
+        v_pack_b32_f16 v122, v124, v125
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[174:175], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:25600
-        v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
+        v_pack_b32_f16 v123, v126, v127
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[174:175], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:27904
-        v_pack_b32_f16 v123, v126, v127
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
-        v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
@@ -12343,130 +14728,99 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
 .Ld128_bf16_pv16_no_rescale_0:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[96:99], v[32:39]
         ds_load_b128 v[240:243], v5 offset:30208
-        v_dual_mul_f32 v12, s71, v10 :: v_dual_subrev_f32 v129, s69, v129
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[96:99], v[40:47]
         ds_load_b128 v[244:247], v5 offset:32512
-        v_dual_mov_b32 v13, v12 :: v_dual_subrev_f32 v128, s69, v128
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[96:99], v[48:55]
         ds_load_b128 v[224:227], v5 offset:16400
-        v_dual_mul_f32 v128, v12, v128 :: v_dual_mul_f32 v129, v13, v129
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[96:99], v[56:63]
         ds_load_b128 v[228:231], v5 offset:18704
-        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[96:99], v[64:71]
         ds_load_b128 v[232:235], v5 offset:21008
-        v_dual_mul_f32 v130, v12, v130 :: v_dual_mul_f32 v131, v13, v131
+        s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[96:99], v[72:79]
         ds_load_b128 v[236:239], v5 offset:23312
-        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[96:99], v[80:87]
         ds_load_b128 v[240:243], v5 offset:25616
-        v_dual_mul_f32 v132, v12, v132 :: v_dual_mul_f32 v133, v13, v133
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[96:99], v[88:95]
         ds_load_b128 v[244:247], v5 offset:27920
-        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[104:107], v[32:39]
         ds_load_b128 v[224:227], v5 offset:30224
-        v_dual_mul_f32 v134, v12, v134 :: v_dual_mul_f32 v135, v13, v135
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[104:107], v[40:47]
         ds_load_b128 v[228:231], v5 offset:32528
-        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[104:107], v[48:55]
         ds_load_b128 v[232:235], v5 offset:16416
-        v_dual_mul_f32 v136, v12, v136 :: v_dual_mul_f32 v137, v13, v137
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[104:107], v[56:63]
         ds_load_b128 v[236:239], v5 offset:18720
-        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[104:107], v[64:71]
         ds_load_b128 v[240:243], v5 offset:21024
-        v_dual_mul_f32 v138, v12, v138 :: v_dual_mul_f32 v139, v13, v139
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[104:107], v[72:79]
         ds_load_b128 v[244:247], v5 offset:23328
-        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[104:107], v[80:87]
         ds_load_b128 v[224:227], v5 offset:25632
-        v_dual_mul_f32 v140, v12, v140 :: v_dual_mul_f32 v141, v13, v141
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[104:107], v[88:95]
         ds_load_b128 v[228:231], v5 offset:27936
-        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
-        v_dual_mul_f32 v142, v12, v142 :: v_dual_mul_f32 v143, v13, v143
+        v_mul_f32 v12, s71, v10
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[232:235], v[112:115], v[32:39]
         ds_load_b128 v[232:235], v5 offset:30240
-        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[236:239], v[112:115], v[40:47]
         ds_load_b128 v[236:239], v5 offset:32544
-        v_dual_mul_f32 v144, v12, v144 :: v_dual_mul_f32 v145, v13, v145
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[240:243], v[112:115], v[48:55]
         ds_load_b128 v[240:243], v5 offset:16432
-        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[244:247], v[112:115], v[56:63]
         ds_load_b128 v[244:247], v5 offset:18736
-        v_dual_mul_f32 v146, v12, v146 :: v_dual_mul_f32 v147, v13, v147
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[224:227], v[112:115], v[64:71]
         ds_load_b128 v[224:227], v5 offset:21040
-        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[228:231], v[112:115], v[72:79]
         ds_load_b128 v[228:231], v5 offset:23344
-        v_dual_mul_f32 v148, v12, v148 :: v_dual_mul_f32 v149, v13, v149
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[232:235], v[112:115], v[80:87]
         ds_load_b128 v[232:235], v5 offset:25648
-        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[236:239], v[112:115], v[88:95]
         ds_load_b128 v[236:239], v5 offset:27952
-        v_dual_mul_f32 v150, v12, v150 :: v_dual_mul_f32 v151, v13, v151
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[120:123], v[32:39]
         ds_load_b128 v[240:243], v5 offset:30256
-        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[120:123], v[40:47]
         ds_load_b128 v[244:247], v5 offset:32560
-        v_dual_mul_f32 v152, v12, v152 :: v_dual_mul_f32 v153, v13, v153
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[120:123], v[48:55]
-        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_mov_b32 v13, v12
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[120:123], v[56:63]
-        v_dual_mul_f32 v154, v12, v154 :: v_dual_mul_f32 v155, v13, v155
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[120:123], v[64:71]
-        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[120:123], v[72:79]
-        v_dual_mul_f32 v156, v12, v156 :: v_dual_mul_f32 v157, v13, v157
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[120:123], v[80:87]
-        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[120:123], v[88:95]
-        v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -12655,6 +15009,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
@@ -12666,188 +15022,350 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
-        v_exp_f32_e32 v128, v128
-        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
+        v_fma_f32 v29, s69, v12, v18
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_pv16_one_fma_1
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v12, v128 :: v_dual_mul_f32 v129, v13, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v12, v130 :: v_dual_mul_f32 v131, v13, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v12, v132 :: v_dual_mul_f32 v133, v13, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v12, v134 :: v_dual_mul_f32 v135, v13, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v12, v136 :: v_dual_mul_f32 v137, v13, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v12, v138 :: v_dual_mul_f32 v139, v13, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v12, v140 :: v_dual_mul_f32 v141, v13, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v12, v142 :: v_dual_mul_f32 v143, v13, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v12, v144 :: v_dual_mul_f32 v145, v13, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v12, v146 :: v_dual_mul_f32 v147, v13, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v12, v148 :: v_dual_mul_f32 v149, v13, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v12, v150 :: v_dual_mul_f32 v151, v13, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v12, v152 :: v_dual_mul_f32 v153, v13, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v12, v154 :: v_dual_mul_f32 v155, v13, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v12, v156 :: v_dual_mul_f32 v157, v13, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_pv16_one_fma_1_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_bf16_pv16_one_fma_1:
+        v_fma_f32 v128, v128, v13, -v29
+        v_fma_f32 v129, v129, v13, -v29
+        v_fma_f32 v130, v130, v13, -v29
+        v_fma_f32 v131, v131, v13, -v29
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v128, v128
+        v_fma_f32 v132, v132, v13, -v29
         v_exp_f32_e32 v129, v129
-        v_exp_f32_e32 v130, v130
-        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
+        v_fma_f32 v133, v133, v13, -v29
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v130, v130
+        v_fma_f32 v134, v134, v13, -v29
         v_exp_f32_e32 v131, v131
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
-        v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
+        v_fma_f32 v135, v135, v13, -v29
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v132, v132
+        v_fma_f32 v136, v136, v13, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
         v_cvt_f16_f32_e64 v128, v128
-        v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v133, v133
+        v_fma_f32 v137, v137, v13, -v29
         v_cvt_f16_f32_e64 v129, v129
         v_pack_b32_f16 v128, v128, v129
-        v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[162:163], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v2 offset:2048
+        v_exp_f32_e32 v134, v134
+        v_fma_f32 v138, v138, v13, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
         v_cvt_f16_f32_e64 v130, v130
-        v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[162:163], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v2 offset:3072
+        v_exp_f32_e32 v135, v135
+        v_fma_f32 v139, v139, v13, -v29
         v_cvt_f16_f32_e64 v131, v131
         v_pack_b32_f16 v129, v130, v131
-        v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[162:163], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v3 offset:0
+        v_exp_f32_e32 v136, v136
+        v_fma_f32 v140, v140, v13, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         v_cvt_f16_f32_e64 v132, v132
-        v_exp_f32_e32 v137, v137
-        v_dual_sub_f32 v141, v141, v18 :: v_dual_add_f32 v22, v23, v135
-        v_cvt_f16_f32_e64 v133, v133
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[162:163], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v3 offset:1024
+        v_exp_f32_e32 v137, v137
+        v_fma_f32 v141, v141, v13, -v29
+        v_cvt_f16_f32_e64 v133, v133
         v_pack_b32_f16 v130, v132, v133
-        v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[164:165], v[96:103] neg_lo:[1,1,0]
+        v_exp_f32_e32 v138, v138
+        v_fma_f32 v142, v142, v13, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         v_cvt_f16_f32_e64 v134, v134
-        v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
-        v_cvt_f16_f32_e64 v135, v135
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[164:165], v[104:111] neg_lo:[1,1,0]
+        v_exp_f32_e32 v139, v139
+        v_fma_f32 v143, v143, v13, -v29
+        v_cvt_f16_f32_e64 v135, v135
         v_pack_b32_f16 v131, v134, v135
-        v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[164:165], v[112:119] neg_lo:[1,1,0]
+        v_exp_f32_e32 v140, v140
+        v_fma_f32 v144, v144, v13, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_cvt_f16_f32_e64 v136, v136
-        v_exp_f32_e32 v141, v141
-        v_dual_sub_f32 v145, v145, v18 :: v_dual_add_f32 v22, v23, v139
-        v_cvt_f16_f32_e64 v137, v137
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[164:165], v[120:127] neg_lo:[1,1,0]
+        v_exp_f32_e32 v141, v141
+        v_fma_f32 v145, v145, v13, -v29
+        v_cvt_f16_f32_e64 v137, v137
         v_pack_b32_f16 v136, v136, v137
-        v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
         v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[166:167], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v3 offset:2048
+        v_exp_f32_e32 v142, v142
+        v_fma_f32 v146, v146, v13, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_cvt_f16_f32_e64 v138, v138
-        v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
-        v_cvt_f16_f32_e64 v139, v139
         v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[166:167], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v3 offset:3072
+        v_exp_f32_e32 v143, v143
+        v_fma_f32 v147, v147, v13, -v29
+        v_cvt_f16_f32_e64 v139, v139
         v_pack_b32_f16 v137, v138, v139
-        v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
-        v_cvt_f16_f32_e64 v140, v140
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[166:167], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:0
-        v_exp_f32_e32 v145, v145
-        v_dual_sub_f32 v149, v149, v18 :: v_dual_add_f32 v22, v23, v143
-        v_cvt_f16_f32_e64 v141, v141
+        v_exp_f32_e32 v144, v144
+        v_fma_f32 v148, v148, v13, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
+        v_cvt_f16_f32_e64 v140, v140
         v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[166:167], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:1024
+        v_exp_f32_e32 v145, v145
+        v_fma_f32 v149, v149, v13, -v29
+        v_cvt_f16_f32_e64 v141, v141
         v_pack_b32_f16 v138, v140, v141
-        v_exp_f32_e32 v146, v146
-        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
-        v_cvt_f16_f32_e64 v142, v142
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[232:233], v[168:169], v[96:103] neg_lo:[1,1,0]
-        v_exp_f32_e32 v147, v147
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
-        v_cvt_f16_f32_e64 v143, v143
+        v_exp_f32_e32 v146, v146
+        v_fma_f32 v150, v150, v13, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
+        v_cvt_f16_f32_e64 v142, v142
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[236:237], v[168:169], v[104:111] neg_lo:[1,1,0]
+        v_exp_f32_e32 v147, v147
+        v_fma_f32 v151, v151, v13, -v29
+        v_cvt_f16_f32_e64 v143, v143
         v_pack_b32_f16 v139, v142, v143
-        v_exp_f32_e32 v148, v148
-        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
-        v_cvt_f16_f32_e64 v144, v144
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[240:241], v[168:169], v[112:119] neg_lo:[1,1,0]
-        v_exp_f32_e32 v149, v149
-        v_dual_sub_f32 v153, v153, v18 :: v_dual_add_f32 v22, v23, v147
-        v_cvt_f16_f32_e64 v145, v145
-        v_pack_b32_f16 v144, v144, v145
+        v_exp_f32_e32 v148, v148
+        v_fma_f32 v152, v152, v13, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
+        v_cvt_f16_f32_e64 v144, v144
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[244:245], v[168:169], v[120:127] neg_lo:[1,1,0]
-        v_exp_f32_e32 v150, v150
-        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
-        v_cvt_f16_f32_e64 v146, v146
+        v_exp_f32_e32 v149, v149
+        v_fma_f32 v153, v153, v13, -v29
+        v_cvt_f16_f32_e64 v145, v145
+        v_pack_b32_f16 v144, v144, v145
         v_wmma_i32_16x16x16_iu8 v[96:103], v[234:235], v[170:171], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v4 offset:2048
-        v_exp_f32_e32 v151, v151
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
-        v_cvt_f16_f32_e64 v147, v147
-        v_pack_b32_f16 v145, v146, v147
+        v_exp_f32_e32 v150, v150
+        v_fma_f32 v154, v154, v13, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
+        v_cvt_f16_f32_e64 v146, v146
         v_wmma_i32_16x16x16_iu8 v[104:111], v[238:239], v[170:171], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v4 offset:3072
-        v_exp_f32_e32 v152, v152
-        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
-        v_cvt_f16_f32_e64 v148, v148
+        v_exp_f32_e32 v151, v151
+        v_fma_f32 v155, v155, v13, -v29
+        v_cvt_f16_f32_e64 v147, v147
+        v_pack_b32_f16 v145, v146, v147
         v_wmma_i32_16x16x16_iu8 v[112:119], v[242:243], v[170:171], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:16384
-        v_exp_f32_e32 v153, v153
-        v_dual_sub_f32 v157, v157, v18 :: v_dual_add_f32 v22, v23, v151
-        v_cvt_f16_f32_e64 v149, v149
-        v_pack_b32_f16 v146, v148, v149
+        v_exp_f32_e32 v152, v152
+        v_fma_f32 v156, v156, v13, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
+        v_cvt_f16_f32_e64 v148, v148
         v_wmma_i32_16x16x16_iu8 v[120:127], v[246:247], v[170:171], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:18688
-        v_exp_f32_e32 v154, v154
-        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
-        v_cvt_f16_f32_e64 v150, v150
+        v_exp_f32_e32 v153, v153
+        v_fma_f32 v157, v157, v13, -v29
+        v_cvt_f16_f32_e64 v149, v149
+        v_pack_b32_f16 v146, v148, v149
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[172:173], v[96:103] neg_lo:[1,1,0]
-        v_exp_f32_e32 v155, v155
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
-        v_cvt_f16_f32_e64 v151, v151
-        v_pack_b32_f16 v147, v150, v151
+        v_exp_f32_e32 v154, v154
+        v_fma_f32 v158, v158, v13, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
+        v_cvt_f16_f32_e64 v150, v150
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[172:173], v[104:111] neg_lo:[1,1,0]
-        v_exp_f32_e32 v156, v156
-        v_add_f32 v23, v22, v154
-        v_cvt_f16_f32_e64 v152, v152
-        v_exp_f32_e32 v157, v157
+        v_exp_f32_e32 v155, v155
+        v_fma_f32 v159, v159, v13, -v29
+        v_cvt_f16_f32_e64 v151, v151
+        v_pack_b32_f16 v147, v150, v151
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[172:173], v[112:119] neg_lo:[1,1,0]
-        v_add_f32 v22, v23, v155
-        v_cvt_f16_f32_e64 v153, v153
-        v_pack_b32_f16 v152, v152, v153
+        v_exp_f32_e32 v156, v156
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
+        v_cvt_f16_f32_e64 v152, v152
+        v_exp_f32_e32 v157, v157
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[172:173], v[120:127] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v153, v153
+        v_pack_b32_f16 v152, v152, v153
         v_exp_f32_e32 v158, v158
-        v_add_f32 v23, v22, v156
-        v_cvt_f16_f32_e64 v154, v154
-        v_exp_f32_e32 v159, v159
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[174:175], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v5 offset:20992
-        v_add_f32 v22, v23, v157
+        v_cvt_f16_f32_e64 v154, v154
+        v_exp_f32_e32 v159, v159
         v_cvt_f16_f32_e64 v155, v155
         v_pack_b32_f16 v153, v154, v155
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[174:175], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v5 offset:23296
-        v_dual_add_f32 v23, v22, v158 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
         v_cvt_f16_f32_e64 v156, v156
-        v_add_f32 v22, v23, v159
         v_cvt_f16_f32_e64 v157, v157
+        v_pack_b32_f16 v154, v156, v157
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[174:175], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:25600
-        v_pack_b32_f16 v154, v156, v157
         v_cvt_f16_f32_e64 v158, v158
         v_cvt_f16_f32_e64 v159, v159
+        v_pack_b32_f16 v155, v158, v159
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[174:175], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:27904
-        v_pack_b32_f16 v155, v158, v159
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
-        v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
@@ -12887,130 +15405,99 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
 .Ld128_bf16_pv16_no_rescale_1:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[128:131], v[32:39]
         ds_load_b128 v[240:243], v5 offset:30208
-        v_dual_mul_f32 v12, s71, v10 :: v_dual_subrev_f32 v97, s69, v97
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[128:131], v[40:47]
         ds_load_b128 v[244:247], v5 offset:32512
-        v_dual_mov_b32 v13, v12 :: v_dual_subrev_f32 v96, s69, v96
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[128:131], v[48:55]
         ds_load_b128 v[224:227], v5 offset:16400
-        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[128:131], v[56:63]
         ds_load_b128 v[228:231], v5 offset:18704
-        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[128:131], v[64:71]
         ds_load_b128 v[232:235], v5 offset:21008
-        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
+        s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[128:131], v[72:79]
         ds_load_b128 v[236:239], v5 offset:23312
-        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[128:131], v[80:87]
         ds_load_b128 v[240:243], v5 offset:25616
-        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[128:131], v[88:95]
         ds_load_b128 v[244:247], v5 offset:27920
-        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[136:139], v[32:39]
         ds_load_b128 v[224:227], v5 offset:30224
-        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[136:139], v[40:47]
         ds_load_b128 v[228:231], v5 offset:32528
-        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[136:139], v[48:55]
         ds_load_b128 v[232:235], v5 offset:16416
-        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[136:139], v[56:63]
         ds_load_b128 v[236:239], v5 offset:18720
-        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[136:139], v[64:71]
         ds_load_b128 v[240:243], v5 offset:21024
-        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[136:139], v[72:79]
         ds_load_b128 v[244:247], v5 offset:23328
-        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[136:139], v[80:87]
         ds_load_b128 v[224:227], v5 offset:25632
-        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[136:139], v[88:95]
         ds_load_b128 v[228:231], v5 offset:27936
-        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
-        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
+        v_mul_f32 v12, s71, v10
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[232:235], v[144:147], v[32:39]
         ds_load_b128 v[232:235], v5 offset:30240
-        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[236:239], v[144:147], v[40:47]
         ds_load_b128 v[236:239], v5 offset:32544
-        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[240:243], v[144:147], v[48:55]
         ds_load_b128 v[240:243], v5 offset:16432
-        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[244:247], v[144:147], v[56:63]
         ds_load_b128 v[244:247], v5 offset:18736
-        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[224:227], v[144:147], v[64:71]
         ds_load_b128 v[224:227], v5 offset:21040
-        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[228:231], v[144:147], v[72:79]
         ds_load_b128 v[228:231], v5 offset:23344
-        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[232:235], v[144:147], v[80:87]
         ds_load_b128 v[232:235], v5 offset:25648
-        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[236:239], v[144:147], v[88:95]
         ds_load_b128 v[236:239], v5 offset:27952
-        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[152:155], v[32:39]
         ds_load_b128 v[240:243], v5 offset:30256
-        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[152:155], v[40:47]
         ds_load_b128 v[244:247], v5 offset:32560
-        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[152:155], v[48:55]
-        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_mov_b32 v13, v12
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[152:155], v[56:63]
-        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[152:155], v[64:71]
-        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[152:155], v[72:79]
-        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[152:155], v[80:87]
-        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[152:155], v[88:95]
-        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -13172,6 +15659,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
@@ -13183,124 +15672,286 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_fma_f32 v29, s69, v12, v18
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_pv16_one_fma_0_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_pv16_one_fma_0_last_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_bf16_pv16_one_fma_0_last:
+        v_fma_f32 v96, v96, v13, -v29
+        v_fma_f32 v97, v97, v13, -v29
+        v_fma_f32 v98, v98, v13, -v29
+        v_fma_f32 v99, v99, v13, -v29
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_fma_f32 v100, v100, v13, -v29
         v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v13, -v29
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v102, v102, v13, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        v_fma_f32 v103, v103, v13, -v29
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_fma_f32 v104, v104, v13, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_cvt_f16_f32_e64 v96, v96
         v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_fma_f32 v105, v105, v13, -v29
         v_cvt_f16_f32_e64 v97, v97
         v_pack_b32_f16 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_fma_f32 v106, v106, v13, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_cvt_f16_f32_e64 v98, v98
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_fma_f32 v107, v107, v13, -v29
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_fma_f32 v108, v108, v13, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_cvt_f16_f32_e64 v100, v100
         v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v18 :: v_dual_add_f32 v22, v23, v103
+        v_fma_f32 v109, v109, v13, -v29
         v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_fma_f32 v110, v110, v13, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_cvt_f16_f32_e64 v102, v102
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
+        v_fma_f32 v111, v111, v13, -v29
         v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_fma_f32 v112, v112, v13, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_cvt_f16_f32_e64 v104, v104
         v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v18 :: v_dual_add_f32 v22, v23, v107
+        v_fma_f32 v113, v113, v13, -v29
         v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_fma_f32 v114, v114, v13, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_cvt_f16_f32_e64 v106, v106
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
+        v_fma_f32 v115, v115, v13, -v29
         v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_fma_f32 v116, v116, v13, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_cvt_f16_f32_e64 v108, v108
         v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v18 :: v_dual_add_f32 v22, v23, v111
+        v_fma_f32 v117, v117, v13, -v29
         v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_fma_f32 v118, v118, v13, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_cvt_f16_f32_e64 v110, v110
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
+        v_fma_f32 v119, v119, v13, -v29
         v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_fma_f32 v120, v120, v13, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_cvt_f16_f32_e64 v112, v112
         v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v18 :: v_dual_add_f32 v22, v23, v115
+        v_fma_f32 v121, v121, v13, -v29
         v_cvt_f16_f32_e64 v113, v113
         v_pack_b32_f16 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_fma_f32 v122, v122, v13, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_cvt_f16_f32_e64 v114, v114
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
+        v_fma_f32 v123, v123, v13, -v29
         v_cvt_f16_f32_e64 v115, v115
         v_pack_b32_f16 v113, v114, v115
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_fma_f32 v124, v124, v13, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_cvt_f16_f32_e64 v116, v116
         v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v18 :: v_dual_add_f32 v22, v23, v119
+        v_fma_f32 v125, v125, v13, -v29
         v_cvt_f16_f32_e64 v117, v117
         v_pack_b32_f16 v114, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
+        v_fma_f32 v126, v126, v13, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_cvt_f16_f32_e64 v118, v118
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_fma_f32 v127, v127, v13, -v29
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
         v_exp_f32_e32 v124, v124
-        v_add_f32 v23, v22, v122
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_cvt_f16_f32_e64 v120, v120
         v_exp_f32_e32 v125, v125
-        v_add_f32 v22, v23, v123
         v_cvt_f16_f32_e64 v121, v121
         v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_add_f32 v23, v22, v124
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_cvt_f16_f32_e64 v122, v122
         v_exp_f32_e32 v127, v127
-        v_add_f32 v22, v23, v125
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_f16_f32_e64 v124, v124
-        v_add_f32 v22, v23, v127
         v_cvt_f16_f32_e64 v125, v125
         v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
         v_pack_b32_f16 v123, v126, v127
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
-        v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
@@ -13566,6 +16217,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
@@ -13577,124 +16230,286 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
+        v_fma_f32 v29, s69, v12, v18
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_pv16_one_fma_1_last
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v12, v128 :: v_dual_mul_f32 v129, v13, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v12, v130 :: v_dual_mul_f32 v131, v13, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v12, v132 :: v_dual_mul_f32 v133, v13, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v12, v134 :: v_dual_mul_f32 v135, v13, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v12, v136 :: v_dual_mul_f32 v137, v13, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v12, v138 :: v_dual_mul_f32 v139, v13, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v12, v140 :: v_dual_mul_f32 v141, v13, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v12, v142 :: v_dual_mul_f32 v143, v13, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v12, v144 :: v_dual_mul_f32 v145, v13, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v12, v146 :: v_dual_mul_f32 v147, v13, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v12, v148 :: v_dual_mul_f32 v149, v13, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v12, v150 :: v_dual_mul_f32 v151, v13, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v12, v152 :: v_dual_mul_f32 v153, v13, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v12, v154 :: v_dual_mul_f32 v155, v13, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v12, v156 :: v_dual_mul_f32 v157, v13, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_pv16_one_fma_1_last_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_bf16_pv16_one_fma_1_last:
+        v_fma_f32 v128, v128, v13, -v29
+        v_fma_f32 v129, v129, v13, -v29
+        v_fma_f32 v130, v130, v13, -v29
+        v_fma_f32 v131, v131, v13, -v29
         v_exp_f32_e32 v128, v128
-        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
+        v_fma_f32 v132, v132, v13, -v29
         v_exp_f32_e32 v129, v129
+        v_fma_f32 v133, v133, v13, -v29
         v_exp_f32_e32 v130, v130
-        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
+        v_fma_f32 v134, v134, v13, -v29
         v_exp_f32_e32 v131, v131
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
+        v_fma_f32 v135, v135, v13, -v29
         v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
+        v_fma_f32 v136, v136, v13, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
         v_cvt_f16_f32_e64 v128, v128
         v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
+        v_fma_f32 v137, v137, v13, -v29
         v_cvt_f16_f32_e64 v129, v129
         v_pack_b32_f16 v128, v128, v129
         v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
+        v_fma_f32 v138, v138, v13, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
         v_cvt_f16_f32_e64 v130, v130
         v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
+        v_fma_f32 v139, v139, v13, -v29
         v_cvt_f16_f32_e64 v131, v131
         v_pack_b32_f16 v129, v130, v131
         v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
+        v_fma_f32 v140, v140, v13, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         v_cvt_f16_f32_e64 v132, v132
         v_exp_f32_e32 v137, v137
-        v_dual_sub_f32 v141, v141, v18 :: v_dual_add_f32 v22, v23, v135
+        v_fma_f32 v141, v141, v13, -v29
         v_cvt_f16_f32_e64 v133, v133
         v_pack_b32_f16 v130, v132, v133
         v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
+        v_fma_f32 v142, v142, v13, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         v_cvt_f16_f32_e64 v134, v134
         v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
+        v_fma_f32 v143, v143, v13, -v29
         v_cvt_f16_f32_e64 v135, v135
         v_pack_b32_f16 v131, v134, v135
         v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
+        v_fma_f32 v144, v144, v13, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_cvt_f16_f32_e64 v136, v136
         v_exp_f32_e32 v141, v141
-        v_dual_sub_f32 v145, v145, v18 :: v_dual_add_f32 v22, v23, v139
+        v_fma_f32 v145, v145, v13, -v29
         v_cvt_f16_f32_e64 v137, v137
         v_pack_b32_f16 v136, v136, v137
         v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
+        v_fma_f32 v146, v146, v13, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_cvt_f16_f32_e64 v138, v138
         v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
+        v_fma_f32 v147, v147, v13, -v29
         v_cvt_f16_f32_e64 v139, v139
         v_pack_b32_f16 v137, v138, v139
         v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
+        v_fma_f32 v148, v148, v13, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
         v_cvt_f16_f32_e64 v140, v140
         v_exp_f32_e32 v145, v145
-        v_dual_sub_f32 v149, v149, v18 :: v_dual_add_f32 v22, v23, v143
+        v_fma_f32 v149, v149, v13, -v29
         v_cvt_f16_f32_e64 v141, v141
         v_pack_b32_f16 v138, v140, v141
         v_exp_f32_e32 v146, v146
-        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
+        v_fma_f32 v150, v150, v13, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
         v_cvt_f16_f32_e64 v142, v142
         v_exp_f32_e32 v147, v147
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
+        v_fma_f32 v151, v151, v13, -v29
         v_cvt_f16_f32_e64 v143, v143
         v_pack_b32_f16 v139, v142, v143
         v_exp_f32_e32 v148, v148
-        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
+        v_fma_f32 v152, v152, v13, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
         v_cvt_f16_f32_e64 v144, v144
         v_exp_f32_e32 v149, v149
-        v_dual_sub_f32 v153, v153, v18 :: v_dual_add_f32 v22, v23, v147
+        v_fma_f32 v153, v153, v13, -v29
         v_cvt_f16_f32_e64 v145, v145
         v_pack_b32_f16 v144, v144, v145
         v_exp_f32_e32 v150, v150
-        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
+        v_fma_f32 v154, v154, v13, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
         v_cvt_f16_f32_e64 v146, v146
         v_exp_f32_e32 v151, v151
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
+        v_fma_f32 v155, v155, v13, -v29
         v_cvt_f16_f32_e64 v147, v147
         v_pack_b32_f16 v145, v146, v147
         v_exp_f32_e32 v152, v152
-        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
+        v_fma_f32 v156, v156, v13, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
         v_cvt_f16_f32_e64 v148, v148
         v_exp_f32_e32 v153, v153
-        v_dual_sub_f32 v157, v157, v18 :: v_dual_add_f32 v22, v23, v151
+        v_fma_f32 v157, v157, v13, -v29
         v_cvt_f16_f32_e64 v149, v149
         v_pack_b32_f16 v146, v148, v149
         v_exp_f32_e32 v154, v154
-        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
+        v_fma_f32 v158, v158, v13, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
         v_cvt_f16_f32_e64 v150, v150
         v_exp_f32_e32 v155, v155
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
+        v_fma_f32 v159, v159, v13, -v29
         v_cvt_f16_f32_e64 v151, v151
         v_pack_b32_f16 v147, v150, v151
         v_exp_f32_e32 v156, v156
-        v_add_f32 v23, v22, v154
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
         v_cvt_f16_f32_e64 v152, v152
         v_exp_f32_e32 v157, v157
-        v_add_f32 v22, v23, v155
         v_cvt_f16_f32_e64 v153, v153
         v_pack_b32_f16 v152, v152, v153
         v_exp_f32_e32 v158, v158
-        v_add_f32 v23, v22, v156
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_cvt_f16_f32_e64 v154, v154
         v_exp_f32_e32 v159, v159
-        v_add_f32 v22, v23, v157
         v_cvt_f16_f32_e64 v155, v155
         v_pack_b32_f16 v153, v154, v155
-        v_dual_add_f32 v23, v22, v158 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
         v_cvt_f16_f32_e64 v156, v156
-        v_add_f32 v22, v23, v159
         v_cvt_f16_f32_e64 v157, v157
         v_pack_b32_f16 v154, v156, v157
         v_cvt_f16_f32_e64 v158, v158
         v_cvt_f16_f32_e64 v159, v159
         v_pack_b32_f16 v155, v158, v159
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
-        v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
@@ -15281,39 +18096,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[174:175], v[112:119] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[174:175], v[120:127] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v12, s71, v10 :: v_dual_subrev_f32 v97, s69, v97
-        v_dual_mov_b32 v13, v12 :: v_dual_subrev_f32 v96, s69, v96
-        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
-        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
-        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
-        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
-        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
-        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
-        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
-        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
-        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
-        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
-        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
-        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
-        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
-        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
-        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
-        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
-        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
-        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
-        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
-        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
-        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
-        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
-        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
-        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
-        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
-        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
-        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
-        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
-        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
-        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
-        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
+        v_mul_f32 v12, s71, v10
+        v_mov_b32 v13, v12
         s_wait_loadcnt 0
         ds_store_b128 v6, v[176:179] offset:8192
         ds_store_b128 v6, v[180:183] offset:10240
@@ -15487,6 +18271,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
@@ -15498,188 +18284,350 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
-        v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_fma_f32 v29, s69, v12, v18
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_pv16_one_fma_0
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_pv16_one_fma_0_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp16_pv16_one_fma_0:
+        v_fma_f32 v96, v96, v13, -v29
+        v_fma_f32 v97, v97, v13, -v29
+        v_fma_f32 v98, v98, v13, -v29
+        v_fma_f32 v99, v99, v13, -v29
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v96, v96
+        v_fma_f32 v100, v100, v13, -v29
         v_exp_f32_e32 v97, v97
-        v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v101, v101, v13, -v29
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v98, v98
+        v_fma_f32 v102, v102, v13, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
-        v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_fma_f32 v103, v103, v13, -v29
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v13, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_cvt_f16_f32_e64 v96, v96
-        v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v13, -v29
         v_cvt_f16_f32_e64 v97, v97
         v_pack_b32_f16 v96, v96, v97
-        v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[162:163], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v2 offset:10240
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v13, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_cvt_f16_f32_e64 v98, v98
-        v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[162:163], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v2 offset:11264
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v13, -v29
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
-        v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[162:163], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v3 offset:8192
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v13, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_cvt_f16_f32_e64 v100, v100
-        v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v18 :: v_dual_add_f32 v22, v23, v103
-        v_cvt_f16_f32_e64 v101, v101
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[162:163], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v3 offset:9216
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v13, -v29
+        v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
-        v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[164:165], v[128:135] neg_lo:[1,1,0]
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v13, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_cvt_f16_f32_e64 v102, v102
-        v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
-        v_cvt_f16_f32_e64 v103, v103
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[164:165], v[136:143] neg_lo:[1,1,0]
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v13, -v29
+        v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
-        v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[164:165], v[144:151] neg_lo:[1,1,0]
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v13, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_cvt_f16_f32_e64 v104, v104
-        v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v18 :: v_dual_add_f32 v22, v23, v107
-        v_cvt_f16_f32_e64 v105, v105
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[164:165], v[152:159] neg_lo:[1,1,0]
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v13, -v29
+        v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
-        v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
         v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[166:167], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v3 offset:10240
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v13, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_cvt_f16_f32_e64 v106, v106
-        v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
-        v_cvt_f16_f32_e64 v107, v107
         v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[166:167], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v3 offset:11264
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v13, -v29
+        v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
-        v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
-        v_cvt_f16_f32_e64 v108, v108
         v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[166:167], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:8192
-        v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v18 :: v_dual_add_f32 v22, v23, v111
-        v_cvt_f16_f32_e64 v109, v109
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v13, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
+        v_cvt_f16_f32_e64 v108, v108
         v_wmma_i32_16x16x16_iu8 v[152:159], v[230:231], v[166:167], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:9216
+        v_exp_f32_e32 v113, v113
+        v_fma_f32 v117, v117, v13, -v29
+        v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
-        v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
-        v_cvt_f16_f32_e64 v110, v110
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[232:233], v[168:169], v[128:135] neg_lo:[1,1,0]
-        v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
-        v_cvt_f16_f32_e64 v111, v111
+        v_exp_f32_e32 v114, v114
+        v_fma_f32 v118, v118, v13, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
+        v_cvt_f16_f32_e64 v110, v110
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[236:237], v[168:169], v[136:143] neg_lo:[1,1,0]
+        v_exp_f32_e32 v115, v115
+        v_fma_f32 v119, v119, v13, -v29
+        v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
-        v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
-        v_cvt_f16_f32_e64 v112, v112
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[240:241], v[168:169], v[144:151] neg_lo:[1,1,0]
-        v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v18 :: v_dual_add_f32 v22, v23, v115
-        v_cvt_f16_f32_e64 v113, v113
-        v_pack_b32_f16 v112, v112, v113
+        v_exp_f32_e32 v116, v116
+        v_fma_f32 v120, v120, v13, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
+        v_cvt_f16_f32_e64 v112, v112
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[244:245], v[168:169], v[152:159] neg_lo:[1,1,0]
-        v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
-        v_cvt_f16_f32_e64 v114, v114
+        v_exp_f32_e32 v117, v117
+        v_fma_f32 v121, v121, v13, -v29
+        v_cvt_f16_f32_e64 v113, v113
+        v_pack_b32_f16 v112, v112, v113
         v_wmma_i32_16x16x16_iu8 v[128:135], v[234:235], v[170:171], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v4 offset:10240
-        v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
-        v_cvt_f16_f32_e64 v115, v115
-        v_pack_b32_f16 v113, v114, v115
+        v_exp_f32_e32 v118, v118
+        v_fma_f32 v122, v122, v13, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
+        v_cvt_f16_f32_e64 v114, v114
         v_wmma_i32_16x16x16_iu8 v[136:143], v[238:239], v[170:171], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v4 offset:11264
-        v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
-        v_cvt_f16_f32_e64 v116, v116
+        v_exp_f32_e32 v119, v119
+        v_fma_f32 v123, v123, v13, -v29
+        v_cvt_f16_f32_e64 v115, v115
+        v_pack_b32_f16 v113, v114, v115
         v_wmma_i32_16x16x16_iu8 v[144:151], v[242:243], v[170:171], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:16384
-        v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v18 :: v_dual_add_f32 v22, v23, v119
-        v_cvt_f16_f32_e64 v117, v117
-        v_pack_b32_f16 v114, v116, v117
+        v_exp_f32_e32 v120, v120
+        v_fma_f32 v124, v124, v13, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
+        v_cvt_f16_f32_e64 v116, v116
         v_wmma_i32_16x16x16_iu8 v[152:159], v[246:247], v[170:171], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:18688
-        v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
-        v_cvt_f16_f32_e64 v118, v118
+        v_exp_f32_e32 v121, v121
+        v_fma_f32 v125, v125, v13, -v29
+        v_cvt_f16_f32_e64 v117, v117
+        v_pack_b32_f16 v114, v116, v117
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[172:173], v[128:135] neg_lo:[1,1,0]
-        v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
-        v_cvt_f16_f32_e64 v119, v119
-        v_pack_b32_f16 v115, v118, v119
+        v_exp_f32_e32 v122, v122
+        v_fma_f32 v126, v126, v13, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
+        v_cvt_f16_f32_e64 v118, v118
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[172:173], v[136:143] neg_lo:[1,1,0]
-        v_exp_f32_e32 v124, v124
-        v_add_f32 v23, v22, v122
-        v_cvt_f16_f32_e64 v120, v120
-        v_exp_f32_e32 v125, v125
+        v_exp_f32_e32 v123, v123
+        v_fma_f32 v127, v127, v13, -v29
+        v_cvt_f16_f32_e64 v119, v119
+        v_pack_b32_f16 v115, v118, v119
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[172:173], v[144:151] neg_lo:[1,1,0]
-        v_add_f32 v22, v23, v123
-        v_cvt_f16_f32_e64 v121, v121
-        v_pack_b32_f16 v120, v120, v121
+        v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
+        v_cvt_f16_f32_e64 v120, v120
+        v_exp_f32_e32 v125, v125
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[172:173], v[152:159] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v121, v121
+        v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_add_f32 v23, v22, v124
-        v_cvt_f16_f32_e64 v122, v122
-        v_exp_f32_e32 v127, v127
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[174:175], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v5 offset:20992
-        v_add_f32 v22, v23, v125
+        v_cvt_f16_f32_e64 v122, v122
+        v_exp_f32_e32 v127, v127
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[174:175], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v5 offset:23296
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_f16_f32_e64 v124, v124
-        v_add_f32 v22, v23, v127
         v_cvt_f16_f32_e64 v125, v125
+        v_pack_b32_f16 v122, v124, v125
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[174:175], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:25600
-        v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
+        v_pack_b32_f16 v123, v126, v127
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[174:175], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:27904
-        v_pack_b32_f16 v123, v126, v127
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
-        v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
@@ -15719,130 +18667,99 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
 .Ld128_fp16_pv16_no_rescale_0:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[96:99], v[32:39]
         ds_load_b128 v[240:243], v5 offset:30208
-        v_dual_mul_f32 v12, s71, v10 :: v_dual_subrev_f32 v129, s69, v129
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[96:99], v[40:47]
         ds_load_b128 v[244:247], v5 offset:32512
-        v_dual_mov_b32 v13, v12 :: v_dual_subrev_f32 v128, s69, v128
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[96:99], v[48:55]
         ds_load_b128 v[224:227], v5 offset:16400
-        v_dual_mul_f32 v128, v12, v128 :: v_dual_mul_f32 v129, v13, v129
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[96:99], v[56:63]
         ds_load_b128 v[228:231], v5 offset:18704
-        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[96:99], v[64:71]
         ds_load_b128 v[232:235], v5 offset:21008
-        v_dual_mul_f32 v130, v12, v130 :: v_dual_mul_f32 v131, v13, v131
+        s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[96:99], v[72:79]
         ds_load_b128 v[236:239], v5 offset:23312
-        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[96:99], v[80:87]
         ds_load_b128 v[240:243], v5 offset:25616
-        v_dual_mul_f32 v132, v12, v132 :: v_dual_mul_f32 v133, v13, v133
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[96:99], v[88:95]
         ds_load_b128 v[244:247], v5 offset:27920
-        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[104:107], v[32:39]
         ds_load_b128 v[224:227], v5 offset:30224
-        v_dual_mul_f32 v134, v12, v134 :: v_dual_mul_f32 v135, v13, v135
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[104:107], v[40:47]
         ds_load_b128 v[228:231], v5 offset:32528
-        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[104:107], v[48:55]
         ds_load_b128 v[232:235], v5 offset:16416
-        v_dual_mul_f32 v136, v12, v136 :: v_dual_mul_f32 v137, v13, v137
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[104:107], v[56:63]
         ds_load_b128 v[236:239], v5 offset:18720
-        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[104:107], v[64:71]
         ds_load_b128 v[240:243], v5 offset:21024
-        v_dual_mul_f32 v138, v12, v138 :: v_dual_mul_f32 v139, v13, v139
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[104:107], v[72:79]
         ds_load_b128 v[244:247], v5 offset:23328
-        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[104:107], v[80:87]
         ds_load_b128 v[224:227], v5 offset:25632
-        v_dual_mul_f32 v140, v12, v140 :: v_dual_mul_f32 v141, v13, v141
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[104:107], v[88:95]
         ds_load_b128 v[228:231], v5 offset:27936
-        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
-        v_dual_mul_f32 v142, v12, v142 :: v_dual_mul_f32 v143, v13, v143
+        v_mul_f32 v12, s71, v10
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[232:235], v[112:115], v[32:39]
         ds_load_b128 v[232:235], v5 offset:30240
-        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[236:239], v[112:115], v[40:47]
         ds_load_b128 v[236:239], v5 offset:32544
-        v_dual_mul_f32 v144, v12, v144 :: v_dual_mul_f32 v145, v13, v145
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[240:243], v[112:115], v[48:55]
         ds_load_b128 v[240:243], v5 offset:16432
-        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[244:247], v[112:115], v[56:63]
         ds_load_b128 v[244:247], v5 offset:18736
-        v_dual_mul_f32 v146, v12, v146 :: v_dual_mul_f32 v147, v13, v147
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[224:227], v[112:115], v[64:71]
         ds_load_b128 v[224:227], v5 offset:21040
-        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[228:231], v[112:115], v[72:79]
         ds_load_b128 v[228:231], v5 offset:23344
-        v_dual_mul_f32 v148, v12, v148 :: v_dual_mul_f32 v149, v13, v149
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[232:235], v[112:115], v[80:87]
         ds_load_b128 v[232:235], v5 offset:25648
-        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[236:239], v[112:115], v[88:95]
         ds_load_b128 v[236:239], v5 offset:27952
-        v_dual_mul_f32 v150, v12, v150 :: v_dual_mul_f32 v151, v13, v151
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[120:123], v[32:39]
         ds_load_b128 v[240:243], v5 offset:30256
-        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[120:123], v[40:47]
         ds_load_b128 v[244:247], v5 offset:32560
-        v_dual_mul_f32 v152, v12, v152 :: v_dual_mul_f32 v153, v13, v153
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[120:123], v[48:55]
-        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_mov_b32 v13, v12
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[120:123], v[56:63]
-        v_dual_mul_f32 v154, v12, v154 :: v_dual_mul_f32 v155, v13, v155
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[120:123], v[64:71]
-        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[120:123], v[72:79]
-        v_dual_mul_f32 v156, v12, v156 :: v_dual_mul_f32 v157, v13, v157
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[120:123], v[80:87]
-        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[120:123], v[88:95]
-        v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -16031,6 +18948,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
@@ -16042,188 +18961,350 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
-        v_exp_f32_e32 v128, v128
-        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
+        v_fma_f32 v29, s69, v12, v18
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_pv16_one_fma_1
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v12, v128 :: v_dual_mul_f32 v129, v13, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v12, v130 :: v_dual_mul_f32 v131, v13, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v12, v132 :: v_dual_mul_f32 v133, v13, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v12, v134 :: v_dual_mul_f32 v135, v13, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v12, v136 :: v_dual_mul_f32 v137, v13, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v12, v138 :: v_dual_mul_f32 v139, v13, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v12, v140 :: v_dual_mul_f32 v141, v13, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v12, v142 :: v_dual_mul_f32 v143, v13, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v12, v144 :: v_dual_mul_f32 v145, v13, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v12, v146 :: v_dual_mul_f32 v147, v13, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v12, v148 :: v_dual_mul_f32 v149, v13, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v12, v150 :: v_dual_mul_f32 v151, v13, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v12, v152 :: v_dual_mul_f32 v153, v13, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v12, v154 :: v_dual_mul_f32 v155, v13, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v12, v156 :: v_dual_mul_f32 v157, v13, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_pv16_one_fma_1_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp16_pv16_one_fma_1:
+        v_fma_f32 v128, v128, v13, -v29
+        v_fma_f32 v129, v129, v13, -v29
+        v_fma_f32 v130, v130, v13, -v29
+        v_fma_f32 v131, v131, v13, -v29
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v128, v128
+        v_fma_f32 v132, v132, v13, -v29
         v_exp_f32_e32 v129, v129
-        v_exp_f32_e32 v130, v130
-        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
+        v_fma_f32 v133, v133, v13, -v29
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v130, v130
+        v_fma_f32 v134, v134, v13, -v29
         v_exp_f32_e32 v131, v131
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
-        v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
+        v_fma_f32 v135, v135, v13, -v29
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v132, v132
+        v_fma_f32 v136, v136, v13, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
         v_cvt_f16_f32_e64 v128, v128
-        v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v133, v133
+        v_fma_f32 v137, v137, v13, -v29
         v_cvt_f16_f32_e64 v129, v129
         v_pack_b32_f16 v128, v128, v129
-        v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[162:163], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v2 offset:2048
+        v_exp_f32_e32 v134, v134
+        v_fma_f32 v138, v138, v13, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
         v_cvt_f16_f32_e64 v130, v130
-        v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[162:163], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v2 offset:3072
+        v_exp_f32_e32 v135, v135
+        v_fma_f32 v139, v139, v13, -v29
         v_cvt_f16_f32_e64 v131, v131
         v_pack_b32_f16 v129, v130, v131
-        v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[162:163], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v3 offset:0
+        v_exp_f32_e32 v136, v136
+        v_fma_f32 v140, v140, v13, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         v_cvt_f16_f32_e64 v132, v132
-        v_exp_f32_e32 v137, v137
-        v_dual_sub_f32 v141, v141, v18 :: v_dual_add_f32 v22, v23, v135
-        v_cvt_f16_f32_e64 v133, v133
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[162:163], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v3 offset:1024
+        v_exp_f32_e32 v137, v137
+        v_fma_f32 v141, v141, v13, -v29
+        v_cvt_f16_f32_e64 v133, v133
         v_pack_b32_f16 v130, v132, v133
-        v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[164:165], v[96:103] neg_lo:[1,1,0]
+        v_exp_f32_e32 v138, v138
+        v_fma_f32 v142, v142, v13, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         v_cvt_f16_f32_e64 v134, v134
-        v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
-        v_cvt_f16_f32_e64 v135, v135
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[164:165], v[104:111] neg_lo:[1,1,0]
+        v_exp_f32_e32 v139, v139
+        v_fma_f32 v143, v143, v13, -v29
+        v_cvt_f16_f32_e64 v135, v135
         v_pack_b32_f16 v131, v134, v135
-        v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[164:165], v[112:119] neg_lo:[1,1,0]
+        v_exp_f32_e32 v140, v140
+        v_fma_f32 v144, v144, v13, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_cvt_f16_f32_e64 v136, v136
-        v_exp_f32_e32 v141, v141
-        v_dual_sub_f32 v145, v145, v18 :: v_dual_add_f32 v22, v23, v139
-        v_cvt_f16_f32_e64 v137, v137
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[164:165], v[120:127] neg_lo:[1,1,0]
+        v_exp_f32_e32 v141, v141
+        v_fma_f32 v145, v145, v13, -v29
+        v_cvt_f16_f32_e64 v137, v137
         v_pack_b32_f16 v136, v136, v137
-        v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
         v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[166:167], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v3 offset:2048
+        v_exp_f32_e32 v142, v142
+        v_fma_f32 v146, v146, v13, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_cvt_f16_f32_e64 v138, v138
-        v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
-        v_cvt_f16_f32_e64 v139, v139
         v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[166:167], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v3 offset:3072
+        v_exp_f32_e32 v143, v143
+        v_fma_f32 v147, v147, v13, -v29
+        v_cvt_f16_f32_e64 v139, v139
         v_pack_b32_f16 v137, v138, v139
-        v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
-        v_cvt_f16_f32_e64 v140, v140
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[166:167], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:0
-        v_exp_f32_e32 v145, v145
-        v_dual_sub_f32 v149, v149, v18 :: v_dual_add_f32 v22, v23, v143
-        v_cvt_f16_f32_e64 v141, v141
+        v_exp_f32_e32 v144, v144
+        v_fma_f32 v148, v148, v13, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
+        v_cvt_f16_f32_e64 v140, v140
         v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[166:167], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:1024
+        v_exp_f32_e32 v145, v145
+        v_fma_f32 v149, v149, v13, -v29
+        v_cvt_f16_f32_e64 v141, v141
         v_pack_b32_f16 v138, v140, v141
-        v_exp_f32_e32 v146, v146
-        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
-        v_cvt_f16_f32_e64 v142, v142
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[232:233], v[168:169], v[96:103] neg_lo:[1,1,0]
-        v_exp_f32_e32 v147, v147
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
-        v_cvt_f16_f32_e64 v143, v143
+        v_exp_f32_e32 v146, v146
+        v_fma_f32 v150, v150, v13, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
+        v_cvt_f16_f32_e64 v142, v142
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[236:237], v[168:169], v[104:111] neg_lo:[1,1,0]
+        v_exp_f32_e32 v147, v147
+        v_fma_f32 v151, v151, v13, -v29
+        v_cvt_f16_f32_e64 v143, v143
         v_pack_b32_f16 v139, v142, v143
-        v_exp_f32_e32 v148, v148
-        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
-        v_cvt_f16_f32_e64 v144, v144
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[240:241], v[168:169], v[112:119] neg_lo:[1,1,0]
-        v_exp_f32_e32 v149, v149
-        v_dual_sub_f32 v153, v153, v18 :: v_dual_add_f32 v22, v23, v147
-        v_cvt_f16_f32_e64 v145, v145
-        v_pack_b32_f16 v144, v144, v145
+        v_exp_f32_e32 v148, v148
+        v_fma_f32 v152, v152, v13, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
+        v_cvt_f16_f32_e64 v144, v144
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[244:245], v[168:169], v[120:127] neg_lo:[1,1,0]
-        v_exp_f32_e32 v150, v150
-        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
-        v_cvt_f16_f32_e64 v146, v146
+        v_exp_f32_e32 v149, v149
+        v_fma_f32 v153, v153, v13, -v29
+        v_cvt_f16_f32_e64 v145, v145
+        v_pack_b32_f16 v144, v144, v145
         v_wmma_i32_16x16x16_iu8 v[96:103], v[234:235], v[170:171], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v4 offset:2048
-        v_exp_f32_e32 v151, v151
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
-        v_cvt_f16_f32_e64 v147, v147
-        v_pack_b32_f16 v145, v146, v147
+        v_exp_f32_e32 v150, v150
+        v_fma_f32 v154, v154, v13, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
+        v_cvt_f16_f32_e64 v146, v146
         v_wmma_i32_16x16x16_iu8 v[104:111], v[238:239], v[170:171], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v4 offset:3072
-        v_exp_f32_e32 v152, v152
-        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
-        v_cvt_f16_f32_e64 v148, v148
+        v_exp_f32_e32 v151, v151
+        v_fma_f32 v155, v155, v13, -v29
+        v_cvt_f16_f32_e64 v147, v147
+        v_pack_b32_f16 v145, v146, v147
         v_wmma_i32_16x16x16_iu8 v[112:119], v[242:243], v[170:171], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:16384
-        v_exp_f32_e32 v153, v153
-        v_dual_sub_f32 v157, v157, v18 :: v_dual_add_f32 v22, v23, v151
-        v_cvt_f16_f32_e64 v149, v149
-        v_pack_b32_f16 v146, v148, v149
+        v_exp_f32_e32 v152, v152
+        v_fma_f32 v156, v156, v13, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
+        v_cvt_f16_f32_e64 v148, v148
         v_wmma_i32_16x16x16_iu8 v[120:127], v[246:247], v[170:171], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:18688
-        v_exp_f32_e32 v154, v154
-        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
-        v_cvt_f16_f32_e64 v150, v150
+        v_exp_f32_e32 v153, v153
+        v_fma_f32 v157, v157, v13, -v29
+        v_cvt_f16_f32_e64 v149, v149
+        v_pack_b32_f16 v146, v148, v149
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[172:173], v[96:103] neg_lo:[1,1,0]
-        v_exp_f32_e32 v155, v155
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
-        v_cvt_f16_f32_e64 v151, v151
-        v_pack_b32_f16 v147, v150, v151
+        v_exp_f32_e32 v154, v154
+        v_fma_f32 v158, v158, v13, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
+        v_cvt_f16_f32_e64 v150, v150
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[172:173], v[104:111] neg_lo:[1,1,0]
-        v_exp_f32_e32 v156, v156
-        v_add_f32 v23, v22, v154
-        v_cvt_f16_f32_e64 v152, v152
-        v_exp_f32_e32 v157, v157
+        v_exp_f32_e32 v155, v155
+        v_fma_f32 v159, v159, v13, -v29
+        v_cvt_f16_f32_e64 v151, v151
+        v_pack_b32_f16 v147, v150, v151
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[172:173], v[112:119] neg_lo:[1,1,0]
-        v_add_f32 v22, v23, v155
-        v_cvt_f16_f32_e64 v153, v153
-        v_pack_b32_f16 v152, v152, v153
+        v_exp_f32_e32 v156, v156
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
+        v_cvt_f16_f32_e64 v152, v152
+        v_exp_f32_e32 v157, v157
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[172:173], v[120:127] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v153, v153
+        v_pack_b32_f16 v152, v152, v153
         v_exp_f32_e32 v158, v158
-        v_add_f32 v23, v22, v156
-        v_cvt_f16_f32_e64 v154, v154
-        v_exp_f32_e32 v159, v159
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[174:175], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v5 offset:20992
-        v_add_f32 v22, v23, v157
+        v_cvt_f16_f32_e64 v154, v154
+        v_exp_f32_e32 v159, v159
         v_cvt_f16_f32_e64 v155, v155
         v_pack_b32_f16 v153, v154, v155
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[174:175], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v5 offset:23296
-        v_dual_add_f32 v23, v22, v158 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
         v_cvt_f16_f32_e64 v156, v156
-        v_add_f32 v22, v23, v159
         v_cvt_f16_f32_e64 v157, v157
+        v_pack_b32_f16 v154, v156, v157
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[174:175], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:25600
-        v_pack_b32_f16 v154, v156, v157
         v_cvt_f16_f32_e64 v158, v158
         v_cvt_f16_f32_e64 v159, v159
+        v_pack_b32_f16 v155, v158, v159
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[174:175], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:27904
-        v_pack_b32_f16 v155, v158, v159
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
-        v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
@@ -16263,130 +19344,99 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
 .Ld128_fp16_pv16_no_rescale_1:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[128:131], v[32:39]
         ds_load_b128 v[240:243], v5 offset:30208
-        v_dual_mul_f32 v12, s71, v10 :: v_dual_subrev_f32 v97, s69, v97
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[128:131], v[40:47]
         ds_load_b128 v[244:247], v5 offset:32512
-        v_dual_mov_b32 v13, v12 :: v_dual_subrev_f32 v96, s69, v96
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[128:131], v[48:55]
         ds_load_b128 v[224:227], v5 offset:16400
-        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[128:131], v[56:63]
         ds_load_b128 v[228:231], v5 offset:18704
-        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[128:131], v[64:71]
         ds_load_b128 v[232:235], v5 offset:21008
-        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
+        s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[128:131], v[72:79]
         ds_load_b128 v[236:239], v5 offset:23312
-        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[128:131], v[80:87]
         ds_load_b128 v[240:243], v5 offset:25616
-        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[128:131], v[88:95]
         ds_load_b128 v[244:247], v5 offset:27920
-        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[136:139], v[32:39]
         ds_load_b128 v[224:227], v5 offset:30224
-        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[136:139], v[40:47]
         ds_load_b128 v[228:231], v5 offset:32528
-        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[136:139], v[48:55]
         ds_load_b128 v[232:235], v5 offset:16416
-        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[136:139], v[56:63]
         ds_load_b128 v[236:239], v5 offset:18720
-        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[136:139], v[64:71]
         ds_load_b128 v[240:243], v5 offset:21024
-        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[136:139], v[72:79]
         ds_load_b128 v[244:247], v5 offset:23328
-        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[136:139], v[80:87]
         ds_load_b128 v[224:227], v5 offset:25632
-        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[136:139], v[88:95]
         ds_load_b128 v[228:231], v5 offset:27936
-        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
-        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
+        v_mul_f32 v12, s71, v10
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[232:235], v[144:147], v[32:39]
         ds_load_b128 v[232:235], v5 offset:30240
-        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[236:239], v[144:147], v[40:47]
         ds_load_b128 v[236:239], v5 offset:32544
-        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[240:243], v[144:147], v[48:55]
         ds_load_b128 v[240:243], v5 offset:16432
-        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[244:247], v[144:147], v[56:63]
         ds_load_b128 v[244:247], v5 offset:18736
-        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[224:227], v[144:147], v[64:71]
         ds_load_b128 v[224:227], v5 offset:21040
-        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[228:231], v[144:147], v[72:79]
         ds_load_b128 v[228:231], v5 offset:23344
-        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[232:235], v[144:147], v[80:87]
         ds_load_b128 v[232:235], v5 offset:25648
-        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[236:239], v[144:147], v[88:95]
         ds_load_b128 v[236:239], v5 offset:27952
-        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[152:155], v[32:39]
         ds_load_b128 v[240:243], v5 offset:30256
-        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[152:155], v[40:47]
         ds_load_b128 v[244:247], v5 offset:32560
-        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[152:155], v[48:55]
-        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_mov_b32 v13, v12
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[152:155], v[56:63]
-        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[152:155], v[64:71]
-        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[152:155], v[72:79]
-        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[152:155], v[80:87]
-        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[152:155], v[88:95]
-        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -16548,6 +19598,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
@@ -16559,124 +19611,286 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_fma_f32 v29, s69, v12, v18
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_pv16_one_fma_0_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_pv16_one_fma_0_last_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp16_pv16_one_fma_0_last:
+        v_fma_f32 v96, v96, v13, -v29
+        v_fma_f32 v97, v97, v13, -v29
+        v_fma_f32 v98, v98, v13, -v29
+        v_fma_f32 v99, v99, v13, -v29
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_fma_f32 v100, v100, v13, -v29
         v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v13, -v29
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v102, v102, v13, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        v_fma_f32 v103, v103, v13, -v29
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_fma_f32 v104, v104, v13, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_cvt_f16_f32_e64 v96, v96
         v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_fma_f32 v105, v105, v13, -v29
         v_cvt_f16_f32_e64 v97, v97
         v_pack_b32_f16 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_fma_f32 v106, v106, v13, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_cvt_f16_f32_e64 v98, v98
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_fma_f32 v107, v107, v13, -v29
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_fma_f32 v108, v108, v13, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_cvt_f16_f32_e64 v100, v100
         v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v18 :: v_dual_add_f32 v22, v23, v103
+        v_fma_f32 v109, v109, v13, -v29
         v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_fma_f32 v110, v110, v13, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_cvt_f16_f32_e64 v102, v102
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
+        v_fma_f32 v111, v111, v13, -v29
         v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_fma_f32 v112, v112, v13, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_cvt_f16_f32_e64 v104, v104
         v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v18 :: v_dual_add_f32 v22, v23, v107
+        v_fma_f32 v113, v113, v13, -v29
         v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_fma_f32 v114, v114, v13, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_cvt_f16_f32_e64 v106, v106
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
+        v_fma_f32 v115, v115, v13, -v29
         v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_fma_f32 v116, v116, v13, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_cvt_f16_f32_e64 v108, v108
         v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v18 :: v_dual_add_f32 v22, v23, v111
+        v_fma_f32 v117, v117, v13, -v29
         v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_fma_f32 v118, v118, v13, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_cvt_f16_f32_e64 v110, v110
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
+        v_fma_f32 v119, v119, v13, -v29
         v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_fma_f32 v120, v120, v13, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_cvt_f16_f32_e64 v112, v112
         v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v18 :: v_dual_add_f32 v22, v23, v115
+        v_fma_f32 v121, v121, v13, -v29
         v_cvt_f16_f32_e64 v113, v113
         v_pack_b32_f16 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_fma_f32 v122, v122, v13, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_cvt_f16_f32_e64 v114, v114
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
+        v_fma_f32 v123, v123, v13, -v29
         v_cvt_f16_f32_e64 v115, v115
         v_pack_b32_f16 v113, v114, v115
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_fma_f32 v124, v124, v13, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_cvt_f16_f32_e64 v116, v116
         v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v18 :: v_dual_add_f32 v22, v23, v119
+        v_fma_f32 v125, v125, v13, -v29
         v_cvt_f16_f32_e64 v117, v117
         v_pack_b32_f16 v114, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
+        v_fma_f32 v126, v126, v13, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_cvt_f16_f32_e64 v118, v118
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_fma_f32 v127, v127, v13, -v29
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
         v_exp_f32_e32 v124, v124
-        v_add_f32 v23, v22, v122
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_cvt_f16_f32_e64 v120, v120
         v_exp_f32_e32 v125, v125
-        v_add_f32 v22, v23, v123
         v_cvt_f16_f32_e64 v121, v121
         v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_add_f32 v23, v22, v124
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_cvt_f16_f32_e64 v122, v122
         v_exp_f32_e32 v127, v127
-        v_add_f32 v22, v23, v125
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_f16_f32_e64 v124, v124
-        v_add_f32 v22, v23, v127
         v_cvt_f16_f32_e64 v125, v125
         v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
         v_pack_b32_f16 v123, v126, v127
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
-        v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
@@ -16942,6 +20156,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
         v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
@@ -16953,124 +20169,286 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
+        v_fma_f32 v29, s69, v12, v18
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_pv16_one_fma_1_last
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v12, v128 :: v_dual_mul_f32 v129, v13, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v12, v130 :: v_dual_mul_f32 v131, v13, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v12, v132 :: v_dual_mul_f32 v133, v13, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v12, v134 :: v_dual_mul_f32 v135, v13, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v12, v136 :: v_dual_mul_f32 v137, v13, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v12, v138 :: v_dual_mul_f32 v139, v13, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v12, v140 :: v_dual_mul_f32 v141, v13, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v12, v142 :: v_dual_mul_f32 v143, v13, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v12, v144 :: v_dual_mul_f32 v145, v13, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v12, v146 :: v_dual_mul_f32 v147, v13, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v12, v148 :: v_dual_mul_f32 v149, v13, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v12, v150 :: v_dual_mul_f32 v151, v13, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v12, v152 :: v_dual_mul_f32 v153, v13, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v12, v154 :: v_dual_mul_f32 v155, v13, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v12, v156 :: v_dual_mul_f32 v157, v13, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_pv16_one_fma_1_last_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp16_pv16_one_fma_1_last:
+        v_fma_f32 v128, v128, v13, -v29
+        v_fma_f32 v129, v129, v13, -v29
+        v_fma_f32 v130, v130, v13, -v29
+        v_fma_f32 v131, v131, v13, -v29
         v_exp_f32_e32 v128, v128
-        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
+        v_fma_f32 v132, v132, v13, -v29
         v_exp_f32_e32 v129, v129
+        v_fma_f32 v133, v133, v13, -v29
         v_exp_f32_e32 v130, v130
-        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
+        v_fma_f32 v134, v134, v13, -v29
         v_exp_f32_e32 v131, v131
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
+        v_fma_f32 v135, v135, v13, -v29
         v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
+        v_fma_f32 v136, v136, v13, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
         v_cvt_f16_f32_e64 v128, v128
         v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
+        v_fma_f32 v137, v137, v13, -v29
         v_cvt_f16_f32_e64 v129, v129
         v_pack_b32_f16 v128, v128, v129
         v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
+        v_fma_f32 v138, v138, v13, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
         v_cvt_f16_f32_e64 v130, v130
         v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
+        v_fma_f32 v139, v139, v13, -v29
         v_cvt_f16_f32_e64 v131, v131
         v_pack_b32_f16 v129, v130, v131
         v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
+        v_fma_f32 v140, v140, v13, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         v_cvt_f16_f32_e64 v132, v132
         v_exp_f32_e32 v137, v137
-        v_dual_sub_f32 v141, v141, v18 :: v_dual_add_f32 v22, v23, v135
+        v_fma_f32 v141, v141, v13, -v29
         v_cvt_f16_f32_e64 v133, v133
         v_pack_b32_f16 v130, v132, v133
         v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
+        v_fma_f32 v142, v142, v13, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         v_cvt_f16_f32_e64 v134, v134
         v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
+        v_fma_f32 v143, v143, v13, -v29
         v_cvt_f16_f32_e64 v135, v135
         v_pack_b32_f16 v131, v134, v135
         v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
+        v_fma_f32 v144, v144, v13, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_cvt_f16_f32_e64 v136, v136
         v_exp_f32_e32 v141, v141
-        v_dual_sub_f32 v145, v145, v18 :: v_dual_add_f32 v22, v23, v139
+        v_fma_f32 v145, v145, v13, -v29
         v_cvt_f16_f32_e64 v137, v137
         v_pack_b32_f16 v136, v136, v137
         v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
+        v_fma_f32 v146, v146, v13, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_cvt_f16_f32_e64 v138, v138
         v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
+        v_fma_f32 v147, v147, v13, -v29
         v_cvt_f16_f32_e64 v139, v139
         v_pack_b32_f16 v137, v138, v139
         v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
+        v_fma_f32 v148, v148, v13, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
         v_cvt_f16_f32_e64 v140, v140
         v_exp_f32_e32 v145, v145
-        v_dual_sub_f32 v149, v149, v18 :: v_dual_add_f32 v22, v23, v143
+        v_fma_f32 v149, v149, v13, -v29
         v_cvt_f16_f32_e64 v141, v141
         v_pack_b32_f16 v138, v140, v141
         v_exp_f32_e32 v146, v146
-        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
+        v_fma_f32 v150, v150, v13, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
         v_cvt_f16_f32_e64 v142, v142
         v_exp_f32_e32 v147, v147
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
+        v_fma_f32 v151, v151, v13, -v29
         v_cvt_f16_f32_e64 v143, v143
         v_pack_b32_f16 v139, v142, v143
         v_exp_f32_e32 v148, v148
-        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
+        v_fma_f32 v152, v152, v13, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
         v_cvt_f16_f32_e64 v144, v144
         v_exp_f32_e32 v149, v149
-        v_dual_sub_f32 v153, v153, v18 :: v_dual_add_f32 v22, v23, v147
+        v_fma_f32 v153, v153, v13, -v29
         v_cvt_f16_f32_e64 v145, v145
         v_pack_b32_f16 v144, v144, v145
         v_exp_f32_e32 v150, v150
-        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
+        v_fma_f32 v154, v154, v13, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
         v_cvt_f16_f32_e64 v146, v146
         v_exp_f32_e32 v151, v151
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
+        v_fma_f32 v155, v155, v13, -v29
         v_cvt_f16_f32_e64 v147, v147
         v_pack_b32_f16 v145, v146, v147
         v_exp_f32_e32 v152, v152
-        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
+        v_fma_f32 v156, v156, v13, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
         v_cvt_f16_f32_e64 v148, v148
         v_exp_f32_e32 v153, v153
-        v_dual_sub_f32 v157, v157, v18 :: v_dual_add_f32 v22, v23, v151
+        v_fma_f32 v157, v157, v13, -v29
         v_cvt_f16_f32_e64 v149, v149
         v_pack_b32_f16 v146, v148, v149
         v_exp_f32_e32 v154, v154
-        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
+        v_fma_f32 v158, v158, v13, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
         v_cvt_f16_f32_e64 v150, v150
         v_exp_f32_e32 v155, v155
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
+        v_fma_f32 v159, v159, v13, -v29
         v_cvt_f16_f32_e64 v151, v151
         v_pack_b32_f16 v147, v150, v151
         v_exp_f32_e32 v156, v156
-        v_add_f32 v23, v22, v154
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
         v_cvt_f16_f32_e64 v152, v152
         v_exp_f32_e32 v157, v157
-        v_add_f32 v22, v23, v155
         v_cvt_f16_f32_e64 v153, v153
         v_pack_b32_f16 v152, v152, v153
         v_exp_f32_e32 v158, v158
-        v_add_f32 v23, v22, v156
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_cvt_f16_f32_e64 v154, v154
         v_exp_f32_e32 v159, v159
-        v_add_f32 v22, v23, v157
         v_cvt_f16_f32_e64 v155, v155
         v_pack_b32_f16 v153, v154, v155
-        v_dual_add_f32 v23, v22, v158 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
         v_cvt_f16_f32_e64 v156, v156
-        v_add_f32 v22, v23, v159
         v_cvt_f16_f32_e64 v157, v157
         v_pack_b32_f16 v154, v156, v157
         v_cvt_f16_f32_e64 v158, v158
         v_cvt_f16_f32_e64 v159, v159
         v_pack_b32_f16 v155, v158, v159
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_permlanex16_b32 v28, v22, s70, 0xfedcba98
-        v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
@@ -18523,39 +21901,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_wmma_i32_16x16x16_iu8 v[80:87], v[186:187], v[134:135], v[80:87] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[88:95], v[190:191], v[134:135], v[88:95] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v10, s71, v8 :: v_dual_subrev_f32 v65, s69, v65
-        v_dual_mov_b32 v11, v10 :: v_dual_subrev_f32 v64, s69, v64
-        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
-        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
-        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
-        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
-        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
-        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
-        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
-        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
-        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
-        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
-        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
-        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
-        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
-        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
-        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
-        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
-        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
-        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
-        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
-        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
-        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
-        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
-        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
-        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
-        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
-        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
-        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
-        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
-        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
-        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
-        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
+        v_mul_f32 v10, s71, v8
+        v_mov_b32 v11, v10
         s_wait_loadcnt 0
         ds_store_b128 v4, v[136:139] offset:4096
         ds_store_b128 v4, v[140:143] offset:6144
@@ -18725,6 +22072,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
         v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
         v_max_num_f32 v20, v20, v21
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
         v_permlanex16_b32 v24, v20, s70, 0xfedcba98
         v_max3_num_f32 v13, v12, v20, v24
         v_sub_f32 v15, v12, v13
@@ -18736,156 +22085,318 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v14, 0, v13, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
-        v_mov_b32 v25, v14
-        v_dual_sub_f32 v64, v64, v25 :: v_dual_sub_f32 v65, v65, v14
-        v_dual_sub_f32 v66, v66, v25 :: v_dual_sub_f32 v67, v67, v14
+        v_fma_f32 v25, s69, v10, v14
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_pv16_one_fma_0
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_pv16_one_fma_0_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_bf16_pv16_one_fma_0:
+        v_fma_f32 v64, v64, v11, -v25
+        v_fma_f32 v65, v65, v11, -v25
+        v_fma_f32 v66, v66, v11, -v25
+        v_fma_f32 v67, v67, v11, -v25
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v25 :: v_dual_sub_f32 v69, v69, v14
+        v_fma_f32 v68, v68, v11, -v25
         v_exp_f32_e32 v65, v65
-        v_exp_f32_e32 v66, v66
-        v_dual_sub_f32 v70, v70, v25 :: v_dual_sub_f32 v71, v71, v14
+        v_fma_f32 v69, v69, v11, -v25
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[160:161], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v66, v66
+        v_fma_f32 v70, v70, v11, -v25
         v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v18, v64, v65 :: v_dual_sub_f32 v73, v73, v14
+        v_fma_f32 v71, v71, v11, -v25
         v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v25 :: v_dual_add_f32 v19, v18, v66
+        v_fma_f32 v72, v72, v11, -v25
+        v_dual_add_f32 v18, v64, v66 :: v_dual_add_f32 v19, v65, v67
         v_cvt_f16_f32_e64 v64, v64
-        v_exp_f32_e32 v69, v69
-        v_add_f32 v18, v19, v67
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[164:165], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v69, v69
+        v_fma_f32 v73, v73, v11, -v25
         v_cvt_f16_f32_e64 v65, v65
         v_pack_b32_f16 v64, v64, v65
         v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v25 :: v_dual_add_f32 v19, v68, v18
-        v_cvt_f16_f32_e64 v66, v66
-        v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v14 :: v_dual_add_f32 v18, v69, v19
+        v_fma_f32 v74, v74, v11, -v25
+        v_dual_add_f32 v18, v18, v68 :: v_dual_add_f32 v19, v19, v69
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[168:169], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v66, v66
+        v_exp_f32_e32 v71, v71
+        v_fma_f32 v75, v75, v11, -v25
         v_cvt_f16_f32_e64 v67, v67
         v_pack_b32_f16 v65, v66, v67
         v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v25 :: v_dual_add_f32 v19, v18, v70
-        v_cvt_f16_f32_e64 v68, v68
-        v_exp_f32_e32 v73, v73
-        v_dual_sub_f32 v77, v77, v14 :: v_dual_add_f32 v18, v19, v71
+        v_fma_f32 v76, v76, v11, -v25
+        v_dual_add_f32 v18, v18, v70 :: v_dual_add_f32 v19, v19, v71
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[172:173], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v68, v68
+        v_exp_f32_e32 v73, v73
+        v_fma_f32 v77, v77, v11, -v25
         v_cvt_f16_f32_e64 v69, v69
         v_pack_b32_f16 v66, v68, v69
         v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v25 :: v_dual_add_f32 v19, v72, v18
-        v_cvt_f16_f32_e64 v70, v70
-        v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v14 :: v_dual_add_f32 v18, v73, v19
+        v_fma_f32 v78, v78, v11, -v25
+        v_dual_add_f32 v18, v18, v72 :: v_dual_add_f32 v19, v19, v73
         v_wmma_i32_16x16x16_iu8 v[96:103], v[162:163], v[130:131], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v3 offset:12800
+        v_cvt_f16_f32_e64 v70, v70
+        v_exp_f32_e32 v75, v75
+        v_fma_f32 v79, v79, v11, -v25
         v_cvt_f16_f32_e64 v71, v71
         v_pack_b32_f16 v67, v70, v71
         v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v25 :: v_dual_add_f32 v19, v18, v74
-        v_cvt_f16_f32_e64 v72, v72
-        v_exp_f32_e32 v77, v77
-        v_dual_sub_f32 v81, v81, v14 :: v_dual_add_f32 v18, v19, v75
+        v_fma_f32 v80, v80, v11, -v25
+        v_dual_add_f32 v18, v18, v74 :: v_dual_add_f32 v19, v19, v75
         v_wmma_i32_16x16x16_iu8 v[104:111], v[166:167], v[130:131], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v3 offset:15104
+        v_cvt_f16_f32_e64 v72, v72
+        v_exp_f32_e32 v77, v77
+        v_fma_f32 v81, v81, v11, -v25
         v_cvt_f16_f32_e64 v73, v73
         v_pack_b32_f16 v72, v72, v73
         v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v25 :: v_dual_add_f32 v19, v76, v18
-        v_cvt_f16_f32_e64 v74, v74
-        v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v14 :: v_dual_add_f32 v18, v77, v19
+        v_fma_f32 v82, v82, v11, -v25
         v_wmma_i32_16x16x16_iu8 v[112:119], v[170:171], v[130:131], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v3 offset:8208
+        v_dual_add_f32 v18, v18, v76 :: v_dual_add_f32 v19, v19, v77
+        v_cvt_f16_f32_e64 v74, v74
+        v_exp_f32_e32 v79, v79
+        v_fma_f32 v83, v83, v11, -v25
         v_cvt_f16_f32_e64 v75, v75
         v_pack_b32_f16 v73, v74, v75
         v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v25 :: v_dual_add_f32 v19, v18, v78
-        v_cvt_f16_f32_e64 v76, v76
-        v_exp_f32_e32 v81, v81
-        v_dual_sub_f32 v85, v85, v14 :: v_dual_add_f32 v18, v19, v79
+        v_fma_f32 v84, v84, v11, -v25
         v_wmma_i32_16x16x16_iu8 v[120:127], v[174:175], v[130:131], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v3 offset:10512
+        v_dual_add_f32 v18, v18, v78 :: v_dual_add_f32 v19, v19, v79
+        v_cvt_f16_f32_e64 v76, v76
+        v_exp_f32_e32 v81, v81
+        v_fma_f32 v85, v85, v11, -v25
         v_cvt_f16_f32_e64 v77, v77
         v_pack_b32_f16 v74, v76, v77
         v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v25 :: v_dual_add_f32 v19, v80, v18
-        v_cvt_f16_f32_e64 v78, v78
-        v_exp_f32_e32 v83, v83
+        v_fma_f32 v86, v86, v11, -v25
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[176:177], v[132:133], v[96:103] neg_lo:[1,1,0]
-        v_dual_sub_f32 v87, v87, v14 :: v_dual_add_f32 v18, v81, v19
+        v_dual_add_f32 v18, v18, v80 :: v_dual_add_f32 v19, v19, v81
+        v_cvt_f16_f32_e64 v78, v78
+        v_exp_f32_e32 v83, v83
+        v_fma_f32 v87, v87, v11, -v25
         v_cvt_f16_f32_e64 v79, v79
         v_pack_b32_f16 v75, v78, v79
         v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v25 :: v_dual_add_f32 v19, v18, v82
-        v_cvt_f16_f32_e64 v80, v80
-        v_exp_f32_e32 v85, v85
+        v_fma_f32 v88, v88, v11, -v25
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[180:181], v[132:133], v[104:111] neg_lo:[1,1,0]
-        v_dual_sub_f32 v89, v89, v14 :: v_dual_add_f32 v18, v19, v83
+        v_dual_add_f32 v18, v18, v82 :: v_dual_add_f32 v19, v19, v83
+        v_cvt_f16_f32_e64 v80, v80
+        v_exp_f32_e32 v85, v85
+        v_fma_f32 v89, v89, v11, -v25
         v_cvt_f16_f32_e64 v81, v81
         v_pack_b32_f16 v80, v80, v81
         v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v25 :: v_dual_add_f32 v19, v84, v18
-        v_cvt_f16_f32_e64 v82, v82
-        v_exp_f32_e32 v87, v87
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[184:185], v[132:133], v[112:119] neg_lo:[1,1,0]
-        v_dual_sub_f32 v91, v91, v14 :: v_dual_add_f32 v18, v85, v19
+        v_fma_f32 v90, v90, v11, -v25
+        v_dual_add_f32 v18, v18, v84 :: v_dual_add_f32 v19, v19, v85
+        v_cvt_f16_f32_e64 v82, v82
+        v_exp_f32_e32 v87, v87
+        v_fma_f32 v91, v91, v11, -v25
         v_cvt_f16_f32_e64 v83, v83
         v_pack_b32_f16 v81, v82, v83
         v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v25 :: v_dual_add_f32 v19, v18, v86
-        v_cvt_f16_f32_e64 v84, v84
-        v_exp_f32_e32 v89, v89
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[188:189], v[132:133], v[120:127] neg_lo:[1,1,0]
-        v_dual_sub_f32 v93, v93, v14 :: v_dual_add_f32 v18, v19, v87
+        v_fma_f32 v92, v92, v11, -v25
+        v_dual_add_f32 v18, v18, v86 :: v_dual_add_f32 v19, v19, v87
+        v_cvt_f16_f32_e64 v84, v84
+        v_exp_f32_e32 v89, v89
+        v_fma_f32 v93, v93, v11, -v25
         v_cvt_f16_f32_e64 v85, v85
         v_pack_b32_f16 v82, v84, v85
         v_exp_f32_e32 v90, v90
-        v_dual_sub_f32 v94, v94, v25 :: v_dual_add_f32 v19, v88, v18
-        v_cvt_f16_f32_e64 v86, v86
-        v_exp_f32_e32 v91, v91
         v_wmma_i32_16x16x16_iu8 v[96:103], v[178:179], v[134:135], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[176:179], v3 offset:12816
-        v_dual_sub_f32 v95, v95, v14 :: v_dual_add_f32 v18, v89, v19
+        v_fma_f32 v94, v94, v11, -v25
+        v_dual_add_f32 v18, v18, v88 :: v_dual_add_f32 v19, v19, v89
+        v_cvt_f16_f32_e64 v86, v86
+        v_exp_f32_e32 v91, v91
+        v_fma_f32 v95, v95, v11, -v25
         v_cvt_f16_f32_e64 v87, v87
         v_pack_b32_f16 v83, v86, v87
         v_exp_f32_e32 v92, v92
-        v_add_f32 v19, v18, v90
-        v_cvt_f16_f32_e64 v88, v88
-        v_exp_f32_e32 v93, v93
         v_wmma_i32_16x16x16_iu8 v[104:111], v[182:183], v[134:135], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[180:183], v3 offset:15120
-        v_add_f32 v18, v19, v91
+        v_dual_add_f32 v18, v18, v90 :: v_dual_add_f32 v19, v19, v91
+        v_cvt_f16_f32_e64 v88, v88
+        v_exp_f32_e32 v93, v93
         v_cvt_f16_f32_e64 v89, v89
         v_pack_b32_f16 v88, v88, v89
         v_exp_f32_e32 v94, v94
-        v_add_f32 v19, v18, v92
-        v_cvt_f16_f32_e64 v90, v90
-        v_exp_f32_e32 v95, v95
+        v_dual_add_f32 v18, v18, v92 :: v_dual_add_f32 v19, v19, v93
         v_wmma_i32_16x16x16_iu8 v[112:119], v[186:187], v[134:135], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[184:187], v3 offset:8224
-        v_add_f32 v18, v19, v93
+        v_cvt_f16_f32_e64 v90, v90
+        v_exp_f32_e32 v95, v95
         v_cvt_f16_f32_e64 v91, v91
         v_pack_b32_f16 v89, v90, v91
-        v_dual_add_f32 v19, v18, v94 :: v_dual_mov_b32 v16, v15
+        v_dual_add_f32 v18, v18, v94 :: v_dual_add_f32 v19, v19, v95
         v_cvt_f16_f32_e64 v92, v92
-        v_add_f32 v18, v19, v95
         v_cvt_f16_f32_e64 v93, v93
+        v_pack_b32_f16 v90, v92, v93
         v_wmma_i32_16x16x16_iu8 v[120:127], v[190:191], v[134:135], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[188:191], v3 offset:10528
-        v_pack_b32_f16 v90, v92, v93
         v_cvt_f16_f32_e64 v94, v94
         v_cvt_f16_f32_e64 v95, v95
         v_pack_b32_f16 v91, v94, v95
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
         v_permlanex16_b32 v24, v18, s70, 0xfedcba98
-        v_dual_add_f32 v18, v18, v24 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v24
         v_add_f32 v17, v17, v18
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
         s_wait_alu depctr_va_vcc(0)
@@ -18909,78 +22420,47 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
 .Ld64_bf16_pv16_no_rescale_0:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 6
-        v_dual_mul_f32 v10, s71, v8 :: v_dual_subrev_f32 v97, s69, v97
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[192:195], v[64:67], v[32:39]
         ds_load_b128 v[192:195], v3 offset:12832
-        v_dual_mov_b32 v11, v10 :: v_dual_subrev_f32 v96, s69, v96
-        v_dual_mul_f32 v96, v10, v96 :: v_dual_mul_f32 v97, v11, v97
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[196:199], v[64:67], v[40:47]
         ds_load_b128 v[196:199], v3 offset:15136
-        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
-        v_dual_mul_f32 v98, v10, v98 :: v_dual_mul_f32 v99, v11, v99
+        s_wait_loadcnt 6
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[160:163], v[64:67], v[48:55]
         ds_load_b128 v[160:163], v3 offset:8240
-        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
-        v_dual_mul_f32 v100, v10, v100 :: v_dual_mul_f32 v101, v11, v101
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[56:63], v[164:167], v[64:67], v[56:63]
         ds_load_b128 v[164:167], v3 offset:10544
-        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
-        v_dual_mul_f32 v102, v10, v102 :: v_dual_mul_f32 v103, v11, v103
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[168:171], v[72:75], v[32:39]
         ds_load_b128 v[168:171], v3 offset:12848
-        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
-        v_dual_mul_f32 v104, v10, v104 :: v_dual_mul_f32 v105, v11, v105
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[172:175], v[72:75], v[40:47]
         ds_load_b128 v[172:175], v3 offset:15152
-        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
-        v_dual_mul_f32 v106, v10, v106 :: v_dual_mul_f32 v107, v11, v107
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[176:179], v[72:75], v[48:55]
-        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
-        v_dual_mul_f32 v108, v10, v108 :: v_dual_mul_f32 v109, v11, v109
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_f16 v[56:63], v[180:183], v[72:75], v[56:63]
-        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
-        v_dual_mul_f32 v110, v10, v110 :: v_dual_mul_f32 v111, v11, v111
+        v_mul_f32 v10, s71, v8
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_f16 v[32:39], v[184:187], v[80:83], v[32:39]
-        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
-        v_dual_mul_f32 v112, v10, v112 :: v_dual_mul_f32 v113, v11, v113
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_f16 v[40:47], v[188:191], v[80:83], v[40:47]
-        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
-        v_dual_mul_f32 v114, v10, v114 :: v_dual_mul_f32 v115, v11, v115
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[192:195], v[80:83], v[48:55]
-        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
-        v_dual_mul_f32 v116, v10, v116 :: v_dual_mul_f32 v117, v11, v117
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_f16 v[56:63], v[196:199], v[80:83], v[56:63]
-        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
-        v_dual_mul_f32 v118, v10, v118 :: v_dual_mul_f32 v119, v11, v119
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_f16 v[32:39], v[160:163], v[88:91], v[32:39]
-        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
-        v_dual_mul_f32 v120, v10, v120 :: v_dual_mul_f32 v121, v11, v121
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_f16 v[40:47], v[164:167], v[88:91], v[40:47]
-        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
-        v_dual_mul_f32 v122, v10, v122 :: v_dual_mul_f32 v123, v11, v123
+        v_mov_b32 v11, v10
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_f16 v[48:55], v[168:171], v[88:91], v[48:55]
-        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
-        v_dual_mul_f32 v124, v10, v124 :: v_dual_mul_f32 v125, v11, v125
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_f16 v[56:63], v[172:175], v[88:91], v[56:63]
-        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
-        v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -19161,6 +22641,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
         v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
         v_max_num_f32 v20, v20, v21
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
         v_permlanex16_b32 v24, v20, s70, 0xfedcba98
         v_max3_num_f32 v12, v13, v20, v24
         v_sub_f32 v15, v13, v12
@@ -19172,156 +22654,318 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v14, 0, v12, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
-        v_mov_b32 v25, v14
-        v_dual_sub_f32 v96, v96, v25 :: v_dual_sub_f32 v97, v97, v14
-        v_dual_sub_f32 v98, v98, v25 :: v_dual_sub_f32 v99, v99, v14
+        v_fma_f32 v25, s69, v10, v14
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_pv16_one_fma_1
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v10, v96 :: v_dual_mul_f32 v97, v11, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v10, v98 :: v_dual_mul_f32 v99, v11, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v10, v100 :: v_dual_mul_f32 v101, v11, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v10, v102 :: v_dual_mul_f32 v103, v11, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v10, v104 :: v_dual_mul_f32 v105, v11, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v10, v106 :: v_dual_mul_f32 v107, v11, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v10, v108 :: v_dual_mul_f32 v109, v11, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v10, v110 :: v_dual_mul_f32 v111, v11, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v10, v112 :: v_dual_mul_f32 v113, v11, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v10, v114 :: v_dual_mul_f32 v115, v11, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v10, v116 :: v_dual_mul_f32 v117, v11, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v10, v118 :: v_dual_mul_f32 v119, v11, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v10, v120 :: v_dual_mul_f32 v121, v11, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v10, v122 :: v_dual_mul_f32 v123, v11, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v10, v124 :: v_dual_mul_f32 v125, v11, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_pv16_one_fma_1_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_bf16_pv16_one_fma_1:
+        v_fma_f32 v96, v96, v11, -v25
+        v_fma_f32 v97, v97, v11, -v25
+        v_fma_f32 v98, v98, v11, -v25
+        v_fma_f32 v99, v99, v11, -v25
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v25 :: v_dual_sub_f32 v101, v101, v14
+        v_fma_f32 v100, v100, v11, -v25
         v_exp_f32_e32 v97, v97
-        v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v25 :: v_dual_sub_f32 v103, v103, v14
+        v_fma_f32 v101, v101, v11, -v25
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[64:71], v[160:161], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v98, v98
+        v_fma_f32 v102, v102, v11, -v25
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v18, v96, v97 :: v_dual_sub_f32 v105, v105, v14
+        v_fma_f32 v103, v103, v11, -v25
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v25 :: v_dual_add_f32 v19, v18, v98
+        v_fma_f32 v104, v104, v11, -v25
+        v_dual_add_f32 v18, v96, v98 :: v_dual_add_f32 v19, v97, v99
         v_cvt_f16_f32_e64 v96, v96
-        v_exp_f32_e32 v101, v101
-        v_add_f32 v18, v19, v99
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[164:165], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v11, -v25
         v_cvt_f16_f32_e64 v97, v97
         v_pack_b32_f16 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v25 :: v_dual_add_f32 v19, v100, v18
-        v_cvt_f16_f32_e64 v98, v98
-        v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v14 :: v_dual_add_f32 v18, v101, v19
+        v_fma_f32 v106, v106, v11, -v25
+        v_dual_add_f32 v18, v18, v100 :: v_dual_add_f32 v19, v19, v101
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[168:169], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v98, v98
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v11, -v25
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v25 :: v_dual_add_f32 v19, v18, v102
-        v_cvt_f16_f32_e64 v100, v100
-        v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v14 :: v_dual_add_f32 v18, v19, v103
+        v_fma_f32 v108, v108, v11, -v25
+        v_dual_add_f32 v18, v18, v102 :: v_dual_add_f32 v19, v19, v103
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[172:173], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v100, v100
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v11, -v25
         v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v25 :: v_dual_add_f32 v19, v104, v18
-        v_cvt_f16_f32_e64 v102, v102
-        v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v14 :: v_dual_add_f32 v18, v105, v19
+        v_fma_f32 v110, v110, v11, -v25
+        v_dual_add_f32 v18, v18, v104 :: v_dual_add_f32 v19, v19, v105
         v_wmma_i32_16x16x16_iu8 v[64:71], v[162:163], v[130:131], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v3 offset:12800
+        v_cvt_f16_f32_e64 v102, v102
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v11, -v25
         v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v25 :: v_dual_add_f32 v19, v18, v106
-        v_cvt_f16_f32_e64 v104, v104
-        v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v14 :: v_dual_add_f32 v18, v19, v107
+        v_fma_f32 v112, v112, v11, -v25
+        v_dual_add_f32 v18, v18, v106 :: v_dual_add_f32 v19, v19, v107
         v_wmma_i32_16x16x16_iu8 v[72:79], v[166:167], v[130:131], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v3 offset:15104
+        v_cvt_f16_f32_e64 v104, v104
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v11, -v25
         v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v25 :: v_dual_add_f32 v19, v108, v18
-        v_cvt_f16_f32_e64 v106, v106
-        v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v14 :: v_dual_add_f32 v18, v109, v19
+        v_fma_f32 v114, v114, v11, -v25
         v_wmma_i32_16x16x16_iu8 v[80:87], v[170:171], v[130:131], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v3 offset:8208
+        v_dual_add_f32 v18, v18, v108 :: v_dual_add_f32 v19, v19, v109
+        v_cvt_f16_f32_e64 v106, v106
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v11, -v25
         v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v25 :: v_dual_add_f32 v19, v18, v110
-        v_cvt_f16_f32_e64 v108, v108
-        v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v14 :: v_dual_add_f32 v18, v19, v111
+        v_fma_f32 v116, v116, v11, -v25
         v_wmma_i32_16x16x16_iu8 v[88:95], v[174:175], v[130:131], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v3 offset:10512
+        v_dual_add_f32 v18, v18, v110 :: v_dual_add_f32 v19, v19, v111
+        v_cvt_f16_f32_e64 v108, v108
+        v_exp_f32_e32 v113, v113
+        v_fma_f32 v117, v117, v11, -v25
         v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v25 :: v_dual_add_f32 v19, v112, v18
-        v_cvt_f16_f32_e64 v110, v110
-        v_exp_f32_e32 v115, v115
+        v_fma_f32 v118, v118, v11, -v25
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[64:71], v[176:177], v[132:133], v[64:71] neg_lo:[1,1,0]
-        v_dual_sub_f32 v119, v119, v14 :: v_dual_add_f32 v18, v113, v19
+        v_dual_add_f32 v18, v18, v112 :: v_dual_add_f32 v19, v19, v113
+        v_cvt_f16_f32_e64 v110, v110
+        v_exp_f32_e32 v115, v115
+        v_fma_f32 v119, v119, v11, -v25
         v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v25 :: v_dual_add_f32 v19, v18, v114
-        v_cvt_f16_f32_e64 v112, v112
-        v_exp_f32_e32 v117, v117
+        v_fma_f32 v120, v120, v11, -v25
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[180:181], v[132:133], v[72:79] neg_lo:[1,1,0]
-        v_dual_sub_f32 v121, v121, v14 :: v_dual_add_f32 v18, v19, v115
+        v_dual_add_f32 v18, v18, v114 :: v_dual_add_f32 v19, v19, v115
+        v_cvt_f16_f32_e64 v112, v112
+        v_exp_f32_e32 v117, v117
+        v_fma_f32 v121, v121, v11, -v25
         v_cvt_f16_f32_e64 v113, v113
         v_pack_b32_f16 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v25 :: v_dual_add_f32 v19, v116, v18
-        v_cvt_f16_f32_e64 v114, v114
-        v_exp_f32_e32 v119, v119
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[184:185], v[132:133], v[80:87] neg_lo:[1,1,0]
-        v_dual_sub_f32 v123, v123, v14 :: v_dual_add_f32 v18, v117, v19
+        v_fma_f32 v122, v122, v11, -v25
+        v_dual_add_f32 v18, v18, v116 :: v_dual_add_f32 v19, v19, v117
+        v_cvt_f16_f32_e64 v114, v114
+        v_exp_f32_e32 v119, v119
+        v_fma_f32 v123, v123, v11, -v25
         v_cvt_f16_f32_e64 v115, v115
         v_pack_b32_f16 v113, v114, v115
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v25 :: v_dual_add_f32 v19, v18, v118
-        v_cvt_f16_f32_e64 v116, v116
-        v_exp_f32_e32 v121, v121
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[188:189], v[132:133], v[88:95] neg_lo:[1,1,0]
-        v_dual_sub_f32 v125, v125, v14 :: v_dual_add_f32 v18, v19, v119
+        v_fma_f32 v124, v124, v11, -v25
+        v_dual_add_f32 v18, v18, v118 :: v_dual_add_f32 v19, v19, v119
+        v_cvt_f16_f32_e64 v116, v116
+        v_exp_f32_e32 v121, v121
+        v_fma_f32 v125, v125, v11, -v25
         v_cvt_f16_f32_e64 v117, v117
         v_pack_b32_f16 v114, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v25 :: v_dual_add_f32 v19, v120, v18
-        v_cvt_f16_f32_e64 v118, v118
-        v_exp_f32_e32 v123, v123
         v_wmma_i32_16x16x16_iu8 v[64:71], v[178:179], v[134:135], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[176:179], v3 offset:12816
-        v_dual_sub_f32 v127, v127, v14 :: v_dual_add_f32 v18, v121, v19
+        v_fma_f32 v126, v126, v11, -v25
+        v_dual_add_f32 v18, v18, v120 :: v_dual_add_f32 v19, v19, v121
+        v_cvt_f16_f32_e64 v118, v118
+        v_exp_f32_e32 v123, v123
+        v_fma_f32 v127, v127, v11, -v25
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
         v_exp_f32_e32 v124, v124
-        v_add_f32 v19, v18, v122
-        v_cvt_f16_f32_e64 v120, v120
-        v_exp_f32_e32 v125, v125
         v_wmma_i32_16x16x16_iu8 v[72:79], v[182:183], v[134:135], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[180:183], v3 offset:15120
-        v_add_f32 v18, v19, v123
+        v_dual_add_f32 v18, v18, v122 :: v_dual_add_f32 v19, v19, v123
+        v_cvt_f16_f32_e64 v120, v120
+        v_exp_f32_e32 v125, v125
         v_cvt_f16_f32_e64 v121, v121
         v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_add_f32 v19, v18, v124
-        v_cvt_f16_f32_e64 v122, v122
-        v_exp_f32_e32 v127, v127
+        v_dual_add_f32 v18, v18, v124 :: v_dual_add_f32 v19, v19, v125
         v_wmma_i32_16x16x16_iu8 v[80:87], v[186:187], v[134:135], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[184:187], v3 offset:8224
-        v_add_f32 v18, v19, v125
+        v_cvt_f16_f32_e64 v122, v122
+        v_exp_f32_e32 v127, v127
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
-        v_dual_add_f32 v19, v18, v126 :: v_dual_mov_b32 v16, v15
+        v_dual_add_f32 v18, v18, v126 :: v_dual_add_f32 v19, v19, v127
         v_cvt_f16_f32_e64 v124, v124
-        v_add_f32 v18, v19, v127
         v_cvt_f16_f32_e64 v125, v125
+        v_pack_b32_f16 v122, v124, v125
         v_wmma_i32_16x16x16_iu8 v[88:95], v[190:191], v[134:135], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[188:191], v3 offset:10528
-        v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
         v_pack_b32_f16 v123, v126, v127
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
         v_permlanex16_b32 v24, v18, s70, 0xfedcba98
-        v_dual_add_f32 v18, v18, v24 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v24
         v_add_f32 v17, v17, v18
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
         s_wait_alu depctr_va_vcc(0)
@@ -19345,78 +22989,47 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
 .Ld64_bf16_pv16_no_rescale_1:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 6
-        v_dual_mul_f32 v10, s71, v8 :: v_dual_subrev_f32 v65, s69, v65
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[192:195], v[96:99], v[32:39]
         ds_load_b128 v[192:195], v3 offset:12832
-        v_dual_mov_b32 v11, v10 :: v_dual_subrev_f32 v64, s69, v64
-        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[196:199], v[96:99], v[40:47]
         ds_load_b128 v[196:199], v3 offset:15136
-        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
-        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
+        s_wait_loadcnt 6
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[160:163], v[96:99], v[48:55]
         ds_load_b128 v[160:163], v3 offset:8240
-        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
-        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[56:63], v[164:167], v[96:99], v[56:63]
         ds_load_b128 v[164:167], v3 offset:10544
-        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
-        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[168:171], v[104:107], v[32:39]
         ds_load_b128 v[168:171], v3 offset:12848
-        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
-        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[172:175], v[104:107], v[40:47]
         ds_load_b128 v[172:175], v3 offset:15152
-        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
-        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[176:179], v[104:107], v[48:55]
-        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
-        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_f16 v[56:63], v[180:183], v[104:107], v[56:63]
-        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
-        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
+        v_mul_f32 v10, s71, v8
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_f16 v[32:39], v[184:187], v[112:115], v[32:39]
-        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
-        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_f16 v[40:47], v[188:191], v[112:115], v[40:47]
-        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
-        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[192:195], v[112:115], v[48:55]
-        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
-        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_f16 v[56:63], v[196:199], v[112:115], v[56:63]
-        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
-        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_f16 v[32:39], v[160:163], v[120:123], v[32:39]
-        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
-        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_f16 v[40:47], v[164:167], v[120:123], v[40:47]
-        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
-        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
+        v_mov_b32 v11, v10
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_f16 v[48:55], v[168:171], v[120:123], v[48:55]
-        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
-        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_f16 v[56:63], v[172:175], v[120:123], v[56:63]
-        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
-        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -19576,6 +23189,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
         v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
         v_max_num_f32 v20, v20, v21
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
         v_permlanex16_b32 v24, v20, s70, 0xfedcba98
         v_max3_num_f32 v13, v12, v20, v24
         v_sub_f32 v15, v12, v13
@@ -19587,124 +23202,286 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v14, 0, v13, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
-        v_mov_b32 v25, v14
-        v_dual_sub_f32 v64, v64, v25 :: v_dual_sub_f32 v65, v65, v14
-        v_dual_sub_f32 v66, v66, v25 :: v_dual_sub_f32 v67, v67, v14
+        v_fma_f32 v25, s69, v10, v14
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_pv16_one_fma_0_last
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_pv16_one_fma_0_last_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_bf16_pv16_one_fma_0_last:
+        v_fma_f32 v64, v64, v11, -v25
+        v_fma_f32 v65, v65, v11, -v25
+        v_fma_f32 v66, v66, v11, -v25
+        v_fma_f32 v67, v67, v11, -v25
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v25 :: v_dual_sub_f32 v69, v69, v14
+        v_fma_f32 v68, v68, v11, -v25
         v_exp_f32_e32 v65, v65
+        v_fma_f32 v69, v69, v11, -v25
         v_exp_f32_e32 v66, v66
-        v_dual_sub_f32 v70, v70, v25 :: v_dual_sub_f32 v71, v71, v14
+        v_fma_f32 v70, v70, v11, -v25
         v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v18, v64, v65 :: v_dual_sub_f32 v73, v73, v14
+        v_fma_f32 v71, v71, v11, -v25
         v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v25 :: v_dual_add_f32 v19, v18, v66
+        v_fma_f32 v72, v72, v11, -v25
+        v_dual_add_f32 v18, v64, v66 :: v_dual_add_f32 v19, v65, v67
         v_cvt_f16_f32_e64 v64, v64
         v_exp_f32_e32 v69, v69
-        v_add_f32 v18, v19, v67
+        v_fma_f32 v73, v73, v11, -v25
         v_cvt_f16_f32_e64 v65, v65
         v_pack_b32_f16 v64, v64, v65
         v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v25 :: v_dual_add_f32 v19, v68, v18
+        v_fma_f32 v74, v74, v11, -v25
+        v_dual_add_f32 v18, v18, v68 :: v_dual_add_f32 v19, v19, v69
         v_cvt_f16_f32_e64 v66, v66
         v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v14 :: v_dual_add_f32 v18, v69, v19
+        v_fma_f32 v75, v75, v11, -v25
         v_cvt_f16_f32_e64 v67, v67
         v_pack_b32_f16 v65, v66, v67
         v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v25 :: v_dual_add_f32 v19, v18, v70
+        v_fma_f32 v76, v76, v11, -v25
+        v_dual_add_f32 v18, v18, v70 :: v_dual_add_f32 v19, v19, v71
         v_cvt_f16_f32_e64 v68, v68
         v_exp_f32_e32 v73, v73
-        v_dual_sub_f32 v77, v77, v14 :: v_dual_add_f32 v18, v19, v71
+        v_fma_f32 v77, v77, v11, -v25
         v_cvt_f16_f32_e64 v69, v69
         v_pack_b32_f16 v66, v68, v69
         v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v25 :: v_dual_add_f32 v19, v72, v18
+        v_fma_f32 v78, v78, v11, -v25
+        v_dual_add_f32 v18, v18, v72 :: v_dual_add_f32 v19, v19, v73
         v_cvt_f16_f32_e64 v70, v70
         v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v14 :: v_dual_add_f32 v18, v73, v19
+        v_fma_f32 v79, v79, v11, -v25
         v_cvt_f16_f32_e64 v71, v71
         v_pack_b32_f16 v67, v70, v71
         v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v25 :: v_dual_add_f32 v19, v18, v74
+        v_fma_f32 v80, v80, v11, -v25
+        v_dual_add_f32 v18, v18, v74 :: v_dual_add_f32 v19, v19, v75
         v_cvt_f16_f32_e64 v72, v72
         v_exp_f32_e32 v77, v77
-        v_dual_sub_f32 v81, v81, v14 :: v_dual_add_f32 v18, v19, v75
+        v_fma_f32 v81, v81, v11, -v25
         v_cvt_f16_f32_e64 v73, v73
         v_pack_b32_f16 v72, v72, v73
         v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v25 :: v_dual_add_f32 v19, v76, v18
+        v_fma_f32 v82, v82, v11, -v25
+        v_dual_add_f32 v18, v18, v76 :: v_dual_add_f32 v19, v19, v77
         v_cvt_f16_f32_e64 v74, v74
         v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v14 :: v_dual_add_f32 v18, v77, v19
+        v_fma_f32 v83, v83, v11, -v25
         v_cvt_f16_f32_e64 v75, v75
         v_pack_b32_f16 v73, v74, v75
         v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v25 :: v_dual_add_f32 v19, v18, v78
+        v_fma_f32 v84, v84, v11, -v25
+        v_dual_add_f32 v18, v18, v78 :: v_dual_add_f32 v19, v19, v79
         v_cvt_f16_f32_e64 v76, v76
         v_exp_f32_e32 v81, v81
-        v_dual_sub_f32 v85, v85, v14 :: v_dual_add_f32 v18, v19, v79
+        v_fma_f32 v85, v85, v11, -v25
         v_cvt_f16_f32_e64 v77, v77
         v_pack_b32_f16 v74, v76, v77
         v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v25 :: v_dual_add_f32 v19, v80, v18
+        v_fma_f32 v86, v86, v11, -v25
+        v_dual_add_f32 v18, v18, v80 :: v_dual_add_f32 v19, v19, v81
         v_cvt_f16_f32_e64 v78, v78
         v_exp_f32_e32 v83, v83
-        v_dual_sub_f32 v87, v87, v14 :: v_dual_add_f32 v18, v81, v19
+        v_fma_f32 v87, v87, v11, -v25
         v_cvt_f16_f32_e64 v79, v79
         v_pack_b32_f16 v75, v78, v79
         v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v25 :: v_dual_add_f32 v19, v18, v82
+        v_fma_f32 v88, v88, v11, -v25
+        v_dual_add_f32 v18, v18, v82 :: v_dual_add_f32 v19, v19, v83
         v_cvt_f16_f32_e64 v80, v80
         v_exp_f32_e32 v85, v85
-        v_dual_sub_f32 v89, v89, v14 :: v_dual_add_f32 v18, v19, v83
+        v_fma_f32 v89, v89, v11, -v25
         v_cvt_f16_f32_e64 v81, v81
         v_pack_b32_f16 v80, v80, v81
         v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v25 :: v_dual_add_f32 v19, v84, v18
+        v_fma_f32 v90, v90, v11, -v25
+        v_dual_add_f32 v18, v18, v84 :: v_dual_add_f32 v19, v19, v85
         v_cvt_f16_f32_e64 v82, v82
         v_exp_f32_e32 v87, v87
-        v_dual_sub_f32 v91, v91, v14 :: v_dual_add_f32 v18, v85, v19
+        v_fma_f32 v91, v91, v11, -v25
         v_cvt_f16_f32_e64 v83, v83
         v_pack_b32_f16 v81, v82, v83
         v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v25 :: v_dual_add_f32 v19, v18, v86
+        v_fma_f32 v92, v92, v11, -v25
+        v_dual_add_f32 v18, v18, v86 :: v_dual_add_f32 v19, v19, v87
         v_cvt_f16_f32_e64 v84, v84
         v_exp_f32_e32 v89, v89
-        v_dual_sub_f32 v93, v93, v14 :: v_dual_add_f32 v18, v19, v87
+        v_fma_f32 v93, v93, v11, -v25
         v_cvt_f16_f32_e64 v85, v85
         v_pack_b32_f16 v82, v84, v85
         v_exp_f32_e32 v90, v90
-        v_dual_sub_f32 v94, v94, v25 :: v_dual_add_f32 v19, v88, v18
+        v_fma_f32 v94, v94, v11, -v25
+        v_dual_add_f32 v18, v18, v88 :: v_dual_add_f32 v19, v19, v89
         v_cvt_f16_f32_e64 v86, v86
         v_exp_f32_e32 v91, v91
-        v_dual_sub_f32 v95, v95, v14 :: v_dual_add_f32 v18, v89, v19
+        v_fma_f32 v95, v95, v11, -v25
         v_cvt_f16_f32_e64 v87, v87
         v_pack_b32_f16 v83, v86, v87
         v_exp_f32_e32 v92, v92
-        v_add_f32 v19, v18, v90
+        v_dual_add_f32 v18, v18, v90 :: v_dual_add_f32 v19, v19, v91
         v_cvt_f16_f32_e64 v88, v88
         v_exp_f32_e32 v93, v93
-        v_add_f32 v18, v19, v91
         v_cvt_f16_f32_e64 v89, v89
         v_pack_b32_f16 v88, v88, v89
         v_exp_f32_e32 v94, v94
-        v_add_f32 v19, v18, v92
+        v_dual_add_f32 v18, v18, v92 :: v_dual_add_f32 v19, v19, v93
         v_cvt_f16_f32_e64 v90, v90
         v_exp_f32_e32 v95, v95
-        v_add_f32 v18, v19, v93
         v_cvt_f16_f32_e64 v91, v91
         v_pack_b32_f16 v89, v90, v91
-        v_dual_add_f32 v19, v18, v94 :: v_dual_mov_b32 v16, v15
+        v_dual_add_f32 v18, v18, v94 :: v_dual_add_f32 v19, v19, v95
         v_cvt_f16_f32_e64 v92, v92
-        v_add_f32 v18, v19, v95
         v_cvt_f16_f32_e64 v93, v93
         v_pack_b32_f16 v90, v92, v93
         v_cvt_f16_f32_e64 v94, v94
         v_cvt_f16_f32_e64 v95, v95
         v_pack_b32_f16 v91, v94, v95
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
         v_permlanex16_b32 v24, v18, s70, 0xfedcba98
-        v_dual_add_f32 v18, v18, v24 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v24
         v_add_f32 v17, v17, v18
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
         s_wait_alu depctr_va_vcc(0)
@@ -19906,6 +23683,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
         v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
         v_max_num_f32 v20, v20, v21
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
         v_permlanex16_b32 v24, v20, s70, 0xfedcba98
         v_max3_num_f32 v12, v13, v20, v24
         v_sub_f32 v15, v13, v12
@@ -19917,124 +23696,286 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v14, 0, v12, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
-        v_mov_b32 v25, v14
-        v_dual_sub_f32 v96, v96, v25 :: v_dual_sub_f32 v97, v97, v14
-        v_dual_sub_f32 v98, v98, v25 :: v_dual_sub_f32 v99, v99, v14
+        v_fma_f32 v25, s69, v10, v14
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_pv16_one_fma_1_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v10, v96 :: v_dual_mul_f32 v97, v11, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v10, v98 :: v_dual_mul_f32 v99, v11, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v10, v100 :: v_dual_mul_f32 v101, v11, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v10, v102 :: v_dual_mul_f32 v103, v11, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v10, v104 :: v_dual_mul_f32 v105, v11, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v10, v106 :: v_dual_mul_f32 v107, v11, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v10, v108 :: v_dual_mul_f32 v109, v11, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v10, v110 :: v_dual_mul_f32 v111, v11, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v10, v112 :: v_dual_mul_f32 v113, v11, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v10, v114 :: v_dual_mul_f32 v115, v11, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v10, v116 :: v_dual_mul_f32 v117, v11, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v10, v118 :: v_dual_mul_f32 v119, v11, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v10, v120 :: v_dual_mul_f32 v121, v11, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v10, v122 :: v_dual_mul_f32 v123, v11, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v10, v124 :: v_dual_mul_f32 v125, v11, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_pv16_one_fma_1_last_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_bf16_pv16_one_fma_1_last:
+        v_fma_f32 v96, v96, v11, -v25
+        v_fma_f32 v97, v97, v11, -v25
+        v_fma_f32 v98, v98, v11, -v25
+        v_fma_f32 v99, v99, v11, -v25
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v25 :: v_dual_sub_f32 v101, v101, v14
+        v_fma_f32 v100, v100, v11, -v25
         v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v11, -v25
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v25 :: v_dual_sub_f32 v103, v103, v14
+        v_fma_f32 v102, v102, v11, -v25
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v18, v96, v97 :: v_dual_sub_f32 v105, v105, v14
+        v_fma_f32 v103, v103, v11, -v25
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v25 :: v_dual_add_f32 v19, v18, v98
+        v_fma_f32 v104, v104, v11, -v25
+        v_dual_add_f32 v18, v96, v98 :: v_dual_add_f32 v19, v97, v99
         v_cvt_f16_f32_e64 v96, v96
         v_exp_f32_e32 v101, v101
-        v_add_f32 v18, v19, v99
+        v_fma_f32 v105, v105, v11, -v25
         v_cvt_f16_f32_e64 v97, v97
         v_pack_b32_f16 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v25 :: v_dual_add_f32 v19, v100, v18
+        v_fma_f32 v106, v106, v11, -v25
+        v_dual_add_f32 v18, v18, v100 :: v_dual_add_f32 v19, v19, v101
         v_cvt_f16_f32_e64 v98, v98
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v14 :: v_dual_add_f32 v18, v101, v19
+        v_fma_f32 v107, v107, v11, -v25
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v25 :: v_dual_add_f32 v19, v18, v102
+        v_fma_f32 v108, v108, v11, -v25
+        v_dual_add_f32 v18, v18, v102 :: v_dual_add_f32 v19, v19, v103
         v_cvt_f16_f32_e64 v100, v100
         v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v14 :: v_dual_add_f32 v18, v19, v103
+        v_fma_f32 v109, v109, v11, -v25
         v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v25 :: v_dual_add_f32 v19, v104, v18
+        v_fma_f32 v110, v110, v11, -v25
+        v_dual_add_f32 v18, v18, v104 :: v_dual_add_f32 v19, v19, v105
         v_cvt_f16_f32_e64 v102, v102
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v14 :: v_dual_add_f32 v18, v105, v19
+        v_fma_f32 v111, v111, v11, -v25
         v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v25 :: v_dual_add_f32 v19, v18, v106
+        v_fma_f32 v112, v112, v11, -v25
+        v_dual_add_f32 v18, v18, v106 :: v_dual_add_f32 v19, v19, v107
         v_cvt_f16_f32_e64 v104, v104
         v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v14 :: v_dual_add_f32 v18, v19, v107
+        v_fma_f32 v113, v113, v11, -v25
         v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v25 :: v_dual_add_f32 v19, v108, v18
+        v_fma_f32 v114, v114, v11, -v25
+        v_dual_add_f32 v18, v18, v108 :: v_dual_add_f32 v19, v19, v109
         v_cvt_f16_f32_e64 v106, v106
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v14 :: v_dual_add_f32 v18, v109, v19
+        v_fma_f32 v115, v115, v11, -v25
         v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v25 :: v_dual_add_f32 v19, v18, v110
+        v_fma_f32 v116, v116, v11, -v25
+        v_dual_add_f32 v18, v18, v110 :: v_dual_add_f32 v19, v19, v111
         v_cvt_f16_f32_e64 v108, v108
         v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v14 :: v_dual_add_f32 v18, v19, v111
+        v_fma_f32 v117, v117, v11, -v25
         v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v25 :: v_dual_add_f32 v19, v112, v18
+        v_fma_f32 v118, v118, v11, -v25
+        v_dual_add_f32 v18, v18, v112 :: v_dual_add_f32 v19, v19, v113
         v_cvt_f16_f32_e64 v110, v110
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v14 :: v_dual_add_f32 v18, v113, v19
+        v_fma_f32 v119, v119, v11, -v25
         v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v25 :: v_dual_add_f32 v19, v18, v114
+        v_fma_f32 v120, v120, v11, -v25
+        v_dual_add_f32 v18, v18, v114 :: v_dual_add_f32 v19, v19, v115
         v_cvt_f16_f32_e64 v112, v112
         v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v14 :: v_dual_add_f32 v18, v19, v115
+        v_fma_f32 v121, v121, v11, -v25
         v_cvt_f16_f32_e64 v113, v113
         v_pack_b32_f16 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v25 :: v_dual_add_f32 v19, v116, v18
+        v_fma_f32 v122, v122, v11, -v25
+        v_dual_add_f32 v18, v18, v116 :: v_dual_add_f32 v19, v19, v117
         v_cvt_f16_f32_e64 v114, v114
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v14 :: v_dual_add_f32 v18, v117, v19
+        v_fma_f32 v123, v123, v11, -v25
         v_cvt_f16_f32_e64 v115, v115
         v_pack_b32_f16 v113, v114, v115
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v25 :: v_dual_add_f32 v19, v18, v118
+        v_fma_f32 v124, v124, v11, -v25
+        v_dual_add_f32 v18, v18, v118 :: v_dual_add_f32 v19, v19, v119
         v_cvt_f16_f32_e64 v116, v116
         v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v14 :: v_dual_add_f32 v18, v19, v119
+        v_fma_f32 v125, v125, v11, -v25
         v_cvt_f16_f32_e64 v117, v117
         v_pack_b32_f16 v114, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v25 :: v_dual_add_f32 v19, v120, v18
+        v_fma_f32 v126, v126, v11, -v25
+        v_dual_add_f32 v18, v18, v120 :: v_dual_add_f32 v19, v19, v121
         v_cvt_f16_f32_e64 v118, v118
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v14 :: v_dual_add_f32 v18, v121, v19
+        v_fma_f32 v127, v127, v11, -v25
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
         v_exp_f32_e32 v124, v124
-        v_add_f32 v19, v18, v122
+        v_dual_add_f32 v18, v18, v122 :: v_dual_add_f32 v19, v19, v123
         v_cvt_f16_f32_e64 v120, v120
         v_exp_f32_e32 v125, v125
-        v_add_f32 v18, v19, v123
         v_cvt_f16_f32_e64 v121, v121
         v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_add_f32 v19, v18, v124
+        v_dual_add_f32 v18, v18, v124 :: v_dual_add_f32 v19, v19, v125
         v_cvt_f16_f32_e64 v122, v122
         v_exp_f32_e32 v127, v127
-        v_add_f32 v18, v19, v125
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
-        v_dual_add_f32 v19, v18, v126 :: v_dual_mov_b32 v16, v15
+        v_dual_add_f32 v18, v18, v126 :: v_dual_add_f32 v19, v19, v127
         v_cvt_f16_f32_e64 v124, v124
-        v_add_f32 v18, v19, v127
         v_cvt_f16_f32_e64 v125, v125
         v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
         v_pack_b32_f16 v123, v126, v127
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
         v_permlanex16_b32 v24, v18, s70, 0xfedcba98
-        v_dual_add_f32 v18, v18, v24 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v24
         v_add_f32 v17, v17, v18
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
         s_wait_alu depctr_va_vcc(0)
@@ -20999,39 +24940,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_wmma_i32_16x16x16_iu8 v[80:87], v[186:187], v[134:135], v[80:87] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[88:95], v[190:191], v[134:135], v[88:95] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v10, s71, v8 :: v_dual_subrev_f32 v65, s69, v65
-        v_dual_mov_b32 v11, v10 :: v_dual_subrev_f32 v64, s69, v64
-        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
-        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
-        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
-        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
-        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
-        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
-        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
-        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
-        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
-        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
-        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
-        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
-        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
-        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
-        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
-        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
-        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
-        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
-        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
-        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
-        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
-        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
-        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
-        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
-        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
-        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
-        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
-        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
-        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
-        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
-        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
+        v_mul_f32 v10, s71, v8
+        v_mov_b32 v11, v10
         s_wait_loadcnt 0
         ds_store_b128 v4, v[136:139] offset:4096
         ds_store_b128 v4, v[140:143] offset:6144
@@ -21201,6 +25111,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
         v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
         v_max_num_f32 v20, v20, v21
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
         v_permlanex16_b32 v24, v20, s70, 0xfedcba98
         v_max3_num_f32 v13, v12, v20, v24
         v_sub_f32 v15, v12, v13
@@ -21212,156 +25124,318 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v14, 0, v13, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
-        v_mov_b32 v25, v14
-        v_dual_sub_f32 v64, v64, v25 :: v_dual_sub_f32 v65, v65, v14
-        v_dual_sub_f32 v66, v66, v25 :: v_dual_sub_f32 v67, v67, v14
+        v_fma_f32 v25, s69, v10, v14
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_pv16_one_fma_0
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_pv16_one_fma_0_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_fp16_pv16_one_fma_0:
+        v_fma_f32 v64, v64, v11, -v25
+        v_fma_f32 v65, v65, v11, -v25
+        v_fma_f32 v66, v66, v11, -v25
+        v_fma_f32 v67, v67, v11, -v25
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v25 :: v_dual_sub_f32 v69, v69, v14
+        v_fma_f32 v68, v68, v11, -v25
         v_exp_f32_e32 v65, v65
-        v_exp_f32_e32 v66, v66
-        v_dual_sub_f32 v70, v70, v25 :: v_dual_sub_f32 v71, v71, v14
+        v_fma_f32 v69, v69, v11, -v25
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[160:161], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v66, v66
+        v_fma_f32 v70, v70, v11, -v25
         v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v18, v64, v65 :: v_dual_sub_f32 v73, v73, v14
+        v_fma_f32 v71, v71, v11, -v25
         v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v25 :: v_dual_add_f32 v19, v18, v66
+        v_fma_f32 v72, v72, v11, -v25
+        v_dual_add_f32 v18, v64, v66 :: v_dual_add_f32 v19, v65, v67
         v_cvt_f16_f32_e64 v64, v64
-        v_exp_f32_e32 v69, v69
-        v_add_f32 v18, v19, v67
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[164:165], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v69, v69
+        v_fma_f32 v73, v73, v11, -v25
         v_cvt_f16_f32_e64 v65, v65
         v_pack_b32_f16 v64, v64, v65
         v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v25 :: v_dual_add_f32 v19, v68, v18
-        v_cvt_f16_f32_e64 v66, v66
-        v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v14 :: v_dual_add_f32 v18, v69, v19
+        v_fma_f32 v74, v74, v11, -v25
+        v_dual_add_f32 v18, v18, v68 :: v_dual_add_f32 v19, v19, v69
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[168:169], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v66, v66
+        v_exp_f32_e32 v71, v71
+        v_fma_f32 v75, v75, v11, -v25
         v_cvt_f16_f32_e64 v67, v67
         v_pack_b32_f16 v65, v66, v67
         v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v25 :: v_dual_add_f32 v19, v18, v70
-        v_cvt_f16_f32_e64 v68, v68
-        v_exp_f32_e32 v73, v73
-        v_dual_sub_f32 v77, v77, v14 :: v_dual_add_f32 v18, v19, v71
+        v_fma_f32 v76, v76, v11, -v25
+        v_dual_add_f32 v18, v18, v70 :: v_dual_add_f32 v19, v19, v71
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[172:173], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v68, v68
+        v_exp_f32_e32 v73, v73
+        v_fma_f32 v77, v77, v11, -v25
         v_cvt_f16_f32_e64 v69, v69
         v_pack_b32_f16 v66, v68, v69
         v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v25 :: v_dual_add_f32 v19, v72, v18
-        v_cvt_f16_f32_e64 v70, v70
-        v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v14 :: v_dual_add_f32 v18, v73, v19
+        v_fma_f32 v78, v78, v11, -v25
+        v_dual_add_f32 v18, v18, v72 :: v_dual_add_f32 v19, v19, v73
         v_wmma_i32_16x16x16_iu8 v[96:103], v[162:163], v[130:131], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v3 offset:12800
+        v_cvt_f16_f32_e64 v70, v70
+        v_exp_f32_e32 v75, v75
+        v_fma_f32 v79, v79, v11, -v25
         v_cvt_f16_f32_e64 v71, v71
         v_pack_b32_f16 v67, v70, v71
         v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v25 :: v_dual_add_f32 v19, v18, v74
-        v_cvt_f16_f32_e64 v72, v72
-        v_exp_f32_e32 v77, v77
-        v_dual_sub_f32 v81, v81, v14 :: v_dual_add_f32 v18, v19, v75
+        v_fma_f32 v80, v80, v11, -v25
+        v_dual_add_f32 v18, v18, v74 :: v_dual_add_f32 v19, v19, v75
         v_wmma_i32_16x16x16_iu8 v[104:111], v[166:167], v[130:131], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v3 offset:15104
+        v_cvt_f16_f32_e64 v72, v72
+        v_exp_f32_e32 v77, v77
+        v_fma_f32 v81, v81, v11, -v25
         v_cvt_f16_f32_e64 v73, v73
         v_pack_b32_f16 v72, v72, v73
         v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v25 :: v_dual_add_f32 v19, v76, v18
-        v_cvt_f16_f32_e64 v74, v74
-        v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v14 :: v_dual_add_f32 v18, v77, v19
+        v_fma_f32 v82, v82, v11, -v25
         v_wmma_i32_16x16x16_iu8 v[112:119], v[170:171], v[130:131], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v3 offset:8208
+        v_dual_add_f32 v18, v18, v76 :: v_dual_add_f32 v19, v19, v77
+        v_cvt_f16_f32_e64 v74, v74
+        v_exp_f32_e32 v79, v79
+        v_fma_f32 v83, v83, v11, -v25
         v_cvt_f16_f32_e64 v75, v75
         v_pack_b32_f16 v73, v74, v75
         v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v25 :: v_dual_add_f32 v19, v18, v78
-        v_cvt_f16_f32_e64 v76, v76
-        v_exp_f32_e32 v81, v81
-        v_dual_sub_f32 v85, v85, v14 :: v_dual_add_f32 v18, v19, v79
+        v_fma_f32 v84, v84, v11, -v25
         v_wmma_i32_16x16x16_iu8 v[120:127], v[174:175], v[130:131], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v3 offset:10512
+        v_dual_add_f32 v18, v18, v78 :: v_dual_add_f32 v19, v19, v79
+        v_cvt_f16_f32_e64 v76, v76
+        v_exp_f32_e32 v81, v81
+        v_fma_f32 v85, v85, v11, -v25
         v_cvt_f16_f32_e64 v77, v77
         v_pack_b32_f16 v74, v76, v77
         v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v25 :: v_dual_add_f32 v19, v80, v18
-        v_cvt_f16_f32_e64 v78, v78
-        v_exp_f32_e32 v83, v83
+        v_fma_f32 v86, v86, v11, -v25
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[176:177], v[132:133], v[96:103] neg_lo:[1,1,0]
-        v_dual_sub_f32 v87, v87, v14 :: v_dual_add_f32 v18, v81, v19
+        v_dual_add_f32 v18, v18, v80 :: v_dual_add_f32 v19, v19, v81
+        v_cvt_f16_f32_e64 v78, v78
+        v_exp_f32_e32 v83, v83
+        v_fma_f32 v87, v87, v11, -v25
         v_cvt_f16_f32_e64 v79, v79
         v_pack_b32_f16 v75, v78, v79
         v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v25 :: v_dual_add_f32 v19, v18, v82
-        v_cvt_f16_f32_e64 v80, v80
-        v_exp_f32_e32 v85, v85
+        v_fma_f32 v88, v88, v11, -v25
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[180:181], v[132:133], v[104:111] neg_lo:[1,1,0]
-        v_dual_sub_f32 v89, v89, v14 :: v_dual_add_f32 v18, v19, v83
+        v_dual_add_f32 v18, v18, v82 :: v_dual_add_f32 v19, v19, v83
+        v_cvt_f16_f32_e64 v80, v80
+        v_exp_f32_e32 v85, v85
+        v_fma_f32 v89, v89, v11, -v25
         v_cvt_f16_f32_e64 v81, v81
         v_pack_b32_f16 v80, v80, v81
         v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v25 :: v_dual_add_f32 v19, v84, v18
-        v_cvt_f16_f32_e64 v82, v82
-        v_exp_f32_e32 v87, v87
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[184:185], v[132:133], v[112:119] neg_lo:[1,1,0]
-        v_dual_sub_f32 v91, v91, v14 :: v_dual_add_f32 v18, v85, v19
+        v_fma_f32 v90, v90, v11, -v25
+        v_dual_add_f32 v18, v18, v84 :: v_dual_add_f32 v19, v19, v85
+        v_cvt_f16_f32_e64 v82, v82
+        v_exp_f32_e32 v87, v87
+        v_fma_f32 v91, v91, v11, -v25
         v_cvt_f16_f32_e64 v83, v83
         v_pack_b32_f16 v81, v82, v83
         v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v25 :: v_dual_add_f32 v19, v18, v86
-        v_cvt_f16_f32_e64 v84, v84
-        v_exp_f32_e32 v89, v89
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[188:189], v[132:133], v[120:127] neg_lo:[1,1,0]
-        v_dual_sub_f32 v93, v93, v14 :: v_dual_add_f32 v18, v19, v87
+        v_fma_f32 v92, v92, v11, -v25
+        v_dual_add_f32 v18, v18, v86 :: v_dual_add_f32 v19, v19, v87
+        v_cvt_f16_f32_e64 v84, v84
+        v_exp_f32_e32 v89, v89
+        v_fma_f32 v93, v93, v11, -v25
         v_cvt_f16_f32_e64 v85, v85
         v_pack_b32_f16 v82, v84, v85
         v_exp_f32_e32 v90, v90
-        v_dual_sub_f32 v94, v94, v25 :: v_dual_add_f32 v19, v88, v18
-        v_cvt_f16_f32_e64 v86, v86
-        v_exp_f32_e32 v91, v91
         v_wmma_i32_16x16x16_iu8 v[96:103], v[178:179], v[134:135], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[176:179], v3 offset:12816
-        v_dual_sub_f32 v95, v95, v14 :: v_dual_add_f32 v18, v89, v19
+        v_fma_f32 v94, v94, v11, -v25
+        v_dual_add_f32 v18, v18, v88 :: v_dual_add_f32 v19, v19, v89
+        v_cvt_f16_f32_e64 v86, v86
+        v_exp_f32_e32 v91, v91
+        v_fma_f32 v95, v95, v11, -v25
         v_cvt_f16_f32_e64 v87, v87
         v_pack_b32_f16 v83, v86, v87
         v_exp_f32_e32 v92, v92
-        v_add_f32 v19, v18, v90
-        v_cvt_f16_f32_e64 v88, v88
-        v_exp_f32_e32 v93, v93
         v_wmma_i32_16x16x16_iu8 v[104:111], v[182:183], v[134:135], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[180:183], v3 offset:15120
-        v_add_f32 v18, v19, v91
+        v_dual_add_f32 v18, v18, v90 :: v_dual_add_f32 v19, v19, v91
+        v_cvt_f16_f32_e64 v88, v88
+        v_exp_f32_e32 v93, v93
         v_cvt_f16_f32_e64 v89, v89
         v_pack_b32_f16 v88, v88, v89
         v_exp_f32_e32 v94, v94
-        v_add_f32 v19, v18, v92
-        v_cvt_f16_f32_e64 v90, v90
-        v_exp_f32_e32 v95, v95
+        v_dual_add_f32 v18, v18, v92 :: v_dual_add_f32 v19, v19, v93
         v_wmma_i32_16x16x16_iu8 v[112:119], v[186:187], v[134:135], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[184:187], v3 offset:8224
-        v_add_f32 v18, v19, v93
+        v_cvt_f16_f32_e64 v90, v90
+        v_exp_f32_e32 v95, v95
         v_cvt_f16_f32_e64 v91, v91
         v_pack_b32_f16 v89, v90, v91
-        v_dual_add_f32 v19, v18, v94 :: v_dual_mov_b32 v16, v15
+        v_dual_add_f32 v18, v18, v94 :: v_dual_add_f32 v19, v19, v95
         v_cvt_f16_f32_e64 v92, v92
-        v_add_f32 v18, v19, v95
         v_cvt_f16_f32_e64 v93, v93
+        v_pack_b32_f16 v90, v92, v93
         v_wmma_i32_16x16x16_iu8 v[120:127], v[190:191], v[134:135], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[188:191], v3 offset:10528
-        v_pack_b32_f16 v90, v92, v93
         v_cvt_f16_f32_e64 v94, v94
         v_cvt_f16_f32_e64 v95, v95
         v_pack_b32_f16 v91, v94, v95
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
         v_permlanex16_b32 v24, v18, s70, 0xfedcba98
-        v_dual_add_f32 v18, v18, v24 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v24
         v_add_f32 v17, v17, v18
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
         s_wait_alu depctr_va_vcc(0)
@@ -21385,78 +25459,47 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
 .Ld64_fp16_pv16_no_rescale_0:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 6
-        v_dual_mul_f32 v10, s71, v8 :: v_dual_subrev_f32 v97, s69, v97
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[192:195], v[64:67], v[32:39]
         ds_load_b128 v[192:195], v3 offset:12832
-        v_dual_mov_b32 v11, v10 :: v_dual_subrev_f32 v96, s69, v96
-        v_dual_mul_f32 v96, v10, v96 :: v_dual_mul_f32 v97, v11, v97
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[196:199], v[64:67], v[40:47]
         ds_load_b128 v[196:199], v3 offset:15136
-        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
-        v_dual_mul_f32 v98, v10, v98 :: v_dual_mul_f32 v99, v11, v99
+        s_wait_loadcnt 6
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[160:163], v[64:67], v[48:55]
         ds_load_b128 v[160:163], v3 offset:8240
-        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
-        v_dual_mul_f32 v100, v10, v100 :: v_dual_mul_f32 v101, v11, v101
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[56:63], v[164:167], v[64:67], v[56:63]
         ds_load_b128 v[164:167], v3 offset:10544
-        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
-        v_dual_mul_f32 v102, v10, v102 :: v_dual_mul_f32 v103, v11, v103
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[168:171], v[72:75], v[32:39]
         ds_load_b128 v[168:171], v3 offset:12848
-        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
-        v_dual_mul_f32 v104, v10, v104 :: v_dual_mul_f32 v105, v11, v105
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[172:175], v[72:75], v[40:47]
         ds_load_b128 v[172:175], v3 offset:15152
-        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
-        v_dual_mul_f32 v106, v10, v106 :: v_dual_mul_f32 v107, v11, v107
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[176:179], v[72:75], v[48:55]
-        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
-        v_dual_mul_f32 v108, v10, v108 :: v_dual_mul_f32 v109, v11, v109
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_f16 v[56:63], v[180:183], v[72:75], v[56:63]
-        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
-        v_dual_mul_f32 v110, v10, v110 :: v_dual_mul_f32 v111, v11, v111
+        v_mul_f32 v10, s71, v8
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_f16 v[32:39], v[184:187], v[80:83], v[32:39]
-        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
-        v_dual_mul_f32 v112, v10, v112 :: v_dual_mul_f32 v113, v11, v113
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_f16 v[40:47], v[188:191], v[80:83], v[40:47]
-        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
-        v_dual_mul_f32 v114, v10, v114 :: v_dual_mul_f32 v115, v11, v115
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[192:195], v[80:83], v[48:55]
-        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
-        v_dual_mul_f32 v116, v10, v116 :: v_dual_mul_f32 v117, v11, v117
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_f16 v[56:63], v[196:199], v[80:83], v[56:63]
-        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
-        v_dual_mul_f32 v118, v10, v118 :: v_dual_mul_f32 v119, v11, v119
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_f16 v[32:39], v[160:163], v[88:91], v[32:39]
-        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
-        v_dual_mul_f32 v120, v10, v120 :: v_dual_mul_f32 v121, v11, v121
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_f16 v[40:47], v[164:167], v[88:91], v[40:47]
-        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
-        v_dual_mul_f32 v122, v10, v122 :: v_dual_mul_f32 v123, v11, v123
+        v_mov_b32 v11, v10
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_f16 v[48:55], v[168:171], v[88:91], v[48:55]
-        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
-        v_dual_mul_f32 v124, v10, v124 :: v_dual_mul_f32 v125, v11, v125
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_f16 v[56:63], v[172:175], v[88:91], v[56:63]
-        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
-        v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -21637,6 +25680,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
         v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
         v_max_num_f32 v20, v20, v21
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
         v_permlanex16_b32 v24, v20, s70, 0xfedcba98
         v_max3_num_f32 v12, v13, v20, v24
         v_sub_f32 v15, v13, v12
@@ -21648,156 +25693,318 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v14, 0, v12, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
-        v_mov_b32 v25, v14
-        v_dual_sub_f32 v96, v96, v25 :: v_dual_sub_f32 v97, v97, v14
-        v_dual_sub_f32 v98, v98, v25 :: v_dual_sub_f32 v99, v99, v14
+        v_fma_f32 v25, s69, v10, v14
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_pv16_one_fma_1
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v10, v96 :: v_dual_mul_f32 v97, v11, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v10, v98 :: v_dual_mul_f32 v99, v11, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v10, v100 :: v_dual_mul_f32 v101, v11, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v10, v102 :: v_dual_mul_f32 v103, v11, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v10, v104 :: v_dual_mul_f32 v105, v11, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v10, v106 :: v_dual_mul_f32 v107, v11, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v10, v108 :: v_dual_mul_f32 v109, v11, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v10, v110 :: v_dual_mul_f32 v111, v11, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v10, v112 :: v_dual_mul_f32 v113, v11, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v10, v114 :: v_dual_mul_f32 v115, v11, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v10, v116 :: v_dual_mul_f32 v117, v11, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v10, v118 :: v_dual_mul_f32 v119, v11, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v10, v120 :: v_dual_mul_f32 v121, v11, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v10, v122 :: v_dual_mul_f32 v123, v11, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v10, v124 :: v_dual_mul_f32 v125, v11, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_pv16_one_fma_1_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_fp16_pv16_one_fma_1:
+        v_fma_f32 v96, v96, v11, -v25
+        v_fma_f32 v97, v97, v11, -v25
+        v_fma_f32 v98, v98, v11, -v25
+        v_fma_f32 v99, v99, v11, -v25
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v25 :: v_dual_sub_f32 v101, v101, v14
+        v_fma_f32 v100, v100, v11, -v25
         v_exp_f32_e32 v97, v97
-        v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v25 :: v_dual_sub_f32 v103, v103, v14
+        v_fma_f32 v101, v101, v11, -v25
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[64:71], v[160:161], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v98, v98
+        v_fma_f32 v102, v102, v11, -v25
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v18, v96, v97 :: v_dual_sub_f32 v105, v105, v14
+        v_fma_f32 v103, v103, v11, -v25
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v25 :: v_dual_add_f32 v19, v18, v98
+        v_fma_f32 v104, v104, v11, -v25
+        v_dual_add_f32 v18, v96, v98 :: v_dual_add_f32 v19, v97, v99
         v_cvt_f16_f32_e64 v96, v96
-        v_exp_f32_e32 v101, v101
-        v_add_f32 v18, v19, v99
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[164:165], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v11, -v25
         v_cvt_f16_f32_e64 v97, v97
         v_pack_b32_f16 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v25 :: v_dual_add_f32 v19, v100, v18
-        v_cvt_f16_f32_e64 v98, v98
-        v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v14 :: v_dual_add_f32 v18, v101, v19
+        v_fma_f32 v106, v106, v11, -v25
+        v_dual_add_f32 v18, v18, v100 :: v_dual_add_f32 v19, v19, v101
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[168:169], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v98, v98
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v11, -v25
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v25 :: v_dual_add_f32 v19, v18, v102
-        v_cvt_f16_f32_e64 v100, v100
-        v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v14 :: v_dual_add_f32 v18, v19, v103
+        v_fma_f32 v108, v108, v11, -v25
+        v_dual_add_f32 v18, v18, v102 :: v_dual_add_f32 v19, v19, v103
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[172:173], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v100, v100
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v11, -v25
         v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v25 :: v_dual_add_f32 v19, v104, v18
-        v_cvt_f16_f32_e64 v102, v102
-        v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v14 :: v_dual_add_f32 v18, v105, v19
+        v_fma_f32 v110, v110, v11, -v25
+        v_dual_add_f32 v18, v18, v104 :: v_dual_add_f32 v19, v19, v105
         v_wmma_i32_16x16x16_iu8 v[64:71], v[162:163], v[130:131], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v3 offset:12800
+        v_cvt_f16_f32_e64 v102, v102
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v11, -v25
         v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v25 :: v_dual_add_f32 v19, v18, v106
-        v_cvt_f16_f32_e64 v104, v104
-        v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v14 :: v_dual_add_f32 v18, v19, v107
+        v_fma_f32 v112, v112, v11, -v25
+        v_dual_add_f32 v18, v18, v106 :: v_dual_add_f32 v19, v19, v107
         v_wmma_i32_16x16x16_iu8 v[72:79], v[166:167], v[130:131], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v3 offset:15104
+        v_cvt_f16_f32_e64 v104, v104
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v11, -v25
         v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v25 :: v_dual_add_f32 v19, v108, v18
-        v_cvt_f16_f32_e64 v106, v106
-        v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v14 :: v_dual_add_f32 v18, v109, v19
+        v_fma_f32 v114, v114, v11, -v25
         v_wmma_i32_16x16x16_iu8 v[80:87], v[170:171], v[130:131], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v3 offset:8208
+        v_dual_add_f32 v18, v18, v108 :: v_dual_add_f32 v19, v19, v109
+        v_cvt_f16_f32_e64 v106, v106
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v11, -v25
         v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v25 :: v_dual_add_f32 v19, v18, v110
-        v_cvt_f16_f32_e64 v108, v108
-        v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v14 :: v_dual_add_f32 v18, v19, v111
+        v_fma_f32 v116, v116, v11, -v25
         v_wmma_i32_16x16x16_iu8 v[88:95], v[174:175], v[130:131], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v3 offset:10512
+        v_dual_add_f32 v18, v18, v110 :: v_dual_add_f32 v19, v19, v111
+        v_cvt_f16_f32_e64 v108, v108
+        v_exp_f32_e32 v113, v113
+        v_fma_f32 v117, v117, v11, -v25
         v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v25 :: v_dual_add_f32 v19, v112, v18
-        v_cvt_f16_f32_e64 v110, v110
-        v_exp_f32_e32 v115, v115
+        v_fma_f32 v118, v118, v11, -v25
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[64:71], v[176:177], v[132:133], v[64:71] neg_lo:[1,1,0]
-        v_dual_sub_f32 v119, v119, v14 :: v_dual_add_f32 v18, v113, v19
+        v_dual_add_f32 v18, v18, v112 :: v_dual_add_f32 v19, v19, v113
+        v_cvt_f16_f32_e64 v110, v110
+        v_exp_f32_e32 v115, v115
+        v_fma_f32 v119, v119, v11, -v25
         v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v25 :: v_dual_add_f32 v19, v18, v114
-        v_cvt_f16_f32_e64 v112, v112
-        v_exp_f32_e32 v117, v117
+        v_fma_f32 v120, v120, v11, -v25
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[180:181], v[132:133], v[72:79] neg_lo:[1,1,0]
-        v_dual_sub_f32 v121, v121, v14 :: v_dual_add_f32 v18, v19, v115
+        v_dual_add_f32 v18, v18, v114 :: v_dual_add_f32 v19, v19, v115
+        v_cvt_f16_f32_e64 v112, v112
+        v_exp_f32_e32 v117, v117
+        v_fma_f32 v121, v121, v11, -v25
         v_cvt_f16_f32_e64 v113, v113
         v_pack_b32_f16 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v25 :: v_dual_add_f32 v19, v116, v18
-        v_cvt_f16_f32_e64 v114, v114
-        v_exp_f32_e32 v119, v119
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[184:185], v[132:133], v[80:87] neg_lo:[1,1,0]
-        v_dual_sub_f32 v123, v123, v14 :: v_dual_add_f32 v18, v117, v19
+        v_fma_f32 v122, v122, v11, -v25
+        v_dual_add_f32 v18, v18, v116 :: v_dual_add_f32 v19, v19, v117
+        v_cvt_f16_f32_e64 v114, v114
+        v_exp_f32_e32 v119, v119
+        v_fma_f32 v123, v123, v11, -v25
         v_cvt_f16_f32_e64 v115, v115
         v_pack_b32_f16 v113, v114, v115
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v25 :: v_dual_add_f32 v19, v18, v118
-        v_cvt_f16_f32_e64 v116, v116
-        v_exp_f32_e32 v121, v121
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[188:189], v[132:133], v[88:95] neg_lo:[1,1,0]
-        v_dual_sub_f32 v125, v125, v14 :: v_dual_add_f32 v18, v19, v119
+        v_fma_f32 v124, v124, v11, -v25
+        v_dual_add_f32 v18, v18, v118 :: v_dual_add_f32 v19, v19, v119
+        v_cvt_f16_f32_e64 v116, v116
+        v_exp_f32_e32 v121, v121
+        v_fma_f32 v125, v125, v11, -v25
         v_cvt_f16_f32_e64 v117, v117
         v_pack_b32_f16 v114, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v25 :: v_dual_add_f32 v19, v120, v18
-        v_cvt_f16_f32_e64 v118, v118
-        v_exp_f32_e32 v123, v123
         v_wmma_i32_16x16x16_iu8 v[64:71], v[178:179], v[134:135], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[176:179], v3 offset:12816
-        v_dual_sub_f32 v127, v127, v14 :: v_dual_add_f32 v18, v121, v19
+        v_fma_f32 v126, v126, v11, -v25
+        v_dual_add_f32 v18, v18, v120 :: v_dual_add_f32 v19, v19, v121
+        v_cvt_f16_f32_e64 v118, v118
+        v_exp_f32_e32 v123, v123
+        v_fma_f32 v127, v127, v11, -v25
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
         v_exp_f32_e32 v124, v124
-        v_add_f32 v19, v18, v122
-        v_cvt_f16_f32_e64 v120, v120
-        v_exp_f32_e32 v125, v125
         v_wmma_i32_16x16x16_iu8 v[72:79], v[182:183], v[134:135], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[180:183], v3 offset:15120
-        v_add_f32 v18, v19, v123
+        v_dual_add_f32 v18, v18, v122 :: v_dual_add_f32 v19, v19, v123
+        v_cvt_f16_f32_e64 v120, v120
+        v_exp_f32_e32 v125, v125
         v_cvt_f16_f32_e64 v121, v121
         v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_add_f32 v19, v18, v124
-        v_cvt_f16_f32_e64 v122, v122
-        v_exp_f32_e32 v127, v127
+        v_dual_add_f32 v18, v18, v124 :: v_dual_add_f32 v19, v19, v125
         v_wmma_i32_16x16x16_iu8 v[80:87], v[186:187], v[134:135], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[184:187], v3 offset:8224
-        v_add_f32 v18, v19, v125
+        v_cvt_f16_f32_e64 v122, v122
+        v_exp_f32_e32 v127, v127
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
-        v_dual_add_f32 v19, v18, v126 :: v_dual_mov_b32 v16, v15
+        v_dual_add_f32 v18, v18, v126 :: v_dual_add_f32 v19, v19, v127
         v_cvt_f16_f32_e64 v124, v124
-        v_add_f32 v18, v19, v127
         v_cvt_f16_f32_e64 v125, v125
+        v_pack_b32_f16 v122, v124, v125
         v_wmma_i32_16x16x16_iu8 v[88:95], v[190:191], v[134:135], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[188:191], v3 offset:10528
-        v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
         v_pack_b32_f16 v123, v126, v127
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
         v_permlanex16_b32 v24, v18, s70, 0xfedcba98
-        v_dual_add_f32 v18, v18, v24 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v24
         v_add_f32 v17, v17, v18
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
         s_wait_alu depctr_va_vcc(0)
@@ -21821,78 +26028,47 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
 .Ld64_fp16_pv16_no_rescale_1:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 6
-        v_dual_mul_f32 v10, s71, v8 :: v_dual_subrev_f32 v65, s69, v65
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[192:195], v[96:99], v[32:39]
         ds_load_b128 v[192:195], v3 offset:12832
-        v_dual_mov_b32 v11, v10 :: v_dual_subrev_f32 v64, s69, v64
-        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[196:199], v[96:99], v[40:47]
         ds_load_b128 v[196:199], v3 offset:15136
-        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
-        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
+        s_wait_loadcnt 6
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[160:163], v[96:99], v[48:55]
         ds_load_b128 v[160:163], v3 offset:8240
-        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
-        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[56:63], v[164:167], v[96:99], v[56:63]
         ds_load_b128 v[164:167], v3 offset:10544
-        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
-        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[168:171], v[104:107], v[32:39]
         ds_load_b128 v[168:171], v3 offset:12848
-        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
-        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[172:175], v[104:107], v[40:47]
         ds_load_b128 v[172:175], v3 offset:15152
-        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
-        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[176:179], v[104:107], v[48:55]
-        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
-        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_f16 v[56:63], v[180:183], v[104:107], v[56:63]
-        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
-        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
+        v_mul_f32 v10, s71, v8
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_f16 v[32:39], v[184:187], v[112:115], v[32:39]
-        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
-        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_f16 v[40:47], v[188:191], v[112:115], v[40:47]
-        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
-        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[192:195], v[112:115], v[48:55]
-        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
-        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_f16 v[56:63], v[196:199], v[112:115], v[56:63]
-        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
-        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_f16 v[32:39], v[160:163], v[120:123], v[32:39]
-        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
-        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_f16 v[40:47], v[164:167], v[120:123], v[40:47]
-        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
-        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
+        v_mov_b32 v11, v10
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_f16 v[48:55], v[168:171], v[120:123], v[48:55]
-        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
-        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_f16 v[56:63], v[172:175], v[120:123], v[56:63]
-        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
-        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -22052,6 +26228,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
         v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
         v_max_num_f32 v20, v20, v21
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
         v_permlanex16_b32 v24, v20, s70, 0xfedcba98
         v_max3_num_f32 v13, v12, v20, v24
         v_sub_f32 v15, v12, v13
@@ -22063,124 +26241,286 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v14, 0, v13, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
-        v_mov_b32 v25, v14
-        v_dual_sub_f32 v64, v64, v25 :: v_dual_sub_f32 v65, v65, v14
-        v_dual_sub_f32 v66, v66, v25 :: v_dual_sub_f32 v67, v67, v14
+        v_fma_f32 v25, s69, v10, v14
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_pv16_one_fma_0_last
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_pv16_one_fma_0_last_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_fp16_pv16_one_fma_0_last:
+        v_fma_f32 v64, v64, v11, -v25
+        v_fma_f32 v65, v65, v11, -v25
+        v_fma_f32 v66, v66, v11, -v25
+        v_fma_f32 v67, v67, v11, -v25
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v25 :: v_dual_sub_f32 v69, v69, v14
+        v_fma_f32 v68, v68, v11, -v25
         v_exp_f32_e32 v65, v65
+        v_fma_f32 v69, v69, v11, -v25
         v_exp_f32_e32 v66, v66
-        v_dual_sub_f32 v70, v70, v25 :: v_dual_sub_f32 v71, v71, v14
+        v_fma_f32 v70, v70, v11, -v25
         v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v18, v64, v65 :: v_dual_sub_f32 v73, v73, v14
+        v_fma_f32 v71, v71, v11, -v25
         v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v25 :: v_dual_add_f32 v19, v18, v66
+        v_fma_f32 v72, v72, v11, -v25
+        v_dual_add_f32 v18, v64, v66 :: v_dual_add_f32 v19, v65, v67
         v_cvt_f16_f32_e64 v64, v64
         v_exp_f32_e32 v69, v69
-        v_add_f32 v18, v19, v67
+        v_fma_f32 v73, v73, v11, -v25
         v_cvt_f16_f32_e64 v65, v65
         v_pack_b32_f16 v64, v64, v65
         v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v25 :: v_dual_add_f32 v19, v68, v18
+        v_fma_f32 v74, v74, v11, -v25
+        v_dual_add_f32 v18, v18, v68 :: v_dual_add_f32 v19, v19, v69
         v_cvt_f16_f32_e64 v66, v66
         v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v14 :: v_dual_add_f32 v18, v69, v19
+        v_fma_f32 v75, v75, v11, -v25
         v_cvt_f16_f32_e64 v67, v67
         v_pack_b32_f16 v65, v66, v67
         v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v25 :: v_dual_add_f32 v19, v18, v70
+        v_fma_f32 v76, v76, v11, -v25
+        v_dual_add_f32 v18, v18, v70 :: v_dual_add_f32 v19, v19, v71
         v_cvt_f16_f32_e64 v68, v68
         v_exp_f32_e32 v73, v73
-        v_dual_sub_f32 v77, v77, v14 :: v_dual_add_f32 v18, v19, v71
+        v_fma_f32 v77, v77, v11, -v25
         v_cvt_f16_f32_e64 v69, v69
         v_pack_b32_f16 v66, v68, v69
         v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v25 :: v_dual_add_f32 v19, v72, v18
+        v_fma_f32 v78, v78, v11, -v25
+        v_dual_add_f32 v18, v18, v72 :: v_dual_add_f32 v19, v19, v73
         v_cvt_f16_f32_e64 v70, v70
         v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v14 :: v_dual_add_f32 v18, v73, v19
+        v_fma_f32 v79, v79, v11, -v25
         v_cvt_f16_f32_e64 v71, v71
         v_pack_b32_f16 v67, v70, v71
         v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v25 :: v_dual_add_f32 v19, v18, v74
+        v_fma_f32 v80, v80, v11, -v25
+        v_dual_add_f32 v18, v18, v74 :: v_dual_add_f32 v19, v19, v75
         v_cvt_f16_f32_e64 v72, v72
         v_exp_f32_e32 v77, v77
-        v_dual_sub_f32 v81, v81, v14 :: v_dual_add_f32 v18, v19, v75
+        v_fma_f32 v81, v81, v11, -v25
         v_cvt_f16_f32_e64 v73, v73
         v_pack_b32_f16 v72, v72, v73
         v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v25 :: v_dual_add_f32 v19, v76, v18
+        v_fma_f32 v82, v82, v11, -v25
+        v_dual_add_f32 v18, v18, v76 :: v_dual_add_f32 v19, v19, v77
         v_cvt_f16_f32_e64 v74, v74
         v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v14 :: v_dual_add_f32 v18, v77, v19
+        v_fma_f32 v83, v83, v11, -v25
         v_cvt_f16_f32_e64 v75, v75
         v_pack_b32_f16 v73, v74, v75
         v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v25 :: v_dual_add_f32 v19, v18, v78
+        v_fma_f32 v84, v84, v11, -v25
+        v_dual_add_f32 v18, v18, v78 :: v_dual_add_f32 v19, v19, v79
         v_cvt_f16_f32_e64 v76, v76
         v_exp_f32_e32 v81, v81
-        v_dual_sub_f32 v85, v85, v14 :: v_dual_add_f32 v18, v19, v79
+        v_fma_f32 v85, v85, v11, -v25
         v_cvt_f16_f32_e64 v77, v77
         v_pack_b32_f16 v74, v76, v77
         v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v25 :: v_dual_add_f32 v19, v80, v18
+        v_fma_f32 v86, v86, v11, -v25
+        v_dual_add_f32 v18, v18, v80 :: v_dual_add_f32 v19, v19, v81
         v_cvt_f16_f32_e64 v78, v78
         v_exp_f32_e32 v83, v83
-        v_dual_sub_f32 v87, v87, v14 :: v_dual_add_f32 v18, v81, v19
+        v_fma_f32 v87, v87, v11, -v25
         v_cvt_f16_f32_e64 v79, v79
         v_pack_b32_f16 v75, v78, v79
         v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v25 :: v_dual_add_f32 v19, v18, v82
+        v_fma_f32 v88, v88, v11, -v25
+        v_dual_add_f32 v18, v18, v82 :: v_dual_add_f32 v19, v19, v83
         v_cvt_f16_f32_e64 v80, v80
         v_exp_f32_e32 v85, v85
-        v_dual_sub_f32 v89, v89, v14 :: v_dual_add_f32 v18, v19, v83
+        v_fma_f32 v89, v89, v11, -v25
         v_cvt_f16_f32_e64 v81, v81
         v_pack_b32_f16 v80, v80, v81
         v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v25 :: v_dual_add_f32 v19, v84, v18
+        v_fma_f32 v90, v90, v11, -v25
+        v_dual_add_f32 v18, v18, v84 :: v_dual_add_f32 v19, v19, v85
         v_cvt_f16_f32_e64 v82, v82
         v_exp_f32_e32 v87, v87
-        v_dual_sub_f32 v91, v91, v14 :: v_dual_add_f32 v18, v85, v19
+        v_fma_f32 v91, v91, v11, -v25
         v_cvt_f16_f32_e64 v83, v83
         v_pack_b32_f16 v81, v82, v83
         v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v25 :: v_dual_add_f32 v19, v18, v86
+        v_fma_f32 v92, v92, v11, -v25
+        v_dual_add_f32 v18, v18, v86 :: v_dual_add_f32 v19, v19, v87
         v_cvt_f16_f32_e64 v84, v84
         v_exp_f32_e32 v89, v89
-        v_dual_sub_f32 v93, v93, v14 :: v_dual_add_f32 v18, v19, v87
+        v_fma_f32 v93, v93, v11, -v25
         v_cvt_f16_f32_e64 v85, v85
         v_pack_b32_f16 v82, v84, v85
         v_exp_f32_e32 v90, v90
-        v_dual_sub_f32 v94, v94, v25 :: v_dual_add_f32 v19, v88, v18
+        v_fma_f32 v94, v94, v11, -v25
+        v_dual_add_f32 v18, v18, v88 :: v_dual_add_f32 v19, v19, v89
         v_cvt_f16_f32_e64 v86, v86
         v_exp_f32_e32 v91, v91
-        v_dual_sub_f32 v95, v95, v14 :: v_dual_add_f32 v18, v89, v19
+        v_fma_f32 v95, v95, v11, -v25
         v_cvt_f16_f32_e64 v87, v87
         v_pack_b32_f16 v83, v86, v87
         v_exp_f32_e32 v92, v92
-        v_add_f32 v19, v18, v90
+        v_dual_add_f32 v18, v18, v90 :: v_dual_add_f32 v19, v19, v91
         v_cvt_f16_f32_e64 v88, v88
         v_exp_f32_e32 v93, v93
-        v_add_f32 v18, v19, v91
         v_cvt_f16_f32_e64 v89, v89
         v_pack_b32_f16 v88, v88, v89
         v_exp_f32_e32 v94, v94
-        v_add_f32 v19, v18, v92
+        v_dual_add_f32 v18, v18, v92 :: v_dual_add_f32 v19, v19, v93
         v_cvt_f16_f32_e64 v90, v90
         v_exp_f32_e32 v95, v95
-        v_add_f32 v18, v19, v93
         v_cvt_f16_f32_e64 v91, v91
         v_pack_b32_f16 v89, v90, v91
-        v_dual_add_f32 v19, v18, v94 :: v_dual_mov_b32 v16, v15
+        v_dual_add_f32 v18, v18, v94 :: v_dual_add_f32 v19, v19, v95
         v_cvt_f16_f32_e64 v92, v92
-        v_add_f32 v18, v19, v95
         v_cvt_f16_f32_e64 v93, v93
         v_pack_b32_f16 v90, v92, v93
         v_cvt_f16_f32_e64 v94, v94
         v_cvt_f16_f32_e64 v95, v95
         v_pack_b32_f16 v91, v94, v95
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
         v_permlanex16_b32 v24, v18, s70, 0xfedcba98
-        v_dual_add_f32 v18, v18, v24 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v24
         v_add_f32 v17, v17, v18
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
         s_wait_alu depctr_va_vcc(0)
@@ -22382,6 +26722,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
         v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
         v_max_num_f32 v20, v20, v21
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
         v_permlanex16_b32 v24, v20, s70, 0xfedcba98
         v_max3_num_f32 v12, v13, v20, v24
         v_sub_f32 v15, v13, v12
@@ -22393,124 +26735,286 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v14, 0, v12, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
-        v_mov_b32 v25, v14
-        v_dual_sub_f32 v96, v96, v25 :: v_dual_sub_f32 v97, v97, v14
-        v_dual_sub_f32 v98, v98, v25 :: v_dual_sub_f32 v99, v99, v14
+        v_fma_f32 v25, s69, v10, v14
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_pv16_one_fma_1_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v10, v96 :: v_dual_mul_f32 v97, v11, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v10, v98 :: v_dual_mul_f32 v99, v11, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v10, v100 :: v_dual_mul_f32 v101, v11, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v10, v102 :: v_dual_mul_f32 v103, v11, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v10, v104 :: v_dual_mul_f32 v105, v11, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v10, v106 :: v_dual_mul_f32 v107, v11, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v10, v108 :: v_dual_mul_f32 v109, v11, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v10, v110 :: v_dual_mul_f32 v111, v11, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v10, v112 :: v_dual_mul_f32 v113, v11, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v10, v114 :: v_dual_mul_f32 v115, v11, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v10, v116 :: v_dual_mul_f32 v117, v11, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v10, v118 :: v_dual_mul_f32 v119, v11, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v10, v120 :: v_dual_mul_f32 v121, v11, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v10, v122 :: v_dual_mul_f32 v123, v11, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v10, v124 :: v_dual_mul_f32 v125, v11, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_pv16_one_fma_1_last_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_fp16_pv16_one_fma_1_last:
+        v_fma_f32 v96, v96, v11, -v25
+        v_fma_f32 v97, v97, v11, -v25
+        v_fma_f32 v98, v98, v11, -v25
+        v_fma_f32 v99, v99, v11, -v25
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v25 :: v_dual_sub_f32 v101, v101, v14
+        v_fma_f32 v100, v100, v11, -v25
         v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v11, -v25
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v25 :: v_dual_sub_f32 v103, v103, v14
+        v_fma_f32 v102, v102, v11, -v25
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v18, v96, v97 :: v_dual_sub_f32 v105, v105, v14
+        v_fma_f32 v103, v103, v11, -v25
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v25 :: v_dual_add_f32 v19, v18, v98
+        v_fma_f32 v104, v104, v11, -v25
+        v_dual_add_f32 v18, v96, v98 :: v_dual_add_f32 v19, v97, v99
         v_cvt_f16_f32_e64 v96, v96
         v_exp_f32_e32 v101, v101
-        v_add_f32 v18, v19, v99
+        v_fma_f32 v105, v105, v11, -v25
         v_cvt_f16_f32_e64 v97, v97
         v_pack_b32_f16 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v25 :: v_dual_add_f32 v19, v100, v18
+        v_fma_f32 v106, v106, v11, -v25
+        v_dual_add_f32 v18, v18, v100 :: v_dual_add_f32 v19, v19, v101
         v_cvt_f16_f32_e64 v98, v98
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v14 :: v_dual_add_f32 v18, v101, v19
+        v_fma_f32 v107, v107, v11, -v25
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v25 :: v_dual_add_f32 v19, v18, v102
+        v_fma_f32 v108, v108, v11, -v25
+        v_dual_add_f32 v18, v18, v102 :: v_dual_add_f32 v19, v19, v103
         v_cvt_f16_f32_e64 v100, v100
         v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v14 :: v_dual_add_f32 v18, v19, v103
+        v_fma_f32 v109, v109, v11, -v25
         v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v25 :: v_dual_add_f32 v19, v104, v18
+        v_fma_f32 v110, v110, v11, -v25
+        v_dual_add_f32 v18, v18, v104 :: v_dual_add_f32 v19, v19, v105
         v_cvt_f16_f32_e64 v102, v102
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v14 :: v_dual_add_f32 v18, v105, v19
+        v_fma_f32 v111, v111, v11, -v25
         v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v25 :: v_dual_add_f32 v19, v18, v106
+        v_fma_f32 v112, v112, v11, -v25
+        v_dual_add_f32 v18, v18, v106 :: v_dual_add_f32 v19, v19, v107
         v_cvt_f16_f32_e64 v104, v104
         v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v14 :: v_dual_add_f32 v18, v19, v107
+        v_fma_f32 v113, v113, v11, -v25
         v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v25 :: v_dual_add_f32 v19, v108, v18
+        v_fma_f32 v114, v114, v11, -v25
+        v_dual_add_f32 v18, v18, v108 :: v_dual_add_f32 v19, v19, v109
         v_cvt_f16_f32_e64 v106, v106
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v14 :: v_dual_add_f32 v18, v109, v19
+        v_fma_f32 v115, v115, v11, -v25
         v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v25 :: v_dual_add_f32 v19, v18, v110
+        v_fma_f32 v116, v116, v11, -v25
+        v_dual_add_f32 v18, v18, v110 :: v_dual_add_f32 v19, v19, v111
         v_cvt_f16_f32_e64 v108, v108
         v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v14 :: v_dual_add_f32 v18, v19, v111
+        v_fma_f32 v117, v117, v11, -v25
         v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v25 :: v_dual_add_f32 v19, v112, v18
+        v_fma_f32 v118, v118, v11, -v25
+        v_dual_add_f32 v18, v18, v112 :: v_dual_add_f32 v19, v19, v113
         v_cvt_f16_f32_e64 v110, v110
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v14 :: v_dual_add_f32 v18, v113, v19
+        v_fma_f32 v119, v119, v11, -v25
         v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v25 :: v_dual_add_f32 v19, v18, v114
+        v_fma_f32 v120, v120, v11, -v25
+        v_dual_add_f32 v18, v18, v114 :: v_dual_add_f32 v19, v19, v115
         v_cvt_f16_f32_e64 v112, v112
         v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v14 :: v_dual_add_f32 v18, v19, v115
+        v_fma_f32 v121, v121, v11, -v25
         v_cvt_f16_f32_e64 v113, v113
         v_pack_b32_f16 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v25 :: v_dual_add_f32 v19, v116, v18
+        v_fma_f32 v122, v122, v11, -v25
+        v_dual_add_f32 v18, v18, v116 :: v_dual_add_f32 v19, v19, v117
         v_cvt_f16_f32_e64 v114, v114
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v14 :: v_dual_add_f32 v18, v117, v19
+        v_fma_f32 v123, v123, v11, -v25
         v_cvt_f16_f32_e64 v115, v115
         v_pack_b32_f16 v113, v114, v115
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v25 :: v_dual_add_f32 v19, v18, v118
+        v_fma_f32 v124, v124, v11, -v25
+        v_dual_add_f32 v18, v18, v118 :: v_dual_add_f32 v19, v19, v119
         v_cvt_f16_f32_e64 v116, v116
         v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v14 :: v_dual_add_f32 v18, v19, v119
+        v_fma_f32 v125, v125, v11, -v25
         v_cvt_f16_f32_e64 v117, v117
         v_pack_b32_f16 v114, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v25 :: v_dual_add_f32 v19, v120, v18
+        v_fma_f32 v126, v126, v11, -v25
+        v_dual_add_f32 v18, v18, v120 :: v_dual_add_f32 v19, v19, v121
         v_cvt_f16_f32_e64 v118, v118
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v14 :: v_dual_add_f32 v18, v121, v19
+        v_fma_f32 v127, v127, v11, -v25
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
         v_exp_f32_e32 v124, v124
-        v_add_f32 v19, v18, v122
+        v_dual_add_f32 v18, v18, v122 :: v_dual_add_f32 v19, v19, v123
         v_cvt_f16_f32_e64 v120, v120
         v_exp_f32_e32 v125, v125
-        v_add_f32 v18, v19, v123
         v_cvt_f16_f32_e64 v121, v121
         v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_add_f32 v19, v18, v124
+        v_dual_add_f32 v18, v18, v124 :: v_dual_add_f32 v19, v19, v125
         v_cvt_f16_f32_e64 v122, v122
         v_exp_f32_e32 v127, v127
-        v_add_f32 v18, v19, v125
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
-        v_dual_add_f32 v19, v18, v126 :: v_dual_mov_b32 v16, v15
+        v_dual_add_f32 v18, v18, v126 :: v_dual_add_f32 v19, v19, v127
         v_cvt_f16_f32_e64 v124, v124
-        v_add_f32 v18, v19, v127
         v_cvt_f16_f32_e64 v125, v125
         v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
         v_pack_b32_f16 v123, v126, v127
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
         v_permlanex16_b32 v24, v18, s70, 0xfedcba98
-        v_dual_add_f32 v18, v18, v24 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v24
         v_add_f32 v17, v17, v18
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
         s_wait_alu depctr_va_vcc(0)

@@ -21,6 +21,13 @@ FP8_MAX = 448.0  # OCP e4m3fn largest finite (docs/rdna4.md §FP8: 0x7E)
 # every m (so p <= 2^8 <= FP8_MAX, P needs no multiply before its fp8 convert); any value below 8 keeps that bound
 # and the closer to 8 the more of the fp8 range P uses: 8 - 2^-7 (exact in fp32).
 P_OFF = 8.0 - 2.0 ** -7
+# The exp2 argument in one FMA per score (docs/numerics.md §Attention arithmetic model): the QK^T accumulators hold
+# the float x = MAGIC + s_int32 (MAGIC = 1.5 * 2^23, exact for |s_int32| < 2^22) and arg = fma(x, c, -fma(MAGIC, c, t))
+# with c = q_scale * k_scale. Its error is at most ~ulp(MAGIC * c) = c in log2 units, so the one-FMA form is used only
+# for key tiles whose every c of the row lies in (0, FMA_MAX_QK_SCALE] (p error <= 1.1 %, p <= 2^8.05); any other
+# tile of the row takes arg = float32(s_int32) * c - t, exact as before.
+MAGIC = 1.5 * 2.0 ** 23
+FMA_MAX_QK_SCALE = 2.0 ** -6
 FP8_NAN = 0x7F  # the one NaN encoding the spec produces (docs/numerics.md §Non-finite)
 KEY_TILE = 64  # keys per online-softmax step in the HIP kernel
 # The attention output saturates at the output dtype's largest finite value (docs/numerics.md §Finite range):
@@ -40,6 +47,21 @@ def fp32_div(a, b) -> torch.Tensor:
     a = a if isinstance(a, torch.Tensor) else _f32(a, like)
     b = b if isinstance(b, torch.Tensor) else _f32(b, like)
     return torch.div(a, b)
+
+
+def fp32_fma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Correctly rounded fp32 fused multiply-add a * b + c (v_fma_f32, fmaf): the product is exact in float64
+    (24 + 24 bits), the sum is rounded to odd in float64 (TwoSum error, then the last bit forced to 1 when inexact)
+    and rounded once to fp32: round-to-odd at 53 >= 24 + 2 bits makes the double rounding innocuous.
+    Non-finite operands give what the float64 sum gives (inf, NaN) and are passed through."""
+    a, b, c = torch.broadcast_tensors(a.double(), b.double(), c.double())
+    prod = a * b
+    s = prod + c
+    bb = s - prod
+    err = (prod - (s - bb)) + (c - bb)  # TwoSum: prod + c = s + err exactly
+    inexact = torch.isfinite(s) & (err != 0) & ((s.view(torch.int64) & 1) == 0)
+    toward = torch.where(err > 0, torch.full_like(s, math.inf), torch.full_like(s, -math.inf))
+    return torch.where(inexact, torch.nextafter(s, toward), s).float()
 
 
 def fp32_sqrt(x: torch.Tensor) -> torch.Tensor:
@@ -276,7 +298,9 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
       and for masked pairs (docs/numerics.md §Masks: is_causal row i sees j <= i + S_kv - S_q; block_mask tiles)
       m_new = max(m_old, max_t s);  alpha = exp2(m_old - m_new) (0 when m_old = -inf);
       t = m_use - P_OFF, m_use = m_new (0 while m_new = -inf: a row that saw no key keeps p = 0, l = 0);
-      p = exp2(s - t) (P_OFF = 8 - 2^-7 folds the fp8 range into the exponent: p <= 2^8 for every m)
+      p = exp2(arg) (P_OFF = 8 - 2^-7 folds the fp8 range into the exponent: p <= 2^8.05 for every m), arg =
+      fma(x, qk_scale, -fma(MAGIC, qk_scale, t)) with x = MAGIC + s_int32 (-inf masked) when every qk_scale of
+      the row's tile is in (0, FMA_MAX_QK_SCALE], else arg = s - t
       l = l * alpha + rowsum(p);  p8 = fp8(p);  O = O * alpha + p8 @ float32(v_fp8[g])
       out[i, d] = round_sat((O[i, d] * inv) * v_scale[g, d] [+ v_mean[g, d]]),  inv = 1 / l (0 when
       l = 0), d < head_dim, v_mean added (smooth_v) only where l > 0, round_sat = RNE to out_dtype saturating at
@@ -309,7 +333,7 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
     q_scale = prepared.q_scale.repeat_interleave(SCALE_BLOCK, dim=-1)[..., :S, None]  # [B, H, S_q, 1]
     k_scale = k_scale_g.repeat_interleave(SCALE_BLOCK, dim=-1)  # [B, H, S_kv_pad]
     neg_inf = torch.tensor(-math.inf, dtype=torch.float32, device=dev)
-    p_off = _f32(P_OFF, qi)
+    p_off, magic, fma_max = _f32(P_OFF, qi), _f32(MAGIC, qi), _f32(FMA_MAX_QK_SCALE, qi)
 
     m = torch.full((B, H, S, 1), -math.inf, dtype=torch.float32, device=dev)
     l = torch.zeros(B, H, S, 1, dtype=torch.float32, device=dev)
@@ -321,11 +345,16 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
         s = s_int * qk_scale
         valid = torch.arange(j0, j1, device=dev) < S_kv
         vis = torch.nn.functional.pad(visible[..., j0:min(j1, S_kv)], (0, j1 - min(j1, S_kv)), value=False)
-        s = torch.where(valid & vis, s, neg_inf)
+        seen = valid & vis
+        s = torch.where(seen, s, neg_inf)
+        x = torch.where(seen, s_int + magic, neg_inf)  # the accumulator's float (exact: |s_int| < 2^22)
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
         alpha = torch.where(m == -math.inf, torch.zeros_like(m), torch.exp2(m - m_new))
         m_use = torch.where(m_new == -math.inf, torch.zeros_like(m_new), m_new)
-        p = torch.exp2(s - (m_use - p_off))
+        t = m_use - p_off
+        one_fma = ((qk_scale > 0) & (qk_scale <= fma_max)).all(dim=-1, keepdim=True)  # NaN/inf/0 scales: exact form
+        arg = torch.where(one_fma, fp32_fma(x, qk_scale, -fp32_fma(magic, qk_scale, t)), s - t)
+        p = torch.exp2(arg)
         l = l * alpha + p.sum(dim=-1, keepdim=True)
         pq = p.to(torch.float16).float() if pv16 else to_fp8(p).float()
         O = O * alpha + pq @ v_t[:, :, :, j0:j1].float().transpose(-1, -2)

@@ -314,9 +314,12 @@ def test_model_single_tile_matches_direct_formula():
     s_int = torch.einsum("bhid,bhjd->bhij", qi, ki)  # exact int64 dots
     qs = p.q_scale.repeat_interleave(32, -1)[:, :, :S]
     ks = p.k_scale.repeat_interleave(32, -1)[:, :, :S]
-    s = s_int.float() * (qs[..., None] * ks[:, :, None, :])
-    pr = torch.exp2(s - (s.amax(-1, keepdim=True) - R.P_OFF))  # p <= 2^8: fp8 without a multiply
-    assert pr.max() <= 2.0 ** 8
+    c = qs[..., None] * ks[:, :, None, :]
+    s = s_int.float() * c
+    assert ((c > 0) & (c <= R.FMA_MAX_QK_SCALE)).all()  # the one-FMA form, on the accumulator's float x
+    x, t = s_int.float() + R.MAGIC, s.amax(-1, keepdim=True) - R.P_OFF
+    pr = torch.exp2(R.fp32_fma(x, c, -R.fp32_fma(torch.tensor(R.MAGIC), c, t)))
+    assert pr.max() <= 2.0 ** 8.05  # fp8 without a multiply
     l = pr.sum(-1, keepdim=True)
     p8 = R.to_fp8(pr).float()
     o = p8 @ p.v_t[..., :S].float().transpose(-1, -2)

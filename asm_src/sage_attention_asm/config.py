@@ -26,6 +26,8 @@ OUT_BYTES = 2                  # bf16 / fp16 output elements
 # P_OFF = 8 - 2^-7: p = exp2(s - (m - P_OFF)) carries the fp8 range (p <= 2^8 for every m: docs/numerics.md
 # §Attention arithmetic model "P offset"), so P converts to fp8 without a multiply
 F32_P_OFF = "0x40ffc000"                  # float32 7.9921875
+# the one-FMA exp argument while q_scale * k_scale <= 2^-6 (reference.FMA_MAX_QK_SCALE), else the exact form
+F32_FMA_MAX_QK_SCALE = "0x3c800000"       # float32 2^-6
 MAGIC_INT = "0x4b400000"                  # float 1.5 * 2^23: int32 x + MAGIC_INT has float bits 1.5*2^23 + x
 F32_NEG_INF = "0xff800000"
 F32_LN2 = "0x3f317218"                    # float32(ln 2)
