@@ -10,24 +10,16 @@ import math
 
 import torch
 
-from . import masks, validate
+from . import abi, masks, validate
 from .prepared import SCALE_BLOCK, SagePrepared, d_pad, s_pad
 
 LOG2E = 1.4426950408889634  # log2(e) as the nearest double (M_LOG2E)
 LN2 = 0.6931471805599453  # ln(2) as the nearest double (M_LN2)
 INT8_MAX = 127.0
 FP8_MAX = 448.0  # OCP e4m3fn largest finite (docs/rdna4.md §FP8: 0x7E)
-# The P offset (docs/numerics.md §Attention arithmetic model): exp2's argument is s - (m_use - P_OFF), at most 8 for
-# every m (so p <= 2^8 <= FP8_MAX, P needs no multiply before its fp8 convert); any value below 8 keeps that bound
-# and the closer to 8 the more of the fp8 range P uses: 8 - 2^-7 (exact in fp32).
-P_OFF = 8.0 - 2.0 ** -7
-# The exp2 argument in one FMA per score (docs/numerics.md §Attention arithmetic model): the QK^T accumulators hold
-# the float x = MAGIC + s_int32 (MAGIC = 1.5 * 2^23, exact for |s_int32| < 2^22) and arg = fma(x, c, -fma(MAGIC, c, t))
-# with c = q_scale * k_scale. Its error is at most ~ulp(MAGIC * c) = c in log2 units, so the one-FMA form is used only
-# for key tiles whose every c of the row lies in (0, FMA_MAX_QK_SCALE] (p error <= 1.1 %, p <= 2^8.05); any other
-# tile of the row takes arg = float32(s_int32) * c - t, exact as before.
-MAGIC = 1.5 * 2.0 ** 23
-FMA_MAX_QK_SCALE = 2.0 ** -6
+# The P offset, the accumulators' magic and the one-FMA form's bound (docs/numerics.md §Attention arithmetic model):
+# one definition in sage_co.abi, shared with the kernels' generator and checked against the HIP kernel's #defines.
+P_OFF, MAGIC, FMA_MAX_QK_SCALE = abi.P_OFF, abi.MAGIC, abi.FMA_MAX_QK_SCALE
 FP8_NAN = 0x7F  # the one NaN encoding the spec produces (docs/numerics.md §Non-finite)
 KEY_TILE = 64  # keys per online-softmax step in the HIP kernel
 # The attention output saturates at the output dtype's largest finite value (docs/numerics.md §Finite range):
