@@ -1,11 +1,12 @@
 """The hand-scheduled attention kernel (asm_src/gen_sage_attention_asm.py -> gfx1201_sage_attention_asm.co) on the
 emulator, through sage_co.ops.attention.run_attention_fwd(variant="asm"), every variant (head dim 64/128 x bf16/fp16).
 
-Bitwise vs the HIP kernel: the asm kernel keeps the HIP kernel's per-row operation order everywhere (scores
-float(int dot) * (q_scale * k_scale); the row max -- exact, so its evaluation order is free; exp2(s - m) with
-v_exp_f32; the row sum p0 + ... + p31 in register order plus the other lane half's partial; l = l * alpha + sum;
-fp8(p * 448); each O^T accumulator takes the key chunks 0, 1, 2, 3 in order with the same WMMA operands; the
-same epilogue and LSE sums). Only the schedule differs, so out and lse must be equal bit for bit on every shape
+Bitwise vs the HIP kernel: the asm kernel keeps the HIP kernel's per-row operation order everywhere
+(docs/numerics.md §Attention arithmetic model: the row max on the accumulators' floats MAGIC + s_int, scaled once
+-- exact, so its evaluation order is free; exp2(fma(x, qk, -fma(MAGIC, qk, m_use - P_OFF))) with v_exp_f32, or the
+exact form's exp2(float(s_int) * qk - t) on the same waves; the row sum in two chains (even, odd keys) plus the
+other lane half's partial; l = l * alpha + sum; fp8(p); each O^T accumulator takes the key chunks 0, 1, 2, 3 in
+order with the same WMMA operands; the same epilogue and LSE sums). Only the schedule differs, so out and lse must be equal bit for bit on every shape
 (no tile takes a deliberately different path).
 
 Against the arithmetic model (sage_co.reference.sage_attention_model) the bound is the HIP kernel's: relative L2
