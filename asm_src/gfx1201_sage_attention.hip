@@ -12,13 +12,16 @@
 //   (only the active key tiles of the LUT are visited; lim(i) = seq_len_kv, or min(seq_len_kv, i + S_kv - S_q + 1)
 //   when causal)
 //   m_new  = max(m_old, max_j s);  alpha = exp2(m_old - m_new) (0 while m_old = -inf)
-//   p      = exp2(s - m_use) (m_use = m_new, or 0 while m_new = -inf);  l = l*alpha + rowsum(p)
-//   O      = O*alpha + fp8_e4m3(p*448) . v_fp8                               (fp32 accumulation)
-//   out    = round_sat((O * (1/(448*l))) * v_scale[g][d] [+ v_mean[g][d]]) (inv = 0 when l = 0: zeros; v_mean with
+//   t      = m_use - P_OFF (m_use = m_new, or 0 while m_new = -inf; P_OFF = 8 - 2^-7 folds the fp8 range
+//            into the exponent: p <= 2^8 for every m, docs/numerics.md §Attention arithmetic model)
+//   p      = exp2(arg), arg = fma(x, qk, -fma(MAGIC, qk, t)) with x = MAGIC + s_int32 (the accumulator's float)
+//            when every lane's qk = q_scale*k_scale is in (0, 2^-6], else arg = s - t;  l = l*alpha + rowsum(p)
+//   O      = O*alpha + fp8_e4m3(p) . v_fp8                                   (fp32 accumulation)
+//   out    = round_sat((O * (1/l)) * v_scale[g][d] [+ v_mean[g][d]]) (inv = 0 when l = 0: zeros; v_mean with
 //            flags bit 3 (smooth_v) on rows with l != 0)  RNE to bf16 or fp16, saturating at +-the dtype's
 //            largest finite value (NaN -> the dtype's quiet NaN), d < head_dim only;
-//   PV16:  O = O*alpha + fp16(p) . v_f16 (v_wmma_f32_16x16x16_f16), out = round_sat(O * (1/l)) (no 448, no scales)
-//   lse    = (m + log2 l)*ln2 [+ ln2 * q_deq.k_mean[g]]
+//   PV16:  O = O*alpha + fp16(p) . v_f16 (v_wmma_f32_16x16x16_f16), out = round_sat(O * (1/l)) (no scales)
+//   lse    = (m + (log2 l - P_OFF))*ln2 [+ ln2 * q_deq.k_mean[g]]
 // `#pragma clang fp contract(off)`: HIP contracts a*b+c into FMA by default, which would round differently
 // from the model.
 //
@@ -125,6 +128,14 @@ typedef _Float16 v8h __attribute__((ext_vector_type(8)));
 #define FLAG_SMOOTH_K 2u
 #define FLAG_CAUSAL 4u
 #define FLAG_SMOOTH_V 8u
+// P_OFF = 8 - 2^-7: exp2's argument is s - (m - P_OFF) <= 8 for every m (docs/numerics.md §Attention arithmetic
+// model), so p <= 2^8 fits fp8 e4m3 (max 448) and the row sum carries the same 2^P_OFF as O
+#define P_OFF 7.9921875f
+// The QK^T accumulators start at MAGIC_INT = the bits of MAGIC_F = 1.5 * 2^23; the one-FMA exp argument is used
+// while q_scale * k_scale <= FMA_MAX_QK_SCALE = 2^-6 (its error ~ulp(MAGIC * qk) stays <= 1.1 % of p)
+#define MAGIC_INT 0x4b400000
+#define MAGIC_F 12582912.0f
+#define FMA_MAX_QK_SCALE 0.015625f
 #define MAX_DP 128     // the LDS array is sized for the largest padded head dim
 
 #define LN2 0.693147180559945309f
@@ -296,7 +307,10 @@ static __device__ __attribute__((always_inline)) void attention(
 
     // S^T chunks: 4 x (16 keys x 16 queries), DP/16 d-steps each, chains interleaved over the chunks.
     v8i sacc[4];
-    for (int c = 0; c < 4; ++c) sacc[c] = (v8i){0, 0, 0, 0, 0, 0, 0, 0};
+    // C = MAGIC_INT: each accumulator ends as the bits of the float MAGIC + s_int32 (|s_int32| < 2^21 keeps the
+    // exponent), monotonic in s: the row max and the one-FMA exp argument read it as a float, no convert
+    for (int c = 0; c < 4; ++c) sacc[c] = (v8i){MAGIC_INT, MAGIC_INT, MAGIC_INT, MAGIC_INT,
+                                                 MAGIC_INT, MAGIC_INT, MAGIC_INT, MAGIC_INT};
     for (int i = 0; i < QF; ++i) {
       for (int c = 0; c < 4; ++c) {
         const v4i kf = lds[buf + lds_k_rd[i] + 8 * NCOL * c];  // chunk c = rows +8c
@@ -307,26 +321,47 @@ static __device__ __attribute__((always_inline)) void attention(
 
     // Online softmax; lane (hl, r) holds query r, keys 32hl + 8c + e (chunk c, vgpr e).
     const float qk = qs * ks;
-    float s[32];
-    for (int c = 0; c < 4; ++c)
-      for (int e = 0; e < 8; ++e) s[8 * c + e] = (float)sacc[c][e] * qk;
-    if ((int)(tile * TILE_K + TILE_K) > lim_wave) {  // tail / causal-diagonal tiles only (uniform branch)
-      const int lim = lim_lane - (int)(tile * TILE_K + 32 * hl);  // keys 32hl + j of the tile: valid when j < lim
-      for (int j = 0; j < 32; ++j)
-        if (j >= lim) s[j] = -__builtin_inff();
+    float x[32];  // MAGIC + s_int32 (exact); masked keys -inf
+    for (int c = 0; c < 4; ++c) {
+      const v8f xc = __builtin_bit_cast(v8f, sacc[c]);
+      for (int e = 0; e < 8; ++e) x[8 * c + e] = xc[e];
     }
-    float mx = s[0];
-    for (int j = 1; j < 32; ++j) mx = __builtin_fmaxf(mx, s[j]);
+    const bool masked = (int)(tile * TILE_K + TILE_K) > lim_wave;  // tail / causal-diagonal tiles (uniform)
+    const int lim = lim_lane - (int)(tile * TILE_K + 32 * hl);     // keys 32hl + j of the tile: valid when j < lim
+    if (masked)
+#pragma unroll
+      for (int j = 0; j < 32; ++j) x[j] = j < lim ? x[j] : -__builtin_inff();
+    float mx = x[0];
+    for (int j = 1; j < 32; ++j) mx = __builtin_fmaxf(mx, x[j]);
+    mx = (mx - MAGIC_F) * qk;  // = max_j float(s_int32) * qk exactly (the subtraction is exact, qk >= 0 scales
+                               // monotonically); a masked half gives -inf, or NaN when qk = 0 (dropped by fmax)
     mx = __builtin_fmaxf(mx, xlane16(mx));
     const float m_new = __builtin_fmaxf(m_run, mx);
     const float alpha = m_run == -__builtin_inff() ? 0.0f : __builtin_amdgcn_exp2f(m_run - m_new);
     m_run = m_new;
     // a row with no visible key yet has m_new = -inf: subtract 0 instead, so p = exp2(-inf) = 0, not NaN
     const float m_use = m_new == -__builtin_inff() ? 0.0f : m_new;
+    const float t_exp = m_use - P_OFF;  // p <= 2^8.05: P is fp8 as it comes out of exp2 (no * 448)
+    // exp2 argument: one FMA per score, arg = fma(x, qk, -fma(MAGIC, qk, t)), when every lane's qk is in
+    // (0, FMA_MAX_QK_SCALE] (NaN fails); otherwise the exact arg = float(s_int32) * qk - t (uniform branch)
+    float cf = qk, bf = __builtin_fmaf(MAGIC_F, qk, t_exp);
+    if (__builtin_amdgcn_ballot_w32(!(qk > 0.0f && qk <= FMA_MAX_QK_SCALE))) {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) x[j] = (x[j] - MAGIC_F) * qk;
+      if (masked)  // (-inf) * 0 is NaN: mask the scores again
+#pragma unroll
+        for (int j = 0; j < 32; ++j) x[j] = j < lim ? x[j] : -__builtin_inff();
+      cf = 1.0f;
+      bf = t_exp;
+    }
     float p[32];
-    for (int j = 0; j < 32; ++j) p[j] = __builtin_amdgcn_exp2f(s[j] - m_use);
-    float rs = p[0];
-    for (int j = 1; j < 32; ++j) rs += p[j];
+    for (int j = 0; j < 32; ++j) p[j] = __builtin_amdgcn_exp2f(__builtin_fmaf(x[j], cf, -bf));
+    float rs0 = p[0], rs1 = p[1];  // two chains (even, odd keys): the asm pairs their adds in VOPD
+    for (int j = 2; j < 32; j += 2) {
+      rs0 += p[j];
+      rs1 += p[j + 1];
+    }
+    float rs = rs0 + rs1;
     rs = rs + xlane16(rs);  // (keys 0-31) + (keys 32-63); fp add commutes, so both lanes get the same l
     l_run = l_run * alpha + rs;
     v2i pf[4];   // fp8: P^T B-fragments, chunk c: keys 32hl+8c .. +7 in byte order
@@ -336,8 +371,8 @@ static __device__ __attribute__((always_inline)) void attention(
       if (PV16) {
         for (int e = 0; e < 8; ++e) ph[c][e] = (_Float16)pc[e];
       } else {
-        pf[c].x = fp8x4(pc[0] * 448.0f, pc[1] * 448.0f, pc[2] * 448.0f, pc[3] * 448.0f);
-        pf[c].y = fp8x4(pc[4] * 448.0f, pc[5] * 448.0f, pc[6] * 448.0f, pc[7] * 448.0f);
+        pf[c].x = fp8x4(pc[0], pc[1], pc[2], pc[3]);
+        pf[c].y = fp8x4(pc[4], pc[5], pc[6], pc[7]);
       }
     }
     // Rescale O only when some lane's max moved (x * 1 == x exactly, so skipping is bitwise the same);
@@ -386,7 +421,7 @@ static __device__ __attribute__((always_inline)) void attention(
   // zero-padded channels, D a multiple of 16) are not stored.
   if (qi >= seq_len_q) return;
   // l = 0: the row saw no key (O = 0): output zeros (inv 0, not 1/0) and lse = (-inf + log2 0) * ln2 = -inf
-  const float inv = l_run == 0.0f ? 0.0f : 1.0f / (PV16 ? l_run : 448.0f * l_run);
+  const float inv = l_run == 0.0f ? 0.0f : 1.0f / l_run;  // l carries 2^P_OFF as O does
   const v4f* vsc = (const v4f*)(v_scale + bkv * DP + 8 * hl);
   // smooth_v: v_mean comes back on rows that saw a key (a row's softmax weights sum to 1); others stay zero
   const bool add_mean = (flags & FLAG_SMOOTH_V) && l_run != 0.0f;
@@ -415,7 +450,7 @@ static __device__ __attribute__((always_inline)) void attention(
                         (int)(h16[4] | h16[5] << 16), (int)(h16[6] | h16[7] << 16)};
   }
   if (flags & FLAG_LSE) {
-    float val = (m_run + __builtin_amdgcn_logf(l_run)) * LN2;  // v_log_f32 = log2; l >= 1 (max term is 1)
+    float val = (m_run + (__builtin_amdgcn_logf(l_run) - P_OFF)) * LN2;  // v_log_f32 = log2
     if (flags & FLAG_SMOOTH_K) {
       // ln2 * sum_d (q_int8 * q_scale) * k_mean[d]; lane holds d = DP/2*hl .. +DP/2-1 of its query row
       const float* km = k_mean + bkv * DP + (DP / 2) * hl;

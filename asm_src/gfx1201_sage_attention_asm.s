@@ -13,11 +13,13 @@
 //   gfx1201_sage_attention_fwd_asm_d64_fp16_pv16      head_dim  64  out_dtype fp16  pv_dtype fp16  208 VGPRs  17408 B LDS  ring 10
 //
 // Contract: the same operation, kernarg struct and launch geometry as asm_src/gfx1201_sage_attention.hip, and
-// the same per-row arithmetic in the same order (scores = float(int dot) * (q_scale*k_scale); max; exp2(s - m);
-// row sum p0+p1+..+p31 then + the other lane half; l = l*alpha + sum; fp8(p*448); per-accumulator PV chunk order
-// 0,1,2,3; epilogue (O * (1/(448 l))) * v_scale [+ v_mean where flags bit 3 (smooth_v) and l != 0] -> bf16/fp16
+// the same per-row arithmetic in the same order (docs/numerics.md §Attention arithmetic model: x = the
+// accumulator's float MAGIC + s_int; m = max((max x - MAGIC) * qk, ...); t = m_use - P_OFF; exp2(fma(x, qk,
+// -fma(MAGIC, qk, t))), or exp2((x - MAGIC) * qk - t) when some lane's qk is outside (0, 2^-6]; row sum
+// (p0+p2+..+p30)+(p1+p3+..+p31) then + the other lane half; l = l*alpha + sum; fp8(p); per-accumulator PV chunk
+// order 0,1,2,3; epilogue (O * (1/l)) * v_scale [+ v_mean where flags bit 3 (smooth_v) and l != 0] -> bf16/fp16
 // RNE saturating at +-the dtype's max (pv fp16: p16 = fp16(p) RNE, v_wmma_f32_16x16x16_f16, O * (1/l)); lse =
-// (m + log2 l)*ln2 [+ ln2*q.k_mean]): the output and LSE are bitwise the HIP kernel's on the emulator
+// (m + (log2 l - P_OFF))*ln2 [+ ln2*q.k_mean]): the output and LSE are bitwise the HIP kernel's on the emulator
 // (tests/test_attention_asm.py).
 //
 // Launch: grid (seq_pad_q/64, num_heads_q, batch), block 128 = 4 wave32; wave w owns queries
@@ -88,23 +90,23 @@
 //
 // Loop schedule, step t (unrolled x2 so SA/SB, m[0]/m[1] and the LDS buffers alternate by name):
 //   top      SALU addresses; global_load k_scale(t+1), K(min(t+2, last)), V^T(t+1)
-//   phase X  ds_load the first 10 K fragments of tile t+1; row max of tile t (VOPD max chains,
-//            v_permlanex16, v_max3), alpha; then the QK^T(t+1) WMMAs with tile t's exp2 / row sum / *448 /
-//            fp8 pack woven between them (each row-sum add shares a VOPD with the *448 of an earlier p), V^T
-//            fragment loads of tile t as ring slots free up
+//   phase X  ds_load the first 10 K fragments of tile t+1; row max of tile t on the accumulators (VOPD max
+//            chains, one scaling, v_permlanex16, v_max3), alpha, t, b; the exact form if some qk needs it
+//            (uniform branch); then the QK^T(t+1) WMMAs with tile t's FMA / exp2 / row sum (two chains, their
+//            adds paired in VOPD) / fp8 pack woven between them, V^T fragment loads of tile t as ring slots free up
 //   rescale  O *= alpha only when some lane's max moved (v_cmp + s_cbranch_vccz; bitwise the same)
-//   phase Y  the PV(t) WMMAs woven with the scaling of tile t+1's scores (cvt + VOPD multiply)
+//   phase Y  the PV(t) WMMAs (and qk of tile t+1: the scores need no per-score scaling any more)
 //   end      s_wait_loadcnt 0; ds_store K(t+2), V^T(t+1); s_wait_dscnt 0; s_barrier_signal/wait
 //   The last step (peeled, outside the loop) runs softmax + PV only. Every step masks when its tile needs it.
 //
 // Cycle budget per 64-key tile per SIMD, head dim 128 (tools/perf_model.py's model: WMMA blocks VALU, VALU 1
-// issue/clk, VOPD = 1 issue, TRANS 4 clk in its own pipe): 64 WMMA x 8 = 512 clk; VALU ~{int->float 16 + scale
-// 16 + max 17 + m/alpha 8 + exp-arg 16 + exp 32 + sum&*448 32 + pack 16 + l 4} = ~157 issues, plus 32 when the
-// O rescale runs (most tiles at moderate S: some lane of 16 rows finds a new max); TRANS 33 x 4 = 132 < VALU.
-// ~670-700 clk/tile = 75-78 % of the 8-bit WMMA peak; the floor of this arithmetic is 512 + 132 = 644 (exp2
-// once per score). Head dim 64 halves the WMMAs (256 clk) but not the softmax: its tile is VALU/TRANS-bound.
+// issue/clk, VOPD = 1 issue, TRANS 4 clk in its own pipe): 64 WMMA x 8 = 512 clk; VALU ~{max 16 +
+// m/alpha/t/b 12 + exp-arg FMA 32 + exp 32 + two-chain sum 16 + pack 16 + l 5} = ~130 issues, plus 32 when the
+// O rescale runs (tiles where some lane of 16 rows finds a new max); TRANS 33 x 4 = 132, about the VALU.
+// ~660-690 clk/tile = 74-78 % of the 8-bit WMMA peak; the floor of this arithmetic is 512 + 132 = 644 (exp2 once
+// per score, the TRANS pipeline drained before each WMMA). Head dim 64 halves the WMMAs but not the softmax.
 // LDS 20 KiB/tile/wave (head dim 128) = 320 clk, below the vector port. int->float: every chunk's first QK^T
-// WMMA takes C = MAGIC_INT, so float(s_int) is an exact VOPD v_subrev_f32 instead of a v_cvt_f32_i32.
+// WMMA takes C = MAGIC_INT, so each score is the float MAGIC + s_int, read as is (max, FMA) with no convert.
 // Memory waits are placed where the data is first needed (§Waits: loads of a kind complete in order).
 //
 // Hazards (docs/rdna4.md §Hazards): no WMMA reads another WMMA's D as A/B (rule 1: A/B come from LDS, Q and
@@ -197,11 +199,10 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
 //   s[62:63]     lutrow       LUT row of this query tile
 //   s[64:67]     lut4         count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)
 //   s68          L3           L[min(t+3, last)] (in flight during tile t)
-//   s69          c448         448.0f (VOPD src0 of p*448)
-//   s70          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
-//   s71          permsel      v_permlanex16 lane select 0x76543210
-//   s72          qs           q_scale of this wave's 16 queries
-//   s73          tile         loop: current key tile t
+//   s69          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
+//   s70          permsel      v_permlanex16 lane select 0x76543210
+//   s71          qs           q_scale of this wave's 16 queries
+//   s72          tile         loop: current key tile t
 //   s[74:75]     kh           K of this K/V head
 //   s[76:77]     qrow         Q rows of this wave
 //   s[78:79]     kb           K staging base (tile min(t+2, last))
@@ -310,9 +311,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_cselect_b32 s66, s66, s65  // L[min(1, last)]
         s_cmp_gt_u32 s64, 2
         s_cselect_b32 s67, s67, s66  // L[min(2, last)]
-        s_mov_b32 s69, 0x43e00000
-        s_mov_b32 s70, 0x4b400000
-        s_mov_b32 s71, 0x76543210
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
         s_lshl_b32 s52, s25, 7
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[50:51]
@@ -347,7 +347,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_add_nc_u64 s[52:53], s[10:11], s[52:53]
         s_lshr_b32 s54, s58, 5
         s_lshl_b32 s54, s54, 2
-        s_load_b32 s72, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
+        s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
         s_lshl_b64 s[52:53], s[50:51], 9
         s_add_nc_u64 s[96:97], s[14:15], s[52:53]
         s_add_nc_u64 s[98:99], s[16:17], s[52:53]
@@ -379,7 +379,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[102:103], s[20:21], s[52:53]
         s_mov_b32 s81, 0
-        s_mov_b32 s73, 0
+        s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
         v_lshrrev_b32 v211, 2, v0
         v_mul_lo_u32 v10, v211, s25  // V^T row * seq_pad_kv
@@ -440,10 +440,10 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_dual_mov_b32 v90, 0 :: v_dual_mov_b32 v91, 0
         v_dual_mov_b32 v92, 0 :: v_dual_mov_b32 v93, 0
         v_dual_mov_b32 v94, 0 :: v_dual_mov_b32 v95, 0
-        v_dual_mov_b32 v248, s70 :: v_dual_mov_b32 v249, s70
-        v_dual_mov_b32 v250, s70 :: v_dual_mov_b32 v251, s70
-        v_dual_mov_b32 v252, s70 :: v_dual_mov_b32 v253, s70
-        v_dual_mov_b32 v254, s70 :: v_dual_mov_b32 v255, s70
+        v_dual_mov_b32 v248, s69 :: v_dual_mov_b32 v249, s69
+        v_dual_mov_b32 v250, s69 :: v_dual_mov_b32 v251, s69
+        v_dual_mov_b32 v252, s69 :: v_dual_mov_b32 v253, s69
+        v_dual_mov_b32 v254, s69 :: v_dual_mov_b32 v255, s69
         v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
         s_wait_loadcnt 0
         ds_store_b128 v7, v[176:179] offset:0
@@ -528,39 +528,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[174:175], v[120:127] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v13, s72, v11 :: v_dual_subrev_f32 v96, s70, v96
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v97, s70, v97
-        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
-        v_dual_subrev_f32 v98, s70, v98 :: v_dual_subrev_f32 v99, s70, v99
-        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
-        v_dual_subrev_f32 v100, s70, v100 :: v_dual_subrev_f32 v101, s70, v101
-        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
-        v_dual_subrev_f32 v102, s70, v102 :: v_dual_subrev_f32 v103, s70, v103
-        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
-        v_dual_subrev_f32 v104, s70, v104 :: v_dual_subrev_f32 v105, s70, v105
-        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
-        v_dual_subrev_f32 v106, s70, v106 :: v_dual_subrev_f32 v107, s70, v107
-        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
-        v_dual_subrev_f32 v108, s70, v108 :: v_dual_subrev_f32 v109, s70, v109
-        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
-        v_dual_subrev_f32 v110, s70, v110 :: v_dual_subrev_f32 v111, s70, v111
-        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
-        v_dual_subrev_f32 v112, s70, v112 :: v_dual_subrev_f32 v113, s70, v113
-        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
-        v_dual_subrev_f32 v114, s70, v114 :: v_dual_subrev_f32 v115, s70, v115
-        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
-        v_dual_subrev_f32 v116, s70, v116 :: v_dual_subrev_f32 v117, s70, v117
-        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
-        v_dual_subrev_f32 v118, s70, v118 :: v_dual_subrev_f32 v119, s70, v119
-        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
-        v_dual_subrev_f32 v120, s70, v120 :: v_dual_subrev_f32 v121, s70, v121
-        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
-        v_dual_subrev_f32 v122, s70, v122 :: v_dual_subrev_f32 v123, s70, v123
-        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
-        v_dual_subrev_f32 v124, s70, v124 :: v_dual_subrev_f32 v125, s70, v125
-        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
-        v_dual_subrev_f32 v126, s70, v126 :: v_dual_subrev_f32 v127, s70, v127
-        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
+        v_mul_f32 v13, s71, v11
+        v_mov_b32 v14, v13
         s_wait_loadcnt 0
         ds_store_b128 v7, v[176:179] offset:8192
         ds_store_b128 v7, v[180:183] offset:10240
@@ -572,11 +541,11 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
 
         // ---- main loop: two tiles per trip (register ping-pong SA/SB, m[0]/m[1], LDS buffers) ----------------
 .Ld128_bf16_loop:
-        s_cmp_eq_u32 s73, s59
+        s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_bf16_last_0
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
-        s_add_co_i32 s52, s73, 3
+        s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
@@ -737,7 +706,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
@@ -747,169 +718,318 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
-        v_exp_f32_e32 v96, v96
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v13, v18
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_one_fma_0
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_bf16_one_fma_0_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_one_fma_0_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_bf16_one_fma_0:
+        v_fma_f32 v96, v96, v14, -v29
+        v_fma_f32 v97, v97, v14, -v29
+        v_fma_f32 v98, v98, v14, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
-        v_exp_f32_e32 v97, v97
-        v_exp_f32_e32 v98, v98
+        v_fma_f32 v99, v99, v14, -v29
+        v_exp_f32_e32 v96, v96
+        v_fma_f32 v100, v100, v14, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
-        v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v14, -v29
+        v_exp_f32_e32 v98, v98
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
-        v_dual_mul_f32 v96, s69, v96 :: v_dual_mul_f32 v97, s69, v97
+        v_fma_f32 v102, v102, v14, -v29
+        v_exp_f32_e32 v99, v99
+        v_fma_f32 v103, v103, v14, -v29
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
-        v_cvt_pk_fp8_f32 v96, v96, v97
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v14, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_wmma_i32_16x16x16_iu8 v[128:135], v[210:211], v[162:163], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v3 offset:10240
-        v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
-        v_dual_mul_f32 v98, s69, v98 :: v_dual_mul_f32 v99, s69, v99
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v14, -v29
+        v_cvt_pk_fp8_f32 v96, v96, v97
         v_wmma_i32_16x16x16_iu8 v[136:143], v[214:215], v[162:163], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v3 offset:11264
-        v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
-        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v14, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_wmma_i32_16x16x16_iu8 v[144:151], v[218:219], v[162:163], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v4 offset:8192
-        v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
-        v_dual_mul_f32 v100, s69, v100 :: v_dual_sub_f32 v109, v109, v18
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v14, -v29
+        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[152:159], v[222:223], v[162:163], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v4 offset:9216
-        v_exp_f32_e32 v105, v105
-        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s69, v101
-        v_cvt_pk_fp8_f32 v97, v100, v101
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v14, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[164:165], v[128:135] neg_lo:[1,1,0]
-        v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
-        v_dual_mul_f32 v102, s69, v102 :: v_dual_mul_f32 v103, s69, v103
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v14, -v29
+        v_cvt_pk_fp8_f32 v97, v100, v101
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[164:165], v[136:143] neg_lo:[1,1,0]
-        v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
-        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v14, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[164:165], v[144:151] neg_lo:[1,1,0]
-        v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
-        v_dual_mul_f32 v104, s69, v104 :: v_dual_sub_f32 v113, v113, v18
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v14, -v29
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[164:165], v[152:159] neg_lo:[1,1,0]
-        v_exp_f32_e32 v109, v109
-        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s69, v105
-        v_cvt_pk_fp8_f32 v104, v104, v105
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v14, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[166:167], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:10240
-        v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
-        v_dual_mul_f32 v106, s69, v106 :: v_dual_mul_f32 v107, s69, v107
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v14, -v29
+        v_cvt_pk_fp8_f32 v104, v104, v105
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[166:167], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:11264
-        v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
-        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v14, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[166:167], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:16384
-        v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
-        v_dual_mul_f32 v108, s69, v108 :: v_dual_sub_f32 v117, v117, v18
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v14, -v29
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[166:167], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:17408
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v14, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_exp_f32_e32 v113, v113
-        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s69, v109
-        v_cvt_pk_fp8_f32 v105, v108, v109
-        v_exp_f32_e32 v114, v114
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[168:169], v[128:135] neg_lo:[1,1,0]
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
-        v_dual_mul_f32 v110, s69, v110 :: v_dual_mul_f32 v111, s69, v111
-        v_exp_f32_e32 v115, v115
+        v_fma_f32 v117, v117, v14, -v29
+        v_cvt_pk_fp8_f32 v105, v108, v109
+        v_exp_f32_e32 v114, v114
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[168:169], v[136:143] neg_lo:[1,1,0]
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
-        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
-        v_exp_f32_e32 v116, v116
+        v_fma_f32 v118, v118, v14, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
+        v_exp_f32_e32 v115, v115
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[208:209], v[168:169], v[144:151] neg_lo:[1,1,0]
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
-        v_dual_mul_f32 v112, s69, v112 :: v_dual_sub_f32 v121, v121, v18
-        v_exp_f32_e32 v117, v117
+        v_fma_f32 v119, v119, v14, -v29
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
+        v_exp_f32_e32 v116, v116
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[212:213], v[168:169], v[152:159] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s69, v113
-        v_cvt_pk_fp8_f32 v112, v112, v113
-        v_exp_f32_e32 v118, v118
+        v_fma_f32 v120, v120, v14, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
+        v_exp_f32_e32 v117, v117
         v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[170:171], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:18432
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
-        v_dual_mul_f32 v114, s69, v114 :: v_dual_mul_f32 v115, s69, v115
-        v_exp_f32_e32 v119, v119
+        v_fma_f32 v121, v121, v14, -v29
+        v_cvt_pk_fp8_f32 v112, v112, v113
+        v_exp_f32_e32 v118, v118
         v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[170:171], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:19456
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
-        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
-        v_exp_f32_e32 v120, v120
+        v_fma_f32 v122, v122, v14, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
+        v_exp_f32_e32 v119, v119
         v_wmma_i32_16x16x16_iu8 v[144:151], v[210:211], v[170:171], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v5 offset:20480
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
-        v_dual_mul_f32 v116, s69, v116 :: v_dual_sub_f32 v125, v125, v18
-        v_exp_f32_e32 v121, v121
+        v_fma_f32 v123, v123, v14, -v29
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
+        v_exp_f32_e32 v120, v120
         v_wmma_i32_16x16x16_iu8 v[152:159], v[214:215], v[170:171], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v5 offset:21504
-        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s69, v117
-        v_cvt_pk_fp8_f32 v113, v116, v117
-        v_exp_f32_e32 v122, v122
+        v_fma_f32 v124, v124, v14, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
+        v_exp_f32_e32 v121, v121
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[216:217], v[172:173], v[128:135] neg_lo:[1,1,0]
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
-        v_dual_mul_f32 v118, s69, v118 :: v_dual_mul_f32 v119, s69, v119
-        v_exp_f32_e32 v123, v123
+        v_fma_f32 v125, v125, v14, -v29
+        v_cvt_pk_fp8_f32 v113, v116, v117
+        v_exp_f32_e32 v122, v122
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[220:221], v[172:173], v[136:143] neg_lo:[1,1,0]
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
-        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
-        v_exp_f32_e32 v124, v124
+        v_fma_f32 v126, v126, v14, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
+        v_exp_f32_e32 v123, v123
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[172:173], v[144:151] neg_lo:[1,1,0]
-        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s69, v120
-        v_exp_f32_e32 v125, v125
-        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s69, v121
+        v_fma_f32 v127, v127, v14, -v29
+        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        v_exp_f32_e32 v124, v124
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[172:173], v[152:159] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
+        v_exp_f32_e32 v125, v125
         v_cvt_pk_fp8_f32 v120, v120, v121
-        v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s69, v122
         v_wmma_i32_16x16x16_iu8 v[128:135], v[218:219], v[174:175], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v5 offset:22528
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s69, v123
-        v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[136:143], v[222:223], v[174:175], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v5 offset:23552
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s69, v124
-        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s69, v125
+        v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
         v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[174:175], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v6 offset:16384
-        v_dual_mul_f32 v126, s69, v126 :: v_dual_mul_f32 v127, s69, v127
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_wmma_i32_16x16x16_iu8 v[152:159], v[230:231], v[174:175], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v6 offset:17408
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -950,94 +1070,63 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
 .Ld128_bf16_no_rescale_0:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 8
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[96:97], v[32:39]
-        v_dual_mul_f32 v13, s72, v11 :: v_dual_subrev_f32 v128, s70, v128
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[96:97], v[40:47]
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v129, s70, v129
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[96:97], v[48:55]
-        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[96:97], v[56:63]
-        v_dual_subrev_f32 v130, s70, v130 :: v_dual_subrev_f32 v131, s70, v131
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[104:105], v[32:39]
         ds_load_b128 v[232:235], v6 offset:18432
-        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
+        s_wait_loadcnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[104:105], v[40:47]
         ds_load_b128 v[236:239], v6 offset:19456
-        v_dual_subrev_f32 v132, s70, v132 :: v_dual_subrev_f32 v133, s70, v133
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[104:105], v[48:55]
         ds_load_b128 v[240:243], v6 offset:20480
-        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[104:105], v[56:63]
         ds_load_b128 v[244:247], v6 offset:21504
-        v_dual_subrev_f32 v134, s70, v134 :: v_dual_subrev_f32 v135, s70, v135
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[96:97], v[64:71]
-        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[96:97], v[72:79]
-        v_dual_subrev_f32 v136, s70, v136 :: v_dual_subrev_f32 v137, s70, v137
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[96:97], v[80:87]
-        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[96:97], v[88:95]
-        v_dual_subrev_f32 v138, s70, v138 :: v_dual_subrev_f32 v139, s70, v139
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[104:105], v[64:71]
         ds_load_b128 v[208:211], v6 offset:22528
-        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[104:105], v[72:79]
         ds_load_b128 v[212:215], v6 offset:23552
-        v_dual_subrev_f32 v140, s70, v140 :: v_dual_subrev_f32 v141, s70, v141
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[104:105], v[80:87]
-        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[104:105], v[88:95]
-        v_dual_subrev_f32 v142, s70, v142 :: v_dual_subrev_f32 v143, s70, v143
-        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
+        v_mul_f32 v13, s71, v11
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[112:113], v[32:39]
-        v_dual_subrev_f32 v144, s70, v144 :: v_dual_subrev_f32 v145, s70, v145
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[112:113], v[40:47]
-        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[112:113], v[48:55]
-        v_dual_subrev_f32 v146, s70, v146 :: v_dual_subrev_f32 v147, s70, v147
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[112:113], v[56:63]
-        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[120:121], v[32:39]
-        v_dual_subrev_f32 v148, s70, v148 :: v_dual_subrev_f32 v149, s70, v149
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[120:121], v[40:47]
-        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[120:121], v[48:55]
-        v_dual_subrev_f32 v150, s70, v150 :: v_dual_subrev_f32 v151, s70, v151
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[120:121], v[56:63]
-        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[112:113], v[64:71]
-        v_dual_subrev_f32 v152, s70, v152 :: v_dual_subrev_f32 v153, s70, v153
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[112:113], v[72:79]
-        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[112:113], v[80:87]
-        v_dual_subrev_f32 v154, s70, v154 :: v_dual_subrev_f32 v155, s70, v155
+        v_mov_b32 v14, v13
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[112:113], v[88:95]
-        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[120:121], v[64:71]
-        v_dual_subrev_f32 v156, s70, v156 :: v_dual_subrev_f32 v157, s70, v157
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[120:121], v[72:79]
-        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[120:121], v[80:87]
-        v_dual_subrev_f32 v158, s70, v158 :: v_dual_subrev_f32 v159, s70, v159
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[120:121], v[88:95]
-        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -1052,16 +1141,16 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
-        s_add_co_i32 s73, s73, 1
+        s_add_co_i32 s72, s72, 1
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
-        s_cmp_eq_u32 s73, s59
+        s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_bf16_last_1
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
-        s_add_co_i32 s52, s73, 3
+        s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
@@ -1222,7 +1311,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
@@ -1232,169 +1323,318 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
-        v_exp_f32_e32 v128, v128
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v13, v18
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_one_fma_1
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_bf16_one_fma_1_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_one_fma_1_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_bf16_one_fma_1:
+        v_fma_f32 v128, v128, v14, -v29
+        v_fma_f32 v129, v129, v14, -v29
+        v_fma_f32 v130, v130, v14, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
-        v_exp_f32_e32 v129, v129
-        v_exp_f32_e32 v130, v130
+        v_fma_f32 v131, v131, v14, -v29
+        v_exp_f32_e32 v128, v128
+        v_fma_f32 v132, v132, v14, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
-        v_exp_f32_e32 v131, v131
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
+        v_exp_f32_e32 v129, v129
+        v_fma_f32 v133, v133, v14, -v29
+        v_exp_f32_e32 v130, v130
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
-        v_dual_mul_f32 v128, s69, v128 :: v_dual_mul_f32 v129, s69, v129
+        v_fma_f32 v134, v134, v14, -v29
+        v_exp_f32_e32 v131, v131
+        v_fma_f32 v135, v135, v14, -v29
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
-        v_cvt_pk_fp8_f32 v128, v128, v129
+        v_exp_f32_e32 v132, v132
+        v_fma_f32 v136, v136, v14, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
         v_wmma_i32_16x16x16_iu8 v[96:103], v[210:211], v[162:163], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v3 offset:2048
-        v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
-        v_dual_mul_f32 v130, s69, v130 :: v_dual_mul_f32 v131, s69, v131
+        v_exp_f32_e32 v133, v133
+        v_fma_f32 v137, v137, v14, -v29
+        v_cvt_pk_fp8_f32 v128, v128, v129
         v_wmma_i32_16x16x16_iu8 v[104:111], v[214:215], v[162:163], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v3 offset:3072
-        v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
-        v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
+        v_exp_f32_e32 v134, v134
+        v_fma_f32 v138, v138, v14, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
         v_wmma_i32_16x16x16_iu8 v[112:119], v[218:219], v[162:163], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v4 offset:0
-        v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
-        v_dual_mul_f32 v132, s69, v132 :: v_dual_sub_f32 v141, v141, v18
+        v_exp_f32_e32 v135, v135
+        v_fma_f32 v139, v139, v14, -v29
+        v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[222:223], v[162:163], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v4 offset:1024
-        v_exp_f32_e32 v137, v137
-        v_dual_add_f32 v22, v23, v135 :: v_dual_mul_f32 v133, s69, v133
-        v_cvt_pk_fp8_f32 v129, v132, v133
+        v_exp_f32_e32 v136, v136
+        v_fma_f32 v140, v140, v14, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[164:165], v[96:103] neg_lo:[1,1,0]
-        v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
-        v_dual_mul_f32 v134, s69, v134 :: v_dual_mul_f32 v135, s69, v135
+        v_exp_f32_e32 v137, v137
+        v_fma_f32 v141, v141, v14, -v29
+        v_cvt_pk_fp8_f32 v129, v132, v133
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[164:165], v[104:111] neg_lo:[1,1,0]
-        v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
-        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
+        v_exp_f32_e32 v138, v138
+        v_fma_f32 v142, v142, v14, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[164:165], v[112:119] neg_lo:[1,1,0]
-        v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
-        v_dual_mul_f32 v136, s69, v136 :: v_dual_sub_f32 v145, v145, v18
+        v_exp_f32_e32 v139, v139
+        v_fma_f32 v143, v143, v14, -v29
+        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[164:165], v[120:127] neg_lo:[1,1,0]
-        v_exp_f32_e32 v141, v141
-        v_dual_add_f32 v22, v23, v139 :: v_dual_mul_f32 v137, s69, v137
-        v_cvt_pk_fp8_f32 v136, v136, v137
+        v_exp_f32_e32 v140, v140
+        v_fma_f32 v144, v144, v14, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[166:167], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:2048
-        v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
-        v_dual_mul_f32 v138, s69, v138 :: v_dual_mul_f32 v139, s69, v139
+        v_exp_f32_e32 v141, v141
+        v_fma_f32 v145, v145, v14, -v29
+        v_cvt_pk_fp8_f32 v136, v136, v137
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[166:167], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:3072
-        v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
-        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
+        v_exp_f32_e32 v142, v142
+        v_fma_f32 v146, v146, v14, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[166:167], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:24576
-        v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
-        v_dual_mul_f32 v140, s69, v140 :: v_dual_sub_f32 v149, v149, v18
+        v_exp_f32_e32 v143, v143
+        v_fma_f32 v147, v147, v14, -v29
+        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[166:167], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:25600
+        v_exp_f32_e32 v144, v144
+        v_fma_f32 v148, v148, v14, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
         v_exp_f32_e32 v145, v145
-        v_dual_add_f32 v22, v23, v143 :: v_dual_mul_f32 v141, s69, v141
-        v_cvt_pk_fp8_f32 v137, v140, v141
-        v_exp_f32_e32 v146, v146
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[168:169], v[96:103] neg_lo:[1,1,0]
-        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
-        v_dual_mul_f32 v142, s69, v142 :: v_dual_mul_f32 v143, s69, v143
-        v_exp_f32_e32 v147, v147
+        v_fma_f32 v149, v149, v14, -v29
+        v_cvt_pk_fp8_f32 v137, v140, v141
+        v_exp_f32_e32 v146, v146
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[168:169], v[104:111] neg_lo:[1,1,0]
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
-        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
-        v_exp_f32_e32 v148, v148
+        v_fma_f32 v150, v150, v14, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
+        v_exp_f32_e32 v147, v147
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[208:209], v[168:169], v[112:119] neg_lo:[1,1,0]
-        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
-        v_dual_mul_f32 v144, s69, v144 :: v_dual_sub_f32 v153, v153, v18
-        v_exp_f32_e32 v149, v149
+        v_fma_f32 v151, v151, v14, -v29
+        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
+        v_exp_f32_e32 v148, v148
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[212:213], v[168:169], v[120:127] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v23, v147 :: v_dual_mul_f32 v145, s69, v145
-        v_cvt_pk_fp8_f32 v144, v144, v145
-        v_exp_f32_e32 v150, v150
+        v_fma_f32 v152, v152, v14, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
+        v_exp_f32_e32 v149, v149
         v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[170:171], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:26624
-        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
-        v_dual_mul_f32 v146, s69, v146 :: v_dual_mul_f32 v147, s69, v147
-        v_exp_f32_e32 v151, v151
+        v_fma_f32 v153, v153, v14, -v29
+        v_cvt_pk_fp8_f32 v144, v144, v145
+        v_exp_f32_e32 v150, v150
         v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[170:171], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:27648
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
-        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
-        v_exp_f32_e32 v152, v152
+        v_fma_f32 v154, v154, v14, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
+        v_exp_f32_e32 v151, v151
         v_wmma_i32_16x16x16_iu8 v[112:119], v[210:211], v[170:171], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v5 offset:28672
-        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
-        v_dual_mul_f32 v148, s69, v148 :: v_dual_sub_f32 v157, v157, v18
-        v_exp_f32_e32 v153, v153
+        v_fma_f32 v155, v155, v14, -v29
+        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
+        v_exp_f32_e32 v152, v152
         v_wmma_i32_16x16x16_iu8 v[120:127], v[214:215], v[170:171], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v5 offset:29696
-        v_dual_add_f32 v22, v23, v151 :: v_dual_mul_f32 v149, s69, v149
-        v_cvt_pk_fp8_f32 v145, v148, v149
-        v_exp_f32_e32 v154, v154
+        v_fma_f32 v156, v156, v14, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
+        v_exp_f32_e32 v153, v153
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[216:217], v[172:173], v[96:103] neg_lo:[1,1,0]
-        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
-        v_dual_mul_f32 v150, s69, v150 :: v_dual_mul_f32 v151, s69, v151
-        v_exp_f32_e32 v155, v155
+        v_fma_f32 v157, v157, v14, -v29
+        v_cvt_pk_fp8_f32 v145, v148, v149
+        v_exp_f32_e32 v154, v154
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[220:221], v[172:173], v[104:111] neg_lo:[1,1,0]
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
-        v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
-        v_exp_f32_e32 v156, v156
+        v_fma_f32 v158, v158, v14, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
+        v_exp_f32_e32 v155, v155
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[172:173], v[112:119] neg_lo:[1,1,0]
-        v_dual_add_f32 v23, v22, v154 :: v_dual_mul_f32 v152, s69, v152
-        v_exp_f32_e32 v157, v157
-        v_dual_add_f32 v22, v23, v155 :: v_dual_mul_f32 v153, s69, v153
+        v_fma_f32 v159, v159, v14, -v29
+        v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
+        v_exp_f32_e32 v156, v156
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[172:173], v[120:127] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
+        v_exp_f32_e32 v157, v157
         v_cvt_pk_fp8_f32 v152, v152, v153
-        v_exp_f32_e32 v158, v158
-        v_dual_add_f32 v23, v22, v156 :: v_dual_mul_f32 v154, s69, v154
         v_wmma_i32_16x16x16_iu8 v[96:103], v[218:219], v[174:175], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v5 offset:30720
+        v_exp_f32_e32 v158, v158
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_exp_f32_e32 v159, v159
-        v_dual_add_f32 v22, v23, v157 :: v_dual_mul_f32 v155, s69, v155
-        v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[104:111], v[222:223], v[174:175], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v5 offset:31744
-        v_dual_add_f32 v23, v22, v158 :: v_dual_mul_f32 v156, s69, v156
-        v_dual_add_f32 v22, v23, v159 :: v_dual_mul_f32 v157, s69, v157
+        v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
         v_cvt_pk_fp8_f32 v153, v156, v157
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v6 offset:24576
-        v_dual_mul_f32 v158, s69, v158 :: v_dual_mul_f32 v159, s69, v159
         v_cvt_pk_fp8_f32 v153, v158, v159 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[174:175], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v6 offset:25600
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -1435,94 +1675,63 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
 .Ld128_bf16_no_rescale_1:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 8
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[128:129], v[32:39]
-        v_dual_mul_f32 v13, s72, v11 :: v_dual_subrev_f32 v96, s70, v96
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[128:129], v[40:47]
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v97, s70, v97
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[128:129], v[48:55]
-        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[128:129], v[56:63]
-        v_dual_subrev_f32 v98, s70, v98 :: v_dual_subrev_f32 v99, s70, v99
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[136:137], v[32:39]
         ds_load_b128 v[232:235], v6 offset:26624
-        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
+        s_wait_loadcnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[136:137], v[40:47]
         ds_load_b128 v[236:239], v6 offset:27648
-        v_dual_subrev_f32 v100, s70, v100 :: v_dual_subrev_f32 v101, s70, v101
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[136:137], v[48:55]
         ds_load_b128 v[240:243], v6 offset:28672
-        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[136:137], v[56:63]
         ds_load_b128 v[244:247], v6 offset:29696
-        v_dual_subrev_f32 v102, s70, v102 :: v_dual_subrev_f32 v103, s70, v103
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[128:129], v[64:71]
-        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[128:129], v[72:79]
-        v_dual_subrev_f32 v104, s70, v104 :: v_dual_subrev_f32 v105, s70, v105
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[128:129], v[80:87]
-        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[128:129], v[88:95]
-        v_dual_subrev_f32 v106, s70, v106 :: v_dual_subrev_f32 v107, s70, v107
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[136:137], v[64:71]
         ds_load_b128 v[208:211], v6 offset:30720
-        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[136:137], v[72:79]
         ds_load_b128 v[212:215], v6 offset:31744
-        v_dual_subrev_f32 v108, s70, v108 :: v_dual_subrev_f32 v109, s70, v109
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[136:137], v[80:87]
-        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[136:137], v[88:95]
-        v_dual_subrev_f32 v110, s70, v110 :: v_dual_subrev_f32 v111, s70, v111
-        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
+        v_mul_f32 v13, s71, v11
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[144:145], v[32:39]
-        v_dual_subrev_f32 v112, s70, v112 :: v_dual_subrev_f32 v113, s70, v113
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[144:145], v[40:47]
-        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[144:145], v[48:55]
-        v_dual_subrev_f32 v114, s70, v114 :: v_dual_subrev_f32 v115, s70, v115
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[144:145], v[56:63]
-        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[152:153], v[32:39]
-        v_dual_subrev_f32 v116, s70, v116 :: v_dual_subrev_f32 v117, s70, v117
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[152:153], v[40:47]
-        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[152:153], v[48:55]
-        v_dual_subrev_f32 v118, s70, v118 :: v_dual_subrev_f32 v119, s70, v119
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[152:153], v[56:63]
-        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[144:145], v[64:71]
-        v_dual_subrev_f32 v120, s70, v120 :: v_dual_subrev_f32 v121, s70, v121
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[144:145], v[72:79]
-        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[144:145], v[80:87]
-        v_dual_subrev_f32 v122, s70, v122 :: v_dual_subrev_f32 v123, s70, v123
+        v_mov_b32 v14, v13
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[144:145], v[88:95]
-        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[152:153], v[64:71]
-        v_dual_subrev_f32 v124, s70, v124 :: v_dual_subrev_f32 v125, s70, v125
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[152:153], v[72:79]
-        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[152:153], v[80:87]
-        v_dual_subrev_f32 v126, s70, v126 :: v_dual_subrev_f32 v127, s70, v127
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[152:153], v[88:95]
-        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -1537,7 +1746,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
-        s_add_co_i32 s73, s73, 1
+        s_add_co_i32 s72, s72, 1
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
@@ -1681,7 +1890,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
@@ -1691,105 +1902,254 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v13, v18
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_one_fma_0_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_bf16_one_fma_0_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_one_fma_0_last_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_bf16_one_fma_0_last:
+        v_fma_f32 v96, v96, v14, -v29
+        v_fma_f32 v97, v97, v14, -v29
+        v_fma_f32 v98, v98, v14, -v29
+        v_fma_f32 v99, v99, v14, -v29
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_fma_f32 v100, v100, v14, -v29
         v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v14, -v29
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v102, v102, v14, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        v_fma_f32 v103, v103, v14, -v29
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
-        v_dual_mul_f32 v96, s69, v96 :: v_dual_mul_f32 v97, s69, v97
+        v_fma_f32 v104, v104, v14, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_fma_f32 v105, v105, v14, -v29
         v_cvt_pk_fp8_f32 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
-        v_dual_mul_f32 v98, s69, v98 :: v_dual_mul_f32 v99, s69, v99
+        v_fma_f32 v106, v106, v14, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_fma_f32 v107, v107, v14, -v29
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
-        v_dual_mul_f32 v100, s69, v100 :: v_dual_sub_f32 v109, v109, v18
+        v_fma_f32 v108, v108, v14, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
-        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s69, v101
+        v_fma_f32 v109, v109, v14, -v29
         v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
-        v_dual_mul_f32 v102, s69, v102 :: v_dual_mul_f32 v103, s69, v103
+        v_fma_f32 v110, v110, v14, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
+        v_fma_f32 v111, v111, v14, -v29
         v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
-        v_dual_mul_f32 v104, s69, v104 :: v_dual_sub_f32 v113, v113, v18
+        v_fma_f32 v112, v112, v14, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_exp_f32_e32 v109, v109
-        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s69, v105
+        v_fma_f32 v113, v113, v14, -v29
         v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
-        v_dual_mul_f32 v106, s69, v106 :: v_dual_mul_f32 v107, s69, v107
+        v_fma_f32 v114, v114, v14, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
+        v_fma_f32 v115, v115, v14, -v29
         v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
-        v_dual_mul_f32 v108, s69, v108 :: v_dual_sub_f32 v117, v117, v18
+        v_fma_f32 v116, v116, v14, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_exp_f32_e32 v113, v113
-        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s69, v109
+        v_fma_f32 v117, v117, v14, -v29
         v_cvt_pk_fp8_f32 v105, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
-        v_dual_mul_f32 v110, s69, v110 :: v_dual_mul_f32 v111, s69, v111
+        v_fma_f32 v118, v118, v14, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
+        v_fma_f32 v119, v119, v14, -v29
         v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
-        v_dual_mul_f32 v112, s69, v112 :: v_dual_sub_f32 v121, v121, v18
+        v_fma_f32 v120, v120, v14, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_exp_f32_e32 v117, v117
-        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s69, v113
+        v_fma_f32 v121, v121, v14, -v29
         v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
-        v_dual_mul_f32 v114, s69, v114 :: v_dual_mul_f32 v115, s69, v115
+        v_fma_f32 v122, v122, v14, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
+        v_fma_f32 v123, v123, v14, -v29
         v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
-        v_dual_mul_f32 v116, s69, v116 :: v_dual_sub_f32 v125, v125, v18
+        v_fma_f32 v124, v124, v14, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_exp_f32_e32 v121, v121
-        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s69, v117
+        v_fma_f32 v125, v125, v14, -v29
         v_cvt_pk_fp8_f32 v113, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
-        v_dual_mul_f32 v118, s69, v118 :: v_dual_mul_f32 v119, s69, v119
+        v_fma_f32 v126, v126, v14, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_fma_f32 v127, v127, v14, -v29
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
         v_exp_f32_e32 v124, v124
-        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s69, v120
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_exp_f32_e32 v125, v125
-        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s69, v121
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s69, v122
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s69, v123
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s69, v124
-        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s69, v125
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
-        v_dual_mul_f32 v126, s69, v126 :: v_dual_mul_f32 v127, s69, v127
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -2024,7 +2384,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
@@ -2034,105 +2396,254 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v13, v18
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_one_fma_1_last
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_bf16_one_fma_1_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_one_fma_1_last_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_bf16_one_fma_1_last:
+        v_fma_f32 v128, v128, v14, -v29
+        v_fma_f32 v129, v129, v14, -v29
+        v_fma_f32 v130, v130, v14, -v29
+        v_fma_f32 v131, v131, v14, -v29
         v_exp_f32_e32 v128, v128
-        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
+        v_fma_f32 v132, v132, v14, -v29
         v_exp_f32_e32 v129, v129
+        v_fma_f32 v133, v133, v14, -v29
         v_exp_f32_e32 v130, v130
-        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
+        v_fma_f32 v134, v134, v14, -v29
         v_exp_f32_e32 v131, v131
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
+        v_fma_f32 v135, v135, v14, -v29
         v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
-        v_dual_mul_f32 v128, s69, v128 :: v_dual_mul_f32 v129, s69, v129
+        v_fma_f32 v136, v136, v14, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
         v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
+        v_fma_f32 v137, v137, v14, -v29
         v_cvt_pk_fp8_f32 v128, v128, v129
         v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
-        v_dual_mul_f32 v130, s69, v130 :: v_dual_mul_f32 v131, s69, v131
+        v_fma_f32 v138, v138, v14, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
         v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
+        v_fma_f32 v139, v139, v14, -v29
         v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
         v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
-        v_dual_mul_f32 v132, s69, v132 :: v_dual_sub_f32 v141, v141, v18
+        v_fma_f32 v140, v140, v14, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         v_exp_f32_e32 v137, v137
-        v_dual_add_f32 v22, v23, v135 :: v_dual_mul_f32 v133, s69, v133
+        v_fma_f32 v141, v141, v14, -v29
         v_cvt_pk_fp8_f32 v129, v132, v133
         v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
-        v_dual_mul_f32 v134, s69, v134 :: v_dual_mul_f32 v135, s69, v135
+        v_fma_f32 v142, v142, v14, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
+        v_fma_f32 v143, v143, v14, -v29
         v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
         v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
-        v_dual_mul_f32 v136, s69, v136 :: v_dual_sub_f32 v145, v145, v18
+        v_fma_f32 v144, v144, v14, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_exp_f32_e32 v141, v141
-        v_dual_add_f32 v22, v23, v139 :: v_dual_mul_f32 v137, s69, v137
+        v_fma_f32 v145, v145, v14, -v29
         v_cvt_pk_fp8_f32 v136, v136, v137
         v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
-        v_dual_mul_f32 v138, s69, v138 :: v_dual_mul_f32 v139, s69, v139
+        v_fma_f32 v146, v146, v14, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
+        v_fma_f32 v147, v147, v14, -v29
         v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
         v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
-        v_dual_mul_f32 v140, s69, v140 :: v_dual_sub_f32 v149, v149, v18
+        v_fma_f32 v148, v148, v14, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
         v_exp_f32_e32 v145, v145
-        v_dual_add_f32 v22, v23, v143 :: v_dual_mul_f32 v141, s69, v141
+        v_fma_f32 v149, v149, v14, -v29
         v_cvt_pk_fp8_f32 v137, v140, v141
         v_exp_f32_e32 v146, v146
-        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
-        v_dual_mul_f32 v142, s69, v142 :: v_dual_mul_f32 v143, s69, v143
+        v_fma_f32 v150, v150, v14, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
         v_exp_f32_e32 v147, v147
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
+        v_fma_f32 v151, v151, v14, -v29
         v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
         v_exp_f32_e32 v148, v148
-        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
-        v_dual_mul_f32 v144, s69, v144 :: v_dual_sub_f32 v153, v153, v18
+        v_fma_f32 v152, v152, v14, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
         v_exp_f32_e32 v149, v149
-        v_dual_add_f32 v22, v23, v147 :: v_dual_mul_f32 v145, s69, v145
+        v_fma_f32 v153, v153, v14, -v29
         v_cvt_pk_fp8_f32 v144, v144, v145
         v_exp_f32_e32 v150, v150
-        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
-        v_dual_mul_f32 v146, s69, v146 :: v_dual_mul_f32 v147, s69, v147
+        v_fma_f32 v154, v154, v14, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
         v_exp_f32_e32 v151, v151
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
+        v_fma_f32 v155, v155, v14, -v29
         v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
         v_exp_f32_e32 v152, v152
-        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
-        v_dual_mul_f32 v148, s69, v148 :: v_dual_sub_f32 v157, v157, v18
+        v_fma_f32 v156, v156, v14, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
         v_exp_f32_e32 v153, v153
-        v_dual_add_f32 v22, v23, v151 :: v_dual_mul_f32 v149, s69, v149
+        v_fma_f32 v157, v157, v14, -v29
         v_cvt_pk_fp8_f32 v145, v148, v149
         v_exp_f32_e32 v154, v154
-        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
-        v_dual_mul_f32 v150, s69, v150 :: v_dual_mul_f32 v151, s69, v151
+        v_fma_f32 v158, v158, v14, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
         v_exp_f32_e32 v155, v155
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
+        v_fma_f32 v159, v159, v14, -v29
         v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
         v_exp_f32_e32 v156, v156
-        v_dual_add_f32 v23, v22, v154 :: v_dual_mul_f32 v152, s69, v152
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
         v_exp_f32_e32 v157, v157
-        v_dual_add_f32 v22, v23, v155 :: v_dual_mul_f32 v153, s69, v153
         v_cvt_pk_fp8_f32 v152, v152, v153
         v_exp_f32_e32 v158, v158
-        v_dual_add_f32 v23, v22, v156 :: v_dual_mul_f32 v154, s69, v154
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_exp_f32_e32 v159, v159
-        v_dual_add_f32 v22, v23, v157 :: v_dual_mul_f32 v155, s69, v155
         v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v158 :: v_dual_mul_f32 v156, s69, v156
-        v_dual_add_f32 v22, v23, v159 :: v_dual_mul_f32 v157, s69, v157
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
         v_cvt_pk_fp8_f32 v153, v156, v157
-        v_dual_mul_f32 v158, s69, v158 :: v_dual_mul_f32 v159, s69, v159
         v_cvt_pk_fp8_f32 v153, v158, v159 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -2267,8 +2778,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_kmcnt 0  // q_scale (the smooth_k lse term)
 .Ld128_bf16_epilogue:
 
-        // ---- epilogue: inv = 1 / (448 l) (pv fp16: 1 / l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) 
-        v_mul_f32_e32 v208, 0x43e00000, v21
+        // ---- epilogue: inv = 1 / l (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) -------------------
+        v_mov_b32_e32 v208, v21
         v_div_scale_f32 v209, null, v208, v208, 1.0
         v_div_scale_f32 v210, vcc_lo, 1.0, v208, 1.0
         v_rcp_f32_e32 v211, v209
@@ -3104,8 +3615,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld128_bf16_store_out
 
-        // ---- epilogue: lse = (m + log2 l) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] ------------------
+        // ---- epilogue: lse = (m + (log2 l - P_OFF)) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] --------
         v_log_f32_e32 v209, v21
+        v_subrev_f32_e32 v209, 0x40ffc000, v209  // l carries 2^P_OFF
         v_add_f32_e32 v208, v16, v209
         v_mul_f32_e32 v208, 0x3f317218, v208
         s_bitcmp1_b32 s34, 1
@@ -3132,340 +3644,340 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_loadcnt 15
         v_bfe_i32 v211, v160, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v96
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v160, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v97
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v160, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v98
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v160, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v99
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 14
         v_bfe_i32 v211, v161, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v100
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v161, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v101
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v161, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v102
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v161, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v103
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 13
         v_bfe_i32 v211, v162, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v104
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v162, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v105
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v162, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v106
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v162, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v107
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 12
         v_bfe_i32 v211, v163, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v108
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v163, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v109
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v163, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v110
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v163, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v111
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 11
         v_bfe_i32 v211, v164, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v112
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v164, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v113
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v164, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v114
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v164, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v115
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 10
         v_bfe_i32 v211, v165, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v116
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v165, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v117
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v165, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v118
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v165, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v119
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 9
         v_bfe_i32 v211, v166, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v120
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v166, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v121
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v166, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v122
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v166, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v123
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 8
         v_bfe_i32 v211, v167, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v124
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v167, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v125
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v167, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v126
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v167, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v127
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 7
         v_bfe_i32 v211, v168, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v128
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v168, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v129
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v168, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v130
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v168, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v131
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 6
         v_bfe_i32 v211, v169, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v132
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v169, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v133
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v169, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v134
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v169, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v135
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 5
         v_bfe_i32 v211, v170, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v136
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v170, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v137
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v170, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v138
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v170, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v139
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 4
         v_bfe_i32 v211, v171, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v140
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v171, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v141
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v171, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v142
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v171, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v143
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 3
         v_bfe_i32 v211, v172, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v144
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v172, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v145
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v172, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v146
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v172, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v147
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 2
         v_bfe_i32 v211, v173, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v148
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v173, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v149
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v173, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v150
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v173, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v151
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 1
         v_bfe_i32 v211, v174, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v152
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v174, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v153
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v174, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v154
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v174, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v155
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 0
         v_bfe_i32 v211, v175, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v156
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v175, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v157
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v175, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v158
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v175, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v159
         v_add_f32_e32 v210, v210, v211
-        v_permlanex16_b32 v28, v210, s71, 0xfedcba98
+        v_permlanex16_b32 v28, v210, s70, 0xfedcba98
         v_add_f32_e32 v210, v210, v28
         v_mul_f32_e32 v210, 0x3f317218, v210
         v_add_f32_e32 v208, v208, v210
@@ -3592,11 +4104,10 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
 //   s[62:63]     lutrow       LUT row of this query tile
 //   s[64:67]     lut4         count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)
 //   s68          L3           L[min(t+3, last)] (in flight during tile t)
-//   s69          c448         448.0f (VOPD src0 of p*448)
-//   s70          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
-//   s71          permsel      v_permlanex16 lane select 0x76543210
-//   s72          qs           q_scale of this wave's 16 queries
-//   s73          tile         loop: current key tile t
+//   s69          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
+//   s70          permsel      v_permlanex16 lane select 0x76543210
+//   s71          qs           q_scale of this wave's 16 queries
+//   s72          tile         loop: current key tile t
 //   s[74:75]     kh           K of this K/V head
 //   s[76:77]     qrow         Q rows of this wave
 //   s[78:79]     kb           K staging base (tile min(t+2, last))
@@ -3705,9 +4216,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_cselect_b32 s66, s66, s65  // L[min(1, last)]
         s_cmp_gt_u32 s64, 2
         s_cselect_b32 s67, s67, s66  // L[min(2, last)]
-        s_mov_b32 s69, 0x43e00000
-        s_mov_b32 s70, 0x4b400000
-        s_mov_b32 s71, 0x76543210
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
         s_lshl_b32 s52, s25, 7
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[50:51]
@@ -3742,7 +4252,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_add_nc_u64 s[52:53], s[10:11], s[52:53]
         s_lshr_b32 s54, s58, 5
         s_lshl_b32 s54, s54, 2
-        s_load_b32 s72, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
+        s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
         s_lshl_b64 s[52:53], s[50:51], 9
         s_add_nc_u64 s[96:97], s[14:15], s[52:53]
         s_add_nc_u64 s[98:99], s[16:17], s[52:53]
@@ -3774,7 +4284,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[102:103], s[20:21], s[52:53]
         s_mov_b32 s81, 0
-        s_mov_b32 s73, 0
+        s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
         v_lshrrev_b32 v211, 2, v0
         v_mul_lo_u32 v10, v211, s25  // V^T row * seq_pad_kv
@@ -3835,10 +4345,10 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_dual_mov_b32 v90, 0 :: v_dual_mov_b32 v91, 0
         v_dual_mov_b32 v92, 0 :: v_dual_mov_b32 v93, 0
         v_dual_mov_b32 v94, 0 :: v_dual_mov_b32 v95, 0
-        v_dual_mov_b32 v248, s70 :: v_dual_mov_b32 v249, s70
-        v_dual_mov_b32 v250, s70 :: v_dual_mov_b32 v251, s70
-        v_dual_mov_b32 v252, s70 :: v_dual_mov_b32 v253, s70
-        v_dual_mov_b32 v254, s70 :: v_dual_mov_b32 v255, s70
+        v_dual_mov_b32 v248, s69 :: v_dual_mov_b32 v249, s69
+        v_dual_mov_b32 v250, s69 :: v_dual_mov_b32 v251, s69
+        v_dual_mov_b32 v252, s69 :: v_dual_mov_b32 v253, s69
+        v_dual_mov_b32 v254, s69 :: v_dual_mov_b32 v255, s69
         v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
         s_wait_loadcnt 0
         ds_store_b128 v7, v[176:179] offset:0
@@ -3923,39 +4433,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[174:175], v[120:127] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v13, s72, v11 :: v_dual_subrev_f32 v96, s70, v96
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v97, s70, v97
-        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
-        v_dual_subrev_f32 v98, s70, v98 :: v_dual_subrev_f32 v99, s70, v99
-        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
-        v_dual_subrev_f32 v100, s70, v100 :: v_dual_subrev_f32 v101, s70, v101
-        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
-        v_dual_subrev_f32 v102, s70, v102 :: v_dual_subrev_f32 v103, s70, v103
-        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
-        v_dual_subrev_f32 v104, s70, v104 :: v_dual_subrev_f32 v105, s70, v105
-        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
-        v_dual_subrev_f32 v106, s70, v106 :: v_dual_subrev_f32 v107, s70, v107
-        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
-        v_dual_subrev_f32 v108, s70, v108 :: v_dual_subrev_f32 v109, s70, v109
-        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
-        v_dual_subrev_f32 v110, s70, v110 :: v_dual_subrev_f32 v111, s70, v111
-        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
-        v_dual_subrev_f32 v112, s70, v112 :: v_dual_subrev_f32 v113, s70, v113
-        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
-        v_dual_subrev_f32 v114, s70, v114 :: v_dual_subrev_f32 v115, s70, v115
-        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
-        v_dual_subrev_f32 v116, s70, v116 :: v_dual_subrev_f32 v117, s70, v117
-        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
-        v_dual_subrev_f32 v118, s70, v118 :: v_dual_subrev_f32 v119, s70, v119
-        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
-        v_dual_subrev_f32 v120, s70, v120 :: v_dual_subrev_f32 v121, s70, v121
-        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
-        v_dual_subrev_f32 v122, s70, v122 :: v_dual_subrev_f32 v123, s70, v123
-        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
-        v_dual_subrev_f32 v124, s70, v124 :: v_dual_subrev_f32 v125, s70, v125
-        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
-        v_dual_subrev_f32 v126, s70, v126 :: v_dual_subrev_f32 v127, s70, v127
-        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
+        v_mul_f32 v13, s71, v11
+        v_mov_b32 v14, v13
         s_wait_loadcnt 0
         ds_store_b128 v7, v[176:179] offset:8192
         ds_store_b128 v7, v[180:183] offset:10240
@@ -3967,11 +4446,11 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
 
         // ---- main loop: two tiles per trip (register ping-pong SA/SB, m[0]/m[1], LDS buffers) ----------------
 .Ld128_fp16_loop:
-        s_cmp_eq_u32 s73, s59
+        s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_fp16_last_0
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
-        s_add_co_i32 s52, s73, 3
+        s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
@@ -4132,7 +4611,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
@@ -4142,169 +4623,318 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
-        v_exp_f32_e32 v96, v96
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v13, v18
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_one_fma_0
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp16_one_fma_0_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_one_fma_0_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp16_one_fma_0:
+        v_fma_f32 v96, v96, v14, -v29
+        v_fma_f32 v97, v97, v14, -v29
+        v_fma_f32 v98, v98, v14, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
-        v_exp_f32_e32 v97, v97
-        v_exp_f32_e32 v98, v98
+        v_fma_f32 v99, v99, v14, -v29
+        v_exp_f32_e32 v96, v96
+        v_fma_f32 v100, v100, v14, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
-        v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v14, -v29
+        v_exp_f32_e32 v98, v98
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
-        v_dual_mul_f32 v96, s69, v96 :: v_dual_mul_f32 v97, s69, v97
+        v_fma_f32 v102, v102, v14, -v29
+        v_exp_f32_e32 v99, v99
+        v_fma_f32 v103, v103, v14, -v29
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
-        v_cvt_pk_fp8_f32 v96, v96, v97
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v14, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_wmma_i32_16x16x16_iu8 v[128:135], v[210:211], v[162:163], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v3 offset:10240
-        v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
-        v_dual_mul_f32 v98, s69, v98 :: v_dual_mul_f32 v99, s69, v99
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v14, -v29
+        v_cvt_pk_fp8_f32 v96, v96, v97
         v_wmma_i32_16x16x16_iu8 v[136:143], v[214:215], v[162:163], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v3 offset:11264
-        v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
-        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v14, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_wmma_i32_16x16x16_iu8 v[144:151], v[218:219], v[162:163], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v4 offset:8192
-        v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
-        v_dual_mul_f32 v100, s69, v100 :: v_dual_sub_f32 v109, v109, v18
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v14, -v29
+        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[152:159], v[222:223], v[162:163], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v4 offset:9216
-        v_exp_f32_e32 v105, v105
-        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s69, v101
-        v_cvt_pk_fp8_f32 v97, v100, v101
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v14, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[164:165], v[128:135] neg_lo:[1,1,0]
-        v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
-        v_dual_mul_f32 v102, s69, v102 :: v_dual_mul_f32 v103, s69, v103
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v14, -v29
+        v_cvt_pk_fp8_f32 v97, v100, v101
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[164:165], v[136:143] neg_lo:[1,1,0]
-        v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
-        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v14, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[164:165], v[144:151] neg_lo:[1,1,0]
-        v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
-        v_dual_mul_f32 v104, s69, v104 :: v_dual_sub_f32 v113, v113, v18
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v14, -v29
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[164:165], v[152:159] neg_lo:[1,1,0]
-        v_exp_f32_e32 v109, v109
-        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s69, v105
-        v_cvt_pk_fp8_f32 v104, v104, v105
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v14, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[166:167], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:10240
-        v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
-        v_dual_mul_f32 v106, s69, v106 :: v_dual_mul_f32 v107, s69, v107
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v14, -v29
+        v_cvt_pk_fp8_f32 v104, v104, v105
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[166:167], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:11264
-        v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
-        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v14, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[166:167], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:16384
-        v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
-        v_dual_mul_f32 v108, s69, v108 :: v_dual_sub_f32 v117, v117, v18
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v14, -v29
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[166:167], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:17408
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v14, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_exp_f32_e32 v113, v113
-        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s69, v109
-        v_cvt_pk_fp8_f32 v105, v108, v109
-        v_exp_f32_e32 v114, v114
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[168:169], v[128:135] neg_lo:[1,1,0]
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
-        v_dual_mul_f32 v110, s69, v110 :: v_dual_mul_f32 v111, s69, v111
-        v_exp_f32_e32 v115, v115
+        v_fma_f32 v117, v117, v14, -v29
+        v_cvt_pk_fp8_f32 v105, v108, v109
+        v_exp_f32_e32 v114, v114
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[168:169], v[136:143] neg_lo:[1,1,0]
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
-        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
-        v_exp_f32_e32 v116, v116
+        v_fma_f32 v118, v118, v14, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
+        v_exp_f32_e32 v115, v115
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[208:209], v[168:169], v[144:151] neg_lo:[1,1,0]
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
-        v_dual_mul_f32 v112, s69, v112 :: v_dual_sub_f32 v121, v121, v18
-        v_exp_f32_e32 v117, v117
+        v_fma_f32 v119, v119, v14, -v29
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
+        v_exp_f32_e32 v116, v116
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[212:213], v[168:169], v[152:159] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s69, v113
-        v_cvt_pk_fp8_f32 v112, v112, v113
-        v_exp_f32_e32 v118, v118
+        v_fma_f32 v120, v120, v14, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
+        v_exp_f32_e32 v117, v117
         v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[170:171], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:18432
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
-        v_dual_mul_f32 v114, s69, v114 :: v_dual_mul_f32 v115, s69, v115
-        v_exp_f32_e32 v119, v119
+        v_fma_f32 v121, v121, v14, -v29
+        v_cvt_pk_fp8_f32 v112, v112, v113
+        v_exp_f32_e32 v118, v118
         v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[170:171], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:19456
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
-        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
-        v_exp_f32_e32 v120, v120
+        v_fma_f32 v122, v122, v14, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
+        v_exp_f32_e32 v119, v119
         v_wmma_i32_16x16x16_iu8 v[144:151], v[210:211], v[170:171], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v5 offset:20480
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
-        v_dual_mul_f32 v116, s69, v116 :: v_dual_sub_f32 v125, v125, v18
-        v_exp_f32_e32 v121, v121
+        v_fma_f32 v123, v123, v14, -v29
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
+        v_exp_f32_e32 v120, v120
         v_wmma_i32_16x16x16_iu8 v[152:159], v[214:215], v[170:171], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v5 offset:21504
-        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s69, v117
-        v_cvt_pk_fp8_f32 v113, v116, v117
-        v_exp_f32_e32 v122, v122
+        v_fma_f32 v124, v124, v14, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
+        v_exp_f32_e32 v121, v121
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[216:217], v[172:173], v[128:135] neg_lo:[1,1,0]
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
-        v_dual_mul_f32 v118, s69, v118 :: v_dual_mul_f32 v119, s69, v119
-        v_exp_f32_e32 v123, v123
+        v_fma_f32 v125, v125, v14, -v29
+        v_cvt_pk_fp8_f32 v113, v116, v117
+        v_exp_f32_e32 v122, v122
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[220:221], v[172:173], v[136:143] neg_lo:[1,1,0]
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
-        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
-        v_exp_f32_e32 v124, v124
+        v_fma_f32 v126, v126, v14, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
+        v_exp_f32_e32 v123, v123
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[172:173], v[144:151] neg_lo:[1,1,0]
-        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s69, v120
-        v_exp_f32_e32 v125, v125
-        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s69, v121
+        v_fma_f32 v127, v127, v14, -v29
+        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        v_exp_f32_e32 v124, v124
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[172:173], v[152:159] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
+        v_exp_f32_e32 v125, v125
         v_cvt_pk_fp8_f32 v120, v120, v121
-        v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s69, v122
         v_wmma_i32_16x16x16_iu8 v[128:135], v[218:219], v[174:175], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v5 offset:22528
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s69, v123
-        v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[136:143], v[222:223], v[174:175], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v5 offset:23552
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s69, v124
-        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s69, v125
+        v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
         v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[174:175], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v6 offset:16384
-        v_dual_mul_f32 v126, s69, v126 :: v_dual_mul_f32 v127, s69, v127
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_wmma_i32_16x16x16_iu8 v[152:159], v[230:231], v[174:175], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v6 offset:17408
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -4345,94 +4975,63 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
 .Ld128_fp16_no_rescale_0:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 8
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[96:97], v[32:39]
-        v_dual_mul_f32 v13, s72, v11 :: v_dual_subrev_f32 v128, s70, v128
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[96:97], v[40:47]
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v129, s70, v129
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[96:97], v[48:55]
-        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[96:97], v[56:63]
-        v_dual_subrev_f32 v130, s70, v130 :: v_dual_subrev_f32 v131, s70, v131
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[104:105], v[32:39]
         ds_load_b128 v[232:235], v6 offset:18432
-        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
+        s_wait_loadcnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[104:105], v[40:47]
         ds_load_b128 v[236:239], v6 offset:19456
-        v_dual_subrev_f32 v132, s70, v132 :: v_dual_subrev_f32 v133, s70, v133
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[104:105], v[48:55]
         ds_load_b128 v[240:243], v6 offset:20480
-        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[104:105], v[56:63]
         ds_load_b128 v[244:247], v6 offset:21504
-        v_dual_subrev_f32 v134, s70, v134 :: v_dual_subrev_f32 v135, s70, v135
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[96:97], v[64:71]
-        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[96:97], v[72:79]
-        v_dual_subrev_f32 v136, s70, v136 :: v_dual_subrev_f32 v137, s70, v137
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[96:97], v[80:87]
-        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[96:97], v[88:95]
-        v_dual_subrev_f32 v138, s70, v138 :: v_dual_subrev_f32 v139, s70, v139
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[104:105], v[64:71]
         ds_load_b128 v[208:211], v6 offset:22528
-        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[104:105], v[72:79]
         ds_load_b128 v[212:215], v6 offset:23552
-        v_dual_subrev_f32 v140, s70, v140 :: v_dual_subrev_f32 v141, s70, v141
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[104:105], v[80:87]
-        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[104:105], v[88:95]
-        v_dual_subrev_f32 v142, s70, v142 :: v_dual_subrev_f32 v143, s70, v143
-        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
+        v_mul_f32 v13, s71, v11
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[112:113], v[32:39]
-        v_dual_subrev_f32 v144, s70, v144 :: v_dual_subrev_f32 v145, s70, v145
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[112:113], v[40:47]
-        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[112:113], v[48:55]
-        v_dual_subrev_f32 v146, s70, v146 :: v_dual_subrev_f32 v147, s70, v147
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[112:113], v[56:63]
-        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[120:121], v[32:39]
-        v_dual_subrev_f32 v148, s70, v148 :: v_dual_subrev_f32 v149, s70, v149
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[120:121], v[40:47]
-        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[120:121], v[48:55]
-        v_dual_subrev_f32 v150, s70, v150 :: v_dual_subrev_f32 v151, s70, v151
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[120:121], v[56:63]
-        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[112:113], v[64:71]
-        v_dual_subrev_f32 v152, s70, v152 :: v_dual_subrev_f32 v153, s70, v153
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[112:113], v[72:79]
-        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[112:113], v[80:87]
-        v_dual_subrev_f32 v154, s70, v154 :: v_dual_subrev_f32 v155, s70, v155
+        v_mov_b32 v14, v13
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[112:113], v[88:95]
-        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[120:121], v[64:71]
-        v_dual_subrev_f32 v156, s70, v156 :: v_dual_subrev_f32 v157, s70, v157
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[120:121], v[72:79]
-        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[120:121], v[80:87]
-        v_dual_subrev_f32 v158, s70, v158 :: v_dual_subrev_f32 v159, s70, v159
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[120:121], v[88:95]
-        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -4447,16 +5046,16 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
-        s_add_co_i32 s73, s73, 1
+        s_add_co_i32 s72, s72, 1
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
-        s_cmp_eq_u32 s73, s59
+        s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_fp16_last_1
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
-        s_add_co_i32 s52, s73, 3
+        s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
@@ -4617,7 +5216,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
@@ -4627,169 +5228,318 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
-        v_exp_f32_e32 v128, v128
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v13, v18
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_one_fma_1
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp16_one_fma_1_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_one_fma_1_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp16_one_fma_1:
+        v_fma_f32 v128, v128, v14, -v29
+        v_fma_f32 v129, v129, v14, -v29
+        v_fma_f32 v130, v130, v14, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
-        v_exp_f32_e32 v129, v129
-        v_exp_f32_e32 v130, v130
+        v_fma_f32 v131, v131, v14, -v29
+        v_exp_f32_e32 v128, v128
+        v_fma_f32 v132, v132, v14, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
-        v_exp_f32_e32 v131, v131
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
+        v_exp_f32_e32 v129, v129
+        v_fma_f32 v133, v133, v14, -v29
+        v_exp_f32_e32 v130, v130
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
-        v_dual_mul_f32 v128, s69, v128 :: v_dual_mul_f32 v129, s69, v129
+        v_fma_f32 v134, v134, v14, -v29
+        v_exp_f32_e32 v131, v131
+        v_fma_f32 v135, v135, v14, -v29
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
-        v_cvt_pk_fp8_f32 v128, v128, v129
+        v_exp_f32_e32 v132, v132
+        v_fma_f32 v136, v136, v14, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
         v_wmma_i32_16x16x16_iu8 v[96:103], v[210:211], v[162:163], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v3 offset:2048
-        v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
-        v_dual_mul_f32 v130, s69, v130 :: v_dual_mul_f32 v131, s69, v131
+        v_exp_f32_e32 v133, v133
+        v_fma_f32 v137, v137, v14, -v29
+        v_cvt_pk_fp8_f32 v128, v128, v129
         v_wmma_i32_16x16x16_iu8 v[104:111], v[214:215], v[162:163], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v3 offset:3072
-        v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
-        v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
+        v_exp_f32_e32 v134, v134
+        v_fma_f32 v138, v138, v14, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
         v_wmma_i32_16x16x16_iu8 v[112:119], v[218:219], v[162:163], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v4 offset:0
-        v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
-        v_dual_mul_f32 v132, s69, v132 :: v_dual_sub_f32 v141, v141, v18
+        v_exp_f32_e32 v135, v135
+        v_fma_f32 v139, v139, v14, -v29
+        v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[222:223], v[162:163], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v4 offset:1024
-        v_exp_f32_e32 v137, v137
-        v_dual_add_f32 v22, v23, v135 :: v_dual_mul_f32 v133, s69, v133
-        v_cvt_pk_fp8_f32 v129, v132, v133
+        v_exp_f32_e32 v136, v136
+        v_fma_f32 v140, v140, v14, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[164:165], v[96:103] neg_lo:[1,1,0]
-        v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
-        v_dual_mul_f32 v134, s69, v134 :: v_dual_mul_f32 v135, s69, v135
+        v_exp_f32_e32 v137, v137
+        v_fma_f32 v141, v141, v14, -v29
+        v_cvt_pk_fp8_f32 v129, v132, v133
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[164:165], v[104:111] neg_lo:[1,1,0]
-        v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
-        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
+        v_exp_f32_e32 v138, v138
+        v_fma_f32 v142, v142, v14, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[164:165], v[112:119] neg_lo:[1,1,0]
-        v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
-        v_dual_mul_f32 v136, s69, v136 :: v_dual_sub_f32 v145, v145, v18
+        v_exp_f32_e32 v139, v139
+        v_fma_f32 v143, v143, v14, -v29
+        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[164:165], v[120:127] neg_lo:[1,1,0]
-        v_exp_f32_e32 v141, v141
-        v_dual_add_f32 v22, v23, v139 :: v_dual_mul_f32 v137, s69, v137
-        v_cvt_pk_fp8_f32 v136, v136, v137
+        v_exp_f32_e32 v140, v140
+        v_fma_f32 v144, v144, v14, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[166:167], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:2048
-        v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
-        v_dual_mul_f32 v138, s69, v138 :: v_dual_mul_f32 v139, s69, v139
+        v_exp_f32_e32 v141, v141
+        v_fma_f32 v145, v145, v14, -v29
+        v_cvt_pk_fp8_f32 v136, v136, v137
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[166:167], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:3072
-        v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
-        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
+        v_exp_f32_e32 v142, v142
+        v_fma_f32 v146, v146, v14, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[166:167], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:24576
-        v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
-        v_dual_mul_f32 v140, s69, v140 :: v_dual_sub_f32 v149, v149, v18
+        v_exp_f32_e32 v143, v143
+        v_fma_f32 v147, v147, v14, -v29
+        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[166:167], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:25600
+        v_exp_f32_e32 v144, v144
+        v_fma_f32 v148, v148, v14, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
         v_exp_f32_e32 v145, v145
-        v_dual_add_f32 v22, v23, v143 :: v_dual_mul_f32 v141, s69, v141
-        v_cvt_pk_fp8_f32 v137, v140, v141
-        v_exp_f32_e32 v146, v146
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[168:169], v[96:103] neg_lo:[1,1,0]
-        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
-        v_dual_mul_f32 v142, s69, v142 :: v_dual_mul_f32 v143, s69, v143
-        v_exp_f32_e32 v147, v147
+        v_fma_f32 v149, v149, v14, -v29
+        v_cvt_pk_fp8_f32 v137, v140, v141
+        v_exp_f32_e32 v146, v146
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[168:169], v[104:111] neg_lo:[1,1,0]
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
-        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
-        v_exp_f32_e32 v148, v148
+        v_fma_f32 v150, v150, v14, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
+        v_exp_f32_e32 v147, v147
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[208:209], v[168:169], v[112:119] neg_lo:[1,1,0]
-        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
-        v_dual_mul_f32 v144, s69, v144 :: v_dual_sub_f32 v153, v153, v18
-        v_exp_f32_e32 v149, v149
+        v_fma_f32 v151, v151, v14, -v29
+        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
+        v_exp_f32_e32 v148, v148
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[212:213], v[168:169], v[120:127] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v23, v147 :: v_dual_mul_f32 v145, s69, v145
-        v_cvt_pk_fp8_f32 v144, v144, v145
-        v_exp_f32_e32 v150, v150
+        v_fma_f32 v152, v152, v14, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
+        v_exp_f32_e32 v149, v149
         v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[170:171], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:26624
-        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
-        v_dual_mul_f32 v146, s69, v146 :: v_dual_mul_f32 v147, s69, v147
-        v_exp_f32_e32 v151, v151
+        v_fma_f32 v153, v153, v14, -v29
+        v_cvt_pk_fp8_f32 v144, v144, v145
+        v_exp_f32_e32 v150, v150
         v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[170:171], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:27648
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
-        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
-        v_exp_f32_e32 v152, v152
+        v_fma_f32 v154, v154, v14, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
+        v_exp_f32_e32 v151, v151
         v_wmma_i32_16x16x16_iu8 v[112:119], v[210:211], v[170:171], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v5 offset:28672
-        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
-        v_dual_mul_f32 v148, s69, v148 :: v_dual_sub_f32 v157, v157, v18
-        v_exp_f32_e32 v153, v153
+        v_fma_f32 v155, v155, v14, -v29
+        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
+        v_exp_f32_e32 v152, v152
         v_wmma_i32_16x16x16_iu8 v[120:127], v[214:215], v[170:171], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v5 offset:29696
-        v_dual_add_f32 v22, v23, v151 :: v_dual_mul_f32 v149, s69, v149
-        v_cvt_pk_fp8_f32 v145, v148, v149
-        v_exp_f32_e32 v154, v154
+        v_fma_f32 v156, v156, v14, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
+        v_exp_f32_e32 v153, v153
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[216:217], v[172:173], v[96:103] neg_lo:[1,1,0]
-        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
-        v_dual_mul_f32 v150, s69, v150 :: v_dual_mul_f32 v151, s69, v151
-        v_exp_f32_e32 v155, v155
+        v_fma_f32 v157, v157, v14, -v29
+        v_cvt_pk_fp8_f32 v145, v148, v149
+        v_exp_f32_e32 v154, v154
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[220:221], v[172:173], v[104:111] neg_lo:[1,1,0]
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
-        v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
-        v_exp_f32_e32 v156, v156
+        v_fma_f32 v158, v158, v14, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
+        v_exp_f32_e32 v155, v155
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[172:173], v[112:119] neg_lo:[1,1,0]
-        v_dual_add_f32 v23, v22, v154 :: v_dual_mul_f32 v152, s69, v152
-        v_exp_f32_e32 v157, v157
-        v_dual_add_f32 v22, v23, v155 :: v_dual_mul_f32 v153, s69, v153
+        v_fma_f32 v159, v159, v14, -v29
+        v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
+        v_exp_f32_e32 v156, v156
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[172:173], v[120:127] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
+        v_exp_f32_e32 v157, v157
         v_cvt_pk_fp8_f32 v152, v152, v153
-        v_exp_f32_e32 v158, v158
-        v_dual_add_f32 v23, v22, v156 :: v_dual_mul_f32 v154, s69, v154
         v_wmma_i32_16x16x16_iu8 v[96:103], v[218:219], v[174:175], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v5 offset:30720
+        v_exp_f32_e32 v158, v158
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_exp_f32_e32 v159, v159
-        v_dual_add_f32 v22, v23, v157 :: v_dual_mul_f32 v155, s69, v155
-        v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[104:111], v[222:223], v[174:175], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v5 offset:31744
-        v_dual_add_f32 v23, v22, v158 :: v_dual_mul_f32 v156, s69, v156
-        v_dual_add_f32 v22, v23, v159 :: v_dual_mul_f32 v157, s69, v157
+        v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
         v_cvt_pk_fp8_f32 v153, v156, v157
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v6 offset:24576
-        v_dual_mul_f32 v158, s69, v158 :: v_dual_mul_f32 v159, s69, v159
         v_cvt_pk_fp8_f32 v153, v158, v159 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
         v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[174:175], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v6 offset:25600
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -4830,94 +5580,63 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
 .Ld128_fp16_no_rescale_1:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 8
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[128:129], v[32:39]
-        v_dual_mul_f32 v13, s72, v11 :: v_dual_subrev_f32 v96, s70, v96
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[128:129], v[40:47]
-        v_dual_mov_b32 v14, v13 :: v_dual_subrev_f32 v97, s70, v97
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[128:129], v[48:55]
-        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[128:129], v[56:63]
-        v_dual_subrev_f32 v98, s70, v98 :: v_dual_subrev_f32 v99, s70, v99
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[136:137], v[32:39]
         ds_load_b128 v[232:235], v6 offset:26624
-        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
+        s_wait_loadcnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[136:137], v[40:47]
         ds_load_b128 v[236:239], v6 offset:27648
-        v_dual_subrev_f32 v100, s70, v100 :: v_dual_subrev_f32 v101, s70, v101
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[136:137], v[48:55]
         ds_load_b128 v[240:243], v6 offset:28672
-        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[136:137], v[56:63]
         ds_load_b128 v[244:247], v6 offset:29696
-        v_dual_subrev_f32 v102, s70, v102 :: v_dual_subrev_f32 v103, s70, v103
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[128:129], v[64:71]
-        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[128:129], v[72:79]
-        v_dual_subrev_f32 v104, s70, v104 :: v_dual_subrev_f32 v105, s70, v105
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[128:129], v[80:87]
-        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[128:129], v[88:95]
-        v_dual_subrev_f32 v106, s70, v106 :: v_dual_subrev_f32 v107, s70, v107
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[136:137], v[64:71]
         ds_load_b128 v[208:211], v6 offset:30720
-        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[136:137], v[72:79]
         ds_load_b128 v[212:215], v6 offset:31744
-        v_dual_subrev_f32 v108, s70, v108 :: v_dual_subrev_f32 v109, s70, v109
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[136:137], v[80:87]
-        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[136:137], v[88:95]
-        v_dual_subrev_f32 v110, s70, v110 :: v_dual_subrev_f32 v111, s70, v111
-        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
+        v_mul_f32 v13, s71, v11
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[144:145], v[32:39]
-        v_dual_subrev_f32 v112, s70, v112 :: v_dual_subrev_f32 v113, s70, v113
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[144:145], v[40:47]
-        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[144:145], v[48:55]
-        v_dual_subrev_f32 v114, s70, v114 :: v_dual_subrev_f32 v115, s70, v115
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[144:145], v[56:63]
-        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[152:153], v[32:39]
-        v_dual_subrev_f32 v116, s70, v116 :: v_dual_subrev_f32 v117, s70, v117
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[152:153], v[40:47]
-        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[152:153], v[48:55]
-        v_dual_subrev_f32 v118, s70, v118 :: v_dual_subrev_f32 v119, s70, v119
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[152:153], v[56:63]
-        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[144:145], v[64:71]
-        v_dual_subrev_f32 v120, s70, v120 :: v_dual_subrev_f32 v121, s70, v121
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[144:145], v[72:79]
-        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[144:145], v[80:87]
-        v_dual_subrev_f32 v122, s70, v122 :: v_dual_subrev_f32 v123, s70, v123
+        v_mov_b32 v14, v13
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[144:145], v[88:95]
-        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[152:153], v[64:71]
-        v_dual_subrev_f32 v124, s70, v124 :: v_dual_subrev_f32 v125, s70, v125
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[152:153], v[72:79]
-        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[152:153], v[80:87]
-        v_dual_subrev_f32 v126, s70, v126 :: v_dual_subrev_f32 v127, s70, v127
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[152:153], v[88:95]
-        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -4932,7 +5651,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
-        s_add_co_i32 s73, s73, 1
+        s_add_co_i32 s72, s72, 1
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
@@ -5076,7 +5795,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
@@ -5086,105 +5807,254 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v13, v18
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_one_fma_0_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp16_one_fma_0_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_one_fma_0_last_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp16_one_fma_0_last:
+        v_fma_f32 v96, v96, v14, -v29
+        v_fma_f32 v97, v97, v14, -v29
+        v_fma_f32 v98, v98, v14, -v29
+        v_fma_f32 v99, v99, v14, -v29
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_fma_f32 v100, v100, v14, -v29
         v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v14, -v29
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v102, v102, v14, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        v_fma_f32 v103, v103, v14, -v29
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
-        v_dual_mul_f32 v96, s69, v96 :: v_dual_mul_f32 v97, s69, v97
+        v_fma_f32 v104, v104, v14, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_fma_f32 v105, v105, v14, -v29
         v_cvt_pk_fp8_f32 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
-        v_dual_mul_f32 v98, s69, v98 :: v_dual_mul_f32 v99, s69, v99
+        v_fma_f32 v106, v106, v14, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_fma_f32 v107, v107, v14, -v29
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
-        v_dual_mul_f32 v100, s69, v100 :: v_dual_sub_f32 v109, v109, v18
+        v_fma_f32 v108, v108, v14, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
-        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s69, v101
+        v_fma_f32 v109, v109, v14, -v29
         v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
-        v_dual_mul_f32 v102, s69, v102 :: v_dual_mul_f32 v103, s69, v103
+        v_fma_f32 v110, v110, v14, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
+        v_fma_f32 v111, v111, v14, -v29
         v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
-        v_dual_mul_f32 v104, s69, v104 :: v_dual_sub_f32 v113, v113, v18
+        v_fma_f32 v112, v112, v14, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_exp_f32_e32 v109, v109
-        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s69, v105
+        v_fma_f32 v113, v113, v14, -v29
         v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
-        v_dual_mul_f32 v106, s69, v106 :: v_dual_mul_f32 v107, s69, v107
+        v_fma_f32 v114, v114, v14, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
+        v_fma_f32 v115, v115, v14, -v29
         v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
-        v_dual_mul_f32 v108, s69, v108 :: v_dual_sub_f32 v117, v117, v18
+        v_fma_f32 v116, v116, v14, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_exp_f32_e32 v113, v113
-        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s69, v109
+        v_fma_f32 v117, v117, v14, -v29
         v_cvt_pk_fp8_f32 v105, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
-        v_dual_mul_f32 v110, s69, v110 :: v_dual_mul_f32 v111, s69, v111
+        v_fma_f32 v118, v118, v14, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
+        v_fma_f32 v119, v119, v14, -v29
         v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
-        v_dual_mul_f32 v112, s69, v112 :: v_dual_sub_f32 v121, v121, v18
+        v_fma_f32 v120, v120, v14, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_exp_f32_e32 v117, v117
-        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s69, v113
+        v_fma_f32 v121, v121, v14, -v29
         v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
-        v_dual_mul_f32 v114, s69, v114 :: v_dual_mul_f32 v115, s69, v115
+        v_fma_f32 v122, v122, v14, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
+        v_fma_f32 v123, v123, v14, -v29
         v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
-        v_dual_mul_f32 v116, s69, v116 :: v_dual_sub_f32 v125, v125, v18
+        v_fma_f32 v124, v124, v14, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_exp_f32_e32 v121, v121
-        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s69, v117
+        v_fma_f32 v125, v125, v14, -v29
         v_cvt_pk_fp8_f32 v113, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
-        v_dual_mul_f32 v118, s69, v118 :: v_dual_mul_f32 v119, s69, v119
+        v_fma_f32 v126, v126, v14, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_fma_f32 v127, v127, v14, -v29
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
         v_exp_f32_e32 v124, v124
-        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s69, v120
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_exp_f32_e32 v125, v125
-        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s69, v121
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s69, v122
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s69, v123
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s69, v124
-        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s69, v125
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
-        v_dual_mul_f32 v126, s69, v126 :: v_dual_mul_f32 v127, s69, v127
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -5419,7 +6289,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
@@ -5429,105 +6301,254 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v13, v18
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_one_fma_1_last
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp16_one_fma_1_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_one_fma_1_last_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp16_one_fma_1_last:
+        v_fma_f32 v128, v128, v14, -v29
+        v_fma_f32 v129, v129, v14, -v29
+        v_fma_f32 v130, v130, v14, -v29
+        v_fma_f32 v131, v131, v14, -v29
         v_exp_f32_e32 v128, v128
-        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
+        v_fma_f32 v132, v132, v14, -v29
         v_exp_f32_e32 v129, v129
+        v_fma_f32 v133, v133, v14, -v29
         v_exp_f32_e32 v130, v130
-        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
+        v_fma_f32 v134, v134, v14, -v29
         v_exp_f32_e32 v131, v131
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
+        v_fma_f32 v135, v135, v14, -v29
         v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
-        v_dual_mul_f32 v128, s69, v128 :: v_dual_mul_f32 v129, s69, v129
+        v_fma_f32 v136, v136, v14, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
         v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
+        v_fma_f32 v137, v137, v14, -v29
         v_cvt_pk_fp8_f32 v128, v128, v129
         v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
-        v_dual_mul_f32 v130, s69, v130 :: v_dual_mul_f32 v131, s69, v131
+        v_fma_f32 v138, v138, v14, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
         v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
+        v_fma_f32 v139, v139, v14, -v29
         v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
         v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
-        v_dual_mul_f32 v132, s69, v132 :: v_dual_sub_f32 v141, v141, v18
+        v_fma_f32 v140, v140, v14, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         v_exp_f32_e32 v137, v137
-        v_dual_add_f32 v22, v23, v135 :: v_dual_mul_f32 v133, s69, v133
+        v_fma_f32 v141, v141, v14, -v29
         v_cvt_pk_fp8_f32 v129, v132, v133
         v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
-        v_dual_mul_f32 v134, s69, v134 :: v_dual_mul_f32 v135, s69, v135
+        v_fma_f32 v142, v142, v14, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
+        v_fma_f32 v143, v143, v14, -v29
         v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
         v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
-        v_dual_mul_f32 v136, s69, v136 :: v_dual_sub_f32 v145, v145, v18
+        v_fma_f32 v144, v144, v14, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_exp_f32_e32 v141, v141
-        v_dual_add_f32 v22, v23, v139 :: v_dual_mul_f32 v137, s69, v137
+        v_fma_f32 v145, v145, v14, -v29
         v_cvt_pk_fp8_f32 v136, v136, v137
         v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
-        v_dual_mul_f32 v138, s69, v138 :: v_dual_mul_f32 v139, s69, v139
+        v_fma_f32 v146, v146, v14, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
+        v_fma_f32 v147, v147, v14, -v29
         v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
         v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
-        v_dual_mul_f32 v140, s69, v140 :: v_dual_sub_f32 v149, v149, v18
+        v_fma_f32 v148, v148, v14, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
         v_exp_f32_e32 v145, v145
-        v_dual_add_f32 v22, v23, v143 :: v_dual_mul_f32 v141, s69, v141
+        v_fma_f32 v149, v149, v14, -v29
         v_cvt_pk_fp8_f32 v137, v140, v141
         v_exp_f32_e32 v146, v146
-        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
-        v_dual_mul_f32 v142, s69, v142 :: v_dual_mul_f32 v143, s69, v143
+        v_fma_f32 v150, v150, v14, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
         v_exp_f32_e32 v147, v147
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
+        v_fma_f32 v151, v151, v14, -v29
         v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
         v_exp_f32_e32 v148, v148
-        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
-        v_dual_mul_f32 v144, s69, v144 :: v_dual_sub_f32 v153, v153, v18
+        v_fma_f32 v152, v152, v14, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
         v_exp_f32_e32 v149, v149
-        v_dual_add_f32 v22, v23, v147 :: v_dual_mul_f32 v145, s69, v145
+        v_fma_f32 v153, v153, v14, -v29
         v_cvt_pk_fp8_f32 v144, v144, v145
         v_exp_f32_e32 v150, v150
-        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
-        v_dual_mul_f32 v146, s69, v146 :: v_dual_mul_f32 v147, s69, v147
+        v_fma_f32 v154, v154, v14, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
         v_exp_f32_e32 v151, v151
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
+        v_fma_f32 v155, v155, v14, -v29
         v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
         v_exp_f32_e32 v152, v152
-        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
-        v_dual_mul_f32 v148, s69, v148 :: v_dual_sub_f32 v157, v157, v18
+        v_fma_f32 v156, v156, v14, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
         v_exp_f32_e32 v153, v153
-        v_dual_add_f32 v22, v23, v151 :: v_dual_mul_f32 v149, s69, v149
+        v_fma_f32 v157, v157, v14, -v29
         v_cvt_pk_fp8_f32 v145, v148, v149
         v_exp_f32_e32 v154, v154
-        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
-        v_dual_mul_f32 v150, s69, v150 :: v_dual_mul_f32 v151, s69, v151
+        v_fma_f32 v158, v158, v14, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
         v_exp_f32_e32 v155, v155
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
+        v_fma_f32 v159, v159, v14, -v29
         v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
         v_exp_f32_e32 v156, v156
-        v_dual_add_f32 v23, v22, v154 :: v_dual_mul_f32 v152, s69, v152
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
         v_exp_f32_e32 v157, v157
-        v_dual_add_f32 v22, v23, v155 :: v_dual_mul_f32 v153, s69, v153
         v_cvt_pk_fp8_f32 v152, v152, v153
         v_exp_f32_e32 v158, v158
-        v_dual_add_f32 v23, v22, v156 :: v_dual_mul_f32 v154, s69, v154
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_exp_f32_e32 v159, v159
-        v_dual_add_f32 v22, v23, v157 :: v_dual_mul_f32 v155, s69, v155
         v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v158 :: v_dual_mul_f32 v156, s69, v156
-        v_dual_add_f32 v22, v23, v159 :: v_dual_mul_f32 v157, s69, v157
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
         v_cvt_pk_fp8_f32 v153, v156, v157
-        v_dual_mul_f32 v158, s69, v158 :: v_dual_mul_f32 v159, s69, v159
         v_cvt_pk_fp8_f32 v153, v158, v159 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -5662,8 +6683,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_kmcnt 0  // q_scale (the smooth_k lse term)
 .Ld128_fp16_epilogue:
 
-        // ---- epilogue: inv = 1 / (448 l) (pv fp16: 1 / l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) 
-        v_mul_f32_e32 v208, 0x43e00000, v21
+        // ---- epilogue: inv = 1 / l (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) -------------------
+        v_mov_b32_e32 v208, v21
         v_div_scale_f32 v209, null, v208, v208, 1.0
         v_div_scale_f32 v210, vcc_lo, 1.0, v208, 1.0
         v_rcp_f32_e32 v211, v209
@@ -6435,8 +7456,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld128_fp16_store_out
 
-        // ---- epilogue: lse = (m + log2 l) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] ------------------
+        // ---- epilogue: lse = (m + (log2 l - P_OFF)) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] --------
         v_log_f32_e32 v209, v21
+        v_subrev_f32_e32 v209, 0x40ffc000, v209  // l carries 2^P_OFF
         v_add_f32_e32 v208, v16, v209
         v_mul_f32_e32 v208, 0x3f317218, v208
         s_bitcmp1_b32 s34, 1
@@ -6463,340 +7485,340 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_loadcnt 15
         v_bfe_i32 v211, v160, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v96
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v160, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v97
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v160, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v98
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v160, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v99
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 14
         v_bfe_i32 v211, v161, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v100
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v161, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v101
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v161, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v102
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v161, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v103
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 13
         v_bfe_i32 v211, v162, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v104
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v162, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v105
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v162, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v106
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v162, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v107
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 12
         v_bfe_i32 v211, v163, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v108
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v163, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v109
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v163, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v110
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v163, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v111
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 11
         v_bfe_i32 v211, v164, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v112
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v164, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v113
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v164, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v114
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v164, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v115
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 10
         v_bfe_i32 v211, v165, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v116
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v165, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v117
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v165, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v118
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v165, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v119
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 9
         v_bfe_i32 v211, v166, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v120
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v166, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v121
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v166, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v122
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v166, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v123
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 8
         v_bfe_i32 v211, v167, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v124
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v167, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v125
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v167, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v126
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v167, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v127
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 7
         v_bfe_i32 v211, v168, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v128
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v168, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v129
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v168, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v130
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v168, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v131
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 6
         v_bfe_i32 v211, v169, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v132
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v169, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v133
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v169, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v134
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v169, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v135
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 5
         v_bfe_i32 v211, v170, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v136
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v170, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v137
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v170, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v138
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v170, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v139
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 4
         v_bfe_i32 v211, v171, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v140
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v171, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v141
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v171, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v142
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v171, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v143
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 3
         v_bfe_i32 v211, v172, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v144
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v172, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v145
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v172, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v146
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v172, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v147
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 2
         v_bfe_i32 v211, v173, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v148
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v173, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v149
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v173, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v150
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v173, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v151
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 1
         v_bfe_i32 v211, v174, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v152
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v174, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v153
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v174, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v154
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v174, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v155
         v_add_f32_e32 v210, v210, v211
         s_wait_loadcnt 0
         v_bfe_i32 v211, v175, 0, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v156
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v175, 8, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v157
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v175, 16, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v158
         v_add_f32_e32 v210, v210, v211
         v_bfe_i32 v211, v175, 24, 8
         v_cvt_f32_i32_e32 v211, v211
-        v_mul_f32_e32 v211, s72, v211
+        v_mul_f32_e32 v211, s71, v211
         v_mul_f32_e32 v211, v211, v159
         v_add_f32_e32 v210, v210, v211
-        v_permlanex16_b32 v28, v210, s71, 0xfedcba98
+        v_permlanex16_b32 v28, v210, s70, 0xfedcba98
         v_add_f32_e32 v210, v210, v28
         v_mul_f32_e32 v210, 0x3f317218, v210
         v_add_f32_e32 v208, v208, v210
@@ -6923,11 +7945,10 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
 //   s[62:63]     lutrow       LUT row of this query tile
 //   s[64:67]     lut4         count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)
 //   s68          L3           L[min(t+3, last)] (in flight during tile t)
-//   s69          c448         448.0f (VOPD src0 of p*448)
-//   s70          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
-//   s71          permsel      v_permlanex16 lane select 0x76543210
-//   s72          qs           q_scale of this wave's 16 queries
-//   s73          tile         loop: current key tile t
+//   s69          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
+//   s70          permsel      v_permlanex16 lane select 0x76543210
+//   s71          qs           q_scale of this wave's 16 queries
+//   s72          tile         loop: current key tile t
 //   s[74:75]     kh           K of this K/V head
 //   s[76:77]     qrow         Q rows of this wave
 //   s[78:79]     kb           K staging base (tile min(t+2, last))
@@ -7030,9 +8051,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_cselect_b32 s66, s66, s65  // L[min(1, last)]
         s_cmp_gt_u32 s64, 2
         s_cselect_b32 s67, s67, s66  // L[min(2, last)]
-        s_mov_b32 s69, 0x43e00000
-        s_mov_b32 s70, 0x4b400000
-        s_mov_b32 s71, 0x76543210
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
         s_lshl_b32 s52, s25, 6
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[50:51]
@@ -7065,7 +8085,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_add_nc_u64 s[52:53], s[10:11], s[52:53]
         s_lshr_b32 s54, s58, 5
         s_lshl_b32 s54, s54, 2
-        s_load_b32 s72, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
+        s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
         s_lshl_b64 s[52:53], s[50:51], 8
         s_add_nc_u64 s[92:93], s[14:15], s[52:53]
         s_add_nc_u64 s[94:95], s[16:17], s[52:53]
@@ -7097,7 +8117,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[98:99], s[20:21], s[52:53]
         s_mov_b32 s81, 0
-        s_mov_b32 s73, 0
+        s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
         v_lshrrev_b32 v155, 2, v0
         v_mul_lo_u32 v8, v155, s25  // V^T row * seq_pad_kv
@@ -7136,10 +8156,10 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
         v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
         v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
-        v_dual_mov_b32 v192, s70 :: v_dual_mov_b32 v193, s70
-        v_dual_mov_b32 v194, s70 :: v_dual_mov_b32 v195, s70
-        v_dual_mov_b32 v196, s70 :: v_dual_mov_b32 v197, s70
-        v_dual_mov_b32 v198, s70 :: v_dual_mov_b32 v199, s70
+        v_dual_mov_b32 v192, s69 :: v_dual_mov_b32 v193, s69
+        v_dual_mov_b32 v194, s69 :: v_dual_mov_b32 v195, s69
+        v_dual_mov_b32 v196, s69 :: v_dual_mov_b32 v197, s69
+        v_dual_mov_b32 v198, s69 :: v_dual_mov_b32 v199, s69
         v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
         s_wait_loadcnt 0
         ds_store_b128 v5, v[136:139] offset:0
@@ -7186,39 +8206,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_wmma_i32_16x16x16_iu8 v[80:87], v[178:179], v[134:135], v[80:87] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v11, s72, v9 :: v_dual_subrev_f32 v64, s70, v64
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v65, s70, v65
-        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
-        v_dual_subrev_f32 v66, s70, v66 :: v_dual_subrev_f32 v67, s70, v67
-        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
-        v_dual_subrev_f32 v68, s70, v68 :: v_dual_subrev_f32 v69, s70, v69
-        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
-        v_dual_subrev_f32 v70, s70, v70 :: v_dual_subrev_f32 v71, s70, v71
-        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
-        v_dual_subrev_f32 v72, s70, v72 :: v_dual_subrev_f32 v73, s70, v73
-        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
-        v_dual_subrev_f32 v74, s70, v74 :: v_dual_subrev_f32 v75, s70, v75
-        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
-        v_dual_subrev_f32 v76, s70, v76 :: v_dual_subrev_f32 v77, s70, v77
-        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
-        v_dual_subrev_f32 v78, s70, v78 :: v_dual_subrev_f32 v79, s70, v79
-        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
-        v_dual_subrev_f32 v80, s70, v80 :: v_dual_subrev_f32 v81, s70, v81
-        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
-        v_dual_subrev_f32 v82, s70, v82 :: v_dual_subrev_f32 v83, s70, v83
-        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
-        v_dual_subrev_f32 v84, s70, v84 :: v_dual_subrev_f32 v85, s70, v85
-        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
-        v_dual_subrev_f32 v86, s70, v86 :: v_dual_subrev_f32 v87, s70, v87
-        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
-        v_dual_subrev_f32 v88, s70, v88 :: v_dual_subrev_f32 v89, s70, v89
-        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
-        v_dual_subrev_f32 v90, s70, v90 :: v_dual_subrev_f32 v91, s70, v91
-        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
-        v_dual_subrev_f32 v92, s70, v92 :: v_dual_subrev_f32 v93, s70, v93
-        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
-        v_dual_subrev_f32 v94, s70, v94 :: v_dual_subrev_f32 v95, s70, v95
-        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
+        v_mul_f32 v11, s71, v9
+        v_mov_b32 v12, v11
         s_wait_loadcnt 0
         ds_store_b128 v5, v[136:139] offset:4096
         ds_store_b128 v5, v[140:143] offset:6144
@@ -7228,11 +8217,11 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
 
         // ---- main loop: two tiles per trip (register ping-pong SA/SB, m[0]/m[1], LDS buffers) ----------------
 .Ld64_bf16_loop:
-        s_cmp_eq_u32 s73, s59
+        s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_bf16_last_0
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
-        s_add_co_i32 s52, s73, 3
+        s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
@@ -7387,7 +8376,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
@@ -7397,135 +8388,284 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v64, v64, v29 :: v_dual_sub_f32 v65, v65, v18
-        v_dual_sub_f32 v66, v66, v29 :: v_dual_sub_f32 v67, v67, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v11, v18
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_one_fma_0
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_bf16_one_fma_0_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_one_fma_0_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_bf16_one_fma_0:
+        v_fma_f32 v64, v64, v12, -v29
+        v_fma_f32 v65, v65, v12, -v29
+        v_fma_f32 v66, v66, v12, -v29
+        v_fma_f32 v67, v67, v12, -v29
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v29 :: v_dual_sub_f32 v69, v69, v18
-        v_exp_f32_e32 v65, v65
-        v_exp_f32_e32 v66, v66
+        v_fma_f32 v68, v68, v12, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v70, v70, v29 :: v_dual_sub_f32 v71, v71, v18
+        v_exp_f32_e32 v65, v65
+        v_fma_f32 v69, v69, v12, -v29
+        v_exp_f32_e32 v66, v66
+        v_fma_f32 v70, v70, v12, -v29
         v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v22, v64, v65 :: v_dual_sub_f32 v73, v73, v18
-        v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v29 :: v_dual_add_f32 v23, v22, v66
-        v_dual_mul_f32 v64, s69, v64 :: v_dual_mul_f32 v65, s69, v65
+        v_fma_f32 v71, v71, v12, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v68, v68
+        v_fma_f32 v72, v72, v12, -v29
+        v_dual_add_f32 v22, v64, v66 :: v_dual_add_f32 v23, v65, v67
         v_exp_f32_e32 v69, v69
-        v_add_f32 v22, v23, v67
+        v_fma_f32 v73, v73, v12, -v29
         v_cvt_pk_fp8_f32 v64, v64, v65
-        v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v29 :: v_dual_add_f32 v23, v68, v22
-        v_dual_mul_f32 v66, s69, v66 :: v_dual_mul_f32 v67, s69, v67
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v70, v70
+        v_fma_f32 v74, v74, v12, -v29
+        v_dual_add_f32 v22, v22, v68 :: v_dual_add_f32 v23, v23, v69
         v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v18 :: v_dual_add_f32 v22, v69, v23
+        v_fma_f32 v75, v75, v12, -v29
         v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
-        v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v29 :: v_dual_add_f32 v23, v22, v70
-        v_dual_mul_f32 v68, s69, v68 :: v_dual_sub_f32 v77, v77, v18
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v72, v72
+        v_fma_f32 v76, v76, v12, -v29
+        v_dual_add_f32 v22, v22, v70 :: v_dual_add_f32 v23, v23, v71
         v_exp_f32_e32 v73, v73
-        v_dual_add_f32 v22, v23, v71 :: v_dual_mul_f32 v69, s69, v69
-        v_cvt_pk_fp8_f32 v65, v68, v69
-        v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v29 :: v_dual_add_f32 v23, v72, v22
+        v_fma_f32 v77, v77, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[96:103], v[154:155], v[130:131], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[152:155], v3 offset:10240
-        v_dual_mul_f32 v70, s69, v70 :: v_dual_mul_f32 v71, s69, v71
+        v_cvt_pk_fp8_f32 v65, v68, v69
+        v_exp_f32_e32 v74, v74
+        v_fma_f32 v78, v78, v12, -v29
+        v_dual_add_f32 v22, v22, v72 :: v_dual_add_f32 v23, v23, v73
         v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v18 :: v_dual_add_f32 v22, v73, v23
-        v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
-        v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v29 :: v_dual_add_f32 v23, v22, v74
+        v_fma_f32 v79, v79, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[104:111], v[158:159], v[130:131], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[156:159], v3 offset:11264
-        v_dual_mul_f32 v72, s69, v72 :: v_dual_sub_f32 v81, v81, v18
+        v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
+        v_exp_f32_e32 v76, v76
+        v_fma_f32 v80, v80, v12, -v29
+        v_dual_add_f32 v22, v22, v74 :: v_dual_add_f32 v23, v23, v75
         v_exp_f32_e32 v77, v77
-        v_dual_add_f32 v22, v23, v75 :: v_dual_mul_f32 v73, s69, v73
-        v_cvt_pk_fp8_f32 v72, v72, v73
-        v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v29 :: v_dual_add_f32 v23, v76, v22
+        v_fma_f32 v81, v81, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[112:119], v[162:163], v[130:131], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v4 offset:8192
-        v_dual_mul_f32 v74, s69, v74 :: v_dual_mul_f32 v75, s69, v75
+        v_cvt_pk_fp8_f32 v72, v72, v73
+        v_exp_f32_e32 v78, v78
+        v_fma_f32 v82, v82, v12, -v29
+        v_dual_add_f32 v22, v22, v76 :: v_dual_add_f32 v23, v23, v77
         v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v18 :: v_dual_add_f32 v22, v77, v23
-        v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
-        v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v29 :: v_dual_add_f32 v23, v22, v78
+        v_fma_f32 v83, v83, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[120:127], v[166:167], v[130:131], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v4 offset:9216
-        v_dual_mul_f32 v76, s69, v76 :: v_dual_sub_f32 v85, v85, v18
+        v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
+        v_exp_f32_e32 v80, v80
+        v_fma_f32 v84, v84, v12, -v29
+        v_dual_add_f32 v22, v22, v78 :: v_dual_add_f32 v23, v23, v79
         v_exp_f32_e32 v81, v81
-        v_dual_add_f32 v22, v23, v79 :: v_dual_mul_f32 v77, s69, v77
-        v_cvt_pk_fp8_f32 v73, v76, v77
-        v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v29 :: v_dual_add_f32 v23, v80, v22
+        v_fma_f32 v85, v85, v12, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[168:169], v[132:133], v[96:103] neg_lo:[1,1,0]
-        v_dual_mul_f32 v78, s69, v78 :: v_dual_mul_f32 v79, s69, v79
+        v_cvt_pk_fp8_f32 v73, v76, v77
+        v_exp_f32_e32 v82, v82
+        v_fma_f32 v86, v86, v12, -v29
+        v_dual_add_f32 v22, v22, v80 :: v_dual_add_f32 v23, v23, v81
         v_exp_f32_e32 v83, v83
-        v_dual_sub_f32 v87, v87, v18 :: v_dual_add_f32 v22, v81, v23
-        v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
-        v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v29 :: v_dual_add_f32 v23, v22, v82
+        v_fma_f32 v87, v87, v12, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[172:173], v[132:133], v[104:111] neg_lo:[1,1,0]
-        v_dual_mul_f32 v80, s69, v80 :: v_dual_sub_f32 v89, v89, v18
+        v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
+        v_exp_f32_e32 v84, v84
+        v_fma_f32 v88, v88, v12, -v29
+        v_dual_add_f32 v22, v22, v82 :: v_dual_add_f32 v23, v23, v83
         v_exp_f32_e32 v85, v85
-        v_dual_add_f32 v22, v23, v83 :: v_dual_mul_f32 v81, s69, v81
-        v_cvt_pk_fp8_f32 v80, v80, v81
-        v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v29 :: v_dual_add_f32 v23, v84, v22
+        v_fma_f32 v89, v89, v12, -v29
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[176:177], v[132:133], v[112:119] neg_lo:[1,1,0]
-        v_dual_mul_f32 v82, s69, v82 :: v_dual_mul_f32 v83, s69, v83
+        v_cvt_pk_fp8_f32 v80, v80, v81
+        v_exp_f32_e32 v86, v86
+        v_fma_f32 v90, v90, v12, -v29
+        v_dual_add_f32 v22, v22, v84 :: v_dual_add_f32 v23, v23, v85
         v_exp_f32_e32 v87, v87
-        v_dual_sub_f32 v91, v91, v18 :: v_dual_add_f32 v22, v85, v23
-        v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
-        v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v29 :: v_dual_add_f32 v23, v22, v86
+        v_fma_f32 v91, v91, v12, -v29
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[180:181], v[132:133], v[120:127] neg_lo:[1,1,0]
-        v_dual_mul_f32 v84, s69, v84 :: v_dual_sub_f32 v93, v93, v18
+        v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
+        v_exp_f32_e32 v88, v88
+        v_fma_f32 v92, v92, v12, -v29
+        v_dual_add_f32 v22, v22, v86 :: v_dual_add_f32 v23, v23, v87
         v_exp_f32_e32 v89, v89
-        v_dual_add_f32 v22, v23, v87 :: v_dual_mul_f32 v85, s69, v85
-        v_cvt_pk_fp8_f32 v81, v84, v85
-        v_exp_f32_e32 v90, v90
         v_wmma_i32_16x16x16_iu8 v[96:103], v[170:171], v[134:135], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v4 offset:10240
-        v_dual_sub_f32 v94, v94, v29 :: v_dual_add_f32 v23, v88, v22
-        v_dual_mul_f32 v86, s69, v86 :: v_dual_mul_f32 v87, s69, v87
+        v_fma_f32 v93, v93, v12, -v29
+        v_cvt_pk_fp8_f32 v81, v84, v85
+        v_exp_f32_e32 v90, v90
+        v_fma_f32 v94, v94, v12, -v29
+        v_dual_add_f32 v22, v22, v88 :: v_dual_add_f32 v23, v23, v89
         v_exp_f32_e32 v91, v91
-        v_dual_sub_f32 v95, v95, v18 :: v_dual_add_f32 v22, v89, v23
-        v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
-        v_exp_f32_e32 v92, v92
         v_wmma_i32_16x16x16_iu8 v[104:111], v[174:175], v[134:135], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v4 offset:11264
-        v_dual_add_f32 v23, v22, v90 :: v_dual_mul_f32 v88, s69, v88
+        v_fma_f32 v95, v95, v12, -v29
+        v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
+        v_exp_f32_e32 v92, v92
+        v_dual_add_f32 v22, v22, v90 :: v_dual_add_f32 v23, v23, v91
         v_exp_f32_e32 v93, v93
-        v_dual_add_f32 v22, v23, v91 :: v_dual_mul_f32 v89, s69, v89
         v_cvt_pk_fp8_f32 v88, v88, v89
-        v_exp_f32_e32 v94, v94
-        v_dual_add_f32 v23, v22, v92 :: v_dual_mul_f32 v90, s69, v90
         v_wmma_i32_16x16x16_iu8 v[112:119], v[178:179], v[134:135], v[112:119] neg_lo:[1,1,0]
+        v_exp_f32_e32 v94, v94
+        v_dual_add_f32 v22, v22, v92 :: v_dual_add_f32 v23, v23, v93
         v_exp_f32_e32 v95, v95
-        v_dual_add_f32 v22, v23, v93 :: v_dual_mul_f32 v91, s69, v91
         v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v94 :: v_dual_mul_f32 v92, s69, v92
-        v_dual_add_f32 v22, v23, v95 :: v_dual_mul_f32 v93, s69, v93
+        v_dual_add_f32 v22, v22, v94 :: v_dual_add_f32 v23, v23, v95
         v_cvt_pk_fp8_f32 v89, v92, v93
         v_wmma_i32_16x16x16_iu8 v[120:127], v[182:183], v[134:135], v[120:127] neg_lo:[1,1,0]
-        v_dual_mul_f32 v94, s69, v94 :: v_dual_mul_f32 v95, s69, v95
         v_cvt_pk_fp8_f32 v89, v94, v95 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -7550,64 +8690,33 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
 .Ld64_bf16_no_rescale_0:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 4
-        v_dual_mul_f32 v11, s72, v9 :: v_dual_subrev_f32 v96, s70, v96
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[64:65], v[32:39]
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v97, s70, v97
-        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[64:65], v[40:47]
-        v_dual_subrev_f32 v98, s70, v98 :: v_dual_subrev_f32 v99, s70, v99
-        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
+        s_wait_loadcnt 4
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[64:65], v[48:55]
-        v_dual_subrev_f32 v100, s70, v100 :: v_dual_subrev_f32 v101, s70, v101
-        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[64:65], v[56:63]
-        v_dual_subrev_f32 v102, s70, v102 :: v_dual_subrev_f32 v103, s70, v103
-        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[72:73], v[32:39]
-        v_dual_subrev_f32 v104, s70, v104 :: v_dual_subrev_f32 v105, s70, v105
-        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[72:73], v[40:47]
-        v_dual_subrev_f32 v106, s70, v106 :: v_dual_subrev_f32 v107, s70, v107
-        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[72:73], v[48:55]
-        v_dual_subrev_f32 v108, s70, v108 :: v_dual_subrev_f32 v109, s70, v109
-        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[72:73], v[56:63]
-        v_dual_subrev_f32 v110, s70, v110 :: v_dual_subrev_f32 v111, s70, v111
-        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
+        v_mul_f32 v11, s71, v9
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[80:81], v[32:39]
-        v_dual_subrev_f32 v112, s70, v112 :: v_dual_subrev_f32 v113, s70, v113
-        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[80:81], v[40:47]
-        v_dual_subrev_f32 v114, s70, v114 :: v_dual_subrev_f32 v115, s70, v115
-        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[80:81], v[48:55]
-        v_dual_subrev_f32 v116, s70, v116 :: v_dual_subrev_f32 v117, s70, v117
-        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[80:81], v[56:63]
-        v_dual_subrev_f32 v118, s70, v118 :: v_dual_subrev_f32 v119, s70, v119
-        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[88:89], v[32:39]
-        v_dual_subrev_f32 v120, s70, v120 :: v_dual_subrev_f32 v121, s70, v121
-        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[88:89], v[40:47]
-        v_dual_subrev_f32 v122, s70, v122 :: v_dual_subrev_f32 v123, s70, v123
-        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
+        v_mov_b32 v12, v11
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[88:89], v[48:55]
-        v_dual_subrev_f32 v124, s70, v124 :: v_dual_subrev_f32 v125, s70, v125
-        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[88:89], v[56:63]
-        v_dual_subrev_f32 v126, s70, v126 :: v_dual_subrev_f32 v127, s70, v127
-        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -7618,16 +8727,16 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
-        s_add_co_i32 s73, s73, 1
+        s_add_co_i32 s72, s72, 1
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
-        s_cmp_eq_u32 s73, s59
+        s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_bf16_last_1
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
-        s_add_co_i32 s52, s73, 3
+        s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
@@ -7782,7 +8891,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
@@ -7792,135 +8903,284 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v11, v18
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_one_fma_1
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_bf16_one_fma_1_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_one_fma_1_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_bf16_one_fma_1:
+        v_fma_f32 v96, v96, v12, -v29
+        v_fma_f32 v97, v97, v12, -v29
+        v_fma_f32 v98, v98, v12, -v29
+        v_fma_f32 v99, v99, v12, -v29
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
-        v_exp_f32_e32 v97, v97
-        v_exp_f32_e32 v98, v98
+        v_fma_f32 v100, v100, v12, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[64:71], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v12, -v29
+        v_exp_f32_e32 v98, v98
+        v_fma_f32 v102, v102, v12, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
-        v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
-        v_dual_mul_f32 v96, s69, v96 :: v_dual_mul_f32 v97, s69, v97
+        v_fma_f32 v103, v103, v12, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v12, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_fma_f32 v105, v105, v12, -v29
         v_cvt_pk_fp8_f32 v96, v96, v97
-        v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
-        v_dual_mul_f32 v98, s69, v98 :: v_dual_mul_f32 v99, s69, v99
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v12, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_fma_f32 v107, v107, v12, -v29
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
-        v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
-        v_dual_mul_f32 v100, s69, v100 :: v_dual_sub_f32 v109, v109, v18
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v12, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
-        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s69, v101
-        v_cvt_pk_fp8_f32 v97, v100, v101
-        v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_fma_f32 v109, v109, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[64:71], v[154:155], v[130:131], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[152:155], v3 offset:14336
-        v_dual_mul_f32 v102, s69, v102 :: v_dual_mul_f32 v103, s69, v103
+        v_cvt_pk_fp8_f32 v97, v100, v101
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v12, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
-        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
-        v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_fma_f32 v111, v111, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[72:79], v[158:159], v[130:131], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[156:159], v3 offset:15360
-        v_dual_mul_f32 v104, s69, v104 :: v_dual_sub_f32 v113, v113, v18
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v12, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_exp_f32_e32 v109, v109
-        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s69, v105
-        v_cvt_pk_fp8_f32 v104, v104, v105
-        v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_fma_f32 v113, v113, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[80:87], v[162:163], v[130:131], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v4 offset:12288
-        v_dual_mul_f32 v106, s69, v106 :: v_dual_mul_f32 v107, s69, v107
+        v_cvt_pk_fp8_f32 v104, v104, v105
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v12, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
-        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
-        v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_fma_f32 v115, v115, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[88:95], v[166:167], v[130:131], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v4 offset:13312
-        v_dual_mul_f32 v108, s69, v108 :: v_dual_sub_f32 v117, v117, v18
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v12, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_exp_f32_e32 v113, v113
-        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s69, v109
-        v_cvt_pk_fp8_f32 v105, v108, v109
-        v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_fma_f32 v117, v117, v12, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[64:71], v[168:169], v[132:133], v[64:71] neg_lo:[1,1,0]
-        v_dual_mul_f32 v110, s69, v110 :: v_dual_mul_f32 v111, s69, v111
+        v_cvt_pk_fp8_f32 v105, v108, v109
+        v_exp_f32_e32 v114, v114
+        v_fma_f32 v118, v118, v12, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
-        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
-        v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_fma_f32 v119, v119, v12, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[172:173], v[132:133], v[72:79] neg_lo:[1,1,0]
-        v_dual_mul_f32 v112, s69, v112 :: v_dual_sub_f32 v121, v121, v18
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
+        v_exp_f32_e32 v116, v116
+        v_fma_f32 v120, v120, v12, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_exp_f32_e32 v117, v117
-        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s69, v113
-        v_cvt_pk_fp8_f32 v112, v112, v113
-        v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_fma_f32 v121, v121, v12, -v29
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[176:177], v[132:133], v[80:87] neg_lo:[1,1,0]
-        v_dual_mul_f32 v114, s69, v114 :: v_dual_mul_f32 v115, s69, v115
+        v_cvt_pk_fp8_f32 v112, v112, v113
+        v_exp_f32_e32 v118, v118
+        v_fma_f32 v122, v122, v12, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
-        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
-        v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_fma_f32 v123, v123, v12, -v29
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[180:181], v[132:133], v[88:95] neg_lo:[1,1,0]
-        v_dual_mul_f32 v116, s69, v116 :: v_dual_sub_f32 v125, v125, v18
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
+        v_exp_f32_e32 v120, v120
+        v_fma_f32 v124, v124, v12, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_exp_f32_e32 v121, v121
-        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s69, v117
-        v_cvt_pk_fp8_f32 v113, v116, v117
-        v_exp_f32_e32 v122, v122
         v_wmma_i32_16x16x16_iu8 v[64:71], v[170:171], v[134:135], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v4 offset:14336
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
-        v_dual_mul_f32 v118, s69, v118 :: v_dual_mul_f32 v119, s69, v119
+        v_fma_f32 v125, v125, v12, -v29
+        v_cvt_pk_fp8_f32 v113, v116, v117
+        v_exp_f32_e32 v122, v122
+        v_fma_f32 v126, v126, v12, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
-        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
-        v_exp_f32_e32 v124, v124
         v_wmma_i32_16x16x16_iu8 v[72:79], v[174:175], v[134:135], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v4 offset:15360
-        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s69, v120
+        v_fma_f32 v127, v127, v12, -v29
+        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_exp_f32_e32 v125, v125
-        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s69, v121
         v_cvt_pk_fp8_f32 v120, v120, v121
-        v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s69, v122
         v_wmma_i32_16x16x16_iu8 v[80:87], v[178:179], v[134:135], v[80:87] neg_lo:[1,1,0]
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s69, v123
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s69, v124
-        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s69, v125
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
         v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
-        v_dual_mul_f32 v126, s69, v126 :: v_dual_mul_f32 v127, s69, v127
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -7945,64 +9205,33 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
 .Ld64_bf16_no_rescale_1:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 4
-        v_dual_mul_f32 v11, s72, v9 :: v_dual_subrev_f32 v64, s70, v64
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[96:97], v[32:39]
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v65, s70, v65
-        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[96:97], v[40:47]
-        v_dual_subrev_f32 v66, s70, v66 :: v_dual_subrev_f32 v67, s70, v67
-        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
+        s_wait_loadcnt 4
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[96:97], v[48:55]
-        v_dual_subrev_f32 v68, s70, v68 :: v_dual_subrev_f32 v69, s70, v69
-        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[96:97], v[56:63]
-        v_dual_subrev_f32 v70, s70, v70 :: v_dual_subrev_f32 v71, s70, v71
-        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[104:105], v[32:39]
-        v_dual_subrev_f32 v72, s70, v72 :: v_dual_subrev_f32 v73, s70, v73
-        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[104:105], v[40:47]
-        v_dual_subrev_f32 v74, s70, v74 :: v_dual_subrev_f32 v75, s70, v75
-        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[104:105], v[48:55]
-        v_dual_subrev_f32 v76, s70, v76 :: v_dual_subrev_f32 v77, s70, v77
-        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[104:105], v[56:63]
-        v_dual_subrev_f32 v78, s70, v78 :: v_dual_subrev_f32 v79, s70, v79
-        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
+        v_mul_f32 v11, s71, v9
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[112:113], v[32:39]
-        v_dual_subrev_f32 v80, s70, v80 :: v_dual_subrev_f32 v81, s70, v81
-        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[112:113], v[40:47]
-        v_dual_subrev_f32 v82, s70, v82 :: v_dual_subrev_f32 v83, s70, v83
-        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[112:113], v[48:55]
-        v_dual_subrev_f32 v84, s70, v84 :: v_dual_subrev_f32 v85, s70, v85
-        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[112:113], v[56:63]
-        v_dual_subrev_f32 v86, s70, v86 :: v_dual_subrev_f32 v87, s70, v87
-        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[120:121], v[32:39]
-        v_dual_subrev_f32 v88, s70, v88 :: v_dual_subrev_f32 v89, s70, v89
-        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[120:121], v[40:47]
-        v_dual_subrev_f32 v90, s70, v90 :: v_dual_subrev_f32 v91, s70, v91
-        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
+        v_mov_b32 v12, v11
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[120:121], v[48:55]
-        v_dual_subrev_f32 v92, s70, v92 :: v_dual_subrev_f32 v93, s70, v93
-        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[120:121], v[56:63]
-        v_dual_subrev_f32 v94, s70, v94 :: v_dual_subrev_f32 v95, s70, v95
-        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -8013,7 +9242,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
-        s_add_co_i32 s73, s73, 1
+        s_add_co_i32 s72, s72, 1
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
@@ -8155,7 +9384,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
@@ -8165,105 +9396,254 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v64, v64, v29 :: v_dual_sub_f32 v65, v65, v18
-        v_dual_sub_f32 v66, v66, v29 :: v_dual_sub_f32 v67, v67, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v11, v18
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_one_fma_0_last
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_bf16_one_fma_0_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_one_fma_0_last_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_bf16_one_fma_0_last:
+        v_fma_f32 v64, v64, v12, -v29
+        v_fma_f32 v65, v65, v12, -v29
+        v_fma_f32 v66, v66, v12, -v29
+        v_fma_f32 v67, v67, v12, -v29
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v29 :: v_dual_sub_f32 v69, v69, v18
+        v_fma_f32 v68, v68, v12, -v29
         v_exp_f32_e32 v65, v65
+        v_fma_f32 v69, v69, v12, -v29
         v_exp_f32_e32 v66, v66
-        v_dual_sub_f32 v70, v70, v29 :: v_dual_sub_f32 v71, v71, v18
+        v_fma_f32 v70, v70, v12, -v29
         v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v22, v64, v65 :: v_dual_sub_f32 v73, v73, v18
+        v_fma_f32 v71, v71, v12, -v29
         v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v29 :: v_dual_add_f32 v23, v22, v66
-        v_dual_mul_f32 v64, s69, v64 :: v_dual_mul_f32 v65, s69, v65
+        v_fma_f32 v72, v72, v12, -v29
+        v_dual_add_f32 v22, v64, v66 :: v_dual_add_f32 v23, v65, v67
         v_exp_f32_e32 v69, v69
-        v_add_f32 v22, v23, v67
+        v_fma_f32 v73, v73, v12, -v29
         v_cvt_pk_fp8_f32 v64, v64, v65
         v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v29 :: v_dual_add_f32 v23, v68, v22
-        v_dual_mul_f32 v66, s69, v66 :: v_dual_mul_f32 v67, s69, v67
+        v_fma_f32 v74, v74, v12, -v29
+        v_dual_add_f32 v22, v22, v68 :: v_dual_add_f32 v23, v23, v69
         v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v18 :: v_dual_add_f32 v22, v69, v23
+        v_fma_f32 v75, v75, v12, -v29
         v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
         v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v29 :: v_dual_add_f32 v23, v22, v70
-        v_dual_mul_f32 v68, s69, v68 :: v_dual_sub_f32 v77, v77, v18
+        v_fma_f32 v76, v76, v12, -v29
+        v_dual_add_f32 v22, v22, v70 :: v_dual_add_f32 v23, v23, v71
         v_exp_f32_e32 v73, v73
-        v_dual_add_f32 v22, v23, v71 :: v_dual_mul_f32 v69, s69, v69
+        v_fma_f32 v77, v77, v12, -v29
         v_cvt_pk_fp8_f32 v65, v68, v69
         v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v29 :: v_dual_add_f32 v23, v72, v22
-        v_dual_mul_f32 v70, s69, v70 :: v_dual_mul_f32 v71, s69, v71
+        v_fma_f32 v78, v78, v12, -v29
+        v_dual_add_f32 v22, v22, v72 :: v_dual_add_f32 v23, v23, v73
         v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v18 :: v_dual_add_f32 v22, v73, v23
+        v_fma_f32 v79, v79, v12, -v29
         v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
         v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v29 :: v_dual_add_f32 v23, v22, v74
-        v_dual_mul_f32 v72, s69, v72 :: v_dual_sub_f32 v81, v81, v18
+        v_fma_f32 v80, v80, v12, -v29
+        v_dual_add_f32 v22, v22, v74 :: v_dual_add_f32 v23, v23, v75
         v_exp_f32_e32 v77, v77
-        v_dual_add_f32 v22, v23, v75 :: v_dual_mul_f32 v73, s69, v73
+        v_fma_f32 v81, v81, v12, -v29
         v_cvt_pk_fp8_f32 v72, v72, v73
         v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v29 :: v_dual_add_f32 v23, v76, v22
-        v_dual_mul_f32 v74, s69, v74 :: v_dual_mul_f32 v75, s69, v75
+        v_fma_f32 v82, v82, v12, -v29
+        v_dual_add_f32 v22, v22, v76 :: v_dual_add_f32 v23, v23, v77
         v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v18 :: v_dual_add_f32 v22, v77, v23
+        v_fma_f32 v83, v83, v12, -v29
         v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
         v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v29 :: v_dual_add_f32 v23, v22, v78
-        v_dual_mul_f32 v76, s69, v76 :: v_dual_sub_f32 v85, v85, v18
+        v_fma_f32 v84, v84, v12, -v29
+        v_dual_add_f32 v22, v22, v78 :: v_dual_add_f32 v23, v23, v79
         v_exp_f32_e32 v81, v81
-        v_dual_add_f32 v22, v23, v79 :: v_dual_mul_f32 v77, s69, v77
+        v_fma_f32 v85, v85, v12, -v29
         v_cvt_pk_fp8_f32 v73, v76, v77
         v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v29 :: v_dual_add_f32 v23, v80, v22
-        v_dual_mul_f32 v78, s69, v78 :: v_dual_mul_f32 v79, s69, v79
+        v_fma_f32 v86, v86, v12, -v29
+        v_dual_add_f32 v22, v22, v80 :: v_dual_add_f32 v23, v23, v81
         v_exp_f32_e32 v83, v83
-        v_dual_sub_f32 v87, v87, v18 :: v_dual_add_f32 v22, v81, v23
+        v_fma_f32 v87, v87, v12, -v29
         v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
         v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v29 :: v_dual_add_f32 v23, v22, v82
-        v_dual_mul_f32 v80, s69, v80 :: v_dual_sub_f32 v89, v89, v18
+        v_fma_f32 v88, v88, v12, -v29
+        v_dual_add_f32 v22, v22, v82 :: v_dual_add_f32 v23, v23, v83
         v_exp_f32_e32 v85, v85
-        v_dual_add_f32 v22, v23, v83 :: v_dual_mul_f32 v81, s69, v81
+        v_fma_f32 v89, v89, v12, -v29
         v_cvt_pk_fp8_f32 v80, v80, v81
         v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v29 :: v_dual_add_f32 v23, v84, v22
-        v_dual_mul_f32 v82, s69, v82 :: v_dual_mul_f32 v83, s69, v83
+        v_fma_f32 v90, v90, v12, -v29
+        v_dual_add_f32 v22, v22, v84 :: v_dual_add_f32 v23, v23, v85
         v_exp_f32_e32 v87, v87
-        v_dual_sub_f32 v91, v91, v18 :: v_dual_add_f32 v22, v85, v23
+        v_fma_f32 v91, v91, v12, -v29
         v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
         v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v29 :: v_dual_add_f32 v23, v22, v86
-        v_dual_mul_f32 v84, s69, v84 :: v_dual_sub_f32 v93, v93, v18
+        v_fma_f32 v92, v92, v12, -v29
+        v_dual_add_f32 v22, v22, v86 :: v_dual_add_f32 v23, v23, v87
         v_exp_f32_e32 v89, v89
-        v_dual_add_f32 v22, v23, v87 :: v_dual_mul_f32 v85, s69, v85
+        v_fma_f32 v93, v93, v12, -v29
         v_cvt_pk_fp8_f32 v81, v84, v85
         v_exp_f32_e32 v90, v90
-        v_dual_sub_f32 v94, v94, v29 :: v_dual_add_f32 v23, v88, v22
-        v_dual_mul_f32 v86, s69, v86 :: v_dual_mul_f32 v87, s69, v87
+        v_fma_f32 v94, v94, v12, -v29
+        v_dual_add_f32 v22, v22, v88 :: v_dual_add_f32 v23, v23, v89
         v_exp_f32_e32 v91, v91
-        v_dual_sub_f32 v95, v95, v18 :: v_dual_add_f32 v22, v89, v23
+        v_fma_f32 v95, v95, v12, -v29
         v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
         v_exp_f32_e32 v92, v92
-        v_dual_add_f32 v23, v22, v90 :: v_dual_mul_f32 v88, s69, v88
+        v_dual_add_f32 v22, v22, v90 :: v_dual_add_f32 v23, v23, v91
         v_exp_f32_e32 v93, v93
-        v_dual_add_f32 v22, v23, v91 :: v_dual_mul_f32 v89, s69, v89
         v_cvt_pk_fp8_f32 v88, v88, v89
         v_exp_f32_e32 v94, v94
-        v_dual_add_f32 v23, v22, v92 :: v_dual_mul_f32 v90, s69, v90
+        v_dual_add_f32 v22, v22, v92 :: v_dual_add_f32 v23, v23, v93
         v_exp_f32_e32 v95, v95
-        v_dual_add_f32 v22, v23, v93 :: v_dual_mul_f32 v91, s69, v91
         v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v94 :: v_dual_mul_f32 v92, s69, v92
-        v_dual_add_f32 v22, v23, v95 :: v_dual_mul_f32 v93, s69, v93
+        v_dual_add_f32 v22, v22, v94 :: v_dual_add_f32 v23, v23, v95
         v_cvt_pk_fp8_f32 v89, v92, v93
-        v_dual_mul_f32 v94, s69, v94 :: v_dual_mul_f32 v95, s69, v95
         v_cvt_pk_fp8_f32 v89, v94, v95 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -8450,7 +9830,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
@@ -8460,105 +9842,254 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v11, v18
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_one_fma_1_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_bf16_one_fma_1_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_one_fma_1_last_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_bf16_one_fma_1_last:
+        v_fma_f32 v96, v96, v12, -v29
+        v_fma_f32 v97, v97, v12, -v29
+        v_fma_f32 v98, v98, v12, -v29
+        v_fma_f32 v99, v99, v12, -v29
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_fma_f32 v100, v100, v12, -v29
         v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v12, -v29
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v102, v102, v12, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        v_fma_f32 v103, v103, v12, -v29
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
-        v_dual_mul_f32 v96, s69, v96 :: v_dual_mul_f32 v97, s69, v97
+        v_fma_f32 v104, v104, v12, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_fma_f32 v105, v105, v12, -v29
         v_cvt_pk_fp8_f32 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
-        v_dual_mul_f32 v98, s69, v98 :: v_dual_mul_f32 v99, s69, v99
+        v_fma_f32 v106, v106, v12, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_fma_f32 v107, v107, v12, -v29
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
-        v_dual_mul_f32 v100, s69, v100 :: v_dual_sub_f32 v109, v109, v18
+        v_fma_f32 v108, v108, v12, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
-        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s69, v101
+        v_fma_f32 v109, v109, v12, -v29
         v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
-        v_dual_mul_f32 v102, s69, v102 :: v_dual_mul_f32 v103, s69, v103
+        v_fma_f32 v110, v110, v12, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
+        v_fma_f32 v111, v111, v12, -v29
         v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
-        v_dual_mul_f32 v104, s69, v104 :: v_dual_sub_f32 v113, v113, v18
+        v_fma_f32 v112, v112, v12, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_exp_f32_e32 v109, v109
-        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s69, v105
+        v_fma_f32 v113, v113, v12, -v29
         v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
-        v_dual_mul_f32 v106, s69, v106 :: v_dual_mul_f32 v107, s69, v107
+        v_fma_f32 v114, v114, v12, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
+        v_fma_f32 v115, v115, v12, -v29
         v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
-        v_dual_mul_f32 v108, s69, v108 :: v_dual_sub_f32 v117, v117, v18
+        v_fma_f32 v116, v116, v12, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_exp_f32_e32 v113, v113
-        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s69, v109
+        v_fma_f32 v117, v117, v12, -v29
         v_cvt_pk_fp8_f32 v105, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
-        v_dual_mul_f32 v110, s69, v110 :: v_dual_mul_f32 v111, s69, v111
+        v_fma_f32 v118, v118, v12, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
+        v_fma_f32 v119, v119, v12, -v29
         v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
-        v_dual_mul_f32 v112, s69, v112 :: v_dual_sub_f32 v121, v121, v18
+        v_fma_f32 v120, v120, v12, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_exp_f32_e32 v117, v117
-        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s69, v113
+        v_fma_f32 v121, v121, v12, -v29
         v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
-        v_dual_mul_f32 v114, s69, v114 :: v_dual_mul_f32 v115, s69, v115
+        v_fma_f32 v122, v122, v12, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
+        v_fma_f32 v123, v123, v12, -v29
         v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
-        v_dual_mul_f32 v116, s69, v116 :: v_dual_sub_f32 v125, v125, v18
+        v_fma_f32 v124, v124, v12, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_exp_f32_e32 v121, v121
-        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s69, v117
+        v_fma_f32 v125, v125, v12, -v29
         v_cvt_pk_fp8_f32 v113, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
-        v_dual_mul_f32 v118, s69, v118 :: v_dual_mul_f32 v119, s69, v119
+        v_fma_f32 v126, v126, v12, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_fma_f32 v127, v127, v12, -v29
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
         v_exp_f32_e32 v124, v124
-        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s69, v120
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_exp_f32_e32 v125, v125
-        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s69, v121
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s69, v122
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s69, v123
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s69, v124
-        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s69, v125
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
-        v_dual_mul_f32 v126, s69, v126 :: v_dual_mul_f32 v127, s69, v127
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -8631,8 +10162,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_kmcnt 0  // q_scale (the smooth_k lse term)
 .Ld64_bf16_epilogue:
 
-        // ---- epilogue: inv = 1 / (448 l) (pv fp16: 1 / l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) 
-        v_mul_f32_e32 v152, 0x43e00000, v21
+        // ---- epilogue: inv = 1 / l (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) -------------------
+        v_mov_b32_e32 v152, v21
         v_div_scale_f32 v153, null, v152, v152, 1.0
         v_div_scale_f32 v154, vcc_lo, 1.0, v152, 1.0
         v_rcp_f32_e32 v155, v153
@@ -9064,8 +10595,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld64_bf16_store_out
 
-        // ---- epilogue: lse = (m + log2 l) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] ------------------
+        // ---- epilogue: lse = (m + (log2 l - P_OFF)) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] --------
         v_log_f32_e32 v153, v21
+        v_subrev_f32_e32 v153, 0x40ffc000, v153  // l carries 2^P_OFF
         v_add_f32_e32 v152, v16, v153
         v_mul_f32_e32 v152, 0x3f317218, v152
         s_bitcmp1_b32 s34, 1
@@ -9084,172 +10616,172 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_loadcnt 7
         v_bfe_i32 v155, v128, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v64
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v128, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v65
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v128, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v66
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v128, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v67
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 6
         v_bfe_i32 v155, v129, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v68
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v129, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v69
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v129, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v70
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v129, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v71
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 5
         v_bfe_i32 v155, v130, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v72
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v130, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v73
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v130, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v74
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v130, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v75
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 4
         v_bfe_i32 v155, v131, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v76
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v131, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v77
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v131, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v78
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v131, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v79
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 3
         v_bfe_i32 v155, v132, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v80
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v132, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v81
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v132, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v82
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v132, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v83
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 2
         v_bfe_i32 v155, v133, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v84
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v133, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v85
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v133, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v86
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v133, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v87
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 1
         v_bfe_i32 v155, v134, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v88
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v134, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v89
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v134, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v90
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v134, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v91
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 0
         v_bfe_i32 v155, v135, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v92
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v135, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v93
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v135, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v94
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v135, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v95
         v_add_f32_e32 v154, v154, v155
-        v_permlanex16_b32 v28, v154, s71, 0xfedcba98
+        v_permlanex16_b32 v28, v154, s70, 0xfedcba98
         v_add_f32_e32 v154, v154, v28
         v_mul_f32_e32 v154, 0x3f317218, v154
         v_add_f32_e32 v152, v152, v154
@@ -9372,11 +10904,10 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
 //   s[62:63]     lutrow       LUT row of this query tile
 //   s[64:67]     lut4         count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)
 //   s68          L3           L[min(t+3, last)] (in flight during tile t)
-//   s69          c448         448.0f (VOPD src0 of p*448)
-//   s70          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
-//   s71          permsel      v_permlanex16 lane select 0x76543210
-//   s72          qs           q_scale of this wave's 16 queries
-//   s73          tile         loop: current key tile t
+//   s69          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
+//   s70          permsel      v_permlanex16 lane select 0x76543210
+//   s71          qs           q_scale of this wave's 16 queries
+//   s72          tile         loop: current key tile t
 //   s[74:75]     kh           K of this K/V head
 //   s[76:77]     qrow         Q rows of this wave
 //   s[78:79]     kb           K staging base (tile min(t+2, last))
@@ -9479,9 +11010,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_cselect_b32 s66, s66, s65  // L[min(1, last)]
         s_cmp_gt_u32 s64, 2
         s_cselect_b32 s67, s67, s66  // L[min(2, last)]
-        s_mov_b32 s69, 0x43e00000
-        s_mov_b32 s70, 0x4b400000
-        s_mov_b32 s71, 0x76543210
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
         s_lshl_b32 s52, s25, 6
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[50:51]
@@ -9514,7 +11044,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_add_nc_u64 s[52:53], s[10:11], s[52:53]
         s_lshr_b32 s54, s58, 5
         s_lshl_b32 s54, s54, 2
-        s_load_b32 s72, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
+        s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
         s_lshl_b64 s[52:53], s[50:51], 8
         s_add_nc_u64 s[92:93], s[14:15], s[52:53]
         s_add_nc_u64 s[94:95], s[16:17], s[52:53]
@@ -9546,7 +11076,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[98:99], s[20:21], s[52:53]
         s_mov_b32 s81, 0
-        s_mov_b32 s73, 0
+        s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
         v_lshrrev_b32 v155, 2, v0
         v_mul_lo_u32 v8, v155, s25  // V^T row * seq_pad_kv
@@ -9585,10 +11115,10 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
         v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
         v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
-        v_dual_mov_b32 v192, s70 :: v_dual_mov_b32 v193, s70
-        v_dual_mov_b32 v194, s70 :: v_dual_mov_b32 v195, s70
-        v_dual_mov_b32 v196, s70 :: v_dual_mov_b32 v197, s70
-        v_dual_mov_b32 v198, s70 :: v_dual_mov_b32 v199, s70
+        v_dual_mov_b32 v192, s69 :: v_dual_mov_b32 v193, s69
+        v_dual_mov_b32 v194, s69 :: v_dual_mov_b32 v195, s69
+        v_dual_mov_b32 v196, s69 :: v_dual_mov_b32 v197, s69
+        v_dual_mov_b32 v198, s69 :: v_dual_mov_b32 v199, s69
         v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
         s_wait_loadcnt 0
         ds_store_b128 v5, v[136:139] offset:0
@@ -9635,39 +11165,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_wmma_i32_16x16x16_iu8 v[80:87], v[178:179], v[134:135], v[80:87] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v11, s72, v9 :: v_dual_subrev_f32 v64, s70, v64
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v65, s70, v65
-        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
-        v_dual_subrev_f32 v66, s70, v66 :: v_dual_subrev_f32 v67, s70, v67
-        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
-        v_dual_subrev_f32 v68, s70, v68 :: v_dual_subrev_f32 v69, s70, v69
-        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
-        v_dual_subrev_f32 v70, s70, v70 :: v_dual_subrev_f32 v71, s70, v71
-        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
-        v_dual_subrev_f32 v72, s70, v72 :: v_dual_subrev_f32 v73, s70, v73
-        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
-        v_dual_subrev_f32 v74, s70, v74 :: v_dual_subrev_f32 v75, s70, v75
-        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
-        v_dual_subrev_f32 v76, s70, v76 :: v_dual_subrev_f32 v77, s70, v77
-        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
-        v_dual_subrev_f32 v78, s70, v78 :: v_dual_subrev_f32 v79, s70, v79
-        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
-        v_dual_subrev_f32 v80, s70, v80 :: v_dual_subrev_f32 v81, s70, v81
-        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
-        v_dual_subrev_f32 v82, s70, v82 :: v_dual_subrev_f32 v83, s70, v83
-        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
-        v_dual_subrev_f32 v84, s70, v84 :: v_dual_subrev_f32 v85, s70, v85
-        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
-        v_dual_subrev_f32 v86, s70, v86 :: v_dual_subrev_f32 v87, s70, v87
-        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
-        v_dual_subrev_f32 v88, s70, v88 :: v_dual_subrev_f32 v89, s70, v89
-        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
-        v_dual_subrev_f32 v90, s70, v90 :: v_dual_subrev_f32 v91, s70, v91
-        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
-        v_dual_subrev_f32 v92, s70, v92 :: v_dual_subrev_f32 v93, s70, v93
-        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
-        v_dual_subrev_f32 v94, s70, v94 :: v_dual_subrev_f32 v95, s70, v95
-        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
+        v_mul_f32 v11, s71, v9
+        v_mov_b32 v12, v11
         s_wait_loadcnt 0
         ds_store_b128 v5, v[136:139] offset:4096
         ds_store_b128 v5, v[140:143] offset:6144
@@ -9677,11 +11176,11 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
 
         // ---- main loop: two tiles per trip (register ping-pong SA/SB, m[0]/m[1], LDS buffers) ----------------
 .Ld64_fp16_loop:
-        s_cmp_eq_u32 s73, s59
+        s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_fp16_last_0
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
-        s_add_co_i32 s52, s73, 3
+        s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
@@ -9836,7 +11335,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
@@ -9846,135 +11347,284 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v64, v64, v29 :: v_dual_sub_f32 v65, v65, v18
-        v_dual_sub_f32 v66, v66, v29 :: v_dual_sub_f32 v67, v67, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v11, v18
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_one_fma_0
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp16_one_fma_0_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_one_fma_0_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_fp16_one_fma_0:
+        v_fma_f32 v64, v64, v12, -v29
+        v_fma_f32 v65, v65, v12, -v29
+        v_fma_f32 v66, v66, v12, -v29
+        v_fma_f32 v67, v67, v12, -v29
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v29 :: v_dual_sub_f32 v69, v69, v18
-        v_exp_f32_e32 v65, v65
-        v_exp_f32_e32 v66, v66
+        v_fma_f32 v68, v68, v12, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v70, v70, v29 :: v_dual_sub_f32 v71, v71, v18
+        v_exp_f32_e32 v65, v65
+        v_fma_f32 v69, v69, v12, -v29
+        v_exp_f32_e32 v66, v66
+        v_fma_f32 v70, v70, v12, -v29
         v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v22, v64, v65 :: v_dual_sub_f32 v73, v73, v18
-        v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v29 :: v_dual_add_f32 v23, v22, v66
-        v_dual_mul_f32 v64, s69, v64 :: v_dual_mul_f32 v65, s69, v65
+        v_fma_f32 v71, v71, v12, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v68, v68
+        v_fma_f32 v72, v72, v12, -v29
+        v_dual_add_f32 v22, v64, v66 :: v_dual_add_f32 v23, v65, v67
         v_exp_f32_e32 v69, v69
-        v_add_f32 v22, v23, v67
+        v_fma_f32 v73, v73, v12, -v29
         v_cvt_pk_fp8_f32 v64, v64, v65
-        v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v29 :: v_dual_add_f32 v23, v68, v22
-        v_dual_mul_f32 v66, s69, v66 :: v_dual_mul_f32 v67, s69, v67
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v70, v70
+        v_fma_f32 v74, v74, v12, -v29
+        v_dual_add_f32 v22, v22, v68 :: v_dual_add_f32 v23, v23, v69
         v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v18 :: v_dual_add_f32 v22, v69, v23
+        v_fma_f32 v75, v75, v12, -v29
         v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
-        v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v29 :: v_dual_add_f32 v23, v22, v70
-        v_dual_mul_f32 v68, s69, v68 :: v_dual_sub_f32 v77, v77, v18
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v72, v72
+        v_fma_f32 v76, v76, v12, -v29
+        v_dual_add_f32 v22, v22, v70 :: v_dual_add_f32 v23, v23, v71
         v_exp_f32_e32 v73, v73
-        v_dual_add_f32 v22, v23, v71 :: v_dual_mul_f32 v69, s69, v69
-        v_cvt_pk_fp8_f32 v65, v68, v69
-        v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v29 :: v_dual_add_f32 v23, v72, v22
+        v_fma_f32 v77, v77, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[96:103], v[154:155], v[130:131], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[152:155], v3 offset:10240
-        v_dual_mul_f32 v70, s69, v70 :: v_dual_mul_f32 v71, s69, v71
+        v_cvt_pk_fp8_f32 v65, v68, v69
+        v_exp_f32_e32 v74, v74
+        v_fma_f32 v78, v78, v12, -v29
+        v_dual_add_f32 v22, v22, v72 :: v_dual_add_f32 v23, v23, v73
         v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v18 :: v_dual_add_f32 v22, v73, v23
-        v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
-        v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v29 :: v_dual_add_f32 v23, v22, v74
+        v_fma_f32 v79, v79, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[104:111], v[158:159], v[130:131], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[156:159], v3 offset:11264
-        v_dual_mul_f32 v72, s69, v72 :: v_dual_sub_f32 v81, v81, v18
+        v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
+        v_exp_f32_e32 v76, v76
+        v_fma_f32 v80, v80, v12, -v29
+        v_dual_add_f32 v22, v22, v74 :: v_dual_add_f32 v23, v23, v75
         v_exp_f32_e32 v77, v77
-        v_dual_add_f32 v22, v23, v75 :: v_dual_mul_f32 v73, s69, v73
-        v_cvt_pk_fp8_f32 v72, v72, v73
-        v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v29 :: v_dual_add_f32 v23, v76, v22
+        v_fma_f32 v81, v81, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[112:119], v[162:163], v[130:131], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v4 offset:8192
-        v_dual_mul_f32 v74, s69, v74 :: v_dual_mul_f32 v75, s69, v75
+        v_cvt_pk_fp8_f32 v72, v72, v73
+        v_exp_f32_e32 v78, v78
+        v_fma_f32 v82, v82, v12, -v29
+        v_dual_add_f32 v22, v22, v76 :: v_dual_add_f32 v23, v23, v77
         v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v18 :: v_dual_add_f32 v22, v77, v23
-        v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
-        v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v29 :: v_dual_add_f32 v23, v22, v78
+        v_fma_f32 v83, v83, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[120:127], v[166:167], v[130:131], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v4 offset:9216
-        v_dual_mul_f32 v76, s69, v76 :: v_dual_sub_f32 v85, v85, v18
+        v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
+        v_exp_f32_e32 v80, v80
+        v_fma_f32 v84, v84, v12, -v29
+        v_dual_add_f32 v22, v22, v78 :: v_dual_add_f32 v23, v23, v79
         v_exp_f32_e32 v81, v81
-        v_dual_add_f32 v22, v23, v79 :: v_dual_mul_f32 v77, s69, v77
-        v_cvt_pk_fp8_f32 v73, v76, v77
-        v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v29 :: v_dual_add_f32 v23, v80, v22
+        v_fma_f32 v85, v85, v12, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[168:169], v[132:133], v[96:103] neg_lo:[1,1,0]
-        v_dual_mul_f32 v78, s69, v78 :: v_dual_mul_f32 v79, s69, v79
+        v_cvt_pk_fp8_f32 v73, v76, v77
+        v_exp_f32_e32 v82, v82
+        v_fma_f32 v86, v86, v12, -v29
+        v_dual_add_f32 v22, v22, v80 :: v_dual_add_f32 v23, v23, v81
         v_exp_f32_e32 v83, v83
-        v_dual_sub_f32 v87, v87, v18 :: v_dual_add_f32 v22, v81, v23
-        v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
-        v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v29 :: v_dual_add_f32 v23, v22, v82
+        v_fma_f32 v87, v87, v12, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[172:173], v[132:133], v[104:111] neg_lo:[1,1,0]
-        v_dual_mul_f32 v80, s69, v80 :: v_dual_sub_f32 v89, v89, v18
+        v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
+        v_exp_f32_e32 v84, v84
+        v_fma_f32 v88, v88, v12, -v29
+        v_dual_add_f32 v22, v22, v82 :: v_dual_add_f32 v23, v23, v83
         v_exp_f32_e32 v85, v85
-        v_dual_add_f32 v22, v23, v83 :: v_dual_mul_f32 v81, s69, v81
-        v_cvt_pk_fp8_f32 v80, v80, v81
-        v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v29 :: v_dual_add_f32 v23, v84, v22
+        v_fma_f32 v89, v89, v12, -v29
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[176:177], v[132:133], v[112:119] neg_lo:[1,1,0]
-        v_dual_mul_f32 v82, s69, v82 :: v_dual_mul_f32 v83, s69, v83
+        v_cvt_pk_fp8_f32 v80, v80, v81
+        v_exp_f32_e32 v86, v86
+        v_fma_f32 v90, v90, v12, -v29
+        v_dual_add_f32 v22, v22, v84 :: v_dual_add_f32 v23, v23, v85
         v_exp_f32_e32 v87, v87
-        v_dual_sub_f32 v91, v91, v18 :: v_dual_add_f32 v22, v85, v23
-        v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
-        v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v29 :: v_dual_add_f32 v23, v22, v86
+        v_fma_f32 v91, v91, v12, -v29
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[180:181], v[132:133], v[120:127] neg_lo:[1,1,0]
-        v_dual_mul_f32 v84, s69, v84 :: v_dual_sub_f32 v93, v93, v18
+        v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
+        v_exp_f32_e32 v88, v88
+        v_fma_f32 v92, v92, v12, -v29
+        v_dual_add_f32 v22, v22, v86 :: v_dual_add_f32 v23, v23, v87
         v_exp_f32_e32 v89, v89
-        v_dual_add_f32 v22, v23, v87 :: v_dual_mul_f32 v85, s69, v85
-        v_cvt_pk_fp8_f32 v81, v84, v85
-        v_exp_f32_e32 v90, v90
         v_wmma_i32_16x16x16_iu8 v[96:103], v[170:171], v[134:135], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v4 offset:10240
-        v_dual_sub_f32 v94, v94, v29 :: v_dual_add_f32 v23, v88, v22
-        v_dual_mul_f32 v86, s69, v86 :: v_dual_mul_f32 v87, s69, v87
+        v_fma_f32 v93, v93, v12, -v29
+        v_cvt_pk_fp8_f32 v81, v84, v85
+        v_exp_f32_e32 v90, v90
+        v_fma_f32 v94, v94, v12, -v29
+        v_dual_add_f32 v22, v22, v88 :: v_dual_add_f32 v23, v23, v89
         v_exp_f32_e32 v91, v91
-        v_dual_sub_f32 v95, v95, v18 :: v_dual_add_f32 v22, v89, v23
-        v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
-        v_exp_f32_e32 v92, v92
         v_wmma_i32_16x16x16_iu8 v[104:111], v[174:175], v[134:135], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v4 offset:11264
-        v_dual_add_f32 v23, v22, v90 :: v_dual_mul_f32 v88, s69, v88
+        v_fma_f32 v95, v95, v12, -v29
+        v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
+        v_exp_f32_e32 v92, v92
+        v_dual_add_f32 v22, v22, v90 :: v_dual_add_f32 v23, v23, v91
         v_exp_f32_e32 v93, v93
-        v_dual_add_f32 v22, v23, v91 :: v_dual_mul_f32 v89, s69, v89
         v_cvt_pk_fp8_f32 v88, v88, v89
-        v_exp_f32_e32 v94, v94
-        v_dual_add_f32 v23, v22, v92 :: v_dual_mul_f32 v90, s69, v90
         v_wmma_i32_16x16x16_iu8 v[112:119], v[178:179], v[134:135], v[112:119] neg_lo:[1,1,0]
+        v_exp_f32_e32 v94, v94
+        v_dual_add_f32 v22, v22, v92 :: v_dual_add_f32 v23, v23, v93
         v_exp_f32_e32 v95, v95
-        v_dual_add_f32 v22, v23, v93 :: v_dual_mul_f32 v91, s69, v91
         v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v94 :: v_dual_mul_f32 v92, s69, v92
-        v_dual_add_f32 v22, v23, v95 :: v_dual_mul_f32 v93, s69, v93
+        v_dual_add_f32 v22, v22, v94 :: v_dual_add_f32 v23, v23, v95
         v_cvt_pk_fp8_f32 v89, v92, v93
         v_wmma_i32_16x16x16_iu8 v[120:127], v[182:183], v[134:135], v[120:127] neg_lo:[1,1,0]
-        v_dual_mul_f32 v94, s69, v94 :: v_dual_mul_f32 v95, s69, v95
         v_cvt_pk_fp8_f32 v89, v94, v95 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -9999,64 +11649,33 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
 .Ld64_fp16_no_rescale_0:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 4
-        v_dual_mul_f32 v11, s72, v9 :: v_dual_subrev_f32 v96, s70, v96
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[64:65], v[32:39]
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v97, s70, v97
-        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[64:65], v[40:47]
-        v_dual_subrev_f32 v98, s70, v98 :: v_dual_subrev_f32 v99, s70, v99
-        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
+        s_wait_loadcnt 4
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[64:65], v[48:55]
-        v_dual_subrev_f32 v100, s70, v100 :: v_dual_subrev_f32 v101, s70, v101
-        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[64:65], v[56:63]
-        v_dual_subrev_f32 v102, s70, v102 :: v_dual_subrev_f32 v103, s70, v103
-        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[72:73], v[32:39]
-        v_dual_subrev_f32 v104, s70, v104 :: v_dual_subrev_f32 v105, s70, v105
-        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[72:73], v[40:47]
-        v_dual_subrev_f32 v106, s70, v106 :: v_dual_subrev_f32 v107, s70, v107
-        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[72:73], v[48:55]
-        v_dual_subrev_f32 v108, s70, v108 :: v_dual_subrev_f32 v109, s70, v109
-        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[72:73], v[56:63]
-        v_dual_subrev_f32 v110, s70, v110 :: v_dual_subrev_f32 v111, s70, v111
-        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
+        v_mul_f32 v11, s71, v9
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[80:81], v[32:39]
-        v_dual_subrev_f32 v112, s70, v112 :: v_dual_subrev_f32 v113, s70, v113
-        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[80:81], v[40:47]
-        v_dual_subrev_f32 v114, s70, v114 :: v_dual_subrev_f32 v115, s70, v115
-        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[80:81], v[48:55]
-        v_dual_subrev_f32 v116, s70, v116 :: v_dual_subrev_f32 v117, s70, v117
-        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[80:81], v[56:63]
-        v_dual_subrev_f32 v118, s70, v118 :: v_dual_subrev_f32 v119, s70, v119
-        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[88:89], v[32:39]
-        v_dual_subrev_f32 v120, s70, v120 :: v_dual_subrev_f32 v121, s70, v121
-        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[88:89], v[40:47]
-        v_dual_subrev_f32 v122, s70, v122 :: v_dual_subrev_f32 v123, s70, v123
-        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
+        v_mov_b32 v12, v11
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[88:89], v[48:55]
-        v_dual_subrev_f32 v124, s70, v124 :: v_dual_subrev_f32 v125, s70, v125
-        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[88:89], v[56:63]
-        v_dual_subrev_f32 v126, s70, v126 :: v_dual_subrev_f32 v127, s70, v127
-        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -10067,16 +11686,16 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
-        s_add_co_i32 s73, s73, 1
+        s_add_co_i32 s72, s72, 1
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
-        s_cmp_eq_u32 s73, s59
+        s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_fp16_last_1
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
-        s_add_co_i32 s52, s73, 3
+        s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
@@ -10231,7 +11850,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
@@ -10241,135 +11862,284 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v11, v18
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_one_fma_1
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp16_one_fma_1_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_one_fma_1_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_fp16_one_fma_1:
+        v_fma_f32 v96, v96, v12, -v29
+        v_fma_f32 v97, v97, v12, -v29
+        v_fma_f32 v98, v98, v12, -v29
+        v_fma_f32 v99, v99, v12, -v29
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
-        v_exp_f32_e32 v97, v97
-        v_exp_f32_e32 v98, v98
+        v_fma_f32 v100, v100, v12, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[64:71], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v12, -v29
+        v_exp_f32_e32 v98, v98
+        v_fma_f32 v102, v102, v12, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
-        v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
-        v_dual_mul_f32 v96, s69, v96 :: v_dual_mul_f32 v97, s69, v97
+        v_fma_f32 v103, v103, v12, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v12, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_fma_f32 v105, v105, v12, -v29
         v_cvt_pk_fp8_f32 v96, v96, v97
-        v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
-        v_dual_mul_f32 v98, s69, v98 :: v_dual_mul_f32 v99, s69, v99
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v12, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_fma_f32 v107, v107, v12, -v29
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
-        v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
-        v_dual_mul_f32 v100, s69, v100 :: v_dual_sub_f32 v109, v109, v18
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v12, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
-        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s69, v101
-        v_cvt_pk_fp8_f32 v97, v100, v101
-        v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_fma_f32 v109, v109, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[64:71], v[154:155], v[130:131], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[152:155], v3 offset:14336
-        v_dual_mul_f32 v102, s69, v102 :: v_dual_mul_f32 v103, s69, v103
+        v_cvt_pk_fp8_f32 v97, v100, v101
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v12, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
-        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
-        v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_fma_f32 v111, v111, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[72:79], v[158:159], v[130:131], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[156:159], v3 offset:15360
-        v_dual_mul_f32 v104, s69, v104 :: v_dual_sub_f32 v113, v113, v18
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v12, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_exp_f32_e32 v109, v109
-        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s69, v105
-        v_cvt_pk_fp8_f32 v104, v104, v105
-        v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_fma_f32 v113, v113, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[80:87], v[162:163], v[130:131], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v4 offset:12288
-        v_dual_mul_f32 v106, s69, v106 :: v_dual_mul_f32 v107, s69, v107
+        v_cvt_pk_fp8_f32 v104, v104, v105
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v12, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
-        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
-        v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_fma_f32 v115, v115, v12, -v29
         v_wmma_i32_16x16x16_iu8 v[88:95], v[166:167], v[130:131], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v4 offset:13312
-        v_dual_mul_f32 v108, s69, v108 :: v_dual_sub_f32 v117, v117, v18
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v12, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_exp_f32_e32 v113, v113
-        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s69, v109
-        v_cvt_pk_fp8_f32 v105, v108, v109
-        v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_fma_f32 v117, v117, v12, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[64:71], v[168:169], v[132:133], v[64:71] neg_lo:[1,1,0]
-        v_dual_mul_f32 v110, s69, v110 :: v_dual_mul_f32 v111, s69, v111
+        v_cvt_pk_fp8_f32 v105, v108, v109
+        v_exp_f32_e32 v114, v114
+        v_fma_f32 v118, v118, v12, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
-        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
-        v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_fma_f32 v119, v119, v12, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[172:173], v[132:133], v[72:79] neg_lo:[1,1,0]
-        v_dual_mul_f32 v112, s69, v112 :: v_dual_sub_f32 v121, v121, v18
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
+        v_exp_f32_e32 v116, v116
+        v_fma_f32 v120, v120, v12, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_exp_f32_e32 v117, v117
-        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s69, v113
-        v_cvt_pk_fp8_f32 v112, v112, v113
-        v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_fma_f32 v121, v121, v12, -v29
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[176:177], v[132:133], v[80:87] neg_lo:[1,1,0]
-        v_dual_mul_f32 v114, s69, v114 :: v_dual_mul_f32 v115, s69, v115
+        v_cvt_pk_fp8_f32 v112, v112, v113
+        v_exp_f32_e32 v118, v118
+        v_fma_f32 v122, v122, v12, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
-        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
-        v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_fma_f32 v123, v123, v12, -v29
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[180:181], v[132:133], v[88:95] neg_lo:[1,1,0]
-        v_dual_mul_f32 v116, s69, v116 :: v_dual_sub_f32 v125, v125, v18
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
+        v_exp_f32_e32 v120, v120
+        v_fma_f32 v124, v124, v12, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_exp_f32_e32 v121, v121
-        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s69, v117
-        v_cvt_pk_fp8_f32 v113, v116, v117
-        v_exp_f32_e32 v122, v122
         v_wmma_i32_16x16x16_iu8 v[64:71], v[170:171], v[134:135], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v4 offset:14336
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
-        v_dual_mul_f32 v118, s69, v118 :: v_dual_mul_f32 v119, s69, v119
+        v_fma_f32 v125, v125, v12, -v29
+        v_cvt_pk_fp8_f32 v113, v116, v117
+        v_exp_f32_e32 v122, v122
+        v_fma_f32 v126, v126, v12, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
-        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
-        v_exp_f32_e32 v124, v124
         v_wmma_i32_16x16x16_iu8 v[72:79], v[174:175], v[134:135], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v4 offset:15360
-        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s69, v120
+        v_fma_f32 v127, v127, v12, -v29
+        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_exp_f32_e32 v125, v125
-        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s69, v121
         v_cvt_pk_fp8_f32 v120, v120, v121
-        v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s69, v122
         v_wmma_i32_16x16x16_iu8 v[80:87], v[178:179], v[134:135], v[80:87] neg_lo:[1,1,0]
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s69, v123
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s69, v124
-        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s69, v125
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
         v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
-        v_dual_mul_f32 v126, s69, v126 :: v_dual_mul_f32 v127, s69, v127
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -10394,64 +12164,33 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
 .Ld64_fp16_no_rescale_1:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 4
-        v_dual_mul_f32 v11, s72, v9 :: v_dual_subrev_f32 v64, s70, v64
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[96:97], v[32:39]
-        v_dual_mov_b32 v12, v11 :: v_dual_subrev_f32 v65, s70, v65
-        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[96:97], v[40:47]
-        v_dual_subrev_f32 v66, s70, v66 :: v_dual_subrev_f32 v67, s70, v67
-        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
+        s_wait_loadcnt 4
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[96:97], v[48:55]
-        v_dual_subrev_f32 v68, s70, v68 :: v_dual_subrev_f32 v69, s70, v69
-        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[96:97], v[56:63]
-        v_dual_subrev_f32 v70, s70, v70 :: v_dual_subrev_f32 v71, s70, v71
-        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[104:105], v[32:39]
-        v_dual_subrev_f32 v72, s70, v72 :: v_dual_subrev_f32 v73, s70, v73
-        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[104:105], v[40:47]
-        v_dual_subrev_f32 v74, s70, v74 :: v_dual_subrev_f32 v75, s70, v75
-        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[104:105], v[48:55]
-        v_dual_subrev_f32 v76, s70, v76 :: v_dual_subrev_f32 v77, s70, v77
-        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[104:105], v[56:63]
-        v_dual_subrev_f32 v78, s70, v78 :: v_dual_subrev_f32 v79, s70, v79
-        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
+        v_mul_f32 v11, s71, v9
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[112:113], v[32:39]
-        v_dual_subrev_f32 v80, s70, v80 :: v_dual_subrev_f32 v81, s70, v81
-        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[112:113], v[40:47]
-        v_dual_subrev_f32 v82, s70, v82 :: v_dual_subrev_f32 v83, s70, v83
-        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[112:113], v[48:55]
-        v_dual_subrev_f32 v84, s70, v84 :: v_dual_subrev_f32 v85, s70, v85
-        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[112:113], v[56:63]
-        v_dual_subrev_f32 v86, s70, v86 :: v_dual_subrev_f32 v87, s70, v87
-        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[120:121], v[32:39]
-        v_dual_subrev_f32 v88, s70, v88 :: v_dual_subrev_f32 v89, s70, v89
-        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[120:121], v[40:47]
-        v_dual_subrev_f32 v90, s70, v90 :: v_dual_subrev_f32 v91, s70, v91
-        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
+        v_mov_b32 v12, v11
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[120:121], v[48:55]
-        v_dual_subrev_f32 v92, s70, v92 :: v_dual_subrev_f32 v93, s70, v93
-        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[120:121], v[56:63]
-        v_dual_subrev_f32 v94, s70, v94 :: v_dual_subrev_f32 v95, s70, v95
-        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -10462,7 +12201,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
-        s_add_co_i32 s73, s73, 1
+        s_add_co_i32 s72, s72, 1
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
@@ -10604,7 +12343,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
@@ -10614,105 +12355,254 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v64, v64, v29 :: v_dual_sub_f32 v65, v65, v18
-        v_dual_sub_f32 v66, v66, v29 :: v_dual_sub_f32 v67, v67, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v11, v18
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_one_fma_0_last
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp16_one_fma_0_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_one_fma_0_last_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_fp16_one_fma_0_last:
+        v_fma_f32 v64, v64, v12, -v29
+        v_fma_f32 v65, v65, v12, -v29
+        v_fma_f32 v66, v66, v12, -v29
+        v_fma_f32 v67, v67, v12, -v29
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v29 :: v_dual_sub_f32 v69, v69, v18
+        v_fma_f32 v68, v68, v12, -v29
         v_exp_f32_e32 v65, v65
+        v_fma_f32 v69, v69, v12, -v29
         v_exp_f32_e32 v66, v66
-        v_dual_sub_f32 v70, v70, v29 :: v_dual_sub_f32 v71, v71, v18
+        v_fma_f32 v70, v70, v12, -v29
         v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v22, v64, v65 :: v_dual_sub_f32 v73, v73, v18
+        v_fma_f32 v71, v71, v12, -v29
         v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v29 :: v_dual_add_f32 v23, v22, v66
-        v_dual_mul_f32 v64, s69, v64 :: v_dual_mul_f32 v65, s69, v65
+        v_fma_f32 v72, v72, v12, -v29
+        v_dual_add_f32 v22, v64, v66 :: v_dual_add_f32 v23, v65, v67
         v_exp_f32_e32 v69, v69
-        v_add_f32 v22, v23, v67
+        v_fma_f32 v73, v73, v12, -v29
         v_cvt_pk_fp8_f32 v64, v64, v65
         v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v29 :: v_dual_add_f32 v23, v68, v22
-        v_dual_mul_f32 v66, s69, v66 :: v_dual_mul_f32 v67, s69, v67
+        v_fma_f32 v74, v74, v12, -v29
+        v_dual_add_f32 v22, v22, v68 :: v_dual_add_f32 v23, v23, v69
         v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v18 :: v_dual_add_f32 v22, v69, v23
+        v_fma_f32 v75, v75, v12, -v29
         v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
         v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v29 :: v_dual_add_f32 v23, v22, v70
-        v_dual_mul_f32 v68, s69, v68 :: v_dual_sub_f32 v77, v77, v18
+        v_fma_f32 v76, v76, v12, -v29
+        v_dual_add_f32 v22, v22, v70 :: v_dual_add_f32 v23, v23, v71
         v_exp_f32_e32 v73, v73
-        v_dual_add_f32 v22, v23, v71 :: v_dual_mul_f32 v69, s69, v69
+        v_fma_f32 v77, v77, v12, -v29
         v_cvt_pk_fp8_f32 v65, v68, v69
         v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v29 :: v_dual_add_f32 v23, v72, v22
-        v_dual_mul_f32 v70, s69, v70 :: v_dual_mul_f32 v71, s69, v71
+        v_fma_f32 v78, v78, v12, -v29
+        v_dual_add_f32 v22, v22, v72 :: v_dual_add_f32 v23, v23, v73
         v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v18 :: v_dual_add_f32 v22, v73, v23
+        v_fma_f32 v79, v79, v12, -v29
         v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
         v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v29 :: v_dual_add_f32 v23, v22, v74
-        v_dual_mul_f32 v72, s69, v72 :: v_dual_sub_f32 v81, v81, v18
+        v_fma_f32 v80, v80, v12, -v29
+        v_dual_add_f32 v22, v22, v74 :: v_dual_add_f32 v23, v23, v75
         v_exp_f32_e32 v77, v77
-        v_dual_add_f32 v22, v23, v75 :: v_dual_mul_f32 v73, s69, v73
+        v_fma_f32 v81, v81, v12, -v29
         v_cvt_pk_fp8_f32 v72, v72, v73
         v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v29 :: v_dual_add_f32 v23, v76, v22
-        v_dual_mul_f32 v74, s69, v74 :: v_dual_mul_f32 v75, s69, v75
+        v_fma_f32 v82, v82, v12, -v29
+        v_dual_add_f32 v22, v22, v76 :: v_dual_add_f32 v23, v23, v77
         v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v18 :: v_dual_add_f32 v22, v77, v23
+        v_fma_f32 v83, v83, v12, -v29
         v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
         v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v29 :: v_dual_add_f32 v23, v22, v78
-        v_dual_mul_f32 v76, s69, v76 :: v_dual_sub_f32 v85, v85, v18
+        v_fma_f32 v84, v84, v12, -v29
+        v_dual_add_f32 v22, v22, v78 :: v_dual_add_f32 v23, v23, v79
         v_exp_f32_e32 v81, v81
-        v_dual_add_f32 v22, v23, v79 :: v_dual_mul_f32 v77, s69, v77
+        v_fma_f32 v85, v85, v12, -v29
         v_cvt_pk_fp8_f32 v73, v76, v77
         v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v29 :: v_dual_add_f32 v23, v80, v22
-        v_dual_mul_f32 v78, s69, v78 :: v_dual_mul_f32 v79, s69, v79
+        v_fma_f32 v86, v86, v12, -v29
+        v_dual_add_f32 v22, v22, v80 :: v_dual_add_f32 v23, v23, v81
         v_exp_f32_e32 v83, v83
-        v_dual_sub_f32 v87, v87, v18 :: v_dual_add_f32 v22, v81, v23
+        v_fma_f32 v87, v87, v12, -v29
         v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
         v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v29 :: v_dual_add_f32 v23, v22, v82
-        v_dual_mul_f32 v80, s69, v80 :: v_dual_sub_f32 v89, v89, v18
+        v_fma_f32 v88, v88, v12, -v29
+        v_dual_add_f32 v22, v22, v82 :: v_dual_add_f32 v23, v23, v83
         v_exp_f32_e32 v85, v85
-        v_dual_add_f32 v22, v23, v83 :: v_dual_mul_f32 v81, s69, v81
+        v_fma_f32 v89, v89, v12, -v29
         v_cvt_pk_fp8_f32 v80, v80, v81
         v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v29 :: v_dual_add_f32 v23, v84, v22
-        v_dual_mul_f32 v82, s69, v82 :: v_dual_mul_f32 v83, s69, v83
+        v_fma_f32 v90, v90, v12, -v29
+        v_dual_add_f32 v22, v22, v84 :: v_dual_add_f32 v23, v23, v85
         v_exp_f32_e32 v87, v87
-        v_dual_sub_f32 v91, v91, v18 :: v_dual_add_f32 v22, v85, v23
+        v_fma_f32 v91, v91, v12, -v29
         v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
         v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v29 :: v_dual_add_f32 v23, v22, v86
-        v_dual_mul_f32 v84, s69, v84 :: v_dual_sub_f32 v93, v93, v18
+        v_fma_f32 v92, v92, v12, -v29
+        v_dual_add_f32 v22, v22, v86 :: v_dual_add_f32 v23, v23, v87
         v_exp_f32_e32 v89, v89
-        v_dual_add_f32 v22, v23, v87 :: v_dual_mul_f32 v85, s69, v85
+        v_fma_f32 v93, v93, v12, -v29
         v_cvt_pk_fp8_f32 v81, v84, v85
         v_exp_f32_e32 v90, v90
-        v_dual_sub_f32 v94, v94, v29 :: v_dual_add_f32 v23, v88, v22
-        v_dual_mul_f32 v86, s69, v86 :: v_dual_mul_f32 v87, s69, v87
+        v_fma_f32 v94, v94, v12, -v29
+        v_dual_add_f32 v22, v22, v88 :: v_dual_add_f32 v23, v23, v89
         v_exp_f32_e32 v91, v91
-        v_dual_sub_f32 v95, v95, v18 :: v_dual_add_f32 v22, v89, v23
+        v_fma_f32 v95, v95, v12, -v29
         v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
         v_exp_f32_e32 v92, v92
-        v_dual_add_f32 v23, v22, v90 :: v_dual_mul_f32 v88, s69, v88
+        v_dual_add_f32 v22, v22, v90 :: v_dual_add_f32 v23, v23, v91
         v_exp_f32_e32 v93, v93
-        v_dual_add_f32 v22, v23, v91 :: v_dual_mul_f32 v89, s69, v89
         v_cvt_pk_fp8_f32 v88, v88, v89
         v_exp_f32_e32 v94, v94
-        v_dual_add_f32 v23, v22, v92 :: v_dual_mul_f32 v90, s69, v90
+        v_dual_add_f32 v22, v22, v92 :: v_dual_add_f32 v23, v23, v93
         v_exp_f32_e32 v95, v95
-        v_dual_add_f32 v22, v23, v93 :: v_dual_mul_f32 v91, s69, v91
         v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v94 :: v_dual_mul_f32 v92, s69, v92
-        v_dual_add_f32 v22, v23, v95 :: v_dual_mul_f32 v93, s69, v93
+        v_dual_add_f32 v22, v22, v94 :: v_dual_add_f32 v23, v23, v95
         v_cvt_pk_fp8_f32 v89, v92, v93
-        v_dual_mul_f32 v94, s69, v94 :: v_dual_mul_f32 v95, s69, v95
         v_cvt_pk_fp8_f32 v89, v94, v95 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -10899,7 +12789,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
@@ -10909,105 +12801,254 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v11, v18
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_one_fma_1_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp16_one_fma_1_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_one_fma_1_last_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_fp16_one_fma_1_last:
+        v_fma_f32 v96, v96, v12, -v29
+        v_fma_f32 v97, v97, v12, -v29
+        v_fma_f32 v98, v98, v12, -v29
+        v_fma_f32 v99, v99, v12, -v29
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_fma_f32 v100, v100, v12, -v29
         v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v12, -v29
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v102, v102, v12, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        v_fma_f32 v103, v103, v12, -v29
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
-        v_dual_mul_f32 v96, s69, v96 :: v_dual_mul_f32 v97, s69, v97
+        v_fma_f32 v104, v104, v12, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_fma_f32 v105, v105, v12, -v29
         v_cvt_pk_fp8_f32 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
-        v_dual_mul_f32 v98, s69, v98 :: v_dual_mul_f32 v99, s69, v99
+        v_fma_f32 v106, v106, v12, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_fma_f32 v107, v107, v12, -v29
         v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
-        v_dual_mul_f32 v100, s69, v100 :: v_dual_sub_f32 v109, v109, v18
+        v_fma_f32 v108, v108, v12, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
-        v_dual_add_f32 v22, v23, v103 :: v_dual_mul_f32 v101, s69, v101
+        v_fma_f32 v109, v109, v12, -v29
         v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
-        v_dual_mul_f32 v102, s69, v102 :: v_dual_mul_f32 v103, s69, v103
+        v_fma_f32 v110, v110, v12, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
+        v_fma_f32 v111, v111, v12, -v29
         v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
-        v_dual_mul_f32 v104, s69, v104 :: v_dual_sub_f32 v113, v113, v18
+        v_fma_f32 v112, v112, v12, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_exp_f32_e32 v109, v109
-        v_dual_add_f32 v22, v23, v107 :: v_dual_mul_f32 v105, s69, v105
+        v_fma_f32 v113, v113, v12, -v29
         v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
-        v_dual_mul_f32 v106, s69, v106 :: v_dual_mul_f32 v107, s69, v107
+        v_fma_f32 v114, v114, v12, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
+        v_fma_f32 v115, v115, v12, -v29
         v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
-        v_dual_mul_f32 v108, s69, v108 :: v_dual_sub_f32 v117, v117, v18
+        v_fma_f32 v116, v116, v12, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_exp_f32_e32 v113, v113
-        v_dual_add_f32 v22, v23, v111 :: v_dual_mul_f32 v109, s69, v109
+        v_fma_f32 v117, v117, v12, -v29
         v_cvt_pk_fp8_f32 v105, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
-        v_dual_mul_f32 v110, s69, v110 :: v_dual_mul_f32 v111, s69, v111
+        v_fma_f32 v118, v118, v12, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
+        v_fma_f32 v119, v119, v12, -v29
         v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
-        v_dual_mul_f32 v112, s69, v112 :: v_dual_sub_f32 v121, v121, v18
+        v_fma_f32 v120, v120, v12, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_exp_f32_e32 v117, v117
-        v_dual_add_f32 v22, v23, v115 :: v_dual_mul_f32 v113, s69, v113
+        v_fma_f32 v121, v121, v12, -v29
         v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
-        v_dual_mul_f32 v114, s69, v114 :: v_dual_mul_f32 v115, s69, v115
+        v_fma_f32 v122, v122, v12, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
+        v_fma_f32 v123, v123, v12, -v29
         v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
-        v_dual_mul_f32 v116, s69, v116 :: v_dual_sub_f32 v125, v125, v18
+        v_fma_f32 v124, v124, v12, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_exp_f32_e32 v121, v121
-        v_dual_add_f32 v22, v23, v119 :: v_dual_mul_f32 v117, s69, v117
+        v_fma_f32 v125, v125, v12, -v29
         v_cvt_pk_fp8_f32 v113, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
-        v_dual_mul_f32 v118, s69, v118 :: v_dual_mul_f32 v119, s69, v119
+        v_fma_f32 v126, v126, v12, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_fma_f32 v127, v127, v12, -v29
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
         v_exp_f32_e32 v124, v124
-        v_dual_add_f32 v23, v22, v122 :: v_dual_mul_f32 v120, s69, v120
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_exp_f32_e32 v125, v125
-        v_dual_add_f32 v22, v23, v123 :: v_dual_mul_f32 v121, s69, v121
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_dual_add_f32 v23, v22, v124 :: v_dual_mul_f32 v122, s69, v122
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_exp_f32_e32 v127, v127
-        v_dual_add_f32 v22, v23, v125 :: v_dual_mul_f32 v123, s69, v123
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mul_f32 v124, s69, v124
-        v_dual_add_f32 v22, v23, v127 :: v_dual_mul_f32 v125, s69, v125
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
-        v_dual_mul_f32 v126, s69, v126 :: v_dual_mul_f32 v127, s69, v127
         v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
         v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
         v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
@@ -11080,8 +13121,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_kmcnt 0  // q_scale (the smooth_k lse term)
 .Ld64_fp16_epilogue:
 
-        // ---- epilogue: inv = 1 / (448 l) (pv fp16: 1 / l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) 
-        v_mul_f32_e32 v152, 0x43e00000, v21
+        // ---- epilogue: inv = 1 / l (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) -------------------
+        v_mov_b32_e32 v152, v21
         v_div_scale_f32 v153, null, v152, v152, 1.0
         v_div_scale_f32 v154, vcc_lo, 1.0, v152, 1.0
         v_rcp_f32_e32 v155, v153
@@ -11481,8 +13522,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld64_fp16_store_out
 
-        // ---- epilogue: lse = (m + log2 l) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] ------------------
+        // ---- epilogue: lse = (m + (log2 l - P_OFF)) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] --------
         v_log_f32_e32 v153, v21
+        v_subrev_f32_e32 v153, 0x40ffc000, v153  // l carries 2^P_OFF
         v_add_f32_e32 v152, v16, v153
         v_mul_f32_e32 v152, 0x3f317218, v152
         s_bitcmp1_b32 s34, 1
@@ -11501,172 +13543,172 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_loadcnt 7
         v_bfe_i32 v155, v128, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v64
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v128, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v65
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v128, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v66
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v128, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v67
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 6
         v_bfe_i32 v155, v129, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v68
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v129, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v69
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v129, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v70
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v129, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v71
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 5
         v_bfe_i32 v155, v130, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v72
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v130, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v73
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v130, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v74
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v130, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v75
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 4
         v_bfe_i32 v155, v131, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v76
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v131, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v77
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v131, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v78
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v131, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v79
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 3
         v_bfe_i32 v155, v132, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v80
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v132, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v81
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v132, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v82
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v132, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v83
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 2
         v_bfe_i32 v155, v133, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v84
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v133, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v85
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v133, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v86
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v133, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v87
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 1
         v_bfe_i32 v155, v134, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v88
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v134, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v89
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v134, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v90
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v134, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v91
         v_add_f32_e32 v154, v154, v155
         s_wait_loadcnt 0
         v_bfe_i32 v155, v135, 0, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v92
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v135, 8, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v93
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v135, 16, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v94
         v_add_f32_e32 v154, v154, v155
         v_bfe_i32 v155, v135, 24, 8
         v_cvt_f32_i32_e32 v155, v155
-        v_mul_f32_e32 v155, s72, v155
+        v_mul_f32_e32 v155, s71, v155
         v_mul_f32_e32 v155, v155, v95
         v_add_f32_e32 v154, v154, v155
-        v_permlanex16_b32 v28, v154, s71, 0xfedcba98
+        v_permlanex16_b32 v28, v154, s70, 0xfedcba98
         v_add_f32_e32 v154, v154, v28
         v_mul_f32_e32 v154, 0x3f317218, v154
         v_add_f32_e32 v152, v152, v154
@@ -11789,11 +13831,10 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
 //   s[62:63]     lutrow       LUT row of this query tile
 //   s[64:67]     lut4         count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)
 //   s68          L3           L[min(t+3, last)] (in flight during tile t)
-//   s69          c448         448.0f (VOPD src0 of p*448)
-//   s70          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
-//   s71          permsel      v_permlanex16 lane select 0x76543210
-//   s72          qs           q_scale of this wave's 16 queries
-//   s73          tile         loop: current key tile t
+//   s69          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
+//   s70          permsel      v_permlanex16 lane select 0x76543210
+//   s71          qs           q_scale of this wave's 16 queries
+//   s72          tile         loop: current key tile t
 //   s[74:75]     kh           K of this K/V head
 //   s[76:77]     qrow         Q rows of this wave
 //   s[78:79]     kb           K staging base (tile min(t+2, last))
@@ -11894,9 +13935,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_cselect_b32 s66, s66, s65  // L[min(1, last)]
         s_cmp_gt_u32 s64, 2
         s_cselect_b32 s67, s67, s66  // L[min(2, last)]
-        s_mov_b32 s69, 0x43e00000
-        s_mov_b32 s70, 0x4b400000
-        s_mov_b32 s71, 0x76543210
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
         s_lshl_b32 s52, s25, 7
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[50:51]
@@ -11929,7 +13969,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_add_nc_u64 s[52:53], s[10:11], s[52:53]
         s_lshr_b32 s54, s58, 5
         s_lshl_b32 s54, s54, 2
-        s_load_b32 s72, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
+        s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
         s_lshl_b64 s[52:53], s[50:51], 9
         s_add_nc_u64 s[90:91], s[14:15], s[52:53]
         s_add_nc_u64 s[92:93], s[16:17], s[52:53]
@@ -11961,7 +14001,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[96:97], s[20:21], s[52:53]
         s_mov_b32 s81, 0
-        s_mov_b32 s73, 0
+        s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
         v_lshrrev_b32 v227, 0, v0
         v_mul_lo_u32 v9, v227, s25  // V^T row * seq_pad_kv
@@ -12027,10 +14067,10 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_dual_mov_b32 v90, 0 :: v_dual_mov_b32 v91, 0
         v_dual_mov_b32 v92, 0 :: v_dual_mov_b32 v93, 0
         v_dual_mov_b32 v94, 0 :: v_dual_mov_b32 v95, 0
-        v_dual_mov_b32 v248, s70 :: v_dual_mov_b32 v249, s70
-        v_dual_mov_b32 v250, s70 :: v_dual_mov_b32 v251, s70
-        v_dual_mov_b32 v252, s70 :: v_dual_mov_b32 v253, s70
-        v_dual_mov_b32 v254, s70 :: v_dual_mov_b32 v255, s70
+        v_dual_mov_b32 v248, s69 :: v_dual_mov_b32 v249, s69
+        v_dual_mov_b32 v250, s69 :: v_dual_mov_b32 v251, s69
+        v_dual_mov_b32 v252, s69 :: v_dual_mov_b32 v253, s69
+        v_dual_mov_b32 v254, s69 :: v_dual_mov_b32 v255, s69
         v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
         s_wait_loadcnt 0
         ds_store_b128 v6, v[176:179] offset:0
@@ -12119,39 +14159,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[174:175], v[112:119] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[174:175], v[120:127] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v12, s72, v10 :: v_dual_subrev_f32 v97, s70, v97
-        v_dual_mov_b32 v13, v12 :: v_dual_subrev_f32 v96, s70, v96
-        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
-        v_dual_subrev_f32 v98, s70, v98 :: v_dual_subrev_f32 v99, s70, v99
-        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
-        v_dual_subrev_f32 v100, s70, v100 :: v_dual_subrev_f32 v101, s70, v101
-        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
-        v_dual_subrev_f32 v102, s70, v102 :: v_dual_subrev_f32 v103, s70, v103
-        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
-        v_dual_subrev_f32 v104, s70, v104 :: v_dual_subrev_f32 v105, s70, v105
-        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
-        v_dual_subrev_f32 v106, s70, v106 :: v_dual_subrev_f32 v107, s70, v107
-        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
-        v_dual_subrev_f32 v108, s70, v108 :: v_dual_subrev_f32 v109, s70, v109
-        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
-        v_dual_subrev_f32 v110, s70, v110 :: v_dual_subrev_f32 v111, s70, v111
-        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
-        v_dual_subrev_f32 v112, s70, v112 :: v_dual_subrev_f32 v113, s70, v113
-        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
-        v_dual_subrev_f32 v114, s70, v114 :: v_dual_subrev_f32 v115, s70, v115
-        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
-        v_dual_subrev_f32 v116, s70, v116 :: v_dual_subrev_f32 v117, s70, v117
-        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
-        v_dual_subrev_f32 v118, s70, v118 :: v_dual_subrev_f32 v119, s70, v119
-        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
-        v_dual_subrev_f32 v120, s70, v120 :: v_dual_subrev_f32 v121, s70, v121
-        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
-        v_dual_subrev_f32 v122, s70, v122 :: v_dual_subrev_f32 v123, s70, v123
-        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
-        v_dual_subrev_f32 v124, s70, v124 :: v_dual_subrev_f32 v125, s70, v125
-        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
-        v_dual_subrev_f32 v126, s70, v126 :: v_dual_subrev_f32 v127, s70, v127
-        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
+        v_mul_f32 v12, s71, v10
+        v_mov_b32 v13, v12
         s_wait_loadcnt 0
         ds_store_b128 v6, v[176:179] offset:8192
         ds_store_b128 v6, v[180:183] offset:10240
@@ -12163,11 +14172,11 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
 
         // ---- main loop: two tiles per trip (register ping-pong SA/SB, m[0]/m[1], LDS buffers) ----------------
 .Ld128_bf16_pv16_loop:
-        s_cmp_eq_u32 s73, s59
+        s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_bf16_pv16_last_0
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
-        s_add_co_i32 s52, s73, 3
+        s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
@@ -12325,7 +14334,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
@@ -12335,188 +14346,351 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
-        v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v12, v18
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_pv16_one_fma_0
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_pv16_one_fma_0_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_bf16_pv16_one_fma_0:
+        v_fma_f32 v96, v96, v13, -v29
+        v_fma_f32 v97, v97, v13, -v29
+        v_fma_f32 v98, v98, v13, -v29
+        v_fma_f32 v99, v99, v13, -v29
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v96, v96
+        v_fma_f32 v100, v100, v13, -v29
         v_exp_f32_e32 v97, v97
-        v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v101, v101, v13, -v29
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v98, v98
+        v_fma_f32 v102, v102, v13, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
-        v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_fma_f32 v103, v103, v13, -v29
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v13, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_cvt_f16_f32_e64 v96, v96
-        v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v13, -v29
         v_cvt_f16_f32_e64 v97, v97
         v_pack_b32_f16 v96, v96, v97
-        v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[162:163], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v2 offset:10240
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v13, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_cvt_f16_f32_e64 v98, v98
-        v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[162:163], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v2 offset:11264
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v13, -v29
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
-        v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[162:163], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v3 offset:8192
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v13, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_cvt_f16_f32_e64 v100, v100
-        v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v18 :: v_dual_add_f32 v22, v23, v103
-        v_cvt_f16_f32_e64 v101, v101
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[162:163], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v3 offset:9216
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v13, -v29
+        v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
-        v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[164:165], v[128:135] neg_lo:[1,1,0]
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v13, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_cvt_f16_f32_e64 v102, v102
-        v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
-        v_cvt_f16_f32_e64 v103, v103
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[164:165], v[136:143] neg_lo:[1,1,0]
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v13, -v29
+        v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
-        v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[164:165], v[144:151] neg_lo:[1,1,0]
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v13, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_cvt_f16_f32_e64 v104, v104
-        v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v18 :: v_dual_add_f32 v22, v23, v107
-        v_cvt_f16_f32_e64 v105, v105
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[164:165], v[152:159] neg_lo:[1,1,0]
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v13, -v29
+        v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
-        v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
         v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[166:167], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v3 offset:10240
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v13, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_cvt_f16_f32_e64 v106, v106
-        v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
-        v_cvt_f16_f32_e64 v107, v107
         v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[166:167], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v3 offset:11264
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v13, -v29
+        v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
-        v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
-        v_cvt_f16_f32_e64 v108, v108
         v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[166:167], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:8192
-        v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v18 :: v_dual_add_f32 v22, v23, v111
-        v_cvt_f16_f32_e64 v109, v109
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v13, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
+        v_cvt_f16_f32_e64 v108, v108
         v_wmma_i32_16x16x16_iu8 v[152:159], v[230:231], v[166:167], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:9216
+        v_exp_f32_e32 v113, v113
+        v_fma_f32 v117, v117, v13, -v29
+        v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
-        v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
-        v_cvt_f16_f32_e64 v110, v110
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[232:233], v[168:169], v[128:135] neg_lo:[1,1,0]
-        v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
-        v_cvt_f16_f32_e64 v111, v111
+        v_exp_f32_e32 v114, v114
+        v_fma_f32 v118, v118, v13, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
+        v_cvt_f16_f32_e64 v110, v110
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[236:237], v[168:169], v[136:143] neg_lo:[1,1,0]
+        v_exp_f32_e32 v115, v115
+        v_fma_f32 v119, v119, v13, -v29
+        v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
-        v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
-        v_cvt_f16_f32_e64 v112, v112
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[240:241], v[168:169], v[144:151] neg_lo:[1,1,0]
-        v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v18 :: v_dual_add_f32 v22, v23, v115
-        v_cvt_f16_f32_e64 v113, v113
-        v_pack_b32_f16 v112, v112, v113
+        v_exp_f32_e32 v116, v116
+        v_fma_f32 v120, v120, v13, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
+        v_cvt_f16_f32_e64 v112, v112
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[244:245], v[168:169], v[152:159] neg_lo:[1,1,0]
-        v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
-        v_cvt_f16_f32_e64 v114, v114
+        v_exp_f32_e32 v117, v117
+        v_fma_f32 v121, v121, v13, -v29
+        v_cvt_f16_f32_e64 v113, v113
+        v_pack_b32_f16 v112, v112, v113
         v_wmma_i32_16x16x16_iu8 v[128:135], v[234:235], v[170:171], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v4 offset:10240
-        v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
-        v_cvt_f16_f32_e64 v115, v115
-        v_pack_b32_f16 v113, v114, v115
+        v_exp_f32_e32 v118, v118
+        v_fma_f32 v122, v122, v13, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
+        v_cvt_f16_f32_e64 v114, v114
         v_wmma_i32_16x16x16_iu8 v[136:143], v[238:239], v[170:171], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v4 offset:11264
-        v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
-        v_cvt_f16_f32_e64 v116, v116
+        v_exp_f32_e32 v119, v119
+        v_fma_f32 v123, v123, v13, -v29
+        v_cvt_f16_f32_e64 v115, v115
+        v_pack_b32_f16 v113, v114, v115
         v_wmma_i32_16x16x16_iu8 v[144:151], v[242:243], v[170:171], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:16384
-        v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v18 :: v_dual_add_f32 v22, v23, v119
-        v_cvt_f16_f32_e64 v117, v117
-        v_pack_b32_f16 v114, v116, v117
+        v_exp_f32_e32 v120, v120
+        v_fma_f32 v124, v124, v13, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
+        v_cvt_f16_f32_e64 v116, v116
         v_wmma_i32_16x16x16_iu8 v[152:159], v[246:247], v[170:171], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:18688
-        v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
-        v_cvt_f16_f32_e64 v118, v118
+        v_exp_f32_e32 v121, v121
+        v_fma_f32 v125, v125, v13, -v29
+        v_cvt_f16_f32_e64 v117, v117
+        v_pack_b32_f16 v114, v116, v117
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[172:173], v[128:135] neg_lo:[1,1,0]
-        v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
-        v_cvt_f16_f32_e64 v119, v119
-        v_pack_b32_f16 v115, v118, v119
+        v_exp_f32_e32 v122, v122
+        v_fma_f32 v126, v126, v13, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
+        v_cvt_f16_f32_e64 v118, v118
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[172:173], v[136:143] neg_lo:[1,1,0]
-        v_exp_f32_e32 v124, v124
-        v_add_f32 v23, v22, v122
-        v_cvt_f16_f32_e64 v120, v120
-        v_exp_f32_e32 v125, v125
+        v_exp_f32_e32 v123, v123
+        v_fma_f32 v127, v127, v13, -v29
+        v_cvt_f16_f32_e64 v119, v119
+        v_pack_b32_f16 v115, v118, v119
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[172:173], v[144:151] neg_lo:[1,1,0]
-        v_add_f32 v22, v23, v123
-        v_cvt_f16_f32_e64 v121, v121
-        v_pack_b32_f16 v120, v120, v121
+        v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
+        v_cvt_f16_f32_e64 v120, v120
+        v_exp_f32_e32 v125, v125
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[172:173], v[152:159] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v121, v121
+        v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_add_f32 v23, v22, v124
-        v_cvt_f16_f32_e64 v122, v122
-        v_exp_f32_e32 v127, v127
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[174:175], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v5 offset:20992
-        v_add_f32 v22, v23, v125
+        v_cvt_f16_f32_e64 v122, v122
+        v_exp_f32_e32 v127, v127
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[174:175], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v5 offset:23296
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_f16_f32_e64 v124, v124
-        v_add_f32 v22, v23, v127
         v_cvt_f16_f32_e64 v125, v125
+        v_pack_b32_f16 v122, v124, v125
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[174:175], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:25600
-        v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
+        v_pack_b32_f16 v123, v126, v127
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[174:175], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:27904
-        v_pack_b32_f16 v123, v126, v127
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
-        v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
@@ -12556,130 +14730,99 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
 .Ld128_bf16_pv16_no_rescale_0:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[96:99], v[32:39]
         ds_load_b128 v[240:243], v5 offset:30208
-        v_dual_mul_f32 v12, s72, v10 :: v_dual_subrev_f32 v129, s70, v129
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[96:99], v[40:47]
         ds_load_b128 v[244:247], v5 offset:32512
-        v_dual_mov_b32 v13, v12 :: v_dual_subrev_f32 v128, s70, v128
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[96:99], v[48:55]
         ds_load_b128 v[224:227], v5 offset:16400
-        v_dual_mul_f32 v128, v12, v128 :: v_dual_mul_f32 v129, v13, v129
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[96:99], v[56:63]
         ds_load_b128 v[228:231], v5 offset:18704
-        v_dual_subrev_f32 v130, s70, v130 :: v_dual_subrev_f32 v131, s70, v131
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[96:99], v[64:71]
         ds_load_b128 v[232:235], v5 offset:21008
-        v_dual_mul_f32 v130, v12, v130 :: v_dual_mul_f32 v131, v13, v131
+        s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[96:99], v[72:79]
         ds_load_b128 v[236:239], v5 offset:23312
-        v_dual_subrev_f32 v132, s70, v132 :: v_dual_subrev_f32 v133, s70, v133
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[96:99], v[80:87]
         ds_load_b128 v[240:243], v5 offset:25616
-        v_dual_mul_f32 v132, v12, v132 :: v_dual_mul_f32 v133, v13, v133
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[96:99], v[88:95]
         ds_load_b128 v[244:247], v5 offset:27920
-        v_dual_subrev_f32 v134, s70, v134 :: v_dual_subrev_f32 v135, s70, v135
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[104:107], v[32:39]
         ds_load_b128 v[224:227], v5 offset:30224
-        v_dual_mul_f32 v134, v12, v134 :: v_dual_mul_f32 v135, v13, v135
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[104:107], v[40:47]
         ds_load_b128 v[228:231], v5 offset:32528
-        v_dual_subrev_f32 v136, s70, v136 :: v_dual_subrev_f32 v137, s70, v137
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[104:107], v[48:55]
         ds_load_b128 v[232:235], v5 offset:16416
-        v_dual_mul_f32 v136, v12, v136 :: v_dual_mul_f32 v137, v13, v137
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[104:107], v[56:63]
         ds_load_b128 v[236:239], v5 offset:18720
-        v_dual_subrev_f32 v138, s70, v138 :: v_dual_subrev_f32 v139, s70, v139
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[104:107], v[64:71]
         ds_load_b128 v[240:243], v5 offset:21024
-        v_dual_mul_f32 v138, v12, v138 :: v_dual_mul_f32 v139, v13, v139
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[104:107], v[72:79]
         ds_load_b128 v[244:247], v5 offset:23328
-        v_dual_subrev_f32 v140, s70, v140 :: v_dual_subrev_f32 v141, s70, v141
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[104:107], v[80:87]
         ds_load_b128 v[224:227], v5 offset:25632
-        v_dual_mul_f32 v140, v12, v140 :: v_dual_mul_f32 v141, v13, v141
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[104:107], v[88:95]
         ds_load_b128 v[228:231], v5 offset:27936
-        v_dual_subrev_f32 v142, s70, v142 :: v_dual_subrev_f32 v143, s70, v143
-        v_dual_mul_f32 v142, v12, v142 :: v_dual_mul_f32 v143, v13, v143
+        v_mul_f32 v12, s71, v10
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[232:235], v[112:115], v[32:39]
         ds_load_b128 v[232:235], v5 offset:30240
-        v_dual_subrev_f32 v144, s70, v144 :: v_dual_subrev_f32 v145, s70, v145
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[236:239], v[112:115], v[40:47]
         ds_load_b128 v[236:239], v5 offset:32544
-        v_dual_mul_f32 v144, v12, v144 :: v_dual_mul_f32 v145, v13, v145
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[240:243], v[112:115], v[48:55]
         ds_load_b128 v[240:243], v5 offset:16432
-        v_dual_subrev_f32 v146, s70, v146 :: v_dual_subrev_f32 v147, s70, v147
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[244:247], v[112:115], v[56:63]
         ds_load_b128 v[244:247], v5 offset:18736
-        v_dual_mul_f32 v146, v12, v146 :: v_dual_mul_f32 v147, v13, v147
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[224:227], v[112:115], v[64:71]
         ds_load_b128 v[224:227], v5 offset:21040
-        v_dual_subrev_f32 v148, s70, v148 :: v_dual_subrev_f32 v149, s70, v149
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[228:231], v[112:115], v[72:79]
         ds_load_b128 v[228:231], v5 offset:23344
-        v_dual_mul_f32 v148, v12, v148 :: v_dual_mul_f32 v149, v13, v149
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[232:235], v[112:115], v[80:87]
         ds_load_b128 v[232:235], v5 offset:25648
-        v_dual_subrev_f32 v150, s70, v150 :: v_dual_subrev_f32 v151, s70, v151
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[236:239], v[112:115], v[88:95]
         ds_load_b128 v[236:239], v5 offset:27952
-        v_dual_mul_f32 v150, v12, v150 :: v_dual_mul_f32 v151, v13, v151
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[120:123], v[32:39]
         ds_load_b128 v[240:243], v5 offset:30256
-        v_dual_subrev_f32 v152, s70, v152 :: v_dual_subrev_f32 v153, s70, v153
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[120:123], v[40:47]
         ds_load_b128 v[244:247], v5 offset:32560
-        v_dual_mul_f32 v152, v12, v152 :: v_dual_mul_f32 v153, v13, v153
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[120:123], v[48:55]
-        v_dual_subrev_f32 v154, s70, v154 :: v_dual_subrev_f32 v155, s70, v155
+        v_mov_b32 v13, v12
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[120:123], v[56:63]
-        v_dual_mul_f32 v154, v12, v154 :: v_dual_mul_f32 v155, v13, v155
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[120:123], v[64:71]
-        v_dual_subrev_f32 v156, s70, v156 :: v_dual_subrev_f32 v157, s70, v157
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[120:123], v[72:79]
-        v_dual_mul_f32 v156, v12, v156 :: v_dual_mul_f32 v157, v13, v157
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[120:123], v[80:87]
-        v_dual_subrev_f32 v158, s70, v158 :: v_dual_subrev_f32 v159, s70, v159
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[120:123], v[88:95]
-        v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -12701,16 +14844,16 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
-        s_add_co_i32 s73, s73, 1
+        s_add_co_i32 s72, s72, 1
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
-        s_cmp_eq_u32 s73, s59
+        s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_bf16_pv16_last_1
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
-        s_add_co_i32 s52, s73, 3
+        s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
@@ -12868,7 +15011,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
@@ -12878,188 +15023,351 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
-        v_exp_f32_e32 v128, v128
-        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v12, v18
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_pv16_one_fma_1
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v12, v128 :: v_dual_mul_f32 v129, v13, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v12, v130 :: v_dual_mul_f32 v131, v13, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v12, v132 :: v_dual_mul_f32 v133, v13, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v12, v134 :: v_dual_mul_f32 v135, v13, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v12, v136 :: v_dual_mul_f32 v137, v13, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v12, v138 :: v_dual_mul_f32 v139, v13, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v12, v140 :: v_dual_mul_f32 v141, v13, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v12, v142 :: v_dual_mul_f32 v143, v13, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v12, v144 :: v_dual_mul_f32 v145, v13, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v12, v146 :: v_dual_mul_f32 v147, v13, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v12, v148 :: v_dual_mul_f32 v149, v13, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v12, v150 :: v_dual_mul_f32 v151, v13, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v12, v152 :: v_dual_mul_f32 v153, v13, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v12, v154 :: v_dual_mul_f32 v155, v13, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v12, v156 :: v_dual_mul_f32 v157, v13, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_pv16_one_fma_1_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_bf16_pv16_one_fma_1:
+        v_fma_f32 v128, v128, v13, -v29
+        v_fma_f32 v129, v129, v13, -v29
+        v_fma_f32 v130, v130, v13, -v29
+        v_fma_f32 v131, v131, v13, -v29
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v128, v128
+        v_fma_f32 v132, v132, v13, -v29
         v_exp_f32_e32 v129, v129
-        v_exp_f32_e32 v130, v130
-        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
+        v_fma_f32 v133, v133, v13, -v29
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v130, v130
+        v_fma_f32 v134, v134, v13, -v29
         v_exp_f32_e32 v131, v131
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
-        v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
+        v_fma_f32 v135, v135, v13, -v29
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v132, v132
+        v_fma_f32 v136, v136, v13, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
         v_cvt_f16_f32_e64 v128, v128
-        v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v133, v133
+        v_fma_f32 v137, v137, v13, -v29
         v_cvt_f16_f32_e64 v129, v129
         v_pack_b32_f16 v128, v128, v129
-        v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[162:163], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v2 offset:2048
+        v_exp_f32_e32 v134, v134
+        v_fma_f32 v138, v138, v13, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
         v_cvt_f16_f32_e64 v130, v130
-        v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[162:163], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v2 offset:3072
+        v_exp_f32_e32 v135, v135
+        v_fma_f32 v139, v139, v13, -v29
         v_cvt_f16_f32_e64 v131, v131
         v_pack_b32_f16 v129, v130, v131
-        v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[162:163], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v3 offset:0
+        v_exp_f32_e32 v136, v136
+        v_fma_f32 v140, v140, v13, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         v_cvt_f16_f32_e64 v132, v132
-        v_exp_f32_e32 v137, v137
-        v_dual_sub_f32 v141, v141, v18 :: v_dual_add_f32 v22, v23, v135
-        v_cvt_f16_f32_e64 v133, v133
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[162:163], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v3 offset:1024
+        v_exp_f32_e32 v137, v137
+        v_fma_f32 v141, v141, v13, -v29
+        v_cvt_f16_f32_e64 v133, v133
         v_pack_b32_f16 v130, v132, v133
-        v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[164:165], v[96:103] neg_lo:[1,1,0]
+        v_exp_f32_e32 v138, v138
+        v_fma_f32 v142, v142, v13, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         v_cvt_f16_f32_e64 v134, v134
-        v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
-        v_cvt_f16_f32_e64 v135, v135
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[164:165], v[104:111] neg_lo:[1,1,0]
+        v_exp_f32_e32 v139, v139
+        v_fma_f32 v143, v143, v13, -v29
+        v_cvt_f16_f32_e64 v135, v135
         v_pack_b32_f16 v131, v134, v135
-        v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[164:165], v[112:119] neg_lo:[1,1,0]
+        v_exp_f32_e32 v140, v140
+        v_fma_f32 v144, v144, v13, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_cvt_f16_f32_e64 v136, v136
-        v_exp_f32_e32 v141, v141
-        v_dual_sub_f32 v145, v145, v18 :: v_dual_add_f32 v22, v23, v139
-        v_cvt_f16_f32_e64 v137, v137
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[164:165], v[120:127] neg_lo:[1,1,0]
+        v_exp_f32_e32 v141, v141
+        v_fma_f32 v145, v145, v13, -v29
+        v_cvt_f16_f32_e64 v137, v137
         v_pack_b32_f16 v136, v136, v137
-        v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
         v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[166:167], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v3 offset:2048
+        v_exp_f32_e32 v142, v142
+        v_fma_f32 v146, v146, v13, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_cvt_f16_f32_e64 v138, v138
-        v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
-        v_cvt_f16_f32_e64 v139, v139
         v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[166:167], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v3 offset:3072
+        v_exp_f32_e32 v143, v143
+        v_fma_f32 v147, v147, v13, -v29
+        v_cvt_f16_f32_e64 v139, v139
         v_pack_b32_f16 v137, v138, v139
-        v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
-        v_cvt_f16_f32_e64 v140, v140
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[166:167], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:0
-        v_exp_f32_e32 v145, v145
-        v_dual_sub_f32 v149, v149, v18 :: v_dual_add_f32 v22, v23, v143
-        v_cvt_f16_f32_e64 v141, v141
+        v_exp_f32_e32 v144, v144
+        v_fma_f32 v148, v148, v13, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
+        v_cvt_f16_f32_e64 v140, v140
         v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[166:167], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:1024
+        v_exp_f32_e32 v145, v145
+        v_fma_f32 v149, v149, v13, -v29
+        v_cvt_f16_f32_e64 v141, v141
         v_pack_b32_f16 v138, v140, v141
-        v_exp_f32_e32 v146, v146
-        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
-        v_cvt_f16_f32_e64 v142, v142
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[232:233], v[168:169], v[96:103] neg_lo:[1,1,0]
-        v_exp_f32_e32 v147, v147
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
-        v_cvt_f16_f32_e64 v143, v143
+        v_exp_f32_e32 v146, v146
+        v_fma_f32 v150, v150, v13, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
+        v_cvt_f16_f32_e64 v142, v142
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[236:237], v[168:169], v[104:111] neg_lo:[1,1,0]
+        v_exp_f32_e32 v147, v147
+        v_fma_f32 v151, v151, v13, -v29
+        v_cvt_f16_f32_e64 v143, v143
         v_pack_b32_f16 v139, v142, v143
-        v_exp_f32_e32 v148, v148
-        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
-        v_cvt_f16_f32_e64 v144, v144
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[240:241], v[168:169], v[112:119] neg_lo:[1,1,0]
-        v_exp_f32_e32 v149, v149
-        v_dual_sub_f32 v153, v153, v18 :: v_dual_add_f32 v22, v23, v147
-        v_cvt_f16_f32_e64 v145, v145
-        v_pack_b32_f16 v144, v144, v145
+        v_exp_f32_e32 v148, v148
+        v_fma_f32 v152, v152, v13, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
+        v_cvt_f16_f32_e64 v144, v144
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[244:245], v[168:169], v[120:127] neg_lo:[1,1,0]
-        v_exp_f32_e32 v150, v150
-        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
-        v_cvt_f16_f32_e64 v146, v146
+        v_exp_f32_e32 v149, v149
+        v_fma_f32 v153, v153, v13, -v29
+        v_cvt_f16_f32_e64 v145, v145
+        v_pack_b32_f16 v144, v144, v145
         v_wmma_i32_16x16x16_iu8 v[96:103], v[234:235], v[170:171], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v4 offset:2048
-        v_exp_f32_e32 v151, v151
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
-        v_cvt_f16_f32_e64 v147, v147
-        v_pack_b32_f16 v145, v146, v147
+        v_exp_f32_e32 v150, v150
+        v_fma_f32 v154, v154, v13, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
+        v_cvt_f16_f32_e64 v146, v146
         v_wmma_i32_16x16x16_iu8 v[104:111], v[238:239], v[170:171], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v4 offset:3072
-        v_exp_f32_e32 v152, v152
-        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
-        v_cvt_f16_f32_e64 v148, v148
+        v_exp_f32_e32 v151, v151
+        v_fma_f32 v155, v155, v13, -v29
+        v_cvt_f16_f32_e64 v147, v147
+        v_pack_b32_f16 v145, v146, v147
         v_wmma_i32_16x16x16_iu8 v[112:119], v[242:243], v[170:171], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:16384
-        v_exp_f32_e32 v153, v153
-        v_dual_sub_f32 v157, v157, v18 :: v_dual_add_f32 v22, v23, v151
-        v_cvt_f16_f32_e64 v149, v149
-        v_pack_b32_f16 v146, v148, v149
+        v_exp_f32_e32 v152, v152
+        v_fma_f32 v156, v156, v13, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
+        v_cvt_f16_f32_e64 v148, v148
         v_wmma_i32_16x16x16_iu8 v[120:127], v[246:247], v[170:171], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:18688
-        v_exp_f32_e32 v154, v154
-        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
-        v_cvt_f16_f32_e64 v150, v150
+        v_exp_f32_e32 v153, v153
+        v_fma_f32 v157, v157, v13, -v29
+        v_cvt_f16_f32_e64 v149, v149
+        v_pack_b32_f16 v146, v148, v149
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[172:173], v[96:103] neg_lo:[1,1,0]
-        v_exp_f32_e32 v155, v155
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
-        v_cvt_f16_f32_e64 v151, v151
-        v_pack_b32_f16 v147, v150, v151
+        v_exp_f32_e32 v154, v154
+        v_fma_f32 v158, v158, v13, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
+        v_cvt_f16_f32_e64 v150, v150
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[172:173], v[104:111] neg_lo:[1,1,0]
-        v_exp_f32_e32 v156, v156
-        v_add_f32 v23, v22, v154
-        v_cvt_f16_f32_e64 v152, v152
-        v_exp_f32_e32 v157, v157
+        v_exp_f32_e32 v155, v155
+        v_fma_f32 v159, v159, v13, -v29
+        v_cvt_f16_f32_e64 v151, v151
+        v_pack_b32_f16 v147, v150, v151
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[172:173], v[112:119] neg_lo:[1,1,0]
-        v_add_f32 v22, v23, v155
-        v_cvt_f16_f32_e64 v153, v153
-        v_pack_b32_f16 v152, v152, v153
+        v_exp_f32_e32 v156, v156
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
+        v_cvt_f16_f32_e64 v152, v152
+        v_exp_f32_e32 v157, v157
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[172:173], v[120:127] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v153, v153
+        v_pack_b32_f16 v152, v152, v153
         v_exp_f32_e32 v158, v158
-        v_add_f32 v23, v22, v156
-        v_cvt_f16_f32_e64 v154, v154
-        v_exp_f32_e32 v159, v159
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[174:175], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v5 offset:20992
-        v_add_f32 v22, v23, v157
+        v_cvt_f16_f32_e64 v154, v154
+        v_exp_f32_e32 v159, v159
         v_cvt_f16_f32_e64 v155, v155
         v_pack_b32_f16 v153, v154, v155
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[174:175], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v5 offset:23296
-        v_dual_add_f32 v23, v22, v158 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
         v_cvt_f16_f32_e64 v156, v156
-        v_add_f32 v22, v23, v159
         v_cvt_f16_f32_e64 v157, v157
+        v_pack_b32_f16 v154, v156, v157
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[174:175], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:25600
-        v_pack_b32_f16 v154, v156, v157
         v_cvt_f16_f32_e64 v158, v158
         v_cvt_f16_f32_e64 v159, v159
+        v_pack_b32_f16 v155, v158, v159
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[174:175], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:27904
-        v_pack_b32_f16 v155, v158, v159
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
-        v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
@@ -13099,130 +15407,99 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
 .Ld128_bf16_pv16_no_rescale_1:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[128:131], v[32:39]
         ds_load_b128 v[240:243], v5 offset:30208
-        v_dual_mul_f32 v12, s72, v10 :: v_dual_subrev_f32 v97, s70, v97
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[128:131], v[40:47]
         ds_load_b128 v[244:247], v5 offset:32512
-        v_dual_mov_b32 v13, v12 :: v_dual_subrev_f32 v96, s70, v96
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[128:131], v[48:55]
         ds_load_b128 v[224:227], v5 offset:16400
-        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[128:131], v[56:63]
         ds_load_b128 v[228:231], v5 offset:18704
-        v_dual_subrev_f32 v98, s70, v98 :: v_dual_subrev_f32 v99, s70, v99
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[128:131], v[64:71]
         ds_load_b128 v[232:235], v5 offset:21008
-        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
+        s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[128:131], v[72:79]
         ds_load_b128 v[236:239], v5 offset:23312
-        v_dual_subrev_f32 v100, s70, v100 :: v_dual_subrev_f32 v101, s70, v101
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[128:131], v[80:87]
         ds_load_b128 v[240:243], v5 offset:25616
-        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[128:131], v[88:95]
         ds_load_b128 v[244:247], v5 offset:27920
-        v_dual_subrev_f32 v102, s70, v102 :: v_dual_subrev_f32 v103, s70, v103
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[136:139], v[32:39]
         ds_load_b128 v[224:227], v5 offset:30224
-        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[136:139], v[40:47]
         ds_load_b128 v[228:231], v5 offset:32528
-        v_dual_subrev_f32 v104, s70, v104 :: v_dual_subrev_f32 v105, s70, v105
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[136:139], v[48:55]
         ds_load_b128 v[232:235], v5 offset:16416
-        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[136:139], v[56:63]
         ds_load_b128 v[236:239], v5 offset:18720
-        v_dual_subrev_f32 v106, s70, v106 :: v_dual_subrev_f32 v107, s70, v107
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[136:139], v[64:71]
         ds_load_b128 v[240:243], v5 offset:21024
-        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[136:139], v[72:79]
         ds_load_b128 v[244:247], v5 offset:23328
-        v_dual_subrev_f32 v108, s70, v108 :: v_dual_subrev_f32 v109, s70, v109
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[136:139], v[80:87]
         ds_load_b128 v[224:227], v5 offset:25632
-        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[136:139], v[88:95]
         ds_load_b128 v[228:231], v5 offset:27936
-        v_dual_subrev_f32 v110, s70, v110 :: v_dual_subrev_f32 v111, s70, v111
-        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
+        v_mul_f32 v12, s71, v10
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[232:235], v[144:147], v[32:39]
         ds_load_b128 v[232:235], v5 offset:30240
-        v_dual_subrev_f32 v112, s70, v112 :: v_dual_subrev_f32 v113, s70, v113
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[236:239], v[144:147], v[40:47]
         ds_load_b128 v[236:239], v5 offset:32544
-        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[240:243], v[144:147], v[48:55]
         ds_load_b128 v[240:243], v5 offset:16432
-        v_dual_subrev_f32 v114, s70, v114 :: v_dual_subrev_f32 v115, s70, v115
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[244:247], v[144:147], v[56:63]
         ds_load_b128 v[244:247], v5 offset:18736
-        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[224:227], v[144:147], v[64:71]
         ds_load_b128 v[224:227], v5 offset:21040
-        v_dual_subrev_f32 v116, s70, v116 :: v_dual_subrev_f32 v117, s70, v117
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[228:231], v[144:147], v[72:79]
         ds_load_b128 v[228:231], v5 offset:23344
-        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[232:235], v[144:147], v[80:87]
         ds_load_b128 v[232:235], v5 offset:25648
-        v_dual_subrev_f32 v118, s70, v118 :: v_dual_subrev_f32 v119, s70, v119
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[236:239], v[144:147], v[88:95]
         ds_load_b128 v[236:239], v5 offset:27952
-        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[152:155], v[32:39]
         ds_load_b128 v[240:243], v5 offset:30256
-        v_dual_subrev_f32 v120, s70, v120 :: v_dual_subrev_f32 v121, s70, v121
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[152:155], v[40:47]
         ds_load_b128 v[244:247], v5 offset:32560
-        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[152:155], v[48:55]
-        v_dual_subrev_f32 v122, s70, v122 :: v_dual_subrev_f32 v123, s70, v123
+        v_mov_b32 v13, v12
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[152:155], v[56:63]
-        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[152:155], v[64:71]
-        v_dual_subrev_f32 v124, s70, v124 :: v_dual_subrev_f32 v125, s70, v125
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[152:155], v[72:79]
-        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[152:155], v[80:87]
-        v_dual_subrev_f32 v126, s70, v126 :: v_dual_subrev_f32 v127, s70, v127
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[152:155], v[88:95]
-        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -13244,7 +15521,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
-        s_add_co_i32 s73, s73, 1
+        s_add_co_i32 s72, s72, 1
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
@@ -13384,7 +15661,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
@@ -13394,124 +15673,287 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v12, v18
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_pv16_one_fma_0_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_pv16_one_fma_0_last_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_bf16_pv16_one_fma_0_last:
+        v_fma_f32 v96, v96, v13, -v29
+        v_fma_f32 v97, v97, v13, -v29
+        v_fma_f32 v98, v98, v13, -v29
+        v_fma_f32 v99, v99, v13, -v29
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_fma_f32 v100, v100, v13, -v29
         v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v13, -v29
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v102, v102, v13, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        v_fma_f32 v103, v103, v13, -v29
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_fma_f32 v104, v104, v13, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_cvt_f16_f32_e64 v96, v96
         v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_fma_f32 v105, v105, v13, -v29
         v_cvt_f16_f32_e64 v97, v97
         v_pack_b32_f16 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_fma_f32 v106, v106, v13, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_cvt_f16_f32_e64 v98, v98
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_fma_f32 v107, v107, v13, -v29
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_fma_f32 v108, v108, v13, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_cvt_f16_f32_e64 v100, v100
         v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v18 :: v_dual_add_f32 v22, v23, v103
+        v_fma_f32 v109, v109, v13, -v29
         v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_fma_f32 v110, v110, v13, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_cvt_f16_f32_e64 v102, v102
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
+        v_fma_f32 v111, v111, v13, -v29
         v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_fma_f32 v112, v112, v13, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_cvt_f16_f32_e64 v104, v104
         v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v18 :: v_dual_add_f32 v22, v23, v107
+        v_fma_f32 v113, v113, v13, -v29
         v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_fma_f32 v114, v114, v13, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_cvt_f16_f32_e64 v106, v106
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
+        v_fma_f32 v115, v115, v13, -v29
         v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_fma_f32 v116, v116, v13, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_cvt_f16_f32_e64 v108, v108
         v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v18 :: v_dual_add_f32 v22, v23, v111
+        v_fma_f32 v117, v117, v13, -v29
         v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_fma_f32 v118, v118, v13, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_cvt_f16_f32_e64 v110, v110
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
+        v_fma_f32 v119, v119, v13, -v29
         v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_fma_f32 v120, v120, v13, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_cvt_f16_f32_e64 v112, v112
         v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v18 :: v_dual_add_f32 v22, v23, v115
+        v_fma_f32 v121, v121, v13, -v29
         v_cvt_f16_f32_e64 v113, v113
         v_pack_b32_f16 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_fma_f32 v122, v122, v13, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_cvt_f16_f32_e64 v114, v114
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
+        v_fma_f32 v123, v123, v13, -v29
         v_cvt_f16_f32_e64 v115, v115
         v_pack_b32_f16 v113, v114, v115
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_fma_f32 v124, v124, v13, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_cvt_f16_f32_e64 v116, v116
         v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v18 :: v_dual_add_f32 v22, v23, v119
+        v_fma_f32 v125, v125, v13, -v29
         v_cvt_f16_f32_e64 v117, v117
         v_pack_b32_f16 v114, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
+        v_fma_f32 v126, v126, v13, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_cvt_f16_f32_e64 v118, v118
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_fma_f32 v127, v127, v13, -v29
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
         v_exp_f32_e32 v124, v124
-        v_add_f32 v23, v22, v122
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_cvt_f16_f32_e64 v120, v120
         v_exp_f32_e32 v125, v125
-        v_add_f32 v22, v23, v123
         v_cvt_f16_f32_e64 v121, v121
         v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_add_f32 v23, v22, v124
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_cvt_f16_f32_e64 v122, v122
         v_exp_f32_e32 v127, v127
-        v_add_f32 v22, v23, v125
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_f16_f32_e64 v124, v124
-        v_add_f32 v22, v23, v127
         v_cvt_f16_f32_e64 v125, v125
         v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
         v_pack_b32_f16 v123, v126, v127
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
-        v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
@@ -13777,7 +16219,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
@@ -13787,124 +16231,287 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v12, v18
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_bf16_pv16_one_fma_1_last
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v12, v128 :: v_dual_mul_f32 v129, v13, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v12, v130 :: v_dual_mul_f32 v131, v13, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v12, v132 :: v_dual_mul_f32 v133, v13, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v12, v134 :: v_dual_mul_f32 v135, v13, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v12, v136 :: v_dual_mul_f32 v137, v13, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v12, v138 :: v_dual_mul_f32 v139, v13, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v12, v140 :: v_dual_mul_f32 v141, v13, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v12, v142 :: v_dual_mul_f32 v143, v13, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v12, v144 :: v_dual_mul_f32 v145, v13, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v12, v146 :: v_dual_mul_f32 v147, v13, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v12, v148 :: v_dual_mul_f32 v149, v13, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v12, v150 :: v_dual_mul_f32 v151, v13, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v12, v152 :: v_dual_mul_f32 v153, v13, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v12, v154 :: v_dual_mul_f32 v155, v13, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v12, v156 :: v_dual_mul_f32 v157, v13, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_pv16_one_fma_1_last_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_bf16_pv16_one_fma_1_last:
+        v_fma_f32 v128, v128, v13, -v29
+        v_fma_f32 v129, v129, v13, -v29
+        v_fma_f32 v130, v130, v13, -v29
+        v_fma_f32 v131, v131, v13, -v29
         v_exp_f32_e32 v128, v128
-        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
+        v_fma_f32 v132, v132, v13, -v29
         v_exp_f32_e32 v129, v129
+        v_fma_f32 v133, v133, v13, -v29
         v_exp_f32_e32 v130, v130
-        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
+        v_fma_f32 v134, v134, v13, -v29
         v_exp_f32_e32 v131, v131
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
+        v_fma_f32 v135, v135, v13, -v29
         v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
+        v_fma_f32 v136, v136, v13, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
         v_cvt_f16_f32_e64 v128, v128
         v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
+        v_fma_f32 v137, v137, v13, -v29
         v_cvt_f16_f32_e64 v129, v129
         v_pack_b32_f16 v128, v128, v129
         v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
+        v_fma_f32 v138, v138, v13, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
         v_cvt_f16_f32_e64 v130, v130
         v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
+        v_fma_f32 v139, v139, v13, -v29
         v_cvt_f16_f32_e64 v131, v131
         v_pack_b32_f16 v129, v130, v131
         v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
+        v_fma_f32 v140, v140, v13, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         v_cvt_f16_f32_e64 v132, v132
         v_exp_f32_e32 v137, v137
-        v_dual_sub_f32 v141, v141, v18 :: v_dual_add_f32 v22, v23, v135
+        v_fma_f32 v141, v141, v13, -v29
         v_cvt_f16_f32_e64 v133, v133
         v_pack_b32_f16 v130, v132, v133
         v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
+        v_fma_f32 v142, v142, v13, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         v_cvt_f16_f32_e64 v134, v134
         v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
+        v_fma_f32 v143, v143, v13, -v29
         v_cvt_f16_f32_e64 v135, v135
         v_pack_b32_f16 v131, v134, v135
         v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
+        v_fma_f32 v144, v144, v13, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_cvt_f16_f32_e64 v136, v136
         v_exp_f32_e32 v141, v141
-        v_dual_sub_f32 v145, v145, v18 :: v_dual_add_f32 v22, v23, v139
+        v_fma_f32 v145, v145, v13, -v29
         v_cvt_f16_f32_e64 v137, v137
         v_pack_b32_f16 v136, v136, v137
         v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
+        v_fma_f32 v146, v146, v13, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_cvt_f16_f32_e64 v138, v138
         v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
+        v_fma_f32 v147, v147, v13, -v29
         v_cvt_f16_f32_e64 v139, v139
         v_pack_b32_f16 v137, v138, v139
         v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
+        v_fma_f32 v148, v148, v13, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
         v_cvt_f16_f32_e64 v140, v140
         v_exp_f32_e32 v145, v145
-        v_dual_sub_f32 v149, v149, v18 :: v_dual_add_f32 v22, v23, v143
+        v_fma_f32 v149, v149, v13, -v29
         v_cvt_f16_f32_e64 v141, v141
         v_pack_b32_f16 v138, v140, v141
         v_exp_f32_e32 v146, v146
-        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
+        v_fma_f32 v150, v150, v13, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
         v_cvt_f16_f32_e64 v142, v142
         v_exp_f32_e32 v147, v147
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
+        v_fma_f32 v151, v151, v13, -v29
         v_cvt_f16_f32_e64 v143, v143
         v_pack_b32_f16 v139, v142, v143
         v_exp_f32_e32 v148, v148
-        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
+        v_fma_f32 v152, v152, v13, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
         v_cvt_f16_f32_e64 v144, v144
         v_exp_f32_e32 v149, v149
-        v_dual_sub_f32 v153, v153, v18 :: v_dual_add_f32 v22, v23, v147
+        v_fma_f32 v153, v153, v13, -v29
         v_cvt_f16_f32_e64 v145, v145
         v_pack_b32_f16 v144, v144, v145
         v_exp_f32_e32 v150, v150
-        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
+        v_fma_f32 v154, v154, v13, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
         v_cvt_f16_f32_e64 v146, v146
         v_exp_f32_e32 v151, v151
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
+        v_fma_f32 v155, v155, v13, -v29
         v_cvt_f16_f32_e64 v147, v147
         v_pack_b32_f16 v145, v146, v147
         v_exp_f32_e32 v152, v152
-        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
+        v_fma_f32 v156, v156, v13, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
         v_cvt_f16_f32_e64 v148, v148
         v_exp_f32_e32 v153, v153
-        v_dual_sub_f32 v157, v157, v18 :: v_dual_add_f32 v22, v23, v151
+        v_fma_f32 v157, v157, v13, -v29
         v_cvt_f16_f32_e64 v149, v149
         v_pack_b32_f16 v146, v148, v149
         v_exp_f32_e32 v154, v154
-        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
+        v_fma_f32 v158, v158, v13, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
         v_cvt_f16_f32_e64 v150, v150
         v_exp_f32_e32 v155, v155
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
+        v_fma_f32 v159, v159, v13, -v29
         v_cvt_f16_f32_e64 v151, v151
         v_pack_b32_f16 v147, v150, v151
         v_exp_f32_e32 v156, v156
-        v_add_f32 v23, v22, v154
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
         v_cvt_f16_f32_e64 v152, v152
         v_exp_f32_e32 v157, v157
-        v_add_f32 v22, v23, v155
         v_cvt_f16_f32_e64 v153, v153
         v_pack_b32_f16 v152, v152, v153
         v_exp_f32_e32 v158, v158
-        v_add_f32 v23, v22, v156
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_cvt_f16_f32_e64 v154, v154
         v_exp_f32_e32 v159, v159
-        v_add_f32 v22, v23, v157
         v_cvt_f16_f32_e64 v155, v155
         v_pack_b32_f16 v153, v154, v155
-        v_dual_add_f32 v23, v22, v158 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
         v_cvt_f16_f32_e64 v156, v156
-        v_add_f32 v22, v23, v159
         v_cvt_f16_f32_e64 v157, v157
         v_pack_b32_f16 v154, v156, v157
         v_cvt_f16_f32_e64 v158, v158
         v_cvt_f16_f32_e64 v159, v159
         v_pack_b32_f16 v155, v158, v159
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
-        v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
@@ -14074,7 +16681,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_kmcnt 0  // q_scale (the smooth_k lse term)
 .Ld128_bf16_pv16_epilogue:
 
-        // ---- epilogue: inv = 1 / (448 l) (pv fp16: 1 / l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) 
+        // ---- epilogue: inv = 1 / l (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) -------------------
         v_mov_b32_e32 v224, v21
         v_div_scale_f32 v225, null, v224, v224, 1.0
         v_div_scale_f32 v226, vcc_lo, 1.0, v224, 1.0
@@ -14674,8 +17281,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld128_bf16_pv16_store_out
 
-        // ---- epilogue: lse = (m + log2 l) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] ------------------
+        // ---- epilogue: lse = (m + (log2 l - P_OFF)) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] --------
         v_log_f32_e32 v225, v21
+        v_subrev_f32_e32 v225, 0x40ffc000, v225  // l carries 2^P_OFF
         v_add_f32_e32 v224, v16, v225
         v_mul_f32_e32 v224, 0x3f317218, v224
         s_bitcmp1_b32 s34, 1
@@ -14702,340 +17310,340 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_loadcnt 15
         v_bfe_i32 v227, v160, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v96
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v160, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v97
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v160, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v98
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v160, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v99
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 14
         v_bfe_i32 v227, v161, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v100
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v161, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v101
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v161, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v102
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v161, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v103
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 13
         v_bfe_i32 v227, v162, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v104
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v162, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v105
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v162, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v106
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v162, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v107
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 12
         v_bfe_i32 v227, v163, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v108
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v163, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v109
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v163, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v110
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v163, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v111
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 11
         v_bfe_i32 v227, v164, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v112
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v164, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v113
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v164, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v114
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v164, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v115
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 10
         v_bfe_i32 v227, v165, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v116
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v165, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v117
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v165, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v118
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v165, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v119
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 9
         v_bfe_i32 v227, v166, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v120
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v166, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v121
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v166, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v122
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v166, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v123
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 8
         v_bfe_i32 v227, v167, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v124
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v167, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v125
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v167, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v126
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v167, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v127
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 7
         v_bfe_i32 v227, v168, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v128
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v168, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v129
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v168, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v130
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v168, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v131
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 6
         v_bfe_i32 v227, v169, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v132
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v169, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v133
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v169, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v134
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v169, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v135
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 5
         v_bfe_i32 v227, v170, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v136
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v170, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v137
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v170, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v138
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v170, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v139
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 4
         v_bfe_i32 v227, v171, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v140
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v171, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v141
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v171, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v142
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v171, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v143
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 3
         v_bfe_i32 v227, v172, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v144
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v172, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v145
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v172, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v146
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v172, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v147
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 2
         v_bfe_i32 v227, v173, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v148
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v173, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v149
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v173, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v150
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v173, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v151
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 1
         v_bfe_i32 v227, v174, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v152
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v174, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v153
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v174, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v154
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v174, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v155
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 0
         v_bfe_i32 v227, v175, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v156
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v175, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v157
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v175, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v158
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v175, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v159
         v_add_f32_e32 v226, v226, v227
-        v_permlanex16_b32 v28, v226, s71, 0xfedcba98
+        v_permlanex16_b32 v28, v226, s70, 0xfedcba98
         v_add_f32_e32 v226, v226, v28
         v_mul_f32_e32 v226, 0x3f317218, v226
         v_add_f32_e32 v224, v224, v226
@@ -15162,11 +17770,10 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
 //   s[62:63]     lutrow       LUT row of this query tile
 //   s[64:67]     lut4         count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)
 //   s68          L3           L[min(t+3, last)] (in flight during tile t)
-//   s69          c448         448.0f (VOPD src0 of p*448)
-//   s70          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
-//   s71          permsel      v_permlanex16 lane select 0x76543210
-//   s72          qs           q_scale of this wave's 16 queries
-//   s73          tile         loop: current key tile t
+//   s69          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
+//   s70          permsel      v_permlanex16 lane select 0x76543210
+//   s71          qs           q_scale of this wave's 16 queries
+//   s72          tile         loop: current key tile t
 //   s[74:75]     kh           K of this K/V head
 //   s[76:77]     qrow         Q rows of this wave
 //   s[78:79]     kb           K staging base (tile min(t+2, last))
@@ -15267,9 +17874,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_cselect_b32 s66, s66, s65  // L[min(1, last)]
         s_cmp_gt_u32 s64, 2
         s_cselect_b32 s67, s67, s66  // L[min(2, last)]
-        s_mov_b32 s69, 0x43e00000
-        s_mov_b32 s70, 0x4b400000
-        s_mov_b32 s71, 0x76543210
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
         s_lshl_b32 s52, s25, 7
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[50:51]
@@ -15302,7 +17908,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_add_nc_u64 s[52:53], s[10:11], s[52:53]
         s_lshr_b32 s54, s58, 5
         s_lshl_b32 s54, s54, 2
-        s_load_b32 s72, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
+        s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
         s_lshl_b64 s[52:53], s[50:51], 9
         s_add_nc_u64 s[90:91], s[14:15], s[52:53]
         s_add_nc_u64 s[92:93], s[16:17], s[52:53]
@@ -15334,7 +17940,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[96:97], s[20:21], s[52:53]
         s_mov_b32 s81, 0
-        s_mov_b32 s73, 0
+        s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
         v_lshrrev_b32 v227, 0, v0
         v_mul_lo_u32 v9, v227, s25  // V^T row * seq_pad_kv
@@ -15400,10 +18006,10 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_dual_mov_b32 v90, 0 :: v_dual_mov_b32 v91, 0
         v_dual_mov_b32 v92, 0 :: v_dual_mov_b32 v93, 0
         v_dual_mov_b32 v94, 0 :: v_dual_mov_b32 v95, 0
-        v_dual_mov_b32 v248, s70 :: v_dual_mov_b32 v249, s70
-        v_dual_mov_b32 v250, s70 :: v_dual_mov_b32 v251, s70
-        v_dual_mov_b32 v252, s70 :: v_dual_mov_b32 v253, s70
-        v_dual_mov_b32 v254, s70 :: v_dual_mov_b32 v255, s70
+        v_dual_mov_b32 v248, s69 :: v_dual_mov_b32 v249, s69
+        v_dual_mov_b32 v250, s69 :: v_dual_mov_b32 v251, s69
+        v_dual_mov_b32 v252, s69 :: v_dual_mov_b32 v253, s69
+        v_dual_mov_b32 v254, s69 :: v_dual_mov_b32 v255, s69
         v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
         s_wait_loadcnt 0
         ds_store_b128 v6, v[176:179] offset:0
@@ -15492,39 +18098,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[174:175], v[112:119] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[174:175], v[120:127] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v12, s72, v10 :: v_dual_subrev_f32 v97, s70, v97
-        v_dual_mov_b32 v13, v12 :: v_dual_subrev_f32 v96, s70, v96
-        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
-        v_dual_subrev_f32 v98, s70, v98 :: v_dual_subrev_f32 v99, s70, v99
-        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
-        v_dual_subrev_f32 v100, s70, v100 :: v_dual_subrev_f32 v101, s70, v101
-        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
-        v_dual_subrev_f32 v102, s70, v102 :: v_dual_subrev_f32 v103, s70, v103
-        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
-        v_dual_subrev_f32 v104, s70, v104 :: v_dual_subrev_f32 v105, s70, v105
-        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
-        v_dual_subrev_f32 v106, s70, v106 :: v_dual_subrev_f32 v107, s70, v107
-        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
-        v_dual_subrev_f32 v108, s70, v108 :: v_dual_subrev_f32 v109, s70, v109
-        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
-        v_dual_subrev_f32 v110, s70, v110 :: v_dual_subrev_f32 v111, s70, v111
-        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
-        v_dual_subrev_f32 v112, s70, v112 :: v_dual_subrev_f32 v113, s70, v113
-        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
-        v_dual_subrev_f32 v114, s70, v114 :: v_dual_subrev_f32 v115, s70, v115
-        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
-        v_dual_subrev_f32 v116, s70, v116 :: v_dual_subrev_f32 v117, s70, v117
-        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
-        v_dual_subrev_f32 v118, s70, v118 :: v_dual_subrev_f32 v119, s70, v119
-        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
-        v_dual_subrev_f32 v120, s70, v120 :: v_dual_subrev_f32 v121, s70, v121
-        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
-        v_dual_subrev_f32 v122, s70, v122 :: v_dual_subrev_f32 v123, s70, v123
-        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
-        v_dual_subrev_f32 v124, s70, v124 :: v_dual_subrev_f32 v125, s70, v125
-        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
-        v_dual_subrev_f32 v126, s70, v126 :: v_dual_subrev_f32 v127, s70, v127
-        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
+        v_mul_f32 v12, s71, v10
+        v_mov_b32 v13, v12
         s_wait_loadcnt 0
         ds_store_b128 v6, v[176:179] offset:8192
         ds_store_b128 v6, v[180:183] offset:10240
@@ -15536,11 +18111,11 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
 
         // ---- main loop: two tiles per trip (register ping-pong SA/SB, m[0]/m[1], LDS buffers) ----------------
 .Ld128_fp16_pv16_loop:
-        s_cmp_eq_u32 s73, s59
+        s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_fp16_pv16_last_0
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
-        s_add_co_i32 s52, s73, 3
+        s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
@@ -15698,7 +18273,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
@@ -15708,188 +18285,351 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
-        v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v12, v18
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_pv16_one_fma_0
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_pv16_one_fma_0_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp16_pv16_one_fma_0:
+        v_fma_f32 v96, v96, v13, -v29
+        v_fma_f32 v97, v97, v13, -v29
+        v_fma_f32 v98, v98, v13, -v29
+        v_fma_f32 v99, v99, v13, -v29
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v96, v96
+        v_fma_f32 v100, v100, v13, -v29
         v_exp_f32_e32 v97, v97
-        v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v101, v101, v13, -v29
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v98, v98
+        v_fma_f32 v102, v102, v13, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
-        v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_fma_f32 v103, v103, v13, -v29
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v13, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_cvt_f16_f32_e64 v96, v96
-        v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v13, -v29
         v_cvt_f16_f32_e64 v97, v97
         v_pack_b32_f16 v96, v96, v97
-        v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[162:163], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v2 offset:10240
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v13, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_cvt_f16_f32_e64 v98, v98
-        v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[162:163], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v2 offset:11264
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v13, -v29
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
-        v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[162:163], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v3 offset:8192
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v13, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_cvt_f16_f32_e64 v100, v100
-        v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v18 :: v_dual_add_f32 v22, v23, v103
-        v_cvt_f16_f32_e64 v101, v101
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[162:163], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v3 offset:9216
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v13, -v29
+        v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
-        v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[164:165], v[128:135] neg_lo:[1,1,0]
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v13, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_cvt_f16_f32_e64 v102, v102
-        v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
-        v_cvt_f16_f32_e64 v103, v103
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[164:165], v[136:143] neg_lo:[1,1,0]
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v13, -v29
+        v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
-        v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[164:165], v[144:151] neg_lo:[1,1,0]
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v13, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_cvt_f16_f32_e64 v104, v104
-        v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v18 :: v_dual_add_f32 v22, v23, v107
-        v_cvt_f16_f32_e64 v105, v105
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[164:165], v[152:159] neg_lo:[1,1,0]
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v13, -v29
+        v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
-        v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
         v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[166:167], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v3 offset:10240
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v13, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_cvt_f16_f32_e64 v106, v106
-        v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
-        v_cvt_f16_f32_e64 v107, v107
         v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[166:167], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v3 offset:11264
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v13, -v29
+        v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
-        v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
-        v_cvt_f16_f32_e64 v108, v108
         v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[166:167], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:8192
-        v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v18 :: v_dual_add_f32 v22, v23, v111
-        v_cvt_f16_f32_e64 v109, v109
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v13, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
+        v_cvt_f16_f32_e64 v108, v108
         v_wmma_i32_16x16x16_iu8 v[152:159], v[230:231], v[166:167], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:9216
+        v_exp_f32_e32 v113, v113
+        v_fma_f32 v117, v117, v13, -v29
+        v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
-        v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
-        v_cvt_f16_f32_e64 v110, v110
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[232:233], v[168:169], v[128:135] neg_lo:[1,1,0]
-        v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
-        v_cvt_f16_f32_e64 v111, v111
+        v_exp_f32_e32 v114, v114
+        v_fma_f32 v118, v118, v13, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
+        v_cvt_f16_f32_e64 v110, v110
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[236:237], v[168:169], v[136:143] neg_lo:[1,1,0]
+        v_exp_f32_e32 v115, v115
+        v_fma_f32 v119, v119, v13, -v29
+        v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
-        v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
-        v_cvt_f16_f32_e64 v112, v112
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[240:241], v[168:169], v[144:151] neg_lo:[1,1,0]
-        v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v18 :: v_dual_add_f32 v22, v23, v115
-        v_cvt_f16_f32_e64 v113, v113
-        v_pack_b32_f16 v112, v112, v113
+        v_exp_f32_e32 v116, v116
+        v_fma_f32 v120, v120, v13, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
+        v_cvt_f16_f32_e64 v112, v112
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[244:245], v[168:169], v[152:159] neg_lo:[1,1,0]
-        v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
-        v_cvt_f16_f32_e64 v114, v114
+        v_exp_f32_e32 v117, v117
+        v_fma_f32 v121, v121, v13, -v29
+        v_cvt_f16_f32_e64 v113, v113
+        v_pack_b32_f16 v112, v112, v113
         v_wmma_i32_16x16x16_iu8 v[128:135], v[234:235], v[170:171], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v4 offset:10240
-        v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
-        v_cvt_f16_f32_e64 v115, v115
-        v_pack_b32_f16 v113, v114, v115
+        v_exp_f32_e32 v118, v118
+        v_fma_f32 v122, v122, v13, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
+        v_cvt_f16_f32_e64 v114, v114
         v_wmma_i32_16x16x16_iu8 v[136:143], v[238:239], v[170:171], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v4 offset:11264
-        v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
-        v_cvt_f16_f32_e64 v116, v116
+        v_exp_f32_e32 v119, v119
+        v_fma_f32 v123, v123, v13, -v29
+        v_cvt_f16_f32_e64 v115, v115
+        v_pack_b32_f16 v113, v114, v115
         v_wmma_i32_16x16x16_iu8 v[144:151], v[242:243], v[170:171], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:16384
-        v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v18 :: v_dual_add_f32 v22, v23, v119
-        v_cvt_f16_f32_e64 v117, v117
-        v_pack_b32_f16 v114, v116, v117
+        v_exp_f32_e32 v120, v120
+        v_fma_f32 v124, v124, v13, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
+        v_cvt_f16_f32_e64 v116, v116
         v_wmma_i32_16x16x16_iu8 v[152:159], v[246:247], v[170:171], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:18688
-        v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
-        v_cvt_f16_f32_e64 v118, v118
+        v_exp_f32_e32 v121, v121
+        v_fma_f32 v125, v125, v13, -v29
+        v_cvt_f16_f32_e64 v117, v117
+        v_pack_b32_f16 v114, v116, v117
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[172:173], v[128:135] neg_lo:[1,1,0]
-        v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
-        v_cvt_f16_f32_e64 v119, v119
-        v_pack_b32_f16 v115, v118, v119
+        v_exp_f32_e32 v122, v122
+        v_fma_f32 v126, v126, v13, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
+        v_cvt_f16_f32_e64 v118, v118
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[172:173], v[136:143] neg_lo:[1,1,0]
-        v_exp_f32_e32 v124, v124
-        v_add_f32 v23, v22, v122
-        v_cvt_f16_f32_e64 v120, v120
-        v_exp_f32_e32 v125, v125
+        v_exp_f32_e32 v123, v123
+        v_fma_f32 v127, v127, v13, -v29
+        v_cvt_f16_f32_e64 v119, v119
+        v_pack_b32_f16 v115, v118, v119
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[172:173], v[144:151] neg_lo:[1,1,0]
-        v_add_f32 v22, v23, v123
-        v_cvt_f16_f32_e64 v121, v121
-        v_pack_b32_f16 v120, v120, v121
+        v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
+        v_cvt_f16_f32_e64 v120, v120
+        v_exp_f32_e32 v125, v125
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[172:173], v[152:159] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v121, v121
+        v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_add_f32 v23, v22, v124
-        v_cvt_f16_f32_e64 v122, v122
-        v_exp_f32_e32 v127, v127
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[174:175], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v5 offset:20992
-        v_add_f32 v22, v23, v125
+        v_cvt_f16_f32_e64 v122, v122
+        v_exp_f32_e32 v127, v127
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[174:175], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v5 offset:23296
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_f16_f32_e64 v124, v124
-        v_add_f32 v22, v23, v127
         v_cvt_f16_f32_e64 v125, v125
+        v_pack_b32_f16 v122, v124, v125
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[174:175], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:25600
-        v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
+        v_pack_b32_f16 v123, v126, v127
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[174:175], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:27904
-        v_pack_b32_f16 v123, v126, v127
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
-        v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
@@ -15929,130 +18669,99 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
 .Ld128_fp16_pv16_no_rescale_0:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[96:99], v[32:39]
         ds_load_b128 v[240:243], v5 offset:30208
-        v_dual_mul_f32 v12, s72, v10 :: v_dual_subrev_f32 v129, s70, v129
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[96:99], v[40:47]
         ds_load_b128 v[244:247], v5 offset:32512
-        v_dual_mov_b32 v13, v12 :: v_dual_subrev_f32 v128, s70, v128
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[96:99], v[48:55]
         ds_load_b128 v[224:227], v5 offset:16400
-        v_dual_mul_f32 v128, v12, v128 :: v_dual_mul_f32 v129, v13, v129
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[96:99], v[56:63]
         ds_load_b128 v[228:231], v5 offset:18704
-        v_dual_subrev_f32 v130, s70, v130 :: v_dual_subrev_f32 v131, s70, v131
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[96:99], v[64:71]
         ds_load_b128 v[232:235], v5 offset:21008
-        v_dual_mul_f32 v130, v12, v130 :: v_dual_mul_f32 v131, v13, v131
+        s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[96:99], v[72:79]
         ds_load_b128 v[236:239], v5 offset:23312
-        v_dual_subrev_f32 v132, s70, v132 :: v_dual_subrev_f32 v133, s70, v133
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[96:99], v[80:87]
         ds_load_b128 v[240:243], v5 offset:25616
-        v_dual_mul_f32 v132, v12, v132 :: v_dual_mul_f32 v133, v13, v133
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[96:99], v[88:95]
         ds_load_b128 v[244:247], v5 offset:27920
-        v_dual_subrev_f32 v134, s70, v134 :: v_dual_subrev_f32 v135, s70, v135
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[104:107], v[32:39]
         ds_load_b128 v[224:227], v5 offset:30224
-        v_dual_mul_f32 v134, v12, v134 :: v_dual_mul_f32 v135, v13, v135
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[104:107], v[40:47]
         ds_load_b128 v[228:231], v5 offset:32528
-        v_dual_subrev_f32 v136, s70, v136 :: v_dual_subrev_f32 v137, s70, v137
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[104:107], v[48:55]
         ds_load_b128 v[232:235], v5 offset:16416
-        v_dual_mul_f32 v136, v12, v136 :: v_dual_mul_f32 v137, v13, v137
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[104:107], v[56:63]
         ds_load_b128 v[236:239], v5 offset:18720
-        v_dual_subrev_f32 v138, s70, v138 :: v_dual_subrev_f32 v139, s70, v139
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[104:107], v[64:71]
         ds_load_b128 v[240:243], v5 offset:21024
-        v_dual_mul_f32 v138, v12, v138 :: v_dual_mul_f32 v139, v13, v139
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[104:107], v[72:79]
         ds_load_b128 v[244:247], v5 offset:23328
-        v_dual_subrev_f32 v140, s70, v140 :: v_dual_subrev_f32 v141, s70, v141
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[104:107], v[80:87]
         ds_load_b128 v[224:227], v5 offset:25632
-        v_dual_mul_f32 v140, v12, v140 :: v_dual_mul_f32 v141, v13, v141
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[104:107], v[88:95]
         ds_load_b128 v[228:231], v5 offset:27936
-        v_dual_subrev_f32 v142, s70, v142 :: v_dual_subrev_f32 v143, s70, v143
-        v_dual_mul_f32 v142, v12, v142 :: v_dual_mul_f32 v143, v13, v143
+        v_mul_f32 v12, s71, v10
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[232:235], v[112:115], v[32:39]
         ds_load_b128 v[232:235], v5 offset:30240
-        v_dual_subrev_f32 v144, s70, v144 :: v_dual_subrev_f32 v145, s70, v145
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[236:239], v[112:115], v[40:47]
         ds_load_b128 v[236:239], v5 offset:32544
-        v_dual_mul_f32 v144, v12, v144 :: v_dual_mul_f32 v145, v13, v145
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[240:243], v[112:115], v[48:55]
         ds_load_b128 v[240:243], v5 offset:16432
-        v_dual_subrev_f32 v146, s70, v146 :: v_dual_subrev_f32 v147, s70, v147
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[244:247], v[112:115], v[56:63]
         ds_load_b128 v[244:247], v5 offset:18736
-        v_dual_mul_f32 v146, v12, v146 :: v_dual_mul_f32 v147, v13, v147
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[224:227], v[112:115], v[64:71]
         ds_load_b128 v[224:227], v5 offset:21040
-        v_dual_subrev_f32 v148, s70, v148 :: v_dual_subrev_f32 v149, s70, v149
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[228:231], v[112:115], v[72:79]
         ds_load_b128 v[228:231], v5 offset:23344
-        v_dual_mul_f32 v148, v12, v148 :: v_dual_mul_f32 v149, v13, v149
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[232:235], v[112:115], v[80:87]
         ds_load_b128 v[232:235], v5 offset:25648
-        v_dual_subrev_f32 v150, s70, v150 :: v_dual_subrev_f32 v151, s70, v151
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[236:239], v[112:115], v[88:95]
         ds_load_b128 v[236:239], v5 offset:27952
-        v_dual_mul_f32 v150, v12, v150 :: v_dual_mul_f32 v151, v13, v151
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[120:123], v[32:39]
         ds_load_b128 v[240:243], v5 offset:30256
-        v_dual_subrev_f32 v152, s70, v152 :: v_dual_subrev_f32 v153, s70, v153
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[120:123], v[40:47]
         ds_load_b128 v[244:247], v5 offset:32560
-        v_dual_mul_f32 v152, v12, v152 :: v_dual_mul_f32 v153, v13, v153
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[120:123], v[48:55]
-        v_dual_subrev_f32 v154, s70, v154 :: v_dual_subrev_f32 v155, s70, v155
+        v_mov_b32 v13, v12
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[120:123], v[56:63]
-        v_dual_mul_f32 v154, v12, v154 :: v_dual_mul_f32 v155, v13, v155
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[120:123], v[64:71]
-        v_dual_subrev_f32 v156, s70, v156 :: v_dual_subrev_f32 v157, s70, v157
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[120:123], v[72:79]
-        v_dual_mul_f32 v156, v12, v156 :: v_dual_mul_f32 v157, v13, v157
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[120:123], v[80:87]
-        v_dual_subrev_f32 v158, s70, v158 :: v_dual_subrev_f32 v159, s70, v159
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[120:123], v[88:95]
-        v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -16074,16 +18783,16 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
-        s_add_co_i32 s73, s73, 1
+        s_add_co_i32 s72, s72, 1
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
-        s_cmp_eq_u32 s73, s59
+        s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_fp16_pv16_last_1
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
-        s_add_co_i32 s52, s73, 3
+        s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
@@ -16241,7 +18950,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
@@ -16251,188 +18962,351 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
-        v_exp_f32_e32 v128, v128
-        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v12, v18
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_pv16_one_fma_1
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v12, v128 :: v_dual_mul_f32 v129, v13, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v12, v130 :: v_dual_mul_f32 v131, v13, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v12, v132 :: v_dual_mul_f32 v133, v13, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v12, v134 :: v_dual_mul_f32 v135, v13, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v12, v136 :: v_dual_mul_f32 v137, v13, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v12, v138 :: v_dual_mul_f32 v139, v13, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v12, v140 :: v_dual_mul_f32 v141, v13, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v12, v142 :: v_dual_mul_f32 v143, v13, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v12, v144 :: v_dual_mul_f32 v145, v13, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v12, v146 :: v_dual_mul_f32 v147, v13, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v12, v148 :: v_dual_mul_f32 v149, v13, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v12, v150 :: v_dual_mul_f32 v151, v13, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v12, v152 :: v_dual_mul_f32 v153, v13, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v12, v154 :: v_dual_mul_f32 v155, v13, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v12, v156 :: v_dual_mul_f32 v157, v13, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_pv16_one_fma_1_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp16_pv16_one_fma_1:
+        v_fma_f32 v128, v128, v13, -v29
+        v_fma_f32 v129, v129, v13, -v29
+        v_fma_f32 v130, v130, v13, -v29
+        v_fma_f32 v131, v131, v13, -v29
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v128, v128
+        v_fma_f32 v132, v132, v13, -v29
         v_exp_f32_e32 v129, v129
-        v_exp_f32_e32 v130, v130
-        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
+        v_fma_f32 v133, v133, v13, -v29
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v130, v130
+        v_fma_f32 v134, v134, v13, -v29
         v_exp_f32_e32 v131, v131
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
-        v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
+        v_fma_f32 v135, v135, v13, -v29
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v132, v132
+        v_fma_f32 v136, v136, v13, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
         v_cvt_f16_f32_e64 v128, v128
-        v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v133, v133
+        v_fma_f32 v137, v137, v13, -v29
         v_cvt_f16_f32_e64 v129, v129
         v_pack_b32_f16 v128, v128, v129
-        v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[162:163], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v2 offset:2048
+        v_exp_f32_e32 v134, v134
+        v_fma_f32 v138, v138, v13, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
         v_cvt_f16_f32_e64 v130, v130
-        v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[162:163], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v2 offset:3072
+        v_exp_f32_e32 v135, v135
+        v_fma_f32 v139, v139, v13, -v29
         v_cvt_f16_f32_e64 v131, v131
         v_pack_b32_f16 v129, v130, v131
-        v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[162:163], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v3 offset:0
+        v_exp_f32_e32 v136, v136
+        v_fma_f32 v140, v140, v13, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         v_cvt_f16_f32_e64 v132, v132
-        v_exp_f32_e32 v137, v137
-        v_dual_sub_f32 v141, v141, v18 :: v_dual_add_f32 v22, v23, v135
-        v_cvt_f16_f32_e64 v133, v133
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[162:163], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v3 offset:1024
+        v_exp_f32_e32 v137, v137
+        v_fma_f32 v141, v141, v13, -v29
+        v_cvt_f16_f32_e64 v133, v133
         v_pack_b32_f16 v130, v132, v133
-        v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[164:165], v[96:103] neg_lo:[1,1,0]
+        v_exp_f32_e32 v138, v138
+        v_fma_f32 v142, v142, v13, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         v_cvt_f16_f32_e64 v134, v134
-        v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
-        v_cvt_f16_f32_e64 v135, v135
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[164:165], v[104:111] neg_lo:[1,1,0]
+        v_exp_f32_e32 v139, v139
+        v_fma_f32 v143, v143, v13, -v29
+        v_cvt_f16_f32_e64 v135, v135
         v_pack_b32_f16 v131, v134, v135
-        v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[164:165], v[112:119] neg_lo:[1,1,0]
+        v_exp_f32_e32 v140, v140
+        v_fma_f32 v144, v144, v13, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_cvt_f16_f32_e64 v136, v136
-        v_exp_f32_e32 v141, v141
-        v_dual_sub_f32 v145, v145, v18 :: v_dual_add_f32 v22, v23, v139
-        v_cvt_f16_f32_e64 v137, v137
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[164:165], v[120:127] neg_lo:[1,1,0]
+        v_exp_f32_e32 v141, v141
+        v_fma_f32 v145, v145, v13, -v29
+        v_cvt_f16_f32_e64 v137, v137
         v_pack_b32_f16 v136, v136, v137
-        v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
         v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[166:167], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v3 offset:2048
+        v_exp_f32_e32 v142, v142
+        v_fma_f32 v146, v146, v13, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_cvt_f16_f32_e64 v138, v138
-        v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
-        v_cvt_f16_f32_e64 v139, v139
         v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[166:167], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v3 offset:3072
+        v_exp_f32_e32 v143, v143
+        v_fma_f32 v147, v147, v13, -v29
+        v_cvt_f16_f32_e64 v139, v139
         v_pack_b32_f16 v137, v138, v139
-        v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
-        v_cvt_f16_f32_e64 v140, v140
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[166:167], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:0
-        v_exp_f32_e32 v145, v145
-        v_dual_sub_f32 v149, v149, v18 :: v_dual_add_f32 v22, v23, v143
-        v_cvt_f16_f32_e64 v141, v141
+        v_exp_f32_e32 v144, v144
+        v_fma_f32 v148, v148, v13, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
+        v_cvt_f16_f32_e64 v140, v140
         v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[166:167], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:1024
+        v_exp_f32_e32 v145, v145
+        v_fma_f32 v149, v149, v13, -v29
+        v_cvt_f16_f32_e64 v141, v141
         v_pack_b32_f16 v138, v140, v141
-        v_exp_f32_e32 v146, v146
-        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
-        v_cvt_f16_f32_e64 v142, v142
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[232:233], v[168:169], v[96:103] neg_lo:[1,1,0]
-        v_exp_f32_e32 v147, v147
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
-        v_cvt_f16_f32_e64 v143, v143
+        v_exp_f32_e32 v146, v146
+        v_fma_f32 v150, v150, v13, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
+        v_cvt_f16_f32_e64 v142, v142
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[236:237], v[168:169], v[104:111] neg_lo:[1,1,0]
+        v_exp_f32_e32 v147, v147
+        v_fma_f32 v151, v151, v13, -v29
+        v_cvt_f16_f32_e64 v143, v143
         v_pack_b32_f16 v139, v142, v143
-        v_exp_f32_e32 v148, v148
-        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
-        v_cvt_f16_f32_e64 v144, v144
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[240:241], v[168:169], v[112:119] neg_lo:[1,1,0]
-        v_exp_f32_e32 v149, v149
-        v_dual_sub_f32 v153, v153, v18 :: v_dual_add_f32 v22, v23, v147
-        v_cvt_f16_f32_e64 v145, v145
-        v_pack_b32_f16 v144, v144, v145
+        v_exp_f32_e32 v148, v148
+        v_fma_f32 v152, v152, v13, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
+        v_cvt_f16_f32_e64 v144, v144
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[244:245], v[168:169], v[120:127] neg_lo:[1,1,0]
-        v_exp_f32_e32 v150, v150
-        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
-        v_cvt_f16_f32_e64 v146, v146
+        v_exp_f32_e32 v149, v149
+        v_fma_f32 v153, v153, v13, -v29
+        v_cvt_f16_f32_e64 v145, v145
+        v_pack_b32_f16 v144, v144, v145
         v_wmma_i32_16x16x16_iu8 v[96:103], v[234:235], v[170:171], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v4 offset:2048
-        v_exp_f32_e32 v151, v151
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
-        v_cvt_f16_f32_e64 v147, v147
-        v_pack_b32_f16 v145, v146, v147
+        v_exp_f32_e32 v150, v150
+        v_fma_f32 v154, v154, v13, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
+        v_cvt_f16_f32_e64 v146, v146
         v_wmma_i32_16x16x16_iu8 v[104:111], v[238:239], v[170:171], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v4 offset:3072
-        v_exp_f32_e32 v152, v152
-        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
-        v_cvt_f16_f32_e64 v148, v148
+        v_exp_f32_e32 v151, v151
+        v_fma_f32 v155, v155, v13, -v29
+        v_cvt_f16_f32_e64 v147, v147
+        v_pack_b32_f16 v145, v146, v147
         v_wmma_i32_16x16x16_iu8 v[112:119], v[242:243], v[170:171], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:16384
-        v_exp_f32_e32 v153, v153
-        v_dual_sub_f32 v157, v157, v18 :: v_dual_add_f32 v22, v23, v151
-        v_cvt_f16_f32_e64 v149, v149
-        v_pack_b32_f16 v146, v148, v149
+        v_exp_f32_e32 v152, v152
+        v_fma_f32 v156, v156, v13, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
+        v_cvt_f16_f32_e64 v148, v148
         v_wmma_i32_16x16x16_iu8 v[120:127], v[246:247], v[170:171], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:18688
-        v_exp_f32_e32 v154, v154
-        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
-        v_cvt_f16_f32_e64 v150, v150
+        v_exp_f32_e32 v153, v153
+        v_fma_f32 v157, v157, v13, -v29
+        v_cvt_f16_f32_e64 v149, v149
+        v_pack_b32_f16 v146, v148, v149
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[172:173], v[96:103] neg_lo:[1,1,0]
-        v_exp_f32_e32 v155, v155
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
-        v_cvt_f16_f32_e64 v151, v151
-        v_pack_b32_f16 v147, v150, v151
+        v_exp_f32_e32 v154, v154
+        v_fma_f32 v158, v158, v13, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
+        v_cvt_f16_f32_e64 v150, v150
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[172:173], v[104:111] neg_lo:[1,1,0]
-        v_exp_f32_e32 v156, v156
-        v_add_f32 v23, v22, v154
-        v_cvt_f16_f32_e64 v152, v152
-        v_exp_f32_e32 v157, v157
+        v_exp_f32_e32 v155, v155
+        v_fma_f32 v159, v159, v13, -v29
+        v_cvt_f16_f32_e64 v151, v151
+        v_pack_b32_f16 v147, v150, v151
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[172:173], v[112:119] neg_lo:[1,1,0]
-        v_add_f32 v22, v23, v155
-        v_cvt_f16_f32_e64 v153, v153
-        v_pack_b32_f16 v152, v152, v153
+        v_exp_f32_e32 v156, v156
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
+        v_cvt_f16_f32_e64 v152, v152
+        v_exp_f32_e32 v157, v157
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[172:173], v[120:127] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v153, v153
+        v_pack_b32_f16 v152, v152, v153
         v_exp_f32_e32 v158, v158
-        v_add_f32 v23, v22, v156
-        v_cvt_f16_f32_e64 v154, v154
-        v_exp_f32_e32 v159, v159
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[174:175], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v5 offset:20992
-        v_add_f32 v22, v23, v157
+        v_cvt_f16_f32_e64 v154, v154
+        v_exp_f32_e32 v159, v159
         v_cvt_f16_f32_e64 v155, v155
         v_pack_b32_f16 v153, v154, v155
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[174:175], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v5 offset:23296
-        v_dual_add_f32 v23, v22, v158 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
         v_cvt_f16_f32_e64 v156, v156
-        v_add_f32 v22, v23, v159
         v_cvt_f16_f32_e64 v157, v157
+        v_pack_b32_f16 v154, v156, v157
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[174:175], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:25600
-        v_pack_b32_f16 v154, v156, v157
         v_cvt_f16_f32_e64 v158, v158
         v_cvt_f16_f32_e64 v159, v159
+        v_pack_b32_f16 v155, v158, v159
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[174:175], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:27904
-        v_pack_b32_f16 v155, v158, v159
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
-        v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
@@ -16472,130 +19346,99 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
 .Ld128_fp16_pv16_no_rescale_1:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[128:131], v[32:39]
         ds_load_b128 v[240:243], v5 offset:30208
-        v_dual_mul_f32 v12, s72, v10 :: v_dual_subrev_f32 v97, s70, v97
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[128:131], v[40:47]
         ds_load_b128 v[244:247], v5 offset:32512
-        v_dual_mov_b32 v13, v12 :: v_dual_subrev_f32 v96, s70, v96
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[128:131], v[48:55]
         ds_load_b128 v[224:227], v5 offset:16400
-        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[128:131], v[56:63]
         ds_load_b128 v[228:231], v5 offset:18704
-        v_dual_subrev_f32 v98, s70, v98 :: v_dual_subrev_f32 v99, s70, v99
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[128:131], v[64:71]
         ds_load_b128 v[232:235], v5 offset:21008
-        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
+        s_wait_loadcnt 12
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[128:131], v[72:79]
         ds_load_b128 v[236:239], v5 offset:23312
-        v_dual_subrev_f32 v100, s70, v100 :: v_dual_subrev_f32 v101, s70, v101
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[128:131], v[80:87]
         ds_load_b128 v[240:243], v5 offset:25616
-        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[128:131], v[88:95]
         ds_load_b128 v[244:247], v5 offset:27920
-        v_dual_subrev_f32 v102, s70, v102 :: v_dual_subrev_f32 v103, s70, v103
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[136:139], v[32:39]
         ds_load_b128 v[224:227], v5 offset:30224
-        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[136:139], v[40:47]
         ds_load_b128 v[228:231], v5 offset:32528
-        v_dual_subrev_f32 v104, s70, v104 :: v_dual_subrev_f32 v105, s70, v105
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[136:139], v[48:55]
         ds_load_b128 v[232:235], v5 offset:16416
-        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[136:139], v[56:63]
         ds_load_b128 v[236:239], v5 offset:18720
-        v_dual_subrev_f32 v106, s70, v106 :: v_dual_subrev_f32 v107, s70, v107
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[136:139], v[64:71]
         ds_load_b128 v[240:243], v5 offset:21024
-        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[136:139], v[72:79]
         ds_load_b128 v[244:247], v5 offset:23328
-        v_dual_subrev_f32 v108, s70, v108 :: v_dual_subrev_f32 v109, s70, v109
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[136:139], v[80:87]
         ds_load_b128 v[224:227], v5 offset:25632
-        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[136:139], v[88:95]
         ds_load_b128 v[228:231], v5 offset:27936
-        v_dual_subrev_f32 v110, s70, v110 :: v_dual_subrev_f32 v111, s70, v111
-        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
+        v_mul_f32 v12, s71, v10
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[232:235], v[144:147], v[32:39]
         ds_load_b128 v[232:235], v5 offset:30240
-        v_dual_subrev_f32 v112, s70, v112 :: v_dual_subrev_f32 v113, s70, v113
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[236:239], v[144:147], v[40:47]
         ds_load_b128 v[236:239], v5 offset:32544
-        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[240:243], v[144:147], v[48:55]
         ds_load_b128 v[240:243], v5 offset:16432
-        v_dual_subrev_f32 v114, s70, v114 :: v_dual_subrev_f32 v115, s70, v115
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[56:63], v[244:247], v[144:147], v[56:63]
         ds_load_b128 v[244:247], v5 offset:18736
-        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[64:71], v[224:227], v[144:147], v[64:71]
         ds_load_b128 v[224:227], v5 offset:21040
-        v_dual_subrev_f32 v116, s70, v116 :: v_dual_subrev_f32 v117, s70, v117
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[72:79], v[228:231], v[144:147], v[72:79]
         ds_load_b128 v[228:231], v5 offset:23344
-        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[80:87], v[232:235], v[144:147], v[80:87]
         ds_load_b128 v[232:235], v5 offset:25648
-        v_dual_subrev_f32 v118, s70, v118 :: v_dual_subrev_f32 v119, s70, v119
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[88:95], v[236:239], v[144:147], v[88:95]
         ds_load_b128 v[236:239], v5 offset:27952
-        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[152:155], v[32:39]
         ds_load_b128 v[240:243], v5 offset:30256
-        v_dual_subrev_f32 v120, s70, v120 :: v_dual_subrev_f32 v121, s70, v121
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[152:155], v[40:47]
         ds_load_b128 v[244:247], v5 offset:32560
-        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[152:155], v[48:55]
-        v_dual_subrev_f32 v122, s70, v122 :: v_dual_subrev_f32 v123, s70, v123
+        v_mov_b32 v13, v12
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[152:155], v[56:63]
-        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[152:155], v[64:71]
-        v_dual_subrev_f32 v124, s70, v124 :: v_dual_subrev_f32 v125, s70, v125
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[152:155], v[72:79]
-        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[152:155], v[80:87]
-        v_dual_subrev_f32 v126, s70, v126 :: v_dual_subrev_f32 v127, s70, v127
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[152:155], v[88:95]
-        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -16617,7 +19460,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
-        s_add_co_i32 s73, s73, 1
+        s_add_co_i32 s72, s72, 1
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
@@ -16757,7 +19600,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
@@ -16767,124 +19612,287 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v96, v96, v29 :: v_dual_sub_f32 v97, v97, v18
-        v_dual_sub_f32 v98, v98, v29 :: v_dual_sub_f32 v99, v99, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v12, v18
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_pv16_one_fma_0_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_pv16_one_fma_0_last_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp16_pv16_one_fma_0_last:
+        v_fma_f32 v96, v96, v13, -v29
+        v_fma_f32 v97, v97, v13, -v29
+        v_fma_f32 v98, v98, v13, -v29
+        v_fma_f32 v99, v99, v13, -v29
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v29 :: v_dual_sub_f32 v101, v101, v18
+        v_fma_f32 v100, v100, v13, -v29
         v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v13, -v29
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v29 :: v_dual_sub_f32 v103, v103, v18
+        v_fma_f32 v102, v102, v13, -v29
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v22, v96, v97 :: v_dual_sub_f32 v105, v105, v18
+        v_fma_f32 v103, v103, v13, -v29
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v29 :: v_dual_add_f32 v23, v22, v98
+        v_fma_f32 v104, v104, v13, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_cvt_f16_f32_e64 v96, v96
         v_exp_f32_e32 v101, v101
-        v_add_f32 v22, v23, v99
+        v_fma_f32 v105, v105, v13, -v29
         v_cvt_f16_f32_e64 v97, v97
         v_pack_b32_f16 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v29 :: v_dual_add_f32 v23, v100, v22
+        v_fma_f32 v106, v106, v13, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_cvt_f16_f32_e64 v98, v98
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v18 :: v_dual_add_f32 v22, v101, v23
+        v_fma_f32 v107, v107, v13, -v29
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v29 :: v_dual_add_f32 v23, v22, v102
+        v_fma_f32 v108, v108, v13, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_cvt_f16_f32_e64 v100, v100
         v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v18 :: v_dual_add_f32 v22, v23, v103
+        v_fma_f32 v109, v109, v13, -v29
         v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v29 :: v_dual_add_f32 v23, v104, v22
+        v_fma_f32 v110, v110, v13, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_cvt_f16_f32_e64 v102, v102
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v18 :: v_dual_add_f32 v22, v105, v23
+        v_fma_f32 v111, v111, v13, -v29
         v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v29 :: v_dual_add_f32 v23, v22, v106
+        v_fma_f32 v112, v112, v13, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_cvt_f16_f32_e64 v104, v104
         v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v18 :: v_dual_add_f32 v22, v23, v107
+        v_fma_f32 v113, v113, v13, -v29
         v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v29 :: v_dual_add_f32 v23, v108, v22
+        v_fma_f32 v114, v114, v13, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_cvt_f16_f32_e64 v106, v106
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v18 :: v_dual_add_f32 v22, v109, v23
+        v_fma_f32 v115, v115, v13, -v29
         v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v29 :: v_dual_add_f32 v23, v22, v110
+        v_fma_f32 v116, v116, v13, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_cvt_f16_f32_e64 v108, v108
         v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v18 :: v_dual_add_f32 v22, v23, v111
+        v_fma_f32 v117, v117, v13, -v29
         v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v29 :: v_dual_add_f32 v23, v112, v22
+        v_fma_f32 v118, v118, v13, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_cvt_f16_f32_e64 v110, v110
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v18 :: v_dual_add_f32 v22, v113, v23
+        v_fma_f32 v119, v119, v13, -v29
         v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v29 :: v_dual_add_f32 v23, v22, v114
+        v_fma_f32 v120, v120, v13, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_cvt_f16_f32_e64 v112, v112
         v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v18 :: v_dual_add_f32 v22, v23, v115
+        v_fma_f32 v121, v121, v13, -v29
         v_cvt_f16_f32_e64 v113, v113
         v_pack_b32_f16 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v29 :: v_dual_add_f32 v23, v116, v22
+        v_fma_f32 v122, v122, v13, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_cvt_f16_f32_e64 v114, v114
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v18 :: v_dual_add_f32 v22, v117, v23
+        v_fma_f32 v123, v123, v13, -v29
         v_cvt_f16_f32_e64 v115, v115
         v_pack_b32_f16 v113, v114, v115
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v29 :: v_dual_add_f32 v23, v22, v118
+        v_fma_f32 v124, v124, v13, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_cvt_f16_f32_e64 v116, v116
         v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v18 :: v_dual_add_f32 v22, v23, v119
+        v_fma_f32 v125, v125, v13, -v29
         v_cvt_f16_f32_e64 v117, v117
         v_pack_b32_f16 v114, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v29 :: v_dual_add_f32 v23, v120, v22
+        v_fma_f32 v126, v126, v13, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_cvt_f16_f32_e64 v118, v118
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v18 :: v_dual_add_f32 v22, v121, v23
+        v_fma_f32 v127, v127, v13, -v29
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
         v_exp_f32_e32 v124, v124
-        v_add_f32 v23, v22, v122
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_cvt_f16_f32_e64 v120, v120
         v_exp_f32_e32 v125, v125
-        v_add_f32 v22, v23, v123
         v_cvt_f16_f32_e64 v121, v121
         v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_add_f32 v23, v22, v124
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_cvt_f16_f32_e64 v122, v122
         v_exp_f32_e32 v127, v127
-        v_add_f32 v22, v23, v125
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
-        v_dual_add_f32 v23, v22, v126 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_f16_f32_e64 v124, v124
-        v_add_f32 v22, v23, v127
         v_cvt_f16_f32_e64 v125, v125
         v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
         v_pack_b32_f16 v123, v126, v127
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
-        v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
@@ -17150,7 +20158,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
         v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
         v_max_num_f32 v24, v24, v25
-        v_permlanex16_b32 v28, v24, s71, 0xfedcba98
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
@@ -17160,124 +20170,287 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
-        v_mov_b32 v29, v18
-        v_dual_sub_f32 v128, v128, v29 :: v_dual_sub_f32 v129, v129, v18
-        v_dual_sub_f32 v130, v130, v29 :: v_dual_sub_f32 v131, v131, v18
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v12, v18
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp16_pv16_one_fma_1_last
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v12, v128 :: v_dual_mul_f32 v129, v13, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v12, v130 :: v_dual_mul_f32 v131, v13, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v12, v132 :: v_dual_mul_f32 v133, v13, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v12, v134 :: v_dual_mul_f32 v135, v13, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v12, v136 :: v_dual_mul_f32 v137, v13, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v12, v138 :: v_dual_mul_f32 v139, v13, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v12, v140 :: v_dual_mul_f32 v141, v13, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v12, v142 :: v_dual_mul_f32 v143, v13, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v12, v144 :: v_dual_mul_f32 v145, v13, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v12, v146 :: v_dual_mul_f32 v147, v13, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v12, v148 :: v_dual_mul_f32 v149, v13, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v12, v150 :: v_dual_mul_f32 v151, v13, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v12, v152 :: v_dual_mul_f32 v153, v13, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v12, v154 :: v_dual_mul_f32 v155, v13, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v12, v156 :: v_dual_mul_f32 v157, v13, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_pv16_one_fma_1_last_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp16_pv16_one_fma_1_last:
+        v_fma_f32 v128, v128, v13, -v29
+        v_fma_f32 v129, v129, v13, -v29
+        v_fma_f32 v130, v130, v13, -v29
+        v_fma_f32 v131, v131, v13, -v29
         v_exp_f32_e32 v128, v128
-        v_dual_sub_f32 v132, v132, v29 :: v_dual_sub_f32 v133, v133, v18
+        v_fma_f32 v132, v132, v13, -v29
         v_exp_f32_e32 v129, v129
+        v_fma_f32 v133, v133, v13, -v29
         v_exp_f32_e32 v130, v130
-        v_dual_sub_f32 v134, v134, v29 :: v_dual_sub_f32 v135, v135, v18
+        v_fma_f32 v134, v134, v13, -v29
         v_exp_f32_e32 v131, v131
-        v_dual_add_f32 v22, v128, v129 :: v_dual_sub_f32 v137, v137, v18
+        v_fma_f32 v135, v135, v13, -v29
         v_exp_f32_e32 v132, v132
-        v_dual_sub_f32 v136, v136, v29 :: v_dual_add_f32 v23, v22, v130
+        v_fma_f32 v136, v136, v13, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
         v_cvt_f16_f32_e64 v128, v128
         v_exp_f32_e32 v133, v133
-        v_add_f32 v22, v23, v131
+        v_fma_f32 v137, v137, v13, -v29
         v_cvt_f16_f32_e64 v129, v129
         v_pack_b32_f16 v128, v128, v129
         v_exp_f32_e32 v134, v134
-        v_dual_sub_f32 v138, v138, v29 :: v_dual_add_f32 v23, v132, v22
+        v_fma_f32 v138, v138, v13, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
         v_cvt_f16_f32_e64 v130, v130
         v_exp_f32_e32 v135, v135
-        v_dual_sub_f32 v139, v139, v18 :: v_dual_add_f32 v22, v133, v23
+        v_fma_f32 v139, v139, v13, -v29
         v_cvt_f16_f32_e64 v131, v131
         v_pack_b32_f16 v129, v130, v131
         v_exp_f32_e32 v136, v136
-        v_dual_sub_f32 v140, v140, v29 :: v_dual_add_f32 v23, v22, v134
+        v_fma_f32 v140, v140, v13, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         v_cvt_f16_f32_e64 v132, v132
         v_exp_f32_e32 v137, v137
-        v_dual_sub_f32 v141, v141, v18 :: v_dual_add_f32 v22, v23, v135
+        v_fma_f32 v141, v141, v13, -v29
         v_cvt_f16_f32_e64 v133, v133
         v_pack_b32_f16 v130, v132, v133
         v_exp_f32_e32 v138, v138
-        v_dual_sub_f32 v142, v142, v29 :: v_dual_add_f32 v23, v136, v22
+        v_fma_f32 v142, v142, v13, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         v_cvt_f16_f32_e64 v134, v134
         v_exp_f32_e32 v139, v139
-        v_dual_sub_f32 v143, v143, v18 :: v_dual_add_f32 v22, v137, v23
+        v_fma_f32 v143, v143, v13, -v29
         v_cvt_f16_f32_e64 v135, v135
         v_pack_b32_f16 v131, v134, v135
         v_exp_f32_e32 v140, v140
-        v_dual_sub_f32 v144, v144, v29 :: v_dual_add_f32 v23, v22, v138
+        v_fma_f32 v144, v144, v13, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_cvt_f16_f32_e64 v136, v136
         v_exp_f32_e32 v141, v141
-        v_dual_sub_f32 v145, v145, v18 :: v_dual_add_f32 v22, v23, v139
+        v_fma_f32 v145, v145, v13, -v29
         v_cvt_f16_f32_e64 v137, v137
         v_pack_b32_f16 v136, v136, v137
         v_exp_f32_e32 v142, v142
-        v_dual_sub_f32 v146, v146, v29 :: v_dual_add_f32 v23, v140, v22
+        v_fma_f32 v146, v146, v13, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_cvt_f16_f32_e64 v138, v138
         v_exp_f32_e32 v143, v143
-        v_dual_sub_f32 v147, v147, v18 :: v_dual_add_f32 v22, v141, v23
+        v_fma_f32 v147, v147, v13, -v29
         v_cvt_f16_f32_e64 v139, v139
         v_pack_b32_f16 v137, v138, v139
         v_exp_f32_e32 v144, v144
-        v_dual_sub_f32 v148, v148, v29 :: v_dual_add_f32 v23, v22, v142
+        v_fma_f32 v148, v148, v13, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
         v_cvt_f16_f32_e64 v140, v140
         v_exp_f32_e32 v145, v145
-        v_dual_sub_f32 v149, v149, v18 :: v_dual_add_f32 v22, v23, v143
+        v_fma_f32 v149, v149, v13, -v29
         v_cvt_f16_f32_e64 v141, v141
         v_pack_b32_f16 v138, v140, v141
         v_exp_f32_e32 v146, v146
-        v_dual_sub_f32 v150, v150, v29 :: v_dual_add_f32 v23, v144, v22
+        v_fma_f32 v150, v150, v13, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
         v_cvt_f16_f32_e64 v142, v142
         v_exp_f32_e32 v147, v147
-        v_dual_sub_f32 v151, v151, v18 :: v_dual_add_f32 v22, v145, v23
+        v_fma_f32 v151, v151, v13, -v29
         v_cvt_f16_f32_e64 v143, v143
         v_pack_b32_f16 v139, v142, v143
         v_exp_f32_e32 v148, v148
-        v_dual_sub_f32 v152, v152, v29 :: v_dual_add_f32 v23, v22, v146
+        v_fma_f32 v152, v152, v13, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
         v_cvt_f16_f32_e64 v144, v144
         v_exp_f32_e32 v149, v149
-        v_dual_sub_f32 v153, v153, v18 :: v_dual_add_f32 v22, v23, v147
+        v_fma_f32 v153, v153, v13, -v29
         v_cvt_f16_f32_e64 v145, v145
         v_pack_b32_f16 v144, v144, v145
         v_exp_f32_e32 v150, v150
-        v_dual_sub_f32 v154, v154, v29 :: v_dual_add_f32 v23, v148, v22
+        v_fma_f32 v154, v154, v13, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
         v_cvt_f16_f32_e64 v146, v146
         v_exp_f32_e32 v151, v151
-        v_dual_sub_f32 v155, v155, v18 :: v_dual_add_f32 v22, v149, v23
+        v_fma_f32 v155, v155, v13, -v29
         v_cvt_f16_f32_e64 v147, v147
         v_pack_b32_f16 v145, v146, v147
         v_exp_f32_e32 v152, v152
-        v_dual_sub_f32 v156, v156, v29 :: v_dual_add_f32 v23, v22, v150
+        v_fma_f32 v156, v156, v13, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
         v_cvt_f16_f32_e64 v148, v148
         v_exp_f32_e32 v153, v153
-        v_dual_sub_f32 v157, v157, v18 :: v_dual_add_f32 v22, v23, v151
+        v_fma_f32 v157, v157, v13, -v29
         v_cvt_f16_f32_e64 v149, v149
         v_pack_b32_f16 v146, v148, v149
         v_exp_f32_e32 v154, v154
-        v_dual_sub_f32 v158, v158, v29 :: v_dual_add_f32 v23, v152, v22
+        v_fma_f32 v158, v158, v13, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
         v_cvt_f16_f32_e64 v150, v150
         v_exp_f32_e32 v155, v155
-        v_dual_sub_f32 v159, v159, v18 :: v_dual_add_f32 v22, v153, v23
+        v_fma_f32 v159, v159, v13, -v29
         v_cvt_f16_f32_e64 v151, v151
         v_pack_b32_f16 v147, v150, v151
         v_exp_f32_e32 v156, v156
-        v_add_f32 v23, v22, v154
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
         v_cvt_f16_f32_e64 v152, v152
         v_exp_f32_e32 v157, v157
-        v_add_f32 v22, v23, v155
         v_cvt_f16_f32_e64 v153, v153
         v_pack_b32_f16 v152, v152, v153
         v_exp_f32_e32 v158, v158
-        v_add_f32 v23, v22, v156
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_cvt_f16_f32_e64 v154, v154
         v_exp_f32_e32 v159, v159
-        v_add_f32 v22, v23, v157
         v_cvt_f16_f32_e64 v155, v155
         v_pack_b32_f16 v153, v154, v155
-        v_dual_add_f32 v23, v22, v158 :: v_dual_mov_b32 v20, v19
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
         v_cvt_f16_f32_e64 v156, v156
-        v_add_f32 v22, v23, v159
         v_cvt_f16_f32_e64 v157, v157
         v_pack_b32_f16 v154, v156, v157
         v_cvt_f16_f32_e64 v158, v158
         v_cvt_f16_f32_e64 v159, v159
         v_pack_b32_f16 v155, v158, v159
-        v_permlanex16_b32 v28, v22, s71, 0xfedcba98
-        v_dual_add_f32 v22, v22, v28 :: v_dual_mul_f32 v21, v21, v19
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
         v_add_f32 v21, v21, v22
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
         s_wait_alu depctr_va_vcc(0)
@@ -17447,7 +20620,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_kmcnt 0  // q_scale (the smooth_k lse term)
 .Ld128_fp16_pv16_epilogue:
 
-        // ---- epilogue: inv = 1 / (448 l) (pv fp16: 1 / l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) 
+        // ---- epilogue: inv = 1 / l (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) -------------------
         v_mov_b32_e32 v224, v21
         v_div_scale_f32 v225, null, v224, v224, 1.0
         v_div_scale_f32 v226, vcc_lo, 1.0, v224, 1.0
@@ -17983,8 +21156,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld128_fp16_pv16_store_out
 
-        // ---- epilogue: lse = (m + log2 l) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] ------------------
+        // ---- epilogue: lse = (m + (log2 l - P_OFF)) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] --------
         v_log_f32_e32 v225, v21
+        v_subrev_f32_e32 v225, 0x40ffc000, v225  // l carries 2^P_OFF
         v_add_f32_e32 v224, v16, v225
         v_mul_f32_e32 v224, 0x3f317218, v224
         s_bitcmp1_b32 s34, 1
@@ -18011,340 +21185,340 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_loadcnt 15
         v_bfe_i32 v227, v160, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v96
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v160, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v97
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v160, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v98
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v160, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v99
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 14
         v_bfe_i32 v227, v161, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v100
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v161, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v101
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v161, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v102
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v161, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v103
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 13
         v_bfe_i32 v227, v162, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v104
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v162, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v105
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v162, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v106
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v162, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v107
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 12
         v_bfe_i32 v227, v163, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v108
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v163, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v109
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v163, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v110
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v163, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v111
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 11
         v_bfe_i32 v227, v164, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v112
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v164, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v113
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v164, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v114
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v164, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v115
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 10
         v_bfe_i32 v227, v165, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v116
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v165, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v117
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v165, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v118
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v165, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v119
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 9
         v_bfe_i32 v227, v166, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v120
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v166, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v121
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v166, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v122
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v166, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v123
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 8
         v_bfe_i32 v227, v167, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v124
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v167, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v125
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v167, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v126
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v167, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v127
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 7
         v_bfe_i32 v227, v168, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v128
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v168, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v129
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v168, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v130
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v168, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v131
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 6
         v_bfe_i32 v227, v169, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v132
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v169, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v133
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v169, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v134
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v169, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v135
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 5
         v_bfe_i32 v227, v170, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v136
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v170, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v137
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v170, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v138
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v170, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v139
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 4
         v_bfe_i32 v227, v171, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v140
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v171, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v141
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v171, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v142
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v171, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v143
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 3
         v_bfe_i32 v227, v172, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v144
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v172, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v145
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v172, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v146
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v172, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v147
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 2
         v_bfe_i32 v227, v173, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v148
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v173, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v149
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v173, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v150
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v173, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v151
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 1
         v_bfe_i32 v227, v174, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v152
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v174, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v153
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v174, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v154
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v174, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v155
         v_add_f32_e32 v226, v226, v227
         s_wait_loadcnt 0
         v_bfe_i32 v227, v175, 0, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v156
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v175, 8, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v157
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v175, 16, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v158
         v_add_f32_e32 v226, v226, v227
         v_bfe_i32 v227, v175, 24, 8
         v_cvt_f32_i32_e32 v227, v227
-        v_mul_f32_e32 v227, s72, v227
+        v_mul_f32_e32 v227, s71, v227
         v_mul_f32_e32 v227, v227, v159
         v_add_f32_e32 v226, v226, v227
-        v_permlanex16_b32 v28, v226, s71, 0xfedcba98
+        v_permlanex16_b32 v28, v226, s70, 0xfedcba98
         v_add_f32_e32 v226, v226, v28
         v_mul_f32_e32 v226, 0x3f317218, v226
         v_add_f32_e32 v224, v224, v226
@@ -18471,11 +21645,10 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
 //   s[62:63]     lutrow       LUT row of this query tile
 //   s[64:67]     lut4         count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)
 //   s68          L3           L[min(t+3, last)] (in flight during tile t)
-//   s69          c448         448.0f (VOPD src0 of p*448)
-//   s70          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
-//   s71          permsel      v_permlanex16 lane select 0x76543210
-//   s72          qs           q_scale of this wave's 16 queries
-//   s73          tile         loop: current key tile t
+//   s69          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
+//   s70          permsel      v_permlanex16 lane select 0x76543210
+//   s71          qs           q_scale of this wave's 16 queries
+//   s72          tile         loop: current key tile t
 //   s[74:75]     kh           K of this K/V head
 //   s[76:77]     qrow         Q rows of this wave
 //   s[78:79]     kb           K staging base (tile min(t+2, last))
@@ -18570,9 +21743,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_cselect_b32 s66, s66, s65  // L[min(1, last)]
         s_cmp_gt_u32 s64, 2
         s_cselect_b32 s67, s67, s66  // L[min(2, last)]
-        s_mov_b32 s69, 0x43e00000
-        s_mov_b32 s70, 0x4b400000
-        s_mov_b32 s71, 0x76543210
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
         s_lshl_b32 s52, s25, 6
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[50:51]
@@ -18605,7 +21777,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_add_nc_u64 s[52:53], s[10:11], s[52:53]
         s_lshr_b32 s54, s58, 5
         s_lshl_b32 s54, s54, 2
-        s_load_b32 s72, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
+        s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
         s_lshl_b64 s[52:53], s[50:51], 8
         s_add_nc_u64 s[90:91], s[14:15], s[52:53]
         s_add_nc_u64 s[92:93], s[16:17], s[52:53]
@@ -18637,7 +21809,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[96:97], s[20:21], s[52:53]
         s_mov_b32 s81, 0
-        s_mov_b32 s73, 0
+        s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
         v_lshrrev_b32 v163, 1, v0
         v_mul_lo_u32 v7, v163, s25  // V^T row * seq_pad_kv
@@ -18679,10 +21851,10 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
         v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
         v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
-        v_dual_mov_b32 v200, s70 :: v_dual_mov_b32 v201, s70
-        v_dual_mov_b32 v202, s70 :: v_dual_mov_b32 v203, s70
-        v_dual_mov_b32 v204, s70 :: v_dual_mov_b32 v205, s70
-        v_dual_mov_b32 v206, s70 :: v_dual_mov_b32 v207, s70
+        v_dual_mov_b32 v200, s69 :: v_dual_mov_b32 v201, s69
+        v_dual_mov_b32 v202, s69 :: v_dual_mov_b32 v203, s69
+        v_dual_mov_b32 v204, s69 :: v_dual_mov_b32 v205, s69
+        v_dual_mov_b32 v206, s69 :: v_dual_mov_b32 v207, s69
         v_dual_mov_b32 v12, 0xff800000 :: v_dual_mov_b32 v17, 0
         s_wait_loadcnt 0
         ds_store_b128 v4, v[136:139] offset:0
@@ -18731,39 +21903,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_wmma_i32_16x16x16_iu8 v[80:87], v[186:187], v[134:135], v[80:87] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[88:95], v[190:191], v[134:135], v[88:95] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v10, s72, v8 :: v_dual_subrev_f32 v65, s70, v65
-        v_dual_mov_b32 v11, v10 :: v_dual_subrev_f32 v64, s70, v64
-        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
-        v_dual_subrev_f32 v66, s70, v66 :: v_dual_subrev_f32 v67, s70, v67
-        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
-        v_dual_subrev_f32 v68, s70, v68 :: v_dual_subrev_f32 v69, s70, v69
-        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
-        v_dual_subrev_f32 v70, s70, v70 :: v_dual_subrev_f32 v71, s70, v71
-        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
-        v_dual_subrev_f32 v72, s70, v72 :: v_dual_subrev_f32 v73, s70, v73
-        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
-        v_dual_subrev_f32 v74, s70, v74 :: v_dual_subrev_f32 v75, s70, v75
-        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
-        v_dual_subrev_f32 v76, s70, v76 :: v_dual_subrev_f32 v77, s70, v77
-        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
-        v_dual_subrev_f32 v78, s70, v78 :: v_dual_subrev_f32 v79, s70, v79
-        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
-        v_dual_subrev_f32 v80, s70, v80 :: v_dual_subrev_f32 v81, s70, v81
-        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
-        v_dual_subrev_f32 v82, s70, v82 :: v_dual_subrev_f32 v83, s70, v83
-        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
-        v_dual_subrev_f32 v84, s70, v84 :: v_dual_subrev_f32 v85, s70, v85
-        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
-        v_dual_subrev_f32 v86, s70, v86 :: v_dual_subrev_f32 v87, s70, v87
-        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
-        v_dual_subrev_f32 v88, s70, v88 :: v_dual_subrev_f32 v89, s70, v89
-        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
-        v_dual_subrev_f32 v90, s70, v90 :: v_dual_subrev_f32 v91, s70, v91
-        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
-        v_dual_subrev_f32 v92, s70, v92 :: v_dual_subrev_f32 v93, s70, v93
-        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
-        v_dual_subrev_f32 v94, s70, v94 :: v_dual_subrev_f32 v95, s70, v95
-        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
+        v_mul_f32 v10, s71, v8
+        v_mov_b32 v11, v10
         s_wait_loadcnt 0
         ds_store_b128 v4, v[136:139] offset:4096
         ds_store_b128 v4, v[140:143] offset:6144
@@ -18773,11 +21914,11 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
 
         // ---- main loop: two tiles per trip (register ping-pong SA/SB, m[0]/m[1], LDS buffers) ----------------
 .Ld64_bf16_pv16_loop:
-        s_cmp_eq_u32 s73, s59
+        s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_bf16_pv16_last_0
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
-        s_add_co_i32 s52, s73, 3
+        s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
@@ -18933,7 +22074,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
         v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
         v_max_num_f32 v20, v20, v21
-        v_permlanex16_b32 v24, v20, s71, 0xfedcba98
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
         v_max3_num_f32 v13, v12, v20, v24
         v_sub_f32 v15, v12, v13
         v_exp_f32_e32 v15, v15
@@ -18943,156 +22086,319 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v13
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v14, 0, v13, vcc_lo
-        v_mov_b32 v25, v14
-        v_dual_sub_f32 v64, v64, v25 :: v_dual_sub_f32 v65, v65, v14
-        v_dual_sub_f32 v66, v66, v25 :: v_dual_sub_f32 v67, v67, v14
+        v_subrev_f32_e32 v14, 0x40ffc000, v14
+        v_fma_f32 v25, s69, v10, v14
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_pv16_one_fma_0
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_pv16_one_fma_0_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_bf16_pv16_one_fma_0:
+        v_fma_f32 v64, v64, v11, -v25
+        v_fma_f32 v65, v65, v11, -v25
+        v_fma_f32 v66, v66, v11, -v25
+        v_fma_f32 v67, v67, v11, -v25
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v25 :: v_dual_sub_f32 v69, v69, v14
+        v_fma_f32 v68, v68, v11, -v25
         v_exp_f32_e32 v65, v65
-        v_exp_f32_e32 v66, v66
-        v_dual_sub_f32 v70, v70, v25 :: v_dual_sub_f32 v71, v71, v14
+        v_fma_f32 v69, v69, v11, -v25
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[160:161], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v66, v66
+        v_fma_f32 v70, v70, v11, -v25
         v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v18, v64, v65 :: v_dual_sub_f32 v73, v73, v14
+        v_fma_f32 v71, v71, v11, -v25
         v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v25 :: v_dual_add_f32 v19, v18, v66
+        v_fma_f32 v72, v72, v11, -v25
+        v_dual_add_f32 v18, v64, v66 :: v_dual_add_f32 v19, v65, v67
         v_cvt_f16_f32_e64 v64, v64
-        v_exp_f32_e32 v69, v69
-        v_add_f32 v18, v19, v67
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[164:165], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v69, v69
+        v_fma_f32 v73, v73, v11, -v25
         v_cvt_f16_f32_e64 v65, v65
         v_pack_b32_f16 v64, v64, v65
         v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v25 :: v_dual_add_f32 v19, v68, v18
-        v_cvt_f16_f32_e64 v66, v66
-        v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v14 :: v_dual_add_f32 v18, v69, v19
+        v_fma_f32 v74, v74, v11, -v25
+        v_dual_add_f32 v18, v18, v68 :: v_dual_add_f32 v19, v19, v69
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[168:169], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v66, v66
+        v_exp_f32_e32 v71, v71
+        v_fma_f32 v75, v75, v11, -v25
         v_cvt_f16_f32_e64 v67, v67
         v_pack_b32_f16 v65, v66, v67
         v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v25 :: v_dual_add_f32 v19, v18, v70
-        v_cvt_f16_f32_e64 v68, v68
-        v_exp_f32_e32 v73, v73
-        v_dual_sub_f32 v77, v77, v14 :: v_dual_add_f32 v18, v19, v71
+        v_fma_f32 v76, v76, v11, -v25
+        v_dual_add_f32 v18, v18, v70 :: v_dual_add_f32 v19, v19, v71
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[172:173], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v68, v68
+        v_exp_f32_e32 v73, v73
+        v_fma_f32 v77, v77, v11, -v25
         v_cvt_f16_f32_e64 v69, v69
         v_pack_b32_f16 v66, v68, v69
         v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v25 :: v_dual_add_f32 v19, v72, v18
-        v_cvt_f16_f32_e64 v70, v70
-        v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v14 :: v_dual_add_f32 v18, v73, v19
+        v_fma_f32 v78, v78, v11, -v25
+        v_dual_add_f32 v18, v18, v72 :: v_dual_add_f32 v19, v19, v73
         v_wmma_i32_16x16x16_iu8 v[96:103], v[162:163], v[130:131], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v3 offset:12800
+        v_cvt_f16_f32_e64 v70, v70
+        v_exp_f32_e32 v75, v75
+        v_fma_f32 v79, v79, v11, -v25
         v_cvt_f16_f32_e64 v71, v71
         v_pack_b32_f16 v67, v70, v71
         v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v25 :: v_dual_add_f32 v19, v18, v74
-        v_cvt_f16_f32_e64 v72, v72
-        v_exp_f32_e32 v77, v77
-        v_dual_sub_f32 v81, v81, v14 :: v_dual_add_f32 v18, v19, v75
+        v_fma_f32 v80, v80, v11, -v25
+        v_dual_add_f32 v18, v18, v74 :: v_dual_add_f32 v19, v19, v75
         v_wmma_i32_16x16x16_iu8 v[104:111], v[166:167], v[130:131], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v3 offset:15104
+        v_cvt_f16_f32_e64 v72, v72
+        v_exp_f32_e32 v77, v77
+        v_fma_f32 v81, v81, v11, -v25
         v_cvt_f16_f32_e64 v73, v73
         v_pack_b32_f16 v72, v72, v73
         v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v25 :: v_dual_add_f32 v19, v76, v18
-        v_cvt_f16_f32_e64 v74, v74
-        v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v14 :: v_dual_add_f32 v18, v77, v19
+        v_fma_f32 v82, v82, v11, -v25
         v_wmma_i32_16x16x16_iu8 v[112:119], v[170:171], v[130:131], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v3 offset:8208
+        v_dual_add_f32 v18, v18, v76 :: v_dual_add_f32 v19, v19, v77
+        v_cvt_f16_f32_e64 v74, v74
+        v_exp_f32_e32 v79, v79
+        v_fma_f32 v83, v83, v11, -v25
         v_cvt_f16_f32_e64 v75, v75
         v_pack_b32_f16 v73, v74, v75
         v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v25 :: v_dual_add_f32 v19, v18, v78
-        v_cvt_f16_f32_e64 v76, v76
-        v_exp_f32_e32 v81, v81
-        v_dual_sub_f32 v85, v85, v14 :: v_dual_add_f32 v18, v19, v79
+        v_fma_f32 v84, v84, v11, -v25
         v_wmma_i32_16x16x16_iu8 v[120:127], v[174:175], v[130:131], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v3 offset:10512
+        v_dual_add_f32 v18, v18, v78 :: v_dual_add_f32 v19, v19, v79
+        v_cvt_f16_f32_e64 v76, v76
+        v_exp_f32_e32 v81, v81
+        v_fma_f32 v85, v85, v11, -v25
         v_cvt_f16_f32_e64 v77, v77
         v_pack_b32_f16 v74, v76, v77
         v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v25 :: v_dual_add_f32 v19, v80, v18
-        v_cvt_f16_f32_e64 v78, v78
-        v_exp_f32_e32 v83, v83
+        v_fma_f32 v86, v86, v11, -v25
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[176:177], v[132:133], v[96:103] neg_lo:[1,1,0]
-        v_dual_sub_f32 v87, v87, v14 :: v_dual_add_f32 v18, v81, v19
+        v_dual_add_f32 v18, v18, v80 :: v_dual_add_f32 v19, v19, v81
+        v_cvt_f16_f32_e64 v78, v78
+        v_exp_f32_e32 v83, v83
+        v_fma_f32 v87, v87, v11, -v25
         v_cvt_f16_f32_e64 v79, v79
         v_pack_b32_f16 v75, v78, v79
         v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v25 :: v_dual_add_f32 v19, v18, v82
-        v_cvt_f16_f32_e64 v80, v80
-        v_exp_f32_e32 v85, v85
+        v_fma_f32 v88, v88, v11, -v25
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[180:181], v[132:133], v[104:111] neg_lo:[1,1,0]
-        v_dual_sub_f32 v89, v89, v14 :: v_dual_add_f32 v18, v19, v83
+        v_dual_add_f32 v18, v18, v82 :: v_dual_add_f32 v19, v19, v83
+        v_cvt_f16_f32_e64 v80, v80
+        v_exp_f32_e32 v85, v85
+        v_fma_f32 v89, v89, v11, -v25
         v_cvt_f16_f32_e64 v81, v81
         v_pack_b32_f16 v80, v80, v81
         v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v25 :: v_dual_add_f32 v19, v84, v18
-        v_cvt_f16_f32_e64 v82, v82
-        v_exp_f32_e32 v87, v87
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[184:185], v[132:133], v[112:119] neg_lo:[1,1,0]
-        v_dual_sub_f32 v91, v91, v14 :: v_dual_add_f32 v18, v85, v19
+        v_fma_f32 v90, v90, v11, -v25
+        v_dual_add_f32 v18, v18, v84 :: v_dual_add_f32 v19, v19, v85
+        v_cvt_f16_f32_e64 v82, v82
+        v_exp_f32_e32 v87, v87
+        v_fma_f32 v91, v91, v11, -v25
         v_cvt_f16_f32_e64 v83, v83
         v_pack_b32_f16 v81, v82, v83
         v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v25 :: v_dual_add_f32 v19, v18, v86
-        v_cvt_f16_f32_e64 v84, v84
-        v_exp_f32_e32 v89, v89
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[188:189], v[132:133], v[120:127] neg_lo:[1,1,0]
-        v_dual_sub_f32 v93, v93, v14 :: v_dual_add_f32 v18, v19, v87
+        v_fma_f32 v92, v92, v11, -v25
+        v_dual_add_f32 v18, v18, v86 :: v_dual_add_f32 v19, v19, v87
+        v_cvt_f16_f32_e64 v84, v84
+        v_exp_f32_e32 v89, v89
+        v_fma_f32 v93, v93, v11, -v25
         v_cvt_f16_f32_e64 v85, v85
         v_pack_b32_f16 v82, v84, v85
         v_exp_f32_e32 v90, v90
-        v_dual_sub_f32 v94, v94, v25 :: v_dual_add_f32 v19, v88, v18
-        v_cvt_f16_f32_e64 v86, v86
-        v_exp_f32_e32 v91, v91
         v_wmma_i32_16x16x16_iu8 v[96:103], v[178:179], v[134:135], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[176:179], v3 offset:12816
-        v_dual_sub_f32 v95, v95, v14 :: v_dual_add_f32 v18, v89, v19
+        v_fma_f32 v94, v94, v11, -v25
+        v_dual_add_f32 v18, v18, v88 :: v_dual_add_f32 v19, v19, v89
+        v_cvt_f16_f32_e64 v86, v86
+        v_exp_f32_e32 v91, v91
+        v_fma_f32 v95, v95, v11, -v25
         v_cvt_f16_f32_e64 v87, v87
         v_pack_b32_f16 v83, v86, v87
         v_exp_f32_e32 v92, v92
-        v_add_f32 v19, v18, v90
-        v_cvt_f16_f32_e64 v88, v88
-        v_exp_f32_e32 v93, v93
         v_wmma_i32_16x16x16_iu8 v[104:111], v[182:183], v[134:135], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[180:183], v3 offset:15120
-        v_add_f32 v18, v19, v91
+        v_dual_add_f32 v18, v18, v90 :: v_dual_add_f32 v19, v19, v91
+        v_cvt_f16_f32_e64 v88, v88
+        v_exp_f32_e32 v93, v93
         v_cvt_f16_f32_e64 v89, v89
         v_pack_b32_f16 v88, v88, v89
         v_exp_f32_e32 v94, v94
-        v_add_f32 v19, v18, v92
-        v_cvt_f16_f32_e64 v90, v90
-        v_exp_f32_e32 v95, v95
+        v_dual_add_f32 v18, v18, v92 :: v_dual_add_f32 v19, v19, v93
         v_wmma_i32_16x16x16_iu8 v[112:119], v[186:187], v[134:135], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[184:187], v3 offset:8224
-        v_add_f32 v18, v19, v93
+        v_cvt_f16_f32_e64 v90, v90
+        v_exp_f32_e32 v95, v95
         v_cvt_f16_f32_e64 v91, v91
         v_pack_b32_f16 v89, v90, v91
-        v_dual_add_f32 v19, v18, v94 :: v_dual_mov_b32 v16, v15
+        v_dual_add_f32 v18, v18, v94 :: v_dual_add_f32 v19, v19, v95
         v_cvt_f16_f32_e64 v92, v92
-        v_add_f32 v18, v19, v95
         v_cvt_f16_f32_e64 v93, v93
+        v_pack_b32_f16 v90, v92, v93
         v_wmma_i32_16x16x16_iu8 v[120:127], v[190:191], v[134:135], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[188:191], v3 offset:10528
-        v_pack_b32_f16 v90, v92, v93
         v_cvt_f16_f32_e64 v94, v94
         v_cvt_f16_f32_e64 v95, v95
         v_pack_b32_f16 v91, v94, v95
-        v_permlanex16_b32 v24, v18, s71, 0xfedcba98
-        v_dual_add_f32 v18, v18, v24 :: v_dual_mul_f32 v17, v17, v15
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
+        v_permlanex16_b32 v24, v18, s70, 0xfedcba98
+        v_add_f32 v18, v18, v24
         v_add_f32 v17, v17, v18
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
         s_wait_alu depctr_va_vcc(0)
@@ -19116,78 +22422,47 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
 .Ld64_bf16_pv16_no_rescale_0:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 6
-        v_dual_mul_f32 v10, s72, v8 :: v_dual_subrev_f32 v97, s70, v97
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[192:195], v[64:67], v[32:39]
         ds_load_b128 v[192:195], v3 offset:12832
-        v_dual_mov_b32 v11, v10 :: v_dual_subrev_f32 v96, s70, v96
-        v_dual_mul_f32 v96, v10, v96 :: v_dual_mul_f32 v97, v11, v97
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[196:199], v[64:67], v[40:47]
         ds_load_b128 v[196:199], v3 offset:15136
-        v_dual_subrev_f32 v98, s70, v98 :: v_dual_subrev_f32 v99, s70, v99
-        v_dual_mul_f32 v98, v10, v98 :: v_dual_mul_f32 v99, v11, v99
+        s_wait_loadcnt 6
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[160:163], v[64:67], v[48:55]
         ds_load_b128 v[160:163], v3 offset:8240
-        v_dual_subrev_f32 v100, s70, v100 :: v_dual_subrev_f32 v101, s70, v101
-        v_dual_mul_f32 v100, v10, v100 :: v_dual_mul_f32 v101, v11, v101
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[56:63], v[164:167], v[64:67], v[56:63]
         ds_load_b128 v[164:167], v3 offset:10544
-        v_dual_subrev_f32 v102, s70, v102 :: v_dual_subrev_f32 v103, s70, v103
-        v_dual_mul_f32 v102, v10, v102 :: v_dual_mul_f32 v103, v11, v103
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[168:171], v[72:75], v[32:39]
         ds_load_b128 v[168:171], v3 offset:12848
-        v_dual_subrev_f32 v104, s70, v104 :: v_dual_subrev_f32 v105, s70, v105
-        v_dual_mul_f32 v104, v10, v104 :: v_dual_mul_f32 v105, v11, v105
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[172:175], v[72:75], v[40:47]
         ds_load_b128 v[172:175], v3 offset:15152
-        v_dual_subrev_f32 v106, s70, v106 :: v_dual_subrev_f32 v107, s70, v107
-        v_dual_mul_f32 v106, v10, v106 :: v_dual_mul_f32 v107, v11, v107
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[176:179], v[72:75], v[48:55]
-        v_dual_subrev_f32 v108, s70, v108 :: v_dual_subrev_f32 v109, s70, v109
-        v_dual_mul_f32 v108, v10, v108 :: v_dual_mul_f32 v109, v11, v109
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_f16 v[56:63], v[180:183], v[72:75], v[56:63]
-        v_dual_subrev_f32 v110, s70, v110 :: v_dual_subrev_f32 v111, s70, v111
-        v_dual_mul_f32 v110, v10, v110 :: v_dual_mul_f32 v111, v11, v111
+        v_mul_f32 v10, s71, v8
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_f16 v[32:39], v[184:187], v[80:83], v[32:39]
-        v_dual_subrev_f32 v112, s70, v112 :: v_dual_subrev_f32 v113, s70, v113
-        v_dual_mul_f32 v112, v10, v112 :: v_dual_mul_f32 v113, v11, v113
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_f16 v[40:47], v[188:191], v[80:83], v[40:47]
-        v_dual_subrev_f32 v114, s70, v114 :: v_dual_subrev_f32 v115, s70, v115
-        v_dual_mul_f32 v114, v10, v114 :: v_dual_mul_f32 v115, v11, v115
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[192:195], v[80:83], v[48:55]
-        v_dual_subrev_f32 v116, s70, v116 :: v_dual_subrev_f32 v117, s70, v117
-        v_dual_mul_f32 v116, v10, v116 :: v_dual_mul_f32 v117, v11, v117
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_f16 v[56:63], v[196:199], v[80:83], v[56:63]
-        v_dual_subrev_f32 v118, s70, v118 :: v_dual_subrev_f32 v119, s70, v119
-        v_dual_mul_f32 v118, v10, v118 :: v_dual_mul_f32 v119, v11, v119
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_f16 v[32:39], v[160:163], v[88:91], v[32:39]
-        v_dual_subrev_f32 v120, s70, v120 :: v_dual_subrev_f32 v121, s70, v121
-        v_dual_mul_f32 v120, v10, v120 :: v_dual_mul_f32 v121, v11, v121
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_f16 v[40:47], v[164:167], v[88:91], v[40:47]
-        v_dual_subrev_f32 v122, s70, v122 :: v_dual_subrev_f32 v123, s70, v123
-        v_dual_mul_f32 v122, v10, v122 :: v_dual_mul_f32 v123, v11, v123
+        v_mov_b32 v11, v10
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_f16 v[48:55], v[168:171], v[88:91], v[48:55]
-        v_dual_subrev_f32 v124, s70, v124 :: v_dual_subrev_f32 v125, s70, v125
-        v_dual_mul_f32 v124, v10, v124 :: v_dual_mul_f32 v125, v11, v125
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_f16 v[56:63], v[172:175], v[88:91], v[56:63]
-        v_dual_subrev_f32 v126, s70, v126 :: v_dual_subrev_f32 v127, s70, v127
-        v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -19203,16 +22478,16 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
-        s_add_co_i32 s73, s73, 1
+        s_add_co_i32 s72, s72, 1
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
-        s_cmp_eq_u32 s73, s59
+        s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_bf16_pv16_last_1
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
-        s_add_co_i32 s52, s73, 3
+        s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
@@ -19368,7 +22643,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
         v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
         v_max_num_f32 v20, v20, v21
-        v_permlanex16_b32 v24, v20, s71, 0xfedcba98
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
         v_max3_num_f32 v12, v13, v20, v24
         v_sub_f32 v15, v13, v12
         v_exp_f32_e32 v15, v15
@@ -19378,156 +22655,319 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v12
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v14, 0, v12, vcc_lo
-        v_mov_b32 v25, v14
-        v_dual_sub_f32 v96, v96, v25 :: v_dual_sub_f32 v97, v97, v14
-        v_dual_sub_f32 v98, v98, v25 :: v_dual_sub_f32 v99, v99, v14
+        v_subrev_f32_e32 v14, 0x40ffc000, v14
+        v_fma_f32 v25, s69, v10, v14
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_pv16_one_fma_1
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v10, v96 :: v_dual_mul_f32 v97, v11, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v10, v98 :: v_dual_mul_f32 v99, v11, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v10, v100 :: v_dual_mul_f32 v101, v11, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v10, v102 :: v_dual_mul_f32 v103, v11, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v10, v104 :: v_dual_mul_f32 v105, v11, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v10, v106 :: v_dual_mul_f32 v107, v11, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v10, v108 :: v_dual_mul_f32 v109, v11, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v10, v110 :: v_dual_mul_f32 v111, v11, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v10, v112 :: v_dual_mul_f32 v113, v11, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v10, v114 :: v_dual_mul_f32 v115, v11, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v10, v116 :: v_dual_mul_f32 v117, v11, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v10, v118 :: v_dual_mul_f32 v119, v11, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v10, v120 :: v_dual_mul_f32 v121, v11, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v10, v122 :: v_dual_mul_f32 v123, v11, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v10, v124 :: v_dual_mul_f32 v125, v11, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_pv16_one_fma_1_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_bf16_pv16_one_fma_1:
+        v_fma_f32 v96, v96, v11, -v25
+        v_fma_f32 v97, v97, v11, -v25
+        v_fma_f32 v98, v98, v11, -v25
+        v_fma_f32 v99, v99, v11, -v25
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v25 :: v_dual_sub_f32 v101, v101, v14
+        v_fma_f32 v100, v100, v11, -v25
         v_exp_f32_e32 v97, v97
-        v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v25 :: v_dual_sub_f32 v103, v103, v14
+        v_fma_f32 v101, v101, v11, -v25
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[64:71], v[160:161], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v98, v98
+        v_fma_f32 v102, v102, v11, -v25
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v18, v96, v97 :: v_dual_sub_f32 v105, v105, v14
+        v_fma_f32 v103, v103, v11, -v25
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v25 :: v_dual_add_f32 v19, v18, v98
+        v_fma_f32 v104, v104, v11, -v25
+        v_dual_add_f32 v18, v96, v98 :: v_dual_add_f32 v19, v97, v99
         v_cvt_f16_f32_e64 v96, v96
-        v_exp_f32_e32 v101, v101
-        v_add_f32 v18, v19, v99
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[164:165], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v11, -v25
         v_cvt_f16_f32_e64 v97, v97
         v_pack_b32_f16 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v25 :: v_dual_add_f32 v19, v100, v18
-        v_cvt_f16_f32_e64 v98, v98
-        v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v14 :: v_dual_add_f32 v18, v101, v19
+        v_fma_f32 v106, v106, v11, -v25
+        v_dual_add_f32 v18, v18, v100 :: v_dual_add_f32 v19, v19, v101
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[168:169], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v98, v98
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v11, -v25
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v25 :: v_dual_add_f32 v19, v18, v102
-        v_cvt_f16_f32_e64 v100, v100
-        v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v14 :: v_dual_add_f32 v18, v19, v103
+        v_fma_f32 v108, v108, v11, -v25
+        v_dual_add_f32 v18, v18, v102 :: v_dual_add_f32 v19, v19, v103
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[172:173], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v100, v100
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v11, -v25
         v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v25 :: v_dual_add_f32 v19, v104, v18
-        v_cvt_f16_f32_e64 v102, v102
-        v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v14 :: v_dual_add_f32 v18, v105, v19
+        v_fma_f32 v110, v110, v11, -v25
+        v_dual_add_f32 v18, v18, v104 :: v_dual_add_f32 v19, v19, v105
         v_wmma_i32_16x16x16_iu8 v[64:71], v[162:163], v[130:131], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v3 offset:12800
+        v_cvt_f16_f32_e64 v102, v102
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v11, -v25
         v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v25 :: v_dual_add_f32 v19, v18, v106
-        v_cvt_f16_f32_e64 v104, v104
-        v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v14 :: v_dual_add_f32 v18, v19, v107
+        v_fma_f32 v112, v112, v11, -v25
+        v_dual_add_f32 v18, v18, v106 :: v_dual_add_f32 v19, v19, v107
         v_wmma_i32_16x16x16_iu8 v[72:79], v[166:167], v[130:131], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v3 offset:15104
+        v_cvt_f16_f32_e64 v104, v104
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v11, -v25
         v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v25 :: v_dual_add_f32 v19, v108, v18
-        v_cvt_f16_f32_e64 v106, v106
-        v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v14 :: v_dual_add_f32 v18, v109, v19
+        v_fma_f32 v114, v114, v11, -v25
         v_wmma_i32_16x16x16_iu8 v[80:87], v[170:171], v[130:131], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v3 offset:8208
+        v_dual_add_f32 v18, v18, v108 :: v_dual_add_f32 v19, v19, v109
+        v_cvt_f16_f32_e64 v106, v106
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v11, -v25
         v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v25 :: v_dual_add_f32 v19, v18, v110
-        v_cvt_f16_f32_e64 v108, v108
-        v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v14 :: v_dual_add_f32 v18, v19, v111
+        v_fma_f32 v116, v116, v11, -v25
         v_wmma_i32_16x16x16_iu8 v[88:95], v[174:175], v[130:131], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v3 offset:10512
+        v_dual_add_f32 v18, v18, v110 :: v_dual_add_f32 v19, v19, v111
+        v_cvt_f16_f32_e64 v108, v108
+        v_exp_f32_e32 v113, v113
+        v_fma_f32 v117, v117, v11, -v25
         v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v25 :: v_dual_add_f32 v19, v112, v18
-        v_cvt_f16_f32_e64 v110, v110
-        v_exp_f32_e32 v115, v115
+        v_fma_f32 v118, v118, v11, -v25
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[64:71], v[176:177], v[132:133], v[64:71] neg_lo:[1,1,0]
-        v_dual_sub_f32 v119, v119, v14 :: v_dual_add_f32 v18, v113, v19
+        v_dual_add_f32 v18, v18, v112 :: v_dual_add_f32 v19, v19, v113
+        v_cvt_f16_f32_e64 v110, v110
+        v_exp_f32_e32 v115, v115
+        v_fma_f32 v119, v119, v11, -v25
         v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v25 :: v_dual_add_f32 v19, v18, v114
-        v_cvt_f16_f32_e64 v112, v112
-        v_exp_f32_e32 v117, v117
+        v_fma_f32 v120, v120, v11, -v25
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[180:181], v[132:133], v[72:79] neg_lo:[1,1,0]
-        v_dual_sub_f32 v121, v121, v14 :: v_dual_add_f32 v18, v19, v115
+        v_dual_add_f32 v18, v18, v114 :: v_dual_add_f32 v19, v19, v115
+        v_cvt_f16_f32_e64 v112, v112
+        v_exp_f32_e32 v117, v117
+        v_fma_f32 v121, v121, v11, -v25
         v_cvt_f16_f32_e64 v113, v113
         v_pack_b32_f16 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v25 :: v_dual_add_f32 v19, v116, v18
-        v_cvt_f16_f32_e64 v114, v114
-        v_exp_f32_e32 v119, v119
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[184:185], v[132:133], v[80:87] neg_lo:[1,1,0]
-        v_dual_sub_f32 v123, v123, v14 :: v_dual_add_f32 v18, v117, v19
+        v_fma_f32 v122, v122, v11, -v25
+        v_dual_add_f32 v18, v18, v116 :: v_dual_add_f32 v19, v19, v117
+        v_cvt_f16_f32_e64 v114, v114
+        v_exp_f32_e32 v119, v119
+        v_fma_f32 v123, v123, v11, -v25
         v_cvt_f16_f32_e64 v115, v115
         v_pack_b32_f16 v113, v114, v115
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v25 :: v_dual_add_f32 v19, v18, v118
-        v_cvt_f16_f32_e64 v116, v116
-        v_exp_f32_e32 v121, v121
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[188:189], v[132:133], v[88:95] neg_lo:[1,1,0]
-        v_dual_sub_f32 v125, v125, v14 :: v_dual_add_f32 v18, v19, v119
+        v_fma_f32 v124, v124, v11, -v25
+        v_dual_add_f32 v18, v18, v118 :: v_dual_add_f32 v19, v19, v119
+        v_cvt_f16_f32_e64 v116, v116
+        v_exp_f32_e32 v121, v121
+        v_fma_f32 v125, v125, v11, -v25
         v_cvt_f16_f32_e64 v117, v117
         v_pack_b32_f16 v114, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v25 :: v_dual_add_f32 v19, v120, v18
-        v_cvt_f16_f32_e64 v118, v118
-        v_exp_f32_e32 v123, v123
         v_wmma_i32_16x16x16_iu8 v[64:71], v[178:179], v[134:135], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[176:179], v3 offset:12816
-        v_dual_sub_f32 v127, v127, v14 :: v_dual_add_f32 v18, v121, v19
+        v_fma_f32 v126, v126, v11, -v25
+        v_dual_add_f32 v18, v18, v120 :: v_dual_add_f32 v19, v19, v121
+        v_cvt_f16_f32_e64 v118, v118
+        v_exp_f32_e32 v123, v123
+        v_fma_f32 v127, v127, v11, -v25
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
         v_exp_f32_e32 v124, v124
-        v_add_f32 v19, v18, v122
-        v_cvt_f16_f32_e64 v120, v120
-        v_exp_f32_e32 v125, v125
         v_wmma_i32_16x16x16_iu8 v[72:79], v[182:183], v[134:135], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[180:183], v3 offset:15120
-        v_add_f32 v18, v19, v123
+        v_dual_add_f32 v18, v18, v122 :: v_dual_add_f32 v19, v19, v123
+        v_cvt_f16_f32_e64 v120, v120
+        v_exp_f32_e32 v125, v125
         v_cvt_f16_f32_e64 v121, v121
         v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_add_f32 v19, v18, v124
-        v_cvt_f16_f32_e64 v122, v122
-        v_exp_f32_e32 v127, v127
+        v_dual_add_f32 v18, v18, v124 :: v_dual_add_f32 v19, v19, v125
         v_wmma_i32_16x16x16_iu8 v[80:87], v[186:187], v[134:135], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[184:187], v3 offset:8224
-        v_add_f32 v18, v19, v125
+        v_cvt_f16_f32_e64 v122, v122
+        v_exp_f32_e32 v127, v127
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
-        v_dual_add_f32 v19, v18, v126 :: v_dual_mov_b32 v16, v15
+        v_dual_add_f32 v18, v18, v126 :: v_dual_add_f32 v19, v19, v127
         v_cvt_f16_f32_e64 v124, v124
-        v_add_f32 v18, v19, v127
         v_cvt_f16_f32_e64 v125, v125
+        v_pack_b32_f16 v122, v124, v125
         v_wmma_i32_16x16x16_iu8 v[88:95], v[190:191], v[134:135], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[188:191], v3 offset:10528
-        v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
         v_pack_b32_f16 v123, v126, v127
-        v_permlanex16_b32 v24, v18, s71, 0xfedcba98
-        v_dual_add_f32 v18, v18, v24 :: v_dual_mul_f32 v17, v17, v15
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
+        v_permlanex16_b32 v24, v18, s70, 0xfedcba98
+        v_add_f32 v18, v18, v24
         v_add_f32 v17, v17, v18
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
         s_wait_alu depctr_va_vcc(0)
@@ -19551,78 +22991,47 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
 .Ld64_bf16_pv16_no_rescale_1:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 6
-        v_dual_mul_f32 v10, s72, v8 :: v_dual_subrev_f32 v65, s70, v65
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[192:195], v[96:99], v[32:39]
         ds_load_b128 v[192:195], v3 offset:12832
-        v_dual_mov_b32 v11, v10 :: v_dual_subrev_f32 v64, s70, v64
-        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[196:199], v[96:99], v[40:47]
         ds_load_b128 v[196:199], v3 offset:15136
-        v_dual_subrev_f32 v66, s70, v66 :: v_dual_subrev_f32 v67, s70, v67
-        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
+        s_wait_loadcnt 6
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[160:163], v[96:99], v[48:55]
         ds_load_b128 v[160:163], v3 offset:8240
-        v_dual_subrev_f32 v68, s70, v68 :: v_dual_subrev_f32 v69, s70, v69
-        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[56:63], v[164:167], v[96:99], v[56:63]
         ds_load_b128 v[164:167], v3 offset:10544
-        v_dual_subrev_f32 v70, s70, v70 :: v_dual_subrev_f32 v71, s70, v71
-        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[168:171], v[104:107], v[32:39]
         ds_load_b128 v[168:171], v3 offset:12848
-        v_dual_subrev_f32 v72, s70, v72 :: v_dual_subrev_f32 v73, s70, v73
-        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[172:175], v[104:107], v[40:47]
         ds_load_b128 v[172:175], v3 offset:15152
-        v_dual_subrev_f32 v74, s70, v74 :: v_dual_subrev_f32 v75, s70, v75
-        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[176:179], v[104:107], v[48:55]
-        v_dual_subrev_f32 v76, s70, v76 :: v_dual_subrev_f32 v77, s70, v77
-        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_f16 v[56:63], v[180:183], v[104:107], v[56:63]
-        v_dual_subrev_f32 v78, s70, v78 :: v_dual_subrev_f32 v79, s70, v79
-        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
+        v_mul_f32 v10, s71, v8
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_f16 v[32:39], v[184:187], v[112:115], v[32:39]
-        v_dual_subrev_f32 v80, s70, v80 :: v_dual_subrev_f32 v81, s70, v81
-        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_f16 v[40:47], v[188:191], v[112:115], v[40:47]
-        v_dual_subrev_f32 v82, s70, v82 :: v_dual_subrev_f32 v83, s70, v83
-        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[192:195], v[112:115], v[48:55]
-        v_dual_subrev_f32 v84, s70, v84 :: v_dual_subrev_f32 v85, s70, v85
-        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_f16 v[56:63], v[196:199], v[112:115], v[56:63]
-        v_dual_subrev_f32 v86, s70, v86 :: v_dual_subrev_f32 v87, s70, v87
-        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_f16 v[32:39], v[160:163], v[120:123], v[32:39]
-        v_dual_subrev_f32 v88, s70, v88 :: v_dual_subrev_f32 v89, s70, v89
-        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_f16 v[40:47], v[164:167], v[120:123], v[40:47]
-        v_dual_subrev_f32 v90, s70, v90 :: v_dual_subrev_f32 v91, s70, v91
-        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
+        v_mov_b32 v11, v10
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_f16 v[48:55], v[168:171], v[120:123], v[48:55]
-        v_dual_subrev_f32 v92, s70, v92 :: v_dual_subrev_f32 v93, s70, v93
-        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_f16 v[56:63], v[172:175], v[120:123], v[56:63]
-        v_dual_subrev_f32 v94, s70, v94 :: v_dual_subrev_f32 v95, s70, v95
-        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -19638,7 +23047,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
-        s_add_co_i32 s73, s73, 1
+        s_add_co_i32 s72, s72, 1
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
@@ -19782,7 +23191,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
         v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
         v_max_num_f32 v20, v20, v21
-        v_permlanex16_b32 v24, v20, s71, 0xfedcba98
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
         v_max3_num_f32 v13, v12, v20, v24
         v_sub_f32 v15, v12, v13
         v_exp_f32_e32 v15, v15
@@ -19792,124 +23203,287 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v13
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v14, 0, v13, vcc_lo
-        v_mov_b32 v25, v14
-        v_dual_sub_f32 v64, v64, v25 :: v_dual_sub_f32 v65, v65, v14
-        v_dual_sub_f32 v66, v66, v25 :: v_dual_sub_f32 v67, v67, v14
+        v_subrev_f32_e32 v14, 0x40ffc000, v14
+        v_fma_f32 v25, s69, v10, v14
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_pv16_one_fma_0_last
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_pv16_one_fma_0_last_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_bf16_pv16_one_fma_0_last:
+        v_fma_f32 v64, v64, v11, -v25
+        v_fma_f32 v65, v65, v11, -v25
+        v_fma_f32 v66, v66, v11, -v25
+        v_fma_f32 v67, v67, v11, -v25
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v25 :: v_dual_sub_f32 v69, v69, v14
+        v_fma_f32 v68, v68, v11, -v25
         v_exp_f32_e32 v65, v65
+        v_fma_f32 v69, v69, v11, -v25
         v_exp_f32_e32 v66, v66
-        v_dual_sub_f32 v70, v70, v25 :: v_dual_sub_f32 v71, v71, v14
+        v_fma_f32 v70, v70, v11, -v25
         v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v18, v64, v65 :: v_dual_sub_f32 v73, v73, v14
+        v_fma_f32 v71, v71, v11, -v25
         v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v25 :: v_dual_add_f32 v19, v18, v66
+        v_fma_f32 v72, v72, v11, -v25
+        v_dual_add_f32 v18, v64, v66 :: v_dual_add_f32 v19, v65, v67
         v_cvt_f16_f32_e64 v64, v64
         v_exp_f32_e32 v69, v69
-        v_add_f32 v18, v19, v67
+        v_fma_f32 v73, v73, v11, -v25
         v_cvt_f16_f32_e64 v65, v65
         v_pack_b32_f16 v64, v64, v65
         v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v25 :: v_dual_add_f32 v19, v68, v18
+        v_fma_f32 v74, v74, v11, -v25
+        v_dual_add_f32 v18, v18, v68 :: v_dual_add_f32 v19, v19, v69
         v_cvt_f16_f32_e64 v66, v66
         v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v14 :: v_dual_add_f32 v18, v69, v19
+        v_fma_f32 v75, v75, v11, -v25
         v_cvt_f16_f32_e64 v67, v67
         v_pack_b32_f16 v65, v66, v67
         v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v25 :: v_dual_add_f32 v19, v18, v70
+        v_fma_f32 v76, v76, v11, -v25
+        v_dual_add_f32 v18, v18, v70 :: v_dual_add_f32 v19, v19, v71
         v_cvt_f16_f32_e64 v68, v68
         v_exp_f32_e32 v73, v73
-        v_dual_sub_f32 v77, v77, v14 :: v_dual_add_f32 v18, v19, v71
+        v_fma_f32 v77, v77, v11, -v25
         v_cvt_f16_f32_e64 v69, v69
         v_pack_b32_f16 v66, v68, v69
         v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v25 :: v_dual_add_f32 v19, v72, v18
+        v_fma_f32 v78, v78, v11, -v25
+        v_dual_add_f32 v18, v18, v72 :: v_dual_add_f32 v19, v19, v73
         v_cvt_f16_f32_e64 v70, v70
         v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v14 :: v_dual_add_f32 v18, v73, v19
+        v_fma_f32 v79, v79, v11, -v25
         v_cvt_f16_f32_e64 v71, v71
         v_pack_b32_f16 v67, v70, v71
         v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v25 :: v_dual_add_f32 v19, v18, v74
+        v_fma_f32 v80, v80, v11, -v25
+        v_dual_add_f32 v18, v18, v74 :: v_dual_add_f32 v19, v19, v75
         v_cvt_f16_f32_e64 v72, v72
         v_exp_f32_e32 v77, v77
-        v_dual_sub_f32 v81, v81, v14 :: v_dual_add_f32 v18, v19, v75
+        v_fma_f32 v81, v81, v11, -v25
         v_cvt_f16_f32_e64 v73, v73
         v_pack_b32_f16 v72, v72, v73
         v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v25 :: v_dual_add_f32 v19, v76, v18
+        v_fma_f32 v82, v82, v11, -v25
+        v_dual_add_f32 v18, v18, v76 :: v_dual_add_f32 v19, v19, v77
         v_cvt_f16_f32_e64 v74, v74
         v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v14 :: v_dual_add_f32 v18, v77, v19
+        v_fma_f32 v83, v83, v11, -v25
         v_cvt_f16_f32_e64 v75, v75
         v_pack_b32_f16 v73, v74, v75
         v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v25 :: v_dual_add_f32 v19, v18, v78
+        v_fma_f32 v84, v84, v11, -v25
+        v_dual_add_f32 v18, v18, v78 :: v_dual_add_f32 v19, v19, v79
         v_cvt_f16_f32_e64 v76, v76
         v_exp_f32_e32 v81, v81
-        v_dual_sub_f32 v85, v85, v14 :: v_dual_add_f32 v18, v19, v79
+        v_fma_f32 v85, v85, v11, -v25
         v_cvt_f16_f32_e64 v77, v77
         v_pack_b32_f16 v74, v76, v77
         v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v25 :: v_dual_add_f32 v19, v80, v18
+        v_fma_f32 v86, v86, v11, -v25
+        v_dual_add_f32 v18, v18, v80 :: v_dual_add_f32 v19, v19, v81
         v_cvt_f16_f32_e64 v78, v78
         v_exp_f32_e32 v83, v83
-        v_dual_sub_f32 v87, v87, v14 :: v_dual_add_f32 v18, v81, v19
+        v_fma_f32 v87, v87, v11, -v25
         v_cvt_f16_f32_e64 v79, v79
         v_pack_b32_f16 v75, v78, v79
         v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v25 :: v_dual_add_f32 v19, v18, v82
+        v_fma_f32 v88, v88, v11, -v25
+        v_dual_add_f32 v18, v18, v82 :: v_dual_add_f32 v19, v19, v83
         v_cvt_f16_f32_e64 v80, v80
         v_exp_f32_e32 v85, v85
-        v_dual_sub_f32 v89, v89, v14 :: v_dual_add_f32 v18, v19, v83
+        v_fma_f32 v89, v89, v11, -v25
         v_cvt_f16_f32_e64 v81, v81
         v_pack_b32_f16 v80, v80, v81
         v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v25 :: v_dual_add_f32 v19, v84, v18
+        v_fma_f32 v90, v90, v11, -v25
+        v_dual_add_f32 v18, v18, v84 :: v_dual_add_f32 v19, v19, v85
         v_cvt_f16_f32_e64 v82, v82
         v_exp_f32_e32 v87, v87
-        v_dual_sub_f32 v91, v91, v14 :: v_dual_add_f32 v18, v85, v19
+        v_fma_f32 v91, v91, v11, -v25
         v_cvt_f16_f32_e64 v83, v83
         v_pack_b32_f16 v81, v82, v83
         v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v25 :: v_dual_add_f32 v19, v18, v86
+        v_fma_f32 v92, v92, v11, -v25
+        v_dual_add_f32 v18, v18, v86 :: v_dual_add_f32 v19, v19, v87
         v_cvt_f16_f32_e64 v84, v84
         v_exp_f32_e32 v89, v89
-        v_dual_sub_f32 v93, v93, v14 :: v_dual_add_f32 v18, v19, v87
+        v_fma_f32 v93, v93, v11, -v25
         v_cvt_f16_f32_e64 v85, v85
         v_pack_b32_f16 v82, v84, v85
         v_exp_f32_e32 v90, v90
-        v_dual_sub_f32 v94, v94, v25 :: v_dual_add_f32 v19, v88, v18
+        v_fma_f32 v94, v94, v11, -v25
+        v_dual_add_f32 v18, v18, v88 :: v_dual_add_f32 v19, v19, v89
         v_cvt_f16_f32_e64 v86, v86
         v_exp_f32_e32 v91, v91
-        v_dual_sub_f32 v95, v95, v14 :: v_dual_add_f32 v18, v89, v19
+        v_fma_f32 v95, v95, v11, -v25
         v_cvt_f16_f32_e64 v87, v87
         v_pack_b32_f16 v83, v86, v87
         v_exp_f32_e32 v92, v92
-        v_add_f32 v19, v18, v90
+        v_dual_add_f32 v18, v18, v90 :: v_dual_add_f32 v19, v19, v91
         v_cvt_f16_f32_e64 v88, v88
         v_exp_f32_e32 v93, v93
-        v_add_f32 v18, v19, v91
         v_cvt_f16_f32_e64 v89, v89
         v_pack_b32_f16 v88, v88, v89
         v_exp_f32_e32 v94, v94
-        v_add_f32 v19, v18, v92
+        v_dual_add_f32 v18, v18, v92 :: v_dual_add_f32 v19, v19, v93
         v_cvt_f16_f32_e64 v90, v90
         v_exp_f32_e32 v95, v95
-        v_add_f32 v18, v19, v93
         v_cvt_f16_f32_e64 v91, v91
         v_pack_b32_f16 v89, v90, v91
-        v_dual_add_f32 v19, v18, v94 :: v_dual_mov_b32 v16, v15
+        v_dual_add_f32 v18, v18, v94 :: v_dual_add_f32 v19, v19, v95
         v_cvt_f16_f32_e64 v92, v92
-        v_add_f32 v18, v19, v95
         v_cvt_f16_f32_e64 v93, v93
         v_pack_b32_f16 v90, v92, v93
         v_cvt_f16_f32_e64 v94, v94
         v_cvt_f16_f32_e64 v95, v95
         v_pack_b32_f16 v91, v94, v95
-        v_permlanex16_b32 v24, v18, s71, 0xfedcba98
-        v_dual_add_f32 v18, v18, v24 :: v_dual_mul_f32 v17, v17, v15
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
+        v_permlanex16_b32 v24, v18, s70, 0xfedcba98
+        v_add_f32 v18, v18, v24
         v_add_f32 v17, v17, v18
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
         s_wait_alu depctr_va_vcc(0)
@@ -20111,7 +23685,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
         v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
         v_max_num_f32 v20, v20, v21
-        v_permlanex16_b32 v24, v20, s71, 0xfedcba98
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
         v_max3_num_f32 v12, v13, v20, v24
         v_sub_f32 v15, v13, v12
         v_exp_f32_e32 v15, v15
@@ -20121,124 +23697,287 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v12
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v14, 0, v12, vcc_lo
-        v_mov_b32 v25, v14
-        v_dual_sub_f32 v96, v96, v25 :: v_dual_sub_f32 v97, v97, v14
-        v_dual_sub_f32 v98, v98, v25 :: v_dual_sub_f32 v99, v99, v14
+        v_subrev_f32_e32 v14, 0x40ffc000, v14
+        v_fma_f32 v25, s69, v10, v14
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_bf16_pv16_one_fma_1_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v10, v96 :: v_dual_mul_f32 v97, v11, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v10, v98 :: v_dual_mul_f32 v99, v11, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v10, v100 :: v_dual_mul_f32 v101, v11, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v10, v102 :: v_dual_mul_f32 v103, v11, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v10, v104 :: v_dual_mul_f32 v105, v11, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v10, v106 :: v_dual_mul_f32 v107, v11, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v10, v108 :: v_dual_mul_f32 v109, v11, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v10, v110 :: v_dual_mul_f32 v111, v11, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v10, v112 :: v_dual_mul_f32 v113, v11, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v10, v114 :: v_dual_mul_f32 v115, v11, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v10, v116 :: v_dual_mul_f32 v117, v11, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v10, v118 :: v_dual_mul_f32 v119, v11, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v10, v120 :: v_dual_mul_f32 v121, v11, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v10, v122 :: v_dual_mul_f32 v123, v11, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v10, v124 :: v_dual_mul_f32 v125, v11, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_pv16_one_fma_1_last_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_bf16_pv16_one_fma_1_last:
+        v_fma_f32 v96, v96, v11, -v25
+        v_fma_f32 v97, v97, v11, -v25
+        v_fma_f32 v98, v98, v11, -v25
+        v_fma_f32 v99, v99, v11, -v25
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v25 :: v_dual_sub_f32 v101, v101, v14
+        v_fma_f32 v100, v100, v11, -v25
         v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v11, -v25
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v25 :: v_dual_sub_f32 v103, v103, v14
+        v_fma_f32 v102, v102, v11, -v25
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v18, v96, v97 :: v_dual_sub_f32 v105, v105, v14
+        v_fma_f32 v103, v103, v11, -v25
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v25 :: v_dual_add_f32 v19, v18, v98
+        v_fma_f32 v104, v104, v11, -v25
+        v_dual_add_f32 v18, v96, v98 :: v_dual_add_f32 v19, v97, v99
         v_cvt_f16_f32_e64 v96, v96
         v_exp_f32_e32 v101, v101
-        v_add_f32 v18, v19, v99
+        v_fma_f32 v105, v105, v11, -v25
         v_cvt_f16_f32_e64 v97, v97
         v_pack_b32_f16 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v25 :: v_dual_add_f32 v19, v100, v18
+        v_fma_f32 v106, v106, v11, -v25
+        v_dual_add_f32 v18, v18, v100 :: v_dual_add_f32 v19, v19, v101
         v_cvt_f16_f32_e64 v98, v98
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v14 :: v_dual_add_f32 v18, v101, v19
+        v_fma_f32 v107, v107, v11, -v25
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v25 :: v_dual_add_f32 v19, v18, v102
+        v_fma_f32 v108, v108, v11, -v25
+        v_dual_add_f32 v18, v18, v102 :: v_dual_add_f32 v19, v19, v103
         v_cvt_f16_f32_e64 v100, v100
         v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v14 :: v_dual_add_f32 v18, v19, v103
+        v_fma_f32 v109, v109, v11, -v25
         v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v25 :: v_dual_add_f32 v19, v104, v18
+        v_fma_f32 v110, v110, v11, -v25
+        v_dual_add_f32 v18, v18, v104 :: v_dual_add_f32 v19, v19, v105
         v_cvt_f16_f32_e64 v102, v102
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v14 :: v_dual_add_f32 v18, v105, v19
+        v_fma_f32 v111, v111, v11, -v25
         v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v25 :: v_dual_add_f32 v19, v18, v106
+        v_fma_f32 v112, v112, v11, -v25
+        v_dual_add_f32 v18, v18, v106 :: v_dual_add_f32 v19, v19, v107
         v_cvt_f16_f32_e64 v104, v104
         v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v14 :: v_dual_add_f32 v18, v19, v107
+        v_fma_f32 v113, v113, v11, -v25
         v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v25 :: v_dual_add_f32 v19, v108, v18
+        v_fma_f32 v114, v114, v11, -v25
+        v_dual_add_f32 v18, v18, v108 :: v_dual_add_f32 v19, v19, v109
         v_cvt_f16_f32_e64 v106, v106
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v14 :: v_dual_add_f32 v18, v109, v19
+        v_fma_f32 v115, v115, v11, -v25
         v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v25 :: v_dual_add_f32 v19, v18, v110
+        v_fma_f32 v116, v116, v11, -v25
+        v_dual_add_f32 v18, v18, v110 :: v_dual_add_f32 v19, v19, v111
         v_cvt_f16_f32_e64 v108, v108
         v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v14 :: v_dual_add_f32 v18, v19, v111
+        v_fma_f32 v117, v117, v11, -v25
         v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v25 :: v_dual_add_f32 v19, v112, v18
+        v_fma_f32 v118, v118, v11, -v25
+        v_dual_add_f32 v18, v18, v112 :: v_dual_add_f32 v19, v19, v113
         v_cvt_f16_f32_e64 v110, v110
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v14 :: v_dual_add_f32 v18, v113, v19
+        v_fma_f32 v119, v119, v11, -v25
         v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v25 :: v_dual_add_f32 v19, v18, v114
+        v_fma_f32 v120, v120, v11, -v25
+        v_dual_add_f32 v18, v18, v114 :: v_dual_add_f32 v19, v19, v115
         v_cvt_f16_f32_e64 v112, v112
         v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v14 :: v_dual_add_f32 v18, v19, v115
+        v_fma_f32 v121, v121, v11, -v25
         v_cvt_f16_f32_e64 v113, v113
         v_pack_b32_f16 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v25 :: v_dual_add_f32 v19, v116, v18
+        v_fma_f32 v122, v122, v11, -v25
+        v_dual_add_f32 v18, v18, v116 :: v_dual_add_f32 v19, v19, v117
         v_cvt_f16_f32_e64 v114, v114
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v14 :: v_dual_add_f32 v18, v117, v19
+        v_fma_f32 v123, v123, v11, -v25
         v_cvt_f16_f32_e64 v115, v115
         v_pack_b32_f16 v113, v114, v115
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v25 :: v_dual_add_f32 v19, v18, v118
+        v_fma_f32 v124, v124, v11, -v25
+        v_dual_add_f32 v18, v18, v118 :: v_dual_add_f32 v19, v19, v119
         v_cvt_f16_f32_e64 v116, v116
         v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v14 :: v_dual_add_f32 v18, v19, v119
+        v_fma_f32 v125, v125, v11, -v25
         v_cvt_f16_f32_e64 v117, v117
         v_pack_b32_f16 v114, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v25 :: v_dual_add_f32 v19, v120, v18
+        v_fma_f32 v126, v126, v11, -v25
+        v_dual_add_f32 v18, v18, v120 :: v_dual_add_f32 v19, v19, v121
         v_cvt_f16_f32_e64 v118, v118
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v14 :: v_dual_add_f32 v18, v121, v19
+        v_fma_f32 v127, v127, v11, -v25
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
         v_exp_f32_e32 v124, v124
-        v_add_f32 v19, v18, v122
+        v_dual_add_f32 v18, v18, v122 :: v_dual_add_f32 v19, v19, v123
         v_cvt_f16_f32_e64 v120, v120
         v_exp_f32_e32 v125, v125
-        v_add_f32 v18, v19, v123
         v_cvt_f16_f32_e64 v121, v121
         v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_add_f32 v19, v18, v124
+        v_dual_add_f32 v18, v18, v124 :: v_dual_add_f32 v19, v19, v125
         v_cvt_f16_f32_e64 v122, v122
         v_exp_f32_e32 v127, v127
-        v_add_f32 v18, v19, v125
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
-        v_dual_add_f32 v19, v18, v126 :: v_dual_mov_b32 v16, v15
+        v_dual_add_f32 v18, v18, v126 :: v_dual_add_f32 v19, v19, v127
         v_cvt_f16_f32_e64 v124, v124
-        v_add_f32 v18, v19, v127
         v_cvt_f16_f32_e64 v125, v125
         v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
         v_pack_b32_f16 v123, v126, v127
-        v_permlanex16_b32 v24, v18, s71, 0xfedcba98
-        v_dual_add_f32 v18, v18, v24 :: v_dual_mul_f32 v17, v17, v15
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
+        v_permlanex16_b32 v24, v18, s70, 0xfedcba98
+        v_add_f32 v18, v18, v24
         v_add_f32 v17, v17, v18
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
         s_wait_alu depctr_va_vcc(0)
@@ -20324,7 +24063,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_wait_kmcnt 0  // q_scale (the smooth_k lse term)
 .Ld64_bf16_pv16_epilogue:
 
-        // ---- epilogue: inv = 1 / (448 l) (pv fp16: 1 / l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) 
+        // ---- epilogue: inv = 1 / l (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) -------------------
         v_mov_b32_e32 v160, v17
         v_div_scale_f32 v161, null, v160, v160, 1.0
         v_div_scale_f32 v162, vcc_lo, 1.0, v160, 1.0
@@ -20636,8 +24375,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld64_bf16_pv16_store_out
 
-        // ---- epilogue: lse = (m + log2 l) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] ------------------
+        // ---- epilogue: lse = (m + (log2 l - P_OFF)) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] --------
         v_log_f32_e32 v161, v17
+        v_subrev_f32_e32 v161, 0x40ffc000, v161  // l carries 2^P_OFF
         v_add_f32_e32 v160, v12, v161
         v_mul_f32_e32 v160, 0x3f317218, v160
         s_bitcmp1_b32 s34, 1
@@ -20656,172 +24396,172 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_wait_loadcnt 7
         v_bfe_i32 v163, v128, 0, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v64
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v128, 8, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v65
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v128, 16, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v66
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v128, 24, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v67
         v_add_f32_e32 v162, v162, v163
         s_wait_loadcnt 6
         v_bfe_i32 v163, v129, 0, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v68
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v129, 8, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v69
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v129, 16, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v70
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v129, 24, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v71
         v_add_f32_e32 v162, v162, v163
         s_wait_loadcnt 5
         v_bfe_i32 v163, v130, 0, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v72
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v130, 8, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v73
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v130, 16, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v74
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v130, 24, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v75
         v_add_f32_e32 v162, v162, v163
         s_wait_loadcnt 4
         v_bfe_i32 v163, v131, 0, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v76
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v131, 8, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v77
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v131, 16, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v78
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v131, 24, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v79
         v_add_f32_e32 v162, v162, v163
         s_wait_loadcnt 3
         v_bfe_i32 v163, v132, 0, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v80
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v132, 8, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v81
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v132, 16, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v82
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v132, 24, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v83
         v_add_f32_e32 v162, v162, v163
         s_wait_loadcnt 2
         v_bfe_i32 v163, v133, 0, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v84
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v133, 8, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v85
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v133, 16, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v86
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v133, 24, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v87
         v_add_f32_e32 v162, v162, v163
         s_wait_loadcnt 1
         v_bfe_i32 v163, v134, 0, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v88
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v134, 8, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v89
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v134, 16, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v90
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v134, 24, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v91
         v_add_f32_e32 v162, v162, v163
         s_wait_loadcnt 0
         v_bfe_i32 v163, v135, 0, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v92
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v135, 8, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v93
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v135, 16, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v94
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v135, 24, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v95
         v_add_f32_e32 v162, v162, v163
-        v_permlanex16_b32 v24, v162, s71, 0xfedcba98
+        v_permlanex16_b32 v24, v162, s70, 0xfedcba98
         v_add_f32_e32 v162, v162, v24
         v_mul_f32_e32 v162, 0x3f317218, v162
         v_add_f32_e32 v160, v160, v162
@@ -20944,11 +24684,10 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
 //   s[62:63]     lutrow       LUT row of this query tile
 //   s[64:67]     lut4         count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)
 //   s68          L3           L[min(t+3, last)] (in flight during tile t)
-//   s69          c448         448.0f (VOPD src0 of p*448)
-//   s70          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
-//   s71          permsel      v_permlanex16 lane select 0x76543210
-//   s72          qs           q_scale of this wave's 16 queries
-//   s73          tile         loop: current key tile t
+//   s69          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
+//   s70          permsel      v_permlanex16 lane select 0x76543210
+//   s71          qs           q_scale of this wave's 16 queries
+//   s72          tile         loop: current key tile t
 //   s[74:75]     kh           K of this K/V head
 //   s[76:77]     qrow         Q rows of this wave
 //   s[78:79]     kb           K staging base (tile min(t+2, last))
@@ -21043,9 +24782,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_cselect_b32 s66, s66, s65  // L[min(1, last)]
         s_cmp_gt_u32 s64, 2
         s_cselect_b32 s67, s67, s66  // L[min(2, last)]
-        s_mov_b32 s69, 0x43e00000
-        s_mov_b32 s70, 0x4b400000
-        s_mov_b32 s71, 0x76543210
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
         s_lshl_b32 s52, s25, 6
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[50:51]
@@ -21078,7 +24816,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_add_nc_u64 s[52:53], s[10:11], s[52:53]
         s_lshr_b32 s54, s58, 5
         s_lshl_b32 s54, s54, 2
-        s_load_b32 s72, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
+        s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
         s_lshl_b64 s[52:53], s[50:51], 8
         s_add_nc_u64 s[90:91], s[14:15], s[52:53]
         s_add_nc_u64 s[92:93], s[16:17], s[52:53]
@@ -21110,7 +24848,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[96:97], s[20:21], s[52:53]
         s_mov_b32 s81, 0
-        s_mov_b32 s73, 0
+        s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
         v_lshrrev_b32 v163, 1, v0
         v_mul_lo_u32 v7, v163, s25  // V^T row * seq_pad_kv
@@ -21152,10 +24890,10 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
         v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
         v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
-        v_dual_mov_b32 v200, s70 :: v_dual_mov_b32 v201, s70
-        v_dual_mov_b32 v202, s70 :: v_dual_mov_b32 v203, s70
-        v_dual_mov_b32 v204, s70 :: v_dual_mov_b32 v205, s70
-        v_dual_mov_b32 v206, s70 :: v_dual_mov_b32 v207, s70
+        v_dual_mov_b32 v200, s69 :: v_dual_mov_b32 v201, s69
+        v_dual_mov_b32 v202, s69 :: v_dual_mov_b32 v203, s69
+        v_dual_mov_b32 v204, s69 :: v_dual_mov_b32 v205, s69
+        v_dual_mov_b32 v206, s69 :: v_dual_mov_b32 v207, s69
         v_dual_mov_b32 v12, 0xff800000 :: v_dual_mov_b32 v17, 0
         s_wait_loadcnt 0
         ds_store_b128 v4, v[136:139] offset:0
@@ -21204,39 +24942,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_wmma_i32_16x16x16_iu8 v[80:87], v[186:187], v[134:135], v[80:87] neg_lo:[1,1,0]
         v_wmma_i32_16x16x16_iu8 v[88:95], v[190:191], v[134:135], v[88:95] neg_lo:[1,1,0]
         s_wait_kmcnt 0  // q_scale
-        v_dual_mul_f32 v10, s72, v8 :: v_dual_subrev_f32 v65, s70, v65
-        v_dual_mov_b32 v11, v10 :: v_dual_subrev_f32 v64, s70, v64
-        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
-        v_dual_subrev_f32 v66, s70, v66 :: v_dual_subrev_f32 v67, s70, v67
-        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
-        v_dual_subrev_f32 v68, s70, v68 :: v_dual_subrev_f32 v69, s70, v69
-        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
-        v_dual_subrev_f32 v70, s70, v70 :: v_dual_subrev_f32 v71, s70, v71
-        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
-        v_dual_subrev_f32 v72, s70, v72 :: v_dual_subrev_f32 v73, s70, v73
-        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
-        v_dual_subrev_f32 v74, s70, v74 :: v_dual_subrev_f32 v75, s70, v75
-        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
-        v_dual_subrev_f32 v76, s70, v76 :: v_dual_subrev_f32 v77, s70, v77
-        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
-        v_dual_subrev_f32 v78, s70, v78 :: v_dual_subrev_f32 v79, s70, v79
-        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
-        v_dual_subrev_f32 v80, s70, v80 :: v_dual_subrev_f32 v81, s70, v81
-        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
-        v_dual_subrev_f32 v82, s70, v82 :: v_dual_subrev_f32 v83, s70, v83
-        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
-        v_dual_subrev_f32 v84, s70, v84 :: v_dual_subrev_f32 v85, s70, v85
-        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
-        v_dual_subrev_f32 v86, s70, v86 :: v_dual_subrev_f32 v87, s70, v87
-        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
-        v_dual_subrev_f32 v88, s70, v88 :: v_dual_subrev_f32 v89, s70, v89
-        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
-        v_dual_subrev_f32 v90, s70, v90 :: v_dual_subrev_f32 v91, s70, v91
-        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
-        v_dual_subrev_f32 v92, s70, v92 :: v_dual_subrev_f32 v93, s70, v93
-        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
-        v_dual_subrev_f32 v94, s70, v94 :: v_dual_subrev_f32 v95, s70, v95
-        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
+        v_mul_f32 v10, s71, v8
+        v_mov_b32 v11, v10
         s_wait_loadcnt 0
         ds_store_b128 v4, v[136:139] offset:4096
         ds_store_b128 v4, v[140:143] offset:6144
@@ -21246,11 +24953,11 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
 
         // ---- main loop: two tiles per trip (register ping-pong SA/SB, m[0]/m[1], LDS buffers) ----------------
 .Ld64_fp16_pv16_loop:
-        s_cmp_eq_u32 s73, s59
+        s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_fp16_pv16_last_0
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
-        s_add_co_i32 s52, s73, 3
+        s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
@@ -21406,7 +25113,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
         v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
         v_max_num_f32 v20, v20, v21
-        v_permlanex16_b32 v24, v20, s71, 0xfedcba98
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
         v_max3_num_f32 v13, v12, v20, v24
         v_sub_f32 v15, v12, v13
         v_exp_f32_e32 v15, v15
@@ -21416,156 +25125,319 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v13
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v14, 0, v13, vcc_lo
-        v_mov_b32 v25, v14
-        v_dual_sub_f32 v64, v64, v25 :: v_dual_sub_f32 v65, v65, v14
-        v_dual_sub_f32 v66, v66, v25 :: v_dual_sub_f32 v67, v67, v14
+        v_subrev_f32_e32 v14, 0x40ffc000, v14
+        v_fma_f32 v25, s69, v10, v14
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_pv16_one_fma_0
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_pv16_one_fma_0_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_fp16_pv16_one_fma_0:
+        v_fma_f32 v64, v64, v11, -v25
+        v_fma_f32 v65, v65, v11, -v25
+        v_fma_f32 v66, v66, v11, -v25
+        v_fma_f32 v67, v67, v11, -v25
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v25 :: v_dual_sub_f32 v69, v69, v14
+        v_fma_f32 v68, v68, v11, -v25
         v_exp_f32_e32 v65, v65
-        v_exp_f32_e32 v66, v66
-        v_dual_sub_f32 v70, v70, v25 :: v_dual_sub_f32 v71, v71, v14
+        v_fma_f32 v69, v69, v11, -v25
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[160:161], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v66, v66
+        v_fma_f32 v70, v70, v11, -v25
         v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v18, v64, v65 :: v_dual_sub_f32 v73, v73, v14
+        v_fma_f32 v71, v71, v11, -v25
         v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v25 :: v_dual_add_f32 v19, v18, v66
+        v_fma_f32 v72, v72, v11, -v25
+        v_dual_add_f32 v18, v64, v66 :: v_dual_add_f32 v19, v65, v67
         v_cvt_f16_f32_e64 v64, v64
-        v_exp_f32_e32 v69, v69
-        v_add_f32 v18, v19, v67
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[164:165], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v69, v69
+        v_fma_f32 v73, v73, v11, -v25
         v_cvt_f16_f32_e64 v65, v65
         v_pack_b32_f16 v64, v64, v65
         v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v25 :: v_dual_add_f32 v19, v68, v18
-        v_cvt_f16_f32_e64 v66, v66
-        v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v14 :: v_dual_add_f32 v18, v69, v19
+        v_fma_f32 v74, v74, v11, -v25
+        v_dual_add_f32 v18, v18, v68 :: v_dual_add_f32 v19, v19, v69
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[168:169], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v66, v66
+        v_exp_f32_e32 v71, v71
+        v_fma_f32 v75, v75, v11, -v25
         v_cvt_f16_f32_e64 v67, v67
         v_pack_b32_f16 v65, v66, v67
         v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v25 :: v_dual_add_f32 v19, v18, v70
-        v_cvt_f16_f32_e64 v68, v68
-        v_exp_f32_e32 v73, v73
-        v_dual_sub_f32 v77, v77, v14 :: v_dual_add_f32 v18, v19, v71
+        v_fma_f32 v76, v76, v11, -v25
+        v_dual_add_f32 v18, v18, v70 :: v_dual_add_f32 v19, v19, v71
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[172:173], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v68, v68
+        v_exp_f32_e32 v73, v73
+        v_fma_f32 v77, v77, v11, -v25
         v_cvt_f16_f32_e64 v69, v69
         v_pack_b32_f16 v66, v68, v69
         v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v25 :: v_dual_add_f32 v19, v72, v18
-        v_cvt_f16_f32_e64 v70, v70
-        v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v14 :: v_dual_add_f32 v18, v73, v19
+        v_fma_f32 v78, v78, v11, -v25
+        v_dual_add_f32 v18, v18, v72 :: v_dual_add_f32 v19, v19, v73
         v_wmma_i32_16x16x16_iu8 v[96:103], v[162:163], v[130:131], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v3 offset:12800
+        v_cvt_f16_f32_e64 v70, v70
+        v_exp_f32_e32 v75, v75
+        v_fma_f32 v79, v79, v11, -v25
         v_cvt_f16_f32_e64 v71, v71
         v_pack_b32_f16 v67, v70, v71
         v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v25 :: v_dual_add_f32 v19, v18, v74
-        v_cvt_f16_f32_e64 v72, v72
-        v_exp_f32_e32 v77, v77
-        v_dual_sub_f32 v81, v81, v14 :: v_dual_add_f32 v18, v19, v75
+        v_fma_f32 v80, v80, v11, -v25
+        v_dual_add_f32 v18, v18, v74 :: v_dual_add_f32 v19, v19, v75
         v_wmma_i32_16x16x16_iu8 v[104:111], v[166:167], v[130:131], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v3 offset:15104
+        v_cvt_f16_f32_e64 v72, v72
+        v_exp_f32_e32 v77, v77
+        v_fma_f32 v81, v81, v11, -v25
         v_cvt_f16_f32_e64 v73, v73
         v_pack_b32_f16 v72, v72, v73
         v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v25 :: v_dual_add_f32 v19, v76, v18
-        v_cvt_f16_f32_e64 v74, v74
-        v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v14 :: v_dual_add_f32 v18, v77, v19
+        v_fma_f32 v82, v82, v11, -v25
         v_wmma_i32_16x16x16_iu8 v[112:119], v[170:171], v[130:131], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v3 offset:8208
+        v_dual_add_f32 v18, v18, v76 :: v_dual_add_f32 v19, v19, v77
+        v_cvt_f16_f32_e64 v74, v74
+        v_exp_f32_e32 v79, v79
+        v_fma_f32 v83, v83, v11, -v25
         v_cvt_f16_f32_e64 v75, v75
         v_pack_b32_f16 v73, v74, v75
         v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v25 :: v_dual_add_f32 v19, v18, v78
-        v_cvt_f16_f32_e64 v76, v76
-        v_exp_f32_e32 v81, v81
-        v_dual_sub_f32 v85, v85, v14 :: v_dual_add_f32 v18, v19, v79
+        v_fma_f32 v84, v84, v11, -v25
         v_wmma_i32_16x16x16_iu8 v[120:127], v[174:175], v[130:131], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v3 offset:10512
+        v_dual_add_f32 v18, v18, v78 :: v_dual_add_f32 v19, v19, v79
+        v_cvt_f16_f32_e64 v76, v76
+        v_exp_f32_e32 v81, v81
+        v_fma_f32 v85, v85, v11, -v25
         v_cvt_f16_f32_e64 v77, v77
         v_pack_b32_f16 v74, v76, v77
         v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v25 :: v_dual_add_f32 v19, v80, v18
-        v_cvt_f16_f32_e64 v78, v78
-        v_exp_f32_e32 v83, v83
+        v_fma_f32 v86, v86, v11, -v25
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[176:177], v[132:133], v[96:103] neg_lo:[1,1,0]
-        v_dual_sub_f32 v87, v87, v14 :: v_dual_add_f32 v18, v81, v19
+        v_dual_add_f32 v18, v18, v80 :: v_dual_add_f32 v19, v19, v81
+        v_cvt_f16_f32_e64 v78, v78
+        v_exp_f32_e32 v83, v83
+        v_fma_f32 v87, v87, v11, -v25
         v_cvt_f16_f32_e64 v79, v79
         v_pack_b32_f16 v75, v78, v79
         v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v25 :: v_dual_add_f32 v19, v18, v82
-        v_cvt_f16_f32_e64 v80, v80
-        v_exp_f32_e32 v85, v85
+        v_fma_f32 v88, v88, v11, -v25
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[180:181], v[132:133], v[104:111] neg_lo:[1,1,0]
-        v_dual_sub_f32 v89, v89, v14 :: v_dual_add_f32 v18, v19, v83
+        v_dual_add_f32 v18, v18, v82 :: v_dual_add_f32 v19, v19, v83
+        v_cvt_f16_f32_e64 v80, v80
+        v_exp_f32_e32 v85, v85
+        v_fma_f32 v89, v89, v11, -v25
         v_cvt_f16_f32_e64 v81, v81
         v_pack_b32_f16 v80, v80, v81
         v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v25 :: v_dual_add_f32 v19, v84, v18
-        v_cvt_f16_f32_e64 v82, v82
-        v_exp_f32_e32 v87, v87
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[184:185], v[132:133], v[112:119] neg_lo:[1,1,0]
-        v_dual_sub_f32 v91, v91, v14 :: v_dual_add_f32 v18, v85, v19
+        v_fma_f32 v90, v90, v11, -v25
+        v_dual_add_f32 v18, v18, v84 :: v_dual_add_f32 v19, v19, v85
+        v_cvt_f16_f32_e64 v82, v82
+        v_exp_f32_e32 v87, v87
+        v_fma_f32 v91, v91, v11, -v25
         v_cvt_f16_f32_e64 v83, v83
         v_pack_b32_f16 v81, v82, v83
         v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v25 :: v_dual_add_f32 v19, v18, v86
-        v_cvt_f16_f32_e64 v84, v84
-        v_exp_f32_e32 v89, v89
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[188:189], v[132:133], v[120:127] neg_lo:[1,1,0]
-        v_dual_sub_f32 v93, v93, v14 :: v_dual_add_f32 v18, v19, v87
+        v_fma_f32 v92, v92, v11, -v25
+        v_dual_add_f32 v18, v18, v86 :: v_dual_add_f32 v19, v19, v87
+        v_cvt_f16_f32_e64 v84, v84
+        v_exp_f32_e32 v89, v89
+        v_fma_f32 v93, v93, v11, -v25
         v_cvt_f16_f32_e64 v85, v85
         v_pack_b32_f16 v82, v84, v85
         v_exp_f32_e32 v90, v90
-        v_dual_sub_f32 v94, v94, v25 :: v_dual_add_f32 v19, v88, v18
-        v_cvt_f16_f32_e64 v86, v86
-        v_exp_f32_e32 v91, v91
         v_wmma_i32_16x16x16_iu8 v[96:103], v[178:179], v[134:135], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[176:179], v3 offset:12816
-        v_dual_sub_f32 v95, v95, v14 :: v_dual_add_f32 v18, v89, v19
+        v_fma_f32 v94, v94, v11, -v25
+        v_dual_add_f32 v18, v18, v88 :: v_dual_add_f32 v19, v19, v89
+        v_cvt_f16_f32_e64 v86, v86
+        v_exp_f32_e32 v91, v91
+        v_fma_f32 v95, v95, v11, -v25
         v_cvt_f16_f32_e64 v87, v87
         v_pack_b32_f16 v83, v86, v87
         v_exp_f32_e32 v92, v92
-        v_add_f32 v19, v18, v90
-        v_cvt_f16_f32_e64 v88, v88
-        v_exp_f32_e32 v93, v93
         v_wmma_i32_16x16x16_iu8 v[104:111], v[182:183], v[134:135], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[180:183], v3 offset:15120
-        v_add_f32 v18, v19, v91
+        v_dual_add_f32 v18, v18, v90 :: v_dual_add_f32 v19, v19, v91
+        v_cvt_f16_f32_e64 v88, v88
+        v_exp_f32_e32 v93, v93
         v_cvt_f16_f32_e64 v89, v89
         v_pack_b32_f16 v88, v88, v89
         v_exp_f32_e32 v94, v94
-        v_add_f32 v19, v18, v92
-        v_cvt_f16_f32_e64 v90, v90
-        v_exp_f32_e32 v95, v95
+        v_dual_add_f32 v18, v18, v92 :: v_dual_add_f32 v19, v19, v93
         v_wmma_i32_16x16x16_iu8 v[112:119], v[186:187], v[134:135], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[184:187], v3 offset:8224
-        v_add_f32 v18, v19, v93
+        v_cvt_f16_f32_e64 v90, v90
+        v_exp_f32_e32 v95, v95
         v_cvt_f16_f32_e64 v91, v91
         v_pack_b32_f16 v89, v90, v91
-        v_dual_add_f32 v19, v18, v94 :: v_dual_mov_b32 v16, v15
+        v_dual_add_f32 v18, v18, v94 :: v_dual_add_f32 v19, v19, v95
         v_cvt_f16_f32_e64 v92, v92
-        v_add_f32 v18, v19, v95
         v_cvt_f16_f32_e64 v93, v93
+        v_pack_b32_f16 v90, v92, v93
         v_wmma_i32_16x16x16_iu8 v[120:127], v[190:191], v[134:135], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[188:191], v3 offset:10528
-        v_pack_b32_f16 v90, v92, v93
         v_cvt_f16_f32_e64 v94, v94
         v_cvt_f16_f32_e64 v95, v95
         v_pack_b32_f16 v91, v94, v95
-        v_permlanex16_b32 v24, v18, s71, 0xfedcba98
-        v_dual_add_f32 v18, v18, v24 :: v_dual_mul_f32 v17, v17, v15
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
+        v_permlanex16_b32 v24, v18, s70, 0xfedcba98
+        v_add_f32 v18, v18, v24
         v_add_f32 v17, v17, v18
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
         s_wait_alu depctr_va_vcc(0)
@@ -21589,78 +25461,47 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
 .Ld64_fp16_pv16_no_rescale_0:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 6
-        v_dual_mul_f32 v10, s72, v8 :: v_dual_subrev_f32 v97, s70, v97
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[192:195], v[64:67], v[32:39]
         ds_load_b128 v[192:195], v3 offset:12832
-        v_dual_mov_b32 v11, v10 :: v_dual_subrev_f32 v96, s70, v96
-        v_dual_mul_f32 v96, v10, v96 :: v_dual_mul_f32 v97, v11, v97
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[196:199], v[64:67], v[40:47]
         ds_load_b128 v[196:199], v3 offset:15136
-        v_dual_subrev_f32 v98, s70, v98 :: v_dual_subrev_f32 v99, s70, v99
-        v_dual_mul_f32 v98, v10, v98 :: v_dual_mul_f32 v99, v11, v99
+        s_wait_loadcnt 6
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[160:163], v[64:67], v[48:55]
         ds_load_b128 v[160:163], v3 offset:8240
-        v_dual_subrev_f32 v100, s70, v100 :: v_dual_subrev_f32 v101, s70, v101
-        v_dual_mul_f32 v100, v10, v100 :: v_dual_mul_f32 v101, v11, v101
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[56:63], v[164:167], v[64:67], v[56:63]
         ds_load_b128 v[164:167], v3 offset:10544
-        v_dual_subrev_f32 v102, s70, v102 :: v_dual_subrev_f32 v103, s70, v103
-        v_dual_mul_f32 v102, v10, v102 :: v_dual_mul_f32 v103, v11, v103
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[168:171], v[72:75], v[32:39]
         ds_load_b128 v[168:171], v3 offset:12848
-        v_dual_subrev_f32 v104, s70, v104 :: v_dual_subrev_f32 v105, s70, v105
-        v_dual_mul_f32 v104, v10, v104 :: v_dual_mul_f32 v105, v11, v105
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[172:175], v[72:75], v[40:47]
         ds_load_b128 v[172:175], v3 offset:15152
-        v_dual_subrev_f32 v106, s70, v106 :: v_dual_subrev_f32 v107, s70, v107
-        v_dual_mul_f32 v106, v10, v106 :: v_dual_mul_f32 v107, v11, v107
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[176:179], v[72:75], v[48:55]
-        v_dual_subrev_f32 v108, s70, v108 :: v_dual_subrev_f32 v109, s70, v109
-        v_dual_mul_f32 v108, v10, v108 :: v_dual_mul_f32 v109, v11, v109
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_f16 v[56:63], v[180:183], v[72:75], v[56:63]
-        v_dual_subrev_f32 v110, s70, v110 :: v_dual_subrev_f32 v111, s70, v111
-        v_dual_mul_f32 v110, v10, v110 :: v_dual_mul_f32 v111, v11, v111
+        v_mul_f32 v10, s71, v8
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_f16 v[32:39], v[184:187], v[80:83], v[32:39]
-        v_dual_subrev_f32 v112, s70, v112 :: v_dual_subrev_f32 v113, s70, v113
-        v_dual_mul_f32 v112, v10, v112 :: v_dual_mul_f32 v113, v11, v113
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_f16 v[40:47], v[188:191], v[80:83], v[40:47]
-        v_dual_subrev_f32 v114, s70, v114 :: v_dual_subrev_f32 v115, s70, v115
-        v_dual_mul_f32 v114, v10, v114 :: v_dual_mul_f32 v115, v11, v115
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[192:195], v[80:83], v[48:55]
-        v_dual_subrev_f32 v116, s70, v116 :: v_dual_subrev_f32 v117, s70, v117
-        v_dual_mul_f32 v116, v10, v116 :: v_dual_mul_f32 v117, v11, v117
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_f16 v[56:63], v[196:199], v[80:83], v[56:63]
-        v_dual_subrev_f32 v118, s70, v118 :: v_dual_subrev_f32 v119, s70, v119
-        v_dual_mul_f32 v118, v10, v118 :: v_dual_mul_f32 v119, v11, v119
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_f16 v[32:39], v[160:163], v[88:91], v[32:39]
-        v_dual_subrev_f32 v120, s70, v120 :: v_dual_subrev_f32 v121, s70, v121
-        v_dual_mul_f32 v120, v10, v120 :: v_dual_mul_f32 v121, v11, v121
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_f16 v[40:47], v[164:167], v[88:91], v[40:47]
-        v_dual_subrev_f32 v122, s70, v122 :: v_dual_subrev_f32 v123, s70, v123
-        v_dual_mul_f32 v122, v10, v122 :: v_dual_mul_f32 v123, v11, v123
+        v_mov_b32 v11, v10
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_f16 v[48:55], v[168:171], v[88:91], v[48:55]
-        v_dual_subrev_f32 v124, s70, v124 :: v_dual_subrev_f32 v125, s70, v125
-        v_dual_mul_f32 v124, v10, v124 :: v_dual_mul_f32 v125, v11, v125
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_f16 v[56:63], v[172:175], v[88:91], v[56:63]
-        v_dual_subrev_f32 v126, s70, v126 :: v_dual_subrev_f32 v127, s70, v127
-        v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -21676,16 +25517,16 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
-        s_add_co_i32 s73, s73, 1
+        s_add_co_i32 s72, s72, 1
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
-        s_cmp_eq_u32 s73, s59
+        s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_fp16_pv16_last_1
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
-        s_add_co_i32 s52, s73, 3
+        s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
@@ -21841,7 +25682,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
         v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
         v_max_num_f32 v20, v20, v21
-        v_permlanex16_b32 v24, v20, s71, 0xfedcba98
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
         v_max3_num_f32 v12, v13, v20, v24
         v_sub_f32 v15, v13, v12
         v_exp_f32_e32 v15, v15
@@ -21851,156 +25694,319 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v12
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v14, 0, v12, vcc_lo
-        v_mov_b32 v25, v14
-        v_dual_sub_f32 v96, v96, v25 :: v_dual_sub_f32 v97, v97, v14
-        v_dual_sub_f32 v98, v98, v25 :: v_dual_sub_f32 v99, v99, v14
+        v_subrev_f32_e32 v14, 0x40ffc000, v14
+        v_fma_f32 v25, s69, v10, v14
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_pv16_one_fma_1
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v10, v96 :: v_dual_mul_f32 v97, v11, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v10, v98 :: v_dual_mul_f32 v99, v11, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v10, v100 :: v_dual_mul_f32 v101, v11, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v10, v102 :: v_dual_mul_f32 v103, v11, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v10, v104 :: v_dual_mul_f32 v105, v11, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v10, v106 :: v_dual_mul_f32 v107, v11, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v10, v108 :: v_dual_mul_f32 v109, v11, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v10, v110 :: v_dual_mul_f32 v111, v11, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v10, v112 :: v_dual_mul_f32 v113, v11, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v10, v114 :: v_dual_mul_f32 v115, v11, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v10, v116 :: v_dual_mul_f32 v117, v11, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v10, v118 :: v_dual_mul_f32 v119, v11, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v10, v120 :: v_dual_mul_f32 v121, v11, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v10, v122 :: v_dual_mul_f32 v123, v11, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v10, v124 :: v_dual_mul_f32 v125, v11, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_pv16_one_fma_1_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_fp16_pv16_one_fma_1:
+        v_fma_f32 v96, v96, v11, -v25
+        v_fma_f32 v97, v97, v11, -v25
+        v_fma_f32 v98, v98, v11, -v25
+        v_fma_f32 v99, v99, v11, -v25
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v25 :: v_dual_sub_f32 v101, v101, v14
+        v_fma_f32 v100, v100, v11, -v25
         v_exp_f32_e32 v97, v97
-        v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v25 :: v_dual_sub_f32 v103, v103, v14
+        v_fma_f32 v101, v101, v11, -v25
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[64:71], v[160:161], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v98, v98
+        v_fma_f32 v102, v102, v11, -v25
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v18, v96, v97 :: v_dual_sub_f32 v105, v105, v14
+        v_fma_f32 v103, v103, v11, -v25
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v25 :: v_dual_add_f32 v19, v18, v98
+        v_fma_f32 v104, v104, v11, -v25
+        v_dual_add_f32 v18, v96, v98 :: v_dual_add_f32 v19, v97, v99
         v_cvt_f16_f32_e64 v96, v96
-        v_exp_f32_e32 v101, v101
-        v_add_f32 v18, v19, v99
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[164:165], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v11, -v25
         v_cvt_f16_f32_e64 v97, v97
         v_pack_b32_f16 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v25 :: v_dual_add_f32 v19, v100, v18
-        v_cvt_f16_f32_e64 v98, v98
-        v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v14 :: v_dual_add_f32 v18, v101, v19
+        v_fma_f32 v106, v106, v11, -v25
+        v_dual_add_f32 v18, v18, v100 :: v_dual_add_f32 v19, v19, v101
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[168:169], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v98, v98
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v11, -v25
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v25 :: v_dual_add_f32 v19, v18, v102
-        v_cvt_f16_f32_e64 v100, v100
-        v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v14 :: v_dual_add_f32 v18, v19, v103
+        v_fma_f32 v108, v108, v11, -v25
+        v_dual_add_f32 v18, v18, v102 :: v_dual_add_f32 v19, v19, v103
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[172:173], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v100, v100
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v11, -v25
         v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v25 :: v_dual_add_f32 v19, v104, v18
-        v_cvt_f16_f32_e64 v102, v102
-        v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v14 :: v_dual_add_f32 v18, v105, v19
+        v_fma_f32 v110, v110, v11, -v25
+        v_dual_add_f32 v18, v18, v104 :: v_dual_add_f32 v19, v19, v105
         v_wmma_i32_16x16x16_iu8 v[64:71], v[162:163], v[130:131], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v3 offset:12800
+        v_cvt_f16_f32_e64 v102, v102
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v11, -v25
         v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v25 :: v_dual_add_f32 v19, v18, v106
-        v_cvt_f16_f32_e64 v104, v104
-        v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v14 :: v_dual_add_f32 v18, v19, v107
+        v_fma_f32 v112, v112, v11, -v25
+        v_dual_add_f32 v18, v18, v106 :: v_dual_add_f32 v19, v19, v107
         v_wmma_i32_16x16x16_iu8 v[72:79], v[166:167], v[130:131], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v3 offset:15104
+        v_cvt_f16_f32_e64 v104, v104
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v11, -v25
         v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v25 :: v_dual_add_f32 v19, v108, v18
-        v_cvt_f16_f32_e64 v106, v106
-        v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v14 :: v_dual_add_f32 v18, v109, v19
+        v_fma_f32 v114, v114, v11, -v25
         v_wmma_i32_16x16x16_iu8 v[80:87], v[170:171], v[130:131], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v3 offset:8208
+        v_dual_add_f32 v18, v18, v108 :: v_dual_add_f32 v19, v19, v109
+        v_cvt_f16_f32_e64 v106, v106
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v11, -v25
         v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v25 :: v_dual_add_f32 v19, v18, v110
-        v_cvt_f16_f32_e64 v108, v108
-        v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v14 :: v_dual_add_f32 v18, v19, v111
+        v_fma_f32 v116, v116, v11, -v25
         v_wmma_i32_16x16x16_iu8 v[88:95], v[174:175], v[130:131], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v3 offset:10512
+        v_dual_add_f32 v18, v18, v110 :: v_dual_add_f32 v19, v19, v111
+        v_cvt_f16_f32_e64 v108, v108
+        v_exp_f32_e32 v113, v113
+        v_fma_f32 v117, v117, v11, -v25
         v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v25 :: v_dual_add_f32 v19, v112, v18
-        v_cvt_f16_f32_e64 v110, v110
-        v_exp_f32_e32 v115, v115
+        v_fma_f32 v118, v118, v11, -v25
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[64:71], v[176:177], v[132:133], v[64:71] neg_lo:[1,1,0]
-        v_dual_sub_f32 v119, v119, v14 :: v_dual_add_f32 v18, v113, v19
+        v_dual_add_f32 v18, v18, v112 :: v_dual_add_f32 v19, v19, v113
+        v_cvt_f16_f32_e64 v110, v110
+        v_exp_f32_e32 v115, v115
+        v_fma_f32 v119, v119, v11, -v25
         v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v25 :: v_dual_add_f32 v19, v18, v114
-        v_cvt_f16_f32_e64 v112, v112
-        v_exp_f32_e32 v117, v117
+        v_fma_f32 v120, v120, v11, -v25
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[180:181], v[132:133], v[72:79] neg_lo:[1,1,0]
-        v_dual_sub_f32 v121, v121, v14 :: v_dual_add_f32 v18, v19, v115
+        v_dual_add_f32 v18, v18, v114 :: v_dual_add_f32 v19, v19, v115
+        v_cvt_f16_f32_e64 v112, v112
+        v_exp_f32_e32 v117, v117
+        v_fma_f32 v121, v121, v11, -v25
         v_cvt_f16_f32_e64 v113, v113
         v_pack_b32_f16 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v25 :: v_dual_add_f32 v19, v116, v18
-        v_cvt_f16_f32_e64 v114, v114
-        v_exp_f32_e32 v119, v119
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[184:185], v[132:133], v[80:87] neg_lo:[1,1,0]
-        v_dual_sub_f32 v123, v123, v14 :: v_dual_add_f32 v18, v117, v19
+        v_fma_f32 v122, v122, v11, -v25
+        v_dual_add_f32 v18, v18, v116 :: v_dual_add_f32 v19, v19, v117
+        v_cvt_f16_f32_e64 v114, v114
+        v_exp_f32_e32 v119, v119
+        v_fma_f32 v123, v123, v11, -v25
         v_cvt_f16_f32_e64 v115, v115
         v_pack_b32_f16 v113, v114, v115
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v25 :: v_dual_add_f32 v19, v18, v118
-        v_cvt_f16_f32_e64 v116, v116
-        v_exp_f32_e32 v121, v121
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[188:189], v[132:133], v[88:95] neg_lo:[1,1,0]
-        v_dual_sub_f32 v125, v125, v14 :: v_dual_add_f32 v18, v19, v119
+        v_fma_f32 v124, v124, v11, -v25
+        v_dual_add_f32 v18, v18, v118 :: v_dual_add_f32 v19, v19, v119
+        v_cvt_f16_f32_e64 v116, v116
+        v_exp_f32_e32 v121, v121
+        v_fma_f32 v125, v125, v11, -v25
         v_cvt_f16_f32_e64 v117, v117
         v_pack_b32_f16 v114, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v25 :: v_dual_add_f32 v19, v120, v18
-        v_cvt_f16_f32_e64 v118, v118
-        v_exp_f32_e32 v123, v123
         v_wmma_i32_16x16x16_iu8 v[64:71], v[178:179], v[134:135], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[176:179], v3 offset:12816
-        v_dual_sub_f32 v127, v127, v14 :: v_dual_add_f32 v18, v121, v19
+        v_fma_f32 v126, v126, v11, -v25
+        v_dual_add_f32 v18, v18, v120 :: v_dual_add_f32 v19, v19, v121
+        v_cvt_f16_f32_e64 v118, v118
+        v_exp_f32_e32 v123, v123
+        v_fma_f32 v127, v127, v11, -v25
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
         v_exp_f32_e32 v124, v124
-        v_add_f32 v19, v18, v122
-        v_cvt_f16_f32_e64 v120, v120
-        v_exp_f32_e32 v125, v125
         v_wmma_i32_16x16x16_iu8 v[72:79], v[182:183], v[134:135], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[180:183], v3 offset:15120
-        v_add_f32 v18, v19, v123
+        v_dual_add_f32 v18, v18, v122 :: v_dual_add_f32 v19, v19, v123
+        v_cvt_f16_f32_e64 v120, v120
+        v_exp_f32_e32 v125, v125
         v_cvt_f16_f32_e64 v121, v121
         v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_add_f32 v19, v18, v124
-        v_cvt_f16_f32_e64 v122, v122
-        v_exp_f32_e32 v127, v127
+        v_dual_add_f32 v18, v18, v124 :: v_dual_add_f32 v19, v19, v125
         v_wmma_i32_16x16x16_iu8 v[80:87], v[186:187], v[134:135], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[184:187], v3 offset:8224
-        v_add_f32 v18, v19, v125
+        v_cvt_f16_f32_e64 v122, v122
+        v_exp_f32_e32 v127, v127
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
-        v_dual_add_f32 v19, v18, v126 :: v_dual_mov_b32 v16, v15
+        v_dual_add_f32 v18, v18, v126 :: v_dual_add_f32 v19, v19, v127
         v_cvt_f16_f32_e64 v124, v124
-        v_add_f32 v18, v19, v127
         v_cvt_f16_f32_e64 v125, v125
+        v_pack_b32_f16 v122, v124, v125
         v_wmma_i32_16x16x16_iu8 v[88:95], v[190:191], v[134:135], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[188:191], v3 offset:10528
-        v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
         v_pack_b32_f16 v123, v126, v127
-        v_permlanex16_b32 v24, v18, s71, 0xfedcba98
-        v_dual_add_f32 v18, v18, v24 :: v_dual_mul_f32 v17, v17, v15
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
+        v_permlanex16_b32 v24, v18, s70, 0xfedcba98
+        v_add_f32 v18, v18, v24
         v_add_f32 v17, v17, v18
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
         s_wait_alu depctr_va_vcc(0)
@@ -22024,78 +26030,47 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
 .Ld64_fp16_pv16_no_rescale_1:
 
         // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
-        s_wait_loadcnt 6
-        v_dual_mul_f32 v10, s72, v8 :: v_dual_subrev_f32 v65, s70, v65
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[192:195], v[96:99], v[32:39]
         ds_load_b128 v[192:195], v3 offset:12832
-        v_dual_mov_b32 v11, v10 :: v_dual_subrev_f32 v64, s70, v64
-        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[196:199], v[96:99], v[40:47]
         ds_load_b128 v[196:199], v3 offset:15136
-        v_dual_subrev_f32 v66, s70, v66 :: v_dual_subrev_f32 v67, s70, v67
-        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
+        s_wait_loadcnt 6
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[160:163], v[96:99], v[48:55]
         ds_load_b128 v[160:163], v3 offset:8240
-        v_dual_subrev_f32 v68, s70, v68 :: v_dual_subrev_f32 v69, s70, v69
-        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[56:63], v[164:167], v[96:99], v[56:63]
         ds_load_b128 v[164:167], v3 offset:10544
-        v_dual_subrev_f32 v70, s70, v70 :: v_dual_subrev_f32 v71, s70, v71
-        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[32:39], v[168:171], v[104:107], v[32:39]
         ds_load_b128 v[168:171], v3 offset:12848
-        v_dual_subrev_f32 v72, s70, v72 :: v_dual_subrev_f32 v73, s70, v73
-        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[40:47], v[172:175], v[104:107], v[40:47]
         ds_load_b128 v[172:175], v3 offset:15152
-        v_dual_subrev_f32 v74, s70, v74 :: v_dual_subrev_f32 v75, s70, v75
-        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
         s_wait_dscnt 9
         v_wmma_f32_16x16x16_f16 v[48:55], v[176:179], v[104:107], v[48:55]
-        v_dual_subrev_f32 v76, s70, v76 :: v_dual_subrev_f32 v77, s70, v77
-        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
         s_wait_dscnt 8
         v_wmma_f32_16x16x16_f16 v[56:63], v[180:183], v[104:107], v[56:63]
-        v_dual_subrev_f32 v78, s70, v78 :: v_dual_subrev_f32 v79, s70, v79
-        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
+        v_mul_f32 v10, s71, v8
         s_wait_dscnt 7
         v_wmma_f32_16x16x16_f16 v[32:39], v[184:187], v[112:115], v[32:39]
-        v_dual_subrev_f32 v80, s70, v80 :: v_dual_subrev_f32 v81, s70, v81
-        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
         s_wait_dscnt 6
         v_wmma_f32_16x16x16_f16 v[40:47], v[188:191], v[112:115], v[40:47]
-        v_dual_subrev_f32 v82, s70, v82 :: v_dual_subrev_f32 v83, s70, v83
-        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_f16 v[48:55], v[192:195], v[112:115], v[48:55]
-        v_dual_subrev_f32 v84, s70, v84 :: v_dual_subrev_f32 v85, s70, v85
-        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_f16 v[56:63], v[196:199], v[112:115], v[56:63]
-        v_dual_subrev_f32 v86, s70, v86 :: v_dual_subrev_f32 v87, s70, v87
-        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_f16 v[32:39], v[160:163], v[120:123], v[32:39]
-        v_dual_subrev_f32 v88, s70, v88 :: v_dual_subrev_f32 v89, s70, v89
-        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_f16 v[40:47], v[164:167], v[120:123], v[40:47]
-        v_dual_subrev_f32 v90, s70, v90 :: v_dual_subrev_f32 v91, s70, v91
-        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
+        v_mov_b32 v11, v10
         s_wait_dscnt 1
         v_wmma_f32_16x16x16_f16 v[48:55], v[168:171], v[120:123], v[48:55]
-        v_dual_subrev_f32 v92, s70, v92 :: v_dual_subrev_f32 v93, s70, v93
-        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
         s_wait_dscnt 0
         v_wmma_f32_16x16x16_f16 v[56:63], v[172:175], v[120:123], v[56:63]
-        v_dual_subrev_f32 v94, s70, v94 :: v_dual_subrev_f32 v95, s70, v95
-        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
 
         // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
         s_wait_loadcnt 0
@@ -22111,7 +26086,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
         s_barrier_signal -1
         s_barrier_wait -1
-        s_add_co_i32 s73, s73, 1
+        s_add_co_i32 s72, s72, 1
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
@@ -22255,7 +26230,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
         v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
         v_max_num_f32 v20, v20, v21
-        v_permlanex16_b32 v24, v20, s71, 0xfedcba98
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
         v_max3_num_f32 v13, v12, v20, v24
         v_sub_f32 v15, v12, v13
         v_exp_f32_e32 v15, v15
@@ -22265,124 +26242,287 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v13
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v14, 0, v13, vcc_lo
-        v_mov_b32 v25, v14
-        v_dual_sub_f32 v64, v64, v25 :: v_dual_sub_f32 v65, v65, v14
-        v_dual_sub_f32 v66, v66, v25 :: v_dual_sub_f32 v67, v67, v14
+        v_subrev_f32_e32 v14, 0x40ffc000, v14
+        v_fma_f32 v25, s69, v10, v14
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_pv16_one_fma_0_last
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_pv16_one_fma_0_last_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_fp16_pv16_one_fma_0_last:
+        v_fma_f32 v64, v64, v11, -v25
+        v_fma_f32 v65, v65, v11, -v25
+        v_fma_f32 v66, v66, v11, -v25
+        v_fma_f32 v67, v67, v11, -v25
         v_exp_f32_e32 v64, v64
-        v_dual_sub_f32 v68, v68, v25 :: v_dual_sub_f32 v69, v69, v14
+        v_fma_f32 v68, v68, v11, -v25
         v_exp_f32_e32 v65, v65
+        v_fma_f32 v69, v69, v11, -v25
         v_exp_f32_e32 v66, v66
-        v_dual_sub_f32 v70, v70, v25 :: v_dual_sub_f32 v71, v71, v14
+        v_fma_f32 v70, v70, v11, -v25
         v_exp_f32_e32 v67, v67
-        v_dual_add_f32 v18, v64, v65 :: v_dual_sub_f32 v73, v73, v14
+        v_fma_f32 v71, v71, v11, -v25
         v_exp_f32_e32 v68, v68
-        v_dual_sub_f32 v72, v72, v25 :: v_dual_add_f32 v19, v18, v66
+        v_fma_f32 v72, v72, v11, -v25
+        v_dual_add_f32 v18, v64, v66 :: v_dual_add_f32 v19, v65, v67
         v_cvt_f16_f32_e64 v64, v64
         v_exp_f32_e32 v69, v69
-        v_add_f32 v18, v19, v67
+        v_fma_f32 v73, v73, v11, -v25
         v_cvt_f16_f32_e64 v65, v65
         v_pack_b32_f16 v64, v64, v65
         v_exp_f32_e32 v70, v70
-        v_dual_sub_f32 v74, v74, v25 :: v_dual_add_f32 v19, v68, v18
+        v_fma_f32 v74, v74, v11, -v25
+        v_dual_add_f32 v18, v18, v68 :: v_dual_add_f32 v19, v19, v69
         v_cvt_f16_f32_e64 v66, v66
         v_exp_f32_e32 v71, v71
-        v_dual_sub_f32 v75, v75, v14 :: v_dual_add_f32 v18, v69, v19
+        v_fma_f32 v75, v75, v11, -v25
         v_cvt_f16_f32_e64 v67, v67
         v_pack_b32_f16 v65, v66, v67
         v_exp_f32_e32 v72, v72
-        v_dual_sub_f32 v76, v76, v25 :: v_dual_add_f32 v19, v18, v70
+        v_fma_f32 v76, v76, v11, -v25
+        v_dual_add_f32 v18, v18, v70 :: v_dual_add_f32 v19, v19, v71
         v_cvt_f16_f32_e64 v68, v68
         v_exp_f32_e32 v73, v73
-        v_dual_sub_f32 v77, v77, v14 :: v_dual_add_f32 v18, v19, v71
+        v_fma_f32 v77, v77, v11, -v25
         v_cvt_f16_f32_e64 v69, v69
         v_pack_b32_f16 v66, v68, v69
         v_exp_f32_e32 v74, v74
-        v_dual_sub_f32 v78, v78, v25 :: v_dual_add_f32 v19, v72, v18
+        v_fma_f32 v78, v78, v11, -v25
+        v_dual_add_f32 v18, v18, v72 :: v_dual_add_f32 v19, v19, v73
         v_cvt_f16_f32_e64 v70, v70
         v_exp_f32_e32 v75, v75
-        v_dual_sub_f32 v79, v79, v14 :: v_dual_add_f32 v18, v73, v19
+        v_fma_f32 v79, v79, v11, -v25
         v_cvt_f16_f32_e64 v71, v71
         v_pack_b32_f16 v67, v70, v71
         v_exp_f32_e32 v76, v76
-        v_dual_sub_f32 v80, v80, v25 :: v_dual_add_f32 v19, v18, v74
+        v_fma_f32 v80, v80, v11, -v25
+        v_dual_add_f32 v18, v18, v74 :: v_dual_add_f32 v19, v19, v75
         v_cvt_f16_f32_e64 v72, v72
         v_exp_f32_e32 v77, v77
-        v_dual_sub_f32 v81, v81, v14 :: v_dual_add_f32 v18, v19, v75
+        v_fma_f32 v81, v81, v11, -v25
         v_cvt_f16_f32_e64 v73, v73
         v_pack_b32_f16 v72, v72, v73
         v_exp_f32_e32 v78, v78
-        v_dual_sub_f32 v82, v82, v25 :: v_dual_add_f32 v19, v76, v18
+        v_fma_f32 v82, v82, v11, -v25
+        v_dual_add_f32 v18, v18, v76 :: v_dual_add_f32 v19, v19, v77
         v_cvt_f16_f32_e64 v74, v74
         v_exp_f32_e32 v79, v79
-        v_dual_sub_f32 v83, v83, v14 :: v_dual_add_f32 v18, v77, v19
+        v_fma_f32 v83, v83, v11, -v25
         v_cvt_f16_f32_e64 v75, v75
         v_pack_b32_f16 v73, v74, v75
         v_exp_f32_e32 v80, v80
-        v_dual_sub_f32 v84, v84, v25 :: v_dual_add_f32 v19, v18, v78
+        v_fma_f32 v84, v84, v11, -v25
+        v_dual_add_f32 v18, v18, v78 :: v_dual_add_f32 v19, v19, v79
         v_cvt_f16_f32_e64 v76, v76
         v_exp_f32_e32 v81, v81
-        v_dual_sub_f32 v85, v85, v14 :: v_dual_add_f32 v18, v19, v79
+        v_fma_f32 v85, v85, v11, -v25
         v_cvt_f16_f32_e64 v77, v77
         v_pack_b32_f16 v74, v76, v77
         v_exp_f32_e32 v82, v82
-        v_dual_sub_f32 v86, v86, v25 :: v_dual_add_f32 v19, v80, v18
+        v_fma_f32 v86, v86, v11, -v25
+        v_dual_add_f32 v18, v18, v80 :: v_dual_add_f32 v19, v19, v81
         v_cvt_f16_f32_e64 v78, v78
         v_exp_f32_e32 v83, v83
-        v_dual_sub_f32 v87, v87, v14 :: v_dual_add_f32 v18, v81, v19
+        v_fma_f32 v87, v87, v11, -v25
         v_cvt_f16_f32_e64 v79, v79
         v_pack_b32_f16 v75, v78, v79
         v_exp_f32_e32 v84, v84
-        v_dual_sub_f32 v88, v88, v25 :: v_dual_add_f32 v19, v18, v82
+        v_fma_f32 v88, v88, v11, -v25
+        v_dual_add_f32 v18, v18, v82 :: v_dual_add_f32 v19, v19, v83
         v_cvt_f16_f32_e64 v80, v80
         v_exp_f32_e32 v85, v85
-        v_dual_sub_f32 v89, v89, v14 :: v_dual_add_f32 v18, v19, v83
+        v_fma_f32 v89, v89, v11, -v25
         v_cvt_f16_f32_e64 v81, v81
         v_pack_b32_f16 v80, v80, v81
         v_exp_f32_e32 v86, v86
-        v_dual_sub_f32 v90, v90, v25 :: v_dual_add_f32 v19, v84, v18
+        v_fma_f32 v90, v90, v11, -v25
+        v_dual_add_f32 v18, v18, v84 :: v_dual_add_f32 v19, v19, v85
         v_cvt_f16_f32_e64 v82, v82
         v_exp_f32_e32 v87, v87
-        v_dual_sub_f32 v91, v91, v14 :: v_dual_add_f32 v18, v85, v19
+        v_fma_f32 v91, v91, v11, -v25
         v_cvt_f16_f32_e64 v83, v83
         v_pack_b32_f16 v81, v82, v83
         v_exp_f32_e32 v88, v88
-        v_dual_sub_f32 v92, v92, v25 :: v_dual_add_f32 v19, v18, v86
+        v_fma_f32 v92, v92, v11, -v25
+        v_dual_add_f32 v18, v18, v86 :: v_dual_add_f32 v19, v19, v87
         v_cvt_f16_f32_e64 v84, v84
         v_exp_f32_e32 v89, v89
-        v_dual_sub_f32 v93, v93, v14 :: v_dual_add_f32 v18, v19, v87
+        v_fma_f32 v93, v93, v11, -v25
         v_cvt_f16_f32_e64 v85, v85
         v_pack_b32_f16 v82, v84, v85
         v_exp_f32_e32 v90, v90
-        v_dual_sub_f32 v94, v94, v25 :: v_dual_add_f32 v19, v88, v18
+        v_fma_f32 v94, v94, v11, -v25
+        v_dual_add_f32 v18, v18, v88 :: v_dual_add_f32 v19, v19, v89
         v_cvt_f16_f32_e64 v86, v86
         v_exp_f32_e32 v91, v91
-        v_dual_sub_f32 v95, v95, v14 :: v_dual_add_f32 v18, v89, v19
+        v_fma_f32 v95, v95, v11, -v25
         v_cvt_f16_f32_e64 v87, v87
         v_pack_b32_f16 v83, v86, v87
         v_exp_f32_e32 v92, v92
-        v_add_f32 v19, v18, v90
+        v_dual_add_f32 v18, v18, v90 :: v_dual_add_f32 v19, v19, v91
         v_cvt_f16_f32_e64 v88, v88
         v_exp_f32_e32 v93, v93
-        v_add_f32 v18, v19, v91
         v_cvt_f16_f32_e64 v89, v89
         v_pack_b32_f16 v88, v88, v89
         v_exp_f32_e32 v94, v94
-        v_add_f32 v19, v18, v92
+        v_dual_add_f32 v18, v18, v92 :: v_dual_add_f32 v19, v19, v93
         v_cvt_f16_f32_e64 v90, v90
         v_exp_f32_e32 v95, v95
-        v_add_f32 v18, v19, v93
         v_cvt_f16_f32_e64 v91, v91
         v_pack_b32_f16 v89, v90, v91
-        v_dual_add_f32 v19, v18, v94 :: v_dual_mov_b32 v16, v15
+        v_dual_add_f32 v18, v18, v94 :: v_dual_add_f32 v19, v19, v95
         v_cvt_f16_f32_e64 v92, v92
-        v_add_f32 v18, v19, v95
         v_cvt_f16_f32_e64 v93, v93
         v_pack_b32_f16 v90, v92, v93
         v_cvt_f16_f32_e64 v94, v94
         v_cvt_f16_f32_e64 v95, v95
         v_pack_b32_f16 v91, v94, v95
-        v_permlanex16_b32 v24, v18, s71, 0xfedcba98
-        v_dual_add_f32 v18, v18, v24 :: v_dual_mul_f32 v17, v17, v15
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
+        v_permlanex16_b32 v24, v18, s70, 0xfedcba98
+        v_add_f32 v18, v18, v24
         v_add_f32 v17, v17, v18
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
         s_wait_alu depctr_va_vcc(0)
@@ -22584,7 +26724,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
         v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
         v_max_num_f32 v20, v20, v21
-        v_permlanex16_b32 v24, v20, s71, 0xfedcba98
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
         v_max3_num_f32 v12, v13, v20, v24
         v_sub_f32 v15, v13, v12
         v_exp_f32_e32 v15, v15
@@ -22594,124 +26736,287 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v12
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v14, 0, v12, vcc_lo
-        v_mov_b32 v25, v14
-        v_dual_sub_f32 v96, v96, v25 :: v_dual_sub_f32 v97, v97, v14
-        v_dual_sub_f32 v98, v98, v25 :: v_dual_sub_f32 v99, v99, v14
+        v_subrev_f32_e32 v14, 0x40ffc000, v14
+        v_fma_f32 v25, s69, v10, v14
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp16_pv16_one_fma_1_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v10, v96 :: v_dual_mul_f32 v97, v11, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v10, v98 :: v_dual_mul_f32 v99, v11, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v10, v100 :: v_dual_mul_f32 v101, v11, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v10, v102 :: v_dual_mul_f32 v103, v11, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v10, v104 :: v_dual_mul_f32 v105, v11, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v10, v106 :: v_dual_mul_f32 v107, v11, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v10, v108 :: v_dual_mul_f32 v109, v11, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v10, v110 :: v_dual_mul_f32 v111, v11, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v10, v112 :: v_dual_mul_f32 v113, v11, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v10, v114 :: v_dual_mul_f32 v115, v11, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v10, v116 :: v_dual_mul_f32 v117, v11, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v10, v118 :: v_dual_mul_f32 v119, v11, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v10, v120 :: v_dual_mul_f32 v121, v11, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v10, v122 :: v_dual_mul_f32 v123, v11, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v10, v124 :: v_dual_mul_f32 v125, v11, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_last_mask
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_pv16_one_fma_1_last_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_fp16_pv16_one_fma_1_last:
+        v_fma_f32 v96, v96, v11, -v25
+        v_fma_f32 v97, v97, v11, -v25
+        v_fma_f32 v98, v98, v11, -v25
+        v_fma_f32 v99, v99, v11, -v25
         v_exp_f32_e32 v96, v96
-        v_dual_sub_f32 v100, v100, v25 :: v_dual_sub_f32 v101, v101, v14
+        v_fma_f32 v100, v100, v11, -v25
         v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v11, -v25
         v_exp_f32_e32 v98, v98
-        v_dual_sub_f32 v102, v102, v25 :: v_dual_sub_f32 v103, v103, v14
+        v_fma_f32 v102, v102, v11, -v25
         v_exp_f32_e32 v99, v99
-        v_dual_add_f32 v18, v96, v97 :: v_dual_sub_f32 v105, v105, v14
+        v_fma_f32 v103, v103, v11, -v25
         v_exp_f32_e32 v100, v100
-        v_dual_sub_f32 v104, v104, v25 :: v_dual_add_f32 v19, v18, v98
+        v_fma_f32 v104, v104, v11, -v25
+        v_dual_add_f32 v18, v96, v98 :: v_dual_add_f32 v19, v97, v99
         v_cvt_f16_f32_e64 v96, v96
         v_exp_f32_e32 v101, v101
-        v_add_f32 v18, v19, v99
+        v_fma_f32 v105, v105, v11, -v25
         v_cvt_f16_f32_e64 v97, v97
         v_pack_b32_f16 v96, v96, v97
         v_exp_f32_e32 v102, v102
-        v_dual_sub_f32 v106, v106, v25 :: v_dual_add_f32 v19, v100, v18
+        v_fma_f32 v106, v106, v11, -v25
+        v_dual_add_f32 v18, v18, v100 :: v_dual_add_f32 v19, v19, v101
         v_cvt_f16_f32_e64 v98, v98
         v_exp_f32_e32 v103, v103
-        v_dual_sub_f32 v107, v107, v14 :: v_dual_add_f32 v18, v101, v19
+        v_fma_f32 v107, v107, v11, -v25
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
         v_exp_f32_e32 v104, v104
-        v_dual_sub_f32 v108, v108, v25 :: v_dual_add_f32 v19, v18, v102
+        v_fma_f32 v108, v108, v11, -v25
+        v_dual_add_f32 v18, v18, v102 :: v_dual_add_f32 v19, v19, v103
         v_cvt_f16_f32_e64 v100, v100
         v_exp_f32_e32 v105, v105
-        v_dual_sub_f32 v109, v109, v14 :: v_dual_add_f32 v18, v19, v103
+        v_fma_f32 v109, v109, v11, -v25
         v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
         v_exp_f32_e32 v106, v106
-        v_dual_sub_f32 v110, v110, v25 :: v_dual_add_f32 v19, v104, v18
+        v_fma_f32 v110, v110, v11, -v25
+        v_dual_add_f32 v18, v18, v104 :: v_dual_add_f32 v19, v19, v105
         v_cvt_f16_f32_e64 v102, v102
         v_exp_f32_e32 v107, v107
-        v_dual_sub_f32 v111, v111, v14 :: v_dual_add_f32 v18, v105, v19
+        v_fma_f32 v111, v111, v11, -v25
         v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
         v_exp_f32_e32 v108, v108
-        v_dual_sub_f32 v112, v112, v25 :: v_dual_add_f32 v19, v18, v106
+        v_fma_f32 v112, v112, v11, -v25
+        v_dual_add_f32 v18, v18, v106 :: v_dual_add_f32 v19, v19, v107
         v_cvt_f16_f32_e64 v104, v104
         v_exp_f32_e32 v109, v109
-        v_dual_sub_f32 v113, v113, v14 :: v_dual_add_f32 v18, v19, v107
+        v_fma_f32 v113, v113, v11, -v25
         v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
         v_exp_f32_e32 v110, v110
-        v_dual_sub_f32 v114, v114, v25 :: v_dual_add_f32 v19, v108, v18
+        v_fma_f32 v114, v114, v11, -v25
+        v_dual_add_f32 v18, v18, v108 :: v_dual_add_f32 v19, v19, v109
         v_cvt_f16_f32_e64 v106, v106
         v_exp_f32_e32 v111, v111
-        v_dual_sub_f32 v115, v115, v14 :: v_dual_add_f32 v18, v109, v19
+        v_fma_f32 v115, v115, v11, -v25
         v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
         v_exp_f32_e32 v112, v112
-        v_dual_sub_f32 v116, v116, v25 :: v_dual_add_f32 v19, v18, v110
+        v_fma_f32 v116, v116, v11, -v25
+        v_dual_add_f32 v18, v18, v110 :: v_dual_add_f32 v19, v19, v111
         v_cvt_f16_f32_e64 v108, v108
         v_exp_f32_e32 v113, v113
-        v_dual_sub_f32 v117, v117, v14 :: v_dual_add_f32 v18, v19, v111
+        v_fma_f32 v117, v117, v11, -v25
         v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
         v_exp_f32_e32 v114, v114
-        v_dual_sub_f32 v118, v118, v25 :: v_dual_add_f32 v19, v112, v18
+        v_fma_f32 v118, v118, v11, -v25
+        v_dual_add_f32 v18, v18, v112 :: v_dual_add_f32 v19, v19, v113
         v_cvt_f16_f32_e64 v110, v110
         v_exp_f32_e32 v115, v115
-        v_dual_sub_f32 v119, v119, v14 :: v_dual_add_f32 v18, v113, v19
+        v_fma_f32 v119, v119, v11, -v25
         v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
         v_exp_f32_e32 v116, v116
-        v_dual_sub_f32 v120, v120, v25 :: v_dual_add_f32 v19, v18, v114
+        v_fma_f32 v120, v120, v11, -v25
+        v_dual_add_f32 v18, v18, v114 :: v_dual_add_f32 v19, v19, v115
         v_cvt_f16_f32_e64 v112, v112
         v_exp_f32_e32 v117, v117
-        v_dual_sub_f32 v121, v121, v14 :: v_dual_add_f32 v18, v19, v115
+        v_fma_f32 v121, v121, v11, -v25
         v_cvt_f16_f32_e64 v113, v113
         v_pack_b32_f16 v112, v112, v113
         v_exp_f32_e32 v118, v118
-        v_dual_sub_f32 v122, v122, v25 :: v_dual_add_f32 v19, v116, v18
+        v_fma_f32 v122, v122, v11, -v25
+        v_dual_add_f32 v18, v18, v116 :: v_dual_add_f32 v19, v19, v117
         v_cvt_f16_f32_e64 v114, v114
         v_exp_f32_e32 v119, v119
-        v_dual_sub_f32 v123, v123, v14 :: v_dual_add_f32 v18, v117, v19
+        v_fma_f32 v123, v123, v11, -v25
         v_cvt_f16_f32_e64 v115, v115
         v_pack_b32_f16 v113, v114, v115
         v_exp_f32_e32 v120, v120
-        v_dual_sub_f32 v124, v124, v25 :: v_dual_add_f32 v19, v18, v118
+        v_fma_f32 v124, v124, v11, -v25
+        v_dual_add_f32 v18, v18, v118 :: v_dual_add_f32 v19, v19, v119
         v_cvt_f16_f32_e64 v116, v116
         v_exp_f32_e32 v121, v121
-        v_dual_sub_f32 v125, v125, v14 :: v_dual_add_f32 v18, v19, v119
+        v_fma_f32 v125, v125, v11, -v25
         v_cvt_f16_f32_e64 v117, v117
         v_pack_b32_f16 v114, v116, v117
         v_exp_f32_e32 v122, v122
-        v_dual_sub_f32 v126, v126, v25 :: v_dual_add_f32 v19, v120, v18
+        v_fma_f32 v126, v126, v11, -v25
+        v_dual_add_f32 v18, v18, v120 :: v_dual_add_f32 v19, v19, v121
         v_cvt_f16_f32_e64 v118, v118
         v_exp_f32_e32 v123, v123
-        v_dual_sub_f32 v127, v127, v14 :: v_dual_add_f32 v18, v121, v19
+        v_fma_f32 v127, v127, v11, -v25
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
         v_exp_f32_e32 v124, v124
-        v_add_f32 v19, v18, v122
+        v_dual_add_f32 v18, v18, v122 :: v_dual_add_f32 v19, v19, v123
         v_cvt_f16_f32_e64 v120, v120
         v_exp_f32_e32 v125, v125
-        v_add_f32 v18, v19, v123
         v_cvt_f16_f32_e64 v121, v121
         v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
-        v_add_f32 v19, v18, v124
+        v_dual_add_f32 v18, v18, v124 :: v_dual_add_f32 v19, v19, v125
         v_cvt_f16_f32_e64 v122, v122
         v_exp_f32_e32 v127, v127
-        v_add_f32 v18, v19, v125
         v_cvt_f16_f32_e64 v123, v123
         v_pack_b32_f16 v121, v122, v123
-        v_dual_add_f32 v19, v18, v126 :: v_dual_mov_b32 v16, v15
+        v_dual_add_f32 v18, v18, v126 :: v_dual_add_f32 v19, v19, v127
         v_cvt_f16_f32_e64 v124, v124
-        v_add_f32 v18, v19, v127
         v_cvt_f16_f32_e64 v125, v125
         v_pack_b32_f16 v122, v124, v125
         v_cvt_f16_f32_e64 v126, v126
         v_cvt_f16_f32_e64 v127, v127
         v_pack_b32_f16 v123, v126, v127
-        v_permlanex16_b32 v24, v18, s71, 0xfedcba98
-        v_dual_add_f32 v18, v18, v24 :: v_dual_mul_f32 v17, v17, v15
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
+        v_permlanex16_b32 v24, v18, s70, 0xfedcba98
+        v_add_f32 v18, v18, v24
         v_add_f32 v17, v17, v18
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
         s_wait_alu depctr_va_vcc(0)
@@ -22797,7 +27102,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_wait_kmcnt 0  // q_scale (the smooth_k lse term)
 .Ld64_fp16_pv16_epilogue:
 
-        // ---- epilogue: inv = 1 / (448 l) (pv fp16: 1 / l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) 
+        // ---- epilogue: inv = 1 / l (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) -------------------
         v_mov_b32_e32 v160, v17
         v_div_scale_f32 v161, null, v160, v160, 1.0
         v_div_scale_f32 v162, vcc_lo, 1.0, v160, 1.0
@@ -23077,8 +27382,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld64_fp16_pv16_store_out
 
-        // ---- epilogue: lse = (m + log2 l) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] ------------------
+        // ---- epilogue: lse = (m + (log2 l - P_OFF)) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] --------
         v_log_f32_e32 v161, v17
+        v_subrev_f32_e32 v161, 0x40ffc000, v161  // l carries 2^P_OFF
         v_add_f32_e32 v160, v12, v161
         v_mul_f32_e32 v160, 0x3f317218, v160
         s_bitcmp1_b32 s34, 1
@@ -23097,172 +27403,172 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_wait_loadcnt 7
         v_bfe_i32 v163, v128, 0, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v64
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v128, 8, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v65
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v128, 16, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v66
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v128, 24, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v67
         v_add_f32_e32 v162, v162, v163
         s_wait_loadcnt 6
         v_bfe_i32 v163, v129, 0, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v68
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v129, 8, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v69
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v129, 16, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v70
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v129, 24, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v71
         v_add_f32_e32 v162, v162, v163
         s_wait_loadcnt 5
         v_bfe_i32 v163, v130, 0, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v72
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v130, 8, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v73
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v130, 16, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v74
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v130, 24, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v75
         v_add_f32_e32 v162, v162, v163
         s_wait_loadcnt 4
         v_bfe_i32 v163, v131, 0, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v76
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v131, 8, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v77
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v131, 16, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v78
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v131, 24, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v79
         v_add_f32_e32 v162, v162, v163
         s_wait_loadcnt 3
         v_bfe_i32 v163, v132, 0, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v80
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v132, 8, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v81
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v132, 16, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v82
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v132, 24, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v83
         v_add_f32_e32 v162, v162, v163
         s_wait_loadcnt 2
         v_bfe_i32 v163, v133, 0, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v84
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v133, 8, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v85
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v133, 16, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v86
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v133, 24, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v87
         v_add_f32_e32 v162, v162, v163
         s_wait_loadcnt 1
         v_bfe_i32 v163, v134, 0, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v88
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v134, 8, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v89
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v134, 16, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v90
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v134, 24, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v91
         v_add_f32_e32 v162, v162, v163
         s_wait_loadcnt 0
         v_bfe_i32 v163, v135, 0, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v92
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v135, 8, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v93
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v135, 16, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v94
         v_add_f32_e32 v162, v162, v163
         v_bfe_i32 v163, v135, 24, 8
         v_cvt_f32_i32_e32 v163, v163
-        v_mul_f32_e32 v163, s72, v163
+        v_mul_f32_e32 v163, s71, v163
         v_mul_f32_e32 v163, v163, v95
         v_add_f32_e32 v162, v162, v163
-        v_permlanex16_b32 v24, v162, s71, 0xfedcba98
+        v_permlanex16_b32 v24, v162, s70, 0xfedcba98
         v_add_f32_e32 v162, v162, v24
         v_mul_f32_e32 v162, 0x3f317218, v162
         v_add_f32_e32 v160, v160, v162

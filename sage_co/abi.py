@@ -32,6 +32,14 @@ KEY_TILE = 64             # keys per loop step of every attention kernel
 ATTENTION_WAVES = 4       # one workgroup = 4 wave32, wave w owns queries 16w..16w+15 of the query tile
 WAVE_QUERIES = QUERY_TILE // ATTENTION_WAVES
 ATTENTION_BLOCK = (ATTENTION_WAVES * WAVE_SIZE, 1, 1)
+# The attention arithmetic's constants (docs/numerics.md §Attention arithmetic model; sage_co.reference, both kernels):
+# P_OFF folds the fp8 range into the exponent (p = exp2(s - (m - P_OFF)) <= 2^8 for every m); the QK^T accumulators
+# start at the bits of MAGIC (then hold the float MAGIC + s_int32); the one-FMA exp argument is used while every
+# q_scale * k_scale of the tile is in (0, FMA_MAX_QK_SCALE]
+P_OFF = 8.0 - 2.0 ** -7
+MAGIC = 1.5 * 2.0 ** 23
+FMA_MAX_QK_SCALE = 2.0 ** -6
+
 FLAG_LSE_BIT = 0          # kernarg `flags` bit 0: write lse
 FLAG_SMOOTH_K_BIT = 1     # bit 1: lse adds ln2 * (q_int8 * q_scale) . k_mean
 FLAG_CAUSAL_BIT = 2        # bit 2: row i sees keys j <= i + causal_offset (bottom-right aligned causal mask)

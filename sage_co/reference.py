@@ -10,13 +10,16 @@ import math
 
 import torch
 
-from . import masks, validate
+from . import abi, masks, validate
 from .prepared import SCALE_BLOCK, SagePrepared, d_pad, s_pad
 
 LOG2E = 1.4426950408889634  # log2(e) as the nearest double (M_LOG2E)
 LN2 = 0.6931471805599453  # ln(2) as the nearest double (M_LN2)
 INT8_MAX = 127.0
 FP8_MAX = 448.0  # OCP e4m3fn largest finite (docs/rdna4.md §FP8: 0x7E)
+# The P offset, the accumulators' magic and the one-FMA form's bound (docs/numerics.md §Attention arithmetic model):
+# one definition in sage_co.abi, shared with the kernels' generator and checked against the HIP kernel's #defines.
+P_OFF, MAGIC, FMA_MAX_QK_SCALE = abi.P_OFF, abi.MAGIC, abi.FMA_MAX_QK_SCALE
 FP8_NAN = 0x7F  # the one NaN encoding the spec produces (docs/numerics.md §Non-finite)
 KEY_TILE = 64  # keys per online-softmax step in the HIP kernel
 # The attention output saturates at the output dtype's largest finite value (docs/numerics.md §Finite range):
@@ -36,6 +39,21 @@ def fp32_div(a, b) -> torch.Tensor:
     a = a if isinstance(a, torch.Tensor) else _f32(a, like)
     b = b if isinstance(b, torch.Tensor) else _f32(b, like)
     return torch.div(a, b)
+
+
+def fp32_fma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Correctly rounded fp32 fused multiply-add a * b + c (v_fma_f32, fmaf): the product is exact in float64
+    (24 + 24 bits), the sum is rounded to odd in float64 (TwoSum error, then the last bit forced to 1 when inexact)
+    and rounded once to fp32: round-to-odd at 53 >= 24 + 2 bits makes the double rounding innocuous.
+    Non-finite operands give what the float64 sum gives (inf, NaN) and are passed through."""
+    a, b, c = torch.broadcast_tensors(a.double(), b.double(), c.double())
+    prod = a * b
+    s = prod + c
+    bb = s - prod
+    err = (prod - (s - bb)) + (c - bb)  # TwoSum: prod + c = s + err exactly
+    inexact = torch.isfinite(s) & (err != 0) & ((s.view(torch.int64) & 1) == 0)
+    toward = torch.where(err > 0, torch.full_like(s, math.inf), torch.full_like(s, -math.inf))
+    return torch.where(inexact, torch.nextafter(s, toward), s).float()
 
 
 def fp32_sqrt(x: torch.Tensor) -> torch.Tensor:
@@ -311,13 +329,17 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
       qk_scale = q_scale[blk(i)] * k_scale[g, blk(j)];  s = float32(s_int32) * qk_scale;  s = -inf for j >= S_kv
       and for masked pairs (docs/numerics.md §Masks: is_causal row i sees j <= i + S_kv - S_q; block_mask tiles)
       m_new = max(m_old, max_t s);  alpha = exp2(m_old - m_new) (0 when m_old = -inf);
-      p = exp2(s - m_use), m_use = m_new (0 while m_new = -inf: a row that saw no key keeps p = 0, l = 0)
-      l = l * alpha + rowsum(p);  p8 = fp8(p * 448);  O = O * alpha + p8 @ float32(v_fp8[g])
-      out[i, d] = round_sat((O[i, d] * inv) * v_scale[g, d] [+ v_mean[g, d]]),  inv = 1 / (448 * l) (0 when
+      t = m_use - P_OFF, m_use = m_new (0 while m_new = -inf: a row that saw no key keeps p = 0, l = 0);
+      p = exp2(arg) (P_OFF = 8 - 2^-7 folds the fp8 range into the exponent: p <= 2^8.05 for every m), arg =
+      fma(x, qk_scale, -fma(MAGIC, qk_scale, t)) with x = MAGIC + s_int32 (-inf masked) when every qk_scale of
+      the row's tile is in (0, FMA_MAX_QK_SCALE], else arg = s - t
+      l = l * alpha + rowsum(p);  p8 = fp8(p);  O = O * alpha + p8 @ float32(v_fp8[g])
+      out[i, d] = round_sat((O[i, d] * inv) * v_scale[g, d] [+ v_mean[g, d]]),  inv = 1 / l (0 when
       l = 0), d < head_dim, v_mean added (smooth_v) only where l > 0, round_sat = RNE to out_dtype saturating at
       +-its largest finite value (round_saturating)
     pv_dtype "fp16" (v_t float16): p16 = fp16(p) (RNE), O = O * alpha + p16 @ float32(v_t[g]),
-      out = round_sat(O * inv), inv = 1 / l (0 when l = 0) -- no 448, no v_scale
+      out = round_sat(O * inv), inv = 1 / l (0 when l = 0) -- no v_scale
+    lse = (m + (log2(l) - P_OFF)) * ln2 [+ the smooth_k term]
     Returns out [B, S_q, H_q, head_dim] (NHD) in out_dtype, and with return_lse also lse fp32 [B, H_q, S_q]
     (natural log, smooth_k-corrected)."""
     if isinstance(key_tile, bool) or not isinstance(key_tile, int) or key_tile < 1:
@@ -343,7 +365,7 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
     q_scale = prepared.q_scale.repeat_interleave(SCALE_BLOCK, dim=-1)[..., :S, None]  # [B, H, S_q, 1]
     k_scale = k_scale_g.repeat_interleave(SCALE_BLOCK, dim=-1)  # [B, H, S_kv_pad]
     neg_inf = torch.tensor(-math.inf, dtype=torch.float32, device=dev)
-    c448 = _f32(FP8_MAX, qi)
+    p_off, magic, fma_max = _f32(P_OFF, qi), _f32(MAGIC, qi), _f32(FMA_MAX_QK_SCALE, qi)
 
     m = torch.full((B, H, S, 1), -math.inf, dtype=torch.float32, device=dev)
     l = torch.zeros(B, H, S, 1, dtype=torch.float32, device=dev)
@@ -355,21 +377,25 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
         s = s_int * qk_scale
         valid = torch.arange(j0, j1, device=dev) < S_kv
         vis = torch.nn.functional.pad(visible[..., j0:min(j1, S_kv)], (0, j1 - min(j1, S_kv)), value=False)
-        s = torch.where(valid & vis, s, neg_inf)
+        seen = valid & vis
+        s = torch.where(seen, s, neg_inf)
+        x = torch.where(seen, s_int + magic, neg_inf)  # the accumulator's float (exact: |s_int| < 2^22)
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
         alpha = torch.where(m == -math.inf, torch.zeros_like(m), torch.exp2(m - m_new))
         m_use = torch.where(m_new == -math.inf, torch.zeros_like(m_new), m_new)
-        p = torch.exp2(s - m_use)
+        t = m_use - p_off
+        one_fma = ((qk_scale > 0) & (qk_scale <= fma_max)).all(dim=-1, keepdim=True)  # NaN/inf/0 scales: exact form
+        arg = torch.where(one_fma, fp32_fma(x, qk_scale, -fp32_fma(magic, qk_scale, t)), s - t)
+        p = torch.exp2(arg)
         l = l * alpha + p.sum(dim=-1, keepdim=True)
-        pq = p.to(torch.float16).float() if pv16 else to_fp8(p * c448).float()
+        pq = p.to(torch.float16).float() if pv16 else to_fp8(p).float()
         O = O * alpha + pq @ v_t[:, :, :, j0:j1].float().transpose(-1, -2)
         m = m_new
 
+    inv = torch.where(l == 0, torch.zeros_like(l), fp32_div(1.0, l))  # l carries 2^P_OFF as O does
     if pv16:
-        inv = torch.where(l == 0, torch.zeros_like(l), fp32_div(1.0, l))
         x = O * inv
     else:
-        inv = torch.where(l == 0, torch.zeros_like(l), fp32_div(1.0, l * c448))
         x = (O * inv) * v_scale[:, :, None, :]
         if prepared.v_mean is not None:  # smooth_v: the mean comes back (exact: a row's weights sum to 1)
             x = x + torch.where(l == 0, torch.zeros_like(l), prepared.v_mean[:, g][:, :, None, :])
@@ -378,7 +404,7 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
     if not return_lse:
         return out
     ln2 = _f32(LN2, l)
-    lse = (m + torch.log2(l)) * ln2
+    lse = (m + (torch.log2(l) - p_off)) * ln2
     # smooth_k: the kernel's logits lost q . k_mean; q_int8 * q_scale carries softmax_scale * log2(e), so the
     # natural-log correction is ln(2) * sum_d q_f[d] * k_mean[d]. Zero when k_mean is zero (smooth_k off).
     q_f = qi * q_scale

@@ -113,3 +113,16 @@ def test_generator_loads_the_struct_from_abi():
         n = int(mnemonic.removeprefix("s_load_b")) // 32
         dst = f"s{first}" if n == 1 else f"s[{first}:{first + n - 1}]"
         assert f"{mnemonic} {dst}, s[0:1], 0x{off:x}" in text
+
+
+def test_hip_kernel_arithmetic_constants_match_abi():
+    """The HIP attention kernel's #defines of the softmax arithmetic are abi's values (the asm generator derives its
+    bit patterns from abi; docs/numerics.md §Attention arithmetic model)."""
+    import re
+    import struct
+    src = (ROOT / "asm_src" / "gfx1201_sage_attention.hip").read_text()
+    defs = dict(re.findall(r"^#define (\w+) (\S+)", src, flags=re.M))
+    assert float(defs["P_OFF"].rstrip("f")) == abi.P_OFF
+    assert float(defs["MAGIC_F"].rstrip("f")) == abi.MAGIC
+    assert int(defs["MAGIC_INT"], 16) == struct.unpack("<I", struct.pack("<f", abi.MAGIC))[0]
+    assert float(defs["FMA_MAX_QK_SCALE"].rstrip("f")) == abi.FMA_MAX_QK_SCALE

@@ -1,11 +1,12 @@
 """The hand-scheduled attention kernel (asm_src/gen_sage_attention_asm.py -> gfx1201_sage_attention_asm.co) on the
 emulator, through sage_co.ops.attention.run_attention_fwd(variant="asm"), every variant (head dim 64/128 x bf16/fp16).
 
-Bitwise vs the HIP kernel: the asm kernel keeps the HIP kernel's per-row operation order everywhere (scores
-float(int dot) * (q_scale * k_scale); the row max -- exact, so its evaluation order is free; exp2(s - m) with
-v_exp_f32; the row sum p0 + ... + p31 in register order plus the other lane half's partial; l = l * alpha + sum;
-fp8(p * 448); each O^T accumulator takes the key chunks 0, 1, 2, 3 in order with the same WMMA operands; the
-same epilogue and LSE sums). Only the schedule differs, so out and lse must be equal bit for bit on every shape
+Bitwise vs the HIP kernel: the asm kernel keeps the HIP kernel's per-row operation order everywhere
+(docs/numerics.md §Attention arithmetic model: the row max on the accumulators' floats MAGIC + s_int, scaled once
+-- exact, so its evaluation order is free; exp2(fma(x, qk, -fma(MAGIC, qk, m_use - P_OFF))) with v_exp_f32, or the
+exact form's exp2(float(s_int) * qk - t) on the same waves; the row sum in two chains (even, odd keys) plus the
+other lane half's partial; l = l * alpha + sum; fp8(p); each O^T accumulator takes the key chunks 0, 1, 2, 3 in
+order with the same WMMA operands; the same epilogue and LSE sums). Only the schedule differs, so out and lse must be equal bit for bit on every shape
 (no tile takes a deliberately different path).
 
 Against the arithmetic model (sage_co.reference.sage_attention_model) the bound is the HIP kernel's: relative L2
@@ -24,7 +25,8 @@ import torch
 from sage_co import abi, reference, registry
 from sage_co.launch import get_backend
 from sage_co.ops.attention import run_attention_fwd
-from attention_cases import CASES, IDS, check_against_fp32, check_against_model, kernel_case, make_inputs
+from attention_cases import (CASES, IDS, LSE_RTOL, MODEL_MAX_ABS, MODEL_MAX_DIFFERENT, MODEL_REL_L2,
+                             check_against_fp32, check_against_model, kernel_case, make_inputs)
 
 # every variant (head_dim x out_dtype) with S_q == S_kv and the key-loop shapes of the x2-unrolled loop: one tile,
 # tails of a 64-key tile and of a 32-token scale block, both peeled last-tile parities
@@ -87,3 +89,38 @@ def test_steady_state_instruction_mix():
     asm_issue = mixes["asm"]["VALU"] + mixes["asm"]["TRANS"]
     hip_issue = mixes["hip"]["VALU"] + mixes["hip"]["TRANS"]
     assert asm_issue < hip_issue
+
+
+def _one_fma_form_rows(prepared) -> torch.Tensor:
+    """[B, H, S_q] bool: query rows whose every key tile takes the one-FMA exp argument (docs/numerics.md
+    §Attention arithmetic model: every qk of the tile in (0, FMA_MAX_QK_SCALE])."""
+    qk = prepared.q_scale[..., :, None] * prepared.k_scale[:, :, None, :]   # [B, H, q blocks, k blocks]
+    ok = ((qk > 0) & (qk <= reference.FMA_MAX_QK_SCALE)).all(dim=-1)
+    return ok.repeat_interleave(abi.SCALE_BLOCK, dim=-1)[..., :prepared.q_int8.shape[2]]
+
+
+@pytest.mark.parametrize("kernel", ["hip", "asm"])
+def test_exact_form_for_zero_and_large_scales(kernel):
+    """Both forms of the exp argument in one launch, bitwise HIP == asm and within the model bound: query block 0
+    all zero (q_scale = 0: the exact form, and the tail tile's masked keys give (-inf) * 0 = NaN unless masked
+    again), block 1 scaled so that qk > 2^-6 (the one-FMA form's error would exceed its bound), block 2 ordinary
+    (the one-FMA form). S_kv = 100 is not a multiple of 64: the last key tile is masked."""
+    g = torch.Generator().manual_seed(31)
+    B, S_q, S_kv, H, D = 1, 96, 100, 2, 128
+    q = torch.randn(B, S_q, H, D, generator=g)
+    q[:, :32] = 0
+    q[:, 32:64] *= 200
+    k, v = torch.randn(B, S_kv, H, D, generator=g), torch.randn(B, S_kv, H, D, generator=g)
+    prepared = reference.sage_prepare(*(t.to(torch.bfloat16) for t in (q, k, v)))
+    rows = _one_fma_form_rows(prepared)[0, 0, :S_q]
+    assert not rows[:64].any() and rows[64:].all()  # the data reaches both forms
+    out, lse = run_attention_fwd(prepared, return_lse=True, backend="emu", variant=kernel)
+    other = run_attention_fwd(prepared, return_lse=True, backend="emu", variant="asm" if kernel == "hip" else "hip")
+    assert torch.equal(_bits(out), _bits(other[0])) and torch.equal(_bits(lse), _bits(other[1]))
+    assert torch.isfinite(out.float()).all() and torch.isfinite(lse).all()
+    ref_out, ref_lse = reference.sage_attention_model(prepared, return_lse=True)
+    rel_l2 = ((out.double() - ref_out.double()).norm() / ref_out.double().norm()).item()
+    assert rel_l2 <= MODEL_REL_L2, rel_l2
+    assert (out.float() - ref_out.float()).abs().max() <= MODEL_MAX_ABS * ref_out.float().abs().max()
+    assert (_bits(out) != _bits(ref_out)).float().mean().item() <= MODEL_MAX_DIFFERENT
+    assert ((lse - ref_lse).abs() / ref_lse.abs().clamp(min=1.0)).max().item() <= LSE_RTOL

@@ -10,10 +10,10 @@ kernel is under test here.
 Why the kernel is not bitwise equal to sage_co.reference.sage_attention_model (docs/numerics.md "Kernel vs
 model": relative L2 <= 1e-3, max abs <= 2^-7 max|model|, <= 1 % of elements different; measured ~1e-5 and
 0.01 % for bf16 and fp16 alike):
-  * row sums: the kernel sums the 32 probabilities of a lane in register order and adds the other lane
-    half's partial (keys 0-31 + keys 32-63 of a tile); torch's p.sum(-1) uses its own reduction order;
+  * row sums: the kernel sums the 32 probabilities of a lane in two chains (even, odd keys) and adds the other
+    lane half's partial (keys 0-31 + keys 32-63 of a tile); torch's p.sum(-1) uses its own reduction order;
   * exp2: the kernel's v_exp_f32 is within 1 ulp of exp2 (docs/rdna4.md §Throughput, TRANS ops), torch.exp2 rounds
-    correctly, and a 1-ulp difference in p can move fp8(p * 448) to the neighbouring fp8 value;
+    correctly, and a 1-ulp difference in p can move fp8(p) to the neighbouring fp8 value;
   * P.V: the fp8 WMMA accumulates its 16 products in hardware order, the model's fp32 matmul in BLAS order.
 Scores s and the running max m are bitwise the model's (exact int8 dot, same fp32 products), so the LSE
 differs only through l and log2 (v_log_f32, 1 ulp).

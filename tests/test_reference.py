@@ -316,13 +316,53 @@ def test_model_single_tile_matches_direct_formula():
     s_int = torch.einsum("bhid,bhjd->bhij", qi, ki)  # exact int64 dots
     qs = p.q_scale.repeat_interleave(32, -1)[:, :, :S]
     ks = p.k_scale.repeat_interleave(32, -1)[:, :, :S]
-    s = s_int.float() * (qs[..., None] * ks[:, :, None, :])
-    pr = torch.exp2(s - s.amax(-1, keepdim=True))
+    c = qs[..., None] * ks[:, :, None, :]
+    s = s_int.float() * c
+    assert ((c > 0) & (c <= R.FMA_MAX_QK_SCALE)).all()  # the one-FMA form, on the accumulator's float x
+    x, t = s_int.float() + R.MAGIC, s.amax(-1, keepdim=True) - R.P_OFF
+    pr = torch.exp2(R.fp32_fma(x, c, -R.fp32_fma(torch.tensor(R.MAGIC), c, t)))
+    assert pr.max() <= 2.0 ** 8.05  # fp8 without a multiply
     l = pr.sum(-1, keepdim=True)
-    p8 = R.to_fp8(pr * 448).float()
+    p8 = R.to_fp8(pr).float()
     o = p8 @ p.v_t[..., :S].float().transpose(-1, -2)
-    direct = ((o * (1 / (l * 448))) * p.v_scale[:, :, None, :]).to(BF16).transpose(1, 2)
+    direct = ((o * (1 / l)) * p.v_scale[:, :, None, :]).to(BF16).transpose(1, 2)
     assert torch.equal(out.view(torch.int16), direct.view(torch.int16))
+
+
+def test_p_offset_bounds_the_exp_argument_for_every_max():
+    """docs/numerics.md §Attention arithmetic model: the max key's exp2 argument m - fp32(m - P_OFF) is at most 8 for
+    every fp32 m (so p <= 2^8 needs no saturating fp8 convert), down to 0 where P_OFF is below half an ulp of m;
+    an offset of exactly 8 (or above) reaches 16 at |m| in [2^27, 2^28), where m - 8 is a tie."""
+    g = torch.Generator().manual_seed(5)
+    mant = 1 + torch.rand(20000, generator=g, dtype=torch.float64)
+    expo = torch.randint(-24, 127, (20000,), generator=g).double()
+    sign = torch.where(torch.rand(20000, generator=g) < 0.5, -1.0, 1.0).double()
+    m = (sign * mant * torch.exp2(expo)).float()
+    m = torch.cat([m, -(torch.exp2(torch.arange(3, 40).double()) - 1).float(), torch.tensor([0.0, 2.0 ** 27, -2.0 ** 27])])
+
+    def arg_max(off):
+        return m.double() - (m - torch.tensor(off, dtype=torch.float32)).double()   # exact in float64
+    a = arg_max(R.P_OFF)
+    assert a.max() <= 8 and a.min() >= 0 and (a > 7.99).float().mean() > 0.1
+    assert arg_max(8.0).max() == 16
+
+
+def test_fp32_fma_is_correctly_rounded():
+    """reference.fp32_fma (the model's v_fma_f32) against exact rational arithmetic, ties and cancellation
+    included."""
+    from fractions import Fraction
+    g = torch.Generator().manual_seed(6)
+    a = torch.randn(400, generator=g) * 1e3
+    b = torch.randn(400, generator=g) * 1e-3
+    c = torch.cat([torch.randn(300, generator=g), -(a[300:] * b[300:]).double().float()])   # near-cancellation
+    r = R.fp32_fma(a, b, c)
+    for x, y, z, got in zip(a.tolist(), b.tolist(), c.tolist(), r.tolist()):
+        exact = Fraction(x) * Fraction(y) + Fraction(z)
+        lo = torch.tensor(float(exact), dtype=torch.float32)
+        cands = [torch.nextafter(lo, torch.tensor(-math.inf)), lo, torch.nextafter(lo, torch.tensor(math.inf))]
+        best = min(cands, key=lambda v: (abs(Fraction(v.item()) - exact), v.view(torch.int32).item() & 1))
+        assert got == best.item(), (x, y, z)
+    assert R.fp32_fma(torch.tensor(1.0 + 2 ** -23), torch.tensor(1.0 - 2 ** -23), torch.tensor(-1.0)).item() == -(2.0 ** -46)
 
 
 def test_model_figures_randn_2048():

@@ -2,6 +2,7 @@
 family), `FAMILY` (the shipped variants) and the kernarg loads (from sage_co/abi.py ATTENTION_FWD_ARGS)."""
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from sage_co import abi
@@ -25,8 +26,16 @@ F32_BYTES = 4
 OUT_BYTES = 2                  # bf16 / fp16 output elements
 
 # numerics constants (bit patterns)
-F32_448 = "0x43e00000"                    # fp8 e4m3 max: p8 = fp8(p * 448)
-MAGIC_INT = "0x4b400000"                  # float 1.5 * 2^23: int32 x + MAGIC_INT has float bits 1.5*2^23 + x
+def _f32_bits(x: float) -> str:
+    return f"0x{struct.unpack('<I', struct.pack('<f', x))[0]:08x}"
+
+
+# docs/numerics.md §Attention arithmetic model (the values live in sage_co/abi.py): p = exp2(s - (m - P_OFF)) carries
+# the fp8 range (p <= 2^8 for every m), so P converts to fp8 without a multiply; the one-FMA exp argument while
+# q_scale * k_scale <= FMA_MAX_QK_SCALE, else the exact form
+F32_P_OFF = _f32_bits(abi.P_OFF)
+F32_FMA_MAX_QK_SCALE = _f32_bits(abi.FMA_MAX_QK_SCALE)
+MAGIC_INT = _f32_bits(abi.MAGIC)          # 0x4b400000: int32 x + MAGIC_INT has the float bits of MAGIC + x
 F32_NEG_INF = "0xff800000"
 F32_LN2 = "0x3f317218"                    # float32(ln 2)
 BF16_QNAN32 = "0x7fc00000"                # a NaN output becomes bf16 0x7fc0 (as the HIP kernel)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from asmdsl import Asm, WaitCounter
 from sage_co import abi
 
-from .config import (B128, BF16_QNAN32, BF16_ROUND, F32_448, F32_BYTES, F32_LN2, FP16_QNAN, HI16_MASK, LO16_MASK,
+from .config import (B128, BF16_QNAN32, BF16_ROUND, F32_BYTES, F32_LN2, F32_P_OFF, FP16_QNAN, HI16_MASK, LO16_MASK,
                      OUT_BYTES, OUT_MAX, PERMX16_SEL_HI, WMMA_N, log2)
 
 
@@ -19,14 +19,11 @@ class Epilogue:
         return half[at:at + n] if n else half[at]
 
     def epilogue(self, a: Asm, parity_m) -> None:
-        """out = bf16((O * (1 / (448 l))) * v_scale [+ v_mean]) (pv fp16: O * (1 / l)) and the LSE, exactly as the
-        HIP kernel's epilogue."""
-        a.section("epilogue: inv = 1 / (448 l) (pv fp16: 1 / l) (IEEE division, LLVM's v_div_scale/fmas/fixup sequence)")
+        """out = bf16((O * (1 / l)) * v_scale [+ v_mean]) (pv fp16: O * (1 / l)) and the LSE, exactly as the HIP
+        kernel's epilogue (l carries the P offset's 2^P_OFF as O does: no 448 here)."""
+        a.section("epilogue: inv = 1 / l (IEEE division, LLVM's v_div_scale/fmas/fixup sequence)")
         t, den, num, r, q, e = (self.ring[i] for i in range(6))
-        if self.PV16:
-            a.op(f"v_mov_b32_e32 {t}, {self.l_run}")
-        else:
-            a.op(f"v_mul_f32_e32 {t}, {F32_448}, {self.l_run}")
+        a.op(f"v_mov_b32_e32 {t}, {self.l_run}")
         a.op(f"v_div_scale_f32 {den}, null, {t}, {t}, 1.0")
         a.op(f"v_div_scale_f32 {num}, vcc_lo, 1.0, {t}, 1.0")
         a.op(f"v_rcp_f32_e32 {r}, {den}")
@@ -119,8 +116,9 @@ class Epilogue:
         m_fin = self.m[parity_m]
         a.op(f"s_bitcmp1_b32 {self.s_flags}, {abi.FLAG_LSE_BIT}")
         a.op("s_cbranch_scc0 .Lstore_out")
-        a.section("epilogue: lse = (m + log2 l) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean]")
+        a.section("epilogue: lse = (m + (log2 l - P_OFF)) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean]")
         a.op(f"v_log_f32_e32 {lg}, {self.l_run}")
+        a.op(f"v_subrev_f32_e32 {lg}, {F32_P_OFF}, {lg}", "l carries 2^P_OFF")
         a.op(f"v_add_f32_e32 {lse_v}, {m_fin}, {lg}")
         a.op(f"v_mul_f32_e32 {lse_v}, {F32_LN2}, {lse_v}")
         a.op(f"s_bitcmp1_b32 {self.s_flags}, {abi.FLAG_SMOOTH_K_BIT}")

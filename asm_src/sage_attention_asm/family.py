@@ -23,11 +23,13 @@ def family_header(kernels) -> str:
 {variants}
 //
 // Contract: the same operation, kernarg struct and launch geometry as asm_src/gfx1201_sage_attention.hip, and
-// the same per-row arithmetic in the same order (scores = float(int dot) * (q_scale*k_scale); max; exp2(s - m);
-// row sum p0+p1+..+p31 then + the other lane half; l = l*alpha + sum; fp8(p*448); per-accumulator PV chunk order
-// 0,1,2,3; epilogue (O * (1/(448 l))) * v_scale [+ v_mean where flags bit 3 (smooth_v) and l != 0] -> bf16/fp16
+// the same per-row arithmetic in the same order (docs/numerics.md §Attention arithmetic model: x = the
+// accumulator's float MAGIC + s_int; m = max((max x - MAGIC) * qk, ...); t = m_use - P_OFF; exp2(fma(x, qk,
+// -fma(MAGIC, qk, t))), or exp2((x - MAGIC) * qk - t) when some lane's qk is outside (0, 2^-6]; row sum
+// (p0+p2+..+p30)+(p1+p3+..+p31) then + the other lane half; l = l*alpha + sum; fp8(p); per-accumulator PV chunk
+// order 0,1,2,3; epilogue (O * (1/l)) * v_scale [+ v_mean where flags bit 3 (smooth_v) and l != 0] -> bf16/fp16
 // RNE saturating at +-the dtype's max (pv fp16: p16 = fp16(p) RNE, {WMMA_PV16}, O * (1/l)); lse =
-// (m + log2 l)*ln2 [+ ln2*q.k_mean]): the output and LSE are bitwise the HIP kernel's on the emulator
+// (m + (log2 l - P_OFF))*ln2 [+ ln2*q.k_mean]): the output and LSE are bitwise the HIP kernel's on the emulator
 // (tests/test_attention_asm.py).
 //
 // Launch: grid (seq_pad_q/{TILE_Q}, num_heads_q, batch), block {THREADS} = {WAVES} wave32; wave w owns queries
@@ -73,23 +75,23 @@ def family_header(kernels) -> str:
 //
 // Loop schedule, step t (unrolled x2 so SA/SB, m[0]/m[1] and the LDS buffers alternate by name):
 //   top      SALU addresses; global_load k_scale(t+1), K(min(t+2, last)), V^T(t+1)
-//   phase X  ds_load the first {RING} K fragments of tile t+1; row max of tile t (VOPD max chains,
-//            v_permlanex16, v_max3), alpha; then the QK^T(t+1) WMMAs with tile t's exp2 / row sum / *448 /
-//            fp8 pack woven between them (each row-sum add shares a VOPD with the *448 of an earlier p), V^T
-//            fragment loads of tile t as ring slots free up
+//   phase X  ds_load the first {RING} K fragments of tile t+1; row max of tile t on the accumulators (VOPD max
+//            chains, one scaling, v_permlanex16, v_max3), alpha, t, b; the exact form if some qk needs it
+//            (uniform branch); then the QK^T(t+1) WMMAs with tile t's FMA / exp2 / row sum (two chains, their
+//            adds paired in VOPD) / fp8 pack woven between them, V^T fragment loads of tile t as ring slots free up
 //   rescale  O *= alpha only when some lane's max moved (v_cmp + s_cbranch_vccz; bitwise the same)
-//   phase Y  the PV(t) WMMAs woven with the scaling of tile t+1's scores (cvt + VOPD multiply)
+//   phase Y  the PV(t) WMMAs (and qk of tile t+1: the scores need no per-score scaling any more)
 //   end      s_wait_loadcnt 0; ds_store K(t+2), V^T(t+1); s_wait_dscnt 0; s_barrier_signal/wait
 //   The last step (peeled, outside the loop) runs softmax + PV only. Every step masks when its tile needs it.
 //
 // Cycle budget per 64-key tile per SIMD, head dim 128 (tools/perf_model.py's model: WMMA blocks VALU, VALU 1
-// issue/clk, VOPD = 1 issue, TRANS 4 clk in its own pipe): 64 WMMA x 8 = 512 clk; VALU ~{{int->float 16 + scale
-// 16 + max 17 + m/alpha 8 + exp-arg 16 + exp 32 + sum&*448 32 + pack 16 + l 4}} = ~157 issues, plus 32 when the
-// O rescale runs (most tiles at moderate S: some lane of 16 rows finds a new max); TRANS 33 x 4 = 132 < VALU.
-// ~670-700 clk/tile = 75-78 % of the 8-bit WMMA peak; the floor of this arithmetic is 512 + 132 = 644 (exp2
-// once per score). Head dim 64 halves the WMMAs (256 clk) but not the softmax: its tile is VALU/TRANS-bound.
+// issue/clk, VOPD = 1 issue, TRANS 4 clk in its own pipe): 64 WMMA x 8 = 512 clk; VALU ~{{max 16 +
+// m/alpha/t/b 12 + exp-arg FMA 32 + exp 32 + two-chain sum 16 + pack 16 + l 5}} = ~130 issues, plus 32 when the
+// O rescale runs (tiles where some lane of 16 rows finds a new max); TRANS 33 x 4 = 132, about the VALU.
+// ~660-690 clk/tile = 74-78 % of the 8-bit WMMA peak; the floor of this arithmetic is 512 + 132 = 644 (exp2 once
+// per score, the TRANS pipeline drained before each WMMA). Head dim 64 halves the WMMAs but not the softmax.
 // LDS 20 KiB/tile/wave (head dim 128) = 320 clk, below the vector port. int->float: every chunk's first QK^T
-// WMMA takes C = MAGIC_INT, so float(s_int) is an exact VOPD v_subrev_f32 instead of a v_cvt_f32_i32.
+// WMMA takes C = MAGIC_INT, so each score is the float MAGIC + s_int, read as is (max, FMA) with no convert.
 // Memory waits are placed where the data is first needed (§Waits: loads of a kind complete in order).
 //
 // Hazards (docs/rdna4.md §Hazards): no WMMA reads another WMMA's D as A/B (rule 1: A/B come from LDS, Q and

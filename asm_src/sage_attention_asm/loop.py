@@ -92,7 +92,8 @@ class KeyLoop:
         a.valu(self.max_ops(cur, m_old, m_new))
         for ln in self.alpha_select_lines(m_old) + self.guard_lines(m_new):
             a.op(ln)
-        e_issues = pair_vopd(self.exp_ops(cur, m_new) + [Op.mov(self.alpha[1], self.alpha[0])] + self.lsum_ops())
+        self.exact_form(a, cur, f".Lone_fma_{parity}{'_last' if last else ''}")
+        e_issues = pair_vopd(self.exp_ops(cur) + [Op.mov(self.alpha[1], self.alpha[0])] + self.lsum_ops())
         wv.phase(n_qk, e_issues)
         self.rescale(a, f".Lno_rescale_{parity}{'_last' if last else ''}")
         a.section("phase Y: PV(t) x 32 WMMA" + ("" if last else " woven with the score scaling of tile t+1"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from asmdsl import Asm, Op, WaitCounter
 from sage_co import abi
 
-from .config import (B128, F32_448, F32_BYTES, F32_NEG_INF, KARG_SGPR, MAGIC_INT, OUT_BYTES, PERMX16_SEL_LO,
+from .config import (B128, F32_BYTES, F32_NEG_INF, KARG_SGPR, MAGIC_INT, OUT_BYTES, PERMX16_SEL_LO,
                      SCALE_BLOCK, TILE_K, TILE_Q, V_STAGE_ROWS, WAVE_Q, kernarg_loads, log2)
 from .stream import Matrix, Weaver
 
@@ -215,7 +215,6 @@ class Prologue:
         a.op(f"s_cselect_b32 {self.s_L1}, {self.s_L1}, {self.s_Lc}", "L[min(1, last)]")
         a.op(f"s_cmp_gt_u32 {self.s_cnt}, 2")
         a.op(f"s_cselect_b32 {self.s_L2}, {self.s_L2}, {self.s_L1}", "L[min(2, last)]")
-        a.op(f"s_mov_b32 {self.s_448}, {F32_448}")
         a.op(f"s_mov_b32 {self.s_magic}, {MAGIC_INT}")
         a.op(f"s_mov_b32 {self.s_sel}, {PERMX16_SEL_LO}")
         # K and V^T of the K/V head: bkv * seq_pad_kv * D bytes (64-bit)

@@ -1,10 +1,11 @@
-"""The online softmax of one key tile as VALU op lists (scaling, row max, exp2 / row sum / P pack, running sum),
-the masking of tiles that reach past a row limit, and the O rescale."""
+"""The online softmax of one key tile as VALU op lists (row max on the accumulators, one-FMA exp2 argument, exp2 /
+row sum / P pack, running sum), the exact form for out-of-range scales, the masking of tiles that reach past a row
+limit, and the O rescale (docs/numerics.md §Attention arithmetic model)."""
 from __future__ import annotations
 
 from asmdsl import Asm, Op
 
-from .config import CHUNKS, F32_NEG_INF, PERMX16_SEL_HI, TILE_K, log2
+from .config import CHUNKS, F32_FMA_MAX_QK_SCALE, F32_NEG_INF, F32_P_OFF, PERMX16_SEL_HI, TILE_K, log2
 from .stream import vadd, vcc_select_lines, vmax, vmul, vsub
 
 
@@ -12,11 +13,16 @@ class Softmax:
     """The softmax stage of AttentionKernel (reads KernelState)."""
 
     def scale_ops(self, sacc) -> list[Op]:
-        """s = float(s_int32) * (q_scale * k_scale), in place. The QK^T accumulators start at C = 0x4b400000
-    (MAGIC_INT) instead of 0, so each holds the bits of the float 1.5 * 2^23 + s_int32 (|s_int32| < 2^21 keeps
-    the exponent); subtracting 1.5 * 2^23 is exact (Sterbenz) and gives float(s_int32) -- bitwise the HIP
-    kernel's v_cvt_f32_i32, but as a VOPD-pairable v_subrev_f32 instead of a single-issue convert."""
-        ops = [vmul(self.qk[0], self.s_qs, self.ks), Op.mov(self.qk[1], self.qk[0])]
+        """qk = q_scale * k_scale of the next tile, twice: qk[1] is the exp argument's multiplier (exact_form sets
+    it to 1.0). The scores stay as the QK^T accumulators leave them: each chunk's first WMMA takes C = 0x4b400000
+    (MAGIC_INT) instead of 0, so each holds the bits of the float x = 1.5 * 2^23 + s_int32 (|s_int32| < 2^21 keeps
+    the exponent), monotonic in s: the row max and the one-FMA exp argument read x, no per-score convert."""
+        return [vmul(self.qk[0], self.s_qs, self.ks), Op.mov(self.qk[1], self.qk[0])]
+
+    def exact_ops(self, sacc) -> list[Op]:
+        """The exact form's scores in place: s = (x - 1.5 * 2^23) * qk (the subtraction is exact, Sterbenz), the
+    HIP kernel's float(s_int32) * qk."""
+        ops = []
         for j in range(32):
             ops.append(Op.vop2("v_subrev_f32", sacc[j], self.s_magic, sacc[j]))
             if j % 2:
@@ -25,15 +31,19 @@ class Softmax:
         return ops
 
     def max_ops(self, sacc, m_old, m_new) -> list[Op]:
-        """Row max over the lane's 32 scores (4 partial chains, VOPD pairs), the other lane half's max through
-    v_permlanex16 (docs/rdna4.md §WMMA: DPP cannot cross 16-lane rows), m_new = max(m_old, both) and
-    alpha = exp2(m_old - m_new), 0 while m_old = -inf (max is exact, so any order is the HIP kernel's value)."""
+        """Row max over the lane's 32 accumulators x (4 partial chains, VOPD pairs), scaled once:
+    (max x - 1.5 * 2^23) * qk = max_j float(s_int32) * qk exactly (qk >= 0 scales monotonically; a masked lane
+    half gives -inf, or NaN when qk = 0, which v_max3_num drops); the other lane half's max through v_permlanex16
+    (docs/rdna4.md §WMMA: DPP cannot cross 16-lane rows), m_new = max(m_old, both) and alpha = exp2(m_old -
+    m_new), 0 while m_old = -inf (max is exact, so any order is the HIP kernel's value)."""
         ops = [vmax(self.mx[0], sacc[0], sacc[1]), vmax(self.mx[1], sacc[2], sacc[3]),
                vmax(self.mx[2], sacc[4], sacc[5]), vmax(self.mx[3], sacc[6], sacc[7])]
         for j in range(8, 32, 4):
             for q in range(4):
                 ops.append(vmax(self.mx[q], sacc[j + q], self.mx[q]))
-        ops += [vmax(self.mx[0], self.mx[0], self.mx[2]), vmax(self.mx[1], self.mx[1], self.mx[3]), vmax(self.mx[0], self.mx[0], self.mx[1])]
+        ops += [vmax(self.mx[0], self.mx[0], self.mx[2]), vmax(self.mx[1], self.mx[1], self.mx[3]),
+                vmax(self.mx[0], self.mx[0], self.mx[1]),
+                Op.vop2("v_subrev_f32", self.mx[0], self.s_magic, self.mx[0]), vmul(self.mx[0], self.qk[0], self.mx[0])]
         ops.append(Op.raw(f"v_permlanex16_b32 {self.xl}, {self.mx[0]}, {self.s_sel}, {PERMX16_SEL_HI}", [self.mx[0]], [self.xl]))
         ops.append(Op.raw(f"v_max3_num_f32 {m_new}, {m_old}, {self.mx[0]}, {self.xl}", [m_old, self.mx[0], self.xl], [m_new]))
         ops.append(vsub(self.alpha[0], m_old, m_new))
@@ -45,38 +55,51 @@ class Softmax:
         return vcc_select_lines(f"v_cmp_neq_f32_e32 vcc_lo, {F32_NEG_INF}, {m_old}", self.alpha[0], 0, self.alpha[0])
 
     def guard_lines(self, m_new) -> list[str]:
-        """m_use = m_new, or 0 while m_new = -inf (a row with no visible key so far: p = exp2(-inf - 0) = 0, not
-    NaN), in m[2] and lim (two VOPD banks for the exp2 arguments)."""
+        """t = m_use - P_OFF in m[2], m_use = m_new, or 0 while m_new = -inf (a row with no visible key so far:
+    p = exp2(-inf) = 0, not NaN). P_OFF folds the fp8 range into the exponent: p <= 2^8.05 (docs/numerics.md
+    §Attention arithmetic model). lim = b = fma(1.5 * 2^23, qk, t), the one-FMA form's subtrahend."""
         return vcc_select_lines(f"v_cmp_neq_f32_e32 vcc_lo, {F32_NEG_INF}, {m_new}", self.m[2], 0, m_new) + \
-            [f"v_mov_b32 {self.lim}, {self.m[2]}"]
+            [f"v_subrev_f32_e32 {self.m[2]}, {F32_P_OFF}, {self.m[2]}",
+             f"v_fma_f32 {self.lim}, {self.s_magic}, {self.qk[0]}, {self.m[2]}"]
 
-    def exp_ops(self, sacc, m_new) -> list[Op]:
-        """p = exp2(s - m_new); row sum l_tile = p0 + p1 + ... + p31 in register order (the HIP kernel's order),
-    p8 = fp8(p * 448) packed in VGPR order into the chunk's first two registers (the P^T B-fragment,
-    docs/rdna4.md §WMMA data flow). The chain alternates rs[1]/rs[0] so that each add pairs in one VOPD with the
-    *448 of p[j-2] (one even, one odd destination; vsrc1 banks j and j-2 differ)."""
-        mm = (self.lim, self.m[2])     # both m_use (guard_lines)
-        ops: list[Op] = []
+    def exact_form(self, a: Asm, sacc, label: str) -> None:
+        """Unless every lane's qk lies in (0, FMA_MAX_QK_SCALE] (on the fp32 bits: bits(qk) - 1 < bits(FMA_MAX)
+    unsigned, which NaN, inf, 0 and negative values fail), the exact form (uniform branch, rarely taken): s =
+    (x - 1.5 * 2^23) * qk, masked again ((-inf) * 0 is NaN), qk[1] = 1.0 and lim = t, so that the common
+    fma(s, 1.0, -t) is s - t."""
+        a.op(f"v_add_nc_u32_e32 {self.xl}, -1, {self.qk[0]}")
+        a.op(f"v_cmp_le_u32_e32 vcc_lo, {F32_FMA_MAX_QK_SCALE}, {self.xl}", "lanes whose qk needs the exact form")
+        a.op("s_wait_alu depctr_va_vcc(0)")
+        a.op(f"s_cbranch_vccz {label}")
+        a.valu(self.exact_ops(sacc))
+        for ln in self.mask_lines(sacc, label + "_mask"):
+            a.op(ln)
+        a.label(label + "_mask")
+        a.op(f"v_mov_b32_e32 {self.qk[1]}, 1.0")
+        a.op(f"v_mov_b32_e32 {self.lim}, {self.m[2]}")
+        a.label(label)
 
-        def sub(j):
-            return vsub(sacc[j], sacc[j], mm[j % 2])
+    def exp_ops(self, sacc) -> list[Op]:
+        """p = exp2(fma(x, qk[1], -lim)) (one FMA per score; guard_lines / exact_form set qk[1] and lim); the row
+    sum in two chains, l_tile = (p0 + p2 + ... + p30) + (p1 + p3 + ... + p31) (the HIP kernel's order; the chains'
+    adds pair in VOPD: one even, one odd destination), p8 = fp8(p) packed in VGPR order into the chunk's first two
+    registers (the P^T B-fragment, docs/rdna4.md §WMMA data flow); pv fp16: p16 = fp16(p), packed in halves."""
+        def arg(j):
+            return Op.raw(f"v_fma_f32 {sacc[j]}, {sacc[j]}, {self.qk[1]}, -{self.lim}",
+                          [sacc[j], self.qk[1], self.lim], [sacc[j]])
 
         def exp(j):
             return Op.raw(f"v_exp_f32_e32 {sacc[j]}, {sacc[j]}", [sacc[j]], [sacc[j]], trans=True)
 
-        R = (self.rs[1], self.rs[0])      # step j writes R[j % 2]: odd VGPR after even steps, even after odd ones
+        def chain(j):           # rs[j % 2] += p_j; the chains start rs[0] = p0 + p2, rs[1] = p1 + p3
+            if j < 4:
+                return vadd(self.rs[j % 2], sacc[j - 2], sacc[j])
+            return vadd(self.rs[j % 2], self.rs[j % 2], sacc[j])
 
-        def chain(j):           # rs_j = rs_{j-1} + p_j, rs_1 = p_0 + p_1
-            if j == 1:
-                return vadd(R[1], sacc[0], sacc[1])
-            return vadd(R[j % 2], R[(j - 1) % 2], sacc[j])
+        def scale(j):           # p16 = fp16(p) in the low half, RNE (VOP3 form: the VOP1 one reaches v0-v127 only)
+            return [Op.raw(f"v_cvt_f16_f32_e64 {sacc[j]}, {sacc[j]}", [sacc[j]], [sacc[j]])] if self.PV16 else []
 
-        def scale(j):
-            if self.PV16:       # p16 = fp16(p) in the low half, RNE (VOP3 form: the VOP1 one reaches v0-v127 only)
-                return Op.raw(f"v_cvt_f16_f32_e64 {sacc[j]}, {sacc[j]}", [sacc[j]], [sacc[j]])
-            return vmul(sacc[j], self.s_448, sacc[j])
-
-        def packs_after(j):     # pack as soon as the *448 (fp16: the convert) of p_j is issued
+        def packs_after(j):     # pack p_{j-1}, p_j once both chains have read them (their registers are overwritten)
             out = []
             c, e = divmod(j, 8)
             if self.PV16:       # halves p_{j-1}, p_j -> VGPR 8c + e//2: the f16 B-fragment of chunk c in 4 VGPRs
@@ -94,32 +117,28 @@ class Softmax:
                                   [sacc[j - 1], sacc[j], dst], [dst]))
             return out
 
-        LAG = 2
-        for j in range(4):
-            ops.append(sub(j))
-        for k in range(32):
-            ops.append(exp(k))
-            if k + 4 < 32:
-                ops.append(sub(k + 4))
+        LEAD, LAG = 4, 2        # arguments LEAD scores ahead of their exp; chain adds LAG behind, packs 2 more
+        ops: list[Op] = [arg(j) for j in range(LEAD)]
+        for k in range(32 + LAG):
+            if k < 32:
+                ops.append(exp(k))
+                if k + LEAD < 32:
+                    ops.append(arg(k + LEAD))
             j = k - LAG
-            if j >= 1:
+            if j >= 2:
                 ops.append(chain(j))
-                if j >= 2:
-                    ops.append(scale(j - 2))
-                    ops += packs_after(j - 2)
-        for j in range(32 - LAG, 32):
-            ops.append(chain(j))
-            ops.append(scale(j - 2))
-            ops += packs_after(j - 2)
+                ops += scale(j - 2)
+                ops += packs_after(j - 2)
         for j in (30, 31):
-            ops.append(scale(j))
+            ops += scale(j)
             ops += packs_after(j)
         return ops
 
     def lsum_ops(self) -> list[Op]:
-        """l = l * alpha + (rs + rs of the other lane half) -- the HIP kernel's two roundings, in its order."""
-        final = self.rs[0]           # R[31 % 2] of exp_ops
-        return [Op.raw(f"v_permlanex16_b32 {self.xl}, {final}, {self.s_sel}, {PERMX16_SEL_HI}", [final], [self.xl]),
+        """l = l * alpha + ((rs[0] + rs[1]) + rs of the other lane half) -- the HIP kernel's roundings, in its order."""
+        final = self.rs[0]
+        return [vadd(final, self.rs[0], self.rs[1]),
+                Op.raw(f"v_permlanex16_b32 {self.xl}, {final}, {self.s_sel}, {PERMX16_SEL_HI}", [final], [self.xl]),
                 vadd(final, final, self.xl),
                 vmul(self.l_run, self.l_run, self.alpha[0]),
                 vadd(self.l_run, self.l_run, final)]

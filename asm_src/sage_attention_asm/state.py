@@ -131,7 +131,6 @@ class KernelState:
         self.s_lut = S.alloc("lut4", 4, 4, "count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)")
         self.s_cnt, self.s_Lc, self.s_L1, self.s_L2 = (self.s_lut[i] for i in range(4))
         self.s_L3 = S.alloc("L3", note="L[min(t+3, last)] (in flight during tile t)")
-        self.s_448 = S.alloc("c448", note="448.0f (VOPD src0 of p*448)")
         self.s_magic = S.alloc("magic", note="12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)")
         self.s_sel = S.alloc("permsel", note="v_permlanex16 lane select 0x76543210")
         self.s_qs = S.alloc("qs", note="q_scale of this wave's 16 queries")

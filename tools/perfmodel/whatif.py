@@ -76,11 +76,39 @@ def valu_per_score(variant: str) -> tuple[float, float]:
     return mix.VALU / score_vgprs, mix.TRANS / score_vgprs
 
 
+def emulate_exp(fraction: float, valu_per_exp: int):
+    """A what-if transform: every k-th v_exp_f32 (so that `fraction` of them) becomes a dependent chain of
+    `valu_per_exp` plain VALU issues on its register -- exp2 emulated on the VALU as FlashAttention-4's
+    ex2_emulation_2 does (round down by adding 2^23 + 2^22, a short polynomial on the fraction in FMAs, the
+    exponent shifted in; P is fp8 with 3 mantissa bits, so degree 2 does): TRANS work moved to the VALU."""
+    def transform(ops):
+        out, acc = [], 0.0
+        for op in ops:
+            if op.cls == "TRANS" and op.mnemonic.startswith("v_exp_f32"):
+                acc += fraction
+                if acc >= 1.0:
+                    acc -= 1.0
+                    out += [replace(op, mnemonic="v_fma_f32", cls="VALU")] * valu_per_exp
+                    continue
+            out.append(op)
+        return out
+    return transform
+
+
+def exp_emulated(variant: str, fraction: float, valu_per_exp: int):
+    """The S = 4096 launch with `fraction` of the loop's exp2s emulated on the VALU (emulate_exp)."""
+    return _transformed_launch(variant, emulate_exp(fraction, valu_per_exp))
+
+
 def trimmed(variant: str, target_valu_per_score: float, rules: dict | None = None):
     """The S = 4096 launch with the loop's plain VALU cut to `target` issues per score VGPR (rules: simulator
     rule changes, e.g. {"trans_overlaps_wmma": True})."""
     now, _ = valu_per_score(variant)
     frac = max(0.0, 1.0 - target_valu_per_score / now)
+    return _transformed_launch(variant, drop_valu(frac), rules)
+
+
+def _transformed_launch(variant: str, transform, rules: dict | None = None):
     from perfmodel.restate import _cache, attention_flops
     from perfmodel.launch_model import Launch, model_launch
     from perfmodel.stream import PAD, QUERY_TILE
@@ -88,7 +116,7 @@ def trimmed(variant: str, target_valu_per_score: float, rules: dict | None = Non
     S_pad = -(-S // PAD) * PAD
     launch = Launch((S_pad // QUERY_TILE, H, B), BLOCK, attention_flops(B, H, S), "int8",
                     trip_count=S_pad / km.keys_per_iter)
-    return model_launch(km, launch, run, transform=drop_valu(frac), variant=rules)
+    return model_launch(km, launch, run, transform=transform, variant=rules)
 
 
 def l2_threshold(variant: str, candidates=(2048, 1536, 1024, 768, 640, 512, 384)) -> float | None:
@@ -130,8 +158,11 @@ def what_if() -> dict:
         out["valu"][v] = dict(zip(("valu_per_score_vgpr", "trans_per_score_vgpr"), valu_per_score(v)))
         out["l2"][v] = l2_threshold(v)
     out["trimmed"] = {t: trimmed("asm", t).time_us for t in (3.0, 2.0, 1.0, 0.0)}
-    out["trimmed_trans_overlaps_wmma"] = {t: trimmed("asm", t, {"trans_overlaps_wmma": True}).time_us
-                                          for t in (4.35, 3.0, 2.0)}
+    now = valu_per_score("asm")[0]
+    out["trimmed_trans_overlaps_wmma"] = {round(t, 2): trimmed("asm", t, {"trans_overlaps_wmma": True}).time_us
+                                          for t in (now, 3.0, 2.0)}
+    out["exp_emulated"] = {f"{f:g} of the exps at {e} VALU issues": exp_emulated("asm", f, e).time_us
+                           for f in (0.125, 0.25) for e in (3, 5)}
     out["geometry"] = [geometry(q) for q in (64, 128, 256)]
     return out
 
@@ -155,6 +186,8 @@ def print_what_if(as_json: bool = False) -> int:
           ", ".join(f"{t:g}: {us:.1f} us" for t, us in d["trimmed"].items()))
     print("  the same if the TRANS pipeline ran under WMMA (UNVERIFIED rule): " +
           ", ".join(f"{t:g}: {us:.1f} us" for t, us in d["trimmed_trans_overlaps_wmma"].items()))
+    print("  asm with exp2 emulated on the VALU (FA4 ex2_emulation_2 style): " +
+          ", ".join(f"{k}: {us:.1f} us" for k, us in d["exp_emulated"].items()))
     for g in d["geometry"]:
         print(f"  {g['queries']} queries/workgroup: {g['waves_per_wg']} waves, {g['wgs_per_wgp']} per WGP "
               f"({g['limit']}), {g['waves_per_simd']} waves/SIMD, {g['rounds']} rounds, L2 traffic x{g['l2_factor']:g}")
