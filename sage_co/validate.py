@@ -11,11 +11,10 @@ from typing import NamedTuple
 import torch
 
 from .backends import BACKENDS  # the one list; backend modules load lazily, so this stays light
-from .prepared import (HEAD_DIM, HEAD_DIM_STEP, INPUT_DTYPES, PAD, PV_DTYPES, SCALE_BLOCK, SagePrepared, d_pad,
-                       expected_shapes, s_pad)
+from .prepared import (HEAD_DIM, HEAD_DIM_STEP, INPUT_DTYPES, LAYOUTS, PAD, PV_DTYPES, SCALE_BLOCK, U32,
+                       SagePrepared, d_pad, expected_shapes, s_pad)
 
 ROPE_DIMS = (32, 64, 96, 128)
-LAYOUTS = ("NHD", "HND")
 MAX_STRIDE = 2 ** 31 - 1   # the prepare kernels take element strides as 32-bit kernargs
 
 
@@ -301,7 +300,6 @@ def check_finite_range(q, k, softmax_scale=None) -> None:
 
 # ------------------------------------------------------------------- whole-call checks (issue 11 item 5)
 ATTENTION_OP = "sage_attention_fwd"
-U32 = 1 << 32
 
 
 def check_backend(backend) -> None:

@@ -15,6 +15,8 @@ address (data not 16-byte aligned, or a stride that is not a multiple of 8 eleme
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from .. import registry, validate
@@ -24,14 +26,14 @@ from ..abi import PREPARE_QUANT_ARGS as QUANT_ARGS
 from ..abi import PREPARE_REDUCE_ARGS as REDUCE_ARGS
 from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # noqa: F401  (the structs live in sage_co/abi.py)
 from ..launch import launch, resolve_backend
-from ..prepared import SCALE_BLOCK, SagePrepared, d_pad, s_pad
+from ..prepared import DTYPE_KEYS, SCALE_BLOCK, SagePrepared, d_pad, s_pad
 from ..reference import q_multiplier
 
 WAVE = (32, 1, 1)  # stats and quant: one wave32 per workgroup
 MAX_CHUNKS = PREPARE_MAX_CHUNKS
 ALIGN = PREPARE_ALIGN
 ELEMS_PER_LOAD = ALIGN // 2  # 16-bit elements per 16-byte load: strides must be multiples of this
-DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+NORM_ROPE_ROUNDINGS = ("once",)   # what the shipped quant/stats kernels implement (sage_co.callspec declares the option)
 
 
 def kernel_symbol(op: str, **keys) -> str:
@@ -76,31 +78,102 @@ def flat_view(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
     return t.as_strided((extent,), (1,)), strides
 
 
-def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
-                k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, smooth_v=False, pv_dtype="fp8",
-                backend: str | None = None) -> SagePrepared:
-    """The prepare stage on the shipped gfx1201 kernels; same arguments and result as sage_co.reference.sage_prepare.
+def _strides(t: torch.Tensor) -> tuple[int, int, int]:
+    return tuple(st if n > 1 else 0 for n, st in zip(t.shape[:3], t.stride()[:3]))
 
-    smooth_v: V's per-channel mean (v_mean) is subtracted before fp8 (stats also takes V's sums, max and min);
-    pv_dtype="fp16": quant writes V^T in fp16 and no V statistics run (stats only for smooth_k, if at all).
-    backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "hip"). Every argument is validated before
-    any kernel runs; outputs are fresh tensors on q's device, padded rows/columns/channels zero."""
-    chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
-                                      q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
-                                      sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype)
-    pv16 = pv_dtype == "fp16"
-    backend = resolve_backend(q, backend)
+
+def _direct(t: torch.Tensor) -> tuple[int, tuple[int, int, int]] | None:
+    """(extent, strides) when the kernels can read the NHD view t in place (flat_view makes no copy), else None."""
+    strides = _strides(t)
+    if t.data_ptr() % ALIGN or any(st % ELEMS_PER_LOAD for st in strides):
+        return None
+    return 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())), strides
+
+
+class PrepareRecipe(NamedTuple):
+    """The three prepare launches of one call shape (cached by sage_co.plan for repeated shapes): resolved
+    kernels, grids, flags, the scalar kernargs, the output shapes, and how each input is read (in place: its
+    extent and strides; None: flat_view copies it per call)."""
+    backend: str
+    shapes: validate.Shapes
+    stats: str
+    reduce: str
+    quant: str
+    n_tens: int
+    n_chunks: int
+    pv16: bool
+    smooth_k: bool
+    smooth_v: bool
+    stats_grid: tuple
+    reduce_grid: tuple
+    reduce_block: tuple
+    quant_grid: tuple
+    stats_scalars: dict
+    reduce_scalars: dict
+    quant_scalars: dict
+    inputs: tuple            # (extent, strides) or None for q, k, v
+
+
+def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool, pv_dtype: str, has_q_norm: bool,
+           has_k_norm: bool, norm_rope_rounding: str, backend: str) -> PrepareRecipe:
+    """The prepare launches for checked arguments (validate.check_prepare_args): the launch limits, the shipped
+    stats / reduce / quant kernels for (D_pad, dtype, rope_dim), grids and scalar kernargs."""
+    if norm_rope_rounding not in NORM_ROPE_ROUNDINGS:
+        raise NotImplementedError(f"norm_rope_rounding: {norm_rope_rounding!r} needs prepare kernels that round "
+                                  f"after each op; the shipped ones implement {NORM_ROPE_ROUNDINGS}")
     sh = chk.shapes
+    check_launch_limits(sh)
+    pv16 = pv_dtype == "fp16"
     B, H_q, H_kv, D = sh.B, sh.H_q, sh.H_kv, sh.D
     Sq, Skv, Dp = s_pad(sh.S_q), s_pad(sh.S_kv), d_pad(D)
-    check_launch_limits(sh)
     keys = dict(head_dim=Dp, in_dtype=DTYPE_KEYS[sh.dtype], rope_dim=chk.rope_dim or 0)
-    stats_sym, quant_sym = kernel_symbol("sage_prepare.stats", **keys), kernel_symbol("sage_prepare.quant", **keys)
-    reduce_sym = kernel_symbol("sage_prepare.reduce")
+    per_chunk, n_chunks = chunking(sh.S_kv)
+    tens = (0 if pv16 else STATS_V_MAX) | (STATS_K_SUM if smooth_k else 0) | \
+        ((STATS_V_SUM | STATS_V_SIGNED) if smooth_v else 0)
+    n_tens = bin(tens & (STATS_V_MAX | STATS_K_SUM | STATS_V_SUM)).count("1")
+    inputs = tuple(_direct(t) for t in (chk.q, chk.k, chk.v))
+    eps = float(eps)
+    stats = {"eps": eps, "S": sh.S_kv, "H": H_kv, "tiles_per_chunk": per_chunk, "n_chunks": n_chunks,
+             "n_tens": n_tens, "k_norm": int(has_k_norm), "D": D, "tens": tens}
+    reduce = {"H": H_kv, "n_chunks": n_chunks, "S": sh.S_kv, "smooth_k": int(smooth_k), "D_pad": Dp,
+              "v_mode": REDUCE_V_NONE if pv16 else (REDUCE_V_SMOOTH if smooth_v else REDUCE_V_FP8)}
+    quant = {"q_mult": q_multiplier(chk.softmax_scale), "eps": eps, "S_q": sh.S_q, "S_kv": sh.S_kv, "H_q": H_q,
+             "H_kv": H_kv, "S_q_pad": Sq, "S_kv_pad": Skv, "D": D, "q_norm": int(has_q_norm),
+             "k_norm": int(has_k_norm), "pv_fp16": int(pv16)}
+    return PrepareRecipe(backend, sh, kernel_symbol("sage_prepare.stats", **keys), kernel_symbol("sage_prepare.reduce"),
+                         kernel_symbol("sage_prepare.quant", **keys), n_tens, n_chunks, pv16, smooth_k, smooth_v,
+                         (n_chunks, H_kv, B * n_tens), (1, H_kv, B), (Dp, 1, 1), quant_grid(sh), stats, reduce, quant,
+                         inputs)
+
+
+_placeholders: dict[torch.device, torch.Tensor] = {}
+
+
+def _placeholder(device: torch.device) -> torch.Tensor:
+    """A 16-byte buffer for pointers a kernel never dereferences (shared: nothing reads or writes it)."""
+    t = _placeholders.get(device)
+    if t is None:
+        t = _placeholders[device] = torch.zeros(ALIGN, dtype=torch.uint8, device=device)
+    return t
+
+
+def _strided(prefix: str, st) -> dict:
+    return {f"{prefix}_sb": st[0], f"{prefix}_ss": st[1], f"{prefix}_sh": st[2]}
+
+
+def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=None, cos=None, sin=None
+            ) -> SagePrepared:
+    """Run the planned prepare launches on q, k, v (NHD views, checked against the recipe by whoever planned
+    it). Outputs are fresh tensors on q's device, padded rows/columns/channels zero."""
+    sh = rec.shapes
+    B, H_q, H_kv, Dp = sh.B, sh.H_q, sh.H_kv, d_pad(sh.D)
+    Sq, Skv = s_pad(sh.S_q), s_pad(sh.S_kv)
     dev = q.device
-    (qf, qs), (kf, ks), (vf, vs) = flat_view(chk.q), flat_view(chk.k), flat_view(chk.v)
+    flat = [(t.as_strided((d[0],), (1,)), d[1]) if d is not None else flat_view(t)
+            for t, d in zip((q, k, v), rec.inputs)]
+    (qf, qs), (kf, ks), (vf, vs) = flat
     cos, sin, q_norm_weight, k_norm_weight = map(_aligned, (cos, sin, q_norm_weight, k_norm_weight))
-    placeholder = torch.zeros(ALIGN, dtype=torch.uint8, device=dev)  # for pointers a kernel never dereferences
+    placeholder = _placeholder(dev)
 
     def f32(*shape):
         return _alloc(*shape, dtype=torch.float32, device=dev)
@@ -109,47 +182,54 @@ def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_
     k_int8 = _alloc(B, H_kv, Skv, Dp, dtype=torch.int8, device=dev)
     q_scale, k_scale = f32(B, H_q, Sq // SCALE_BLOCK), f32(B, H_kv, Skv // SCALE_BLOCK)
     k_mean, v_scale, v_inv, v_mean = f32(B, H_kv, Dp), f32(B, H_kv, Dp), f32(B, H_kv, Dp), f32(B, H_kv, Dp)
-    v_t = _alloc(B, H_kv, Dp, Skv, dtype=torch.float16 if pv16 else torch.float8_e4m3fn, device=dev)
-    per_chunk, n_chunks = chunking(sh.S_kv)
-    vmax_part = placeholder if pv16 else f32(B, H_kv, n_chunks, Dp)
-    ksum_part = f32(B, H_kv, n_chunks, Dp) if smooth_k else placeholder
-    vmin_part, vsum_part = (f32(B, H_kv, n_chunks, Dp), f32(B, H_kv, n_chunks, Dp)) if smooth_v else \
+    v_t = _alloc(B, H_kv, Dp, Skv, dtype=torch.float16 if rec.pv16 else torch.float8_e4m3fn, device=dev)
+    n_chunks = rec.n_chunks
+    vmax_part = placeholder if rec.pv16 else f32(B, H_kv, n_chunks, Dp)
+    ksum_part = f32(B, H_kv, n_chunks, Dp) if rec.smooth_k else placeholder
+    vmin_part, vsum_part = (f32(B, H_kv, n_chunks, Dp), f32(B, H_kv, n_chunks, Dp)) if rec.smooth_v else \
         (placeholder, placeholder)
 
     def opt(t):
         return placeholder if t is None else t
 
-    def strides(prefix, st):
-        return {f"{prefix}_sb": st[0], f"{prefix}_ss": st[1], f"{prefix}_sh": st[2]}
-
-    tens = (0 if pv16 else STATS_V_MAX) | (STATS_K_SUM if smooth_k else 0) | \
-        ((STATS_V_SUM | STATS_V_SIGNED) if smooth_v else 0)
-    n_tens = bin(tens & (STATS_V_MAX | STATS_K_SUM | STATS_V_SUM)).count("1")
-    if n_tens:   # pv fp16 without smooth_k needs no statistics at all
-        launch(stats_sym, STATS_ARGS, (n_chunks, H_kv, B * n_tens), WAVE, {
+    if rec.n_tens:   # pv fp16 without smooth_k needs no statistics at all
+        launch(rec.stats, STATS_ARGS, rec.stats_grid, WAVE, {
             "k": kf, "v": vf, "k_norm_w": opt(k_norm_weight), "cos": opt(cos), "sin": opt(sin),
-            "ksum_part": ksum_part, "vmax_part": vmax_part, "eps": float(eps), "S": sh.S_kv, "H": H_kv,
-            "tiles_per_chunk": per_chunk, "n_chunks": n_chunks, "n_tens": n_tens,
-            "k_norm": int(k_norm_weight is not None), "D": D, **strides("k", ks), **strides("v", vs),
-            "vmin_part": vmin_part, "vsum_part": vsum_part, "tens": tens,
-        }, backend=backend)
-    v_mode = REDUCE_V_NONE if pv16 else (REDUCE_V_SMOOTH if smooth_v else REDUCE_V_FP8)
-    launch(reduce_sym, REDUCE_ARGS, (1, H_kv, B), (Dp, 1, 1), {
+            "ksum_part": ksum_part, "vmax_part": vmax_part, **rec.stats_scalars, **_strided("k", ks),
+            **_strided("v", vs), "vmin_part": vmin_part, "vsum_part": vsum_part,
+        }, backend=rec.backend)
+    launch(rec.reduce, REDUCE_ARGS, rec.reduce_grid, rec.reduce_block, {
         "ksum_part": ksum_part, "vmax_part": vmax_part, "k_mean": k_mean, "v_scale": v_scale, "v_inv": v_inv,
-        "H": H_kv, "n_chunks": n_chunks, "S": sh.S_kv, "smooth_k": int(smooth_k), "D_pad": Dp,
-        "vmin_part": vmin_part, "vsum_part": vsum_part, "v_mean": v_mean, "v_mode": v_mode,
-    }, backend=backend)
-    launch(quant_sym, QUANT_ARGS, quant_grid(sh), WAVE, {
+        "vmin_part": vmin_part, "vsum_part": vsum_part, "v_mean": v_mean, **rec.reduce_scalars,
+    }, backend=rec.backend)
+    launch(rec.quant, QUANT_ARGS, rec.quant_grid, WAVE, {
         "q": qf, "k": kf, "v": vf, "q_norm_w": opt(q_norm_weight), "k_norm_w": opt(k_norm_weight),
         "cos": opt(cos), "sin": opt(sin), "k_mean": k_mean, "v_inv": v_inv,
         "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t,
-        "q_mult": q_multiplier(chk.softmax_scale), "eps": float(eps), "S_q": sh.S_q, "S_kv": sh.S_kv,
-        "H_q": H_q, "H_kv": H_kv, "S_q_pad": Sq, "S_kv_pad": Skv, "D": D,
-        "q_norm": int(q_norm_weight is not None), "k_norm": int(k_norm_weight is not None),
-        **strides("q", qs), **strides("k", ks), **strides("v", vs), "v_mean": v_mean, "pv_fp16": int(pv16),
-    }, backend=backend)
-    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_t, v_scale, sh.S_q, sh.S_kv, D, sh.dtype,
-                        v_mean if smooth_v else None)
+        **rec.quant_scalars, **_strided("q", qs), **_strided("k", ks), **_strided("v", vs), "v_mean": v_mean,
+    }, backend=rec.backend)
+    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_t, v_scale, sh.S_q, sh.S_kv, sh.D, sh.dtype,
+                        v_mean if rec.smooth_v else None)
+
+
+def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
+                k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, smooth_v=False, pv_dtype="fp8",
+                norm_rope_rounding="once", backend: str | None = None) -> SagePrepared:
+    """The prepare stage on the shipped gfx1201 kernels; same arguments and result as sage_co.reference.sage_prepare.
+
+    smooth_v: V's per-channel mean (v_mean) is subtracted before fp8 (stats also takes V's sums, max and min);
+    pv_dtype="fp16": quant writes V^T in fp16 and no V statistics run (stats only for smooth_k, if at all).
+    backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "hip"). Every argument is validated before
+    any kernel runs (sage_co.api plans through sage_co.plan instead); outputs are fresh tensors on q's device,
+    padded rows/columns/channels zero."""
+    chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
+                                      q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
+                                      sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype)
+    rec = recipe(chk, smooth_k=smooth_k, eps=eps, smooth_v=smooth_v, pv_dtype=pv_dtype,
+                 has_q_norm=q_norm_weight is not None, has_k_norm=k_norm_weight is not None,
+                 norm_rope_rounding=norm_rope_rounding, backend=resolve_backend(q, backend))
+    return execute(rec, chk.q, chk.k, chk.v, q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, cos=cos,
+                   sin=sin)
 
 
 def quant_grid(sh: validate.Shapes) -> tuple[int, int, int]:
