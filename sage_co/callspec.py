@@ -92,7 +92,7 @@ class Option:
     decode: Callable = _same
     aliases: tuple[str, ...] = ()
     schema: bool = True
-    schema_required: bool = False   # the schema takes it without a default (the Python function resolves it)
+    schema_required: bool = False   # in the schema without a default (the first-published options, see below)
     doc: str = ""
 
     def schema_default(self) -> str:
@@ -104,11 +104,16 @@ class Option:
 
 
 _str_or_none, _str_or_none_back = _none_as("")
+# Schema defaults: the options the ops were first published with stay required in their schemas (positional
+# callers; and inductor passes defaulted arguments as keywords to FallbackKernel.create(kernel, ...), where an
+# argument named `kernel` collides); options added later get their defaults.
+_FIRST_PUBLISHED = frozenset({"softmax_scale", "layout", "smooth_k", "q_norm_weight", "k_norm_weight", "eps", "cos",
+                              "sin", "rope_dim", "return_lse", "backend", "kernel"})
 _int_or_none, _int_or_none_back = _none_as(0)
 
 # ------------------------------------------------------------------------------------------- the options (once)
-OPTIONS = {o.name: o for o in (
-    Option("softmax_scale", "float", None, aliases=("sm_scale", "scale"), schema_required=True,
+OPTIONS = {o.name: (replace(o, schema_required=True) if o.name in _FIRST_PUBLISHED else o) for o in (
+    Option("softmax_scale", "float", None, aliases=("sm_scale", "scale"),
            doc="None = 1/sqrt(D); checked with the head dim (validate.check_softmax_scale)"),
     Option("layout", "str", "NHD", lambda v: validate.check_layout(v), aliases=("tensor_layout",),
            doc="'NHD' = [B, S, H, D], 'HND' = [B, H, S, D]"),
