@@ -263,6 +263,7 @@ SAGE_ATTENTION_FWD = OpSpec(
     "(Tensor, Tensor)")
 FWD_KEYWORDS = frozenset({"layout", "return_lse", "backend", "kernel", "is_causal", "block_mask"})  # its keywords
 
-# What the varlen call forwards to each per-sequence sage_attention: every option except those varlen fixes
-# (the packed layout is NHD by construction, return_lse is its own) or that are shaped by the whole batch.
-VARLEN_FIXED = ("layout", "return_lse", "block_mask", "sparsity", "cdf_threshold", "cos", "sin")
+# What an entry point that splits a call (varlen: per sequence; parallel: per shard) forwards to each
+# sage_attention: every option except those it fixes itself (the layout of the pieces is NHD by construction,
+# return_lse is its own) and those shaped by the whole call (block_mask, RoPE tables, the predicted mask).
+SPLIT_FIXED = ("layout", "return_lse", "block_mask", "sparsity", "cdf_threshold", "cos", "sin", "rope_dim")
