@@ -32,7 +32,7 @@ from .backends.base import (POINTER_ALIGN, KernelLaunch, KernelPlan, Packer, dev
                             hip_device_problem)
 from .kernargs import KernargStruct
 
-__all__ = ["launch", "resolve_backend", "get_backend", "use_backend", "checked_kernel", "plan", "warmup",
+__all__ = ["launch", "BoundLaunch", "resolve_backend", "get_backend", "use_backend", "checked_kernel", "plan", "warmup",
            "recording", "device_arch", "BACKENDS", "LaunchRecord"]
 
 _DEVICE_CHECKS = {"emu": emu_device_problem, "hip": hip_device_problem}
@@ -191,50 +191,95 @@ def _check_declared_workgroup(block: tuple, threads: int, p: KernelPlan) -> None
                          f"delivers only the {given} work-item id); use ({threads}, 1, 1)")
 
 
-def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: dict, *, backend: str,
-           **options):
-    """Run one kernel to completion (emu) or enqueue it on the current stream (hip); returns the backend's
-    result. Everything is checked before the backend sees the launch; a launch that fails is not recorded."""
+def _pointers(symbol: str, p: KernelPlan, tensors: dict, values: dict) -> None:
+    """Check the tensor arguments (declared pointer fields, contiguous, POINTER_ALIGN-aligned, one device) and put
+    their addresses into `values`."""
+    device = None
+    for name, value in tensors.items():
+        if name not in p.pointer_fields:
+            field = p.struct.by_name.get(name)
+            raise TypeError(f"{symbol}: argument {name!r} is a tensor but the kernarg field is "
+                            f"{field.kind if field else 'not declared'}")
+        if not value.is_contiguous():
+            raise ValueError(f"{symbol}: tensor argument {name!r} must be contiguous")
+        ptr = value.data_ptr()
+        if ptr % POINTER_ALIGN:
+            raise ValueError(f"{symbol}: tensor argument {name!r} starts at {ptr:#x}, which is not "
+                             f"{POINTER_ALIGN}-byte aligned (the kernels use {POINTER_ALIGN}-byte vector loads); "
+                             "pass a tensor that owns its storage, e.g. t.clone()")
+        index = value.get_device()   # an int (-1 = CPU): cheaper than building torch.device objects per tensor
+        if device is None:
+            device = index
+        elif index != device:
+            devices = sorted({str(t.device) for t in tensors.values()})
+            raise ValueError(f"{symbol}: tensor arguments are on several devices {devices}")
+        values[name] = ptr
+
+
+def _run(be, p: KernelPlan, backend: str, grid, block, args, tensors, values, options):
+    kl = KernelLaunch(p, grid, block, args, tensors, values, options)
+    result = be.run(kl)
+    launched.append((p.symbol, backend))
+    if _recorders:
+        addresses = kl.addresses if kl.addresses is not None else {n: values[n] for n in tensors}
+        rec = LaunchRecord(p.symbol, backend, grid, block, result, kl.kernarg_bytes, addresses)
+        for r in _recorders:
+            r.append(rec)
+    return result
+
+
+def _backend(backend: str, options: dict):
     be = get_backend(backend) if backend in BACKENDS else None
     if be is None:
         raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")
     if options and not options.keys() <= be.options:
         raise TypeError(f"launch(backend={backend!r}) got unknown option(s) {sorted(set(options) - be.options)}; "
                         f"the {backend} backend takes {sorted(be.options)}")
+    return be
+
+
+def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: dict, *, backend: str,
+           **options):
+    """Run one kernel to completion (emu) or enqueue it on the current stream (hip); returns the backend's
+    result. Everything is checked before the backend sees the launch; a launch that fails is not recorded."""
+    be = _backend(backend, options)
     p = plan(symbol, struct)
     grid, block = _check_geometry(grid, block, p)
-    tensors, values, device = {}, {}, None
+    tensors, values = {}, {}
     for name, value in args.items():
         if isinstance(value, torch.Tensor):
-            if name not in p.pointer_fields:
-                field = struct.by_name.get(name)
-                raise TypeError(f"{symbol}: argument {name!r} is a tensor but the kernarg field is "
-                                f"{field.kind if field else 'not declared'}")
-            if not value.is_contiguous():
-                raise ValueError(f"{symbol}: tensor argument {name!r} must be contiguous")
-            ptr = value.data_ptr()
-            if ptr % POINTER_ALIGN:
-                raise ValueError(f"{symbol}: tensor argument {name!r} starts at {ptr:#x}, which is not "
-                                 f"{POINTER_ALIGN}-byte aligned (the kernels use {POINTER_ALIGN}-byte vector loads); "
-                                 "pass a tensor that owns its storage, e.g. t.clone()")
-            if device is None:
-                device = value.device
-            elif value.device != device:
-                devices = sorted({str(t.device) for t in (*tensors.values(), value)})
-                raise ValueError(f"{symbol}: tensor arguments are on several devices {devices}")
             tensors[name] = value
-            values[name] = ptr
         else:
             values[name] = value
-    kl = KernelLaunch(p, grid, block, args, tensors, values, options)
-    result = be.run(kl)
-    launched.append((symbol, backend))
-    if _recorders:
-        addresses = kl.addresses if kl.addresses is not None else {n: values[n] for n in tensors}
-        rec = LaunchRecord(symbol, backend, grid, block, result, kl.kernarg_bytes, addresses)
-        for r in _recorders:
-            r.append(rec)
-    return result
+    _pointers(symbol, p, tensors, values)
+    return _run(be, p, backend, grid, block, args, tensors, values, options)
+
+
+class BoundLaunch:
+    """A launch of one kernel with everything but its tensors fixed -- grid, block, scalar kernargs, backend,
+    options -- checked once here (the geometry, every scalar packed once, the backend's options). Calling it with
+    the tensor arguments checks and packs only those, then launches exactly as launch() does. The ops' recipes
+    (sage_co.ops.*) bind their launches when a call shape is planned and call them per call."""
+
+    __slots__ = ("plan", "backend", "be", "grid", "block", "scalars", "options")
+
+    def __init__(self, symbol: str, struct: KernargStruct, grid: tuple, block: tuple, scalars: dict, *,
+                 backend: str, **options):
+        self.be = _backend(backend, options)
+        p = plan(symbol, struct)
+        self.grid, self.block = _check_geometry(grid, block, p)
+        pointers = {f.name: 0 for f in struct.fields if f.kind == "ptr"}
+        struct.pack({**scalars, **pointers})   # every scalar fits its field (the error names it), none missing
+        self.plan, self.backend, self.scalars, self.options = p, backend, dict(scalars), options
+
+    def __call__(self, tensors: dict):
+        p = self.plan
+        if len(tensors) != len(p.pointer_fields):
+            raise ValueError(f"{p.symbol}: expected tensors for {sorted(p.pointer_fields)}, got {sorted(tensors)}")
+        values = dict(self.scalars)
+        _pointers(p.symbol, p, tensors, values)
+        return _run(self.be, p, self.backend, self.grid, self.block, {**self.scalars, **tensors}, tensors, values,
+                    self.options)
 
 
 def warmup(backend: str = "hip", device: torch.device | str | int | None = None, symbols=None) -> None:

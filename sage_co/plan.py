@@ -99,7 +99,7 @@ def _plan_qkv(spec: callspec.OpSpec, q, k, v, o: dict, resolve: bool) -> Plan:
         if attends:
             att = attention_ops.recipe(sh, layout=o["layout"], return_lse=o["return_lse"], is_causal=o["is_causal"],
                                        variant=o["kernel"], pv_dtype=o["pv_dtype"], smooth_v=o["smooth_v"],
-                                       device=q.device, backend=backend)
+                                       has_block_mask=o["block_mask"] is not None, backend=backend)
     return Plan(spec.name, sh, o["layout"], chk.q, chk.k, chk.v, chk.softmax_scale, chk.rope_dim, o, prep, att)
 
 
@@ -112,33 +112,32 @@ def _plan_prepared(spec: callspec.OpSpec, prepared: SagePrepared, o: dict, resol
     if resolve:
         att = attention_ops.recipe(sh, layout=o["layout"], return_lse=o["return_lse"], is_causal=o["is_causal"],
                                    variant=o["kernel"], pv_dtype=prepared.pv_dtype,
-                                   smooth_v=prepared.v_mean is not None, device=prepared.q_int8.device,
+                                   smooth_v=prepared.v_mean is not None, has_block_mask=o["block_mask"] is not None,
                                    backend=resolve_backend(prepared.q_int8, o["backend"]))
     return Plan(spec.name, sh, o["layout"], None, None, None, None, None, o, None, att)
 
 
-def _tensor_key(t) -> tuple:
+def _tensor_key(t) -> tuple | None:
+    if type(t) is not torch.Tensor:
+        return None
     return (t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.data_ptr() & 15)
 
 
 def _key(spec: callspec.OpSpec, inputs: tuple, o: dict):
-    """The memo key of a call: the inputs' metadata and every option's (type, value); None when some value
-    cannot be a key (then the call is planned uncached)."""
-    parts: list = [spec.name]
-    for x in (*inputs, *o.values()):
-        if isinstance(x, torch.Tensor):
-            if type(x) is not torch.Tensor:
-                return None
-            parts.append(_tensor_key(x))
-        elif isinstance(x, SagePrepared):
-            parts.append(tuple(_tensor_key(t) if isinstance(t, torch.Tensor) and type(t) is torch.Tensor else
-                               (type(t), t) for t in x))
-        else:
-            parts.append((type(x), x))
+    """The memo key of a call: the inputs' metadata, every option's type and value (a tensor option by its
+    metadata); None when some part cannot be a key (then the call is planned uncached)."""
+    if isinstance(inputs[0], SagePrepared):
+        tensors = tuple(_tensor_key(t) if isinstance(t, torch.Tensor) else (type(t), t) for t in inputs[0])
+    else:
+        tensors = tuple(_tensor_key(t) if isinstance(t, torch.Tensor) else (type(t), t) for t in inputs)
+    values = tuple(o.values())
+    parts = (spec.name, tuple(o), tensors, tuple(map(type, values)),
+             tuple(_tensor_key(x) if isinstance(x, torch.Tensor) else x for x in values))
     try:
-        return tuple(parts), hash(tuple(parts))
+        hash(parts)
     except TypeError:
         return None
+    return None if None in tensors else parts
 
 
 _plans: dict[tuple, Plan] = {}
@@ -156,13 +155,13 @@ def plan_call(spec: callspec.OpSpec, inputs: tuple, options: dict, *, resolve: b
     if not resolve or torch.compiler.is_compiling():
         return _fresh(spec, inputs, options, resolve)
     key = _key(spec, inputs, options)
-    hit = _plans.get(key[0]) if key is not None else None
+    hit = _plans.get(key) if key is not None else None
     if hit is None:
         hit = _fresh(spec, inputs, options, True)
         if key is not None:
             if len(_plans) >= _CACHE_SIZE:
                 _plans.clear()
-            _plans[key[0]] = hit._replace(q=None, k=None, v=None, options=None)   # no tensors kept alive
+            _plans[key] = hit._replace(q=None, k=None, v=None, options=None)   # no tensors kept alive
         return hit
     if hit.op == callspec.SAGE_ATTENTION_FWD.name:
         return hit._replace(options=options)

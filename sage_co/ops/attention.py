@@ -17,7 +17,7 @@ import torch
 from .. import abi, masks, registry, validate
 from ..abi import (ATTENTION_FWD_ARGS, FLAG_CAUSAL, FLAG_LSE, FLAG_SMOOTH_K, FLAG_SMOOTH_V, QUERY_TILE,
                    kv_group_magic)
-from ..launch import launch, resolve_backend
+from ..launch import BoundLaunch, resolve_backend
 from ..prepared import DTYPE_KEYS, U32, SagePrepared, d_pad, s_pad
 
 OP = abi.ATTENTION_OP
@@ -60,23 +60,32 @@ def _check_reach(sh: validate.Shapes, strides: tuple[int, int, int]) -> None:
 
 class AttentionRecipe(NamedTuple):
     """Everything one attention launch needs that depends only on the call's shapes and options (cached by
-    sage_co.plan for repeated shapes): the resolved kernel, the grid, the output shape and the scalar kernargs."""
+    sage_co.plan for repeated shapes): the resolved kernel, its launch bound to the grid and scalar kernargs, the
+    output shapes."""
     kernel: registry.ShippedKernel
-    backend: str
-    grid: tuple[int, int, int]
+    launch: BoundLaunch
     out_shape: tuple[int, ...]
     lse_shape: tuple[int, ...]
     out_dtype: torch.dtype
     shapes: validate.Shapes
     is_causal: bool
     return_lse: bool
-    scalars: dict           # every non-pointer kernarg except the LUT strides
+
+
+def _lut_strides(sh: validate.Shapes, has_block_mask: bool) -> tuple[int, int]:
+    """masks.build_lut's (stride_b, stride_h): a block_mask has every (batch, head) row, the causal / dense LUT one
+    row set shared by all (strides 0)."""
+    if not has_block_mask:
+        return 0, 0
+    row = masks.n_tiles(sh.S_q, masks.BLOCK_Q) * (masks.n_tiles(sh.S_kv, masks.BLOCK_KV) + 1)
+    return (sh.H_q * row if sh.B > 1 else 0), (row if sh.H_q > 1 else 0)
 
 
 def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: bool, variant: str | None,
-           pv_dtype: str, smooth_v: bool, device: torch.device, backend: str) -> AttentionRecipe:
+           pv_dtype: str, smooth_v: bool, has_block_mask: bool, backend: str) -> AttentionRecipe:
     """The attention launch for checked shapes and options: the query-head and 32-bit reach limits, the shipped
-    kernel for (variant, D_pad, out dtype, pv_dtype), its grid and scalar kernargs. `backend` is resolved."""
+    kernel for (variant, D_pad, out dtype, pv_dtype), bound to its grid and scalar kernargs. `backend` is
+    resolved."""
     check_query_heads(sh.H_q)
     strides = _out_strides(sh, layout)
     _check_reach(sh, strides)
@@ -92,11 +101,13 @@ def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: boo
         "out_stride_b": strides[0], "out_stride_s": strides[1], "out_stride_h": strides[2], "head_dim": sh.D,
         "flags": flags, "causal_offset": sh.S_kv - sh.S_q,
     }
+    scalars["lut_stride_b"], scalars["lut_stride_h"] = _lut_strides(sh, has_block_mask)
     out_shape = (sh.B, sh.S_q, sh.H_q, sh.D) if layout == "NHD" else (sh.B, sh.H_q, sh.S_q, sh.D)
     # Without return_lse the kernel never touches lse; it still gets a valid (tiny) allocation.
     lse_shape = (sh.B, sh.H_q, sh.S_q) if return_lse else (1,)
-    return AttentionRecipe(kernel, backend, (Sq_pad // QUERY_TILE, sh.H_q, sh.B), out_shape, lse_shape, sh.dtype,
-                           sh, is_causal, return_lse, scalars)
+    bound = BoundLaunch(kernel.symbol, ATTENTION_FWD_ARGS, (Sq_pad // QUERY_TILE, sh.H_q, sh.B), BLOCK, scalars,
+                        backend=backend)
+    return AttentionRecipe(kernel, bound, out_shape, lse_shape, sh.dtype, sh, is_causal, return_lse)
 
 
 _luts: dict[tuple, tuple[torch.Tensor, int, int]] = {}
@@ -128,15 +139,14 @@ def execute(rec: AttentionRecipe, prepared: SagePrepared, block_mask: torch.Tens
     out = torch.empty(rec.out_shape, dtype=rec.out_dtype, device=device)
     lse = torch.empty(rec.lse_shape, dtype=torch.float32, device=device)
     lut, lut_sb, lut_sh = _lut(rec, block_mask, device)
-    args = {
+    assert (lut_sb, lut_sh) == (rec.launch.scalars["lut_stride_b"], rec.launch.scalars["lut_stride_h"])
+    rec.launch({
         "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_t,
         "q_scale": prepared.q_scale, "k_scale": prepared.k_scale, "k_mean": prepared.k_mean,
-        "v_scale": prepared.v_scale, "out": out, "lse": lse, **rec.scalars,
-        "lut": lut, "lut_stride_b": lut_sb, "lut_stride_h": lut_sh,
+        "v_scale": prepared.v_scale, "out": out, "lse": lse, "lut": lut,
         # smooth_v: the epilogue adds v_mean back; without it the kernel never reads this pointer
         "v_mean": prepared.v_mean if prepared.v_mean is not None else prepared.k_mean,
-    }
-    launch(rec.kernel.symbol, ATTENTION_FWD_ARGS, rec.grid, BLOCK, args, backend=rec.backend)
+    })
     return out, lse
 
 
@@ -154,8 +164,8 @@ def plan_forward(prepared: SagePrepared, *, return_lse: bool = False, layout: st
     check_query_heads(sh.H_q, "prepared.q_int8")
     masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
     return recipe(sh, layout=layout, return_lse=return_lse, is_causal=is_causal, variant=variant,
-                  pv_dtype=prepared.pv_dtype, smooth_v=prepared.v_mean is not None, device=prepared.q_int8.device,
-                  backend=resolve_backend(prepared.q_int8, backend))
+                  pv_dtype=prepared.pv_dtype, smooth_v=prepared.v_mean is not None,
+                  has_block_mask=block_mask is not None, backend=resolve_backend(prepared.q_int8, backend))
 
 
 def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layout: str = "NHD",

@@ -25,7 +25,7 @@ from ..abi import (PREPARE_ALIGN, PREPARE_MAX_CHUNKS, REDUCE_V_FP8, REDUCE_V_NON
 from ..abi import PREPARE_QUANT_ARGS as QUANT_ARGS
 from ..abi import PREPARE_REDUCE_ARGS as REDUCE_ARGS
 from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # noqa: F401  (the structs live in sage_co/abi.py)
-from ..launch import launch, resolve_backend
+from ..launch import BoundLaunch, resolve_backend
 from ..prepared import DTYPE_KEYS, SCALE_BLOCK, SagePrepared, d_pad, s_pad
 from ..reference import q_multiplier
 
@@ -82,42 +82,39 @@ def _strides(t: torch.Tensor) -> tuple[int, int, int]:
     return tuple(st if n > 1 else 0 for n, st in zip(t.shape[:3], t.stride()[:3]))
 
 
-def _direct(t: torch.Tensor) -> tuple[int, tuple[int, int, int]] | None:
-    """(extent, strides) when the kernels can read the NHD view t in place (flat_view makes no copy), else None."""
+def _reading(t: torch.Tensor) -> tuple[int | None, tuple[int, int, int]]:
+    """How the kernels read the NHD view t: (extent, strides) in place when the 16-byte loads can address it, else
+    (None, the strides of the contiguous copy flat_view makes per call)."""
     strides = _strides(t)
     if t.data_ptr() % ALIGN or any(st % ELEMS_PER_LOAD for st in strides):
-        return None
+        B, S, H, D = t.shape
+        return None, tuple(st if n > 1 else 0 for n, st in zip((B, S, H), (S * H * D, H * D, D)))
     return 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())), strides
 
 
 class PrepareRecipe(NamedTuple):
-    """The three prepare launches of one call shape (cached by sage_co.plan for repeated shapes): resolved
-    kernels, grids, flags, the scalar kernargs, the output shapes, and how each input is read (in place: its
-    extent and strides; None: flat_view copies it per call)."""
-    backend: str
+    """The three prepare launches of one call shape (cached by sage_co.plan for repeated shapes): the launches
+    bound to their kernels, grids and scalar kernargs (stats None when no statistics run), the output shapes,
+    and how each input is read (in place: its extent; None: flat_view copies it per call)."""
     shapes: validate.Shapes
-    stats: str
-    reduce: str
-    quant: str
-    n_tens: int
+    stats: BoundLaunch | None
+    reduce: BoundLaunch
+    quant: BoundLaunch
     n_chunks: int
     pv16: bool
     smooth_k: bool
     smooth_v: bool
-    stats_grid: tuple
-    reduce_grid: tuple
-    reduce_block: tuple
-    quant_grid: tuple
-    stats_scalars: dict
-    reduce_scalars: dict
-    quant_scalars: dict
-    inputs: tuple            # (extent, strides) or None for q, k, v
+    extents: tuple            # q, k, v: the in-place extent, or None (copied per call)
+
+
+def _strided(prefix: str, st) -> dict:
+    return {f"{prefix}_sb": st[0], f"{prefix}_ss": st[1], f"{prefix}_sh": st[2]}
 
 
 def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool, pv_dtype: str, has_q_norm: bool,
            has_k_norm: bool, norm_rope_rounding: str, backend: str) -> PrepareRecipe:
     """The prepare launches for checked arguments (validate.check_prepare_args): the launch limits, the shipped
-    stats / reduce / quant kernels for (D_pad, dtype, rope_dim), grids and scalar kernargs."""
+    stats / reduce / quant kernels for (D_pad, dtype, rope_dim), bound to their grids and scalar kernargs."""
     if norm_rope_rounding not in NORM_ROPE_ROUNDINGS:
         raise NotImplementedError(f"norm_rope_rounding: {norm_rope_rounding!r} needs prepare kernels that round "
                                   f"after each op; the shipped ones implement {NORM_ROPE_ROUNDINGS}")
@@ -131,19 +128,22 @@ def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool,
     tens = (0 if pv16 else STATS_V_MAX) | (STATS_K_SUM if smooth_k else 0) | \
         ((STATS_V_SUM | STATS_V_SIGNED) if smooth_v else 0)
     n_tens = bin(tens & (STATS_V_MAX | STATS_K_SUM | STATS_V_SUM)).count("1")
-    inputs = tuple(_direct(t) for t in (chk.q, chk.k, chk.v))
+    (qe, qs), (ke, ks), (ve, vs) = (_reading(t) for t in (chk.q, chk.k, chk.v))
     eps = float(eps)
-    stats = {"eps": eps, "S": sh.S_kv, "H": H_kv, "tiles_per_chunk": per_chunk, "n_chunks": n_chunks,
-             "n_tens": n_tens, "k_norm": int(has_k_norm), "D": D, "tens": tens}
-    reduce = {"H": H_kv, "n_chunks": n_chunks, "S": sh.S_kv, "smooth_k": int(smooth_k), "D_pad": Dp,
-              "v_mode": REDUCE_V_NONE if pv16 else (REDUCE_V_SMOOTH if smooth_v else REDUCE_V_FP8)}
-    quant = {"q_mult": q_multiplier(chk.softmax_scale), "eps": eps, "S_q": sh.S_q, "S_kv": sh.S_kv, "H_q": H_q,
-             "H_kv": H_kv, "S_q_pad": Sq, "S_kv_pad": Skv, "D": D, "q_norm": int(has_q_norm),
-             "k_norm": int(has_k_norm), "pv_fp16": int(pv16)}
-    return PrepareRecipe(backend, sh, kernel_symbol("sage_prepare.stats", **keys), kernel_symbol("sage_prepare.reduce"),
-                         kernel_symbol("sage_prepare.quant", **keys), n_tens, n_chunks, pv16, smooth_k, smooth_v,
-                         (n_chunks, H_kv, B * n_tens), (1, H_kv, B), (Dp, 1, 1), quant_grid(sh), stats, reduce, quant,
-                         inputs)
+    stats = None
+    if n_tens:   # pv fp16 without smooth_k needs no statistics at all
+        stats = BoundLaunch(kernel_symbol("sage_prepare.stats", **keys), STATS_ARGS, (n_chunks, H_kv, B * n_tens), WAVE, {
+            "eps": eps, "S": sh.S_kv, "H": H_kv, "tiles_per_chunk": per_chunk, "n_chunks": n_chunks,
+            "n_tens": n_tens, "k_norm": int(has_k_norm), "D": D, "tens": tens, **_strided("k", ks),
+            **_strided("v", vs)}, backend=backend)
+    reduce = BoundLaunch(kernel_symbol("sage_prepare.reduce"), REDUCE_ARGS, (1, H_kv, B), (Dp, 1, 1), {
+        "H": H_kv, "n_chunks": n_chunks, "S": sh.S_kv, "smooth_k": int(smooth_k), "D_pad": Dp,
+        "v_mode": REDUCE_V_NONE if pv16 else (REDUCE_V_SMOOTH if smooth_v else REDUCE_V_FP8)}, backend=backend)
+    quant = BoundLaunch(kernel_symbol("sage_prepare.quant", **keys), QUANT_ARGS, quant_grid(sh), WAVE, {
+        "q_mult": q_multiplier(chk.softmax_scale), "eps": eps, "S_q": sh.S_q, "S_kv": sh.S_kv, "H_q": H_q,
+        "H_kv": H_kv, "S_q_pad": Sq, "S_kv_pad": Skv, "D": D, "q_norm": int(has_q_norm), "k_norm": int(has_k_norm),
+        "pv_fp16": int(pv16), **_strided("q", qs), **_strided("k", ks), **_strided("v", vs)}, backend=backend)
+    return PrepareRecipe(sh, stats, reduce, quant, n_chunks, pv16, smooth_k, smooth_v, (qe, ke, ve))
 
 
 _placeholders: dict[torch.device, torch.Tensor] = {}
@@ -157,10 +157,6 @@ def _placeholder(device: torch.device) -> torch.Tensor:
     return t
 
 
-def _strided(prefix: str, st) -> dict:
-    return {f"{prefix}_sb": st[0], f"{prefix}_ss": st[1], f"{prefix}_sh": st[2]}
-
-
 def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=None, cos=None, sin=None
             ) -> SagePrepared:
     """Run the planned prepare launches on q, k, v (NHD views, checked against the recipe by whoever planned
@@ -169,9 +165,8 @@ def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=No
     B, H_q, H_kv, Dp = sh.B, sh.H_q, sh.H_kv, d_pad(sh.D)
     Sq, Skv = s_pad(sh.S_q), s_pad(sh.S_kv)
     dev = q.device
-    flat = [(t.as_strided((d[0],), (1,)), d[1]) if d is not None else flat_view(t)
-            for t, d in zip((q, k, v), rec.inputs)]
-    (qf, qs), (kf, ks), (vf, vs) = flat
+    qf, kf, vf = (t.as_strided((extent,), (1,)) if extent is not None else flat_view(t)[0]
+                  for t, extent in zip((q, k, v), rec.extents))
     cos, sin, q_norm_weight, k_norm_weight = map(_aligned, (cos, sin, q_norm_weight, k_norm_weight))
     placeholder = _placeholder(dev)
 
@@ -188,26 +183,18 @@ def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=No
     ksum_part = f32(B, H_kv, n_chunks, Dp) if rec.smooth_k else placeholder
     vmin_part, vsum_part = (f32(B, H_kv, n_chunks, Dp), f32(B, H_kv, n_chunks, Dp)) if rec.smooth_v else \
         (placeholder, placeholder)
-
-    def opt(t):
-        return placeholder if t is None else t
-
-    if rec.n_tens:   # pv fp16 without smooth_k needs no statistics at all
-        launch(rec.stats, STATS_ARGS, rec.stats_grid, WAVE, {
-            "k": kf, "v": vf, "k_norm_w": opt(k_norm_weight), "cos": opt(cos), "sin": opt(sin),
-            "ksum_part": ksum_part, "vmax_part": vmax_part, **rec.stats_scalars, **_strided("k", ks),
-            **_strided("v", vs), "vmin_part": vmin_part, "vsum_part": vsum_part,
-        }, backend=rec.backend)
-    launch(rec.reduce, REDUCE_ARGS, rec.reduce_grid, rec.reduce_block, {
-        "ksum_part": ksum_part, "vmax_part": vmax_part, "k_mean": k_mean, "v_scale": v_scale, "v_inv": v_inv,
-        "vmin_part": vmin_part, "vsum_part": vsum_part, "v_mean": v_mean, **rec.reduce_scalars,
-    }, backend=rec.backend)
-    launch(rec.quant, QUANT_ARGS, rec.quant_grid, WAVE, {
-        "q": qf, "k": kf, "v": vf, "q_norm_w": opt(q_norm_weight), "k_norm_w": opt(k_norm_weight),
-        "cos": opt(cos), "sin": opt(sin), "k_mean": k_mean, "v_inv": v_inv,
-        "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t,
-        **rec.quant_scalars, **_strided("q", qs), **_strided("k", ks), **_strided("v", vs), "v_mean": v_mean,
-    }, backend=rec.backend)
+    k_norm_w = placeholder if k_norm_weight is None else k_norm_weight
+    cos_t = placeholder if cos is None else cos
+    sin_t = placeholder if sin is None else sin
+    if rec.stats is not None:
+        rec.stats({"k": kf, "v": vf, "k_norm_w": k_norm_w, "cos": cos_t, "sin": sin_t, "ksum_part": ksum_part,
+                   "vmax_part": vmax_part, "vmin_part": vmin_part, "vsum_part": vsum_part})
+    rec.reduce({"ksum_part": ksum_part, "vmax_part": vmax_part, "k_mean": k_mean, "v_scale": v_scale, "v_inv": v_inv,
+                "vmin_part": vmin_part, "vsum_part": vsum_part, "v_mean": v_mean})
+    rec.quant({"q": qf, "k": kf, "v": vf, "q_norm_w": placeholder if q_norm_weight is None else q_norm_weight,
+               "k_norm_w": k_norm_w, "cos": cos_t, "sin": sin_t, "k_mean": k_mean, "v_inv": v_inv,
+               "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t,
+               "v_mean": v_mean})
     return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_t, v_scale, sh.S_q, sh.S_kv, sh.D, sh.dtype,
                         v_mean if rec.smooth_v else None)
 
