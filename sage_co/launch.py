@@ -245,41 +245,87 @@ def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: 
     be = _backend(backend, options)
     p = plan(symbol, struct)
     grid, block = _check_geometry(grid, block, p)
-    tensors, values = {}, {}
-    for name, value in args.items():
-        if isinstance(value, torch.Tensor):
-            tensors[name] = value
-        else:
-            values[name] = value
+    bound = args.bound if type(args) is LaunchArgs else None
+    if bound is not None and bound.symbol == symbol and bound.struct is struct:
+        tensors, values = args.tensors, dict(bound.scalars)   # the scalars were checked when bound
+    else:
+        tensors, values = {}, {}
+        for name, value in args.items():
+            if isinstance(value, torch.Tensor):
+                tensors[name] = value
+            else:
+                values[name] = value
     _pointers(symbol, p, tensors, values)
     return _run(be, p, backend, grid, block, args, tensors, values, options)
 
 
 class BoundLaunch:
-    """A launch of one kernel with everything but its tensors fixed -- grid, block, scalar kernargs, backend,
-    options -- checked once here (the geometry, every scalar packed once, the backend's options). Calling it with
-    the tensor arguments checks and packs only those, then launches exactly as launch() does. The ops' recipes
-    (sage_co.ops.*) bind their launches when a call shape is planned and call them per call."""
+    """One kernel's launch with everything but its tensors fixed -- symbol, struct, grid, block, scalar kernargs,
+    backend -- checked once when bound (the geometry, every scalar packed once: an error names the field). The
+    ops' recipes (sage_co.ops.*) bind their launches when a call shape is planned; per call they add the tensors
+    (`args(tensors)`) and launch() checks and packs those."""
 
-    __slots__ = ("plan", "backend", "be", "grid", "block", "scalars", "options")
+    __slots__ = ("symbol", "struct", "grid", "block", "scalars", "backend")
 
     def __init__(self, symbol: str, struct: KernargStruct, grid: tuple, block: tuple, scalars: dict, *,
-                 backend: str, **options):
-        self.be = _backend(backend, options)
+                 backend: str):
+        _backend(backend, {})
         p = plan(symbol, struct)
         self.grid, self.block = _check_geometry(grid, block, p)
-        pointers = {f.name: 0 for f in struct.fields if f.kind == "ptr"}
-        struct.pack({**scalars, **pointers})   # every scalar fits its field (the error names it), none missing
-        self.plan, self.backend, self.scalars, self.options = p, backend, dict(scalars), options
+        struct.pack({**scalars, **{f.name: 0 for f in struct.fields if f.kind == "ptr"}})   # scalars fit, none missing
+        self.symbol, self.struct, self.scalars, self.backend = symbol, struct, dict(scalars), backend
 
-    def __call__(self, tensors: dict):
-        p = self.plan
-        if len(tensors) != len(p.pointer_fields):
-            raise ValueError(f"{p.symbol}: expected tensors for {sorted(p.pointer_fields)}, got {sorted(tensors)}")
-        values = dict(self.scalars)
-        _pointers(p.symbol, p, tensors, values)
-        return _run(self.be, p, self.backend, self.grid, self.block, {**self.scalars, **tensors}, tensors, values,
-                    self.options)
+    def args(self, tensors: dict) -> "LaunchArgs":
+        """The whole kernarg mapping of one launch: the bound scalars and this call's tensors."""
+        return LaunchArgs(self, tensors)
+
+
+class LaunchArgs(dict):
+    """A kernarg mapping made by BoundLaunch.args: an ordinary dict of every field, which also remembers that its
+    scalars are the bound (already checked) ones, so launch() only checks and packs its tensors. Any change to
+    the mapping forgets that (launch() then checks every value, as for a plain dict)."""
+
+    __slots__ = ("bound", "tensors")
+
+    def __init__(self, bound: BoundLaunch, tensors: dict):
+        super().__init__(bound.scalars)
+        super().update(tensors)
+        self.bound, self.tensors = bound, tensors
+
+    def _changed(self):
+        self.bound = None
+
+    def __setitem__(self, key, value):
+        self._changed()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        self._changed()
+        super().__delitem__(key)
+
+    def __ior__(self, other):
+        self._changed()
+        return super().__ior__(other)
+
+    def update(self, *a, **kw):
+        self._changed()
+        super().update(*a, **kw)
+
+    def pop(self, *a):
+        self._changed()
+        return super().pop(*a)
+
+    def popitem(self):
+        self._changed()
+        return super().popitem()
+
+    def setdefault(self, *a):
+        self._changed()
+        return super().setdefault(*a)
+
+    def clear(self):
+        self._changed()
+        super().clear()
 
 
 def warmup(backend: str = "hip", device: torch.device | str | int | None = None, symbols=None) -> None:

@@ -178,4 +178,4 @@ def eager(*tensors) -> bool:
     if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled() or \
             torch._C._len_torch_dispatch_stack():
         return False
-    return all(type(t) is torch.Tensor and t.device.type != "meta" for t in tensors)
+    return all(type(t) is torch.Tensor and not t.is_meta for t in tensors)

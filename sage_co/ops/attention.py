@@ -17,7 +17,7 @@ import torch
 from .. import abi, masks, registry, validate
 from ..abi import (ATTENTION_FWD_ARGS, FLAG_CAUSAL, FLAG_LSE, FLAG_SMOOTH_K, FLAG_SMOOTH_V, QUERY_TILE,
                    kv_group_magic)
-from ..launch import BoundLaunch, resolve_backend
+from ..launch import BoundLaunch, launch, resolve_backend
 from ..prepared import DTYPE_KEYS, U32, SagePrepared, d_pad, s_pad
 
 OP = abi.ATTENTION_OP
@@ -139,14 +139,15 @@ def execute(rec: AttentionRecipe, prepared: SagePrepared, block_mask: torch.Tens
     out = torch.empty(rec.out_shape, dtype=rec.out_dtype, device=device)
     lse = torch.empty(rec.lse_shape, dtype=torch.float32, device=device)
     lut, lut_sb, lut_sh = _lut(rec, block_mask, device)
-    assert (lut_sb, lut_sh) == (rec.launch.scalars["lut_stride_b"], rec.launch.scalars["lut_stride_h"])
-    rec.launch({
+    bound = rec.launch
+    assert (lut_sb, lut_sh) == (bound.scalars["lut_stride_b"], bound.scalars["lut_stride_h"])
+    launch(bound.symbol, ATTENTION_FWD_ARGS, bound.grid, BLOCK, bound.args({
         "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_t,
         "q_scale": prepared.q_scale, "k_scale": prepared.k_scale, "k_mean": prepared.k_mean,
         "v_scale": prepared.v_scale, "out": out, "lse": lse, "lut": lut,
         # smooth_v: the epilogue adds v_mean back; without it the kernel never reads this pointer
         "v_mean": prepared.v_mean if prepared.v_mean is not None else prepared.k_mean,
-    })
+    }), backend=bound.backend)
     return out, lse
 
 

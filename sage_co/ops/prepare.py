@@ -25,7 +25,7 @@ from ..abi import (PREPARE_ALIGN, PREPARE_MAX_CHUNKS, REDUCE_V_FP8, REDUCE_V_NON
 from ..abi import PREPARE_QUANT_ARGS as QUANT_ARGS
 from ..abi import PREPARE_REDUCE_ARGS as REDUCE_ARGS
 from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # noqa: F401  (the structs live in sage_co/abi.py)
-from ..launch import BoundLaunch, resolve_backend
+from ..launch import BoundLaunch, launch, resolve_backend
 from ..prepared import DTYPE_KEYS, SCALE_BLOCK, SagePrepared, d_pad, s_pad
 from ..reference import q_multiplier
 
@@ -186,15 +186,17 @@ def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=No
     k_norm_w = placeholder if k_norm_weight is None else k_norm_weight
     cos_t = placeholder if cos is None else cos
     sin_t = placeholder if sin is None else sin
-    if rec.stats is not None:
-        rec.stats({"k": kf, "v": vf, "k_norm_w": k_norm_w, "cos": cos_t, "sin": sin_t, "ksum_part": ksum_part,
-                   "vmax_part": vmax_part, "vmin_part": vmin_part, "vsum_part": vsum_part})
-    rec.reduce({"ksum_part": ksum_part, "vmax_part": vmax_part, "k_mean": k_mean, "v_scale": v_scale, "v_inv": v_inv,
-                "vmin_part": vmin_part, "vsum_part": vsum_part, "v_mean": v_mean})
-    rec.quant({"q": qf, "k": kf, "v": vf, "q_norm_w": placeholder if q_norm_weight is None else q_norm_weight,
-               "k_norm_w": k_norm_w, "cos": cos_t, "sin": sin_t, "k_mean": k_mean, "v_inv": v_inv,
-               "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t,
-               "v_mean": v_mean})
+    for bound, tensors in (
+            (rec.stats, {"k": kf, "v": vf, "k_norm_w": k_norm_w, "cos": cos_t, "sin": sin_t, "ksum_part": ksum_part,
+                         "vmax_part": vmax_part, "vmin_part": vmin_part, "vsum_part": vsum_part}),
+            (rec.reduce, {"ksum_part": ksum_part, "vmax_part": vmax_part, "k_mean": k_mean, "v_scale": v_scale,
+                          "v_inv": v_inv, "vmin_part": vmin_part, "vsum_part": vsum_part, "v_mean": v_mean}),
+            (rec.quant, {"q": qf, "k": kf, "v": vf,
+                         "q_norm_w": placeholder if q_norm_weight is None else q_norm_weight, "k_norm_w": k_norm_w,
+                         "cos": cos_t, "sin": sin_t, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8,
+                         "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean})):
+        if bound is not None:   # stats is None when no statistics run (pv fp16 without smooth_k)
+            launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors), backend=bound.backend)
     return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_t, v_scale, sh.S_q, sh.S_kv, sh.D, sh.dtype,
                         v_mean if rec.smooth_v else None)
 
