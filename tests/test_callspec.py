@@ -127,3 +127,16 @@ def test_plans_are_memoised_on_metadata_and_option_types():
     assert len(plan._plans) == n
     with pytest.raises(TypeError, match="^smooth_k: "):
         api.sage_attention(q, q, q, smooth_k=1)
+
+
+def test_compile_dynamic_with_several_heads_and_batches():
+    """torch.compile(fullgraph=True, dynamic=True) with B = H = 2: the trace-time checks see symbolic sizes, and the
+    manifest lookup (a constant to dynamo) gets only static values (D_pad, dtype, variant, pv_dtype). Before the
+    plan it was handed the symbolic H_q and failed to trace."""
+    from sage_co import api
+    torch._dynamo.reset()
+    compiled = torch.compile(api.sage_attention, fullgraph=True, dynamic=True)
+    g = torch.Generator().manual_seed(1)
+    for S in (40, 70):
+        q, k, v = (torch.randn(2, S, 2, 64, generator=g).to(torch.bfloat16) for _ in range(3))
+        assert torch.equal(compiled(q, k, v), api.sage_attention(q, k, v))
