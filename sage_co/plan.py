@@ -133,7 +133,8 @@ def _key(spec: callspec.OpSpec, inputs: tuple, o: dict):
     values = tuple(o.values())
     # the backend instances: a plan resolved (device checks included) before a backend was swapped is not reused
     parts = (spec.name, tuple(map(id, launch._backends.values())), tuple(o), tensors, tuple(map(type, values)),
-             tuple(_tensor_key(x) if isinstance(x, torch.Tensor) else x for x in values))
+             tuple(_tensor_key(x) if isinstance(x, torch.Tensor) else x.hex() if type(x) is float else x
+                   for x in values))   # floats by their bits: -0.0 and 0.0 are different scales
     try:
         hash(parts)
     except TypeError:
