@@ -39,6 +39,7 @@ _DEVICE_CHECKS = {"emu": emu_device_problem, "hip": hip_device_problem}
 _checked: set[tuple] = set()   # (symbol, sha256, declared layout) already compared with the metadata
 _plans: dict[tuple[str, int], KernelPlan] = {}
 _backends: dict[str, Any] = {}
+backend_swaps = 0   # use_backend() calls so far: what a memoised plan's device checks were made under (sage_co.plan)
 _lock = threading.Lock()
 # (symbol, backend) of the latest launches, newest last: bounded, so a long-running process never grows it.
 launched: collections.deque = collections.deque(maxlen=256)
@@ -84,6 +85,8 @@ def use_backend(name: str, instance) -> Any:
     one (None when none was created yet) so the caller can put it back."""
     if name not in BACKENDS:
         raise ValueError(f"backend={name!r}: expected one of {BACKENDS}")
+    global backend_swaps
+    backend_swaps += 1
     previous = _backends.pop(name, None)
     if instance is not None:
         _backends[name] = instance

@@ -15,7 +15,7 @@ except through `_attention_kernel_serves`, whose answer dynamo takes as a consta
 comparisons, also on symbolic sizes); the custom op's real implementation plans again when it runs.
 
 Repeated calls: validation and planning depend only on the tensors' metadata (type, shape, strides, dtype,
-device, requires_grad, 16-byte alignment), the option values (with their types) and the installed backends, so
+device, requires_grad, 16-byte alignment), the option values (with their types) and the backends installed (launch.use_backend), so
 eager plans are memoised on exactly that key; a hit costs one key build and a dict lookup, and makes the same decisions a miss would.
 """
 from __future__ import annotations
@@ -131,8 +131,8 @@ def _key(spec: callspec.OpSpec, inputs: tuple, o: dict):
     else:
         tensors = tuple(_tensor_key(t) if isinstance(t, torch.Tensor) else (type(t), t) for t in inputs)
     values = tuple(o.values())
-    # the backend instances: a plan resolved (device checks included) before a backend was swapped is not reused
-    parts = (spec.name, tuple(map(id, launch._backends.values())), tuple(o), tensors, tuple(map(type, values)),
+    # launch.backend_swaps: a plan resolved (device checks included) before a backend was swapped is not reused
+    parts = (spec.name, launch.backend_swaps, tuple(o), tensors, tuple(map(type, values)),
              tuple(_tensor_key(x) if isinstance(x, torch.Tensor) else x.hex() if type(x) is float else x
                    for x in values))   # floats by their bits: -0.0 and 0.0 are different scales
     try:
