@@ -5,42 +5,38 @@
     sage_attention(q, k, v, ..., layout="NHD")     -> prepare + forward
 
 q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="NHD") or [B, H, S, D] (layout="HND"), bf16 or fp16, any strides
-with a contiguous last dim; out has q's dtype and layout. Each Python function validates every argument
-(sage_co.validate, and the attention kernel's limits) before any kernel runs, normalises the optional ones into
-schema-friendly values, and calls the custom op; the fake implementations return tensors with exactly the shapes,
-dtypes and strides of the real outputs. V^T (fp8, or fp16 with pv_dtype="fp16") crosses the op boundary as its raw
-bytes (a uint8 view of the same storage, pv_dtype says how to read them): torch's schema checker (opcheck
-test_schema) cannot compare float8 tensors, and a view costs nothing. v_mean crosses as a tensor (zeros without
-smooth_v) and becomes SagePrepared.v_mean only with smooth_v.
+with a contiguous last dim; out has q's dtype and layout. The options, their types, defaults and schema encodings
+are declared once in sage_co.callspec; the schemas, the signatures and the fake implementations below are derived
+from those declarations. Each call is checked once by sage_co.plan.plan_call before any kernel runs:
+
+  eager        the Python function plans the call (memoised for repeated shapes) and runs the plan's kernels
+               directly (sage_co.ops.*): no torch.library dispatch, no second check;
+  otherwise    (torch.compile tracing, meta/fake tensors, torch function or dispatch modes, tensor subclasses) the
+               Python function checks at trace time and calls the custom op, whose real implementation plans again
+               when it runs; the fake implementations return tensors with exactly the shapes, dtypes and strides
+               of the real outputs and make the real op's refusals on meta too.
+
+V^T (fp8, or fp16 with pv_dtype="fp16") crosses the op boundary as its raw bytes (a uint8 view of the same storage,
+pv_dtype says how to read them): torch's schema checker (opcheck test_schema) cannot compare float8 tensors, and a
+view costs nothing. v_mean crosses as a tensor (zeros without smooth_v) and becomes SagePrepared.v_mean only with
+smooth_v.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
-from . import masks, validate
+from . import masks, plan as planning, validate
+from .callspec import FWD_KEYWORDS, SAGE_ATTENTION, SAGE_ATTENTION_FWD, SAGE_PREPARE, OpSpec
+from .ops import attention as attention_ops
+from .ops import prepare as prepare_ops
 from .prepared import PV_DTYPES, SCALE_BLOCK, SagePrepared, d_pad, s_pad
 
-_NO_ROPE = 0          # rope_dim in the schema: 0 = no RoPE
-_DEFAULT = ""         # backend / kernel in the schema: "" = choose automatically
 
-
-# -------------------------------------------------------------------------------------------- prepare
-@torch.library.custom_op("sage_co::sage_prepare", mutates_args=())
-def _prepare_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, layout: str,
-                smooth_k: bool, q_norm_weight: Optional[torch.Tensor], k_norm_weight: Optional[torch.Tensor],
-                eps: float, cos: Optional[torch.Tensor], sin: Optional[torch.Tensor], rope_dim: int, backend: str,
-                smooth_v: bool = False, pv_dtype: str = "fp8", norm_rope_rounding: str = "once"
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                           torch.Tensor, torch.Tensor]:
-    from .ops.prepare import run_prepare
-    p = run_prepare(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
-                    k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin,
-                    rope_dim=rope_dim if rope_dim != _NO_ROPE else None, smooth_v=smooth_v, pv_dtype=pv_dtype,
-                    norm_rope_rounding=norm_rope_rounding, backend=backend or None)
-    v_mean = p.v_mean if p.v_mean is not None else torch.zeros_like(p.k_mean)
-    return p.q_int8, p.q_scale, p.k_int8, p.k_scale, p.k_mean, p.v_t.view(torch.uint8), p.v_scale, v_mean
+def _register(spec: OpSpec, impl, fake):
+    """The custom op sage_co::<spec.name> with the schema derived from `spec`."""
+    op = torch.library.custom_op(f"sage_co::{spec.name}", impl, mutates_args=(), schema=spec.schema())
+    op.register_fake(fake)
+    return op
 
 
 def _sizes(q, k, layout):
@@ -48,6 +44,26 @@ def _sizes(q, k, layout):
     qn, kn = (q, k) if layout == "NHD" else (q.transpose(1, 2), k.transpose(1, 2))
     B, S_q, H_q, D = qn.shape
     return B, S_q, kn.shape[1], H_q, kn.shape[2], D
+
+
+def _schema_values(p: planning.Plan) -> dict:
+    """The options of a checked call with what the check resolved (softmax_scale None -> 1/sqrt(D), rope_dim
+    from cos)."""
+    return {**p.options, "softmax_scale": p.softmax_scale, "rope_dim": p.rope_dim}
+
+
+# -------------------------------------------------------------------------------------------- prepare
+def _prepare_fields(p: planning.Plan) -> SagePrepared:
+    o = p.options
+    return prepare_ops.execute(p.prepare, p.q, p.k, p.v, q_norm_weight=o["q_norm_weight"],
+                               k_norm_weight=o["k_norm_weight"], cos=o["cos"], sin=o["sin"])
+
+
+def _prepare_impl(*args):
+    inputs, o = SAGE_PREPARE.from_schema(args)
+    pr = _prepare_fields(planning.plan_call(SAGE_PREPARE, inputs, o))
+    v_mean = pr.v_mean if pr.v_mean is not None else torch.zeros_like(pr.k_mean)
+    return pr.q_int8, pr.q_scale, pr.k_int8, pr.k_scale, pr.k_mean, pr.v_t.view(torch.uint8), pr.v_scale, v_mean
 
 
 def _prepared_like(q: torch.Tensor, k: torch.Tensor, layout: str, pv_dtype: str = "fp8"):
@@ -64,33 +80,32 @@ def _prepared_like(q: torch.Tensor, k: torch.Tensor, layout: str, pv_dtype: str 
             q.new_empty((B, H_kv, Dp), dtype=torch.float32))                 # v_mean
 
 
-@_prepare_op.register_fake
-def _(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin, rope_dim, backend,
-      smooth_v=False, pv_dtype="fp8", norm_rope_rounding="once"):
-    return _prepared_like(q, k, layout, pv_dtype)
+def _prepare_fake(*args):
+    (q, k, _), o = SAGE_PREPARE.from_schema(args)
+    return _prepared_like(q, k, o["layout"], o["pv_dtype"])
 
 
-def sage_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
-                 k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, smooth_v=False, pv_dtype="fp8",
-                 backend=None, norm_rope_rounding="once") -> SagePrepared:
+_prepare_op = _register(SAGE_PREPARE, _prepare_impl, _prepare_fake)
+
+
+def sage_prepare(q, k, v, softmax_scale=None, **options) -> SagePrepared:
     """Quantize q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="HND": [B, H, S, D]; bf16 or fp16) for the
     attention kernel (docs/numerics.md §Prepare). softmax_scale None = 1/sqrt(D). smooth_v: subtract V's
     per-channel mean before fp8 (added back by the attention kernel); pv_dtype "fp16": keep V in fp16 for the
-    f16 P.V WMMA (docs/numerics.md §smooth_v, §pv_dtype fp16). norm_rope_rounding: the optional RMSNorm/RoPE's
-    convention, "once" (default: F.rms_norm, then RoPE in fp32, cos/sin fp32 or q's dtype) or "per_op" (the
-    HF-transformers chain, every op rounded to q's dtype, cos/sin in q's dtype): docs/numerics.md §Optional RMSNorm.
+    f16 P.V WMMA (docs/numerics.md §smooth_v, §pv_dtype fp16). The options: sage_co.callspec.SAGE_PREPARE.
 
     backend: None picks by device (CPU -> the emulator, a gfx1201 GPU -> hip), or "emu" / "hip"."""
-    chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
-                                      q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
-                                      sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype,
-                                      norm_rope_rounding=norm_rope_rounding)
-    validate.check_backend(backend)
-    fields = _prepare_op(q, k, v, chk.softmax_scale, layout, bool(smooth_k), q_norm_weight, k_norm_weight,
-                         float(eps), cos, sin, chk.rope_dim or _NO_ROPE, backend or _DEFAULT, bool(smooth_v),
-                         pv_dtype, norm_rope_rounding)
-    sh = chk.shapes
-    return _prepared(fields, sh.S_q, sh.S_kv, sh.D, sh.dtype, bool(smooth_v), pv_dtype)
+    o = SAGE_PREPARE.bind(options, "sage_prepare")
+    o["softmax_scale"] = softmax_scale
+    if planning.eager(q, k, v):
+        return _prepare_fields(planning.plan_call(SAGE_PREPARE, (q, k, v), o))
+    p = planning.plan_call(SAGE_PREPARE, (q, k, v), o, resolve=False)
+    fields = _prepare_op(*SAGE_PREPARE.to_schema((q, k, v), _schema_values(p)))
+    sh = p.shapes
+    return _prepared(fields, sh.S_q, sh.S_kv, sh.D, sh.dtype, o["smooth_v"], o["pv_dtype"])
+
+
+sage_prepare.__signature__ = SAGE_PREPARE.signature()
 
 
 def _prepared(fields, S_q: int, S_kv: int, D: int, out_dtype: torch.dtype, smooth_v: bool = False,
@@ -102,28 +117,21 @@ def _prepared(fields, S_q: int, S_kv: int, D: int, out_dtype: torch.dtype, smoot
 
 
 # -------------------------------------------------------------------------------------------- forward
-@torch.library.custom_op("sage_co::sage_attention_fwd", mutates_args=())
-def _fwd_op(q_int8: torch.Tensor, q_scale: torch.Tensor, k_int8: torch.Tensor, k_scale: torch.Tensor,
-            k_mean: torch.Tensor, v_bytes: torch.Tensor, v_scale: torch.Tensor, seq_len_q: int, seq_len_kv: int,
-            head_dim: int, out_dtype: torch.dtype, layout: str, return_lse: bool, backend: str, kernel: str,
-            is_causal: bool = False, block_mask: Optional[torch.Tensor] = None, v_mean: Optional[torch.Tensor] = None,
-            pv_dtype: str = "fp8") -> tuple[torch.Tensor, torch.Tensor]:
-    prepared = _prepared((q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, v_mean), seq_len_q,
-                         seq_len_kv, head_dim, out_dtype, v_mean is not None, pv_dtype)
+def _no_lse(out: torch.Tensor, lse: torch.Tensor, return_lse: bool):
+    """The custom ops' second output: lse, or an empty fp32 tensor without return_lse (as the fakes say)."""
+    return out, (lse if return_lse else lse.new_empty((0,)))
+
+
+def _fwd_impl(*args):
+    fields, o = SAGE_ATTENTION_FWD.from_schema(args)
+    *tensors, S_q, S_kv, D, out_dtype = fields
+    prepared = _prepared((*tensors, o["v_mean"]), S_q, S_kv, D, out_dtype, o["v_mean"] is not None, o["pv_dtype"])
     # A caller's SagePrepared: its padding must be zero (a seq_len lowered within the same S_pad shows there).
-    # Checked here, in the real implementation, so torch.compile traces no data-dependent branch; it reads only
-    # the padded part. sage_attention's own prepared structure skips it (_run_fwd).
+    # Checked in the real implementation, so torch.compile traces no data-dependent branch; it reads only the
+    # padded part. sage_attention's own prepared structure skips it.
     validate.check_prepared_padding(prepared)
-    return _run_fwd(prepared, layout, return_lse, backend, kernel, is_causal, block_mask)
-
-
-def _run_fwd(prepared: SagePrepared, layout: str, return_lse: bool, backend: str, kernel: str,
-             is_causal: bool = False, block_mask: Optional[torch.Tensor] = None):
-    from .ops.attention import run_attention_fwd
-    kw = {"variant": kernel} if kernel else {}
-    res = run_attention_fwd(prepared, return_lse=return_lse, layout=layout, backend=backend or None,
-                            is_causal=is_causal, block_mask=block_mask, **kw)
-    return res if return_lse else (res, prepared.q_scale.new_empty((0,)))
+    p = planning.plan_call(SAGE_ATTENTION_FWD, (prepared,), o)
+    return _no_lse(*attention_ops.execute(p.attention, prepared, o["block_mask"]), o["return_lse"])
 
 
 def _fwd_like(like: torch.Tensor, B, S_q, H_q, D, out_dtype, layout, return_lse):
@@ -133,92 +141,82 @@ def _fwd_like(like: torch.Tensor, B, S_q, H_q, D, out_dtype, layout, return_lse)
     return out, lse
 
 
-@_fwd_op.register_fake
-def _(q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, seq_len_q, seq_len_kv, head_dim, out_dtype, layout,
-      return_lse, backend, kernel, is_causal=False, block_mask=None, v_mean=None, pv_dtype="fp8"):
-    validate.check_attention_length(seq_len_q, head_dim, "seq_len_q")   # the real op's refusals, also on meta
-    validate.check_attention_length(seq_len_kv, head_dim, "seq_len_kv")
-    validate.check_kernel_shipped(kernel or None)
-    return _fwd_like(q_int8, q_int8.shape[0], seq_len_q, q_int8.shape[1], head_dim, out_dtype, layout, return_lse)
+def _fwd_fake(*args):
+    fields, o = SAGE_ATTENTION_FWD.from_schema(args)
+    q_int8, S_q, S_kv, D, out_dtype = fields[0], *fields[7:]
+    validate.check_attention_length(S_q, D, "seq_len_q")   # the real op's refusals, also on meta
+    validate.check_attention_length(S_kv, D, "seq_len_kv")
+    validate.check_kernel_shipped(o["kernel"])
+    return _fwd_like(q_int8, q_int8.shape[0], S_q, q_int8.shape[1], D, out_dtype, o["layout"], o["return_lse"])
 
 
-def sage_attention_fwd(prepared: SagePrepared, *, layout="NHD", return_lse=False, backend=None, kernel=None,
-                       is_causal=False, block_mask=None):
+_fwd_op = _register(SAGE_ATTENTION_FWD, _fwd_impl, _fwd_fake)
+
+
+def sage_attention_fwd(prepared: SagePrepared, **options):
     """The attention kernel alone on a SagePrepared: out [B, S_q, H_q, D] (layout="HND": [B, H_q, S_q, D]) in
     prepared.out_dtype, or (out, lse fp32 [B, H_q, S_q]).
 
     kernel: None = the default shipped kernel (the hand-scheduled asm when shipped), or a variant name from
     the manifest ("hip" = the clang-built baseline, "asm"). is_causal / block_mask: see sage_attention."""
-    validate.check_flag("return_lse", return_lse)
-    validate.check_flag("is_causal", is_causal)
-    validate.check_layout(layout)
-    sh = validate.check_prepared(prepared)
-    masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
-    validate.check_backend(backend)
-    validate.check_kernel(kernel)
-    _check_attention_kernel(sh, kernel, prepared.pv_dtype)
-    validate.check_attention_length(sh.S_q, sh.D, "prepared.seq_len_q")
-    validate.check_attention_length(sh.S_kv, sh.D, "prepared.seq_len_kv")
-    out, lse = _fwd_op(*prepared[:5], prepared.v_t.view(torch.uint8), prepared.v_scale, sh.S_q, sh.S_kv, sh.D,
-                       sh.dtype, layout, bool(return_lse), backend or _DEFAULT, kernel or _DEFAULT, bool(is_causal),
-                       block_mask, prepared.v_mean, prepared.pv_dtype)
-    return (out, lse) if return_lse else out
+    o = SAGE_ATTENTION_FWD.bind(options, "sage_attention_fwd", allowed=FWD_KEYWORDS)
+    fast = isinstance(prepared, SagePrepared) and planning.eager(prepared.q_int8)
+    p = planning.plan_call(SAGE_ATTENTION_FWD, (prepared,), o, resolve=fast)
+    if fast:
+        validate.check_prepared_padding(prepared)
+        out, lse = attention_ops.execute(p.attention, prepared, o["block_mask"])
+    else:
+        o = {**o, "v_mean": prepared.v_mean, "pv_dtype": prepared.pv_dtype}
+        sh = p.shapes
+        fields = (*prepared[:5], prepared.v_t.view(torch.uint8), prepared.v_scale, sh.S_q, sh.S_kv, sh.D, sh.dtype)
+        out, lse = _fwd_op(*SAGE_ATTENTION_FWD.to_schema(fields, o))
+    return (out, lse) if o["return_lse"] else out
 
 
-def _check_attention_kernel(shapes: validate.Shapes, kernel, pv_dtype: str = "fp8") -> None:
-    """A shipped attention kernel serves these shapes (variant, head dim, output dtype, P.V dtype) and the query
-    heads fit its grid: raised before any kernel, prepare included. It reads hsaco/manifest.json, which dynamo
-    cannot trace: under torch.compile it runs once at trace time."""
-    _attention_kernel_serves(shapes.H_q, d_pad(shapes.D), str(shapes.dtype), kernel, pv_dtype)
-
-
-@torch.compiler.assume_constant_result
-def _attention_kernel_serves(H_q: int, D_pad: int, dtype_name: str, kernel, pv_dtype: str = "fp8") -> bool:
-    from . import abi, registry
-    from .ops.attention import OP, OUT_DTYPE_KEYS
-    if H_q >= abi.MAX_QUERY_HEADS:
-        raise ValueError(f"q: {H_q} query heads exceed the attention launch grid (< {abi.MAX_QUERY_HEADS})")
-    keys = {str(d): k for d, k in OUT_DTYPE_KEYS.items()}
-    registry.find(OP, kernel or None, head_dim=D_pad, out_dtype=keys[dtype_name], pv_dtype=pv_dtype)
-    return True
+sage_attention_fwd.__signature__ = SAGE_ATTENTION_FWD.signature(FWD_KEYWORDS)
 
 
 # -------------------------------------------------------------------------------------------- prepare + forward
-@torch.library.custom_op("sage_co::sage_attention", mutates_args=())
-def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, layout: str,
-                  smooth_k: bool, q_norm_weight: Optional[torch.Tensor], k_norm_weight: Optional[torch.Tensor],
-                  eps: float, cos: Optional[torch.Tensor], sin: Optional[torch.Tensor], rope_dim: int,
-                  return_lse: bool, backend: str, kernel: str, is_causal: bool = False,
-                  block_mask: Optional[torch.Tensor] = None, smooth_v: bool = False,
-                  pv_dtype: str = "fp8", norm_rope_rounding: str = "once") -> tuple[torch.Tensor, torch.Tensor]:
-    fields = _prepare_op(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin,
-                         rope_dim, backend, smooth_v, pv_dtype, norm_rope_rounding)
-    B, S_q, S_kv, H_q, H_kv, D = _sizes(q, k, layout)
-    prepared = _prepared(fields, S_q, S_kv, D, q.dtype, smooth_v, pv_dtype)   # made here: padding not re-read
-    return _run_fwd(prepared, layout, return_lse, backend, kernel, is_causal, block_mask)
+def _run_attention(p: planning.Plan):
+    """The planned prepare and attention launches (the prepared structure is made here: padding not re-read)."""
+    return attention_ops.execute(p.attention, _prepare_fields(p), p.options["block_mask"])
 
 
-@_attention_op.register_fake
-def _(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin, rope_dim, return_lse,
-      backend, kernel, is_causal=False, block_mask=None, smooth_v=False, pv_dtype="fp8", norm_rope_rounding="once"):
-    B, S_q, S_kv, H_q, H_kv, D = _sizes(q, k, layout)
+def _attention_impl(*args):
+    inputs, o = SAGE_ATTENTION.from_schema(args)
+    return _no_lse(*_run_attention(planning.plan_call(SAGE_ATTENTION, inputs, o)), o["return_lse"])
+
+
+def _attention_fake(*args):
+    (q, k, _), o = SAGE_ATTENTION.from_schema(args)
+    B, S_q, S_kv, H_q, H_kv, D = _sizes(q, k, o["layout"])
     validate.check_attention_length(S_q, D, "q")   # the real op's refusals, also on meta / under torch.compile
     validate.check_attention_length(S_kv, D, "k")
-    validate.check_kernel_shipped(kernel or None)
-    return _fwd_like(q, B, S_q, H_q, D, q.dtype, layout, return_lse)
+    validate.check_kernel_shipped(o["kernel"])
+    return _fwd_like(q, B, S_q, H_q, D, q.dtype, o["layout"], o["return_lse"])
 
 
-def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
-                   k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, return_lse=False, backend=None,
-                   kernel=None, is_causal=False, block_mask=None, sparsity=None, cdf_threshold=0.9, smooth_v=False,
-                   pv_dtype="fp8", norm_rope_rounding="once"):
+_attention_op = _register(SAGE_ATTENTION, _attention_impl, _attention_fake)
+
+
+def _predicted(p: planning.Plan, q, k) -> dict:
+    """sparsity="auto": the options with block_mask = the predictor's mask (sage_co.predict_block_mask)."""
+    from .sparse import predict_block_mask
+    o = p.options
+    mask = predict_block_mask(q, k, cdf_threshold=o["cdf_threshold"], softmax_scale=p.softmax_scale,
+                              layout=o["layout"], backend=o["backend"])   # the predictor kernels
+    sh = p.shapes
+    masks.check_block_mask(mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
+    return {**o, "block_mask": mask, "sparsity": None}
+
+
+def sage_attention(q, k, v, softmax_scale=None, **options):
     """SageAttention forward: prepare (INT8 Q/K, FP8 V, optional fused RMSNorm + RoPE) then the attention kernel.
+    The options (types, defaults, what each does): sage_co.callspec.SAGE_ATTENTION.
 
     pv_dtype: "fp8" (default: V in fp8 e4m3 with per-channel scales, P.V on the fp8 WMMA) or "fp16" (V kept in
     fp16, P rounded to fp16, the f16 WMMA: more accurate, slower). smooth_v (fp8 only): subtract V's per-channel
-    mean before fp8 and add it back to the output (helps V with per-channel offsets). norm_rope_rounding: "once"
-    (default: the fused RMSNorm/RoPE equals F.rms_norm then RoPE in fp32, cos/sin fp32 or q's dtype) or "per_op"
-    (the HF-transformers chain, every op rounded to q's dtype): docs/numerics.md §Optional RMSNorm.
+    mean before fp8 and add it back to the output (helps V with per-channel offsets).
 
     q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="HND": [B, H, S, D]), bf16 or fp16, H_q % H_kv == 0, D a
     multiple of 16 up to 128. Returns out in q's dtype and layout (and fp32 LSE [B, H_q, S_q], natural log).
@@ -228,29 +226,19 @@ def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False,
     (the kernel visits only those: time ~ density); combines with is_causal. sparsity="auto": block_mask =
     sage_co.predict_block_mask(q, k, cdf_threshold=..., backend=backend) (SpargeAttn's prediction, on the
     predictor kernels). Rows that see no key output zeros and LSE -inf (docs/numerics.md §Masks)."""
-    chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
-                                      q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
-                                      sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype,
-                                      norm_rope_rounding=norm_rope_rounding)
-    validate.check_flag("return_lse", return_lse)
-    validate.check_backend(backend)
-    validate.check_kernel(kernel)
-    _check_attention_kernel(chk.shapes, kernel, pv_dtype)
-    validate.check_attention_length(chk.shapes.S_q, chk.shapes.D, "q")
-    validate.check_attention_length(chk.shapes.S_kv, chk.shapes.D, "k")
-    validate.check_flag("is_causal", is_causal)
-    if sparsity not in (None, "auto"):
-        raise ValueError(f"sparsity: expected None or \"auto\", got {sparsity!r}")
-    if sparsity == "auto":
-        if block_mask is not None:
-            raise ValueError("sparsity: \"auto\" predicts the block mask; do not also pass block_mask")
-        from .sparse import predict_block_mask
-        block_mask = predict_block_mask(q, k, cdf_threshold=cdf_threshold, softmax_scale=chk.softmax_scale,
-                                        layout=layout, backend=backend)   # the predictor kernels
-    sh = chk.shapes
-    masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
-    out, lse = _attention_op(q, k, v, chk.softmax_scale, layout, bool(smooth_k), q_norm_weight, k_norm_weight,
-                             float(eps), cos, sin, chk.rope_dim or _NO_ROPE, bool(return_lse), backend or _DEFAULT,
-                             kernel or _DEFAULT, bool(is_causal), block_mask, bool(smooth_v), pv_dtype,
-                             norm_rope_rounding)
-    return (out, lse) if return_lse else out
+    o = SAGE_ATTENTION.bind(options, "sage_attention")
+    o["softmax_scale"] = softmax_scale
+    if planning.eager(q, k, v):
+        p = planning.plan_call(SAGE_ATTENTION, (q, k, v), o)
+        if o["sparsity"] == "auto":
+            p = planning.plan_call(SAGE_ATTENTION, (q, k, v), _predicted(p, q, k))
+        out, lse = _run_attention(p)
+    else:
+        p = planning.plan_call(SAGE_ATTENTION, (q, k, v), o, resolve=False)
+        if o["sparsity"] == "auto":
+            p = p._replace(options=_predicted(p, q, k))
+        out, lse = _attention_op(*SAGE_ATTENTION.to_schema((q, k, v), _schema_values(p)))
+    return (out, lse) if o["return_lse"] else out
+
+
+sage_attention.__signature__ = SAGE_ATTENTION.signature()

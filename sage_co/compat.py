@@ -16,39 +16,30 @@ Every call goes straight to `sage_co.sage_attention(..., layout=tensor_layout)`,
 place and serves bf16 and fp16, head dims that are multiples of 16 up to 128, separate Q and K/V lengths and
 GQA/MQA (H_q a multiple of H_kv) natively: nothing is emulated here (K/V are never replicated, fp16 is never
 converted to bf16) and the op's own errors name the argument. `is_causal=True` is the op's bottom-right aligned
-causal mask and `sageattn_varlen` runs `sage_co.sage_attention_varlen` (packed == per-sequence calls bit for bit);
-a build whose op lacks `is_causal=` raises NotImplementedError rather than dropping the mask.
+causal mask and `sageattn_varlen` runs `sage_co.sage_attention_varlen` (packed == per-sequence calls bit for bit).
+
+The keyword table is derived from the op's call spec (sage_co.callspec.SAGE_ATTENTION): every option of
+sage_co.sage_attention is a keyword here, under its own name and under the SageAttention spellings its declaration
+lists (`Option.aliases`: sm_scale / scale for softmax_scale, causal for is_causal, value_dtype for pv_dtype,
+tensor_layout for layout). A new option of the op is a keyword of sageattn without an edit here. What is
+SageAttention's alone (keywords asking for something sage-co already does, enable_gqa) is `_EXTRA_KEYWORDS` below.
 """
 from __future__ import annotations
 
-import inspect
-import math
-from functools import lru_cache
 from typing import Any
 
 import torch
 
+from . import validate
+from .callspec import SAGE_ATTENTION
+
 SAGEATTENTION_API_VERSION = "2.2.0"  # thu-ml SageAttention release whose sageattn/sageattn_varlen API is mirrored
-LAYOUTS = ("HND", "NHD")
 
 # Keyword spellings callers of SageAttention pass, and the values sage-co accepts for each (anything else is an
 # error naming the keyword). Why each value is honoured or a no-op is in sageattn's docstring.
 _PV_ACCUM_ACCEPTED = ("fp32", "fp32+fp32", "fp16+fp32", "fp32+fp16")
 _QK_GRAN_ACCEPTED = ("per_warp", "per_block")
 _QUANT_BACKENDS_ACCEPTED = ("triton", "cuda")
-_PV_DTYPES = ("fp8", "fp16")   # pv_dtype= / value_dtype=: sage_co.sage_attention's pv_dtype
-
-
-class _Options:
-    """sageattn's keywords after the policy: what the op must do."""
-
-    def __init__(self, sm_scale, is_causal: bool, enable_gqa: bool | None, smooth_v: bool = False,
-                 pv_dtype: str = "fp8"):
-        self.sm_scale = sm_scale
-        self.is_causal = is_causal
-        self.enable_gqa = enable_gqa
-        self.smooth_v = smooth_v
-        self.pv_dtype = pv_dtype
 
 
 def _is_zero(x) -> bool:
@@ -59,98 +50,112 @@ def _reject(fn: str, name: str, value, why: str):
     raise ValueError(f"{name}: {fn} got {name}={value!r}; {why}")
 
 
-def _bool_keyword(name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name}: expected True or False, got {value!r}")
-    return value
-
-
 def _shown(value) -> str:
     """How an unserved value appears in the error: tensors and other objects by type name."""
     return value if value is None or isinstance(value, (bool, int, float, str, tuple, list)) else type(value).__name__
 
 
-# Keywords accepted as no-op spellings: name -> (does this value ask for nothing sage-co does not already do,
-# why any other value is refused). Why each is a no-op is in sageattn's docstring.
-_NO_OP_KEYWORDS = {
-    "attn_mask": (lambda v: v is None, "sage-co has no attention masks (use attn_mask=None)"),
-    "dropout_p": (_is_zero, "sage-co has no dropout (inference only); pass 0.0"),
-    "drop_rate": (_is_zero, "sage-co has no dropout (inference only); pass 0.0"),
-    "pv_accum_dtype": (lambda v: v in _PV_ACCUM_ACCEPTED,
-                       f"sage-co accumulates P.V in fp32; accepted spellings: {_PV_ACCUM_ACCEPTED}"),
-    "qk_quant_gran": (lambda v: v in _QK_GRAN_ACCEPTED,
-                      "sage-co quantizes Q and K per 32-token block (as fine as 'per_warp' or finer); "
-                      f"accepted: {_QK_GRAN_ACCEPTED}"),
-    "quantization_backend": (lambda v: v in _QUANT_BACKENDS_ACCEPTED,
-                             f"accepted: {_QUANT_BACKENDS_ACCEPTED} (sage-co has one quantizer)"),
-    "window_size": (lambda v: v is None or tuple(v) == (-1, -1), "sage-co has no sliding window; pass (-1, -1)"),
-    "softcap": (_is_zero, "sage-co has no logit soft-capping; pass 0.0"),
-    "alibi_slopes": (lambda v: v is None, "sage-co has no ALiBi; pass None"),
-    "return_softmax": (lambda v: not v, "sage-co never materializes the attention probabilities"),
-    "return_attn_probs": (lambda v: not v, "sage-co never materializes the attention probabilities"),
+def _heads(t, layout: str) -> int | None:
+    return (t.shape[1] if layout == "HND" else t.shape[2]) if isinstance(t, torch.Tensor) and t.dim() == 4 else None
+
+
+def _no_op(accepted, why: str):
+    """A keyword accepted only with values that ask for nothing sage-co does not already do."""
+    def check(fn: str, name: str, value, q, k, layout: str) -> None:
+        if not accepted(value):
+            _reject(fn, name, _shown(value), why)
+    return check
+
+
+def _deterministic(fn, name, value, q, k, layout) -> None:
+    validate.check_flag(name, value)   # honoured either way: the forward has no atomics, every run is bitwise equal
+
+
+def _enable_gqa(fn, name, value, q, k, layout) -> None:
+    validate.check_flag(name, value)
+    hq, hk = _heads(q, layout), _heads(k, layout)
+    if value is False and hq is not None and hk is not None and hq != hk:
+        raise ValueError("enable_gqa: False but q and k have different head counts; pass enable_gqa=True")
+
+
+# SageAttention's keywords that are not options of the op: name -> check(fn, name, value, q, k, layout).
+_EXTRA_KEYWORDS = {
+    "attn_mask": _no_op(lambda v: v is None, "sage-co has no attention masks (use attn_mask=None)"),
+    "dropout_p": _no_op(_is_zero, "sage-co has no dropout (inference only); pass 0.0"),
+    "drop_rate": _no_op(_is_zero, "sage-co has no dropout (inference only); pass 0.0"),
+    "pv_accum_dtype": _no_op(lambda v: v in _PV_ACCUM_ACCEPTED,
+                             f"sage-co accumulates P.V in fp32; accepted spellings: {_PV_ACCUM_ACCEPTED}"),
+    "qk_quant_gran": _no_op(lambda v: v in _QK_GRAN_ACCEPTED,
+                            "sage-co quantizes Q and K per 32-token block (as fine as 'per_warp' or finer); "
+                            f"accepted: {_QK_GRAN_ACCEPTED}"),
+    "quantization_backend": _no_op(lambda v: v in _QUANT_BACKENDS_ACCEPTED,
+                                   f"accepted: {_QUANT_BACKENDS_ACCEPTED} (sage-co has one quantizer)"),
+    "window_size": _no_op(lambda v: v is None or tuple(v) == (-1, -1), "sage-co has no sliding window; pass (-1, -1)"),
+    "softcap": _no_op(_is_zero, "sage-co has no logit soft-capping; pass 0.0"),
+    "alibi_slopes": _no_op(lambda v: v is None, "sage-co has no ALiBi; pass None"),
+    "return_softmax": _no_op(lambda v: not v, "sage-co never materializes the attention probabilities"),
+    "return_attn_probs": _no_op(lambda v: not v, "sage-co never materializes the attention probabilities"),
+    "deterministic": _deterministic,
+    "enable_gqa": _enable_gqa,
 }
 
 
-def _apply_kwargs(fn: str, kwargs: dict[str, Any], sm_scale, is_causal) -> _Options:
-    """Apply the keyword policy (documented in sageattn) to the extra keywords; raise on anything not served."""
-    enable_gqa, smooth_v, pv_dtype, pv_named = None, False, "fp8", None
-    for name, value in kwargs.items():
-        if name in _NO_OP_KEYWORDS:
-            accepted, why = _NO_OP_KEYWORDS[name]
-            if not accepted(value):
-                _reject(fn, name, _shown(value), why)
-        elif name in ("softmax_scale", "scale"):
-            if value is not None:
-                if sm_scale is not None and float(value) != float(sm_scale):
-                    raise ValueError(f"{name}: {fn} got {name}={value!r} and sm_scale={sm_scale!r}; pass one")
-                sm_scale = value
-        elif name == "causal":
-            is_causal = is_causal or _bool_keyword(name, value)
-        elif name == "smooth_v":
-            smooth_v = _bool_keyword(name, value)
-        elif name in ("pv_dtype", "value_dtype"):
-            if value not in _PV_DTYPES:
-                _reject(fn, name, _shown(value), f"the P.V input type is one of {_PV_DTYPES}")
-            if pv_named is not None and value != pv_dtype:
-                raise ValueError(f"{name}: {fn} got {name}={value!r} and {pv_named}={pv_dtype!r}; pass one")
-            pv_dtype, pv_named = value, name
-        elif name == "deterministic":
-            _bool_keyword(name, value)  # honoured either way: the forward has no atomics, every run is bitwise equal
-        elif name == "enable_gqa":
-            enable_gqa = _bool_keyword(name, value)
-        else:
-            raise TypeError(f"{fn}() got an unexpected keyword argument {name!r} (sage-co never drops keywords "
-                            f"silently; see sage_co.compat.sageattn for the accepted ones)")
-    _bool_keyword("is_causal", is_causal)
-    return _Options(sm_scale, is_causal, enable_gqa, smooth_v, pv_dtype)
+def _as_spelled(spelling: str, option: str, value):
+    """The option's own validator on a value given under an alias, its error renamed to the caller's spelling."""
+    check = SAGE_ATTENTION.option(option).check
+    if check is None:
+        return value
+    try:
+        return check(value)
+    except (TypeError, ValueError) as e:
+        msg = str(e)
+        raise type(e)(spelling + msg[len(option):] if msg.startswith(option + ":") else f"{spelling}: {msg}") from None
 
 
-@lru_cache(maxsize=None)
-def _op_params() -> frozenset[str]:
-    """Keyword parameters of sage_co.sage_attention (whether issue 14's is_causal= has landed)."""
-    from . import api
-    return frozenset(inspect.signature(api.sage_attention).parameters)
+def _asks(value) -> bool:
+    """A spelling asks for something unless it holds None or False (the 'not given' values of every option)."""
+    return value is not None and value is not False
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return a is b
+    return a == b
+
+
+def _apply_kwargs(fn: str, named: dict[str, Any], kwargs: dict[str, Any], q, k) -> dict[str, Any]:
+    """The keyword policy (documented in sageattn): `named` (the function's own parameters, by spelling) and
+    `kwargs` -> the op's options. Two spellings of one option that both ask for something must agree."""
+    aliases = SAGE_ATTENTION.alias_names
+    chosen: dict[str, tuple[str, Any]] = {}
+    extras = []
+    for spelling, value in (*named.items(), *kwargs.items()):
+        option = aliases.get(spelling)
+        if option is None:
+            if spelling not in _EXTRA_KEYWORDS:
+                raise TypeError(f"{fn}() got an unexpected keyword argument {spelling!r} (sage-co never drops "
+                                f"keywords silently; see sage_co.compat.sageattn for the accepted ones)")
+            extras.append((spelling, value))
+            continue
+        if spelling != option:
+            value = _as_spelled(spelling, option, value)
+        prev = chosen.get(option)
+        if prev is not None and _asks(prev[1]) and _asks(value) and not _same(prev[1], value):
+            raise ValueError(f"{spelling}: {fn} got {spelling}={value!r} and {prev[0]}={prev[1]!r}; pass one")
+        if prev is None or _asks(value):
+            chosen[option] = (spelling, value)
+    options = {option: value for option, (_, value) in chosen.items()}
+    layout = options.get("layout", "NHD")
+    for name, value in extras:
+        _EXTRA_KEYWORDS[name](fn, name, value, q, k, layout)
+    if options.get("softmax_scale") is None and isinstance(q, torch.Tensor):
+        options["softmax_scale"] = q.shape[-1] ** -0.5   # SageAttention's default, D ** -0.5
+    return options
 
 
 def op_supports(feature: str) -> bool:
-    """True when sage_co.sage_attention takes the keyword `feature` (e.g. "is_causal", issue 14)."""
-    return feature in _op_params()
-
-
-def _check_tensors(q, k, v, tensor_layout):
-    if tensor_layout not in LAYOUTS:
-        raise ValueError(f"tensor_layout: expected one of {LAYOUTS}, got {tensor_layout!r}")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            dims = "[B, H, S, D]" if tensor_layout == "HND" else "[B, S, H, D]"
-            raise ValueError(f"{name}: expected 4 dims {dims} (tensor_layout={tensor_layout!r}), "
-                             f"got shape {tuple(t.shape)}")
-
-
-def _heads_seq(t: torch.Tensor, tensor_layout: str) -> tuple[int, int]:
-    return (t.shape[1], t.shape[2]) if tensor_layout == "HND" else (t.shape[2], t.shape[1])
+    """True when sage_co.sage_attention takes the keyword `feature` (its call spec declares it)."""
+    return feature in SAGE_ATTENTION.option_names
 
 
 def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_scale: float | None = None,
@@ -166,12 +171,14 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
     mask (rows that see no key give zeros and LSE -inf).
 
     Keywords beyond SageAttention's named ones (never dropped silently):
-      honoured:  softmax_scale= / scale= (the same as sm_scale), causal= (the same as is_causal),
+      honoured:  every option of sage_co.sage_attention under its own name (smooth_v=, pv_dtype=, kernel=,
+                 backend=, ...; sage_co.callspec.SAGE_ATTENTION) and under SageAttention's spellings:
+                 softmax_scale= / scale= (the same as sm_scale), causal= (the same as is_causal),
+                 value_dtype= (the same as pv_dtype: "fp8", the default, or "fp16": V kept in fp16 and P.V on
+                 the f16 WMMA, SageAttention's qk_int8_pv_fp16 kernels); smooth_v= is SageAttention's name (V
+                 minus its per-channel mean before FP8, added back after; fp8 P.V only);
                  deterministic= (sage-co's forward is deterministic either way),
-                 enable_gqa= (True/False; False with different head counts is an error, as in SDPA),
-                 smooth_v= (SageAttention's name: V minus its per-channel mean before FP8, added back after;
-                 fp8 P.V only), pv_dtype= / value_dtype= ("fp8", the default, or "fp16": V kept in fp16 and P.V
-                 on the f16 WMMA, SageAttention's qk_int8_pv_fp16 kernels).
+                 enable_gqa= (True/False; False with different head counts is an error, as in SDPA).
       no-op spellings accepted (they ask for nothing sage-co does not already do):
                  attn_mask=None, dropout_p=0 / drop_rate=0, window_size=(-1, -1), softcap=0, alibi_slopes=None,
                  return_softmax=False / return_attn_probs=False,
@@ -180,34 +187,24 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
                  the accumulator spelling does not pick the P.V input type: pass pv_dtype= for that),
                  qk_quant_gran in ("per_warp", "per_block") (sage-co's 32-token Q/K blocks are as fine or finer),
                  quantization_backend in ("triton", "cuda") (which of SageAttention's quantizers; sage-co has one).
-      everything else, and any other value of the above, raises an error naming the keyword.
+      everything else, and any other value of the above, raises an error naming the keyword; two spellings of
+      one option must agree.
     """
     from . import api
-    _check_tensors(q, k, v, tensor_layout)
-    opts = _apply_kwargs("sageattn", kwargs, sm_scale, is_causal)
-    _bool_keyword("return_lse", return_lse)
-    _bool_keyword("smooth_k", smooth_k)
-    scale = opts.sm_scale if opts.sm_scale is not None else q.shape[-1] ** -0.5
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise TypeError(f"sm_scale: expected None or a finite float, got {scale!r}")
-    extra = {}
-    if opts.is_causal:
-        if not op_supports("is_causal"):
-            raise NotImplementedError("is_causal: causal attention is not in this sage-co build yet (issue 14 "
-                                      "adds it); sage-co never drops the mask silently")
-        extra["is_causal"] = True
-    if opts.enable_gqa is False and _heads_seq(q, tensor_layout)[0] != _heads_seq(k, tensor_layout)[0]:
-        raise ValueError("enable_gqa: False but q and k have different head counts; pass enable_gqa=True")
-    return api.sage_attention(q, k, v, float(scale), layout=tensor_layout, smooth_k=smooth_k,
-                              return_lse=return_lse, smooth_v=opts.smooth_v, pv_dtype=opts.pv_dtype, **extra)
+    named = {"tensor_layout": tensor_layout, "is_causal": is_causal, "sm_scale": sm_scale, "return_lse": return_lse,
+             "smooth_k": smooth_k}
+    options = _apply_kwargs("sageattn", named, kwargs, q, k)
+    return api.sage_attention(q, k, v, **options)
 
 
 def sageattn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal: bool = False,
                     sm_scale: float | None = None, smooth_k: bool = True, **kwargs):
     """SageAttention's `sageattn_varlen` (packed [total, H, D] with cumulative lengths) on
-    sage_co.sage_attention_varlen (issue 14: bit for bit the per-sequence calls); the keyword policy is sageattn's."""
+    sage_co.sage_attention_varlen (issue 14: bit for bit the per-sequence calls); the keyword policy is sageattn's
+    (the options varlen fixes itself, sage_co.callspec.SPLIT_FIXED, are refused by varlen naming them)."""
     from .varlen import sage_attention_varlen as varlen
-    opts = _apply_kwargs("sageattn_varlen", kwargs, sm_scale, is_causal)
-    scale = opts.sm_scale if opts.sm_scale is not None else q.shape[-1] ** -0.5
-    return varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(scale),
-                  is_causal=opts.is_causal, smooth_k=smooth_k, smooth_v=opts.smooth_v, pv_dtype=opts.pv_dtype)
+    named = {"is_causal": is_causal, "sm_scale": sm_scale, "smooth_k": smooth_k}
+    options = _apply_kwargs("sageattn_varlen", named, kwargs, None, None)
+    if options.get("softmax_scale") is None and isinstance(q, torch.Tensor):
+        options["softmax_scale"] = q.shape[-1] ** -0.5
+    return varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options)

@@ -32,13 +32,14 @@ from .backends.base import (POINTER_ALIGN, KernelLaunch, KernelPlan, Packer, dev
                             hip_device_problem)
 from .kernargs import KernargStruct
 
-__all__ = ["launch", "resolve_backend", "get_backend", "use_backend", "checked_kernel", "plan", "warmup",
+__all__ = ["launch", "BoundLaunch", "resolve_backend", "get_backend", "use_backend", "checked_kernel", "plan", "warmup",
            "recording", "device_arch", "BACKENDS", "LaunchRecord"]
 
 _DEVICE_CHECKS = {"emu": emu_device_problem, "hip": hip_device_problem}
 _checked: set[tuple] = set()   # (symbol, sha256, declared layout) already compared with the metadata
 _plans: dict[tuple[str, int], KernelPlan] = {}
 _backends: dict[str, Any] = {}
+backend_swaps = 0   # use_backend() calls so far: what a memoised plan's device checks were made under (sage_co.plan)
 _lock = threading.Lock()
 # (symbol, backend) of the latest launches, newest last: bounded, so a long-running process never grows it.
 launched: collections.deque = collections.deque(maxlen=256)
@@ -84,6 +85,8 @@ def use_backend(name: str, instance) -> Any:
     one (None when none was created yet) so the caller can put it back."""
     if name not in BACKENDS:
         raise ValueError(f"backend={name!r}: expected one of {BACKENDS}")
+    global backend_swaps
+    backend_swaps += 1
     previous = _backends.pop(name, None)
     if instance is not None:
         _backends[name] = instance
@@ -191,50 +194,141 @@ def _check_declared_workgroup(block: tuple, threads: int, p: KernelPlan) -> None
                          f"delivers only the {given} work-item id); use ({threads}, 1, 1)")
 
 
-def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: dict, *, backend: str,
-           **options):
-    """Run one kernel to completion (emu) or enqueue it on the current stream (hip); returns the backend's
-    result. Everything is checked before the backend sees the launch; a launch that fails is not recorded."""
+def _pointers(symbol: str, p: KernelPlan, tensors: dict, values: dict) -> None:
+    """Check the tensor arguments (declared pointer fields, contiguous, POINTER_ALIGN-aligned, one device) and put
+    their addresses into `values`."""
+    device = None
+    for name, value in tensors.items():
+        if name not in p.pointer_fields:
+            field = p.struct.by_name.get(name)
+            raise TypeError(f"{symbol}: argument {name!r} is a tensor but the kernarg field is "
+                            f"{field.kind if field else 'not declared'}")
+        if not value.is_contiguous():
+            raise ValueError(f"{symbol}: tensor argument {name!r} must be contiguous")
+        ptr = value.data_ptr()
+        if ptr % POINTER_ALIGN:
+            raise ValueError(f"{symbol}: tensor argument {name!r} starts at {ptr:#x}, which is not "
+                             f"{POINTER_ALIGN}-byte aligned (the kernels use {POINTER_ALIGN}-byte vector loads); "
+                             "pass a tensor that owns its storage, e.g. t.clone()")
+        index = value.get_device()   # an int (-1 = CPU): cheaper than building torch.device objects per tensor
+        if device is None:
+            device = index
+        elif index != device:
+            devices = sorted({str(t.device) for t in tensors.values()})
+            raise ValueError(f"{symbol}: tensor arguments are on several devices {devices}")
+        values[name] = ptr
+
+
+def _run(be, p: KernelPlan, backend: str, grid, block, args, tensors, values, options):
+    kl = KernelLaunch(p, grid, block, args, tensors, values, options)
+    result = be.run(kl)
+    launched.append((p.symbol, backend))
+    if _recorders:
+        addresses = kl.addresses if kl.addresses is not None else {n: values[n] for n in tensors}
+        rec = LaunchRecord(p.symbol, backend, grid, block, result, kl.kernarg_bytes, addresses)
+        for r in _recorders:
+            r.append(rec)
+    return result
+
+
+def _backend(backend: str, options: dict):
     be = get_backend(backend) if backend in BACKENDS else None
     if be is None:
         raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")
     if options and not options.keys() <= be.options:
         raise TypeError(f"launch(backend={backend!r}) got unknown option(s) {sorted(set(options) - be.options)}; "
                         f"the {backend} backend takes {sorted(be.options)}")
+    return be
+
+
+def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: dict, *, backend: str,
+           **options):
+    """Run one kernel to completion (emu) or enqueue it on the current stream (hip); returns the backend's
+    result. Everything is checked before the backend sees the launch; a launch that fails is not recorded."""
+    be = _backend(backend, options)
     p = plan(symbol, struct)
     grid, block = _check_geometry(grid, block, p)
-    tensors, values, device = {}, {}, None
-    for name, value in args.items():
-        if isinstance(value, torch.Tensor):
-            if name not in p.pointer_fields:
-                field = struct.by_name.get(name)
-                raise TypeError(f"{symbol}: argument {name!r} is a tensor but the kernarg field is "
-                                f"{field.kind if field else 'not declared'}")
-            if not value.is_contiguous():
-                raise ValueError(f"{symbol}: tensor argument {name!r} must be contiguous")
-            ptr = value.data_ptr()
-            if ptr % POINTER_ALIGN:
-                raise ValueError(f"{symbol}: tensor argument {name!r} starts at {ptr:#x}, which is not "
-                                 f"{POINTER_ALIGN}-byte aligned (the kernels use {POINTER_ALIGN}-byte vector loads); "
-                                 "pass a tensor that owns its storage, e.g. t.clone()")
-            if device is None:
-                device = value.device
-            elif value.device != device:
-                devices = sorted({str(t.device) for t in (*tensors.values(), value)})
-                raise ValueError(f"{symbol}: tensor arguments are on several devices {devices}")
-            tensors[name] = value
-            values[name] = ptr
-        else:
-            values[name] = value
-    kl = KernelLaunch(p, grid, block, args, tensors, values, options)
-    result = be.run(kl)
-    launched.append((symbol, backend))
-    if _recorders:
-        addresses = kl.addresses if kl.addresses is not None else {n: values[n] for n in tensors}
-        rec = LaunchRecord(symbol, backend, grid, block, result, kl.kernarg_bytes, addresses)
-        for r in _recorders:
-            r.append(rec)
-    return result
+    bound = args.bound if type(args) is LaunchArgs else None
+    if bound is not None and bound.symbol == symbol and bound.struct is struct:
+        tensors, values = args.tensors, dict(bound.scalars)   # the scalars were checked when bound
+    else:
+        tensors, values = {}, {}
+        for name, value in args.items():
+            if isinstance(value, torch.Tensor):
+                tensors[name] = value
+            else:
+                values[name] = value
+    _pointers(symbol, p, tensors, values)
+    return _run(be, p, backend, grid, block, args, tensors, values, options)
+
+
+class BoundLaunch:
+    """One kernel's launch with everything but its tensors fixed -- symbol, struct, grid, block, scalar kernargs,
+    backend -- checked once when bound (the geometry, every scalar packed once: an error names the field). The
+    ops' recipes (sage_co.ops.*) bind their launches when a call shape is planned; per call they add the tensors
+    (`args(tensors)`) and launch() checks and packs those."""
+
+    __slots__ = ("symbol", "struct", "grid", "block", "scalars", "backend")
+
+    def __init__(self, symbol: str, struct: KernargStruct, grid: tuple, block: tuple, scalars: dict, *,
+                 backend: str):
+        _backend(backend, {})
+        p = plan(symbol, struct)
+        self.grid, self.block = _check_geometry(grid, block, p)
+        struct.pack({**scalars, **{f.name: 0 for f in struct.fields if f.kind == "ptr"}})   # scalars fit, none missing
+        self.symbol, self.struct, self.scalars, self.backend = symbol, struct, dict(scalars), backend
+
+    def args(self, tensors: dict) -> "LaunchArgs":
+        """The whole kernarg mapping of one launch: the bound scalars and this call's tensors."""
+        return LaunchArgs(self, tensors)
+
+
+class LaunchArgs(dict):
+    """A kernarg mapping made by BoundLaunch.args: an ordinary dict of every field, which also remembers that its
+    scalars are the bound (already checked) ones, so launch() only checks and packs its tensors. Any change to
+    the mapping forgets that (launch() then checks every value, as for a plain dict)."""
+
+    __slots__ = ("bound", "tensors")
+
+    def __init__(self, bound: BoundLaunch, tensors: dict):
+        super().__init__(bound.scalars)
+        super().update(tensors)
+        self.bound, self.tensors = bound, tensors
+
+    def _changed(self):
+        self.bound = None
+
+    def __setitem__(self, key, value):
+        self._changed()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        self._changed()
+        super().__delitem__(key)
+
+    def __ior__(self, other):
+        self._changed()
+        return super().__ior__(other)
+
+    def update(self, *a, **kw):
+        self._changed()
+        super().update(*a, **kw)
+
+    def pop(self, *a):
+        self._changed()
+        return super().pop(*a)
+
+    def popitem(self):
+        self._changed()
+        return super().popitem()
+
+    def setdefault(self, *a):
+        self._changed()
+        return super().setdefault(*a)
+
+    def clear(self):
+        self._changed()
+        super().clear()
 
 
 def warmup(backend: str = "hip", device: torch.device | str | int | None = None, symbols=None) -> None:

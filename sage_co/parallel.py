@@ -29,7 +29,11 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from .callspec import SAGE_ATTENTION, SPLIT_FIXED
+
 MODES = ("ulysses", "ring")
+# op_kwargs: sage_attention's options but those a shard cannot take (sage_co.callspec.SPLIT_FIXED); return_lse is ours
+OP_KWARGS = SAGE_ATTENTION.passthrough(exclude=SPLIT_FIXED)
 
 
 def _world(group):
@@ -65,7 +69,11 @@ def _shard_lengths(q, k, group, world) -> tuple[list[int], list[int]]:
 def sequence_parallel_attention(q, k, v, group=None, mode: str = "ulysses", **op_kwargs):
     """This rank's shard of attention over the whole sequence held by `group`; see the module docstring."""
     _check(q, k, v, mode)
-    return_lse = bool(op_kwargs.pop("return_lse", False))
+    return_lse = op_kwargs.pop("return_lse", False)
+    SAGE_ATTENTION.check(SAGE_ATTENTION.bind(op_kwargs, "sequence_parallel_attention: op_kwargs", allowed=OP_KWARGS),
+                         skip=("softmax_scale",))   # every option refused here, before any exchange
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse: expected True or False, got {return_lse!r}")
     world, rank = _world(group)
     lens_q, lens_kv = _shard_lengths(q, k, group, world)
     if mode == "ulysses":

@@ -17,6 +17,9 @@ import torch
 # the one definition of these is sage_co/abi.py (torch-free); re-exported for the torch side
 from .abi import HEAD_DIM, HEAD_DIM_STEP, HEAD_DIMS_NATIVE, PAD, SCALE_BLOCK, d_pad, s_pad  # noqa: F401
 INPUT_DTYPES = (torch.bfloat16, torch.float16)   # q/k/v dtype; the output has the same dtype
+DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16"}   # dtype -> the manifest's in_dtype / out_dtype key
+LAYOUTS = ("NHD", "HND")   # "NHD" = [B, S, H, D] (sage-co's default), "HND" = [B, H, S, D]
+U32 = 1 << 32              # kernargs and in-kernel byte offsets are 32-bit: sizes must stay below this
 
 
 class SagePrepared(NamedTuple):

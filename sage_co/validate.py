@@ -12,11 +12,10 @@ import torch
 
 from .abi import PREPARE_ROUNDINGS as NORM_ROPE_ROUNDINGS  # the manifest's rounding column
 from .backends import BACKENDS  # the one list; backend modules load lazily, so this stays light
-from .prepared import (HEAD_DIM, HEAD_DIM_STEP, INPUT_DTYPES, PAD, PV_DTYPES, SCALE_BLOCK, SagePrepared, d_pad,
-                       expected_shapes, s_pad)
+from .prepared import (HEAD_DIM, HEAD_DIM_STEP, INPUT_DTYPES, LAYOUTS, PAD, PV_DTYPES, SCALE_BLOCK, U32,
+                       SagePrepared, d_pad, expected_shapes, s_pad)
 
 ROPE_DIMS = (32, 64, 96, 128)
-LAYOUTS = ("NHD", "HND")
 MAX_STRIDE = 2 ** 31 - 1   # the prepare kernels take element strides as 32-bit kernargs
 
 
@@ -322,7 +321,6 @@ def check_finite_range(q, k, softmax_scale=None) -> None:
 
 # ------------------------------------------------------------------- whole-call checks (issue 11 item 5)
 ATTENTION_OP = "sage_attention_fwd"
-U32 = 1 << 32
 
 
 def check_backend(backend) -> None:

@@ -19,22 +19,17 @@ per-sequence calls bit for bit). It does not import LightX2V, so it is usable (a
 """
 from __future__ import annotations
 
-import torch
-
 from ..compat import sageattn, sageattn_varlen
+from ..varlen import NO_MAX, check_cu_seqlens
 
 KEY = "sage_co"
 CONTEXT_KWARGS = frozenset({"block_idx", "scheduler", "grid_sizes", "sol_morton_preordered", "model_cls"})
 
 
 def _one_sequence(name: str, cu, tokens: int) -> bool:
-    """True when cu_seqlens is None or [0, tokens] (one sequence); False when it packs several."""
-    if cu is None:
-        return True
-    vals = [int(x) for x in (cu.tolist() if isinstance(cu, torch.Tensor) else cu)]
-    if len(vals) < 2 or vals[0] != 0 or vals[-1] != tokens or any(b < a for a, b in zip(vals, vals[1:])):
-        raise ValueError(f"{name}: expected cumulative lengths from 0 to {tokens} (the tokens given), got {vals}")
-    return len(vals) == 2
+    """True when cu_seqlens is None or [0, tokens] (one sequence); False when it packs several (varlen's rule,
+    sage_co.varlen.check_cu_seqlens)."""
+    return cu is None or len(check_cu_seqlens(name, cu, tokens, NO_MAX)) == 2
 
 
 class SageCoAttnWeight:

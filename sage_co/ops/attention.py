@@ -10,21 +10,21 @@ sage_co.reference.sage_attention_model.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from .. import abi, masks, registry, validate
 from ..abi import (ATTENTION_FWD_ARGS, FLAG_CAUSAL, FLAG_LSE, FLAG_SMOOTH_K, FLAG_SMOOTH_V, QUERY_TILE,
                    kv_group_magic)
-from ..launch import launch, resolve_backend
-from ..prepared import SagePrepared, d_pad
+from ..launch import BoundLaunch, launch, resolve_backend
+from ..prepared import DTYPE_KEYS, U32, SagePrepared, d_pad, s_pad
 
 OP = abi.ATTENTION_OP
 BLOCK = abi.ATTENTION_BLOCK
-LAYOUTS = ("NHD", "HND")
-OUT_DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-U32 = 1 << 32
 # WMMA 16-query fragments: a wave's 16 rows of out are addressed as lane offsets r * out_stride_s * 2 bytes
 WAVE_ROWS = abi.WAVE_QUERIES
+_LUT_CACHE = 64   # (S_q, S_kv, is_causal, device) LUTs kept for calls without a block_mask; cleared when full
 
 
 def grid(prepared: SagePrepared) -> tuple[int, int, int]:
@@ -32,18 +32,141 @@ def grid(prepared: SagePrepared) -> tuple[int, int, int]:
     return (S_q_pad // QUERY_TILE, H_q, B)
 
 
-def _check_reach(prepared: SagePrepared, strides: tuple[int, int, int]) -> None:
+def check_query_heads(H_q: int, name: str = "q") -> None:
+    """The one query-head limit of the attention launch (grid y, and the range kv_group_magic divides exactly)."""
+    if H_q >= abi.MAX_QUERY_HEADS:
+        raise ValueError(f"{name}: {H_q} query heads exceed the attention launch grid (< {abi.MAX_QUERY_HEADS})")
+
+
+def _out_strides(sh: validate.Shapes, layout: str) -> tuple[int, int, int]:
+    """(batch, row, head) element strides of the contiguous output in `layout` (what torch.empty gives)."""
+    if layout == "NHD":   # [B, S_q, H_q, D]
+        return sh.S_q * sh.H_q * sh.D, sh.H_q * sh.D, sh.D
+    return sh.H_q * sh.S_q * sh.D, sh.D, sh.S_q * sh.D   # [B, H_q, S_q, D]
+
+
+def _check_reach(sh: validate.Shapes, strides: tuple[int, int, int]) -> None:
     """The kernels address one head of q/k/v and one wave's output rows with 32-bit byte offsets, and take the
     output's element strides as u32."""
-    D_pad = prepared.q_int8.shape[-1]
-    for name in ("q_int8", "k_int8"):
-        S_pad = getattr(prepared, name).shape[2]
-        if S_pad * D_pad >= U32:
-            raise ValueError(f"prepared.{name}: one head of {S_pad} x {D_pad} bytes must stay below 4 GiB "
+    D_pad = d_pad(sh.D)
+    for name, S in (("q_int8", sh.S_q), ("k_int8", sh.S_kv)):
+        if s_pad(S) * D_pad >= U32:
+            raise ValueError(f"prepared.{name}: one head of {s_pad(S)} x {D_pad} bytes must stay below 4 GiB "
                              f"(the kernel's 32-bit offsets); split the sequence")
     if max(strides) >= U32 or WAVE_ROWS * strides[1] * 2 >= U32:
         raise ValueError(f"prepared.q_int8: the output's element strides (batch, row, head) = {strides} are too "
                          f"large for the kernel's 32-bit offsets")
+
+
+class AttentionRecipe(NamedTuple):
+    """Everything one attention launch needs that depends only on the call's shapes and options (cached by
+    sage_co.plan for repeated shapes): the resolved kernel, its launch bound to the grid and scalar kernargs, the
+    output shapes."""
+    kernel: registry.ShippedKernel
+    launch: BoundLaunch
+    out_shape: tuple[int, ...]
+    lse_shape: tuple[int, ...]
+    out_dtype: torch.dtype
+    shapes: validate.Shapes
+    is_causal: bool
+    return_lse: bool
+
+
+def _lut_strides(sh: validate.Shapes, has_block_mask: bool) -> tuple[int, int]:
+    """masks.build_lut's (stride_b, stride_h): a block_mask has every (batch, head) row, the causal / dense LUT one
+    row set shared by all (strides 0)."""
+    if not has_block_mask:
+        return 0, 0
+    row = masks.n_tiles(sh.S_q, masks.BLOCK_Q) * (masks.n_tiles(sh.S_kv, masks.BLOCK_KV) + 1)
+    return (sh.H_q * row if sh.B > 1 else 0), (row if sh.H_q > 1 else 0)
+
+
+def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: bool, variant: str | None,
+           pv_dtype: str, smooth_v: bool, has_block_mask: bool, backend: str) -> AttentionRecipe:
+    """The attention launch for checked shapes and options: the query-head and 32-bit reach limits, the shipped
+    kernel for (variant, D_pad, out dtype, pv_dtype), bound to its grid and scalar kernargs. `backend` is
+    resolved."""
+    check_query_heads(sh.H_q)
+    strides = _out_strides(sh, layout)
+    _check_reach(sh, strides)
+    kernel = registry.find(OP, variant, head_dim=d_pad(sh.D), out_dtype=DTYPE_KEYS[sh.dtype], pv_dtype=pv_dtype)
+    # The smooth_k term is ln2 * q_f . k_mean; k_mean is all zero for a prepare without smooth_k, so adding it
+    # always is exact (x + ln2 * (+-0) == x) and the host never has to inspect k_mean.
+    flags = ((FLAG_LSE | FLAG_SMOOTH_K) if return_lse else 0) | (FLAG_CAUSAL if is_causal else 0) | \
+        (FLAG_SMOOTH_V if smooth_v else 0)
+    Sq_pad, Skv_pad = s_pad(sh.S_q), s_pad(sh.S_kv)
+    scalars = {
+        "seq_len_q": sh.S_q, "seq_pad_q": Sq_pad, "seq_len_kv": sh.S_kv, "seq_pad_kv": Skv_pad,
+        "num_heads_q": sh.H_q, "num_heads_kv": sh.H_kv, "kv_group_magic": kv_group_magic(sh.H_q // sh.H_kv),
+        "out_stride_b": strides[0], "out_stride_s": strides[1], "out_stride_h": strides[2], "head_dim": sh.D,
+        "flags": flags, "causal_offset": sh.S_kv - sh.S_q,
+    }
+    scalars["lut_stride_b"], scalars["lut_stride_h"] = _lut_strides(sh, has_block_mask)
+    out_shape = (sh.B, sh.S_q, sh.H_q, sh.D) if layout == "NHD" else (sh.B, sh.H_q, sh.S_q, sh.D)
+    # Without return_lse the kernel never touches lse; it still gets a valid (tiny) allocation.
+    lse_shape = (sh.B, sh.H_q, sh.S_q) if return_lse else (1,)
+    bound = BoundLaunch(kernel.symbol, ATTENTION_FWD_ARGS, (Sq_pad // QUERY_TILE, sh.H_q, sh.B), BLOCK, scalars,
+                        backend=backend)
+    return AttentionRecipe(kernel, bound, out_shape, lse_shape, sh.dtype, sh, is_causal, return_lse)
+
+
+_luts: dict[tuple, tuple[torch.Tensor, int, int]] = {}
+
+
+def _lut(rec: AttentionRecipe, block_mask: torch.Tensor | None, device: torch.device):
+    """The LUT of the key tiles each query tile visits. Without a block_mask it depends only on (S_q, S_kv,
+    is_causal) and is shared by every (batch, head) (strides 0): built once per shape and device and kept (the
+    kernels only read it)."""
+    sh = rec.shapes
+    if block_mask is not None:
+        active = masks.active_tiles(sh.B, sh.H_q, sh.S_q, sh.S_kv, is_causal=rec.is_causal, block_mask=block_mask,
+                                    device=device)
+        return masks.build_lut(active)
+    key = (sh.S_q, sh.S_kv, rec.is_causal, device)
+    hit = _luts.get(key)
+    if hit is None:
+        if len(_luts) >= _LUT_CACHE:
+            _luts.clear()
+        hit = _luts[key] = masks.build_lut(masks.active_tiles(1, 1, sh.S_q, sh.S_kv, is_causal=rec.is_causal,
+                                                              device=device))
+    return hit
+
+
+def execute(rec: AttentionRecipe, prepared: SagePrepared, block_mask: torch.Tensor | None = None):
+    """Run the planned attention launch on `prepared` (checked against the recipe by whoever planned it):
+    (out, lse) with lse [B, H_q, S_q] fp32 when rec.return_lse, else a 1-element placeholder."""
+    device = prepared.q_int8.device
+    out = torch.empty(rec.out_shape, dtype=rec.out_dtype, device=device)
+    lse = torch.empty(rec.lse_shape, dtype=torch.float32, device=device)
+    lut, lut_sb, lut_sh = _lut(rec, block_mask, device)
+    bound = rec.launch
+    assert (lut_sb, lut_sh) == (bound.scalars["lut_stride_b"], bound.scalars["lut_stride_h"])
+    launch(bound.symbol, ATTENTION_FWD_ARGS, bound.grid, BLOCK, bound.args({
+        "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_t,
+        "q_scale": prepared.q_scale, "k_scale": prepared.k_scale, "k_mean": prepared.k_mean,
+        "v_scale": prepared.v_scale, "out": out, "lse": lse, "lut": lut,
+        # smooth_v: the epilogue adds v_mean back; without it the kernel never reads this pointer
+        "v_mean": prepared.v_mean if prepared.v_mean is not None else prepared.k_mean,
+    }), backend=bound.backend)
+    return out, lse
+
+
+def plan_forward(prepared: SagePrepared, *, return_lse: bool = False, layout: str = "NHD",
+                 backend: str | None = None, variant: str | None = None, is_causal: bool = False,
+                 block_mask: torch.Tensor | None = None) -> AttentionRecipe:
+    """Check a forward on a caller's SagePrepared (every field, every option) and plan its launch."""
+    validate.check_flag("return_lse", return_lse)
+    validate.check_flag("is_causal", is_causal)
+    layout = validate.check_layout(layout)
+    sh = validate.check_prepared(prepared)
+    if variant is not None and not isinstance(variant, str):
+        raise TypeError(f"variant: expected None (the default kernel) or a str naming a shipped variant of {OP}, "
+                        f"got {type(variant).__name__}")
+    check_query_heads(sh.H_q, "prepared.q_int8")
+    masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
+    return recipe(sh, layout=layout, return_lse=return_lse, is_causal=is_causal, variant=variant,
+                  pv_dtype=prepared.pv_dtype, smooth_v=prepared.v_mean is not None,
+                  has_block_mask=block_mask is not None, backend=resolve_backend(prepared.q_int8, backend))
 
 
 def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layout: str = "NHD",
@@ -56,48 +179,8 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layou
     family ("asm" = the hand-scheduled one, the default; "hip" = the clang-built one). is_causal: row i sees keys
     j <= i + S_kv - S_q (bottom-right aligned); block_mask: bool [B, H_q, ceil(S_q/64), ceil(S_kv/64)], the key
     tiles each query tile visits (sage_co.masks). Rows that see no key get zeros and lse -inf. Everything is
-    validated before any kernel runs."""
-    validate.check_flag("return_lse", return_lse)
-    validate.check_flag("is_causal", is_causal)
-    layout = validate.check_layout(layout)
-    sh = validate.check_prepared(prepared)
-    if variant is not None and not isinstance(variant, str):
-        raise TypeError(f"variant: expected None (the default kernel) or a str naming a shipped variant of {OP}, "
-                        f"got {type(variant).__name__}")
-    if sh.H_q >= abi.MAX_QUERY_HEADS:
-        raise ValueError(f"prepared.q_int8: {sh.H_q} query heads exceed the launch grid (< {abi.MAX_QUERY_HEADS})")
-    masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
-    kernel = registry.find(OP, variant, head_dim=d_pad(sh.D), out_dtype=OUT_DTYPE_KEYS[sh.dtype],
-                           pv_dtype=prepared.pv_dtype)
-    device = prepared.q_int8.device
-    backend = resolve_backend(prepared.q_int8, backend)
-
-    shape = (sh.B, sh.S_q, sh.H_q, sh.D) if layout == "NHD" else (sh.B, sh.H_q, sh.S_q, sh.D)
-    out = torch.empty(shape, dtype=sh.dtype, device=device)
-    sb, ss, shd = (out.stride(0), out.stride(1), out.stride(2)) if layout == "NHD" else \
-        (out.stride(0), out.stride(2), out.stride(1))
-    _check_reach(prepared, (sb, ss, shd))
-    # Without return_lse the kernel never touches lse; it still gets a valid (tiny) allocation.
-    lse = torch.empty(sh.B, sh.H_q, sh.S_q, dtype=torch.float32, device=device) if return_lse else \
-        torch.empty(1, dtype=torch.float32, device=device)
-    # The smooth_k term is ln2 * q_f . k_mean; k_mean is all zero for a prepare without smooth_k, so adding it
-    # always is exact (x + ln2 * (+-0) == x) and the host never has to inspect k_mean.
-    flags = ((FLAG_LSE | FLAG_SMOOTH_K) if return_lse else 0) | (FLAG_CAUSAL if is_causal else 0) | \
-        (FLAG_SMOOTH_V if prepared.v_mean is not None else 0)
-    active = masks.active_tiles(sh.B, sh.H_q, sh.S_q, sh.S_kv, is_causal=is_causal, block_mask=block_mask,
-                                device=device)
-    lut, lut_sb, lut_sh = masks.build_lut(active)
-    args = {
-        "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_t,
-        "q_scale": prepared.q_scale, "k_scale": prepared.k_scale, "k_mean": prepared.k_mean,
-        "v_scale": prepared.v_scale, "out": out, "lse": lse,
-        "seq_len_q": sh.S_q, "seq_pad_q": prepared.q_int8.shape[2],
-        "seq_len_kv": sh.S_kv, "seq_pad_kv": prepared.k_int8.shape[2],
-        "num_heads_q": sh.H_q, "num_heads_kv": sh.H_kv, "kv_group_magic": kv_group_magic(sh.H_q // sh.H_kv),
-        "out_stride_b": sb, "out_stride_s": ss, "out_stride_h": shd, "head_dim": sh.D, "flags": flags,
-        "lut": lut, "lut_stride_b": lut_sb, "lut_stride_h": lut_sh, "causal_offset": sh.S_kv - sh.S_q,
-        # smooth_v: the epilogue adds v_mean back; without it the kernel never reads this pointer
-        "v_mean": prepared.v_mean if prepared.v_mean is not None else prepared.k_mean,
-    }
-    launch(kernel.symbol, ATTENTION_FWD_ARGS, grid(prepared), BLOCK, args, backend=backend)
+    validated before any kernel runs (plan_forward); sage_co.api plans through sage_co.plan instead."""
+    rec = plan_forward(prepared, return_lse=return_lse, layout=layout, backend=backend, variant=variant,
+                       is_causal=is_causal, block_mask=block_mask)
+    out, lse = execute(rec, prepared, block_mask)
     return (out, lse) if return_lse else out

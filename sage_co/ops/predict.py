@@ -20,10 +20,10 @@ from ..abi import (PREDICT_BLOCK, PREDICT_LDS_ENTRY, PREDICT_MAX_KEY_BLOCKS, PRE
 from ..launch import launch, resolve_backend
 from ..masks import BLOCK_KV, BLOCK_Q, n_tiles
 from ..reference import q_multiplier
-from .prepare import DTYPE_KEYS, flat_view
+from ..prepared import DTYPE_KEYS, U32
+from .prepare import flat_view
 
 VARIANT = "hip"
-U32 = 1 << 32
 
 
 def select_lds_bytes(n_kv: int) -> int:

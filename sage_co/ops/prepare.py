@@ -16,6 +16,8 @@ address (data not 16-byte aligned, or a stride that is not a multiple of 8 eleme
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from .. import registry, validate
@@ -24,15 +26,14 @@ from ..abi import (PREPARE_ALIGN, PREPARE_MAX_CHUNKS, REDUCE_V_FP8, REDUCE_V_NON
 from ..abi import PREPARE_QUANT_ARGS as QUANT_ARGS
 from ..abi import PREPARE_REDUCE_ARGS as REDUCE_ARGS
 from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # noqa: F401  (the structs live in sage_co/abi.py)
-from ..launch import launch, resolve_backend
-from ..prepared import SCALE_BLOCK, SagePrepared, d_pad, s_pad
+from ..launch import BoundLaunch, launch, resolve_backend
+from ..prepared import DTYPE_KEYS, SCALE_BLOCK, SagePrepared, d_pad, s_pad
 from ..reference import q_multiplier
 
 WAVE = (32, 1, 1)  # stats and quant: one wave32 per workgroup
 MAX_CHUNKS = PREPARE_MAX_CHUNKS
 ALIGN = PREPARE_ALIGN
 ELEMS_PER_LOAD = ALIGN // 2  # 16-bit elements per 16-byte load: strides must be multiples of this
-DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def kernel_symbol(op: str, **keys) -> str:
@@ -77,34 +78,98 @@ def flat_view(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
     return t.as_strided((extent,), (1,)), strides
 
 
-def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
-                k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, smooth_v=False, pv_dtype="fp8",
-                norm_rope_rounding="once", backend: str | None = None) -> SagePrepared:
-    """The prepare stage on the shipped gfx1201 kernels; same arguments and result as sage_co.reference.sage_prepare.
+def _strides(t: torch.Tensor) -> tuple[int, int, int]:
+    return tuple(st if n > 1 else 0 for n, st in zip(t.shape[:3], t.stride()[:3]))
 
-    smooth_v: V's per-channel mean (v_mean) is subtracted before fp8 (stats also takes V's sums, max and min);
-    pv_dtype="fp16": quant writes V^T in fp16 and no V statistics run (stats only for smooth_k, if at all).
-    backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "hip"). Every argument is validated before
-    any kernel runs; outputs are fresh tensors on q's device, padded rows/columns/channels zero."""
-    chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
-                                      q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
-                                      sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype,
-                                      norm_rope_rounding=norm_rope_rounding)
-    pv16 = pv_dtype == "fp16"
-    backend = resolve_backend(q, backend)
+
+def _reading(t: torch.Tensor) -> tuple[int | None, tuple[int, int, int]]:
+    """How the kernels read the NHD view t: (extent, strides) in place when the 16-byte loads can address it, else
+    (None, the strides of the contiguous copy flat_view makes per call)."""
+    strides = _strides(t)
+    if t.data_ptr() % ALIGN or any(st % ELEMS_PER_LOAD for st in strides):
+        B, S, H, D = t.shape
+        return None, tuple(st if n > 1 else 0 for n, st in zip((B, S, H), (S * H * D, H * D, D)))
+    return 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())), strides
+
+
+class PrepareRecipe(NamedTuple):
+    """The three prepare launches of one call shape (cached by sage_co.plan for repeated shapes): the launches
+    bound to their kernels, grids and scalar kernargs (stats None when no statistics run), the output shapes,
+    and how each input is read (in place: its extent; None: flat_view copies it per call)."""
+    shapes: validate.Shapes
+    stats: BoundLaunch | None
+    reduce: BoundLaunch
+    quant: BoundLaunch
+    n_chunks: int
+    pv16: bool
+    smooth_k: bool
+    smooth_v: bool
+    extents: tuple            # q, k, v: the in-place extent, or None (copied per call)
+    fp32_tables: bool         # norm_rope_rounding "once": the kernels read fp32 cos/sin (an input-dtype table upcast)
+
+
+def _strided(prefix: str, st) -> dict:
+    return {f"{prefix}_sb": st[0], f"{prefix}_ss": st[1], f"{prefix}_sh": st[2]}
+
+
+def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool, pv_dtype: str, has_q_norm: bool,
+           has_k_norm: bool, norm_rope_rounding: str, backend: str) -> PrepareRecipe:
+    """The prepare launches for checked arguments (validate.check_prepare_args): the launch limits, the shipped
+    stats / reduce / quant kernels for (D_pad, dtype, rope_dim), bound to their grids and scalar kernargs."""
     sh = chk.shapes
+    check_launch_limits(sh)
+    pv16 = pv_dtype == "fp16"
     B, H_q, H_kv, D = sh.B, sh.H_q, sh.H_kv, sh.D
     Sq, Skv, Dp = s_pad(sh.S_q), s_pad(sh.S_kv), d_pad(D)
-    check_launch_limits(sh)
     keys = dict(head_dim=Dp, in_dtype=DTYPE_KEYS[sh.dtype], rope_dim=chk.rope_dim or 0, rounding=norm_rope_rounding)
-    stats_sym, quant_sym = kernel_symbol("sage_prepare.stats", **keys), kernel_symbol("sage_prepare.quant", **keys)
-    reduce_sym = kernel_symbol("sage_prepare.reduce")
+    per_chunk, n_chunks = chunking(sh.S_kv)
+    tens = (0 if pv16 else STATS_V_MAX) | (STATS_K_SUM if smooth_k else 0) | \
+        ((STATS_V_SUM | STATS_V_SIGNED) if smooth_v else 0)
+    n_tens = bin(tens & (STATS_V_MAX | STATS_K_SUM | STATS_V_SUM)).count("1")
+    (qe, qs), (ke, ks), (ve, vs) = (_reading(t) for t in (chk.q, chk.k, chk.v))
+    eps = float(eps)
+    stats = None
+    if n_tens:   # pv fp16 without smooth_k needs no statistics at all
+        stats = BoundLaunch(kernel_symbol("sage_prepare.stats", **keys), STATS_ARGS, (n_chunks, H_kv, B * n_tens), WAVE, {
+            "eps": eps, "S": sh.S_kv, "H": H_kv, "tiles_per_chunk": per_chunk, "n_chunks": n_chunks,
+            "n_tens": n_tens, "k_norm": int(has_k_norm), "D": D, "tens": tens, **_strided("k", ks),
+            **_strided("v", vs)}, backend=backend)
+    reduce = BoundLaunch(kernel_symbol("sage_prepare.reduce"), REDUCE_ARGS, (1, H_kv, B), (Dp, 1, 1), {
+        "H": H_kv, "n_chunks": n_chunks, "S": sh.S_kv, "smooth_k": int(smooth_k), "D_pad": Dp,
+        "v_mode": REDUCE_V_NONE if pv16 else (REDUCE_V_SMOOTH if smooth_v else REDUCE_V_FP8)}, backend=backend)
+    quant = BoundLaunch(kernel_symbol("sage_prepare.quant", **keys), QUANT_ARGS, quant_grid(sh), WAVE, {
+        "q_mult": q_multiplier(chk.softmax_scale), "eps": eps, "S_q": sh.S_q, "S_kv": sh.S_kv, "H_q": H_q,
+        "H_kv": H_kv, "S_q_pad": Sq, "S_kv_pad": Skv, "D": D, "q_norm": int(has_q_norm), "k_norm": int(has_k_norm),
+        "pv_fp16": int(pv16), **_strided("q", qs), **_strided("k", ks), **_strided("v", vs)}, backend=backend)
+    return PrepareRecipe(sh, stats, reduce, quant, n_chunks, pv16, smooth_k, smooth_v, (qe, ke, ve),
+                         norm_rope_rounding == "once")
+
+
+_placeholders: dict[torch.device, torch.Tensor] = {}
+
+
+def _placeholder(device: torch.device) -> torch.Tensor:
+    """A 16-byte buffer for pointers a kernel never dereferences (shared: nothing reads or writes it)."""
+    t = _placeholders.get(device)
+    if t is None:
+        t = _placeholders[device] = torch.zeros(ALIGN, dtype=torch.uint8, device=device)
+    return t
+
+
+def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=None, cos=None, sin=None
+            ) -> SagePrepared:
+    """Run the planned prepare launches on q, k, v (NHD views, checked against the recipe by whoever planned
+    it). Outputs are fresh tensors on q's device, padded rows/columns/channels zero."""
+    sh = rec.shapes
+    B, H_q, H_kv, Dp = sh.B, sh.H_q, sh.H_kv, d_pad(sh.D)
+    Sq, Skv = s_pad(sh.S_q), s_pad(sh.S_kv)
     dev = q.device
-    (qf, qs), (kf, ks), (vf, vs) = flat_view(chk.q), flat_view(chk.k), flat_view(chk.v)
-    if norm_rope_rounding == "once" and cos is not None:   # the once kernels read fp32 tables
+    qf, kf, vf = (t.as_strided((extent,), (1,)) if extent is not None else flat_view(t)[0]
+                  for t, extent in zip((q, k, v), rec.extents))
+    if rec.fp32_tables and cos is not None:   # the once kernels read fp32 tables (upcasting bf16/fp16 is exact)
         cos, sin = cos.float(), sin.float()
     cos, sin, q_norm_weight, k_norm_weight = map(_aligned, (cos, sin, q_norm_weight, k_norm_weight))
-    placeholder = torch.zeros(ALIGN, dtype=torch.uint8, device=dev)  # for pointers a kernel never dereferences
+    placeholder = _placeholder(dev)
 
     def f32(*shape):
         return _alloc(*shape, dtype=torch.float32, device=dev)
@@ -113,47 +178,49 @@ def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_
     k_int8 = _alloc(B, H_kv, Skv, Dp, dtype=torch.int8, device=dev)
     q_scale, k_scale = f32(B, H_q, Sq // SCALE_BLOCK), f32(B, H_kv, Skv // SCALE_BLOCK)
     k_mean, v_scale, v_inv, v_mean = f32(B, H_kv, Dp), f32(B, H_kv, Dp), f32(B, H_kv, Dp), f32(B, H_kv, Dp)
-    v_t = _alloc(B, H_kv, Dp, Skv, dtype=torch.float16 if pv16 else torch.float8_e4m3fn, device=dev)
-    per_chunk, n_chunks = chunking(sh.S_kv)
-    vmax_part = placeholder if pv16 else f32(B, H_kv, n_chunks, Dp)
-    ksum_part = f32(B, H_kv, n_chunks, Dp) if smooth_k else placeholder
-    vmin_part, vsum_part = (f32(B, H_kv, n_chunks, Dp), f32(B, H_kv, n_chunks, Dp)) if smooth_v else \
+    v_t = _alloc(B, H_kv, Dp, Skv, dtype=torch.float16 if rec.pv16 else torch.float8_e4m3fn, device=dev)
+    n_chunks = rec.n_chunks
+    vmax_part = placeholder if rec.pv16 else f32(B, H_kv, n_chunks, Dp)
+    ksum_part = f32(B, H_kv, n_chunks, Dp) if rec.smooth_k else placeholder
+    vmin_part, vsum_part = (f32(B, H_kv, n_chunks, Dp), f32(B, H_kv, n_chunks, Dp)) if rec.smooth_v else \
         (placeholder, placeholder)
+    k_norm_w = placeholder if k_norm_weight is None else k_norm_weight
+    cos_t = placeholder if cos is None else cos
+    sin_t = placeholder if sin is None else sin
+    for bound, tensors in (
+            (rec.stats, {"k": kf, "v": vf, "k_norm_w": k_norm_w, "cos": cos_t, "sin": sin_t, "ksum_part": ksum_part,
+                         "vmax_part": vmax_part, "vmin_part": vmin_part, "vsum_part": vsum_part}),
+            (rec.reduce, {"ksum_part": ksum_part, "vmax_part": vmax_part, "k_mean": k_mean, "v_scale": v_scale,
+                          "v_inv": v_inv, "vmin_part": vmin_part, "vsum_part": vsum_part, "v_mean": v_mean}),
+            (rec.quant, {"q": qf, "k": kf, "v": vf,
+                         "q_norm_w": placeholder if q_norm_weight is None else q_norm_weight, "k_norm_w": k_norm_w,
+                         "cos": cos_t, "sin": sin_t, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8,
+                         "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean})):
+        if bound is not None:   # stats is None when no statistics run (pv fp16 without smooth_k)
+            launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors), backend=bound.backend)
+    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_t, v_scale, sh.S_q, sh.S_kv, sh.D, sh.dtype,
+                        v_mean if rec.smooth_v else None)
 
-    def opt(t):
-        return placeholder if t is None else t
 
-    def strides(prefix, st):
-        return {f"{prefix}_sb": st[0], f"{prefix}_ss": st[1], f"{prefix}_sh": st[2]}
+def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
+                k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, smooth_v=False, pv_dtype="fp8",
+                norm_rope_rounding="once", backend: str | None = None) -> SagePrepared:
+    """The prepare stage on the shipped gfx1201 kernels; same arguments and result as sage_co.reference.sage_prepare.
 
-    tens = (0 if pv16 else STATS_V_MAX) | (STATS_K_SUM if smooth_k else 0) | \
-        ((STATS_V_SUM | STATS_V_SIGNED) if smooth_v else 0)
-    n_tens = bin(tens & (STATS_V_MAX | STATS_K_SUM | STATS_V_SUM)).count("1")
-    if n_tens:   # pv fp16 without smooth_k needs no statistics at all
-        launch(stats_sym, STATS_ARGS, (n_chunks, H_kv, B * n_tens), WAVE, {
-            "k": kf, "v": vf, "k_norm_w": opt(k_norm_weight), "cos": opt(cos), "sin": opt(sin),
-            "ksum_part": ksum_part, "vmax_part": vmax_part, "eps": float(eps), "S": sh.S_kv, "H": H_kv,
-            "tiles_per_chunk": per_chunk, "n_chunks": n_chunks, "n_tens": n_tens,
-            "k_norm": int(k_norm_weight is not None), "D": D, **strides("k", ks), **strides("v", vs),
-            "vmin_part": vmin_part, "vsum_part": vsum_part, "tens": tens,
-        }, backend=backend)
-    v_mode = REDUCE_V_NONE if pv16 else (REDUCE_V_SMOOTH if smooth_v else REDUCE_V_FP8)
-    launch(reduce_sym, REDUCE_ARGS, (1, H_kv, B), (Dp, 1, 1), {
-        "ksum_part": ksum_part, "vmax_part": vmax_part, "k_mean": k_mean, "v_scale": v_scale, "v_inv": v_inv,
-        "H": H_kv, "n_chunks": n_chunks, "S": sh.S_kv, "smooth_k": int(smooth_k), "D_pad": Dp,
-        "vmin_part": vmin_part, "vsum_part": vsum_part, "v_mean": v_mean, "v_mode": v_mode,
-    }, backend=backend)
-    launch(quant_sym, QUANT_ARGS, quant_grid(sh), WAVE, {
-        "q": qf, "k": kf, "v": vf, "q_norm_w": opt(q_norm_weight), "k_norm_w": opt(k_norm_weight),
-        "cos": opt(cos), "sin": opt(sin), "k_mean": k_mean, "v_inv": v_inv,
-        "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t,
-        "q_mult": q_multiplier(chk.softmax_scale), "eps": float(eps), "S_q": sh.S_q, "S_kv": sh.S_kv,
-        "H_q": H_q, "H_kv": H_kv, "S_q_pad": Sq, "S_kv_pad": Skv, "D": D,
-        "q_norm": int(q_norm_weight is not None), "k_norm": int(k_norm_weight is not None),
-        **strides("q", qs), **strides("k", ks), **strides("v", vs), "v_mean": v_mean, "pv_fp16": int(pv16),
-    }, backend=backend)
-    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_t, v_scale, sh.S_q, sh.S_kv, D, sh.dtype,
-                        v_mean if smooth_v else None)
+    smooth_v: V's per-channel mean (v_mean) is subtracted before fp8 (stats also takes V's sums, max and min);
+    pv_dtype="fp16": quant writes V^T in fp16 and no V statistics run (stats only for smooth_k, if at all).
+    backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "hip"). Every argument is validated before
+    any kernel runs (sage_co.api plans through sage_co.plan instead); outputs are fresh tensors on q's device,
+    padded rows/columns/channels zero."""
+    chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
+                                      q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
+                                      sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype,
+                                      norm_rope_rounding=norm_rope_rounding)
+    rec = recipe(chk, smooth_k=smooth_k, eps=eps, smooth_v=smooth_v, pv_dtype=pv_dtype,
+                 has_q_norm=q_norm_weight is not None, has_k_norm=k_norm_weight is not None,
+                 norm_rope_rounding=norm_rope_rounding, backend=resolve_backend(q, backend))
+    return execute(rec, chk.q, chk.k, chk.v, q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, cos=cos,
+                   sin=sin)
 
 
 def quant_grid(sh: validate.Shapes) -> tuple[int, int, int]:

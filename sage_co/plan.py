@@ -1,0 +1,184 @@
+"""plan_call: check one call of a public op once, and plan it.
+
+    plan = plan_call(callspec.SAGE_ATTENTION, (q, k, v), options)    # options: OpSpec.bind(...) of the call
+    plan.shapes, plan.layout, plan.prepare (ops.prepare.PrepareRecipe), plan.attention (ops.attention.AttentionRecipe)
+
+Every refusal of docs/numerics.md §Inputs happens here, before any kernel, with sage_co.validate's messages: the
+inputs (validate.check_prepare_args / check_prepared), every option's own validator (sage_co.callspec), then what
+needs the shapes (the shipped kernel for this head dim / dtype / pv_dtype / variant, the query-head limit, the
+attention length, the block mask). With `resolve=True` the plan also holds the recipes the ops execute: the
+resolved ShippedKernels, grids, flags, scalar kernargs and how each input is read; sage_co.ops.* take them and
+check nothing again.
+
+`check=True, resolve=False` is what the Python functions run while torch.compile traces them (no manifest read
+except through `_attention_kernel_serves`, whose answer dynamo takes as a constant; every other check is plain
+comparisons, also on symbolic sizes); the custom op's real implementation plans again when it runs.
+
+Repeated calls: validation and planning depend only on the tensors' metadata (type, shape, strides, dtype,
+device, requires_grad, 16-byte alignment), the option values (with their types) and the backends installed (launch.use_backend), so
+eager plans are memoised on exactly that key; a hit costs one key build and a dict lookup, and makes the same decisions a miss would.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+
+from . import callspec, launch, masks, validate
+from .launch import resolve_backend
+from .ops import attention as attention_ops
+from .ops import prepare as prepare_ops
+from .prepared import DTYPE_KEYS, SagePrepared, d_pad
+
+# The options validate.check_prepare_args checks (with the shapes); every other option's own validator runs once.
+_PREPARE_ARGS = frozenset({"softmax_scale", "layout", "smooth_k", "q_norm_weight", "k_norm_weight", "eps", "cos",
+                           "sin", "rope_dim", "smooth_v", "pv_dtype", "norm_rope_rounding"})
+_CACHE_SIZE = 256
+
+
+class Plan(NamedTuple):
+    """One checked call: sizes, layout, the NHD views of q/k/v (None for a forward on a SagePrepared), the resolved
+    softmax scale and rope_dim, the option values, and (resolved plans) the recipes of the kernels to run."""
+    op: str
+    shapes: validate.Shapes
+    layout: str
+    q: torch.Tensor | None
+    k: torch.Tensor | None
+    v: torch.Tensor | None
+    softmax_scale: float | None
+    rope_dim: int | None
+    options: dict
+    prepare: Any = None       # ops.prepare.PrepareRecipe
+    attention: Any = None     # ops.attention.AttentionRecipe
+
+
+@torch.compiler.assume_constant_result
+def _attention_kernel_serves(D_pad: int, dtype_key: str, kernel, pv_dtype: str) -> bool:
+    """A shipped attention kernel serves (variant, D_pad, dtype, pv_dtype): a LookupError listing what is shipped
+    otherwise. It reads hsaco/manifest.json, which dynamo cannot trace: under torch.compile it runs once at trace
+    time, on static values only (D_pad is 64 or 128 whatever D is; sizes never reach it)."""
+    from . import registry
+    registry.find(attention_ops.OP, kernel, head_dim=D_pad, out_dtype=dtype_key, pv_dtype=pv_dtype)
+    return True
+
+
+def _check_attention(sh: validate.Shapes, kernel, pv_dtype: str, names=("q", "k")) -> None:
+    """The attention kernel's limits for these shapes, before any kernel (prepare included)."""
+    attention_ops.check_query_heads(sh.H_q, names[0] if names[0] == "q" else "prepared.q_int8")
+    _attention_kernel_serves(d_pad(sh.D), DTYPE_KEYS[sh.dtype], kernel, pv_dtype)
+    validate.check_attention_length(sh.S_q, sh.D, names[0])
+    validate.check_attention_length(sh.S_kv, sh.D, names[1])
+
+
+def _check_options(spec: callspec.OpSpec, o: dict, skip=_PREPARE_ARGS) -> None:
+    for opt in spec.options:
+        if opt.check is not None and opt.name not in skip:
+            opt.check(o[opt.name])
+
+
+def _plan_qkv(spec: callspec.OpSpec, q, k, v, o: dict, resolve: bool) -> Plan:
+    chk = validate.check_prepare_args(q, k, v, o["softmax_scale"], layout=o["layout"], smooth_k=o["smooth_k"],
+                                      q_norm_weight=o["q_norm_weight"], k_norm_weight=o["k_norm_weight"],
+                                      eps=o["eps"], cos=o["cos"], sin=o["sin"], rope_dim=o["rope_dim"],
+                                      smooth_v=o["smooth_v"], pv_dtype=o["pv_dtype"],
+                                      norm_rope_rounding=o["norm_rope_rounding"])
+    _check_options(spec, o)
+    sh = chk.shapes
+    attends = "kernel" in o
+    if attends:
+        _check_attention(sh, o["kernel"], o["pv_dtype"])
+        if o.get("sparsity") == "auto" and o["block_mask"] is not None:
+            raise ValueError("sparsity: \"auto\" predicts the block mask; do not also pass block_mask")
+        masks.check_block_mask(o["block_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv)
+    prep = att = None
+    if resolve:
+        backend = resolve_backend(q, o["backend"])
+        prep = prepare_ops.recipe(chk, smooth_k=o["smooth_k"], eps=o["eps"], smooth_v=o["smooth_v"],
+                                  pv_dtype=o["pv_dtype"], has_q_norm=o["q_norm_weight"] is not None,
+                                  has_k_norm=o["k_norm_weight"] is not None,
+                                  norm_rope_rounding=o["norm_rope_rounding"], backend=backend)
+        if attends:
+            att = attention_ops.recipe(sh, layout=o["layout"], return_lse=o["return_lse"], is_causal=o["is_causal"],
+                                       variant=o["kernel"], pv_dtype=o["pv_dtype"], smooth_v=o["smooth_v"],
+                                       has_block_mask=o["block_mask"] is not None, backend=backend)
+    return Plan(spec.name, sh, o["layout"], chk.q, chk.k, chk.v, chk.softmax_scale, chk.rope_dim, o, prep, att)
+
+
+def _plan_prepared(spec: callspec.OpSpec, prepared: SagePrepared, o: dict, resolve: bool) -> Plan:
+    _check_options(spec, o, skip=())
+    sh = validate.check_prepared(prepared)
+    _check_attention(sh, o["kernel"], prepared.pv_dtype, ("prepared.seq_len_q", "prepared.seq_len_kv"))
+    masks.check_block_mask(o["block_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv)
+    att = None
+    if resolve:
+        att = attention_ops.recipe(sh, layout=o["layout"], return_lse=o["return_lse"], is_causal=o["is_causal"],
+                                   variant=o["kernel"], pv_dtype=prepared.pv_dtype,
+                                   smooth_v=prepared.v_mean is not None, has_block_mask=o["block_mask"] is not None,
+                                   backend=resolve_backend(prepared.q_int8, o["backend"]))
+    return Plan(spec.name, sh, o["layout"], None, None, None, None, None, o, None, att)
+
+
+def _tensor_key(t) -> tuple | None:
+    if type(t) is not torch.Tensor:
+        return None
+    return (t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.data_ptr() & 15)
+
+
+def _key(spec: callspec.OpSpec, inputs: tuple, o: dict):
+    """The memo key of a call: the inputs' metadata, every option's type and value (a tensor option by its
+    metadata); None when some part cannot be a key (then the call is planned uncached)."""
+    if isinstance(inputs[0], SagePrepared):
+        tensors = tuple(_tensor_key(t) if isinstance(t, torch.Tensor) else (type(t), t) for t in inputs[0])
+    else:
+        tensors = tuple(_tensor_key(t) if isinstance(t, torch.Tensor) else (type(t), t) for t in inputs)
+    values = tuple(o.values())
+    # launch.backend_swaps: a plan resolved (device checks included) before a backend was swapped is not reused
+    parts = (spec.name, launch.backend_swaps, tuple(o), tensors, tuple(map(type, values)),
+             tuple(_tensor_key(x) if isinstance(x, torch.Tensor) else x.hex() if type(x) is float else x
+                   for x in values))   # floats by their bits: -0.0 and 0.0 are different scales
+    try:
+        hash(parts)
+    except TypeError:
+        return None
+    return None if None in tensors else parts
+
+
+_plans: dict[tuple, Plan] = {}
+
+
+def _fresh(spec, inputs, o, resolve):
+    if spec.name == callspec.SAGE_ATTENTION_FWD.name:
+        return _plan_prepared(spec, inputs[0], o, resolve)
+    return _plan_qkv(spec, *inputs, o, resolve)
+
+
+def plan_call(spec: callspec.OpSpec, inputs: tuple, options: dict, *, resolve: bool = True) -> Plan:
+    """Check one call of `spec` (inputs: (q, k, v), or (prepared,) for sage_attention_fwd; options: the bound
+    keyword values, spec.bind) and plan it; see the module docstring. Memoised for resolved eager plans."""
+    if not resolve or torch.compiler.is_compiling():
+        return _fresh(spec, inputs, options, resolve)
+    key = _key(spec, inputs, options)
+    hit = _plans.get(key) if key is not None else None
+    if hit is None:
+        hit = _fresh(spec, inputs, options, True)
+        if key is not None:
+            if len(_plans) >= _CACHE_SIZE:
+                _plans.clear()
+            _plans[key] = hit._replace(q=None, k=None, v=None, options=None)   # no tensors kept alive
+        return hit
+    if hit.op == callspec.SAGE_ATTENTION_FWD.name:
+        return hit._replace(options=options)
+    q, k, v = inputs
+    if hit.layout == "HND":
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    return hit._replace(q=q, k=k, v=v, options=options)
+
+
+def eager(*tensors) -> bool:
+    """True when a call can skip the torch.library dispatch and run its plan directly: not being traced, no
+    torch function / dispatch mode active (FakeTensorMode, FlopCounterMode, ...), plain tensors with storage.
+    Everything else (torch.compile, meta tensors, modes, subclasses) goes through the registered custom ops."""
+    if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled() or \
+            torch._C._len_torch_dispatch_stack():
+        return False
+    return all(type(t) is torch.Tensor and not t.is_meta for t in tensors)
