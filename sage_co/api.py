@@ -150,7 +150,7 @@ def sage_attention_fwd(prepared: SagePrepared, *, layout="NHD", return_lse=False
     validate.check_flag("is_causal", is_causal)
     validate.check_layout(layout)
     sh = validate.check_prepared(prepared)
-    masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
+    masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv, device=prepared.q_int8.device)
     validate.check_backend(backend)
     validate.check_kernel(kernel)
     _check_attention_kernel(sh, kernel, prepared.pv_dtype)
@@ -242,7 +242,7 @@ def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False,
         block_mask = predict_block_mask(q, k, cdf_threshold=cdf_threshold, softmax_scale=chk.softmax_scale,
                                         layout=layout, backend=backend)   # the predictor kernels
     sh = chk.shapes
-    masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
+    masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv, device=q.device)
     out, lse = _attention_op(q, k, v, chk.softmax_scale, layout, bool(smooth_k), q_norm_weight, k_norm_weight,
                              float(eps), cos, sin, chk.rope_dim or _NO_ROPE, bool(return_lse), backend or _DEFAULT,
                              kernel or _DEFAULT, bool(is_causal), block_mask, bool(smooth_v), pv_dtype)

@@ -287,7 +287,7 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
     sh = validate.check_prepared(prepared)
     validate.check_prepared_padding(prepared)
     S, S_kv, dev = sh.S_q, sh.S_kv, prepared.q_int8.device
-    masks.check_block_mask(block_mask, sh.B, sh.H_q, S, S_kv)
+    masks.check_block_mask(block_mask, sh.B, sh.H_q, S, S_kv, device=dev)
     # skipping an inactive tile and masking all its scores are the same arithmetic (alpha = 1 or 0, p = 0)
     visible = masks.element_mask(S, S_kv, is_causal=is_causal, block_mask=block_mask, device=dev)
     B, H, Skvp = sh.B, sh.H_q, prepared.k_int8.shape[2]
@@ -376,7 +376,7 @@ def attention_fp32(q, k, v, softmax_scale=None, *, layout="NHD", return_lse=Fals
     kf, vf = (t.float().transpose(1, 2)[:, g] for t in (kn, vn))  # [B, H_q, S_kv, D]
     sc = _f32(scale, qf)
     B, H, S, S_kv = sh.B, sh.H_q, sh.S_q, sh.S_kv
-    masks.check_block_mask(block_mask, B, H, S, S_kv)
+    masks.check_block_mask(block_mask, B, H, S, S_kv, device=q.device)
     visible = masks.element_mask(S, S_kv, is_causal=is_causal, block_mask=block_mask, device=q.device) \
         if (is_causal or block_mask is not None) else None
     rows = max(1, max_chunk_bytes // (3 * 4 * B * H * S_kv))  # scores, exp and softmax alive at once

@@ -66,7 +66,7 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layou
                         f"got {type(variant).__name__}")
     if sh.H_q >= abi.MAX_QUERY_HEADS:
         raise ValueError(f"prepared.q_int8: {sh.H_q} query heads exceed the launch grid (< {abi.MAX_QUERY_HEADS})")
-    masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
+    masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv, device=prepared.q_int8.device)
     kernel = registry.find(OP, variant, head_dim=d_pad(sh.D), out_dtype=OUT_DTYPE_KEYS[sh.dtype],
                            pv_dtype=prepared.pv_dtype)
     device = prepared.q_int8.device
