@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from . import masks, validate
+from . import masks, sparse, validate
 from .prepared import PV_DTYPES, SCALE_BLOCK, SagePrepared, d_pad, s_pad
 
 _NO_ROPE = 0          # rope_dim in the schema: 0 = no RoPE
@@ -207,7 +207,7 @@ def _(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, ep
 
 def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
                    k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, return_lse=False, backend=None,
-                   kernel=None, is_causal=False, block_mask=None, sparsity=None, cdf_threshold=0.9, smooth_v=False,
+                   kernel=None, is_causal=False, block_mask=None, sparsity=None, cdf_threshold=None, smooth_v=False,
                    pv_dtype="fp8"):
     """SageAttention forward: prepare (INT8 Q/K, FP8 V, optional fused RMSNorm + RoPE) then the attention kernel.
 
@@ -221,8 +221,10 @@ def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False,
     is_causal: query i sees keys j <= i + S_kv - S_q (bottom-right aligned, as flash-attention >= 2.1).
     block_mask: bool [B, H_q, ceil(S_q / BLOCK_Q), ceil(S_kv / BLOCK_KV)]: the key tiles each query tile attends
     (the kernel visits only those: time ~ density); combines with is_causal. sparsity="auto": block_mask =
-    sage_co.predict_block_mask(q, k, cdf_threshold=..., backend=backend) (SpargeAttn's prediction, on the
-    predictor kernels). Rows that see no key output zeros and LSE -inf (docs/numerics.md §Masks)."""
+    sage_co.predict_block_mask(q', k', cdf_threshold=..., is_causal=is_causal, backend=backend) (SpargeAttn's
+    prediction, on the predictor kernels) on q', k' = q, k after the fused RMSNorm / RoPE when those are on;
+    cdf_threshold None = the predictor's default (sage_co.sparse.DEFAULT_CDF_THRESHOLD), and only with
+    sparsity="auto". Rows that see no key output zeros and LSE -inf (docs/numerics.md §Masks)."""
     chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
                                       q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
                                       sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype)
@@ -233,14 +235,11 @@ def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False,
     validate.check_attention_length(chk.shapes.S_q, chk.shapes.D, "q")
     validate.check_attention_length(chk.shapes.S_kv, chk.shapes.D, "k")
     validate.check_flag("is_causal", is_causal)
-    if sparsity not in (None, "auto"):
-        raise ValueError(f"sparsity: expected None or \"auto\", got {sparsity!r}")
-    if sparsity == "auto":
-        if block_mask is not None:
-            raise ValueError("sparsity: \"auto\" predicts the block mask; do not also pass block_mask")
-        from .sparse import predict_block_mask
-        block_mask = predict_block_mask(q, k, cdf_threshold=cdf_threshold, softmax_scale=chk.softmax_scale,
-                                        layout=layout, backend=backend)   # the predictor kernels
+    sparse.check_sparsity(sparsity, cdf_threshold, block_mask)
+    if sparsity == "auto":   # the predictor kernels, on the q / k the attention sees (after the fused norm / RoPE)
+        block_mask = sparse.auto_block_mask(chk, cdf_threshold=cdf_threshold, is_causal=is_causal, backend=backend,
+                                            q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps,
+                                            cos=cos, sin=sin)
     sh = chk.shapes
     masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv, device=q.device)
     out, lse = _attention_op(q, k, v, chk.softmax_scale, layout, bool(smooth_k), q_norm_weight, k_norm_weight,

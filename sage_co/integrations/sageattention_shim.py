@@ -203,8 +203,15 @@ def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     force = bool(args) and args[0] == "--force"
     args = args[1:] if force else args
+    usage = "usage: python " + main.__doc__.split("python ", 1)[1]
+    if args and args[0] in ("-h", "--help"):
+        print(usage)
+        return 0
     if not args or (args[0] == "-m" and len(args) < 2):
-        print(main.__doc__, file=sys.stderr)
+        print(usage, file=sys.stderr)
+        return 2
+    if args[0] != "-m" and not os.path.isfile(args[0]):
+        print(f"sageattention_shim: SCRIPT {args[0]!r}: no such file ({usage})", file=sys.stderr)
         return 2
     from sage_co.integrations import sageattention_shim  # the canonical module, not this __main__ copy
     sageattention_shim.install(force=force)
