@@ -22,7 +22,6 @@ a build whose op lacks `is_causal=` raises NotImplementedError rather than dropp
 from __future__ import annotations
 
 import inspect
-import math
 from functools import lru_cache
 from typing import Any
 
@@ -137,6 +136,19 @@ def op_supports(feature: str) -> bool:
     return feature in _op_params()
 
 
+def _check_sm_scale(sm_scale):
+    """sm_scale None (the op's default D ** -0.5, computed there from the real D) or what sage_co.validate
+    accepts as softmax_scale, the error naming sm_scale. No math.isfinite / float(): under
+    torch.compile(dynamic=True) a scale derived from a shape is symbolic (validate compares instead)."""
+    from . import validate
+    if sm_scale is None:
+        return None
+    try:
+        return validate.check_softmax_scale(sm_scale)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(str(exc).replace("softmax_scale", "sm_scale")) from None
+
+
 def _check_tensors(q, k, v, tensor_layout):
     if tensor_layout not in LAYOUTS:
         raise ValueError(f"tensor_layout: expected one of {LAYOUTS}, got {tensor_layout!r}")
@@ -187,9 +199,7 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
     opts = _apply_kwargs("sageattn", kwargs, sm_scale, is_causal)
     _bool_keyword("return_lse", return_lse)
     _bool_keyword("smooth_k", smooth_k)
-    scale = opts.sm_scale if opts.sm_scale is not None else q.shape[-1] ** -0.5
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise TypeError(f"sm_scale: expected None or a finite float, got {scale!r}")
+    scale = _check_sm_scale(opts.sm_scale)
     extra = {}
     if opts.is_causal:
         if not op_supports("is_causal"):
@@ -198,7 +208,7 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
         extra["is_causal"] = True
     if opts.enable_gqa is False and _heads_seq(q, tensor_layout)[0] != _heads_seq(k, tensor_layout)[0]:
         raise ValueError("enable_gqa: False but q and k have different head counts; pass enable_gqa=True")
-    return api.sage_attention(q, k, v, float(scale), layout=tensor_layout, smooth_k=smooth_k,
+    return api.sage_attention(q, k, v, scale, layout=tensor_layout, smooth_k=smooth_k,
                               return_lse=return_lse, smooth_v=opts.smooth_v, pv_dtype=opts.pv_dtype, **extra)
 
 
@@ -208,6 +218,6 @@ def sageattn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     sage_co.sage_attention_varlen (issue 14: bit for bit the per-sequence calls); the keyword policy is sageattn's."""
     from .varlen import sage_attention_varlen as varlen
     opts = _apply_kwargs("sageattn_varlen", kwargs, sm_scale, is_causal)
-    scale = opts.sm_scale if opts.sm_scale is not None else q.shape[-1] ** -0.5
-    return varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(scale),
+    scale = _check_sm_scale(opts.sm_scale)
+    return varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
                   is_causal=opts.is_causal, smooth_k=smooth_k, smooth_v=opts.smooth_v, pv_dtype=opts.pv_dtype)

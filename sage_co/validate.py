@@ -124,6 +124,56 @@ def check_qkv(q, k, v, layout="NHD") -> tuple[Shapes, torch.Tensor, torch.Tensor
     return Shapes(B, S_q, S_kv, H_q, H_kv, D, q.dtype), qn, kn, vn
 
 
+def check_packed_qkv(q, k, v) -> Shapes:
+    """Varlen's packed q [total_q, H_q, D], k/v [total_kv, H_kv, D]: the checks of check_qkv on the packed tensors
+    (messages quote the packed shapes), except that totals of 0 are allowed (sequences without queries or keys
+    give zeros). Returns Shapes with B = 1 and the totals as S_q / S_kv."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _tensor(name, t, INPUT_DTYPES)
+        if t.dim() != 3:
+            raise ValueError(f"{name}: expected a packed 3-D tensor [total, H, D], got shape {tuple(t.shape)}")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name}: expected the dtype of q ({q.dtype}), got {t.dtype}")
+        _same_device(name, t, q.device)
+    T_q, H_q, D = q.shape
+    check_head_dim("q", D, q.shape)
+    for name, t in (("k", k), ("v", v)):
+        if t.shape[-1] != D:
+            raise ValueError(f"{name}: expected the head dim of q (D = {D}), got shape {tuple(t.shape)}")
+    if v.shape != k.shape:
+        raise ValueError(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+    T_kv, H_kv, _ = k.shape
+    if H_q == 0:
+        raise ValueError(f"q: expected H >= 1, got shape {tuple(q.shape)}")
+    if H_kv == 0 or H_q % H_kv:
+        raise ValueError(f"k: expected a number of heads that divides the {H_q} heads of q (GQA/MQA), got "
+                         f"{H_kv} (shape {tuple(k.shape)})")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.stride(-1) != 1 and t.shape[-1] > 1:
+            raise ValueError(f"{name}: expected a contiguous last dim (stride(-1) == 1), got strides "
+                             f"{tuple(t.stride())} for shape {tuple(t.shape)}; pass {name}.contiguous()")
+    return Shapes(1, T_q, T_kv, H_q, H_kv, D, q.dtype)
+
+
+def check_cu_seqlens(name: str, cu, total: int, max_len, max_name: str) -> list[int]:
+    """cu_seqlens: a 1-D int32 or int64 tensor [batch + 1] with data (not meta) starting at 0, never decreasing,
+    ending at the packed length; max_len an int >= the longest sequence. Returns the values."""
+    if not isinstance(cu, torch.Tensor):
+        raise TypeError(f"{name}: expected a 1-D int32 or int64 tensor [batch + 1], got {type(cu).__name__}")
+    if cu.dim() != 1 or cu.dtype not in (torch.int32, torch.int64) or cu.numel() < 2:
+        raise ValueError(f"{name}: expected a 1-D int32 or int64 tensor [batch + 1] of cumulative lengths, got "
+                         f"{cu.dtype} {list(cu.shape)}")
+    if cu.device.type == "meta":
+        raise ValueError(f"{name}: expected a tensor with data (the lengths are read on the host), got one on meta")
+    vals = [int(x) for x in cu.cpu()]
+    if vals[0] != 0 or any(b < a for a, b in zip(vals, vals[1:])) or vals[-1] != total:
+        raise ValueError(f"{name}: must start at 0, never decrease and end at the packed length {total}, got {vals}")
+    longest = max(b - a for a, b in zip(vals, vals[1:]))
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < longest:
+        raise ValueError(f"{max_name}: expected an int >= the longest sequence of {name} ({longest}), got {max_len!r}")
+    return vals
+
+
 # docs/numerics.md §Finite range: with |softmax_scale| <= 2^64 and |q|, |k| <= 2^24 every intermediate of the spec
 # is finite (the largest logit is below 2^121); beyond 2^64 even |q| ~ 4 overflows the scaled Q (1e38 gave all NaN).
 MAX_SOFTMAX_SCALE = 2.0 ** 64

@@ -13,19 +13,6 @@ import torch
 from . import validate
 
 
-def _check_cu(name: str, cu, total: int, max_len) -> list[int]:
-    if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.dtype not in (torch.int32, torch.int64) or cu.numel() < 2:
-        raise ValueError(f"{name}: expected a 1-D int32 tensor [batch + 1] of cumulative lengths, got "
-                         f"{getattr(cu, 'dtype', type(cu).__name__)} {list(getattr(cu, 'shape', []))}")
-    vals = [int(x) for x in cu.cpu()]
-    if vals[0] != 0 or any(b < a for a, b in zip(vals, vals[1:])) or vals[-1] != total:
-        raise ValueError(f"{name}: must start at 0, never decrease and end at the packed length {total}, got {vals}")
-    longest = max(b - a for a, b in zip(vals, vals[1:]))
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < longest:
-        raise ValueError(f"max_seqlen for {name}: expected an int >= the longest sequence ({longest}), got {max_len!r}")
-    return vals
-
-
 def sage_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, softmax_scale=None, *,
                           is_causal=False, return_lse=False, smooth_k=False, backend=None, kernel=None,
                           smooth_v=False, pv_dtype="fp8"):
@@ -33,20 +20,20 @@ def sage_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, ma
     fp16. Returns out [total_q, H_q, D] in q's dtype (and lse fp32 [H_q, total_q]). is_causal is bottom-right
     aligned per sequence; a sequence with no keys gives zeros and lse -inf."""
     from .api import sage_attention
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 3:
-            raise ValueError(f"{name}: expected a packed 3-D tensor [total, H, D], got {getattr(t, 'shape', t)!r}")
+    # every argument is checked up front, also when no sequence has both queries and keys (then nothing runs and
+    # a bad backend / kernel / scale would otherwise pass unseen); messages quote the packed shapes
+    sh = validate.check_packed_qkv(q, k, v)
+    validate.check_softmax_scale(softmax_scale, sh.D)
     validate.check_flag("is_causal", is_causal)
     validate.check_flag("return_lse", return_lse)
+    validate.check_flag("smooth_k", smooth_k)
     validate.check_pv(pv_dtype, smooth_v)
-    cq = _check_cu("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q)
-    ck = _check_cu("cu_seqlens_kv", cu_seqlens_kv, k.shape[0], max_seqlen_kv)
+    validate.check_backend(backend)
+    validate.check_kernel(kernel)
+    cq = validate.check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q, "max_seqlen_q")
+    ck = validate.check_cu_seqlens("cu_seqlens_kv", cu_seqlens_kv, k.shape[0], max_seqlen_kv, "max_seqlen_kv")
     if len(cq) != len(ck):
         raise ValueError(f"cu_seqlens_kv: {len(ck) - 1} sequences, cu_seqlens_q has {len(cq) - 1}")
-    if v.shape[0] != k.shape[0]:
-        raise ValueError(f"v: expected {k.shape[0]} rows like k, got {v.shape[0]}")
-    # the whole packed problem is validated once (dtypes, heads, D) through a one-token view
-    validate.check_qkv(q[None, :1], k[None, :1], v[None, :1])
     out = torch.zeros_like(q)
     lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
     for b in range(len(cq) - 1):

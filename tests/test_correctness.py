@@ -172,3 +172,52 @@ def test_shim_help_is_usage_not_a_traceback():
     r = subprocess.run([sys.executable, "-m", "sage_co.integrations.sageattention_shim", "--help"],
                        capture_output=True, text=True)
     assert r.returncode == 0 and "Traceback" not in r.stderr and "usage" in (r.stdout + r.stderr).lower(), r
+
+
+# ------------------------------------------------------------------------------ item 11: varlen refusals
+def _packed(total_q=10, total_kv=12, H=2, D=64):
+    g = torch.Generator().manual_seed(4)
+    return tuple(torch.randn(n, H, D, generator=g).to(torch.bfloat16) for n in (total_q, total_kv, total_kv))
+
+
+NO_PAIR = dict(cu_q=[0, 10, 10], cu_kv=[0, 0, 12])   # sequence 0 has no keys, sequence 1 no queries: nothing runs
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    (dict(backend="bogus"), ValueError, "^backend: "),
+    (dict(kernel="bogus"), ValueError, "^kernel: "),
+    (dict(softmax_scale=float("nan")), ValueError, "^softmax_scale: "),
+    (dict(softmax_scale="x"), TypeError, "^softmax_scale: "),
+    (dict(smooth_k="yes"), TypeError, "^smooth_k: "),
+])
+def test_varlen_checks_every_argument_when_nothing_runs(kw, exc, match):
+    """Item 11: with no sequence holding both queries and keys these were accepted and zeros returned."""
+    q, k, v = _packed()
+    cu_q, cu_kv = (torch.tensor(NO_PAIR[n], dtype=torch.int32) for n in ("cu_q", "cu_kv"))
+    kw = dict(kw)
+    scale = kw.pop("softmax_scale", None)
+    with pytest.raises(exc, match=match):
+        sage_co.sage_attention_varlen(q, k, v, cu_q, cu_kv, 10, 12, scale, **kw)
+
+
+def test_varlen_sequences_without_keys_give_zeros():
+    """Item 11: cu_seqlens_kv = [0, 0, 0] raised `k: expected at least one token ... (1, 0, 2, 64)`; sequences
+    without keys are documented to give zeros and LSE -inf."""
+    q, _, _ = _packed()
+    k = v = torch.zeros(0, 2, 64, dtype=torch.bfloat16)
+    out, lse = sage_co.sage_attention_varlen(q, k, v, torch.tensor([0, 4, 10], dtype=torch.int32),
+                                             torch.tensor([0, 0, 0], dtype=torch.int64), 6, 0, return_lse=True)
+    assert (out == 0).all() and torch.isinf(lse).all() and (lse < 0).all()
+
+
+def test_varlen_messages_quote_the_packed_shapes_and_dtypes():
+    q, k, v = _packed()
+    cu_q, cu_kv = torch.tensor([0, 10], dtype=torch.int32), torch.tensor([0, 12], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"k: expected the head dim of q \(D = 64\), got shape \(12, 2, 32\)"):
+        sage_co.sage_attention_varlen(q, k[..., :32], v[..., :32], cu_q, cu_kv, 10, 12)
+    with pytest.raises(ValueError, match=r"int32 or int64"):
+        sage_co.sage_attention_varlen(q, k, v, cu_q.float(), cu_kv, 10, 12)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q: expected a tensor with data .* meta"):
+        sage_co.sage_attention_varlen(q, k, v, cu_q.to("meta"), cu_kv, 10, 12)
+    with pytest.raises(TypeError, match=r"^sm_scale: "):
+        sage_co.sageattn_varlen(q, k, v, cu_q, cu_kv, 10, 12, sm_scale="a")
