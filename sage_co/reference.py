@@ -227,6 +227,7 @@ def sage_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q
                                       q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
                                       sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype)
     sh = chk.shapes
+    validate.check_v_fp16_range(chk.v, pv_dtype)
     qn = norm_rope(chk.q, q_norm_weight, eps, cos, sin, chk.rope_dim)
     kn = norm_rope(chk.k, k_norm_weight, eps, cos, sin, chk.rope_dim)
     q_int8, q_scale = quantize_q(qn, chk.softmax_scale)

@@ -221,3 +221,20 @@ def test_varlen_messages_quote_the_packed_shapes_and_dtypes():
         sage_co.sage_attention_varlen(q, k, v, cu_q.to("meta"), cu_kv, 10, 12)
     with pytest.raises(TypeError, match=r"^sm_scale: "):
         sage_co.sageattn_varlen(q, k, v, cu_q, cu_kv, 10, 12, sm_scale="a")
+
+
+# ------------------------------------------------------------------------------ item 6: pv_dtype fp16 beyond range
+@pytest.mark.parametrize("entry", ["sage_attention", "sage_prepare", "reference"])
+def test_pv_fp16_refuses_bf16_v_beyond_fp16(entry):
+    """Item 6: one bf16 V value of 70000 with pv_dtype="fp16" filled that output channel with 3.39e38 -- finite,
+    so isfinite checks passed -- where FP32 gives 58-261. Now refused, naming v, before any kernel."""
+    from sage_co import launch
+    q, k, v = _qkv(S_q=100, S_kv=100)
+    v[0, 5, 0, 3] = 70000
+    fn = {"sage_attention": lambda: sage_co.sage_attention(q, k, v, pv_dtype="fp16", backend="emu"),
+          "sage_prepare": lambda: sage_co.sage_prepare(q, k, v, pv_dtype="fp16", backend="emu"),
+          "reference": lambda: reference.sage_attention(q, k, v, pv_dtype="fp16")}[entry]
+    with launch.recording() as rec, pytest.raises(ValueError, match=r"^v: pv_dtype=\"fp16\" .* max \|v\| = 70144"):
+        fn()
+    assert rec == []
+    assert torch.isfinite(sage_co.sage_attention(q, k, v, backend="emu")).all()   # fp8 (scaled) serves it

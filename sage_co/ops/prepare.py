@@ -89,6 +89,7 @@ def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_
                                       q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
                                       sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype)
     pv16 = pv_dtype == "fp16"
+    validate.check_v_fp16_range(chk.v, pv_dtype)   # before any kernel: fp16 V has no scale (docs/numerics.md §Finite range)
     backend = resolve_backend(q, backend)
     sh = chk.shapes
     B, H_q, H_kv, D = sh.B, sh.H_q, sh.H_kv, sh.D
