@@ -136,6 +136,7 @@ def _(q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, seq_len_q, seq
     validate.check_attention_length(seq_len_q, head_dim, "seq_len_q")   # the real op's refusals, also on meta
     validate.check_attention_length(seq_len_kv, head_dim, "seq_len_kv")
     validate.check_kernel_shipped(kernel or None)
+    _attention_kernel_serves(q_int8.shape[1], head_dim, out_dtype, kernel, pv_dtype)
     return _fwd_like(q_int8, q_int8.shape[0], seq_len_q, q_int8.shape[1], head_dim, out_dtype, layout, return_lse)
 
 
@@ -165,19 +166,21 @@ def sage_attention_fwd(prepared: SagePrepared, *, layout="NHD", return_lse=False
 def _check_attention_kernel(shapes: validate.Shapes, kernel, pv_dtype: str = "fp8") -> None:
     """A shipped attention kernel serves these shapes (variant, head dim, output dtype, P.V dtype) and the query
     heads fit its grid: raised before any kernel, prepare included. It reads hsaco/manifest.json, which dynamo
-    cannot trace: under torch.compile it runs once at trace time."""
-    _attention_kernel_serves(shapes.H_q, d_pad(shapes.D), str(shapes.dtype), kernel, pv_dtype)
+    cannot trace: under torch.compile the ops' fake implementations make the same check at trace time (with
+    symbolic head counts under dynamic=True, which assume_constant_result could not take)."""
+    if torch.compiler.is_compiling():
+        return
+    _attention_kernel_serves(shapes.H_q, shapes.D, shapes.dtype, kernel, pv_dtype)
 
 
-@torch.compiler.assume_constant_result
-def _attention_kernel_serves(H_q: int, D_pad: int, dtype_name: str, kernel, pv_dtype: str = "fp8") -> bool:
+def _attention_kernel_serves(H_q, D, dtype: torch.dtype, kernel, pv_dtype: str = "fp8") -> None:
+    """The check itself; H_q may be symbolic (a fake implementation under dynamic shapes): it is only compared, so
+    it stays dynamic. D picks the kernel: int() specialises on it (each head dim is its own kernel anyway)."""
     from . import abi, registry
     from .ops.attention import OP, OUT_DTYPE_KEYS
     if H_q >= abi.MAX_QUERY_HEADS:
         raise ValueError(f"q: {H_q} query heads exceed the attention launch grid (< {abi.MAX_QUERY_HEADS})")
-    keys = {str(d): k for d, k in OUT_DTYPE_KEYS.items()}
-    registry.find(OP, kernel or None, head_dim=D_pad, out_dtype=keys[dtype_name], pv_dtype=pv_dtype)
-    return True
+    registry.find(OP, kernel or None, head_dim=d_pad(int(D)), out_dtype=OUT_DTYPE_KEYS[dtype], pv_dtype=pv_dtype)
 
 
 # -------------------------------------------------------------------------------------------- prepare + forward
@@ -202,6 +205,7 @@ def _(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, ep
     validate.check_attention_length(S_q, D, "q")   # the real op's refusals, also on meta / under torch.compile
     validate.check_attention_length(S_kv, D, "k")
     validate.check_kernel_shipped(kernel or None)
+    _attention_kernel_serves(H_q, D, q.dtype, kernel, pv_dtype)
     return _fwd_like(q, B, S_q, H_q, D, q.dtype, layout, return_lse)
 
 

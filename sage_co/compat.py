@@ -16,8 +16,7 @@ Every call goes straight to `sage_co.sage_attention(..., layout=tensor_layout)`,
 place and serves bf16 and fp16, head dims that are multiples of 16 up to 128, separate Q and K/V lengths and
 GQA/MQA (H_q a multiple of H_kv) natively: nothing is emulated here (K/V are never replicated, fp16 is never
 converted to bf16) and the op's own errors name the argument. `is_causal=True` is the op's bottom-right aligned
-causal mask and `sageattn_varlen` runs `sage_co.sage_attention_varlen` (packed == per-sequence calls bit for bit);
-a build whose op lacks `is_causal=` raises NotImplementedError rather than dropping the mask.
+causal mask and `sageattn_varlen` runs `sage_co.sage_attention_varlen` (packed == per-sequence calls bit for bit).
 """
 from __future__ import annotations
 
@@ -200,16 +199,13 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
     _bool_keyword("return_lse", return_lse)
     _bool_keyword("smooth_k", smooth_k)
     scale = _check_sm_scale(opts.sm_scale)
-    extra = {}
-    if opts.is_causal:
-        if not op_supports("is_causal"):
-            raise NotImplementedError("is_causal: causal attention is not in this sage-co build yet (issue 14 "
-                                      "adds it); sage-co never drops the mask silently")
-        extra["is_causal"] = True
+    # is_causal goes straight to the op (it has it since issue 14); no op_supports() here: dynamo cannot trace
+    # inspect.signature under torch.compile(fullgraph=True)
     if opts.enable_gqa is False and _heads_seq(q, tensor_layout)[0] != _heads_seq(k, tensor_layout)[0]:
         raise ValueError("enable_gqa: False but q and k have different head counts; pass enable_gqa=True")
     return api.sage_attention(q, k, v, scale, layout=tensor_layout, smooth_k=smooth_k,
-                              return_lse=return_lse, smooth_v=opts.smooth_v, pv_dtype=opts.pv_dtype, **extra)
+                              return_lse=return_lse, smooth_v=opts.smooth_v, pv_dtype=opts.pv_dtype,
+                              is_causal=opts.is_causal)
 
 
 def sageattn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal: bool = False,

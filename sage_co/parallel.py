@@ -145,7 +145,9 @@ def agree(q, k, v, group, world: int, rank: int, *, mode, layout, return_lse, op
 
 def sequence_parallel_attention(q, k, v, group=None, mode: str = "ulysses", **op_kwargs):
     """This rank's shard of attention over the whole sequence held by `group`; see the module docstring."""
-    if not dist.is_available() or not dist.is_initialized():
+    if not dist.is_available() or not dist.is_initialized():   # no group to agree in: refuse locally
+        if mode not in MODES:
+            raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
         raise RuntimeError("group: torch.distributed is not initialized; call torch.distributed."
                            "init_process_group (gloo on CPU, nccl/RCCL on GPUs) first")
     return_lse = op_kwargs.pop("return_lse", False)

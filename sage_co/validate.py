@@ -155,21 +155,29 @@ def check_packed_qkv(q, k, v) -> Shapes:
     return Shapes(1, T_q, T_kv, H_q, H_kv, D, q.dtype)
 
 
-def check_cu_seqlens(name: str, cu, total: int, max_len, max_name: str) -> list[int]:
-    """cu_seqlens: a 1-D int32 or int64 tensor [batch + 1] with data (not meta) starting at 0, never decreasing,
-    ending at the packed length; max_len an int >= the longest sequence. Returns the values."""
+def check_cu_seqlens_tensor(name: str, cu, max_len, max_name: str) -> None:
+    """What can be checked without reading cu_seqlens: a 1-D int32 or int64 tensor [batch + 1] with data (not
+    meta); max_len an int (also under torch.compile: no data is read)."""
     if not isinstance(cu, torch.Tensor):
         raise TypeError(f"{name}: expected a 1-D int32 or int64 tensor [batch + 1], got {type(cu).__name__}")
-    if cu.dim() != 1 or cu.dtype not in (torch.int32, torch.int64) or cu.numel() < 2:
+    if cu.dim() != 1 or cu.dtype not in (torch.int32, torch.int64) or cu.shape[0] < 2:
         raise ValueError(f"{name}: expected a 1-D int32 or int64 tensor [batch + 1] of cumulative lengths, got "
                          f"{cu.dtype} {list(cu.shape)}")
     if cu.device.type == "meta":
         raise ValueError(f"{name}: expected a tensor with data (the lengths are read on the host), got one on meta")
+    if isinstance(max_len, bool) or not isinstance(max_len, int):
+        raise TypeError(f"{max_name}: expected an int, got {type(max_len).__name__}")
+
+
+def check_cu_seqlens(name: str, cu, total: int, max_len, max_name: str) -> list[int]:
+    """cu_seqlens (check_cu_seqlens_tensor) holding values that start at 0, never decrease and end at the packed
+    length, with max_len >= the longest sequence. Reads the values (a host copy). Returns them."""
+    check_cu_seqlens_tensor(name, cu, max_len, max_name)
     vals = [int(x) for x in cu.cpu()]
     if vals[0] != 0 or any(b < a for a, b in zip(vals, vals[1:])) or vals[-1] != total:
         raise ValueError(f"{name}: must start at 0, never decrease and end at the packed length {total}, got {vals}")
     longest = max(b - a for a, b in zip(vals, vals[1:]))
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < longest:
+    if max_len < longest:
         raise ValueError(f"{max_name}: expected an int >= the longest sequence of {name} ({longest}), got {max_len!r}")
     return vals
 
@@ -332,7 +340,9 @@ def check_prepared(prepared, device: torch.device | str | None = None) -> Shapes
         raise ValueError(f"prepared.k_int8: expected B >= 1 and a head count dividing the {H_q} heads of q_int8, "
                          f"got shape {tuple(prepared.k_int8.shape)}")
     dev = torch.device(device) if device is not None else prepared.q_int8.device
-    desc = f"B={B}, S_q={S_q}, S_kv={S_kv}, H_q={H_q}, H_kv={H_kv}, D={D} (D_pad={d_pad(D)})"
+
+    def desc():   # only on the error path: torch.compile(dynamic=True) cannot format symbolic sizes
+        return f"B={B}, S_q={S_q}, S_kv={S_kv}, H_q={H_q}, H_kv={H_kv}, D={D} (D_pad={d_pad(D)})"
     v_t = prepared.v_t
     pv = "fp16" if isinstance(v_t, torch.Tensor) and v_t.dtype == torch.float16 else "fp8"
     fields = expected_shapes(B, S_q, S_kv, H_q, H_kv, D, pv)
@@ -345,7 +355,7 @@ def check_prepared(prepared, device: torch.device | str | None = None) -> Shapes
         t = getattr(prepared, field)
         _tensor(name, t, dtype)
         if tuple(t.shape) != shape:
-            raise ValueError(f"{name}: expected shape {shape} for {desc}, got {tuple(t.shape)}; "
+            raise ValueError(f"{name}: expected shape {shape} for {desc()}, got {tuple(t.shape)}; "
                              f"this prepared structure was made for another shape")
         _contiguous(name, t)
         if t.device != dev:
