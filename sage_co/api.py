@@ -33,14 +33,15 @@ def _prepare_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale
                 eps: float, cos: Optional[torch.Tensor], sin: Optional[torch.Tensor], rope_dim: int, backend: str,
                 smooth_v: bool = False, pv_dtype: str = "fp8"
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                           torch.Tensor, torch.Tensor]:
+                           torch.Tensor, torch.Tensor, torch.Tensor]:
     from .ops.prepare import run_prepare
     p = run_prepare(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
                     k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin,
                     rope_dim=rope_dim if rope_dim != _NO_ROPE else None, smooth_v=smooth_v, pv_dtype=pv_dtype,
                     backend=backend or None)
     v_mean = p.v_mean if p.v_mean is not None else torch.zeros_like(p.k_mean)
-    return p.q_int8, p.q_scale, p.k_int8, p.k_scale, p.k_mean, p.v_t.view(torch.uint8), p.v_scale, v_mean
+    lse_corr = p.lse_corr if p.lse_corr is not None else p.q_scale.new_empty((0,))   # (0,): no smooth_k
+    return p.q_int8, p.q_scale, p.k_int8, p.k_scale, p.k_mean, p.v_t.view(torch.uint8), p.v_scale, v_mean, lse_corr
 
 
 def _sizes(q, k, layout):
@@ -50,7 +51,7 @@ def _sizes(q, k, layout):
     return B, S_q, kn.shape[1], H_q, kn.shape[2], D
 
 
-def _prepared_like(q: torch.Tensor, k: torch.Tensor, layout: str, pv_dtype: str = "fp8"):
+def _prepared_like(q: torch.Tensor, k: torch.Tensor, layout: str, pv_dtype: str = "fp8", smooth_k: bool = False):
     B, S_q, S_kv, H_q, H_kv, D = _sizes(q, k, layout)
     Sq, Skv, Dp = s_pad(S_q), s_pad(S_kv), d_pad(D)
     v_bytes = 2 if pv_dtype == "fp16" else 1
@@ -61,13 +62,14 @@ def _prepared_like(q: torch.Tensor, k: torch.Tensor, layout: str, pv_dtype: str 
             q.new_empty((B, H_kv, Dp), dtype=torch.float32),
             q.new_empty((B, H_kv, Dp, Skv * v_bytes), dtype=torch.uint8),   # the bytes of v_t
             q.new_empty((B, H_kv, Dp), dtype=torch.float32),
-            q.new_empty((B, H_kv, Dp), dtype=torch.float32))                 # v_mean
+            q.new_empty((B, H_kv, Dp), dtype=torch.float32),                 # v_mean
+            q.new_empty((B, H_q, S_q) if smooth_k else (0,), dtype=torch.float32))   # lse_corr
 
 
 @_prepare_op.register_fake
 def _(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin, rope_dim, backend,
       smooth_v=False, pv_dtype="fp8"):
-    return _prepared_like(q, k, layout, pv_dtype)
+    return _prepared_like(q, k, layout, pv_dtype, smooth_k)
 
 
 def sage_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
@@ -87,15 +89,15 @@ def sage_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q
                          float(eps), cos, sin, chk.rope_dim or _NO_ROPE, backend or _DEFAULT, bool(smooth_v),
                          pv_dtype)
     sh = chk.shapes
-    return _prepared(fields, sh.S_q, sh.S_kv, sh.D, sh.dtype, bool(smooth_v), pv_dtype)
+    return _prepared(fields, sh.S_q, sh.S_kv, sh.D, sh.dtype, bool(smooth_v), pv_dtype, bool(smooth_k))
 
 
 def _prepared(fields, S_q: int, S_kv: int, D: int, out_dtype: torch.dtype, smooth_v: bool = False,
-              pv_dtype: str = "fp8") -> SagePrepared:
-    q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, v_mean = fields
+              pv_dtype: str = "fp8", smooth_k: bool = False) -> SagePrepared:
+    q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, v_mean, lse_corr = fields
     v_t = v_bytes.view(PV_DTYPES[pv_dtype])
     return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_t, v_scale, S_q, S_kv, D, out_dtype,
-                        v_mean if smooth_v else None)
+                        v_mean if smooth_v else None, lse_corr if smooth_k else None)
 
 
 # -------------------------------------------------------------------------------------------- forward
@@ -104,9 +106,9 @@ def _fwd_op(q_int8: torch.Tensor, q_scale: torch.Tensor, k_int8: torch.Tensor, k
             k_mean: torch.Tensor, v_bytes: torch.Tensor, v_scale: torch.Tensor, seq_len_q: int, seq_len_kv: int,
             head_dim: int, out_dtype: torch.dtype, layout: str, return_lse: bool, backend: str, kernel: str,
             is_causal: bool = False, block_mask: Optional[torch.Tensor] = None, v_mean: Optional[torch.Tensor] = None,
-            pv_dtype: str = "fp8") -> tuple[torch.Tensor, torch.Tensor]:
-    prepared = _prepared((q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, v_mean), seq_len_q,
-                         seq_len_kv, head_dim, out_dtype, v_mean is not None, pv_dtype)
+            pv_dtype: str = "fp8", lse_corr: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    prepared = _prepared((q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, v_mean, lse_corr), seq_len_q,
+                         seq_len_kv, head_dim, out_dtype, v_mean is not None, pv_dtype, lse_corr is not None)
     # A caller's SagePrepared: its padding must be zero (a seq_len lowered within the same S_pad shows there).
     # Checked here, in the real implementation, so torch.compile traces no data-dependent branch; it reads only
     # the padded part. sage_attention's own prepared structure skips it (_run_fwd).
@@ -132,7 +134,7 @@ def _fwd_like(like: torch.Tensor, B, S_q, H_q, D, out_dtype, layout, return_lse)
 
 @_fwd_op.register_fake
 def _(q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, seq_len_q, seq_len_kv, head_dim, out_dtype, layout,
-      return_lse, backend, kernel, is_causal=False, block_mask=None, v_mean=None, pv_dtype="fp8"):
+      return_lse, backend, kernel, is_causal=False, block_mask=None, v_mean=None, pv_dtype="fp8", lse_corr=None):
     validate.check_attention_length(seq_len_q, head_dim, "seq_len_q")   # the real op's refusals, also on meta
     validate.check_attention_length(seq_len_kv, head_dim, "seq_len_kv")
     validate.check_kernel_shipped(kernel or None)
@@ -159,7 +161,7 @@ def sage_attention_fwd(prepared: SagePrepared, *, layout="NHD", return_lse=False
     validate.check_attention_length(sh.S_kv, sh.D, "prepared.seq_len_kv")
     out, lse = _fwd_op(*prepared[:5], prepared.v_t.view(torch.uint8), prepared.v_scale, sh.S_q, sh.S_kv, sh.D,
                        sh.dtype, layout, bool(return_lse), backend or _DEFAULT, kernel or _DEFAULT, bool(is_causal),
-                       block_mask, prepared.v_mean, prepared.pv_dtype)
+                       block_mask, prepared.v_mean, prepared.pv_dtype, prepared.lse_corr)
     return (out, lse) if return_lse else out
 
 
@@ -194,7 +196,7 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sca
     fields = _prepare_op(q, k, v, softmax_scale, layout, smooth_k, q_norm_weight, k_norm_weight, eps, cos, sin,
                          rope_dim, backend, smooth_v, pv_dtype)
     B, S_q, S_kv, H_q, H_kv, D = _sizes(q, k, layout)
-    prepared = _prepared(fields, S_q, S_kv, D, q.dtype, smooth_v, pv_dtype)   # made here: padding not re-read
+    prepared = _prepared(fields, S_q, S_kv, D, q.dtype, smooth_v, pv_dtype, smooth_k)   # made here: padding not re-read
     return _run_fwd(prepared, layout, return_lse, backend, kernel, is_causal, block_mask)
 
 

@@ -360,6 +360,14 @@ def check_prepared(prepared, device: torch.device | str | None = None) -> Shapes
         _contiguous(name, t)
         if t.device != dev:
             raise ValueError(f"{name}: expected a tensor on {dev}, got {t.device}")
+    if prepared.lse_corr is not None:   # smooth_k's LSE term per query row (docs/numerics.md §LSE)
+        _tensor("prepared.lse_corr", prepared.lse_corr, torch.float32)
+        if tuple(prepared.lse_corr.shape) != (B, H_q, S_q):
+            raise ValueError(f"prepared.lse_corr: expected shape {(B, H_q, S_q)} for {desc()}, got "
+                             f"{tuple(prepared.lse_corr.shape)}")
+        _contiguous("prepared.lse_corr", prepared.lse_corr)
+        if prepared.lse_corr.device != dev:
+            raise ValueError(f"prepared.lse_corr: expected a tensor on {dev}, got {prepared.lse_corr.device}")
     return Shapes(B, S_q, S_kv, H_q, H_kv, D, prepared.out_dtype)
 
 

@@ -80,9 +80,11 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layou
     # Without return_lse the kernel never touches lse; it still gets a valid (tiny) allocation.
     lse = torch.empty(sh.B, sh.H_q, sh.S_q, dtype=torch.float32, device=device) if return_lse else \
         torch.empty(1, dtype=torch.float32, device=device)
-    # The smooth_k term is ln2 * q_f . k_mean; k_mean is all zero for a prepare without smooth_k, so adding it
-    # always is exact (x + ln2 * (+-0) == x) and the host never has to inspect k_mean.
-    flags = ((FLAG_LSE | FLAG_SMOOTH_K) if return_lse else 0) | (FLAG_CAUSAL if is_causal else 0) | \
+    # The smooth_k term: with prepared.lse_corr (every sage_prepare with smooth_k) it is added here, after the
+    # kernel, from the original q (docs/numerics.md §LSE); a structure without it gets the kernel's term
+    # ln2 * q_f . k_mean (k_mean is all zero without smooth_k, so adding it is exact: x + ln2 * (+-0) == x).
+    smooth_k_term = FLAG_SMOOTH_K if prepared.lse_corr is None else 0
+    flags = ((FLAG_LSE | smooth_k_term) if return_lse else 0) | (FLAG_CAUSAL if is_causal else 0) | \
         (FLAG_SMOOTH_V if prepared.v_mean is not None else 0)
     active = masks.active_tiles(sh.B, sh.H_q, sh.S_q, sh.S_kv, is_causal=is_causal, block_mask=block_mask,
                                 device=device)
@@ -100,4 +102,6 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layou
         "v_mean": prepared.v_mean if prepared.v_mean is not None else prepared.k_mean,
     }
     launch(kernel.symbol, ATTENTION_FWD_ARGS, grid(prepared), BLOCK, args, backend=backend)
+    if return_lse and prepared.lse_corr is not None:
+        lse = lse + prepared.lse_corr     # the same fp32 add as reference.sage_attention_model
     return (out, lse) if return_lse else out

@@ -25,7 +25,7 @@ from ..abi import PREPARE_REDUCE_ARGS as REDUCE_ARGS
 from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # noqa: F401  (the structs live in sage_co/abi.py)
 from ..launch import launch, resolve_backend
 from ..prepared import SCALE_BLOCK, SagePrepared, d_pad, s_pad
-from ..reference import q_multiplier
+from ..reference import norm_rope, q_multiplier, smooth_k_lse_correction
 
 WAVE = (32, 1, 1)  # stats and quant: one wave32 per workgroup
 MAX_CHUNKS = PREPARE_MAX_CHUNKS
@@ -149,8 +149,12 @@ def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_
         "q_norm": int(q_norm_weight is not None), "k_norm": int(k_norm_weight is not None),
         **strides("q", qs), **strides("k", ks), **strides("v", vs), "v_mean": v_mean, "pv_fp16": int(pv16),
     }, backend=backend)
+    lse_corr = None
+    if smooth_k:   # host side, in torch, from the original q (after the norm / RoPE spec the quant kernel applies)
+        qn = norm_rope(chk.q, q_norm_weight, eps, cos, sin, chk.rope_dim)
+        lse_corr = smooth_k_lse_correction(qn, k_mean, chk.softmax_scale)
     return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_t, v_scale, sh.S_q, sh.S_kv, D, sh.dtype,
-                        v_mean if smooth_v else None)
+                        v_mean if smooth_v else None, lse_corr)
 
 
 def quant_grid(sh: validate.Shapes) -> tuple[int, int, int]:
