@@ -181,7 +181,7 @@ def test_attention_hnd_layout_and_compile(kernel):
                                       kernel=kernel)
 
     hnd = f(q, k, v)
-    assert hnd.shape == (1, 2, 40, 128) and torch.equal(hnd.transpose(1, 2), nhd)
+    assert hnd.shape == (2, 2, 40, 128) and torch.equal(hnd.transpose(1, 2), nhd)
     assert torch.equal(torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v), hnd)
     out_ref = reference.sage_attention(q, k, v)
     assert (nhd.float() - out_ref.float()).norm() <= 1e-3 * out_ref.float().norm()
