@@ -29,6 +29,8 @@
 //       log2(N) (log2(N) + 1) / 2 steps of N/2 compare-exchanges; then lane L walks sorted positions
 //       [L * N/32, (L + 1) * N/32) with A = (exclusive wave scan of the lanes' mass sums) + its running sum, R = pos
 //       keep = topk_count ? R < topk_count : A * 2^31 < cdf_fixed * W (u64);  keep |= !(k_sim[j] >= thr)
+//     causal: the row ranks only its first n_row key blocks (those it can see, sage_co.masks.causal_tiles) as if
+//     n_kv were n_row, and writes 0 for the others (n_row = 0: all 0).
 //     Writes mask [B, H_q, n_q, n_kv] (one byte per key block, 0/1: torch.bool).
 //     exp2_poly(x), x <= 0: 0 when x < -32; else n = floor(x), f = x - n, p = 1 + f * (C1 + f * (C2 + ... + f * C6))
 //     (Horner, separate multiply and add), e = p * 2^n -- basic IEEE operations only, so every device agrees
@@ -38,9 +40,10 @@
 //   pool   (100 B): 0 q, 8 k, 16 q_mean, 24 q_sim, 32 k_mean, 40 k_sim (ptr); 48 S_q, 52 S_kv, 56 H_q, 60 H_kv,
 //                   64 n_q, 68 n_kv, 72 D, 76 q_sb, 80 q_ss, 84 q_sh, 88 k_sb, 92 k_ss, 96 k_sh (u32; strides
 //                   in elements: batch, token, head)
-//   select  (88 B): 0 q_mean, 8 q_sim, 16 k_mean, 24 k_sim, 32 mask (ptr); 40 kv_group_magic (u64); 48 n_q,
+//   select (100 B): 0 q_mean, 8 q_sim, 16 k_mean, 24 k_sim, 32 mask (ptr); 40 kv_group_magic (u64); 48 n_q,
 //                   52 n_kv, 56 H_q, 60 H_kv, 64 D (u32); 68 score_scale, 72 sim_threshold, 76 mass_scale (f32);
-//                   80 cdf_fixed, 84 topk_count (u32; topk_count 0 = cdf mode)
+//                   80 cdf_fixed, 84 topk_count (u32; topk_count 0 = cdf mode), 88 causal (u32 0/1), 92 S_q,
+//                   96 S_kv (u32)
 //
 // Register map (hsaco/manifest.json has the counts): pool keeps acc[4], usum[4] and TPS tokens x 4 channels per
 // lane; select keeps s and 16 key values of a step, then two 64-bit keys of a compare-exchange, the query row in
@@ -228,6 +231,16 @@ INLINE u32 shfl_up_u(u32 v, u32 d) {  // lane - d's value (callers use it only f
 // stores, and emits no wait -- is enough.
 INLINE void lds_handoff() { __builtin_amdgcn_fence(__ATOMIC_ACQ_REL, "wavefront"); }
 
+// The key blocks query block x sees under the bottom-right aligned causal mask (row i sees keys j <= i + S_kv - S_q):
+// those whose first key is <= last row + S_kv - S_q, a prefix 0 .. n_row - 1 (0 when the last row sees no key).
+INLINE u32 causal_key_blocks(u32 x, u32 S_q, u32 S_kv, u32 n_kv) {
+  long long last = (long long)min_u32(x * BLOCK + BLOCK - 1, S_q - 1);
+  long long lim = last + (long long)S_kv - (long long)S_q;
+  if (lim < 0) return 0;
+  long long n = lim / BLOCK + 1;
+  return n < (long long)n_kv ? (u32)n : n_kv;
+}
+
 INLINE void write_all(u8* __restrict__ out, u32 n_kv, u8 v) {
   for (u32 j = lane_id(); j < n_kv; j += 32) out[j] = v;
 }
@@ -236,7 +249,7 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
                                         const float* __restrict__ k_mean, const float* __restrict__ k_sim,
                                         u8* __restrict__ mask, u64 kv_group_magic, u32 n_q, u32 n_kv, u32 H_q,
                                         u32 H_kv, u32 D, float score_scale, float sim_threshold, float mass_scale,
-                                        u32 cdf_fixed, u32 topk_count) {
+                                        u32 cdf_fixed, u32 topk_count, u32 causal, u32 S_q, u32 S_kv) {
   u32 x = __builtin_amdgcn_workgroup_id_x();
   u32 h = __builtin_amdgcn_workgroup_id_y();
   u32 b = __builtin_amdgcn_workgroup_id_z();
@@ -244,8 +257,14 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
   u32 g = (u32)(((u64)h * kv_group_magic) >> 32);
   u64 row = ((u64)b * H_q + h) * n_q + x;
   u8* out = mask + row * n_kv;
+  // causal: only the key blocks j < n_row hold a key some row of this query block sees (sage_co.masks.causal_tiles);
+  // the others take no part in the ranking or the mass (SpargeAttn masks the pooled scores causally first) and are
+  // never kept
+  u32 n_row = causal ? causal_key_blocks(x, S_q, S_kv, n_kv) : n_kv;
+  for (u32 j = n_row + lane; j < n_kv; j += 32) out[j] = 0;
+  if (n_row == 0) return;
   if (!(q_sim[row] >= sim_threshold)) {  // the query block is not self-similar: it keeps every key block
-    write_all(out, n_kv, 1);
+    write_all(out, n_row, 1);
     return;
   }
   const float* qr = q_mean + row * CH;
@@ -253,15 +272,15 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
   const float* kt = k_mean + bh * n_kv * CH;
   const float* ks = k_sim + bh * n_kv;
   u32 N = 2;
-  while (N < n_kv) N <<= 1;
+  while (N < n_row) N <<= 1;
   u64* keys = (u64*)lds_dyn;
   u32* val = lds_dyn + 2 * N;  // score bits, then mass, of key block j
 
   // scores: t_j = (+0 + q[0] * k[0][j] + ... + q[D-1] * k[D-1][j], in order) * score_scale
   bool bad = false;
   float mx = -__builtin_inff();
-  for (u32 j0 = 0; j0 < n_kv; j0 += 32) {
-    u32 j = j0 + lane, jl = min_u32(j, n_kv - 1);
+  for (u32 j0 = 0; j0 < n_row; j0 += 32) {
+    u32 j = j0 + lane, jl = min_u32(j, n_row - 1);
     const float* kr = kt + (u64)jl * CH;  // this lane's key row: 16-byte loads at immediate offsets
     float s = 0.0f;
     for (u32 d0 = 0; d0 < D; d0 += DSTEP) {  // D is a multiple of DSTEP: all loads of a step, then the sums
@@ -272,7 +291,7 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
       for (u32 e = 0; e < DSTEP; ++e) s = s + qr[d0 + e] * kv[e / 4][e % 4];
     }
     float t = s * score_scale;
-    if (j < n_kv) {
+    if (j < n_row) {
       val[j] = __builtin_bit_cast(u32, t);
       keys[j] = rank_key(t, j);
       bad = bad || !(__builtin_fabsf(t) <= FLT_MAX_F);
@@ -280,10 +299,10 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
     }
   }
   if (__builtin_amdgcn_ballot_w32(bad) != 0u) {  // a non-finite pooled score: the row cannot be ranked, keep all
-    write_all(out, n_kv, 1);
+    write_all(out, n_row, 1);
     return;
   }
-  for (u32 j = n_kv + lane; j < N; j += 32) keys[j] = KEY_PAD;
+  for (u32 j = n_row + lane; j < N; j += 32) keys[j] = KEY_PAD;
   lds_handoff();
 #pragma unroll
   for (u32 m = 16; m >= 1; m >>= 1) {
@@ -292,7 +311,7 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
   }
   // integer masses (order-free sums)
   u32 wsum = 0;
-  for (u32 j = lane; j < n_kv; j += 32) {
+  for (u32 j = lane; j < n_row; j += 32) {
     u32 w = exp2_mass(as_f(val[j]) - mx, mass_scale);
     val[j] = w;
     wsum += w;
@@ -324,7 +343,7 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
   u32 lane_sum = 0;
   for (u32 q = 0; q < per; ++q) {
     u32 pos = first + q;
-    if (pos < n_kv) lane_sum += val[(u32)keys[pos]];
+    if (pos < n_row) lane_sum += val[(u32)keys[pos]];
   }
   u32 incl = lane_sum;
 #pragma unroll
@@ -335,7 +354,7 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
   u32 above = incl - lane_sum;
   for (u32 q = 0; q < per; ++q) {
     u32 pos = first + q;
-    if (pos < n_kv) {
+    if (pos < n_row) {
       u32 idx = (u32)keys[pos];
       bool keep = topk_count ? pos < topk_count : ((u64)above << 31) < thresh;
       keep = keep || !(ks[idx] >= sim_threshold);  // a key block that is not self-similar is always kept

@@ -15,6 +15,7 @@ kernel author's tools (build_asm.py, tools/disasm_check.py, sage_co.emu.disasm, 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 __version__ = "0.1.0"
 
@@ -43,9 +44,14 @@ def __getattr__(name: str):
     if name in _SUBMODULES:
         return importlib.import_module(f".{name}", __name__)   # the import binds it in globals()
     module = _LAZY.get(name)
-    if module is None:
+    if module is not None:
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        # a submodule (sage_co.parallel, .sparse, .masks, .integrations, ...): `import sage_co; sage_co.parallel`
+        # works like `import sage_co.parallel`
+        value = importlib.import_module(f".{name}", __name__)
+    else:
         raise AttributeError(f"module 'sage_co' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
 

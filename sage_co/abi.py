@@ -285,7 +285,10 @@ PREDICT_SELECT_ARGS = KernargStruct(PREDICT_SELECT_OP, [
     Field("mass_scale", "f32", 76),       # 2^k, k = min(24, 31 - ceil(log2 n_kv))
     Field("cdf_fixed", "u32", 80),        # max(1, rne(cdf_threshold * 2^31))
     Field("topk_count", "u32", 84),       # predict_topk_count(); 0 = cdf mode
-], size=88)
+    Field("causal", "u32", 88),           # 1: each query block ranks only the key blocks it sees causally
+    Field("S_q", "u32", 92),              # the lengths that place the causal diagonal (read only when causal)
+    Field("S_kv", "u32", 96),
+], size=100)
 
 STRUCTS[PREDICT_POOL_OP] = PREDICT_POOL_ARGS
 STRUCTS[PREDICT_SELECT_OP] = PREDICT_SELECT_ARGS

@@ -19,7 +19,8 @@ from those declarations. Each call is checked once by sage_co.plan.plan_call bef
 V^T (fp8, or fp16 with pv_dtype="fp16") crosses the op boundary as its raw bytes (a uint8 view of the same storage,
 pv_dtype says how to read them): torch's schema checker (opcheck test_schema) cannot compare float8 tensors, and a
 view costs nothing. v_mean crosses as a tensor (zeros without smooth_v) and becomes SagePrepared.v_mean only with
-smooth_v.
+smooth_v; lse_corr (smooth_k's LSE term) crosses as a tensor ([0] without smooth_k) and becomes
+SagePrepared.lse_corr only with smooth_k.
 """
 from __future__ import annotations
 
@@ -63,10 +64,12 @@ def _prepare_impl(*args):
     inputs, o = SAGE_PREPARE.from_schema(args)
     pr = _prepare_fields(planning.plan_call(SAGE_PREPARE, inputs, o))
     v_mean = pr.v_mean if pr.v_mean is not None else torch.zeros_like(pr.k_mean)
-    return pr.q_int8, pr.q_scale, pr.k_int8, pr.k_scale, pr.k_mean, pr.v_t.view(torch.uint8), pr.v_scale, v_mean
+    lse_corr = pr.lse_corr if pr.lse_corr is not None else pr.q_scale.new_empty((0,))   # (0,): no smooth_k
+    return (pr.q_int8, pr.q_scale, pr.k_int8, pr.k_scale, pr.k_mean, pr.v_t.view(torch.uint8), pr.v_scale, v_mean,
+            lse_corr)
 
 
-def _prepared_like(q: torch.Tensor, k: torch.Tensor, layout: str, pv_dtype: str = "fp8"):
+def _prepared_like(q: torch.Tensor, k: torch.Tensor, layout: str, pv_dtype: str = "fp8", smooth_k: bool = False):
     B, S_q, S_kv, H_q, H_kv, D = _sizes(q, k, layout)
     Sq, Skv, Dp = s_pad(S_q), s_pad(S_kv), d_pad(D)
     v_bytes = 2 if pv_dtype == "fp16" else 1
@@ -77,12 +80,13 @@ def _prepared_like(q: torch.Tensor, k: torch.Tensor, layout: str, pv_dtype: str 
             q.new_empty((B, H_kv, Dp), dtype=torch.float32),
             q.new_empty((B, H_kv, Dp, Skv * v_bytes), dtype=torch.uint8),   # the bytes of v_t
             q.new_empty((B, H_kv, Dp), dtype=torch.float32),
-            q.new_empty((B, H_kv, Dp), dtype=torch.float32))                 # v_mean
+            q.new_empty((B, H_kv, Dp), dtype=torch.float32),                 # v_mean
+            q.new_empty((B, H_q, S_q) if smooth_k else (0,), dtype=torch.float32))   # lse_corr
 
 
 def _prepare_fake(*args):
     (q, k, _), o = SAGE_PREPARE.from_schema(args)
-    return _prepared_like(q, k, o["layout"], o["pv_dtype"])
+    return _prepared_like(q, k, o["layout"], o["pv_dtype"], o["smooth_k"])
 
 
 _prepare_op = _register(SAGE_PREPARE, _prepare_impl, _prepare_fake)
@@ -102,18 +106,18 @@ def sage_prepare(q, k, v, softmax_scale=None, **options) -> SagePrepared:
     p = planning.plan_call(SAGE_PREPARE, (q, k, v), o, resolve=False)
     fields = _prepare_op(*SAGE_PREPARE.to_schema((q, k, v), _schema_values(p)))
     sh = p.shapes
-    return _prepared(fields, sh.S_q, sh.S_kv, sh.D, sh.dtype, o["smooth_v"], o["pv_dtype"])
+    return _prepared(fields, sh.S_q, sh.S_kv, sh.D, sh.dtype, o["smooth_v"], o["pv_dtype"], o["smooth_k"])
 
 
 sage_prepare.__signature__ = SAGE_PREPARE.signature()
 
 
 def _prepared(fields, S_q: int, S_kv: int, D: int, out_dtype: torch.dtype, smooth_v: bool = False,
-              pv_dtype: str = "fp8") -> SagePrepared:
-    q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, v_mean = fields
+              pv_dtype: str = "fp8", smooth_k: bool = False) -> SagePrepared:
+    q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, v_mean, lse_corr = fields
     v_t = v_bytes.view(PV_DTYPES[pv_dtype])
     return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_t, v_scale, S_q, S_kv, D, out_dtype,
-                        v_mean if smooth_v else None)
+                        v_mean if smooth_v else None, lse_corr if smooth_k else None)
 
 
 # -------------------------------------------------------------------------------------------- forward
@@ -125,7 +129,8 @@ def _no_lse(out: torch.Tensor, lse: torch.Tensor, return_lse: bool):
 def _fwd_impl(*args):
     fields, o = SAGE_ATTENTION_FWD.from_schema(args)
     *tensors, S_q, S_kv, D, out_dtype = fields
-    prepared = _prepared((*tensors, o["v_mean"]), S_q, S_kv, D, out_dtype, o["v_mean"] is not None, o["pv_dtype"])
+    prepared = _prepared((*tensors, o["v_mean"], o["lse_corr"]), S_q, S_kv, D, out_dtype, o["v_mean"] is not None,
+                         o["pv_dtype"], o["lse_corr"] is not None)
     # A caller's SagePrepared: its padding must be zero (a seq_len lowered within the same S_pad shows there).
     # Checked in the real implementation, so torch.compile traces no data-dependent branch; it reads only the
     # padded part. sage_attention's own prepared structure skips it.
@@ -166,7 +171,7 @@ def sage_attention_fwd(prepared: SagePrepared, **options):
         validate.check_prepared_padding(prepared)
         out, lse = attention_ops.execute(p.attention, prepared, o["block_mask"])
     else:
-        o = {**o, "v_mean": prepared.v_mean, "pv_dtype": prepared.pv_dtype}
+        o = {**o, "v_mean": prepared.v_mean, "pv_dtype": prepared.pv_dtype, "lse_corr": prepared.lse_corr}
         sh = p.shapes
         fields = (*prepared[:5], prepared.v_t.view(torch.uint8), prepared.v_scale, sh.S_q, sh.S_kv, sh.D, sh.dtype)
         out, lse = _fwd_op(*SAGE_ATTENTION_FWD.to_schema(fields, o))
@@ -199,15 +204,18 @@ def _attention_fake(*args):
 _attention_op = _register(SAGE_ATTENTION, _attention_impl, _attention_fake)
 
 
-def _predicted(p: planning.Plan, q, k) -> dict:
-    """sparsity="auto": the options with block_mask = the predictor's mask (sage_co.predict_block_mask)."""
-    from .sparse import predict_block_mask
+def _predicted(p: planning.Plan) -> dict:
+    """sparsity="auto": the options with block_mask = the predictor's mask (sage_co.sparse.auto_block_mask: on the
+    q / k the attention sees, after the fused RMSNorm / RoPE when those are on, masked causally with is_causal)."""
+    from . import sparse
     o = p.options
-    mask = predict_block_mask(q, k, cdf_threshold=o["cdf_threshold"], softmax_scale=p.softmax_scale,
-                              layout=o["layout"], backend=o["backend"])   # the predictor kernels
+    chk = validate.Checked(p.shapes, p.q, p.k, p.v, p.softmax_scale, p.rope_dim, o["norm_rope_rounding"])
+    mask = sparse.auto_block_mask(chk, cdf_threshold=o["cdf_threshold"], is_causal=o["is_causal"],
+                                  backend=o["backend"], q_norm_weight=o["q_norm_weight"],
+                                  k_norm_weight=o["k_norm_weight"], eps=o["eps"], cos=o["cos"], sin=o["sin"])
     sh = p.shapes
-    masks.check_block_mask(mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
-    return {**o, "block_mask": mask, "sparsity": None}
+    masks.check_block_mask(mask, sh.B, sh.H_q, sh.S_q, sh.S_kv, device=p.q.device)
+    return {**o, "block_mask": mask, "sparsity": None, "cdf_threshold": None}
 
 
 def sage_attention(q, k, v, softmax_scale=None, **options):
@@ -224,19 +232,21 @@ def sage_attention(q, k, v, softmax_scale=None, **options):
     is_causal: query i sees keys j <= i + S_kv - S_q (bottom-right aligned, as flash-attention >= 2.1).
     block_mask: bool [B, H_q, ceil(S_q / BLOCK_Q), ceil(S_kv / BLOCK_KV)]: the key tiles each query tile attends
     (the kernel visits only those: time ~ density); combines with is_causal. sparsity="auto": block_mask =
-    sage_co.predict_block_mask(q, k, cdf_threshold=..., backend=backend) (SpargeAttn's prediction, on the
-    predictor kernels). Rows that see no key output zeros and LSE -inf (docs/numerics.md §Masks)."""
+    sage_co.predict_block_mask(q', k', cdf_threshold=..., is_causal=is_causal, backend=backend) (SpargeAttn's
+    prediction, on the predictor kernels) on q', k' = q, k after the fused RMSNorm / RoPE when those are on;
+    cdf_threshold None = the predictor's default (sage_co.sparse.DEFAULT_CDF_THRESHOLD), and only with
+    sparsity="auto". Rows that see no key output zeros and LSE -inf (docs/numerics.md §Masks)."""
     o = SAGE_ATTENTION.bind(options, "sage_attention")
     o["softmax_scale"] = softmax_scale
     if planning.eager(q, k, v):
         p = planning.plan_call(SAGE_ATTENTION, (q, k, v), o)
         if o["sparsity"] == "auto":
-            p = planning.plan_call(SAGE_ATTENTION, (q, k, v), _predicted(p, q, k))
+            p = planning.plan_call(SAGE_ATTENTION, (q, k, v), _predicted(p))
         out, lse = _run_attention(p)
     else:
         p = planning.plan_call(SAGE_ATTENTION, (q, k, v), o, resolve=False)
         if o["sparsity"] == "auto":
-            p = p._replace(options=_predicted(p, q, k))
+            p = p._replace(options=_predicted(p))
         out, lse = _attention_op(*SAGE_ATTENTION.to_schema((q, k, v), _schema_values(p)))
     return (out, lse) if o["return_lse"] else out
 

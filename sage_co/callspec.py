@@ -72,6 +72,8 @@ def _check_sparsity(value):
 
 
 def _check_cdf(value):
+    if value is None:   # the predictor's default (sage_co.sparse.DEFAULT_CDF_THRESHOLD); only with sparsity="auto"
+        return value
     if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0.0 < value <= 1.0):
         raise ValueError(f"cdf_threshold: expected a number in (0, 1], got {value!r}")
     return value
@@ -141,7 +143,8 @@ OPTIONS = {o.name: (replace(o, schema_required=True) if o.name in _FIRST_PUBLISH
                "or 'per_op' (the HF-transformers chain, every op rounded)"),
     Option("sparsity", "str", None, _check_sparsity, schema=False,
            doc="None or 'auto' (block_mask predicted by sage_co.predict_block_mask)"),
-    Option("cdf_threshold", "float", 0.9, _check_cdf, schema=False, doc="sparsity='auto': the predictor's CDF"),
+    Option("cdf_threshold", "float", None, _check_cdf, schema=False,
+           doc="only with sparsity='auto': the predictor's CDF (None: sage_co.sparse.DEFAULT_CDF_THRESHOLD)"),
 )}
 
 
@@ -243,7 +246,7 @@ SAGE_PREPARE = OpSpec(
     "sage_prepare", _QKV,
     _opts("softmax_scale", "layout", "smooth_k", *_NORM_ROPE, "backend", "smooth_v", "pv_dtype",
           "norm_rope_rounding"),
-    "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)", positional=("softmax_scale",))
+    "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)", positional=("softmax_scale",))
 
 SAGE_ATTENTION = OpSpec(
     "sage_attention", _QKV,
@@ -260,7 +263,8 @@ SAGE_ATTENTION_FWD = OpSpec(
     "sage_attention_fwd", PREPARED_FIELDS,
     (*_opts("layout", "return_lse", "backend", "kernel", "is_causal", "block_mask"),
      Option("v_mean", "Tensor?", None, doc="SagePrepared.v_mean (smooth_v); not a keyword of the Python function"),
-     Option("pv_dtype", "str", "fp8", doc="how to read v_bytes; taken from the SagePrepared")),
+     Option("pv_dtype", "str", "fp8", doc="how to read v_bytes; taken from the SagePrepared"),
+     Option("lse_corr", "Tensor?", None, doc="SagePrepared.lse_corr (smooth_k's LSE term); not a keyword")),
     "(Tensor, Tensor)")
 FWD_KEYWORDS = frozenset({"layout", "return_lse", "backend", "kernel", "is_causal", "block_mask"})  # its keywords
 

@@ -125,6 +125,11 @@ def _gib(n: float) -> str:
 
 def _check_run_feasible(args, backend: str) -> dict:
     """Refuse a run that cannot work before anything is allocated: one line each."""
+    from . import validate
+    try:
+        validate.check_kernel(args.kernel)   # before the prepare kernels run (they used to, then the refusal came)
+    except (TypeError, ValueError) as exc:
+        raise CliError(f"--kernel {args.kernel!r}: {exc}", 2) from None
     if backend == "hip" and _default_backend() != "hip":
         import torch
         why = "torch has no ROCm" if getattr(torch.version, "hip", None) is None else "no gfx1201 device is visible"

@@ -103,6 +103,10 @@ _EXTRA_KEYWORDS = {
 def _as_spelled(spelling: str, option: str, value):
     """The option's own validator on a value given under an alias, its error renamed to the caller's spelling."""
     check = SAGE_ATTENTION.option(option).check
+    if check is None and option == "softmax_scale" and value is not None:
+        # its check needs the head dim only for the default (None); a given value is checked here, so that
+        # sm_scale="a" names sm_scale (not softmax_scale) also where nothing runs (varlen with no sequence pair)
+        check = validate.check_softmax_scale
     if check is None:
         return value
     try:

@@ -28,8 +28,10 @@ def causal_tiles(S_q: int, S_kv: int, device=None) -> torch.Tensor:
     return first_key[None, :] <= (last_row + (S_kv - S_q))[:, None]
 
 
-def check_block_mask(block_mask, B: int, H_q: int, S_q: int, S_kv: int) -> None:
-    """block_mask: a bool tensor [B, H_q, ceil(S_q/BLOCK_Q), ceil(S_kv/BLOCK_KV)] (ValueError/TypeError naming it)."""
+def check_block_mask(block_mask, B: int, H_q: int, S_q: int, S_kv: int, *, device) -> None:
+    """block_mask: a bool tensor [B, H_q, ceil(S_q/BLOCK_Q), ceil(S_kv/BLOCK_KV)] on `device` (the device of q, or
+    of the prepared structure): ValueError/TypeError naming it. A mask on another device (meta included) would make
+    the op dispatch elsewhere (meta: its fake implementation, which returns uninitialised memory)."""
     if block_mask is None:
         return
     if not isinstance(block_mask, torch.Tensor):
@@ -38,6 +40,9 @@ def check_block_mask(block_mask, B: int, H_q: int, S_q: int, S_kv: int) -> None:
     if block_mask.dtype != torch.bool or tuple(block_mask.shape) != want:
         raise ValueError(f"block_mask: expected a bool tensor of shape [B, H_q, ceil(S_q/{BLOCK_Q}), "
                          f"ceil(S_kv/{BLOCK_KV})] = {list(want)}, got {block_mask.dtype} {list(block_mask.shape)}")
+    if block_mask.device != torch.device(device):
+        raise ValueError(f"block_mask: expected a tensor on {torch.device(device)} (the device of the inputs), got "
+                         f"{block_mask.device}")
 
 
 def active_tiles(B: int, H_q: int, S_q: int, S_kv: int, *, is_causal: bool = False, block_mask=None,

@@ -4,8 +4,14 @@
     out, lse = sequence_parallel_attention(q, k, v, mode="ring", return_lse=True)
 
 Each rank of `group` passes its contiguous sequence shard (rank r holds tokens sum(S_0..S_{r-1}) .. +S_r of
-q, k and v, NHD like sage_co.sage_attention) and gets its output shard back (and lse [B, H, S_r] fp32).
-`op_kwargs` go to sage_co.sage_attention (softmax_scale, smooth_k, backend, kernel, ...).
+q, k and v; layout="NHD" [B, S_r, H, D] (the default) or "HND" [B, H, S_r, D], like sage_co.sage_attention) and gets
+its output shard back in that layout (and lse [B, H, S_r] fp32). `op_kwargs` go to sage_co.sage_attention
+(softmax_scale, smooth_k, backend, kernel, ...).
+
+Before any exchange of data every rank validates its own arguments (sage_attention's checks, on meta tensors of
+the shapes the op will see) and the ranks all_gather what they were given (dtype, B, H, D, layout, mode, options,
+the shard lengths): a bad argument on one rank, or ranks that disagree, raise the same ValueError on every rank
+(`agree`) instead of a hang, a crash of the other ranks or a wrong result.
 
 ulysses  all-to-all from sequence shards to head shards (every rank gets all tokens of H/W heads), the op, and
          the inverse all-to-all. Needs H % W == 0. Each head sees exactly the single-process inputs, so the result
@@ -25,15 +31,20 @@ RCCL (xGMI / PCIe P2P between R9700s). On CPU (tests, the emulator) use "gloo".
 """
 from __future__ import annotations
 
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 
+from . import validate
 from .callspec import SAGE_ATTENTION, SPLIT_FIXED
 
 MODES = ("ulysses", "ring")
-# op_kwargs: sage_attention's options but those a shard cannot take (sage_co.callspec.SPLIT_FIXED); return_lse is ours
+# op_kwargs: sage_attention's options but those a shard cannot take (sage_co.callspec.SPLIT_FIXED; layout and
+# return_lse are ours)
 OP_KWARGS = SAGE_ATTENTION.passthrough(exclude=SPLIT_FIXED)
+# what every rank of the group must agree on, besides the shard lengths (exchanged in the same all_gather)
+AGREED = ("mode", "layout", "return_lse", "dtype", "B", "H_q", "H_kv", "D", "options")
 
 
 def _world(group):
@@ -44,42 +55,116 @@ def _global(group, r: int) -> int:
     return r if group is None else dist.get_global_rank(group, r)
 
 
-def _check(q, k, v, mode):
-    if mode not in MODES:
-        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
-    if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError("group: torch.distributed is not initialized; call torch.distributed."
-                           "init_process_group (gloo on CPU, nccl/RCCL on GPUs) first")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise ValueError(f"{name}: expected this rank's shard as a 4-dim [B, S_r, H, D] tensor, got "
-                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
-    if k.shape != v.shape:
-        raise ValueError(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+class Agreed(NamedTuple):
+    """The call every rank agreed on: shard lengths of every rank, and this rank's NHD views."""
+    lens_q: list
+    lens_kv: list
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
 
 
-def _shard_lengths(q, k, group, world) -> tuple[list[int], list[int]]:
-    """Every rank's (S_q, S_kv) shard length, from one small all_gather."""
-    mine = torch.tensor([q.shape[1], k.shape[1]], dtype=torch.int64, device=q.device)
-    every = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(every, mine, group=group)
-    return [int(t[0]) for t in every], [int(t[1]) for t in every]
+def _summary(value):
+    """An option as the ranks compare it: tensors by shape and dtype (not their data), everything else by repr."""
+    if isinstance(value, torch.Tensor):
+        return f"tensor{list(value.shape)} {value.dtype}"
+    return repr(value)
+
+
+def _on_meta(value):
+    return value.to("meta") if isinstance(value, torch.Tensor) else value
+
+
+def _dry_run(shape_q, shape_kv, dtype, op_kwargs) -> None:
+    """sage_co.sage_attention's own validation (every argument, the kernel limits, the fake implementation) on meta
+    tensors of the shapes the op will see: no kernel runs, no data is read, the same answer on every rank."""
+    from .api import sage_attention
+    q = torch.empty(shape_q, dtype=dtype, device="meta")
+    kv = torch.empty(shape_kv, dtype=dtype, device="meta")
+    sage_attention(q, kv, kv, return_lse=True, **{n: _on_meta(x) for n, x in op_kwargs.items()})
+
+
+def _local(q, k, v, mode, layout, return_lse, op_kwargs):
+    """(this rank's description of the call, the error its arguments raise or None). Raises nothing: every rank
+    must reach the exchange, also the one whose arguments are bad (else the others wait for it until the timeout)."""
+    desc = {"mode": repr(mode), "layout": repr(layout), "return_lse": repr(return_lse),
+            "options": {n: _summary(x) for n, x in sorted(op_kwargs.items())}}
+    try:
+        if mode not in MODES:
+            raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+        validate.check_flag("return_lse", return_lse)
+        # every option by its own validator (sage_co.callspec; an unknown name is a TypeError naming it)
+        SAGE_ATTENTION.check(SAGE_ATTENTION.bind(op_kwargs, "sequence_parallel_attention: op_kwargs",
+                                                 allowed=OP_KWARGS), skip=("softmax_scale",))
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 4:
+                dims = "[B, S_r, H, D]" if layout != "HND" else "[B, H, S_r, D]"
+                raise ValueError(f"{name}: expected this rank's shard as a 4-dim {dims} tensor, got "
+                                 f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+        sh, qn, kn, _ = validate.check_qkv(q, k, v, validate.check_layout(layout))
+        desc.update(dtype=str(sh.dtype), B=sh.B, H_q=sh.H_q, H_kv=sh.H_kv, D=sh.D, S_q=sh.S_q, S_kv=sh.S_kv)
+        _dry_run(tuple(qn.shape), tuple(kn.shape), sh.dtype, op_kwargs)   # this shard's own call (scale, flags, ...)
+    except Exception as exc:   # reported by every rank after the exchange
+        return desc, f"{type(exc).__name__}: {exc}"
+    return desc, None
+
+
+def agree(q, k, v, group, world: int, rank: int, *, mode, layout, return_lse, op_kwargs) -> Agreed:
+    """Validate this rank's arguments, exchange them with every rank of `group` in one all_gather (with the shard
+    lengths), and raise the same ValueError on every rank when any rank's arguments are bad or the ranks disagree
+    (dtype, B, H, D, layout, mode, options). Runs before the first send / receive: a rank-local error used to
+    leave the other ranks blocked until the process-group timeout (ring), kill them (ulysses: gloo size mismatch)
+    or "succeed" with a wrong result (bf16 on one rank, fp16 on another: rel L2 20)."""
+    desc, err = _local(q, k, v, mode, layout, return_lse, op_kwargs)
+    every = [None] * world
+    dist.all_gather_object(every, (desc, err), group=group)
+    bad = [(r, e) for r, (_, e) in enumerate(every) if e is not None]
+    if bad:
+        r, e = bad[0]
+        more = f" (ranks {[b for b, _ in bad]} failed)" if len(bad) > 1 else ""
+        raise ValueError(f"sequence_parallel_attention: rank {r} of {world}: {e}{more}")
+    descs = [d for d, _ in every]
+    for field in AGREED:
+        seen = [d[field] for d in descs]
+        if any(x != seen[0] for x in seen):
+            per = ", ".join(f"rank {r}: {x}" for r, x in enumerate(seen))
+            raise ValueError(f"{field}: the ranks of the group must pass the same {field}; got {per}")
+    d0 = descs[0]
+    lens_q, lens_kv = [d["S_q"] for d in descs], [d["S_kv"] for d in descs]
+    dtype = q.dtype
+    # the op calls this call will make, validated on meta (identical on every rank: the inputs agree)
+    if mode == "ulysses":
+        if d0["H_q"] % world or d0["H_kv"] % world:
+            raise ValueError(f"q: ulysses needs the head counts ({d0['H_q']} query, {d0['H_kv']} K/V) divisible by "
+                             f"the group size {world}; use mode='ring' or a group size dividing the heads")
+        _dry_run((d0["B"], sum(lens_q), d0["H_q"] // world, d0["D"]),
+                 (d0["B"], sum(lens_kv), d0["H_kv"] // world, d0["D"]), dtype, op_kwargs)
+    else:
+        if op_kwargs.get("is_causal"):
+            raise NotImplementedError("is_causal: causal ring attention needs per-step masks offset by each shard's "
+                                      "position, not built yet; use mode='ulysses' (the op is causal over each head "
+                                      "shard)")
+        for S_q, S_kv in sorted({(a, b) for a in lens_q for b in lens_kv}):
+            _dry_run((d0["B"], S_q, d0["H_q"], d0["D"]), (d0["B"], S_kv, d0["H_kv"], d0["D"]), dtype, op_kwargs)
+    views = [t if layout == "NHD" else t.transpose(1, 2) for t in (q, k, v)]
+    return Agreed(lens_q, lens_kv, *views)
 
 
 def sequence_parallel_attention(q, k, v, group=None, mode: str = "ulysses", **op_kwargs):
     """This rank's shard of attention over the whole sequence held by `group`; see the module docstring."""
-    _check(q, k, v, mode)
+    if not dist.is_available() or not dist.is_initialized():   # no group to agree in: refuse locally
+        if mode not in MODES:
+            raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+        raise RuntimeError("group: torch.distributed is not initialized; call torch.distributed."
+                           "init_process_group (gloo on CPU, nccl/RCCL on GPUs) first")
     return_lse = op_kwargs.pop("return_lse", False)
-    SAGE_ATTENTION.check(SAGE_ATTENTION.bind(op_kwargs, "sequence_parallel_attention: op_kwargs", allowed=OP_KWARGS),
-                         skip=("softmax_scale",))   # every option refused here, before any exchange
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse: expected True or False, got {return_lse!r}")
+    layout = op_kwargs.pop("layout", "NHD")
     world, rank = _world(group)
-    lens_q, lens_kv = _shard_lengths(q, k, group, world)
-    if mode == "ulysses":
-        out, lse = _ulysses(q, k, v, group, world, rank, lens_q, lens_kv, op_kwargs)
-    else:
-        out, lse = _ring(q, k, v, group, world, rank, lens_q, lens_kv, op_kwargs)
+    a = agree(q, k, v, group, world, rank, mode=mode, layout=layout, return_lse=return_lse, op_kwargs=op_kwargs)
+    run = _ulysses if mode == "ulysses" else _ring
+    out, lse = run(a.q, a.k, a.v, group, world, rank, a.lens_q, a.lens_kv, op_kwargs)
+    if layout == "HND":
+        out = out.transpose(1, 2).contiguous()
     return (out, lse) if return_lse else out
 
 
@@ -97,10 +182,7 @@ def _a2a(chunks_out: list[torch.Tensor], recv_shapes: list[tuple[int, ...]], gro
 
 def _ulysses(q, k, v, group, world, rank, lens_q, lens_kv, op_kwargs):
     from .api import sage_attention
-    B, _, H, D = q.shape
-    if H % world or k.shape[2] % world:
-        raise ValueError(f"q: ulysses needs the head counts ({H} query, {k.shape[2]} K/V) divisible by the group "
-                         f"size {world}; use mode='ring' or a group size dividing the heads")
+    B, _, H, D = q.shape          # agree() checked H % world and K/V heads % world on every rank
     hq, hk = H // world, k.shape[2] // world
 
     def seq_to_heads(x, h, lens):
@@ -132,9 +214,6 @@ def merge_partials(out, lse, blk_out, blk_lse):
 
 def _ring(q, k, v, group, world, rank, lens_q, lens_kv, op_kwargs):
     from .api import sage_attention
-    if op_kwargs.get("is_causal"):
-        raise NotImplementedError("is_causal: causal ring attention needs per-step masks offset by each shard's "
-                                  "position, not built yet; use mode='ulysses' (the op is causal over each head shard)")
     nxt, prv = _global(group, (rank + 1) % world), _global(group, (rank - 1) % world)
     out = lse = None
     cur_k, cur_v = k.contiguous(), v.contiguous()

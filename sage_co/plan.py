@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from . import callspec, launch, masks, validate
+from . import callspec, launch, masks, sparse, validate
 from .launch import resolve_backend
 from .ops import attention as attention_ops
 from .ops import prepare as prepare_ops
@@ -82,14 +82,14 @@ def _plan_qkv(spec: callspec.OpSpec, q, k, v, o: dict, resolve: bool) -> Plan:
                                       eps=o["eps"], cos=o["cos"], sin=o["sin"], rope_dim=o["rope_dim"],
                                       smooth_v=o["smooth_v"], pv_dtype=o["pv_dtype"],
                                       norm_rope_rounding=o["norm_rope_rounding"])
+    if "sparsity" in o:   # the combination first: cdf_threshold=5 without sparsity names the missing sparsity
+        sparse.check_sparsity(o["sparsity"], o["cdf_threshold"], o["block_mask"])
     _check_options(spec, o)
     sh = chk.shapes
     attends = "kernel" in o
     if attends:
         _check_attention(sh, o["kernel"], o["pv_dtype"])
-        if o.get("sparsity") == "auto" and o["block_mask"] is not None:
-            raise ValueError("sparsity: \"auto\" predicts the block mask; do not also pass block_mask")
-        masks.check_block_mask(o["block_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv)
+        masks.check_block_mask(o["block_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv, device=q.device)
     prep = att = None
     if resolve:
         backend = resolve_backend(q, o["backend"])
@@ -100,7 +100,8 @@ def _plan_qkv(spec: callspec.OpSpec, q, k, v, o: dict, resolve: bool) -> Plan:
         if attends:
             att = attention_ops.recipe(sh, layout=o["layout"], return_lse=o["return_lse"], is_causal=o["is_causal"],
                                        variant=o["kernel"], pv_dtype=o["pv_dtype"], smooth_v=o["smooth_v"],
-                                       has_block_mask=o["block_mask"] is not None, backend=backend)
+                                       has_block_mask=o["block_mask"] is not None, backend=backend,
+                                       has_lse_corr=o["smooth_k"])   # the prepare's lse_corr (smooth_k)
     return Plan(spec.name, sh, o["layout"], chk.q, chk.k, chk.v, chk.softmax_scale, chk.rope_dim, o, prep, att)
 
 
@@ -108,13 +109,14 @@ def _plan_prepared(spec: callspec.OpSpec, prepared: SagePrepared, o: dict, resol
     _check_options(spec, o, skip=())
     sh = validate.check_prepared(prepared)
     _check_attention(sh, o["kernel"], prepared.pv_dtype, ("prepared.seq_len_q", "prepared.seq_len_kv"))
-    masks.check_block_mask(o["block_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv)
+    masks.check_block_mask(o["block_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv, device=prepared.q_int8.device)
     att = None
     if resolve:
         att = attention_ops.recipe(sh, layout=o["layout"], return_lse=o["return_lse"], is_causal=o["is_causal"],
                                    variant=o["kernel"], pv_dtype=prepared.pv_dtype,
                                    smooth_v=prepared.v_mean is not None, has_block_mask=o["block_mask"] is not None,
-                                   backend=resolve_backend(prepared.q_int8, o["backend"]))
+                                   backend=resolve_backend(prepared.q_int8, o["backend"]),
+                                   has_lse_corr=prepared.lse_corr is not None)
     return Plan(spec.name, sh, o["layout"], None, None, None, None, None, o, None, att)
 
 

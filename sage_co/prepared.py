@@ -36,6 +36,8 @@ class SagePrepared(NamedTuple):
     head_dim: int  # D, the real head dim (channels D..D_pad-1 are padding)
     out_dtype: torch.dtype  # the caller's dtype (torch.bfloat16 or torch.float16): the attention output's
     v_mean: torch.Tensor | None = None  # [B, H_kv, D_pad] fp32 with smooth_v (added back in the epilogue), else None
+    # [B, H_q, S_q] fp32 with smooth_k: the LSE term smooth_k removed, from the original q (docs/numerics.md §LSE)
+    lse_corr: torch.Tensor | None = None
 
     @property
     def pv_dtype(self) -> str:

@@ -272,6 +272,29 @@ def norm_rope(x: torch.Tensor, weight: torch.Tensor | None, eps: float, cos: tor
     return x
 
 
+# ---------------------------------------------------------------------------------------------- smooth_k LSE term
+def channel_tree_sum(t: torch.Tensor) -> torch.Tensor:
+    """[..., D_pad] fp32 -> [...]: t[i] = t[i] + t[i + w] for w = D_pad/2, ..., 2, 1 (elementwise fp32 adds: the
+    same bits on every device)."""
+    w = t.shape[-1] // 2
+    while w >= 1:
+        t = t[..., :w] + t[..., w:2 * w]
+        w //= 2
+    return t[..., 0]
+
+
+def smooth_k_lse_correction(qn: torch.Tensor, k_mean: torch.Tensor, softmax_scale: float) -> torch.Tensor:
+    """lse_corr [B, H_q, S_q] fp32 = float32(softmax_scale) * tree_d(float32(q'[d]) * k_mean[g, d]): the natural-log
+    LSE term that smooth_k's subtraction of k_mean removed from every logit, from the ORIGINAL q' (after the optional
+    norm / RoPE, before quantization) as SageAttention does. The quantized q (q_int8 * q_scale) gave errors up to
+    0.096 at K offset 3 (docs/numerics.md §LSE). qn [B, S_q, H_q, D] NHD, k_mean [B, H_kv, D_pad]; products and the
+    halving tree (channel_tree_sum) over the channels zero-padded to D_pad in fp32."""
+    B, S, H_q, D = qn.shape
+    g = kv_head_index(H_q, k_mean.shape[1], qn.device)
+    qf = pad_channels(qn.float(), k_mean.shape[-1]).transpose(1, 2)        # [B, H_q, S_q, D_pad], exact
+    return (channel_tree_sum(qf * k_mean[:, g][:, :, None, :]) * _f32(softmax_scale, qf)).contiguous()
+
+
 # ------------------------------------------------------------------------------------------------------- prepare
 def sage_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
                  k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, smooth_v=False,
@@ -285,6 +308,7 @@ def sage_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q
                                       sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype,
                                       norm_rope_rounding=norm_rope_rounding)
     sh = chk.shapes
+    validate.check_v_fp16_range(chk.v, pv_dtype)
     qn = norm_rope(chk.q, q_norm_weight, eps, cos, sin, chk.rope_dim, norm_rope_rounding)
     kn = norm_rope(chk.k, k_norm_weight, eps, cos, sin, chk.rope_dim, norm_rope_rounding)
     q_int8, q_scale = quantize_q(qn, chk.softmax_scale)
@@ -298,8 +322,9 @@ def sage_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q
     else:
         v_mean = v_channel_mean(chk.v) if smooth_v else None
         v_t, v_scale = quantize_v(chk.v, v_mean)
+    lse_corr = smooth_k_lse_correction(qn, k_mean, chk.softmax_scale) if smooth_k else None
     return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_t, v_scale, sh.S_q, sh.S_kv, sh.D, sh.dtype,
-                        v_mean if pv_dtype == "fp8" else None)
+                        v_mean if pv_dtype == "fp8" else None, lse_corr)
 
 
 # ----------------------------------------------------------------------------------------------------- attention
@@ -337,6 +362,8 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
       out[i, d] = round_sat((O[i, d] * inv) * v_scale[g, d] [+ v_mean[g, d]]),  inv = 1 / l (0 when
       l = 0), d < head_dim, v_mean added (smooth_v) only where l > 0, round_sat = RNE to out_dtype saturating at
       +-its largest finite value (round_saturating)
+    lse = (m + log2 l) * ln2 + lse_corr (smooth_k: prepared.lse_corr, from the original q; without lse_corr the
+      kernel's term ln2 * (q_int8 * q_scale) . k_mean, docs/numerics.md §LSE)
     pv_dtype "fp16" (v_t float16): p16 = fp16(p) (RNE), O = O * alpha + p16 @ float32(v_t[g]),
       out = round_sat(O * inv), inv = 1 / l (0 when l = 0) -- no v_scale
     lse = (m + (log2(l) - P_OFF)) * ln2 [+ the smooth_k term]
@@ -349,7 +376,7 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
     sh = validate.check_prepared(prepared)
     validate.check_prepared_padding(prepared)
     S, S_kv, dev = sh.S_q, sh.S_kv, prepared.q_int8.device
-    masks.check_block_mask(block_mask, sh.B, sh.H_q, S, S_kv)
+    masks.check_block_mask(block_mask, sh.B, sh.H_q, S, S_kv, device=dev)
     # skipping an inactive tile and masking all its scores are the same arithmetic (alpha = 1 or 0, p = 0)
     visible = masks.element_mask(S, S_kv, is_causal=is_causal, block_mask=block_mask, device=dev)
     B, H, Skvp = sh.B, sh.H_q, prepared.k_int8.shape[2]
@@ -405,8 +432,10 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
         return out
     ln2 = _f32(LN2, l)
     lse = (m + (torch.log2(l) - p_off)) * ln2
-    # smooth_k: the kernel's logits lost q . k_mean; q_int8 * q_scale carries softmax_scale * log2(e), so the
-    # natural-log correction is ln(2) * sum_d q_f[d] * k_mean[d]. Zero when k_mean is zero (smooth_k off).
+    if prepared.lse_corr is not None:   # smooth_k: the term from the original q (smooth_k_lse_correction)
+        return out, (lse[..., 0] + prepared.lse_corr).contiguous()
+    # a SagePrepared without lse_corr (built by hand): the kernel's own term from the dequantized q. q_int8 * q_scale
+    # carries softmax_scale * log2(e), so it is ln(2) * sum_d q_f[d] * k_mean[d]; zero when k_mean is zero.
     q_f = qi * q_scale
     corr = (q_f @ k_mean[..., None]) * ln2  # [B, H, S_q, 1]
     lse = lse + corr
@@ -442,7 +471,7 @@ def attention_fp32(q, k, v, softmax_scale=None, *, layout="NHD", return_lse=Fals
     kf, vf = (t.float().transpose(1, 2)[:, g] for t in (kn, vn))  # [B, H_q, S_kv, D]
     sc = _f32(scale, qf)
     B, H, S, S_kv = sh.B, sh.H_q, sh.S_q, sh.S_kv
-    masks.check_block_mask(block_mask, B, H, S, S_kv)
+    masks.check_block_mask(block_mask, B, H, S, S_kv, device=q.device)
     visible = masks.element_mask(S, S_kv, is_causal=is_causal, block_mask=block_mask, device=q.device) \
         if (is_causal or block_mask is not None) else None
     rows = max(1, max_chunk_bytes // (3 * 4 * B * H * S_kv))  # scores, exp and softmax alive at once

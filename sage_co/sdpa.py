@@ -53,7 +53,8 @@ class Options:
     smooth_v: bool = False
     backend: str | None = None
     sparsity: str | None = None   # "auto": SpargeAttn's predicted block mask (approximate: skips key tiles)
-    cdf_threshold: float = 0.9    # with sparsity="auto": the attention mass each query tile keeps
+    cdf_threshold: float | None = None   # only with sparsity="auto": the attention mass each query tile keeps
+    #                                      (None: the predictor's default, sage_co.sparse.DEFAULT_CDF_THRESHOLD)
 
     def __post_init__(self):
         if self.pv_dtype not in PV_DTYPES:

@@ -133,6 +133,9 @@ def environment(report: Report) -> list[int]:
 
 # ------------------------------------------------------------------------------------------ cases
 PREDICT_KW = {"cdf_threshold": 0.9, "simthreshd": -1.0}   # the predictor check (docs/numerics.md §Predictor)
+# The predictor check's own size: 5 x 5 tiles (S not a multiple of 64) whatever the small shape is; at one tile
+# (S <= 64) every mask is all ones and the check would prove nothing. Its inputs make the mask non-trivial.
+PREDICT_S = 300
 
 def inputs(B, S, H, config: str, device="cpu", seed=0):
     import torch
@@ -152,6 +155,17 @@ def inputs(B, S, H, config: str, device="cpu", seed=0):
                   sin=ang.sin().to(torch.bfloat16), rope_dim=64)
     move = (lambda t: t.to(device)) if device != "cpu" else (lambda t: t)
     return tuple(map(move, (q, k, v))), {n: move(t) if isinstance(t, torch.Tensor) else t for n, t in kw.items()}
+
+
+def predict_inputs(B, H, device="cpu", seed=0):
+    """q, k bf16 [B, PREDICT_S, H, 128] with 64-token locality (each tile's tokens near one random feature, the
+    same feature in q and k): the predicted mask keeps the diagonal and drops most other tiles (0 < density < 1)."""
+    import torch
+    from .masks import BLOCK_Q
+    g = torch.Generator().manual_seed(seed)
+    feat = torch.randn(B, -(-PREDICT_S // BLOCK_Q), H, 128, generator=g).repeat_interleave(BLOCK_Q, 1)[:, :PREDICT_S]
+    q, k = (feat + 0.5 * torch.randn(B, PREDICT_S, H, 128, generator=g) for _ in range(2))
+    return q.to(torch.bfloat16).to(device), k.to(torch.bfloat16).to(device)
 
 
 def same_bits(a, b) -> bool:
@@ -213,9 +227,12 @@ def emulator_case(report: Report, B, S, H, config: str) -> dict:
                        f"cosine {m['cosine']:.5f}, outside band {100 * m['outside_band']:.3f} %")
     if config == "plain":   # the block-mask predictor (simthreshd -1: every block ranked, a non-trivial mask)
         from .sparse import predict_block_mask
-        m = predict_block_mask(q, k, **PREDICT_KW, backend="emu")
-        ok = same_bits(m, predict_block_mask(q, k, **PREDICT_KW, backend="torch"))
-        report.add(f"{tag}: predictor mask == torch spec (bit for bit)", ok, f"density {m.float().mean():.3f}")
+        pq, pk = predict_inputs(B, H)
+        m = predict_block_mask(pq, pk, **PREDICT_KW, backend="emu")
+        density = m.float().mean().item()
+        ok = same_bits(m, predict_block_mask(pq, pk, **PREDICT_KW, backend="torch")) and 0 < density < 1
+        report.add(f"{tag}: predictor mask == torch spec (bit for bit, S={PREDICT_S}, non-trivial mask)", ok,
+                   f"density {density:.3f}")
         out["predict"] = m
     out["inputs"] = ((q, k, v), kw)
     return out
@@ -232,7 +249,8 @@ def gpu_case(report: Report, device: int, B, S, H, config: str, emu: dict) -> No
                f"differ: {differ}" if differ else "")
     if "predict" in emu:
         from .sparse import predict_block_mask
-        ok = same_bits(predict_block_mask(q, k, **PREDICT_KW, backend="hip"), emu["predict"])
+        ok = same_bits(predict_block_mask(*predict_inputs(B, H, device=f"cuda:{device}"), **PREDICT_KW, backend="hip"),
+                       emu["predict"])
         report.add(f"{tag}: predictor mask == emulator (bit for bit)", ok)
     for variant, (eo, el) in emu["attention"].items():
         o, lse = api.sage_attention_fwd(prepared, backend="hip", kernel=variant, return_lse=True)
@@ -335,8 +353,22 @@ def run(out_dir: Path, *, quick: bool = False, device: int | None = None, small=
     return report
 
 
+def check_out_dir(out: Path) -> Path:
+    """--out is a directory this process can write (created if missing): checked before any check runs, so a bad
+    path fails at once and names --out (it used to fail after every check, as `[Errno 17] File exists`)."""
+    import os
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        what = "exists and is not a directory" if out.exists() and not out.is_dir() else (exc.strerror or str(exc))
+        raise ValueError(f"--out {str(out)!r}: cannot use it as the report directory ({what})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {str(out)!r}: the report directory is not writable")
+    return out
+
+
 def command(args) -> int:
-    out = Path(args.out)
+    out = check_out_dir(Path(args.out))
     report = run(out, quick=args.quick, device=args.device, perf=args.perf)
     print(report.to_markdown())
     print(f"report written to {out / 'selftest.md'} and {out / 'selftest.json'} (attach both to a bug report)")

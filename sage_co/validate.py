@@ -125,6 +125,68 @@ def check_qkv(q, k, v, layout="NHD") -> tuple[Shapes, torch.Tensor, torch.Tensor
     return Shapes(B, S_q, S_kv, H_q, H_kv, D, q.dtype), qn, kn, vn
 
 
+def check_packed_qkv(q, k, v) -> Shapes:
+    """Varlen's packed q [total_q, H_q, D], k/v [total_kv, H_kv, D]: the checks of check_qkv on the packed tensors
+    (messages quote the packed shapes), except that totals of 0 are allowed (sequences without queries or keys
+    give zeros). Returns Shapes with B = 1 and the totals as S_q / S_kv."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _tensor(name, t, INPUT_DTYPES)
+        if t.dim() != 3:
+            raise ValueError(f"{name}: expected a packed 3-D tensor [total, H, D], got shape {tuple(t.shape)}")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name}: expected the dtype of q ({q.dtype}), got {t.dtype}")
+        _same_device(name, t, q.device)
+    T_q, H_q, D = q.shape
+    check_head_dim("q", D, q.shape)
+    for name, t in (("k", k), ("v", v)):
+        if t.shape[-1] != D:
+            raise ValueError(f"{name}: expected the head dim of q (D = {D}), got shape {tuple(t.shape)}")
+    if v.shape != k.shape:
+        raise ValueError(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+    T_kv, H_kv, _ = k.shape
+    if H_q == 0:
+        raise ValueError(f"q: expected H >= 1, got shape {tuple(q.shape)}")
+    if H_kv == 0 or H_q % H_kv:
+        raise ValueError(f"k: expected a number of heads that divides the {H_q} heads of q (GQA/MQA), got "
+                         f"{H_kv} (shape {tuple(k.shape)})")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.stride(-1) != 1 and t.shape[-1] > 1:
+            raise ValueError(f"{name}: expected a contiguous last dim (stride(-1) == 1), got strides "
+                             f"{tuple(t.stride())} for shape {tuple(t.shape)}; pass {name}.contiguous()")
+    return Shapes(1, T_q, T_kv, H_q, H_kv, D, q.dtype)
+
+
+NO_MAX = object()   # check_cu_seqlens(max_len=NO_MAX): the caller has no max_seqlen to check (LightX2V's apply)
+
+
+def check_cu_seqlens_tensor(name: str, cu, max_len, max_name: str) -> None:
+    """What can be checked without reading cu_seqlens: a 1-D int32 or int64 tensor [batch + 1] with data (not
+    meta); max_len an int, or NO_MAX (also under torch.compile: no data is read)."""
+    if not isinstance(cu, torch.Tensor):
+        raise TypeError(f"{name}: expected a 1-D int32 or int64 tensor [batch + 1], got {type(cu).__name__}")
+    if cu.dim() != 1 or cu.dtype not in (torch.int32, torch.int64) or cu.shape[0] < 2:
+        raise ValueError(f"{name}: expected a 1-D int32 or int64 tensor [batch + 1] of cumulative lengths, got "
+                         f"{cu.dtype} {list(cu.shape)}")
+    if cu.device.type == "meta":
+        raise ValueError(f"{name}: expected a tensor with data (the lengths are read on the host), got one on meta")
+    if max_len is not NO_MAX and (isinstance(max_len, bool) or not isinstance(max_len, int)):
+        raise TypeError(f"{max_name}: expected an int, got {type(max_len).__name__}")
+
+
+def check_cu_seqlens(name: str, cu, total: int, max_len, max_name: str) -> list[int]:
+    """cu_seqlens (check_cu_seqlens_tensor) holding values that start at 0, never decrease and end at the packed
+    length, with max_len >= the longest sequence (NO_MAX: none to check). Reads the values (a host copy). Returns
+    them. The one rule for every packed entry point: varlen, sageattn_varlen, the LightX2V adapter."""
+    check_cu_seqlens_tensor(name, cu, max_len, max_name)
+    vals = [int(x) for x in cu.cpu()]
+    if vals[0] != 0 or any(b < a for a, b in zip(vals, vals[1:])) or vals[-1] != total:
+        raise ValueError(f"{name}: must start at 0, never decrease and end at the packed length {total}, got {vals}")
+    longest = max(b - a for a, b in zip(vals, vals[1:]))
+    if max_len is not NO_MAX and max_len < longest:
+        raise ValueError(f"{max_name}: expected an int >= the longest sequence of {name} ({longest}), got {max_len!r}")
+    return vals
+
+
 # docs/numerics.md §Finite range: with |softmax_scale| <= 2^64 and |q|, |k| <= 2^24 every intermediate of the spec
 # is finite (the largest logit is below 2^121); beyond 2^64 even |q| ~ 4 overflows the scaled Q (1e38 gave all NaN).
 MAX_SOFTMAX_SCALE = 2.0 ** 64
@@ -238,6 +300,24 @@ def check_pv(pv_dtype, smooth_v) -> str:
     return pv_dtype
 
 
+FP16_MAX = 65504.0   # torch.finfo(torch.float16).max
+
+
+def check_v_fp16_range(v: torch.Tensor, pv_dtype: str) -> None:
+    """pv_dtype="fp16" keeps V in fp16 with no scale (docs/numerics.md §pv_dtype fp16): a finite bf16 V beyond
+    +-65504 would become +-inf in v_t, and its output channel a plausible-looking finite 3.39e38 (bf16 max, after
+    saturation) where FP32 gives ~100 -- so it is refused (ValueError naming v). One pass over V, in the op's real
+    implementation (data-dependent: not traced by torch.compile); fp16 V cannot exceed the range, meta has no data.
+    Non-finite V follows docs/numerics.md §Non-finite inputs."""
+    if pv_dtype != "fp16" or v.dtype != torch.bfloat16 or v.device.type == "meta" or not v.numel():
+        return
+    amax = torch.where(torch.isfinite(v), v.abs(), torch.zeros((), dtype=v.dtype, device=v.device)).amax()
+    if bool(amax > FP16_MAX):
+        raise ValueError(f"v: pv_dtype=\"fp16\" keeps V in fp16 (|v| <= {FP16_MAX:g}, no scale), but this bf16 V "
+                         f"{tuple(v.shape)} has max |v| = {amax.item():g}; its channels would come out wrong. Use "
+                         f"pv_dtype=\"fp8\" (per-channel scaled: any finite V) or scale V into the fp16 range")
+
+
 def check_prepare_args(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
                        k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, smooth_v=False,
                        pv_dtype="fp8", norm_rope_rounding="once") -> Checked:
@@ -284,7 +364,9 @@ def check_prepared(prepared, device: torch.device | str | None = None) -> Shapes
         raise ValueError(f"prepared.k_int8: expected B >= 1 and a head count dividing the {H_q} heads of q_int8, "
                          f"got shape {tuple(prepared.k_int8.shape)}")
     dev = torch.device(device) if device is not None else prepared.q_int8.device
-    desc = f"B={B}, S_q={S_q}, S_kv={S_kv}, H_q={H_q}, H_kv={H_kv}, D={D} (D_pad={d_pad(D)})"
+
+    def desc():   # only on the error path: torch.compile(dynamic=True) cannot format symbolic sizes
+        return f"B={B}, S_q={S_q}, S_kv={S_kv}, H_q={H_q}, H_kv={H_kv}, D={D} (D_pad={d_pad(D)})"
     v_t = prepared.v_t
     pv = "fp16" if isinstance(v_t, torch.Tensor) and v_t.dtype == torch.float16 else "fp8"
     fields = expected_shapes(B, S_q, S_kv, H_q, H_kv, D, pv)
@@ -297,11 +379,19 @@ def check_prepared(prepared, device: torch.device | str | None = None) -> Shapes
         t = getattr(prepared, field)
         _tensor(name, t, dtype)
         if tuple(t.shape) != shape:
-            raise ValueError(f"{name}: expected shape {shape} for {desc}, got {tuple(t.shape)}; "
+            raise ValueError(f"{name}: expected shape {shape} for {desc()}, got {tuple(t.shape)}; "
                              f"this prepared structure was made for another shape")
         _contiguous(name, t)
         if t.device != dev:
             raise ValueError(f"{name}: expected a tensor on {dev}, got {t.device}")
+    if prepared.lse_corr is not None:   # smooth_k's LSE term per query row (docs/numerics.md §LSE)
+        _tensor("prepared.lse_corr", prepared.lse_corr, torch.float32)
+        if tuple(prepared.lse_corr.shape) != (B, H_q, S_q):
+            raise ValueError(f"prepared.lse_corr: expected shape {(B, H_q, S_q)} for {desc()}, got "
+                             f"{tuple(prepared.lse_corr.shape)}")
+        _contiguous("prepared.lse_corr", prepared.lse_corr)
+        if prepared.lse_corr.device != dev:
+            raise ValueError(f"prepared.lse_corr: expected a tensor on {dev}, got {prepared.lse_corr.device}")
     return Shapes(B, S_q, S_kv, H_q, H_kv, D, prepared.out_dtype)
 
 

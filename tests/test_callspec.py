@@ -94,7 +94,7 @@ def test_the_schemas_are_the_published_ones():
         "(Tensor q, Tensor k, Tensor v, float softmax_scale, str layout, bool smooth_k, Tensor? q_norm_weight, "
         "Tensor? k_norm_weight, float eps, Tensor? cos, Tensor? sin, int rope_dim, str backend, "
         "bool smooth_v=False, str pv_dtype=\"fp8\", str norm_rope_rounding=\"once\") -> "
-        "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+        "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")   # the 9th: lse_corr (smooth_k)
     assert callspec.SAGE_ATTENTION.schema().startswith(
         "(Tensor q, Tensor k, Tensor v, float softmax_scale, str layout, bool smooth_k, Tensor? q_norm_weight, "
         "Tensor? k_norm_weight, float eps, Tensor? cos, Tensor? sin, int rope_dim, bool return_lse, str backend, "

@@ -28,7 +28,7 @@ def _fresh_tiny_backend(monkeypatch) -> EmuBackend:
 
 def _inputs(seed: int, S: int):
     g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(1, S, 1, 128, generator=g).to(torch.bfloat16) for _ in range(3))
+    return tuple(torch.randn(2, S, 2, 128, generator=g).to(torch.bfloat16) for _ in range(3))
 
 
 def test_threads_growing_the_arena_get_their_single_threaded_results(monkeypatch):
@@ -77,12 +77,27 @@ def test_first_launches_from_several_threads_share_one_backend(monkeypatch):
 
 
 def test_lock_is_released_after_a_failing_launch(monkeypatch):
-    """A launch that raises inside the backend must not leave the lock held (the next call would hang)."""
+    """A launch that raises inside the backend, with the lock held, must not leave it held: another thread must get
+    it (an RLock is re-entrant, so only another thread can tell) and the next call must run."""
     backend = _fresh_tiny_backend(monkeypatch)
     q, k, v = _inputs(5, 64)
-    with pytest.raises(Exception):
-        backend.run(None, None, None, None, (1, 1, 1), (32, 1, 1), {"x": object()})
-    assert backend.lock.acquire(timeout=1)
-    backend.lock.release()
-    out = api.sage_attention(q, k, v, backend="emu")
-    assert torch.isfinite(out.float()).all()
+    expected = api.sage_attention(q, k, v, backend="emu")
+    real_module = backend.module
+    held_when_failing = []
+
+    class FailingModule:
+        def launch(self, *args, **kwargs):
+            held_when_failing.append(backend.lock._is_owned())
+            raise RuntimeError("kernel fault (injected)")
+
+    monkeypatch.setattr(backend, "module", lambda shipped: FailingModule())
+    with pytest.raises(RuntimeError, match="injected"):
+        api.sage_attention(q, k, v, backend="emu")
+    assert held_when_failing == [True], "the failure must happen inside run(), with the lock held"
+    got = []
+    t = threading.Thread(target=lambda: got.append(backend.lock.acquire(timeout=2) and backend.lock.release() is None))
+    t.start()
+    t.join()
+    assert got == [True], "another thread could not take the lock after the failing launch"
+    monkeypatch.setattr(backend, "module", real_module)
+    assert torch.equal(api.sage_attention(q, k, v, backend="emu"), expected)

@@ -257,3 +257,34 @@ def test_misaligned_view_is_copied_not_refused():
     assert qm.data_ptr() % 16
     want, got = both(qm, k, cdf_threshold=0.6, simthreshd=0.5)
     assert torch.equal(want, got) and torch.equal(got, predict_block_mask(q, k, cdf_threshold=0.6, simthreshd=0.5))
+
+
+CAUSAL_CASES = [
+    # (S_q, S_kv, H_q, H_kv, D, kwargs): square with a tail, S_q < S_kv (offset diagonal), S_q > S_kv (leading query
+    # blocks see no key: all-zero rows), n_kv = 40 (two 32-block chunks), topk and cdf 1
+    (200, 200, 2, 1, 64, dict(cdf_threshold=0.7)),
+    (130, 333, 2, 2, 96, dict(cdf_threshold=0.9, simthreshd=0.5)),
+    (333, 77, 3, 1, 64, dict(cdf_threshold=0.5)),
+    (64 * 39 + 5, 64 * 39 + 5, 2, 1, 16, dict(cdf_threshold=0.6, simthreshd=0.5)),
+    (200, 260, 2, 2, 64, dict(topk=0.3, simthreshd=0.5)),
+    (200, 260, 2, 1, 32, dict(cdf_threshold=1.0)),
+]
+
+
+@pytest.mark.parametrize("S_q,S_kv,H_q,H_kv,D,kw", CAUSAL_CASES)
+def test_causal_kernel_equals_spec(S_q, S_kv, H_q, H_kv, D, kw):
+    """Issue 25 item 2: is_causal masks the pooled scores causally first; kernel == spec bit for bit, no future key
+    block is ever kept, every query block that sees a key keeps one, and the rows rank only what they see."""
+    q = blocky(2, S_q, H_q, D, torch.bfloat16, seed=S_q + 3, noise=0.1, noisy_blocks=(1,))
+    k = blocky(2, S_kv, H_kv, D, torch.bfloat16, seed=S_kv + 4, noise=0.1)
+    want, got = both(q, k, is_causal=True, **kw)
+    assert torch.equal(want, got), (want.int(), got.int())
+    vis = masks.causal_tiles(S_q, S_kv)
+    assert not (want & ~vis).any()                           # no future block
+    assert torch.equal(want.any(-1), vis.any(-1).expand(want.shape[:-1]))
+    if kw.get("cdf_threshold") == 1.0:
+        assert torch.equal(want, vis.expand(want.shape))
+    if "topk" in kw:   # every row keeps min(ceil(topk * n_kv), what it sees) among the visible blocks
+        free = want[:, :, [i for i in range(want.shape[2]) if i != 1]]
+        n_vis = vis.sum(-1)[[i for i in range(want.shape[2]) if i != 1]]
+        assert (free.sum(-1) >= torch.clamp(n_vis, max=math.ceil(kw["topk"] * want.shape[-1]))).all()

@@ -87,7 +87,8 @@ def check(q, k, v, softmax_scale=None, *, smooth_k=False, eps=1e-6, layout="NHD"
     """run_prepare on the emulator vs the reference; returns the kernel's result."""
     out = run_prepare(q, k, v, softmax_scale, smooth_k=smooth_k, eps=eps, layout=layout, backend="emu", **kw)
     ref = reference.sage_prepare(q, k, v, softmax_scale, smooth_k=smooth_k, eps=eps, layout=layout, **kw)
-    assert isinstance(out, SagePrepared) and out[7:] == ref[7:]
+    assert isinstance(out, SagePrepared) and out[7:11] == ref[7:11]
+    assert (out.lse_corr is None) == (ref.lse_corr is None) == (not smooth_k)   # smooth_k's LSE term (§LSE)
     for name in ("q_int8", "q_scale", "v_t", "v_scale"):
         _same_bits(name, getattr(out, name), getattr(ref, name))
     k_nhd = k if layout == "NHD" else k.transpose(1, 2)
@@ -532,7 +533,8 @@ def test_smooth_v_and_pv16_every_byte(dtype, D, S):
 
 def test_smooth_v_non_finite_and_overflowing_v():
     """A NaN or inf in a V channel makes v_mean non-finite, so the whole channel is NaN (0x7F) with a NaN scale,
-    as §Non-finite inputs says for a NaN channel; bf16 V past 65504 becomes +-inf in the fp16 V^T."""
+    as §Non-finite inputs says for a NaN channel. pv_dtype fp16: a finite bf16 V past 65504 is refused (issue 25
+    item 6: it used to become +-inf in the fp16 V^T); NaN and inf pass through."""
     q, k, v = _qkv(1, 64, 1, seed=22)
     v = v.clone()
     v[0, 3, 0, 5] = float("nan")
@@ -544,8 +546,11 @@ def test_smooth_v_non_finite_and_overflowing_v():
         assert torch.isnan(out.v_scale[0, 0, ch]) and bool((fp8[ch, :64] == 0x7F).all())
     v_t, v_scale = reference.quantize_v(v, out.v_mean)
     _same_bits("v_t", out.v_t, v_t)
+    with pytest.raises(ValueError, match="^v: pv_dtype=\"fp16\""):
+        run_prepare(q, k, v, pv_dtype="fp16", backend="emu")
+    v[0, 9, 0, 11] = 0
     h = run_prepare(q, k, v, pv_dtype="fp16", backend="emu")
-    assert math.isinf(h.v_t[0, 0, 11, 9].item()) and math.isnan(h.v_t[0, 0, 5, 3].item())
+    assert math.isinf(h.v_t[0, 0, 9, 7].item()) and math.isnan(h.v_t[0, 0, 5, 3].item())
     ref = reference.convert_v_fp16(v)
     finite = ~torch.isnan(ref)
     assert torch.equal(h.v_t[finite].view(torch.int16), ref[finite].view(torch.int16))

@@ -20,6 +20,8 @@ def test_emulator_half_without_a_gpu(tmp_path):
     from sage_co import registry
     assert sum("sha256" in n for n in names) == len(registry.manifest()["code_objects"])   # one per shipped object
     assert sum("predictor mask == torch spec" in n for n in names) == 1
+    pred = next(c for c in report.checks if "predictor mask == torch spec" in c.name)
+    assert 0 < float(pred.detail.split()[-1]) < 1, pred      # a non-trivial mask (S=33 was one tile: density 1)
     assert any("prepare == reference" in n for n in names)
     assert sum("accuracy contract vs FP32" in n for n in names) == 2 * len(selftest.variants())
     data = json.loads((tmp_path / "selftest.json").read_text())

@@ -12,9 +12,10 @@ from sage_co import api, launch, reference, validate
 MAX_S = 33_554_368   # round_up(S, 64) * 128 < 2^32 at head dim 128
 
 
-def _qkv(S: int = 100, seed: int = 0, device: str = "cpu"):
+def _qkv(S: int = 100, seed: int = 0, device: str = "cpu", B: int = 2, H: int = 2):
+    """B = H = 2: the kernels index batch and head (and torch.compile(dynamic=True) specialises sizes of 1 away)."""
     g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(1, S, 1, 128, generator=g).to(torch.bfloat16).to(device) for _ in range(3))
+    return tuple(torch.randn(B, S, H, 128, generator=g).to(torch.bfloat16).to(device) for _ in range(3))
 
 
 @pytest.fixture
@@ -103,7 +104,9 @@ def test_non_zero_padding_of_any_field_is_refused(field):
 
 
 def test_untampered_prepared_runs_bitwise():
-    q, k, v = _qkv(100)
+    # B = H = 1 kept: the kernel == model bitwise claim holds for this input only (docs/numerics.md §Kernel vs model
+    # bounds them, not bitwise); at B = H = 2 it differs within that bound
+    q, k, v = _qkv(100, B=1, H=1)
     prepared = api.sage_prepare(q, k, v)
     assert torch.equal(api.sage_attention_fwd(prepared, kernel="hip"), reference.sage_attention_model(prepared))
 

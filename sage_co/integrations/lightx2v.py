@@ -20,7 +20,7 @@ per-sequence calls bit for bit). It does not import LightX2V, so it is usable (a
 from __future__ import annotations
 
 from ..compat import sageattn, sageattn_varlen
-from ..varlen import NO_MAX, check_cu_seqlens
+from ..validate import NO_MAX, check_cu_seqlens
 
 KEY = "sage_co"
 CONTEXT_KWARGS = frozenset({"block_idx", "scheduler", "grid_sizes", "sol_morton_preordered", "model_cls"})
@@ -28,8 +28,8 @@ CONTEXT_KWARGS = frozenset({"block_idx", "scheduler", "grid_sizes", "sol_morton_
 
 def _one_sequence(name: str, cu, tokens: int) -> bool:
     """True when cu_seqlens is None or [0, tokens] (one sequence); False when it packs several (varlen's rule,
-    sage_co.varlen.check_cu_seqlens)."""
-    return cu is None or len(check_cu_seqlens(name, cu, tokens, NO_MAX)) == 2
+    sage_co.validate.check_cu_seqlens)."""
+    return cu is None or len(check_cu_seqlens(name, cu, tokens, NO_MAX, "max_seqlen")) == 2
 
 
 class SageCoAttnWeight:

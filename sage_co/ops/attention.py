@@ -82,7 +82,8 @@ def _lut_strides(sh: validate.Shapes, has_block_mask: bool) -> tuple[int, int]:
 
 
 def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: bool, variant: str | None,
-           pv_dtype: str, smooth_v: bool, has_block_mask: bool, backend: str) -> AttentionRecipe:
+           pv_dtype: str, smooth_v: bool, has_block_mask: bool, backend: str,
+           has_lse_corr: bool = False) -> AttentionRecipe:
     """The attention launch for checked shapes and options: the query-head and 32-bit reach limits, the shipped
     kernel for (variant, D_pad, out dtype, pv_dtype), bound to its grid and scalar kernargs. `backend` is
     resolved."""
@@ -90,9 +91,11 @@ def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: boo
     strides = _out_strides(sh, layout)
     _check_reach(sh, strides)
     kernel = registry.find(OP, variant, head_dim=d_pad(sh.D), out_dtype=DTYPE_KEYS[sh.dtype], pv_dtype=pv_dtype)
-    # The smooth_k term is ln2 * q_f . k_mean; k_mean is all zero for a prepare without smooth_k, so adding it
-    # always is exact (x + ln2 * (+-0) == x) and the host never has to inspect k_mean.
-    flags = ((FLAG_LSE | FLAG_SMOOTH_K) if return_lse else 0) | (FLAG_CAUSAL if is_causal else 0) | \
+    # The smooth_k term: with has_lse_corr (prepared.lse_corr, made by every sage_prepare with smooth_k) execute adds
+    # it after the kernel, from the original q (docs/numerics.md §LSE); otherwise the kernel adds its own
+    # ln2 * q_f . k_mean (k_mean is all zero without smooth_k, so adding it is exact: x + ln2 * (+-0) == x).
+    smooth_k_term = 0 if has_lse_corr else FLAG_SMOOTH_K
+    flags = ((FLAG_LSE | smooth_k_term) if return_lse else 0) | (FLAG_CAUSAL if is_causal else 0) | \
         (FLAG_SMOOTH_V if smooth_v else 0)
     Sq_pad, Skv_pad = s_pad(sh.S_q), s_pad(sh.S_kv)
     scalars = {
@@ -148,6 +151,9 @@ def execute(rec: AttentionRecipe, prepared: SagePrepared, block_mask: torch.Tens
         # smooth_v: the epilogue adds v_mean back; without it the kernel never reads this pointer
         "v_mean": prepared.v_mean if prepared.v_mean is not None else prepared.k_mean,
     }), backend=bound.backend)
+    if rec.return_lse and prepared.lse_corr is not None:
+        assert not bound.scalars["flags"] & FLAG_SMOOTH_K    # planned with has_lse_corr: the kernel left it out
+        lse = lse + prepared.lse_corr     # the same fp32 add as reference.sage_attention_model
     return out, lse
 
 
@@ -163,9 +169,10 @@ def plan_forward(prepared: SagePrepared, *, return_lse: bool = False, layout: st
         raise TypeError(f"variant: expected None (the default kernel) or a str naming a shipped variant of {OP}, "
                         f"got {type(variant).__name__}")
     check_query_heads(sh.H_q, "prepared.q_int8")
-    masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
+    masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv, device=prepared.q_int8.device)
     return recipe(sh, layout=layout, return_lse=return_lse, is_causal=is_causal, variant=variant,
                   pv_dtype=prepared.pv_dtype, smooth_v=prepared.v_mean is not None,
+                  has_lse_corr=prepared.lse_corr is not None,
                   has_block_mask=block_mask is not None, backend=resolve_backend(prepared.q_int8, backend))
 
 

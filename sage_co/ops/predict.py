@@ -6,7 +6,8 @@ Two kernels of asm_src/gfx1201_sage_predict.hip (its header comment has the desi
   pool    grid (H_q * n_q + H_kv * n_kv, B, 1), one wave32 per 64-token block of Q or K: fp32 mean and
           self-similarity per block. One symbol per in_dtype (manifest key column).
   select  grid (n_q, H_q, B), one wave32 per query block, 12 * next_pow2(n_kv) bytes of dynamic LDS: pooled scores,
-          integer softmax masses, a bitonic sort of the ranks, one mask byte per key block.
+          integer softmax masses, a bitonic sort of the ranks, one mask byte per key block (is_causal: over the key
+          blocks the query block sees causally; the others are 0).
 The inputs are read in place through their element strides (sage_co.ops.prepare.flat_view: no copy unless the
 vector loads cannot address the view).
 """
@@ -48,7 +49,8 @@ def check_predict_limits(sh: validate.Shapes) -> None:
 
 
 def run_predict(qn: torch.Tensor, kn: torch.Tensor, sh: validate.Shapes, softmax_scale: float, cdf_threshold: float,
-                topk: float | None, simthreshd: float, backend: str | None = None) -> torch.Tensor:
+                topk: float | None, simthreshd: float, backend: str | None = None,
+                is_causal: bool = False) -> torch.Tensor:
     """The predictor kernels on validated NHD views (sage_co.sparse.predict_block_mask validates the arguments)."""
     check_predict_limits(sh)
     backend = resolve_backend(qn, backend)
@@ -79,5 +81,6 @@ def run_predict(qn: torch.Tensor, kn: torch.Tensor, sh: validate.Shapes, softmax
         "sim_threshold": simthreshd, "mass_scale": abi.predict_mass_scale(n_kv),
         "cdf_fixed": abi.predict_cdf_fixed(cdf_threshold),
         "topk_count": abi.predict_topk_count(topk, n_kv, cdf_threshold),
+        "causal": int(is_causal), "S_q": sh.S_q, "S_kv": sh.S_kv,
     }, backend=backend, dynamic_lds=select_lds_bytes(n_kv))
     return mask.view(torch.bool)

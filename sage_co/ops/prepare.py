@@ -28,7 +28,7 @@ from ..abi import PREPARE_REDUCE_ARGS as REDUCE_ARGS
 from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # noqa: F401  (the structs live in sage_co/abi.py)
 from ..launch import BoundLaunch, launch, resolve_backend
 from ..prepared import DTYPE_KEYS, SCALE_BLOCK, SagePrepared, d_pad, s_pad
-from ..reference import q_multiplier
+from ..reference import norm_rope, q_multiplier, smooth_k_lse_correction
 
 WAVE = (32, 1, 1)  # stats and quant: one wave32 per workgroup
 MAX_CHUNKS = PREPARE_MAX_CHUNKS
@@ -106,6 +106,11 @@ class PrepareRecipe(NamedTuple):
     smooth_v: bool
     extents: tuple            # q, k, v: the in-place extent, or None (copied per call)
     fp32_tables: bool         # norm_rope_rounding "once": the kernels read fp32 cos/sin (an input-dtype table upcast)
+    # for SagePrepared.lse_corr (smooth_k): the host-side norm / RoPE spec of q and the softmax scale
+    eps: float
+    rope_dim: int | None
+    norm_rope_rounding: str
+    softmax_scale: float
 
 
 def _strided(prefix: str, st) -> dict:
@@ -142,7 +147,7 @@ def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool,
         "H_kv": H_kv, "S_q_pad": Sq, "S_kv_pad": Skv, "D": D, "q_norm": int(has_q_norm), "k_norm": int(has_k_norm),
         "pv_fp16": int(pv16), **_strided("q", qs), **_strided("k", ks), **_strided("v", vs)}, backend=backend)
     return PrepareRecipe(sh, stats, reduce, quant, n_chunks, pv16, smooth_k, smooth_v, (qe, ke, ve),
-                         norm_rope_rounding == "once")
+                         norm_rope_rounding == "once", eps, chk.rope_dim, norm_rope_rounding, chk.softmax_scale)
 
 
 _placeholders: dict[torch.device, torch.Tensor] = {}
@@ -159,8 +164,13 @@ def _placeholder(device: torch.device) -> torch.Tensor:
 def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=None, cos=None, sin=None
             ) -> SagePrepared:
     """Run the planned prepare launches on q, k, v (NHD views, checked against the recipe by whoever planned
-    it). Outputs are fresh tensors on q's device, padded rows/columns/channels zero."""
+    it). Outputs are fresh tensors on q's device, padded rows/columns/channels zero. pv_dtype="fp16" refuses a V
+    beyond the fp16 range before any kernel (fp16 V has no scale: docs/numerics.md §Finite range); with smooth_k
+    the result carries lse_corr, the LSE term from the original (normed / roped) q (docs/numerics.md §LSE)."""
+    if rec.pv16:
+        validate.check_v_fp16_range(v, "fp16")
     sh = rec.shapes
+    lse_q = (q, q_norm_weight, cos, sin)   # the caller's tensors, before the kernel-side upcast and alignment
     B, H_q, H_kv, Dp = sh.B, sh.H_q, sh.H_kv, d_pad(sh.D)
     Sq, Skv = s_pad(sh.S_q), s_pad(sh.S_kv)
     dev = q.device
@@ -198,8 +208,13 @@ def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=No
                          "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean})):
         if bound is not None:   # stats is None when no statistics run (pv fp16 without smooth_k)
             launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors), backend=bound.backend)
+    lse_corr = None
+    if rec.smooth_k:   # host side, in torch, from the original q (after the norm / RoPE spec the quant kernel applies)
+        q0, w0, cos0, sin0 = lse_q
+        qn = norm_rope(q0, w0, rec.eps, cos0, sin0, rec.rope_dim, rec.norm_rope_rounding)
+        lse_corr = smooth_k_lse_correction(qn, k_mean, rec.softmax_scale)
     return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_t, v_scale, sh.S_q, sh.S_kv, sh.D, sh.dtype,
-                        v_mean if rec.smooth_v else None)
+                        v_mean if rec.smooth_v else None, lse_corr)
 
 
 def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,

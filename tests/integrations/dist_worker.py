@@ -6,6 +6,7 @@ import traceback
 import torch
 import torch.distributed as dist
 
+import sage_co
 from sage_co import accuracy
 from sage_co.parallel import sequence_parallel_attention
 
@@ -51,5 +52,55 @@ def run_yunchang(rank: int, world: int, init_file: str, out_dir: str, S_r: int, 
             with torch.no_grad():
                 out = attn(q[:, sl].contiguous(), k[:, sl].contiguous(), v[:, sl].contiguous())
             torch.save(out, f"{out_dir}/yunchang_{name}.{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def agreement_case(name: str, rank: int, world: int):
+    """(q, k, v shard of this rank, keyword arguments) of one test_parallel_agreement scenario: rank-local
+    differences that every rank must refuse together (or, for the *_ok cases, serve)."""
+    S_r, H, D = 80, 2, 64
+    q, k, v = (t[..., :D] for t in full_inputs(S_r * world, H))
+    sl = slice(S_r * rank, S_r * (rank + 1))
+    q, k, v = q[:, sl], k[:, sl], v[:, sl]
+    mode = "ring" if "ring" in name else "ulysses"
+    kw = {"mode": mode, "return_lse": True}
+    if name.startswith("dtype_") and rank == 1:
+        q, k, v = (t.to(torch.float16) for t in (q, k, v))
+    if name == "headdim_ring" and rank == 1:
+        q, k, v = (t[..., :32] for t in (q, k, v))
+    if name == "heads_ulysses" and rank == 1:
+        q, k, v = (torch.cat([t, t], dim=2) for t in (q, k, v))
+    if name == "smooth_k_ring" and rank == 0:
+        kw["smooth_k"] = True
+    if name.startswith("scale_inf") and rank == 0:
+        kw["softmax_scale"] = float("inf")
+    if name.startswith("hnd_"):
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+        kw["layout"] = "HND"
+    return q.contiguous(), k.contiguous(), v.contiguous(), kw
+
+
+def run_agreement(rank: int, world: int, init_file: str, out_dir: str, names) -> None:
+    """Each scenario of agreement_case; saves the result or the error and how long the call took. A 60 s group
+    timeout turns a hang into a failure (gloo's default is 30 min)."""
+    import datetime
+    import time
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        m = torch.empty(1, 64, 2, 64, dtype=torch.bfloat16, device="meta")
+        sage_co.sage_attention(m, m, m)   # imports and the manifest read, so the timings below are the calls'
+        for name in names:
+            q, k, v, kw = agreement_case(name, rank, world)
+            t0 = time.perf_counter()
+            try:
+                out, lse = sequence_parallel_attention(q, k, v, **kw)
+                res = {"out": out, "lse": lse}
+            except Exception as e:
+                res = {"error": f"{type(e).__name__}: {e}"}
+            res["seconds"] = time.perf_counter() - t0
+            torch.save(res, f"{out_dir}/{name}.{rank}.pt")
     finally:
         dist.destroy_process_group()

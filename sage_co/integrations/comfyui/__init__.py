@@ -39,7 +39,8 @@ def patch_model(model, enabled: bool = True, pv_dtype: str = "fp8", smooth_k: bo
     if sparsity not in SPARSITY:
         raise ValueError(f"sparsity: expected one of {SPARSITY}, got {sparsity!r}")
     options = sdpa.Options(pv_dtype=pv_dtype, smooth_k=bool(smooth_k),
-                           sparsity="auto" if sparsity == "auto" else None, cdf_threshold=float(cdf_threshold))
+                           sparsity="auto" if sparsity == "auto" else None,
+                           cdf_threshold=float(cdf_threshold) if sparsity == "auto" else None)   # only with "auto"
     patched = model.clone()
     if hasattr(patched, "set_model_optimized_attention"):
         patched.set_model_optimized_attention(make_attention(options))
