@@ -32,7 +32,7 @@ SPARSITY = ("off", "auto")
 
 
 def patch_model(model, enabled: bool = True, pv_dtype: str = "fp8", smooth_k: bool = True, sparsity: str = "off",
-                cdf_threshold: float = 0.9):
+                cdf_threshold: float = 0.98):   # SpargeAttn's default (sage_co.sparse.DEFAULT_CDF_THRESHOLD)
     """The node's work: a clone of ComfyUI's ModelPatcher `model` whose attention runs sage-co."""
     if not enabled:
         return model
