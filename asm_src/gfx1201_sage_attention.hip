@@ -29,7 +29,7 @@
 //   Workgroup = 64 queries of one (batch, query head); wave w owns queries 16w..16w+15 of them.
 //   Each wave loops over the active key tiles (LUT row of its query tile) of K/V head (head * kv_group_magic) >> 32.
 //
-// Kernarg struct (sage_co/abi.py ATTENTION_FWD_ARGS, 160 bytes, 8-byte aligned; no hidden arguments):
+// Kernarg struct (sage_co/abi.py ATTENTION_FWD_ARGS, 176 bytes, 8-byte aligned; no hidden arguments):
 //   | offset | name           | type | contents                                                           |
 //   |--------|----------------|------|--------------------------------------------------------------------|
 //   |      0 | q              | ptr  | int8  [B, H_q, seq_pad_q, DP], carries softmax_scale*log2(e)       |
@@ -62,6 +62,17 @@
 //   |    144 | causal_offset  | i32  | seq_len_kv - seq_len_q: row i sees keys j <= i + causal_offset      |
 //   |    152 | v_mean         | ptr  | f32   [B, H_kv, DP] (read here only with flags bit 3; the asm      |
 //   |        |                |      | kernel loads it always: the host passes k_mean without smooth_v)   |
+//   |    160 | cu_seqlens_q   | ptr  | i32 [B + 1] (read only with flags bit 4, varlen)                   |
+//   |    168 | cu_seqlens_kv  | ptr  | i32 [B + 1] (read only with flags bit 4, varlen)                   |
+// Varlen (flags bit 4, docs/numerics.md §Varlen): batch z is packed sequence b = z, len_q = cu_seqlens_q[b+1] -
+// cu_seqlens_q[b], len_kv likewise; these replace seq_len_q / seq_len_kv / causal_offset (= len_kv - len_q). The
+// prepared tensors are packed: q [1, H_q, seq_pad_q, DP] with sequence b at rows packed_row(cu_q[b], b) =
+// 64*ceil(cu_q[b]/64) + 64*b (sage_co/abi.py packed_row), q_scale at blocks packed_row/32, k / V^T columns /
+// k_scale likewise from cu_seqlens_kv; k_mean / v_scale / v_mean stay [B, H_kv, DP] (per sequence); out row i of
+// the sequence is token cu_q[b] + i (out_stride_b is not used), lse [H_q, seq_len_q = total_q]. A workgroup whose
+// query tile starts at or past len_q exits at once; the key tiles are 0 .. count-1, count = ceil(len_kv/64), or
+// with causal the tiles holding a key j <= last row + causal_offset (the causal LUT of sage_co/masks.py), counted
+// here: the LUT is not read.
 // Every tensor but out is dense in the layout above; the host (sage_co/ops/attention.py) checks that.
 
 // Data flow (docs/rdna4.md §WMMA, "SageAttention data flow"): S^T = K.Q^T with v_wmma_i32_16x16x16_iu8
@@ -128,6 +139,7 @@ typedef _Float16 v8h __attribute__((ext_vector_type(8)));
 #define FLAG_SMOOTH_K 2u
 #define FLAG_CAUSAL 4u
 #define FLAG_SMOOTH_V 8u
+#define FLAG_VARLEN 16u
 // P_OFF = 8 - 2^-7: exp2's argument is s - (m - P_OFF) <= 8 for every m (docs/numerics.md §Attention arithmetic
 // model), so p <= 2^8 fits fp8 e4m3 (max 448) and the row sum carries the same 2^P_OFF as O
 #define P_OFF 7.9921875f
@@ -143,6 +155,11 @@ typedef _Float16 v8h __attribute__((ext_vector_type(8)));
 #define FP16_MAX 65504.0f      // largest finite fp16 (bits 0x7bff)
 #define BF16_QNAN 0x7fc0u
 #define FP16_QNAN 0x7e00u
+
+// Varlen: the first prepared row of sequence b whose tokens start at cu_start (sage_co/abi.py packed_row).
+static __device__ __attribute__((always_inline)) u32 packed_row(u32 cu_start, u32 b) {
+  return ((cu_start + TILE_K - 1) / TILE_K) * TILE_K + TILE_K * b;
+}
 
 static __device__ __attribute__((always_inline)) float xlane16(float x) {
   // value of lane l ^ 16 (docs/rdna4.md §WMMA: v_permlanex16_b32 with selects 0x76543210 / 0xfedcba98)
@@ -192,7 +209,9 @@ static __device__ __attribute__((always_inline)) void attention(
     const float* __restrict__ v_scale, unsigned short* __restrict__ out, float* __restrict__ lse, u32 seq_len_q,
     u32 seq_pad_q, u32 seq_len_kv, u32 seq_pad_kv, u32 num_heads_q, u32 num_heads_kv, u64 kv_group_magic,
     u32 out_stride_b, u32 out_stride_s, u32 out_stride_h, u32 head_dim, u32 flags, const u32* __restrict__ lut,
-    u32 lut_stride_b, u32 lut_stride_h, int causal_offset, const float* __restrict__ v_mean, v4i* lds) {
+    u32 lut_stride_b, u32 lut_stride_h, int causal_offset, const float* __restrict__ v_mean,
+    const u32* __restrict__ cu_seqlens_q, const u32* __restrict__ cu_seqlens_kv, v4i* lds) {
+  u32 lse_stride = seq_len_q;  // lse row stride of one (batch, head): S_q, or total_q (varlen)
   constexpr int NCOL = DP / 16;        // 16-byte chunks per K row (and O^T d-tiles)
   constexpr int HCOL = NCOL / 2;       // chunks of a row one lane half holds (d = DP/2*hl ..)
   constexpr int QF = DP / 32;          // Q^T fragments per lane (v4i), = K d-groups, = staging chunks per thread
@@ -207,30 +226,50 @@ static __device__ __attribute__((always_inline)) void attention(
   constexpr int LDS_BUF = PV16 ? 4 * DP : 8 * DP;  // chunks between the two buffers
 
   const u32 tid = __builtin_amdgcn_workitem_id_x();
+  const u32 qtile = __builtin_amdgcn_workgroup_id_x();
+  const u32 batch = __builtin_amdgcn_workgroup_id_z();
+  // varlen: this workgroup's sequence from the device's cu_seqlens (header); otherwise the kernargs as they are.
+  // lay_b: the batch index of the q/k/v layouts (0: packed), row_q / row_kv: the sequence's first prepared row,
+  // tok_q: its first token of out / lse.
+  const bool varlen = (flags & FLAG_VARLEN) != 0;
+  u32 lay_b = batch, row_q = 0, row_kv = 0, tok_q = 0;
+  if (varlen) {
+    const u32 cq0 = cu_seqlens_q[batch], cq1 = cu_seqlens_q[batch + 1];
+    const u32 ck0 = cu_seqlens_kv[batch], ck1 = cu_seqlens_kv[batch + 1];
+    const u32 len_q = cq1 - cq0;
+    if (qtile * TILE_Q >= len_q) return;  // uniform: past this sequence's queries (or none), before any barrier
+    seq_len_kv = ck1 - ck0;
+    causal_offset = (int)seq_len_kv - (int)len_q;
+    lse_stride = seq_len_q;               // = total_q: lse [H_q, total_q]
+    seq_len_q = len_q;
+    row_q = packed_row(cq0, batch);
+    row_kv = packed_row(ck0, batch);
+    tok_q = cq0;
+    lay_b = 0;
+  }
   const u32 lane = tid & 31, r = lane & 15, hl = lane >> 4;  // lane = 16*hl + r
   const u32 wave = __builtin_amdgcn_readfirstlane(tid >> 5);
-  const u32 qtile = __builtin_amdgcn_workgroup_id_x();
   const u32 head = __builtin_amdgcn_workgroup_id_y();
-  const u32 batch = __builtin_amdgcn_workgroup_id_z();
 
   // GQA: K/V head = head / (H_q / H_kv), by a multiply-high with the host's magic (no integer division)
   const u32 kv_head = (u32)(((u64)head * kv_group_magic) >> 32);
-  const u64 bh = (u64)batch * num_heads_q + head;
-  const u64 bkv = (u64)batch * num_heads_kv + kv_head;
+  const u64 bh = (u64)lay_b * num_heads_q + head;     // q, q_scale, lse (varlen: the head)
+  const u64 bkv_lay = (u64)lay_b * num_heads_kv + kv_head;   // k, V^T, k_scale
+  const u64 bkv = (u64)batch * num_heads_kv + kv_head;   // k_mean, v_scale, v_mean: per batch / sequence
   const u32 nblk_q = seq_pad_q / 32, nblk_kv = seq_pad_kv / 32;
   // Uniform (SGPR) base pointers + 32-bit per-lane byte offsets: clang emits global_load vOff, s[base]
   // (docs/rdna4.md §Memory) instead of 64-bit VGPR address arithmetic. Offsets inside one head stay < 2^32 bytes.
-  const char* qh = (const char*)q + bh * seq_pad_q * DP;
-  const char* kh = (const char*)k + bkv * seq_pad_kv * DP;
-  const char* vh = (const char*)v + bkv * DP * seq_pad_kv * VB;
-  const float* ksh = k_scale + bkv * nblk_kv;
+  const char* qh = (const char*)q + (bh * seq_pad_q + row_q) * DP;
+  const char* kh = (const char*)k + (bkv_lay * seq_pad_kv + row_kv) * DP;
+  const char* vh = (const char*)v + (bkv_lay * DP * seq_pad_kv + row_kv) * VB;
+  const float* ksh = k_scale + bkv_lay * nblk_kv + row_kv / 32;
 
   // Q^T B-fragments: lane (hl, r) holds query row r, bytes DP/2*hl .. +DP/2-1; d-step s = bytes 8s..8s+7 of that.
   const u32 q0 = qtile * TILE_Q + wave * 16;  // first query of this wave (uniform)
   const u32 qi = q0 + r;                      // this lane's query
   v4i qf[QF];
   for (int i = 0; i < QF; ++i) qf[i] = *(const v4i*)(qh + (qi * DP + (DP / 2) * hl + 16 * i));
-  const float qs = q_scale[bh * nblk_q + q0 / 32];  // the wave's 16 queries share one 32-token block
+  const float qs = q_scale[bh * nblk_q + (row_q + q0) / 32];  // the wave's 16 queries share one 32-token block
 
   // global -> LDS staging: thread tid moves K chunks tid + 128u (row = chunk/NCOL, u < QF) and V^T chunks
   // tid + 128u (row d = chunk/VCOL, u < VF) of a tile. Global offsets relative to the tile's (uniform) base.
@@ -259,10 +298,21 @@ static __device__ __attribute__((always_inline)) void attention(
   // + 1) (the second term only with FLAG_CAUSAL); a tile is masked per element only when some row of the wave
   // has lim below its end (uniform test on the wave's first row, whose lim is the smallest).
   const u32 ntiles = seq_pad_kv / TILE_K;
-  const u32* lrow = lut + ((u64)batch * lut_stride_b + (u64)head * lut_stride_h + (u64)qtile * (ntiles + 1));
-  const u32 count = lrow[0];
-  const u32* tiles = lrow + 1;
   const bool causal = (flags & FLAG_CAUSAL) != 0;
+  const u32* lrow = lut + ((u64)batch * lut_stride_b + (u64)head * lut_stride_h + (u64)qtile * (ntiles + 1));
+  // varlen: key tiles 0 .. count-1 (causal: those with a key j <= last row + causal_offset, masks.causal_tiles)
+  u32 count;
+  if (varlen) {
+    count = (seq_len_kv + TILE_K - 1) / TILE_K;
+    if (causal) {
+      const int last_row = __builtin_elementwise_min((int)(qtile * TILE_Q + TILE_Q - 1), (int)seq_len_q - 1);
+      const int lim = last_row + causal_offset + 1;  // keys < lim are seen by some row of the tile
+      count = __builtin_elementwise_min(count, lim > 0 ? (u32)(lim + TILE_K - 1) / TILE_K : 0u);
+    }
+  } else {
+    count = lrow[0];
+  }
+  const u32* tiles = lrow + 1;
   const int lim_lane = causal ? __builtin_elementwise_min((int)qi + causal_offset + 1, (int)seq_len_kv)
                               : (int)seq_len_kv;
   const int lim_wave = causal ? __builtin_elementwise_min((int)q0 + causal_offset + 1, (int)seq_len_kv)
@@ -270,7 +320,7 @@ static __device__ __attribute__((always_inline)) void attention(
   v4i kst[QF], vst[VF];
   float ks_next = 0.0f;
   if (count) {
-    const u32 t0 = tiles[0];
+    const u32 t0 = varlen ? 0u : tiles[0];
     for (int u = 0; u < QF; ++u) kst[u] = *(const v4i*)(kh + (k_gl[u] + t0 * (TILE_K * DP)));
     for (int u = 0; u < VF; ++u) vst[u] = *(const v4i*)(vh + (v_gl[u] + t0 * (TILE_K * VB)));
     const v2f ks2 = *(const v2f*)(ksh + 2 * t0);
@@ -290,14 +340,14 @@ static __device__ __attribute__((always_inline)) void attention(
   float m_run = -__builtin_inff(), l_run = 0.0f;
 
   for (u32 it = 0; it < count; ++it) {
-    const u32 tile = tiles[it];
+    const u32 tile = varlen ? it : tiles[it];
     const u32 buf = (it & 1) * LDS_BUF;
     const u32 vbuf = PV16 ? 0u : buf;  // PV16: the one V^T tile
     const bool more = it + 1 < count;
     const float ks = ks_next;
     if (more) {  // prefetch the next active tile into VGPRs; stored to the other LDS buffer after this tile's WMMAs
       // the tile offset goes into the 32-bit lane offset (not the base) so the load keeps the SGPR base
-      const u32 tn = tiles[it + 1];
+      const u32 tn = varlen ? it + 1 : tiles[it + 1];
       const u32 koff = tn * (TILE_K * DP), voff = tn * (TILE_K * VB);
       for (int u = 0; u < QF; ++u) kst[u] = *(const v4i*)(kh + (k_gl[u] + koff));
       for (int u = 0; u < VF; ++u) vst[u] = *(const v4i*)(vh + (v_gl[u] + voff));
@@ -426,7 +476,8 @@ static __device__ __attribute__((always_inline)) void attention(
   // smooth_v: v_mean comes back on rows that saw a key (a row's softmax weights sum to 1); others stay zero
   const bool add_mean = (flags & FLAG_SMOOTH_V) && l_run != 0.0f;
   const v4f* vmn = (const v4f*)(v_mean + bkv * DP + 8 * hl);
-  v4i* orow = (v4i*)(out + ((u64)batch * out_stride_b + (u64)qi * out_stride_s + (u64)head * out_stride_h) + 8 * hl);
+  v4i* orow = (v4i*)(out + ((u64)lay_b * out_stride_b + (u64)(tok_q + qi) * out_stride_s + (u64)head * out_stride_h) +
+                     8 * hl);
   const u32 dtiles = head_dim / 16;
 #pragma unroll
   for (int t = 0; t < NCOL; ++t) {
@@ -465,7 +516,7 @@ static __device__ __attribute__((always_inline)) void attention(
       acc = acc + xlane16(acc);
       val += LN2 * acc;
     }
-    if (hl == 0) lse[bh * seq_len_q + qi] = val;
+    if (hl == 0) lse[bh * lse_stride + tok_q + qi] = val;
   }
 }
 
@@ -476,11 +527,11 @@ static __device__ __attribute__((always_inline)) void attention(
       u32 seq_len_q, u32 seq_pad_q, u32 seq_len_kv, u32 seq_pad_kv, u32 num_heads_q, u32 num_heads_kv,         \
       u64 kv_group_magic, u32 out_stride_b, u32 out_stride_s, u32 out_stride_h, u32 head_dim, u32 flags,       \
       const u32 *__restrict__ lut, u32 lut_stride_b, u32 lut_stride_h, int causal_offset,                     \
-      const float *__restrict__ v_mean
+      const float *__restrict__ v_mean, const u32 *__restrict__ cu_seqlens_q, const u32 *__restrict__ cu_seqlens_kv
 #define ATTENTION_ARGS                                                                                        \
   q, k, v, q_scale, k_scale, k_mean, v_scale, out, lse, seq_len_q, seq_pad_q, seq_len_kv, seq_pad_kv,          \
       num_heads_q, num_heads_kv, kv_group_magic, out_stride_b, out_stride_s, out_stride_h, head_dim, flags,    \
-      lut, lut_stride_b, lut_stride_h, causal_offset, v_mean
+      lut, lut_stride_b, lut_stride_h, causal_offset, v_mean, cu_seqlens_q, cu_seqlens_kv
 // LDS: two buffers of K (64 x DP B) + V^T (DP x 64 B) tiles (PV16: two K tiles + one DP x 128 B V^T tile),
 // 32 KiB for DP = 128, 16 KiB for DP = 64
 #define KERNEL(NAME, DP, FP16, PV16)                                                                          \

@@ -44,10 +44,16 @@ FLAG_LSE_BIT = 0          # kernarg `flags` bit 0: write lse
 FLAG_SMOOTH_K_BIT = 1     # bit 1: lse adds ln2 * (q_int8 * q_scale) . k_mean
 FLAG_CAUSAL_BIT = 2        # bit 2: row i sees keys j <= i + causal_offset (bottom-right aligned causal mask)
 FLAG_SMOOTH_V_BIT = 3     # bit 3: smooth_v: the epilogue adds v_mean[d] to every row that saw a key
+# bit 4: varlen (packed sequences, docs/numerics.md §Varlen): workgroup z = sequence b reads cu_seqlens_q[b], [b+1],
+# cu_seqlens_kv[b], [b+1] on the device; its lengths replace seq_len_q / seq_len_kv / causal_offset, its key tiles
+# are 0 .. count-1 counted in-kernel (the LUT is not read), its prepared rows start at packed_row(cu[b], b) of the
+# packed [H, seq_pad, D_pad] tensors, its output rows at cu_seqlens_q[b] (lse row stride seq_len_q = total_q)
+FLAG_VARLEN_BIT = 4
 FLAG_LSE = 1 << FLAG_LSE_BIT
 FLAG_SMOOTH_K = 1 << FLAG_SMOOTH_K_BIT
 FLAG_CAUSAL = 1 << FLAG_CAUSAL_BIT
 FLAG_SMOOTH_V = 1 << FLAG_SMOOTH_V_BIT
+FLAG_VARLEN = 1 << FLAG_VARLEN_BIT
 # Active key tiles per query tile (docs/numerics.md §Masks): u32 rows [count, t_0 < t_1 < ... < t_{count-1}, ...]
 # of lut_row_len(seq_pad_kv) entries; the asm kernel reads 4 entries at a time, so the buffer carries LUT_TAIL
 # spare entries past its last row.
@@ -87,7 +93,29 @@ ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
     Field("causal_offset", "i32", 144),  # seq_len_kv - seq_len_q (read only with FLAG_CAUSAL)
     Field("v_mean", "ptr", 152),        # fp32 [B, H_kv, D_pad]: added only with FLAG_SMOOTH_V, but the asm kernel
                                         # loads it always: without smooth_v pass another [B, H_kv, D_pad] (k_mean)
-], size=160)
+    # read only with FLAG_VARLEN (the asm kernel loads them then, not with the resident struct: ATTENTION_ON_DEMAND);
+    # without it pass any valid pointer (the placeholder)
+    Field("cu_seqlens_q", "ptr", 160),  # int32 [B + 1] (B = grid z): sequence b's queries are rows cu[b]..cu[b+1]-1
+    Field("cu_seqlens_kv", "ptr", 168),  # int32 [B + 1]: its keys / values
+], size=176)
+# fields the asm kernel does not keep in SGPRs for the whole kernel (it loads them where it needs them): the SGPR
+# file holds the struct up to the first of them (docs/rdna4.md §Occupancy: 106 SGPRs)
+ATTENTION_ON_DEMAND = ("cu_seqlens_q", "cu_seqlens_kv")
+
+
+def packed_row(cu_start: int, b: int) -> int:
+    """The first prepared row of packed sequence b whose tokens start at cu_start (docs/numerics.md §Varlen):
+    64 * ceil(cu_start / 64) + 64 * b. Sequence b's round_up(len_b, 64) padded rows end at most at
+    64 * ceil(cu_{b+1} / 64) + 64 * b < packed_row(cu_{b+1}, b + 1), so no two sequences overlap, every sequence
+    starts on a key tile (and a 32-token scale block), and the packed tensors have packed_rows(total, B) rows.
+    Every kernel computes it from cu_seqlens alone, on the device: no prefix sum, no host read."""
+    return PAD * -(-cu_start // PAD) + PAD * b
+
+
+def packed_rows(total: int, batch: int) -> int:
+    """Rows of a packed prepared tensor for `batch` sequences of `total` tokens: packed_row(total, batch), which
+    bounds the end of the last sequence's padded rows."""
+    return packed_row(total, batch)
 MAX_QUERY_HEADS = 1 << 16       # grid y limit, and the range over which kv_group_magic divides exactly
 
 

@@ -62,3 +62,38 @@ def expected_shapes(B: int, S_q: int, S_kv: int, H_q: int, H_kv: int, D: int, pv
         "v_t": ((B, H_kv, Dp, Skv), PV_DTYPES[pv_dtype]),
         "v_scale": ((B, H_kv, Dp), torch.float32),
     }
+
+
+class PackedPrepared(NamedTuple):
+    """Quantized Q/K/V of a varlen call: B packed sequences in one structure (docs/numerics.md §Varlen).
+
+    Rows are packed per head: sequence b's round_up(len_b, 64) prepared rows start at row
+    abi.packed_row(cu_seqlens[b], b) = 64 * ceil(cu_seqlens[b] / 64) + 64 * b (of q_int8 / k_int8 / v_t's last dim;
+    its scale blocks at that row / 32), computed from cu_seqlens alone (the kernels do it on the device). Each
+    sequence is prepared exactly as a per-sequence call would prepare it (its scale blocks start at its first token,
+    its statistics are over its own tokens, its padded rows are zero); rows between two sequences' padded rows are
+    never read. R_q = abi.packed_rows(total_q, B), R_kv likewise."""
+    q_int8: torch.Tensor  # [H_q, R_q, D_pad] int8
+    q_scale: torch.Tensor  # [H_q, R_q // 32] fp32
+    k_int8: torch.Tensor  # [H_kv, R_kv, D_pad] int8
+    k_scale: torch.Tensor  # [H_kv, R_kv // 32] fp32
+    k_mean: torch.Tensor  # [B, H_kv, D_pad] fp32 per sequence, zeros unless smooth_k
+    v_t: torch.Tensor  # [H_kv, D_pad, R_kv]: float8_e4m3fn (pv_dtype "fp8") or float16 ("fp16")
+    v_scale: torch.Tensor  # [B, H_kv, D_pad] fp32 per sequence
+    cu_seqlens_q: torch.Tensor  # int32 [B + 1] on the device of the tensors
+    cu_seqlens_kv: torch.Tensor  # int32 [B + 1]
+    max_seqlen_q: int  # the caller's bound on every len_q (sizes the attention grid)
+    max_seqlen_kv: int
+    total_q: int  # packed query tokens (rows of the output)
+    head_dim: int
+    out_dtype: torch.dtype
+    v_mean: torch.Tensor | None = None  # [B, H_kv, D_pad] fp32 with smooth_v, else None
+    lse_corr: torch.Tensor | None = None  # [H_q, total_q] fp32 with smooth_k (docs/numerics.md §LSE)
+
+    @property
+    def batch(self) -> int:
+        return self.cu_seqlens_q.shape[0] - 1
+
+    @property
+    def pv_dtype(self) -> str:
+        return "fp16" if self.v_t.dtype == torch.float16 else "fp8"

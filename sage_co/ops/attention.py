@@ -150,6 +150,8 @@ def execute(rec: AttentionRecipe, prepared: SagePrepared, block_mask: torch.Tens
         "v_scale": prepared.v_scale, "out": out, "lse": lse, "lut": lut,
         # smooth_v: the epilogue adds v_mean back; without it the kernel never reads this pointer
         "v_mean": prepared.v_mean if prepared.v_mean is not None else prepared.k_mean,
+        # read only by varlen launches (abi.FLAG_VARLEN): any valid pointer
+        "cu_seqlens_q": lut, "cu_seqlens_kv": lut,
     }), backend=bound.backend)
     if rec.return_lse and prepared.lse_corr is not None:
         assert not bound.scalars["flags"] & FLAG_SMOOTH_K    # planned with has_lse_corr: the kernel left it out
@@ -191,3 +193,58 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layou
                        is_causal=is_causal, block_mask=block_mask)
     out, lse = execute(rec, prepared, block_mask)
     return (out, lse) if return_lse else out
+
+
+# ---------------------------------------------------------------------------------------------- varlen
+def varlen_recipe(*, batch: int, max_seqlen_q: int, total_q: int, total_kv: int, H_q: int, H_kv: int, D: int,
+                  dtype: torch.dtype, return_lse: bool, is_causal: bool, variant: str | None, pv_dtype: str,
+                  smooth_v: bool, has_lse_corr: bool, backend: str) -> AttentionRecipe:
+    """The one attention launch of a varlen call (docs/numerics.md §Varlen) over a PackedPrepared: grid
+    (ceil(max_seqlen_q / 64), H_q, batch) as flash-attention sizes it, FLAG_VARLEN; each workgroup reads its
+    sequence's lengths from cu_seqlens on the device. Out is the packed [total_q, H_q, D], lse [H_q, total_q]."""
+    check_query_heads(H_q)
+    strides = (0, H_q * D, D)        # out [total_q, H_q, D]: row cu_q[b] + i (out_stride_b unused)
+    R_q, R_kv = abi.packed_rows(total_q, batch), abi.packed_rows(total_kv, batch)
+    Dp = d_pad(D)
+    for name, R in (("q_int8", R_q), ("k_int8", R_kv)):
+        if R * Dp >= U32:
+            raise ValueError(f"prepared.{name}: one head of {R} packed rows x {Dp} bytes must stay below 4 GiB "
+                             f"(the kernel's 32-bit offsets)")
+    if max(strides) >= U32 or WAVE_ROWS * strides[1] * 2 >= U32 or total_q * H_q >= U32:
+        raise ValueError(f"q: {total_q} packed rows of {H_q} x {D} are too large for the kernel's 32-bit offsets")
+    kernel = registry.find(OP, variant, head_dim=Dp, out_dtype=DTYPE_KEYS[dtype], pv_dtype=pv_dtype)
+    smooth_k_term = 0 if has_lse_corr else FLAG_SMOOTH_K
+    flags = ((FLAG_LSE | smooth_k_term) if return_lse else 0) | (FLAG_CAUSAL if is_causal else 0) | \
+        (FLAG_SMOOTH_V if smooth_v else 0) | abi.FLAG_VARLEN
+    scalars = {
+        # seq_len_q: the lse row stride (total_q); seq_len_kv / causal_offset: replaced per sequence in the kernel
+        "seq_len_q": total_q, "seq_pad_q": R_q, "seq_len_kv": total_kv, "seq_pad_kv": R_kv,
+        "num_heads_q": H_q, "num_heads_kv": H_kv, "kv_group_magic": kv_group_magic(H_q // H_kv),
+        "out_stride_b": strides[0], "out_stride_s": strides[1], "out_stride_h": strides[2], "head_dim": D,
+        "flags": flags, "causal_offset": 0, "lut_stride_b": 0, "lut_stride_h": 0,
+    }
+    grid = (max(1, -(-max_seqlen_q // QUERY_TILE)), H_q, batch)
+    bound = BoundLaunch(kernel.symbol, ATTENTION_FWD_ARGS, grid, BLOCK, scalars, backend=backend)
+    sh = validate.Shapes(batch, max_seqlen_q, 0, H_q, H_kv, D, dtype)
+    return AttentionRecipe(kernel, bound, (total_q, H_q, D), (H_q, total_q) if return_lse else (1,), dtype, sh,
+                           is_causal, return_lse)
+
+
+def execute_varlen(rec: AttentionRecipe, packed) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run a varlen_recipe launch on a sage_co.prepared.PackedPrepared: (out [total_q, H_q, D], lse [H_q, total_q]
+    or a 1-element placeholder). Every output row belongs to some sequence (cu_seqlens covers 0..total_q, the
+    caller's contract), so every row of out (and of lse) is written."""
+    device = packed.q_int8.device
+    out = torch.empty(rec.out_shape, dtype=rec.out_dtype, device=device)
+    lse = torch.empty(rec.lse_shape, dtype=torch.float32, device=device)
+    bound = rec.launch
+    launch(bound.symbol, ATTENTION_FWD_ARGS, bound.grid, BLOCK, bound.args({
+        "q": packed.q_int8, "k": packed.k_int8, "v": packed.v_t, "q_scale": packed.q_scale,
+        "k_scale": packed.k_scale, "k_mean": packed.k_mean, "v_scale": packed.v_scale, "out": out, "lse": lse,
+        "lut": packed.cu_seqlens_q,     # not read with FLAG_VARLEN: any valid pointer
+        "v_mean": packed.v_mean if packed.v_mean is not None else packed.k_mean,
+        "cu_seqlens_q": packed.cu_seqlens_q, "cu_seqlens_kv": packed.cu_seqlens_kv,
+    }), backend=bound.backend)
+    if rec.return_lse and packed.lse_corr is not None:
+        lse = lse + packed.lse_corr
+    return out, lse

@@ -41,4 +41,4 @@ def attention_inputs(S_q: int, S_kv: int | None = None, head_dim: int = HEAD_DIM
             "num_heads_q": 1, "num_heads_kv": 1, "kv_group_magic": 1 << 32, "out_stride_b": S_q * head_dim,
             "out_stride_s": head_dim, "out_stride_h": head_dim, "head_dim": head_dim,
             "lut": lut, "lut_stride_b": lut_sb, "lut_stride_h": lut_sh, "causal_offset": S_kv - S_q,
-            "v_mean": p.k_mean}
+            "v_mean": p.k_mean, "cu_seqlens_q": lut, "cu_seqlens_kv": lut}
