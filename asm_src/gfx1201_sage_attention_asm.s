@@ -31,7 +31,7 @@
 // Masking: a tile whose end passes the wave's smallest row limit (seq_len_kv, or q0 + S_kv - S_q + 1 when
 // causal) takes a uniform branch that sets s = -inf for keys >= the lane's row limit; m_use = 0 while m = -inf.
 //
-// Kernarg struct (160 bytes, no hidden args; sage_co/abi.py ATTENTION_FWD_ARGS), loaded whole into
+// Kernarg struct (176 bytes, no hidden args; sage_co/abi.py ATTENTION_FWD_ARGS), loaded whole into
 // SGPRs s4.. (dword i in s4+i):
 //   | offset | name           | kind |
 //   |      0 | q              | ptr  |
@@ -60,6 +60,8 @@
 //   |    140 | lut_stride_h   | u32  |
 //   |    144 | causal_offset  | i32  |
 //   |    152 | v_mean         | ptr  |
+//   |    160 | cu_seqlens_q   | ptr  |
+//   |    168 | cu_seqlens_kv  | ptr  |
 //   flags bit 0: write lse; bit 1: lse adds ln2 * (q_int8*q_scale).k_mean;
 //   bit 2: causal; bit 3: smooth_v, out adds v_mean (loaded always: pass k_mean without it)
 //   out: element (b, i, h, d) at out + 2*(b*out_stride_b + i*out_stride_s + h*out_stride_h + d), d < head_dim
@@ -277,6 +279,36 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_lshr_b32 s46, s46, 5  // wave = tid / 32 (uniform)
         s_and_b32 s44, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
         s_lshr_b32 s45, ttmp7, 16  // workgroup id z = batch
+        s_mov_b32 s90, 0
+        s_mov_b32 s68, 0
+        s_mov_b32 s72, 0
+        s_mov_b32 s70, 0
+        s_mov_b32 s80, s22
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc0 .Ld128_bf16_packed_done
+        s_load_b128 s[64:67], s[0:1], 0xa0  // cu_seqlens_q, cu_seqlens_kv
+        s_lshl_b32 s52, s45, 2  // byte offset of cu_seqlens[b] (int32)
+        s_wait_kmcnt 0
+        s_load_b64 s[54:55], s[64:65], s52 offset:0x0  // cu_seqlens_q[b], [b+1]
+        s_load_b64 s[56:57], s[66:67], s52 offset:0x0  // cu_seqlens_kv[b], [b+1]
+        s_wait_kmcnt 0
+        s_sub_co_i32 s80, s55, s54  // len_q
+        s_lshl_b32 s53, ttmp9, 6  // first query of this tile
+        s_cmp_ge_u32 s53, s80
+        s_cbranch_scc1 .Ld128_bf16_end  // past the sequence's queries (or none): nothing to do
+        s_mov_b32 s90, s54  // first out / lse token of the sequence
+        s_sub_co_i32 s24, s57, s56  // seq_len_kv := len_kv
+        s_sub_co_i32 s40, s24, s80  // causal_offset := len_kv - len_q
+        s_lshl_b32 s53, s45, 6  // 64 * b
+        s_add_co_i32 s68, s54, 63
+        s_and_b32 s68, s68, 0xffffffc0
+        s_add_co_i32 s68, s68, s53  // Q: packed_row(cu[b], b) = 64*ceil(cu[b]/64) + 64*b
+        s_add_co_i32 s72, s56, 63
+        s_and_b32 s72, s72, 0xffffffc0
+        s_add_co_i32 s72, s72, s53  // K/V: packed_row(cu[b], b) = 64*ceil(cu[b]/64) + 64*b
+        s_mov_b32 s70, s45  // the statistics are per sequence
+        s_mov_b32 s45, 0  // the packed layouts have one batch
+.Ld128_bf16_packed_done:
         s_mul_i32 s48, s45, s26
         s_add_co_i32 s48, s48, s44
         s_mov_b32 s49, 0
@@ -299,7 +331,29 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_mov_b32 s53, 0
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[62:63], s[36:37], s[52:53]
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld128_bf16_varlen_walk
         s_load_b128 s[64:67], s[62:63], 0x0  // count, L[0], L[1], L[2] (the host pads the buffer)
+        s_branch .Ld128_bf16_walk_ready
+.Ld128_bf16_varlen_walk:
+        s_add_co_i32 s64, s24, 63
+        s_lshr_b32 s64, s64, 6  // ceil(len_kv / 64) key tiles
+        s_bitcmp1_b32 s34, 2
+        s_cbranch_scc0 .Ld128_bf16_walk_ids
+        s_lshl_b32 s52, ttmp9, 6
+        s_add_co_i32 s52, s52, 63  // last row of the tile
+        s_add_co_i32 s53, s80, -1
+        s_min_u32 s52, s52, s53  // its last real row (len_q >= 1 here)
+        s_add_co_i32 s52, s52, s40
+        s_add_co_i32 s52, s52, 64  // (keys it sees: last_row + offset + 1) + 63
+        s_max_i32 s52, s52, 0
+        s_lshr_b32 s52, s52, 6
+        s_min_u32 s64, s64, s52  // causal: the tiles some row of the tile sees
+.Ld128_bf16_walk_ids:
+        s_mov_b32 s65, 0  // L[0] = 0 (clamped to the last tile below)
+        s_mov_b32 s66, 1  // L[1] = 1 (clamped to the last tile below)
+        s_mov_b32 s67, 2  // L[2] = 2 (clamped to the last tile below)
+.Ld128_bf16_walk_ready:
         s_add_co_i32 s52, s58, s40
         s_add_co_i32 s52, s52, 1
         s_bitcmp1_b32 s34, 2
@@ -311,16 +365,20 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_cselect_b32 s66, s66, s65  // L[min(1, last)]
         s_cmp_gt_u32 s64, 2
         s_cselect_b32 s67, s67, s66  // L[min(2, last)]
-        s_mov_b32 s69, 0x4b400000
-        s_mov_b32 s70, 0x76543210
         s_lshl_b32 s52, s25, 7
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[50:51]
         s_add_nc_u64 s[74:75], s[6:7], s[52:53]
+        s_lshl_b32 s54, s72, 7
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[74:75], s[74:75], s[54:55]  // + the sequence's first K row (varlen; else 0)
         s_add_nc_u64 s[82:83], s[8:9], s[52:53]  // V^T of this K/V head
         s_lshl_b32 s54, s65, 6
         s_mov_b32 s55, 0
         s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[0]
+        s_lshl_b32 s54, s72, 0
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // + the sequence's first V^T column
         s_lshl_b32 s52, s23, 7
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[48:49]
@@ -328,6 +386,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_lshl_b32 s54, s58, 7
         s_mov_b32 s55, 0
         s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // Q rows of query q0
+        s_lshl_b32 s54, s68, 7
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // + the sequence's first Q row (varlen; else 0)
         s_lshl_b32 s54, s25, 5  // 32 rows of V^T
         s_add_nc_u64 s[84:85], s[82:83], s[54:55]
         s_add_nc_u64 s[86:87], s[84:85], s[54:55]
@@ -340,24 +401,32 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_lshl_b32 s52, s65, 3
         s_mov_b32 s53, 0
         s_add_nc_u64 s[94:95], s[94:95], s[52:53]  // k_scale pair of tile L[0]
+        s_lshr_b32 s52, s72, 3  // the sequence's first k_scale block: (row_kv / 32) * 4 bytes
+        s_mov_b32 s53, 0
+        s_add_nc_u64 s[94:95], s[94:95], s[52:53]
         s_lshr_b32 s52, s23, 5
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[48:49]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[52:53], s[10:11], s[52:53]
-        s_lshr_b32 s54, s58, 5
+        s_add_co_i32 s54, s58, s68  // prepared row of q0
+        s_lshr_b32 s54, s54, 5
         s_lshl_b32 s54, s54, 2
         s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
-        s_lshl_b64 s[52:53], s[50:51], 9
+        s_mul_i32 s52, s70, s27  // varlen: the statistics of sequence b
+        s_add_co_i32 s52, s52, s50
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[52:53], s[52:53], 9
         s_add_nc_u64 s[96:97], s[14:15], s[52:53]
         s_add_nc_u64 s[98:99], s[16:17], s[52:53]
         s_add_nc_u64 s[92:93], s[42:43], s[52:53]
+        s_add_co_i32 s90, s90, s58  // token of q0 in out / lse (varlen: + cu_q[b])
         s_mov_b32 s52, s45
         s_mov_b32 s53, 0
         s_mov_b32 s56, s30
         s_mov_b32 s57, 0
         s_mul_u64 s[52:53], s[52:53], s[56:57]
-        s_mov_b32 s54, s58
+        s_mov_b32 s54, s90
         s_mov_b32 s55, 0
         s_mov_b32 s56, s31
         s_mov_b32 s57, 0
@@ -374,10 +443,13 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_mov_b32 s54, s22
         s_mov_b32 s55, 0
         s_mul_u64 s[52:53], s[48:49], s[54:55]
-        s_mov_b32 s54, s58
+        s_mov_b32 s54, s90
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[102:103], s[20:21], s[52:53]
+        s_mov_b32 s22, s80  // the epilogue's row limit: len_q (varlen), else S_q
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -546,9 +618,12 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
-        s_min_u32 s52, s52, s59
-        s_lshl_b32 s52, s52, 2
+        s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld128_bf16_walk_next_0
+        s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+.Ld128_bf16_walk_next_0:
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -1151,9 +1226,12 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
-        s_min_u32 s52, s52, s59
-        s_lshl_b32 s52, s52, 2
+        s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld128_bf16_walk_next_1
+        s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+.Ld128_bf16_walk_next_1:
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -4182,6 +4260,36 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_lshr_b32 s46, s46, 5  // wave = tid / 32 (uniform)
         s_and_b32 s44, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
         s_lshr_b32 s45, ttmp7, 16  // workgroup id z = batch
+        s_mov_b32 s90, 0
+        s_mov_b32 s68, 0
+        s_mov_b32 s72, 0
+        s_mov_b32 s70, 0
+        s_mov_b32 s80, s22
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc0 .Ld128_fp16_packed_done
+        s_load_b128 s[64:67], s[0:1], 0xa0  // cu_seqlens_q, cu_seqlens_kv
+        s_lshl_b32 s52, s45, 2  // byte offset of cu_seqlens[b] (int32)
+        s_wait_kmcnt 0
+        s_load_b64 s[54:55], s[64:65], s52 offset:0x0  // cu_seqlens_q[b], [b+1]
+        s_load_b64 s[56:57], s[66:67], s52 offset:0x0  // cu_seqlens_kv[b], [b+1]
+        s_wait_kmcnt 0
+        s_sub_co_i32 s80, s55, s54  // len_q
+        s_lshl_b32 s53, ttmp9, 6  // first query of this tile
+        s_cmp_ge_u32 s53, s80
+        s_cbranch_scc1 .Ld128_fp16_end  // past the sequence's queries (or none): nothing to do
+        s_mov_b32 s90, s54  // first out / lse token of the sequence
+        s_sub_co_i32 s24, s57, s56  // seq_len_kv := len_kv
+        s_sub_co_i32 s40, s24, s80  // causal_offset := len_kv - len_q
+        s_lshl_b32 s53, s45, 6  // 64 * b
+        s_add_co_i32 s68, s54, 63
+        s_and_b32 s68, s68, 0xffffffc0
+        s_add_co_i32 s68, s68, s53  // Q: packed_row(cu[b], b) = 64*ceil(cu[b]/64) + 64*b
+        s_add_co_i32 s72, s56, 63
+        s_and_b32 s72, s72, 0xffffffc0
+        s_add_co_i32 s72, s72, s53  // K/V: packed_row(cu[b], b) = 64*ceil(cu[b]/64) + 64*b
+        s_mov_b32 s70, s45  // the statistics are per sequence
+        s_mov_b32 s45, 0  // the packed layouts have one batch
+.Ld128_fp16_packed_done:
         s_mul_i32 s48, s45, s26
         s_add_co_i32 s48, s48, s44
         s_mov_b32 s49, 0
@@ -4204,7 +4312,29 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_mov_b32 s53, 0
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[62:63], s[36:37], s[52:53]
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld128_fp16_varlen_walk
         s_load_b128 s[64:67], s[62:63], 0x0  // count, L[0], L[1], L[2] (the host pads the buffer)
+        s_branch .Ld128_fp16_walk_ready
+.Ld128_fp16_varlen_walk:
+        s_add_co_i32 s64, s24, 63
+        s_lshr_b32 s64, s64, 6  // ceil(len_kv / 64) key tiles
+        s_bitcmp1_b32 s34, 2
+        s_cbranch_scc0 .Ld128_fp16_walk_ids
+        s_lshl_b32 s52, ttmp9, 6
+        s_add_co_i32 s52, s52, 63  // last row of the tile
+        s_add_co_i32 s53, s80, -1
+        s_min_u32 s52, s52, s53  // its last real row (len_q >= 1 here)
+        s_add_co_i32 s52, s52, s40
+        s_add_co_i32 s52, s52, 64  // (keys it sees: last_row + offset + 1) + 63
+        s_max_i32 s52, s52, 0
+        s_lshr_b32 s52, s52, 6
+        s_min_u32 s64, s64, s52  // causal: the tiles some row of the tile sees
+.Ld128_fp16_walk_ids:
+        s_mov_b32 s65, 0  // L[0] = 0 (clamped to the last tile below)
+        s_mov_b32 s66, 1  // L[1] = 1 (clamped to the last tile below)
+        s_mov_b32 s67, 2  // L[2] = 2 (clamped to the last tile below)
+.Ld128_fp16_walk_ready:
         s_add_co_i32 s52, s58, s40
         s_add_co_i32 s52, s52, 1
         s_bitcmp1_b32 s34, 2
@@ -4216,16 +4346,20 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_cselect_b32 s66, s66, s65  // L[min(1, last)]
         s_cmp_gt_u32 s64, 2
         s_cselect_b32 s67, s67, s66  // L[min(2, last)]
-        s_mov_b32 s69, 0x4b400000
-        s_mov_b32 s70, 0x76543210
         s_lshl_b32 s52, s25, 7
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[50:51]
         s_add_nc_u64 s[74:75], s[6:7], s[52:53]
+        s_lshl_b32 s54, s72, 7
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[74:75], s[74:75], s[54:55]  // + the sequence's first K row (varlen; else 0)
         s_add_nc_u64 s[82:83], s[8:9], s[52:53]  // V^T of this K/V head
         s_lshl_b32 s54, s65, 6
         s_mov_b32 s55, 0
         s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[0]
+        s_lshl_b32 s54, s72, 0
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // + the sequence's first V^T column
         s_lshl_b32 s52, s23, 7
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[48:49]
@@ -4233,6 +4367,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_lshl_b32 s54, s58, 7
         s_mov_b32 s55, 0
         s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // Q rows of query q0
+        s_lshl_b32 s54, s68, 7
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // + the sequence's first Q row (varlen; else 0)
         s_lshl_b32 s54, s25, 5  // 32 rows of V^T
         s_add_nc_u64 s[84:85], s[82:83], s[54:55]
         s_add_nc_u64 s[86:87], s[84:85], s[54:55]
@@ -4245,24 +4382,32 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_lshl_b32 s52, s65, 3
         s_mov_b32 s53, 0
         s_add_nc_u64 s[94:95], s[94:95], s[52:53]  // k_scale pair of tile L[0]
+        s_lshr_b32 s52, s72, 3  // the sequence's first k_scale block: (row_kv / 32) * 4 bytes
+        s_mov_b32 s53, 0
+        s_add_nc_u64 s[94:95], s[94:95], s[52:53]
         s_lshr_b32 s52, s23, 5
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[48:49]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[52:53], s[10:11], s[52:53]
-        s_lshr_b32 s54, s58, 5
+        s_add_co_i32 s54, s58, s68  // prepared row of q0
+        s_lshr_b32 s54, s54, 5
         s_lshl_b32 s54, s54, 2
         s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
-        s_lshl_b64 s[52:53], s[50:51], 9
+        s_mul_i32 s52, s70, s27  // varlen: the statistics of sequence b
+        s_add_co_i32 s52, s52, s50
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[52:53], s[52:53], 9
         s_add_nc_u64 s[96:97], s[14:15], s[52:53]
         s_add_nc_u64 s[98:99], s[16:17], s[52:53]
         s_add_nc_u64 s[92:93], s[42:43], s[52:53]
+        s_add_co_i32 s90, s90, s58  // token of q0 in out / lse (varlen: + cu_q[b])
         s_mov_b32 s52, s45
         s_mov_b32 s53, 0
         s_mov_b32 s56, s30
         s_mov_b32 s57, 0
         s_mul_u64 s[52:53], s[52:53], s[56:57]
-        s_mov_b32 s54, s58
+        s_mov_b32 s54, s90
         s_mov_b32 s55, 0
         s_mov_b32 s56, s31
         s_mov_b32 s57, 0
@@ -4279,10 +4424,13 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_mov_b32 s54, s22
         s_mov_b32 s55, 0
         s_mul_u64 s[52:53], s[48:49], s[54:55]
-        s_mov_b32 s54, s58
+        s_mov_b32 s54, s90
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[102:103], s[20:21], s[52:53]
+        s_mov_b32 s22, s80  // the epilogue's row limit: len_q (varlen), else S_q
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -4451,9 +4599,12 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
-        s_min_u32 s52, s52, s59
-        s_lshl_b32 s52, s52, 2
+        s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld128_fp16_walk_next_0
+        s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+.Ld128_fp16_walk_next_0:
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -5056,9 +5207,12 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
-        s_min_u32 s52, s52, s59
-        s_lshl_b32 s52, s52, 2
+        s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld128_fp16_walk_next_1
+        s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+.Ld128_fp16_walk_next_1:
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -8017,6 +8171,36 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_lshr_b32 s46, s46, 5  // wave = tid / 32 (uniform)
         s_and_b32 s44, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
         s_lshr_b32 s45, ttmp7, 16  // workgroup id z = batch
+        s_mov_b32 s86, 0
+        s_mov_b32 s68, 0
+        s_mov_b32 s72, 0
+        s_mov_b32 s70, 0
+        s_mov_b32 s80, s22
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc0 .Ld64_bf16_packed_done
+        s_load_b128 s[64:67], s[0:1], 0xa0  // cu_seqlens_q, cu_seqlens_kv
+        s_lshl_b32 s52, s45, 2  // byte offset of cu_seqlens[b] (int32)
+        s_wait_kmcnt 0
+        s_load_b64 s[54:55], s[64:65], s52 offset:0x0  // cu_seqlens_q[b], [b+1]
+        s_load_b64 s[56:57], s[66:67], s52 offset:0x0  // cu_seqlens_kv[b], [b+1]
+        s_wait_kmcnt 0
+        s_sub_co_i32 s80, s55, s54  // len_q
+        s_lshl_b32 s53, ttmp9, 6  // first query of this tile
+        s_cmp_ge_u32 s53, s80
+        s_cbranch_scc1 .Ld64_bf16_end  // past the sequence's queries (or none): nothing to do
+        s_mov_b32 s86, s54  // first out / lse token of the sequence
+        s_sub_co_i32 s24, s57, s56  // seq_len_kv := len_kv
+        s_sub_co_i32 s40, s24, s80  // causal_offset := len_kv - len_q
+        s_lshl_b32 s53, s45, 6  // 64 * b
+        s_add_co_i32 s68, s54, 63
+        s_and_b32 s68, s68, 0xffffffc0
+        s_add_co_i32 s68, s68, s53  // Q: packed_row(cu[b], b) = 64*ceil(cu[b]/64) + 64*b
+        s_add_co_i32 s72, s56, 63
+        s_and_b32 s72, s72, 0xffffffc0
+        s_add_co_i32 s72, s72, s53  // K/V: packed_row(cu[b], b) = 64*ceil(cu[b]/64) + 64*b
+        s_mov_b32 s70, s45  // the statistics are per sequence
+        s_mov_b32 s45, 0  // the packed layouts have one batch
+.Ld64_bf16_packed_done:
         s_mul_i32 s48, s45, s26
         s_add_co_i32 s48, s48, s44
         s_mov_b32 s49, 0
@@ -8039,7 +8223,29 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_mov_b32 s53, 0
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[62:63], s[36:37], s[52:53]
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld64_bf16_varlen_walk
         s_load_b128 s[64:67], s[62:63], 0x0  // count, L[0], L[1], L[2] (the host pads the buffer)
+        s_branch .Ld64_bf16_walk_ready
+.Ld64_bf16_varlen_walk:
+        s_add_co_i32 s64, s24, 63
+        s_lshr_b32 s64, s64, 6  // ceil(len_kv / 64) key tiles
+        s_bitcmp1_b32 s34, 2
+        s_cbranch_scc0 .Ld64_bf16_walk_ids
+        s_lshl_b32 s52, ttmp9, 6
+        s_add_co_i32 s52, s52, 63  // last row of the tile
+        s_add_co_i32 s53, s80, -1
+        s_min_u32 s52, s52, s53  // its last real row (len_q >= 1 here)
+        s_add_co_i32 s52, s52, s40
+        s_add_co_i32 s52, s52, 64  // (keys it sees: last_row + offset + 1) + 63
+        s_max_i32 s52, s52, 0
+        s_lshr_b32 s52, s52, 6
+        s_min_u32 s64, s64, s52  // causal: the tiles some row of the tile sees
+.Ld64_bf16_walk_ids:
+        s_mov_b32 s65, 0  // L[0] = 0 (clamped to the last tile below)
+        s_mov_b32 s66, 1  // L[1] = 1 (clamped to the last tile below)
+        s_mov_b32 s67, 2  // L[2] = 2 (clamped to the last tile below)
+.Ld64_bf16_walk_ready:
         s_add_co_i32 s52, s58, s40
         s_add_co_i32 s52, s52, 1
         s_bitcmp1_b32 s34, 2
@@ -8051,16 +8257,20 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_cselect_b32 s66, s66, s65  // L[min(1, last)]
         s_cmp_gt_u32 s64, 2
         s_cselect_b32 s67, s67, s66  // L[min(2, last)]
-        s_mov_b32 s69, 0x4b400000
-        s_mov_b32 s70, 0x76543210
         s_lshl_b32 s52, s25, 6
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[50:51]
         s_add_nc_u64 s[74:75], s[6:7], s[52:53]
+        s_lshl_b32 s54, s72, 6
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[74:75], s[74:75], s[54:55]  // + the sequence's first K row (varlen; else 0)
         s_add_nc_u64 s[82:83], s[8:9], s[52:53]  // V^T of this K/V head
         s_lshl_b32 s54, s65, 6
         s_mov_b32 s55, 0
         s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[0]
+        s_lshl_b32 s54, s72, 0
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // + the sequence's first V^T column
         s_lshl_b32 s52, s23, 6
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[48:49]
@@ -8068,6 +8278,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_lshl_b32 s54, s58, 6
         s_mov_b32 s55, 0
         s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // Q rows of query q0
+        s_lshl_b32 s54, s68, 6
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // + the sequence's first Q row (varlen; else 0)
         s_lshl_b32 s54, s25, 5  // 32 rows of V^T
         s_add_nc_u64 s[84:85], s[82:83], s[54:55]
         s_lshr_b32 s52, s25, 5
@@ -8078,24 +8291,32 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_lshl_b32 s52, s65, 3
         s_mov_b32 s53, 0
         s_add_nc_u64 s[90:91], s[90:91], s[52:53]  // k_scale pair of tile L[0]
+        s_lshr_b32 s52, s72, 3  // the sequence's first k_scale block: (row_kv / 32) * 4 bytes
+        s_mov_b32 s53, 0
+        s_add_nc_u64 s[90:91], s[90:91], s[52:53]
         s_lshr_b32 s52, s23, 5
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[48:49]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[52:53], s[10:11], s[52:53]
-        s_lshr_b32 s54, s58, 5
+        s_add_co_i32 s54, s58, s68  // prepared row of q0
+        s_lshr_b32 s54, s54, 5
         s_lshl_b32 s54, s54, 2
         s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
-        s_lshl_b64 s[52:53], s[50:51], 8
+        s_mul_i32 s52, s70, s27  // varlen: the statistics of sequence b
+        s_add_co_i32 s52, s52, s50
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[52:53], s[52:53], 8
         s_add_nc_u64 s[92:93], s[14:15], s[52:53]
         s_add_nc_u64 s[94:95], s[16:17], s[52:53]
         s_add_nc_u64 s[88:89], s[42:43], s[52:53]
+        s_add_co_i32 s86, s86, s58  // token of q0 in out / lse (varlen: + cu_q[b])
         s_mov_b32 s52, s45
         s_mov_b32 s53, 0
         s_mov_b32 s56, s30
         s_mov_b32 s57, 0
         s_mul_u64 s[52:53], s[52:53], s[56:57]
-        s_mov_b32 s54, s58
+        s_mov_b32 s54, s86
         s_mov_b32 s55, 0
         s_mov_b32 s56, s31
         s_mov_b32 s57, 0
@@ -8112,10 +8333,13 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_mov_b32 s54, s22
         s_mov_b32 s55, 0
         s_mul_u64 s[52:53], s[48:49], s[54:55]
-        s_mov_b32 s54, s58
+        s_mov_b32 s54, s86
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[98:99], s[20:21], s[52:53]
+        s_mov_b32 s22, s80  // the epilogue's row limit: len_q (varlen), else S_q
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -8222,9 +8446,12 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
-        s_min_u32 s52, s52, s59
-        s_lshl_b32 s52, s52, 2
+        s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld64_bf16_walk_next_0
+        s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+.Ld64_bf16_walk_next_0:
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -8737,9 +8964,12 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
-        s_min_u32 s52, s52, s59
-        s_lshl_b32 s52, s52, 2
+        s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld64_bf16_walk_next_1
+        s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+.Ld64_bf16_walk_next_1:
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -10976,6 +11206,36 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_lshr_b32 s46, s46, 5  // wave = tid / 32 (uniform)
         s_and_b32 s44, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
         s_lshr_b32 s45, ttmp7, 16  // workgroup id z = batch
+        s_mov_b32 s86, 0
+        s_mov_b32 s68, 0
+        s_mov_b32 s72, 0
+        s_mov_b32 s70, 0
+        s_mov_b32 s80, s22
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc0 .Ld64_fp16_packed_done
+        s_load_b128 s[64:67], s[0:1], 0xa0  // cu_seqlens_q, cu_seqlens_kv
+        s_lshl_b32 s52, s45, 2  // byte offset of cu_seqlens[b] (int32)
+        s_wait_kmcnt 0
+        s_load_b64 s[54:55], s[64:65], s52 offset:0x0  // cu_seqlens_q[b], [b+1]
+        s_load_b64 s[56:57], s[66:67], s52 offset:0x0  // cu_seqlens_kv[b], [b+1]
+        s_wait_kmcnt 0
+        s_sub_co_i32 s80, s55, s54  // len_q
+        s_lshl_b32 s53, ttmp9, 6  // first query of this tile
+        s_cmp_ge_u32 s53, s80
+        s_cbranch_scc1 .Ld64_fp16_end  // past the sequence's queries (or none): nothing to do
+        s_mov_b32 s86, s54  // first out / lse token of the sequence
+        s_sub_co_i32 s24, s57, s56  // seq_len_kv := len_kv
+        s_sub_co_i32 s40, s24, s80  // causal_offset := len_kv - len_q
+        s_lshl_b32 s53, s45, 6  // 64 * b
+        s_add_co_i32 s68, s54, 63
+        s_and_b32 s68, s68, 0xffffffc0
+        s_add_co_i32 s68, s68, s53  // Q: packed_row(cu[b], b) = 64*ceil(cu[b]/64) + 64*b
+        s_add_co_i32 s72, s56, 63
+        s_and_b32 s72, s72, 0xffffffc0
+        s_add_co_i32 s72, s72, s53  // K/V: packed_row(cu[b], b) = 64*ceil(cu[b]/64) + 64*b
+        s_mov_b32 s70, s45  // the statistics are per sequence
+        s_mov_b32 s45, 0  // the packed layouts have one batch
+.Ld64_fp16_packed_done:
         s_mul_i32 s48, s45, s26
         s_add_co_i32 s48, s48, s44
         s_mov_b32 s49, 0
@@ -10998,7 +11258,29 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_mov_b32 s53, 0
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[62:63], s[36:37], s[52:53]
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld64_fp16_varlen_walk
         s_load_b128 s[64:67], s[62:63], 0x0  // count, L[0], L[1], L[2] (the host pads the buffer)
+        s_branch .Ld64_fp16_walk_ready
+.Ld64_fp16_varlen_walk:
+        s_add_co_i32 s64, s24, 63
+        s_lshr_b32 s64, s64, 6  // ceil(len_kv / 64) key tiles
+        s_bitcmp1_b32 s34, 2
+        s_cbranch_scc0 .Ld64_fp16_walk_ids
+        s_lshl_b32 s52, ttmp9, 6
+        s_add_co_i32 s52, s52, 63  // last row of the tile
+        s_add_co_i32 s53, s80, -1
+        s_min_u32 s52, s52, s53  // its last real row (len_q >= 1 here)
+        s_add_co_i32 s52, s52, s40
+        s_add_co_i32 s52, s52, 64  // (keys it sees: last_row + offset + 1) + 63
+        s_max_i32 s52, s52, 0
+        s_lshr_b32 s52, s52, 6
+        s_min_u32 s64, s64, s52  // causal: the tiles some row of the tile sees
+.Ld64_fp16_walk_ids:
+        s_mov_b32 s65, 0  // L[0] = 0 (clamped to the last tile below)
+        s_mov_b32 s66, 1  // L[1] = 1 (clamped to the last tile below)
+        s_mov_b32 s67, 2  // L[2] = 2 (clamped to the last tile below)
+.Ld64_fp16_walk_ready:
         s_add_co_i32 s52, s58, s40
         s_add_co_i32 s52, s52, 1
         s_bitcmp1_b32 s34, 2
@@ -11010,16 +11292,20 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_cselect_b32 s66, s66, s65  // L[min(1, last)]
         s_cmp_gt_u32 s64, 2
         s_cselect_b32 s67, s67, s66  // L[min(2, last)]
-        s_mov_b32 s69, 0x4b400000
-        s_mov_b32 s70, 0x76543210
         s_lshl_b32 s52, s25, 6
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[50:51]
         s_add_nc_u64 s[74:75], s[6:7], s[52:53]
+        s_lshl_b32 s54, s72, 6
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[74:75], s[74:75], s[54:55]  // + the sequence's first K row (varlen; else 0)
         s_add_nc_u64 s[82:83], s[8:9], s[52:53]  // V^T of this K/V head
         s_lshl_b32 s54, s65, 6
         s_mov_b32 s55, 0
         s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[0]
+        s_lshl_b32 s54, s72, 0
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // + the sequence's first V^T column
         s_lshl_b32 s52, s23, 6
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[48:49]
@@ -11027,6 +11313,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_lshl_b32 s54, s58, 6
         s_mov_b32 s55, 0
         s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // Q rows of query q0
+        s_lshl_b32 s54, s68, 6
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // + the sequence's first Q row (varlen; else 0)
         s_lshl_b32 s54, s25, 5  // 32 rows of V^T
         s_add_nc_u64 s[84:85], s[82:83], s[54:55]
         s_lshr_b32 s52, s25, 5
@@ -11037,24 +11326,32 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_lshl_b32 s52, s65, 3
         s_mov_b32 s53, 0
         s_add_nc_u64 s[90:91], s[90:91], s[52:53]  // k_scale pair of tile L[0]
+        s_lshr_b32 s52, s72, 3  // the sequence's first k_scale block: (row_kv / 32) * 4 bytes
+        s_mov_b32 s53, 0
+        s_add_nc_u64 s[90:91], s[90:91], s[52:53]
         s_lshr_b32 s52, s23, 5
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[48:49]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[52:53], s[10:11], s[52:53]
-        s_lshr_b32 s54, s58, 5
+        s_add_co_i32 s54, s58, s68  // prepared row of q0
+        s_lshr_b32 s54, s54, 5
         s_lshl_b32 s54, s54, 2
         s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
-        s_lshl_b64 s[52:53], s[50:51], 8
+        s_mul_i32 s52, s70, s27  // varlen: the statistics of sequence b
+        s_add_co_i32 s52, s52, s50
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[52:53], s[52:53], 8
         s_add_nc_u64 s[92:93], s[14:15], s[52:53]
         s_add_nc_u64 s[94:95], s[16:17], s[52:53]
         s_add_nc_u64 s[88:89], s[42:43], s[52:53]
+        s_add_co_i32 s86, s86, s58  // token of q0 in out / lse (varlen: + cu_q[b])
         s_mov_b32 s52, s45
         s_mov_b32 s53, 0
         s_mov_b32 s56, s30
         s_mov_b32 s57, 0
         s_mul_u64 s[52:53], s[52:53], s[56:57]
-        s_mov_b32 s54, s58
+        s_mov_b32 s54, s86
         s_mov_b32 s55, 0
         s_mov_b32 s56, s31
         s_mov_b32 s57, 0
@@ -11071,10 +11368,13 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_mov_b32 s54, s22
         s_mov_b32 s55, 0
         s_mul_u64 s[52:53], s[48:49], s[54:55]
-        s_mov_b32 s54, s58
+        s_mov_b32 s54, s86
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[98:99], s[20:21], s[52:53]
+        s_mov_b32 s22, s80  // the epilogue's row limit: len_q (varlen), else S_q
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -11181,9 +11481,12 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
-        s_min_u32 s52, s52, s59
-        s_lshl_b32 s52, s52, 2
+        s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld64_fp16_walk_next_0
+        s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+.Ld64_fp16_walk_next_0:
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -11696,9 +11999,12 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
-        s_min_u32 s52, s52, s59
-        s_lshl_b32 s52, s52, 2
+        s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld64_fp16_walk_next_1
+        s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+.Ld64_fp16_walk_next_1:
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -13901,6 +14207,36 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_lshr_b32 s46, s46, 5  // wave = tid / 32 (uniform)
         s_and_b32 s44, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
         s_lshr_b32 s45, ttmp7, 16  // workgroup id z = batch
+        s_mov_b32 s84, 0
+        s_mov_b32 s68, 0
+        s_mov_b32 s72, 0
+        s_mov_b32 s70, 0
+        s_mov_b32 s80, s22
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc0 .Ld128_bf16_pv16_packed_done
+        s_load_b128 s[64:67], s[0:1], 0xa0  // cu_seqlens_q, cu_seqlens_kv
+        s_lshl_b32 s52, s45, 2  // byte offset of cu_seqlens[b] (int32)
+        s_wait_kmcnt 0
+        s_load_b64 s[54:55], s[64:65], s52 offset:0x0  // cu_seqlens_q[b], [b+1]
+        s_load_b64 s[56:57], s[66:67], s52 offset:0x0  // cu_seqlens_kv[b], [b+1]
+        s_wait_kmcnt 0
+        s_sub_co_i32 s80, s55, s54  // len_q
+        s_lshl_b32 s53, ttmp9, 6  // first query of this tile
+        s_cmp_ge_u32 s53, s80
+        s_cbranch_scc1 .Ld128_bf16_pv16_end  // past the sequence's queries (or none): nothing to do
+        s_mov_b32 s84, s54  // first out / lse token of the sequence
+        s_sub_co_i32 s24, s57, s56  // seq_len_kv := len_kv
+        s_sub_co_i32 s40, s24, s80  // causal_offset := len_kv - len_q
+        s_lshl_b32 s53, s45, 6  // 64 * b
+        s_add_co_i32 s68, s54, 63
+        s_and_b32 s68, s68, 0xffffffc0
+        s_add_co_i32 s68, s68, s53  // Q: packed_row(cu[b], b) = 64*ceil(cu[b]/64) + 64*b
+        s_add_co_i32 s72, s56, 63
+        s_and_b32 s72, s72, 0xffffffc0
+        s_add_co_i32 s72, s72, s53  // K/V: packed_row(cu[b], b) = 64*ceil(cu[b]/64) + 64*b
+        s_mov_b32 s70, s45  // the statistics are per sequence
+        s_mov_b32 s45, 0  // the packed layouts have one batch
+.Ld128_bf16_pv16_packed_done:
         s_mul_i32 s48, s45, s26
         s_add_co_i32 s48, s48, s44
         s_mov_b32 s49, 0
@@ -13923,7 +14259,29 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_mov_b32 s53, 0
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[62:63], s[36:37], s[52:53]
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld128_bf16_pv16_varlen_walk
         s_load_b128 s[64:67], s[62:63], 0x0  // count, L[0], L[1], L[2] (the host pads the buffer)
+        s_branch .Ld128_bf16_pv16_walk_ready
+.Ld128_bf16_pv16_varlen_walk:
+        s_add_co_i32 s64, s24, 63
+        s_lshr_b32 s64, s64, 6  // ceil(len_kv / 64) key tiles
+        s_bitcmp1_b32 s34, 2
+        s_cbranch_scc0 .Ld128_bf16_pv16_walk_ids
+        s_lshl_b32 s52, ttmp9, 6
+        s_add_co_i32 s52, s52, 63  // last row of the tile
+        s_add_co_i32 s53, s80, -1
+        s_min_u32 s52, s52, s53  // its last real row (len_q >= 1 here)
+        s_add_co_i32 s52, s52, s40
+        s_add_co_i32 s52, s52, 64  // (keys it sees: last_row + offset + 1) + 63
+        s_max_i32 s52, s52, 0
+        s_lshr_b32 s52, s52, 6
+        s_min_u32 s64, s64, s52  // causal: the tiles some row of the tile sees
+.Ld128_bf16_pv16_walk_ids:
+        s_mov_b32 s65, 0  // L[0] = 0 (clamped to the last tile below)
+        s_mov_b32 s66, 1  // L[1] = 1 (clamped to the last tile below)
+        s_mov_b32 s67, 2  // L[2] = 2 (clamped to the last tile below)
+.Ld128_bf16_pv16_walk_ready:
         s_add_co_i32 s52, s58, s40
         s_add_co_i32 s52, s52, 1
         s_bitcmp1_b32 s34, 2
@@ -13935,17 +14293,21 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_cselect_b32 s66, s66, s65  // L[min(1, last)]
         s_cmp_gt_u32 s64, 2
         s_cselect_b32 s67, s67, s66  // L[min(2, last)]
-        s_mov_b32 s69, 0x4b400000
-        s_mov_b32 s70, 0x76543210
         s_lshl_b32 s52, s25, 7
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[50:51]
         s_add_nc_u64 s[74:75], s[6:7], s[52:53]
+        s_lshl_b32 s54, s72, 7
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[74:75], s[74:75], s[54:55]  // + the sequence's first K row (varlen; else 0)
         s_lshl_b64 s[52:53], s[52:53], 1  // fp16 V^T: 2 bytes per element
         s_add_nc_u64 s[82:83], s[8:9], s[52:53]  // V^T of this K/V head
         s_lshl_b32 s54, s65, 7
         s_mov_b32 s55, 0
         s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[0]
+        s_lshl_b32 s54, s72, 1
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // + the sequence's first V^T column
         s_lshl_b32 s52, s23, 7
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[48:49]
@@ -13953,6 +14315,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_lshl_b32 s54, s58, 7
         s_mov_b32 s55, 0
         s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // Q rows of query q0
+        s_lshl_b32 s54, s68, 7
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // + the sequence's first Q row (varlen; else 0)
         s_lshl_b32 s54, s25, 5  // 32 rows of V^T
         s_lshr_b32 s52, s25, 5
         s_mov_b32 s53, 0
@@ -13962,24 +14327,32 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_lshl_b32 s52, s65, 3
         s_mov_b32 s53, 0
         s_add_nc_u64 s[88:89], s[88:89], s[52:53]  // k_scale pair of tile L[0]
+        s_lshr_b32 s52, s72, 3  // the sequence's first k_scale block: (row_kv / 32) * 4 bytes
+        s_mov_b32 s53, 0
+        s_add_nc_u64 s[88:89], s[88:89], s[52:53]
         s_lshr_b32 s52, s23, 5
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[48:49]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[52:53], s[10:11], s[52:53]
-        s_lshr_b32 s54, s58, 5
+        s_add_co_i32 s54, s58, s68  // prepared row of q0
+        s_lshr_b32 s54, s54, 5
         s_lshl_b32 s54, s54, 2
         s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
-        s_lshl_b64 s[52:53], s[50:51], 9
+        s_mul_i32 s52, s70, s27  // varlen: the statistics of sequence b
+        s_add_co_i32 s52, s52, s50
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[52:53], s[52:53], 9
         s_add_nc_u64 s[90:91], s[14:15], s[52:53]
         s_add_nc_u64 s[92:93], s[16:17], s[52:53]
         s_add_nc_u64 s[86:87], s[42:43], s[52:53]
+        s_add_co_i32 s84, s84, s58  // token of q0 in out / lse (varlen: + cu_q[b])
         s_mov_b32 s52, s45
         s_mov_b32 s53, 0
         s_mov_b32 s56, s30
         s_mov_b32 s57, 0
         s_mul_u64 s[52:53], s[52:53], s[56:57]
-        s_mov_b32 s54, s58
+        s_mov_b32 s54, s84
         s_mov_b32 s55, 0
         s_mov_b32 s56, s31
         s_mov_b32 s57, 0
@@ -13996,10 +14369,13 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_mov_b32 s54, s22
         s_mov_b32 s55, 0
         s_mul_u64 s[52:53], s[48:49], s[54:55]
-        s_mov_b32 s54, s58
+        s_mov_b32 s54, s84
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[96:97], s[20:21], s[52:53]
+        s_mov_b32 s22, s80  // the epilogue's row limit: len_q (varlen), else S_q
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -14177,9 +14553,12 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
-        s_min_u32 s52, s52, s59
-        s_lshl_b32 s52, s52, 2
+        s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld128_bf16_pv16_walk_next_0
+        s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+.Ld128_bf16_pv16_walk_next_0:
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -14854,9 +15233,12 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
-        s_min_u32 s52, s52, s59
-        s_lshl_b32 s52, s52, 2
+        s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld128_bf16_pv16_walk_next_1
+        s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+.Ld128_bf16_pv16_walk_next_1:
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -17840,6 +18222,36 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_lshr_b32 s46, s46, 5  // wave = tid / 32 (uniform)
         s_and_b32 s44, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
         s_lshr_b32 s45, ttmp7, 16  // workgroup id z = batch
+        s_mov_b32 s84, 0
+        s_mov_b32 s68, 0
+        s_mov_b32 s72, 0
+        s_mov_b32 s70, 0
+        s_mov_b32 s80, s22
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc0 .Ld128_fp16_pv16_packed_done
+        s_load_b128 s[64:67], s[0:1], 0xa0  // cu_seqlens_q, cu_seqlens_kv
+        s_lshl_b32 s52, s45, 2  // byte offset of cu_seqlens[b] (int32)
+        s_wait_kmcnt 0
+        s_load_b64 s[54:55], s[64:65], s52 offset:0x0  // cu_seqlens_q[b], [b+1]
+        s_load_b64 s[56:57], s[66:67], s52 offset:0x0  // cu_seqlens_kv[b], [b+1]
+        s_wait_kmcnt 0
+        s_sub_co_i32 s80, s55, s54  // len_q
+        s_lshl_b32 s53, ttmp9, 6  // first query of this tile
+        s_cmp_ge_u32 s53, s80
+        s_cbranch_scc1 .Ld128_fp16_pv16_end  // past the sequence's queries (or none): nothing to do
+        s_mov_b32 s84, s54  // first out / lse token of the sequence
+        s_sub_co_i32 s24, s57, s56  // seq_len_kv := len_kv
+        s_sub_co_i32 s40, s24, s80  // causal_offset := len_kv - len_q
+        s_lshl_b32 s53, s45, 6  // 64 * b
+        s_add_co_i32 s68, s54, 63
+        s_and_b32 s68, s68, 0xffffffc0
+        s_add_co_i32 s68, s68, s53  // Q: packed_row(cu[b], b) = 64*ceil(cu[b]/64) + 64*b
+        s_add_co_i32 s72, s56, 63
+        s_and_b32 s72, s72, 0xffffffc0
+        s_add_co_i32 s72, s72, s53  // K/V: packed_row(cu[b], b) = 64*ceil(cu[b]/64) + 64*b
+        s_mov_b32 s70, s45  // the statistics are per sequence
+        s_mov_b32 s45, 0  // the packed layouts have one batch
+.Ld128_fp16_pv16_packed_done:
         s_mul_i32 s48, s45, s26
         s_add_co_i32 s48, s48, s44
         s_mov_b32 s49, 0
@@ -17862,7 +18274,29 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_mov_b32 s53, 0
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[62:63], s[36:37], s[52:53]
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld128_fp16_pv16_varlen_walk
         s_load_b128 s[64:67], s[62:63], 0x0  // count, L[0], L[1], L[2] (the host pads the buffer)
+        s_branch .Ld128_fp16_pv16_walk_ready
+.Ld128_fp16_pv16_varlen_walk:
+        s_add_co_i32 s64, s24, 63
+        s_lshr_b32 s64, s64, 6  // ceil(len_kv / 64) key tiles
+        s_bitcmp1_b32 s34, 2
+        s_cbranch_scc0 .Ld128_fp16_pv16_walk_ids
+        s_lshl_b32 s52, ttmp9, 6
+        s_add_co_i32 s52, s52, 63  // last row of the tile
+        s_add_co_i32 s53, s80, -1
+        s_min_u32 s52, s52, s53  // its last real row (len_q >= 1 here)
+        s_add_co_i32 s52, s52, s40
+        s_add_co_i32 s52, s52, 64  // (keys it sees: last_row + offset + 1) + 63
+        s_max_i32 s52, s52, 0
+        s_lshr_b32 s52, s52, 6
+        s_min_u32 s64, s64, s52  // causal: the tiles some row of the tile sees
+.Ld128_fp16_pv16_walk_ids:
+        s_mov_b32 s65, 0  // L[0] = 0 (clamped to the last tile below)
+        s_mov_b32 s66, 1  // L[1] = 1 (clamped to the last tile below)
+        s_mov_b32 s67, 2  // L[2] = 2 (clamped to the last tile below)
+.Ld128_fp16_pv16_walk_ready:
         s_add_co_i32 s52, s58, s40
         s_add_co_i32 s52, s52, 1
         s_bitcmp1_b32 s34, 2
@@ -17874,17 +18308,21 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_cselect_b32 s66, s66, s65  // L[min(1, last)]
         s_cmp_gt_u32 s64, 2
         s_cselect_b32 s67, s67, s66  // L[min(2, last)]
-        s_mov_b32 s69, 0x4b400000
-        s_mov_b32 s70, 0x76543210
         s_lshl_b32 s52, s25, 7
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[50:51]
         s_add_nc_u64 s[74:75], s[6:7], s[52:53]
+        s_lshl_b32 s54, s72, 7
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[74:75], s[74:75], s[54:55]  // + the sequence's first K row (varlen; else 0)
         s_lshl_b64 s[52:53], s[52:53], 1  // fp16 V^T: 2 bytes per element
         s_add_nc_u64 s[82:83], s[8:9], s[52:53]  // V^T of this K/V head
         s_lshl_b32 s54, s65, 7
         s_mov_b32 s55, 0
         s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[0]
+        s_lshl_b32 s54, s72, 1
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // + the sequence's first V^T column
         s_lshl_b32 s52, s23, 7
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[48:49]
@@ -17892,6 +18330,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_lshl_b32 s54, s58, 7
         s_mov_b32 s55, 0
         s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // Q rows of query q0
+        s_lshl_b32 s54, s68, 7
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // + the sequence's first Q row (varlen; else 0)
         s_lshl_b32 s54, s25, 5  // 32 rows of V^T
         s_lshr_b32 s52, s25, 5
         s_mov_b32 s53, 0
@@ -17901,24 +18342,32 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_lshl_b32 s52, s65, 3
         s_mov_b32 s53, 0
         s_add_nc_u64 s[88:89], s[88:89], s[52:53]  // k_scale pair of tile L[0]
+        s_lshr_b32 s52, s72, 3  // the sequence's first k_scale block: (row_kv / 32) * 4 bytes
+        s_mov_b32 s53, 0
+        s_add_nc_u64 s[88:89], s[88:89], s[52:53]
         s_lshr_b32 s52, s23, 5
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[48:49]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[52:53], s[10:11], s[52:53]
-        s_lshr_b32 s54, s58, 5
+        s_add_co_i32 s54, s58, s68  // prepared row of q0
+        s_lshr_b32 s54, s54, 5
         s_lshl_b32 s54, s54, 2
         s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
-        s_lshl_b64 s[52:53], s[50:51], 9
+        s_mul_i32 s52, s70, s27  // varlen: the statistics of sequence b
+        s_add_co_i32 s52, s52, s50
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[52:53], s[52:53], 9
         s_add_nc_u64 s[90:91], s[14:15], s[52:53]
         s_add_nc_u64 s[92:93], s[16:17], s[52:53]
         s_add_nc_u64 s[86:87], s[42:43], s[52:53]
+        s_add_co_i32 s84, s84, s58  // token of q0 in out / lse (varlen: + cu_q[b])
         s_mov_b32 s52, s45
         s_mov_b32 s53, 0
         s_mov_b32 s56, s30
         s_mov_b32 s57, 0
         s_mul_u64 s[52:53], s[52:53], s[56:57]
-        s_mov_b32 s54, s58
+        s_mov_b32 s54, s84
         s_mov_b32 s55, 0
         s_mov_b32 s56, s31
         s_mov_b32 s57, 0
@@ -17935,10 +18384,13 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_mov_b32 s54, s22
         s_mov_b32 s55, 0
         s_mul_u64 s[52:53], s[48:49], s[54:55]
-        s_mov_b32 s54, s58
+        s_mov_b32 s54, s84
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[96:97], s[20:21], s[52:53]
+        s_mov_b32 s22, s80  // the epilogue's row limit: len_q (varlen), else S_q
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -18116,9 +18568,12 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
-        s_min_u32 s52, s52, s59
-        s_lshl_b32 s52, s52, 2
+        s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld128_fp16_pv16_walk_next_0
+        s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+.Ld128_fp16_pv16_walk_next_0:
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -18793,9 +19248,12 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
-        s_min_u32 s52, s52, s59
-        s_lshl_b32 s52, s52, 2
+        s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld128_fp16_pv16_walk_next_1
+        s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+.Ld128_fp16_pv16_walk_next_1:
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -21709,6 +22167,36 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_lshr_b32 s46, s46, 5  // wave = tid / 32 (uniform)
         s_and_b32 s44, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
         s_lshr_b32 s45, ttmp7, 16  // workgroup id z = batch
+        s_mov_b32 s84, 0
+        s_mov_b32 s68, 0
+        s_mov_b32 s72, 0
+        s_mov_b32 s70, 0
+        s_mov_b32 s80, s22
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc0 .Ld64_bf16_pv16_packed_done
+        s_load_b128 s[64:67], s[0:1], 0xa0  // cu_seqlens_q, cu_seqlens_kv
+        s_lshl_b32 s52, s45, 2  // byte offset of cu_seqlens[b] (int32)
+        s_wait_kmcnt 0
+        s_load_b64 s[54:55], s[64:65], s52 offset:0x0  // cu_seqlens_q[b], [b+1]
+        s_load_b64 s[56:57], s[66:67], s52 offset:0x0  // cu_seqlens_kv[b], [b+1]
+        s_wait_kmcnt 0
+        s_sub_co_i32 s80, s55, s54  // len_q
+        s_lshl_b32 s53, ttmp9, 6  // first query of this tile
+        s_cmp_ge_u32 s53, s80
+        s_cbranch_scc1 .Ld64_bf16_pv16_end  // past the sequence's queries (or none): nothing to do
+        s_mov_b32 s84, s54  // first out / lse token of the sequence
+        s_sub_co_i32 s24, s57, s56  // seq_len_kv := len_kv
+        s_sub_co_i32 s40, s24, s80  // causal_offset := len_kv - len_q
+        s_lshl_b32 s53, s45, 6  // 64 * b
+        s_add_co_i32 s68, s54, 63
+        s_and_b32 s68, s68, 0xffffffc0
+        s_add_co_i32 s68, s68, s53  // Q: packed_row(cu[b], b) = 64*ceil(cu[b]/64) + 64*b
+        s_add_co_i32 s72, s56, 63
+        s_and_b32 s72, s72, 0xffffffc0
+        s_add_co_i32 s72, s72, s53  // K/V: packed_row(cu[b], b) = 64*ceil(cu[b]/64) + 64*b
+        s_mov_b32 s70, s45  // the statistics are per sequence
+        s_mov_b32 s45, 0  // the packed layouts have one batch
+.Ld64_bf16_pv16_packed_done:
         s_mul_i32 s48, s45, s26
         s_add_co_i32 s48, s48, s44
         s_mov_b32 s49, 0
@@ -21731,7 +22219,29 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_mov_b32 s53, 0
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[62:63], s[36:37], s[52:53]
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld64_bf16_pv16_varlen_walk
         s_load_b128 s[64:67], s[62:63], 0x0  // count, L[0], L[1], L[2] (the host pads the buffer)
+        s_branch .Ld64_bf16_pv16_walk_ready
+.Ld64_bf16_pv16_varlen_walk:
+        s_add_co_i32 s64, s24, 63
+        s_lshr_b32 s64, s64, 6  // ceil(len_kv / 64) key tiles
+        s_bitcmp1_b32 s34, 2
+        s_cbranch_scc0 .Ld64_bf16_pv16_walk_ids
+        s_lshl_b32 s52, ttmp9, 6
+        s_add_co_i32 s52, s52, 63  // last row of the tile
+        s_add_co_i32 s53, s80, -1
+        s_min_u32 s52, s52, s53  // its last real row (len_q >= 1 here)
+        s_add_co_i32 s52, s52, s40
+        s_add_co_i32 s52, s52, 64  // (keys it sees: last_row + offset + 1) + 63
+        s_max_i32 s52, s52, 0
+        s_lshr_b32 s52, s52, 6
+        s_min_u32 s64, s64, s52  // causal: the tiles some row of the tile sees
+.Ld64_bf16_pv16_walk_ids:
+        s_mov_b32 s65, 0  // L[0] = 0 (clamped to the last tile below)
+        s_mov_b32 s66, 1  // L[1] = 1 (clamped to the last tile below)
+        s_mov_b32 s67, 2  // L[2] = 2 (clamped to the last tile below)
+.Ld64_bf16_pv16_walk_ready:
         s_add_co_i32 s52, s58, s40
         s_add_co_i32 s52, s52, 1
         s_bitcmp1_b32 s34, 2
@@ -21743,17 +22253,21 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_cselect_b32 s66, s66, s65  // L[min(1, last)]
         s_cmp_gt_u32 s64, 2
         s_cselect_b32 s67, s67, s66  // L[min(2, last)]
-        s_mov_b32 s69, 0x4b400000
-        s_mov_b32 s70, 0x76543210
         s_lshl_b32 s52, s25, 6
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[50:51]
         s_add_nc_u64 s[74:75], s[6:7], s[52:53]
+        s_lshl_b32 s54, s72, 6
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[74:75], s[74:75], s[54:55]  // + the sequence's first K row (varlen; else 0)
         s_lshl_b64 s[52:53], s[52:53], 1  // fp16 V^T: 2 bytes per element
         s_add_nc_u64 s[82:83], s[8:9], s[52:53]  // V^T of this K/V head
         s_lshl_b32 s54, s65, 7
         s_mov_b32 s55, 0
         s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[0]
+        s_lshl_b32 s54, s72, 1
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // + the sequence's first V^T column
         s_lshl_b32 s52, s23, 6
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[48:49]
@@ -21761,6 +22275,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_lshl_b32 s54, s58, 6
         s_mov_b32 s55, 0
         s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // Q rows of query q0
+        s_lshl_b32 s54, s68, 6
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // + the sequence's first Q row (varlen; else 0)
         s_lshl_b32 s54, s25, 5  // 32 rows of V^T
         s_lshr_b32 s52, s25, 5
         s_mov_b32 s53, 0
@@ -21770,24 +22287,32 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_lshl_b32 s52, s65, 3
         s_mov_b32 s53, 0
         s_add_nc_u64 s[88:89], s[88:89], s[52:53]  // k_scale pair of tile L[0]
+        s_lshr_b32 s52, s72, 3  // the sequence's first k_scale block: (row_kv / 32) * 4 bytes
+        s_mov_b32 s53, 0
+        s_add_nc_u64 s[88:89], s[88:89], s[52:53]
         s_lshr_b32 s52, s23, 5
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[48:49]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[52:53], s[10:11], s[52:53]
-        s_lshr_b32 s54, s58, 5
+        s_add_co_i32 s54, s58, s68  // prepared row of q0
+        s_lshr_b32 s54, s54, 5
         s_lshl_b32 s54, s54, 2
         s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
-        s_lshl_b64 s[52:53], s[50:51], 8
+        s_mul_i32 s52, s70, s27  // varlen: the statistics of sequence b
+        s_add_co_i32 s52, s52, s50
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[52:53], s[52:53], 8
         s_add_nc_u64 s[90:91], s[14:15], s[52:53]
         s_add_nc_u64 s[92:93], s[16:17], s[52:53]
         s_add_nc_u64 s[86:87], s[42:43], s[52:53]
+        s_add_co_i32 s84, s84, s58  // token of q0 in out / lse (varlen: + cu_q[b])
         s_mov_b32 s52, s45
         s_mov_b32 s53, 0
         s_mov_b32 s56, s30
         s_mov_b32 s57, 0
         s_mul_u64 s[52:53], s[52:53], s[56:57]
-        s_mov_b32 s54, s58
+        s_mov_b32 s54, s84
         s_mov_b32 s55, 0
         s_mov_b32 s56, s31
         s_mov_b32 s57, 0
@@ -21804,10 +22329,13 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_mov_b32 s54, s22
         s_mov_b32 s55, 0
         s_mul_u64 s[52:53], s[48:49], s[54:55]
-        s_mov_b32 s54, s58
+        s_mov_b32 s54, s84
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[96:97], s[20:21], s[52:53]
+        s_mov_b32 s22, s80  // the epilogue's row limit: len_q (varlen), else S_q
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -21919,9 +22447,12 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
-        s_min_u32 s52, s52, s59
-        s_lshl_b32 s52, s52, 2
+        s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld64_bf16_pv16_walk_next_0
+        s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+.Ld64_bf16_pv16_walk_next_0:
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -22488,9 +23019,12 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
-        s_min_u32 s52, s52, s59
-        s_lshl_b32 s52, s52, 2
+        s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld64_bf16_pv16_walk_next_1
+        s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+.Ld64_bf16_pv16_walk_next_1:
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -24748,6 +25282,36 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_lshr_b32 s46, s46, 5  // wave = tid / 32 (uniform)
         s_and_b32 s44, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
         s_lshr_b32 s45, ttmp7, 16  // workgroup id z = batch
+        s_mov_b32 s84, 0
+        s_mov_b32 s68, 0
+        s_mov_b32 s72, 0
+        s_mov_b32 s70, 0
+        s_mov_b32 s80, s22
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc0 .Ld64_fp16_pv16_packed_done
+        s_load_b128 s[64:67], s[0:1], 0xa0  // cu_seqlens_q, cu_seqlens_kv
+        s_lshl_b32 s52, s45, 2  // byte offset of cu_seqlens[b] (int32)
+        s_wait_kmcnt 0
+        s_load_b64 s[54:55], s[64:65], s52 offset:0x0  // cu_seqlens_q[b], [b+1]
+        s_load_b64 s[56:57], s[66:67], s52 offset:0x0  // cu_seqlens_kv[b], [b+1]
+        s_wait_kmcnt 0
+        s_sub_co_i32 s80, s55, s54  // len_q
+        s_lshl_b32 s53, ttmp9, 6  // first query of this tile
+        s_cmp_ge_u32 s53, s80
+        s_cbranch_scc1 .Ld64_fp16_pv16_end  // past the sequence's queries (or none): nothing to do
+        s_mov_b32 s84, s54  // first out / lse token of the sequence
+        s_sub_co_i32 s24, s57, s56  // seq_len_kv := len_kv
+        s_sub_co_i32 s40, s24, s80  // causal_offset := len_kv - len_q
+        s_lshl_b32 s53, s45, 6  // 64 * b
+        s_add_co_i32 s68, s54, 63
+        s_and_b32 s68, s68, 0xffffffc0
+        s_add_co_i32 s68, s68, s53  // Q: packed_row(cu[b], b) = 64*ceil(cu[b]/64) + 64*b
+        s_add_co_i32 s72, s56, 63
+        s_and_b32 s72, s72, 0xffffffc0
+        s_add_co_i32 s72, s72, s53  // K/V: packed_row(cu[b], b) = 64*ceil(cu[b]/64) + 64*b
+        s_mov_b32 s70, s45  // the statistics are per sequence
+        s_mov_b32 s45, 0  // the packed layouts have one batch
+.Ld64_fp16_pv16_packed_done:
         s_mul_i32 s48, s45, s26
         s_add_co_i32 s48, s48, s44
         s_mov_b32 s49, 0
@@ -24770,7 +25334,29 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_mov_b32 s53, 0
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[62:63], s[36:37], s[52:53]
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld64_fp16_pv16_varlen_walk
         s_load_b128 s[64:67], s[62:63], 0x0  // count, L[0], L[1], L[2] (the host pads the buffer)
+        s_branch .Ld64_fp16_pv16_walk_ready
+.Ld64_fp16_pv16_varlen_walk:
+        s_add_co_i32 s64, s24, 63
+        s_lshr_b32 s64, s64, 6  // ceil(len_kv / 64) key tiles
+        s_bitcmp1_b32 s34, 2
+        s_cbranch_scc0 .Ld64_fp16_pv16_walk_ids
+        s_lshl_b32 s52, ttmp9, 6
+        s_add_co_i32 s52, s52, 63  // last row of the tile
+        s_add_co_i32 s53, s80, -1
+        s_min_u32 s52, s52, s53  // its last real row (len_q >= 1 here)
+        s_add_co_i32 s52, s52, s40
+        s_add_co_i32 s52, s52, 64  // (keys it sees: last_row + offset + 1) + 63
+        s_max_i32 s52, s52, 0
+        s_lshr_b32 s52, s52, 6
+        s_min_u32 s64, s64, s52  // causal: the tiles some row of the tile sees
+.Ld64_fp16_pv16_walk_ids:
+        s_mov_b32 s65, 0  // L[0] = 0 (clamped to the last tile below)
+        s_mov_b32 s66, 1  // L[1] = 1 (clamped to the last tile below)
+        s_mov_b32 s67, 2  // L[2] = 2 (clamped to the last tile below)
+.Ld64_fp16_pv16_walk_ready:
         s_add_co_i32 s52, s58, s40
         s_add_co_i32 s52, s52, 1
         s_bitcmp1_b32 s34, 2
@@ -24782,17 +25368,21 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_cselect_b32 s66, s66, s65  // L[min(1, last)]
         s_cmp_gt_u32 s64, 2
         s_cselect_b32 s67, s67, s66  // L[min(2, last)]
-        s_mov_b32 s69, 0x4b400000
-        s_mov_b32 s70, 0x76543210
         s_lshl_b32 s52, s25, 6
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[50:51]
         s_add_nc_u64 s[74:75], s[6:7], s[52:53]
+        s_lshl_b32 s54, s72, 6
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[74:75], s[74:75], s[54:55]  // + the sequence's first K row (varlen; else 0)
         s_lshl_b64 s[52:53], s[52:53], 1  // fp16 V^T: 2 bytes per element
         s_add_nc_u64 s[82:83], s[8:9], s[52:53]  // V^T of this K/V head
         s_lshl_b32 s54, s65, 7
         s_mov_b32 s55, 0
         s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[0]
+        s_lshl_b32 s54, s72, 1
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // + the sequence's first V^T column
         s_lshl_b32 s52, s23, 6
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[48:49]
@@ -24800,6 +25390,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_lshl_b32 s54, s58, 6
         s_mov_b32 s55, 0
         s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // Q rows of query q0
+        s_lshl_b32 s54, s68, 6
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // + the sequence's first Q row (varlen; else 0)
         s_lshl_b32 s54, s25, 5  // 32 rows of V^T
         s_lshr_b32 s52, s25, 5
         s_mov_b32 s53, 0
@@ -24809,24 +25402,32 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_lshl_b32 s52, s65, 3
         s_mov_b32 s53, 0
         s_add_nc_u64 s[88:89], s[88:89], s[52:53]  // k_scale pair of tile L[0]
+        s_lshr_b32 s52, s72, 3  // the sequence's first k_scale block: (row_kv / 32) * 4 bytes
+        s_mov_b32 s53, 0
+        s_add_nc_u64 s[88:89], s[88:89], s[52:53]
         s_lshr_b32 s52, s23, 5
         s_mov_b32 s53, 0
         s_mul_u64 s[52:53], s[52:53], s[48:49]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[52:53], s[10:11], s[52:53]
-        s_lshr_b32 s54, s58, 5
+        s_add_co_i32 s54, s58, s68  // prepared row of q0
+        s_lshr_b32 s54, s54, 5
         s_lshl_b32 s54, s54, 2
         s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
-        s_lshl_b64 s[52:53], s[50:51], 8
+        s_mul_i32 s52, s70, s27  // varlen: the statistics of sequence b
+        s_add_co_i32 s52, s52, s50
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[52:53], s[52:53], 8
         s_add_nc_u64 s[90:91], s[14:15], s[52:53]
         s_add_nc_u64 s[92:93], s[16:17], s[52:53]
         s_add_nc_u64 s[86:87], s[42:43], s[52:53]
+        s_add_co_i32 s84, s84, s58  // token of q0 in out / lse (varlen: + cu_q[b])
         s_mov_b32 s52, s45
         s_mov_b32 s53, 0
         s_mov_b32 s56, s30
         s_mov_b32 s57, 0
         s_mul_u64 s[52:53], s[52:53], s[56:57]
-        s_mov_b32 s54, s58
+        s_mov_b32 s54, s84
         s_mov_b32 s55, 0
         s_mov_b32 s56, s31
         s_mov_b32 s57, 0
@@ -24843,10 +25444,13 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_mov_b32 s54, s22
         s_mov_b32 s55, 0
         s_mul_u64 s[52:53], s[48:49], s[54:55]
-        s_mov_b32 s54, s58
+        s_mov_b32 s54, s84
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[96:97], s[20:21], s[52:53]
+        s_mov_b32 s22, s80  // the epilogue's row limit: len_q (varlen), else S_q
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -24958,9 +25562,12 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
-        s_min_u32 s52, s52, s59
-        s_lshl_b32 s52, s52, 2
+        s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld64_fp16_pv16_walk_next_0
+        s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+.Ld64_fp16_pv16_walk_next_0:
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -25527,9 +26134,12 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
-        s_min_u32 s52, s52, s59
-        s_lshl_b32 s52, s52, 2
+        s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
+        s_bitcmp1_b32 s34, 4
+        s_cbranch_scc1 .Ld64_fp16_pv16_walk_next_1
+        s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+.Ld64_fp16_pv16_walk_next_1:
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -27614,7 +28224,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d128_bf16
           .amdhsa_group_segment_fixed_size 32768
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 160
+          .amdhsa_kernarg_size 176
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -27633,7 +28243,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d128_fp16
           .amdhsa_group_segment_fixed_size 32768
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 160
+          .amdhsa_kernarg_size 176
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -27652,7 +28262,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d64_bf16
           .amdhsa_group_segment_fixed_size 16384
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 160
+          .amdhsa_kernarg_size 176
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -27671,7 +28281,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d64_fp16
           .amdhsa_group_segment_fixed_size 16384
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 160
+          .amdhsa_kernarg_size 176
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -27690,7 +28300,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d128_bf16_pv16
           .amdhsa_group_segment_fixed_size 34816
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 160
+          .amdhsa_kernarg_size 176
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -27709,7 +28319,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d128_fp16_pv16
           .amdhsa_group_segment_fixed_size 34816
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 160
+          .amdhsa_kernarg_size 176
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -27728,7 +28338,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d64_bf16_pv16
           .amdhsa_group_segment_fixed_size 17408
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 160
+          .amdhsa_kernarg_size 176
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -27747,7 +28357,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d64_fp16_pv16
           .amdhsa_group_segment_fixed_size 17408
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 160
+          .amdhsa_kernarg_size 176
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -27771,7 +28381,7 @@ amdhsa.target: amdgcn-amd-amdhsa--gfx1201
 amdhsa.kernels:
   - .name:            gfx1201_sage_attention_fwd_asm_d128_bf16
     .symbol:          gfx1201_sage_attention_fwd_asm_d128_bf16.kd
-    .kernarg_segment_size: 160
+    .kernarg_segment_size: 176
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 32768
     .private_segment_fixed_size: 0
@@ -27807,9 +28417,11 @@ amdhsa.kernels:
       - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
       - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
       - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: cu_seqlens_q, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: cu_seqlens_kv, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
   - .name:            gfx1201_sage_attention_fwd_asm_d128_fp16
     .symbol:          gfx1201_sage_attention_fwd_asm_d128_fp16.kd
-    .kernarg_segment_size: 160
+    .kernarg_segment_size: 176
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 32768
     .private_segment_fixed_size: 0
@@ -27845,9 +28457,11 @@ amdhsa.kernels:
       - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
       - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
       - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: cu_seqlens_q, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: cu_seqlens_kv, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
   - .name:            gfx1201_sage_attention_fwd_asm_d64_bf16
     .symbol:          gfx1201_sage_attention_fwd_asm_d64_bf16.kd
-    .kernarg_segment_size: 160
+    .kernarg_segment_size: 176
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 16384
     .private_segment_fixed_size: 0
@@ -27883,9 +28497,11 @@ amdhsa.kernels:
       - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
       - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
       - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: cu_seqlens_q, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: cu_seqlens_kv, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
   - .name:            gfx1201_sage_attention_fwd_asm_d64_fp16
     .symbol:          gfx1201_sage_attention_fwd_asm_d64_fp16.kd
-    .kernarg_segment_size: 160
+    .kernarg_segment_size: 176
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 16384
     .private_segment_fixed_size: 0
@@ -27921,9 +28537,11 @@ amdhsa.kernels:
       - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
       - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
       - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: cu_seqlens_q, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: cu_seqlens_kv, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
   - .name:            gfx1201_sage_attention_fwd_asm_d128_bf16_pv16
     .symbol:          gfx1201_sage_attention_fwd_asm_d128_bf16_pv16.kd
-    .kernarg_segment_size: 160
+    .kernarg_segment_size: 176
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 34816
     .private_segment_fixed_size: 0
@@ -27959,9 +28577,11 @@ amdhsa.kernels:
       - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
       - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
       - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: cu_seqlens_q, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: cu_seqlens_kv, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
   - .name:            gfx1201_sage_attention_fwd_asm_d128_fp16_pv16
     .symbol:          gfx1201_sage_attention_fwd_asm_d128_fp16_pv16.kd
-    .kernarg_segment_size: 160
+    .kernarg_segment_size: 176
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 34816
     .private_segment_fixed_size: 0
@@ -27997,9 +28617,11 @@ amdhsa.kernels:
       - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
       - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
       - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: cu_seqlens_q, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: cu_seqlens_kv, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
   - .name:            gfx1201_sage_attention_fwd_asm_d64_bf16_pv16
     .symbol:          gfx1201_sage_attention_fwd_asm_d64_bf16_pv16.kd
-    .kernarg_segment_size: 160
+    .kernarg_segment_size: 176
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 17408
     .private_segment_fixed_size: 0
@@ -28035,9 +28657,11 @@ amdhsa.kernels:
       - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
       - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
       - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: cu_seqlens_q, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: cu_seqlens_kv, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
   - .name:            gfx1201_sage_attention_fwd_asm_d64_fp16_pv16
     .symbol:          gfx1201_sage_attention_fwd_asm_d64_fp16_pv16.kd
-    .kernarg_segment_size: 160
+    .kernarg_segment_size: 176
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 17408
     .private_segment_fixed_size: 0
@@ -28073,5 +28697,7 @@ amdhsa.kernels:
       - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
       - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
       - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: cu_seqlens_q, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: cu_seqlens_kv, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
 ...
         .end_amdgpu_metadata

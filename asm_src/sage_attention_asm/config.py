@@ -99,11 +99,19 @@ class Config:
 FAMILY = tuple(Config(v.head_dim, v.out_dtype, v.pv_dtype) for v in family.ATTENTION_ASM)
 
 
+# The resident part of the kernarg struct: every field before the first one the kernel loads only where it needs
+# it (abi.ATTENTION_ON_DEMAND: the varlen cu_seqlens pointers), kept in SGPRs for the whole kernel
+RESIDENT_BYTES = min(f.offset for f in ARGS.fields if f.name in abi.ATTENTION_ON_DEMAND)
+RESIDENT_FIELDS = tuple(f for f in ARGS.fields if f.offset < RESIDENT_BYTES)
+if any(f.name not in abi.ATTENTION_ON_DEMAND for f in ARGS.fields if f.offset >= RESIDENT_BYTES):
+    raise ValueError("abi.ATTENTION_ON_DEMAND fields must be the tail of ATTENTION_FWD_ARGS")
+
+
 def kernarg_loads(base_sgpr: int) -> list[tuple[str, int, int, str]]:
-    """The s_load instructions that bring the whole kernarg struct into SGPRs base_sgpr.. (dword i of the
-    struct in SGPR base_sgpr + i): (mnemonic, first SGPR, byte offset, fields covered), widest loads first
+    """The s_load instructions that bring the resident kernarg struct (RESIDENT_BYTES) into SGPRs base_sgpr.. (dword
+    i of the struct in SGPR base_sgpr + i): (mnemonic, first SGPR, byte offset, fields covered), widest loads first
     (b256, b128, b64, b32; SMEM destinations stay aligned because every chunk size divides the previous)."""
-    dwords = ARGS.size // 4
+    dwords = RESIDENT_BYTES // 4
     out, at = [], 0
     while at < dwords:
         n = next(w for w in (8, 4, 2, 1) if w <= dwords - at)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from asmdsl import Asm, Op, WaitCounter
 from sage_co import abi
 
-from .config import (B128, F32_BYTES, F32_NEG_INF, KARG_SGPR, MAGIC_INT, OUT_BYTES, PERMX16_SEL_LO,
+from .config import (ARGS, B128, F32_BYTES, F32_NEG_INF, KARG_SGPR, MAGIC_INT, OUT_BYTES, PERMX16_SEL_LO,
                      SCALE_BLOCK, TILE_K, TILE_Q, V_STAGE_ROWS, WAVE_Q, kernarg_loads, log2)
 from .stream import Matrix, Weaver
 
@@ -171,6 +171,71 @@ class Prologue:
         a.op(f"s_mov_b32 {pair[1]}, 0")
         a.op(f"s_add_nc_u64 {dst}, {dst}, {pair}", comment)
 
+    def varlen_sequence(self, a: Asm) -> None:
+        """Varlen (abi.FLAG_VARLEN, docs/numerics.md §Varlen): sequence b = workgroup z reads cu_seqlens_q[b], [b+1],
+        cu_seqlens_kv[b], [b+1] on the device (the pointers are loaded here, not kept: config.RESIDENT_BYTES). Its
+        lengths replace seq_len_kv and causal_offset (len_kv - len_q); len_q, its first prepared rows
+        (abi.packed_row) and its first output token are kept for the scalar setup (s_vl_*); the packed layouts
+        have one batch (s_batch = 0), the statistics are the sequence's (s_vl_seq = b). A workgroup whose query
+        tile starts at or past len_q ends at once (before any barrier: all its waves take the same branch).
+        Without varlen the s_vl_* are 0 and len_q = seq_len_q."""
+        tmp, tmp2, tmp3 = self.s_tmp, self.s_tmp2, self.s_tmp3
+        cu = self.s_lut   # free until the LUT head is loaded
+        for reg in (self.s_vl_tokq, self.s_vl_rowq, self.s_vl_rowkv, self.s_vl_seq):
+            a.op(f"s_mov_b32 {reg}, 0")
+        a.op(f"s_mov_b32 {self.s_vl_lenq}, {self.s_seqlen_q}")
+        a.op(f"s_bitcmp1_b32 {self.s_flags}, {abi.FLAG_VARLEN_BIT}")
+        a.op("s_cbranch_scc0 .Lpacked_done")
+        off = {f.name: f.offset for f in ARGS.fields}
+        cu_off = off["cu_seqlens_q"]
+        if off["cu_seqlens_kv"] != cu_off + 8:
+            raise ValueError("the varlen pointers must be adjacent (one s_load_b128)")
+        a.op(f"s_load_b128 {cu}, {self.kernarg}, 0x{cu_off:x}", "cu_seqlens_q, cu_seqlens_kv")
+        a.op(f"s_lshl_b32 {tmp[0]}, {self.s_batch}, 2", "byte offset of cu_seqlens[b] (int32)")
+        a.op("s_wait_kmcnt 0")
+        a.op(f"s_load_b64 {tmp2}, {cu[0:2]}, {tmp[0]} offset:0x0", "cu_seqlens_q[b], [b+1]")
+        a.op(f"s_load_b64 {tmp3}, {cu[2:4]}, {tmp[0]} offset:0x0", "cu_seqlens_kv[b], [b+1]")
+        a.op("s_wait_kmcnt 0")
+        a.op(f"s_sub_co_i32 {self.s_vl_lenq}, {tmp2[1]}, {tmp2[0]}", "len_q")
+        a.op(f"s_lshl_b32 {tmp[1]}, ttmp9, {log2(TILE_Q)}", "first query of this tile")
+        a.op(f"s_cmp_ge_u32 {tmp[1]}, {self.s_vl_lenq}")
+        a.op("s_cbranch_scc1 .Lend", "past the sequence's queries (or none): nothing to do")
+        a.op(f"s_mov_b32 {self.s_vl_tokq}, {tmp2[0]}", "first out / lse token of the sequence")
+        a.op(f"s_sub_co_i32 {self.s_seqlen}, {tmp3[1]}, {tmp3[0]}", "seq_len_kv := len_kv")
+        a.op(f"s_sub_co_i32 {self.karg['causal_offset']}, {self.s_seqlen}, {self.s_vl_lenq}",
+             "causal_offset := len_kv - len_q")
+        a.op(f"s_lshl_b32 {tmp[1]}, {self.s_batch}, {log2(abi.PAD)}", f"{abi.PAD} * b")
+        for dst, start, what in ((self.s_vl_rowq, tmp2[0], "Q"), (self.s_vl_rowkv, tmp3[0], "K/V")):
+            a.op(f"s_add_co_i32 {dst}, {start}, {abi.PAD - 1}")
+            a.op(f"s_and_b32 {dst}, {dst}, 0x{-abi.PAD & 0xffffffff:x}")
+            a.op(f"s_add_co_i32 {dst}, {dst}, {tmp[1]}", f"{what}: packed_row(cu[b], b) = 64*ceil(cu[b]/64) + 64*b")
+        a.op(f"s_mov_b32 {self.s_vl_seq}, {self.s_batch}", "the statistics are per sequence")
+        a.op(f"s_mov_b32 {self.s_batch}, 0", "the packed layouts have one batch")
+        a.label(".Lpacked_done")
+
+    def varlen_walk(self, a: Asm) -> None:
+        """Varlen: no LUT; the key tiles are 0 .. count-1 with count = ceil(len_kv / 64), or with causal the tiles
+        holding a key j <= last row + causal_offset (sage_co.masks.causal_tiles): count = min(that,
+        ceil(max(last_row + causal_offset + 1, 0) / 64)), last_row = min(64 x + 63, len_q - 1). L[t] = t."""
+        tmp = self.s_tmp
+        a.label(".Lvarlen_walk")
+        a.op(f"s_add_co_i32 {self.s_cnt}, {self.s_seqlen}, {TILE_K - 1}")
+        a.op(f"s_lshr_b32 {self.s_cnt}, {self.s_cnt}, {log2(TILE_K)}", "ceil(len_kv / 64) key tiles")
+        a.op(f"s_bitcmp1_b32 {self.s_flags}, {abi.FLAG_CAUSAL_BIT}")
+        a.op("s_cbranch_scc0 .Lwalk_ids")
+        a.op(f"s_lshl_b32 {tmp[0]}, ttmp9, {log2(TILE_Q)}")
+        a.op(f"s_add_co_i32 {tmp[0]}, {tmp[0]}, {TILE_Q - 1}", "last row of the tile")
+        a.op(f"s_add_co_i32 {tmp[1]}, {self.s_vl_lenq}, -1")
+        a.op(f"s_min_u32 {tmp[0]}, {tmp[0]}, {tmp[1]}", "its last real row (len_q >= 1 here)")
+        a.op(f"s_add_co_i32 {tmp[0]}, {tmp[0]}, {self.karg['causal_offset']}")
+        a.op(f"s_add_co_i32 {tmp[0]}, {tmp[0]}, {TILE_K}", "(keys it sees: last_row + offset + 1) + 63")
+        a.op(f"s_max_i32 {tmp[0]}, {tmp[0]}, 0")
+        a.op(f"s_lshr_b32 {tmp[0]}, {tmp[0]}, {log2(TILE_K)}")
+        a.op(f"s_min_u32 {self.s_cnt}, {self.s_cnt}, {tmp[0]}", "causal: the tiles some row of the tile sees")
+        a.label(".Lwalk_ids")
+        for i, reg in enumerate((self.s_Lc, self.s_L1, self.s_L2)):
+            a.op(f"s_mov_b32 {reg}, {i}", f"L[{i}] = {i} (clamped to the last tile below)")
+
     def scalar_setup(self, a: Asm) -> None:
         D = self.HEAD_DIM
         tmp, tmp2, tmp3 = self.s_tmp, self.s_tmp2, self.s_tmp3
@@ -179,6 +244,7 @@ class Prologue:
         a.op(f"s_lshr_b32 {self.s_wave}, {self.s_wave}, {log2(abi.WAVE_SIZE)}", "wave = tid / 32 (uniform)")
         a.op(f"s_and_b32 {self.s_head}, ttmp7, 0xffff", "workgroup id y = query head (docs/rdna4.md §Entry)")
         a.op(f"s_lshr_b32 {self.s_batch}, ttmp7, 16", "workgroup id z = batch")
+        self.varlen_sequence(a)
         a.op(f"s_mul_i32 {self.s_bh[0]}, {self.s_batch}, {self.s_nheads}")
         a.op(f"s_add_co_i32 {self.s_bh[0]}, {self.s_bh[0]}, {self.s_head}")
         a.op(f"s_mov_b32 {self.s_bh[1]}, 0")
@@ -202,7 +268,12 @@ class Prologue:
         a.op(f"s_mov_b32 {tmp[1]}, 0")
         a.op(f"s_lshl_b64 {tmp}, {tmp}, 2")
         a.op(f"s_add_nc_u64 {self.s_lutrow}, {self.karg['lut']}, {tmp}")
+        a.op(f"s_bitcmp1_b32 {self.s_flags}, {abi.FLAG_VARLEN_BIT}")
+        a.op("s_cbranch_scc1 .Lvarlen_walk")
         a.op(f"s_load_b128 {self.s_lut}, {self.s_lutrow}, 0x0", "count, L[0], L[1], L[2] (the host pads the buffer)")
+        a.op("s_branch .Lwalk_ready")
+        self.varlen_walk(a)
+        a.label(".Lwalk_ready")
         # row limits: row q0 + r sees keys j < min(rowlim0 + r, seq_len_kv) (signed; causal: q0 + r + S_kv - S_q + 1)
         a.op(f"s_add_co_i32 {tmp[0]}, {self.s_q0}, {self.karg['causal_offset']}")
         a.op(f"s_add_co_i32 {tmp[0]}, {tmp[0]}, 1")
@@ -215,17 +286,18 @@ class Prologue:
         a.op(f"s_cselect_b32 {self.s_L1}, {self.s_L1}, {self.s_Lc}", "L[min(1, last)]")
         a.op(f"s_cmp_gt_u32 {self.s_cnt}, 2")
         a.op(f"s_cselect_b32 {self.s_L2}, {self.s_L2}, {self.s_L1}", "L[min(2, last)]")
-        a.op(f"s_mov_b32 {self.s_magic}, {MAGIC_INT}")
-        a.op(f"s_mov_b32 {self.s_sel}, {PERMX16_SEL_LO}")
         # K and V^T of the K/V head: bkv * seq_pad_kv * D bytes (64-bit)
         self.head_base(a, self.s_kh, self.sp_k, self.s_bkv, self.s_seqpad, per=D)
+        self.add_offset(a, self.s_kh, self.s_vl_rowkv, D, tmp2, "+ the sequence's first K row (varlen; else 0)")
         if self.PV16:
             a.op(f"s_lshl_b64 {tmp}, {tmp}, 1", "fp16 V^T: 2 bytes per element")
         a.op(f"s_add_nc_u64 {self.s_vb[0:2]}, {self.sp_v}, {tmp}", "V^T of this K/V head")
         self.add_offset(a, self.s_vb[0:2], self.s_Lc, TILE_K * self.V_BYTES, tmp2, "V^T columns of tile L[0]")
+        self.add_offset(a, self.s_vb[0:2], self.s_vl_rowkv, self.V_BYTES, tmp2, "+ the sequence's first V^T column")
         # Q rows of query q0 of this head: (bh * seq_pad_q + q0) * D bytes
         self.head_base(a, self.s_qrow, self.sp_q, self.s_bh, self.s_seqpad_q, per=D)
         self.add_offset(a, self.s_qrow, self.s_q0, D, tmp2, "Q rows of query q0")
+        self.add_offset(a, self.s_qrow, self.s_vl_rowq, D, tmp2, "+ the sequence's first Q row (varlen; else 0)")
         # V^T staging bases: row u*32 of the tile: + u*32*seq_pad_kv (the loop advances them by TILE_K)
         a.op(f"s_lshl_b32 {tmp2[0]}, {self.s_seqpad}, {log2(V_STAGE_ROWS)}", f"{V_STAGE_ROWS} rows of V^T")
         for u in range(1, 1 if self.PV16 else self.STAGE_LOADS):
@@ -234,18 +306,27 @@ class Prologue:
         self.head_base(a, self.s_ksb, self.sp_kscale, self.s_bkv, self.s_seqpad, block=SCALE_BLOCK,
                        elem_bytes=F32_BYTES, comment="k_scale of the K/V head")
         self.add_offset(a, self.s_ksb, self.s_Lc, 2 * F32_BYTES, tmp, "k_scale pair of tile L[0]")
+        a.op(f"s_lshr_b32 {tmp[0]}, {self.s_vl_rowkv}, {log2(SCALE_BLOCK // F32_BYTES)}",
+             "the sequence's first k_scale block: (row_kv / 32) * 4 bytes")
+        a.op(f"s_mov_b32 {tmp[1]}, 0")
+        a.op(f"s_add_nc_u64 {self.s_ksb}, {self.s_ksb}, {tmp}")
         # q_scale of the wave's block: bh * (seq_pad_q / 32) + q0 / 32 floats
         self.head_base(a, tmp, self.sp_qscale, self.s_bh, self.s_seqpad_q, block=SCALE_BLOCK, elem_bytes=F32_BYTES)
-        a.op(f"s_lshr_b32 {tmp2[0]}, {self.s_q0}, {log2(SCALE_BLOCK)}")
+        a.op(f"s_add_co_i32 {tmp2[0]}, {self.s_q0}, {self.s_vl_rowq}", "prepared row of q0")
+        a.op(f"s_lshr_b32 {tmp2[0]}, {tmp2[0]}, {log2(SCALE_BLOCK)}")
         a.op(f"s_lshl_b32 {tmp2[0]}, {tmp2[0]}, {log2(F32_BYTES)}")
         a.op(f"s_load_b32 {self.s_qs}, {tmp}, {tmp2[0]} offset:0x0", "q_scale of the wave's 32-query block")
         # k_mean / v_scale of the K/V head: bkv * D floats
-        a.op(f"s_lshl_b64 {tmp}, {self.s_bkv}, {log2(D * F32_BYTES)}")
+        a.op(f"s_mul_i32 {tmp[0]}, {self.s_vl_seq}, {self.s_nheads_kv}", "varlen: the statistics of sequence b")
+        a.op(f"s_add_co_i32 {tmp[0]}, {tmp[0]}, {self.s_bkv[0]}")
+        a.op(f"s_mov_b32 {tmp[1]}, 0")
+        a.op(f"s_lshl_b64 {tmp}, {tmp}, {log2(D * F32_BYTES)}")
         a.op(f"s_add_nc_u64 {self.s_kmh}, {self.sp_kmean}, {tmp}")
         a.op(f"s_add_nc_u64 {self.s_vsh}, {self.sp_vscale}, {tmp}")
         a.op(f"s_add_nc_u64 {self.s_vmh}, {self.karg['v_mean']}, {tmp}")
-        # out row of (batch, q0, head): (batch*sb + q0*ss + head*sh) elements of OUT_BYTES (64-bit products)
-        for k, (idx, stride) in enumerate(((self.s_batch, self.s_ostride[0]), (self.s_q0, self.s_ostride[1]),
+        # out row of (batch, q0, head): (batch*sb + (tok_q + q0)*ss + head*sh) elements of OUT_BYTES (64-bit products)
+        a.op(f"s_add_co_i32 {self.s_vl_tokq}, {self.s_vl_tokq}, {self.s_q0}", "token of q0 in out / lse (varlen: + cu_q[b])")
+        for k, (idx, stride) in enumerate(((self.s_batch, self.s_ostride[0]), (self.s_vl_tokq, self.s_ostride[1]),
                                            (self.s_head, self.s_ostride[2]))):
             acc = tmp if k == 0 else tmp2
             self.zext(a, acc, idx)
@@ -258,10 +339,13 @@ class Prologue:
         # lse of (bh, q0): (bh * S_q + q0) * 4 bytes
         self.zext(a, tmp2, self.s_seqlen_q)
         a.op(f"s_mul_u64 {tmp}, {self.s_bh}, {tmp2}")
-        a.op(f"s_mov_b32 {tmp2[0]}, {self.s_q0}")
+        a.op(f"s_mov_b32 {tmp2[0]}, {self.s_vl_tokq}")
         a.op(f"s_add_nc_u64 {tmp}, {tmp}, {tmp2}")
         a.op(f"s_lshl_b64 {tmp}, {tmp}, {log2(F32_BYTES)}")
         a.op(f"s_add_nc_u64 {self.s_lseb}, {self.sp_lse}, {tmp}")
+        a.op(f"s_mov_b32 {self.s_seqlen_q}, {self.s_vl_lenq}", "the epilogue's row limit: len_q (varlen), else S_q")
+        a.op(f"s_mov_b32 {self.s_magic}, {MAGIC_INT}")
+        a.op(f"s_mov_b32 {self.s_sel}, {PERMX16_SEL_LO}")
         a.op(f"s_mov_b32 {self.s_koff[1]}, 0")
         a.op(f"s_mov_b32 {self.s_t}, 0")
         # VALU reads these SGPRs from now on; none is written again by SALU (docs/rdna4.md §Hazards 3)

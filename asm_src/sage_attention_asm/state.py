@@ -5,7 +5,7 @@ from __future__ import annotations
 from asmdsl import RegFile
 from sage_co import abi
 
-from .config import (ARGS, B128, CHUNKS, KARG_SGPR, RING, RING_PV16_D128, SGPR_LIMIT, THREADS, TILE_K, V16_ROW_PAD,
+from .config import (ARGS, B128, RESIDENT_BYTES, RESIDENT_FIELDS, CHUNKS, KARG_SGPR, RING, RING_PV16_D128, SGPR_LIMIT, THREADS, TILE_K, V16_ROW_PAD,
                      VGPR_LIMIT, WMMA_N, Config)
 
 
@@ -103,8 +103,8 @@ class KernelState:
         self.kernarg = S.fixed("kernarg", 0, 2, "kernarg segment pointer (only user SGPR, docs/rdna4.md §Entry)")
         # the kernarg struct, dword for dword (sage_co/abi.py ATTENTION_FWD_ARGS), from KARG_SGPR on
         karg = {f.name: S.fixed(f.name, KARG_SGPR + f.offset // 4, f.size // 4, f"kernarg {f.name} ({f.kind})")
-                for f in ARGS.fields}
-        S.next = KARG_SGPR + ARGS.size // 4
+                for f in RESIDENT_FIELDS}
+        S.next = KARG_SGPR + RESIDENT_BYTES // 4
         self.karg = karg
         self.sp_q, self.sp_k, self.sp_v = karg["q"], karg["k"], karg["v"]
         self.sp_qscale, self.sp_kscale, self.sp_kmean = karg["q_scale"], karg["k_scale"], karg["k_mean"]
@@ -152,3 +152,10 @@ class KernelState:
         self.s_outb = S.alloc("outb", 2, 2, "out row of query q0")
         self.s_lseb = S.alloc("lseb", 2, 2, "lse of query q0")
         self.NUM_SGPRS = S.used
+        # varlen (abi.FLAG_VARLEN), scalar setup only: the sequence's values live in SGPRs that are free until the
+        # key loop / epilogue first writes them (so the SGPR count stays that of the dense kernel)
+        self.s_vl_tokq = self.s_addmean   # cu_seqlens_q[b] (0 without varlen): first out / lse row; then + q0
+        self.s_vl_rowq = self.s_L3        # packed_row(cu_seqlens_q[b], b) (0): first prepared Q row
+        self.s_vl_rowkv = self.s_t        # packed_row(cu_seqlens_kv[b], b) (0): first prepared K row / V^T column
+        self.s_vl_lenq = self.s_koff[0]   # len_q (seq_len_q): moved into seq_len_q once lse's base is known
+        self.s_vl_seq = self.s_sel        # b with varlen (0 without): the sequence of k_mean / v_scale / v_mean
