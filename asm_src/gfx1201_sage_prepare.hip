@@ -68,16 +68,19 @@
 //
 // Kernargs (explicit only, no hidden arguments; sage_co/ops/prepare.py declares the same layouts). Strides are in
 // elements: *_sb (batch), *_ss (token), *_sh (head):
-//   stats  (132 B): 0 k, 8 v, 16 k_norm_w, 24 cos, 32 sin, 40 ksum_part, 48 vmax_part (ptr); 56 eps (f32);
+//   stats  (148 B): 0 k, 8 v, 16 k_norm_w, 24 cos, 32 sin, 40 ksum_part, 48 vmax_part (ptr); 56 eps (f32);
 //                   60 S, 64 H, 68 tiles_per_chunk, 72 n_chunks, 76 n_tens, 80 k_norm, 84 D, 88 k_sb, 92 k_ss,
-//                   96 k_sh, 100 v_sb, 104 v_ss, 108 v_sh (i32); 112 vmin_part, 120 vsum_part (ptr); 128 tens (i32)
-//   reduce (92 B):  0 ksum_part, 8 vmax_part, 16 k_mean, 24 v_scale, 32 v_inv (ptr); 40 H, 44 n_chunks, 48 S,
-//                   52 smooth_k, 56 D_pad (i32); 64 vmin_part, 72 vsum_part, 80 v_mean (ptr); 88 v_mode (i32)
-//   quant (204 B):  0 q, 8 k, 16 v, 24 q_norm_w, 32 k_norm_w, 40 cos, 48 sin, 56 k_mean, 64 v_inv, 72 q_int8,
+//                   96 k_sh, 100 v_sb, 104 v_ss, 108 v_sh (i32); 112 vmin_part, 120 vsum_part (ptr); 128 tens (i32);
+//                   136 cu_seqlens_kv (ptr), 144 varlen (i32: sequence b = z / n_tens, its own chunking)
+//   reduce (108 B):  0 ksum_part, 8 vmax_part, 16 k_mean, 24 v_scale, 32 v_inv (ptr); 40 H, 44 n_chunks, 48 S,
+//                   52 smooth_k, 56 D_pad (i32); 64 vmin_part, 72 vsum_part, 80 v_mean (ptr); 88 v_mode (i32);
+//                   96 cu_seqlens_kv (ptr), 104 varlen (i32)
+//   quant (236 B):  0 q, 8 k, 16 v, 24 q_norm_w, 32 k_norm_w, 40 cos, 48 sin, 56 k_mean, 64 v_inv, 72 q_int8,
 //                   80 k_int8, 88 q_scale, 96 k_scale, 104 v_t (ptr); 112 q_mult (f32), 116 eps (f32);
 //                   120 S_q, 124 S_kv, 128 H_q, 132 H_kv, 136 S_q_pad, 140 S_kv_pad, 144 D, 148 q_norm,
 //                   152 k_norm, 156 q_sb, 160 q_ss, 164 q_sh, 168 k_sb, 172 k_ss, 176 k_sh, 180 v_sb, 184 v_ss,
-//                   188 v_sh (i32); 192 v_mean (ptr); 200 pv_fp16 (i32)
+//                   188 v_sh (i32); 192 v_mean (ptr); 200 pv_fp16 (i32); 208 cu_seqlens_q, 216 cu_seqlens_kv
+//                   (ptr); 224 varlen, 228 rows_q, 232 rows_kv (i32) (varlen: sequence b = y, sage_co/abi.py)
 // q_norm / k_norm = 0 means no RMSNorm (the weight pointer is then never read); without RoPE cos/sin are unused.
 // cos/sin: [max(S_q, S_kv), rope_dim], row = position (token index) for Q and K alike; in the input dtype for the
 // per_op symbols, fp32 for the _once ones (the host upcasts a table given in the input dtype).
@@ -100,6 +103,7 @@ typedef float f32x4 __attribute__((ext_vector_type(4)));
 typedef u16 u16x2 __attribute__((ext_vector_type(2)));
 
 #define TILE 32
+#define PREPARE_MAX_CHUNKS 64  // stats chunks per (b, K/V head) at most: sage_co/abi.py PREPARE_MAX_CHUNKS
 #define BF16 0
 #define FP16 1
 
@@ -376,6 +380,7 @@ struct StatsArgs {
   float* ks; float* vm; float eps; u32 S, H, tiles_per_chunk, n_chunks, n_tens; int k_norm; u32 D;
   Strides kst, vst;
   float* vmin; float* vsum; u32 tens;
+  u32 lay_b, tok0;  // the layout batch and first token of the (b, head)'s rows (varlen: 0 and cu_seqlens_kv[b])
 };
 // `tens` bits (sage_co/abi.py STATS_*): which statistics this launch computes; workgroup z % n_tens runs the
 // (z % n_tens)-th set bit of the low three.
@@ -417,7 +422,7 @@ INLINE void stats_v(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
 #pragma unroll
     for (u32 i = 0; i < TPL; ++i) {
       u32 t = min_u32(tile * TILE + tg * TPL + i, a.S - 1);
-      raw[i] = load16(a.v + row_offset(a.vst, b, t, h) + cg_ld * 8);
+      raw[i] = load16(a.v + row_offset(a.vst, a.lay_b, a.tok0 + t, h) + cg_ld * 8);
     }
 #pragma unroll
     for (u32 i = 0; i < TPL; ++i) {
@@ -498,7 +503,7 @@ INLINE void stats_k(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
   for (u32 tile = t_begin; tile < t_end; ++tile) {
     u32 t = min_u32(tile * TILE + lane, a.S - 1);
     u32 row[DP / 2];
-    load_row<DP>(row, a.k + row_offset(a.kst, b, t, h), n16);
+    load_row<DP>(row, a.k + row_offset(a.kst, a.lay_b, a.tok0 + t, h), n16);
     norm_rope_row<DT, DP, RD, RM>(row, a.k_norm, a.k_norm_w, a.eps, n16, a.D, a.cos, a.sin, t);
     __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");  // previous tile's LDS reads are done (WAR)
     __builtin_amdgcn_s_barrier();
@@ -539,16 +544,26 @@ INLINE void stats_k(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
       const u16 *__restrict__ cos, const u16 *__restrict__ sin, float *__restrict__ ksum_part,                \
       float *__restrict__ vmax_part, float eps, int S, int H, int tiles_per_chunk, int n_chunks, int n_tens,  \
       int k_norm, int D, int k_sb, int k_ss, int k_sh, int v_sb, int v_ss, int v_sh,                          \
-      float *__restrict__ vmin_part, float *__restrict__ vsum_part, int tens
+      float *__restrict__ vmin_part, float *__restrict__ vsum_part, int tens,                                \
+      const u32 *__restrict__ cu_seqlens_kv, int varlen
 template <int DT, int DP, int RD, int RM>
 INLINE void stats_body(STATS_PARAMS) {
   StatsArgs a = {k, v, k_norm_w, cos, sin, ksum_part, vmax_part, eps, (u32)S, (u32)H, (u32)tiles_per_chunk,
                  (u32)n_chunks, (u32)n_tens, k_norm, (u32)D, {(u32)k_sb, (u32)k_ss, (u32)k_sh},
-                 {(u32)v_sb, (u32)v_ss, (u32)v_sh}, vmin_part, vsum_part, (u32)tens};
+                 {(u32)v_sb, (u32)v_ss, (u32)v_sh}, vmin_part, vsum_part, (u32)tens, 0u, 0u};
   u32 chunk = __builtin_amdgcn_workgroup_id_x();
   u32 h = __builtin_amdgcn_workgroup_id_y();
   u32 z = __builtin_amdgcn_workgroup_id_z();
   u32 b = z / a.n_tens, which = z % a.n_tens;
+  a.lay_b = b;
+  if (varlen) {  // packed K/V: sequence b's own tokens and its own chunking (sage_co/ops/prepare.py chunking)
+    a.tok0 = cu_seqlens_kv[b];
+    a.S = cu_seqlens_kv[b + 1] - a.tok0;
+    a.lay_b = 0;
+    const u32 tiles = (a.S + TILE - 1) / TILE;
+    a.tiles_per_chunk = (tiles + PREPARE_MAX_CHUNKS - 1) / PREPARE_MAX_CHUNKS;
+    if (tiles == 0 || chunk * a.tiles_per_chunk >= tiles) return;  // past this sequence's chunks (uniform)
+  }
   u32 kinds = a.tens & (STATS_V_MAX | STATS_K_SUM | STATS_V_SUM);
   for (u32 i = 0; i < which; ++i) kinds &= kinds - 1;  // drop the lowest set bit `which` times (uniform)
   u32 kind = kinds & (0u - kinds);
@@ -567,7 +582,7 @@ INLINE void stats_body(STATS_PARAMS) {
   }
 }
 #define STATS_ARGS k, v, k_norm_w, cos, sin, ksum_part, vmax_part, eps, S, H, tiles_per_chunk, n_chunks, n_tens, \
-                   k_norm, D, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, vmin_part, vsum_part, tens
+                   k_norm, D, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, vmin_part, vsum_part, tens, cu_seqlens_kv, varlen
 
 // ------------------------------------------------------------------------------------------------ reduce
 // v_mode (sage_co/abi.py REDUCE_V_*)
@@ -579,13 +594,26 @@ void gfx1201_sage_prepare_reduce(const float* __restrict__ ksum_part, const floa
                                  float* __restrict__ k_mean, float* __restrict__ v_scale,
                                  float* __restrict__ v_inv, int H, int n_chunks, int S, int smooth_k, int D_pad,
                                  const float* __restrict__ vmin_part, const float* __restrict__ vsum_part,
-                                 float* __restrict__ v_mean, int v_mode) {
+                                 float* __restrict__ v_mean, int v_mode,
+                                 const u32* __restrict__ cu_seqlens_kv, int varlen) {
   u32 ch = __builtin_amdgcn_workitem_id_x();
   u32 h = __builtin_amdgcn_workgroup_id_y();
   u32 b = __builtin_amdgcn_workgroup_id_z();
   u32 dp = (u32)D_pad;
   u64 bh = (u64)b * (u32)H + h;
-  const float* vp = vmax_part + bh * (u32)n_chunks * dp + ch;
+  const int stride_chunks = n_chunks;  // the partial buffers' chunk dim
+  if (varlen) {  // sequence b: its length and its own chunk count (as stats made them)
+    S = (int)(cu_seqlens_kv[b + 1] - cu_seqlens_kv[b]);
+    const u32 tiles = ((u32)S + TILE - 1) / TILE;
+    const u32 per = (tiles + PREPARE_MAX_CHUNKS - 1) / PREPARE_MAX_CHUNKS;
+    n_chunks = tiles ? (int)((tiles + per - 1) / per) : 0;
+    if (S == 0) {  // no keys: finite zero statistics (the attention kernel reads v_scale of every sequence)
+      k_mean[bh * dp + ch] = 0.0f, v_scale[bh * dp + ch] = 0.0f, v_inv[bh * dp + ch] = 0.0f;
+      v_mean[bh * dp + ch] = 0.0f;
+      return;
+    }
+  }
+  const float* vp = vmax_part + bh * (u32)stride_chunks * dp + ch;
   u32 m = 0;  // max of non-negative f32 bit patterns; NaN patterns sort above inf
   for (int c = 0; c < n_chunks && v_mode == REDUCE_V_FP8; ++c) {
     u32 w = as_u(vp[(u64)c * dp]);
@@ -595,8 +623,8 @@ void gfx1201_sage_prepare_reduce(const float* __restrict__ ksum_part, const floa
   if (v_mode == REDUCE_V_SMOOTH) {
     // v_mean = (sum of the chunk sums, in chunk order) / S_kv; amax = max |v - v_mean| = the larger of
     // |max v - v_mean| and |min v - v_mean| (fp32 subtraction is monotone), NaN-propagating as bit patterns
-    const float* sp = vsum_part + bh * (u32)n_chunks * dp + ch;
-    const float* lp = vmin_part + bh * (u32)n_chunks * dp + ch;
+    const float* sp = vsum_part + bh * (u32)stride_chunks * dp + ch;
+    const float* lp = vmin_part + bh * (u32)stride_chunks * dp + ch;
     float s = 0.0f, hi = vp[0], lo = lp[0];
     for (int c = 0; c < n_chunks; ++c) {
       s = s + sp[(u64)c * dp];
@@ -614,7 +642,7 @@ void gfx1201_sage_prepare_reduce(const float* __restrict__ ksum_part, const floa
   v_inv[bh * dp + ch] = amax == 0.0f ? 0.0f : 448.0f / amax;  // inf for a tiny amax: quant_v's general path
   float mean = 0.0f;
   if (smooth_k) {
-    const float* kp = ksum_part + bh * (u32)n_chunks * dp + ch;
+    const float* kp = ksum_part + bh * (u32)stride_chunks * dp + ch;
     float s = 0.0f;
     for (int c = 0; c < n_chunks; ++c) s = s + kp[(u64)c * dp];
     mean = s / (float)S;
@@ -628,7 +656,20 @@ struct QuantArgs {
   const u16* sin; const float* k_mean; const float* v_inv; i8* q_int8; i8* k_int8; float* q_scale;
   float* k_scale; unsigned char* v_t; float q_mult, eps; u32 S_q, S_kv, H_q, H_kv, S_q_pad, S_kv_pad, D;
   int q_norm, k_norm; Strides qst, kst, vst; const float* v_mean;
+  const u32* cu_q; const u32* cu_kv; u32 varlen, rows_q, rows_kv;
 };
+
+// Varlen (sage_co/abi.py PREPARE_QUANT_ARGS, docs/numerics.md §Varlen): where sequence b of a packed launch
+// lives. Without varlen: S tokens from token 0 of batch b, rows S_pad per (b, head), the sequence at row 0.
+struct Seq { u32 S, tok0, row0, lay_b, rows; bool skip; };
+INLINE Seq sequence(const u32* cu, bool varlen, u32 b, u32 S, u32 rows, u32 packed_rows, u32 tile) {
+  if (!varlen) return {S, 0u, 0u, b, rows, false};
+  u32 t0 = cu[b], len = cu[b + 1] - t0;
+  // the sequence's padded rows end at round_up(len, 64): tiles past them (or every tile of an empty sequence)
+  // have nothing to write -- the attention kernel never reads the rows between two sequences
+  bool skip = tile * TILE >= ((len + 63u) & ~63u);
+  return {len, t0, ((t0 + 63u) & ~63u) + 64u * b, 0u, packed_rows, skip};
+}
 
 // Four int8 held in the low bytes of a, b, c, d -> one dword (byte 0 = a). v_perm_b32: selector bytes 0-3 pick
 // bytes of the second operand, 4-7 of the first, 0x0c gives 0x00.
@@ -646,14 +687,18 @@ INLINE u32 pack4_i8(u32 a, u32 b, u32 c, u32 d) {
 template <int DT, int DP, int RD, int RM, bool is_k>
 INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   constexpr int NW = DP / 4;  // int8 dwords per row
-  u32 S = is_k ? a.S_kv : a.S_q, S_pad = is_k ? a.S_kv_pad : a.S_q_pad, H = is_k ? a.H_kv : a.H_q;
+  u32 H = is_k ? a.H_kv : a.H_q;
+  const Seq sq = sequence(is_k ? a.cu_kv : a.cu_q, a.varlen != 0, b, is_k ? a.S_kv : a.S_q,
+                          is_k ? a.S_kv_pad : a.S_q_pad, is_k ? a.rows_kv : a.rows_q, tile);
+  if (sq.skip) return;  // wave-uniform
+  u32 S = sq.S, S_pad = sq.rows;  // S_pad: rows per (layout batch, head)
   u32 lane = lane_id();
   u32 t = tile * TILE + lane;
   bool valid = t < S;
   u32 t_ld = min_u32(t, S - 1);
   u32 n16 = a.D / 8;
   u32 row[DP / 2];
-  load_row<DP>(row, (is_k ? a.k : a.q) + row_offset(is_k ? a.kst : a.qst, b, t_ld, h), n16);
+  load_row<DP>(row, (is_k ? a.k : a.q) + row_offset(is_k ? a.kst : a.qst, sq.lay_b, sq.tok0 + t_ld, h), n16);
   norm_rope_row<DT, DP, RD, RM>(row, is_k ? a.k_norm : a.q_norm, is_k ? a.k_norm_w : a.q_norm_w, a.eps, n16, a.D,
                                 a.cos, a.sin, t_ld);
   float x[DP];
@@ -685,7 +730,8 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   float amax = as_f(m);
   float scale = amax / 127.0f;
   float inv = amax == 0.0f ? 0.0f : 127.0f / amax;
-  if (lane == 0) (is_k ? a.k_scale : a.q_scale)[bh * (S_pad / TILE) + tile] = scale;
+  const u64 lbh = (u64)sq.lay_b * H + h;  // the layout's (batch, head); bh (above) indexes the statistics
+  if (lane == 0) (is_k ? a.k_scale : a.q_scale)[lbh * (S_pad / TILE) + (sq.row0 / TILE + tile)] = scale;
 
   u32 words[NW];
   if (m >= 0x7f800000u) {  // NaN or inf in the block: every x * inv is 0 or NaN -> int8 0
@@ -715,7 +761,7 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
 #pragma unroll
     for (int j = 0; j < NW; ++j) words[j] = 0;  // padded rows are zero
   }
-  i8* dst = (is_k ? a.k_int8 : a.q_int8) + (bh * S_pad + t) * DP;
+  i8* dst = (is_k ? a.k_int8 : a.q_int8) + (lbh * S_pad + sq.row0 + t) * DP;
 #pragma unroll
   for (int j = 0; j < NW / 4; ++j)
     store16(dst + 16 * j, (u32x4){words[4 * j], words[4 * j + 1], words[4 * j + 2], words[4 * j + 3]});
@@ -728,12 +774,14 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
   u32 lane = lane_id(), cg = lane % NCG, tg = lane / NCG;
   bool real = cg * 8 < a.D;
-  u32 S = a.S_kv;
+  const Seq sq = sequence(a.cu_kv, a.varlen != 0, b, a.S_kv, a.S_kv_pad, a.rows_kv, tile);
+  if (sq.skip) return;  // wave-uniform
+  u32 S = sq.S;
   u32 t0 = tile * TILE + tg * TPL;
   u32x4 raw[TPL];
 #pragma unroll
   for (u32 i = 0; i < TPL; ++i)
-    raw[i] = load16(a.v + row_offset(a.vst, b, min_u32(t0 + i, S - 1), h) + (real ? cg : 0u) * 8);
+    raw[i] = load16(a.v + row_offset(a.vst, sq.lay_b, sq.tok0 + min_u32(t0 + i, S - 1), h) + (real ? cg : 0u) * 8);
   if ((tile + 1) * TILE > S || 8 * NCG > a.D) {  // wave-uniform: the last valid tile, padding tiles, padded D
 #pragma unroll
     for (u32 i = 0; i < TPL; ++i)
@@ -756,7 +804,9 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   for (int c = 0; c < 8; ++c) lane_fast = lane_fast && (as_u(inv[c]) & 0x7fffffffu) - 1u < 0x7f7fffffu;
   lane_fast = lane_fast || !real;
   bool fast = __builtin_amdgcn_ballot_w32(!lane_fast) == 0;  // wave-uniform: one path for the whole wave
-  unsigned char* dst = a.v_t + (bh * DP + cg * 8) * a.S_kv_pad + t0;
+  const u64 lbh = (u64)sq.lay_b * a.H_kv + h;  // the layout's (batch, head); bh indexes the statistics
+  const u32 vrows = sq.rows;
+  unsigned char* dst = a.v_t + (lbh * DP + cg * 8) * vrows + sq.row0 + t0;
 #pragma unroll
   for (int c = 0; c < 8; ++c) {
     float y[TPL];
@@ -787,9 +837,9 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
       w[j] = (u32)__builtin_amdgcn_cvt_pk_fp8_f32(y[4 * j + 2], y[4 * j + 3], lo, true);
     }
     if constexpr (TPL == 16)
-      store16(dst + (u64)c * a.S_kv_pad, (u32x4){w[0], w[1], w[2], w[3]});
+      store16(dst + (u64)c * vrows, (u32x4){w[0], w[1], w[2], w[3]});
     else
-      *(u32x2*)(dst + (u64)c * a.S_kv_pad) = (u32x2){w[0], w[1]};
+      *(u32x2*)(dst + (u64)c * vrows) = (u32x2){w[0], w[1]};
   }
 }
 
@@ -801,19 +851,23 @@ INLINE void quant_v16(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
   u32 lane = lane_id(), cg = lane % NCG, tg = lane / NCG;
   bool real = cg * 8 < a.D;
-  u32 S = a.S_kv;
+  const Seq sq = sequence(a.cu_kv, a.varlen != 0, b, a.S_kv, a.S_kv_pad, a.rows_kv, tile);
+  if (sq.skip) return;  // wave-uniform
+  u32 S = sq.S;
   u32 t0 = tile * TILE + tg * TPL;
   u32x4 raw[TPL];
 #pragma unroll
   for (u32 i = 0; i < TPL; ++i)
-    raw[i] = load16(a.v + row_offset(a.vst, b, min_u32(t0 + i, S - 1), h) + (real ? cg : 0u) * 8);
+    raw[i] = load16(a.v + row_offset(a.vst, sq.lay_b, sq.tok0 + min_u32(t0 + i, S - 1), h) + (real ? cg : 0u) * 8);
   if ((tile + 1) * TILE > S || 8 * NCG > a.D) {  // wave-uniform: the last valid tile, padding tiles, padded D
 #pragma unroll
     for (u32 i = 0; i < TPL; ++i)
       if (t0 + i >= S || !real) raw[i] = (u32x4){0, 0, 0, 0};
   }
   u64 bh = (u64)b * a.H_kv + h;
-  u16* dst = (u16*)a.v_t + (bh * DP + cg * 8) * a.S_kv_pad + t0;
+  const u64 lbh = (u64)sq.lay_b * a.H_kv + h;
+  const u32 vrows = sq.rows;
+  u16* dst = (u16*)a.v_t + (lbh * DP + cg * 8) * vrows + sq.row0 + t0;
 #pragma unroll
   for (int c = 0; c < 8; ++c) {
     u32 hv[TPL];
@@ -829,7 +883,7 @@ INLINE void quant_v16(const QuantArgs& a, u32 b, u32 h, u32 tile) {
     for (u32 j = 0; j < TPL / 2; ++j) w[j] = hv[2 * j] | (hv[2 * j + 1] << 16);
 #pragma unroll
     for (u32 j = 0; j < TPL / 8; ++j)
-      store16(dst + (u64)c * a.S_kv_pad + 8 * j, (u32x4){w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]});
+      store16(dst + (u64)c * vrows + 8 * j, (u32x4){w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]});
   }
 }
 
@@ -841,13 +895,15 @@ INLINE void quant_v16(const QuantArgs& a, u32 b, u32 h, u32 tile) {
       float *__restrict__ k_scale, unsigned char *__restrict__ v_t, float q_mult, float eps, int S_q,         \
       int S_kv, int H_q, int H_kv, int S_q_pad, int S_kv_pad, int D, int q_norm, int k_norm, int q_sb,        \
       int q_ss, int q_sh, int k_sb, int k_ss, int k_sh, int v_sb, int v_ss, int v_sh,                         \
-      const float *__restrict__ v_mean, int pv_fp16
+      const float *__restrict__ v_mean, int pv_fp16, const u32 *__restrict__ cu_seqlens_q,                  \
+      const u32 *__restrict__ cu_seqlens_kv, int varlen, int rows_q, int rows_kv
 template <int DT, int DP, int RD, int RM>
 INLINE void quant_body(QUANT_PARAMS) {
   QuantArgs a = {q, k, v, q_norm_w, k_norm_w, cos, sin, k_mean, v_inv, q_int8, k_int8, q_scale, k_scale, v_t,
                  q_mult, eps, (u32)S_q, (u32)S_kv, (u32)H_q, (u32)H_kv, (u32)S_q_pad, (u32)S_kv_pad, (u32)D,
                  q_norm, k_norm, {(u32)q_sb, (u32)q_ss, (u32)q_sh}, {(u32)k_sb, (u32)k_ss, (u32)k_sh},
-                 {(u32)v_sb, (u32)v_ss, (u32)v_sh}, v_mean};
+                 {(u32)v_sb, (u32)v_ss, (u32)v_sh}, v_mean, cu_seqlens_q, cu_seqlens_kv, (u32)varlen,
+                 (u32)rows_q, (u32)rows_kv};
   u32 x = __builtin_amdgcn_workgroup_id_x();
   u32 b = __builtin_amdgcn_workgroup_id_y();
   u32 tq = a.S_q_pad / TILE, tkv = a.S_kv_pad / TILE;
@@ -869,7 +925,8 @@ INLINE void quant_body(QUANT_PARAMS) {
 }
 #define QUANT_ARGS q, k, v, q_norm_w, k_norm_w, cos, sin, k_mean, v_inv, q_int8, k_int8, q_scale, k_scale, v_t, \
                    q_mult, eps, S_q, S_kv, H_q, H_kv, S_q_pad, S_kv_pad, D, q_norm, k_norm, q_sb, q_ss, q_sh,     \
-                   k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, v_mean, pv_fp16
+                   k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, v_mean, pv_fp16, cu_seqlens_q, cu_seqlens_kv, varlen,  \
+                   rows_q, rows_kv
 
 // ------------------------------------------------------------------------------------------------ symbols
 // One stats and one quant symbol per (D_PAD, dtype, rope_dim, rounding); rope_dim <= D_PAD. The once convention

@@ -171,7 +171,11 @@ PREPARE_STATS_ARGS = KernargStruct("sage_prepare.stats", [
     Field("vmin_part", "ptr", 112),  # fp32 [B, H_kv, n_chunks, D_pad] out: min v (smooth_v only; else placeholder)
     Field("vsum_part", "ptr", 120),  # fp32 [B, H_kv, n_chunks, D_pad] out: sum of v (smooth_v only)
     Field("tens", "i32", 128),       # STATS_* bits: which statistics run (z % n_tens picks the n-th set bit)
-], size=132)
+    # varlen (docs/numerics.md §Varlen): k/v packed [1, total_kv, H_kv, D]; b = z / n_tens is sequence b, its
+    # tokens cu_seqlens_kv[b].. and its chunking (ops/prepare.py chunking of its own length) read on the device
+    Field("cu_seqlens_kv", "ptr", 136),  # int32 [B + 1] (read only when varlen)
+    Field("varlen", "i32", 144),
+], size=148)
 STATS_V_MAX = 1           # tens bit 0: per-channel max |v| (or, with STATS_V_SIGNED, max v and min v)
 STATS_K_SUM = 2           # bit 1: per-channel sums of the normed/roped K (smooth_k)
 STATS_V_SUM = 4           # bit 2: per-channel sums of V (smooth_v)
@@ -192,7 +196,9 @@ PREPARE_REDUCE_ARGS = KernargStruct("sage_prepare.reduce", [
     Field("vsum_part", "ptr", 72),   # fp32 [B, H_kv, n_chunks, D_pad] in (v_mode 1)
     Field("v_mean", "ptr", 80),      # fp32 [B, H_kv, D_pad] out (zeros unless v_mode 1)
     Field("v_mode", "i32", 88),      # REDUCE_V_*: how v_scale / v_inv / v_mean are made
-], size=92)
+    Field("cu_seqlens_kv", "ptr", 96),   # varlen: sequence b = z's length and chunk count (read only when varlen)
+    Field("varlen", "i32", 104),
+], size=108)
 REDUCE_V_FP8 = 0          # v_scale = max|v| / 448, v_mean = 0
 REDUCE_V_SMOOTH = 1       # v_mean = sum / S, amax = max(|max v - v_mean|, |min v - v_mean|)
 REDUCE_V_NONE = 2         # pv fp16: no V statistics; v_scale, v_inv, v_mean = 0
@@ -226,7 +232,16 @@ PREPARE_QUANT_ARGS = KernargStruct("sage_prepare.quant", [
     *_strides("q", 156), *_strides("k", 168), *_strides("v", 180),
     Field("v_mean", "ptr", 192),     # fp32 [B, H_kv, D_pad] in: subtracted from V before fp8 (zeros: exact)
     Field("pv_fp16", "i32", 200),    # 1: V^T in fp16 (RNE from bf16, fp16 passed through), no v_inv / v_mean
-], size=204)
+    # varlen (docs/numerics.md §Varlen): q/k/v are packed [1, total, H, D]; batch y = sequence b reads cu_seqlens
+    # [b], [b+1] on the device (its tokens, its length replacing S_q / S_kv); S_q_pad / S_kv_pad are then the
+    # grid's per-sequence tile span (round_up(max_seqlen, 64)), and the outputs are the packed
+    # [H, rows, D_pad] (V^T [H_kv, D_pad, rows_kv]) with sequence b at row abi.packed_row(cu[b], b)
+    Field("cu_seqlens_q", "ptr", 208),   # int32 [B + 1] (read only when varlen)
+    Field("cu_seqlens_kv", "ptr", 216),  # int32 [B + 1]
+    Field("varlen", "i32", 224),     # 1: packed sequences (above)
+    Field("rows_q", "i32", 228),     # varlen: rows per head of q_int8 (abi.packed_rows(total_q, B))
+    Field("rows_kv", "i32", 232),    # varlen: rows per head of k_int8 / columns of V^T
+], size=236)
 
 
 

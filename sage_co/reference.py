@@ -295,6 +295,20 @@ def smooth_k_lse_correction(qn: torch.Tensor, k_mean: torch.Tensor, softmax_scal
     return (channel_tree_sum(qf * k_mean[:, g][:, :, None, :]) * _f32(softmax_scale, qf)).contiguous()
 
 
+def smooth_k_lse_correction_packed(qn: torch.Tensor, k_mean: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                                   softmax_scale: float) -> torch.Tensor:
+    """Varlen's lse_corr [H_q, total_q]: smooth_k_lse_correction of every packed token qn [total_q, H_q, D] with the
+    k_mean [B, H_kv, D_pad] of its own sequence (the same products and tree: bitwise the per-sequence values). The
+    sequence of each token is found on the device (searchsorted over cu_seqlens_q[1:]): no host read."""
+    T, H_q, D = qn.shape
+    tok = torch.arange(T, device=qn.device, dtype=cu_seqlens_q.dtype)
+    seq = torch.searchsorted(cu_seqlens_q[1:].contiguous(), tok, right=True)   # token t is in sequence seq[t]
+    g = kv_head_index(H_q, k_mean.shape[1], qn.device)
+    qf = pad_channels(qn.float(), k_mean.shape[-1]).transpose(0, 1)          # [H_q, T, D_pad], exact
+    km = k_mean[seq][:, g].transpose(0, 1)                                    # [H_q, T, D_pad]
+    return (channel_tree_sum(qf * km) * _f32(softmax_scale, qf)).contiguous()
+
+
 # ------------------------------------------------------------------------------------------------------- prepare
 def sage_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
                  k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, smooth_v=False,

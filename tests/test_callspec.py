@@ -60,20 +60,27 @@ _FAKE_OPTION = textwrap.dedent("""
     compat.sageattn(q, k, v, tensor_layout="NHD", knob_alias=4)             # SageAttention-style alias
     packed = torch.randn(70, 2, 64, generator=g).to(torch.bfloat16)
     cu = torch.tensor([0, 30, 70], dtype=torch.int32)
-    varlen.sage_attention_varlen(packed, packed, packed, cu, cu, 40, 40, fake_knob=6)
-    assert planned == [3, 4, 6, 6], planned
-    assert 3 in seen and 4 in seen and 6 in seen, seen
+    # varlen takes only the options its packed kernels implement (sage_co.varlen.VARLEN_OPTIONS): a new one is
+    # refused by name, not ignored
+    try:
+        varlen.sage_attention_varlen(packed, packed, packed, cu, cu, 40, 40, fake_knob=6)
+    except TypeError as e:
+        assert "unexpected keyword argument 'fake_knob'" in str(e), e
+    else:
+        raise AssertionError("varlen took an option it does not implement")
+    assert planned == [3, 4], planned
+    assert 3 in seen and 4 in seen, seen
 
     # the validator refuses a bad value, naming the option (or the alias used), before any kernel
     before = len(launch.launched)
     for call, name in ((lambda: sage_co.sage_attention(q, k, v, fake_knob="x"), "fake_knob"),
                        (lambda: compat.sageattn(q, k, v, tensor_layout="NHD", knob_alias="x"), "knob_alias"),
                        (lambda: varlen.sage_attention_varlen(packed, packed, packed, cu, cu, 40, 40, fake_knob=1.5),
-                        "fake_knob")):
+                        "sage_attention_varlen() got an unexpected keyword argument 'fake_knob'")):
         try:
             call()
         except TypeError as e:
-            assert str(e).startswith(name + ":"), e
+            assert str(e).startswith(name + ":") or str(e) == name, e
         else:
             raise AssertionError(f"{name}: not refused")
     assert len(launch.launched) == before

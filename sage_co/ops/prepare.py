@@ -27,8 +27,9 @@ from ..abi import PREPARE_QUANT_ARGS as QUANT_ARGS
 from ..abi import PREPARE_REDUCE_ARGS as REDUCE_ARGS
 from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # noqa: F401  (the structs live in sage_co/abi.py)
 from ..launch import BoundLaunch, launch, resolve_backend
-from ..prepared import DTYPE_KEYS, SCALE_BLOCK, SagePrepared, d_pad, s_pad
-from ..reference import norm_rope, q_multiplier, smooth_k_lse_correction
+from ..abi import packed_rows
+from ..prepared import DTYPE_KEYS, SCALE_BLOCK, PackedPrepared, SagePrepared, d_pad, s_pad
+from ..reference import norm_rope, q_multiplier, smooth_k_lse_correction, smooth_k_lse_correction_packed
 
 WAVE = (32, 1, 1)  # stats and quant: one wave32 per workgroup
 MAX_CHUNKS = PREPARE_MAX_CHUNKS
@@ -118,9 +119,15 @@ def _strided(prefix: str, st) -> dict:
 
 
 def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool, pv_dtype: str, has_q_norm: bool,
-           has_k_norm: bool, norm_rope_rounding: str, backend: str) -> PrepareRecipe:
+           has_k_norm: bool, norm_rope_rounding: str, backend: str, packed: tuple[int, int] | None = None
+           ) -> PrepareRecipe:
     """The prepare launches for checked arguments (validate.check_prepare_args): the launch limits, the shipped
-    stats / reduce / quant kernels for (D_pad, dtype, rope_dim), bound to their grids and scalar kernargs."""
+    stats / reduce / quant kernels for (D_pad, dtype, rope_dim), bound to their grids and scalar kernargs.
+
+    packed = (total_q, total_kv): a varlen prepare (docs/numerics.md §Varlen) of chk.shapes.B packed sequences with
+    S_q / S_kv = the caller's max_seqlen_q / max_seqlen_kv (chk.q/k/v the [1, total, H, D] views): the same three
+    launches, sized from the maxima (every kernel reads its sequence's lengths from cu_seqlens on the device), the
+    outputs in the packed layout (execute_varlen)."""
     sh = chk.shapes
     check_launch_limits(sh)
     pv16 = pv_dtype == "fp16"
@@ -128,6 +135,10 @@ def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool,
     Sq, Skv, Dp = s_pad(sh.S_q), s_pad(sh.S_kv), d_pad(D)
     keys = dict(head_dim=Dp, in_dtype=DTYPE_KEYS[sh.dtype], rope_dim=chk.rope_dim or 0, rounding=norm_rope_rounding)
     per_chunk, n_chunks = chunking(sh.S_kv)
+    varlen = int(packed is not None)
+    rows_q, rows_kv = (packed_rows(packed[0], B), packed_rows(packed[1], B)) if packed else (Sq, Skv)
+    if packed:   # each sequence chunks its own length (in the kernels): room for the most chunks any one needs
+        n_chunks = min(MAX_CHUNKS, -(-sh.S_kv // SCALE_BLOCK))
     tens = (0 if pv16 else STATS_V_MAX) | (STATS_K_SUM if smooth_k else 0) | \
         ((STATS_V_SUM | STATS_V_SIGNED) if smooth_v else 0)
     n_tens = bin(tens & (STATS_V_MAX | STATS_K_SUM | STATS_V_SUM)).count("1")
@@ -138,14 +149,16 @@ def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool,
         stats = BoundLaunch(kernel_symbol("sage_prepare.stats", **keys), STATS_ARGS, (n_chunks, H_kv, B * n_tens), WAVE, {
             "eps": eps, "S": sh.S_kv, "H": H_kv, "tiles_per_chunk": per_chunk, "n_chunks": n_chunks,
             "n_tens": n_tens, "k_norm": int(has_k_norm), "D": D, "tens": tens, **_strided("k", ks),
-            **_strided("v", vs)}, backend=backend)
+            **_strided("v", vs), "varlen": varlen}, backend=backend)
     reduce = BoundLaunch(kernel_symbol("sage_prepare.reduce"), REDUCE_ARGS, (1, H_kv, B), (Dp, 1, 1), {
         "H": H_kv, "n_chunks": n_chunks, "S": sh.S_kv, "smooth_k": int(smooth_k), "D_pad": Dp,
-        "v_mode": REDUCE_V_NONE if pv16 else (REDUCE_V_SMOOTH if smooth_v else REDUCE_V_FP8)}, backend=backend)
+        "v_mode": REDUCE_V_NONE if pv16 else (REDUCE_V_SMOOTH if smooth_v else REDUCE_V_FP8), "varlen": varlen},
+        backend=backend)
     quant = BoundLaunch(kernel_symbol("sage_prepare.quant", **keys), QUANT_ARGS, quant_grid(sh), WAVE, {
         "q_mult": q_multiplier(chk.softmax_scale), "eps": eps, "S_q": sh.S_q, "S_kv": sh.S_kv, "H_q": H_q,
         "H_kv": H_kv, "S_q_pad": Sq, "S_kv_pad": Skv, "D": D, "q_norm": int(has_q_norm), "k_norm": int(has_k_norm),
-        "pv_fp16": int(pv16), **_strided("q", qs), **_strided("k", ks), **_strided("v", vs)}, backend=backend)
+        "pv_fp16": int(pv16), **_strided("q", qs), **_strided("k", ks), **_strided("v", vs), "varlen": varlen,
+        "rows_q": rows_q, "rows_kv": rows_kv}, backend=backend)
     return PrepareRecipe(sh, stats, reduce, quant, n_chunks, pv16, smooth_k, smooth_v, (qe, ke, ve),
                          norm_rope_rounding == "once", eps, chk.rope_dim, norm_rope_rounding, chk.softmax_scale)
 
@@ -199,13 +212,16 @@ def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=No
     sin_t = placeholder if sin is None else sin
     for bound, tensors in (
             (rec.stats, {"k": kf, "v": vf, "k_norm_w": k_norm_w, "cos": cos_t, "sin": sin_t, "ksum_part": ksum_part,
-                         "vmax_part": vmax_part, "vmin_part": vmin_part, "vsum_part": vsum_part}),
+                         "vmax_part": vmax_part, "vmin_part": vmin_part, "vsum_part": vsum_part,
+                         "cu_seqlens_kv": placeholder}),
             (rec.reduce, {"ksum_part": ksum_part, "vmax_part": vmax_part, "k_mean": k_mean, "v_scale": v_scale,
-                          "v_inv": v_inv, "vmin_part": vmin_part, "vsum_part": vsum_part, "v_mean": v_mean}),
+                          "v_inv": v_inv, "vmin_part": vmin_part, "vsum_part": vsum_part, "v_mean": v_mean,
+                          "cu_seqlens_kv": placeholder}),
             (rec.quant, {"q": qf, "k": kf, "v": vf,
                          "q_norm_w": placeholder if q_norm_weight is None else q_norm_weight, "k_norm_w": k_norm_w,
                          "cos": cos_t, "sin": sin_t, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8,
-                         "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean})):
+                         "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean,
+                         "cu_seqlens_q": placeholder, "cu_seqlens_kv": placeholder})):
         if bound is not None:   # stats is None when no statistics run (pv fp16 without smooth_k)
             launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors), backend=bound.backend)
     lse_corr = None
@@ -253,3 +269,56 @@ def check_launch_limits(sh: validate.Shapes) -> None:
     if max(s_pad(sh.S_q), s_pad(sh.S_kv)) >= 2 ** 31 or quant_grid(sh)[0] >= 2 ** 31:
         raise ValueError(f"q: S_q = {sh.S_q}, S_kv = {sh.S_kv} with {sh.H_q} heads are too long for the prepare "
                          f"launch (S_pad and heads * S_pad / 32 must stay below 2^31)")
+
+
+def execute_varlen(rec: PrepareRecipe, q, k, v, cu_seqlens_q, cu_seqlens_kv, *, total_q: int, max_seqlen_q: int,
+                   max_seqlen_kv: int, q_norm_weight=None, k_norm_weight=None) -> PackedPrepared:
+    """Run a packed recipe (recipe(packed=...)) on q [total_q, H_q, D], k/v [total_kv, H_kv, D] with int32
+    cu_seqlens on their device: the same launches as execute, no read of cu_seqlens on the host (docs/numerics.md
+    §Varlen). Rows of the packed outputs between two sequences' padded rows are never written nor read."""
+    if rec.pv16:
+        validate.check_v_fp16_range(v, "fp16")
+    sh = rec.shapes
+    B, H_q, H_kv, Dp = sh.B, sh.H_q, sh.H_kv, d_pad(sh.D)
+    R_q, R_kv = packed_rows(total_q, B), packed_rows(k.shape[0], B)
+    dev = q.device
+    qf, kf, vf = (t[None].as_strided((extent,), (1,)) if extent is not None else flat_view(t[None])[0]
+                  for t, extent in zip((q, k, v), rec.extents))
+    q_norm_weight, k_norm_weight = map(_aligned, (q_norm_weight, k_norm_weight))
+    placeholder = _placeholder(dev)
+
+    def f32(*shape):
+        return _alloc(*shape, dtype=torch.float32, device=dev)
+
+    q_int8 = _alloc(H_q, R_q, Dp, dtype=torch.int8, device=dev)
+    k_int8 = _alloc(H_kv, R_kv, Dp, dtype=torch.int8, device=dev)
+    q_scale, k_scale = f32(H_q, R_q // SCALE_BLOCK), f32(H_kv, R_kv // SCALE_BLOCK)
+    k_mean, v_scale, v_inv, v_mean = f32(B, H_kv, Dp), f32(B, H_kv, Dp), f32(B, H_kv, Dp), f32(B, H_kv, Dp)
+    v_t = _alloc(H_kv, Dp, R_kv, dtype=torch.float16 if rec.pv16 else torch.float8_e4m3fn, device=dev)
+    n_chunks = rec.n_chunks
+    vmax_part = placeholder if rec.pv16 else f32(B, H_kv, n_chunks, Dp)
+    ksum_part = f32(B, H_kv, n_chunks, Dp) if rec.smooth_k else placeholder
+    vmin_part, vsum_part = (f32(B, H_kv, n_chunks, Dp), f32(B, H_kv, n_chunks, Dp)) if rec.smooth_v else \
+        (placeholder, placeholder)
+    k_norm_w = placeholder if k_norm_weight is None else k_norm_weight
+    for bound, tensors in (
+            (rec.stats, {"k": kf, "v": vf, "k_norm_w": k_norm_w, "cos": placeholder, "sin": placeholder,
+                         "ksum_part": ksum_part, "vmax_part": vmax_part, "vmin_part": vmin_part,
+                         "vsum_part": vsum_part, "cu_seqlens_kv": cu_seqlens_kv}),
+            (rec.reduce, {"ksum_part": ksum_part, "vmax_part": vmax_part, "k_mean": k_mean, "v_scale": v_scale,
+                          "v_inv": v_inv, "vmin_part": vmin_part, "vsum_part": vsum_part, "v_mean": v_mean,
+                          "cu_seqlens_kv": cu_seqlens_kv}),
+            (rec.quant, {"q": qf, "k": kf, "v": vf,
+                         "q_norm_w": placeholder if q_norm_weight is None else q_norm_weight, "k_norm_w": k_norm_w,
+                         "cos": placeholder, "sin": placeholder, "k_mean": k_mean, "v_inv": v_inv,
+                         "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t,
+                         "v_mean": v_mean, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_kv": cu_seqlens_kv})):
+        if bound is not None:
+            launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors), backend=bound.backend)
+    lse_corr = None
+    if rec.smooth_k:   # per token, with its own sequence's k_mean (the sequence index found on the device)
+        qn = norm_rope(q[None], q_norm_weight, rec.eps, None, None, None, rec.norm_rope_rounding)[0]
+        lse_corr = smooth_k_lse_correction_packed(qn, k_mean, cu_seqlens_q, rec.softmax_scale)
+    return PackedPrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_t, v_scale, cu_seqlens_q, cu_seqlens_kv,
+                          max_seqlen_q, max_seqlen_kv, total_q, sh.D, sh.dtype, v_mean if rec.smooth_v else None,
+                          lse_corr)

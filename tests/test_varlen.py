@@ -1,0 +1,196 @@
+"""Issue 26: variable-length batches in one launch pair (docs/numerics.md §Varlen).
+
+The attention kernels' varlen path (both kernels, on a packed structure assembled from per-sequence reference
+prepares: tests/varlen_cases.py), the packed prepare kernels (against the same per-sequence reference prepares) and
+the whole sage_attention_varlen call, each bitwise against the per-sequence calls (output and LSE), on the emulator
+with its sanitizer on. Lengths from {0, 1, 31, 33, 64, 77, 333, 1000}, S_q != S_kv per sequence, causal and not,
+GQA, bf16/fp16, pv_dtype fp16, smooth_k / smooth_v. The launch count and the absence of a host sync are in
+tests/test_hip_stub.py (the stub runtime records every call)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sage_co
+from sage_co import abi, accuracy, launch, reference
+from sage_co.ops import attention as attention_ops
+from sage_co.ops.attention import run_attention_fwd
+
+from varlen_cases import pack_prepared, packed_inputs, per_sequence
+
+KERNELS = ("hip", "asm")
+
+
+def _bits(t):
+    return t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
+def _same(a, b):
+    return torch.equal(_bits(a), _bits(b))
+
+
+# (lens_q, lens_kv, H_q, H_kv, D, dtype, is_causal, smooth_k, smooth_v, pv_dtype)
+KERNEL_CASES = [
+    ([33, 0, 77, 1], [64, 31, 0, 100], 4, 2, 64, torch.bfloat16, True, True, False, "fp8"),
+    ([1, 31, 64], [333, 33, 1], 2, 1, 128, torch.float16, False, False, False, "fp16"),
+    ([77, 31, 0], [33, 77, 5], 3, 1, 64, torch.bfloat16, True, False, True, "fp8"),
+]
+KERNEL_IDS = ["causal-gqa-smoothk-empty", "fp16-pv16-mqa", "causal-smoothv"]
+
+
+@pytest.fixture(scope="module")
+def kernel_runs():
+    cache = {}
+
+    def run(case, kernel):
+        key = (KERNEL_CASES.index(case), kernel)
+        if key not in cache:
+            lq, lk, H_q, H_kv, D, dt, causal, sk, sv, pv = case
+            q, k, v, cq, ck = packed_inputs(lq, lk, H_q, H_kv, D, dt, k_offset=sk)
+            pk = pack_prepared(q, k, v, cq, ck, smooth_k=sk, smooth_v=sv, pv_dtype=pv)
+            rec = attention_ops.varlen_recipe(
+                batch=len(lq), max_seqlen_q=max(lq), total_q=sum(lq), total_kv=sum(lk), H_q=H_q, H_kv=H_kv, D=D,
+                dtype=dt, return_lse=True, is_causal=causal, variant=kernel, pv_dtype=pv, smooth_v=sv,
+                has_lse_corr=sk, backend="emu")
+            before = len(launch.launched)
+            out, lse = attention_ops.execute_varlen(rec, pk)
+            assert len(launch.launched) - before == 1                  # every sequence in one launch
+
+            def one(qb, kb, vb):
+                p = reference.sage_prepare(qb, kb, vb, smooth_k=sk, smooth_v=sv, pv_dtype=pv)
+                return run_attention_fwd(p, return_lse=True, variant=kernel, is_causal=causal, backend="emu")
+            cache[key] = (out, lse, *per_sequence(q, k, v, cq, ck, one))
+        return cache[key]
+    return run
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("case", KERNEL_CASES, ids=KERNEL_IDS)
+def test_attention_kernel_varlen_equals_per_sequence_launches(case, kernel, kernel_runs):
+    out, lse, ref_out, ref_lse = kernel_runs(case, kernel)
+    assert _same(out, ref_out), (out.float() - ref_out.float()).abs().max()
+    assert _same(lse, ref_lse)
+    lq, lk = case[0], case[1]
+    cq = [0, *torch.tensor(lq).cumsum(0).tolist()]
+    for b in range(len(lq)):       # sequences without keys: zeros and -inf
+        if lk[b] == 0:
+            assert (out[cq[b]:cq[b + 1]] == 0).all() and (lse[:, cq[b]:cq[b + 1]] == float("-inf")).all()
+
+
+@pytest.mark.parametrize("case", KERNEL_CASES, ids=KERNEL_IDS)
+def test_hip_and_asm_varlen_are_bitwise_equal(case, kernel_runs):
+    (o1, l1, *_), (o2, l2, *_) = kernel_runs(case, "hip"), kernel_runs(case, "asm")
+    assert _same(o1, o2) and _same(l1, l2)
+
+
+def test_varlen_flag_and_fields_are_in_the_abi():
+    names = [f.name for f in abi.ATTENTION_FWD_ARGS.fields]
+    assert names[-2:] == ["cu_seqlens_q", "cu_seqlens_kv"] and abi.FLAG_VARLEN == 16
+    # packed rows: every sequence starts on a key tile and ends before the next one starts
+    cu = [0, 1, 1, 64, 65, 200, 1200]
+    for b in range(len(cu) - 1):
+        start, pad = abi.packed_row(cu[b], b), -(-(cu[b + 1] - cu[b]) // 64) * 64
+        assert start % 64 == 0 and start + pad <= abi.packed_row(cu[b + 1], b + 1) <= abi.packed_rows(cu[-1], len(cu) - 1)
+
+
+# ---------------------------------------------------------------------------------------------- packed prepare
+@pytest.mark.parametrize("smooth_k, smooth_v, pv_dtype, dtype", [
+    (True, False, "fp8", torch.bfloat16), (False, True, "fp8", torch.float16), (True, False, "fp16", torch.bfloat16)])
+def test_packed_prepare_equals_per_sequence_reference(smooth_k, smooth_v, pv_dtype, dtype):
+    from sage_co.ops import prepare as prepare_ops
+    from sage_co import validate
+    lq, lk = [31, 0, 77, 1], [64, 33, 0, 100]
+    q, k, v, cq, ck = packed_inputs(lq, lk, 4, 2, 64, dtype, seed=3, k_offset=True)
+    chk = validate.check_prepare_args(q[None], k[None], v[None], None, smooth_k=smooth_k, smooth_v=smooth_v,
+                                      pv_dtype=pv_dtype)
+    sh = chk.shapes._replace(B=len(lq), S_q=max(lq), S_kv=max(lk))
+    rec = prepare_ops.recipe(chk._replace(shapes=sh), smooth_k=smooth_k, eps=1e-6, smooth_v=smooth_v,
+                             pv_dtype=pv_dtype, has_q_norm=False, has_k_norm=False, norm_rope_rounding="once",
+                             backend="emu", packed=(sum(lq), sum(lk)))
+    before = len(launch.launched)
+    got = prepare_ops.execute_varlen(rec, q, k, v, cq, ck, total_q=sum(lq), max_seqlen_q=max(lq),
+                                     max_seqlen_kv=max(lk))
+    n_launches = len(launch.launched) - before
+    assert n_launches == (3 if rec.stats is not None else 2)      # independent of the batch size
+    want = pack_prepared(q, k, v, cq, ck, smooth_k=smooth_k, smooth_v=smooth_v, pv_dtype=pv_dtype)
+    cqs, cks = cq.tolist(), ck.tolist()
+    for b in range(len(lq)):   # each sequence's padded rows (what the attention kernel reads)
+        if lq[b] == 0:
+            continue           # no queries: nothing of it is read (pack_prepared leaves it out)
+        rq, nq = abi.packed_row(cqs[b], b), -(-lq[b] // 64) * 64
+        rk, nk = abi.packed_row(cks[b], b), -(-lk[b] // 64) * 64
+        for name, lo, n, dim in (("q_int8", rq, nq, 1), ("q_scale", rq // 32, nq // 32, 1),
+                                 ("k_int8", rk, nk, 1), ("k_scale", rk // 32, nk // 32, 1), ("v_t", rk, nk, 2)):
+            g, w = getattr(got, name).narrow(dim, lo, n), getattr(want, name).narrow(dim, lo, n)
+            assert torch.equal(g.view(torch.uint8) if g.element_size() == 1 else g.view(torch.int16)
+                               if g.element_size() == 2 else g.view(torch.int32),
+                               w.view(torch.uint8) if w.element_size() == 1 else w.view(torch.int16)
+                               if w.element_size() == 2 else w.view(torch.int32)), (name, b)
+        if lk[b]:
+            for name in ("k_mean", "v_scale") + (("v_mean",) if smooth_v else ()):
+                assert _same(getattr(got, name)[b], getattr(want, name)[b]), (name, b)
+        else:   # no keys: finite zero statistics (the attention epilogue reads v_scale)
+            assert (got.v_scale[b] == 0).all() and (got.k_mean[b] == 0).all()
+    if smooth_k:
+        assert _same(got.lse_corr, want.lse_corr)
+
+
+# ---------------------------------------------------------------------------------------------- the whole call
+CALL_CASES = [   # (lens_q, lens_kv, H_q, H_kv, D, dtype, options)
+    ([77, 0, 1, 333, 31], [33, 64, 0, 31, 77], 2, 1, 64, torch.bfloat16, dict(is_causal=True, smooth_k=True)),
+    ([1, 64, 33], [1000, 1, 64], 2, 2, 128, torch.float16, dict(pv_dtype="fp16")),
+    ([31, 77, 64], [77, 31, 33], 4, 2, 64, torch.bfloat16, dict(smooth_v=True, smooth_k=True)),
+    ([33, 1], [0, 33], 2, 1, 128, torch.bfloat16, dict(is_causal=True)),
+]
+CALL_IDS = ["causal-smoothk-empty", "fp16-pv16-1000keys", "smoothv-smoothk-gqa", "causal-nokeys"]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("case", CALL_CASES, ids=CALL_IDS)
+def test_varlen_call_equals_per_sequence_calls(case, kernel):
+    lq, lk, H_q, H_kv, D, dt, opts = case
+    q, k, v, cq, ck = packed_inputs(lq, lk, H_q, H_kv, D, dt, seed=7, k_offset=opts.get("smooth_k", False))
+    before = len(launch.launched)
+    out, lse = sage_co.sage_attention_varlen(q, k, v, cq, ck, max(lq), max(lk), return_lse=True, kernel=kernel,
+                                             backend="emu", **opts)
+    assert len(launch.launched) - before <= 5           # a fixed number of launches for the whole batch
+    assert out.shape == q.shape and lse.shape == (H_q, sum(lq))
+
+    def one(qb, kb, vb):
+        return sage_co.sage_attention(qb, kb, vb, return_lse=True, kernel=kernel, backend="emu", **opts)
+    ref_out, ref_lse = per_sequence(q, k, v, cq, ck, one)
+    assert _same(out, ref_out), (out.float() - ref_out.float()).abs().max()
+    assert _same(lse, ref_lse)
+
+
+def test_varlen_call_is_close_to_the_fp32_reference():
+    lq, lk = [77, 31, 1], [33, 100, 64]
+    q, k, v, cq, ck = packed_inputs(lq, lk, 2, 1, 64, torch.bfloat16, seed=2)
+    out = sage_co.sage_attention_varlen(q, k, v, cq, ck, 77, 100, is_causal=True, backend="emu")
+    ref, _ = per_sequence(q, k, v, cq, ck, lambda qb, kb, vb: (
+        reference.attention_fp32(qb, kb, vb, is_causal=True), torch.zeros(1, 2, qb.shape[1])))
+    assert accuracy.within_contract(accuracy.metrics(out, ref))
+
+
+def test_varlen_launch_count_does_not_grow_with_the_batch():
+    counts = []
+    for lens in ([40], [5, 0, 9, 1, 3, 7, 2, 13]):
+        q, k, v, cq, ck = packed_inputs(lens, lens, 2, 1, 64, torch.bfloat16)
+        before = len(launch.launched)
+        sage_co.sage_attention_varlen(q, k, v, cq, ck, max(lens), max(lens), backend="emu")
+        counts.append(len(launch.launched) - before)
+    assert counts[0] == counts[1] <= 5, counts
+
+
+def test_varlen_reads_cu_seqlens_on_the_host_only_on_the_emulator(monkeypatch):
+    """The value checks (host memory on the emulator) are the only host reads: on a device backend the call
+    never calls validate.check_cu_seqlens (tests/test_hip_stub.py runs the hip path with reads forbidden)."""
+    from sage_co import validate
+    calls = []
+    real = validate.check_cu_seqlens
+    monkeypatch.setattr(validate, "check_cu_seqlens", lambda *a, **kw: calls.append(a[0]) or real(*a, **kw))
+    q, k, v, cq, ck = packed_inputs([5, 9], [7, 3], 2, 1, 64, torch.bfloat16)
+    sage_co.sage_attention_varlen(q, k, v, cq, ck, 9, 7, backend="emu")
+    assert calls == ["cu_seqlens_q", "cu_seqlens_kv"]
+    with pytest.raises(ValueError, match="max_seqlen_q"):
+        sage_co.sage_attention_varlen(q, k, v, cq, ck, 8, 7, backend="emu")
