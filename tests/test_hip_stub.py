@@ -140,3 +140,15 @@ def test_launch_overhead_benchmark_runs(tmp_path):
     from sage_co import abi
     n_ops = len(abi.STRUCTS)    # one kernel of each op + the whole op
     assert sum(" us CPU" in line for line in r.stdout.splitlines()) == n_ops + 1, r.stdout
+
+
+def test_varlen_is_a_fixed_number_of_launches_without_a_host_sync(tmp_path):
+    """Issue 26: a packed batch of 64 sequences is the same launches as one sequence (stats, reduce, quant,
+    attention), issued while the stream captures a graph, with no synchronizing call and no tensor value read on
+    the host; the attention grid is (ceil(max_seqlen_q / 64), H_q, batch)."""
+    res = scenario("varlen", tmp_path)
+    one, many = res["1"], res["64"]
+    assert one["error"] is None and many["error"] is None, (one["error"], many["error"])
+    assert one["launches"] == many["launches"] <= 5 and one["ok"] and many["ok"]
+    assert one["syncs"] == many["syncs"] == 0
+    assert many["grids"][-1][1:] == [4, 64] and one["grids"][-1][1:] == [4, 1]

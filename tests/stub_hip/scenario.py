@@ -8,6 +8,8 @@ JSON line of observations that tests/test_hip_stub.py asserts on.
   symlink        hip-python opened torch's runtime through a symlink: the same file, accepted
   two_runtimes   hip-python already opened a copy of torch's runtime: refused
   deleted        torch's runtime file was deleted after loading, so hip-python cannot dlopen it: HipError
+  varlen         sage_attention_varlen of 1 and of 64 sequences while the stream captures a graph: launches, syncs,
+                 host reads of tensor values (forbidden)
 """
 from __future__ import annotations
 
@@ -285,8 +287,69 @@ def deleted_scenario(tmp: Path) -> dict:
         return dict(error=str(exc), error_type=type(exc).__name__)
 
 
+class _HostReadForbidden:
+    """While active, reading a tensor's values into Python (item, tolist, int/float/bool, numpy, a copy to the
+    CPU) raises: what a host sync on a GPU would be. CPU tensors stand for device tensors on the stub."""
+    NAMES = ("item", "tolist", "__int__", "__float__", "__bool__", "__index__", "numpy", "cpu")
+
+    def __enter__(self):
+        import torch
+        self.saved = {n: getattr(torch.Tensor, n) for n in self.NAMES}
+        for n in self.NAMES:
+            def forbidden(*a, _n=n, **k):
+                raise AssertionError(f"host read of a tensor (Tensor.{_n}) during a varlen call")
+            setattr(torch.Tensor, n, forbidden)
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+        for n, f in self.saved.items():
+            setattr(torch.Tensor, n, f)
+
+
+def varlen_scenario(tmp: Path) -> dict:
+    """Issue 26: sage_attention_varlen on the hip backend while the stream is capturing a graph (after warmup):
+    per batch size, the launches the stub received, the synchronizing calls, and whether any tensor value was
+    read on the host (forbidden: _HostReadForbidden)."""
+    stub = stub_hip.Stub(stub_hip.build(tmp))
+    import torch
+    import sage_co
+    from sage_co import launch
+    launch.use_backend("hip", hip_backend(stream=0x5A5A))
+    launch.warmup("hip", device=0)
+    out: dict = {}
+    g = torch.Generator().manual_seed(0)
+    for batch in (1, 64):
+        lens_q = [int(x) for x in torch.randint(0, 300, (batch,), generator=g)]
+        lens_kv = [int(x) for x in torch.randint(1, 300, (batch,), generator=g)]
+        cq = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
+        ck = torch.tensor([0, *torch.tensor(lens_kv).cumsum(0).tolist()], dtype=torch.int32)
+        q = torch.randn(sum(lens_q), 4, 128, generator=g).to(torch.bfloat16)
+        k, v = (torch.randn(sum(lens_kv), 2, 128, generator=g).to(torch.bfloat16) for _ in range(2))
+        # one call first (plans the shape, as a graph is captured after a warm-up run); the captured call then
+        # reads no tensor value at all on the host
+        sage_co.sage_attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_kv), is_causal=True, smooth_k=True,
+                                      return_lse=True, backend="hip")
+        n_launch, n_sync = len(stub.records("launch")), len(stub.records("sync"))
+        stub.set_capturing(0x5A5A, True)
+        try:
+            with _HostReadForbidden():
+                res = sage_co.sage_attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_kv), is_causal=True,
+                                                    smooth_k=True, return_lse=True, backend="hip")
+            error = None
+        except Exception as exc:   # reported, asserted on by the test
+            import traceback
+            res, error = None, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}"
+        stub.set_capturing(0x5A5A, False)
+        launches = stub.records("launch")[n_launch:]
+        out[str(batch)] = dict(launches=len(launches), syncs=len(stub.records("sync")) - n_sync, error=error,
+                               ok=all(r["result"] == 0 for r in launches), grids=[r["grid"] for r in launches],
+                               shape=list(res[0].shape) if res is not None else None)
+    return out
+
+
 SCENARIOS = {"main": main_scenario, "symlink": symlink_scenario, "two_runtimes": two_runtimes_scenario,
-             "deleted": deleted_scenario}
+             "deleted": deleted_scenario, "varlen": varlen_scenario}
 
 if __name__ == "__main__":
     result = SCENARIOS[sys.argv[1]](Path(sys.argv[2]))
