@@ -14,22 +14,27 @@ The class follows LightX2V's attention-weight contract (AttnWeightTemplate and i
 Keywords: `softmax_scale`, `causal`, `attn_mask`, `dropout_p`, ... follow sage_co.sageattn's policy (honoured,
 documented no-op, or an error naming them). LightX2V also passes scheduling context that does not change the
 attention (`CONTEXT_KWARGS`: block_idx, scheduler, grid_sizes, sol_morton_preordered, model_cls); those are
-accepted and unused. cu_seqlens describing more than one sequence run sage_co.sageattn_varlen (packed == the
-per-sequence calls bit for bit). It does not import LightX2V, so it is usable (and tested) without it.
+accepted and unused. [tokens, H, D] input with cu_seqlens runs sage_co.sageattn_varlen (one prepare + one attention
+launch whatever the number of sequences, no host read of cu_seqlens: docs/numerics.md §Varlen; packed == the
+per-sequence calls bit for bit); a missing cu_seqlens of one side is that side's one sequence [0, tokens], a
+missing max_seqlen the side's token count (a bound that only widens the grid). It does not import LightX2V, so it
+is usable (and tested) without it.
 """
 from __future__ import annotations
 
+import torch
+
 from ..compat import sageattn, sageattn_varlen
-from ..validate import NO_MAX, check_cu_seqlens
 
 KEY = "sage_co"
 CONTEXT_KWARGS = frozenset({"block_idx", "scheduler", "grid_sizes", "sol_morton_preordered", "model_cls"})
 
 
-def _one_sequence(name: str, cu, tokens: int) -> bool:
-    """True when cu_seqlens is None or [0, tokens] (one sequence); False when it packs several (varlen's rule,
-    sage_co.validate.check_cu_seqlens)."""
-    return cu is None or len(check_cu_seqlens(name, cu, tokens, NO_MAX, "max_seqlen")) == 2
+def _cu_or_whole(cu, t):
+    """cu_seqlens as given, or one sequence of all of t's tokens (on t's device: no host round trip)."""
+    if cu is not None:
+        return cu
+    return torch.tensor([0, t.shape[0]], dtype=torch.int32).to(t.device, non_blocking=True)
 
 
 class SageCoAttnWeight:
@@ -67,10 +72,10 @@ class SageCoAttnWeight:
               **kwargs):
         attn_kwargs = {n: x for n, x in kwargs.items() if n not in CONTEXT_KWARGS}
         if q.dim() == 3:
-            if not (_one_sequence("cu_seqlens_q", cu_seqlens_q, q.shape[0])
-                    and _one_sequence("cu_seqlens_kv", cu_seqlens_kv, k.shape[0])):
-                out = sageattn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
-                                      **attn_kwargs)
+            if cu_seqlens_q is not None or cu_seqlens_kv is not None:
+                out = sageattn_varlen(q, k, v, _cu_or_whole(cu_seqlens_q, q), _cu_or_whole(cu_seqlens_kv, k),
+                                      q.shape[0] if max_seqlen_q is None else max_seqlen_q,
+                                      k.shape[0] if max_seqlen_kv is None else max_seqlen_kv, **attn_kwargs)
                 return out.reshape(q.shape[0], -1)
             q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
         elif q.dim() != 4:

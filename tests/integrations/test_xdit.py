@@ -35,13 +35,33 @@ def test_xdit_function_contract():
 @pytest.mark.parametrize("args, exc, name", [
     ((0.1, False, None), ValueError, "dropout_p"),
     ((0.0, False, {"attn_mask": torch.ones(1)}), ValueError, "attn_mask"),
-    ((0.0, False, {"indices_k": torch.arange(3)}), NotImplementedError, "indices_k"),
+    ((0.0, False, {"indices_k": torch.arange(3)}), ValueError, "cu_seqlens_k and max_seqlen_k"),
     ((0.0, False, {"tile_size": (4, 4, 4)}), TypeError, "tile_size"),
 ])
 def test_xdit_function_refuses_what_it_cannot_do(args, exc, name):
     q, k, v = _hnd(S=8)
     with pytest.raises(exc, match=name):
         xdit_attention(q, k, v, *args)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_xdit_packed_kv_is_the_varlen_call(is_causal):
+    """Issue 26: xDiT's packed K/V (indices_k, cu_seqlens_k, max_seqlen_k, as its _varlen_pack_keys builds them:
+    each batch's unmasked keys) runs one varlen call; per batch it is sageattn on that batch's kept keys, bitwise."""
+    B, H, S, S_k, D = 2, 2, 40, 50, 64
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(B, H, S, D, generator=g).to(torch.bfloat16)
+    k, v = (torch.randn(B, H, S_k, D, generator=g).to(torch.bfloat16) for _ in range(2))
+    keep = [torch.arange(0, 33), torch.arange(5, 50, 2)]          # per batch: the key positions kept
+    indices_k = torch.cat([b * S_k + kb for b, kb in enumerate(keep)])
+    cu_k = torch.tensor([0, len(keep[0]), len(keep[0]) + len(keep[1])], dtype=torch.int32)
+    out, lse = xdit_attention(q, k, v, 0.0, is_causal, {"indices_k": indices_k, "cu_seqlens_k": cu_k,
+                                                        "max_seqlen_k": max(len(x) for x in keep), "attn_mask": None})
+    assert out.shape == q.shape and lse.shape == (B, H, S)
+    for b, kb in enumerate(keep):
+        ro, rl = sage_co.sageattn(q[b:b + 1], k[b:b + 1, :, kb], v[b:b + 1, :, kb], is_causal=is_causal,
+                                  return_lse=True)
+        assert torch.equal(out[b:b + 1].view(torch.int16), ro.view(torch.int16)) and torch.equal(lse[b:b + 1], rl)
 
 
 def test_register_in_xdit():
