@@ -573,3 +573,32 @@ def test_smooth_v_non_finite_and_overflowing_v():
     ref = reference.convert_v_fp16(v)
     finite = ~torch.isnan(ref)
     assert torch.equal(h.v_t[finite].view(torch.int16), ref[finite].view(torch.int16))
+
+
+def test_stats_fold_is_fenced_in_every_symbol():
+    """The emulator's memory is sequentially consistent (global_inv / global_wb do nothing there), so the last-
+    workgroup protocol's fences are checked in the shipped code (docs/rdna4.md §Atomics): in every stats symbol the
+    one counter atomic (device scope, with return) comes after a wait for this workgroup's partial stores, and a
+    device-scope invalidate comes before the fold's first global load of the other workgroups' partials."""
+    from sage_co import registry
+    from sage_co.emu.disasm import disassemble, text_and_symbols
+    from pathlib import Path
+    co = (Path(__file__).resolve().parent.parent / "hsaco" / "gfx1201" / "gfx1201_sage_prepare.co").read_bytes()
+    text, _, symbols = text_and_symbols(co)
+    starts = sorted(symbols)
+    insts = disassemble(text)
+    stats = [k.symbol for k in registry.kernels() if k.op == "sage_prepare.stats"]
+    assert len(stats) == 2 * 2 * (5 + 3)
+    for sym in stats:
+        lo = next(off for off, name in symbols.items() if name == sym)
+        hi = next((s for s in starts if s > lo), len(text))
+        body = [t for off, t in insts if lo <= off < hi]
+        atomics = [i for i, t in enumerate(body) if t.startswith("global_atomic")]
+        assert len(atomics) == 1, sym
+        a = atomics[0]
+        assert "scope:SCOPE_DEV" in body[a] and "TH_ATOMIC_RETURN" in body[a], body[a]
+        last_store = max(i for i, t in enumerate(body[:a]) if t.startswith("global_store"))
+        assert any(t.startswith("s_wait_storecnt 0x0") for t in body[last_store:a]), f"{sym}: no release"
+        inv = next(i for i in range(a, len(body)) if body[i].startswith("global_inv scope:SCOPE_DEV"))
+        first_load = next(i for i in range(a, len(body)) if body[i].startswith("global_load"))
+        assert inv < first_load, f"{sym}: the fold loads before the acquire"
