@@ -591,7 +591,7 @@ INLINE void reduce_channel(const StatsArgs& a, u64 bh, u32 ch, u32 dp) {
 // every partial of its head is written and visible after its acquire fence, and it folds them (reduce_channel,
 // lane l takes channels l, l + 32, ...). It then stores 0 back: no other workgroup of this launch touches that
 // counter again, and the next launch (stream order) finds it at 0 (sage_co/ops/prepare.py allocates the counters
-// zeroed, once per device).
+// zeroed, once per device and stream).
 template <int DP>
 INLINE void reduce_if_last(const StatsArgs& a, u32 b, u32 h) {
   u32 lane = lane_id();

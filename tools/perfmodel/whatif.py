@@ -166,7 +166,17 @@ def what_if() -> dict:
     out["exp_emulated"] = {f"{f:g} of the exps at {e} VALU issues": exp_emulated("asm", f, e).time_us
                            for f in (0.125, 0.25) for e in (3, 5)}
     out["geometry"] = [geometry(q) for q in (64, 128, 256)]
+    out["prepare"] = prepare_levers()
     return out
+
+
+def prepare_levers(S_short: int = 1536) -> dict:
+    """The prepare launch counts weighed in issue 28 (docs/performance.md §The prepare stage: 3 before, 2 shipped,
+    1 = V tiles waiting for their head's fold, not built), cold and cache-resident, at S_short and S; the bytes are
+    the same in every one of them."""
+    from perfmodel.prepare import CASES, prepare_seconds
+    return {f"S={s}, {case}, {n} launches": prepare_seconds(B, H, s, case=case, launches=n) * 1e6
+            for s in (S_short, S) for case in CASES for n in (3, 2, 1)}
 
 
 def print_what_if(as_json: bool = False) -> int:
@@ -190,6 +200,8 @@ def print_what_if(as_json: bool = False) -> int:
           ", ".join(f"{t:g}: {us:.1f} us" for t, us in d["trimmed_trans_overlaps_wmma"].items()))
     print("  asm with exp2 emulated on the VALU (FA4 ex2_emulation_2 style): " +
           ", ".join(f"{k}: {us:.1f} us" for k, us in d["exp_emulated"].items()))
+    print("  prepare (B=1, H=24, D=128; 2 launches shipped): " +
+          ", ".join(f"{k}: {us:.1f} us" for k, us in d["prepare"].items()))
     for g in d["geometry"]:
         print(f"  {g['queries']} queries/workgroup: {g['waves_per_wg']} waves, {g['wgs_per_wgp']} per WGP "
               f"({g['limit']}), {g['waves_per_simd']} waves/SIMD, {g['rounds']} rounds, L2 traffic x{g['l2_factor']:g}")
