@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Host time of one sage_attention_varlen call for 1 and for 64 packed sequences (issue 26), measured against the
 stub HIP runtime (tests/stub_hip) as benchmarks/bench_launch_overhead.py does: the real hip-python wrappers and the
-real call path (validation, plan lookup, packed output allocation, 3 prepare launches + 1 attention launch), a
+real call path (validation, plan lookup, packed output allocation, 2 prepare launches + 1 attention launch), a
 runtime whose entry points return at once. CPU tensors stand for device tensors, so no kernel runs.
 
-    python benchmarks/bench_varlen.py [--calls 300] [--rounds 5]
+    PYTHONPATH=. python benchmarks/bench_varlen.py [--calls 300] [--rounds 5]
 
 Reports the median over rounds of thread CPU time per call, the launches per call, and the ratio 64 / 1 sequence.
 Goal (issue 26): <= 2x. Before issue 26 the call looped per sequence in Python (cu_seqlens.cpu(), 4 launches and
@@ -20,8 +20,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+
+
+def _stub_hip():
+    """tests/stub_hip, loaded from its file (no sys.path edit; sage_co itself comes from the environment: run with
+    PYTHONPATH=. from a checkout)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("stub_hip", ROOT / "tests" / "stub_hip" / "__init__.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["stub_hip"] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def batch(n: int, seed: int = 0, H_q: int = 24, H_kv: int = 24, D: int = 128):
@@ -39,7 +48,7 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
-    import stub_hip
+    stub_hip = _stub_hip()
     import torch
     if getattr(torch.version, "hip", None) is not None:
         print("bench_varlen.py: torch is a ROCm build; run this with a CPU torch (the stub stands in for HIP)",

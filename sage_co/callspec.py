@@ -13,7 +13,8 @@ SageAttention aliases) and each public op lists its options in schema order (`Op
     spec.passthrough(...)    the options another entry point forwards (varlen, parallel, integrations)
 
 So adding an option to `SAGE_ATTENTION` is one line here: the schema, the fake, the compat keyword table and the
-varlen / parallel pass-through pick it up (tests/test_callspec.py shows it with a made-up option). What the option
+parallel pass-through picks it up (tests/test_callspec.py shows it with a made-up option; varlen takes only the
+options its packed kernels implement, sage_co.varlen.VARLEN_OPTIONS, and refuses a new one by name). What the option
 *does* is the plan's and the kernels' business (sage_co/plan.py, sage_co/ops/*).
 
 Validators take the value and return it normalised, raising TypeError/ValueError whose message starts with the

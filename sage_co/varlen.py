@@ -1,6 +1,6 @@
 """Variable-length (packed) attention: flash-attention's / SageAttention's varlen call on [total, H, D] tensors.
 
-Design (docs/numerics.md §Varlen): one packed prepare (stats, reduce, quant: the same kernels as sage_prepare with
+Design (docs/numerics.md §Varlen): one packed prepare (stats with its reduction, quant: the same kernels as sage_prepare with
 their varlen flag) and ONE attention launch over every sequence, whatever the batch size. Every kernel reads
 cu_seqlens_q / cu_seqlens_kv on the device: a workgroup finds its sequence's first token and length there, and its
 prepared rows at abi.packed_row(cu[b], b) = 64 * ceil(cu[b] / 64) + 64 * b (no prefix sum, no host read). The

@@ -143,7 +143,7 @@ def test_launch_overhead_benchmark_runs(tmp_path):
 
 
 def test_varlen_is_a_fixed_number_of_launches_without_a_host_sync(tmp_path):
-    """Issue 26: a packed batch of 64 sequences is the same launches as one sequence (stats, reduce, quant,
+    """Issue 26: a packed batch of 64 sequences is the same launches as one sequence (stats with its reduction, quant,
     attention), issued while the stream captures a graph, with no synchronizing call and no tensor value read on
     the host; the attention grid is (ceil(max_seqlen_q / 64), H_q, batch)."""
     res = scenario("varlen", tmp_path)
