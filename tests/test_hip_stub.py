@@ -100,7 +100,7 @@ def test_graph_capture_needs_warmup(main_run):
     msg = main_run["capture_without_warmup"]
     assert msg is not None and "capturing" in msg and "warmup" in msg
     assert main_run["warmup_loads"] == len(main_run["code_objects"])   # one load per shipped code object
-    assert main_run["capture_after_warmup"] == dict(loads=0, launches=4, ok=True)
+    assert main_run["capture_after_warmup"] == dict(loads=0, launches=3, ok=True)   # attention + the 2 prepare launches
 
 
 def test_dynamic_lds_is_shared_mem_bytes(main_run):
