@@ -14,8 +14,11 @@
 // Two kernels, launched in this order (sage_co/ops/prepare.py). stats and quant ship one symbol per (D_PAD,
 // dtype, RoPE width, norm/RoPE rounding): suffix _d64/_d128, _bf16/_fp16, then _rope32.._rope128 (none = no RoPE;
 // D_PAD 64 has rope 32 and 64 only), then _once for norm_rope_rounding "once" (none = "per_op"; ROUND_* below).
-// A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps every kernel at <= 207
-// VGPRs, no scratch.
+// A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps every kernel at <= 208
+// VGPRs (7 waves/SIMD by registers, docs/rdna4.md §Occupancy: 201..216 allocate alike), no scratch.
+// Varlen (sage_co/abi.py: the stats and quant structs' `varlen`, docs/numerics.md §Varlen): batch index b is packed
+// sequence b, whose tokens, length and chunking come from cu_seqlens on the device; the outputs are packed per
+// head with sequence b at row packed_row(cu[b], b) = 64 * ceil(cu[b] / 64) + 64 * b.
 //
 //  1. gfx1201_sage_prepare_stats_*  grid (n_chunks, H_kv, B * n_tens), block 32. `tens` (sage_co/abi.py STATS_*)
 //     says which statistics run: V max (not for pv fp16), K sums (smooth_k), V sums (smooth_v); n_tens = how many,

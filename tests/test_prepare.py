@@ -523,7 +523,8 @@ def test_every_prepare_symbol_keeps_denormals_and_has_no_scratch():
         f = kern.descriptor.fields
         assert f["float_denorm_mode_32"] == 3 and f["float_denorm_mode_16_64"] == 3, k.symbol
         assert kern.descriptor.private_segment_fixed_size == 0, k.symbol
-        assert kern.metadata[".vgpr_count"] <= 207, k.symbol
+        # the header's bound: 7 waves/SIMD by registers (208 VGPRs allocate as 207 did, 24-VGPR granule)
+        assert kern.metadata[".vgpr_count"] <= 208, k.symbol
 
 
 # ------------------------------------------------------------------------------------------ smooth_v, pv fp16

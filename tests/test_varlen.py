@@ -194,3 +194,21 @@ def test_varlen_reads_cu_seqlens_on_the_host_only_on_the_emulator(monkeypatch):
     assert calls == ["cu_seqlens_q", "cu_seqlens_kv"]
     with pytest.raises(ValueError, match="max_seqlen_q"):
         sage_co.sage_attention_varlen(q, k, v, cq, ck, 8, 7, backend="emu")
+
+
+def test_varlen_model_walks_the_kernels_tiles():
+    """tools/perfmodel/varlen.py (docs/performance.md §Varlen) counts each workgroup's key tiles as the kernels do
+    (causal: sage_co.masks.causal_tiles per sequence) and schedules them on the WGPs."""
+    from perfmodel import varlen as vm
+    from sage_co import masks
+    assert vm.workgroup_tiles([100, 0, 64], [70, 5, 200], H=2) == [2, 2, 2, 2, None, None, None, None,
+                                                                    4, None, 4, None]
+    lq, lk = [100, 333, 1, 77], [100, 64, 1000, 31]
+    got = vm.workgroup_tiles(lq, lk, H=1, causal=True)
+    nx = -(-max(lq) // 64)
+    for b in range(len(lq)):
+        want = masks.causal_tiles(lq[b], lk[b]).sum(-1).tolist()
+        row = got[b * nx:(b + 1) * nx]
+        assert row[:len(want)] == want and all(t is None for t in row[len(want):]), (b, row, want)
+    assert vm.schedule_clocks([1] * 64, 1.0, 0.0, 0.0) == 2.0         # 64 equal workgroups on 32 WGPs
+    assert vm.schedule_clocks([None] * 32 + [3], 1.0, 0.5, 0.25) == 0.25 + 3.5   # exits first, one per WGP
