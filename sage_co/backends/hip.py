@@ -119,7 +119,9 @@ class BoundKernel:
             rk = be._resolve(p, index)
         stream = be.platform.stream(index)
         hip = be.hip
-        previous = be._call("hipGetDevice")
+        status, previous = hip.hipGetDevice()   # _call's checks inline: this runs once per launch
+        if status != be._success:
+            be._call("hipGetDevice")             # raises its HipError
         if previous != index:
             be._call("hipSetDevice", index)
         data = None
