@@ -134,12 +134,15 @@ def test_unloadable_runtime_is_a_hip_error(tmp_path):
 
 def test_launch_overhead_benchmark_runs(tmp_path):
     """The benchmark itself (not a timing assertion: speed goals live in benchmarks/)."""
+    path = os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])   # this checkout's sage_co
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_launch_overhead.py"), "--launches", "20",
-                        "--rounds", "1"], capture_output=True, text=True, timeout=300)
+                        "--rounds", "1"], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": path})
     assert r.returncode == 0, r.stderr
     from sage_co import abi
     n_ops = len(abi.STRUCTS)    # one kernel of each op + the whole op
     assert sum(" us CPU" in line for line in r.stdout.splitlines()) == n_ops + 1, r.stdout
+    assert "before (the same measurement at earlier commits):" in r.stdout
 
 
 def test_bound_launch_fast_path_sends_the_full_paths_bytes_and_refuses_the_same(tmp_path):
