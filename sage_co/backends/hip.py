@@ -117,33 +117,13 @@ class BoundKernel:
         rk = per_device.get(index) if per_device is not None else None
         if rk is None:
             rk = be._resolve(p, index)
-        stream = be.platform.stream(index)
-        hip = be.hip
-        status, previous = hip.hipGetDevice()   # _call's checks inline: this runs once per launch
-        if status != be._success:
-            be._call("hipGetDevice")             # raises its HipError
-        if previous != index:
-            be._call("hipSetDevice", index)
-        data = None
-        try:
-            with self.lock:
-                for a, b, off, packer in self.runs:
-                    packer.pack_into(self.buffer, off, *row[a:b])
-                if want_bytes:
-                    data = bytes(self.buffer)
-                err = hip.hipModuleLaunchKernel(rk.function, *self.grid, *self.block, 0, stream, None,
-                                                self.config_address)[0]
-        except RuntimeError as exc:
-            raise HipError(f"hipModuleLaunchKernel({p.symbol}): hip-python could not call the HIP runtime: {exc}",
-                           call="hipModuleLaunchKernel") from None
-        finally:
-            if previous != index:
-                be._call("hipSetDevice", previous)
-        if err != be._success:
-            raise hip_runtime.error(hip, "hipModuleLaunchKernel", err,
-                                    f"({p.symbol}, grid={self.grid}, block={self.block}, device {index})",
-                                    fault_note=True)
-        return data
+        buffer = self.buffer
+
+        def pack():
+            for a, b, off, packer in self.runs:
+                packer.pack_into(buffer, off, *row[a:b])
+            return bytes(buffer) if want_bytes else None
+        return be._enqueue(p, index, rk.function, self.grid, self.block, 0, self.lock, pack, self.config_address)
 
 
 class HipBackend:
@@ -252,17 +232,33 @@ class HipBackend:
         shared = kl.options.get("dynamic_lds", 0) if kl.options else 0
         if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
             raise ValueError(f"{p.symbol}: dynamic_lds must be an int >= 0 (bytes), got {shared!r}")
+
+        def pack():
+            p.packer.pack_into(rk.buffer, kl.values)
+            return bytes(rk.buffer)
+        kl.kernarg_bytes = self._enqueue(p, index, rk.function, kl.grid, kl.block, shared, rk.lock, pack,
+                                         rk.config_address)
+        return None
+
+    def _enqueue(self, p: KernelPlan, index: int, function, grid, block, shared: int, lock, pack, config_address):
+        """With device `index` current: under `lock`, pack() (writes the kernarg buffer, returns what to record)
+        and hipModuleLaunchKernel on torch's current stream of that device; HIP's errors as HipError. Returns
+        pack()'s result."""
         stream = self.platform.stream(index)
         hip = self.hip
-        previous = self._call("hipGetDevice")
+        try:   # _call("hipGetDevice") inline: this runs once per launch
+            status, previous = hip.hipGetDevice()
+        except RuntimeError:
+            previous = self._call("hipGetDevice")   # hip-python could not call the runtime: _call's HipError
+        else:
+            if status != self._success:
+                raise hip_runtime.error(hip, "hipGetDevice", status, "", False)
         if previous != index:
             self._call("hipSetDevice", index)
         try:
-            with rk.lock:
-                p.packer.pack_into(rk.buffer, kl.values)
-                kl.kernarg_bytes = bytes(rk.buffer)
-                err = hip.hipModuleLaunchKernel(rk.function, *kl.grid, *kl.block, shared, stream, None,
-                                                rk.config_address)[0]
+            with lock:
+                data = pack()
+                err = hip.hipModuleLaunchKernel(function, *grid, *block, shared, stream, None, config_address)[0]
         except RuntimeError as exc:
             raise HipError(f"hipModuleLaunchKernel({p.symbol}): hip-python could not call the HIP runtime: {exc}",
                            call="hipModuleLaunchKernel") from None
@@ -271,8 +267,8 @@ class HipBackend:
                 self._call("hipSetDevice", previous)
         if err != self._success:
             raise hip_runtime.error(hip, "hipModuleLaunchKernel", err,
-                                    f"({p.symbol}, grid={kl.grid}, block={kl.block}, device {index})", fault_note=True)
-        return None
+                                    f"({p.symbol}, grid={grid}, block={block}, device {index})", fault_note=True)
+        return data
 
     def synchronize(self) -> None:
         """hipDeviceSynchronize on the current device: where a kernel's fault is reported."""
