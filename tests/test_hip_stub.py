@@ -155,9 +155,9 @@ def test_bound_launch_fast_path_sends_the_full_paths_bytes_and_refuses_the_same(
     assert r["recorded_bytes"] == [True, True, True]
     assert r["geometry"] == [[[1, 2, 1], [32, 1, 1]]] * 3
     e = r["errors"]
-    assert e["strided"].startswith("ValueError: ") and "'ksum_part' must be contiguous" in e["strided"]
-    assert "'ksum_part' starts at" in e["misaligned_fresh"] and "16-byte aligned" in e["misaligned_fresh"]
-    assert e["missing"].startswith("ValueError: sage_prepare.reduce kernargs: missing ['ksum_part']")
+    assert e["strided"].startswith("ValueError: ") and "'k' must be contiguous" in e["strided"]
+    assert "'k' starts at" in e["misaligned_fresh"] and "16-byte aligned" in e["misaligned_fresh"]
+    assert e["missing"].startswith("ValueError: sage_prepare.stats kernargs: missing ['k']")
     assert e["scalar_as_tensor"].startswith("TypeError: ") and "'H' is a tensor" in e["scalar_as_tensor"]
     assert r["launches_after_errors"] == 3
     assert r["swapped_backend_loads"] == [1, 1]
