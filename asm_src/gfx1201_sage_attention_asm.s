@@ -384,6 +384,27 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[102:103], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -549,12 +570,39 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
 .Ld128_bf16_loop:
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_bf16_last_0
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_mask_issued_0
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_mask_issued_0
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+.Ld128_bf16_mask_issued_0:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -577,6 +625,141 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         global_load_b128 v[204:207], v10, s[88:89]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_mask_applied_0
+        s_wait_loadcnt 9  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_mask_applied_0_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v13, v208
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v13, v209
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v13, v210
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v13, v211
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v13, v212
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v13, v213
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v13, v214
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v13, v215
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v13, v216
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v13, v217
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v13, v218
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v13, v219
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v13, v220
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v13, v221
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v13, v222
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v13, v223
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v13, v224
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v13, v225
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v13, v226
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v13, v227
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v13, v228
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v13, v229
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v13, v230
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v13, v231
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v13, v232
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v13, v233
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v13, v234
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v13, v235
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v13, v236
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v13, v237
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v13, v238
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v13, v239
+.Ld128_bf16_mask_applied_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+.Ld128_bf16_mask_applied_0:
         ds_load_b128 v[208:211], v1 offset:8192
         ds_load_b128 v[212:215], v1 offset:9216
         ds_load_b128 v[216:219], v1 offset:10240
@@ -696,6 +879,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld128_bf16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_bf16_max_additive_0
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -718,6 +903,29 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+        s_branch .Ld128_bf16_max_done_0
+.Ld128_bf16_max_additive_0:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld128_bf16_max_done_0:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -726,6 +934,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_bf16_one_fma_0_mask
         v_add_nc_u32_e32 v28, -1, v13
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -765,7 +975,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_bf16_one_fma_0_mask
+        s_cbranch_scc1 .Ld128_bf16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -870,6 +1080,73 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_one_fma_0_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_one_fma_0_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
 .Ld128_bf16_one_fma_0_mask:
         v_mov_b32_e32 v14, 1.0
         v_mov_b32_e32 v29, v18
@@ -1152,14 +1429,42 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_bf16_last_1
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_mask_issued_1
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_mask_issued_1
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+.Ld128_bf16_mask_issued_1:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -1182,6 +1487,141 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         global_load_b128 v[204:207], v10, s[88:89]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_mask_applied_1
+        s_wait_loadcnt 9  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_mask_applied_1_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v13, v208
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v13, v209
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v13, v210
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v13, v211
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v13, v212
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v13, v213
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v13, v214
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v13, v215
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v13, v216
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v13, v217
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v13, v218
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v13, v219
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v13, v220
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v13, v221
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v13, v222
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v13, v223
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v13, v224
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v13, v225
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v13, v226
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v13, v227
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v13, v228
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v13, v229
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v13, v230
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v13, v231
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v13, v232
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v13, v233
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v13, v234
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v13, v235
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v13, v236
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v13, v237
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v13, v238
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v13, v239
+.Ld128_bf16_mask_applied_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+.Ld128_bf16_mask_applied_1:
         ds_load_b128 v[208:211], v1 offset:0
         ds_load_b128 v[212:215], v1 offset:1024
         ds_load_b128 v[216:219], v1 offset:2048
@@ -1301,6 +1741,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
 .Ld128_bf16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_bf16_max_additive_1
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -1323,6 +1765,29 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+        s_branch .Ld128_bf16_max_done_1
+.Ld128_bf16_max_additive_1:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld128_bf16_max_done_1:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -1331,6 +1796,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_bf16_one_fma_1_mask
         v_add_nc_u32_e32 v28, -1, v13
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -1370,7 +1837,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_bf16_one_fma_1_mask
+        s_cbranch_scc1 .Ld128_bf16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -1475,6 +1942,73 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_one_fma_1_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_one_fma_1_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
 .Ld128_bf16_one_fma_1_mask:
         v_mov_b32_e32 v14, 1.0
         v_mov_b32_e32 v29, v18
@@ -1757,10 +2291,171 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_branch .Ld128_bf16_loop
 .Ld128_bf16_last_0:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_mask_issued_0_last
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_mask_issued_0_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+.Ld128_bf16_mask_issued_0_last:
 
         // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_mask_applied_0_last
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v13, v208
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v13, v209
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v13, v210
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v13, v211
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v13, v212
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v13, v213
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v13, v214
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v13, v215
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v13, v216
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v13, v217
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v13, v218
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v13, v219
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v13, v220
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v13, v221
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v13, v222
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v13, v223
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v13, v224
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v13, v225
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v13, v226
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v13, v227
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v13, v228
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v13, v229
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v13, v230
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v13, v231
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v13, v232
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v13, v233
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v13, v234
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v13, v235
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v13, v236
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v13, v237
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v13, v238
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v13, v239
+.Ld128_bf16_mask_applied_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+.Ld128_bf16_mask_applied_0_last:
         ds_load_b128 v[208:211], v5 offset:16384
         ds_load_b128 v[212:215], v5 offset:17408
         ds_load_b128 v[216:219], v5 offset:18432
@@ -1880,6 +2575,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld128_bf16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_bf16_max_additive_0_last
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -1902,6 +2599,29 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+        s_branch .Ld128_bf16_max_done_0_last
+.Ld128_bf16_max_additive_0_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld128_bf16_max_done_0_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -1910,6 +2630,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_bf16_one_fma_0_last_mask
         v_add_nc_u32_e32 v28, -1, v13
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -1949,7 +2671,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_bf16_one_fma_0_last_mask
+        s_cbranch_scc1 .Ld128_bf16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -2054,6 +2776,73 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_one_fma_0_last_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_one_fma_0_last_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
 .Ld128_bf16_one_fma_0_last_mask:
         v_mov_b32_e32 v14, 1.0
         v_mov_b32_e32 v29, v18
@@ -2253,8 +3042,168 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_mov_b32 v16, v17  // m of the last tile into m[0]
         s_branch .Ld128_bf16_epilogue
 .Ld128_bf16_last_1:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_mask_issued_1_last
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_mask_issued_1_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+.Ld128_bf16_mask_issued_1_last:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_mask_applied_1_last
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v13, v208
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v13, v209
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v13, v210
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v13, v211
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v13, v212
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v13, v213
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v13, v214
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v13, v215
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v13, v216
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v13, v217
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v13, v218
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v13, v219
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v13, v220
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v13, v221
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v13, v222
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v13, v223
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v13, v224
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v13, v225
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v13, v226
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v13, v227
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v13, v228
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v13, v229
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v13, v230
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v13, v231
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v13, v232
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v13, v233
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v13, v234
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v13, v235
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v13, v236
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v13, v237
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v13, v238
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v13, v239
+.Ld128_bf16_mask_applied_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+.Ld128_bf16_mask_applied_1_last:
         ds_load_b128 v[208:211], v5 offset:24576
         ds_load_b128 v[212:215], v5 offset:25600
         ds_load_b128 v[216:219], v5 offset:26624
@@ -2374,6 +3323,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
 .Ld128_bf16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_bf16_max_additive_1_last
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -2396,6 +3347,29 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+        s_branch .Ld128_bf16_max_done_1_last
+.Ld128_bf16_max_additive_1_last:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld128_bf16_max_done_1_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -2404,6 +3378,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_bf16_one_fma_1_last_mask
         v_add_nc_u32_e32 v28, -1, v13
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -2443,7 +3419,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_bf16_one_fma_1_last_mask
+        s_cbranch_scc1 .Ld128_bf16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -2548,6 +3524,73 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_one_fma_1_last_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_one_fma_1_last_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
 .Ld128_bf16_one_fma_1_last_mask:
         v_mov_b32_e32 v14, 1.0
         v_mov_b32_e32 v29, v18
@@ -4289,6 +5332,27 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[102:103], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -4454,12 +5518,39 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
 .Ld128_fp16_loop:
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_fp16_last_0
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_mask_issued_0
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_mask_issued_0
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+.Ld128_fp16_mask_issued_0:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -4482,6 +5573,141 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         global_load_b128 v[204:207], v10, s[88:89]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_mask_applied_0
+        s_wait_loadcnt 9  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_mask_applied_0_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v13, v208
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v13, v209
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v13, v210
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v13, v211
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v13, v212
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v13, v213
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v13, v214
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v13, v215
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v13, v216
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v13, v217
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v13, v218
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v13, v219
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v13, v220
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v13, v221
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v13, v222
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v13, v223
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v13, v224
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v13, v225
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v13, v226
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v13, v227
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v13, v228
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v13, v229
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v13, v230
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v13, v231
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v13, v232
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v13, v233
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v13, v234
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v13, v235
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v13, v236
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v13, v237
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v13, v238
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v13, v239
+.Ld128_fp16_mask_applied_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+.Ld128_fp16_mask_applied_0:
         ds_load_b128 v[208:211], v1 offset:8192
         ds_load_b128 v[212:215], v1 offset:9216
         ds_load_b128 v[216:219], v1 offset:10240
@@ -4601,6 +5827,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld128_fp16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp16_max_additive_0
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -4623,6 +5851,29 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp16_max_done_0
+.Ld128_fp16_max_additive_0:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld128_fp16_max_done_0:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -4631,6 +5882,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp16_one_fma_0_mask
         v_add_nc_u32_e32 v28, -1, v13
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -4670,7 +5923,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_fp16_one_fma_0_mask
+        s_cbranch_scc1 .Ld128_fp16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -4775,6 +6028,73 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_one_fma_0_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_one_fma_0_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
 .Ld128_fp16_one_fma_0_mask:
         v_mov_b32_e32 v14, 1.0
         v_mov_b32_e32 v29, v18
@@ -5057,14 +6377,42 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_fp16_last_1
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_mask_issued_1
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_mask_issued_1
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+.Ld128_fp16_mask_issued_1:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -5087,6 +6435,141 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         global_load_b128 v[204:207], v10, s[88:89]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_mask_applied_1
+        s_wait_loadcnt 9  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_mask_applied_1_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v13, v208
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v13, v209
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v13, v210
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v13, v211
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v13, v212
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v13, v213
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v13, v214
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v13, v215
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v13, v216
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v13, v217
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v13, v218
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v13, v219
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v13, v220
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v13, v221
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v13, v222
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v13, v223
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v13, v224
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v13, v225
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v13, v226
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v13, v227
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v13, v228
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v13, v229
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v13, v230
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v13, v231
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v13, v232
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v13, v233
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v13, v234
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v13, v235
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v13, v236
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v13, v237
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v13, v238
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v13, v239
+.Ld128_fp16_mask_applied_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+.Ld128_fp16_mask_applied_1:
         ds_load_b128 v[208:211], v1 offset:0
         ds_load_b128 v[212:215], v1 offset:1024
         ds_load_b128 v[216:219], v1 offset:2048
@@ -5206,6 +6689,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
 .Ld128_fp16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp16_max_additive_1
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -5228,6 +6713,29 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp16_max_done_1
+.Ld128_fp16_max_additive_1:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld128_fp16_max_done_1:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -5236,6 +6744,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp16_one_fma_1_mask
         v_add_nc_u32_e32 v28, -1, v13
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -5275,7 +6785,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_fp16_one_fma_1_mask
+        s_cbranch_scc1 .Ld128_fp16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -5380,6 +6890,73 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_one_fma_1_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_one_fma_1_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
 .Ld128_fp16_one_fma_1_mask:
         v_mov_b32_e32 v14, 1.0
         v_mov_b32_e32 v29, v18
@@ -5662,10 +7239,171 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_branch .Ld128_fp16_loop
 .Ld128_fp16_last_0:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_mask_issued_0_last
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_mask_issued_0_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+.Ld128_fp16_mask_issued_0_last:
 
         // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_mask_applied_0_last
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v13, v208
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v13, v209
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v13, v210
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v13, v211
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v13, v212
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v13, v213
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v13, v214
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v13, v215
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v13, v216
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v13, v217
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v13, v218
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v13, v219
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v13, v220
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v13, v221
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v13, v222
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v13, v223
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v13, v224
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v13, v225
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v13, v226
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v13, v227
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v13, v228
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v13, v229
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v13, v230
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v13, v231
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v13, v232
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v13, v233
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v13, v234
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v13, v235
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v13, v236
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v13, v237
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v13, v238
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v13, v239
+.Ld128_fp16_mask_applied_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+.Ld128_fp16_mask_applied_0_last:
         ds_load_b128 v[208:211], v5 offset:16384
         ds_load_b128 v[212:215], v5 offset:17408
         ds_load_b128 v[216:219], v5 offset:18432
@@ -5785,6 +7523,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld128_fp16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp16_max_additive_0_last
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -5807,6 +7547,29 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp16_max_done_0_last
+.Ld128_fp16_max_additive_0_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld128_fp16_max_done_0_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -5815,6 +7578,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp16_one_fma_0_last_mask
         v_add_nc_u32_e32 v28, -1, v13
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -5854,7 +7619,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_fp16_one_fma_0_last_mask
+        s_cbranch_scc1 .Ld128_fp16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -5959,6 +7724,73 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_one_fma_0_last_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_one_fma_0_last_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
 .Ld128_fp16_one_fma_0_last_mask:
         v_mov_b32_e32 v14, 1.0
         v_mov_b32_e32 v29, v18
@@ -6158,8 +7990,168 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_mov_b32 v16, v17  // m of the last tile into m[0]
         s_branch .Ld128_fp16_epilogue
 .Ld128_fp16_last_1:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_mask_issued_1_last
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_mask_issued_1_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+.Ld128_fp16_mask_issued_1_last:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_mask_applied_1_last
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v13, v208
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v13, v209
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v13, v210
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v13, v211
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v13, v212
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v13, v213
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v13, v214
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v13, v215
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v13, v216
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v13, v217
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v13, v218
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v13, v219
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v13, v220
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v13, v221
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v13, v222
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v13, v223
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v13, v224
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v13, v225
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v13, v226
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v13, v227
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v13, v228
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v13, v229
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v13, v230
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v13, v231
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v13, v232
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v13, v233
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v13, v234
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v13, v235
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v13, v236
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v13, v237
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v13, v238
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v13, v239
+.Ld128_fp16_mask_applied_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+.Ld128_fp16_mask_applied_1_last:
         ds_load_b128 v[208:211], v5 offset:24576
         ds_load_b128 v[212:215], v5 offset:25600
         ds_load_b128 v[216:219], v5 offset:26624
@@ -6279,6 +8271,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
 .Ld128_fp16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp16_max_additive_1_last
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -6301,6 +8295,29 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp16_max_done_1_last
+.Ld128_fp16_max_additive_1_last:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld128_fp16_max_done_1_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -6309,6 +8326,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp16_one_fma_1_last_mask
         v_add_nc_u32_e32 v28, -1, v13
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -6348,7 +8367,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_fp16_one_fma_1_last_mask
+        s_cbranch_scc1 .Ld128_fp16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -6453,6 +8472,73 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_one_fma_1_last_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_one_fma_1_last_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
 .Ld128_fp16_one_fma_1_last_mask:
         v_mov_b32_e32 v14, 1.0
         v_mov_b32_e32 v29, v18
@@ -8122,6 +10208,27 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[98:99], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -8225,12 +10332,39 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
 .Ld64_bf16_loop:
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_bf16_last_0
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_mask_issued_0
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_mask_issued_0
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+.Ld64_bf16_mask_issued_0:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -8247,6 +10381,141 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         global_load_b128 v[148:151], v8, s[84:85]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_mask_applied_0
+        s_wait_loadcnt 5  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_mask_applied_0_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v11, v152
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v11, v153
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v11, v154
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v11, v155
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v11, v156
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v11, v157
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v11, v158
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v11, v159
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v11, v160
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v11, v161
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v11, v162
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v11, v163
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v11, v164
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v11, v165
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v11, v166
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v11, v167
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v11, v168
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v11, v169
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v11, v170
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v11, v171
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v11, v172
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v11, v173
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v11, v174
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v11, v175
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v11, v176
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v11, v177
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v11, v178
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v11, v179
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v11, v180
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v11, v181
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v11, v182
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v11, v183
+.Ld64_bf16_mask_applied_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
+.Ld64_bf16_mask_applied_0:
         ds_load_b128 v[152:155], v1 offset:4096
         ds_load_b128 v[156:159], v1 offset:4608
         ds_load_b128 v[160:163], v1 offset:5120
@@ -8366,6 +10635,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
 .Ld64_bf16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_bf16_max_additive_0
         v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
         v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
         v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
@@ -8388,6 +10659,29 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+        s_branch .Ld64_bf16_max_done_0
+.Ld64_bf16_max_additive_0:
+        v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
+        v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
+        v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
+        v_dual_max_num_f32 v26, v74, v26 :: v_dual_max_num_f32 v27, v75, v27
+        v_dual_max_num_f32 v24, v76, v24 :: v_dual_max_num_f32 v25, v77, v25
+        v_dual_max_num_f32 v26, v78, v26 :: v_dual_max_num_f32 v27, v79, v27
+        v_dual_max_num_f32 v24, v80, v24 :: v_dual_max_num_f32 v25, v81, v25
+        v_dual_max_num_f32 v26, v82, v26 :: v_dual_max_num_f32 v27, v83, v27
+        v_dual_max_num_f32 v24, v84, v24 :: v_dual_max_num_f32 v25, v85, v25
+        v_dual_max_num_f32 v26, v86, v26 :: v_dual_max_num_f32 v27, v87, v27
+        v_dual_max_num_f32 v24, v88, v24 :: v_dual_max_num_f32 v25, v89, v25
+        v_dual_max_num_f32 v26, v90, v26 :: v_dual_max_num_f32 v27, v91, v27
+        v_dual_max_num_f32 v24, v92, v24 :: v_dual_max_num_f32 v25, v93, v25
+        v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld64_bf16_max_done_0:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -8396,6 +10690,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_bf16_one_fma_0_mask
         v_add_nc_u32_e32 v28, -1, v11
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -8435,7 +10731,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_bf16_one_fma_0_mask
+        s_cbranch_scc1 .Ld64_bf16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -8540,6 +10836,73 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_one_fma_0_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_one_fma_0_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
 .Ld64_bf16_one_fma_0_mask:
         v_mov_b32_e32 v12, 1.0
         v_mov_b32_e32 v29, v18
@@ -8738,14 +11101,42 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_bf16_last_1
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_mask_issued_1
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_mask_issued_1
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+.Ld64_bf16_mask_issued_1:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -8762,6 +11153,141 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         global_load_b128 v[148:151], v8, s[84:85]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_mask_applied_1
+        s_wait_loadcnt 5  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_mask_applied_1_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v11, v152
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v11, v153
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v11, v154
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v11, v155
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v11, v156
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v11, v157
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v11, v158
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v11, v159
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v11, v160
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v11, v161
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v11, v162
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v11, v163
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v11, v164
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v11, v165
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v11, v166
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v11, v167
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v11, v168
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v11, v169
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v11, v170
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v11, v171
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v11, v172
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v11, v173
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v11, v174
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v11, v175
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v11, v176
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v11, v177
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v11, v178
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v11, v179
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v11, v180
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v11, v181
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v11, v182
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v11, v183
+.Ld64_bf16_mask_applied_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+.Ld64_bf16_mask_applied_1:
         ds_load_b128 v[152:155], v1 offset:0
         ds_load_b128 v[156:159], v1 offset:512
         ds_load_b128 v[160:163], v1 offset:1024
@@ -8881,6 +11407,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld64_bf16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_bf16_max_additive_1
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -8903,6 +11431,29 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+        s_branch .Ld64_bf16_max_done_1
+.Ld64_bf16_max_additive_1:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld64_bf16_max_done_1:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -8911,6 +11462,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_bf16_one_fma_1_mask
         v_add_nc_u32_e32 v28, -1, v11
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -8950,7 +11503,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_bf16_one_fma_1_mask
+        s_cbranch_scc1 .Ld64_bf16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -9055,6 +11608,73 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_one_fma_1_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_one_fma_1_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
 .Ld64_bf16_one_fma_1_mask:
         v_mov_b32_e32 v12, 1.0
         v_mov_b32_e32 v29, v18
@@ -9253,10 +11873,171 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_branch .Ld64_bf16_loop
 .Ld64_bf16_last_0:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_mask_issued_0_last
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_mask_issued_0_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+.Ld64_bf16_mask_issued_0_last:
 
         // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_mask_applied_0_last
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v11, v152
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v11, v153
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v11, v154
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v11, v155
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v11, v156
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v11, v157
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v11, v158
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v11, v159
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v11, v160
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v11, v161
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v11, v162
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v11, v163
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v11, v164
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v11, v165
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v11, v166
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v11, v167
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v11, v168
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v11, v169
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v11, v170
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v11, v171
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v11, v172
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v11, v173
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v11, v174
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v11, v175
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v11, v176
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v11, v177
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v11, v178
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v11, v179
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v11, v180
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v11, v181
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v11, v182
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v11, v183
+.Ld64_bf16_mask_applied_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
+.Ld64_bf16_mask_applied_0_last:
         ds_load_b128 v[152:155], v3 offset:8192
         ds_load_b128 v[156:159], v3 offset:9216
         ds_load_b128 v[160:163], v3 offset:10240
@@ -9374,6 +12155,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
 .Ld64_bf16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_bf16_max_additive_0_last
         v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
         v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
         v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
@@ -9396,6 +12179,29 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+        s_branch .Ld64_bf16_max_done_0_last
+.Ld64_bf16_max_additive_0_last:
+        v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
+        v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
+        v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
+        v_dual_max_num_f32 v26, v74, v26 :: v_dual_max_num_f32 v27, v75, v27
+        v_dual_max_num_f32 v24, v76, v24 :: v_dual_max_num_f32 v25, v77, v25
+        v_dual_max_num_f32 v26, v78, v26 :: v_dual_max_num_f32 v27, v79, v27
+        v_dual_max_num_f32 v24, v80, v24 :: v_dual_max_num_f32 v25, v81, v25
+        v_dual_max_num_f32 v26, v82, v26 :: v_dual_max_num_f32 v27, v83, v27
+        v_dual_max_num_f32 v24, v84, v24 :: v_dual_max_num_f32 v25, v85, v25
+        v_dual_max_num_f32 v26, v86, v26 :: v_dual_max_num_f32 v27, v87, v27
+        v_dual_max_num_f32 v24, v88, v24 :: v_dual_max_num_f32 v25, v89, v25
+        v_dual_max_num_f32 v26, v90, v26 :: v_dual_max_num_f32 v27, v91, v27
+        v_dual_max_num_f32 v24, v92, v24 :: v_dual_max_num_f32 v25, v93, v25
+        v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld64_bf16_max_done_0_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -9404,6 +12210,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_bf16_one_fma_0_last_mask
         v_add_nc_u32_e32 v28, -1, v11
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -9443,7 +12251,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_bf16_one_fma_0_last_mask
+        s_cbranch_scc1 .Ld64_bf16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -9548,6 +12356,73 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_one_fma_0_last_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_one_fma_0_last_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
 .Ld64_bf16_one_fma_0_last_mask:
         v_mov_b32_e32 v12, 1.0
         v_mov_b32_e32 v29, v18
@@ -9701,8 +12576,168 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_mov_b32 v16, v17  // m of the last tile into m[0]
         s_branch .Ld64_bf16_epilogue
 .Ld64_bf16_last_1:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_mask_issued_1_last
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_mask_issued_1_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+.Ld64_bf16_mask_issued_1_last:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_mask_applied_1_last
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v11, v152
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v11, v153
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v11, v154
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v11, v155
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v11, v156
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v11, v157
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v11, v158
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v11, v159
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v11, v160
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v11, v161
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v11, v162
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v11, v163
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v11, v164
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v11, v165
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v11, v166
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v11, v167
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v11, v168
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v11, v169
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v11, v170
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v11, v171
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v11, v172
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v11, v173
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v11, v174
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v11, v175
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v11, v176
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v11, v177
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v11, v178
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v11, v179
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v11, v180
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v11, v181
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v11, v182
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v11, v183
+.Ld64_bf16_mask_applied_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+.Ld64_bf16_mask_applied_1_last:
         ds_load_b128 v[152:155], v3 offset:12288
         ds_load_b128 v[156:159], v3 offset:13312
         ds_load_b128 v[160:163], v3 offset:14336
@@ -9820,6 +12855,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld64_bf16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_bf16_max_additive_1_last
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -9842,6 +12879,29 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+        s_branch .Ld64_bf16_max_done_1_last
+.Ld64_bf16_max_additive_1_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld64_bf16_max_done_1_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -9850,6 +12910,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_bf16_one_fma_1_last_mask
         v_add_nc_u32_e32 v28, -1, v11
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -9889,7 +12951,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_bf16_one_fma_1_last_mask
+        s_cbranch_scc1 .Ld64_bf16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -9994,6 +13056,73 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_one_fma_1_last_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_one_fma_1_last_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
 .Ld64_bf16_one_fma_1_last_mask:
         v_mov_b32_e32 v12, 1.0
         v_mov_b32_e32 v29, v18
@@ -11081,6 +14210,27 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[98:99], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -11184,12 +14334,39 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
 .Ld64_fp16_loop:
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_fp16_last_0
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_mask_issued_0
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_mask_issued_0
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+.Ld64_fp16_mask_issued_0:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -11206,6 +14383,141 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         global_load_b128 v[148:151], v8, s[84:85]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_mask_applied_0
+        s_wait_loadcnt 5  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_mask_applied_0_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v11, v152
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v11, v153
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v11, v154
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v11, v155
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v11, v156
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v11, v157
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v11, v158
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v11, v159
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v11, v160
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v11, v161
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v11, v162
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v11, v163
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v11, v164
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v11, v165
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v11, v166
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v11, v167
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v11, v168
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v11, v169
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v11, v170
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v11, v171
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v11, v172
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v11, v173
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v11, v174
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v11, v175
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v11, v176
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v11, v177
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v11, v178
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v11, v179
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v11, v180
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v11, v181
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v11, v182
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v11, v183
+.Ld64_fp16_mask_applied_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
+.Ld64_fp16_mask_applied_0:
         ds_load_b128 v[152:155], v1 offset:4096
         ds_load_b128 v[156:159], v1 offset:4608
         ds_load_b128 v[160:163], v1 offset:5120
@@ -11325,6 +14637,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
 .Ld64_fp16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp16_max_additive_0
         v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
         v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
         v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
@@ -11347,6 +14661,29 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+        s_branch .Ld64_fp16_max_done_0
+.Ld64_fp16_max_additive_0:
+        v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
+        v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
+        v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
+        v_dual_max_num_f32 v26, v74, v26 :: v_dual_max_num_f32 v27, v75, v27
+        v_dual_max_num_f32 v24, v76, v24 :: v_dual_max_num_f32 v25, v77, v25
+        v_dual_max_num_f32 v26, v78, v26 :: v_dual_max_num_f32 v27, v79, v27
+        v_dual_max_num_f32 v24, v80, v24 :: v_dual_max_num_f32 v25, v81, v25
+        v_dual_max_num_f32 v26, v82, v26 :: v_dual_max_num_f32 v27, v83, v27
+        v_dual_max_num_f32 v24, v84, v24 :: v_dual_max_num_f32 v25, v85, v25
+        v_dual_max_num_f32 v26, v86, v26 :: v_dual_max_num_f32 v27, v87, v27
+        v_dual_max_num_f32 v24, v88, v24 :: v_dual_max_num_f32 v25, v89, v25
+        v_dual_max_num_f32 v26, v90, v26 :: v_dual_max_num_f32 v27, v91, v27
+        v_dual_max_num_f32 v24, v92, v24 :: v_dual_max_num_f32 v25, v93, v25
+        v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld64_fp16_max_done_0:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -11355,6 +14692,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp16_one_fma_0_mask
         v_add_nc_u32_e32 v28, -1, v11
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -11394,7 +14733,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_fp16_one_fma_0_mask
+        s_cbranch_scc1 .Ld64_fp16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -11499,6 +14838,73 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_one_fma_0_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_one_fma_0_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
 .Ld64_fp16_one_fma_0_mask:
         v_mov_b32_e32 v12, 1.0
         v_mov_b32_e32 v29, v18
@@ -11697,14 +15103,42 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_fp16_last_1
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_mask_issued_1
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_mask_issued_1
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+.Ld64_fp16_mask_issued_1:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -11721,6 +15155,141 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         global_load_b128 v[148:151], v8, s[84:85]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_mask_applied_1
+        s_wait_loadcnt 5  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_mask_applied_1_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v11, v152
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v11, v153
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v11, v154
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v11, v155
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v11, v156
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v11, v157
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v11, v158
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v11, v159
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v11, v160
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v11, v161
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v11, v162
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v11, v163
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v11, v164
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v11, v165
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v11, v166
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v11, v167
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v11, v168
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v11, v169
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v11, v170
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v11, v171
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v11, v172
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v11, v173
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v11, v174
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v11, v175
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v11, v176
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v11, v177
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v11, v178
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v11, v179
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v11, v180
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v11, v181
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v11, v182
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v11, v183
+.Ld64_fp16_mask_applied_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+.Ld64_fp16_mask_applied_1:
         ds_load_b128 v[152:155], v1 offset:0
         ds_load_b128 v[156:159], v1 offset:512
         ds_load_b128 v[160:163], v1 offset:1024
@@ -11840,6 +15409,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld64_fp16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp16_max_additive_1
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -11862,6 +15433,29 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+        s_branch .Ld64_fp16_max_done_1
+.Ld64_fp16_max_additive_1:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld64_fp16_max_done_1:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -11870,6 +15464,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp16_one_fma_1_mask
         v_add_nc_u32_e32 v28, -1, v11
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -11909,7 +15505,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_fp16_one_fma_1_mask
+        s_cbranch_scc1 .Ld64_fp16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -12014,6 +15610,73 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_one_fma_1_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_one_fma_1_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
 .Ld64_fp16_one_fma_1_mask:
         v_mov_b32_e32 v12, 1.0
         v_mov_b32_e32 v29, v18
@@ -12212,10 +15875,171 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_branch .Ld64_fp16_loop
 .Ld64_fp16_last_0:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_mask_issued_0_last
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_mask_issued_0_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+.Ld64_fp16_mask_issued_0_last:
 
         // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_mask_applied_0_last
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v11, v152
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v11, v153
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v11, v154
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v11, v155
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v11, v156
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v11, v157
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v11, v158
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v11, v159
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v11, v160
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v11, v161
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v11, v162
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v11, v163
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v11, v164
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v11, v165
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v11, v166
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v11, v167
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v11, v168
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v11, v169
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v11, v170
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v11, v171
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v11, v172
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v11, v173
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v11, v174
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v11, v175
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v11, v176
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v11, v177
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v11, v178
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v11, v179
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v11, v180
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v11, v181
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v11, v182
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v11, v183
+.Ld64_fp16_mask_applied_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
+.Ld64_fp16_mask_applied_0_last:
         ds_load_b128 v[152:155], v3 offset:8192
         ds_load_b128 v[156:159], v3 offset:9216
         ds_load_b128 v[160:163], v3 offset:10240
@@ -12333,6 +16157,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
 .Ld64_fp16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp16_max_additive_0_last
         v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
         v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
         v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
@@ -12355,6 +16181,29 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+        s_branch .Ld64_fp16_max_done_0_last
+.Ld64_fp16_max_additive_0_last:
+        v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
+        v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
+        v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
+        v_dual_max_num_f32 v26, v74, v26 :: v_dual_max_num_f32 v27, v75, v27
+        v_dual_max_num_f32 v24, v76, v24 :: v_dual_max_num_f32 v25, v77, v25
+        v_dual_max_num_f32 v26, v78, v26 :: v_dual_max_num_f32 v27, v79, v27
+        v_dual_max_num_f32 v24, v80, v24 :: v_dual_max_num_f32 v25, v81, v25
+        v_dual_max_num_f32 v26, v82, v26 :: v_dual_max_num_f32 v27, v83, v27
+        v_dual_max_num_f32 v24, v84, v24 :: v_dual_max_num_f32 v25, v85, v25
+        v_dual_max_num_f32 v26, v86, v26 :: v_dual_max_num_f32 v27, v87, v27
+        v_dual_max_num_f32 v24, v88, v24 :: v_dual_max_num_f32 v25, v89, v25
+        v_dual_max_num_f32 v26, v90, v26 :: v_dual_max_num_f32 v27, v91, v27
+        v_dual_max_num_f32 v24, v92, v24 :: v_dual_max_num_f32 v25, v93, v25
+        v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld64_fp16_max_done_0_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -12363,6 +16212,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp16_one_fma_0_last_mask
         v_add_nc_u32_e32 v28, -1, v11
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -12402,7 +16253,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_fp16_one_fma_0_last_mask
+        s_cbranch_scc1 .Ld64_fp16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -12507,6 +16358,73 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_one_fma_0_last_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_one_fma_0_last_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
 .Ld64_fp16_one_fma_0_last_mask:
         v_mov_b32_e32 v12, 1.0
         v_mov_b32_e32 v29, v18
@@ -12660,8 +16578,168 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_mov_b32 v16, v17  // m of the last tile into m[0]
         s_branch .Ld64_fp16_epilogue
 .Ld64_fp16_last_1:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_mask_issued_1_last
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_mask_issued_1_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+.Ld64_fp16_mask_issued_1_last:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_mask_applied_1_last
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v11, v152
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v11, v153
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v11, v154
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v11, v155
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v11, v156
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v11, v157
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v11, v158
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v11, v159
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v11, v160
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v11, v161
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v11, v162
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v11, v163
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v11, v164
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v11, v165
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v11, v166
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v11, v167
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v11, v168
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v11, v169
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v11, v170
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v11, v171
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v11, v172
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v11, v173
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v11, v174
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v11, v175
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v11, v176
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v11, v177
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v11, v178
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v11, v179
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v11, v180
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v11, v181
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v11, v182
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v11, v183
+.Ld64_fp16_mask_applied_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+.Ld64_fp16_mask_applied_1_last:
         ds_load_b128 v[152:155], v3 offset:12288
         ds_load_b128 v[156:159], v3 offset:13312
         ds_load_b128 v[160:163], v3 offset:14336
@@ -12779,6 +16857,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld64_fp16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp16_max_additive_1_last
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -12801,6 +16881,29 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+        s_branch .Ld64_fp16_max_done_1_last
+.Ld64_fp16_max_additive_1_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld64_fp16_max_done_1_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -12809,6 +16912,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp16_one_fma_1_last_mask
         v_add_nc_u32_e32 v28, -1, v11
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -12848,7 +16953,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_fp16_one_fma_1_last_mask
+        s_cbranch_scc1 .Ld64_fp16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -12953,6 +17058,73 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_one_fma_1_last_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_one_fma_1_last_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
 .Ld64_fp16_one_fma_1_last_mask:
         v_mov_b32_e32 v12, 1.0
         v_mov_b32_e32 v29, v18
@@ -14006,6 +18178,27 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[96:97], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -14180,12 +18373,37 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
 .Ld128_bf16_pv16_loop:
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_bf16_pv16_last_0
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_mask_issued_0
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_pv16_mask_issued_0
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+.Ld128_bf16_pv16_mask_issued_0:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -14209,6 +18427,144 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         global_load_b128 v[220:223], v9, s[82:83] offset:112
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_mask_applied_0
+        s_wait_loadcnt 13  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_pv16_mask_applied_0_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v12, v224
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v12, v225
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v12, v226
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v12, v227
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v12, v228
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v12, v229
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v12, v230
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v12, v231
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v12, v232
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v12, v233
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v12, v234
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v12, v235
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v12, v236
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v12, v237
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v12, v238
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v12, v239
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v12, v240
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v12, v241
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v12, v242
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v12, v243
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v12, v244
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v12, v245
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v12, v246
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v12, v224
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v12, v225
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v12, v226
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v12, v227
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v12, v228
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v12, v229
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v12, v230
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v12, v231
+.Ld128_bf16_pv16_mask_applied_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+.Ld128_bf16_pv16_mask_applied_0:
         ds_load_b128 v[224:227], v1 offset:8192
         ds_load_b128 v[228:231], v1 offset:9216
         ds_load_b128 v[232:235], v1 offset:10240
@@ -14324,6 +18680,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld128_bf16_pv16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_bf16_pv16_max_additive_0
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -14346,6 +18704,29 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+        s_branch .Ld128_bf16_pv16_max_done_0
+.Ld128_bf16_pv16_max_additive_0:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld128_bf16_pv16_max_done_0:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -14354,6 +18735,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_mask
         v_add_nc_u32_e32 v28, -1, v12
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -14393,7 +18776,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_mask
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -14498,6 +18881,73 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_pv16_one_fma_0_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
 .Ld128_bf16_pv16_one_fma_0_mask:
         v_mov_b32_e32 v13, 1.0
         v_mov_b32_e32 v29, v18
@@ -14855,14 +19305,40 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_bf16_pv16_last_1
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_mask_issued_1
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_pv16_mask_issued_1
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+.Ld128_bf16_pv16_mask_issued_1:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -14886,6 +19362,144 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         global_load_b128 v[220:223], v9, s[82:83] offset:112
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_mask_applied_1
+        s_wait_loadcnt 13  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_pv16_mask_applied_1_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v12, v224
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v12, v225
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v12, v226
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v12, v227
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v12, v228
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v12, v229
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v12, v230
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v12, v231
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v12, v232
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v12, v233
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v12, v234
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v12, v235
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v12, v236
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v12, v237
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v12, v238
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v12, v239
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v12, v240
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v12, v241
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v12, v242
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v12, v243
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v12, v244
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v12, v245
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v12, v246
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v12, v224
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v12, v225
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v12, v226
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v12, v227
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v12, v228
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v12, v229
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v12, v230
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v12, v231
+.Ld128_bf16_pv16_mask_applied_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+.Ld128_bf16_pv16_mask_applied_1:
         ds_load_b128 v[224:227], v1 offset:0
         ds_load_b128 v[228:231], v1 offset:1024
         ds_load_b128 v[232:235], v1 offset:2048
@@ -15001,6 +19615,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
 .Ld128_bf16_pv16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_bf16_pv16_max_additive_1
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -15023,6 +19639,29 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+        s_branch .Ld128_bf16_pv16_max_done_1
+.Ld128_bf16_pv16_max_additive_1:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld128_bf16_pv16_max_done_1:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -15031,6 +19670,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_mask
         v_add_nc_u32_e32 v28, -1, v12
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -15070,7 +19711,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_mask
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -15175,6 +19816,73 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_pv16_one_fma_1_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
 .Ld128_bf16_pv16_one_fma_1_mask:
         v_mov_b32_e32 v13, 1.0
         v_mov_b32_e32 v29, v18
@@ -15532,10 +20240,172 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_branch .Ld128_bf16_pv16_loop
 .Ld128_bf16_pv16_last_0:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_mask_issued_0_last
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_pv16_mask_issued_0_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+.Ld128_bf16_pv16_mask_issued_0_last:
 
         // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_mask_applied_0_last
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_pv16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v12, v224
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v12, v225
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v12, v226
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v12, v227
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v12, v228
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v12, v229
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v12, v230
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v12, v231
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v12, v232
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v12, v233
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v12, v234
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v12, v235
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v12, v236
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v12, v237
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v12, v238
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v12, v239
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v12, v240
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v12, v241
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v12, v242
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v12, v243
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v12, v244
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v12, v245
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v12, v246
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v12, v224
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v12, v225
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v12, v226
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v12, v227
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v12, v228
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v12, v229
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v12, v230
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v12, v231
+.Ld128_bf16_pv16_mask_applied_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+.Ld128_bf16_pv16_mask_applied_0_last:
         ds_load_b128 v[224:227], v5 offset:16384
         ds_load_b128 v[228:231], v5 offset:18688
         ds_load_b128 v[232:235], v5 offset:20992
@@ -15651,6 +20521,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld128_bf16_pv16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_bf16_pv16_max_additive_0_last
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -15673,6 +20545,29 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+        s_branch .Ld128_bf16_pv16_max_done_0_last
+.Ld128_bf16_pv16_max_additive_0_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld128_bf16_pv16_max_done_0_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -15681,6 +20576,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_last_mask
         v_add_nc_u32_e32 v28, -1, v12
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -15720,7 +20617,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_last_mask
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -15825,6 +20722,73 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_pv16_one_fma_0_last_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_last_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
 .Ld128_bf16_pv16_one_fma_0_last_mask:
         v_mov_b32_e32 v13, 1.0
         v_mov_b32_e32 v29, v18
@@ -16092,8 +21056,169 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_mov_b32 v16, v17  // m of the last tile into m[0]
         s_branch .Ld128_bf16_pv16_epilogue
 .Ld128_bf16_pv16_last_1:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_mask_issued_1_last
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_pv16_mask_issued_1_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+.Ld128_bf16_pv16_mask_issued_1_last:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_mask_applied_1_last
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_pv16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v12, v224
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v12, v225
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v12, v226
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v12, v227
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v12, v228
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v12, v229
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v12, v230
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v12, v231
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v12, v232
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v12, v233
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v12, v234
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v12, v235
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v12, v236
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v12, v237
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v12, v238
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v12, v239
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v12, v240
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v12, v241
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v12, v242
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v12, v243
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v12, v244
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v12, v245
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v12, v246
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v12, v224
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v12, v225
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v12, v226
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v12, v227
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v12, v228
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v12, v229
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v12, v230
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v12, v231
+.Ld128_bf16_pv16_mask_applied_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+.Ld128_bf16_pv16_mask_applied_1_last:
         ds_load_b128 v[224:227], v5 offset:16384
         ds_load_b128 v[228:231], v5 offset:18688
         ds_load_b128 v[232:235], v5 offset:20992
@@ -16209,6 +21334,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
 .Ld128_bf16_pv16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_bf16_pv16_max_additive_1_last
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -16231,6 +21358,29 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+        s_branch .Ld128_bf16_pv16_max_done_1_last
+.Ld128_bf16_pv16_max_additive_1_last:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld128_bf16_pv16_max_done_1_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -16239,6 +21389,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_last_mask
         v_add_nc_u32_e32 v28, -1, v12
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -16278,7 +21430,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_last_mask
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -16383,6 +21535,73 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_pv16_one_fma_1_last_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_last_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
 .Ld128_bf16_pv16_one_fma_1_last_mask:
         v_mov_b32_e32 v13, 1.0
         v_mov_b32_e32 v29, v18
@@ -17945,6 +23164,27 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[96:97], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -18119,12 +23359,37 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
 .Ld128_fp16_pv16_loop:
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_fp16_pv16_last_0
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_mask_issued_0
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_pv16_mask_issued_0
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+.Ld128_fp16_pv16_mask_issued_0:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -18148,6 +23413,144 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         global_load_b128 v[220:223], v9, s[82:83] offset:112
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_mask_applied_0
+        s_wait_loadcnt 13  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_pv16_mask_applied_0_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v12, v224
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v12, v225
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v12, v226
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v12, v227
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v12, v228
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v12, v229
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v12, v230
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v12, v231
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v12, v232
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v12, v233
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v12, v234
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v12, v235
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v12, v236
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v12, v237
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v12, v238
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v12, v239
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v12, v240
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v12, v241
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v12, v242
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v12, v243
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v12, v244
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v12, v245
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v12, v246
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v12, v224
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v12, v225
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v12, v226
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v12, v227
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v12, v228
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v12, v229
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v12, v230
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v12, v231
+.Ld128_fp16_pv16_mask_applied_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+.Ld128_fp16_pv16_mask_applied_0:
         ds_load_b128 v[224:227], v1 offset:8192
         ds_load_b128 v[228:231], v1 offset:9216
         ds_load_b128 v[232:235], v1 offset:10240
@@ -18263,6 +23666,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld128_fp16_pv16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp16_pv16_max_additive_0
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -18285,6 +23690,29 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp16_pv16_max_done_0
+.Ld128_fp16_pv16_max_additive_0:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld128_fp16_pv16_max_done_0:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -18293,6 +23721,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_mask
         v_add_nc_u32_e32 v28, -1, v12
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -18332,7 +23762,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_mask
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -18437,6 +23867,73 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_pv16_one_fma_0_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
 .Ld128_fp16_pv16_one_fma_0_mask:
         v_mov_b32_e32 v13, 1.0
         v_mov_b32_e32 v29, v18
@@ -18794,14 +24291,40 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_fp16_pv16_last_1
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_mask_issued_1
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_pv16_mask_issued_1
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+.Ld128_fp16_pv16_mask_issued_1:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -18825,6 +24348,144 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         global_load_b128 v[220:223], v9, s[82:83] offset:112
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_mask_applied_1
+        s_wait_loadcnt 13  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_pv16_mask_applied_1_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v12, v224
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v12, v225
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v12, v226
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v12, v227
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v12, v228
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v12, v229
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v12, v230
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v12, v231
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v12, v232
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v12, v233
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v12, v234
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v12, v235
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v12, v236
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v12, v237
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v12, v238
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v12, v239
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v12, v240
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v12, v241
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v12, v242
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v12, v243
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v12, v244
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v12, v245
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v12, v246
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v12, v224
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v12, v225
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v12, v226
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v12, v227
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v12, v228
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v12, v229
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v12, v230
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v12, v231
+.Ld128_fp16_pv16_mask_applied_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+.Ld128_fp16_pv16_mask_applied_1:
         ds_load_b128 v[224:227], v1 offset:0
         ds_load_b128 v[228:231], v1 offset:1024
         ds_load_b128 v[232:235], v1 offset:2048
@@ -18940,6 +24601,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
 .Ld128_fp16_pv16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp16_pv16_max_additive_1
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -18962,6 +24625,29 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp16_pv16_max_done_1
+.Ld128_fp16_pv16_max_additive_1:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld128_fp16_pv16_max_done_1:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -18970,6 +24656,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_mask
         v_add_nc_u32_e32 v28, -1, v12
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -19009,7 +24697,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_mask
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -19114,6 +24802,73 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_pv16_one_fma_1_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
 .Ld128_fp16_pv16_one_fma_1_mask:
         v_mov_b32_e32 v13, 1.0
         v_mov_b32_e32 v29, v18
@@ -19471,10 +25226,172 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_branch .Ld128_fp16_pv16_loop
 .Ld128_fp16_pv16_last_0:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_mask_issued_0_last
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_pv16_mask_issued_0_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+.Ld128_fp16_pv16_mask_issued_0_last:
 
         // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_mask_applied_0_last
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_pv16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v12, v224
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v12, v225
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v12, v226
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v12, v227
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v12, v228
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v12, v229
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v12, v230
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v12, v231
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v12, v232
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v12, v233
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v12, v234
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v12, v235
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v12, v236
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v12, v237
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v12, v238
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v12, v239
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v12, v240
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v12, v241
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v12, v242
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v12, v243
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v12, v244
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v12, v245
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v12, v246
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v12, v224
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v12, v225
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v12, v226
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v12, v227
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v12, v228
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v12, v229
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v12, v230
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v12, v231
+.Ld128_fp16_pv16_mask_applied_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+.Ld128_fp16_pv16_mask_applied_0_last:
         ds_load_b128 v[224:227], v5 offset:16384
         ds_load_b128 v[228:231], v5 offset:18688
         ds_load_b128 v[232:235], v5 offset:20992
@@ -19590,6 +25507,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld128_fp16_pv16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp16_pv16_max_additive_0_last
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -19612,6 +25531,29 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp16_pv16_max_done_0_last
+.Ld128_fp16_pv16_max_additive_0_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld128_fp16_pv16_max_done_0_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -19620,6 +25562,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_last_mask
         v_add_nc_u32_e32 v28, -1, v12
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -19659,7 +25603,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_last_mask
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -19764,6 +25708,73 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_pv16_one_fma_0_last_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_last_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
 .Ld128_fp16_pv16_one_fma_0_last_mask:
         v_mov_b32_e32 v13, 1.0
         v_mov_b32_e32 v29, v18
@@ -20031,8 +26042,169 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_mov_b32 v16, v17  // m of the last tile into m[0]
         s_branch .Ld128_fp16_pv16_epilogue
 .Ld128_fp16_pv16_last_1:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_mask_issued_1_last
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_pv16_mask_issued_1_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+.Ld128_fp16_pv16_mask_issued_1_last:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_mask_applied_1_last
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_pv16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v12, v224
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v12, v225
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v12, v226
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v12, v227
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v12, v228
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v12, v229
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v12, v230
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v12, v231
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v12, v232
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v12, v233
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v12, v234
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v12, v235
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v12, v236
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v12, v237
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v12, v238
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v12, v239
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v12, v240
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v12, v241
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v12, v242
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v12, v243
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v12, v244
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v12, v245
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v12, v246
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v12, v224
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v12, v225
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v12, v226
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v12, v227
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v12, v228
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v12, v229
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v12, v230
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v12, v231
+.Ld128_fp16_pv16_mask_applied_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+.Ld128_fp16_pv16_mask_applied_1_last:
         ds_load_b128 v[224:227], v5 offset:16384
         ds_load_b128 v[228:231], v5 offset:18688
         ds_load_b128 v[232:235], v5 offset:20992
@@ -20148,6 +26320,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
 .Ld128_fp16_pv16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp16_pv16_max_additive_1_last
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -20170,6 +26344,29 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp16_pv16_max_done_1_last
+.Ld128_fp16_pv16_max_additive_1_last:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld128_fp16_pv16_max_done_1_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -20178,6 +26375,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_last_mask
         v_add_nc_u32_e32 v28, -1, v12
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -20217,7 +26416,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_last_mask
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -20322,6 +26521,73 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_pv16_one_fma_1_last_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_last_mask
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
 .Ld128_fp16_pv16_one_fma_1_last_mask:
         v_mov_b32_e32 v13, 1.0
         v_mov_b32_e32 v29, v18
@@ -21814,6 +28080,27 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[96:97], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -21922,12 +28209,39 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
 .Ld64_bf16_pv16_loop:
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_bf16_pv16_last_0
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_mask_issued_0
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_pv16_mask_issued_0
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+.Ld64_bf16_pv16_mask_issued_0:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -21945,6 +28259,141 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         global_load_b128 v[156:159], v7, s[82:83] offset:48
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_mask_applied_0
+        s_wait_loadcnt 7  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_pv16_mask_applied_0_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v10, v160
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v10, v161
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v10, v162
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v10, v163
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v10, v164
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v10, v165
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v10, v166
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v10, v167
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v10, v168
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v10, v169
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v10, v170
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v10, v171
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v10, v172
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v10, v173
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v10, v174
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v10, v175
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v10, v176
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v10, v177
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v10, v178
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v10, v179
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v10, v180
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v10, v181
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v10, v182
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v10, v183
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v10, v184
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v10, v185
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v10, v186
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v10, v187
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v10, v188
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v10, v189
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v10, v190
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v10, v191
+.Ld64_bf16_pv16_mask_applied_0_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
+.Ld64_bf16_pv16_mask_applied_0:
         ds_load_b128 v[160:163], v1 offset:4096
         ds_load_b128 v[164:167], v1 offset:4608
         ds_load_b128 v[168:171], v1 offset:5120
@@ -22064,6 +28513,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
 .Ld64_bf16_pv16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_bf16_pv16_max_additive_0
         v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
         v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
         v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
@@ -22086,6 +28537,29 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_max3_num_f32 v13, v12, v20, v24
         v_sub_f32 v15, v12, v13
         v_exp_f32_e32 v15, v15
+        s_branch .Ld64_bf16_pv16_max_done_0
+.Ld64_bf16_pv16_max_additive_0:
+        v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
+        v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
+        v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
+        v_dual_max_num_f32 v22, v74, v22 :: v_dual_max_num_f32 v23, v75, v23
+        v_dual_max_num_f32 v20, v76, v20 :: v_dual_max_num_f32 v21, v77, v21
+        v_dual_max_num_f32 v22, v78, v22 :: v_dual_max_num_f32 v23, v79, v23
+        v_dual_max_num_f32 v20, v80, v20 :: v_dual_max_num_f32 v21, v81, v21
+        v_dual_max_num_f32 v22, v82, v22 :: v_dual_max_num_f32 v23, v83, v23
+        v_dual_max_num_f32 v20, v84, v20 :: v_dual_max_num_f32 v21, v85, v21
+        v_dual_max_num_f32 v22, v86, v22 :: v_dual_max_num_f32 v23, v87, v23
+        v_dual_max_num_f32 v20, v88, v20 :: v_dual_max_num_f32 v21, v89, v21
+        v_dual_max_num_f32 v22, v90, v22 :: v_dual_max_num_f32 v23, v91, v23
+        v_dual_max_num_f32 v20, v92, v20 :: v_dual_max_num_f32 v21, v93, v21
+        v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v13, v12, v20, v24
+        v_sub_f32 v15, v12, v13
+        v_exp_f32_e32 v15, v15
+.Ld64_bf16_pv16_max_done_0:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v12
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v15, 0, v15, vcc_lo
@@ -22094,6 +28568,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cndmask_b32_e32 v14, 0, v13, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
         v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_mask
         v_add_nc_u32_e32 v24, -1, v10
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -22133,7 +28609,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_mask
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v25, 15, v0
         v_add_nc_u32_e32 v25, s60, v25
@@ -22238,6 +28714,73 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v25
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_pv16_one_fma_0_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_mask
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
 .Ld64_bf16_pv16_one_fma_0_mask:
         v_mov_b32_e32 v11, 1.0
         v_mov_b32_e32 v25, v14
@@ -22489,14 +29032,42 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_bf16_pv16_last_1
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_mask_issued_1
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_pv16_mask_issued_1
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+.Ld64_bf16_pv16_mask_issued_1:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -22514,6 +29085,141 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         global_load_b128 v[156:159], v7, s[82:83] offset:48
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_mask_applied_1
+        s_wait_loadcnt 7  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_pv16_mask_applied_1_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v10, v160
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v10, v161
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v10, v162
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v10, v163
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v10, v164
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v10, v165
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v10, v166
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v10, v167
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v10, v168
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v10, v169
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v10, v170
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v10, v171
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v10, v172
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v10, v173
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v10, v174
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v10, v175
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v10, v176
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v10, v177
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v10, v178
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v10, v179
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v10, v180
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v10, v181
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v10, v182
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v10, v183
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v10, v184
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v10, v185
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v10, v186
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v10, v187
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v10, v188
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v10, v189
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v10, v190
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v10, v191
+.Ld64_bf16_pv16_mask_applied_1_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
+.Ld64_bf16_pv16_mask_applied_1:
         ds_load_b128 v[160:163], v1 offset:0
         ds_load_b128 v[164:167], v1 offset:512
         ds_load_b128 v[168:171], v1 offset:1024
@@ -22633,6 +29339,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld64_bf16_pv16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_bf16_pv16_max_additive_1
         v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
         v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
         v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
@@ -22655,6 +29363,29 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_max3_num_f32 v12, v13, v20, v24
         v_sub_f32 v15, v13, v12
         v_exp_f32_e32 v15, v15
+        s_branch .Ld64_bf16_pv16_max_done_1
+.Ld64_bf16_pv16_max_additive_1:
+        v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
+        v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
+        v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
+        v_dual_max_num_f32 v22, v106, v22 :: v_dual_max_num_f32 v23, v107, v23
+        v_dual_max_num_f32 v20, v108, v20 :: v_dual_max_num_f32 v21, v109, v21
+        v_dual_max_num_f32 v22, v110, v22 :: v_dual_max_num_f32 v23, v111, v23
+        v_dual_max_num_f32 v20, v112, v20 :: v_dual_max_num_f32 v21, v113, v21
+        v_dual_max_num_f32 v22, v114, v22 :: v_dual_max_num_f32 v23, v115, v23
+        v_dual_max_num_f32 v20, v116, v20 :: v_dual_max_num_f32 v21, v117, v21
+        v_dual_max_num_f32 v22, v118, v22 :: v_dual_max_num_f32 v23, v119, v23
+        v_dual_max_num_f32 v20, v120, v20 :: v_dual_max_num_f32 v21, v121, v21
+        v_dual_max_num_f32 v22, v122, v22 :: v_dual_max_num_f32 v23, v123, v23
+        v_dual_max_num_f32 v20, v124, v20 :: v_dual_max_num_f32 v21, v125, v21
+        v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v12, v13, v20, v24
+        v_sub_f32 v15, v13, v12
+        v_exp_f32_e32 v15, v15
+.Ld64_bf16_pv16_max_done_1:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v13
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v15, 0, v15, vcc_lo
@@ -22663,6 +29394,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cndmask_b32_e32 v14, 0, v12, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
         v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_mask
         v_add_nc_u32_e32 v24, -1, v10
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -22702,7 +29435,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_mask
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v25, 15, v0
         v_add_nc_u32_e32 v25, s60, v25
@@ -22807,6 +29540,73 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v25
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_pv16_one_fma_1_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_mask
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
 .Ld64_bf16_pv16_one_fma_1_mask:
         v_mov_b32_e32 v11, 1.0
         v_mov_b32_e32 v25, v14
@@ -23058,10 +29858,171 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_branch .Ld64_bf16_pv16_loop
 .Ld64_bf16_pv16_last_0:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_mask_issued_0_last
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_pv16_mask_issued_0_last
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+.Ld64_bf16_pv16_mask_issued_0_last:
 
         // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_mask_applied_0_last
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_pv16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v10, v160
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v10, v161
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v10, v162
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v10, v163
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v10, v164
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v10, v165
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v10, v166
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v10, v167
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v10, v168
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v10, v169
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v10, v170
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v10, v171
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v10, v172
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v10, v173
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v10, v174
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v10, v175
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v10, v176
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v10, v177
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v10, v178
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v10, v179
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v10, v180
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v10, v181
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v10, v182
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v10, v183
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v10, v184
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v10, v185
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v10, v186
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v10, v187
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v10, v188
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v10, v189
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v10, v190
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v10, v191
+.Ld64_bf16_pv16_mask_applied_0_last_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
+.Ld64_bf16_pv16_mask_applied_0_last:
         ds_load_b128 v[160:163], v3 offset:8192
         ds_load_b128 v[164:167], v3 offset:10496
         ds_load_b128 v[168:171], v3 offset:12800
@@ -23181,6 +30142,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
 .Ld64_bf16_pv16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_bf16_pv16_max_additive_0_last
         v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
         v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
         v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
@@ -23203,6 +30166,29 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_max3_num_f32 v13, v12, v20, v24
         v_sub_f32 v15, v12, v13
         v_exp_f32_e32 v15, v15
+        s_branch .Ld64_bf16_pv16_max_done_0_last
+.Ld64_bf16_pv16_max_additive_0_last:
+        v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
+        v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
+        v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
+        v_dual_max_num_f32 v22, v74, v22 :: v_dual_max_num_f32 v23, v75, v23
+        v_dual_max_num_f32 v20, v76, v20 :: v_dual_max_num_f32 v21, v77, v21
+        v_dual_max_num_f32 v22, v78, v22 :: v_dual_max_num_f32 v23, v79, v23
+        v_dual_max_num_f32 v20, v80, v20 :: v_dual_max_num_f32 v21, v81, v21
+        v_dual_max_num_f32 v22, v82, v22 :: v_dual_max_num_f32 v23, v83, v23
+        v_dual_max_num_f32 v20, v84, v20 :: v_dual_max_num_f32 v21, v85, v21
+        v_dual_max_num_f32 v22, v86, v22 :: v_dual_max_num_f32 v23, v87, v23
+        v_dual_max_num_f32 v20, v88, v20 :: v_dual_max_num_f32 v21, v89, v21
+        v_dual_max_num_f32 v22, v90, v22 :: v_dual_max_num_f32 v23, v91, v23
+        v_dual_max_num_f32 v20, v92, v20 :: v_dual_max_num_f32 v21, v93, v21
+        v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v13, v12, v20, v24
+        v_sub_f32 v15, v12, v13
+        v_exp_f32_e32 v15, v15
+.Ld64_bf16_pv16_max_done_0_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v12
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v15, 0, v15, vcc_lo
@@ -23211,6 +30197,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cndmask_b32_e32 v14, 0, v13, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
         v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_last_mask
         v_add_nc_u32_e32 v24, -1, v10
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -23250,7 +30238,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_last_mask
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v25, 15, v0
         v_add_nc_u32_e32 v25, s60, v25
@@ -23355,6 +30343,73 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v25
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_pv16_one_fma_0_last_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_last_mask
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
 .Ld64_bf16_pv16_one_fma_0_last_mask:
         v_mov_b32_e32 v11, 1.0
         v_mov_b32_e32 v25, v14
@@ -23554,8 +30609,168 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_mov_b32 v12, v13  // m of the last tile into m[0]
         s_branch .Ld64_bf16_pv16_epilogue
 .Ld64_bf16_pv16_last_1:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_mask_issued_1_last
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_pv16_mask_issued_1_last
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+.Ld64_bf16_pv16_mask_issued_1_last:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_mask_applied_1_last
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_pv16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v10, v160
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v10, v161
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v10, v162
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v10, v163
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v10, v164
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v10, v165
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v10, v166
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v10, v167
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v10, v168
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v10, v169
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v10, v170
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v10, v171
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v10, v172
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v10, v173
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v10, v174
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v10, v175
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v10, v176
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v10, v177
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v10, v178
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v10, v179
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v10, v180
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v10, v181
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v10, v182
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v10, v183
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v10, v184
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v10, v185
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v10, v186
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v10, v187
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v10, v188
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v10, v189
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v10, v190
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v10, v191
+.Ld64_bf16_pv16_mask_applied_1_last_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
+.Ld64_bf16_pv16_mask_applied_1_last:
         ds_load_b128 v[160:163], v3 offset:8192
         ds_load_b128 v[164:167], v3 offset:10496
         ds_load_b128 v[168:171], v3 offset:12800
@@ -23675,6 +30890,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld64_bf16_pv16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_bf16_pv16_max_additive_1_last
         v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
         v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
         v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
@@ -23697,6 +30914,29 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_max3_num_f32 v12, v13, v20, v24
         v_sub_f32 v15, v13, v12
         v_exp_f32_e32 v15, v15
+        s_branch .Ld64_bf16_pv16_max_done_1_last
+.Ld64_bf16_pv16_max_additive_1_last:
+        v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
+        v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
+        v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
+        v_dual_max_num_f32 v22, v106, v22 :: v_dual_max_num_f32 v23, v107, v23
+        v_dual_max_num_f32 v20, v108, v20 :: v_dual_max_num_f32 v21, v109, v21
+        v_dual_max_num_f32 v22, v110, v22 :: v_dual_max_num_f32 v23, v111, v23
+        v_dual_max_num_f32 v20, v112, v20 :: v_dual_max_num_f32 v21, v113, v21
+        v_dual_max_num_f32 v22, v114, v22 :: v_dual_max_num_f32 v23, v115, v23
+        v_dual_max_num_f32 v20, v116, v20 :: v_dual_max_num_f32 v21, v117, v21
+        v_dual_max_num_f32 v22, v118, v22 :: v_dual_max_num_f32 v23, v119, v23
+        v_dual_max_num_f32 v20, v120, v20 :: v_dual_max_num_f32 v21, v121, v21
+        v_dual_max_num_f32 v22, v122, v22 :: v_dual_max_num_f32 v23, v123, v23
+        v_dual_max_num_f32 v20, v124, v20 :: v_dual_max_num_f32 v21, v125, v21
+        v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v12, v13, v20, v24
+        v_sub_f32 v15, v13, v12
+        v_exp_f32_e32 v15, v15
+.Ld64_bf16_pv16_max_done_1_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v13
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v15, 0, v15, vcc_lo
@@ -23705,6 +30945,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cndmask_b32_e32 v14, 0, v12, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
         v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_last_mask
         v_add_nc_u32_e32 v24, -1, v10
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -23744,7 +30986,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_last_mask
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v25, 15, v0
         v_add_nc_u32_e32 v25, s60, v25
@@ -23849,6 +31091,73 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v25
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_pv16_one_fma_1_last_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_last_mask
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
 .Ld64_bf16_pv16_one_fma_1_last_mask:
         v_mov_b32_e32 v11, 1.0
         v_mov_b32_e32 v25, v14
@@ -24853,6 +32162,27 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[96:97], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -24961,12 +32291,39 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
 .Ld64_fp16_pv16_loop:
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_fp16_pv16_last_0
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_mask_issued_0
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_pv16_mask_issued_0
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+.Ld64_fp16_pv16_mask_issued_0:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -24984,6 +32341,141 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         global_load_b128 v[156:159], v7, s[82:83] offset:48
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_mask_applied_0
+        s_wait_loadcnt 7  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_pv16_mask_applied_0_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v10, v160
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v10, v161
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v10, v162
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v10, v163
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v10, v164
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v10, v165
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v10, v166
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v10, v167
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v10, v168
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v10, v169
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v10, v170
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v10, v171
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v10, v172
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v10, v173
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v10, v174
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v10, v175
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v10, v176
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v10, v177
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v10, v178
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v10, v179
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v10, v180
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v10, v181
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v10, v182
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v10, v183
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v10, v184
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v10, v185
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v10, v186
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v10, v187
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v10, v188
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v10, v189
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v10, v190
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v10, v191
+.Ld64_fp16_pv16_mask_applied_0_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
+.Ld64_fp16_pv16_mask_applied_0:
         ds_load_b128 v[160:163], v1 offset:4096
         ds_load_b128 v[164:167], v1 offset:4608
         ds_load_b128 v[168:171], v1 offset:5120
@@ -25103,6 +32595,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
 .Ld64_fp16_pv16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp16_pv16_max_additive_0
         v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
         v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
         v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
@@ -25125,6 +32619,29 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_max3_num_f32 v13, v12, v20, v24
         v_sub_f32 v15, v12, v13
         v_exp_f32_e32 v15, v15
+        s_branch .Ld64_fp16_pv16_max_done_0
+.Ld64_fp16_pv16_max_additive_0:
+        v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
+        v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
+        v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
+        v_dual_max_num_f32 v22, v74, v22 :: v_dual_max_num_f32 v23, v75, v23
+        v_dual_max_num_f32 v20, v76, v20 :: v_dual_max_num_f32 v21, v77, v21
+        v_dual_max_num_f32 v22, v78, v22 :: v_dual_max_num_f32 v23, v79, v23
+        v_dual_max_num_f32 v20, v80, v20 :: v_dual_max_num_f32 v21, v81, v21
+        v_dual_max_num_f32 v22, v82, v22 :: v_dual_max_num_f32 v23, v83, v23
+        v_dual_max_num_f32 v20, v84, v20 :: v_dual_max_num_f32 v21, v85, v21
+        v_dual_max_num_f32 v22, v86, v22 :: v_dual_max_num_f32 v23, v87, v23
+        v_dual_max_num_f32 v20, v88, v20 :: v_dual_max_num_f32 v21, v89, v21
+        v_dual_max_num_f32 v22, v90, v22 :: v_dual_max_num_f32 v23, v91, v23
+        v_dual_max_num_f32 v20, v92, v20 :: v_dual_max_num_f32 v21, v93, v21
+        v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v13, v12, v20, v24
+        v_sub_f32 v15, v12, v13
+        v_exp_f32_e32 v15, v15
+.Ld64_fp16_pv16_max_done_0:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v12
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v15, 0, v15, vcc_lo
@@ -25133,6 +32650,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cndmask_b32_e32 v14, 0, v13, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
         v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_mask
         v_add_nc_u32_e32 v24, -1, v10
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -25172,7 +32691,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_mask
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v25, 15, v0
         v_add_nc_u32_e32 v25, s60, v25
@@ -25277,6 +32796,73 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v25
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_pv16_one_fma_0_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_mask
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
 .Ld64_fp16_pv16_one_fma_0_mask:
         v_mov_b32_e32 v11, 1.0
         v_mov_b32_e32 v25, v14
@@ -25528,14 +33114,42 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_fp16_pv16_last_1
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_mask_issued_1
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_pv16_mask_issued_1
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+.Ld64_fp16_pv16_mask_issued_1:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -25553,6 +33167,141 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         global_load_b128 v[156:159], v7, s[82:83] offset:48
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_mask_applied_1
+        s_wait_loadcnt 7  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_pv16_mask_applied_1_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v10, v160
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v10, v161
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v10, v162
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v10, v163
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v10, v164
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v10, v165
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v10, v166
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v10, v167
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v10, v168
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v10, v169
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v10, v170
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v10, v171
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v10, v172
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v10, v173
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v10, v174
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v10, v175
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v10, v176
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v10, v177
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v10, v178
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v10, v179
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v10, v180
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v10, v181
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v10, v182
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v10, v183
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v10, v184
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v10, v185
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v10, v186
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v10, v187
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v10, v188
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v10, v189
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v10, v190
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v10, v191
+.Ld64_fp16_pv16_mask_applied_1_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
+.Ld64_fp16_pv16_mask_applied_1:
         ds_load_b128 v[160:163], v1 offset:0
         ds_load_b128 v[164:167], v1 offset:512
         ds_load_b128 v[168:171], v1 offset:1024
@@ -25672,6 +33421,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld64_fp16_pv16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp16_pv16_max_additive_1
         v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
         v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
         v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
@@ -25694,6 +33445,29 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_max3_num_f32 v12, v13, v20, v24
         v_sub_f32 v15, v13, v12
         v_exp_f32_e32 v15, v15
+        s_branch .Ld64_fp16_pv16_max_done_1
+.Ld64_fp16_pv16_max_additive_1:
+        v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
+        v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
+        v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
+        v_dual_max_num_f32 v22, v106, v22 :: v_dual_max_num_f32 v23, v107, v23
+        v_dual_max_num_f32 v20, v108, v20 :: v_dual_max_num_f32 v21, v109, v21
+        v_dual_max_num_f32 v22, v110, v22 :: v_dual_max_num_f32 v23, v111, v23
+        v_dual_max_num_f32 v20, v112, v20 :: v_dual_max_num_f32 v21, v113, v21
+        v_dual_max_num_f32 v22, v114, v22 :: v_dual_max_num_f32 v23, v115, v23
+        v_dual_max_num_f32 v20, v116, v20 :: v_dual_max_num_f32 v21, v117, v21
+        v_dual_max_num_f32 v22, v118, v22 :: v_dual_max_num_f32 v23, v119, v23
+        v_dual_max_num_f32 v20, v120, v20 :: v_dual_max_num_f32 v21, v121, v21
+        v_dual_max_num_f32 v22, v122, v22 :: v_dual_max_num_f32 v23, v123, v23
+        v_dual_max_num_f32 v20, v124, v20 :: v_dual_max_num_f32 v21, v125, v21
+        v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v12, v13, v20, v24
+        v_sub_f32 v15, v13, v12
+        v_exp_f32_e32 v15, v15
+.Ld64_fp16_pv16_max_done_1:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v13
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v15, 0, v15, vcc_lo
@@ -25702,6 +33476,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cndmask_b32_e32 v14, 0, v12, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
         v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_mask
         v_add_nc_u32_e32 v24, -1, v10
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -25741,7 +33517,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_mask
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v25, 15, v0
         v_add_nc_u32_e32 v25, s60, v25
@@ -25846,6 +33622,73 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v25
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_pv16_one_fma_1_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_mask
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
 .Ld64_fp16_pv16_one_fma_1_mask:
         v_mov_b32_e32 v11, 1.0
         v_mov_b32_e32 v25, v14
@@ -26097,10 +33940,171 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_branch .Ld64_fp16_pv16_loop
 .Ld64_fp16_pv16_last_0:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_mask_issued_0_last
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_pv16_mask_issued_0_last
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+.Ld64_fp16_pv16_mask_issued_0_last:
 
         // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_mask_applied_0_last
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_pv16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v10, v160
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v10, v161
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v10, v162
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v10, v163
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v10, v164
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v10, v165
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v10, v166
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v10, v167
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v10, v168
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v10, v169
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v10, v170
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v10, v171
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v10, v172
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v10, v173
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v10, v174
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v10, v175
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v10, v176
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v10, v177
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v10, v178
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v10, v179
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v10, v180
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v10, v181
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v10, v182
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v10, v183
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v10, v184
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v10, v185
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v10, v186
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v10, v187
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v10, v188
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v10, v189
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v10, v190
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v10, v191
+.Ld64_fp16_pv16_mask_applied_0_last_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
+.Ld64_fp16_pv16_mask_applied_0_last:
         ds_load_b128 v[160:163], v3 offset:8192
         ds_load_b128 v[164:167], v3 offset:10496
         ds_load_b128 v[168:171], v3 offset:12800
@@ -26220,6 +34224,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
 .Ld64_fp16_pv16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp16_pv16_max_additive_0_last
         v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
         v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
         v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
@@ -26242,6 +34248,29 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_max3_num_f32 v13, v12, v20, v24
         v_sub_f32 v15, v12, v13
         v_exp_f32_e32 v15, v15
+        s_branch .Ld64_fp16_pv16_max_done_0_last
+.Ld64_fp16_pv16_max_additive_0_last:
+        v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
+        v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
+        v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
+        v_dual_max_num_f32 v22, v74, v22 :: v_dual_max_num_f32 v23, v75, v23
+        v_dual_max_num_f32 v20, v76, v20 :: v_dual_max_num_f32 v21, v77, v21
+        v_dual_max_num_f32 v22, v78, v22 :: v_dual_max_num_f32 v23, v79, v23
+        v_dual_max_num_f32 v20, v80, v20 :: v_dual_max_num_f32 v21, v81, v21
+        v_dual_max_num_f32 v22, v82, v22 :: v_dual_max_num_f32 v23, v83, v23
+        v_dual_max_num_f32 v20, v84, v20 :: v_dual_max_num_f32 v21, v85, v21
+        v_dual_max_num_f32 v22, v86, v22 :: v_dual_max_num_f32 v23, v87, v23
+        v_dual_max_num_f32 v20, v88, v20 :: v_dual_max_num_f32 v21, v89, v21
+        v_dual_max_num_f32 v22, v90, v22 :: v_dual_max_num_f32 v23, v91, v23
+        v_dual_max_num_f32 v20, v92, v20 :: v_dual_max_num_f32 v21, v93, v21
+        v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v13, v12, v20, v24
+        v_sub_f32 v15, v12, v13
+        v_exp_f32_e32 v15, v15
+.Ld64_fp16_pv16_max_done_0_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v12
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v15, 0, v15, vcc_lo
@@ -26250,6 +34279,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cndmask_b32_e32 v14, 0, v13, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
         v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_last_mask
         v_add_nc_u32_e32 v24, -1, v10
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -26289,7 +34320,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_last_mask
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v25, 15, v0
         v_add_nc_u32_e32 v25, s60, v25
@@ -26394,6 +34425,73 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v25
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_pv16_one_fma_0_last_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_last_mask
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
 .Ld64_fp16_pv16_one_fma_0_last_mask:
         v_mov_b32_e32 v11, 1.0
         v_mov_b32_e32 v25, v14
@@ -26593,8 +34691,168 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_mov_b32 v12, v13  // m of the last tile into m[0]
         s_branch .Ld64_fp16_pv16_epilogue
 .Ld64_fp16_pv16_last_1:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_mask_issued_1_last
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_pv16_mask_issued_1_last
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+.Ld64_fp16_pv16_mask_issued_1_last:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_mask_applied_1_last
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_pv16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v10, v160
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v10, v161
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v10, v162
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v10, v163
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v10, v164
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v10, v165
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v10, v166
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v10, v167
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v10, v168
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v10, v169
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v10, v170
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v10, v171
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v10, v172
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v10, v173
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v10, v174
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v10, v175
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v10, v176
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v10, v177
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v10, v178
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v10, v179
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v10, v180
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v10, v181
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v10, v182
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v10, v183
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v10, v184
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v10, v185
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v10, v186
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v10, v187
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v10, v188
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v10, v189
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v10, v190
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v10, v191
+.Ld64_fp16_pv16_mask_applied_1_last_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
+.Ld64_fp16_pv16_mask_applied_1_last:
         ds_load_b128 v[160:163], v3 offset:8192
         ds_load_b128 v[164:167], v3 offset:10496
         ds_load_b128 v[168:171], v3 offset:12800
@@ -26714,6 +34972,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld64_fp16_pv16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp16_pv16_max_additive_1_last
         v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
         v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
         v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
@@ -26736,6 +34996,29 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_max3_num_f32 v12, v13, v20, v24
         v_sub_f32 v15, v13, v12
         v_exp_f32_e32 v15, v15
+        s_branch .Ld64_fp16_pv16_max_done_1_last
+.Ld64_fp16_pv16_max_additive_1_last:
+        v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
+        v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
+        v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
+        v_dual_max_num_f32 v22, v106, v22 :: v_dual_max_num_f32 v23, v107, v23
+        v_dual_max_num_f32 v20, v108, v20 :: v_dual_max_num_f32 v21, v109, v21
+        v_dual_max_num_f32 v22, v110, v22 :: v_dual_max_num_f32 v23, v111, v23
+        v_dual_max_num_f32 v20, v112, v20 :: v_dual_max_num_f32 v21, v113, v21
+        v_dual_max_num_f32 v22, v114, v22 :: v_dual_max_num_f32 v23, v115, v23
+        v_dual_max_num_f32 v20, v116, v20 :: v_dual_max_num_f32 v21, v117, v21
+        v_dual_max_num_f32 v22, v118, v22 :: v_dual_max_num_f32 v23, v119, v23
+        v_dual_max_num_f32 v20, v120, v20 :: v_dual_max_num_f32 v21, v121, v21
+        v_dual_max_num_f32 v22, v122, v22 :: v_dual_max_num_f32 v23, v123, v23
+        v_dual_max_num_f32 v20, v124, v20 :: v_dual_max_num_f32 v21, v125, v21
+        v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v12, v13, v20, v24
+        v_sub_f32 v15, v13, v12
+        v_exp_f32_e32 v15, v15
+.Ld64_fp16_pv16_max_done_1_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v13
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v15, 0, v15, vcc_lo
@@ -26744,6 +35027,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cndmask_b32_e32 v14, 0, v12, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
         v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_last_mask
         v_add_nc_u32_e32 v24, -1, v10
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -26783,7 +35068,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_last_mask
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v25, 15, v0
         v_add_nc_u32_e32 v25, s60, v25
@@ -26888,6 +35173,73 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v25
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_pv16_one_fma_1_last_lim:
+        s_cmp_eq_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_last_mask
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
 .Ld64_fp16_pv16_one_fma_1_last_mask:
         v_mov_b32_e32 v11, 1.0
         v_mov_b32_e32 v25, v14
