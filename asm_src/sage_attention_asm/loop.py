@@ -64,6 +64,7 @@ class KeyLoop:
         wv = Weaver(a, mat, ds)
         sfx = f"{parity}{'_last' if last else ''}"
         self.mask_issue(a, f".Lmask_issued_{sfx}")
+        a.label(f".Lmask_issued_{sfx}")
 
         if not last:
             a.section(f"tile t (t % 2 = {parity}): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), "
@@ -91,6 +92,7 @@ class KeyLoop:
         else:
             a.section(f"last tile (t % 2 = {parity}): mask keys >= seq_len, softmax, PV")
         self.mask_apply(a, cur, len(vm.outstanding), f".Lmask_applied_{sfx}")
+        a.label(f".Lmask_applied_{sfx}")
         wv.prefetch()
         nomask = f".Lnomask_{sfx}"
         for ln in self.mask_lines(cur, nomask):
@@ -99,10 +101,10 @@ class KeyLoop:
         a.op(f"s_bitcmp1_b32 {self.s_kind}, {abi.MASK_KIND_ADDITIVE_BIT}", "additive attn_mask tile: scores are s")
         a.op(f"s_cbranch_scc1 .Lmax_additive_{sfx}")
         a.valu(self.max_ops(cur, m_old, m_new))
-        a.op(f"s_branch .Lmax_done_{sfx}")
-        a.label(f".Lmax_additive_{sfx}")
-        a.valu(self.max_ops(cur, m_old, m_new, scaled=False))
         a.label(f".Lmax_done_{sfx}")
+        self.ool.label(f".Lmax_additive_{sfx}")
+        self.ool.valu(self.max_ops(cur, m_old, m_new, scaled=False))
+        self.ool.op(f"s_branch .Lmax_done_{sfx}")
         for ln in self.alpha_select_lines(m_old) + self.guard_lines(m_new):
             a.op(ln)
         self.exact_form(a, cur, f".Lone_fma_{parity}{'_last' if last else ''}")

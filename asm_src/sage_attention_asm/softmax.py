@@ -71,7 +71,12 @@ class Softmax:
     (x - 1.5 * 2^23) * qk, masked again ((-inf) * 0 is NaN; attn_mask bits too), qk[1] = 1.0 and lim = t, so that
     the common fma(s, 1.0, -t) is s - t. Additive attn_mask tiles (scores already s) take qk[1] = 1.0, lim = t."""
         a.op(f"s_bitcmp1_b32 {self.s_kind}, {abi.MASK_KIND_ADDITIVE_BIT}", "additive attn_mask tile")
-        a.op(f"s_cbranch_scc1 {label}_mask")
+        a.op(f"s_cbranch_scc1 {label}_additive")
+        ool = self.ool
+        ool.label(f"{label}_additive")
+        ool.op(f"v_mov_b32_e32 {self.qk[1]}, 1.0")
+        ool.op(f"v_mov_b32_e32 {self.lim}, {self.m[2]}")
+        ool.op(f"s_branch {label}")
         a.op(f"v_add_nc_u32_e32 {self.xl}, -1, {self.qk[0]}")
         a.op(f"v_cmp_le_u32_e32 vcc_lo, {F32_FMA_MAX_QK_SCALE}, {self.xl}", "lanes whose qk needs the exact form")
         a.op("s_wait_alu depctr_va_vcc(0)")
@@ -80,10 +85,12 @@ class Softmax:
         for ln in self.mask_lines(sacc, label + "_lim"):
             a.op(ln)
         a.label(label + "_lim")
-        a.op(f"s_cmp_eq_u32 {self.s_kind}, {abi.MASK_KIND_FULL}")
-        a.op(f"s_cbranch_scc1 {label}_mask")
+        a.op(f"s_cmp_lg_u32 {self.s_kind}, {abi.MASK_KIND_FULL}")
+        a.op(f"s_cbranch_scc1 {label}_bits")
+        ool.label(f"{label}_bits")
         for ln in self.bits_lines(sacc):
-            a.op(ln)
+            ool.op(ln)
+        ool.op(f"s_branch {label}_mask")
         a.label(label + "_mask")
         a.op(f"v_mov_b32_e32 {self.qk[1]}, 1.0")
         a.op(f"v_mov_b32_e32 {self.lim}, {self.m[2]}")
@@ -174,12 +181,16 @@ class Softmax:
 
     # ---- attn_mask (docs/numerics.md §Masks "attn_mask"): per LUT entry a kind (s_kind); partial tiles read this
     # lane's 32 bits (row q0 + r, keys 32h + j of the tile: one u32 word), additive tiles also its 32 biases
+    # The mask blocks are emitted out of line (self.ool, after the epilogue): a full tile runs one s_cmp +
+    # s_cbranch per block, and the loop's paths (tools/perfmodel enumerates them) stay those of the unmasked kernel.
     def mask_issue(self, a: Asm, label: str) -> None:
         """At the start of tile t (before its staging loads, so that mask_apply can wait for these alone): partial /
         additive tiles load this lane's bit word into rs[0] (free until the row sums) and additive ones their first
         BIAS_LOADS x 4 biases into the ring (free until the fragment prefetch). xl = the lane's word (r * mss + h)."""
-        a.op(f"s_cmp_eq_u32 {self.s_kind}, {abi.MASK_KIND_FULL}")
-        a.op(f"s_cbranch_scc1 {label}")
+        a.op(f"s_cmp_lg_u32 {self.s_kind}, {abi.MASK_KIND_FULL}")
+        a.op(f"s_cbranch_scc1 {label}_ool")
+        ret, a = label, self.ool
+        a.label(f"{label}_ool")
         key0 = self.s_tmp3[0]
         a.op(f"v_and_b32 {self.xl}, 15, {self.tid}", "r")
         a.op(f"v_mul_lo_u32 {self.xl}, {self.xl}, {self.s_mss}", "r * mask_stride_s")
@@ -197,7 +208,7 @@ class Softmax:
         a.op(f"v_add_nc_u32_e32 {self.lim}, {key0}, {self.lim}", "bias byte offset of keys 32h.. (kept to mask_apply)")
         for u in range(self.BIAS_LOADS):
             a.op(f"global_load_b128 {self.ring[4 * u:4 * u + 4]}, {self.lim}, {self.s_brow} offset:{u * B128}")
-        a.label(label)
+        a.op(f"s_branch {ret}")
 
     def bias_ops(self, sacc, j0: int, j1: int) -> list[str]:
         """s = fma(x - 1.5 * 2^23, qk, b) for scores j0..j1-1 (b in ring[j - j0]): the additive tile's scores."""
@@ -220,8 +231,10 @@ class Softmax:
         them may stay in flight), additive tiles turn x into s = fma(float(s_int32), qk, b) (the rest of the biases
         loaded now, waited with everything), then partial / additive tiles mask the hidden keys to -inf."""
         n = 4 * self.BIAS_LOADS
-        a.op(f"s_cmp_eq_u32 {self.s_kind}, {abi.MASK_KIND_FULL}")
-        a.op(f"s_cbranch_scc1 {label}")
+        a.op(f"s_cmp_lg_u32 {self.s_kind}, {abi.MASK_KIND_FULL}")
+        a.op(f"s_cbranch_scc1 {label}_ool")
+        ret, a = label, self.ool
+        a.label(f"{label}_ool")
         a.op(f"s_wait_loadcnt {outstanding}", "the mask loads of mask_issue")
         a.op(f"s_bitcmp1_b32 {self.s_kind}, {abi.MASK_KIND_ADDITIVE_BIT}")
         a.op(f"s_cbranch_scc0 {label}_bits")
@@ -238,7 +251,7 @@ class Softmax:
         a.label(label + "_bits")
         for ln in self.bits_lines(sacc):
             a.op(ln)
-        a.label(label)
+        a.op(f"s_branch {ret}")
 
     def rescale(self, a: Asm, label: str) -> None:
         """O *= alpha, skipped when no lane's max moved (x * 1.0 == x: bitwise the same as always scaling)."""
