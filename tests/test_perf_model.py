@@ -630,7 +630,8 @@ def test_cli_models_any_code_object_as_json():
     by_value = {"seq_len": 256, "seq_pad": 256, "num_heads": 1, "flags": 0, "seq_len_q": 256, "seq_pad_q": 256,
                 "seq_len_kv": 256, "seq_pad_kv": 256, "num_heads_q": 1, "num_heads_kv": 1, "kv_group_magic": 1 << 32,
                 "out_stride_b": 256 * 128, "out_stride_s": 128, "out_stride_h": 128, "head_dim": 128,
-                "lut_stride_b": 0, "lut_stride_h": 0, "causal_offset": 0, "lut": "u32:4,0,1,2,3,0,0,0"}
+                "lut_stride_b": 0, "lut_stride_h": 0, "causal_offset": 0, "lut": "u32:4,0,1,2,3,0,0,0",
+                "mask_stride_b": 0, "mask_stride_h": 0, "mask_stride_s": 0}
     kernel = codeobj.read_file(report.HIP_CO).kernel(HIP_SYMBOL)
     names = [a[".name"].removesuffix(".coerce") for a in kernel.explicit_args]
     args = [f"--arg={n}={by_value[n]}" for n, a in zip(names, kernel.explicit_args)
