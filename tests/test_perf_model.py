@@ -319,12 +319,14 @@ def test_steady_state_from_two_runs():
 def test_static_loop_of_the_shipped_hip_kernel():
     km = stream.analyze("hip", report.HIP_CO, HIP_SYMBOL)
     # asm_src/gfx1201_sage_attention.hip: per wave and 64-key tile 32 iu8 + 32 fp8 WMMA, 8 b128 global loads,
-    # 32 ds_load_b128 + 8 ds_store_b128; 233 VGPRs -> 6 waves, 32 KiB LDS -> 4 waves per SIMD
+    # 32 ds_load_b128 + 8 ds_store_b128; 232 VGPRs -> 6 waves, 32 KiB LDS -> 4 waves per SIMD. The static (longest)
+    # path also takes an additive attn_mask tile's loads: its 8 b128 of biases and 1 bit word (issue 30)
     s = km.static
-    assert (s.WMMA, s.wmma_cycles, s.VMEM_LOAD, s.LDS, s.lds_bytes) == (64, 512, 8, 40, 40 * 512)
+    assert (s.WMMA, s.wmma_cycles, s.VMEM_LOAD, s.LDS, s.lds_bytes) == (64, 512, 8 + 9, 40, 40 * 512)
     assert (km.keys_per_iter, km.tiles_per_iter) == (64, 1)
-    # 219 before the LUT walk (issue 14), 224 before issue 28's exp argument (its exact form is a second path)
-    assert (km.vgprs, km.waves_vgpr, km.waves_lds, km.waves) == (233, 6, 4, 4)
+    # 219 before the LUT walk (issue 14), 224 before issue 28's exp argument (its exact form is a second path), 233
+    # before issue 30's attn_mask path (clang's allocation moved)
+    assert (km.vgprs, km.waves_vgpr, km.waves_lds, km.waves) == (232, 6, 4, 4)
 
 
 def _report(kernels):
