@@ -25,7 +25,8 @@ HEAD_DIM_STEP = 16        # D must be a multiple of this (one WMMA K-slice of 16
 
 # ---------------------------------------------------------------------------------------------- attention
 ATTENTION_OP = "sage_attention_fwd"
-OUT_DTYPES = ("bf16", "fp16")   # manifest key column out_dtype; head_dim takes HEAD_DIMS_NATIVE
+OUT_DTYPES = ("bf16", "fp16", "fp32")   # manifest key column out_dtype; head_dim takes HEAD_DIMS_NATIVE
+OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}   # bytes per output element (the epilogue's stores)
 PV_DTYPES = ("fp8", "fp16")     # manifest key column pv_dtype: the P.V WMMA (fp8 e4m3 with V scales, or f16)
 QUERY_TILE = 64           # queries per workgroup: grid x = S_pad / QUERY_TILE
 KEY_TILE = 64             # keys per loop step of every attention kernel
@@ -67,7 +68,7 @@ ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
     Field("k_scale", "ptr", 32),        # fp32 [B, H_kv, S_kv_pad/32]
     Field("k_mean", "ptr", 40),         # fp32 [B, H_kv, D_pad]
     Field("v_scale", "ptr", 48),        # fp32 [B, H_kv, D_pad] (pv fp8 only)
-    Field("out", "ptr", 56),            # bf16/fp16, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d], d < head_dim
+    Field("out", "ptr", 56),            # bf16/fp16/fp32, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d], d < head_dim
     Field("lse", "ptr", 64),            # fp32 [B, H_q, S_q]; a 4-byte placeholder when flags bit 0 is clear
     Field("seq_len_q", "u32", 72),
     Field("seq_pad_q", "u32", 76),
@@ -108,7 +109,7 @@ ATTENTION_OUTPUTS = ("out", "lse")
 # asm_src/gfx1201_sage_prepare.hip (owned by the prepare work, sage_co/ops/prepare.py packs them): stats and quant
 # ship one symbol per (head_dim = D_pad, in_dtype, rope_dim, rounding) manifest key columns, reduce one symbol.
 PREPARE_ROPE_DIMS = (0, 32, 64, 96, 128)   # manifest key column rope_dim (0 = no RoPE); D_pad 64: 0, 32, 64 only
-PREPARE_IN_DTYPES = ("bf16", "fp16")       # manifest key column in_dtype
+PREPARE_IN_DTYPES = ("bf16", "fp16", "fp32")   # manifest key column in_dtype (fp32: docs/numerics.md §Inputs)
 # manifest key column rounding = the norm_rope_rounding option (docs/numerics.md §Optional RMSNorm + rotate-half
 # RoPE): "once" (the default: F.rms_norm, then RoPE in fp32 with fp32 tables) or "per_op" (the HF-transformers chain)
 PREPARE_ROUNDINGS = ("once", "per_op")
@@ -235,6 +236,7 @@ def d_pad(D: int) -> int:
 # asm_src/gfx1201_sage_predict.hip (sage_co/ops/predict.py packs them; docs/numerics.md §Predictor): pool ships one
 # symbol per in_dtype (manifest key column), select one symbol.
 PREDICT_POOL_OP = "sage_predict.pool"
+PREDICT_IN_DTYPES = ("bf16", "fp16")   # manifest key column in_dtype of pool (fp32 q/k: no predictor symbol)
 PREDICT_SELECT_OP = "sage_predict.select"
 PREDICT_CHANNELS = 128    # pooled means are zero-padded to 128 channels (32 lanes x 4: the pool kernel's tree)
 PREDICT_LDS_ENTRY = 12    # bytes of select's dynamic LDS per sorted entry: a u64 sort key + the u32 score/mass slot

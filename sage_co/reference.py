@@ -342,7 +342,10 @@ def round_saturating(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """fp32 -> bf16 or fp16, RNE, with |x| beyond the dtype's largest finite value (and +-inf) giving +-that value;
     NaN stays NaN (the kernels write the dtype's quiet NaN 0x7fc0 / 0x7e00). The attention output of a V near the
     dtype's max can exceed it by the fp8 rounding of p (docs/numerics.md §Finite range), so the spec saturates
-    instead of rounding to inf."""
+    instead of rounding to inf. dtype fp32: x itself (no rounding, no saturation: +-inf stays), every NaN as the one
+    pattern 0x7fc00000 the kernels write (docs/numerics.md §Inputs)."""
+    if dtype == torch.float32:
+        return torch.where(torch.isnan(x), torch.full_like(x, math.nan), x)   # torch's nan is 0x7fc00000
     hi = OUT_MAX[dtype]
     return x.clamp(-hi, hi).to(dtype)  # clamp keeps NaN
 
