@@ -15,8 +15,9 @@
 // Three kernels, launched in this order (sage_co/ops/prepare.py). stats and quant ship one symbol per (D_PAD,
 // dtype, RoPE width, norm/RoPE rounding): suffix _d64/_d128, _bf16/_fp16/_fp32, then _rope32.._rope128 (none = no RoPE;
 // D_PAD 64 has rope 32 and 64 only), then _once for norm_rope_rounding "once" (none = "per_op"; ROUND_* below).
-// A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps every kernel at <= 207
-// VGPRs, no scratch.
+// A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps every 16-bit kernel at
+// <= 207 VGPRs, no scratch. fp32 (rows of D_PAD dwords): quant <= 228 VGPRs, no scratch (V in two 4-channel
+// passes); the D_PAD 128 stats symbols with RoPE spill 14-24 VGPRs (each branch alone fits, the kernel does not).
 //
 //  1. gfx1201_sage_prepare_stats_*  grid (n_chunks, H_kv, B * n_tens), block 32. `tens` (sage_co/abi.py STATS_*)
 //     says which statistics run: V max (not for pv fp16), K sums (smooth_k), V sums (smooth_v); n_tens = how many,
@@ -553,23 +554,27 @@ INLINE void stats_v32(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
 #pragma unroll
   for (int c = 0; c < 8; ++c) m[c] = 0, smax[c] = -0x7fffffff - 1, smin[c] = 0x7fffffff;
   for (u32 tile = t_begin; tile < t_end; ++tile) {
-    u32 raw[TPL][8];
 #pragma unroll
-    for (u32 i = 0; i < TPL; ++i) {
-      u32 t = min_u32(tile * TILE + tg * TPL + i, a.S - 1);
-      load8<FP32>(raw[i], at<FP32>(a.v, row_offset(a.vst, b, t, h) + cg_ld * 8));
-    }
+    for (int pass = 0; pass < 2; ++pass) {  // channels 4 * pass .. + 3: 4 * TPL VGPRs of V live (as quant_v)
+      u32x4 raw[TPL];
 #pragma unroll
-    for (u32 i = 0; i < TPL; ++i) {
+      for (u32 i = 0; i < TPL; ++i) {
+        u32 t = min_u32(tile * TILE + tg * TPL + i, a.S - 1);
+        raw[i] = load16(at<FP32>(a.v, row_offset(a.vst, b, t, h) + cg_ld * 8 + 4 * pass));
+      }
 #pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        if constexpr (SIGNED) {
-          int key = (int)sortable32(raw[i][c]);
-          smax[c] = smax[c] > key ? smax[c] : key;
-          smin[c] = smin[c] < key ? smin[c] : key;
-        } else {
-          u32 mag = raw[i][c] & 0x7fffffffu;
-          m[c] = m[c] > mag ? m[c] : mag;
+      for (u32 i = 0; i < TPL; ++i) {
+#pragma unroll
+        for (int cc = 0; cc < 4; ++cc) {
+          const int c = 4 * pass + cc;
+          if constexpr (SIGNED) {
+            int key = (int)sortable32(raw[i][cc]);
+            smax[c] = smax[c] > key ? smax[c] : key;
+            smin[c] = smin[c] < key ? smin[c] : key;
+          } else {
+            u32 mag = raw[i][cc] & 0x7fffffffu;
+            m[c] = m[c] > mag ? m[c] : mag;
+          }
         }
       }
     }
@@ -858,6 +863,31 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
     store16(dst + 16 * j, (u32x4){words[4 * j], words[4 * j + 1], words[4 * j + 2], words[4 * j + 3]});
 }
 
+// The V loads of quant_v / quant_v16: lane (cg, tg) reads tokens t0 .. t0 + TPL - 1 (t0 = tile*32 + TPL*tg), one
+// 16-byte load each, of channels 8cg + CPP*pass .. + CPP - 1, CPP = 8 / V_PASSES: 16-bit inputs take their 8 channels
+// in one pass, fp32 in two passes of 4 (so only 4 * TPL VGPRs of V are live: 8 * TPL spilled at D_pad 128). Padded
+// tokens load token S-1, a lane of padded channels loads channel group 0; both are zeroed.
+#define V_PASSES(DT) (WORDS(DT, 8) / 4)
+template <int DT, int DP>
+INLINE void load_v_pass(u32 (&raw)[TILE * DP / 256][4], const QuantArgs& a, u32 b, u32 h, u32 tile, int pass) {
+  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
+  u32 lane = lane_id(), cg = lane % NCG, tg = lane / NCG;
+  bool real = cg * 8 < a.D;
+  u32 S = a.S_kv;
+  u32 t0 = tile * TILE + tg * TPL;
+#pragma unroll
+  for (u32 i = 0; i < TPL; ++i) {
+    u32x4 v = load16(at<DT>(a.v, row_offset(a.vst, b, min_u32(t0 + i, S - 1), h) + (real ? cg : 0u) * 8 +
+                                     (u32)pass * (8 / V_PASSES(DT))));
+    raw[i][0] = v[0], raw[i][1] = v[1], raw[i][2] = v[2], raw[i][3] = v[3];
+  }
+  if ((tile + 1) * TILE > S || 8 * NCG > a.D) {  // wave-uniform: the last valid tile, padding tiles, padded D
+#pragma unroll
+    for (u32 i = 0; i < TPL; ++i)
+      if (t0 + i >= S || !real) raw[i][0] = raw[i][1] = raw[i][2] = raw[i][3] = 0;
+  }
+}
+
 // V tile of K/V head h: lane = (cg, tg) -> channels 8cg..8cg+7, tokens tile*32 + TPL*tg + 0..TPL-1 (a padded token
 // loads token S-1 and is zeroed before use; a lane of padded channels loads channel group 0 and zeroes it).
 template <int DT, int DP>
@@ -867,18 +897,6 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   bool real = cg * 8 < a.D;
   u32 S = a.S_kv;
   u32 t0 = tile * TILE + tg * TPL;
-  constexpr int W8 = WORDS(DT, 8);  // dwords of a lane's 8 channels of one token
-  u32 raw[TPL][W8];
-#pragma unroll
-  for (u32 i = 0; i < TPL; ++i)
-    load8<DT>(raw[i], at<DT>(a.v, row_offset(a.vst, b, min_u32(t0 + i, S - 1), h) + (real ? cg : 0u) * 8));
-  if ((tile + 1) * TILE > S || 8 * NCG > a.D) {  // wave-uniform: the last valid tile, padding tiles, padded D
-#pragma unroll
-    for (u32 i = 0; i < TPL; ++i)
-      if (t0 + i >= S || !real)
-#pragma unroll
-        for (int e = 0; e < W8; ++e) raw[i][e] = 0;
-  }
   u64 bh = (u64)b * a.H_kv + h;
   const float* invp = a.v_inv + bh * DP + cg * 8;
   f32x4 i0 = *(const f32x4*)invp, i1 = *(const f32x4*)(invp + 4);
@@ -898,11 +916,16 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   bool fast = __builtin_amdgcn_ballot_w32(!lane_fast) == 0;  // wave-uniform: one path for the whole wave
   unsigned char* dst = a.v_t + (bh * DP + cg * 8) * a.S_kv_pad + t0;
 #pragma unroll
-  for (int c = 0; c < 8; ++c) {
+  for (int pass = 0; pass < V_PASSES(DT); ++pass) {
+  u32 raw[TPL][4];
+  load_v_pass<DT, DP>(raw, a, b, h, tile, pass);
+#pragma unroll
+  for (int cc = 0; cc < 8 / V_PASSES(DT); ++cc) {
+    const int c = pass * (8 / V_PASSES(DT)) + cc;  // channel 8cg + c; raw holds it as channel cc
     float y[TPL];
 #pragma unroll
     for (u32 i = 0; i < TPL; ++i) {
-      y[i] = (chan<DT>(raw[i], c) - mean[c]) * inv[c];
+      y[i] = (chan<DT>(raw[i], cc) - mean[c]) * inv[c];
     }
     if ((tile + 1) * TILE > S) {  // wave-uniform: padded tokens are 0, not (0 - v_mean) * inv
 #pragma unroll
@@ -912,7 +935,7 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
       bool inv_inf = as_u(inv[c]) == 0x7f800000u;  // tiny amax: no x is NaN or inf, so y is NaN only for x = +-0
 #pragma unroll
       for (u32 i = 0; i < TPL; ++i) {
-        float vv = chan<DT>(raw[i], c) - mean[c];
+        float vv = chan<DT>(raw[i], cc) - mean[c];
         float cl = __builtin_amdgcn_fmed3f(y[i], -448.0f, 448.0f);
         cl = is_nan_sel(y[i], inv_inf ? vv : as_f(0x7fc00000u), cl);  // 0 * inf keeps the zero; NaN -> 0x7F
         y[i] = t0 + i < S ? cl : 0.0f;                                 // padded tokens are 0 even when NaN
@@ -929,6 +952,7 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
     else
       *(u32x2*)(dst + (u64)c * a.S_kv_pad) = (u32x2){w[0], w[1]};
   }
+  }
 }
 
 // pv fp16: V tile of K/V head h transposed to fp16 [D_pad, S_kv_pad] (the f16 WMMA's A operand rows): fp16 input
@@ -941,31 +965,24 @@ INLINE void quant_v16(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   bool real = cg * 8 < a.D;
   u32 S = a.S_kv;
   u32 t0 = tile * TILE + tg * TPL;
-  constexpr int W8 = WORDS(DT, 8);  // dwords of a lane's 8 channels of one token
-  u32 raw[TPL][W8];
-#pragma unroll
-  for (u32 i = 0; i < TPL; ++i)
-    load8<DT>(raw[i], at<DT>(a.v, row_offset(a.vst, b, min_u32(t0 + i, S - 1), h) + (real ? cg : 0u) * 8));
-  if ((tile + 1) * TILE > S || 8 * NCG > a.D) {  // wave-uniform: the last valid tile, padding tiles, padded D
-#pragma unroll
-    for (u32 i = 0; i < TPL; ++i)
-      if (t0 + i >= S || !real)
-#pragma unroll
-        for (int e = 0; e < W8; ++e) raw[i][e] = 0;
-  }
   u64 bh = (u64)b * a.H_kv + h;
   u16* dst = (u16*)a.v_t + (bh * DP + cg * 8) * a.S_kv_pad + t0;
 #pragma unroll
-  for (int c = 0; c < 8; ++c) {
+  for (int pass = 0; pass < V_PASSES(DT); ++pass) {
+  u32 raw[TPL][4];
+  load_v_pass<DT, DP>(raw, a, b, h, tile, pass);
+#pragma unroll
+  for (int cc = 0; cc < 8 / V_PASSES(DT); ++cc) {
+    const int c = pass * (8 / V_PASSES(DT)) + cc;  // channel 8cg + c; raw holds it as channel cc
     u32 hv[TPL];
 #pragma unroll
     for (u32 i = 0; i < TPL; ++i) {
       u32 bits;
       if constexpr (DT == FP16) {
-        u32 p = raw[i][c >> 1];
-        bits = (c & 1) ? p >> 16 : p & 0xffffu;
+        u32 p = raw[i][cc >> 1];
+        bits = (cc & 1) ? p >> 16 : p & 0xffffu;
       } else {
-        bits = f_to_f16(opaque(chan<DT>(raw[i], c)));  // bf16 / fp32 value -> fp16, RNE
+        bits = f_to_f16(opaque(chan<DT>(raw[i], cc)));  // bf16 / fp32 value -> fp16, RNE
       }
       hv[i] = bits;
     }
@@ -975,6 +992,7 @@ INLINE void quant_v16(const QuantArgs& a, u32 b, u32 h, u32 tile) {
 #pragma unroll
     for (u32 j = 0; j < TPL / 8; ++j)
       store16(dst + (u64)c * a.S_kv_pad + 8 * j, (u32x4){w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]});
+  }
   }
 }
 

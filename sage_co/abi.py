@@ -125,8 +125,8 @@ def _strides(prefix: str, offset: int) -> list[Field]:
 # The kernarg tables of the header comment in asm_src/gfx1201_sage_prepare.hip; checked against the .co
 # metadata before the first launch of each symbol.
 PREPARE_STATS_ARGS = KernargStruct("sage_prepare.stats", [
-    Field("k", "ptr", 0),            # bf16/fp16 [B, S_kv, H_kv, D] (strided, flat view)
-    Field("v", "ptr", 8),            # bf16/fp16 [B, S_kv, H_kv, D]
+    Field("k", "ptr", 0),            # bf16/fp16/fp32 [B, S_kv, H_kv, D] (strided, flat view)
+    Field("v", "ptr", 8),            # bf16/fp16/fp32 [B, S_kv, H_kv, D]
     Field("k_norm_w", "ptr", 16),    # [D] (placeholder when k_norm == 0)
     Field("cos", "ptr", 24),         # [max(S_q, S_kv), rope_dim] (placeholder without RoPE)
     Field("sin", "ptr", 32),
@@ -171,7 +171,7 @@ REDUCE_V_SMOOTH = 1       # v_mean = sum / S, amax = max(|max v - v_mean|, |min 
 REDUCE_V_NONE = 2         # pv fp16: no V statistics; v_scale, v_inv, v_mean = 0
 
 PREPARE_QUANT_ARGS = KernargStruct("sage_prepare.quant", [
-    Field("q", "ptr", 0),            # bf16/fp16 [B, S_q, H_q, D] (strided, flat view)
+    Field("q", "ptr", 0),            # bf16/fp16/fp32 [B, S_q, H_q, D] (strided, flat view)
     Field("k", "ptr", 8),            # [B, S_kv, H_kv, D]
     Field("v", "ptr", 16),
     Field("q_norm_w", "ptr", 24),    # [D] (placeholder when q_norm == 0)
@@ -198,7 +198,7 @@ PREPARE_QUANT_ARGS = KernargStruct("sage_prepare.quant", [
     Field("k_norm", "i32", 152),
     *_strides("q", 156), *_strides("k", 168), *_strides("v", 180),
     Field("v_mean", "ptr", 192),     # fp32 [B, H_kv, D_pad] in: subtracted from V before fp8 (zeros: exact)
-    Field("pv_fp16", "i32", 200),    # 1: V^T in fp16 (RNE from bf16, fp16 passed through), no v_inv / v_mean
+    Field("pv_fp16", "i32", 200),    # 1: V^T in fp16 (RNE from bf16/fp32, fp16 passed through), no v_inv / v_mean
 ], size=204)
 
 

@@ -82,7 +82,7 @@ def check_head_dim(name: str, D: int, shape) -> None:
 
 
 def check_qkv(q, k, v, layout="NHD") -> tuple[Shapes, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout "NHD"; "HND": [B, H, S, D]), one dtype (bf16 or fp16),
+    """q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout "NHD"; "HND": [B, H, S, D]), one dtype (bf16, fp16 or fp32),
     one device, any strides with stride(-1) == 1, D a multiple of 16 up to 128, H_q % H_kv == 0.
     Returns (Shapes, and the NHD views of q, k, v: a transpose for "HND", never a copy)."""
     layout = check_layout(layout)

@@ -60,7 +60,7 @@ def _unserved():
     return [
         ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(S, S, dtype=torch.bool))),
         ("dropout_p", (q, k, v), dict(dropout_p=0.5)),
-        ("dtype", [t.float() for t in (q, k, v)], {}),
+        ("dtype", [t.double() for t in (q, k, v)], {}),                  # fp32 is served (issue 30)
         ("shape", [t[0] for t in (q, k, v)], {}),
         ("head_dim", [t[..., :40] for t in (q, k, v)], {}),
         ("heads", (q, k[:, :1], v[:, :1]), {}),                        # GQA without enable_gqa
