@@ -189,7 +189,9 @@ def test_attention_fp32_out_asm_hip_model(case):
     assert model.dtype == torch.float32
     assert rel_l2(out, model) <= MODEL_REL_L2
     assert (out - model).abs().max() <= MODEL_MAX_ABS * model.abs().max()
-    assert ((lse - model_lse).abs() / model_lse.abs().clamp(min=1.0)).max() <= 1e-4
+    fin = torch.isfinite(model_lse)   # causal S_q > S_kv: rows that see no key have lse -inf
+    assert torch.equal(lse[~fin], model_lse[~fin])
+    assert ((lse - model_lse)[fin].abs() / model_lse[fin].abs().clamp(min=1.0)).max() <= 1e-4
     m = accuracy.metrics(out, R.attention_fp32(q, k, v, layout=layout, is_causal=causal))
     assert accuracy.within_contract(m), m
 
