@@ -250,8 +250,21 @@ INLINE void load_row(u32 (&row)[WORDS(DT, DP)], const void* __restrict__ p, u32 
 
 // Sum of x*x over the row, per_op convention (reference.mean_square): t = x*x over the D_PAD channels (zeros past
 // D), t[i] += t[i + w] for w = D_PAD/2 .. 1.
+// Node i of level W of that tree, evaluated depth first (fp32 rows: O(log D_PAD) partial sums live instead of
+// D_PAD / 2 next to the D_PAD-VGPR row; the same operations on the same operands, so the same bits).
+template <int DT, int DP, int W>
+INLINE float tree_node(const u32 (&row)[WORDS(DT, DP)], int i) {
+  if constexpr (W == DP / 2) {
+    float a = ch<DT, DP>(row, i) * ch<DT, DP>(row, i);
+    float b = ch<DT, DP>(row, i + W) * ch<DT, DP>(row, i + W);
+    return a + b;
+  } else {
+    return tree_node<DT, DP, 2 * W>(row, i) + tree_node<DT, DP, 2 * W>(row, i + W);
+  }
+}
 template <int DT, int DP>
 INLINE float sum_sq_tree(const u32 (&row)[WORDS(DT, DP)]) {
+  if constexpr (DT == FP32) return tree_node<DT, DP, 1>(row, 0);
   constexpr int HALF = DP / 2;
   float t[HALF];
 #pragma unroll
@@ -277,6 +290,27 @@ template <int DT, int DP>
 INLINE float sum_sq_lanes8(const u32 (&row)[WORDS(DT, DP)], u32 D) {
   constexpr int NV = DP / 8;
   u32 split = 4 * (D / 32);  // vectors below split use all four accumulators
+  if constexpr (DT == FP32) {  // lane by lane (4 accumulators live, not 32, next to the fp32 row): the same chains
+    float f = 0.0f;
+#pragma unroll
+    for (int l = 0; l < 8; ++l) {
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int j = 0; j < NV; ++j) {
+        bool four = (u32)j < split;
+        float v = ch<DT, DP>(row, 8 * j + l);
+        float t = v * v;
+        if (j % 4 == 0) {
+          acc[0] = acc[0] + t;
+        } else {
+          acc[j % 4] = acc[j % 4] + (four ? t : 0.0f);
+          acc[0] = acc[0] + (four ? 0.0f : t);
+        }
+      }
+      f = f + (((acc[0] + acc[1]) + acc[2]) + acc[3]);
+    }
+    return f;
+  }
   float acc[4][8];
 #pragma unroll
   for (int k = 0; k < 4; ++k)
@@ -314,7 +348,10 @@ INLINE void rms_norm(u32 (&row)[WORDS(DT, DP)], const u16* __restrict__ weight, 
 #pragma unroll
   for (int j = 0; j < DP / 8; ++j) {
     u32 w[WORDS(DT, 8)];
-    load8<DT>(w, at<DT>(weight, 8 * min_u32((u32)j, n16 - 1)));  // wave-uniform address: scalar loads
+    // wave-uniform address: scalar loads; fp32 weights through a VGPR offset of 0 instead (vector loads of the same
+    // address): 8 SGPRs per group hoisted for all D_PAD channels overflowed the SGPRs (a stack slot, no scratch use)
+    u32 wg = 8 * min_u32((u32)j, n16 - 1) + (DT == FP32 ? opaque_u(0u) : 0u);
+    load8<DT>(w, at<DT>(weight, wg));
     bool real = (u32)j < n16;                                  // padded groups stay 0 (0 * inf would be NaN)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {  // channel pair e of the group: channels 8j + 2e, 8j + 2e + 1
@@ -374,6 +411,11 @@ INLINE void rope_per_op(u32 (&row)[DP / 2], const u16* __restrict__ cs, const u1
 // sum rounded to fp32, one rounding to the input dtype), cos/sin fp32 rows of RD values (the host upcasts tables
 // given in the input dtype, exactly). Chunks of 4 channel pairs (one 16-byte load per table half), double-buffered
 // as in rope_per_op: the same 16 VGPRs of table in flight.
+// fp32 rows take D_PAD VGPRs: the tables of one chunk at a time (16 VGPRs fewer, no prefetch), which keeps the fp32
+// D_PAD 128 stats kernels (K row + V statistics in one symbol) within 256 VGPRs without scratch.
+#ifndef ROPE_SINGLE_BUFFER
+#define ROPE_SINGLE_BUFFER(DT) ((DT) == FP32)
+#endif
 template <int DT, int DP, int RD>
 INLINE void rope_once(u32 (&row)[WORDS(DT, DP)], const float* __restrict__ cs, const float* __restrict__ sn) {
   typedef Elt<DT> E;
@@ -382,7 +424,7 @@ INLINE void rope_once(u32 (&row)[WORDS(DT, DP)], const float* __restrict__ cs, c
 #pragma unroll
   for (int j = 0; j < CHUNKS; ++j) {
     f32x4 nxt[4] = {cur[0], cur[1], cur[2], cur[3]};
-    if (j + 1 < CHUNKS) {
+    if (j + 1 < CHUNKS && !ROPE_SINGLE_BUFFER(DT)) {
       int o = 4 * (j + 1);
       nxt[0] = *(const f32x4*)(cs + o); nxt[1] = *(const f32x4*)(cs + H2 + o);
       nxt[2] = *(const f32x4*)(sn + o); nxt[3] = *(const f32x4*)(sn + H2 + o);
@@ -405,6 +447,11 @@ INLINE void rope_once(u32 (&row)[WORDS(DT, DP)], const float* __restrict__ cs, c
     __builtin_amdgcn_sched_barrier(0);
 #pragma unroll
     for (int q = 0; q < 4; ++q) cur[q] = nxt[q];
+    if (j + 1 < CHUNKS && ROPE_SINGLE_BUFFER(DT)) {  // fp32: the next chunk's tables after this chunk's math
+      int o = 4 * (j + 1);
+      cur[0] = *(const f32x4*)(cs + o); cur[1] = *(const f32x4*)(cs + H2 + o);
+      cur[2] = *(const f32x4*)(sn + o); cur[3] = *(const f32x4*)(sn + H2 + o);
+    }
   }
 }
 
@@ -539,6 +586,9 @@ INLINE void stats_v(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
 // fp32 V (stats_v on fp32 patterns): per-channel max |v| as unsigned patterns (NaN above inf: NaN wins), or with
 // SIGNED max v and min v as sortable32 keys (negative patterns get their magnitude bits flipped: signed int order =
 // value order, -0 just below +0). Same lanes, chunks and stores as stats_v; one channel per dword.
+#ifndef V32_SPLIT
+#define V32_SPLIT 2  // token halves per tile and lane: stats_v32 next to stats_k in one fp32 stats kernel fits 256 VGPRs
+#endif
 INLINE u32 sortable32(u32 p) { return p ^ ((u32)((int)p >> 31) & 0x7fffffffu); }  // its own inverse
 template <int DP, bool SIGNED>
 INLINE void stats_v32(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
@@ -555,18 +605,20 @@ INLINE void stats_v32(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
   for (int c = 0; c < 8; ++c) m[c] = 0, smax[c] = -0x7fffffff - 1, smin[c] = 0x7fffffff;
   for (u32 tile = t_begin; tile < t_end; ++tile) {
 #pragma unroll
-    for (int pass = 0; pass < 2; ++pass) {  // channels 4 * pass .. + 3: 4 * TPL VGPRs of V live (as quant_v)
-      u32x4 raw[TPL];
+    for (int pass = 0; pass < 2 * V32_SPLIT; ++pass) {  // channels 4 * (pass % 2) .. + 3 of tokens part pass / 2
+      constexpr u32 TP = TPL / V32_SPLIT;                // tokens per pass: 4 * TP VGPRs of V live
+      const u32 t_at = tile * TILE + tg * TPL + TP * (pass / 2);
+      u32x4 raw[TP];
 #pragma unroll
-      for (u32 i = 0; i < TPL; ++i) {
-        u32 t = min_u32(tile * TILE + tg * TPL + i, a.S - 1);
-        raw[i] = load16(at<FP32>(a.v, row_offset(a.vst, b, t, h) + cg_ld * 8 + 4 * pass));
+      for (u32 i = 0; i < TP; ++i) {
+        u32 t = min_u32(t_at + i, a.S - 1);
+        raw[i] = load16(at<FP32>(a.v, row_offset(a.vst, b, t, h) + cg_ld * 8 + 4 * (pass % 2)));
       }
 #pragma unroll
-      for (u32 i = 0; i < TPL; ++i) {
+      for (u32 i = 0; i < TP; ++i) {
 #pragma unroll
         for (int cc = 0; cc < 4; ++cc) {
-          const int c = 4 * pass + cc;
+          const int c = 4 * (pass % 2) + cc;
           if constexpr (SIGNED) {
             int key = (int)sortable32(raw[i][cc]);
             smax[c] = smax[c] > key ? smax[c] : key;
@@ -803,7 +855,10 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   for (int i = 0; i < DP; ++i) x[i] = ch<DT, DP>(row, i);
   u64 bh = (u64)b * H + h;
   if constexpr (is_k) {
-    const f32x4* mean = (const f32x4*)(a.k_mean + bh * DP);  // wave-uniform: scalar loads
+    // wave-uniform: scalar loads; fp32 without RoPE through a VGPR offset of 0 (vector loads of one address): there
+    // LLVM hoists all D_PAD means and runs out of SGPRs (a stack slot, though no scratch access); with RoPE the
+    // VGPRs are the tighter budget
+    const f32x4* mean = (const f32x4*)(a.k_mean + bh * DP + (DT == FP32 && RD == 0 ? opaque_u(0u) : 0u));
 #pragma unroll
     for (int j = 0; j < DP / 4; ++j) {
       f32x4 m4 = mean[j];
