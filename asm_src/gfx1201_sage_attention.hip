@@ -1,9 +1,9 @@
-// gfx1201_sage_attention_fwd_d{64,128}_{bf16,fp16}[_pv16]: SageAttention forward (dense, causal, block-sparse) on RDNA4, headers-free HIP.
+// gfx1201_sage_attention_fwd_d{64,128}_{bf16,fp16,fp32}[_pv16]: SageAttention forward (dense, causal, block-sparse) on RDNA4, headers-free HIP.
 //
 // The readable baseline of the attention kernel; a hand-scheduled asm kernel later must beat it and match it.
 // It keeps the same kernarg struct and launch geometry (below). Hardware facts cite docs/rdna4.md sections
-// (§WMMA, §Memory, ...). One template, eight symbols: the padded head dim DP (64 or 128; manifest key head_dim),
-// the output dtype (bf16 or fp16; key out_dtype) and the P.V input type (PV16: key pv_dtype "fp8" or "fp16",
+// (§WMMA, §Memory, ...). One template, twelve symbols: the padded head dim DP (64 or 128; manifest key head_dim),
+// the output dtype (OT: bf16, fp16 or fp32; key out_dtype) and the P.V input type (PV16: key pv_dtype "fp8" or "fp16",
 // suffix _pv16). GQA, separate query/key lengths, the caller's output layout and smooth_v are runtime arguments.
 //
 // Math, per query row i of query head h (K/V head g = h / (H_q/H_kv)) and key tile of 64 keys
@@ -19,7 +19,8 @@
 //   O      = O*alpha + fp8_e4m3(p) . v_fp8                                   (fp32 accumulation)
 //   out    = round_sat((O * (1/l)) * v_scale[g][d] [+ v_mean[g][d]]) (inv = 0 when l = 0: zeros; v_mean with
 //            flags bit 3 (smooth_v) on rows with l != 0)  RNE to bf16 or fp16, saturating at +-the dtype's
-//            largest finite value (NaN -> the dtype's quiet NaN), d < head_dim only;
+//            largest finite value (NaN -> the dtype's quiet NaN), d < head_dim only; fp32 output: the fp32 value
+//            itself (no rounding, no saturation: +-inf stays +-inf), NaN -> 0x7fc00000 (the one fp32 NaN written)
 //   PV16:  O = O*alpha + fp16(p) . v_f16 (v_wmma_f32_16x16x16_f16), out = round_sat(O * (1/l)) (no scales)
 //   lse    = (m + (log2 l - P_OFF))*ln2 [+ ln2 * q_deq.k_mean[g]]
 // `#pragma clang fp contract(off)`: HIP contracts a*b+c into FMA by default, which would round differently
@@ -39,7 +40,7 @@
 //   |     32 | k_scale        | ptr  | f32   [B, H_kv, seq_pad_kv/32]                                     |
 //   |     40 | k_mean         | ptr  | f32   [B, H_kv, DP] (read only when flags bit 1 and bit 0 are set) |
 //   |     48 | v_scale        | ptr  | f32   [B, H_kv, DP] (not read by PV16 symbols)                     |
-//   |     56 | out            | ptr  | bf16/fp16, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d]     |
+//   |     56 | out            | ptr  | bf16/fp16/fp32, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d]|
 //   |     64 | lse            | ptr  | f32   [B, H_q, seq_len_q] (written only when flags bit 0 is set)   |
 //   |     72 | seq_len_q      | u32  | S_q >= 1                                                           |
 //   |     76 | seq_pad_q      | u32  | round_up(S_q, 64); padded rows of q are zero                       |
@@ -157,6 +158,11 @@ typedef _Float16 v8h __attribute__((ext_vector_type(8)));
 #define FP16_MAX 65504.0f      // largest finite fp16 (bits 0x7bff)
 #define BF16_QNAN 0x7fc0u
 #define FP16_QNAN 0x7e00u
+#define FP32_QNAN 0x7fc00000u
+// The output type OT (sage_co/family.py HIP_OUT_DTYPE, manifest key out_dtype), the template's second argument.
+#define OUT_BF16 0
+#define OUT_FP16 1
+#define OUT_FP32 2
 
 static __device__ __attribute__((always_inline)) float xlane16(float x) {
   // value of lane l ^ 16 (docs/rdna4.md §WMMA: v_permlanex16_b32 with selects 0x76543210 / 0xfedcba98)
@@ -164,12 +170,13 @@ static __device__ __attribute__((always_inline)) float xlane16(float x) {
                                                                 0x76543210, 0xfedcba98, false, false));
 }
 
-template <bool FP16>
+template <int OT>
 static __device__ __attribute__((always_inline)) u32 round_sat(float x) {
   // fp32 -> bf16 or fp16 bits, round to nearest even, saturating: |x| beyond the dtype's largest finite value
   // gives +-that value (docs/numerics.md §Finite range); NaN -> the dtype's quiet NaN. The clamp may drop a NaN
   // (v_max_num/v_min_num), so the NaN test reads x, not c.
-  if (FP16) {
+  if (OT == OUT_FP32) return x != x ? FP32_QNAN : __builtin_bit_cast(u32, x);  // fp32 out: the value, one NaN
+  if (OT == OUT_FP16) {
     const float c = __builtin_fminf(__builtin_fmaxf(x, -FP16_MAX), FP16_MAX);
     const u32 r = __builtin_bit_cast(unsigned short, (_Float16)c);  // v_cvt_f16_f32: RNE (round mode 0)
     return x != x ? FP16_QNAN : r;
@@ -199,7 +206,7 @@ static __device__ __attribute__((always_inline)) u32 kswz(u32 row) {
   return DP == 128 ? (row & 7) : ((row >> 1) & 3);
 }
 
-template <int DP, bool FP16, bool PV16>
+template <int DP, int OT, bool PV16>
 static __device__ __attribute__((always_inline)) void attention(
     const signed char* __restrict__ q, const signed char* __restrict__ k, const unsigned char* __restrict__ v,
     const float* __restrict__ q_scale, const float* __restrict__ k_scale, const float* __restrict__ k_mean,
@@ -472,14 +479,17 @@ static __device__ __attribute__((always_inline)) void attention(
   // smooth_v: v_mean comes back on rows that saw a key (a row's softmax weights sum to 1); others stay zero
   const bool add_mean = (flags & FLAG_SMOOTH_V) && l_run != 0.0f;
   const v4f* vmn = (const v4f*)(v_mean + bkv * DP + 8 * hl);
-  v4i* orow = (v4i*)(out + ((u64)batch * out_stride_b + (u64)qi * out_stride_s + (u64)head * out_stride_h) + 8 * hl);
+  // out element (batch, qi, head, 8hl + 16t + e): OB bytes each (fp32: 4, a d-tile half is two 16-byte stores)
+  constexpr u32 OB = OT == OUT_FP32 ? 4 : 2;
+  v4i* orow = (v4i*)((char*)out + ((u64)batch * out_stride_b + (u64)qi * out_stride_s + (u64)head * out_stride_h +
+                                   8 * hl) * OB);
   const u32 dtiles = head_dim / 16;
 #pragma unroll
   for (int t = 0; t < NCOL; ++t) {
     if ((u32)t >= dtiles) continue;  // uniform: whole d-tiles of padding (o[] stays in registers: full unroll)
-    u32 h16[8];
+    u32 h16[8];  // output bits: 16-bit patterns, or fp32 bits (OT == OUT_FP32)
     if (PV16) {
-      for (int e = 0; e < 8; ++e) h16[e] = round_sat<FP16>(o[t][e] * inv);
+      for (int e = 0; e < 8; ++e) h16[e] = round_sat<OT>(o[t][e] * inv);
     } else {
       const v4f va = vsc[4 * t], vb = vsc[4 * t + 1];
       const float sc[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
@@ -490,10 +500,15 @@ static __device__ __attribute__((always_inline)) void attention(
         const float mn[8] = {ma.x, ma.y, ma.z, ma.w, mb.x, mb.y, mb.z, mb.w};
         for (int e = 0; e < 8; ++e) x[e] = x[e] + mn[e];
       }
-      for (int e = 0; e < 8; ++e) h16[e] = round_sat<FP16>(x[e]);
+      for (int e = 0; e < 8; ++e) h16[e] = round_sat<OT>(x[e]);
     }
-    orow[2 * t] = (v4i){(int)(h16[0] | h16[1] << 16), (int)(h16[2] | h16[3] << 16),
-                        (int)(h16[4] | h16[5] << 16), (int)(h16[6] | h16[7] << 16)};
+    if (OT == OUT_FP32) {
+      orow[4 * t] = (v4i){(int)h16[0], (int)h16[1], (int)h16[2], (int)h16[3]};
+      orow[4 * t + 1] = (v4i){(int)h16[4], (int)h16[5], (int)h16[6], (int)h16[7]};
+    } else {
+      orow[2 * t] = (v4i){(int)(h16[0] | h16[1] << 16), (int)(h16[2] | h16[3] << 16),
+                          (int)(h16[4] | h16[5] << 16), (int)(h16[6] | h16[7] << 16)};
+    }
   }
   if (flags & FLAG_LSE) {
     float val = (m_run + (__builtin_amdgcn_logf(l_run) - P_OFF)) * LN2;  // v_log_f32 = log2
@@ -531,19 +546,23 @@ static __device__ __attribute__((always_inline)) void attention(
       mask_stride_h, mask_stride_s
 // LDS: two buffers of K (64 x DP B) + V^T (DP x 64 B) tiles (PV16: two K tiles + one DP x 128 B V^T tile),
 // 32 KiB for DP = 128, 16 KiB for DP = 64
-#define KERNEL(NAME, DP, FP16, PV16)                                                                          \
+#define KERNEL(NAME, DP, OT, PV16)                                                                          \
   extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(128, 128))) void NAME(ATTENTION_PARAMS) { \
     __shared__ static v4i lds[16 * DP];                                                                       \
-    attention<DP, FP16, PV16>(ATTENTION_ARGS, lds);                                                           \
+    attention<DP, OT, PV16>(ATTENTION_ARGS, lds);                                                           \
   }
 
 // One symbol per (head_dim = DP, out_dtype) manifest key pair (asm_src/kernels.toml)
-KERNEL(gfx1201_sage_attention_fwd_d128_bf16, 128, false, false)
-KERNEL(gfx1201_sage_attention_fwd_d128_fp16, 128, true, false)
-KERNEL(gfx1201_sage_attention_fwd_d64_bf16, 64, false, false)
-KERNEL(gfx1201_sage_attention_fwd_d64_fp16, 64, true, false)
-// pv_dtype fp16 (manifest key pv_dtype = "fp16"; the four above are "fp8")
-KERNEL(gfx1201_sage_attention_fwd_d128_bf16_pv16, 128, false, true)
-KERNEL(gfx1201_sage_attention_fwd_d128_fp16_pv16, 128, true, true)
-KERNEL(gfx1201_sage_attention_fwd_d64_bf16_pv16, 64, false, true)
-KERNEL(gfx1201_sage_attention_fwd_d64_fp16_pv16, 64, true, true)
+KERNEL(gfx1201_sage_attention_fwd_d128_bf16, 128, OUT_BF16, false)
+KERNEL(gfx1201_sage_attention_fwd_d128_fp16, 128, OUT_FP16, false)
+KERNEL(gfx1201_sage_attention_fwd_d128_fp32, 128, OUT_FP32, false)
+KERNEL(gfx1201_sage_attention_fwd_d64_bf16, 64, OUT_BF16, false)
+KERNEL(gfx1201_sage_attention_fwd_d64_fp16, 64, OUT_FP16, false)
+KERNEL(gfx1201_sage_attention_fwd_d64_fp32, 64, OUT_FP32, false)
+// pv_dtype fp16 (manifest key pv_dtype = "fp16"; the six above are "fp8")
+KERNEL(gfx1201_sage_attention_fwd_d128_bf16_pv16, 128, OUT_BF16, true)
+KERNEL(gfx1201_sage_attention_fwd_d128_fp16_pv16, 128, OUT_FP16, true)
+KERNEL(gfx1201_sage_attention_fwd_d128_fp32_pv16, 128, OUT_FP32, true)
+KERNEL(gfx1201_sage_attention_fwd_d64_bf16_pv16, 64, OUT_BF16, true)
+KERNEL(gfx1201_sage_attention_fwd_d64_fp16_pv16, 64, OUT_FP16, true)
+KERNEL(gfx1201_sage_attention_fwd_d64_fp32_pv16, 64, OUT_FP32, true)

@@ -5,12 +5,16 @@
 // Variants (one Config each; manifest key columns head_dim, out_dtype, pv_dtype):
 //   gfx1201_sage_attention_fwd_asm_d128_bf16          head_dim 128  out_dtype bf16  pv_dtype fp8   256 VGPRs  32768 B LDS  ring 10
 //   gfx1201_sage_attention_fwd_asm_d128_fp16          head_dim 128  out_dtype fp16  pv_dtype fp8   256 VGPRs  32768 B LDS  ring 10
+//   gfx1201_sage_attention_fwd_asm_d128_fp32          head_dim 128  out_dtype fp32  pv_dtype fp8   256 VGPRs  32768 B LDS  ring 10
 //   gfx1201_sage_attention_fwd_asm_d64_bf16           head_dim  64  out_dtype bf16  pv_dtype fp8   200 VGPRs  16384 B LDS  ring 10
 //   gfx1201_sage_attention_fwd_asm_d64_fp16           head_dim  64  out_dtype fp16  pv_dtype fp8   200 VGPRs  16384 B LDS  ring 10
+//   gfx1201_sage_attention_fwd_asm_d64_fp32           head_dim  64  out_dtype fp32  pv_dtype fp8   200 VGPRs  16384 B LDS  ring 10
 //   gfx1201_sage_attention_fwd_asm_d128_bf16_pv16     head_dim 128  out_dtype bf16  pv_dtype fp16  256 VGPRs  34816 B LDS  ring 6
 //   gfx1201_sage_attention_fwd_asm_d128_fp16_pv16     head_dim 128  out_dtype fp16  pv_dtype fp16  256 VGPRs  34816 B LDS  ring 6
+//   gfx1201_sage_attention_fwd_asm_d128_fp32_pv16     head_dim 128  out_dtype fp32  pv_dtype fp16  256 VGPRs  34816 B LDS  ring 6
 //   gfx1201_sage_attention_fwd_asm_d64_bf16_pv16      head_dim  64  out_dtype bf16  pv_dtype fp16  208 VGPRs  17408 B LDS  ring 10
 //   gfx1201_sage_attention_fwd_asm_d64_fp16_pv16      head_dim  64  out_dtype fp16  pv_dtype fp16  208 VGPRs  17408 B LDS  ring 10
+//   gfx1201_sage_attention_fwd_asm_d64_fp32_pv16      head_dim  64  out_dtype fp32  pv_dtype fp16  208 VGPRs  17408 B LDS  ring 10
 //
 // Contract: the same operation, kernarg struct and launch geometry as asm_src/gfx1201_sage_attention.hip, and
 // the same per-row arithmetic in the same order (docs/numerics.md §Attention arithmetic model: x = the
@@ -10046,6 +10050,4684 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         .size   gfx1201_sage_attention_fwd_asm_d128_fp16, .Lgfx1201_sage_attention_fwd_asm_d128_fp16_end-gfx1201_sage_attention_fwd_asm_d128_fp16
 
         .text
+        .globl  gfx1201_sage_attention_fwd_asm_d128_fp32
+        .p2align 8
+        .type   gfx1201_sage_attention_fwd_asm_d128_fp32,@function
+gfx1201_sage_attention_fwd_asm_d128_fp32:
+
+// ==== gfx1201_sage_attention_fwd_asm_d128_fp32: head dim (D_pad) 128, output fp32, P.V fp8 ===============================
+// QK^T 32 WMMA + PV 32 WMMA (v_wmma_f32_16x16x16_fp8_fp8) per 64-key tile; O^T = 8 d-tiles x 8 VGPRs;
+// Q^T 4 x 16 B per lane; staging 4 + 4 b128 loads per thread and tile; ring 10 slots.
+// LDS (32768 B): kbuf0 @0, kbuf1 @8192 (K tiles 8192 B, rows of
+// 128 B), vbuf0 @16384, vbuf1 @24576 (V^T tiles 8192 B, rows of 64 B).
+// Resources: 256 VGPRs -> 5 waves/SIMD by registers; 32768 B LDS per 4-wave workgroup.
+// Output: fp32, the value itself (no rounding or saturation; NaN -> 0x7fc00000), d-tiles at or past
+// head_dim (the kernarg; zero-padded channels) not stored.
+//
+// VGPR map:
+//   v0           tid          work-item id x (entry state, docs/rdna4.md §Entry); lane math reads it
+//   v[1:4]       k_rd         LDS byte address of K fragment d-group i (chunk c adds 8 rows)
+//   v[5:6]       v_rd         LDS byte address of V^T fragment half i (d-tile adds dt*1024)
+//   v7           k_st         LDS store address of this thread's K staging chunks
+//   v8           v_st         LDS store address of this thread's V^T staging chunks
+//   v9           k_gl         global offset of this thread's K staging chunk 0 in a tile
+//   v10          v_gl         global offset of this thread's V^T staging chunk 0 (row*seq_pad_kv + col*16)
+//   v11          ks           k_scale of this lane half's 32 keys of the next tile
+//   v12          ks_off       4h: byte offset of this lane half's k_scale in a tile's pair
+//   v[13:14]     qk           q_scale*k_scale, two copies in different banks (VOPD src0)
+//   v[16:18]     m            m[0], m[1]: running max ping-pong (even/odd tile); m[2]: copy of m_new
+//   v[19:20]     alpha        exp2(m_old - m_new), two banks (VOPD src0); alpha[0] also the scratch of it
+//   v21          l_run        running row sum
+//   v[22:23]     rs           row-sum chain ping-pong: rs[1] (odd VGPR) after even steps, rs[0] after odd
+//   v[24:27]     mx           row-max partials; mx[0] ends as the lane max
+//   v28          xl           v_permlanex16 result
+//   v29          lim          masked tiles: keys of this lane half still visible (lim(row) - key0); then a copy of m_use (VOPD bank of the exp2 arguments)
+//   v[32:95]     O            O^T accumulators: d-tile dt = O[8dt:8dt+8], lane (h,r) row d=16dt+8h+e
+//   v[96:127]    SA           S^T of even tiles: chunk c = SA[8c:8c+8]; scores, then p, P^T fp8 in place
+//   v[128:159]   SB           S^T of odd tiles (the next tile's QK^T accumulates here)
+//   v[160:175]   Q            Q^T B-fragments: Q[4i:4i+4] = 16 bytes 64h+16i.. of query row r
+//   v[176:191]   stK          global->LDS staging of K tile t+2
+//   v[192:207]   stV          global->LDS staging of V^T tile t+1
+//   v[208:247]   ring         10 LDS fragment slots of 4 VGPRs (ds_load_b128)
+//   v[248:255]   magic        0x4b400000 x 8: C of each chunk's first QK^T WMMA (int -> float trick)
+// SGPR map:
+//   s[0:1]       kernarg      kernarg segment pointer (only user SGPR, docs/rdna4.md §Entry)
+//   s[4:5]       q            kernarg q (ptr)
+//   s[6:7]       k            kernarg k (ptr)
+//   s[8:9]       v            kernarg v (ptr)
+//   s[10:11]     q_scale      kernarg q_scale (ptr)
+//   s[12:13]     k_scale      kernarg k_scale (ptr)
+//   s[14:15]     k_mean       kernarg k_mean (ptr)
+//   s[16:17]     v_scale      kernarg v_scale (ptr)
+//   s[18:19]     out          kernarg out (ptr)
+//   s[20:21]     lse          kernarg lse (ptr)
+//   s22          seq_len_q    kernarg seq_len_q (u32)
+//   s23          seq_pad_q    kernarg seq_pad_q (u32)
+//   s24          seq_len_kv   kernarg seq_len_kv (u32)
+//   s25          seq_pad_kv   kernarg seq_pad_kv (u32)
+//   s26          num_heads_q  kernarg num_heads_q (u32)
+//   s27          num_heads_kv kernarg num_heads_kv (u32)
+//   s[28:29]     kv_group_magic kernarg kv_group_magic (u64)
+//   s30          out_stride_b kernarg out_stride_b (u32)
+//   s31          out_stride_s kernarg out_stride_s (u32)
+//   s32          out_stride_h kernarg out_stride_h (u32)
+//   s33          head_dim     kernarg head_dim (u32)
+//   s34          flags        kernarg flags (u32)
+//   s[36:37]     lut          kernarg lut (ptr)
+//   s38          lut_stride_b kernarg lut_stride_b (u32)
+//   s39          lut_stride_h kernarg lut_stride_h (u32)
+//   s40          causal_offset kernarg causal_offset (i32)
+//   s[42:43]     v_mean       kernarg v_mean (ptr)
+//   s44          head         
+//   s45          batch        
+//   s46          wave         
+//   s[48:49]     bh           batch*H_q + head (hi word 0)
+//   s[50:51]     bkv          batch*H_kv + K/V head (hi word 0)
+//   s[52:53]     tmp          
+//   s[54:55]     tmp2         
+//   s[56:57]     tmp3         
+//   s58          q0           first query of this wave
+//   s59          last_tile    count - 1: the last LUT entry
+//   s60          rowlim0      i32: q0 + causal_offset + 1 (causal) or seq_len_kv: row q0+r sees keys < min(rowlim0 + r, seq_len_kv)
+//   s61          wlim         i32: the smallest row limit of the wave: tiles ending above it are masked
+//   s[62:63]     lutrow       LUT row of this query tile
+//   s[64:67]     lut4         count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)
+//   s68          L3           L[min(t+3, last)] (in flight during tile t)
+//   s69          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
+//   s70          permsel      v_permlanex16 lane select 0x76543210
+//   s71          qs           q_scale of this wave's 16 queries
+//   s72          tile         loop: current key tile t
+//   s[74:75]     kh           K of this K/V head
+//   s[76:77]     qrow         Q rows of this wave
+//   s[78:79]     kb           K staging base (tile min(t+2, last))
+//   s[80:81]     koff         K staging tile byte offset (hi word 0)
+//   s[82:89]     vb           V^T staging bases of chunk rows u*32 (u < 4), tile t+1
+//   s90          addmean      epilogue: lanes that add v_mean (smooth_v and l != 0)
+//   s[92:93]     vmh          v_mean of this K/V head
+//   s[94:95]     ksb          k_scale of tile t+1
+//   s[96:97]     kmh          k_mean of this K/V head
+//   s[98:99]     vsh          v_scale of this K/V head
+//   s[100:101]   outb         out row of query q0
+//   s[102:103]   lseb         lse of query q0
+
+        // ---- prologue: kernargs (the whole struct of sage_co/abi.py, dword i in SGPR KARG_SGPR + i) ----------
+        s_load_b256 s[4:11], s[0:1], 0x0  // q, k, v, q_scale
+        s_load_b256 s[12:19], s[0:1], 0x20  // k_scale, k_mean, v_scale, out
+        s_load_b256 s[20:27], s[0:1], 0x40  // lse, seq_len_q, seq_pad_q, seq_len_kv, seq_pad_kv, num_heads_q, num_heads_kv
+        s_load_b256 s[28:35], s[0:1], 0x60  // kv_group_magic, out_stride_b, out_stride_s, out_stride_h, head_dim, flags
+        s_load_b256 s[36:43], s[0:1], 0x80  // lut, lut_stride_b, lut_stride_h, causal_offset, v_mean
+
+        // ---- prologue: lane constants (VALU while the kernargs load) -----------------------------------------
+        v_and_b32 v208, 31, v0  // lane
+        v_and_b32 v209, 15, v0  // r = lane % 16
+        v_bfe_u32 v210, v0, 4, 1  // h = lane / 16
+        v_lshlrev_b32 v12, 2, v210  // 4h: k_scale of this half inside a tile's pair
+        v_lshlrev_b32 v9, 4, v0  // K staging: chunk tid of the tile (16 B)
+        v_lshrrev_b32 v211, 3, v0  // K row
+        v_and_b32 v212, 7, v211
+        v_and_b32 v213, 7, v0
+        v_xor_b32 v212, v212, v213
+        v_lshlrev_b32 v212, 4, v212
+        v_lshl_or_b32 v7, v211, 7, v212  // row*128 + (col ^ kswz(row))*16
+        v_lshrrev_b32 v211, 2, v0  // V^T row
+        v_bfe_u32 v212, v211, 1, 2
+        v_and_b32 v213, 3, v0
+        v_xor_b32 v212, v212, v213
+        v_lshlrev_b32 v212, 4, v212
+        v_lshl_or_b32 v8, v211, 6, v212  // row*64 + (col ^ (row>>1)&3)*16
+        v_bfe_u32 v212, v209, 1, 2
+        v_lshlrev_b32 v211, 6, v209  // r * 64
+        v_lshlrev_b32 v213, 1, v210  // 2h
+        v_mov_b32 v5, v213
+        v_xor_b32 v5, v5, v212
+        v_lshl_or_b32 v5, v5, 4, v211
+        v_or_b32 v6, 1, v213
+        v_xor_b32 v6, v6, v212
+        v_lshl_or_b32 v6, v6, 4, v211
+        v_lshrrev_b32 v211, 3, v209
+        v_and_b32 v212, 7, v209
+        v_lshl_or_b32 v211, v211, 5, v212  // row
+        v_lshlrev_b32 v211, 7, v211  // row * 128
+        v_and_b32 v212, 7, v209
+        v_lshlrev_b32 v213, 2, v210  // 4h
+        v_mov_b32 v1, v213
+        v_xor_b32 v1, v1, v212
+        v_lshl_or_b32 v1, v1, 4, v211
+        v_or_b32 v2, 1, v213
+        v_xor_b32 v2, v2, v212
+        v_lshl_or_b32 v2, v2, 4, v211
+        v_or_b32 v3, 2, v213
+        v_xor_b32 v3, v3, v212
+        v_lshl_or_b32 v3, v3, 4, v211
+        v_or_b32 v4, 3, v213
+        v_xor_b32 v4, v4, v212
+        v_lshl_or_b32 v4, v4, 4, v211
+        v_lshlrev_b32 v214, 7, v209  // query row r * 128
+        v_lshl_or_b32 v214, v210, 6, v214  // + 64h (d permutation of the .hip header)
+        v_readfirstlane_b32 s46, v0
+
+        // ---- prologue: scalar addressing ---------------------------------------------------------------------
+        s_wait_kmcnt 0
+        s_lshr_b32 s46, s46, 5  // wave = tid / 32 (uniform)
+        s_and_b32 s44, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
+        s_lshr_b32 s45, ttmp7, 16  // workgroup id z = batch
+        s_mul_i32 s48, s45, s26
+        s_add_co_i32 s48, s48, s44
+        s_mov_b32 s49, 0
+        s_mov_b32 s52, s44
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[28:29]  // hi word: K/V head
+        s_mul_i32 s50, s45, s27
+        s_add_co_i32 s50, s50, s53
+        s_mov_b32 s51, 0
+        s_lshl_b32 s58, ttmp9, 6  // workgroup id x * 64
+        s_lshl_b32 s52, s46, 4
+        s_add_co_i32 s58, s58, s52  // q0 = 64*qtile + 16*wave
+        s_lshr_b32 s52, s25, 6
+        s_add_co_i32 s52, s52, 1  // LUT row length
+        s_mul_i32 s52, s52, ttmp9  // * query tile
+        s_mul_i32 s54, s45, s38
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s44, s39
+        s_add_co_i32 s52, s52, s54
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[62:63], s[36:37], s[52:53]
+        s_load_b128 s[64:67], s[62:63], 0x0  // count, L[0], L[1], L[2] (the host pads the buffer)
+        s_add_co_i32 s52, s58, s40
+        s_add_co_i32 s52, s52, 1
+        s_bitcmp1_b32 s34, 2
+        s_cselect_b32 s60, s52, s24
+        s_min_i32 s61, s60, s24
+        s_wait_kmcnt 0  // LUT row head
+        s_add_co_i32 s59, s64, -1  // last LUT entry
+        s_cmp_gt_u32 s64, 1
+        s_cselect_b32 s66, s66, s65  // L[min(1, last)]
+        s_cmp_gt_u32 s64, 2
+        s_cselect_b32 s67, s67, s66  // L[min(2, last)]
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
+        s_lshl_b32 s52, s25, 7
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[50:51]
+        s_add_nc_u64 s[74:75], s[6:7], s[52:53]
+        s_add_nc_u64 s[82:83], s[8:9], s[52:53]  // V^T of this K/V head
+        s_lshl_b32 s54, s65, 6
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[0]
+        s_lshl_b32 s52, s23, 7
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[48:49]
+        s_add_nc_u64 s[76:77], s[4:5], s[52:53]
+        s_lshl_b32 s54, s58, 7
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // Q rows of query q0
+        s_lshl_b32 s54, s25, 5  // 32 rows of V^T
+        s_add_nc_u64 s[84:85], s[82:83], s[54:55]
+        s_add_nc_u64 s[86:87], s[84:85], s[54:55]
+        s_add_nc_u64 s[88:89], s[86:87], s[54:55]
+        s_lshr_b32 s52, s25, 5
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[50:51]
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[94:95], s[12:13], s[52:53]  // k_scale of the K/V head
+        s_lshl_b32 s52, s65, 3
+        s_mov_b32 s53, 0
+        s_add_nc_u64 s[94:95], s[94:95], s[52:53]  // k_scale pair of tile L[0]
+        s_lshr_b32 s52, s23, 5
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[48:49]
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[52:53], s[10:11], s[52:53]
+        s_lshr_b32 s54, s58, 5
+        s_lshl_b32 s54, s54, 2
+        s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
+        s_lshl_b64 s[52:53], s[50:51], 9
+        s_add_nc_u64 s[96:97], s[14:15], s[52:53]
+        s_add_nc_u64 s[98:99], s[16:17], s[52:53]
+        s_add_nc_u64 s[92:93], s[42:43], s[52:53]
+        s_mov_b32 s52, s45
+        s_mov_b32 s53, 0
+        s_mov_b32 s56, s30
+        s_mov_b32 s57, 0
+        s_mul_u64 s[52:53], s[52:53], s[56:57]
+        s_mov_b32 s54, s58
+        s_mov_b32 s55, 0
+        s_mov_b32 s56, s31
+        s_mov_b32 s57, 0
+        s_mul_u64 s[54:55], s[54:55], s[56:57]
+        s_add_nc_u64 s[52:53], s[52:53], s[54:55]
+        s_mov_b32 s54, s44
+        s_mov_b32 s55, 0
+        s_mov_b32 s56, s32
+        s_mov_b32 s57, 0
+        s_mul_u64 s[54:55], s[54:55], s[56:57]
+        s_add_nc_u64 s[52:53], s[52:53], s[54:55]
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[100:101], s[18:19], s[52:53]
+        s_mov_b32 s54, s22
+        s_mov_b32 s55, 0
+        s_mul_u64 s[52:53], s[48:49], s[54:55]
+        s_mov_b32 s54, s58
+        s_add_nc_u64 s[52:53], s[52:53], s[54:55]
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[102:103], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
+        s_mov_b32 s81, 0
+        s_mov_b32 s72, 0
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshrrev_b32 v211, 2, v0
+        v_mul_lo_u32 v10, v211, s25  // V^T row * seq_pad_kv
+        v_and_b32 v212, 3, v0
+        v_lshl_add_u32 v10, v212, 4, v10  // + col * 16
+
+        // ---- prologue: Q^T fragments, k_scale(0), K(0) and V^T(0) -> LDS buffers 0 ---------------------------
+        global_load_b128 v[160:163], v214, s[76:77] offset:0
+        global_load_b128 v[164:167], v214, s[76:77] offset:16
+        global_load_b128 v[168:171], v214, s[76:77] offset:32
+        global_load_b128 v[172:175], v214, s[76:77] offset:48
+        s_cmp_eq_u32 s64, 0  // no active key tile: zeros and lse -inf
+        s_cbranch_scc1 .Ld128_fp32_empty
+        global_load_b32 v11, v12, s[94:95]
+        s_lshl_b32 s80, s65, 13  // * 8192 bytes
+        s_add_nc_u64 s[78:79], s[74:75], s[80:81]  // K(L[0])
+        global_load_b128 v[176:179], v9, s[78:79] offset:0
+        global_load_b128 v[180:183], v9, s[78:79] offset:2048
+        global_load_b128 v[184:187], v9, s[78:79] offset:4096
+        global_load_b128 v[188:191], v9, s[78:79] offset:6144
+        global_load_b128 v[192:195], v10, s[82:83]
+        global_load_b128 v[196:199], v10, s[84:85]
+        global_load_b128 v[200:203], v10, s[86:87]
+        global_load_b128 v[204:207], v10, s[88:89]
+        s_lshl_b32 s80, s66, 13  // * 8192 bytes
+        s_add_nc_u64 s[78:79], s[74:75], s[80:81]  // K(L[min(1, last)])
+
+        // ---- prologue: O = 0, m = -inf, l = 0 ----------------------------------------------------------------
+        v_dual_mov_b32 v32, 0 :: v_dual_mov_b32 v33, 0
+        v_dual_mov_b32 v34, 0 :: v_dual_mov_b32 v35, 0
+        v_dual_mov_b32 v36, 0 :: v_dual_mov_b32 v37, 0
+        v_dual_mov_b32 v38, 0 :: v_dual_mov_b32 v39, 0
+        v_dual_mov_b32 v40, 0 :: v_dual_mov_b32 v41, 0
+        v_dual_mov_b32 v42, 0 :: v_dual_mov_b32 v43, 0
+        v_dual_mov_b32 v44, 0 :: v_dual_mov_b32 v45, 0
+        v_dual_mov_b32 v46, 0 :: v_dual_mov_b32 v47, 0
+        v_dual_mov_b32 v48, 0 :: v_dual_mov_b32 v49, 0
+        v_dual_mov_b32 v50, 0 :: v_dual_mov_b32 v51, 0
+        v_dual_mov_b32 v52, 0 :: v_dual_mov_b32 v53, 0
+        v_dual_mov_b32 v54, 0 :: v_dual_mov_b32 v55, 0
+        v_dual_mov_b32 v56, 0 :: v_dual_mov_b32 v57, 0
+        v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
+        v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
+        v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
+        v_dual_mov_b32 v64, 0 :: v_dual_mov_b32 v65, 0
+        v_dual_mov_b32 v66, 0 :: v_dual_mov_b32 v67, 0
+        v_dual_mov_b32 v68, 0 :: v_dual_mov_b32 v69, 0
+        v_dual_mov_b32 v70, 0 :: v_dual_mov_b32 v71, 0
+        v_dual_mov_b32 v72, 0 :: v_dual_mov_b32 v73, 0
+        v_dual_mov_b32 v74, 0 :: v_dual_mov_b32 v75, 0
+        v_dual_mov_b32 v76, 0 :: v_dual_mov_b32 v77, 0
+        v_dual_mov_b32 v78, 0 :: v_dual_mov_b32 v79, 0
+        v_dual_mov_b32 v80, 0 :: v_dual_mov_b32 v81, 0
+        v_dual_mov_b32 v82, 0 :: v_dual_mov_b32 v83, 0
+        v_dual_mov_b32 v84, 0 :: v_dual_mov_b32 v85, 0
+        v_dual_mov_b32 v86, 0 :: v_dual_mov_b32 v87, 0
+        v_dual_mov_b32 v88, 0 :: v_dual_mov_b32 v89, 0
+        v_dual_mov_b32 v90, 0 :: v_dual_mov_b32 v91, 0
+        v_dual_mov_b32 v92, 0 :: v_dual_mov_b32 v93, 0
+        v_dual_mov_b32 v94, 0 :: v_dual_mov_b32 v95, 0
+        v_dual_mov_b32 v248, s69 :: v_dual_mov_b32 v249, s69
+        v_dual_mov_b32 v250, s69 :: v_dual_mov_b32 v251, s69
+        v_dual_mov_b32 v252, s69 :: v_dual_mov_b32 v253, s69
+        v_dual_mov_b32 v254, s69 :: v_dual_mov_b32 v255, s69
+        v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
+        s_wait_loadcnt 0
+        ds_store_b128 v7, v[176:179] offset:0
+        ds_store_b128 v8, v[192:195] offset:16384
+        ds_store_b128 v7, v[180:183] offset:2048
+        ds_store_b128 v8, v[196:199] offset:18432
+        ds_store_b128 v7, v[184:187] offset:4096
+        ds_store_b128 v8, v[200:203] offset:20480
+        ds_store_b128 v7, v[188:191] offset:6144
+        ds_store_b128 v8, v[204:207] offset:22528
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+
+        // ---- prologue: K(1) staging in flight while QK^T(0) runs; then its scores are scaled -----------------
+        global_load_b128 v[176:179], v9, s[78:79] offset:0
+        global_load_b128 v[180:183], v9, s[78:79] offset:2048
+        global_load_b128 v[184:187], v9, s[78:79] offset:4096
+        global_load_b128 v[188:191], v9, s[78:79] offset:6144
+        ds_load_b128 v[208:211], v1 offset:0
+        ds_load_b128 v[212:215], v1 offset:1024
+        ds_load_b128 v[216:219], v1 offset:2048
+        ds_load_b128 v[220:223], v1 offset:3072
+        ds_load_b128 v[224:227], v2 offset:0
+        ds_load_b128 v[228:231], v2 offset:1024
+        ds_load_b128 v[232:235], v2 offset:2048
+        ds_load_b128 v[236:239], v2 offset:3072
+        ds_load_b128 v[240:243], v3 offset:0
+        ds_load_b128 v[244:247], v3 offset:1024
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[210:211], v[162:163], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[208:211], v3 offset:2048
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[214:215], v[162:163], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[212:215], v3 offset:3072
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[218:219], v[162:163], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[216:219], v4 offset:0
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[222:223], v[162:163], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[220:223], v4 offset:1024
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[164:165], v[96:103] neg_lo:[1,1,0]
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[164:165], v[104:111] neg_lo:[1,1,0]
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[164:165], v[112:119] neg_lo:[1,1,0]
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[164:165], v[120:127] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[166:167], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v4 offset:2048
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[166:167], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v4 offset:3072
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[166:167], v[112:119] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[166:167], v[120:127] neg_lo:[1,1,0]
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[168:169], v[96:103] neg_lo:[1,1,0]
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[168:169], v[104:111] neg_lo:[1,1,0]
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[208:209], v[168:169], v[112:119] neg_lo:[1,1,0]
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[212:213], v[168:169], v[120:127] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[170:171], v[96:103] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[170:171], v[104:111] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[210:211], v[170:171], v[112:119] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[214:215], v[170:171], v[120:127] neg_lo:[1,1,0]
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[216:217], v[172:173], v[96:103] neg_lo:[1,1,0]
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[220:221], v[172:173], v[104:111] neg_lo:[1,1,0]
+        s_wait_dscnt 1
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[172:173], v[112:119] neg_lo:[1,1,0]
+        s_wait_dscnt 0
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[172:173], v[120:127] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[218:219], v[174:175], v[96:103] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[222:223], v[174:175], v[104:111] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[174:175], v[120:127] neg_lo:[1,1,0]
+        s_wait_kmcnt 0  // q_scale
+        v_mul_f32 v13, s71, v11
+        v_mov_b32 v14, v13
+        s_wait_loadcnt 0
+        ds_store_b128 v7, v[176:179] offset:8192
+        ds_store_b128 v7, v[180:183] offset:10240
+        ds_store_b128 v7, v[184:187] offset:12288
+        ds_store_b128 v7, v[188:191] offset:14336
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+
+        // ---- main loop: two tiles per trip (register ping-pong SA/SB, m[0]/m[1], LDS buffers) ----------------
+.Ld128_fp32_loop:
+        s_cmp_eq_u32 s72, s59
+        s_cbranch_scc1 .Ld128_fp32_last_0
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_mask_issued_0_ool
+.Ld128_fp32_mask_issued_0:
+
+        // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
+        s_add_co_i32 s52, s72, 3
+        s_min_u32 s52, s52, s59
+        s_lshl_b32 s52, s52, 2
+        s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
+        s_lshl_b32 s80, s67, 13  // * 8192 bytes
+        s_add_nc_u64 s[78:79], s[74:75], s[80:81]
+        s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
+        s_mov_b32 s55, 0
+        s_lshl_b32 s54, s52, 3
+        s_add_nc_u64 s[94:95], s[94:95], s[54:55]  // k_scale pair of tile L[t+1]
+        global_load_b32 v11, v12, s[94:95]
+        s_lshl_b32 s54, s52, 6
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[84:85], s[84:85], s[54:55]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[86:87], s[86:87], s[54:55]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[88:89], s[88:89], s[54:55]  // V^T columns of tile L[t+1]
+        global_load_b128 v[176:179], v9, s[78:79] offset:0
+        global_load_b128 v[180:183], v9, s[78:79] offset:2048
+        global_load_b128 v[184:187], v9, s[78:79] offset:4096
+        global_load_b128 v[188:191], v9, s[78:79] offset:6144
+        global_load_b128 v[192:195], v10, s[82:83]
+        global_load_b128 v[196:199], v10, s[84:85]
+        global_load_b128 v[200:203], v10, s[86:87]
+        global_load_b128 v[204:207], v10, s[88:89]
+
+        // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_mask_applied_0_ool
+.Ld128_fp32_mask_applied_0:
+        ds_load_b128 v[208:211], v1 offset:8192
+        ds_load_b128 v[212:215], v1 offset:9216
+        ds_load_b128 v[216:219], v1 offset:10240
+        ds_load_b128 v[220:223], v1 offset:11264
+        ds_load_b128 v[224:227], v2 offset:8192
+        ds_load_b128 v[228:231], v2 offset:9216
+        ds_load_b128 v[232:235], v2 offset:10240
+        ds_load_b128 v[236:239], v2 offset:11264
+        ds_load_b128 v[240:243], v3 offset:8192
+        ds_load_b128 v[244:247], v3 offset:9216
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp32_nomask_0
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp32_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp32_max_additive_0
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld128_fp32_max_done_0:
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v17, vcc_lo
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp32_one_fma_0_additive
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp32_one_fma_0
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp32_one_fma_0_lim
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp32_one_fma_0_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_one_fma_0_bits
+.Ld128_fp32_one_fma_0_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp32_one_fma_0:
+        v_fma_f32 v96, v96, v14, -v29
+        v_fma_f32 v97, v97, v14, -v29
+        v_fma_f32 v98, v98, v14, -v29
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_fma_f32 v99, v99, v14, -v29
+        v_exp_f32_e32 v96, v96
+        v_fma_f32 v100, v100, v14, -v29
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v14, -v29
+        v_exp_f32_e32 v98, v98
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_fma_f32 v102, v102, v14, -v29
+        v_exp_f32_e32 v99, v99
+        v_fma_f32 v103, v103, v14, -v29
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v14, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[210:211], v[162:163], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[208:211], v3 offset:10240
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v14, -v29
+        v_cvt_pk_fp8_f32 v96, v96, v97
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[214:215], v[162:163], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[212:215], v3 offset:11264
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v14, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[218:219], v[162:163], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[216:219], v4 offset:8192
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v14, -v29
+        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[222:223], v[162:163], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[220:223], v4 offset:9216
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v14, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[164:165], v[128:135] neg_lo:[1,1,0]
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v14, -v29
+        v_cvt_pk_fp8_f32 v97, v100, v101
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[164:165], v[136:143] neg_lo:[1,1,0]
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v14, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[164:165], v[144:151] neg_lo:[1,1,0]
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v14, -v29
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[164:165], v[152:159] neg_lo:[1,1,0]
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v14, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[166:167], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v4 offset:10240
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v14, -v29
+        v_cvt_pk_fp8_f32 v104, v104, v105
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[166:167], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v4 offset:11264
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v14, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[166:167], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v5 offset:16384
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v14, -v29
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[166:167], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v5 offset:17408
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v14, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
+        v_exp_f32_e32 v113, v113
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[168:169], v[128:135] neg_lo:[1,1,0]
+        v_fma_f32 v117, v117, v14, -v29
+        v_cvt_pk_fp8_f32 v105, v108, v109
+        v_exp_f32_e32 v114, v114
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[168:169], v[136:143] neg_lo:[1,1,0]
+        v_fma_f32 v118, v118, v14, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
+        v_exp_f32_e32 v115, v115
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[208:209], v[168:169], v[144:151] neg_lo:[1,1,0]
+        v_fma_f32 v119, v119, v14, -v29
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
+        v_exp_f32_e32 v116, v116
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[212:213], v[168:169], v[152:159] neg_lo:[1,1,0]
+        v_fma_f32 v120, v120, v14, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
+        v_exp_f32_e32 v117, v117
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[170:171], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[240:243], v5 offset:18432
+        v_fma_f32 v121, v121, v14, -v29
+        v_cvt_pk_fp8_f32 v112, v112, v113
+        v_exp_f32_e32 v118, v118
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[170:171], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[244:247], v5 offset:19456
+        v_fma_f32 v122, v122, v14, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
+        v_exp_f32_e32 v119, v119
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[210:211], v[170:171], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[208:211], v5 offset:20480
+        v_fma_f32 v123, v123, v14, -v29
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
+        v_exp_f32_e32 v120, v120
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[214:215], v[170:171], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[212:215], v5 offset:21504
+        v_fma_f32 v124, v124, v14, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
+        v_exp_f32_e32 v121, v121
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[216:217], v[172:173], v[128:135] neg_lo:[1,1,0]
+        v_fma_f32 v125, v125, v14, -v29
+        v_cvt_pk_fp8_f32 v113, v116, v117
+        v_exp_f32_e32 v122, v122
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[220:221], v[172:173], v[136:143] neg_lo:[1,1,0]
+        v_fma_f32 v126, v126, v14, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
+        v_exp_f32_e32 v123, v123
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[172:173], v[144:151] neg_lo:[1,1,0]
+        v_fma_f32 v127, v127, v14, -v29
+        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        v_exp_f32_e32 v124, v124
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[172:173], v[152:159] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
+        v_exp_f32_e32 v125, v125
+        v_cvt_pk_fp8_f32 v120, v120, v121
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[218:219], v[174:175], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[216:219], v5 offset:22528
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
+        v_exp_f32_e32 v127, v127
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[222:223], v[174:175], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[220:223], v5 offset:23552
+        v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
+        v_cvt_pk_fp8_f32 v121, v124, v125
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[174:175], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v6 offset:16384
+        v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[230:231], v[174:175], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v6 offset:17408
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp32_no_rescale_0
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+        v_dual_mul_f32 v64, v19, v64 :: v_dual_mul_f32 v65, v20, v65
+        v_dual_mul_f32 v66, v19, v66 :: v_dual_mul_f32 v67, v20, v67
+        v_dual_mul_f32 v68, v19, v68 :: v_dual_mul_f32 v69, v20, v69
+        v_dual_mul_f32 v70, v19, v70 :: v_dual_mul_f32 v71, v20, v71
+        v_dual_mul_f32 v72, v19, v72 :: v_dual_mul_f32 v73, v20, v73
+        v_dual_mul_f32 v74, v19, v74 :: v_dual_mul_f32 v75, v20, v75
+        v_dual_mul_f32 v76, v19, v76 :: v_dual_mul_f32 v77, v20, v77
+        v_dual_mul_f32 v78, v19, v78 :: v_dual_mul_f32 v79, v20, v79
+        v_dual_mul_f32 v80, v19, v80 :: v_dual_mul_f32 v81, v20, v81
+        v_dual_mul_f32 v82, v19, v82 :: v_dual_mul_f32 v83, v20, v83
+        v_dual_mul_f32 v84, v19, v84 :: v_dual_mul_f32 v85, v20, v85
+        v_dual_mul_f32 v86, v19, v86 :: v_dual_mul_f32 v87, v20, v87
+        v_dual_mul_f32 v88, v19, v88 :: v_dual_mul_f32 v89, v20, v89
+        v_dual_mul_f32 v90, v19, v90 :: v_dual_mul_f32 v91, v20, v91
+        v_dual_mul_f32 v92, v19, v92 :: v_dual_mul_f32 v93, v20, v93
+        v_dual_mul_f32 v94, v19, v94 :: v_dual_mul_f32 v95, v20, v95
+.Ld128_fp32_no_rescale_0:
+
+        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[96:97], v[32:39]
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[96:97], v[40:47]
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[96:97], v[48:55]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[96:97], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[104:105], v[32:39]
+        ds_load_b128 v[232:235], v6 offset:18432
+        s_wait_loadcnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[104:105], v[40:47]
+        ds_load_b128 v[236:239], v6 offset:19456
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[104:105], v[48:55]
+        ds_load_b128 v[240:243], v6 offset:20480
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[104:105], v[56:63]
+        ds_load_b128 v[244:247], v6 offset:21504
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[96:97], v[64:71]
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[96:97], v[72:79]
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[96:97], v[80:87]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[96:97], v[88:95]
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[104:105], v[64:71]
+        ds_load_b128 v[208:211], v6 offset:22528
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[104:105], v[72:79]
+        ds_load_b128 v[212:215], v6 offset:23552
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[104:105], v[80:87]
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[104:105], v[88:95]
+        v_mul_f32 v13, s71, v11
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[112:113], v[32:39]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[112:113], v[40:47]
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[112:113], v[48:55]
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[112:113], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[120:121], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[120:121], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[120:121], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[120:121], v[56:63]
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[112:113], v[64:71]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[112:113], v[72:79]
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[112:113], v[80:87]
+        v_mov_b32 v14, v13
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[112:113], v[88:95]
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[120:121], v[64:71]
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[120:121], v[72:79]
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[120:121], v[80:87]
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[120:121], v[88:95]
+
+        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
+        s_wait_loadcnt 0
+        ds_store_b128 v7, v[176:179] offset:0
+        ds_store_b128 v8, v[192:195] offset:24576
+        ds_store_b128 v7, v[180:183] offset:2048
+        ds_store_b128 v8, v[196:199] offset:26624
+        ds_store_b128 v7, v[184:187] offset:4096
+        ds_store_b128 v8, v[200:203] offset:28672
+        ds_store_b128 v7, v[188:191] offset:6144
+        ds_store_b128 v8, v[204:207] offset:30720
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        s_add_co_i32 s72, s72, 1
+        s_wait_kmcnt 0  // L[min(t+3, last)]
+        s_mov_b32 s65, s66
+        s_mov_b32 s66, s67
+        s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
+        s_cmp_eq_u32 s72, s59
+        s_cbranch_scc1 .Ld128_fp32_last_1
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_mask_issued_1_ool
+.Ld128_fp32_mask_issued_1:
+
+        // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
+        s_add_co_i32 s52, s72, 3
+        s_min_u32 s52, s52, s59
+        s_lshl_b32 s52, s52, 2
+        s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
+        s_lshl_b32 s80, s67, 13  // * 8192 bytes
+        s_add_nc_u64 s[78:79], s[74:75], s[80:81]
+        s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
+        s_mov_b32 s55, 0
+        s_lshl_b32 s54, s52, 3
+        s_add_nc_u64 s[94:95], s[94:95], s[54:55]  // k_scale pair of tile L[t+1]
+        global_load_b32 v11, v12, s[94:95]
+        s_lshl_b32 s54, s52, 6
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[84:85], s[84:85], s[54:55]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[86:87], s[86:87], s[54:55]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[88:89], s[88:89], s[54:55]  // V^T columns of tile L[t+1]
+        global_load_b128 v[176:179], v9, s[78:79] offset:0
+        global_load_b128 v[180:183], v9, s[78:79] offset:2048
+        global_load_b128 v[184:187], v9, s[78:79] offset:4096
+        global_load_b128 v[188:191], v9, s[78:79] offset:6144
+        global_load_b128 v[192:195], v10, s[82:83]
+        global_load_b128 v[196:199], v10, s[84:85]
+        global_load_b128 v[200:203], v10, s[86:87]
+        global_load_b128 v[204:207], v10, s[88:89]
+
+        // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_mask_applied_1_ool
+.Ld128_fp32_mask_applied_1:
+        ds_load_b128 v[208:211], v1 offset:0
+        ds_load_b128 v[212:215], v1 offset:1024
+        ds_load_b128 v[216:219], v1 offset:2048
+        ds_load_b128 v[220:223], v1 offset:3072
+        ds_load_b128 v[224:227], v2 offset:0
+        ds_load_b128 v[228:231], v2 offset:1024
+        ds_load_b128 v[232:235], v2 offset:2048
+        ds_load_b128 v[236:239], v2 offset:3072
+        ds_load_b128 v[240:243], v3 offset:0
+        ds_load_b128 v[244:247], v3 offset:1024
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp32_nomask_1
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp32_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp32_max_additive_1
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld128_fp32_max_done_1:
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v16, vcc_lo
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp32_one_fma_1_additive
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp32_one_fma_1
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp32_one_fma_1_lim
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp32_one_fma_1_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_one_fma_1_bits
+.Ld128_fp32_one_fma_1_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp32_one_fma_1:
+        v_fma_f32 v128, v128, v14, -v29
+        v_fma_f32 v129, v129, v14, -v29
+        v_fma_f32 v130, v130, v14, -v29
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_fma_f32 v131, v131, v14, -v29
+        v_exp_f32_e32 v128, v128
+        v_fma_f32 v132, v132, v14, -v29
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v129, v129
+        v_fma_f32 v133, v133, v14, -v29
+        v_exp_f32_e32 v130, v130
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_fma_f32 v134, v134, v14, -v29
+        v_exp_f32_e32 v131, v131
+        v_fma_f32 v135, v135, v14, -v29
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[220:221], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v132, v132
+        v_fma_f32 v136, v136, v14, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[210:211], v[162:163], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[208:211], v3 offset:2048
+        v_exp_f32_e32 v133, v133
+        v_fma_f32 v137, v137, v14, -v29
+        v_cvt_pk_fp8_f32 v128, v128, v129
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[214:215], v[162:163], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[212:215], v3 offset:3072
+        v_exp_f32_e32 v134, v134
+        v_fma_f32 v138, v138, v14, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[218:219], v[162:163], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[216:219], v4 offset:0
+        v_exp_f32_e32 v135, v135
+        v_fma_f32 v139, v139, v14, -v29
+        v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[222:223], v[162:163], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[220:223], v4 offset:1024
+        v_exp_f32_e32 v136, v136
+        v_fma_f32 v140, v140, v14, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[164:165], v[96:103] neg_lo:[1,1,0]
+        v_exp_f32_e32 v137, v137
+        v_fma_f32 v141, v141, v14, -v29
+        v_cvt_pk_fp8_f32 v129, v132, v133
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[164:165], v[104:111] neg_lo:[1,1,0]
+        v_exp_f32_e32 v138, v138
+        v_fma_f32 v142, v142, v14, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[164:165], v[112:119] neg_lo:[1,1,0]
+        v_exp_f32_e32 v139, v139
+        v_fma_f32 v143, v143, v14, -v29
+        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[164:165], v[120:127] neg_lo:[1,1,0]
+        v_exp_f32_e32 v140, v140
+        v_fma_f32 v144, v144, v14, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[166:167], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v4 offset:2048
+        v_exp_f32_e32 v141, v141
+        v_fma_f32 v145, v145, v14, -v29
+        v_cvt_pk_fp8_f32 v136, v136, v137
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[166:167], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v4 offset:3072
+        v_exp_f32_e32 v142, v142
+        v_fma_f32 v146, v146, v14, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[166:167], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v5 offset:24576
+        v_exp_f32_e32 v143, v143
+        v_fma_f32 v147, v147, v14, -v29
+        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[166:167], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v5 offset:25600
+        v_exp_f32_e32 v144, v144
+        v_fma_f32 v148, v148, v14, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
+        v_exp_f32_e32 v145, v145
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[168:169], v[96:103] neg_lo:[1,1,0]
+        v_fma_f32 v149, v149, v14, -v29
+        v_cvt_pk_fp8_f32 v137, v140, v141
+        v_exp_f32_e32 v146, v146
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[168:169], v[104:111] neg_lo:[1,1,0]
+        v_fma_f32 v150, v150, v14, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
+        v_exp_f32_e32 v147, v147
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[208:209], v[168:169], v[112:119] neg_lo:[1,1,0]
+        v_fma_f32 v151, v151, v14, -v29
+        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
+        v_exp_f32_e32 v148, v148
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[212:213], v[168:169], v[120:127] neg_lo:[1,1,0]
+        v_fma_f32 v152, v152, v14, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
+        v_exp_f32_e32 v149, v149
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[170:171], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[240:243], v5 offset:26624
+        v_fma_f32 v153, v153, v14, -v29
+        v_cvt_pk_fp8_f32 v144, v144, v145
+        v_exp_f32_e32 v150, v150
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[170:171], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[244:247], v5 offset:27648
+        v_fma_f32 v154, v154, v14, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
+        v_exp_f32_e32 v151, v151
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[210:211], v[170:171], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[208:211], v5 offset:28672
+        v_fma_f32 v155, v155, v14, -v29
+        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
+        v_exp_f32_e32 v152, v152
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[214:215], v[170:171], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[212:215], v5 offset:29696
+        v_fma_f32 v156, v156, v14, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
+        v_exp_f32_e32 v153, v153
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[216:217], v[172:173], v[96:103] neg_lo:[1,1,0]
+        v_fma_f32 v157, v157, v14, -v29
+        v_cvt_pk_fp8_f32 v145, v148, v149
+        v_exp_f32_e32 v154, v154
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[220:221], v[172:173], v[104:111] neg_lo:[1,1,0]
+        v_fma_f32 v158, v158, v14, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
+        v_exp_f32_e32 v155, v155
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[172:173], v[112:119] neg_lo:[1,1,0]
+        v_fma_f32 v159, v159, v14, -v29
+        v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
+        v_exp_f32_e32 v156, v156
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[172:173], v[120:127] neg_lo:[1,1,0]
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
+        v_exp_f32_e32 v157, v157
+        v_cvt_pk_fp8_f32 v152, v152, v153
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[218:219], v[174:175], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[216:219], v5 offset:30720
+        v_exp_f32_e32 v158, v158
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
+        v_exp_f32_e32 v159, v159
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[222:223], v[174:175], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[220:223], v5 offset:31744
+        v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
+        v_cvt_pk_fp8_f32 v153, v156, v157
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v6 offset:24576
+        v_cvt_pk_fp8_f32 v153, v158, v159 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[174:175], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v6 offset:25600
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp32_no_rescale_1
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+        v_dual_mul_f32 v64, v19, v64 :: v_dual_mul_f32 v65, v20, v65
+        v_dual_mul_f32 v66, v19, v66 :: v_dual_mul_f32 v67, v20, v67
+        v_dual_mul_f32 v68, v19, v68 :: v_dual_mul_f32 v69, v20, v69
+        v_dual_mul_f32 v70, v19, v70 :: v_dual_mul_f32 v71, v20, v71
+        v_dual_mul_f32 v72, v19, v72 :: v_dual_mul_f32 v73, v20, v73
+        v_dual_mul_f32 v74, v19, v74 :: v_dual_mul_f32 v75, v20, v75
+        v_dual_mul_f32 v76, v19, v76 :: v_dual_mul_f32 v77, v20, v77
+        v_dual_mul_f32 v78, v19, v78 :: v_dual_mul_f32 v79, v20, v79
+        v_dual_mul_f32 v80, v19, v80 :: v_dual_mul_f32 v81, v20, v81
+        v_dual_mul_f32 v82, v19, v82 :: v_dual_mul_f32 v83, v20, v83
+        v_dual_mul_f32 v84, v19, v84 :: v_dual_mul_f32 v85, v20, v85
+        v_dual_mul_f32 v86, v19, v86 :: v_dual_mul_f32 v87, v20, v87
+        v_dual_mul_f32 v88, v19, v88 :: v_dual_mul_f32 v89, v20, v89
+        v_dual_mul_f32 v90, v19, v90 :: v_dual_mul_f32 v91, v20, v91
+        v_dual_mul_f32 v92, v19, v92 :: v_dual_mul_f32 v93, v20, v93
+        v_dual_mul_f32 v94, v19, v94 :: v_dual_mul_f32 v95, v20, v95
+.Ld128_fp32_no_rescale_1:
+
+        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[232:233], v[128:129], v[32:39]
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[236:237], v[128:129], v[40:47]
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[240:241], v[128:129], v[48:55]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[244:245], v[128:129], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[234:235], v[136:137], v[32:39]
+        ds_load_b128 v[232:235], v6 offset:26624
+        s_wait_loadcnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[238:239], v[136:137], v[40:47]
+        ds_load_b128 v[236:239], v6 offset:27648
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[242:243], v[136:137], v[48:55]
+        ds_load_b128 v[240:243], v6 offset:28672
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[246:247], v[136:137], v[56:63]
+        ds_load_b128 v[244:247], v6 offset:29696
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[128:129], v[64:71]
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[128:129], v[72:79]
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[216:217], v[128:129], v[80:87]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[220:221], v[128:129], v[88:95]
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[136:137], v[64:71]
+        ds_load_b128 v[208:211], v6 offset:30720
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[136:137], v[72:79]
+        ds_load_b128 v[212:215], v6 offset:31744
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[218:219], v[136:137], v[80:87]
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[222:223], v[136:137], v[88:95]
+        v_mul_f32 v13, s71, v11
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[224:225], v[144:145], v[32:39]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[228:229], v[144:145], v[40:47]
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[232:233], v[144:145], v[48:55]
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[236:237], v[144:145], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[226:227], v[152:153], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[230:231], v[152:153], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[234:235], v[152:153], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[238:239], v[152:153], v[56:63]
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[240:241], v[144:145], v[64:71]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[244:245], v[144:145], v[72:79]
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[208:209], v[144:145], v[80:87]
+        v_mov_b32 v14, v13
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[212:213], v[144:145], v[88:95]
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[242:243], v[152:153], v[64:71]
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[246:247], v[152:153], v[72:79]
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[210:211], v[152:153], v[80:87]
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[214:215], v[152:153], v[88:95]
+
+        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
+        s_wait_loadcnt 0
+        ds_store_b128 v7, v[176:179] offset:8192
+        ds_store_b128 v8, v[192:195] offset:16384
+        ds_store_b128 v7, v[180:183] offset:10240
+        ds_store_b128 v8, v[196:199] offset:18432
+        ds_store_b128 v7, v[184:187] offset:12288
+        ds_store_b128 v8, v[200:203] offset:20480
+        ds_store_b128 v7, v[188:191] offset:14336
+        ds_store_b128 v8, v[204:207] offset:22528
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        s_add_co_i32 s72, s72, 1
+        s_wait_kmcnt 0  // L[min(t+3, last)]
+        s_mov_b32 s65, s66
+        s_mov_b32 s66, s67
+        s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
+        s_branch .Ld128_fp32_loop
+.Ld128_fp32_last_0:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_mask_issued_0_last_ool
+.Ld128_fp32_mask_issued_0_last:
+
+        // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_mask_applied_0_last_ool
+.Ld128_fp32_mask_applied_0_last:
+        ds_load_b128 v[208:211], v5 offset:16384
+        ds_load_b128 v[212:215], v5 offset:17408
+        ds_load_b128 v[216:219], v5 offset:18432
+        ds_load_b128 v[220:223], v5 offset:19456
+        ds_load_b128 v[224:227], v5 offset:20480
+        ds_load_b128 v[228:231], v5 offset:21504
+        ds_load_b128 v[232:235], v5 offset:22528
+        ds_load_b128 v[236:239], v5 offset:23552
+        ds_load_b128 v[240:243], v6 offset:16384
+        ds_load_b128 v[244:247], v6 offset:17408
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp32_nomask_0_last
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp32_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp32_max_additive_0_last
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld128_fp32_max_done_0_last:
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v17, vcc_lo
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp32_one_fma_0_last_additive
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp32_one_fma_0_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v13, v96 :: v_dual_mul_f32 v97, v14, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v13, v98 :: v_dual_mul_f32 v99, v14, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v13, v100 :: v_dual_mul_f32 v101, v14, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v13, v102 :: v_dual_mul_f32 v103, v14, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v13, v104 :: v_dual_mul_f32 v105, v14, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v13, v106 :: v_dual_mul_f32 v107, v14, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v13, v108 :: v_dual_mul_f32 v109, v14, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v13, v110 :: v_dual_mul_f32 v111, v14, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v13, v112 :: v_dual_mul_f32 v113, v14, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v13, v114 :: v_dual_mul_f32 v115, v14, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v13, v116 :: v_dual_mul_f32 v117, v14, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v13, v118 :: v_dual_mul_f32 v119, v14, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v13, v120 :: v_dual_mul_f32 v121, v14, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v13, v122 :: v_dual_mul_f32 v123, v14, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v13, v124 :: v_dual_mul_f32 v125, v14, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp32_one_fma_0_last_lim
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp32_one_fma_0_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_one_fma_0_last_bits
+.Ld128_fp32_one_fma_0_last_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp32_one_fma_0_last:
+        v_fma_f32 v96, v96, v14, -v29
+        v_fma_f32 v97, v97, v14, -v29
+        v_fma_f32 v98, v98, v14, -v29
+        v_fma_f32 v99, v99, v14, -v29
+        v_exp_f32_e32 v96, v96
+        v_fma_f32 v100, v100, v14, -v29
+        v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v14, -v29
+        v_exp_f32_e32 v98, v98
+        v_fma_f32 v102, v102, v14, -v29
+        v_exp_f32_e32 v99, v99
+        v_fma_f32 v103, v103, v14, -v29
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v14, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v14, -v29
+        v_cvt_pk_fp8_f32 v96, v96, v97
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v14, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v14, -v29
+        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v14, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v14, -v29
+        v_cvt_pk_fp8_f32 v97, v100, v101
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v14, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v14, -v29
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v14, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v14, -v29
+        v_cvt_pk_fp8_f32 v104, v104, v105
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v14, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v14, -v29
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v14, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
+        v_exp_f32_e32 v113, v113
+        v_fma_f32 v117, v117, v14, -v29
+        v_cvt_pk_fp8_f32 v105, v108, v109
+        v_exp_f32_e32 v114, v114
+        v_fma_f32 v118, v118, v14, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
+        v_exp_f32_e32 v115, v115
+        v_fma_f32 v119, v119, v14, -v29
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
+        v_exp_f32_e32 v116, v116
+        v_fma_f32 v120, v120, v14, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
+        v_exp_f32_e32 v117, v117
+        v_fma_f32 v121, v121, v14, -v29
+        v_cvt_pk_fp8_f32 v112, v112, v113
+        v_exp_f32_e32 v118, v118
+        v_fma_f32 v122, v122, v14, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
+        v_exp_f32_e32 v119, v119
+        v_fma_f32 v123, v123, v14, -v29
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
+        v_exp_f32_e32 v120, v120
+        v_fma_f32 v124, v124, v14, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
+        v_exp_f32_e32 v121, v121
+        v_fma_f32 v125, v125, v14, -v29
+        v_cvt_pk_fp8_f32 v113, v116, v117
+        v_exp_f32_e32 v122, v122
+        v_fma_f32 v126, v126, v14, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
+        v_exp_f32_e32 v123, v123
+        v_fma_f32 v127, v127, v14, -v29
+        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
+        v_exp_f32_e32 v125, v125
+        v_cvt_pk_fp8_f32 v120, v120, v121
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
+        v_exp_f32_e32 v127, v127
+        v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
+        v_cvt_pk_fp8_f32 v121, v124, v125
+        v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp32_no_rescale_0_last
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+        v_dual_mul_f32 v64, v19, v64 :: v_dual_mul_f32 v65, v20, v65
+        v_dual_mul_f32 v66, v19, v66 :: v_dual_mul_f32 v67, v20, v67
+        v_dual_mul_f32 v68, v19, v68 :: v_dual_mul_f32 v69, v20, v69
+        v_dual_mul_f32 v70, v19, v70 :: v_dual_mul_f32 v71, v20, v71
+        v_dual_mul_f32 v72, v19, v72 :: v_dual_mul_f32 v73, v20, v73
+        v_dual_mul_f32 v74, v19, v74 :: v_dual_mul_f32 v75, v20, v75
+        v_dual_mul_f32 v76, v19, v76 :: v_dual_mul_f32 v77, v20, v77
+        v_dual_mul_f32 v78, v19, v78 :: v_dual_mul_f32 v79, v20, v79
+        v_dual_mul_f32 v80, v19, v80 :: v_dual_mul_f32 v81, v20, v81
+        v_dual_mul_f32 v82, v19, v82 :: v_dual_mul_f32 v83, v20, v83
+        v_dual_mul_f32 v84, v19, v84 :: v_dual_mul_f32 v85, v20, v85
+        v_dual_mul_f32 v86, v19, v86 :: v_dual_mul_f32 v87, v20, v87
+        v_dual_mul_f32 v88, v19, v88 :: v_dual_mul_f32 v89, v20, v89
+        v_dual_mul_f32 v90, v19, v90 :: v_dual_mul_f32 v91, v20, v91
+        v_dual_mul_f32 v92, v19, v92 :: v_dual_mul_f32 v93, v20, v93
+        v_dual_mul_f32 v94, v19, v94 :: v_dual_mul_f32 v95, v20, v95
+.Ld128_fp32_no_rescale_0_last:
+
+        // ---- phase Y: PV(t) x 32 WMMA ------------------------------------------------------------------------
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[208:209], v[96:97], v[32:39]
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[212:213], v[96:97], v[40:47]
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[216:217], v[96:97], v[48:55]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[220:221], v[96:97], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[210:211], v[104:105], v[32:39]
+        ds_load_b128 v[208:211], v6 offset:18432
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[214:215], v[104:105], v[40:47]
+        ds_load_b128 v[212:215], v6 offset:19456
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[218:219], v[104:105], v[48:55]
+        ds_load_b128 v[216:219], v6 offset:20480
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[222:223], v[104:105], v[56:63]
+        ds_load_b128 v[220:223], v6 offset:21504
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[224:225], v[96:97], v[64:71]
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[228:229], v[96:97], v[72:79]
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[232:233], v[96:97], v[80:87]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[236:237], v[96:97], v[88:95]
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[226:227], v[104:105], v[64:71]
+        ds_load_b128 v[224:227], v6 offset:22528
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[230:231], v[104:105], v[72:79]
+        ds_load_b128 v[228:231], v6 offset:23552
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[234:235], v[104:105], v[80:87]
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[238:239], v[104:105], v[88:95]
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[240:241], v[112:113], v[32:39]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[244:245], v[112:113], v[40:47]
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[208:209], v[112:113], v[48:55]
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[212:213], v[112:113], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[242:243], v[120:121], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[246:247], v[120:121], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[210:211], v[120:121], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[214:215], v[120:121], v[56:63]
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[216:217], v[112:113], v[64:71]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[220:221], v[112:113], v[72:79]
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[224:225], v[112:113], v[80:87]
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[228:229], v[112:113], v[88:95]
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[218:219], v[120:121], v[64:71]
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[222:223], v[120:121], v[72:79]
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[226:227], v[120:121], v[80:87]
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[230:231], v[120:121], v[88:95]
+        v_mov_b32 v16, v17  // m of the last tile into m[0]
+        s_branch .Ld128_fp32_epilogue
+.Ld128_fp32_last_1:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_mask_issued_1_last_ool
+.Ld128_fp32_mask_issued_1_last:
+
+        // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_mask_applied_1_last_ool
+.Ld128_fp32_mask_applied_1_last:
+        ds_load_b128 v[208:211], v5 offset:24576
+        ds_load_b128 v[212:215], v5 offset:25600
+        ds_load_b128 v[216:219], v5 offset:26624
+        ds_load_b128 v[220:223], v5 offset:27648
+        ds_load_b128 v[224:227], v5 offset:28672
+        ds_load_b128 v[228:231], v5 offset:29696
+        ds_load_b128 v[232:235], v5 offset:30720
+        ds_load_b128 v[236:239], v5 offset:31744
+        ds_load_b128 v[240:243], v6 offset:24576
+        ds_load_b128 v[244:247], v6 offset:25600
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp32_nomask_1_last
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp32_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp32_max_additive_1_last
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v13, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld128_fp32_max_done_1_last:
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v16, vcc_lo
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp32_one_fma_1_last_additive
+        v_add_nc_u32_e32 v28, -1, v13
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp32_one_fma_1_last
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v13, v128 :: v_dual_mul_f32 v129, v14, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v13, v130 :: v_dual_mul_f32 v131, v14, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v13, v132 :: v_dual_mul_f32 v133, v14, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v13, v134 :: v_dual_mul_f32 v135, v14, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v13, v136 :: v_dual_mul_f32 v137, v14, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v13, v138 :: v_dual_mul_f32 v139, v14, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v13, v140 :: v_dual_mul_f32 v141, v14, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v13, v142 :: v_dual_mul_f32 v143, v14, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v13, v144 :: v_dual_mul_f32 v145, v14, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v13, v146 :: v_dual_mul_f32 v147, v14, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v13, v148 :: v_dual_mul_f32 v149, v14, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v13, v150 :: v_dual_mul_f32 v151, v14, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v13, v152 :: v_dual_mul_f32 v153, v14, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v13, v154 :: v_dual_mul_f32 v155, v14, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v13, v156 :: v_dual_mul_f32 v157, v14, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp32_one_fma_1_last_lim
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp32_one_fma_1_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_one_fma_1_last_bits
+.Ld128_fp32_one_fma_1_last_mask:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp32_one_fma_1_last:
+        v_fma_f32 v128, v128, v14, -v29
+        v_fma_f32 v129, v129, v14, -v29
+        v_fma_f32 v130, v130, v14, -v29
+        v_fma_f32 v131, v131, v14, -v29
+        v_exp_f32_e32 v128, v128
+        v_fma_f32 v132, v132, v14, -v29
+        v_exp_f32_e32 v129, v129
+        v_fma_f32 v133, v133, v14, -v29
+        v_exp_f32_e32 v130, v130
+        v_fma_f32 v134, v134, v14, -v29
+        v_exp_f32_e32 v131, v131
+        v_fma_f32 v135, v135, v14, -v29
+        v_exp_f32_e32 v132, v132
+        v_fma_f32 v136, v136, v14, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
+        v_exp_f32_e32 v133, v133
+        v_fma_f32 v137, v137, v14, -v29
+        v_cvt_pk_fp8_f32 v128, v128, v129
+        v_exp_f32_e32 v134, v134
+        v_fma_f32 v138, v138, v14, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
+        v_exp_f32_e32 v135, v135
+        v_fma_f32 v139, v139, v14, -v29
+        v_cvt_pk_fp8_f32 v128, v130, v131 op_sel:[0,0,1]
+        v_exp_f32_e32 v136, v136
+        v_fma_f32 v140, v140, v14, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
+        v_exp_f32_e32 v137, v137
+        v_fma_f32 v141, v141, v14, -v29
+        v_cvt_pk_fp8_f32 v129, v132, v133
+        v_exp_f32_e32 v138, v138
+        v_fma_f32 v142, v142, v14, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
+        v_exp_f32_e32 v139, v139
+        v_fma_f32 v143, v143, v14, -v29
+        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
+        v_exp_f32_e32 v140, v140
+        v_fma_f32 v144, v144, v14, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
+        v_exp_f32_e32 v141, v141
+        v_fma_f32 v145, v145, v14, -v29
+        v_cvt_pk_fp8_f32 v136, v136, v137
+        v_exp_f32_e32 v142, v142
+        v_fma_f32 v146, v146, v14, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
+        v_exp_f32_e32 v143, v143
+        v_fma_f32 v147, v147, v14, -v29
+        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
+        v_exp_f32_e32 v144, v144
+        v_fma_f32 v148, v148, v14, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
+        v_exp_f32_e32 v145, v145
+        v_fma_f32 v149, v149, v14, -v29
+        v_cvt_pk_fp8_f32 v137, v140, v141
+        v_exp_f32_e32 v146, v146
+        v_fma_f32 v150, v150, v14, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
+        v_exp_f32_e32 v147, v147
+        v_fma_f32 v151, v151, v14, -v29
+        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
+        v_exp_f32_e32 v148, v148
+        v_fma_f32 v152, v152, v14, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
+        v_exp_f32_e32 v149, v149
+        v_fma_f32 v153, v153, v14, -v29
+        v_cvt_pk_fp8_f32 v144, v144, v145
+        v_exp_f32_e32 v150, v150
+        v_fma_f32 v154, v154, v14, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
+        v_exp_f32_e32 v151, v151
+        v_fma_f32 v155, v155, v14, -v29
+        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
+        v_exp_f32_e32 v152, v152
+        v_fma_f32 v156, v156, v14, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
+        v_exp_f32_e32 v153, v153
+        v_fma_f32 v157, v157, v14, -v29
+        v_cvt_pk_fp8_f32 v145, v148, v149
+        v_exp_f32_e32 v154, v154
+        v_fma_f32 v158, v158, v14, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
+        v_exp_f32_e32 v155, v155
+        v_fma_f32 v159, v159, v14, -v29
+        v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
+        v_exp_f32_e32 v156, v156
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
+        v_exp_f32_e32 v157, v157
+        v_cvt_pk_fp8_f32 v152, v152, v153
+        v_exp_f32_e32 v158, v158
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
+        v_exp_f32_e32 v159, v159
+        v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
+        v_cvt_pk_fp8_f32 v153, v156, v157
+        v_cvt_pk_fp8_f32 v153, v158, v159 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp32_no_rescale_1_last
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+        v_dual_mul_f32 v64, v19, v64 :: v_dual_mul_f32 v65, v20, v65
+        v_dual_mul_f32 v66, v19, v66 :: v_dual_mul_f32 v67, v20, v67
+        v_dual_mul_f32 v68, v19, v68 :: v_dual_mul_f32 v69, v20, v69
+        v_dual_mul_f32 v70, v19, v70 :: v_dual_mul_f32 v71, v20, v71
+        v_dual_mul_f32 v72, v19, v72 :: v_dual_mul_f32 v73, v20, v73
+        v_dual_mul_f32 v74, v19, v74 :: v_dual_mul_f32 v75, v20, v75
+        v_dual_mul_f32 v76, v19, v76 :: v_dual_mul_f32 v77, v20, v77
+        v_dual_mul_f32 v78, v19, v78 :: v_dual_mul_f32 v79, v20, v79
+        v_dual_mul_f32 v80, v19, v80 :: v_dual_mul_f32 v81, v20, v81
+        v_dual_mul_f32 v82, v19, v82 :: v_dual_mul_f32 v83, v20, v83
+        v_dual_mul_f32 v84, v19, v84 :: v_dual_mul_f32 v85, v20, v85
+        v_dual_mul_f32 v86, v19, v86 :: v_dual_mul_f32 v87, v20, v87
+        v_dual_mul_f32 v88, v19, v88 :: v_dual_mul_f32 v89, v20, v89
+        v_dual_mul_f32 v90, v19, v90 :: v_dual_mul_f32 v91, v20, v91
+        v_dual_mul_f32 v92, v19, v92 :: v_dual_mul_f32 v93, v20, v93
+        v_dual_mul_f32 v94, v19, v94 :: v_dual_mul_f32 v95, v20, v95
+.Ld128_fp32_no_rescale_1_last:
+
+        // ---- phase Y: PV(t) x 32 WMMA ------------------------------------------------------------------------
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[208:209], v[128:129], v[32:39]
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[212:213], v[128:129], v[40:47]
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[216:217], v[128:129], v[48:55]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[220:221], v[128:129], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[210:211], v[136:137], v[32:39]
+        ds_load_b128 v[208:211], v6 offset:26624
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[214:215], v[136:137], v[40:47]
+        ds_load_b128 v[212:215], v6 offset:27648
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[218:219], v[136:137], v[48:55]
+        ds_load_b128 v[216:219], v6 offset:28672
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[222:223], v[136:137], v[56:63]
+        ds_load_b128 v[220:223], v6 offset:29696
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[224:225], v[128:129], v[64:71]
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[228:229], v[128:129], v[72:79]
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[232:233], v[128:129], v[80:87]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[236:237], v[128:129], v[88:95]
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[226:227], v[136:137], v[64:71]
+        ds_load_b128 v[224:227], v6 offset:30720
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[230:231], v[136:137], v[72:79]
+        ds_load_b128 v[228:231], v6 offset:31744
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[234:235], v[136:137], v[80:87]
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[238:239], v[136:137], v[88:95]
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[240:241], v[144:145], v[32:39]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[244:245], v[144:145], v[40:47]
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[208:209], v[144:145], v[48:55]
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[212:213], v[144:145], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[242:243], v[152:153], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[246:247], v[152:153], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[210:211], v[152:153], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[214:215], v[152:153], v[56:63]
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[216:217], v[144:145], v[64:71]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[220:221], v[144:145], v[72:79]
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[224:225], v[144:145], v[80:87]
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[228:229], v[144:145], v[88:95]
+        v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[218:219], v[152:153], v[64:71]
+        v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[222:223], v[152:153], v[72:79]
+        v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[226:227], v[152:153], v[80:87]
+        v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[230:231], v[152:153], v[88:95]
+        s_branch .Ld128_fp32_epilogue
+.Ld128_fp32_empty:
+
+        // ---- no active key tile (LUT count 0): O = 0, m = -inf, l = 0 -> zeros and lse -inf ------------------
+        v_dual_mov_b32 v32, 0 :: v_dual_mov_b32 v33, 0
+        v_dual_mov_b32 v34, 0 :: v_dual_mov_b32 v35, 0
+        v_dual_mov_b32 v36, 0 :: v_dual_mov_b32 v37, 0
+        v_dual_mov_b32 v38, 0 :: v_dual_mov_b32 v39, 0
+        v_dual_mov_b32 v40, 0 :: v_dual_mov_b32 v41, 0
+        v_dual_mov_b32 v42, 0 :: v_dual_mov_b32 v43, 0
+        v_dual_mov_b32 v44, 0 :: v_dual_mov_b32 v45, 0
+        v_dual_mov_b32 v46, 0 :: v_dual_mov_b32 v47, 0
+        v_dual_mov_b32 v48, 0 :: v_dual_mov_b32 v49, 0
+        v_dual_mov_b32 v50, 0 :: v_dual_mov_b32 v51, 0
+        v_dual_mov_b32 v52, 0 :: v_dual_mov_b32 v53, 0
+        v_dual_mov_b32 v54, 0 :: v_dual_mov_b32 v55, 0
+        v_dual_mov_b32 v56, 0 :: v_dual_mov_b32 v57, 0
+        v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
+        v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
+        v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
+        v_dual_mov_b32 v64, 0 :: v_dual_mov_b32 v65, 0
+        v_dual_mov_b32 v66, 0 :: v_dual_mov_b32 v67, 0
+        v_dual_mov_b32 v68, 0 :: v_dual_mov_b32 v69, 0
+        v_dual_mov_b32 v70, 0 :: v_dual_mov_b32 v71, 0
+        v_dual_mov_b32 v72, 0 :: v_dual_mov_b32 v73, 0
+        v_dual_mov_b32 v74, 0 :: v_dual_mov_b32 v75, 0
+        v_dual_mov_b32 v76, 0 :: v_dual_mov_b32 v77, 0
+        v_dual_mov_b32 v78, 0 :: v_dual_mov_b32 v79, 0
+        v_dual_mov_b32 v80, 0 :: v_dual_mov_b32 v81, 0
+        v_dual_mov_b32 v82, 0 :: v_dual_mov_b32 v83, 0
+        v_dual_mov_b32 v84, 0 :: v_dual_mov_b32 v85, 0
+        v_dual_mov_b32 v86, 0 :: v_dual_mov_b32 v87, 0
+        v_dual_mov_b32 v88, 0 :: v_dual_mov_b32 v89, 0
+        v_dual_mov_b32 v90, 0 :: v_dual_mov_b32 v91, 0
+        v_dual_mov_b32 v92, 0 :: v_dual_mov_b32 v93, 0
+        v_dual_mov_b32 v94, 0 :: v_dual_mov_b32 v95, 0
+        v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
+        s_wait_kmcnt 0  // q_scale (the smooth_k lse term)
+.Ld128_fp32_epilogue:
+
+        // ---- epilogue: inv = 1 / l (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) -------------------
+        v_mov_b32_e32 v208, v21
+        v_div_scale_f32 v209, null, v208, v208, 1.0
+        v_div_scale_f32 v210, vcc_lo, 1.0, v208, 1.0
+        v_rcp_f32_e32 v211, v209
+        v_fma_f32 v213, -v209, v211, 1.0
+        v_fmac_f32_e32 v211, v213, v211
+        v_mul_f32_e32 v212, v210, v211
+        v_fma_f32 v213, -v209, v212, v210
+        v_fmac_f32_e32 v212, v213, v211
+        v_fma_f32 v209, -v209, v212, v210
+        s_wait_alu depctr_va_vcc(0)
+        v_div_fmas_f32 v209, v209, v211, v212
+        v_div_fixup_f32 v214, v209, v208, 1.0
+        v_cmp_neq_f32_e32 vcc_lo, 0, v21  // l = 0: a row that saw no key -> inv 0, zeros
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v214, 0, v214, vcc_lo
+
+        // ---- epilogue: v_scale, fp32 output (NaN -> 0x7fc00000), stores of the valid query rows --------------
+        v_bfe_u32 v208, v0, 4, 1  // h
+        v_lshlrev_b32 v208, 5, v208  // 8h floats = 32h bytes
+        global_load_b128 v[96:99], v208, s[98:99] offset:0
+        global_load_b128 v[100:103], v208, s[98:99] offset:16
+        global_load_b128 v[104:107], v208, s[98:99] offset:64
+        global_load_b128 v[108:111], v208, s[98:99] offset:80
+        global_load_b128 v[112:115], v208, s[98:99] offset:128
+        global_load_b128 v[116:119], v208, s[98:99] offset:144
+        global_load_b128 v[120:123], v208, s[98:99] offset:192
+        global_load_b128 v[124:127], v208, s[98:99] offset:208
+        global_load_b128 v[128:131], v208, s[98:99] offset:256
+        global_load_b128 v[132:135], v208, s[98:99] offset:272
+        global_load_b128 v[136:139], v208, s[98:99] offset:320
+        global_load_b128 v[140:143], v208, s[98:99] offset:336
+        global_load_b128 v[144:147], v208, s[98:99] offset:384
+        global_load_b128 v[148:151], v208, s[98:99] offset:400
+        global_load_b128 v[152:155], v208, s[98:99] offset:448
+        global_load_b128 v[156:159], v208, s[98:99] offset:464
+        global_load_b128 v[248:251], v208, s[92:93] offset:0
+        global_load_b128 v[252:255], v208, s[92:93] offset:16
+        global_load_b128 v[192:195], v208, s[92:93] offset:64
+        global_load_b128 v[196:199], v208, s[92:93] offset:80
+        v_cmp_neq_f32_e64 s90, 0, v21  // rows that saw a key
+        s_wait_alu depctr_va_sdst(0)
+        s_bitcmp1_b32 s34, 3
+        s_cselect_b32 s90, s90, 0  // no lane without smooth_v
+        s_wait_alu depctr_sa_sdst(0)
+        s_wait_loadcnt 2
+        v_mul_f32_e32 v32, v32, v214
+        v_mul_f32_e32 v32, v32, v96
+        v_add_f32_e32 v215, v32, v248  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v32, v32, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v32, v32  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v32, 0x7fc00000, v32, vcc_lo
+        v_mul_f32_e32 v33, v33, v214
+        v_mul_f32_e32 v33, v33, v97
+        v_add_f32_e32 v215, v33, v249  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v33, v33, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v33, v33  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v33, 0x7fc00000, v33, vcc_lo
+        v_mul_f32_e32 v34, v34, v214
+        v_mul_f32_e32 v34, v34, v98
+        v_add_f32_e32 v215, v34, v250  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v34, v34, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v34, v34  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v34, 0x7fc00000, v34, vcc_lo
+        v_mul_f32_e32 v35, v35, v214
+        v_mul_f32_e32 v35, v35, v99
+        v_add_f32_e32 v215, v35, v251  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v35, v35, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v35, v35  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v35, 0x7fc00000, v35, vcc_lo
+        v_mul_f32_e32 v36, v36, v214
+        v_mul_f32_e32 v36, v36, v100
+        v_add_f32_e32 v215, v36, v252  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v36, v36, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v36, v36  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v36, 0x7fc00000, v36, vcc_lo
+        v_mul_f32_e32 v37, v37, v214
+        v_mul_f32_e32 v37, v37, v101
+        v_add_f32_e32 v215, v37, v253  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v37, v37, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v37, v37  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v37, 0x7fc00000, v37, vcc_lo
+        v_mul_f32_e32 v38, v38, v214
+        v_mul_f32_e32 v38, v38, v102
+        v_add_f32_e32 v215, v38, v254  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v38, v38, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v38, v38  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v38, 0x7fc00000, v38, vcc_lo
+        v_mul_f32_e32 v39, v39, v214
+        v_mul_f32_e32 v39, v39, v103
+        v_add_f32_e32 v215, v39, v255  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v39, v39, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v39, v39  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v39, 0x7fc00000, v39, vcc_lo
+        global_load_b128 v[248:251], v208, s[92:93] offset:128
+        global_load_b128 v[252:255], v208, s[92:93] offset:144
+        s_wait_loadcnt 2
+        v_mul_f32_e32 v40, v40, v214
+        v_mul_f32_e32 v40, v40, v104
+        v_add_f32_e32 v215, v40, v192  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v40, v40, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v40, v40  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v40, 0x7fc00000, v40, vcc_lo
+        v_mul_f32_e32 v41, v41, v214
+        v_mul_f32_e32 v41, v41, v105
+        v_add_f32_e32 v215, v41, v193  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v41, v41, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v41, v41  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v41, 0x7fc00000, v41, vcc_lo
+        v_mul_f32_e32 v42, v42, v214
+        v_mul_f32_e32 v42, v42, v106
+        v_add_f32_e32 v215, v42, v194  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v42, v42, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v42, v42  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v42, 0x7fc00000, v42, vcc_lo
+        v_mul_f32_e32 v43, v43, v214
+        v_mul_f32_e32 v43, v43, v107
+        v_add_f32_e32 v215, v43, v195  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v43, v43, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v43, v43  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v43, 0x7fc00000, v43, vcc_lo
+        v_mul_f32_e32 v44, v44, v214
+        v_mul_f32_e32 v44, v44, v108
+        v_add_f32_e32 v215, v44, v196  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v44, v44, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v44, v44  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v44, 0x7fc00000, v44, vcc_lo
+        v_mul_f32_e32 v45, v45, v214
+        v_mul_f32_e32 v45, v45, v109
+        v_add_f32_e32 v215, v45, v197  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v45, v45, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v45, v45  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v45, 0x7fc00000, v45, vcc_lo
+        v_mul_f32_e32 v46, v46, v214
+        v_mul_f32_e32 v46, v46, v110
+        v_add_f32_e32 v215, v46, v198  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v46, v46, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v46, v46  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v46, 0x7fc00000, v46, vcc_lo
+        v_mul_f32_e32 v47, v47, v214
+        v_mul_f32_e32 v47, v47, v111
+        v_add_f32_e32 v215, v47, v199  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v47, v47, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v47, v47  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v47, 0x7fc00000, v47, vcc_lo
+        global_load_b128 v[192:195], v208, s[92:93] offset:192
+        global_load_b128 v[196:199], v208, s[92:93] offset:208
+        s_wait_loadcnt 2
+        v_mul_f32_e32 v48, v48, v214
+        v_mul_f32_e32 v48, v48, v112
+        v_add_f32_e32 v215, v48, v248  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v48, v48, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v48, v48  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v48, 0x7fc00000, v48, vcc_lo
+        v_mul_f32_e32 v49, v49, v214
+        v_mul_f32_e32 v49, v49, v113
+        v_add_f32_e32 v215, v49, v249  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v49, v49, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v49, v49  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v49, 0x7fc00000, v49, vcc_lo
+        v_mul_f32_e32 v50, v50, v214
+        v_mul_f32_e32 v50, v50, v114
+        v_add_f32_e32 v215, v50, v250  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v50, v50, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v50, v50  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v50, 0x7fc00000, v50, vcc_lo
+        v_mul_f32_e32 v51, v51, v214
+        v_mul_f32_e32 v51, v51, v115
+        v_add_f32_e32 v215, v51, v251  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v51, v51, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v51, v51  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v51, 0x7fc00000, v51, vcc_lo
+        v_mul_f32_e32 v52, v52, v214
+        v_mul_f32_e32 v52, v52, v116
+        v_add_f32_e32 v215, v52, v252  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v52, v52, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v52, v52  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v52, 0x7fc00000, v52, vcc_lo
+        v_mul_f32_e32 v53, v53, v214
+        v_mul_f32_e32 v53, v53, v117
+        v_add_f32_e32 v215, v53, v253  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v53, v53, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v53, v53  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v53, 0x7fc00000, v53, vcc_lo
+        v_mul_f32_e32 v54, v54, v214
+        v_mul_f32_e32 v54, v54, v118
+        v_add_f32_e32 v215, v54, v254  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v54, v54, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v54, v54  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v54, 0x7fc00000, v54, vcc_lo
+        v_mul_f32_e32 v55, v55, v214
+        v_mul_f32_e32 v55, v55, v119
+        v_add_f32_e32 v215, v55, v255  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v55, v55, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v55, v55  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v55, 0x7fc00000, v55, vcc_lo
+        global_load_b128 v[248:251], v208, s[92:93] offset:256
+        global_load_b128 v[252:255], v208, s[92:93] offset:272
+        s_wait_loadcnt 2
+        v_mul_f32_e32 v56, v56, v214
+        v_mul_f32_e32 v56, v56, v120
+        v_add_f32_e32 v215, v56, v192  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v56, v56, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v56, v56  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v56, 0x7fc00000, v56, vcc_lo
+        v_mul_f32_e32 v57, v57, v214
+        v_mul_f32_e32 v57, v57, v121
+        v_add_f32_e32 v215, v57, v193  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v57, v57, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v57, v57  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v57, 0x7fc00000, v57, vcc_lo
+        v_mul_f32_e32 v58, v58, v214
+        v_mul_f32_e32 v58, v58, v122
+        v_add_f32_e32 v215, v58, v194  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v58, v58, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v58, v58  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v58, 0x7fc00000, v58, vcc_lo
+        v_mul_f32_e32 v59, v59, v214
+        v_mul_f32_e32 v59, v59, v123
+        v_add_f32_e32 v215, v59, v195  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v59, v59, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v59, v59  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v59, 0x7fc00000, v59, vcc_lo
+        v_mul_f32_e32 v60, v60, v214
+        v_mul_f32_e32 v60, v60, v124
+        v_add_f32_e32 v215, v60, v196  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v60, v60, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v60, v60  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v60, 0x7fc00000, v60, vcc_lo
+        v_mul_f32_e32 v61, v61, v214
+        v_mul_f32_e32 v61, v61, v125
+        v_add_f32_e32 v215, v61, v197  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v61, v61, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v61, v61  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v61, 0x7fc00000, v61, vcc_lo
+        v_mul_f32_e32 v62, v62, v214
+        v_mul_f32_e32 v62, v62, v126
+        v_add_f32_e32 v215, v62, v198  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v62, v62, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v62, v62  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v62, 0x7fc00000, v62, vcc_lo
+        v_mul_f32_e32 v63, v63, v214
+        v_mul_f32_e32 v63, v63, v127
+        v_add_f32_e32 v215, v63, v199  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v63, v63, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v63, v63  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v63, 0x7fc00000, v63, vcc_lo
+        global_load_b128 v[192:195], v208, s[92:93] offset:320
+        global_load_b128 v[196:199], v208, s[92:93] offset:336
+        s_wait_loadcnt 2
+        v_mul_f32_e32 v64, v64, v214
+        v_mul_f32_e32 v64, v64, v128
+        v_add_f32_e32 v215, v64, v248  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v64, v64, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v64, v64  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0x7fc00000, v64, vcc_lo
+        v_mul_f32_e32 v65, v65, v214
+        v_mul_f32_e32 v65, v65, v129
+        v_add_f32_e32 v215, v65, v249  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v65, v65, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v65, v65  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0x7fc00000, v65, vcc_lo
+        v_mul_f32_e32 v66, v66, v214
+        v_mul_f32_e32 v66, v66, v130
+        v_add_f32_e32 v215, v66, v250  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v66, v66, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v66, v66  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0x7fc00000, v66, vcc_lo
+        v_mul_f32_e32 v67, v67, v214
+        v_mul_f32_e32 v67, v67, v131
+        v_add_f32_e32 v215, v67, v251  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v67, v67, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v67, v67  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0x7fc00000, v67, vcc_lo
+        v_mul_f32_e32 v68, v68, v214
+        v_mul_f32_e32 v68, v68, v132
+        v_add_f32_e32 v215, v68, v252  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v68, v68, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v68, v68  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0x7fc00000, v68, vcc_lo
+        v_mul_f32_e32 v69, v69, v214
+        v_mul_f32_e32 v69, v69, v133
+        v_add_f32_e32 v215, v69, v253  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v69, v69, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v69, v69  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0x7fc00000, v69, vcc_lo
+        v_mul_f32_e32 v70, v70, v214
+        v_mul_f32_e32 v70, v70, v134
+        v_add_f32_e32 v215, v70, v254  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v70, v70, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v70, v70  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0x7fc00000, v70, vcc_lo
+        v_mul_f32_e32 v71, v71, v214
+        v_mul_f32_e32 v71, v71, v135
+        v_add_f32_e32 v215, v71, v255  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v71, v71, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v71, v71  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0x7fc00000, v71, vcc_lo
+        global_load_b128 v[248:251], v208, s[92:93] offset:384
+        global_load_b128 v[252:255], v208, s[92:93] offset:400
+        s_wait_loadcnt 2
+        v_mul_f32_e32 v72, v72, v214
+        v_mul_f32_e32 v72, v72, v136
+        v_add_f32_e32 v215, v72, v192  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v72, v72, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v72, v72  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0x7fc00000, v72, vcc_lo
+        v_mul_f32_e32 v73, v73, v214
+        v_mul_f32_e32 v73, v73, v137
+        v_add_f32_e32 v215, v73, v193  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v73, v73, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v73, v73  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0x7fc00000, v73, vcc_lo
+        v_mul_f32_e32 v74, v74, v214
+        v_mul_f32_e32 v74, v74, v138
+        v_add_f32_e32 v215, v74, v194  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v74, v74, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v74, v74  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0x7fc00000, v74, vcc_lo
+        v_mul_f32_e32 v75, v75, v214
+        v_mul_f32_e32 v75, v75, v139
+        v_add_f32_e32 v215, v75, v195  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v75, v75, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v75, v75  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0x7fc00000, v75, vcc_lo
+        v_mul_f32_e32 v76, v76, v214
+        v_mul_f32_e32 v76, v76, v140
+        v_add_f32_e32 v215, v76, v196  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v76, v76, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v76, v76  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0x7fc00000, v76, vcc_lo
+        v_mul_f32_e32 v77, v77, v214
+        v_mul_f32_e32 v77, v77, v141
+        v_add_f32_e32 v215, v77, v197  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v77, v77, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v77, v77  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0x7fc00000, v77, vcc_lo
+        v_mul_f32_e32 v78, v78, v214
+        v_mul_f32_e32 v78, v78, v142
+        v_add_f32_e32 v215, v78, v198  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v78, v78, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v78, v78  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0x7fc00000, v78, vcc_lo
+        v_mul_f32_e32 v79, v79, v214
+        v_mul_f32_e32 v79, v79, v143
+        v_add_f32_e32 v215, v79, v199  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v79, v79, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v79, v79  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0x7fc00000, v79, vcc_lo
+        global_load_b128 v[192:195], v208, s[92:93] offset:448
+        global_load_b128 v[196:199], v208, s[92:93] offset:464
+        s_wait_loadcnt 2
+        v_mul_f32_e32 v80, v80, v214
+        v_mul_f32_e32 v80, v80, v144
+        v_add_f32_e32 v215, v80, v248  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v80, v80, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v80, v80  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0x7fc00000, v80, vcc_lo
+        v_mul_f32_e32 v81, v81, v214
+        v_mul_f32_e32 v81, v81, v145
+        v_add_f32_e32 v215, v81, v249  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v81, v81, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v81, v81  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0x7fc00000, v81, vcc_lo
+        v_mul_f32_e32 v82, v82, v214
+        v_mul_f32_e32 v82, v82, v146
+        v_add_f32_e32 v215, v82, v250  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v82, v82, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v82, v82  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0x7fc00000, v82, vcc_lo
+        v_mul_f32_e32 v83, v83, v214
+        v_mul_f32_e32 v83, v83, v147
+        v_add_f32_e32 v215, v83, v251  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v83, v83, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v83, v83  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0x7fc00000, v83, vcc_lo
+        v_mul_f32_e32 v84, v84, v214
+        v_mul_f32_e32 v84, v84, v148
+        v_add_f32_e32 v215, v84, v252  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v84, v84, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v84, v84  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0x7fc00000, v84, vcc_lo
+        v_mul_f32_e32 v85, v85, v214
+        v_mul_f32_e32 v85, v85, v149
+        v_add_f32_e32 v215, v85, v253  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v85, v85, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v85, v85  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0x7fc00000, v85, vcc_lo
+        v_mul_f32_e32 v86, v86, v214
+        v_mul_f32_e32 v86, v86, v150
+        v_add_f32_e32 v215, v86, v254  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v86, v86, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v86, v86  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0x7fc00000, v86, vcc_lo
+        v_mul_f32_e32 v87, v87, v214
+        v_mul_f32_e32 v87, v87, v151
+        v_add_f32_e32 v215, v87, v255  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v87, v87, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v87, v87  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0x7fc00000, v87, vcc_lo
+        s_wait_loadcnt 0
+        v_mul_f32_e32 v88, v88, v214
+        v_mul_f32_e32 v88, v88, v152
+        v_add_f32_e32 v215, v88, v192  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v88, v88, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v88, v88  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0x7fc00000, v88, vcc_lo
+        v_mul_f32_e32 v89, v89, v214
+        v_mul_f32_e32 v89, v89, v153
+        v_add_f32_e32 v215, v89, v193  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v89, v89, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v89, v89  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0x7fc00000, v89, vcc_lo
+        v_mul_f32_e32 v90, v90, v214
+        v_mul_f32_e32 v90, v90, v154
+        v_add_f32_e32 v215, v90, v194  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v90, v90, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v90, v90  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0x7fc00000, v90, vcc_lo
+        v_mul_f32_e32 v91, v91, v214
+        v_mul_f32_e32 v91, v91, v155
+        v_add_f32_e32 v215, v91, v195  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v91, v91, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v91, v91  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0x7fc00000, v91, vcc_lo
+        v_mul_f32_e32 v92, v92, v214
+        v_mul_f32_e32 v92, v92, v156
+        v_add_f32_e32 v215, v92, v196  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v92, v92, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v92, v92  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0x7fc00000, v92, vcc_lo
+        v_mul_f32_e32 v93, v93, v214
+        v_mul_f32_e32 v93, v93, v157
+        v_add_f32_e32 v215, v93, v197  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v93, v93, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v93, v93  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0x7fc00000, v93, vcc_lo
+        v_mul_f32_e32 v94, v94, v214
+        v_mul_f32_e32 v94, v94, v158
+        v_add_f32_e32 v215, v94, v198  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v94, v94, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v94, v94  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0x7fc00000, v94, vcc_lo
+        v_mul_f32_e32 v95, v95, v214
+        v_mul_f32_e32 v95, v95, v159
+        v_add_f32_e32 v215, v95, v199  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v95, v95, v215, s90
+        v_cmp_o_f32_e32 vcc_lo, v95, v95  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0x7fc00000, v95, vcc_lo
+        s_bitcmp1_b32 s34, 0
+        s_cbranch_scc0 .Ld128_fp32_store_out
+
+        // ---- epilogue: lse = (m + (log2 l - P_OFF)) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] --------
+        v_log_f32_e32 v209, v21
+        v_subrev_f32_e32 v209, 0x40ffc000, v209  // l carries 2^P_OFF
+        v_add_f32_e32 v208, v16, v209
+        v_mul_f32_e32 v208, 0x3f317218, v208
+        s_bitcmp1_b32 s34, 1
+        s_cbranch_scc0 .Ld128_fp32_store_out
+        v_bfe_u32 v213, v0, 4, 1  // h
+        v_lshlrev_b32 v213, 8, v213  // 64h floats
+        global_load_b128 v[96:99], v213, s[96:97] offset:0
+        global_load_b128 v[100:103], v213, s[96:97] offset:16
+        global_load_b128 v[104:107], v213, s[96:97] offset:32
+        global_load_b128 v[108:111], v213, s[96:97] offset:48
+        global_load_b128 v[112:115], v213, s[96:97] offset:64
+        global_load_b128 v[116:119], v213, s[96:97] offset:80
+        global_load_b128 v[120:123], v213, s[96:97] offset:96
+        global_load_b128 v[124:127], v213, s[96:97] offset:112
+        global_load_b128 v[128:131], v213, s[96:97] offset:128
+        global_load_b128 v[132:135], v213, s[96:97] offset:144
+        global_load_b128 v[136:139], v213, s[96:97] offset:160
+        global_load_b128 v[140:143], v213, s[96:97] offset:176
+        global_load_b128 v[144:147], v213, s[96:97] offset:192
+        global_load_b128 v[148:151], v213, s[96:97] offset:208
+        global_load_b128 v[152:155], v213, s[96:97] offset:224
+        global_load_b128 v[156:159], v213, s[96:97] offset:240
+        v_mov_b32 v210, 0
+        s_wait_loadcnt 15
+        v_bfe_i32 v211, v160, 0, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v96
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v160, 8, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v97
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v160, 16, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v98
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v160, 24, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v99
+        v_add_f32_e32 v210, v210, v211
+        s_wait_loadcnt 14
+        v_bfe_i32 v211, v161, 0, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v100
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v161, 8, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v101
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v161, 16, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v102
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v161, 24, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v103
+        v_add_f32_e32 v210, v210, v211
+        s_wait_loadcnt 13
+        v_bfe_i32 v211, v162, 0, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v104
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v162, 8, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v105
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v162, 16, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v106
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v162, 24, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v107
+        v_add_f32_e32 v210, v210, v211
+        s_wait_loadcnt 12
+        v_bfe_i32 v211, v163, 0, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v108
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v163, 8, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v109
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v163, 16, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v110
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v163, 24, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v111
+        v_add_f32_e32 v210, v210, v211
+        s_wait_loadcnt 11
+        v_bfe_i32 v211, v164, 0, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v112
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v164, 8, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v113
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v164, 16, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v114
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v164, 24, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v115
+        v_add_f32_e32 v210, v210, v211
+        s_wait_loadcnt 10
+        v_bfe_i32 v211, v165, 0, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v116
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v165, 8, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v117
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v165, 16, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v118
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v165, 24, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v119
+        v_add_f32_e32 v210, v210, v211
+        s_wait_loadcnt 9
+        v_bfe_i32 v211, v166, 0, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v120
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v166, 8, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v121
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v166, 16, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v122
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v166, 24, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v123
+        v_add_f32_e32 v210, v210, v211
+        s_wait_loadcnt 8
+        v_bfe_i32 v211, v167, 0, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v124
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v167, 8, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v125
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v167, 16, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v126
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v167, 24, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v127
+        v_add_f32_e32 v210, v210, v211
+        s_wait_loadcnt 7
+        v_bfe_i32 v211, v168, 0, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v128
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v168, 8, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v129
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v168, 16, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v130
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v168, 24, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v131
+        v_add_f32_e32 v210, v210, v211
+        s_wait_loadcnt 6
+        v_bfe_i32 v211, v169, 0, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v132
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v169, 8, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v133
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v169, 16, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v134
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v169, 24, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v135
+        v_add_f32_e32 v210, v210, v211
+        s_wait_loadcnt 5
+        v_bfe_i32 v211, v170, 0, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v136
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v170, 8, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v137
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v170, 16, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v138
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v170, 24, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v139
+        v_add_f32_e32 v210, v210, v211
+        s_wait_loadcnt 4
+        v_bfe_i32 v211, v171, 0, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v140
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v171, 8, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v141
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v171, 16, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v142
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v171, 24, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v143
+        v_add_f32_e32 v210, v210, v211
+        s_wait_loadcnt 3
+        v_bfe_i32 v211, v172, 0, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v144
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v172, 8, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v145
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v172, 16, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v146
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v172, 24, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v147
+        v_add_f32_e32 v210, v210, v211
+        s_wait_loadcnt 2
+        v_bfe_i32 v211, v173, 0, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v148
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v173, 8, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v149
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v173, 16, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v150
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v173, 24, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v151
+        v_add_f32_e32 v210, v210, v211
+        s_wait_loadcnt 1
+        v_bfe_i32 v211, v174, 0, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v152
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v174, 8, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v153
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v174, 16, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v154
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v174, 24, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v155
+        v_add_f32_e32 v210, v210, v211
+        s_wait_loadcnt 0
+        v_bfe_i32 v211, v175, 0, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v156
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v175, 8, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v157
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v175, 16, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v158
+        v_add_f32_e32 v210, v210, v211
+        v_bfe_i32 v211, v175, 24, 8
+        v_cvt_f32_i32_e32 v211, v211
+        v_mul_f32_e32 v211, s71, v211
+        v_mul_f32_e32 v211, v211, v159
+        v_add_f32_e32 v210, v210, v211
+        v_permlanex16_b32 v28, v210, s70, 0xfedcba98
+        v_add_f32_e32 v210, v210, v28
+        v_mul_f32_e32 v210, 0x3f317218, v210
+        v_add_f32_e32 v208, v208, v210
+.Ld128_fp32_store_out:
+
+        // ---- epilogue: stores (EXEC = valid query rows; lse from lanes 0-15) ---------------------------------
+        v_and_b32 v176, 15, v0
+        v_add_nc_u32_e32 v176, s58, v176  // query index q0 + r
+        v_cmpx_gt_u32_e64 s22, v176
+        s_cbranch_execz .Ld128_fp32_end
+        v_and_b32 v212, 15, v0
+        v_mul_lo_u32 v212, v212, s31  // r * out_stride_s
+        v_lshlrev_b32 v212, 2, v212  // bytes
+        v_bfe_u32 v213, v0, 4, 1  // h
+        v_lshl_add_u32 v212, v213, 5, v212  // + 32h bytes (8 outputs of d-tile half h)
+        global_store_b128 v212, v[32:35], s[100:101] offset:0
+        global_store_b128 v212, v[36:39], s[100:101] offset:16
+        global_store_b128 v212, v[40:43], s[100:101] offset:64
+        global_store_b128 v212, v[44:47], s[100:101] offset:80
+        global_store_b128 v212, v[48:51], s[100:101] offset:128
+        global_store_b128 v212, v[52:55], s[100:101] offset:144
+        global_store_b128 v212, v[56:59], s[100:101] offset:192
+        global_store_b128 v212, v[60:63], s[100:101] offset:208
+        global_store_b128 v212, v[64:67], s[100:101] offset:256
+        global_store_b128 v212, v[68:71], s[100:101] offset:272
+        s_cmp_le_u32 s33, 80  // head_dim <= 80: no more channels
+        s_cbranch_scc1 .Ld128_fp32_stored
+        global_store_b128 v212, v[72:75], s[100:101] offset:320
+        global_store_b128 v212, v[76:79], s[100:101] offset:336
+        s_cmp_le_u32 s33, 96  // head_dim <= 96: no more channels
+        s_cbranch_scc1 .Ld128_fp32_stored
+        global_store_b128 v212, v[80:83], s[100:101] offset:384
+        global_store_b128 v212, v[84:87], s[100:101] offset:400
+        s_cmp_le_u32 s33, 112  // head_dim <= 112: no more channels
+        s_cbranch_scc1 .Ld128_fp32_stored
+        global_store_b128 v212, v[88:91], s[100:101] offset:448
+        global_store_b128 v212, v[92:95], s[100:101] offset:464
+.Ld128_fp32_stored:
+        s_bitcmp1_b32 s34, 0
+        s_cbranch_scc0 .Ld128_fp32_end
+        v_and_b32 v212, 31, v0
+        v_cmpx_gt_u32_e64 16, v212  // lanes 0-15 hold the row's lse
+        v_and_b32 v212, 15, v0
+        v_lshlrev_b32 v212, 2, v212
+        global_store_b32 v212, v208, s[102:103]
+.Ld128_fp32_end:
+        s_endpgm
+
+        // ---- out of line: the attn_mask blocks of partial / additive tiles (each branches back) --------------
+.Ld128_fp32_mask_issued_0_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp32_mask_issued_0
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+        s_branch .Ld128_fp32_mask_issued_0
+.Ld128_fp32_mask_applied_0_ool:
+        s_wait_loadcnt 9  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp32_mask_applied_0_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v13, v208
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v13, v209
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v13, v210
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v13, v211
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v13, v212
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v13, v213
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v13, v214
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v13, v215
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v13, v216
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v13, v217
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v13, v218
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v13, v219
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v13, v220
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v13, v221
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v13, v222
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v13, v223
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v13, v224
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v13, v225
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v13, v226
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v13, v227
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v13, v228
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v13, v229
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v13, v230
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v13, v231
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v13, v232
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v13, v233
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v13, v234
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v13, v235
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v13, v236
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v13, v237
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v13, v238
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v13, v239
+.Ld128_fp32_mask_applied_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_fp32_mask_applied_0
+.Ld128_fp32_max_additive_0:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp32_max_done_0
+.Ld128_fp32_one_fma_0_additive:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_fp32_one_fma_0
+.Ld128_fp32_one_fma_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_fp32_one_fma_0_mask
+.Ld128_fp32_mask_issued_1_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp32_mask_issued_1
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+        s_branch .Ld128_fp32_mask_issued_1
+.Ld128_fp32_mask_applied_1_ool:
+        s_wait_loadcnt 9  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp32_mask_applied_1_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v13, v208
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v13, v209
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v13, v210
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v13, v211
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v13, v212
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v13, v213
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v13, v214
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v13, v215
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v13, v216
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v13, v217
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v13, v218
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v13, v219
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v13, v220
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v13, v221
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v13, v222
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v13, v223
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v13, v224
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v13, v225
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v13, v226
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v13, v227
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v13, v228
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v13, v229
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v13, v230
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v13, v231
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v13, v232
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v13, v233
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v13, v234
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v13, v235
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v13, v236
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v13, v237
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v13, v238
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v13, v239
+.Ld128_fp32_mask_applied_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_fp32_mask_applied_1
+.Ld128_fp32_max_additive_1:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp32_max_done_1
+.Ld128_fp32_one_fma_1_additive:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_fp32_one_fma_1
+.Ld128_fp32_one_fma_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_fp32_one_fma_1_mask
+.Ld128_fp32_mask_issued_0_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp32_mask_issued_0_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+        s_branch .Ld128_fp32_mask_issued_0_last
+.Ld128_fp32_mask_applied_0_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp32_mask_applied_0_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v13, v208
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v13, v209
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v13, v210
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v13, v211
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v13, v212
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v13, v213
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v13, v214
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v13, v215
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v13, v216
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v13, v217
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v13, v218
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v13, v219
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v13, v220
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v13, v221
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v13, v222
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v13, v223
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v13, v224
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v13, v225
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v13, v226
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v13, v227
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v13, v228
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v13, v229
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v13, v230
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v13, v231
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v13, v232
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v13, v233
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v13, v234
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v13, v235
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v13, v236
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v13, v237
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v13, v238
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v13, v239
+.Ld128_fp32_mask_applied_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_fp32_mask_applied_0_last
+.Ld128_fp32_max_additive_0_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp32_max_done_0_last
+.Ld128_fp32_one_fma_0_last_additive:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_fp32_one_fma_0_last
+.Ld128_fp32_one_fma_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_fp32_one_fma_0_last_mask
+.Ld128_fp32_mask_issued_1_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp32_mask_issued_1_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+        s_branch .Ld128_fp32_mask_issued_1_last
+.Ld128_fp32_mask_applied_1_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp32_mask_applied_1_last_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v13, v208
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v13, v209
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v13, v210
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v13, v211
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v13, v212
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v13, v213
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v13, v214
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v13, v215
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v13, v216
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v13, v217
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v13, v218
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v13, v219
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v13, v220
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v13, v221
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v13, v222
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v13, v223
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v13, v224
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v13, v225
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v13, v226
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v13, v227
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v13, v228
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v13, v229
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v13, v230
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v13, v231
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v13, v232
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v13, v233
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v13, v234
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v13, v235
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v13, v236
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v13, v237
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v13, v238
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v13, v239
+.Ld128_fp32_mask_applied_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_fp32_mask_applied_1_last
+.Ld128_fp32_max_additive_1_last:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp32_max_done_1_last
+.Ld128_fp32_one_fma_1_last_additive:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_fp32_one_fma_1_last
+.Ld128_fp32_one_fma_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_fp32_one_fma_1_last_mask
+.Lgfx1201_sage_attention_fwd_asm_d128_fp32_end:
+        .size   gfx1201_sage_attention_fwd_asm_d128_fp32, .Lgfx1201_sage_attention_fwd_asm_d128_fp32_end-gfx1201_sage_attention_fwd_asm_d128_fp32
+
+        .text
         .globl  gfx1201_sage_attention_fwd_asm_d64_bf16
         .p2align 8
         .type   gfx1201_sage_attention_fwd_asm_d64_bf16,@function
@@ -18100,6 +22782,3894 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_branch .Ld64_fp16_one_fma_1_last_mask
 .Lgfx1201_sage_attention_fwd_asm_d64_fp16_end:
         .size   gfx1201_sage_attention_fwd_asm_d64_fp16, .Lgfx1201_sage_attention_fwd_asm_d64_fp16_end-gfx1201_sage_attention_fwd_asm_d64_fp16
+
+        .text
+        .globl  gfx1201_sage_attention_fwd_asm_d64_fp32
+        .p2align 8
+        .type   gfx1201_sage_attention_fwd_asm_d64_fp32,@function
+gfx1201_sage_attention_fwd_asm_d64_fp32:
+
+// ==== gfx1201_sage_attention_fwd_asm_d64_fp32: head dim (D_pad) 64, output fp32, P.V fp8 ===============================
+// QK^T 16 WMMA + PV 16 WMMA (v_wmma_f32_16x16x16_fp8_fp8) per 64-key tile; O^T = 4 d-tiles x 8 VGPRs;
+// Q^T 2 x 16 B per lane; staging 2 + 2 b128 loads per thread and tile; ring 10 slots.
+// LDS (16384 B): kbuf0 @0, kbuf1 @4096 (K tiles 4096 B, rows of
+// 64 B), vbuf0 @8192, vbuf1 @12288 (V^T tiles 4096 B, rows of 64 B).
+// Resources: 200 VGPRs -> 7 waves/SIMD by registers; 16384 B LDS per 4-wave workgroup.
+// Output: fp32, the value itself (no rounding or saturation; NaN -> 0x7fc00000), d-tiles at or past
+// head_dim (the kernarg; zero-padded channels) not stored.
+//
+// VGPR map:
+//   v0           tid          work-item id x (entry state, docs/rdna4.md §Entry); lane math reads it
+//   v[1:2]       k_rd         LDS byte address of K fragment d-group i (chunk c adds 8 rows)
+//   v[3:4]       v_rd         LDS byte address of V^T fragment half i (d-tile adds dt*1024)
+//   v5           k_st         LDS store address of this thread's K staging chunks
+//   v6           v_st         LDS store address of this thread's V^T staging chunks
+//   v7           k_gl         global offset of this thread's K staging chunk 0 in a tile
+//   v8           v_gl         global offset of this thread's V^T staging chunk 0 (row*seq_pad_kv + col*16)
+//   v9           ks           k_scale of this lane half's 32 keys of the next tile
+//   v10          ks_off       4h: byte offset of this lane half's k_scale in a tile's pair
+//   v[11:12]     qk           q_scale*k_scale, two copies in different banks (VOPD src0)
+//   v[16:18]     m            m[0], m[1]: running max ping-pong (even/odd tile); m[2]: copy of m_new
+//   v[19:20]     alpha        exp2(m_old - m_new), two banks (VOPD src0); alpha[0] also the scratch of it
+//   v21          l_run        running row sum
+//   v[22:23]     rs           row-sum chain ping-pong: rs[1] (odd VGPR) after even steps, rs[0] after odd
+//   v[24:27]     mx           row-max partials; mx[0] ends as the lane max
+//   v28          xl           v_permlanex16 result
+//   v29          lim          masked tiles: keys of this lane half still visible (lim(row) - key0); then a copy of m_use (VOPD bank of the exp2 arguments)
+//   v[32:63]     O            O^T accumulators: d-tile dt = O[8dt:8dt+8], lane (h,r) row d=16dt+8h+e
+//   v[64:95]     SA           S^T of even tiles: chunk c = SA[8c:8c+8]; scores, then p, P^T fp8 in place
+//   v[96:127]    SB           S^T of odd tiles (the next tile's QK^T accumulates here)
+//   v[128:135]   Q            Q^T B-fragments: Q[4i:4i+4] = 16 bytes 32h+16i.. of query row r
+//   v[136:143]   stK          global->LDS staging of K tile t+2
+//   v[144:151]   stV          global->LDS staging of V^T tile t+1
+//   v[152:191]   ring         10 LDS fragment slots of 4 VGPRs (ds_load_b128)
+//   v[192:199]   magic        0x4b400000 x 8: C of each chunk's first QK^T WMMA (int -> float trick)
+// SGPR map:
+//   s[0:1]       kernarg      kernarg segment pointer (only user SGPR, docs/rdna4.md §Entry)
+//   s[4:5]       q            kernarg q (ptr)
+//   s[6:7]       k            kernarg k (ptr)
+//   s[8:9]       v            kernarg v (ptr)
+//   s[10:11]     q_scale      kernarg q_scale (ptr)
+//   s[12:13]     k_scale      kernarg k_scale (ptr)
+//   s[14:15]     k_mean       kernarg k_mean (ptr)
+//   s[16:17]     v_scale      kernarg v_scale (ptr)
+//   s[18:19]     out          kernarg out (ptr)
+//   s[20:21]     lse          kernarg lse (ptr)
+//   s22          seq_len_q    kernarg seq_len_q (u32)
+//   s23          seq_pad_q    kernarg seq_pad_q (u32)
+//   s24          seq_len_kv   kernarg seq_len_kv (u32)
+//   s25          seq_pad_kv   kernarg seq_pad_kv (u32)
+//   s26          num_heads_q  kernarg num_heads_q (u32)
+//   s27          num_heads_kv kernarg num_heads_kv (u32)
+//   s[28:29]     kv_group_magic kernarg kv_group_magic (u64)
+//   s30          out_stride_b kernarg out_stride_b (u32)
+//   s31          out_stride_s kernarg out_stride_s (u32)
+//   s32          out_stride_h kernarg out_stride_h (u32)
+//   s33          head_dim     kernarg head_dim (u32)
+//   s34          flags        kernarg flags (u32)
+//   s[36:37]     lut          kernarg lut (ptr)
+//   s38          lut_stride_b kernarg lut_stride_b (u32)
+//   s39          lut_stride_h kernarg lut_stride_h (u32)
+//   s40          causal_offset kernarg causal_offset (i32)
+//   s[42:43]     v_mean       kernarg v_mean (ptr)
+//   s44          head         
+//   s45          batch        
+//   s46          wave         
+//   s[48:49]     bh           batch*H_q + head (hi word 0)
+//   s[50:51]     bkv          batch*H_kv + K/V head (hi word 0)
+//   s[52:53]     tmp          
+//   s[54:55]     tmp2         
+//   s[56:57]     tmp3         
+//   s58          q0           first query of this wave
+//   s59          last_tile    count - 1: the last LUT entry
+//   s60          rowlim0      i32: q0 + causal_offset + 1 (causal) or seq_len_kv: row q0+r sees keys < min(rowlim0 + r, seq_len_kv)
+//   s61          wlim         i32: the smallest row limit of the wave: tiles ending above it are masked
+//   s[62:63]     lutrow       LUT row of this query tile
+//   s[64:67]     lut4         count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)
+//   s68          L3           L[min(t+3, last)] (in flight during tile t)
+//   s69          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
+//   s70          permsel      v_permlanex16 lane select 0x76543210
+//   s71          qs           q_scale of this wave's 16 queries
+//   s72          tile         loop: current key tile t
+//   s[74:75]     kh           K of this K/V head
+//   s[76:77]     qrow         Q rows of this wave
+//   s[78:79]     kb           K staging base (tile min(t+2, last))
+//   s[80:81]     koff         K staging tile byte offset (hi word 0)
+//   s[82:85]     vb           V^T staging bases of chunk rows u*32 (u < 2), tile t+1
+//   s86          addmean      epilogue: lanes that add v_mean (smooth_v and l != 0)
+//   s[88:89]     vmh          v_mean of this K/V head
+//   s[90:91]     ksb          k_scale of tile t+1
+//   s[92:93]     kmh          k_mean of this K/V head
+//   s[94:95]     vsh          v_scale of this K/V head
+//   s[96:97]     outb         out row of query q0
+//   s[98:99]     lseb         lse of query q0
+
+        // ---- prologue: kernargs (the whole struct of sage_co/abi.py, dword i in SGPR KARG_SGPR + i) ----------
+        s_load_b256 s[4:11], s[0:1], 0x0  // q, k, v, q_scale
+        s_load_b256 s[12:19], s[0:1], 0x20  // k_scale, k_mean, v_scale, out
+        s_load_b256 s[20:27], s[0:1], 0x40  // lse, seq_len_q, seq_pad_q, seq_len_kv, seq_pad_kv, num_heads_q, num_heads_kv
+        s_load_b256 s[28:35], s[0:1], 0x60  // kv_group_magic, out_stride_b, out_stride_s, out_stride_h, head_dim, flags
+        s_load_b256 s[36:43], s[0:1], 0x80  // lut, lut_stride_b, lut_stride_h, causal_offset, v_mean
+
+        // ---- prologue: lane constants (VALU while the kernargs load) -----------------------------------------
+        v_and_b32 v152, 31, v0  // lane
+        v_and_b32 v153, 15, v0  // r = lane % 16
+        v_bfe_u32 v154, v0, 4, 1  // h = lane / 16
+        v_lshlrev_b32 v10, 2, v154  // 4h: k_scale of this half inside a tile's pair
+        v_lshlrev_b32 v7, 4, v0  // K staging: chunk tid of the tile (16 B)
+        v_lshrrev_b32 v155, 2, v0  // K row
+        v_bfe_u32 v156, v155, 1, 2
+        v_and_b32 v157, 3, v0
+        v_xor_b32 v156, v156, v157
+        v_lshlrev_b32 v156, 4, v156
+        v_lshl_or_b32 v5, v155, 6, v156  // row*64 + (col ^ kswz(row))*16
+        v_lshrrev_b32 v155, 2, v0  // V^T row
+        v_bfe_u32 v156, v155, 1, 2
+        v_and_b32 v157, 3, v0
+        v_xor_b32 v156, v156, v157
+        v_lshlrev_b32 v156, 4, v156
+        v_lshl_or_b32 v6, v155, 6, v156  // row*64 + (col ^ (row>>1)&3)*16
+        v_bfe_u32 v156, v153, 1, 2
+        v_lshlrev_b32 v155, 6, v153  // r * 64
+        v_lshlrev_b32 v157, 1, v154  // 2h
+        v_mov_b32 v3, v157
+        v_xor_b32 v3, v3, v156
+        v_lshl_or_b32 v3, v3, 4, v155
+        v_or_b32 v4, 1, v157
+        v_xor_b32 v4, v4, v156
+        v_lshl_or_b32 v4, v4, 4, v155
+        v_lshrrev_b32 v155, 3, v153
+        v_and_b32 v156, 7, v153
+        v_lshl_or_b32 v155, v155, 5, v156  // row
+        v_lshlrev_b32 v155, 6, v155  // row * 64
+        v_bfe_u32 v156, v153, 1, 2
+        v_lshlrev_b32 v157, 1, v154  // 2h
+        v_mov_b32 v1, v157
+        v_xor_b32 v1, v1, v156
+        v_lshl_or_b32 v1, v1, 4, v155
+        v_or_b32 v2, 1, v157
+        v_xor_b32 v2, v2, v156
+        v_lshl_or_b32 v2, v2, 4, v155
+        v_lshlrev_b32 v158, 6, v153  // query row r * 64
+        v_lshl_or_b32 v158, v154, 5, v158  // + 32h (d permutation of the .hip header)
+        v_readfirstlane_b32 s46, v0
+
+        // ---- prologue: scalar addressing ---------------------------------------------------------------------
+        s_wait_kmcnt 0
+        s_lshr_b32 s46, s46, 5  // wave = tid / 32 (uniform)
+        s_and_b32 s44, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
+        s_lshr_b32 s45, ttmp7, 16  // workgroup id z = batch
+        s_mul_i32 s48, s45, s26
+        s_add_co_i32 s48, s48, s44
+        s_mov_b32 s49, 0
+        s_mov_b32 s52, s44
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[28:29]  // hi word: K/V head
+        s_mul_i32 s50, s45, s27
+        s_add_co_i32 s50, s50, s53
+        s_mov_b32 s51, 0
+        s_lshl_b32 s58, ttmp9, 6  // workgroup id x * 64
+        s_lshl_b32 s52, s46, 4
+        s_add_co_i32 s58, s58, s52  // q0 = 64*qtile + 16*wave
+        s_lshr_b32 s52, s25, 6
+        s_add_co_i32 s52, s52, 1  // LUT row length
+        s_mul_i32 s52, s52, ttmp9  // * query tile
+        s_mul_i32 s54, s45, s38
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s44, s39
+        s_add_co_i32 s52, s52, s54
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[62:63], s[36:37], s[52:53]
+        s_load_b128 s[64:67], s[62:63], 0x0  // count, L[0], L[1], L[2] (the host pads the buffer)
+        s_add_co_i32 s52, s58, s40
+        s_add_co_i32 s52, s52, 1
+        s_bitcmp1_b32 s34, 2
+        s_cselect_b32 s60, s52, s24
+        s_min_i32 s61, s60, s24
+        s_wait_kmcnt 0  // LUT row head
+        s_add_co_i32 s59, s64, -1  // last LUT entry
+        s_cmp_gt_u32 s64, 1
+        s_cselect_b32 s66, s66, s65  // L[min(1, last)]
+        s_cmp_gt_u32 s64, 2
+        s_cselect_b32 s67, s67, s66  // L[min(2, last)]
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
+        s_lshl_b32 s52, s25, 6
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[50:51]
+        s_add_nc_u64 s[74:75], s[6:7], s[52:53]
+        s_add_nc_u64 s[82:83], s[8:9], s[52:53]  // V^T of this K/V head
+        s_lshl_b32 s54, s65, 6
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[0]
+        s_lshl_b32 s52, s23, 6
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[48:49]
+        s_add_nc_u64 s[76:77], s[4:5], s[52:53]
+        s_lshl_b32 s54, s58, 6
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // Q rows of query q0
+        s_lshl_b32 s54, s25, 5  // 32 rows of V^T
+        s_add_nc_u64 s[84:85], s[82:83], s[54:55]
+        s_lshr_b32 s52, s25, 5
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[50:51]
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[90:91], s[12:13], s[52:53]  // k_scale of the K/V head
+        s_lshl_b32 s52, s65, 3
+        s_mov_b32 s53, 0
+        s_add_nc_u64 s[90:91], s[90:91], s[52:53]  // k_scale pair of tile L[0]
+        s_lshr_b32 s52, s23, 5
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[48:49]
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[52:53], s[10:11], s[52:53]
+        s_lshr_b32 s54, s58, 5
+        s_lshl_b32 s54, s54, 2
+        s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
+        s_lshl_b64 s[52:53], s[50:51], 8
+        s_add_nc_u64 s[92:93], s[14:15], s[52:53]
+        s_add_nc_u64 s[94:95], s[16:17], s[52:53]
+        s_add_nc_u64 s[88:89], s[42:43], s[52:53]
+        s_mov_b32 s52, s45
+        s_mov_b32 s53, 0
+        s_mov_b32 s56, s30
+        s_mov_b32 s57, 0
+        s_mul_u64 s[52:53], s[52:53], s[56:57]
+        s_mov_b32 s54, s58
+        s_mov_b32 s55, 0
+        s_mov_b32 s56, s31
+        s_mov_b32 s57, 0
+        s_mul_u64 s[54:55], s[54:55], s[56:57]
+        s_add_nc_u64 s[52:53], s[52:53], s[54:55]
+        s_mov_b32 s54, s44
+        s_mov_b32 s55, 0
+        s_mov_b32 s56, s32
+        s_mov_b32 s57, 0
+        s_mul_u64 s[54:55], s[54:55], s[56:57]
+        s_add_nc_u64 s[52:53], s[52:53], s[54:55]
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[96:97], s[18:19], s[52:53]
+        s_mov_b32 s54, s22
+        s_mov_b32 s55, 0
+        s_mul_u64 s[52:53], s[48:49], s[54:55]
+        s_mov_b32 s54, s58
+        s_add_nc_u64 s[52:53], s[52:53], s[54:55]
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[98:99], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
+        s_mov_b32 s81, 0
+        s_mov_b32 s72, 0
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshrrev_b32 v155, 2, v0
+        v_mul_lo_u32 v8, v155, s25  // V^T row * seq_pad_kv
+        v_and_b32 v156, 3, v0
+        v_lshl_add_u32 v8, v156, 4, v8  // + col * 16
+
+        // ---- prologue: Q^T fragments, k_scale(0), K(0) and V^T(0) -> LDS buffers 0 ---------------------------
+        global_load_b128 v[128:131], v158, s[76:77] offset:0
+        global_load_b128 v[132:135], v158, s[76:77] offset:16
+        s_cmp_eq_u32 s64, 0  // no active key tile: zeros and lse -inf
+        s_cbranch_scc1 .Ld64_fp32_empty
+        global_load_b32 v9, v10, s[90:91]
+        s_lshl_b32 s80, s65, 12  // * 4096 bytes
+        s_add_nc_u64 s[78:79], s[74:75], s[80:81]  // K(L[0])
+        global_load_b128 v[136:139], v7, s[78:79] offset:0
+        global_load_b128 v[140:143], v7, s[78:79] offset:2048
+        global_load_b128 v[144:147], v8, s[82:83]
+        global_load_b128 v[148:151], v8, s[84:85]
+        s_lshl_b32 s80, s66, 12  // * 4096 bytes
+        s_add_nc_u64 s[78:79], s[74:75], s[80:81]  // K(L[min(1, last)])
+
+        // ---- prologue: O = 0, m = -inf, l = 0 ----------------------------------------------------------------
+        v_dual_mov_b32 v32, 0 :: v_dual_mov_b32 v33, 0
+        v_dual_mov_b32 v34, 0 :: v_dual_mov_b32 v35, 0
+        v_dual_mov_b32 v36, 0 :: v_dual_mov_b32 v37, 0
+        v_dual_mov_b32 v38, 0 :: v_dual_mov_b32 v39, 0
+        v_dual_mov_b32 v40, 0 :: v_dual_mov_b32 v41, 0
+        v_dual_mov_b32 v42, 0 :: v_dual_mov_b32 v43, 0
+        v_dual_mov_b32 v44, 0 :: v_dual_mov_b32 v45, 0
+        v_dual_mov_b32 v46, 0 :: v_dual_mov_b32 v47, 0
+        v_dual_mov_b32 v48, 0 :: v_dual_mov_b32 v49, 0
+        v_dual_mov_b32 v50, 0 :: v_dual_mov_b32 v51, 0
+        v_dual_mov_b32 v52, 0 :: v_dual_mov_b32 v53, 0
+        v_dual_mov_b32 v54, 0 :: v_dual_mov_b32 v55, 0
+        v_dual_mov_b32 v56, 0 :: v_dual_mov_b32 v57, 0
+        v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
+        v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
+        v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
+        v_dual_mov_b32 v192, s69 :: v_dual_mov_b32 v193, s69
+        v_dual_mov_b32 v194, s69 :: v_dual_mov_b32 v195, s69
+        v_dual_mov_b32 v196, s69 :: v_dual_mov_b32 v197, s69
+        v_dual_mov_b32 v198, s69 :: v_dual_mov_b32 v199, s69
+        v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
+        s_wait_loadcnt 0
+        ds_store_b128 v5, v[136:139] offset:0
+        ds_store_b128 v6, v[144:147] offset:8192
+        ds_store_b128 v5, v[140:143] offset:2048
+        ds_store_b128 v6, v[148:151] offset:10240
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+
+        // ---- prologue: K(1) staging in flight while QK^T(0) runs; then its scores are scaled -----------------
+        global_load_b128 v[136:139], v7, s[78:79] offset:0
+        global_load_b128 v[140:143], v7, s[78:79] offset:2048
+        ds_load_b128 v[152:155], v1 offset:0
+        ds_load_b128 v[156:159], v1 offset:512
+        ds_load_b128 v[160:163], v1 offset:1024
+        ds_load_b128 v[164:167], v1 offset:1536
+        ds_load_b128 v[168:171], v2 offset:0
+        ds_load_b128 v[172:175], v2 offset:512
+        ds_load_b128 v[176:179], v2 offset:1024
+        ds_load_b128 v[180:183], v2 offset:1536
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[154:155], v[130:131], v[64:71] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[158:159], v[130:131], v[72:79] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[162:163], v[130:131], v[80:87] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[166:167], v[130:131], v[88:95] neg_lo:[1,1,0]
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[168:169], v[132:133], v[64:71] neg_lo:[1,1,0]
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[172:173], v[132:133], v[72:79] neg_lo:[1,1,0]
+        s_wait_dscnt 1
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[176:177], v[132:133], v[80:87] neg_lo:[1,1,0]
+        s_wait_dscnt 0
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[180:181], v[132:133], v[88:95] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[170:171], v[134:135], v[64:71] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[174:175], v[134:135], v[72:79] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[178:179], v[134:135], v[80:87] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
+        s_wait_kmcnt 0  // q_scale
+        v_mul_f32 v11, s71, v9
+        v_mov_b32 v12, v11
+        s_wait_loadcnt 0
+        ds_store_b128 v5, v[136:139] offset:4096
+        ds_store_b128 v5, v[140:143] offset:6144
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+
+        // ---- main loop: two tiles per trip (register ping-pong SA/SB, m[0]/m[1], LDS buffers) ----------------
+.Ld64_fp32_loop:
+        s_cmp_eq_u32 s72, s59
+        s_cbranch_scc1 .Ld64_fp32_last_0
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_mask_issued_0_ool
+.Ld64_fp32_mask_issued_0:
+
+        // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
+        s_add_co_i32 s52, s72, 3
+        s_min_u32 s52, s52, s59
+        s_lshl_b32 s52, s52, 2
+        s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
+        s_lshl_b32 s80, s67, 12  // * 4096 bytes
+        s_add_nc_u64 s[78:79], s[74:75], s[80:81]
+        s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
+        s_mov_b32 s55, 0
+        s_lshl_b32 s54, s52, 3
+        s_add_nc_u64 s[90:91], s[90:91], s[54:55]  // k_scale pair of tile L[t+1]
+        global_load_b32 v9, v10, s[90:91]
+        s_lshl_b32 s54, s52, 6
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[84:85], s[84:85], s[54:55]  // V^T columns of tile L[t+1]
+        global_load_b128 v[136:139], v7, s[78:79] offset:0
+        global_load_b128 v[140:143], v7, s[78:79] offset:2048
+        global_load_b128 v[144:147], v8, s[82:83]
+        global_load_b128 v[148:151], v8, s[84:85]
+
+        // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_mask_applied_0_ool
+.Ld64_fp32_mask_applied_0:
+        ds_load_b128 v[152:155], v1 offset:4096
+        ds_load_b128 v[156:159], v1 offset:4608
+        ds_load_b128 v[160:163], v1 offset:5120
+        ds_load_b128 v[164:167], v1 offset:5632
+        ds_load_b128 v[168:171], v2 offset:4096
+        ds_load_b128 v[172:175], v2 offset:4608
+        ds_load_b128 v[176:179], v2 offset:5120
+        ds_load_b128 v[180:183], v2 offset:5632
+        ds_load_b128 v[184:187], v3 offset:8192
+        ds_load_b128 v[188:191], v3 offset:9216
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp32_nomask_0
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp32_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp32_max_additive_0
+        v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
+        v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
+        v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
+        v_dual_max_num_f32 v26, v74, v26 :: v_dual_max_num_f32 v27, v75, v27
+        v_dual_max_num_f32 v24, v76, v24 :: v_dual_max_num_f32 v25, v77, v25
+        v_dual_max_num_f32 v26, v78, v26 :: v_dual_max_num_f32 v27, v79, v27
+        v_dual_max_num_f32 v24, v80, v24 :: v_dual_max_num_f32 v25, v81, v25
+        v_dual_max_num_f32 v26, v82, v26 :: v_dual_max_num_f32 v27, v83, v27
+        v_dual_max_num_f32 v24, v84, v24 :: v_dual_max_num_f32 v25, v85, v25
+        v_dual_max_num_f32 v26, v86, v26 :: v_dual_max_num_f32 v27, v87, v27
+        v_dual_max_num_f32 v24, v88, v24 :: v_dual_max_num_f32 v25, v89, v25
+        v_dual_max_num_f32 v26, v90, v26 :: v_dual_max_num_f32 v27, v91, v27
+        v_dual_max_num_f32 v24, v92, v24 :: v_dual_max_num_f32 v25, v93, v25
+        v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld64_fp32_max_done_0:
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v17, vcc_lo
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp32_one_fma_0_additive
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp32_one_fma_0
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp32_one_fma_0_lim
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp32_one_fma_0_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_one_fma_0_bits
+.Ld64_fp32_one_fma_0_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_fp32_one_fma_0:
+        v_fma_f32 v64, v64, v12, -v29
+        v_fma_f32 v65, v65, v12, -v29
+        v_fma_f32 v66, v66, v12, -v29
+        v_fma_f32 v67, v67, v12, -v29
+        v_exp_f32_e32 v64, v64
+        v_fma_f32 v68, v68, v12, -v29
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v65, v65
+        v_fma_f32 v69, v69, v12, -v29
+        v_exp_f32_e32 v66, v66
+        v_fma_f32 v70, v70, v12, -v29
+        v_exp_f32_e32 v67, v67
+        v_fma_f32 v71, v71, v12, -v29
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v68, v68
+        v_fma_f32 v72, v72, v12, -v29
+        v_dual_add_f32 v22, v64, v66 :: v_dual_add_f32 v23, v65, v67
+        v_exp_f32_e32 v69, v69
+        v_fma_f32 v73, v73, v12, -v29
+        v_cvt_pk_fp8_f32 v64, v64, v65
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v70, v70
+        v_fma_f32 v74, v74, v12, -v29
+        v_dual_add_f32 v22, v22, v68 :: v_dual_add_f32 v23, v23, v69
+        v_exp_f32_e32 v71, v71
+        v_fma_f32 v75, v75, v12, -v29
+        v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v72, v72
+        v_fma_f32 v76, v76, v12, -v29
+        v_dual_add_f32 v22, v22, v70 :: v_dual_add_f32 v23, v23, v71
+        v_exp_f32_e32 v73, v73
+        v_fma_f32 v77, v77, v12, -v29
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[154:155], v[130:131], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[152:155], v3 offset:10240
+        v_cvt_pk_fp8_f32 v65, v68, v69
+        v_exp_f32_e32 v74, v74
+        v_fma_f32 v78, v78, v12, -v29
+        v_dual_add_f32 v22, v22, v72 :: v_dual_add_f32 v23, v23, v73
+        v_exp_f32_e32 v75, v75
+        v_fma_f32 v79, v79, v12, -v29
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[158:159], v[130:131], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[156:159], v3 offset:11264
+        v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
+        v_exp_f32_e32 v76, v76
+        v_fma_f32 v80, v80, v12, -v29
+        v_dual_add_f32 v22, v22, v74 :: v_dual_add_f32 v23, v23, v75
+        v_exp_f32_e32 v77, v77
+        v_fma_f32 v81, v81, v12, -v29
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[162:163], v[130:131], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[160:163], v4 offset:8192
+        v_cvt_pk_fp8_f32 v72, v72, v73
+        v_exp_f32_e32 v78, v78
+        v_fma_f32 v82, v82, v12, -v29
+        v_dual_add_f32 v22, v22, v76 :: v_dual_add_f32 v23, v23, v77
+        v_exp_f32_e32 v79, v79
+        v_fma_f32 v83, v83, v12, -v29
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[166:167], v[130:131], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[164:167], v4 offset:9216
+        v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
+        v_exp_f32_e32 v80, v80
+        v_fma_f32 v84, v84, v12, -v29
+        v_dual_add_f32 v22, v22, v78 :: v_dual_add_f32 v23, v23, v79
+        v_exp_f32_e32 v81, v81
+        v_fma_f32 v85, v85, v12, -v29
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[168:169], v[132:133], v[96:103] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v73, v76, v77
+        v_exp_f32_e32 v82, v82
+        v_fma_f32 v86, v86, v12, -v29
+        v_dual_add_f32 v22, v22, v80 :: v_dual_add_f32 v23, v23, v81
+        v_exp_f32_e32 v83, v83
+        v_fma_f32 v87, v87, v12, -v29
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[172:173], v[132:133], v[104:111] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
+        v_exp_f32_e32 v84, v84
+        v_fma_f32 v88, v88, v12, -v29
+        v_dual_add_f32 v22, v22, v82 :: v_dual_add_f32 v23, v23, v83
+        v_exp_f32_e32 v85, v85
+        v_fma_f32 v89, v89, v12, -v29
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[176:177], v[132:133], v[112:119] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v80, v80, v81
+        v_exp_f32_e32 v86, v86
+        v_fma_f32 v90, v90, v12, -v29
+        v_dual_add_f32 v22, v22, v84 :: v_dual_add_f32 v23, v23, v85
+        v_exp_f32_e32 v87, v87
+        v_fma_f32 v91, v91, v12, -v29
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[180:181], v[132:133], v[120:127] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
+        v_exp_f32_e32 v88, v88
+        v_fma_f32 v92, v92, v12, -v29
+        v_dual_add_f32 v22, v22, v86 :: v_dual_add_f32 v23, v23, v87
+        v_exp_f32_e32 v89, v89
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[170:171], v[134:135], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[168:171], v4 offset:10240
+        v_fma_f32 v93, v93, v12, -v29
+        v_cvt_pk_fp8_f32 v81, v84, v85
+        v_exp_f32_e32 v90, v90
+        v_fma_f32 v94, v94, v12, -v29
+        v_dual_add_f32 v22, v22, v88 :: v_dual_add_f32 v23, v23, v89
+        v_exp_f32_e32 v91, v91
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[174:175], v[134:135], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[172:175], v4 offset:11264
+        v_fma_f32 v95, v95, v12, -v29
+        v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
+        v_exp_f32_e32 v92, v92
+        v_dual_add_f32 v22, v22, v90 :: v_dual_add_f32 v23, v23, v91
+        v_exp_f32_e32 v93, v93
+        v_cvt_pk_fp8_f32 v88, v88, v89
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[178:179], v[134:135], v[112:119] neg_lo:[1,1,0]
+        v_exp_f32_e32 v94, v94
+        v_dual_add_f32 v22, v22, v92 :: v_dual_add_f32 v23, v23, v93
+        v_exp_f32_e32 v95, v95
+        v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
+        v_dual_add_f32 v22, v22, v94 :: v_dual_add_f32 v23, v23, v95
+        v_cvt_pk_fp8_f32 v89, v92, v93
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[182:183], v[134:135], v[120:127] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v89, v94, v95 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp32_no_rescale_0
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+.Ld64_fp32_no_rescale_0:
+
+        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[64:65], v[32:39]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[64:65], v[40:47]
+        s_wait_loadcnt 4
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[64:65], v[48:55]
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[64:65], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[72:73], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[72:73], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[72:73], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[72:73], v[56:63]
+        v_mul_f32 v11, s71, v9
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[80:81], v[32:39]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[80:81], v[40:47]
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[80:81], v[48:55]
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[80:81], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[88:89], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[88:89], v[40:47]
+        v_mov_b32 v12, v11
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[88:89], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[88:89], v[56:63]
+
+        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
+        s_wait_loadcnt 0
+        ds_store_b128 v5, v[136:139] offset:0
+        ds_store_b128 v6, v[144:147] offset:12288
+        ds_store_b128 v5, v[140:143] offset:2048
+        ds_store_b128 v6, v[148:151] offset:14336
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        s_add_co_i32 s72, s72, 1
+        s_wait_kmcnt 0  // L[min(t+3, last)]
+        s_mov_b32 s65, s66
+        s_mov_b32 s66, s67
+        s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
+        s_cmp_eq_u32 s72, s59
+        s_cbranch_scc1 .Ld64_fp32_last_1
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_mask_issued_1_ool
+.Ld64_fp32_mask_issued_1:
+
+        // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
+        s_add_co_i32 s52, s72, 3
+        s_min_u32 s52, s52, s59
+        s_lshl_b32 s52, s52, 2
+        s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
+        s_lshl_b32 s80, s67, 12  // * 4096 bytes
+        s_add_nc_u64 s[78:79], s[74:75], s[80:81]
+        s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
+        s_mov_b32 s55, 0
+        s_lshl_b32 s54, s52, 3
+        s_add_nc_u64 s[90:91], s[90:91], s[54:55]  // k_scale pair of tile L[t+1]
+        global_load_b32 v9, v10, s[90:91]
+        s_lshl_b32 s54, s52, 6
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[t+1]
+        s_add_nc_u64 s[84:85], s[84:85], s[54:55]  // V^T columns of tile L[t+1]
+        global_load_b128 v[136:139], v7, s[78:79] offset:0
+        global_load_b128 v[140:143], v7, s[78:79] offset:2048
+        global_load_b128 v[144:147], v8, s[82:83]
+        global_load_b128 v[148:151], v8, s[84:85]
+
+        // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_mask_applied_1_ool
+.Ld64_fp32_mask_applied_1:
+        ds_load_b128 v[152:155], v1 offset:0
+        ds_load_b128 v[156:159], v1 offset:512
+        ds_load_b128 v[160:163], v1 offset:1024
+        ds_load_b128 v[164:167], v1 offset:1536
+        ds_load_b128 v[168:171], v2 offset:0
+        ds_load_b128 v[172:175], v2 offset:512
+        ds_load_b128 v[176:179], v2 offset:1024
+        ds_load_b128 v[180:183], v2 offset:1536
+        ds_load_b128 v[184:187], v3 offset:12288
+        ds_load_b128 v[188:191], v3 offset:13312
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp32_nomask_1
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp32_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp32_max_additive_1
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld64_fp32_max_done_1:
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v16, vcc_lo
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp32_one_fma_1_additive
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp32_one_fma_1
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp32_one_fma_1_lim
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp32_one_fma_1_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_one_fma_1_bits
+.Ld64_fp32_one_fma_1_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_fp32_one_fma_1:
+        v_fma_f32 v96, v96, v12, -v29
+        v_fma_f32 v97, v97, v12, -v29
+        v_fma_f32 v98, v98, v12, -v29
+        v_fma_f32 v99, v99, v12, -v29
+        v_exp_f32_e32 v96, v96
+        v_fma_f32 v100, v100, v12, -v29
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[152:153], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v12, -v29
+        v_exp_f32_e32 v98, v98
+        v_fma_f32 v102, v102, v12, -v29
+        v_exp_f32_e32 v99, v99
+        v_fma_f32 v103, v103, v12, -v29
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v12, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v12, -v29
+        v_cvt_pk_fp8_f32 v96, v96, v97
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v12, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v12, -v29
+        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v12, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v12, -v29
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[154:155], v[130:131], v[64:71] neg_lo:[1,1,0]
+        ds_load_b128 v[152:155], v3 offset:14336
+        v_cvt_pk_fp8_f32 v97, v100, v101
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v12, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v12, -v29
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[158:159], v[130:131], v[72:79] neg_lo:[1,1,0]
+        ds_load_b128 v[156:159], v3 offset:15360
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v12, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v12, -v29
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[162:163], v[130:131], v[80:87] neg_lo:[1,1,0]
+        ds_load_b128 v[160:163], v4 offset:12288
+        v_cvt_pk_fp8_f32 v104, v104, v105
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v12, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v12, -v29
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[166:167], v[130:131], v[88:95] neg_lo:[1,1,0]
+        ds_load_b128 v[164:167], v4 offset:13312
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v12, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
+        v_exp_f32_e32 v113, v113
+        v_fma_f32 v117, v117, v12, -v29
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[168:169], v[132:133], v[64:71] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v105, v108, v109
+        v_exp_f32_e32 v114, v114
+        v_fma_f32 v118, v118, v12, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
+        v_exp_f32_e32 v115, v115
+        v_fma_f32 v119, v119, v12, -v29
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[172:173], v[132:133], v[72:79] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
+        v_exp_f32_e32 v116, v116
+        v_fma_f32 v120, v120, v12, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
+        v_exp_f32_e32 v117, v117
+        v_fma_f32 v121, v121, v12, -v29
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[176:177], v[132:133], v[80:87] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v112, v112, v113
+        v_exp_f32_e32 v118, v118
+        v_fma_f32 v122, v122, v12, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
+        v_exp_f32_e32 v119, v119
+        v_fma_f32 v123, v123, v12, -v29
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[180:181], v[132:133], v[88:95] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
+        v_exp_f32_e32 v120, v120
+        v_fma_f32 v124, v124, v12, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
+        v_exp_f32_e32 v121, v121
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[170:171], v[134:135], v[64:71] neg_lo:[1,1,0]
+        ds_load_b128 v[168:171], v4 offset:14336
+        v_fma_f32 v125, v125, v12, -v29
+        v_cvt_pk_fp8_f32 v113, v116, v117
+        v_exp_f32_e32 v122, v122
+        v_fma_f32 v126, v126, v12, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
+        v_exp_f32_e32 v123, v123
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[174:175], v[134:135], v[72:79] neg_lo:[1,1,0]
+        ds_load_b128 v[172:175], v4 offset:15360
+        v_fma_f32 v127, v127, v12, -v29
+        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
+        v_exp_f32_e32 v125, v125
+        v_cvt_pk_fp8_f32 v120, v120, v121
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[178:179], v[134:135], v[80:87] neg_lo:[1,1,0]
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
+        v_exp_f32_e32 v127, v127
+        v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
+        v_cvt_pk_fp8_f32 v121, v124, v125
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
+        v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp32_no_rescale_1
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+.Ld64_fp32_no_rescale_1:
+
+        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[184:185], v[96:97], v[32:39]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[188:189], v[96:97], v[40:47]
+        s_wait_loadcnt 4
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[152:153], v[96:97], v[48:55]
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[156:157], v[96:97], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[186:187], v[104:105], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[190:191], v[104:105], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[154:155], v[104:105], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[158:159], v[104:105], v[56:63]
+        v_mul_f32 v11, s71, v9
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[160:161], v[112:113], v[32:39]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[164:165], v[112:113], v[40:47]
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[168:169], v[112:113], v[48:55]
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[172:173], v[112:113], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[162:163], v[120:121], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[166:167], v[120:121], v[40:47]
+        v_mov_b32 v12, v11
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[170:171], v[120:121], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[174:175], v[120:121], v[56:63]
+
+        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
+        s_wait_loadcnt 0
+        ds_store_b128 v5, v[136:139] offset:4096
+        ds_store_b128 v6, v[144:147] offset:8192
+        ds_store_b128 v5, v[140:143] offset:6144
+        ds_store_b128 v6, v[148:151] offset:10240
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        s_add_co_i32 s72, s72, 1
+        s_wait_kmcnt 0  // L[min(t+3, last)]
+        s_mov_b32 s65, s66
+        s_mov_b32 s66, s67
+        s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
+        s_branch .Ld64_fp32_loop
+.Ld64_fp32_last_0:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_mask_issued_0_last_ool
+.Ld64_fp32_mask_issued_0_last:
+
+        // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_mask_applied_0_last_ool
+.Ld64_fp32_mask_applied_0_last:
+        ds_load_b128 v[152:155], v3 offset:8192
+        ds_load_b128 v[156:159], v3 offset:9216
+        ds_load_b128 v[160:163], v3 offset:10240
+        ds_load_b128 v[164:167], v3 offset:11264
+        ds_load_b128 v[168:171], v4 offset:8192
+        ds_load_b128 v[172:175], v4 offset:9216
+        ds_load_b128 v[176:179], v4 offset:10240
+        ds_load_b128 v[180:183], v4 offset:11264
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp32_nomask_0_last
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp32_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp32_max_additive_0_last
+        v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
+        v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
+        v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
+        v_dual_max_num_f32 v26, v74, v26 :: v_dual_max_num_f32 v27, v75, v27
+        v_dual_max_num_f32 v24, v76, v24 :: v_dual_max_num_f32 v25, v77, v25
+        v_dual_max_num_f32 v26, v78, v26 :: v_dual_max_num_f32 v27, v79, v27
+        v_dual_max_num_f32 v24, v80, v24 :: v_dual_max_num_f32 v25, v81, v25
+        v_dual_max_num_f32 v26, v82, v26 :: v_dual_max_num_f32 v27, v83, v27
+        v_dual_max_num_f32 v24, v84, v24 :: v_dual_max_num_f32 v25, v85, v25
+        v_dual_max_num_f32 v26, v86, v26 :: v_dual_max_num_f32 v27, v87, v27
+        v_dual_max_num_f32 v24, v88, v24 :: v_dual_max_num_f32 v25, v89, v25
+        v_dual_max_num_f32 v26, v90, v26 :: v_dual_max_num_f32 v27, v91, v27
+        v_dual_max_num_f32 v24, v92, v24 :: v_dual_max_num_f32 v25, v93, v25
+        v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld64_fp32_max_done_0_last:
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v17, vcc_lo
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp32_one_fma_0_last_additive
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp32_one_fma_0_last
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v11, v64 :: v_dual_mul_f32 v65, v12, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v11, v66 :: v_dual_mul_f32 v67, v12, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v11, v68 :: v_dual_mul_f32 v69, v12, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v11, v70 :: v_dual_mul_f32 v71, v12, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v11, v72 :: v_dual_mul_f32 v73, v12, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v11, v74 :: v_dual_mul_f32 v75, v12, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v11, v76 :: v_dual_mul_f32 v77, v12, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v11, v78 :: v_dual_mul_f32 v79, v12, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v11, v80 :: v_dual_mul_f32 v81, v12, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v11, v82 :: v_dual_mul_f32 v83, v12, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v11, v84 :: v_dual_mul_f32 v85, v12, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v11, v86 :: v_dual_mul_f32 v87, v12, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v11, v88 :: v_dual_mul_f32 v89, v12, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v11, v90 :: v_dual_mul_f32 v91, v12, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v11, v92 :: v_dual_mul_f32 v93, v12, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp32_one_fma_0_last_lim
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp32_one_fma_0_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_one_fma_0_last_bits
+.Ld64_fp32_one_fma_0_last_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_fp32_one_fma_0_last:
+        v_fma_f32 v64, v64, v12, -v29
+        v_fma_f32 v65, v65, v12, -v29
+        v_fma_f32 v66, v66, v12, -v29
+        v_fma_f32 v67, v67, v12, -v29
+        v_exp_f32_e32 v64, v64
+        v_fma_f32 v68, v68, v12, -v29
+        v_exp_f32_e32 v65, v65
+        v_fma_f32 v69, v69, v12, -v29
+        v_exp_f32_e32 v66, v66
+        v_fma_f32 v70, v70, v12, -v29
+        v_exp_f32_e32 v67, v67
+        v_fma_f32 v71, v71, v12, -v29
+        v_exp_f32_e32 v68, v68
+        v_fma_f32 v72, v72, v12, -v29
+        v_dual_add_f32 v22, v64, v66 :: v_dual_add_f32 v23, v65, v67
+        v_exp_f32_e32 v69, v69
+        v_fma_f32 v73, v73, v12, -v29
+        v_cvt_pk_fp8_f32 v64, v64, v65
+        v_exp_f32_e32 v70, v70
+        v_fma_f32 v74, v74, v12, -v29
+        v_dual_add_f32 v22, v22, v68 :: v_dual_add_f32 v23, v23, v69
+        v_exp_f32_e32 v71, v71
+        v_fma_f32 v75, v75, v12, -v29
+        v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
+        v_exp_f32_e32 v72, v72
+        v_fma_f32 v76, v76, v12, -v29
+        v_dual_add_f32 v22, v22, v70 :: v_dual_add_f32 v23, v23, v71
+        v_exp_f32_e32 v73, v73
+        v_fma_f32 v77, v77, v12, -v29
+        v_cvt_pk_fp8_f32 v65, v68, v69
+        v_exp_f32_e32 v74, v74
+        v_fma_f32 v78, v78, v12, -v29
+        v_dual_add_f32 v22, v22, v72 :: v_dual_add_f32 v23, v23, v73
+        v_exp_f32_e32 v75, v75
+        v_fma_f32 v79, v79, v12, -v29
+        v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
+        v_exp_f32_e32 v76, v76
+        v_fma_f32 v80, v80, v12, -v29
+        v_dual_add_f32 v22, v22, v74 :: v_dual_add_f32 v23, v23, v75
+        v_exp_f32_e32 v77, v77
+        v_fma_f32 v81, v81, v12, -v29
+        v_cvt_pk_fp8_f32 v72, v72, v73
+        v_exp_f32_e32 v78, v78
+        v_fma_f32 v82, v82, v12, -v29
+        v_dual_add_f32 v22, v22, v76 :: v_dual_add_f32 v23, v23, v77
+        v_exp_f32_e32 v79, v79
+        v_fma_f32 v83, v83, v12, -v29
+        v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
+        v_exp_f32_e32 v80, v80
+        v_fma_f32 v84, v84, v12, -v29
+        v_dual_add_f32 v22, v22, v78 :: v_dual_add_f32 v23, v23, v79
+        v_exp_f32_e32 v81, v81
+        v_fma_f32 v85, v85, v12, -v29
+        v_cvt_pk_fp8_f32 v73, v76, v77
+        v_exp_f32_e32 v82, v82
+        v_fma_f32 v86, v86, v12, -v29
+        v_dual_add_f32 v22, v22, v80 :: v_dual_add_f32 v23, v23, v81
+        v_exp_f32_e32 v83, v83
+        v_fma_f32 v87, v87, v12, -v29
+        v_cvt_pk_fp8_f32 v73, v78, v79 op_sel:[0,0,1]
+        v_exp_f32_e32 v84, v84
+        v_fma_f32 v88, v88, v12, -v29
+        v_dual_add_f32 v22, v22, v82 :: v_dual_add_f32 v23, v23, v83
+        v_exp_f32_e32 v85, v85
+        v_fma_f32 v89, v89, v12, -v29
+        v_cvt_pk_fp8_f32 v80, v80, v81
+        v_exp_f32_e32 v86, v86
+        v_fma_f32 v90, v90, v12, -v29
+        v_dual_add_f32 v22, v22, v84 :: v_dual_add_f32 v23, v23, v85
+        v_exp_f32_e32 v87, v87
+        v_fma_f32 v91, v91, v12, -v29
+        v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
+        v_exp_f32_e32 v88, v88
+        v_fma_f32 v92, v92, v12, -v29
+        v_dual_add_f32 v22, v22, v86 :: v_dual_add_f32 v23, v23, v87
+        v_exp_f32_e32 v89, v89
+        v_fma_f32 v93, v93, v12, -v29
+        v_cvt_pk_fp8_f32 v81, v84, v85
+        v_exp_f32_e32 v90, v90
+        v_fma_f32 v94, v94, v12, -v29
+        v_dual_add_f32 v22, v22, v88 :: v_dual_add_f32 v23, v23, v89
+        v_exp_f32_e32 v91, v91
+        v_fma_f32 v95, v95, v12, -v29
+        v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
+        v_exp_f32_e32 v92, v92
+        v_dual_add_f32 v22, v22, v90 :: v_dual_add_f32 v23, v23, v91
+        v_exp_f32_e32 v93, v93
+        v_cvt_pk_fp8_f32 v88, v88, v89
+        v_exp_f32_e32 v94, v94
+        v_dual_add_f32 v22, v22, v92 :: v_dual_add_f32 v23, v23, v93
+        v_exp_f32_e32 v95, v95
+        v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
+        v_dual_add_f32 v22, v22, v94 :: v_dual_add_f32 v23, v23, v95
+        v_cvt_pk_fp8_f32 v89, v92, v93
+        v_cvt_pk_fp8_f32 v89, v94, v95 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp32_no_rescale_0_last
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+.Ld64_fp32_no_rescale_0_last:
+
+        // ---- phase Y: PV(t) x 32 WMMA ------------------------------------------------------------------------
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[152:153], v[64:65], v[32:39]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[156:157], v[64:65], v[40:47]
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[160:161], v[64:65], v[48:55]
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[164:165], v[64:65], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[154:155], v[72:73], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[158:159], v[72:73], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[162:163], v[72:73], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[166:167], v[72:73], v[56:63]
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[168:169], v[80:81], v[32:39]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[172:173], v[80:81], v[40:47]
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[176:177], v[80:81], v[48:55]
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[180:181], v[80:81], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[170:171], v[88:89], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[174:175], v[88:89], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[178:179], v[88:89], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[182:183], v[88:89], v[56:63]
+        v_mov_b32 v16, v17  // m of the last tile into m[0]
+        s_branch .Ld64_fp32_epilogue
+.Ld64_fp32_last_1:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_mask_issued_1_last_ool
+.Ld64_fp32_mask_issued_1_last:
+
+        // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_mask_applied_1_last_ool
+.Ld64_fp32_mask_applied_1_last:
+        ds_load_b128 v[152:155], v3 offset:12288
+        ds_load_b128 v[156:159], v3 offset:13312
+        ds_load_b128 v[160:163], v3 offset:14336
+        ds_load_b128 v[164:167], v3 offset:15360
+        ds_load_b128 v[168:171], v4 offset:12288
+        ds_load_b128 v[172:175], v4 offset:13312
+        ds_load_b128 v[176:179], v4 offset:14336
+        ds_load_b128 v[180:183], v4 offset:15360
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp32_nomask_1_last
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp32_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp32_max_additive_1_last
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v11, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld64_fp32_max_done_1_last:
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v16, vcc_lo
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp32_one_fma_1_last_additive
+        v_add_nc_u32_e32 v28, -1, v11
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp32_one_fma_1_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v11, v96 :: v_dual_mul_f32 v97, v12, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v11, v98 :: v_dual_mul_f32 v99, v12, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v11, v100 :: v_dual_mul_f32 v101, v12, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v11, v102 :: v_dual_mul_f32 v103, v12, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v11, v104 :: v_dual_mul_f32 v105, v12, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v11, v106 :: v_dual_mul_f32 v107, v12, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v11, v108 :: v_dual_mul_f32 v109, v12, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v11, v110 :: v_dual_mul_f32 v111, v12, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v11, v112 :: v_dual_mul_f32 v113, v12, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v11, v114 :: v_dual_mul_f32 v115, v12, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v11, v116 :: v_dual_mul_f32 v117, v12, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v11, v118 :: v_dual_mul_f32 v119, v12, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v11, v120 :: v_dual_mul_f32 v121, v12, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v11, v122 :: v_dual_mul_f32 v123, v12, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v11, v124 :: v_dual_mul_f32 v125, v12, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp32_one_fma_1_last_lim
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp32_one_fma_1_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_one_fma_1_last_bits
+.Ld64_fp32_one_fma_1_last_mask:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld64_fp32_one_fma_1_last:
+        v_fma_f32 v96, v96, v12, -v29
+        v_fma_f32 v97, v97, v12, -v29
+        v_fma_f32 v98, v98, v12, -v29
+        v_fma_f32 v99, v99, v12, -v29
+        v_exp_f32_e32 v96, v96
+        v_fma_f32 v100, v100, v12, -v29
+        v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v12, -v29
+        v_exp_f32_e32 v98, v98
+        v_fma_f32 v102, v102, v12, -v29
+        v_exp_f32_e32 v99, v99
+        v_fma_f32 v103, v103, v12, -v29
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v12, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v12, -v29
+        v_cvt_pk_fp8_f32 v96, v96, v97
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v12, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v12, -v29
+        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v12, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v12, -v29
+        v_cvt_pk_fp8_f32 v97, v100, v101
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v12, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v12, -v29
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v12, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v12, -v29
+        v_cvt_pk_fp8_f32 v104, v104, v105
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v12, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v12, -v29
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v12, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
+        v_exp_f32_e32 v113, v113
+        v_fma_f32 v117, v117, v12, -v29
+        v_cvt_pk_fp8_f32 v105, v108, v109
+        v_exp_f32_e32 v114, v114
+        v_fma_f32 v118, v118, v12, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
+        v_exp_f32_e32 v115, v115
+        v_fma_f32 v119, v119, v12, -v29
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
+        v_exp_f32_e32 v116, v116
+        v_fma_f32 v120, v120, v12, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
+        v_exp_f32_e32 v117, v117
+        v_fma_f32 v121, v121, v12, -v29
+        v_cvt_pk_fp8_f32 v112, v112, v113
+        v_exp_f32_e32 v118, v118
+        v_fma_f32 v122, v122, v12, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
+        v_exp_f32_e32 v119, v119
+        v_fma_f32 v123, v123, v12, -v29
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
+        v_exp_f32_e32 v120, v120
+        v_fma_f32 v124, v124, v12, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
+        v_exp_f32_e32 v121, v121
+        v_fma_f32 v125, v125, v12, -v29
+        v_cvt_pk_fp8_f32 v113, v116, v117
+        v_exp_f32_e32 v122, v122
+        v_fma_f32 v126, v126, v12, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
+        v_exp_f32_e32 v123, v123
+        v_fma_f32 v127, v127, v12, -v29
+        v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
+        v_exp_f32_e32 v125, v125
+        v_cvt_pk_fp8_f32 v120, v120, v121
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
+        v_exp_f32_e32 v127, v127
+        v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
+        v_cvt_pk_fp8_f32 v121, v124, v125
+        v_cvt_pk_fp8_f32 v121, v126, v127 op_sel:[0,0,1]
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp32_no_rescale_1_last
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+.Ld64_fp32_no_rescale_1_last:
+
+        // ---- phase Y: PV(t) x 32 WMMA ------------------------------------------------------------------------
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[152:153], v[96:97], v[32:39]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[156:157], v[96:97], v[40:47]
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[160:161], v[96:97], v[48:55]
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[164:165], v[96:97], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[154:155], v[104:105], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[158:159], v[104:105], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[162:163], v[104:105], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[166:167], v[104:105], v[56:63]
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[168:169], v[112:113], v[32:39]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[172:173], v[112:113], v[40:47]
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[176:177], v[112:113], v[48:55]
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[180:181], v[112:113], v[56:63]
+        v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[170:171], v[120:121], v[32:39]
+        v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[174:175], v[120:121], v[40:47]
+        v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[178:179], v[120:121], v[48:55]
+        v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[182:183], v[120:121], v[56:63]
+        s_branch .Ld64_fp32_epilogue
+.Ld64_fp32_empty:
+
+        // ---- no active key tile (LUT count 0): O = 0, m = -inf, l = 0 -> zeros and lse -inf ------------------
+        v_dual_mov_b32 v32, 0 :: v_dual_mov_b32 v33, 0
+        v_dual_mov_b32 v34, 0 :: v_dual_mov_b32 v35, 0
+        v_dual_mov_b32 v36, 0 :: v_dual_mov_b32 v37, 0
+        v_dual_mov_b32 v38, 0 :: v_dual_mov_b32 v39, 0
+        v_dual_mov_b32 v40, 0 :: v_dual_mov_b32 v41, 0
+        v_dual_mov_b32 v42, 0 :: v_dual_mov_b32 v43, 0
+        v_dual_mov_b32 v44, 0 :: v_dual_mov_b32 v45, 0
+        v_dual_mov_b32 v46, 0 :: v_dual_mov_b32 v47, 0
+        v_dual_mov_b32 v48, 0 :: v_dual_mov_b32 v49, 0
+        v_dual_mov_b32 v50, 0 :: v_dual_mov_b32 v51, 0
+        v_dual_mov_b32 v52, 0 :: v_dual_mov_b32 v53, 0
+        v_dual_mov_b32 v54, 0 :: v_dual_mov_b32 v55, 0
+        v_dual_mov_b32 v56, 0 :: v_dual_mov_b32 v57, 0
+        v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
+        v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
+        v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
+        v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
+        s_wait_kmcnt 0  // q_scale (the smooth_k lse term)
+.Ld64_fp32_epilogue:
+
+        // ---- epilogue: inv = 1 / l (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) -------------------
+        v_mov_b32_e32 v152, v21
+        v_div_scale_f32 v153, null, v152, v152, 1.0
+        v_div_scale_f32 v154, vcc_lo, 1.0, v152, 1.0
+        v_rcp_f32_e32 v155, v153
+        v_fma_f32 v157, -v153, v155, 1.0
+        v_fmac_f32_e32 v155, v157, v155
+        v_mul_f32_e32 v156, v154, v155
+        v_fma_f32 v157, -v153, v156, v154
+        v_fmac_f32_e32 v156, v157, v155
+        v_fma_f32 v153, -v153, v156, v154
+        s_wait_alu depctr_va_vcc(0)
+        v_div_fmas_f32 v153, v153, v155, v156
+        v_div_fixup_f32 v158, v153, v152, 1.0
+        v_cmp_neq_f32_e32 vcc_lo, 0, v21  // l = 0: a row that saw no key -> inv 0, zeros
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0, v158, vcc_lo
+
+        // ---- epilogue: v_scale, fp32 output (NaN -> 0x7fc00000), stores of the valid query rows --------------
+        v_bfe_u32 v152, v0, 4, 1  // h
+        v_lshlrev_b32 v152, 5, v152  // 8h floats = 32h bytes
+        global_load_b128 v[64:67], v152, s[94:95] offset:0
+        global_load_b128 v[68:71], v152, s[94:95] offset:16
+        global_load_b128 v[72:75], v152, s[94:95] offset:64
+        global_load_b128 v[76:79], v152, s[94:95] offset:80
+        global_load_b128 v[80:83], v152, s[94:95] offset:128
+        global_load_b128 v[84:87], v152, s[94:95] offset:144
+        global_load_b128 v[88:91], v152, s[94:95] offset:192
+        global_load_b128 v[92:95], v152, s[94:95] offset:208
+        global_load_b128 v[192:195], v152, s[88:89] offset:0
+        global_load_b128 v[196:199], v152, s[88:89] offset:16
+        global_load_b128 v[144:147], v152, s[88:89] offset:64
+        global_load_b128 v[148:151], v152, s[88:89] offset:80
+        v_cmp_neq_f32_e64 s86, 0, v21  // rows that saw a key
+        s_wait_alu depctr_va_sdst(0)
+        s_bitcmp1_b32 s34, 3
+        s_cselect_b32 s86, s86, 0  // no lane without smooth_v
+        s_wait_alu depctr_sa_sdst(0)
+        s_wait_loadcnt 2
+        v_mul_f32_e32 v32, v32, v158
+        v_mul_f32_e32 v32, v32, v64
+        v_add_f32_e32 v159, v32, v192  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v32, v32, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v32, v32  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v32, 0x7fc00000, v32, vcc_lo
+        v_mul_f32_e32 v33, v33, v158
+        v_mul_f32_e32 v33, v33, v65
+        v_add_f32_e32 v159, v33, v193  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v33, v33, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v33, v33  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v33, 0x7fc00000, v33, vcc_lo
+        v_mul_f32_e32 v34, v34, v158
+        v_mul_f32_e32 v34, v34, v66
+        v_add_f32_e32 v159, v34, v194  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v34, v34, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v34, v34  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v34, 0x7fc00000, v34, vcc_lo
+        v_mul_f32_e32 v35, v35, v158
+        v_mul_f32_e32 v35, v35, v67
+        v_add_f32_e32 v159, v35, v195  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v35, v35, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v35, v35  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v35, 0x7fc00000, v35, vcc_lo
+        v_mul_f32_e32 v36, v36, v158
+        v_mul_f32_e32 v36, v36, v68
+        v_add_f32_e32 v159, v36, v196  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v36, v36, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v36, v36  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v36, 0x7fc00000, v36, vcc_lo
+        v_mul_f32_e32 v37, v37, v158
+        v_mul_f32_e32 v37, v37, v69
+        v_add_f32_e32 v159, v37, v197  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v37, v37, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v37, v37  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v37, 0x7fc00000, v37, vcc_lo
+        v_mul_f32_e32 v38, v38, v158
+        v_mul_f32_e32 v38, v38, v70
+        v_add_f32_e32 v159, v38, v198  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v38, v38, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v38, v38  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v38, 0x7fc00000, v38, vcc_lo
+        v_mul_f32_e32 v39, v39, v158
+        v_mul_f32_e32 v39, v39, v71
+        v_add_f32_e32 v159, v39, v199  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v39, v39, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v39, v39  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v39, 0x7fc00000, v39, vcc_lo
+        global_load_b128 v[192:195], v152, s[88:89] offset:128
+        global_load_b128 v[196:199], v152, s[88:89] offset:144
+        s_wait_loadcnt 2
+        v_mul_f32_e32 v40, v40, v158
+        v_mul_f32_e32 v40, v40, v72
+        v_add_f32_e32 v159, v40, v144  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v40, v40, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v40, v40  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v40, 0x7fc00000, v40, vcc_lo
+        v_mul_f32_e32 v41, v41, v158
+        v_mul_f32_e32 v41, v41, v73
+        v_add_f32_e32 v159, v41, v145  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v41, v41, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v41, v41  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v41, 0x7fc00000, v41, vcc_lo
+        v_mul_f32_e32 v42, v42, v158
+        v_mul_f32_e32 v42, v42, v74
+        v_add_f32_e32 v159, v42, v146  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v42, v42, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v42, v42  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v42, 0x7fc00000, v42, vcc_lo
+        v_mul_f32_e32 v43, v43, v158
+        v_mul_f32_e32 v43, v43, v75
+        v_add_f32_e32 v159, v43, v147  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v43, v43, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v43, v43  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v43, 0x7fc00000, v43, vcc_lo
+        v_mul_f32_e32 v44, v44, v158
+        v_mul_f32_e32 v44, v44, v76
+        v_add_f32_e32 v159, v44, v148  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v44, v44, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v44, v44  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v44, 0x7fc00000, v44, vcc_lo
+        v_mul_f32_e32 v45, v45, v158
+        v_mul_f32_e32 v45, v45, v77
+        v_add_f32_e32 v159, v45, v149  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v45, v45, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v45, v45  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v45, 0x7fc00000, v45, vcc_lo
+        v_mul_f32_e32 v46, v46, v158
+        v_mul_f32_e32 v46, v46, v78
+        v_add_f32_e32 v159, v46, v150  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v46, v46, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v46, v46  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v46, 0x7fc00000, v46, vcc_lo
+        v_mul_f32_e32 v47, v47, v158
+        v_mul_f32_e32 v47, v47, v79
+        v_add_f32_e32 v159, v47, v151  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v47, v47, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v47, v47  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v47, 0x7fc00000, v47, vcc_lo
+        global_load_b128 v[144:147], v152, s[88:89] offset:192
+        global_load_b128 v[148:151], v152, s[88:89] offset:208
+        s_wait_loadcnt 2
+        v_mul_f32_e32 v48, v48, v158
+        v_mul_f32_e32 v48, v48, v80
+        v_add_f32_e32 v159, v48, v192  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v48, v48, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v48, v48  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v48, 0x7fc00000, v48, vcc_lo
+        v_mul_f32_e32 v49, v49, v158
+        v_mul_f32_e32 v49, v49, v81
+        v_add_f32_e32 v159, v49, v193  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v49, v49, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v49, v49  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v49, 0x7fc00000, v49, vcc_lo
+        v_mul_f32_e32 v50, v50, v158
+        v_mul_f32_e32 v50, v50, v82
+        v_add_f32_e32 v159, v50, v194  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v50, v50, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v50, v50  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v50, 0x7fc00000, v50, vcc_lo
+        v_mul_f32_e32 v51, v51, v158
+        v_mul_f32_e32 v51, v51, v83
+        v_add_f32_e32 v159, v51, v195  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v51, v51, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v51, v51  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v51, 0x7fc00000, v51, vcc_lo
+        v_mul_f32_e32 v52, v52, v158
+        v_mul_f32_e32 v52, v52, v84
+        v_add_f32_e32 v159, v52, v196  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v52, v52, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v52, v52  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v52, 0x7fc00000, v52, vcc_lo
+        v_mul_f32_e32 v53, v53, v158
+        v_mul_f32_e32 v53, v53, v85
+        v_add_f32_e32 v159, v53, v197  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v53, v53, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v53, v53  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v53, 0x7fc00000, v53, vcc_lo
+        v_mul_f32_e32 v54, v54, v158
+        v_mul_f32_e32 v54, v54, v86
+        v_add_f32_e32 v159, v54, v198  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v54, v54, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v54, v54  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v54, 0x7fc00000, v54, vcc_lo
+        v_mul_f32_e32 v55, v55, v158
+        v_mul_f32_e32 v55, v55, v87
+        v_add_f32_e32 v159, v55, v199  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v55, v55, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v55, v55  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v55, 0x7fc00000, v55, vcc_lo
+        s_wait_loadcnt 0
+        v_mul_f32_e32 v56, v56, v158
+        v_mul_f32_e32 v56, v56, v88
+        v_add_f32_e32 v159, v56, v144  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v56, v56, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v56, v56  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v56, 0x7fc00000, v56, vcc_lo
+        v_mul_f32_e32 v57, v57, v158
+        v_mul_f32_e32 v57, v57, v89
+        v_add_f32_e32 v159, v57, v145  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v57, v57, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v57, v57  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v57, 0x7fc00000, v57, vcc_lo
+        v_mul_f32_e32 v58, v58, v158
+        v_mul_f32_e32 v58, v58, v90
+        v_add_f32_e32 v159, v58, v146  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v58, v58, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v58, v58  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v58, 0x7fc00000, v58, vcc_lo
+        v_mul_f32_e32 v59, v59, v158
+        v_mul_f32_e32 v59, v59, v91
+        v_add_f32_e32 v159, v59, v147  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v59, v59, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v59, v59  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v59, 0x7fc00000, v59, vcc_lo
+        v_mul_f32_e32 v60, v60, v158
+        v_mul_f32_e32 v60, v60, v92
+        v_add_f32_e32 v159, v60, v148  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v60, v60, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v60, v60  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v60, 0x7fc00000, v60, vcc_lo
+        v_mul_f32_e32 v61, v61, v158
+        v_mul_f32_e32 v61, v61, v93
+        v_add_f32_e32 v159, v61, v149  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v61, v61, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v61, v61  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v61, 0x7fc00000, v61, vcc_lo
+        v_mul_f32_e32 v62, v62, v158
+        v_mul_f32_e32 v62, v62, v94
+        v_add_f32_e32 v159, v62, v150  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v62, v62, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v62, v62  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v62, 0x7fc00000, v62, vcc_lo
+        v_mul_f32_e32 v63, v63, v158
+        v_mul_f32_e32 v63, v63, v95
+        v_add_f32_e32 v159, v63, v151  // + v_mean (smooth_v)
+        v_cndmask_b32_e64 v63, v63, v159, s86
+        v_cmp_o_f32_e32 vcc_lo, v63, v63  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v63, 0x7fc00000, v63, vcc_lo
+        s_bitcmp1_b32 s34, 0
+        s_cbranch_scc0 .Ld64_fp32_store_out
+
+        // ---- epilogue: lse = (m + (log2 l - P_OFF)) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] --------
+        v_log_f32_e32 v153, v21
+        v_subrev_f32_e32 v153, 0x40ffc000, v153  // l carries 2^P_OFF
+        v_add_f32_e32 v152, v16, v153
+        v_mul_f32_e32 v152, 0x3f317218, v152
+        s_bitcmp1_b32 s34, 1
+        s_cbranch_scc0 .Ld64_fp32_store_out
+        v_bfe_u32 v157, v0, 4, 1  // h
+        v_lshlrev_b32 v157, 7, v157  // 32h floats
+        global_load_b128 v[64:67], v157, s[92:93] offset:0
+        global_load_b128 v[68:71], v157, s[92:93] offset:16
+        global_load_b128 v[72:75], v157, s[92:93] offset:32
+        global_load_b128 v[76:79], v157, s[92:93] offset:48
+        global_load_b128 v[80:83], v157, s[92:93] offset:64
+        global_load_b128 v[84:87], v157, s[92:93] offset:80
+        global_load_b128 v[88:91], v157, s[92:93] offset:96
+        global_load_b128 v[92:95], v157, s[92:93] offset:112
+        v_mov_b32 v154, 0
+        s_wait_loadcnt 7
+        v_bfe_i32 v155, v128, 0, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v64
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v128, 8, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v65
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v128, 16, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v66
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v128, 24, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v67
+        v_add_f32_e32 v154, v154, v155
+        s_wait_loadcnt 6
+        v_bfe_i32 v155, v129, 0, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v68
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v129, 8, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v69
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v129, 16, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v70
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v129, 24, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v71
+        v_add_f32_e32 v154, v154, v155
+        s_wait_loadcnt 5
+        v_bfe_i32 v155, v130, 0, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v72
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v130, 8, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v73
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v130, 16, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v74
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v130, 24, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v75
+        v_add_f32_e32 v154, v154, v155
+        s_wait_loadcnt 4
+        v_bfe_i32 v155, v131, 0, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v76
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v131, 8, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v77
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v131, 16, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v78
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v131, 24, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v79
+        v_add_f32_e32 v154, v154, v155
+        s_wait_loadcnt 3
+        v_bfe_i32 v155, v132, 0, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v80
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v132, 8, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v81
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v132, 16, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v82
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v132, 24, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v83
+        v_add_f32_e32 v154, v154, v155
+        s_wait_loadcnt 2
+        v_bfe_i32 v155, v133, 0, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v84
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v133, 8, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v85
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v133, 16, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v86
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v133, 24, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v87
+        v_add_f32_e32 v154, v154, v155
+        s_wait_loadcnt 1
+        v_bfe_i32 v155, v134, 0, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v88
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v134, 8, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v89
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v134, 16, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v90
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v134, 24, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v91
+        v_add_f32_e32 v154, v154, v155
+        s_wait_loadcnt 0
+        v_bfe_i32 v155, v135, 0, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v92
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v135, 8, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v93
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v135, 16, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v94
+        v_add_f32_e32 v154, v154, v155
+        v_bfe_i32 v155, v135, 24, 8
+        v_cvt_f32_i32_e32 v155, v155
+        v_mul_f32_e32 v155, s71, v155
+        v_mul_f32_e32 v155, v155, v95
+        v_add_f32_e32 v154, v154, v155
+        v_permlanex16_b32 v28, v154, s70, 0xfedcba98
+        v_add_f32_e32 v154, v154, v28
+        v_mul_f32_e32 v154, 0x3f317218, v154
+        v_add_f32_e32 v152, v152, v154
+.Ld64_fp32_store_out:
+
+        // ---- epilogue: stores (EXEC = valid query rows; lse from lanes 0-15) ---------------------------------
+        v_and_b32 v136, 15, v0
+        v_add_nc_u32_e32 v136, s58, v136  // query index q0 + r
+        v_cmpx_gt_u32_e64 s22, v136
+        s_cbranch_execz .Ld64_fp32_end
+        v_and_b32 v156, 15, v0
+        v_mul_lo_u32 v156, v156, s31  // r * out_stride_s
+        v_lshlrev_b32 v156, 2, v156  // bytes
+        v_bfe_u32 v157, v0, 4, 1  // h
+        v_lshl_add_u32 v156, v157, 5, v156  // + 32h bytes (8 outputs of d-tile half h)
+        global_store_b128 v156, v[32:35], s[96:97] offset:0
+        global_store_b128 v156, v[36:39], s[96:97] offset:16
+        s_cmp_le_u32 s33, 16  // head_dim <= 16: no more channels
+        s_cbranch_scc1 .Ld64_fp32_stored
+        global_store_b128 v156, v[40:43], s[96:97] offset:64
+        global_store_b128 v156, v[44:47], s[96:97] offset:80
+        s_cmp_le_u32 s33, 32  // head_dim <= 32: no more channels
+        s_cbranch_scc1 .Ld64_fp32_stored
+        global_store_b128 v156, v[48:51], s[96:97] offset:128
+        global_store_b128 v156, v[52:55], s[96:97] offset:144
+        s_cmp_le_u32 s33, 48  // head_dim <= 48: no more channels
+        s_cbranch_scc1 .Ld64_fp32_stored
+        global_store_b128 v156, v[56:59], s[96:97] offset:192
+        global_store_b128 v156, v[60:63], s[96:97] offset:208
+.Ld64_fp32_stored:
+        s_bitcmp1_b32 s34, 0
+        s_cbranch_scc0 .Ld64_fp32_end
+        v_and_b32 v156, 31, v0
+        v_cmpx_gt_u32_e64 16, v156  // lanes 0-15 hold the row's lse
+        v_and_b32 v156, 15, v0
+        v_lshlrev_b32 v156, 2, v156
+        global_store_b32 v156, v152, s[98:99]
+.Ld64_fp32_end:
+        s_endpgm
+
+        // ---- out of line: the attn_mask blocks of partial / additive tiles (each branches back) --------------
+.Ld64_fp32_mask_issued_0_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp32_mask_issued_0
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+        s_branch .Ld64_fp32_mask_issued_0
+.Ld64_fp32_mask_applied_0_ool:
+        s_wait_loadcnt 5  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp32_mask_applied_0_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v11, v152
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v11, v153
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v11, v154
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v11, v155
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v11, v156
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v11, v157
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v11, v158
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v11, v159
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v11, v160
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v11, v161
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v11, v162
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v11, v163
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v11, v164
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v11, v165
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v11, v166
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v11, v167
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v11, v168
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v11, v169
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v11, v170
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v11, v171
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v11, v172
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v11, v173
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v11, v174
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v11, v175
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v11, v176
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v11, v177
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v11, v178
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v11, v179
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v11, v180
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v11, v181
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v11, v182
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v11, v183
+.Ld64_fp32_mask_applied_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
+        s_branch .Ld64_fp32_mask_applied_0
+.Ld64_fp32_max_additive_0:
+        v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
+        v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
+        v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
+        v_dual_max_num_f32 v26, v74, v26 :: v_dual_max_num_f32 v27, v75, v27
+        v_dual_max_num_f32 v24, v76, v24 :: v_dual_max_num_f32 v25, v77, v25
+        v_dual_max_num_f32 v26, v78, v26 :: v_dual_max_num_f32 v27, v79, v27
+        v_dual_max_num_f32 v24, v80, v24 :: v_dual_max_num_f32 v25, v81, v25
+        v_dual_max_num_f32 v26, v82, v26 :: v_dual_max_num_f32 v27, v83, v27
+        v_dual_max_num_f32 v24, v84, v24 :: v_dual_max_num_f32 v25, v85, v25
+        v_dual_max_num_f32 v26, v86, v26 :: v_dual_max_num_f32 v27, v87, v27
+        v_dual_max_num_f32 v24, v88, v24 :: v_dual_max_num_f32 v25, v89, v25
+        v_dual_max_num_f32 v26, v90, v26 :: v_dual_max_num_f32 v27, v91, v27
+        v_dual_max_num_f32 v24, v92, v24 :: v_dual_max_num_f32 v25, v93, v25
+        v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld64_fp32_max_done_0
+.Ld64_fp32_one_fma_0_additive:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld64_fp32_one_fma_0
+.Ld64_fp32_one_fma_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
+        s_branch .Ld64_fp32_one_fma_0_mask
+.Ld64_fp32_mask_issued_1_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp32_mask_issued_1
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+        s_branch .Ld64_fp32_mask_issued_1
+.Ld64_fp32_mask_applied_1_ool:
+        s_wait_loadcnt 5  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp32_mask_applied_1_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v11, v152
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v11, v153
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v11, v154
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v11, v155
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v11, v156
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v11, v157
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v11, v158
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v11, v159
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v11, v160
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v11, v161
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v11, v162
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v11, v163
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v11, v164
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v11, v165
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v11, v166
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v11, v167
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v11, v168
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v11, v169
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v11, v170
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v11, v171
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v11, v172
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v11, v173
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v11, v174
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v11, v175
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v11, v176
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v11, v177
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v11, v178
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v11, v179
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v11, v180
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v11, v181
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v11, v182
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v11, v183
+.Ld64_fp32_mask_applied_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld64_fp32_mask_applied_1
+.Ld64_fp32_max_additive_1:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld64_fp32_max_done_1
+.Ld64_fp32_one_fma_1_additive:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld64_fp32_one_fma_1
+.Ld64_fp32_one_fma_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld64_fp32_one_fma_1_mask
+.Ld64_fp32_mask_issued_0_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp32_mask_issued_0_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+        s_branch .Ld64_fp32_mask_issued_0_last
+.Ld64_fp32_mask_applied_0_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp32_mask_applied_0_last_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v11, v152
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v11, v153
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v11, v154
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v11, v155
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v11, v156
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v11, v157
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v11, v158
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v11, v159
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v11, v160
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v11, v161
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v11, v162
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v11, v163
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v11, v164
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v11, v165
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v11, v166
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v11, v167
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v11, v168
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v11, v169
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v11, v170
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v11, v171
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v11, v172
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v11, v173
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v11, v174
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v11, v175
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v11, v176
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v11, v177
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v11, v178
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v11, v179
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v11, v180
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v11, v181
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v11, v182
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v11, v183
+.Ld64_fp32_mask_applied_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
+        s_branch .Ld64_fp32_mask_applied_0_last
+.Ld64_fp32_max_additive_0_last:
+        v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
+        v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
+        v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
+        v_dual_max_num_f32 v26, v74, v26 :: v_dual_max_num_f32 v27, v75, v27
+        v_dual_max_num_f32 v24, v76, v24 :: v_dual_max_num_f32 v25, v77, v25
+        v_dual_max_num_f32 v26, v78, v26 :: v_dual_max_num_f32 v27, v79, v27
+        v_dual_max_num_f32 v24, v80, v24 :: v_dual_max_num_f32 v25, v81, v25
+        v_dual_max_num_f32 v26, v82, v26 :: v_dual_max_num_f32 v27, v83, v27
+        v_dual_max_num_f32 v24, v84, v24 :: v_dual_max_num_f32 v25, v85, v25
+        v_dual_max_num_f32 v26, v86, v26 :: v_dual_max_num_f32 v27, v87, v27
+        v_dual_max_num_f32 v24, v88, v24 :: v_dual_max_num_f32 v25, v89, v25
+        v_dual_max_num_f32 v26, v90, v26 :: v_dual_max_num_f32 v27, v91, v27
+        v_dual_max_num_f32 v24, v92, v24 :: v_dual_max_num_f32 v25, v93, v25
+        v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld64_fp32_max_done_0_last
+.Ld64_fp32_one_fma_0_last_additive:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld64_fp32_one_fma_0_last
+.Ld64_fp32_one_fma_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
+        s_branch .Ld64_fp32_one_fma_0_last_mask
+.Ld64_fp32_mask_issued_1_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp32_mask_issued_1_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+        s_branch .Ld64_fp32_mask_issued_1_last
+.Ld64_fp32_mask_applied_1_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp32_mask_applied_1_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v11, v152
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v11, v153
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v11, v154
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v11, v155
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v11, v156
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v11, v157
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v11, v158
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v11, v159
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v11, v160
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v11, v161
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v11, v162
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v11, v163
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v11, v164
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v11, v165
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v11, v166
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v11, v167
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v11, v168
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v11, v169
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v11, v170
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v11, v171
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v11, v172
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v11, v173
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v11, v174
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v11, v175
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v11, v176
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v11, v177
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v11, v178
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v11, v179
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v11, v180
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v11, v181
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v11, v182
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v11, v183
+.Ld64_fp32_mask_applied_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld64_fp32_mask_applied_1_last
+.Ld64_fp32_max_additive_1_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld64_fp32_max_done_1_last
+.Ld64_fp32_one_fma_1_last_additive:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld64_fp32_one_fma_1_last
+.Ld64_fp32_one_fma_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld64_fp32_one_fma_1_last_mask
+.Lgfx1201_sage_attention_fwd_asm_d64_fp32_end:
+        .size   gfx1201_sage_attention_fwd_asm_d64_fp32, .Lgfx1201_sage_attention_fwd_asm_d64_fp32_end-gfx1201_sage_attention_fwd_asm_d64_fp32
 
         .text
         .globl  gfx1201_sage_attention_fwd_asm_d128_bf16_pv16
@@ -28094,6 +36664,4722 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         .size   gfx1201_sage_attention_fwd_asm_d128_fp16_pv16, .Lgfx1201_sage_attention_fwd_asm_d128_fp16_pv16_end-gfx1201_sage_attention_fwd_asm_d128_fp16_pv16
 
         .text
+        .globl  gfx1201_sage_attention_fwd_asm_d128_fp32_pv16
+        .p2align 8
+        .type   gfx1201_sage_attention_fwd_asm_d128_fp32_pv16,@function
+gfx1201_sage_attention_fwd_asm_d128_fp32_pv16:
+
+// ==== gfx1201_sage_attention_fwd_asm_d128_fp32_pv16: head dim (D_pad) 128, output fp32, P.V fp16 ===============================
+// QK^T 32 WMMA + PV 32 WMMA (v_wmma_f32_16x16x16_f16) per 64-key tile; O^T = 8 d-tiles x 8 VGPRs;
+// Q^T 4 x 16 B per lane; staging 4 + 8 b128 loads per thread and tile; ring 6 slots.
+// LDS (34816 B): kbuf0 @0, kbuf1 @8192 (K tiles 8192 B, rows of
+// 128 B), vbuf0 @16384, vbuf1 @16384 (V^T tiles 18432 B, rows of 144 B).
+// Resources: 256 VGPRs -> 5 waves/SIMD by registers; 34816 B LDS per 4-wave workgroup.
+// Output: fp32, the value itself (no rounding or saturation; NaN -> 0x7fc00000), d-tiles at or past
+// head_dim (the kernarg; zero-padded channels) not stored.
+//
+// VGPR map:
+//   v0           tid          work-item id x (entry state, docs/rdna4.md §Entry); lane math reads it
+//   v[1:4]       k_rd         LDS byte address of K fragment d-group i (chunk c adds 8 rows)
+//   v5           v_rd         LDS byte address of V^T row r, keys 32h.. (chunk c adds 16c, d-tile dt*2304)
+//   v6           k_st         LDS store address of this thread's K staging chunks
+//   v7           v_st         LDS store address of this thread's V^T staging chunks
+//   v8           k_gl         global offset of this thread's K staging chunk 0 in a tile
+//   v9           v_gl         global offset of this thread's V^T staging chunk 0 (row*seq_pad_kv + col*16)
+//   v10          ks           k_scale of this lane half's 32 keys of the next tile
+//   v11          ks_off       4h: byte offset of this lane half's k_scale in a tile's pair
+//   v[12:13]     qk           q_scale*k_scale, two copies in different banks (VOPD src0)
+//   v[16:18]     m            m[0], m[1]: running max ping-pong (even/odd tile); m[2]: copy of m_new
+//   v[19:20]     alpha        exp2(m_old - m_new), two banks (VOPD src0); alpha[0] also the scratch of it
+//   v21          l_run        running row sum
+//   v[22:23]     rs           row-sum chain ping-pong: rs[1] (odd VGPR) after even steps, rs[0] after odd
+//   v[24:27]     mx           row-max partials; mx[0] ends as the lane max
+//   v28          xl           v_permlanex16 result
+//   v29          lim          masked tiles: keys of this lane half still visible (lim(row) - key0); then a copy of m_use (VOPD bank of the exp2 arguments)
+//   v[32:95]     O            O^T accumulators: d-tile dt = O[8dt:8dt+8], lane (h,r) row d=16dt+8h+e
+//   v[96:127]    SA           S^T of even tiles: chunk c = SA[8c:8c+8]; scores, then p, P^T fp8 in place
+//   v[128:159]   SB           S^T of odd tiles (the next tile's QK^T accumulates here)
+//   v[160:175]   Q            Q^T B-fragments: Q[4i:4i+4] = 16 bytes 64h+16i.. of query row r
+//   v[176:191]   stK          global->LDS staging of K tile t+2
+//   v[192:223]   stV          global->LDS staging of V^T tile t+1
+//   v[224:247]   ring         6 LDS fragment slots of 4 VGPRs (ds_load_b128)
+//   v[248:255]   magic        0x4b400000 x 8: C of each chunk's first QK^T WMMA (int -> float trick)
+// SGPR map:
+//   s[0:1]       kernarg      kernarg segment pointer (only user SGPR, docs/rdna4.md §Entry)
+//   s[4:5]       q            kernarg q (ptr)
+//   s[6:7]       k            kernarg k (ptr)
+//   s[8:9]       v            kernarg v (ptr)
+//   s[10:11]     q_scale      kernarg q_scale (ptr)
+//   s[12:13]     k_scale      kernarg k_scale (ptr)
+//   s[14:15]     k_mean       kernarg k_mean (ptr)
+//   s[16:17]     v_scale      kernarg v_scale (ptr)
+//   s[18:19]     out          kernarg out (ptr)
+//   s[20:21]     lse          kernarg lse (ptr)
+//   s22          seq_len_q    kernarg seq_len_q (u32)
+//   s23          seq_pad_q    kernarg seq_pad_q (u32)
+//   s24          seq_len_kv   kernarg seq_len_kv (u32)
+//   s25          seq_pad_kv   kernarg seq_pad_kv (u32)
+//   s26          num_heads_q  kernarg num_heads_q (u32)
+//   s27          num_heads_kv kernarg num_heads_kv (u32)
+//   s[28:29]     kv_group_magic kernarg kv_group_magic (u64)
+//   s30          out_stride_b kernarg out_stride_b (u32)
+//   s31          out_stride_s kernarg out_stride_s (u32)
+//   s32          out_stride_h kernarg out_stride_h (u32)
+//   s33          head_dim     kernarg head_dim (u32)
+//   s34          flags        kernarg flags (u32)
+//   s[36:37]     lut          kernarg lut (ptr)
+//   s38          lut_stride_b kernarg lut_stride_b (u32)
+//   s39          lut_stride_h kernarg lut_stride_h (u32)
+//   s40          causal_offset kernarg causal_offset (i32)
+//   s[42:43]     v_mean       kernarg v_mean (ptr)
+//   s44          head         
+//   s45          batch        
+//   s46          wave         
+//   s[48:49]     bh           batch*H_q + head (hi word 0)
+//   s[50:51]     bkv          batch*H_kv + K/V head (hi word 0)
+//   s[52:53]     tmp          
+//   s[54:55]     tmp2         
+//   s[56:57]     tmp3         
+//   s58          q0           first query of this wave
+//   s59          last_tile    count - 1: the last LUT entry
+//   s60          rowlim0      i32: q0 + causal_offset + 1 (causal) or seq_len_kv: row q0+r sees keys < min(rowlim0 + r, seq_len_kv)
+//   s61          wlim         i32: the smallest row limit of the wave: tiles ending above it are masked
+//   s[62:63]     lutrow       LUT row of this query tile
+//   s[64:67]     lut4         count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)
+//   s68          L3           L[min(t+3, last)] (in flight during tile t)
+//   s69          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
+//   s70          permsel      v_permlanex16 lane select 0x76543210
+//   s71          qs           q_scale of this wave's 16 queries
+//   s72          tile         loop: current key tile t
+//   s[74:75]     kh           K of this K/V head
+//   s[76:77]     qrow         Q rows of this wave
+//   s[78:79]     kb           K staging base (tile min(t+2, last))
+//   s[80:81]     koff         K staging tile byte offset (hi word 0)
+//   s[82:83]     vb           V^T staging base (tile t+1)
+//   s84          addmean      epilogue: lanes that add v_mean (smooth_v and l != 0)
+//   s[86:87]     vmh          v_mean of this K/V head
+//   s[88:89]     ksb          k_scale of tile t+1
+//   s[90:91]     kmh          k_mean of this K/V head
+//   s[92:93]     vsh          v_scale of this K/V head
+//   s[94:95]     outb         out row of query q0
+//   s[96:97]     lseb         lse of query q0
+
+        // ---- prologue: kernargs (the whole struct of sage_co/abi.py, dword i in SGPR KARG_SGPR + i) ----------
+        s_load_b256 s[4:11], s[0:1], 0x0  // q, k, v, q_scale
+        s_load_b256 s[12:19], s[0:1], 0x20  // k_scale, k_mean, v_scale, out
+        s_load_b256 s[20:27], s[0:1], 0x40  // lse, seq_len_q, seq_pad_q, seq_len_kv, seq_pad_kv, num_heads_q, num_heads_kv
+        s_load_b256 s[28:35], s[0:1], 0x60  // kv_group_magic, out_stride_b, out_stride_s, out_stride_h, head_dim, flags
+        s_load_b256 s[36:43], s[0:1], 0x80  // lut, lut_stride_b, lut_stride_h, causal_offset, v_mean
+
+        // ---- prologue: lane constants (VALU while the kernargs load) -----------------------------------------
+        v_and_b32 v224, 31, v0  // lane
+        v_and_b32 v225, 15, v0  // r = lane % 16
+        v_bfe_u32 v226, v0, 4, 1  // h = lane / 16
+        v_lshlrev_b32 v11, 2, v226  // 4h: k_scale of this half inside a tile's pair
+        v_lshlrev_b32 v8, 4, v0  // K staging: chunk tid of the tile (16 B)
+        v_lshrrev_b32 v227, 3, v0  // K row
+        v_and_b32 v228, 7, v227
+        v_and_b32 v229, 7, v0
+        v_xor_b32 v228, v228, v229
+        v_lshlrev_b32 v228, 4, v228
+        v_lshl_or_b32 v6, v227, 7, v228  // row*128 + (col ^ kswz(row))*16
+        v_mov_b32 v227, v0  // V^T row of this thread's staging chunks
+        v_and_b32 v228, 0, v0  // which part of the row
+        v_lshlrev_b32 v228, 7, v228  // its first byte
+        v_mul_u32_u24_e32 v7, 144, v227
+        v_add_nc_u32_e32 v7, v7, v228  // row*144 + part
+        v_mul_u32_u24_e32 v5, 144, v225  // r * 144
+        v_lshl_add_u32 v5, v226, 6, v5  // + 64h (keys 32h..)
+        v_lshrrev_b32 v227, 3, v225
+        v_and_b32 v228, 7, v225
+        v_lshl_or_b32 v227, v227, 5, v228  // row
+        v_lshlrev_b32 v227, 7, v227  // row * 128
+        v_and_b32 v228, 7, v225
+        v_lshlrev_b32 v229, 2, v226  // 4h
+        v_mov_b32 v1, v229
+        v_xor_b32 v1, v1, v228
+        v_lshl_or_b32 v1, v1, 4, v227
+        v_or_b32 v2, 1, v229
+        v_xor_b32 v2, v2, v228
+        v_lshl_or_b32 v2, v2, 4, v227
+        v_or_b32 v3, 2, v229
+        v_xor_b32 v3, v3, v228
+        v_lshl_or_b32 v3, v3, 4, v227
+        v_or_b32 v4, 3, v229
+        v_xor_b32 v4, v4, v228
+        v_lshl_or_b32 v4, v4, 4, v227
+        v_lshlrev_b32 v230, 7, v225  // query row r * 128
+        v_lshl_or_b32 v230, v226, 6, v230  // + 64h (d permutation of the .hip header)
+        v_readfirstlane_b32 s46, v0
+
+        // ---- prologue: scalar addressing ---------------------------------------------------------------------
+        s_wait_kmcnt 0
+        s_lshr_b32 s46, s46, 5  // wave = tid / 32 (uniform)
+        s_and_b32 s44, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
+        s_lshr_b32 s45, ttmp7, 16  // workgroup id z = batch
+        s_mul_i32 s48, s45, s26
+        s_add_co_i32 s48, s48, s44
+        s_mov_b32 s49, 0
+        s_mov_b32 s52, s44
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[28:29]  // hi word: K/V head
+        s_mul_i32 s50, s45, s27
+        s_add_co_i32 s50, s50, s53
+        s_mov_b32 s51, 0
+        s_lshl_b32 s58, ttmp9, 6  // workgroup id x * 64
+        s_lshl_b32 s52, s46, 4
+        s_add_co_i32 s58, s58, s52  // q0 = 64*qtile + 16*wave
+        s_lshr_b32 s52, s25, 6
+        s_add_co_i32 s52, s52, 1  // LUT row length
+        s_mul_i32 s52, s52, ttmp9  // * query tile
+        s_mul_i32 s54, s45, s38
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s44, s39
+        s_add_co_i32 s52, s52, s54
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[62:63], s[36:37], s[52:53]
+        s_load_b128 s[64:67], s[62:63], 0x0  // count, L[0], L[1], L[2] (the host pads the buffer)
+        s_add_co_i32 s52, s58, s40
+        s_add_co_i32 s52, s52, 1
+        s_bitcmp1_b32 s34, 2
+        s_cselect_b32 s60, s52, s24
+        s_min_i32 s61, s60, s24
+        s_wait_kmcnt 0  // LUT row head
+        s_add_co_i32 s59, s64, -1  // last LUT entry
+        s_cmp_gt_u32 s64, 1
+        s_cselect_b32 s66, s66, s65  // L[min(1, last)]
+        s_cmp_gt_u32 s64, 2
+        s_cselect_b32 s67, s67, s66  // L[min(2, last)]
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
+        s_lshl_b32 s52, s25, 7
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[50:51]
+        s_add_nc_u64 s[74:75], s[6:7], s[52:53]
+        s_lshl_b64 s[52:53], s[52:53], 1  // fp16 V^T: 2 bytes per element
+        s_add_nc_u64 s[82:83], s[8:9], s[52:53]  // V^T of this K/V head
+        s_lshl_b32 s54, s65, 7
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[0]
+        s_lshl_b32 s52, s23, 7
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[48:49]
+        s_add_nc_u64 s[76:77], s[4:5], s[52:53]
+        s_lshl_b32 s54, s58, 7
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // Q rows of query q0
+        s_lshl_b32 s54, s25, 5  // 32 rows of V^T
+        s_lshr_b32 s52, s25, 5
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[50:51]
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[88:89], s[12:13], s[52:53]  // k_scale of the K/V head
+        s_lshl_b32 s52, s65, 3
+        s_mov_b32 s53, 0
+        s_add_nc_u64 s[88:89], s[88:89], s[52:53]  // k_scale pair of tile L[0]
+        s_lshr_b32 s52, s23, 5
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[48:49]
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[52:53], s[10:11], s[52:53]
+        s_lshr_b32 s54, s58, 5
+        s_lshl_b32 s54, s54, 2
+        s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
+        s_lshl_b64 s[52:53], s[50:51], 9
+        s_add_nc_u64 s[90:91], s[14:15], s[52:53]
+        s_add_nc_u64 s[92:93], s[16:17], s[52:53]
+        s_add_nc_u64 s[86:87], s[42:43], s[52:53]
+        s_mov_b32 s52, s45
+        s_mov_b32 s53, 0
+        s_mov_b32 s56, s30
+        s_mov_b32 s57, 0
+        s_mul_u64 s[52:53], s[52:53], s[56:57]
+        s_mov_b32 s54, s58
+        s_mov_b32 s55, 0
+        s_mov_b32 s56, s31
+        s_mov_b32 s57, 0
+        s_mul_u64 s[54:55], s[54:55], s[56:57]
+        s_add_nc_u64 s[52:53], s[52:53], s[54:55]
+        s_mov_b32 s54, s44
+        s_mov_b32 s55, 0
+        s_mov_b32 s56, s32
+        s_mov_b32 s57, 0
+        s_mul_u64 s[54:55], s[54:55], s[56:57]
+        s_add_nc_u64 s[52:53], s[52:53], s[54:55]
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[94:95], s[18:19], s[52:53]
+        s_mov_b32 s54, s22
+        s_mov_b32 s55, 0
+        s_mul_u64 s[52:53], s[48:49], s[54:55]
+        s_mov_b32 s54, s58
+        s_add_nc_u64 s[52:53], s[52:53], s[54:55]
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[96:97], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
+        s_mov_b32 s81, 0
+        s_mov_b32 s72, 0
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshrrev_b32 v227, 0, v0
+        v_mul_lo_u32 v9, v227, s25  // V^T row * seq_pad_kv
+        v_lshlrev_b32 v9, 1, v9  // fp16: bytes
+        v_and_b32 v228, 0, v0
+        v_lshl_add_u32 v9, v228, 7, v9  // + part * its bytes
+
+        // ---- prologue: Q^T fragments, k_scale(0), K(0) and V^T(0) -> LDS buffers 0 ---------------------------
+        global_load_b128 v[160:163], v230, s[76:77] offset:0
+        global_load_b128 v[164:167], v230, s[76:77] offset:16
+        global_load_b128 v[168:171], v230, s[76:77] offset:32
+        global_load_b128 v[172:175], v230, s[76:77] offset:48
+        s_cmp_eq_u32 s64, 0  // no active key tile: zeros and lse -inf
+        s_cbranch_scc1 .Ld128_fp32_pv16_empty
+        global_load_b32 v10, v11, s[88:89]
+        s_lshl_b32 s80, s65, 13  // * 8192 bytes
+        s_add_nc_u64 s[78:79], s[74:75], s[80:81]  // K(L[0])
+        global_load_b128 v[176:179], v8, s[78:79] offset:0
+        global_load_b128 v[180:183], v8, s[78:79] offset:2048
+        global_load_b128 v[184:187], v8, s[78:79] offset:4096
+        global_load_b128 v[188:191], v8, s[78:79] offset:6144
+        global_load_b128 v[192:195], v9, s[82:83] offset:0
+        global_load_b128 v[196:199], v9, s[82:83] offset:16
+        global_load_b128 v[200:203], v9, s[82:83] offset:32
+        global_load_b128 v[204:207], v9, s[82:83] offset:48
+        global_load_b128 v[208:211], v9, s[82:83] offset:64
+        global_load_b128 v[212:215], v9, s[82:83] offset:80
+        global_load_b128 v[216:219], v9, s[82:83] offset:96
+        global_load_b128 v[220:223], v9, s[82:83] offset:112
+        s_lshl_b32 s80, s66, 13  // * 8192 bytes
+        s_add_nc_u64 s[78:79], s[74:75], s[80:81]  // K(L[min(1, last)])
+
+        // ---- prologue: O = 0, m = -inf, l = 0 ----------------------------------------------------------------
+        v_dual_mov_b32 v32, 0 :: v_dual_mov_b32 v33, 0
+        v_dual_mov_b32 v34, 0 :: v_dual_mov_b32 v35, 0
+        v_dual_mov_b32 v36, 0 :: v_dual_mov_b32 v37, 0
+        v_dual_mov_b32 v38, 0 :: v_dual_mov_b32 v39, 0
+        v_dual_mov_b32 v40, 0 :: v_dual_mov_b32 v41, 0
+        v_dual_mov_b32 v42, 0 :: v_dual_mov_b32 v43, 0
+        v_dual_mov_b32 v44, 0 :: v_dual_mov_b32 v45, 0
+        v_dual_mov_b32 v46, 0 :: v_dual_mov_b32 v47, 0
+        v_dual_mov_b32 v48, 0 :: v_dual_mov_b32 v49, 0
+        v_dual_mov_b32 v50, 0 :: v_dual_mov_b32 v51, 0
+        v_dual_mov_b32 v52, 0 :: v_dual_mov_b32 v53, 0
+        v_dual_mov_b32 v54, 0 :: v_dual_mov_b32 v55, 0
+        v_dual_mov_b32 v56, 0 :: v_dual_mov_b32 v57, 0
+        v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
+        v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
+        v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
+        v_dual_mov_b32 v64, 0 :: v_dual_mov_b32 v65, 0
+        v_dual_mov_b32 v66, 0 :: v_dual_mov_b32 v67, 0
+        v_dual_mov_b32 v68, 0 :: v_dual_mov_b32 v69, 0
+        v_dual_mov_b32 v70, 0 :: v_dual_mov_b32 v71, 0
+        v_dual_mov_b32 v72, 0 :: v_dual_mov_b32 v73, 0
+        v_dual_mov_b32 v74, 0 :: v_dual_mov_b32 v75, 0
+        v_dual_mov_b32 v76, 0 :: v_dual_mov_b32 v77, 0
+        v_dual_mov_b32 v78, 0 :: v_dual_mov_b32 v79, 0
+        v_dual_mov_b32 v80, 0 :: v_dual_mov_b32 v81, 0
+        v_dual_mov_b32 v82, 0 :: v_dual_mov_b32 v83, 0
+        v_dual_mov_b32 v84, 0 :: v_dual_mov_b32 v85, 0
+        v_dual_mov_b32 v86, 0 :: v_dual_mov_b32 v87, 0
+        v_dual_mov_b32 v88, 0 :: v_dual_mov_b32 v89, 0
+        v_dual_mov_b32 v90, 0 :: v_dual_mov_b32 v91, 0
+        v_dual_mov_b32 v92, 0 :: v_dual_mov_b32 v93, 0
+        v_dual_mov_b32 v94, 0 :: v_dual_mov_b32 v95, 0
+        v_dual_mov_b32 v248, s69 :: v_dual_mov_b32 v249, s69
+        v_dual_mov_b32 v250, s69 :: v_dual_mov_b32 v251, s69
+        v_dual_mov_b32 v252, s69 :: v_dual_mov_b32 v253, s69
+        v_dual_mov_b32 v254, s69 :: v_dual_mov_b32 v255, s69
+        v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
+        s_wait_loadcnt 0
+        ds_store_b128 v6, v[176:179] offset:0
+        ds_store_b128 v7, v[192:195] offset:16384
+        ds_store_b128 v6, v[180:183] offset:2048
+        ds_store_b128 v7, v[196:199] offset:16400
+        ds_store_b128 v6, v[184:187] offset:4096
+        ds_store_b128 v7, v[200:203] offset:16416
+        ds_store_b128 v6, v[188:191] offset:6144
+        ds_store_b128 v7, v[204:207] offset:16432
+        ds_store_b128 v7, v[208:211] offset:16448
+        ds_store_b128 v7, v[212:215] offset:16464
+        ds_store_b128 v7, v[216:219] offset:16480
+        ds_store_b128 v7, v[220:223] offset:16496
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+
+        // ---- prologue: K(1) staging in flight while QK^T(0) runs; then its scores are scaled -----------------
+        global_load_b128 v[176:179], v8, s[78:79] offset:0
+        global_load_b128 v[180:183], v8, s[78:79] offset:2048
+        global_load_b128 v[184:187], v8, s[78:79] offset:4096
+        global_load_b128 v[188:191], v8, s[78:79] offset:6144
+        ds_load_b128 v[224:227], v1 offset:0
+        ds_load_b128 v[228:231], v1 offset:1024
+        ds_load_b128 v[232:235], v1 offset:2048
+        ds_load_b128 v[236:239], v1 offset:3072
+        ds_load_b128 v[240:243], v2 offset:0
+        ds_load_b128 v[244:247], v2 offset:1024
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[160:161], v[248:255] neg_lo:[1,1,0]
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[160:161], v[248:255] neg_lo:[1,1,0]
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[160:161], v[248:255] neg_lo:[1,1,0]
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[162:163], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v2 offset:2048
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[162:163], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v2 offset:3072
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[162:163], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v3 offset:0
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[162:163], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v3 offset:1024
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[164:165], v[96:103] neg_lo:[1,1,0]
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[164:165], v[104:111] neg_lo:[1,1,0]
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[164:165], v[112:119] neg_lo:[1,1,0]
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[164:165], v[120:127] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[166:167], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[240:243], v3 offset:2048
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[166:167], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[244:247], v3 offset:3072
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[166:167], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v4 offset:0
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[166:167], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v4 offset:1024
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[232:233], v[168:169], v[96:103] neg_lo:[1,1,0]
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[236:237], v[168:169], v[104:111] neg_lo:[1,1,0]
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[240:241], v[168:169], v[112:119] neg_lo:[1,1,0]
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[244:245], v[168:169], v[120:127] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[234:235], v[170:171], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v4 offset:2048
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[238:239], v[170:171], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v4 offset:3072
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[242:243], v[170:171], v[112:119] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[246:247], v[170:171], v[120:127] neg_lo:[1,1,0]
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[172:173], v[96:103] neg_lo:[1,1,0]
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[172:173], v[104:111] neg_lo:[1,1,0]
+        s_wait_dscnt 1
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[172:173], v[112:119] neg_lo:[1,1,0]
+        s_wait_dscnt 0
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[172:173], v[120:127] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[174:175], v[96:103] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[174:175], v[104:111] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[174:175], v[112:119] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[174:175], v[120:127] neg_lo:[1,1,0]
+        s_wait_kmcnt 0  // q_scale
+        v_mul_f32 v12, s71, v10
+        v_mov_b32 v13, v12
+        s_wait_loadcnt 0
+        ds_store_b128 v6, v[176:179] offset:8192
+        ds_store_b128 v6, v[180:183] offset:10240
+        ds_store_b128 v6, v[184:187] offset:12288
+        ds_store_b128 v6, v[188:191] offset:14336
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+
+        // ---- main loop: two tiles per trip (register ping-pong SA/SB, m[0]/m[1], LDS buffers) ----------------
+.Ld128_fp32_pv16_loop:
+        s_cmp_eq_u32 s72, s59
+        s_cbranch_scc1 .Ld128_fp32_pv16_last_0
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_pv16_mask_issued_0_ool
+.Ld128_fp32_pv16_mask_issued_0:
+
+        // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
+        s_add_co_i32 s52, s72, 3
+        s_min_u32 s52, s52, s59
+        s_lshl_b32 s52, s52, 2
+        s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
+        s_lshl_b32 s80, s67, 13  // * 8192 bytes
+        s_add_nc_u64 s[78:79], s[74:75], s[80:81]
+        s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
+        s_mov_b32 s55, 0
+        s_lshl_b32 s54, s52, 3
+        s_add_nc_u64 s[88:89], s[88:89], s[54:55]  // k_scale pair of tile L[t+1]
+        global_load_b32 v10, v11, s[88:89]
+        s_lshl_b32 s54, s52, 7
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[t+1]
+        global_load_b128 v[176:179], v8, s[78:79] offset:0
+        global_load_b128 v[180:183], v8, s[78:79] offset:2048
+        global_load_b128 v[184:187], v8, s[78:79] offset:4096
+        global_load_b128 v[188:191], v8, s[78:79] offset:6144
+        global_load_b128 v[192:195], v9, s[82:83] offset:0
+        global_load_b128 v[196:199], v9, s[82:83] offset:16
+        global_load_b128 v[200:203], v9, s[82:83] offset:32
+        global_load_b128 v[204:207], v9, s[82:83] offset:48
+        global_load_b128 v[208:211], v9, s[82:83] offset:64
+        global_load_b128 v[212:215], v9, s[82:83] offset:80
+        global_load_b128 v[216:219], v9, s[82:83] offset:96
+        global_load_b128 v[220:223], v9, s[82:83] offset:112
+
+        // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_pv16_mask_applied_0_ool
+.Ld128_fp32_pv16_mask_applied_0:
+        ds_load_b128 v[224:227], v1 offset:8192
+        ds_load_b128 v[228:231], v1 offset:9216
+        ds_load_b128 v[232:235], v1 offset:10240
+        ds_load_b128 v[236:239], v1 offset:11264
+        ds_load_b128 v[240:243], v2 offset:8192
+        ds_load_b128 v[244:247], v2 offset:9216
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp32_pv16_nomask_0
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp32_pv16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp32_pv16_max_additive_0
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld128_fp32_pv16_max_done_0:
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v17, vcc_lo
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp32_pv16_one_fma_0_additive
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp32_pv16_one_fma_0
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp32_pv16_one_fma_0_lim
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp32_pv16_one_fma_0_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_pv16_one_fma_0_bits
+.Ld128_fp32_pv16_one_fma_0_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp32_pv16_one_fma_0:
+        v_fma_f32 v96, v96, v13, -v29
+        v_fma_f32 v97, v97, v13, -v29
+        v_fma_f32 v98, v98, v13, -v29
+        v_fma_f32 v99, v99, v13, -v29
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v96, v96
+        v_fma_f32 v100, v100, v13, -v29
+        v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v13, -v29
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v98, v98
+        v_fma_f32 v102, v102, v13, -v29
+        v_exp_f32_e32 v99, v99
+        v_fma_f32 v103, v103, v13, -v29
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v13, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
+        v_cvt_f16_f32_e64 v96, v96
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v13, -v29
+        v_cvt_f16_f32_e64 v97, v97
+        v_pack_b32_f16 v96, v96, v97
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[162:163], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v2 offset:10240
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v13, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
+        v_cvt_f16_f32_e64 v98, v98
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[162:163], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v2 offset:11264
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v13, -v29
+        v_cvt_f16_f32_e64 v99, v99
+        v_pack_b32_f16 v97, v98, v99
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[162:163], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v3 offset:8192
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v13, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
+        v_cvt_f16_f32_e64 v100, v100
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[162:163], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v3 offset:9216
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v13, -v29
+        v_cvt_f16_f32_e64 v101, v101
+        v_pack_b32_f16 v98, v100, v101
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[164:165], v[128:135] neg_lo:[1,1,0]
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v13, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
+        v_cvt_f16_f32_e64 v102, v102
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[164:165], v[136:143] neg_lo:[1,1,0]
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v13, -v29
+        v_cvt_f16_f32_e64 v103, v103
+        v_pack_b32_f16 v99, v102, v103
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[164:165], v[144:151] neg_lo:[1,1,0]
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v13, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
+        v_cvt_f16_f32_e64 v104, v104
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[164:165], v[152:159] neg_lo:[1,1,0]
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v13, -v29
+        v_cvt_f16_f32_e64 v105, v105
+        v_pack_b32_f16 v104, v104, v105
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[166:167], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[240:243], v3 offset:10240
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v13, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
+        v_cvt_f16_f32_e64 v106, v106
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[166:167], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[244:247], v3 offset:11264
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v13, -v29
+        v_cvt_f16_f32_e64 v107, v107
+        v_pack_b32_f16 v105, v106, v107
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[166:167], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v4 offset:8192
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v13, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
+        v_cvt_f16_f32_e64 v108, v108
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[230:231], v[166:167], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v4 offset:9216
+        v_exp_f32_e32 v113, v113
+        v_fma_f32 v117, v117, v13, -v29
+        v_cvt_f16_f32_e64 v109, v109
+        v_pack_b32_f16 v106, v108, v109
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[232:233], v[168:169], v[128:135] neg_lo:[1,1,0]
+        v_exp_f32_e32 v114, v114
+        v_fma_f32 v118, v118, v13, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
+        v_cvt_f16_f32_e64 v110, v110
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[236:237], v[168:169], v[136:143] neg_lo:[1,1,0]
+        v_exp_f32_e32 v115, v115
+        v_fma_f32 v119, v119, v13, -v29
+        v_cvt_f16_f32_e64 v111, v111
+        v_pack_b32_f16 v107, v110, v111
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[240:241], v[168:169], v[144:151] neg_lo:[1,1,0]
+        v_exp_f32_e32 v116, v116
+        v_fma_f32 v120, v120, v13, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
+        v_cvt_f16_f32_e64 v112, v112
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[244:245], v[168:169], v[152:159] neg_lo:[1,1,0]
+        v_exp_f32_e32 v117, v117
+        v_fma_f32 v121, v121, v13, -v29
+        v_cvt_f16_f32_e64 v113, v113
+        v_pack_b32_f16 v112, v112, v113
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[234:235], v[170:171], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v4 offset:10240
+        v_exp_f32_e32 v118, v118
+        v_fma_f32 v122, v122, v13, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
+        v_cvt_f16_f32_e64 v114, v114
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[238:239], v[170:171], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v4 offset:11264
+        v_exp_f32_e32 v119, v119
+        v_fma_f32 v123, v123, v13, -v29
+        v_cvt_f16_f32_e64 v115, v115
+        v_pack_b32_f16 v113, v114, v115
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[242:243], v[170:171], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[240:243], v5 offset:16384
+        v_exp_f32_e32 v120, v120
+        v_fma_f32 v124, v124, v13, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
+        v_cvt_f16_f32_e64 v116, v116
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[246:247], v[170:171], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[244:247], v5 offset:18688
+        v_exp_f32_e32 v121, v121
+        v_fma_f32 v125, v125, v13, -v29
+        v_cvt_f16_f32_e64 v117, v117
+        v_pack_b32_f16 v114, v116, v117
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[172:173], v[128:135] neg_lo:[1,1,0]
+        v_exp_f32_e32 v122, v122
+        v_fma_f32 v126, v126, v13, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
+        v_cvt_f16_f32_e64 v118, v118
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[172:173], v[136:143] neg_lo:[1,1,0]
+        v_exp_f32_e32 v123, v123
+        v_fma_f32 v127, v127, v13, -v29
+        v_cvt_f16_f32_e64 v119, v119
+        v_pack_b32_f16 v115, v118, v119
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[172:173], v[144:151] neg_lo:[1,1,0]
+        v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
+        v_cvt_f16_f32_e64 v120, v120
+        v_exp_f32_e32 v125, v125
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[172:173], v[152:159] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v121, v121
+        v_pack_b32_f16 v120, v120, v121
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[174:175], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v5 offset:20992
+        v_cvt_f16_f32_e64 v122, v122
+        v_exp_f32_e32 v127, v127
+        v_cvt_f16_f32_e64 v123, v123
+        v_pack_b32_f16 v121, v122, v123
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[174:175], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v5 offset:23296
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
+        v_cvt_f16_f32_e64 v124, v124
+        v_cvt_f16_f32_e64 v125, v125
+        v_pack_b32_f16 v122, v124, v125
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[174:175], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v5 offset:25600
+        v_cvt_f16_f32_e64 v126, v126
+        v_cvt_f16_f32_e64 v127, v127
+        v_pack_b32_f16 v123, v126, v127
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[174:175], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v5 offset:27904
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp32_pv16_no_rescale_0
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+        v_dual_mul_f32 v64, v19, v64 :: v_dual_mul_f32 v65, v20, v65
+        v_dual_mul_f32 v66, v19, v66 :: v_dual_mul_f32 v67, v20, v67
+        v_dual_mul_f32 v68, v19, v68 :: v_dual_mul_f32 v69, v20, v69
+        v_dual_mul_f32 v70, v19, v70 :: v_dual_mul_f32 v71, v20, v71
+        v_dual_mul_f32 v72, v19, v72 :: v_dual_mul_f32 v73, v20, v73
+        v_dual_mul_f32 v74, v19, v74 :: v_dual_mul_f32 v75, v20, v75
+        v_dual_mul_f32 v76, v19, v76 :: v_dual_mul_f32 v77, v20, v77
+        v_dual_mul_f32 v78, v19, v78 :: v_dual_mul_f32 v79, v20, v79
+        v_dual_mul_f32 v80, v19, v80 :: v_dual_mul_f32 v81, v20, v81
+        v_dual_mul_f32 v82, v19, v82 :: v_dual_mul_f32 v83, v20, v83
+        v_dual_mul_f32 v84, v19, v84 :: v_dual_mul_f32 v85, v20, v85
+        v_dual_mul_f32 v86, v19, v86 :: v_dual_mul_f32 v87, v20, v87
+        v_dual_mul_f32 v88, v19, v88 :: v_dual_mul_f32 v89, v20, v89
+        v_dual_mul_f32 v90, v19, v90 :: v_dual_mul_f32 v91, v20, v91
+        v_dual_mul_f32 v92, v19, v92 :: v_dual_mul_f32 v93, v20, v93
+        v_dual_mul_f32 v94, v19, v94 :: v_dual_mul_f32 v95, v20, v95
+.Ld128_fp32_pv16_no_rescale_0:
+
+        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[96:99], v[32:39]
+        ds_load_b128 v[240:243], v5 offset:30208
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[96:99], v[40:47]
+        ds_load_b128 v[244:247], v5 offset:32512
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[96:99], v[48:55]
+        ds_load_b128 v[224:227], v5 offset:16400
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[96:99], v[56:63]
+        ds_load_b128 v[228:231], v5 offset:18704
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[96:99], v[64:71]
+        ds_load_b128 v[232:235], v5 offset:21008
+        s_wait_loadcnt 12
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[96:99], v[72:79]
+        ds_load_b128 v[236:239], v5 offset:23312
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[96:99], v[80:87]
+        ds_load_b128 v[240:243], v5 offset:25616
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[96:99], v[88:95]
+        ds_load_b128 v[244:247], v5 offset:27920
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[104:107], v[32:39]
+        ds_load_b128 v[224:227], v5 offset:30224
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[104:107], v[40:47]
+        ds_load_b128 v[228:231], v5 offset:32528
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[104:107], v[48:55]
+        ds_load_b128 v[232:235], v5 offset:16416
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[104:107], v[56:63]
+        ds_load_b128 v[236:239], v5 offset:18720
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[104:107], v[64:71]
+        ds_load_b128 v[240:243], v5 offset:21024
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[104:107], v[72:79]
+        ds_load_b128 v[244:247], v5 offset:23328
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[104:107], v[80:87]
+        ds_load_b128 v[224:227], v5 offset:25632
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[104:107], v[88:95]
+        ds_load_b128 v[228:231], v5 offset:27936
+        v_mul_f32 v12, s71, v10
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[32:39], v[232:235], v[112:115], v[32:39]
+        ds_load_b128 v[232:235], v5 offset:30240
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[40:47], v[236:239], v[112:115], v[40:47]
+        ds_load_b128 v[236:239], v5 offset:32544
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[240:243], v[112:115], v[48:55]
+        ds_load_b128 v[240:243], v5 offset:16432
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[56:63], v[244:247], v[112:115], v[56:63]
+        ds_load_b128 v[244:247], v5 offset:18736
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[64:71], v[224:227], v[112:115], v[64:71]
+        ds_load_b128 v[224:227], v5 offset:21040
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[72:79], v[228:231], v[112:115], v[72:79]
+        ds_load_b128 v[228:231], v5 offset:23344
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[80:87], v[232:235], v[112:115], v[80:87]
+        ds_load_b128 v[232:235], v5 offset:25648
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[88:95], v[236:239], v[112:115], v[88:95]
+        ds_load_b128 v[236:239], v5 offset:27952
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[120:123], v[32:39]
+        ds_load_b128 v[240:243], v5 offset:30256
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[120:123], v[40:47]
+        ds_load_b128 v[244:247], v5 offset:32560
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[120:123], v[48:55]
+        v_mov_b32 v13, v12
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[120:123], v[56:63]
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[120:123], v[64:71]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[120:123], v[72:79]
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[120:123], v[80:87]
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[120:123], v[88:95]
+
+        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
+        s_wait_loadcnt 0
+        ds_store_b128 v6, v[176:179] offset:0
+        ds_store_b128 v6, v[180:183] offset:2048
+        ds_store_b128 v6, v[184:187] offset:4096
+        ds_store_b128 v6, v[188:191] offset:6144
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        ds_store_b128 v7, v[192:195] offset:16384
+        ds_store_b128 v7, v[196:199] offset:16400
+        ds_store_b128 v7, v[200:203] offset:16416
+        ds_store_b128 v7, v[204:207] offset:16432
+        ds_store_b128 v7, v[208:211] offset:16448
+        ds_store_b128 v7, v[212:215] offset:16464
+        ds_store_b128 v7, v[216:219] offset:16480
+        ds_store_b128 v7, v[220:223] offset:16496
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        s_add_co_i32 s72, s72, 1
+        s_wait_kmcnt 0  // L[min(t+3, last)]
+        s_mov_b32 s65, s66
+        s_mov_b32 s66, s67
+        s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
+        s_cmp_eq_u32 s72, s59
+        s_cbranch_scc1 .Ld128_fp32_pv16_last_1
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_pv16_mask_issued_1_ool
+.Ld128_fp32_pv16_mask_issued_1:
+
+        // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
+        s_add_co_i32 s52, s72, 3
+        s_min_u32 s52, s52, s59
+        s_lshl_b32 s52, s52, 2
+        s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
+        s_lshl_b32 s80, s67, 13  // * 8192 bytes
+        s_add_nc_u64 s[78:79], s[74:75], s[80:81]
+        s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
+        s_mov_b32 s55, 0
+        s_lshl_b32 s54, s52, 3
+        s_add_nc_u64 s[88:89], s[88:89], s[54:55]  // k_scale pair of tile L[t+1]
+        global_load_b32 v10, v11, s[88:89]
+        s_lshl_b32 s54, s52, 7
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[t+1]
+        global_load_b128 v[176:179], v8, s[78:79] offset:0
+        global_load_b128 v[180:183], v8, s[78:79] offset:2048
+        global_load_b128 v[184:187], v8, s[78:79] offset:4096
+        global_load_b128 v[188:191], v8, s[78:79] offset:6144
+        global_load_b128 v[192:195], v9, s[82:83] offset:0
+        global_load_b128 v[196:199], v9, s[82:83] offset:16
+        global_load_b128 v[200:203], v9, s[82:83] offset:32
+        global_load_b128 v[204:207], v9, s[82:83] offset:48
+        global_load_b128 v[208:211], v9, s[82:83] offset:64
+        global_load_b128 v[212:215], v9, s[82:83] offset:80
+        global_load_b128 v[216:219], v9, s[82:83] offset:96
+        global_load_b128 v[220:223], v9, s[82:83] offset:112
+
+        // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_pv16_mask_applied_1_ool
+.Ld128_fp32_pv16_mask_applied_1:
+        ds_load_b128 v[224:227], v1 offset:0
+        ds_load_b128 v[228:231], v1 offset:1024
+        ds_load_b128 v[232:235], v1 offset:2048
+        ds_load_b128 v[236:239], v1 offset:3072
+        ds_load_b128 v[240:243], v2 offset:0
+        ds_load_b128 v[244:247], v2 offset:1024
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp32_pv16_nomask_1
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp32_pv16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp32_pv16_max_additive_1
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld128_fp32_pv16_max_done_1:
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v16, vcc_lo
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp32_pv16_one_fma_1_additive
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp32_pv16_one_fma_1
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v12, v128 :: v_dual_mul_f32 v129, v13, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v12, v130 :: v_dual_mul_f32 v131, v13, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v12, v132 :: v_dual_mul_f32 v133, v13, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v12, v134 :: v_dual_mul_f32 v135, v13, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v12, v136 :: v_dual_mul_f32 v137, v13, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v12, v138 :: v_dual_mul_f32 v139, v13, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v12, v140 :: v_dual_mul_f32 v141, v13, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v12, v142 :: v_dual_mul_f32 v143, v13, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v12, v144 :: v_dual_mul_f32 v145, v13, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v12, v146 :: v_dual_mul_f32 v147, v13, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v12, v148 :: v_dual_mul_f32 v149, v13, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v12, v150 :: v_dual_mul_f32 v151, v13, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v12, v152 :: v_dual_mul_f32 v153, v13, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v12, v154 :: v_dual_mul_f32 v155, v13, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v12, v156 :: v_dual_mul_f32 v157, v13, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp32_pv16_one_fma_1_lim
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp32_pv16_one_fma_1_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_pv16_one_fma_1_bits
+.Ld128_fp32_pv16_one_fma_1_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp32_pv16_one_fma_1:
+        v_fma_f32 v128, v128, v13, -v29
+        v_fma_f32 v129, v129, v13, -v29
+        v_fma_f32 v130, v130, v13, -v29
+        v_fma_f32 v131, v131, v13, -v29
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v128, v128
+        v_fma_f32 v132, v132, v13, -v29
+        v_exp_f32_e32 v129, v129
+        v_fma_f32 v133, v133, v13, -v29
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v130, v130
+        v_fma_f32 v134, v134, v13, -v29
+        v_exp_f32_e32 v131, v131
+        v_fma_f32 v135, v135, v13, -v29
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v132, v132
+        v_fma_f32 v136, v136, v13, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
+        v_cvt_f16_f32_e64 v128, v128
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v133, v133
+        v_fma_f32 v137, v137, v13, -v29
+        v_cvt_f16_f32_e64 v129, v129
+        v_pack_b32_f16 v128, v128, v129
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[162:163], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v2 offset:2048
+        v_exp_f32_e32 v134, v134
+        v_fma_f32 v138, v138, v13, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
+        v_cvt_f16_f32_e64 v130, v130
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[162:163], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v2 offset:3072
+        v_exp_f32_e32 v135, v135
+        v_fma_f32 v139, v139, v13, -v29
+        v_cvt_f16_f32_e64 v131, v131
+        v_pack_b32_f16 v129, v130, v131
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[162:163], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v3 offset:0
+        v_exp_f32_e32 v136, v136
+        v_fma_f32 v140, v140, v13, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
+        v_cvt_f16_f32_e64 v132, v132
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[162:163], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v3 offset:1024
+        v_exp_f32_e32 v137, v137
+        v_fma_f32 v141, v141, v13, -v29
+        v_cvt_f16_f32_e64 v133, v133
+        v_pack_b32_f16 v130, v132, v133
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[164:165], v[96:103] neg_lo:[1,1,0]
+        v_exp_f32_e32 v138, v138
+        v_fma_f32 v142, v142, v13, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
+        v_cvt_f16_f32_e64 v134, v134
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[164:165], v[104:111] neg_lo:[1,1,0]
+        v_exp_f32_e32 v139, v139
+        v_fma_f32 v143, v143, v13, -v29
+        v_cvt_f16_f32_e64 v135, v135
+        v_pack_b32_f16 v131, v134, v135
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[164:165], v[112:119] neg_lo:[1,1,0]
+        v_exp_f32_e32 v140, v140
+        v_fma_f32 v144, v144, v13, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
+        v_cvt_f16_f32_e64 v136, v136
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[164:165], v[120:127] neg_lo:[1,1,0]
+        v_exp_f32_e32 v141, v141
+        v_fma_f32 v145, v145, v13, -v29
+        v_cvt_f16_f32_e64 v137, v137
+        v_pack_b32_f16 v136, v136, v137
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[166:167], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[240:243], v3 offset:2048
+        v_exp_f32_e32 v142, v142
+        v_fma_f32 v146, v146, v13, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
+        v_cvt_f16_f32_e64 v138, v138
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[166:167], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[244:247], v3 offset:3072
+        v_exp_f32_e32 v143, v143
+        v_fma_f32 v147, v147, v13, -v29
+        v_cvt_f16_f32_e64 v139, v139
+        v_pack_b32_f16 v137, v138, v139
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[166:167], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v4 offset:0
+        v_exp_f32_e32 v144, v144
+        v_fma_f32 v148, v148, v13, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
+        v_cvt_f16_f32_e64 v140, v140
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[166:167], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v4 offset:1024
+        v_exp_f32_e32 v145, v145
+        v_fma_f32 v149, v149, v13, -v29
+        v_cvt_f16_f32_e64 v141, v141
+        v_pack_b32_f16 v138, v140, v141
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[232:233], v[168:169], v[96:103] neg_lo:[1,1,0]
+        v_exp_f32_e32 v146, v146
+        v_fma_f32 v150, v150, v13, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
+        v_cvt_f16_f32_e64 v142, v142
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[236:237], v[168:169], v[104:111] neg_lo:[1,1,0]
+        v_exp_f32_e32 v147, v147
+        v_fma_f32 v151, v151, v13, -v29
+        v_cvt_f16_f32_e64 v143, v143
+        v_pack_b32_f16 v139, v142, v143
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[240:241], v[168:169], v[112:119] neg_lo:[1,1,0]
+        v_exp_f32_e32 v148, v148
+        v_fma_f32 v152, v152, v13, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
+        v_cvt_f16_f32_e64 v144, v144
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[244:245], v[168:169], v[120:127] neg_lo:[1,1,0]
+        v_exp_f32_e32 v149, v149
+        v_fma_f32 v153, v153, v13, -v29
+        v_cvt_f16_f32_e64 v145, v145
+        v_pack_b32_f16 v144, v144, v145
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[234:235], v[170:171], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v4 offset:2048
+        v_exp_f32_e32 v150, v150
+        v_fma_f32 v154, v154, v13, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
+        v_cvt_f16_f32_e64 v146, v146
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[238:239], v[170:171], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v4 offset:3072
+        v_exp_f32_e32 v151, v151
+        v_fma_f32 v155, v155, v13, -v29
+        v_cvt_f16_f32_e64 v147, v147
+        v_pack_b32_f16 v145, v146, v147
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[242:243], v[170:171], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[240:243], v5 offset:16384
+        v_exp_f32_e32 v152, v152
+        v_fma_f32 v156, v156, v13, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
+        v_cvt_f16_f32_e64 v148, v148
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[246:247], v[170:171], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[244:247], v5 offset:18688
+        v_exp_f32_e32 v153, v153
+        v_fma_f32 v157, v157, v13, -v29
+        v_cvt_f16_f32_e64 v149, v149
+        v_pack_b32_f16 v146, v148, v149
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[172:173], v[96:103] neg_lo:[1,1,0]
+        v_exp_f32_e32 v154, v154
+        v_fma_f32 v158, v158, v13, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
+        v_cvt_f16_f32_e64 v150, v150
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[172:173], v[104:111] neg_lo:[1,1,0]
+        v_exp_f32_e32 v155, v155
+        v_fma_f32 v159, v159, v13, -v29
+        v_cvt_f16_f32_e64 v151, v151
+        v_pack_b32_f16 v147, v150, v151
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[172:173], v[112:119] neg_lo:[1,1,0]
+        v_exp_f32_e32 v156, v156
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
+        v_cvt_f16_f32_e64 v152, v152
+        v_exp_f32_e32 v157, v157
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[172:173], v[120:127] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v153, v153
+        v_pack_b32_f16 v152, v152, v153
+        v_exp_f32_e32 v158, v158
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[174:175], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[224:227], v5 offset:20992
+        v_cvt_f16_f32_e64 v154, v154
+        v_exp_f32_e32 v159, v159
+        v_cvt_f16_f32_e64 v155, v155
+        v_pack_b32_f16 v153, v154, v155
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[174:175], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[228:231], v5 offset:23296
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
+        v_cvt_f16_f32_e64 v156, v156
+        v_cvt_f16_f32_e64 v157, v157
+        v_pack_b32_f16 v154, v156, v157
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[174:175], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v5 offset:25600
+        v_cvt_f16_f32_e64 v158, v158
+        v_cvt_f16_f32_e64 v159, v159
+        v_pack_b32_f16 v155, v158, v159
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[174:175], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v5 offset:27904
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp32_pv16_no_rescale_1
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+        v_dual_mul_f32 v64, v19, v64 :: v_dual_mul_f32 v65, v20, v65
+        v_dual_mul_f32 v66, v19, v66 :: v_dual_mul_f32 v67, v20, v67
+        v_dual_mul_f32 v68, v19, v68 :: v_dual_mul_f32 v69, v20, v69
+        v_dual_mul_f32 v70, v19, v70 :: v_dual_mul_f32 v71, v20, v71
+        v_dual_mul_f32 v72, v19, v72 :: v_dual_mul_f32 v73, v20, v73
+        v_dual_mul_f32 v74, v19, v74 :: v_dual_mul_f32 v75, v20, v75
+        v_dual_mul_f32 v76, v19, v76 :: v_dual_mul_f32 v77, v20, v77
+        v_dual_mul_f32 v78, v19, v78 :: v_dual_mul_f32 v79, v20, v79
+        v_dual_mul_f32 v80, v19, v80 :: v_dual_mul_f32 v81, v20, v81
+        v_dual_mul_f32 v82, v19, v82 :: v_dual_mul_f32 v83, v20, v83
+        v_dual_mul_f32 v84, v19, v84 :: v_dual_mul_f32 v85, v20, v85
+        v_dual_mul_f32 v86, v19, v86 :: v_dual_mul_f32 v87, v20, v87
+        v_dual_mul_f32 v88, v19, v88 :: v_dual_mul_f32 v89, v20, v89
+        v_dual_mul_f32 v90, v19, v90 :: v_dual_mul_f32 v91, v20, v91
+        v_dual_mul_f32 v92, v19, v92 :: v_dual_mul_f32 v93, v20, v93
+        v_dual_mul_f32 v94, v19, v94 :: v_dual_mul_f32 v95, v20, v95
+.Ld128_fp32_pv16_no_rescale_1:
+
+        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[128:131], v[32:39]
+        ds_load_b128 v[240:243], v5 offset:30208
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[128:131], v[40:47]
+        ds_load_b128 v[244:247], v5 offset:32512
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[128:131], v[48:55]
+        ds_load_b128 v[224:227], v5 offset:16400
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[128:131], v[56:63]
+        ds_load_b128 v[228:231], v5 offset:18704
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[128:131], v[64:71]
+        ds_load_b128 v[232:235], v5 offset:21008
+        s_wait_loadcnt 12
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[128:131], v[72:79]
+        ds_load_b128 v[236:239], v5 offset:23312
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[128:131], v[80:87]
+        ds_load_b128 v[240:243], v5 offset:25616
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[128:131], v[88:95]
+        ds_load_b128 v[244:247], v5 offset:27920
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[136:139], v[32:39]
+        ds_load_b128 v[224:227], v5 offset:30224
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[136:139], v[40:47]
+        ds_load_b128 v[228:231], v5 offset:32528
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[136:139], v[48:55]
+        ds_load_b128 v[232:235], v5 offset:16416
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[136:139], v[56:63]
+        ds_load_b128 v[236:239], v5 offset:18720
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[136:139], v[64:71]
+        ds_load_b128 v[240:243], v5 offset:21024
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[136:139], v[72:79]
+        ds_load_b128 v[244:247], v5 offset:23328
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[136:139], v[80:87]
+        ds_load_b128 v[224:227], v5 offset:25632
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[136:139], v[88:95]
+        ds_load_b128 v[228:231], v5 offset:27936
+        v_mul_f32 v12, s71, v10
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[32:39], v[232:235], v[144:147], v[32:39]
+        ds_load_b128 v[232:235], v5 offset:30240
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[40:47], v[236:239], v[144:147], v[40:47]
+        ds_load_b128 v[236:239], v5 offset:32544
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[240:243], v[144:147], v[48:55]
+        ds_load_b128 v[240:243], v5 offset:16432
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[56:63], v[244:247], v[144:147], v[56:63]
+        ds_load_b128 v[244:247], v5 offset:18736
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[64:71], v[224:227], v[144:147], v[64:71]
+        ds_load_b128 v[224:227], v5 offset:21040
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[72:79], v[228:231], v[144:147], v[72:79]
+        ds_load_b128 v[228:231], v5 offset:23344
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[80:87], v[232:235], v[144:147], v[80:87]
+        ds_load_b128 v[232:235], v5 offset:25648
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[88:95], v[236:239], v[144:147], v[88:95]
+        ds_load_b128 v[236:239], v5 offset:27952
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[152:155], v[32:39]
+        ds_load_b128 v[240:243], v5 offset:30256
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[152:155], v[40:47]
+        ds_load_b128 v[244:247], v5 offset:32560
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[152:155], v[48:55]
+        v_mov_b32 v13, v12
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[152:155], v[56:63]
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[152:155], v[64:71]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[152:155], v[72:79]
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[152:155], v[80:87]
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[152:155], v[88:95]
+
+        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
+        s_wait_loadcnt 0
+        ds_store_b128 v6, v[176:179] offset:8192
+        ds_store_b128 v6, v[180:183] offset:10240
+        ds_store_b128 v6, v[184:187] offset:12288
+        ds_store_b128 v6, v[188:191] offset:14336
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        ds_store_b128 v7, v[192:195] offset:16384
+        ds_store_b128 v7, v[196:199] offset:16400
+        ds_store_b128 v7, v[200:203] offset:16416
+        ds_store_b128 v7, v[204:207] offset:16432
+        ds_store_b128 v7, v[208:211] offset:16448
+        ds_store_b128 v7, v[212:215] offset:16464
+        ds_store_b128 v7, v[216:219] offset:16480
+        ds_store_b128 v7, v[220:223] offset:16496
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        s_add_co_i32 s72, s72, 1
+        s_wait_kmcnt 0  // L[min(t+3, last)]
+        s_mov_b32 s65, s66
+        s_mov_b32 s66, s67
+        s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
+        s_branch .Ld128_fp32_pv16_loop
+.Ld128_fp32_pv16_last_0:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_pv16_mask_issued_0_last_ool
+.Ld128_fp32_pv16_mask_issued_0_last:
+
+        // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_pv16_mask_applied_0_last_ool
+.Ld128_fp32_pv16_mask_applied_0_last:
+        ds_load_b128 v[224:227], v5 offset:16384
+        ds_load_b128 v[228:231], v5 offset:18688
+        ds_load_b128 v[232:235], v5 offset:20992
+        ds_load_b128 v[236:239], v5 offset:23296
+        ds_load_b128 v[240:243], v5 offset:25600
+        ds_load_b128 v[244:247], v5 offset:27904
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp32_pv16_nomask_0_last
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp32_pv16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp32_pv16_max_additive_0_last
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+.Ld128_fp32_pv16_max_done_0_last:
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v17, vcc_lo
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp32_pv16_one_fma_0_last_additive
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp32_pv16_one_fma_0_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v12, v96 :: v_dual_mul_f32 v97, v13, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v12, v98 :: v_dual_mul_f32 v99, v13, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v12, v100 :: v_dual_mul_f32 v101, v13, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v12, v102 :: v_dual_mul_f32 v103, v13, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v12, v104 :: v_dual_mul_f32 v105, v13, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v12, v106 :: v_dual_mul_f32 v107, v13, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v12, v108 :: v_dual_mul_f32 v109, v13, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v12, v110 :: v_dual_mul_f32 v111, v13, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v12, v112 :: v_dual_mul_f32 v113, v13, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v12, v114 :: v_dual_mul_f32 v115, v13, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v12, v116 :: v_dual_mul_f32 v117, v13, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v12, v118 :: v_dual_mul_f32 v119, v13, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v12, v120 :: v_dual_mul_f32 v121, v13, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v12, v122 :: v_dual_mul_f32 v123, v13, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v12, v124 :: v_dual_mul_f32 v125, v13, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp32_pv16_one_fma_0_last_lim
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp32_pv16_one_fma_0_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_pv16_one_fma_0_last_bits
+.Ld128_fp32_pv16_one_fma_0_last_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp32_pv16_one_fma_0_last:
+        v_fma_f32 v96, v96, v13, -v29
+        v_fma_f32 v97, v97, v13, -v29
+        v_fma_f32 v98, v98, v13, -v29
+        v_fma_f32 v99, v99, v13, -v29
+        v_exp_f32_e32 v96, v96
+        v_fma_f32 v100, v100, v13, -v29
+        v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v13, -v29
+        v_exp_f32_e32 v98, v98
+        v_fma_f32 v102, v102, v13, -v29
+        v_exp_f32_e32 v99, v99
+        v_fma_f32 v103, v103, v13, -v29
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v13, -v29
+        v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
+        v_cvt_f16_f32_e64 v96, v96
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v13, -v29
+        v_cvt_f16_f32_e64 v97, v97
+        v_pack_b32_f16 v96, v96, v97
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v13, -v29
+        v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
+        v_cvt_f16_f32_e64 v98, v98
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v13, -v29
+        v_cvt_f16_f32_e64 v99, v99
+        v_pack_b32_f16 v97, v98, v99
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v13, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
+        v_cvt_f16_f32_e64 v100, v100
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v13, -v29
+        v_cvt_f16_f32_e64 v101, v101
+        v_pack_b32_f16 v98, v100, v101
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v13, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
+        v_cvt_f16_f32_e64 v102, v102
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v13, -v29
+        v_cvt_f16_f32_e64 v103, v103
+        v_pack_b32_f16 v99, v102, v103
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v13, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
+        v_cvt_f16_f32_e64 v104, v104
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v13, -v29
+        v_cvt_f16_f32_e64 v105, v105
+        v_pack_b32_f16 v104, v104, v105
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v13, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
+        v_cvt_f16_f32_e64 v106, v106
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v13, -v29
+        v_cvt_f16_f32_e64 v107, v107
+        v_pack_b32_f16 v105, v106, v107
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v13, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
+        v_cvt_f16_f32_e64 v108, v108
+        v_exp_f32_e32 v113, v113
+        v_fma_f32 v117, v117, v13, -v29
+        v_cvt_f16_f32_e64 v109, v109
+        v_pack_b32_f16 v106, v108, v109
+        v_exp_f32_e32 v114, v114
+        v_fma_f32 v118, v118, v13, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
+        v_cvt_f16_f32_e64 v110, v110
+        v_exp_f32_e32 v115, v115
+        v_fma_f32 v119, v119, v13, -v29
+        v_cvt_f16_f32_e64 v111, v111
+        v_pack_b32_f16 v107, v110, v111
+        v_exp_f32_e32 v116, v116
+        v_fma_f32 v120, v120, v13, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
+        v_cvt_f16_f32_e64 v112, v112
+        v_exp_f32_e32 v117, v117
+        v_fma_f32 v121, v121, v13, -v29
+        v_cvt_f16_f32_e64 v113, v113
+        v_pack_b32_f16 v112, v112, v113
+        v_exp_f32_e32 v118, v118
+        v_fma_f32 v122, v122, v13, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
+        v_cvt_f16_f32_e64 v114, v114
+        v_exp_f32_e32 v119, v119
+        v_fma_f32 v123, v123, v13, -v29
+        v_cvt_f16_f32_e64 v115, v115
+        v_pack_b32_f16 v113, v114, v115
+        v_exp_f32_e32 v120, v120
+        v_fma_f32 v124, v124, v13, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
+        v_cvt_f16_f32_e64 v116, v116
+        v_exp_f32_e32 v121, v121
+        v_fma_f32 v125, v125, v13, -v29
+        v_cvt_f16_f32_e64 v117, v117
+        v_pack_b32_f16 v114, v116, v117
+        v_exp_f32_e32 v122, v122
+        v_fma_f32 v126, v126, v13, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
+        v_cvt_f16_f32_e64 v118, v118
+        v_exp_f32_e32 v123, v123
+        v_fma_f32 v127, v127, v13, -v29
+        v_cvt_f16_f32_e64 v119, v119
+        v_pack_b32_f16 v115, v118, v119
+        v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
+        v_cvt_f16_f32_e64 v120, v120
+        v_exp_f32_e32 v125, v125
+        v_cvt_f16_f32_e64 v121, v121
+        v_pack_b32_f16 v120, v120, v121
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
+        v_cvt_f16_f32_e64 v122, v122
+        v_exp_f32_e32 v127, v127
+        v_cvt_f16_f32_e64 v123, v123
+        v_pack_b32_f16 v121, v122, v123
+        v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
+        v_cvt_f16_f32_e64 v124, v124
+        v_cvt_f16_f32_e64 v125, v125
+        v_pack_b32_f16 v122, v124, v125
+        v_cvt_f16_f32_e64 v126, v126
+        v_cvt_f16_f32_e64 v127, v127
+        v_pack_b32_f16 v123, v126, v127
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp32_pv16_no_rescale_0_last
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+        v_dual_mul_f32 v64, v19, v64 :: v_dual_mul_f32 v65, v20, v65
+        v_dual_mul_f32 v66, v19, v66 :: v_dual_mul_f32 v67, v20, v67
+        v_dual_mul_f32 v68, v19, v68 :: v_dual_mul_f32 v69, v20, v69
+        v_dual_mul_f32 v70, v19, v70 :: v_dual_mul_f32 v71, v20, v71
+        v_dual_mul_f32 v72, v19, v72 :: v_dual_mul_f32 v73, v20, v73
+        v_dual_mul_f32 v74, v19, v74 :: v_dual_mul_f32 v75, v20, v75
+        v_dual_mul_f32 v76, v19, v76 :: v_dual_mul_f32 v77, v20, v77
+        v_dual_mul_f32 v78, v19, v78 :: v_dual_mul_f32 v79, v20, v79
+        v_dual_mul_f32 v80, v19, v80 :: v_dual_mul_f32 v81, v20, v81
+        v_dual_mul_f32 v82, v19, v82 :: v_dual_mul_f32 v83, v20, v83
+        v_dual_mul_f32 v84, v19, v84 :: v_dual_mul_f32 v85, v20, v85
+        v_dual_mul_f32 v86, v19, v86 :: v_dual_mul_f32 v87, v20, v87
+        v_dual_mul_f32 v88, v19, v88 :: v_dual_mul_f32 v89, v20, v89
+        v_dual_mul_f32 v90, v19, v90 :: v_dual_mul_f32 v91, v20, v91
+        v_dual_mul_f32 v92, v19, v92 :: v_dual_mul_f32 v93, v20, v93
+        v_dual_mul_f32 v94, v19, v94 :: v_dual_mul_f32 v95, v20, v95
+.Ld128_fp32_pv16_no_rescale_0_last:
+
+        // ---- phase Y: PV(t) x 32 WMMA ------------------------------------------------------------------------
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[96:99], v[32:39]
+        ds_load_b128 v[224:227], v5 offset:30208
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[96:99], v[40:47]
+        ds_load_b128 v[228:231], v5 offset:32512
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[96:99], v[48:55]
+        ds_load_b128 v[232:235], v5 offset:16400
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[96:99], v[56:63]
+        ds_load_b128 v[236:239], v5 offset:18704
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[96:99], v[64:71]
+        ds_load_b128 v[240:243], v5 offset:21008
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[96:99], v[72:79]
+        ds_load_b128 v[244:247], v5 offset:23312
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[96:99], v[80:87]
+        ds_load_b128 v[224:227], v5 offset:25616
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[96:99], v[88:95]
+        ds_load_b128 v[228:231], v5 offset:27920
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[32:39], v[232:235], v[104:107], v[32:39]
+        ds_load_b128 v[232:235], v5 offset:30224
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[40:47], v[236:239], v[104:107], v[40:47]
+        ds_load_b128 v[236:239], v5 offset:32528
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[240:243], v[104:107], v[48:55]
+        ds_load_b128 v[240:243], v5 offset:16416
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[56:63], v[244:247], v[104:107], v[56:63]
+        ds_load_b128 v[244:247], v5 offset:18720
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[64:71], v[224:227], v[104:107], v[64:71]
+        ds_load_b128 v[224:227], v5 offset:21024
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[72:79], v[228:231], v[104:107], v[72:79]
+        ds_load_b128 v[228:231], v5 offset:23328
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[80:87], v[232:235], v[104:107], v[80:87]
+        ds_load_b128 v[232:235], v5 offset:25632
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[88:95], v[236:239], v[104:107], v[88:95]
+        ds_load_b128 v[236:239], v5 offset:27936
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[112:115], v[32:39]
+        ds_load_b128 v[240:243], v5 offset:30240
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[112:115], v[40:47]
+        ds_load_b128 v[244:247], v5 offset:32544
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[112:115], v[48:55]
+        ds_load_b128 v[224:227], v5 offset:16432
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[112:115], v[56:63]
+        ds_load_b128 v[228:231], v5 offset:18736
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[112:115], v[64:71]
+        ds_load_b128 v[232:235], v5 offset:21040
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[112:115], v[72:79]
+        ds_load_b128 v[236:239], v5 offset:23344
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[112:115], v[80:87]
+        ds_load_b128 v[240:243], v5 offset:25648
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[112:115], v[88:95]
+        ds_load_b128 v[244:247], v5 offset:27952
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[120:123], v[32:39]
+        ds_load_b128 v[224:227], v5 offset:30256
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[120:123], v[40:47]
+        ds_load_b128 v[228:231], v5 offset:32560
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[120:123], v[48:55]
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[120:123], v[56:63]
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[120:123], v[64:71]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[120:123], v[72:79]
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[120:123], v[80:87]
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[120:123], v[88:95]
+        v_mov_b32 v16, v17  // m of the last tile into m[0]
+        s_branch .Ld128_fp32_pv16_epilogue
+.Ld128_fp32_pv16_last_1:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_pv16_mask_issued_1_last_ool
+.Ld128_fp32_pv16_mask_issued_1_last:
+
+        // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_pv16_mask_applied_1_last_ool
+.Ld128_fp32_pv16_mask_applied_1_last:
+        ds_load_b128 v[224:227], v5 offset:16384
+        ds_load_b128 v[228:231], v5 offset:18688
+        ds_load_b128 v[232:235], v5 offset:20992
+        ds_load_b128 v[236:239], v5 offset:23296
+        ds_load_b128 v[240:243], v5 offset:25600
+        ds_load_b128 v[244:247], v5 offset:27904
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp32_pv16_nomask_1_last
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp32_pv16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp32_pv16_max_additive_1_last
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_subrev_f32 v24, s69, v24
+        v_mul_f32 v24, v12, v24
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+.Ld128_fp32_pv16_max_done_1_last:
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v19, 0, v19, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v18, 0, v16, vcc_lo
+        v_subrev_f32_e32 v18, 0x40ffc000, v18
+        v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp32_pv16_one_fma_1_last_additive
+        v_add_nc_u32_e32 v28, -1, v12
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp32_pv16_one_fma_1_last
+        v_dual_subrev_f32 v128, s69, v128 :: v_dual_subrev_f32 v129, s69, v129
+        v_dual_mul_f32 v128, v12, v128 :: v_dual_mul_f32 v129, v13, v129
+        v_dual_subrev_f32 v130, s69, v130 :: v_dual_subrev_f32 v131, s69, v131
+        v_dual_mul_f32 v130, v12, v130 :: v_dual_mul_f32 v131, v13, v131
+        v_dual_subrev_f32 v132, s69, v132 :: v_dual_subrev_f32 v133, s69, v133
+        v_dual_mul_f32 v132, v12, v132 :: v_dual_mul_f32 v133, v13, v133
+        v_dual_subrev_f32 v134, s69, v134 :: v_dual_subrev_f32 v135, s69, v135
+        v_dual_mul_f32 v134, v12, v134 :: v_dual_mul_f32 v135, v13, v135
+        v_dual_subrev_f32 v136, s69, v136 :: v_dual_subrev_f32 v137, s69, v137
+        v_dual_mul_f32 v136, v12, v136 :: v_dual_mul_f32 v137, v13, v137
+        v_dual_subrev_f32 v138, s69, v138 :: v_dual_subrev_f32 v139, s69, v139
+        v_dual_mul_f32 v138, v12, v138 :: v_dual_mul_f32 v139, v13, v139
+        v_dual_subrev_f32 v140, s69, v140 :: v_dual_subrev_f32 v141, s69, v141
+        v_dual_mul_f32 v140, v12, v140 :: v_dual_mul_f32 v141, v13, v141
+        v_dual_subrev_f32 v142, s69, v142 :: v_dual_subrev_f32 v143, s69, v143
+        v_dual_mul_f32 v142, v12, v142 :: v_dual_mul_f32 v143, v13, v143
+        v_dual_subrev_f32 v144, s69, v144 :: v_dual_subrev_f32 v145, s69, v145
+        v_dual_mul_f32 v144, v12, v144 :: v_dual_mul_f32 v145, v13, v145
+        v_dual_subrev_f32 v146, s69, v146 :: v_dual_subrev_f32 v147, s69, v147
+        v_dual_mul_f32 v146, v12, v146 :: v_dual_mul_f32 v147, v13, v147
+        v_dual_subrev_f32 v148, s69, v148 :: v_dual_subrev_f32 v149, s69, v149
+        v_dual_mul_f32 v148, v12, v148 :: v_dual_mul_f32 v149, v13, v149
+        v_dual_subrev_f32 v150, s69, v150 :: v_dual_subrev_f32 v151, s69, v151
+        v_dual_mul_f32 v150, v12, v150 :: v_dual_mul_f32 v151, v13, v151
+        v_dual_subrev_f32 v152, s69, v152 :: v_dual_subrev_f32 v153, s69, v153
+        v_dual_mul_f32 v152, v12, v152 :: v_dual_mul_f32 v153, v13, v153
+        v_dual_subrev_f32 v154, s69, v154 :: v_dual_subrev_f32 v155, s69, v155
+        v_dual_mul_f32 v154, v12, v154 :: v_dual_mul_f32 v155, v13, v155
+        v_dual_subrev_f32 v156, s69, v156 :: v_dual_subrev_f32 v157, s69, v157
+        v_dual_mul_f32 v156, v12, v156 :: v_dual_mul_f32 v157, v13, v157
+        v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
+        v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld128_fp32_pv16_one_fma_1_last_lim
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v29, 15, v0
+        v_add_nc_u32_e32 v29, s60, v29
+        v_min_i32_e32 v29, s24, v29
+        v_subrev_nc_u32_e32 v29, s56, v29
+        v_bfe_u32 v28, v0, 4, 1
+        v_lshlrev_b32 v28, 5, v28
+        v_sub_nc_u32_e32 v29, v29, v28
+        v_cmp_lt_i32_e32 vcc_lo, 0, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v128, 0xff800000, v128, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v129, 0xff800000, v129, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v130, 0xff800000, v130, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v131, 0xff800000, v131, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v132, 0xff800000, v132, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v133, 0xff800000, v133, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v134, 0xff800000, v134, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v135, 0xff800000, v135, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v136, 0xff800000, v136, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v137, 0xff800000, v137, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v138, 0xff800000, v138, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v139, 0xff800000, v139, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v140, 0xff800000, v140, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v141, 0xff800000, v141, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v142, 0xff800000, v142, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v143, 0xff800000, v143, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v144, 0xff800000, v144, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v145, 0xff800000, v145, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v146, 0xff800000, v146, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v147, 0xff800000, v147, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v148, 0xff800000, v148, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v149, 0xff800000, v149, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v150, 0xff800000, v150, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v151, 0xff800000, v151, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v152, 0xff800000, v152, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v153, 0xff800000, v153, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v154, 0xff800000, v154, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v155, 0xff800000, v155, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v156, 0xff800000, v156, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v157, 0xff800000, v157, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v158, 0xff800000, v158, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v29
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp32_pv16_one_fma_1_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp32_pv16_one_fma_1_last_bits
+.Ld128_fp32_pv16_one_fma_1_last_mask:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+.Ld128_fp32_pv16_one_fma_1_last:
+        v_fma_f32 v128, v128, v13, -v29
+        v_fma_f32 v129, v129, v13, -v29
+        v_fma_f32 v130, v130, v13, -v29
+        v_fma_f32 v131, v131, v13, -v29
+        v_exp_f32_e32 v128, v128
+        v_fma_f32 v132, v132, v13, -v29
+        v_exp_f32_e32 v129, v129
+        v_fma_f32 v133, v133, v13, -v29
+        v_exp_f32_e32 v130, v130
+        v_fma_f32 v134, v134, v13, -v29
+        v_exp_f32_e32 v131, v131
+        v_fma_f32 v135, v135, v13, -v29
+        v_exp_f32_e32 v132, v132
+        v_fma_f32 v136, v136, v13, -v29
+        v_dual_add_f32 v22, v128, v130 :: v_dual_add_f32 v23, v129, v131
+        v_cvt_f16_f32_e64 v128, v128
+        v_exp_f32_e32 v133, v133
+        v_fma_f32 v137, v137, v13, -v29
+        v_cvt_f16_f32_e64 v129, v129
+        v_pack_b32_f16 v128, v128, v129
+        v_exp_f32_e32 v134, v134
+        v_fma_f32 v138, v138, v13, -v29
+        v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
+        v_cvt_f16_f32_e64 v130, v130
+        v_exp_f32_e32 v135, v135
+        v_fma_f32 v139, v139, v13, -v29
+        v_cvt_f16_f32_e64 v131, v131
+        v_pack_b32_f16 v129, v130, v131
+        v_exp_f32_e32 v136, v136
+        v_fma_f32 v140, v140, v13, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
+        v_cvt_f16_f32_e64 v132, v132
+        v_exp_f32_e32 v137, v137
+        v_fma_f32 v141, v141, v13, -v29
+        v_cvt_f16_f32_e64 v133, v133
+        v_pack_b32_f16 v130, v132, v133
+        v_exp_f32_e32 v138, v138
+        v_fma_f32 v142, v142, v13, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
+        v_cvt_f16_f32_e64 v134, v134
+        v_exp_f32_e32 v139, v139
+        v_fma_f32 v143, v143, v13, -v29
+        v_cvt_f16_f32_e64 v135, v135
+        v_pack_b32_f16 v131, v134, v135
+        v_exp_f32_e32 v140, v140
+        v_fma_f32 v144, v144, v13, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
+        v_cvt_f16_f32_e64 v136, v136
+        v_exp_f32_e32 v141, v141
+        v_fma_f32 v145, v145, v13, -v29
+        v_cvt_f16_f32_e64 v137, v137
+        v_pack_b32_f16 v136, v136, v137
+        v_exp_f32_e32 v142, v142
+        v_fma_f32 v146, v146, v13, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
+        v_cvt_f16_f32_e64 v138, v138
+        v_exp_f32_e32 v143, v143
+        v_fma_f32 v147, v147, v13, -v29
+        v_cvt_f16_f32_e64 v139, v139
+        v_pack_b32_f16 v137, v138, v139
+        v_exp_f32_e32 v144, v144
+        v_fma_f32 v148, v148, v13, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
+        v_cvt_f16_f32_e64 v140, v140
+        v_exp_f32_e32 v145, v145
+        v_fma_f32 v149, v149, v13, -v29
+        v_cvt_f16_f32_e64 v141, v141
+        v_pack_b32_f16 v138, v140, v141
+        v_exp_f32_e32 v146, v146
+        v_fma_f32 v150, v150, v13, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
+        v_cvt_f16_f32_e64 v142, v142
+        v_exp_f32_e32 v147, v147
+        v_fma_f32 v151, v151, v13, -v29
+        v_cvt_f16_f32_e64 v143, v143
+        v_pack_b32_f16 v139, v142, v143
+        v_exp_f32_e32 v148, v148
+        v_fma_f32 v152, v152, v13, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
+        v_cvt_f16_f32_e64 v144, v144
+        v_exp_f32_e32 v149, v149
+        v_fma_f32 v153, v153, v13, -v29
+        v_cvt_f16_f32_e64 v145, v145
+        v_pack_b32_f16 v144, v144, v145
+        v_exp_f32_e32 v150, v150
+        v_fma_f32 v154, v154, v13, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
+        v_cvt_f16_f32_e64 v146, v146
+        v_exp_f32_e32 v151, v151
+        v_fma_f32 v155, v155, v13, -v29
+        v_cvt_f16_f32_e64 v147, v147
+        v_pack_b32_f16 v145, v146, v147
+        v_exp_f32_e32 v152, v152
+        v_fma_f32 v156, v156, v13, -v29
+        v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
+        v_cvt_f16_f32_e64 v148, v148
+        v_exp_f32_e32 v153, v153
+        v_fma_f32 v157, v157, v13, -v29
+        v_cvt_f16_f32_e64 v149, v149
+        v_pack_b32_f16 v146, v148, v149
+        v_exp_f32_e32 v154, v154
+        v_fma_f32 v158, v158, v13, -v29
+        v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
+        v_cvt_f16_f32_e64 v150, v150
+        v_exp_f32_e32 v155, v155
+        v_fma_f32 v159, v159, v13, -v29
+        v_cvt_f16_f32_e64 v151, v151
+        v_pack_b32_f16 v147, v150, v151
+        v_exp_f32_e32 v156, v156
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
+        v_cvt_f16_f32_e64 v152, v152
+        v_exp_f32_e32 v157, v157
+        v_cvt_f16_f32_e64 v153, v153
+        v_pack_b32_f16 v152, v152, v153
+        v_exp_f32_e32 v158, v158
+        v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
+        v_cvt_f16_f32_e64 v154, v154
+        v_exp_f32_e32 v159, v159
+        v_cvt_f16_f32_e64 v155, v155
+        v_pack_b32_f16 v153, v154, v155
+        v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
+        v_cvt_f16_f32_e64 v156, v156
+        v_cvt_f16_f32_e64 v157, v157
+        v_pack_b32_f16 v154, v156, v157
+        v_cvt_f16_f32_e64 v158, v158
+        v_cvt_f16_f32_e64 v159, v159
+        v_pack_b32_f16 v155, v158, v159
+        v_dual_mov_b32 v20, v19 :: v_dual_mul_f32 v21, v21, v19
+        v_add_f32 v22, v22, v23
+        v_permlanex16_b32 v28, v22, s70, 0xfedcba98
+        v_add_f32 v22, v22, v28
+        v_add_f32 v21, v21, v22
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v19
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld128_fp32_pv16_no_rescale_1_last
+        v_dual_mul_f32 v32, v19, v32 :: v_dual_mul_f32 v33, v20, v33
+        v_dual_mul_f32 v34, v19, v34 :: v_dual_mul_f32 v35, v20, v35
+        v_dual_mul_f32 v36, v19, v36 :: v_dual_mul_f32 v37, v20, v37
+        v_dual_mul_f32 v38, v19, v38 :: v_dual_mul_f32 v39, v20, v39
+        v_dual_mul_f32 v40, v19, v40 :: v_dual_mul_f32 v41, v20, v41
+        v_dual_mul_f32 v42, v19, v42 :: v_dual_mul_f32 v43, v20, v43
+        v_dual_mul_f32 v44, v19, v44 :: v_dual_mul_f32 v45, v20, v45
+        v_dual_mul_f32 v46, v19, v46 :: v_dual_mul_f32 v47, v20, v47
+        v_dual_mul_f32 v48, v19, v48 :: v_dual_mul_f32 v49, v20, v49
+        v_dual_mul_f32 v50, v19, v50 :: v_dual_mul_f32 v51, v20, v51
+        v_dual_mul_f32 v52, v19, v52 :: v_dual_mul_f32 v53, v20, v53
+        v_dual_mul_f32 v54, v19, v54 :: v_dual_mul_f32 v55, v20, v55
+        v_dual_mul_f32 v56, v19, v56 :: v_dual_mul_f32 v57, v20, v57
+        v_dual_mul_f32 v58, v19, v58 :: v_dual_mul_f32 v59, v20, v59
+        v_dual_mul_f32 v60, v19, v60 :: v_dual_mul_f32 v61, v20, v61
+        v_dual_mul_f32 v62, v19, v62 :: v_dual_mul_f32 v63, v20, v63
+        v_dual_mul_f32 v64, v19, v64 :: v_dual_mul_f32 v65, v20, v65
+        v_dual_mul_f32 v66, v19, v66 :: v_dual_mul_f32 v67, v20, v67
+        v_dual_mul_f32 v68, v19, v68 :: v_dual_mul_f32 v69, v20, v69
+        v_dual_mul_f32 v70, v19, v70 :: v_dual_mul_f32 v71, v20, v71
+        v_dual_mul_f32 v72, v19, v72 :: v_dual_mul_f32 v73, v20, v73
+        v_dual_mul_f32 v74, v19, v74 :: v_dual_mul_f32 v75, v20, v75
+        v_dual_mul_f32 v76, v19, v76 :: v_dual_mul_f32 v77, v20, v77
+        v_dual_mul_f32 v78, v19, v78 :: v_dual_mul_f32 v79, v20, v79
+        v_dual_mul_f32 v80, v19, v80 :: v_dual_mul_f32 v81, v20, v81
+        v_dual_mul_f32 v82, v19, v82 :: v_dual_mul_f32 v83, v20, v83
+        v_dual_mul_f32 v84, v19, v84 :: v_dual_mul_f32 v85, v20, v85
+        v_dual_mul_f32 v86, v19, v86 :: v_dual_mul_f32 v87, v20, v87
+        v_dual_mul_f32 v88, v19, v88 :: v_dual_mul_f32 v89, v20, v89
+        v_dual_mul_f32 v90, v19, v90 :: v_dual_mul_f32 v91, v20, v91
+        v_dual_mul_f32 v92, v19, v92 :: v_dual_mul_f32 v93, v20, v93
+        v_dual_mul_f32 v94, v19, v94 :: v_dual_mul_f32 v95, v20, v95
+.Ld128_fp32_pv16_no_rescale_1_last:
+
+        // ---- phase Y: PV(t) x 32 WMMA ------------------------------------------------------------------------
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[128:131], v[32:39]
+        ds_load_b128 v[224:227], v5 offset:30208
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[128:131], v[40:47]
+        ds_load_b128 v[228:231], v5 offset:32512
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[128:131], v[48:55]
+        ds_load_b128 v[232:235], v5 offset:16400
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[128:131], v[56:63]
+        ds_load_b128 v[236:239], v5 offset:18704
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[128:131], v[64:71]
+        ds_load_b128 v[240:243], v5 offset:21008
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[128:131], v[72:79]
+        ds_load_b128 v[244:247], v5 offset:23312
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[128:131], v[80:87]
+        ds_load_b128 v[224:227], v5 offset:25616
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[128:131], v[88:95]
+        ds_load_b128 v[228:231], v5 offset:27920
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[32:39], v[232:235], v[136:139], v[32:39]
+        ds_load_b128 v[232:235], v5 offset:30224
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[40:47], v[236:239], v[136:139], v[40:47]
+        ds_load_b128 v[236:239], v5 offset:32528
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[240:243], v[136:139], v[48:55]
+        ds_load_b128 v[240:243], v5 offset:16416
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[56:63], v[244:247], v[136:139], v[56:63]
+        ds_load_b128 v[244:247], v5 offset:18720
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[64:71], v[224:227], v[136:139], v[64:71]
+        ds_load_b128 v[224:227], v5 offset:21024
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[72:79], v[228:231], v[136:139], v[72:79]
+        ds_load_b128 v[228:231], v5 offset:23328
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[80:87], v[232:235], v[136:139], v[80:87]
+        ds_load_b128 v[232:235], v5 offset:25632
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[88:95], v[236:239], v[136:139], v[88:95]
+        ds_load_b128 v[236:239], v5 offset:27936
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[32:39], v[240:243], v[144:147], v[32:39]
+        ds_load_b128 v[240:243], v5 offset:30240
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[40:47], v[244:247], v[144:147], v[40:47]
+        ds_load_b128 v[244:247], v5 offset:32544
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[224:227], v[144:147], v[48:55]
+        ds_load_b128 v[224:227], v5 offset:16432
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[56:63], v[228:231], v[144:147], v[56:63]
+        ds_load_b128 v[228:231], v5 offset:18736
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[64:71], v[232:235], v[144:147], v[64:71]
+        ds_load_b128 v[232:235], v5 offset:21040
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[72:79], v[236:239], v[144:147], v[72:79]
+        ds_load_b128 v[236:239], v5 offset:23344
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[80:87], v[240:243], v[144:147], v[80:87]
+        ds_load_b128 v[240:243], v5 offset:25648
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[88:95], v[244:247], v[144:147], v[88:95]
+        ds_load_b128 v[244:247], v5 offset:27952
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[32:39], v[224:227], v[152:155], v[32:39]
+        ds_load_b128 v[224:227], v5 offset:30256
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[40:47], v[228:231], v[152:155], v[40:47]
+        ds_load_b128 v[228:231], v5 offset:32560
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[232:235], v[152:155], v[48:55]
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_f16 v[56:63], v[236:239], v[152:155], v[56:63]
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_f16 v[64:71], v[240:243], v[152:155], v[64:71]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_f16 v[72:79], v[244:247], v[152:155], v[72:79]
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_f16 v[80:87], v[224:227], v[152:155], v[80:87]
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_f16 v[88:95], v[228:231], v[152:155], v[88:95]
+        s_branch .Ld128_fp32_pv16_epilogue
+.Ld128_fp32_pv16_empty:
+
+        // ---- no active key tile (LUT count 0): O = 0, m = -inf, l = 0 -> zeros and lse -inf ------------------
+        v_dual_mov_b32 v32, 0 :: v_dual_mov_b32 v33, 0
+        v_dual_mov_b32 v34, 0 :: v_dual_mov_b32 v35, 0
+        v_dual_mov_b32 v36, 0 :: v_dual_mov_b32 v37, 0
+        v_dual_mov_b32 v38, 0 :: v_dual_mov_b32 v39, 0
+        v_dual_mov_b32 v40, 0 :: v_dual_mov_b32 v41, 0
+        v_dual_mov_b32 v42, 0 :: v_dual_mov_b32 v43, 0
+        v_dual_mov_b32 v44, 0 :: v_dual_mov_b32 v45, 0
+        v_dual_mov_b32 v46, 0 :: v_dual_mov_b32 v47, 0
+        v_dual_mov_b32 v48, 0 :: v_dual_mov_b32 v49, 0
+        v_dual_mov_b32 v50, 0 :: v_dual_mov_b32 v51, 0
+        v_dual_mov_b32 v52, 0 :: v_dual_mov_b32 v53, 0
+        v_dual_mov_b32 v54, 0 :: v_dual_mov_b32 v55, 0
+        v_dual_mov_b32 v56, 0 :: v_dual_mov_b32 v57, 0
+        v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
+        v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
+        v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
+        v_dual_mov_b32 v64, 0 :: v_dual_mov_b32 v65, 0
+        v_dual_mov_b32 v66, 0 :: v_dual_mov_b32 v67, 0
+        v_dual_mov_b32 v68, 0 :: v_dual_mov_b32 v69, 0
+        v_dual_mov_b32 v70, 0 :: v_dual_mov_b32 v71, 0
+        v_dual_mov_b32 v72, 0 :: v_dual_mov_b32 v73, 0
+        v_dual_mov_b32 v74, 0 :: v_dual_mov_b32 v75, 0
+        v_dual_mov_b32 v76, 0 :: v_dual_mov_b32 v77, 0
+        v_dual_mov_b32 v78, 0 :: v_dual_mov_b32 v79, 0
+        v_dual_mov_b32 v80, 0 :: v_dual_mov_b32 v81, 0
+        v_dual_mov_b32 v82, 0 :: v_dual_mov_b32 v83, 0
+        v_dual_mov_b32 v84, 0 :: v_dual_mov_b32 v85, 0
+        v_dual_mov_b32 v86, 0 :: v_dual_mov_b32 v87, 0
+        v_dual_mov_b32 v88, 0 :: v_dual_mov_b32 v89, 0
+        v_dual_mov_b32 v90, 0 :: v_dual_mov_b32 v91, 0
+        v_dual_mov_b32 v92, 0 :: v_dual_mov_b32 v93, 0
+        v_dual_mov_b32 v94, 0 :: v_dual_mov_b32 v95, 0
+        v_dual_mov_b32 v16, 0xff800000 :: v_dual_mov_b32 v21, 0
+        s_wait_kmcnt 0  // q_scale (the smooth_k lse term)
+.Ld128_fp32_pv16_epilogue:
+
+        // ---- epilogue: inv = 1 / l (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) -------------------
+        v_mov_b32_e32 v224, v21
+        v_div_scale_f32 v225, null, v224, v224, 1.0
+        v_div_scale_f32 v226, vcc_lo, 1.0, v224, 1.0
+        v_rcp_f32_e32 v227, v225
+        v_fma_f32 v229, -v225, v227, 1.0
+        v_fmac_f32_e32 v227, v229, v227
+        v_mul_f32_e32 v228, v226, v227
+        v_fma_f32 v229, -v225, v228, v226
+        v_fmac_f32_e32 v228, v229, v227
+        v_fma_f32 v225, -v225, v228, v226
+        s_wait_alu depctr_va_vcc(0)
+        v_div_fmas_f32 v225, v225, v227, v228
+        v_div_fixup_f32 v230, v225, v224, 1.0
+        v_cmp_neq_f32_e32 vcc_lo, 0, v21  // l = 0: a row that saw no key -> inv 0, zeros
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v230, 0, v230, vcc_lo
+
+        // ---- epilogue: v_scale, fp32 output (NaN -> 0x7fc00000), stores of the valid query rows --------------
+        v_bfe_u32 v224, v0, 4, 1  // h
+        v_lshlrev_b32 v224, 5, v224  // 8h floats = 32h bytes
+        v_mul_f32_e32 v32, v32, v230
+        v_cmp_o_f32_e32 vcc_lo, v32, v32  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v32, 0x7fc00000, v32, vcc_lo
+        v_mul_f32_e32 v33, v33, v230
+        v_cmp_o_f32_e32 vcc_lo, v33, v33  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v33, 0x7fc00000, v33, vcc_lo
+        v_mul_f32_e32 v34, v34, v230
+        v_cmp_o_f32_e32 vcc_lo, v34, v34  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v34, 0x7fc00000, v34, vcc_lo
+        v_mul_f32_e32 v35, v35, v230
+        v_cmp_o_f32_e32 vcc_lo, v35, v35  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v35, 0x7fc00000, v35, vcc_lo
+        v_mul_f32_e32 v36, v36, v230
+        v_cmp_o_f32_e32 vcc_lo, v36, v36  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v36, 0x7fc00000, v36, vcc_lo
+        v_mul_f32_e32 v37, v37, v230
+        v_cmp_o_f32_e32 vcc_lo, v37, v37  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v37, 0x7fc00000, v37, vcc_lo
+        v_mul_f32_e32 v38, v38, v230
+        v_cmp_o_f32_e32 vcc_lo, v38, v38  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v38, 0x7fc00000, v38, vcc_lo
+        v_mul_f32_e32 v39, v39, v230
+        v_cmp_o_f32_e32 vcc_lo, v39, v39  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v39, 0x7fc00000, v39, vcc_lo
+        v_mul_f32_e32 v40, v40, v230
+        v_cmp_o_f32_e32 vcc_lo, v40, v40  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v40, 0x7fc00000, v40, vcc_lo
+        v_mul_f32_e32 v41, v41, v230
+        v_cmp_o_f32_e32 vcc_lo, v41, v41  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v41, 0x7fc00000, v41, vcc_lo
+        v_mul_f32_e32 v42, v42, v230
+        v_cmp_o_f32_e32 vcc_lo, v42, v42  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v42, 0x7fc00000, v42, vcc_lo
+        v_mul_f32_e32 v43, v43, v230
+        v_cmp_o_f32_e32 vcc_lo, v43, v43  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v43, 0x7fc00000, v43, vcc_lo
+        v_mul_f32_e32 v44, v44, v230
+        v_cmp_o_f32_e32 vcc_lo, v44, v44  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v44, 0x7fc00000, v44, vcc_lo
+        v_mul_f32_e32 v45, v45, v230
+        v_cmp_o_f32_e32 vcc_lo, v45, v45  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v45, 0x7fc00000, v45, vcc_lo
+        v_mul_f32_e32 v46, v46, v230
+        v_cmp_o_f32_e32 vcc_lo, v46, v46  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v46, 0x7fc00000, v46, vcc_lo
+        v_mul_f32_e32 v47, v47, v230
+        v_cmp_o_f32_e32 vcc_lo, v47, v47  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v47, 0x7fc00000, v47, vcc_lo
+        v_mul_f32_e32 v48, v48, v230
+        v_cmp_o_f32_e32 vcc_lo, v48, v48  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v48, 0x7fc00000, v48, vcc_lo
+        v_mul_f32_e32 v49, v49, v230
+        v_cmp_o_f32_e32 vcc_lo, v49, v49  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v49, 0x7fc00000, v49, vcc_lo
+        v_mul_f32_e32 v50, v50, v230
+        v_cmp_o_f32_e32 vcc_lo, v50, v50  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v50, 0x7fc00000, v50, vcc_lo
+        v_mul_f32_e32 v51, v51, v230
+        v_cmp_o_f32_e32 vcc_lo, v51, v51  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v51, 0x7fc00000, v51, vcc_lo
+        v_mul_f32_e32 v52, v52, v230
+        v_cmp_o_f32_e32 vcc_lo, v52, v52  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v52, 0x7fc00000, v52, vcc_lo
+        v_mul_f32_e32 v53, v53, v230
+        v_cmp_o_f32_e32 vcc_lo, v53, v53  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v53, 0x7fc00000, v53, vcc_lo
+        v_mul_f32_e32 v54, v54, v230
+        v_cmp_o_f32_e32 vcc_lo, v54, v54  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v54, 0x7fc00000, v54, vcc_lo
+        v_mul_f32_e32 v55, v55, v230
+        v_cmp_o_f32_e32 vcc_lo, v55, v55  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v55, 0x7fc00000, v55, vcc_lo
+        v_mul_f32_e32 v56, v56, v230
+        v_cmp_o_f32_e32 vcc_lo, v56, v56  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v56, 0x7fc00000, v56, vcc_lo
+        v_mul_f32_e32 v57, v57, v230
+        v_cmp_o_f32_e32 vcc_lo, v57, v57  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v57, 0x7fc00000, v57, vcc_lo
+        v_mul_f32_e32 v58, v58, v230
+        v_cmp_o_f32_e32 vcc_lo, v58, v58  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v58, 0x7fc00000, v58, vcc_lo
+        v_mul_f32_e32 v59, v59, v230
+        v_cmp_o_f32_e32 vcc_lo, v59, v59  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v59, 0x7fc00000, v59, vcc_lo
+        v_mul_f32_e32 v60, v60, v230
+        v_cmp_o_f32_e32 vcc_lo, v60, v60  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v60, 0x7fc00000, v60, vcc_lo
+        v_mul_f32_e32 v61, v61, v230
+        v_cmp_o_f32_e32 vcc_lo, v61, v61  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v61, 0x7fc00000, v61, vcc_lo
+        v_mul_f32_e32 v62, v62, v230
+        v_cmp_o_f32_e32 vcc_lo, v62, v62  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v62, 0x7fc00000, v62, vcc_lo
+        v_mul_f32_e32 v63, v63, v230
+        v_cmp_o_f32_e32 vcc_lo, v63, v63  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v63, 0x7fc00000, v63, vcc_lo
+        v_mul_f32_e32 v64, v64, v230
+        v_cmp_o_f32_e32 vcc_lo, v64, v64  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0x7fc00000, v64, vcc_lo
+        v_mul_f32_e32 v65, v65, v230
+        v_cmp_o_f32_e32 vcc_lo, v65, v65  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0x7fc00000, v65, vcc_lo
+        v_mul_f32_e32 v66, v66, v230
+        v_cmp_o_f32_e32 vcc_lo, v66, v66  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0x7fc00000, v66, vcc_lo
+        v_mul_f32_e32 v67, v67, v230
+        v_cmp_o_f32_e32 vcc_lo, v67, v67  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0x7fc00000, v67, vcc_lo
+        v_mul_f32_e32 v68, v68, v230
+        v_cmp_o_f32_e32 vcc_lo, v68, v68  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0x7fc00000, v68, vcc_lo
+        v_mul_f32_e32 v69, v69, v230
+        v_cmp_o_f32_e32 vcc_lo, v69, v69  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0x7fc00000, v69, vcc_lo
+        v_mul_f32_e32 v70, v70, v230
+        v_cmp_o_f32_e32 vcc_lo, v70, v70  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0x7fc00000, v70, vcc_lo
+        v_mul_f32_e32 v71, v71, v230
+        v_cmp_o_f32_e32 vcc_lo, v71, v71  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0x7fc00000, v71, vcc_lo
+        v_mul_f32_e32 v72, v72, v230
+        v_cmp_o_f32_e32 vcc_lo, v72, v72  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0x7fc00000, v72, vcc_lo
+        v_mul_f32_e32 v73, v73, v230
+        v_cmp_o_f32_e32 vcc_lo, v73, v73  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0x7fc00000, v73, vcc_lo
+        v_mul_f32_e32 v74, v74, v230
+        v_cmp_o_f32_e32 vcc_lo, v74, v74  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0x7fc00000, v74, vcc_lo
+        v_mul_f32_e32 v75, v75, v230
+        v_cmp_o_f32_e32 vcc_lo, v75, v75  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0x7fc00000, v75, vcc_lo
+        v_mul_f32_e32 v76, v76, v230
+        v_cmp_o_f32_e32 vcc_lo, v76, v76  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0x7fc00000, v76, vcc_lo
+        v_mul_f32_e32 v77, v77, v230
+        v_cmp_o_f32_e32 vcc_lo, v77, v77  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0x7fc00000, v77, vcc_lo
+        v_mul_f32_e32 v78, v78, v230
+        v_cmp_o_f32_e32 vcc_lo, v78, v78  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0x7fc00000, v78, vcc_lo
+        v_mul_f32_e32 v79, v79, v230
+        v_cmp_o_f32_e32 vcc_lo, v79, v79  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0x7fc00000, v79, vcc_lo
+        v_mul_f32_e32 v80, v80, v230
+        v_cmp_o_f32_e32 vcc_lo, v80, v80  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0x7fc00000, v80, vcc_lo
+        v_mul_f32_e32 v81, v81, v230
+        v_cmp_o_f32_e32 vcc_lo, v81, v81  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0x7fc00000, v81, vcc_lo
+        v_mul_f32_e32 v82, v82, v230
+        v_cmp_o_f32_e32 vcc_lo, v82, v82  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0x7fc00000, v82, vcc_lo
+        v_mul_f32_e32 v83, v83, v230
+        v_cmp_o_f32_e32 vcc_lo, v83, v83  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0x7fc00000, v83, vcc_lo
+        v_mul_f32_e32 v84, v84, v230
+        v_cmp_o_f32_e32 vcc_lo, v84, v84  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0x7fc00000, v84, vcc_lo
+        v_mul_f32_e32 v85, v85, v230
+        v_cmp_o_f32_e32 vcc_lo, v85, v85  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0x7fc00000, v85, vcc_lo
+        v_mul_f32_e32 v86, v86, v230
+        v_cmp_o_f32_e32 vcc_lo, v86, v86  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0x7fc00000, v86, vcc_lo
+        v_mul_f32_e32 v87, v87, v230
+        v_cmp_o_f32_e32 vcc_lo, v87, v87  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0x7fc00000, v87, vcc_lo
+        v_mul_f32_e32 v88, v88, v230
+        v_cmp_o_f32_e32 vcc_lo, v88, v88  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0x7fc00000, v88, vcc_lo
+        v_mul_f32_e32 v89, v89, v230
+        v_cmp_o_f32_e32 vcc_lo, v89, v89  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0x7fc00000, v89, vcc_lo
+        v_mul_f32_e32 v90, v90, v230
+        v_cmp_o_f32_e32 vcc_lo, v90, v90  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0x7fc00000, v90, vcc_lo
+        v_mul_f32_e32 v91, v91, v230
+        v_cmp_o_f32_e32 vcc_lo, v91, v91  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0x7fc00000, v91, vcc_lo
+        v_mul_f32_e32 v92, v92, v230
+        v_cmp_o_f32_e32 vcc_lo, v92, v92  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0x7fc00000, v92, vcc_lo
+        v_mul_f32_e32 v93, v93, v230
+        v_cmp_o_f32_e32 vcc_lo, v93, v93  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0x7fc00000, v93, vcc_lo
+        v_mul_f32_e32 v94, v94, v230
+        v_cmp_o_f32_e32 vcc_lo, v94, v94  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0x7fc00000, v94, vcc_lo
+        v_mul_f32_e32 v95, v95, v230
+        v_cmp_o_f32_e32 vcc_lo, v95, v95  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0x7fc00000, v95, vcc_lo
+        s_bitcmp1_b32 s34, 0
+        s_cbranch_scc0 .Ld128_fp32_pv16_store_out
+
+        // ---- epilogue: lse = (m + (log2 l - P_OFF)) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] --------
+        v_log_f32_e32 v225, v21
+        v_subrev_f32_e32 v225, 0x40ffc000, v225  // l carries 2^P_OFF
+        v_add_f32_e32 v224, v16, v225
+        v_mul_f32_e32 v224, 0x3f317218, v224
+        s_bitcmp1_b32 s34, 1
+        s_cbranch_scc0 .Ld128_fp32_pv16_store_out
+        v_bfe_u32 v229, v0, 4, 1  // h
+        v_lshlrev_b32 v229, 8, v229  // 64h floats
+        global_load_b128 v[96:99], v229, s[90:91] offset:0
+        global_load_b128 v[100:103], v229, s[90:91] offset:16
+        global_load_b128 v[104:107], v229, s[90:91] offset:32
+        global_load_b128 v[108:111], v229, s[90:91] offset:48
+        global_load_b128 v[112:115], v229, s[90:91] offset:64
+        global_load_b128 v[116:119], v229, s[90:91] offset:80
+        global_load_b128 v[120:123], v229, s[90:91] offset:96
+        global_load_b128 v[124:127], v229, s[90:91] offset:112
+        global_load_b128 v[128:131], v229, s[90:91] offset:128
+        global_load_b128 v[132:135], v229, s[90:91] offset:144
+        global_load_b128 v[136:139], v229, s[90:91] offset:160
+        global_load_b128 v[140:143], v229, s[90:91] offset:176
+        global_load_b128 v[144:147], v229, s[90:91] offset:192
+        global_load_b128 v[148:151], v229, s[90:91] offset:208
+        global_load_b128 v[152:155], v229, s[90:91] offset:224
+        global_load_b128 v[156:159], v229, s[90:91] offset:240
+        v_mov_b32 v226, 0
+        s_wait_loadcnt 15
+        v_bfe_i32 v227, v160, 0, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v96
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v160, 8, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v97
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v160, 16, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v98
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v160, 24, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v99
+        v_add_f32_e32 v226, v226, v227
+        s_wait_loadcnt 14
+        v_bfe_i32 v227, v161, 0, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v100
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v161, 8, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v101
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v161, 16, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v102
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v161, 24, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v103
+        v_add_f32_e32 v226, v226, v227
+        s_wait_loadcnt 13
+        v_bfe_i32 v227, v162, 0, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v104
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v162, 8, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v105
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v162, 16, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v106
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v162, 24, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v107
+        v_add_f32_e32 v226, v226, v227
+        s_wait_loadcnt 12
+        v_bfe_i32 v227, v163, 0, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v108
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v163, 8, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v109
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v163, 16, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v110
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v163, 24, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v111
+        v_add_f32_e32 v226, v226, v227
+        s_wait_loadcnt 11
+        v_bfe_i32 v227, v164, 0, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v112
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v164, 8, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v113
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v164, 16, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v114
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v164, 24, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v115
+        v_add_f32_e32 v226, v226, v227
+        s_wait_loadcnt 10
+        v_bfe_i32 v227, v165, 0, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v116
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v165, 8, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v117
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v165, 16, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v118
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v165, 24, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v119
+        v_add_f32_e32 v226, v226, v227
+        s_wait_loadcnt 9
+        v_bfe_i32 v227, v166, 0, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v120
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v166, 8, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v121
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v166, 16, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v122
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v166, 24, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v123
+        v_add_f32_e32 v226, v226, v227
+        s_wait_loadcnt 8
+        v_bfe_i32 v227, v167, 0, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v124
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v167, 8, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v125
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v167, 16, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v126
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v167, 24, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v127
+        v_add_f32_e32 v226, v226, v227
+        s_wait_loadcnt 7
+        v_bfe_i32 v227, v168, 0, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v128
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v168, 8, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v129
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v168, 16, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v130
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v168, 24, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v131
+        v_add_f32_e32 v226, v226, v227
+        s_wait_loadcnt 6
+        v_bfe_i32 v227, v169, 0, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v132
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v169, 8, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v133
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v169, 16, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v134
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v169, 24, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v135
+        v_add_f32_e32 v226, v226, v227
+        s_wait_loadcnt 5
+        v_bfe_i32 v227, v170, 0, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v136
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v170, 8, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v137
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v170, 16, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v138
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v170, 24, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v139
+        v_add_f32_e32 v226, v226, v227
+        s_wait_loadcnt 4
+        v_bfe_i32 v227, v171, 0, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v140
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v171, 8, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v141
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v171, 16, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v142
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v171, 24, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v143
+        v_add_f32_e32 v226, v226, v227
+        s_wait_loadcnt 3
+        v_bfe_i32 v227, v172, 0, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v144
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v172, 8, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v145
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v172, 16, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v146
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v172, 24, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v147
+        v_add_f32_e32 v226, v226, v227
+        s_wait_loadcnt 2
+        v_bfe_i32 v227, v173, 0, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v148
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v173, 8, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v149
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v173, 16, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v150
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v173, 24, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v151
+        v_add_f32_e32 v226, v226, v227
+        s_wait_loadcnt 1
+        v_bfe_i32 v227, v174, 0, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v152
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v174, 8, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v153
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v174, 16, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v154
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v174, 24, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v155
+        v_add_f32_e32 v226, v226, v227
+        s_wait_loadcnt 0
+        v_bfe_i32 v227, v175, 0, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v156
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v175, 8, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v157
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v175, 16, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v158
+        v_add_f32_e32 v226, v226, v227
+        v_bfe_i32 v227, v175, 24, 8
+        v_cvt_f32_i32_e32 v227, v227
+        v_mul_f32_e32 v227, s71, v227
+        v_mul_f32_e32 v227, v227, v159
+        v_add_f32_e32 v226, v226, v227
+        v_permlanex16_b32 v28, v226, s70, 0xfedcba98
+        v_add_f32_e32 v226, v226, v28
+        v_mul_f32_e32 v226, 0x3f317218, v226
+        v_add_f32_e32 v224, v224, v226
+.Ld128_fp32_pv16_store_out:
+
+        // ---- epilogue: stores (EXEC = valid query rows; lse from lanes 0-15) ---------------------------------
+        v_and_b32 v176, 15, v0
+        v_add_nc_u32_e32 v176, s58, v176  // query index q0 + r
+        v_cmpx_gt_u32_e64 s22, v176
+        s_cbranch_execz .Ld128_fp32_pv16_end
+        v_and_b32 v228, 15, v0
+        v_mul_lo_u32 v228, v228, s31  // r * out_stride_s
+        v_lshlrev_b32 v228, 2, v228  // bytes
+        v_bfe_u32 v229, v0, 4, 1  // h
+        v_lshl_add_u32 v228, v229, 5, v228  // + 32h bytes (8 outputs of d-tile half h)
+        global_store_b128 v228, v[32:35], s[94:95] offset:0
+        global_store_b128 v228, v[36:39], s[94:95] offset:16
+        global_store_b128 v228, v[40:43], s[94:95] offset:64
+        global_store_b128 v228, v[44:47], s[94:95] offset:80
+        global_store_b128 v228, v[48:51], s[94:95] offset:128
+        global_store_b128 v228, v[52:55], s[94:95] offset:144
+        global_store_b128 v228, v[56:59], s[94:95] offset:192
+        global_store_b128 v228, v[60:63], s[94:95] offset:208
+        global_store_b128 v228, v[64:67], s[94:95] offset:256
+        global_store_b128 v228, v[68:71], s[94:95] offset:272
+        s_cmp_le_u32 s33, 80  // head_dim <= 80: no more channels
+        s_cbranch_scc1 .Ld128_fp32_pv16_stored
+        global_store_b128 v228, v[72:75], s[94:95] offset:320
+        global_store_b128 v228, v[76:79], s[94:95] offset:336
+        s_cmp_le_u32 s33, 96  // head_dim <= 96: no more channels
+        s_cbranch_scc1 .Ld128_fp32_pv16_stored
+        global_store_b128 v228, v[80:83], s[94:95] offset:384
+        global_store_b128 v228, v[84:87], s[94:95] offset:400
+        s_cmp_le_u32 s33, 112  // head_dim <= 112: no more channels
+        s_cbranch_scc1 .Ld128_fp32_pv16_stored
+        global_store_b128 v228, v[88:91], s[94:95] offset:448
+        global_store_b128 v228, v[92:95], s[94:95] offset:464
+.Ld128_fp32_pv16_stored:
+        s_bitcmp1_b32 s34, 0
+        s_cbranch_scc0 .Ld128_fp32_pv16_end
+        v_and_b32 v228, 31, v0
+        v_cmpx_gt_u32_e64 16, v228  // lanes 0-15 hold the row's lse
+        v_and_b32 v228, 15, v0
+        v_lshlrev_b32 v228, 2, v228
+        global_store_b32 v228, v224, s[96:97]
+.Ld128_fp32_pv16_end:
+        s_endpgm
+
+        // ---- out of line: the attn_mask blocks of partial / additive tiles (each branches back) --------------
+.Ld128_fp32_pv16_mask_issued_0_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp32_pv16_mask_issued_0
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+        s_branch .Ld128_fp32_pv16_mask_issued_0
+.Ld128_fp32_pv16_mask_applied_0_ool:
+        s_wait_loadcnt 13  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp32_pv16_mask_applied_0_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v12, v224
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v12, v225
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v12, v226
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v12, v227
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v12, v228
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v12, v229
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v12, v230
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v12, v231
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v12, v232
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v12, v233
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v12, v234
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v12, v235
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v12, v236
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v12, v237
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v12, v238
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v12, v239
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v12, v240
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v12, v241
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v12, v242
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v12, v243
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v12, v244
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v12, v245
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v12, v246
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v12, v224
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v12, v225
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v12, v226
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v12, v227
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v12, v228
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v12, v229
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v12, v230
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v12, v231
+.Ld128_fp32_pv16_mask_applied_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_fp32_pv16_mask_applied_0
+.Ld128_fp32_pv16_max_additive_0:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp32_pv16_max_done_0
+.Ld128_fp32_pv16_one_fma_0_additive:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_fp32_pv16_one_fma_0
+.Ld128_fp32_pv16_one_fma_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_fp32_pv16_one_fma_0_mask
+.Ld128_fp32_pv16_mask_issued_1_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp32_pv16_mask_issued_1
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+        s_branch .Ld128_fp32_pv16_mask_issued_1
+.Ld128_fp32_pv16_mask_applied_1_ool:
+        s_wait_loadcnt 13  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp32_pv16_mask_applied_1_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v12, v224
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v12, v225
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v12, v226
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v12, v227
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v12, v228
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v12, v229
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v12, v230
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v12, v231
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v12, v232
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v12, v233
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v12, v234
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v12, v235
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v12, v236
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v12, v237
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v12, v238
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v12, v239
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v12, v240
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v12, v241
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v12, v242
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v12, v243
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v12, v244
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v12, v245
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v12, v246
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v12, v224
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v12, v225
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v12, v226
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v12, v227
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v12, v228
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v12, v229
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v12, v230
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v12, v231
+.Ld128_fp32_pv16_mask_applied_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_fp32_pv16_mask_applied_1
+.Ld128_fp32_pv16_max_additive_1:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp32_pv16_max_done_1
+.Ld128_fp32_pv16_one_fma_1_additive:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_fp32_pv16_one_fma_1
+.Ld128_fp32_pv16_one_fma_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_fp32_pv16_one_fma_1_mask
+.Ld128_fp32_pv16_mask_issued_0_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp32_pv16_mask_issued_0_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+        s_branch .Ld128_fp32_pv16_mask_issued_0_last
+.Ld128_fp32_pv16_mask_applied_0_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp32_pv16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v12, v224
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v12, v225
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v12, v226
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v12, v227
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v12, v228
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v12, v229
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v12, v230
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v12, v231
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v12, v232
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v12, v233
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v12, v234
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v12, v235
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v12, v236
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v12, v237
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v12, v238
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v12, v239
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v12, v240
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v12, v241
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v12, v242
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v12, v243
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v12, v244
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v12, v245
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v12, v246
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v12, v224
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v12, v225
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v12, v226
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v12, v227
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v12, v228
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v12, v229
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v12, v230
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v12, v231
+.Ld128_fp32_pv16_mask_applied_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_fp32_pv16_mask_applied_0_last
+.Ld128_fp32_pv16_max_additive_0_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp32_pv16_max_done_0_last
+.Ld128_fp32_pv16_one_fma_0_last_additive:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_fp32_pv16_one_fma_0_last
+.Ld128_fp32_pv16_one_fma_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_fp32_pv16_one_fma_0_last_mask
+.Ld128_fp32_pv16_mask_issued_1_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp32_pv16_mask_issued_1_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+        s_branch .Ld128_fp32_pv16_mask_issued_1_last
+.Ld128_fp32_pv16_mask_applied_1_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp32_pv16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v12, v224
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v12, v225
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v12, v226
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v12, v227
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v12, v228
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v12, v229
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v12, v230
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v12, v231
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v12, v232
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v12, v233
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v12, v234
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v12, v235
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v12, v236
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v12, v237
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v12, v238
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v12, v239
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v12, v240
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v12, v241
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v12, v242
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v12, v243
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v12, v244
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v12, v245
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v12, v246
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v12, v224
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v12, v225
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v12, v226
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v12, v227
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v12, v228
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v12, v229
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v12, v230
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v12, v231
+.Ld128_fp32_pv16_mask_applied_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_fp32_pv16_mask_applied_1_last
+.Ld128_fp32_pv16_max_additive_1_last:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp32_pv16_max_done_1_last
+.Ld128_fp32_pv16_one_fma_1_last_additive:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_fp32_pv16_one_fma_1_last
+.Ld128_fp32_pv16_one_fma_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_fp32_pv16_one_fma_1_last_mask
+.Lgfx1201_sage_attention_fwd_asm_d128_fp32_pv16_end:
+        .size   gfx1201_sage_attention_fwd_asm_d128_fp32_pv16, .Lgfx1201_sage_attention_fwd_asm_d128_fp32_pv16_end-gfx1201_sage_attention_fwd_asm_d128_fp32_pv16
+
+        .text
         .globl  gfx1201_sage_attention_fwd_asm_d64_bf16_pv16
         .p2align 8
         .type   gfx1201_sage_attention_fwd_asm_d64_bf16_pv16,@function
@@ -36309,6 +49595,3974 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
 .Lgfx1201_sage_attention_fwd_asm_d64_fp16_pv16_end:
         .size   gfx1201_sage_attention_fwd_asm_d64_fp16_pv16, .Lgfx1201_sage_attention_fwd_asm_d64_fp16_pv16_end-gfx1201_sage_attention_fwd_asm_d64_fp16_pv16
 
+        .text
+        .globl  gfx1201_sage_attention_fwd_asm_d64_fp32_pv16
+        .p2align 8
+        .type   gfx1201_sage_attention_fwd_asm_d64_fp32_pv16,@function
+gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
+
+// ==== gfx1201_sage_attention_fwd_asm_d64_fp32_pv16: head dim (D_pad) 64, output fp32, P.V fp16 ===============================
+// QK^T 16 WMMA + PV 16 WMMA (v_wmma_f32_16x16x16_f16) per 64-key tile; O^T = 4 d-tiles x 8 VGPRs;
+// Q^T 2 x 16 B per lane; staging 2 + 4 b128 loads per thread and tile; ring 10 slots.
+// LDS (17408 B): kbuf0 @0, kbuf1 @4096 (K tiles 4096 B, rows of
+// 64 B), vbuf0 @8192, vbuf1 @8192 (V^T tiles 9216 B, rows of 144 B).
+// Resources: 208 VGPRs -> 7 waves/SIMD by registers; 17408 B LDS per 4-wave workgroup.
+// Output: fp32, the value itself (no rounding or saturation; NaN -> 0x7fc00000), d-tiles at or past
+// head_dim (the kernarg; zero-padded channels) not stored.
+//
+// VGPR map:
+//   v0           tid          work-item id x (entry state, docs/rdna4.md §Entry); lane math reads it
+//   v[1:2]       k_rd         LDS byte address of K fragment d-group i (chunk c adds 8 rows)
+//   v3           v_rd         LDS byte address of V^T row r, keys 32h.. (chunk c adds 16c, d-tile dt*2304)
+//   v4           k_st         LDS store address of this thread's K staging chunks
+//   v5           v_st         LDS store address of this thread's V^T staging chunks
+//   v6           k_gl         global offset of this thread's K staging chunk 0 in a tile
+//   v7           v_gl         global offset of this thread's V^T staging chunk 0 (row*seq_pad_kv + col*16)
+//   v8           ks           k_scale of this lane half's 32 keys of the next tile
+//   v9           ks_off       4h: byte offset of this lane half's k_scale in a tile's pair
+//   v[10:11]     qk           q_scale*k_scale, two copies in different banks (VOPD src0)
+//   v[12:14]     m            m[0], m[1]: running max ping-pong (even/odd tile); m[2]: copy of m_new
+//   v[15:16]     alpha        exp2(m_old - m_new), two banks (VOPD src0); alpha[0] also the scratch of it
+//   v17          l_run        running row sum
+//   v[18:19]     rs           row-sum chain ping-pong: rs[1] (odd VGPR) after even steps, rs[0] after odd
+//   v[20:23]     mx           row-max partials; mx[0] ends as the lane max
+//   v24          xl           v_permlanex16 result
+//   v25          lim          masked tiles: keys of this lane half still visible (lim(row) - key0); then a copy of m_use (VOPD bank of the exp2 arguments)
+//   v[32:63]     O            O^T accumulators: d-tile dt = O[8dt:8dt+8], lane (h,r) row d=16dt+8h+e
+//   v[64:95]     SA           S^T of even tiles: chunk c = SA[8c:8c+8]; scores, then p, P^T fp8 in place
+//   v[96:127]    SB           S^T of odd tiles (the next tile's QK^T accumulates here)
+//   v[128:135]   Q            Q^T B-fragments: Q[4i:4i+4] = 16 bytes 32h+16i.. of query row r
+//   v[136:143]   stK          global->LDS staging of K tile t+2
+//   v[144:159]   stV          global->LDS staging of V^T tile t+1
+//   v[160:199]   ring         10 LDS fragment slots of 4 VGPRs (ds_load_b128)
+//   v[200:207]   magic        0x4b400000 x 8: C of each chunk's first QK^T WMMA (int -> float trick)
+// SGPR map:
+//   s[0:1]       kernarg      kernarg segment pointer (only user SGPR, docs/rdna4.md §Entry)
+//   s[4:5]       q            kernarg q (ptr)
+//   s[6:7]       k            kernarg k (ptr)
+//   s[8:9]       v            kernarg v (ptr)
+//   s[10:11]     q_scale      kernarg q_scale (ptr)
+//   s[12:13]     k_scale      kernarg k_scale (ptr)
+//   s[14:15]     k_mean       kernarg k_mean (ptr)
+//   s[16:17]     v_scale      kernarg v_scale (ptr)
+//   s[18:19]     out          kernarg out (ptr)
+//   s[20:21]     lse          kernarg lse (ptr)
+//   s22          seq_len_q    kernarg seq_len_q (u32)
+//   s23          seq_pad_q    kernarg seq_pad_q (u32)
+//   s24          seq_len_kv   kernarg seq_len_kv (u32)
+//   s25          seq_pad_kv   kernarg seq_pad_kv (u32)
+//   s26          num_heads_q  kernarg num_heads_q (u32)
+//   s27          num_heads_kv kernarg num_heads_kv (u32)
+//   s[28:29]     kv_group_magic kernarg kv_group_magic (u64)
+//   s30          out_stride_b kernarg out_stride_b (u32)
+//   s31          out_stride_s kernarg out_stride_s (u32)
+//   s32          out_stride_h kernarg out_stride_h (u32)
+//   s33          head_dim     kernarg head_dim (u32)
+//   s34          flags        kernarg flags (u32)
+//   s[36:37]     lut          kernarg lut (ptr)
+//   s38          lut_stride_b kernarg lut_stride_b (u32)
+//   s39          lut_stride_h kernarg lut_stride_h (u32)
+//   s40          causal_offset kernarg causal_offset (i32)
+//   s[42:43]     v_mean       kernarg v_mean (ptr)
+//   s44          head         
+//   s45          batch        
+//   s46          wave         
+//   s[48:49]     bh           batch*H_q + head (hi word 0)
+//   s[50:51]     bkv          batch*H_kv + K/V head (hi word 0)
+//   s[52:53]     tmp          
+//   s[54:55]     tmp2         
+//   s[56:57]     tmp3         
+//   s58          q0           first query of this wave
+//   s59          last_tile    count - 1: the last LUT entry
+//   s60          rowlim0      i32: q0 + causal_offset + 1 (causal) or seq_len_kv: row q0+r sees keys < min(rowlim0 + r, seq_len_kv)
+//   s61          wlim         i32: the smallest row limit of the wave: tiles ending above it are masked
+//   s[62:63]     lutrow       LUT row of this query tile
+//   s[64:67]     lut4         count, L[t], L[min(t+1, last)], L[min(t+2, last)] (active key tiles)
+//   s68          L3           L[min(t+3, last)] (in flight during tile t)
+//   s69          magic        12582912.0f = 0x4b400000 (VOPD src0 of the int -> float subtraction)
+//   s70          permsel      v_permlanex16 lane select 0x76543210
+//   s71          qs           q_scale of this wave's 16 queries
+//   s72          tile         loop: current key tile t
+//   s[74:75]     kh           K of this K/V head
+//   s[76:77]     qrow         Q rows of this wave
+//   s[78:79]     kb           K staging base (tile min(t+2, last))
+//   s[80:81]     koff         K staging tile byte offset (hi word 0)
+//   s[82:83]     vb           V^T staging base (tile t+1)
+//   s84          addmean      epilogue: lanes that add v_mean (smooth_v and l != 0)
+//   s[86:87]     vmh          v_mean of this K/V head
+//   s[88:89]     ksb          k_scale of tile t+1
+//   s[90:91]     kmh          k_mean of this K/V head
+//   s[92:93]     vsh          v_scale of this K/V head
+//   s[94:95]     outb         out row of query q0
+//   s[96:97]     lseb         lse of query q0
+
+        // ---- prologue: kernargs (the whole struct of sage_co/abi.py, dword i in SGPR KARG_SGPR + i) ----------
+        s_load_b256 s[4:11], s[0:1], 0x0  // q, k, v, q_scale
+        s_load_b256 s[12:19], s[0:1], 0x20  // k_scale, k_mean, v_scale, out
+        s_load_b256 s[20:27], s[0:1], 0x40  // lse, seq_len_q, seq_pad_q, seq_len_kv, seq_pad_kv, num_heads_q, num_heads_kv
+        s_load_b256 s[28:35], s[0:1], 0x60  // kv_group_magic, out_stride_b, out_stride_s, out_stride_h, head_dim, flags
+        s_load_b256 s[36:43], s[0:1], 0x80  // lut, lut_stride_b, lut_stride_h, causal_offset, v_mean
+
+        // ---- prologue: lane constants (VALU while the kernargs load) -----------------------------------------
+        v_and_b32 v160, 31, v0  // lane
+        v_and_b32 v161, 15, v0  // r = lane % 16
+        v_bfe_u32 v162, v0, 4, 1  // h = lane / 16
+        v_lshlrev_b32 v9, 2, v162  // 4h: k_scale of this half inside a tile's pair
+        v_lshlrev_b32 v6, 4, v0  // K staging: chunk tid of the tile (16 B)
+        v_lshrrev_b32 v163, 2, v0  // K row
+        v_bfe_u32 v164, v163, 1, 2
+        v_and_b32 v165, 3, v0
+        v_xor_b32 v164, v164, v165
+        v_lshlrev_b32 v164, 4, v164
+        v_lshl_or_b32 v4, v163, 6, v164  // row*64 + (col ^ kswz(row))*16
+        v_lshrrev_b32 v163, 1, v0  // V^T row of this thread's staging chunks
+        v_and_b32 v164, 1, v0  // which part of the row
+        v_lshlrev_b32 v164, 6, v164  // its first byte
+        v_mul_u32_u24_e32 v5, 144, v163
+        v_add_nc_u32_e32 v5, v5, v164  // row*144 + part
+        v_mul_u32_u24_e32 v3, 144, v161  // r * 144
+        v_lshl_add_u32 v3, v162, 6, v3  // + 64h (keys 32h..)
+        v_lshrrev_b32 v163, 3, v161
+        v_and_b32 v164, 7, v161
+        v_lshl_or_b32 v163, v163, 5, v164  // row
+        v_lshlrev_b32 v163, 6, v163  // row * 64
+        v_bfe_u32 v164, v161, 1, 2
+        v_lshlrev_b32 v165, 1, v162  // 2h
+        v_mov_b32 v1, v165
+        v_xor_b32 v1, v1, v164
+        v_lshl_or_b32 v1, v1, 4, v163
+        v_or_b32 v2, 1, v165
+        v_xor_b32 v2, v2, v164
+        v_lshl_or_b32 v2, v2, 4, v163
+        v_lshlrev_b32 v166, 6, v161  // query row r * 64
+        v_lshl_or_b32 v166, v162, 5, v166  // + 32h (d permutation of the .hip header)
+        v_readfirstlane_b32 s46, v0
+
+        // ---- prologue: scalar addressing ---------------------------------------------------------------------
+        s_wait_kmcnt 0
+        s_lshr_b32 s46, s46, 5  // wave = tid / 32 (uniform)
+        s_and_b32 s44, ttmp7, 0xffff  // workgroup id y = query head (docs/rdna4.md §Entry)
+        s_lshr_b32 s45, ttmp7, 16  // workgroup id z = batch
+        s_mul_i32 s48, s45, s26
+        s_add_co_i32 s48, s48, s44
+        s_mov_b32 s49, 0
+        s_mov_b32 s52, s44
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[28:29]  // hi word: K/V head
+        s_mul_i32 s50, s45, s27
+        s_add_co_i32 s50, s50, s53
+        s_mov_b32 s51, 0
+        s_lshl_b32 s58, ttmp9, 6  // workgroup id x * 64
+        s_lshl_b32 s52, s46, 4
+        s_add_co_i32 s58, s58, s52  // q0 = 64*qtile + 16*wave
+        s_lshr_b32 s52, s25, 6
+        s_add_co_i32 s52, s52, 1  // LUT row length
+        s_mul_i32 s52, s52, ttmp9  // * query tile
+        s_mul_i32 s54, s45, s38
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s44, s39
+        s_add_co_i32 s52, s52, s54
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[62:63], s[36:37], s[52:53]
+        s_load_b128 s[64:67], s[62:63], 0x0  // count, L[0], L[1], L[2] (the host pads the buffer)
+        s_add_co_i32 s52, s58, s40
+        s_add_co_i32 s52, s52, 1
+        s_bitcmp1_b32 s34, 2
+        s_cselect_b32 s60, s52, s24
+        s_min_i32 s61, s60, s24
+        s_wait_kmcnt 0  // LUT row head
+        s_add_co_i32 s59, s64, -1  // last LUT entry
+        s_cmp_gt_u32 s64, 1
+        s_cselect_b32 s66, s66, s65  // L[min(1, last)]
+        s_cmp_gt_u32 s64, 2
+        s_cselect_b32 s67, s67, s66  // L[min(2, last)]
+        s_mov_b32 s69, 0x4b400000
+        s_mov_b32 s70, 0x76543210
+        s_lshl_b32 s52, s25, 6
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[50:51]
+        s_add_nc_u64 s[74:75], s[6:7], s[52:53]
+        s_lshl_b64 s[52:53], s[52:53], 1  // fp16 V^T: 2 bytes per element
+        s_add_nc_u64 s[82:83], s[8:9], s[52:53]  // V^T of this K/V head
+        s_lshl_b32 s54, s65, 7
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[0]
+        s_lshl_b32 s52, s23, 6
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[48:49]
+        s_add_nc_u64 s[76:77], s[4:5], s[52:53]
+        s_lshl_b32 s54, s58, 6
+        s_mov_b32 s55, 0
+        s_add_nc_u64 s[76:77], s[76:77], s[54:55]  // Q rows of query q0
+        s_lshl_b32 s54, s25, 5  // 32 rows of V^T
+        s_lshr_b32 s52, s25, 5
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[50:51]
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[88:89], s[12:13], s[52:53]  // k_scale of the K/V head
+        s_lshl_b32 s52, s65, 3
+        s_mov_b32 s53, 0
+        s_add_nc_u64 s[88:89], s[88:89], s[52:53]  // k_scale pair of tile L[0]
+        s_lshr_b32 s52, s23, 5
+        s_mov_b32 s53, 0
+        s_mul_u64 s[52:53], s[52:53], s[48:49]
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[52:53], s[10:11], s[52:53]
+        s_lshr_b32 s54, s58, 5
+        s_lshl_b32 s54, s54, 2
+        s_load_b32 s71, s[52:53], s54 offset:0x0  // q_scale of the wave's 32-query block
+        s_lshl_b64 s[52:53], s[50:51], 8
+        s_add_nc_u64 s[90:91], s[14:15], s[52:53]
+        s_add_nc_u64 s[92:93], s[16:17], s[52:53]
+        s_add_nc_u64 s[86:87], s[42:43], s[52:53]
+        s_mov_b32 s52, s45
+        s_mov_b32 s53, 0
+        s_mov_b32 s56, s30
+        s_mov_b32 s57, 0
+        s_mul_u64 s[52:53], s[52:53], s[56:57]
+        s_mov_b32 s54, s58
+        s_mov_b32 s55, 0
+        s_mov_b32 s56, s31
+        s_mov_b32 s57, 0
+        s_mul_u64 s[54:55], s[54:55], s[56:57]
+        s_add_nc_u64 s[52:53], s[52:53], s[54:55]
+        s_mov_b32 s54, s44
+        s_mov_b32 s55, 0
+        s_mov_b32 s56, s32
+        s_mov_b32 s57, 0
+        s_mul_u64 s[54:55], s[54:55], s[56:57]
+        s_add_nc_u64 s[52:53], s[52:53], s[54:55]
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[94:95], s[18:19], s[52:53]
+        s_mov_b32 s54, s22
+        s_mov_b32 s55, 0
+        s_mul_u64 s[52:53], s[48:49], s[54:55]
+        s_mov_b32 s54, s58
+        s_add_nc_u64 s[52:53], s[52:53], s[54:55]
+        s_lshl_b64 s[52:53], s[52:53], 2
+        s_add_nc_u64 s[96:97], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
+        s_mov_b32 s81, 0
+        s_mov_b32 s72, 0
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshrrev_b32 v163, 1, v0
+        v_mul_lo_u32 v7, v163, s25  // V^T row * seq_pad_kv
+        v_lshlrev_b32 v7, 1, v7  // fp16: bytes
+        v_and_b32 v164, 1, v0
+        v_lshl_add_u32 v7, v164, 6, v7  // + part * its bytes
+
+        // ---- prologue: Q^T fragments, k_scale(0), K(0) and V^T(0) -> LDS buffers 0 ---------------------------
+        global_load_b128 v[128:131], v166, s[76:77] offset:0
+        global_load_b128 v[132:135], v166, s[76:77] offset:16
+        s_cmp_eq_u32 s64, 0  // no active key tile: zeros and lse -inf
+        s_cbranch_scc1 .Ld64_fp32_pv16_empty
+        global_load_b32 v8, v9, s[88:89]
+        s_lshl_b32 s80, s65, 12  // * 4096 bytes
+        s_add_nc_u64 s[78:79], s[74:75], s[80:81]  // K(L[0])
+        global_load_b128 v[136:139], v6, s[78:79] offset:0
+        global_load_b128 v[140:143], v6, s[78:79] offset:2048
+        global_load_b128 v[144:147], v7, s[82:83] offset:0
+        global_load_b128 v[148:151], v7, s[82:83] offset:16
+        global_load_b128 v[152:155], v7, s[82:83] offset:32
+        global_load_b128 v[156:159], v7, s[82:83] offset:48
+        s_lshl_b32 s80, s66, 12  // * 4096 bytes
+        s_add_nc_u64 s[78:79], s[74:75], s[80:81]  // K(L[min(1, last)])
+
+        // ---- prologue: O = 0, m = -inf, l = 0 ----------------------------------------------------------------
+        v_dual_mov_b32 v32, 0 :: v_dual_mov_b32 v33, 0
+        v_dual_mov_b32 v34, 0 :: v_dual_mov_b32 v35, 0
+        v_dual_mov_b32 v36, 0 :: v_dual_mov_b32 v37, 0
+        v_dual_mov_b32 v38, 0 :: v_dual_mov_b32 v39, 0
+        v_dual_mov_b32 v40, 0 :: v_dual_mov_b32 v41, 0
+        v_dual_mov_b32 v42, 0 :: v_dual_mov_b32 v43, 0
+        v_dual_mov_b32 v44, 0 :: v_dual_mov_b32 v45, 0
+        v_dual_mov_b32 v46, 0 :: v_dual_mov_b32 v47, 0
+        v_dual_mov_b32 v48, 0 :: v_dual_mov_b32 v49, 0
+        v_dual_mov_b32 v50, 0 :: v_dual_mov_b32 v51, 0
+        v_dual_mov_b32 v52, 0 :: v_dual_mov_b32 v53, 0
+        v_dual_mov_b32 v54, 0 :: v_dual_mov_b32 v55, 0
+        v_dual_mov_b32 v56, 0 :: v_dual_mov_b32 v57, 0
+        v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
+        v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
+        v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
+        v_dual_mov_b32 v200, s69 :: v_dual_mov_b32 v201, s69
+        v_dual_mov_b32 v202, s69 :: v_dual_mov_b32 v203, s69
+        v_dual_mov_b32 v204, s69 :: v_dual_mov_b32 v205, s69
+        v_dual_mov_b32 v206, s69 :: v_dual_mov_b32 v207, s69
+        v_dual_mov_b32 v12, 0xff800000 :: v_dual_mov_b32 v17, 0
+        s_wait_loadcnt 0
+        ds_store_b128 v4, v[136:139] offset:0
+        ds_store_b128 v5, v[144:147] offset:8192
+        ds_store_b128 v4, v[140:143] offset:2048
+        ds_store_b128 v5, v[148:151] offset:8208
+        ds_store_b128 v5, v[152:155] offset:8224
+        ds_store_b128 v5, v[156:159] offset:8240
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+
+        // ---- prologue: K(1) staging in flight while QK^T(0) runs; then its scores are scaled -----------------
+        global_load_b128 v[136:139], v6, s[78:79] offset:0
+        global_load_b128 v[140:143], v6, s[78:79] offset:2048
+        ds_load_b128 v[160:163], v1 offset:0
+        ds_load_b128 v[164:167], v1 offset:512
+        ds_load_b128 v[168:171], v1 offset:1024
+        ds_load_b128 v[172:175], v1 offset:1536
+        ds_load_b128 v[176:179], v2 offset:0
+        ds_load_b128 v[180:183], v2 offset:512
+        ds_load_b128 v[184:187], v2 offset:1024
+        ds_load_b128 v[188:191], v2 offset:1536
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[160:161], v[128:129], v[200:207] neg_lo:[1,1,0]
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[164:165], v[128:129], v[200:207] neg_lo:[1,1,0]
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[168:169], v[128:129], v[200:207] neg_lo:[1,1,0]
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[172:173], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[162:163], v[130:131], v[64:71] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[166:167], v[130:131], v[72:79] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[170:171], v[130:131], v[80:87] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[174:175], v[130:131], v[88:95] neg_lo:[1,1,0]
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[176:177], v[132:133], v[64:71] neg_lo:[1,1,0]
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[180:181], v[132:133], v[72:79] neg_lo:[1,1,0]
+        s_wait_dscnt 1
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[184:185], v[132:133], v[80:87] neg_lo:[1,1,0]
+        s_wait_dscnt 0
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[188:189], v[132:133], v[88:95] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[178:179], v[134:135], v[64:71] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[182:183], v[134:135], v[72:79] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[186:187], v[134:135], v[80:87] neg_lo:[1,1,0]
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[190:191], v[134:135], v[88:95] neg_lo:[1,1,0]
+        s_wait_kmcnt 0  // q_scale
+        v_mul_f32 v10, s71, v8
+        v_mov_b32 v11, v10
+        s_wait_loadcnt 0
+        ds_store_b128 v4, v[136:139] offset:4096
+        ds_store_b128 v4, v[140:143] offset:6144
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+
+        // ---- main loop: two tiles per trip (register ping-pong SA/SB, m[0]/m[1], LDS buffers) ----------------
+.Ld64_fp32_pv16_loop:
+        s_cmp_eq_u32 s72, s59
+        s_cbranch_scc1 .Ld64_fp32_pv16_last_0
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_pv16_mask_issued_0_ool
+.Ld64_fp32_pv16_mask_issued_0:
+
+        // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
+        s_add_co_i32 s52, s72, 3
+        s_min_u32 s52, s52, s59
+        s_lshl_b32 s52, s52, 2
+        s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
+        s_lshl_b32 s80, s67, 12  // * 4096 bytes
+        s_add_nc_u64 s[78:79], s[74:75], s[80:81]
+        s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
+        s_mov_b32 s55, 0
+        s_lshl_b32 s54, s52, 3
+        s_add_nc_u64 s[88:89], s[88:89], s[54:55]  // k_scale pair of tile L[t+1]
+        global_load_b32 v8, v9, s[88:89]
+        s_lshl_b32 s54, s52, 7
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[t+1]
+        global_load_b128 v[136:139], v6, s[78:79] offset:0
+        global_load_b128 v[140:143], v6, s[78:79] offset:2048
+        global_load_b128 v[144:147], v7, s[82:83] offset:0
+        global_load_b128 v[148:151], v7, s[82:83] offset:16
+        global_load_b128 v[152:155], v7, s[82:83] offset:32
+        global_load_b128 v[156:159], v7, s[82:83] offset:48
+
+        // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_pv16_mask_applied_0_ool
+.Ld64_fp32_pv16_mask_applied_0:
+        ds_load_b128 v[160:163], v1 offset:4096
+        ds_load_b128 v[164:167], v1 offset:4608
+        ds_load_b128 v[168:171], v1 offset:5120
+        ds_load_b128 v[172:175], v1 offset:5632
+        ds_load_b128 v[176:179], v2 offset:4096
+        ds_load_b128 v[180:183], v2 offset:4608
+        ds_load_b128 v[184:187], v2 offset:5120
+        ds_load_b128 v[188:191], v2 offset:5632
+        ds_load_b128 v[192:195], v3 offset:8192
+        ds_load_b128 v[196:199], v3 offset:10496
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp32_pv16_nomask_0
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp32_pv16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp32_pv16_max_additive_0
+        v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
+        v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
+        v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
+        v_dual_max_num_f32 v22, v74, v22 :: v_dual_max_num_f32 v23, v75, v23
+        v_dual_max_num_f32 v20, v76, v20 :: v_dual_max_num_f32 v21, v77, v21
+        v_dual_max_num_f32 v22, v78, v22 :: v_dual_max_num_f32 v23, v79, v23
+        v_dual_max_num_f32 v20, v80, v20 :: v_dual_max_num_f32 v21, v81, v21
+        v_dual_max_num_f32 v22, v82, v22 :: v_dual_max_num_f32 v23, v83, v23
+        v_dual_max_num_f32 v20, v84, v20 :: v_dual_max_num_f32 v21, v85, v21
+        v_dual_max_num_f32 v22, v86, v22 :: v_dual_max_num_f32 v23, v87, v23
+        v_dual_max_num_f32 v20, v88, v20 :: v_dual_max_num_f32 v21, v89, v21
+        v_dual_max_num_f32 v22, v90, v22 :: v_dual_max_num_f32 v23, v91, v23
+        v_dual_max_num_f32 v20, v92, v20 :: v_dual_max_num_f32 v21, v93, v21
+        v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v13, v12, v20, v24
+        v_sub_f32 v15, v12, v13
+        v_exp_f32_e32 v15, v15
+.Ld64_fp32_pv16_max_done_0:
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v12
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v15, 0, v15, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v13
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v14, 0, v13, vcc_lo
+        v_subrev_f32_e32 v14, 0x40ffc000, v14
+        v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp32_pv16_one_fma_0_additive
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp32_pv16_one_fma_0
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp32_pv16_one_fma_0_lim
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp32_pv16_one_fma_0_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_pv16_one_fma_0_bits
+.Ld64_fp32_pv16_one_fma_0_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_fp32_pv16_one_fma_0:
+        v_fma_f32 v64, v64, v11, -v25
+        v_fma_f32 v65, v65, v11, -v25
+        v_fma_f32 v66, v66, v11, -v25
+        v_fma_f32 v67, v67, v11, -v25
+        v_exp_f32_e32 v64, v64
+        v_fma_f32 v68, v68, v11, -v25
+        v_exp_f32_e32 v65, v65
+        v_fma_f32 v69, v69, v11, -v25
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[160:161], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v66, v66
+        v_fma_f32 v70, v70, v11, -v25
+        v_exp_f32_e32 v67, v67
+        v_fma_f32 v71, v71, v11, -v25
+        v_exp_f32_e32 v68, v68
+        v_fma_f32 v72, v72, v11, -v25
+        v_dual_add_f32 v18, v64, v66 :: v_dual_add_f32 v19, v65, v67
+        v_cvt_f16_f32_e64 v64, v64
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[164:165], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v69, v69
+        v_fma_f32 v73, v73, v11, -v25
+        v_cvt_f16_f32_e64 v65, v65
+        v_pack_b32_f16 v64, v64, v65
+        v_exp_f32_e32 v70, v70
+        v_fma_f32 v74, v74, v11, -v25
+        v_dual_add_f32 v18, v18, v68 :: v_dual_add_f32 v19, v19, v69
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[168:169], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v66, v66
+        v_exp_f32_e32 v71, v71
+        v_fma_f32 v75, v75, v11, -v25
+        v_cvt_f16_f32_e64 v67, v67
+        v_pack_b32_f16 v65, v66, v67
+        v_exp_f32_e32 v72, v72
+        v_fma_f32 v76, v76, v11, -v25
+        v_dual_add_f32 v18, v18, v70 :: v_dual_add_f32 v19, v19, v71
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[172:173], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v68, v68
+        v_exp_f32_e32 v73, v73
+        v_fma_f32 v77, v77, v11, -v25
+        v_cvt_f16_f32_e64 v69, v69
+        v_pack_b32_f16 v66, v68, v69
+        v_exp_f32_e32 v74, v74
+        v_fma_f32 v78, v78, v11, -v25
+        v_dual_add_f32 v18, v18, v72 :: v_dual_add_f32 v19, v19, v73
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[162:163], v[130:131], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[160:163], v3 offset:12800
+        v_cvt_f16_f32_e64 v70, v70
+        v_exp_f32_e32 v75, v75
+        v_fma_f32 v79, v79, v11, -v25
+        v_cvt_f16_f32_e64 v71, v71
+        v_pack_b32_f16 v67, v70, v71
+        v_exp_f32_e32 v76, v76
+        v_fma_f32 v80, v80, v11, -v25
+        v_dual_add_f32 v18, v18, v74 :: v_dual_add_f32 v19, v19, v75
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[166:167], v[130:131], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[164:167], v3 offset:15104
+        v_cvt_f16_f32_e64 v72, v72
+        v_exp_f32_e32 v77, v77
+        v_fma_f32 v81, v81, v11, -v25
+        v_cvt_f16_f32_e64 v73, v73
+        v_pack_b32_f16 v72, v72, v73
+        v_exp_f32_e32 v78, v78
+        v_fma_f32 v82, v82, v11, -v25
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[170:171], v[130:131], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[168:171], v3 offset:8208
+        v_dual_add_f32 v18, v18, v76 :: v_dual_add_f32 v19, v19, v77
+        v_cvt_f16_f32_e64 v74, v74
+        v_exp_f32_e32 v79, v79
+        v_fma_f32 v83, v83, v11, -v25
+        v_cvt_f16_f32_e64 v75, v75
+        v_pack_b32_f16 v73, v74, v75
+        v_exp_f32_e32 v80, v80
+        v_fma_f32 v84, v84, v11, -v25
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[174:175], v[130:131], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[172:175], v3 offset:10512
+        v_dual_add_f32 v18, v18, v78 :: v_dual_add_f32 v19, v19, v79
+        v_cvt_f16_f32_e64 v76, v76
+        v_exp_f32_e32 v81, v81
+        v_fma_f32 v85, v85, v11, -v25
+        v_cvt_f16_f32_e64 v77, v77
+        v_pack_b32_f16 v74, v76, v77
+        v_exp_f32_e32 v82, v82
+        v_fma_f32 v86, v86, v11, -v25
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[176:177], v[132:133], v[96:103] neg_lo:[1,1,0]
+        v_dual_add_f32 v18, v18, v80 :: v_dual_add_f32 v19, v19, v81
+        v_cvt_f16_f32_e64 v78, v78
+        v_exp_f32_e32 v83, v83
+        v_fma_f32 v87, v87, v11, -v25
+        v_cvt_f16_f32_e64 v79, v79
+        v_pack_b32_f16 v75, v78, v79
+        v_exp_f32_e32 v84, v84
+        v_fma_f32 v88, v88, v11, -v25
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[180:181], v[132:133], v[104:111] neg_lo:[1,1,0]
+        v_dual_add_f32 v18, v18, v82 :: v_dual_add_f32 v19, v19, v83
+        v_cvt_f16_f32_e64 v80, v80
+        v_exp_f32_e32 v85, v85
+        v_fma_f32 v89, v89, v11, -v25
+        v_cvt_f16_f32_e64 v81, v81
+        v_pack_b32_f16 v80, v80, v81
+        v_exp_f32_e32 v86, v86
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[184:185], v[132:133], v[112:119] neg_lo:[1,1,0]
+        v_fma_f32 v90, v90, v11, -v25
+        v_dual_add_f32 v18, v18, v84 :: v_dual_add_f32 v19, v19, v85
+        v_cvt_f16_f32_e64 v82, v82
+        v_exp_f32_e32 v87, v87
+        v_fma_f32 v91, v91, v11, -v25
+        v_cvt_f16_f32_e64 v83, v83
+        v_pack_b32_f16 v81, v82, v83
+        v_exp_f32_e32 v88, v88
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[188:189], v[132:133], v[120:127] neg_lo:[1,1,0]
+        v_fma_f32 v92, v92, v11, -v25
+        v_dual_add_f32 v18, v18, v86 :: v_dual_add_f32 v19, v19, v87
+        v_cvt_f16_f32_e64 v84, v84
+        v_exp_f32_e32 v89, v89
+        v_fma_f32 v93, v93, v11, -v25
+        v_cvt_f16_f32_e64 v85, v85
+        v_pack_b32_f16 v82, v84, v85
+        v_exp_f32_e32 v90, v90
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[178:179], v[134:135], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[176:179], v3 offset:12816
+        v_fma_f32 v94, v94, v11, -v25
+        v_dual_add_f32 v18, v18, v88 :: v_dual_add_f32 v19, v19, v89
+        v_cvt_f16_f32_e64 v86, v86
+        v_exp_f32_e32 v91, v91
+        v_fma_f32 v95, v95, v11, -v25
+        v_cvt_f16_f32_e64 v87, v87
+        v_pack_b32_f16 v83, v86, v87
+        v_exp_f32_e32 v92, v92
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[182:183], v[134:135], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[180:183], v3 offset:15120
+        v_dual_add_f32 v18, v18, v90 :: v_dual_add_f32 v19, v19, v91
+        v_cvt_f16_f32_e64 v88, v88
+        v_exp_f32_e32 v93, v93
+        v_cvt_f16_f32_e64 v89, v89
+        v_pack_b32_f16 v88, v88, v89
+        v_exp_f32_e32 v94, v94
+        v_dual_add_f32 v18, v18, v92 :: v_dual_add_f32 v19, v19, v93
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[186:187], v[134:135], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[184:187], v3 offset:8224
+        v_cvt_f16_f32_e64 v90, v90
+        v_exp_f32_e32 v95, v95
+        v_cvt_f16_f32_e64 v91, v91
+        v_pack_b32_f16 v89, v90, v91
+        v_dual_add_f32 v18, v18, v94 :: v_dual_add_f32 v19, v19, v95
+        v_cvt_f16_f32_e64 v92, v92
+        v_cvt_f16_f32_e64 v93, v93
+        v_pack_b32_f16 v90, v92, v93
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[190:191], v[134:135], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[188:191], v3 offset:10528
+        v_cvt_f16_f32_e64 v94, v94
+        v_cvt_f16_f32_e64 v95, v95
+        v_pack_b32_f16 v91, v94, v95
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
+        v_permlanex16_b32 v24, v18, s70, 0xfedcba98
+        v_add_f32 v18, v18, v24
+        v_add_f32 v17, v17, v18
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp32_pv16_no_rescale_0
+        v_dual_mul_f32 v32, v15, v32 :: v_dual_mul_f32 v33, v16, v33
+        v_dual_mul_f32 v34, v15, v34 :: v_dual_mul_f32 v35, v16, v35
+        v_dual_mul_f32 v36, v15, v36 :: v_dual_mul_f32 v37, v16, v37
+        v_dual_mul_f32 v38, v15, v38 :: v_dual_mul_f32 v39, v16, v39
+        v_dual_mul_f32 v40, v15, v40 :: v_dual_mul_f32 v41, v16, v41
+        v_dual_mul_f32 v42, v15, v42 :: v_dual_mul_f32 v43, v16, v43
+        v_dual_mul_f32 v44, v15, v44 :: v_dual_mul_f32 v45, v16, v45
+        v_dual_mul_f32 v46, v15, v46 :: v_dual_mul_f32 v47, v16, v47
+        v_dual_mul_f32 v48, v15, v48 :: v_dual_mul_f32 v49, v16, v49
+        v_dual_mul_f32 v50, v15, v50 :: v_dual_mul_f32 v51, v16, v51
+        v_dual_mul_f32 v52, v15, v52 :: v_dual_mul_f32 v53, v16, v53
+        v_dual_mul_f32 v54, v15, v54 :: v_dual_mul_f32 v55, v16, v55
+        v_dual_mul_f32 v56, v15, v56 :: v_dual_mul_f32 v57, v16, v57
+        v_dual_mul_f32 v58, v15, v58 :: v_dual_mul_f32 v59, v16, v59
+        v_dual_mul_f32 v60, v15, v60 :: v_dual_mul_f32 v61, v16, v61
+        v_dual_mul_f32 v62, v15, v62 :: v_dual_mul_f32 v63, v16, v63
+.Ld64_fp32_pv16_no_rescale_0:
+
+        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[32:39], v[192:195], v[64:67], v[32:39]
+        ds_load_b128 v[192:195], v3 offset:12832
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[40:47], v[196:199], v[64:67], v[40:47]
+        ds_load_b128 v[196:199], v3 offset:15136
+        s_wait_loadcnt 6
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[48:55], v[160:163], v[64:67], v[48:55]
+        ds_load_b128 v[160:163], v3 offset:8240
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[56:63], v[164:167], v[64:67], v[56:63]
+        ds_load_b128 v[164:167], v3 offset:10544
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[32:39], v[168:171], v[72:75], v[32:39]
+        ds_load_b128 v[168:171], v3 offset:12848
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[40:47], v[172:175], v[72:75], v[40:47]
+        ds_load_b128 v[172:175], v3 offset:15152
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[48:55], v[176:179], v[72:75], v[48:55]
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_f16 v[56:63], v[180:183], v[72:75], v[56:63]
+        v_mul_f32 v10, s71, v8
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_f16 v[32:39], v[184:187], v[80:83], v[32:39]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_f16 v[40:47], v[188:191], v[80:83], v[40:47]
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[192:195], v[80:83], v[48:55]
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_f16 v[56:63], v[196:199], v[80:83], v[56:63]
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_f16 v[32:39], v[160:163], v[88:91], v[32:39]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_f16 v[40:47], v[164:167], v[88:91], v[40:47]
+        v_mov_b32 v11, v10
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_f16 v[48:55], v[168:171], v[88:91], v[48:55]
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_f16 v[56:63], v[172:175], v[88:91], v[56:63]
+
+        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
+        s_wait_loadcnt 0
+        ds_store_b128 v4, v[136:139] offset:0
+        ds_store_b128 v4, v[140:143] offset:2048
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        ds_store_b128 v5, v[144:147] offset:8192
+        ds_store_b128 v5, v[148:151] offset:8208
+        ds_store_b128 v5, v[152:155] offset:8224
+        ds_store_b128 v5, v[156:159] offset:8240
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        s_add_co_i32 s72, s72, 1
+        s_wait_kmcnt 0  // L[min(t+3, last)]
+        s_mov_b32 s65, s66
+        s_mov_b32 s66, s67
+        s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
+        s_cmp_eq_u32 s72, s59
+        s_cbranch_scc1 .Ld64_fp32_pv16_last_1
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_pv16_mask_issued_1_ool
+.Ld64_fp32_pv16_mask_issued_1:
+
+        // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
+        s_add_co_i32 s52, s72, 3
+        s_min_u32 s52, s52, s59
+        s_lshl_b32 s52, s52, 2
+        s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
+        s_lshl_b32 s80, s67, 12  // * 4096 bytes
+        s_add_nc_u64 s[78:79], s[74:75], s[80:81]
+        s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
+        s_mov_b32 s55, 0
+        s_lshl_b32 s54, s52, 3
+        s_add_nc_u64 s[88:89], s[88:89], s[54:55]  // k_scale pair of tile L[t+1]
+        global_load_b32 v8, v9, s[88:89]
+        s_lshl_b32 s54, s52, 7
+        s_add_nc_u64 s[82:83], s[82:83], s[54:55]  // V^T columns of tile L[t+1]
+        global_load_b128 v[136:139], v6, s[78:79] offset:0
+        global_load_b128 v[140:143], v6, s[78:79] offset:2048
+        global_load_b128 v[144:147], v7, s[82:83] offset:0
+        global_load_b128 v[148:151], v7, s[82:83] offset:16
+        global_load_b128 v[152:155], v7, s[82:83] offset:32
+        global_load_b128 v[156:159], v7, s[82:83] offset:48
+
+        // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_pv16_mask_applied_1_ool
+.Ld64_fp32_pv16_mask_applied_1:
+        ds_load_b128 v[160:163], v1 offset:0
+        ds_load_b128 v[164:167], v1 offset:512
+        ds_load_b128 v[168:171], v1 offset:1024
+        ds_load_b128 v[172:175], v1 offset:1536
+        ds_load_b128 v[176:179], v2 offset:0
+        ds_load_b128 v[180:183], v2 offset:512
+        ds_load_b128 v[184:187], v2 offset:1024
+        ds_load_b128 v[188:191], v2 offset:1536
+        ds_load_b128 v[192:195], v3 offset:8192
+        ds_load_b128 v[196:199], v3 offset:10496
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp32_pv16_nomask_1
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp32_pv16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp32_pv16_max_additive_1
+        v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
+        v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
+        v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
+        v_dual_max_num_f32 v22, v106, v22 :: v_dual_max_num_f32 v23, v107, v23
+        v_dual_max_num_f32 v20, v108, v20 :: v_dual_max_num_f32 v21, v109, v21
+        v_dual_max_num_f32 v22, v110, v22 :: v_dual_max_num_f32 v23, v111, v23
+        v_dual_max_num_f32 v20, v112, v20 :: v_dual_max_num_f32 v21, v113, v21
+        v_dual_max_num_f32 v22, v114, v22 :: v_dual_max_num_f32 v23, v115, v23
+        v_dual_max_num_f32 v20, v116, v20 :: v_dual_max_num_f32 v21, v117, v21
+        v_dual_max_num_f32 v22, v118, v22 :: v_dual_max_num_f32 v23, v119, v23
+        v_dual_max_num_f32 v20, v120, v20 :: v_dual_max_num_f32 v21, v121, v21
+        v_dual_max_num_f32 v22, v122, v22 :: v_dual_max_num_f32 v23, v123, v23
+        v_dual_max_num_f32 v20, v124, v20 :: v_dual_max_num_f32 v21, v125, v21
+        v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v12, v13, v20, v24
+        v_sub_f32 v15, v13, v12
+        v_exp_f32_e32 v15, v15
+.Ld64_fp32_pv16_max_done_1:
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v13
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v15, 0, v15, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v12
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v14, 0, v12, vcc_lo
+        v_subrev_f32_e32 v14, 0x40ffc000, v14
+        v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp32_pv16_one_fma_1_additive
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp32_pv16_one_fma_1
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v10, v96 :: v_dual_mul_f32 v97, v11, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v10, v98 :: v_dual_mul_f32 v99, v11, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v10, v100 :: v_dual_mul_f32 v101, v11, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v10, v102 :: v_dual_mul_f32 v103, v11, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v10, v104 :: v_dual_mul_f32 v105, v11, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v10, v106 :: v_dual_mul_f32 v107, v11, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v10, v108 :: v_dual_mul_f32 v109, v11, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v10, v110 :: v_dual_mul_f32 v111, v11, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v10, v112 :: v_dual_mul_f32 v113, v11, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v10, v114 :: v_dual_mul_f32 v115, v11, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v10, v116 :: v_dual_mul_f32 v117, v11, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v10, v118 :: v_dual_mul_f32 v119, v11, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v10, v120 :: v_dual_mul_f32 v121, v11, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v10, v122 :: v_dual_mul_f32 v123, v11, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v10, v124 :: v_dual_mul_f32 v125, v11, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp32_pv16_one_fma_1_lim
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp32_pv16_one_fma_1_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_pv16_one_fma_1_bits
+.Ld64_fp32_pv16_one_fma_1_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_fp32_pv16_one_fma_1:
+        v_fma_f32 v96, v96, v11, -v25
+        v_fma_f32 v97, v97, v11, -v25
+        v_fma_f32 v98, v98, v11, -v25
+        v_fma_f32 v99, v99, v11, -v25
+        v_exp_f32_e32 v96, v96
+        v_fma_f32 v100, v100, v11, -v25
+        v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v11, -v25
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[160:161], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v98, v98
+        v_fma_f32 v102, v102, v11, -v25
+        v_exp_f32_e32 v99, v99
+        v_fma_f32 v103, v103, v11, -v25
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v11, -v25
+        v_dual_add_f32 v18, v96, v98 :: v_dual_add_f32 v19, v97, v99
+        v_cvt_f16_f32_e64 v96, v96
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[164:165], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v11, -v25
+        v_cvt_f16_f32_e64 v97, v97
+        v_pack_b32_f16 v96, v96, v97
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v11, -v25
+        v_dual_add_f32 v18, v18, v100 :: v_dual_add_f32 v19, v19, v101
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[168:169], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v98, v98
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v11, -v25
+        v_cvt_f16_f32_e64 v99, v99
+        v_pack_b32_f16 v97, v98, v99
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v11, -v25
+        v_dual_add_f32 v18, v18, v102 :: v_dual_add_f32 v19, v19, v103
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[172:173], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_cvt_f16_f32_e64 v100, v100
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v11, -v25
+        v_cvt_f16_f32_e64 v101, v101
+        v_pack_b32_f16 v98, v100, v101
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v11, -v25
+        v_dual_add_f32 v18, v18, v104 :: v_dual_add_f32 v19, v19, v105
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[162:163], v[130:131], v[64:71] neg_lo:[1,1,0]
+        ds_load_b128 v[160:163], v3 offset:12800
+        v_cvt_f16_f32_e64 v102, v102
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v11, -v25
+        v_cvt_f16_f32_e64 v103, v103
+        v_pack_b32_f16 v99, v102, v103
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v11, -v25
+        v_dual_add_f32 v18, v18, v106 :: v_dual_add_f32 v19, v19, v107
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[166:167], v[130:131], v[72:79] neg_lo:[1,1,0]
+        ds_load_b128 v[164:167], v3 offset:15104
+        v_cvt_f16_f32_e64 v104, v104
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v11, -v25
+        v_cvt_f16_f32_e64 v105, v105
+        v_pack_b32_f16 v104, v104, v105
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v11, -v25
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[170:171], v[130:131], v[80:87] neg_lo:[1,1,0]
+        ds_load_b128 v[168:171], v3 offset:8208
+        v_dual_add_f32 v18, v18, v108 :: v_dual_add_f32 v19, v19, v109
+        v_cvt_f16_f32_e64 v106, v106
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v11, -v25
+        v_cvt_f16_f32_e64 v107, v107
+        v_pack_b32_f16 v105, v106, v107
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v11, -v25
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[174:175], v[130:131], v[88:95] neg_lo:[1,1,0]
+        ds_load_b128 v[172:175], v3 offset:10512
+        v_dual_add_f32 v18, v18, v110 :: v_dual_add_f32 v19, v19, v111
+        v_cvt_f16_f32_e64 v108, v108
+        v_exp_f32_e32 v113, v113
+        v_fma_f32 v117, v117, v11, -v25
+        v_cvt_f16_f32_e64 v109, v109
+        v_pack_b32_f16 v106, v108, v109
+        v_exp_f32_e32 v114, v114
+        v_fma_f32 v118, v118, v11, -v25
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[176:177], v[132:133], v[64:71] neg_lo:[1,1,0]
+        v_dual_add_f32 v18, v18, v112 :: v_dual_add_f32 v19, v19, v113
+        v_cvt_f16_f32_e64 v110, v110
+        v_exp_f32_e32 v115, v115
+        v_fma_f32 v119, v119, v11, -v25
+        v_cvt_f16_f32_e64 v111, v111
+        v_pack_b32_f16 v107, v110, v111
+        v_exp_f32_e32 v116, v116
+        v_fma_f32 v120, v120, v11, -v25
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[180:181], v[132:133], v[72:79] neg_lo:[1,1,0]
+        v_dual_add_f32 v18, v18, v114 :: v_dual_add_f32 v19, v19, v115
+        v_cvt_f16_f32_e64 v112, v112
+        v_exp_f32_e32 v117, v117
+        v_fma_f32 v121, v121, v11, -v25
+        v_cvt_f16_f32_e64 v113, v113
+        v_pack_b32_f16 v112, v112, v113
+        v_exp_f32_e32 v118, v118
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[184:185], v[132:133], v[80:87] neg_lo:[1,1,0]
+        v_fma_f32 v122, v122, v11, -v25
+        v_dual_add_f32 v18, v18, v116 :: v_dual_add_f32 v19, v19, v117
+        v_cvt_f16_f32_e64 v114, v114
+        v_exp_f32_e32 v119, v119
+        v_fma_f32 v123, v123, v11, -v25
+        v_cvt_f16_f32_e64 v115, v115
+        v_pack_b32_f16 v113, v114, v115
+        v_exp_f32_e32 v120, v120
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[188:189], v[132:133], v[88:95] neg_lo:[1,1,0]
+        v_fma_f32 v124, v124, v11, -v25
+        v_dual_add_f32 v18, v18, v118 :: v_dual_add_f32 v19, v19, v119
+        v_cvt_f16_f32_e64 v116, v116
+        v_exp_f32_e32 v121, v121
+        v_fma_f32 v125, v125, v11, -v25
+        v_cvt_f16_f32_e64 v117, v117
+        v_pack_b32_f16 v114, v116, v117
+        v_exp_f32_e32 v122, v122
+        v_wmma_i32_16x16x16_iu8 v[64:71], v[178:179], v[134:135], v[64:71] neg_lo:[1,1,0]
+        ds_load_b128 v[176:179], v3 offset:12816
+        v_fma_f32 v126, v126, v11, -v25
+        v_dual_add_f32 v18, v18, v120 :: v_dual_add_f32 v19, v19, v121
+        v_cvt_f16_f32_e64 v118, v118
+        v_exp_f32_e32 v123, v123
+        v_fma_f32 v127, v127, v11, -v25
+        v_cvt_f16_f32_e64 v119, v119
+        v_pack_b32_f16 v115, v118, v119
+        v_exp_f32_e32 v124, v124
+        v_wmma_i32_16x16x16_iu8 v[72:79], v[182:183], v[134:135], v[72:79] neg_lo:[1,1,0]
+        ds_load_b128 v[180:183], v3 offset:15120
+        v_dual_add_f32 v18, v18, v122 :: v_dual_add_f32 v19, v19, v123
+        v_cvt_f16_f32_e64 v120, v120
+        v_exp_f32_e32 v125, v125
+        v_cvt_f16_f32_e64 v121, v121
+        v_pack_b32_f16 v120, v120, v121
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v18, v18, v124 :: v_dual_add_f32 v19, v19, v125
+        v_wmma_i32_16x16x16_iu8 v[80:87], v[186:187], v[134:135], v[80:87] neg_lo:[1,1,0]
+        ds_load_b128 v[184:187], v3 offset:8224
+        v_cvt_f16_f32_e64 v122, v122
+        v_exp_f32_e32 v127, v127
+        v_cvt_f16_f32_e64 v123, v123
+        v_pack_b32_f16 v121, v122, v123
+        v_dual_add_f32 v18, v18, v126 :: v_dual_add_f32 v19, v19, v127
+        v_cvt_f16_f32_e64 v124, v124
+        v_cvt_f16_f32_e64 v125, v125
+        v_pack_b32_f16 v122, v124, v125
+        v_wmma_i32_16x16x16_iu8 v[88:95], v[190:191], v[134:135], v[88:95] neg_lo:[1,1,0]
+        ds_load_b128 v[188:191], v3 offset:10528
+        v_cvt_f16_f32_e64 v126, v126
+        v_cvt_f16_f32_e64 v127, v127
+        v_pack_b32_f16 v123, v126, v127
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
+        v_permlanex16_b32 v24, v18, s70, 0xfedcba98
+        v_add_f32 v18, v18, v24
+        v_add_f32 v17, v17, v18
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp32_pv16_no_rescale_1
+        v_dual_mul_f32 v32, v15, v32 :: v_dual_mul_f32 v33, v16, v33
+        v_dual_mul_f32 v34, v15, v34 :: v_dual_mul_f32 v35, v16, v35
+        v_dual_mul_f32 v36, v15, v36 :: v_dual_mul_f32 v37, v16, v37
+        v_dual_mul_f32 v38, v15, v38 :: v_dual_mul_f32 v39, v16, v39
+        v_dual_mul_f32 v40, v15, v40 :: v_dual_mul_f32 v41, v16, v41
+        v_dual_mul_f32 v42, v15, v42 :: v_dual_mul_f32 v43, v16, v43
+        v_dual_mul_f32 v44, v15, v44 :: v_dual_mul_f32 v45, v16, v45
+        v_dual_mul_f32 v46, v15, v46 :: v_dual_mul_f32 v47, v16, v47
+        v_dual_mul_f32 v48, v15, v48 :: v_dual_mul_f32 v49, v16, v49
+        v_dual_mul_f32 v50, v15, v50 :: v_dual_mul_f32 v51, v16, v51
+        v_dual_mul_f32 v52, v15, v52 :: v_dual_mul_f32 v53, v16, v53
+        v_dual_mul_f32 v54, v15, v54 :: v_dual_mul_f32 v55, v16, v55
+        v_dual_mul_f32 v56, v15, v56 :: v_dual_mul_f32 v57, v16, v57
+        v_dual_mul_f32 v58, v15, v58 :: v_dual_mul_f32 v59, v16, v59
+        v_dual_mul_f32 v60, v15, v60 :: v_dual_mul_f32 v61, v16, v61
+        v_dual_mul_f32 v62, v15, v62 :: v_dual_mul_f32 v63, v16, v63
+.Ld64_fp32_pv16_no_rescale_1:
+
+        // ---- phase Y: PV(t) x 32 WMMA woven with the score scaling of tile t+1 -------------------------------
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[32:39], v[192:195], v[96:99], v[32:39]
+        ds_load_b128 v[192:195], v3 offset:12832
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[40:47], v[196:199], v[96:99], v[40:47]
+        ds_load_b128 v[196:199], v3 offset:15136
+        s_wait_loadcnt 6
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[48:55], v[160:163], v[96:99], v[48:55]
+        ds_load_b128 v[160:163], v3 offset:8240
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[56:63], v[164:167], v[96:99], v[56:63]
+        ds_load_b128 v[164:167], v3 offset:10544
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[32:39], v[168:171], v[104:107], v[32:39]
+        ds_load_b128 v[168:171], v3 offset:12848
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[40:47], v[172:175], v[104:107], v[40:47]
+        ds_load_b128 v[172:175], v3 offset:15152
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[48:55], v[176:179], v[104:107], v[48:55]
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_f16 v[56:63], v[180:183], v[104:107], v[56:63]
+        v_mul_f32 v10, s71, v8
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_f16 v[32:39], v[184:187], v[112:115], v[32:39]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_f16 v[40:47], v[188:191], v[112:115], v[40:47]
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[192:195], v[112:115], v[48:55]
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_f16 v[56:63], v[196:199], v[112:115], v[56:63]
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_f16 v[32:39], v[160:163], v[120:123], v[32:39]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_f16 v[40:47], v[164:167], v[120:123], v[40:47]
+        v_mov_b32 v11, v10
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_f16 v[48:55], v[168:171], v[120:123], v[48:55]
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_f16 v[56:63], v[172:175], v[120:123], v[56:63]
+
+        // ---- end of tile: staging -> LDS (K(t+2) -> kbuf[t%2], V^T(t+1) -> vbuf[(t+1)%2]), one barrier -------
+        s_wait_loadcnt 0
+        ds_store_b128 v4, v[136:139] offset:4096
+        ds_store_b128 v4, v[140:143] offset:6144
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        ds_store_b128 v5, v[144:147] offset:8192
+        ds_store_b128 v5, v[148:151] offset:8208
+        ds_store_b128 v5, v[152:155] offset:8224
+        ds_store_b128 v5, v[156:159] offset:8240
+        s_wait_dscnt 0  // LDS stores done before the barrier (docs/rdna4.md §Hazards 8)
+        s_barrier_signal -1
+        s_barrier_wait -1
+        s_add_co_i32 s72, s72, 1
+        s_wait_kmcnt 0  // L[min(t+3, last)]
+        s_mov_b32 s65, s66
+        s_mov_b32 s66, s67
+        s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
+        s_branch .Ld64_fp32_pv16_loop
+.Ld64_fp32_pv16_last_0:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_pv16_mask_issued_0_last_ool
+.Ld64_fp32_pv16_mask_issued_0_last:
+
+        // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_pv16_mask_applied_0_last_ool
+.Ld64_fp32_pv16_mask_applied_0_last:
+        ds_load_b128 v[160:163], v3 offset:8192
+        ds_load_b128 v[164:167], v3 offset:10496
+        ds_load_b128 v[168:171], v3 offset:12800
+        ds_load_b128 v[172:175], v3 offset:15104
+        ds_load_b128 v[176:179], v3 offset:8208
+        ds_load_b128 v[180:183], v3 offset:10512
+        ds_load_b128 v[184:187], v3 offset:12816
+        ds_load_b128 v[188:191], v3 offset:15120
+        ds_load_b128 v[192:195], v3 offset:8224
+        ds_load_b128 v[196:199], v3 offset:10528
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp32_pv16_nomask_0_last
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp32_pv16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp32_pv16_max_additive_0_last
+        v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
+        v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
+        v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
+        v_dual_max_num_f32 v22, v74, v22 :: v_dual_max_num_f32 v23, v75, v23
+        v_dual_max_num_f32 v20, v76, v20 :: v_dual_max_num_f32 v21, v77, v21
+        v_dual_max_num_f32 v22, v78, v22 :: v_dual_max_num_f32 v23, v79, v23
+        v_dual_max_num_f32 v20, v80, v20 :: v_dual_max_num_f32 v21, v81, v21
+        v_dual_max_num_f32 v22, v82, v22 :: v_dual_max_num_f32 v23, v83, v23
+        v_dual_max_num_f32 v20, v84, v20 :: v_dual_max_num_f32 v21, v85, v21
+        v_dual_max_num_f32 v22, v86, v22 :: v_dual_max_num_f32 v23, v87, v23
+        v_dual_max_num_f32 v20, v88, v20 :: v_dual_max_num_f32 v21, v89, v21
+        v_dual_max_num_f32 v22, v90, v22 :: v_dual_max_num_f32 v23, v91, v23
+        v_dual_max_num_f32 v20, v92, v20 :: v_dual_max_num_f32 v21, v93, v21
+        v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v13, v12, v20, v24
+        v_sub_f32 v15, v12, v13
+        v_exp_f32_e32 v15, v15
+.Ld64_fp32_pv16_max_done_0_last:
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v12
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v15, 0, v15, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v13
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v14, 0, v13, vcc_lo
+        v_subrev_f32_e32 v14, 0x40ffc000, v14
+        v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp32_pv16_one_fma_0_last_additive
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp32_pv16_one_fma_0_last
+        v_dual_subrev_f32 v64, s69, v64 :: v_dual_subrev_f32 v65, s69, v65
+        v_dual_mul_f32 v64, v10, v64 :: v_dual_mul_f32 v65, v11, v65
+        v_dual_subrev_f32 v66, s69, v66 :: v_dual_subrev_f32 v67, s69, v67
+        v_dual_mul_f32 v66, v10, v66 :: v_dual_mul_f32 v67, v11, v67
+        v_dual_subrev_f32 v68, s69, v68 :: v_dual_subrev_f32 v69, s69, v69
+        v_dual_mul_f32 v68, v10, v68 :: v_dual_mul_f32 v69, v11, v69
+        v_dual_subrev_f32 v70, s69, v70 :: v_dual_subrev_f32 v71, s69, v71
+        v_dual_mul_f32 v70, v10, v70 :: v_dual_mul_f32 v71, v11, v71
+        v_dual_subrev_f32 v72, s69, v72 :: v_dual_subrev_f32 v73, s69, v73
+        v_dual_mul_f32 v72, v10, v72 :: v_dual_mul_f32 v73, v11, v73
+        v_dual_subrev_f32 v74, s69, v74 :: v_dual_subrev_f32 v75, s69, v75
+        v_dual_mul_f32 v74, v10, v74 :: v_dual_mul_f32 v75, v11, v75
+        v_dual_subrev_f32 v76, s69, v76 :: v_dual_subrev_f32 v77, s69, v77
+        v_dual_mul_f32 v76, v10, v76 :: v_dual_mul_f32 v77, v11, v77
+        v_dual_subrev_f32 v78, s69, v78 :: v_dual_subrev_f32 v79, s69, v79
+        v_dual_mul_f32 v78, v10, v78 :: v_dual_mul_f32 v79, v11, v79
+        v_dual_subrev_f32 v80, s69, v80 :: v_dual_subrev_f32 v81, s69, v81
+        v_dual_mul_f32 v80, v10, v80 :: v_dual_mul_f32 v81, v11, v81
+        v_dual_subrev_f32 v82, s69, v82 :: v_dual_subrev_f32 v83, s69, v83
+        v_dual_mul_f32 v82, v10, v82 :: v_dual_mul_f32 v83, v11, v83
+        v_dual_subrev_f32 v84, s69, v84 :: v_dual_subrev_f32 v85, s69, v85
+        v_dual_mul_f32 v84, v10, v84 :: v_dual_mul_f32 v85, v11, v85
+        v_dual_subrev_f32 v86, s69, v86 :: v_dual_subrev_f32 v87, s69, v87
+        v_dual_mul_f32 v86, v10, v86 :: v_dual_mul_f32 v87, v11, v87
+        v_dual_subrev_f32 v88, s69, v88 :: v_dual_subrev_f32 v89, s69, v89
+        v_dual_mul_f32 v88, v10, v88 :: v_dual_mul_f32 v89, v11, v89
+        v_dual_subrev_f32 v90, s69, v90 :: v_dual_subrev_f32 v91, s69, v91
+        v_dual_mul_f32 v90, v10, v90 :: v_dual_mul_f32 v91, v11, v91
+        v_dual_subrev_f32 v92, s69, v92 :: v_dual_subrev_f32 v93, s69, v93
+        v_dual_mul_f32 v92, v10, v92 :: v_dual_mul_f32 v93, v11, v93
+        v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
+        v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp32_pv16_one_fma_0_last_lim
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v64, 0xff800000, v64, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v65, 0xff800000, v65, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v66, 0xff800000, v66, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v67, 0xff800000, v67, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v68, 0xff800000, v68, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v69, 0xff800000, v69, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v70, 0xff800000, v70, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v71, 0xff800000, v71, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v72, 0xff800000, v72, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v73, 0xff800000, v73, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v74, 0xff800000, v74, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v75, 0xff800000, v75, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v76, 0xff800000, v76, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v77, 0xff800000, v77, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v78, 0xff800000, v78, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v79, 0xff800000, v79, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v80, 0xff800000, v80, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v81, 0xff800000, v81, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v82, 0xff800000, v82, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v83, 0xff800000, v83, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v84, 0xff800000, v84, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v85, 0xff800000, v85, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v86, 0xff800000, v86, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v87, 0xff800000, v87, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v88, 0xff800000, v88, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v89, 0xff800000, v89, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v90, 0xff800000, v90, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v91, 0xff800000, v91, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v92, 0xff800000, v92, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v93, 0xff800000, v93, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v94, 0xff800000, v94, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp32_pv16_one_fma_0_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_pv16_one_fma_0_last_bits
+.Ld64_fp32_pv16_one_fma_0_last_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_fp32_pv16_one_fma_0_last:
+        v_fma_f32 v64, v64, v11, -v25
+        v_fma_f32 v65, v65, v11, -v25
+        v_fma_f32 v66, v66, v11, -v25
+        v_fma_f32 v67, v67, v11, -v25
+        v_exp_f32_e32 v64, v64
+        v_fma_f32 v68, v68, v11, -v25
+        v_exp_f32_e32 v65, v65
+        v_fma_f32 v69, v69, v11, -v25
+        v_exp_f32_e32 v66, v66
+        v_fma_f32 v70, v70, v11, -v25
+        v_exp_f32_e32 v67, v67
+        v_fma_f32 v71, v71, v11, -v25
+        v_exp_f32_e32 v68, v68
+        v_fma_f32 v72, v72, v11, -v25
+        v_dual_add_f32 v18, v64, v66 :: v_dual_add_f32 v19, v65, v67
+        v_cvt_f16_f32_e64 v64, v64
+        v_exp_f32_e32 v69, v69
+        v_fma_f32 v73, v73, v11, -v25
+        v_cvt_f16_f32_e64 v65, v65
+        v_pack_b32_f16 v64, v64, v65
+        v_exp_f32_e32 v70, v70
+        v_fma_f32 v74, v74, v11, -v25
+        v_dual_add_f32 v18, v18, v68 :: v_dual_add_f32 v19, v19, v69
+        v_cvt_f16_f32_e64 v66, v66
+        v_exp_f32_e32 v71, v71
+        v_fma_f32 v75, v75, v11, -v25
+        v_cvt_f16_f32_e64 v67, v67
+        v_pack_b32_f16 v65, v66, v67
+        v_exp_f32_e32 v72, v72
+        v_fma_f32 v76, v76, v11, -v25
+        v_dual_add_f32 v18, v18, v70 :: v_dual_add_f32 v19, v19, v71
+        v_cvt_f16_f32_e64 v68, v68
+        v_exp_f32_e32 v73, v73
+        v_fma_f32 v77, v77, v11, -v25
+        v_cvt_f16_f32_e64 v69, v69
+        v_pack_b32_f16 v66, v68, v69
+        v_exp_f32_e32 v74, v74
+        v_fma_f32 v78, v78, v11, -v25
+        v_dual_add_f32 v18, v18, v72 :: v_dual_add_f32 v19, v19, v73
+        v_cvt_f16_f32_e64 v70, v70
+        v_exp_f32_e32 v75, v75
+        v_fma_f32 v79, v79, v11, -v25
+        v_cvt_f16_f32_e64 v71, v71
+        v_pack_b32_f16 v67, v70, v71
+        v_exp_f32_e32 v76, v76
+        v_fma_f32 v80, v80, v11, -v25
+        v_dual_add_f32 v18, v18, v74 :: v_dual_add_f32 v19, v19, v75
+        v_cvt_f16_f32_e64 v72, v72
+        v_exp_f32_e32 v77, v77
+        v_fma_f32 v81, v81, v11, -v25
+        v_cvt_f16_f32_e64 v73, v73
+        v_pack_b32_f16 v72, v72, v73
+        v_exp_f32_e32 v78, v78
+        v_fma_f32 v82, v82, v11, -v25
+        v_dual_add_f32 v18, v18, v76 :: v_dual_add_f32 v19, v19, v77
+        v_cvt_f16_f32_e64 v74, v74
+        v_exp_f32_e32 v79, v79
+        v_fma_f32 v83, v83, v11, -v25
+        v_cvt_f16_f32_e64 v75, v75
+        v_pack_b32_f16 v73, v74, v75
+        v_exp_f32_e32 v80, v80
+        v_fma_f32 v84, v84, v11, -v25
+        v_dual_add_f32 v18, v18, v78 :: v_dual_add_f32 v19, v19, v79
+        v_cvt_f16_f32_e64 v76, v76
+        v_exp_f32_e32 v81, v81
+        v_fma_f32 v85, v85, v11, -v25
+        v_cvt_f16_f32_e64 v77, v77
+        v_pack_b32_f16 v74, v76, v77
+        v_exp_f32_e32 v82, v82
+        v_fma_f32 v86, v86, v11, -v25
+        v_dual_add_f32 v18, v18, v80 :: v_dual_add_f32 v19, v19, v81
+        v_cvt_f16_f32_e64 v78, v78
+        v_exp_f32_e32 v83, v83
+        v_fma_f32 v87, v87, v11, -v25
+        v_cvt_f16_f32_e64 v79, v79
+        v_pack_b32_f16 v75, v78, v79
+        v_exp_f32_e32 v84, v84
+        v_fma_f32 v88, v88, v11, -v25
+        v_dual_add_f32 v18, v18, v82 :: v_dual_add_f32 v19, v19, v83
+        v_cvt_f16_f32_e64 v80, v80
+        v_exp_f32_e32 v85, v85
+        v_fma_f32 v89, v89, v11, -v25
+        v_cvt_f16_f32_e64 v81, v81
+        v_pack_b32_f16 v80, v80, v81
+        v_exp_f32_e32 v86, v86
+        v_fma_f32 v90, v90, v11, -v25
+        v_dual_add_f32 v18, v18, v84 :: v_dual_add_f32 v19, v19, v85
+        v_cvt_f16_f32_e64 v82, v82
+        v_exp_f32_e32 v87, v87
+        v_fma_f32 v91, v91, v11, -v25
+        v_cvt_f16_f32_e64 v83, v83
+        v_pack_b32_f16 v81, v82, v83
+        v_exp_f32_e32 v88, v88
+        v_fma_f32 v92, v92, v11, -v25
+        v_dual_add_f32 v18, v18, v86 :: v_dual_add_f32 v19, v19, v87
+        v_cvt_f16_f32_e64 v84, v84
+        v_exp_f32_e32 v89, v89
+        v_fma_f32 v93, v93, v11, -v25
+        v_cvt_f16_f32_e64 v85, v85
+        v_pack_b32_f16 v82, v84, v85
+        v_exp_f32_e32 v90, v90
+        v_fma_f32 v94, v94, v11, -v25
+        v_dual_add_f32 v18, v18, v88 :: v_dual_add_f32 v19, v19, v89
+        v_cvt_f16_f32_e64 v86, v86
+        v_exp_f32_e32 v91, v91
+        v_fma_f32 v95, v95, v11, -v25
+        v_cvt_f16_f32_e64 v87, v87
+        v_pack_b32_f16 v83, v86, v87
+        v_exp_f32_e32 v92, v92
+        v_dual_add_f32 v18, v18, v90 :: v_dual_add_f32 v19, v19, v91
+        v_cvt_f16_f32_e64 v88, v88
+        v_exp_f32_e32 v93, v93
+        v_cvt_f16_f32_e64 v89, v89
+        v_pack_b32_f16 v88, v88, v89
+        v_exp_f32_e32 v94, v94
+        v_dual_add_f32 v18, v18, v92 :: v_dual_add_f32 v19, v19, v93
+        v_cvt_f16_f32_e64 v90, v90
+        v_exp_f32_e32 v95, v95
+        v_cvt_f16_f32_e64 v91, v91
+        v_pack_b32_f16 v89, v90, v91
+        v_dual_add_f32 v18, v18, v94 :: v_dual_add_f32 v19, v19, v95
+        v_cvt_f16_f32_e64 v92, v92
+        v_cvt_f16_f32_e64 v93, v93
+        v_pack_b32_f16 v90, v92, v93
+        v_cvt_f16_f32_e64 v94, v94
+        v_cvt_f16_f32_e64 v95, v95
+        v_pack_b32_f16 v91, v94, v95
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
+        v_permlanex16_b32 v24, v18, s70, 0xfedcba98
+        v_add_f32 v18, v18, v24
+        v_add_f32 v17, v17, v18
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp32_pv16_no_rescale_0_last
+        v_dual_mul_f32 v32, v15, v32 :: v_dual_mul_f32 v33, v16, v33
+        v_dual_mul_f32 v34, v15, v34 :: v_dual_mul_f32 v35, v16, v35
+        v_dual_mul_f32 v36, v15, v36 :: v_dual_mul_f32 v37, v16, v37
+        v_dual_mul_f32 v38, v15, v38 :: v_dual_mul_f32 v39, v16, v39
+        v_dual_mul_f32 v40, v15, v40 :: v_dual_mul_f32 v41, v16, v41
+        v_dual_mul_f32 v42, v15, v42 :: v_dual_mul_f32 v43, v16, v43
+        v_dual_mul_f32 v44, v15, v44 :: v_dual_mul_f32 v45, v16, v45
+        v_dual_mul_f32 v46, v15, v46 :: v_dual_mul_f32 v47, v16, v47
+        v_dual_mul_f32 v48, v15, v48 :: v_dual_mul_f32 v49, v16, v49
+        v_dual_mul_f32 v50, v15, v50 :: v_dual_mul_f32 v51, v16, v51
+        v_dual_mul_f32 v52, v15, v52 :: v_dual_mul_f32 v53, v16, v53
+        v_dual_mul_f32 v54, v15, v54 :: v_dual_mul_f32 v55, v16, v55
+        v_dual_mul_f32 v56, v15, v56 :: v_dual_mul_f32 v57, v16, v57
+        v_dual_mul_f32 v58, v15, v58 :: v_dual_mul_f32 v59, v16, v59
+        v_dual_mul_f32 v60, v15, v60 :: v_dual_mul_f32 v61, v16, v61
+        v_dual_mul_f32 v62, v15, v62 :: v_dual_mul_f32 v63, v16, v63
+.Ld64_fp32_pv16_no_rescale_0_last:
+
+        // ---- phase Y: PV(t) x 32 WMMA ------------------------------------------------------------------------
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[32:39], v[160:163], v[64:67], v[32:39]
+        ds_load_b128 v[160:163], v3 offset:12832
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[40:47], v[164:167], v[64:67], v[40:47]
+        ds_load_b128 v[164:167], v3 offset:15136
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[48:55], v[168:171], v[64:67], v[48:55]
+        ds_load_b128 v[168:171], v3 offset:8240
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[56:63], v[172:175], v[64:67], v[56:63]
+        ds_load_b128 v[172:175], v3 offset:10544
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[32:39], v[176:179], v[72:75], v[32:39]
+        ds_load_b128 v[176:179], v3 offset:12848
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[40:47], v[180:183], v[72:75], v[40:47]
+        ds_load_b128 v[180:183], v3 offset:15152
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[48:55], v[184:187], v[72:75], v[48:55]
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_f16 v[56:63], v[188:191], v[72:75], v[56:63]
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_f16 v[32:39], v[192:195], v[80:83], v[32:39]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_f16 v[40:47], v[196:199], v[80:83], v[40:47]
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[160:163], v[80:83], v[48:55]
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_f16 v[56:63], v[164:167], v[80:83], v[56:63]
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_f16 v[32:39], v[168:171], v[88:91], v[32:39]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_f16 v[40:47], v[172:175], v[88:91], v[40:47]
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_f16 v[48:55], v[176:179], v[88:91], v[48:55]
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_f16 v[56:63], v[180:183], v[88:91], v[56:63]
+        v_mov_b32 v12, v13  // m of the last tile into m[0]
+        s_branch .Ld64_fp32_pv16_epilogue
+.Ld64_fp32_pv16_last_1:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_pv16_mask_issued_1_last_ool
+.Ld64_fp32_pv16_mask_issued_1_last:
+
+        // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_pv16_mask_applied_1_last_ool
+.Ld64_fp32_pv16_mask_applied_1_last:
+        ds_load_b128 v[160:163], v3 offset:8192
+        ds_load_b128 v[164:167], v3 offset:10496
+        ds_load_b128 v[168:171], v3 offset:12800
+        ds_load_b128 v[172:175], v3 offset:15104
+        ds_load_b128 v[176:179], v3 offset:8208
+        ds_load_b128 v[180:183], v3 offset:10512
+        ds_load_b128 v[184:187], v3 offset:12816
+        ds_load_b128 v[188:191], v3 offset:15120
+        ds_load_b128 v[192:195], v3 offset:8224
+        ds_load_b128 v[196:199], v3 offset:10528
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp32_pv16_nomask_1_last
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp32_pv16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp32_pv16_max_additive_1_last
+        v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
+        v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
+        v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
+        v_dual_max_num_f32 v22, v106, v22 :: v_dual_max_num_f32 v23, v107, v23
+        v_dual_max_num_f32 v20, v108, v20 :: v_dual_max_num_f32 v21, v109, v21
+        v_dual_max_num_f32 v22, v110, v22 :: v_dual_max_num_f32 v23, v111, v23
+        v_dual_max_num_f32 v20, v112, v20 :: v_dual_max_num_f32 v21, v113, v21
+        v_dual_max_num_f32 v22, v114, v22 :: v_dual_max_num_f32 v23, v115, v23
+        v_dual_max_num_f32 v20, v116, v20 :: v_dual_max_num_f32 v21, v117, v21
+        v_dual_max_num_f32 v22, v118, v22 :: v_dual_max_num_f32 v23, v119, v23
+        v_dual_max_num_f32 v20, v120, v20 :: v_dual_max_num_f32 v21, v121, v21
+        v_dual_max_num_f32 v22, v122, v22 :: v_dual_max_num_f32 v23, v123, v23
+        v_dual_max_num_f32 v20, v124, v20 :: v_dual_max_num_f32 v21, v125, v21
+        v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_subrev_f32 v20, s69, v20
+        v_mul_f32 v20, v10, v20
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v12, v13, v20, v24
+        v_sub_f32 v15, v13, v12
+        v_exp_f32_e32 v15, v15
+.Ld64_fp32_pv16_max_done_1_last:
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v13
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v15, 0, v15, vcc_lo
+        v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v12
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v14, 0, v12, vcc_lo
+        v_subrev_f32_e32 v14, 0x40ffc000, v14
+        v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp32_pv16_one_fma_1_last_additive
+        v_add_nc_u32_e32 v24, -1, v10
+        v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp32_pv16_one_fma_1_last
+        v_dual_subrev_f32 v96, s69, v96 :: v_dual_subrev_f32 v97, s69, v97
+        v_dual_mul_f32 v96, v10, v96 :: v_dual_mul_f32 v97, v11, v97
+        v_dual_subrev_f32 v98, s69, v98 :: v_dual_subrev_f32 v99, s69, v99
+        v_dual_mul_f32 v98, v10, v98 :: v_dual_mul_f32 v99, v11, v99
+        v_dual_subrev_f32 v100, s69, v100 :: v_dual_subrev_f32 v101, s69, v101
+        v_dual_mul_f32 v100, v10, v100 :: v_dual_mul_f32 v101, v11, v101
+        v_dual_subrev_f32 v102, s69, v102 :: v_dual_subrev_f32 v103, s69, v103
+        v_dual_mul_f32 v102, v10, v102 :: v_dual_mul_f32 v103, v11, v103
+        v_dual_subrev_f32 v104, s69, v104 :: v_dual_subrev_f32 v105, s69, v105
+        v_dual_mul_f32 v104, v10, v104 :: v_dual_mul_f32 v105, v11, v105
+        v_dual_subrev_f32 v106, s69, v106 :: v_dual_subrev_f32 v107, s69, v107
+        v_dual_mul_f32 v106, v10, v106 :: v_dual_mul_f32 v107, v11, v107
+        v_dual_subrev_f32 v108, s69, v108 :: v_dual_subrev_f32 v109, s69, v109
+        v_dual_mul_f32 v108, v10, v108 :: v_dual_mul_f32 v109, v11, v109
+        v_dual_subrev_f32 v110, s69, v110 :: v_dual_subrev_f32 v111, s69, v111
+        v_dual_mul_f32 v110, v10, v110 :: v_dual_mul_f32 v111, v11, v111
+        v_dual_subrev_f32 v112, s69, v112 :: v_dual_subrev_f32 v113, s69, v113
+        v_dual_mul_f32 v112, v10, v112 :: v_dual_mul_f32 v113, v11, v113
+        v_dual_subrev_f32 v114, s69, v114 :: v_dual_subrev_f32 v115, s69, v115
+        v_dual_mul_f32 v114, v10, v114 :: v_dual_mul_f32 v115, v11, v115
+        v_dual_subrev_f32 v116, s69, v116 :: v_dual_subrev_f32 v117, s69, v117
+        v_dual_mul_f32 v116, v10, v116 :: v_dual_mul_f32 v117, v11, v117
+        v_dual_subrev_f32 v118, s69, v118 :: v_dual_subrev_f32 v119, s69, v119
+        v_dual_mul_f32 v118, v10, v118 :: v_dual_mul_f32 v119, v11, v119
+        v_dual_subrev_f32 v120, s69, v120 :: v_dual_subrev_f32 v121, s69, v121
+        v_dual_mul_f32 v120, v10, v120 :: v_dual_mul_f32 v121, v11, v121
+        v_dual_subrev_f32 v122, s69, v122 :: v_dual_subrev_f32 v123, s69, v123
+        v_dual_mul_f32 v122, v10, v122 :: v_dual_mul_f32 v123, v11, v123
+        v_dual_subrev_f32 v124, s69, v124 :: v_dual_subrev_f32 v125, s69, v125
+        v_dual_mul_f32 v124, v10, v124 :: v_dual_mul_f32 v125, v11, v125
+        v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
+        v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
+        s_lshl_b32 s56, s65, 6
+        s_add_co_i32 s57, s56, 64
+        s_cmp_le_i32 s57, s61
+        s_cbranch_scc1 .Ld64_fp32_pv16_one_fma_1_last_lim
+        s_wait_alu depctr_sa_sdst(0)
+        v_and_b32 v25, 15, v0
+        v_add_nc_u32_e32 v25, s60, v25
+        v_min_i32_e32 v25, s24, v25
+        v_subrev_nc_u32_e32 v25, s56, v25
+        v_bfe_u32 v24, v0, 4, 1
+        v_lshlrev_b32 v24, 5, v24
+        v_sub_nc_u32_e32 v25, v25, v24
+        v_cmp_lt_i32_e32 vcc_lo, 0, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v96, 0xff800000, v96, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 1, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v97, 0xff800000, v97, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 2, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v98, 0xff800000, v98, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 3, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v99, 0xff800000, v99, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 4, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v100, 0xff800000, v100, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 5, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v101, 0xff800000, v101, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 6, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v102, 0xff800000, v102, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 7, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v103, 0xff800000, v103, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 8, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v104, 0xff800000, v104, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 9, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v105, 0xff800000, v105, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 10, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v106, 0xff800000, v106, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 11, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v107, 0xff800000, v107, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 12, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v108, 0xff800000, v108, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 13, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v109, 0xff800000, v109, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 14, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v110, 0xff800000, v110, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 15, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v111, 0xff800000, v111, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 16, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v112, 0xff800000, v112, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 17, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v113, 0xff800000, v113, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 18, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v114, 0xff800000, v114, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 19, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v115, 0xff800000, v115, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 20, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v116, 0xff800000, v116, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 21, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v117, 0xff800000, v117, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 22, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v118, 0xff800000, v118, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 23, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v119, 0xff800000, v119, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 24, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v120, 0xff800000, v120, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 25, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v121, 0xff800000, v121, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 26, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v122, 0xff800000, v122, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 27, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v123, 0xff800000, v123, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 28, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v124, 0xff800000, v124, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 29, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v125, 0xff800000, v125, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 30, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v126, 0xff800000, v126, vcc_lo
+        v_cmp_lt_i32_e32 vcc_lo, 31, v25
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp32_pv16_one_fma_1_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp32_pv16_one_fma_1_last_bits
+.Ld64_fp32_pv16_one_fma_1_last_mask:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+.Ld64_fp32_pv16_one_fma_1_last:
+        v_fma_f32 v96, v96, v11, -v25
+        v_fma_f32 v97, v97, v11, -v25
+        v_fma_f32 v98, v98, v11, -v25
+        v_fma_f32 v99, v99, v11, -v25
+        v_exp_f32_e32 v96, v96
+        v_fma_f32 v100, v100, v11, -v25
+        v_exp_f32_e32 v97, v97
+        v_fma_f32 v101, v101, v11, -v25
+        v_exp_f32_e32 v98, v98
+        v_fma_f32 v102, v102, v11, -v25
+        v_exp_f32_e32 v99, v99
+        v_fma_f32 v103, v103, v11, -v25
+        v_exp_f32_e32 v100, v100
+        v_fma_f32 v104, v104, v11, -v25
+        v_dual_add_f32 v18, v96, v98 :: v_dual_add_f32 v19, v97, v99
+        v_cvt_f16_f32_e64 v96, v96
+        v_exp_f32_e32 v101, v101
+        v_fma_f32 v105, v105, v11, -v25
+        v_cvt_f16_f32_e64 v97, v97
+        v_pack_b32_f16 v96, v96, v97
+        v_exp_f32_e32 v102, v102
+        v_fma_f32 v106, v106, v11, -v25
+        v_dual_add_f32 v18, v18, v100 :: v_dual_add_f32 v19, v19, v101
+        v_cvt_f16_f32_e64 v98, v98
+        v_exp_f32_e32 v103, v103
+        v_fma_f32 v107, v107, v11, -v25
+        v_cvt_f16_f32_e64 v99, v99
+        v_pack_b32_f16 v97, v98, v99
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v11, -v25
+        v_dual_add_f32 v18, v18, v102 :: v_dual_add_f32 v19, v19, v103
+        v_cvt_f16_f32_e64 v100, v100
+        v_exp_f32_e32 v105, v105
+        v_fma_f32 v109, v109, v11, -v25
+        v_cvt_f16_f32_e64 v101, v101
+        v_pack_b32_f16 v98, v100, v101
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v11, -v25
+        v_dual_add_f32 v18, v18, v104 :: v_dual_add_f32 v19, v19, v105
+        v_cvt_f16_f32_e64 v102, v102
+        v_exp_f32_e32 v107, v107
+        v_fma_f32 v111, v111, v11, -v25
+        v_cvt_f16_f32_e64 v103, v103
+        v_pack_b32_f16 v99, v102, v103
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v11, -v25
+        v_dual_add_f32 v18, v18, v106 :: v_dual_add_f32 v19, v19, v107
+        v_cvt_f16_f32_e64 v104, v104
+        v_exp_f32_e32 v109, v109
+        v_fma_f32 v113, v113, v11, -v25
+        v_cvt_f16_f32_e64 v105, v105
+        v_pack_b32_f16 v104, v104, v105
+        v_exp_f32_e32 v110, v110
+        v_fma_f32 v114, v114, v11, -v25
+        v_dual_add_f32 v18, v18, v108 :: v_dual_add_f32 v19, v19, v109
+        v_cvt_f16_f32_e64 v106, v106
+        v_exp_f32_e32 v111, v111
+        v_fma_f32 v115, v115, v11, -v25
+        v_cvt_f16_f32_e64 v107, v107
+        v_pack_b32_f16 v105, v106, v107
+        v_exp_f32_e32 v112, v112
+        v_fma_f32 v116, v116, v11, -v25
+        v_dual_add_f32 v18, v18, v110 :: v_dual_add_f32 v19, v19, v111
+        v_cvt_f16_f32_e64 v108, v108
+        v_exp_f32_e32 v113, v113
+        v_fma_f32 v117, v117, v11, -v25
+        v_cvt_f16_f32_e64 v109, v109
+        v_pack_b32_f16 v106, v108, v109
+        v_exp_f32_e32 v114, v114
+        v_fma_f32 v118, v118, v11, -v25
+        v_dual_add_f32 v18, v18, v112 :: v_dual_add_f32 v19, v19, v113
+        v_cvt_f16_f32_e64 v110, v110
+        v_exp_f32_e32 v115, v115
+        v_fma_f32 v119, v119, v11, -v25
+        v_cvt_f16_f32_e64 v111, v111
+        v_pack_b32_f16 v107, v110, v111
+        v_exp_f32_e32 v116, v116
+        v_fma_f32 v120, v120, v11, -v25
+        v_dual_add_f32 v18, v18, v114 :: v_dual_add_f32 v19, v19, v115
+        v_cvt_f16_f32_e64 v112, v112
+        v_exp_f32_e32 v117, v117
+        v_fma_f32 v121, v121, v11, -v25
+        v_cvt_f16_f32_e64 v113, v113
+        v_pack_b32_f16 v112, v112, v113
+        v_exp_f32_e32 v118, v118
+        v_fma_f32 v122, v122, v11, -v25
+        v_dual_add_f32 v18, v18, v116 :: v_dual_add_f32 v19, v19, v117
+        v_cvt_f16_f32_e64 v114, v114
+        v_exp_f32_e32 v119, v119
+        v_fma_f32 v123, v123, v11, -v25
+        v_cvt_f16_f32_e64 v115, v115
+        v_pack_b32_f16 v113, v114, v115
+        v_exp_f32_e32 v120, v120
+        v_fma_f32 v124, v124, v11, -v25
+        v_dual_add_f32 v18, v18, v118 :: v_dual_add_f32 v19, v19, v119
+        v_cvt_f16_f32_e64 v116, v116
+        v_exp_f32_e32 v121, v121
+        v_fma_f32 v125, v125, v11, -v25
+        v_cvt_f16_f32_e64 v117, v117
+        v_pack_b32_f16 v114, v116, v117
+        v_exp_f32_e32 v122, v122
+        v_fma_f32 v126, v126, v11, -v25
+        v_dual_add_f32 v18, v18, v120 :: v_dual_add_f32 v19, v19, v121
+        v_cvt_f16_f32_e64 v118, v118
+        v_exp_f32_e32 v123, v123
+        v_fma_f32 v127, v127, v11, -v25
+        v_cvt_f16_f32_e64 v119, v119
+        v_pack_b32_f16 v115, v118, v119
+        v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v18, v18, v122 :: v_dual_add_f32 v19, v19, v123
+        v_cvt_f16_f32_e64 v120, v120
+        v_exp_f32_e32 v125, v125
+        v_cvt_f16_f32_e64 v121, v121
+        v_pack_b32_f16 v120, v120, v121
+        v_exp_f32_e32 v126, v126
+        v_dual_add_f32 v18, v18, v124 :: v_dual_add_f32 v19, v19, v125
+        v_cvt_f16_f32_e64 v122, v122
+        v_exp_f32_e32 v127, v127
+        v_cvt_f16_f32_e64 v123, v123
+        v_pack_b32_f16 v121, v122, v123
+        v_dual_add_f32 v18, v18, v126 :: v_dual_add_f32 v19, v19, v127
+        v_cvt_f16_f32_e64 v124, v124
+        v_cvt_f16_f32_e64 v125, v125
+        v_pack_b32_f16 v122, v124, v125
+        v_cvt_f16_f32_e64 v126, v126
+        v_cvt_f16_f32_e64 v127, v127
+        v_pack_b32_f16 v123, v126, v127
+        v_dual_mov_b32 v16, v15 :: v_dual_mul_f32 v17, v17, v15
+        v_add_f32 v18, v18, v19
+        v_permlanex16_b32 v24, v18, s70, 0xfedcba98
+        v_add_f32 v18, v18, v24
+        v_add_f32 v17, v17, v18
+        v_cmp_neq_f32_e32 vcc_lo, 1.0, v15
+        s_wait_alu depctr_va_vcc(0)
+        s_cbranch_vccz .Ld64_fp32_pv16_no_rescale_1_last
+        v_dual_mul_f32 v32, v15, v32 :: v_dual_mul_f32 v33, v16, v33
+        v_dual_mul_f32 v34, v15, v34 :: v_dual_mul_f32 v35, v16, v35
+        v_dual_mul_f32 v36, v15, v36 :: v_dual_mul_f32 v37, v16, v37
+        v_dual_mul_f32 v38, v15, v38 :: v_dual_mul_f32 v39, v16, v39
+        v_dual_mul_f32 v40, v15, v40 :: v_dual_mul_f32 v41, v16, v41
+        v_dual_mul_f32 v42, v15, v42 :: v_dual_mul_f32 v43, v16, v43
+        v_dual_mul_f32 v44, v15, v44 :: v_dual_mul_f32 v45, v16, v45
+        v_dual_mul_f32 v46, v15, v46 :: v_dual_mul_f32 v47, v16, v47
+        v_dual_mul_f32 v48, v15, v48 :: v_dual_mul_f32 v49, v16, v49
+        v_dual_mul_f32 v50, v15, v50 :: v_dual_mul_f32 v51, v16, v51
+        v_dual_mul_f32 v52, v15, v52 :: v_dual_mul_f32 v53, v16, v53
+        v_dual_mul_f32 v54, v15, v54 :: v_dual_mul_f32 v55, v16, v55
+        v_dual_mul_f32 v56, v15, v56 :: v_dual_mul_f32 v57, v16, v57
+        v_dual_mul_f32 v58, v15, v58 :: v_dual_mul_f32 v59, v16, v59
+        v_dual_mul_f32 v60, v15, v60 :: v_dual_mul_f32 v61, v16, v61
+        v_dual_mul_f32 v62, v15, v62 :: v_dual_mul_f32 v63, v16, v63
+.Ld64_fp32_pv16_no_rescale_1_last:
+
+        // ---- phase Y: PV(t) x 32 WMMA ------------------------------------------------------------------------
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[32:39], v[160:163], v[96:99], v[32:39]
+        ds_load_b128 v[160:163], v3 offset:12832
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[40:47], v[164:167], v[96:99], v[40:47]
+        ds_load_b128 v[164:167], v3 offset:15136
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[48:55], v[168:171], v[96:99], v[48:55]
+        ds_load_b128 v[168:171], v3 offset:8240
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[56:63], v[172:175], v[96:99], v[56:63]
+        ds_load_b128 v[172:175], v3 offset:10544
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[32:39], v[176:179], v[104:107], v[32:39]
+        ds_load_b128 v[176:179], v3 offset:12848
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[40:47], v[180:183], v[104:107], v[40:47]
+        ds_load_b128 v[180:183], v3 offset:15152
+        s_wait_dscnt 9
+        v_wmma_f32_16x16x16_f16 v[48:55], v[184:187], v[104:107], v[48:55]
+        s_wait_dscnt 8
+        v_wmma_f32_16x16x16_f16 v[56:63], v[188:191], v[104:107], v[56:63]
+        s_wait_dscnt 7
+        v_wmma_f32_16x16x16_f16 v[32:39], v[192:195], v[112:115], v[32:39]
+        s_wait_dscnt 6
+        v_wmma_f32_16x16x16_f16 v[40:47], v[196:199], v[112:115], v[40:47]
+        s_wait_dscnt 5
+        v_wmma_f32_16x16x16_f16 v[48:55], v[160:163], v[112:115], v[48:55]
+        s_wait_dscnt 4
+        v_wmma_f32_16x16x16_f16 v[56:63], v[164:167], v[112:115], v[56:63]
+        s_wait_dscnt 3
+        v_wmma_f32_16x16x16_f16 v[32:39], v[168:171], v[120:123], v[32:39]
+        s_wait_dscnt 2
+        v_wmma_f32_16x16x16_f16 v[40:47], v[172:175], v[120:123], v[40:47]
+        s_wait_dscnt 1
+        v_wmma_f32_16x16x16_f16 v[48:55], v[176:179], v[120:123], v[48:55]
+        s_wait_dscnt 0
+        v_wmma_f32_16x16x16_f16 v[56:63], v[180:183], v[120:123], v[56:63]
+        s_branch .Ld64_fp32_pv16_epilogue
+.Ld64_fp32_pv16_empty:
+
+        // ---- no active key tile (LUT count 0): O = 0, m = -inf, l = 0 -> zeros and lse -inf ------------------
+        v_dual_mov_b32 v32, 0 :: v_dual_mov_b32 v33, 0
+        v_dual_mov_b32 v34, 0 :: v_dual_mov_b32 v35, 0
+        v_dual_mov_b32 v36, 0 :: v_dual_mov_b32 v37, 0
+        v_dual_mov_b32 v38, 0 :: v_dual_mov_b32 v39, 0
+        v_dual_mov_b32 v40, 0 :: v_dual_mov_b32 v41, 0
+        v_dual_mov_b32 v42, 0 :: v_dual_mov_b32 v43, 0
+        v_dual_mov_b32 v44, 0 :: v_dual_mov_b32 v45, 0
+        v_dual_mov_b32 v46, 0 :: v_dual_mov_b32 v47, 0
+        v_dual_mov_b32 v48, 0 :: v_dual_mov_b32 v49, 0
+        v_dual_mov_b32 v50, 0 :: v_dual_mov_b32 v51, 0
+        v_dual_mov_b32 v52, 0 :: v_dual_mov_b32 v53, 0
+        v_dual_mov_b32 v54, 0 :: v_dual_mov_b32 v55, 0
+        v_dual_mov_b32 v56, 0 :: v_dual_mov_b32 v57, 0
+        v_dual_mov_b32 v58, 0 :: v_dual_mov_b32 v59, 0
+        v_dual_mov_b32 v60, 0 :: v_dual_mov_b32 v61, 0
+        v_dual_mov_b32 v62, 0 :: v_dual_mov_b32 v63, 0
+        v_dual_mov_b32 v12, 0xff800000 :: v_dual_mov_b32 v17, 0
+        s_wait_kmcnt 0  // q_scale (the smooth_k lse term)
+.Ld64_fp32_pv16_epilogue:
+
+        // ---- epilogue: inv = 1 / l (IEEE division, LLVM's v_div_scale/fmas/fixup sequence) -------------------
+        v_mov_b32_e32 v160, v17
+        v_div_scale_f32 v161, null, v160, v160, 1.0
+        v_div_scale_f32 v162, vcc_lo, 1.0, v160, 1.0
+        v_rcp_f32_e32 v163, v161
+        v_fma_f32 v165, -v161, v163, 1.0
+        v_fmac_f32_e32 v163, v165, v163
+        v_mul_f32_e32 v164, v162, v163
+        v_fma_f32 v165, -v161, v164, v162
+        v_fmac_f32_e32 v164, v165, v163
+        v_fma_f32 v161, -v161, v164, v162
+        s_wait_alu depctr_va_vcc(0)
+        v_div_fmas_f32 v161, v161, v163, v164
+        v_div_fixup_f32 v166, v161, v160, 1.0
+        v_cmp_neq_f32_e32 vcc_lo, 0, v17  // l = 0: a row that saw no key -> inv 0, zeros
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v166, 0, v166, vcc_lo
+
+        // ---- epilogue: v_scale, fp32 output (NaN -> 0x7fc00000), stores of the valid query rows --------------
+        v_bfe_u32 v160, v0, 4, 1  // h
+        v_lshlrev_b32 v160, 5, v160  // 8h floats = 32h bytes
+        v_mul_f32_e32 v32, v32, v166
+        v_cmp_o_f32_e32 vcc_lo, v32, v32  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v32, 0x7fc00000, v32, vcc_lo
+        v_mul_f32_e32 v33, v33, v166
+        v_cmp_o_f32_e32 vcc_lo, v33, v33  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v33, 0x7fc00000, v33, vcc_lo
+        v_mul_f32_e32 v34, v34, v166
+        v_cmp_o_f32_e32 vcc_lo, v34, v34  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v34, 0x7fc00000, v34, vcc_lo
+        v_mul_f32_e32 v35, v35, v166
+        v_cmp_o_f32_e32 vcc_lo, v35, v35  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v35, 0x7fc00000, v35, vcc_lo
+        v_mul_f32_e32 v36, v36, v166
+        v_cmp_o_f32_e32 vcc_lo, v36, v36  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v36, 0x7fc00000, v36, vcc_lo
+        v_mul_f32_e32 v37, v37, v166
+        v_cmp_o_f32_e32 vcc_lo, v37, v37  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v37, 0x7fc00000, v37, vcc_lo
+        v_mul_f32_e32 v38, v38, v166
+        v_cmp_o_f32_e32 vcc_lo, v38, v38  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v38, 0x7fc00000, v38, vcc_lo
+        v_mul_f32_e32 v39, v39, v166
+        v_cmp_o_f32_e32 vcc_lo, v39, v39  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v39, 0x7fc00000, v39, vcc_lo
+        v_mul_f32_e32 v40, v40, v166
+        v_cmp_o_f32_e32 vcc_lo, v40, v40  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v40, 0x7fc00000, v40, vcc_lo
+        v_mul_f32_e32 v41, v41, v166
+        v_cmp_o_f32_e32 vcc_lo, v41, v41  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v41, 0x7fc00000, v41, vcc_lo
+        v_mul_f32_e32 v42, v42, v166
+        v_cmp_o_f32_e32 vcc_lo, v42, v42  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v42, 0x7fc00000, v42, vcc_lo
+        v_mul_f32_e32 v43, v43, v166
+        v_cmp_o_f32_e32 vcc_lo, v43, v43  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v43, 0x7fc00000, v43, vcc_lo
+        v_mul_f32_e32 v44, v44, v166
+        v_cmp_o_f32_e32 vcc_lo, v44, v44  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v44, 0x7fc00000, v44, vcc_lo
+        v_mul_f32_e32 v45, v45, v166
+        v_cmp_o_f32_e32 vcc_lo, v45, v45  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v45, 0x7fc00000, v45, vcc_lo
+        v_mul_f32_e32 v46, v46, v166
+        v_cmp_o_f32_e32 vcc_lo, v46, v46  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v46, 0x7fc00000, v46, vcc_lo
+        v_mul_f32_e32 v47, v47, v166
+        v_cmp_o_f32_e32 vcc_lo, v47, v47  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v47, 0x7fc00000, v47, vcc_lo
+        v_mul_f32_e32 v48, v48, v166
+        v_cmp_o_f32_e32 vcc_lo, v48, v48  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v48, 0x7fc00000, v48, vcc_lo
+        v_mul_f32_e32 v49, v49, v166
+        v_cmp_o_f32_e32 vcc_lo, v49, v49  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v49, 0x7fc00000, v49, vcc_lo
+        v_mul_f32_e32 v50, v50, v166
+        v_cmp_o_f32_e32 vcc_lo, v50, v50  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v50, 0x7fc00000, v50, vcc_lo
+        v_mul_f32_e32 v51, v51, v166
+        v_cmp_o_f32_e32 vcc_lo, v51, v51  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v51, 0x7fc00000, v51, vcc_lo
+        v_mul_f32_e32 v52, v52, v166
+        v_cmp_o_f32_e32 vcc_lo, v52, v52  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v52, 0x7fc00000, v52, vcc_lo
+        v_mul_f32_e32 v53, v53, v166
+        v_cmp_o_f32_e32 vcc_lo, v53, v53  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v53, 0x7fc00000, v53, vcc_lo
+        v_mul_f32_e32 v54, v54, v166
+        v_cmp_o_f32_e32 vcc_lo, v54, v54  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v54, 0x7fc00000, v54, vcc_lo
+        v_mul_f32_e32 v55, v55, v166
+        v_cmp_o_f32_e32 vcc_lo, v55, v55  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v55, 0x7fc00000, v55, vcc_lo
+        v_mul_f32_e32 v56, v56, v166
+        v_cmp_o_f32_e32 vcc_lo, v56, v56  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v56, 0x7fc00000, v56, vcc_lo
+        v_mul_f32_e32 v57, v57, v166
+        v_cmp_o_f32_e32 vcc_lo, v57, v57  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v57, 0x7fc00000, v57, vcc_lo
+        v_mul_f32_e32 v58, v58, v166
+        v_cmp_o_f32_e32 vcc_lo, v58, v58  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v58, 0x7fc00000, v58, vcc_lo
+        v_mul_f32_e32 v59, v59, v166
+        v_cmp_o_f32_e32 vcc_lo, v59, v59  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v59, 0x7fc00000, v59, vcc_lo
+        v_mul_f32_e32 v60, v60, v166
+        v_cmp_o_f32_e32 vcc_lo, v60, v60  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v60, 0x7fc00000, v60, vcc_lo
+        v_mul_f32_e32 v61, v61, v166
+        v_cmp_o_f32_e32 vcc_lo, v61, v61  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v61, 0x7fc00000, v61, vcc_lo
+        v_mul_f32_e32 v62, v62, v166
+        v_cmp_o_f32_e32 vcc_lo, v62, v62  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v62, 0x7fc00000, v62, vcc_lo
+        v_mul_f32_e32 v63, v63, v166
+        v_cmp_o_f32_e32 vcc_lo, v63, v63  // NaN test
+        s_wait_alu depctr_va_vcc(0)
+        v_cndmask_b32_e32 v63, 0x7fc00000, v63, vcc_lo
+        s_bitcmp1_b32 s34, 0
+        s_cbranch_scc0 .Ld64_fp32_pv16_store_out
+
+        // ---- epilogue: lse = (m + (log2 l - P_OFF)) * ln2 [+ ln2 * sum_d (q_int8 * q_scale) * k_mean] --------
+        v_log_f32_e32 v161, v17
+        v_subrev_f32_e32 v161, 0x40ffc000, v161  // l carries 2^P_OFF
+        v_add_f32_e32 v160, v12, v161
+        v_mul_f32_e32 v160, 0x3f317218, v160
+        s_bitcmp1_b32 s34, 1
+        s_cbranch_scc0 .Ld64_fp32_pv16_store_out
+        v_bfe_u32 v165, v0, 4, 1  // h
+        v_lshlrev_b32 v165, 7, v165  // 32h floats
+        global_load_b128 v[64:67], v165, s[90:91] offset:0
+        global_load_b128 v[68:71], v165, s[90:91] offset:16
+        global_load_b128 v[72:75], v165, s[90:91] offset:32
+        global_load_b128 v[76:79], v165, s[90:91] offset:48
+        global_load_b128 v[80:83], v165, s[90:91] offset:64
+        global_load_b128 v[84:87], v165, s[90:91] offset:80
+        global_load_b128 v[88:91], v165, s[90:91] offset:96
+        global_load_b128 v[92:95], v165, s[90:91] offset:112
+        v_mov_b32 v162, 0
+        s_wait_loadcnt 7
+        v_bfe_i32 v163, v128, 0, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v64
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v128, 8, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v65
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v128, 16, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v66
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v128, 24, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v67
+        v_add_f32_e32 v162, v162, v163
+        s_wait_loadcnt 6
+        v_bfe_i32 v163, v129, 0, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v68
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v129, 8, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v69
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v129, 16, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v70
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v129, 24, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v71
+        v_add_f32_e32 v162, v162, v163
+        s_wait_loadcnt 5
+        v_bfe_i32 v163, v130, 0, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v72
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v130, 8, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v73
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v130, 16, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v74
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v130, 24, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v75
+        v_add_f32_e32 v162, v162, v163
+        s_wait_loadcnt 4
+        v_bfe_i32 v163, v131, 0, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v76
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v131, 8, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v77
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v131, 16, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v78
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v131, 24, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v79
+        v_add_f32_e32 v162, v162, v163
+        s_wait_loadcnt 3
+        v_bfe_i32 v163, v132, 0, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v80
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v132, 8, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v81
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v132, 16, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v82
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v132, 24, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v83
+        v_add_f32_e32 v162, v162, v163
+        s_wait_loadcnt 2
+        v_bfe_i32 v163, v133, 0, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v84
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v133, 8, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v85
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v133, 16, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v86
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v133, 24, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v87
+        v_add_f32_e32 v162, v162, v163
+        s_wait_loadcnt 1
+        v_bfe_i32 v163, v134, 0, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v88
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v134, 8, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v89
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v134, 16, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v90
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v134, 24, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v91
+        v_add_f32_e32 v162, v162, v163
+        s_wait_loadcnt 0
+        v_bfe_i32 v163, v135, 0, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v92
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v135, 8, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v93
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v135, 16, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v94
+        v_add_f32_e32 v162, v162, v163
+        v_bfe_i32 v163, v135, 24, 8
+        v_cvt_f32_i32_e32 v163, v163
+        v_mul_f32_e32 v163, s71, v163
+        v_mul_f32_e32 v163, v163, v95
+        v_add_f32_e32 v162, v162, v163
+        v_permlanex16_b32 v24, v162, s70, 0xfedcba98
+        v_add_f32_e32 v162, v162, v24
+        v_mul_f32_e32 v162, 0x3f317218, v162
+        v_add_f32_e32 v160, v160, v162
+.Ld64_fp32_pv16_store_out:
+
+        // ---- epilogue: stores (EXEC = valid query rows; lse from lanes 0-15) ---------------------------------
+        v_and_b32 v136, 15, v0
+        v_add_nc_u32_e32 v136, s58, v136  // query index q0 + r
+        v_cmpx_gt_u32_e64 s22, v136
+        s_cbranch_execz .Ld64_fp32_pv16_end
+        v_and_b32 v164, 15, v0
+        v_mul_lo_u32 v164, v164, s31  // r * out_stride_s
+        v_lshlrev_b32 v164, 2, v164  // bytes
+        v_bfe_u32 v165, v0, 4, 1  // h
+        v_lshl_add_u32 v164, v165, 5, v164  // + 32h bytes (8 outputs of d-tile half h)
+        global_store_b128 v164, v[32:35], s[94:95] offset:0
+        global_store_b128 v164, v[36:39], s[94:95] offset:16
+        s_cmp_le_u32 s33, 16  // head_dim <= 16: no more channels
+        s_cbranch_scc1 .Ld64_fp32_pv16_stored
+        global_store_b128 v164, v[40:43], s[94:95] offset:64
+        global_store_b128 v164, v[44:47], s[94:95] offset:80
+        s_cmp_le_u32 s33, 32  // head_dim <= 32: no more channels
+        s_cbranch_scc1 .Ld64_fp32_pv16_stored
+        global_store_b128 v164, v[48:51], s[94:95] offset:128
+        global_store_b128 v164, v[52:55], s[94:95] offset:144
+        s_cmp_le_u32 s33, 48  // head_dim <= 48: no more channels
+        s_cbranch_scc1 .Ld64_fp32_pv16_stored
+        global_store_b128 v164, v[56:59], s[94:95] offset:192
+        global_store_b128 v164, v[60:63], s[94:95] offset:208
+.Ld64_fp32_pv16_stored:
+        s_bitcmp1_b32 s34, 0
+        s_cbranch_scc0 .Ld64_fp32_pv16_end
+        v_and_b32 v164, 31, v0
+        v_cmpx_gt_u32_e64 16, v164  // lanes 0-15 hold the row's lse
+        v_and_b32 v164, 15, v0
+        v_lshlrev_b32 v164, 2, v164
+        global_store_b32 v164, v160, s[96:97]
+.Ld64_fp32_pv16_end:
+        s_endpgm
+
+        // ---- out of line: the attn_mask blocks of partial / additive tiles (each branches back) --------------
+.Ld64_fp32_pv16_mask_issued_0_ool:
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp32_pv16_mask_issued_0
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+        s_branch .Ld64_fp32_pv16_mask_issued_0
+.Ld64_fp32_pv16_mask_applied_0_ool:
+        s_wait_loadcnt 7  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp32_pv16_mask_applied_0_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v10, v160
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v10, v161
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v10, v162
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v10, v163
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v10, v164
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v10, v165
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v10, v166
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v10, v167
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v10, v168
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v10, v169
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v10, v170
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v10, v171
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v10, v172
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v10, v173
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v10, v174
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v10, v175
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v10, v176
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v10, v177
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v10, v178
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v10, v179
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v10, v180
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v10, v181
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v10, v182
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v10, v183
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v10, v184
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v10, v185
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v10, v186
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v10, v187
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v10, v188
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v10, v189
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v10, v190
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v10, v191
+.Ld64_fp32_pv16_mask_applied_0_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
+        s_branch .Ld64_fp32_pv16_mask_applied_0
+.Ld64_fp32_pv16_max_additive_0:
+        v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
+        v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
+        v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
+        v_dual_max_num_f32 v22, v74, v22 :: v_dual_max_num_f32 v23, v75, v23
+        v_dual_max_num_f32 v20, v76, v20 :: v_dual_max_num_f32 v21, v77, v21
+        v_dual_max_num_f32 v22, v78, v22 :: v_dual_max_num_f32 v23, v79, v23
+        v_dual_max_num_f32 v20, v80, v20 :: v_dual_max_num_f32 v21, v81, v21
+        v_dual_max_num_f32 v22, v82, v22 :: v_dual_max_num_f32 v23, v83, v23
+        v_dual_max_num_f32 v20, v84, v20 :: v_dual_max_num_f32 v21, v85, v21
+        v_dual_max_num_f32 v22, v86, v22 :: v_dual_max_num_f32 v23, v87, v23
+        v_dual_max_num_f32 v20, v88, v20 :: v_dual_max_num_f32 v21, v89, v21
+        v_dual_max_num_f32 v22, v90, v22 :: v_dual_max_num_f32 v23, v91, v23
+        v_dual_max_num_f32 v20, v92, v20 :: v_dual_max_num_f32 v21, v93, v21
+        v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v13, v12, v20, v24
+        v_sub_f32 v15, v12, v13
+        v_exp_f32_e32 v15, v15
+        s_branch .Ld64_fp32_pv16_max_done_0
+.Ld64_fp32_pv16_one_fma_0_additive:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+        s_branch .Ld64_fp32_pv16_one_fma_0
+.Ld64_fp32_pv16_one_fma_0_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
+        s_branch .Ld64_fp32_pv16_one_fma_0_mask
+.Ld64_fp32_pv16_mask_issued_1_ool:
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp32_pv16_mask_issued_1
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+        s_branch .Ld64_fp32_pv16_mask_issued_1
+.Ld64_fp32_pv16_mask_applied_1_ool:
+        s_wait_loadcnt 7  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp32_pv16_mask_applied_1_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v10, v160
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v10, v161
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v10, v162
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v10, v163
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v10, v164
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v10, v165
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v10, v166
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v10, v167
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v10, v168
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v10, v169
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v10, v170
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v10, v171
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v10, v172
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v10, v173
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v10, v174
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v10, v175
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v10, v176
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v10, v177
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v10, v178
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v10, v179
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v10, v180
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v10, v181
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v10, v182
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v10, v183
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v10, v184
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v10, v185
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v10, v186
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v10, v187
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v10, v188
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v10, v189
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v10, v190
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v10, v191
+.Ld64_fp32_pv16_mask_applied_1_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
+        s_branch .Ld64_fp32_pv16_mask_applied_1
+.Ld64_fp32_pv16_max_additive_1:
+        v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
+        v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
+        v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
+        v_dual_max_num_f32 v22, v106, v22 :: v_dual_max_num_f32 v23, v107, v23
+        v_dual_max_num_f32 v20, v108, v20 :: v_dual_max_num_f32 v21, v109, v21
+        v_dual_max_num_f32 v22, v110, v22 :: v_dual_max_num_f32 v23, v111, v23
+        v_dual_max_num_f32 v20, v112, v20 :: v_dual_max_num_f32 v21, v113, v21
+        v_dual_max_num_f32 v22, v114, v22 :: v_dual_max_num_f32 v23, v115, v23
+        v_dual_max_num_f32 v20, v116, v20 :: v_dual_max_num_f32 v21, v117, v21
+        v_dual_max_num_f32 v22, v118, v22 :: v_dual_max_num_f32 v23, v119, v23
+        v_dual_max_num_f32 v20, v120, v20 :: v_dual_max_num_f32 v21, v121, v21
+        v_dual_max_num_f32 v22, v122, v22 :: v_dual_max_num_f32 v23, v123, v23
+        v_dual_max_num_f32 v20, v124, v20 :: v_dual_max_num_f32 v21, v125, v21
+        v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v12, v13, v20, v24
+        v_sub_f32 v15, v13, v12
+        v_exp_f32_e32 v15, v15
+        s_branch .Ld64_fp32_pv16_max_done_1
+.Ld64_fp32_pv16_one_fma_1_additive:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+        s_branch .Ld64_fp32_pv16_one_fma_1
+.Ld64_fp32_pv16_one_fma_1_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
+        s_branch .Ld64_fp32_pv16_one_fma_1_mask
+.Ld64_fp32_pv16_mask_issued_0_last_ool:
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp32_pv16_mask_issued_0_last
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+        s_branch .Ld64_fp32_pv16_mask_issued_0_last
+.Ld64_fp32_pv16_mask_applied_0_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp32_pv16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v10, v160
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v10, v161
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v10, v162
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v10, v163
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v10, v164
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v10, v165
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v10, v166
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v10, v167
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v10, v168
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v10, v169
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v10, v170
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v10, v171
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v10, v172
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v10, v173
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v10, v174
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v10, v175
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v10, v176
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v10, v177
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v10, v178
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v10, v179
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v10, v180
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v10, v181
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v10, v182
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v10, v183
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v10, v184
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v10, v185
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v10, v186
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v10, v187
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v10, v188
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v10, v189
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v10, v190
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v10, v191
+.Ld64_fp32_pv16_mask_applied_0_last_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
+        s_branch .Ld64_fp32_pv16_mask_applied_0_last
+.Ld64_fp32_pv16_max_additive_0_last:
+        v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
+        v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
+        v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
+        v_dual_max_num_f32 v22, v74, v22 :: v_dual_max_num_f32 v23, v75, v23
+        v_dual_max_num_f32 v20, v76, v20 :: v_dual_max_num_f32 v21, v77, v21
+        v_dual_max_num_f32 v22, v78, v22 :: v_dual_max_num_f32 v23, v79, v23
+        v_dual_max_num_f32 v20, v80, v20 :: v_dual_max_num_f32 v21, v81, v21
+        v_dual_max_num_f32 v22, v82, v22 :: v_dual_max_num_f32 v23, v83, v23
+        v_dual_max_num_f32 v20, v84, v20 :: v_dual_max_num_f32 v21, v85, v21
+        v_dual_max_num_f32 v22, v86, v22 :: v_dual_max_num_f32 v23, v87, v23
+        v_dual_max_num_f32 v20, v88, v20 :: v_dual_max_num_f32 v21, v89, v21
+        v_dual_max_num_f32 v22, v90, v22 :: v_dual_max_num_f32 v23, v91, v23
+        v_dual_max_num_f32 v20, v92, v20 :: v_dual_max_num_f32 v21, v93, v21
+        v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v13, v12, v20, v24
+        v_sub_f32 v15, v12, v13
+        v_exp_f32_e32 v15, v15
+        s_branch .Ld64_fp32_pv16_max_done_0_last
+.Ld64_fp32_pv16_one_fma_0_last_additive:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+        s_branch .Ld64_fp32_pv16_one_fma_0_last
+.Ld64_fp32_pv16_one_fma_0_last_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
+        s_branch .Ld64_fp32_pv16_one_fma_0_last_mask
+.Ld64_fp32_pv16_mask_issued_1_last_ool:
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp32_pv16_mask_issued_1_last
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+        s_branch .Ld64_fp32_pv16_mask_issued_1_last
+.Ld64_fp32_pv16_mask_applied_1_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp32_pv16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v10, v160
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v10, v161
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v10, v162
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v10, v163
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v10, v164
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v10, v165
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v10, v166
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v10, v167
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v10, v168
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v10, v169
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v10, v170
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v10, v171
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v10, v172
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v10, v173
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v10, v174
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v10, v175
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v10, v176
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v10, v177
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v10, v178
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v10, v179
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v10, v180
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v10, v181
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v10, v182
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v10, v183
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v10, v184
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v10, v185
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v10, v186
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v10, v187
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v10, v188
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v10, v189
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v10, v190
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v10, v191
+.Ld64_fp32_pv16_mask_applied_1_last_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
+        s_branch .Ld64_fp32_pv16_mask_applied_1_last
+.Ld64_fp32_pv16_max_additive_1_last:
+        v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
+        v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
+        v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
+        v_dual_max_num_f32 v22, v106, v22 :: v_dual_max_num_f32 v23, v107, v23
+        v_dual_max_num_f32 v20, v108, v20 :: v_dual_max_num_f32 v21, v109, v21
+        v_dual_max_num_f32 v22, v110, v22 :: v_dual_max_num_f32 v23, v111, v23
+        v_dual_max_num_f32 v20, v112, v20 :: v_dual_max_num_f32 v21, v113, v21
+        v_dual_max_num_f32 v22, v114, v22 :: v_dual_max_num_f32 v23, v115, v23
+        v_dual_max_num_f32 v20, v116, v20 :: v_dual_max_num_f32 v21, v117, v21
+        v_dual_max_num_f32 v22, v118, v22 :: v_dual_max_num_f32 v23, v119, v23
+        v_dual_max_num_f32 v20, v120, v20 :: v_dual_max_num_f32 v21, v121, v21
+        v_dual_max_num_f32 v22, v122, v22 :: v_dual_max_num_f32 v23, v123, v23
+        v_dual_max_num_f32 v20, v124, v20 :: v_dual_max_num_f32 v21, v125, v21
+        v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v12, v13, v20, v24
+        v_sub_f32 v15, v13, v12
+        v_exp_f32_e32 v15, v15
+        s_branch .Ld64_fp32_pv16_max_done_1_last
+.Ld64_fp32_pv16_one_fma_1_last_additive:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+        s_branch .Ld64_fp32_pv16_one_fma_1_last
+.Ld64_fp32_pv16_one_fma_1_last_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
+        s_branch .Ld64_fp32_pv16_one_fma_1_last_mask
+.Lgfx1201_sage_attention_fwd_asm_d64_fp32_pv16_end:
+        .size   gfx1201_sage_attention_fwd_asm_d64_fp32_pv16, .Lgfx1201_sage_attention_fwd_asm_d64_fp32_pv16_end-gfx1201_sage_attention_fwd_asm_d64_fp32_pv16
+
         .p2alignl 7, 0xBF9F0000
         .fill 96, 4, 0xBF9F0000
         .rodata
@@ -36333,6 +53587,25 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .end_amdhsa_kernel
         .p2align 6
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d128_fp16
+          .amdhsa_group_segment_fixed_size 32768
+          .amdhsa_private_segment_fixed_size 0
+          .amdhsa_kernarg_size 196
+          .amdhsa_user_sgpr_count 2
+          .amdhsa_user_sgpr_kernarg_segment_ptr 1
+          .amdhsa_wavefront_size32 1
+          .amdhsa_system_sgpr_workgroup_id_x 1
+          .amdhsa_system_sgpr_workgroup_id_y 1
+          .amdhsa_system_sgpr_workgroup_id_z 1
+          .amdhsa_system_vgpr_workitem_id 0
+          .amdhsa_next_free_vgpr 256
+          .amdhsa_next_free_sgpr 104
+          .amdhsa_reserve_vcc 1
+          .amdhsa_float_denorm_mode_32 3
+          .amdhsa_float_denorm_mode_16_64 3
+          .amdhsa_inst_pref_size 63
+        .end_amdhsa_kernel
+        .p2align 6
+        .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d128_fp32
           .amdhsa_group_segment_fixed_size 32768
           .amdhsa_private_segment_fixed_size 0
           .amdhsa_kernarg_size 196
@@ -36389,6 +53662,25 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
           .amdhsa_inst_pref_size 63
         .end_amdhsa_kernel
         .p2align 6
+        .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d64_fp32
+          .amdhsa_group_segment_fixed_size 16384
+          .amdhsa_private_segment_fixed_size 0
+          .amdhsa_kernarg_size 196
+          .amdhsa_user_sgpr_count 2
+          .amdhsa_user_sgpr_kernarg_segment_ptr 1
+          .amdhsa_wavefront_size32 1
+          .amdhsa_system_sgpr_workgroup_id_x 1
+          .amdhsa_system_sgpr_workgroup_id_y 1
+          .amdhsa_system_sgpr_workgroup_id_z 1
+          .amdhsa_system_vgpr_workitem_id 0
+          .amdhsa_next_free_vgpr 200
+          .amdhsa_next_free_sgpr 100
+          .amdhsa_reserve_vcc 1
+          .amdhsa_float_denorm_mode_32 3
+          .amdhsa_float_denorm_mode_16_64 3
+          .amdhsa_inst_pref_size 63
+        .end_amdhsa_kernel
+        .p2align 6
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d128_bf16_pv16
           .amdhsa_group_segment_fixed_size 34816
           .amdhsa_private_segment_fixed_size 0
@@ -36427,6 +53719,25 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
           .amdhsa_inst_pref_size 63
         .end_amdhsa_kernel
         .p2align 6
+        .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d128_fp32_pv16
+          .amdhsa_group_segment_fixed_size 34816
+          .amdhsa_private_segment_fixed_size 0
+          .amdhsa_kernarg_size 196
+          .amdhsa_user_sgpr_count 2
+          .amdhsa_user_sgpr_kernarg_segment_ptr 1
+          .amdhsa_wavefront_size32 1
+          .amdhsa_system_sgpr_workgroup_id_x 1
+          .amdhsa_system_sgpr_workgroup_id_y 1
+          .amdhsa_system_sgpr_workgroup_id_z 1
+          .amdhsa_system_vgpr_workitem_id 0
+          .amdhsa_next_free_vgpr 256
+          .amdhsa_next_free_sgpr 98
+          .amdhsa_reserve_vcc 1
+          .amdhsa_float_denorm_mode_32 3
+          .amdhsa_float_denorm_mode_16_64 3
+          .amdhsa_inst_pref_size 63
+        .end_amdhsa_kernel
+        .p2align 6
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d64_bf16_pv16
           .amdhsa_group_segment_fixed_size 17408
           .amdhsa_private_segment_fixed_size 0
@@ -36447,6 +53758,25 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .end_amdhsa_kernel
         .p2align 6
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d64_fp16_pv16
+          .amdhsa_group_segment_fixed_size 17408
+          .amdhsa_private_segment_fixed_size 0
+          .amdhsa_kernarg_size 196
+          .amdhsa_user_sgpr_count 2
+          .amdhsa_user_sgpr_kernarg_segment_ptr 1
+          .amdhsa_wavefront_size32 1
+          .amdhsa_system_sgpr_workgroup_id_x 1
+          .amdhsa_system_sgpr_workgroup_id_y 1
+          .amdhsa_system_sgpr_workgroup_id_z 1
+          .amdhsa_system_vgpr_workitem_id 0
+          .amdhsa_next_free_vgpr 208
+          .amdhsa_next_free_sgpr 98
+          .amdhsa_reserve_vcc 1
+          .amdhsa_float_denorm_mode_32 3
+          .amdhsa_float_denorm_mode_16_64 3
+          .amdhsa_inst_pref_size 63
+        .end_amdhsa_kernel
+        .p2align 6
+        .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d64_fp32_pv16
           .amdhsa_group_segment_fixed_size 17408
           .amdhsa_private_segment_fixed_size 0
           .amdhsa_kernarg_size 196
@@ -36517,6 +53847,50 @@ amdhsa.kernels:
       - { .name: mask_stride_s, .offset: 192, .size: 4, .value_kind: by_value }
   - .name:            gfx1201_sage_attention_fwd_asm_d128_fp16
     .symbol:          gfx1201_sage_attention_fwd_asm_d128_fp16.kd
+    .kernarg_segment_size: 196
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 32768
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      106
+    .vgpr_count:      256
+    .max_flat_workgroup_size: 128
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: q, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: k, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: v, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: q_scale, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: k_scale, .offset: 32, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: k_mean, .offset: 40, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: v_scale, .offset: 48, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 56, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: lse, .offset: 64, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: seq_len_q, .offset: 72, .size: 4, .value_kind: by_value }
+      - { .name: seq_pad_q, .offset: 76, .size: 4, .value_kind: by_value }
+      - { .name: seq_len_kv, .offset: 80, .size: 4, .value_kind: by_value }
+      - { .name: seq_pad_kv, .offset: 84, .size: 4, .value_kind: by_value }
+      - { .name: num_heads_q, .offset: 88, .size: 4, .value_kind: by_value }
+      - { .name: num_heads_kv, .offset: 92, .size: 4, .value_kind: by_value }
+      - { .name: kv_group_magic, .offset: 96, .size: 8, .value_kind: by_value }
+      - { .name: out_stride_b, .offset: 104, .size: 4, .value_kind: by_value }
+      - { .name: out_stride_s, .offset: 108, .size: 4, .value_kind: by_value }
+      - { .name: out_stride_h, .offset: 112, .size: 4, .value_kind: by_value }
+      - { .name: head_dim, .offset: 116, .size: 4, .value_kind: by_value }
+      - { .name: flags, .offset: 120, .size: 4, .value_kind: by_value }
+      - { .name: lut, .offset: 128, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: lut_stride_b, .offset: 136, .size: 4, .value_kind: by_value }
+      - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
+      - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
+      - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bits, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bias, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_kind, .offset: 176, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_stride_b, .offset: 184, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_h, .offset: 188, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_s, .offset: 192, .size: 4, .value_kind: by_value }
+  - .name:            gfx1201_sage_attention_fwd_asm_d128_fp32
+    .symbol:          gfx1201_sage_attention_fwd_asm_d128_fp32.kd
     .kernarg_segment_size: 196
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 32768
@@ -36647,6 +54021,50 @@ amdhsa.kernels:
       - { .name: mask_stride_b, .offset: 184, .size: 4, .value_kind: by_value }
       - { .name: mask_stride_h, .offset: 188, .size: 4, .value_kind: by_value }
       - { .name: mask_stride_s, .offset: 192, .size: 4, .value_kind: by_value }
+  - .name:            gfx1201_sage_attention_fwd_asm_d64_fp32
+    .symbol:          gfx1201_sage_attention_fwd_asm_d64_fp32.kd
+    .kernarg_segment_size: 196
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 16384
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      102
+    .vgpr_count:      200
+    .max_flat_workgroup_size: 128
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: q, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: k, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: v, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: q_scale, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: k_scale, .offset: 32, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: k_mean, .offset: 40, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: v_scale, .offset: 48, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 56, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: lse, .offset: 64, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: seq_len_q, .offset: 72, .size: 4, .value_kind: by_value }
+      - { .name: seq_pad_q, .offset: 76, .size: 4, .value_kind: by_value }
+      - { .name: seq_len_kv, .offset: 80, .size: 4, .value_kind: by_value }
+      - { .name: seq_pad_kv, .offset: 84, .size: 4, .value_kind: by_value }
+      - { .name: num_heads_q, .offset: 88, .size: 4, .value_kind: by_value }
+      - { .name: num_heads_kv, .offset: 92, .size: 4, .value_kind: by_value }
+      - { .name: kv_group_magic, .offset: 96, .size: 8, .value_kind: by_value }
+      - { .name: out_stride_b, .offset: 104, .size: 4, .value_kind: by_value }
+      - { .name: out_stride_s, .offset: 108, .size: 4, .value_kind: by_value }
+      - { .name: out_stride_h, .offset: 112, .size: 4, .value_kind: by_value }
+      - { .name: head_dim, .offset: 116, .size: 4, .value_kind: by_value }
+      - { .name: flags, .offset: 120, .size: 4, .value_kind: by_value }
+      - { .name: lut, .offset: 128, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: lut_stride_b, .offset: 136, .size: 4, .value_kind: by_value }
+      - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
+      - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
+      - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bits, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bias, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_kind, .offset: 176, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_stride_b, .offset: 184, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_h, .offset: 188, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_s, .offset: 192, .size: 4, .value_kind: by_value }
   - .name:            gfx1201_sage_attention_fwd_asm_d128_bf16_pv16
     .symbol:          gfx1201_sage_attention_fwd_asm_d128_bf16_pv16.kd
     .kernarg_segment_size: 196
@@ -36735,6 +54153,50 @@ amdhsa.kernels:
       - { .name: mask_stride_b, .offset: 184, .size: 4, .value_kind: by_value }
       - { .name: mask_stride_h, .offset: 188, .size: 4, .value_kind: by_value }
       - { .name: mask_stride_s, .offset: 192, .size: 4, .value_kind: by_value }
+  - .name:            gfx1201_sage_attention_fwd_asm_d128_fp32_pv16
+    .symbol:          gfx1201_sage_attention_fwd_asm_d128_fp32_pv16.kd
+    .kernarg_segment_size: 196
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 34816
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      100
+    .vgpr_count:      256
+    .max_flat_workgroup_size: 128
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: q, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: k, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: v, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: q_scale, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: k_scale, .offset: 32, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: k_mean, .offset: 40, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: v_scale, .offset: 48, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 56, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: lse, .offset: 64, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: seq_len_q, .offset: 72, .size: 4, .value_kind: by_value }
+      - { .name: seq_pad_q, .offset: 76, .size: 4, .value_kind: by_value }
+      - { .name: seq_len_kv, .offset: 80, .size: 4, .value_kind: by_value }
+      - { .name: seq_pad_kv, .offset: 84, .size: 4, .value_kind: by_value }
+      - { .name: num_heads_q, .offset: 88, .size: 4, .value_kind: by_value }
+      - { .name: num_heads_kv, .offset: 92, .size: 4, .value_kind: by_value }
+      - { .name: kv_group_magic, .offset: 96, .size: 8, .value_kind: by_value }
+      - { .name: out_stride_b, .offset: 104, .size: 4, .value_kind: by_value }
+      - { .name: out_stride_s, .offset: 108, .size: 4, .value_kind: by_value }
+      - { .name: out_stride_h, .offset: 112, .size: 4, .value_kind: by_value }
+      - { .name: head_dim, .offset: 116, .size: 4, .value_kind: by_value }
+      - { .name: flags, .offset: 120, .size: 4, .value_kind: by_value }
+      - { .name: lut, .offset: 128, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: lut_stride_b, .offset: 136, .size: 4, .value_kind: by_value }
+      - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
+      - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
+      - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bits, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bias, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_kind, .offset: 176, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_stride_b, .offset: 184, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_h, .offset: 188, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_s, .offset: 192, .size: 4, .value_kind: by_value }
   - .name:            gfx1201_sage_attention_fwd_asm_d64_bf16_pv16
     .symbol:          gfx1201_sage_attention_fwd_asm_d64_bf16_pv16.kd
     .kernarg_segment_size: 196
@@ -36781,6 +54243,50 @@ amdhsa.kernels:
       - { .name: mask_stride_s, .offset: 192, .size: 4, .value_kind: by_value }
   - .name:            gfx1201_sage_attention_fwd_asm_d64_fp16_pv16
     .symbol:          gfx1201_sage_attention_fwd_asm_d64_fp16_pv16.kd
+    .kernarg_segment_size: 196
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 17408
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      100
+    .vgpr_count:      208
+    .max_flat_workgroup_size: 128
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: q, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: k, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: v, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: q_scale, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: k_scale, .offset: 32, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: k_mean, .offset: 40, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: v_scale, .offset: 48, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 56, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: lse, .offset: 64, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: seq_len_q, .offset: 72, .size: 4, .value_kind: by_value }
+      - { .name: seq_pad_q, .offset: 76, .size: 4, .value_kind: by_value }
+      - { .name: seq_len_kv, .offset: 80, .size: 4, .value_kind: by_value }
+      - { .name: seq_pad_kv, .offset: 84, .size: 4, .value_kind: by_value }
+      - { .name: num_heads_q, .offset: 88, .size: 4, .value_kind: by_value }
+      - { .name: num_heads_kv, .offset: 92, .size: 4, .value_kind: by_value }
+      - { .name: kv_group_magic, .offset: 96, .size: 8, .value_kind: by_value }
+      - { .name: out_stride_b, .offset: 104, .size: 4, .value_kind: by_value }
+      - { .name: out_stride_s, .offset: 108, .size: 4, .value_kind: by_value }
+      - { .name: out_stride_h, .offset: 112, .size: 4, .value_kind: by_value }
+      - { .name: head_dim, .offset: 116, .size: 4, .value_kind: by_value }
+      - { .name: flags, .offset: 120, .size: 4, .value_kind: by_value }
+      - { .name: lut, .offset: 128, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: lut_stride_b, .offset: 136, .size: 4, .value_kind: by_value }
+      - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
+      - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
+      - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bits, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bias, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_kind, .offset: 176, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_stride_b, .offset: 184, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_h, .offset: 188, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_s, .offset: 192, .size: 4, .value_kind: by_value }
+  - .name:            gfx1201_sage_attention_fwd_asm_d64_fp32_pv16
+    .symbol:          gfx1201_sage_attention_fwd_asm_d64_fp32_pv16.kd
     .kernarg_segment_size: 196
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 17408

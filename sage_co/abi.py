@@ -25,7 +25,8 @@ HEAD_DIM_STEP = 16        # D must be a multiple of this (one WMMA K-slice of 16
 
 # ---------------------------------------------------------------------------------------------- attention
 ATTENTION_OP = "sage_attention_fwd"
-OUT_DTYPES = ("bf16", "fp16")   # manifest key column out_dtype; head_dim takes HEAD_DIMS_NATIVE
+OUT_DTYPES = ("bf16", "fp16", "fp32")   # manifest key column out_dtype; head_dim takes HEAD_DIMS_NATIVE
+OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}   # bytes per output element (the epilogue's stores)
 PV_DTYPES = ("fp8", "fp16")     # manifest key column pv_dtype: the P.V WMMA (fp8 e4m3 with V scales, or f16)
 QUERY_TILE = 64           # queries per workgroup: grid x = S_pad / QUERY_TILE
 KEY_TILE = 64             # keys per loop step of every attention kernel
@@ -79,7 +80,7 @@ ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
     Field("k_scale", "ptr", 32),        # fp32 [B, H_kv, S_kv_pad/32]
     Field("k_mean", "ptr", 40),         # fp32 [B, H_kv, D_pad]
     Field("v_scale", "ptr", 48),        # fp32 [B, H_kv, D_pad] (pv fp8 only)
-    Field("out", "ptr", 56),            # bf16/fp16, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d], d < head_dim
+    Field("out", "ptr", 56),            # bf16/fp16/fp32, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d], d < head_dim
     Field("lse", "ptr", 64),            # fp32 [B, H_q, S_q]; a 4-byte placeholder when flags bit 0 is clear
     Field("seq_len_q", "u32", 72),
     Field("seq_pad_q", "u32", 76),
@@ -130,7 +131,7 @@ ATTENTION_OUTPUTS = ("out", "lse")
 # ship one symbol per (head_dim = D_pad, in_dtype, rope_dim, rounding) manifest key columns (the reduction runs
 # inside stats, issue 28).
 PREPARE_ROPE_DIMS = (0, 32, 64, 96, 128)   # manifest key column rope_dim (0 = no RoPE); D_pad 64: 0, 32, 64 only
-PREPARE_IN_DTYPES = ("bf16", "fp16")       # manifest key column in_dtype
+PREPARE_IN_DTYPES = ("bf16", "fp16", "fp32")   # manifest key column in_dtype (fp32: docs/numerics.md §Inputs)
 # manifest key column rounding = the norm_rope_rounding option (docs/numerics.md §Optional RMSNorm + rotate-half
 # RoPE): "once" (the default: F.rms_norm, then RoPE in fp32 with fp32 tables) or "per_op" (the HF-transformers chain)
 PREPARE_ROUNDINGS = ("once", "per_op")
@@ -146,8 +147,8 @@ def _strides(prefix: str, offset: int) -> list[Field]:
 # The kernarg tables of the header comment in asm_src/gfx1201_sage_prepare.hip; checked against the .co
 # metadata before the first launch of each symbol.
 PREPARE_STATS_ARGS = KernargStruct("sage_prepare.stats", [
-    Field("k", "ptr", 0),            # bf16/fp16 [B, S_kv, H_kv, D] (strided, flat view)
-    Field("v", "ptr", 8),            # bf16/fp16 [B, S_kv, H_kv, D]
+    Field("k", "ptr", 0),            # bf16/fp16/fp32 [B, S_kv, H_kv, D] (strided, flat view)
+    Field("v", "ptr", 8),            # bf16/fp16/fp32 [B, S_kv, H_kv, D]
     Field("k_norm_w", "ptr", 16),    # [D] (placeholder when k_norm == 0)
     Field("cos", "ptr", 24),         # [max(S_q, S_kv), rope_dim] (placeholder without RoPE)
     Field("sin", "ptr", 32),
@@ -184,7 +185,7 @@ REDUCE_V_SMOOTH = 1       # v_mean = sum / S, amax = max(|max v - v_mean|, |min 
 REDUCE_V_NONE = 2         # pv fp16: no V statistics; v_scale, v_inv, v_mean = 0
 
 PREPARE_QUANT_ARGS = KernargStruct("sage_prepare.quant", [
-    Field("q", "ptr", 0),            # bf16/fp16 [B, S_q, H_q, D] (strided, flat view)
+    Field("q", "ptr", 0),            # bf16/fp16/fp32 [B, S_q, H_q, D] (strided, flat view)
     Field("k", "ptr", 8),            # [B, S_kv, H_kv, D]
     Field("v", "ptr", 16),
     Field("q_norm_w", "ptr", 24),    # [D] (placeholder when q_norm == 0)
@@ -211,7 +212,7 @@ PREPARE_QUANT_ARGS = KernargStruct("sage_prepare.quant", [
     Field("k_norm", "i32", 152),
     *_strides("q", 156), *_strides("k", 168), *_strides("v", 180),
     Field("v_mean", "ptr", 192),     # fp32 [B, H_kv, D_pad] in: subtracted from V before fp8 (zeros: exact)
-    Field("pv_fp16", "i32", 200),    # 1: V^T in fp16 (RNE from bf16, fp16 passed through), no v_inv / v_mean
+    Field("pv_fp16", "i32", 200),    # 1: V^T in fp16 (RNE from bf16/fp32, fp16 passed through), no v_inv / v_mean
 ], size=204)
 
 
@@ -248,6 +249,7 @@ def d_pad(D: int) -> int:
 # asm_src/gfx1201_sage_predict.hip (sage_co/ops/predict.py packs them; docs/numerics.md §Predictor): pool ships one
 # symbol per in_dtype (manifest key column), select one symbol.
 PREDICT_POOL_OP = "sage_predict.pool"
+PREDICT_IN_DTYPES = ("bf16", "fp16")   # manifest key column in_dtype of pool (fp32 q/k: no predictor symbol)
 PREDICT_SELECT_OP = "sage_predict.select"
 PREDICT_CHANNELS = 128    # pooled means are zero-padded to 128 channels (32 lanes x 4: the pool kernel's tree)
 PREDICT_LDS_ENTRY = 12    # bytes of select's dynamic LDS per sorted entry: a u64 sort key + the u32 score/mass slot

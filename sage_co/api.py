@@ -4,8 +4,9 @@
     sage_attention_fwd(prepared, ..., layout="NHD") -> out (, lse [B, H_q, S_q] fp32)
     sage_attention(q, k, v, ..., layout="NHD")     -> prepare + forward
 
-q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="NHD") or [B, H, S, D] (layout="HND"), bf16 or fp16, any strides
-with a contiguous last dim; out has q's dtype and layout. The options, their types, defaults and schema encodings
+q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="NHD") or [B, H, S, D] (layout="HND"), bf16, fp16 or fp32 (one
+dtype), any strides with a contiguous last dim; out has q's dtype and layout (fp32 in: fp32 out, docs/numerics.md
+§Inputs). The options, their types, defaults and schema encodings
 are declared once in sage_co.callspec; the schemas, the signatures and the fake implementations below are derived
 from those declarations. Each call is checked once by sage_co.plan.plan_call before any kernel runs:
 
@@ -93,7 +94,7 @@ _prepare_op = _register(SAGE_PREPARE, _prepare_impl, _prepare_fake)
 
 
 def sage_prepare(q, k, v, softmax_scale=None, **options) -> SagePrepared:
-    """Quantize q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="HND": [B, H, S, D]; bf16 or fp16) for the
+    """Quantize q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="HND": [B, H, S, D]; bf16, fp16 or fp32) for the
     attention kernel (docs/numerics.md §Prepare). softmax_scale None = 1/sqrt(D). smooth_v: subtract V's
     per-channel mean before fp8 (added back by the attention kernel); pv_dtype "fp16": keep V in fp16 for the
     f16 P.V WMMA (docs/numerics.md §smooth_v, §pv_dtype fp16). The options: sage_co.callspec.SAGE_PREPARE.
@@ -228,8 +229,8 @@ def sage_attention(q, k, v, softmax_scale=None, **options):
     fp16, P rounded to fp16, the f16 WMMA: more accurate, slower). smooth_v (fp8 only): subtract V's per-channel
     mean before fp8 and add it back to the output (helps V with per-channel offsets).
 
-    q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="HND": [B, H, S, D]), bf16 or fp16, H_q % H_kv == 0, D a
-    multiple of 16 up to 128. Returns out in q's dtype and layout (and fp32 LSE [B, H_q, S_q], natural log).
+    q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="HND": [B, H, S, D]), bf16, fp16 or fp32 (one dtype; fp32 is
+    prepared from its own values), H_q % H_kv == 0, D a multiple of 16 up to 128. Returns out in q's dtype and layout (and fp32 LSE [B, H_q, S_q], natural log).
 
     is_causal: query i sees keys j <= i + S_kv - S_q (bottom-right aligned, as flash-attention >= 2.1).
     block_mask: bool [B, H_q, ceil(S_q / BLOCK_Q), ceil(S_kv / BLOCK_KV)]: the key tiles each query tile attends

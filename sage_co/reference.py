@@ -115,7 +115,7 @@ def quantize_int8_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def quantize_q(q: torch.Tensor, softmax_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """q [B, S_q, H_q, D] (NHD, bf16/fp16): x = float32(q) * c, c = q_multiplier(softmax_scale), channels zero-
+    """q [B, S_q, H_q, D] (NHD, bf16/fp16/fp32): x = float32(q) * c, c = q_multiplier(softmax_scale), channels zero-
     padded to D_pad; then quantize_int8_blocks. softmax_scale None = 1/sqrt(D)."""
     D = q.shape[-1]
     c = _f32(q_multiplier(validate.check_softmax_scale(softmax_scale, D)), q)
@@ -165,8 +165,8 @@ def quantize_v(v: torch.Tensor, v_mean: torch.Tensor | None = None) -> tuple[tor
 
 
 def convert_v_fp16(v: torch.Tensor) -> torch.Tensor:
-    """pv_dtype="fp16": V [B, S_kv, H_kv, D] (bf16 or fp16) -> v_t fp16 [B, H_kv, D_pad, S_kv_pad], transposed like
-    v_fp8: fp16 inputs pass through, bf16 is rounded RNE (float32(v).to(float16): overflow -> +-inf, fp16 subnormals
+    """pv_dtype="fp16": V [B, S_kv, H_kv, D] (bf16, fp16 or fp32) -> v_t fp16 [B, H_kv, D_pad, S_kv_pad], transposed like
+    v_fp8: fp16 inputs pass through, bf16 and fp32 are rounded RNE (float32(v).to(float16): overflow -> +-inf, fp16 subnormals
     kept, docs/numerics.md §pv_dtype fp16). Padded channels and tokens are +0."""
     B, S, H, D = v.shape
     vh = pad_channels(v.float(), d_pad(D)).to(torch.float16)
@@ -226,7 +226,8 @@ def mean_square_lanes8(xf: torch.Tensor) -> torch.Tensor:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, rounding: str = "once") -> torch.Tensor:
-    """bf16/fp16 -> same dtype, round = RNE to x's dtype, r = 1 / sqrt(ms + eps) (IEEE sqrt and division).
+    """bf16/fp16/fp32 -> same dtype, round = RNE to x's dtype (fp32: the identity), r = 1 / sqrt(ms + eps) (IEEE sqrt
+    and division; equal to torch.rsqrt on CPU, so fp32 "once" is F.rms_norm on fp32 tensors bit for bit).
     rounding "once" (F.rms_norm): ms = mean_square_lanes8, y = round((xf * r) * weight) -- fp32 compute, one
     rounding. "per_op" (HF-transformers RMSNorm): ms = mean_square (the halving tree), y = round(xf * r), then
     y = round(y * weight)."""
@@ -241,7 +242,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, rounding: str = 
 
 
 def rope(y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope_dim: int, rounding: str = "once") -> torch.Tensor:
-    """Rotate-half RoPE on the first rope_dim channels of y [B, S, H, D] (bf16 or fp16), cos/sin [>= S, rope_dim],
+    """Rotate-half RoPE on the first rope_dim channels of y [B, S, H, D] (bf16, fp16 or fp32), cos/sin [>= S, rope_dim],
     row = position; rotate_half(y) = cat(-y2, y1), round = RNE to y's dtype; later channels pass.
     rounding "once" (the seed's / diffusers' fp32 RoPE): cos/sin fp32 or y's dtype (upcast exactly),
     out = round(y*cos + rotate_half(y)*sin) computed in fp32. "per_op" (HF apply_rotary_pos_emb): cos/sin in y's
@@ -299,7 +300,7 @@ def smooth_k_lse_correction(qn: torch.Tensor, k_mean: torch.Tensor, softmax_scal
 def sage_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
                  k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, smooth_v=False,
                  pv_dtype="fp8", norm_rope_rounding="once") -> SagePrepared:
-    """q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (bf16 or fp16; layout="HND": [B, H, S, D]) -> SagePrepared
+    """q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (bf16, fp16 or fp32; layout="HND": [B, H, S, D]) -> SagePrepared
     (docs/numerics.md §Prepare). smooth_v: V minus its per-channel mean before fp8 (v_mean kept); pv_dtype "fp16":
     v_t is V in fp16 (no scale: v_scale zeros). norm_rope_rounding: the convention of the optional RMSNorm/RoPE
     ("once": F.rms_norm then fp32 RoPE; "per_op": the HF-transformers chain; see norm_rope)."""
@@ -342,7 +343,10 @@ def round_saturating(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """fp32 -> bf16 or fp16, RNE, with |x| beyond the dtype's largest finite value (and +-inf) giving +-that value;
     NaN stays NaN (the kernels write the dtype's quiet NaN 0x7fc0 / 0x7e00). The attention output of a V near the
     dtype's max can exceed it by the fp8 rounding of p (docs/numerics.md §Finite range), so the spec saturates
-    instead of rounding to inf."""
+    instead of rounding to inf. dtype fp32: x itself (no rounding, no saturation: +-inf stays), every NaN as the one
+    pattern 0x7fc00000 the kernels write (docs/numerics.md §Inputs)."""
+    if dtype == torch.float32:
+        return torch.where(torch.isnan(x), torch.full_like(x, math.nan), x)   # torch's nan is 0x7fc00000
     hi = OUT_MAX[dtype]
     return x.clamp(-hi, hi).to(dtype)  # clamp keeps NaN
 

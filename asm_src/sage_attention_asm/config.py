@@ -23,7 +23,7 @@ V_STAGE_ROWS = THREADS // 4     # V^T rows one staging load of all threads cover
 LANE_HALF = 16                 # lanes 0-15 / 16-31: v_permlanex16 exchanges the halves
 B128 = 16                      # bytes of one ds_load_b128 / global_load_b128 (also the LDS swizzle unit)
 F32_BYTES = 4
-OUT_BYTES = 2                  # bf16 / fp16 output elements
+OUT_BYTES = abi.OUT_BYTES      # out_dtype -> bytes per output element (bf16 / fp16: 2, fp32: 4)
 
 # numerics constants (bit patterns)
 def _f32_bits(x: float) -> str:
@@ -43,6 +43,7 @@ BF16_ROUND = "0x7fff"
 HI16_MASK = "0xffff0000"
 LO16_MASK = "0xffff"
 FP16_QNAN = "0x7e00"                      # a NaN output becomes fp16 0x7e00 (as the HIP kernel)
+FP32_QNAN = "0x7fc00000"                  # fp32 output: a NaN becomes 0x7fc00000 (as the HIP kernel); no saturation
 # the output saturates at +-the dtype's largest finite value (docs/numerics.md §Finite range), as fp32 bit patterns
 OUT_MAX = {"bf16": ("0xff7f0000", "0x7f7f0000"), "fp16": ("0xc77fe000", "0x477fe000")}   # (-max, +max)
 PERMX16_SEL_LO, PERMX16_SEL_HI = "0x76543210", "0xfedcba98"   # v_permlanex16: lane l reads lane l ^ 16
@@ -70,7 +71,7 @@ def log2(n: int) -> int:
 
 @dataclass(frozen=True)
 class Config:
-    """One kernel of the family: the padded head dim (64 or 128), the output dtype ("bf16" or "fp16") and the P.V
+    """One kernel of the family: the padded head dim (64 or 128), the output dtype ("bf16", "fp16" or "fp32") and the P.V
     input type ("fp8" or "fp16"). The manifest key columns of the symbol (head_dim, out_dtype, pv_dtype) are
     exactly these fields."""
     head_dim: int = abi.HEAD_DIM

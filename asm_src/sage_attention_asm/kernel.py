@@ -67,7 +67,7 @@ class AttentionKernel(KernelState, Prologue, MatmulStreams, Softmax, KeyLoop, Ep
 // LDS ({self.LDS_BYTES} B): kbuf0 @{self.LDS_KBUF[0]}, kbuf1 @{self.LDS_KBUF[1]} (K tiles {self.K_TILE_BYTES} B, rows of
 // {self.K_ROW_BYTES} B), vbuf0 @{self.LDS_VBUF[0]}, vbuf1 @{self.LDS_VBUF[1]} (V^T tiles {self.V_TILE_BYTES} B, rows of {self.V_ROW_BYTES} B).
 // Resources: {self.NUM_VGPRS} VGPRs -> {waves} waves/SIMD by registers; {self.LDS_BYTES} B LDS per 4-wave workgroup.
-// Output: {self.cfg.out_dtype} RNE, saturating at +-{OUT_MAX[self.cfg.out_dtype][1]} (fp32 bits), d-tiles at or past
+// Output: {self.output_note()}, d-tiles at or past
 // head_dim (the kernarg; zero-padded channels) not stored.
 //
 // VGPR map:
@@ -75,6 +75,12 @@ class AttentionKernel(KernelState, Prologue, MatmulStreams, Softmax, KeyLoop, Ep
 // SGPR map:
 {regmap(self.S)}
 """
+
+    def output_note(self) -> str:
+        """The header's line on the output conversion of this Config."""
+        if self.cfg.out_dtype == "fp32":
+            return "fp32, the value itself (no rounding or saturation; NaN -> 0x7fc00000)"
+        return f"{self.cfg.out_dtype} RNE, saturating at +-{OUT_MAX[self.cfg.out_dtype][1]} (fp32 bits)"
 
     def descriptor(self):
         """Descriptor + metadata of this symbol, from the ABI struct (pointers the kernel writes: abi.ATTENTION_OUTPUTS)."""

@@ -281,7 +281,7 @@ class Prologue:
             a.op(f"s_mul_u64 {acc}, {acc}, {tmp3}")
             if k:
                 a.op(f"s_add_nc_u64 {tmp}, {tmp}, {tmp2}")
-        a.op(f"s_lshl_b64 {tmp}, {tmp}, {log2(OUT_BYTES)}")
+        a.op(f"s_lshl_b64 {tmp}, {tmp}, {log2(OUT_BYTES[self.cfg.out_dtype])}")
         a.op(f"s_add_nc_u64 {self.s_outb}, {self.sp_out}, {tmp}")
         # lse of (bh, q0): (bh * S_q + q0) * 4 bytes
         self.zext(a, tmp2, self.s_seqlen_q)

@@ -22,7 +22,7 @@ from ..prepared import DTYPE_KEYS, U32, SagePrepared, d_pad, s_pad
 
 OP = abi.ATTENTION_OP
 BLOCK = abi.ATTENTION_BLOCK
-# WMMA 16-query fragments: a wave's 16 rows of out are addressed as lane offsets r * out_stride_s * 2 bytes
+# WMMA 16-query fragments: a wave's 16 rows of out are addressed as lane offsets r * out_stride_s * element bytes
 WAVE_ROWS = abi.WAVE_QUERIES
 _LUT_CACHE = 64   # (S_q, S_kv, is_causal, device) LUTs kept for calls without a block_mask; cleared when full
 
@@ -53,7 +53,7 @@ def _check_reach(sh: validate.Shapes, strides: tuple[int, int, int]) -> None:
         if s_pad(S) * D_pad >= U32:
             raise ValueError(f"prepared.{name}: one head of {s_pad(S)} x {D_pad} bytes must stay below 4 GiB "
                              f"(the kernel's 32-bit offsets); split the sequence")
-    if max(strides) >= U32 or WAVE_ROWS * strides[1] * 2 >= U32:
+    if max(strides) >= U32 or WAVE_ROWS * strides[1] * sh.dtype.itemsize >= U32:
         raise ValueError(f"prepared.q_int8: the output's element strides (batch, row, head) = {strides} are too "
                          f"large for the kernel's 32-bit offsets")
 

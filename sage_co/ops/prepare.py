@@ -1,4 +1,4 @@
-"""Host side of the prepare stage: q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (bf16 or fp16, NHD or HND, any
+"""Host side of the prepare stage: q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (bf16, fp16 or fp32, NHD or HND, any
 strides with a contiguous last dim) in, SagePrepared out (docs/numerics.md §Prepare).
 
 Two kernels of asm_src/gfx1201_sage_prepare.hip run in order (its header comment has the design):
@@ -13,7 +13,7 @@ stats and quant ship one symbol per (head_dim = D_pad, in_dtype, rope_dim, round
 keys; rounding = norm_rope_rounding ("once" reads fp32 cos/sin tables: one in the input dtype is upcast here, exactly).
 The inputs are read in place: each kernel gets a flat view of the tensor's memory and its element strides, so an
 HND view of NHD memory (or any other strided view) costs no copy. Only a view the 16-byte vector loads cannot
-address (data not 16-byte aligned, or a stride that is not a multiple of 8 elements) is copied first.
+address (data not 16-byte aligned, or a stride that is not a multiple of 8 elements, 4 for fp32) is copied first.
 """
 from __future__ import annotations
 
@@ -33,7 +33,11 @@ from ..reference import norm_rope, q_multiplier, smooth_k_lse_correction
 WAVE = (32, 1, 1)  # stats and quant: one wave32 per workgroup
 MAX_CHUNKS = PREPARE_MAX_CHUNKS
 ALIGN = PREPARE_ALIGN
-ELEMS_PER_LOAD = ALIGN // 2  # 16-bit elements per 16-byte load: strides must be multiples of this
+
+
+def _elems_per_load(t: torch.Tensor) -> int:
+    """Elements of t per 16-byte load (8 of bf16/fp16, 4 of fp32): its strides must be multiples of this."""
+    return ALIGN // t.element_size()
 
 
 def kernel_symbol(op: str, **keys) -> str:
@@ -70,7 +74,7 @@ def flat_view(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
     its first element, and its (batch, token, head) element strides). No copy unless the 16-byte loads cannot
     address it (see the module docstring); strides of size-1 dims are 0 (never multiplied by a nonzero index)."""
     strides = tuple(st if n > 1 else 0 for n, st in zip(t.shape[:3], t.stride()[:3]))
-    if t.data_ptr() % ALIGN or any(st % ELEMS_PER_LOAD for st in strides):
+    if t.data_ptr() % ALIGN or any(st % _elems_per_load(t) for st in strides):
         t = _aligned(t.contiguous()) if t.is_contiguous() else t.contiguous()
         t = _aligned(t)
         strides = tuple(st if n > 1 else 0 for n, st in zip(t.shape[:3], t.stride()[:3]))
@@ -86,7 +90,7 @@ def _reading(t: torch.Tensor) -> tuple[int | None, tuple[int, int, int]]:
     """How the kernels read the NHD view t: (extent, strides) in place when the 16-byte loads can address it, else
     (None, the strides of the contiguous copy flat_view makes per call)."""
     strides = _strides(t)
-    if t.data_ptr() % ALIGN or any(st % ELEMS_PER_LOAD for st in strides):
+    if t.data_ptr() % ALIGN or any(st % _elems_per_load(t) for st in strides):
         B, S, H, D = t.shape
         return None, tuple(st if n > 1 else 0 for n, st in zip((B, S, H), (S * H * D, H * D, D)))
     return 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())), strides
