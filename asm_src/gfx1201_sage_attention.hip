@@ -1,9 +1,9 @@
-// gfx1201_sage_attention_fwd_d{64,128}_{bf16,fp16}[_pv16]: SageAttention forward (dense, causal, block-sparse) on RDNA4, headers-free HIP.
+// gfx1201_sage_attention_fwd_d{64,128}_{bf16,fp16,fp32}[_pv16]: SageAttention forward (dense, causal, block-sparse) on RDNA4, headers-free HIP.
 //
 // The readable baseline of the attention kernel; a hand-scheduled asm kernel later must beat it and match it.
 // It keeps the same kernarg struct and launch geometry (below). Hardware facts cite docs/rdna4.md sections
-// (§WMMA, §Memory, ...). One template, eight symbols: the padded head dim DP (64 or 128; manifest key head_dim),
-// the output dtype (bf16 or fp16; key out_dtype) and the P.V input type (PV16: key pv_dtype "fp8" or "fp16",
+// (§WMMA, §Memory, ...). One template, twelve symbols: the padded head dim DP (64 or 128; manifest key head_dim),
+// the output dtype (OT: bf16, fp16 or fp32; key out_dtype) and the P.V input type (PV16: key pv_dtype "fp8" or "fp16",
 // suffix _pv16). GQA, separate query/key lengths, the caller's output layout and smooth_v are runtime arguments.
 //
 // Math, per query row i of query head h (K/V head g = h / (H_q/H_kv)) and key tile of 64 keys
@@ -19,7 +19,8 @@
 //   O      = O*alpha + fp8_e4m3(p) . v_fp8                                   (fp32 accumulation)
 //   out    = round_sat((O * (1/l)) * v_scale[g][d] [+ v_mean[g][d]]) (inv = 0 when l = 0: zeros; v_mean with
 //            flags bit 3 (smooth_v) on rows with l != 0)  RNE to bf16 or fp16, saturating at +-the dtype's
-//            largest finite value (NaN -> the dtype's quiet NaN), d < head_dim only;
+//            largest finite value (NaN -> the dtype's quiet NaN), d < head_dim only; fp32 output: the fp32 value
+//            itself (no rounding, no saturation: +-inf stays +-inf), NaN -> 0x7fc00000 (the one fp32 NaN written)
 //   PV16:  O = O*alpha + fp16(p) . v_f16 (v_wmma_f32_16x16x16_f16), out = round_sat(O * (1/l)) (no scales)
 //   lse    = (m + (log2 l - P_OFF))*ln2 [+ ln2 * q_deq.k_mean[g]]
 // `#pragma clang fp contract(off)`: HIP contracts a*b+c into FMA by default, which would round differently
@@ -29,7 +30,7 @@
 //   Workgroup = 64 queries of one (batch, query head); wave w owns queries 16w..16w+15 of them.
 //   Each wave loops over the active key tiles (LUT row of its query tile) of K/V head (head * kv_group_magic) >> 32.
 //
-// Kernarg struct (sage_co/abi.py ATTENTION_FWD_ARGS, 176 bytes, 8-byte aligned; no hidden arguments):
+// Kernarg struct (sage_co/abi.py ATTENTION_FWD_ARGS, 216 bytes, 8-byte aligned; no hidden arguments):
 //   | offset | name           | type | contents                                                           |
 //   |--------|----------------|------|--------------------------------------------------------------------|
 //   |      0 | q              | ptr  | int8  [B, H_q, seq_pad_q, DP], carries softmax_scale*log2(e)       |
@@ -39,7 +40,7 @@
 //   |     32 | k_scale        | ptr  | f32   [B, H_kv, seq_pad_kv/32]                                     |
 //   |     40 | k_mean         | ptr  | f32   [B, H_kv, DP] (read only when flags bit 1 and bit 0 are set) |
 //   |     48 | v_scale        | ptr  | f32   [B, H_kv, DP] (not read by PV16 symbols)                     |
-//   |     56 | out            | ptr  | bf16/fp16, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d]     |
+//   |     56 | out            | ptr  | bf16/fp16/fp32, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d]|
 //   |     64 | lse            | ptr  | f32   [B, H_q, seq_len_q] (written only when flags bit 0 is set)   |
 //   |     72 | seq_len_q      | u32  | S_q >= 1                                                           |
 //   |     76 | seq_pad_q      | u32  | round_up(S_q, 64); padded rows of q are zero                       |
@@ -54,7 +55,7 @@
 //   |    112 | out_stride_h   | u32  |                                                                    |
 //   |    116 | head_dim       | u32  | D (multiple of 16, <= DP): channels >= D are not stored            |
 //   |    120 | flags          | u32  | bit 0: write lse; bit 1: lse adds the smooth_k term; bit 2: causal; |
-//   |        |                |      | bit 3: smooth_v (add v_mean)                                       |
+//   |        |                |      | bit 3: smooth_v (add v_mean); bit 4: attn_mask (read mask_kind)    |
 //   |    128 | lut            | ptr  | u32 rows [count, t_0 < ... < t_{count-1}, ...] of seq_pad_kv/64 + 1 |
 //   |        |                |      | entries per query tile: the active key tiles (docs/numerics.md)     |
 //   |    136 | lut_stride_b   | u32  | element strides of the LUT rows of (batch, head); row of query tile |
@@ -62,9 +63,17 @@
 //   |    144 | causal_offset  | i32  | seq_len_kv - seq_len_q: row i sees keys j <= i + causal_offset      |
 //   |    152 | v_mean         | ptr  | f32   [B, H_kv, DP] (read here only with flags bit 3; the asm      |
 //   |        |                |      | kernel loads it always: the host passes k_mean without smooth_v)   |
-//   |    160 | cu_seqlens_q   | ptr  | i32 [B + 1] (read only with flags bit 4, varlen)                   |
-//   |    168 | cu_seqlens_kv  | ptr  | i32 [B + 1] (read only with flags bit 4, varlen)                   |
-// Varlen (flags bit 4, docs/numerics.md §Varlen): batch z is packed sequence b = z, len_q = cu_seqlens_q[b+1] -
+//   |    160 | mask_bits      | ptr  | u32 attn_mask bit rows: row (b, h, i) at b*msb + h*msh + i*mss,     |
+//   |        |                |      | word w bit j = key 32w + j visible (read on partial tiles)          |
+//   |    168 | mask_bias      | ptr  | f32 rows at 32 * (b*msb + h*msh + i*mss): fp32(mask) * fp32(log2 e)  |
+//   |        |                |      | (read on additive tiles only)                                      |
+//   |    176 | mask_kind      | ptr  | u32 per LUT entry (the LUT's rows and strides): MASK_KIND_* of it   |
+//   |    184 | mask_stride_b  | u32  | word strides msb, msh, mss of the bit rows (0: broadcast dim);      |
+//   |    188 | mask_stride_h  | u32  | every mask field is read only with flags bit 4 (attn_mask)          |
+//   |    192 | mask_stride_s  | u32  |                                                                    |
+//   |    200 | cu_seqlens_q   | ptr  | i32 [B + 1] (read only with flags bit 5, varlen)                   |
+//   |    208 | cu_seqlens_kv  | ptr  | i32 [B + 1] (read only with flags bit 5, varlen)                   |
+// Varlen (flags bit 5, docs/numerics.md §Varlen): batch z is packed sequence b = z, len_q = cu_seqlens_q[b+1] -
 // cu_seqlens_q[b], len_kv likewise; these replace seq_len_q / seq_len_kv / causal_offset (= len_kv - len_q). The
 // prepared tensors are packed: q [1, H_q, seq_pad_q, DP] with sequence b at rows packed_row(cu_q[b], b) =
 // 64*ceil(cu_q[b]/64) + 64*b (sage_co/abi.py packed_row), q_scale at blocks packed_row/32, k / V^T columns /
@@ -72,7 +81,8 @@
 // the sequence is token cu_q[b] + i (out_stride_b is not used), lse [H_q, seq_len_q = total_q]. A workgroup whose
 // query tile starts at or past len_q exits at once; the key tiles are 0 .. count-1, count = ceil(len_kv/64), or
 // with causal the tiles holding a key j <= last row + causal_offset (the causal LUT of sage_co/masks.py), counted
-// here: the LUT is not read.
+// here: the LUT is not read. Varlen and attn_mask (flags bit 4) are exclusive (the host refuses both): with varlen
+// no mask_kind entry is read and every tile is full.
 // Every tensor but out is dense in the layout above; the host (sage_co/ops/attention.py) checks that.
 
 // Data flow (docs/rdna4.md §WMMA, "SageAttention data flow"): S^T = K.Q^T with v_wmma_i32_16x16x16_iu8
@@ -105,12 +115,11 @@
 // that masks scores to -inf; padded query rows are computed and not stored.
 //
 // Resources (clang 22.1.8 -O3, checked with tools/disasm_check.py; hsaco/manifest.json has every symbol's):
-// DP = 128: 225 VGPRs, 64 SGPRs, scratch 0, LDS 32768 B; DP = 64: 147 VGPRs, LDS 16384 B (with the varlen path;
-// 224 / 138 VGPRs before it); no WMMA hazards left
+// DP = 128: 224 VGPRs, 48 SGPRs, scratch 0, LDS 32768 B; DP = 64: 138 VGPRs, LDS 16384 B; no WMMA hazards left
 // (LLVM inserts the v_nop of §Hazards 1 where needed). The epilogue's d-tile loop is fully unrolled: a
-// dynamically indexed o[] would go to scratch. Occupancy (§Occupancy), DP = 128: 225 VGPRs -> 6 waves/SIMD by
+// dynamically indexed o[] would go to scratch. Occupancy (§Occupancy), DP = 128: 224 VGPRs -> 6 waves/SIMD by
 // registers; 32 KiB LDS per 4-wave workgroup -> 4 workgroups per WGP (128 KiB) = 4 waves/SIMD, the binding
-// limit; DP = 64: 147 VGPRs -> 10 waves/SIMD by registers (LDS allows 8).
+// limit; DP = 64: 138 VGPRs -> 8 waves/SIMD (LDS allows 8).
 // PV16 (pv_dtype fp16): the V^T tile is DP x 128 B (8 chunks per row, XOR-swizzled row & 7 like 8-chunk K rows),
 // staged as DP/16 b128 loads per thread; each lane reads chunk 4hl+c of row 16t+r as the f16 A-fragment of chunk c
 // (keys 32hl+8c..+7 in the 16-bit operand's slot order, docs/rdna4.md §WMMA lane layouts; P^T's B-fragment holds the
@@ -140,7 +149,13 @@ typedef _Float16 v8h __attribute__((ext_vector_type(8)));
 #define FLAG_SMOOTH_K 2u
 #define FLAG_CAUSAL 4u
 #define FLAG_SMOOTH_V 8u
-#define FLAG_VARLEN 16u
+#define FLAG_MASK 16u
+#define FLAG_VARLEN 32u
+// attn_mask tile kinds (docs/numerics.md §Masks "attn_mask"): partial = read the tile's bits; additive = partial +
+// add the log2-domain bias to the scores (exact exp2 form); 0 = full (the unmasked arithmetic)
+#define MASK_KIND_PARTIAL 1u
+#define MASK_KIND_ADDITIVE 3u
+#define MASK_WORD_BITS 32
 // P_OFF = 8 - 2^-7: exp2's argument is s - (m - P_OFF) <= 8 for every m (docs/numerics.md §Attention arithmetic
 // model), so p <= 2^8 fits fp8 e4m3 (max 448) and the row sum carries the same 2^P_OFF as O
 #define P_OFF 7.9921875f
@@ -156,6 +171,11 @@ typedef _Float16 v8h __attribute__((ext_vector_type(8)));
 #define FP16_MAX 65504.0f      // largest finite fp16 (bits 0x7bff)
 #define BF16_QNAN 0x7fc0u
 #define FP16_QNAN 0x7e00u
+#define FP32_QNAN 0x7fc00000u
+// The output type OT (sage_co/family.py HIP_OUT_DTYPE, manifest key out_dtype), the template's second argument.
+#define OUT_BF16 0
+#define OUT_FP16 1
+#define OUT_FP32 2
 
 // Varlen: the first prepared row of sequence b whose tokens start at cu_start (sage_co/abi.py packed_row).
 static __device__ __attribute__((always_inline)) u32 packed_row(u32 cu_start, u32 b) {
@@ -168,12 +188,13 @@ static __device__ __attribute__((always_inline)) float xlane16(float x) {
                                                                 0x76543210, 0xfedcba98, false, false));
 }
 
-template <bool FP16>
+template <int OT>
 static __device__ __attribute__((always_inline)) u32 round_sat(float x) {
   // fp32 -> bf16 or fp16 bits, round to nearest even, saturating: |x| beyond the dtype's largest finite value
   // gives +-that value (docs/numerics.md §Finite range); NaN -> the dtype's quiet NaN. The clamp may drop a NaN
   // (v_max_num/v_min_num), so the NaN test reads x, not c.
-  if (FP16) {
+  if (OT == OUT_FP32) return x != x ? FP32_QNAN : __builtin_bit_cast(u32, x);  // fp32 out: the value, one NaN
+  if (OT == OUT_FP16) {
     const float c = __builtin_fminf(__builtin_fmaxf(x, -FP16_MAX), FP16_MAX);
     const u32 r = __builtin_bit_cast(unsigned short, (_Float16)c);  // v_cvt_f16_f32: RNE (round mode 0)
     return x != x ? FP16_QNAN : r;
@@ -203,7 +224,7 @@ static __device__ __attribute__((always_inline)) u32 kswz(u32 row) {
   return DP == 128 ? (row & 7) : ((row >> 1) & 3);
 }
 
-template <int DP, bool FP16, bool PV16>
+template <int DP, int OT, bool PV16>
 static __device__ __attribute__((always_inline)) void attention(
     const signed char* __restrict__ q, const signed char* __restrict__ k, const unsigned char* __restrict__ v,
     const float* __restrict__ q_scale, const float* __restrict__ k_scale, const float* __restrict__ k_mean,
@@ -211,7 +232,9 @@ static __device__ __attribute__((always_inline)) void attention(
     u32 seq_pad_q, u32 seq_len_kv, u32 seq_pad_kv, u32 num_heads_q, u32 num_heads_kv, u64 kv_group_magic,
     u32 out_stride_b, u32 out_stride_s, u32 out_stride_h, u32 head_dim, u32 flags, const u32* __restrict__ lut,
     u32 lut_stride_b, u32 lut_stride_h, int causal_offset, const float* __restrict__ v_mean,
-    const u32* __restrict__ cu_seqlens_q, const u32* __restrict__ cu_seqlens_kv, v4i* lds) {
+    const u32* __restrict__ mask_bits, const float* __restrict__ mask_bias, const u32* __restrict__ mask_kind,
+    u32 mask_stride_b, u32 mask_stride_h, u32 mask_stride_s, const u32* __restrict__ cu_seqlens_q,
+    const u32* __restrict__ cu_seqlens_kv, v4i* lds) {
   u32 lse_stride = seq_len_q;  // lse row stride of one (batch, head): S_q, or total_q (varlen)
   constexpr int NCOL = DP / 16;        // 16-byte chunks per K row (and O^T d-tiles)
   constexpr int HCOL = NCOL / 2;       // chunks of a row one lane half holds (d = DP/2*hl ..)
@@ -299,8 +322,9 @@ static __device__ __attribute__((always_inline)) void attention(
   // + 1) (the second term only with FLAG_CAUSAL); a tile is masked per element only when some row of the wave
   // has lim below its end (uniform test on the wave's first row, whose lim is the smallest).
   const u32 ntiles = seq_pad_kv / TILE_K;
+  const u64 lrow_off = (u64)batch * lut_stride_b + (u64)head * lut_stride_h + (u64)qtile * (ntiles + 1);
+  const u32* lrow = lut + lrow_off;
   const bool causal = (flags & FLAG_CAUSAL) != 0;
-  const u32* lrow = lut + ((u64)batch * lut_stride_b + (u64)head * lut_stride_h + (u64)qtile * (ntiles + 1));
   // varlen: key tiles 0 .. count-1 (causal: those with a key j <= last row + causal_offset, masks.causal_tiles)
   u32 count;
   if (varlen) {
@@ -313,6 +337,13 @@ static __device__ __attribute__((always_inline)) void attention(
   } else {
     count = lrow[0];
   }
+  // attn_mask: the kind of LUT entry it at krow[1 + it] (same offsets as the LUT); this lane's bit row (query qi,
+  // words of keys 32hl..) and bias row. Kinds are all 0 (full) without FLAG_MASK (and with varlen: exclusive).
+  const bool has_mask = (flags & FLAG_MASK) != 0 && !varlen;
+  const u32* krow = mask_kind + lrow_off;
+  const u64 mrow_off = (u64)batch * mask_stride_b + (u64)head * mask_stride_h + (u64)qi * mask_stride_s;
+  const u32* mrow = mask_bits + mrow_off + hl;
+  const float* brow = mask_bias + mrow_off * MASK_WORD_BITS + 32 * hl;
   const u32* tiles = lrow + 1;
   const int lim_lane = causal ? __builtin_elementwise_min((int)qi + causal_offset + 1, (int)seq_len_kv)
                               : (int)seq_len_kv;
@@ -377,15 +408,31 @@ static __device__ __attribute__((always_inline)) void attention(
       const v8f xc = __builtin_bit_cast(v8f, sacc[c]);
       for (int e = 0; e < 8; ++e) x[8 * c + e] = xc[e];
     }
+    const u32 kind = has_mask ? krow[1 + it] : 0u;  // uniform
+    const bool additive = (kind & MASK_KIND_ADDITIVE) == MASK_KIND_ADDITIVE;
+    const bool partial = (kind & MASK_KIND_PARTIAL) != 0;
+    if (additive) {  // s = fma(float(s_int32), qk, b) with b the tile's log2-domain bias (keys 32hl + j)
+      const v4f* bt = (const v4f*)(brow + tile * TILE_K);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const v4f b4 = bt[u];
+        for (int e = 0; e < 4; ++e) x[4 * u + e] = __builtin_fmaf(x[4 * u + e] - MAGIC_F, qk, b4[e]);
+      }
+    }
     const bool masked = (int)(tile * TILE_K + TILE_K) > lim_wave;  // tail / causal-diagonal tiles (uniform)
     const int lim = lim_lane - (int)(tile * TILE_K + 32 * hl);     // keys 32hl + j of the tile: valid when j < lim
     if (masked)
 #pragma unroll
       for (int j = 0; j < 32; ++j) x[j] = j < lim ? x[j] : -__builtin_inff();
+    const u32 bits = partial ? mrow[2 * tile] : ~0u;  // attn_mask: bit j = key 32hl + j of the tile visible
+    if (partial)
+#pragma unroll
+      for (int j = 0; j < 32; ++j) x[j] = (bits >> j) & 1u ? x[j] : -__builtin_inff();
     float mx = x[0];
     for (int j = 1; j < 32; ++j) mx = __builtin_fmaxf(mx, x[j]);
-    mx = (mx - MAGIC_F) * qk;  // = max_j float(s_int32) * qk exactly (the subtraction is exact, qk >= 0 scales
-                               // monotonically); a masked half gives -inf, or NaN when qk = 0 (dropped by fmax)
+    if (!additive)
+      mx = (mx - MAGIC_F) * qk;  // = max_j float(s_int32) * qk exactly (the subtraction is exact, qk >= 0 scales
+                                 // monotonically); a masked half gives -inf, or NaN when qk = 0 (dropped by fmax)
     mx = __builtin_fmaxf(mx, xlane16(mx));
     const float m_new = __builtin_fmaxf(m_run, mx);
     const float alpha = m_run == -__builtin_inff() ? 0.0f : __builtin_amdgcn_exp2f(m_run - m_new);
@@ -396,12 +443,18 @@ static __device__ __attribute__((always_inline)) void attention(
     // exp2 argument: one FMA per score, arg = fma(x, qk, -fma(MAGIC, qk, t)), when every lane's qk is in
     // (0, FMA_MAX_QK_SCALE] (NaN fails); otherwise the exact arg = float(s_int32) * qk - t (uniform branch)
     float cf = qk, bf = __builtin_fmaf(MAGIC_F, qk, t_exp);
-    if (__builtin_amdgcn_ballot_w32(!(qk > 0.0f && qk <= FMA_MAX_QK_SCALE))) {
+    if (additive) {  // the scores are s already: the exact form
+      cf = 1.0f;
+      bf = t_exp;
+    } else if (__builtin_amdgcn_ballot_w32(!(qk > 0.0f && qk <= FMA_MAX_QK_SCALE))) {
 #pragma unroll
       for (int j = 0; j < 32; ++j) x[j] = (x[j] - MAGIC_F) * qk;
       if (masked)  // (-inf) * 0 is NaN: mask the scores again
 #pragma unroll
         for (int j = 0; j < 32; ++j) x[j] = j < lim ? x[j] : -__builtin_inff();
+      if (partial)
+#pragma unroll
+        for (int j = 0; j < 32; ++j) x[j] = (bits >> j) & 1u ? x[j] : -__builtin_inff();
       cf = 1.0f;
       bf = t_exp;
     }
@@ -477,15 +530,18 @@ static __device__ __attribute__((always_inline)) void attention(
   // smooth_v: v_mean comes back on rows that saw a key (a row's softmax weights sum to 1); others stay zero
   const bool add_mean = (flags & FLAG_SMOOTH_V) && l_run != 0.0f;
   const v4f* vmn = (const v4f*)(v_mean + bkv * DP + 8 * hl);
-  v4i* orow = (v4i*)(out + ((u64)lay_b * out_stride_b + (u64)(tok_q + qi) * out_stride_s + (u64)head * out_stride_h) +
-                     8 * hl);
+  // out element (batch, qi, head, 8hl + 16t + e): OB bytes each (fp32: 4, a d-tile half is two 16-byte stores);
+  // varlen: (0, tok_q + qi, head, ...) of the packed out
+  constexpr u32 OB = OT == OUT_FP32 ? 4 : 2;
+  v4i* orow = (v4i*)((char*)out + ((u64)lay_b * out_stride_b + (u64)(tok_q + qi) * out_stride_s +
+                                   (u64)head * out_stride_h + 8 * hl) * OB);
   const u32 dtiles = head_dim / 16;
 #pragma unroll
   for (int t = 0; t < NCOL; ++t) {
     if ((u32)t >= dtiles) continue;  // uniform: whole d-tiles of padding (o[] stays in registers: full unroll)
-    u32 h16[8];
+    u32 h16[8];  // output bits: 16-bit patterns, or fp32 bits (OT == OUT_FP32)
     if (PV16) {
-      for (int e = 0; e < 8; ++e) h16[e] = round_sat<FP16>(o[t][e] * inv);
+      for (int e = 0; e < 8; ++e) h16[e] = round_sat<OT>(o[t][e] * inv);
     } else {
       const v4f va = vsc[4 * t], vb = vsc[4 * t + 1];
       const float sc[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
@@ -496,10 +552,15 @@ static __device__ __attribute__((always_inline)) void attention(
         const float mn[8] = {ma.x, ma.y, ma.z, ma.w, mb.x, mb.y, mb.z, mb.w};
         for (int e = 0; e < 8; ++e) x[e] = x[e] + mn[e];
       }
-      for (int e = 0; e < 8; ++e) h16[e] = round_sat<FP16>(x[e]);
+      for (int e = 0; e < 8; ++e) h16[e] = round_sat<OT>(x[e]);
     }
-    orow[2 * t] = (v4i){(int)(h16[0] | h16[1] << 16), (int)(h16[2] | h16[3] << 16),
-                        (int)(h16[4] | h16[5] << 16), (int)(h16[6] | h16[7] << 16)};
+    if (OT == OUT_FP32) {
+      orow[4 * t] = (v4i){(int)h16[0], (int)h16[1], (int)h16[2], (int)h16[3]};
+      orow[4 * t + 1] = (v4i){(int)h16[4], (int)h16[5], (int)h16[6], (int)h16[7]};
+    } else {
+      orow[2 * t] = (v4i){(int)(h16[0] | h16[1] << 16), (int)(h16[2] | h16[3] << 16),
+                          (int)(h16[4] | h16[5] << 16), (int)(h16[6] | h16[7] << 16)};
+    }
   }
   if (flags & FLAG_LSE) {
     float val = (m_run + (__builtin_amdgcn_logf(l_run) - P_OFF)) * LN2;  // v_log_f32 = log2
@@ -528,26 +589,33 @@ static __device__ __attribute__((always_inline)) void attention(
       u32 seq_len_q, u32 seq_pad_q, u32 seq_len_kv, u32 seq_pad_kv, u32 num_heads_q, u32 num_heads_kv,         \
       u64 kv_group_magic, u32 out_stride_b, u32 out_stride_s, u32 out_stride_h, u32 head_dim, u32 flags,       \
       const u32 *__restrict__ lut, u32 lut_stride_b, u32 lut_stride_h, int causal_offset,                     \
-      const float *__restrict__ v_mean, const u32 *__restrict__ cu_seqlens_q, const u32 *__restrict__ cu_seqlens_kv
+      const float *__restrict__ v_mean, const u32 *__restrict__ mask_bits, const float *__restrict__ mask_bias, \
+      const u32 *__restrict__ mask_kind, u32 mask_stride_b, u32 mask_stride_h, u32 mask_stride_s,             \
+      const u32 *__restrict__ cu_seqlens_q, const u32 *__restrict__ cu_seqlens_kv
 #define ATTENTION_ARGS                                                                                        \
   q, k, v, q_scale, k_scale, k_mean, v_scale, out, lse, seq_len_q, seq_pad_q, seq_len_kv, seq_pad_kv,          \
       num_heads_q, num_heads_kv, kv_group_magic, out_stride_b, out_stride_s, out_stride_h, head_dim, flags,    \
-      lut, lut_stride_b, lut_stride_h, causal_offset, v_mean, cu_seqlens_q, cu_seqlens_kv
+      lut, lut_stride_b, lut_stride_h, causal_offset, v_mean, mask_bits, mask_bias, mask_kind, mask_stride_b,    \
+      mask_stride_h, mask_stride_s, cu_seqlens_q, cu_seqlens_kv
 // LDS: two buffers of K (64 x DP B) + V^T (DP x 64 B) tiles (PV16: two K tiles + one DP x 128 B V^T tile),
 // 32 KiB for DP = 128, 16 KiB for DP = 64
-#define KERNEL(NAME, DP, FP16, PV16)                                                                          \
+#define KERNEL(NAME, DP, OT, PV16)                                                                          \
   extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(128, 128))) void NAME(ATTENTION_PARAMS) { \
     __shared__ static v4i lds[16 * DP];                                                                       \
-    attention<DP, FP16, PV16>(ATTENTION_ARGS, lds);                                                           \
+    attention<DP, OT, PV16>(ATTENTION_ARGS, lds);                                                           \
   }
 
 // One symbol per (head_dim = DP, out_dtype) manifest key pair (asm_src/kernels.toml)
-KERNEL(gfx1201_sage_attention_fwd_d128_bf16, 128, false, false)
-KERNEL(gfx1201_sage_attention_fwd_d128_fp16, 128, true, false)
-KERNEL(gfx1201_sage_attention_fwd_d64_bf16, 64, false, false)
-KERNEL(gfx1201_sage_attention_fwd_d64_fp16, 64, true, false)
-// pv_dtype fp16 (manifest key pv_dtype = "fp16"; the four above are "fp8")
-KERNEL(gfx1201_sage_attention_fwd_d128_bf16_pv16, 128, false, true)
-KERNEL(gfx1201_sage_attention_fwd_d128_fp16_pv16, 128, true, true)
-KERNEL(gfx1201_sage_attention_fwd_d64_bf16_pv16, 64, false, true)
-KERNEL(gfx1201_sage_attention_fwd_d64_fp16_pv16, 64, true, true)
+KERNEL(gfx1201_sage_attention_fwd_d128_bf16, 128, OUT_BF16, false)
+KERNEL(gfx1201_sage_attention_fwd_d128_fp16, 128, OUT_FP16, false)
+KERNEL(gfx1201_sage_attention_fwd_d128_fp32, 128, OUT_FP32, false)
+KERNEL(gfx1201_sage_attention_fwd_d64_bf16, 64, OUT_BF16, false)
+KERNEL(gfx1201_sage_attention_fwd_d64_fp16, 64, OUT_FP16, false)
+KERNEL(gfx1201_sage_attention_fwd_d64_fp32, 64, OUT_FP32, false)
+// pv_dtype fp16 (manifest key pv_dtype = "fp16"; the six above are "fp8")
+KERNEL(gfx1201_sage_attention_fwd_d128_bf16_pv16, 128, OUT_BF16, true)
+KERNEL(gfx1201_sage_attention_fwd_d128_fp16_pv16, 128, OUT_FP16, true)
+KERNEL(gfx1201_sage_attention_fwd_d128_fp32_pv16, 128, OUT_FP32, true)
+KERNEL(gfx1201_sage_attention_fwd_d64_bf16_pv16, 64, OUT_BF16, true)
+KERNEL(gfx1201_sage_attention_fwd_d64_fp16_pv16, 64, OUT_FP16, true)
+KERNEL(gfx1201_sage_attention_fwd_d64_fp32_pv16, 64, OUT_FP32, true)

@@ -5,17 +5,19 @@
 // matched bit for bit (k_mean: summation order differs, see stats below).
 //
 // Inputs (element strides are kernargs, read in place; the last dim is contiguous):
-//   q [B, S_q, H_q, D], k and v [B, S_kv, H_kv, D], bf16 or fp16 (one symbol per dtype), D a multiple of 16 up
+//   q [B, S_q, H_q, D], k and v [B, S_kv, H_kv, D], bf16, fp16 or fp32 (one symbol per dtype; fp32 is read as
+//   fp32, one channel per dword, and goes through the same fp32 arithmetic unrounded), D a multiple of 16 up
 //   to D_PAD (64 or 128, one symbol per D_PAD): channels D..D_PAD-1 read as zero (never loaded), so a head dim of
 //   32/48/80/96/112 is padded without an extra pass. An HND tensor is the same memory with other strides.
 // S_pad = round_up(S, 64) per tensor; a tile = 32 tokens of one (b, head) = one Q/K scale block, one wave32.
 // GQA: K/V are prepared per K/V head (H_kv), Q per query head (H_q); nothing is replicated.
 //
 // Two kernels, launched in this order (sage_co/ops/prepare.py). stats and quant ship one symbol per (D_PAD,
-// dtype, RoPE width, norm/RoPE rounding): suffix _d64/_d128, _bf16/_fp16, then _rope32.._rope128 (none = no RoPE;
+// dtype, RoPE width, norm/RoPE rounding): suffix _d64/_d128, _bf16/_fp16/_fp32, then _rope32.._rope128 (none = no RoPE;
 // D_PAD 64 has rope 32 and 64 only), then _once for norm_rope_rounding "once" (none = "per_op"; ROUND_* below).
-// A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps every kernel at <= 208
-// VGPRs (7 waves/SIMD by registers, docs/rdna4.md §Occupancy: 201..216 allocate alike), no scratch.
+// A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps every 16-bit kernel at
+// <= 207 VGPRs, no scratch. fp32 (rows of D_PAD dwords, up to 256 VGPRs, no scratch) needs more care, see
+// sum_sq_tree, sum_sq_lanes8, rope_once, rms_norm, quant_qk, load_v_pass and stats_v32.
 // Varlen (sage_co/abi.py: the stats and quant structs' `varlen`, docs/numerics.md §Varlen): batch index b is packed
 // sequence b, whose tokens, length and chunking come from cu_seqlens on the device; the outputs are packed per
 // head with sequence b at row packed_row(cu[b], b) = 64 * ceil(cu[b] / 64) + 64 * b.
@@ -68,6 +70,10 @@
 //   v_cvt_pk_fp8_f32 (RNE) rounds to 448 at most; otherwise clamp with v_med3, keep v = +-0 where inv = inf
 //   (tiny amax: 0 * inf would be NaN), map NaN (med3 would turn it into -448) to +NaN -> 0x7F, and force padded
 //   tokens to 0.
+//   fp32 inputs: "rounding to the input dtype" is the identity (Elt<FP32>::round), so the two conventions differ
+//   only in the RMSNorm sum order, and the per_op RoPE is rope_once (fp32 tables, the same products and sum);
+//   max |v| / max v / min v are taken on the fp32 patterns (NaN wins, as for 16 bits); pv fp16 V^T is
+//   v_cvt_f16_f32 of the fp32 value (RNE, torch's .to(float16)).
 //   bf16 rounding in norm/RoPE: RNE, NaN -> (bits >> 16) | 0x40 (torch's .to(bfloat16)), see bf16_bits; fp16
 //   rounding: v_cvt_f16_f32 (RNE, overflow -> inf, fp16 denormals kept: clang's descriptor sets
 //   float_denorm_mode_16_64 = 3, docs/rdna4.md §Entry FP mode; tests/test_prepare.py checks every symbol). A NaN's
@@ -75,7 +81,7 @@
 //
 // Kernargs (explicit only, no hidden arguments; sage_co/ops/prepare.py declares the same layouts). Strides are in
 // elements: *_sb (batch), *_ss (token), *_sh (head):
-//   stats  (188 B): 0 k, 8 v, 16 k_norm_w, 24 cos, 32 sin, 40 ksum_part, 48 vmax_part (ptr); 56 eps (f32);
+//   stats  (204 B): 0 k, 8 v, 16 k_norm_w, 24 cos, 32 sin, 40 ksum_part, 48 vmax_part (ptr); 56 eps (f32);
 //                   60 S, 64 H, 68 tiles_per_chunk, 72 n_chunks, 76 n_tens, 80 k_norm, 84 D, 88 k_sb, 92 k_ss,
 //                   96 k_sh, 100 v_sb, 104 v_ss, 108 v_sh (i32); 112 vmin_part, 120 vsum_part (ptr); 128 tens (i32);
 //                   136 k_mean, 144 v_scale, 152 v_inv, 160 v_mean, 168 counter (ptr); 176 n_wg, 180 v_mode,
@@ -112,6 +118,7 @@ typedef u16 u16x2 __attribute__((ext_vector_type(2)));
 #define PREPARE_MAX_CHUNKS 64  // stats chunks per (b, K/V head) at most: sage_co/abi.py PREPARE_MAX_CHUNKS
 #define BF16 0
 #define FP16 1
+#define FP32 2
 
 // ------------------------------------------------------------------------------------------------ helpers
 INLINE u32 lane_id() { return __builtin_amdgcn_workitem_id_x(); }
@@ -135,6 +142,7 @@ INLINE u32 f_to_f16(float f) { return (u32)__builtin_bit_cast(u16, (_Float16)f);
 // The 16-bit input type: channel 2j of a packed dword is bits 15:0, channel 2j+1 bits 31:16 (the memory layout).
 template <int DT> struct Elt;
 template <> struct Elt<BF16> {
+  static constexpr int BYTES = 2;
   MEMBER float lo(u32 p) { return as_f(p << 16); }
   MEMBER float hi(u32 p) { return as_f(p & 0xffff0000u); }
   MEMBER float round(float f) { return as_f(bf16_bits(f) & 0xffff0000u); }  // f32 value of bf16(f)
@@ -157,15 +165,58 @@ INLINE u32 opaque_u(u32 u) {
   return u;
 }
 template <> struct Elt<FP16> {
+  static constexpr int BYTES = 2;
   MEMBER float lo(u32 p) { return f16_to_f(opaque_u(p) & 0xffffu); }
   MEMBER float hi(u32 p) { return f16_to_f(opaque_u(p) >> 16); }
   MEMBER float round(float f) { return (float)(_Float16)opaque(f); }
   MEMBER u32 pack(float a, float b) { return f_to_f16(opaque(a)) | (f_to_f16(opaque(b)) << 16); }
   MEMBER u32 abs_to_f32_bits(u32 h) { return as_u(f16_to_f(h)); }
 };
+// fp32 inputs: one channel per dword (channel i of a packed row is dword i), nothing to round.
+template <> struct Elt<FP32> {
+  static constexpr int BYTES = 4;
+  MEMBER float round(float f) { return f; }
+  MEMBER u32 abs_to_f32_bits(u32 h) { return h; }
+};
+
+// Dwords that hold N channels of type DT (a row of D_PAD channels is u32[WORDS(DT, DP)]).
+#define WORDS(DT, N) ((N) * Elt<DT>::BYTES / 4)
+
+// Channel i of packed dwords (the memory layout): 16 bits: channel 2j in bits 15:0 of dword j, 2j+1 in 31:16;
+// fp32: dword i.
+template <int DT, int N>
+INLINE float chan(const u32 (&w)[N], int i) {
+  if constexpr (Elt<DT>::BYTES == 4)
+    return as_f(w[i]);
+  else
+    return (i & 1) ? Elt<DT>::hi(w[i >> 1]) : Elt<DT>::lo(w[i >> 1]);
+}
+// Channels 2p and 2p + 1 := a and b rounded to DT, or both +0 when !keep (the select is on the packed bits, as the
+// 16-bit kernels always did).
+template <int DT, int N>
+INLINE void set_pair(u32 (&w)[N], int p, float a, float b, bool keep = true) {
+  if constexpr (Elt<DT>::BYTES == 4) {
+    w[2 * p] = keep ? as_u(a) : 0u;
+    w[2 * p + 1] = keep ? as_u(b) : 0u;
+  } else {
+    w[p] = keep ? Elt<DT>::pack(a, b) : 0u;
+  }
+}
+// Element `elems` of a DT tensor at base (the kernargs' element strides and offsets are in elements of DT).
+template <int DT>
+INLINE const void* at(const void* base, u64 elems) { return (const char*)base + elems * Elt<DT>::BYTES; }
 
 INLINE u32x4 load16(const void* p) { return *(const u32x4*)p; }
 INLINE void store16(void* p, u32x4 v) { *(u32x4*)p = v; }
+// 8 consecutive channels of DT at p (16-byte aligned): one 16-byte load (16 bits) or two (fp32).
+template <int DT>
+INLINE void load8(u32 (&w)[WORDS(DT, 8)], const void* p) {
+#pragma unroll
+  for (int j = 0; j < WORDS(DT, 8) / 4; ++j) {
+    u32x4 v = load16((const char*)p + 16 * j);
+    w[4 * j] = v[0], w[4 * j + 1] = v[1], w[4 * j + 2] = v[2], w[4 * j + 3] = v[3];
+  }
+}
 
 // wave32 all-lane reduction through ds_bpermute (docs/rdna4.md §Memory: ds_bpermute_b32 reads lane addr/4).
 INLINE u32 wave_max_u32(u32 v) {
@@ -178,25 +229,27 @@ INLINE u32 wave_max_u32(u32 v) {
   return v;
 }
 
-// A row of one token and head: D_PAD channels packed in D_PAD/2 dwords. Between the optional stages the row stays
+// A row of one token and head: D_PAD channels packed in WORDS(DT, D_PAD) dwords (D_PAD/2, fp32: D_PAD). Between the optional stages the row stays
 // packed, so a skipped stage costs no registers. Channels >= D are zero and stay zero through norm and RoPE.
 template <int DT, int DP>
-INLINE float ch(const u32 (&row)[DP / 2], int i) {
-  return (i & 1) ? Elt<DT>::hi(row[i >> 1]) : Elt<DT>::lo(row[i >> 1]);
+INLINE float ch(const u32 (&row)[WORDS(DT, DP)], int i) {
+  return chan<DT>(row, i);
 }
 
 // Callers pass a row that exists (a padded token loads token S - 1, t_ld = min(t, S - 1)) and mask the result,
-// so no load is ever predicated. Channel groups past D (n16 = D / 8 16-byte groups, wave-uniform) load group
+// so no load is ever predicated. Channel groups past D (n16 = D / 8 groups of 8 channels, wave-uniform) load group
 // n16 - 1 again (in bounds, cached) and are zeroed with a select on the uniform condition: branches around the
 // loads made LLVM shuffle the whole row between registers.
-template <int DP>
-INLINE void load_row(u32 (&row)[DP / 2], const u16* __restrict__ p, u32 n16) {
+template <int DT, int DP>
+INLINE void load_row(u32 (&row)[WORDS(DT, DP)], const void* __restrict__ p, u32 n16) {
+  constexpr int W8 = WORDS(DT, 8);
 #pragma unroll
   for (int j = 0; j < DP / 8; ++j) {
-    u32x4 v = load16(p + 8 * min_u32((u32)j, n16 - 1));
+    u32 v[W8];
+    load8<DT>(v, at<DT>(p, 8 * min_u32((u32)j, n16 - 1)));
     bool real = (u32)j < n16;
-    row[4 * j] = real ? v[0] : 0u; row[4 * j + 1] = real ? v[1] : 0u;
-    row[4 * j + 2] = real ? v[2] : 0u; row[4 * j + 3] = real ? v[3] : 0u;
+#pragma unroll
+    for (int e = 0; e < W8; ++e) row[W8 * j + e] = real ? v[e] : 0u;
   }
 }
 
@@ -207,8 +260,21 @@ INLINE void load_row(u32 (&row)[DP / 2], const u16* __restrict__ p, u32 n16) {
 
 // Sum of x*x over the row, per_op convention (reference.mean_square): t = x*x over the D_PAD channels (zeros past
 // D), t[i] += t[i + w] for w = D_PAD/2 .. 1.
+// Node i of level W of that tree, evaluated depth first (fp32 rows: O(log D_PAD) partial sums live instead of
+// D_PAD / 2 next to the D_PAD-VGPR row; the same operations on the same operands, so the same bits).
+template <int DT, int DP, int W>
+INLINE float tree_node(const u32 (&row)[WORDS(DT, DP)], int i) {
+  if constexpr (W == DP / 2) {
+    float a = ch<DT, DP>(row, i) * ch<DT, DP>(row, i);
+    float b = ch<DT, DP>(row, i + W) * ch<DT, DP>(row, i + W);
+    return a + b;
+  } else {
+    return tree_node<DT, DP, 2 * W>(row, i) + tree_node<DT, DP, 2 * W>(row, i + W);
+  }
+}
 template <int DT, int DP>
-INLINE float sum_sq_tree(const u32 (&row)[DP / 2]) {
+INLINE float sum_sq_tree(const u32 (&row)[WORDS(DT, DP)]) {
+  if constexpr (DT == FP32) return tree_node<DT, DP, 1>(row, 0);
   constexpr int HALF = DP / 2;
   float t[HALF];
 #pragma unroll
@@ -231,9 +297,30 @@ INLINE float sum_sq_tree(const u32 (&row)[DP / 2]) {
 // then its 8 lanes in order. D is a kernarg, so the split is a select on a uniform condition; padded channels are
 // zeros, and adding +0 to a sum of squares is exact.
 template <int DT, int DP>
-INLINE float sum_sq_lanes8(const u32 (&row)[DP / 2], u32 D) {
+INLINE float sum_sq_lanes8(const u32 (&row)[WORDS(DT, DP)], u32 D) {
   constexpr int NV = DP / 8;
   u32 split = 4 * (D / 32);  // vectors below split use all four accumulators
+  if constexpr (DT == FP32) {  // lane by lane (4 accumulators live, not 32, next to the fp32 row): the same chains
+    float f = 0.0f;
+#pragma unroll
+    for (int l = 0; l < 8; ++l) {
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int j = 0; j < NV; ++j) {
+        bool four = (u32)j < split;
+        float v = ch<DT, DP>(row, 8 * j + l);
+        float t = v * v;
+        if (j % 4 == 0) {
+          acc[0] = acc[0] + t;
+        } else {
+          acc[j % 4] = acc[j % 4] + (four ? t : 0.0f);
+          acc[0] = acc[0] + (four ? 0.0f : t);
+        }
+      }
+      f = f + (((acc[0] + acc[1]) + acc[2]) + acc[3]);
+    }
+    return f;
+  }
   float acc[4][8];
 #pragma unroll
   for (int k = 0; k < 4; ++k)
@@ -264,22 +351,26 @@ INLINE float sum_sq_lanes8(const u32 (&row)[DP / 2], u32 D) {
 // y = round(y * weight); once: y = round((x * r) * weight). Only the D real channels (the padded ones stay 0 even
 // when r = inf).
 template <int DT, int DP, int RM>
-INLINE void rms_norm(u32 (&row)[DP / 2], const u16* __restrict__ weight, float eps, u32 n16, u32 D) {
+INLINE void rms_norm(u32 (&row)[WORDS(DT, DP)], const u16* __restrict__ weight, float eps, u32 n16, u32 D) {
   float sum = RM == ROUND_ONCE ? sum_sq_lanes8<DT, DP>(row, D) : sum_sq_tree<DT, DP>(row);
   float ms = sum / (float)D;
   float r = 1.0f / __builtin_sqrtf(ms + eps);
 #pragma unroll
   for (int j = 0; j < DP / 8; ++j) {
-    u32x4 w = load16(weight + 8 * min_u32((u32)j, n16 - 1));  // wave-uniform address: scalar loads
+    u32 w[WORDS(DT, 8)];
+    // wave-uniform address: scalar loads; fp32 weights through a VGPR offset of 0 instead (vector loads of the same
+    // address): 8 SGPRs per group hoisted for all D_PAD channels overflowed the SGPRs (a stack slot, no scratch use)
+    u32 wg = 8 * min_u32((u32)j, n16 - 1) + (DT == FP32 ? opaque_u(0u) : 0u);
+    load8<DT>(w, at<DT>(weight, wg));
     bool real = (u32)j < n16;                                  // padded groups stay 0 (0 * inf would be NaN)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      int d = 4 * j + e;
-      float lo = Elt<DT>::lo(row[d]) * r, hi = Elt<DT>::hi(row[d]) * r;
+    for (int e = 0; e < 4; ++e) {  // channel pair e of the group: channels 8j + 2e, 8j + 2e + 1
+      int c = 8 * j + 2 * e;
+      float lo = ch<DT, DP>(row, c) * r, hi = ch<DT, DP>(row, c + 1) * r;
       if constexpr (RM == ROUND_PER_OP) lo = Elt<DT>::round(lo), hi = Elt<DT>::round(hi);
-      lo = lo * Elt<DT>::lo(w[e]);
-      hi = hi * Elt<DT>::hi(w[e]);
-      row[d] = real ? Elt<DT>::pack(lo, hi) : 0u;
+      lo = lo * chan<DT>(w, 2 * e);
+      hi = hi * chan<DT>(w, 2 * e + 1);
+      set_pair<DT>(row, 4 * j + e, lo, hi, real);
     }
   }
 }
@@ -289,7 +380,7 @@ INLINE void rms_norm(u32 (&row)[DP / 2], const u16* __restrict__ weight, float e
 // rows (RD values each). Channel i < H2 pairs with i + H2; both outputs are made from the two old values and
 // written back in place.
 template <int DT, int DP, int RD>
-INLINE void rope_per_op(u32 (&row)[DP / 2], const u16* __restrict__ cs, const u16* __restrict__ sn) {
+INLINE void rope_per_op(u32 (&row)[DP / 2], const u16* __restrict__ cs, const u16* __restrict__ sn) {  // 16-bit DT
   typedef Elt<DT> E;
   constexpr int H2 = RD / 2, CHUNKS = H2 / 8;
   // cos/sin go in chunks of 8 channel pairs, double-buffered: chunk j + 1 is loading while chunk j computes. The
@@ -330,47 +421,59 @@ INLINE void rope_per_op(u32 (&row)[DP / 2], const u16* __restrict__ cs, const u1
 // sum rounded to fp32, one rounding to the input dtype), cos/sin fp32 rows of RD values (the host upcasts tables
 // given in the input dtype, exactly). Chunks of 4 channel pairs (one 16-byte load per table half), double-buffered
 // as in rope_per_op: the same 16 VGPRs of table in flight.
+// fp32 rows take D_PAD VGPRs: the tables of one chunk at a time (16 VGPRs fewer, no prefetch), which keeps the fp32
+// D_PAD 128 stats kernels (K row + V statistics in one symbol) within 256 VGPRs without scratch.
+#ifndef ROPE_SINGLE_BUFFER
+#define ROPE_SINGLE_BUFFER(DT) ((DT) == FP32)
+#endif
 template <int DT, int DP, int RD>
-INLINE void rope_once(u32 (&row)[DP / 2], const float* __restrict__ cs, const float* __restrict__ sn) {
+INLINE void rope_once(u32 (&row)[WORDS(DT, DP)], const float* __restrict__ cs, const float* __restrict__ sn) {
   typedef Elt<DT> E;
   constexpr int H2 = RD / 2, CHUNKS = H2 / 4;
   f32x4 cur[4] = {*(const f32x4*)cs, *(const f32x4*)(cs + H2), *(const f32x4*)sn, *(const f32x4*)(sn + H2)};
 #pragma unroll
   for (int j = 0; j < CHUNKS; ++j) {
     f32x4 nxt[4] = {cur[0], cur[1], cur[2], cur[3]};
-    if (j + 1 < CHUNKS) {
+    if (j + 1 < CHUNKS && !ROPE_SINGLE_BUFFER(DT)) {
       int o = 4 * (j + 1);
       nxt[0] = *(const f32x4*)(cs + o); nxt[1] = *(const f32x4*)(cs + H2 + o);
       nxt[2] = *(const f32x4*)(sn + o); nxt[3] = *(const f32x4*)(sn + H2 + o);
     }
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {          // dword e of the chunk: channels i, i + 1
-      int d1 = 2 * j + e, d2 = d1 + H2 / 2;  // dwords holding channels i, i+1 and i+H2, i+H2+1
+    for (int e = 0; e < 2; ++e) {          // channel pair e of the chunk: channels i, i + 1
+      int d1 = 2 * j + e, d2 = d1 + H2 / 2;  // the pairs holding channels i, i+1 and i+H2, i+H2+1
       float o1[2], o2[2];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float y1 = half ? E::hi(row[d1]) : E::lo(row[d1]);
-        float y2 = half ? E::hi(row[d2]) : E::lo(row[d2]);
+        float y1 = ch<DT, DP>(row, 2 * d1 + half);
+        float y2 = ch<DT, DP>(row, 2 * d2 + half);
         int c = 2 * e + half;
         o1[half] = y1 * cur[0][c] + (-y2) * cur[2][c];  // rot[i] = -y[i + H2]
         o2[half] = y2 * cur[1][c] + y1 * cur[3][c];     // rot[i + H2] = y[i]
       }
-      row[d1] = E::pack(o1[0], o1[1]);
-      row[d2] = E::pack(o2[0], o2[1]);
+      set_pair<DT>(row, d1, o1[0], o1[1]);
+      set_pair<DT>(row, d2, o2[0], o2[1]);
     }
     __builtin_amdgcn_sched_barrier(0);
 #pragma unroll
     for (int q = 0; q < 4; ++q) cur[q] = nxt[q];
+    if (j + 1 < CHUNKS && ROPE_SINGLE_BUFFER(DT)) {  // fp32: the next chunk's tables after this chunk's math
+      int o = 4 * (j + 1);
+      cur[0] = *(const f32x4*)(cs + o); cur[1] = *(const f32x4*)(cs + H2 + o);
+      cur[2] = *(const f32x4*)(sn + o); cur[3] = *(const f32x4*)(sn + H2 + o);
+    }
   }
 }
 
 // The optional norm/RoPE of one Q or K row of token t (the loaded token): cos/sin are [*, RD] tables of u16 in
 // the input dtype (per_op) or of fp32 (once).
 template <int DT, int DP, int RD, int RM>
-INLINE void norm_rope_row(u32 (&row)[DP / 2], int norm, const u16* __restrict__ weight, float eps, u32 n16, u32 D,
+INLINE void norm_rope_row(u32 (&row)[WORDS(DT, DP)], int norm, const u16* __restrict__ weight, float eps, u32 n16, u32 D,
                           const void* __restrict__ cos, const void* __restrict__ sin, u32 t) {
   if (norm) rms_norm<DT, DP, RM>(row, weight, eps, n16, D);
-  if constexpr (RD > 0 && RM == ROUND_ONCE)
+  // fp32 per_op: round() is the identity and the tables are fp32 (the input dtype), so the per_op chain
+  // round(round(y*c) + round(rot*s)) is rope_once's y*c + rot*s
+  if constexpr (RD > 0 && (RM == ROUND_ONCE || DT == FP32))
     rope_once<DT, DP, RD>(row, (const float*)cos + (u64)t * RD, (const float*)sin + (u64)t * RD);
   else if constexpr (RD > 0)
     rope_per_op<DT, DP, RD>(row, (const u16*)cos + (u64)t * RD, (const u16*)sin + (u64)t * RD);
@@ -493,13 +596,96 @@ INLINE void stats_v(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
   }
 }
 
+// fp32 V (stats_v on fp32 patterns): per-channel max |v| as unsigned patterns (NaN above inf: NaN wins), or with
+// SIGNED max v and min v as sortable32 keys (negative patterns get their magnitude bits flipped: signed int order =
+// value order, -0 just below +0). Same lanes, chunks and stores as stats_v; one channel per dword.
+#ifndef V32_SPLIT
+#define V32_SPLIT 2  // token halves per tile and lane: stats_v32 next to stats_k in one fp32 stats kernel fits 256 VGPRs
+#endif
+INLINE u32 sortable32(u32 p) { return p ^ ((u32)((int)p >> 31) & 0x7fffffffu); }  // its own inverse
+template <int DP, bool SIGNED>
+INLINE void stats_v32(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
+  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
+  u32 lane = lane_id(), cg = lane % NCG, tg = lane / NCG;
+  bool real = cg * 8 < a.D;
+  u32 cg_ld = real ? cg : 0;
+  u32 n_valid_tiles = (a.S + TILE - 1) / TILE;
+  u32 t_begin = chunk * a.tiles_per_chunk;
+  u32 t_end = min_u32(t_begin + a.tiles_per_chunk, n_valid_tiles);
+  u32 m[8];
+  int smax[8], smin[8];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) m[c] = 0, smax[c] = -0x7fffffff - 1, smin[c] = 0x7fffffff;
+  for (u32 tile = t_begin; tile < t_end; ++tile) {
+#pragma unroll
+    for (int pass = 0; pass < 2 * V32_SPLIT; ++pass) {  // channels 4 * (pass % 2) .. + 3 of tokens part pass / 2
+      constexpr u32 TP = TPL / V32_SPLIT;                // tokens per pass: 4 * TP VGPRs of V live
+      const u32 t_at = tile * TILE + tg * TPL + TP * (pass / 2);
+      u32x4 raw[TP];
+#pragma unroll
+      for (u32 i = 0; i < TP; ++i) {
+        u32 t = min_u32(t_at + i, a.S - 1);
+        raw[i] = load16(at<FP32>(a.v, row_offset(a.vst, a.lay_b, a.tok0 + t, h) + cg_ld * 8 + 4 * (pass % 2)));
+      }
+#pragma unroll
+      for (u32 i = 0; i < TP; ++i) {
+#pragma unroll
+        for (int cc = 0; cc < 4; ++cc) {
+          const int c = 4 * (pass % 2) + cc;
+          if constexpr (SIGNED) {
+            int key = (int)sortable32(raw[i][cc]);
+            smax[c] = smax[c] > key ? smax[c] : key;
+            smin[c] = smin[c] < key ? smin[c] : key;
+          } else {
+            u32 mag = raw[i][cc] & 0x7fffffffu;
+            m[c] = m[c] > mag ? m[c] : mag;
+          }
+        }
+      }
+    }
+  }
+  // lanes l, l ^ NCG, ... hold the same channels (other token groups)
+  u32 hi[8], lo[8];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    if constexpr (SIGNED) {
+      int wx = real ? smax[c] : 0, wn = real ? smin[c] : 0;  // key 0 = +0
+#pragma unroll
+      for (u32 x = NCG; x < 32; x <<= 1) {
+        int ox = __builtin_amdgcn_ds_bpermute((int)((lane ^ x) << 2), wx);
+        int on = __builtin_amdgcn_ds_bpermute((int)((lane ^ x) << 2), wn);
+        wx = wx > ox ? wx : ox;
+        wn = wn < on ? wn : on;
+      }
+      hi[c] = sortable32((u32)wx), lo[c] = sortable32((u32)wn);  // back to the fp32 patterns
+    } else {
+      u32 w = real ? m[c] : 0u;
+#pragma unroll
+      for (u32 x = NCG; x < 32; x <<= 1) {
+        u32 o = (u32)__builtin_amdgcn_ds_bpermute((int)((lane ^ x) << 2), (int)w);
+        w = w > o ? w : o;
+      }
+      hi[c] = w;
+    }
+  }
+  if (tg == 0) {
+    u64 at_ = ((u64)(b * a.H + h) * a.n_chunks + chunk) * DP + cg * 8;
+    store16(a.vm + at_, (u32x4){hi[0], hi[1], hi[2], hi[3]});
+    store16(a.vm + at_ + 4, (u32x4){hi[4], hi[5], hi[6], hi[7]});
+    if constexpr (SIGNED) {
+      store16(a.vmin + at_, (u32x4){lo[0], lo[1], lo[2], lo[3]});
+      store16(a.vmin + at_ + 4, (u32x4){lo[4], lo[5], lo[6], lo[7]});
+    }
+  }
+}
+
 // K: per-channel sum over this chunk of the (normed/roped) rows. lane = token; the column sums go through LDS:
 // each lane writes its packed row, then lane l adds channels CPL*l..CPL*l+CPL-1 of the tile's valid rows in token
 // order.
 #define LDS_PAD 4  // dwords; a row of DP/2 + 4 keeps the 16-byte row stores of different lanes on different banks
 template <int DT, int DP, int RD, int RM>
 INLINE void stats_k(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
-  constexpr int ROW = DP / 2 + LDS_PAD, CPL = DP / 32;
+  constexpr int RW = WORDS(DT, DP), ROW = RW + LDS_PAD, CPL = DP / 32, CW = WORDS(DT, CPL);
   u32 lane = lane_id();
   u32 n16 = a.D / 8;
   u32 n_valid_tiles = (a.S + TILE - 1) / TILE;
@@ -510,14 +696,14 @@ INLINE void stats_k(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
   for (int c = 0; c < CPL; ++c) acc[c] = 0.0f;
   for (u32 tile = t_begin; tile < t_end; ++tile) {
     u32 t = min_u32(tile * TILE + lane, a.S - 1);
-    u32 row[DP / 2];
-    load_row<DP>(row, a.k + row_offset(a.kst, a.lay_b, a.tok0 + t, h), n16);
+    u32 row[RW];
+    load_row<DT, DP>(row, at<DT>(a.k, row_offset(a.kst, a.lay_b, a.tok0 + t, h)), n16);
     norm_rope_row<DT, DP, RD, RM>(row, a.k_norm, a.k_norm_w, a.eps, n16, a.D, a.cos, a.sin, t);
     __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");  // previous tile's LDS reads are done (WAR)
     __builtin_amdgcn_s_barrier();
     __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
 #pragma unroll
-    for (int j = 0; j < DP / 8; ++j)
+    for (int j = 0; j < RW / 4; ++j)
       store16(&lds[lane * ROW + 4 * j], (u32x4){row[4 * j], row[4 * j + 1], row[4 * j + 2], row[4 * j + 3]});
     __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
     __builtin_amdgcn_s_barrier();
@@ -525,18 +711,19 @@ INLINE void stats_k(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
     u32 rows = min_u32(TILE, a.S - tile * TILE);  // wave-uniform: padded rows are never added
 #pragma unroll
     for (u32 r = 0; r < TILE; ++r) {
-      if (r < rows) {
-        if constexpr (CPL == 4) {
-          u32x2 c = *(const u32x2*)&lds[r * ROW + 2 * lane];
-          acc[0] = acc[0] + Elt<DT>::lo(c[0]);
-          acc[1] = acc[1] + Elt<DT>::hi(c[0]);
-          acc[2] = acc[2] + Elt<DT>::lo(c[1]);
-          acc[3] = acc[3] + Elt<DT>::hi(c[1]);
+      if (r < rows) {  // this lane's CPL channels: CW dwords at dword CW * lane of row r
+        u32 c[CW];
+        if constexpr (CW == 4) {
+          u32x4 v = *(const u32x4*)&lds[r * ROW + 4 * lane];
+          c[0] = v[0], c[1] = v[1], c[2] = v[2], c[3] = v[3];
+        } else if constexpr (CW == 2) {
+          u32x2 v = *(const u32x2*)&lds[r * ROW + 2 * lane];
+          c[0] = v[0], c[1] = v[1];
         } else {
-          u32 c = lds[r * ROW + lane];
-          acc[0] = acc[0] + Elt<DT>::lo(c);
-          acc[1] = acc[1] + Elt<DT>::hi(c);
+          c[0] = lds[r * ROW + lane];
         }
+#pragma unroll
+        for (int i = 0; i < CPL; ++i) acc[i] = acc[i] + chan<DT>(c, i);
       }
     }
   }
@@ -654,12 +841,19 @@ INLINE void stats_body(STATS_PARAMS) {
   u32 kinds = idle ? 0u : a.tens & (STATS_V_MAX | STATS_K_SUM | STATS_V_SUM);
   for (u32 i = 0; i < which; ++i) kinds &= kinds - 1;  // drop the lowest set bit `which` times (uniform)
   u32 kind = kinds & (0u - kinds);                      // 0: no statistics (pv fp16 without smooth_k)
-  __attribute__((shared)) static u32 lds[TILE * (DP / 2 + LDS_PAD)];  // column sums only
+  __attribute__((shared)) static u32 lds[TILE * (WORDS(DT, DP) + LDS_PAD)];  // column sums only
   if (kind == STATS_V_MAX) {
-    if (a.tens & STATS_V_SIGNED)
-      stats_v<DT, DP, true>(a, b, h, chunk);
-    else
-      stats_v<DT, DP, false>(a, b, h, chunk);
+    if constexpr (DT == FP32) {
+      if (a.tens & STATS_V_SIGNED)
+        stats_v32<DP, true>(a, b, h, chunk);
+      else
+        stats_v32<DP, false>(a, b, h, chunk);
+    } else {
+      if (a.tens & STATS_V_SIGNED)
+        stats_v<DT, DP, true>(a, b, h, chunk);
+      else
+        stats_v<DT, DP, false>(a, b, h, chunk);
+    }
   } else if (kind == STATS_K_SUM) {
     stats_k<DT, DP, RD, RM>(a, b, h, chunk, lds);
   } else if (kind == STATS_V_SUM) {  // the K column-sum code on V rows (no norm, no RoPE) into vsum_part
@@ -720,8 +914,9 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   bool valid = t < S;
   u32 t_ld = min_u32(t, S - 1);
   u32 n16 = a.D / 8;
-  u32 row[DP / 2];
-  load_row<DP>(row, (is_k ? a.k : a.q) + row_offset(is_k ? a.kst : a.qst, sq.lay_b, sq.tok0 + t_ld, h), n16);
+  u32 row[WORDS(DT, DP)];
+  load_row<DT, DP>(row, at<DT>(is_k ? a.k : a.q, row_offset(is_k ? a.kst : a.qst, sq.lay_b, sq.tok0 + t_ld, h)),
+                   n16);
   norm_rope_row<DT, DP, RD, RM>(row, is_k ? a.k_norm : a.q_norm, is_k ? a.k_norm_w : a.q_norm_w, a.eps, n16, a.D,
                                 a.cos, a.sin, t_ld);
   float x[DP];
@@ -729,7 +924,10 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   for (int i = 0; i < DP; ++i) x[i] = ch<DT, DP>(row, i);
   u64 bh = (u64)b * H + h;
   if constexpr (is_k) {
-    const f32x4* mean = (const f32x4*)(a.k_mean + bh * DP);  // wave-uniform: scalar loads
+    // wave-uniform: scalar loads; fp32 without RoPE through a VGPR offset of 0 (vector loads of one address): there
+    // LLVM hoists all D_PAD means and runs out of SGPRs (a stack slot, though no scratch access); with RoPE the
+    // VGPRs are the tighter budget
+    const f32x4* mean = (const f32x4*)(a.k_mean + bh * DP + (DT == FP32 && RD == 0 ? opaque_u(0u) : 0u));
 #pragma unroll
     for (int j = 0; j < DP / 4; ++j) {
       f32x4 m4 = mean[j];
@@ -790,6 +988,32 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
     store16(dst + 16 * j, (u32x4){words[4 * j], words[4 * j + 1], words[4 * j + 2], words[4 * j + 3]});
 }
 
+// The V loads of quant_v / quant_v16: lane (cg, tg) reads tokens t0 .. t0 + TPL - 1 (t0 = tile*32 + TPL*tg), one
+// 16-byte load each, of channels 8cg + CPP*pass .. + CPP - 1, CPP = 8 / V_PASSES: 16-bit inputs take their 8 channels
+// in one pass, fp32 in two passes of 4 (so only 4 * TPL VGPRs of V are live: 8 * TPL spilled at D_pad 128). Padded
+// tokens load token S-1, a lane of padded channels loads channel group 0; both are zeroed.
+#define V_PASSES(DT) (WORDS(DT, 8) / 4)
+template <int DT, int DP>
+INLINE void load_v_pass(u32 (&raw)[TILE * DP / 256][4], const QuantArgs& a, const Seq& sq, u32 h, u32 tile,
+                        int pass) {
+  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
+  u32 lane = lane_id(), cg = lane % NCG, tg = lane / NCG;
+  bool real = cg * 8 < a.D;
+  u32 S = sq.S;  // the sequence's tokens from token sq.tok0 of layout batch sq.lay_b (varlen; else S_kv from 0 of b)
+  u32 t0 = tile * TILE + tg * TPL;
+#pragma unroll
+  for (u32 i = 0; i < TPL; ++i) {
+    u32x4 v = load16(at<DT>(a.v, row_offset(a.vst, sq.lay_b, sq.tok0 + min_u32(t0 + i, S - 1), h) +
+                                     (real ? cg : 0u) * 8 + (u32)pass * (8 / V_PASSES(DT))));
+    raw[i][0] = v[0], raw[i][1] = v[1], raw[i][2] = v[2], raw[i][3] = v[3];
+  }
+  if ((tile + 1) * TILE > S || 8 * NCG > a.D) {  // wave-uniform: the last valid tile, padding tiles, padded D
+#pragma unroll
+    for (u32 i = 0; i < TPL; ++i)
+      if (t0 + i >= S || !real) raw[i][0] = raw[i][1] = raw[i][2] = raw[i][3] = 0;
+  }
+}
+
 // V tile of K/V head h: lane = (cg, tg) -> channels 8cg..8cg+7, tokens tile*32 + TPL*tg + 0..TPL-1 (a padded token
 // loads token S-1 and is zeroed before use; a lane of padded channels loads channel group 0 and zeroes it).
 template <int DT, int DP>
@@ -801,15 +1025,6 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   if (sq.skip) return;  // wave-uniform
   u32 S = sq.S;
   u32 t0 = tile * TILE + tg * TPL;
-  u32x4 raw[TPL];
-#pragma unroll
-  for (u32 i = 0; i < TPL; ++i)
-    raw[i] = load16(a.v + row_offset(a.vst, sq.lay_b, sq.tok0 + min_u32(t0 + i, S - 1), h) + (real ? cg : 0u) * 8);
-  if ((tile + 1) * TILE > S || 8 * NCG > a.D) {  // wave-uniform: the last valid tile, padding tiles, padded D
-#pragma unroll
-    for (u32 i = 0; i < TPL; ++i)
-      if (t0 + i >= S || !real) raw[i] = (u32x4){0, 0, 0, 0};
-  }
   u64 bh = (u64)b * a.H_kv + h;
   const float* invp = a.v_inv + bh * DP + cg * 8;
   f32x4 i0 = *(const f32x4*)invp, i1 = *(const f32x4*)(invp + 4);
@@ -831,12 +1046,16 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   const u32 vrows = sq.rows;
   unsigned char* dst = a.v_t + (lbh * DP + cg * 8) * vrows + sq.row0 + t0;
 #pragma unroll
-  for (int c = 0; c < 8; ++c) {
+  for (int pass = 0; pass < V_PASSES(DT); ++pass) {
+  u32 raw[TPL][4];
+  load_v_pass<DT, DP>(raw, a, sq, h, tile, pass);
+#pragma unroll
+  for (int cc = 0; cc < 8 / V_PASSES(DT); ++cc) {
+    const int c = pass * (8 / V_PASSES(DT)) + cc;  // channel 8cg + c; raw holds it as channel cc
     float y[TPL];
 #pragma unroll
     for (u32 i = 0; i < TPL; ++i) {
-      u32 p = raw[i][c >> 1];
-      y[i] = (((c & 1) ? Elt<DT>::hi(p) : Elt<DT>::lo(p)) - mean[c]) * inv[c];
+      y[i] = (chan<DT>(raw[i], cc) - mean[c]) * inv[c];
     }
     if ((tile + 1) * TILE > S) {  // wave-uniform: padded tokens are 0, not (0 - v_mean) * inv
 #pragma unroll
@@ -846,8 +1065,7 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
       bool inv_inf = as_u(inv[c]) == 0x7f800000u;  // tiny amax: no x is NaN or inf, so y is NaN only for x = +-0
 #pragma unroll
       for (u32 i = 0; i < TPL; ++i) {
-        u32 p = raw[i][c >> 1];
-        float vv = ((c & 1) ? Elt<DT>::hi(p) : Elt<DT>::lo(p)) - mean[c];
+        float vv = chan<DT>(raw[i], cc) - mean[c];
         float cl = __builtin_amdgcn_fmed3f(y[i], -448.0f, 448.0f);
         cl = is_nan_sel(y[i], inv_inf ? vv : as_f(0x7fc00000u), cl);  // 0 * inf keeps the zero; NaN -> 0x7F
         y[i] = t0 + i < S ? cl : 0.0f;                                 // padded tokens are 0 even when NaN
@@ -864,10 +1082,11 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
     else
       *(u32x2*)(dst + (u64)c * vrows) = (u32x2){w[0], w[1]};
   }
+  }
 }
 
 // pv fp16: V tile of K/V head h transposed to fp16 [D_pad, S_kv_pad] (the f16 WMMA's A operand rows): fp16 input
-// bits pass through, bf16 is rounded by v_cvt_f16_f32 (RNE, overflow -> +-inf, fp16 subnormals kept: torch's
+// bits pass through, bf16 and fp32 are rounded by v_cvt_f16_f32 (RNE, overflow -> +-inf, fp16 subnormals kept: torch's
 // .to(float16) of float32(v)). Lane layout, padding and stores as quant_v with 2 bytes per token.
 template <int DT, int DP>
 INLINE void quant_v16(const QuantArgs& a, u32 b, u32 h, u32 tile) {
@@ -878,27 +1097,27 @@ INLINE void quant_v16(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   if (sq.skip) return;  // wave-uniform
   u32 S = sq.S;
   u32 t0 = tile * TILE + tg * TPL;
-  u32x4 raw[TPL];
-#pragma unroll
-  for (u32 i = 0; i < TPL; ++i)
-    raw[i] = load16(a.v + row_offset(a.vst, sq.lay_b, sq.tok0 + min_u32(t0 + i, S - 1), h) + (real ? cg : 0u) * 8);
-  if ((tile + 1) * TILE > S || 8 * NCG > a.D) {  // wave-uniform: the last valid tile, padding tiles, padded D
-#pragma unroll
-    for (u32 i = 0; i < TPL; ++i)
-      if (t0 + i >= S || !real) raw[i] = (u32x4){0, 0, 0, 0};
-  }
   u64 bh = (u64)b * a.H_kv + h;
   const u64 lbh = (u64)sq.lay_b * a.H_kv + h;
   const u32 vrows = sq.rows;
   u16* dst = (u16*)a.v_t + (lbh * DP + cg * 8) * vrows + sq.row0 + t0;
 #pragma unroll
-  for (int c = 0; c < 8; ++c) {
+  for (int pass = 0; pass < V_PASSES(DT); ++pass) {
+  u32 raw[TPL][4];
+  load_v_pass<DT, DP>(raw, a, sq, h, tile, pass);
+#pragma unroll
+  for (int cc = 0; cc < 8 / V_PASSES(DT); ++cc) {
+    const int c = pass * (8 / V_PASSES(DT)) + cc;  // channel 8cg + c; raw holds it as channel cc
     u32 hv[TPL];
 #pragma unroll
     for (u32 i = 0; i < TPL; ++i) {
-      u32 p = raw[i][c >> 1];
-      u32 bits = (c & 1) ? p >> 16 : p & 0xffffu;
-      if constexpr (DT == BF16) bits = f_to_f16(opaque(Elt<BF16>::lo(bits)));
+      u32 bits;
+      if constexpr (DT == FP16) {
+        u32 p = raw[i][cc >> 1];
+        bits = (cc & 1) ? p >> 16 : p & 0xffffu;
+      } else {
+        bits = f_to_f16(opaque(chan<DT>(raw[i], cc)));  // bf16 / fp32 value -> fp16, RNE
+      }
       hv[i] = bits;
     }
     u32 w[TPL / 2];
@@ -907,6 +1126,7 @@ INLINE void quant_v16(const QuantArgs& a, u32 b, u32 h, u32 tile) {
 #pragma unroll
     for (u32 j = 0; j < TPL / 8; ++j)
       store16(dst + (u64)c * vrows + 8 * j, (u32x4){w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]});
+  }
   }
 }
 
@@ -970,7 +1190,9 @@ INLINE void quant_body(QUANT_PARAMS) {
 #define VARIANTS(RS, RM)                \
   VARIANTS_D128(bf16, BF16, RS, RM)     \
   VARIANTS_D128(fp16, FP16, RS, RM)     \
+  VARIANTS_D128(fp32, FP32, RS, RM)     \
   VARIANTS_D64(bf16, BF16, RS, RM)      \
-  VARIANTS_D64(fp16, FP16, RS, RM)
+  VARIANTS_D64(fp16, FP16, RS, RM)      \
+  VARIANTS_D64(fp32, FP32, RS, RM)
 VARIANTS(, ROUND_PER_OP)
 VARIANTS(_once, ROUND_ONCE)

@@ -25,7 +25,8 @@ HEAD_DIM_STEP = 16        # D must be a multiple of this (one WMMA K-slice of 16
 
 # ---------------------------------------------------------------------------------------------- attention
 ATTENTION_OP = "sage_attention_fwd"
-OUT_DTYPES = ("bf16", "fp16")   # manifest key column out_dtype; head_dim takes HEAD_DIMS_NATIVE
+OUT_DTYPES = ("bf16", "fp16", "fp32")   # manifest key column out_dtype; head_dim takes HEAD_DIMS_NATIVE
+OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}   # bytes per output element (the epilogue's stores)
 PV_DTYPES = ("fp8", "fp16")     # manifest key column pv_dtype: the P.V WMMA (fp8 e4m3 with V scales, or f16)
 QUERY_TILE = 64           # queries per workgroup: grid x = S_pad / QUERY_TILE
 KEY_TILE = 64             # keys per loop step of every attention kernel
@@ -44,16 +45,28 @@ FLAG_LSE_BIT = 0          # kernarg `flags` bit 0: write lse
 FLAG_SMOOTH_K_BIT = 1     # bit 1: lse adds ln2 * (q_int8 * q_scale) . k_mean
 FLAG_CAUSAL_BIT = 2        # bit 2: row i sees keys j <= i + causal_offset (bottom-right aligned causal mask)
 FLAG_SMOOTH_V_BIT = 3     # bit 3: smooth_v: the epilogue adds v_mean[d] to every row that saw a key
-# bit 4: varlen (packed sequences, docs/numerics.md §Varlen): workgroup z = sequence b reads cu_seqlens_q[b], [b+1],
+# bit 5: varlen (packed sequences, docs/numerics.md §Varlen): workgroup z = sequence b reads cu_seqlens_q[b], [b+1],
 # cu_seqlens_kv[b], [b+1] on the device; its lengths replace seq_len_q / seq_len_kv / causal_offset, its key tiles
 # are 0 .. count-1 counted in-kernel (the LUT is not read), its prepared rows start at packed_row(cu[b], b) of the
 # packed [H, seq_pad, D_pad] tensors, its output rows at cu_seqlens_q[b] (lse row stride seq_len_q = total_q)
-FLAG_VARLEN_BIT = 4
+FLAG_VARLEN_BIT = 5
 FLAG_LSE = 1 << FLAG_LSE_BIT
 FLAG_SMOOTH_K = 1 << FLAG_SMOOTH_K_BIT
 FLAG_CAUSAL = 1 << FLAG_CAUSAL_BIT
 FLAG_SMOOTH_V = 1 << FLAG_SMOOTH_V_BIT
 FLAG_VARLEN = 1 << FLAG_VARLEN_BIT
+FLAG_MASK_BIT = 4         # bit 4: attn_mask: read the kind of each LUT entry from mask_kind (docs/numerics.md §Masks)
+FLAG_MASK = 1 << FLAG_MASK_BIT
+# The kind of one visited key tile (u32 mask_kind entries, parallel to the LUT entries): full (no element masked by
+# attn_mask), partial (read the tile's bits: 64 query x 64 key bits, bit j of u32 word w of a row = key 32w + j
+# visible), additive (partial + add the tile's log2-domain bias to the scores, the exact exp2 form). An all-masked
+# tile is not in the LUT at all.
+MASK_KIND_FULL = 0
+MASK_KIND_PARTIAL_BIT = 0
+MASK_KIND_ADDITIVE_BIT = 1
+MASK_KIND_PARTIAL = 1 << MASK_KIND_PARTIAL_BIT
+MASK_KIND_ADDITIVE = MASK_KIND_PARTIAL | (1 << MASK_KIND_ADDITIVE_BIT)
+MASK_WORD_BITS = 32       # keys per u32 word of a mask bit row
 # Active key tiles per query tile (docs/numerics.md §Masks): u32 rows [count, t_0 < t_1 < ... < t_{count-1}, ...]
 # of lut_row_len(seq_pad_kv) entries; the asm kernel reads 4 entries at a time, so the buffer carries LUT_TAIL
 # spare entries past its last row.
@@ -73,7 +86,7 @@ ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
     Field("k_scale", "ptr", 32),        # fp32 [B, H_kv, S_kv_pad/32]
     Field("k_mean", "ptr", 40),         # fp32 [B, H_kv, D_pad]
     Field("v_scale", "ptr", 48),        # fp32 [B, H_kv, D_pad] (pv fp8 only)
-    Field("out", "ptr", 56),            # bf16/fp16, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d], d < head_dim
+    Field("out", "ptr", 56),            # bf16/fp16/fp32, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d], d < head_dim
     Field("lse", "ptr", 64),            # fp32 [B, H_q, S_q]; a 4-byte placeholder when flags bit 0 is clear
     Field("seq_len_q", "u32", 72),
     Field("seq_pad_q", "u32", 76),
@@ -93,14 +106,20 @@ ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
     Field("causal_offset", "i32", 144),  # seq_len_kv - seq_len_q (read only with FLAG_CAUSAL)
     Field("v_mean", "ptr", 152),        # fp32 [B, H_kv, D_pad]: added only with FLAG_SMOOTH_V, but the asm kernel
                                         # loads it always: without smooth_v pass another [B, H_kv, D_pad] (k_mean)
-    # read only with FLAG_VARLEN (the asm kernel loads them then, not with the resident struct: ATTENTION_ON_DEMAND);
-    # without it pass any valid pointer (the placeholder)
-    Field("cu_seqlens_q", "ptr", 160),  # int32 [B + 1] (B = grid z): sequence b's queries are rows cu[b]..cu[b+1]-1
-    Field("cu_seqlens_kv", "ptr", 168),  # int32 [B + 1]: its keys / values
-], size=176)
-# fields the asm kernel does not keep in SGPRs for the whole kernel (it loads them where it needs them): the SGPR
-# file holds the struct up to the first of them (docs/rdna4.md §Occupancy: 106 SGPRs)
-ATTENTION_ON_DEMAND = ("cu_seqlens_q", "cu_seqlens_kv")
+    # attn_mask (docs/numerics.md §Masks), read only with FLAG_MASK (the kinds: always, zeros without FLAG_MASK)
+    Field("mask_bits", "ptr", 160),     # u32 bit rows [Bm, Hm, Rq, seq_pad_kv/32]: row (b, h, i) word w at
+                                        # (b*sb + h*sh + i*ss) + w; bit j = key 32w + j visible (strides 0: broadcast)
+    Field("mask_bias", "ptr", 168),     # f32 [Bm, Hm, Rq, seq_pad_kv]: fp32(bias) * fp32(log2 e), key at
+                                        # (b*sb + h*sh + i*ss) * 32 + key (read on additive tiles only)
+    Field("mask_kind", "ptr", 176),     # u32 per LUT entry (same rows and strides as lut): MASK_KIND_* of the tile
+    Field("mask_stride_b", "u32", 184),  # u32-word strides of the bit rows (the bias rows: x 32 floats)
+    Field("mask_stride_h", "u32", 188),
+    Field("mask_stride_s", "u32", 192),
+    # read only with FLAG_VARLEN (the asm kernel loads them then, like the mask fields: not preloaded); without it
+    # pass any valid pointer (the placeholder)
+    Field("cu_seqlens_q", "ptr", 200),  # int32 [B + 1] (B = grid z): sequence b's queries are rows cu[b]..cu[b+1]-1
+    Field("cu_seqlens_kv", "ptr", 208),  # int32 [B + 1]: its keys / values
+], size=216)
 
 
 def packed_row(cu_start: int, b: int) -> int:
@@ -116,6 +135,8 @@ def packed_rows(total: int, batch: int) -> int:
     """Rows of a packed prepared tensor for `batch` sequences of `total` tokens: packed_row(total, batch), which
     bounds the end of the last sequence's padded rows."""
     return packed_row(total, batch)
+
+
 MAX_QUERY_HEADS = 1 << 16       # grid y limit, and the range over which kv_group_magic divides exactly
 
 
@@ -137,7 +158,7 @@ ATTENTION_OUTPUTS = ("out", "lse")
 # ship one symbol per (head_dim = D_pad, in_dtype, rope_dim, rounding) manifest key columns (the reduction runs
 # inside stats, issue 28).
 PREPARE_ROPE_DIMS = (0, 32, 64, 96, 128)   # manifest key column rope_dim (0 = no RoPE); D_pad 64: 0, 32, 64 only
-PREPARE_IN_DTYPES = ("bf16", "fp16")       # manifest key column in_dtype
+PREPARE_IN_DTYPES = ("bf16", "fp16", "fp32")   # manifest key column in_dtype (fp32: docs/numerics.md §Inputs)
 # manifest key column rounding = the norm_rope_rounding option (docs/numerics.md §Optional RMSNorm + rotate-half
 # RoPE): "once" (the default: F.rms_norm, then RoPE in fp32 with fp32 tables) or "per_op" (the HF-transformers chain)
 PREPARE_ROUNDINGS = ("once", "per_op")
@@ -153,8 +174,8 @@ def _strides(prefix: str, offset: int) -> list[Field]:
 # The kernarg tables of the header comment in asm_src/gfx1201_sage_prepare.hip; checked against the .co
 # metadata before the first launch of each symbol.
 PREPARE_STATS_ARGS = KernargStruct("sage_prepare.stats", [
-    Field("k", "ptr", 0),            # bf16/fp16 [B, S_kv, H_kv, D] (strided, flat view)
-    Field("v", "ptr", 8),            # bf16/fp16 [B, S_kv, H_kv, D]
+    Field("k", "ptr", 0),            # bf16/fp16/fp32 [B, S_kv, H_kv, D] (strided, flat view)
+    Field("v", "ptr", 8),            # bf16/fp16/fp32 [B, S_kv, H_kv, D]
     Field("k_norm_w", "ptr", 16),    # [D] (placeholder when k_norm == 0)
     Field("cos", "ptr", 24),         # [max(S_q, S_kv), rope_dim] (placeholder without RoPE)
     Field("sin", "ptr", 32),
@@ -196,7 +217,7 @@ REDUCE_V_SMOOTH = 1       # v_mean = sum / S, amax = max(|max v - v_mean|, |min 
 REDUCE_V_NONE = 2         # pv fp16: no V statistics; v_scale, v_inv, v_mean = 0
 
 PREPARE_QUANT_ARGS = KernargStruct("sage_prepare.quant", [
-    Field("q", "ptr", 0),            # bf16/fp16 [B, S_q, H_q, D] (strided, flat view)
+    Field("q", "ptr", 0),            # bf16/fp16/fp32 [B, S_q, H_q, D] (strided, flat view)
     Field("k", "ptr", 8),            # [B, S_kv, H_kv, D]
     Field("v", "ptr", 16),
     Field("q_norm_w", "ptr", 24),    # [D] (placeholder when q_norm == 0)
@@ -223,7 +244,7 @@ PREPARE_QUANT_ARGS = KernargStruct("sage_prepare.quant", [
     Field("k_norm", "i32", 152),
     *_strides("q", 156), *_strides("k", 168), *_strides("v", 180),
     Field("v_mean", "ptr", 192),     # fp32 [B, H_kv, D_pad] in: subtracted from V before fp8 (zeros: exact)
-    Field("pv_fp16", "i32", 200),    # 1: V^T in fp16 (RNE from bf16, fp16 passed through), no v_inv / v_mean
+    Field("pv_fp16", "i32", 200),    # 1: V^T in fp16 (RNE from bf16/fp32, fp16 passed through), no v_inv / v_mean
     # varlen (docs/numerics.md §Varlen): q/k/v are packed [1, total, H, D]; batch y = sequence b reads cu_seqlens
     # [b], [b+1] on the device (its tokens, its length replacing S_q / S_kv); S_q_pad / S_kv_pad are then the
     # grid's per-sequence tile span (round_up(max_seqlen, 64)), and the outputs are the packed
@@ -234,7 +255,6 @@ PREPARE_QUANT_ARGS = KernargStruct("sage_prepare.quant", [
     Field("rows_q", "i32", 228),     # varlen: rows per head of q_int8 (abi.packed_rows(total_q, B))
     Field("rows_kv", "i32", 232),    # varlen: rows per head of k_int8 / columns of V^T
 ], size=236)
-
 
 
 # ---------------------------------------------------------------------------------------------- lookup
@@ -269,6 +289,7 @@ def d_pad(D: int) -> int:
 # asm_src/gfx1201_sage_predict.hip (sage_co/ops/predict.py packs them; docs/numerics.md §Predictor): pool ships one
 # symbol per in_dtype (manifest key column), select one symbol.
 PREDICT_POOL_OP = "sage_predict.pool"
+PREDICT_IN_DTYPES = ("bf16", "fp16")   # manifest key column in_dtype of pool (fp32 q/k: no predictor symbol)
 PREDICT_SELECT_OP = "sage_predict.select"
 PREDICT_CHANNELS = 128    # pooled means are zero-padded to 128 channels (32 lanes x 4: the pool kernel's tree)
 PREDICT_LDS_ENTRY = 12    # bytes of select's dynamic LDS per sorted entry: a u64 sort key + the u32 score/mass slot

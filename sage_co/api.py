@@ -4,8 +4,9 @@
     sage_attention_fwd(prepared, ..., layout="NHD") -> out (, lse [B, H_q, S_q] fp32)
     sage_attention(q, k, v, ..., layout="NHD")     -> prepare + forward
 
-q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="NHD") or [B, H, S, D] (layout="HND"), bf16 or fp16, any strides
-with a contiguous last dim; out has q's dtype and layout. The options, their types, defaults and schema encodings
+q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="NHD") or [B, H, S, D] (layout="HND"), bf16, fp16 or fp32 (one
+dtype), any strides with a contiguous last dim; out has q's dtype and layout (fp32 in: fp32 out, docs/numerics.md
+§Inputs). The options, their types, defaults and schema encodings
 are declared once in sage_co.callspec; the schemas, the signatures and the fake implementations below are derived
 from those declarations. Each call is checked once by sage_co.plan.plan_call before any kernel runs:
 
@@ -30,7 +31,7 @@ from . import masks, plan as planning, validate
 from .callspec import FWD_KEYWORDS, SAGE_ATTENTION, SAGE_ATTENTION_FWD, SAGE_PREPARE, OpSpec
 from .ops import attention as attention_ops
 from .ops import prepare as prepare_ops
-from .prepared import PV_DTYPES, SCALE_BLOCK, SagePrepared, d_pad, s_pad
+from .prepared import SCALE_BLOCK, V_T_DTYPES, SagePrepared, d_pad, s_pad
 
 
 def _register(spec: OpSpec, impl, fake):
@@ -93,7 +94,7 @@ _prepare_op = _register(SAGE_PREPARE, _prepare_impl, _prepare_fake)
 
 
 def sage_prepare(q, k, v, softmax_scale=None, **options) -> SagePrepared:
-    """Quantize q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="HND": [B, H, S, D]; bf16 or fp16) for the
+    """Quantize q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="HND": [B, H, S, D]; bf16, fp16 or fp32) for the
     attention kernel (docs/numerics.md §Prepare). softmax_scale None = 1/sqrt(D). smooth_v: subtract V's
     per-channel mean before fp8 (added back by the attention kernel); pv_dtype "fp16": keep V in fp16 for the
     f16 P.V WMMA (docs/numerics.md §smooth_v, §pv_dtype fp16). The options: sage_co.callspec.SAGE_PREPARE.
@@ -115,7 +116,7 @@ sage_prepare.__signature__ = SAGE_PREPARE.signature()
 def _prepared(fields, S_q: int, S_kv: int, D: int, out_dtype: torch.dtype, smooth_v: bool = False,
               pv_dtype: str = "fp8", smooth_k: bool = False) -> SagePrepared:
     q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, v_mean, lse_corr = fields
-    v_t = v_bytes.view(PV_DTYPES[pv_dtype])
+    v_t = v_bytes.view(V_T_DTYPES[pv_dtype])
     return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_t, v_scale, S_q, S_kv, D, out_dtype,
                         v_mean if smooth_v else None, lse_corr if smooth_k else None)
 
@@ -136,7 +137,7 @@ def _fwd_impl(*args):
     # padded part. sage_attention's own prepared structure skips it.
     validate.check_prepared_padding(prepared)
     p = planning.plan_call(SAGE_ATTENTION_FWD, (prepared,), o)
-    return _no_lse(*attention_ops.execute(p.attention, prepared, o["block_mask"]), o["return_lse"])
+    return _no_lse(*attention_ops.execute(p.attention, prepared, o["block_mask"], o["attn_mask"]), o["return_lse"])
 
 
 def _fwd_like(like: torch.Tensor, B, S_q, H_q, D, out_dtype, layout, return_lse):
@@ -152,6 +153,7 @@ def _fwd_fake(*args):
     validate.check_attention_length(S_q, D, "seq_len_q")   # the real op's refusals, also on meta
     validate.check_attention_length(S_kv, D, "seq_len_kv")
     validate.check_kernel_shipped(o["kernel"])
+    masks.check_attn_mask(o["attn_mask"], q_int8.shape[0], q_int8.shape[1], S_q, S_kv, device=q_int8.device)
     return _fwd_like(q_int8, q_int8.shape[0], S_q, q_int8.shape[1], D, out_dtype, o["layout"], o["return_lse"])
 
 
@@ -169,7 +171,7 @@ def sage_attention_fwd(prepared: SagePrepared, **options):
     p = planning.plan_call(SAGE_ATTENTION_FWD, (prepared,), o, resolve=fast)
     if fast:
         validate.check_prepared_padding(prepared)
-        out, lse = attention_ops.execute(p.attention, prepared, o["block_mask"])
+        out, lse = attention_ops.execute(p.attention, prepared, o["block_mask"], o["attn_mask"])
     else:
         o = {**o, "v_mean": prepared.v_mean, "pv_dtype": prepared.pv_dtype, "lse_corr": prepared.lse_corr}
         sh = p.shapes
@@ -184,7 +186,7 @@ sage_attention_fwd.__signature__ = SAGE_ATTENTION_FWD.signature(FWD_KEYWORDS)
 # -------------------------------------------------------------------------------------------- prepare + forward
 def _run_attention(p: planning.Plan):
     """The planned prepare and attention launches (the prepared structure is made here: padding not re-read)."""
-    return attention_ops.execute(p.attention, _prepare_fields(p), p.options["block_mask"])
+    return attention_ops.execute(p.attention, _prepare_fields(p), p.options["block_mask"], p.options["attn_mask"])
 
 
 def _attention_impl(*args):
@@ -198,6 +200,7 @@ def _attention_fake(*args):
     validate.check_attention_length(S_q, D, "q")   # the real op's refusals, also on meta / under torch.compile
     validate.check_attention_length(S_kv, D, "k")
     validate.check_kernel_shipped(o["kernel"])
+    masks.check_attn_mask(o["attn_mask"], B, H_q, S_q, S_kv, device=q.device)
     return _fwd_like(q, B, S_q, H_q, D, q.dtype, o["layout"], o["return_lse"])
 
 
@@ -226,8 +229,8 @@ def sage_attention(q, k, v, softmax_scale=None, **options):
     fp16, P rounded to fp16, the f16 WMMA: more accurate, slower). smooth_v (fp8 only): subtract V's per-channel
     mean before fp8 and add it back to the output (helps V with per-channel offsets).
 
-    q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="HND": [B, H, S, D]), bf16 or fp16, H_q % H_kv == 0, D a
-    multiple of 16 up to 128. Returns out in q's dtype and layout (and fp32 LSE [B, H_q, S_q], natural log).
+    q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="HND": [B, H, S, D]), bf16, fp16 or fp32 (one dtype; fp32 is
+    prepared from its own values), H_q % H_kv == 0, D a multiple of 16 up to 128. Returns out in q's dtype and layout (and fp32 LSE [B, H_q, S_q], natural log).
 
     is_causal: query i sees keys j <= i + S_kv - S_q (bottom-right aligned, as flash-attention >= 2.1).
     block_mask: bool [B, H_q, ceil(S_q / BLOCK_Q), ceil(S_kv / BLOCK_KV)]: the key tiles each query tile attends
@@ -235,7 +238,11 @@ def sage_attention(q, k, v, softmax_scale=None, **options):
     sage_co.predict_block_mask(q', k', cdf_threshold=..., is_causal=is_causal, backend=backend) (SpargeAttn's
     prediction, on the predictor kernels) on q', k' = q, k after the fused RMSNorm / RoPE when those are on;
     cdf_threshold None = the predictor's default (sage_co.sparse.DEFAULT_CDF_THRESHOLD), and only with
-    sparsity="auto". Rows that see no key output zeros and LSE -inf (docs/numerics.md §Masks)."""
+    sparsity="auto". attn_mask: SDPA's mask, bool (True = attend) or additive float32 / bf16 / fp16, broadcastable
+    to [B, H_q, S_q, S_kv] (trailing alignment; a key-padding mask [B, S_kv] is attn_mask[:, None, None, :]);
+    tiles it hides are skipped, a mask broadcast over the queries (key padding) is read as one bit row per
+    (batch, head); combines with is_causal and block_mask (docs/numerics.md §Masks "attn_mask"). Rows that see no
+    key output zeros and LSE -inf (docs/numerics.md §Masks)."""
     o = SAGE_ATTENTION.bind(options, "sage_attention")
     o["softmax_scale"] = softmax_scale
     if planning.eager(q, k, v):

@@ -3,7 +3,7 @@ columns), and what a .hip source must instantiate and #define for them.
 
 Each kind of kernel is a dataclass (one instance = one symbol; its name, manifest key columns and HIP template
 instance are derived from its fields), and each family is the product of the axes sage_co/abi.py declares
-(HEAD_DIMS_NATIVE, OUT_DTYPES, PV_DTYPES, PREPARE_IN_DTYPES, PREPARE_ROPE_DIMS). From this module come:
+(HEAD_DIMS_NATIVE, OUT_DTYPES, PV_DTYPES, PREPARE_IN_DTYPES, PREPARE_ROPE_DIMS, PREDICT_IN_DTYPES). From this module come:
 
   * the manifest rows (`provides` of hsaco/manifest.json) of every code object named in CODE_OBJECTS:
     build_asm.py derives them (asm_src/kernels.toml lists only the code object's name, source and arch);
@@ -30,7 +30,9 @@ ATTENTION_IMPLS = ("hip", "asm")      # the `variant` column of sage_attention_f
 PREPARE_STAGES = ("stats", "quant")   # the prepare ops with one symbol per (head_dim, in_dtype, rope_dim)
 # The HIP sources' compile-time dtype selectors (`#define BF16 0`, `#define FP16 1`), the first template argument
 # of the prepare and predict bodies.
-HIP_IN_DTYPE = {"bf16": 0, "fp16": 1}
+HIP_IN_DTYPE = {"bf16": 0, "fp16": 1, "fp32": 2}
+# The attention source's output-type selectors (`#define OUT_BF16 0` ...), its second template argument.
+HIP_OUT_DTYPE = {"bf16": 0, "fp16": 1, "fp32": 2}
 # The prepare source's rounding selectors (`#define ROUND_PER_OP 0`, `#define ROUND_ONCE 1`), its last template argument.
 HIP_ROUNDING = {"per_op": 0, "once": 1}
 
@@ -81,8 +83,8 @@ class AttentionVariant:
 
     def kernel(self) -> Kernel:
         instance = None
-        if self.variant == "hip":   # template <int DP, bool FP16, bool PV16> attention(...)
-            instance = (f"attention<{self.head_dim}, {_hip_bool(self.out_dtype == 'fp16')}, "
+        if self.variant == "hip":   # template <int DP, int OT, bool PV16> attention(...)
+            instance = (f"attention<{self.head_dim}, {HIP_OUT_DTYPE[self.out_dtype]}, "
                         f"{_hip_bool(self.pv_dtype == 'fp16')}>")
         return Kernel(self.op, self.variant, self.symbol,
                       (("head_dim", self.head_dim), ("out_dtype", self.out_dtype), ("pv_dtype", self.pv_dtype)),
@@ -156,15 +158,18 @@ ATTENTION_HIP = tuple(AttentionVariant("hip", *v) for v in ATTENTION_VARIANTS)
 ATTENTION_ASM = tuple(AttentionVariant("asm", *v) for v in ATTENTION_VARIANTS)   # the generator's FAMILY
 PREPARE = tuple(PrepareVariant(stage, d, t, r, rm) for rm in reversed(abi.PREPARE_ROUNDINGS) for stage in PREPARE_STAGES
                 for d in reversed(abi.HEAD_DIMS_NATIVE) for t in abi.PREPARE_IN_DTYPES for r in rope_dims(d))
-PREDICT_POOL = tuple(PredictPoolVariant(t) for t in abi.PREPARE_IN_DTYPES)
+PREDICT_POOL = tuple(PredictPoolVariant(t) for t in abi.PREDICT_IN_DTYPES)
 
 _ATTENTION_DEFINES = {
     "TILE_Q": abi.QUERY_TILE, "TILE_K": abi.KEY_TILE, "MAX_DP": abi.HEAD_DIM,
     "FLAG_LSE": abi.FLAG_LSE, "FLAG_SMOOTH_K": abi.FLAG_SMOOTH_K, "FLAG_CAUSAL": abi.FLAG_CAUSAL,
-    "FLAG_SMOOTH_V": abi.FLAG_SMOOTH_V,
+    "FLAG_SMOOTH_V": abi.FLAG_SMOOTH_V, "FLAG_MASK": abi.FLAG_MASK, "MASK_KIND_PARTIAL": abi.MASK_KIND_PARTIAL,
+    "MASK_KIND_ADDITIVE": abi.MASK_KIND_ADDITIVE, "MASK_WORD_BITS": abi.MASK_WORD_BITS,
+    "OUT_BF16": HIP_OUT_DTYPE["bf16"], "OUT_FP16": HIP_OUT_DTYPE["fp16"], "OUT_FP32": HIP_OUT_DTYPE["fp32"],
 }
 _PREPARE_DEFINES = {
     "TILE": abi.SCALE_BLOCK, "BF16": HIP_IN_DTYPE["bf16"], "FP16": HIP_IN_DTYPE["fp16"],
+    "FP32": HIP_IN_DTYPE["fp32"],
     "STATS_V_MAX": abi.STATS_V_MAX, "STATS_K_SUM": abi.STATS_K_SUM, "STATS_V_SUM": abi.STATS_V_SUM,
     "STATS_V_SIGNED": abi.STATS_V_SIGNED, "ROUND_PER_OP": HIP_ROUNDING["per_op"], "ROUND_ONCE": HIP_ROUNDING["once"],
     "REDUCE_V_FP8": abi.REDUCE_V_FP8, "REDUCE_V_SMOOTH": abi.REDUCE_V_SMOOTH, "REDUCE_V_NONE": abi.REDUCE_V_NONE,

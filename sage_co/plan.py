@@ -90,6 +90,7 @@ def _plan_qkv(spec: callspec.OpSpec, q, k, v, o: dict, resolve: bool) -> Plan:
     if attends:
         _check_attention(sh, o["kernel"], o["pv_dtype"])
         masks.check_block_mask(o["block_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv, device=q.device)
+        masks.check_attn_mask(o["attn_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv, device=q.device)
     prep = att = None
     if resolve:
         backend = resolve_backend(q, o["backend"])
@@ -101,7 +102,8 @@ def _plan_qkv(spec: callspec.OpSpec, q, k, v, o: dict, resolve: bool) -> Plan:
             att = attention_ops.recipe(sh, layout=o["layout"], return_lse=o["return_lse"], is_causal=o["is_causal"],
                                        variant=o["kernel"], pv_dtype=o["pv_dtype"], smooth_v=o["smooth_v"],
                                        has_block_mask=o["block_mask"] is not None, backend=backend,
-                                       has_lse_corr=o["smooth_k"])   # the prepare's lse_corr (smooth_k)
+                                       has_lse_corr=o["smooth_k"],   # the prepare's lse_corr (smooth_k)
+                                       attn_mask=o["attn_mask"])
     return Plan(spec.name, sh, o["layout"], chk.q, chk.k, chk.v, chk.softmax_scale, chk.rope_dim, o, prep, att)
 
 
@@ -110,13 +112,14 @@ def _plan_prepared(spec: callspec.OpSpec, prepared: SagePrepared, o: dict, resol
     sh = validate.check_prepared(prepared)
     _check_attention(sh, o["kernel"], prepared.pv_dtype, ("prepared.seq_len_q", "prepared.seq_len_kv"))
     masks.check_block_mask(o["block_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv, device=prepared.q_int8.device)
+    masks.check_attn_mask(o["attn_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv, device=prepared.q_int8.device)
     att = None
     if resolve:
         att = attention_ops.recipe(sh, layout=o["layout"], return_lse=o["return_lse"], is_causal=o["is_causal"],
                                    variant=o["kernel"], pv_dtype=prepared.pv_dtype,
                                    smooth_v=prepared.v_mean is not None, has_block_mask=o["block_mask"] is not None,
                                    backend=resolve_backend(prepared.q_int8, o["backend"]),
-                                   has_lse_corr=prepared.lse_corr is not None)
+                                   has_lse_corr=prepared.lse_corr is not None, attn_mask=o["attn_mask"])
     return Plan(spec.name, sh, o["layout"], None, None, None, None, None, o, None, att)
 
 
@@ -126,23 +129,49 @@ def _tensor_key(t) -> tuple | None:
     return (t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.data_ptr() & 15)
 
 
+_PLAIN = frozenset({type(None), bool, int, str})   # option values that are their own key (with their type)
+_PLAIN_OR_FLOAT = _PLAIN | {float}
+_UNSEEN = object()
+_float_slots: dict[tuple, tuple | None] = {}   # option types -> where the floats are (None: a value needs _value_key)
+
+
+def _value_key(x):
+    """One option value in the memo key: a tensor by its metadata, a float by its bits (-0.0 and 0.0 are different
+    scales), anything else as itself."""
+    if type(x) is float:
+        return x.hex()
+    return _tensor_key(x) if isinstance(x, torch.Tensor) else x
+
+
 def _key(spec: callspec.OpSpec, inputs: tuple, o: dict):
     """The memo key of a call: the inputs' metadata, every option's type and value (a tensor option by its
-    metadata); None when some part cannot be a key (then the call is planned uncached)."""
-    if isinstance(inputs[0], SagePrepared):
-        tensors = tuple(_tensor_key(t) if isinstance(t, torch.Tensor) else (type(t), t) for t in inputs[0])
-    else:
-        tensors = tuple(_tensor_key(t) if isinstance(t, torch.Tensor) else (type(t), t) for t in inputs)
+    metadata); None when some part cannot be a key (then the call is planned uncached). Built in one pass with
+    no per-value work for the plain values (None, bool, int, str: most options)."""
+    first = inputs[0]
+    tensors = tuple(map(_tensor_key, first if type(first) is SagePrepared else inputs))
+    if None in tensors:   # a tensor subclass, or a SagePrepared field that is not a plain tensor (v_mean None, ...)
+        if type(first) is SagePrepared:
+            tensors = tuple(_tensor_key(t) if isinstance(t, torch.Tensor) else (type(t), t) for t in first)
+        if None in tensors:
+            return None
     values = tuple(o.values())
+    types = tuple(map(type, values))
+    # floats are their own key (with their type) except a zero, whose sign == ignores; NaN never hits (NaN != NaN)
+    floats = _float_slots.get(types, _UNSEEN)
+    if floats is _UNSEEN:
+        if len(_float_slots) >= _CACHE_SIZE:
+            _float_slots.clear()
+        floats = _float_slots[types] = (tuple(i for i, t in enumerate(types) if t is float)
+                                        if _PLAIN_OR_FLOAT.issuperset(types) else None)
+    if floats is None or any(values[i] == 0.0 for i in floats):
+        values = tuple(x if t in _PLAIN else _value_key(x) for x, t in zip(values, types))
     # launch.backend_swaps: a plan resolved (device checks included) before a backend was swapped is not reused
-    parts = (spec.name, launch.backend_swaps, tuple(o), tensors, tuple(map(type, values)),
-             tuple(_tensor_key(x) if isinstance(x, torch.Tensor) else x.hex() if type(x) is float else x
-                   for x in values))   # floats by their bits: -0.0 and 0.0 are different scales
+    parts = (spec.name, launch.backend_swaps, tuple(o), tensors, types, values)
     try:
         hash(parts)
     except TypeError:
         return None
-    return None if None in tensors else parts
+    return parts
 
 
 _plans: dict[tuple, Plan] = {}

@@ -5,7 +5,7 @@ are made.
 
     q, k, v  ->  sage_prepare  ->  SagePrepared  ->  attention kernel  ->  out (dtype out_dtype), lse
 
-Q has H_q heads and S_q rows, K/V have H_kv heads and S_kv rows (GQA: H_q % H_kv == 0, query head h reads K/V
+q/k/v are bf16, fp16 or fp32 (one dtype); the output has that dtype. Q has H_q heads and S_q rows, K/V have H_kv heads and S_kv rows (GQA: H_q % H_kv == 0, query head h reads K/V
 head h // (H_q // H_kv)). The head dim D (a multiple of 16, at most 128) is zero-padded to D_pad = 64 or 128.
 """
 from __future__ import annotations
@@ -15,9 +15,11 @@ from typing import NamedTuple
 import torch
 
 # the one definition of these is sage_co/abi.py (torch-free); re-exported for the torch side
-from .abi import HEAD_DIM, HEAD_DIM_STEP, HEAD_DIMS_NATIVE, PAD, SCALE_BLOCK, d_pad, s_pad  # noqa: F401
-INPUT_DTYPES = (torch.bfloat16, torch.float16)   # q/k/v dtype; the output has the same dtype
-DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16"}   # dtype -> the manifest's in_dtype / out_dtype key
+from .abi import HEAD_DIM, HEAD_DIM_STEP, HEAD_DIMS_NATIVE, PAD, PV_DTYPES, SCALE_BLOCK, d_pad, s_pad  # noqa: F401
+# q/k/v dtype (all three the same); the output has the same dtype. fp32 is prepared from its own values (no
+# rounding to a 16-bit type first) and gives an fp32 output (docs/numerics.md §Inputs).
+INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}   # the manifest's in/out_dtype key
 LAYOUTS = ("NHD", "HND")   # "NHD" = [B, S, H, D] (sage-co's default), "HND" = [B, H, S, D]
 U32 = 1 << 32              # kernargs and in-kernel byte offsets are 32-bit: sizes must stay below this
 
@@ -34,7 +36,7 @@ class SagePrepared(NamedTuple):
     seq_len_q: int  # S_q, the number of valid query rows
     seq_len_kv: int  # S_kv, the number of valid keys / values
     head_dim: int  # D, the real head dim (channels D..D_pad-1 are padding)
-    out_dtype: torch.dtype  # the caller's dtype (torch.bfloat16 or torch.float16): the attention output's
+    out_dtype: torch.dtype  # the caller's dtype (torch.bfloat16, torch.float16 or torch.float32): the attention output's
     v_mean: torch.Tensor | None = None  # [B, H_kv, D_pad] fp32 with smooth_v (added back in the epilogue), else None
     # [B, H_q, S_q] fp32 with smooth_k: the LSE term smooth_k removed, from the original q (docs/numerics.md §LSE)
     lse_corr: torch.Tensor | None = None
@@ -45,7 +47,9 @@ class SagePrepared(NamedTuple):
         return "fp16" if self.v_t.dtype == torch.float16 else "fp8"
 
 
-PV_DTYPES = {"fp8": torch.float8_e4m3fn, "fp16": torch.float16}   # pv_dtype -> the dtype of v_t
+# pv_dtype (sage_co.abi.PV_DTYPES, the manifest column) -> the torch dtype of SagePrepared.v_t
+V_T_DTYPES = {"fp8": torch.float8_e4m3fn, "fp16": torch.float16}
+assert tuple(V_T_DTYPES) == PV_DTYPES, (tuple(V_T_DTYPES), PV_DTYPES)
 
 
 def expected_shapes(B: int, S_q: int, S_kv: int, H_q: int, H_kv: int, D: int, pv_dtype: str = "fp8"
@@ -59,7 +63,7 @@ def expected_shapes(B: int, S_q: int, S_kv: int, H_q: int, H_kv: int, D: int, pv
         "k_int8": ((B, H_kv, Skv, Dp), torch.int8),
         "k_scale": ((B, H_kv, Skv // SCALE_BLOCK), torch.float32),
         "k_mean": ((B, H_kv, Dp), torch.float32),
-        "v_t": ((B, H_kv, Dp, Skv), PV_DTYPES[pv_dtype]),
+        "v_t": ((B, H_kv, Dp, Skv), V_T_DTYPES[pv_dtype]),
         "v_scale": ((B, H_kv, Dp), torch.float32),
     }
 

@@ -9,7 +9,7 @@
 
 Each SDPA call is either served by sage_co.sage_attention (layout "HND", SDPA's [B, H, S, D]) or handed to the
 original torch SDPA unchanged, with the reason counted in stats() (nothing is routed or dropped silently). Served:
-4-dim q/k/v of one dtype (bfloat16 / float16) on a device sage-co runs on (CPU -> the emulator, a gfx1201 GPU),
+4-dim q/k/v of one dtype (bfloat16 / float16 / float32) on a device sage-co runs on (CPU -> the emulator, a gfx1201 GPU),
 v shaped like k, a head dim that is a multiple of 16 up to 128 and a contiguous last dim, attn_mask None,
 dropout_p 0, is_causal with S_q == S_kv only (SDPA's causal mask is top-left aligned, sage-co's bottom-right: they
 agree only on square scores), H_q == H_kv or enable_gqa with H_q a multiple of H_kv, and no input needing a
@@ -125,7 +125,7 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     if any(t.dim() != 4 for t in tensors):
         return f"shape: sage-co serves 4-dim [B, H, S, D] only (got {[t.dim() for t in tensors]} dims)"
     if not (query.dtype == key.dtype == value.dtype) or query.dtype not in INPUT_DTYPES:
-        return (f"dtype: sage-co serves bfloat16/float16 q, k, v of one dtype "
+        return (f"dtype: sage-co serves bfloat16/float16/float32 q, k, v of one dtype "
                 f"(got {', '.join(str(t.dtype).replace('torch.', '') for t in tensors)})")
     if not (query.device == key.device == value.device) or not _device_served(query, options.backend):
         return f"device: sage-co runs on CPU (emulator) or a gfx1201 GPU (got {query.device})"

@@ -10,12 +10,13 @@ from typing import NamedTuple
 
 import torch
 
+from .abi import PREPARE_ROPE_DIMS
 from .abi import PREPARE_ROUNDINGS as NORM_ROPE_ROUNDINGS  # the manifest's rounding column
 from .backends import BACKENDS  # the one list; backend modules load lazily, so this stays light
 from .prepared import (HEAD_DIM, HEAD_DIM_STEP, INPUT_DTYPES, LAYOUTS, PAD, PV_DTYPES, SCALE_BLOCK, U32,
                        SagePrepared, d_pad, expected_shapes, s_pad)
 
-ROPE_DIMS = (32, 64, 96, 128)
+ROPE_DIMS = tuple(r for r in PREPARE_ROPE_DIMS if r)   # the shipped RoPE widths (0 in the manifest = no RoPE)
 MAX_STRIDE = 2 ** 31 - 1   # the prepare kernels take element strides as 32-bit kernargs
 
 
@@ -82,7 +83,7 @@ def check_head_dim(name: str, D: int, shape) -> None:
 
 
 def check_qkv(q, k, v, layout="NHD") -> tuple[Shapes, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout "NHD"; "HND": [B, H, S, D]), one dtype (bf16 or fp16),
+    """q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout "NHD"; "HND": [B, H, S, D]), one dtype (bf16, fp16 or fp32),
     one device, any strides with stride(-1) == 1, D a multiple of 16 up to 128, H_q % H_kv == 0.
     Returns (Shapes, and the NHD views of q, k, v: a transpose for "HND", never a copy)."""
     layout = check_layout(layout)
@@ -304,16 +305,17 @@ FP16_MAX = 65504.0   # torch.finfo(torch.float16).max
 
 
 def check_v_fp16_range(v: torch.Tensor, pv_dtype: str) -> None:
-    """pv_dtype="fp16" keeps V in fp16 with no scale (docs/numerics.md §pv_dtype fp16): a finite bf16 V beyond
+    """pv_dtype="fp16" keeps V in fp16 with no scale (docs/numerics.md §pv_dtype fp16): a finite bf16 or fp32 V beyond
     +-65504 would become +-inf in v_t, and its output channel a plausible-looking finite 3.39e38 (bf16 max, after
     saturation) where FP32 gives ~100 -- so it is refused (ValueError naming v). One pass over V, in the op's real
     implementation (data-dependent: not traced by torch.compile); fp16 V cannot exceed the range, meta has no data.
     Non-finite V follows docs/numerics.md §Non-finite inputs."""
-    if pv_dtype != "fp16" or v.dtype != torch.bfloat16 or v.device.type == "meta" or not v.numel():
+    if pv_dtype != "fp16" or v.dtype not in (torch.bfloat16, torch.float32) or v.device.type == "meta" or \
+            not v.numel():
         return
     amax = torch.where(torch.isfinite(v), v.abs(), torch.zeros((), dtype=v.dtype, device=v.device)).amax()
     if bool(amax > FP16_MAX):
-        raise ValueError(f"v: pv_dtype=\"fp16\" keeps V in fp16 (|v| <= {FP16_MAX:g}, no scale), but this bf16 V "
+        raise ValueError(f"v: pv_dtype=\"fp16\" keeps V in fp16 (|v| <= {FP16_MAX:g}, no scale), but this {v.dtype} V "
                          f"{tuple(v.shape)} has max |v| = {amax.item():g}; its channels would come out wrong. Use "
                          f"pv_dtype=\"fp8\" (per-channel scaled: any finite V) or scale V into the fp16 range")
 

@@ -157,8 +157,10 @@ def test_kernarg_struct_is_the_documented_table():
                     (80, "seq_len_kv"), (84, "seq_pad_kv"), (88, "num_heads_q"), (92, "num_heads_kv"),
                     (96, "kv_group_magic"), (104, "out_stride_b"), (108, "out_stride_s"), (112, "out_stride_h"),
                     (116, "head_dim"), (120, "flags"), (128, "lut"), (136, "lut_stride_b"), (140, "lut_stride_h"),
-                    (144, "causal_offset"), (152, "v_mean"), (160, "cu_seqlens_q"), (168, "cu_seqlens_kv")]
-    assert ATTENTION_FWD_ARGS.size == 176
+                    (144, "causal_offset"), (152, "v_mean"), (160, "mask_bits"), (168, "mask_bias"),
+                    (176, "mask_kind"), (184, "mask_stride_b"), (188, "mask_stride_h"), (192, "mask_stride_s"),
+                    (200, "cu_seqlens_q"), (208, "cu_seqlens_kv")]
+    assert ATTENTION_FWD_ARGS.size == 216
 
 
 def test_kv_group_magic_divides_exactly():
@@ -179,7 +181,7 @@ def test_kv_group_magic_divides_exactly():
     (lambda p: p._replace(v_scale=p.v_scale[:, :1, :64]), ValueError, "prepared.v_scale"),
     (lambda p: p._replace(q_int8=p.q_int8[0]), ValueError, "prepared.q_int8"),
     (lambda p: p._replace(head_dim=40), ValueError, "head_dim"),
-    (lambda p: p._replace(out_dtype=torch.float32), TypeError, "prepared.out_dtype"),
+    (lambda p: p._replace(out_dtype=torch.float64), TypeError, "prepared.out_dtype"),   # fp32 is served (issue 30)
     (lambda p: tuple(p), TypeError, "prepared"),
 ])
 def test_bad_prepared_is_rejected_before_launch(mutate, exc, match):
@@ -230,7 +232,8 @@ def test_lds_double_buffer_has_no_race(kernel, D, pv):
                 out_stride_b=out.stride(0), out_stride_s=out.stride(1), out_stride_h=out.stride(2), head_dim=D,
                 flags=abi.FLAG_LSE | abi.FLAG_SMOOTH_K, v_mean=p.k_mean)
     lut, lut_sb, lut_sh = masks.build_lut(masks.active_tiles(1, 2, 70, 150))
-    args.update(lut=lut, lut_stride_b=lut_sb, lut_stride_h=lut_sh, causal_offset=0)
+    args.update(lut=lut, lut_stride_b=lut_sb, lut_stride_h=lut_sh, causal_offset=0, mask_kind=torch.zeros_like(lut),
+                mask_bits=lut, mask_bias=lut, mask_stride_b=0, mask_stride_h=0, mask_stride_s=0)   # no attn_mask
     symbol = registry.find(attention.OP, kernel, head_dim=D, out_dtype="bf16", pv_dtype=pv).symbol
     launcher.launch(symbol, attention.ATTENTION_FWD_ARGS, attention.grid(p), attention.BLOCK, args, backend="emu",
                     sanitize=True, lds_race_check=True)

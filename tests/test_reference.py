@@ -447,7 +447,7 @@ def bad_args():
     w = randn(128, seed=3)
     grad = q.clone().requires_grad_(True)
     return [
-        (dict(q=q.float()), TypeError, r"^q: expected dtype torch.bfloat16 or torch.float16"),
+        (dict(q=q.double()), TypeError, r"^q: expected dtype torch.bfloat16 or torch.float16 or torch.float32"),
         (dict(k=k.half()), TypeError, r"^k: expected the dtype of q \(torch.bfloat16\), got torch.float16"),
         (dict(v=[1, 2]), TypeError, r"^v: expected a torch.Tensor"),
         (dict(q=q.transpose(1, 3).contiguous().transpose(1, 3)), ValueError, r"^q: expected a contiguous last dim"),
@@ -506,8 +506,8 @@ def test_attention_specific_validation():
         R.sage_attention(q, k, v, return_lse=None)
     with pytest.raises(ValueError, match=r"^key_tile: expected a positive int"):
         R.sage_attention_model(R.sage_prepare(q, k, v), key_tile=0)
-    with pytest.raises(TypeError, match=r"^q: expected dtype torch.bfloat16 or torch.float16"):
-        R.attention_fp32(q.float(), k, v)
+    with pytest.raises(TypeError, match=r"^q: expected dtype torch.bfloat16 or torch.float16 or torch.float32"):
+        R.attention_fp32(q.double(), k, v)
 
 
 def test_check_prepared_rejects_inconsistent_structures():
@@ -530,7 +530,7 @@ def test_check_prepared_rejects_inconsistent_structures():
     with pytest.raises(ValueError, match=r"^prepared.seq_len_kv: expected an int >= 1"):
         validate.check_prepared(p._replace(seq_len_kv=0))
     with pytest.raises(TypeError, match=r"^prepared.out_dtype"):
-        validate.check_prepared(p._replace(out_dtype=torch.float32))
+        validate.check_prepared(p._replace(out_dtype=torch.float64))   # fp32 is served (issue 30)
     with pytest.raises(TypeError, match=r"^prepared: expected a SagePrepared"):
         validate.check_prepared(tuple(p))
     with pytest.raises(ValueError, match=r"^prepared.q_int8: expected shape \(1, 2, 256, 128\) for B=1, S_q=200"):

@@ -60,7 +60,7 @@ def _unserved():
     return [
         ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(S, S, dtype=torch.bool))),
         ("dropout_p", (q, k, v), dict(dropout_p=0.5)),
-        ("dtype", [t.float() for t in (q, k, v)], {}),
+        ("dtype", [t.double() for t in (q, k, v)], {}),                  # fp32 is served (issue 30)
         ("shape", [t[0] for t in (q, k, v)], {}),
         ("head_dim", [t[..., :40] for t in (q, k, v)], {}),
         ("heads", (q, k[:, :1], v[:, :1]), {}),                        # GQA without enable_gqa
@@ -170,11 +170,11 @@ def test_torch_compile_fullgraph_routes(how):
     q, k, v = _qkv()
 
     def f(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v) + F.scaled_dot_product_attention(q.float(), k.float(),
-                                                                                         v.float()).bfloat16()
+        return F.scaled_dot_product_attention(q, k, v) + F.scaled_dot_product_attention(q.double(), k.double(),
+                                                                                         v.double()).bfloat16()
 
     torch._dynamo.reset()
-    want = _sage(q, k, v) + sdpa.ORIGINAL_SDPA(q.float(), k.float(), v.float()).bfloat16()
+    want = _sage(q, k, v) + sdpa.ORIGINAL_SDPA(q.double(), k.double(), v.double()).bfloat16()   # fp64: unserved
     if how == "mode":
         with sdpa.enabled():
             compiled = torch.compile(f, fullgraph=True, backend="aot_eager")

@@ -85,7 +85,9 @@ def test_hip_and_asm_varlen_are_bitwise_equal(case, kernel_runs):
 
 def test_varlen_flag_and_fields_are_in_the_abi():
     names = [f.name for f in abi.ATTENTION_FWD_ARGS.fields]
-    assert names[-2:] == ["cu_seqlens_q", "cu_seqlens_kv"] and abi.FLAG_VARLEN == 16
+    assert names[-2:] == ["cu_seqlens_q", "cu_seqlens_kv"] and abi.FLAG_VARLEN == 32
+    # after the attn_mask fields and flag (issue 30): both features keep their own bit and kernargs
+    assert abi.FLAG_VARLEN & abi.FLAG_MASK == 0 and names.index("cu_seqlens_q") > names.index("mask_stride_s")
     # packed rows: every sequence starts on a key tile and ends before the next one starts
     cu = [0, 1, 1, 64, 65, 200, 1200]
     for b in range(len(cu) - 1):
@@ -180,6 +182,16 @@ def test_varlen_launch_count_does_not_grow_with_the_batch():
         sage_co.sage_attention_varlen(q, k, v, cq, ck, max(lens), max(lens), backend="emu")
         counts.append(len(launch.launched) - before)
     assert counts[0] == counts[1] <= 5, counts
+
+
+def test_varlen_refuses_attn_mask_naming_it():
+    """attn_mask is not a varlen option (docs/numerics.md §Varlen): refused before any kernel runs."""
+    q, k, v, cq, ck = packed_inputs([5, 9], [7, 3], 2, 1, 64, torch.bfloat16)
+    before = len(launch.launched)
+    with pytest.raises(TypeError, match="attn_mask"):
+        sage_co.sage_attention_varlen(q, k, v, cq, ck, 9, 7, backend="emu",
+                                      attn_mask=torch.ones(1, 1, 9, 7, dtype=torch.bool))
+    assert len(launch.launched) == before
 
 
 def test_varlen_reads_cu_seqlens_on_the_host_only_on_the_emulator(monkeypatch):

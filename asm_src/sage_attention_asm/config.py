@@ -23,7 +23,7 @@ V_STAGE_ROWS = THREADS // 4     # V^T rows one staging load of all threads cover
 LANE_HALF = 16                 # lanes 0-15 / 16-31: v_permlanex16 exchanges the halves
 B128 = 16                      # bytes of one ds_load_b128 / global_load_b128 (also the LDS swizzle unit)
 F32_BYTES = 4
-OUT_BYTES = 2                  # bf16 / fp16 output elements
+OUT_BYTES = abi.OUT_BYTES      # out_dtype -> bytes per output element (bf16 / fp16: 2, fp32: 4)
 
 # numerics constants (bit patterns)
 def _f32_bits(x: float) -> str:
@@ -43,6 +43,7 @@ BF16_ROUND = "0x7fff"
 HI16_MASK = "0xffff0000"
 LO16_MASK = "0xffff"
 FP16_QNAN = "0x7e00"                      # a NaN output becomes fp16 0x7e00 (as the HIP kernel)
+FP32_QNAN = "0x7fc00000"                  # fp32 output: a NaN becomes 0x7fc00000 (as the HIP kernel); no saturation
 # the output saturates at +-the dtype's largest finite value (docs/numerics.md §Finite range), as fp32 bit patterns
 OUT_MAX = {"bf16": ("0xff7f0000", "0x7f7f0000"), "fp16": ("0xc77fe000", "0x477fe000")}   # (-max, +max)
 PERMX16_SEL_LO, PERMX16_SEL_HI = "0x76543210", "0xfedcba98"   # v_permlanex16: lane l reads lane l ^ 16
@@ -70,7 +71,7 @@ def log2(n: int) -> int:
 
 @dataclass(frozen=True)
 class Config:
-    """One kernel of the family: the padded head dim (64 or 128), the output dtype ("bf16" or "fp16") and the P.V
+    """One kernel of the family: the padded head dim (64 or 128), the output dtype ("bf16", "fp16" or "fp32") and the P.V
     input type ("fp8" or "fp16"). The manifest key columns of the symbol (head_dim, out_dtype, pv_dtype) are
     exactly these fields."""
     head_dim: int = abi.HEAD_DIM
@@ -99,19 +100,18 @@ class Config:
 FAMILY = tuple(Config(v.head_dim, v.out_dtype, v.pv_dtype) for v in family.ATTENTION_ASM)
 
 
-# The resident part of the kernarg struct: every field before the first one the kernel loads only where it needs
-# it (abi.ATTENTION_ON_DEMAND: the varlen cu_seqlens pointers), kept in SGPRs for the whole kernel
-RESIDENT_BYTES = min(f.offset for f in ARGS.fields if f.name in abi.ATTENTION_ON_DEMAND)
-RESIDENT_FIELDS = tuple(f for f in ARGS.fields if f.offset < RESIDENT_BYTES)
-if any(f.name not in abi.ATTENTION_ON_DEMAND for f in ARGS.fields if f.offset >= RESIDENT_BYTES):
-    raise ValueError("abi.ATTENTION_ON_DEMAND fields must be the tail of ATTENTION_FWD_ARGS")
+# The kernarg fields preloaded into SGPRs (dword i in SGPR KARG_SGPR + i): everything before the attn_mask fields.
+# Those (mask_bits .. mask_stride_s) are loaded by the prologue into SGPRs the loop no longer needs (the SGPR file
+# is full: docs/rdna4.md §Occupancy), and only read with FLAG_MASK.
+PRELOAD_BYTES = ARGS.by_name["mask_bits"].offset
+PRELOADED = tuple(f for f in ARGS.fields if f.offset < PRELOAD_BYTES)
 
 
 def kernarg_loads(base_sgpr: int) -> list[tuple[str, int, int, str]]:
-    """The s_load instructions that bring the resident kernarg struct (RESIDENT_BYTES) into SGPRs base_sgpr.. (dword
-    i of the struct in SGPR base_sgpr + i): (mnemonic, first SGPR, byte offset, fields covered), widest loads first
+    """The s_load instructions that bring the preloaded kernarg fields into SGPRs base_sgpr.. (dword i of the
+    struct in SGPR base_sgpr + i): (mnemonic, first SGPR, byte offset, fields covered), widest loads first
     (b256, b128, b64, b32; SMEM destinations stay aligned because every chunk size divides the previous)."""
-    dwords = RESIDENT_BYTES // 4
+    dwords = PRELOAD_BYTES // 4
     out, at = [], 0
     while at < dwords:
         n = next(w for w in (8, 4, 2, 1) if w <= dwords - at)

@@ -1,12 +1,12 @@
-"""The epilogue: 1 / l (IEEE division), v_scale and smooth_v's v_mean, the saturating bf16/fp16 output, the LSE
-(with smooth_k's q.k_mean term) and the stores of the valid query rows."""
+"""The epilogue: 1 / l (IEEE division), v_scale and smooth_v's v_mean, the saturating bf16/fp16 output (fp32: the
+value itself, NaN canonical), the LSE (with smooth_k's q.k_mean term) and the stores of the valid query rows."""
 from __future__ import annotations
 
 from asmdsl import Asm, WaitCounter
 from sage_co import abi
 
-from .config import (B128, BF16_QNAN32, BF16_ROUND, F32_BYTES, F32_LN2, F32_P_OFF, FP16_QNAN, HI16_MASK, LO16_MASK,
-                     OUT_BYTES, OUT_MAX, PERMX16_SEL_HI, WMMA_N, log2)
+from .config import (B128, BF16_QNAN32, BF16_ROUND, F32_BYTES, F32_LN2, F32_P_OFF, FP16_QNAN, FP32_QNAN, HI16_MASK,
+                     LO16_MASK, OUT_BYTES, OUT_MAX, PERMX16_SEL_HI, WMMA_N, log2)
 
 
 class Epilogue:
@@ -41,9 +41,14 @@ class Epilogue:
         a.op("s_wait_alu depctr_va_vcc(0)")
         a.op(f"v_cndmask_b32_e32 {inv}, 0, {inv}, vcc_lo")
         fp16 = self.cfg.out_dtype == "fp16"
-        neg_max, pos_max = OUT_MAX[self.cfg.out_dtype]
-        a.section(f"epilogue: v_scale, {self.cfg.out_dtype} RNE saturating at +-its max (NaN -> "
-                  f"{FP16_QNAN if fp16 else '0x7fc0'}), stores of the valid query rows")
+        fp32 = self.cfg.out_dtype == "fp32"   # the fp32 value itself: no clamp, no conversion (NaN -> FP32_QNAN)
+        ob = OUT_BYTES[self.cfg.out_dtype]
+        if fp32:
+            a.section(f"epilogue: v_scale, fp32 output (NaN -> {FP32_QNAN}), stores of the valid query rows")
+        else:
+            neg_max, pos_max = OUT_MAX[self.cfg.out_dtype]
+            a.section(f"epilogue: v_scale, {self.cfg.out_dtype} RNE saturating at +-its max (NaN -> "
+                      f"{FP16_QNAN if fp16 else '0x7fc0'}), stores of the valid query rows")
         vm = WaitCounter(a, "s_wait_loadcnt")
         a.op(f"v_bfe_u32 {t}, {self.tid}, 4, 1", "h")
         a.op(f"v_lshlrev_b32 {t}, 5, {t}", "8h floats = 32h bytes")
@@ -88,6 +93,11 @@ class Epilogue:
                     vmv, tmp = vmean_slots[dt % 2][e], self.ring[7]
                     a.op(f"v_add_f32_e32 {tmp}, {o}, {vmv}", "+ v_mean (smooth_v)")
                     a.op(f"v_cndmask_b32_e64 {o}, {o}, {tmp}, {self.s_addmean}")
+                if fp32:   # O[j] itself is stored (two b128 per d-tile below): only NaN is made canonical
+                    a.op(f"v_cmp_o_f32_e32 vcc_lo, {o}, {o}", "NaN test")
+                    a.op("s_wait_alu depctr_va_vcc(0)")
+                    a.op(f"v_cndmask_b32_e32 {o}, {FP32_QNAN}, {o}, vcc_lo")
+                    continue
                 # issue 11 item 3: NaN test on the unclamped value (max/min_num drop NaN), then the clamp
                 a.op(f"v_cmp_o_f32_e32 vcc_lo, {o}, {o}", "NaN test before the clamp")
                 a.op(f"v_max_num_f32_e32 {o}, {neg_max}, {o}", "saturate (docs/numerics.md §Finite range)")
@@ -158,15 +168,20 @@ class Epilogue:
         o_off = self.ring[4]
         a.op(f"v_and_b32 {o_off}, 15, {self.tid}")
         a.op(f"v_mul_lo_u32 {o_off}, {o_off}, {self.s_ostride[1]}", "r * out_stride_s")
-        a.op(f"v_lshlrev_b32 {o_off}, {log2(OUT_BYTES)}, {o_off}", "bytes")
+        a.op(f"v_lshlrev_b32 {o_off}, {log2(ob)}, {o_off}", "bytes")
         h_tmp = self.ring[5]
         a.op(f"v_bfe_u32 {h_tmp}, {self.tid}, 4, 1", "h")
-        a.op(f"v_lshl_add_u32 {o_off}, {h_tmp}, {log2(8 * OUT_BYTES)}, {o_off}", "+ 16h bytes (8 outputs of d-tile half h)")
+        a.op(f"v_lshl_add_u32 {o_off}, {h_tmp}, {log2(8 * ob)}, {o_off}", f"+ {8 * ob}h bytes (8 outputs of d-tile half h)")
         for dt in range(self.D_TILES):
             if dt * WMMA_N >= self.MIN_HEAD_DIM:   # a d-tile only zero padding (D < D_pad) is not stored
                 a.op(f"s_cmp_le_u32 {self.s_headdim}, {dt * WMMA_N}", f"head_dim <= {dt * WMMA_N}: no more channels")
                 a.op("s_cbranch_scc1 .Lstored")
-            a.op(f"global_store_b128 {o_off}, {packed[4 * dt:4 * dt + 4]}, {self.s_outb} offset:{WMMA_N * OUT_BYTES * dt}")
+            if fp32:   # 8 fp32 outputs of d-tile half h = 32 bytes: two b128 stores straight from O
+                for half in range(2):
+                    a.op(f"global_store_b128 {o_off}, {self.O[8 * dt + 4 * half:8 * dt + 4 * half + 4]}, "
+                         f"{self.s_outb} offset:{WMMA_N * ob * dt + B128 * half}")
+            else:
+                a.op(f"global_store_b128 {o_off}, {packed[4 * dt:4 * dt + 4]}, {self.s_outb} offset:{WMMA_N * ob * dt}")
         a.label(".Lstored")
         a.op(f"s_bitcmp1_b32 {self.s_flags}, {abi.FLAG_LSE_BIT}")
         a.op("s_cbranch_scc0 .Lend")

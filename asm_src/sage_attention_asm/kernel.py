@@ -25,6 +25,7 @@ class AttentionKernel(KernelState, Prologue, MatmulStreams, Softmax, KeyLoop, Ep
     def body_text(self) -> str:
         """The instructions of the kernel (prologue, loop, peeled last tiles, epilogue)."""
         a = Asm()
+        self.ool = Asm()   # out-of-line blocks (the attn_mask paths), placed after the epilogue
         a.raw(self.variant_header())
         self.prologue(a)
         # the k_scale address points at tile 0; the loop adds 8 before each load of tile t+1
@@ -48,6 +49,8 @@ class AttentionKernel(KernelState, Prologue, MatmulStreams, Softmax, KeyLoop, Ep
         a.op("s_wait_kmcnt 0", "q_scale (the smooth_k lse term)")
         a.label(".Lepilogue")
         self.epilogue(a, 0)
+        a.section("out of line: the attn_mask blocks of partial / additive tiles (each branches back)")
+        a.lines.extend(self.ool.lines)
         # labels are local to the file: a family's .s holds several kernels, so each kernel's carry its tag
         return re.sub(r"\.L(\w+)", lambda m: f".L{self.cfg.tag}_{m.group(1)}", a.text())
 
@@ -64,7 +67,7 @@ class AttentionKernel(KernelState, Prologue, MatmulStreams, Softmax, KeyLoop, Ep
 // LDS ({self.LDS_BYTES} B): kbuf0 @{self.LDS_KBUF[0]}, kbuf1 @{self.LDS_KBUF[1]} (K tiles {self.K_TILE_BYTES} B, rows of
 // {self.K_ROW_BYTES} B), vbuf0 @{self.LDS_VBUF[0]}, vbuf1 @{self.LDS_VBUF[1]} (V^T tiles {self.V_TILE_BYTES} B, rows of {self.V_ROW_BYTES} B).
 // Resources: {self.NUM_VGPRS} VGPRs -> {waves} waves/SIMD by registers; {self.LDS_BYTES} B LDS per 4-wave workgroup.
-// Output: {self.cfg.out_dtype} RNE, saturating at +-{OUT_MAX[self.cfg.out_dtype][1]} (fp32 bits), d-tiles at or past
+// Output: {self.output_note()}, d-tiles at or past
 // head_dim (the kernarg; zero-padded channels) not stored.
 //
 // VGPR map:
@@ -72,6 +75,12 @@ class AttentionKernel(KernelState, Prologue, MatmulStreams, Softmax, KeyLoop, Ep
 // SGPR map:
 {regmap(self.S)}
 """
+
+    def output_note(self) -> str:
+        """The header's line on the output conversion of this Config."""
+        if self.cfg.out_dtype == "fp32":
+            return "fp32, the value itself (no rounding or saturation; NaN -> 0x7fc00000)"
+        return f"{self.cfg.out_dtype} RNE, saturating at +-{OUT_MAX[self.cfg.out_dtype][1]} (fp32 bits)"
 
     def descriptor(self):
         """Descriptor + metadata of this symbol, from the ABI struct (pointers the kernel writes: abi.ATTENTION_OUTPUTS)."""

@@ -142,6 +142,34 @@ class Prologue:
              f"+ {D // 2}h (d permutation of the .hip header)")
         a.op(f"v_readfirstlane_b32 {self.s_wave}, {self.tid}")
 
+    def mask_setup(self, a: Asm) -> None:
+        """attn_mask state into the dead kernarg SGPRs (state.py): the mask_kind row of this query tile (the LUT row's
+    offset), the bit / bias rows of query q0 ((batch*msb + head*msh + q0*mss) words; bias x 32 floats) and the kind
+    of L[0]. The kinds are always read (the host passes zeros without FLAG_MASK); bits and bias only on partial /
+    additive tiles."""
+        tmp, tmp2, tmp3 = self.s_tmp, self.s_tmp2, self.s_tmp3
+        args = abi.ATTENTION_FWD_ARGS.by_name
+        a.section("prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read)")
+        a.op(f"s_load_b64 {self.s_mrow}, {self.kernarg}, 0x{args['mask_bits'].offset:x}", "mask_bits")
+        a.op(f"s_load_b64 {self.s_brow}, {self.kernarg}, 0x{args['mask_bias'].offset:x}", "mask_bias")
+        a.op(f"s_load_b64 {self.s_kindrow}, {self.kernarg}, 0x{args['mask_kind'].offset:x}", "mask_kind")
+        a.op(f"s_load_b64 {tmp3}, {self.kernarg}, 0x{args['mask_stride_b'].offset:x}", "mask_stride_b, _h")
+        a.op(f"s_load_b32 {self.s_mss}, {self.kernarg}, 0x{args['mask_stride_s'].offset:x}", "mask_stride_s")
+        a.op("s_wait_kmcnt 0")
+        a.op(f"s_sub_nc_u64 {tmp}, {self.s_lutrow}, {self.karg['lut']}", "LUT row offset (bytes)")
+        a.op(f"s_add_nc_u64 {self.s_kindrow}, {self.s_kindrow}, {tmp}", "mask_kind row of this query tile")
+        a.op(f"s_mul_i32 {tmp[0]}, {self.s_batch}, {tmp3[0]}")
+        a.op(f"s_mul_i32 {tmp2[0]}, {self.s_head}, {tmp3[1]}")
+        a.op(f"s_add_co_i32 {tmp[0]}, {tmp[0]}, {tmp2[0]}")
+        a.op(f"s_mul_i32 {tmp2[0]}, {self.s_q0}, {self.s_mss}")
+        a.op(f"s_add_co_i32 {tmp[0]}, {tmp[0]}, {tmp2[0]}", "word of row (batch, head, q0)")
+        a.op(f"s_mov_b32 {tmp[1]}, 0")
+        a.op(f"s_lshl_b64 {tmp2}, {tmp}, {log2(F32_BYTES)}")
+        a.op(f"s_add_nc_u64 {self.s_mrow}, {self.s_mrow}, {tmp2}", "bit rows of query q0")
+        a.op(f"s_lshl_b64 {tmp2}, {tmp}, {log2(abi.MASK_WORD_BITS * F32_BYTES)}")
+        a.op(f"s_add_nc_u64 {self.s_brow}, {self.s_brow}, {tmp2}", "bias rows of query q0")
+        a.op(f"s_load_b32 {self.s_kind}, {self.s_kindrow}, 0x4", "kind of L[0] (waited with q_scale)")
+
     def zext(self, a: Asm, pair, value) -> None:
         """pair = the 64-bit zero extension of the 32-bit SGPR `value`."""
         a.op(f"s_mov_b32 {pair[0]}, {value}")
@@ -173,7 +201,7 @@ class Prologue:
 
     def varlen_sequence(self, a: Asm) -> None:
         """Varlen (abi.FLAG_VARLEN, docs/numerics.md §Varlen): sequence b = workgroup z reads cu_seqlens_q[b], [b+1],
-        cu_seqlens_kv[b], [b+1] on the device (the pointers are loaded here, not kept: config.RESIDENT_BYTES). Its
+        cu_seqlens_kv[b], [b+1] on the device (the pointers are loaded here, not preloaded: config.PRELOAD_BYTES). Its
         lengths replace seq_len_kv and causal_offset (len_kv - len_q); len_q, its first prepared rows
         (abi.packed_row) and its first output token are kept for the scalar setup (s_vl_*); the packed layouts
         have one batch (s_batch = 0), the statistics are the sequence's (s_vl_seq = b). A workgroup whose query
@@ -334,7 +362,7 @@ class Prologue:
             a.op(f"s_mul_u64 {acc}, {acc}, {tmp3}")
             if k:
                 a.op(f"s_add_nc_u64 {tmp}, {tmp}, {tmp2}")
-        a.op(f"s_lshl_b64 {tmp}, {tmp}, {log2(OUT_BYTES)}")
+        a.op(f"s_lshl_b64 {tmp}, {tmp}, {log2(OUT_BYTES[self.cfg.out_dtype])}")
         a.op(f"s_add_nc_u64 {self.s_outb}, {self.sp_out}, {tmp}")
         # lse of (bh, q0): (bh * S_q + q0) * 4 bytes
         self.zext(a, tmp2, self.s_seqlen_q)
@@ -346,6 +374,16 @@ class Prologue:
         a.op(f"s_mov_b32 {self.s_seqlen_q}, {self.s_vl_lenq}", "the epilogue's row limit: len_q (varlen), else S_q")
         a.op(f"s_mov_b32 {self.s_magic}, {MAGIC_INT}")
         a.op(f"s_mov_b32 {self.s_sel}, {PERMX16_SEL_LO}")
+        # varlen and attn_mask are exclusive (the host refuses both: sage_co/ops/attention.py): varlen reads no
+        # mask_kind row (its tiles are walked, not looked up), so every tile is full
+        a.op(f"s_bitcmp1_b32 {self.s_flags}, {abi.FLAG_VARLEN_BIT}")
+        a.op("s_cbranch_scc0 .Lmask_rows")
+        a.op(f"s_mov_b32 {self.s_kind}, {abi.MASK_KIND_FULL}", "varlen: kind of L[0] = full")
+        a.op(f"s_mov_b32 {self.s_kindn}, {abi.MASK_KIND_FULL}", "and of every later tile (the loop loads none)")
+        a.op("s_branch .Lmask_rows_done")
+        a.label(".Lmask_rows")
+        self.mask_setup(a)
+        a.label(".Lmask_rows_done")
         a.op(f"s_mov_b32 {self.s_koff[1]}, 0")
         a.op(f"s_mov_b32 {self.s_t}, 0")
         # VALU reads these SGPRs from now on; none is written again by SALU (docs/rdna4.md §Hazards 3)

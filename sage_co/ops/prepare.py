@@ -1,4 +1,4 @@
-"""Host side of the prepare stage: q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (bf16 or fp16, NHD or HND, any
+"""Host side of the prepare stage: q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (bf16, fp16 or fp32, NHD or HND, any
 strides with a contiguous last dim) in, SagePrepared out (docs/numerics.md §Prepare).
 
 Two kernels of asm_src/gfx1201_sage_prepare.hip run in order (its header comment has the design):
@@ -13,7 +13,7 @@ stats and quant ship one symbol per (head_dim = D_pad, in_dtype, rope_dim, round
 keys; rounding = norm_rope_rounding ("once" reads fp32 cos/sin tables: one in the input dtype is upcast here, exactly).
 The inputs are read in place: each kernel gets a flat view of the tensor's memory and its element strides, so an
 HND view of NHD memory (or any other strided view) costs no copy. Only a view the 16-byte vector loads cannot
-address (data not 16-byte aligned, or a stride that is not a multiple of 8 elements) is copied first.
+address (data not 16-byte aligned, or a stride that is not a multiple of 8 elements, 4 for fp32) is copied first.
 """
 from __future__ import annotations
 
@@ -34,7 +34,11 @@ from ..reference import norm_rope, q_multiplier, smooth_k_lse_correction, smooth
 WAVE = (32, 1, 1)  # stats and quant: one wave32 per workgroup
 MAX_CHUNKS = PREPARE_MAX_CHUNKS
 ALIGN = PREPARE_ALIGN
-ELEMS_PER_LOAD = ALIGN // 2  # 16-bit elements per 16-byte load: strides must be multiples of this
+
+
+def _elems_per_load(t: torch.Tensor) -> int:
+    """Elements of t per 16-byte load (8 of bf16/fp16, 4 of fp32): its strides must be multiples of this."""
+    return ALIGN // t.element_size()
 
 
 def kernel_symbol(op: str, **keys) -> str:
@@ -71,7 +75,7 @@ def flat_view(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
     its first element, and its (batch, token, head) element strides). No copy unless the 16-byte loads cannot
     address it (see the module docstring); strides of size-1 dims are 0 (never multiplied by a nonzero index)."""
     strides = tuple(st if n > 1 else 0 for n, st in zip(t.shape[:3], t.stride()[:3]))
-    if t.data_ptr() % ALIGN or any(st % ELEMS_PER_LOAD for st in strides):
+    if t.data_ptr() % ALIGN or any(st % _elems_per_load(t) for st in strides):
         t = _aligned(t.contiguous()) if t.is_contiguous() else t.contiguous()
         t = _aligned(t)
         strides = tuple(st if n > 1 else 0 for n, st in zip(t.shape[:3], t.stride()[:3]))
@@ -87,7 +91,7 @@ def _reading(t: torch.Tensor) -> tuple[int | None, tuple[int, int, int]]:
     """How the kernels read the NHD view t: (extent, strides) in place when the 16-byte loads can address it, else
     (None, the strides of the contiguous copy flat_view makes per call)."""
     strides = _strides(t)
-    if t.data_ptr() % ALIGN or any(st % ELEMS_PER_LOAD for st in strides):
+    if t.data_ptr() % ALIGN or any(st % _elems_per_load(t) for st in strides):
         B, S, H, D = t.shape
         return None, tuple(st if n > 1 else 0 for n, st in zip((B, S, H), (S * H * D, H * D, D)))
     return 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())), strides
@@ -225,20 +229,23 @@ def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=No
     ksum_part = f32(B, H_kv, n_chunks, Dp) if rec.smooth_k else placeholder
     vmin_part, vsum_part = (f32(B, H_kv, n_chunks, Dp), f32(B, H_kv, n_chunks, Dp)) if rec.smooth_v else \
         (placeholder, placeholder)
-    k_norm_w = placeholder if k_norm_weight is None else k_norm_weight
-    cos_t = placeholder if cos is None else cos
-    sin_t = placeholder if sin is None else sin
-    for bound, tensors in (
-            (rec.stats, {"k": kf, "v": vf, "k_norm_w": k_norm_w, "cos": cos_t, "sin": sin_t, "ksum_part": ksum_part,
-                         "vmax_part": vmax_part, "vmin_part": vmin_part, "vsum_part": vsum_part, "k_mean": k_mean,
-                         "v_scale": v_scale, "v_inv": v_inv, "v_mean": v_mean,
-                         "counter": _counters(dev, B * H_kv), "cu_seqlens_kv": placeholder}),
-            (rec.quant, {"q": qf, "k": kf, "v": vf,
-                         "q_norm_w": placeholder if q_norm_weight is None else q_norm_weight, "k_norm_w": k_norm_w,
-                         "cos": cos_t, "sin": sin_t, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8,
-                         "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean,
-                         "cu_seqlens_q": placeholder, "cu_seqlens_kv": placeholder})):
-        launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors), backend=bound.backend)
+    # The caller's tensors (q, k, v and the norm / RoPE tables) are checked at each launch; the op's own fresh
+    # outputs and workspaces, and the placeholder for an absent table, only for alignment (launch.BoundLaunch).
+    given = {"q_norm_w": q_norm_weight, "k_norm_w": k_norm_weight, "cos": cos, "sin": sin}
+    tables = {n: t for n, t in given.items() if t is not None}
+    absent = {n: placeholder for n, t in given.items() if t is None}
+    k_tables = {n: t for n, t in tables.items() if n != "q_norm_w"}    # stats reads K's: no q_norm_w field
+    k_absent = {n: t for n, t in absent.items() if n != "q_norm_w"}
+    for bound, tensors, fresh in (
+            (rec.stats, {"k": kf, "v": vf, **k_tables},
+             {**k_absent, "ksum_part": ksum_part, "vmax_part": vmax_part, "vmin_part": vmin_part,
+              "vsum_part": vsum_part, "k_mean": k_mean, "v_scale": v_scale, "v_inv": v_inv, "v_mean": v_mean,
+              "counter": _counters(dev, B * H_kv), "cu_seqlens_kv": placeholder}),
+            (rec.quant, {"q": qf, "k": kf, "v": vf, **tables},
+             {**absent, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale,
+              "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean, "cu_seqlens_q": placeholder,
+               "cu_seqlens_kv": placeholder})):
+        launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors, fresh), backend=bound.backend)
     lse_corr = None
     if rec.smooth_k:   # host side, in torch, from the original q (after the norm / RoPE spec the quant kernel applies)
         q0, w0, cos0, sin0 = lse_q
@@ -315,18 +322,24 @@ def execute_varlen(rec: PrepareRecipe, q, k, v, cu_seqlens_q, cu_seqlens_kv, *, 
     ksum_part = f32(B, H_kv, n_chunks, Dp) if rec.smooth_k else placeholder
     vmin_part, vsum_part = (f32(B, H_kv, n_chunks, Dp), f32(B, H_kv, n_chunks, Dp)) if rec.smooth_v else \
         (placeholder, placeholder)
-    k_norm_w = placeholder if k_norm_weight is None else k_norm_weight
-    for bound, tensors in (
-            (rec.stats, {"k": kf, "v": vf, "k_norm_w": k_norm_w, "cos": placeholder, "sin": placeholder,
-                         "ksum_part": ksum_part, "vmax_part": vmax_part, "vmin_part": vmin_part,
-                         "vsum_part": vsum_part, "k_mean": k_mean, "v_scale": v_scale, "v_inv": v_inv,
-                         "v_mean": v_mean, "counter": _counters(dev, B * H_kv), "cu_seqlens_kv": cu_seqlens_kv}),
-            (rec.quant, {"q": qf, "k": kf, "v": vf,
-                         "q_norm_w": placeholder if q_norm_weight is None else q_norm_weight, "k_norm_w": k_norm_w,
-                         "cos": placeholder, "sin": placeholder, "k_mean": k_mean, "v_inv": v_inv,
-                         "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t,
-                         "v_mean": v_mean, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_kv": cu_seqlens_kv})):
-        launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors), backend=bound.backend)
+    # The caller's tensors (q, k, v, cu_seqlens, the norm weights) are checked at each launch; the op's own fresh
+    # outputs and workspaces, and the placeholders (no RoPE with varlen), only for alignment (launch.BoundLaunch).
+    given = {"q_norm_w": q_norm_weight, "k_norm_w": k_norm_weight}
+    tables = {n: t for n, t in given.items() if t is not None}
+    absent = {n: placeholder for n, t in given.items() if t is None}
+    absent.update(cos=placeholder, sin=placeholder)
+    k_tables = {n: t for n, t in tables.items() if n != "q_norm_w"}    # stats reads K's: no q_norm_w field
+    k_absent = {n: t for n, t in absent.items() if n != "q_norm_w"}
+    for bound, tensors, fresh in (
+            (rec.stats, {"k": kf, "v": vf, "cu_seqlens_kv": cu_seqlens_kv, **k_tables},
+             {**k_absent, "ksum_part": ksum_part, "vmax_part": vmax_part, "vmin_part": vmin_part,
+              "vsum_part": vsum_part, "k_mean": k_mean, "v_scale": v_scale, "v_inv": v_inv, "v_mean": v_mean,
+              "counter": _counters(dev, B * H_kv)}),
+            (rec.quant, {"q": qf, "k": kf, "v": vf, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_kv": cu_seqlens_kv,
+                         **tables},
+             {**absent, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale,
+              "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean})):
+        launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors, fresh), backend=bound.backend)
     lse_corr = None
     if rec.smooth_k:   # per token, with its own sequence's k_mean (the sequence index found on the device)
         qn = norm_rope(q[None], q_norm_weight, rec.eps, None, None, None, rec.norm_rope_rounding)[0]

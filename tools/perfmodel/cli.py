@@ -104,7 +104,9 @@ def main(argv=None) -> int:
     ap.add_argument("--restate", action="store_true", help="our kernels and the op next to FlyDSL's figures")
     ap.add_argument("--what-if", action="store_true", help="the asm kernel's geometry/schedule what-ifs")
     ap.add_argument("--pv", action="store_true", help="pv_dtype fp8 vs fp16 for both kernels (issue 19)")
+    ap.add_argument("--fp32", action="store_true", help="fp32 inputs and output vs bf16 (issue 30)")
     ap.add_argument("--sparse", action="store_true", help="the predictor and the attention vs block density (issue 14)")
+    ap.add_argument("--masks", action="store_true", help="attn_mask: partial / additive tiles and key padding (issue 30)")
     ap.add_argument("--refit", type=Path, metavar="REPORT.json",
                     help="set the parameters from a `sage-co selftest --perf` report of a gfx1201; old vs new figures")
     o = ap.add_argument_group("the shipped attention kernels' report")
@@ -148,9 +150,15 @@ def main(argv=None) -> int:
         if a.pv:
             from perfmodel.pv import print_pv
             return print_pv(as_json=a.json)
+        if a.fp32:
+            from perfmodel.fp32 import print_fp32
+            return print_fp32(as_json=a.json)
         if a.sparse:
             from perfmodel.sparse import print_sparse
             return print_sparse(as_json=a.json)
+        if a.masks:
+            from perfmodel.masks import print_masks
+            return print_masks(as_json=a.json)
         if a.refit is not None:
             from perfmodel.refit import print_refit
             return print_refit(a.refit, as_json=a.json)

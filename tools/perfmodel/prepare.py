@@ -24,12 +24,14 @@ PREPARE_LAUNCHES_BEFORE = 3   # stats, reduce, quant (before issue 28)
 CASES = ("cold", "resident")
 
 
-def traffic(B: int, H: int, S: int, *, case: str = "cold", smooth_k: bool = False, D: int = HEAD_DIM) -> dict:
+def traffic(B: int, H: int, S: int, *, case: str = "cold", smooth_k: bool = False, D: int = HEAD_DIM,
+            in_bytes: int = IN_BYTES) -> dict:
     """Bytes the prepare moves at (B, H = H_q = H_kv, S_q = S_kv = S, D), split into DRAM and Infinity-Cache hits
-    (scales and the small per-channel partials are left out: < 0.1 % at S >= 1536)."""
+    (scales and the small per-channel partials are left out: < 0.1 % at S >= 1536). in_bytes: per input element
+    (2: bf16/fp16; 4: fp32 inputs, issue 30)."""
     if case not in CASES:
         raise ValueError(f"case: expected one of {CASES}, got {case!r}")
-    t = B * S * H * D * IN_BYTES                  # one input tensor
+    t = B * S * H * D * in_bytes                  # one input tensor
     reads_first = 3 * t                           # Q, K, V once each
     second = t * (2 if smooth_k else 1)           # V again (and K again with smooth_k)
     writes = 3 * B * S * H * D * OUT_BYTES        # q/k int8, V^T fp8
@@ -46,9 +48,9 @@ def traffic(B: int, H: int, S: int, *, case: str = "cold", smooth_k: bool = Fals
 
 
 def prepare_seconds(B: int, H: int, S: int, params: Params = CALIBRATED, *, case: str = "cold",
-                    smooth_k: bool = False, launches: int = PREPARE_LAUNCHES) -> float:
+                    smooth_k: bool = False, launches: int = PREPARE_LAUNCHES, in_bytes: int = IN_BYTES) -> float:
     """Modeled prepare time: max(DRAM bytes at 640 GB/s, all bytes at the Infinity Cache rate) + launches x the
     per-launch overhead (hardware.Params.launch_overhead_s, ASSUMED)."""
-    tr = traffic(B, H, S, case=case, smooth_k=smooth_k)
+    tr = traffic(B, H, S, case=case, smooth_k=smooth_k, in_bytes=in_bytes)
     memory = max(tr["dram_bytes"] / DRAM_BYTES_PER_S, tr["total_bytes"] / params.infinity_cache_bytes_per_s)
     return memory + launches * params.launch_overhead_s

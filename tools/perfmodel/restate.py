@@ -32,29 +32,31 @@ def attention_flops(B: int, H: int, S: int, D: int = HEAD_DIM, S_kv: int | None 
 
 
 def our_kernel(variant: str, B: int, H: int, S: int, params: Params = CALIBRATED, *, S_kv: int | None = None,
-               head_dim: int = HEAD_DIM) -> LaunchResult:
+               head_dim: int = HEAD_DIM, out_dtype: str = "bf16") -> LaunchResult:
     """A shipped attention kernel at (B, H, S_q = S, S_kv), D = head_dim: the first workgroup emulated at
     S = EMU_S (S_kv = min(S_kv, EMU_S) for cross-attention) gives the per-iteration counts and LDS passes, the trip
-    count is S_kv_pad / keys per iteration."""
+    count is S_kv_pad / keys per iteration. out_dtype: the symbol's output (bf16 default; fp32 writes 4 B per
+    element)."""
     import torch
     from sage_co import codeobj
     from perfmodel.emulated import arg_names
     S_kv = S_kv or S
     path = KERNELS[variant]
     cross = S_kv != S
-    key = (variant, head_dim, cross)
+    out_bytes = abi.OUT_BYTES[out_dtype]
+    key = (variant, head_dim, cross) + ((out_dtype,) if out_dtype != "bf16" else ())
     if key not in _cache:
-        symbol = attention_symbol(variant, head_dim)
+        symbol = attention_symbol(variant, head_dim, out_dtype=out_dtype)
         km = analyze(variant, path, symbol, head_dim)
         names = set(arg_names(codeobj.read_file(path).kernel(symbol)))
-        inputs = attention_inputs(EMU_S, min(S_kv, EMU_S) if cross else EMU_S, head_dim)
+        inputs = attention_inputs(EMU_S, min(S_kv, EMU_S) if cross else EMU_S, head_dim, out_bytes=out_bytes)
         args = {k: v.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if isinstance(v, torch.Tensor)
                 else v for k, v in inputs.items() if k in names}
         run = emulate_workgroup(path, km.symbol, BLOCK, args, km.text_addr)
         _cache[key] = (km, run)
     km, run = _cache[key]
     S_pad, S_kv_pad = -(-S // PAD) * PAD, -(-S_kv // PAD) * PAD
-    dram = B * H * ((S_pad + 2 * S_kv_pad) * head_dim + S * head_dim * 2 + (S_pad + S_kv_pad) // 32 * 4
+    dram = B * H * ((S_pad + 2 * S_kv_pad) * head_dim + S * head_dim * out_bytes + (S_pad + S_kv_pad) // 32 * 4
                     + 3 * head_dim * 4)
     launch = Launch((S_pad // QUERY_TILE, H, B), BLOCK, attention_flops(B, H, S, head_dim, S_kv), "int8",
                     trip_count=S_kv_pad / km.keys_per_iter, dram_bytes=dram)
