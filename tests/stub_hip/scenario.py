@@ -42,7 +42,7 @@ def hip_backend(**platform):
     return HipBackend(platform=stub_hip.HostPlatform(**platform))
 
 
-DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}   # the prepare in_dtype keys
 
 
 def inputs(S=33, H=2, seed=0, D=128, dtype="bf16"):
@@ -77,7 +77,7 @@ def run_ops(backend: str):
     smooth_k, with norm + RoPE at each rope_dim, with smooth_v and with pv_dtype="fp16", then attention in each
     variant with and without LSE on those prepared inputs (the fp16 one reaches the _pv16 symbols), then each
     microbenchmark (sage_co.microbench). Returns the launch records."""
-    from sage_co import launch, registry
+    from sage_co import abi, launch, registry
     from sage_co.ops.attention import OP, run_attention_fwd
     from sage_co import validate
     from sage_co.ops.predict import run_predict
@@ -100,8 +100,9 @@ def run_ops(backend: str):
                 run_attention_fwd(prepared, backend=backend, variant=variant, return_lse=True)
                 run_attention_fwd(smooth_v, backend=backend, variant=variant)
                 run_attention_fwd(pv16, backend=backend, variant=variant, return_lse=True)
-            sh, qn, kn, _ = validate.check_qkv(q, k, k, "NHD")   # the block-mask predictor (pool + select)
-            run_predict(qn, kn, sh, 0.125, 0.9, None, 0.6, backend=backend)
+            if dtype in abi.PREDICT_IN_DTYPES:   # the block-mask predictor (pool + select): 16-bit q/k only
+                sh, qn, kn, _ = validate.check_qkv(q, k, k, "NHD")
+                run_predict(qn, kn, sh, 0.125, 0.9, None, 0.6, backend=backend)
         from sage_co import microbench            # the microbenchmarks of `selftest --perf`: one workgroup each
         for bench in microbench.MICROBENCH_BENCHES:
             args = microbench.inputs(bench, 1, src_bytes=microbench.stream_stride(1) if bench == "l2_stream" else None)
