@@ -1,10 +1,11 @@
-// gfx1201_sage_attention_fwd_d{64,128}_{bf16,fp16,fp32}[_pv16]: SageAttention forward (dense, causal, block-sparse) on RDNA4, headers-free HIP.
+// gfx1201_sage_attention_fwd_d{64,128,256}_{bf16,fp16,fp32}[_pv16]: SageAttention forward (dense, causal, block-sparse) on RDNA4, headers-free HIP.
 //
 // The readable baseline of the attention kernel; a hand-scheduled asm kernel later must beat it and match it.
 // It keeps the same kernarg struct and launch geometry (below). Hardware facts cite docs/rdna4.md sections
-// (§WMMA, §Memory, ...). One template, twelve symbols: the padded head dim DP (64 or 128; manifest key head_dim),
-// the output dtype (OT: bf16, fp16 or fp32; key out_dtype) and the P.V input type (PV16: key pv_dtype "fp8" or "fp16",
-// suffix _pv16). GQA, separate query/key lengths, the caller's output layout and smooth_v are runtime arguments.
+// (§WMMA, §Memory, ...). One template, fifteen symbols: the padded head dim DP (64, 128 or 256; manifest key
+// head_dim), the output dtype (OT: bf16, fp16 or fp32; key out_dtype) and the P.V input type (PV16: key pv_dtype
+// "fp8" or "fp16", suffix _pv16; DP 64 and 128 only: at 256 its V^T staging spills). GQA, separate query/key
+// lengths, the caller's output layout and smooth_v are runtime arguments.
 //
 // Math, per query row i of query head h (K/V head g = h / (H_q/H_kv)) and key tile of 64 keys
 // (sage_co.reference.sage_attention_model):
@@ -19,8 +20,9 @@
 //   O      = O*alpha + fp8_e4m3(p) . v_fp8                                   (fp32 accumulation)
 //   out    = round_sat((O * (1/l)) * v_scale[g][d] [+ v_mean[g][d]]) (inv = 0 when l = 0: zeros; v_mean with
 //            flags bit 3 (smooth_v) on rows with l != 0)  RNE to bf16 or fp16, saturating at +-the dtype's
-//            largest finite value (NaN -> the dtype's quiet NaN), d < head_dim only; fp32 output: the fp32 value
-//            itself (no rounding, no saturation: +-inf stays +-inf), NaN -> 0x7fc00000 (the one fp32 NaN written)
+//            largest finite value (NaN -> the dtype's quiet NaN), d < head_dim only (any D: the last partial
+//            8-channel group of a lane is stored element by element); fp32 output: the fp32 value itself (no
+//            rounding, no saturation: +-inf stays +-inf), NaN -> 0x7fc00000 (the one fp32 NaN written)
 //   PV16:  O = O*alpha + fp16(p) . v_f16 (v_wmma_f32_16x16x16_f16), out = round_sat(O * (1/l)) (no scales)
 //   lse    = (m + (log2 l - P_OFF))*ln2 [+ ln2 * q_deq.k_mean[g]]
 // `#pragma clang fp contract(off)`: HIP contracts a*b+c into FMA by default, which would round differently
@@ -53,7 +55,7 @@
 //   |    104 | out_stride_b   | u32  | element strides of out (sb, ss, sh; the last dim is contiguous)    |
 //   |    108 | out_stride_s   | u32  |                                                                    |
 //   |    112 | out_stride_h   | u32  |                                                                    |
-//   |    116 | head_dim       | u32  | D (multiple of 16, <= DP): channels >= D are not stored            |
+//   |    116 | head_dim       | u32  | D (1 <= D <= DP): channels >= D are not stored (exact stores)      |
 //   |    120 | flags          | u32  | bit 0: write lse; bit 1: lse adds the smooth_k term; bit 2: causal; |
 //   |        |                |      | bit 3: smooth_v (add v_mean); bit 4: attn_mask (read mask_kind)    |
 //   |    128 | lut            | ptr  | u32 rows [count, t_0 < ... < t_{count-1}, ...] of seq_pad_kv/64 + 1 |
@@ -119,7 +121,10 @@
 // (LLVM inserts the v_nop of §Hazards 1 where needed). The epilogue's d-tile loop is fully unrolled: a
 // dynamically indexed o[] would go to scratch. Occupancy (§Occupancy), DP = 128: 224 VGPRs -> 6 waves/SIMD by
 // registers; 32 KiB LDS per 4-wave workgroup -> 4 workgroups per WGP (128 KiB) = 4 waves/SIMD, the binding
-// limit; DP = 64: 138 VGPRs -> 8 waves/SIMD (LDS allows 8).
+// limit; DP = 64: 138 VGPRs -> 8 waves/SIMD (LDS allows 8). DP = 256 (DIRECT_STAGE, Q_RELOAD below): O^T is
+// 128 VGPRs, so the K/V^T staging registers are not held across the tile (tile t+1 goes global -> VGPRs -> the other
+// LDS buffer at the top of tile t) and the Q^T fragments are re-read at each d-group: 245 VGPRs, no scratch, LDS
+// 64 KiB -> 2 workgroups per WGP = 2 waves/SIMD (docs/performance.md §Head dim 256).
 // PV16 (pv_dtype fp16): the V^T tile is DP x 128 B (8 chunks per row, XOR-swizzled row & 7 like 8-chunk K rows),
 // staged as DP/16 b128 loads per thread; each lane reads chunk 4hl+c of row 16t+r as the f16 A-fragment of chunk c
 // (keys 32hl+8c..+7 in the 16-bit operand's slot order, docs/rdna4.md §WMMA lane layouts; P^T's B-fragment holds the
@@ -164,7 +169,7 @@ typedef _Float16 v8h __attribute__((ext_vector_type(8)));
 #define MAGIC_INT 0x4b400000
 #define MAGIC_F 12582912.0f
 #define FMA_MAX_QK_SCALE 0.015625f
-#define MAX_DP 128     // the LDS array is sized for the largest padded head dim
+#define MAX_DP 256     // the largest padded head dim (its LDS: 64 KiB, the most one workgroup may allocate)
 
 #define LN2 0.693147180559945309f
 #define BF16_MAX 0x1.fep127f   // largest finite bf16 (bits 0x7f7f), exact in fp32
@@ -221,7 +226,7 @@ static __device__ __attribute__((always_inline)) u32 vswz(u32 row) {
 // group of 8 lanes of a ds_load_b128 touches 8 distinct 16-byte bank groups (§Memory). V^T rows always have 4.
 template <int DP>
 static __device__ __attribute__((always_inline)) u32 kswz(u32 row) {
-  return DP == 128 ? (row & 7) : ((row >> 1) & 3);
+  return DP >= 128 ? (row & 7) : ((row >> 1) & 3);
 }
 
 template <int DP, int OT, bool PV16>
@@ -248,6 +253,10 @@ static __device__ __attribute__((always_inline)) void attention(
   // second barrier placed before tile t+1's P.V WMMAs (the Q.K^T and softmax of t+1 run in between).
   constexpr int LDS_V = PV16 ? 8 * DP : 4 * DP;   // chunk offset of the V^T tile (fp8: inside a buffer)
   constexpr int LDS_BUF = PV16 ? 4 * DP : 8 * DP;  // chunks between the two buffers
+  // DP = 256: O^T alone is 128 VGPRs and the Q^T fragments 32, so no staging registers stay live across the tile:
+  // K(t+1) and V^T(t+1) go global -> VGPRs -> the other LDS buffer at the top of tile t (their last readers passed
+  // the previous barrier), the load latency hidden by the other waves of the SIMD instead of this wave's WMMAs
+  constexpr bool DIRECT_STAGE = DP > 128;
 
   const u32 tid = __builtin_amdgcn_workitem_id_x();
   const u32 qtile = __builtin_amdgcn_workgroup_id_x();
@@ -291,8 +300,13 @@ static __device__ __attribute__((always_inline)) void attention(
   // Q^T B-fragments: lane (hl, r) holds query row r, bytes DP/2*hl .. +DP/2-1; d-step s = bytes 8s..8s+7 of that.
   const u32 q0 = qtile * TILE_Q + wave * 16;  // first query of this wave (uniform)
   const u32 qi = q0 + r;                      // this lane's query
-  v4i qf[QF];
-  for (int i = 0; i < QF; ++i) qf[i] = *(const v4i*)(qh + (qi * DP + (DP / 2) * hl + 16 * i));
+  // DP = 256 (Q_RELOAD): the fragments are re-read from global memory (L0/L2-resident: 16 KiB per wave) at each
+  // use instead of held, 32 VGPRs fewer
+  constexpr bool Q_RELOAD = DP > 128;
+  const char* qrow = qh + (qi * DP + (DP / 2) * hl);
+  v4i qf[Q_RELOAD ? 1 : QF];
+  if (!Q_RELOAD)
+    for (int i = 0; i < QF; ++i) qf[i] = *(const v4i*)(qrow + 16 * i);
   const float qs = q_scale[bh * nblk_q + (row_q + q0) / 32];  // the wave's 16 queries share one 32-token block
 
   // global -> LDS staging: thread tid moves K chunks tid + 128u (row = chunk/NCOL, u < QF) and V^T chunks
@@ -382,7 +396,18 @@ static __device__ __attribute__((always_inline)) void attention(
       const u32 tn = varlen ? it + 1 : tiles[it + 1];
       const u32 koff = tn * (TILE_K * DP), voff = tn * (TILE_K * VB);
       for (int u = 0; u < QF; ++u) kst[u] = *(const v4i*)(kh + (k_gl[u] + koff));
-      for (int u = 0; u < VF; ++u) vst[u] = *(const v4i*)(vh + (v_gl[u] + voff));
+      if (DIRECT_STAGE) {  // K(t+1) -> the other K buffer now: its last readers passed the previous barrier
+        for (int u = 0; u < QF; ++u) lds[(buf ^ LDS_BUF) + lds_k_st + 128 * u] = kst[u];
+        __builtin_amdgcn_sched_barrier(0);  // K's registers are free before V^T's loads
+        // V^T rows v_row + 32u: the row step goes into the uniform base (one lane offset for every u)
+        for (int u = 0; u < VF; ++u)
+          vst[u] = *(const v4i*)(vh + (u64)u * (128 / VCOL) * seq_pad_kv * VB + (v_gl[0] + voff));
+        if (!PV16)
+          for (int u = 0; u < VF; ++u) lds[(buf ^ LDS_BUF) + lds_v_st + 128 * u] = vst[u];
+        __builtin_amdgcn_sched_barrier(0);
+      } else {
+        for (int u = 0; u < VF; ++u) vst[u] = *(const v4i*)(vh + (v_gl[u] + voff));
+      }
       const v2f ks2 = *(const v2f*)(ksh + 2 * tn);  // one s_load_b64, then a per-lane select
       ks_next = hl ? ks2.y : ks2.x;
     }
@@ -394,10 +419,19 @@ static __device__ __attribute__((always_inline)) void attention(
     for (int c = 0; c < 4; ++c) sacc[c] = (v8i){MAGIC_INT, MAGIC_INT, MAGIC_INT, MAGIC_INT,
                                                  MAGIC_INT, MAGIC_INT, MAGIC_INT, MAGIC_INT};
     for (int i = 0; i < QF; ++i) {
+      // DP <= 128: the held fragment qf[i] is named in the WMMA itself (a hoisted copy made LLVM spill the pv16
+      // symbols); DP = 256 (Q_RELOAD): the fragment is loaded here, one d-group in flight at a time
+      if (Q_RELOAD) __builtin_amdgcn_sched_barrier(0);
+      const v4i qfi = Q_RELOAD ? __builtin_nontemporal_load((const v4i*)(qrow + 16 * i)) : (v4i){};
       for (int c = 0; c < 4; ++c) {
         const v4i kf = lds[buf + lds_k_rd[i] + 8 * NCOL * c];  // chunk c = rows +8c
-        sacc[c] = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, kf.xy, true, qf[i].xy, sacc[c], false);
-        sacc[c] = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, kf.zw, true, qf[i].zw, sacc[c], false);
+        if (Q_RELOAD) {
+          sacc[c] = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, kf.xy, true, qfi.xy, sacc[c], false);
+          sacc[c] = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, kf.zw, true, qfi.zw, sacc[c], false);
+        } else {
+          sacc[c] = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, kf.xy, true, qf[i].xy, sacc[c], false);
+          sacc[c] = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, kf.zw, true, qf[i].zw, sacc[c], false);
+        }
       }
     }
 
@@ -499,6 +533,7 @@ static __device__ __attribute__((always_inline)) void attention(
     } else {     // fp8 WMMA: V^T load i of d-tile t covers chunks 2i, 2i+1
       for (int i = 0; i < 2; ++i) {
         for (int t = 0; t < NCOL; ++t) {
+          if (DP > 128 && t % 4 == 0) __builtin_amdgcn_sched_barrier(0);  // 4 V^T fragments in flight at a time
           const v4i vf = lds[vbuf + lds_v_rd[i] + 16 * VCOL * t];
           o[t] = __builtin_amdgcn_wmma_f32_16x16x16_fp8_fp8_w32_gfx12(vf.xy, pf[2 * i], o[t]);
           o[t] = __builtin_amdgcn_wmma_f32_16x16x16_fp8_fp8_w32_gfx12(vf.zw, pf[2 * i + 1], o[t]);
@@ -508,8 +543,9 @@ static __device__ __attribute__((always_inline)) void attention(
 
     if (more) {
       const u32 nbuf = buf ^ LDS_BUF;
-      for (int u = 0; u < QF; ++u) lds[nbuf + lds_k_st + 128 * u] = kst[u];
-      if (!PV16)
+      if (!DIRECT_STAGE)
+        for (int u = 0; u < QF; ++u) lds[nbuf + lds_k_st + 128 * u] = kst[u];
+      if (!PV16 && !DIRECT_STAGE)
         for (int u = 0; u < VF; ++u) lds[nbuf + lds_v_st + 128 * u] = vst[u];
     }
     // one barrier per tile: buffer tile&1 is free again and buffer (tile+1)&1 is complete (PV16: and every wave is
@@ -521,8 +557,8 @@ static __device__ __attribute__((always_inline)) void attention(
       for (int u = 0; u < VF; ++u) lds[lds_v_st + 128 * u] = vst[u];
   }
 
-  // Epilogue: lane (hl, r) holds O^T[d = 16t + 8hl + e][query r] in o[t][e]; d-tiles at or past head_dim (the
-  // zero-padded channels, D a multiple of 16) are not stored.
+  // Epilogue: lane (hl, r) holds O^T[d = 16t + 8hl + e][query r] in o[t][e]; channels at or past head_dim (the
+  // zero-padded ones, any D) are not stored.
   if (qi >= seq_len_q) return;
   // l = 0: the row saw no key (O = 0): output zeros (inv 0, not 1/0) and lse = (-inf + log2 0) * ln2 = -inf
   const float inv = l_run == 0.0f ? 0.0f : 1.0f / l_run;  // l carries 2^P_OFF as O does
@@ -530,12 +566,12 @@ static __device__ __attribute__((always_inline)) void attention(
   // smooth_v: v_mean comes back on rows that saw a key (a row's softmax weights sum to 1); others stay zero
   const bool add_mean = (flags & FLAG_SMOOTH_V) && l_run != 0.0f;
   const v4f* vmn = (const v4f*)(v_mean + bkv * DP + 8 * hl);
-  // out element (batch, qi, head, 8hl + 16t + e): OB bytes each (fp32: 4, a d-tile half is two 16-byte stores);
-  // varlen: (0, tok_q + qi, head, ...) of the packed out
+  // out element (batch, qi, head, 8hl + 16t + e): OB bytes each; varlen: (0, tok_q + qi, head, ...) of the
+  // packed out
   constexpr u32 OB = OT == OUT_FP32 ? 4 : 2;
-  v4i* orow = (v4i*)((char*)out + ((u64)lay_b * out_stride_b + (u64)(tok_q + qi) * out_stride_s +
-                                   (u64)head * out_stride_h + 8 * hl) * OB);
-  const u32 dtiles = head_dim / 16;
+  char* orow = (char*)out + ((u64)lay_b * out_stride_b + (u64)(tok_q + qi) * out_stride_s +
+                             (u64)head * out_stride_h + 8 * hl) * OB;
+  const u32 dtiles = (head_dim + 15) / 16;  // d-tiles holding a real channel
 #pragma unroll
   for (int t = 0; t < NCOL; ++t) {
     if ((u32)t >= dtiles) continue;  // uniform: whole d-tiles of padding (o[] stays in registers: full unroll)
@@ -554,12 +590,24 @@ static __device__ __attribute__((always_inline)) void attention(
       }
       for (int e = 0; e < 8; ++e) h16[e] = round_sat<OT>(x[e]);
     }
-    if (OT == OUT_FP32) {
-      orow[4 * t] = (v4i){(int)h16[0], (int)h16[1], (int)h16[2], (int)h16[3]};
-      orow[4 * t + 1] = (v4i){(int)h16[4], (int)h16[5], (int)h16[6], (int)h16[7]};
-    } else {
-      orow[2 * t] = (v4i){(int)(h16[0] | h16[1] << 16), (int)(h16[2] | h16[3] << 16),
-                          (int)(h16[4] | h16[5] << 16), (int)(h16[6] | h16[7] << 16)};
+    // this lane's 8 channels d = 16t + 8hl + e: whole 16-byte stores when the d-tile is all real, else only the
+    // channels < head_dim (exact: no byte past channel head_dim - 1 is written, whatever D is)
+    const int left = (int)head_dim - (16 * t + 8 * (int)hl);
+    char* dst = orow + 16 * t * OB;
+    if (left >= 8) {
+      if (OT == OUT_FP32) {  // a d-tile half is two 16-byte stores
+        ((v4i*)dst)[0] = (v4i){(int)h16[0], (int)h16[1], (int)h16[2], (int)h16[3]};
+        ((v4i*)dst)[1] = (v4i){(int)h16[4], (int)h16[5], (int)h16[6], (int)h16[7]};
+      } else {
+        *(v4i*)dst = (v4i){(int)(h16[0] | h16[1] << 16), (int)(h16[2] | h16[3] << 16),
+                           (int)(h16[4] | h16[5] << 16), (int)(h16[6] | h16[7] << 16)};
+      }
+    } else if (!PV16 || DP < 128) {  // DP = 128 pv16: D % 8 == 0 there (the host refuses others; these stores spill)
+      for (int e = 0; e < 8; ++e) {
+        if (e >= left) continue;
+        if (OT == OUT_FP32) ((u32*)dst)[e] = h16[e];
+        else ((unsigned short*)dst)[e] = (unsigned short)h16[e];
+      }
     }
   }
   if (flags & FLAG_LSE) {
@@ -568,13 +616,15 @@ static __device__ __attribute__((always_inline)) void attention(
       // ln2 * sum_d (q_int8 * q_scale) * k_mean[d]; lane holds d = DP/2*hl .. +DP/2-1 of its query row
       const float* km = k_mean + bkv * DP + (DP / 2) * hl;
       float acc = 0.0f;
-      for (int i = 0; i < QF; ++i)
+      for (int i = 0; i < QF; ++i) {
+        const v4i qfi = Q_RELOAD ? *(const v4i*)(qrow + 16 * i) : qf[Q_RELOAD ? 0 : i];
         for (int w = 0; w < 4; ++w)
           for (int b = 0; b < 4; ++b) {
             const int d = 16 * i + 4 * w + b;
-            const float qd = (float)(signed char)(qf[i][w] >> (8 * b)) * qs;
+            const float qd = (float)(signed char)(qfi[w] >> (8 * b)) * qs;
             acc += qd * km[d];
           }
+      }
       acc = acc + xlane16(acc);
       val += LN2 * acc;
     }
@@ -605,14 +655,17 @@ static __device__ __attribute__((always_inline)) void attention(
     attention<DP, OT, PV16>(ATTENTION_ARGS, lds);                                                           \
   }
 
-// One symbol per (head_dim = DP, out_dtype) manifest key pair (asm_src/kernels.toml)
+// One symbol per (head_dim = DP, out_dtype) manifest key pair (sage_co/family.py ATTENTION_HIP)
+KERNEL(gfx1201_sage_attention_fwd_d256_bf16, 256, OUT_BF16, false)
+KERNEL(gfx1201_sage_attention_fwd_d256_fp16, 256, OUT_FP16, false)
+KERNEL(gfx1201_sage_attention_fwd_d256_fp32, 256, OUT_FP32, false)
 KERNEL(gfx1201_sage_attention_fwd_d128_bf16, 128, OUT_BF16, false)
 KERNEL(gfx1201_sage_attention_fwd_d128_fp16, 128, OUT_FP16, false)
 KERNEL(gfx1201_sage_attention_fwd_d128_fp32, 128, OUT_FP32, false)
 KERNEL(gfx1201_sage_attention_fwd_d64_bf16, 64, OUT_BF16, false)
 KERNEL(gfx1201_sage_attention_fwd_d64_fp16, 64, OUT_FP16, false)
 KERNEL(gfx1201_sage_attention_fwd_d64_fp32, 64, OUT_FP32, false)
-// pv_dtype fp16 (manifest key pv_dtype = "fp16"; the six above are "fp8")
+// pv_dtype fp16 (manifest key pv_dtype = "fp16"; the nine above are "fp8")
 KERNEL(gfx1201_sage_attention_fwd_d128_bf16_pv16, 128, OUT_BF16, true)
 KERNEL(gfx1201_sage_attention_fwd_d128_fp16_pv16, 128, OUT_FP16, true)
 KERNEL(gfx1201_sage_attention_fwd_d128_fp32_pv16, 128, OUT_FP32, true)

@@ -5,8 +5,9 @@ are made.
 
     q, k, v  ->  sage_prepare  ->  SagePrepared  ->  attention kernel  ->  out (dtype out_dtype), lse
 
-q/k/v are bf16, fp16 or fp32 (one dtype); the output has that dtype. Q has H_q heads and S_q rows, K/V have H_kv heads and S_kv rows (GQA: H_q % H_kv == 0, query head h reads K/V
-head h // (H_q // H_kv)). The head dim D (a multiple of 16, at most 128) is zero-padded to D_pad = 64 or 128.
+q/k/v are bf16, fp16 or fp32 (one dtype); the output has that dtype. Q has H_q heads and S_q rows, K/V have H_kv
+heads and S_kv rows (GQA: H_q % H_kv == 0, query head h reads K/V head h // (H_q // H_kv)). The head dim D (any of
+1..HEAD_DIM_MAX) is zero-padded to D_pad = abi.d_pad(D) (64, 128, 256).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import NamedTuple
 import torch
 
 # the one definition of these is sage_co/abi.py (torch-free); re-exported for the torch side
-from .abi import HEAD_DIM, HEAD_DIM_STEP, HEAD_DIMS_NATIVE, PAD, PV_DTYPES, SCALE_BLOCK, d_pad, s_pad  # noqa: F401
+from .abi import HEAD_DIM, HEAD_DIM_MAX, HEAD_DIM_STEP, HEAD_DIMS_NATIVE, PAD, PV_DTYPES, SCALE_BLOCK, d_pad, s_pad  # noqa: F401,E501
 # q/k/v dtype (all three the same); the output has the same dtype. fp32 is prepared from its own values (no
 # rounding to a 16-bit type first) and gives an fp32 output (docs/numerics.md §Inputs).
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)

@@ -9,8 +9,8 @@
 
 Each SDPA call is either served by sage_co.sage_attention (layout "HND", SDPA's [B, H, S, D]) or handed to the
 original torch SDPA unchanged, with the reason counted in stats() (nothing is routed or dropped silently). Served:
-4-dim q/k/v of one dtype (bfloat16 / float16 / float32) on a device sage-co runs on (CPU -> the emulator, a gfx1201 GPU),
-v shaped like k, a head dim that is a multiple of 16 up to 128 and a contiguous last dim, attn_mask None,
+4-dim q/k/v of one dtype (bfloat16 / float16 / float32) on a device sage-co runs on (CPU -> the emulator, a gfx1201
+GPU), v shaped like k, a head dim in 1..max(abi.PREPARE_HEAD_DIMS) and a contiguous last dim, attn_mask None,
 dropout_p 0, is_causal with S_q == S_kv only (SDPA's causal mask is top-left aligned, sage-co's bottom-right: they
 agree only on square scores), H_q == H_kv or enable_gqa with H_q a multiple of H_kv, and no input needing a
 gradient while grad mode is on (sage-co's ops have no backward). Every other call falls back.
@@ -139,8 +139,8 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
         return "key: batch or head dim differs from query"
     if min(B, H_q, H_kv, S_q, S_kv) < 1:
         return f"shape: an empty dimension (q {tuple(query.shape)}, k {tuple(key.shape)})"
-    if D < 1 or D % abi.HEAD_DIM_STEP or D > abi.HEAD_DIM:
-        return f"head_dim: sage-co serves multiples of {abi.HEAD_DIM_STEP} up to {abi.HEAD_DIM} (got {D})"
+    if D < 1 or D > max(abi.PREPARE_HEAD_DIMS):
+        return f"head_dim: sage-co serves head dims 1..{max(abi.PREPARE_HEAD_DIMS)} (got {D})"
     if scale is not None:
         from .validate import check_softmax_scale
         try:

@@ -62,7 +62,7 @@ def _unserved():
         ("dropout_p", (q, k, v), dict(dropout_p=0.5)),
         ("dtype", [t.double() for t in (q, k, v)], {}),                  # fp32 is served (issue 30)
         ("shape", [t[0] for t in (q, k, v)], {}),
-        ("head_dim", [t[..., :40] for t in (q, k, v)], {}),
+        ("head_dim", [torch.cat([t, t, t[..., :40]], -1) for t in (q, k, v)], {}),   # D > the prepare's 128
         ("heads", (q, k[:, :1], v[:, :1]), {}),                        # GQA without enable_gqa
         ("is_causal", (qs, k, v), dict(is_causal=True)),                # top-left vs bottom-right at S_q != S_kv
         ("stride", [t.transpose(-1, -2).contiguous().transpose(-1, -2) for t in (q, k, v)], {}),

@@ -39,6 +39,9 @@ def check_predict_limits(sh: validate.Shapes) -> None:
     if DTYPE_KEYS[sh.dtype] not in abi.PREDICT_IN_DTYPES:   # the pool kernel is built for 16-bit inputs only
         raise TypeError(f"q: the predictor kernel takes q/k in {abi.PREDICT_IN_DTYPES}, got {sh.dtype}; use "
                         f"backend=\"torch\" for the predictor on fp32 inputs")
+    if sh.D % abi.HEAD_DIM_STEP or sh.D > abi.PREDICT_CHANNELS:
+        raise ValueError(f"q: the predictor kernels pool head dims that are multiples of {abi.HEAD_DIM_STEP} up to "
+                         f"{abi.PREDICT_CHANNELS}, got D = {sh.D}; use backend=\"torch\" for this head dim")
     if n_kv > PREDICT_MAX_KEY_BLOCKS:
         raise ValueError(f"k: S_kv = {sh.S_kv} makes {n_kv} key blocks; the predictor kernel ranks at most "
                          f"{PREDICT_MAX_KEY_BLOCKS} (S_kv <= {PREDICT_MAX_KEY_BLOCKS * BLOCK_KV}) in one workgroup's "
