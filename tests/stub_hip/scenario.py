@@ -103,6 +103,14 @@ def run_ops(backend: str):
             if dtype in abi.PREDICT_IN_DTYPES:   # the block-mask predictor (pool + select): 16-bit q/k only
                 sh, qn, kn, _ = validate.check_qkv(q, k, k, "NHD")
                 run_predict(qn, kn, sh, 0.125, 0.9, None, 0.6, backend=backend)
+        # attention symbols of a head dim no prepare kernel serves (D_pad 256, issue 30): on reference prepares
+        from sage_co import reference
+        prep_dims = {D for D, _ in prepare_families()}
+        for variant, D, out_dtype in sorted({(k.variant, k.key("head_dim"), k.key("out_dtype"))
+                                             for k in registry.kernels() if k.op == OP
+                                             and k.key("head_dim") not in prep_dims}):
+            run_attention_fwd(reference.sage_prepare(*inputs(D=D, dtype=out_dtype)), backend=backend,
+                              variant=variant, return_lse=True)
         from sage_co import microbench            # the microbenchmarks of `selftest --perf`: one workgroup each
         for bench in microbench.MICROBENCH_BENCHES:
             args = microbench.inputs(bench, 1, src_bytes=microbench.stream_stride(1) if bench == "l2_stream" else None)
