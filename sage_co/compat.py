@@ -47,12 +47,17 @@ def _is_zero(x) -> bool:
 
 
 def _reject(fn: str, name: str, value, why: str):
-    raise ValueError(f"{name}: {fn} got {name}={value!r}; {why}")
+    raise ValueError(f"{name}: {fn} got {_shown(name, value)}; {why}")
 
 
-def _shown(value) -> str:
-    """How an unserved value appears in the error: tensors and other objects by type name."""
-    return value if value is None or isinstance(value, (bool, int, float, str, tuple, list)) else type(value).__name__
+def _shown(name: str, value) -> str:
+    """How an unserved value appears in an error: a tensor by its dtype and shape (`a torch.bool tensor of shape
+    [2, 1, 1, 77]`), plain values by repr (`dropout_p=0.1`), other objects by their type."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {list(value.shape)}"
+    if value is None or isinstance(value, (bool, int, float, str, tuple, list)):
+        return f"{name}={value!r}"
+    return f"{name} of type {type(value).__name__}"
 
 
 def _heads(t, layout: str) -> int | None:
@@ -63,7 +68,7 @@ def _no_op(accepted, why: str):
     """A keyword accepted only with values that ask for nothing sage-co does not already do."""
     def check(fn: str, name: str, value, q, k, layout: str) -> None:
         if not accepted(value):
-            _reject(fn, name, _shown(value), why)
+            _reject(fn, name, value, why)
     return check
 
 
@@ -80,7 +85,6 @@ def _enable_gqa(fn, name, value, q, k, layout) -> None:
 
 # SageAttention's keywords that are not options of the op: name -> check(fn, name, value, q, k, layout).
 _EXTRA_KEYWORDS = {
-    "attn_mask": _no_op(lambda v: v is None, "sage-co has no attention masks (use attn_mask=None)"),
     "dropout_p": _no_op(_is_zero, "sage-co has no dropout (inference only); pass 0.0"),
     "drop_rate": _no_op(_is_zero, "sage-co has no dropout (inference only); pass 0.0"),
     "pv_accum_dtype": _no_op(lambda v: v in _PV_ACCUM_ACCEPTED,
@@ -98,6 +102,8 @@ _EXTRA_KEYWORDS = {
     "deterministic": _deterministic,
     "enable_gqa": _enable_gqa,
 }
+if "attn_mask" not in SAGE_ATTENTION.option_names:   # an op built without masks: attn_mask=None is its only value
+    _EXTRA_KEYWORDS["attn_mask"] = _no_op(lambda v: v is None, "this sage-co op has no attn_mask option")
 
 
 def _as_spelled(spelling: str, option: str, value):
@@ -163,7 +169,7 @@ def op_supports(feature: str) -> bool:
 
 
 def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_scale: float | None = None,
-             return_lse: bool = False, smooth_k: bool = True, **kwargs):
+             return_lse: bool = False, smooth_k: bool = True, attn_mask=None, **kwargs):
     """SageAttention's `sageattn` on sage-co: INT8 Q.K^T, FP8 P.V, fp32 accumulation (docs/numerics.md).
 
     q: [B, H_q, S_q, D] ("HND") or [B, S_q, H_q, D] ("NHD"); k, v: [B, H_kv, S_kv, D] / [B, S_kv, H_kv, D].
@@ -196,7 +202,7 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
     """
     from . import api
     named = {"tensor_layout": tensor_layout, "is_causal": is_causal, "sm_scale": sm_scale, "return_lse": return_lse,
-             "smooth_k": smooth_k}
+             "smooth_k": smooth_k, "attn_mask": attn_mask}
     options = _apply_kwargs("sageattn", named, kwargs, q, k)
     return api.sage_attention(q, k, v, **options)
 

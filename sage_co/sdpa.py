@@ -38,7 +38,8 @@ from dataclasses import dataclass
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import abi
+from . import abi, validate
+from .callspec import SAGE_ATTENTION
 from .prepared import INPUT_DTYPES, PV_DTYPES
 
 # torch's builtin (what F.scaled_dot_product_attention is unless someone replaced it, install() included)
@@ -111,6 +112,10 @@ def _device_served(t: torch.Tensor, backend: str | None) -> bool:
     return backend in (None, "hip") and device_arch(t.device) == "gfx1201"
 
 
+def _dtype_names(dtypes) -> str:
+    return "/".join(str(d).replace("torch.", "") for d in dtypes)
+
+
 def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                     enable_gqa=False, *, options: Options = Options()) -> str:
     """Why this SDPA call is not served by sage-co ("" when it is). Reads only shapes, dtypes, flags and devices
@@ -118,18 +123,18 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     tensors = (query, key, value)
     if not all(isinstance(t, torch.Tensor) for t in tensors):
         return "query/key/value: not all tensors"
-    if attn_mask is not None:
-        return "attn_mask: sage-co serves no SDPA masks (attn_mask=None only)"
+    if attn_mask is not None and "attn_mask" not in SAGE_ATTENTION.option_names:
+        return "attn_mask: this sage-co op has no attn_mask option"
     if not isinstance(dropout_p, (int, float)) or dropout_p != 0:
         return "dropout_p: sage-co has no dropout (dropout_p=0 only)"
     if any(t.dim() != 4 for t in tensors):
         return f"shape: sage-co serves 4-dim [B, H, S, D] only (got {[t.dim() for t in tensors]} dims)"
     if not (query.dtype == key.dtype == value.dtype) or query.dtype not in INPUT_DTYPES:
-        return (f"dtype: sage-co serves bfloat16/float16 q, k, v of one dtype "
+        return (f"dtype: sage-co serves q, k, v of one dtype in {_dtype_names(INPUT_DTYPES)} "
                 f"(got {', '.join(str(t.dtype).replace('torch.', '') for t in tensors)})")
     if not (query.device == key.device == value.device) or not _device_served(query, options.backend):
         return f"device: sage-co runs on CPU (emulator) or a gfx1201 GPU (got {query.device})"
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (*tensors, attn_mask)):
         return "requires_grad: sage-co has no backward (use torch.no_grad() / inference_mode() for inference)"
     B, H_q, S_q, D = query.shape
     _, H_kv, S_kv, _ = key.shape
@@ -139,8 +144,10 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
         return "key: batch or head dim differs from query"
     if min(B, H_q, H_kv, S_q, S_kv) < 1:
         return f"shape: an empty dimension (q {tuple(query.shape)}, k {tuple(key.shape)})"
-    if D < 1 or D % abi.HEAD_DIM_STEP or D > abi.HEAD_DIM:
-        return f"head_dim: sage-co serves multiples of {abi.HEAD_DIM_STEP} up to {abi.HEAD_DIM} (got {D})"
+    try:
+        validate.check_head_dim("query", D, query.shape)   # the op's own rule (docs/numerics.md §Inputs)
+    except ValueError as e:
+        return f"head_dim: {e}"
     if scale is not None:
         from .validate import check_softmax_scale
         try:
@@ -154,6 +161,8 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     if is_causal and S_q != S_kv:
         return ("is_causal: SDPA's causal mask is top-left aligned, sage-co's bottom-right; they agree only at "
                 "S_q == S_kv")
+    if is_causal and attn_mask is not None:   # torch's SDPA refuses the pair: the fallback raises its own error
+        return "is_causal: SDPA takes attn_mask or is_causal, not both"
     if any(t.stride(-1) != 1 for t in tensors):
         return "stride: sage-co reads a contiguous last dim (stride(-1) == 1)"
     from .validate import MAX_STRIDE, check_attention_length
@@ -163,6 +172,23 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
         check_attention_length(max(S_q, S_kv), D)
     except ValueError:
         return "length: one head exceeds the attention kernel's 32-bit byte offsets"
+    if attn_mask is not None:
+        return _mask_reason(query, key, value, attn_mask, scale)
+    return ""
+
+
+def _mask_reason(query, key, value, attn_mask, scale) -> str:
+    """The op's own check of attn_mask on this call (sage_co.plan.plan_call, shapes and dtypes only: no kernel, no
+    data read): "" when sage_co.sage_attention takes the mask as SDPA means it, else the op's message (it names
+    attn_mask and quotes the mask's dtype and shape)."""
+    from . import plan
+    options = SAGE_ATTENTION.bind({"layout": "HND", "attn_mask": attn_mask})
+    options["softmax_scale"] = float(scale) if scale is not None else None
+    try:
+        plan.plan_call(SAGE_ATTENTION, (query, key, value), options, resolve=False)
+    except (TypeError, ValueError, LookupError) as e:
+        msg = str(e)
+        return msg if msg.startswith("attn_mask") else f"attn_mask: {msg}"
     return ""
 
 
@@ -176,19 +202,22 @@ def route(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
         extra = {"enable_gqa": enable_gqa} if enable_gqa else {}
         return fallback(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                         scale=scale, **extra)
-    return run(query, key, value, is_causal, scale, options=options)
+    return run(query, key, value, is_causal, scale, options=options, attn_mask=attn_mask)
 
 
-def run(query, key, value, is_causal=False, scale=None, *, options: Options = Options()):
-    """sage-co on a call fallback_reason() accepted: [B, H, S, D] in and out, SDPA's scale default."""
+def run(query, key, value, is_causal=False, scale=None, *, options: Options = Options(), attn_mask=None):
+    """sage-co on a call fallback_reason() accepted: [B, H, S, D] in and out, SDPA's scale default; attn_mask as
+    SDPA takes it (bool True = attend, or additive float; broadcastable to [B, H_q, S_q, S_kv])."""
     from .api import sage_attention
     softmax_scale = float(scale) if scale is not None else query.shape[-1] ** -0.5
     # grad mode is off here when any input requires grad (else fallback_reason refused it): detach() is a view
     # that tells sage-co's validation so, with the same values and the same output
     query, key, value = query.detach(), key.detach(), value.detach()
+    masked = {} if attn_mask is None else {"attn_mask": attn_mask.detach()}
     return sage_attention(query, key, value, softmax_scale, layout="HND", is_causal=bool(is_causal),
                           smooth_k=options.smooth_k, smooth_v=options.smooth_v, pv_dtype=options.pv_dtype,
-                          backend=options.backend, sparsity=options.sparsity, cdf_threshold=options.cdf_threshold)
+                          backend=options.backend, sparsity=options.sparsity, cdf_threshold=options.cdf_threshold,
+                          **masked)
 
 
 _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
