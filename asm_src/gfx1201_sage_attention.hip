@@ -19,7 +19,8 @@
 //   O      = O*alpha + fp8_e4m3(p) . v_fp8                                   (fp32 accumulation)
 //   out    = round_sat((O * (1/l)) * v_scale[g][d] [+ v_mean[g][d]]) (inv = 0 when l = 0: zeros; v_mean with
 //            flags bit 3 (smooth_v) on rows with l != 0)  RNE to bf16 or fp16, saturating at +-the dtype's
-//            largest finite value (NaN -> the dtype's quiet NaN), d < head_dim only;
+//            largest finite value (NaN -> the dtype's quiet NaN), d < head_dim only (any D: the last partial
+//            8-channel group of a lane is stored element by element);
 //   PV16:  O = O*alpha + fp16(p) . v_f16 (v_wmma_f32_16x16x16_f16), out = round_sat(O * (1/l)) (no scales)
 //   lse    = (m + (log2 l - P_OFF))*ln2 [+ ln2 * q_deq.k_mean[g]]
 // `#pragma clang fp contract(off)`: HIP contracts a*b+c into FMA by default, which would round differently
@@ -52,7 +53,7 @@
 //   |    104 | out_stride_b   | u32  | element strides of out (sb, ss, sh; the last dim is contiguous)    |
 //   |    108 | out_stride_s   | u32  |                                                                    |
 //   |    112 | out_stride_h   | u32  |                                                                    |
-//   |    116 | head_dim       | u32  | D (multiple of 16, <= DP): channels >= D are not stored            |
+//   |    116 | head_dim       | u32  | D (1 <= D <= DP): channels >= D are not stored (exact stores)      |
 //   |    120 | flags          | u32  | bit 0: write lse; bit 1: lse adds the smooth_k term; bit 2: causal; |
 //   |        |                |      | bit 3: smooth_v (add v_mean)                                       |
 //   |    128 | lut            | ptr  | u32 rows [count, t_0 < ... < t_{count-1}, ...] of seq_pad_kv/64 + 1 |
@@ -417,8 +418,8 @@ static __device__ __attribute__((always_inline)) void attention(
       for (int u = 0; u < VF; ++u) lds[lds_v_st + 128 * u] = vst[u];
   }
 
-  // Epilogue: lane (hl, r) holds O^T[d = 16t + 8hl + e][query r] in o[t][e]; d-tiles at or past head_dim (the
-  // zero-padded channels, D a multiple of 16) are not stored.
+  // Epilogue: lane (hl, r) holds O^T[d = 16t + 8hl + e][query r] in o[t][e]; channels at or past head_dim (the
+  // zero-padded ones, any D) are not stored.
   if (qi >= seq_len_q) return;
   // l = 0: the row saw no key (O = 0): output zeros (inv 0, not 1/0) and lse = (-inf + log2 0) * ln2 = -inf
   const float inv = l_run == 0.0f ? 0.0f : 1.0f / l_run;  // l carries 2^P_OFF as O does
@@ -426,8 +427,8 @@ static __device__ __attribute__((always_inline)) void attention(
   // smooth_v: v_mean comes back on rows that saw a key (a row's softmax weights sum to 1); others stay zero
   const bool add_mean = (flags & FLAG_SMOOTH_V) && l_run != 0.0f;
   const v4f* vmn = (const v4f*)(v_mean + bkv * DP + 8 * hl);
-  v4i* orow = (v4i*)(out + ((u64)batch * out_stride_b + (u64)qi * out_stride_s + (u64)head * out_stride_h) + 8 * hl);
-  const u32 dtiles = head_dim / 16;
+  unsigned short* orow = out + ((u64)batch * out_stride_b + (u64)qi * out_stride_s + (u64)head * out_stride_h) + 8 * hl;
+  const u32 dtiles = (head_dim + 15) / 16;  // d-tiles holding a real channel
 #pragma unroll
   for (int t = 0; t < NCOL; ++t) {
     if ((u32)t >= dtiles) continue;  // uniform: whole d-tiles of padding (o[] stays in registers: full unroll)
@@ -446,8 +447,16 @@ static __device__ __attribute__((always_inline)) void attention(
       }
       for (int e = 0; e < 8; ++e) h16[e] = round_sat<FP16>(x[e]);
     }
-    orow[2 * t] = (v4i){(int)(h16[0] | h16[1] << 16), (int)(h16[2] | h16[3] << 16),
-                        (int)(h16[4] | h16[5] << 16), (int)(h16[6] | h16[7] << 16)};
+    // this lane's 8 channels d = 16t + 8hl + e: one 16-byte store when all are < head_dim, else only the real ones
+    // (exact: no byte past channel head_dim - 1 is written, whatever D is)
+    const int left = (int)head_dim - (16 * t + 8 * (int)hl);
+    if (left >= 8) {
+      *(v4i*)(orow + 16 * t) = (v4i){(int)(h16[0] | h16[1] << 16), (int)(h16[2] | h16[3] << 16),
+                                     (int)(h16[4] | h16[5] << 16), (int)(h16[6] | h16[7] << 16)};
+    } else {
+      for (int e = 0; e < 8; ++e)
+        if (e < left) orow[16 * t + e] = (unsigned short)h16[e];
+    }
   }
   if (flags & FLAG_LSE) {
     float val = (m_run + (__builtin_amdgcn_logf(l_run) - P_OFF)) * LN2;  // v_log_f32 = log2

@@ -3997,16 +3997,127 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         global_store_b128 v212, v[220:223], s[100:101] offset:32
         global_store_b128 v212, v[224:227], s[100:101] offset:64
         global_store_b128 v212, v[228:231], s[100:101] offset:96
+        s_cmp_le_u32 s33, 64  // head_dim <= 64: no more channels
+        s_cbranch_scc1 .Ld128_bf16_stored
+        s_cmp_lt_u32 s33, 80  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld128_bf16_partial4
         global_store_b128 v212, v[232:235], s[100:101] offset:128
         s_cmp_le_u32 s33, 80  // head_dim <= 80: no more channels
         s_cbranch_scc1 .Ld128_bf16_stored
+        s_cmp_lt_u32 s33, 96  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld128_bf16_partial5
         global_store_b128 v212, v[236:239], s[100:101] offset:160
         s_cmp_le_u32 s33, 96  // head_dim <= 96: no more channels
         s_cbranch_scc1 .Ld128_bf16_stored
+        s_cmp_lt_u32 s33, 112  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld128_bf16_partial6
         global_store_b128 v212, v[240:243], s[100:101] offset:192
         s_cmp_le_u32 s33, 112  // head_dim <= 112: no more channels
         s_cbranch_scc1 .Ld128_bf16_stored
+        s_cmp_lt_u32 s33, 128  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld128_bf16_partial7
         global_store_b128 v212, v[244:247], s[100:101] offset:224
+        s_branch .Ld128_bf16_stored
+.Ld128_bf16_partial4:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 64  // channels left in this d-tile
+        v_bfe_u32 v214, v0, 4, 1  // h
+        v_lshlrev_b32 v214, 3, v214  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v214, s57, v214  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v214  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v212, v232, s[100:101] offset:128
+        v_cmpx_lt_i32_e32 1, v214  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v212, v232, s[100:101] offset:130
+        v_cmpx_lt_i32_e32 2, v214  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v212, v233, s[100:101] offset:132
+        v_cmpx_lt_i32_e32 3, v214  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v212, v233, s[100:101] offset:134
+        v_cmpx_lt_i32_e32 4, v214  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v212, v234, s[100:101] offset:136
+        v_cmpx_lt_i32_e32 5, v214  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v212, v234, s[100:101] offset:138
+        v_cmpx_lt_i32_e32 6, v214  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v212, v235, s[100:101] offset:140
+        v_cmpx_lt_i32_e32 7, v214  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v212, v235, s[100:101] offset:142
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld128_bf16_stored
+.Ld128_bf16_partial5:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 80  // channels left in this d-tile
+        v_bfe_u32 v214, v0, 4, 1  // h
+        v_lshlrev_b32 v214, 3, v214  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v214, s57, v214  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v214  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v212, v236, s[100:101] offset:160
+        v_cmpx_lt_i32_e32 1, v214  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v212, v236, s[100:101] offset:162
+        v_cmpx_lt_i32_e32 2, v214  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v212, v237, s[100:101] offset:164
+        v_cmpx_lt_i32_e32 3, v214  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v212, v237, s[100:101] offset:166
+        v_cmpx_lt_i32_e32 4, v214  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v212, v238, s[100:101] offset:168
+        v_cmpx_lt_i32_e32 5, v214  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v212, v238, s[100:101] offset:170
+        v_cmpx_lt_i32_e32 6, v214  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v212, v239, s[100:101] offset:172
+        v_cmpx_lt_i32_e32 7, v214  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v212, v239, s[100:101] offset:174
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld128_bf16_stored
+.Ld128_bf16_partial6:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 96  // channels left in this d-tile
+        v_bfe_u32 v214, v0, 4, 1  // h
+        v_lshlrev_b32 v214, 3, v214  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v214, s57, v214  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v214  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v212, v240, s[100:101] offset:192
+        v_cmpx_lt_i32_e32 1, v214  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v212, v240, s[100:101] offset:194
+        v_cmpx_lt_i32_e32 2, v214  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v212, v241, s[100:101] offset:196
+        v_cmpx_lt_i32_e32 3, v214  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v212, v241, s[100:101] offset:198
+        v_cmpx_lt_i32_e32 4, v214  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v212, v242, s[100:101] offset:200
+        v_cmpx_lt_i32_e32 5, v214  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v212, v242, s[100:101] offset:202
+        v_cmpx_lt_i32_e32 6, v214  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v212, v243, s[100:101] offset:204
+        v_cmpx_lt_i32_e32 7, v214  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v212, v243, s[100:101] offset:206
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld128_bf16_stored
+.Ld128_bf16_partial7:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 112  // channels left in this d-tile
+        v_bfe_u32 v214, v0, 4, 1  // h
+        v_lshlrev_b32 v214, 3, v214  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v214, s57, v214  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v214  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v212, v244, s[100:101] offset:224
+        v_cmpx_lt_i32_e32 1, v214  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v212, v244, s[100:101] offset:226
+        v_cmpx_lt_i32_e32 2, v214  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v212, v245, s[100:101] offset:228
+        v_cmpx_lt_i32_e32 3, v214  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v212, v245, s[100:101] offset:230
+        v_cmpx_lt_i32_e32 4, v214  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v212, v246, s[100:101] offset:232
+        v_cmpx_lt_i32_e32 5, v214  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v212, v246, s[100:101] offset:234
+        v_cmpx_lt_i32_e32 6, v214  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v212, v247, s[100:101] offset:236
+        v_cmpx_lt_i32_e32 7, v214  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v212, v247, s[100:101] offset:238
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld128_bf16_stored
 .Ld128_bf16_stored:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld128_bf16_end
@@ -7838,16 +7949,127 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         global_store_b128 v212, v[220:223], s[100:101] offset:32
         global_store_b128 v212, v[224:227], s[100:101] offset:64
         global_store_b128 v212, v[228:231], s[100:101] offset:96
+        s_cmp_le_u32 s33, 64  // head_dim <= 64: no more channels
+        s_cbranch_scc1 .Ld128_fp16_stored
+        s_cmp_lt_u32 s33, 80  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld128_fp16_partial4
         global_store_b128 v212, v[232:235], s[100:101] offset:128
         s_cmp_le_u32 s33, 80  // head_dim <= 80: no more channels
         s_cbranch_scc1 .Ld128_fp16_stored
+        s_cmp_lt_u32 s33, 96  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld128_fp16_partial5
         global_store_b128 v212, v[236:239], s[100:101] offset:160
         s_cmp_le_u32 s33, 96  // head_dim <= 96: no more channels
         s_cbranch_scc1 .Ld128_fp16_stored
+        s_cmp_lt_u32 s33, 112  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld128_fp16_partial6
         global_store_b128 v212, v[240:243], s[100:101] offset:192
         s_cmp_le_u32 s33, 112  // head_dim <= 112: no more channels
         s_cbranch_scc1 .Ld128_fp16_stored
+        s_cmp_lt_u32 s33, 128  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld128_fp16_partial7
         global_store_b128 v212, v[244:247], s[100:101] offset:224
+        s_branch .Ld128_fp16_stored
+.Ld128_fp16_partial4:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 64  // channels left in this d-tile
+        v_bfe_u32 v214, v0, 4, 1  // h
+        v_lshlrev_b32 v214, 3, v214  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v214, s57, v214  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v214  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v212, v232, s[100:101] offset:128
+        v_cmpx_lt_i32_e32 1, v214  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v212, v232, s[100:101] offset:130
+        v_cmpx_lt_i32_e32 2, v214  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v212, v233, s[100:101] offset:132
+        v_cmpx_lt_i32_e32 3, v214  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v212, v233, s[100:101] offset:134
+        v_cmpx_lt_i32_e32 4, v214  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v212, v234, s[100:101] offset:136
+        v_cmpx_lt_i32_e32 5, v214  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v212, v234, s[100:101] offset:138
+        v_cmpx_lt_i32_e32 6, v214  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v212, v235, s[100:101] offset:140
+        v_cmpx_lt_i32_e32 7, v214  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v212, v235, s[100:101] offset:142
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld128_fp16_stored
+.Ld128_fp16_partial5:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 80  // channels left in this d-tile
+        v_bfe_u32 v214, v0, 4, 1  // h
+        v_lshlrev_b32 v214, 3, v214  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v214, s57, v214  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v214  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v212, v236, s[100:101] offset:160
+        v_cmpx_lt_i32_e32 1, v214  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v212, v236, s[100:101] offset:162
+        v_cmpx_lt_i32_e32 2, v214  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v212, v237, s[100:101] offset:164
+        v_cmpx_lt_i32_e32 3, v214  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v212, v237, s[100:101] offset:166
+        v_cmpx_lt_i32_e32 4, v214  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v212, v238, s[100:101] offset:168
+        v_cmpx_lt_i32_e32 5, v214  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v212, v238, s[100:101] offset:170
+        v_cmpx_lt_i32_e32 6, v214  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v212, v239, s[100:101] offset:172
+        v_cmpx_lt_i32_e32 7, v214  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v212, v239, s[100:101] offset:174
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld128_fp16_stored
+.Ld128_fp16_partial6:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 96  // channels left in this d-tile
+        v_bfe_u32 v214, v0, 4, 1  // h
+        v_lshlrev_b32 v214, 3, v214  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v214, s57, v214  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v214  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v212, v240, s[100:101] offset:192
+        v_cmpx_lt_i32_e32 1, v214  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v212, v240, s[100:101] offset:194
+        v_cmpx_lt_i32_e32 2, v214  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v212, v241, s[100:101] offset:196
+        v_cmpx_lt_i32_e32 3, v214  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v212, v241, s[100:101] offset:198
+        v_cmpx_lt_i32_e32 4, v214  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v212, v242, s[100:101] offset:200
+        v_cmpx_lt_i32_e32 5, v214  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v212, v242, s[100:101] offset:202
+        v_cmpx_lt_i32_e32 6, v214  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v212, v243, s[100:101] offset:204
+        v_cmpx_lt_i32_e32 7, v214  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v212, v243, s[100:101] offset:206
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld128_fp16_stored
+.Ld128_fp16_partial7:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 112  // channels left in this d-tile
+        v_bfe_u32 v214, v0, 4, 1  // h
+        v_lshlrev_b32 v214, 3, v214  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v214, s57, v214  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v214  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v212, v244, s[100:101] offset:224
+        v_cmpx_lt_i32_e32 1, v214  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v212, v244, s[100:101] offset:226
+        v_cmpx_lt_i32_e32 2, v214  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v212, v245, s[100:101] offset:228
+        v_cmpx_lt_i32_e32 3, v214  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v212, v245, s[100:101] offset:230
+        v_cmpx_lt_i32_e32 4, v214  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v212, v246, s[100:101] offset:232
+        v_cmpx_lt_i32_e32 5, v214  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v212, v246, s[100:101] offset:234
+        v_cmpx_lt_i32_e32 6, v214  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v212, v247, s[100:101] offset:236
+        v_cmpx_lt_i32_e32 7, v214  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v212, v247, s[100:101] offset:238
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld128_fp16_stored
 .Ld128_fp16_stored:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld128_fp16_end
@@ -10797,16 +11019,127 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_lshlrev_b32 v156, 1, v156  // bytes
         v_bfe_u32 v157, v0, 4, 1  // h
         v_lshl_add_u32 v156, v157, 4, v156  // + 16h bytes (8 outputs of d-tile half h)
+        s_cmp_le_u32 s33, 0  // head_dim <= 0: no more channels
+        s_cbranch_scc1 .Ld64_bf16_stored
+        s_cmp_lt_u32 s33, 16  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld64_bf16_partial0
         global_store_b128 v156, v[160:163], s[96:97] offset:0
         s_cmp_le_u32 s33, 16  // head_dim <= 16: no more channels
         s_cbranch_scc1 .Ld64_bf16_stored
+        s_cmp_lt_u32 s33, 32  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld64_bf16_partial1
         global_store_b128 v156, v[164:167], s[96:97] offset:32
         s_cmp_le_u32 s33, 32  // head_dim <= 32: no more channels
         s_cbranch_scc1 .Ld64_bf16_stored
+        s_cmp_lt_u32 s33, 48  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld64_bf16_partial2
         global_store_b128 v156, v[168:171], s[96:97] offset:64
         s_cmp_le_u32 s33, 48  // head_dim <= 48: no more channels
         s_cbranch_scc1 .Ld64_bf16_stored
+        s_cmp_lt_u32 s33, 64  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld64_bf16_partial3
         global_store_b128 v156, v[172:175], s[96:97] offset:96
+        s_branch .Ld64_bf16_stored
+.Ld64_bf16_partial0:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 0  // channels left in this d-tile
+        v_bfe_u32 v158, v0, 4, 1  // h
+        v_lshlrev_b32 v158, 3, v158  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v158, s57, v158  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v158  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v156, v160, s[96:97] offset:0
+        v_cmpx_lt_i32_e32 1, v158  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v156, v160, s[96:97] offset:2
+        v_cmpx_lt_i32_e32 2, v158  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v156, v161, s[96:97] offset:4
+        v_cmpx_lt_i32_e32 3, v158  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v156, v161, s[96:97] offset:6
+        v_cmpx_lt_i32_e32 4, v158  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v156, v162, s[96:97] offset:8
+        v_cmpx_lt_i32_e32 5, v158  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v156, v162, s[96:97] offset:10
+        v_cmpx_lt_i32_e32 6, v158  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v156, v163, s[96:97] offset:12
+        v_cmpx_lt_i32_e32 7, v158  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v156, v163, s[96:97] offset:14
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld64_bf16_stored
+.Ld64_bf16_partial1:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 16  // channels left in this d-tile
+        v_bfe_u32 v158, v0, 4, 1  // h
+        v_lshlrev_b32 v158, 3, v158  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v158, s57, v158  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v158  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v156, v164, s[96:97] offset:32
+        v_cmpx_lt_i32_e32 1, v158  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v156, v164, s[96:97] offset:34
+        v_cmpx_lt_i32_e32 2, v158  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v156, v165, s[96:97] offset:36
+        v_cmpx_lt_i32_e32 3, v158  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v156, v165, s[96:97] offset:38
+        v_cmpx_lt_i32_e32 4, v158  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v156, v166, s[96:97] offset:40
+        v_cmpx_lt_i32_e32 5, v158  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v156, v166, s[96:97] offset:42
+        v_cmpx_lt_i32_e32 6, v158  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v156, v167, s[96:97] offset:44
+        v_cmpx_lt_i32_e32 7, v158  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v156, v167, s[96:97] offset:46
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld64_bf16_stored
+.Ld64_bf16_partial2:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 32  // channels left in this d-tile
+        v_bfe_u32 v158, v0, 4, 1  // h
+        v_lshlrev_b32 v158, 3, v158  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v158, s57, v158  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v158  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v156, v168, s[96:97] offset:64
+        v_cmpx_lt_i32_e32 1, v158  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v156, v168, s[96:97] offset:66
+        v_cmpx_lt_i32_e32 2, v158  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v156, v169, s[96:97] offset:68
+        v_cmpx_lt_i32_e32 3, v158  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v156, v169, s[96:97] offset:70
+        v_cmpx_lt_i32_e32 4, v158  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v156, v170, s[96:97] offset:72
+        v_cmpx_lt_i32_e32 5, v158  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v156, v170, s[96:97] offset:74
+        v_cmpx_lt_i32_e32 6, v158  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v156, v171, s[96:97] offset:76
+        v_cmpx_lt_i32_e32 7, v158  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v156, v171, s[96:97] offset:78
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld64_bf16_stored
+.Ld64_bf16_partial3:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 48  // channels left in this d-tile
+        v_bfe_u32 v158, v0, 4, 1  // h
+        v_lshlrev_b32 v158, 3, v158  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v158, s57, v158  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v158  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v156, v172, s[96:97] offset:96
+        v_cmpx_lt_i32_e32 1, v158  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v156, v172, s[96:97] offset:98
+        v_cmpx_lt_i32_e32 2, v158  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v156, v173, s[96:97] offset:100
+        v_cmpx_lt_i32_e32 3, v158  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v156, v173, s[96:97] offset:102
+        v_cmpx_lt_i32_e32 4, v158  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v156, v174, s[96:97] offset:104
+        v_cmpx_lt_i32_e32 5, v158  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v156, v174, s[96:97] offset:106
+        v_cmpx_lt_i32_e32 6, v158  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v156, v175, s[96:97] offset:108
+        v_cmpx_lt_i32_e32 7, v158  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v156, v175, s[96:97] offset:110
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld64_bf16_stored
 .Ld64_bf16_stored:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld64_bf16_end
@@ -13724,16 +14057,127 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_lshlrev_b32 v156, 1, v156  // bytes
         v_bfe_u32 v157, v0, 4, 1  // h
         v_lshl_add_u32 v156, v157, 4, v156  // + 16h bytes (8 outputs of d-tile half h)
+        s_cmp_le_u32 s33, 0  // head_dim <= 0: no more channels
+        s_cbranch_scc1 .Ld64_fp16_stored
+        s_cmp_lt_u32 s33, 16  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld64_fp16_partial0
         global_store_b128 v156, v[160:163], s[96:97] offset:0
         s_cmp_le_u32 s33, 16  // head_dim <= 16: no more channels
         s_cbranch_scc1 .Ld64_fp16_stored
+        s_cmp_lt_u32 s33, 32  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld64_fp16_partial1
         global_store_b128 v156, v[164:167], s[96:97] offset:32
         s_cmp_le_u32 s33, 32  // head_dim <= 32: no more channels
         s_cbranch_scc1 .Ld64_fp16_stored
+        s_cmp_lt_u32 s33, 48  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld64_fp16_partial2
         global_store_b128 v156, v[168:171], s[96:97] offset:64
         s_cmp_le_u32 s33, 48  // head_dim <= 48: no more channels
         s_cbranch_scc1 .Ld64_fp16_stored
+        s_cmp_lt_u32 s33, 64  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld64_fp16_partial3
         global_store_b128 v156, v[172:175], s[96:97] offset:96
+        s_branch .Ld64_fp16_stored
+.Ld64_fp16_partial0:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 0  // channels left in this d-tile
+        v_bfe_u32 v158, v0, 4, 1  // h
+        v_lshlrev_b32 v158, 3, v158  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v158, s57, v158  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v158  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v156, v160, s[96:97] offset:0
+        v_cmpx_lt_i32_e32 1, v158  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v156, v160, s[96:97] offset:2
+        v_cmpx_lt_i32_e32 2, v158  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v156, v161, s[96:97] offset:4
+        v_cmpx_lt_i32_e32 3, v158  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v156, v161, s[96:97] offset:6
+        v_cmpx_lt_i32_e32 4, v158  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v156, v162, s[96:97] offset:8
+        v_cmpx_lt_i32_e32 5, v158  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v156, v162, s[96:97] offset:10
+        v_cmpx_lt_i32_e32 6, v158  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v156, v163, s[96:97] offset:12
+        v_cmpx_lt_i32_e32 7, v158  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v156, v163, s[96:97] offset:14
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld64_fp16_stored
+.Ld64_fp16_partial1:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 16  // channels left in this d-tile
+        v_bfe_u32 v158, v0, 4, 1  // h
+        v_lshlrev_b32 v158, 3, v158  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v158, s57, v158  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v158  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v156, v164, s[96:97] offset:32
+        v_cmpx_lt_i32_e32 1, v158  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v156, v164, s[96:97] offset:34
+        v_cmpx_lt_i32_e32 2, v158  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v156, v165, s[96:97] offset:36
+        v_cmpx_lt_i32_e32 3, v158  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v156, v165, s[96:97] offset:38
+        v_cmpx_lt_i32_e32 4, v158  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v156, v166, s[96:97] offset:40
+        v_cmpx_lt_i32_e32 5, v158  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v156, v166, s[96:97] offset:42
+        v_cmpx_lt_i32_e32 6, v158  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v156, v167, s[96:97] offset:44
+        v_cmpx_lt_i32_e32 7, v158  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v156, v167, s[96:97] offset:46
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld64_fp16_stored
+.Ld64_fp16_partial2:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 32  // channels left in this d-tile
+        v_bfe_u32 v158, v0, 4, 1  // h
+        v_lshlrev_b32 v158, 3, v158  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v158, s57, v158  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v158  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v156, v168, s[96:97] offset:64
+        v_cmpx_lt_i32_e32 1, v158  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v156, v168, s[96:97] offset:66
+        v_cmpx_lt_i32_e32 2, v158  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v156, v169, s[96:97] offset:68
+        v_cmpx_lt_i32_e32 3, v158  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v156, v169, s[96:97] offset:70
+        v_cmpx_lt_i32_e32 4, v158  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v156, v170, s[96:97] offset:72
+        v_cmpx_lt_i32_e32 5, v158  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v156, v170, s[96:97] offset:74
+        v_cmpx_lt_i32_e32 6, v158  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v156, v171, s[96:97] offset:76
+        v_cmpx_lt_i32_e32 7, v158  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v156, v171, s[96:97] offset:78
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld64_fp16_stored
+.Ld64_fp16_partial3:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 48  // channels left in this d-tile
+        v_bfe_u32 v158, v0, 4, 1  // h
+        v_lshlrev_b32 v158, 3, v158  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v158, s57, v158  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v158  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v156, v172, s[96:97] offset:96
+        v_cmpx_lt_i32_e32 1, v158  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v156, v172, s[96:97] offset:98
+        v_cmpx_lt_i32_e32 2, v158  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v156, v173, s[96:97] offset:100
+        v_cmpx_lt_i32_e32 3, v158  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v156, v173, s[96:97] offset:102
+        v_cmpx_lt_i32_e32 4, v158  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v156, v174, s[96:97] offset:104
+        v_cmpx_lt_i32_e32 5, v158  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v156, v174, s[96:97] offset:106
+        v_cmpx_lt_i32_e32 6, v158  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v156, v175, s[96:97] offset:108
+        v_cmpx_lt_i32_e32 7, v158  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v156, v175, s[96:97] offset:110
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld64_fp16_stored
 .Ld64_fp16_stored:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld64_fp16_end
@@ -17663,16 +18107,127 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         global_store_b128 v228, v[196:199], s[94:95] offset:32
         global_store_b128 v228, v[200:203], s[94:95] offset:64
         global_store_b128 v228, v[204:207], s[94:95] offset:96
+        s_cmp_le_u32 s33, 64  // head_dim <= 64: no more channels
+        s_cbranch_scc1 .Ld128_bf16_pv16_stored
+        s_cmp_lt_u32 s33, 80  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld128_bf16_pv16_partial4
         global_store_b128 v228, v[208:211], s[94:95] offset:128
         s_cmp_le_u32 s33, 80  // head_dim <= 80: no more channels
         s_cbranch_scc1 .Ld128_bf16_pv16_stored
+        s_cmp_lt_u32 s33, 96  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld128_bf16_pv16_partial5
         global_store_b128 v228, v[212:215], s[94:95] offset:160
         s_cmp_le_u32 s33, 96  // head_dim <= 96: no more channels
         s_cbranch_scc1 .Ld128_bf16_pv16_stored
+        s_cmp_lt_u32 s33, 112  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld128_bf16_pv16_partial6
         global_store_b128 v228, v[216:219], s[94:95] offset:192
         s_cmp_le_u32 s33, 112  // head_dim <= 112: no more channels
         s_cbranch_scc1 .Ld128_bf16_pv16_stored
+        s_cmp_lt_u32 s33, 128  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld128_bf16_pv16_partial7
         global_store_b128 v228, v[220:223], s[94:95] offset:224
+        s_branch .Ld128_bf16_pv16_stored
+.Ld128_bf16_pv16_partial4:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 64  // channels left in this d-tile
+        v_bfe_u32 v230, v0, 4, 1  // h
+        v_lshlrev_b32 v230, 3, v230  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v230, s57, v230  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v230  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v228, v208, s[94:95] offset:128
+        v_cmpx_lt_i32_e32 1, v230  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v228, v208, s[94:95] offset:130
+        v_cmpx_lt_i32_e32 2, v230  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v228, v209, s[94:95] offset:132
+        v_cmpx_lt_i32_e32 3, v230  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v228, v209, s[94:95] offset:134
+        v_cmpx_lt_i32_e32 4, v230  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v228, v210, s[94:95] offset:136
+        v_cmpx_lt_i32_e32 5, v230  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v228, v210, s[94:95] offset:138
+        v_cmpx_lt_i32_e32 6, v230  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v228, v211, s[94:95] offset:140
+        v_cmpx_lt_i32_e32 7, v230  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v228, v211, s[94:95] offset:142
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld128_bf16_pv16_stored
+.Ld128_bf16_pv16_partial5:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 80  // channels left in this d-tile
+        v_bfe_u32 v230, v0, 4, 1  // h
+        v_lshlrev_b32 v230, 3, v230  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v230, s57, v230  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v230  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v228, v212, s[94:95] offset:160
+        v_cmpx_lt_i32_e32 1, v230  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v228, v212, s[94:95] offset:162
+        v_cmpx_lt_i32_e32 2, v230  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v228, v213, s[94:95] offset:164
+        v_cmpx_lt_i32_e32 3, v230  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v228, v213, s[94:95] offset:166
+        v_cmpx_lt_i32_e32 4, v230  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v228, v214, s[94:95] offset:168
+        v_cmpx_lt_i32_e32 5, v230  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v228, v214, s[94:95] offset:170
+        v_cmpx_lt_i32_e32 6, v230  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v228, v215, s[94:95] offset:172
+        v_cmpx_lt_i32_e32 7, v230  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v228, v215, s[94:95] offset:174
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld128_bf16_pv16_stored
+.Ld128_bf16_pv16_partial6:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 96  // channels left in this d-tile
+        v_bfe_u32 v230, v0, 4, 1  // h
+        v_lshlrev_b32 v230, 3, v230  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v230, s57, v230  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v230  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v228, v216, s[94:95] offset:192
+        v_cmpx_lt_i32_e32 1, v230  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v228, v216, s[94:95] offset:194
+        v_cmpx_lt_i32_e32 2, v230  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v228, v217, s[94:95] offset:196
+        v_cmpx_lt_i32_e32 3, v230  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v228, v217, s[94:95] offset:198
+        v_cmpx_lt_i32_e32 4, v230  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v228, v218, s[94:95] offset:200
+        v_cmpx_lt_i32_e32 5, v230  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v228, v218, s[94:95] offset:202
+        v_cmpx_lt_i32_e32 6, v230  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v228, v219, s[94:95] offset:204
+        v_cmpx_lt_i32_e32 7, v230  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v228, v219, s[94:95] offset:206
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld128_bf16_pv16_stored
+.Ld128_bf16_pv16_partial7:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 112  // channels left in this d-tile
+        v_bfe_u32 v230, v0, 4, 1  // h
+        v_lshlrev_b32 v230, 3, v230  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v230, s57, v230  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v230  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v228, v220, s[94:95] offset:224
+        v_cmpx_lt_i32_e32 1, v230  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v228, v220, s[94:95] offset:226
+        v_cmpx_lt_i32_e32 2, v230  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v228, v221, s[94:95] offset:228
+        v_cmpx_lt_i32_e32 3, v230  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v228, v221, s[94:95] offset:230
+        v_cmpx_lt_i32_e32 4, v230  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v228, v222, s[94:95] offset:232
+        v_cmpx_lt_i32_e32 5, v230  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v228, v222, s[94:95] offset:234
+        v_cmpx_lt_i32_e32 6, v230  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v228, v223, s[94:95] offset:236
+        v_cmpx_lt_i32_e32 7, v230  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v228, v223, s[94:95] offset:238
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld128_bf16_pv16_stored
 .Ld128_bf16_pv16_stored:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld128_bf16_pv16_end
@@ -21538,16 +22093,127 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         global_store_b128 v228, v[196:199], s[94:95] offset:32
         global_store_b128 v228, v[200:203], s[94:95] offset:64
         global_store_b128 v228, v[204:207], s[94:95] offset:96
+        s_cmp_le_u32 s33, 64  // head_dim <= 64: no more channels
+        s_cbranch_scc1 .Ld128_fp16_pv16_stored
+        s_cmp_lt_u32 s33, 80  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld128_fp16_pv16_partial4
         global_store_b128 v228, v[208:211], s[94:95] offset:128
         s_cmp_le_u32 s33, 80  // head_dim <= 80: no more channels
         s_cbranch_scc1 .Ld128_fp16_pv16_stored
+        s_cmp_lt_u32 s33, 96  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld128_fp16_pv16_partial5
         global_store_b128 v228, v[212:215], s[94:95] offset:160
         s_cmp_le_u32 s33, 96  // head_dim <= 96: no more channels
         s_cbranch_scc1 .Ld128_fp16_pv16_stored
+        s_cmp_lt_u32 s33, 112  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld128_fp16_pv16_partial6
         global_store_b128 v228, v[216:219], s[94:95] offset:192
         s_cmp_le_u32 s33, 112  // head_dim <= 112: no more channels
         s_cbranch_scc1 .Ld128_fp16_pv16_stored
+        s_cmp_lt_u32 s33, 128  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld128_fp16_pv16_partial7
         global_store_b128 v228, v[220:223], s[94:95] offset:224
+        s_branch .Ld128_fp16_pv16_stored
+.Ld128_fp16_pv16_partial4:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 64  // channels left in this d-tile
+        v_bfe_u32 v230, v0, 4, 1  // h
+        v_lshlrev_b32 v230, 3, v230  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v230, s57, v230  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v230  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v228, v208, s[94:95] offset:128
+        v_cmpx_lt_i32_e32 1, v230  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v228, v208, s[94:95] offset:130
+        v_cmpx_lt_i32_e32 2, v230  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v228, v209, s[94:95] offset:132
+        v_cmpx_lt_i32_e32 3, v230  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v228, v209, s[94:95] offset:134
+        v_cmpx_lt_i32_e32 4, v230  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v228, v210, s[94:95] offset:136
+        v_cmpx_lt_i32_e32 5, v230  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v228, v210, s[94:95] offset:138
+        v_cmpx_lt_i32_e32 6, v230  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v228, v211, s[94:95] offset:140
+        v_cmpx_lt_i32_e32 7, v230  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v228, v211, s[94:95] offset:142
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld128_fp16_pv16_stored
+.Ld128_fp16_pv16_partial5:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 80  // channels left in this d-tile
+        v_bfe_u32 v230, v0, 4, 1  // h
+        v_lshlrev_b32 v230, 3, v230  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v230, s57, v230  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v230  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v228, v212, s[94:95] offset:160
+        v_cmpx_lt_i32_e32 1, v230  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v228, v212, s[94:95] offset:162
+        v_cmpx_lt_i32_e32 2, v230  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v228, v213, s[94:95] offset:164
+        v_cmpx_lt_i32_e32 3, v230  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v228, v213, s[94:95] offset:166
+        v_cmpx_lt_i32_e32 4, v230  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v228, v214, s[94:95] offset:168
+        v_cmpx_lt_i32_e32 5, v230  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v228, v214, s[94:95] offset:170
+        v_cmpx_lt_i32_e32 6, v230  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v228, v215, s[94:95] offset:172
+        v_cmpx_lt_i32_e32 7, v230  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v228, v215, s[94:95] offset:174
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld128_fp16_pv16_stored
+.Ld128_fp16_pv16_partial6:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 96  // channels left in this d-tile
+        v_bfe_u32 v230, v0, 4, 1  // h
+        v_lshlrev_b32 v230, 3, v230  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v230, s57, v230  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v230  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v228, v216, s[94:95] offset:192
+        v_cmpx_lt_i32_e32 1, v230  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v228, v216, s[94:95] offset:194
+        v_cmpx_lt_i32_e32 2, v230  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v228, v217, s[94:95] offset:196
+        v_cmpx_lt_i32_e32 3, v230  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v228, v217, s[94:95] offset:198
+        v_cmpx_lt_i32_e32 4, v230  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v228, v218, s[94:95] offset:200
+        v_cmpx_lt_i32_e32 5, v230  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v228, v218, s[94:95] offset:202
+        v_cmpx_lt_i32_e32 6, v230  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v228, v219, s[94:95] offset:204
+        v_cmpx_lt_i32_e32 7, v230  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v228, v219, s[94:95] offset:206
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld128_fp16_pv16_stored
+.Ld128_fp16_pv16_partial7:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 112  // channels left in this d-tile
+        v_bfe_u32 v230, v0, 4, 1  // h
+        v_lshlrev_b32 v230, 3, v230  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v230, s57, v230  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v230  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v228, v220, s[94:95] offset:224
+        v_cmpx_lt_i32_e32 1, v230  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v228, v220, s[94:95] offset:226
+        v_cmpx_lt_i32_e32 2, v230  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v228, v221, s[94:95] offset:228
+        v_cmpx_lt_i32_e32 3, v230  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v228, v221, s[94:95] offset:230
+        v_cmpx_lt_i32_e32 4, v230  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v228, v222, s[94:95] offset:232
+        v_cmpx_lt_i32_e32 5, v230  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v228, v222, s[94:95] offset:234
+        v_cmpx_lt_i32_e32 6, v230  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v228, v223, s[94:95] offset:236
+        v_cmpx_lt_i32_e32 7, v230  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v228, v223, s[94:95] offset:238
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld128_fp16_pv16_stored
 .Ld128_fp16_pv16_stored:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld128_fp16_pv16_end
@@ -24577,16 +25243,127 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_lshlrev_b32 v164, 1, v164  // bytes
         v_bfe_u32 v165, v0, 4, 1  // h
         v_lshl_add_u32 v164, v165, 4, v164  // + 16h bytes (8 outputs of d-tile half h)
+        s_cmp_le_u32 s33, 0  // head_dim <= 0: no more channels
+        s_cbranch_scc1 .Ld64_bf16_pv16_stored
+        s_cmp_lt_u32 s33, 16  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld64_bf16_pv16_partial0
         global_store_b128 v164, v[168:171], s[94:95] offset:0
         s_cmp_le_u32 s33, 16  // head_dim <= 16: no more channels
         s_cbranch_scc1 .Ld64_bf16_pv16_stored
+        s_cmp_lt_u32 s33, 32  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld64_bf16_pv16_partial1
         global_store_b128 v164, v[172:175], s[94:95] offset:32
         s_cmp_le_u32 s33, 32  // head_dim <= 32: no more channels
         s_cbranch_scc1 .Ld64_bf16_pv16_stored
+        s_cmp_lt_u32 s33, 48  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld64_bf16_pv16_partial2
         global_store_b128 v164, v[176:179], s[94:95] offset:64
         s_cmp_le_u32 s33, 48  // head_dim <= 48: no more channels
         s_cbranch_scc1 .Ld64_bf16_pv16_stored
+        s_cmp_lt_u32 s33, 64  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld64_bf16_pv16_partial3
         global_store_b128 v164, v[180:183], s[94:95] offset:96
+        s_branch .Ld64_bf16_pv16_stored
+.Ld64_bf16_pv16_partial0:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 0  // channels left in this d-tile
+        v_bfe_u32 v166, v0, 4, 1  // h
+        v_lshlrev_b32 v166, 3, v166  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v166, s57, v166  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v166  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v164, v168, s[94:95] offset:0
+        v_cmpx_lt_i32_e32 1, v166  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v164, v168, s[94:95] offset:2
+        v_cmpx_lt_i32_e32 2, v166  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v164, v169, s[94:95] offset:4
+        v_cmpx_lt_i32_e32 3, v166  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v164, v169, s[94:95] offset:6
+        v_cmpx_lt_i32_e32 4, v166  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v164, v170, s[94:95] offset:8
+        v_cmpx_lt_i32_e32 5, v166  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v164, v170, s[94:95] offset:10
+        v_cmpx_lt_i32_e32 6, v166  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v164, v171, s[94:95] offset:12
+        v_cmpx_lt_i32_e32 7, v166  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v164, v171, s[94:95] offset:14
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld64_bf16_pv16_stored
+.Ld64_bf16_pv16_partial1:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 16  // channels left in this d-tile
+        v_bfe_u32 v166, v0, 4, 1  // h
+        v_lshlrev_b32 v166, 3, v166  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v166, s57, v166  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v166  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v164, v172, s[94:95] offset:32
+        v_cmpx_lt_i32_e32 1, v166  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v164, v172, s[94:95] offset:34
+        v_cmpx_lt_i32_e32 2, v166  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v164, v173, s[94:95] offset:36
+        v_cmpx_lt_i32_e32 3, v166  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v164, v173, s[94:95] offset:38
+        v_cmpx_lt_i32_e32 4, v166  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v164, v174, s[94:95] offset:40
+        v_cmpx_lt_i32_e32 5, v166  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v164, v174, s[94:95] offset:42
+        v_cmpx_lt_i32_e32 6, v166  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v164, v175, s[94:95] offset:44
+        v_cmpx_lt_i32_e32 7, v166  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v164, v175, s[94:95] offset:46
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld64_bf16_pv16_stored
+.Ld64_bf16_pv16_partial2:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 32  // channels left in this d-tile
+        v_bfe_u32 v166, v0, 4, 1  // h
+        v_lshlrev_b32 v166, 3, v166  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v166, s57, v166  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v166  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v164, v176, s[94:95] offset:64
+        v_cmpx_lt_i32_e32 1, v166  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v164, v176, s[94:95] offset:66
+        v_cmpx_lt_i32_e32 2, v166  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v164, v177, s[94:95] offset:68
+        v_cmpx_lt_i32_e32 3, v166  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v164, v177, s[94:95] offset:70
+        v_cmpx_lt_i32_e32 4, v166  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v164, v178, s[94:95] offset:72
+        v_cmpx_lt_i32_e32 5, v166  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v164, v178, s[94:95] offset:74
+        v_cmpx_lt_i32_e32 6, v166  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v164, v179, s[94:95] offset:76
+        v_cmpx_lt_i32_e32 7, v166  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v164, v179, s[94:95] offset:78
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld64_bf16_pv16_stored
+.Ld64_bf16_pv16_partial3:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 48  // channels left in this d-tile
+        v_bfe_u32 v166, v0, 4, 1  // h
+        v_lshlrev_b32 v166, 3, v166  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v166, s57, v166  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v166  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v164, v180, s[94:95] offset:96
+        v_cmpx_lt_i32_e32 1, v166  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v164, v180, s[94:95] offset:98
+        v_cmpx_lt_i32_e32 2, v166  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v164, v181, s[94:95] offset:100
+        v_cmpx_lt_i32_e32 3, v166  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v164, v181, s[94:95] offset:102
+        v_cmpx_lt_i32_e32 4, v166  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v164, v182, s[94:95] offset:104
+        v_cmpx_lt_i32_e32 5, v166  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v164, v182, s[94:95] offset:106
+        v_cmpx_lt_i32_e32 6, v166  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v164, v183, s[94:95] offset:108
+        v_cmpx_lt_i32_e32 7, v166  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v164, v183, s[94:95] offset:110
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld64_bf16_pv16_stored
 .Ld64_bf16_pv16_stored:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld64_bf16_pv16_end
@@ -27584,16 +28361,127 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_lshlrev_b32 v164, 1, v164  // bytes
         v_bfe_u32 v165, v0, 4, 1  // h
         v_lshl_add_u32 v164, v165, 4, v164  // + 16h bytes (8 outputs of d-tile half h)
+        s_cmp_le_u32 s33, 0  // head_dim <= 0: no more channels
+        s_cbranch_scc1 .Ld64_fp16_pv16_stored
+        s_cmp_lt_u32 s33, 16  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld64_fp16_pv16_partial0
         global_store_b128 v164, v[168:171], s[94:95] offset:0
         s_cmp_le_u32 s33, 16  // head_dim <= 16: no more channels
         s_cbranch_scc1 .Ld64_fp16_pv16_stored
+        s_cmp_lt_u32 s33, 32  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld64_fp16_pv16_partial1
         global_store_b128 v164, v[172:175], s[94:95] offset:32
         s_cmp_le_u32 s33, 32  // head_dim <= 32: no more channels
         s_cbranch_scc1 .Ld64_fp16_pv16_stored
+        s_cmp_lt_u32 s33, 48  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld64_fp16_pv16_partial2
         global_store_b128 v164, v[176:179], s[94:95] offset:64
         s_cmp_le_u32 s33, 48  // head_dim <= 48: no more channels
         s_cbranch_scc1 .Ld64_fp16_pv16_stored
+        s_cmp_lt_u32 s33, 64  // the last real channel is in this d-tile
+        s_cbranch_scc1 .Ld64_fp16_pv16_partial3
         global_store_b128 v164, v[180:183], s[94:95] offset:96
+        s_branch .Ld64_fp16_pv16_stored
+.Ld64_fp16_pv16_partial0:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 0  // channels left in this d-tile
+        v_bfe_u32 v166, v0, 4, 1  // h
+        v_lshlrev_b32 v166, 3, v166  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v166, s57, v166  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v166  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v164, v168, s[94:95] offset:0
+        v_cmpx_lt_i32_e32 1, v166  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v164, v168, s[94:95] offset:2
+        v_cmpx_lt_i32_e32 2, v166  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v164, v169, s[94:95] offset:4
+        v_cmpx_lt_i32_e32 3, v166  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v164, v169, s[94:95] offset:6
+        v_cmpx_lt_i32_e32 4, v166  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v164, v170, s[94:95] offset:8
+        v_cmpx_lt_i32_e32 5, v166  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v164, v170, s[94:95] offset:10
+        v_cmpx_lt_i32_e32 6, v166  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v164, v171, s[94:95] offset:12
+        v_cmpx_lt_i32_e32 7, v166  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v164, v171, s[94:95] offset:14
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld64_fp16_pv16_stored
+.Ld64_fp16_pv16_partial1:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 16  // channels left in this d-tile
+        v_bfe_u32 v166, v0, 4, 1  // h
+        v_lshlrev_b32 v166, 3, v166  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v166, s57, v166  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v166  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v164, v172, s[94:95] offset:32
+        v_cmpx_lt_i32_e32 1, v166  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v164, v172, s[94:95] offset:34
+        v_cmpx_lt_i32_e32 2, v166  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v164, v173, s[94:95] offset:36
+        v_cmpx_lt_i32_e32 3, v166  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v164, v173, s[94:95] offset:38
+        v_cmpx_lt_i32_e32 4, v166  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v164, v174, s[94:95] offset:40
+        v_cmpx_lt_i32_e32 5, v166  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v164, v174, s[94:95] offset:42
+        v_cmpx_lt_i32_e32 6, v166  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v164, v175, s[94:95] offset:44
+        v_cmpx_lt_i32_e32 7, v166  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v164, v175, s[94:95] offset:46
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld64_fp16_pv16_stored
+.Ld64_fp16_pv16_partial2:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 32  // channels left in this d-tile
+        v_bfe_u32 v166, v0, 4, 1  // h
+        v_lshlrev_b32 v166, 3, v166  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v166, s57, v166  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v166  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v164, v176, s[94:95] offset:64
+        v_cmpx_lt_i32_e32 1, v166  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v164, v176, s[94:95] offset:66
+        v_cmpx_lt_i32_e32 2, v166  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v164, v177, s[94:95] offset:68
+        v_cmpx_lt_i32_e32 3, v166  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v164, v177, s[94:95] offset:70
+        v_cmpx_lt_i32_e32 4, v166  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v164, v178, s[94:95] offset:72
+        v_cmpx_lt_i32_e32 5, v166  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v164, v178, s[94:95] offset:74
+        v_cmpx_lt_i32_e32 6, v166  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v164, v179, s[94:95] offset:76
+        v_cmpx_lt_i32_e32 7, v166  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v164, v179, s[94:95] offset:78
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld64_fp16_pv16_stored
+.Ld64_fp16_pv16_partial3:
+        s_mov_b32 s56, exec_lo  // the valid query rows
+        s_sub_u32 s57, s33, 48  // channels left in this d-tile
+        v_bfe_u32 v166, v0, 4, 1  // h
+        v_lshlrev_b32 v166, 3, v166  // 8h
+        s_wait_alu depctr_sa_sdst(0)
+        v_sub_nc_u32_e32 v166, s57, v166  // left = head_dim - 16dt - 8h (i32, may be < 0)
+        v_cmpx_lt_i32_e32 0, v166  // channel 16dt + 8h + 0 < head_dim
+        global_store_b16 v164, v180, s[94:95] offset:96
+        v_cmpx_lt_i32_e32 1, v166  // channel 16dt + 8h + 1 < head_dim
+        global_store_d16_hi_b16 v164, v180, s[94:95] offset:98
+        v_cmpx_lt_i32_e32 2, v166  // channel 16dt + 8h + 2 < head_dim
+        global_store_b16 v164, v181, s[94:95] offset:100
+        v_cmpx_lt_i32_e32 3, v166  // channel 16dt + 8h + 3 < head_dim
+        global_store_d16_hi_b16 v164, v181, s[94:95] offset:102
+        v_cmpx_lt_i32_e32 4, v166  // channel 16dt + 8h + 4 < head_dim
+        global_store_b16 v164, v182, s[94:95] offset:104
+        v_cmpx_lt_i32_e32 5, v166  // channel 16dt + 8h + 5 < head_dim
+        global_store_d16_hi_b16 v164, v182, s[94:95] offset:106
+        v_cmpx_lt_i32_e32 6, v166  // channel 16dt + 8h + 6 < head_dim
+        global_store_b16 v164, v183, s[94:95] offset:108
+        v_cmpx_lt_i32_e32 7, v166  // channel 16dt + 8h + 7 < head_dim
+        global_store_d16_hi_b16 v164, v183, s[94:95] offset:110
+        s_mov_b32 exec_lo, s56
+        s_branch .Ld64_fp16_pv16_stored
 .Ld64_fp16_pv16_stored:
         s_bitcmp1_b32 s34, 0
         s_cbranch_scc0 .Ld64_fp16_pv16_end

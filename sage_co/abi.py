@@ -18,9 +18,14 @@ from .rdna4 import LDS_MAX_PER_WG, WAVE_SIZE
 # ---------------------------------------------------------------------------------------------- shared constants
 SCALE_BLOCK = 32          # tokens per Q/K scale (docs/numerics.md §Q)
 PAD = 64                  # S is padded to a multiple of the attention kernel's query/key tile
-HEAD_DIM = 128            # the largest head dim (D_pad of D in 65..128)
+HEAD_DIM = 128            # the D_pad of D in 65..128 (the model's reference head dim)
 HEAD_DIMS_NATIVE = (64, 128)   # D_pad: the head dims the kernels are built for (manifest key column head_dim)
-HEAD_DIM_STEP = 16        # D must be a multiple of this (one WMMA K-slice of 16 bf16/fp16)
+HEAD_DIM_MAX = HEAD_DIMS_NATIVE[-1]   # the largest D served; every D in 1..HEAD_DIM_MAX is zero-padded to d_pad(D)
+# The prepare kernels read q/k/v rows in 16-byte groups of HEAD_DIM_GRANULE bf16/fp16 channels and the attention
+# epilogues store exactly D channels: a D that is not a multiple of the granule is zero-padded on the host to
+# one (sage_co/ops/prepare.py, a copy of q/k/v), the output is still written with D channels.
+HEAD_DIM_GRANULE = 8
+HEAD_DIM_STEP = 16        # the predictor kernels (sage_predict.*) need D a multiple of this (8-byte pooled loads)
 # WAVE_SIZE: every kernel runs wave32 (sage_co/rdna4.py, docs/rdna4.md §Entry)
 
 # ---------------------------------------------------------------------------------------------- attention
@@ -79,7 +84,7 @@ ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
     Field("out_stride_b", "u32", 104),  # element strides of out
     Field("out_stride_s", "u32", 108),
     Field("out_stride_h", "u32", 112),
-    Field("head_dim", "u32", 116),      # the real D (multiple of 16, <= D_pad): channels >= D are not stored
+    Field("head_dim", "u32", 116),      # the real D (1 <= D <= D_pad): channels >= D are not stored
     Field("flags", "u32", 120),
     Field("lut", "ptr", 128),           # u32 LUT rows (above); row of (b, h, query tile x) at b*sb + h*sh + x*row_len
     Field("lut_stride_b", "u32", 136),  # element strides (0: rows shared by every batch / head)
@@ -227,8 +232,16 @@ def s_pad(S: int) -> int:
 
 
 def d_pad(D: int) -> int:
-    """The native head dim D is padded to: 64 for D <= 64, else 128."""
-    return HEAD_DIMS_NATIVE[0] if D <= HEAD_DIMS_NATIVE[0] else HEAD_DIMS_NATIVE[1]
+    """The native head dim D (1..HEAD_DIM_MAX) is padded to: the smallest of HEAD_DIMS_NATIVE >= D."""
+    for dp in HEAD_DIMS_NATIVE:
+        if D <= dp:
+            return dp
+    raise ValueError(f"head dim {D}: the largest served is {HEAD_DIM_MAX}")
+
+
+def d_granule(D: int) -> int:
+    """D rounded up to a multiple of HEAD_DIM_GRANULE: the channels the prepare kernels read (the host pads)."""
+    return -(-D // HEAD_DIM_GRANULE) * HEAD_DIM_GRANULE
 
 
 # ---------------------------------------------------------------------------------------------- predictor

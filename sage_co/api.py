@@ -226,8 +226,8 @@ def sage_attention(q, k, v, softmax_scale=None, **options):
     fp16, P rounded to fp16, the f16 WMMA: more accurate, slower). smooth_v (fp8 only): subtract V's per-channel
     mean before fp8 and add it back to the output (helps V with per-channel offsets).
 
-    q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="HND": [B, H, S, D]), bf16 or fp16, H_q % H_kv == 0, D a
-    multiple of 16 up to 128. Returns out in q's dtype and layout (and fp32 LSE [B, H_q, S_q], natural log).
+    q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout="HND": [B, H, S, D]), bf16 or fp16, H_q % H_kv == 0, any D
+    in 1..abi.HEAD_DIM_MAX (zero-padded to abi.d_pad(D)). Returns out in q's dtype and layout (and fp32 LSE [B, H_q, S_q], natural log).
 
     is_causal: query i sees keys j <= i + S_kv - S_q (bottom-right aligned, as flash-attention >= 2.1).
     block_mask: bool [B, H_q, ceil(S_q / BLOCK_Q), ceil(S_kv / BLOCK_KV)]: the key tiles each query tile attends

@@ -6,7 +6,7 @@ are made.
     q, k, v  ->  sage_prepare  ->  SagePrepared  ->  attention kernel  ->  out (dtype out_dtype), lse
 
 Q has H_q heads and S_q rows, K/V have H_kv heads and S_kv rows (GQA: H_q % H_kv == 0, query head h reads K/V
-head h // (H_q // H_kv)). The head dim D (a multiple of 16, at most 128) is zero-padded to D_pad = 64 or 128.
+head h // (H_q // H_kv)). The head dim D (any of 1..HEAD_DIM_MAX) is zero-padded to D_pad = abi.d_pad(D) (64, 128).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 
 # the one definition of these is sage_co/abi.py (torch-free); re-exported for the torch side
-from .abi import HEAD_DIM, HEAD_DIM_STEP, HEAD_DIMS_NATIVE, PAD, SCALE_BLOCK, d_pad, s_pad  # noqa: F401
+from .abi import HEAD_DIM, HEAD_DIM_MAX, HEAD_DIM_STEP, HEAD_DIMS_NATIVE, PAD, SCALE_BLOCK, d_pad, s_pad  # noqa: F401
 INPUT_DTYPES = (torch.bfloat16, torch.float16)   # q/k/v dtype; the output has the same dtype
 DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16"}   # dtype -> the manifest's in_dtype / out_dtype key
 LAYOUTS = ("NHD", "HND")   # "NHD" = [B, S, H, D] (sage-co's default), "HND" = [B, H, S, D]

@@ -10,7 +10,7 @@
 Each SDPA call is either served by sage_co.sage_attention (layout "HND", SDPA's [B, H, S, D]) or handed to the
 original torch SDPA unchanged, with the reason counted in stats() (nothing is routed or dropped silently). Served:
 4-dim q/k/v of one dtype (bfloat16 / float16) on a device sage-co runs on (CPU -> the emulator, a gfx1201 GPU),
-v shaped like k, a head dim that is a multiple of 16 up to 128 and a contiguous last dim, attn_mask None,
+v shaped like k, a head dim in 1..abi.HEAD_DIM_MAX and a contiguous last dim, attn_mask None,
 dropout_p 0, is_causal with S_q == S_kv only (SDPA's causal mask is top-left aligned, sage-co's bottom-right: they
 agree only on square scores), H_q == H_kv or enable_gqa with H_q a multiple of H_kv, and no input needing a
 gradient while grad mode is on (sage-co's ops have no backward). Every other call falls back.

@@ -12,8 +12,9 @@ import torch
 
 from .abi import PREPARE_ROUNDINGS as NORM_ROPE_ROUNDINGS  # the manifest's rounding column
 from .backends import BACKENDS  # the one list; backend modules load lazily, so this stays light
-from .prepared import (HEAD_DIM, HEAD_DIM_STEP, INPUT_DTYPES, LAYOUTS, PAD, PV_DTYPES, SCALE_BLOCK, U32,
-                       SagePrepared, d_pad, expected_shapes, s_pad)
+from .abi import HEAD_DIM_GRANULE
+from .prepared import (HEAD_DIM, HEAD_DIM_MAX, HEAD_DIMS_NATIVE, INPUT_DTYPES, LAYOUTS, PAD, PV_DTYPES,
+                       SCALE_BLOCK, U32, SagePrepared, d_pad, expected_shapes, s_pad)
 
 ROPE_DIMS = (32, 64, 96, 128)
 MAX_STRIDE = 2 ** 31 - 1   # the prepare kernels take element strides as 32-bit kernargs
@@ -75,15 +76,14 @@ def check_layout(layout) -> str:
 
 
 def check_head_dim(name: str, D: int, shape) -> None:
-    if D % HEAD_DIM_STEP or not HEAD_DIM_STEP <= D <= HEAD_DIM:
-        raise ValueError(f"{name}: expected a head dim that is a multiple of {HEAD_DIM_STEP} in "
-                         f"{HEAD_DIM_STEP}..{HEAD_DIM} (64 and 128 native, others zero-padded), got D = {D} "
-                         f"(shape {tuple(shape)})")
+    if not 1 <= D <= HEAD_DIM_MAX:
+        raise ValueError(f"{name}: expected a head dim in 1..{HEAD_DIM_MAX} (zero-padded to one of "
+                         f"{HEAD_DIMS_NATIVE}), got D = {D} (shape {tuple(shape)})")
 
 
 def check_qkv(q, k, v, layout="NHD") -> tuple[Shapes, torch.Tensor, torch.Tensor, torch.Tensor]:
     """q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (layout "NHD"; "HND": [B, H, S, D]), one dtype (bf16 or fp16),
-    one device, any strides with stride(-1) == 1, D a multiple of 16 up to 128, H_q % H_kv == 0.
+    one device, any strides with stride(-1) == 1, D in 1..HEAD_DIM_MAX, H_q % H_kv == 0.
     Returns (Shapes, and the NHD views of q, k, v: a transpose for "HND", never a copy)."""
     layout = check_layout(layout)
     dims = "[B, S, H, D]" if layout == "NHD" else "[B, H, S, D]"
@@ -248,6 +248,9 @@ def check_norm_rope(q_norm_weight, k_norm_weight, cos, sin, rope_dim, shapes: Sh
         _tensor(name, w, dtype)
         if tuple(w.shape) != (D,):
             raise ValueError(f"{name}: expected shape ({D},) (the head dim), got {tuple(w.shape)}")
+        if D % HEAD_DIM_GRANULE:   # the host zero-pads such a D; the fused RMSNorm's mean would count the padding
+            raise ValueError(f"{name}: the fused RMSNorm needs a head dim that is a multiple of {HEAD_DIM_GRANULE}, "
+                             f"got D = {D} (shape {tuple(w.shape)}); apply the norm before sage-co")
         _contiguous(name, w)
         _same_device(name, w, device)
     allowed = tuple(r for r in ROPE_DIMS if r <= D)

@@ -162,11 +162,36 @@ class Epilogue:
         h_tmp = self.ring[5]
         a.op(f"v_bfe_u32 {h_tmp}, {self.tid}, 4, 1", "h")
         a.op(f"v_lshl_add_u32 {o_off}, {h_tmp}, {log2(8 * OUT_BYTES)}, {o_off}", "+ 16h bytes (8 outputs of d-tile half h)")
+        partial = []   # d-tiles that may hold the last real channel (head_dim inside them)
         for dt in range(self.D_TILES):
-            if dt * WMMA_N >= self.MIN_HEAD_DIM:   # a d-tile only zero padding (D < D_pad) is not stored
+            if (dt + 1) * WMMA_N > self.MIN_HEAD_DIM:   # the d-tile may be (partly) zero padding: D < D_pad
                 a.op(f"s_cmp_le_u32 {self.s_headdim}, {dt * WMMA_N}", f"head_dim <= {dt * WMMA_N}: no more channels")
                 a.op("s_cbranch_scc1 .Lstored")
+                a.op(f"s_cmp_lt_u32 {self.s_headdim}, {(dt + 1) * WMMA_N}", "the last real channel is in this d-tile")
+                a.op(f"s_cbranch_scc1 .Lpartial{dt}")
+                partial.append(dt)
             a.op(f"global_store_b128 {o_off}, {packed[4 * dt:4 * dt + 4]}, {self.s_outb} offset:{WMMA_N * OUT_BYTES * dt}")
+        if partial:
+            a.op("s_branch .Lstored")
+        # the d-tile of the last real channel: lane half h stores its 8 channels d = 16dt + 8h + e with e < left =
+        # head_dim - 16dt - 8h one by one (exact for any D: nothing past channel head_dim - 1 is written). v_cmpx
+        # narrows EXEC for e = 0, 1, ..., 7 in turn (e < left only gets rarer); the valid-row EXEC comes back after.
+        left, s_exec = self.ring[6], self.s_tmp3[0]
+        for dt in partial:
+            a.label(f".Lpartial{dt}")
+            a.op(f"s_mov_b32 {s_exec}, exec_lo", "the valid query rows")
+            a.op(f"s_sub_u32 {self.s_tmp3[1]}, {self.s_headdim}, {dt * WMMA_N}", "channels left in this d-tile")
+            a.op(f"v_bfe_u32 {left}, {self.tid}, 4, 1", "h")
+            a.op(f"v_lshlrev_b32 {left}, 3, {left}", "8h")
+            a.op("s_wait_alu depctr_sa_sdst(0)")
+            a.op(f"v_sub_nc_u32_e32 {left}, {self.s_tmp3[1]}, {left}", "left = head_dim - 16dt - 8h (i32, may be < 0)")
+            for e in range(8):
+                a.op(f"v_cmpx_lt_i32_e32 {e}, {left}", f"channel 16dt + 8h + {e} < head_dim")
+                word = packed[4 * dt + e // 2]
+                store = "global_store_d16_hi_b16" if e % 2 else "global_store_b16"
+                a.op(f"{store} {o_off}, {word}, {self.s_outb} offset:{WMMA_N * OUT_BYTES * dt + OUT_BYTES * e}")
+            a.op(f"s_mov_b32 exec_lo, {s_exec}")
+            a.op("s_branch .Lstored")
         a.label(".Lstored")
         a.op(f"s_bitcmp1_b32 {self.s_flags}, {abi.FLAG_LSE_BIT}")
         a.op("s_cbranch_scc0 .Lend")

@@ -40,9 +40,9 @@ class KernelState:
         self.V16_PER_ROW = (TILE_K * 2 // B128) // self.V16_LOADS   # threads staging one fp16 V^T row
         self.V_LOADS = self.V16_LOADS if self.PV16 else self.STAGE_LOADS
         self.STAGE_STEP = THREADS * B128                 # bytes between a thread's successive staging chunks
-        # the smallest real head dim this D_pad serves (abi.d_pad): d-tiles below it are always stored
+        # the smallest real head dim this D_pad serves (abi.d_pad, any D): d-tiles wholly below it are always stored
         smaller = [d for d in abi.HEAD_DIMS_NATIVE if d < cfg.head_dim]
-        self.MIN_HEAD_DIM = (max(smaller) if smaller else 0) + abi.HEAD_DIM_STEP
+        self.MIN_HEAD_DIM = (max(smaller) if smaller else 0) + 1
         # fragments of one loop iteration
         # QK^T: frag (i, c) = 16 bytes of K row 32*(r/8) + 8c + r%8 at d-group i (A of two d-steps)
         # PV:   frag (i, dt) = 16 bytes of V^T row 16dt + r, keys 32h + 16i.. (A of chunks 2i, 2i+1)

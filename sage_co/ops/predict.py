@@ -36,6 +36,9 @@ def check_predict_limits(sh: validate.Shapes) -> None:
     """What the kernels can serve, raised before any launch: n_kv key blocks fit the select kernel's LDS, the grids
     fit the HIP limits (docs/rdna4.md §HIP runtime: x < 2^31, y and z <= 65536) and the K/V group magic is exact."""
     n_q, n_kv = n_tiles(sh.S_q, BLOCK_Q), n_tiles(sh.S_kv, BLOCK_KV)
+    if sh.D % abi.HEAD_DIM_STEP or sh.D > abi.PREDICT_CHANNELS:
+        raise ValueError(f"q: the predictor kernels pool head dims that are multiples of {abi.HEAD_DIM_STEP} up to "
+                         f"{abi.PREDICT_CHANNELS}, got D = {sh.D}; use backend=\"torch\" for this head dim")
     if n_kv > PREDICT_MAX_KEY_BLOCKS:
         raise ValueError(f"k: S_kv = {sh.S_kv} makes {n_kv} key blocks; the predictor kernel ranks at most "
                          f"{PREDICT_MAX_KEY_BLOCKS} (S_kv <= {PREDICT_MAX_KEY_BLOCKS * BLOCK_KV}) in one workgroup's "

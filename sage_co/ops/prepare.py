@@ -12,7 +12,9 @@ stats and quant ship one symbol per (head_dim = D_pad, in_dtype, rope_dim, round
 keys; rounding = norm_rope_rounding ("once" reads fp32 cos/sin tables: one in the input dtype is upcast here, exactly).
 The inputs are read in place: each kernel gets a flat view of the tensor's memory and its element strides, so an
 HND view of NHD memory (or any other strided view) costs no copy. Only a view the 16-byte vector loads cannot
-address (data not 16-byte aligned, or a stride that is not a multiple of 8 elements) is copied first.
+address (data not 16-byte aligned, or a stride that is not a multiple of 8 elements) is copied first, and a head
+dim that is not a multiple of abi.HEAD_DIM_GRANULE (8) is zero-padded to one in that copy (the kernels read whole
+8-channel groups; the padded channels are zero in the prepared tensors either way).
 """
 from __future__ import annotations
 
@@ -21,11 +23,12 @@ from typing import NamedTuple
 import torch
 
 from .. import registry, validate
-from ..abi import (PREPARE_ALIGN, PREPARE_MAX_CHUNKS, REDUCE_V_FP8, REDUCE_V_NONE, REDUCE_V_SMOOTH, STATS_K_SUM,
+from ..abi import (HEAD_DIM_GRANULE, PREPARE_ALIGN, PREPARE_MAX_CHUNKS, REDUCE_V_FP8, REDUCE_V_NONE, REDUCE_V_SMOOTH, STATS_K_SUM,
                    STATS_V_MAX, STATS_V_SIGNED, STATS_V_SUM)
 from ..abi import PREPARE_QUANT_ARGS as QUANT_ARGS
 from ..abi import PREPARE_REDUCE_ARGS as REDUCE_ARGS
 from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # noqa: F401  (the structs live in sage_co/abi.py)
+from ..abi import d_granule
 from ..launch import BoundLaunch, launch, resolve_backend
 from ..prepared import DTYPE_KEYS, SCALE_BLOCK, SagePrepared, d_pad, s_pad
 from ..reference import norm_rope, q_multiplier, smooth_k_lse_correction
@@ -65,10 +68,21 @@ def _aligned(t: torch.Tensor | None) -> torch.Tensor | None:
     return out.copy_(t)
 
 
+def _granule_padded(t: torch.Tensor) -> torch.Tensor:
+    """t with its head dim zero-padded to a multiple of HEAD_DIM_GRANULE (a contiguous copy; t itself when D already
+    is one): the kernels read whole 16-byte channel groups (docs/numerics.md §Inputs)."""
+    D = t.shape[-1]
+    if D % HEAD_DIM_GRANULE == 0:
+        return t
+    return torch.nn.functional.pad(t, (0, d_granule(D) - D)).contiguous()
+
+
 def flat_view(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
     """An NHD view t [B, S, H, D] (stride(-1) == 1) -> (a contiguous 1-D view of the memory it spans, starting at
     its first element, and its (batch, token, head) element strides). No copy unless the 16-byte loads cannot
-    address it (see the module docstring); strides of size-1 dims are 0 (never multiplied by a nonzero index)."""
+    address it (see the module docstring) or D is not a multiple of HEAD_DIM_GRANULE (then the copy is zero-padded
+    to one); strides of size-1 dims are 0 (never multiplied by a nonzero index)."""
+    t = _granule_padded(t)
     strides = tuple(st if n > 1 else 0 for n, st in zip(t.shape[:3], t.stride()[:3]))
     if t.data_ptr() % ALIGN or any(st % ELEMS_PER_LOAD for st in strides):
         t = _aligned(t.contiguous()) if t.is_contiguous() else t.contiguous()
@@ -86,8 +100,9 @@ def _reading(t: torch.Tensor) -> tuple[int | None, tuple[int, int, int]]:
     """How the kernels read the NHD view t: (extent, strides) in place when the 16-byte loads can address it, else
     (None, the strides of the contiguous copy flat_view makes per call)."""
     strides = _strides(t)
-    if t.data_ptr() % ALIGN or any(st % ELEMS_PER_LOAD for st in strides):
+    if t.data_ptr() % ALIGN or any(st % ELEMS_PER_LOAD for st in strides) or t.shape[-1] % HEAD_DIM_GRANULE:
         B, S, H, D = t.shape
+        D = d_granule(D)   # flat_view's copy is zero-padded to whole channel groups
         return None, tuple(st if n > 1 else 0 for n, st in zip((B, S, H), (S * H * D, H * D, D)))
     return 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())), strides
 
@@ -126,6 +141,7 @@ def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool,
     pv16 = pv_dtype == "fp16"
     B, H_q, H_kv, D = sh.B, sh.H_q, sh.H_kv, sh.D
     Sq, Skv, Dp = s_pad(sh.S_q), s_pad(sh.S_kv), d_pad(D)
+    Dg = d_granule(D)   # the channels the kernels read: q/k/v of another D are zero-padded to it (flat_view)
     keys = dict(head_dim=Dp, in_dtype=DTYPE_KEYS[sh.dtype], rope_dim=chk.rope_dim or 0, rounding=norm_rope_rounding)
     per_chunk, n_chunks = chunking(sh.S_kv)
     tens = (0 if pv16 else STATS_V_MAX) | (STATS_K_SUM if smooth_k else 0) | \
@@ -137,14 +153,14 @@ def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool,
     if n_tens:   # pv fp16 without smooth_k needs no statistics at all
         stats = BoundLaunch(kernel_symbol("sage_prepare.stats", **keys), STATS_ARGS, (n_chunks, H_kv, B * n_tens), WAVE, {
             "eps": eps, "S": sh.S_kv, "H": H_kv, "tiles_per_chunk": per_chunk, "n_chunks": n_chunks,
-            "n_tens": n_tens, "k_norm": int(has_k_norm), "D": D, "tens": tens, **_strided("k", ks),
+            "n_tens": n_tens, "k_norm": int(has_k_norm), "D": Dg, "tens": tens, **_strided("k", ks),
             **_strided("v", vs)}, backend=backend)
     reduce = BoundLaunch(kernel_symbol("sage_prepare.reduce"), REDUCE_ARGS, (1, H_kv, B), (Dp, 1, 1), {
         "H": H_kv, "n_chunks": n_chunks, "S": sh.S_kv, "smooth_k": int(smooth_k), "D_pad": Dp,
         "v_mode": REDUCE_V_NONE if pv16 else (REDUCE_V_SMOOTH if smooth_v else REDUCE_V_FP8)}, backend=backend)
     quant = BoundLaunch(kernel_symbol("sage_prepare.quant", **keys), QUANT_ARGS, quant_grid(sh), WAVE, {
         "q_mult": q_multiplier(chk.softmax_scale), "eps": eps, "S_q": sh.S_q, "S_kv": sh.S_kv, "H_q": H_q,
-        "H_kv": H_kv, "S_q_pad": Sq, "S_kv_pad": Skv, "D": D, "q_norm": int(has_q_norm), "k_norm": int(has_k_norm),
+        "H_kv": H_kv, "S_q_pad": Sq, "S_kv_pad": Skv, "D": Dg, "q_norm": int(has_q_norm), "k_norm": int(has_k_norm),
         "pv_fp16": int(pv16), **_strided("q", qs), **_strided("k", ks), **_strided("v", vs)}, backend=backend)
     return PrepareRecipe(sh, stats, reduce, quant, n_chunks, pv16, smooth_k, smooth_v, (qe, ke, ve),
                          norm_rope_rounding == "once", eps, chk.rope_dim, norm_rope_rounding, chk.softmax_scale)

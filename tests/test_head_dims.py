@@ -1,0 +1,115 @@
+"""Every head dim (issue 30): any D in 1..abi.HEAD_DIM_MAX is zero-padded to D_pad = abi.d_pad(D) and served by the
+D_pad kernels (docs/numerics.md §Inputs). On the emulator with the sanitizer on (sage_co.emu's default): the prepare
+kernels bitwise sage_co.reference.sage_prepare, the asm kernel bitwise the HIP kernel (out and LSE), both within the
+kernel-vs-model bounds of tests/attention_cases.py, and the epilogue's stores exact: no byte past channel D - 1 of
+an output row is written (a guarded output buffer with a gap after every row)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention_cases import DTYPES, MODEL_MAX_ABS, MODEL_MAX_DIFFERENT, MODEL_REL_L2, rel_l2
+from sage_co import abi, reference, registry, validate
+from sage_co.launch import launch
+from sage_co.ops import attention as attention_ops
+from sage_co.ops.prepare import run_prepare
+
+# (D, dtype, is_causal, pv_dtype): D from the issue's list (and 37: not a multiple of the 8-channel granule, so the
+# host pads q/k/v to 40); shapes B = 2, S_q = 37 != S_kv = 70 (not multiples of 64: a tail tile), GQA 4 / 2
+SMALL_DIMS = [(8, "bf16", True, "fp8"), (40, "fp16", False, "fp8"), (72, "bf16", True, "fp8"),
+              (80, "fp16", True, "fp8"), (37, "bf16", False, "fp8"), (40, "bf16", True, "fp16")]
+SHAPE = dict(B=2, S_q=37, S_kv=70, H_q=4, H_kv=2)
+SENTINEL = 0x5a5a   # a 16-bit pattern the kernels never produce for these inputs (the guard gap's content)
+GAP = 8             # elements of guard gap after every output row
+
+
+def _inputs(D, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    B, S_q, S_kv, H_q, H_kv = (SHAPE[n] for n in ("B", "S_q", "S_kv", "H_q", "H_kv"))
+    q = torch.randn(B, S_q, H_q, D, generator=g).to(DTYPES[dtype])
+    k = torch.randn(B, S_kv, H_kv, D, generator=g).to(DTYPES[dtype])
+    v = torch.randn(B, S_kv, H_kv, D, generator=g).to(DTYPES[dtype])
+    return q, k, v
+
+
+def _bytes(t):
+    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
+
+@pytest.fixture(scope="module")
+def prepared_cases():
+    """(q, k, v, kernel prepare, reference prepare) per case: prepare runs once per case."""
+    out = {}
+    for D, dtype, _, pv in SMALL_DIMS:
+        q, k, v = _inputs(D, dtype)
+        out[(D, dtype, pv)] = (q, k, v, run_prepare(q, k, v, pv_dtype=pv, backend="emu"),
+                               reference.sage_prepare(q, k, v, pv_dtype=pv))
+    return out
+
+
+def _guarded_attention(prepared, variant, is_causal):
+    """The planned launch with the output rows GAP elements apart in a sentinel-filled buffer: (out view, buffer,
+    lse)."""
+    rec = attention_ops.plan_forward(prepared, return_lse=True, backend="emu", variant=variant, is_causal=is_causal)
+    B, S_q, H_q, D = rec.out_shape
+    buf = torch.full((B, S_q, H_q, D + GAP), SENTINEL, dtype=torch.int16).view(rec.out_dtype)
+    lse = torch.empty(rec.lse_shape, dtype=torch.float32)
+    lut, _, _ = attention_ops._lut(rec, None, torch.device("cpu"))
+    args = dict(rec.launch.args({
+        "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_t, "q_scale": prepared.q_scale,
+        "k_scale": prepared.k_scale, "k_mean": prepared.k_mean, "v_scale": prepared.v_scale, "out": buf, "lse": lse,
+        "lut": lut, "v_mean": prepared.k_mean}))
+    args.update(out_stride_b=S_q * H_q * (D + GAP), out_stride_s=H_q * (D + GAP), out_stride_h=D + GAP)
+    launch(rec.launch.symbol, attention_ops.ATTENTION_FWD_ARGS, rec.launch.grid, attention_ops.BLOCK, args,
+           backend="emu")
+    return buf[..., :D], buf, lse
+
+
+@pytest.mark.parametrize("case", SMALL_DIMS, ids=[f"D{c[0]}-{c[1]}{'-causal' if c[2] else ''}-pv{c[3]}"
+                                                  for c in SMALL_DIMS])
+def test_any_head_dim(case, prepared_cases):
+    D, dtype, is_causal, pv = case
+    q, k, v, pk, pr = prepared_cases[(D, dtype, pv)]
+    assert pk.head_dim == D and pk.q_int8.shape[-1] == abi.d_pad(D)
+    for f in ("q_int8", "q_scale", "k_int8", "k_scale", "k_mean", "v_t", "v_scale"):
+        assert torch.equal(_bytes(getattr(pk, f)), _bytes(getattr(pr, f))), f"prepare {f} at D = {D}"
+    model, model_lse = reference.sage_attention_model(pr, return_lse=True, is_causal=is_causal)
+    results = {}
+    for variant in ("hip", "asm"):
+        out, buf, lse = _guarded_attention(pk, variant, is_causal)
+        gap = buf[..., D:].view(torch.int16)
+        assert bool((gap == SENTINEL).all()), f"{variant}: the epilogue wrote past channel {D - 1}"
+        results[variant] = (out, lse)
+        assert rel_l2(out, model) <= MODEL_REL_L2
+        assert (out.float() - model.float()).abs().max().item() <= MODEL_MAX_ABS * model.float().abs().max().item()
+        assert (out != model).float().mean().item() <= MODEL_MAX_DIFFERENT
+    assert torch.equal(results["hip"][0], results["asm"][0])
+    assert torch.equal(results["hip"][1], results["asm"][1])
+
+
+def test_public_api_any_head_dim():
+    """sage_attention with D = 40 returns [B, S_q, H_q, 40], bitwise the two-step path of the same kernels."""
+    import sage_co
+    q, k, v = _inputs(40, "bf16", seed=1)
+    out = sage_co.sage_attention(q, k, v, is_causal=True)
+    assert out.shape == q.shape
+    p = run_prepare(q, k, v, backend="emu")
+    ref, _ = attention_ops.run_attention_fwd(p, return_lse=True, is_causal=True, backend="emu")
+    assert torch.equal(out, ref)
+
+
+def test_head_dim_limits_name_the_argument():
+    q = torch.zeros(1, 4, 1, abi.HEAD_DIM_MAX + 1, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"q: expected a head dim in 1\.\.\d+ .*D = \d+"):
+        validate.check_qkv(q, q, q)
+    w = torch.ones(37, dtype=torch.bfloat16)
+    x = torch.zeros(1, 4, 1, 37, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="q_norm_weight: the fused RMSNorm needs a head dim that is a multiple of 8"):
+        run_prepare(x, x, x, q_norm_weight=w, backend="emu")
+
+
+def test_every_padded_head_dim_has_kernels():
+    """Each D_pad has a prepare and both attention variants shipped (the registry is what the plan looks up)."""
+    for Dp in abi.HEAD_DIMS_NATIVE:
+        for variant in ("hip", "asm"):
+            registry.find(abi.ATTENTION_OP, variant, head_dim=Dp, out_dtype="bf16", pv_dtype="fp8")
