@@ -30,7 +30,7 @@
 //   Workgroup = 64 queries of one (batch, query head); wave w owns queries 16w..16w+15 of them.
 //   Each wave loops over the active key tiles (LUT row of its query tile) of K/V head (head * kv_group_magic) >> 32.
 //
-// Kernarg struct (sage_co/abi.py ATTENTION_FWD_ARGS, 160 bytes, 8-byte aligned; no hidden arguments):
+// Kernarg struct (sage_co/abi.py ATTENTION_FWD_ARGS, 196 bytes, 8-byte aligned; no hidden arguments):
 //   | offset | name           | type | contents                                                           |
 //   |--------|----------------|------|--------------------------------------------------------------------|
 //   |      0 | q              | ptr  | int8  [B, H_q, seq_pad_q, DP], carries softmax_scale*log2(e)       |
@@ -55,7 +55,7 @@
 //   |    112 | out_stride_h   | u32  |                                                                    |
 //   |    116 | head_dim       | u32  | D (1 <= D <= DP): channels >= D are not stored (exact stores)      |
 //   |    120 | flags          | u32  | bit 0: write lse; bit 1: lse adds the smooth_k term; bit 2: causal; |
-//   |        |                |      | bit 3: smooth_v (add v_mean)                                       |
+//   |        |                |      | bit 3: smooth_v (add v_mean); bit 4: attn_mask (read mask_kind)    |
 //   |    128 | lut            | ptr  | u32 rows [count, t_0 < ... < t_{count-1}, ...] of seq_pad_kv/64 + 1 |
 //   |        |                |      | entries per query tile: the active key tiles (docs/numerics.md)     |
 //   |    136 | lut_stride_b   | u32  | element strides of the LUT rows of (batch, head); row of query tile |
@@ -63,6 +63,14 @@
 //   |    144 | causal_offset  | i32  | seq_len_kv - seq_len_q: row i sees keys j <= i + causal_offset      |
 //   |    152 | v_mean         | ptr  | f32   [B, H_kv, DP] (read here only with flags bit 3; the asm      |
 //   |        |                |      | kernel loads it always: the host passes k_mean without smooth_v)   |
+//   |    160 | mask_bits      | ptr  | u32 attn_mask bit rows: row (b, h, i) at b*msb + h*msh + i*mss,     |
+//   |        |                |      | word w bit j = key 32w + j visible (read on partial tiles)          |
+//   |    168 | mask_bias      | ptr  | f32 rows at 32 * (b*msb + h*msh + i*mss): fp32(mask) * fp32(log2 e)  |
+//   |        |                |      | (read on additive tiles only)                                      |
+//   |    176 | mask_kind      | ptr  | u32 per LUT entry (the LUT's rows and strides): MASK_KIND_* of it   |
+//   |    184 | mask_stride_b  | u32  | word strides msb, msh, mss of the bit rows (0: broadcast dim);      |
+//   |    188 | mask_stride_h  | u32  | every mask field is read only with flags bit 4 (attn_mask)          |
+//   |    192 | mask_stride_s  | u32  |                                                                    |
 // Every tensor but out is dense in the layout above; the host (sage_co/ops/attention.py) checks that.
 
 // Data flow (docs/rdna4.md §WMMA, "SageAttention data flow"): S^T = K.Q^T with v_wmma_i32_16x16x16_iu8
@@ -129,6 +137,12 @@ typedef _Float16 v8h __attribute__((ext_vector_type(8)));
 #define FLAG_SMOOTH_K 2u
 #define FLAG_CAUSAL 4u
 #define FLAG_SMOOTH_V 8u
+#define FLAG_MASK 16u
+// attn_mask tile kinds (docs/numerics.md §Masks "attn_mask"): partial = read the tile's bits; additive = partial +
+// add the log2-domain bias to the scores (exact exp2 form); 0 = full (the unmasked arithmetic)
+#define MASK_KIND_PARTIAL 1u
+#define MASK_KIND_ADDITIVE 3u
+#define MASK_WORD_BITS 32
 // P_OFF = 8 - 2^-7: exp2's argument is s - (m - P_OFF) <= 8 for every m (docs/numerics.md §Attention arithmetic
 // model), so p <= 2^8 fits fp8 e4m3 (max 448) and the row sum carries the same 2^P_OFF as O
 #define P_OFF 7.9921875f
@@ -193,7 +207,9 @@ static __device__ __attribute__((always_inline)) void attention(
     const float* __restrict__ v_scale, unsigned short* __restrict__ out, float* __restrict__ lse, u32 seq_len_q,
     u32 seq_pad_q, u32 seq_len_kv, u32 seq_pad_kv, u32 num_heads_q, u32 num_heads_kv, u64 kv_group_magic,
     u32 out_stride_b, u32 out_stride_s, u32 out_stride_h, u32 head_dim, u32 flags, const u32* __restrict__ lut,
-    u32 lut_stride_b, u32 lut_stride_h, int causal_offset, const float* __restrict__ v_mean, v4i* lds) {
+    u32 lut_stride_b, u32 lut_stride_h, int causal_offset, const float* __restrict__ v_mean,
+    const u32* __restrict__ mask_bits, const float* __restrict__ mask_bias, const u32* __restrict__ mask_kind,
+    u32 mask_stride_b, u32 mask_stride_h, u32 mask_stride_s, v4i* lds) {
   constexpr int NCOL = DP / 16;        // 16-byte chunks per K row (and O^T d-tiles)
   constexpr int HCOL = NCOL / 2;       // chunks of a row one lane half holds (d = DP/2*hl ..)
   constexpr int QF = DP / 32;          // Q^T fragments per lane (v4i), = K d-groups, = staging chunks per thread
@@ -260,8 +276,16 @@ static __device__ __attribute__((always_inline)) void attention(
   // + 1) (the second term only with FLAG_CAUSAL); a tile is masked per element only when some row of the wave
   // has lim below its end (uniform test on the wave's first row, whose lim is the smallest).
   const u32 ntiles = seq_pad_kv / TILE_K;
-  const u32* lrow = lut + ((u64)batch * lut_stride_b + (u64)head * lut_stride_h + (u64)qtile * (ntiles + 1));
+  const u64 lrow_off = (u64)batch * lut_stride_b + (u64)head * lut_stride_h + (u64)qtile * (ntiles + 1);
+  const u32* lrow = lut + lrow_off;
   const u32 count = lrow[0];
+  // attn_mask: the kind of LUT entry it at krow[1 + it] (same offsets as the LUT); this lane's bit row (query qi,
+  // words of keys 32hl..) and bias row. Kinds are all 0 (full) without FLAG_MASK.
+  const bool has_mask = (flags & FLAG_MASK) != 0;
+  const u32* krow = mask_kind + lrow_off;
+  const u64 mrow_off = (u64)batch * mask_stride_b + (u64)head * mask_stride_h + (u64)qi * mask_stride_s;
+  const u32* mrow = mask_bits + mrow_off + hl;
+  const float* brow = mask_bias + mrow_off * MASK_WORD_BITS + 32 * hl;
   const u32* tiles = lrow + 1;
   const bool causal = (flags & FLAG_CAUSAL) != 0;
   const int lim_lane = causal ? __builtin_elementwise_min((int)qi + causal_offset + 1, (int)seq_len_kv)
@@ -327,15 +351,31 @@ static __device__ __attribute__((always_inline)) void attention(
       const v8f xc = __builtin_bit_cast(v8f, sacc[c]);
       for (int e = 0; e < 8; ++e) x[8 * c + e] = xc[e];
     }
+    const u32 kind = has_mask ? krow[1 + it] : 0u;  // uniform
+    const bool additive = (kind & MASK_KIND_ADDITIVE) == MASK_KIND_ADDITIVE;
+    const bool partial = (kind & MASK_KIND_PARTIAL) != 0;
+    if (additive) {  // s = fma(float(s_int32), qk, b) with b the tile's log2-domain bias (keys 32hl + j)
+      const v4f* bt = (const v4f*)(brow + tile * TILE_K);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const v4f b4 = bt[u];
+        for (int e = 0; e < 4; ++e) x[4 * u + e] = __builtin_fmaf(x[4 * u + e] - MAGIC_F, qk, b4[e]);
+      }
+    }
     const bool masked = (int)(tile * TILE_K + TILE_K) > lim_wave;  // tail / causal-diagonal tiles (uniform)
     const int lim = lim_lane - (int)(tile * TILE_K + 32 * hl);     // keys 32hl + j of the tile: valid when j < lim
     if (masked)
 #pragma unroll
       for (int j = 0; j < 32; ++j) x[j] = j < lim ? x[j] : -__builtin_inff();
+    const u32 bits = partial ? mrow[2 * tile] : ~0u;  // attn_mask: bit j = key 32hl + j of the tile visible
+    if (partial)
+#pragma unroll
+      for (int j = 0; j < 32; ++j) x[j] = (bits >> j) & 1u ? x[j] : -__builtin_inff();
     float mx = x[0];
     for (int j = 1; j < 32; ++j) mx = __builtin_fmaxf(mx, x[j]);
-    mx = (mx - MAGIC_F) * qk;  // = max_j float(s_int32) * qk exactly (the subtraction is exact, qk >= 0 scales
-                               // monotonically); a masked half gives -inf, or NaN when qk = 0 (dropped by fmax)
+    if (!additive)
+      mx = (mx - MAGIC_F) * qk;  // = max_j float(s_int32) * qk exactly (the subtraction is exact, qk >= 0 scales
+                                 // monotonically); a masked half gives -inf, or NaN when qk = 0 (dropped by fmax)
     mx = __builtin_fmaxf(mx, xlane16(mx));
     const float m_new = __builtin_fmaxf(m_run, mx);
     const float alpha = m_run == -__builtin_inff() ? 0.0f : __builtin_amdgcn_exp2f(m_run - m_new);
@@ -346,12 +386,18 @@ static __device__ __attribute__((always_inline)) void attention(
     // exp2 argument: one FMA per score, arg = fma(x, qk, -fma(MAGIC, qk, t)), when every lane's qk is in
     // (0, FMA_MAX_QK_SCALE] (NaN fails); otherwise the exact arg = float(s_int32) * qk - t (uniform branch)
     float cf = qk, bf = __builtin_fmaf(MAGIC_F, qk, t_exp);
-    if (__builtin_amdgcn_ballot_w32(!(qk > 0.0f && qk <= FMA_MAX_QK_SCALE))) {
+    if (additive) {  // the scores are s already: the exact form
+      cf = 1.0f;
+      bf = t_exp;
+    } else if (__builtin_amdgcn_ballot_w32(!(qk > 0.0f && qk <= FMA_MAX_QK_SCALE))) {
 #pragma unroll
       for (int j = 0; j < 32; ++j) x[j] = (x[j] - MAGIC_F) * qk;
       if (masked)  // (-inf) * 0 is NaN: mask the scores again
 #pragma unroll
         for (int j = 0; j < 32; ++j) x[j] = j < lim ? x[j] : -__builtin_inff();
+      if (partial)
+#pragma unroll
+        for (int j = 0; j < 32; ++j) x[j] = (bits >> j) & 1u ? x[j] : -__builtin_inff();
       cf = 1.0f;
       bf = t_exp;
     }
@@ -485,11 +531,13 @@ static __device__ __attribute__((always_inline)) void attention(
       u32 seq_len_q, u32 seq_pad_q, u32 seq_len_kv, u32 seq_pad_kv, u32 num_heads_q, u32 num_heads_kv,         \
       u64 kv_group_magic, u32 out_stride_b, u32 out_stride_s, u32 out_stride_h, u32 head_dim, u32 flags,       \
       const u32 *__restrict__ lut, u32 lut_stride_b, u32 lut_stride_h, int causal_offset,                     \
-      const float *__restrict__ v_mean
+      const float *__restrict__ v_mean, const u32 *__restrict__ mask_bits, const float *__restrict__ mask_bias, \
+      const u32 *__restrict__ mask_kind, u32 mask_stride_b, u32 mask_stride_h, u32 mask_stride_s
 #define ATTENTION_ARGS                                                                                        \
   q, k, v, q_scale, k_scale, k_mean, v_scale, out, lse, seq_len_q, seq_pad_q, seq_len_kv, seq_pad_kv,          \
       num_heads_q, num_heads_kv, kv_group_magic, out_stride_b, out_stride_s, out_stride_h, head_dim, flags,    \
-      lut, lut_stride_b, lut_stride_h, causal_offset, v_mean
+      lut, lut_stride_b, lut_stride_h, causal_offset, v_mean, mask_bits, mask_bias, mask_kind, mask_stride_b,    \
+      mask_stride_h, mask_stride_s
 // LDS: two buffers of K (64 x DP B) + V^T (DP x 64 B) tiles (PV16: two K tiles + one DP x 128 B V^T tile),
 // 32 KiB for DP = 128, 16 KiB for DP = 64
 #define KERNEL(NAME, DP, FP16, PV16)                                                                          \

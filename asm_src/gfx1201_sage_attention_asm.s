@@ -31,7 +31,7 @@
 // Masking: a tile whose end passes the wave's smallest row limit (seq_len_kv, or q0 + S_kv - S_q + 1 when
 // causal) takes a uniform branch that sets s = -inf for keys >= the lane's row limit; m_use = 0 while m = -inf.
 //
-// Kernarg struct (160 bytes, no hidden args; sage_co/abi.py ATTENTION_FWD_ARGS), loaded whole into
+// Kernarg struct (196 bytes, no hidden args; sage_co/abi.py ATTENTION_FWD_ARGS), loaded whole into
 // SGPRs s4.. (dword i in s4+i):
 //   | offset | name           | kind |
 //   |      0 | q              | ptr  |
@@ -60,6 +60,12 @@
 //   |    140 | lut_stride_h   | u32  |
 //   |    144 | causal_offset  | i32  |
 //   |    152 | v_mean         | ptr  |
+//   |    160 | mask_bits      | ptr  |
+//   |    168 | mask_bias      | ptr  |
+//   |    176 | mask_kind      | ptr  |
+//   |    184 | mask_stride_b  | u32  |
+//   |    188 | mask_stride_h  | u32  |
+//   |    192 | mask_stride_s  | u32  |
 //   flags bit 0: write lse; bit 1: lse adds ln2 * (q_int8*q_scale).k_mean;
 //   bit 2: causal; bit 3: smooth_v, out adds v_mean (loaded always: pass k_mean without it)
 //   out: element (b, i, h, d) at out + 2*(b*out_stride_b + i*out_stride_s + h*out_stride_h + d), d < head_dim
@@ -28502,7 +28508,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d128_bf16
           .amdhsa_group_segment_fixed_size 32768
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 160
+          .amdhsa_kernarg_size 196
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -28521,7 +28527,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d128_fp16
           .amdhsa_group_segment_fixed_size 32768
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 160
+          .amdhsa_kernarg_size 196
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -28540,7 +28546,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d64_bf16
           .amdhsa_group_segment_fixed_size 16384
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 160
+          .amdhsa_kernarg_size 196
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -28559,7 +28565,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d64_fp16
           .amdhsa_group_segment_fixed_size 16384
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 160
+          .amdhsa_kernarg_size 196
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -28578,7 +28584,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d128_bf16_pv16
           .amdhsa_group_segment_fixed_size 34816
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 160
+          .amdhsa_kernarg_size 196
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -28597,7 +28603,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d128_fp16_pv16
           .amdhsa_group_segment_fixed_size 34816
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 160
+          .amdhsa_kernarg_size 196
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -28616,7 +28622,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d64_bf16_pv16
           .amdhsa_group_segment_fixed_size 17408
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 160
+          .amdhsa_kernarg_size 196
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -28635,7 +28641,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         .amdhsa_kernel gfx1201_sage_attention_fwd_asm_d64_fp16_pv16
           .amdhsa_group_segment_fixed_size 17408
           .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 160
+          .amdhsa_kernarg_size 196
           .amdhsa_user_sgpr_count 2
           .amdhsa_user_sgpr_kernarg_segment_ptr 1
           .amdhsa_wavefront_size32 1
@@ -28659,7 +28665,7 @@ amdhsa.target: amdgcn-amd-amdhsa--gfx1201
 amdhsa.kernels:
   - .name:            gfx1201_sage_attention_fwd_asm_d128_bf16
     .symbol:          gfx1201_sage_attention_fwd_asm_d128_bf16.kd
-    .kernarg_segment_size: 160
+    .kernarg_segment_size: 196
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 32768
     .private_segment_fixed_size: 0
@@ -28695,9 +28701,15 @@ amdhsa.kernels:
       - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
       - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
       - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bits, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bias, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_kind, .offset: 176, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_stride_b, .offset: 184, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_h, .offset: 188, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_s, .offset: 192, .size: 4, .value_kind: by_value }
   - .name:            gfx1201_sage_attention_fwd_asm_d128_fp16
     .symbol:          gfx1201_sage_attention_fwd_asm_d128_fp16.kd
-    .kernarg_segment_size: 160
+    .kernarg_segment_size: 196
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 32768
     .private_segment_fixed_size: 0
@@ -28733,9 +28745,15 @@ amdhsa.kernels:
       - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
       - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
       - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bits, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bias, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_kind, .offset: 176, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_stride_b, .offset: 184, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_h, .offset: 188, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_s, .offset: 192, .size: 4, .value_kind: by_value }
   - .name:            gfx1201_sage_attention_fwd_asm_d64_bf16
     .symbol:          gfx1201_sage_attention_fwd_asm_d64_bf16.kd
-    .kernarg_segment_size: 160
+    .kernarg_segment_size: 196
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 16384
     .private_segment_fixed_size: 0
@@ -28771,9 +28789,15 @@ amdhsa.kernels:
       - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
       - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
       - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bits, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bias, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_kind, .offset: 176, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_stride_b, .offset: 184, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_h, .offset: 188, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_s, .offset: 192, .size: 4, .value_kind: by_value }
   - .name:            gfx1201_sage_attention_fwd_asm_d64_fp16
     .symbol:          gfx1201_sage_attention_fwd_asm_d64_fp16.kd
-    .kernarg_segment_size: 160
+    .kernarg_segment_size: 196
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 16384
     .private_segment_fixed_size: 0
@@ -28809,9 +28833,15 @@ amdhsa.kernels:
       - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
       - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
       - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bits, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bias, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_kind, .offset: 176, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_stride_b, .offset: 184, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_h, .offset: 188, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_s, .offset: 192, .size: 4, .value_kind: by_value }
   - .name:            gfx1201_sage_attention_fwd_asm_d128_bf16_pv16
     .symbol:          gfx1201_sage_attention_fwd_asm_d128_bf16_pv16.kd
-    .kernarg_segment_size: 160
+    .kernarg_segment_size: 196
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 34816
     .private_segment_fixed_size: 0
@@ -28847,9 +28877,15 @@ amdhsa.kernels:
       - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
       - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
       - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bits, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bias, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_kind, .offset: 176, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_stride_b, .offset: 184, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_h, .offset: 188, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_s, .offset: 192, .size: 4, .value_kind: by_value }
   - .name:            gfx1201_sage_attention_fwd_asm_d128_fp16_pv16
     .symbol:          gfx1201_sage_attention_fwd_asm_d128_fp16_pv16.kd
-    .kernarg_segment_size: 160
+    .kernarg_segment_size: 196
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 34816
     .private_segment_fixed_size: 0
@@ -28885,9 +28921,15 @@ amdhsa.kernels:
       - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
       - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
       - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bits, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bias, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_kind, .offset: 176, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_stride_b, .offset: 184, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_h, .offset: 188, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_s, .offset: 192, .size: 4, .value_kind: by_value }
   - .name:            gfx1201_sage_attention_fwd_asm_d64_bf16_pv16
     .symbol:          gfx1201_sage_attention_fwd_asm_d64_bf16_pv16.kd
-    .kernarg_segment_size: 160
+    .kernarg_segment_size: 196
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 17408
     .private_segment_fixed_size: 0
@@ -28923,9 +28965,15 @@ amdhsa.kernels:
       - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
       - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
       - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bits, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bias, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_kind, .offset: 176, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_stride_b, .offset: 184, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_h, .offset: 188, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_s, .offset: 192, .size: 4, .value_kind: by_value }
   - .name:            gfx1201_sage_attention_fwd_asm_d64_fp16_pv16
     .symbol:          gfx1201_sage_attention_fwd_asm_d64_fp16_pv16.kd
-    .kernarg_segment_size: 160
+    .kernarg_segment_size: 196
     .kernarg_segment_align: 8
     .group_segment_fixed_size: 17408
     .private_segment_fixed_size: 0
@@ -28961,5 +29009,11 @@ amdhsa.kernels:
       - { .name: lut_stride_h, .offset: 140, .size: 4, .value_kind: by_value }
       - { .name: causal_offset, .offset: 144, .size: 4, .value_kind: by_value }
       - { .name: v_mean, .offset: 152, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bits, .offset: 160, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_bias, .offset: 168, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_kind, .offset: 176, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: mask_stride_b, .offset: 184, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_h, .offset: 188, .size: 4, .value_kind: by_value }
+      - { .name: mask_stride_s, .offset: 192, .size: 4, .value_kind: by_value }
 ...
         .end_amdgpu_metadata

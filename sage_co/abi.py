@@ -53,6 +53,18 @@ FLAG_LSE = 1 << FLAG_LSE_BIT
 FLAG_SMOOTH_K = 1 << FLAG_SMOOTH_K_BIT
 FLAG_CAUSAL = 1 << FLAG_CAUSAL_BIT
 FLAG_SMOOTH_V = 1 << FLAG_SMOOTH_V_BIT
+FLAG_MASK_BIT = 4         # bit 4: attn_mask: read the kind of each LUT entry from mask_kind (docs/numerics.md §Masks)
+FLAG_MASK = 1 << FLAG_MASK_BIT
+# The kind of one visited key tile (u32 mask_kind entries, parallel to the LUT entries): full (no element masked by
+# attn_mask), partial (read the tile's bits: 64 query x 64 key bits, bit j of u32 word w of a row = key 32w + j
+# visible), additive (partial + add the tile's log2-domain bias to the scores, the exact exp2 form). An all-masked
+# tile is not in the LUT at all.
+MASK_KIND_FULL = 0
+MASK_KIND_PARTIAL_BIT = 0
+MASK_KIND_ADDITIVE_BIT = 1
+MASK_KIND_PARTIAL = 1 << MASK_KIND_PARTIAL_BIT
+MASK_KIND_ADDITIVE = MASK_KIND_PARTIAL | (1 << MASK_KIND_ADDITIVE_BIT)
+MASK_WORD_BITS = 32       # keys per u32 word of a mask bit row
 # Active key tiles per query tile (docs/numerics.md §Masks): u32 rows [count, t_0 < t_1 < ... < t_{count-1}, ...]
 # of lut_row_len(seq_pad_kv) entries; the asm kernel reads 4 entries at a time, so the buffer carries LUT_TAIL
 # spare entries past its last row.
@@ -92,7 +104,16 @@ ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
     Field("causal_offset", "i32", 144),  # seq_len_kv - seq_len_q (read only with FLAG_CAUSAL)
     Field("v_mean", "ptr", 152),        # fp32 [B, H_kv, D_pad]: added only with FLAG_SMOOTH_V, but the asm kernel
                                         # loads it always: without smooth_v pass another [B, H_kv, D_pad] (k_mean)
-], size=160)
+    # attn_mask (docs/numerics.md §Masks), read only with FLAG_MASK (the kinds: always, zeros without FLAG_MASK)
+    Field("mask_bits", "ptr", 160),     # u32 bit rows [Bm, Hm, Rq, seq_pad_kv/32]: row (b, h, i) word w at
+                                        # (b*sb + h*sh + i*ss) + w; bit j = key 32w + j visible (strides 0: broadcast)
+    Field("mask_bias", "ptr", 168),     # f32 [Bm, Hm, Rq, seq_pad_kv]: fp32(bias) * fp32(log2 e), key at
+                                        # (b*sb + h*sh + i*ss) * 32 + key (read on additive tiles only)
+    Field("mask_kind", "ptr", 176),     # u32 per LUT entry (same rows and strides as lut): MASK_KIND_* of the tile
+    Field("mask_stride_b", "u32", 184),  # u32-word strides of the bit rows (the bias rows: x 32 floats)
+    Field("mask_stride_h", "u32", 188),
+    Field("mask_stride_s", "u32", 192),
+], size=196)
 MAX_QUERY_HEADS = 1 << 16       # grid y limit, and the range over which kv_group_magic divides exactly
 
 

@@ -136,7 +136,7 @@ def _fwd_impl(*args):
     # padded part. sage_attention's own prepared structure skips it.
     validate.check_prepared_padding(prepared)
     p = planning.plan_call(SAGE_ATTENTION_FWD, (prepared,), o)
-    return _no_lse(*attention_ops.execute(p.attention, prepared, o["block_mask"]), o["return_lse"])
+    return _no_lse(*attention_ops.execute(p.attention, prepared, o["block_mask"], o["attn_mask"]), o["return_lse"])
 
 
 def _fwd_like(like: torch.Tensor, B, S_q, H_q, D, out_dtype, layout, return_lse):
@@ -169,7 +169,7 @@ def sage_attention_fwd(prepared: SagePrepared, **options):
     p = planning.plan_call(SAGE_ATTENTION_FWD, (prepared,), o, resolve=fast)
     if fast:
         validate.check_prepared_padding(prepared)
-        out, lse = attention_ops.execute(p.attention, prepared, o["block_mask"])
+        out, lse = attention_ops.execute(p.attention, prepared, o["block_mask"], o["attn_mask"])
     else:
         o = {**o, "v_mean": prepared.v_mean, "pv_dtype": prepared.pv_dtype, "lse_corr": prepared.lse_corr}
         sh = p.shapes
@@ -184,7 +184,7 @@ sage_attention_fwd.__signature__ = SAGE_ATTENTION_FWD.signature(FWD_KEYWORDS)
 # -------------------------------------------------------------------------------------------- prepare + forward
 def _run_attention(p: planning.Plan):
     """The planned prepare and attention launches (the prepared structure is made here: padding not re-read)."""
-    return attention_ops.execute(p.attention, _prepare_fields(p), p.options["block_mask"])
+    return attention_ops.execute(p.attention, _prepare_fields(p), p.options["block_mask"], p.options["attn_mask"])
 
 
 def _attention_impl(*args):
@@ -198,6 +198,7 @@ def _attention_fake(*args):
     validate.check_attention_length(S_q, D, "q")   # the real op's refusals, also on meta / under torch.compile
     validate.check_attention_length(S_kv, D, "k")
     validate.check_kernel_shipped(o["kernel"])
+    masks.check_attn_mask(o["attn_mask"], B, H_q, S_q, S_kv, device=q.device)
     return _fwd_like(q, B, S_q, H_q, D, q.dtype, o["layout"], o["return_lse"])
 
 
@@ -235,7 +236,11 @@ def sage_attention(q, k, v, softmax_scale=None, **options):
     sage_co.predict_block_mask(q', k', cdf_threshold=..., is_causal=is_causal, backend=backend) (SpargeAttn's
     prediction, on the predictor kernels) on q', k' = q, k after the fused RMSNorm / RoPE when those are on;
     cdf_threshold None = the predictor's default (sage_co.sparse.DEFAULT_CDF_THRESHOLD), and only with
-    sparsity="auto". Rows that see no key output zeros and LSE -inf (docs/numerics.md §Masks)."""
+    sparsity="auto". attn_mask: SDPA's mask, bool (True = attend) or additive float32 / bf16 / fp16, broadcastable
+    to [B, H_q, S_q, S_kv] (trailing alignment; a key-padding mask [B, S_kv] is attn_mask[:, None, None, :]);
+    tiles it hides are skipped, a mask broadcast over the queries (key padding) is read as one bit row per
+    (batch, head); combines with is_causal and block_mask (docs/numerics.md §Masks "attn_mask"). Rows that see no
+    key output zeros and LSE -inf (docs/numerics.md §Masks)."""
     o = SAGE_ATTENTION.bind(options, "sage_attention")
     o["softmax_scale"] = softmax_scale
     if planning.eager(q, k, v):

@@ -18,7 +18,7 @@ varlen / parallel pass-through pick it up (tests/test_callspec.py shows it with 
 
 Validators take the value and return it normalised, raising TypeError/ValueError whose message starts with the
 option's name (sage_co.validate's convention; compat renames the prefix when the caller used an alias). Options
-whose check needs the call's shapes (softmax_scale, rope_dim, the norm weights, cos/sin, block_mask) have no
+whose check needs the call's shapes (softmax_scale, rope_dim, the norm weights, cos/sin, block_mask, attn_mask) have no
 per-value validator: sage_co.plan.plan_call checks them with the shapes.
 """
 from __future__ import annotations
@@ -141,6 +141,9 @@ OPTIONS = {o.name: (replace(o, schema_required=True) if o.name in _FIRST_PUBLISH
     Option("norm_rope_rounding", "str", "once", validate.check_norm_rope_rounding,
            doc="fused RMSNorm + RoPE: 'once' (F.rms_norm, then RoPE in fp32, one rounding: the seed's eager chain) "
                "or 'per_op' (the HF-transformers chain, every op rounded)"),
+    Option("attn_mask", "Tensor?", None,
+           doc="SDPA's attn_mask: bool (True = attend) or additive float32/bf16/fp16, broadcastable to "
+               "[B, H_q, S_q, S_kv]; checked with the shapes (sage_co.masks.check_attn_mask)"),
     Option("sparsity", "str", None, _check_sparsity, schema=False,
            doc="None or 'auto' (block_mask predicted by sage_co.predict_block_mask)"),
     Option("cdf_threshold", "float", None, _check_cdf, schema=False,
@@ -251,7 +254,7 @@ SAGE_PREPARE = OpSpec(
 SAGE_ATTENTION = OpSpec(
     "sage_attention", _QKV,
     _opts("softmax_scale", "layout", "smooth_k", *_NORM_ROPE, "return_lse", "backend", "kernel", "is_causal",
-          "block_mask", "smooth_v", "pv_dtype", "norm_rope_rounding", "sparsity", "cdf_threshold"),
+          "block_mask", "smooth_v", "pv_dtype", "norm_rope_rounding", "attn_mask", "sparsity", "cdf_threshold"),
     "(Tensor, Tensor)", positional=("softmax_scale",))
 
 # The forward on a SagePrepared: its tensors cross the boundary as inputs (v_t as raw bytes, see sage_co/api.py),
@@ -264,11 +267,14 @@ SAGE_ATTENTION_FWD = OpSpec(
     (*_opts("layout", "return_lse", "backend", "kernel", "is_causal", "block_mask"),
      Option("v_mean", "Tensor?", None, doc="SagePrepared.v_mean (smooth_v); not a keyword of the Python function"),
      Option("pv_dtype", "str", "fp8", doc="how to read v_bytes; taken from the SagePrepared"),
-     Option("lse_corr", "Tensor?", None, doc="SagePrepared.lse_corr (smooth_k's LSE term); not a keyword")),
+     Option("lse_corr", "Tensor?", None, doc="SagePrepared.lse_corr (smooth_k's LSE term); not a keyword"),
+     OPTIONS["attn_mask"]),
     "(Tensor, Tensor)")
-FWD_KEYWORDS = frozenset({"layout", "return_lse", "backend", "kernel", "is_causal", "block_mask"})  # its keywords
+FWD_KEYWORDS = frozenset({"layout", "return_lse", "backend", "kernel", "is_causal", "block_mask",
+                          "attn_mask"})  # its keywords
 
 # What an entry point that splits a call (varlen: per sequence; parallel: per shard) forwards to each
 # sage_attention: every option except those it fixes itself (the layout of the pieces is NHD by construction,
 # return_lse is its own) and those shaped by the whole call (block_mask, RoPE tables, the predicted mask).
-SPLIT_FIXED = ("layout", "return_lse", "block_mask", "sparsity", "cdf_threshold", "cos", "sin", "rope_dim")
+SPLIT_FIXED = ("layout", "return_lse", "block_mask", "sparsity", "cdf_threshold", "cos", "sin", "rope_dim",
+               "attn_mask")

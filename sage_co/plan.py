@@ -90,6 +90,7 @@ def _plan_qkv(spec: callspec.OpSpec, q, k, v, o: dict, resolve: bool) -> Plan:
     if attends:
         _check_attention(sh, o["kernel"], o["pv_dtype"])
         masks.check_block_mask(o["block_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv, device=q.device)
+        masks.check_attn_mask(o["attn_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv, device=q.device)
     prep = att = None
     if resolve:
         backend = resolve_backend(q, o["backend"])
@@ -101,7 +102,8 @@ def _plan_qkv(spec: callspec.OpSpec, q, k, v, o: dict, resolve: bool) -> Plan:
             att = attention_ops.recipe(sh, layout=o["layout"], return_lse=o["return_lse"], is_causal=o["is_causal"],
                                        variant=o["kernel"], pv_dtype=o["pv_dtype"], smooth_v=o["smooth_v"],
                                        has_block_mask=o["block_mask"] is not None, backend=backend,
-                                       has_lse_corr=o["smooth_k"])   # the prepare's lse_corr (smooth_k)
+                                       has_lse_corr=o["smooth_k"],   # the prepare's lse_corr (smooth_k)
+                                       attn_mask=o["attn_mask"])
     return Plan(spec.name, sh, o["layout"], chk.q, chk.k, chk.v, chk.softmax_scale, chk.rope_dim, o, prep, att)
 
 
@@ -110,13 +112,14 @@ def _plan_prepared(spec: callspec.OpSpec, prepared: SagePrepared, o: dict, resol
     sh = validate.check_prepared(prepared)
     _check_attention(sh, o["kernel"], prepared.pv_dtype, ("prepared.seq_len_q", "prepared.seq_len_kv"))
     masks.check_block_mask(o["block_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv, device=prepared.q_int8.device)
+    masks.check_attn_mask(o["attn_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv, device=prepared.q_int8.device)
     att = None
     if resolve:
         att = attention_ops.recipe(sh, layout=o["layout"], return_lse=o["return_lse"], is_causal=o["is_causal"],
                                    variant=o["kernel"], pv_dtype=prepared.pv_dtype,
                                    smooth_v=prepared.v_mean is not None, has_block_mask=o["block_mask"] is not None,
                                    backend=resolve_backend(prepared.q_int8, o["backend"]),
-                                   has_lse_corr=prepared.lse_corr is not None)
+                                   has_lse_corr=prepared.lse_corr is not None, attn_mask=o["attn_mask"])
     return Plan(spec.name, sh, o["layout"], None, None, None, None, None, o, None, att)
 
 

@@ -348,7 +348,8 @@ def round_saturating(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, key_tile: int = KEY_TILE,
-                         is_causal: bool = False, block_mask: torch.Tensor | None = None):
+                         is_causal: bool = False, block_mask: torch.Tensor | None = None,
+                         attn_mask: torch.Tensor | None = None):
     """What the attention kernel computes from a SagePrepared (docs/numerics.md §Attention), per query row i of
     query head h (K/V head g = h // (H_q / H_kv)) and key tile t of key_tile keys:
       qk_scale = q_scale[blk(i)] * k_scale[g, blk(j)];  s = float32(s_int32) * qk_scale;  s = -inf for j >= S_kv
@@ -367,6 +368,10 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
     pv_dtype "fp16" (v_t float16): p16 = fp16(p) (RNE), O = O * alpha + p16 @ float32(v_t[g]),
       out = round_sat(O * inv), inv = 1 / l (0 when l = 0) -- no v_scale
     lse = (m + (log2(l) - P_OFF)) * ln2 [+ the smooth_k term]
+    attn_mask (docs/numerics.md §Masks "attn_mask"; sage_co.masks.attn_mask_parts): keys it hides are masked like
+      the tail (s = -inf); in a 64 x 64 tile where some visible element has a bias b = fp32(mask) * fp32(log2 e) != 0
+      (an "additive" tile) every score is s = fma(float(s_int32), qk_scale, b) and the exp2 argument takes the
+      exact form arg = s - t; every other tile keeps the unmasked arithmetic
     Returns out [B, S_q, H_q, head_dim] (NHD) in out_dtype, and with return_lse also lse fp32 [B, H_q, S_q]
     (natural log, smooth_k-corrected)."""
     if isinstance(key_tile, bool) or not isinstance(key_tile, int) or key_tile < 1:
@@ -377,8 +382,20 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
     validate.check_prepared_padding(prepared)
     S, S_kv, dev = sh.S_q, sh.S_kv, prepared.q_int8.device
     masks.check_block_mask(block_mask, sh.B, sh.H_q, S, S_kv, device=dev)
+    masks.check_attn_mask(attn_mask, sh.B, sh.H_q, S, S_kv, device=dev)
     # skipping an inactive tile and masking all its scores are the same arithmetic (alpha = 1 or 0, p = 0)
     visible = masks.element_mask(S, S_kv, is_causal=is_causal, block_mask=block_mask, device=dev)
+    bias_e = add_e = None
+    if attn_mask is not None:
+        vis_m, bias_m = masks.attn_mask_parts(attn_mask, sh.B, sh.H_q, S, S_kv)
+        visible = visible & vis_m
+        if bias_m is not None:
+            _, kind = masks.attn_mask_tiles(vis_m, bias_m, S, S_kv)
+            add_t = kind == abi.MASK_KIND_ADDITIVE                                  # [Bm, Hm, nq or 1, nk]
+            if add_t.shape[2] > 1:
+                add_t = add_t.repeat_interleave(masks.BLOCK_Q, dim=2)[:, :, :S]
+            add_e = add_t.repeat_interleave(masks.BLOCK_KV, dim=3)[..., :S_kv]      # per element: its tile's flag
+            bias_e = bias_m
     B, H, Skvp = sh.B, sh.H_q, prepared.k_int8.shape[2]
     g = kv_head_index(sh.H_q, sh.H_kv, dev)
     k_int8, k_scale_g = prepared.k_int8[:, g], prepared.k_scale[:, g]
@@ -405,6 +422,12 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
         valid = torch.arange(j0, j1, device=dev) < S_kv
         vis = torch.nn.functional.pad(visible[..., j0:min(j1, S_kv)], (0, j1 - min(j1, S_kv)), value=False)
         seen = valid & vis
+        add_tile = None
+        if add_e is not None:   # additive tiles: s = fma(s_int, qk_scale, b) and the exact exp2 form
+            jk = min(j1, S_kv)
+            add_tile = add_e[..., j0:jk].any(dim=-1, keepdim=True)
+            b = torch.nn.functional.pad(bias_e[..., j0:jk], (0, j1 - jk))
+            s = torch.where(add_tile, fp32_fma(s_int, qk_scale, b), s)
         s = torch.where(seen, s, neg_inf)
         x = torch.where(seen, s_int + magic, neg_inf)  # the accumulator's float (exact: |s_int| < 2^22)
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
@@ -412,6 +435,8 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
         m_use = torch.where(m_new == -math.inf, torch.zeros_like(m_new), m_new)
         t = m_use - p_off
         one_fma = ((qk_scale > 0) & (qk_scale <= fma_max)).all(dim=-1, keepdim=True)  # NaN/inf/0 scales: exact form
+        if add_tile is not None:
+            one_fma = one_fma & ~add_tile
         arg = torch.where(one_fma, fp32_fma(x, qk_scale, -fp32_fma(magic, qk_scale, t)), s - t)
         p = torch.exp2(arg)
         l = l * alpha + p.sum(dim=-1, keepdim=True)
@@ -444,23 +469,28 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
 
 def sage_attention(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
                    k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, return_lse=False,
-                   is_causal=False, block_mask=None, smooth_v=False, pv_dtype="fp8", norm_rope_rounding="once"):
+                   is_causal=False, block_mask=None, smooth_v=False, pv_dtype="fp8", norm_rope_rounding="once",
+                   attn_mask=None):
     """sage_prepare then sage_attention_model: out in q's dtype and layout (and fp32 LSE [B, H_q, S_q])."""
     validate.check_flag("return_lse", return_lse)
     prepared = sage_prepare(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k, q_norm_weight=q_norm_weight,
                             k_norm_weight=k_norm_weight, eps=eps, cos=cos, sin=sin, rope_dim=rope_dim,
                             smooth_v=smooth_v, pv_dtype=pv_dtype, norm_rope_rounding=norm_rope_rounding)
-    res = sage_attention_model(prepared, return_lse=return_lse, is_causal=is_causal, block_mask=block_mask)
+    res = sage_attention_model(prepared, return_lse=return_lse, is_causal=is_causal, block_mask=block_mask,
+                               attn_mask=attn_mask)
     if return_lse:
         return to_layout(res[0], layout), res[1]
     return to_layout(res, layout)
 
 
 def attention_fp32(q, k, v, softmax_scale=None, *, layout="NHD", return_lse=False, max_chunk_bytes: int = 1 << 30,
-                   is_causal=False, block_mask=None):
+                   is_causal=False, block_mask=None, attn_mask=None):
     """Exact softmax attention of the inputs in fp32: fp32 out in q's layout (and natural-log LSE [B, H_q, S_q]).
     is_causal (bottom-right aligned) / block_mask restrict the keys each query sees (docs/numerics.md §Masks); a row
-    that sees no key gives zeros and LSE -inf.
+    that sees no key gives zeros and LSE -inf. attn_mask (SDPA's bool or additive mask, sage_co.masks.attn_mask_parts):
+    hidden keys are masked, a float mask's values are added to the logits (natural log) in fp32; a value whose
+    log2-domain form fp32(x) * fp32(log2 e) is -inf (x = -inf, or below about -2.36e38) hides its key, as in the
+    kernels.
     GQA: query head h uses K/V head h // (H_q / H_kv). Queries go in chunks so the fp32 score block stays under
     max_chunk_bytes (S = 32k fits in a few GB)."""
     sh, qn, kn, vn = validate.check_qkv(q, k, v, layout)
@@ -474,14 +504,27 @@ def attention_fp32(q, k, v, softmax_scale=None, *, layout="NHD", return_lse=Fals
     masks.check_block_mask(block_mask, B, H, S, S_kv, device=q.device)
     visible = masks.element_mask(S, S_kv, is_causal=is_causal, block_mask=block_mask, device=q.device) \
         if (is_causal or block_mask is not None) else None
+    masks.check_attn_mask(attn_mask, B, H, S, S_kv, device=q.device)
+    add = None
+    if attn_mask is not None:
+        vis_m, bias_m = masks.attn_mask_parts(attn_mask, B, H, S, S_kv)
+        visible = vis_m if visible is None else visible & vis_m
+        if bias_m is not None:
+            m4 = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape)).expand(vis_m.shape)
+            add = torch.where(vis_m, m4.float(), torch.zeros((), device=q.device))
+
+    def chunk(x, i0, i1):   # a mask broadcast over the queries (size-1 row dim) serves every chunk
+        return x if x.shape[2] == 1 else x[:, :, i0:i1]
     rows = max(1, max_chunk_bytes // (3 * 4 * B * H * S_kv))  # scores, exp and softmax alive at once
     out = torch.empty(B, H, S, sh.D, dtype=torch.float32, device=q.device)
     lse = torch.empty(B, H, S, dtype=torch.float32, device=q.device) if return_lse else None
     for i0 in range(0, S, rows):
         i1 = min(i0 + rows, S)
         logits = (qf[:, :, i0:i1] @ kf.transpose(-1, -2)) * sc
+        if add is not None:
+            logits = logits + chunk(add, i0, i1)
         if visible is not None:
-            logits = logits.masked_fill(~visible[:, :, i0:i1], -math.inf)
+            logits = logits.masked_fill(~chunk(visible, i0, i1), -math.inf)
         prob = torch.softmax(logits, dim=-1)
         out[:, :, i0:i1] = torch.nan_to_num(prob, nan=0.0) @ vf   # rows that see no key: 0/0 -> 0
         if return_lse:

@@ -99,11 +99,18 @@ class Config:
 FAMILY = tuple(Config(v.head_dim, v.out_dtype, v.pv_dtype) for v in family.ATTENTION_ASM)
 
 
+# The kernarg fields preloaded into SGPRs (dword i in SGPR KARG_SGPR + i): everything before the attn_mask fields.
+# Those (mask_bits .. mask_stride_s) are loaded by the prologue into SGPRs the loop no longer needs (the SGPR file
+# is full: docs/rdna4.md §Occupancy), and only read with FLAG_MASK.
+PRELOAD_BYTES = ARGS.by_name["mask_bits"].offset
+PRELOADED = tuple(f for f in ARGS.fields if f.offset < PRELOAD_BYTES)
+
+
 def kernarg_loads(base_sgpr: int) -> list[tuple[str, int, int, str]]:
-    """The s_load instructions that bring the whole kernarg struct into SGPRs base_sgpr.. (dword i of the
+    """The s_load instructions that bring the preloaded kernarg fields into SGPRs base_sgpr.. (dword i of the
     struct in SGPR base_sgpr + i): (mnemonic, first SGPR, byte offset, fields covered), widest loads first
     (b256, b128, b64, b32; SMEM destinations stay aligned because every chunk size divides the previous)."""
-    dwords = ARGS.size // 4
+    dwords = PRELOAD_BYTES // 4
     out, at = [], 0
     while at < dwords:
         n = next(w for w in (8, 4, 2, 1) if w <= dwords - at)

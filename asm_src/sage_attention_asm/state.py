@@ -5,7 +5,7 @@ from __future__ import annotations
 from asmdsl import RegFile
 from sage_co import abi
 
-from .config import (ARGS, B128, CHUNKS, KARG_SGPR, RING, RING_PV16_D128, SGPR_LIMIT, THREADS, TILE_K, V16_ROW_PAD,
+from .config import (ARGS, PRELOAD_BYTES, PRELOADED, B128, CHUNKS, KARG_SGPR, RING, RING_PV16_D128, SGPR_LIMIT, THREADS, TILE_K, V16_ROW_PAD,
                      VGPR_LIMIT, WMMA_N, Config)
 
 
@@ -103,8 +103,8 @@ class KernelState:
         self.kernarg = S.fixed("kernarg", 0, 2, "kernarg segment pointer (only user SGPR, docs/rdna4.md §Entry)")
         # the kernarg struct, dword for dword (sage_co/abi.py ATTENTION_FWD_ARGS), from KARG_SGPR on
         karg = {f.name: S.fixed(f.name, KARG_SGPR + f.offset // 4, f.size // 4, f"kernarg {f.name} ({f.kind})")
-                for f in ARGS.fields}
-        S.next = KARG_SGPR + ARGS.size // 4
+                for f in PRELOADED}
+        S.next = KARG_SGPR + PRELOAD_BYTES // 4
         self.karg = karg
         self.sp_q, self.sp_k, self.sp_v = karg["q"], karg["k"], karg["v"]
         self.sp_qscale, self.sp_kscale, self.sp_kmean = karg["q_scale"], karg["k_scale"], karg["k_mean"]

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 
 from .. import abi, masks, registry, validate
-from ..abi import (ATTENTION_FWD_ARGS, FLAG_CAUSAL, FLAG_LSE, FLAG_SMOOTH_K, FLAG_SMOOTH_V, QUERY_TILE,
+from ..abi import (ATTENTION_FWD_ARGS, FLAG_CAUSAL, FLAG_LSE, FLAG_MASK, FLAG_SMOOTH_K, FLAG_SMOOTH_V, QUERY_TILE,
                    kv_group_magic)
 from ..launch import BoundLaunch, launch, resolve_backend
 from ..prepared import DTYPE_KEYS, U32, SagePrepared, d_pad, s_pad
@@ -70,33 +70,52 @@ class AttentionRecipe(NamedTuple):
     shapes: validate.Shapes
     is_causal: bool
     return_lse: bool
+    mask_dims: tuple[int, int, int] | None = None   # attn_mask's (Bm, Hm, Rq) (masks.mask_dims), None: no attn_mask
 
 
-def _lut_strides(sh: validate.Shapes, has_block_mask: bool) -> tuple[int, int]:
-    """masks.build_lut's (stride_b, stride_h): a block_mask has every (batch, head) row, the causal / dense LUT one
-    row set shared by all (strides 0)."""
-    if not has_block_mask:
-        return 0, 0
+def _lut_strides(sh: validate.Shapes, has_block_mask: bool, mask_dims=None) -> tuple[int, int]:
+    """masks.build_lut's (stride_b, stride_h): a block_mask has every (batch, head) row, an attn_mask the rows of
+    its own batch / head dims, the causal / dense LUT one row set shared by all (strides 0)."""
+    Bm, Hm, _ = mask_dims if mask_dims is not None else (1, 1, 1)
+    Ba = sh.B if (has_block_mask or Bm > 1) else 1
+    Ha = sh.H_q if (has_block_mask or Hm > 1) else 1
     row = masks.n_tiles(sh.S_q, masks.BLOCK_Q) * (masks.n_tiles(sh.S_kv, masks.BLOCK_KV) + 1)
-    return (sh.H_q * row if sh.B > 1 else 0), (row if sh.H_q > 1 else 0)
+    return (Ha * row if Ba > 1 else 0), (row if Ha > 1 else 0)
+
+
+def _check_mask_reach(sh: validate.Shapes, mask_dims) -> None:
+    """The kernels index the attn_mask bit rows with 32-bit word offsets (bias rows: x 32 floats, 64-bit bases, 32-bit
+    lane offsets within a wave's 16 rows)."""
+    Bm, Hm, Rq = mask_dims
+    sb, sh_, ss = masks.mask_word_strides(Bm, Hm, Rq, sh.S_q, sh.S_kv)
+    W = s_pad(sh.S_kv) // abi.MASK_WORD_BITS
+    words = Bm * Hm * (s_pad(sh.S_q) if Rq > 1 else 1) * W
+    if words >= U32 or (WAVE_ROWS * ss + W) * abi.MASK_WORD_BITS * 4 >= U32:
+        raise ValueError(f"attn_mask: a [{Bm}, {Hm}, {Rq}, {sh.S_kv}] mask is too large for the kernels' 32-bit mask "
+                         f"offsets ({words} bit words); split the call")
 
 
 def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: bool, variant: str | None,
            pv_dtype: str, smooth_v: bool, has_block_mask: bool, backend: str,
-           has_lse_corr: bool = False) -> AttentionRecipe:
+           has_lse_corr: bool = False, attn_mask=None) -> AttentionRecipe:
     """The attention launch for checked shapes and options: the query-head and 32-bit reach limits, the shipped
     kernel for (variant, D_pad, out dtype, pv_dtype), bound to its grid and scalar kernargs. `backend` is
-    resolved."""
+    resolved. attn_mask (checked): only its shape is read here (the mask strides, the LUT's)."""
     check_query_heads(sh.H_q)
+    mask_dims = None if attn_mask is None else masks.mask_dims(attn_mask, sh.B, sh.H_q, sh.S_q)
+    if mask_dims is not None:
+        _check_mask_reach(sh, mask_dims)
     strides = _out_strides(sh, layout)
     _check_reach(sh, strides)
     kernel = registry.find(OP, variant, head_dim=d_pad(sh.D), out_dtype=DTYPE_KEYS[sh.dtype], pv_dtype=pv_dtype)
+    if mask_dims is not None and kernel.variant == "asm":   # TEMPORARY (issue 30 in progress): the asm kernel's mask path
+        raise ValueError("attn_mask: the asm attention kernel does not read masks yet; pass kernel=\"hip\"")
     # The smooth_k term: with has_lse_corr (prepared.lse_corr, made by every sage_prepare with smooth_k) execute adds
     # it after the kernel, from the original q (docs/numerics.md §LSE); otherwise the kernel adds its own
     # ln2 * q_f . k_mean (k_mean is all zero without smooth_k, so adding it is exact: x + ln2 * (+-0) == x).
     smooth_k_term = 0 if has_lse_corr else FLAG_SMOOTH_K
     flags = ((FLAG_LSE | smooth_k_term) if return_lse else 0) | (FLAG_CAUSAL if is_causal else 0) | \
-        (FLAG_SMOOTH_V if smooth_v else 0)
+        (FLAG_SMOOTH_V if smooth_v else 0) | (FLAG_MASK if mask_dims is not None else 0)
     Sq_pad, Skv_pad = s_pad(sh.S_q), s_pad(sh.S_kv)
     scalars = {
         "seq_len_q": sh.S_q, "seq_pad_q": Sq_pad, "seq_len_kv": sh.S_kv, "seq_pad_kv": Skv_pad,
@@ -104,50 +123,69 @@ def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: boo
         "out_stride_b": strides[0], "out_stride_s": strides[1], "out_stride_h": strides[2], "head_dim": sh.D,
         "flags": flags, "causal_offset": sh.S_kv - sh.S_q,
     }
-    scalars["lut_stride_b"], scalars["lut_stride_h"] = _lut_strides(sh, has_block_mask)
+    scalars["lut_stride_b"], scalars["lut_stride_h"] = _lut_strides(sh, has_block_mask, mask_dims)
+    scalars["mask_stride_b"], scalars["mask_stride_h"], scalars["mask_stride_s"] = \
+        masks.mask_word_strides(*mask_dims, sh.S_q, sh.S_kv) if mask_dims is not None else (0, 0, 0)
     out_shape = (sh.B, sh.S_q, sh.H_q, sh.D) if layout == "NHD" else (sh.B, sh.H_q, sh.S_q, sh.D)
     # Without return_lse the kernel never touches lse; it still gets a valid (tiny) allocation.
     lse_shape = (sh.B, sh.H_q, sh.S_q) if return_lse else (1,)
     bound = BoundLaunch(kernel.symbol, ATTENTION_FWD_ARGS, (Sq_pad // QUERY_TILE, sh.H_q, sh.B), BLOCK, scalars,
                         backend=backend)
-    return AttentionRecipe(kernel, bound, out_shape, lse_shape, sh.dtype, sh, is_causal, return_lse)
+    return AttentionRecipe(kernel, bound, out_shape, lse_shape, sh.dtype, sh, is_causal, return_lse, mask_dims)
 
 
-_luts: dict[tuple, tuple[torch.Tensor, int, int]] = {}
+_luts: dict[tuple, tuple[torch.Tensor, int, int, torch.Tensor]] = {}
 
 
-def _lut(rec: AttentionRecipe, block_mask: torch.Tensor | None, device: torch.device):
-    """The LUT of the key tiles each query tile visits. Without a block_mask it depends only on (S_q, S_kv,
-    is_causal) and is shared by every (batch, head) (strides 0): built once per shape and device and kept (the
-    kernels only read it)."""
+def _lut(rec: AttentionRecipe, block_mask: torch.Tensor | None, device: torch.device, attn_mask=None):
+    """(lut, stride_b, stride_h, mask_kind, mask_bits, mask_bias): the LUT of the key tiles each query tile visits and
+    the kind of each entry (docs/numerics.md §Masks). Without a block_mask or attn_mask it depends only on (S_q,
+    S_kv, is_causal) and is shared by every (batch, head) (strides 0; kinds all full): built once per shape and
+    device and kept (the kernels only read it). With an attn_mask the tiles are classified by torch ops on its
+    device (masks.attn_mask_tiles: no read-back)."""
     sh = rec.shapes
+    if attn_mask is not None:
+        vis, bias = masks.attn_mask_parts(attn_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv)
+        any_vis, kind = masks.attn_mask_tiles(vis, bias, sh.S_q, sh.S_kv)
+        active = masks.active_tiles(sh.B, sh.H_q, sh.S_q, sh.S_kv, is_causal=rec.is_causal, block_mask=block_mask,
+                                    device=device, mask_visible=any_vis)
+        lut, sb, sh_ = masks.build_lut(active)
+        bits = masks.pack_bits(vis, sh.S_q, sh.S_kv)
+        bias_rows = masks.pack_bias(bias, sh.S_q, sh.S_kv) if bias is not None else bits   # bool: never read
+        return lut, sb, sh_, masks.gather_kinds(active, kind), bits, bias_rows
     if block_mask is not None:
         active = masks.active_tiles(sh.B, sh.H_q, sh.S_q, sh.S_kv, is_causal=rec.is_causal, block_mask=block_mask,
                                     device=device)
-        return masks.build_lut(active)
+        lut, sb, sh_ = masks.build_lut(active)
+        kinds = torch.zeros_like(lut)
+        return lut, sb, sh_, kinds, kinds, kinds
     key = (sh.S_q, sh.S_kv, rec.is_causal, device)
     hit = _luts.get(key)
     if hit is None:
         if len(_luts) >= _LUT_CACHE:
             _luts.clear()
-        hit = _luts[key] = masks.build_lut(masks.active_tiles(1, 1, sh.S_q, sh.S_kv, is_causal=rec.is_causal,
-                                                              device=device))
-    return hit
+        lut, sb, sh_ = masks.build_lut(masks.active_tiles(1, 1, sh.S_q, sh.S_kv, is_causal=rec.is_causal,
+                                                          device=device))
+        hit = _luts[key] = (lut, sb, sh_, torch.zeros_like(lut))
+    return (*hit, hit[3], hit[3])
 
 
-def execute(rec: AttentionRecipe, prepared: SagePrepared, block_mask: torch.Tensor | None = None):
+def execute(rec: AttentionRecipe, prepared: SagePrepared, block_mask: torch.Tensor | None = None,
+            attn_mask: torch.Tensor | None = None):
     """Run the planned attention launch on `prepared` (checked against the recipe by whoever planned it):
     (out, lse) with lse [B, H_q, S_q] fp32 when rec.return_lse, else a 1-element placeholder."""
     device = prepared.q_int8.device
     out = torch.empty(rec.out_shape, dtype=rec.out_dtype, device=device)
     lse = torch.empty(rec.lse_shape, dtype=torch.float32, device=device)
-    lut, lut_sb, lut_sh = _lut(rec, block_mask, device)
+    assert (attn_mask is None) == (rec.mask_dims is None)
+    lut, lut_sb, lut_sh, kinds, bits, bias = _lut(rec, block_mask, device, attn_mask)
     bound = rec.launch
     assert (lut_sb, lut_sh) == (bound.scalars["lut_stride_b"], bound.scalars["lut_stride_h"])
     launch(bound.symbol, ATTENTION_FWD_ARGS, bound.grid, BLOCK, bound.args({
         "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_t,
         "q_scale": prepared.q_scale, "k_scale": prepared.k_scale, "k_mean": prepared.k_mean,
         "v_scale": prepared.v_scale, "out": out, "lse": lse, "lut": lut,
+        "mask_bits": bits, "mask_bias": bias, "mask_kind": kinds,
         # smooth_v: the epilogue adds v_mean back; without it the kernel never reads this pointer
         "v_mean": prepared.v_mean if prepared.v_mean is not None else prepared.k_mean,
     }), backend=bound.backend)
@@ -159,7 +197,7 @@ def execute(rec: AttentionRecipe, prepared: SagePrepared, block_mask: torch.Tens
 
 def plan_forward(prepared: SagePrepared, *, return_lse: bool = False, layout: str = "NHD",
                  backend: str | None = None, variant: str | None = None, is_causal: bool = False,
-                 block_mask: torch.Tensor | None = None) -> AttentionRecipe:
+                 block_mask: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None) -> AttentionRecipe:
     """Check a forward on a caller's SagePrepared (every field, every option) and plan its launch."""
     validate.check_flag("return_lse", return_lse)
     validate.check_flag("is_causal", is_causal)
@@ -170,7 +208,8 @@ def plan_forward(prepared: SagePrepared, *, return_lse: bool = False, layout: st
                         f"got {type(variant).__name__}")
     check_query_heads(sh.H_q, "prepared.q_int8")
     masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv, device=prepared.q_int8.device)
-    return recipe(sh, layout=layout, return_lse=return_lse, is_causal=is_causal, variant=variant,
+    masks.check_attn_mask(attn_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv, device=prepared.q_int8.device)
+    return recipe(sh, attn_mask=attn_mask, layout=layout, return_lse=return_lse, is_causal=is_causal, variant=variant,
                   pv_dtype=prepared.pv_dtype, smooth_v=prepared.v_mean is not None,
                   has_lse_corr=prepared.lse_corr is not None,
                   has_block_mask=block_mask is not None, backend=resolve_backend(prepared.q_int8, backend))
@@ -178,7 +217,7 @@ def plan_forward(prepared: SagePrepared, *, return_lse: bool = False, layout: st
 
 def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layout: str = "NHD",
                       backend: str | None = None, variant: str | None = None, is_causal: bool = False,
-                      block_mask: torch.Tensor | None = None):
+                      block_mask: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None):
     """Attention forward on a prepared structure: out [B, S_q, H_q, D] (layout "NHD") or [B, H_q, S_q, D] ("HND")
     in prepared.out_dtype, or (out, lse fp32 [B, H_q, S_q]).
 
@@ -188,6 +227,6 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layou
     tiles each query tile visits (sage_co.masks). Rows that see no key get zeros and lse -inf. Everything is
     validated before any kernel runs (plan_forward); sage_co.api plans through sage_co.plan instead."""
     rec = plan_forward(prepared, return_lse=return_lse, layout=layout, backend=backend, variant=variant,
-                       is_causal=is_causal, block_mask=block_mask)
-    out, lse = execute(rec, prepared, block_mask)
+                       is_causal=is_causal, block_mask=block_mask, attn_mask=attn_mask)
+    out, lse = execute(rec, prepared, block_mask, attn_mask)
     return (out, lse) if return_lse else out
