@@ -102,8 +102,6 @@ _EXTRA_KEYWORDS = {
     "deterministic": _deterministic,
     "enable_gqa": _enable_gqa,
 }
-if "attn_mask" not in SAGE_ATTENTION.option_names:   # an op built without masks: attn_mask=None is its only value
-    _EXTRA_KEYWORDS["attn_mask"] = _no_op(lambda v: v is None, "this sage-co op has no attn_mask option")
 
 
 def _as_spelled(spelling: str, option: str, value):

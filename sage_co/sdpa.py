@@ -123,8 +123,6 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     tensors = (query, key, value)
     if not all(isinstance(t, torch.Tensor) for t in tensors):
         return "query/key/value: not all tensors"
-    if attn_mask is not None and "attn_mask" not in SAGE_ATTENTION.option_names:
-        return "attn_mask: this sage-co op has no attn_mask option"
     if not isinstance(dropout_p, (int, float)) or dropout_p != 0:
         return "dropout_p: sage-co has no dropout (dropout_p=0 only)"
     if any(t.dim() != 4 for t in tensors):
