@@ -175,11 +175,20 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     return ""
 
 
+def _sdpa_takes_mask(attn_mask, query) -> bool:
+    """torch's SDPA rule for attn_mask's dtype: bool, float32, or the dtype of query (it raises otherwise)."""
+    return isinstance(attn_mask, torch.Tensor) and attn_mask.dtype in (torch.bool, torch.float32, query.dtype)
+
+
 def _mask_reason(query, key, value, attn_mask, scale) -> str:
     """The op's own check of attn_mask on this call (sage_co.plan.plan_call, shapes and dtypes only: no kernel, no
     data read): "" when sage_co.sage_attention takes the mask as SDPA means it, else the op's message (it names
     attn_mask and quotes the mask's dtype and shape)."""
     from . import plan
+    if not _sdpa_takes_mask(attn_mask, query):
+        return (f"attn_mask: torch's SDPA takes a bool, float32 or {_dtype_names([query.dtype])} mask, got "
+                + (f"{attn_mask.dtype} {list(attn_mask.shape)}" if isinstance(attn_mask, torch.Tensor)
+                   else type(attn_mask).__name__) + " (its own error follows)")
     options = SAGE_ATTENTION.bind({"layout": "HND", "attn_mask": attn_mask})
     options["softmax_scale"] = float(scale) if scale is not None else None
     try:

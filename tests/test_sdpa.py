@@ -58,7 +58,6 @@ def _unserved():
     qs = q[:, :, :40]
     grad = q.clone().requires_grad_()
     return [
-        ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(S, S, dtype=torch.bool))),
         ("dropout_p", (q, k, v), dict(dropout_p=0.5)),
         ("dtype", [t.double() for t in (q, k, v)], {}),
         ("shape", [t[0] for t in (q, k, v)], {}),
@@ -113,6 +112,16 @@ def test_masked_calls_are_served(name):
     assert sdpa.stats() == {"routed": 1, "fallback": {}}
     assert torch.equal(out, _sage(q, k, v, attn_mask=mask))
     assert not torch.equal(out, _sage(q, k, v))   # the mask did something
+
+
+def test_a_mask_sdpa_refuses_falls_back_to_sdpas_error():
+    """sage-co takes float16 masks with bf16 q; SDPA refuses a float mask that is neither float32 nor q's dtype, so
+    the router hands such a call to SDPA (its error reaches the caller, as without sage-co), with the reason."""
+    q, k, v = _qkv()
+    with sdpa.enabled(), pytest.raises(RuntimeError, match="attn_mask"):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(S, S, dtype=torch.float16))
+    (reason,) = sdpa.stats()["fallback"]
+    assert reason.startswith("attn_mask:") and "float16" in reason, reason
 
 
 @pytest.mark.parametrize("D, dtype", [(40, torch.bfloat16), (80, torch.float16), (160, torch.bfloat16),
@@ -180,14 +189,14 @@ def test_install_keeps_and_restores_a_previous_replacement(monkeypatch):
     seen = []
 
     def theirs(*args, **kwargs):
-        seen.append(kwargs.get("attn_mask") is not None)
+        seen.append(kwargs.get("dropout_p", 0.0) != 0)
         return sdpa.ORIGINAL_SDPA(*args, **kwargs)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", theirs)
     q, k, v = _qkv()
     sdpa.install()
     F.scaled_dot_product_attention(q, k, v)                                       # routed: theirs not called
-    F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(S, S, dtype=torch.bool))   # fallback: theirs
+    F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)                        # fallback: theirs
     sdpa.uninstall()
     assert seen == [True] and F.scaled_dot_product_attention is theirs
 

@@ -81,7 +81,8 @@ def test_noop_spellings_accepted_and_change_nothing():
 
 
 @pytest.mark.parametrize("kw, exc, name", [
-    ({"attn_mask": torch.ones(1, 1)}, ValueError, "attn_mask"),
+    ({"attn_mask": torch.ones(3, 5)}, ValueError, "attn_mask"),      # does not broadcast to [B, H, 8, 8]
+    ({"attn_mask": torch.ones(8, 8, dtype=torch.int32)}, TypeError, "attn_mask"),
     ({"dropout_p": 0.1}, ValueError, "dropout_p"),
     ({"pv_accum_dtype": "fp16"}, ValueError, "pv_accum_dtype"),
     ({"qk_quant_gran": "per_thread"}, ValueError, "qk_quant_gran"),
