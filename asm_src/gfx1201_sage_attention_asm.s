@@ -30,9 +30,16 @@
 // L[min(t+3, last)] is s_load-ed at the top of tile t and waited at its end (one LUT entry in flight).
 // Masking: a tile whose end passes the wave's smallest row limit (seq_len_kv, or q0 + S_kv - S_q + 1 when
 // causal) takes a uniform branch that sets s = -inf for keys >= the lane's row limit; m_use = 0 while m = -inf.
+// attn_mask (flags bit 4; docs/numerics.md §Masks "attn_mask"): the kind of L[t+1] is s_load-ed
+// with L[t+3] (mask_kind, parallel to the LUT; zeros without a mask). Partial tiles: at the top of tile t (before
+// its staging loads) each lane loads its bit word (row q0 + r, keys 32h..) into rs[0]; additive tiles also its 32
+// biases into the ring; before the fragment prefetch they are waited for alone (s_wait_loadcnt = the staging
+// loads), additive scores become s = fma(x - 1.5 * 2^23, qk, b) (row max unscaled, exact exp2 form), hidden keys
+// -inf (v_bfe_i32 + v_bfi_b32); the exact form masks the bits again. Full tiles: the unmasked instructions.
 //
-// Kernarg struct (196 bytes, no hidden args; sage_co/abi.py ATTENTION_FWD_ARGS), loaded whole into
-// SGPRs s4.. (dword i in s4+i):
+// Kernarg struct (196 bytes, no hidden args; sage_co/abi.py ATTENTION_FWD_ARGS); the fields before
+// mask_bits loaded into SGPRs s4.. (dword i in s4+i), the mask_* fields by the prologue
+// into SGPRs the loop no longer reads (q, k, v_mean, causal_offset, lut strides; the SGPR map):
 //   | offset | name           | kind |
 //   |      0 | q              | ptr  |
 //   |      8 | k              | ptr  |
@@ -68,6 +75,7 @@
 //   |    192 | mask_stride_s  | u32  |
 //   flags bit 0: write lse; bit 1: lse adds ln2 * (q_int8*q_scale).k_mean;
 //   bit 2: causal; bit 3: smooth_v, out adds v_mean (loaded always: pass k_mean without it)
+//   bit 4: attn_mask (mask_kind is read always: pass zeros without it)
 //   out: element (b, i, h, d) at out + 2*(b*out_stride_b + i*out_stride_s + h*out_stride_h + d), d < head_dim
 //
 // Data flow (docs/rdna4.md §WMMA "SageAttention data flow", same index permutations as the .hip header):
@@ -384,6 +392,27 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[102:103], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -549,12 +578,17 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
 .Ld128_bf16_loop:
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_bf16_last_0
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_mask_issued_0_ool
+.Ld128_bf16_mask_issued_0:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -577,6 +611,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         global_load_b128 v[204:207], v10, s[88:89]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_mask_applied_0_ool
+.Ld128_bf16_mask_applied_0:
         ds_load_b128 v[208:211], v1 offset:8192
         ds_load_b128 v[212:215], v1 offset:9216
         ds_load_b128 v[216:219], v1 offset:10240
@@ -696,6 +733,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld128_bf16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_bf16_max_additive_0
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -718,6 +757,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+.Ld128_bf16_max_done_0:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -726,6 +766,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_bf16_one_fma_0_additive
         v_add_nc_u32_e32 v28, -1, v13
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -765,7 +807,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_bf16_one_fma_0_mask
+        s_cbranch_scc1 .Ld128_bf16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -870,6 +912,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_one_fma_0_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_one_fma_0_bits
 .Ld128_bf16_one_fma_0_mask:
         v_mov_b32_e32 v14, 1.0
         v_mov_b32_e32 v29, v18
@@ -1152,14 +1197,20 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_bf16_last_1
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_mask_issued_1_ool
+.Ld128_bf16_mask_issued_1:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -1182,6 +1233,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         global_load_b128 v[204:207], v10, s[88:89]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_mask_applied_1_ool
+.Ld128_bf16_mask_applied_1:
         ds_load_b128 v[208:211], v1 offset:0
         ds_load_b128 v[212:215], v1 offset:1024
         ds_load_b128 v[216:219], v1 offset:2048
@@ -1301,6 +1355,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
 .Ld128_bf16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_bf16_max_additive_1
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -1323,6 +1379,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+.Ld128_bf16_max_done_1:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -1331,6 +1388,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_bf16_one_fma_1_additive
         v_add_nc_u32_e32 v28, -1, v13
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -1370,7 +1429,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_bf16_one_fma_1_mask
+        s_cbranch_scc1 .Ld128_bf16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -1475,6 +1534,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_one_fma_1_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_one_fma_1_bits
 .Ld128_bf16_one_fma_1_mask:
         v_mov_b32_e32 v14, 1.0
         v_mov_b32_e32 v29, v18
@@ -1757,10 +1819,17 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_branch .Ld128_bf16_loop
 .Ld128_bf16_last_0:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_mask_issued_0_last_ool
+.Ld128_bf16_mask_issued_0_last:
 
         // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_mask_applied_0_last_ool
+.Ld128_bf16_mask_applied_0_last:
         ds_load_b128 v[208:211], v5 offset:16384
         ds_load_b128 v[212:215], v5 offset:17408
         ds_load_b128 v[216:219], v5 offset:18432
@@ -1880,6 +1949,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld128_bf16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_bf16_max_additive_0_last
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -1902,6 +1973,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+.Ld128_bf16_max_done_0_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -1910,6 +1982,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_bf16_one_fma_0_last_additive
         v_add_nc_u32_e32 v28, -1, v13
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -1949,7 +2023,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_bf16_one_fma_0_last_mask
+        s_cbranch_scc1 .Ld128_bf16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -2054,6 +2128,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_one_fma_0_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_one_fma_0_last_bits
 .Ld128_bf16_one_fma_0_last_mask:
         v_mov_b32_e32 v14, 1.0
         v_mov_b32_e32 v29, v18
@@ -2253,8 +2330,14 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_mov_b32 v16, v17  // m of the last tile into m[0]
         s_branch .Ld128_bf16_epilogue
 .Ld128_bf16_last_1:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_mask_issued_1_last_ool
+.Ld128_bf16_mask_issued_1_last:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_mask_applied_1_last_ool
+.Ld128_bf16_mask_applied_1_last:
         ds_load_b128 v[208:211], v5 offset:24576
         ds_load_b128 v[212:215], v5 offset:25600
         ds_load_b128 v[216:219], v5 offset:26624
@@ -2374,6 +2457,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
 .Ld128_bf16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_bf16_max_additive_1_last
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -2396,6 +2481,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+.Ld128_bf16_max_done_1_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -2404,6 +2490,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_bf16_one_fma_1_last_additive
         v_add_nc_u32_e32 v28, -1, v13
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -2443,7 +2531,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_bf16_one_fma_1_last_mask
+        s_cbranch_scc1 .Ld128_bf16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -2548,6 +2636,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_one_fma_1_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_one_fma_1_last_bits
 .Ld128_bf16_one_fma_1_last_mask:
         v_mov_b32_e32 v14, 1.0
         v_mov_b32_e32 v29, v18
@@ -4134,6 +4225,1008 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         global_store_b32 v212, v208, s[102:103]
 .Ld128_bf16_end:
         s_endpgm
+
+        // ---- out of line: the attn_mask blocks of partial / additive tiles (each branches back) --------------
+.Ld128_bf16_mask_issued_0_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_mask_issued_0
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+        s_branch .Ld128_bf16_mask_issued_0
+.Ld128_bf16_mask_applied_0_ool:
+        s_wait_loadcnt 9  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_mask_applied_0_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v13, v208
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v13, v209
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v13, v210
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v13, v211
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v13, v212
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v13, v213
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v13, v214
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v13, v215
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v13, v216
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v13, v217
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v13, v218
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v13, v219
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v13, v220
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v13, v221
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v13, v222
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v13, v223
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v13, v224
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v13, v225
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v13, v226
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v13, v227
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v13, v228
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v13, v229
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v13, v230
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v13, v231
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v13, v232
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v13, v233
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v13, v234
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v13, v235
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v13, v236
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v13, v237
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v13, v238
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v13, v239
+.Ld128_bf16_mask_applied_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_bf16_mask_applied_0
+.Ld128_bf16_max_additive_0:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_bf16_max_done_0
+.Ld128_bf16_one_fma_0_additive:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_bf16_one_fma_0
+.Ld128_bf16_one_fma_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_bf16_one_fma_0_mask
+.Ld128_bf16_mask_issued_1_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_mask_issued_1
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+        s_branch .Ld128_bf16_mask_issued_1
+.Ld128_bf16_mask_applied_1_ool:
+        s_wait_loadcnt 9  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_mask_applied_1_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v13, v208
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v13, v209
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v13, v210
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v13, v211
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v13, v212
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v13, v213
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v13, v214
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v13, v215
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v13, v216
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v13, v217
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v13, v218
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v13, v219
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v13, v220
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v13, v221
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v13, v222
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v13, v223
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v13, v224
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v13, v225
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v13, v226
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v13, v227
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v13, v228
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v13, v229
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v13, v230
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v13, v231
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v13, v232
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v13, v233
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v13, v234
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v13, v235
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v13, v236
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v13, v237
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v13, v238
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v13, v239
+.Ld128_bf16_mask_applied_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_bf16_mask_applied_1
+.Ld128_bf16_max_additive_1:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_bf16_max_done_1
+.Ld128_bf16_one_fma_1_additive:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_bf16_one_fma_1
+.Ld128_bf16_one_fma_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_bf16_one_fma_1_mask
+.Ld128_bf16_mask_issued_0_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_mask_issued_0_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+        s_branch .Ld128_bf16_mask_issued_0_last
+.Ld128_bf16_mask_applied_0_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v13, v208
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v13, v209
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v13, v210
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v13, v211
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v13, v212
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v13, v213
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v13, v214
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v13, v215
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v13, v216
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v13, v217
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v13, v218
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v13, v219
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v13, v220
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v13, v221
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v13, v222
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v13, v223
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v13, v224
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v13, v225
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v13, v226
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v13, v227
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v13, v228
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v13, v229
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v13, v230
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v13, v231
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v13, v232
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v13, v233
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v13, v234
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v13, v235
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v13, v236
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v13, v237
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v13, v238
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v13, v239
+.Ld128_bf16_mask_applied_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_bf16_mask_applied_0_last
+.Ld128_bf16_max_additive_0_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_bf16_max_done_0_last
+.Ld128_bf16_one_fma_0_last_additive:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_bf16_one_fma_0_last
+.Ld128_bf16_one_fma_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_bf16_one_fma_0_last_mask
+.Ld128_bf16_mask_issued_1_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_mask_issued_1_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+        s_branch .Ld128_bf16_mask_issued_1_last
+.Ld128_bf16_mask_applied_1_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v13, v208
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v13, v209
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v13, v210
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v13, v211
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v13, v212
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v13, v213
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v13, v214
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v13, v215
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v13, v216
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v13, v217
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v13, v218
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v13, v219
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v13, v220
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v13, v221
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v13, v222
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v13, v223
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v13, v224
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v13, v225
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v13, v226
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v13, v227
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v13, v228
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v13, v229
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v13, v230
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v13, v231
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v13, v232
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v13, v233
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v13, v234
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v13, v235
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v13, v236
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v13, v237
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v13, v238
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v13, v239
+.Ld128_bf16_mask_applied_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_bf16_mask_applied_1_last
+.Ld128_bf16_max_additive_1_last:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_bf16_max_done_1_last
+.Ld128_bf16_one_fma_1_last_additive:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_bf16_one_fma_1_last
+.Ld128_bf16_one_fma_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_bf16_one_fma_1_last_mask
 .Lgfx1201_sage_attention_fwd_asm_d128_bf16_end:
         .size   gfx1201_sage_attention_fwd_asm_d128_bf16, .Lgfx1201_sage_attention_fwd_asm_d128_bf16_end-gfx1201_sage_attention_fwd_asm_d128_bf16
 
@@ -4400,6 +5493,27 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[102:103], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -4565,12 +5679,17 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
 .Ld128_fp16_loop:
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_fp16_last_0
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_mask_issued_0_ool
+.Ld128_fp16_mask_issued_0:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -4593,6 +5712,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         global_load_b128 v[204:207], v10, s[88:89]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_mask_applied_0_ool
+.Ld128_fp16_mask_applied_0:
         ds_load_b128 v[208:211], v1 offset:8192
         ds_load_b128 v[212:215], v1 offset:9216
         ds_load_b128 v[216:219], v1 offset:10240
@@ -4712,6 +5834,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld128_fp16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp16_max_additive_0
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -4734,6 +5858,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+.Ld128_fp16_max_done_0:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -4742,6 +5867,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp16_one_fma_0_additive
         v_add_nc_u32_e32 v28, -1, v13
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -4781,7 +5908,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_fp16_one_fma_0_mask
+        s_cbranch_scc1 .Ld128_fp16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -4886,6 +6013,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_one_fma_0_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_one_fma_0_bits
 .Ld128_fp16_one_fma_0_mask:
         v_mov_b32_e32 v14, 1.0
         v_mov_b32_e32 v29, v18
@@ -5168,14 +6298,20 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_fp16_last_1
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_mask_issued_1_ool
+.Ld128_fp16_mask_issued_1:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -5198,6 +6334,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         global_load_b128 v[204:207], v10, s[88:89]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_mask_applied_1_ool
+.Ld128_fp16_mask_applied_1:
         ds_load_b128 v[208:211], v1 offset:0
         ds_load_b128 v[212:215], v1 offset:1024
         ds_load_b128 v[216:219], v1 offset:2048
@@ -5317,6 +6456,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
 .Ld128_fp16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp16_max_additive_1
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -5339,6 +6480,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+.Ld128_fp16_max_done_1:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -5347,6 +6489,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp16_one_fma_1_additive
         v_add_nc_u32_e32 v28, -1, v13
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -5386,7 +6530,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_fp16_one_fma_1_mask
+        s_cbranch_scc1 .Ld128_fp16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -5491,6 +6635,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_one_fma_1_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_one_fma_1_bits
 .Ld128_fp16_one_fma_1_mask:
         v_mov_b32_e32 v14, 1.0
         v_mov_b32_e32 v29, v18
@@ -5773,10 +6920,17 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_branch .Ld128_fp16_loop
 .Ld128_fp16_last_0:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_mask_issued_0_last_ool
+.Ld128_fp16_mask_issued_0_last:
 
         // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_mask_applied_0_last_ool
+.Ld128_fp16_mask_applied_0_last:
         ds_load_b128 v[208:211], v5 offset:16384
         ds_load_b128 v[212:215], v5 offset:17408
         ds_load_b128 v[216:219], v5 offset:18432
@@ -5896,6 +7050,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld128_fp16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp16_max_additive_0_last
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -5918,6 +7074,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+.Ld128_fp16_max_done_0_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -5926,6 +7083,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp16_one_fma_0_last_additive
         v_add_nc_u32_e32 v28, -1, v13
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -5965,7 +7124,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_fp16_one_fma_0_last_mask
+        s_cbranch_scc1 .Ld128_fp16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -6070,6 +7229,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_one_fma_0_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_one_fma_0_last_bits
 .Ld128_fp16_one_fma_0_last_mask:
         v_mov_b32_e32 v14, 1.0
         v_mov_b32_e32 v29, v18
@@ -6269,8 +7431,14 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_mov_b32 v16, v17  // m of the last tile into m[0]
         s_branch .Ld128_fp16_epilogue
 .Ld128_fp16_last_1:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_mask_issued_1_last_ool
+.Ld128_fp16_mask_issued_1_last:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_mask_applied_1_last_ool
+.Ld128_fp16_mask_applied_1_last:
         ds_load_b128 v[208:211], v5 offset:24576
         ds_load_b128 v[212:215], v5 offset:25600
         ds_load_b128 v[216:219], v5 offset:26624
@@ -6390,6 +7558,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
 .Ld128_fp16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp16_max_additive_1_last
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -6412,6 +7582,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+.Ld128_fp16_max_done_1_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -6420,6 +7591,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v13, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp16_one_fma_1_last_additive
         v_add_nc_u32_e32 v28, -1, v13
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -6459,7 +7632,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_fp16_one_fma_1_last_mask
+        s_cbranch_scc1 .Ld128_fp16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -6564,6 +7737,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_one_fma_1_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_one_fma_1_last_bits
 .Ld128_fp16_one_fma_1_last_mask:
         v_mov_b32_e32 v14, 1.0
         v_mov_b32_e32 v29, v18
@@ -8086,6 +9262,1008 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         global_store_b32 v212, v208, s[102:103]
 .Ld128_fp16_end:
         s_endpgm
+
+        // ---- out of line: the attn_mask blocks of partial / additive tiles (each branches back) --------------
+.Ld128_fp16_mask_issued_0_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_mask_issued_0
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+        s_branch .Ld128_fp16_mask_issued_0
+.Ld128_fp16_mask_applied_0_ool:
+        s_wait_loadcnt 9  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_mask_applied_0_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v13, v208
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v13, v209
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v13, v210
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v13, v211
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v13, v212
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v13, v213
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v13, v214
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v13, v215
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v13, v216
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v13, v217
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v13, v218
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v13, v219
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v13, v220
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v13, v221
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v13, v222
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v13, v223
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v13, v224
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v13, v225
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v13, v226
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v13, v227
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v13, v228
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v13, v229
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v13, v230
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v13, v231
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v13, v232
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v13, v233
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v13, v234
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v13, v235
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v13, v236
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v13, v237
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v13, v238
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v13, v239
+.Ld128_fp16_mask_applied_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_fp16_mask_applied_0
+.Ld128_fp16_max_additive_0:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp16_max_done_0
+.Ld128_fp16_one_fma_0_additive:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_fp16_one_fma_0
+.Ld128_fp16_one_fma_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_fp16_one_fma_0_mask
+.Ld128_fp16_mask_issued_1_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_mask_issued_1
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+        s_branch .Ld128_fp16_mask_issued_1
+.Ld128_fp16_mask_applied_1_ool:
+        s_wait_loadcnt 9  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_mask_applied_1_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v13, v208
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v13, v209
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v13, v210
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v13, v211
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v13, v212
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v13, v213
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v13, v214
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v13, v215
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v13, v216
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v13, v217
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v13, v218
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v13, v219
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v13, v220
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v13, v221
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v13, v222
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v13, v223
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v13, v224
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v13, v225
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v13, v226
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v13, v227
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v13, v228
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v13, v229
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v13, v230
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v13, v231
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v13, v232
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v13, v233
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v13, v234
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v13, v235
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v13, v236
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v13, v237
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v13, v238
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v13, v239
+.Ld128_fp16_mask_applied_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_fp16_mask_applied_1
+.Ld128_fp16_max_additive_1:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp16_max_done_1
+.Ld128_fp16_one_fma_1_additive:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_fp16_one_fma_1
+.Ld128_fp16_one_fma_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_fp16_one_fma_1_mask
+.Ld128_fp16_mask_issued_0_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_mask_issued_0_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+        s_branch .Ld128_fp16_mask_issued_0_last
+.Ld128_fp16_mask_applied_0_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v13, v208
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v13, v209
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v13, v210
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v13, v211
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v13, v212
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v13, v213
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v13, v214
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v13, v215
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v13, v216
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v13, v217
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v13, v218
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v13, v219
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v13, v220
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v13, v221
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v13, v222
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v13, v223
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v13, v224
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v13, v225
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v13, v226
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v13, v227
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v13, v228
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v13, v229
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v13, v230
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v13, v231
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v13, v232
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v13, v233
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v13, v234
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v13, v235
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v13, v236
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v13, v237
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v13, v238
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v13, v239
+.Ld128_fp16_mask_applied_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_fp16_mask_applied_0_last
+.Ld128_fp16_max_additive_0_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp16_max_done_0_last
+.Ld128_fp16_one_fma_0_last_additive:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_fp16_one_fma_0_last
+.Ld128_fp16_one_fma_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_fp16_one_fma_0_last_mask
+.Ld128_fp16_mask_issued_1_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_mask_issued_1_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[208:211], v29, s[42:43] offset:0
+        global_load_b128 v[212:215], v29, s[42:43] offset:16
+        global_load_b128 v[216:219], v29, s[42:43] offset:32
+        global_load_b128 v[220:223], v29, s[42:43] offset:48
+        global_load_b128 v[224:227], v29, s[42:43] offset:64
+        global_load_b128 v[228:231], v29, s[42:43] offset:80
+        global_load_b128 v[232:235], v29, s[42:43] offset:96
+        global_load_b128 v[236:239], v29, s[42:43] offset:112
+        s_branch .Ld128_fp16_mask_issued_1_last
+.Ld128_fp16_mask_applied_1_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v13, v208
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v13, v209
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v13, v210
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v13, v211
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v13, v212
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v13, v213
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v13, v214
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v13, v215
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v13, v216
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v13, v217
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v13, v218
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v13, v219
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v13, v220
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v13, v221
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v13, v222
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v13, v223
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v13, v224
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v13, v225
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v13, v226
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v13, v227
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v13, v228
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v13, v229
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v13, v230
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v13, v231
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v13, v232
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v13, v233
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v13, v234
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v13, v235
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v13, v236
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v13, v237
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v13, v238
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v13, v239
+.Ld128_fp16_mask_applied_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_fp16_mask_applied_1_last
+.Ld128_fp16_max_additive_1_last:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp16_max_done_1_last
+.Ld128_fp16_one_fma_1_last_additive:
+        v_mov_b32_e32 v14, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_fp16_one_fma_1_last
+.Ld128_fp16_one_fma_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_fp16_one_fma_1_last_mask
 .Lgfx1201_sage_attention_fwd_asm_d128_fp16_end:
         .size   gfx1201_sage_attention_fwd_asm_d128_fp16, .Lgfx1201_sage_attention_fwd_asm_d128_fp16_end-gfx1201_sage_attention_fwd_asm_d128_fp16
 
@@ -8344,6 +10522,27 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[98:99], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -8447,12 +10646,17 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
 .Ld64_bf16_loop:
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_bf16_last_0
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_mask_issued_0_ool
+.Ld64_bf16_mask_issued_0:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -8469,6 +10673,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         global_load_b128 v[148:151], v8, s[84:85]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_mask_applied_0_ool
+.Ld64_bf16_mask_applied_0:
         ds_load_b128 v[152:155], v1 offset:4096
         ds_load_b128 v[156:159], v1 offset:4608
         ds_load_b128 v[160:163], v1 offset:5120
@@ -8588,6 +10795,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
 .Ld64_bf16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_bf16_max_additive_0
         v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
         v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
         v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
@@ -8610,6 +10819,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+.Ld64_bf16_max_done_0:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -8618,6 +10828,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_bf16_one_fma_0_additive
         v_add_nc_u32_e32 v28, -1, v11
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -8657,7 +10869,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_bf16_one_fma_0_mask
+        s_cbranch_scc1 .Ld64_bf16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -8762,6 +10974,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_one_fma_0_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_one_fma_0_bits
 .Ld64_bf16_one_fma_0_mask:
         v_mov_b32_e32 v12, 1.0
         v_mov_b32_e32 v29, v18
@@ -8960,14 +11175,20 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_bf16_last_1
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_mask_issued_1_ool
+.Ld64_bf16_mask_issued_1:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -8984,6 +11205,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         global_load_b128 v[148:151], v8, s[84:85]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_mask_applied_1_ool
+.Ld64_bf16_mask_applied_1:
         ds_load_b128 v[152:155], v1 offset:0
         ds_load_b128 v[156:159], v1 offset:512
         ds_load_b128 v[160:163], v1 offset:1024
@@ -9103,6 +11327,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld64_bf16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_bf16_max_additive_1
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -9125,6 +11351,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+.Ld64_bf16_max_done_1:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -9133,6 +11360,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_bf16_one_fma_1_additive
         v_add_nc_u32_e32 v28, -1, v11
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -9172,7 +11401,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_bf16_one_fma_1_mask
+        s_cbranch_scc1 .Ld64_bf16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -9277,6 +11506,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_one_fma_1_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_one_fma_1_bits
 .Ld64_bf16_one_fma_1_mask:
         v_mov_b32_e32 v12, 1.0
         v_mov_b32_e32 v29, v18
@@ -9475,10 +11707,17 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_branch .Ld64_bf16_loop
 .Ld64_bf16_last_0:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_mask_issued_0_last_ool
+.Ld64_bf16_mask_issued_0_last:
 
         // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_mask_applied_0_last_ool
+.Ld64_bf16_mask_applied_0_last:
         ds_load_b128 v[152:155], v3 offset:8192
         ds_load_b128 v[156:159], v3 offset:9216
         ds_load_b128 v[160:163], v3 offset:10240
@@ -9596,6 +11835,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
 .Ld64_bf16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_bf16_max_additive_0_last
         v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
         v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
         v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
@@ -9618,6 +11859,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+.Ld64_bf16_max_done_0_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -9626,6 +11868,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_bf16_one_fma_0_last_additive
         v_add_nc_u32_e32 v28, -1, v11
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -9665,7 +11909,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_bf16_one_fma_0_last_mask
+        s_cbranch_scc1 .Ld64_bf16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -9770,6 +12014,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_one_fma_0_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_one_fma_0_last_bits
 .Ld64_bf16_one_fma_0_last_mask:
         v_mov_b32_e32 v12, 1.0
         v_mov_b32_e32 v29, v18
@@ -9923,8 +12170,14 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_mov_b32 v16, v17  // m of the last tile into m[0]
         s_branch .Ld64_bf16_epilogue
 .Ld64_bf16_last_1:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_mask_issued_1_last_ool
+.Ld64_bf16_mask_issued_1_last:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_mask_applied_1_last_ool
+.Ld64_bf16_mask_applied_1_last:
         ds_load_b128 v[152:155], v3 offset:12288
         ds_load_b128 v[156:159], v3 offset:13312
         ds_load_b128 v[160:163], v3 offset:14336
@@ -10042,6 +12295,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld64_bf16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_bf16_max_additive_1_last
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -10064,6 +12319,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+.Ld64_bf16_max_done_1_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -10072,6 +12328,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_bf16_one_fma_1_last_additive
         v_add_nc_u32_e32 v28, -1, v11
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -10111,7 +12369,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_bf16_one_fma_1_last_mask
+        s_cbranch_scc1 .Ld64_bf16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -10216,6 +12474,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_one_fma_1_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_one_fma_1_last_bits
 .Ld64_bf16_one_fma_1_last_mask:
         v_mov_b32_e32 v12, 1.0
         v_mov_b32_e32 v29, v18
@@ -11156,6 +13417,1008 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         global_store_b32 v156, v152, s[98:99]
 .Ld64_bf16_end:
         s_endpgm
+
+        // ---- out of line: the attn_mask blocks of partial / additive tiles (each branches back) --------------
+.Ld64_bf16_mask_issued_0_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_mask_issued_0
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+        s_branch .Ld64_bf16_mask_issued_0
+.Ld64_bf16_mask_applied_0_ool:
+        s_wait_loadcnt 5  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_mask_applied_0_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v11, v152
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v11, v153
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v11, v154
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v11, v155
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v11, v156
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v11, v157
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v11, v158
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v11, v159
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v11, v160
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v11, v161
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v11, v162
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v11, v163
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v11, v164
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v11, v165
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v11, v166
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v11, v167
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v11, v168
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v11, v169
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v11, v170
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v11, v171
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v11, v172
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v11, v173
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v11, v174
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v11, v175
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v11, v176
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v11, v177
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v11, v178
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v11, v179
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v11, v180
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v11, v181
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v11, v182
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v11, v183
+.Ld64_bf16_mask_applied_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
+        s_branch .Ld64_bf16_mask_applied_0
+.Ld64_bf16_max_additive_0:
+        v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
+        v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
+        v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
+        v_dual_max_num_f32 v26, v74, v26 :: v_dual_max_num_f32 v27, v75, v27
+        v_dual_max_num_f32 v24, v76, v24 :: v_dual_max_num_f32 v25, v77, v25
+        v_dual_max_num_f32 v26, v78, v26 :: v_dual_max_num_f32 v27, v79, v27
+        v_dual_max_num_f32 v24, v80, v24 :: v_dual_max_num_f32 v25, v81, v25
+        v_dual_max_num_f32 v26, v82, v26 :: v_dual_max_num_f32 v27, v83, v27
+        v_dual_max_num_f32 v24, v84, v24 :: v_dual_max_num_f32 v25, v85, v25
+        v_dual_max_num_f32 v26, v86, v26 :: v_dual_max_num_f32 v27, v87, v27
+        v_dual_max_num_f32 v24, v88, v24 :: v_dual_max_num_f32 v25, v89, v25
+        v_dual_max_num_f32 v26, v90, v26 :: v_dual_max_num_f32 v27, v91, v27
+        v_dual_max_num_f32 v24, v92, v24 :: v_dual_max_num_f32 v25, v93, v25
+        v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld64_bf16_max_done_0
+.Ld64_bf16_one_fma_0_additive:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld64_bf16_one_fma_0
+.Ld64_bf16_one_fma_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
+        s_branch .Ld64_bf16_one_fma_0_mask
+.Ld64_bf16_mask_issued_1_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_mask_issued_1
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+        s_branch .Ld64_bf16_mask_issued_1
+.Ld64_bf16_mask_applied_1_ool:
+        s_wait_loadcnt 5  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_mask_applied_1_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v11, v152
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v11, v153
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v11, v154
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v11, v155
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v11, v156
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v11, v157
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v11, v158
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v11, v159
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v11, v160
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v11, v161
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v11, v162
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v11, v163
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v11, v164
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v11, v165
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v11, v166
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v11, v167
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v11, v168
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v11, v169
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v11, v170
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v11, v171
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v11, v172
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v11, v173
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v11, v174
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v11, v175
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v11, v176
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v11, v177
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v11, v178
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v11, v179
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v11, v180
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v11, v181
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v11, v182
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v11, v183
+.Ld64_bf16_mask_applied_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld64_bf16_mask_applied_1
+.Ld64_bf16_max_additive_1:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld64_bf16_max_done_1
+.Ld64_bf16_one_fma_1_additive:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld64_bf16_one_fma_1
+.Ld64_bf16_one_fma_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld64_bf16_one_fma_1_mask
+.Ld64_bf16_mask_issued_0_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_mask_issued_0_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+        s_branch .Ld64_bf16_mask_issued_0_last
+.Ld64_bf16_mask_applied_0_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v11, v152
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v11, v153
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v11, v154
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v11, v155
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v11, v156
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v11, v157
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v11, v158
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v11, v159
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v11, v160
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v11, v161
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v11, v162
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v11, v163
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v11, v164
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v11, v165
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v11, v166
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v11, v167
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v11, v168
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v11, v169
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v11, v170
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v11, v171
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v11, v172
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v11, v173
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v11, v174
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v11, v175
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v11, v176
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v11, v177
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v11, v178
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v11, v179
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v11, v180
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v11, v181
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v11, v182
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v11, v183
+.Ld64_bf16_mask_applied_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
+        s_branch .Ld64_bf16_mask_applied_0_last
+.Ld64_bf16_max_additive_0_last:
+        v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
+        v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
+        v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
+        v_dual_max_num_f32 v26, v74, v26 :: v_dual_max_num_f32 v27, v75, v27
+        v_dual_max_num_f32 v24, v76, v24 :: v_dual_max_num_f32 v25, v77, v25
+        v_dual_max_num_f32 v26, v78, v26 :: v_dual_max_num_f32 v27, v79, v27
+        v_dual_max_num_f32 v24, v80, v24 :: v_dual_max_num_f32 v25, v81, v25
+        v_dual_max_num_f32 v26, v82, v26 :: v_dual_max_num_f32 v27, v83, v27
+        v_dual_max_num_f32 v24, v84, v24 :: v_dual_max_num_f32 v25, v85, v25
+        v_dual_max_num_f32 v26, v86, v26 :: v_dual_max_num_f32 v27, v87, v27
+        v_dual_max_num_f32 v24, v88, v24 :: v_dual_max_num_f32 v25, v89, v25
+        v_dual_max_num_f32 v26, v90, v26 :: v_dual_max_num_f32 v27, v91, v27
+        v_dual_max_num_f32 v24, v92, v24 :: v_dual_max_num_f32 v25, v93, v25
+        v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld64_bf16_max_done_0_last
+.Ld64_bf16_one_fma_0_last_additive:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld64_bf16_one_fma_0_last
+.Ld64_bf16_one_fma_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
+        s_branch .Ld64_bf16_one_fma_0_last_mask
+.Ld64_bf16_mask_issued_1_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_mask_issued_1_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+        s_branch .Ld64_bf16_mask_issued_1_last
+.Ld64_bf16_mask_applied_1_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v11, v152
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v11, v153
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v11, v154
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v11, v155
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v11, v156
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v11, v157
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v11, v158
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v11, v159
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v11, v160
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v11, v161
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v11, v162
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v11, v163
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v11, v164
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v11, v165
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v11, v166
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v11, v167
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v11, v168
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v11, v169
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v11, v170
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v11, v171
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v11, v172
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v11, v173
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v11, v174
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v11, v175
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v11, v176
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v11, v177
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v11, v178
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v11, v179
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v11, v180
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v11, v181
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v11, v182
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v11, v183
+.Ld64_bf16_mask_applied_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld64_bf16_mask_applied_1_last
+.Ld64_bf16_max_additive_1_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld64_bf16_max_done_1_last
+.Ld64_bf16_one_fma_1_last_additive:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld64_bf16_one_fma_1_last
+.Ld64_bf16_one_fma_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld64_bf16_one_fma_1_last_mask
 .Lgfx1201_sage_attention_fwd_asm_d64_bf16_end:
         .size   gfx1201_sage_attention_fwd_asm_d64_bf16, .Lgfx1201_sage_attention_fwd_asm_d64_bf16_end-gfx1201_sage_attention_fwd_asm_d64_bf16
 
@@ -11414,6 +14677,27 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[98:99], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -11517,12 +14801,17 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
 .Ld64_fp16_loop:
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_fp16_last_0
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_mask_issued_0_ool
+.Ld64_fp16_mask_issued_0:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -11539,6 +14828,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         global_load_b128 v[148:151], v8, s[84:85]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_mask_applied_0_ool
+.Ld64_fp16_mask_applied_0:
         ds_load_b128 v[152:155], v1 offset:4096
         ds_load_b128 v[156:159], v1 offset:4608
         ds_load_b128 v[160:163], v1 offset:5120
@@ -11658,6 +14950,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
 .Ld64_fp16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp16_max_additive_0
         v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
         v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
         v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
@@ -11680,6 +14974,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+.Ld64_fp16_max_done_0:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -11688,6 +14983,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp16_one_fma_0_additive
         v_add_nc_u32_e32 v28, -1, v11
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -11727,7 +15024,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_fp16_one_fma_0_mask
+        s_cbranch_scc1 .Ld64_fp16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -11832,6 +15129,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_one_fma_0_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_one_fma_0_bits
 .Ld64_fp16_one_fma_0_mask:
         v_mov_b32_e32 v12, 1.0
         v_mov_b32_e32 v29, v18
@@ -12030,14 +15330,20 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_fp16_last_1
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_mask_issued_1_ool
+.Ld64_fp16_mask_issued_1:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -12054,6 +15360,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         global_load_b128 v[148:151], v8, s[84:85]
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_mask_applied_1_ool
+.Ld64_fp16_mask_applied_1:
         ds_load_b128 v[152:155], v1 offset:0
         ds_load_b128 v[156:159], v1 offset:512
         ds_load_b128 v[160:163], v1 offset:1024
@@ -12173,6 +15482,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld64_fp16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp16_max_additive_1
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -12195,6 +15506,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+.Ld64_fp16_max_done_1:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -12203,6 +15515,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp16_one_fma_1_additive
         v_add_nc_u32_e32 v28, -1, v11
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -12242,7 +15556,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_fp16_one_fma_1_mask
+        s_cbranch_scc1 .Ld64_fp16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -12347,6 +15661,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_one_fma_1_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_one_fma_1_bits
 .Ld64_fp16_one_fma_1_mask:
         v_mov_b32_e32 v12, 1.0
         v_mov_b32_e32 v29, v18
@@ -12545,10 +15862,17 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_branch .Ld64_fp16_loop
 .Ld64_fp16_last_0:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_mask_issued_0_last_ool
+.Ld64_fp16_mask_issued_0_last:
 
         // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_mask_applied_0_last_ool
+.Ld64_fp16_mask_applied_0_last:
         ds_load_b128 v[152:155], v3 offset:8192
         ds_load_b128 v[156:159], v3 offset:9216
         ds_load_b128 v[160:163], v3 offset:10240
@@ -12666,6 +15990,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
 .Ld64_fp16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp16_max_additive_0_last
         v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
         v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
         v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
@@ -12688,6 +16014,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+.Ld64_fp16_max_done_0_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -12696,6 +16023,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp16_one_fma_0_last_additive
         v_add_nc_u32_e32 v28, -1, v11
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -12735,7 +16064,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_fp16_one_fma_0_last_mask
+        s_cbranch_scc1 .Ld64_fp16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -12840,6 +16169,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_one_fma_0_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_one_fma_0_last_bits
 .Ld64_fp16_one_fma_0_last_mask:
         v_mov_b32_e32 v12, 1.0
         v_mov_b32_e32 v29, v18
@@ -12993,8 +16325,14 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_mov_b32 v16, v17  // m of the last tile into m[0]
         s_branch .Ld64_fp16_epilogue
 .Ld64_fp16_last_1:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_mask_issued_1_last_ool
+.Ld64_fp16_mask_issued_1_last:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_mask_applied_1_last_ool
+.Ld64_fp16_mask_applied_1_last:
         ds_load_b128 v[152:155], v3 offset:12288
         ds_load_b128 v[156:159], v3 offset:13312
         ds_load_b128 v[160:163], v3 offset:14336
@@ -13112,6 +16450,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld64_fp16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp16_max_additive_1_last
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -13134,6 +16474,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+.Ld64_fp16_max_done_1_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -13142,6 +16483,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v11, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp16_one_fma_1_last_additive
         v_add_nc_u32_e32 v28, -1, v11
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -13181,7 +16524,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_fp16_one_fma_1_last_mask
+        s_cbranch_scc1 .Ld64_fp16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -13286,6 +16629,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_one_fma_1_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_one_fma_1_last_bits
 .Ld64_fp16_one_fma_1_last_mask:
         v_mov_b32_e32 v12, 1.0
         v_mov_b32_e32 v29, v18
@@ -14194,6 +17540,1008 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         global_store_b32 v156, v152, s[98:99]
 .Ld64_fp16_end:
         s_endpgm
+
+        // ---- out of line: the attn_mask blocks of partial / additive tiles (each branches back) --------------
+.Ld64_fp16_mask_issued_0_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_mask_issued_0
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+        s_branch .Ld64_fp16_mask_issued_0
+.Ld64_fp16_mask_applied_0_ool:
+        s_wait_loadcnt 5  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_mask_applied_0_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v11, v152
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v11, v153
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v11, v154
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v11, v155
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v11, v156
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v11, v157
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v11, v158
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v11, v159
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v11, v160
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v11, v161
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v11, v162
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v11, v163
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v11, v164
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v11, v165
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v11, v166
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v11, v167
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v11, v168
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v11, v169
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v11, v170
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v11, v171
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v11, v172
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v11, v173
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v11, v174
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v11, v175
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v11, v176
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v11, v177
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v11, v178
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v11, v179
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v11, v180
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v11, v181
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v11, v182
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v11, v183
+.Ld64_fp16_mask_applied_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
+        s_branch .Ld64_fp16_mask_applied_0
+.Ld64_fp16_max_additive_0:
+        v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
+        v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
+        v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
+        v_dual_max_num_f32 v26, v74, v26 :: v_dual_max_num_f32 v27, v75, v27
+        v_dual_max_num_f32 v24, v76, v24 :: v_dual_max_num_f32 v25, v77, v25
+        v_dual_max_num_f32 v26, v78, v26 :: v_dual_max_num_f32 v27, v79, v27
+        v_dual_max_num_f32 v24, v80, v24 :: v_dual_max_num_f32 v25, v81, v25
+        v_dual_max_num_f32 v26, v82, v26 :: v_dual_max_num_f32 v27, v83, v27
+        v_dual_max_num_f32 v24, v84, v24 :: v_dual_max_num_f32 v25, v85, v25
+        v_dual_max_num_f32 v26, v86, v26 :: v_dual_max_num_f32 v27, v87, v27
+        v_dual_max_num_f32 v24, v88, v24 :: v_dual_max_num_f32 v25, v89, v25
+        v_dual_max_num_f32 v26, v90, v26 :: v_dual_max_num_f32 v27, v91, v27
+        v_dual_max_num_f32 v24, v92, v24 :: v_dual_max_num_f32 v25, v93, v25
+        v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld64_fp16_max_done_0
+.Ld64_fp16_one_fma_0_additive:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld64_fp16_one_fma_0
+.Ld64_fp16_one_fma_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
+        s_branch .Ld64_fp16_one_fma_0_mask
+.Ld64_fp16_mask_issued_1_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_mask_issued_1
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+        s_branch .Ld64_fp16_mask_issued_1
+.Ld64_fp16_mask_applied_1_ool:
+        s_wait_loadcnt 5  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_mask_applied_1_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v11, v152
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v11, v153
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v11, v154
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v11, v155
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v11, v156
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v11, v157
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v11, v158
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v11, v159
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v11, v160
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v11, v161
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v11, v162
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v11, v163
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v11, v164
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v11, v165
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v11, v166
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v11, v167
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v11, v168
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v11, v169
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v11, v170
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v11, v171
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v11, v172
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v11, v173
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v11, v174
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v11, v175
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v11, v176
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v11, v177
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v11, v178
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v11, v179
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v11, v180
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v11, v181
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v11, v182
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v11, v183
+.Ld64_fp16_mask_applied_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld64_fp16_mask_applied_1
+.Ld64_fp16_max_additive_1:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld64_fp16_max_done_1
+.Ld64_fp16_one_fma_1_additive:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld64_fp16_one_fma_1
+.Ld64_fp16_one_fma_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld64_fp16_one_fma_1_mask
+.Ld64_fp16_mask_issued_0_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_mask_issued_0_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+        s_branch .Ld64_fp16_mask_issued_0_last
+.Ld64_fp16_mask_applied_0_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v11, v152
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v11, v153
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v11, v154
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v11, v155
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v11, v156
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v11, v157
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v11, v158
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v11, v159
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v11, v160
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v11, v161
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v11, v162
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v11, v163
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v11, v164
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v11, v165
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v11, v166
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v11, v167
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v11, v168
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v11, v169
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v11, v170
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v11, v171
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v11, v172
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v11, v173
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v11, v174
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v11, v175
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v11, v176
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v11, v177
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v11, v178
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v11, v179
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v11, v180
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v11, v181
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v11, v182
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v11, v183
+.Ld64_fp16_mask_applied_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
+        s_branch .Ld64_fp16_mask_applied_0_last
+.Ld64_fp16_max_additive_0_last:
+        v_dual_max_num_f32 v24, v64, v65 :: v_dual_max_num_f32 v25, v66, v67
+        v_dual_max_num_f32 v26, v68, v69 :: v_dual_max_num_f32 v27, v70, v71
+        v_dual_max_num_f32 v24, v72, v24 :: v_dual_max_num_f32 v25, v73, v25
+        v_dual_max_num_f32 v26, v74, v26 :: v_dual_max_num_f32 v27, v75, v27
+        v_dual_max_num_f32 v24, v76, v24 :: v_dual_max_num_f32 v25, v77, v25
+        v_dual_max_num_f32 v26, v78, v26 :: v_dual_max_num_f32 v27, v79, v27
+        v_dual_max_num_f32 v24, v80, v24 :: v_dual_max_num_f32 v25, v81, v25
+        v_dual_max_num_f32 v26, v82, v26 :: v_dual_max_num_f32 v27, v83, v27
+        v_dual_max_num_f32 v24, v84, v24 :: v_dual_max_num_f32 v25, v85, v25
+        v_dual_max_num_f32 v26, v86, v26 :: v_dual_max_num_f32 v27, v87, v27
+        v_dual_max_num_f32 v24, v88, v24 :: v_dual_max_num_f32 v25, v89, v25
+        v_dual_max_num_f32 v26, v90, v26 :: v_dual_max_num_f32 v27, v91, v27
+        v_dual_max_num_f32 v24, v92, v24 :: v_dual_max_num_f32 v25, v93, v25
+        v_dual_max_num_f32 v26, v94, v26 :: v_dual_max_num_f32 v27, v95, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld64_fp16_max_done_0_last
+.Ld64_fp16_one_fma_0_last_additive:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld64_fp16_one_fma_0_last
+.Ld64_fp16_one_fma_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v64, v28, v64, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v65, v28, v65, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v66, v28, v66, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v67, v28, v67, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v68, v28, v68, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v69, v28, v69, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v70, v28, v70, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v71, v28, v71, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v72, v28, v72, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v73, v28, v73, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v74, v28, v74, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v75, v28, v75, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v76, v28, v76, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v77, v28, v77, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v78, v28, v78, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v79, v28, v79, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v80, v28, v80, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v81, v28, v81, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v82, v28, v82, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v83, v28, v83, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v84, v28, v84, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v85, v28, v85, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v86, v28, v86, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v87, v28, v87, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v88, v28, v88, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v89, v28, v89, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v90, v28, v90, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v91, v28, v91, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v92, v28, v92, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v93, v28, v93, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v94, v28, v94, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v95, v28, v95, 0xff800000
+        s_branch .Ld64_fp16_one_fma_0_last_mask
+.Ld64_fp16_mask_issued_1_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_mask_issued_1_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[152:155], v29, s[42:43] offset:0
+        global_load_b128 v[156:159], v29, s[42:43] offset:16
+        global_load_b128 v[160:163], v29, s[42:43] offset:32
+        global_load_b128 v[164:167], v29, s[42:43] offset:48
+        global_load_b128 v[168:171], v29, s[42:43] offset:64
+        global_load_b128 v[172:175], v29, s[42:43] offset:80
+        global_load_b128 v[176:179], v29, s[42:43] offset:96
+        global_load_b128 v[180:183], v29, s[42:43] offset:112
+        s_branch .Ld64_fp16_mask_issued_1_last
+.Ld64_fp16_mask_applied_1_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v11, v152
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v11, v153
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v11, v154
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v11, v155
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v11, v156
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v11, v157
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v11, v158
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v11, v159
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v11, v160
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v11, v161
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v11, v162
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v11, v163
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v11, v164
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v11, v165
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v11, v166
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v11, v167
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v11, v168
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v11, v169
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v11, v170
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v11, v171
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v11, v172
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v11, v173
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v11, v174
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v11, v175
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v11, v176
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v11, v177
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v11, v178
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v11, v179
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v11, v180
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v11, v181
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v11, v182
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v11, v183
+.Ld64_fp16_mask_applied_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld64_fp16_mask_applied_1_last
+.Ld64_fp16_max_additive_1_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld64_fp16_max_done_1_last
+.Ld64_fp16_one_fma_1_last_additive:
+        v_mov_b32_e32 v12, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld64_fp16_one_fma_1_last
+.Ld64_fp16_one_fma_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld64_fp16_one_fma_1_last_mask
 .Lgfx1201_sage_attention_fwd_asm_d64_fp16_end:
         .size   gfx1201_sage_attention_fwd_asm_d64_fp16, .Lgfx1201_sage_attention_fwd_asm_d64_fp16_end-gfx1201_sage_attention_fwd_asm_d64_fp16
 
@@ -14450,6 +18798,27 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[96:97], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -14624,12 +18993,17 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
 .Ld128_bf16_pv16_loop:
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_bf16_pv16_last_0
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_mask_issued_0_ool
+.Ld128_bf16_pv16_mask_issued_0:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -14653,6 +19027,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         global_load_b128 v[220:223], v9, s[82:83] offset:112
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_mask_applied_0_ool
+.Ld128_bf16_pv16_mask_applied_0:
         ds_load_b128 v[224:227], v1 offset:8192
         ds_load_b128 v[228:231], v1 offset:9216
         ds_load_b128 v[232:235], v1 offset:10240
@@ -14768,6 +19145,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld128_bf16_pv16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_bf16_pv16_max_additive_0
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -14790,6 +19169,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+.Ld128_bf16_pv16_max_done_0:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -14798,6 +19178,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_additive
         v_add_nc_u32_e32 v28, -1, v12
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -14837,7 +19219,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_mask
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -14942,6 +19324,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_pv16_one_fma_0_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_bits
 .Ld128_bf16_pv16_one_fma_0_mask:
         v_mov_b32_e32 v13, 1.0
         v_mov_b32_e32 v29, v18
@@ -15299,14 +19684,20 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_bf16_pv16_last_1
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_mask_issued_1_ool
+.Ld128_bf16_pv16_mask_issued_1:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -15330,6 +19721,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         global_load_b128 v[220:223], v9, s[82:83] offset:112
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_mask_applied_1_ool
+.Ld128_bf16_pv16_mask_applied_1:
         ds_load_b128 v[224:227], v1 offset:0
         ds_load_b128 v[228:231], v1 offset:1024
         ds_load_b128 v[232:235], v1 offset:2048
@@ -15445,6 +19839,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
 .Ld128_bf16_pv16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_bf16_pv16_max_additive_1
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -15467,6 +19863,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+.Ld128_bf16_pv16_max_done_1:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -15475,6 +19872,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_additive
         v_add_nc_u32_e32 v28, -1, v12
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -15514,7 +19913,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_mask
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -15619,6 +20018,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_pv16_one_fma_1_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_bits
 .Ld128_bf16_pv16_one_fma_1_mask:
         v_mov_b32_e32 v13, 1.0
         v_mov_b32_e32 v29, v18
@@ -15976,10 +20378,17 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_branch .Ld128_bf16_pv16_loop
 .Ld128_bf16_pv16_last_0:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_mask_issued_0_last_ool
+.Ld128_bf16_pv16_mask_issued_0_last:
 
         // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_mask_applied_0_last_ool
+.Ld128_bf16_pv16_mask_applied_0_last:
         ds_load_b128 v[224:227], v5 offset:16384
         ds_load_b128 v[228:231], v5 offset:18688
         ds_load_b128 v[232:235], v5 offset:20992
@@ -16095,6 +20504,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld128_bf16_pv16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_bf16_pv16_max_additive_0_last
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -16117,6 +20528,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+.Ld128_bf16_pv16_max_done_0_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -16125,6 +20537,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_last_additive
         v_add_nc_u32_e32 v28, -1, v12
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -16164,7 +20578,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_last_mask
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -16269,6 +20683,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_bf16_pv16_one_fma_0_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_last_bits
 .Ld128_bf16_pv16_one_fma_0_last_mask:
         v_mov_b32_e32 v13, 1.0
         v_mov_b32_e32 v29, v18
@@ -16536,8 +20953,14 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_mov_b32 v16, v17  // m of the last tile into m[0]
         s_branch .Ld128_bf16_pv16_epilogue
 .Ld128_bf16_pv16_last_1:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_mask_issued_1_last_ool
+.Ld128_bf16_pv16_mask_issued_1_last:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_mask_applied_1_last_ool
+.Ld128_bf16_pv16_mask_applied_1_last:
         ds_load_b128 v[224:227], v5 offset:16384
         ds_load_b128 v[228:231], v5 offset:18688
         ds_load_b128 v[232:235], v5 offset:20992
@@ -16653,6 +21076,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
 .Ld128_bf16_pv16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_bf16_pv16_max_additive_1_last
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -16675,6 +21100,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+.Ld128_bf16_pv16_max_done_1_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -16683,6 +21109,8 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_last_additive
         v_add_nc_u32_e32 v28, -1, v12
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -16722,7 +21150,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_last_mask
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -16827,6 +21255,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_bf16_pv16_one_fma_1_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_last_bits
 .Ld128_bf16_pv16_one_fma_1_last_mask:
         v_mov_b32_e32 v13, 1.0
         v_mov_b32_e32 v29, v18
@@ -18244,6 +22675,1012 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         global_store_b32 v228, v224, s[96:97]
 .Ld128_bf16_pv16_end:
         s_endpgm
+
+        // ---- out of line: the attn_mask blocks of partial / additive tiles (each branches back) --------------
+.Ld128_bf16_pv16_mask_issued_0_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_pv16_mask_issued_0
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+        s_branch .Ld128_bf16_pv16_mask_issued_0
+.Ld128_bf16_pv16_mask_applied_0_ool:
+        s_wait_loadcnt 13  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_pv16_mask_applied_0_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v12, v224
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v12, v225
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v12, v226
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v12, v227
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v12, v228
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v12, v229
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v12, v230
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v12, v231
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v12, v232
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v12, v233
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v12, v234
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v12, v235
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v12, v236
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v12, v237
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v12, v238
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v12, v239
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v12, v240
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v12, v241
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v12, v242
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v12, v243
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v12, v244
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v12, v245
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v12, v246
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v12, v224
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v12, v225
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v12, v226
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v12, v227
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v12, v228
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v12, v229
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v12, v230
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v12, v231
+.Ld128_bf16_pv16_mask_applied_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_bf16_pv16_mask_applied_0
+.Ld128_bf16_pv16_max_additive_0:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_bf16_pv16_max_done_0
+.Ld128_bf16_pv16_one_fma_0_additive:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_bf16_pv16_one_fma_0
+.Ld128_bf16_pv16_one_fma_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_bf16_pv16_one_fma_0_mask
+.Ld128_bf16_pv16_mask_issued_1_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_pv16_mask_issued_1
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+        s_branch .Ld128_bf16_pv16_mask_issued_1
+.Ld128_bf16_pv16_mask_applied_1_ool:
+        s_wait_loadcnt 13  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_pv16_mask_applied_1_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v12, v224
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v12, v225
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v12, v226
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v12, v227
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v12, v228
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v12, v229
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v12, v230
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v12, v231
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v12, v232
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v12, v233
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v12, v234
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v12, v235
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v12, v236
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v12, v237
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v12, v238
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v12, v239
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v12, v240
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v12, v241
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v12, v242
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v12, v243
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v12, v244
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v12, v245
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v12, v246
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v12, v224
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v12, v225
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v12, v226
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v12, v227
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v12, v228
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v12, v229
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v12, v230
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v12, v231
+.Ld128_bf16_pv16_mask_applied_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_bf16_pv16_mask_applied_1
+.Ld128_bf16_pv16_max_additive_1:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_bf16_pv16_max_done_1
+.Ld128_bf16_pv16_one_fma_1_additive:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_bf16_pv16_one_fma_1
+.Ld128_bf16_pv16_one_fma_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_bf16_pv16_one_fma_1_mask
+.Ld128_bf16_pv16_mask_issued_0_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_pv16_mask_issued_0_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+        s_branch .Ld128_bf16_pv16_mask_issued_0_last
+.Ld128_bf16_pv16_mask_applied_0_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_pv16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v12, v224
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v12, v225
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v12, v226
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v12, v227
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v12, v228
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v12, v229
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v12, v230
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v12, v231
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v12, v232
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v12, v233
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v12, v234
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v12, v235
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v12, v236
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v12, v237
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v12, v238
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v12, v239
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v12, v240
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v12, v241
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v12, v242
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v12, v243
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v12, v244
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v12, v245
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v12, v246
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v12, v224
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v12, v225
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v12, v226
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v12, v227
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v12, v228
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v12, v229
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v12, v230
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v12, v231
+.Ld128_bf16_pv16_mask_applied_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_bf16_pv16_mask_applied_0_last
+.Ld128_bf16_pv16_max_additive_0_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_bf16_pv16_max_done_0_last
+.Ld128_bf16_pv16_one_fma_0_last_additive:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_bf16_pv16_one_fma_0_last
+.Ld128_bf16_pv16_one_fma_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_bf16_pv16_one_fma_0_last_mask
+.Ld128_bf16_pv16_mask_issued_1_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_pv16_mask_issued_1_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+        s_branch .Ld128_bf16_pv16_mask_issued_1_last
+.Ld128_bf16_pv16_mask_applied_1_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_bf16_pv16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v12, v224
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v12, v225
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v12, v226
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v12, v227
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v12, v228
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v12, v229
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v12, v230
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v12, v231
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v12, v232
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v12, v233
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v12, v234
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v12, v235
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v12, v236
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v12, v237
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v12, v238
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v12, v239
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v12, v240
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v12, v241
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v12, v242
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v12, v243
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v12, v244
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v12, v245
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v12, v246
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v12, v224
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v12, v225
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v12, v226
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v12, v227
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v12, v228
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v12, v229
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v12, v230
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v12, v231
+.Ld128_bf16_pv16_mask_applied_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_bf16_pv16_mask_applied_1_last
+.Ld128_bf16_pv16_max_additive_1_last:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_bf16_pv16_max_done_1_last
+.Ld128_bf16_pv16_one_fma_1_last_additive:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_bf16_pv16_one_fma_1_last
+.Ld128_bf16_pv16_one_fma_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_bf16_pv16_one_fma_1_last_mask
 .Lgfx1201_sage_attention_fwd_asm_d128_bf16_pv16_end:
         .size   gfx1201_sage_attention_fwd_asm_d128_bf16_pv16, .Lgfx1201_sage_attention_fwd_asm_d128_bf16_pv16_end-gfx1201_sage_attention_fwd_asm_d128_bf16_pv16
 
@@ -18500,6 +23937,27 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[96:97], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -18674,12 +24132,17 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
 .Ld128_fp16_pv16_loop:
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_fp16_pv16_last_0
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_mask_issued_0_ool
+.Ld128_fp16_pv16_mask_issued_0:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -18703,6 +24166,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         global_load_b128 v[220:223], v9, s[82:83] offset:112
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_mask_applied_0_ool
+.Ld128_fp16_pv16_mask_applied_0:
         ds_load_b128 v[224:227], v1 offset:8192
         ds_load_b128 v[228:231], v1 offset:9216
         ds_load_b128 v[232:235], v1 offset:10240
@@ -18818,6 +24284,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld128_fp16_pv16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp16_pv16_max_additive_0
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -18840,6 +24308,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+.Ld128_fp16_pv16_max_done_0:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -18848,6 +24317,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_additive
         v_add_nc_u32_e32 v28, -1, v12
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -18887,7 +24358,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_mask
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -18992,6 +24463,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_pv16_one_fma_0_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_bits
 .Ld128_fp16_pv16_one_fma_0_mask:
         v_mov_b32_e32 v13, 1.0
         v_mov_b32_e32 v29, v18
@@ -19349,14 +24823,20 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld128_fp16_pv16_last_1
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_mask_issued_1_ool
+.Ld128_fp16_pv16_mask_issued_1:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 13  // * 8192 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -19380,6 +24860,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         global_load_b128 v[220:223], v9, s[82:83] offset:112
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_mask_applied_1_ool
+.Ld128_fp16_pv16_mask_applied_1:
         ds_load_b128 v[224:227], v1 offset:0
         ds_load_b128 v[228:231], v1 offset:1024
         ds_load_b128 v[232:235], v1 offset:2048
@@ -19495,6 +24978,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
 .Ld128_fp16_pv16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp16_pv16_max_additive_1
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -19517,6 +25002,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+.Ld128_fp16_pv16_max_done_1:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -19525,6 +25011,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_additive
         v_add_nc_u32_e32 v28, -1, v12
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -19564,7 +25052,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_mask
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -19669,6 +25157,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_pv16_one_fma_1_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_bits
 .Ld128_fp16_pv16_one_fma_1_mask:
         v_mov_b32_e32 v13, 1.0
         v_mov_b32_e32 v29, v18
@@ -20026,10 +25517,17 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_branch .Ld128_fp16_pv16_loop
 .Ld128_fp16_pv16_last_0:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_mask_issued_0_last_ool
+.Ld128_fp16_pv16_mask_issued_0_last:
 
         // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_mask_applied_0_last_ool
+.Ld128_fp16_pv16_mask_applied_0_last:
         ds_load_b128 v[224:227], v5 offset:16384
         ds_load_b128 v[228:231], v5 offset:18688
         ds_load_b128 v[232:235], v5 offset:20992
@@ -20145,6 +25643,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld128_fp16_pv16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp16_pv16_max_additive_0_last
         v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
         v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
         v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
@@ -20167,6 +25667,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_max3_num_f32 v17, v16, v24, v28
         v_sub_f32 v19, v16, v17
         v_exp_f32_e32 v19, v19
+.Ld128_fp16_pv16_max_done_0_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v16
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -20175,6 +25676,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cndmask_b32_e32 v18, 0, v17, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_last_additive
         v_add_nc_u32_e32 v28, -1, v12
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -20214,7 +25717,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_last_mask
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -20319,6 +25822,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld128_fp16_pv16_one_fma_0_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_last_bits
 .Ld128_fp16_pv16_one_fma_0_last_mask:
         v_mov_b32_e32 v13, 1.0
         v_mov_b32_e32 v29, v18
@@ -20586,8 +26092,14 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_mov_b32 v16, v17  // m of the last tile into m[0]
         s_branch .Ld128_fp16_pv16_epilogue
 .Ld128_fp16_pv16_last_1:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_mask_issued_1_last_ool
+.Ld128_fp16_pv16_mask_issued_1_last:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_mask_applied_1_last_ool
+.Ld128_fp16_pv16_mask_applied_1_last:
         ds_load_b128 v[224:227], v5 offset:16384
         ds_load_b128 v[228:231], v5 offset:18688
         ds_load_b128 v[232:235], v5 offset:20992
@@ -20703,6 +26215,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
 .Ld128_fp16_pv16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld128_fp16_pv16_max_additive_1_last
         v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
         v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
         v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
@@ -20725,6 +26239,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_max3_num_f32 v16, v17, v24, v28
         v_sub_f32 v19, v17, v16
         v_exp_f32_e32 v19, v19
+.Ld128_fp16_pv16_max_done_1_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v17
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v19, 0, v19, vcc_lo
@@ -20733,6 +26248,8 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cndmask_b32_e32 v18, 0, v16, vcc_lo
         v_subrev_f32_e32 v18, 0x40ffc000, v18
         v_fma_f32 v29, s69, v12, v18
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_last_additive
         v_add_nc_u32_e32 v28, -1, v12
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v28  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -20772,7 +26289,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_last_mask
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v29, 15, v0
         v_add_nc_u32_e32 v29, s60, v29
@@ -20877,6 +26394,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v29
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v159, 0xff800000, v159, vcc_lo
+.Ld128_fp16_pv16_one_fma_1_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_last_bits
 .Ld128_fp16_pv16_one_fma_1_last_mask:
         v_mov_b32_e32 v13, 1.0
         v_mov_b32_e32 v29, v18
@@ -22230,6 +27750,1012 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         global_store_b32 v228, v224, s[96:97]
 .Ld128_fp16_pv16_end:
         s_endpgm
+
+        // ---- out of line: the attn_mask blocks of partial / additive tiles (each branches back) --------------
+.Ld128_fp16_pv16_mask_issued_0_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_pv16_mask_issued_0
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+        s_branch .Ld128_fp16_pv16_mask_issued_0
+.Ld128_fp16_pv16_mask_applied_0_ool:
+        s_wait_loadcnt 13  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_pv16_mask_applied_0_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v12, v224
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v12, v225
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v12, v226
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v12, v227
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v12, v228
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v12, v229
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v12, v230
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v12, v231
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v12, v232
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v12, v233
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v12, v234
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v12, v235
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v12, v236
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v12, v237
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v12, v238
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v12, v239
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v12, v240
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v12, v241
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v12, v242
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v12, v243
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v12, v244
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v12, v245
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v12, v246
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v12, v224
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v12, v225
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v12, v226
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v12, v227
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v12, v228
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v12, v229
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v12, v230
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v12, v231
+.Ld128_fp16_pv16_mask_applied_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_fp16_pv16_mask_applied_0
+.Ld128_fp16_pv16_max_additive_0:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp16_pv16_max_done_0
+.Ld128_fp16_pv16_one_fma_0_additive:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_fp16_pv16_one_fma_0
+.Ld128_fp16_pv16_one_fma_0_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_fp16_pv16_one_fma_0_mask
+.Ld128_fp16_pv16_mask_issued_1_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_pv16_mask_issued_1
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+        s_branch .Ld128_fp16_pv16_mask_issued_1
+.Ld128_fp16_pv16_mask_applied_1_ool:
+        s_wait_loadcnt 13  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_pv16_mask_applied_1_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v12, v224
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v12, v225
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v12, v226
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v12, v227
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v12, v228
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v12, v229
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v12, v230
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v12, v231
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v12, v232
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v12, v233
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v12, v234
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v12, v235
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v12, v236
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v12, v237
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v12, v238
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v12, v239
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v12, v240
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v12, v241
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v12, v242
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v12, v243
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v12, v244
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v12, v245
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v12, v246
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v12, v224
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v12, v225
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v12, v226
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v12, v227
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v12, v228
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v12, v229
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v12, v230
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v12, v231
+.Ld128_fp16_pv16_mask_applied_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_fp16_pv16_mask_applied_1
+.Ld128_fp16_pv16_max_additive_1:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp16_pv16_max_done_1
+.Ld128_fp16_pv16_one_fma_1_additive:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_fp16_pv16_one_fma_1
+.Ld128_fp16_pv16_one_fma_1_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_fp16_pv16_one_fma_1_mask
+.Ld128_fp16_pv16_mask_issued_0_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_pv16_mask_issued_0_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+        s_branch .Ld128_fp16_pv16_mask_issued_0_last
+.Ld128_fp16_pv16_mask_applied_0_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_pv16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v12, v224
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v12, v225
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v12, v226
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v12, v227
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v12, v228
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v12, v229
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v12, v230
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v12, v231
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v12, v232
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v12, v233
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v12, v234
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v12, v235
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v12, v236
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v12, v237
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v12, v238
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v12, v239
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v12, v240
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v12, v241
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v12, v242
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v12, v243
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v12, v244
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v12, v245
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v12, v246
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v12, v224
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v12, v225
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v12, v226
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v12, v227
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v12, v228
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v12, v229
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v12, v230
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v12, v231
+.Ld128_fp16_pv16_mask_applied_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_fp16_pv16_mask_applied_0_last
+.Ld128_fp16_pv16_max_additive_0_last:
+        v_dual_max_num_f32 v24, v96, v97 :: v_dual_max_num_f32 v25, v98, v99
+        v_dual_max_num_f32 v26, v100, v101 :: v_dual_max_num_f32 v27, v102, v103
+        v_dual_max_num_f32 v24, v104, v24 :: v_dual_max_num_f32 v25, v105, v25
+        v_dual_max_num_f32 v26, v106, v26 :: v_dual_max_num_f32 v27, v107, v27
+        v_dual_max_num_f32 v24, v108, v24 :: v_dual_max_num_f32 v25, v109, v25
+        v_dual_max_num_f32 v26, v110, v26 :: v_dual_max_num_f32 v27, v111, v27
+        v_dual_max_num_f32 v24, v112, v24 :: v_dual_max_num_f32 v25, v113, v25
+        v_dual_max_num_f32 v26, v114, v26 :: v_dual_max_num_f32 v27, v115, v27
+        v_dual_max_num_f32 v24, v116, v24 :: v_dual_max_num_f32 v25, v117, v25
+        v_dual_max_num_f32 v26, v118, v26 :: v_dual_max_num_f32 v27, v119, v27
+        v_dual_max_num_f32 v24, v120, v24 :: v_dual_max_num_f32 v25, v121, v25
+        v_dual_max_num_f32 v26, v122, v26 :: v_dual_max_num_f32 v27, v123, v27
+        v_dual_max_num_f32 v24, v124, v24 :: v_dual_max_num_f32 v25, v125, v25
+        v_dual_max_num_f32 v26, v126, v26 :: v_dual_max_num_f32 v27, v127, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v17, v16, v24, v28
+        v_sub_f32 v19, v16, v17
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp16_pv16_max_done_0_last
+.Ld128_fp16_pv16_one_fma_0_last_additive:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_fp16_pv16_one_fma_0_last
+.Ld128_fp16_pv16_one_fma_0_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v96, v28, v96, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v97, v28, v97, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v98, v28, v98, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v99, v28, v99, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v100, v28, v100, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v101, v28, v101, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v102, v28, v102, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v103, v28, v103, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v104, v28, v104, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v105, v28, v105, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v106, v28, v106, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v107, v28, v107, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v108, v28, v108, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v109, v28, v109, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v110, v28, v110, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v111, v28, v111, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v112, v28, v112, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v113, v28, v113, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v114, v28, v114, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v115, v28, v115, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v116, v28, v116, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v117, v28, v117, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v118, v28, v118, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v119, v28, v119, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v120, v28, v120, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v121, v28, v121, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v122, v28, v122, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v123, v28, v123, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v124, v28, v124, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v125, v28, v125, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v126, v28, v126, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v127, v28, v127, 0xff800000
+        s_branch .Ld128_fp16_pv16_one_fma_0_last_mask
+.Ld128_fp16_pv16_mask_issued_1_last_ool:
+        v_and_b32 v28, 15, v0  // r
+        v_mul_lo_u32 v28, v28, s40  // r * mask_stride_s
+        v_bfe_u32 v29, v0, 4, 1  // h
+        v_add_nc_u32_e32 v28, v28, v29  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v29, v28, 2, s56
+        global_load_b32 v22, v29, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_pv16_mask_issued_1_last
+        v_lshlrev_b32 v29, 7, v28  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v29, s56, v29  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[224:227], v29, s[42:43] offset:0
+        global_load_b128 v[228:231], v29, s[42:43] offset:16
+        global_load_b128 v[232:235], v29, s[42:43] offset:32
+        global_load_b128 v[236:239], v29, s[42:43] offset:48
+        global_load_b128 v[240:243], v29, s[42:43] offset:64
+        global_load_b128 v[244:247], v29, s[42:43] offset:80
+        s_branch .Ld128_fp16_pv16_mask_issued_1_last
+.Ld128_fp16_pv16_mask_applied_1_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld128_fp16_pv16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v128, s69, v128
+        v_fma_f32 v128, v128, v12, v224
+        v_subrev_f32_e32 v129, s69, v129
+        v_fma_f32 v129, v129, v12, v225
+        v_subrev_f32_e32 v130, s69, v130
+        v_fma_f32 v130, v130, v12, v226
+        v_subrev_f32_e32 v131, s69, v131
+        v_fma_f32 v131, v131, v12, v227
+        v_subrev_f32_e32 v132, s69, v132
+        v_fma_f32 v132, v132, v12, v228
+        v_subrev_f32_e32 v133, s69, v133
+        v_fma_f32 v133, v133, v12, v229
+        v_subrev_f32_e32 v134, s69, v134
+        v_fma_f32 v134, v134, v12, v230
+        v_subrev_f32_e32 v135, s69, v135
+        v_fma_f32 v135, v135, v12, v231
+        v_subrev_f32_e32 v136, s69, v136
+        v_fma_f32 v136, v136, v12, v232
+        v_subrev_f32_e32 v137, s69, v137
+        v_fma_f32 v137, v137, v12, v233
+        v_subrev_f32_e32 v138, s69, v138
+        v_fma_f32 v138, v138, v12, v234
+        v_subrev_f32_e32 v139, s69, v139
+        v_fma_f32 v139, v139, v12, v235
+        v_subrev_f32_e32 v140, s69, v140
+        v_fma_f32 v140, v140, v12, v236
+        v_subrev_f32_e32 v141, s69, v141
+        v_fma_f32 v141, v141, v12, v237
+        v_subrev_f32_e32 v142, s69, v142
+        v_fma_f32 v142, v142, v12, v238
+        v_subrev_f32_e32 v143, s69, v143
+        v_fma_f32 v143, v143, v12, v239
+        v_subrev_f32_e32 v144, s69, v144
+        v_fma_f32 v144, v144, v12, v240
+        v_subrev_f32_e32 v145, s69, v145
+        v_fma_f32 v145, v145, v12, v241
+        v_subrev_f32_e32 v146, s69, v146
+        v_fma_f32 v146, v146, v12, v242
+        v_subrev_f32_e32 v147, s69, v147
+        v_fma_f32 v147, v147, v12, v243
+        v_subrev_f32_e32 v148, s69, v148
+        v_fma_f32 v148, v148, v12, v244
+        v_subrev_f32_e32 v149, s69, v149
+        v_fma_f32 v149, v149, v12, v245
+        v_subrev_f32_e32 v150, s69, v150
+        v_fma_f32 v150, v150, v12, v246
+        v_subrev_f32_e32 v151, s69, v151
+        v_fma_f32 v151, v151, v12, v247
+        global_load_b128 v[224:227], v29, s[42:43] offset:96
+        global_load_b128 v[228:231], v29, s[42:43] offset:112
+        s_wait_loadcnt 0
+        v_subrev_f32_e32 v152, s69, v152
+        v_fma_f32 v152, v152, v12, v224
+        v_subrev_f32_e32 v153, s69, v153
+        v_fma_f32 v153, v153, v12, v225
+        v_subrev_f32_e32 v154, s69, v154
+        v_fma_f32 v154, v154, v12, v226
+        v_subrev_f32_e32 v155, s69, v155
+        v_fma_f32 v155, v155, v12, v227
+        v_subrev_f32_e32 v156, s69, v156
+        v_fma_f32 v156, v156, v12, v228
+        v_subrev_f32_e32 v157, s69, v157
+        v_fma_f32 v157, v157, v12, v229
+        v_subrev_f32_e32 v158, s69, v158
+        v_fma_f32 v158, v158, v12, v230
+        v_subrev_f32_e32 v159, s69, v159
+        v_fma_f32 v159, v159, v12, v231
+.Ld128_fp16_pv16_mask_applied_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_fp16_pv16_mask_applied_1_last
+.Ld128_fp16_pv16_max_additive_1_last:
+        v_dual_max_num_f32 v24, v128, v129 :: v_dual_max_num_f32 v25, v130, v131
+        v_dual_max_num_f32 v26, v132, v133 :: v_dual_max_num_f32 v27, v134, v135
+        v_dual_max_num_f32 v24, v136, v24 :: v_dual_max_num_f32 v25, v137, v25
+        v_dual_max_num_f32 v26, v138, v26 :: v_dual_max_num_f32 v27, v139, v27
+        v_dual_max_num_f32 v24, v140, v24 :: v_dual_max_num_f32 v25, v141, v25
+        v_dual_max_num_f32 v26, v142, v26 :: v_dual_max_num_f32 v27, v143, v27
+        v_dual_max_num_f32 v24, v144, v24 :: v_dual_max_num_f32 v25, v145, v25
+        v_dual_max_num_f32 v26, v146, v26 :: v_dual_max_num_f32 v27, v147, v27
+        v_dual_max_num_f32 v24, v148, v24 :: v_dual_max_num_f32 v25, v149, v25
+        v_dual_max_num_f32 v26, v150, v26 :: v_dual_max_num_f32 v27, v151, v27
+        v_dual_max_num_f32 v24, v152, v24 :: v_dual_max_num_f32 v25, v153, v25
+        v_dual_max_num_f32 v26, v154, v26 :: v_dual_max_num_f32 v27, v155, v27
+        v_dual_max_num_f32 v24, v156, v24 :: v_dual_max_num_f32 v25, v157, v25
+        v_dual_max_num_f32 v26, v158, v26 :: v_dual_max_num_f32 v27, v159, v27
+        v_dual_max_num_f32 v24, v24, v26 :: v_dual_max_num_f32 v25, v25, v27
+        v_max_num_f32 v24, v24, v25
+        v_permlanex16_b32 v28, v24, s70, 0xfedcba98
+        v_max3_num_f32 v16, v17, v24, v28
+        v_sub_f32 v19, v17, v16
+        v_exp_f32_e32 v19, v19
+        s_branch .Ld128_fp16_pv16_max_done_1_last
+.Ld128_fp16_pv16_one_fma_1_last_additive:
+        v_mov_b32_e32 v13, 1.0
+        v_mov_b32_e32 v29, v18
+        s_branch .Ld128_fp16_pv16_one_fma_1_last
+.Ld128_fp16_pv16_one_fma_1_last_bits:
+        v_bfe_i32 v28, v22, 0, 1
+        v_bfi_b32 v128, v28, v128, 0xff800000
+        v_bfe_i32 v28, v22, 1, 1
+        v_bfi_b32 v129, v28, v129, 0xff800000
+        v_bfe_i32 v28, v22, 2, 1
+        v_bfi_b32 v130, v28, v130, 0xff800000
+        v_bfe_i32 v28, v22, 3, 1
+        v_bfi_b32 v131, v28, v131, 0xff800000
+        v_bfe_i32 v28, v22, 4, 1
+        v_bfi_b32 v132, v28, v132, 0xff800000
+        v_bfe_i32 v28, v22, 5, 1
+        v_bfi_b32 v133, v28, v133, 0xff800000
+        v_bfe_i32 v28, v22, 6, 1
+        v_bfi_b32 v134, v28, v134, 0xff800000
+        v_bfe_i32 v28, v22, 7, 1
+        v_bfi_b32 v135, v28, v135, 0xff800000
+        v_bfe_i32 v28, v22, 8, 1
+        v_bfi_b32 v136, v28, v136, 0xff800000
+        v_bfe_i32 v28, v22, 9, 1
+        v_bfi_b32 v137, v28, v137, 0xff800000
+        v_bfe_i32 v28, v22, 10, 1
+        v_bfi_b32 v138, v28, v138, 0xff800000
+        v_bfe_i32 v28, v22, 11, 1
+        v_bfi_b32 v139, v28, v139, 0xff800000
+        v_bfe_i32 v28, v22, 12, 1
+        v_bfi_b32 v140, v28, v140, 0xff800000
+        v_bfe_i32 v28, v22, 13, 1
+        v_bfi_b32 v141, v28, v141, 0xff800000
+        v_bfe_i32 v28, v22, 14, 1
+        v_bfi_b32 v142, v28, v142, 0xff800000
+        v_bfe_i32 v28, v22, 15, 1
+        v_bfi_b32 v143, v28, v143, 0xff800000
+        v_bfe_i32 v28, v22, 16, 1
+        v_bfi_b32 v144, v28, v144, 0xff800000
+        v_bfe_i32 v28, v22, 17, 1
+        v_bfi_b32 v145, v28, v145, 0xff800000
+        v_bfe_i32 v28, v22, 18, 1
+        v_bfi_b32 v146, v28, v146, 0xff800000
+        v_bfe_i32 v28, v22, 19, 1
+        v_bfi_b32 v147, v28, v147, 0xff800000
+        v_bfe_i32 v28, v22, 20, 1
+        v_bfi_b32 v148, v28, v148, 0xff800000
+        v_bfe_i32 v28, v22, 21, 1
+        v_bfi_b32 v149, v28, v149, 0xff800000
+        v_bfe_i32 v28, v22, 22, 1
+        v_bfi_b32 v150, v28, v150, 0xff800000
+        v_bfe_i32 v28, v22, 23, 1
+        v_bfi_b32 v151, v28, v151, 0xff800000
+        v_bfe_i32 v28, v22, 24, 1
+        v_bfi_b32 v152, v28, v152, 0xff800000
+        v_bfe_i32 v28, v22, 25, 1
+        v_bfi_b32 v153, v28, v153, 0xff800000
+        v_bfe_i32 v28, v22, 26, 1
+        v_bfi_b32 v154, v28, v154, 0xff800000
+        v_bfe_i32 v28, v22, 27, 1
+        v_bfi_b32 v155, v28, v155, 0xff800000
+        v_bfe_i32 v28, v22, 28, 1
+        v_bfi_b32 v156, v28, v156, 0xff800000
+        v_bfe_i32 v28, v22, 29, 1
+        v_bfi_b32 v157, v28, v157, 0xff800000
+        v_bfe_i32 v28, v22, 30, 1
+        v_bfi_b32 v158, v28, v158, 0xff800000
+        v_bfe_i32 v28, v22, 31, 1
+        v_bfi_b32 v159, v28, v159, 0xff800000
+        s_branch .Ld128_fp16_pv16_one_fma_1_last_mask
 .Lgfx1201_sage_attention_fwd_asm_d128_fp16_pv16_end:
         .size   gfx1201_sage_attention_fwd_asm_d128_fp16_pv16, .Lgfx1201_sage_attention_fwd_asm_d128_fp16_pv16_end-gfx1201_sage_attention_fwd_asm_d128_fp16_pv16
 
@@ -22480,6 +29006,27 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[96:97], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -22588,12 +29135,17 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
 .Ld64_bf16_pv16_loop:
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_bf16_pv16_last_0
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_mask_issued_0_ool
+.Ld64_bf16_pv16_mask_issued_0:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -22611,6 +29163,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         global_load_b128 v[156:159], v7, s[82:83] offset:48
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_mask_applied_0_ool
+.Ld64_bf16_pv16_mask_applied_0:
         ds_load_b128 v[160:163], v1 offset:4096
         ds_load_b128 v[164:167], v1 offset:4608
         ds_load_b128 v[168:171], v1 offset:5120
@@ -22730,6 +29285,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
 .Ld64_bf16_pv16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_bf16_pv16_max_additive_0
         v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
         v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
         v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
@@ -22752,6 +29309,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_max3_num_f32 v13, v12, v20, v24
         v_sub_f32 v15, v12, v13
         v_exp_f32_e32 v15, v15
+.Ld64_bf16_pv16_max_done_0:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v12
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v15, 0, v15, vcc_lo
@@ -22760,6 +29318,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cndmask_b32_e32 v14, 0, v13, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
         v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_additive
         v_add_nc_u32_e32 v24, -1, v10
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -22799,7 +29359,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_mask
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v25, 15, v0
         v_add_nc_u32_e32 v25, s60, v25
@@ -22904,6 +29464,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v25
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_pv16_one_fma_0_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_bits
 .Ld64_bf16_pv16_one_fma_0_mask:
         v_mov_b32_e32 v11, 1.0
         v_mov_b32_e32 v25, v14
@@ -23155,14 +29718,20 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_bf16_pv16_last_1
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_mask_issued_1_ool
+.Ld64_bf16_pv16_mask_issued_1:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -23180,6 +29749,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         global_load_b128 v[156:159], v7, s[82:83] offset:48
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_mask_applied_1_ool
+.Ld64_bf16_pv16_mask_applied_1:
         ds_load_b128 v[160:163], v1 offset:0
         ds_load_b128 v[164:167], v1 offset:512
         ds_load_b128 v[168:171], v1 offset:1024
@@ -23299,6 +29871,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld64_bf16_pv16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_bf16_pv16_max_additive_1
         v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
         v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
         v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
@@ -23321,6 +29895,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_max3_num_f32 v12, v13, v20, v24
         v_sub_f32 v15, v13, v12
         v_exp_f32_e32 v15, v15
+.Ld64_bf16_pv16_max_done_1:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v13
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v15, 0, v15, vcc_lo
@@ -23329,6 +29904,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cndmask_b32_e32 v14, 0, v12, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
         v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_additive
         v_add_nc_u32_e32 v24, -1, v10
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -23368,7 +29945,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_mask
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v25, 15, v0
         v_add_nc_u32_e32 v25, s60, v25
@@ -23473,6 +30050,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v25
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_pv16_one_fma_1_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_bits
 .Ld64_bf16_pv16_one_fma_1_mask:
         v_mov_b32_e32 v11, 1.0
         v_mov_b32_e32 v25, v14
@@ -23724,10 +30304,17 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_branch .Ld64_bf16_pv16_loop
 .Ld64_bf16_pv16_last_0:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_mask_issued_0_last_ool
+.Ld64_bf16_pv16_mask_issued_0_last:
 
         // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_mask_applied_0_last_ool
+.Ld64_bf16_pv16_mask_applied_0_last:
         ds_load_b128 v[160:163], v3 offset:8192
         ds_load_b128 v[164:167], v3 offset:10496
         ds_load_b128 v[168:171], v3 offset:12800
@@ -23847,6 +30434,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
 .Ld64_bf16_pv16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_bf16_pv16_max_additive_0_last
         v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
         v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
         v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
@@ -23869,6 +30458,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_max3_num_f32 v13, v12, v20, v24
         v_sub_f32 v15, v12, v13
         v_exp_f32_e32 v15, v15
+.Ld64_bf16_pv16_max_done_0_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v12
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v15, 0, v15, vcc_lo
@@ -23877,6 +30467,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cndmask_b32_e32 v14, 0, v13, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
         v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_last_additive
         v_add_nc_u32_e32 v24, -1, v10
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -23916,7 +30508,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_last_mask
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v25, 15, v0
         v_add_nc_u32_e32 v25, s60, v25
@@ -24021,6 +30613,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v25
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_bf16_pv16_one_fma_0_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_last_bits
 .Ld64_bf16_pv16_one_fma_0_last_mask:
         v_mov_b32_e32 v11, 1.0
         v_mov_b32_e32 v25, v14
@@ -24220,8 +30815,14 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_mov_b32 v12, v13  // m of the last tile into m[0]
         s_branch .Ld64_bf16_pv16_epilogue
 .Ld64_bf16_pv16_last_1:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_mask_issued_1_last_ool
+.Ld64_bf16_pv16_mask_issued_1_last:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_mask_applied_1_last_ool
+.Ld64_bf16_pv16_mask_applied_1_last:
         ds_load_b128 v[160:163], v3 offset:8192
         ds_load_b128 v[164:167], v3 offset:10496
         ds_load_b128 v[168:171], v3 offset:12800
@@ -24341,6 +30942,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld64_bf16_pv16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_bf16_pv16_max_additive_1_last
         v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
         v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
         v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
@@ -24363,6 +30966,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_max3_num_f32 v12, v13, v20, v24
         v_sub_f32 v15, v13, v12
         v_exp_f32_e32 v15, v15
+.Ld64_bf16_pv16_max_done_1_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v13
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v15, 0, v15, vcc_lo
@@ -24371,6 +30975,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cndmask_b32_e32 v14, 0, v12, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
         v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_last_additive
         v_add_nc_u32_e32 v24, -1, v10
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -24410,7 +31016,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_last_mask
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v25, 15, v0
         v_add_nc_u32_e32 v25, s60, v25
@@ -24515,6 +31121,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v25
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_bf16_pv16_one_fma_1_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_last_bits
 .Ld64_bf16_pv16_one_fma_1_last_mask:
         v_mov_b32_e32 v11, 1.0
         v_mov_b32_e32 v25, v14
@@ -25380,6 +31989,1008 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         global_store_b32 v164, v160, s[96:97]
 .Ld64_bf16_pv16_end:
         s_endpgm
+
+        // ---- out of line: the attn_mask blocks of partial / additive tiles (each branches back) --------------
+.Ld64_bf16_pv16_mask_issued_0_ool:
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_pv16_mask_issued_0
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+        s_branch .Ld64_bf16_pv16_mask_issued_0
+.Ld64_bf16_pv16_mask_applied_0_ool:
+        s_wait_loadcnt 7  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_pv16_mask_applied_0_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v10, v160
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v10, v161
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v10, v162
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v10, v163
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v10, v164
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v10, v165
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v10, v166
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v10, v167
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v10, v168
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v10, v169
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v10, v170
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v10, v171
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v10, v172
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v10, v173
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v10, v174
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v10, v175
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v10, v176
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v10, v177
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v10, v178
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v10, v179
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v10, v180
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v10, v181
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v10, v182
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v10, v183
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v10, v184
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v10, v185
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v10, v186
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v10, v187
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v10, v188
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v10, v189
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v10, v190
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v10, v191
+.Ld64_bf16_pv16_mask_applied_0_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
+        s_branch .Ld64_bf16_pv16_mask_applied_0
+.Ld64_bf16_pv16_max_additive_0:
+        v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
+        v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
+        v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
+        v_dual_max_num_f32 v22, v74, v22 :: v_dual_max_num_f32 v23, v75, v23
+        v_dual_max_num_f32 v20, v76, v20 :: v_dual_max_num_f32 v21, v77, v21
+        v_dual_max_num_f32 v22, v78, v22 :: v_dual_max_num_f32 v23, v79, v23
+        v_dual_max_num_f32 v20, v80, v20 :: v_dual_max_num_f32 v21, v81, v21
+        v_dual_max_num_f32 v22, v82, v22 :: v_dual_max_num_f32 v23, v83, v23
+        v_dual_max_num_f32 v20, v84, v20 :: v_dual_max_num_f32 v21, v85, v21
+        v_dual_max_num_f32 v22, v86, v22 :: v_dual_max_num_f32 v23, v87, v23
+        v_dual_max_num_f32 v20, v88, v20 :: v_dual_max_num_f32 v21, v89, v21
+        v_dual_max_num_f32 v22, v90, v22 :: v_dual_max_num_f32 v23, v91, v23
+        v_dual_max_num_f32 v20, v92, v20 :: v_dual_max_num_f32 v21, v93, v21
+        v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v13, v12, v20, v24
+        v_sub_f32 v15, v12, v13
+        v_exp_f32_e32 v15, v15
+        s_branch .Ld64_bf16_pv16_max_done_0
+.Ld64_bf16_pv16_one_fma_0_additive:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+        s_branch .Ld64_bf16_pv16_one_fma_0
+.Ld64_bf16_pv16_one_fma_0_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
+        s_branch .Ld64_bf16_pv16_one_fma_0_mask
+.Ld64_bf16_pv16_mask_issued_1_ool:
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_pv16_mask_issued_1
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+        s_branch .Ld64_bf16_pv16_mask_issued_1
+.Ld64_bf16_pv16_mask_applied_1_ool:
+        s_wait_loadcnt 7  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_pv16_mask_applied_1_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v10, v160
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v10, v161
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v10, v162
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v10, v163
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v10, v164
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v10, v165
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v10, v166
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v10, v167
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v10, v168
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v10, v169
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v10, v170
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v10, v171
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v10, v172
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v10, v173
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v10, v174
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v10, v175
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v10, v176
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v10, v177
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v10, v178
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v10, v179
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v10, v180
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v10, v181
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v10, v182
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v10, v183
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v10, v184
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v10, v185
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v10, v186
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v10, v187
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v10, v188
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v10, v189
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v10, v190
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v10, v191
+.Ld64_bf16_pv16_mask_applied_1_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
+        s_branch .Ld64_bf16_pv16_mask_applied_1
+.Ld64_bf16_pv16_max_additive_1:
+        v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
+        v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
+        v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
+        v_dual_max_num_f32 v22, v106, v22 :: v_dual_max_num_f32 v23, v107, v23
+        v_dual_max_num_f32 v20, v108, v20 :: v_dual_max_num_f32 v21, v109, v21
+        v_dual_max_num_f32 v22, v110, v22 :: v_dual_max_num_f32 v23, v111, v23
+        v_dual_max_num_f32 v20, v112, v20 :: v_dual_max_num_f32 v21, v113, v21
+        v_dual_max_num_f32 v22, v114, v22 :: v_dual_max_num_f32 v23, v115, v23
+        v_dual_max_num_f32 v20, v116, v20 :: v_dual_max_num_f32 v21, v117, v21
+        v_dual_max_num_f32 v22, v118, v22 :: v_dual_max_num_f32 v23, v119, v23
+        v_dual_max_num_f32 v20, v120, v20 :: v_dual_max_num_f32 v21, v121, v21
+        v_dual_max_num_f32 v22, v122, v22 :: v_dual_max_num_f32 v23, v123, v23
+        v_dual_max_num_f32 v20, v124, v20 :: v_dual_max_num_f32 v21, v125, v21
+        v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v12, v13, v20, v24
+        v_sub_f32 v15, v13, v12
+        v_exp_f32_e32 v15, v15
+        s_branch .Ld64_bf16_pv16_max_done_1
+.Ld64_bf16_pv16_one_fma_1_additive:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+        s_branch .Ld64_bf16_pv16_one_fma_1
+.Ld64_bf16_pv16_one_fma_1_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
+        s_branch .Ld64_bf16_pv16_one_fma_1_mask
+.Ld64_bf16_pv16_mask_issued_0_last_ool:
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_pv16_mask_issued_0_last
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+        s_branch .Ld64_bf16_pv16_mask_issued_0_last
+.Ld64_bf16_pv16_mask_applied_0_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_pv16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v10, v160
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v10, v161
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v10, v162
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v10, v163
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v10, v164
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v10, v165
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v10, v166
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v10, v167
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v10, v168
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v10, v169
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v10, v170
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v10, v171
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v10, v172
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v10, v173
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v10, v174
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v10, v175
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v10, v176
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v10, v177
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v10, v178
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v10, v179
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v10, v180
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v10, v181
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v10, v182
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v10, v183
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v10, v184
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v10, v185
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v10, v186
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v10, v187
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v10, v188
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v10, v189
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v10, v190
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v10, v191
+.Ld64_bf16_pv16_mask_applied_0_last_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
+        s_branch .Ld64_bf16_pv16_mask_applied_0_last
+.Ld64_bf16_pv16_max_additive_0_last:
+        v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
+        v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
+        v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
+        v_dual_max_num_f32 v22, v74, v22 :: v_dual_max_num_f32 v23, v75, v23
+        v_dual_max_num_f32 v20, v76, v20 :: v_dual_max_num_f32 v21, v77, v21
+        v_dual_max_num_f32 v22, v78, v22 :: v_dual_max_num_f32 v23, v79, v23
+        v_dual_max_num_f32 v20, v80, v20 :: v_dual_max_num_f32 v21, v81, v21
+        v_dual_max_num_f32 v22, v82, v22 :: v_dual_max_num_f32 v23, v83, v23
+        v_dual_max_num_f32 v20, v84, v20 :: v_dual_max_num_f32 v21, v85, v21
+        v_dual_max_num_f32 v22, v86, v22 :: v_dual_max_num_f32 v23, v87, v23
+        v_dual_max_num_f32 v20, v88, v20 :: v_dual_max_num_f32 v21, v89, v21
+        v_dual_max_num_f32 v22, v90, v22 :: v_dual_max_num_f32 v23, v91, v23
+        v_dual_max_num_f32 v20, v92, v20 :: v_dual_max_num_f32 v21, v93, v21
+        v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v13, v12, v20, v24
+        v_sub_f32 v15, v12, v13
+        v_exp_f32_e32 v15, v15
+        s_branch .Ld64_bf16_pv16_max_done_0_last
+.Ld64_bf16_pv16_one_fma_0_last_additive:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+        s_branch .Ld64_bf16_pv16_one_fma_0_last
+.Ld64_bf16_pv16_one_fma_0_last_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
+        s_branch .Ld64_bf16_pv16_one_fma_0_last_mask
+.Ld64_bf16_pv16_mask_issued_1_last_ool:
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_pv16_mask_issued_1_last
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+        s_branch .Ld64_bf16_pv16_mask_issued_1_last
+.Ld64_bf16_pv16_mask_applied_1_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_bf16_pv16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v10, v160
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v10, v161
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v10, v162
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v10, v163
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v10, v164
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v10, v165
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v10, v166
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v10, v167
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v10, v168
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v10, v169
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v10, v170
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v10, v171
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v10, v172
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v10, v173
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v10, v174
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v10, v175
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v10, v176
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v10, v177
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v10, v178
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v10, v179
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v10, v180
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v10, v181
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v10, v182
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v10, v183
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v10, v184
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v10, v185
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v10, v186
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v10, v187
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v10, v188
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v10, v189
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v10, v190
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v10, v191
+.Ld64_bf16_pv16_mask_applied_1_last_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
+        s_branch .Ld64_bf16_pv16_mask_applied_1_last
+.Ld64_bf16_pv16_max_additive_1_last:
+        v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
+        v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
+        v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
+        v_dual_max_num_f32 v22, v106, v22 :: v_dual_max_num_f32 v23, v107, v23
+        v_dual_max_num_f32 v20, v108, v20 :: v_dual_max_num_f32 v21, v109, v21
+        v_dual_max_num_f32 v22, v110, v22 :: v_dual_max_num_f32 v23, v111, v23
+        v_dual_max_num_f32 v20, v112, v20 :: v_dual_max_num_f32 v21, v113, v21
+        v_dual_max_num_f32 v22, v114, v22 :: v_dual_max_num_f32 v23, v115, v23
+        v_dual_max_num_f32 v20, v116, v20 :: v_dual_max_num_f32 v21, v117, v21
+        v_dual_max_num_f32 v22, v118, v22 :: v_dual_max_num_f32 v23, v119, v23
+        v_dual_max_num_f32 v20, v120, v20 :: v_dual_max_num_f32 v21, v121, v21
+        v_dual_max_num_f32 v22, v122, v22 :: v_dual_max_num_f32 v23, v123, v23
+        v_dual_max_num_f32 v20, v124, v20 :: v_dual_max_num_f32 v21, v125, v21
+        v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v12, v13, v20, v24
+        v_sub_f32 v15, v13, v12
+        v_exp_f32_e32 v15, v15
+        s_branch .Ld64_bf16_pv16_max_done_1_last
+.Ld64_bf16_pv16_one_fma_1_last_additive:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+        s_branch .Ld64_bf16_pv16_one_fma_1_last
+.Ld64_bf16_pv16_one_fma_1_last_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
+        s_branch .Ld64_bf16_pv16_one_fma_1_last_mask
 .Lgfx1201_sage_attention_fwd_asm_d64_bf16_pv16_end:
         .size   gfx1201_sage_attention_fwd_asm_d64_bf16_pv16, .Lgfx1201_sage_attention_fwd_asm_d64_bf16_pv16_end-gfx1201_sage_attention_fwd_asm_d64_bf16_pv16
 
@@ -25630,6 +33241,27 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_add_nc_u64 s[52:53], s[52:53], s[54:55]
         s_lshl_b64 s[52:53], s[52:53], 2
         s_add_nc_u64 s[96:97], s[20:21], s[52:53]
+
+        // ---- prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read) -------------
+        s_load_b64 s[6:7], s[0:1], 0xa0  // mask_bits
+        s_load_b64 s[42:43], s[0:1], 0xa8  // mask_bias
+        s_load_b64 s[4:5], s[0:1], 0xb0  // mask_kind
+        s_load_b64 s[56:57], s[0:1], 0xb8  // mask_stride_b, _h
+        s_load_b32 s40, s[0:1], 0xc0  // mask_stride_s
+        s_wait_kmcnt 0
+        s_sub_nc_u64 s[52:53], s[62:63], s[36:37]  // LUT row offset (bytes)
+        s_add_nc_u64 s[4:5], s[4:5], s[52:53]  // mask_kind row of this query tile
+        s_mul_i32 s52, s45, s56
+        s_mul_i32 s54, s44, s57
+        s_add_co_i32 s52, s52, s54
+        s_mul_i32 s54, s58, s40
+        s_add_co_i32 s52, s52, s54  // word of row (batch, head, q0)
+        s_mov_b32 s53, 0
+        s_lshl_b64 s[54:55], s[52:53], 2
+        s_add_nc_u64 s[6:7], s[6:7], s[54:55]  // bit rows of query q0
+        s_lshl_b64 s[54:55], s[52:53], 7
+        s_add_nc_u64 s[42:43], s[42:43], s[54:55]  // bias rows of query q0
+        s_load_b32 s38, s[4:5], 0x4  // kind of L[0] (waited with q_scale)
         s_mov_b32 s81, 0
         s_mov_b32 s72, 0
         s_wait_alu depctr_sa_sdst(0)
@@ -25738,12 +33370,17 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
 .Ld64_fp16_pv16_loop:
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_fp16_pv16_last_0
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_mask_issued_0_ool
+.Ld64_fp16_pv16_mask_issued_0:
 
         // ---- tile t (t % 2 = 0): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -25761,6 +33398,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         global_load_b128 v[156:159], v7, s[82:83] offset:48
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_mask_applied_0_ool
+.Ld64_fp16_pv16_mask_applied_0:
         ds_load_b128 v[160:163], v1 offset:4096
         ds_load_b128 v[164:167], v1 offset:4608
         ds_load_b128 v[168:171], v1 offset:5120
@@ -25880,6 +33520,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
 .Ld64_fp16_pv16_nomask_0:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp16_pv16_max_additive_0
         v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
         v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
         v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
@@ -25902,6 +33544,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_max3_num_f32 v13, v12, v20, v24
         v_sub_f32 v15, v12, v13
         v_exp_f32_e32 v15, v15
+.Ld64_fp16_pv16_max_done_0:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v12
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v15, 0, v15, vcc_lo
@@ -25910,6 +33553,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cndmask_b32_e32 v14, 0, v13, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
         v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_additive
         v_add_nc_u32_e32 v24, -1, v10
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -25949,7 +33594,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_mask
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v25, 15, v0
         v_add_nc_u32_e32 v25, s60, v25
@@ -26054,6 +33699,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v25
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_pv16_one_fma_0_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_bits
 .Ld64_fp16_pv16_one_fma_0_mask:
         v_mov_b32_e32 v11, 1.0
         v_mov_b32_e32 v25, v14
@@ -26305,14 +33953,20 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
         s_cbranch_scc1 .Ld64_fp16_pv16_last_1
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_mask_issued_1_ool
+.Ld64_fp16_pv16_mask_issued_1:
 
         // ---- tile t (t % 2 = 1): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), V^T(L[t+1]), k_scale(L[t+1]) 
         s_add_co_i32 s52, s72, 3
         s_min_u32 s52, s52, s59
         s_lshl_b32 s52, s52, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
+        s_lshl_b32 s56, s72, 2
+        s_load_b32 s39, s[4:5], s56 offset:0x8  // attn_mask kind of L[t+1] (waited at the end of the tile)
         s_lshl_b32 s80, s67, 12  // * 4096 bytes
         s_add_nc_u64 s[78:79], s[74:75], s[80:81]
         s_sub_co_i32 s52, s66, s65  // tiles from L[t] to L[t+1] (> 0: ascending)
@@ -26330,6 +33984,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         global_load_b128 v[156:159], v7, s[82:83] offset:48
 
         // ---- phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack ----
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_mask_applied_1_ool
+.Ld64_fp16_pv16_mask_applied_1:
         ds_load_b128 v[160:163], v1 offset:0
         ds_load_b128 v[164:167], v1 offset:512
         ds_load_b128 v[168:171], v1 offset:1024
@@ -26449,6 +34106,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld64_fp16_pv16_nomask_1:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp16_pv16_max_additive_1
         v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
         v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
         v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
@@ -26471,6 +34130,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_max3_num_f32 v12, v13, v20, v24
         v_sub_f32 v15, v13, v12
         v_exp_f32_e32 v15, v15
+.Ld64_fp16_pv16_max_done_1:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v13
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v15, 0, v15, vcc_lo
@@ -26479,6 +34139,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cndmask_b32_e32 v14, 0, v12, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
         v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_additive
         v_add_nc_u32_e32 v24, -1, v10
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -26518,7 +34180,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_mask
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v25, 15, v0
         v_add_nc_u32_e32 v25, s60, v25
@@ -26623,6 +34285,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v25
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_pv16_one_fma_1_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_bits
 .Ld64_fp16_pv16_one_fma_1_mask:
         v_mov_b32_e32 v11, 1.0
         v_mov_b32_e32 v25, v14
@@ -26874,10 +34539,17 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
         s_mov_b32 s67, s68
+        s_mov_b32 s38, s39
         s_branch .Ld64_fp16_pv16_loop
 .Ld64_fp16_pv16_last_0:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_mask_issued_0_last_ool
+.Ld64_fp16_pv16_mask_issued_0_last:
 
         // ---- last tile (t % 2 = 0): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_mask_applied_0_last_ool
+.Ld64_fp16_pv16_mask_applied_0_last:
         ds_load_b128 v[160:163], v3 offset:8192
         ds_load_b128 v[164:167], v3 offset:10496
         ds_load_b128 v[168:171], v3 offset:12800
@@ -26997,6 +34669,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
 .Ld64_fp16_pv16_nomask_0_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp16_pv16_max_additive_0_last
         v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
         v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
         v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
@@ -27019,6 +34693,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_max3_num_f32 v13, v12, v20, v24
         v_sub_f32 v15, v12, v13
         v_exp_f32_e32 v15, v15
+.Ld64_fp16_pv16_max_done_0_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v12
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v15, 0, v15, vcc_lo
@@ -27027,6 +34702,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cndmask_b32_e32 v14, 0, v13, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
         v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_last_additive
         v_add_nc_u32_e32 v24, -1, v10
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -27066,7 +34743,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_last_mask
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v25, 15, v0
         v_add_nc_u32_e32 v25, s60, v25
@@ -27171,6 +34848,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v25
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v95, 0xff800000, v95, vcc_lo
+.Ld64_fp16_pv16_one_fma_0_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_last_bits
 .Ld64_fp16_pv16_one_fma_0_last_mask:
         v_mov_b32_e32 v11, 1.0
         v_mov_b32_e32 v25, v14
@@ -27370,8 +35050,14 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_mov_b32 v12, v13  // m of the last tile into m[0]
         s_branch .Ld64_fp16_pv16_epilogue
 .Ld64_fp16_pv16_last_1:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_mask_issued_1_last_ool
+.Ld64_fp16_pv16_mask_issued_1_last:
 
         // ---- last tile (t % 2 = 1): mask keys >= seq_len, softmax, PV ----------------------------------------
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_mask_applied_1_last_ool
+.Ld64_fp16_pv16_mask_applied_1_last:
         ds_load_b128 v[160:163], v3 offset:8192
         ds_load_b128 v[164:167], v3 offset:10496
         ds_load_b128 v[168:171], v3 offset:12800
@@ -27491,6 +35177,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
 .Ld64_fp16_pv16_nomask_1_last:
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile: scores are s
+        s_cbranch_scc1 .Ld64_fp16_pv16_max_additive_1_last
         v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
         v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
         v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
@@ -27513,6 +35201,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_max3_num_f32 v12, v13, v20, v24
         v_sub_f32 v15, v13, v12
         v_exp_f32_e32 v15, v15
+.Ld64_fp16_pv16_max_done_1_last:
         v_cmp_neq_f32_e32 vcc_lo, 0xff800000, v13
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v15, 0, v15, vcc_lo
@@ -27521,6 +35210,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cndmask_b32_e32 v14, 0, v12, vcc_lo
         v_subrev_f32_e32 v14, 0x40ffc000, v14
         v_fma_f32 v25, s69, v10, v14
+        s_bitcmp1_b32 s38, 1  // additive attn_mask tile
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_last_additive
         v_add_nc_u32_e32 v24, -1, v10
         v_cmp_le_u32_e32 vcc_lo, 0x3c800000, v24  // lanes whose qk needs the exact form
         s_wait_alu depctr_va_vcc(0)
@@ -27560,7 +35251,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_lshl_b32 s56, s65, 6
         s_add_co_i32 s57, s56, 64
         s_cmp_le_i32 s57, s61
-        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_last_mask
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
         v_and_b32 v25, 15, v0
         v_add_nc_u32_e32 v25, s60, v25
@@ -27665,6 +35356,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_cmp_lt_i32_e32 vcc_lo, 31, v25
         s_wait_alu depctr_va_vcc(0)
         v_cndmask_b32_e32 v127, 0xff800000, v127, vcc_lo
+.Ld64_fp16_pv16_one_fma_1_last_lim:
+        s_cmp_lg_u32 s38, 0
+        s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_last_bits
 .Ld64_fp16_pv16_one_fma_1_last_mask:
         v_mov_b32_e32 v11, 1.0
         v_mov_b32_e32 v25, v14
@@ -28498,6 +36192,1008 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         global_store_b32 v164, v160, s[96:97]
 .Ld64_fp16_pv16_end:
         s_endpgm
+
+        // ---- out of line: the attn_mask blocks of partial / additive tiles (each branches back) --------------
+.Ld64_fp16_pv16_mask_issued_0_ool:
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_pv16_mask_issued_0
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+        s_branch .Ld64_fp16_pv16_mask_issued_0
+.Ld64_fp16_pv16_mask_applied_0_ool:
+        s_wait_loadcnt 7  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_pv16_mask_applied_0_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v10, v160
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v10, v161
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v10, v162
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v10, v163
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v10, v164
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v10, v165
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v10, v166
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v10, v167
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v10, v168
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v10, v169
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v10, v170
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v10, v171
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v10, v172
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v10, v173
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v10, v174
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v10, v175
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v10, v176
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v10, v177
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v10, v178
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v10, v179
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v10, v180
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v10, v181
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v10, v182
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v10, v183
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v10, v184
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v10, v185
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v10, v186
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v10, v187
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v10, v188
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v10, v189
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v10, v190
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v10, v191
+.Ld64_fp16_pv16_mask_applied_0_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
+        s_branch .Ld64_fp16_pv16_mask_applied_0
+.Ld64_fp16_pv16_max_additive_0:
+        v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
+        v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
+        v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
+        v_dual_max_num_f32 v22, v74, v22 :: v_dual_max_num_f32 v23, v75, v23
+        v_dual_max_num_f32 v20, v76, v20 :: v_dual_max_num_f32 v21, v77, v21
+        v_dual_max_num_f32 v22, v78, v22 :: v_dual_max_num_f32 v23, v79, v23
+        v_dual_max_num_f32 v20, v80, v20 :: v_dual_max_num_f32 v21, v81, v21
+        v_dual_max_num_f32 v22, v82, v22 :: v_dual_max_num_f32 v23, v83, v23
+        v_dual_max_num_f32 v20, v84, v20 :: v_dual_max_num_f32 v21, v85, v21
+        v_dual_max_num_f32 v22, v86, v22 :: v_dual_max_num_f32 v23, v87, v23
+        v_dual_max_num_f32 v20, v88, v20 :: v_dual_max_num_f32 v21, v89, v21
+        v_dual_max_num_f32 v22, v90, v22 :: v_dual_max_num_f32 v23, v91, v23
+        v_dual_max_num_f32 v20, v92, v20 :: v_dual_max_num_f32 v21, v93, v21
+        v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v13, v12, v20, v24
+        v_sub_f32 v15, v12, v13
+        v_exp_f32_e32 v15, v15
+        s_branch .Ld64_fp16_pv16_max_done_0
+.Ld64_fp16_pv16_one_fma_0_additive:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+        s_branch .Ld64_fp16_pv16_one_fma_0
+.Ld64_fp16_pv16_one_fma_0_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
+        s_branch .Ld64_fp16_pv16_one_fma_0_mask
+.Ld64_fp16_pv16_mask_issued_1_ool:
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_pv16_mask_issued_1
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+        s_branch .Ld64_fp16_pv16_mask_issued_1
+.Ld64_fp16_pv16_mask_applied_1_ool:
+        s_wait_loadcnt 7  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_pv16_mask_applied_1_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v10, v160
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v10, v161
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v10, v162
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v10, v163
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v10, v164
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v10, v165
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v10, v166
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v10, v167
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v10, v168
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v10, v169
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v10, v170
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v10, v171
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v10, v172
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v10, v173
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v10, v174
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v10, v175
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v10, v176
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v10, v177
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v10, v178
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v10, v179
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v10, v180
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v10, v181
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v10, v182
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v10, v183
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v10, v184
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v10, v185
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v10, v186
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v10, v187
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v10, v188
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v10, v189
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v10, v190
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v10, v191
+.Ld64_fp16_pv16_mask_applied_1_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
+        s_branch .Ld64_fp16_pv16_mask_applied_1
+.Ld64_fp16_pv16_max_additive_1:
+        v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
+        v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
+        v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
+        v_dual_max_num_f32 v22, v106, v22 :: v_dual_max_num_f32 v23, v107, v23
+        v_dual_max_num_f32 v20, v108, v20 :: v_dual_max_num_f32 v21, v109, v21
+        v_dual_max_num_f32 v22, v110, v22 :: v_dual_max_num_f32 v23, v111, v23
+        v_dual_max_num_f32 v20, v112, v20 :: v_dual_max_num_f32 v21, v113, v21
+        v_dual_max_num_f32 v22, v114, v22 :: v_dual_max_num_f32 v23, v115, v23
+        v_dual_max_num_f32 v20, v116, v20 :: v_dual_max_num_f32 v21, v117, v21
+        v_dual_max_num_f32 v22, v118, v22 :: v_dual_max_num_f32 v23, v119, v23
+        v_dual_max_num_f32 v20, v120, v20 :: v_dual_max_num_f32 v21, v121, v21
+        v_dual_max_num_f32 v22, v122, v22 :: v_dual_max_num_f32 v23, v123, v23
+        v_dual_max_num_f32 v20, v124, v20 :: v_dual_max_num_f32 v21, v125, v21
+        v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v12, v13, v20, v24
+        v_sub_f32 v15, v13, v12
+        v_exp_f32_e32 v15, v15
+        s_branch .Ld64_fp16_pv16_max_done_1
+.Ld64_fp16_pv16_one_fma_1_additive:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+        s_branch .Ld64_fp16_pv16_one_fma_1
+.Ld64_fp16_pv16_one_fma_1_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
+        s_branch .Ld64_fp16_pv16_one_fma_1_mask
+.Ld64_fp16_pv16_mask_issued_0_last_ool:
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_pv16_mask_issued_0_last
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+        s_branch .Ld64_fp16_pv16_mask_issued_0_last
+.Ld64_fp16_pv16_mask_applied_0_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_pv16_mask_applied_0_last_bits
+        v_subrev_f32_e32 v64, s69, v64
+        v_fma_f32 v64, v64, v10, v160
+        v_subrev_f32_e32 v65, s69, v65
+        v_fma_f32 v65, v65, v10, v161
+        v_subrev_f32_e32 v66, s69, v66
+        v_fma_f32 v66, v66, v10, v162
+        v_subrev_f32_e32 v67, s69, v67
+        v_fma_f32 v67, v67, v10, v163
+        v_subrev_f32_e32 v68, s69, v68
+        v_fma_f32 v68, v68, v10, v164
+        v_subrev_f32_e32 v69, s69, v69
+        v_fma_f32 v69, v69, v10, v165
+        v_subrev_f32_e32 v70, s69, v70
+        v_fma_f32 v70, v70, v10, v166
+        v_subrev_f32_e32 v71, s69, v71
+        v_fma_f32 v71, v71, v10, v167
+        v_subrev_f32_e32 v72, s69, v72
+        v_fma_f32 v72, v72, v10, v168
+        v_subrev_f32_e32 v73, s69, v73
+        v_fma_f32 v73, v73, v10, v169
+        v_subrev_f32_e32 v74, s69, v74
+        v_fma_f32 v74, v74, v10, v170
+        v_subrev_f32_e32 v75, s69, v75
+        v_fma_f32 v75, v75, v10, v171
+        v_subrev_f32_e32 v76, s69, v76
+        v_fma_f32 v76, v76, v10, v172
+        v_subrev_f32_e32 v77, s69, v77
+        v_fma_f32 v77, v77, v10, v173
+        v_subrev_f32_e32 v78, s69, v78
+        v_fma_f32 v78, v78, v10, v174
+        v_subrev_f32_e32 v79, s69, v79
+        v_fma_f32 v79, v79, v10, v175
+        v_subrev_f32_e32 v80, s69, v80
+        v_fma_f32 v80, v80, v10, v176
+        v_subrev_f32_e32 v81, s69, v81
+        v_fma_f32 v81, v81, v10, v177
+        v_subrev_f32_e32 v82, s69, v82
+        v_fma_f32 v82, v82, v10, v178
+        v_subrev_f32_e32 v83, s69, v83
+        v_fma_f32 v83, v83, v10, v179
+        v_subrev_f32_e32 v84, s69, v84
+        v_fma_f32 v84, v84, v10, v180
+        v_subrev_f32_e32 v85, s69, v85
+        v_fma_f32 v85, v85, v10, v181
+        v_subrev_f32_e32 v86, s69, v86
+        v_fma_f32 v86, v86, v10, v182
+        v_subrev_f32_e32 v87, s69, v87
+        v_fma_f32 v87, v87, v10, v183
+        v_subrev_f32_e32 v88, s69, v88
+        v_fma_f32 v88, v88, v10, v184
+        v_subrev_f32_e32 v89, s69, v89
+        v_fma_f32 v89, v89, v10, v185
+        v_subrev_f32_e32 v90, s69, v90
+        v_fma_f32 v90, v90, v10, v186
+        v_subrev_f32_e32 v91, s69, v91
+        v_fma_f32 v91, v91, v10, v187
+        v_subrev_f32_e32 v92, s69, v92
+        v_fma_f32 v92, v92, v10, v188
+        v_subrev_f32_e32 v93, s69, v93
+        v_fma_f32 v93, v93, v10, v189
+        v_subrev_f32_e32 v94, s69, v94
+        v_fma_f32 v94, v94, v10, v190
+        v_subrev_f32_e32 v95, s69, v95
+        v_fma_f32 v95, v95, v10, v191
+.Ld64_fp16_pv16_mask_applied_0_last_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
+        s_branch .Ld64_fp16_pv16_mask_applied_0_last
+.Ld64_fp16_pv16_max_additive_0_last:
+        v_dual_max_num_f32 v20, v64, v65 :: v_dual_max_num_f32 v21, v66, v67
+        v_dual_max_num_f32 v22, v68, v69 :: v_dual_max_num_f32 v23, v70, v71
+        v_dual_max_num_f32 v20, v72, v20 :: v_dual_max_num_f32 v21, v73, v21
+        v_dual_max_num_f32 v22, v74, v22 :: v_dual_max_num_f32 v23, v75, v23
+        v_dual_max_num_f32 v20, v76, v20 :: v_dual_max_num_f32 v21, v77, v21
+        v_dual_max_num_f32 v22, v78, v22 :: v_dual_max_num_f32 v23, v79, v23
+        v_dual_max_num_f32 v20, v80, v20 :: v_dual_max_num_f32 v21, v81, v21
+        v_dual_max_num_f32 v22, v82, v22 :: v_dual_max_num_f32 v23, v83, v23
+        v_dual_max_num_f32 v20, v84, v20 :: v_dual_max_num_f32 v21, v85, v21
+        v_dual_max_num_f32 v22, v86, v22 :: v_dual_max_num_f32 v23, v87, v23
+        v_dual_max_num_f32 v20, v88, v20 :: v_dual_max_num_f32 v21, v89, v21
+        v_dual_max_num_f32 v22, v90, v22 :: v_dual_max_num_f32 v23, v91, v23
+        v_dual_max_num_f32 v20, v92, v20 :: v_dual_max_num_f32 v21, v93, v21
+        v_dual_max_num_f32 v22, v94, v22 :: v_dual_max_num_f32 v23, v95, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v13, v12, v20, v24
+        v_sub_f32 v15, v12, v13
+        v_exp_f32_e32 v15, v15
+        s_branch .Ld64_fp16_pv16_max_done_0_last
+.Ld64_fp16_pv16_one_fma_0_last_additive:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+        s_branch .Ld64_fp16_pv16_one_fma_0_last
+.Ld64_fp16_pv16_one_fma_0_last_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v64, v24, v64, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v65, v24, v65, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v66, v24, v66, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v67, v24, v67, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v68, v24, v68, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v69, v24, v69, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v70, v24, v70, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v71, v24, v71, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v72, v24, v72, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v73, v24, v73, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v74, v24, v74, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v75, v24, v75, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v76, v24, v76, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v77, v24, v77, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v78, v24, v78, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v79, v24, v79, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v80, v24, v80, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v81, v24, v81, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v82, v24, v82, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v83, v24, v83, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v84, v24, v84, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v85, v24, v85, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v86, v24, v86, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v87, v24, v87, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v88, v24, v88, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v89, v24, v89, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v90, v24, v90, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v91, v24, v91, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v92, v24, v92, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v93, v24, v93, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v94, v24, v94, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v95, v24, v95, 0xff800000
+        s_branch .Ld64_fp16_pv16_one_fma_0_last_mask
+.Ld64_fp16_pv16_mask_issued_1_last_ool:
+        v_and_b32 v24, 15, v0  // r
+        v_mul_lo_u32 v24, v24, s40  // r * mask_stride_s
+        v_bfe_u32 v25, v0, 4, 1  // h
+        v_add_nc_u32_e32 v24, v24, v25  // word of keys 32h.. of the row, tile 0
+        s_lshl_b32 s56, s65, 3  // tile * 8 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_lshl_add_u32 v25, v24, 2, s56
+        global_load_b32 v18, v25, s[6:7]  // bits of keys 32h + j
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_pv16_mask_issued_1_last
+        v_lshlrev_b32 v25, 7, v24  // word * 128 bytes
+        s_lshl_b32 s56, s65, 8  // tile * 256 bytes
+        s_wait_alu depctr_sa_sdst(0)
+        v_add_nc_u32_e32 v25, s56, v25  // bias byte offset of keys 32h.. (kept to mask_apply)
+        global_load_b128 v[160:163], v25, s[42:43] offset:0
+        global_load_b128 v[164:167], v25, s[42:43] offset:16
+        global_load_b128 v[168:171], v25, s[42:43] offset:32
+        global_load_b128 v[172:175], v25, s[42:43] offset:48
+        global_load_b128 v[176:179], v25, s[42:43] offset:64
+        global_load_b128 v[180:183], v25, s[42:43] offset:80
+        global_load_b128 v[184:187], v25, s[42:43] offset:96
+        global_load_b128 v[188:191], v25, s[42:43] offset:112
+        s_branch .Ld64_fp16_pv16_mask_issued_1_last
+.Ld64_fp16_pv16_mask_applied_1_last_ool:
+        s_wait_loadcnt 0  // the mask loads of mask_issue
+        s_bitcmp1_b32 s38, 1
+        s_cbranch_scc0 .Ld64_fp16_pv16_mask_applied_1_last_bits
+        v_subrev_f32_e32 v96, s69, v96
+        v_fma_f32 v96, v96, v10, v160
+        v_subrev_f32_e32 v97, s69, v97
+        v_fma_f32 v97, v97, v10, v161
+        v_subrev_f32_e32 v98, s69, v98
+        v_fma_f32 v98, v98, v10, v162
+        v_subrev_f32_e32 v99, s69, v99
+        v_fma_f32 v99, v99, v10, v163
+        v_subrev_f32_e32 v100, s69, v100
+        v_fma_f32 v100, v100, v10, v164
+        v_subrev_f32_e32 v101, s69, v101
+        v_fma_f32 v101, v101, v10, v165
+        v_subrev_f32_e32 v102, s69, v102
+        v_fma_f32 v102, v102, v10, v166
+        v_subrev_f32_e32 v103, s69, v103
+        v_fma_f32 v103, v103, v10, v167
+        v_subrev_f32_e32 v104, s69, v104
+        v_fma_f32 v104, v104, v10, v168
+        v_subrev_f32_e32 v105, s69, v105
+        v_fma_f32 v105, v105, v10, v169
+        v_subrev_f32_e32 v106, s69, v106
+        v_fma_f32 v106, v106, v10, v170
+        v_subrev_f32_e32 v107, s69, v107
+        v_fma_f32 v107, v107, v10, v171
+        v_subrev_f32_e32 v108, s69, v108
+        v_fma_f32 v108, v108, v10, v172
+        v_subrev_f32_e32 v109, s69, v109
+        v_fma_f32 v109, v109, v10, v173
+        v_subrev_f32_e32 v110, s69, v110
+        v_fma_f32 v110, v110, v10, v174
+        v_subrev_f32_e32 v111, s69, v111
+        v_fma_f32 v111, v111, v10, v175
+        v_subrev_f32_e32 v112, s69, v112
+        v_fma_f32 v112, v112, v10, v176
+        v_subrev_f32_e32 v113, s69, v113
+        v_fma_f32 v113, v113, v10, v177
+        v_subrev_f32_e32 v114, s69, v114
+        v_fma_f32 v114, v114, v10, v178
+        v_subrev_f32_e32 v115, s69, v115
+        v_fma_f32 v115, v115, v10, v179
+        v_subrev_f32_e32 v116, s69, v116
+        v_fma_f32 v116, v116, v10, v180
+        v_subrev_f32_e32 v117, s69, v117
+        v_fma_f32 v117, v117, v10, v181
+        v_subrev_f32_e32 v118, s69, v118
+        v_fma_f32 v118, v118, v10, v182
+        v_subrev_f32_e32 v119, s69, v119
+        v_fma_f32 v119, v119, v10, v183
+        v_subrev_f32_e32 v120, s69, v120
+        v_fma_f32 v120, v120, v10, v184
+        v_subrev_f32_e32 v121, s69, v121
+        v_fma_f32 v121, v121, v10, v185
+        v_subrev_f32_e32 v122, s69, v122
+        v_fma_f32 v122, v122, v10, v186
+        v_subrev_f32_e32 v123, s69, v123
+        v_fma_f32 v123, v123, v10, v187
+        v_subrev_f32_e32 v124, s69, v124
+        v_fma_f32 v124, v124, v10, v188
+        v_subrev_f32_e32 v125, s69, v125
+        v_fma_f32 v125, v125, v10, v189
+        v_subrev_f32_e32 v126, s69, v126
+        v_fma_f32 v126, v126, v10, v190
+        v_subrev_f32_e32 v127, s69, v127
+        v_fma_f32 v127, v127, v10, v191
+.Ld64_fp16_pv16_mask_applied_1_last_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
+        s_branch .Ld64_fp16_pv16_mask_applied_1_last
+.Ld64_fp16_pv16_max_additive_1_last:
+        v_dual_max_num_f32 v20, v96, v97 :: v_dual_max_num_f32 v21, v98, v99
+        v_dual_max_num_f32 v22, v100, v101 :: v_dual_max_num_f32 v23, v102, v103
+        v_dual_max_num_f32 v20, v104, v20 :: v_dual_max_num_f32 v21, v105, v21
+        v_dual_max_num_f32 v22, v106, v22 :: v_dual_max_num_f32 v23, v107, v23
+        v_dual_max_num_f32 v20, v108, v20 :: v_dual_max_num_f32 v21, v109, v21
+        v_dual_max_num_f32 v22, v110, v22 :: v_dual_max_num_f32 v23, v111, v23
+        v_dual_max_num_f32 v20, v112, v20 :: v_dual_max_num_f32 v21, v113, v21
+        v_dual_max_num_f32 v22, v114, v22 :: v_dual_max_num_f32 v23, v115, v23
+        v_dual_max_num_f32 v20, v116, v20 :: v_dual_max_num_f32 v21, v117, v21
+        v_dual_max_num_f32 v22, v118, v22 :: v_dual_max_num_f32 v23, v119, v23
+        v_dual_max_num_f32 v20, v120, v20 :: v_dual_max_num_f32 v21, v121, v21
+        v_dual_max_num_f32 v22, v122, v22 :: v_dual_max_num_f32 v23, v123, v23
+        v_dual_max_num_f32 v20, v124, v20 :: v_dual_max_num_f32 v21, v125, v21
+        v_dual_max_num_f32 v22, v126, v22 :: v_dual_max_num_f32 v23, v127, v23
+        v_dual_max_num_f32 v20, v20, v22 :: v_dual_max_num_f32 v21, v21, v23
+        v_max_num_f32 v20, v20, v21
+        v_permlanex16_b32 v24, v20, s70, 0xfedcba98
+        v_max3_num_f32 v12, v13, v20, v24
+        v_sub_f32 v15, v13, v12
+        v_exp_f32_e32 v15, v15
+        s_branch .Ld64_fp16_pv16_max_done_1_last
+.Ld64_fp16_pv16_one_fma_1_last_additive:
+        v_mov_b32_e32 v11, 1.0
+        v_mov_b32_e32 v25, v14
+        s_branch .Ld64_fp16_pv16_one_fma_1_last
+.Ld64_fp16_pv16_one_fma_1_last_bits:
+        v_bfe_i32 v24, v18, 0, 1
+        v_bfi_b32 v96, v24, v96, 0xff800000
+        v_bfe_i32 v24, v18, 1, 1
+        v_bfi_b32 v97, v24, v97, 0xff800000
+        v_bfe_i32 v24, v18, 2, 1
+        v_bfi_b32 v98, v24, v98, 0xff800000
+        v_bfe_i32 v24, v18, 3, 1
+        v_bfi_b32 v99, v24, v99, 0xff800000
+        v_bfe_i32 v24, v18, 4, 1
+        v_bfi_b32 v100, v24, v100, 0xff800000
+        v_bfe_i32 v24, v18, 5, 1
+        v_bfi_b32 v101, v24, v101, 0xff800000
+        v_bfe_i32 v24, v18, 6, 1
+        v_bfi_b32 v102, v24, v102, 0xff800000
+        v_bfe_i32 v24, v18, 7, 1
+        v_bfi_b32 v103, v24, v103, 0xff800000
+        v_bfe_i32 v24, v18, 8, 1
+        v_bfi_b32 v104, v24, v104, 0xff800000
+        v_bfe_i32 v24, v18, 9, 1
+        v_bfi_b32 v105, v24, v105, 0xff800000
+        v_bfe_i32 v24, v18, 10, 1
+        v_bfi_b32 v106, v24, v106, 0xff800000
+        v_bfe_i32 v24, v18, 11, 1
+        v_bfi_b32 v107, v24, v107, 0xff800000
+        v_bfe_i32 v24, v18, 12, 1
+        v_bfi_b32 v108, v24, v108, 0xff800000
+        v_bfe_i32 v24, v18, 13, 1
+        v_bfi_b32 v109, v24, v109, 0xff800000
+        v_bfe_i32 v24, v18, 14, 1
+        v_bfi_b32 v110, v24, v110, 0xff800000
+        v_bfe_i32 v24, v18, 15, 1
+        v_bfi_b32 v111, v24, v111, 0xff800000
+        v_bfe_i32 v24, v18, 16, 1
+        v_bfi_b32 v112, v24, v112, 0xff800000
+        v_bfe_i32 v24, v18, 17, 1
+        v_bfi_b32 v113, v24, v113, 0xff800000
+        v_bfe_i32 v24, v18, 18, 1
+        v_bfi_b32 v114, v24, v114, 0xff800000
+        v_bfe_i32 v24, v18, 19, 1
+        v_bfi_b32 v115, v24, v115, 0xff800000
+        v_bfe_i32 v24, v18, 20, 1
+        v_bfi_b32 v116, v24, v116, 0xff800000
+        v_bfe_i32 v24, v18, 21, 1
+        v_bfi_b32 v117, v24, v117, 0xff800000
+        v_bfe_i32 v24, v18, 22, 1
+        v_bfi_b32 v118, v24, v118, 0xff800000
+        v_bfe_i32 v24, v18, 23, 1
+        v_bfi_b32 v119, v24, v119, 0xff800000
+        v_bfe_i32 v24, v18, 24, 1
+        v_bfi_b32 v120, v24, v120, 0xff800000
+        v_bfe_i32 v24, v18, 25, 1
+        v_bfi_b32 v121, v24, v121, 0xff800000
+        v_bfe_i32 v24, v18, 26, 1
+        v_bfi_b32 v122, v24, v122, 0xff800000
+        v_bfe_i32 v24, v18, 27, 1
+        v_bfi_b32 v123, v24, v123, 0xff800000
+        v_bfe_i32 v24, v18, 28, 1
+        v_bfi_b32 v124, v24, v124, 0xff800000
+        v_bfe_i32 v24, v18, 29, 1
+        v_bfi_b32 v125, v24, v125, 0xff800000
+        v_bfe_i32 v24, v18, 30, 1
+        v_bfi_b32 v126, v24, v126, 0xff800000
+        v_bfe_i32 v24, v18, 31, 1
+        v_bfi_b32 v127, v24, v127, 0xff800000
+        s_branch .Ld64_fp16_pv16_one_fma_1_last_mask
 .Lgfx1201_sage_attention_fwd_asm_d64_fp16_pv16_end:
         .size   gfx1201_sage_attention_fwd_asm_d64_fp16_pv16, .Lgfx1201_sage_attention_fwd_asm_d64_fp16_pv16_end-gfx1201_sage_attention_fwd_asm_d64_fp16_pv16
 

@@ -214,3 +214,16 @@ def gather_kinds(active: torch.Tensor, kind: torch.Tensor) -> torch.Tensor:
     order = torch.argsort((~active).to(torch.uint8), dim=-1, stable=True)
     rows = torch.cat([torch.zeros_like(kind[..., :1]), torch.gather(kind, -1, order)], dim=-1).reshape(-1)
     return torch.cat([rows, rows.new_zeros(abi.LUT_TAIL)]).to(torch.int32)
+
+
+def key_padding(mask: torch.Tensor) -> torch.Tensor:
+    """A key-padding mask in a client's shape -- [B, S_kv] (diffusers' encoder_attention_mask), [B, 1, S_kv]
+    (ComfyUI's 3-D masks with one query row) or [B, 1, 1, S_kv] -- as the attn_mask [B, 1, 1, S_kv] that SDPA's
+    broadcasting reads as "per batch, these keys" (a 2-D attn_mask would be [S_q, S_kv]). A view, no copy."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask: expected a tensor [B, S_kv], [B, 1, S_kv] or [B, 1, 1, S_kv], got "
+                        f"{type(mask).__name__}")
+    if mask.dim() == 2 or (mask.dim() in (3, 4) and all(s == 1 for s in mask.shape[1:-1])):
+        return mask.reshape(mask.shape[0], 1, 1, mask.shape[-1])
+    raise ValueError(f"mask: expected a key-padding mask [B, S_kv], [B, 1, S_kv] or [B, 1, 1, S_kv], got "
+                     f"{mask.dtype} {list(mask.shape)}")

@@ -102,17 +102,21 @@ def test_kernel_list_rejects_ambiguous_keys(tmp_path):
 
 
 def test_generator_loads_the_struct_from_abi():
-    """The generator's kernarg loads cover the abi struct exactly, at the struct's offsets (no literal offsets)."""
+    """The generator's kernarg loads cover the abi struct exactly, at the struct's offsets (no literal offsets): the
+    preloaded prefix in SGPRs KARG_SGPR.., the attn_mask fields (from mask_bits on) by the prologue's mask_setup."""
     import gen_sage_attention_asm as gen   # asm_src/ is on sys.path (pyproject.toml pytest pythonpath)
+    from sage_attention_asm import config
     loads = gen.kernarg_loads(gen.KARG_SGPR)
     covered = sum(int(m.removeprefix("s_load_b")) // 8 for m, *_ in loads)
-    assert covered == abi.ATTENTION_FWD_ARGS.size
+    assert covered == config.PRELOAD_BYTES == abi.ATTENTION_FWD_ARGS.by_name["mask_bits"].offset
     assert [off for _, _, off, _ in loads] == sorted(off for _, _, off, _ in loads)
     text = gen.build(gen.FAMILY[0])
     for mnemonic, first, off, _ in loads:
         n = int(mnemonic.removeprefix("s_load_b")) // 32
         dst = f"s{first}" if n == 1 else f"s[{first}:{first + n - 1}]"
         assert f"{mnemonic} {dst}, s[0:1], 0x{off:x}" in text
+    for name in ("mask_bits", "mask_bias", "mask_kind", "mask_stride_b", "mask_stride_s"):
+        assert f"s[0:1], 0x{abi.ATTENTION_FWD_ARGS.by_name[name].offset:x}  // {name}" in text
 
 
 def test_hip_kernel_arithmetic_constants_match_abi():

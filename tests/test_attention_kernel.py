@@ -157,8 +157,9 @@ def test_kernarg_struct_is_the_documented_table():
                     (80, "seq_len_kv"), (84, "seq_pad_kv"), (88, "num_heads_q"), (92, "num_heads_kv"),
                     (96, "kv_group_magic"), (104, "out_stride_b"), (108, "out_stride_s"), (112, "out_stride_h"),
                     (116, "head_dim"), (120, "flags"), (128, "lut"), (136, "lut_stride_b"), (140, "lut_stride_h"),
-                    (144, "causal_offset"), (152, "v_mean")]
-    assert ATTENTION_FWD_ARGS.size == 160
+                    (144, "causal_offset"), (152, "v_mean"), (160, "mask_bits"), (168, "mask_bias"),
+                    (176, "mask_kind"), (184, "mask_stride_b"), (188, "mask_stride_h"), (192, "mask_stride_s")]
+    assert ATTENTION_FWD_ARGS.size == 196
 
 
 def test_kv_group_magic_divides_exactly():

@@ -40,13 +40,21 @@ def family_header(kernels) -> str:
 // L[min(t+3, last)] is s_load-ed at the top of tile t and waited at its end (one LUT entry in flight).
 // Masking: a tile whose end passes the wave's smallest row limit (seq_len_kv, or q0 + S_kv - S_q + 1 when
 // causal) takes a uniform branch that sets s = -inf for keys >= the lane's row limit; m_use = 0 while m = -inf.
+// attn_mask (flags bit {abi.FLAG_MASK_BIT}; docs/numerics.md §Masks "attn_mask"): the kind of L[t+1] is s_load-ed
+// with L[t+3] (mask_kind, parallel to the LUT; zeros without a mask). Partial tiles: at the top of tile t (before
+// its staging loads) each lane loads its bit word (row q0 + r, keys 32h..) into rs[0]; additive tiles also its 32
+// biases into the ring; before the fragment prefetch they are waited for alone (s_wait_loadcnt = the staging
+// loads), additive scores become s = fma(x - 1.5 * 2^23, qk, b) (row max unscaled, exact exp2 form), hidden keys
+// -inf (v_bfe_i32 + v_bfi_b32); the exact form masks the bits again. Full tiles: the unmasked instructions.
 //
-// Kernarg struct ({ARGS.size} bytes, no hidden args; sage_co/abi.py ATTENTION_FWD_ARGS), loaded whole into
-// SGPRs s{KARG_SGPR}.. (dword i in s{KARG_SGPR}+i):
+// Kernarg struct ({ARGS.size} bytes, no hidden args; sage_co/abi.py ATTENTION_FWD_ARGS); the fields before
+// mask_bits loaded into SGPRs s{KARG_SGPR}.. (dword i in s{KARG_SGPR}+i), the mask_* fields by the prologue
+// into SGPRs the loop no longer reads (q, k, v_mean, causal_offset, lut strides; the SGPR map):
 //   | offset | name           | kind |
 {kt}
 //   flags bit {abi.FLAG_LSE_BIT}: write lse; bit {abi.FLAG_SMOOTH_K_BIT}: lse adds ln2 * (q_int8*q_scale).k_mean;
 //   bit {abi.FLAG_CAUSAL_BIT}: causal; bit {abi.FLAG_SMOOTH_V_BIT}: smooth_v, out adds v_mean (loaded always: pass k_mean without it)
+//   bit {abi.FLAG_MASK_BIT}: attn_mask (mask_kind is read always: pass zeros without it)
 //   out: element (b, i, h, d) at out + 2*(b*out_stride_b + i*out_stride_s + h*out_stride_h + d), d < head_dim
 //
 // Data flow (docs/rdna4.md §WMMA "SageAttention data flow", same index permutations as the .hip header):

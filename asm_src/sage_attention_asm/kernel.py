@@ -25,6 +25,7 @@ class AttentionKernel(KernelState, Prologue, MatmulStreams, Softmax, KeyLoop, Ep
     def body_text(self) -> str:
         """The instructions of the kernel (prologue, loop, peeled last tiles, epilogue)."""
         a = Asm()
+        self.ool = Asm()   # out-of-line blocks (the attn_mask paths), placed after the epilogue
         a.raw(self.variant_header())
         self.prologue(a)
         # the k_scale address points at tile 0; the loop adds 8 before each load of tile t+1
@@ -48,6 +49,8 @@ class AttentionKernel(KernelState, Prologue, MatmulStreams, Softmax, KeyLoop, Ep
         a.op("s_wait_kmcnt 0", "q_scale (the smooth_k lse term)")
         a.label(".Lepilogue")
         self.epilogue(a, 0)
+        a.section("out of line: the attn_mask blocks of partial / additive tiles (each branches back)")
+        a.lines.extend(self.ool.lines)
         # labels are local to the file: a family's .s holds several kernels, so each kernel's carry its tag
         return re.sub(r"\.L(\w+)", lambda m: f".L{self.cfg.tag}_{m.group(1)}", a.text())
 

@@ -3,6 +3,7 @@ t+1 woven with the softmax of tile t, PV of tile t with the score scaling of til
 from __future__ import annotations
 
 from asmdsl import Asm, Op, WaitCounter, pair_vopd
+from sage_co import abi
 
 from .config import B128, F32_BYTES, TILE_K, log2
 from .stream import Matrix, Weaver
@@ -61,6 +62,9 @@ class KeyLoop:
         self.pv_matrix(mat, self.LDS_VBUF[parity], cur)
         n_qk = 0 if last else len(self.QK_ORDER)
         wv = Weaver(a, mat, ds)
+        sfx = f"{parity}{'_last' if last else ''}"
+        self.mask_issue(a, f".Lmask_issued_{sfx}")
+        a.label(f".Lmask_issued_{sfx}")
 
         if not last:
             a.section(f"tile t (t % 2 = {parity}): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), "
@@ -69,6 +73,9 @@ class KeyLoop:
             a.op(f"s_min_u32 {self.s_tmp[0]}, {self.s_tmp[0]}, {self.s_last}")
             a.op(f"s_lshl_b32 {self.s_tmp[0]}, {self.s_tmp[0]}, 2")
             a.op(f"s_load_b32 {self.s_L3}, {self.s_lutrow}, {self.s_tmp[0]} offset:0x4", "waited at the end of the tile")
+            a.op(f"s_lshl_b32 {self.s_tmp3[0]}, {self.s_t}, 2")
+            a.op(f"s_load_b32 {self.s_kindn}, {self.s_kindrow}, {self.s_tmp3[0]} offset:0x8",
+                 "attn_mask kind of L[t+1] (waited at the end of the tile)")
             self.k_tile_base(a, self.s_L2)
             a.op(f"s_sub_co_i32 {self.s_tmp[0]}, {self.s_L1}, {self.s_Lc}", "tiles from L[t] to L[t+1] (> 0: ascending)")
             a.op(f"s_mov_b32 {self.s_tmp2[1]}, 0")
@@ -84,12 +91,20 @@ class KeyLoop:
             a.section("phase X: fragment loads, row max of tile t, then QK^T(t+1) x 32 WMMA woven with exp/sum/pack")
         else:
             a.section(f"last tile (t % 2 = {parity}): mask keys >= seq_len, softmax, PV")
+        self.mask_apply(a, cur, len(vm.outstanding), f".Lmask_applied_{sfx}")
+        a.label(f".Lmask_applied_{sfx}")
         wv.prefetch()
-        nomask = f".Lnomask_{parity}{'_last' if last else ''}"
+        nomask = f".Lnomask_{sfx}"
         for ln in self.mask_lines(cur, nomask):
             a.op(ln)
         a.label(nomask)
+        a.op(f"s_bitcmp1_b32 {self.s_kind}, {abi.MASK_KIND_ADDITIVE_BIT}", "additive attn_mask tile: scores are s")
+        a.op(f"s_cbranch_scc1 .Lmax_additive_{sfx}")
         a.valu(self.max_ops(cur, m_old, m_new))
+        a.label(f".Lmax_done_{sfx}")
+        self.ool.label(f".Lmax_additive_{sfx}")
+        self.ool.valu(self.max_ops(cur, m_old, m_new, scaled=False))
+        self.ool.op(f"s_branch .Lmax_done_{sfx}")
         for ln in self.alpha_select_lines(m_old) + self.guard_lines(m_new):
             a.op(ln)
         self.exact_form(a, cur, f".Lone_fma_{parity}{'_last' if last else ''}")
@@ -122,3 +137,4 @@ class KeyLoop:
             a.op(f"s_mov_b32 {self.s_Lc}, {self.s_L1}")
             a.op(f"s_mov_b32 {self.s_L1}, {self.s_L2}")
             a.op(f"s_mov_b32 {self.s_L2}, {self.s_L3}")
+            a.op(f"s_mov_b32 {self.s_kind}, {self.s_kindn}")

@@ -142,6 +142,34 @@ class Prologue:
              f"+ {D // 2}h (d permutation of the .hip header)")
         a.op(f"v_readfirstlane_b32 {self.s_wave}, {self.tid}")
 
+    def mask_setup(self, a: Asm) -> None:
+        """attn_mask state into the dead kernarg SGPRs (state.py): the mask_kind row of this query tile (the LUT row's
+    offset), the bit / bias rows of query q0 ((batch*msb + head*msh + q0*mss) words; bias x 32 floats) and the kind
+    of L[0]. The kinds are always read (the host passes zeros without FLAG_MASK); bits and bias only on partial /
+    additive tiles."""
+        tmp, tmp2, tmp3 = self.s_tmp, self.s_tmp2, self.s_tmp3
+        args = abi.ATTENTION_FWD_ARGS.by_name
+        a.section("prologue: attn_mask rows (kernarg mask_* fields, into SGPRs the loop does not read)")
+        a.op(f"s_load_b64 {self.s_mrow}, {self.kernarg}, 0x{args['mask_bits'].offset:x}", "mask_bits")
+        a.op(f"s_load_b64 {self.s_brow}, {self.kernarg}, 0x{args['mask_bias'].offset:x}", "mask_bias")
+        a.op(f"s_load_b64 {self.s_kindrow}, {self.kernarg}, 0x{args['mask_kind'].offset:x}", "mask_kind")
+        a.op(f"s_load_b64 {tmp3}, {self.kernarg}, 0x{args['mask_stride_b'].offset:x}", "mask_stride_b, _h")
+        a.op(f"s_load_b32 {self.s_mss}, {self.kernarg}, 0x{args['mask_stride_s'].offset:x}", "mask_stride_s")
+        a.op("s_wait_kmcnt 0")
+        a.op(f"s_sub_nc_u64 {tmp}, {self.s_lutrow}, {self.karg['lut']}", "LUT row offset (bytes)")
+        a.op(f"s_add_nc_u64 {self.s_kindrow}, {self.s_kindrow}, {tmp}", "mask_kind row of this query tile")
+        a.op(f"s_mul_i32 {tmp[0]}, {self.s_batch}, {tmp3[0]}")
+        a.op(f"s_mul_i32 {tmp2[0]}, {self.s_head}, {tmp3[1]}")
+        a.op(f"s_add_co_i32 {tmp[0]}, {tmp[0]}, {tmp2[0]}")
+        a.op(f"s_mul_i32 {tmp2[0]}, {self.s_q0}, {self.s_mss}")
+        a.op(f"s_add_co_i32 {tmp[0]}, {tmp[0]}, {tmp2[0]}", "word of row (batch, head, q0)")
+        a.op(f"s_mov_b32 {tmp[1]}, 0")
+        a.op(f"s_lshl_b64 {tmp2}, {tmp}, {log2(F32_BYTES)}")
+        a.op(f"s_add_nc_u64 {self.s_mrow}, {self.s_mrow}, {tmp2}", "bit rows of query q0")
+        a.op(f"s_lshl_b64 {tmp2}, {tmp}, {log2(abi.MASK_WORD_BITS * F32_BYTES)}")
+        a.op(f"s_add_nc_u64 {self.s_brow}, {self.s_brow}, {tmp2}", "bias rows of query q0")
+        a.op(f"s_load_b32 {self.s_kind}, {self.s_kindrow}, 0x4", "kind of L[0] (waited with q_scale)")
+
     def zext(self, a: Asm, pair, value) -> None:
         """pair = the 64-bit zero extension of the 32-bit SGPR `value`."""
         a.op(f"s_mov_b32 {pair[0]}, {value}")
@@ -262,6 +290,7 @@ class Prologue:
         a.op(f"s_add_nc_u64 {tmp}, {tmp}, {tmp2}")
         a.op(f"s_lshl_b64 {tmp}, {tmp}, {log2(F32_BYTES)}")
         a.op(f"s_add_nc_u64 {self.s_lseb}, {self.sp_lse}, {tmp}")
+        self.mask_setup(a)
         a.op(f"s_mov_b32 {self.s_koff[1]}, 0")
         a.op(f"s_mov_b32 {self.s_t}, 0")
         # VALU reads these SGPRs from now on; none is written again by SALU (docs/rdna4.md §Hazards 3)

@@ -4,8 +4,9 @@ limit, and the O rescale (docs/numerics.md §Attention arithmetic model)."""
 from __future__ import annotations
 
 from asmdsl import Asm, Op
+from sage_co import abi
 
-from .config import CHUNKS, F32_FMA_MAX_QK_SCALE, F32_NEG_INF, F32_P_OFF, PERMX16_SEL_HI, TILE_K, log2
+from .config import B128, F32_BYTES, CHUNKS, F32_FMA_MAX_QK_SCALE, F32_NEG_INF, F32_P_OFF, PERMX16_SEL_HI, TILE_K, log2
 from .stream import vadd, vcc_select_lines, vmax, vmul, vsub
 
 
@@ -30,7 +31,7 @@ class Softmax:
                 ops.append(vmul(sacc[j], self.qk[1], sacc[j]))
         return ops
 
-    def max_ops(self, sacc, m_old, m_new) -> list[Op]:
+    def max_ops(self, sacc, m_old, m_new, scaled: bool = True) -> list[Op]:
         """Row max over the lane's 32 accumulators x (4 partial chains, VOPD pairs), scaled once:
     (max x - 1.5 * 2^23) * qk = max_j float(s_int32) * qk exactly (qk >= 0 scales monotonically; a masked lane
     half gives -inf, or NaN when qk = 0, which v_max3_num drops); the other lane half's max through v_permlanex16
@@ -42,8 +43,10 @@ class Softmax:
             for q in range(4):
                 ops.append(vmax(self.mx[q], sacc[j + q], self.mx[q]))
         ops += [vmax(self.mx[0], self.mx[0], self.mx[2]), vmax(self.mx[1], self.mx[1], self.mx[3]),
-                vmax(self.mx[0], self.mx[0], self.mx[1]),
-                Op.vop2("v_subrev_f32", self.mx[0], self.s_magic, self.mx[0]), vmul(self.mx[0], self.qk[0], self.mx[0])]
+                vmax(self.mx[0], self.mx[0], self.mx[1])]
+        if scaled:   # additive attn_mask tiles hold the scores s themselves (mask_apply): no scaling
+            ops += [Op.vop2("v_subrev_f32", self.mx[0], self.s_magic, self.mx[0]),
+                    vmul(self.mx[0], self.qk[0], self.mx[0])]
         ops.append(Op.raw(f"v_permlanex16_b32 {self.xl}, {self.mx[0]}, {self.s_sel}, {PERMX16_SEL_HI}", [self.mx[0]], [self.xl]))
         ops.append(Op.raw(f"v_max3_num_f32 {m_new}, {m_old}, {self.mx[0]}, {self.xl}", [m_old, self.mx[0], self.xl], [m_new]))
         ops.append(vsub(self.alpha[0], m_old, m_new))
@@ -65,15 +68,29 @@ class Softmax:
     def exact_form(self, a: Asm, sacc, label: str) -> None:
         """Unless every lane's qk lies in (0, FMA_MAX_QK_SCALE] (on the fp32 bits: bits(qk) - 1 < bits(FMA_MAX)
     unsigned, which NaN, inf, 0 and negative values fail), the exact form (uniform branch, rarely taken): s =
-    (x - 1.5 * 2^23) * qk, masked again ((-inf) * 0 is NaN), qk[1] = 1.0 and lim = t, so that the common
-    fma(s, 1.0, -t) is s - t."""
+    (x - 1.5 * 2^23) * qk, masked again ((-inf) * 0 is NaN; attn_mask bits too), qk[1] = 1.0 and lim = t, so that
+    the common fma(s, 1.0, -t) is s - t. Additive attn_mask tiles (scores already s) take qk[1] = 1.0, lim = t."""
+        a.op(f"s_bitcmp1_b32 {self.s_kind}, {abi.MASK_KIND_ADDITIVE_BIT}", "additive attn_mask tile")
+        a.op(f"s_cbranch_scc1 {label}_additive")
+        ool = self.ool
+        ool.label(f"{label}_additive")
+        ool.op(f"v_mov_b32_e32 {self.qk[1]}, 1.0")
+        ool.op(f"v_mov_b32_e32 {self.lim}, {self.m[2]}")
+        ool.op(f"s_branch {label}")
         a.op(f"v_add_nc_u32_e32 {self.xl}, -1, {self.qk[0]}")
         a.op(f"v_cmp_le_u32_e32 vcc_lo, {F32_FMA_MAX_QK_SCALE}, {self.xl}", "lanes whose qk needs the exact form")
         a.op("s_wait_alu depctr_va_vcc(0)")
         a.op(f"s_cbranch_vccz {label}")
         a.valu(self.exact_ops(sacc))
-        for ln in self.mask_lines(sacc, label + "_mask"):
+        for ln in self.mask_lines(sacc, label + "_lim"):
             a.op(ln)
+        a.label(label + "_lim")
+        a.op(f"s_cmp_lg_u32 {self.s_kind}, {abi.MASK_KIND_FULL}")
+        a.op(f"s_cbranch_scc1 {label}_bits")
+        ool.label(f"{label}_bits")
+        for ln in self.bits_lines(sacc):
+            ool.op(ln)
+        ool.op(f"s_branch {label}_mask")
         a.label(label + "_mask")
         a.op(f"v_mov_b32_e32 {self.qk[1]}, 1.0")
         a.op(f"v_mov_b32_e32 {self.lim}, {self.m[2]}")
@@ -161,6 +178,80 @@ class Softmax:
                 out += vcc_select_lines(f"v_cmp_lt_i32_e32 vcc_lo, {8 * c + e}, {self.lim}", sacc[8 * c + e],
                                         F32_NEG_INF, sacc[8 * c + e])
         return out
+
+    # ---- attn_mask (docs/numerics.md §Masks "attn_mask"): per LUT entry a kind (s_kind); partial tiles read this
+    # lane's 32 bits (row q0 + r, keys 32h + j of the tile: one u32 word), additive tiles also its 32 biases
+    # The mask blocks are emitted out of line (self.ool, after the epilogue): a full tile runs one s_cmp +
+    # s_cbranch per block, and the loop's paths (tools/perfmodel enumerates them) stay those of the unmasked kernel.
+    def mask_issue(self, a: Asm, label: str) -> None:
+        """At the start of tile t (before its staging loads, so that mask_apply can wait for these alone): partial /
+        additive tiles load this lane's bit word into rs[0] (free until the row sums) and additive ones their first
+        BIAS_LOADS x 4 biases into the ring (free until the fragment prefetch). xl = the lane's word (r * mss + h)."""
+        a.op(f"s_cmp_lg_u32 {self.s_kind}, {abi.MASK_KIND_FULL}")
+        a.op(f"s_cbranch_scc1 {label}_ool")
+        ret, a = label, self.ool
+        a.label(f"{label}_ool")
+        key0 = self.s_tmp3[0]
+        a.op(f"v_and_b32 {self.xl}, 15, {self.tid}", "r")
+        a.op(f"v_mul_lo_u32 {self.xl}, {self.xl}, {self.s_mss}", "r * mask_stride_s")
+        a.op(f"v_bfe_u32 {self.lim}, {self.tid}, 4, 1", "h")
+        a.op(f"v_add_nc_u32_e32 {self.xl}, {self.xl}, {self.lim}", "word of keys 32h.. of the row, tile 0")
+        a.op(f"s_lshl_b32 {key0}, {self.s_Lc}, {log2(TILE_K // abi.MASK_WORD_BITS * F32_BYTES)}", "tile * 8 bytes")
+        a.op("s_wait_alu depctr_sa_sdst(0)")
+        a.op(f"v_lshl_add_u32 {self.lim}, {self.xl}, {log2(F32_BYTES)}, {key0}")
+        a.op(f"global_load_b32 {self.rs[0]}, {self.lim}, {self.s_mrow}", "bits of keys 32h + j")
+        a.op(f"s_bitcmp1_b32 {self.s_kind}, {abi.MASK_KIND_ADDITIVE_BIT}")
+        a.op(f"s_cbranch_scc0 {label}")
+        a.op(f"v_lshlrev_b32 {self.lim}, {log2(abi.MASK_WORD_BITS * F32_BYTES)}, {self.xl}", "word * 128 bytes")
+        a.op(f"s_lshl_b32 {key0}, {self.s_Lc}, {log2(TILE_K * F32_BYTES)}", "tile * 256 bytes")
+        a.op("s_wait_alu depctr_sa_sdst(0)")
+        a.op(f"v_add_nc_u32_e32 {self.lim}, {key0}, {self.lim}", "bias byte offset of keys 32h.. (kept to mask_apply)")
+        for u in range(self.BIAS_LOADS):
+            a.op(f"global_load_b128 {self.ring[4 * u:4 * u + 4]}, {self.lim}, {self.s_brow} offset:{u * B128}")
+        a.op(f"s_branch {ret}")
+
+    def bias_ops(self, sacc, j0: int, j1: int) -> list[str]:
+        """s = fma(x - 1.5 * 2^23, qk, b) for scores j0..j1-1 (b in ring[j - j0]): the additive tile's scores."""
+        out = []
+        for j in range(j0, j1):
+            out += [f"v_subrev_f32_e32 {sacc[j]}, {self.s_magic}, {sacc[j]}",
+                    f"v_fma_f32 {sacc[j]}, {sacc[j]}, {self.qk[0]}, {self.ring[j - j0]}"]
+        return out
+
+    def bits_lines(self, sacc) -> list[str]:
+        """Score j = -inf where bit j of rs[0] is clear: m = sign-extended bit (0 or ~0), s = bfi(m, s, -inf)."""
+        out = []
+        for j in range(32):
+            out += [f"v_bfe_i32 {self.xl}, {self.rs[0]}, {j}, 1",
+                    f"v_bfi_b32 {sacc[j]}, {self.xl}, {sacc[j]}, {F32_NEG_INF}"]
+        return out
+
+    def mask_apply(self, a: Asm, sacc, outstanding: int, label: str) -> None:
+        """Before the fragment prefetch of tile t: wait for mask_issue's loads (the `outstanding` loads issued after
+        them may stay in flight), additive tiles turn x into s = fma(float(s_int32), qk, b) (the rest of the biases
+        loaded now, waited with everything), then partial / additive tiles mask the hidden keys to -inf."""
+        n = 4 * self.BIAS_LOADS
+        a.op(f"s_cmp_lg_u32 {self.s_kind}, {abi.MASK_KIND_FULL}")
+        a.op(f"s_cbranch_scc1 {label}_ool")
+        ret, a = label, self.ool
+        a.label(f"{label}_ool")
+        a.op(f"s_wait_loadcnt {outstanding}", "the mask loads of mask_issue")
+        a.op(f"s_bitcmp1_b32 {self.s_kind}, {abi.MASK_KIND_ADDITIVE_BIT}")
+        a.op(f"s_cbranch_scc0 {label}_bits")
+        for ln in self.bias_ops(sacc, 0, n):
+            a.op(ln)
+        for j0 in range(n, 32, n):
+            j1 = min(32, j0 + n)
+            for u in range((j1 - j0) // 4):
+                a.op(f"global_load_b128 {self.ring[4 * u:4 * u + 4]}, {self.lim}, {self.s_brow} "
+                     f"offset:{(j0 // 4 + u) * B128}")
+            a.op("s_wait_loadcnt 0")
+            for ln in self.bias_ops(sacc, j0, j1):
+                a.op(ln)
+        a.label(label + "_bits")
+        for ln in self.bits_lines(sacc):
+            a.op(ln)
+        a.op(f"s_branch {ret}")
 
     def rescale(self, a: Asm, label: str) -> None:
         """O *= alpha, skipped when no lane's max moved (x * 1.0 == x: bitwise the same as always scaling)."""

@@ -52,6 +52,9 @@ class KernelState:
         # pv fp16: frag (c, dt) = 16 bytes (keys 32h + 8c.., 8 halves) of V^T row 16dt + r: A of chunk c alone
         self.PV16_ORDER = [(c, dt) for c in range(CHUNKS) for dt in range(self.D_TILES)]
         self.N_PV = len(self.PV16_ORDER) if self.PV16 else len(self.PV_ORDER)
+        # attn_mask additive tiles: b128 bias loads (4 floats each) into the ring at the start of a tile (32 biases
+        # per lane; a smaller ring loads the rest after the first ones are used)
+        self.BIAS_LOADS = min(32 // 4, self.RING)
         self._allocate_vgprs()
         self._allocate_sgprs()
 
@@ -106,6 +109,14 @@ class KernelState:
                 for f in PRELOADED}
         S.next = KARG_SGPR + PRELOAD_BYTES // 4
         self.karg = karg
+        # attn_mask (FLAG_MASK; docs/numerics.md §Masks "attn_mask"): kernarg SGPRs dead after the prologue's scalar
+        # addressing take the mask state (the SGPR file has no room for more; prologue.mask_setup fills them)
+        self.s_kindrow = karg["q"]                 # mask_kind row of this query tile (the LUT row's offsets)
+        self.s_mrow = karg["k"]                    # bit rows of query q0 (+ r * mask_stride_s per lane)
+        self.s_brow = karg["v_mean"]               # bias rows of query q0
+        self.s_mss = karg["causal_offset"]         # mask_stride_s (u32 words per query row; 0: key padding)
+        self.s_kind = karg["lut_stride_b"]         # kind of L[t]
+        self.s_kindn = karg["lut_stride_h"]        # kind of L[t+1] (in flight during tile t)
         self.sp_q, self.sp_k, self.sp_v = karg["q"], karg["k"], karg["v"]
         self.sp_qscale, self.sp_kscale, self.sp_kmean = karg["q_scale"], karg["k_scale"], karg["k_mean"]
         self.sp_vscale, self.sp_out, self.sp_lse = karg["v_scale"], karg["out"], karg["lse"]

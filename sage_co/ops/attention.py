@@ -108,8 +108,6 @@ def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: boo
     strides = _out_strides(sh, layout)
     _check_reach(sh, strides)
     kernel = registry.find(OP, variant, head_dim=d_pad(sh.D), out_dtype=DTYPE_KEYS[sh.dtype], pv_dtype=pv_dtype)
-    if mask_dims is not None and kernel.variant == "asm":   # TEMPORARY (issue 30 in progress): the asm kernel's mask path
-        raise ValueError("attn_mask: the asm attention kernel does not read masks yet; pass kernel=\"hip\"")
     # The smooth_k term: with has_lse_corr (prepared.lse_corr, made by every sage_prepare with smooth_k) execute adds
     # it after the kernel, from the original q (docs/numerics.md §LSE); otherwise the kernel adds its own
     # ln2 * q_f . k_mean (k_mean is all zero without smooth_k, so adding it is exact: x + ln2 * (+-0) == x).

@@ -41,4 +41,7 @@ def attention_inputs(S_q: int, S_kv: int | None = None, head_dim: int = HEAD_DIM
             "num_heads_q": 1, "num_heads_kv": 1, "kv_group_magic": 1 << 32, "out_stride_b": S_q * head_dim,
             "out_stride_s": head_dim, "out_stride_h": head_dim, "head_dim": head_dim,
             "lut": lut, "lut_stride_b": lut_sb, "lut_stride_h": lut_sh, "causal_offset": S_kv - S_q,
-            "v_mean": p.k_mean}
+            "v_mean": p.k_mean,
+            # attn_mask (v4): no mask -- every LUT entry 'full' (the kinds are read always), bits/bias never read
+            "mask_kind": torch.zeros_like(lut), "mask_bits": 4, "mask_bias": 4,
+            "mask_stride_b": 0, "mask_stride_h": 0, "mask_stride_s": 0}

@@ -98,13 +98,14 @@ class LaunchResult:
                 "dram_us": self.dram_s * 1e6, "l2_tbps": self.l2_tbps, "notes": self.notes, "modeled": True}
 
 
-def loop_streams(km: KernelModel, iter_mix: Mix | None, iterations: int) -> tuple[list[list], list[int]]:
+def loop_streams(km: KernelModel, iter_mix: Mix | None, iterations: int,
+                 executed=None) -> tuple[list[list], list[int]]:
     """The loop paths and their order so that the class counts track `iter_mix` (error diffusion); without it the
     longest path every iteration."""
     if iter_mix is None:
         path, _ = longest_iteration(km.insts, km.loop)
         return [path], [0]
-    paths = iteration_paths(km.insts, km.loop)
+    paths = iteration_paths(km.insts, km.loop, executed=executed)
     if len(paths) == 1:
         return paths, [0]
     return diffuse_paths(paths, iter_mix.counts(), iterations)
@@ -162,7 +163,8 @@ def model_launch(km: KernelModel, launch: Launch, run: WorkgroupRun | None = Non
         lat = replace(lat, **variant)
         notes.append(f"what-if: simulator rules {variant}")
     body = [i for i in km.insts if km.loop.contains(i.addr)]
-    paths, order = loop_streams(km, iter_mix, SIM_ITERATIONS)
+    paths, order = loop_streams(km, iter_mix, SIM_ITERATIONS,
+                                executed={a for a, n in run.counts.items() if n} if run is not None else None)
     streams = [_with_lds(decode_path(p, body), p, run, params) for p in paths]
     if transform is not None:
         streams = [transform(st) for st in streams]

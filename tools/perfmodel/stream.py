@@ -168,9 +168,11 @@ def longest_iteration(insts: list[Inst], loop: Loop) -> tuple[list[Inst], list[s
     return path, notes
 
 
-def iteration_paths(insts: list[Inst], loop: Loop, limit: int = 4096) -> list[list[Inst]]:
-    """Every path from the loop head to a back-edge (forward branches taken or not, exits not followed)."""
-    body = [i for i in insts if loop.contains(i.addr)]
+def iteration_paths(insts: list[Inst], loop: Loop, limit: int = 4096, executed=None) -> list[list[Inst]]:
+    """Every path from the loop head to a back-edge (forward branches taken or not, exits not followed); with
+    `executed` (the addresses an emulated run executed) only paths through executed instructions (a kernel's
+    attn_mask blocks multiply the paths, most of which a given run never takes)."""
+    body = [i for i in insts if loop.contains(i.addr) and (executed is None or i.addr in executed)]
     index = {ins.addr: k for k, ins in enumerate(body)}
     paths: list[list[Inst]] = []
 

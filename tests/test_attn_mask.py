@@ -1,0 +1,235 @@
+"""Issue 30: attn_mask (SDPA's bool / additive mask) in both attention kernels, the arithmetic model and the FP32
+reference (docs/numerics.md §Masks "attn_mask"), on the emulator with the sanitizer on.
+
+Bounds: the asm and HIP kernels are bitwise equal on every mask kind; against the arithmetic model
+(sage_co.reference.sage_attention_model with the same mask) the bounds of tests/attention_cases.py (MODEL_REL_L2,
+MODEL_MAX_DIFFERENT bitwise-different outputs, LSE_RTOL); against the masked FP32 reference the accuracy contract over
+the rows that see a key. Rows that see no key are exactly zero with LSE -inf."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import sage_co
+from sage_co import abi, accuracy, masks, reference
+from sage_co.ops.attention import run_attention_fwd
+from attention_cases import LSE_RTOL, MODEL_MAX_DIFFERENT, MODEL_REL_L2, make_inputs
+
+KERNELS = ("hip", "asm")
+
+
+def _bits(t):
+    return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
+def _rel_l2(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def _run_both(p, **kw):
+    res = {kern: run_attention_fwd(p, return_lse=True, backend="emu", variant=kern, **kw) for kern in KERNELS}
+    (ao, al), (ho, hl) = res["asm"], res["hip"]
+    assert torch.equal(_bits(ao), _bits(ho)), f"{(_bits(ao) != _bits(ho)).sum().item()} outputs differ asm vs hip"
+    assert torch.equal(_bits(al), _bits(hl)), "lse differs asm vs hip"
+    return ao, al
+
+
+def _check(q, k, v, p, out, lse, **mask_kw):
+    """out [B, S_q, H, D] / lse [B, H, S_q] vs the model and the masked FP32 reference; returns rows without keys."""
+    mo, ml = reference.sage_attention_model(p, return_lse=True, **mask_kw)
+    assert _rel_l2(out, mo) <= MODEL_REL_L2
+    assert (_bits(out) != _bits(mo)).float().mean().item() <= MODEL_MAX_DIFFERENT
+    ref, ref_lse = reference.attention_fp32(q, k, v, return_lse=True, **mask_kw)
+    empty = torch.isinf(ref_lse)
+    assert torch.equal(torch.isinf(lse), empty) and (lse[empty] < 0).all()
+    assert torch.equal(torch.isinf(ml), empty)
+    fin = ~empty
+    assert ((lse[fin] - ml[fin]).abs() / ml[fin].abs().clamp(min=1.0)).max().item() <= LSE_RTOL
+    rows_empty = empty.transpose(1, 2)
+    assert (out[rows_empty] == 0).all()
+    seen = ~rows_empty
+    m = accuracy.metrics(out[seen][None], ref[seen][None])
+    assert accuracy.within_contract(m), m
+    return int(empty.sum())
+
+
+def _key_lengths(B, S_kv, lengths):
+    return torch.arange(S_kv)[None, :] < torch.tensor(lengths)[:, None]          # [B, S_kv] end-padded
+
+
+# (name, B, S_q, S_kv, H_q, H_kv, D, dtype, pv_dtype, is_causal, mask builder(g, B, H, S_q, S_kv))
+def _bool_general(g, B, H, S_q, S_kv):
+    return torch.rand(B, 1, S_q, S_kv, generator=g) < 0.6
+
+
+def _additive(g, B, H, S_q, S_kv):   # finite non-zero values, some -inf, one fully hidden query row block
+    m = torch.randn(B, H, S_q, S_kv, generator=g) * 2
+    m = m.masked_fill(torch.rand(B, H, S_q, S_kv, generator=g) < 0.2, -math.inf)
+    m[:, :, 3] = -math.inf
+    return m
+
+
+def _key_pad_holes(g, B, H, S_q, S_kv):   # key padding with holes (not end-padded), shared by heads and queries
+    kp = _key_lengths(B, S_kv, [S_kv - 37, S_kv][:B])
+    kp[:, 5:9] = False
+    return kp[:, None, None, :]
+
+
+def _heads_only(g, B, H, S_q, S_kv):     # broadcast over the batch: [1, H, S_q, S_kv], additive bf16
+    return (torch.randn(1, H, S_q, S_kv, generator=g)).to(torch.bfloat16)
+
+
+def _two_d(g, B, H, S_q, S_kv):          # [S_q, S_kv]: a band along the (bottom-right) diagonal, bool
+    i, j = torch.arange(S_q)[:, None], torch.arange(S_kv)[None, :]
+    return (j - (i + S_kv - S_q)).abs() < 40
+
+
+CASES = [
+    ("bool", 2, 70, 90, 2, 2, 64, "bf16", "fp8", False, _bool_general),
+    ("additive-gqa-d128", 2, 77, 131, 4, 2, 128, "fp16", "fp8", False, _additive),
+    ("additive-pv16-d128", 1, 77, 131, 2, 1, 128, "bf16", "fp16", False, _additive),
+    ("keypad-holes-causal", 2, 100, 150, 2, 1, 64, "bf16", "fp8", True, _key_pad_holes),
+    ("heads-bf16-additive", 2, 65, 65, 2, 2, 80, "bf16", "fp8", False, _heads_only),
+    ("2d-causal", 1, 150, 100, 2, 2, 64, "fp16", "fp8", True, _two_d),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_attn_mask_both_kernels(case):
+    _, B, S_q, S_kv, H_q, H_kv, D, dtype, pv, causal, make = case
+    q, k, v = make_inputs(B, S_q, S_kv, H_q, H_kv, D, dtype, "NHD", "randn", seed=4)
+    mask = make(torch.Generator().manual_seed(5), B, H_q, S_q, S_kv)
+    p = reference.sage_prepare(q, k, v, pv_dtype=pv)
+    out, lse = _run_both(p, attn_mask=mask, is_causal=causal)
+    _check(q, k, v, p, out, lse, attn_mask=mask, is_causal=causal)
+    dense = run_attention_fwd(p, backend="emu", variant="asm", is_causal=causal)
+    assert not torch.equal(_bits(out), _bits(dense))   # the mask did something
+
+
+def test_additive_zero_neg_inf_is_the_bool_mask_bitwise():
+    """An additive 0 / -inf mask (and HF's finfo.min, which overflows to -inf in the log2 domain) gives exactly the
+    bool mask's result; the tiles are 'partial', never 'additive'."""
+    B, S_q, S_kv, H = 2, 70, 90, 2
+    q, k, v = make_inputs(B, S_q, S_kv, H, H, 64, "bf16", "NHD", "randn", seed=6)
+    p = reference.sage_prepare(q, k, v)
+    m = torch.rand(B, 1, S_q, S_kv, generator=torch.Generator().manual_seed(7)) < 0.5
+    ob, lb = _run_both(p, attn_mask=m)
+    for hidden in (-math.inf, torch.finfo(torch.float32).min):
+        add = torch.zeros(m.shape).masked_fill(~m, hidden)
+        vis, bias = masks.attn_mask_parts(add, B, H, S_q, S_kv)
+        assert torch.equal(vis, m) and (masks.attn_mask_tiles(vis, bias, S_q, S_kv)[1] != abi.MASK_KIND_ADDITIVE).all()
+        oa, la = _run_both(p, attn_mask=add)
+        assert torch.equal(_bits(oa), _bits(ob)) and torch.equal(_bits(la), _bits(lb))
+
+
+def test_all_true_mask_is_no_mask_bitwise():
+    """An all-true mask cannot be seen without reading it back, so it runs as a general mask whose tiles all classify
+    'full' (on the device): the unmasked arithmetic, bitwise the call without a mask."""
+    q, k, v = make_inputs(2, 100, 150, 2, 1, 128, "bf16", "NHD", "randn", seed=8)
+    p = reference.sage_prepare(q, k, v)
+    ones = torch.ones(2, 2, 100, 150, dtype=torch.bool)
+    for kern in KERNELS:
+        do, dl = run_attention_fwd(p, return_lse=True, backend="emu", variant=kern)
+        mo, ml = run_attention_fwd(p, return_lse=True, backend="emu", variant=kern, attn_mask=ones)
+        assert torch.equal(_bits(do), _bits(mo)) and torch.equal(_bits(dl), _bits(ml))
+
+
+@pytest.mark.parametrize("shape", ["B,S", "B,1,S", "B,1,1,S"])
+def test_key_padding_shapes(shape):
+    """Key padding (diffusers' [B, S_kv], ComfyUI's [B, 1, S_kv], SDPA's [B, 1, 1, S_kv]) through masks.key_padding:
+    one bit row per batch (row stride 0), partial only on the tiles that straddle a valid length; results equal the
+    same mask given as a full [B, 1, S_q, S_kv] mask (bitwise) and the model."""
+    B, S_q, S_kv, H = 2, 70, 200, 2
+    lengths = [77, 200]
+    kp = _key_lengths(B, S_kv, lengths)
+    given = {"B,S": kp, "B,1,S": kp[:, None], "B,1,1,S": kp[:, None, None]}[shape]
+    mask = masks.key_padding(given)
+    assert mask.shape == (B, 1, 1, S_kv)
+    vis, bias = masks.attn_mask_parts(mask, B, H, S_q, S_kv)
+    any_vis, kind = masks.attn_mask_tiles(vis, bias, S_q, S_kv)
+    assert kind.shape == (B, 1, 1, 4) and any_vis.shape == (B, 1, 1, 4)
+    assert any_vis[:, 0, 0].tolist() == [[True, True, False, False], [True] * 4]   # tiles 2, 3 of batch 0 skipped
+    visited = torch.where(any_vis, kind, -1)[:, 0, 0].tolist()
+    assert visited == [[0, 1, -1, -1], [0, 0, 0, 0]]                    # only tile 1 of batch 0 straddles 77
+    assert masks.pack_bits(vis, S_q, S_kv).shape == (B, 1, 1, 256 // 32)
+    assert masks.mask_word_strides(B, 1, 1, S_q, S_kv) == (8, 0, 0)
+    q, k, v = make_inputs(B, S_q, S_kv, H, 1, 64, "fp16", "NHD", "randn", seed=9)
+    p = reference.sage_prepare(q, k, v)
+    out, lse = _run_both(p, attn_mask=mask)
+    _check(q, k, v, p, out, lse, attn_mask=mask)
+    full, full_lse = run_attention_fwd(p, return_lse=True, backend="emu", variant="asm",
+                                       attn_mask=mask.expand(B, 1, S_q, S_kv).contiguous())
+    assert torch.equal(_bits(out), _bits(full)) and torch.equal(_bits(lse), _bits(full_lse))
+
+
+def test_hidden_tiles_are_never_read():
+    """Key tile 1 is hidden for every row by the mask: it is not in the LUT, so poisoning its K scales and V bytes
+    changes nothing."""
+    q, k, v = make_inputs(1, 64, 192, 1, 1, 64, "bf16", "NHD", "randn", seed=3)
+    p = reference.sage_prepare(q, k, v)
+    m = torch.ones(192, dtype=torch.bool)
+    m[64:128] = False
+    m[10] = False                                   # tile 0 partial
+    clean = {kern: run_attention_fwd(p, backend="emu", variant=kern, attn_mask=m) for kern in KERNELS}
+    p.k_scale[..., 2:4] = float("nan")
+    p.v_t.view(torch.uint8)[..., 64:128] = 0x7f
+    for kern in KERNELS:
+        assert torch.equal(_bits(run_attention_fwd(p, backend="emu", variant=kern, attn_mask=m)), _bits(clean[kern]))
+
+
+def test_lut_kinds_parallel_to_entries():
+    visible = torch.zeros(1, 1, 130, 200, dtype=torch.bool)
+    visible[..., :64, :] = True           # query tile 0: all keys
+    visible[..., 64:, 70:75] = True       # query tiles 1, 2: a few keys of key tile 1
+    bias = torch.zeros(1, 1, 130, 200)
+    bias[..., 0, 199] = 0.5               # query tile 0, key tile 3: additive
+    any_vis, kind = masks.attn_mask_tiles(visible, bias, 130, 200)
+    assert kind[0, 0].tolist() == [[0, 0, 0, 3], [1, 1, 1, 1], [1, 1, 1, 1]]
+    active = masks.active_tiles(1, 1, 130, 200, mask_visible=any_vis)
+    lut, _, _ = masks.build_lut(active)
+    kinds = masks.gather_kinds(active, kind)
+    rows, krows = lut[:-3].view(3, 5), kinds[:-3].view(3, 5)
+    assert rows[:, 0].tolist() == [4, 1, 1] and rows[1, 1].item() == 1
+    assert krows[0].tolist() == [0, 0, 0, 0, 3] and krows[1, :2].tolist() == [0, 1]
+
+
+def test_attn_mask_is_validated():
+    q, k, v = make_inputs(2, 70, 90, 2, 1, 64, "bf16", "NHD", "randn")
+    with pytest.raises(ValueError, match=r"attn_mask: expected a shape broadcastable .*\[2, 2, 70, 90\].*\[3, 90\]"):
+        sage_co.sage_attention(q, k, v, attn_mask=torch.ones(3, 90, dtype=torch.bool))
+    with pytest.raises(TypeError, match=r"attn_mask: expected dtype bool.*torch.int64 \[70, 90\]"):
+        sage_co.sage_attention(q, k, v, attn_mask=torch.ones(70, 90, dtype=torch.int64))
+    with pytest.raises(TypeError, match="attn_mask: expected None or a bool / float tensor"):
+        sage_co.sage_attention(q, k, v, attn_mask=[[True]])
+    with pytest.raises(ValueError, match="attn_mask: expected a tensor without requires_grad"):
+        sage_co.sage_attention(q, k, v, attn_mask=torch.zeros(70, 90, requires_grad=True))
+    with pytest.raises(ValueError, match="attn_mask: expected a tensor on cpu"):
+        sage_co.sage_attention(q, k, v, attn_mask=torch.ones(70, 90, dtype=torch.bool, device="meta"))
+    with pytest.raises(ValueError, match=r"mask: expected a key-padding mask"):
+        masks.key_padding(torch.ones(2, 3, 90, dtype=torch.bool))
+
+
+def test_api_sageattn_and_fake_take_attn_mask():
+    """sage_attention and sageattn take attn_mask (the option of sage_co.callspec: in the schema, the compat keyword
+    table and the fake); the API result equals the op on the same prepared structure."""
+    from sage_co.compat import sageattn
+    B, S_q, S_kv, H = 2, 70, 90, 2
+    q, k, v = make_inputs(B, S_q, S_kv, H, H, 64, "bf16", "NHD", "randn", seed=10)
+    m = masks.key_padding(_key_lengths(B, S_kv, [40, 90]))
+    assert "attn_mask" in sage_co.callspec.SAGE_ATTENTION.schema()
+    assert sage_co.callspec.SAGE_ATTENTION.alias_names["attn_mask"] == "attn_mask"
+    out = sage_co.sage_attention(q, k, v, attn_mask=m)
+    p = reference.sage_prepare(q, k, v)
+    assert torch.equal(_bits(out), _bits(run_attention_fwd(p, backend="emu", variant="asm", attn_mask=m)))
+    sa = sageattn(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=m, smooth_k=False)
+    assert torch.equal(_bits(sa.transpose(1, 2)), _bits(out))
+    fwd = sage_co.sage_attention_fwd(sage_co.sage_prepare(q, k, v), attn_mask=m)
+    assert torch.equal(_bits(fwd), _bits(out))
+    qm, km, vm = (t.to("meta") for t in (q, k, v))
+    fake = sage_co.sage_attention(qm, km, vm, attn_mask=m.to("meta"), return_lse=True)
+    assert fake[0].shape == q.shape and fake[1].shape == (B, H, S_q)
+    with pytest.raises(ValueError, match="attn_mask"):
+        sage_co.sage_attention(qm, km, vm, attn_mask=torch.ones(3, 90, dtype=torch.bool, device="meta"))
