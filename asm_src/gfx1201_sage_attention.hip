@@ -151,7 +151,7 @@ typedef _Float16 v8h __attribute__((ext_vector_type(8)));
 #define MAGIC_INT 0x4b400000
 #define MAGIC_F 12582912.0f
 #define FMA_MAX_QK_SCALE 0.015625f
-#define MAX_DP 128     // the LDS array is sized for the largest padded head dim
+#define MAX_DP 256     // the largest padded head dim (its LDS: 64 KiB, the most one workgroup may allocate)
 
 #define LN2 0.693147180559945309f
 #define BF16_MAX 0x1.fep127f   // largest finite bf16 (bits 0x7f7f), exact in fp32
@@ -197,7 +197,7 @@ static __device__ __attribute__((always_inline)) u32 vswz(u32 row) {
 // group of 8 lanes of a ds_load_b128 touches 8 distinct 16-byte bank groups (§Memory). V^T rows always have 4.
 template <int DP>
 static __device__ __attribute__((always_inline)) u32 kswz(u32 row) {
-  return DP == 128 ? (row & 7) : ((row >> 1) & 3);
+  return DP >= 128 ? (row & 7) : ((row >> 1) & 3);
 }
 
 template <int DP, bool FP16, bool PV16>
@@ -222,6 +222,10 @@ static __device__ __attribute__((always_inline)) void attention(
   // second barrier placed before tile t+1's P.V WMMAs (the Q.K^T and softmax of t+1 run in between).
   constexpr int LDS_V = PV16 ? 8 * DP : 4 * DP;   // chunk offset of the V^T tile (fp8: inside a buffer)
   constexpr int LDS_BUF = PV16 ? 4 * DP : 8 * DP;  // chunks between the two buffers
+  // DP = 256: O^T alone is 128 VGPRs and the Q^T fragments 32, so no staging registers stay live across the tile:
+  // K(t+1) and V^T(t+1) go global -> VGPRs -> the other LDS buffer at the top of tile t (their last readers passed
+  // the previous barrier), the load latency hidden by the other waves of the SIMD instead of this wave's WMMAs
+  constexpr bool DIRECT_STAGE = DP > 128;
 
   const u32 tid = __builtin_amdgcn_workitem_id_x();
   const u32 lane = tid & 31, r = lane & 15, hl = lane >> 4;  // lane = 16*hl + r
@@ -245,8 +249,13 @@ static __device__ __attribute__((always_inline)) void attention(
   // Q^T B-fragments: lane (hl, r) holds query row r, bytes DP/2*hl .. +DP/2-1; d-step s = bytes 8s..8s+7 of that.
   const u32 q0 = qtile * TILE_Q + wave * 16;  // first query of this wave (uniform)
   const u32 qi = q0 + r;                      // this lane's query
-  v4i qf[QF];
-  for (int i = 0; i < QF; ++i) qf[i] = *(const v4i*)(qh + (qi * DP + (DP / 2) * hl + 16 * i));
+  // DP = 256 (Q_RELOAD): the fragments are re-read from global memory (L0/L2-resident: 16 KiB per wave) at each
+  // use instead of held, 32 VGPRs fewer
+  constexpr bool Q_RELOAD = DP > 128;
+  const char* qrow = qh + (qi * DP + (DP / 2) * hl);
+  v4i qf[Q_RELOAD ? 1 : QF];
+  if (!Q_RELOAD)
+    for (int i = 0; i < QF; ++i) qf[i] = *(const v4i*)(qrow + 16 * i);
   const float qs = q_scale[bh * nblk_q + q0 / 32];  // the wave's 16 queries share one 32-token block
 
   // global -> LDS staging: thread tid moves K chunks tid + 128u (row = chunk/NCOL, u < QF) and V^T chunks
@@ -325,7 +334,18 @@ static __device__ __attribute__((always_inline)) void attention(
       const u32 tn = tiles[it + 1];
       const u32 koff = tn * (TILE_K * DP), voff = tn * (TILE_K * VB);
       for (int u = 0; u < QF; ++u) kst[u] = *(const v4i*)(kh + (k_gl[u] + koff));
-      for (int u = 0; u < VF; ++u) vst[u] = *(const v4i*)(vh + (v_gl[u] + voff));
+      if (DIRECT_STAGE) {  // K(t+1) -> the other K buffer now: its last readers passed the previous barrier
+        for (int u = 0; u < QF; ++u) lds[(buf ^ LDS_BUF) + lds_k_st + 128 * u] = kst[u];
+        __builtin_amdgcn_sched_barrier(0);  // K's registers are free before V^T's loads
+        // V^T rows v_row + 32u: the row step goes into the uniform base (one lane offset for every u)
+        for (int u = 0; u < VF; ++u)
+          vst[u] = *(const v4i*)(vh + (u64)u * (128 / VCOL) * seq_pad_kv * VB + (v_gl[0] + voff));
+        if (!PV16)
+          for (int u = 0; u < VF; ++u) lds[(buf ^ LDS_BUF) + lds_v_st + 128 * u] = vst[u];
+        __builtin_amdgcn_sched_barrier(0);
+      } else {
+        for (int u = 0; u < VF; ++u) vst[u] = *(const v4i*)(vh + (v_gl[u] + voff));
+      }
       const v2f ks2 = *(const v2f*)(ksh + 2 * tn);  // one s_load_b64, then a per-lane select
       ks_next = hl ? ks2.y : ks2.x;
     }
@@ -337,10 +357,12 @@ static __device__ __attribute__((always_inline)) void attention(
     for (int c = 0; c < 4; ++c) sacc[c] = (v8i){MAGIC_INT, MAGIC_INT, MAGIC_INT, MAGIC_INT,
                                                  MAGIC_INT, MAGIC_INT, MAGIC_INT, MAGIC_INT};
     for (int i = 0; i < QF; ++i) {
+      if (Q_RELOAD) __builtin_amdgcn_sched_barrier(0);  // one d-group's fragments in flight at a time
+      const v4i qfi = Q_RELOAD ? __builtin_nontemporal_load((const v4i*)(qrow + 16 * i)) : qf[Q_RELOAD ? 0 : i];
       for (int c = 0; c < 4; ++c) {
         const v4i kf = lds[buf + lds_k_rd[i] + 8 * NCOL * c];  // chunk c = rows +8c
-        sacc[c] = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, kf.xy, true, qf[i].xy, sacc[c], false);
-        sacc[c] = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, kf.zw, true, qf[i].zw, sacc[c], false);
+        sacc[c] = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, kf.xy, true, qfi.xy, sacc[c], false);
+        sacc[c] = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, kf.zw, true, qfi.zw, sacc[c], false);
       }
     }
 
@@ -442,6 +464,7 @@ static __device__ __attribute__((always_inline)) void attention(
     } else {     // fp8 WMMA: V^T load i of d-tile t covers chunks 2i, 2i+1
       for (int i = 0; i < 2; ++i) {
         for (int t = 0; t < NCOL; ++t) {
+          if (DP > 128 && t % 4 == 0) __builtin_amdgcn_sched_barrier(0);  // 4 V^T fragments in flight at a time
           const v4i vf = lds[vbuf + lds_v_rd[i] + 16 * VCOL * t];
           o[t] = __builtin_amdgcn_wmma_f32_16x16x16_fp8_fp8_w32_gfx12(vf.xy, pf[2 * i], o[t]);
           o[t] = __builtin_amdgcn_wmma_f32_16x16x16_fp8_fp8_w32_gfx12(vf.zw, pf[2 * i + 1], o[t]);
@@ -451,8 +474,9 @@ static __device__ __attribute__((always_inline)) void attention(
 
     if (more) {
       const u32 nbuf = buf ^ LDS_BUF;
-      for (int u = 0; u < QF; ++u) lds[nbuf + lds_k_st + 128 * u] = kst[u];
-      if (!PV16)
+      if (!DIRECT_STAGE)
+        for (int u = 0; u < QF; ++u) lds[nbuf + lds_k_st + 128 * u] = kst[u];
+      if (!PV16 && !DIRECT_STAGE)
         for (int u = 0; u < VF; ++u) lds[nbuf + lds_v_st + 128 * u] = vst[u];
     }
     // one barrier per tile: buffer tile&1 is free again and buffer (tile+1)&1 is complete (PV16: and every wave is
@@ -510,13 +534,15 @@ static __device__ __attribute__((always_inline)) void attention(
       // ln2 * sum_d (q_int8 * q_scale) * k_mean[d]; lane holds d = DP/2*hl .. +DP/2-1 of its query row
       const float* km = k_mean + bkv * DP + (DP / 2) * hl;
       float acc = 0.0f;
-      for (int i = 0; i < QF; ++i)
+      for (int i = 0; i < QF; ++i) {
+        const v4i qfi = Q_RELOAD ? *(const v4i*)(qrow + 16 * i) : qf[Q_RELOAD ? 0 : i];
         for (int w = 0; w < 4; ++w)
           for (int b = 0; b < 4; ++b) {
             const int d = 16 * i + 4 * w + b;
-            const float qd = (float)(signed char)(qf[i][w] >> (8 * b)) * qs;
+            const float qd = (float)(signed char)(qfi[w] >> (8 * b)) * qs;
             acc += qd * km[d];
           }
+      }
       acc = acc + xlane16(acc);
       val += LN2 * acc;
     }
@@ -546,7 +572,9 @@ static __device__ __attribute__((always_inline)) void attention(
     attention<DP, FP16, PV16>(ATTENTION_ARGS, lds);                                                           \
   }
 
-// One symbol per (head_dim = DP, out_dtype) manifest key pair (asm_src/kernels.toml)
+// One symbol per (head_dim = DP, out_dtype) manifest key pair (sage_co/family.py ATTENTION_HIP)
+KERNEL(gfx1201_sage_attention_fwd_d256_bf16, 256, false, false)
+KERNEL(gfx1201_sage_attention_fwd_d256_fp16, 256, true, false)
 KERNEL(gfx1201_sage_attention_fwd_d128_bf16, 128, false, false)
 KERNEL(gfx1201_sage_attention_fwd_d128_fp16, 128, true, false)
 KERNEL(gfx1201_sage_attention_fwd_d64_bf16, 64, false, false)

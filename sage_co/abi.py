@@ -19,8 +19,15 @@ from .rdna4 import LDS_MAX_PER_WG, WAVE_SIZE
 SCALE_BLOCK = 32          # tokens per Q/K scale (docs/numerics.md §Q)
 PAD = 64                  # S is padded to a multiple of the attention kernel's query/key tile
 HEAD_DIM = 128            # the D_pad of D in 65..128 (the model's reference head dim)
-HEAD_DIMS_NATIVE = (64, 128)   # D_pad: the head dims the kernels are built for (manifest key column head_dim)
-HEAD_DIM_MAX = HEAD_DIMS_NATIVE[-1]   # the largest D served; every D in 1..HEAD_DIM_MAX is zero-padded to d_pad(D)
+HEAD_DIMS_NATIVE = (64, 128, 256)   # D_pad: the padded head dims of the layout (manifest key column head_dim)
+HEAD_DIM_MAX = HEAD_DIMS_NATIVE[-1]   # the largest D; every D in 1..HEAD_DIM_MAX is zero-padded to d_pad(D)
+# Which D_pad each kernel family is built for (docs/performance.md §Head dim 256): the HIP attention kernel at every
+# D_pad; the asm generator and the prepare kernels not yet at 256; pv_dtype fp16 not at 256 (the HIP kernel's f16
+# V^T staging spills at D_pad 256: 220 B/lane of scratch with clang 22).
+ATTENTION_HIP_HEAD_DIMS = HEAD_DIMS_NATIVE
+ATTENTION_ASM_HEAD_DIMS = (64, 128)
+PV16_HEAD_DIMS = (64, 128)
+PREPARE_HEAD_DIMS = (64, 128)
 # The prepare kernels read q/k/v rows in 16-byte groups of HEAD_DIM_GRANULE bf16/fp16 channels and the attention
 # epilogues store exactly D channels: a D that is not a multiple of the granule is zero-padded on the host to
 # one (sage_co/ops/prepare.py, a copy of q/k/v), the output is still written with D channels.

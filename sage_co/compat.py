@@ -174,7 +174,7 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
     Returns out in q's layout and dtype, and with return_lse=True also lse fp32 [B, H_q, S_q] (natural log of
     the unsmoothed scaled scores). CPU tensors run on the emulator, tensors on a gfx1201 on the GPU.
 
-    Served: bf16 and fp16, any head dim 1..abi.HEAD_DIM_MAX, S_q != S_kv, GQA/MQA (H_q a multiple of H_kv),
+    Served: bf16 and fp16, any head dim 1..max(abi.PREPARE_HEAD_DIMS), S_q != S_kv, GQA/MQA (H_q a multiple of H_kv),
     both layouts read in place by the op (no copy here). is_causal=True is the op's bottom-right aligned causal
     mask (rows that see no key give zeros and LSE -inf).
 

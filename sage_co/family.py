@@ -3,7 +3,8 @@ columns), and what a .hip source must instantiate and #define for them.
 
 Each kind of kernel is a dataclass (one instance = one symbol; its name, manifest key columns and HIP template
 instance are derived from its fields), and each family is the product of the axes sage_co/abi.py declares
-(HEAD_DIMS_NATIVE, OUT_DTYPES, PV_DTYPES, PREPARE_IN_DTYPES, PREPARE_ROPE_DIMS). From this module come:
+(ATTENTION_HIP_HEAD_DIMS, ATTENTION_ASM_HEAD_DIMS, PV16_HEAD_DIMS, PREPARE_HEAD_DIMS, OUT_DTYPES, PV_DTYPES,
+PREPARE_IN_DTYPES, PREPARE_ROPE_DIMS). From this module come:
 
   * the manifest rows (`provides` of hsaco/manifest.json) of every code object named in CODE_OBJECTS:
     build_asm.py derives them (asm_src/kernels.toml lists only the code object's name, source and arch);
@@ -149,17 +150,24 @@ class CodeObjectFamily:
 
 
 # ---------------------------------------------------------------------------------------------- the product
-# Attention: the order of the symbols in both code objects (pv_dtype, then head dim descending, then out_dtype).
-ATTENTION_VARIANTS = tuple((d, t, pv) for pv in abi.PV_DTYPES for d in reversed(abi.HEAD_DIMS_NATIVE)
-                           for t in abi.OUT_DTYPES)
-ATTENTION_HIP = tuple(AttentionVariant("hip", *v) for v in ATTENTION_VARIANTS)
-ATTENTION_ASM = tuple(AttentionVariant("asm", *v) for v in ATTENTION_VARIANTS)   # the generator's FAMILY
+# Attention: the order of the symbols in both code objects (pv_dtype, then head dim descending, then out_dtype;
+# each implementation at its own head dims, sage_co/abi.py ATTENTION_*_HEAD_DIMS).
+def attention_variants(head_dims) -> tuple[tuple[int, str, str], ...]:
+    """(head_dim, out_dtype, pv_dtype) of one implementation built for `head_dims` (pv_dtype fp16 only at
+    abi.PV16_HEAD_DIMS)."""
+    return tuple((d, t, pv) for pv in abi.PV_DTYPES for d in reversed(head_dims) for t in abi.OUT_DTYPES
+                 if pv != "fp16" or d in abi.PV16_HEAD_DIMS)
+
+
+ATTENTION_HIP = tuple(AttentionVariant("hip", *v) for v in attention_variants(abi.ATTENTION_HIP_HEAD_DIMS))
+# the generator's FAMILY
+ATTENTION_ASM = tuple(AttentionVariant("asm", *v) for v in attention_variants(abi.ATTENTION_ASM_HEAD_DIMS))
 PREPARE = tuple(PrepareVariant(stage, d, t, r, rm) for rm in reversed(abi.PREPARE_ROUNDINGS) for stage in PREPARE_STAGES
-                for d in reversed(abi.HEAD_DIMS_NATIVE) for t in abi.PREPARE_IN_DTYPES for r in rope_dims(d))
+                for d in reversed(abi.PREPARE_HEAD_DIMS) for t in abi.PREPARE_IN_DTYPES for r in rope_dims(d))
 PREDICT_POOL = tuple(PredictPoolVariant(t) for t in abi.PREPARE_IN_DTYPES)
 
 _ATTENTION_DEFINES = {
-    "TILE_Q": abi.QUERY_TILE, "TILE_K": abi.KEY_TILE, "MAX_DP": abi.HEAD_DIM,
+    "TILE_Q": abi.QUERY_TILE, "TILE_K": abi.KEY_TILE, "MAX_DP": abi.HEAD_DIM_MAX,
     "FLAG_LSE": abi.FLAG_LSE, "FLAG_SMOOTH_K": abi.FLAG_SMOOTH_K, "FLAG_CAUSAL": abi.FLAG_CAUSAL,
     "FLAG_SMOOTH_V": abi.FLAG_SMOOTH_V, "FLAG_MASK": abi.FLAG_MASK, "MASK_KIND_PARTIAL": abi.MASK_KIND_PARTIAL,
     "MASK_KIND_ADDITIVE": abi.MASK_KIND_ADDITIVE, "MASK_WORD_BITS": abi.MASK_WORD_BITS,

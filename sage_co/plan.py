@@ -65,6 +65,7 @@ def _attention_kernel_serves(D_pad: int, dtype_key: str, kernel, pv_dtype: str) 
 def _check_attention(sh: validate.Shapes, kernel, pv_dtype: str, names=("q", "k")) -> None:
     """The attention kernel's limits for these shapes, before any kernel (prepare included)."""
     attention_ops.check_query_heads(sh.H_q, names[0] if names[0] == "q" else "prepared.q_int8")
+    kernel = attention_ops.served_variant(kernel, sh.D, pv_dtype, names[0])
     _attention_kernel_serves(d_pad(sh.D), DTYPE_KEYS[sh.dtype], kernel, pv_dtype)
     validate.check_attention_length(sh.S_q, sh.D, names[0])
     validate.check_attention_length(sh.S_kv, sh.D, names[1])

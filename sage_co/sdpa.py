@@ -10,7 +10,7 @@
 Each SDPA call is either served by sage_co.sage_attention (layout "HND", SDPA's [B, H, S, D]) or handed to the
 original torch SDPA unchanged, with the reason counted in stats() (nothing is routed or dropped silently). Served:
 4-dim q/k/v of one dtype (bfloat16 / float16) on a device sage-co runs on (CPU -> the emulator, a gfx1201 GPU),
-v shaped like k, a head dim in 1..abi.HEAD_DIM_MAX and a contiguous last dim, attn_mask None,
+v shaped like k, a head dim in 1..max(abi.PREPARE_HEAD_DIMS) and a contiguous last dim, attn_mask None,
 dropout_p 0, is_causal with S_q == S_kv only (SDPA's causal mask is top-left aligned, sage-co's bottom-right: they
 agree only on square scores), H_q == H_kv or enable_gqa with H_q a multiple of H_kv, and no input needing a
 gradient while grad mode is on (sage-co's ops have no backward). Every other call falls back.
@@ -170,9 +170,11 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
         check_attention_length(max(S_q, S_kv), D)
     except ValueError:
         return "length: one head exceeds the attention kernel's 32-bit byte offsets"
-    if attn_mask is not None:
-        return _mask_reason(query, key, value, attn_mask, scale)
-    return ""
+    if attn_mask is not None and not _sdpa_takes_mask(attn_mask, query):
+        return (f"attn_mask: torch's SDPA takes a bool, float32 or {_dtype_names([query.dtype])} mask, got "
+                + (f"{attn_mask.dtype} {list(attn_mask.shape)}" if isinstance(attn_mask, torch.Tensor)
+                   else type(attn_mask).__name__) + " (its own error follows)")
+    return _op_reason(query, key, value, _op_keywords(is_causal, options, attn_mask), _softmax_scale(query, scale))
 
 
 def _sdpa_takes_mask(attn_mask, query) -> bool:
@@ -180,22 +182,34 @@ def _sdpa_takes_mask(attn_mask, query) -> bool:
     return isinstance(attn_mask, torch.Tensor) and attn_mask.dtype in (torch.bool, torch.float32, query.dtype)
 
 
-def _mask_reason(query, key, value, attn_mask, scale) -> str:
-    """The op's own check of attn_mask on this call (sage_co.plan.plan_call, shapes and dtypes only: no kernel, no
-    data read): "" when sage_co.sage_attention takes the mask as SDPA means it, else the op's message (it names
-    attn_mask and quotes the mask's dtype and shape)."""
+def _op_keywords(is_causal, options: Options, attn_mask) -> dict:
+    """The keywords run() passes sage_co.sage_attention for this call (one place: the gate checks what runs)."""
+    kw = dict(layout="HND", is_causal=bool(is_causal), smooth_k=options.smooth_k, smooth_v=options.smooth_v,
+              pv_dtype=options.pv_dtype, backend=options.backend, sparsity=options.sparsity,
+              cdf_threshold=options.cdf_threshold)
+    if attn_mask is not None:
+        kw["attn_mask"] = attn_mask.detach()
+    return kw
+
+
+def _softmax_scale(query, scale) -> float:
+    return float(scale) if scale is not None else query.shape[-1] ** -0.5   # SDPA's default
+
+
+def _op_reason(query, key, value, keywords: dict, softmax_scale: float) -> str:
+    """The op's own verdict on the call run() would make: sage_co.plan.plan_call on the same tensors and options
+    (shapes, dtypes, strides, devices, the shipped kernels: no data read, no kernel), "" when sage_co.sage_attention
+    takes it, else its error message (which names the argument and quotes shapes / dtypes). Eager calls plan fully
+    (the plan is memoised, so sage_attention's own plan of the call is a cache hit); while torch.compile traces,
+    the trace-time checks sage_attention makes there."""
     from . import plan
-    if not _sdpa_takes_mask(attn_mask, query):
-        return (f"attn_mask: torch's SDPA takes a bool, float32 or {_dtype_names([query.dtype])} mask, got "
-                + (f"{attn_mask.dtype} {list(attn_mask.shape)}" if isinstance(attn_mask, torch.Tensor)
-                   else type(attn_mask).__name__) + " (its own error follows)")
-    options = SAGE_ATTENTION.bind({"layout": "HND", "attn_mask": attn_mask})
-    options["softmax_scale"] = float(scale) if scale is not None else None
+    o = SAGE_ATTENTION.bind(keywords)
+    o["softmax_scale"] = softmax_scale
+    qkv = (query.detach(), key.detach(), value.detach())
     try:
-        plan.plan_call(SAGE_ATTENTION, (query, key, value), options, resolve=False)
+        plan.plan_call(SAGE_ATTENTION, qkv, o, resolve=plan.eager(*qkv))
     except (TypeError, ValueError, LookupError) as e:
-        msg = str(e)
-        return msg if msg.startswith("attn_mask") else f"attn_mask: {msg}"
+        return str(e)
     return ""
 
 
@@ -216,15 +230,11 @@ def run(query, key, value, is_causal=False, scale=None, *, options: Options = Op
     """sage-co on a call fallback_reason() accepted: [B, H, S, D] in and out, SDPA's scale default; attn_mask as
     SDPA takes it (bool True = attend, or additive float; broadcastable to [B, H_q, S_q, S_kv])."""
     from .api import sage_attention
-    softmax_scale = float(scale) if scale is not None else query.shape[-1] ** -0.5
     # grad mode is off here when any input requires grad (else fallback_reason refused it): detach() is a view
     # that tells sage-co's validation so, with the same values and the same output
     query, key, value = query.detach(), key.detach(), value.detach()
-    masked = {} if attn_mask is None else {"attn_mask": attn_mask.detach()}
-    return sage_attention(query, key, value, softmax_scale, layout="HND", is_causal=bool(is_causal),
-                          smooth_k=options.smooth_k, smooth_v=options.smooth_v, pv_dtype=options.pv_dtype,
-                          backend=options.backend, sparsity=options.sparsity, cdf_threshold=options.cdf_threshold,
-                          **masked)
+    return sage_attention(query, key, value, _softmax_scale(query, scale), **_op_keywords(is_causal, options,
+                                                                                          attn_mask))
 
 
 _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")

@@ -51,7 +51,7 @@ def _check_bitwise(case):
 
 
 def test_asm_is_the_default_variant():
-    for D in abi.HEAD_DIMS_NATIVE:
+    for D in abi.ATTENTION_ASM_HEAD_DIMS:
         for dtype in abi.OUT_DTYPES:
             k = registry.find("sage_attention_fwd", head_dim=D, out_dtype=dtype, pv_dtype="fp8")
             assert k.variant == "asm" and k.symbol == f"gfx1201_sage_attention_fwd_asm_d{D}_{dtype}"

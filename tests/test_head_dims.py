@@ -108,8 +108,45 @@ def test_head_dim_limits_name_the_argument():
         run_prepare(x, x, x, q_norm_weight=w, backend="emu")
 
 
-def test_every_padded_head_dim_has_kernels():
-    """Each D_pad has a prepare and both attention variants shipped (the registry is what the plan looks up)."""
+def test_every_padded_head_dim_has_an_attention_kernel():
+    """Each D_pad has the HIP attention kernel (fp8 P.V); the asm family stops at 128 (docs/performance.md
+    §Head dim 256); the registry is what the plan looks up."""
     for Dp in abi.HEAD_DIMS_NATIVE:
-        for variant in ("hip", "asm"):
-            registry.find(abi.ATTENTION_OP, variant, head_dim=Dp, out_dtype="bf16", pv_dtype="fp8")
+        for dtype in abi.OUT_DTYPES:
+            registry.find(abi.ATTENTION_OP, "hip", head_dim=Dp, out_dtype=dtype, pv_dtype="fp8")
+    assert set(abi.ATTENTION_ASM_HEAD_DIMS) == {64, 128} and 256 in abi.ATTENTION_HIP_HEAD_DIMS
+
+
+# D_pad 256 (D in 129..256): the HIP kernel on sage_co.reference.sage_prepare's structure (bitwise the spec)
+WIDE_DIMS = [(136, "bf16", True), (160, "fp16", False), (200, "bf16", False), (256, "fp16", True)]
+
+
+@pytest.mark.parametrize("case", WIDE_DIMS, ids=[f"D{c[0]}-{c[1]}{'-causal' if c[2] else ''}" for c in WIDE_DIMS])
+def test_wide_head_dims_hip_kernel(case):
+    D, dtype, is_causal = case
+    q, k, v = _inputs(D, dtype, seed=2)
+    pr = reference.sage_prepare(q, k, v)
+    assert pr.q_int8.shape[-1] == 256 and pr.head_dim == D
+    model, model_lse = reference.sage_attention_model(pr, return_lse=True, is_causal=is_causal)
+    rec = attention_ops.plan_forward(pr, return_lse=True, backend="emu", is_causal=is_causal)
+    assert rec.kernel.variant == "hip" and rec.kernel.symbol.endswith(f"_d256_{dtype}")   # the default at D > 128
+    out, buf, lse = _guarded_attention(pr, None, is_causal)
+    assert bool((buf[..., D:].view(torch.int16) == SENTINEL).all()), f"the epilogue wrote past channel {D - 1}"
+    assert rel_l2(out, model) <= MODEL_REL_L2
+    assert (out.float() - model.float()).abs().max().item() <= MODEL_MAX_ABS * model.float().abs().max().item()
+    assert (out != model).float().mean().item() <= MODEL_MAX_DIFFERENT
+    fin = torch.isfinite(model_lse)
+    assert torch.equal(fin, torch.isfinite(lse))
+    assert torch.allclose(lse[fin], model_lse[fin], rtol=1e-4, atol=0)
+
+
+def test_wide_head_dims_refusals_name_the_argument():
+    q, k, v = _inputs(160, "bf16")
+    pr = reference.sage_prepare(q, k, v)
+    with pytest.raises(ValueError, match="kernel: the \"asm\" attention kernels are built for head dims up to 128"):
+        attention_ops.run_attention_fwd(pr, backend="emu", variant="asm")
+    pr16 = reference.sage_prepare(q, k, v, pv_dtype="fp16")
+    with pytest.raises(ValueError, match="pv_dtype: \"fp16\" is built for head dims up to 128, got D = 160"):
+        attention_ops.run_attention_fwd(pr16, backend="emu")
+    with pytest.raises(ValueError, match="q: the prepare kernels are built for head dims up to"):
+        run_prepare(q, k, v, backend="emu")

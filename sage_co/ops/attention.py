@@ -32,6 +32,23 @@ def grid(prepared: SagePrepared) -> tuple[int, int, int]:
     return (S_q_pad // QUERY_TILE, H_q, B)
 
 
+def served_variant(variant: str | None, D: int, pv_dtype: str, name: str = "q") -> str | None:
+    """The kernel family that runs head dim D (docs/performance.md §Head dim 256): `variant` as given, except that the
+    default (None) is the HIP kernel where the asm generator has no D_pad kernel (D > 128: abi.ATTENTION_ASM_HEAD_DIMS;
+    the recipe's kernel names the symbol that runs). pv_dtype "fp16" exists only at abi.PV16_HEAD_DIMS, and an
+    explicit variant must be built for D_pad: a ValueError naming the argument otherwise, before any kernel."""
+    Dp = d_pad(D)
+    if pv_dtype == "fp16" and Dp not in abi.PV16_HEAD_DIMS:
+        raise ValueError(f"pv_dtype: \"fp16\" is built for head dims up to {max(abi.PV16_HEAD_DIMS)}, got D = {D} "
+                         f"(D_pad {Dp}: its fp16 V^T staging does not fit the registers); use pv_dtype=\"fp8\"")
+    if variant == "asm" and Dp not in abi.ATTENTION_ASM_HEAD_DIMS:
+        raise ValueError(f"kernel: the \"asm\" attention kernels are built for head dims up to "
+                         f"{max(abi.ATTENTION_ASM_HEAD_DIMS)}, got D = {D} ({name}); pass kernel=None or \"hip\"")
+    if variant is None and Dp not in abi.ATTENTION_ASM_HEAD_DIMS:
+        return "hip"
+    return variant
+
+
 def check_query_heads(H_q: int, name: str = "q") -> None:
     """The one query-head limit of the attention launch (grid y, and the range kv_group_magic divides exactly)."""
     if H_q >= abi.MAX_QUERY_HEADS:
@@ -107,6 +124,7 @@ def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: boo
         _check_mask_reach(sh, mask_dims)
     strides = _out_strides(sh, layout)
     _check_reach(sh, strides)
+    variant = served_variant(variant, sh.D, pv_dtype)
     kernel = registry.find(OP, variant, head_dim=d_pad(sh.D), out_dtype=DTYPE_KEYS[sh.dtype], pv_dtype=pv_dtype)
     # The smooth_k term: with has_lse_corr (prepared.lse_corr, made by every sage_prepare with smooth_k) execute adds
     # it after the kernel, from the original q (docs/numerics.md §LSE); otherwise the kernel adds its own

@@ -28,7 +28,7 @@ from ..abi import (HEAD_DIM_GRANULE, PREPARE_ALIGN, PREPARE_MAX_CHUNKS, REDUCE_V
 from ..abi import PREPARE_QUANT_ARGS as QUANT_ARGS
 from ..abi import PREPARE_REDUCE_ARGS as REDUCE_ARGS
 from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # noqa: F401  (the structs live in sage_co/abi.py)
-from ..abi import d_granule
+from ..abi import HEAD_DIM_MAX, PREPARE_HEAD_DIMS, d_granule
 from ..launch import BoundLaunch, launch, resolve_backend
 from ..prepared import DTYPE_KEYS, SCALE_BLOCK, SagePrepared, d_pad, s_pad
 from ..reference import norm_rope, q_multiplier, smooth_k_lse_correction
@@ -138,6 +138,10 @@ def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool,
     stats / reduce / quant kernels for (D_pad, dtype, rope_dim), bound to their grids and scalar kernargs."""
     sh = chk.shapes
     check_launch_limits(sh)
+    if d_pad(sh.D) not in PREPARE_HEAD_DIMS:
+        raise ValueError(f"q: the prepare kernels are built for head dims up to {max(PREPARE_HEAD_DIMS)}, got D = "
+                         f"{sh.D} (shape {tuple(chk.q.shape)}); sage_co.reference.sage_prepare prepares any D up to "
+                         f"{HEAD_DIM_MAX} for sage_attention_fwd (docs/performance.md §Head dim 256)")
     pv16 = pv_dtype == "fp16"
     B, H_q, H_kv, D = sh.B, sh.H_q, sh.H_kv, sh.D
     Sq, Skv, Dp = s_pad(sh.S_q), s_pad(sh.S_kv), d_pad(D)
