@@ -9,11 +9,17 @@
 
 Each SDPA call is either served by sage_co.sage_attention (layout "HND", SDPA's [B, H, S, D]) or handed to the
 original torch SDPA unchanged, with the reason counted in stats() (nothing is routed or dropped silently). Served:
-4-dim q/k/v of one dtype (bfloat16 / float16) on a device sage-co runs on (CPU -> the emulator, a gfx1201 GPU),
-v shaped like k, a head dim in 1..max(abi.PREPARE_HEAD_DIMS) and a contiguous last dim, attn_mask None,
-dropout_p 0, is_causal with S_q == S_kv only (SDPA's causal mask is top-left aligned, sage-co's bottom-right: they
-agree only on square scores), H_q == H_kv or enable_gqa with H_q a multiple of H_kv, and no input needing a
-gradient while grad mode is on (sage-co's ops have no backward). Every other call falls back.
+4-dim q/k/v of one dtype in prepared.INPUT_DTYPES (bfloat16 / float16 / float32) on a device sage-co runs on (CPU ->
+the emulator, a gfx1201 GPU), v shaped like k, a contiguous last dim, dropout_p 0, is_causal with S_q == S_kv only
+(SDPA's causal mask is top-left aligned, sage-co's bottom-right: they agree only on square scores), H_q == H_kv or
+enable_gqa with H_q a multiple of H_kv, no input (mask included) needing a gradient while grad mode is on (sage-co's
+ops have no backward), and an attn_mask as SDPA takes it: None, bool (True = attend) or additive (float32 or q's
+dtype), broadcastable to [B, H_q, S_q, S_kv] -- key padding, per-head, per-query and full masks all run on sage-co
+(docs/numerics.md §Masks). Last, the call must be one the op itself accepts: the router asks sage_co.plan.plan_call
+on the exact call it would make (head dims the shipped kernels serve, lengths, strides, the mask's shape), so a
+call is never routed only to fail, and the op's message (naming the argument, quoting shapes and dtypes) is the
+fallback's reason. Every other call falls back; a call torch's SDPA itself refuses (is_causal with a mask, a
+float16 mask with bf16 q) falls back too, so that torch raises its own error.
 
 Options (enabled(...) / install(...), the fields of Options): pv_dtype "fp8" (default) or "fp16", smooth_k (default
 True, as SageAttention's sageattn: softmax-invariant, lowers the INT8 error of K), smooth_v, backend (None = by
@@ -119,7 +125,7 @@ def _dtype_names(dtypes) -> str:
 def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                     enable_gqa=False, *, options: Options = Options()) -> str:
     """Why this SDPA call is not served by sage-co ("" when it is). Reads only shapes, dtypes, flags and devices
-    (no data), so it is the same at trace time and at run time."""
+    (no data, the mask's neither), so it is the same at trace time and at run time."""
     tensors = (query, key, value)
     if not all(isinstance(t, torch.Tensor) for t in tensors):
         return "query/key/value: not all tensors"

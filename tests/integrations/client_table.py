@@ -89,7 +89,8 @@ def _shim_row(name, build, inputs, backend):
         with launch.recording() as records:
             out = tiny.forward(model, inputs())
         launches = sum("attention" in r.symbol for r in records)
-        result = f"sage-co: {launches} attention launches (diffusers packs key-padded K/V per sequence)"
+        result = (f"sage-co: {launches} attention launches (diffusers' {backend} backend calls sageattn"
+                  + ("_varlen on K/V packed per sequence" if backend == "sage_varlen" else "") + ")")
     except (ValueError, TypeError, RuntimeError) as e:
         result = f"refused by diffusers' own {backend} backend: {str(e)[:80]}"
     finally:

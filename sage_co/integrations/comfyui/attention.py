@@ -6,10 +6,14 @@ skip_reshape=False, skip_output_reshape=False, **kwargs)`: q/k/v are [B, S, head
 carry scale=, enable_gqa= (k/v then have fewer heads), low_precision_attention= (False: the caller wants full
 precision) and ComfyUI's own keys (transformer_options, _inside_attn_wrapper), which are passed on untouched.
 
-A call sage-co serves (sage_co.sdpa.fallback_reason, the SDPA router's rule) runs sage_co.sage_attention on the
-[B, H, S, D] views; any other call (masks, fp32, unsupported head dims, low_precision_attention=False) runs the
-fallback with the same arguments: ComfyUI's attention function that sage-co replaced when known (the override
-route passes it), else ComfyUI's attention_pytorch. Each decision is counted in sage_co.sdpa.stats().
+A call sage-co serves (sage_co.sdpa.fallback_reason, the SDPA router's rule, which asks the op itself) runs
+sage_co.sage_attention on the [B, H, S, D] views: bf16 / fp16 / fp32, any head dim 1..256 (SD1.5's 40 and 160),
+GQA (enable_gqa), and ComfyUI's masks -- `mask` follows ComfyUI's convention (a 2-dim [S_q, S_kv] mask gets a
+batch dim, a 3-dim [B, S_q or 1, S_kv] one a heads dim, as ComfyUI's attention_pytorch / attention_sage do) and is
+then SDPA's: bool (True = attend) or additive float. Any other call (low_precision_attention=False, what the op
+refuses) runs the fallback with the same arguments: ComfyUI's attention function that sage-co replaced when known
+(the override route passes it), else ComfyUI's attention_pytorch. Each decision is counted in
+sage_co.sdpa.stats(), a fallback with its reason.
 attn_precision (ComfyUI's fp32 upcast of Q.K^T for some models) does not apply: sage-co's Q.K^T is INT8 with
 fp32 accumulation.
 """
