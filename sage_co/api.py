@@ -152,6 +152,7 @@ def _fwd_fake(*args):
     validate.check_attention_length(S_q, D, "seq_len_q")   # the real op's refusals, also on meta
     validate.check_attention_length(S_kv, D, "seq_len_kv")
     validate.check_kernel_shipped(o["kernel"])
+    masks.check_attn_mask(o["attn_mask"], q_int8.shape[0], q_int8.shape[1], S_q, S_kv, device=q_int8.device)
     return _fwd_like(q_int8, q_int8.shape[0], S_q, q_int8.shape[1], D, out_dtype, o["layout"], o["return_lse"])
 
 

@@ -181,10 +181,11 @@ def pack_bits(visible: torch.Tensor, S_q: int, S_kv: int) -> torch.Tensor:
     Bm, Hm, Rq, _ = visible.shape
     Rp = s_pad_rows(S_q) if Rq > 1 else 1
     Kp = n_tiles(S_kv, BLOCK_KV) * BLOCK_KV
-    p = torch.nn.functional.pad(visible, (0, Kp - S_kv, 0, Rp - Rq), value=False).to(torch.int64)
-    shifts = torch.arange(WORD, dtype=torch.int64, device=visible.device)
-    words = (p.view(Bm, Hm, Rp, Kp // WORD, WORD) << shifts).sum(-1)        # 0 .. 2^32 - 1
-    return torch.where(words >= 2 ** 31, words - 2 ** 32, words).to(torch.int32).contiguous()
+    p = torch.nn.functional.pad(visible, (0, Kp - S_kv, 0, Rp - Rq), value=False)
+    # bytes of 8 keys (one byte per key in flight, not 8: a [B, H, S, S] mask is large), little-endian into words
+    shifts = torch.arange(8, dtype=torch.uint8, device=visible.device)
+    octets = (p.view(Bm, Hm, Rp, Kp // 8, 8).to(torch.uint8) << shifts).sum(-1, dtype=torch.uint8)
+    return octets.contiguous().view(torch.int32)
 
 
 def pack_bias(bias: torch.Tensor, S_q: int, S_kv: int) -> torch.Tensor:

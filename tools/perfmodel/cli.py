@@ -105,6 +105,7 @@ def main(argv=None) -> int:
     ap.add_argument("--what-if", action="store_true", help="the asm kernel's geometry/schedule what-ifs")
     ap.add_argument("--pv", action="store_true", help="pv_dtype fp8 vs fp16 for both kernels (issue 19)")
     ap.add_argument("--sparse", action="store_true", help="the predictor and the attention vs block density (issue 14)")
+    ap.add_argument("--masks", action="store_true", help="attn_mask: partial / additive tiles and key padding (issue 30)")
     ap.add_argument("--refit", type=Path, metavar="REPORT.json",
                     help="set the parameters from a `sage-co selftest --perf` report of a gfx1201; old vs new figures")
     o = ap.add_argument_group("the shipped attention kernels' report")
@@ -151,6 +152,9 @@ def main(argv=None) -> int:
         if a.sparse:
             from perfmodel.sparse import print_sparse
             return print_sparse(as_json=a.json)
+        if a.masks:
+            from perfmodel.masks import print_masks
+            return print_masks(as_json=a.json)
         if a.refit is not None:
             from perfmodel.refit import print_refit
             return print_refit(a.refit, as_json=a.json)

@@ -2,11 +2,13 @@
 is 'partial' (bool bits: one u32 load per lane + 64 VALU) or 'additive' (bits + 32 biases per lane, the exact exp2
 form) instead of 'full' (the unmasked instructions), and what that makes of key padding and of a general bool mask.
 
-Model: restate.our_kernel's launch model with the first workgroup emulated at EMU_S on a mask that makes EVERY
-visited tile of that kind (bool: random bits at density 1/2; additive: N(0, 1) values), so the emulated per-iteration
-mix holds the mask path's instructions and its waits (the bit / bias loads are waited for alone, before the tile's
-fragment prefetch), at the dense launch's trip count. The mask's own bytes are added to the DRAM traffic (bits: S_q *
-S_kv / 8 per mask row set; biases: 4 B per element), read once per (batch, head) of the mask. Key padding at valid
+Model: the first workgroup emulated at EMU_S on a mask that makes EVERY visited tile of that kind (bool: random bits
+at density 1/2; additive: N(0, 1) values) gives the per-tile mix (the loop's instructions plus the out-of-line mask
+blocks the asm kernel branches to); the calibrated launch model of the unmasked kernel (restate.our_kernel) has its
+compute time scaled by the issue-bound cost ratio of that mix to the unmasked one (issue.tile_cost at the kernel's
+waves per SIMD: the wait for the bit / bias loads is assumed hidden by the other waves), against the DRAM time with
+the mask's own bytes (bits: S_q * S_kv / 8; biases: 4 B per element and the bits), read once per (batch, head): a
+mask with per-head rows, the worst case. Key padding at valid
 length L: ceil(L / 64) tiles visited (the hidden ones are not in the LUT), at most one of them partial, so its cost
 over the unmasked kernel at S_kv = L is (t_partial / t_full - 1) / ceil(L / 64) of the attention time (the unmasked
 kernel's own tail mask on that tile is not credited: an upper bound). Every figure here is MODELED.
@@ -14,9 +16,12 @@ kernel's own tail mask on that tile is not credited: an upper bound). Every figu
 from __future__ import annotations
 
 from perfmodel.calibration import CALIBRATED
-from perfmodel.emulated import arg_names, emulate_workgroup
-from perfmodel.launch_model import Launch, model_launch
+from perfmodel.emulated import arg_names, dynamic_iteration_mix, emulate_workgroup
+from perfmodel.hardware import DRAM_BYTES_PER_S
+from perfmodel.isa import classify
+from perfmodel.issue import tile_cost
 from perfmodel import restate
+from perfmodel.stream import Mix
 from perfmodel.attention import attention_inputs, attention_symbol
 from perfmodel.stream import HEAD_DIM
 
@@ -48,14 +53,14 @@ def _mask_args(kind: str, S: int, seed: int = 0) -> dict:
 _runs: dict = {}
 
 
-def tile_kind_launch(kind: str, variant: str = "asm", B: int = 1, H: int = 16, S: int = 4096, params=CALIBRATED):
-    """The modeled launch at (B, H, S) with every visited tile of `kind` ('full' = the unmasked kernel)."""
+def _emulated(kind: str, variant: str):
+    """(km, run) of the first workgroup at EMU_S with every visited tile of `kind` ('full': the dense run)."""
     import torch
     from sage_co import codeobj
-    dense = restate.our_kernel(variant, B, H, S, params)
+    restate.our_kernel(variant, 1, 1, restate.EMU_S)          # fills restate's (km, run) cache
+    km, dense_run = restate._cache[(variant, HEAD_DIM, False)]
     if kind == "full":
-        return dense
-    km, _ = restate._cache[(variant, HEAD_DIM, False)]
+        return km, dense_run
     key = (variant, kind)
     if key not in _runs:
         path = restate.KERNELS[variant]
@@ -65,31 +70,68 @@ def tile_kind_launch(kind: str, variant: str = "asm", B: int = 1, H: int = 16, S
         args = {k: v.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if isinstance(v, torch.Tensor)
                 else v for k, v in inputs.items() if k in names}
         _runs[key] = emulate_workgroup(path, km.symbol, restate.BLOCK, args, km.text_addr)
+    return km, _runs[key]
+
+
+def tile_mix(kind: str, variant: str = "asm") -> Mix:
+    """The emulated per-tile mix of one wave with every visited tile of `kind`: the loop's instructions plus the
+    out-of-line attn_mask blocks the asm kernel branches to (after the epilogue's s_endpgm; the HIP kernel has its
+    mask code inside the loop)."""
+    km, run = _emulated(kind, variant)
+    mix, trips = dynamic_iteration_mix(km, run)
+    end = max(i.addr for i in km.insts if i.mnemonic == "s_endpgm")
+    for ins in km.insts:
+        if ins.addr > end and ins.addr in run.counts:
+            c = classify(ins.mnemonic)
+            setattr(mix, c, getattr(mix, c) + run.per_wave(ins.addr) / trips)
+    return mix.scaled(1 / km.tiles_per_iter, source=f"{kind} tiles: loop + out-of-line mask blocks per 64-key tile")
+
+
+def tile_kind_time(kind: str, variant: str = "asm", B: int = 1, H: int = 16, S: int = 4096, params=CALIBRATED):
+    """(modeled us, issue-cost ratio vs full, binding) of the launch at (B, H, S) with every visited tile of
+    `kind`: the calibrated launch model of the unmasked kernel, its compute time scaled by the issue-bound cost
+    ratio of the kinds' per-tile mixes (issue.tile_cost at the kernel's waves per SIMD), against the DRAM time with
+    the mask's bytes."""
+    km, _ = _emulated("full", variant)
+    dense = restate.our_kernel(variant, B, H, S, params)
+    waves = dense.occupancy.waves_per_simd
+    ratio = tile_cost(tile_mix(kind, variant), waves).cycles / tile_cost(tile_mix("full", variant), waves).cycles
     S_pad = -(-S // 64) * 64
-    mask_bytes = S_pad * S_pad // 8 if kind == "partial" else S_pad * S_pad * (4 + 1 / 8)
-    launch = Launch((S_pad // restate.QUERY_TILE, H, B), restate.BLOCK, restate.attention_flops(B, H, S), "int8",
-                    trip_count=dense.trip_count, dram_bytes=dense.dram_s * restate.DRAM_BYTES_PER_S + B * H * mask_bytes)
-    return model_launch(km, launch, _runs[key], params)
+    mask_bytes = {"full": 0, "partial": S_pad * S_pad / 8, "additive": S_pad * S_pad * (4 + 1 / 8)}[kind]
+    dram_s = dense.dram_s + B * H * mask_bytes / DRAM_BYTES_PER_S
+    compute_s = dense.time_s - params.launch_overhead_s
+    t = max(compute_s * ratio, dram_s) + params.launch_overhead_s
+    return t * 1e6, ratio, ("DRAM" if dram_s > compute_s * ratio else dense.binding)
 
 
 def mask_rows(variant: str = "asm", B: int = 1, H: int = 16, S: int = 4096, params=CALIBRATED,
               valid_lengths=(4096 - 37, 2048 + 1, 333)) -> list[dict]:
-    """Modeled time of every tile full / partial / additive at (B, H, S), and key padding's cost at valid lengths."""
+    """Modeled time with every tile full / partial / additive at (B, H, S), and key padding's cost at valid
+    lengths (one partial tile among ceil(L / 64))."""
     rows = []
-    t = {}
+    full_us = None
+    ratio = {}
     for kind in ("full", "partial", "additive"):
-        r = tile_kind_launch(kind, variant, B, H, S, params)
-        t[kind] = r.time_us
-        rows.append({"variant": variant, "S": S, "mode": f"every tile {kind}", "time_us": r.time_us,
-                     "vs_full": r.time_us / t["full"], "binding": r.binding})
-    ratio = t["partial"] / t["full"]
+        us, ratio[kind], binding = tile_kind_time(kind, variant, B, H, S, params)
+        full_us = full_us or us
+        rows.append({"variant": variant, "S": S, "mode": f"every visited tile {kind}", "time_us": us,
+                     "vs_unmasked": us / full_us, "issue_ratio": ratio[kind], "binding": binding})
     for L in valid_lengths:
         n = -(-L // 64)
-        rows.append({"variant": variant, "S": L, "mode": f"key padding, valid length {L} ({n} tiles, 1 partial)",
-                     "time_us": None, "vs_full": 1 + (ratio - 1) / n, "binding": "model"})
+        rows.append({"variant": variant, "S": L, "mode": f"key padding, valid length {L} ({n} tiles, <= 1 partial)",
+                     "time_us": None, "vs_unmasked": 1 + (ratio["partial"] - 1) / n, "binding": "model"})
     return rows
 
 
-if __name__ == "__main__":
-    for row in mask_rows():
-        print(row)
+def print_masks(as_json: bool = False) -> int:
+    """`python tools/perf_model.py --masks`: the asm kernel with every tile full / partial / additive, key padding."""
+    rows = mask_rows()
+    if as_json:
+        import json
+        print(json.dumps(rows, indent=1))
+        return 0
+    print("attn_mask, asm kernel, B=1 H=16 D=128 bf16 (MODELED, calibrated):")
+    for r in rows:
+        t = f"{r['time_us']:9.1f} us" if r["time_us"] is not None else " " * 12
+        print(f"  S={r['S']:5}  {r['mode']:54} {t}  x{r['vs_unmasked']:.4f} vs unmasked  ({r['binding']})")
+    return 0
