@@ -1,10 +1,11 @@
-// gfx1201_sage_attention_fwd_d{64,128}_{bf16,fp16}[_pv16]: SageAttention forward (dense, causal, block-sparse) on RDNA4, headers-free HIP.
+// gfx1201_sage_attention_fwd_d{64,128,256}_{bf16,fp16}[_pv16]: SageAttention forward (dense, causal, block-sparse) on RDNA4, headers-free HIP.
 //
 // The readable baseline of the attention kernel; a hand-scheduled asm kernel later must beat it and match it.
 // It keeps the same kernarg struct and launch geometry (below). Hardware facts cite docs/rdna4.md sections
-// (§WMMA, §Memory, ...). One template, eight symbols: the padded head dim DP (64 or 128; manifest key head_dim),
+// (§WMMA, §Memory, ...). One template, ten symbols: the padded head dim DP (64, 128 or 256; manifest key head_dim),
 // the output dtype (bf16 or fp16; key out_dtype) and the P.V input type (PV16: key pv_dtype "fp8" or "fp16",
-// suffix _pv16). GQA, separate query/key lengths, the caller's output layout and smooth_v are runtime arguments.
+// suffix _pv16; DP 64 and 128 only: at 256 its V^T staging spills). GQA, separate query/key lengths, the caller's
+// output layout and smooth_v are runtime arguments.
 //
 // Math, per query row i of query head h (K/V head g = h / (H_q/H_kv)) and key tile of 64 keys
 // (sage_co.reference.sage_attention_model):
@@ -107,7 +108,10 @@
 // (LLVM inserts the v_nop of §Hazards 1 where needed). The epilogue's d-tile loop is fully unrolled: a
 // dynamically indexed o[] would go to scratch. Occupancy (§Occupancy), DP = 128: 224 VGPRs -> 6 waves/SIMD by
 // registers; 32 KiB LDS per 4-wave workgroup -> 4 workgroups per WGP (128 KiB) = 4 waves/SIMD, the binding
-// limit; DP = 64: 138 VGPRs -> 8 waves/SIMD (LDS allows 8).
+// limit; DP = 64: 138 VGPRs -> 8 waves/SIMD (LDS allows 8). DP = 256 (DIRECT_STAGE, Q_RELOAD below): O^T is
+// 128 VGPRs, so the K/V^T staging registers are not held across the tile (tile t+1 goes global -> VGPRs -> the other
+// LDS buffer at the top of tile t) and the Q^T fragments are re-read at each d-group: 245 VGPRs, no scratch, LDS
+// 64 KiB -> 2 workgroups per WGP = 2 waves/SIMD (docs/performance.md §Head dim 256).
 // PV16 (pv_dtype fp16): the V^T tile is DP x 128 B (8 chunks per row, XOR-swizzled row & 7 like 8-chunk K rows),
 // staged as DP/16 b128 loads per thread; each lane reads chunk 4hl+c of row 16t+r as the f16 A-fragment of chunk c
 // (keys 32hl+8c..+7 in the 16-bit operand's slot order, docs/rdna4.md §WMMA lane layouts; P^T's B-fragment holds the

@@ -208,8 +208,8 @@ def test_attention_new_shapes_end_to_end(case):
 
 @pytest.mark.parametrize("bad, exc, match", [
     (dict(layout="BHSD"), ValueError, "^layout"),
-    (dict(q=torch.zeros(1, 33, 4, 72, dtype=torch.float16)), ValueError, "^q: expected a head dim"),
-    (dict(q=torch.zeros(1, 33, 4, 144, dtype=torch.float16)), ValueError, "^q: expected a head dim"),
+    (dict(q=torch.zeros(1, 33, 4, 257, dtype=torch.float16)), ValueError, "^q: expected a head dim"),
+    (dict(q=torch.zeros(1, 33, 4, 384, dtype=torch.float16)), ValueError, "^q: expected a head dim"),
     (dict(q=torch.zeros(1, 33, 3, 64, dtype=torch.float16)), ValueError, "^k: expected a number of heads"),
     (dict(q=torch.zeros(1, 33, 4, 64, dtype=torch.bfloat16)), TypeError, "^k: expected the dtype of q"),
     (dict(kernel="fast"), ValueError, r"^kernel: expected None or one of \['asm', 'hip'\]"),   # issue 11 item 5

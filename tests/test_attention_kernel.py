@@ -179,7 +179,7 @@ def test_kv_group_magic_divides_exactly():
     (lambda p: p._replace(v_t=p.v_t.transpose(-1, -2)), ValueError, "prepared.v_t"),
     (lambda p: p._replace(v_scale=p.v_scale[:, :1, :64]), ValueError, "prepared.v_scale"),
     (lambda p: p._replace(q_int8=p.q_int8[0]), ValueError, "prepared.q_int8"),
-    (lambda p: p._replace(head_dim=40), ValueError, "head_dim"),
+    (lambda p: p._replace(head_dim=300), ValueError, "head_dim"),
     (lambda p: p._replace(out_dtype=torch.float32), TypeError, "prepared.out_dtype"),
     (lambda p: tuple(p), TypeError, "prepared"),
 ])

@@ -150,3 +150,12 @@ def test_wide_head_dims_refusals_name_the_argument():
         attention_ops.run_attention_fwd(pr16, backend="emu")
     with pytest.raises(ValueError, match="q: the prepare kernels are built for head dims up to"):
         run_prepare(q, k, v, backend="emu")
+
+
+def test_predictor_kernels_refuse_other_head_dims():
+    """The predictor kernels pool D a multiple of 16 up to 128; the torch spec takes any D."""
+    from sage_co import sparse
+    q, k, _ = _inputs(40, "bf16")
+    with pytest.raises(ValueError, match="q: the predictor kernels pool head dims that are multiples of 16"):
+        sparse.predict_block_mask(q, k, backend="emu")
+    assert sparse.predict_block_mask(q, k, backend="torch").dtype == torch.bool

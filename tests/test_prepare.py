@@ -317,7 +317,7 @@ def test_unaligned_and_sliced_inputs():
     (dict(k=torch.zeros(1, 8, 1, 64, dtype=torch.bfloat16)), ValueError, "k: expected the head dim of q"),
     (dict(q=torch.zeros(1, 8, 3, 128, dtype=torch.bfloat16), k=torch.zeros(1, 8, 2, 128, dtype=torch.bfloat16),
           v=torch.zeros(1, 8, 2, 128, dtype=torch.bfloat16)), ValueError, "k: expected a number of heads"),
-    (dict(q=torch.zeros(1, 8, 1, 72, dtype=torch.bfloat16)), ValueError, "q: expected a head dim"),
+    (dict(q=torch.zeros(1, 8, 1, 257, dtype=torch.bfloat16)), ValueError, "q: expected a head dim"),
     (dict(layout="BSHD"), ValueError, "layout"),
     (dict(q=torch.zeros(1, 8, 1, 256, dtype=torch.bfloat16)[..., ::2]), ValueError, "q: expected a contiguous last"),
     (dict(rope_dim=48), ValueError, "rope_dim"),
