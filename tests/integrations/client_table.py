@@ -79,6 +79,7 @@ def _shim_row(name, build, inputs, backend):
     model = build()
     ref = tiny.forward(model, inputs())
     saved = ad.sageattn, ad.sageattn_varlen, ad._CAN_USE_SAGE_ATTN
+    active = ad._AttentionBackendRegistry._active_backend   # set_attention_backend also sets this process-wide
     # what diffusers binds when the shim is active before `import diffusers`: its `from sageattention import
     # sageattn, sageattn_varlen` are sage-co's, and its version check passes (the shim reports
     # SAGEATTENTION_API_VERSION)
@@ -94,6 +95,8 @@ def _shim_row(name, build, inputs, backend):
     except (ValueError, TypeError, RuntimeError) as e:
         result = f"refused by diffusers' own {backend} backend: {str(e)[:80]}"
     finally:
+        model.reset_attention_backend()
+        ad._AttentionBackendRegistry.set_active_backend(active)
         ad.sageattn, ad.sageattn_varlen, ad._CAN_USE_SAGE_ATTN = saved
     return (f"diffusers {name}, shim + `set_attention_backend(\"{backend}\")`", "the same masks", result,
             None if out is None else _rel(out, ref))
