@@ -2,7 +2,7 @@
 // optional fused RMSNorm + rotate-half RoPE on Q and K. Headers-free HIP, built by build_asm.py with clang -O3
 // (no fast-math: every '/' below is clang's correctly rounded div_scale/div_fmas/div_fixup sequence, and sqrtf is
 // its correctly rounded v_sqrt_f32 + fma-correction sequence). Numerics: docs/numerics.md / sage_co/reference.py,
-// matched bit for bit (k_mean: summation order differs, see stats/reduce below).
+// matched bit for bit (k_mean: summation order differs, see stats below).
 //
 // Inputs (element strides are kernargs, read in place; the last dim is contiguous):
 //   q [B, S_q, H_q, D], k and v [B, S_kv, H_kv, D], bf16 or fp16 (one symbol per dtype), D a multiple of 16 up
@@ -11,7 +11,7 @@
 // S_pad = round_up(S, 64) per tensor; a tile = 32 tokens of one (b, head) = one Q/K scale block, one wave32.
 // GQA: K/V are prepared per K/V head (H_kv), Q per query head (H_q); nothing is replicated.
 //
-// Three kernels, launched in this order (sage_co/ops/prepare.py). stats and quant ship one symbol per (D_PAD,
+// Two kernels, launched in this order (sage_co/ops/prepare.py). stats and quant ship one symbol per (D_PAD,
 // dtype, RoPE width, norm/RoPE rounding): suffix _d64/_d128, _bf16/_fp16, then _rope32.._rope128 (none = no RoPE;
 // D_PAD 64 has rope 32 and 64 only), then _once for norm_rope_rounding "once" (none = "per_op"; ROUND_* below).
 // A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps every kernel at <= 207
@@ -26,11 +26,14 @@
 //       ksum_part[b, h, c, D_PAD]  sum over the chunk's tokens of the normed/roped K per channel (smooth_k only):
 //                                  lane = token, rows go through LDS, lane l adds channels CPL*l..CPL*l+CPL-1
 //                                  (CPL = D_PAD / 32) of the tile's valid rows in token order, tiles in order.
-//  2. gfx1201_sage_prepare_reduce  grid (1, H_kv, B), block D_PAD (thread = channel). Folds the chunk partials in
-//     chunk order: v_scale = amax / 448, v_inv = 448 / amax (0 when amax == 0) (workspace), k_mean = sum / S_kv;
-//     v_mode 1 (smooth_v): v_mean = V sum / S_kv and amax = max(|max v - v_mean|, |min v - v_mean|) (fp32
-//     subtraction is monotone: the largest |v - v_mean| sits at max v or min v); v_mode 2 (pv fp16): zeros.
-//  3. gfx1201_sage_prepare_quant_*  grid (H_q * tq + 2 * H_kv * tkv, B, 1), block 32, tq = S_q_pad / 32,
+//     The reduction runs in the same launch (reduce_if_last): the last of the n_wg = n_chunks * n_tens workgroups
+//     of a (b, kv head) to finish -- an atomic counter per (b, kv head) says which -- folds that head's partials in
+//     chunk order into v_scale = amax / 448, v_inv = 448 / amax (0 when amax == 0) (workspace), k_mean =
+//     sum / S_kv; v_mode 1 (smooth_v): v_mean = V sum / S_kv and amax = max(|max v - v_mean|, |min v - v_mean|)
+//     (fp32 subtraction is monotone: the largest |v - v_mean| sits at max v or min v); v_mode 2 (pv fp16): zeros,
+//     and then tens = 0, grid (1, H_kv, B): no statistics, each workgroup only writes its head's zeros. The fold
+//     order is fixed (chunk order), so the outputs do not depend on which workgroup came last.
+//  2. gfx1201_sage_prepare_quant_*  grid (H_q * tq + 2 * H_kv * tkv, B, 1), block 32, tq = S_q_pad / 32,
 //     tkv = S_kv_pad / 32: x < H_q * tq is a Q tile, then the K tiles, then the V tiles (head-major).
 //     Q/K: lane = token (one row per lane, D/8 16-byte loads; a padded token loads row S - 1 and is masked),
 //     optional norm/RoPE on the packed row, x = f32(row) * c (Q) or f32(row) - k_mean (K), block amax = in-lane
@@ -44,8 +47,9 @@
 //
 // Passes over the inputs (HBM reads): Q once; V twice (its per-channel scale needs all S_kv tokens before any
 // token can be quantized: stats then quant); K once, or twice with smooth_k (k_mean over all S_kv tokens first).
-// With norm/RoPE the K stats pass recomputes the normed/roped rows instead of storing them. The reduce pass reads
-// only the small partials. No atomics: every sum has a fixed order; maxima are order-independent.
+// With norm/RoPE the K stats pass recomputes the normed/roped rows instead of storing them. The reduction reads
+// only the small partials. One atomic per stats workgroup, a counter that only picks the folding workgroup: every
+// sum has a fixed order; maxima are order-independent.
 //
 // Memory speed: each wave keeps D/8 (Q/K) or TPL (V) independent 16-byte loads in flight per tile; the stats grid
 // has B * H_kv * n_chunks * n_tens waves with n_chunks <= 64 chosen by the host (tiles_per_chunk = ceil(valid
@@ -68,11 +72,11 @@
 //
 // Kernargs (explicit only, no hidden arguments; sage_co/ops/prepare.py declares the same layouts). Strides are in
 // elements: *_sb (batch), *_ss (token), *_sh (head):
-//   stats  (132 B): 0 k, 8 v, 16 k_norm_w, 24 cos, 32 sin, 40 ksum_part, 48 vmax_part (ptr); 56 eps (f32);
+//   stats  (188 B): 0 k, 8 v, 16 k_norm_w, 24 cos, 32 sin, 40 ksum_part, 48 vmax_part (ptr); 56 eps (f32);
 //                   60 S, 64 H, 68 tiles_per_chunk, 72 n_chunks, 76 n_tens, 80 k_norm, 84 D, 88 k_sb, 92 k_ss,
-//                   96 k_sh, 100 v_sb, 104 v_ss, 108 v_sh (i32); 112 vmin_part, 120 vsum_part (ptr); 128 tens (i32)
-//   reduce (92 B):  0 ksum_part, 8 vmax_part, 16 k_mean, 24 v_scale, 32 v_inv (ptr); 40 H, 44 n_chunks, 48 S,
-//                   52 smooth_k, 56 D_pad (i32); 64 vmin_part, 72 vsum_part, 80 v_mean (ptr); 88 v_mode (i32)
+//                   96 k_sh, 100 v_sb, 104 v_ss, 108 v_sh (i32); 112 vmin_part, 120 vsum_part (ptr); 128 tens (i32);
+//                   136 k_mean, 144 v_scale, 152 v_inv, 160 v_mean, 168 counter (ptr); 176 n_wg, 180 v_mode,
+//                   184 smooth_k (i32)
 //   quant (204 B):  0 q, 8 k, 16 v, 24 q_norm_w, 32 k_norm_w, 40 cos, 48 sin, 56 k_mean, 64 v_inv, 72 q_int8,
 //                   80 k_int8, 88 q_scale, 96 k_scale, 104 v_t (ptr); 112 q_mult (f32), 116 eps (f32);
 //                   120 S_q, 124 S_kv, 128 H_q, 132 H_kv, 136 S_q_pad, 140 S_kv_pad, 144 D, 148 q_norm,
@@ -376,6 +380,7 @@ struct StatsArgs {
   float* ks; float* vm; float eps; u32 S, H, tiles_per_chunk, n_chunks, n_tens; int k_norm; u32 D;
   Strides kst, vst;
   float* vmin; float* vsum; u32 tens;
+  float* k_mean; float* v_scale; float* v_inv; float* v_mean; u32* counter; u32 n_wg; int v_mode; int smooth_k;
 };
 // `tens` bits (sage_co/abi.py STATS_*): which statistics this launch computes; workgroup z % n_tens runs the
 // (z % n_tens)-th set bit of the low three.
@@ -534,24 +539,96 @@ INLINE void stats_k(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
     *(u32x2*)dst = (u32x2){as_u(acc[0]), as_u(acc[1])};
 }
 
+// v_mode (sage_co/abi.py REDUCE_V_*): how the last workgroup of a head makes v_scale / v_inv / v_mean
+#define REDUCE_V_FP8 0
+#define REDUCE_V_SMOOTH 1
+#define REDUCE_V_NONE 2
+
+// The fold of one (b, K/V head)'s chunk partials into its outputs, per channel ch: the partials in chunk order
+// (fixed, so the result does not depend on which workgroup finished last): v_scale = amax / 448, v_inv = 448 / amax
+// (0 when amax == 0; a workspace for quant), k_mean = sum / S_kv; v_mode 1 (smooth_v): v_mean = V sum / S_kv and
+// amax = max(|max v - v_mean|, |min v - v_mean|) (fp32 subtraction is monotone: the largest |v - v_mean| sits at
+// max v or min v); v_mode 2 (pv fp16): zeros. This was the separate reduce kernel (one thread per channel), moved
+// here unchanged: same operations in the same order, so the same bits.
+INLINE void reduce_channel(const StatsArgs& a, u64 bh, u32 ch, u32 dp) {
+  const float* vp = a.vm + bh * a.n_chunks * dp + ch;
+  u32 m = 0;  // max of non-negative f32 bit patterns; NaN patterns sort above inf
+  for (u32 c = 0; c < a.n_chunks && a.v_mode == REDUCE_V_FP8; ++c) {
+    u32 w = as_u(vp[(u64)c * dp]);
+    m = m > w ? m : w;
+  }
+  float vmean = 0.0f;
+  if (a.v_mode == REDUCE_V_SMOOTH) {
+    const float* sp = a.vsum + bh * a.n_chunks * dp + ch;
+    const float* lp = a.vmin + bh * a.n_chunks * dp + ch;
+    float s = 0.0f, hi = vp[0], lo = lp[0];
+    for (u32 c = 0; c < a.n_chunks; ++c) {
+      s = s + sp[(u64)c * dp];
+      hi = __builtin_fmaxf(hi, vp[(u64)c * dp]);
+      lo = __builtin_fminf(lo, lp[(u64)c * dp]);
+    }
+    vmean = s / (float)a.S;
+    u32 a1 = as_u(hi - vmean) & 0x7fffffffu, a2 = as_u(lo - vmean) & 0x7fffffffu;
+    m = a1 > a2 ? a1 : a2;
+  }
+  if (a.v_mode == REDUCE_V_NONE) m = 0;  // pv fp16: no V scale (vmax_part is not read)
+  a.v_mean[bh * dp + ch] = vmean;
+  float amax = as_f(m);
+  a.v_scale[bh * dp + ch] = amax / 448.0f;
+  a.v_inv[bh * dp + ch] = amax == 0.0f ? 0.0f : 448.0f / amax;  // inf for a tiny amax: quant_v's general path
+  float mean = 0.0f;
+  if (a.smooth_k) {
+    const float* kp = a.ks + bh * a.n_chunks * dp + ch;
+    float s = 0.0f;
+    for (u32 c = 0; c < a.n_chunks; ++c) s = s + kp[(u64)c * dp];
+    mean = s / (float)a.S;
+  }
+  a.k_mean[bh * dp + ch] = mean;
+}
+
+// Last-workgroup reduction (docs/rdna4.md §Atomics): every workgroup of (b, h) publishes its partials (release
+// fence at agent scope, then one atomic add on counter[b * H + h]); the one that sees n_wg - 1 is the last, so
+// every partial of its head is written and visible after its acquire fence, and it folds them (reduce_channel,
+// lane l takes channels l, l + 32, ...). It then stores 0 back: no other workgroup of this launch touches that
+// counter again, and the next launch (stream order) finds it at 0 (sage_co/ops/prepare.py allocates the counters
+// zeroed, once per device and stream).
+template <int DP>
+INLINE void reduce_if_last(const StatsArgs& a, u32 b, u32 h) {
+  u32 lane = lane_id();
+  u32* ctr = a.counter + ((u64)b * a.H + h);
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");  // this workgroup's partials before its count
+  u32 old = 0;
+  if (lane == 0) old = __hip_atomic_fetch_add(ctr, 1u, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+  old = (u32)__builtin_amdgcn_readfirstlane((int)old);
+  if (old != a.n_wg - 1) return;
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");  // every other workgroup's partials after their counts
+  u64 bh = (u64)b * a.H + h;
+#pragma unroll
+  for (u32 i = 0; i < DP / TILE; ++i) reduce_channel(a, bh, lane + TILE * i, DP);
+  if (lane == 0) *ctr = 0;
+}
+
 #define STATS_PARAMS                                                                                          \
   const u16 *__restrict__ k, const u16 *__restrict__ v, const u16 *__restrict__ k_norm_w,                     \
       const u16 *__restrict__ cos, const u16 *__restrict__ sin, float *__restrict__ ksum_part,                \
       float *__restrict__ vmax_part, float eps, int S, int H, int tiles_per_chunk, int n_chunks, int n_tens,  \
       int k_norm, int D, int k_sb, int k_ss, int k_sh, int v_sb, int v_ss, int v_sh,                          \
-      float *__restrict__ vmin_part, float *__restrict__ vsum_part, int tens
+      float *__restrict__ vmin_part, float *__restrict__ vsum_part, int tens, float *__restrict__ k_mean,     \
+      float *__restrict__ v_scale, float *__restrict__ v_inv, float *__restrict__ v_mean,                     \
+      u32 *__restrict__ counter, int n_wg, int v_mode, int smooth_k
 template <int DT, int DP, int RD, int RM>
 INLINE void stats_body(STATS_PARAMS) {
   StatsArgs a = {k, v, k_norm_w, cos, sin, ksum_part, vmax_part, eps, (u32)S, (u32)H, (u32)tiles_per_chunk,
                  (u32)n_chunks, (u32)n_tens, k_norm, (u32)D, {(u32)k_sb, (u32)k_ss, (u32)k_sh},
-                 {(u32)v_sb, (u32)v_ss, (u32)v_sh}, vmin_part, vsum_part, (u32)tens};
+                 {(u32)v_sb, (u32)v_ss, (u32)v_sh}, vmin_part, vsum_part, (u32)tens, k_mean, v_scale, v_inv,
+                 v_mean, counter, (u32)n_wg, v_mode, smooth_k};
   u32 chunk = __builtin_amdgcn_workgroup_id_x();
   u32 h = __builtin_amdgcn_workgroup_id_y();
   u32 z = __builtin_amdgcn_workgroup_id_z();
   u32 b = z / a.n_tens, which = z % a.n_tens;
   u32 kinds = a.tens & (STATS_V_MAX | STATS_K_SUM | STATS_V_SUM);
   for (u32 i = 0; i < which; ++i) kinds &= kinds - 1;  // drop the lowest set bit `which` times (uniform)
-  u32 kind = kinds & (0u - kinds);
+  u32 kind = kinds & (0u - kinds);                      // 0: no statistics (pv fp16 without smooth_k)
   __attribute__((shared)) static u32 lds[TILE * (DP / 2 + LDS_PAD)];  // column sums only
   if (kind == STATS_V_MAX) {
     if (a.tens & STATS_V_SIGNED)
@@ -560,67 +637,16 @@ INLINE void stats_body(STATS_PARAMS) {
       stats_v<DT, DP, false>(a, b, h, chunk);
   } else if (kind == STATS_K_SUM) {
     stats_k<DT, DP, RD, RM>(a, b, h, chunk, lds);
-  } else {  // STATS_V_SUM: the K column-sum code on V rows (no norm, no RoPE) into vsum_part
+  } else if (kind == STATS_V_SUM) {  // the K column-sum code on V rows (no norm, no RoPE) into vsum_part
     StatsArgs av = a;
     av.k = a.v, av.kst = a.vst, av.k_norm = 0, av.ks = a.vsum;
     stats_k<DT, DP, 0, RM>(av, b, h, chunk, lds);
   }
+  reduce_if_last<DP>(a, b, h);
 }
 #define STATS_ARGS k, v, k_norm_w, cos, sin, ksum_part, vmax_part, eps, S, H, tiles_per_chunk, n_chunks, n_tens, \
-                   k_norm, D, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, vmin_part, vsum_part, tens
-
-// ------------------------------------------------------------------------------------------------ reduce
-// v_mode (sage_co/abi.py REDUCE_V_*)
-#define REDUCE_V_FP8 0
-#define REDUCE_V_SMOOTH 1
-#define REDUCE_V_NONE 2
-extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(64, 128)))
-void gfx1201_sage_prepare_reduce(const float* __restrict__ ksum_part, const float* __restrict__ vmax_part,
-                                 float* __restrict__ k_mean, float* __restrict__ v_scale,
-                                 float* __restrict__ v_inv, int H, int n_chunks, int S, int smooth_k, int D_pad,
-                                 const float* __restrict__ vmin_part, const float* __restrict__ vsum_part,
-                                 float* __restrict__ v_mean, int v_mode) {
-  u32 ch = __builtin_amdgcn_workitem_id_x();
-  u32 h = __builtin_amdgcn_workgroup_id_y();
-  u32 b = __builtin_amdgcn_workgroup_id_z();
-  u32 dp = (u32)D_pad;
-  u64 bh = (u64)b * (u32)H + h;
-  const float* vp = vmax_part + bh * (u32)n_chunks * dp + ch;
-  u32 m = 0;  // max of non-negative f32 bit patterns; NaN patterns sort above inf
-  for (int c = 0; c < n_chunks && v_mode == REDUCE_V_FP8; ++c) {
-    u32 w = as_u(vp[(u64)c * dp]);
-    m = m > w ? m : w;
-  }
-  float vmean = 0.0f;
-  if (v_mode == REDUCE_V_SMOOTH) {
-    // v_mean = (sum of the chunk sums, in chunk order) / S_kv; amax = max |v - v_mean| = the larger of
-    // |max v - v_mean| and |min v - v_mean| (fp32 subtraction is monotone), NaN-propagating as bit patterns
-    const float* sp = vsum_part + bh * (u32)n_chunks * dp + ch;
-    const float* lp = vmin_part + bh * (u32)n_chunks * dp + ch;
-    float s = 0.0f, hi = vp[0], lo = lp[0];
-    for (int c = 0; c < n_chunks; ++c) {
-      s = s + sp[(u64)c * dp];
-      hi = __builtin_fmaxf(hi, vp[(u64)c * dp]);
-      lo = __builtin_fminf(lo, lp[(u64)c * dp]);
-    }
-    vmean = s / (float)S;
-    u32 a1 = as_u(hi - vmean) & 0x7fffffffu, a2 = as_u(lo - vmean) & 0x7fffffffu;
-    m = a1 > a2 ? a1 : a2;
-  }
-  if (v_mode == REDUCE_V_NONE) m = 0;  // pv fp16: no V scale (vmax_part is not read)
-  v_mean[bh * dp + ch] = vmean;
-  float amax = as_f(m);
-  v_scale[bh * dp + ch] = amax / 448.0f;
-  v_inv[bh * dp + ch] = amax == 0.0f ? 0.0f : 448.0f / amax;  // inf for a tiny amax: quant_v's general path
-  float mean = 0.0f;
-  if (smooth_k) {
-    const float* kp = ksum_part + bh * (u32)n_chunks * dp + ch;
-    float s = 0.0f;
-    for (int c = 0; c < n_chunks; ++c) s = s + kp[(u64)c * dp];
-    mean = s / (float)S;
-  }
-  k_mean[bh * dp + ch] = mean;
-}
+                   k_norm, D, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, vmin_part, vsum_part, tens, k_mean, v_scale,    \
+                   v_inv, v_mean, counter, n_wg, v_mode, smooth_k
 
 // ------------------------------------------------------------------------------------------------ quant
 struct QuantArgs {

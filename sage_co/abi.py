@@ -139,7 +139,8 @@ ATTENTION_OUTPUTS = ("out", "lse")
 
 # ---------------------------------------------------------------------------------------------- prepare
 # asm_src/gfx1201_sage_prepare.hip (owned by the prepare work, sage_co/ops/prepare.py packs them): stats and quant
-# ship one symbol per (head_dim = D_pad, in_dtype, rope_dim, rounding) manifest key columns, reduce one symbol.
+# ship one symbol per (head_dim = D_pad, in_dtype, rope_dim, rounding) manifest key columns (the reduction runs
+# inside stats, issue 28).
 PREPARE_ROPE_DIMS = (0, 32, 64, 96, 128)   # manifest key column rope_dim (0 = no RoPE); D_pad 64: 0, 32, 64 only
 PREPARE_IN_DTYPES = ("bf16", "fp16")       # manifest key column in_dtype
 # manifest key column rounding = the norm_rope_rounding option (docs/numerics.md §Optional RMSNorm + rotate-half
@@ -176,28 +177,20 @@ PREPARE_STATS_ARGS = KernargStruct("sage_prepare.stats", [
     Field("vmin_part", "ptr", 112),  # fp32 [B, H_kv, n_chunks, D_pad] out: min v (smooth_v only; else placeholder)
     Field("vsum_part", "ptr", 120),  # fp32 [B, H_kv, n_chunks, D_pad] out: sum of v (smooth_v only)
     Field("tens", "i32", 128),       # STATS_* bits: which statistics run (z % n_tens picks the n-th set bit)
-], size=132)
+    # the reduction, run by the last workgroup of each (b, K/V head) (reduce_if_last in the .hip):
+    Field("k_mean", "ptr", 136),     # fp32 [B, H_kv, D_pad] out (zeros unless smooth_k)
+    Field("v_scale", "ptr", 144),    # fp32 [B, H_kv, D_pad] out
+    Field("v_inv", "ptr", 152),      # fp32 [B, H_kv, D_pad] out, workspace for quant
+    Field("v_mean", "ptr", 160),     # fp32 [B, H_kv, D_pad] out (zeros unless v_mode 1)
+    Field("counter", "ptr", 168),    # u32 [>= B * H_kv] finished workgroups per (b, K/V head): 0 before, 0 after
+    Field("n_wg", "i32", 176),       # workgroups per (b, K/V head) = grid x * n_tens: the last one folds
+    Field("v_mode", "i32", 180),     # REDUCE_V_*: how v_scale / v_inv / v_mean are made
+    Field("smooth_k", "i32", 184),   # 1: k_mean = the K sums / S_kv (else zeros)
+], size=188)
 STATS_V_MAX = 1           # tens bit 0: per-channel max |v| (or, with STATS_V_SIGNED, max v and min v)
 STATS_K_SUM = 2           # bit 1: per-channel sums of the normed/roped K (smooth_k)
 STATS_V_SUM = 4           # bit 2: per-channel sums of V (smooth_v)
 STATS_V_SIGNED = 8        # bit 3 (not a workgroup): V max pass keeps signed max and min (smooth_v)
-
-PREPARE_REDUCE_ARGS = KernargStruct("sage_prepare.reduce", [
-    Field("ksum_part", "ptr", 0),    # fp32 [B, H_kv, n_chunks, D_pad] in (read only when smooth_k)
-    Field("vmax_part", "ptr", 8),    # fp32 [B, H_kv, n_chunks, D_pad] in
-    Field("k_mean", "ptr", 16),      # fp32 [B, H_kv, D_pad] out (zeros unless smooth_k)
-    Field("v_scale", "ptr", 24),     # fp32 [B, H_kv, D_pad] out
-    Field("v_inv", "ptr", 32),       # fp32 [B, H_kv, D_pad] out, workspace for quant
-    Field("H", "i32", 40),
-    Field("n_chunks", "i32", 44),
-    Field("S", "i32", 48),
-    Field("smooth_k", "i32", 52),
-    Field("D_pad", "i32", 56),
-    Field("vmin_part", "ptr", 64),   # fp32 [B, H_kv, n_chunks, D_pad] in (v_mode 1)
-    Field("vsum_part", "ptr", 72),   # fp32 [B, H_kv, n_chunks, D_pad] in (v_mode 1)
-    Field("v_mean", "ptr", 80),      # fp32 [B, H_kv, D_pad] out (zeros unless v_mode 1)
-    Field("v_mode", "i32", 88),      # REDUCE_V_*: how v_scale / v_inv / v_mean are made
-], size=92)
 REDUCE_V_FP8 = 0          # v_scale = max|v| / 448, v_mean = 0
 REDUCE_V_SMOOTH = 1       # v_mean = sum / S, amax = max(|max v - v_mean|, |min v - v_mean|)
 REDUCE_V_NONE = 2         # pv fp16: no V statistics; v_scale, v_inv, v_mean = 0
@@ -210,8 +203,8 @@ PREPARE_QUANT_ARGS = KernargStruct("sage_prepare.quant", [
     Field("k_norm_w", "ptr", 32),
     Field("cos", "ptr", 40),         # [max(S_q, S_kv), rope_dim] (placeholder without RoPE)
     Field("sin", "ptr", 48),
-    Field("k_mean", "ptr", 56),      # fp32 [B, H_kv, D_pad] in (from reduce)
-    Field("v_inv", "ptr", 64),       # fp32 [B, H_kv, D_pad] in (from reduce)
+    Field("k_mean", "ptr", 56),      # fp32 [B, H_kv, D_pad] in (from stats' reduction)
+    Field("v_inv", "ptr", 64),       # fp32 [B, H_kv, D_pad] in (from stats' reduction)
     Field("q_int8", "ptr", 72),      # int8 [B, H_q, S_q_pad, D_pad] out
     Field("k_int8", "ptr", 80),      # int8 [B, H_kv, S_kv_pad, D_pad] out
     Field("q_scale", "ptr", 88),     # fp32 [B, H_q, S_q_pad / 32] out
@@ -240,7 +233,6 @@ PREPARE_QUANT_ARGS = KernargStruct("sage_prepare.quant", [
 STRUCTS: dict[str, KernargStruct] = {
     ATTENTION_OP: ATTENTION_FWD_ARGS,
     "sage_prepare.stats": PREPARE_STATS_ARGS,
-    "sage_prepare.reduce": PREPARE_REDUCE_ARGS,
     "sage_prepare.quant": PREPARE_QUANT_ARGS,
 }  # the predictor's structs are added at the end of this module (its own section)
 

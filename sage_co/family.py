@@ -187,7 +187,7 @@ _PREDICT_DEFINES = {
 CODE_OBJECTS: dict[str, CodeObjectFamily] = {
     f"{ARCH}_sage_attention_hip": CodeObjectFamily(tuple(v.kernel() for v in ATTENTION_HIP), _ATTENTION_DEFINES),
     f"{ARCH}_sage_prepare": CodeObjectFamily(
-        (Kernel("sage_prepare.reduce", "hip", f"{ARCH}_sage_prepare_reduce"),) + tuple(v.kernel() for v in PREPARE),
+        tuple(v.kernel() for v in PREPARE),
         _PREPARE_DEFINES),
     f"{ARCH}_sage_attention_asm": CodeObjectFamily(tuple(v.kernel() for v in ATTENTION_ASM)),
     f"{ARCH}_sage_predict": CodeObjectFamily(

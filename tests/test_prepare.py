@@ -339,8 +339,8 @@ def test_bad_arguments_fail_before_any_kernel(bad, exc, match, monkeypatch):
 
 
 def test_kernel_sequence_and_geometry(monkeypatch):
-    """stats (V only without smooth_k), reduce, quant; the RoPE variant symbol follows rope_dim, the _once suffix the
-    default norm_rope_rounding."""
+    """stats (V only without smooth_k; the reduction runs in its last workgroup per head), quant; the RoPE variant
+    symbol follows rope_dim, the _once suffix the default norm_rope_rounding."""
     calls = []
     real = prepare_mod.launch
     monkeypatch.setattr(prepare_mod, "launch",
@@ -354,15 +354,34 @@ def test_kernel_sequence_and_geometry(monkeypatch):
     run_prepare(q, k, v, backend="emu")
     assert calls == [
         ("gfx1201_sage_prepare_stats_d128_bf16_rope96_once", (3, 3, 2), (32, 1, 1)),
-        ("gfx1201_sage_prepare_reduce", (1, 3, 2), (128, 1, 1)),
         ("gfx1201_sage_prepare_quant_d128_bf16_rope96_once", (3 * 4 * 3, 2, 1), (32, 1, 1)),
         ("gfx1201_sage_prepare_stats_d128_bf16_once", (3, 3, 4), (32, 1, 1)),
-        ("gfx1201_sage_prepare_reduce", (1, 3, 2), (128, 1, 1)),
         ("gfx1201_sage_prepare_quant_d128_bf16_once", (3 * 4 * 3, 2, 1), (32, 1, 1)),
         ("gfx1201_sage_prepare_stats_d64_fp16_once", (4, 2, 2), (32, 1, 1)),
-        ("gfx1201_sage_prepare_reduce", (1, 2, 2), (64, 1, 1)),
         ("gfx1201_sage_prepare_quant_d64_fp16_once", (4 * 2 + 2 * 2 * 4, 2, 1), (32, 1, 1)),
     ]
+
+
+def test_stats_counters_are_reset_and_cached():
+    """Issue 28: the last stats workgroup of each (b, K/V head) -- an atomic counter per head picks it -- folds the
+    partials in chunk order and stores its counter back to 0. After a call every counter is 0 again, the same
+    per-device buffer serves the next call (whose outputs are bitwise the same), and a call with more heads grows it
+    (zeroed). With V, K and V-sum workgroups (smooth_k + smooth_v: n_tens = 3) and several chunks per head."""
+    prepare_mod._counter_buffers.clear()
+    q, k, v = _qkv(2, 200, 3, seed=21, offset=(0.0, 1.0, 0.5))
+    check(q, k, v, smooth_k=True)
+    a = run_prepare(q, k, v, smooth_k=True, smooth_v=True, backend="emu")
+    ctr = prepare_mod._counter_buffers[prepare_mod._counter_key(q.device)]
+    assert ctr.numel() >= 2 * 3 and not ctr.any(), "a stats counter was left nonzero"
+    b = run_prepare(q, k, v, smooth_k=True, smooth_v=True, backend="emu")
+    assert prepare_mod._counter_buffers[prepare_mod._counter_key(q.device)] is ctr and not ctr.any()
+    for name in ("k_mean", "v_scale", "v_mean", "k_int8", "v_t"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert torch.equal(x.view(torch.uint8), y.view(torch.uint8)), name
+    q, k, v = _qkv(2, 40, 8, seed=22)
+    check(q, k, v)
+    grown = prepare_mod._counter_buffers[prepare_mod._counter_key(q.device)]
+    assert grown.numel() >= 2 * 8 and not grown.any()
 
 
 # ------------------------------------------------------------------------------- issue 13: the new shapes
@@ -437,14 +456,14 @@ def test_hnd_and_strided_views_are_read_in_place(dtype, monkeypatch):
     check(*hnd, layout="HND")
     packed = torch.randn(B, S, 3, H, D, generator=_gen(5)).to(dtype)  # [B, S, 3, H, D] (e.g. a fused qkv proj)
     check(packed[:, :, 0], packed[:, :, 1], packed[:, :, 2])
-    for args, inputs in zip((seen[0], seen[3], seen[6]), (views, hnd, [packed[:, :, i] for i in range(3)])):
+    for args, inputs in zip((seen[0], seen[2], seen[4]), (views, hnd, [packed[:, :, i] for i in range(3)])):
         for flat, t in ((args["k"], inputs[1]), (args["v"], inputs[2])):
             assert flat.data_ptr() == t.data_ptr() and flat.untyped_storage().data_ptr() == \
                 t.untyped_storage().data_ptr(), "the kernel got a copy"
-    quant_args = seen[8]
+    quant_args = seen[5]
     assert quant_args["q"].data_ptr() == packed[:, :, 0].data_ptr()
     assert (quant_args["q_sb"], quant_args["q_ss"], quant_args["q_sh"]) == (S * 3 * H * D, 3 * H * D, D)
-    hnd_quant = seen[5]
+    hnd_quant = seen[3]
     assert (hnd_quant["k_sb"], hnd_quant["k_ss"], hnd_quant["k_sh"]) == (H * S * D, D, S * D)
 
 
@@ -497,8 +516,8 @@ def test_every_prepare_symbol_keeps_denormals_and_has_no_scratch():
     v_cvt_f16_f32) and the kernel header promises no scratch: read from each shipped descriptor."""
     from sage_co import registry
     rows = [k for k in registry.kernels() if k.op.startswith("sage_prepare.")]
-    # reduce + stats/quant x dtype x rounding (once, per_op) x (D_pad 128: 5 rope dims, 64: 3)
-    assert len(rows) == 1 + 2 * 2 * 2 * (5 + 3)
+    # stats/quant x dtype x rounding (once, per_op) x (D_pad 128: 5 rope dims, 64: 3); no reduce kernel (issue 28)
+    assert len(rows) == 2 * 2 * 2 * (5 + 3)
     for k in rows:
         kern = registry.load(k.file, k.sha256).kernel(k.symbol)
         f = kern.descriptor.fields
@@ -554,3 +573,32 @@ def test_smooth_v_non_finite_and_overflowing_v():
     ref = reference.convert_v_fp16(v)
     finite = ~torch.isnan(ref)
     assert torch.equal(h.v_t[finite].view(torch.int16), ref[finite].view(torch.int16))
+
+
+def test_stats_fold_is_fenced_in_every_symbol():
+    """The emulator's memory is sequentially consistent (global_inv / global_wb do nothing there), so the last-
+    workgroup protocol's fences are checked in the shipped code (docs/rdna4.md §Atomics): in every stats symbol the
+    one counter atomic (device scope, with return) comes after a wait for this workgroup's partial stores, and a
+    device-scope invalidate comes before the fold's first global load of the other workgroups' partials."""
+    from sage_co import registry
+    from sage_co.emu.disasm import disassemble, text_and_symbols
+    from pathlib import Path
+    co = (Path(__file__).resolve().parent.parent / "hsaco" / "gfx1201" / "gfx1201_sage_prepare.co").read_bytes()
+    text, _, symbols = text_and_symbols(co)
+    starts = sorted(symbols)
+    insts = disassemble(text)
+    stats = [k.symbol for k in registry.kernels() if k.op == "sage_prepare.stats"]
+    assert stats
+    for sym in stats:
+        lo = next(off for off, name in symbols.items() if name == sym)
+        hi = next((s for s in starts if s > lo), len(text))
+        body = [t for off, t in insts if lo <= off < hi]
+        atomics = [i for i, t in enumerate(body) if t.startswith("global_atomic")]
+        assert len(atomics) == 1, sym
+        a = atomics[0]
+        assert "scope:SCOPE_DEV" in body[a] and "TH_ATOMIC_RETURN" in body[a], body[a]
+        last_store = max(i for i, t in enumerate(body[:a]) if t.startswith("global_store"))
+        assert any(t.startswith("s_wait_storecnt 0x0") for t in body[last_store:a]), f"{sym}: no release"
+        inv = next(i for i in range(a, len(body)) if body[i].startswith("global_inv scope:SCOPE_DEV"))
+        first_load = next(i for i in range(a, len(body)) if body[i].startswith("global_load"))
+        assert inv < first_load, f"{sym}: the fold loads before the acquire"

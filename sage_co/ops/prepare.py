@@ -1,12 +1,13 @@
 """Host side of the prepare stage: q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (bf16 or fp16, NHD or HND, any
 strides with a contiguous last dim) in, SagePrepared out (docs/numerics.md §Prepare).
 
-Three kernels of asm_src/gfx1201_sage_prepare.hip run in order (its header comment has the design):
+Two kernels of asm_src/gfx1201_sage_prepare.hip run in order (its header comment has the design):
   stats   grid (n_chunks, H_kv, B * n_tens), one wave32 per chunk of 32-token tiles: per-channel max |v| partials
           (smooth_v: max v and min v, and the sums of V), and with smooth_k the per-channel sums of the
-          (normed/roped) K rows. Not launched for pv_dtype="fp16" without smooth_k.
-  reduce  grid (1, H_kv, B), D_pad threads (one per channel): folds the partials in chunk order into v_scale,
-          1/v_scale (448 / amax, a workspace for quant), k_mean and v_mean.
+          (normed/roped) K rows; the last workgroup of each (b, K/V head) (an atomic counter per head, from
+          _counters) folds them in chunk order into v_scale, 1/v_scale (448 / amax, a workspace for quant), k_mean
+          and v_mean. pv_dtype="fp16" without smooth_k: no statistics, grid (1, H_kv, B), each workgroup writes
+          its head's zeros.
   quant   grid (H_q * S_q_pad/32 + 2 * H_kv * S_kv_pad/32, B, 1), one wave32 per 32-token tile of Q, K or V.
 stats and quant ship one symbol per (head_dim = D_pad, in_dtype, rope_dim, rounding), selected by those manifest
 keys; rounding = norm_rope_rounding ("once" reads fp32 cos/sin tables: one in the input dtype is upcast here, exactly).
@@ -26,8 +27,7 @@ from .. import registry, validate
 from ..abi import (HEAD_DIM_GRANULE, PREPARE_ALIGN, PREPARE_MAX_CHUNKS, REDUCE_V_FP8, REDUCE_V_NONE, REDUCE_V_SMOOTH, STATS_K_SUM,
                    STATS_V_MAX, STATS_V_SIGNED, STATS_V_SUM)
 from ..abi import PREPARE_QUANT_ARGS as QUANT_ARGS
-from ..abi import PREPARE_REDUCE_ARGS as REDUCE_ARGS
-from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # noqa: F401  (the structs live in sage_co/abi.py)
+from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # the structs live in sage_co/abi.py
 from ..abi import HEAD_DIM_MAX, PREPARE_HEAD_DIMS, d_granule
 from ..launch import BoundLaunch, launch, resolve_backend
 from ..prepared import DTYPE_KEYS, SCALE_BLOCK, SagePrepared, d_pad, s_pad
@@ -108,12 +108,11 @@ def _reading(t: torch.Tensor) -> tuple[int | None, tuple[int, int, int]]:
 
 
 class PrepareRecipe(NamedTuple):
-    """The three prepare launches of one call shape (cached by sage_co.plan for repeated shapes): the launches
-    bound to their kernels, grids and scalar kernargs (stats None when no statistics run), the output shapes,
-    and how each input is read (in place: its extent; None: flat_view copies it per call)."""
+    """The two prepare launches of one call shape (cached by sage_co.plan for repeated shapes): the launches
+    bound to their kernels, grids and scalar kernargs, the output shapes, and how each input is read (in place:
+    its extent; None: flat_view copies it per call)."""
     shapes: validate.Shapes
-    stats: BoundLaunch | None
-    reduce: BoundLaunch
+    stats: BoundLaunch
     quant: BoundLaunch
     n_chunks: int
     pv16: bool
@@ -135,7 +134,7 @@ def _strided(prefix: str, st) -> dict:
 def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool, pv_dtype: str, has_q_norm: bool,
            has_k_norm: bool, norm_rope_rounding: str, backend: str) -> PrepareRecipe:
     """The prepare launches for checked arguments (validate.check_prepare_args): the launch limits, the shipped
-    stats / reduce / quant kernels for (D_pad, dtype, rope_dim), bound to their grids and scalar kernargs."""
+    stats / quant kernels for (D_pad, dtype, rope_dim), bound to their grids and scalar kernargs."""
     sh = chk.shapes
     check_launch_limits(sh)
     if d_pad(sh.D) not in PREPARE_HEAD_DIMS:
@@ -153,24 +152,23 @@ def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool,
     n_tens = bin(tens & (STATS_V_MAX | STATS_K_SUM | STATS_V_SUM)).count("1")
     (qe, qs), (ke, ks), (ve, vs) = (_reading(t) for t in (chk.q, chk.k, chk.v))
     eps = float(eps)
-    stats = None
-    if n_tens:   # pv fp16 without smooth_k needs no statistics at all
-        stats = BoundLaunch(kernel_symbol("sage_prepare.stats", **keys), STATS_ARGS, (n_chunks, H_kv, B * n_tens), WAVE, {
-            "eps": eps, "S": sh.S_kv, "H": H_kv, "tiles_per_chunk": per_chunk, "n_chunks": n_chunks,
-            "n_tens": n_tens, "k_norm": int(has_k_norm), "D": Dg, "tens": tens, **_strided("k", ks),
-            **_strided("v", vs)}, backend=backend)
-    reduce = BoundLaunch(kernel_symbol("sage_prepare.reduce"), REDUCE_ARGS, (1, H_kv, B), (Dp, 1, 1), {
-        "H": H_kv, "n_chunks": n_chunks, "S": sh.S_kv, "smooth_k": int(smooth_k), "D_pad": Dp,
+    # pv fp16 without smooth_k needs no statistics: one workgroup per head that only writes the reduction's zeros
+    grid_x, wg_tens = (n_chunks, n_tens) if n_tens else (1, 1)
+    stats = BoundLaunch(kernel_symbol("sage_prepare.stats", **keys), STATS_ARGS, (grid_x, H_kv, B * wg_tens), WAVE, {
+        "eps": eps, "S": sh.S_kv, "H": H_kv, "tiles_per_chunk": per_chunk, "n_chunks": n_chunks,
+        "n_tens": wg_tens, "k_norm": int(has_k_norm), "D": Dg, "tens": tens, **_strided("k", ks),
+        **_strided("v", vs), "n_wg": grid_x * wg_tens, "smooth_k": int(smooth_k),
         "v_mode": REDUCE_V_NONE if pv16 else (REDUCE_V_SMOOTH if smooth_v else REDUCE_V_FP8)}, backend=backend)
     quant = BoundLaunch(kernel_symbol("sage_prepare.quant", **keys), QUANT_ARGS, quant_grid(sh), WAVE, {
         "q_mult": q_multiplier(chk.softmax_scale), "eps": eps, "S_q": sh.S_q, "S_kv": sh.S_kv, "H_q": H_q,
         "H_kv": H_kv, "S_q_pad": Sq, "S_kv_pad": Skv, "D": Dg, "q_norm": int(has_q_norm), "k_norm": int(has_k_norm),
         "pv_fp16": int(pv16), **_strided("q", qs), **_strided("k", ks), **_strided("v", vs)}, backend=backend)
-    return PrepareRecipe(sh, stats, reduce, quant, n_chunks, pv16, smooth_k, smooth_v, (qe, ke, ve),
+    return PrepareRecipe(sh, stats, quant, n_chunks, pv16, smooth_k, smooth_v, (qe, ke, ve),
                          norm_rope_rounding == "once", eps, chk.rope_dim, norm_rope_rounding, chk.softmax_scale)
 
 
 _placeholders: dict[torch.device, torch.Tensor] = {}
+_counter_buffers: dict[tuple[torch.device, int], torch.Tensor] = {}
 
 
 def _placeholder(device: torch.device) -> torch.Tensor:
@@ -178,6 +176,26 @@ def _placeholder(device: torch.device) -> torch.Tensor:
     t = _placeholders.get(device)
     if t is None:
         t = _placeholders[device] = torch.zeros(ALIGN, dtype=torch.uint8, device=device)
+    return t
+
+
+def _counter_key(device: torch.device) -> tuple[torch.device, int]:
+    """Counters are per device and per stream: launches on one stream run in order, launches on two streams of a
+    device may overlap, and two stats launches must never share a counter while both run."""
+    if device.type == "cuda":   # a ROCm torch names HIP devices "cuda"; one C call, no Stream object
+        return device, torch._C._cuda_getCurrentRawStream(device.index)
+    return device, 0
+
+
+def _counters(device: torch.device, n: int) -> torch.Tensor:
+    """The stats kernel's per-(b, K/V head) workgroup counters: >= n zeroed u32 (int32 here), allocated once per
+    (device, stream) (grown when a call needs more) and reused by every prepare there. Each launch leaves them 0
+    again (the last workgroup of a head stores 0), so the next launch in stream order finds them ready."""
+    key = _counter_key(device)
+    t = _counter_buffers.get(key)
+    if t is None or t.numel() < n:
+        t = _counter_buffers[key] = torch.zeros(max(n, 2 * (0 if t is None else t.numel())), dtype=torch.int32,
+                                                device=device)
     return t
 
 
@@ -219,15 +237,14 @@ def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=No
     sin_t = placeholder if sin is None else sin
     for bound, tensors in (
             (rec.stats, {"k": kf, "v": vf, "k_norm_w": k_norm_w, "cos": cos_t, "sin": sin_t, "ksum_part": ksum_part,
-                         "vmax_part": vmax_part, "vmin_part": vmin_part, "vsum_part": vsum_part}),
-            (rec.reduce, {"ksum_part": ksum_part, "vmax_part": vmax_part, "k_mean": k_mean, "v_scale": v_scale,
-                          "v_inv": v_inv, "vmin_part": vmin_part, "vsum_part": vsum_part, "v_mean": v_mean}),
+                         "vmax_part": vmax_part, "vmin_part": vmin_part, "vsum_part": vsum_part, "k_mean": k_mean,
+                         "v_scale": v_scale, "v_inv": v_inv, "v_mean": v_mean,
+                         "counter": _counters(dev, B * H_kv)}),
             (rec.quant, {"q": qf, "k": kf, "v": vf,
                          "q_norm_w": placeholder if q_norm_weight is None else q_norm_weight, "k_norm_w": k_norm_w,
                          "cos": cos_t, "sin": sin_t, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8,
                          "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean})):
-        if bound is not None:   # stats is None when no statistics run (pv fp16 without smooth_k)
-            launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors), backend=bound.backend)
+        launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors), backend=bound.backend)
     lse_corr = None
     if rec.smooth_k:   # host side, in torch, from the original q (after the norm / RoPE spec the quant kernel applies)
         q0, w0, cos0, sin0 = lse_q

@@ -75,6 +75,10 @@ class Params:
     trans_coissue_wmma: bool = _p(False, "ASSUMED", "the TRANS pipeline may run under a WMMA (a WMMA does not wait "
                                                     "for it to drain)")
     launch_overhead_s: float = _p(4e-6, "ASSUMED", "kernel launch + first-wave ramp per launch")
+    infinity_cache_bytes_per_s: float = _p(2.0e12, "ASSUMED", "Infinity Cache -> L2 read rate, whole GPU, bytes per "
+                                                              "second: no gfx1201 figure found; 3.1x the DRAM rate "
+                                                              "(the prepare model: perfmodel/prepare.py) "
+                                                              "[docs/rdna4.md §Throughput, R9700 table]")
     quant_passes: float = _p(5.0, "ASSUMED", "bytes moved per element of a per-tensor bf16 -> fp8 quantization "
                                              "(amax pass reads 2 B, quantize pass reads 2 B and writes 1 B)")
 

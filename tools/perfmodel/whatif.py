@@ -100,15 +100,16 @@ def exp_emulated(variant: str, fraction: float, valu_per_exp: int):
     return _transformed_launch(variant, emulate_exp(fraction, valu_per_exp))
 
 
-def trimmed(variant: str, target_valu_per_score: float, rules: dict | None = None):
-    """The S = 4096 launch with the loop's plain VALU cut to `target` issues per score VGPR (rules: simulator
-    rule changes, e.g. {"trans_overlaps_wmma": True})."""
+def trimmed(variant: str, target_valu_per_score: float, params=CALIBRATED):
+    """The S = 4096 launch with the loop's plain VALU cut to `target` issues per score VGPR, under `params` (e.g.
+    CALIBRATED.override(trans_coissue_wmma=True): the hardware.Params knob the refit sets, which the simulator's
+    rules follow through launch_model.latencies)."""
     now, _ = valu_per_score(variant)
     frac = max(0.0, 1.0 - target_valu_per_score / now)
-    return _transformed_launch(variant, drop_valu(frac), rules)
+    return _transformed_launch(variant, drop_valu(frac), params)
 
 
-def _transformed_launch(variant: str, transform, rules: dict | None = None):
+def _transformed_launch(variant: str, transform, params=CALIBRATED):
     from perfmodel.restate import _cache, attention_flops
     from perfmodel.launch_model import Launch, model_launch
     from perfmodel.stream import PAD, QUERY_TILE
@@ -116,7 +117,7 @@ def _transformed_launch(variant: str, transform, rules: dict | None = None):
     S_pad = -(-S // PAD) * PAD
     launch = Launch((S_pad // QUERY_TILE, H, B), BLOCK, attention_flops(B, H, S), "int8",
                     trip_count=S_pad / km.keys_per_iter)
-    return model_launch(km, launch, run, transform=transform, variant=rules)
+    return model_launch(km, launch, run, params, transform=transform)
 
 
 def l2_threshold(variant: str, candidates=(2048, 1536, 1024, 768, 640, 512, 384)) -> float | None:
@@ -159,12 +160,23 @@ def what_if() -> dict:
         out["l2"][v] = l2_threshold(v)
     out["trimmed"] = {t: trimmed("asm", t).time_us for t in (3.0, 2.0, 1.0, 0.0)}
     now = valu_per_score("asm")[0]
-    out["trimmed_trans_overlaps_wmma"] = {round(t, 2): trimmed("asm", t, {"trans_overlaps_wmma": True}).time_us
+    trans_under_wmma = CALIBRATED.override(trans_coissue_wmma=True)
+    out["trimmed_trans_overlaps_wmma"] = {round(t, 2): trimmed("asm", t, trans_under_wmma).time_us
                                           for t in (now, 3.0, 2.0)}
     out["exp_emulated"] = {f"{f:g} of the exps at {e} VALU issues": exp_emulated("asm", f, e).time_us
                            for f in (0.125, 0.25) for e in (3, 5)}
     out["geometry"] = [geometry(q) for q in (64, 128, 256)]
+    out["prepare"] = prepare_levers()
     return out
+
+
+def prepare_levers(S_short: int = 1536) -> dict:
+    """The prepare launch counts weighed in issue 28 (docs/performance.md §The prepare stage: 3 before, 2 shipped,
+    1 = V tiles waiting for their head's fold, not built), cold and cache-resident, at S_short and S; the bytes are
+    the same in every one of them."""
+    from perfmodel.prepare import CASES, prepare_seconds
+    return {f"S={s}, {case}, {n} launches": prepare_seconds(B, H, s, case=case, launches=n) * 1e6
+            for s in (S_short, S) for case in CASES for n in (3, 2, 1)}
 
 
 def print_what_if(as_json: bool = False) -> int:
@@ -188,6 +200,8 @@ def print_what_if(as_json: bool = False) -> int:
           ", ".join(f"{t:g}: {us:.1f} us" for t, us in d["trimmed_trans_overlaps_wmma"].items()))
     print("  asm with exp2 emulated on the VALU (FA4 ex2_emulation_2 style): " +
           ", ".join(f"{k}: {us:.1f} us" for k, us in d["exp_emulated"].items()))
+    print("  prepare (B=1, H=24, D=128; 2 launches shipped): " +
+          ", ".join(f"{k}: {us:.1f} us" for k, us in d["prepare"].items()))
     for g in d["geometry"]:
         print(f"  {g['queries']} queries/workgroup: {g['waves_per_wg']} waves, {g['wgs_per_wgp']} per WGP "
               f"({g['limit']}), {g['waves_per_simd']} waves/SIMD, {g['rounds']} rounds, L2 traffic x{g['l2_factor']:g}")
