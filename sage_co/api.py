@@ -30,7 +30,7 @@ from . import masks, plan as planning, validate
 from .callspec import FWD_KEYWORDS, SAGE_ATTENTION, SAGE_ATTENTION_FWD, SAGE_PREPARE, OpSpec
 from .ops import attention as attention_ops
 from .ops import prepare as prepare_ops
-from .prepared import PV_DTYPES, SCALE_BLOCK, SagePrepared, d_pad, s_pad
+from .prepared import SCALE_BLOCK, V_T_DTYPES, SagePrepared, d_pad, s_pad
 
 
 def _register(spec: OpSpec, impl, fake):
@@ -115,7 +115,7 @@ sage_prepare.__signature__ = SAGE_PREPARE.signature()
 def _prepared(fields, S_q: int, S_kv: int, D: int, out_dtype: torch.dtype, smooth_v: bool = False,
               pv_dtype: str = "fp8", smooth_k: bool = False) -> SagePrepared:
     q_int8, q_scale, k_int8, k_scale, k_mean, v_bytes, v_scale, v_mean, lse_corr = fields
-    v_t = v_bytes.view(PV_DTYPES[pv_dtype])
+    v_t = v_bytes.view(V_T_DTYPES[pv_dtype])
     return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_t, v_scale, S_q, S_kv, D, out_dtype,
                         v_mean if smooth_v else None, lse_corr if smooth_k else None)
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
+import operator
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -169,8 +171,8 @@ def _check_geometry(grid, block, p: KernelPlan) -> tuple[tuple, tuple]:
     return grid, block
 
 
-# Kernels written for exactly one block (the rest take any block up to their flat workgroup size, e.g. the prepare
-# reduce kernel: one thread per channel, D_pad of them). The metadata records only the maximum, so the fixed ones are
+# Kernels written for exactly one block (the rest take any block up to their flat workgroup size, e.g. the predictor
+# or the microbenchmarks). The metadata records only the maximum, so the fixed ones are
 # declared here from sage_co/abi.py.
 _FIXED_BLOCKS = {abi.ATTENTION_OP: abi.ATTENTION_BLOCK}
 
@@ -245,12 +247,20 @@ def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: 
            **options):
     """Run one kernel to completion (emu) or enqueue it on the current stream (hip); returns the backend's
     result. Everything is checked before the backend sees the launch; a launch that fails is not recorded."""
+    if type(args) is LaunchArgs and not options:
+        bound = args.bound
+        if bound is not None and bound.fast is not None and bound.symbol == symbol and bound.struct is struct and \
+                bound.backend == backend and (grid is bound.grid or tuple(grid) == bound.grid) and \
+                (block is bound.block or tuple(block) == bound.block):
+            done, result = bound.fire(args)
+            if done:
+                return result
     be = _backend(backend, options)
     p = plan(symbol, struct)
     grid, block = _check_geometry(grid, block, p)
     bound = args.bound if type(args) is LaunchArgs else None
     if bound is not None and bound.symbol == symbol and bound.struct is struct:
-        tensors, values = args.tensors, dict(bound.scalars)   # the scalars were checked when bound
+        tensors, values = {**args.tensors, **args.fresh}, dict(bound.scalars)   # the scalars were checked when bound
     else:
         tensors, values = {}, {}
         for name, value in args.items():
@@ -266,21 +276,69 @@ class BoundLaunch:
     """One kernel's launch with everything but its tensors fixed -- symbol, struct, grid, block, scalar kernargs,
     backend -- checked once when bound (the geometry, every scalar packed once: an error names the field). The
     ops' recipes (sage_co.ops.*) bind their launches when a call shape is planned; per call they add the tensors
-    (`args(tensors)`) and launch() checks and packs those."""
+    (`args(tensors, fresh)`) and launch() checks and packs those.
 
-    __slots__ = ("symbol", "struct", "grid", "block", "scalars", "backend")
+    Per call, a backend with a bound-launch fast path (the hip backend: `bind_launch`, its kernarg bytes packed
+    here once, only the pointer fields written per call) gets just the tensors' addresses, after launch()'s
+    per-launch checks: every `tensors` entry contiguous and on one device, every address POINTER_ALIGN-aligned,
+    exactly the struct's pointer fields given. `fresh` tensors are the op's own torch.empty outputs and workspaces
+    (contiguous and on the call's device by construction: only their alignment is checked). Anything the fast
+    path does not take (a missing or extra field, a failed check, backend options) goes through the full
+    launch() path, which raises the error naming the argument."""
+
+    __slots__ = ("symbol", "struct", "grid", "block", "scalars", "backend", "fast", "_be", "_pointer_names", "_plan")
 
     def __init__(self, symbol: str, struct: KernargStruct, grid: tuple, block: tuple, scalars: dict, *,
                  backend: str):
-        _backend(backend, {})
+        be = _backend(backend, {})
         p = plan(symbol, struct)
         self.grid, self.block = _check_geometry(grid, block, p)
-        struct.pack({**scalars, **{f.name: 0 for f in struct.fields if f.kind == "ptr"}})   # scalars fit, none missing
+        pointers = {f.name: 0 for f in struct.fields if f.kind == "ptr"}
+        kernarg_bytes = struct.pack({**scalars, **pointers})   # scalars fit, none missing
         self.symbol, self.struct, self.scalars, self.backend = symbol, struct, dict(scalars), backend
+        self._plan, self._be = p, be
+        self._pointer_names = tuple(f.name for f in sorted(struct.fields, key=lambda f: f.offset) if f.kind == "ptr")
+        bind = getattr(be, "bind_launch", None)
+        self.fast = bind(p, self.grid, self.block, kernarg_bytes) if bind is not None else None
 
-    def args(self, tensors: dict) -> "LaunchArgs":
-        """The whole kernarg mapping of one launch: the bound scalars and this call's tensors."""
-        return LaunchArgs(self, tensors)
+    def args(self, tensors: dict, fresh: dict | None = None) -> "LaunchArgs":
+        """The whole kernarg mapping of one launch: the bound scalars and this call's tensors (`fresh`: the op's
+        own new outputs and workspaces, see the class docstring)."""
+        return LaunchArgs(self, tensors, fresh or {})
+
+    def fire(self, args: "LaunchArgs") -> tuple[bool, Any]:
+        """The fast path of launch(): (True, the backend's result), or (False, None) when the launch must take
+        the full path (which then raises the precise error, or launches on a swapped-in backend)."""
+        be = self._be
+        if _backends.get(self.backend) is not be:   # use_backend() replaced it since this launch was bound
+            return False, None
+        checked, fresh = args.tensors, args.fresh
+        if len(checked) + len(fresh) != len(self._pointer_names):
+            return False, None
+        device = None
+        try:
+            for t in checked.values():
+                if not t.is_contiguous():
+                    return False, None
+                index = t.get_device()
+                if device is None:
+                    device = index
+                elif index != device:
+                    return False, None
+            row = [args[n].data_ptr() for n in self._pointer_names]
+        except (KeyError, AttributeError, TypeError):   # a field missing, or not a tensor
+            return False, None
+        if functools.reduce(operator.or_, row) % POINTER_ALIGN:
+            return False, None
+        first = next(iter(checked.values())) if checked else args[self._pointer_names[0]]
+        kernarg_bytes = self.fast(row, first, bool(_recorders))
+        launched.append((self.symbol, self.backend))
+        if _recorders:
+            rec = LaunchRecord(self.symbol, self.backend, self.grid, self.block, None, kernarg_bytes,
+                               dict(zip(self._pointer_names, row)))
+            for r in _recorders:
+                r.append(rec)
+        return True, None
 
 
 class LaunchArgs(dict):
@@ -288,12 +346,13 @@ class LaunchArgs(dict):
     scalars are the bound (already checked) ones, so launch() only checks and packs its tensors. Any change to
     the mapping forgets that (launch() then checks every value, as for a plain dict)."""
 
-    __slots__ = ("bound", "tensors")
+    __slots__ = ("bound", "tensors", "fresh")
 
-    def __init__(self, bound: BoundLaunch, tensors: dict):
+    def __init__(self, bound: BoundLaunch, tensors: dict, fresh: dict):
         super().__init__(bound.scalars)
         super().update(tensors)
-        self.bound, self.tensors = bound, tensors
+        super().update(fresh)
+        self.bound, self.tensors, self.fresh = bound, tensors, fresh
 
     def _changed(self):
         self.bound = None

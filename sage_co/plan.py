@@ -130,23 +130,49 @@ def _tensor_key(t) -> tuple | None:
     return (t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.data_ptr() & 15)
 
 
+_PLAIN = frozenset({type(None), bool, int, str})   # option values that are their own key (with their type)
+_PLAIN_OR_FLOAT = _PLAIN | {float}
+_UNSEEN = object()
+_float_slots: dict[tuple, tuple | None] = {}   # option types -> where the floats are (None: a value needs _value_key)
+
+
+def _value_key(x):
+    """One option value in the memo key: a tensor by its metadata, a float by its bits (-0.0 and 0.0 are different
+    scales), anything else as itself."""
+    if type(x) is float:
+        return x.hex()
+    return _tensor_key(x) if isinstance(x, torch.Tensor) else x
+
+
 def _key(spec: callspec.OpSpec, inputs: tuple, o: dict):
     """The memo key of a call: the inputs' metadata, every option's type and value (a tensor option by its
-    metadata); None when some part cannot be a key (then the call is planned uncached)."""
-    if isinstance(inputs[0], SagePrepared):
-        tensors = tuple(_tensor_key(t) if isinstance(t, torch.Tensor) else (type(t), t) for t in inputs[0])
-    else:
-        tensors = tuple(_tensor_key(t) if isinstance(t, torch.Tensor) else (type(t), t) for t in inputs)
+    metadata); None when some part cannot be a key (then the call is planned uncached). Built in one pass with
+    no per-value work for the plain values (None, bool, int, str: most options)."""
+    first = inputs[0]
+    tensors = tuple(map(_tensor_key, first if type(first) is SagePrepared else inputs))
+    if None in tensors:   # a tensor subclass, or a SagePrepared field that is not a plain tensor (v_mean None, ...)
+        if type(first) is SagePrepared:
+            tensors = tuple(_tensor_key(t) if isinstance(t, torch.Tensor) else (type(t), t) for t in first)
+        if None in tensors:
+            return None
     values = tuple(o.values())
+    types = tuple(map(type, values))
+    # floats are their own key (with their type) except a zero, whose sign == ignores; NaN never hits (NaN != NaN)
+    floats = _float_slots.get(types, _UNSEEN)
+    if floats is _UNSEEN:
+        if len(_float_slots) >= _CACHE_SIZE:
+            _float_slots.clear()
+        floats = _float_slots[types] = (tuple(i for i, t in enumerate(types) if t is float)
+                                        if _PLAIN_OR_FLOAT.issuperset(types) else None)
+    if floats is None or any(values[i] == 0.0 for i in floats):
+        values = tuple(x if t in _PLAIN else _value_key(x) for x, t in zip(values, types))
     # launch.backend_swaps: a plan resolved (device checks included) before a backend was swapped is not reused
-    parts = (spec.name, launch.backend_swaps, tuple(o), tensors, tuple(map(type, values)),
-             tuple(_tensor_key(x) if isinstance(x, torch.Tensor) else x.hex() if type(x) is float else x
-                   for x in values))   # floats by their bits: -0.0 and 0.0 are different scales
+    parts = (spec.name, launch.backend_swaps, tuple(o), tensors, types, values)
     try:
         hash(parts)
     except TypeError:
         return None
-    return None if None in tensors else parts
+    return parts
 
 
 _plans: dict[tuple, Plan] = {}

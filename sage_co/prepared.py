@@ -15,7 +15,8 @@ from typing import NamedTuple
 import torch
 
 # the one definition of these is sage_co/abi.py (torch-free); re-exported for the torch side
-from .abi import HEAD_DIM, HEAD_DIM_MAX, HEAD_DIM_STEP, HEAD_DIMS_NATIVE, PAD, SCALE_BLOCK, d_pad, s_pad  # noqa: F401
+from .abi import (HEAD_DIM, HEAD_DIM_MAX, HEAD_DIM_STEP, HEAD_DIMS_NATIVE, PAD, PV_DTYPES, SCALE_BLOCK,  # noqa: F401
+                  d_pad, s_pad)
 INPUT_DTYPES = (torch.bfloat16, torch.float16)   # q/k/v dtype; the output has the same dtype
 DTYPE_KEYS = {torch.bfloat16: "bf16", torch.float16: "fp16"}   # dtype -> the manifest's in_dtype / out_dtype key
 LAYOUTS = ("NHD", "HND")   # "NHD" = [B, S, H, D] (sage-co's default), "HND" = [B, H, S, D]
@@ -45,7 +46,9 @@ class SagePrepared(NamedTuple):
         return "fp16" if self.v_t.dtype == torch.float16 else "fp8"
 
 
-PV_DTYPES = {"fp8": torch.float8_e4m3fn, "fp16": torch.float16}   # pv_dtype -> the dtype of v_t
+# pv_dtype (sage_co.abi.PV_DTYPES, the manifest column) -> the torch dtype of SagePrepared.v_t
+V_T_DTYPES = {"fp8": torch.float8_e4m3fn, "fp16": torch.float16}
+assert tuple(V_T_DTYPES) == PV_DTYPES, (tuple(V_T_DTYPES), PV_DTYPES)
 
 
 def expected_shapes(B: int, S_q: int, S_kv: int, H_q: int, H_kv: int, D: int, pv_dtype: str = "fp8"
@@ -59,6 +62,6 @@ def expected_shapes(B: int, S_q: int, S_kv: int, H_q: int, H_kv: int, D: int, pv
         "k_int8": ((B, H_kv, Skv, Dp), torch.int8),
         "k_scale": ((B, H_kv, Skv // SCALE_BLOCK), torch.float32),
         "k_mean": ((B, H_kv, Dp), torch.float32),
-        "v_t": ((B, H_kv, Dp, Skv), PV_DTYPES[pv_dtype]),
+        "v_t": ((B, H_kv, Dp, Skv), V_T_DTYPES[pv_dtype]),
         "v_scale": ((B, H_kv, Dp), torch.float32),
     }

@@ -363,11 +363,10 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
       out[i, d] = round_sat((O[i, d] * inv) * v_scale[g, d] [+ v_mean[g, d]]),  inv = 1 / l (0 when
       l = 0), d < head_dim, v_mean added (smooth_v) only where l > 0, round_sat = RNE to out_dtype saturating at
       +-its largest finite value (round_saturating)
-    lse = (m + log2 l) * ln2 + lse_corr (smooth_k: prepared.lse_corr, from the original q; without lse_corr the
-      kernel's term ln2 * (q_int8 * q_scale) . k_mean, docs/numerics.md §LSE)
+    lse = (m + (log2(l) - P_OFF)) * ln2 + lse_corr (l carries the 2^P_OFF of p; smooth_k: prepared.lse_corr, from
+      the original q; without lse_corr the kernel's term ln2 * (q_int8 * q_scale) . k_mean, docs/numerics.md §LSE)
     pv_dtype "fp16" (v_t float16): p16 = fp16(p) (RNE), O = O * alpha + p16 @ float32(v_t[g]),
-      out = round_sat(O * inv), inv = 1 / l (0 when l = 0) -- no v_scale
-    lse = (m + (log2(l) - P_OFF)) * ln2 [+ the smooth_k term]
+      out = round_sat(O * inv), inv = 1 / l (0 when l = 0) -- no v_scale; lse as above
     attn_mask (docs/numerics.md §Masks "attn_mask"; sage_co.masks.attn_mask_parts): keys it hides are masked like
       the tail (s = -inf); in a 64 x 64 tile where some visible element has a bias b = fp32(mask) * fp32(log2 e) != 0
       (an "additive" tile) every score is s = fma(float(s_int32), qk_scale, b) and the exp2 argument takes the

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -270,28 +269,13 @@ def gpu_contract(report: Report, device: int, B, S, H) -> None:
                    accuracy.within_contract(m), f"cosine {m['cosine']:.5f}, outside band {100 * m['outside_band']:.3f} %")
 
 
-def time_ms(fn, device: int, warmup: int = 2, iters: int = 5, rounds: int = 3) -> float:
-    """Median over rounds of HIP-event time per call on the device's current stream."""
-    import torch
-    with torch.cuda.device(device):
-        for _ in range(warmup):
-            fn()
-        times = []
-        for _ in range(rounds):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / iters)
-    return statistics.median(times)
 
 
 def gpu_timing(report: Report, device: int, B, S, H) -> None:
     import torch
 
     from . import api
+    from .selftest_perf import time_ms   # the one HIP-event timer (the microbenchmarks use it too)
     (q, k, v), _ = inputs(B, S, H, "plain", device=f"cuda:{device}")
     prepared = api.sage_prepare(q, k, v, backend="hip")
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))

@@ -33,21 +33,28 @@ WHAT = {
 }
 
 
-def _time_launch(fn, device: int) -> float:
-    """Median HIP-event seconds of one call of fn on the device's current stream."""
+def time_ms(fn, device: int, warmup: int = 2, iters: int = 5, rounds: int = 3) -> float:
+    """Median over rounds of HIP-event milliseconds per call of fn (iters calls per round) on the device's current
+    stream, after `warmup` calls (module loads, clocks ramping)."""
     import torch
     with torch.cuda.device(device):
-        for _ in range(WARMUP):
+        for _ in range(warmup):
             fn()
         times = []
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            for _ in range(iters):
+                fn()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end) * 1e-3)
+            times.append(start.elapsed_time(end) / iters)
     return statistics.median(times)
+
+
+def _time_launch(fn, device: int) -> float:
+    """Median HIP-event seconds of one call of fn (WARMUP calls first, ROUNDS timed ones)."""
+    return time_ms(fn, device, warmup=WARMUP, iters=1, rounds=ROUNDS) * 1e-3
 
 
 def emulator(report, echo=print) -> dict:

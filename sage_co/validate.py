@@ -10,13 +10,14 @@ from typing import NamedTuple
 
 import torch
 
+from .abi import PREPARE_ROPE_DIMS
 from .abi import PREPARE_ROUNDINGS as NORM_ROPE_ROUNDINGS  # the manifest's rounding column
 from .backends import BACKENDS  # the one list; backend modules load lazily, so this stays light
 from .abi import HEAD_DIM_GRANULE
 from .prepared import (HEAD_DIM, HEAD_DIM_MAX, HEAD_DIMS_NATIVE, INPUT_DTYPES, LAYOUTS, PAD, PV_DTYPES,
                        SCALE_BLOCK, U32, SagePrepared, d_pad, expected_shapes, s_pad)
 
-ROPE_DIMS = (32, 64, 96, 128)
+ROPE_DIMS = tuple(r for r in PREPARE_ROPE_DIMS if r)   # the shipped RoPE widths (0 in the manifest = no RoPE)
 MAX_STRIDE = 2 ** 31 - 1   # the prepare kernels take element strides as 32-bit kernargs
 
 

@@ -23,6 +23,21 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def install_backend():
+    """install(name, instance): make `instance` the process's backend `name` for this test (sage_co.launch.use_backend;
+    None removes it, so the next launch creates a fresh one); the previous ones come back afterwards."""
+    from sage_co import launch
+    installed = []
+
+    def install(name, instance):
+        installed.append((name, launch.use_backend(name, instance)))
+        return instance
+    yield install
+    for name, previous in reversed(installed):
+        launch.use_backend(name, previous)
+
+
+@pytest.fixture
 def no_kernels(monkeypatch):
     """Fail the test if any kernel launches: input validation must come first (the launch layer and each op
     module's imported `launch` are replaced)."""

@@ -140,3 +140,22 @@ def test_compile_dynamic_with_several_heads_and_batches():
     for S in (40, 70):
         q, k, v = (torch.randn(2, S, 2, 64, generator=g).to(torch.bfloat16) for _ in range(3))
         assert torch.equal(compiled(q, k, v), api.sage_attention(q, k, v))
+
+
+def test_plan_memo_keys_floats_by_their_bits():
+    """eps=0.0 and eps=-0.0 compare equal but pack different kernarg bits: the memoised plan of one is not the plan of
+    the other (sage_co.plan keys a zero float by its bits), while a repeated value reuses the plan."""
+    import math
+
+    from sage_co import plan
+    q = torch.randn(2, 70, 2, 64).to(torch.bfloat16)
+
+    def eps_of(eps):
+        o = callspec.SAGE_ATTENTION.bind({"eps": eps, "backend": "emu"})
+        o["softmax_scale"] = None
+        return plan.plan_call(callspec.SAGE_ATTENTION, (q, q, q), o).prepare.quant
+    first = eps_of(0.0)
+    assert eps_of(0.0) is first                           # the memo hit: the same bound launch
+    negative = eps_of(-0.0)
+    assert math.copysign(1.0, negative.scalars["eps"]) == -1.0 and negative is not first
+    assert eps_of(1e-6) is eps_of(1e-6)

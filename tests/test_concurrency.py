@@ -19,11 +19,10 @@ from sage_co.backends.emu import EmuBackend
 TINY_ARENA = 4096  # bytes: every call of the test grows it
 
 
-def _fresh_tiny_backend(monkeypatch) -> EmuBackend:
+def _fresh_tiny_backend(install_backend) -> EmuBackend:
     backend = EmuBackend()
     backend.device.__init__(TINY_ARENA)
-    monkeypatch.setitem(launch._backends, "emu", backend)
-    return backend
+    return install_backend("emu", backend)
 
 
 def _inputs(seed: int, S: int):
@@ -31,12 +30,12 @@ def _inputs(seed: int, S: int):
     return tuple(torch.randn(2, S, 2, 128, generator=g).to(torch.bfloat16) for _ in range(3))
 
 
-def test_threads_growing_the_arena_get_their_single_threaded_results(monkeypatch):
+def test_threads_growing_the_arena_get_their_single_threaded_results(install_backend):
     cases = [(seed, S) for seed, S in ((1, 64), (2, 96), (3, 160))]
     inputs = [_inputs(seed, S) for seed, S in cases]
     expected = [api.sage_attention(*qkv, backend="emu") for qkv in inputs]   # one at a time
 
-    backend = _fresh_tiny_backend(monkeypatch)
+    backend = _fresh_tiny_backend(install_backend)
     results: dict[int, torch.Tensor] = {}
     errors: list[BaseException] = []
     start = threading.Barrier(len(inputs))
@@ -59,8 +58,8 @@ def test_threads_growing_the_arena_get_their_single_threaded_results(monkeypatch
         assert torch.equal(results[i], expected[i]), f"thread {i} (seed {seed}, S={S}) got another result"
 
 
-def test_first_launches_from_several_threads_share_one_backend(monkeypatch):
-    monkeypatch.setattr(launch, "_backends", {})
+def test_first_launches_from_several_threads_share_one_backend(install_backend):
+    install_backend("emu", None)   # no emu backend yet: the threads' first get_backend creates it
     got: list[object] = []
     start = threading.Barrier(4)
 
@@ -76,10 +75,10 @@ def test_first_launches_from_several_threads_share_one_backend(monkeypatch):
     assert len({id(b) for b in got}) == 1
 
 
-def test_lock_is_released_after_a_failing_launch(monkeypatch):
+def test_lock_is_released_after_a_failing_launch(install_backend, monkeypatch):
     """A launch that raises inside the backend, with the lock held, must not leave it held: another thread must get
     it (an RLock is re-entrant, so only another thread can tell) and the next call must run."""
-    backend = _fresh_tiny_backend(monkeypatch)
+    backend = _fresh_tiny_backend(install_backend)
     q, k, v = _inputs(5, 64)
     expected = api.sage_attention(q, k, v, backend="emu")
     real_module = backend.module

@@ -17,6 +17,7 @@ the test suite passes one that maps CPU tensors onto a stub runtime (tests/stub_
 from __future__ import annotations
 
 import ctypes
+import struct as _struct
 import threading
 
 import torch
@@ -75,6 +76,54 @@ class ResolvedKernel:
                                             ctypes.addressof(self.size), PARAM_END)
         self.config_address = ctypes.addressof(self.config)
         self.lock = threading.Lock()
+
+
+class BoundKernel:
+    """One bound launch (sage_co.launch.BoundLaunch) on this backend: its own kernarg buffer with the scalars
+    packed once (the bytes BoundLaunch packed from the struct in sage_co/abi.py), its own `extra` config, the
+    pointer fields' offsets grouped into runs of adjacent 8-byte fields (one struct.pack_into per run), grid and
+    block. A call writes the addresses and calls hipModuleLaunchKernel with the prebuilt config: the only
+    per-call Python work left is the device guard, the stream lookup and hip-python's own wrapper."""
+
+    __slots__ = ("backend", "plan", "grid", "block", "buffer", "size", "config", "config_address", "runs", "lock")
+
+    def __init__(self, backend: "HipBackend", p: KernelPlan, grid: tuple, block: tuple, kernarg_bytes: bytes):
+        self.backend, self.plan, self.grid, self.block = backend, p, tuple(grid), tuple(block)
+        self.buffer = (ctypes.c_uint8 * len(kernarg_bytes)).from_buffer_copy(kernarg_bytes)
+        self.size = ctypes.c_size_t(len(kernarg_bytes))
+        self.config = (ctypes.c_void_p * 5)(PARAM_BUFFER_POINTER, ctypes.addressof(self.buffer), PARAM_BUFFER_SIZE,
+                                            ctypes.addressof(self.size), PARAM_END)
+        self.config_address = ctypes.addressof(self.config)
+        offsets = sorted(f.offset for f in p.struct.fields if f.kind == "ptr")
+        runs, start, n = [], 0, 0   # (first pointer's index in the row, row slice end, offset, Struct)
+        for i, off in enumerate(offsets):
+            if n and off == offsets[i - 1] + 8:
+                n += 1
+            else:
+                if n:
+                    runs.append((start, start + n, offsets[start]))
+                start, n = i, 1
+        if n:
+            runs.append((start, start + n, offsets[start]))
+        self.runs = tuple((a, b, off, _struct.Struct(f"<{b - a}Q")) for a, b, off in runs)
+        self.lock = threading.Lock()
+
+    def __call__(self, row: list, first: torch.Tensor, want_bytes: bool) -> bytes | None:
+        """Launch with the pointer fields = `row` (addresses in offset order) on `first`'s device; returns the
+        kernarg bytes handed to HIP when `want_bytes` (launch.recording)."""
+        be, p = self.backend, self.plan
+        index = be.platform.device_index(first)
+        per_device = p.backend_state.get(be)
+        rk = per_device.get(index) if per_device is not None else None
+        if rk is None:
+            rk = be._resolve(p, index)
+        buffer = self.buffer
+
+        def pack():
+            for a, b, off, packer in self.runs:
+                packer.pack_into(buffer, off, *row[a:b])
+            return bytes(buffer) if want_bytes else None
+        return be._enqueue(p, index, rk.function, self.grid, self.block, 0, self.lock, pack, self.config_address)
 
 
 class HipBackend:
@@ -162,6 +211,10 @@ class HipBackend:
             for (index, _sha), (module, _data) in modules.items():
                 self._with_device(index, lambda: self._call("hipModuleUnload", module))
 
+    def bind_launch(self, p: KernelPlan, grid: tuple, block: tuple, kernarg_bytes: bytes) -> BoundKernel:
+        """The fast path of one sage_co.launch.BoundLaunch (see BoundKernel)."""
+        return BoundKernel(self, p, grid, block, kernarg_bytes)
+
     def warmup(self, plans, device=None) -> None:
         index = device.index if device is not None and device.index is not None else self._call("hipGetDevice")
         for p in plans:
@@ -179,17 +232,33 @@ class HipBackend:
         shared = kl.options.get("dynamic_lds", 0) if kl.options else 0
         if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
             raise ValueError(f"{p.symbol}: dynamic_lds must be an int >= 0 (bytes), got {shared!r}")
+
+        def pack():
+            p.packer.pack_into(rk.buffer, kl.values)
+            return bytes(rk.buffer)
+        kl.kernarg_bytes = self._enqueue(p, index, rk.function, kl.grid, kl.block, shared, rk.lock, pack,
+                                         rk.config_address)
+        return None
+
+    def _enqueue(self, p: KernelPlan, index: int, function, grid, block, shared: int, lock, pack, config_address):
+        """With device `index` current: under `lock`, pack() (writes the kernarg buffer, returns what to record)
+        and hipModuleLaunchKernel on torch's current stream of that device; HIP's errors as HipError. Returns
+        pack()'s result."""
         stream = self.platform.stream(index)
         hip = self.hip
-        previous = self._call("hipGetDevice")
+        try:   # _call("hipGetDevice") inline: this runs once per launch
+            status, previous = hip.hipGetDevice()
+        except RuntimeError:
+            previous = self._call("hipGetDevice")   # hip-python could not call the runtime: _call's HipError
+        else:
+            if status != self._success:
+                raise hip_runtime.error(hip, "hipGetDevice", status, "", False)
         if previous != index:
             self._call("hipSetDevice", index)
         try:
-            with rk.lock:
-                p.packer.pack_into(rk.buffer, kl.values)
-                kl.kernarg_bytes = bytes(rk.buffer)
-                err = hip.hipModuleLaunchKernel(rk.function, *kl.grid, *kl.block, shared, stream, None,
-                                                rk.config_address)[0]
+            with lock:
+                data = pack()
+                err = hip.hipModuleLaunchKernel(function, *grid, *block, shared, stream, None, config_address)[0]
         except RuntimeError as exc:
             raise HipError(f"hipModuleLaunchKernel({p.symbol}): hip-python could not call the HIP runtime: {exc}",
                            call="hipModuleLaunchKernel") from None
@@ -198,8 +267,8 @@ class HipBackend:
                 self._call("hipSetDevice", previous)
         if err != self._success:
             raise hip_runtime.error(hip, "hipModuleLaunchKernel", err,
-                                    f"({p.symbol}, grid={kl.grid}, block={kl.block}, device {index})", fault_note=True)
-        return None
+                                    f"({p.symbol}, grid={grid}, block={block}, device {index})", fault_note=True)
+        return data
 
     def synchronize(self) -> None:
         """hipDeviceSynchronize on the current device: where a kernel's fault is reported."""

@@ -197,14 +197,15 @@ def execute(rec: AttentionRecipe, prepared: SagePrepared, block_mask: torch.Tens
     lut, lut_sb, lut_sh, kinds, bits, bias = _lut(rec, block_mask, device, attn_mask)
     bound = rec.launch
     assert (lut_sb, lut_sh) == (bound.scalars["lut_stride_b"], bound.scalars["lut_stride_h"])
+    # prepared's tensors are checked at the launch; out, lse and the LUT (the op's own) only for alignment
     launch(bound.symbol, ATTENTION_FWD_ARGS, bound.grid, BLOCK, bound.args({
         "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_t,
         "q_scale": prepared.q_scale, "k_scale": prepared.k_scale, "k_mean": prepared.k_mean,
-        "v_scale": prepared.v_scale, "out": out, "lse": lse, "lut": lut,
-        "mask_bits": bits, "mask_bias": bias, "mask_kind": kinds,
+        "v_scale": prepared.v_scale,
         # smooth_v: the epilogue adds v_mean back; without it the kernel never reads this pointer
         "v_mean": prepared.v_mean if prepared.v_mean is not None else prepared.k_mean,
-    }), backend=bound.backend)
+    }, {"out": out, "lse": lse, "lut": lut, "mask_bits": bits, "mask_bias": bias, "mask_kind": kinds}),
+        backend=bound.backend)
     if rec.return_lse and prepared.lse_corr is not None:
         assert not bound.scalars["flags"] & FLAG_SMOOTH_K    # planned with has_lse_corr: the kernel left it out
         lse = lse + prepared.lse_corr     # the same fp32 add as reference.sage_attention_model

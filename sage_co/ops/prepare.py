@@ -232,19 +232,22 @@ def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=No
     ksum_part = f32(B, H_kv, n_chunks, Dp) if rec.smooth_k else placeholder
     vmin_part, vsum_part = (f32(B, H_kv, n_chunks, Dp), f32(B, H_kv, n_chunks, Dp)) if rec.smooth_v else \
         (placeholder, placeholder)
-    k_norm_w = placeholder if k_norm_weight is None else k_norm_weight
-    cos_t = placeholder if cos is None else cos
-    sin_t = placeholder if sin is None else sin
-    for bound, tensors in (
-            (rec.stats, {"k": kf, "v": vf, "k_norm_w": k_norm_w, "cos": cos_t, "sin": sin_t, "ksum_part": ksum_part,
-                         "vmax_part": vmax_part, "vmin_part": vmin_part, "vsum_part": vsum_part, "k_mean": k_mean,
-                         "v_scale": v_scale, "v_inv": v_inv, "v_mean": v_mean,
-                         "counter": _counters(dev, B * H_kv)}),
-            (rec.quant, {"q": qf, "k": kf, "v": vf,
-                         "q_norm_w": placeholder if q_norm_weight is None else q_norm_weight, "k_norm_w": k_norm_w,
-                         "cos": cos_t, "sin": sin_t, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8,
-                         "k_int8": k_int8, "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean})):
-        launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors), backend=bound.backend)
+    # The caller's tensors (q, k, v and the norm / RoPE tables) are checked at each launch; the op's own fresh
+    # outputs and workspaces, and the placeholder for an absent table, only for alignment (launch.BoundLaunch).
+    given = {"q_norm_w": q_norm_weight, "k_norm_w": k_norm_weight, "cos": cos, "sin": sin}
+    tables = {n: t for n, t in given.items() if t is not None}
+    absent = {n: placeholder for n, t in given.items() if t is None}
+    k_tables = {n: t for n, t in tables.items() if n != "q_norm_w"}    # stats reads K's: no q_norm_w field
+    k_absent = {n: t for n, t in absent.items() if n != "q_norm_w"}
+    for bound, tensors, fresh in (
+            (rec.stats, {"k": kf, "v": vf, **k_tables},
+             {**k_absent, "ksum_part": ksum_part, "vmax_part": vmax_part, "vmin_part": vmin_part,
+              "vsum_part": vsum_part, "k_mean": k_mean, "v_scale": v_scale, "v_inv": v_inv, "v_mean": v_mean,
+              "counter": _counters(dev, B * H_kv)}),
+            (rec.quant, {"q": qf, "k": kf, "v": vf, **tables},
+             {**absent, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale,
+              "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean})):
+        launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors, fresh), backend=bound.backend)
     lse_corr = None
     if rec.smooth_k:   # host side, in torch, from the original q (after the norm / RoPE spec the quant kernel applies)
         q0, w0, cos0, sin0 = lse_q

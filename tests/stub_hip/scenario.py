@@ -8,6 +8,7 @@ JSON line of observations that tests/test_hip_stub.py asserts on.
   symlink        hip-python opened torch's runtime through a symlink: the same file, accepted
   two_runtimes   hip-python already opened a copy of torch's runtime: refused
   deleted        torch's runtime file was deleted after loading, so hip-python cannot dlopen it: HipError
+  bound          a BoundLaunch's fast path vs the full launch() path: same bytes, the full path's errors
 """
 from __future__ import annotations
 
@@ -285,8 +286,54 @@ def deleted_scenario(tmp: Path) -> dict:
         return dict(error=str(exc), error_type=type(exc).__name__)
 
 
+def bound_scenario(tmp: Path) -> dict:
+    """A BoundLaunch's fast path (kernarg bytes packed at bind, pointer fields per call) against the full launch()
+    path: the same bytes reach the runtime; what the fast path does not take goes the full path and gets its error;
+    a backend swapped in after binding gets the launch."""
+    stub = stub_hip.Stub(stub_hip.build(tmp / "lib"))
+    import torch
+    from sage_co import abi, launch, registry
+    be = hip_backend()
+    launch.use_backend("hip", be)
+    struct_ = abi.PREPARE_STATS_ARGS
+    symbol = next(k.symbol for k in registry.kernels() if k.op == struct_.name)
+    scalars = {f.name: 1.0 if f.kind == "f32" else 3 for f in struct_.fields if f.kind != "ptr"}
+    pointers = [f.name for f in struct_.fields if f.kind == "ptr"]
+    bufs = {n: torch.zeros(64, dtype=torch.float32) for n in pointers}
+    grid, block = (1, 2, 1), (32, 1, 1)     # the stats kernel is one wave32 per workgroup
+    bound = launch.BoundLaunch(symbol, struct_, grid, block, scalars, backend="hip")
+    stub.clear()
+    with launch.recording() as records:
+        launch.launch(symbol, struct_, grid, block, {**scalars, **bufs}, backend="hip")        # the full path
+        launch.launch(symbol, struct_, bound.grid, bound.block, bound.args(bufs), backend="hip")  # fast, checked
+        launch.launch(symbol, struct_, bound.grid, bound.block, bound.args({}, bufs), backend="hip")  # fast, fresh
+    sent = stub.records("launch")
+    out: dict = {"same_bytes": [r["data"] == sent[0]["data"] for r in sent],
+                 "recorded_bytes": [r.kernarg_bytes == s["data"] for r, s in zip(records, sent)],
+                 "geometry": [[r["grid"], r["block"]] for r in sent]}
+    errors = {}
+    first = pointers[0]
+    for name, tensors, fresh in (
+            ("strided", {**bufs, first: torch.zeros(64, 2)[:, 0]}, None),
+            ("misaligned_fresh", {}, {**bufs, first: torch.zeros(65)[1:]}),
+            ("missing", {n: bufs[n] for n in pointers[1:]}, None),
+            ("scalar_as_tensor", {**bufs, "H": torch.zeros(4)}, None)):
+        try:
+            launch.launch(symbol, struct_, bound.grid, bound.block, bound.args(tensors, fresh), backend="hip")
+            errors[name] = None
+        except (TypeError, ValueError) as exc:
+            errors[name] = f"{type(exc).__name__}: {exc}"
+    out["errors"] = errors
+    out["launches_after_errors"] = len(stub.records("launch"))
+    be2 = hip_backend()
+    launch.use_backend("hip", be2)
+    launch.launch(symbol, struct_, bound.grid, bound.block, bound.args(bufs), backend="hip")
+    out["swapped_backend_loads"] = [be.module_loads, be2.module_loads]
+    return out
+
+
 SCENARIOS = {"main": main_scenario, "symlink": symlink_scenario, "two_runtimes": two_runtimes_scenario,
-             "deleted": deleted_scenario}
+             "deleted": deleted_scenario, "bound": bound_scenario}
 
 if __name__ == "__main__":
     result = SCENARIOS[sys.argv[1]](Path(sys.argv[2]))

@@ -101,15 +101,23 @@ def load_references(folder: str | Path | None = None) -> list[Reference]:
     return refs
 
 
-def _flydsl(sub: Path) -> list[Reference]:
-    refs = []
+def _references(sub: Path, marker: str, code_object):
+    """(json path, its parsed metadata, its code object path) of every *.json in `sub` that has the `marker` key
+    (the others are not references of this kind); a missing code object is an error naming both files.
+    `code_object(js, meta)` gives the code object's path."""
     for js in sorted(sub.glob("*.json")):
         meta = json.loads(js.read_text())
-        if "problem" not in meta:
+        if marker not in meta:
             continue
-        hsaco = js.with_suffix(".hsaco")
-        if not hsaco.exists():
-            raise FileNotFoundError(f"{js}: its code object {hsaco.name} is missing")
+        co = code_object(js, meta)
+        if not co.exists():
+            raise FileNotFoundError(f"{js}: its code object {co.name} is missing")
+        yield js, meta, co
+
+
+def _flydsl(sub: Path) -> list[Reference]:
+    refs = []
+    for js, meta, hsaco in _references(sub, "problem", lambda js, meta: js.with_suffix(".hsaco")):
         p = meta["problem"]
         fp8 = "fp8" in p["dtype"]
         esz = 1 if fp8 else 2
@@ -150,13 +158,7 @@ def gcnasm_struct(meta: dict, B: int, H: int, N: int, D: int) -> Fields:
 
 def _gcnasm(sub: Path) -> list[Reference]:
     refs = []
-    for js in sorted(sub.glob("*.json")):
-        meta = json.loads(js.read_text())
-        if "runs" not in meta:
-            continue
-        co = sub / meta["code_object"]
-        if not co.exists():
-            raise FileNotFoundError(f"{js}: its code object {co.name} is missing")
+    for js, meta, co in _references(sub, "runs", lambda js, meta: sub / meta["code_object"]):
         lau = meta["launch"]
         if lau["grid"] != ["N/128", "H", "B"] or lau.get("dynamic_lds", 0):
             raise ValueError(f"{js}: launch grid {lau['grid']}: only (N/128, H, B) without dynamic LDS is modeled")
