@@ -24,8 +24,8 @@ from typing import NamedTuple
 import torch
 
 from .. import registry, validate
-from ..abi import (HEAD_DIM_GRANULE, PREPARE_ALIGN, PREPARE_MAX_CHUNKS, REDUCE_V_FP8, REDUCE_V_NONE, REDUCE_V_SMOOTH, STATS_K_SUM,
-                   STATS_V_MAX, STATS_V_SIGNED, STATS_V_SUM)
+from ..abi import (HEAD_DIM_GRANULE, PREPARE_ALIGN, PREPARE_MAX_CHUNKS, REDUCE_V_FP8, REDUCE_V_NONE, REDUCE_V_SMOOTH,
+                   STATS_K_SUM, STATS_V_MAX, STATS_V_SIGNED, STATS_V_SUM)
 from ..abi import PREPARE_QUANT_ARGS as QUANT_ARGS
 from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # the structs live in sage_co/abi.py
 from ..abi import HEAD_DIM_MAX, PREPARE_HEAD_DIMS, d_granule
