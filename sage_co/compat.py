@@ -13,10 +13,14 @@ One difference on purpose: SageAttention swallows unknown keyword arguments (`**
 either honoured, accepted as a documented no-op spelling, or rejected with an error naming it (see `sageattn`).
 
 Every call goes straight to `sage_co.sage_attention(..., layout=tensor_layout)`, which reads HND and NHD views in
-place and serves bf16 and fp16, head dims that are multiples of 16 up to 128, separate Q and K/V lengths and
-GQA/MQA (H_q a multiple of H_kv) natively: nothing is emulated here (K/V are never replicated, fp16 is never
-converted to bf16) and the op's own errors name the argument. `is_causal=True` is the op's bottom-right aligned
-causal mask and `sageattn_varlen` runs `sage_co.sage_attention_varlen` (packed == per-sequence calls bit for bit).
+place and serves what `sageattn`'s docstring lists (dtypes, head dims, masks) natively: nothing is emulated here
+(K/V are never replicated, fp16 is never converted to bf16, masks are handed to the op as given) and the op's own
+errors name the argument. `is_causal=True` is the op's bottom-right aligned causal mask and `sageattn_varlen` runs
+`sage_co.sage_attention_varlen` (packed == per-sequence calls bit for bit).
+
+`attn_mask` is a named parameter of `sageattn` (thu-ml's takes it through **kwargs): ComfyUI decides whether a
+masked call may reach sageattn with `"attn_mask" in inspect.signature(sageattn).parameters`, and sends it to
+PyTorch attention otherwise.
 
 The keyword table is derived from the op's call spec (sage_co.callspec.SAGE_ATTENTION): every option of
 sage_co.sage_attention is a keyword here, under its own name and under the SageAttention spellings its declaration
@@ -47,12 +51,17 @@ def _is_zero(x) -> bool:
 
 
 def _reject(fn: str, name: str, value, why: str):
-    raise ValueError(f"{name}: {fn} got {name}={value!r}; {why}")
+    raise ValueError(f"{name}: {fn} got {_shown(name, value)}; {why}")
 
 
-def _shown(value) -> str:
-    """How an unserved value appears in the error: tensors and other objects by type name."""
-    return value if value is None or isinstance(value, (bool, int, float, str, tuple, list)) else type(value).__name__
+def _shown(name: str, value) -> str:
+    """How an unserved value appears in an error: a tensor by its dtype and shape (`a torch.bool tensor of shape
+    [2, 1, 1, 77]`), plain values by repr (`dropout_p=0.1`), other objects by their type."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {list(value.shape)}"
+    if value is None or isinstance(value, (bool, int, float, str, tuple, list)):
+        return f"{name}={value!r}"
+    return f"{name} of type {type(value).__name__}"
 
 
 def _heads(t, layout: str) -> int | None:
@@ -63,7 +72,7 @@ def _no_op(accepted, why: str):
     """A keyword accepted only with values that ask for nothing sage-co does not already do."""
     def check(fn: str, name: str, value, q, k, layout: str) -> None:
         if not accepted(value):
-            _reject(fn, name, _shown(value), why)
+            _reject(fn, name, value, why)
     return check
 
 
@@ -80,7 +89,6 @@ def _enable_gqa(fn, name, value, q, k, layout) -> None:
 
 # SageAttention's keywords that are not options of the op: name -> check(fn, name, value, q, k, layout).
 _EXTRA_KEYWORDS = {
-    "attn_mask": _no_op(lambda v: v is None, "sage-co has no attention masks (use attn_mask=None)"),
     "dropout_p": _no_op(_is_zero, "sage-co has no dropout (inference only); pass 0.0"),
     "drop_rate": _no_op(_is_zero, "sage-co has no dropout (inference only); pass 0.0"),
     "pv_accum_dtype": _no_op(lambda v: v in _PV_ACCUM_ACCEPTED,
@@ -163,16 +171,28 @@ def op_supports(feature: str) -> bool:
 
 
 def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_scale: float | None = None,
-             return_lse: bool = False, smooth_k: bool = True, **kwargs):
+             return_lse: bool = False, smooth_k: bool = True, attn_mask=None, **kwargs):
     """SageAttention's `sageattn` on sage-co: INT8 Q.K^T, FP8 P.V, fp32 accumulation (docs/numerics.md).
 
     q: [B, H_q, S_q, D] ("HND") or [B, S_q, H_q, D] ("NHD"); k, v: [B, H_kv, S_kv, D] / [B, S_kv, H_kv, D].
     Returns out in q's layout and dtype, and with return_lse=True also lse fp32 [B, H_q, S_q] (natural log of
     the unsmoothed scaled scores). CPU tensors run on the emulator, tensors on a gfx1201 on the GPU.
 
-    Served: bf16 and fp16, any head dim 1..max(abi.PREPARE_HEAD_DIMS), S_q != S_kv, GQA/MQA (H_q a multiple of H_kv),
-    both layouts read in place by the op (no copy here). is_causal=True is the op's bottom-right aligned causal
-    mask (rows that see no key give zeros and LSE -inf).
+    What runs on sage-co (anything else raises before any kernel runs: a TypeError / ValueError whose message
+    starts with the argument's name and quotes its shape and dtype, e.g. "attn_mask: expected a shape broadcastable
+    to [B, H_q, S_q, S_kv] = [2, 2, 77, 77] ..., got torch.bool [2, 1, 5]"):
+      dtypes     q, k, v of one dtype: bfloat16, float16 or float32 (the output has that dtype; fp32 is prepared
+                 from fp32, docs/numerics.md §Inputs);
+      head dims  any D in 1..abi.HEAD_DIM_MAX (256), zero-padded to 64, 128 or 256 (abi.d_pad);
+      shapes     S_q != S_kv (cross-attention), any lengths, GQA/MQA (H_q a multiple of H_kv), both layouts read
+                 in place (no copy here);
+      is_causal  the op's bottom-right aligned causal mask;
+      attn_mask  SDPA's mask: bool (True = attend) or additive float32 / bfloat16 / float16, broadcastable to
+                 [B, H_q, S_q, S_kv] with SDPA's trailing alignment whatever tensor_layout is -- key padding
+                 [B, 1, 1, S_kv] (ComfyUI's bool [B, 1, S] after its unsqueeze, HunyuanVideo), [B, H, 1, S_kv]
+                 (LTX-Video's 0 / -10000), [1, 1, S_q, S_kv] (ComfyUI's additive [S, S]), full [B, H, S_q, S_kv];
+                 an additive 0 / -inf mask is exactly the bool one; combines with is_causal
+                 (docs/numerics.md §Masks). Rows that see no key give zeros and LSE -inf.
 
     Keywords beyond SageAttention's named ones (never dropped silently):
       honoured:  every option of sage_co.sage_attention under its own name (smooth_v=, pv_dtype=, kernel=,
@@ -184,7 +204,7 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
                  deterministic= (sage-co's forward is deterministic either way),
                  enable_gqa= (True/False; False with different head counts is an error, as in SDPA).
       no-op spellings accepted (they ask for nothing sage-co does not already do):
-                 attn_mask=None, dropout_p=0 / drop_rate=0, window_size=(-1, -1), softcap=0, alibi_slopes=None,
+                 dropout_p=0 / drop_rate=0, window_size=(-1, -1), softcap=0, alibi_slopes=None,
                  return_softmax=False / return_attn_probs=False,
                  pv_accum_dtype in ("fp32", "fp32+fp32", "fp16+fp32", "fp32+fp16") (each asks for fp32
                  accumulation at some level; sage-co accumulates P.V in fp32 throughout, with either pv_dtype;
@@ -196,7 +216,7 @@ def sageattn(q, k, v, tensor_layout: str = "HND", is_causal: bool = False, sm_sc
     """
     from . import api
     named = {"tensor_layout": tensor_layout, "is_causal": is_causal, "sm_scale": sm_scale, "return_lse": return_lse,
-             "smooth_k": smooth_k}
+             "smooth_k": smooth_k, "attn_mask": attn_mask}
     options = _apply_kwargs("sageattn", named, kwargs, q, k)
     return api.sage_attention(q, k, v, **options)
 

@@ -9,11 +9,17 @@
 
 Each SDPA call is either served by sage_co.sage_attention (layout "HND", SDPA's [B, H, S, D]) or handed to the
 original torch SDPA unchanged, with the reason counted in stats() (nothing is routed or dropped silently). Served:
-4-dim q/k/v of one dtype (bfloat16 / float16 / float32) on a device sage-co runs on (CPU -> the emulator, a gfx1201
-GPU), v shaped like k, a head dim in 1..max(abi.PREPARE_HEAD_DIMS) and a contiguous last dim, attn_mask None,
-dropout_p 0, is_causal with S_q == S_kv only (SDPA's causal mask is top-left aligned, sage-co's bottom-right: they
-agree only on square scores), H_q == H_kv or enable_gqa with H_q a multiple of H_kv, and no input needing a
-gradient while grad mode is on (sage-co's ops have no backward). Every other call falls back.
+4-dim q/k/v of one dtype in prepared.INPUT_DTYPES (bfloat16 / float16 / float32) on a device sage-co runs on (CPU ->
+the emulator, a gfx1201 GPU), v shaped like k, a contiguous last dim, dropout_p 0, is_causal with S_q == S_kv only
+(SDPA's causal mask is top-left aligned, sage-co's bottom-right: they agree only on square scores), H_q == H_kv or
+enable_gqa with H_q a multiple of H_kv, no input (mask included) needing a gradient while grad mode is on (sage-co's
+ops have no backward), and an attn_mask as SDPA takes it: None, bool (True = attend) or additive (float32 or q's
+dtype), broadcastable to [B, H_q, S_q, S_kv] -- key padding, per-head, per-query and full masks all run on sage-co
+(docs/numerics.md §Masks). Last, the call must be one the op itself accepts: the router asks sage_co.plan.plan_call
+on the exact call it would make (head dims the shipped kernels serve, lengths, strides, the mask's shape), so a
+call is never routed only to fail, and the op's message (naming the argument, quoting shapes and dtypes) is the
+fallback's reason. Every other call falls back; a call torch's SDPA itself refuses (is_causal with a mask, a
+float16 mask with bf16 q) falls back too, so that torch raises its own error.
 
 Options (enabled(...) / install(...), the fields of Options): pv_dtype "fp8" (default) or "fp16", smooth_k (default
 True, as SageAttention's sageattn: softmax-invariant, lowers the INT8 error of K), smooth_v, backend (None = by
@@ -38,7 +44,8 @@ from dataclasses import dataclass
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import abi
+from . import abi, validate
+from .callspec import SAGE_ATTENTION
 from .prepared import INPUT_DTYPES, PV_DTYPES
 
 # torch's builtin (what F.scaled_dot_product_attention is unless someone replaced it, install() included)
@@ -111,25 +118,27 @@ def _device_served(t: torch.Tensor, backend: str | None) -> bool:
     return backend in (None, "hip") and device_arch(t.device) == "gfx1201"
 
 
+def _dtype_names(dtypes) -> str:
+    return "/".join(str(d).replace("torch.", "") for d in dtypes)
+
+
 def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                     enable_gqa=False, *, options: Options = Options()) -> str:
     """Why this SDPA call is not served by sage-co ("" when it is). Reads only shapes, dtypes, flags and devices
-    (no data), so it is the same at trace time and at run time."""
+    (no data, the mask's neither), so it is the same at trace time and at run time."""
     tensors = (query, key, value)
     if not all(isinstance(t, torch.Tensor) for t in tensors):
         return "query/key/value: not all tensors"
-    if attn_mask is not None:
-        return "attn_mask: sage-co serves no SDPA masks (attn_mask=None only)"
     if not isinstance(dropout_p, (int, float)) or dropout_p != 0:
         return "dropout_p: sage-co has no dropout (dropout_p=0 only)"
     if any(t.dim() != 4 for t in tensors):
         return f"shape: sage-co serves 4-dim [B, H, S, D] only (got {[t.dim() for t in tensors]} dims)"
     if not (query.dtype == key.dtype == value.dtype) or query.dtype not in INPUT_DTYPES:
-        return (f"dtype: sage-co serves bfloat16/float16/float32 q, k, v of one dtype "
+        return (f"dtype: sage-co serves q, k, v of one dtype in {_dtype_names(INPUT_DTYPES)} "
                 f"(got {', '.join(str(t.dtype).replace('torch.', '') for t in tensors)})")
     if not (query.device == key.device == value.device) or not _device_served(query, options.backend):
         return f"device: sage-co runs on CPU (emulator) or a gfx1201 GPU (got {query.device})"
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (*tensors, attn_mask)):
         return "requires_grad: sage-co has no backward (use torch.no_grad() / inference_mode() for inference)"
     B, H_q, S_q, D = query.shape
     _, H_kv, S_kv, _ = key.shape
@@ -139,8 +148,10 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
         return "key: batch or head dim differs from query"
     if min(B, H_q, H_kv, S_q, S_kv) < 1:
         return f"shape: an empty dimension (q {tuple(query.shape)}, k {tuple(key.shape)})"
-    if D < 1 or D > max(abi.PREPARE_HEAD_DIMS):
-        return f"head_dim: sage-co serves head dims 1..{max(abi.PREPARE_HEAD_DIMS)} (got {D})"
+    try:
+        validate.check_head_dim("query", D, query.shape)   # the op's own rule (docs/numerics.md §Inputs)
+    except ValueError as e:
+        return f"head_dim: {e}"
     if scale is not None:
         from .validate import check_softmax_scale
         try:
@@ -154,6 +165,8 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     if is_causal and S_q != S_kv:
         return ("is_causal: SDPA's causal mask is top-left aligned, sage-co's bottom-right; they agree only at "
                 "S_q == S_kv")
+    if is_causal and attn_mask is not None:   # torch's SDPA refuses the pair: the fallback raises its own error
+        return "is_causal: SDPA takes attn_mask or is_causal, not both"
     if any(t.stride(-1) != 1 for t in tensors):
         return "stride: sage-co reads a contiguous last dim (stride(-1) == 1)"
     from .validate import MAX_STRIDE, check_attention_length
@@ -163,6 +176,46 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
         check_attention_length(max(S_q, S_kv), D)
     except ValueError:
         return "length: one head exceeds the attention kernel's 32-bit byte offsets"
+    if attn_mask is not None and not _sdpa_takes_mask(attn_mask, query):
+        return (f"attn_mask: torch's SDPA takes a bool, float32 or {_dtype_names([query.dtype])} mask, got "
+                + (f"{attn_mask.dtype} {list(attn_mask.shape)}" if isinstance(attn_mask, torch.Tensor)
+                   else type(attn_mask).__name__) + " (its own error follows)")
+    return _op_reason(query, key, value, _op_keywords(is_causal, options, attn_mask), _softmax_scale(query, scale))
+
+
+def _sdpa_takes_mask(attn_mask, query) -> bool:
+    """torch's SDPA rule for attn_mask's dtype: bool, float32, or the dtype of query (it raises otherwise)."""
+    return isinstance(attn_mask, torch.Tensor) and attn_mask.dtype in (torch.bool, torch.float32, query.dtype)
+
+
+def _op_keywords(is_causal, options: Options, attn_mask) -> dict:
+    """The keywords run() passes sage_co.sage_attention for this call (one place: the gate checks what runs)."""
+    kw = dict(layout="HND", is_causal=bool(is_causal), smooth_k=options.smooth_k, smooth_v=options.smooth_v,
+              pv_dtype=options.pv_dtype, backend=options.backend, sparsity=options.sparsity,
+              cdf_threshold=options.cdf_threshold)
+    if attn_mask is not None:
+        kw["attn_mask"] = attn_mask.detach()
+    return kw
+
+
+def _softmax_scale(query, scale) -> float:
+    return float(scale) if scale is not None else query.shape[-1] ** -0.5   # SDPA's default
+
+
+def _op_reason(query, key, value, keywords: dict, softmax_scale: float) -> str:
+    """The op's own verdict on the call run() would make: sage_co.plan.plan_call on the same tensors and options
+    (shapes, dtypes, strides, devices, the shipped kernels: no data read, no kernel), "" when sage_co.sage_attention
+    takes it, else its error message (which names the argument and quotes shapes / dtypes). Eager calls plan fully
+    (the plan is memoised, so sage_attention's own plan of the call is a cache hit); while torch.compile traces,
+    the trace-time checks sage_attention makes there."""
+    from . import plan
+    o = SAGE_ATTENTION.bind(keywords)
+    o["softmax_scale"] = softmax_scale
+    qkv = (query.detach(), key.detach(), value.detach())
+    try:
+        plan.plan_call(SAGE_ATTENTION, qkv, o, resolve=plan.eager(*qkv))
+    except (TypeError, ValueError, LookupError) as e:
+        return str(e)
     return ""
 
 
@@ -176,19 +229,18 @@ def route(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
         extra = {"enable_gqa": enable_gqa} if enable_gqa else {}
         return fallback(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                         scale=scale, **extra)
-    return run(query, key, value, is_causal, scale, options=options)
+    return run(query, key, value, is_causal, scale, options=options, attn_mask=attn_mask)
 
 
-def run(query, key, value, is_causal=False, scale=None, *, options: Options = Options()):
-    """sage-co on a call fallback_reason() accepted: [B, H, S, D] in and out, SDPA's scale default."""
+def run(query, key, value, is_causal=False, scale=None, *, options: Options = Options(), attn_mask=None):
+    """sage-co on a call fallback_reason() accepted: [B, H, S, D] in and out, SDPA's scale default; attn_mask as
+    SDPA takes it (bool True = attend, or additive float; broadcastable to [B, H_q, S_q, S_kv])."""
     from .api import sage_attention
-    softmax_scale = float(scale) if scale is not None else query.shape[-1] ** -0.5
     # grad mode is off here when any input requires grad (else fallback_reason refused it): detach() is a view
     # that tells sage-co's validation so, with the same values and the same output
     query, key, value = query.detach(), key.detach(), value.detach()
-    return sage_attention(query, key, value, softmax_scale, layout="HND", is_causal=bool(is_causal),
-                          smooth_k=options.smooth_k, smooth_v=options.smooth_v, pv_dtype=options.pv_dtype,
-                          backend=options.backend, sparsity=options.sparsity, cdf_threshold=options.cdf_threshold)
+    return sage_attention(query, key, value, _softmax_scale(query, scale), **_op_keywords(is_causal, options,
+                                                                                          attn_mask))
 
 
 _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")

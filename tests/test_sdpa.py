@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import sage_co
-from sage_co import sdpa
+from sage_co import abi, sdpa
 
 B, H, S, D = 2, 2, 70, 64   # S not a multiple of 64
 
@@ -58,11 +58,10 @@ def _unserved():
     qs = q[:, :, :40]
     grad = q.clone().requires_grad_()
     return [
-        ("attn_mask", (q, k, v), dict(attn_mask=torch.ones(S, S, dtype=torch.bool))),
         ("dropout_p", (q, k, v), dict(dropout_p=0.5)),
         ("dtype", [t.double() for t in (q, k, v)], {}),                  # fp32 is served (issue 30)
         ("shape", [t[0] for t in (q, k, v)], {}),
-        ("head_dim", [torch.cat([t, t, t[..., :40]], -1) for t in (q, k, v)], {}),   # D > the prepare's 128
+        ("head_dim", _qkv(B, H, S, abi.HEAD_DIM_MAX + 8), {}),      # beyond the widest kernel
         ("heads", (q, k[:, :1], v[:, :1]), {}),                        # GQA without enable_gqa
         ("is_causal", (qs, k, v), dict(is_causal=True)),                # top-left vs bottom-right at S_q != S_kv
         ("stride", [t.transpose(-1, -2).contiguous().transpose(-1, -2) for t in (q, k, v)], {}),
@@ -85,6 +84,65 @@ def test_unserved_calls_run_torch_sdpa_with_the_reason(case):
     st = sdpa.stats()
     assert st["routed"] == 0 and sum(st["fallback"].values()) == 1
     assert next(iter(st["fallback"])).startswith(reason + ":"), st
+
+
+def _masks():
+    """The masks issue 30's clients pass SDPA, in SDPA's convention (True = attend; additive float)."""
+    keep = torch.arange(S)[None, :] < torch.tensor([S, 41])[:, None]                   # [B, S_kv] key validity
+    bias = torch.randn(S, S, generator=torch.Generator().manual_seed(5))
+    bias[:20, 50:] = float("-inf")
+    return {
+        "key padding bool [B,1,1,S] (HunyuanVideo)": keep[:, None, None, :],
+        "additive bf16 [B,H,1,S] 0/-10000 (LTX-Video)": ((~keep[:, None, None, :]).to(torch.bfloat16) * -10000.0
+                                                          ).expand(B, H, 1, S),
+        "pairwise bool [B,H,S,S] (HunyuanVideo refiner)": (keep[:, None, :, None] & keep[:, None, None, :]
+                                                            ).expand(B, H, S, S),
+        "additive fp32 [S,S] with -inf": bias,
+    }
+
+
+@pytest.mark.parametrize("name", list(_masks()))
+def test_masked_calls_are_served(name):
+    """Issue 30: a masked SDPA call runs sage-co's masked attention (bit for bit sage_attention with that mask),
+    counted as routed."""
+    mask = _masks()[name]
+    q, k, v = _qkv()
+    with sdpa.enabled():
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert sdpa.stats() == {"routed": 1, "fallback": {}}
+    assert torch.equal(out, _sage(q, k, v, attn_mask=mask))
+    assert not torch.equal(out, _sage(q, k, v))   # the mask did something
+
+
+def test_a_mask_sdpa_refuses_falls_back_to_sdpas_error():
+    """sage-co takes float16 masks with bf16 q; SDPA refuses a float mask that is neither float32 nor q's dtype, so
+    the router hands such a call to SDPA (its error reaches the caller, as without sage-co), with the reason."""
+    q, k, v = _qkv()
+    with sdpa.enabled(), pytest.raises(RuntimeError, match="attn_mask"):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(S, S, dtype=torch.float16))
+    (reason,) = sdpa.stats()["fallback"]
+    assert reason.startswith("attn_mask:") and "float16" in reason, reason
+
+
+@pytest.mark.parametrize("D, dtype", [(40, torch.bfloat16), (80, torch.float16), pytest.param(
+    160, torch.bfloat16, marks=pytest.mark.xfail(strict=True, reason="prepare kernels not built at D_pad 256 yet")),
+                                      (64, torch.float32)], ids=["D40", "D80-fp16", "D160", "fp32"])
+def test_issue30_head_dims_and_fp32_are_served(D, dtype):
+    """SD1.5's 40 and 160, 80, fp32 inputs: routed to sage-co (D=160: a strict xfail until the prepare kernels are
+    built at D_pad 256; today it falls back with the op's reason, test_d160_falls_back_with_the_prepare_reason)."""
+    q, k, v = _qkv(B, H, S, D, dtype=dtype)
+    with sdpa.enabled():
+        out = F.scaled_dot_product_attention(q, k, v)
+    assert sdpa.stats() == {"routed": 1, "fallback": {}}, sdpa.stats()
+    assert out.dtype == dtype and torch.equal(out, _sage(q, k, v))
+
+
+def test_d160_falls_back_with_the_prepare_reason():
+    q, k, v = _qkv(B, H, S, 160, dtype=torch.bfloat16)
+    with sdpa.enabled():
+        F.scaled_dot_product_attention(q, k, v)
+    (reason,) = sdpa.stats()["fallback"]
+    assert "prepare kernels are built for head dims up to 128" in reason, reason
 
 
 def test_requires_grad_is_served_under_no_grad():
@@ -141,14 +199,14 @@ def test_install_keeps_and_restores_a_previous_replacement(monkeypatch):
     seen = []
 
     def theirs(*args, **kwargs):
-        seen.append(kwargs.get("attn_mask") is not None)
+        seen.append(kwargs.get("dropout_p", 0.0) != 0)
         return sdpa.ORIGINAL_SDPA(*args, **kwargs)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", theirs)
     q, k, v = _qkv()
     sdpa.install()
     F.scaled_dot_product_attention(q, k, v)                                       # routed: theirs not called
-    F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(S, S, dtype=torch.bool))   # fallback: theirs
+    F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)                        # fallback: theirs
     sdpa.uninstall()
     assert seen == [True] and F.scaled_dot_product_attention is theirs
 

@@ -165,6 +165,19 @@ def test_varlen_call_equals_per_sequence_calls(case, kernel):
     assert _same(lse, ref_lse)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_varlen_fp32_inputs_equal_per_sequence_calls(kernel):
+    """fp32 q/k/v (issue 30's fp32 prepare: its V passes and fp32 V statistics read each sequence's own tokens) and
+    fp32 out, packed = per sequence, bit for bit."""
+    lq, lk = [33, 1, 70], [40, 77, 5]
+    q, k, v, cq, ck = packed_inputs(lq, lk, 2, 1, 64, torch.float32, seed=3)
+    out, lse = sage_co.sage_attention_varlen(q, k, v, cq, ck, max(lq), max(lk), return_lse=True, is_causal=True,
+                                             kernel=kernel, backend="emu")
+    ref_out, ref_lse = per_sequence(q, k, v, cq, ck, lambda qb, kb, vb: sage_co.sage_attention(
+        qb, kb, vb, return_lse=True, is_causal=True, kernel=kernel, backend="emu"))
+    assert out.dtype == torch.float32 and _same(out, ref_out) and _same(lse, ref_lse)
+
+
 def test_varlen_call_is_close_to_the_fp32_reference():
     lq, lk = [77, 31, 1], [33, 100, 64]
     q, k, v, cq, ck = packed_inputs(lq, lk, 2, 1, 64, torch.bfloat16, seed=2)

@@ -19,6 +19,14 @@ Alternative with no registry call at all: activate sage_co.integrations.sageatte
 diffusers; then diffusers' own "sage" backend imports sage-co's `sageattn` and `model.set_attention_backend("sage")`
 works unchanged.
 
+Masks: diffusers' processors hand the dispatcher SDPA-convention masks and `attention_backend` passes them to
+sageattn, which serves them (bool or additive, broadcastable to [B, H, S_q, S_kv]: HunyuanVideo's bool
+[B, 1, 1, N] text padding, LTX-Video's additive [B, H, 1, S_txt]; tests/integrations/test_diffusers_video.py).
+diffusers' own "sage" backend (what the shim route reaches) refuses any attn_mask itself, before calling sageattn;
+`enable` is the route for masked models. Processors that call F.scaled_dot_product_attention themselves
+(HunyuanVideo's token refiner: diffusers' AttnProcessor2_0) bypass the dispatcher; `sage_co.sdpa.enabled()`
+routes those.
+
 Context parallelism (diffusers' `parallel_config`) is not routed through sage-co: a processor carrying one raises
 NotImplementedError; use sage_co.parallel for sequence parallelism.
 """

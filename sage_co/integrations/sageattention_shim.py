@@ -24,6 +24,17 @@ The module's functions: `sageattn`, `sageattn_varlen` (sage_co.compat); `sageatt
 `sageattn_qk_int8_pv_fp8_cuda_sm90` (SageAttention's INT8-QK / FP8-PV variants, the arithmetic sage-co's kernel
 does) run sageattn; `sageattn_qk_int8_pv_fp16_cuda` and `sageattn_qk_int8_pv_fp16_triton` (FP16 P.V) run
 sageattn with pv_dtype="fp16" (issue 19: V kept in fp16, P.V on the f16 WMMA, fp32 accumulation).
+
+What runs on sage-co through the shim is what sage_co.compat.sageattn serves (its docstring is the list): q/k/v in
+bfloat16, float16 or float32; any head dim 1..256; S_q != S_kv, GQA/MQA; is_causal; and `attn_mask` -- bool or
+additive float32 / bf16 / fp16, broadcastable to [B, H_q, S_q, S_kv] (key padding, per-head, per-query, full).
+`attn_mask` is a named parameter of the shim's sageattn, so ComfyUI master (which checks `"attn_mask" in
+inspect.signature(sageattn).parameters`) sends masked calls instead of routing them to PyTorch attention, and its
+2025 releases (which always pass attn_mask=) no longer log "Error running sage attention" and fall back. What sage-co
+refuses raises an error naming the argument and quoting its shape and dtype; ComfyUI logs that message and falls
+back. Frameworks that refuse masks before calling sageattn keep doing so: diffusers' own "sage" backend raises
+"`attn_mask` is not supported for sage attention" itself (use sage_co.integrations.diffusers.enable(model), or
+diffusers' "sage_varlen" backend, which packs bool key-padding masks into sageattn_varlen calls).
 """
 from __future__ import annotations
 

@@ -113,12 +113,12 @@ def test_node_routes_the_models_attention_to_sage_co(comfy, patcher):
         out = comfy.optimized_attention(q, k, v, HEADS, transformer_options=opts)
     assert torch.equal(out, _sage_nhd(q, k, v)) and comfy.calls == []
     assert len([r for r in records if "attention" in r.symbol]) == 1
-    # a masked call is ComfyUI's: the same as without the node, counted with its reason
+    # a masked call runs on sage-co too (issue 30): ComfyUI's [S, S] mask is SDPA's [1, 1, S, S]
     mask = torch.zeros(S, S, dtype=torch.bfloat16)
-    assert torch.equal(comfy.optimized_attention(q, k, v, HEADS, mask, transformer_options=opts),
-                       comfy.attention_pytorch(q, k, v, HEADS, mask))
-    st = sdpa.stats()
-    assert st["routed"] == 1 and [r.split(":")[0] for r in st["fallback"]] == ["attn_mask"]
+    mask[:, 50:] = float("-inf")
+    out = comfy.optimized_attention(q, k, v, HEADS, mask, transformer_options=opts)
+    assert torch.equal(out, _sage_nhd(q, k, v, attn_mask=mask[None, None])) and comfy.calls == []
+    assert sdpa.stats() == {"routed": 2, "fallback": {}}
 
 
 def test_node_options_and_skip_reshape(comfy):

@@ -11,7 +11,7 @@ import torch
 
 pytest.importorskip("diffusers", reason="diffusers is not installed (pip install -e '.[test]')")
 
-from sage_co import launch  # noqa: E402
+from sage_co import launch, sageattn  # noqa: E402
 from sage_co.integrations import diffusers as sage_diffusers  # noqa: E402
 
 from . import tiny_flux  # noqa: E402
@@ -57,10 +57,11 @@ def test_dispatcher_passes_every_argument(flux):
     model, _ = flux
     sage_diffusers.enable(model)
     try:
-        q = torch.zeros(1, 8, 2, 128, dtype=torch.bfloat16)
-        with pytest.raises(ValueError, match="attn_mask"):
-            ad.dispatch_attention_fn(q, q, q, attn_mask=torch.ones(8, 8, dtype=torch.bool),
-                                     backend=ad.AttentionBackendName.SAGE)
+        q = torch.randn(1, 8, 2, 128, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+        mask = torch.ones(8, 8, dtype=torch.bool).tril()
+        out = ad.dispatch_attention_fn(q, q, q, attn_mask=mask, backend=ad.AttentionBackendName.SAGE)
+        assert torch.equal(out, sageattn(q, q, q, tensor_layout="NHD", attn_mask=mask))   # the mask reached it
+        assert not torch.equal(out, sageattn(q, q, q, tensor_layout="NHD"))
         with pytest.raises(ValueError, match="dropout_p"):
             ad.dispatch_attention_fn(q, q, q, dropout_p=0.1, backend=ad.AttentionBackendName.SAGE)
     finally:

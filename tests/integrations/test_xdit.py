@@ -34,7 +34,7 @@ def test_xdit_function_contract():
 
 @pytest.mark.parametrize("args, exc, name", [
     ((0.1, False, None), ValueError, "dropout_p"),
-    ((0.0, False, {"attn_mask": torch.ones(1)}), ValueError, "attn_mask"),
+    ((0.0, False, {"attn_mask": torch.ones(3)}), ValueError, "attn_mask"),   # S_kv is 8: does not broadcast
     ((0.0, False, {"indices_k": torch.arange(3)}), ValueError, "cu_seqlens_k and max_seqlen_k"),
     ((0.0, False, {"tile_size": (4, 4, 4)}), TypeError, "tile_size"),
 ])

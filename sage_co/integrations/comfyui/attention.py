@@ -6,10 +6,14 @@ skip_reshape=False, skip_output_reshape=False, **kwargs)`: q/k/v are [B, S, head
 carry scale=, enable_gqa= (k/v then have fewer heads), low_precision_attention= (False: the caller wants full
 precision) and ComfyUI's own keys (transformer_options, _inside_attn_wrapper), which are passed on untouched.
 
-A call sage-co serves (sage_co.sdpa.fallback_reason, the SDPA router's rule) runs sage_co.sage_attention on the
-[B, H, S, D] views; any other call (masks, fp32, unsupported head dims, low_precision_attention=False) runs the
-fallback with the same arguments: ComfyUI's attention function that sage-co replaced when known (the override
-route passes it), else ComfyUI's attention_pytorch. Each decision is counted in sage_co.sdpa.stats().
+A call sage-co serves (sage_co.sdpa.fallback_reason, the SDPA router's rule, which asks the op itself) runs
+sage_co.sage_attention on the [B, H, S, D] views: bf16 / fp16 / fp32, any head dim 1..256 (SD1.5's 40 and 160),
+GQA (enable_gqa), and ComfyUI's masks -- `mask` follows ComfyUI's convention (a 2-dim [S_q, S_kv] mask gets a
+batch dim, a 3-dim [B, S_q or 1, S_kv] one a heads dim, as ComfyUI's attention_pytorch / attention_sage do) and is
+then SDPA's: bool (True = attend) or additive float. Any other call (low_precision_attention=False, what the op
+refuses) runs the fallback with the same arguments: ComfyUI's attention function that sage-co replaced when known
+(the override route passes it), else ComfyUI's attention_pytorch. Each decision is counted in
+sage_co.sdpa.stats(), a fallback with its reason.
 attn_precision (ComfyUI's fp32 upcast of Q.K^T for some models) does not apply: sage-co's Q.K^T is INT8 with
 fp32 accumulation.
 """
@@ -28,6 +32,17 @@ def _heads_view(t, b: int, dim_head: int):
     return t.reshape(b, t.shape[1], t.shape[-1] // dim_head, dim_head).transpose(1, 2)
 
 
+def _comfy_mask(mask):
+    """ComfyUI's mask convention -> SDPA's: a 2-dim mask gets a batch dim, a 3-dim one a heads dim (ComfyUI's
+    attention_pytorch / attention_sage do exactly this before SDPA / sageattn), so [S_q, S_kv] -> [1, 1, S_q, S_kv]
+    and [B, S_q or 1, S_kv] -> [B, 1, S_q or 1, S_kv]."""
+    if mask is not None and mask.ndim == 2:
+        mask = mask.unsqueeze(0)
+    if mask is not None and mask.ndim == 3:
+        mask = mask.unsqueeze(1)
+    return mask
+
+
 def make_attention(options: sdpa.Options = sdpa.Options(), fallback=None):
     """The ComfyUI attention function running sage-co with `options`; `fallback` (ComfyUI's function, same
     contract) serves the calls sage-co does not (None = comfy's attention_pytorch, looked up at call time)."""
@@ -41,20 +56,20 @@ def make_attention(options: sdpa.Options = sdpa.Options(), fallback=None):
         else:
             dim_head = q.shape[-1] // heads
             qh, kh, vh = (_heads_view(t, b, dim_head) for t in (q, k, v))
-        reason = ""
+        sdpa_mask = _comfy_mask(mask)
         if kwargs.get("low_precision_attention", True) is False:
             reason = "low_precision_attention: ComfyUI asked for full-precision attention"
         elif qh.shape[1] != heads:
             reason = f"heads: q has {qh.shape[1]} heads, ComfyUI passed heads={heads}"
         else:
-            reason = sdpa.fallback_reason(qh, kh, vh, attn_mask=mask, scale=kwargs.get("scale"),
+            reason = sdpa.fallback_reason(qh, kh, vh, attn_mask=sdpa_mask, scale=kwargs.get("scale"),
                                           enable_gqa=bool(kwargs.get("enable_gqa", False)), options=options)
         sdpa.record(reason)
         if reason:
             fn = fallback if fallback is not None else _pytorch_attention()
             return fn(q, k, v, heads, mask=mask, attn_precision=attn_precision, skip_reshape=skip_reshape,
                       skip_output_reshape=skip_output_reshape, **kwargs)
-        out = sdpa.run(qh, kh, vh, scale=kwargs.get("scale"), options=options)   # [B, H, S_q, D]
+        out = sdpa.run(qh, kh, vh, scale=kwargs.get("scale"), options=options, attn_mask=sdpa_mask)   # [B, H, S_q, D]
         return out if skip_output_reshape else out.transpose(1, 2).reshape(b, -1, heads * dim_head)
 
     sage_co_attention.sage_co_options = options
