@@ -51,8 +51,8 @@ SAGE_ATTENTION_VARLEN = OpSpec(
 
 def sage_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, softmax_scale=None, *,
                           return_lse=False, **options):
-    """q [total_q, H_q, D], k/v [total_kv, H_kv, D] packed (sequence b = rows cu_seqlens[b]:cu_seqlens[b+1]), bf16 or
-    fp16. Returns out [total_q, H_q, D] in q's dtype (and lse fp32 [H_q, total_q]). is_causal is bottom-right
+    """q [total_q, H_q, D], k/v [total_kv, H_kv, D] packed (sequence b = rows cu_seqlens[b]:cu_seqlens[b+1]), bf16,
+    fp16 or fp32. Returns out [total_q, H_q, D] in q's dtype (and lse fp32 [H_q, total_q]). is_causal is bottom-right
     aligned per sequence; a sequence with no keys gives zeros and lse -inf. `options`: sage_attention's (is_causal,
     smooth_k, backend, kernel, smooth_v, pv_dtype, ...: PASSTHROUGH). The caller's contract on cu_seqlens and
     max_seqlen (values not read on a GPU): the module docstring."""
