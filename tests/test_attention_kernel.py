@@ -233,7 +233,8 @@ def test_lds_double_buffer_has_no_race(kernel, D, pv):
                 flags=abi.FLAG_LSE | abi.FLAG_SMOOTH_K, v_mean=p.k_mean)
     lut, lut_sb, lut_sh = masks.build_lut(masks.active_tiles(1, 2, 70, 150))
     args.update(lut=lut, lut_stride_b=lut_sb, lut_stride_h=lut_sh, causal_offset=0, mask_kind=torch.zeros_like(lut),
-                mask_bits=lut, mask_bias=lut, mask_stride_b=0, mask_stride_h=0, mask_stride_s=0)   # no attn_mask
+                mask_bits=lut, mask_bias=lut, mask_stride_b=0, mask_stride_h=0, mask_stride_s=0,   # no attn_mask
+                cu_seqlens_q=lut, cu_seqlens_kv=lut)   # not varlen: never read
     symbol = registry.find(attention.OP, kernel, head_dim=D, out_dtype="bf16", pv_dtype=pv).symbol
     launcher.launch(symbol, attention.ATTENTION_FWD_ARGS, attention.grid(p), attention.BLOCK, args, backend="emu",
                     sanitize=True, lds_race_check=True)

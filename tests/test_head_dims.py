@@ -58,7 +58,8 @@ def _guarded_attention(prepared, variant, is_causal):
     args = dict(rec.launch.args({
         "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_t, "q_scale": prepared.q_scale,
         "k_scale": prepared.k_scale, "k_mean": prepared.k_mean, "v_scale": prepared.v_scale, "out": buf, "lse": lse,
-        "lut": lut, "mask_bits": bits, "mask_bias": bias, "mask_kind": kinds, "v_mean": prepared.k_mean}))
+        "lut": lut, "mask_bits": bits, "mask_bias": bias, "mask_kind": kinds, "v_mean": prepared.k_mean,
+        "cu_seqlens_q": lut, "cu_seqlens_kv": lut}))   # not varlen: placeholders, never read
     args.update(out_stride_b=S_q * H_q * (D + GAP), out_stride_s=H_q * (D + GAP), out_stride_h=D + GAP)
     launch(rec.launch.symbol, attention_ops.ATTENTION_FWD_ARGS, rec.launch.grid, attention_ops.BLOCK, args,
            backend="emu")
