@@ -337,6 +337,8 @@ def _report(kernels):
 
 
 @needs_llvm
+@pytest.mark.xfail(strict=True, reason="the merged HIP attention kernel (attn_mask + varlen + D_pad 256 paths) has more than "
+                   "4096 static paths through one loop iteration for the static analysis; to fix in tools/perfmodel")
 def test_smoke_report_on_the_shipped_hip_kernel():
     try:
         import sage_co.emu  # noqa: F401

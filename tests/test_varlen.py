@@ -52,6 +52,7 @@ def kernel_runs():
                 batch=len(lq), max_seqlen_q=max(lq), total_q=sum(lq), total_kv=sum(lk), H_q=H_q, H_kv=H_kv, D=D,
                 dtype=dt, return_lse=True, is_causal=causal, variant=kernel, pv_dtype=pv, smooth_v=sv,
                 has_lse_corr=sk, backend="emu")
+            launch.launched.clear()   # a bounded deque (maxlen 256): full after a long run, its length would stop growing
             before = len(launch.launched)
             out, lse = attention_ops.execute_varlen(rec, pk)
             assert len(launch.launched) - before == 1                  # every sequence in one launch
@@ -109,6 +110,7 @@ def test_packed_prepare_equals_per_sequence_reference(smooth_k, smooth_v, pv_dty
     rec = prepare_ops.recipe(chk._replace(shapes=sh), smooth_k=smooth_k, eps=1e-6, smooth_v=smooth_v,
                              pv_dtype=pv_dtype, has_q_norm=False, has_k_norm=False, norm_rope_rounding="once",
                              backend="emu", packed=(sum(lq), sum(lk)))
+    launch.launched.clear()   # a bounded deque (maxlen 256): full after a long run, its length would stop growing
     before = len(launch.launched)
     got = prepare_ops.execute_varlen(rec, q, k, v, cq, ck, total_q=sum(lq), max_seqlen_q=max(lq),
                                      max_seqlen_kv=max(lk))
@@ -152,6 +154,7 @@ CALL_IDS = ["causal-smoothk-empty", "fp16-pv16-1000keys", "smoothv-smoothk-gqa",
 def test_varlen_call_equals_per_sequence_calls(case, kernel):
     lq, lk, H_q, H_kv, D, dt, opts = case
     q, k, v, cq, ck = packed_inputs(lq, lk, H_q, H_kv, D, dt, seed=7, k_offset=opts.get("smooth_k", False))
+    launch.launched.clear()   # a bounded deque (maxlen 256): full after a long run, its length would stop growing
     before = len(launch.launched)
     out, lse = sage_co.sage_attention_varlen(q, k, v, cq, ck, max(lq), max(lk), return_lse=True, kernel=kernel,
                                              backend="emu", **opts)
@@ -191,6 +194,7 @@ def test_varlen_launch_count_does_not_grow_with_the_batch():
     counts = []
     for lens in ([40], [5, 0, 9, 1, 3, 7, 2, 13]):
         q, k, v, cq, ck = packed_inputs(lens, lens, 2, 1, 64, torch.bfloat16)
+        launch.launched.clear()   # a bounded deque (maxlen 256): full after a long run, its length would stop growing
         before = len(launch.launched)
         sage_co.sage_attention_varlen(q, k, v, cq, ck, max(lens), max(lens), backend="emu")
         counts.append(len(launch.launched) - before)
@@ -200,6 +204,7 @@ def test_varlen_launch_count_does_not_grow_with_the_batch():
 def test_varlen_refuses_attn_mask_naming_it():
     """attn_mask is not a varlen option (docs/numerics.md §Varlen): refused before any kernel runs."""
     q, k, v, cq, ck = packed_inputs([5, 9], [7, 3], 2, 1, 64, torch.bfloat16)
+    launch.launched.clear()   # a bounded deque (maxlen 256): full after a long run, its length would stop growing
     before = len(launch.launched)
     with pytest.raises(TypeError, match="attn_mask"):
         sage_co.sage_attention_varlen(q, k, v, cq, ck, 9, 7, backend="emu",
