@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from . import masks, plan as planning, validate
+from . import launch, masks, plan as planning, validate
 from .callspec import FWD_KEYWORDS, SAGE_ATTENTION, SAGE_ATTENTION_FWD, SAGE_PREPARE, OpSpec
 from .ops import attention as attention_ops
 from .ops import prepare as prepare_ops
@@ -186,7 +186,9 @@ sage_attention_fwd.__signature__ = SAGE_ATTENTION_FWD.signature(FWD_KEYWORDS)
 # -------------------------------------------------------------------------------------------- prepare + forward
 def _run_attention(p: planning.Plan):
     """The planned prepare and attention launches (the prepared structure is made here: padding not re-read)."""
-    return attention_ops.execute(p.attention, _prepare_fields(p), p.options["block_mask"], p.options["attn_mask"])
+    with launch.device_guard(p.attention.launch.backend, p.q):   # one device guard for the call's launches
+        return attention_ops.execute(p.attention, _prepare_fields(p), p.options["block_mask"],
+                                     p.options["attn_mask"])
 
 
 def _attention_impl(*args):

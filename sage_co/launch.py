@@ -34,7 +34,7 @@ from .backends.base import (POINTER_ALIGN, KernelLaunch, KernelPlan, Packer, dev
                             hip_device_problem)
 from .kernargs import KernargStruct
 
-__all__ = ["launch", "BoundLaunch", "resolve_backend", "get_backend", "use_backend", "checked_kernel", "plan", "warmup",
+__all__ = ["launch", "BoundLaunch", "device_guard", "resolve_backend", "get_backend", "use_backend", "checked_kernel", "plan", "warmup",
            "recording", "device_arch", "BACKENDS", "LaunchRecord"]
 
 _DEVICE_CHECKS = {"emu": emu_device_problem, "hip": hip_device_problem}
@@ -270,6 +270,19 @@ def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: 
                 values[name] = value
     _pointers(symbol, p, tensors, values)
     return _run(be, p, backend, grid, block, args, tensors, values, options)
+
+
+_NO_GUARD = contextlib.nullcontext()
+
+
+def device_guard(backend: str, tensor: torch.Tensor):
+    """One device guard for several launches on `tensor`'s device (a whole op call): the hip backend makes that
+    device current once (HipBackend.device_guard) instead of per launch; other backends need none."""
+    be = _backends.get(backend)
+    guard = getattr(be, "device_guard", None)
+    if guard is None:
+        return _NO_GUARD
+    return guard(be.platform.device_index(tensor))
 
 
 class BoundLaunch:

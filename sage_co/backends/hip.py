@@ -16,6 +16,7 @@ the test suite passes one that maps CPU tensors onto a stub runtime (tests/stub_
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import struct as _struct
 import threading
@@ -139,6 +140,7 @@ class HipBackend:
         self._resolved_plans: list[KernelPlan] = []   # plans whose backend_state holds this backend's handles
         self._lock = threading.Lock()
         self._success = self.hip.hipError_t.hipSuccess
+        self._guard = threading.local()   # .index: the device a device_guard() made current on this thread
 
     def device_problem(self, tensor: torch.Tensor) -> str | None:
         return self.platform.device_problem(tensor)
@@ -167,6 +169,25 @@ class HipBackend:
         try:
             return fn()
         finally:
+            if previous != index:
+                self._call("hipSetDevice", previous)
+
+    @contextlib.contextmanager
+    def device_guard(self, index: int):
+        """Make device `index` current for the launches inside the block (one hipGetDevice, and hipSetDevice
+        there and back only when another device is current): a call's launches skip their own per-launch guard."""
+        guard = self._guard
+        if getattr(guard, "index", None) == index:   # nested: the outer guard holds it
+            yield
+            return
+        previous = self._call("hipGetDevice")
+        if previous != index:
+            self._call("hipSetDevice", index)
+        outer, guard.index = getattr(guard, "index", None), index
+        try:
+            yield
+        finally:
+            guard.index = outer
             if previous != index:
                 self._call("hipSetDevice", previous)
 
@@ -246,13 +267,16 @@ class HipBackend:
         pack()'s result."""
         stream = self.platform.stream(index)
         hip = self.hip
-        try:   # _call("hipGetDevice") inline: this runs once per launch
-            status, previous = hip.hipGetDevice()
-        except RuntimeError:
-            previous = self._call("hipGetDevice")   # hip-python could not call the runtime: _call's HipError
+        if getattr(self._guard, "index", None) == index:   # inside device_guard(index): already current
+            previous = index
         else:
-            if status != self._success:
-                raise hip_runtime.error(hip, "hipGetDevice", status, "", False)
+            try:   # _call("hipGetDevice") inline: this runs once per launch outside a device_guard
+                status, previous = hip.hipGetDevice()
+            except RuntimeError:
+                previous = self._call("hipGetDevice")   # hip-python could not call the runtime: _call's HipError
+            else:
+                if status != self._success:
+                    raise hip_runtime.error(hip, "hipGetDevice", status, "", False)
         if previous != index:
             self._call("hipSetDevice", index)
         try:
