@@ -117,13 +117,14 @@
 // that masks scores to -inf; padded query rows are computed and not stored.
 //
 // Resources (clang 22.1.8 -O3, checked with tools/disasm_check.py; hsaco/manifest.json has every symbol's):
-// DP = 128: 224 VGPRs, 48 SGPRs, scratch 0, LDS 32768 B; DP = 64: 138 VGPRs, LDS 16384 B; no WMMA hazards left
+// DP = 128: 232 VGPRs, 70 SGPRs, scratch 0, LDS 32768 B (PV_FP16: 251 VGPRs); DP = 64: 154 VGPRs (PV_FP16: 181),
+// LDS 16384 B; no WMMA hazards left
 // (LLVM inserts the v_nop of §Hazards 1 where needed). The epilogue's d-tile loop is fully unrolled: a
-// dynamically indexed o[] would go to scratch. Occupancy (§Occupancy), DP = 128: 224 VGPRs -> 6 waves/SIMD by
+// dynamically indexed o[] would go to scratch. Occupancy (§Occupancy), DP = 128: 232 VGPRs -> 6 waves/SIMD by
 // registers; 32 KiB LDS per 4-wave workgroup -> 4 workgroups per WGP (128 KiB) = 4 waves/SIMD, the binding
-// limit; DP = 64: 138 VGPRs -> 8 waves/SIMD (LDS allows 8). DP = 256 (DIRECT_STAGE, Q_RELOAD below): O^T is
+// limit; DP = 64: 154 VGPRs -> 9 waves/SIMD by registers, LDS allows 8. DP = 256 (DIRECT_STAGE, Q_RELOAD below): O^T is
 // 128 VGPRs, so the K/V^T staging registers are not held across the tile (tile t+1 goes global -> VGPRs -> the other
-// LDS buffer at the top of tile t) and the Q^T fragments are re-read at each d-group: 245 VGPRs, no scratch, LDS
+// LDS buffer at the top of tile t) and the Q^T fragments are re-read at each d-group: 256 VGPRs, no scratch, LDS
 // 64 KiB -> 2 workgroups per WGP = 2 waves/SIMD (docs/performance.md §Head dim 256).
 // PV16 (pv_dtype fp16): the V^T tile is DP x 128 B (8 chunks per row, XOR-swizzled row & 7 like 8-chunk K rows),
 // staged as DP/16 b128 loads per thread; each lane reads chunk 4hl+c of row 16t+r as the f16 A-fragment of chunk c

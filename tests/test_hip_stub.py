@@ -82,6 +82,12 @@ def test_one_module_load_per_device_and_code_object(main_run):
     assert set(main_run["functions"]) == set(main_run["shipped_symbols"])
 
 
+def test_a_whole_call_sets_its_device_once(main_run):
+    """prepare's launches and attention run under one device guard: hipSetDevice there and back, not per launch."""
+    assert main_run["whole_call_launches"] >= 3, main_run["whole_call_launches"]
+    assert main_run["whole_call_set_device"] == [1, 0], main_run["whole_call_set_device"]
+
+
 def test_hip_errors_carry_code_names_and_text(main_run):
     err = main_run["launch_error"]
     assert err["call"] == "hipModuleLaunchKernel" and err["code"] == 400

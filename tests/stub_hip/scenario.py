@@ -183,6 +183,16 @@ def main_scenario(tmp: Path) -> dict:
     out["functions"] = sorted({r["name"] for r in stub.records("get_function")})
     out["current_device_after"] = be._call("hipGetDevice")
 
+    # -- one device guard per whole call: a sage_attention call on device 1 (current: 0) switches there and back
+    #    once, not once per launch (prepare's launches + attention)
+    from sage_co import sage_attention
+    be.platform.device = 1
+    sets_before, launches_before = len(stub.records("set_device")), len(stub.records("launch"))
+    sage_attention(*inputs(S=100, H=2), backend="hip")
+    be.platform.device = 0
+    out["whole_call_launches"] = len(stub.records("launch")) - launches_before
+    out["whole_call_set_device"] = [r["device"] for r in stub.records("set_device")[sets_before:]]
+
     # -- errors: code, every alias, hipGetErrorString text; a failed launch is not recorded as launched
     q, k, v = inputs(S=16, H=1)
     from sage_co.ops.prepare import run_prepare
