@@ -163,14 +163,8 @@ class HipBackend:
         return int(status) != 0
 
     def _with_device(self, index: int, fn):
-        previous = self._call("hipGetDevice")
-        if previous != index:
-            self._call("hipSetDevice", index)
-        try:
+        with self.device_guard(index):
             return fn()
-        finally:
-            if previous != index:
-                self._call("hipSetDevice", previous)
 
     @contextlib.contextmanager
     def device_guard(self, index: int):
