@@ -288,8 +288,9 @@ def device_guard(backend: str, tensor: torch.Tensor):
 class BoundLaunch:
     """One kernel's launch with everything but its tensors fixed -- symbol, struct, grid, block, scalar kernargs,
     backend -- checked once when bound (the geometry, every scalar packed once: an error names the field). The
-    ops' recipes (sage_co.ops.*) bind their launches when a call shape is planned; per call they add the tensors
-    (`args(tensors, fresh)`) and launch() checks and packs those.
+    ops' recipes (sage_co.ops.*) bind their launches when a call shape is planned; per call they add the tensors:
+    `bound(tensors, fresh)` launches (the same as launch() on `bound.args(tensors, fresh)`, without building that
+    mapping when the fast path takes the launch).
 
     Per call, a backend with a bound-launch fast path (the hip backend: `bind_launch`, its kernarg bytes packed
     here once, only the pointer fields written per call) gets just the tensors' addresses, after launch()'s
@@ -299,7 +300,8 @@ class BoundLaunch:
     path does not take (a missing or extra field, a failed check, backend options) goes through the full
     launch() path, which raises the error naming the argument."""
 
-    __slots__ = ("symbol", "struct", "grid", "block", "scalars", "backend", "fast", "_be", "_pointer_names", "_plan")
+    __slots__ = ("symbol", "struct", "grid", "block", "scalars", "backend", "fast", "_be", "_pointer_names", "_plan",
+                 "_n", "_get")
 
     def __init__(self, symbol: str, struct: KernargStruct, grid: tuple, block: tuple, scalars: dict, *,
                  backend: str):
@@ -310,23 +312,35 @@ class BoundLaunch:
         kernarg_bytes = struct.pack({**scalars, **pointers})   # scalars fit, none missing
         self.symbol, self.struct, self.scalars, self.backend = symbol, struct, dict(scalars), backend
         self._plan, self._be = p, be
-        self._pointer_names = tuple(f.name for f in sorted(struct.fields, key=lambda f: f.offset) if f.kind == "ptr")
+        names = tuple(f.name for f in sorted(struct.fields, key=lambda f: f.offset) if f.kind == "ptr")
+        self._pointer_names, self._n = names, len(names)
+        # the call's tensors in offset order in one C call (itemgetter of one name returns the value, not a tuple)
+        self._get = operator.itemgetter(*names) if len(names) > 1 else lambda m, _n=names: tuple(m[n] for n in _n)
         bind = getattr(be, "bind_launch", None)
-        self.fast = bind(p, self.grid, self.block, kernarg_bytes) if bind is not None else None
+        self.fast = bind(p, self.grid, self.block, kernarg_bytes) if bind is not None and names else None
 
     def args(self, tensors: dict, fresh: dict | None = None) -> "LaunchArgs":
         """The whole kernarg mapping of one launch: the bound scalars and this call's tensors (`fresh`: the op's
         own new outputs and workspaces, see the class docstring)."""
         return LaunchArgs(self, tensors, fresh or {})
 
+    def __call__(self, tensors: dict, fresh: dict | None = None):
+        """Launch with these tensors: launch(symbol, struct, grid, block, self.args(tensors, fresh), backend=...),
+        its result; the fast path first, the full path (its checks, its errors) for anything the fast one declines."""
+        done, result = self._fire(tensors, _NONE if fresh is None else fresh)
+        if done:
+            return result
+        return launch(self.symbol, self.struct, self.grid, self.block, self.args(tensors, fresh),
+                      backend=self.backend)
+
     def fire(self, args: "LaunchArgs") -> tuple[bool, Any]:
         """The fast path of launch(): (True, the backend's result), or (False, None) when the launch must take
         the full path (which then raises the precise error, or launches on a swapped-in backend)."""
-        be = self._be
-        if _backends.get(self.backend) is not be:   # use_backend() replaced it since this launch was bound
-            return False, None
-        checked, fresh = args.tensors, args.fresh
-        if len(checked) + len(fresh) != len(self._pointer_names):
+        return self._fire(args.tensors, args.fresh)
+
+    def _fire(self, checked: dict, fresh: dict) -> tuple[bool, Any]:
+        if self.fast is None or _backends.get(self.backend) is not self._be or \
+                len(checked) + len(fresh) != self._n:   # use_backend() replaced it since binding / a field short
             return False, None
         device = None
         try:
@@ -338,15 +352,18 @@ class BoundLaunch:
                     device = index
                 elif index != device:
                     return False, None
-            row = [args[n].data_ptr() for n in self._pointer_names]
+            # every pointer field's tensor in offset order (a missing name: KeyError; a name in both dicts
+            # leaves another one missing), then their addresses (a non-tensor: TypeError)
+            ordered = self._get({**checked, **fresh} if fresh else checked)
+            row = list(map(_DATA_PTR, ordered))
         except (KeyError, AttributeError, TypeError):   # a field missing, or not a tensor
             return False, None
         if functools.reduce(operator.or_, row) % POINTER_ALIGN:
             return False, None
-        first = next(iter(checked.values())) if checked else args[self._pointer_names[0]]
-        kernarg_bytes = self.fast(row, first, bool(_recorders))
+        recording_ = bool(_recorders)
+        kernarg_bytes = self.fast(row, ordered[0], recording_)
         launched.append((self.symbol, self.backend))
-        if _recorders:
+        if recording_:
             rec = LaunchRecord(self.symbol, self.backend, self.grid, self.block, None, kernarg_bytes,
                                dict(zip(self._pointer_names, row)))
             for r in _recorders:
@@ -354,22 +371,108 @@ class BoundLaunch:
         return True, None
 
 
-class LaunchArgs(dict):
-    """A kernarg mapping made by BoundLaunch.args: an ordinary dict of every field, which also remembers that its
-    scalars are the bound (already checked) ones, so launch() only checks and packs its tensors. Any change to
-    the mapping forgets that (launch() then checks every value, as for a plain dict)."""
+_NONE: dict = {}                         # no fresh tensors (never mutated)
+_DATA_PTR = torch.Tensor.data_ptr        # one C call per tensor in BoundLaunch._fire (a non-tensor: TypeError)
 
-    __slots__ = ("bound", "tensors", "fresh")
+
+class LaunchArgs(dict):
+    """A kernarg mapping made by BoundLaunch.args: a dict of every field (the bound scalars, then the tensors, then
+    the fresh tensors), which also remembers that its scalars are the bound (already checked) ones, so launch()
+    only checks and packs its tensors. Any change to the mapping forgets that (launch() then checks every value, as
+    for a plain dict).
+
+    The entries are copied in at the first read or write through any dict method (`_fill`), not when it is made:
+    launch()'s fast path reads only `bound`, `tensors` and `fresh`, so an op's launch builds no 40-entry dict
+    (a read that bypasses the Python methods -- none in CPython's dict(), {**m}, f(**m), json or copy, which
+    see the overridden __iter__ / keys -- would see it empty)."""
+
+    __slots__ = ("bound", "tensors", "fresh", "_filled")
 
     def __init__(self, bound: BoundLaunch, tensors: dict, fresh: dict):
-        super().__init__(bound.scalars)
-        super().update(tensors)
-        super().update(fresh)
-        self.bound, self.tensors, self.fresh = bound, tensors, fresh
+        super().__init__()
+        self.bound, self.tensors, self.fresh, self._filled = bound, tensors, fresh, False
+
+    def _fill(self):
+        if not self._filled:
+            self._filled = True
+            dict.update(self, self.bound.scalars)
+            dict.update(self, self.tensors)
+            dict.update(self, self.fresh)
 
     def _changed(self):
+        self._fill()
         self.bound = None
 
+    # ---- reads: the entries first
+    def __getitem__(self, key):
+        self._fill()
+        return dict.__getitem__(self, key)
+
+    def __contains__(self, key):
+        self._fill()
+        return dict.__contains__(self, key)
+
+    def __iter__(self):
+        self._fill()
+        return dict.__iter__(self)
+
+    def __reversed__(self):
+        self._fill()
+        return dict.__reversed__(self)
+
+    def __len__(self):
+        self._fill()
+        return dict.__len__(self)
+
+    def __eq__(self, other):
+        self._fill()
+        if isinstance(other, LaunchArgs):
+            other._fill()
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other):
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    __hash__ = None
+
+    def __repr__(self):
+        self._fill()
+        return dict.__repr__(self)
+
+    def __or__(self, other):
+        self._fill()
+        return dict.__or__(self, other)
+
+    def __ror__(self, other):
+        self._fill()
+        return dict.__ror__(self, other)
+
+    def __reduce_ex__(self, protocol):   # pickle / copy: a plain dict of the entries
+        self._fill()
+        return dict, (dict(self.items()),)
+
+    def get(self, key, default=None):
+        self._fill()
+        return dict.get(self, key, default)
+
+    def keys(self):
+        self._fill()
+        return dict.keys(self)
+
+    def values(self):
+        self._fill()
+        return dict.values(self)
+
+    def items(self):
+        self._fill()
+        return dict.items(self)
+
+    def copy(self):
+        self._fill()
+        return dict(dict.items(self))
+
+    # ---- writes: the entries first, then the bound scalars are no longer known to be the checked ones
     def __setitem__(self, key, value):
         self._changed()
         super().__setitem__(key, value)

@@ -16,9 +16,7 @@ the test suite passes one that maps CPU tensors onto a stub runtime (tests/stub_
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import struct as _struct
 import threading
 
 import torch
@@ -82,31 +80,36 @@ class ResolvedKernel:
 class BoundKernel:
     """One bound launch (sage_co.launch.BoundLaunch) on this backend: its own kernarg buffer with the scalars
     packed once (the bytes BoundLaunch packed from the struct in sage_co/abi.py), its own `extra` config, the
-    pointer fields' offsets grouped into runs of adjacent 8-byte fields (one struct.pack_into per run), grid and
-    block. A call writes the addresses and calls hipModuleLaunchKernel with the prebuilt config: the only
-    per-call Python work left is the device guard, the stream lookup and hip-python's own wrapper."""
+    pointer fields grouped into runs of adjacent 8-byte fields (one slice store into a little-endian u64 view of
+    the buffer per run: pointers are 8-byte aligned, docs/rdna4.md §Entry), grid and block. A call writes the
+    addresses and calls hipModuleLaunchKernel with the prebuilt config: the only per-call Python work left is the
+    device guard, the stream lookup and hip-python's own wrapper."""
 
-    __slots__ = ("backend", "plan", "grid", "block", "buffer", "size", "config", "config_address", "runs", "lock")
+    __slots__ = ("backend", "plan", "grid", "block", "buffer", "words", "size", "config", "config_address", "runs",
+                 "lock")
 
     def __init__(self, backend: "HipBackend", p: KernelPlan, grid: tuple, block: tuple, kernarg_bytes: bytes):
         self.backend, self.plan, self.grid, self.block = backend, p, tuple(grid), tuple(block)
         self.buffer = (ctypes.c_uint8 * len(kernarg_bytes)).from_buffer_copy(kernarg_bytes)
+        # the whole 8-byte words of the buffer as u64 (every pointer field is one of them)
+        self.words = (ctypes.c_uint64.__ctype_le__ * (len(kernarg_bytes) // 8)).from_buffer(self.buffer)
         self.size = ctypes.c_size_t(len(kernarg_bytes))
         self.config = (ctypes.c_void_p * 5)(PARAM_BUFFER_POINTER, ctypes.addressof(self.buffer), PARAM_BUFFER_SIZE,
                                             ctypes.addressof(self.size), PARAM_END)
         self.config_address = ctypes.addressof(self.config)
         offsets = sorted(f.offset for f in p.struct.fields if f.kind == "ptr")
-        runs, start, n = [], 0, 0   # (first pointer's index in the row, row slice end, offset, Struct)
+        assert all(off % 8 == 0 for off in offsets), (p.symbol, offsets)   # the ABI's natural alignment
+        runs, start, n = [], 0, 0   # (first pointer's index in the row, row slice end, first word, word end)
         for i, off in enumerate(offsets):
             if n and off == offsets[i - 1] + 8:
                 n += 1
             else:
                 if n:
-                    runs.append((start, start + n, offsets[start]))
+                    runs.append((start, start + n, offsets[start] // 8, offsets[start] // 8 + n))
                 start, n = i, 1
         if n:
-            runs.append((start, start + n, offsets[start]))
-        self.runs = tuple((a, b, off, _struct.Struct(f"<{b - a}Q")) for a, b, off in runs)
+            runs.append((start, start + n, offsets[start] // 8, offsets[start] // 8 + n))
+        self.runs = tuple(runs)
         self.lock = threading.Lock()
 
     def __call__(self, row: list, first: torch.Tensor, want_bytes: bool) -> bytes | None:
@@ -118,13 +121,57 @@ class BoundKernel:
         rk = per_device.get(index) if per_device is not None else None
         if rk is None:
             rk = be._resolve(p, index)
-        buffer = self.buffer
+        if getattr(be._guard, "index", None) != index:   # outside a device_guard(index): _enqueue sets the device
+            return be._enqueue(p, index, rk.function, self.grid, self.block, 0, self.lock,
+                               lambda: self._pack(row, want_bytes), self.config_address)
+        # inside device_guard(index) (a whole op call): _enqueue's launch without the device switch or a closure
+        stream = be.platform.stream(index)
+        grid, block = self.grid, self.block
+        try:
+            with self.lock:
+                data = self._pack(row, want_bytes)
+                err = be.hip.hipModuleLaunchKernel(rk.function, *grid, *block, 0, stream, None,
+                                                   self.config_address)[0]
+        except RuntimeError as exc:
+            raise be._unreachable(p, exc) from None
+        if err != be._success:
+            raise be._launch_failed(p, err, grid, block, index)
+        return data
 
-        def pack():
-            for a, b, off, packer in self.runs:
-                packer.pack_into(buffer, off, *row[a:b])
-            return bytes(buffer) if want_bytes else None
-        return be._enqueue(p, index, rk.function, self.grid, self.block, 0, self.lock, pack, self.config_address)
+    def _pack(self, row: list, want_bytes: bool) -> bytes | None:
+        words = self.words
+        for a, b, i, j in self.runs:
+            words[i:j] = row[a:b]
+        return bytes(self.buffer) if want_bytes else None
+
+
+class _DeviceGuard:
+    """HipBackend.device_guard's context manager (a class: cheaper to enter than a generator's)."""
+
+    __slots__ = ("backend", "index", "previous", "outer", "nested")
+
+    def __init__(self, backend: "HipBackend", index: int):
+        self.backend, self.index = backend, index
+
+    def __enter__(self):
+        be, index = self.backend, self.index
+        guard = be._guard
+        outer = getattr(guard, "index", None)
+        self.nested = outer == index
+        if self.nested:   # the outer guard holds it
+            return
+        previous = be._call("hipGetDevice")
+        if previous != index:
+            be._call("hipSetDevice", index)
+        self.previous, self.outer = previous, outer
+        guard.index = index
+
+    def __exit__(self, *exc):
+        if self.nested:
+            return
+        self.backend._guard.index = self.outer
+        if self.previous != self.index:
+            self.backend._call("hipSetDevice", self.previous)
 
 
 class HipBackend:
@@ -166,24 +213,10 @@ class HipBackend:
         with self.device_guard(index):
             return fn()
 
-    @contextlib.contextmanager
-    def device_guard(self, index: int):
+    def device_guard(self, index: int) -> _DeviceGuard:
         """Make device `index` current for the launches inside the block (one hipGetDevice, and hipSetDevice
         there and back only when another device is current): a call's launches skip their own per-launch guard."""
-        guard = self._guard
-        if getattr(guard, "index", None) == index:   # nested: the outer guard holds it
-            yield
-            return
-        previous = self._call("hipGetDevice")
-        if previous != index:
-            self._call("hipSetDevice", index)
-        outer, guard.index = getattr(guard, "index", None), index
-        try:
-            yield
-        finally:
-            guard.index = outer
-            if previous != index:
-                self._call("hipSetDevice", previous)
+        return _DeviceGuard(self, index)
 
     # --------------------------------------------------------------------------------- resolution
     def _resolve(self, p: KernelPlan, index: int) -> ResolvedKernel:
@@ -278,15 +311,22 @@ class HipBackend:
                 data = pack()
                 err = hip.hipModuleLaunchKernel(function, *grid, *block, shared, stream, None, config_address)[0]
         except RuntimeError as exc:
-            raise HipError(f"hipModuleLaunchKernel({p.symbol}): hip-python could not call the HIP runtime: {exc}",
-                           call="hipModuleLaunchKernel") from None
+            raise self._unreachable(p, exc) from None
         finally:
             if previous != index:
                 self._call("hipSetDevice", previous)
         if err != self._success:
-            raise hip_runtime.error(hip, "hipModuleLaunchKernel", err,
-                                    f"({p.symbol}, grid={grid}, block={block}, device {index})", fault_note=True)
+            raise self._launch_failed(p, err, grid, block, index)
         return data
+
+    @staticmethod
+    def _unreachable(p: KernelPlan, exc: RuntimeError) -> HipError:
+        return HipError(f"hipModuleLaunchKernel({p.symbol}): hip-python could not call the HIP runtime: {exc}",
+                        call="hipModuleLaunchKernel")
+
+    def _launch_failed(self, p: KernelPlan, err, grid, block, index: int) -> HipError:
+        return hip_runtime.error(self.hip, "hipModuleLaunchKernel", err,
+                                 f"({p.symbol}, grid={grid}, block={block}, device {index})", fault_note=True)
 
     def synchronize(self) -> None:
         """hipDeviceSynchronize on the current device: where a kernel's fault is reported."""
