@@ -188,7 +188,7 @@ def _run_attention(p: planning.Plan):
     """The planned prepare and attention launches (the prepared structure is made here: padding not re-read)."""
     with launch.device_guard(p.attention.launch.backend, p.q):   # one device guard for the call's launches
         return attention_ops.execute(p.attention, _prepare_fields(p), p.options["block_mask"],
-                                     p.options["attn_mask"])
+                                     p.options["attn_mask"], own=True)
 
 
 def _attention_impl(*args):

@@ -164,15 +164,17 @@ def _key(spec: callspec.OpSpec, inputs: tuple, o: dict):
             _float_slots.clear()
         floats = _float_slots[types] = (tuple(i for i, t in enumerate(types) if t is float)
                                         if _PLAIN_OR_FLOAT.issuperset(types) else None)
-    if floats is None or any(values[i] == 0.0 for i in floats):
+    signed_zero = floats is None
+    if not signed_zero:
+        for i in floats:
+            if values[i] == 0.0:
+                signed_zero = True
+                break
+    if signed_zero:
         values = tuple(x if t in _PLAIN else _value_key(x) for x, t in zip(values, types))
-    # launch.backend_swaps: a plan resolved (device checks included) before a backend was swapped is not reused
-    parts = (spec.name, launch.backend_swaps, tuple(o), tensors, types, values)
-    try:
-        hash(parts)
-    except TypeError:
-        return None
-    return parts
+    # launch.backend_swaps: a plan resolved (device checks included) before a backend was swapped is not reused.
+    # Not hashed here: plan_call's lookup hashes it once (an unhashable part: TypeError there, planned uncached)
+    return (spec.name, launch.backend_swaps, tuple(o), tensors, types, values)
 
 
 _plans: dict[tuple, Plan] = {}
@@ -190,7 +192,10 @@ def plan_call(spec: callspec.OpSpec, inputs: tuple, options: dict, *, resolve: b
     if not resolve or torch.compiler.is_compiling():
         return _fresh(spec, inputs, options, resolve)
     key = _key(spec, inputs, options)
-    hit = _plans.get(key) if key is not None else None
+    try:
+        hit = _plans.get(key) if key is not None else None
+    except TypeError:   # an unhashable option value: planned uncached
+        hit = key = None
     if hit is None:
         hit = _fresh(spec, inputs, options, True)
         if key is not None:
@@ -198,12 +203,17 @@ def plan_call(spec: callspec.OpSpec, inputs: tuple, options: dict, *, resolve: b
                 _plans.clear()
             _plans[key] = hit._replace(q=None, k=None, v=None, options=None)   # no tensors kept alive
         return hit
-    if hit.op == callspec.SAGE_ATTENTION_FWD.name:
-        return hit._replace(options=options)
+    op, shapes, layout, _, _, _, scale, rope_dim, _, prep, att = hit
+    if op == callspec.SAGE_ATTENTION_FWD.name:
+        return _make_plan((op, shapes, layout, None, None, None, scale, rope_dim, options, prep, att))
     q, k, v = inputs
-    if hit.layout == "HND":
+    if layout == "HND":
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    return hit._replace(q=q, k=k, v=v, options=options)
+    # Plan._make: the hit's fields with this call's tensors and options (cheaper than NamedTuple._replace)
+    return _make_plan((op, shapes, layout, q, k, v, scale, rope_dim, options, prep, att))
+
+
+_make_plan = Plan._make
 
 
 def eager(*tensors) -> bool:

@@ -93,6 +93,7 @@ class AttentionRecipe(NamedTuple):
     is_causal: bool
     return_lse: bool
     mask_dims: tuple[int, int, int] | None = None   # attn_mask's (Bm, Hm, Rq) (masks.mask_dims), None: no attn_mask
+    lut_strides: tuple[int, int] = (0, 0)   # the bound (lut_stride_b, lut_stride_h): what execute's LUT must have
 
 
 def _lut_strides(sh: validate.Shapes, has_block_mask: bool, mask_dims=None) -> tuple[int, int]:
@@ -152,7 +153,8 @@ def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: boo
     lse_shape = (sh.B, sh.H_q, sh.S_q) if return_lse else (1,)
     bound = BoundLaunch(kernel.symbol, ATTENTION_FWD_ARGS, (Sq_pad // QUERY_TILE, sh.H_q, sh.B), BLOCK, scalars,
                         backend=backend)
-    return AttentionRecipe(kernel, bound, out_shape, lse_shape, sh.dtype, sh, is_causal, return_lse, mask_dims)
+    return AttentionRecipe(kernel, bound, out_shape, lse_shape, sh.dtype, sh, is_causal, return_lse, mask_dims,
+                           (scalars["lut_stride_b"], scalars["lut_stride_h"]))
 
 
 _luts: dict[tuple, tuple[torch.Tensor, int, int, torch.Tensor]] = {}
@@ -191,32 +193,54 @@ def _lut(rec: AttentionRecipe, block_mask: torch.Tensor | None, device: torch.de
     return (*hit, hit[3], hit[3])
 
 
+_no_lse_buffers: dict[torch.device, torch.Tensor] = {}
+
+
+def _no_lse(device: torch.device) -> torch.Tensor:
+    """The lse pointer of a launch without return_lse: the kernel never touches it (no abi.FLAG_LSE), so one
+    1-element fp32 buffer per device serves every such launch (execute's callers drop it)."""
+    t = _no_lse_buffers.get(device)
+    if t is None:
+        t = _no_lse_buffers[device] = torch.zeros(1, dtype=torch.float32, device=device)
+    return t
+
+
 def execute(rec: AttentionRecipe, prepared: SagePrepared, block_mask: torch.Tensor | None = None,
-            attn_mask: torch.Tensor | None = None):
+            attn_mask: torch.Tensor | None = None, own: bool = False):
     """Run the planned attention launch on `prepared` (checked against the recipe by whoever planned it):
-    (out, lse) with lse [B, H_q, S_q] fp32 when rec.return_lse, else a 1-element placeholder."""
+    (out, lse) with lse [B, H_q, S_q] fp32 when rec.return_lse, else a 1-element placeholder (shared: never
+    written). own: `prepared` is the op's own (sage_attention's prepare stage, fresh tensors): its tensors are
+    launched as the op's fresh ones (alignment checked), a caller's SagePrepared as the caller's (every check)."""
     device = prepared.q_int8.device
-    out = torch.empty(rec.out_shape, dtype=rec.out_dtype, device=device)
-    lse = torch.empty(rec.lse_shape, dtype=torch.float32, device=device)
+    out = torch.empty(*rec.out_shape, dtype=rec.out_dtype, device=device)
+    lse = torch.empty(*rec.lse_shape, dtype=torch.float32, device=device) if rec.return_lse else _no_lse(device)
     assert (attn_mask is None) == (rec.mask_dims is None)
     lut, lut_sb, lut_sh, kinds, bits, bias = _lut(rec, block_mask, device, attn_mask)
     bound = rec.launch
-    assert (lut_sb, lut_sh) == (bound.scalars["lut_stride_b"], bound.scalars["lut_stride_h"])
-    # prepared's tensors are checked at the launch; out, lse and the LUT (the op's own) only for alignment
-    launch(bound.symbol, ATTENTION_FWD_ARGS, bound.grid, BLOCK, bound.args({
+    assert (lut_sb, lut_sh) == rec.lut_strides
+    inputs = {
         "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_t,
         "q_scale": prepared.q_scale, "k_scale": prepared.k_scale, "k_mean": prepared.k_mean,
         "v_scale": prepared.v_scale,
         # smooth_v: the epilogue adds v_mean back; without it the kernel never reads this pointer
         "v_mean": prepared.v_mean if prepared.v_mean is not None else prepared.k_mean,
-    }, {"out": out, "lse": lse, "lut": lut, "mask_bits": bits, "mask_bias": bias, "mask_kind": kinds,
-        # read only by varlen launches (abi.FLAG_VARLEN): any valid pointer
-        "cu_seqlens_q": lut, "cu_seqlens_kv": lut}),
-        backend=bound.backend)
+    }
+    fresh = {"out": out, "lse": lse, "lut": lut, "mask_bits": bits, "mask_bias": bias, "mask_kind": kinds,
+             # read only by varlen launches (abi.FLAG_VARLEN): any valid pointer
+             "cu_seqlens_q": lut, "cu_seqlens_kv": lut}
+    # a caller's prepared tensors are checked at the launch; out, lse and the LUT (the op's own) only for alignment
+    if own:
+        launch(bound.symbol, ATTENTION_FWD_ARGS, bound.grid, BLOCK, bound.args(_NONE, {**inputs, **fresh}),
+               backend=bound.backend)
+    else:
+        launch(bound.symbol, ATTENTION_FWD_ARGS, bound.grid, BLOCK, bound.args(inputs, fresh), backend=bound.backend)
     if rec.return_lse and prepared.lse_corr is not None:
         assert not bound.scalars["flags"] & FLAG_SMOOTH_K    # planned with has_lse_corr: the kernel left it out
         lse = lse + prepared.lse_corr     # the same fp32 add as reference.sage_attention_model
     return out, lse
+
+
+_NONE: dict = {}   # no caller tensors (never mutated)
 
 
 def plan_forward(prepared: SagePrepared, *, return_lse: bool = False, layout: str = "NHD",
