@@ -55,10 +55,12 @@ def _schema_values(p: planning.Plan) -> dict:
 
 
 # -------------------------------------------------------------------------------------------- prepare
-def _prepare_fields(p: planning.Plan) -> SagePrepared:
+def _prepare_fields(p: planning.Plan, internal: bool = False) -> SagePrepared:
+    """The planned prepare launches; internal: the prepared structure never leaves the op (its buffers are one
+    workspace, sage_co.ops.prepare.buffers)."""
     o = p.options
     return prepare_ops.execute(p.prepare, p.q, p.k, p.v, q_norm_weight=o["q_norm_weight"],
-                               k_norm_weight=o["k_norm_weight"], cos=o["cos"], sin=o["sin"])
+                               k_norm_weight=o["k_norm_weight"], cos=o["cos"], sin=o["sin"], internal=internal)
 
 
 def _prepare_impl(*args):
@@ -187,7 +189,7 @@ sage_attention_fwd.__signature__ = SAGE_ATTENTION_FWD.signature(FWD_KEYWORDS)
 def _run_attention(p: planning.Plan):
     """The planned prepare and attention launches (the prepared structure is made here: padding not re-read)."""
     with launch.device_guard(p.attention.launch.backend, p.q):   # one device guard for the call's launches
-        return attention_ops.execute(p.attention, _prepare_fields(p), p.options["block_mask"],
+        return attention_ops.execute(p.attention, _prepare_fields(p, internal=True), p.options["block_mask"],
                                      p.options["attn_mask"], own=True)
 
 

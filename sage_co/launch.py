@@ -34,7 +34,7 @@ from .backends.base import (POINTER_ALIGN, KernelLaunch, KernelPlan, Packer, dev
                             hip_device_problem)
 from .kernargs import KernargStruct
 
-__all__ = ["launch", "BoundLaunch", "device_guard", "resolve_backend", "get_backend", "use_backend", "checked_kernel", "plan", "warmup",
+__all__ = ["launch", "BoundLaunch", "Region", "carve", "device_guard", "resolve_backend", "get_backend", "use_backend", "checked_kernel", "plan", "warmup",
            "recording", "device_arch", "BACKENDS", "LaunchRecord"]
 
 _DEVICE_CHECKS = {"emu": emu_device_problem, "hip": hip_device_problem}
@@ -243,6 +243,52 @@ def _backend(backend: str, options: dict):
     return be
 
 
+class Region(tuple):
+    """`nbytes` bytes of a workspace tensor, from device address `address` on: a pointer argument with no tensor
+    of its own (an op's scratch buffers, and every buffer of a call whose intermediate tensors never leave it:
+    sage_co.ops.prepare.buffers), so a call allocates one workspace instead of one tensor per buffer. The fast
+    path (BoundLaunch) reads data_ptr(); the full launch() path and the emulator get tensor(), a uint8 view of
+    exactly those bytes. Made by carve()."""
+
+    __slots__ = ()
+
+    def data_ptr(self) -> int:
+        return self[1]
+
+    @property
+    def device(self) -> torch.device:
+        return self[0].device
+
+    @property
+    def nbytes(self) -> int:
+        return self[2]
+
+    def tensor(self) -> torch.Tensor:
+        base, address, nbytes = self
+        start = address - base.data_ptr()
+        return base[start:start + nbytes]
+
+    def __repr__(self):
+        return f"Region({self[2]} bytes at {self[1]:#x})"
+
+
+_new_tuple = tuple.__new__
+
+
+def carve(base: torch.Tensor, layout) -> list[Region]:
+    """Regions of the 1-D uint8 tensor `base` at the (byte offset, nbytes) pairs of `layout` (offsets
+    POINTER_ALIGN-aligned, within base: the caller's layout)."""
+    address = base.data_ptr()
+    return [_new_tuple(Region, (base, address + offset, nbytes)) for offset, nbytes in layout]
+
+
+def _tensors_of(tensors: dict) -> dict:
+    """The mapping with every Region replaced by its uint8 view (the full path checks and launches tensors)."""
+    if any(type(t) is Region for t in tensors.values()):
+        return {n: t.tensor() if type(t) is Region else t for n, t in tensors.items()}
+    return tensors
+
+
 def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: dict, *, backend: str,
            **options):
     """Run one kernel to completion (emu) or enqueue it on the current stream (hip); returns the backend's
@@ -264,10 +310,11 @@ def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: 
     else:
         tensors, values = {}, {}
         for name, value in args.items():
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, (torch.Tensor, Region)):
                 tensors[name] = value
             else:
                 values[name] = value
+    tensors = _tensors_of(tensors)
     _pointers(symbol, p, tensors, values)
     return _run(be, p, backend, grid, block, args, tensors, values, options)
 
@@ -353,9 +400,9 @@ class BoundLaunch:
                 elif index != device:
                     return False, None
             # every pointer field's tensor in offset order (a missing name: KeyError; a name in both dicts
-            # leaves another one missing), then their addresses (a non-tensor: TypeError)
+            # leaves another one missing), then their addresses (a non-tensor: AttributeError)
             ordered = self._get({**checked, **fresh} if fresh else checked)
-            row = list(map(_DATA_PTR, ordered))
+            row = [t.data_ptr() for t in ordered]   # a tensor's or a Region's
         except (KeyError, AttributeError, TypeError):   # a field missing, or not a tensor
             return False, None
         if functools.reduce(operator.or_, row) % POINTER_ALIGN:
@@ -372,7 +419,6 @@ class BoundLaunch:
 
 
 _NONE: dict = {}                         # no fresh tensors (never mutated)
-_DATA_PTR = torch.Tensor.data_ptr        # one C call per tensor in BoundLaunch._fire (a non-tensor: TypeError)
 
 
 class LaunchArgs(dict):

@@ -26,6 +26,15 @@ from .base import KernelLaunch, KernelPlan, device_arch, hip_device_problem
 from .hip_runtime import HipError
 
 
+def _hip_python_module(generation: str, name: str):
+    """hip-python's submodule `name` of the installed generation ("rocm.bindings" or "hip"), None without it."""
+    import importlib
+    try:
+        return importlib.import_module(f"{generation}.{name}")
+    except ImportError:
+        return None
+
+
 class TorchHip:
     """torch's HIP devices and current streams."""
 
@@ -65,15 +74,16 @@ class ResolvedKernel:
     hip-python the config's address (forwarded as is; HIP copies the kernargs during the call, so the buffer
     is free again when it returns; the lock keeps two threads from packing into it at once)."""
 
-    __slots__ = ("function", "buffer", "size", "config", "config_address", "lock")
+    __slots__ = ("function", "buffer", "size", "config", "config_address", "extra", "lock")
 
-    def __init__(self, function, size: int):
+    def __init__(self, function, size: int, wrap_extra):
         self.function = function
         self.buffer = (ctypes.c_uint8 * size)()
         self.size = ctypes.c_size_t(size)
         self.config = (ctypes.c_void_p * 5)(PARAM_BUFFER_POINTER, ctypes.addressof(self.buffer), PARAM_BUFFER_SIZE,
                                             ctypes.addressof(self.size), PARAM_END)
         self.config_address = ctypes.addressof(self.config)
+        self.extra = wrap_extra(self.config_address)
         self.lock = threading.Lock()
 
 
@@ -85,8 +95,8 @@ class BoundKernel:
     addresses and calls hipModuleLaunchKernel with the prebuilt config: the only per-call Python work left is the
     device guard, the stream lookup and hip-python's own wrapper."""
 
-    __slots__ = ("backend", "plan", "grid", "block", "buffer", "words", "size", "config", "config_address", "runs",
-                 "lock")
+    __slots__ = ("backend", "plan", "grid", "block", "buffer", "words", "size", "config", "config_address", "extra",
+                 "runs", "lock")
 
     def __init__(self, backend: "HipBackend", p: KernelPlan, grid: tuple, block: tuple, kernarg_bytes: bytes):
         self.backend, self.plan, self.grid, self.block = backend, p, tuple(grid), tuple(block)
@@ -97,6 +107,7 @@ class BoundKernel:
         self.config = (ctypes.c_void_p * 5)(PARAM_BUFFER_POINTER, ctypes.addressof(self.buffer), PARAM_BUFFER_SIZE,
                                             ctypes.addressof(self.size), PARAM_END)
         self.config_address = ctypes.addressof(self.config)
+        self.extra = backend._wrap_extra(self.config_address)
         offsets = sorted(f.offset for f in p.struct.fields if f.kind == "ptr")
         assert all(off % 8 == 0 for off in offsets), (p.symbol, offsets)   # the ABI's natural alignment
         runs, start, n = [], 0, 0   # (first pointer's index in the row, row slice end, first word, word end)
@@ -123,15 +134,15 @@ class BoundKernel:
             rk = be._resolve(p, index)
         if getattr(be._guard, "index", None) != index:   # outside a device_guard(index): _enqueue sets the device
             return be._enqueue(p, index, rk.function, self.grid, self.block, 0, self.lock,
-                               lambda: self._pack(row, want_bytes), self.config_address)
+                               lambda: self._pack(row, want_bytes), self.extra)
         # inside device_guard(index) (a whole op call): _enqueue's launch without the device switch or a closure
-        stream = be.platform.stream(index)
+        stream = be._stream(index)
         grid, block = self.grid, self.block
         try:
             with self.lock:
                 data = self._pack(row, want_bytes)
-                err = be.hip.hipModuleLaunchKernel(rk.function, *grid, *block, 0, stream, None,
-                                                   self.config_address)[0]
+                err = be.hip.hipModuleLaunchKernel(rk.function, *grid, *block, 0, stream, be._no_params,
+                                                   self.extra)[0]
         except RuntimeError as exc:
             raise be._unreachable(p, exc) from None
         if err != be._success:
@@ -187,10 +198,36 @@ class HipBackend:
         self._resolved_plans: list[KernelPlan] = []   # plans whose backend_state holds this backend's handles
         self._lock = threading.Lock()
         self._success = self.hip.hipError_t.hipSuccess
+        # hip-python converts every hipModuleLaunchKernel argument to its own wrapper type per call; the `extra`
+        # config, kernelParams=NULL and the stream given as those wrappers pass through as they are (hip-python
+        # returns an argument of its type unchanged): ~1.3 -> ~0.5 us per launch. Plain values where the installed
+        # hip-python lacks them.
+        helpers = _hip_python_module(self.generation, "_hip_helpers")
+        extra_type = getattr(helpers, "HipModuleLaunchKernel_extra", None)
+        self._wrap_extra = extra_type if extra_type is not None else (lambda address: address)
+        types = _hip_python_module(self.generation, "util.types" if self.generation == "rocm.bindings"
+                                   else "_util.types")
+        list_of_pointer = getattr(types, "ListOfPointer", None)
+        self._no_params = list_of_pointer(None) if list_of_pointer is not None else None
+        self._stream_type = getattr(self.hip, "ihipStream_t", None)
+        self._streams: dict[int, object] = {}   # raw stream handle -> its ihipStream_t (bounded)
         self._guard = threading.local()   # .index: the device a device_guard() made current on this thread
 
     def device_problem(self, tensor: torch.Tensor) -> str | None:
         return self.platform.device_problem(tensor)
+
+    def _stream(self, index: int):
+        """torch's current stream on device `index`, as hip-python's ihipStream_t (a wrapper of the same handle,
+        made once per handle), or the raw handle without that type."""
+        raw = self.platform.stream(index)
+        wrapped = self._streams.get(raw)
+        if wrapped is None:
+            if self._stream_type is None:
+                return raw
+            if len(self._streams) >= 256:
+                self._streams.clear()
+            wrapped = self._streams[raw] = self._stream_type(raw)
+        return wrapped
 
     # --------------------------------------------------------------------------------- HIP calls
     def _call(self, name: str, *args, detail: str = "", fault_note: bool = False, **kwargs):
@@ -244,7 +281,7 @@ class HipBackend:
             module = self.modules[key][0]
             fn = self._with_device(index, lambda: self._call("hipModuleGetFunction", module, p.symbol.encode(),
                                                              detail=f"({p.symbol})"))
-            per_device[index] = ResolvedKernel(fn, p.struct.size)
+            per_device[index] = ResolvedKernel(fn, p.struct.size, self._wrap_extra)
             self._resolved_plans.append(p)
             return per_device[index]
 
@@ -284,15 +321,14 @@ class HipBackend:
         def pack():
             p.packer.pack_into(rk.buffer, kl.values)
             return bytes(rk.buffer)
-        kl.kernarg_bytes = self._enqueue(p, index, rk.function, kl.grid, kl.block, shared, rk.lock, pack,
-                                         rk.config_address)
+        kl.kernarg_bytes = self._enqueue(p, index, rk.function, kl.grid, kl.block, shared, rk.lock, pack, rk.extra)
         return None
 
-    def _enqueue(self, p: KernelPlan, index: int, function, grid, block, shared: int, lock, pack, config_address):
+    def _enqueue(self, p: KernelPlan, index: int, function, grid, block, shared: int, lock, pack, extra):
         """With device `index` current: under `lock`, pack() (writes the kernarg buffer, returns what to record)
         and hipModuleLaunchKernel on torch's current stream of that device; HIP's errors as HipError. Returns
         pack()'s result."""
-        stream = self.platform.stream(index)
+        stream = self._stream(index)
         hip = self.hip
         if getattr(self._guard, "index", None) == index:   # inside device_guard(index): already current
             previous = index
@@ -309,7 +345,7 @@ class HipBackend:
         try:
             with lock:
                 data = pack()
-                err = hip.hipModuleLaunchKernel(function, *grid, *block, shared, stream, None, config_address)[0]
+                err = hip.hipModuleLaunchKernel(function, *grid, *block, shared, stream, self._no_params, extra)[0]
         except RuntimeError as exc:
             raise self._unreachable(p, exc) from None
         finally:

@@ -19,6 +19,7 @@ read whole 8-channel groups; the padded channels are zero in the prepared tensor
 """
 from __future__ import annotations
 
+import operator
 from typing import NamedTuple
 
 import torch
@@ -29,7 +30,7 @@ from ..abi import (HEAD_DIM_GRANULE, PREPARE_ALIGN, PREPARE_MAX_CHUNKS, REDUCE_V
 from ..abi import PREPARE_QUANT_ARGS as QUANT_ARGS
 from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # the structs live in sage_co/abi.py
 from ..abi import HEAD_DIM_MAX, PREPARE_HEAD_DIMS, d_granule
-from ..launch import BoundLaunch, launch, resolve_backend
+from ..launch import BoundLaunch, carve, launch, resolve_backend
 from ..abi import packed_rows
 from ..prepared import DTYPE_KEYS, SCALE_BLOCK, PackedPrepared, SagePrepared, d_pad, s_pad
 from ..reference import norm_rope, q_multiplier, smooth_k_lse_correction, smooth_k_lse_correction_packed
@@ -61,6 +62,73 @@ def _alloc(*shape, dtype, device) -> torch.Tensor:
     """Every output and workspace tensor: torch.empty, so the kernels must write every byte (tests replace this
     with an allocator that fills the memory with garbage to prove it)."""
     return torch.empty(*shape, dtype=dtype, device=device)
+
+
+# execute's output and workspace buffers, in the order buffers() returns them
+BUFFERS = ("q_int8", "k_int8", "q_scale", "k_scale", "k_mean", "v_scale", "v_inv", "v_mean", "v_t", "vmax_part",
+           "ksum_part", "vmin_part", "vsum_part")
+_REGION_ALIGN = 256   # workspace regions start on 256-byte boundaries (the kernels need 16: docs/rdna4.md §Alignment)
+
+
+class BufferPlan(NamedTuple):
+    """How execute gets its buffers for one call shape, per mode (index 0: the SagePrepared is returned to the
+    caller; 1: it never leaves the op, sage_attention's prepare stage): the bytes of the one workspace allocation,
+    its (offset, nbytes) regions (sage_co.launch.Region), the (shape, dtype) of the buffers that are tensors of
+    their own, and the itemgetter that puts regions, tensors and the placeholder in BUFFERS order."""
+    total: tuple[int, int]
+    layouts: tuple[tuple, tuple]
+    allocs: tuple[tuple, tuple]
+    picks: tuple[operator.itemgetter, operator.itemgetter]
+
+
+def buffer_plan(sh: validate.Shapes, n_chunks: int, *, pv16: bool, smooth_k: bool, smooth_v: bool) -> BufferPlan:
+    """The BufferPlan of a call shape. A buffer the host reads, or the caller gets in SagePrepared, is a tensor of
+    its own (returned: q_int8 .. v_t, v_mean with smooth_v; k_mean with smooth_k, which lse_corr reads here); the
+    scratch ones (v_inv, the statistics partials, v_mean without smooth_v, and in mode 1 everything else) are
+    regions of one workspace: one allocation per call instead of one per buffer. Absent statistics get the
+    placeholder."""
+    B, H_q, H_kv, Dp = sh.B, sh.H_q, sh.H_kv, d_pad(sh.D)
+    Sq, Skv = s_pad(sh.S_q), s_pad(sh.S_kv)
+    f32, part = torch.float32, (B, H_kv, n_chunks, Dp)
+    specs = {"q_int8": ((B, H_q, Sq, Dp), torch.int8), "k_int8": ((B, H_kv, Skv, Dp), torch.int8),
+             "q_scale": ((B, H_q, Sq // SCALE_BLOCK), f32), "k_scale": ((B, H_kv, Skv // SCALE_BLOCK), f32),
+             "k_mean": ((B, H_kv, Dp), f32), "v_scale": ((B, H_kv, Dp), f32), "v_inv": ((B, H_kv, Dp), f32),
+             "v_mean": ((B, H_kv, Dp), f32),
+             "v_t": ((B, H_kv, Dp, Skv), torch.float16 if pv16 else torch.float8_e4m3fn),
+             "vmax_part": None if pv16 else (part, f32), "ksum_part": (part, f32) if smooth_k else None,
+             "vmin_part": (part, f32) if smooth_v else None, "vsum_part": (part, f32) if smooth_v else None}
+    returned = {"q_int8", "k_int8", "q_scale", "k_scale", "k_mean", "v_scale", "v_t"} | ({"v_mean"} if smooth_v else set())
+    host_read = {"k_mean"} if smooth_k else set()
+    totals, layouts, allocs, picks = [], [], [], []
+    for own_tensors in (returned | host_read, host_read):
+        in_ws = [n for n in BUFFERS if specs[n] is not None and n not in own_tensors]
+        apart = [n for n in BUFFERS if specs[n] is not None and n in own_tensors]
+        layout, offset = [], 0
+        for n in in_ws:
+            shape, dtype = specs[n]
+            nbytes = dtype.itemsize
+            for d in shape:
+                nbytes *= d
+            layout.append((offset, nbytes))
+            offset += -(-nbytes // _REGION_ALIGN) * _REGION_ALIGN
+        pool = in_ws + apart   # buffers() lists the regions, then the tensors, then the placeholder
+        index = {n: i for i, n in enumerate(pool)}
+        picks.append(operator.itemgetter(*(index.get(n, len(pool)) for n in BUFFERS)))
+        totals.append(offset)
+        layouts.append(tuple(layout))
+        allocs.append(tuple(specs[n] for n in apart))
+    return BufferPlan(tuple(totals), tuple(layouts), tuple(allocs), tuple(picks))
+
+
+def buffers(rec: "PrepareRecipe", device: torch.device, internal: bool = False) -> tuple:
+    """execute's buffers (BUFFERS order) on `device`: tensors (_alloc) and workspace Regions as rec.buffers plans
+    them; internal: the SagePrepared never leaves the op (mode 1)."""
+    plan, mode = rec.buffers, int(internal)
+    total = plan.total[mode]
+    pool = carve(_alloc(total, dtype=torch.uint8, device=device), plan.layouts[mode]) if total else []
+    pool += [_alloc(*shape, dtype=dtype, device=device) for shape, dtype in plan.allocs[mode]]
+    pool.append(_placeholder(device))
+    return plan.picks[mode](pool)
 
 
 def _aligned(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -130,6 +198,7 @@ class PrepareRecipe(NamedTuple):
     rope_dim: int | None
     norm_rope_rounding: str
     softmax_scale: float
+    buffers: "BufferPlan" = None   # how execute gets its output and workspace buffers (buffer_plan)
 
 
 def _strided(prefix: str, st) -> dict:
@@ -181,7 +250,8 @@ def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool,
         "pv_fp16": int(pv16), **_strided("q", qs), **_strided("k", ks), **_strided("v", vs), "varlen": varlen,
         "rows_q": rows_q, "rows_kv": rows_kv}, backend=backend)
     return PrepareRecipe(sh, stats, quant, n_chunks, pv16, smooth_k, smooth_v, (qe, ke, ve),
-                         norm_rope_rounding == "once", eps, chk.rope_dim, norm_rope_rounding, chk.softmax_scale)
+                         norm_rope_rounding == "once", eps, chk.rope_dim, norm_rope_rounding, chk.softmax_scale,
+                         buffer_plan(sh, n_chunks, pv16=pv16, smooth_k=smooth_k, smooth_v=smooth_v))
 
 
 _placeholders: dict[torch.device, torch.Tensor] = {}
@@ -216,18 +286,19 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
     return t
 
 
-def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=None, cos=None, sin=None
-            ) -> SagePrepared:
+def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=None, cos=None, sin=None,
+            internal: bool = False) -> SagePrepared:
     """Run the planned prepare launches on q, k, v (NHD views, checked against the recipe by whoever planned
     it). Outputs are fresh tensors on q's device, padded rows/columns/channels zero. pv_dtype="fp16" refuses a V
     beyond the fp16 range before any kernel (fp16 V has no scale: docs/numerics.md §Finite range); with smooth_k
-    the result carries lse_corr, the LSE term from the original (normed / roped) q (docs/numerics.md §LSE)."""
+    the result carries lse_corr, the LSE term from the original (normed / roped) q (docs/numerics.md §LSE).
+    internal: the result never leaves the op (sage_attention's own prepare): its buffers are Regions of one
+    workspace (buffers())."""
     if rec.pv16:
         validate.check_v_fp16_range(v, "fp16")
     sh = rec.shapes
     lse_q = (q, q_norm_weight, cos, sin)   # the caller's tensors, before the kernel-side upcast and alignment
-    B, H_q, H_kv, Dp = sh.B, sh.H_q, sh.H_kv, d_pad(sh.D)
-    Sq, Skv = s_pad(sh.S_q), s_pad(sh.S_kv)
+    B, H_kv = sh.B, sh.H_kv
     dev = q.device
     qf, kf, vf = (t.as_strided((extent,), (1,)) if extent is not None else flat_view(t)[0]
                   for t, extent in zip((q, k, v), rec.extents))
@@ -235,20 +306,8 @@ def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=No
         cos, sin = cos.float(), sin.float()
     cos, sin, q_norm_weight, k_norm_weight = map(_aligned, (cos, sin, q_norm_weight, k_norm_weight))
     placeholder = _placeholder(dev)
-
-    def f32(*shape):
-        return _alloc(*shape, dtype=torch.float32, device=dev)
-
-    q_int8 = _alloc(B, H_q, Sq, Dp, dtype=torch.int8, device=dev)
-    k_int8 = _alloc(B, H_kv, Skv, Dp, dtype=torch.int8, device=dev)
-    q_scale, k_scale = f32(B, H_q, Sq // SCALE_BLOCK), f32(B, H_kv, Skv // SCALE_BLOCK)
-    k_mean, v_scale, v_inv, v_mean = f32(B, H_kv, Dp), f32(B, H_kv, Dp), f32(B, H_kv, Dp), f32(B, H_kv, Dp)
-    v_t = _alloc(B, H_kv, Dp, Skv, dtype=torch.float16 if rec.pv16 else torch.float8_e4m3fn, device=dev)
-    n_chunks = rec.n_chunks
-    vmax_part = placeholder if rec.pv16 else f32(B, H_kv, n_chunks, Dp)
-    ksum_part = f32(B, H_kv, n_chunks, Dp) if rec.smooth_k else placeholder
-    vmin_part, vsum_part = (f32(B, H_kv, n_chunks, Dp), f32(B, H_kv, n_chunks, Dp)) if rec.smooth_v else \
-        (placeholder, placeholder)
+    (q_int8, k_int8, q_scale, k_scale, k_mean, v_scale, v_inv, v_mean, v_t, vmax_part, ksum_part, vmin_part,
+     vsum_part) = buffers(rec, dev, internal)
     # The caller's tensors (q, k, v and the norm / RoPE tables) are checked at each launch; the op's own fresh
     # outputs and workspaces, and the placeholder for an absent table, only for alignment (launch.BoundLaunch).
     given = {"q_norm_w": q_norm_weight, "k_norm_w": k_norm_weight, "cos": cos, "sin": sin}
