@@ -309,6 +309,11 @@ def _run_batch(st: State, ops: Ops, tracer) -> int:
             if st.alive.any():
                 sanitizer.deadlock(st)
             return steps
+        awake = runnable & ~st.asleep
+        if awake.any():
+            runnable = awake
+        else:                   # every wave that can run has slept: all wake
+            st.asleep[:] = False
         pcs = np.where(runnable, st.pc, np.iinfo(np.int64).max)
         pc = int(pcs.min())
         at = pcs == pc
