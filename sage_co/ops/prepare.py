@@ -2,8 +2,8 @@
 strides with a contiguous last dim) in, SagePrepared out (docs/numerics.md §Prepare).
 
 One launch of asm_src/gfx1201_sage_prepare.hip (its header comment has the design; issue 28: it was two), a 1-D
-grid of one wave32 per work item, the items claimed in order through a ticket counter (docs/rdna4.md §Forward
-progress):
+grid of one wave32 per work item, the items claimed in order through a ticket counter
+(docs/rdna4.md §Forward progress):
   stats items  (n_chunks or 1) x H_kv x B * n_tens, one per chunk of 32-token tiles: per-channel max |v| partials
                (smooth_v: max v and min v, and the sums of V), and with smooth_k the per-channel sums of the
                (normed/roped) K rows; the last item of each (b, K/V head) (an atomic counter per head, from
