@@ -34,7 +34,7 @@ from .backends.base import (POINTER_ALIGN, KernelLaunch, KernelPlan, Packer, dev
                             hip_device_problem)
 from .kernargs import KernargStruct
 
-__all__ = ["launch", "BoundLaunch", "Region", "carve", "device_guard", "resolve_backend", "get_backend", "use_backend", "checked_kernel", "plan", "warmup",
+__all__ = ["launch", "BoundLaunch", "Region", "FlatView", "carve", "device_guard", "resolve_backend", "get_backend", "use_backend", "checked_kernel", "plan", "warmup",
            "recording", "device_arch", "BACKENDS", "LaunchRecord"]
 
 _DEVICE_CHECKS = {"emu": emu_device_problem, "hip": hip_device_problem}
@@ -272,6 +272,33 @@ class Region(tuple):
         return f"Region({self[2]} bytes at {self[1]:#x})"
 
 
+class FlatView(tuple):
+    """(t, extent): the 1-D view t.as_strided((extent,), (1,)) of a caller's tensor t -- t's memory from its first
+    element on, contiguous by construction -- made only when the full launch() path needs it (the emulator copies
+    exactly those elements). The fast path checks and reads t itself: its device and its address are the view's,
+    and the view is contiguous, so the checks are the view's; what it saves is the view op per call."""
+
+    __slots__ = ()
+
+    def is_contiguous(self) -> bool:
+        return True
+
+    def get_device(self) -> int:
+        return self[0].get_device()
+
+    def data_ptr(self) -> int:
+        return self[0].data_ptr()
+
+    @property
+    def device(self) -> torch.device:
+        return self[0].device
+
+    def tensor(self) -> torch.Tensor:
+        t, extent = self
+        return t.as_strided((extent,), (1,))
+
+
+_LAZY = (Region, FlatView)   # pointer arguments the full path replaces by their tensor()
 _new_tuple = tuple.__new__
 
 
@@ -283,9 +310,10 @@ def carve(base: torch.Tensor, layout) -> list[Region]:
 
 
 def _tensors_of(tensors: dict) -> dict:
-    """The mapping with every Region replaced by its uint8 view (the full path checks and launches tensors)."""
-    if any(type(t) is Region for t in tensors.values()):
-        return {n: t.tensor() if type(t) is Region else t for n, t in tensors.items()}
+    """The mapping with every Region and FlatView replaced by its tensor() (the full path checks and launches
+    tensors)."""
+    if any(type(t) in _LAZY for t in tensors.values()):
+        return {n: t.tensor() if type(t) in _LAZY else t for n, t in tensors.items()}
     return tensors
 
 
@@ -310,7 +338,7 @@ def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: 
     else:
         tensors, values = {}, {}
         for name, value in args.items():
-            if isinstance(value, (torch.Tensor, Region)):
+            if isinstance(value, (torch.Tensor, *_LAZY)):
                 tensors[name] = value
             else:
                 values[name] = value

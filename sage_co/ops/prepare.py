@@ -31,7 +31,7 @@ from ..abi import (HEAD_DIM_GRANULE, PREPARE_ALIGN, PREPARE_MAX_CHUNKS, REDUCE_V
                    STATS_K_SUM, STATS_V_MAX, STATS_V_SIGNED, STATS_V_SUM)
 from ..abi import PREPARE_ARGS, PREPARE_OP  # the struct lives in sage_co/abi.py
 from ..abi import HEAD_DIM_MAX, PREPARE_HEAD_DIMS, d_granule
-from ..launch import BoundLaunch, carve, launch, resolve_backend
+from ..launch import BoundLaunch, FlatView, carve, launch, resolve_backend
 from ..abi import packed_rows
 from ..prepared import DTYPE_KEYS, SCALE_BLOCK, PackedPrepared, SagePrepared, d_pad, s_pad
 from ..reference import norm_rope, q_multiplier, smooth_k_lse_correction, smooth_k_lse_correction_packed
@@ -166,6 +166,12 @@ def flat_view(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
     return t.as_strided((extent,), (1,)), strides
 
 
+def _flat(t: torch.Tensor, extent: int | None):
+    """What a kernel gets for the NHD view t (PrepareRecipe.extents): read in place, the lazy 1-D view of its
+    `extent` elements (launch.FlatView: no view op per call on the fast path); else flat_view's copy."""
+    return FlatView((t, extent)) if extent is not None else flat_view(t)[0]
+
+
 def _strides(t: torch.Tensor) -> tuple[int, int, int]:
     return tuple(st if n > 1 else 0 for n, st in zip(t.shape[:3], t.stride()[:3]))
 
@@ -267,8 +273,8 @@ def _placeholder(device: torch.device) -> torch.Tensor:
 def _counter_key(device: torch.device) -> tuple[torch.device, int]:
     """Counters are per device and per stream: launches on one stream run in order, launches on two streams of a
     device may overlap, and two prepare launches must never share a counter while both run."""
-    if device.type == "cuda":   # a ROCm torch names HIP devices "cuda"; one C call, no Stream object
-        return device, torch._C._cuda_getCurrentRawStream(device.index)
+    if device.index is not None and device.type == "cuda":   # a ROCm torch names HIP devices "cuda"; one C call,
+        return device, torch._C._cuda_getCurrentRawStream(device.index)   # no Stream object
     return device, 0
 
 
@@ -299,11 +305,11 @@ def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=No
     lse_q = (q, q_norm_weight, cos, sin)   # the caller's tensors, before the kernel-side upcast and alignment
     B, H_kv = sh.B, sh.H_kv
     dev = q.device
-    qf, kf, vf = (t.as_strided((extent,), (1,)) if extent is not None else flat_view(t)[0]
-                  for t, extent in zip((q, k, v), rec.extents))
+    qf, kf, vf = map(_flat, (q, k, v), rec.extents)
     if rec.fp32_tables and cos is not None:   # the once kernels read fp32 tables (upcasting bf16/fp16 is exact)
         cos, sin = cos.float(), sin.float()
-    cos, sin, q_norm_weight, k_norm_weight = map(_aligned, (cos, sin, q_norm_weight, k_norm_weight))
+    if cos is not None or q_norm_weight is not None or k_norm_weight is not None:
+        cos, sin, q_norm_weight, k_norm_weight = map(_aligned, (cos, sin, q_norm_weight, k_norm_weight))
     placeholder = _placeholder(dev)
     (q_int8, k_int8, q_scale, k_scale, k_mean, v_scale, v_inv, v_mean, v_t, vmax_part, ksum_part, vmin_part,
      vsum_part) = buffers(rec, dev, internal)
