@@ -326,7 +326,7 @@ def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: 
         if bound is not None and bound.fast is not None and bound.symbol == symbol and bound.struct is struct and \
                 bound.backend == backend and (grid is bound.grid or tuple(grid) == bound.grid) and \
                 (block is bound.block or tuple(block) == bound.block):
-            done, result = bound.fire(args)
+            done, result = bound._fire(args.tensors, args.fresh)
             if done:
                 return result
     be = _backend(backend, options)
@@ -376,7 +376,7 @@ class BoundLaunch:
     launch() path, which raises the error naming the argument."""
 
     __slots__ = ("symbol", "struct", "grid", "block", "scalars", "backend", "fast", "_be", "_pointer_names", "_plan",
-                 "_n", "_get")
+                 "_n", "_get", "_entry")
 
     def __init__(self, symbol: str, struct: KernargStruct, grid: tuple, block: tuple, scalars: dict, *,
                  backend: str):
@@ -386,7 +386,7 @@ class BoundLaunch:
         pointers = {f.name: 0 for f in struct.fields if f.kind == "ptr"}
         kernarg_bytes = struct.pack({**scalars, **pointers})   # scalars fit, none missing
         self.symbol, self.struct, self.scalars, self.backend = symbol, struct, dict(scalars), backend
-        self._plan, self._be = p, be
+        self._plan, self._be, self._entry = p, be, (symbol, backend)   # _entry: what launched records
         names = tuple(f.name for f in sorted(struct.fields, key=lambda f: f.offset) if f.kind == "ptr")
         self._pointer_names, self._n = names, len(names)
         # the call's tensors in offset order in one C call (itemgetter of one name returns the value, not a tuple)
@@ -429,7 +429,7 @@ class BoundLaunch:
                     return False, None
             # every pointer field's tensor in offset order (a missing name: KeyError; a name in both dicts
             # leaves another one missing), then their addresses (a non-tensor: AttributeError)
-            ordered = self._get({**checked, **fresh} if fresh else checked)
+            ordered = self._get({**checked, **fresh} if fresh and checked else fresh or checked)
             row = [t.data_ptr() for t in ordered]   # a tensor's or a Region's
         except (KeyError, AttributeError, TypeError):   # a field missing, or not a tensor
             return False, None
@@ -437,7 +437,7 @@ class BoundLaunch:
             return False, None
         recording_ = bool(_recorders)
         kernarg_bytes = self.fast(row, ordered[0], recording_)
-        launched.append((self.symbol, self.backend))
+        launched.append(self._entry)
         if recording_:
             rec = LaunchRecord(self.symbol, self.backend, self.grid, self.block, None, kernarg_bytes,
                                dict(zip(self._pointer_names, row)))

@@ -171,7 +171,7 @@ class _DeviceGuard:
         self.nested = outer == index
         if self.nested:   # the outer guard holds it
             return
-        previous = be._call("hipGetDevice")
+        previous = be._current_device()
         if previous != index:
             be._call("hipSetDevice", index)
         self.previous, self.outer = previous, outer
@@ -241,6 +241,17 @@ class HipBackend:
         if err != self._success:
             raise hip_runtime.error(self.hip, name, err, detail, fault_note)
         return result[1] if isinstance(result, tuple) and len(result) == 2 else None
+
+    def _current_device(self) -> int:
+        """hipGetDevice: _call("hipGetDevice") without its generic dispatch (once per op call or unguarded
+        launch)."""
+        try:
+            status, index = self.hip.hipGetDevice()
+        except RuntimeError:
+            return self._call("hipGetDevice")   # hip-python could not call the runtime: _call's HipError
+        if status != self._success:
+            raise hip_runtime.error(self.hip, "hipGetDevice", status, "", False)
+        return index
 
     def _capturing(self, stream: int) -> bool:
         status = self._call("hipStreamIsCapturing", stream)
@@ -333,13 +344,7 @@ class HipBackend:
         if getattr(self._guard, "index", None) == index:   # inside device_guard(index): already current
             previous = index
         else:
-            try:   # _call("hipGetDevice") inline: this runs once per launch outside a device_guard
-                status, previous = hip.hipGetDevice()
-            except RuntimeError:
-                previous = self._call("hipGetDevice")   # hip-python could not call the runtime: _call's HipError
-            else:
-                if status != self._success:
-                    raise hip_runtime.error(hip, "hipGetDevice", status, "", False)
+            previous = self._current_device()
         if previous != index:
             self._call("hipSetDevice", index)
         try:

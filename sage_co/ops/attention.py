@@ -157,7 +157,7 @@ def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: boo
                            (scalars["lut_stride_b"], scalars["lut_stride_h"]))
 
 
-_luts: dict[tuple, tuple[torch.Tensor, int, int, torch.Tensor]] = {}
+_luts: dict[tuple, tuple] = {}   # (S_q, S_kv, is_causal, device) -> _lut's answer without a mask
 
 
 def _lut(rec: AttentionRecipe, block_mask: torch.Tensor | None, device: torch.device, attn_mask=None):
@@ -189,8 +189,9 @@ def _lut(rec: AttentionRecipe, block_mask: torch.Tensor | None, device: torch.de
             _luts.clear()
         lut, sb, sh_ = masks.build_lut(masks.active_tiles(1, 1, sh.S_q, sh.S_kv, is_causal=rec.is_causal,
                                                           device=device))
-        hit = _luts[key] = (lut, sb, sh_, torch.zeros_like(lut))
-    return (*hit, hit[3], hit[3])
+        kinds = torch.zeros_like(lut)
+        hit = _luts[key] = (lut, sb, sh_, kinds, kinds, kinds)   # kinds all full; bits / bias never read
+    return hit
 
 
 _no_lse_buffers: dict[torch.device, torch.Tensor] = {}
@@ -230,10 +231,9 @@ def execute(rec: AttentionRecipe, prepared: SagePrepared, block_mask: torch.Tens
              "cu_seqlens_q": lut, "cu_seqlens_kv": lut}
     # a caller's prepared tensors are checked at the launch; out, lse and the LUT (the op's own) only for alignment
     if own:
-        launch(bound.symbol, ATTENTION_FWD_ARGS, bound.grid, BLOCK, bound.args(_NONE, {**inputs, **fresh}),
-               backend=bound.backend)
-    else:
-        launch(bound.symbol, ATTENTION_FWD_ARGS, bound.grid, BLOCK, bound.args(inputs, fresh), backend=bound.backend)
+        inputs.update(fresh)
+        inputs, fresh = _NONE, inputs
+    launch(bound.symbol, ATTENTION_FWD_ARGS, bound.grid, BLOCK, bound.args(inputs, fresh), backend=bound.backend)
     if rec.return_lse and prepared.lse_corr is not None:
         assert not bound.scalars["flags"] & FLAG_SMOOTH_K    # planned with has_lse_corr: the kernel left it out
         lse = lse + prepared.lse_corr     # the same fp32 add as reference.sage_attention_model

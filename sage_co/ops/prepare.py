@@ -166,6 +166,9 @@ def flat_view(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
     return t.as_strided((extent,), (1,)), strides
 
 
+_TABLES = ("q_norm_w", "k_norm_w", "cos", "sin")   # the kernel's optional table pointers
+
+
 def _flat(t: torch.Tensor, extent: int | None):
     """What a kernel gets for the NHD view t (PrepareRecipe.extents): read in place, the lazy 1-D view of its
     `extent` elements (launch.FlatView: no view op per call on the fast path); else flat_view's copy."""
@@ -315,9 +318,12 @@ def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=No
      vsum_part) = buffers(rec, dev, internal)
     # The caller's tensors (q, k, v and the norm / RoPE tables) are checked at each launch; the op's own fresh
     # outputs and workspaces, and the placeholder for an absent table, only for alignment (launch.BoundLaunch).
-    given = {"q_norm_w": q_norm_weight, "k_norm_w": k_norm_weight, "cos": cos, "sin": sin}
-    tables = {n: t for n, t in given.items() if t is not None}
-    absent = {n: placeholder for n, t in given.items() if t is None}
+    if cos is None and q_norm_weight is None and k_norm_weight is None:   # (sin comes with cos)
+        tables, absent = {}, dict.fromkeys(_TABLES, placeholder)
+    else:
+        given = {"q_norm_w": q_norm_weight, "k_norm_w": k_norm_weight, "cos": cos, "sin": sin}
+        tables = {n: t for n, t in given.items() if t is not None}
+        absent = {n: placeholder for n, t in given.items() if t is None}
     bound = rec.prepare
     launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(
         {"q": qf, "k": kf, "v": vf, **tables},
