@@ -462,8 +462,7 @@ class LaunchArgs(dict):
 
     __slots__ = ("bound", "tensors", "fresh", "_filled")
 
-    def __init__(self, bound: BoundLaunch, tensors: dict, fresh: dict):
-        super().__init__()
+    def __init__(self, bound: BoundLaunch, tensors: dict, fresh: dict):   # (dict.__new__ made it empty)
         self.bound, self.tensors, self.fresh, self._filled = bound, tensors, fresh, False
 
     def _fill(self):

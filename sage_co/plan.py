@@ -124,8 +124,11 @@ def _plan_prepared(spec: callspec.OpSpec, prepared: SagePrepared, o: dict, resol
     return Plan(spec.name, sh, o["layout"], None, None, None, None, None, o, None, att)
 
 
+_Tensor = torch.Tensor
+
+
 def _tensor_key(t) -> tuple | None:
-    if type(t) is not torch.Tensor:
+    if type(t) is not torch.Tensor:   # (also inline in _key)
         return None
     return (t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.data_ptr() & 15)
 
@@ -149,7 +152,9 @@ def _key(spec: callspec.OpSpec, inputs: tuple, o: dict):
     metadata); None when some part cannot be a key (then the call is planned uncached). Built in one pass with
     no per-value work for the plain values (None, bool, int, str: most options)."""
     first = inputs[0]
-    tensors = tuple(map(_tensor_key, first if type(first) is SagePrepared else inputs))
+    # _tensor_key inline for the plain tensors (q, k, v: most calls)
+    tensors = tuple([(t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.data_ptr() & 15)
+                     if type(t) is _Tensor else None for t in (first if type(first) is SagePrepared else inputs)])
     if None in tensors:   # a tensor subclass, or a SagePrepared field that is not a plain tensor (v_mean None, ...)
         if type(first) is SagePrepared:
             tensors = tuple(_tensor_key(t) if isinstance(t, torch.Tensor) else (type(t), t) for t in first)
@@ -223,4 +228,7 @@ def eager(*tensors) -> bool:
     if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled() or \
             torch._C._len_torch_dispatch_stack():
         return False
-    return all(type(t) is torch.Tensor and not t.is_meta for t in tensors)
+    for t in tensors:
+        if type(t) is not _Tensor or t.is_meta:
+            return False
+    return True

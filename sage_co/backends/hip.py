@@ -138,9 +138,12 @@ class BoundKernel:
         # inside device_guard(index) (a whole op call): _enqueue's launch without the device switch or a closure
         stream = be._stream(index)
         grid, block = self.grid, self.block
+        words = self.words
         try:
             with self.lock:
-                data = self._pack(row, want_bytes)
+                for a, b, i, j in self.runs:   # _pack, inline
+                    words[i:j] = row[a:b]
+                data = bytes(self.buffer) if want_bytes else None
                 err = be.hip.hipModuleLaunchKernel(rk.function, *grid, *block, 0, stream, be._no_params,
                                                    self.extra)[0]
         except RuntimeError as exc:

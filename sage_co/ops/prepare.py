@@ -295,12 +295,13 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
 
 
 def _launch_counted(bound: BoundLaunch, device: torch.device, heads: int, tensors: dict, fresh: dict) -> None:
-    """The prepare launch with this (device, stream)'s counters (the ticket, then one per (b, K/V head)). A launch
+    """The prepare launch with this (device, stream)'s counters (the ticket, then one per (b, K/V head)) added to
+    `fresh` (the caller's own dict literal, so no copy). A launch
     that raises may have stopped part-way (an emulator error mid-grid) and left them nonzero, which would hand the
     next launch tickets past its grid: the buffer is dropped then, so the next call allocates zeroed ones."""
     try:
-        launch(bound.symbol, bound.struct, bound.grid, bound.block,
-               bound.args(tensors, {**fresh, "counter": _counters(device, 1 + heads)}), backend=bound.backend)
+        fresh["counter"] = _counters(device, 1 + heads)   # (the caller's own dict: no copy)
+        launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors, fresh), backend=bound.backend)
     except BaseException:
         _counter_buffers.pop(_counter_key(device), None)
         raise
