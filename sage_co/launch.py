@@ -34,7 +34,7 @@ from .backends.base import (POINTER_ALIGN, KernelLaunch, KernelPlan, Packer, dev
                             hip_device_problem)
 from .kernargs import KernargStruct
 
-__all__ = ["launch", "BoundLaunch", "Region", "FlatView", "carve", "device_guard", "resolve_backend", "get_backend", "use_backend", "checked_kernel", "plan", "warmup",
+__all__ = ["launch", "BoundLaunch", "FlatView", "device_guard", "resolve_backend", "get_backend", "use_backend", "checked_kernel", "plan", "warmup",
            "recording", "device_arch", "BACKENDS", "LaunchRecord"]
 
 _DEVICE_CHECKS = {"emu": emu_device_problem, "hip": hip_device_problem}
@@ -243,35 +243,6 @@ def _backend(backend: str, options: dict):
     return be
 
 
-class Region(tuple):
-    """`nbytes` bytes of a workspace tensor, from device address `address` on: a pointer argument with no tensor
-    of its own (an op's scratch buffers, and every buffer of a call whose intermediate tensors never leave it:
-    sage_co.ops.prepare.buffers), so a call allocates one workspace instead of one tensor per buffer. The fast
-    path (BoundLaunch) reads data_ptr(); the full launch() path and the emulator get tensor(), a uint8 view of
-    exactly those bytes. Made by carve()."""
-
-    __slots__ = ()
-
-    def data_ptr(self) -> int:
-        return self[1]
-
-    @property
-    def device(self) -> torch.device:
-        return self[0].device
-
-    @property
-    def nbytes(self) -> int:
-        return self[2]
-
-    def tensor(self) -> torch.Tensor:
-        base, address, nbytes = self
-        start = address - base.data_ptr()
-        return base[start:start + nbytes]
-
-    def __repr__(self):
-        return f"Region({self[2]} bytes at {self[1]:#x})"
-
-
 class FlatView(tuple):
     """(t, extent): the 1-D view t.as_strided((extent,), (1,)) of a caller's tensor t -- t's memory from its first
     element on, contiguous by construction -- made only when the full launch() path needs it (the emulator copies
@@ -298,22 +269,10 @@ class FlatView(tuple):
         return t.as_strided((extent,), (1,))
 
 
-_LAZY = (Region, FlatView)   # pointer arguments the full path replaces by their tensor()
-_new_tuple = tuple.__new__
-
-
-def carve(base: torch.Tensor, layout) -> list[Region]:
-    """Regions of the 1-D uint8 tensor `base` at the (byte offset, nbytes) pairs of `layout` (offsets
-    POINTER_ALIGN-aligned, within base: the caller's layout)."""
-    address = base.data_ptr()
-    return [_new_tuple(Region, (base, address + offset, nbytes)) for offset, nbytes in layout]
-
-
 def _tensors_of(tensors: dict) -> dict:
-    """The mapping with every Region and FlatView replaced by its tensor() (the full path checks and launches
-    tensors)."""
-    if any(type(t) in _LAZY for t in tensors.values()):
-        return {n: t.tensor() if type(t) in _LAZY else t for n, t in tensors.items()}
+    """The mapping with every FlatView replaced by its tensor() (the full path checks and launches tensors)."""
+    if any(type(t) is FlatView for t in tensors.values()):
+        return {n: t.tensor() if type(t) is FlatView else t for n, t in tensors.items()}
     return tensors
 
 
@@ -326,7 +285,7 @@ def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: 
         if bound is not None and bound.fast is not None and bound.symbol == symbol and bound.struct is struct and \
                 bound.backend == backend and (grid is bound.grid or tuple(grid) == bound.grid) and \
                 (block is bound.block or tuple(block) == bound.block):
-            done, result = bound._fire(args.tensors, args.fresh)
+            done, result = bound._fire(args.tensors, args.fresh, args.workspace)
             if done:
                 return result
     be = _backend(backend, options)
@@ -334,11 +293,13 @@ def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: 
     grid, block = _check_geometry(grid, block, p)
     bound = args.bound if type(args) is LaunchArgs else None
     if bound is not None and bound.symbol == symbol and bound.struct is struct:
-        tensors, values = {**args.tensors, **args.fresh}, dict(bound.scalars)   # the scalars were checked when bound
+        # the scalars were checked when bound; the workspace fields are views of the call's workspace
+        tensors = {**args.tensors, **args.fresh, **bound.workspace_views(args.workspace)}
+        values = dict(bound.scalars)
     else:
         tensors, values = {}, {}
         for name, value in args.items():
-            if isinstance(value, (torch.Tensor, *_LAZY)):
+            if isinstance(value, (torch.Tensor, FlatView)):
                 tensors[name] = value
             else:
                 values[name] = value
@@ -362,24 +323,29 @@ def device_guard(backend: str, tensor: torch.Tensor):
 
 class BoundLaunch:
     """One kernel's launch with everything but its tensors fixed -- symbol, struct, grid, block, scalar kernargs,
-    backend -- checked once when bound (the geometry, every scalar packed once: an error names the field). The
-    ops' recipes (sage_co.ops.*) bind their launches when a call shape is planned; per call they add the tensors:
-    `bound(tensors, fresh)` launches (the same as launch() on `bound.args(tensors, fresh)`, without building that
-    mapping when the fast path takes the launch).
+    backend, and the pointer fields taken from a workspace -- checked once when bound (the geometry, every scalar
+    packed once: an error names the field). The ops' recipes (sage_co.ops.*) bind their launches when a call
+    shape is planned; per call they add the tensors: launch() on `bound.args(tensors, fresh, workspace)`.
+
+    workspace: (field, byte offset, nbytes) of pointer fields that live in one per-call uint8 workspace tensor
+    (an op's scratch buffers, or every buffer of a call whose intermediates never leave it): per call only the
+    workspace is given (args(..., workspace=ws)) and each such field is ws.data_ptr() + offset, so a call makes one
+    allocation, not one tensor per buffer. Offsets are POINTER_ALIGN multiples (checked here), the workspace must
+    hold the last one's bytes (checked per call); the full path passes each as the view ws[offset:offset + nbytes].
 
     Per call, a backend with a bound-launch fast path (the hip backend: `bind_launch`, its kernarg bytes packed
-    here once, only the pointer fields written per call) gets just the tensors' addresses, after launch()'s
-    per-launch checks: every `tensors` entry contiguous and on one device, every address POINTER_ALIGN-aligned,
-    exactly the struct's pointer fields given. `fresh` tensors are the op's own torch.empty outputs and workspaces
-    (contiguous and on the call's device by construction: only their alignment is checked). Anything the fast
-    path does not take (a missing or extra field, a failed check, backend options) goes through the full
-    launch() path, which raises the error naming the argument."""
+    here once, only the pointer fields written per call) gets just the addresses, after launch()'s per-launch
+    checks: every `tensors` entry contiguous and on one device, every address POINTER_ALIGN-aligned, exactly the
+    struct's other pointer fields given. `fresh` tensors (and the workspace) are the op's own torch.empty outputs
+    and workspaces (contiguous and on the call's device by construction: only their alignment is checked).
+    Anything the fast path does not take (a missing or extra field, a failed check, backend options) goes through
+    the full launch() path, which raises the error naming the argument."""
 
-    __slots__ = ("symbol", "struct", "grid", "block", "scalars", "backend", "fast", "_be", "_pointer_names", "_plan",
-                 "_n", "_get", "_entry")
+    __slots__ = ("symbol", "struct", "grid", "block", "scalars", "backend", "workspace", "fast", "_be",
+                 "_pointer_names", "_row_names", "_ws_offsets", "_ws_end", "_plan", "_n", "_get", "_entry")
 
     def __init__(self, symbol: str, struct: KernargStruct, grid: tuple, block: tuple, scalars: dict, *,
-                 backend: str):
+                 backend: str, workspace=()):
         be = _backend(backend, {})
         p = plan(symbol, struct)
         self.grid, self.block = _check_geometry(grid, block, p)
@@ -387,33 +353,49 @@ class BoundLaunch:
         kernarg_bytes = struct.pack({**scalars, **pointers})   # scalars fit, none missing
         self.symbol, self.struct, self.scalars, self.backend = symbol, struct, dict(scalars), backend
         self._plan, self._be, self._entry = p, be, (symbol, backend)   # _entry: what launched records
-        names = tuple(f.name for f in sorted(struct.fields, key=lambda f: f.offset) if f.kind == "ptr")
+        self.workspace = tuple((name, int(off), int(n)) for name, off, n in workspace)
+        for name, off, n in self.workspace:
+            if name not in pointers or off % POINTER_ALIGN or off < 0 or n < 0:
+                raise ValueError(f"{symbol}: workspace field {name!r} at {off} ({n} bytes): expected a pointer "
+                                 f"field of {struct.name} at a {POINTER_ALIGN}-byte aligned offset")
+        in_ws = {name for name, _, _ in self.workspace}
+        if len(in_ws) != len(self.workspace):
+            raise ValueError(f"{symbol}: a workspace field is listed twice in {self.workspace}")
+        names = tuple(f.name for f in sorted(struct.fields, key=lambda f: f.offset)
+                      if f.kind == "ptr" and f.name not in in_ws)
         self._pointer_names, self._n = names, len(names)
+        self._ws_offsets = tuple(off for _, off, _ in self.workspace)
+        self._ws_end = max((off + n for _, off, n in self.workspace), default=0)
+        self._row_names = names + tuple(name for name, _, _ in self.workspace)   # the fast path's address order
         # the call's tensors in offset order in one C call (itemgetter of one name returns the value, not a tuple)
         self._get = operator.itemgetter(*names) if len(names) > 1 else lambda m, _n=names: tuple(m[n] for n in _n)
         bind = getattr(be, "bind_launch", None)
-        self.fast = bind(p, self.grid, self.block, kernarg_bytes) if bind is not None and names else None
+        offsets = tuple(struct.by_name[n].offset for n in self._row_names)
+        self.fast = bind(p, self.grid, self.block, kernarg_bytes, offsets) if bind is not None and names else None
 
-    def args(self, tensors: dict, fresh: dict | None = None) -> "LaunchArgs":
-        """The whole kernarg mapping of one launch: the bound scalars and this call's tensors (`fresh`: the op's
-        own new outputs and workspaces, see the class docstring)."""
-        return LaunchArgs(self, tensors, fresh or {})
+    def args(self, tensors: dict, fresh: dict | None = None, workspace: torch.Tensor | None = None
+             ) -> "LaunchArgs":
+        """The whole kernarg mapping of one launch: the bound scalars, this call's tensors (`fresh`: the op's own
+        new outputs and workspaces, see the class docstring) and its workspace (for the bound workspace fields)."""
+        return LaunchArgs(self, tensors, fresh or {}, workspace)
 
-    def __call__(self, tensors: dict, fresh: dict | None = None):
-        """Launch with these tensors: launch(symbol, struct, grid, block, self.args(tensors, fresh), backend=...),
-        its result; the fast path first, the full path (its checks, its errors) for anything the fast one declines."""
-        done, result = self._fire(tensors, _NONE if fresh is None else fresh)
-        if done:
-            return result
-        return launch(self.symbol, self.struct, self.grid, self.block, self.args(tensors, fresh),
-                      backend=self.backend)
+    def workspace_views(self, workspace: torch.Tensor | None) -> dict:
+        """{workspace field: its view of `workspace`} (what the full path launches; {} without workspace fields)."""
+        if not self.workspace:
+            return {}
+        if not isinstance(workspace, torch.Tensor) or workspace.dtype != torch.uint8 or workspace.dim() != 1 or \
+                workspace.numel() < self._ws_end:
+            raise ValueError(f"{self.symbol}: the fields {[n for n, _, _ in self.workspace]} are bound to a workspace: "
+                             f"pass a 1-D uint8 tensor of at least {self._ws_end} bytes as workspace=, got "
+                             f"{None if workspace is None else (type(workspace).__name__, getattr(workspace, 'shape', None), getattr(workspace, 'dtype', None))}")
+        return {name: workspace[off:off + n] for name, off, n in self.workspace}
 
     def fire(self, args: "LaunchArgs") -> tuple[bool, Any]:
         """The fast path of launch(): (True, the backend's result), or (False, None) when the launch must take
         the full path (which then raises the precise error, or launches on a swapped-in backend)."""
-        return self._fire(args.tensors, args.fresh)
+        return self._fire(args.tensors, args.fresh, args.workspace)
 
-    def _fire(self, checked: dict, fresh: dict) -> tuple[bool, Any]:
+    def _fire(self, checked: dict, fresh: dict, workspace) -> tuple[bool, Any]:
         if self.fast is None or _backends.get(self.backend) is not self._be or \
                 len(checked) + len(fresh) != self._n:   # use_backend() replaced it since binding / a field short
             return False, None
@@ -430,7 +412,13 @@ class BoundLaunch:
             # every pointer field's tensor in offset order (a missing name: KeyError; a name in both dicts
             # leaves another one missing), then their addresses (a non-tensor: AttributeError)
             ordered = self._get({**checked, **fresh} if fresh and checked else fresh or checked)
-            row = [t.data_ptr() for t in ordered]   # a tensor's or a Region's
+            row = [t.data_ptr() for t in ordered]
+            if self._ws_offsets:   # then the workspace fields (a missing, wrong or short workspace: the full path)
+                if type(workspace) is not torch.Tensor or workspace.dtype is not torch.uint8 or \
+                        workspace.numel() < self._ws_end:
+                    return False, None
+                base = workspace.data_ptr()
+                row += [base + off for off in self._ws_offsets]
         except (KeyError, AttributeError, TypeError):   # a field missing, or not a tensor
             return False, None
         if functools.reduce(operator.or_, row) % POINTER_ALIGN:
@@ -440,7 +428,7 @@ class BoundLaunch:
         launched.append(self._entry)
         if recording_:
             rec = LaunchRecord(self.symbol, self.backend, self.grid, self.block, None, kernarg_bytes,
-                               dict(zip(self._pointer_names, row)))
+                               dict(zip(self._row_names, row)))
             for r in _recorders:
                 r.append(rec)
         return True, None
@@ -456,21 +444,24 @@ class LaunchArgs(dict):
     for a plain dict).
 
     The entries are copied in at the first read or write through any dict method (`_fill`), not when it is made:
-    launch()'s fast path reads only `bound`, `tensors` and `fresh`, so an op's launch builds no 40-entry dict
-    (a read that bypasses the Python methods -- none in CPython's dict(), {**m}, f(**m), json or copy, which
-    see the overridden __iter__ / keys -- would see it empty)."""
+    launch()'s fast path reads only `bound`, `tensors`, `fresh` and `workspace`, so an op's launch builds no
+    40-entry dict (a read that bypasses the Python methods -- none in CPython's dict(), {**m}, f(**m), json or
+    copy, which see the overridden __iter__ / keys -- would see it empty). The entries are what the full path
+    launches: a FlatView as its 1-D view, a bound workspace field as its view of the workspace."""
 
-    __slots__ = ("bound", "tensors", "fresh", "_filled")
+    __slots__ = ("bound", "tensors", "fresh", "workspace", "_filled")
 
-    def __init__(self, bound: BoundLaunch, tensors: dict, fresh: dict):   # (dict.__new__ made it empty)
-        self.bound, self.tensors, self.fresh, self._filled = bound, tensors, fresh, False
+    def __init__(self, bound: BoundLaunch, tensors: dict, fresh: dict, workspace=None):   # (dict.__new__: empty)
+        self.bound, self.tensors, self.fresh, self.workspace, self._filled = bound, tensors, fresh, workspace, False
 
     def _fill(self):
         if not self._filled:
             self._filled = True
             dict.update(self, self.bound.scalars)
-            dict.update(self, self.tensors)
-            dict.update(self, self.fresh)
+            dict.update(self, _tensors_of(self.tensors))   # (a FlatView as its tensor: the mapping holds tensors)
+            dict.update(self, _tensors_of(self.fresh))
+            if self.bound.workspace:   # the workspace fields as their views
+                dict.update(self, self.bound.workspace_views(self.workspace))
 
     def _changed(self):
         self._fill()

@@ -104,7 +104,8 @@ def _plan_qkv(spec: callspec.OpSpec, q, k, v, o: dict, resolve: bool) -> Plan:
                                        variant=o["kernel"], pv_dtype=o["pv_dtype"], smooth_v=o["smooth_v"],
                                        has_block_mask=o["block_mask"] is not None, backend=backend,
                                        has_lse_corr=o["smooth_k"],   # the prepare's lse_corr (smooth_k)
-                                       attn_mask=o["attn_mask"])
+                                       attn_mask=o["attn_mask"],
+                                       staged=prep.buffers.workspace[1])   # api._run_attention's own prepare
     return Plan(spec.name, sh, o["layout"], chk.q, chk.k, chk.v, chk.softmax_scale, chk.rope_dim, o, prep, att)
 
 

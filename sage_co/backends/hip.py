@@ -98,7 +98,8 @@ class BoundKernel:
     __slots__ = ("backend", "plan", "grid", "block", "buffer", "words", "size", "config", "config_address", "extra",
                  "runs", "lock")
 
-    def __init__(self, backend: "HipBackend", p: KernelPlan, grid: tuple, block: tuple, kernarg_bytes: bytes):
+    def __init__(self, backend: "HipBackend", p: KernelPlan, grid: tuple, block: tuple, kernarg_bytes: bytes,
+                 offsets: tuple):
         self.backend, self.plan, self.grid, self.block = backend, p, tuple(grid), tuple(block)
         self.buffer = (ctypes.c_uint8 * len(kernarg_bytes)).from_buffer_copy(kernarg_bytes)
         # the whole 8-byte words of the buffer as u64 (every pointer field is one of them)
@@ -108,7 +109,8 @@ class BoundKernel:
                                             ctypes.addressof(self.size), PARAM_END)
         self.config_address = ctypes.addressof(self.config)
         self.extra = backend._wrap_extra(self.config_address)
-        offsets = sorted(f.offset for f in p.struct.fields if f.kind == "ptr")
+        # offsets: each row entry's field offset, in the order a call's row gives them (BoundLaunch: the tensors'
+        # fields by offset, then its workspace fields); a run is a row slice whose fields are adjacent words
         assert all(off % 8 == 0 for off in offsets), (p.symbol, offsets)   # the ABI's natural alignment
         runs, start, n = [], 0, 0   # (first pointer's index in the row, row slice end, first word, word end)
         for i, off in enumerate(offsets):
@@ -310,9 +312,11 @@ class HipBackend:
             for (index, _sha), (module, _data) in modules.items():
                 self._with_device(index, lambda: self._call("hipModuleUnload", module))
 
-    def bind_launch(self, p: KernelPlan, grid: tuple, block: tuple, kernarg_bytes: bytes) -> BoundKernel:
-        """The fast path of one sage_co.launch.BoundLaunch (see BoundKernel)."""
-        return BoundKernel(self, p, grid, block, kernarg_bytes)
+    def bind_launch(self, p: KernelPlan, grid: tuple, block: tuple, kernarg_bytes: bytes, offsets: tuple
+                    ) -> BoundKernel:
+        """The fast path of one sage_co.launch.BoundLaunch (see BoundKernel): `offsets` are the pointer fields'
+        offsets in the order its calls give their addresses."""
+        return BoundKernel(self, p, grid, block, kernarg_bytes, offsets)
 
     def warmup(self, plans, device=None) -> None:
         index = device.index if device is not None and device.index is not None else self._call("hipGetDevice")

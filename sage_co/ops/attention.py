@@ -94,6 +94,13 @@ class AttentionRecipe(NamedTuple):
     return_lse: bool
     mask_dims: tuple[int, int, int] | None = None   # attn_mask's (Bm, Hm, Rq) (masks.mask_dims), None: no attn_mask
     lut_strides: tuple[int, int] = (0, 0)   # the bound (lut_stride_b, lut_stride_h): what execute's LUT must have
+    # `launch` with the prepared fields bound to a Staged workspace (sage_attention's own prepare, execute(own=True))
+    launch_own: BoundLaunch | None = None
+
+
+# the attention kernel's prepared inputs -> the SagePrepared / prepare-workspace buffer each one reads
+PREPARED_FIELDS = {"q": "q_int8", "k": "k_int8", "v": "v_t", "q_scale": "q_scale", "k_scale": "k_scale",
+                   "k_mean": "k_mean", "v_scale": "v_scale", "v_mean": "v_mean"}
 
 
 def _lut_strides(sh: validate.Shapes, has_block_mask: bool, mask_dims=None) -> tuple[int, int]:
@@ -120,10 +127,12 @@ def _check_mask_reach(sh: validate.Shapes, mask_dims) -> None:
 
 def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: bool, variant: str | None,
            pv_dtype: str, smooth_v: bool, has_block_mask: bool, backend: str,
-           has_lse_corr: bool = False, attn_mask=None) -> AttentionRecipe:
+           has_lse_corr: bool = False, attn_mask=None, staged: tuple = ()) -> AttentionRecipe:
     """The attention launch for checked shapes and options: the query-head and 32-bit reach limits, the shipped
     kernel for (variant, D_pad, out dtype, pv_dtype), bound to its grid and scalar kernargs. `backend` is
-    resolved. attn_mask (checked): only its shape is read here (the mask strides, the LUT's)."""
+    resolved. attn_mask (checked): only its shape is read here (the mask strides, the LUT's). staged: the
+    prepare's mode-1 workspace fields (ops.prepare.BufferPlan.workspace[1]) of a call that prepares its own inputs
+    (sage_attention): launch_own reads them from a Staged's workspace."""
     check_query_heads(sh.H_q)
     mask_dims = None if attn_mask is None else masks.mask_dims(attn_mask, sh.B, sh.H_q, sh.S_q)
     if mask_dims is not None:
@@ -151,10 +160,15 @@ def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: boo
     out_shape = (sh.B, sh.S_q, sh.H_q, sh.D) if layout == "NHD" else (sh.B, sh.H_q, sh.S_q, sh.D)
     # Without return_lse the kernel never touches lse; it still gets a valid (tiny) allocation.
     lse_shape = (sh.B, sh.H_q, sh.S_q) if return_lse else (1,)
-    bound = BoundLaunch(kernel.symbol, ATTENTION_FWD_ARGS, (Sq_pad // QUERY_TILE, sh.H_q, sh.B), BLOCK, scalars,
-                        backend=backend)
+    geometry = (Sq_pad // QUERY_TILE, sh.H_q, sh.B)
+    bound = BoundLaunch(kernel.symbol, ATTENTION_FWD_ARGS, geometry, BLOCK, scalars, backend=backend)
+    own = None
+    if staged:
+        at = {name: (off, n) for name, off, n in staged}
+        own = BoundLaunch(kernel.symbol, ATTENTION_FWD_ARGS, geometry, BLOCK, scalars, backend=backend,
+                          workspace=[(field, *at[buf]) for field, buf in PREPARED_FIELDS.items() if buf in at])
     return AttentionRecipe(kernel, bound, out_shape, lse_shape, sh.dtype, sh, is_causal, return_lse, mask_dims,
-                           (scalars["lut_stride_b"], scalars["lut_stride_h"]))
+                           (scalars["lut_stride_b"], scalars["lut_stride_h"]), own)
 
 
 _luts: dict[tuple, tuple] = {}   # (S_q, S_kv, is_causal, device) -> _lut's answer without a mask
@@ -206,34 +220,37 @@ def _no_lse(device: torch.device) -> torch.Tensor:
     return t
 
 
-def execute(rec: AttentionRecipe, prepared: SagePrepared, block_mask: torch.Tensor | None = None,
+def execute(rec: AttentionRecipe, prepared, block_mask: torch.Tensor | None = None,
             attn_mask: torch.Tensor | None = None, own: bool = False):
     """Run the planned attention launch on `prepared` (checked against the recipe by whoever planned it):
     (out, lse) with lse [B, H_q, S_q] fp32 when rec.return_lse, else a 1-element placeholder (shared: never
-    written). own: `prepared` is the op's own (sage_attention's prepare stage, fresh tensors): its tensors are
-    launched as the op's fresh ones (alignment checked), a caller's SagePrepared as the caller's (every check)."""
-    device = prepared.q_int8.device
+    written). prepared: a caller's SagePrepared (its tensors get every launch check), or with own=True the
+    ops.prepare.Staged of sage_attention's own prepare (its workspace is the op's own: rec.launch_own)."""
+    device = prepared.workspace.device if own else prepared.q_int8.device
     out = torch.empty(*rec.out_shape, dtype=rec.out_dtype, device=device)
     lse = torch.empty(*rec.lse_shape, dtype=torch.float32, device=device) if rec.return_lse else _no_lse(device)
     assert (attn_mask is None) == (rec.mask_dims is None)
     lut, lut_sb, lut_sh, kinds, bits, bias = _lut(rec, block_mask, device, attn_mask)
-    bound = rec.launch
     assert (lut_sb, lut_sh) == rec.lut_strides
-    inputs = {
-        "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_t,
-        "q_scale": prepared.q_scale, "k_scale": prepared.k_scale, "k_mean": prepared.k_mean,
-        "v_scale": prepared.v_scale,
-        # smooth_v: the epilogue adds v_mean back; without it the kernel never reads this pointer
-        "v_mean": prepared.v_mean if prepared.v_mean is not None else prepared.k_mean,
-    }
+    # out, lse and the LUT are the op's own (only their alignment checked); cu_seqlens are read only by varlen
+    # launches (abi.FLAG_VARLEN): any valid pointer
     fresh = {"out": out, "lse": lse, "lut": lut, "mask_bits": bits, "mask_bias": bias, "mask_kind": kinds,
-             # read only by varlen launches (abi.FLAG_VARLEN): any valid pointer
              "cu_seqlens_q": lut, "cu_seqlens_kv": lut}
-    # a caller's prepared tensors are checked at the launch; out, lse and the LUT (the op's own) only for alignment
-    if own:
-        inputs.update(fresh)
-        inputs, fresh = _NONE, inputs
-    launch(bound.symbol, ATTENTION_FWD_ARGS, bound.grid, BLOCK, bound.args(inputs, fresh), backend=bound.backend)
+    if own:   # the prepared fields from the Staged workspace; k_mean a tensor of its own with smooth_k
+        bound, inputs, workspace = rec.launch_own, _NONE, prepared.workspace
+        if prepared.k_mean is not None:
+            fresh["k_mean"] = prepared.k_mean
+    else:     # a caller's prepared tensors: checked at the launch
+        bound, workspace = rec.launch, None
+        inputs = {
+            "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_t,
+            "q_scale": prepared.q_scale, "k_scale": prepared.k_scale, "k_mean": prepared.k_mean,
+            "v_scale": prepared.v_scale,
+            # smooth_v: the epilogue adds v_mean back; without it the kernel never reads this pointer
+            "v_mean": prepared.v_mean if prepared.v_mean is not None else prepared.k_mean,
+        }
+    launch(bound.symbol, ATTENTION_FWD_ARGS, bound.grid, BLOCK, bound.args(inputs, fresh, workspace),
+           backend=bound.backend)
     if rec.return_lse and prepared.lse_corr is not None:
         assert not bound.scalars["flags"] & FLAG_SMOOTH_K    # planned with has_lse_corr: the kernel left it out
         lse = lse + prepared.lse_corr     # the same fp32 add as reference.sage_attention_model

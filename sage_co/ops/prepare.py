@@ -21,7 +21,6 @@ read whole 8-channel groups; the padded channels are zero in the prepared tensor
 """
 from __future__ import annotations
 
-import operator
 from typing import NamedTuple
 
 import torch
@@ -31,7 +30,7 @@ from ..abi import (HEAD_DIM_GRANULE, PREPARE_ALIGN, PREPARE_MAX_CHUNKS, REDUCE_V
                    STATS_K_SUM, STATS_V_MAX, STATS_V_SIGNED, STATS_V_SUM)
 from ..abi import PREPARE_ARGS, PREPARE_OP  # the struct lives in sage_co/abi.py
 from ..abi import HEAD_DIM_MAX, PREPARE_HEAD_DIMS, d_granule
-from ..launch import BoundLaunch, FlatView, carve, launch, resolve_backend
+from ..launch import BoundLaunch, FlatView, launch, resolve_backend
 from ..abi import packed_rows
 from ..prepared import DTYPE_KEYS, SCALE_BLOCK, PackedPrepared, SagePrepared, d_pad, s_pad
 from ..reference import norm_rope, q_multiplier, smooth_k_lse_correction, smooth_k_lse_correction_packed
@@ -65,29 +64,29 @@ def _alloc(*shape, dtype, device) -> torch.Tensor:
     return torch.empty(*shape, dtype=dtype, device=device)
 
 
-# execute's output and workspace buffers, in the order buffers() returns them
+# execute's output and workspace buffers (the kernel's pointer fields of those names)
 BUFFERS = ("q_int8", "k_int8", "q_scale", "k_scale", "k_mean", "v_scale", "v_inv", "v_mean", "v_t", "vmax_part",
            "ksum_part", "vmin_part", "vsum_part")
-_REGION_ALIGN = 256   # workspace regions start on 256-byte boundaries (the kernels need 16: docs/rdna4.md §Alignment)
+_REGION_ALIGN = 256   # workspace fields start on 256-byte boundaries (the kernels need 16: docs/rdna4.md §Alignment)
 
 
 class BufferPlan(NamedTuple):
     """How execute gets its buffers for one call shape, per mode (index 0: the SagePrepared is returned to the
-    caller; 1: it never leaves the op, sage_attention's prepare stage): the bytes of the one workspace allocation,
-    its (offset, nbytes) regions (sage_co.launch.Region), the (shape, dtype) of the buffers that are tensors of
-    their own, and the itemgetter that puts regions, tensors and the placeholder in BUFFERS order."""
+    caller; 1: internal, it never leaves the op -- sage_attention's prepare stage): the fields that live in the
+    call's one workspace allocation ((name, byte offset, nbytes), bound into that mode's BoundLaunch), the
+    workspace's bytes, and the buffers that are tensors of their own ((name, shape, dtype)); `absent`: the
+    statistics fields that get the placeholder (their statistic does not run)."""
+    workspace: tuple[tuple, tuple]
     total: tuple[int, int]
-    layouts: tuple[tuple, tuple]
-    allocs: tuple[tuple, tuple]
-    picks: tuple[operator.itemgetter, operator.itemgetter]
+    apart: tuple[tuple, tuple]
+    absent: tuple[str, ...]
 
 
 def buffer_plan(sh: validate.Shapes, n_chunks: int, *, pv16: bool, smooth_k: bool, smooth_v: bool) -> BufferPlan:
     """The BufferPlan of a call shape. A buffer the host reads, or the caller gets in SagePrepared, is a tensor of
-    its own (returned: q_int8 .. v_t, v_mean with smooth_v; k_mean with smooth_k, which lse_corr reads here); the
-    scratch ones (v_inv, the statistics partials, v_mean without smooth_v, and in mode 1 everything else) are
-    regions of one workspace: one allocation per call instead of one per buffer. Absent statistics get the
-    placeholder."""
+    its own (mode 0: q_int8 .. v_t, v_mean with smooth_v; both modes: k_mean with smooth_k, which lse_corr reads
+    here); the others (v_inv, the statistics partials, v_mean without smooth_v, and in mode 1 every returned one)
+    live in one workspace: one allocation per call instead of one tensor per buffer."""
     B, H_q, H_kv, Dp = sh.B, sh.H_q, sh.H_kv, d_pad(sh.D)
     Sq, Skv = s_pad(sh.S_q), s_pad(sh.S_kv)
     f32, part = torch.float32, (B, H_kv, n_chunks, Dp)
@@ -98,38 +97,48 @@ def buffer_plan(sh: validate.Shapes, n_chunks: int, *, pv16: bool, smooth_k: boo
              "v_t": ((B, H_kv, Dp, Skv), torch.float16 if pv16 else torch.float8_e4m3fn),
              "vmax_part": None if pv16 else (part, f32), "ksum_part": (part, f32) if smooth_k else None,
              "vmin_part": (part, f32) if smooth_v else None, "vsum_part": (part, f32) if smooth_v else None}
-    returned = {"q_int8", "k_int8", "q_scale", "k_scale", "k_mean", "v_scale", "v_t"} | ({"v_mean"} if smooth_v else set())
+    returned = {"q_int8", "k_int8", "q_scale", "k_scale", "k_mean", "v_scale", "v_t"} | \
+        ({"v_mean"} if smooth_v else set())
     host_read = {"k_mean"} if smooth_k else set()
-    totals, layouts, allocs, picks = [], [], [], []
+    workspaces, totals, aparts = [], [], []
     for own_tensors in (returned | host_read, host_read):
-        in_ws = [n for n in BUFFERS if specs[n] is not None and n not in own_tensors]
-        apart = [n for n in BUFFERS if specs[n] is not None and n in own_tensors]
-        layout, offset = [], 0
-        for n in in_ws:
+        fields, offset = [], 0
+        for n in BUFFERS:
+            if specs[n] is None or n in own_tensors:
+                continue
             shape, dtype = specs[n]
             nbytes = dtype.itemsize
             for d in shape:
                 nbytes *= d
-            layout.append((offset, nbytes))
+            fields.append((n, offset, nbytes))
             offset += -(-nbytes // _REGION_ALIGN) * _REGION_ALIGN
-        pool = in_ws + apart   # buffers() lists the regions, then the tensors, then the placeholder
-        index = {n: i for i, n in enumerate(pool)}
-        picks.append(operator.itemgetter(*(index.get(n, len(pool)) for n in BUFFERS)))
+        workspaces.append(tuple(fields))
         totals.append(offset)
-        layouts.append(tuple(layout))
-        allocs.append(tuple(specs[n] for n in apart))
-    return BufferPlan(tuple(totals), tuple(layouts), tuple(allocs), tuple(picks))
+        aparts.append(tuple((n, *specs[n]) for n in BUFFERS if specs[n] is not None and n in own_tensors))
+    return BufferPlan(tuple(workspaces), tuple(totals), tuple(aparts), tuple(n for n in BUFFERS if specs[n] is None))
 
 
-def buffers(rec: "PrepareRecipe", device: torch.device, internal: bool = False) -> tuple:
-    """execute's buffers (BUFFERS order) on `device`: tensors (_alloc) and workspace Regions as rec.buffers plans
-    them; internal: the SagePrepared never leaves the op (mode 1)."""
+def buffers(rec: "PrepareRecipe", device: torch.device, internal: bool = False
+            ) -> tuple[torch.Tensor | None, dict]:
+    """(the workspace, {name: tensor}) of one execute on `device` as rec.buffers plans them (internal: mode 1):
+    the workspace (None when no field lives in one) holds the bound workspace fields; the dict has every other
+    buffer (_alloc) and the placeholder for each absent statistic."""
     plan, mode = rec.buffers, int(internal)
     total = plan.total[mode]
-    pool = carve(_alloc(total, dtype=torch.uint8, device=device), plan.layouts[mode]) if total else []
-    pool += [_alloc(*shape, dtype=dtype, device=device) for shape, dtype in plan.allocs[mode]]
-    pool.append(_placeholder(device))
-    return plan.picks[mode](pool)
+    workspace = _alloc(total, dtype=torch.uint8, device=device) if total else None
+    own = {name: _alloc(*shape, dtype=dtype, device=device) for name, shape, dtype in plan.apart[mode]}
+    if plan.absent:
+        own.update(dict.fromkeys(plan.absent, _placeholder(device)))
+    return workspace, own
+
+
+class Staged(NamedTuple):
+    """What execute(internal=True) hands the attention launch (sage_attention's own prepare, never returned):
+    the workspace with every prepared buffer at rec.buffers' mode-1 offsets (AttentionRecipe.launch_own is bound
+    to them), k_mean as a tensor of its own with smooth_k (else None: in the workspace), and lse_corr."""
+    workspace: torch.Tensor
+    k_mean: torch.Tensor | None
+    lse_corr: torch.Tensor | None
 
 
 def _aligned(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -207,7 +216,8 @@ class PrepareRecipe(NamedTuple):
     rope_dim: int | None
     norm_rope_rounding: str
     softmax_scale: float
-    buffers: "BufferPlan" = None   # how execute gets its output and workspace buffers (buffer_plan)
+    buffers: BufferPlan | None = None   # how execute gets its buffers (buffer_plan; None: packed, execute_varlen)
+    prepare_internal: BoundLaunch | None = None   # `prepare` bound to mode 1's workspace (execute(internal=True))
 
 
 def _strided(prefix: str, st) -> dict:
@@ -248,17 +258,23 @@ def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool,
     # pv fp16 without smooth_k needs no statistics: one item per head that only writes the fold's zeros
     stats_x, wg_tens = (n_chunks, n_tens) if n_tens else (1, 1)
     n_stats, n_items = stats_items(sh, stats_x, wg_tens), items(sh, stats_x, wg_tens)
-    prepare = BoundLaunch(kernel_symbol(PREPARE_OP, **keys), PREPARE_ARGS, (n_items, 1, 1), WAVE, {
+    # execute_varlen (packed) allocates its own packed buffers: no buffer plan, no workspace fields
+    buf = None if packed else buffer_plan(sh, n_chunks, pv16=pv16, smooth_k=smooth_k, smooth_v=smooth_v)
+    symbol, scalars = kernel_symbol(PREPARE_OP, **keys), {
         "q_mult": q_multiplier(chk.softmax_scale), "eps": eps, "S_q": sh.S_q, "S_kv": sh.S_kv, "H_q": H_q,
         "H_kv": H_kv, "S_q_pad": Sq, "S_kv_pad": Skv, "D": Dg, "q_norm": int(has_q_norm), "k_norm": int(has_k_norm),
         "pv_fp16": int(pv16), **_strided("q", qs), **_strided("k", ks), **_strided("v", vs), "varlen": varlen,
         "rows_q": rows_q, "rows_kv": rows_kv, "tiles_per_chunk": per_chunk, "n_chunks": n_chunks,
         "n_tens": wg_tens, "tens": tens, "n_wg": stats_x * wg_tens, "smooth_k": int(smooth_k),
         "v_mode": REDUCE_V_NONE if pv16 else (REDUCE_V_SMOOTH if smooth_v else REDUCE_V_FP8), "stats_x": stats_x,
-        "n_stats": n_stats, "n_items": n_items, "B": B}, backend=backend)
-    return PrepareRecipe(sh, prepare, n_chunks, pv16, smooth_k, smooth_v, (qe, ke, ve),
+        "n_stats": n_stats, "n_items": n_items, "B": B}
+
+    def bound(mode: int) -> BoundLaunch:
+        return BoundLaunch(symbol, PREPARE_ARGS, (n_items, 1, 1), WAVE, scalars, backend=backend,
+                           workspace=buf.workspace[mode] if buf is not None else ())
+    return PrepareRecipe(sh, bound(0), n_chunks, pv16, smooth_k, smooth_v, (qe, ke, ve),
                          norm_rope_rounding == "once", eps, chk.rope_dim, norm_rope_rounding, chk.softmax_scale,
-                         buffer_plan(sh, n_chunks, pv16=pv16, smooth_k=smooth_k, smooth_v=smooth_v))
+                         buf, bound(1) if buf is not None else None)
 
 
 _placeholders: dict[torch.device, torch.Tensor] = {}
@@ -294,27 +310,29 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
     return t
 
 
-def _launch_counted(bound: BoundLaunch, device: torch.device, heads: int, tensors: dict, fresh: dict) -> None:
+def _launch_counted(bound: BoundLaunch, device: torch.device, heads: int, tensors: dict, fresh: dict,
+                    workspace: torch.Tensor | None = None) -> None:
     """The prepare launch with this (device, stream)'s counters (the ticket, then one per (b, K/V head)) added to
     `fresh` (the caller's own dict literal, so no copy). A launch
     that raises may have stopped part-way (an emulator error mid-grid) and left them nonzero, which would hand the
     next launch tickets past its grid: the buffer is dropped then, so the next call allocates zeroed ones."""
     try:
         fresh["counter"] = _counters(device, 1 + heads)   # (the caller's own dict: no copy)
-        launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors, fresh), backend=bound.backend)
+        launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors, fresh, workspace),
+               backend=bound.backend)
     except BaseException:
         _counter_buffers.pop(_counter_key(device), None)
         raise
 
 
 def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=None, cos=None, sin=None,
-            internal: bool = False) -> SagePrepared:
+            internal: bool = False) -> SagePrepared | Staged:
     """Run the planned prepare launches on q, k, v (NHD views, checked against the recipe by whoever planned
     it). Outputs are fresh tensors on q's device, padded rows/columns/channels zero. pv_dtype="fp16" refuses a V
     beyond the fp16 range before any kernel (fp16 V has no scale: docs/numerics.md §Finite range); with smooth_k
     the result carries lse_corr, the LSE term from the original (normed / roped) q (docs/numerics.md §LSE).
-    internal: the result never leaves the op (sage_attention's own prepare): its buffers are Regions of one
-    workspace (buffers())."""
+    internal: the result never leaves the op (sage_attention's own prepare): a Staged (every buffer in one
+    workspace, buffers()) instead of a SagePrepared."""
     if rec.pv16:
         validate.check_v_fp16_range(v, "fp16")
     sh = rec.shapes
@@ -327,8 +345,7 @@ def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=No
     if cos is not None or q_norm_weight is not None or k_norm_weight is not None:
         cos, sin, q_norm_weight, k_norm_weight = map(_aligned, (cos, sin, q_norm_weight, k_norm_weight))
     placeholder = _placeholder(dev)
-    (q_int8, k_int8, q_scale, k_scale, k_mean, v_scale, v_inv, v_mean, v_t, vmax_part, ksum_part, vmin_part,
-     vsum_part) = buffers(rec, dev, internal)
+    workspace, own = buffers(rec, dev, internal)
     # The caller's tensors (q, k, v and the norm / RoPE tables) are checked at each launch; the op's own fresh
     # outputs and workspaces, and the placeholder for an absent table, only for alignment (launch.BoundLaunch).
     if cos is None and q_norm_weight is None and k_norm_weight is None:   # (sin comes with cos)
@@ -337,19 +354,20 @@ def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=No
         given = {"q_norm_w": q_norm_weight, "k_norm_w": k_norm_weight, "cos": cos, "sin": sin}
         tables = {n: t for n, t in given.items() if t is not None}
         absent = {n: placeholder for n, t in given.items() if t is None}
-    bound = rec.prepare
-    _launch_counted(bound, dev, B * H_kv, {"q": qf, "k": kf, "v": vf, **tables},
-                    {**absent, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8, "k_int8": k_int8,
-                     "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean,
-                     "cu_seqlens_q": placeholder, "cu_seqlens_kv": placeholder, "ksum_part": ksum_part,
-                     "vmax_part": vmax_part, "vmin_part": vmin_part, "vsum_part": vsum_part, "v_scale": v_scale})
+    # the buffers: the workspace fields are bound into the launch (rec.buffers); every other one is in `own`
+    _launch_counted(rec.prepare_internal if internal else rec.prepare, dev, B * H_kv,
+                    {"q": qf, "k": kf, "v": vf, **tables},
+                    {**absent, "cu_seqlens_q": placeholder, "cu_seqlens_kv": placeholder, **own}, workspace)
     lse_corr = None
     if rec.smooth_k:   # host side, in torch, from the original q (after the norm / RoPE spec the quant kernel applies)
         q0, w0, cos0, sin0 = lse_q
         qn = norm_rope(q0, w0, rec.eps, cos0, sin0, rec.rope_dim, rec.norm_rope_rounding)
-        lse_corr = smooth_k_lse_correction(qn, k_mean, rec.softmax_scale)
-    return SagePrepared(q_int8, q_scale, k_int8, k_scale, k_mean, v_t, v_scale, sh.S_q, sh.S_kv, sh.D, sh.dtype,
-                        v_mean if rec.smooth_v else None, lse_corr)
+        lse_corr = smooth_k_lse_correction(qn, own["k_mean"], rec.softmax_scale)
+    if internal:
+        return Staged(workspace, own.get("k_mean"), lse_corr)
+    return SagePrepared(own["q_int8"], own["q_scale"], own["k_int8"], own["k_scale"], own["k_mean"], own["v_t"],
+                        own["v_scale"], sh.S_q, sh.S_kv, sh.D, sh.dtype, own["v_mean"] if rec.smooth_v else None,
+                        lse_corr)
 
 
 def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
