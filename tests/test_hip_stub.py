@@ -167,6 +167,13 @@ def test_bound_launch_fast_path_sends_the_full_paths_bytes_and_refuses_the_same(
     assert e["scalar_as_tensor"].startswith("TypeError: ") and "'H_kv' is a tensor" in e["scalar_as_tensor"]
     assert r["launches_after_errors"] == 3
     assert r["swapped_backend_loads"] == [1, 1]
+    # workspace-bound fields (one allocation for an op's scratch buffers): the full path's bytes, the addresses at
+    # the bound offsets; without a large enough workspace the full path's error names the fields, nothing launches
+    assert r["workspace_same_bytes"] and r["workspace_addresses"] == [0, 512]
+    for name in ("missing", "short"):
+        assert "bound to a workspace" in r["workspace_errors"][name] and "'v_inv'" in r["workspace_errors"][name]
+        assert "at least 768 bytes" in r["workspace_errors"][name]
+    assert r["workspace_launches_after_errors"] == 2
 
 
 def test_varlen_is_a_fixed_number_of_launches_without_a_host_sync(tmp_path):

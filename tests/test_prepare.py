@@ -650,3 +650,29 @@ def test_one_launch_protocol_is_fenced_in_every_symbol():
             poll = max(i for i in range(z) if body[i].startswith("global_load"))
             assert "scope:SCOPE_DEV" in body[poll], f"{sym}: the poll reads a cached copy: {body[poll]}"
             acquired(body, z, sym)
+
+
+# ----------------------------------------------------------------------------- issue 24: one workspace per call
+@pytest.mark.parametrize("smooth_k", [False, True])
+def test_sage_attentions_own_prepare_is_one_workspace_allocation(smooth_k, monkeypatch):
+    """sage_attention's prepare never returns its buffers, so it allocates one workspace for all of them
+    (ops.prepare.buffers, internal; plus k_mean with smooth_k, which the host reads for lse_corr); sage_prepare
+    allocates every returned tensor and one workspace for the scratch ones (v_inv, the statistics partials). Both
+    reach the kernels' bits: the whole op equals the forward on sage_prepare's result (the garbage-filled
+    allocator shows every workspace byte the kernels read was written)."""
+    from sage_co import api
+    allocated = []
+    garbage = prepare_mod._alloc
+
+    def counting(*shape, dtype, device):
+        allocated.append((shape, dtype))
+        return garbage(*shape, dtype=dtype, device=device)
+    monkeypatch.setattr(prepare_mod, "_alloc", counting)
+    q, k, v = _qkv(2, 70, 2, seed=31, D=64, S_kv=45)
+    out, lse = api.sage_attention(q, k, v, smooth_k=smooth_k, return_lse=True, backend="emu")
+    assert [dtype for _, dtype in allocated] == [torch.uint8] + [torch.float32] * smooth_k   # workspace (, k_mean)
+    allocated.clear()
+    prepared = api.sage_prepare(q, k, v, smooth_k=smooth_k, backend="emu")
+    assert len(allocated) == 7 + 1    # q_int8, k_int8, q_scale, k_scale, k_mean, v_scale, v_t + the workspace
+    ref_out, ref_lse = api.sage_attention_fwd(prepared, return_lse=True, backend="emu")
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)

@@ -407,6 +407,30 @@ def bound_scenario(tmp: Path) -> dict:
             errors[name] = f"{type(exc).__name__}: {exc}"
     out["errors"] = errors
     out["launches_after_errors"] = len(stub.records("launch"))
+    # workspace fields: bound at (offset, nbytes) of one per-call uint8 tensor; the fast path sends the bytes the
+    # full path sends for the views ws[offset:offset + nbytes], and refuses a missing or short workspace
+    spans = {"v_inv": (0, 256), "q_int8": (512, 256)}
+    wsb = launch.BoundLaunch(symbol, struct_, grid, block, scalars, backend="hip",
+                             workspace=[(n, off, nb) for n, (off, nb) in spans.items()])
+    ws = torch.zeros(1024, dtype=torch.uint8)
+    others = {n: t for n, t in bufs.items() if n not in spans}
+    stub.clear()
+    with launch.recording() as ws_records:
+        launch.launch(symbol, struct_, grid, block,
+                      {**scalars, **others, **{n: ws[off:off + nb] for n, (off, nb) in spans.items()}}, backend="hip")
+        launch.launch(symbol, struct_, wsb.grid, wsb.block, wsb.args({}, others, ws), backend="hip")
+    ws_sent = stub.records("launch")
+    out["workspace_same_bytes"] = len(ws_sent) == 2 and ws_sent[0]["data"] == ws_sent[1]["data"]
+    out["workspace_addresses"] = [ws_records[1].addresses[n] - ws.data_ptr() for n in spans]
+    ws_errors = {}
+    for name, workspace in (("missing", None), ("short", torch.zeros(600, dtype=torch.uint8))):
+        try:
+            launch.launch(symbol, struct_, wsb.grid, wsb.block, wsb.args({}, others, workspace), backend="hip")
+            ws_errors[name] = None
+        except ValueError as exc:
+            ws_errors[name] = str(exc)
+    out["workspace_errors"] = ws_errors
+    out["workspace_launches_after_errors"] = len(stub.records("launch"))
     be2 = hip_backend()
     launch.use_backend("hip", be2)
     launch.launch(symbol, struct_, bound.grid, bound.block, bound.args(bufs), backend="hip")
