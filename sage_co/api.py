@@ -55,9 +55,9 @@ def _schema_values(p: planning.Plan) -> dict:
 
 
 # -------------------------------------------------------------------------------------------- prepare
-def _prepare_fields(p: planning.Plan, internal: bool = False) -> SagePrepared:
-    """The planned prepare launches; internal: the prepared structure never leaves the op (its buffers are one
-    workspace, sage_co.ops.prepare.buffers)."""
+def _prepare_fields(p: planning.Plan, internal: bool = False) -> SagePrepared | prepare_ops.Staged:
+    """The planned prepare launch: a SagePrepared, or with internal (the prepared buffers never leave the op:
+    sage_attention) the Staged workspace holding all of them (sage_co.ops.prepare.buffers)."""
     o = p.options
     return prepare_ops.execute(p.prepare, p.q, p.k, p.v, q_norm_weight=o["q_norm_weight"],
                                k_norm_weight=o["k_norm_weight"], cos=o["cos"], sin=o["sin"], internal=internal)

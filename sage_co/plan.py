@@ -129,7 +129,7 @@ _Tensor = torch.Tensor
 
 
 def _tensor_key(t) -> tuple | None:
-    if type(t) is not torch.Tensor:   # (also inline in _key)
+    if type(t) is not _Tensor:
         return None
     return (t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.data_ptr() & 15)
 
@@ -153,9 +153,7 @@ def _key(spec: callspec.OpSpec, inputs: tuple, o: dict):
     metadata); None when some part cannot be a key (then the call is planned uncached). Built in one pass with
     no per-value work for the plain values (None, bool, int, str: most options)."""
     first = inputs[0]
-    # _tensor_key inline for the plain tensors (q, k, v: most calls)
-    tensors = tuple([(t.shape, t.stride(), t.dtype, t.device, t.requires_grad, t.data_ptr() & 15)
-                     if type(t) is _Tensor else None for t in (first if type(first) is SagePrepared else inputs)])
+    tensors = tuple(map(_tensor_key, first if type(first) is SagePrepared else inputs))
     if None in tensors:   # a tensor subclass, or a SagePrepared field that is not a plain tensor (v_mean None, ...)
         if type(first) is SagePrepared:
             tensors = tuple(_tensor_key(t) if isinstance(t, torch.Tensor) else (type(t), t) for t in first)
