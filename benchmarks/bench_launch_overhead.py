@@ -9,7 +9,7 @@ checks, kernarg packing, device guard, hipModuleLaunchKernel), a runtime whose e
 
 Reports the median over rounds of (thread CPU time / launches) -- the host time a launch costs, robust on a
 shared machine -- and of (wall time / launches), for a kernel of each op (attention, prepare stats /
-quant), then for the whole sage_co.sage_attention call (validation, planning, allocation, 2 prepare launches + 1
+quant), then for the whole sage_co.sage_attention call (validation, planning, allocation, the prepare launch + the
 attention launch), eager and through the torch.library dispatch (the path torch.compile and fake tensors take).
 Goals: <= 20 us per launch (issue 12), <= 40 us for the whole call (issue 24; the figures before: BEFORE_US). torch's own
 current-stream lookup is not included (the stub platform answers it from a field); on a ROCm torch it is
@@ -27,6 +27,9 @@ from stub_timing import stub_hip_backend, timed     # benchmarks/stub_timing.py:
 BEFORE_US = {
     "c1635f3 (before issue 24's call spec / plan_call; ~150 us in the README's own measurement)": "376-395",
     "4d688c2 (call spec, plan memo, BoundLaunch)": "99-128",
+    "98c7edd (3 launches; quiet machine)": "76-78",
+    # side by side on the loaded machine (every figure ~1.7x its quiet value): 98c7edd 129-147, main at 4e7e9ab
+    # (one prepare launch) 125-127, h/host (one workspace per call, hip-python's own argument types) 61-70
 }
 
 
@@ -68,7 +71,7 @@ def main(argv=None) -> int:
                                                           bound.args(tensors), backend="hip"), args.launches,
                                   args.rounds)
             print(f"  {symbol:40s} {cpu * 1e6:6.1f} us CPU, {wall * 1e6:6.1f} us wall; bound {bound_cpu * 1e6:5.1f}")
-        # the whole public op: validation, custom-op dispatch, output allocation, 2 prepare launches + 1 attention
+        # the whole public op: validation, custom-op dispatch, output allocation, the prepare + the attention launch
         import sage_co
         q, k, v = (torch.zeros(1, 64, 2, 128, dtype=torch.bfloat16) for _ in range(3))
         dispatched = (q, k, v, 128 ** -0.5, "NHD", False, None, None, 1e-6, None, None, 0, False, "hip", "")
@@ -76,7 +79,7 @@ def main(argv=None) -> int:
                  lambda: torch.ops.sage_co.sage_attention(*dispatched))
         ops = max(args.launches // 10, 1)
         (cpu, cpu_min, wall), (via_op, _, _) = (timed(call, ops, args.rounds) for call in calls)
-        print(f"  {'sage_co.sage_attention (4 launches)':40s} {cpu * 1e6:6.1f} us CPU (min {cpu_min * 1e6:.1f}), "
+        print(f"  {'sage_co.sage_attention (2 launches)':40s} {cpu * 1e6:6.1f} us CPU (min {cpu_min * 1e6:.1f}), "
               f"{wall * 1e6:6.1f} us wall; through torch.ops.sage_co.sage_attention {via_op * 1e6:.1f} us CPU "
               f"(goal <= 40 us)")
         print("  before (the same measurement at earlier commits):")
