@@ -294,7 +294,7 @@ def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: 
     bound = args.bound if type(args) is LaunchArgs else None
     if bound is not None and bound.symbol == symbol and bound.struct is struct:
         # the scalars were checked when bound; the workspace fields are views of the call's workspace
-        tensors = {**args.tensors, **args.fresh, **bound.workspace_views(args.workspace)}
+        tensors = {**args.tensors, **args.fresh, **bound.static, **bound.workspace_views(args.workspace)}
         values = dict(bound.scalars)
     else:
         tensors, values = {}, {}
@@ -333,23 +333,37 @@ class BoundLaunch:
     allocation, not one tensor per buffer. Offsets are POINTER_ALIGN multiples (checked here), the workspace must
     hold the last one's bytes (checked per call); the full path passes each as the view ws[offset:offset + nbytes].
 
+    static: {pointer field: tensor} fixed for every launch of the binding (an op's placeholder for an absent
+    input, a cached table): checked here as a caller's tensor would be, packed once, kept alive; they fix the
+    launch's device (a call's tensors on another one take the full path, which refuses the mix).
+
     Per call, a backend with a bound-launch fast path (the hip backend: `bind_launch`, its kernarg bytes packed
     here once, only the pointer fields written per call) gets just the addresses, after launch()'s per-launch
     checks: every `tensors` entry contiguous and on one device, every address POINTER_ALIGN-aligned, exactly the
-    struct's other pointer fields given. `fresh` tensors (and the workspace) are the op's own torch.empty outputs
+    struct's other pointer fields (not static, not in the workspace) given. `fresh` tensors (and the workspace) are the op's own torch.empty outputs
     and workspaces (contiguous and on the call's device by construction: only their alignment is checked).
     Anything the fast path does not take (a missing or extra field, a failed check, backend options) goes through
     the full launch() path, which raises the error naming the argument."""
 
-    __slots__ = ("symbol", "struct", "grid", "block", "scalars", "backend", "workspace", "fast", "_be",
-                 "_pointer_names", "_row_names", "_ws_offsets", "_ws_end", "_plan", "_n", "_get", "_entry")
+    __slots__ = ("symbol", "struct", "grid", "block", "scalars", "backend", "workspace", "static", "fast", "_be",
+                 "_pointer_names", "_row_names", "_ws_offsets", "_ws_end", "_static_addresses", "_static_device",
+                 "_plan", "_n", "_get", "_entry")
 
     def __init__(self, symbol: str, struct: KernargStruct, grid: tuple, block: tuple, scalars: dict, *,
-                 backend: str, workspace=()):
+                 backend: str, workspace=(), static: dict | None = None):
         be = _backend(backend, {})
         p = plan(symbol, struct)
         self.grid, self.block = _check_geometry(grid, block, p)
         pointers = {f.name: 0 for f in struct.fields if f.kind == "ptr"}
+        # static: pointer fields bound to one tensor for every launch (a placeholder, a cached table): checked
+        # here like a caller's tensor, packed once, kept alive by the binding
+        self.static = dict(static or {})
+        if self.static:
+            _pointers(symbol, p, self.static, pointers)
+            self._static_device = next(iter(self.static.values())).get_device()
+        else:
+            self._static_device = None
+        self._static_addresses = {n: pointers[n] for n in self.static}
         kernarg_bytes = struct.pack({**scalars, **pointers})   # scalars fit, none missing
         self.symbol, self.struct, self.scalars, self.backend = symbol, struct, dict(scalars), backend
         self._plan, self._be, self._entry = p, be, (symbol, backend)   # _entry: what launched records
@@ -359,10 +373,10 @@ class BoundLaunch:
                 raise ValueError(f"{symbol}: workspace field {name!r} at {off} ({n} bytes): expected a pointer "
                                  f"field of {struct.name} at a {POINTER_ALIGN}-byte aligned offset")
         in_ws = {name for name, _, _ in self.workspace}
-        if len(in_ws) != len(self.workspace):
-            raise ValueError(f"{symbol}: a workspace field is listed twice in {self.workspace}")
+        if len(in_ws) != len(self.workspace) or in_ws & self.static.keys():
+            raise ValueError(f"{symbol}: a workspace field is listed twice, or also static, in {self.workspace}")
         names = tuple(f.name for f in sorted(struct.fields, key=lambda f: f.offset)
-                      if f.kind == "ptr" and f.name not in in_ws)
+                      if f.kind == "ptr" and f.name not in in_ws and f.name not in self.static)
         self._pointer_names, self._n = names, len(names)
         self._ws_offsets = tuple(off for _, off, _ in self.workspace)
         self._ws_end = max((off + n for _, off, n in self.workspace), default=0)
@@ -399,7 +413,7 @@ class BoundLaunch:
         if self.fast is None or _backends.get(self.backend) is not self._be or \
                 len(checked) + len(fresh) != self._n:   # use_backend() replaced it since binding / a field short
             return False, None
-        device = None
+        device = self._static_device   # (None without static fields)
         try:
             for t in checked.values():
                 if not t.is_contiguous():
@@ -428,7 +442,7 @@ class BoundLaunch:
         launched.append(self._entry)
         if recording_:
             rec = LaunchRecord(self.symbol, self.backend, self.grid, self.block, None, kernarg_bytes,
-                               dict(zip(self._row_names, row)))
+                               {**self._static_addresses, **dict(zip(self._row_names, row))})
             for r in _recorders:
                 r.append(rec)
         return True, None
@@ -458,6 +472,7 @@ class LaunchArgs(dict):
         if not self._filled:
             self._filled = True
             dict.update(self, self.bound.scalars)
+            dict.update(self, self.bound.static)
             dict.update(self, _tensors_of(self.tensors))   # (a FlatView as its tensor: the mapping holds tensors)
             dict.update(self, _tensors_of(self.fresh))
             if self.bound.workspace:   # the workspace fields as their views

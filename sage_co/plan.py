@@ -105,7 +105,8 @@ def _plan_qkv(spec: callspec.OpSpec, q, k, v, o: dict, resolve: bool) -> Plan:
                                        has_block_mask=o["block_mask"] is not None, backend=backend,
                                        has_lse_corr=o["smooth_k"],   # the prepare's lse_corr (smooth_k)
                                        attn_mask=o["attn_mask"],
-                                       staged=prep.buffers.workspace[1])   # api._run_attention's own prepare
+                                       staged=prep.buffers.workspace[1],   # api._run_attention's own prepare
+                                       device=q.device)
     return Plan(spec.name, sh, o["layout"], chk.q, chk.k, chk.v, chk.softmax_scale, chk.rope_dim, o, prep, att)
 
 
@@ -121,7 +122,8 @@ def _plan_prepared(spec: callspec.OpSpec, prepared: SagePrepared, o: dict, resol
                                    variant=o["kernel"], pv_dtype=prepared.pv_dtype,
                                    smooth_v=prepared.v_mean is not None, has_block_mask=o["block_mask"] is not None,
                                    backend=resolve_backend(prepared.q_int8, o["backend"]),
-                                   has_lse_corr=prepared.lse_corr is not None, attn_mask=o["attn_mask"])
+                                   has_lse_corr=prepared.lse_corr is not None, attn_mask=o["attn_mask"],
+                                   device=prepared.q_int8.device)
     return Plan(spec.name, sh, o["layout"], None, None, None, None, None, o, None, att)
 
 

@@ -127,12 +127,15 @@ def _check_mask_reach(sh: validate.Shapes, mask_dims) -> None:
 
 def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: bool, variant: str | None,
            pv_dtype: str, smooth_v: bool, has_block_mask: bool, backend: str,
-           has_lse_corr: bool = False, attn_mask=None, staged: tuple = ()) -> AttentionRecipe:
+           has_lse_corr: bool = False, attn_mask=None, staged: tuple = (), device: torch.device | None = None
+           ) -> AttentionRecipe:
     """The attention launch for checked shapes and options: the query-head and 32-bit reach limits, the shipped
     kernel for (variant, D_pad, out dtype, pv_dtype), bound to its grid and scalar kernargs. `backend` is
     resolved. attn_mask (checked): only its shape is read here (the mask strides, the LUT's). staged: the
     prepare's mode-1 workspace fields (ops.prepare.BufferPlan.workspace[1]) of a call that prepares its own inputs
-    (sage_attention): launch_own reads them from a Staged's workspace."""
+    (sage_attention): launch_own reads them from a Staged's workspace. device (the call's): the pointers that do
+    not change between calls are bound into the launches (static): cu_seqlens (not read without abi.FLAG_VARLEN),
+    lse without return_lse (never written) and, without a block_mask or attn_mask, the cached LUT."""
     check_query_heads(sh.H_q)
     mask_dims = None if attn_mask is None else masks.mask_dims(attn_mask, sh.B, sh.H_q, sh.S_q)
     if mask_dims is not None:
@@ -161,12 +164,19 @@ def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: boo
     # Without return_lse the kernel never touches lse; it still gets a valid (tiny) allocation.
     lse_shape = (sh.B, sh.H_q, sh.S_q) if return_lse else (1,)
     geometry = (Sq_pad // QUERY_TILE, sh.H_q, sh.B)
-    bound = BoundLaunch(kernel.symbol, ATTENTION_FWD_ARGS, geometry, BLOCK, scalars, backend=backend)
+    static = {}
+    if device is not None:
+        static = dict.fromkeys(("cu_seqlens_q", "cu_seqlens_kv") + (() if return_lse else ("lse",)), _no_lse(device))
+        if not has_block_mask and mask_dims is None:
+            lut, _, _, kinds, bits, bias = _maskless_lut(sh.S_q, sh.S_kv, is_causal, device)
+            static.update(lut=lut, mask_kind=kinds, mask_bits=bits, mask_bias=bias)
+    bound = BoundLaunch(kernel.symbol, ATTENTION_FWD_ARGS, geometry, BLOCK, scalars, backend=backend, static=static)
     own = None
     if staged:
         at = {name: (off, n) for name, off, n in staged}
         own = BoundLaunch(kernel.symbol, ATTENTION_FWD_ARGS, geometry, BLOCK, scalars, backend=backend,
-                          workspace=[(field, *at[buf]) for field, buf in PREPARED_FIELDS.items() if buf in at])
+                          workspace=[(field, *at[buf]) for field, buf in PREPARED_FIELDS.items() if buf in at],
+                          static=static)
     return AttentionRecipe(kernel, bound, out_shape, lse_shape, sh.dtype, sh, is_causal, return_lse, mask_dims,
                            (scalars["lut_stride_b"], scalars["lut_stride_h"]), own)
 
@@ -196,13 +206,18 @@ def _lut(rec: AttentionRecipe, block_mask: torch.Tensor | None, device: torch.de
         lut, sb, sh_ = masks.build_lut(active)
         kinds = torch.zeros_like(lut)
         return lut, sb, sh_, kinds, kinds, kinds
-    key = (sh.S_q, sh.S_kv, rec.is_causal, device)
+    return _maskless_lut(sh.S_q, sh.S_kv, rec.is_causal, device)
+
+
+def _maskless_lut(S_q: int, S_kv: int, is_causal: bool, device: torch.device) -> tuple:
+    """_lut's answer without a block_mask or attn_mask (one row set shared by every batch and head), built once per
+    (S_q, S_kv, is_causal, device) and kept."""
+    key = (S_q, S_kv, is_causal, device)
     hit = _luts.get(key)
     if hit is None:
         if len(_luts) >= _LUT_CACHE:
             _luts.clear()
-        lut, sb, sh_ = masks.build_lut(masks.active_tiles(1, 1, sh.S_q, sh.S_kv, is_causal=rec.is_causal,
-                                                          device=device))
+        lut, sb, sh_ = masks.build_lut(masks.active_tiles(1, 1, S_q, S_kv, is_causal=is_causal, device=device))
         kinds = torch.zeros_like(lut)
         hit = _luts[key] = (lut, sb, sh_, kinds, kinds, kinds)   # kinds all full; bits / bias never read
     return hit
@@ -227,21 +242,28 @@ def execute(rec: AttentionRecipe, prepared, block_mask: torch.Tensor | None = No
     written). prepared: a caller's SagePrepared (its tensors get every launch check), or with own=True the
     ops.prepare.Staged of sage_attention's own prepare (its workspace is the op's own: rec.launch_own)."""
     device = prepared.workspace.device if own else prepared.q_int8.device
+    bound = rec.launch_own if own else rec.launch
     out = torch.empty(*rec.out_shape, dtype=rec.out_dtype, device=device)
     lse = torch.empty(*rec.lse_shape, dtype=torch.float32, device=device) if rec.return_lse else _no_lse(device)
     assert (attn_mask is None) == (rec.mask_dims is None)
-    lut, lut_sb, lut_sh, kinds, bits, bias = _lut(rec, block_mask, device, attn_mask)
-    assert (lut_sb, lut_sh) == rec.lut_strides
-    # out, lse and the LUT are the op's own (only their alignment checked); cu_seqlens are read only by varlen
-    # launches (abi.FLAG_VARLEN): any valid pointer
-    fresh = {"out": out, "lse": lse, "lut": lut, "mask_bits": bits, "mask_bias": bias, "mask_kind": kinds,
-             "cu_seqlens_q": lut, "cu_seqlens_kv": lut}
+    # out, lse and the LUT are the op's own (only their alignment checked); what recipe bound into the launch
+    # (static: the maskless LUT, lse without return_lse, cu_seqlens) is not given again
+    static = bound.static
+    fresh = {"out": out}
+    if "lse" not in static:
+        fresh["lse"] = lse
+    if "lut" not in static:
+        lut, lut_sb, lut_sh, kinds, bits, bias = _lut(rec, block_mask, device, attn_mask)
+        assert (lut_sb, lut_sh) == rec.lut_strides
+        fresh.update(lut=lut, mask_bits=bits, mask_bias=bias, mask_kind=kinds)
+        if "cu_seqlens_q" not in static:   # read only by varlen launches (abi.FLAG_VARLEN): any valid pointer
+            fresh["cu_seqlens_q"] = fresh["cu_seqlens_kv"] = lut
     if own:   # the prepared fields from the Staged workspace; k_mean a tensor of its own with smooth_k
-        bound, inputs, workspace = rec.launch_own, _NONE, prepared.workspace
+        inputs, workspace = _NONE, prepared.workspace
         if prepared.k_mean is not None:
             fresh["k_mean"] = prepared.k_mean
     else:     # a caller's prepared tensors: checked at the launch
-        bound, workspace = rec.launch, None
+        workspace = None
         inputs = {
             "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_t,
             "q_scale": prepared.q_scale, "k_scale": prepared.k_scale, "k_mean": prepared.k_mean,
@@ -277,7 +299,8 @@ def plan_forward(prepared: SagePrepared, *, return_lse: bool = False, layout: st
     return recipe(sh, attn_mask=attn_mask, layout=layout, return_lse=return_lse, is_causal=is_causal, variant=variant,
                   pv_dtype=prepared.pv_dtype, smooth_v=prepared.v_mean is not None,
                   has_lse_corr=prepared.lse_corr is not None,
-                  has_block_mask=block_mask is not None, backend=resolve_backend(prepared.q_int8, backend))
+                  has_block_mask=block_mask is not None, backend=resolve_backend(prepared.q_int8, backend),
+                  device=prepared.q_int8.device)
 
 
 def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layout: str = "NHD",

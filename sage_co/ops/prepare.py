@@ -122,14 +122,11 @@ def buffers(rec: "PrepareRecipe", device: torch.device, internal: bool = False
             ) -> tuple[torch.Tensor | None, dict]:
     """(the workspace, {name: tensor}) of one execute on `device` as rec.buffers plans them (internal: mode 1):
     the workspace (None when no field lives in one) holds the bound workspace fields; the dict has every other
-    buffer (_alloc) and the placeholder for each absent statistic."""
+    buffer (_alloc). (The absent statistics' placeholder is bound into the launch: recipe's static fields.)"""
     plan, mode = rec.buffers, int(internal)
     total = plan.total[mode]
     workspace = _alloc(total, dtype=torch.uint8, device=device) if total else None
-    own = {name: _alloc(*shape, dtype=dtype, device=device) for name, shape, dtype in plan.apart[mode]}
-    if plan.absent:
-        own.update(dict.fromkeys(plan.absent, _placeholder(device)))
-    return workspace, own
+    return workspace, {name: _alloc(*shape, dtype=dtype, device=device) for name, shape, dtype in plan.apart[mode]}
 
 
 class Staged(NamedTuple):
@@ -269,9 +266,17 @@ def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool,
         "v_mode": REDUCE_V_NONE if pv16 else (REDUCE_V_SMOOTH if smooth_v else REDUCE_V_FP8), "stats_x": stats_x,
         "n_stats": n_stats, "n_items": n_items, "B": B}
 
+    # Not packed: the placeholder's fields are bound once (static): the absent tables and statistics, cu_seqlens
+    static = {}
+    if buf is not None:
+        given = {"q_norm_w": has_q_norm, "k_norm_w": has_k_norm, "cos": chk.rope_dim is not None,
+                 "sin": chk.rope_dim is not None}
+        static = dict.fromkeys([*(n for n in _TABLES if not given[n]), "cu_seqlens_q", "cu_seqlens_kv",
+                                *buf.absent], _placeholder(chk.q.device))
+
     def bound(mode: int) -> BoundLaunch:
         return BoundLaunch(symbol, PREPARE_ARGS, (n_items, 1, 1), WAVE, scalars, backend=backend,
-                           workspace=buf.workspace[mode] if buf is not None else ())
+                           workspace=buf.workspace[mode] if buf is not None else (), static=static)
     return PrepareRecipe(sh, bound(0), n_chunks, pv16, smooth_k, smooth_v, (qe, ke, ve),
                          norm_rope_rounding == "once", eps, chk.rope_dim, norm_rope_rounding, chk.softmax_scale,
                          buf, bound(1) if buf is not None else None)
@@ -344,20 +349,17 @@ def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=No
         cos, sin = cos.float(), sin.float()
     if cos is not None or q_norm_weight is not None or k_norm_weight is not None:
         cos, sin, q_norm_weight, k_norm_weight = map(_aligned, (cos, sin, q_norm_weight, k_norm_weight))
-    placeholder = _placeholder(dev)
     workspace, own = buffers(rec, dev, internal)
-    # The caller's tensors (q, k, v and the norm / RoPE tables) are checked at each launch; the op's own fresh
-    # outputs and workspaces, and the placeholder for an absent table, only for alignment (launch.BoundLaunch).
-    if cos is None and q_norm_weight is None and k_norm_weight is None:   # (sin comes with cos)
-        tables, absent = {}, dict.fromkeys(_TABLES, placeholder)
-    else:
-        given = {"q_norm_w": q_norm_weight, "k_norm_w": k_norm_weight, "cos": cos, "sin": sin}
-        tables = {n: t for n, t in given.items() if t is not None}
-        absent = {n: placeholder for n, t in given.items() if t is None}
-    # the buffers: the workspace fields are bound into the launch (rec.buffers); every other one is in `own`
-    _launch_counted(rec.prepare_internal if internal else rec.prepare, dev, B * H_kv,
-                    {"q": qf, "k": kf, "v": vf, **tables},
-                    {**absent, "cu_seqlens_q": placeholder, "cu_seqlens_kv": placeholder, **own}, workspace)
+    # The caller's tensors (q, k, v and the given norm / RoPE tables) are checked at each launch; the op's own fresh
+    # outputs (`own`) and workspace only for alignment (launch.BoundLaunch). The placeholder of an absent table,
+    # cu_seqlens and an absent statistic is bound into the launch (recipe's static fields), as the workspace fields
+    # are (rec.buffers).
+    tensors = {"q": qf, "k": kf, "v": vf}
+    if cos is not None or q_norm_weight is not None or k_norm_weight is not None:
+        for n, t in (("q_norm_w", q_norm_weight), ("k_norm_w", k_norm_weight), ("cos", cos), ("sin", sin)):
+            if t is not None:
+                tensors[n] = t
+    _launch_counted(rec.prepare_internal if internal else rec.prepare, dev, B * H_kv, tensors, own, workspace)
     lse_corr = None
     if rec.smooth_k:   # host side, in torch, from the original q (after the norm / RoPE spec the quant kernel applies)
         q0, w0, cos0, sin0 = lse_q
