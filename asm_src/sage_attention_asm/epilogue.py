@@ -177,7 +177,7 @@ class Epilogue:
                 a.op(f"v_mov_b32 {acc}, 0")
             qf = self.Q[4 * i:4 * i + 4] if not self.WIDE else self.ring[8:12]
             if self.WIDE:   # Q^T fragment i from LDS (this thread stored it in the prologue)
-                a.op(f"ds_load_b128 {qf}, {self.q_rd} offset:{self.LDS_Q + i * self.Q_FRAG_STEP}")
+                a.op(f"ds_load_b128 {qf}, {self.q_rd} offset:{i * self.Q_FRAG_STEP}")
                 a.op("s_wait_dscnt 0")
             for w in range(4):
                 vm.wait_for(f"km{4 * i + w}")

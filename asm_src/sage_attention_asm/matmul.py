@@ -16,7 +16,7 @@ class MatmulStreams:
             qk_ = None
             if self.WIDE:
                 qk_ = mx_.frag(("q", i), lambda a, regs, i=i: a.op(
-                    f"ds_load_b128 {regs}, {self.q_rd} offset:{self.LDS_Q + i * self.Q_FRAG_STEP}"), ring=1)
+                    f"ds_load_b128 {regs}, {self.q_rd} offset:{i * self.Q_FRAG_STEP}"), ring=1)
             fk = mx_.frag(("k", i, c), lambda a, regs, i=i, c=c: a.op(
                 f"ds_load_b128 {regs}, {self.k_rd[i]} offset:{kbuf + c * 8 * self.K_ROW_BYTES}"))
             first = i == 0 and half == 0
