@@ -75,6 +75,8 @@ CASES = [
     ("keypad-holes-causal", 2, 100, 150, 2, 1, 64, "bf16", "fp8", True, _key_pad_holes),
     ("heads-bf16-additive", 2, 65, 65, 2, 2, 80, "bf16", "fp8", False, _heads_only),
     ("2d-causal", 1, 150, 100, 2, 2, 64, "fp16", "fp8", True, _two_d),
+    ("additive-gqa-d256", 2, 77, 131, 4, 2, 256, "fp16", "fp8", False, _additive),   # D_pad 256
+    ("bool-causal-d160", 2, 70, 150, 2, 2, 160, "bf16", "fp8", True, _bool_general),
 ]
 
 
