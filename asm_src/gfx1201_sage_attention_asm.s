@@ -111,7 +111,8 @@
 // col ^ ((row >> 1) & 3) for 4; V^T: col ^ ((row >> 1) & 3)). Fragments go through a ring of 10 (6 for pv fp16 at head dim 128)
 // ds_load_b128 slots, each reloaded right after its last WMMA.
 //
-// Loop schedule, step t (unrolled x2 so SA/SB, m[0]/m[1] and the LDS buffers alternate by name):
+// Loop schedule (head dims 64 and 128; head dim 256: its variant header), step t (unrolled x2 so SA/SB,
+// m[0]/m[1] and the LDS buffers alternate by name):
 //   top      SALU addresses; global_load k_scale(t+1), K(min(t+2, last)), V^T(t+1)
 //   phase X  ds_load the first 10 K fragments of tile t+1; row max of tile t on the accumulators (VOPD max
 //            chains, one scaling, v_permlanex16, v_max3), alpha, t, b; the exact form if some qk needs it
@@ -152,6 +153,18 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
 // Resources: 256 VGPRs -> 5 waves/SIMD by registers; 65536 B LDS per 4-wave workgroup.
 // Output: bf16 RNE, saturating at +-0x7f7f0000 (fp32 bits), d-tiles at or past
 // head_dim (the kernarg; zero-padded channels) not stored.
+// Head dim 256 (docs/performance.md §Head dim 256): O^T alone is 128 VGPRs, so this variant replaces the loop
+// schedule of the family header by the tile in order, with one S^T set (SA), one staging set and Q^T in LDS:
+//   top      SALU addresses; global_load k_scale(t+1), K(L[t+1]) -> staging (in flight across QK^T(t))
+//   QK^T(t)  64 WMMA; K fragments through the 4-slot ring, Q^T fragment i (16 B per lane, stored by this
+//            thread in the prologue at LDS_Q + 2048i + 16 tid) through the 2 Q^T slots (qring)
+//   then     s_wait_loadcnt 0; ds_store K(t+1) -> kbuf[(t+1)%2] (its readers, QK^T(t-1), passed the last end
+//            barrier); attn_mask loads; global_load V^T(t+1) -> staging (in flight across softmax + PV(t));
+//            barrier (publishes V^T(t), stored after the previous end barrier); softmax(t) in SA (the
+//            temporaries mx/xl/lim/rs in qring); O rescale
+//   PV(t)    64 WMMA from the one V^T tile
+//   end      qk(t+1); s_wait_loadcnt 0; barrier (every wave is done with V^T(t)); ds_store V^T(t+1) -> vbuf
+// LDS 65536 B (2 K tiles + 1 V^T tile + the Q^T tile) -> 2 workgroups per WGP; two barriers per tile.
 //
 // VGPR map:
 //   v0           tid          work-item id x (entry state, docs/rdna4.md §Entry); lane math reads it
@@ -7561,6 +7574,18 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
 // Resources: 256 VGPRs -> 5 waves/SIMD by registers; 65536 B LDS per 4-wave workgroup.
 // Output: fp16 RNE, saturating at +-0x477fe000 (fp32 bits), d-tiles at or past
 // head_dim (the kernarg; zero-padded channels) not stored.
+// Head dim 256 (docs/performance.md §Head dim 256): O^T alone is 128 VGPRs, so this variant replaces the loop
+// schedule of the family header by the tile in order, with one S^T set (SA), one staging set and Q^T in LDS:
+//   top      SALU addresses; global_load k_scale(t+1), K(L[t+1]) -> staging (in flight across QK^T(t))
+//   QK^T(t)  64 WMMA; K fragments through the 4-slot ring, Q^T fragment i (16 B per lane, stored by this
+//            thread in the prologue at LDS_Q + 2048i + 16 tid) through the 2 Q^T slots (qring)
+//   then     s_wait_loadcnt 0; ds_store K(t+1) -> kbuf[(t+1)%2] (its readers, QK^T(t-1), passed the last end
+//            barrier); attn_mask loads; global_load V^T(t+1) -> staging (in flight across softmax + PV(t));
+//            barrier (publishes V^T(t), stored after the previous end barrier); softmax(t) in SA (the
+//            temporaries mx/xl/lim/rs in qring); O rescale
+//   PV(t)    64 WMMA from the one V^T tile
+//   end      qk(t+1); s_wait_loadcnt 0; barrier (every wave is done with V^T(t)); ds_store V^T(t+1) -> vbuf
+// LDS 65536 B (2 K tiles + 1 V^T tile + the Q^T tile) -> 2 workgroups per WGP; two barriers per tile.
 //
 // VGPR map:
 //   v0           tid          work-item id x (entry state, docs/rdna4.md §Entry); lane math reads it
@@ -14842,6 +14867,18 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
 // Resources: 256 VGPRs -> 5 waves/SIMD by registers; 65536 B LDS per 4-wave workgroup.
 // Output: fp32, the value itself (no rounding or saturation; NaN -> 0x7fc00000), d-tiles at or past
 // head_dim (the kernarg; zero-padded channels) not stored.
+// Head dim 256 (docs/performance.md §Head dim 256): O^T alone is 128 VGPRs, so this variant replaces the loop
+// schedule of the family header by the tile in order, with one S^T set (SA), one staging set and Q^T in LDS:
+//   top      SALU addresses; global_load k_scale(t+1), K(L[t+1]) -> staging (in flight across QK^T(t))
+//   QK^T(t)  64 WMMA; K fragments through the 4-slot ring, Q^T fragment i (16 B per lane, stored by this
+//            thread in the prologue at LDS_Q + 2048i + 16 tid) through the 2 Q^T slots (qring)
+//   then     s_wait_loadcnt 0; ds_store K(t+1) -> kbuf[(t+1)%2] (its readers, QK^T(t-1), passed the last end
+//            barrier); attn_mask loads; global_load V^T(t+1) -> staging (in flight across softmax + PV(t));
+//            barrier (publishes V^T(t), stored after the previous end barrier); softmax(t) in SA (the
+//            temporaries mx/xl/lim/rs in qring); O rescale
+//   PV(t)    64 WMMA from the one V^T tile
+//   end      qk(t+1); s_wait_loadcnt 0; barrier (every wave is done with V^T(t)); ds_store V^T(t+1) -> vbuf
+// LDS 65536 B (2 K tiles + 1 V^T tile + the Q^T tile) -> 2 workgroups per WGP; two barriers per tile.
 //
 // VGPR map:
 //   v0           tid          work-item id x (entry state, docs/rdna4.md §Entry); lane math reads it
