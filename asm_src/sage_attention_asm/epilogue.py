@@ -69,8 +69,8 @@ class Epilogue:
         a.op(f"v_lshlrev_b32 {t}, 5, {t}", "8h floats = 32h bytes")
         # smooth_v (flags bit 3): v_mean of d-tile dt in slot dt % 2 (magic, stV[0:8], both free now), added on the
         # lanes of s_addmean = rows with l != 0 when the flag is set (others keep the value: no -0 -> +0 change)
-        # head dim 256: (magic, qring); the staging set is half of sab there
-        vmean_slots = (self.magic, self.qring if self.WIDE else self.stV[0:8])
+        # head dim 256: (ring[8:16], qring); the staging set is half of sab there
+        vmean_slots = (self.ring[8:16], self.qring) if self.WIDE else (self.magic, self.stV[0:8])
         # v_scale of d-tile dt in sab(8 * (dt % n_vs)): all d-tiles at once (64 VGPRs), head dim 256 8 at a time (d-tile
         # dt + 8 loads into d-tile dt's slot once dt is done)
         n_vs = min(self.D_TILES, 8)

@@ -215,8 +215,11 @@ class KeyLoop:
             self.wide_k_loads(a, vm, tag)
         else:
             a.section(f"last tile (t % 2 = {parity}): QK^T, mask keys >= seq_len, softmax, PV")
-        a.section(f"QK^T(t) x {len(self.QK_ORDER)} WMMA (K fragments and the Q^T fragments from LDS)")
+        a.section(f"QK^T(t) x {len(self.QK_ORDER)} WMMA (K fragments and the Q^T fragments from LDS); S^T = MAGIC_INT")
         wq.prefetch()
+        # C of each chunk's first WMMA (docs/numerics.md §Attention arithmetic model: the int -> float trick); PV(t-1)
+        # has read P^T(t-1) from these registers
+        a.valu([Op.mov(cur[j], self.s_magic) for j in range(32)])
         wq.phase(len(self.QK_ORDER), [])
         if not last:
             a.section("K(t+1) -> kbuf[(t+1)%2]; V^T(t+1) loads (stored after the end barrier)")

@@ -23,7 +23,7 @@ class MatmulStreams:
             acc = sacc[8 * c:8 * c + 8]
 
             def emit(a, regs, acc=acc, i=i, half=half, first=first, qk_=qk_):
-                src_c = str(self.magic) if first else str(acc)
+                src_c = str(self.magic) if first and self.magic is not None else str(acc)   # WIDE: acc = MAGIC_INT
                 qf = mx_.slot(qk_) if qk_ is not None else self.Q[4 * i:4 * i + 4]
                 a.op(f"{WMMA_QK} {acc}, {regs[2 * half:2 * half + 2]}, {qf[2 * half:2 * half + 2]}, "
                      f"{src_c} {IU8_SIGNED}")

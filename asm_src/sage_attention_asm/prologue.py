@@ -50,8 +50,7 @@ class Prologue:
         self.wide_k_loads(a, vm, "p0", dst=k0)
         self.wide_v_loads(a, vm, "p0", dst=v0)
         a.section("prologue: m = -inf, l = 0; the stores to LDS; O = 0 (after its registers are stored)")
-        a.valu([Op.mov(self.magic[j], self.s_magic) for j in range(8)] +
-               [Op.mov(self.m[0], F32_NEG_INF), Op.mov(self.l_run, "0")])
+        a.valu([Op.mov(self.m[0], F32_NEG_INF), Op.mov(self.l_run, "0")])
         vm.wait_all()
         self.wide_stores(a, self.q_rd, 0)
         self.wide_stores(a, self.k_st, self.LDS_KBUF[0], src=k0)

@@ -118,8 +118,8 @@ class KernelState:
         self.v_qi = self.stK[0]            # epilogue: this lane's query index
 
     def _allocate_vgprs_wide(self) -> None:
-        """Head dim 256 (docs/performance.md §Head dim 256): O^T 128 + S^T 32 + ring 16 + Q^T slots 8 + one staging
-        set 32 + MAGIC 8 + the lane constants: 256 VGPRs. The softmax temporaries (mx, xl, lim, rs) live in the Q^T
+        """Head dim 256 (docs/performance.md §Head dim 256): O^T 128 + S^T 32 + ring 24 + Q^T slots 8 + one staging
+        set 32 + the lane constants: 256 VGPRs. The softmax temporaries (mx, xl, lim, rs) live in the Q^T
         slots, which only the QK^T phase uses (the mask loads and the softmax come after it)."""
         V = self.V = RegFile("v", VGPR_LIMIT)
         self.tid = V.fixed("tid", 0, note="work-item id x (entry state, docs/rdna4.md §Entry); lane math reads it")
@@ -156,7 +156,7 @@ class KernelState:
         self.stK = V.alloc("stage", 4 * self.STAGE_LOADS, align=4,
                            note="global->LDS staging: Q^T (prologue), then K(t+1), then V^T(t+1) in turn")
         self.stV = self.stK
-        self.magic = V.alloc("magic", 8, note="0x4b400000 x 8: C of each chunk's first QK^T WMMA (int -> float trick)")
+        self.magic = None   # S^T is set to MAGIC_INT by v_mov before each QK^T (loop.body_wide): 8 VGPRs for the ring
         self.NUM_VGPRS = V.used
         self.t_lane, self.t_r, self.t_h, self.t_x, self.t_y, self.t_z = (self.ring[i] for i in range(6))
         self.q_off = self.ring[6]
