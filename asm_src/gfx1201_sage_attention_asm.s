@@ -1254,46 +1254,7 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
         v_exp_f32_e32 v179, v179
         v_fma_f32 v183, v183, v19, -v221
         v_cvt_pk_fp8_f32 v169, v174, v175 op_sel:[0,0,1]
-        v_exp_f32_e32 v180, v180
-        v_fma_f32 v184, v184, v19, -v221
-        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
-        v_exp_f32_e32 v181, v181
-        v_fma_f32 v185, v185, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v176, v177
-        v_exp_f32_e32 v182, v182
-        v_fma_f32 v186, v186, v19, -v221
-        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
-        v_exp_f32_e32 v183, v183
-        v_fma_f32 v187, v187, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
-        v_exp_f32_e32 v184, v184
-        v_fma_f32 v188, v188, v19, -v221
-        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
-        v_exp_f32_e32 v185, v185
-        v_fma_f32 v189, v189, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v180, v181
-        v_exp_f32_e32 v186, v186
-        v_fma_f32 v190, v190, v19, -v221
-        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
-        v_exp_f32_e32 v187, v187
-        v_fma_f32 v191, v191, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
-        v_exp_f32_e32 v188, v188
-        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
-        v_exp_f32_e32 v189, v189
-        v_cvt_pk_fp8_f32 v184, v184, v185
-        v_exp_f32_e32 v190, v190
-        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
-        v_exp_f32_e32 v191, v191
-        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
-        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
-        v_cvt_pk_fp8_f32 v185, v188, v189
-        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
-        v_dual_mov_b32 v24, v23 :: v_dual_mul_f32 v25, v25, v23
-        v_add_f32 v222, v222, v223
-        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
-        v_add_f32 v222, v222, v220
-        v_add_f32 v25, v25, v222
+        v_mov_b32 v24, v23
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v23
         s_wait_alu depctr_va_vcc(0)
         s_cbranch_vccz .Ld256_bf16_no_rescale_0
@@ -1363,71 +1324,110 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
         v_dual_mul_f32 v158, v23, v158 :: v_dual_mul_f32 v159, v24, v159
 .Ld256_bf16_no_rescale_0:
 
-        // ---- PV(t) x 64 WMMA ---------------------------------------------------------------------------------
+        // ---- PV(t) x 64 WMMA, the first 32 woven with the softmax of scores 16..31 ---------------------------
+        v_exp_f32_e32 v180, v180
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[192:193], v[160:161], v[32:39]
+        v_fma_f32 v184, v184, v19, -v221
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[196:197], v[160:161], v[40:47]
+        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
+        v_exp_f32_e32 v181, v181
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[200:201], v[160:161], v[48:55]
+        v_fma_f32 v185, v185, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[204:205], v[160:161], v[56:63]
+        v_cvt_pk_fp8_f32 v176, v176, v177
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[194:195], v[168:169], v[32:39]
         ds_load_b128 v[192:195], v9 offset:38912
+        v_exp_f32_e32 v182, v182
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[198:199], v[168:169], v[40:47]
         ds_load_b128 v[196:199], v9 offset:39936
+        v_fma_f32 v186, v186, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[202:203], v[168:169], v[48:55]
         ds_load_b128 v[200:203], v9 offset:40960
+        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[206:207], v[168:169], v[56:63]
         ds_load_b128 v[204:207], v9 offset:41984
+        v_exp_f32_e32 v183, v183
+        v_fma_f32 v187, v187, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[160:161], v[64:71]
+        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[160:161], v[72:79]
+        v_exp_f32_e32 v184, v184
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[192:193], v[160:161], v[80:87]
+        v_fma_f32 v188, v188, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[196:197], v[160:161], v[88:95]
+        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[168:169], v[64:71]
         ds_load_b128 v[208:211], v9 offset:43008
+        v_exp_f32_e32 v185, v185
+        v_fma_f32 v189, v189, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[168:169], v[72:79]
         ds_load_b128 v[212:215], v9 offset:44032
+        v_cvt_pk_fp8_f32 v177, v180, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[194:195], v[168:169], v[80:87]
         ds_load_b128 v[192:195], v9 offset:45056
+        v_exp_f32_e32 v186, v186
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[198:199], v[168:169], v[88:95]
         ds_load_b128 v[196:199], v9 offset:46080
+        v_fma_f32 v190, v190, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[200:201], v[160:161], v[96:103]
+        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[204:205], v[160:161], v[104:111]
+        v_exp_f32_e32 v187, v187
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[208:209], v[160:161], v[112:119]
+        v_fma_f32 v191, v191, v19, -v221
+        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[212:213], v[160:161], v[120:127]
+        v_exp_f32_e32 v188, v188
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[202:203], v[168:169], v[96:103]
         ds_load_b128 v[200:203], v9 offset:47104
+        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[206:207], v[168:169], v[104:111]
         ds_load_b128 v[204:207], v9 offset:48128
+        v_exp_f32_e32 v189, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[210:211], v[168:169], v[112:119]
         ds_load_b128 v[208:211], v10 offset:32768
+        v_cvt_pk_fp8_f32 v184, v184, v185
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[214:215], v[168:169], v[120:127]
         ds_load_b128 v[212:215], v10 offset:33792
+        v_exp_f32_e32 v190, v190
+        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[192:193], v[160:161], v[128:135]
+        v_exp_f32_e32 v191, v191
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[196:197], v[160:161], v[136:143]
+        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[200:201], v[160:161], v[144:151]
+        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[204:205], v[160:161], v[152:159]
+        v_cvt_pk_fp8_f32 v185, v188, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[194:195], v[168:169], v[128:135]
         ds_load_b128 v[192:195], v10 offset:34816
+        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[198:199], v[168:169], v[136:143]
         ds_load_b128 v[196:199], v10 offset:35840
+        v_dual_add_f32 v222, v222, v223 :: v_dual_mul_f32 v25, v23, v25
+        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[202:203], v[168:169], v[144:151]
         ds_load_b128 v[200:203], v10 offset:36864
+        v_add_f32 v222, v222, v220
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[206:207], v[168:169], v[152:159]
         ds_load_b128 v[204:207], v10 offset:37888
+        v_add_f32 v25, v25, v222
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[208:209], v[176:177], v[32:39]
         s_wait_dscnt 4
@@ -2094,46 +2094,7 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
         v_exp_f32_e32 v179, v179
         v_fma_f32 v183, v183, v19, -v221
         v_cvt_pk_fp8_f32 v169, v174, v175 op_sel:[0,0,1]
-        v_exp_f32_e32 v180, v180
-        v_fma_f32 v184, v184, v19, -v221
-        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
-        v_exp_f32_e32 v181, v181
-        v_fma_f32 v185, v185, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v176, v177
-        v_exp_f32_e32 v182, v182
-        v_fma_f32 v186, v186, v19, -v221
-        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
-        v_exp_f32_e32 v183, v183
-        v_fma_f32 v187, v187, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
-        v_exp_f32_e32 v184, v184
-        v_fma_f32 v188, v188, v19, -v221
-        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
-        v_exp_f32_e32 v185, v185
-        v_fma_f32 v189, v189, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v180, v181
-        v_exp_f32_e32 v186, v186
-        v_fma_f32 v190, v190, v19, -v221
-        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
-        v_exp_f32_e32 v187, v187
-        v_fma_f32 v191, v191, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
-        v_exp_f32_e32 v188, v188
-        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
-        v_exp_f32_e32 v189, v189
-        v_cvt_pk_fp8_f32 v184, v184, v185
-        v_exp_f32_e32 v190, v190
-        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
-        v_exp_f32_e32 v191, v191
-        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
-        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
-        v_cvt_pk_fp8_f32 v185, v188, v189
-        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
-        v_dual_mov_b32 v24, v23 :: v_dual_mul_f32 v25, v25, v23
-        v_add_f32 v222, v222, v223
-        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
-        v_add_f32 v222, v222, v220
-        v_add_f32 v25, v25, v222
+        v_mov_b32 v24, v23
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v23
         s_wait_alu depctr_va_vcc(0)
         s_cbranch_vccz .Ld256_bf16_no_rescale_1
@@ -2203,71 +2164,110 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
         v_dual_mul_f32 v158, v23, v158 :: v_dual_mul_f32 v159, v24, v159
 .Ld256_bf16_no_rescale_1:
 
-        // ---- PV(t) x 64 WMMA ---------------------------------------------------------------------------------
+        // ---- PV(t) x 64 WMMA, the first 32 woven with the softmax of scores 16..31 ---------------------------
+        v_exp_f32_e32 v180, v180
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[192:193], v[160:161], v[32:39]
+        v_fma_f32 v184, v184, v19, -v221
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[196:197], v[160:161], v[40:47]
+        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
+        v_exp_f32_e32 v181, v181
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[200:201], v[160:161], v[48:55]
+        v_fma_f32 v185, v185, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[204:205], v[160:161], v[56:63]
+        v_cvt_pk_fp8_f32 v176, v176, v177
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[194:195], v[168:169], v[32:39]
         ds_load_b128 v[192:195], v9 offset:38912
+        v_exp_f32_e32 v182, v182
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[198:199], v[168:169], v[40:47]
         ds_load_b128 v[196:199], v9 offset:39936
+        v_fma_f32 v186, v186, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[202:203], v[168:169], v[48:55]
         ds_load_b128 v[200:203], v9 offset:40960
+        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[206:207], v[168:169], v[56:63]
         ds_load_b128 v[204:207], v9 offset:41984
+        v_exp_f32_e32 v183, v183
+        v_fma_f32 v187, v187, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[160:161], v[64:71]
+        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[160:161], v[72:79]
+        v_exp_f32_e32 v184, v184
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[192:193], v[160:161], v[80:87]
+        v_fma_f32 v188, v188, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[196:197], v[160:161], v[88:95]
+        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[168:169], v[64:71]
         ds_load_b128 v[208:211], v9 offset:43008
+        v_exp_f32_e32 v185, v185
+        v_fma_f32 v189, v189, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[168:169], v[72:79]
         ds_load_b128 v[212:215], v9 offset:44032
+        v_cvt_pk_fp8_f32 v177, v180, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[194:195], v[168:169], v[80:87]
         ds_load_b128 v[192:195], v9 offset:45056
+        v_exp_f32_e32 v186, v186
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[198:199], v[168:169], v[88:95]
         ds_load_b128 v[196:199], v9 offset:46080
+        v_fma_f32 v190, v190, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[200:201], v[160:161], v[96:103]
+        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[204:205], v[160:161], v[104:111]
+        v_exp_f32_e32 v187, v187
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[208:209], v[160:161], v[112:119]
+        v_fma_f32 v191, v191, v19, -v221
+        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[212:213], v[160:161], v[120:127]
+        v_exp_f32_e32 v188, v188
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[202:203], v[168:169], v[96:103]
         ds_load_b128 v[200:203], v9 offset:47104
+        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[206:207], v[168:169], v[104:111]
         ds_load_b128 v[204:207], v9 offset:48128
+        v_exp_f32_e32 v189, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[210:211], v[168:169], v[112:119]
         ds_load_b128 v[208:211], v10 offset:32768
+        v_cvt_pk_fp8_f32 v184, v184, v185
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[214:215], v[168:169], v[120:127]
         ds_load_b128 v[212:215], v10 offset:33792
+        v_exp_f32_e32 v190, v190
+        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[192:193], v[160:161], v[128:135]
+        v_exp_f32_e32 v191, v191
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[196:197], v[160:161], v[136:143]
+        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[200:201], v[160:161], v[144:151]
+        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[204:205], v[160:161], v[152:159]
+        v_cvt_pk_fp8_f32 v185, v188, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[194:195], v[168:169], v[128:135]
         ds_load_b128 v[192:195], v10 offset:34816
+        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[198:199], v[168:169], v[136:143]
         ds_load_b128 v[196:199], v10 offset:35840
+        v_dual_add_f32 v222, v222, v223 :: v_dual_mul_f32 v25, v23, v25
+        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[202:203], v[168:169], v[144:151]
         ds_load_b128 v[200:203], v10 offset:36864
+        v_add_f32 v222, v222, v220
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[206:207], v[168:169], v[152:159]
         ds_load_b128 v[204:207], v10 offset:37888
+        v_add_f32 v25, v25, v222
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[208:209], v[176:177], v[32:39]
         s_wait_dscnt 4
@@ -2880,46 +2880,7 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
         v_exp_f32_e32 v179, v179
         v_fma_f32 v183, v183, v19, -v221
         v_cvt_pk_fp8_f32 v169, v174, v175 op_sel:[0,0,1]
-        v_exp_f32_e32 v180, v180
-        v_fma_f32 v184, v184, v19, -v221
-        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
-        v_exp_f32_e32 v181, v181
-        v_fma_f32 v185, v185, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v176, v177
-        v_exp_f32_e32 v182, v182
-        v_fma_f32 v186, v186, v19, -v221
-        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
-        v_exp_f32_e32 v183, v183
-        v_fma_f32 v187, v187, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
-        v_exp_f32_e32 v184, v184
-        v_fma_f32 v188, v188, v19, -v221
-        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
-        v_exp_f32_e32 v185, v185
-        v_fma_f32 v189, v189, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v180, v181
-        v_exp_f32_e32 v186, v186
-        v_fma_f32 v190, v190, v19, -v221
-        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
-        v_exp_f32_e32 v187, v187
-        v_fma_f32 v191, v191, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
-        v_exp_f32_e32 v188, v188
-        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
-        v_exp_f32_e32 v189, v189
-        v_cvt_pk_fp8_f32 v184, v184, v185
-        v_exp_f32_e32 v190, v190
-        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
-        v_exp_f32_e32 v191, v191
-        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
-        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
-        v_cvt_pk_fp8_f32 v185, v188, v189
-        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
-        v_dual_mov_b32 v24, v23 :: v_dual_mul_f32 v25, v25, v23
-        v_add_f32 v222, v222, v223
-        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
-        v_add_f32 v222, v222, v220
-        v_add_f32 v25, v25, v222
+        v_mov_b32 v24, v23
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v23
         s_wait_alu depctr_va_vcc(0)
         s_cbranch_vccz .Ld256_bf16_no_rescale_0_last
@@ -2989,71 +2950,110 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
         v_dual_mul_f32 v158, v23, v158 :: v_dual_mul_f32 v159, v24, v159
 .Ld256_bf16_no_rescale_0_last:
 
-        // ---- PV(t) x 64 WMMA ---------------------------------------------------------------------------------
+        // ---- PV(t) x 64 WMMA, the first 32 woven with the softmax of scores 16..31 ---------------------------
+        v_exp_f32_e32 v180, v180
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[192:193], v[160:161], v[32:39]
+        v_fma_f32 v184, v184, v19, -v221
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[196:197], v[160:161], v[40:47]
+        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
+        v_exp_f32_e32 v181, v181
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[200:201], v[160:161], v[48:55]
+        v_fma_f32 v185, v185, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[204:205], v[160:161], v[56:63]
+        v_cvt_pk_fp8_f32 v176, v176, v177
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[194:195], v[168:169], v[32:39]
         ds_load_b128 v[192:195], v9 offset:38912
+        v_exp_f32_e32 v182, v182
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[198:199], v[168:169], v[40:47]
         ds_load_b128 v[196:199], v9 offset:39936
+        v_fma_f32 v186, v186, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[202:203], v[168:169], v[48:55]
         ds_load_b128 v[200:203], v9 offset:40960
+        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[206:207], v[168:169], v[56:63]
         ds_load_b128 v[204:207], v9 offset:41984
+        v_exp_f32_e32 v183, v183
+        v_fma_f32 v187, v187, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[160:161], v[64:71]
+        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[160:161], v[72:79]
+        v_exp_f32_e32 v184, v184
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[192:193], v[160:161], v[80:87]
+        v_fma_f32 v188, v188, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[196:197], v[160:161], v[88:95]
+        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[168:169], v[64:71]
         ds_load_b128 v[208:211], v9 offset:43008
+        v_exp_f32_e32 v185, v185
+        v_fma_f32 v189, v189, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[168:169], v[72:79]
         ds_load_b128 v[212:215], v9 offset:44032
+        v_cvt_pk_fp8_f32 v177, v180, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[194:195], v[168:169], v[80:87]
         ds_load_b128 v[192:195], v9 offset:45056
+        v_exp_f32_e32 v186, v186
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[198:199], v[168:169], v[88:95]
         ds_load_b128 v[196:199], v9 offset:46080
+        v_fma_f32 v190, v190, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[200:201], v[160:161], v[96:103]
+        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[204:205], v[160:161], v[104:111]
+        v_exp_f32_e32 v187, v187
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[208:209], v[160:161], v[112:119]
+        v_fma_f32 v191, v191, v19, -v221
+        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[212:213], v[160:161], v[120:127]
+        v_exp_f32_e32 v188, v188
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[202:203], v[168:169], v[96:103]
         ds_load_b128 v[200:203], v9 offset:47104
+        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[206:207], v[168:169], v[104:111]
         ds_load_b128 v[204:207], v9 offset:48128
+        v_exp_f32_e32 v189, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[210:211], v[168:169], v[112:119]
         ds_load_b128 v[208:211], v10 offset:32768
+        v_cvt_pk_fp8_f32 v184, v184, v185
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[214:215], v[168:169], v[120:127]
         ds_load_b128 v[212:215], v10 offset:33792
+        v_exp_f32_e32 v190, v190
+        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[192:193], v[160:161], v[128:135]
+        v_exp_f32_e32 v191, v191
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[196:197], v[160:161], v[136:143]
+        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[200:201], v[160:161], v[144:151]
+        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[204:205], v[160:161], v[152:159]
+        v_cvt_pk_fp8_f32 v185, v188, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[194:195], v[168:169], v[128:135]
         ds_load_b128 v[192:195], v10 offset:34816
+        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[198:199], v[168:169], v[136:143]
         ds_load_b128 v[196:199], v10 offset:35840
+        v_dual_add_f32 v222, v222, v223 :: v_dual_mul_f32 v25, v23, v25
+        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[202:203], v[168:169], v[144:151]
         ds_load_b128 v[200:203], v10 offset:36864
+        v_add_f32 v222, v222, v220
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[206:207], v[168:169], v[152:159]
         ds_load_b128 v[204:207], v10 offset:37888
+        v_add_f32 v25, v25, v222
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[208:209], v[176:177], v[32:39]
         s_wait_dscnt 4
@@ -3645,46 +3645,7 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
         v_exp_f32_e32 v179, v179
         v_fma_f32 v183, v183, v19, -v221
         v_cvt_pk_fp8_f32 v169, v174, v175 op_sel:[0,0,1]
-        v_exp_f32_e32 v180, v180
-        v_fma_f32 v184, v184, v19, -v221
-        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
-        v_exp_f32_e32 v181, v181
-        v_fma_f32 v185, v185, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v176, v177
-        v_exp_f32_e32 v182, v182
-        v_fma_f32 v186, v186, v19, -v221
-        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
-        v_exp_f32_e32 v183, v183
-        v_fma_f32 v187, v187, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
-        v_exp_f32_e32 v184, v184
-        v_fma_f32 v188, v188, v19, -v221
-        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
-        v_exp_f32_e32 v185, v185
-        v_fma_f32 v189, v189, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v180, v181
-        v_exp_f32_e32 v186, v186
-        v_fma_f32 v190, v190, v19, -v221
-        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
-        v_exp_f32_e32 v187, v187
-        v_fma_f32 v191, v191, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
-        v_exp_f32_e32 v188, v188
-        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
-        v_exp_f32_e32 v189, v189
-        v_cvt_pk_fp8_f32 v184, v184, v185
-        v_exp_f32_e32 v190, v190
-        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
-        v_exp_f32_e32 v191, v191
-        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
-        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
-        v_cvt_pk_fp8_f32 v185, v188, v189
-        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
-        v_dual_mov_b32 v24, v23 :: v_dual_mul_f32 v25, v25, v23
-        v_add_f32 v222, v222, v223
-        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
-        v_add_f32 v222, v222, v220
-        v_add_f32 v25, v25, v222
+        v_mov_b32 v24, v23
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v23
         s_wait_alu depctr_va_vcc(0)
         s_cbranch_vccz .Ld256_bf16_no_rescale_1_last
@@ -3754,71 +3715,110 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
         v_dual_mul_f32 v158, v23, v158 :: v_dual_mul_f32 v159, v24, v159
 .Ld256_bf16_no_rescale_1_last:
 
-        // ---- PV(t) x 64 WMMA ---------------------------------------------------------------------------------
+        // ---- PV(t) x 64 WMMA, the first 32 woven with the softmax of scores 16..31 ---------------------------
+        v_exp_f32_e32 v180, v180
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[192:193], v[160:161], v[32:39]
+        v_fma_f32 v184, v184, v19, -v221
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[196:197], v[160:161], v[40:47]
+        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
+        v_exp_f32_e32 v181, v181
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[200:201], v[160:161], v[48:55]
+        v_fma_f32 v185, v185, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[204:205], v[160:161], v[56:63]
+        v_cvt_pk_fp8_f32 v176, v176, v177
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[194:195], v[168:169], v[32:39]
         ds_load_b128 v[192:195], v9 offset:38912
+        v_exp_f32_e32 v182, v182
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[198:199], v[168:169], v[40:47]
         ds_load_b128 v[196:199], v9 offset:39936
+        v_fma_f32 v186, v186, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[202:203], v[168:169], v[48:55]
         ds_load_b128 v[200:203], v9 offset:40960
+        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[206:207], v[168:169], v[56:63]
         ds_load_b128 v[204:207], v9 offset:41984
+        v_exp_f32_e32 v183, v183
+        v_fma_f32 v187, v187, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[160:161], v[64:71]
+        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[160:161], v[72:79]
+        v_exp_f32_e32 v184, v184
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[192:193], v[160:161], v[80:87]
+        v_fma_f32 v188, v188, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[196:197], v[160:161], v[88:95]
+        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[168:169], v[64:71]
         ds_load_b128 v[208:211], v9 offset:43008
+        v_exp_f32_e32 v185, v185
+        v_fma_f32 v189, v189, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[168:169], v[72:79]
         ds_load_b128 v[212:215], v9 offset:44032
+        v_cvt_pk_fp8_f32 v177, v180, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[194:195], v[168:169], v[80:87]
         ds_load_b128 v[192:195], v9 offset:45056
+        v_exp_f32_e32 v186, v186
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[198:199], v[168:169], v[88:95]
         ds_load_b128 v[196:199], v9 offset:46080
+        v_fma_f32 v190, v190, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[200:201], v[160:161], v[96:103]
+        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[204:205], v[160:161], v[104:111]
+        v_exp_f32_e32 v187, v187
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[208:209], v[160:161], v[112:119]
+        v_fma_f32 v191, v191, v19, -v221
+        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[212:213], v[160:161], v[120:127]
+        v_exp_f32_e32 v188, v188
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[202:203], v[168:169], v[96:103]
         ds_load_b128 v[200:203], v9 offset:47104
+        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[206:207], v[168:169], v[104:111]
         ds_load_b128 v[204:207], v9 offset:48128
+        v_exp_f32_e32 v189, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[210:211], v[168:169], v[112:119]
         ds_load_b128 v[208:211], v10 offset:32768
+        v_cvt_pk_fp8_f32 v184, v184, v185
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[214:215], v[168:169], v[120:127]
         ds_load_b128 v[212:215], v10 offset:33792
+        v_exp_f32_e32 v190, v190
+        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[192:193], v[160:161], v[128:135]
+        v_exp_f32_e32 v191, v191
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[196:197], v[160:161], v[136:143]
+        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[200:201], v[160:161], v[144:151]
+        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[204:205], v[160:161], v[152:159]
+        v_cvt_pk_fp8_f32 v185, v188, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[194:195], v[168:169], v[128:135]
         ds_load_b128 v[192:195], v10 offset:34816
+        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[198:199], v[168:169], v[136:143]
         ds_load_b128 v[196:199], v10 offset:35840
+        v_dual_add_f32 v222, v222, v223 :: v_dual_mul_f32 v25, v23, v25
+        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[202:203], v[168:169], v[144:151]
         ds_load_b128 v[200:203], v10 offset:36864
+        v_add_f32 v222, v222, v220
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[206:207], v[168:169], v[152:159]
         ds_load_b128 v[204:207], v10 offset:37888
+        v_add_f32 v25, v25, v222
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[208:209], v[176:177], v[32:39]
         s_wait_dscnt 4
@@ -8734,46 +8734,7 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
         v_exp_f32_e32 v179, v179
         v_fma_f32 v183, v183, v19, -v221
         v_cvt_pk_fp8_f32 v169, v174, v175 op_sel:[0,0,1]
-        v_exp_f32_e32 v180, v180
-        v_fma_f32 v184, v184, v19, -v221
-        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
-        v_exp_f32_e32 v181, v181
-        v_fma_f32 v185, v185, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v176, v177
-        v_exp_f32_e32 v182, v182
-        v_fma_f32 v186, v186, v19, -v221
-        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
-        v_exp_f32_e32 v183, v183
-        v_fma_f32 v187, v187, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
-        v_exp_f32_e32 v184, v184
-        v_fma_f32 v188, v188, v19, -v221
-        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
-        v_exp_f32_e32 v185, v185
-        v_fma_f32 v189, v189, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v180, v181
-        v_exp_f32_e32 v186, v186
-        v_fma_f32 v190, v190, v19, -v221
-        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
-        v_exp_f32_e32 v187, v187
-        v_fma_f32 v191, v191, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
-        v_exp_f32_e32 v188, v188
-        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
-        v_exp_f32_e32 v189, v189
-        v_cvt_pk_fp8_f32 v184, v184, v185
-        v_exp_f32_e32 v190, v190
-        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
-        v_exp_f32_e32 v191, v191
-        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
-        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
-        v_cvt_pk_fp8_f32 v185, v188, v189
-        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
-        v_dual_mov_b32 v24, v23 :: v_dual_mul_f32 v25, v25, v23
-        v_add_f32 v222, v222, v223
-        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
-        v_add_f32 v222, v222, v220
-        v_add_f32 v25, v25, v222
+        v_mov_b32 v24, v23
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v23
         s_wait_alu depctr_va_vcc(0)
         s_cbranch_vccz .Ld256_fp16_no_rescale_0
@@ -8843,71 +8804,110 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
         v_dual_mul_f32 v158, v23, v158 :: v_dual_mul_f32 v159, v24, v159
 .Ld256_fp16_no_rescale_0:
 
-        // ---- PV(t) x 64 WMMA ---------------------------------------------------------------------------------
+        // ---- PV(t) x 64 WMMA, the first 32 woven with the softmax of scores 16..31 ---------------------------
+        v_exp_f32_e32 v180, v180
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[192:193], v[160:161], v[32:39]
+        v_fma_f32 v184, v184, v19, -v221
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[196:197], v[160:161], v[40:47]
+        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
+        v_exp_f32_e32 v181, v181
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[200:201], v[160:161], v[48:55]
+        v_fma_f32 v185, v185, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[204:205], v[160:161], v[56:63]
+        v_cvt_pk_fp8_f32 v176, v176, v177
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[194:195], v[168:169], v[32:39]
         ds_load_b128 v[192:195], v9 offset:38912
+        v_exp_f32_e32 v182, v182
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[198:199], v[168:169], v[40:47]
         ds_load_b128 v[196:199], v9 offset:39936
+        v_fma_f32 v186, v186, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[202:203], v[168:169], v[48:55]
         ds_load_b128 v[200:203], v9 offset:40960
+        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[206:207], v[168:169], v[56:63]
         ds_load_b128 v[204:207], v9 offset:41984
+        v_exp_f32_e32 v183, v183
+        v_fma_f32 v187, v187, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[160:161], v[64:71]
+        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[160:161], v[72:79]
+        v_exp_f32_e32 v184, v184
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[192:193], v[160:161], v[80:87]
+        v_fma_f32 v188, v188, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[196:197], v[160:161], v[88:95]
+        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[168:169], v[64:71]
         ds_load_b128 v[208:211], v9 offset:43008
+        v_exp_f32_e32 v185, v185
+        v_fma_f32 v189, v189, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[168:169], v[72:79]
         ds_load_b128 v[212:215], v9 offset:44032
+        v_cvt_pk_fp8_f32 v177, v180, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[194:195], v[168:169], v[80:87]
         ds_load_b128 v[192:195], v9 offset:45056
+        v_exp_f32_e32 v186, v186
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[198:199], v[168:169], v[88:95]
         ds_load_b128 v[196:199], v9 offset:46080
+        v_fma_f32 v190, v190, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[200:201], v[160:161], v[96:103]
+        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[204:205], v[160:161], v[104:111]
+        v_exp_f32_e32 v187, v187
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[208:209], v[160:161], v[112:119]
+        v_fma_f32 v191, v191, v19, -v221
+        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[212:213], v[160:161], v[120:127]
+        v_exp_f32_e32 v188, v188
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[202:203], v[168:169], v[96:103]
         ds_load_b128 v[200:203], v9 offset:47104
+        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[206:207], v[168:169], v[104:111]
         ds_load_b128 v[204:207], v9 offset:48128
+        v_exp_f32_e32 v189, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[210:211], v[168:169], v[112:119]
         ds_load_b128 v[208:211], v10 offset:32768
+        v_cvt_pk_fp8_f32 v184, v184, v185
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[214:215], v[168:169], v[120:127]
         ds_load_b128 v[212:215], v10 offset:33792
+        v_exp_f32_e32 v190, v190
+        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[192:193], v[160:161], v[128:135]
+        v_exp_f32_e32 v191, v191
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[196:197], v[160:161], v[136:143]
+        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[200:201], v[160:161], v[144:151]
+        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[204:205], v[160:161], v[152:159]
+        v_cvt_pk_fp8_f32 v185, v188, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[194:195], v[168:169], v[128:135]
         ds_load_b128 v[192:195], v10 offset:34816
+        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[198:199], v[168:169], v[136:143]
         ds_load_b128 v[196:199], v10 offset:35840
+        v_dual_add_f32 v222, v222, v223 :: v_dual_mul_f32 v25, v23, v25
+        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[202:203], v[168:169], v[144:151]
         ds_load_b128 v[200:203], v10 offset:36864
+        v_add_f32 v222, v222, v220
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[206:207], v[168:169], v[152:159]
         ds_load_b128 v[204:207], v10 offset:37888
+        v_add_f32 v25, v25, v222
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[208:209], v[176:177], v[32:39]
         s_wait_dscnt 4
@@ -9574,46 +9574,7 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
         v_exp_f32_e32 v179, v179
         v_fma_f32 v183, v183, v19, -v221
         v_cvt_pk_fp8_f32 v169, v174, v175 op_sel:[0,0,1]
-        v_exp_f32_e32 v180, v180
-        v_fma_f32 v184, v184, v19, -v221
-        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
-        v_exp_f32_e32 v181, v181
-        v_fma_f32 v185, v185, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v176, v177
-        v_exp_f32_e32 v182, v182
-        v_fma_f32 v186, v186, v19, -v221
-        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
-        v_exp_f32_e32 v183, v183
-        v_fma_f32 v187, v187, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
-        v_exp_f32_e32 v184, v184
-        v_fma_f32 v188, v188, v19, -v221
-        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
-        v_exp_f32_e32 v185, v185
-        v_fma_f32 v189, v189, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v180, v181
-        v_exp_f32_e32 v186, v186
-        v_fma_f32 v190, v190, v19, -v221
-        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
-        v_exp_f32_e32 v187, v187
-        v_fma_f32 v191, v191, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
-        v_exp_f32_e32 v188, v188
-        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
-        v_exp_f32_e32 v189, v189
-        v_cvt_pk_fp8_f32 v184, v184, v185
-        v_exp_f32_e32 v190, v190
-        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
-        v_exp_f32_e32 v191, v191
-        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
-        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
-        v_cvt_pk_fp8_f32 v185, v188, v189
-        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
-        v_dual_mov_b32 v24, v23 :: v_dual_mul_f32 v25, v25, v23
-        v_add_f32 v222, v222, v223
-        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
-        v_add_f32 v222, v222, v220
-        v_add_f32 v25, v25, v222
+        v_mov_b32 v24, v23
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v23
         s_wait_alu depctr_va_vcc(0)
         s_cbranch_vccz .Ld256_fp16_no_rescale_1
@@ -9683,71 +9644,110 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
         v_dual_mul_f32 v158, v23, v158 :: v_dual_mul_f32 v159, v24, v159
 .Ld256_fp16_no_rescale_1:
 
-        // ---- PV(t) x 64 WMMA ---------------------------------------------------------------------------------
+        // ---- PV(t) x 64 WMMA, the first 32 woven with the softmax of scores 16..31 ---------------------------
+        v_exp_f32_e32 v180, v180
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[192:193], v[160:161], v[32:39]
+        v_fma_f32 v184, v184, v19, -v221
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[196:197], v[160:161], v[40:47]
+        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
+        v_exp_f32_e32 v181, v181
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[200:201], v[160:161], v[48:55]
+        v_fma_f32 v185, v185, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[204:205], v[160:161], v[56:63]
+        v_cvt_pk_fp8_f32 v176, v176, v177
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[194:195], v[168:169], v[32:39]
         ds_load_b128 v[192:195], v9 offset:38912
+        v_exp_f32_e32 v182, v182
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[198:199], v[168:169], v[40:47]
         ds_load_b128 v[196:199], v9 offset:39936
+        v_fma_f32 v186, v186, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[202:203], v[168:169], v[48:55]
         ds_load_b128 v[200:203], v9 offset:40960
+        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[206:207], v[168:169], v[56:63]
         ds_load_b128 v[204:207], v9 offset:41984
+        v_exp_f32_e32 v183, v183
+        v_fma_f32 v187, v187, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[160:161], v[64:71]
+        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[160:161], v[72:79]
+        v_exp_f32_e32 v184, v184
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[192:193], v[160:161], v[80:87]
+        v_fma_f32 v188, v188, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[196:197], v[160:161], v[88:95]
+        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[168:169], v[64:71]
         ds_load_b128 v[208:211], v9 offset:43008
+        v_exp_f32_e32 v185, v185
+        v_fma_f32 v189, v189, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[168:169], v[72:79]
         ds_load_b128 v[212:215], v9 offset:44032
+        v_cvt_pk_fp8_f32 v177, v180, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[194:195], v[168:169], v[80:87]
         ds_load_b128 v[192:195], v9 offset:45056
+        v_exp_f32_e32 v186, v186
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[198:199], v[168:169], v[88:95]
         ds_load_b128 v[196:199], v9 offset:46080
+        v_fma_f32 v190, v190, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[200:201], v[160:161], v[96:103]
+        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[204:205], v[160:161], v[104:111]
+        v_exp_f32_e32 v187, v187
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[208:209], v[160:161], v[112:119]
+        v_fma_f32 v191, v191, v19, -v221
+        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[212:213], v[160:161], v[120:127]
+        v_exp_f32_e32 v188, v188
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[202:203], v[168:169], v[96:103]
         ds_load_b128 v[200:203], v9 offset:47104
+        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[206:207], v[168:169], v[104:111]
         ds_load_b128 v[204:207], v9 offset:48128
+        v_exp_f32_e32 v189, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[210:211], v[168:169], v[112:119]
         ds_load_b128 v[208:211], v10 offset:32768
+        v_cvt_pk_fp8_f32 v184, v184, v185
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[214:215], v[168:169], v[120:127]
         ds_load_b128 v[212:215], v10 offset:33792
+        v_exp_f32_e32 v190, v190
+        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[192:193], v[160:161], v[128:135]
+        v_exp_f32_e32 v191, v191
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[196:197], v[160:161], v[136:143]
+        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[200:201], v[160:161], v[144:151]
+        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[204:205], v[160:161], v[152:159]
+        v_cvt_pk_fp8_f32 v185, v188, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[194:195], v[168:169], v[128:135]
         ds_load_b128 v[192:195], v10 offset:34816
+        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[198:199], v[168:169], v[136:143]
         ds_load_b128 v[196:199], v10 offset:35840
+        v_dual_add_f32 v222, v222, v223 :: v_dual_mul_f32 v25, v23, v25
+        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[202:203], v[168:169], v[144:151]
         ds_load_b128 v[200:203], v10 offset:36864
+        v_add_f32 v222, v222, v220
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[206:207], v[168:169], v[152:159]
         ds_load_b128 v[204:207], v10 offset:37888
+        v_add_f32 v25, v25, v222
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[208:209], v[176:177], v[32:39]
         s_wait_dscnt 4
@@ -10360,46 +10360,7 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
         v_exp_f32_e32 v179, v179
         v_fma_f32 v183, v183, v19, -v221
         v_cvt_pk_fp8_f32 v169, v174, v175 op_sel:[0,0,1]
-        v_exp_f32_e32 v180, v180
-        v_fma_f32 v184, v184, v19, -v221
-        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
-        v_exp_f32_e32 v181, v181
-        v_fma_f32 v185, v185, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v176, v177
-        v_exp_f32_e32 v182, v182
-        v_fma_f32 v186, v186, v19, -v221
-        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
-        v_exp_f32_e32 v183, v183
-        v_fma_f32 v187, v187, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
-        v_exp_f32_e32 v184, v184
-        v_fma_f32 v188, v188, v19, -v221
-        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
-        v_exp_f32_e32 v185, v185
-        v_fma_f32 v189, v189, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v180, v181
-        v_exp_f32_e32 v186, v186
-        v_fma_f32 v190, v190, v19, -v221
-        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
-        v_exp_f32_e32 v187, v187
-        v_fma_f32 v191, v191, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
-        v_exp_f32_e32 v188, v188
-        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
-        v_exp_f32_e32 v189, v189
-        v_cvt_pk_fp8_f32 v184, v184, v185
-        v_exp_f32_e32 v190, v190
-        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
-        v_exp_f32_e32 v191, v191
-        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
-        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
-        v_cvt_pk_fp8_f32 v185, v188, v189
-        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
-        v_dual_mov_b32 v24, v23 :: v_dual_mul_f32 v25, v25, v23
-        v_add_f32 v222, v222, v223
-        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
-        v_add_f32 v222, v222, v220
-        v_add_f32 v25, v25, v222
+        v_mov_b32 v24, v23
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v23
         s_wait_alu depctr_va_vcc(0)
         s_cbranch_vccz .Ld256_fp16_no_rescale_0_last
@@ -10469,71 +10430,110 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
         v_dual_mul_f32 v158, v23, v158 :: v_dual_mul_f32 v159, v24, v159
 .Ld256_fp16_no_rescale_0_last:
 
-        // ---- PV(t) x 64 WMMA ---------------------------------------------------------------------------------
+        // ---- PV(t) x 64 WMMA, the first 32 woven with the softmax of scores 16..31 ---------------------------
+        v_exp_f32_e32 v180, v180
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[192:193], v[160:161], v[32:39]
+        v_fma_f32 v184, v184, v19, -v221
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[196:197], v[160:161], v[40:47]
+        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
+        v_exp_f32_e32 v181, v181
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[200:201], v[160:161], v[48:55]
+        v_fma_f32 v185, v185, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[204:205], v[160:161], v[56:63]
+        v_cvt_pk_fp8_f32 v176, v176, v177
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[194:195], v[168:169], v[32:39]
         ds_load_b128 v[192:195], v9 offset:38912
+        v_exp_f32_e32 v182, v182
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[198:199], v[168:169], v[40:47]
         ds_load_b128 v[196:199], v9 offset:39936
+        v_fma_f32 v186, v186, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[202:203], v[168:169], v[48:55]
         ds_load_b128 v[200:203], v9 offset:40960
+        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[206:207], v[168:169], v[56:63]
         ds_load_b128 v[204:207], v9 offset:41984
+        v_exp_f32_e32 v183, v183
+        v_fma_f32 v187, v187, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[160:161], v[64:71]
+        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[160:161], v[72:79]
+        v_exp_f32_e32 v184, v184
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[192:193], v[160:161], v[80:87]
+        v_fma_f32 v188, v188, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[196:197], v[160:161], v[88:95]
+        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[168:169], v[64:71]
         ds_load_b128 v[208:211], v9 offset:43008
+        v_exp_f32_e32 v185, v185
+        v_fma_f32 v189, v189, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[168:169], v[72:79]
         ds_load_b128 v[212:215], v9 offset:44032
+        v_cvt_pk_fp8_f32 v177, v180, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[194:195], v[168:169], v[80:87]
         ds_load_b128 v[192:195], v9 offset:45056
+        v_exp_f32_e32 v186, v186
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[198:199], v[168:169], v[88:95]
         ds_load_b128 v[196:199], v9 offset:46080
+        v_fma_f32 v190, v190, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[200:201], v[160:161], v[96:103]
+        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[204:205], v[160:161], v[104:111]
+        v_exp_f32_e32 v187, v187
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[208:209], v[160:161], v[112:119]
+        v_fma_f32 v191, v191, v19, -v221
+        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[212:213], v[160:161], v[120:127]
+        v_exp_f32_e32 v188, v188
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[202:203], v[168:169], v[96:103]
         ds_load_b128 v[200:203], v9 offset:47104
+        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[206:207], v[168:169], v[104:111]
         ds_load_b128 v[204:207], v9 offset:48128
+        v_exp_f32_e32 v189, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[210:211], v[168:169], v[112:119]
         ds_load_b128 v[208:211], v10 offset:32768
+        v_cvt_pk_fp8_f32 v184, v184, v185
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[214:215], v[168:169], v[120:127]
         ds_load_b128 v[212:215], v10 offset:33792
+        v_exp_f32_e32 v190, v190
+        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[192:193], v[160:161], v[128:135]
+        v_exp_f32_e32 v191, v191
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[196:197], v[160:161], v[136:143]
+        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[200:201], v[160:161], v[144:151]
+        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[204:205], v[160:161], v[152:159]
+        v_cvt_pk_fp8_f32 v185, v188, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[194:195], v[168:169], v[128:135]
         ds_load_b128 v[192:195], v10 offset:34816
+        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[198:199], v[168:169], v[136:143]
         ds_load_b128 v[196:199], v10 offset:35840
+        v_dual_add_f32 v222, v222, v223 :: v_dual_mul_f32 v25, v23, v25
+        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[202:203], v[168:169], v[144:151]
         ds_load_b128 v[200:203], v10 offset:36864
+        v_add_f32 v222, v222, v220
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[206:207], v[168:169], v[152:159]
         ds_load_b128 v[204:207], v10 offset:37888
+        v_add_f32 v25, v25, v222
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[208:209], v[176:177], v[32:39]
         s_wait_dscnt 4
@@ -11125,46 +11125,7 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
         v_exp_f32_e32 v179, v179
         v_fma_f32 v183, v183, v19, -v221
         v_cvt_pk_fp8_f32 v169, v174, v175 op_sel:[0,0,1]
-        v_exp_f32_e32 v180, v180
-        v_fma_f32 v184, v184, v19, -v221
-        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
-        v_exp_f32_e32 v181, v181
-        v_fma_f32 v185, v185, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v176, v177
-        v_exp_f32_e32 v182, v182
-        v_fma_f32 v186, v186, v19, -v221
-        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
-        v_exp_f32_e32 v183, v183
-        v_fma_f32 v187, v187, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
-        v_exp_f32_e32 v184, v184
-        v_fma_f32 v188, v188, v19, -v221
-        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
-        v_exp_f32_e32 v185, v185
-        v_fma_f32 v189, v189, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v180, v181
-        v_exp_f32_e32 v186, v186
-        v_fma_f32 v190, v190, v19, -v221
-        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
-        v_exp_f32_e32 v187, v187
-        v_fma_f32 v191, v191, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
-        v_exp_f32_e32 v188, v188
-        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
-        v_exp_f32_e32 v189, v189
-        v_cvt_pk_fp8_f32 v184, v184, v185
-        v_exp_f32_e32 v190, v190
-        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
-        v_exp_f32_e32 v191, v191
-        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
-        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
-        v_cvt_pk_fp8_f32 v185, v188, v189
-        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
-        v_dual_mov_b32 v24, v23 :: v_dual_mul_f32 v25, v25, v23
-        v_add_f32 v222, v222, v223
-        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
-        v_add_f32 v222, v222, v220
-        v_add_f32 v25, v25, v222
+        v_mov_b32 v24, v23
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v23
         s_wait_alu depctr_va_vcc(0)
         s_cbranch_vccz .Ld256_fp16_no_rescale_1_last
@@ -11234,71 +11195,110 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
         v_dual_mul_f32 v158, v23, v158 :: v_dual_mul_f32 v159, v24, v159
 .Ld256_fp16_no_rescale_1_last:
 
-        // ---- PV(t) x 64 WMMA ---------------------------------------------------------------------------------
+        // ---- PV(t) x 64 WMMA, the first 32 woven with the softmax of scores 16..31 ---------------------------
+        v_exp_f32_e32 v180, v180
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[192:193], v[160:161], v[32:39]
+        v_fma_f32 v184, v184, v19, -v221
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[196:197], v[160:161], v[40:47]
+        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
+        v_exp_f32_e32 v181, v181
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[200:201], v[160:161], v[48:55]
+        v_fma_f32 v185, v185, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[204:205], v[160:161], v[56:63]
+        v_cvt_pk_fp8_f32 v176, v176, v177
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[194:195], v[168:169], v[32:39]
         ds_load_b128 v[192:195], v9 offset:38912
+        v_exp_f32_e32 v182, v182
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[198:199], v[168:169], v[40:47]
         ds_load_b128 v[196:199], v9 offset:39936
+        v_fma_f32 v186, v186, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[202:203], v[168:169], v[48:55]
         ds_load_b128 v[200:203], v9 offset:40960
+        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[206:207], v[168:169], v[56:63]
         ds_load_b128 v[204:207], v9 offset:41984
+        v_exp_f32_e32 v183, v183
+        v_fma_f32 v187, v187, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[160:161], v[64:71]
+        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[160:161], v[72:79]
+        v_exp_f32_e32 v184, v184
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[192:193], v[160:161], v[80:87]
+        v_fma_f32 v188, v188, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[196:197], v[160:161], v[88:95]
+        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[168:169], v[64:71]
         ds_load_b128 v[208:211], v9 offset:43008
+        v_exp_f32_e32 v185, v185
+        v_fma_f32 v189, v189, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[168:169], v[72:79]
         ds_load_b128 v[212:215], v9 offset:44032
+        v_cvt_pk_fp8_f32 v177, v180, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[194:195], v[168:169], v[80:87]
         ds_load_b128 v[192:195], v9 offset:45056
+        v_exp_f32_e32 v186, v186
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[198:199], v[168:169], v[88:95]
         ds_load_b128 v[196:199], v9 offset:46080
+        v_fma_f32 v190, v190, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[200:201], v[160:161], v[96:103]
+        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[204:205], v[160:161], v[104:111]
+        v_exp_f32_e32 v187, v187
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[208:209], v[160:161], v[112:119]
+        v_fma_f32 v191, v191, v19, -v221
+        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[212:213], v[160:161], v[120:127]
+        v_exp_f32_e32 v188, v188
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[202:203], v[168:169], v[96:103]
         ds_load_b128 v[200:203], v9 offset:47104
+        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[206:207], v[168:169], v[104:111]
         ds_load_b128 v[204:207], v9 offset:48128
+        v_exp_f32_e32 v189, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[210:211], v[168:169], v[112:119]
         ds_load_b128 v[208:211], v10 offset:32768
+        v_cvt_pk_fp8_f32 v184, v184, v185
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[214:215], v[168:169], v[120:127]
         ds_load_b128 v[212:215], v10 offset:33792
+        v_exp_f32_e32 v190, v190
+        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[192:193], v[160:161], v[128:135]
+        v_exp_f32_e32 v191, v191
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[196:197], v[160:161], v[136:143]
+        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[200:201], v[160:161], v[144:151]
+        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[204:205], v[160:161], v[152:159]
+        v_cvt_pk_fp8_f32 v185, v188, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[194:195], v[168:169], v[128:135]
         ds_load_b128 v[192:195], v10 offset:34816
+        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[198:199], v[168:169], v[136:143]
         ds_load_b128 v[196:199], v10 offset:35840
+        v_dual_add_f32 v222, v222, v223 :: v_dual_mul_f32 v25, v23, v25
+        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[202:203], v[168:169], v[144:151]
         ds_load_b128 v[200:203], v10 offset:36864
+        v_add_f32 v222, v222, v220
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[206:207], v[168:169], v[152:159]
         ds_load_b128 v[204:207], v10 offset:37888
+        v_add_f32 v25, v25, v222
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[208:209], v[176:177], v[32:39]
         s_wait_dscnt 4
@@ -16086,46 +16086,7 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
         v_exp_f32_e32 v179, v179
         v_fma_f32 v183, v183, v19, -v221
         v_cvt_pk_fp8_f32 v169, v174, v175 op_sel:[0,0,1]
-        v_exp_f32_e32 v180, v180
-        v_fma_f32 v184, v184, v19, -v221
-        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
-        v_exp_f32_e32 v181, v181
-        v_fma_f32 v185, v185, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v176, v177
-        v_exp_f32_e32 v182, v182
-        v_fma_f32 v186, v186, v19, -v221
-        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
-        v_exp_f32_e32 v183, v183
-        v_fma_f32 v187, v187, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
-        v_exp_f32_e32 v184, v184
-        v_fma_f32 v188, v188, v19, -v221
-        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
-        v_exp_f32_e32 v185, v185
-        v_fma_f32 v189, v189, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v180, v181
-        v_exp_f32_e32 v186, v186
-        v_fma_f32 v190, v190, v19, -v221
-        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
-        v_exp_f32_e32 v187, v187
-        v_fma_f32 v191, v191, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
-        v_exp_f32_e32 v188, v188
-        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
-        v_exp_f32_e32 v189, v189
-        v_cvt_pk_fp8_f32 v184, v184, v185
-        v_exp_f32_e32 v190, v190
-        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
-        v_exp_f32_e32 v191, v191
-        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
-        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
-        v_cvt_pk_fp8_f32 v185, v188, v189
-        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
-        v_dual_mov_b32 v24, v23 :: v_dual_mul_f32 v25, v25, v23
-        v_add_f32 v222, v222, v223
-        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
-        v_add_f32 v222, v222, v220
-        v_add_f32 v25, v25, v222
+        v_mov_b32 v24, v23
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v23
         s_wait_alu depctr_va_vcc(0)
         s_cbranch_vccz .Ld256_fp32_no_rescale_0
@@ -16195,71 +16156,110 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
         v_dual_mul_f32 v158, v23, v158 :: v_dual_mul_f32 v159, v24, v159
 .Ld256_fp32_no_rescale_0:
 
-        // ---- PV(t) x 64 WMMA ---------------------------------------------------------------------------------
+        // ---- PV(t) x 64 WMMA, the first 32 woven with the softmax of scores 16..31 ---------------------------
+        v_exp_f32_e32 v180, v180
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[192:193], v[160:161], v[32:39]
+        v_fma_f32 v184, v184, v19, -v221
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[196:197], v[160:161], v[40:47]
+        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
+        v_exp_f32_e32 v181, v181
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[200:201], v[160:161], v[48:55]
+        v_fma_f32 v185, v185, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[204:205], v[160:161], v[56:63]
+        v_cvt_pk_fp8_f32 v176, v176, v177
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[194:195], v[168:169], v[32:39]
         ds_load_b128 v[192:195], v9 offset:38912
+        v_exp_f32_e32 v182, v182
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[198:199], v[168:169], v[40:47]
         ds_load_b128 v[196:199], v9 offset:39936
+        v_fma_f32 v186, v186, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[202:203], v[168:169], v[48:55]
         ds_load_b128 v[200:203], v9 offset:40960
+        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[206:207], v[168:169], v[56:63]
         ds_load_b128 v[204:207], v9 offset:41984
+        v_exp_f32_e32 v183, v183
+        v_fma_f32 v187, v187, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[160:161], v[64:71]
+        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[160:161], v[72:79]
+        v_exp_f32_e32 v184, v184
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[192:193], v[160:161], v[80:87]
+        v_fma_f32 v188, v188, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[196:197], v[160:161], v[88:95]
+        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[168:169], v[64:71]
         ds_load_b128 v[208:211], v9 offset:43008
+        v_exp_f32_e32 v185, v185
+        v_fma_f32 v189, v189, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[168:169], v[72:79]
         ds_load_b128 v[212:215], v9 offset:44032
+        v_cvt_pk_fp8_f32 v177, v180, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[194:195], v[168:169], v[80:87]
         ds_load_b128 v[192:195], v9 offset:45056
+        v_exp_f32_e32 v186, v186
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[198:199], v[168:169], v[88:95]
         ds_load_b128 v[196:199], v9 offset:46080
+        v_fma_f32 v190, v190, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[200:201], v[160:161], v[96:103]
+        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[204:205], v[160:161], v[104:111]
+        v_exp_f32_e32 v187, v187
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[208:209], v[160:161], v[112:119]
+        v_fma_f32 v191, v191, v19, -v221
+        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[212:213], v[160:161], v[120:127]
+        v_exp_f32_e32 v188, v188
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[202:203], v[168:169], v[96:103]
         ds_load_b128 v[200:203], v9 offset:47104
+        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[206:207], v[168:169], v[104:111]
         ds_load_b128 v[204:207], v9 offset:48128
+        v_exp_f32_e32 v189, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[210:211], v[168:169], v[112:119]
         ds_load_b128 v[208:211], v10 offset:32768
+        v_cvt_pk_fp8_f32 v184, v184, v185
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[214:215], v[168:169], v[120:127]
         ds_load_b128 v[212:215], v10 offset:33792
+        v_exp_f32_e32 v190, v190
+        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[192:193], v[160:161], v[128:135]
+        v_exp_f32_e32 v191, v191
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[196:197], v[160:161], v[136:143]
+        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[200:201], v[160:161], v[144:151]
+        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[204:205], v[160:161], v[152:159]
+        v_cvt_pk_fp8_f32 v185, v188, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[194:195], v[168:169], v[128:135]
         ds_load_b128 v[192:195], v10 offset:34816
+        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[198:199], v[168:169], v[136:143]
         ds_load_b128 v[196:199], v10 offset:35840
+        v_dual_add_f32 v222, v222, v223 :: v_dual_mul_f32 v25, v23, v25
+        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[202:203], v[168:169], v[144:151]
         ds_load_b128 v[200:203], v10 offset:36864
+        v_add_f32 v222, v222, v220
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[206:207], v[168:169], v[152:159]
         ds_load_b128 v[204:207], v10 offset:37888
+        v_add_f32 v25, v25, v222
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[208:209], v[176:177], v[32:39]
         s_wait_dscnt 4
@@ -16926,46 +16926,7 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
         v_exp_f32_e32 v179, v179
         v_fma_f32 v183, v183, v19, -v221
         v_cvt_pk_fp8_f32 v169, v174, v175 op_sel:[0,0,1]
-        v_exp_f32_e32 v180, v180
-        v_fma_f32 v184, v184, v19, -v221
-        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
-        v_exp_f32_e32 v181, v181
-        v_fma_f32 v185, v185, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v176, v177
-        v_exp_f32_e32 v182, v182
-        v_fma_f32 v186, v186, v19, -v221
-        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
-        v_exp_f32_e32 v183, v183
-        v_fma_f32 v187, v187, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
-        v_exp_f32_e32 v184, v184
-        v_fma_f32 v188, v188, v19, -v221
-        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
-        v_exp_f32_e32 v185, v185
-        v_fma_f32 v189, v189, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v180, v181
-        v_exp_f32_e32 v186, v186
-        v_fma_f32 v190, v190, v19, -v221
-        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
-        v_exp_f32_e32 v187, v187
-        v_fma_f32 v191, v191, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
-        v_exp_f32_e32 v188, v188
-        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
-        v_exp_f32_e32 v189, v189
-        v_cvt_pk_fp8_f32 v184, v184, v185
-        v_exp_f32_e32 v190, v190
-        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
-        v_exp_f32_e32 v191, v191
-        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
-        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
-        v_cvt_pk_fp8_f32 v185, v188, v189
-        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
-        v_dual_mov_b32 v24, v23 :: v_dual_mul_f32 v25, v25, v23
-        v_add_f32 v222, v222, v223
-        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
-        v_add_f32 v222, v222, v220
-        v_add_f32 v25, v25, v222
+        v_mov_b32 v24, v23
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v23
         s_wait_alu depctr_va_vcc(0)
         s_cbranch_vccz .Ld256_fp32_no_rescale_1
@@ -17035,71 +16996,110 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
         v_dual_mul_f32 v158, v23, v158 :: v_dual_mul_f32 v159, v24, v159
 .Ld256_fp32_no_rescale_1:
 
-        // ---- PV(t) x 64 WMMA ---------------------------------------------------------------------------------
+        // ---- PV(t) x 64 WMMA, the first 32 woven with the softmax of scores 16..31 ---------------------------
+        v_exp_f32_e32 v180, v180
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[192:193], v[160:161], v[32:39]
+        v_fma_f32 v184, v184, v19, -v221
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[196:197], v[160:161], v[40:47]
+        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
+        v_exp_f32_e32 v181, v181
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[200:201], v[160:161], v[48:55]
+        v_fma_f32 v185, v185, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[204:205], v[160:161], v[56:63]
+        v_cvt_pk_fp8_f32 v176, v176, v177
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[194:195], v[168:169], v[32:39]
         ds_load_b128 v[192:195], v9 offset:38912
+        v_exp_f32_e32 v182, v182
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[198:199], v[168:169], v[40:47]
         ds_load_b128 v[196:199], v9 offset:39936
+        v_fma_f32 v186, v186, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[202:203], v[168:169], v[48:55]
         ds_load_b128 v[200:203], v9 offset:40960
+        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[206:207], v[168:169], v[56:63]
         ds_load_b128 v[204:207], v9 offset:41984
+        v_exp_f32_e32 v183, v183
+        v_fma_f32 v187, v187, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[160:161], v[64:71]
+        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[160:161], v[72:79]
+        v_exp_f32_e32 v184, v184
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[192:193], v[160:161], v[80:87]
+        v_fma_f32 v188, v188, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[196:197], v[160:161], v[88:95]
+        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[168:169], v[64:71]
         ds_load_b128 v[208:211], v9 offset:43008
+        v_exp_f32_e32 v185, v185
+        v_fma_f32 v189, v189, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[168:169], v[72:79]
         ds_load_b128 v[212:215], v9 offset:44032
+        v_cvt_pk_fp8_f32 v177, v180, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[194:195], v[168:169], v[80:87]
         ds_load_b128 v[192:195], v9 offset:45056
+        v_exp_f32_e32 v186, v186
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[198:199], v[168:169], v[88:95]
         ds_load_b128 v[196:199], v9 offset:46080
+        v_fma_f32 v190, v190, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[200:201], v[160:161], v[96:103]
+        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[204:205], v[160:161], v[104:111]
+        v_exp_f32_e32 v187, v187
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[208:209], v[160:161], v[112:119]
+        v_fma_f32 v191, v191, v19, -v221
+        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[212:213], v[160:161], v[120:127]
+        v_exp_f32_e32 v188, v188
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[202:203], v[168:169], v[96:103]
         ds_load_b128 v[200:203], v9 offset:47104
+        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[206:207], v[168:169], v[104:111]
         ds_load_b128 v[204:207], v9 offset:48128
+        v_exp_f32_e32 v189, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[210:211], v[168:169], v[112:119]
         ds_load_b128 v[208:211], v10 offset:32768
+        v_cvt_pk_fp8_f32 v184, v184, v185
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[214:215], v[168:169], v[120:127]
         ds_load_b128 v[212:215], v10 offset:33792
+        v_exp_f32_e32 v190, v190
+        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[192:193], v[160:161], v[128:135]
+        v_exp_f32_e32 v191, v191
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[196:197], v[160:161], v[136:143]
+        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[200:201], v[160:161], v[144:151]
+        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[204:205], v[160:161], v[152:159]
+        v_cvt_pk_fp8_f32 v185, v188, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[194:195], v[168:169], v[128:135]
         ds_load_b128 v[192:195], v10 offset:34816
+        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[198:199], v[168:169], v[136:143]
         ds_load_b128 v[196:199], v10 offset:35840
+        v_dual_add_f32 v222, v222, v223 :: v_dual_mul_f32 v25, v23, v25
+        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[202:203], v[168:169], v[144:151]
         ds_load_b128 v[200:203], v10 offset:36864
+        v_add_f32 v222, v222, v220
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[206:207], v[168:169], v[152:159]
         ds_load_b128 v[204:207], v10 offset:37888
+        v_add_f32 v25, v25, v222
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[208:209], v[176:177], v[32:39]
         s_wait_dscnt 4
@@ -17712,46 +17712,7 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
         v_exp_f32_e32 v179, v179
         v_fma_f32 v183, v183, v19, -v221
         v_cvt_pk_fp8_f32 v169, v174, v175 op_sel:[0,0,1]
-        v_exp_f32_e32 v180, v180
-        v_fma_f32 v184, v184, v19, -v221
-        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
-        v_exp_f32_e32 v181, v181
-        v_fma_f32 v185, v185, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v176, v177
-        v_exp_f32_e32 v182, v182
-        v_fma_f32 v186, v186, v19, -v221
-        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
-        v_exp_f32_e32 v183, v183
-        v_fma_f32 v187, v187, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
-        v_exp_f32_e32 v184, v184
-        v_fma_f32 v188, v188, v19, -v221
-        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
-        v_exp_f32_e32 v185, v185
-        v_fma_f32 v189, v189, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v180, v181
-        v_exp_f32_e32 v186, v186
-        v_fma_f32 v190, v190, v19, -v221
-        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
-        v_exp_f32_e32 v187, v187
-        v_fma_f32 v191, v191, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
-        v_exp_f32_e32 v188, v188
-        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
-        v_exp_f32_e32 v189, v189
-        v_cvt_pk_fp8_f32 v184, v184, v185
-        v_exp_f32_e32 v190, v190
-        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
-        v_exp_f32_e32 v191, v191
-        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
-        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
-        v_cvt_pk_fp8_f32 v185, v188, v189
-        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
-        v_dual_mov_b32 v24, v23 :: v_dual_mul_f32 v25, v25, v23
-        v_add_f32 v222, v222, v223
-        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
-        v_add_f32 v222, v222, v220
-        v_add_f32 v25, v25, v222
+        v_mov_b32 v24, v23
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v23
         s_wait_alu depctr_va_vcc(0)
         s_cbranch_vccz .Ld256_fp32_no_rescale_0_last
@@ -17821,71 +17782,110 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
         v_dual_mul_f32 v158, v23, v158 :: v_dual_mul_f32 v159, v24, v159
 .Ld256_fp32_no_rescale_0_last:
 
-        // ---- PV(t) x 64 WMMA ---------------------------------------------------------------------------------
+        // ---- PV(t) x 64 WMMA, the first 32 woven with the softmax of scores 16..31 ---------------------------
+        v_exp_f32_e32 v180, v180
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[192:193], v[160:161], v[32:39]
+        v_fma_f32 v184, v184, v19, -v221
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[196:197], v[160:161], v[40:47]
+        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
+        v_exp_f32_e32 v181, v181
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[200:201], v[160:161], v[48:55]
+        v_fma_f32 v185, v185, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[204:205], v[160:161], v[56:63]
+        v_cvt_pk_fp8_f32 v176, v176, v177
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[194:195], v[168:169], v[32:39]
         ds_load_b128 v[192:195], v9 offset:38912
+        v_exp_f32_e32 v182, v182
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[198:199], v[168:169], v[40:47]
         ds_load_b128 v[196:199], v9 offset:39936
+        v_fma_f32 v186, v186, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[202:203], v[168:169], v[48:55]
         ds_load_b128 v[200:203], v9 offset:40960
+        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[206:207], v[168:169], v[56:63]
         ds_load_b128 v[204:207], v9 offset:41984
+        v_exp_f32_e32 v183, v183
+        v_fma_f32 v187, v187, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[160:161], v[64:71]
+        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[160:161], v[72:79]
+        v_exp_f32_e32 v184, v184
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[192:193], v[160:161], v[80:87]
+        v_fma_f32 v188, v188, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[196:197], v[160:161], v[88:95]
+        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[168:169], v[64:71]
         ds_load_b128 v[208:211], v9 offset:43008
+        v_exp_f32_e32 v185, v185
+        v_fma_f32 v189, v189, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[168:169], v[72:79]
         ds_load_b128 v[212:215], v9 offset:44032
+        v_cvt_pk_fp8_f32 v177, v180, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[194:195], v[168:169], v[80:87]
         ds_load_b128 v[192:195], v9 offset:45056
+        v_exp_f32_e32 v186, v186
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[198:199], v[168:169], v[88:95]
         ds_load_b128 v[196:199], v9 offset:46080
+        v_fma_f32 v190, v190, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[200:201], v[160:161], v[96:103]
+        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[204:205], v[160:161], v[104:111]
+        v_exp_f32_e32 v187, v187
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[208:209], v[160:161], v[112:119]
+        v_fma_f32 v191, v191, v19, -v221
+        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[212:213], v[160:161], v[120:127]
+        v_exp_f32_e32 v188, v188
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[202:203], v[168:169], v[96:103]
         ds_load_b128 v[200:203], v9 offset:47104
+        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[206:207], v[168:169], v[104:111]
         ds_load_b128 v[204:207], v9 offset:48128
+        v_exp_f32_e32 v189, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[210:211], v[168:169], v[112:119]
         ds_load_b128 v[208:211], v10 offset:32768
+        v_cvt_pk_fp8_f32 v184, v184, v185
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[214:215], v[168:169], v[120:127]
         ds_load_b128 v[212:215], v10 offset:33792
+        v_exp_f32_e32 v190, v190
+        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[192:193], v[160:161], v[128:135]
+        v_exp_f32_e32 v191, v191
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[196:197], v[160:161], v[136:143]
+        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[200:201], v[160:161], v[144:151]
+        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[204:205], v[160:161], v[152:159]
+        v_cvt_pk_fp8_f32 v185, v188, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[194:195], v[168:169], v[128:135]
         ds_load_b128 v[192:195], v10 offset:34816
+        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[198:199], v[168:169], v[136:143]
         ds_load_b128 v[196:199], v10 offset:35840
+        v_dual_add_f32 v222, v222, v223 :: v_dual_mul_f32 v25, v23, v25
+        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[202:203], v[168:169], v[144:151]
         ds_load_b128 v[200:203], v10 offset:36864
+        v_add_f32 v222, v222, v220
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[206:207], v[168:169], v[152:159]
         ds_load_b128 v[204:207], v10 offset:37888
+        v_add_f32 v25, v25, v222
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[208:209], v[176:177], v[32:39]
         s_wait_dscnt 4
@@ -18477,46 +18477,7 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
         v_exp_f32_e32 v179, v179
         v_fma_f32 v183, v183, v19, -v221
         v_cvt_pk_fp8_f32 v169, v174, v175 op_sel:[0,0,1]
-        v_exp_f32_e32 v180, v180
-        v_fma_f32 v184, v184, v19, -v221
-        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
-        v_exp_f32_e32 v181, v181
-        v_fma_f32 v185, v185, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v176, v177
-        v_exp_f32_e32 v182, v182
-        v_fma_f32 v186, v186, v19, -v221
-        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
-        v_exp_f32_e32 v183, v183
-        v_fma_f32 v187, v187, v19, -v221
-        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
-        v_exp_f32_e32 v184, v184
-        v_fma_f32 v188, v188, v19, -v221
-        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
-        v_exp_f32_e32 v185, v185
-        v_fma_f32 v189, v189, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v180, v181
-        v_exp_f32_e32 v186, v186
-        v_fma_f32 v190, v190, v19, -v221
-        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
-        v_exp_f32_e32 v187, v187
-        v_fma_f32 v191, v191, v19, -v221
-        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
-        v_exp_f32_e32 v188, v188
-        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
-        v_exp_f32_e32 v189, v189
-        v_cvt_pk_fp8_f32 v184, v184, v185
-        v_exp_f32_e32 v190, v190
-        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
-        v_exp_f32_e32 v191, v191
-        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
-        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
-        v_cvt_pk_fp8_f32 v185, v188, v189
-        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
-        v_dual_mov_b32 v24, v23 :: v_dual_mul_f32 v25, v25, v23
-        v_add_f32 v222, v222, v223
-        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
-        v_add_f32 v222, v222, v220
-        v_add_f32 v25, v25, v222
+        v_mov_b32 v24, v23
         v_cmp_neq_f32_e32 vcc_lo, 1.0, v23
         s_wait_alu depctr_va_vcc(0)
         s_cbranch_vccz .Ld256_fp32_no_rescale_1_last
@@ -18586,71 +18547,110 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
         v_dual_mul_f32 v158, v23, v158 :: v_dual_mul_f32 v159, v24, v159
 .Ld256_fp32_no_rescale_1_last:
 
-        // ---- PV(t) x 64 WMMA ---------------------------------------------------------------------------------
+        // ---- PV(t) x 64 WMMA, the first 32 woven with the softmax of scores 16..31 ---------------------------
+        v_exp_f32_e32 v180, v180
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[192:193], v[160:161], v[32:39]
+        v_fma_f32 v184, v184, v19, -v221
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[196:197], v[160:161], v[40:47]
+        v_dual_add_f32 v222, v222, v178 :: v_dual_add_f32 v223, v223, v179
+        v_exp_f32_e32 v181, v181
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[200:201], v[160:161], v[48:55]
+        v_fma_f32 v185, v185, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[204:205], v[160:161], v[56:63]
+        v_cvt_pk_fp8_f32 v176, v176, v177
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[194:195], v[168:169], v[32:39]
         ds_load_b128 v[192:195], v9 offset:38912
+        v_exp_f32_e32 v182, v182
         v_wmma_f32_16x16x16_fp8_fp8 v[40:47], v[198:199], v[168:169], v[40:47]
         ds_load_b128 v[196:199], v9 offset:39936
+        v_fma_f32 v186, v186, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[48:55], v[202:203], v[168:169], v[48:55]
         ds_load_b128 v[200:203], v9 offset:40960
+        v_dual_add_f32 v222, v222, v180 :: v_dual_add_f32 v223, v223, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[56:63], v[206:207], v[168:169], v[56:63]
         ds_load_b128 v[204:207], v9 offset:41984
+        v_exp_f32_e32 v183, v183
+        v_fma_f32 v187, v187, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[208:209], v[160:161], v[64:71]
+        v_cvt_pk_fp8_f32 v176, v178, v179 op_sel:[0,0,1]
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[212:213], v[160:161], v[72:79]
+        v_exp_f32_e32 v184, v184
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[192:193], v[160:161], v[80:87]
+        v_fma_f32 v188, v188, v19, -v221
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[196:197], v[160:161], v[88:95]
+        v_dual_add_f32 v222, v222, v182 :: v_dual_add_f32 v223, v223, v183
         v_wmma_f32_16x16x16_fp8_fp8 v[64:71], v[210:211], v[168:169], v[64:71]
         ds_load_b128 v[208:211], v9 offset:43008
+        v_exp_f32_e32 v185, v185
+        v_fma_f32 v189, v189, v19, -v221
         v_wmma_f32_16x16x16_fp8_fp8 v[72:79], v[214:215], v[168:169], v[72:79]
         ds_load_b128 v[212:215], v9 offset:44032
+        v_cvt_pk_fp8_f32 v177, v180, v181
         v_wmma_f32_16x16x16_fp8_fp8 v[80:87], v[194:195], v[168:169], v[80:87]
         ds_load_b128 v[192:195], v9 offset:45056
+        v_exp_f32_e32 v186, v186
         v_wmma_f32_16x16x16_fp8_fp8 v[88:95], v[198:199], v[168:169], v[88:95]
         ds_load_b128 v[196:199], v9 offset:46080
+        v_fma_f32 v190, v190, v19, -v221
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[200:201], v[160:161], v[96:103]
+        v_dual_add_f32 v222, v222, v184 :: v_dual_add_f32 v223, v223, v185
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[204:205], v[160:161], v[104:111]
+        v_exp_f32_e32 v187, v187
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[208:209], v[160:161], v[112:119]
+        v_fma_f32 v191, v191, v19, -v221
+        v_cvt_pk_fp8_f32 v177, v182, v183 op_sel:[0,0,1]
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[212:213], v[160:161], v[120:127]
+        v_exp_f32_e32 v188, v188
         v_wmma_f32_16x16x16_fp8_fp8 v[96:103], v[202:203], v[168:169], v[96:103]
         ds_load_b128 v[200:203], v9 offset:47104
+        v_dual_add_f32 v222, v222, v186 :: v_dual_add_f32 v223, v223, v187
         v_wmma_f32_16x16x16_fp8_fp8 v[104:111], v[206:207], v[168:169], v[104:111]
         ds_load_b128 v[204:207], v9 offset:48128
+        v_exp_f32_e32 v189, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[112:119], v[210:211], v[168:169], v[112:119]
         ds_load_b128 v[208:211], v10 offset:32768
+        v_cvt_pk_fp8_f32 v184, v184, v185
         v_wmma_f32_16x16x16_fp8_fp8 v[120:127], v[214:215], v[168:169], v[120:127]
         ds_load_b128 v[212:215], v10 offset:33792
+        v_exp_f32_e32 v190, v190
+        v_dual_add_f32 v222, v222, v188 :: v_dual_add_f32 v223, v223, v189
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[192:193], v[160:161], v[128:135]
+        v_exp_f32_e32 v191, v191
         s_wait_dscnt 4
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[196:197], v[160:161], v[136:143]
+        v_cvt_pk_fp8_f32 v184, v186, v187 op_sel:[0,0,1]
         s_wait_dscnt 3
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[200:201], v[160:161], v[144:151]
+        v_dual_add_f32 v222, v222, v190 :: v_dual_add_f32 v223, v223, v191
         s_wait_dscnt 2
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[204:205], v[160:161], v[152:159]
+        v_cvt_pk_fp8_f32 v185, v188, v189
         v_wmma_f32_16x16x16_fp8_fp8 v[128:135], v[194:195], v[168:169], v[128:135]
         ds_load_b128 v[192:195], v10 offset:34816
+        v_cvt_pk_fp8_f32 v185, v190, v191 op_sel:[0,0,1]
         v_wmma_f32_16x16x16_fp8_fp8 v[136:143], v[198:199], v[168:169], v[136:143]
         ds_load_b128 v[196:199], v10 offset:35840
+        v_dual_add_f32 v222, v222, v223 :: v_dual_mul_f32 v25, v23, v25
+        v_permlanex16_b32 v220, v222, s70, 0xfedcba98
         v_wmma_f32_16x16x16_fp8_fp8 v[144:151], v[202:203], v[168:169], v[144:151]
         ds_load_b128 v[200:203], v10 offset:36864
+        v_add_f32 v222, v222, v220
         v_wmma_f32_16x16x16_fp8_fp8 v[152:159], v[206:207], v[168:169], v[152:159]
         ds_load_b128 v[204:207], v10 offset:37888
+        v_add_f32 v25, v25, v222
         s_wait_dscnt 5
         v_wmma_f32_16x16x16_fp8_fp8 v[32:39], v[208:209], v[176:177], v[32:39]
         s_wait_dscnt 4

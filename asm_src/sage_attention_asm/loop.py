@@ -252,10 +252,16 @@ class KeyLoop:
         for ln in self.alpha_select_lines(m_old) + self.guard_lines(m_new):
             a.op(ln)
         self.exact_form(a, cur, f".Lone_fma_{sfx}")
-        wp.phase(0, pair_vopd(self.exp_ops(cur) + [Op.mov(self.alpha[1], self.alpha[0])] + self.lsum_ops()))
+        # the first half of PV(t) (PV_ORDER: i = 0, chunks 0 and 1) reads only P^T of scores 0..15: the exp2 / row sum
+        # / pack of scores 16..31 and the running sum are woven between its WMMAs (the same ops in the same order)
+        e_ops = self.exp_ops(cur)
+        low = set().union(*(cur[j].regs() for j in range(16)))
+        split = 1 + max(k for k, op in enumerate(e_ops) if (op.reads | op.writes) & low)
+        wp.phase(0, pair_vopd(e_ops[:split] + [Op.mov(self.alpha[1], self.alpha[0])]))
         self.rescale(a, f".Lno_rescale_{sfx}")
-        a.section(f"PV(t) x {self.N_PV} WMMA")
-        wp.phase(self.N_PV, [])
+        a.section(f"PV(t) x {self.N_PV} WMMA, the first {self.N_PV // 2} woven with the softmax of scores 16..31")
+        wp.phase(self.N_PV // 2, pair_vopd(e_ops[split:] + self.lsum_ops()))
+        wp.phase(self.N_PV - self.N_PV // 2, [])
         if not last:
             a.section("end of tile: qk of tile t+1; barrier; V^T(t+1) -> vbuf")
             vm.wait_all()
