@@ -409,8 +409,8 @@ def _barrier_signal(st, ops, inst, pc):
                 sanitizer.check_signal(st, sel, pc)
             # waves of these workgroups blocked at a wait may now proceed: let them re-check
             blocked[np.isin(wave_wg, np.unique(wave_wg[sel]))] = False
-        elif st.lds_race_check:
-            sanitizer.barrier_complete(st, np.arange(st.nwg))
+        elif st.lds_race_check:   # lockstep: every wave signalled barrier sig[0] together
+            sanitizer.barrier_complete(st, np.arange(st.nwg), int(sig[0]))
     return h
 
 
@@ -426,6 +426,8 @@ def _barrier_wait(st, inst, pc):
             # lockstep: everyone signalled the same number of times (or someone is waiting without signalling)
             if sig[0] == passed[0] + 1 and (sig == sig[0]).all() and (passed == passed[0]).all():
                 passed[:] += 1
+                if st.lds_race_check:   # the signals may have come divergently (no clear there): clear here
+                    sanitizer.barrier_complete(st, np.arange(nwg), int(passed[0]))
                 return None
         # general rule: wave w passes when every live wave of its workgroup has signalled > passed[w] times
         need = passed[sel] + 1
@@ -435,9 +437,9 @@ def _barrier_wait(st, inst, pc):
         ok = sig_live[wave_wg[sel]] >= need
         waves = np.arange(W)[sel]
         if st.lds_race_check:
-            done = np.unique(wave_wg[waves[ok]])
-            if len(done):
-                sanitizer.barrier_complete(st, done)
+            done = waves[ok]
+            for g, n in set(zip(wave_wg[done].tolist(), need[ok].tolist())):
+                sanitizer.barrier_complete(st, np.array([g]), n)
         passed[waves[ok]] += 1
         if ok.all():
             return None

@@ -177,10 +177,16 @@ def deadlock(st):
 
 
 # ------------------------------------------------------------------------------------------------ LDS races
-def barrier_complete(st, wgs):
+def barrier_complete(st, wgs, barrier):
+    """Barrier number `barrier` (1-based, per workgroup) of workgroups wgs is complete: their accesses so far can no
+    longer race with later ones. Cleared once per barrier: waves that pass it later (woken from a blocked wait) must
+    not erase what the waves that passed first have done since."""
     if st.lds_race_check:
+        wgs = np.asarray(wgs)
+        wgs = wgs[st.race_barriers[wgs] < barrier]
         st.race_writer[wgs] = 0
         st.race_readers[wgs] = 0
+        st.race_barriers[wgs] = barrier
 
 
 def lds_access(st, pc, sel, m, addr_active, nbytes, write):

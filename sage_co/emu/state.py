@@ -101,7 +101,7 @@ class State:
         "dpp_mask",
         # sanitizer (sanitizer.py): wait counters, pending loads, WMMA hazard, LDS race check
         "sanitize", "lds_race_check", "issued", "done", "vpend", "spend", "maybe", "wmma_d", "wmma_live",
-        "race_writer", "race_readers",
+        "race_writer", "race_readers", "race_barriers",
     )
 
     def __init__(self, prog, nwaves: int, nwg: int, *, sanitize: bool, lds_race_check: bool, lds_bytes: int,
@@ -147,6 +147,7 @@ class State:
         ndw = self.lds_stride // 4 if lds_race_check else 0
         self.race_writer = np.zeros((nwg, ndw), dtype=np.int64)      # wave-in-wg + 1 of the last writer, 0 none
         self.race_readers = np.zeros((nwg, ndw), dtype=np.uint64)    # bitmask of reading waves (wave-in-wg < 64)
+        self.race_barriers = np.zeros(nwg, dtype=np.int64)           # barriers whose completion cleared them
 
     # --- EXEC
     def refresh_exec(self, sel=ALL):
