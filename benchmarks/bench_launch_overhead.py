@@ -28,8 +28,9 @@ BEFORE_US = {
     "c1635f3 (before issue 24's call spec / plan_call; ~150 us in the README's own measurement)": "376-395",
     "4d688c2 (call spec, plan memo, BoundLaunch)": "99-128",
     "98c7edd (3 launches; quiet machine)": "76-78",
-    # side by side on the loaded machine (every figure ~1.7x its quiet value): 98c7edd 129-147, main at 4e7e9ab
-    # (one prepare launch) 125-127, h/host (one workspace per call, hip-python's own argument types) 61-70
+    # side by side later, on a machine ~1.8x slower for the same code: 98c7edd 141-147, 7f814db (one prepare
+    # launch) 121-126, issue 24's binding work (one workspace per call, static fields, hip-python's own argument
+    # types) 55-60
 }
 
 
