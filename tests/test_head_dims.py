@@ -149,8 +149,9 @@ def test_wide_head_dims_refusals_name_the_argument():
     pr16 = reference.sage_prepare(q, k, v, pv_dtype="fp16")
     with pytest.raises(ValueError, match="pv_dtype: \"fp16\" is built for head dims up to 128, got D = 160"):
         attention_ops.run_attention_fwd(pr16, backend="emu")
-    with pytest.raises(ValueError, match="q: the prepare kernels are built for head dims up to"):
-        run_prepare(q, k, v, backend="emu")
+    # the prepare kernels are built at D_pad 256 (issue 30): a kernel prepare of D = 160 plans the HIP attention kernel
+    rec = attention_ops.plan_forward(run_prepare(q, k, v, backend="emu"), backend="emu")
+    assert rec.kernel.variant == "hip" and rec.kernel.symbol == "gfx1201_sage_attention_fwd_d256_bf16"
 
 
 def test_predictor_kernels_refuse_other_head_dims():

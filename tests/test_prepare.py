@@ -179,6 +179,42 @@ def test_rope_dim_given_explicitly_and_one_sided_norm():
     check(q, k, v, rope_dim=64, **kw)
 
 
+
+# ------------------------------------------------------------------------------------------------ D_pad 256
+# Head dims 129..256 (SD1.5's 160, 200, 256): the prepare kernels go through the row in two 128-channel halves
+# (asm_src/gfx1201_sage_prepare.hip half_row; RMSNorm's sum streamed over both halves first, RoPE in half 0), V with
+# 32 tokens per lane. Both roundings, every dtype, S and S_kv not multiples of 64, B = 2, GQA; bitwise as above.
+@pytest.mark.parametrize("D,dtype,rope_dim,rounding,smooth_k,S,S_kv", [
+    (160, torch.bfloat16, 128, "once", True, 70, 100),
+    (160, torch.float32, 96, "per_op", True, 45, 77),
+    (200, torch.bfloat16, 32, "per_op", False, 100, 33),
+    (200, torch.float32, 64, "once", True, 33, 130),
+    (256, torch.float16, 128, "per_op", True, 65, 31),
+    (136, torch.float16, None, "once", True, 40, 90)])
+def test_head_dim_256(D, dtype, rope_dim, rounding, smooth_k, S, S_kv):
+    q, k, v = _qkv(2, S, 4, seed=D + S, D=D, dtype=dtype, S_kv=S_kv, H_kv=2, scale=(2.0, 1.0, 1.0),
+                   offset=(0.0, 0.5, 0.0))
+    out = check(q, k, v, smooth_k=smooth_k, eps=1e-5, norm_rope_rounding=rounding,
+                **_norm_rope(max(S, S_kv), rope_dim, norm=True, D=D, dtype=dtype))
+    assert out.q_int8.shape[-1] == 256 and out.head_dim == D
+    assert not out.q_int8[..., D:].any() and not out.k_int8[..., D:].any()
+    assert not out.v_t.view(torch.uint8)[:, :, D:].any() and not out.v_scale[..., D:].any()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_head_dim_256_plain_and_smooth_v(dtype):
+    """D = 160 without norm/RoPE (the 16-bit and fp32 paths without the streamed norm sum), and smooth_v's V stats
+    and quantization at 32 tokens per lane (v_t / v_scale bitwise given the kernel's v_mean)."""
+    q, k, v = _qkv(2, 97, 2, seed=160, D=160, dtype=dtype, S_kv=70)
+    check(q, k, v, smooth_k=True)
+    out = run_prepare(q, k, v, smooth_v=True, backend="emu")
+    mean = reference.v_channel_mean(v)
+    assert (out.v_mean - mean).abs().max() <= 2 * 70 * U * v.float().abs().amax()
+    assert not out.v_mean[..., 160:].any()
+    v_t, v_scale = reference.quantize_v(v, out.v_mean)
+    _same_bits("v_t", out.v_t, v_t)
+    _same_bits("v_scale", out.v_scale, v_scale)
+
 # ---------------------------------------------------------------------------------------------- special values
 @pytest.mark.parametrize("smooth_k", [False, True])
 def test_all_zero(smooth_k):
@@ -517,9 +553,9 @@ def test_every_prepare_symbol_keeps_denormals_and_has_no_scratch():
     v_cvt_f16_f32) and the kernel header promises no scratch: read from each shipped descriptor."""
     from sage_co import registry
     rows = [k for k in registry.kernels() if k.op.startswith("sage_prepare.")]
-    # stats/quant x dtype (bf16, fp16, fp32) x rounding (once, per_op) x (D_pad 128: 5 rope dims, 64: 3); no reduce
-    # kernel (issue 28)
-    assert len(rows) == 2 * 3 * 2 * (5 + 3)
+    # stats/quant x dtype (bf16, fp16, fp32) x rounding (once, per_op) x (D_pad 256 and 128: 5 rope dims, 64: 3); no
+    # reduce kernel (issue 28)
+    assert len(rows) == 2 * 3 * 2 * (5 + 5 + 3)
     for k in rows:
         kern = registry.load(k.file, k.sha256).kernel(k.symbol)
         f = kern.descriptor.fields
