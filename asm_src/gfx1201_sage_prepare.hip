@@ -7,22 +7,27 @@
 // Inputs (element strides are kernargs, read in place; the last dim is contiguous):
 //   q [B, S_q, H_q, D], k and v [B, S_kv, H_kv, D], bf16, fp16 or fp32 (one symbol per dtype; fp32 is read as
 //   fp32, one channel per dword, and goes through the same fp32 arithmetic unrounded), D a multiple of 16 up
-//   to D_PAD (64 or 128, one symbol per D_PAD): channels D..D_PAD-1 read as zero (never loaded), so a head dim of
-//   32/48/80/96/112 is padded without an extra pass. An HND tensor is the same memory with other strides.
+//   to D_PAD (64, 128 or 256, one symbol per D_PAD): channels D..D_PAD-1 read as zero (never loaded), so a head dim
+//   of 32/48/80/96/112/160/200 is padded without an extra pass. An HND tensor is the same memory with other strides.
+//   D_PAD 256 (D 129..256) takes a row in two 128-channel halves: see half_row, quant_qk256, stats_k256.
 // S_pad = round_up(S, 64) per tensor; a tile = 32 tokens of one (b, head) = one Q/K scale block, one wave32.
 // GQA: K/V are prepared per K/V head (H_kv), Q per query head (H_q); nothing is replicated.
 //
-// Two kernels, launched in this order (sage_co/ops/prepare.py). stats and quant ship one symbol per (D_PAD,
-// dtype, RoPE width, norm/RoPE rounding): suffix _d64/_d128, _bf16/_fp16/_fp32, then _rope32.._rope128 (none = no RoPE;
-// D_PAD 64 has rope 32 and 64 only), then _once for norm_rope_rounding "once" (none = "per_op"; ROUND_* below).
+// One launch (sage_co/ops/prepare.py; issue 28: it was two), gfx1201_sage_prepare_*, one symbol per (D_PAD, dtype,
+// RoPE width, norm/RoPE rounding): suffix _d64/_d128/_d256, _bf16/_fp16/_fp32, then _rope32.._rope128 (none = no
+// RoPE; D_PAD 64 has rope 32 and 64 only, 256 the same five widths as 128), then _once for norm_rope_rounding "once" (none = "per_op"; ROUND_* below).
 // A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps every 16-bit kernel at
-// <= 207 VGPRs, no scratch. fp32 (rows of D_PAD dwords, up to 256 VGPRs, no scratch) needs more care, see
+// <= 212 VGPRs, no scratch. fp32 (rows of D_PAD dwords, up to 256 VGPRs, no scratch) needs more care, see
 // sum_sq_tree, sum_sq_lanes8, rope_once, rms_norm, quant_qk, load_v_pass and stats_v32.
-// Varlen (sage_co/abi.py: the stats and quant structs' `varlen`, docs/numerics.md §Varlen): batch index b is packed
+// The grid is 1-D, one wave32 per work item, and a workgroup's item is its ticket (prepare_body: an atomic on
+// counter[0], not its workgroup id): tickets [0, n_stats) are the stats items (1. below), then every batch's Q
+// tiles, then per batch its K tiles and V tiles (2. below), which wait for their head's fold (wait_for_fold;
+// forward progress: docs/rdna4.md §Forward progress).
+// Varlen (sage_co/abi.py PREPARE_ARGS `varlen`, docs/numerics.md §Varlen): batch index b is packed
 // sequence b, whose tokens, length and chunking come from cu_seqlens on the device; the outputs are packed per
 // head with sequence b at row packed_row(cu[b], b) = 64 * ceil(cu[b] / 64) + 64 * b.
 //
-//  1. gfx1201_sage_prepare_stats_*  grid (n_chunks, H_kv, B * n_tens), block 32. `tens` (sage_co/abi.py STATS_*)
+//  1. stats items (chunk, kv head, z = b * n_tens + which): stats_x * H_kv * B * n_tens. `tens` (abi.py STATS_*)
 //     says which statistics run: V max (not for pv fp16), K sums (smooth_k), V sums (smooth_v); n_tens = how many,
 //     and z % n_tens picks the (z % n_tens)-th of them. With smooth_v the V max pass keeps max v and min v. Chunk c covers tiles [c * tiles_per_chunk, ...) of the
 //     ceil(S_kv / 32) tiles holding valid tokens. Writes, per (b, kv head, chunk):
@@ -38,8 +43,9 @@
 //     (fp32 subtraction is monotone: the largest |v - v_mean| sits at max v or min v); v_mode 2 (pv fp16): zeros,
 //     and then tens = 0, grid (1, H_kv, B): no statistics, each workgroup only writes its head's zeros. The fold
 //     order is fixed (chunk order), so the outputs do not depend on which workgroup came last.
-//  2. gfx1201_sage_prepare_quant_*  grid (H_q * tq + 2 * H_kv * tkv, B, 1), block 32, tq = S_q_pad / 32,
-//     tkv = S_kv_pad / 32: x < H_q * tq is a Q tile, then the K tiles, then the V tiles (head-major).
+//  2. tiles: B * (H_q * tq + 2 * H_kv * tkv), tq = S_q_pad / 32, tkv = S_kv_pad / 32: every batch's Q tiles
+//     (head-major), then per batch its K tiles and its V tiles (head-major); a K or V tile starts after its head's
+//     fold (it reads k_mean, or v_inv and v_mean).
 //     Q/K: lane = token (one row per lane, D/8 16-byte loads; a padded token loads row S - 1 and is masked),
 //     optional norm/RoPE on the packed row, x = f32(row) * c (Q) or f32(row) - k_mean (K), block amax = in-lane
 //     max over D_PAD channels + 5 ds_bpermute steps, q = rint(x * inv) (x * inv + 1.5 * 2^23, whose low byte is
@@ -51,10 +57,11 @@
 //     instead (same lanes, 2 bytes per token, no scale).
 //
 // Passes over the inputs (HBM reads): Q once; V twice (its per-channel scale needs all S_kv tokens before any
-// token can be quantized: stats then quant); K once, or twice with smooth_k (k_mean over all S_kv tokens first).
+// token can be quantized: its stats items, then its tiles); K once, or twice with smooth_k (k_mean over all S_kv
+// tokens first; the second reads mostly hit the Infinity Cache, docs/performance.md §The prepare stage).
 // With norm/RoPE the K stats pass recomputes the normed/roped rows instead of storing them. The reduction reads
-// only the small partials. One atomic per stats workgroup, a counter that only picks the folding workgroup: every
-// sum has a fixed order; maxima are order-independent.
+// only the small partials. One atomic per stats item, on a counter that only picks the folding item: every sum has
+// a fixed order; maxima are order-independent.
 //
 // Memory speed: each wave keeps D/8 (Q/K) or TPL (V) independent 16-byte loads in flight per tile; the stats grid
 // has B * H_kv * n_chunks * n_tens waves with n_chunks <= 64 chosen by the host (tiles_per_chunk = ceil(valid
@@ -79,20 +86,16 @@
 //   float_denorm_mode_16_64 = 3, docs/rdna4.md §Entry FP mode; tests/test_prepare.py checks every symbol). A NaN's
 //   payload only ever reaches a scale (NaN == NaN in the spec), never an int8/fp8 value.
 //
-// Kernargs (explicit only, no hidden arguments; sage_co/ops/prepare.py declares the same layouts). Strides are in
+// Kernargs (explicit only, no hidden arguments; sage_co/abi.py PREPARE_ARGS declares the same layout). Strides are in
 // elements: *_sb (batch), *_ss (token), *_sh (head):
-//   stats  (204 B): 0 k, 8 v, 16 k_norm_w, 24 cos, 32 sin, 40 ksum_part, 48 vmax_part (ptr); 56 eps (f32);
-//                   60 S, 64 H, 68 tiles_per_chunk, 72 n_chunks, 76 n_tens, 80 k_norm, 84 D, 88 k_sb, 92 k_ss,
-//                   96 k_sh, 100 v_sb, 104 v_ss, 108 v_sh (i32); 112 vmin_part, 120 vsum_part (ptr); 128 tens (i32);
-//                   136 k_mean, 144 v_scale, 152 v_inv, 160 v_mean, 168 counter (ptr); 176 n_wg, 180 v_mode,
-//                   184 smooth_k (i32); 192 cu_seqlens_kv (ptr), 200 varlen (i32: sequence b = z / n_tens, its own
-//                   chunking and length)
-//   quant (236 B):  0 q, 8 k, 16 v, 24 q_norm_w, 32 k_norm_w, 40 cos, 48 sin, 56 k_mean, 64 v_inv, 72 q_int8,
-//                   80 k_int8, 88 q_scale, 96 k_scale, 104 v_t (ptr); 112 q_mult (f32), 116 eps (f32);
-//                   120 S_q, 124 S_kv, 128 H_q, 132 H_kv, 136 S_q_pad, 140 S_kv_pad, 144 D, 148 q_norm,
-//                   152 k_norm, 156 q_sb, 160 q_ss, 164 q_sh, 168 k_sb, 172 k_ss, 176 k_sh, 180 v_sb, 184 v_ss,
-//                   188 v_sh (i32); 192 v_mean (ptr); 200 pv_fp16 (i32); 208 cu_seqlens_q, 216 cu_seqlens_kv
-//                   (ptr); 224 varlen, 228 rows_q, 232 rows_kv (i32) (varlen: sequence b = y, sage_co/abi.py)
+//   (332 B): 0 q, 8 k, 16 v, 24 q_norm_w, 32 k_norm_w, 40 cos, 48 sin, 56 k_mean, 64 v_inv, 72 q_int8,
+//            80 k_int8, 88 q_scale, 96 k_scale, 104 v_t (ptr); 112 q_mult (f32), 116 eps (f32); 120 S_q, 124 S_kv,
+//            128 H_q, 132 H_kv, 136 S_q_pad, 140 S_kv_pad, 144 D, 148 q_norm, 152 k_norm, 156 q_sb, 160 q_ss,
+//            164 q_sh, 168 k_sb, 172 k_ss, 176 k_sh, 180 v_sb, 184 v_ss, 188 v_sh (i32); 192 v_mean (ptr);
+//            200 pv_fp16 (i32); 208 cu_seqlens_q, 216 cu_seqlens_kv (ptr); 224 varlen, 228 rows_q, 232 rows_kv
+//            (i32) (varlen: sequence b, sage_co/abi.py); 240 ksum_part, 248 vmax_part, 256 vmin_part,
+//            264 vsum_part, 272 v_scale, 280 counter (ptr); 288 tiles_per_chunk, 292 n_chunks, 296 n_tens,
+//            300 tens, 304 n_wg, 308 v_mode, 312 smooth_k, 316 stats_x, 320 n_stats, 324 n_items, 328 B (i32)
 // q_norm / k_norm = 0 means no RMSNorm (the weight pointer is then never read); without RoPE cos/sin are unused.
 // cos/sin: [max(S_q, S_kv), rope_dim], row = position (token index) for Q and K alike; in the input dtype for the
 // per_op symbols, fp32 for the _once ones (the host upcasts a table given in the input dtype).
@@ -398,7 +401,9 @@ INLINE void rms_norm(u32 (&row)[WORDS(DT, DP)], const u16* __restrict__ weight, 
 // out = round(round(y*cos) + round(rot*sin)), rot = cat(-y[H2:RD], y[0:H2]). cs/sn point at this token's cos/sin
 // rows (RD values each). Channel i < H2 pairs with i + H2; both outputs are made from the two old values and
 // written back in place.
-template <int DT, int DP, int RD>
+// SINGLE (the D_PAD 256 half rows, half_row): one chunk of tables at a time, loaded after the previous chunk's math,
+// as rope_once does for fp32 (16 VGPRs fewer).
+template <int DT, int DP, int RD, bool SINGLE = false>
 INLINE void rope_per_op(u32 (&row)[DP / 2], const u16* __restrict__ cs, const u16* __restrict__ sn) {  // 16-bit DT
   typedef Elt<DT> E;
   constexpr int H2 = RD / 2, CHUNKS = H2 / 8;
@@ -409,7 +414,7 @@ INLINE void rope_per_op(u32 (&row)[DP / 2], const u16* __restrict__ cs, const u1
 #pragma unroll
   for (int j = 0; j < CHUNKS; ++j) {
     u32x4 nxt[4] = {cur[0], cur[1], cur[2], cur[3]};
-    if (j + 1 < CHUNKS) {
+    if (j + 1 < CHUNKS && !SINGLE) {
       int o = 8 * (j + 1);
       nxt[0] = load16(cs + o); nxt[1] = load16(cs + H2 + o); nxt[2] = load16(sn + o); nxt[3] = load16(sn + H2 + o);
     }
@@ -433,6 +438,10 @@ INLINE void rope_per_op(u32 (&row)[DP / 2], const u16* __restrict__ cs, const u1
     __builtin_amdgcn_sched_barrier(0);
 #pragma unroll
     for (int q = 0; q < 4; ++q) cur[q] = nxt[q];
+    if (j + 1 < CHUNKS && SINGLE) {
+      int o = 8 * (j + 1);
+      cur[0] = load16(cs + o); cur[1] = load16(cs + H2 + o); cur[2] = load16(sn + o); cur[3] = load16(sn + H2 + o);
+    }
   }
 }
 
@@ -445,7 +454,7 @@ INLINE void rope_per_op(u32 (&row)[DP / 2], const u16* __restrict__ cs, const u1
 #ifndef ROPE_SINGLE_BUFFER
 #define ROPE_SINGLE_BUFFER(DT) ((DT) == FP32)
 #endif
-template <int DT, int DP, int RD>
+template <int DT, int DP, int RD, bool SINGLE = false>  // SINGLE: single-buffered for every DT (see rope_per_op)
 INLINE void rope_once(u32 (&row)[WORDS(DT, DP)], const float* __restrict__ cs, const float* __restrict__ sn) {
   typedef Elt<DT> E;
   constexpr int H2 = RD / 2, CHUNKS = H2 / 4;
@@ -453,7 +462,7 @@ INLINE void rope_once(u32 (&row)[WORDS(DT, DP)], const float* __restrict__ cs, c
 #pragma unroll
   for (int j = 0; j < CHUNKS; ++j) {
     f32x4 nxt[4] = {cur[0], cur[1], cur[2], cur[3]};
-    if (j + 1 < CHUNKS && !ROPE_SINGLE_BUFFER(DT)) {
+    if (j + 1 < CHUNKS && !(SINGLE || ROPE_SINGLE_BUFFER(DT))) {
       int o = 4 * (j + 1);
       nxt[0] = *(const f32x4*)(cs + o); nxt[1] = *(const f32x4*)(cs + H2 + o);
       nxt[2] = *(const f32x4*)(sn + o); nxt[3] = *(const f32x4*)(sn + H2 + o);
@@ -476,7 +485,7 @@ INLINE void rope_once(u32 (&row)[WORDS(DT, DP)], const float* __restrict__ cs, c
     __builtin_amdgcn_sched_barrier(0);
 #pragma unroll
     for (int q = 0; q < 4; ++q) cur[q] = nxt[q];
-    if (j + 1 < CHUNKS && ROPE_SINGLE_BUFFER(DT)) {  // fp32: the next chunk's tables after this chunk's math
+    if (j + 1 < CHUNKS && (SINGLE || ROPE_SINGLE_BUFFER(DT))) {  // the next chunk's tables after this chunk's math
       int o = 4 * (j + 1);
       cur[0] = *(const f32x4*)(cs + o); cur[1] = *(const f32x4*)(cs + H2 + o);
       cur[2] = *(const f32x4*)(sn + o); cur[3] = *(const f32x4*)(sn + H2 + o);
@@ -486,14 +495,14 @@ INLINE void rope_once(u32 (&row)[WORDS(DT, DP)], const float* __restrict__ cs, c
 
 // The optional norm/RoPE of one Q or K row of token t (the loaded token): cos/sin are [*, RD] tables of u16 in
 // the input dtype (per_op) or of fp32 (once).
-template <int DT, int DP, int RD, int RM>
+template <int DT, int DP, int RD, int RM, bool SINGLE = false>
 INLINE void rope_row(u32 (&row)[WORDS(DT, DP)], const void* __restrict__ cos, const void* __restrict__ sin, u32 t) {
   // fp32 per_op: round() is the identity and the tables are fp32 (the input dtype), so the per_op chain
   // round(round(y*c) + round(rot*s)) is rope_once's y*c + rot*s
   if constexpr (RD > 0 && (RM == ROUND_ONCE || DT == FP32))
-    rope_once<DT, DP, RD>(row, (const float*)cos + (u64)t * RD, (const float*)sin + (u64)t * RD);
+    rope_once<DT, DP, RD, SINGLE>(row, (const float*)cos + (u64)t * RD, (const float*)sin + (u64)t * RD);
   else if constexpr (RD > 0)
-    rope_per_op<DT, DP, RD>(row, (const u16*)cos + (u64)t * RD, (const u16*)sin + (u64)t * RD);
+    rope_per_op<DT, DP, RD, SINGLE>(row, (const u16*)cos + (u64)t * RD, (const u16*)sin + (u64)t * RD);
 }
 template <int DT, int DP, int RD, int RM>
 INLINE void norm_rope_row(u32 (&row)[WORDS(DT, DP)], int norm, const u16* __restrict__ weight, float eps, u32 n16, u32 D,
@@ -614,7 +623,7 @@ INLINE void half_row(u32 (&hr)[WORDS(DT, HALF_CH)], const void* __restrict__ p, 
                      const void* __restrict__ sin, u32 t) {
   load_row<DT, HALF_CH>(hr, p, n16, 16u * hh);
   if (norm) rms_apply<DT, HALF_CH, RM, DT == FP32>(hr, weight, r, n16, 16u * hh);
-  if (hh == 0) rope_row<DT, HALF_CH, RD, RM>(hr, cos, sin, t);
+  if (hh == 0) rope_row<DT, HALF_CH, RD, RM, true>(hr, cos, sin, t);  // single-buffered tables
 }
 
 // Element offset of (b, t, h) of a strided [B, S, H, D] tensor.
@@ -652,6 +661,35 @@ INLINE u32 sortable16x2(u32 p) { return p ^ (((p & 0x80008000u) >> 15) * 0x7fffu
 // SIGNED (smooth_v): max v and min v per channel instead (sortable16x2 keys, packed signed 16-bit max/min), to
 // vmax_part and vmin_part: the reduce pass needs max |v - v_mean|, and fp32 subtraction of one v_mean is monotone
 // in v, so that maximum sits at max v or min v (docs/numerics.md §smooth_v).
+typedef short s16x2 __attribute__((ext_vector_type(2)));
+// D_PAD 256 (TPL = 32 tokens per lane) goes through its V in V_PARTS = 2 token parts of 16 (stats_v_part, quant_v_part):
+// 32 tokens of 16-bit V are 128 VGPRs, which made the one-launch kernel's stats paths spill.
+#define V_PARTS(DP) ((DP) == 256 ? 2 : 1)
+// TPL / V_PARTS(DP) tokens from token t0 into the lane's maxima (stats_v)
+template <int DT, int DP, bool SIGNED>
+INLINE void stats_v_part(const StatsArgs& a, u32 h, u32 t0, u32 cg_ld, u16x2 (&m)[4], s16x2 (&smax)[4],
+                         s16x2 (&smin)[4]) {
+  constexpr u32 TP = TILE * (DP / 8) / 32 / V_PARTS(DP);
+  u32x4 raw[TP];
+#pragma unroll
+  for (u32 i = 0; i < TP; ++i) {
+    u32 t = min_u32(t0 + i, a.S - 1);
+    raw[i] = load16(a.v + row_offset(a.vst, a.lay_b, a.tok0 + t, h) + cg_ld * 8);
+  }
+#pragma unroll
+  for (u32 i = 0; i < TP; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (SIGNED) {
+        s16x2 key = __builtin_bit_cast(s16x2, sortable16x2(raw[i][e]));
+        smax[e] = __builtin_elementwise_max(smax[e], key);
+        smin[e] = __builtin_elementwise_min(smin[e], key);
+      } else {
+        m[e] = __builtin_elementwise_max(m[e], __builtin_bit_cast(u16x2, raw[i][e] & 0x7fff7fffu));
+      }
+    }
+  }
+}
 template <int DT, int DP, bool SIGNED>
 INLINE void stats_v(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
   constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
@@ -661,30 +699,17 @@ INLINE void stats_v(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
   u32 n_valid_tiles = (a.S + TILE - 1) / TILE;
   u32 t_begin = chunk * a.tiles_per_chunk;
   u32 t_end = min_u32(t_begin + a.tiles_per_chunk, n_valid_tiles);
-  typedef short s16x2 __attribute__((ext_vector_type(2)));
   u16x2 m[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
   s16x2 smax[4], smin[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) smax[e] = (s16x2){-32768, -32768}, smin[e] = (s16x2){32767, 32767};
   for (u32 tile = t_begin; tile < t_end; ++tile) {
-    u32x4 raw[TPL];
-#pragma unroll
-    for (u32 i = 0; i < TPL; ++i) {
-      u32 t = min_u32(tile * TILE + tg * TPL + i, a.S - 1);
-      raw[i] = load16(a.v + row_offset(a.vst, a.lay_b, a.tok0 + t, h) + cg_ld * 8);
-    }
-#pragma unroll
-    for (u32 i = 0; i < TPL; ++i) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if constexpr (SIGNED) {
-          s16x2 key = __builtin_bit_cast(s16x2, sortable16x2(raw[i][e]));
-          smax[e] = __builtin_elementwise_max(smax[e], key);
-          smin[e] = __builtin_elementwise_min(smin[e], key);
-        } else {
-          m[e] = __builtin_elementwise_max(m[e], __builtin_bit_cast(u16x2, raw[i][e] & 0x7fff7fffu));
-        }
-      }
+    // D_PAD 256 (TPL 32: 128 VGPRs of V) in V_PARTS token parts, as quant_v: the maxima do not depend on the order.
+    // The scheduling barrier keeps the second part's loads after the first part's arithmetic (one block otherwise).
+    stats_v_part<DT, DP, SIGNED>(a, h, tile * TILE + tg * TPL, cg_ld, m, smax, smin);
+    if constexpr (V_PARTS(DP) > 1) {
+      __builtin_amdgcn_sched_barrier(0);
+      stats_v_part<DT, DP, SIGNED>(a, h, tile * TILE + tg * TPL + TPL / V_PARTS(DP), cg_ld, m, smax, smin);
     }
   }
   if constexpr (SIGNED) {
@@ -758,6 +783,8 @@ INLINE void stats_v32(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
 #pragma unroll
     for (int pass = 0; pass < 2 * V32_SPLIT; ++pass) {  // channels 4 * (pass % 2) .. + 3 of tokens part pass / 2
       constexpr u32 TP = TPL / V32_SPLIT;                // tokens per pass: 4 * TP VGPRs of V live
+      // D_PAD 256 (TP 16): a scheduling barrier per pass, else the passes' loads are scheduled together (256 VGPRs)
+      if (DP == 256 && pass > 0) __builtin_amdgcn_sched_barrier(0);
       const u32 t_at = tile * TILE + tg * TPL + TP * (pass / 2);
       u32x4 raw[TP];
 #pragma unroll
@@ -993,16 +1020,38 @@ INLINE void reduce_channel(const StatsArgs& a, u64 bh, u32 ch, u32 dp) {
   a.k_mean[bh * dp + ch] = mean;
 }
 
-// Last-workgroup reduction (docs/rdna4.md §Atomics): every workgroup of (b, h) publishes its partials (release
-// fence at agent scope, then one atomic add on counter[b * H + h]); the one that sees n_wg - 1 is the last, so
+// The per-(b, K/V head) counters follow the ticket counter: counter[0] hands out tickets (prepare_body),
+// counter[1 + b * H_kv + h] counts that head's finished stats items, then its fold, then its K/V tiles.
+INLINE u32* head_counter(u32* counter, u64 bh) { return counter + 1 + bh; }
+
+// A K or V tile of head bh waits until the head's counter reads `folded` (n_wg stats items + the fold): a
+// uniform poll of an agent-scope atomic load, asleep between polls (s_sleep 2 = 128 clocks, docs/rdna4.md
+// §Forward progress), then an acquire fence so the fold's k_mean / v_inv / v_mean are read after it (the loads
+// that follow are vector loads: the fence and the atomics in this kernel keep LLVM from treating them as
+// invariant scalar loads). The tile then counts itself; the head's last tile (the counter reaching `total`)
+// stores 0 for the next launch.
+INLINE void wait_for_fold(u32* counter, u64 bh, u32 folded, u32 total) {
+  u32* ctr = head_counter(counter, bh);
+  for (;;) {
+    u32 seen = (u32)__builtin_amdgcn_readfirstlane(
+        (int)__hip_atomic_load(ctr, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT));
+    if (seen >= folded) break;
+    __builtin_amdgcn_s_sleep(2);
+  }
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");
+  if (lane_id() == 0 && __hip_atomic_fetch_add(ctr, 1u, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT) + 1 == total)
+    *ctr = 0;
+}
+
+// Last-workgroup reduction (docs/rdna4.md §Atomics): every stats item of (b, h) publishes its partials (release
+// fence at agent scope, then one atomic add on its head's counter); the one that sees n_wg - 1 is the last, so
 // every partial of its head is written and visible after its acquire fence, and it folds them (reduce_channel,
-// lane l takes channels l, l + 32, ...). It then stores 0 back: no other workgroup of this launch touches that
-// counter again, and the next launch (stream order) finds it at 0 (sage_co/ops/prepare.py allocates the counters
-// zeroed, once per device and stream).
+// lane l takes channels l, l + 32, ...). It then publishes the fold (release fence, one more add: the counter
+// reads n_wg + 1 = FOLDED), which the head's K and V tiles wait for (wait_for_fold below).
 template <int DP>
 INLINE void reduce_if_last(const StatsArgs& a, u32 b, u32 h) {
   u32 lane = lane_id();
-  u32* ctr = a.counter + ((u64)b * a.H + h);
+  u32* ctr = head_counter(a.counter, (u64)b * a.H + h);
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");  // this workgroup's partials before its count
   u32 old = 0;
   if (lane == 0) old = __hip_atomic_fetch_add(ctr, 1u, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
@@ -1012,27 +1061,12 @@ INLINE void reduce_if_last(const StatsArgs& a, u32 b, u32 h) {
   u64 bh = (u64)b * a.H + h;
 #pragma unroll
   for (u32 i = 0; i < DP / TILE; ++i) reduce_channel(a, bh, lane + TILE * i, DP);
-  if (lane == 0) *ctr = 0;
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");  // the fold's outputs before FOLDED
+  if (lane == 0) __hip_atomic_fetch_add(ctr, 1u, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
 }
 
-#define STATS_PARAMS                                                                                          \
-  const u16 *__restrict__ k, const u16 *__restrict__ v, const u16 *__restrict__ k_norm_w,                     \
-      const u16 *__restrict__ cos, const u16 *__restrict__ sin, float *__restrict__ ksum_part,                \
-      float *__restrict__ vmax_part, float eps, int S, int H, int tiles_per_chunk, int n_chunks, int n_tens,  \
-      int k_norm, int D, int k_sb, int k_ss, int k_sh, int v_sb, int v_ss, int v_sh,                          \
-      float *__restrict__ vmin_part, float *__restrict__ vsum_part, int tens, float *__restrict__ k_mean,     \
-      float *__restrict__ v_scale, float *__restrict__ v_inv, float *__restrict__ v_mean,                     \
-      u32 *__restrict__ counter, int n_wg, int v_mode, int smooth_k,                  \
-      const u32 *__restrict__ cu_seqlens_kv, int varlen
 template <int DT, int DP, int RD, int RM>
-INLINE void stats_body(STATS_PARAMS) {
-  StatsArgs a = {k, v, k_norm_w, cos, sin, ksum_part, vmax_part, eps, (u32)S, (u32)H, (u32)tiles_per_chunk,
-                 (u32)n_chunks, (u32)n_tens, k_norm, (u32)D, {(u32)k_sb, (u32)k_ss, (u32)k_sh},
-                 {(u32)v_sb, (u32)v_ss, (u32)v_sh}, vmin_part, vsum_part, (u32)tens, k_mean, v_scale, v_inv,
-                 v_mean, counter, (u32)n_wg, v_mode, smooth_k, 0u, 0u, (u32)n_chunks};
-  u32 chunk = __builtin_amdgcn_workgroup_id_x();
-  u32 h = __builtin_amdgcn_workgroup_id_y();
-  u32 z = __builtin_amdgcn_workgroup_id_z();
+INLINE void stats_body(StatsArgs a, u32 chunk, u32 h, u32 z, const u32* cu_seqlens_kv, bool varlen) {
   u32 b = z / a.n_tens, which = z % a.n_tens;
   a.lay_b = b;
   bool idle = false;  // varlen: a chunk past the sequence's own computes nothing but still counts for the fold
@@ -1070,9 +1104,6 @@ INLINE void stats_body(STATS_PARAMS) {
   }
   reduce_if_last<DP>(a, b, h);
 }
-#define STATS_ARGS k, v, k_norm_w, cos, sin, ksum_part, vmax_part, eps, S, H, tiles_per_chunk, n_chunks, n_tens, \
-                   k_norm, D, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, vmin_part, vsum_part, tens, k_mean, v_scale,    \
-                   v_inv, v_mean, counter, n_wg, v_mode, smooth_k, cu_seqlens_kv, varlen
 
 // ------------------------------------------------------------------------------------------------ quant
 struct QuantArgs {
@@ -1107,19 +1138,18 @@ INLINE u32 pack4_i8(u32 a, u32 b, u32 c, u32 d) {
 // complement low byte is then the low byte of the sum's bit pattern. Exactly rint(y) & 0xff for |y| <= 127.
 #define ROUND_MAGIC 12582912.0f
 
-// D_PAD 256 (see half_row): x of a half row as quant_qk computes it (K: f32(row) - k_mean, the means 4 channels at a
-// time from a wave-uniform address; Q: f32(row) * q_mult), 128 floats made once per half and pass, so the three
-// cases of half_quant_store read registers only (loads in two of them were hoisted above the branch).
+// D_PAD 256 (see half_row): x of a half row as quant_qk computes it (K: f32(row) - k_mean, Q: f32(row) * q_mult),
+// 128 floats made once per half and pass, so the three cases of half_quant_store read registers only (loads in two
+// of them were hoisted above the branch). K's 128 means of the half as in quant_qk: each lane loads 4 of them (one
+// 16-byte load) and v_readlane broadcasts each (k_mean is written by this launch's fold, so no scalar loads).
 template <int DT, bool is_k>
-INLINE void half_x(float (&x)[HALF_CH], const u32 (&hr)[WORDS(DT, HALF_CH)], const float* __restrict__ mean,
-                   float q_mult) {
+INLINE void half_x(float (&x)[HALF_CH], const u32 (&hr)[WORDS(DT, HALF_CH)], const float* mean, float q_mult) {
   if constexpr (is_k) {
+    constexpr int PER = HALF_CH / TILE;
+    f32x4 own = *(const f32x4*)(mean + lane_id() * PER);
 #pragma unroll
-    for (int j = 0; j < HALF_CH / 4; ++j) {
-      f32x4 m4 = ((const f32x4*)mean)[j];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) x[4 * j + e] = ch<DT, HALF_CH>(hr, 4 * j + e) - m4[e];
-    }
+    for (int i = 0; i < HALF_CH; ++i)
+      x[i] = ch<DT, HALF_CH>(hr, i) - as_f((u32)__builtin_amdgcn_readlane((int)as_u(own[i % PER]), i / PER));
   } else {
 #pragma unroll
     for (int i = 0; i < HALF_CH; ++i) x[i] = ch<DT, HALF_CH>(hr, i) * q_mult;
@@ -1252,16 +1282,17 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   for (int i = 0; i < DP; ++i) x[i] = ch<DT, DP>(row, i);
   u64 bh = (u64)b * H + h;
   if constexpr (is_k) {
-    // wave-uniform: scalar loads; fp32 without RoPE through a VGPR offset of 0 (vector loads of one address): there
-    // LLVM hoists all D_PAD means and runs out of SGPRs (a stack slot, though no scratch access); with RoPE the
-    // VGPRs are the tighter budget
-    const f32x4* mean = (const f32x4*)(a.k_mean + bh * DP + (DT == FP32 && RD == 0 ? opaque_u(0u) : 0u));
+    // k_mean is written by this launch's fold (wait_for_fold ordered it), so it is not the unclobbered memory LLVM
+    // reads with scalar loads, and held as vector loads of one address the DP uniform means would take DP VGPRs:
+    // each lane loads DP / 32 of them (one vector load) and v_readlane broadcasts each into an SGPR operand.
+    constexpr int PER = DP / TILE;
+    const float* mine = a.k_mean + bh * DP + lane * PER;
+    float own[PER];
 #pragma unroll
-    for (int j = 0; j < DP / 4; ++j) {
-      f32x4 m4 = mean[j];
+    for (int e = 0; e < PER; ++e) own[e] = mine[e];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) x[4 * j + e] = x[4 * j + e] - m4[e];
-    }
+    for (int i = 0; i < DP; ++i)
+      x[i] = x[i] - as_f((u32)__builtin_amdgcn_readlane((int)as_u(own[i % PER]), i / PER));
   } else {
 #pragma unroll
     for (int i = 0; i < DP; ++i) x[i] = x[i] * a.q_mult;
@@ -1306,6 +1337,9 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
       words[j] = pack4_i8(qv[0], qv[1], qv[2], qv[3]);
     }
   }
+  // fp32 with RoPE: the token index is recomputed here rather than kept across the row's arithmetic (one
+  // VGPR; kept, it is the one that spills in the RoPE-32 symbols)
+  if constexpr (DT == FP32 && RD != 0) t = tile * TILE + opaque_u(lane), valid = t < S;
   if (!valid) {
 #pragma unroll
     for (int j = 0; j < NW; ++j) words[j] = 0;  // padded rows are zero
@@ -1320,10 +1354,8 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
 // 16-byte load each, of channels 8cg + CPP*pass .. + CPP - 1, CPP = 8 / V_PASSES: 16-bit inputs take their 8 channels
 // in one pass, fp32 in two passes of 4 (so only 4 * TPL VGPRs of V are live: 8 * TPL spilled at D_pad 128). Padded
 // tokens load token S-1, a lane of padded channels loads channel group 0; both are zeroed.
-// D_PAD 256 (TPL = 32 tokens per lane) goes in V_PARTS = 2 token parts of 16 (`part`): 32 tokens of 16-bit V are 128
-// VGPRs, which made the bf16 quant symbols 211 VGPRs.
+// D_PAD 256: V_PARTS token parts (`part`, see stats_v_part).
 #define V_PASSES(DT) (WORDS(DT, 8) / 4)
-#define V_PARTS(DP) ((DP) == 256 ? 2 : 1)
 template <int DT, int DP>
 INLINE void load_v_pass(u32 (&raw)[TILE * DP / 256 / V_PARTS(DP)][4], const QuantArgs& a, const Seq& sq, u32 h,
                         u32 tile, int pass, int part = 0) {
@@ -1350,11 +1382,9 @@ INLINE void load_v_pass(u32 (&raw)[TILE * DP / 256 / V_PARTS(DP)][4], const Quan
 // quant_v_part: token part `part` (V_PARTS(DP) of them, TP tokens each) of the lane's tokens, all passes and channels.
 template <int DT, int DP>
 INLINE void quant_v_part(const QuantArgs& a, const Seq& sq, u32 h, u32 tile, const float (&inv)[8],
-                         const float (&mean)[8], bool fast, unsigned char* dst, int part) {
+                         const float (&mean)[8], bool fast, unsigned char* dst, int part, u32 tp0) {
   constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32, TP = TPL / V_PARTS(DP);
-  u32 lane = lane_id(), tg = lane / NCG;
-  u32 S = sq.S;
-  const u32 tp0 = tile * TILE + tg * TPL + TP * (u32)part;  // this part's first token
+  u32 S = sq.S;  // tp0: this part's first token
   const u32 vrows = sq.rows;
 #pragma unroll
   for (int pass = 0; pass < V_PASSES(DT); ++pass) {
@@ -1423,8 +1453,8 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   const u64 lbh = (u64)sq.lay_b * a.H_kv + h;  // the layout's (batch, head); bh indexes the statistics
   const u32 vrows = sq.rows;
   unsigned char* dst = a.v_t + (lbh * DP + cg * 8) * vrows + sq.row0 + t0;
-  quant_v_part<DT, DP>(a, sq, h, tile, inv, mean, fast, dst, 0);
-  if constexpr (V_PARTS(DP) > 1) quant_v_part<DT, DP>(a, sq, h, tile, inv, mean, fast, dst, 1);
+  quant_v_part<DT, DP>(a, sq, h, tile, inv, mean, fast, dst, 0, t0);
+  if constexpr (V_PARTS(DP) > 1) quant_v_part<DT, DP>(a, sq, h, tile, inv, mean, fast, dst, 1, t0 + TPL / V_PARTS(DP));
 }
 
 // pv fp16: V tile of K/V head h transposed to fp16 [D_pad, S_kv_pad] (the f16 WMMA's A operand rows): fp16 input
@@ -1476,25 +1506,8 @@ INLINE void quant_v16(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   if constexpr (V_PARTS(DP) > 1) quant_v16_part<DT, DP>(a, sq, h, tile, dst, 1);
 }
 
-#define QUANT_PARAMS                                                                                          \
-  const u16 *__restrict__ q, const u16 *__restrict__ k, const u16 *__restrict__ v,                            \
-      const u16 *__restrict__ q_norm_w, const u16 *__restrict__ k_norm_w, const u16 *__restrict__ cos,        \
-      const u16 *__restrict__ sin, const float *__restrict__ k_mean, const float *__restrict__ v_inv,         \
-      i8 *__restrict__ q_int8, i8 *__restrict__ k_int8, float *__restrict__ q_scale,                          \
-      float *__restrict__ k_scale, unsigned char *__restrict__ v_t, float q_mult, float eps, int S_q,         \
-      int S_kv, int H_q, int H_kv, int S_q_pad, int S_kv_pad, int D, int q_norm, int k_norm, int q_sb,        \
-      int q_ss, int q_sh, int k_sb, int k_ss, int k_sh, int v_sb, int v_ss, int v_sh,                         \
-      const float *__restrict__ v_mean, int pv_fp16, const u32 *__restrict__ cu_seqlens_q,                  \
-      const u32 *__restrict__ cu_seqlens_kv, int varlen, int rows_q, int rows_kv
 template <int DT, int DP, int RD, int RM>
-INLINE void quant_body(QUANT_PARAMS) {
-  QuantArgs a = {q, k, v, q_norm_w, k_norm_w, cos, sin, k_mean, v_inv, q_int8, k_int8, q_scale, k_scale, v_t,
-                 q_mult, eps, (u32)S_q, (u32)S_kv, (u32)H_q, (u32)H_kv, (u32)S_q_pad, (u32)S_kv_pad, (u32)D,
-                 q_norm, k_norm, {(u32)q_sb, (u32)q_ss, (u32)q_sh}, {(u32)k_sb, (u32)k_ss, (u32)k_sh},
-                 {(u32)v_sb, (u32)v_ss, (u32)v_sh}, v_mean, cu_seqlens_q, cu_seqlens_kv, (u32)varlen,
-                 (u32)rows_q, (u32)rows_kv};
-  u32 x = __builtin_amdgcn_workgroup_id_x();
-  u32 b = __builtin_amdgcn_workgroup_id_y();
+INLINE void quant_body(const QuantArgs& a, u32 x, u32 b, u32* counter, u32 folded, bool pv_fp16) {
   u32 tq = a.S_q_pad / TILE, tkv = a.S_kv_pad / TILE;
   u32 nq = a.H_q * tq, nk = a.H_kv * tkv;
   // Q and K are separate specializations: a runtime is_k would keep the unscaled and the scaled row alive at
@@ -1503,26 +1516,81 @@ INLINE void quant_body(QUANT_PARAMS) {
     quant_qk<DT, DP, RD, RM, false>(a, b, x / tq, x % tq);
   } else if (x < nq + nk) {
     x -= nq;
+    wait_for_fold(counter, (u64)b * a.H_kv + x / tkv, folded, folded + 2 * tkv);
     quant_qk<DT, DP, RD, RM, true>(a, b, x / tkv, x % tkv);
   } else {
     x -= nq + nk;
+    wait_for_fold(counter, (u64)b * a.H_kv + x / tkv, folded, folded + 2 * tkv);
     if (pv_fp16)
       quant_v16<DT, DP>(a, b, x / tkv, x % tkv);
     else
       quant_v<DT, DP>(a, b, x / tkv, x % tkv);
   }
 }
-#define QUANT_ARGS q, k, v, q_norm_w, k_norm_w, cos, sin, k_mean, v_inv, q_int8, k_int8, q_scale, k_scale, v_t, \
-                   q_mult, eps, S_q, S_kv, H_q, H_kv, S_q_pad, S_kv_pad, D, q_norm, k_norm, q_sb, q_ss, q_sh,     \
-                   k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, v_mean, pv_fp16, cu_seqlens_q, cu_seqlens_kv, varlen,  \
-                   rows_q, rows_kv
+
+// ------------------------------------------------------------------------------------------------ one launch
+// Work items, claimed in order through a ticket counter (counter[0]), not by workgroup id: tickets [0, n_stats)
+// are the stats items (chunk, K/V head, z = b * n_tens + which), then every batch's Q tiles, then per batch the
+// K tiles and the V tiles. A K or V tile waits for its head's fold; a stats item and a Q tile wait for nothing.
+// Forward progress (docs/rdna4.md §Forward progress): a workgroup holding ticket t waits only on stats items,
+// whose tickets are all below t, so each was claimed by a workgroup already running -- one that never waits --
+// whatever the dispatch order or occupancy; the waiting wave sleeps between polls (s_sleep) so it gives up its
+// issue slots. The last workgroup to claim a ticket stores counter[0] = 0, and the last K/V tile of a head stores
+// its counter = 0: the next launch in stream order finds every counter at 0 (sage_co/ops/prepare.py allocates
+// them zeroed once per device and stream).
+#define PREPARE_PARAMS                                                                                        \
+  const u16 *__restrict__ q, const u16 *__restrict__ k, const u16 *__restrict__ v,                            \
+      const u16 *__restrict__ q_norm_w, const u16 *__restrict__ k_norm_w, const u16 *__restrict__ cos,        \
+      const u16 *__restrict__ sin, float *k_mean, float *v_inv, i8 *__restrict__ q_int8,                      \
+      i8 *__restrict__ k_int8, float *__restrict__ q_scale, float *__restrict__ k_scale,                      \
+      unsigned char *__restrict__ v_t, float q_mult, float eps, int S_q, int S_kv, int H_q, int H_kv,         \
+      int S_q_pad, int S_kv_pad, int D, int q_norm, int k_norm, int q_sb, int q_ss, int q_sh, int k_sb,       \
+      int k_ss, int k_sh, int v_sb, int v_ss, int v_sh, float *v_mean, int pv_fp16,                           \
+      const u32 *__restrict__ cu_seqlens_q, const u32 *__restrict__ cu_seqlens_kv, int varlen, int rows_q,    \
+      int rows_kv, float *__restrict__ ksum_part, float *__restrict__ vmax_part, float *__restrict__ vmin_part, \
+      float *__restrict__ vsum_part, float *__restrict__ v_scale, u32 *counter, int tiles_per_chunk,          \
+      int n_chunks, int n_tens, int tens, int n_wg, int v_mode, int smooth_k, int stats_x, int n_stats,       \
+      int n_items, int B
+template <int DT, int DP, int RD, int RM>
+INLINE void prepare_body(PREPARE_PARAMS) {
+  u32 t = 0;
+  if (lane_id() == 0) {
+    t = __hip_atomic_fetch_add(counter, 1u, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+    if (t == (u32)n_items - 1) *counter = 0;  // every ticket is claimed: no add on counter[0] follows
+  }
+  t = (u32)__builtin_amdgcn_readfirstlane((int)t);
+  if (t < (u32)n_stats) {
+    StatsArgs a = {k, v, k_norm_w, cos, sin, ksum_part, vmax_part, eps, (u32)S_kv, (u32)H_kv,
+                   (u32)tiles_per_chunk, (u32)n_chunks, (u32)n_tens, k_norm, (u32)D,
+                   {(u32)k_sb, (u32)k_ss, (u32)k_sh}, {(u32)v_sb, (u32)v_ss, (u32)v_sh}, vmin_part, vsum_part,
+                   (u32)tens, k_mean, v_scale, v_inv, v_mean, counter, (u32)n_wg, v_mode, smooth_k, 0u, 0u,
+                   (u32)n_chunks};
+    u32 r = t / (u32)stats_x;
+    stats_body<DT, DP, RD, RM>(a, t % (u32)stats_x, r % (u32)H_kv, r / (u32)H_kv, cu_seqlens_kv, varlen != 0);
+    return;
+  }
+  QuantArgs a = {q, k, v, q_norm_w, k_norm_w, cos, sin, k_mean, v_inv, q_int8, k_int8, q_scale, k_scale, v_t,
+                 q_mult, eps, (u32)S_q, (u32)S_kv, (u32)H_q, (u32)H_kv, (u32)S_q_pad, (u32)S_kv_pad, (u32)D,
+                 q_norm, k_norm, {(u32)q_sb, (u32)q_ss, (u32)q_sh}, {(u32)k_sb, (u32)k_ss, (u32)k_sh},
+                 {(u32)v_sb, (u32)v_ss, (u32)v_sh}, v_mean, cu_seqlens_q, cu_seqlens_kv, (u32)varlen,
+                 (u32)rows_q, (u32)rows_kv};
+  u32 u = t - (u32)n_stats, nq = (u32)H_q * ((u32)S_q_pad / TILE), all_q = (u32)B * nq;
+  u32 kv = 2u * (u32)H_kv * ((u32)S_kv_pad / TILE);  // K and V tiles per batch
+  u32 x = u % nq, b = u / nq;  // a Q tile (every batch's come first)
+  if (u >= all_q) x = nq + (u - all_q) % kv, b = (u - all_q) / kv;  // then per batch its K and V tiles
+  quant_body<DT, DP, RD, RM>(a, x, b, counter, (u32)n_wg + 1u, pv_fp16 != 0);
+}
+#define PREPARE_ARGS q, k, v, q_norm_w, k_norm_w, cos, sin, k_mean, v_inv, q_int8, k_int8, q_scale, k_scale, v_t, \
+                     q_mult, eps, S_q, S_kv, H_q, H_kv, S_q_pad, S_kv_pad, D, q_norm, k_norm, q_sb, q_ss, q_sh,   \
+                     k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, v_mean, pv_fp16, cu_seqlens_q, cu_seqlens_kv, varlen,    \
+                     rows_q, rows_kv, ksum_part, vmax_part, vmin_part, vsum_part, v_scale, counter,               \
+                     tiles_per_chunk, n_chunks, n_tens, tens, n_wg, v_mode, smooth_k, stats_x, n_stats, n_items, B
 
 // ------------------------------------------------------------------------------------------------ symbols
 // One stats and one quant symbol per (D_PAD, dtype, rope_dim, rounding); rope_dim <= D_PAD. The once convention
 // (the default) has the suffix _once; without it, per_op.
-#define VARIANT(SUFFIX, DT, DP, RD, RM)                                                                          \
-  KERNEL void gfx1201_sage_prepare_stats##SUFFIX(STATS_PARAMS) { stats_body<DT, DP, RD, RM>(STATS_ARGS); }   \
-  KERNEL void gfx1201_sage_prepare_quant##SUFFIX(QUANT_PARAMS) { quant_body<DT, DP, RD, RM>(QUANT_ARGS); }
+#define VARIANT(SUFFIX, DT, DP, RD, RM) \
+  KERNEL void gfx1201_sage_prepare##SUFFIX(PREPARE_PARAMS) { prepare_body<DT, DP, RD, RM>(PREPARE_ARGS); }
 #define VARIANTS_D128(DTS, DT, RS, RM)                                 \
   VARIANT(_d128_##DTS##RS, DT, 128, 0, RM)                             \
   VARIANT(_d128_##DTS##_rope32##RS, DT, 128, 32, RM)                   \

@@ -18,28 +18,16 @@ torch._C._cuda_getCurrentRawStream, one C call.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import statistics
 import sys
-import tempfile
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from stub_timing import stub_hip_backend, timed     # benchmarks/stub_timing.py: the stub runtime and timing loop
+
 # The whole call (CPU us per call, this script's median, stub runtime) at earlier commits, measured on the 2-core
 # shared development machine (its load moves every figure by up to ~30%; compare runs made side by side):
 BEFORE_US = {
     "c1635f3 (before issue 24's call spec / plan_call; ~150 us in the README's own measurement)": "376-395",
     "4d688c2 (call spec, plan memo, BoundLaunch)": "99-128",
 }
-
-
-def _stub_hip():
-    """tests/stub_hip, imported from its file (the benchmark runs from a checkout; no sys.path edits)."""
-    spec = importlib.util.spec_from_file_location("stub_hip", ROOT / "tests" / "stub_hip" / "__init__.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def kernels(torch):
@@ -61,54 +49,24 @@ def main(argv=None) -> int:
     ap.add_argument("--launches", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
-    stub_hip = _stub_hip()
-    import torch
-    if getattr(torch.version, "hip", None) is not None:
-        print("bench_launch_overhead.py: torch is a ROCm build, so its own libamdhip64 is mapped and the stub cannot "
-              "stand in for it; run this with a CPU torch", file=sys.stderr)
-        return 2
-    try:
-        import rocm.bindings  # noqa: F401
-    except ImportError:
-        try:
-            import hip  # noqa: F401
-        except ImportError:
-            print("bench_launch_overhead.py: hip-python is not installed (pip install hip-python)", file=sys.stderr)
+    with stub_hip_backend("bench_launch_overhead.py") as stub:
+        if stub is None:
             return 2
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            stub = stub_hip.Stub(stub_hip.build(Path(tmp)))
-        except stub_hip.NoCompiler as exc:
-            print(f"bench_launch_overhead.py: {exc}", file=sys.stderr)
-            return 2
+        import torch
         from sage_co import launch
-        from sage_co.backends.hip import HipBackend
-        launch.use_backend("hip", HipBackend(platform=stub_hip.HostPlatform()))
         stub.set_recording(False)
         print(f"host time per launch (median of {args.rounds} rounds x {args.launches} launches, stub runtime; "
               "bound: through a BoundLaunch, as the ops launch):")
-
-        def timed(fn, n):
-            """(median CPU, min CPU, median wall) seconds per call over the rounds."""
-            fn()                   # the first call loads the module / plans the shape
-            wall, cpu = [], []
-            for _ in range(args.rounds):
-                t0, c0 = time.perf_counter(), time.thread_time()
-                for _ in range(n):
-                    fn()
-                wall.append((time.perf_counter() - t0) / n)
-                cpu.append((time.thread_time() - c0) / n)
-            return statistics.median(cpu), min(cpu), statistics.median(wall)
-
         for symbol, struct, grid, block, kargs in kernels(torch):
             cpu, _, wall = timed(lambda: launch.launch(symbol, struct, grid, block, kargs, backend="hip"),
-                                 args.launches)
+                                 args.launches, args.rounds)
             # the ops' way: a BoundLaunch (scalars packed once, pointer fields per call; sage_co.launch)
             scalars = {n: a for n, a in kargs.items() if not isinstance(a, torch.Tensor)}
             bound = launch.BoundLaunch(symbol, struct, grid, block, scalars, backend="hip")
             tensors = {n: a for n, a in kargs.items() if isinstance(a, torch.Tensor)}
             bound_cpu, _, _ = timed(lambda: launch.launch(symbol, struct, bound.grid, bound.block,
-                                                          bound.args(tensors), backend="hip"), args.launches)
+                                                          bound.args(tensors), backend="hip"), args.launches,
+                                  args.rounds)
             print(f"  {symbol:40s} {cpu * 1e6:6.1f} us CPU, {wall * 1e6:6.1f} us wall; bound {bound_cpu * 1e6:5.1f}")
         # the whole public op: validation, custom-op dispatch, output allocation, 2 prepare launches + 1 attention
         import sage_co
@@ -117,7 +75,7 @@ def main(argv=None) -> int:
         calls = (lambda: sage_co.sage_attention(q, k, v, backend="hip"),
                  lambda: torch.ops.sage_co.sage_attention(*dispatched))
         ops = max(args.launches // 10, 1)
-        (cpu, cpu_min, wall), (via_op, _, _) = (timed(call, ops) for call in calls)
+        (cpu, cpu_min, wall), (via_op, _, _) = (timed(call, ops, args.rounds) for call in calls)
         print(f"  {'sage_co.sage_attention (4 launches)':40s} {cpu * 1e6:6.1f} us CPU (min {cpu_min * 1e6:.1f}), "
               f"{wall * 1e6:6.1f} us wall; through torch.ops.sage_co.sage_attention {via_op * 1e6:.1f} us CPU "
               f"(goal <= 40 us)")

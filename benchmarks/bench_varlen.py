@@ -13,24 +13,9 @@ Goal (issue 26): <= 2x. Before issue 26 the call looped per sequence in Python (
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import tempfile
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _stub_hip():
-    """tests/stub_hip, loaded from its file (no sys.path edit; sage_co itself comes from the environment: run with
-    PYTHONPATH=. from a checkout)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("stub_hip", ROOT / "tests" / "stub_hip" / "__init__.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["stub_hip"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from stub_timing import stub_hip_backend, timed     # benchmarks/stub_timing.py: the stub runtime and timing loop
 
 
 def batch(n: int, seed: int = 0, H_q: int = 24, H_kv: int = 24, D: int = 128):
@@ -48,22 +33,10 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
-    stub_hip = _stub_hip()
-    import torch
-    if getattr(torch.version, "hip", None) is not None:
-        print("bench_varlen.py: torch is a ROCm build; run this with a CPU torch (the stub stands in for HIP)",
-              file=sys.stderr)
-        return 2
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            stub = stub_hip.Stub(stub_hip.build(Path(tmp)))
-        except stub_hip.NoCompiler as exc:
-            print(f"bench_varlen.py: {exc}", file=sys.stderr)
+    with stub_hip_backend("bench_varlen.py") as stub:
+        if stub is None:
             return 2
         import sage_co
-        from sage_co import launch
-        from sage_co.backends.hip import HipBackend
-        launch.use_backend("hip", HipBackend(platform=stub_hip.HostPlatform()))
         stub.set_recording(True)
         figures = {}
         for n in (1, 64):
@@ -74,14 +47,9 @@ def main(argv=None) -> int:
             call()
             launches = len(stub.records("launch")) - before
             stub.set_recording(False)
-            cpu = []
-            for _ in range(args.rounds):
-                c0 = time.thread_time()
-                for _ in range(args.calls):
-                    call()
-                cpu.append((time.thread_time() - c0) / args.calls)
+            cpu, _, _ = timed(call, args.calls, args.rounds)
             stub.set_recording(True)
-            figures[n] = statistics.median(cpu) * 1e6
+            figures[n] = cpu * 1e6
             print(f"  {n:3d} sequence(s) ({q.shape[0]:6d} tokens, H 24, D 128): {figures[n]:7.1f} us CPU per call, "
                   f"{launches} launches")
         print(f"  ratio 64 / 1 sequence: {figures[64] / figures[1]:.2f} (goal <= 2)")

@@ -167,9 +167,8 @@ def kv_group_magic(group: int) -> int:
 ATTENTION_OUTPUTS = ("out", "lse")
 
 # ---------------------------------------------------------------------------------------------- prepare
-# asm_src/gfx1201_sage_prepare.hip (owned by the prepare work, sage_co/ops/prepare.py packs them): stats and quant
-# ship one symbol per (head_dim = D_pad, in_dtype, rope_dim, rounding) manifest key columns (the reduction runs
-# inside stats, issue 28).
+# asm_src/gfx1201_sage_prepare.hip (sage_co/ops/prepare.py packs its kernargs): one launch (statistics, their fold,
+# the quantization; issue 28), one symbol per (head_dim = D_pad, in_dtype, rope_dim, rounding) manifest key columns.
 # manifest key column rope_dim (0 = no RoPE); D_pad 64: 0, 32, 64 only; D_pad 256 all five: a RoPE wider than 128 is
 # not offered at any D (sage_co/validate.py), and up to 128 the rotate-half partners sit in the row's first half,
 # which the D_pad 256 prepare kernels norm and rope on its own (asm_src/gfx1201_sage_prepare.hip half_row)
@@ -187,52 +186,12 @@ def _strides(prefix: str, offset: int) -> list[Field]:
             Field(f"{prefix}_sh", "i32", offset + 8)]
 
 
-# The kernarg tables of the header comment in asm_src/gfx1201_sage_prepare.hip; checked against the .co
-# metadata before the first launch of each symbol.
-PREPARE_STATS_ARGS = KernargStruct("sage_prepare.stats", [
-    Field("k", "ptr", 0),            # bf16/fp16/fp32 [B, S_kv, H_kv, D] (strided, flat view)
-    Field("v", "ptr", 8),            # bf16/fp16/fp32 [B, S_kv, H_kv, D]
-    Field("k_norm_w", "ptr", 16),    # [D] (placeholder when k_norm == 0)
-    Field("cos", "ptr", 24),         # [max(S_q, S_kv), rope_dim] (placeholder without RoPE)
-    Field("sin", "ptr", 32),
-    Field("ksum_part", "ptr", 40),   # fp32 [B, H_kv, n_chunks, D_pad] out (smooth_k only; else placeholder)
-    Field("vmax_part", "ptr", 48),   # fp32 [B, H_kv, n_chunks, D_pad] out
-    Field("eps", "f32", 56),
-    Field("S", "i32", 60),           # S_kv
-    Field("H", "i32", 64),           # H_kv
-    Field("tiles_per_chunk", "i32", 68),
-    Field("n_chunks", "i32", 72),
-    Field("n_tens", "i32", 76),      # workgroups per (chunk, head, batch): the bits set in `tens`
-    Field("k_norm", "i32", 80),
-    Field("D", "i32", 84),
-    *_strides("k", 88), *_strides("v", 100),
-    Field("vmin_part", "ptr", 112),  # fp32 [B, H_kv, n_chunks, D_pad] out: min v (smooth_v only; else placeholder)
-    Field("vsum_part", "ptr", 120),  # fp32 [B, H_kv, n_chunks, D_pad] out: sum of v (smooth_v only)
-    Field("tens", "i32", 128),       # STATS_* bits: which statistics run (z % n_tens picks the n-th set bit)
-    # the reduction, run by the last workgroup of each (b, K/V head) (reduce_if_last in the .hip):
-    Field("k_mean", "ptr", 136),     # fp32 [B, H_kv, D_pad] out (zeros unless smooth_k)
-    Field("v_scale", "ptr", 144),    # fp32 [B, H_kv, D_pad] out
-    Field("v_inv", "ptr", 152),      # fp32 [B, H_kv, D_pad] out, workspace for quant
-    Field("v_mean", "ptr", 160),     # fp32 [B, H_kv, D_pad] out (zeros unless v_mode 1)
-    Field("counter", "ptr", 168),    # u32 [>= B * H_kv] finished workgroups per (b, K/V head): 0 before, 0 after
-    Field("n_wg", "i32", 176),       # workgroups per (b, K/V head) = grid x * n_tens: the last one folds
-    Field("v_mode", "i32", 180),     # REDUCE_V_*: how v_scale / v_inv / v_mean are made
-    Field("smooth_k", "i32", 184),   # 1: k_mean = the K sums / S_kv (else zeros)
-    # varlen (docs/numerics.md §Varlen): k/v packed [1, total_kv, H_kv, D]; b = z / n_tens is sequence b, its
-    # tokens cu_seqlens_kv[b].., its chunking (ops/prepare.py chunking of its own length) and its statistics'
-    # length read on the device; workgroups past its chunks only count themselves (n_wg stays the grid's)
-    Field("cu_seqlens_kv", "ptr", 192),  # int32 [B + 1] (read only when varlen)
-    Field("varlen", "i32", 200),
-], size=204)
-STATS_V_MAX = 1           # tens bit 0: per-channel max |v| (or, with STATS_V_SIGNED, max v and min v)
-STATS_K_SUM = 2           # bit 1: per-channel sums of the normed/roped K (smooth_k)
-STATS_V_SUM = 4           # bit 2: per-channel sums of V (smooth_v)
-STATS_V_SIGNED = 8        # bit 3 (not a workgroup): V max pass keeps signed max and min (smooth_v)
-REDUCE_V_FP8 = 0          # v_scale = max|v| / 448, v_mean = 0
-REDUCE_V_SMOOTH = 1       # v_mean = sum / S, amax = max(|max v - v_mean|, |min v - v_mean|)
-REDUCE_V_NONE = 2         # pv fp16: no V statistics; v_scale, v_inv, v_mean = 0
-
-PREPARE_QUANT_ARGS = KernargStruct("sage_prepare.quant", [
+# The kernarg table of the header comment in asm_src/gfx1201_sage_prepare.hip; checked against the .co metadata
+# before the first launch of each symbol. One launch (issue 28): work items are claimed through a ticket counter
+# (counter[0]); tickets [0, n_stats) are the stats items (chunk, K/V head, batch x statistic), then every batch's Q
+# tiles, then per batch its K tiles and V tiles, which wait for their head's fold (docs/rdna4.md §Forward progress).
+PREPARE_OP = "sage_prepare"
+PREPARE_ARGS = KernargStruct(PREPARE_OP, [
     Field("q", "ptr", 0),            # bf16/fp16/fp32 [B, S_q, H_q, D] (strided, flat view)
     Field("k", "ptr", 8),            # [B, S_kv, H_kv, D]
     Field("v", "ptr", 16),
@@ -240,8 +199,8 @@ PREPARE_QUANT_ARGS = KernargStruct("sage_prepare.quant", [
     Field("k_norm_w", "ptr", 32),
     Field("cos", "ptr", 40),         # [max(S_q, S_kv), rope_dim] (placeholder without RoPE)
     Field("sin", "ptr", 48),
-    Field("k_mean", "ptr", 56),      # fp32 [B, H_kv, D_pad] in (from stats' reduction)
-    Field("v_inv", "ptr", 64),       # fp32 [B, H_kv, D_pad] in (from stats' reduction)
+    Field("k_mean", "ptr", 56),      # fp32 [B, H_kv, D_pad] out (the fold; zeros unless smooth_k), read by K tiles
+    Field("v_inv", "ptr", 64),       # fp32 [B, H_kv, D_pad] workspace: 448 / amax (the fold), read by V tiles
     Field("q_int8", "ptr", 72),      # int8 [B, H_q, S_q_pad, D_pad] out
     Field("k_int8", "ptr", 80),      # int8 [B, H_kv, S_kv_pad, D_pad] out
     Field("q_scale", "ptr", 88),     # fp32 [B, H_q, S_q_pad / 32] out
@@ -259,26 +218,52 @@ PREPARE_QUANT_ARGS = KernargStruct("sage_prepare.quant", [
     Field("q_norm", "i32", 148),
     Field("k_norm", "i32", 152),
     *_strides("q", 156), *_strides("k", 168), *_strides("v", 180),
-    Field("v_mean", "ptr", 192),     # fp32 [B, H_kv, D_pad] in: subtracted from V before fp8 (zeros: exact)
+    Field("v_mean", "ptr", 192),     # fp32 [B, H_kv, D_pad] out (the fold; zeros unless v_mode 1), subtracted
+                                     # from V before fp8 (zeros: exact)
     Field("pv_fp16", "i32", 200),    # 1: V^T in fp16 (RNE from bf16/fp32, fp16 passed through), no v_inv / v_mean
-    # varlen (docs/numerics.md §Varlen): q/k/v are packed [1, total, H, D]; batch y = sequence b reads cu_seqlens
-    # [b], [b+1] on the device (its tokens, its length replacing S_q / S_kv); S_q_pad / S_kv_pad are then the
-    # grid's per-sequence tile span (round_up(max_seqlen, 64)), and the outputs are the packed
-    # [H, rows, D_pad] (V^T [H_kv, D_pad, rows_kv]) with sequence b at row abi.packed_row(cu[b], b)
+    # varlen (docs/numerics.md §Varlen): q/k/v are packed [1, total, H, D]; batch b = sequence b reads cu_seqlens
+    # [b], [b+1] on the device (its tokens, its length replacing S_q / S_kv, its own stats chunking); S_q_pad /
+    # S_kv_pad are then the per-sequence tile span (round_up(max_seqlen, 64)), and the outputs are the packed
+    # [H, rows, D_pad] (V^T [H_kv, D_pad, rows_kv]) with sequence b at row abi.packed_row(cu[b], b); stats items
+    # past a sequence's chunks only count themselves (n_wg stays the launch's)
     Field("cu_seqlens_q", "ptr", 208),   # int32 [B + 1] (read only when varlen)
     Field("cu_seqlens_kv", "ptr", 216),  # int32 [B + 1]
     Field("varlen", "i32", 224),     # 1: packed sequences (above)
     Field("rows_q", "i32", 228),     # varlen: rows per head of q_int8 (abi.packed_rows(total_q, B))
     Field("rows_kv", "i32", 232),    # varlen: rows per head of k_int8 / columns of V^T
-], size=236)
+    # the statistics and their fold (the last stats item of each (b, K/V head) folds: reduce_if_last in the .hip)
+    Field("ksum_part", "ptr", 240),  # fp32 [B, H_kv, n_chunks, D_pad] (smooth_k only; else placeholder)
+    Field("vmax_part", "ptr", 248),  # fp32 [B, H_kv, n_chunks, D_pad] (not for pv fp16)
+    Field("vmin_part", "ptr", 256),  # fp32 [B, H_kv, n_chunks, D_pad]: min v (smooth_v only; else placeholder)
+    Field("vsum_part", "ptr", 264),  # fp32 [B, H_kv, n_chunks, D_pad]: sum of v (smooth_v only)
+    Field("v_scale", "ptr", 272),    # fp32 [B, H_kv, D_pad] out
+    Field("counter", "ptr", 280),    # u32 [>= 1 + B * H_kv]: tickets, then per (b, K/V head): 0 before, 0 after
+    Field("tiles_per_chunk", "i32", 288),
+    Field("n_chunks", "i32", 292),
+    Field("n_tens", "i32", 296),     # stats items per (chunk, head, batch): the bits set in `tens`
+    Field("tens", "i32", 300),       # STATS_* bits: which statistics run (z % n_tens picks the n-th set bit)
+    Field("n_wg", "i32", 304),       # stats items per (b, K/V head) = stats_x * n_tens: the last one folds
+    Field("v_mode", "i32", 308),     # REDUCE_V_*: how v_scale / v_inv / v_mean are made
+    Field("smooth_k", "i32", 312),   # 1: k_mean = the K sums / S_kv (else zeros)
+    Field("stats_x", "i32", 316),    # stats items per (head, z): n_chunks, or 1 without statistics
+    Field("n_stats", "i32", 320),    # stats items = stats_x * H_kv * B * n_tens: the first tickets
+    Field("n_items", "i32", 324),    # tickets = workgroups of the launch (1-D grid)
+    Field("B", "i32", 328),
+], size=332)
+STATS_V_MAX = 1           # tens bit 0: per-channel max |v| (or, with STATS_V_SIGNED, max v and min v)
+STATS_K_SUM = 2           # bit 1: per-channel sums of the normed/roped K (smooth_k)
+STATS_V_SUM = 4           # bit 2: per-channel sums of V (smooth_v)
+STATS_V_SIGNED = 8        # bit 3 (not a workgroup): V max pass keeps signed max and min (smooth_v)
+REDUCE_V_FP8 = 0          # v_scale = max|v| / 448, v_mean = 0
+REDUCE_V_SMOOTH = 1       # v_mean = sum / S, amax = max(|max v - v_mean|, |min v - v_mean|)
+REDUCE_V_NONE = 2         # pv fp16: no V statistics; v_scale, v_inv, v_mean = 0
 
 
 # ---------------------------------------------------------------------------------------------- lookup
 # op (manifest column) -> the kernarg struct every symbol serving that op takes
 STRUCTS: dict[str, KernargStruct] = {
     ATTENTION_OP: ATTENTION_FWD_ARGS,
-    "sage_prepare.stats": PREPARE_STATS_ARGS,
-    "sage_prepare.quant": PREPARE_QUANT_ARGS,
+    PREPARE_OP: PREPARE_ARGS,
 }  # the predictor's structs are added at the end of this module (its own section)
 
 

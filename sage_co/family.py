@@ -28,7 +28,6 @@ from . import abi
 
 ARCH = "gfx1201"
 ATTENTION_IMPLS = ("hip", "asm")      # the `variant` column of sage_attention_fwd: HIP source, asm generator
-PREPARE_STAGES = ("stats", "quant")   # the prepare ops with one symbol per (head_dim, in_dtype, rope_dim)
 # The HIP sources' compile-time dtype selectors (`#define BF16 0`, `#define FP16 1`), the first template argument
 # of the prepare and predict bodies.
 HIP_IN_DTYPE = {"bf16": 0, "fp16": 1, "fp32": 2}
@@ -94,33 +93,32 @@ class AttentionVariant:
 
 @dataclass(frozen=True)
 class PrepareVariant:
-    """sage_prepare.stats / sage_prepare.quant: padded head dim, input dtype, RoPE width (0 = none, <= head_dim) and
-    the norm/RoPE rounding convention (abi.PREPARE_ROUNDINGS; "per_op" keeps the unsuffixed symbol names)."""
-    stage: str          # "stats" | "quant"
+    """sage_prepare (one launch: statistics, their fold, the quantization of Q, K, V): padded head dim, input dtype,
+    RoPE width (0 = none, <= head_dim) and the norm/RoPE rounding convention (abi.PREPARE_ROUNDINGS; "per_op" keeps
+    the unsuffixed symbol names)."""
     head_dim: int
     in_dtype: str
     rope_dim: int
     rounding: str = "per_op"
 
     def __post_init__(self):
-        if self.stage not in PREPARE_STAGES or self.head_dim not in abi.HEAD_DIMS_NATIVE or \
-                self.in_dtype not in abi.PREPARE_IN_DTYPES or self.rope_dim not in rope_dims(self.head_dim) or \
-                self.rounding not in abi.PREPARE_ROUNDINGS:
-            raise ValueError(f"PrepareVariant{(self.stage, self.head_dim, self.in_dtype, self.rope_dim)}: stage must be "
-                             f"one of {PREPARE_STAGES}, head_dim one of {abi.HEAD_DIMS_NATIVE}, in_dtype one of "
+        if self.head_dim not in abi.HEAD_DIMS_NATIVE or self.in_dtype not in abi.PREPARE_IN_DTYPES or \
+                self.rope_dim not in rope_dims(self.head_dim) or self.rounding not in abi.PREPARE_ROUNDINGS:
+            raise ValueError(f"PrepareVariant{(self.head_dim, self.in_dtype, self.rope_dim, self.rounding)}: "
+                             f"head_dim must be one of {abi.HEAD_DIMS_NATIVE}, in_dtype one of "
                              f"{abi.PREPARE_IN_DTYPES}, rope_dim one of {rope_dims(self.head_dim)}, rounding one "
                              f"of {abi.PREPARE_ROUNDINGS}")
 
     @property
     def symbol(self) -> str:
-        return (f"{ARCH}_sage_prepare_{self.stage}_d{self.head_dim}_{self.in_dtype}"
+        return (f"{ARCH}_sage_prepare_d{self.head_dim}_{self.in_dtype}"
                 + (f"_rope{self.rope_dim}" if self.rope_dim else "") + ("_once" if self.rounding == "once" else ""))
 
-    def kernel(self) -> Kernel:   # template <int DT, int DP, int RD, int RM> {stats,quant}_body(...)
-        return Kernel(f"sage_prepare.{self.stage}", "hip", self.symbol,
+    def kernel(self) -> Kernel:   # template <int DT, int DP, int RD, int RM> prepare_body(...)
+        return Kernel(abi.PREPARE_OP, "hip", self.symbol,
                       (("head_dim", self.head_dim), ("in_dtype", self.in_dtype), ("rope_dim", self.rope_dim),
                        ("rounding", self.rounding)),
-                      f"{self.stage}_body<{HIP_IN_DTYPE[self.in_dtype]}, {self.head_dim}, {self.rope_dim}, "
+                      f"prepare_body<{HIP_IN_DTYPE[self.in_dtype]}, {self.head_dim}, {self.rope_dim}, "
                       f"{HIP_ROUNDING[self.rounding]}>")
 
 
@@ -164,7 +162,7 @@ def attention_variants(head_dims) -> tuple[tuple[int, str, str], ...]:
 ATTENTION_HIP = tuple(AttentionVariant("hip", *v) for v in attention_variants(abi.ATTENTION_HIP_HEAD_DIMS))
 # the generator's FAMILY
 ATTENTION_ASM = tuple(AttentionVariant("asm", *v) for v in attention_variants(abi.ATTENTION_ASM_HEAD_DIMS))
-PREPARE = tuple(PrepareVariant(stage, d, t, r, rm) for rm in reversed(abi.PREPARE_ROUNDINGS) for stage in PREPARE_STAGES
+PREPARE = tuple(PrepareVariant(d, t, r, rm) for rm in reversed(abi.PREPARE_ROUNDINGS)
                 for d in reversed(abi.PREPARE_HEAD_DIMS) for t in abi.PREPARE_IN_DTYPES for r in rope_dims(d))
 PREDICT_POOL = tuple(PredictPoolVariant(t) for t in abi.PREDICT_IN_DTYPES)
 

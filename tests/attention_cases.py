@@ -1,5 +1,5 @@
-"""The attention kernel cases shared by tests/test_attention_kernel.py, tests/test_attention_asm.py and
-tests/test_masks.py: the case table, inputs, each (kernel, case) run once on the emulator (cached), and the checks
+"""The attention kernel cases shared by tests/test_attention_kernel.py, tests/test_attention_asm.py,
+tests/test_masks.py and tests/test_attn_mask.py: the case table, inputs, each (kernel, case) run once on the emulator (cached), and the checks
 against the FP32 reference and the arithmetic model with their bounds (why the kernel is not bitwise the model:
 tests/test_attention_kernel.py's docstring, docs/numerics.md "Kernel vs model")."""
 from __future__ import annotations
@@ -75,6 +75,22 @@ def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
     """|a - b| / |b| in float64."""
     a, b = a.double(), b.double()
     return ((a - b).norm() / b.norm()).item()
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The raw bits of a 16- or 32-bit float tensor, for bitwise comparisons (torch.equal on floats calls NaN != NaN
+    and -0 == 0)."""
+    return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
+def run_both(prepared, **kw):
+    """Both kernels (KERNELS) on the emulator with the same arguments; they must be bitwise equal in output and LSE
+    (same per-row arithmetic, only the schedule differs). Returns the asm kernel's (out, lse)."""
+    res = {kern: run_attention_fwd(prepared, return_lse=True, backend="emu", variant=kern, **kw) for kern in KERNELS}
+    (ao, al), (ho, hl) = res["asm"], res["hip"]
+    assert torch.equal(bits(ao), bits(ho)), f"{(bits(ao) != bits(ho)).sum().item()} outputs differ asm vs hip"
+    assert torch.equal(bits(al), bits(hl)), "lse differs asm vs hip"
+    return ao, al
 
 
 def fp32_metrics(kernel, case) -> dict:

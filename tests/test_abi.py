@@ -67,15 +67,15 @@ def test_every_shipped_symbol_has_a_struct_and_keys():
 
 
 def test_find_by_keys():
-    k = registry.find("sage_prepare.quant", "hip", rope_dim=64, head_dim=128, in_dtype="bf16", rounding="once")
-    assert k.key("rope_dim") == 64 and k.op == "sage_prepare.quant"
+    k = registry.find("sage_prepare", "hip", rope_dim=64, head_dim=128, in_dtype="bf16", rounding="once")
+    assert k.key("rope_dim") == 64 and k.op == "sage_prepare"
     assert registry.find(abi.PREDICT_SELECT_OP).variant == "hip"   # an op with one kernel: no keys needed
     with pytest.raises(LookupError, match="unknown key"):
-        registry.find("sage_prepare.quant", "hip", rope=64)
+        registry.find("sage_prepare", "hip", rope=64)
     with pytest.raises(LookupError, match="has no kernel with"):
-        registry.find("sage_prepare.quant", "hip", rope_dim=48, head_dim=128, in_dtype="bf16", rounding="once")
+        registry.find("sage_prepare", "hip", rope_dim=48, head_dim=128, in_dtype="bf16", rounding="once")
     with pytest.raises(LookupError, match=r"matches \d+ kernels"):
-        registry.find("sage_prepare.quant", "hip", rope_dim=64)
+        registry.find("sage_prepare", "hip", rope_dim=64)
     with pytest.raises(LookupError, match="no variant 'fast'"):
         registry.find(abi.ATTENTION_OP, "fast")
 

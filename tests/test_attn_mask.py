@@ -15,33 +15,14 @@ import torch
 import sage_co
 from sage_co import abi, accuracy, masks, reference
 from sage_co.ops.attention import run_attention_fwd
-from attention_cases import LSE_RTOL, MODEL_MAX_DIFFERENT, MODEL_REL_L2, make_inputs
-
-KERNELS = ("hip", "asm")
-
-
-def _bits(t):
-    return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
-
-
-def _rel_l2(a, b):
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm()).item()
-
-
-def _run_both(p, **kw):
-    res = {kern: run_attention_fwd(p, return_lse=True, backend="emu", variant=kern, **kw) for kern in KERNELS}
-    (ao, al), (ho, hl) = res["asm"], res["hip"]
-    assert torch.equal(_bits(ao), _bits(ho)), f"{(_bits(ao) != _bits(ho)).sum().item()} outputs differ asm vs hip"
-    assert torch.equal(_bits(al), _bits(hl)), "lse differs asm vs hip"
-    return ao, al
+from attention_cases import KERNELS, LSE_RTOL, MODEL_MAX_DIFFERENT, MODEL_REL_L2, bits, make_inputs, rel_l2, run_both
 
 
 def _check(q, k, v, p, out, lse, **mask_kw):
     """out [B, S_q, H, D] / lse [B, H, S_q] vs the model and the masked FP32 reference; returns rows without keys."""
     mo, ml = reference.sage_attention_model(p, return_lse=True, **mask_kw)
-    assert _rel_l2(out, mo) <= MODEL_REL_L2
-    assert (_bits(out) != _bits(mo)).float().mean().item() <= MODEL_MAX_DIFFERENT
+    assert rel_l2(out, mo) <= MODEL_REL_L2
+    assert (bits(out) != bits(mo)).float().mean().item() <= MODEL_MAX_DIFFERENT
     ref, ref_lse = reference.attention_fp32(q, k, v, return_lse=True, **mask_kw)
     empty = torch.isinf(ref_lse)
     assert torch.equal(torch.isinf(lse), empty) and (lse[empty] < 0).all()
@@ -103,10 +84,10 @@ def test_attn_mask_both_kernels(case):
     q, k, v = make_inputs(B, S_q, S_kv, H_q, H_kv, D, dtype, "NHD", "randn", seed=4)
     mask = make(torch.Generator().manual_seed(5), B, H_q, S_q, S_kv)
     p = reference.sage_prepare(q, k, v, pv_dtype=pv)
-    out, lse = _run_both(p, attn_mask=mask, is_causal=causal)
+    out, lse = run_both(p, attn_mask=mask, is_causal=causal)
     _check(q, k, v, p, out, lse, attn_mask=mask, is_causal=causal)
     dense = run_attention_fwd(p, backend="emu", variant="asm", is_causal=causal)
-    assert not torch.equal(_bits(out), _bits(dense))   # the mask did something
+    assert not torch.equal(bits(out), bits(dense))   # the mask did something
 
 
 def test_additive_zero_neg_inf_is_the_bool_mask_bitwise():
@@ -116,13 +97,13 @@ def test_additive_zero_neg_inf_is_the_bool_mask_bitwise():
     q, k, v = make_inputs(B, S_q, S_kv, H, H, 64, "bf16", "NHD", "randn", seed=6)
     p = reference.sage_prepare(q, k, v)
     m = torch.rand(B, 1, S_q, S_kv, generator=torch.Generator().manual_seed(7)) < 0.5
-    ob, lb = _run_both(p, attn_mask=m)
+    ob, lb = run_both(p, attn_mask=m)
     for hidden in (-math.inf, torch.finfo(torch.float32).min):
         add = torch.zeros(m.shape).masked_fill(~m, hidden)
         vis, bias = masks.attn_mask_parts(add, B, H, S_q, S_kv)
         assert torch.equal(vis, m) and (masks.attn_mask_tiles(vis, bias, S_q, S_kv)[1] != abi.MASK_KIND_ADDITIVE).all()
-        oa, la = _run_both(p, attn_mask=add)
-        assert torch.equal(_bits(oa), _bits(ob)) and torch.equal(_bits(la), _bits(lb))
+        oa, la = run_both(p, attn_mask=add)
+        assert torch.equal(bits(oa), bits(ob)) and torch.equal(bits(la), bits(lb))
 
 
 def test_all_true_mask_is_no_mask_bitwise():
@@ -134,7 +115,7 @@ def test_all_true_mask_is_no_mask_bitwise():
     for kern in KERNELS:
         do, dl = run_attention_fwd(p, return_lse=True, backend="emu", variant=kern)
         mo, ml = run_attention_fwd(p, return_lse=True, backend="emu", variant=kern, attn_mask=ones)
-        assert torch.equal(_bits(do), _bits(mo)) and torch.equal(_bits(dl), _bits(ml))
+        assert torch.equal(bits(do), bits(mo)) and torch.equal(bits(dl), bits(ml))
 
 
 @pytest.mark.parametrize("shape", ["B,S", "B,1,S", "B,1,1,S"])
@@ -158,11 +139,11 @@ def test_key_padding_shapes(shape):
     assert masks.mask_word_strides(B, 1, 1, S_q, S_kv) == (8, 0, 0)
     q, k, v = make_inputs(B, S_q, S_kv, H, 1, 64, "fp16", "NHD", "randn", seed=9)
     p = reference.sage_prepare(q, k, v)
-    out, lse = _run_both(p, attn_mask=mask)
+    out, lse = run_both(p, attn_mask=mask)
     _check(q, k, v, p, out, lse, attn_mask=mask)
     full, full_lse = run_attention_fwd(p, return_lse=True, backend="emu", variant="asm",
                                        attn_mask=mask.expand(B, 1, S_q, S_kv).contiguous())
-    assert torch.equal(_bits(out), _bits(full)) and torch.equal(_bits(lse), _bits(full_lse))
+    assert torch.equal(bits(out), bits(full)) and torch.equal(bits(lse), bits(full_lse))
 
 
 def test_hidden_tiles_are_never_read():
@@ -177,7 +158,7 @@ def test_hidden_tiles_are_never_read():
     p.k_scale[..., 2:4] = float("nan")
     p.v_t.view(torch.uint8)[..., 64:128] = 0x7f
     for kern in KERNELS:
-        assert torch.equal(_bits(run_attention_fwd(p, backend="emu", variant=kern, attn_mask=m)), _bits(clean[kern]))
+        assert torch.equal(bits(run_attention_fwd(p, backend="emu", variant=kern, attn_mask=m)), bits(clean[kern]))
 
 
 def test_lut_kinds_parallel_to_entries():
@@ -223,11 +204,11 @@ def test_api_sageattn_and_fake_take_attn_mask():
     assert sage_co.callspec.SAGE_ATTENTION.alias_names["attn_mask"] == "attn_mask"
     out = sage_co.sage_attention(q, k, v, attn_mask=m)
     p = reference.sage_prepare(q, k, v)
-    assert torch.equal(_bits(out), _bits(run_attention_fwd(p, backend="emu", variant="asm", attn_mask=m)))
+    assert torch.equal(bits(out), bits(run_attention_fwd(p, backend="emu", variant="asm", attn_mask=m)))
     sa = sageattn(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=m, smooth_k=False)
-    assert torch.equal(_bits(sa.transpose(1, 2)), _bits(out))
+    assert torch.equal(bits(sa.transpose(1, 2)), bits(out))
     fwd = sage_co.sage_attention_fwd(sage_co.sage_prepare(q, k, v), attn_mask=m)
-    assert torch.equal(_bits(fwd), _bits(out))
+    assert torch.equal(bits(fwd), bits(out))
     qm, km, vm = (t.to("meta") for t in (q, k, v))
     fake = sage_co.sage_attention(qm, km, vm, attn_mask=m.to("meta"), return_lse=True)
     assert fake[0].shape == q.shape and fake[1].shape == (B, H, S_q)
@@ -265,6 +246,6 @@ def test_exact_form_with_mask(kind):
     mask = vis if kind == "bool" else torch.randn(B, H, S_q, S_kv, generator=g).masked_fill(~vis, -math.inf)
     p = reference.sage_prepare(q, k, v)
     assert (p.q_scale[0, :, 1] == 0).all()
-    out, lse = _run_both(p, attn_mask=mask, is_causal=True)
+    out, lse = run_both(p, attn_mask=mask, is_causal=True)
     assert torch.isfinite(out).all()
     _check(q, k, v, p, out, lse, attn_mask=mask, is_causal=True)

@@ -56,7 +56,7 @@ def test_a_run_with_options_before_the_subcommand_runs_that_shape(capsys):
     assert "B=1 H=1 S=64" in out
     symbols = [r.symbol for r in records]
     assert symbols[-1] == "gfx1201_sage_attention_fwd_d128_bf16"   # the --kernel hip variant, not the asm default
-    assert any(s.startswith("gfx1201_sage_prepare_stats") for s in symbols)
+    assert any(s.startswith("gfx1201_sage_prepare_d") for s in symbols)
 
 
 @pytest.mark.parametrize("args, code, text", [

@@ -143,7 +143,7 @@ def test_the_product_spans_the_abi_axes():
     assert {(v.head_dim, v.rope_dim) for v in family.PREPARE} == \
         {(d, r) for d in abi.PREPARE_HEAD_DIMS for r in abi.PREPARE_ROPE_DIMS if r <= d}
     assert {v.rounding for v in family.PREPARE} == set(abi.PREPARE_ROUNDINGS)
-    assert len(family.PREPARE) == len(family.PREPARE_STAGES) * len(abi.PREPARE_ROUNDINGS) * \
+    assert len(family.PREPARE) == len(abi.PREPARE_ROUNDINGS) * \
         len(abi.PREPARE_IN_DTYPES) * sum(len(family.rope_dims(d)) for d in abi.PREPARE_HEAD_DIMS)
 
 

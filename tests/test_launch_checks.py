@@ -119,11 +119,11 @@ def test_emulator_refuses_code_touching_vgprs_past_the_descriptor(small_descript
 
 
 def test_a_block_spanning_dimensions_without_work_item_ids_is_refused():
-    """A prepare stats kernel (one wave32 per workgroup) reads only the x id: a 16 x 2 block of the same 32
-    threads is refused."""
+    """A prepare kernel (one wave32 per workgroup) reads only the x id: a 16 x 2 block of the same 32 threads is
+    refused."""
     from sage_co.ops import prepare
-    sym = next(k.symbol for k in registry.kernels() if k.op.startswith("sage_prepare.stats"))
-    p = launch.plan(sym, prepare.STATS_ARGS)
+    sym = next(k.symbol for k in registry.kernels() if k.op == prepare.PREPARE_OP)
+    p = launch.plan(sym, prepare.PREPARE_ARGS)
     assert p.kernel.descriptor.enable_vgpr_workitem_id == 0
     with pytest.raises(ValueError, match="spans dimensions the kernel does not see .* only the x work-item id"):
         launch._check_geometry((1, 1, 1), (16, 2, 1), p)

@@ -16,32 +16,14 @@ import sage_co
 from sage_co import accuracy, masks, reference
 from sage_co.ops.attention import run_attention_fwd
 from sage_co.sparse import predict_block_mask, radial_mask, sliding_tile_mask
-from attention_cases import MODEL_REL_L2, make_inputs  # the shared attention cases (tests/attention_cases.py)
-
-KERNELS = ("hip", "asm")
-
-
-def _bits(t):
-    return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
-
-
-def _rel_l2(a, b):
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm()).item()
-
-
-def _run_both(prepared, **kw):
-    res = {k: run_attention_fwd(prepared, return_lse=True, backend="emu", variant=k, **kw) for k in KERNELS}
-    (ao, al), (ho, hl) = res["asm"], res["hip"]
-    assert torch.equal(_bits(ao), _bits(ho)), f"{(_bits(ao) != _bits(ho)).sum().item()} outputs differ asm vs hip"
-    assert torch.equal(_bits(al), _bits(hl)), "lse differs asm vs hip"
-    return ao, al
+from attention_cases import (KERNELS, MODEL_REL_L2, bits, make_inputs,  # the shared attention cases and checks
+                             rel_l2, run_both)
 
 
 def _check(q, k, v, prepared, out, lse, *, is_causal=False, block_mask=None):
     """out/lse [B, S_q, H, D] / [B, H, S_q] vs the model and the masked FP32 reference."""
     mo, ml = reference.sage_attention_model(prepared, return_lse=True, is_causal=is_causal, block_mask=block_mask)
-    assert _rel_l2(out, mo) <= MODEL_REL_L2
+    assert rel_l2(out, mo) <= MODEL_REL_L2
     ref, ref_lse = reference.attention_fp32(q, k, v, return_lse=True, is_causal=is_causal, block_mask=block_mask)
     empty = torch.isinf(ref_lse)                                    # [B, H, S_q]: rows that see no key
     assert torch.equal(torch.isinf(lse), empty) and (lse[empty] < 0).all()
@@ -65,7 +47,7 @@ def test_causal_bottom_right_both_kernels(case):
     B, S_q, S_kv, H_q, H_kv, D, dtype = case
     q, k, v = make_inputs(B, S_q, S_kv, H_q, H_kv, D, dtype, "NHD", "randn")
     p = reference.sage_prepare(q, k, v)
-    out, lse = _run_both(p, is_causal=True)
+    out, lse = run_both(p, is_causal=True)
     n_empty = _check(q, k, v, p, out, lse, is_causal=True)
     assert n_empty == (B * H_q * max(0, S_q - S_kv))     # rows i < S_q - S_kv see no key
 
@@ -93,7 +75,7 @@ def test_random_block_mask_both_kernels(density, is_causal):
     bm = torch.rand(B, H_q, 4, 5, generator=g) < density
     bm[0, 1, 2] = False                                   # a query tile with no active key tile
     p = reference.sage_prepare(q, k, v)
-    out, lse = _run_both(p, block_mask=bm, is_causal=is_causal)
+    out, lse = run_both(p, block_mask=bm, is_causal=is_causal)
     _check(q, k, v, p, out, lse, block_mask=bm, is_causal=is_causal)
     assert (out[0, 128:192, 1] == 0).all() and torch.isinf(lse[0, 1, 128:192]).all()
 
@@ -105,7 +87,7 @@ def test_all_true_mask_is_dense_bitwise():
     for kern in KERNELS:
         do, dl = run_attention_fwd(p, return_lse=True, backend="emu", variant=kern)
         so, sl = run_attention_fwd(p, return_lse=True, backend="emu", variant=kern, block_mask=bm)
-        assert torch.equal(_bits(do), _bits(so)) and torch.equal(_bits(dl), _bits(sl))
+        assert torch.equal(bits(do), bits(so)) and torch.equal(bits(dl), bits(sl))
 
 
 def test_inactive_tiles_are_never_read():
@@ -118,7 +100,7 @@ def test_inactive_tiles_are_never_read():
     p.k_scale[..., 2:4] = float("nan")
     p.v_t.view(torch.uint8)[..., 64:128] = 0x7f        # e4m3fn NaN
     for kern in KERNELS:
-        assert torch.equal(_bits(run_attention_fwd(p, backend="emu", variant=kern, block_mask=bm)), _bits(clean[kern]))
+        assert torch.equal(bits(run_attention_fwd(p, backend="emu", variant=kern, block_mask=bm)), bits(clean[kern]))
 
 
 def test_block_mask_is_validated():
@@ -136,7 +118,7 @@ def test_api_causal_matches_op():
     q, k, v = make_inputs(1, 70, 90, 2, 1, 128, "fp16", "HND", "randn", seed=4)
     out = sage_co.sage_attention(q, k, v, layout="HND", is_causal=True, backend="emu", kernel="hip")
     ref = reference.sage_attention(q, k, v, layout="HND", is_causal=True)
-    assert out.shape == q.shape and _rel_l2(out, ref) <= MODEL_REL_L2
+    assert out.shape == q.shape and rel_l2(out, ref) <= MODEL_REL_L2
 
 
 # ------------------------------------------------------------------------------------------------------- varlen
@@ -157,7 +139,7 @@ def test_varlen_packed_equals_per_sequence(is_causal):
         q0, q1, k0, k1 = cq[b], cq[b + 1], ck[b], ck[b + 1]
         o, ls = sage_co.sage_attention(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], is_causal=is_causal,
                                        return_lse=True, backend="emu")
-        assert torch.equal(_bits(out[q0:q1]), _bits(o[0])) and torch.equal(_bits(lse[:, q0:q1]), _bits(ls[0]))
+        assert torch.equal(bits(out[q0:q1]), bits(o[0])) and torch.equal(bits(lse[:, q0:q1]), bits(ls[0]))
 
 
 def test_varlen_rejects_bad_cu_seqlens():
@@ -196,7 +178,7 @@ def test_predicted_mask_locality_table():
     for th in (0.7, 0.8, 0.9, 0.95):
         m = predict_block_mask(q, k, cdf_threshold=th)
         assert m.shape == (1, 2, 32, 32) and m.any(-1).all()
-        table.append((th, m.float().mean().item(), _rel_l2(reference.attention_fp32(q, k, v, block_mask=m), dense)))
+        table.append((th, m.float().mean().item(), rel_l2(reference.attention_fp32(q, k, v, block_mask=m), dense)))
     print("cdf_threshold density rel_l2", [tuple(round(x, 4) for x in r) for r in table])
     dens = [d for _, d, _ in table]
     assert dens == sorted(dens)                                  # higher threshold keeps more
@@ -204,7 +186,7 @@ def test_predicted_mask_locality_table():
     # the kernel itself (asm, emulator) with the 0.9 mask, vs dense FP32
     out = run_attention_fwd(reference.sage_prepare(q, k, v), block_mask=predict_block_mask(q, k, cdf_threshold=0.9),
                             backend="emu")
-    err = _rel_l2(out, dense)
+    err = rel_l2(out, dense)
     print("kernel, cdf_threshold 0.9: rel_l2 vs dense FP32", round(err, 4))
     assert err <= 0.06
 
@@ -228,7 +210,7 @@ def test_sparsity_auto_runs_the_predicted_mask():
     m = predict_block_mask(q, k, cdf_threshold=0.5)
     auto = sage_co.sage_attention(q, k, v, sparsity="auto", cdf_threshold=0.5, backend="emu", kernel="hip")
     given = sage_co.sage_attention(q, k, v, block_mask=m, backend="emu", kernel="hip")
-    assert torch.equal(_bits(auto), _bits(given))
+    assert torch.equal(bits(auto), bits(given))
     with pytest.raises(ValueError, match="sparsity"):
         sage_co.sage_attention(q, k, v, sparsity="dense")
 

@@ -13,7 +13,7 @@ FACTS = ("WAVE_SIZE", "VGPR_LIMIT", "SGPR_LIMIT", "VGPRS_PER_SIMD", "VGPR_GRANUL
 # the names the model used for the same facts before they moved (an assignment under one of them is a restatement)
 ALIASES = ("LANES", "VGPR_FILE")
 SOURCES = ("sage_co", "asm_src", "tools", "benchmarks", "build_asm.py")
-SYS_PATH_EDITS_LEFT: set = set()   # (benchmarks/bench_launch_overhead.py loads tests/stub_hip from its file)
+SYS_PATH_EDITS_LEFT: set = set()   # (benchmarks/stub_timing.py loads tests/stub_hip from its file)
 
 
 def _python_files(*tops):

@@ -79,7 +79,7 @@ def test_every_shipped_module_imports_from_the_installed_copy(installed):
 def test_shipped_entry_points_run_from_the_installed_copy(installed):
     python, env, work, venv = installed
     info = _run([venv / "bin" / "sage-co", "info"], work, env)
-    assert "gfx1201_sage_attention_fwd_asm_d128_bf16" in info and "gfx1201_sage_prepare_quant_d64_fp16" in info
+    assert "gfx1201_sage_attention_fwd_asm_d128_bf16" in info and "gfx1201_sage_prepare_d64_fp16" in info
     run = _run([python, "-m", "sage_co.cli", "run", "-B", "1", "-H", "2", "-S", "64"], work, env)
     assert "accuracy contract met" in run
     co = next((venv / "lib").glob("python*/site-packages/sage_co/hsaco/gfx1201/gfx1201_sage_predict.co"))

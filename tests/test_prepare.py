@@ -376,8 +376,9 @@ def test_bad_arguments_fail_before_any_kernel(bad, exc, match, monkeypatch):
 
 
 def test_kernel_sequence_and_geometry(monkeypatch):
-    """stats (V only without smooth_k; the reduction runs in its last workgroup per head), quant; the RoPE variant
-    symbol follows rope_dim, the _once suffix the default norm_rope_rounding."""
+    """Issue 28: one launch per call, a 1-D grid of stats items (chunks x K/V heads x B x statistics: V only
+    without smooth_k, V and K with it) and then every Q, K and V tile; the RoPE variant symbol follows rope_dim, the
+    _once suffix the default norm_rope_rounding."""
     calls = []
     real = prepare_mod.launch
     monkeypatch.setattr(prepare_mod, "launch",
@@ -387,29 +388,28 @@ def test_kernel_sequence_and_geometry(monkeypatch):
     q, k, v = _qkv(2, S, 3, seed=15)
     run_prepare(q, k, v, backend="emu", **_norm_rope(S, 96))
     run_prepare(q, k, v, smooth_k=True, backend="emu")
-    q, k, v = _qkv(2, 40, 4, seed=15, D=48, dtype=torch.float16, S_kv=100, H_kv=2)  # quant x: 4*2 + 2*2*4 tiles
+    q, k, v = _qkv(2, 40, 4, seed=15, D=48, dtype=torch.float16, S_kv=100, H_kv=2)
     run_prepare(q, k, v, backend="emu")
+    tiles = 2 * (3 * 4 + 2 * 3 * 4)      # B * (H_q * S_q_pad/32 + 2 * H_kv * S_kv_pad/32)
     assert calls == [
-        ("gfx1201_sage_prepare_stats_d128_bf16_rope96_once", (3, 3, 2), (32, 1, 1)),
-        ("gfx1201_sage_prepare_quant_d128_bf16_rope96_once", (3 * 4 * 3, 2, 1), (32, 1, 1)),
-        ("gfx1201_sage_prepare_stats_d128_bf16_once", (3, 3, 4), (32, 1, 1)),
-        ("gfx1201_sage_prepare_quant_d128_bf16_once", (3 * 4 * 3, 2, 1), (32, 1, 1)),
-        ("gfx1201_sage_prepare_stats_d64_fp16_once", (4, 2, 2), (32, 1, 1)),
-        ("gfx1201_sage_prepare_quant_d64_fp16_once", (4 * 2 + 2 * 2 * 4, 2, 1), (32, 1, 1)),
+        ("gfx1201_sage_prepare_d128_bf16_rope96_once", (3 * 3 * 2 + tiles, 1, 1), (32, 1, 1)),   # 3 chunks
+        ("gfx1201_sage_prepare_d128_bf16_once", (3 * 3 * 2 * 2 + tiles, 1, 1), (32, 1, 1)),      # V and K sums
+        ("gfx1201_sage_prepare_d64_fp16_once", (4 * 2 * 2 + 2 * (4 * 2 + 2 * 2 * 4), 1, 1), (32, 1, 1)),
     ]
 
 
 def test_stats_counters_are_reset_and_cached():
-    """Issue 28: the last stats workgroup of each (b, K/V head) -- an atomic counter per head picks it -- folds the
-    partials in chunk order and stores its counter back to 0. After a call every counter is 0 again, the same
-    per-device buffer serves the next call (whose outputs are bitwise the same), and a call with more heads grows it
-    (zeroed). With V, K and V-sum workgroups (smooth_k + smooth_v: n_tens = 3) and several chunks per head."""
+    """Issue 28: the ticket counter and, per (b, K/V head), a counter of its stats items (the last one folds the
+    partials in chunk order), its fold and its K/V tiles (which wait for the fold); the last ticket and each head's
+    last tile store 0. After a call every counter is 0 again, the same per-device buffer serves the next call (whose
+    outputs are bitwise the same), and a call with more heads grows it (zeroed). With V, K and V-sum items
+    (smooth_k + smooth_v: n_tens = 3) and several chunks per head."""
     prepare_mod._counter_buffers.clear()
     q, k, v = _qkv(2, 200, 3, seed=21, offset=(0.0, 1.0, 0.5))
     check(q, k, v, smooth_k=True)
     a = run_prepare(q, k, v, smooth_k=True, smooth_v=True, backend="emu")
     ctr = prepare_mod._counter_buffers[prepare_mod._counter_key(q.device)]
-    assert ctr.numel() >= 2 * 3 and not ctr.any(), "a stats counter was left nonzero"
+    assert ctr.numel() >= 1 + 2 * 3 and not ctr.any(), "a counter was left nonzero"
     b = run_prepare(q, k, v, smooth_k=True, smooth_v=True, backend="emu")
     assert prepare_mod._counter_buffers[prepare_mod._counter_key(q.device)] is ctr and not ctr.any()
     for name in ("k_mean", "v_scale", "v_mean", "k_int8", "v_t"):
@@ -418,7 +418,7 @@ def test_stats_counters_are_reset_and_cached():
     q, k, v = _qkv(2, 40, 8, seed=22)
     check(q, k, v)
     grown = prepare_mod._counter_buffers[prepare_mod._counter_key(q.device)]
-    assert grown.numel() >= 2 * 8 and not grown.any()
+    assert grown.numel() >= 1 + 2 * 8 and not grown.any()
 
 
 # ------------------------------------------------------------------------------- issue 13: the new shapes
@@ -493,14 +493,15 @@ def test_hnd_and_strided_views_are_read_in_place(dtype, monkeypatch):
     check(*hnd, layout="HND")
     packed = torch.randn(B, S, 3, H, D, generator=_gen(5)).to(dtype)  # [B, S, 3, H, D] (e.g. a fused qkv proj)
     check(packed[:, :, 0], packed[:, :, 1], packed[:, :, 2])
-    for args, inputs in zip((seen[0], seen[2], seen[4]), (views, hnd, [packed[:, :, i] for i in range(3)])):
+    for args, inputs in zip(seen, (views, hnd, [packed[:, :, i] for i in range(3)])):   # one launch per call
         for flat, t in ((args["k"], inputs[1]), (args["v"], inputs[2])):
             assert flat.data_ptr() == t.data_ptr() and flat.untyped_storage().data_ptr() == \
                 t.untyped_storage().data_ptr(), "the kernel got a copy"
-    quant_args = seen[5]
+    assert len(seen) == 3
+    quant_args = seen[2]
     assert quant_args["q"].data_ptr() == packed[:, :, 0].data_ptr()
     assert (quant_args["q_sb"], quant_args["q_ss"], quant_args["q_sh"]) == (S * 3 * H * D, 3 * H * D, D)
-    hnd_quant = seen[3]
+    hnd_quant = seen[1]
     assert (hnd_quant["k_sb"], hnd_quant["k_ss"], hnd_quant["k_sh"]) == (H * S * D, D, S * D)
 
 
@@ -552,17 +553,20 @@ def test_every_prepare_symbol_keeps_denormals_and_has_no_scratch():
     """The bitwise contract needs fp32 and fp16 denormals preserved (docs/numerics.md §Notation; the fp16 path's
     v_cvt_f16_f32) and the kernel header promises no scratch: read from each shipped descriptor."""
     from sage_co import registry
-    rows = [k for k in registry.kernels() if k.op.startswith("sage_prepare.")]
-    # stats/quant x dtype (bf16, fp16, fp32) x rounding (once, per_op) x (D_pad 256 and 128: 5 rope dims, 64: 3); no
-    # reduce kernel (issue 28)
-    assert len(rows) == 2 * 3 * 2 * (5 + 5 + 3)
+    rows = [k for k in registry.kernels() if k.op == "sage_prepare"]
+    # dtype (bf16, fp16, fp32) x rounding (once, per_op) x (D_pad 256 and 128: 5 rope dims, 64: 3): one symbol each,
+    # the statistics, their fold and the quantization in one launch (issue 28)
+    assert len(rows) == 3 * 2 * (5 + 5 + 3)
     for k in rows:
         kern = registry.load(k.file, k.sha256).kernel(k.symbol)
         f = kern.descriptor.fields
         assert f["float_denorm_mode_32"] == 3 and f["float_denorm_mode_16_64"] == 3, k.symbol
         assert kern.descriptor.private_segment_fixed_size == 0, k.symbol
         # fp32 rows are twice as wide: up to the wave's 256 VGPRs, still without scratch (docs/performance.md §fp32)
-        assert kern.metadata[".vgpr_count"] <= (256 if k.key("in_dtype") == "fp32" else 207), k.symbol
+        # 16-bit: <= 212 (the stats and the tile paths in one kernel; 216 after the allocation granule, as 207 was:
+        # 7 waves per SIMD by registers either way, docs/rdna4.md §Occupancy; the stats items' LDS now binds first,
+        # docs/performance.md §The prepare stage)
+        assert kern.metadata[".vgpr_count"] <= (256 if k.key("in_dtype") == "fp32" else 212), k.symbol
 
 
 # ------------------------------------------------------------------------------------------ smooth_v, pv fp16
@@ -614,11 +618,14 @@ def test_smooth_v_non_finite_and_overflowing_v():
     assert torch.equal(h.v_t[finite].view(torch.int16), ref[finite].view(torch.int16))
 
 
-def test_stats_fold_is_fenced_in_every_symbol():
-    """The emulator's memory is sequentially consistent (global_inv / global_wb do nothing there), so the last-
-    workgroup protocol's fences are checked in the shipped code (docs/rdna4.md §Atomics): in every stats symbol the
-    one counter atomic (device scope, with return) comes after a wait for this workgroup's partial stores, and a
-    device-scope invalidate comes before the fold's first global load of the other workgroups' partials."""
+def test_one_launch_protocol_is_fenced_in_every_symbol():
+    """The emulator's memory is sequentially consistent (global_inv / global_wb do nothing there), so the one-launch
+    protocol's fences are checked in the shipped code (docs/rdna4.md §Atomics, §Forward progress), in every
+    prepare symbol: the first instruction to touch memory's counters is the ticket (a device-scope atomic with
+    return); the stats items' count (device scope, with return) follows a wait for their partial stores and
+    precedes a device-scope invalidate before the fold's first load; the fold's publishing add (no return) follows
+    a wait for the fold's stores; and each poll loop (the K and V tiles' wait for the fold) reads the counter at
+    device scope, sleeps, and invalidates before the tile's first other load."""
     from sage_co import registry
     from sage_co.emu.disasm import disassemble, text_and_symbols
     from pathlib import Path
@@ -626,18 +633,35 @@ def test_stats_fold_is_fenced_in_every_symbol():
     text, _, symbols = text_and_symbols(co)
     starts = sorted(symbols)
     insts = disassemble(text)
-    stats = [k.symbol for k in registry.kernels() if k.op == "sage_prepare.stats"]
-    assert stats
-    for sym in stats:
+    syms = [k.symbol for k in registry.kernels() if k.op == "sage_prepare"]
+    assert syms
+
+    def released(body, at, sym):   # every global store before `at` has been waited for
+        last_store = max(i for i, t in enumerate(body[:at]) if t.startswith("global_store"))
+        assert any(t.startswith("s_wait_storecnt 0x0") for t in body[last_store:at]), f"{sym}: no release"
+
+    def acquired(body, at, sym):   # a device-scope invalidate before the next ordinary global load
+        inv = next(i for i in range(at, len(body)) if body[i].startswith("global_inv scope:SCOPE_DEV"))
+        load = next(i for i in range(at, len(body)) if body[i].startswith("global_load")
+                    and "scope:SCOPE_DEV" not in body[i])
+        assert inv < load, f"{sym}: a load before the acquire"
+
+    for sym in syms:
         lo = next(off for off, name in symbols.items() if name == sym)
         hi = next((s for s in starts if s > lo), len(text))
         body = [t for off, t in insts if lo <= off < hi]
         atomics = [i for i, t in enumerate(body) if t.startswith("global_atomic")]
-        assert len(atomics) == 1, sym
-        a = atomics[0]
-        assert "scope:SCOPE_DEV" in body[a] and "TH_ATOMIC_RETURN" in body[a], body[a]
-        last_store = max(i for i, t in enumerate(body[:a]) if t.startswith("global_store"))
-        assert any(t.startswith("s_wait_storecnt 0x0") for t in body[last_store:a]), f"{sym}: no release"
-        inv = next(i for i in range(a, len(body)) if body[i].startswith("global_inv scope:SCOPE_DEV"))
-        first_load = next(i for i in range(a, len(body)) if body[i].startswith("global_load"))
-        assert inv < first_load, f"{sym}: the fold loads before the acquire"
+        assert all("scope:SCOPE_DEV" in body[a] for a in atomics), sym
+        assert "TH_ATOMIC_RETURN" in body[atomics[0]], f"{sym}: the ticket"
+        publish = [a for a in atomics if "TH_ATOMIC_RETURN" not in body[a]]
+        assert len(publish) == 1, f"{sym}: one publishing add (the fold)"
+        released(body, publish[0], sym)
+        count = max(a for a in atomics if a < publish[0] and "TH_ATOMIC_RETURN" in body[a])
+        released(body, count, sym)
+        acquired(body, count, sym)
+        sleeps = [i for i, t in enumerate(body) if t.startswith("s_sleep")]
+        assert len(sleeps) >= 1, f"{sym}: no poll loop"
+        for z in sleeps:
+            poll = max(i for i in range(z) if body[i].startswith("global_load"))
+            assert "scope:SCOPE_DEV" in body[poll], f"{sym}: the poll reads a cached copy: {body[poll]}"
+            acquired(body, z, sym)

@@ -138,7 +138,13 @@ def build_handler(st: State, ops: Ops, pc: int):
 
 # ------------------------------------------------------------------------------------------------ run
 class Stats(dict):
-    """Run statistics: instruction counts by class (wave-instructions), waves, workgroups, wall time."""
+    """Run statistics: instruction counts by class (wave-instructions), waves, workgroups, wall time. The
+    per-instruction counts are the attribute `exec_counts` (not an item, so the items stay scalars to print or
+    compare): {byte offset in .text: wave-instructions executed}, only the instructions that ran."""
+
+    def __init__(self, counts=(), exec_counts=None):
+        super().__init__(counts)
+        self.exec_counts: dict[int, int] = dict(exec_counts or {})
 
     def __repr__(self):
         return "Stats(" + ", ".join(f"{k}={v}" for k, v in self.items()) + ")"
@@ -259,7 +265,7 @@ def _run(prog: Program, grid, block, *, kernarg_va, dispatch_va=0, queue_va=0, s
     ec = prog.exec_count
     for pc, c in enumerate(prog.cls):
         counts[c] += int(ec[pc])
-    out = Stats(counts)
+    out = Stats(counts, {prog.insts[n].offset: int(ec[n]) for n in np.flatnonzero(ec[:len(prog.insts)])})
     out["wave_instructions"] = int(ec.sum())
     out["steps"] = steps
     out["waves"] = total_wg * wpg
@@ -309,6 +315,11 @@ def _run_batch(st: State, ops: Ops, tracer) -> int:
             if st.alive.any():
                 sanitizer.deadlock(st)
             return steps
+        awake = runnable & ~st.asleep
+        if awake.any():
+            runnable = awake
+        else:                   # every wave that can run has slept: all wake
+            st.asleep[:] = False
         pcs = np.where(runnable, st.pc, np.iinfo(np.int64).max)
         pc = int(pcs.min())
         at = pcs == pc

@@ -223,7 +223,7 @@ SOPC = {
 
 # SOPP no-ops: scheduling hints, clause markers, priority, perf counters, padding (s_code_end is never reached by
 # a correct kernel but is explicit here so that running off the end is the only failure mode, not a silent skip).
-SOPP_NOP = {"s_nop", "s_delay_alu", "s_wait_alu", "s_clause", "s_setprio", "s_sleep", "s_incperflevel",
+SOPP_NOP = {"s_nop", "s_delay_alu", "s_wait_alu", "s_clause", "s_setprio", "s_incperflevel",
             "s_decperflevel", "s_ttracedata", "s_ttracedata_imm", "s_icache_inv", "s_wait_idle", "s_wait_event",
             "s_wakeup", "s_wait_expcnt", "s_wait_samplecnt", "s_wait_bvhcnt"}
 
@@ -460,6 +460,14 @@ def _sopp(st, ops, inst, pc):
     prog = st.prog
     if name in SOPP_NOP:
         return lambda sel: None
+    if name == "s_sleep":
+        # Only a delay (docs/rdna4.md §Forward progress), which the executor models as yielding: a wave that
+        # sleeps is picked again only when no awake wave can run, so a poll loop lets the waves it waits on
+        # progress. In lockstep (sel = ALL) there is no other wave to yield to.
+        def sleep(sel):
+            if sel is not ALL:
+                st.asleep[sel] = True
+        return sleep
     if name == "s_sendmsg":
         # MSG_DEALLOC_VGPRS (3) before s_endpgm is a hint; other messages (interrupts, GS) do not occur in
         # compute kernels and are refused.

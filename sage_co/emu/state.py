@@ -93,7 +93,7 @@ class State:
         # program and batch shape
         "prog", "W", "nwg", "grid", "block", "wave_wg", "wave_in_wg", "wg_id",
         # registers and control; mode: HW_REG_WAVE_MODE per wave
-        "V", "S", "SCC", "EXM", "exec_full", "mode", "pc", "alive", "blocked", "sig", "passed", "handlers",
+        "V", "S", "SCC", "EXM", "exec_full", "mode", "pc", "alive", "blocked", "asleep", "sig", "passed", "handlers",
         # memory: device arena, LDS, private segment
         "device", "mem", "mem32", "live_starts", "live_ends", "lds_bytes", "lds_stride", "lds",
         "private_bytes", "private",
@@ -119,6 +119,7 @@ class State:
         self.pc = np.zeros(W, dtype=np.int64)
         self.alive = np.ones(W, dtype=bool)
         self.blocked = np.zeros(W, dtype=bool)
+        self.asleep = np.zeros(W, dtype=bool)         # executed s_sleep: picked after every awake wave (executor)
         self.sig = np.zeros(W, dtype=np.int64)        # barrier signals per wave
         self.passed = np.zeros(W, dtype=np.int64)     # barrier waits passed per wave
         self.handlers: list = [None] * len(prog.insts)

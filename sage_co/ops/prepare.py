@@ -1,16 +1,18 @@
 """Host side of the prepare stage: q [B, S_q, H_q, D], k/v [B, S_kv, H_kv, D] (bf16, fp16 or fp32, NHD or HND, any
 strides with a contiguous last dim) in, SagePrepared out (docs/numerics.md §Prepare).
 
-Two kernels of asm_src/gfx1201_sage_prepare.hip run in order (its header comment has the design):
-  stats   grid (n_chunks, H_kv, B * n_tens), one wave32 per chunk of 32-token tiles: per-channel max |v| partials
-          (smooth_v: max v and min v, and the sums of V), and with smooth_k the per-channel sums of the
-          (normed/roped) K rows; the last workgroup of each (b, K/V head) (an atomic counter per head, from
-          _counters) folds them in chunk order into v_scale, 1/v_scale (448 / amax, a workspace for quant), k_mean
-          and v_mean. pv_dtype="fp16" without smooth_k: no statistics, grid (1, H_kv, B), each workgroup writes
-          its head's zeros.
-  quant   grid (H_q * S_q_pad/32 + 2 * H_kv * S_kv_pad/32, B, 1), one wave32 per 32-token tile of Q, K or V.
-stats and quant ship one symbol per (head_dim = D_pad, in_dtype, rope_dim, rounding), selected by those manifest
-keys; rounding = norm_rope_rounding ("once" reads fp32 cos/sin tables: one in the input dtype is upcast here, exactly).
+One launch of asm_src/gfx1201_sage_prepare.hip (its header comment has the design; issue 28: it was two), a 1-D
+grid of one wave32 per work item, the items claimed in order through a ticket counter (docs/rdna4.md §Forward
+progress):
+  stats items  (n_chunks or 1) x H_kv x B * n_tens, one per chunk of 32-token tiles: per-channel max |v| partials
+               (smooth_v: max v and min v, and the sums of V), and with smooth_k the per-channel sums of the
+               (normed/roped) K rows; the last item of each (b, K/V head) (an atomic counter per head, from
+               _counters) folds them in chunk order into v_scale, 1/v_scale (448 / amax, a workspace), k_mean and
+               v_mean. pv_dtype="fp16" without smooth_k: no statistics, one item per head that writes its zeros.
+  tiles        every batch's Q tiles, then per batch H_kv * S_kv_pad/32 K tiles and as many V tiles; a K or V tile
+               waits for its head's fold.
+One symbol per (head_dim = D_pad, in_dtype, rope_dim, rounding), selected by those manifest keys; rounding =
+norm_rope_rounding ("once" reads fp32 cos/sin tables: one in the input dtype is upcast here, exactly).
 The inputs are read in place: each kernel gets a flat view of the tensor's memory and its element strides, so an
 HND view of NHD memory (or any other strided view) costs no copy. Only a view the 16-byte vector loads cannot
 address (data not 16-byte aligned, or a stride that is not a multiple of 8 elements, 4 for fp32) is copied first,
@@ -26,15 +28,14 @@ import torch
 from .. import registry, validate
 from ..abi import (HEAD_DIM_GRANULE, PREPARE_ALIGN, PREPARE_MAX_CHUNKS, REDUCE_V_FP8, REDUCE_V_NONE, REDUCE_V_SMOOTH,
                    STATS_K_SUM, STATS_V_MAX, STATS_V_SIGNED, STATS_V_SUM)
-from ..abi import PREPARE_QUANT_ARGS as QUANT_ARGS
-from ..abi import PREPARE_STATS_ARGS as STATS_ARGS  # the structs live in sage_co/abi.py
+from ..abi import PREPARE_ARGS, PREPARE_OP  # the struct lives in sage_co/abi.py
 from ..abi import HEAD_DIM_MAX, PREPARE_HEAD_DIMS, d_granule
 from ..launch import BoundLaunch, launch, resolve_backend
 from ..abi import packed_rows
 from ..prepared import DTYPE_KEYS, SCALE_BLOCK, PackedPrepared, SagePrepared, d_pad, s_pad
 from ..reference import norm_rope, q_multiplier, smooth_k_lse_correction, smooth_k_lse_correction_packed
 
-WAVE = (32, 1, 1)  # stats and quant: one wave32 per workgroup
+WAVE = (32, 1, 1)  # one wave32 per workgroup (work item)
 MAX_CHUNKS = PREPARE_MAX_CHUNKS
 ALIGN = PREPARE_ALIGN
 
@@ -113,12 +114,11 @@ def _reading(t: torch.Tensor) -> tuple[int | None, tuple[int, int, int]]:
 
 
 class PrepareRecipe(NamedTuple):
-    """The two prepare launches of one call shape (cached by sage_co.plan for repeated shapes): the launches
-    bound to their kernels, grids and scalar kernargs, the output shapes, and how each input is read (in place:
-    its extent; None: flat_view copies it per call)."""
+    """The prepare launch of one call shape (cached by sage_co.plan for repeated shapes): the launch bound to its
+    kernel, grid and scalar kernargs, the output shapes, and how each input is read (in place: its extent; None:
+    flat_view copies it per call)."""
     shapes: validate.Shapes
-    stats: BoundLaunch
-    quant: BoundLaunch
+    prepare: BoundLaunch
     n_chunks: int
     pv16: bool
     smooth_k: bool
@@ -139,12 +139,12 @@ def _strided(prefix: str, st) -> dict:
 def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool, pv_dtype: str, has_q_norm: bool,
            has_k_norm: bool, norm_rope_rounding: str, backend: str, packed: tuple[int, int] | None = None
            ) -> PrepareRecipe:
-    """The prepare launches for checked arguments (validate.check_prepare_args): the launch limits, the shipped
-    stats / quant kernels for (D_pad, dtype, rope_dim), bound to their grids and scalar kernargs.
+    """The prepare launch for checked arguments (validate.check_prepare_args): the launch limits, the shipped
+    kernel for (D_pad, dtype, rope_dim, rounding), bound to its grid and scalar kernargs.
 
     packed = (total_q, total_kv): a varlen prepare (docs/numerics.md §Varlen) of chk.shapes.B packed sequences with
-    S_q / S_kv = the caller's max_seqlen_q / max_seqlen_kv (chk.q/k/v the [1, total, H, D] views): the same two
-    launches, sized from the maxima (every kernel reads its sequence's lengths from cu_seqlens on the device), the
+    S_q / S_kv = the caller's max_seqlen_q / max_seqlen_kv (chk.q/k/v the [1, total, H, D] views): the same
+    launch, sized from the maxima (every kernel reads its sequence's lengths from cu_seqlens on the device), the
     outputs in the packed layout (execute_varlen)."""
     sh = chk.shapes
     check_launch_limits(sh)
@@ -167,20 +167,18 @@ def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool,
     n_tens = bin(tens & (STATS_V_MAX | STATS_K_SUM | STATS_V_SUM)).count("1")
     (qe, qs), (ke, ks), (ve, vs) = (_reading(t) for t in (chk.q, chk.k, chk.v))
     eps = float(eps)
-    # pv fp16 without smooth_k needs no statistics: one workgroup per head that only writes the reduction's zeros
-    grid_x, wg_tens = (n_chunks, n_tens) if n_tens else (1, 1)
-    stats = BoundLaunch(kernel_symbol("sage_prepare.stats", **keys), STATS_ARGS, (grid_x, H_kv, B * wg_tens), WAVE, {
-        "eps": eps, "S": sh.S_kv, "H": H_kv, "tiles_per_chunk": per_chunk, "n_chunks": n_chunks,
-        "n_tens": wg_tens, "k_norm": int(has_k_norm), "D": Dg, "tens": tens, **_strided("k", ks),
-        **_strided("v", vs), "n_wg": grid_x * wg_tens, "smooth_k": int(smooth_k),
-        "v_mode": REDUCE_V_NONE if pv16 else (REDUCE_V_SMOOTH if smooth_v else REDUCE_V_FP8), "varlen": varlen},
-        backend=backend)
-    quant = BoundLaunch(kernel_symbol("sage_prepare.quant", **keys), QUANT_ARGS, quant_grid(sh), WAVE, {
+    # pv fp16 without smooth_k needs no statistics: one item per head that only writes the fold's zeros
+    stats_x, wg_tens = (n_chunks, n_tens) if n_tens else (1, 1)
+    n_stats, n_items = stats_items(sh, stats_x, wg_tens), items(sh, stats_x, wg_tens)
+    prepare = BoundLaunch(kernel_symbol(PREPARE_OP, **keys), PREPARE_ARGS, (n_items, 1, 1), WAVE, {
         "q_mult": q_multiplier(chk.softmax_scale), "eps": eps, "S_q": sh.S_q, "S_kv": sh.S_kv, "H_q": H_q,
         "H_kv": H_kv, "S_q_pad": Sq, "S_kv_pad": Skv, "D": Dg, "q_norm": int(has_q_norm), "k_norm": int(has_k_norm),
         "pv_fp16": int(pv16), **_strided("q", qs), **_strided("k", ks), **_strided("v", vs), "varlen": varlen,
-        "rows_q": rows_q, "rows_kv": rows_kv}, backend=backend)
-    return PrepareRecipe(sh, stats, quant, n_chunks, pv16, smooth_k, smooth_v, (qe, ke, ve),
+        "rows_q": rows_q, "rows_kv": rows_kv, "tiles_per_chunk": per_chunk, "n_chunks": n_chunks,
+        "n_tens": wg_tens, "tens": tens, "n_wg": stats_x * wg_tens, "smooth_k": int(smooth_k),
+        "v_mode": REDUCE_V_NONE if pv16 else (REDUCE_V_SMOOTH if smooth_v else REDUCE_V_FP8), "stats_x": stats_x,
+        "n_stats": n_stats, "n_items": n_items, "B": B}, backend=backend)
+    return PrepareRecipe(sh, prepare, n_chunks, pv16, smooth_k, smooth_v, (qe, ke, ve),
                          norm_rope_rounding == "once", eps, chk.rope_dim, norm_rope_rounding, chk.softmax_scale)
 
 
@@ -198,16 +196,17 @@ def _placeholder(device: torch.device) -> torch.Tensor:
 
 def _counter_key(device: torch.device) -> tuple[torch.device, int]:
     """Counters are per device and per stream: launches on one stream run in order, launches on two streams of a
-    device may overlap, and two stats launches must never share a counter while both run."""
+    device may overlap, and two prepare launches must never share a counter while both run."""
     if device.type == "cuda":   # a ROCm torch names HIP devices "cuda"; one C call, no Stream object
         return device, torch._C._cuda_getCurrentRawStream(device.index)
     return device, 0
 
 
 def _counters(device: torch.device, n: int) -> torch.Tensor:
-    """The stats kernel's per-(b, K/V head) workgroup counters: >= n zeroed u32 (int32 here), allocated once per
-    (device, stream) (grown when a call needs more) and reused by every prepare there. Each launch leaves them 0
-    again (the last workgroup of a head stores 0), so the next launch in stream order finds them ready."""
+    """The kernel's counters, the ticket counter then one per (b, K/V head): >= n zeroed u32 (int32 here), allocated
+    once per (device, stream) (grown when a call needs more) and reused by every prepare there. Each launch leaves
+    them 0 again (the last ticket's workgroup and each head's last K/V tile store 0), so the next launch in stream
+    order finds them ready."""
     key = _counter_key(device)
     t = _counter_buffers.get(key)
     if t is None or t.numel() < n:
@@ -254,18 +253,14 @@ def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=No
     given = {"q_norm_w": q_norm_weight, "k_norm_w": k_norm_weight, "cos": cos, "sin": sin}
     tables = {n: t for n, t in given.items() if t is not None}
     absent = {n: placeholder for n, t in given.items() if t is None}
-    k_tables = {n: t for n, t in tables.items() if n != "q_norm_w"}    # stats reads K's: no q_norm_w field
-    k_absent = {n: t for n, t in absent.items() if n != "q_norm_w"}
-    for bound, tensors, fresh in (
-            (rec.stats, {"k": kf, "v": vf, **k_tables},
-             {**k_absent, "ksum_part": ksum_part, "vmax_part": vmax_part, "vmin_part": vmin_part,
-              "vsum_part": vsum_part, "k_mean": k_mean, "v_scale": v_scale, "v_inv": v_inv, "v_mean": v_mean,
-              "counter": _counters(dev, B * H_kv), "cu_seqlens_kv": placeholder}),
-            (rec.quant, {"q": qf, "k": kf, "v": vf, **tables},
-             {**absent, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale,
-              "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean, "cu_seqlens_q": placeholder,
-               "cu_seqlens_kv": placeholder})):
-        launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors, fresh), backend=bound.backend)
+    bound = rec.prepare
+    launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(
+        {"q": qf, "k": kf, "v": vf, **tables},
+        {**absent, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale,
+         "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean, "cu_seqlens_q": placeholder,
+         "cu_seqlens_kv": placeholder, "ksum_part": ksum_part, "vmax_part": vmax_part, "vmin_part": vmin_part,
+         "vsum_part": vsum_part, "v_scale": v_scale, "counter": _counters(dev, 1 + B * H_kv)}),
+        backend=bound.backend)
     lse_corr = None
     if rec.smooth_k:   # host side, in torch, from the original q (after the norm / RoPE spec the quant kernel applies)
         q0, w0, cos0, sin0 = lse_q
@@ -296,27 +291,36 @@ def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_
                    sin=sin)
 
 
-def quant_grid(sh: validate.Shapes) -> tuple[int, int, int]:
-    """Q tiles (head-major), then K tiles, then V tiles along x; batch along y."""
+def tiles(sh: validate.Shapes) -> int:
+    """The launch's Q, K and V tiles: B * (H_q * S_q_pad/32 + 2 * H_kv * S_kv_pad/32)."""
     tq, tkv = s_pad(sh.S_q) // SCALE_BLOCK, s_pad(sh.S_kv) // SCALE_BLOCK
-    return (sh.H_q * tq + 2 * sh.H_kv * tkv, sh.B, 1)
+    return sh.B * (sh.H_q * tq + 2 * sh.H_kv * tkv)
+
+
+def stats_items(sh: validate.Shapes, stats_x: int, n_tens: int) -> int:
+    """The stats items, the first tickets: stats_x chunks x H_kv heads x B batches x n_tens statistics."""
+    return stats_x * sh.H_kv * sh.B * n_tens
+
+
+def items(sh: validate.Shapes, stats_x: int, n_tens: int) -> int:
+    """The launch's work items = its workgroups (a 1-D grid): the stats items, then the tiles."""
+    return stats_items(sh, stats_x, n_tens) + tiles(sh)
 
 
 def check_launch_limits(sh: validate.Shapes) -> None:
-    """The grids fit the HIP limits (docs/rdna4.md §HIP runtime: x < 2^31, y and z <= 65536) and every index the kernels
-    compute in 32 bits stays below 2^31. Raised before any launch, naming q."""
-    if sh.B * 2 > 65536 or sh.H_kv > 65536:
-        raise ValueError(f"q: B = {sh.B} and H_kv = {sh.H_kv} exceed the launch grid (need 2 * B <= 65536 and "
-                         f"H_kv <= 65536)")
-    if max(s_pad(sh.S_q), s_pad(sh.S_kv)) >= 2 ** 31 or quant_grid(sh)[0] >= 2 ** 31:
-        raise ValueError(f"q: S_q = {sh.S_q}, S_kv = {sh.S_kv} with {sh.H_q} heads are too long for the prepare "
-                         f"launch (S_pad and heads * S_pad / 32 must stay below 2^31)")
+    """The grid fits the HIP limit (docs/rdna4.md §HIP runtime: x < 2^31) and every index the kernel computes in 32
+    bits stays below 2^31. Raised before any launch, naming q."""
+    n_max = items(sh, MAX_CHUNKS, 3)   # the most stats items any call of this shape can have
+    if max(s_pad(sh.S_q), s_pad(sh.S_kv)) >= 2 ** 31 or n_max >= 2 ** 31:
+        raise ValueError(f"q: B = {sh.B}, S_q = {sh.S_q}, S_kv = {sh.S_kv} with {sh.H_q} query / {sh.H_kv} K/V "
+                         f"heads are too large for the prepare launch ({n_max} work items; S_pad and the items "
+                         f"must stay below 2^31)")
 
 
 def execute_varlen(rec: PrepareRecipe, q, k, v, cu_seqlens_q, cu_seqlens_kv, *, total_q: int, max_seqlen_q: int,
                    max_seqlen_kv: int, q_norm_weight=None, k_norm_weight=None) -> PackedPrepared:
     """Run a packed recipe (recipe(packed=...)) on q [total_q, H_q, D], k/v [total_kv, H_kv, D] with int32
-    cu_seqlens on their device: the same two launches as execute, no read of cu_seqlens on the host (docs/numerics.md
+    cu_seqlens on their device: the same one launch as execute, no read of cu_seqlens on the host (docs/numerics.md
     §Varlen). Rows of the packed outputs between two sequences' padded rows are never written nor read."""
     if rec.pv16:
         validate.check_v_fp16_range(v, "fp16")
@@ -348,18 +352,14 @@ def execute_varlen(rec: PrepareRecipe, q, k, v, cu_seqlens_q, cu_seqlens_kv, *, 
     tables = {n: t for n, t in given.items() if t is not None}
     absent = {n: placeholder for n, t in given.items() if t is None}
     absent.update(cos=placeholder, sin=placeholder)
-    k_tables = {n: t for n, t in tables.items() if n != "q_norm_w"}    # stats reads K's: no q_norm_w field
-    k_absent = {n: t for n, t in absent.items() if n != "q_norm_w"}
-    for bound, tensors, fresh in (
-            (rec.stats, {"k": kf, "v": vf, "cu_seqlens_kv": cu_seqlens_kv, **k_tables},
-             {**k_absent, "ksum_part": ksum_part, "vmax_part": vmax_part, "vmin_part": vmin_part,
-              "vsum_part": vsum_part, "k_mean": k_mean, "v_scale": v_scale, "v_inv": v_inv, "v_mean": v_mean,
-              "counter": _counters(dev, B * H_kv)}),
-            (rec.quant, {"q": qf, "k": kf, "v": vf, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_kv": cu_seqlens_kv,
-                         **tables},
-             {**absent, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale,
-              "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean})):
-        launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors, fresh), backend=bound.backend)
+    bound = rec.prepare
+    launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(
+        {"q": qf, "k": kf, "v": vf, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_kv": cu_seqlens_kv, **tables},
+        {**absent, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale,
+         "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean, "ksum_part": ksum_part, "vmax_part": vmax_part,
+         "vmin_part": vmin_part, "vsum_part": vsum_part, "v_scale": v_scale,
+         "counter": _counters(dev, 1 + B * H_kv)}),
+        backend=bound.backend)
     lse_corr = None
     if rec.smooth_k:   # per token, with its own sequence's k_mean (the sequence index found on the device)
         qn = norm_rope(q[None], q_norm_weight, rec.eps, None, None, None, rec.norm_rope_rounding)[0]

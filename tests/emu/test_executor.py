@@ -45,6 +45,11 @@ def test_wmma_iu8_min_matches_numpy_and_buffer_oob_reads_zero(wmma_min):
     C = get(dev, c, np.int32, 256).reshape(16, 16)
     np.testing.assert_array_equal(C, A.astype(np.int32) @ B.astype(np.int32))
     assert stats["WMMA"] == 1 and stats["waves"] == 1
+    # straight-line code, one wave: every instruction from the entry to s_endpgm ran once (Stats.exec_counts, by
+    # byte offset in .text; the instructions after s_endpgm, s_code_end padding, never run)
+    prog = mod._programs["wmma_iu8_min"]
+    end = next(n for n, i in enumerate(prog.insts) if i.name == "s_endpgm")
+    assert stats.exec_counts == {i.offset: 1 for i in prog.insts[:end + 1]}
     # a_bytes = 100: the V# NUM_RECORDS range check zeroes every 8-byte A fragment with offset + 8 > 100
     mod.launch("wmma_iu8_min", (1, 1, 1), (32, 1, 1), struct.pack("<QQQI", a, bt, c, 100))
     A2 = A.astype(np.int32).copy()
@@ -113,8 +118,18 @@ def test_divergent_branches_and_loops(hip):
     nwg = 6
     x = np.random.default_rng(3).integers(0, 2 ** 32, nwg * 64, dtype=np.uint32)
     out = dev.alloc(4 * nwg * 64)
-    mod.launch("diverge", (nwg, 1, 1), (64, 1, 1), struct.pack("<QQ", out, put(dev, x)))
+    stats = mod.launch("diverge", (nwg, 1, 1), (64, 1, 1), struct.pack("<QQ", out, put(dev, x)))
     np.testing.assert_array_equal(get(dev, out, np.uint32, nwg * 64), _diverge_ref(x, nwg))
+    # per-instruction counts (Stats.exec_counts) add up to the class counts; the loops ran some instructions more
+    # often than the 12 waves, the branches skipped others for some waves
+    prog = mod._programs["diverge"]
+    cls = {i.offset: c for i, c in zip(prog.insts, prog.cls)}
+    by_class = {c: 0 for c in set(prog.cls)}
+    for off, n in stats.exec_counts.items():
+        by_class[cls[off]] += n
+    assert all(stats[c] == n for c, n in by_class.items())
+    assert sum(stats.exec_counts.values()) == stats["wave_instructions"]
+    assert max(stats.exec_counts.values()) > 12 > min(stats.exec_counts.values())
 
 
 def test_lds_barrier_block_sum_8_waves(hip):

@@ -61,12 +61,12 @@ def norm_rope(S, rope_dim, D=128, dtype="bf16"):
 
 
 def prepare_families():
-    """{(head_dim, in_dtype): sorted rope_dims} of the shipped prepare stats kernels (manifest key columns; a
+    """{(head_dim, in_dtype): sorted rope_dims} of the shipped prepare kernels (manifest key columns; a
     manifest without them ships head_dim 128, bf16 only)."""
     from sage_co import registry
     fams: dict = {}
     for k in registry.kernels():
-        if k.op == "sage_prepare.stats":
+        if k.op == "sage_prepare":
             key = (k.key("head_dim") or 128, k.key("in_dtype") or "bf16")
             fams.setdefault(key, set()).add(k.key("rope_dim") or 0)
     return {key: sorted(v) for key, v in sorted(fams.items())}
@@ -384,12 +384,12 @@ def bound_scenario(tmp: Path) -> dict:
     from sage_co import abi, launch, registry
     be = hip_backend()
     launch.use_backend("hip", be)
-    struct_ = abi.PREPARE_STATS_ARGS
+    struct_ = abi.PREPARE_ARGS
     symbol = next(k.symbol for k in registry.kernels() if k.op == struct_.name)
     scalars = {f.name: 1.0 if f.kind == "f32" else 3 for f in struct_.fields if f.kind != "ptr"}
     pointers = [f.name for f in struct_.fields if f.kind == "ptr"]
     bufs = {n: torch.zeros(64, dtype=torch.float32) for n in pointers}
-    grid, block = (1, 2, 1), (32, 1, 1)     # the stats kernel is one wave32 per workgroup
+    grid, block = (2, 1, 1), (32, 1, 1)     # the prepare kernel is one wave32 per workgroup, a 1-D grid
     bound = launch.BoundLaunch(symbol, struct_, grid, block, scalars, backend="hip")
     stub.clear()
     with launch.recording() as records:
@@ -406,7 +406,7 @@ def bound_scenario(tmp: Path) -> dict:
             ("strided", {**bufs, first: torch.zeros(64, 2)[:, 0]}, None),
             ("misaligned_fresh", {}, {**bufs, first: torch.zeros(65)[1:]}),
             ("missing", {n: bufs[n] for n in pointers[1:]}, None),
-            ("scalar_as_tensor", {**bufs, "H": torch.zeros(4)}, None)):
+            ("scalar_as_tensor", {**bufs, "H_kv": torch.zeros(4)}, None)):
         try:
             launch.launch(symbol, struct_, bound.grid, bound.block, bound.args(tensors, fresh), backend="hip")
             errors[name] = None

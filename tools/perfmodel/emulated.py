@@ -68,8 +68,10 @@ def attention_stats(variant: str, S: int, pv_dtype: str = "fp8") -> dict:
     return launch(attention_symbol(variant, pv_dtype=pv_dtype), struct, grid, abi.ATTENTION_BLOCK, args, backend="emu")
 
 
-def emulator_mix(km: KernelModel, variant: str, seqs=EMU_SEQ, pv_dtype: str = "fp8") -> Mix:
-    """Run the variant on the emulator at two sequence lengths; raises when the emulator cannot run it."""
+def emulator_mix(km: KernelModel, variant: str, seqs=EMU_SEQ, pv_dtype: str = "fp8") -> tuple[Mix, frozenset[int]]:
+    """Run the variant on the emulator at two sequence lengths: (steady-state mix per 64-key tile, the addresses
+    either run executed: KernelModel.executed, which keeps the simulator's loop paths to the blocks that ran).
+    Raises when the emulator cannot run it."""
     runs = []
     for S in seqs:
         if S % PAD:
@@ -79,7 +81,8 @@ def emulator_mix(km: KernelModel, variant: str, seqs=EMU_SEQ, pv_dtype: str = "f
     # per 64-key tile (the emulator counts whole iterations; S is a multiple of keys_per_iter in both runs)
     if s0 % km.keys_per_iter or s1 % km.keys_per_iter:
         raise ValueError(f"emulator sequence lengths must be multiples of {km.keys_per_iter} keys per iteration")
-    return mix_from_stats(st0, st1, s0 / KEY_TILE, s1 / KEY_TILE, st0["waves"], st1["waves"], km.static)
+    executed = frozenset(km.text_addr + off for st in (st0, st1) for off in st.exec_counts)
+    return mix_from_stats(st0, st1, s0 / KEY_TILE, s1 / KEY_TILE, st0["waves"], st1["waves"], km.static), executed
 
 
 # ------------------------------------------------------------------------------------------- one workgroup
@@ -288,8 +291,8 @@ def emulate_workgroup(path: Path, symbol: str, block: int, args: dict, text_addr
     with _observe_lds(record):
         stats = mod.launch(symbol, grid=(1, 1, 1), block=(block, 1, 1), kernargs=kernargs,
                            **({"dynamic_lds": dynamic_lds} if dynamic_lds else {}))
-    prog = mod._programs[symbol]                        # per-PC wave-instruction counts of this launch
-    counts = {text_addr + i.offset: int(prog.exec_count[n]) for n, i in enumerate(prog.insts) if prog.exec_count[n]}
+    counts = {text_addr + off: n for off, n in stats.exec_counts.items()}     # objdump numbering
+    prog = mod._programs[symbol]                        # the instruction list the LDS observer's PC indices index
     # a 2addr access calls the address function once per address: passes per wave-execution add up
     execs = {text_addr + prog.insts[pc].offset: counts.get(text_addr + prog.insts[pc].offset, 0) for pc in passes}
     lds = {text_addr + prog.insts[pc].offset: tot / max(1, execs[text_addr + prog.insts[pc].offset])

@@ -25,7 +25,7 @@ def pv_costs(shape=SHAPE, seqs=EMU_SEQ, variants=("hip", "asm")) -> list[dict]:
         for pv in PV_DTYPES:
             symbol = attention_symbol(variant, pv_dtype=pv)
             km = analyze(variant, paths[variant], symbol)
-            km.mix = emulator_mix(km, variant, seqs, pv_dtype=pv)
+            km.mix, km.executed = emulator_mix(km, variant, seqs, pv_dtype=pv)
             cost = tile_cost(km.mix, km.waves)
             sim = simulate_kernel(km)
             issue = model_shape(km, B, H, S)

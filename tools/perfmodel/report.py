@@ -37,7 +37,7 @@ def load_kernels(static_only: bool, asm_co: Path | None, seqs=EMU_SEQ):
             km.notes.append("static counts: --asm-co code object is not launched through the op registry")
         else:
             try:
-                km.mix = emulator_mix(km, variant, seqs)
+                km.mix, km.executed = emulator_mix(km, variant, seqs)
             except Exception as e:    # the fallback the model promises: say why and use static counts
                 km.notes.append(f"static counts: emulator run failed ({type(e).__name__}: {e})")
         out.append((variant, km, ""))

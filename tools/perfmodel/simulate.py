@@ -407,11 +407,13 @@ def simulate(ops: list[Op], waves: int, iterations: int = 12, lat: Latencies = L
 def steady_paths(km: "KernelModel", iterations: int) -> tuple[list[list[Inst]], list[int], str]:
     """The loop paths the simulator runs and their order: with dynamic counts, iteration k takes the path that
     keeps the running class counts nearest k x the emulator's steady-state mix (error diffusion), so
-    data-dependent blocks (the O rescale) run as often as in the emulator; with static counts the longest path."""
+    data-dependent blocks (the O rescale) run as often as in the emulator, over the paths through the instructions
+    the emulator executed (km.executed: the attn_mask/varlen blocks a run never takes stay out, else their
+    combinations pass iteration_paths' limit); with static counts the longest path."""
     if km.mix is km.static:
         path, _ = longest_iteration(km.insts, km.loop)
         return [path], [0], "longest path every iteration (static counts)"
-    paths = iteration_paths(km.insts, km.loop)
+    paths = iteration_paths(km.insts, km.loop, executed=km.executed)
     target = {c: v * km.tiles_per_iter for c, v in km.mix.counts().items()}
     used, order = diffuse_paths(paths, target, iterations)
     desc = ", ".join(f"{len(p)} insts x {order.count(i)}" for i, p in enumerate(used))

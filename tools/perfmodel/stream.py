@@ -193,7 +193,9 @@ def iteration_paths(insts: list[Inst], loop: Loop, limit: int = 4096, executed=N
                     if m == "s_branch":
                         k = index[t]
                         continue
-                    walk(index[t], acc)
+                    # with `executed`, a branch over blocks that never ran lands on its fall-through: one path
+                    if index[t] != k + 1:
+                        walk(index[t], acc)
             if m in ("s_endpgm", "s_setpc_b64") or k + 1 >= len(body):
                 return
             k += 1
@@ -221,6 +223,9 @@ class KernelModel:
     private_bytes: int = 0          # scratch per work-item (descriptor private_segment_fixed_size)
     head_dim: int = HEAD_DIM        # D_pad of an attention kernel (the WMMA work per key is 4 x 16 x head_dim)
     text_addr: int = 0              # address of .text (the emulator counts byte offsets from it)
+    # addresses an emulated run executed (emulated.emulator_mix, with km.mix), None with static counts: the
+    # simulator's loop paths keep to them (the attn_mask/varlen blocks a run never takes would multiply the paths)
+    executed: frozenset[int] | None = None
 
     @property
     def waves_vgpr(self) -> int:
