@@ -215,6 +215,35 @@ def test_head_dim_256_plain_and_smooth_v(dtype):
     _same_bits("v_t", out.v_t, v_t)
     _same_bits("v_scale", out.v_scale, v_scale)
 
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_head_dim_256_non_finite_and_tiny_blocks(dtype):
+    """D = 200: NaN / inf in either half of a row decide the whole block (the block max is taken over both halves
+    before either is quantized), a block of tiny values takes the inv = inf path, a V channel in the second half
+    with inf or NaN; every other block is finite and bitwise as the reference."""
+    B, S, H, D = 2, 100, 2, 200
+    q, k, v = _qkv(B, S, H, seed=7, D=D, dtype=dtype)
+    nan, inf = float("nan"), float("inf")
+    q[0, 5, 1, 170] = nan       # Q block (b0, h1, blk0): NaN in half 1
+    q[1, 40, 0, 3] = -inf       # Q block (b1, h0, blk1): inf in half 0
+    k[0, 70, 0, 190] = inf      # K block (b0, h0, blk2): inf in half 1
+    k[1, 99, 1, 0] = nan        # K block (b1, h1, blk3), the partial last block
+    q[1, 64:96, 1] = q[1, 64:96, 1] * 1e-40 if dtype == torch.float32 else q[1, 64:96, 1] * 0
+    q[1, 70, 1, 150] = 2e-45 if dtype == torch.float32 else 1e-38   # tiny amax: 127 / amax = inf
+    v[0, 3, 0, 180] = -inf      # V channel (b0, h0, 180): inf
+    v[1, 50, 1, 140] = nan      # V channel (b1, h1, 140): NaN
+    out = check(q, k, v)
+    assert torch.isnan(out.q_scale[0, 1, 0]) and not out.q_int8[0, 1, :32].any()
+    assert out.q_scale[1, 0, 1] == inf and not out.q_int8[1, 0, 32:64].any()
+    assert out.k_scale[0, 0, 2] == inf and not out.k_int8[0, 0, 64:96].any()
+    assert torch.isnan(out.k_scale[1, 1, 3]) and not out.k_int8[1, 1, 96:128].any()
+    tiny = out.q_int8[1, 1, 64:96, :D]   # the tiny block: inv = inf, so every nonzero x is +-127
+    assert set(tiny.unique().tolist()) <= {-127, 0, 127} and bool((tiny == 127).any()), tiny.unique()
+    fp8 = out.v_t.view(torch.uint8)
+    assert out.v_scale[0, 0, 180] == inf and fp8[0, 0, 180, 3] == 0x7F
+    assert torch.isnan(out.v_scale[1, 1, 140]) and bool((fp8[1, 1, 140, :S] == 0x7F).all())
+    assert not fp8[..., S:].any()
+
 # ---------------------------------------------------------------------------------------------- special values
 @pytest.mark.parametrize("smooth_k", [False, True])
 def test_all_zero(smooth_k):
