@@ -15,7 +15,8 @@
 //
 // One launch (sage_co/ops/prepare.py; issue 28: it was two), gfx1201_sage_prepare_*, one symbol per (D_PAD, dtype,
 // RoPE width, norm/RoPE rounding): suffix _d64/_d128/_d256, _bf16/_fp16/_fp32, then _rope32.._rope128 (none = no
-// RoPE; D_PAD 64 has rope 32 and 64 only, 256 the same five widths as 128), then _once for norm_rope_rounding "once" (none = "per_op"; ROUND_* below).
+// RoPE; D_PAD 64 has rope 32 and 64 only, 256 the same five widths as 128), then _once for norm_rope_rounding
+// "once" (none = "per_op"; ROUND_* below).
 // A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps every 16-bit kernel at
 // <= 212 VGPRs, no scratch. fp32 (rows of D_PAD dwords, up to 256 VGPRs, no scratch) needs more care, see
 // sum_sq_tree, sum_sq_lanes8, rope_once, rms_norm, quant_qk, load_v_pass and stats_v32.
@@ -352,8 +353,8 @@ INLINE float sum_sq_lanes8(const u32 (&row)[WORDS(DT, DP)], u32 D) {
 }
 
 // The same pointer, opaque to the compiler (an SGPR pair through an empty volatile asm): loads through it are not
-// merged with other loads of the same memory, so a value loaded twice (the streamed norm sum, a half computed twice
-// in fp32 quant at D_PAD 256) is really loaded again instead of kept live.
+// merged with other loads of the same memory, so a row loaded twice (D_PAD 256: the streamed norm sum, then the
+// halves) is really loaded again instead of kept live.
 template <typename T>
 INLINE T* launder(T* p) {
   __asm__ volatile("" : "+s"(p));
@@ -513,7 +514,7 @@ INLINE void norm_rope_row(u32 (&row)[WORDS(DT, DP)], int norm, const u16* __rest
 
 // ------------------------------------------------------------------------------------------------ D_PAD 256
 // At D_PAD 256 a token row is 128 VGPRs packed (16-bit) or 256 (fp32: the whole register file), and the D_PAD <= 128
-// code keeps a float per channel next to it (quant_qk's x[]): instantiated at 256 every symbol spilled (140-750
+// code keeps a float per channel next to it (quant_qk's x[]): instantiated at 256 every symbol spilled (140-2300
 // bytes of scratch per lane with clang 22). There the row goes in two halves of 128 channels (half 0: channels
 // 0..127, half 1: 128..255), each packed like a D_PAD 128 row; D > 128 at D_PAD 256, so half 1 has n16 - 16 >= 1
 // real groups. RoPE is at most 128 channels wide (sage_co/abi.py PREPARE_ROPE_DIMS): the rotate-half partners i and
@@ -662,8 +663,8 @@ INLINE u32 sortable16x2(u32 p) { return p ^ (((p & 0x80008000u) >> 15) * 0x7fffu
 // vmax_part and vmin_part: the reduce pass needs max |v - v_mean|, and fp32 subtraction of one v_mean is monotone
 // in v, so that maximum sits at max v or min v (docs/numerics.md §smooth_v).
 typedef short s16x2 __attribute__((ext_vector_type(2)));
-// D_PAD 256 (TPL = 32 tokens per lane) goes through its V in V_PARTS = 2 token parts of 16 (stats_v_part, quant_v_part):
-// 32 tokens of 16-bit V are 128 VGPRs, which made the one-launch kernel's stats paths spill.
+// D_PAD 256 (TPL = 32 tokens per lane) goes through its V in V_PARTS = 2 token parts of 16 (stats_v_part,
+// quant_v_part): 32 tokens of 16-bit V are 128 VGPRs, which made the one-launch kernel's stats paths spill.
 #define V_PARTS(DP) ((DP) == 256 ? 2 : 1)
 // TPL / V_PARTS(DP) tokens from token t0 into the lane's maxima (stats_v)
 template <int DT, int DP, bool SIGNED>
