@@ -21,12 +21,12 @@ PAD = 64                  # S is padded to a multiple of the attention kernel's 
 HEAD_DIM = 128            # the D_pad of D in 65..128 (the model's reference head dim)
 HEAD_DIMS_NATIVE = (64, 128, 256)   # D_pad: the padded head dims of the layout (manifest key column head_dim)
 HEAD_DIM_MAX = HEAD_DIMS_NATIVE[-1]   # the largest D; every D in 1..HEAD_DIM_MAX is zero-padded to d_pad(D)
-# Which D_pad each kernel family is built for (docs/performance.md §Head dim 256): the HIP attention kernel and the
-# prepare kernels at every D_pad (prepare at 256 goes through the row in two 128-channel halves: no scratch); the asm
-# generator not yet at 256; pv_dtype fp16 not at 256 (the HIP kernel's f16 V^T staging spills at D_pad 256: 220
-# B/lane of scratch with clang 22).
+# Which D_pad each kernel family is built for (docs/performance.md §Head dim 256): both attention kernels (HIP and
+# asm) and the prepare kernels at every D_pad (prepare at 256 goes through the row in two 128-channel halves: no
+# scratch); pv_dtype fp16 not at 256 (the HIP kernel's f16 V^T staging spills at D_pad 256: 220 B/lane of scratch
+# with clang 22).
 ATTENTION_HIP_HEAD_DIMS = HEAD_DIMS_NATIVE
-ATTENTION_ASM_HEAD_DIMS = (64, 128)
+ATTENTION_ASM_HEAD_DIMS = HEAD_DIMS_NATIVE
 PV16_HEAD_DIMS = (64, 128)
 PREPARE_HEAD_DIMS = HEAD_DIMS_NATIVE
 # The prepare kernels read q/k/v rows in 16-byte groups of HEAD_DIM_GRANULE bf16/fp16 channels and the attention

@@ -96,7 +96,7 @@ def test_descriptor_and_metadata():
 
 def test_generator_is_a_family_without_import_time_state():
     import gen_sage_attention_asm as gen
-    cfg = gen.FAMILY[0]
+    cfg = next(c for c in gen.FAMILY if c.head_dim == 128)
     first = gen.build(cfg)
     assert gen.build(cfg) == first          # registers are allocated per build, not at import
     for src in [ROOT / "asm_src" / "gen_sage_attention_asm.py", *(ROOT / "asm_src" / "sage_attention_asm").glob("*.py")]:
@@ -104,6 +104,11 @@ def test_generator_is_a_family_without_import_time_state():
     k = gen.AttentionKernel(cfg)
     assert k.NUM_VGPRS <= gen.VGPR_LIMIT and k.LDS_BYTES == 2 * (k.K_TILE_BYTES + k.V_TILE_BYTES)
     assert f"s_lshl_b32 {k.s_koff[0]}, {k.s_L2}, {gen.log2(k.K_TILE_BYTES)}" in first   # K of LUT entry L[min(t+2, last)]
+    # head dim 256 (docs/performance.md §Head dim 256): 2 K tiles + ONE V^T tile + the Q^T tile in LDS, K of L[t+1]
+    wide = gen.AttentionKernel(next(c for c in gen.FAMILY if c.head_dim == 256))
+    text = gen.build(wide.cfg)
+    assert wide.NUM_VGPRS <= gen.VGPR_LIMIT and wide.LDS_BYTES == 2 * wide.K_TILE_BYTES + wide.V_TILE_BYTES + 16 * 1024
+    assert f"s_lshl_b32 {wide.s_koff[0]}, {wide.s_L1}, {gen.log2(wide.K_TILE_BYTES)}" in text
     with pytest.raises(ValueError):
         gen.log2(96)
 

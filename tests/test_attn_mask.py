@@ -75,6 +75,8 @@ CASES = [
     ("keypad-holes-causal", 2, 100, 150, 2, 1, 64, "bf16", "fp8", True, _key_pad_holes),
     ("heads-bf16-additive", 2, 65, 65, 2, 2, 80, "bf16", "fp8", False, _heads_only),
     ("2d-causal", 1, 150, 100, 2, 2, 64, "fp16", "fp8", True, _two_d),
+    ("additive-gqa-d256", 2, 77, 131, 4, 2, 256, "fp16", "fp8", False, _additive),   # D_pad 256
+    ("bool-causal-d160", 2, 70, 150, 2, 2, 160, "bf16", "fp8", True, _bool_general),
 ]
 
 
@@ -233,13 +235,14 @@ def test_modeled_mask_costs():
         assert rows[f"key padding{L}"]["vs_unmasked"] <= 1.03
 
 
+@pytest.mark.parametrize("D", [64, 256])   # 256: the D_pad 256 asm kernel's own loop body
 @pytest.mark.parametrize("kind", ["bool", "additive"])
-def test_exact_form_with_mask(kind):
+def test_exact_form_with_mask(kind, D):
     """A zero query block (q_scale = 0, so qk = 0: the exact exp2 form, where (-inf) * 0 would be NaN) under a
     partial / additive mask, with causal: hidden keys stay hidden (the bits are applied again), both kernels
     bitwise, the model's bounds; the zero rows average their visible keys."""
     B, S_q, S_kv, H = 1, 100, 77, 2
-    q, k, v = make_inputs(B, S_q, S_kv, H, 1, 64, "bf16", "NHD", "randn", seed=11)
+    q, k, v = make_inputs(B, S_q, S_kv, H, 1, D, "bf16", "NHD", "randn", seed=11)
     q[:, 32:64] = 0
     g = torch.Generator().manual_seed(12)
     vis = torch.rand(B, H, S_q, S_kv, generator=g) < 0.7

@@ -160,7 +160,7 @@ def test_plan_memo_keys_floats_by_their_bits():
     def eps_of(eps):
         o = callspec.SAGE_ATTENTION.bind({"eps": eps, "backend": "emu"})
         o["softmax_scale"] = None
-        return plan.plan_call(callspec.SAGE_ATTENTION, (q, q, q), o).prepare.quant
+        return plan.plan_call(callspec.SAGE_ATTENTION, (q, q, q), o).prepare.prepare
     first = eps_of(0.0)
     assert eps_of(0.0) is first                           # the memo hit: the same bound launch
     negative = eps_of(-0.0)

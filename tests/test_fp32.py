@@ -153,6 +153,7 @@ ATT_CASES = [
     (2, 77, 45, 4, 2, 64, "NHD", True, False, "fp8"),
     (2, 33, 100, 4, 1, 128, "HND", False, True, "fp8"),
     (2, 70, 70, 2, 2, 80, "NHD", False, False, "fp16"),
+    (2, 70, 150, 2, 1, 200, "NHD", True, True, "fp8"),   # D_pad 256
 ]
 ATT_IDS = [f"B{c[0]}-Sq{c[1]}-Skv{c[2]}-H{c[3]}/{c[4]}-D{c[5]}-{c[6]}{'-causal' if c[7] else ''}"
            f"{'-smooth_k' if c[8] else ''}-pv{c[9]}" for c in ATT_CASES]

@@ -110,48 +110,83 @@ def test_head_dim_limits_name_the_argument():
 
 
 def test_every_padded_head_dim_has_an_attention_kernel():
-    """Each D_pad has the HIP attention kernel (fp8 P.V); the asm family stops at 128 (docs/performance.md
-    §Head dim 256); the registry is what the plan looks up."""
+    """Each D_pad has both attention kernels (fp8 P.V), HIP and asm (docs/performance.md §Head dim 256), and the
+    default (no variant) is the asm one; the registry is what the plan looks up."""
     for Dp in abi.HEAD_DIMS_NATIVE:
         for dtype in abi.OUT_DTYPES:
-            registry.find(abi.ATTENTION_OP, "hip", head_dim=Dp, out_dtype=dtype, pv_dtype="fp8")
-    assert set(abi.ATTENTION_ASM_HEAD_DIMS) == {64, 128} and 256 in abi.ATTENTION_HIP_HEAD_DIMS
+            for variant in ("hip", "asm"):
+                registry.find(abi.ATTENTION_OP, variant, head_dim=Dp, out_dtype=dtype, pv_dtype="fp8")
+            assert registry.find(abi.ATTENTION_OP, head_dim=Dp, out_dtype=dtype, pv_dtype="fp8").variant == "asm"
+    assert set(abi.ATTENTION_ASM_HEAD_DIMS) == set(abi.ATTENTION_HIP_HEAD_DIMS) == set(abi.HEAD_DIMS_NATIVE)
 
 
-# D_pad 256 (D in 129..256): the HIP kernel on sage_co.reference.sage_prepare's structure (bitwise the spec)
+# D_pad 256 (D in 129..256): both kernels on sage_co.reference.sage_prepare's structure (bitwise the spec), asm ==
+# HIP bit for bit (out and lse); the default kernel there is the asm one
 WIDE_DIMS = [(136, "bf16", True), (160, "fp16", False), (200, "bf16", False), (256, "fp16", True)]
 
 
 @pytest.mark.parametrize("case", WIDE_DIMS, ids=[f"D{c[0]}-{c[1]}{'-causal' if c[2] else ''}" for c in WIDE_DIMS])
-def test_wide_head_dims_hip_kernel(case):
+def test_wide_head_dims_both_kernels(case):
     D, dtype, is_causal = case
     q, k, v = _inputs(D, dtype, seed=2)
     pr = reference.sage_prepare(q, k, v)
     assert pr.q_int8.shape[-1] == 256 and pr.head_dim == D
     model, model_lse = reference.sage_attention_model(pr, return_lse=True, is_causal=is_causal)
     rec = attention_ops.plan_forward(pr, return_lse=True, backend="emu", is_causal=is_causal)
-    assert rec.kernel.variant == "hip" and rec.kernel.symbol.endswith(f"_d256_{dtype}")   # the default at D > 128
-    out, buf, lse = _guarded_attention(pr, None, is_causal)
-    assert bool((buf[..., D:].view(torch.int16) == SENTINEL).all()), f"the epilogue wrote past channel {D - 1}"
-    assert rel_l2(out, model) <= MODEL_REL_L2
-    assert (out.float() - model.float()).abs().max().item() <= MODEL_MAX_ABS * model.float().abs().max().item()
-    assert (out != model).float().mean().item() <= MODEL_MAX_DIFFERENT
-    fin = torch.isfinite(model_lse)
-    assert torch.equal(fin, torch.isfinite(lse))
-    assert torch.allclose(lse[fin], model_lse[fin], rtol=1e-4, atol=0)
+    assert rec.kernel.variant == "asm" and rec.kernel.symbol.endswith(f"_asm_d256_{dtype}")   # the default at D > 128
+    results = {}
+    for variant in ("hip", "asm"):
+        out, buf, lse = _guarded_attention(pr, variant, is_causal)
+        assert bool((buf[..., D:].view(torch.int16) == SENTINEL).all()), \
+            f"{variant}: the epilogue wrote past channel {D - 1}"
+        assert rel_l2(out, model) <= MODEL_REL_L2
+        assert (out.float() - model.float()).abs().max().item() <= MODEL_MAX_ABS * model.float().abs().max().item()
+        assert (out != model).float().mean().item() <= MODEL_MAX_DIFFERENT
+        fin = torch.isfinite(model_lse)
+        assert torch.equal(fin, torch.isfinite(lse))
+        assert torch.allclose(lse[fin], model_lse[fin], rtol=1e-4, atol=0)
+        results[variant] = (out.view(torch.int16), lse.view(torch.int32))
+    assert torch.equal(results["hip"][0], results["asm"][0])
+    assert torch.equal(results["hip"][1], results["asm"][1])
+
+
+# The asm D_pad 256 kernel against the HIP one, bit for bit, over the key loop's shapes: several key tiles (both
+# parities of the x2-unrolled loop and both peeled last tiles), lengths that are not multiples of 64 (a tail tile,
+# padded query rows), B = 2, GQA, causal (diagonal tiles), smooth_k (the lse's q.k_mean term reads Q^T back from LDS)
+# and both 16-bit outputs: (B, S_q, S_kv, H_q, H_kv, D, dtype, is_causal, smooth_k)
+WIDE_LOOP = [(2, 77, 333, 4, 2, 160, "bf16", True, True), (2, 130, 200, 2, 2, 256, "fp16", False, False),
+             (2, 200, 141, 4, 1, 256, "bf16", True, False), (2, 65, 259, 2, 1, 200, "fp16", True, True)]
+
+
+@pytest.mark.parametrize("case", WIDE_LOOP, ids=[f"B{c[0]}-Sq{c[1]}-Skv{c[2]}-H{c[3]}/{c[4]}-D{c[5]}-{c[6]}"
+                                                 f"{'-causal' if c[7] else ''}{'-smooth_k' if c[8] else ''}"
+                                                 for c in WIDE_LOOP])
+def test_wide_head_dims_asm_is_hip_bitwise(case):
+    B, S_q, S_kv, H_q, H_kv, D, dtype, is_causal, smooth_k = case
+    g = torch.Generator().manual_seed(S_q + S_kv + D)
+    q = torch.randn(B, S_q, H_q, D, generator=g).to(DTYPES[dtype])
+    k = (torch.randn(B, S_kv, H_kv, D, generator=g) + 2 * torch.randn(1, 1, H_kv, D, generator=g)).to(DTYPES[dtype])
+    v = torch.randn(B, S_kv, H_kv, D, generator=g).to(DTYPES[dtype])
+    pr = reference.sage_prepare(q, k, v, smooth_k=smooth_k)
+    res = {var: attention_ops.run_attention_fwd(pr, return_lse=True, backend="emu", variant=var, is_causal=is_causal)
+           for var in ("hip", "asm")}
+    (ao, al), (ho, hl) = res["asm"], res["hip"]
+    diff = (ao.view(torch.int16) != ho.view(torch.int16)).sum().item()
+    assert diff == 0, f"{diff} of {ao.numel()} outputs differ from the HIP kernel"
+    assert torch.equal(al.view(torch.int32), hl.view(torch.int32))
+    model = reference.sage_attention_model(pr, is_causal=is_causal)
+    assert rel_l2(ao, model) <= MODEL_REL_L2
 
 
 def test_wide_head_dims_refusals_name_the_argument():
     q, k, v = _inputs(160, "bf16")
-    pr = reference.sage_prepare(q, k, v)
-    with pytest.raises(ValueError, match="kernel: the \"asm\" attention kernels are built for head dims up to 128"):
-        attention_ops.run_attention_fwd(pr, backend="emu", variant="asm")
     pr16 = reference.sage_prepare(q, k, v, pv_dtype="fp16")
     with pytest.raises(ValueError, match="pv_dtype: \"fp16\" is built for head dims up to 128, got D = 160"):
         attention_ops.run_attention_fwd(pr16, backend="emu")
-    # the prepare kernels are built at D_pad 256 (issue 30): a kernel prepare of D = 160 plans the HIP attention kernel
+    # the prepare kernels are built at D_pad 256 (issue 30): a kernel prepare of D = 160 plans the default (asm)
+    # attention kernel of D_pad 256
     rec = attention_ops.plan_forward(run_prepare(q, k, v, backend="emu"), backend="emu")
-    assert rec.kernel.variant == "hip" and rec.kernel.symbol == "gfx1201_sage_attention_fwd_d256_bf16"
+    assert rec.kernel.variant == "asm" and rec.kernel.symbol == "gfx1201_sage_attention_fwd_asm_d256_bf16"
 
 
 def test_predictor_kernels_refuse_other_head_dims():

@@ -798,20 +798,20 @@ def test_modeled_time_scales_with_density_and_causal():
 def test_prepare_model_cold_and_resident():
     """Issue 28 (docs/performance.md §The prepare stage): cold, the prepare moves 9 bytes per element from/to DRAM
     (Q, K, V read once at 2 B, int8/fp8 written at 1 B; V's second read hits the Infinity Cache while V fits it) plus
-    a fixed cost per launch, two launches since stats folds its own partials; resident (Q/K/V still in the cache
+    a fixed cost per launch, one launch since the K/V tiles wait for their head's fold; resident (Q/K/V still in the cache
     after the projection GEMM) the Infinity Cache rate binds, and a tensor too large for the cache falls back to
     DRAM for its second read."""
     from perfmodel.prepare import PREPARE_LAUNCHES, PREPARE_LAUNCHES_BEFORE, prepare_seconds, traffic
     p = hw.CALIBRATED
     n = 1 * 1536 * 24 * 128
     cold = prepare_seconds(1, 24, 1536, p)
-    assert PREPARE_LAUNCHES == 2 and PREPARE_LAUNCHES_BEFORE == 3
-    assert cold == pytest.approx(9 * n / hw.DRAM_BYTES_PER_S + 2 * p.launch_overhead_s)
-    assert prepare_seconds(1, 24, 1536, p, launches=3) - cold == pytest.approx(p.launch_overhead_s)
+    assert PREPARE_LAUNCHES == 1 and PREPARE_LAUNCHES_BEFORE == 3
+    assert cold == pytest.approx(9 * n / hw.DRAM_BYTES_PER_S + 1 * p.launch_overhead_s)
+    assert prepare_seconds(1, 24, 1536, p, launches=3) - cold == pytest.approx(2 * p.launch_overhead_s)
     res = traffic(1, 24, 1536, case="resident")
     assert res["dram_bytes"] == 3 * n and res["total_bytes"] == 11 * n      # only the write-back goes to DRAM
     resident = prepare_seconds(1, 24, 1536, p, case="resident")
-    assert resident == pytest.approx(11 * n / p.infinity_cache_bytes_per_s + 2 * p.launch_overhead_s)
+    assert resident == pytest.approx(11 * n / p.infinity_cache_bytes_per_s + 1 * p.launch_overhead_s)
     slow = p.override(infinity_cache_bytes_per_s=1.0e12)
     assert resident < prepare_seconds(1, 24, 1536, slow, case="resident") < cold
     # V beyond 64 MiB (S * H * 128 * 2 B): its second read comes from DRAM again, cold and resident

@@ -450,6 +450,27 @@ def test_stats_counters_are_reset_and_cached():
     assert grown.numel() >= 1 + 2 * 8 and not grown.any()
 
 
+def test_a_launch_that_fails_part_way_leaves_no_dirty_counters(monkeypatch):
+    """A prepare launch that raises may have stopped part-way and left its counters nonzero (tickets handed out,
+    heads counted): the buffer is dropped, so the next call starts from zeroed counters and is correct."""
+    q, k, v = _qkv(2, 70, 3, seed=23)
+    check(q, k, v)
+    key = prepare_mod._counter_key(q.device)
+    real = prepare_mod.launch
+
+    def fails_part_way(sym, st, grid, block, args, backend):
+        args["counter"][:5] = 7          # what a grid stopped after some work items leaves behind
+        raise RuntimeError("stopped part-way")
+
+    monkeypatch.setattr(prepare_mod, "launch", fails_part_way)
+    with pytest.raises(RuntimeError, match="stopped part-way"):
+        run_prepare(q, k, v, backend="emu")
+    assert key not in prepare_mod._counter_buffers
+    monkeypatch.setattr(prepare_mod, "launch", real)
+    check(q, k, v, smooth_k=True)
+    assert not prepare_mod._counter_buffers[key].any()
+
+
 # ------------------------------------------------------------------------------- issue 13: the new shapes
 # S_q, S_kv from {1, 31, 33, 64, 77, 333}, both orders (a sample: each length on each side at least once)
 @pytest.mark.parametrize("S_q,S_kv", [(1, 333), (333, 1), (31, 77), (77, 31), (33, 64), (64, 33)])

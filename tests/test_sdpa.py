@@ -135,16 +135,16 @@ def test_issue30_head_dims_and_fp32_are_served(D, dtype):
     assert out.dtype == dtype and torch.equal(out, _sage(q, k, v))
 
 
-def test_d160_runs_the_d256_prepare_and_the_hip_attention_kernel():
-    """D = 160 pads to D_pad 256: the shipped prepare kernels at 256 and, by default, the HIP attention kernel (the asm
-    generator stops at D_pad 128, abi.ATTENTION_ASM_HEAD_DIMS), visibly in the launches."""
+def test_d160_runs_the_d256_prepare_and_attention_kernels():
+    """D = 160 pads to D_pad 256: the shipped prepare kernel at 256 and the default (asm) attention kernel at 256,
+    visibly in the launches."""
     from sage_co import launch
     q, k, v = _qkv(B, H, S, 160, dtype=torch.bfloat16)
     with sdpa.enabled(), launch.recording() as records:
         F.scaled_dot_product_attention(q, k, v)
     symbols = [r.symbol for r in records]
     # the default norm_rope_rounding "once" picks the _once prepare symbol (no norm/RoPE here: the same arithmetic)
-    assert symbols == ["gfx1201_sage_prepare_d256_bf16_once", "gfx1201_sage_attention_fwd_d256_bf16"], symbols
+    assert symbols == ["gfx1201_sage_prepare_d256_bf16_once", "gfx1201_sage_attention_fwd_asm_d256_bf16"], symbols
 
 
 def test_requires_grad_is_served_under_no_grad():

@@ -34,8 +34,9 @@ KERNEL_CASES = [
     ([33, 0, 77, 1], [64, 31, 0, 100], 4, 2, 64, torch.bfloat16, True, True, False, "fp8"),
     ([1, 31, 64], [333, 33, 1], 2, 1, 128, torch.float16, False, False, False, "fp16"),
     ([77, 31, 0], [33, 77, 5], 3, 1, 64, torch.bfloat16, True, False, True, "fp8"),
+    ([33, 0, 77], [100, 31, 150], 2, 1, 200, torch.bfloat16, True, True, True, "fp8"),   # D_pad 256
 ]
-KERNEL_IDS = ["causal-gqa-smoothk-empty", "fp16-pv16-mqa", "causal-smoothv"]
+KERNEL_IDS = ["causal-gqa-smoothk-empty", "fp16-pv16-mqa", "causal-smoothv", "d200-causal-smoothk-smoothv"]
 
 
 @pytest.fixture(scope="module")

@@ -50,6 +50,11 @@ PERMX16_SEL_LO, PERMX16_SEL_HI = "0x76543210", "0xfedcba98"   # v_permlanex16: l
 
 RING = 10                                 # LDS fragment ring: ds_load_b128 destinations (4 VGPRs each)
 RING_PV16_D128 = 6                        # pv fp16, head dim 128: V^T staging takes 16 more VGPRs, the ring gives them
+# head dim 256 (KernelState.WIDE; docs/performance.md §Head dim 256): O^T is 128 VGPRs, so one S^T set, one staging
+# set (K then V^T), Q^T in LDS read through its own 2-slot ring, no MAGIC registers (S^T starts as MAGIC_INT by
+# v_mov instead), and a 6-slot fragment ring
+RING_D256 = 6
+QRING_D256 = 2                            # Q^T fragment slots (fragment i+1 loads while d-group i runs)
 
 WMMA_QK = "v_wmma_i32_16x16x16_iu8"
 WMMA_PV = "v_wmma_f32_16x16x16_fp8_fp8"

@@ -9,13 +9,28 @@ from .config import (B128, BF16_QNAN32, BF16_ROUND, F32_BYTES, F32_LN2, F32_P_OF
                      LO16_MASK, OUT_BYTES, OUT_MAX, PERMX16_SEL_HI, WMMA_N, log2)
 
 
+class _InPlacePacked:
+    """Head dim 256: the packed 16-bit outputs of d-tile dt (4 VGPRs, index 4dt + k) in O[8dt + k]."""
+
+    def __init__(self, O):
+        self.O = O
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            if k.start % 4 or k.stop - k.start > 4:
+                raise IndexError(f"packed[{k}]: one d-tile's 4 VGPRs at a time")
+            return self.O[2 * k.start:2 * k.start + k.stop - k.start]
+        return self.O[8 * (k // 4) + k % 4]
+
+
 class Epilogue:
     """The epilogue stage of AttentionKernel (reads KernelState)."""
 
     def sab(self, j: int, n: int = 0):
         """The score VGPRs SA then SB as one 64-VGPR scratch (free in the epilogue): VGPR j, or with n the n VGPRs
         from j (inside one of the two)."""
-        half, at = (self.SA, j) if j < 32 else (self.SB, j - 32)
+        # head dim 256 (WIDE): SA and the staging set (no SB)
+        half, at = (self.SA, j) if j < 32 else ((self.stK if self.WIDE else self.SB), j - 32)
         return half[at:at + n] if n else half[at]
 
     def epilogue(self, a: Asm, parity_m) -> None:
@@ -54,7 +69,11 @@ class Epilogue:
         a.op(f"v_lshlrev_b32 {t}, 5, {t}", "8h floats = 32h bytes")
         # smooth_v (flags bit 3): v_mean of d-tile dt in slot dt % 2 (magic, stV[0:8], both free now), added on the
         # lanes of s_addmean = rows with l != 0 when the flag is set (others keep the value: no -0 -> +0 change)
-        vmean_slots = (self.magic, self.stV[0:8])
+        # head dim 256: (ring[8:16], qring); the staging set is half of sab there
+        vmean_slots = (self.ring[8:16], self.qring) if self.WIDE else (self.magic, self.stV[0:8])
+        # v_scale of d-tile dt in sab(8 * (dt % n_vs)): all d-tiles at once (64 VGPRs), head dim 256 8 at a time (d-tile
+        # dt + 8 loads into d-tile dt's slot once dt is done)
+        n_vs = min(self.D_TILES, 8)
 
         def load_dtile(dst8, base, dt, tag):
             """dst8 = this lane half's 8 floats of d-tile dt of a per-channel fp32 vector (offset t = 32h bytes)."""
@@ -67,7 +86,7 @@ class Epilogue:
             load_dtile(vmean_slots[dt % 2], self.s_vmh, dt, "vm")
         if not self.PV16:
             # v_scale values land in SA/SB (free now): d-tile dt's 8 values of this lane half in SA/SB[8dt..8dt+7]
-            for dt in range(self.D_TILES):
+            for dt in range(n_vs):
                 load_dtile(self.sab(8 * dt, 8), self.s_vsh, dt, "vs")
             load_vmean(0)
             load_vmean(1)
@@ -78,14 +97,19 @@ class Epilogue:
             a.op("s_wait_alu depctr_sa_sdst(0)")
         # 8 x 16-bit outputs of d-tile dt in packed[4dt:4dt+4] (pv fp16 head dim 128: the ring is too small; the
         # V^T staging registers are free now)
-        packed = self.stV[0:4 * self.D_TILES] if self.RING < 2 + self.D_TILES else \
-            self.ring[8:8 + 4 * self.D_TILES]
+        # (head dim 256: in place, into O[8dt:8dt+4], whose values the packs of d-tile dt have consumed)
+        if self.WIDE:
+            packed = _InPlacePacked(self.O)
+        elif self.RING < 2 + self.D_TILES:
+            packed = self.stV[0:4 * self.D_TILES]
+        else:
+            packed = self.ring[8:8 + 4 * self.D_TILES]
         for dt in range(self.D_TILES):
             if not self.PV16:
                 vm.wait_for(f"vm{dt}1")
             for e in range(8):
                 j = 8 * dt + e
-                sc = self.sab(j)
+                sc = self.sab(8 * (dt % n_vs) + e)
                 o = self.O[j]
                 a.op(f"v_mul_f32_e32 {o}, {o}, {inv}")
                 if not self.PV16:
@@ -112,7 +136,7 @@ class Epilogue:
                     a.op("s_wait_alu depctr_va_vcc(0)")
                     a.op(f"v_cndmask_b32_e32 {sc}, {BF16_QNAN32}, {sc}, vcc_lo")
                 if e % 2:
-                    lo = self.sab(j - 1)
+                    lo = self.sab(8 * (dt % n_vs) + e - 1)
                     if fp16:
                         a.op(f"v_lshlrev_b32 {sc}, 16, {sc}")
                         a.op(f"v_and_or_b32 {packed[4 * dt + e // 2]}, {lo}, {LO16_MASK}, {sc}")
@@ -121,6 +145,8 @@ class Epilogue:
                         a.op(f"v_and_or_b32 {packed[4 * dt + e // 2]}, {sc}, {HI16_MASK}, {lo}")
             if not self.PV16 and dt + 2 < self.D_TILES:
                 load_vmean(dt + 2)    # into the slot d-tile dt has just finished with
+            if not self.PV16 and dt + n_vs < self.D_TILES:
+                load_dtile(self.sab(8 * (dt % n_vs), 8), self.s_vsh, dt + n_vs, "vs")
         # LSE value (full EXEC: v_permlanex16 reads the other lane half)
         lse_v, lg = self.ring[0], self.ring[1]
         m_fin = self.m[parity_m]
@@ -138,19 +164,27 @@ class Epilogue:
         a.op(f"v_bfe_u32 {km_off}, {self.tid}, 4, 1", "h")
         a.op(f"v_lshlrev_b32 {km_off}, {log2(self.HEAD_DIM // 2 * F32_BYTES)}, {km_off}",
              f"{self.HEAD_DIM // 2}h floats")
-        for j in range(self.HEAD_DIM // 8):
-            a.op(f"global_load_b128 {self.sab(4 * j, 4)}, {km_off}, "
-                 f"{self.s_kmh} offset:{B128 * j}")
-            vm.issue(f"km{j}")
+        # (sab holds 64 of them: head dim 256 loads the d-groups i < 4 first, then i >= 4 into the same registers)
+        n_km = min(self.HEAD_DIM // 8, 16)
         acc, qd = self.ring[2], self.ring[3]
-        a.op(f"v_mov_b32 {acc}, 0")
         for i in range(self.QF):
+            if 4 * i % n_km == 0:
+                for j in range(4 * i, 4 * i + n_km):
+                    a.op(f"global_load_b128 {self.sab(4 * (j % n_km), 4)}, {km_off}, "
+                         f"{self.s_kmh} offset:{B128 * j}")
+                    vm.issue(f"km{j}")
+            if i == 0:
+                a.op(f"v_mov_b32 {acc}, 0")
+            qf = self.Q[4 * i:4 * i + 4] if not self.WIDE else self.ring[8:12]
+            if self.WIDE:   # Q^T fragment i from LDS (this thread stored it in the prologue)
+                a.op(f"ds_load_b128 {qf}, {self.q_rd} offset:{i * self.Q_FRAG_STEP}")
+                a.op("s_wait_dscnt 0")
             for w in range(4):
                 vm.wait_for(f"km{4 * i + w}")
                 for b in range(4):
                     d = 16 * i + 4 * w + b
-                    km = self.sab(d)
-                    a.op(f"v_bfe_i32 {qd}, {self.Q[4 * i + w]}, {8 * b}, 8")
+                    km = self.sab(d % (4 * n_km))
+                    a.op(f"v_bfe_i32 {qd}, {qf[w]}, {8 * b}, 8")
                     a.op(f"v_cvt_f32_i32_e32 {qd}, {qd}")
                     a.op(f"v_mul_f32_e32 {qd}, {self.s_qs}, {qd}")
                     a.op(f"v_mul_f32_e32 {qd}, {qd}, {km}")

@@ -81,7 +81,8 @@ def family_header(kernels) -> str:
 // col ^ ((row >> 1) & 3) for 4; V^T: col ^ ((row >> 1) & 3)). Fragments go through a ring of {RING} ({RING_PV16_D128} for pv fp16 at head dim 128)
 // ds_load_b128 slots, each reloaded right after its last WMMA.
 //
-// Loop schedule, step t (unrolled x2 so SA/SB, m[0]/m[1] and the LDS buffers alternate by name):
+// Loop schedule (head dims 64 and 128; head dim 256: its variant header), step t (unrolled x2 so SA/SB,
+// m[0]/m[1] and the LDS buffers alternate by name):
 //   top      SALU addresses; global_load k_scale(t+1), K(min(t+2, last)), V^T(t+1)
 //   phase X  ds_load the first {RING} K fragments of tile t+1; row max of tile t on the accumulators (VOPD max
 //            chains, one scaling, v_permlanex16, v_max3), alpha, t, b; the exact form if some qk needs it

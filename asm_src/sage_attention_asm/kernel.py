@@ -69,11 +69,29 @@ class AttentionKernel(KernelState, Prologue, MatmulStreams, Softmax, KeyLoop, Ep
 // Resources: {self.NUM_VGPRS} VGPRs -> {waves} waves/SIMD by registers; {self.LDS_BYTES} B LDS per 4-wave workgroup.
 // Output: {self.output_note()}, d-tiles at or past
 // head_dim (the kernarg; zero-padded channels) not stored.
-//
+{self.wide_note()}//
 // VGPR map:
 {regmap(self.V)}
 // SGPR map:
 {regmap(self.S)}
+"""
+
+    def wide_note(self) -> str:
+        """Head dim 256: what its layout and schedule change (docs/performance.md §Head dim 256)."""
+        if not self.WIDE:
+            return ""
+        return f"""// Head dim 256 (docs/performance.md §Head dim 256): O^T alone is 128 VGPRs, so this variant replaces the loop
+// schedule of the family header by the tile in order, with one S^T set (SA), one staging set and Q^T in LDS:
+//   top      SALU addresses; global_load k_scale(t+1), K(L[t+1]) -> staging (in flight across QK^T(t))
+//   QK^T(t)  {len(self.QK_ORDER)} WMMA; K fragments through the {self.RING}-slot ring, Q^T fragment i (16 B per lane, stored by this
+//            thread in the prologue at LDS_Q + {self.Q_FRAG_STEP}i + 16 tid) through the 2 Q^T slots (qring)
+//   then     s_wait_loadcnt 0; ds_store K(t+1) -> kbuf[(t+1)%2] (its readers, QK^T(t-1), passed the last end
+//            barrier); attn_mask loads; global_load V^T(t+1) -> staging (in flight across softmax + PV(t));
+//            barrier (publishes V^T(t), stored after the previous end barrier); softmax(t) in SA (the
+//            temporaries mx/xl/lim/rs in qring); O rescale
+//   PV(t)    {self.N_PV} WMMA from the one V^T tile
+//   end      qk(t+1); s_wait_loadcnt 0; barrier (every wave is done with V^T(t)); ds_store V^T(t+1) -> vbuf
+// LDS {self.LDS_BYTES} B (2 K tiles + 1 V^T tile + the Q^T tile) -> 2 workgroups per WGP; two barriers per tile.
 """
 
     def output_note(self) -> str:

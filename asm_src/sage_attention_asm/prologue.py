@@ -22,7 +22,44 @@ class Prologue:
             a.op(f"{mnemonic} {dst}, {self.kernarg}, 0x{offset:x}", names)
         self.lds_lane_constants(a)
         self.scalar_setup(a)
-        self.first_tile(a)
+        if self.WIDE:
+            self.first_tile_wide(a)
+        else:
+            self.first_tile(a)
+
+    def first_tile_wide(self, a: Asm) -> None:
+        """Head dim 256: Q^T (the staging set), K(L[0]) and V^T(L[0]) (O's registers, zeroed after) loaded at once and
+        stored to LDS (Q^T to LDS_Q, K to kbuf0, V^T to vbuf), barrier, qk of tile 0. A LUT count of 0 stores Q^T
+        (the epilogue's smooth_k term reads it back) and goes to .Lempty."""
+        vm, ds = WaitCounter(a, "s_wait_loadcnt"), WaitCounter(a, "s_wait_dscnt")
+        a.section("prologue: Q^T fragments, k_scale(0), K(0) and V^T(0) -> LDS (Q^T, kbuf0, vbuf)")
+        for i in range(self.QF):
+            a.op(f"global_load_b128 {self.stK[4 * i:4 * i + 4]}, {self.q_off}, {self.s_qrow} offset:{B128 * i}")
+            vm.issue(f"q{i}")
+        a.op(f"v_lshl_add_u32 {self.q_rd}, {self.tid}, {log2(B128)}, {self.LDS_Q}", "Q^T fragment 0 of this thread")
+        a.op(f"s_cmp_eq_u32 {self.s_cnt}, 0", "no active key tile: zeros and lse -inf")
+        a.op("s_cbranch_scc1 .Lempty_q")
+        self.ool.label(".Lempty_q")
+        self.ool.op("s_wait_loadcnt 0")
+        self.wide_stores(self.ool, self.q_rd, 0)
+        self.ool.op("s_branch .Lempty")
+        a.op(f"global_load_b32 {self.ks}, {self.ks_off}, {self.s_ksb}")
+        vm.issue("ks0")
+        self.k_tile_base(a, self.s_Lc, "K(L[0])")
+        k0, v0 = self.O[0:4 * self.STAGE_LOADS], self.O[4 * self.STAGE_LOADS:4 * (self.STAGE_LOADS + self.V_LOADS)]
+        self.wide_k_loads(a, vm, "p0", dst=k0)
+        self.wide_v_loads(a, vm, "p0", dst=v0)
+        a.section("prologue: m = -inf, l = 0; the stores to LDS; O = 0 (after its registers are stored)")
+        a.valu([Op.mov(self.m[0], F32_NEG_INF), Op.mov(self.l_run, "0")])
+        vm.wait_all()
+        self.wide_stores(a, self.q_rd, 0)
+        self.wide_stores(a, self.k_st, self.LDS_KBUF[0], src=k0)
+        self.wide_stores(a, self.v_st, self.LDS_VBUF[0], src=v0)
+        # WAR on store data is interlocked (docs/rdna4.md §Hazards 8): O may be overwritten at once
+        a.valu([Op.mov(self.O[j], "0") for j in range(self.O.n)])
+        self.barrier(a, ds)
+        a.op("s_wait_kmcnt 0", "q_scale")
+        a.valu(self.scale_ops(None))
 
     def first_tile(self, a: Asm) -> None:
         """Q^T fragments, K(L[0]) and V^T(L[0]) into LDS buffers 0, O/m/l, then QK^T(0) and its scaling while
@@ -59,9 +96,9 @@ class Prologue:
         self.barrier(a, ds)
 
     def kswz_lines(self, dst, row) -> list[str]:
-        """dst = the XOR swizzle of K row `row`: row & 7 for 8 chunks per row (head dim 128), (row >> 1) & 3 for 4
+        """dst = the XOR swizzle of K row `row`: row & 7 for 8 or 16 chunks per row (head dim 128, 256), (row >> 1) & 3 for 4
         (head dim 64, like the V^T rows), as the .hip kernel's kswz<DP>."""
-        if self.D_TILES == 8:
+        if self.D_TILES >= 8:   # head dim 256 (16 chunks) too: 8 lanes of rows r..r+7 hit 8 distinct chunks
             return [f"v_and_b32 {dst}, 7, {row}"]
         return [f"v_bfe_u32 {dst}, {row}, 1, 2"]
 
@@ -328,7 +365,7 @@ class Prologue:
         self.add_offset(a, self.s_qrow, self.s_vl_rowq, D, tmp2, "+ the sequence's first Q row (varlen; else 0)")
         # V^T staging bases: row u*32 of the tile: + u*32*seq_pad_kv (the loop advances them by TILE_K)
         a.op(f"s_lshl_b32 {tmp2[0]}, {self.s_seqpad}, {log2(V_STAGE_ROWS)}", f"{V_STAGE_ROWS} rows of V^T")
-        for u in range(1, 1 if self.PV16 else self.STAGE_LOADS):
+        for u in range(1, 1 if self.PV16 or self.WIDE else self.STAGE_LOADS):
             a.op(f"s_add_nc_u64 {self.s_vb[2 * u:2 * u + 2]}, {self.s_vb[2 * u - 2:2 * u]}, {tmp2}")
         # k_scale of the K/V head: bkv * (seq_pad_kv / 32) floats
         self.head_base(a, self.s_ksb, self.sp_kscale, self.s_bkv, self.s_seqpad, block=SCALE_BLOCK,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from asmdsl import RegFile
 from sage_co import abi
 
-from .config import (ARGS, PRELOAD_BYTES, PRELOADED, B128, CHUNKS, KARG_SGPR, RING, RING_PV16_D128, SGPR_LIMIT, THREADS, TILE_K, V16_ROW_PAD,
-                     VGPR_LIMIT, WMMA_N, Config)
+from .config import (ARGS, PRELOAD_BYTES, PRELOADED, B128, CHUNKS, KARG_SGPR, QRING_D256, RING, RING_D256, RING_PV16_D128,
+                     SGPR_LIMIT, THREADS, TILE_K, V16_ROW_PAD, VGPR_LIMIT, WMMA_N, Config)
 
 
 class KernelState:
@@ -23,6 +23,12 @@ class KernelState:
         self.PV16 = cfg.pv_dtype == "fp16"
         self.V_BYTES = 2 if self.PV16 else 1             # bytes per V element
         self.RING = RING_PV16_D128 if self.PV16 and cfg.head_dim == 128 else RING
+        # head dim 256 (docs/performance.md §Head dim 256): O^T alone is 128 VGPRs, so the tile runs in order (QK^T,
+        # softmax, PV of the same tile, one S^T set), K(t+1) and V^T(t+1) share one staging set, and Q^T lives in
+        # LDS (read through a 2-slot ring like the K fragments): 64 KiB of LDS -> 2 workgroups per WGP
+        self.WIDE = cfg.head_dim > 128
+        if self.WIDE:
+            self.RING = RING_D256
         # V^T rows: fp8 TILE_K bytes (XOR swizzle); fp16 2*TILE_K bytes + V16_ROW_PAD (padding instead of XOR, so
         # every thread's staging chunks and every lane's fragments sit at immediate offsets from one address)
         self.V_ROW_BYTES = TILE_K * self.V_BYTES + (V16_ROW_PAD if self.PV16 else 0)
@@ -30,9 +36,16 @@ class KernelState:
         self.LDS_KBUF = (0, self.K_TILE_BYTES)
         # pv fp16: ONE V^T tile (vbuf0 == vbuf1): V^T(t+1) is stored after the end-of-step barrier and published by
         # a second one, so the LDS (2 K tiles + 1 V^T tile) leaves room for 3 workgroups per WGP instead of 2
-        self.SINGLE_V = self.PV16
+        # head dim 256: one V^T tile too (V^T(t+1) is stored after the end-of-tile barrier, published by the barrier
+        # after the next tile's QK^T), and after it the Q^T tile of the workgroup (fragment i of thread tid at
+        # LDS_Q + i * THREADS * 16 + tid * 16: each wave reads back only what it stored)
+        self.SINGLE_V = self.PV16 or self.WIDE
         self.LDS_VBUF = (2 * self.K_TILE_BYTES, 2 * self.K_TILE_BYTES + (0 if self.SINGLE_V else self.V_TILE_BYTES))
         self.LDS_BYTES = 2 * self.K_TILE_BYTES + (1 if self.SINGLE_V else 2) * self.V_TILE_BYTES
+        self.LDS_Q = self.LDS_BYTES
+        self.Q_FRAG_STEP = THREADS * B128               # bytes between fragment i and i+1 of the Q^T tile
+        if self.WIDE:
+            self.LDS_BYTES += self.QF * self.Q_FRAG_STEP
         self.K_ROW_BYTES = cfg.head_dim                  # bytes per key row (head_dim / 16 chunks)
         self.STAGE_LOADS = (self.K_TILE_BYTES // THREADS) // B128   # b128 global loads per thread per tile
         # V^T staging: fp8 as K (STAGE_LOADS chunks, rows u*32 apart); fp16 V16_LOADS consecutive chunks of one row
@@ -59,6 +72,9 @@ class KernelState:
         self._allocate_sgprs()
 
     def _allocate_vgprs(self) -> None:
+        if self.WIDE:
+            self._allocate_vgprs_wide()
+            return
         V = self.V = RegFile("v", VGPR_LIMIT)
         self.tid = V.fixed("tid", 0, note="work-item id x (entry state, docs/rdna4.md §Entry); lane math reads it")
         V.next = 1
@@ -100,6 +116,52 @@ class KernelState:
         self.t_lane, self.t_r, self.t_h, self.t_x, self.t_y, self.t_z = (self.ring[i] for i in range(6))
         self.q_off = self.ring[6]          # global offset of this lane's Q row (prologue only)
         self.v_qi = self.stK[0]            # epilogue: this lane's query index
+
+    def _allocate_vgprs_wide(self) -> None:
+        """Head dim 256 (docs/performance.md §Head dim 256): O^T 128 + S^T 32 + ring 24 + Q^T slots 8 + one staging
+        set 32 + the lane constants: 256 VGPRs. The softmax temporaries (mx, xl, lim, rs) live in the Q^T
+        slots, which only the QK^T phase uses (the mask loads and the softmax come after it)."""
+        V = self.V = RegFile("v", VGPR_LIMIT)
+        self.tid = V.fixed("tid", 0, note="work-item id x (entry state, docs/rdna4.md §Entry); lane math reads it")
+        V.next = 1
+        self.k_rd = V.alloc("k_rd", self.QF, note="LDS byte address of K fragment d-group i (chunk c adds 8 rows)")
+        self.v_rd = V.alloc("v_rd", 2, note="LDS byte address of V^T fragment half i (d-tile adds dt*1024)")
+        self.k_st = V.alloc("k_st", note="LDS store address of this thread's K staging chunks")
+        self.v_st = V.alloc("v_st", note="LDS store address of this thread's V^T staging chunks")
+        self.k_gl = V.alloc("k_gl", note="global offset of this thread's K staging chunk 0 in a tile")
+        self.v_gl = V.alloc("v_gl", note="global offset of this thread's V^T staging chunk 0 (row*seq_pad_kv + col*16)")
+        self.ks = V.alloc("ks", note="k_scale of this lane half's 32 keys of the next tile")
+        self.ks_off = V.alloc("ks_off", note="4h: byte offset of this lane half's k_scale in a tile's pair")
+        self.q_rd = V.alloc("q_rd", note=f"LDS byte address of this thread's Q^T fragment 0 (fragment i adds "
+                            f"{self.Q_FRAG_STEP}i)")
+        self.qk = V.alloc("qk", 2, note="q_scale*k_scale of the current tile, two copies in different banks (VOPD src0)")
+        self.m = V.alloc("m", 3, align=4, note="m[0], m[1]: running max ping-pong (even/odd tile); m[2]: copy of m_new")
+        self.alpha = V.alloc("alpha", 2, note="exp2(m_old - m_new), two banks (VOPD src0); alpha[0] also the scratch of it")
+        self.l_run = V.alloc("l_run", note="running row sum")
+        self.O = V.alloc("O", 8 * self.D_TILES, align=8,
+                         note="O^T accumulators: d-tile dt = O[8dt:8dt+8], lane (h,r) row d=16dt+8h+e; the epilogue "
+                              "packs d-tile dt's outputs into O[8dt:8dt+4]")
+        self.SA = V.alloc("SA", 32, align=8, note="S^T of the tile: chunk c = SA[8c:8c+8]; scores, then p, P^T fp8 in place")
+        self.SB = None
+        self.ring = V.alloc("ring", 4 * self.RING, align=4,
+                            note=f"{self.RING} LDS fragment slots of 4 VGPRs (ds_load_b128)")
+        self.qring = V.alloc("qring", 4 * QRING_D256, align=4,
+                             note=f"{QRING_D256} Q^T fragment slots (QK^T phase); then the softmax temporaries")
+        self.mx = V.fixed("mx", self.qring.base, 4, note="row-max partials; mx[0] ends as the lane max (in qring)")
+        self.xl = V.fixed("xl", self.qring.base + 4, note="v_permlanex16 result (in qring)")
+        self.lim = V.fixed("lim", self.qring.base + 5, note="masked tiles: keys of this lane half still visible "
+                           "(lim(row) - key0); then a copy of m_use (in qring)")
+        self.rs = V.fixed("rs", self.qring.base + 6, 2, note="row-sum chain ping-pong: rs[1] (odd VGPR) after even "
+                          "steps, rs[0] after odd (in qring)")
+        self.stK = V.alloc("stage", 4 * self.STAGE_LOADS, align=4,
+                           note="global->LDS staging: Q^T (prologue), then K(t+1), then V^T(t+1) in turn")
+        self.stV = self.stK
+        self.magic = None   # S^T is set to MAGIC_INT by v_mov before each QK^T (loop.body_wide): 8 VGPRs for the ring
+        self.NUM_VGPRS = V.used
+        self.t_lane, self.t_r, self.t_h, self.t_x, self.t_y, self.t_z = (self.ring[i] for i in range(6))
+        self.q_off = self.ring[6]
+        self.v_qi = self.stK[0]
+        self.Q = None
 
     def _allocate_sgprs(self) -> None:
         S = self.S = RegFile("s", SGPR_LIMIT)
@@ -150,7 +212,7 @@ class KernelState:
         self.s_qrow = S.alloc("qrow", 2, 2, "Q rows of this wave")
         self.s_kb = S.alloc("kb", 2, 2, "K staging base (tile min(t+2, last))")
         self.s_koff = S.alloc("koff", 2, 2, "K staging tile byte offset (hi word 0)")
-        if self.PV16:
+        if self.PV16 or self.WIDE:   # head dim 256: the rows u*32 by SALU adds at each load (loop.v_stage_loads)
             self.s_vb = S.alloc("vb", 2, 2, "V^T staging base (tile t+1)")
         else:
             self.s_vb = S.alloc("vb", 2 * self.STAGE_LOADS, 2,

@@ -22,8 +22,9 @@ def vcc_select_lines(compare: str, dst, if_false, if_true) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- WMMA stream
 class Frag:
-    def __init__(self, key, load):
+    def __init__(self, key, load, ring: int = 0, pos: int = 0):
         self.key, self.load = key, load        # load(asm, regs) emits the ds_load
+        self.ring, self.pos = ring, pos        # which ring (0: the fragment ring), index among that ring's fragments
         self.uses: list[int] = []
 
 
@@ -33,25 +34,44 @@ class Matrix:
     had its last WMMA (docs/rdna4.md §Waits: loads ahead of use), and a WMMA waits with s_wait_dscnt only for
     the fragment it needs (DScnt completes in order)."""
 
-    def __init__(self, ring):
-        self.ring = ring                             # the VGPRs of the fragment slots (4 each)
+    def __init__(self, ring, *more_rings):
+        self.rings = (ring,) + more_rings            # the VGPRs of the fragment slots (4 each); ring 0 the main one
+        self.ring = ring
         self.slots = ring.n // 4
         self.frags: list[Frag] = []
-        self.wmmas: list[tuple[int, object]] = []   # (frag index, emit(asm, frag_regs))
+        self.by_ring: list[list[int]] = [[] for _ in self.rings]   # frag indices per ring, in load order
+        self.wmmas: list[tuple] = []   # (frag index, emit(asm, frag_regs), second frag index or None)
         self.index: dict = {}
 
-    def frag(self, key, load) -> int:
+    def frag(self, key, load, ring: int = 0) -> int:
+        """The fragment `key` (loaded by load(asm, regs) into a slot of ring `ring`: head dim 256 keeps the Q^T
+        fragments in a second ring)."""
         if key not in self.index:
             self.index[key] = len(self.frags)
-            self.frags.append(Frag(key, load))
+            self.frags.append(Frag(key, load, ring, len(self.by_ring[ring])))
+            self.by_ring[ring].append(self.index[key])
         return self.index[key]
 
-    def wmma(self, fk: int, emit) -> None:
+    def ring_slots(self, ring: int) -> int:
+        return self.rings[ring].n // 4
+
+    def previous(self, fk: int):
+        """The fragment whose slot fragment fk reuses (None while its ring has free slots)."""
+        f = self.frags[fk]
+        n = self.ring_slots(f.ring)
+        return self.frags[self.by_ring[f.ring][f.pos - n]] if f.pos >= n else None
+
+    def wmma(self, fk: int, emit, extra: int | None = None) -> None:
+        """A WMMA reading fragment fk (and `extra`, a second fragment: head dim 256's Q^T B-fragment)."""
         self.frags[fk].uses.append(len(self.wmmas))
-        self.wmmas.append((fk, emit))
+        if extra is not None:
+            self.frags[extra].uses.append(len(self.wmmas))
+        self.wmmas.append((fk, emit, extra))
 
     def slot(self, fk: int):
-        return self.ring[4 * (fk % self.slots):4 * (fk % self.slots) + 4]
+        f = self.frags[fk]
+        ring, n = self.rings[f.ring], self.ring_slots(f.ring)
+        return ring[4 * (f.pos % n):4 * (f.pos % n) + 4]
 
 
 class Weaver:
@@ -67,10 +87,9 @@ class Weaver:
         frags = self.mx.frags
         while self.next_load < len(frags):
             k = self.next_load
-            if k >= self.mx.slots:
-                prev = frags[k - self.mx.slots]
-                if not prev.uses or max(prev.uses) >= self.emitted:
-                    return
+            prev = self.mx.previous(k)
+            if prev is not None and (not prev.uses or max(prev.uses) >= self.emitted):
+                return
             frags[k].load(self.a, self.mx.slot(k))
             self.ds.issue(("frag", k))
             self.next_load += 1
@@ -88,8 +107,8 @@ class Weaver:
             for item in units[u:cut[w]]:
                 self._emit_item(item)
             u = cut[w]
-            fk, emit = self.mx.wmmas[self.emitted]
-            self.ds.wait_for(("frag", fk))
+            fk, emit, extra = self.mx.wmmas[self.emitted]
+            self.ds.wait_for(("frag", max(fk, extra if extra is not None else -1)))
             emit(self.a, self.mx.slot(fk))
             self.emitted += 1
             self._loads()

@@ -34,8 +34,8 @@ def grid(prepared: SagePrepared) -> tuple[int, int, int]:
 
 def served_variant(variant: str | None, D: int, pv_dtype: str, name: str = "q") -> str | None:
     """The kernel family that runs head dim D (docs/performance.md §Head dim 256): `variant` as given, except that the
-    default (None) is the HIP kernel where the asm generator has no D_pad kernel (D > 128: abi.ATTENTION_ASM_HEAD_DIMS;
-    the recipe's kernel names the symbol that runs). pv_dtype "fp16" exists only at abi.PV16_HEAD_DIMS, and an
+    default (None) is the HIP kernel where the asm generator has no D_pad kernel (abi.ATTENTION_ASM_HEAD_DIMS: today
+    every D_pad, so the default is the asm kernel; the recipe's kernel names the symbol that runs). pv_dtype "fp16" exists only at abi.PV16_HEAD_DIMS, and an
     explicit variant must be built for D_pad: a ValueError naming the argument otherwise, before any kernel."""
     Dp = d_pad(D)
     if pv_dtype == "fp16" and Dp not in abi.PV16_HEAD_DIMS:

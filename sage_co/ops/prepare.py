@@ -2,8 +2,8 @@
 strides with a contiguous last dim) in, SagePrepared out (docs/numerics.md §Prepare).
 
 One launch of asm_src/gfx1201_sage_prepare.hip (its header comment has the design; issue 28: it was two), a 1-D
-grid of one wave32 per work item, the items claimed in order through a ticket counter (docs/rdna4.md §Forward
-progress):
+grid of one wave32 per work item, the items claimed in order through a ticket counter
+(docs/rdna4.md §Forward progress):
   stats items  (n_chunks or 1) x H_kv x B * n_tens, one per chunk of 32-token tiles: per-channel max |v| partials
                (smooth_v: max v and min v, and the sums of V), and with smooth_k the per-channel sums of the
                (normed/roped) K rows; the last item of each (b, K/V head) (an atomic counter per head, from
@@ -215,6 +215,18 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
     return t
 
 
+def _launch_counted(bound: BoundLaunch, device: torch.device, heads: int, tensors: dict, fresh: dict) -> None:
+    """The prepare launch with this (device, stream)'s counters (the ticket, then one per (b, K/V head)). A launch
+    that raises may have stopped part-way (an emulator error mid-grid) and left them nonzero, which would hand the
+    next launch tickets past its grid: the buffer is dropped then, so the next call allocates zeroed ones."""
+    try:
+        launch(bound.symbol, bound.struct, bound.grid, bound.block,
+               bound.args(tensors, {**fresh, "counter": _counters(device, 1 + heads)}), backend=bound.backend)
+    except BaseException:
+        _counter_buffers.pop(_counter_key(device), None)
+        raise
+
+
 def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=None, cos=None, sin=None
             ) -> SagePrepared:
     """Run the planned prepare launches on q, k, v (NHD views, checked against the recipe by whoever planned
@@ -254,13 +266,11 @@ def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=No
     tables = {n: t for n, t in given.items() if t is not None}
     absent = {n: placeholder for n, t in given.items() if t is None}
     bound = rec.prepare
-    launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(
-        {"q": qf, "k": kf, "v": vf, **tables},
-        {**absent, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale,
-         "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean, "cu_seqlens_q": placeholder,
-         "cu_seqlens_kv": placeholder, "ksum_part": ksum_part, "vmax_part": vmax_part, "vmin_part": vmin_part,
-         "vsum_part": vsum_part, "v_scale": v_scale, "counter": _counters(dev, 1 + B * H_kv)}),
-        backend=bound.backend)
+    _launch_counted(bound, dev, B * H_kv, {"q": qf, "k": kf, "v": vf, **tables},
+                    {**absent, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8, "k_int8": k_int8,
+                     "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean,
+                     "cu_seqlens_q": placeholder, "cu_seqlens_kv": placeholder, "ksum_part": ksum_part,
+                     "vmax_part": vmax_part, "vmin_part": vmin_part, "vsum_part": vsum_part, "v_scale": v_scale})
     lse_corr = None
     if rec.smooth_k:   # host side, in torch, from the original q (after the norm / RoPE spec the quant kernel applies)
         q0, w0, cos0, sin0 = lse_q
@@ -353,13 +363,12 @@ def execute_varlen(rec: PrepareRecipe, q, k, v, cu_seqlens_q, cu_seqlens_kv, *, 
     absent = {n: placeholder for n, t in given.items() if t is None}
     absent.update(cos=placeholder, sin=placeholder)
     bound = rec.prepare
-    launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(
-        {"q": qf, "k": kf, "v": vf, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_kv": cu_seqlens_kv, **tables},
-        {**absent, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8, "k_int8": k_int8, "q_scale": q_scale,
-         "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean, "ksum_part": ksum_part, "vmax_part": vmax_part,
-         "vmin_part": vmin_part, "vsum_part": vsum_part, "v_scale": v_scale,
-         "counter": _counters(dev, 1 + B * H_kv)}),
-        backend=bound.backend)
+    _launch_counted(bound, dev, B * H_kv,
+                    {"q": qf, "k": kf, "v": vf, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_kv": cu_seqlens_kv,
+                     **tables},
+                    {**absent, "k_mean": k_mean, "v_inv": v_inv, "q_int8": q_int8, "k_int8": k_int8,
+                     "q_scale": q_scale, "k_scale": k_scale, "v_t": v_t, "v_mean": v_mean, "ksum_part": ksum_part,
+                     "vmax_part": vmax_part, "vmin_part": vmin_part, "vsum_part": vsum_part, "v_scale": v_scale})
     lse_corr = None
     if rec.smooth_k:   # per token, with its own sequence's k_mean (the sequence index found on the device)
         qn = norm_rope(q[None], q_norm_weight, rec.eps, None, None, None, rec.norm_rope_rounding)[0]

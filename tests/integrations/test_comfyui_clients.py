@@ -4,7 +4,7 @@ fallback to attention_pytorch, exactly one attention kernel launch -- and the ou
 (sage_co.accuracy) of ComfyUI's attention_pytorch on the same inputs in fp32.
 
 Cases (issue 30): no mask, additive [S, S], bool [B, 1, S] key padding (also HND, skip_reshape=True), head dims 40,
-80 and 160 (SD1.5's 320/8 and 1280/8; D = 160 runs the prepare kernels at D_pad 256 and the HIP attention kernel),
+80 and 160 (SD1.5's 320/8 and 1280/8; D = 160 runs the prepare and attention kernels at D_pad 256),
 fp32 inputs (ComfyUI's CPU default)."""
 from __future__ import annotations
 

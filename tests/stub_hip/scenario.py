@@ -83,8 +83,8 @@ def run_ops(backend: str):
     from sage_co.ops.predict import run_predict
     from sage_co.ops.prepare import run_prepare
     variants = sorted({k.variant for k in registry.kernels() if k.op == OP})
-    # (variant, head_dim, pv_dtype) of the shipped attention symbols: the asm generator and pv_dtype fp16 stop at
-    # D_pad 128 (abi.ATTENTION_ASM_HEAD_DIMS, abi.PV16_HEAD_DIMS), the prepare kernels and the HIP kernel do not
+    # (variant, head_dim, pv_dtype) of the shipped attention symbols: pv_dtype fp16 stops at D_pad 128
+    # (abi.PV16_HEAD_DIMS), the prepare and attention kernels do not
     served = {(k.variant, k.key("head_dim"), k.key("pv_dtype")) for k in registry.kernels() if k.op == OP}
     with launch.recording() as records:
         for (D, dtype), rope_dims in prepare_families().items():

@@ -19,7 +19,7 @@ from perfmodel.hardware import CALIBRATED, DRAM_BYTES_PER_S, INFINITY_CACHE, Par
 HEAD_DIM = 128
 IN_BYTES = 2            # bf16 / fp16 inputs
 OUT_BYTES = 1           # int8 Q and K, fp8 V
-PREPARE_LAUNCHES = 2    # stats (its last workgroup per head folds the partials), quant (sage_co/ops/prepare.py)
+PREPARE_LAUNCHES = 1    # statistics, their fold and the quantization in one launch (sage_co/ops/prepare.py)
 PREPARE_LAUNCHES_BEFORE = 3   # stats, reduce, quant (before issue 28)
 CASES = ("cold", "resident")
 

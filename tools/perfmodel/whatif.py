@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from perfmodel.hardware import CALIBRATED, CUS, PEAK_RATE, WGPS, occupancy
 from perfmodel.launch_model import SIM_ITERATIONS, _with_lds, latencies, loop_streams
+from perfmodel.prepare import PREPARE_LAUNCHES
 from perfmodel.restate import BLOCK, HEAD_DIM, our_kernel
 from perfmodel.simulate import decode_path, simulate
 from perfmodel.stream import Mix, iteration_paths
@@ -171,9 +172,9 @@ def what_if() -> dict:
 
 
 def prepare_levers(S_short: int = 1536) -> dict:
-    """The prepare launch counts weighed in issue 28 (docs/performance.md §The prepare stage: 3 before, 2 shipped,
-    1 = V tiles waiting for their head's fold, not built), cold and cache-resident, at S_short and S; the bytes are
-    the same in every one of them."""
+    """The prepare launch counts weighed in issue 28 (docs/performance.md §The prepare stage: 3 before, 2 with the
+    fold in stats, 1 shipped = K/V tiles waiting for their head's fold), cold and cache-resident, at S_short and S;
+    the bytes are the same in every one of them."""
     from perfmodel.prepare import CASES, prepare_seconds
     return {f"S={s}, {case}, {n} launches": prepare_seconds(B, H, s, case=case, launches=n) * 1e6
             for s in (S_short, S) for case in CASES for n in (3, 2, 1)}
@@ -200,7 +201,7 @@ def print_what_if(as_json: bool = False) -> int:
           ", ".join(f"{t:g}: {us:.1f} us" for t, us in d["trimmed_trans_overlaps_wmma"].items()))
     print("  asm with exp2 emulated on the VALU (FA4 ex2_emulation_2 style): " +
           ", ".join(f"{k}: {us:.1f} us" for k, us in d["exp_emulated"].items()))
-    print("  prepare (B=1, H=24, D=128; 2 launches shipped): " +
+    print(f"  prepare (B=1, H=24, D=128; {PREPARE_LAUNCHES} launch shipped): " +
           ", ".join(f"{k}: {us:.1f} us" for k, us in d["prepare"].items()))
     for g in d["geometry"]:
         print(f"  {g['queries']} queries/workgroup: {g['waves_per_wg']} waves, {g['wgs_per_wgp']} per WGP "
