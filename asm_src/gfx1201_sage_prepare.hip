@@ -514,7 +514,7 @@ INLINE void norm_rope_row(u32 (&row)[WORDS(DT, DP)], int norm, const u16* __rest
 
 // ------------------------------------------------------------------------------------------------ D_PAD 256
 // At D_PAD 256 a token row is 128 VGPRs packed (16-bit) or 256 (fp32: the whole register file), and the D_PAD <= 128
-// code keeps a float per channel next to it (quant_qk's x[]): instantiated at 256 every symbol spilled (140-2300
+// code keeps a float per channel next to it (quant_qk's x[]): instantiated at 256 every symbol tried spilled (140-750
 // bytes of scratch per lane with clang 22). There the row goes in two halves of 128 channels (half 0: channels
 // 0..127, half 1: 128..255), each packed like a D_PAD 128 row; D > 128 at D_PAD 256, so half 1 has n16 - 16 >= 1
 // real groups. RoPE is at most 128 channels wide (sage_co/abi.py PREPARE_ROPE_DIMS): the rotate-half partners i and
