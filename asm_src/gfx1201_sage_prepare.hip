@@ -7,14 +7,16 @@
 // Inputs (element strides are kernargs, read in place; the last dim is contiguous):
 //   q [B, S_q, H_q, D], k and v [B, S_kv, H_kv, D], bf16, fp16 or fp32 (one symbol per dtype; fp32 is read as
 //   fp32, one channel per dword, and goes through the same fp32 arithmetic unrounded), D a multiple of 16 up
-//   to D_PAD (64 or 128, one symbol per D_PAD): channels D..D_PAD-1 read as zero (never loaded), so a head dim of
-//   32/48/80/96/112 is padded without an extra pass. An HND tensor is the same memory with other strides.
+//   to D_PAD (64, 128 or 256, one symbol per D_PAD): channels D..D_PAD-1 read as zero (never loaded), so a head dim
+//   of 32/48/80/96/112/160/200 is padded without an extra pass. An HND tensor is the same memory with other strides.
+//   D_PAD 256 (D 129..256) takes a row in two 128-channel halves: see half_row, quant_qk256, stats_k256.
 // S_pad = round_up(S, 64) per tensor; a tile = 32 tokens of one (b, head) = one Q/K scale block, one wave32.
 // GQA: K/V are prepared per K/V head (H_kv), Q per query head (H_q); nothing is replicated.
 //
 // One launch (sage_co/ops/prepare.py; issue 28: it was two), gfx1201_sage_prepare_*, one symbol per (D_PAD, dtype,
-// RoPE width, norm/RoPE rounding): suffix _d64/_d128, _bf16/_fp16/_fp32, then _rope32.._rope128 (none = no RoPE;
-// D_PAD 64 has rope 32 and 64 only), then _once for norm_rope_rounding "once" (none = "per_op"; ROUND_* below).
+// RoPE width, norm/RoPE rounding): suffix _d64/_d128/_d256, _bf16/_fp16/_fp32, then _rope32.._rope128 (none = no
+// RoPE; D_PAD 64 has rope 32 and 64 only, 256 the same five widths as 128), then _once for norm_rope_rounding
+// "once" (none = "per_op"; ROUND_* below).
 // A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps every 16-bit kernel at
 // <= 212 VGPRs, no scratch. fp32 (rows of D_PAD dwords, up to 256 VGPRs, no scratch) needs more care, see
 // sum_sq_tree, sum_sq_lanes8, rope_once, rms_norm, quant_qk, load_v_pass and stats_v32.
@@ -242,14 +244,15 @@ INLINE float ch(const u32 (&row)[WORDS(DT, DP)], int i) {
 // so no load is ever predicated. Channel groups past D (n16 = D / 8 groups of 8 channels, wave-uniform) load group
 // n16 - 1 again (in bounds, cached) and are zeroed with a select on the uniform condition: branches around the
 // loads made LLVM shuffle the whole row between registers.
+// g0: the first group (D_PAD 256 loads a row in halves of 16 groups, see half_row).
 template <int DT, int DP>
-INLINE void load_row(u32 (&row)[WORDS(DT, DP)], const void* __restrict__ p, u32 n16) {
+INLINE void load_row(u32 (&row)[WORDS(DT, DP)], const void* __restrict__ p, u32 n16, u32 g0 = 0) {
   constexpr int W8 = WORDS(DT, 8);
 #pragma unroll
   for (int j = 0; j < DP / 8; ++j) {
     u32 v[W8];
-    load8<DT>(v, at<DT>(p, 8 * min_u32((u32)j, n16 - 1)));
-    bool real = (u32)j < n16;
+    load8<DT>(v, at<DT>(p, 8 * min_u32(g0 + (u32)j, n16 - 1)));
+    bool real = g0 + (u32)j < n16;
 #pragma unroll
     for (int e = 0; e < W8; ++e) row[W8 * j + e] = real ? v[e] : 0u;
   }
@@ -349,22 +352,35 @@ INLINE float sum_sq_lanes8(const u32 (&row)[WORDS(DT, DP)], u32 D) {
   return f;
 }
 
+// The same pointer, opaque to the compiler (an SGPR pair through an empty volatile asm): loads through it are not
+// merged with other loads of the same memory, so a row loaded twice (D_PAD 256: the streamed norm sum, then the
+// halves) is really loaded again instead of kept live.
+template <typename T>
+INLINE T* launder(T* p) {
+  __asm__ volatile("" : "+s"(p));
+  return p;
+}
+
 // RMSNorm (reference.rms_norm): ms = sum / D, r = 1 / sqrt(ms + eps); per_op: y = round(x * r), then
 // y = round(y * weight); once: y = round((x * r) * weight). Only the D real channels (the padded ones stay 0 even
-// when r = inf).
-template <int DT, int DP, int RM>
-INLINE void rms_norm(u32 (&row)[WORDS(DT, DP)], const u16* __restrict__ weight, float eps, u32 n16, u32 D) {
-  float sum = RM == ROUND_ONCE ? sum_sq_lanes8<DT, DP>(row, D) : sum_sq_tree<DT, DP>(row);
+// when r = inf). rms_apply scales the DP channels of row, groups g0 .. g0 + DP/8 - 1 of the head dim (g0 > 0: the
+// second half of a D_PAD 256 row, half_row). PACED (half_row, fp32): a scheduling barrier every 4 groups, so at most
+// 4 groups of weights are in flight (the 128 fp32 weights of a half hoisted next to its 128-VGPR row spilled).
+INLINE float rms_r(float sum, u32 D, float eps) {
   float ms = sum / (float)D;
-  float r = 1.0f / __builtin_sqrtf(ms + eps);
+  return 1.0f / __builtin_sqrtf(ms + eps);
+}
+template <int DT, int DP, int RM, bool PACED = false>
+INLINE void rms_apply(u32 (&row)[WORDS(DT, DP)], const u16* __restrict__ weight, float r, u32 n16, u32 g0) {
 #pragma unroll
   for (int j = 0; j < DP / 8; ++j) {
+    if (PACED && j % 4 == 0) __builtin_amdgcn_sched_barrier(0);
     u32 w[WORDS(DT, 8)];
     // wave-uniform address: scalar loads; fp32 weights through a VGPR offset of 0 instead (vector loads of the same
     // address): 8 SGPRs per group hoisted for all D_PAD channels overflowed the SGPRs (a stack slot, no scratch use)
-    u32 wg = 8 * min_u32((u32)j, n16 - 1) + (DT == FP32 ? opaque_u(0u) : 0u);
+    u32 wg = 8 * min_u32(g0 + (u32)j, n16 - 1) + (DT == FP32 ? opaque_u(0u) : 0u);
     load8<DT>(w, at<DT>(weight, wg));
-    bool real = (u32)j < n16;                                  // padded groups stay 0 (0 * inf would be NaN)
+    bool real = g0 + (u32)j < n16;                             // padded groups stay 0 (0 * inf would be NaN)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {  // channel pair e of the group: channels 8j + 2e, 8j + 2e + 1
       int c = 8 * j + 2 * e;
@@ -376,12 +392,19 @@ INLINE void rms_norm(u32 (&row)[WORDS(DT, DP)], const u16* __restrict__ weight, 
     }
   }
 }
+template <int DT, int DP, int RM>
+INLINE void rms_norm(u32 (&row)[WORDS(DT, DP)], const u16* __restrict__ weight, float eps, u32 n16, u32 D) {
+  float sum = RM == ROUND_ONCE ? sum_sq_lanes8<DT, DP>(row, D) : sum_sq_tree<DT, DP>(row);
+  rms_apply<DT, DP, RM>(row, weight, rms_r(sum, D, eps), n16, 0u);
+}
 
 // Rotate-half RoPE on channels [0, RD), per_op convention (reference.rope):
 // out = round(round(y*cos) + round(rot*sin)), rot = cat(-y[H2:RD], y[0:H2]). cs/sn point at this token's cos/sin
 // rows (RD values each). Channel i < H2 pairs with i + H2; both outputs are made from the two old values and
 // written back in place.
-template <int DT, int DP, int RD>
+// SINGLE (the D_PAD 256 half rows, half_row): one chunk of tables at a time, loaded after the previous chunk's math,
+// as rope_once does for fp32 (16 VGPRs fewer).
+template <int DT, int DP, int RD, bool SINGLE = false>
 INLINE void rope_per_op(u32 (&row)[DP / 2], const u16* __restrict__ cs, const u16* __restrict__ sn) {  // 16-bit DT
   typedef Elt<DT> E;
   constexpr int H2 = RD / 2, CHUNKS = H2 / 8;
@@ -392,7 +415,7 @@ INLINE void rope_per_op(u32 (&row)[DP / 2], const u16* __restrict__ cs, const u1
 #pragma unroll
   for (int j = 0; j < CHUNKS; ++j) {
     u32x4 nxt[4] = {cur[0], cur[1], cur[2], cur[3]};
-    if (j + 1 < CHUNKS) {
+    if (j + 1 < CHUNKS && !SINGLE) {
       int o = 8 * (j + 1);
       nxt[0] = load16(cs + o); nxt[1] = load16(cs + H2 + o); nxt[2] = load16(sn + o); nxt[3] = load16(sn + H2 + o);
     }
@@ -416,6 +439,10 @@ INLINE void rope_per_op(u32 (&row)[DP / 2], const u16* __restrict__ cs, const u1
     __builtin_amdgcn_sched_barrier(0);
 #pragma unroll
     for (int q = 0; q < 4; ++q) cur[q] = nxt[q];
+    if (j + 1 < CHUNKS && SINGLE) {
+      int o = 8 * (j + 1);
+      cur[0] = load16(cs + o); cur[1] = load16(cs + H2 + o); cur[2] = load16(sn + o); cur[3] = load16(sn + H2 + o);
+    }
   }
 }
 
@@ -428,7 +455,7 @@ INLINE void rope_per_op(u32 (&row)[DP / 2], const u16* __restrict__ cs, const u1
 #ifndef ROPE_SINGLE_BUFFER
 #define ROPE_SINGLE_BUFFER(DT) ((DT) == FP32)
 #endif
-template <int DT, int DP, int RD>
+template <int DT, int DP, int RD, bool SINGLE = false>  // SINGLE: single-buffered for every DT (see rope_per_op)
 INLINE void rope_once(u32 (&row)[WORDS(DT, DP)], const float* __restrict__ cs, const float* __restrict__ sn) {
   typedef Elt<DT> E;
   constexpr int H2 = RD / 2, CHUNKS = H2 / 4;
@@ -436,7 +463,7 @@ INLINE void rope_once(u32 (&row)[WORDS(DT, DP)], const float* __restrict__ cs, c
 #pragma unroll
   for (int j = 0; j < CHUNKS; ++j) {
     f32x4 nxt[4] = {cur[0], cur[1], cur[2], cur[3]};
-    if (j + 1 < CHUNKS && !ROPE_SINGLE_BUFFER(DT)) {
+    if (j + 1 < CHUNKS && !(SINGLE || ROPE_SINGLE_BUFFER(DT))) {
       int o = 4 * (j + 1);
       nxt[0] = *(const f32x4*)(cs + o); nxt[1] = *(const f32x4*)(cs + H2 + o);
       nxt[2] = *(const f32x4*)(sn + o); nxt[3] = *(const f32x4*)(sn + H2 + o);
@@ -459,7 +486,7 @@ INLINE void rope_once(u32 (&row)[WORDS(DT, DP)], const float* __restrict__ cs, c
     __builtin_amdgcn_sched_barrier(0);
 #pragma unroll
     for (int q = 0; q < 4; ++q) cur[q] = nxt[q];
-    if (j + 1 < CHUNKS && ROPE_SINGLE_BUFFER(DT)) {  // fp32: the next chunk's tables after this chunk's math
+    if (j + 1 < CHUNKS && (SINGLE || ROPE_SINGLE_BUFFER(DT))) {  // the next chunk's tables after this chunk's math
       int o = 4 * (j + 1);
       cur[0] = *(const f32x4*)(cs + o); cur[1] = *(const f32x4*)(cs + H2 + o);
       cur[2] = *(const f32x4*)(sn + o); cur[3] = *(const f32x4*)(sn + H2 + o);
@@ -469,16 +496,135 @@ INLINE void rope_once(u32 (&row)[WORDS(DT, DP)], const float* __restrict__ cs, c
 
 // The optional norm/RoPE of one Q or K row of token t (the loaded token): cos/sin are [*, RD] tables of u16 in
 // the input dtype (per_op) or of fp32 (once).
+template <int DT, int DP, int RD, int RM, bool SINGLE = false>
+INLINE void rope_row(u32 (&row)[WORDS(DT, DP)], const void* __restrict__ cos, const void* __restrict__ sin, u32 t) {
+  // fp32 per_op: round() is the identity and the tables are fp32 (the input dtype), so the per_op chain
+  // round(round(y*c) + round(rot*s)) is rope_once's y*c + rot*s
+  if constexpr (RD > 0 && (RM == ROUND_ONCE || DT == FP32))
+    rope_once<DT, DP, RD, SINGLE>(row, (const float*)cos + (u64)t * RD, (const float*)sin + (u64)t * RD);
+  else if constexpr (RD > 0)
+    rope_per_op<DT, DP, RD, SINGLE>(row, (const u16*)cos + (u64)t * RD, (const u16*)sin + (u64)t * RD);
+}
 template <int DT, int DP, int RD, int RM>
 INLINE void norm_rope_row(u32 (&row)[WORDS(DT, DP)], int norm, const u16* __restrict__ weight, float eps, u32 n16, u32 D,
                           const void* __restrict__ cos, const void* __restrict__ sin, u32 t) {
   if (norm) rms_norm<DT, DP, RM>(row, weight, eps, n16, D);
-  // fp32 per_op: round() is the identity and the tables are fp32 (the input dtype), so the per_op chain
-  // round(round(y*c) + round(rot*s)) is rope_once's y*c + rot*s
-  if constexpr (RD > 0 && (RM == ROUND_ONCE || DT == FP32))
-    rope_once<DT, DP, RD>(row, (const float*)cos + (u64)t * RD, (const float*)sin + (u64)t * RD);
-  else if constexpr (RD > 0)
-    rope_per_op<DT, DP, RD>(row, (const u16*)cos + (u64)t * RD, (const u16*)sin + (u64)t * RD);
+  rope_row<DT, DP, RD, RM>(row, cos, sin, t);
+}
+
+// ------------------------------------------------------------------------------------------------ D_PAD 256
+// At D_PAD 256 a token row is 128 VGPRs packed (16-bit) or 256 (fp32: the whole register file), and the D_PAD <= 128
+// code keeps a float per channel next to it (quant_qk's x[]): instantiated at 256 every symbol tried spilled (140-750
+// bytes of scratch per lane with clang 22). There the row goes in two halves of 128 channels (half 0: channels
+// 0..127, half 1: 128..255), each packed like a D_PAD 128 row; D > 128 at D_PAD 256, so half 1 has n16 - 16 >= 1
+// real groups. RoPE is at most 128 channels wide (sage_co/abi.py PREPARE_ROPE_DIMS): the rotate-half partners i and
+// i + rope_dim / 2 < 128 are both in half 0. RMSNorm needs the sum of squares of the whole row before either half is
+// scaled: sum_sq_tree_256 / sum_sq_lanes8_256 stream the row from memory (16-byte loads of 8 channels, which the
+// halves' loads right after find in the cache) in the spec's order, the same operations on the same operands as
+// sum_sq_tree / sum_sq_lanes8, so the same bits. Everything after that is per channel, as at D_PAD <= 128.
+#define HALF_CH 128  // channels per half row
+
+// Channels 8g .. 8g + 7 of the row at p (8 channels of DT, 16-byte aligned), zeros past D: like load_row, a group
+// past n16 loads group n16 - 1 again (in bounds) and is zeroed with a select.
+template <int DT>
+INLINE void load_group(u32 (&w)[WORDS(DT, 8)], const void* __restrict__ p, u32 g, u32 n16) {
+  load8<DT>(w, at<DT>(p, 8 * min_u32(g, n16 - 1)));
+  bool real = g < n16;
+#pragma unroll
+  for (int e = 0; e < WORDS(DT, 8); ++e) w[e] = real ? w[e] : 0u;
+}
+
+// per_op (reference.mean_square) over 256 channels, by groups of 8: leaf j < 16 is level w = 128 (t[i] + t[i + 128]
+// for channels i = 8j .. 8j + 7), level G < 16 (w = 8G) adds group j + G to group j, depth first (a few groups of
+// partial sums live; a scheduling barrier before every 4th leaf keeps LLVM from hoisting all 64 leaf loads), then
+// w = 4, 2, 1 inside group 0.
+template <int DT, int G>
+INLINE void tree_group(float (&t)[8], const void* __restrict__ p, u32 n16, u32 j) {
+  if constexpr (G == 16) {
+    if (j % 4 == 0) __builtin_amdgcn_sched_barrier(0);  // j is a constant here (the recursion is inlined)
+    u32 lo[WORDS(DT, 8)], hi[WORDS(DT, 8)];
+    load_group<DT>(lo, p, j, n16);
+    load_group<DT>(hi, p, j + 16, n16);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float a = chan<DT>(lo, e) * chan<DT>(lo, e);
+      float b = chan<DT>(hi, e) * chan<DT>(hi, e);
+      t[e] = a + b;
+    }
+  } else {
+    float u[8];
+    tree_group<DT, 2 * G>(t, p, n16, j);
+    tree_group<DT, 2 * G>(u, p, n16, j + G);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) t[e] = t[e] + u[e];
+  }
+}
+template <int DT>
+INLINE float sum_sq_tree_256(const void* __restrict__ p, u32 n16) {
+  float t[8];
+  tree_group<DT, 1>(t, p, n16, 0u);
+#pragma unroll
+  for (int w = 4; w >= 1; w >>= 1) {
+#pragma unroll
+    for (int i = 0; i < w; ++i) t[i] = t[i] + t[i + w];
+  }
+  return t[0];
+}
+
+// once (reference.mean_square_lanes8) over 256 channels: sum_sq_lanes8's accumulators and order, group j from memory,
+// a scheduling barrier every 8 groups (all 32 groups' loads hoisted are 128 / 256 VGPRs).
+template <int DT>
+INLINE float sum_sq_lanes8_256(const void* __restrict__ p, u32 n16, u32 D) {
+  u32 split = 4 * (D / 32);  // vectors below split use all four accumulators
+  float acc[4][8];
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+#pragma unroll
+    for (int l = 0; l < 8; ++l) acc[k][l] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 256 / 8; ++j) {
+    if (j % 8 == 0) __builtin_amdgcn_sched_barrier(0);
+    u32 w[WORDS(DT, 8)];
+    load_group<DT>(w, p, (u32)j, n16);
+    bool four = (u32)j < split;
+#pragma unroll
+    for (int l = 0; l < 8; ++l) {
+      float v = chan<DT>(w, l);
+      float t = v * v;
+      if (j % 4 == 0) {
+        acc[0][l] = acc[0][l] + t;
+      } else {
+        acc[j % 4][l] = acc[j % 4][l] + (four ? t : 0.0f);
+        acc[0][l] = acc[0][l] + (four ? 0.0f : t);
+      }
+    }
+  }
+  float f = 0.0f;
+#pragma unroll
+  for (int l = 0; l < 8; ++l) f = f + (((acc[0][l] + acc[1][l]) + acc[2][l]) + acc[3][l]);
+  return f;
+}
+
+// r of the row at element `off` of base (rms_norm's), from the streamed sum of the norm_rope_rounding convention RM.
+// base is laundered: otherwise LLVM reuses these loads for the halves' loads of the same addresses and keeps the
+// whole row live from here (256 VGPRs in fp32).
+template <int DT, int RM>
+INLINE float rms_r_256(const u16* base, u64 off, u32 n16, u32 D, float eps) {
+  const void* p = at<DT>(launder(base), off);
+  return rms_r(RM == ROUND_ONCE ? sum_sq_lanes8_256<DT>(p, n16, D) : sum_sq_tree_256<DT>(p, n16), D, eps);
+}
+
+// Half hh (wave-uniform) of the row at p (token t: the cos/sin row), normed with r when norm != 0 and, half 0,
+// roped (RD > 0). The callers run it in loops that are not unrolled (#pragma nounroll, hh the counter), so one
+// half's registers are live at a time: unrolled, LLVM hoisted the other half's loads, weights and K means (128
+// VGPRs or SGPRs each) into the first half's arithmetic and spilled, whatever barriers were put in its way.
+template <int DT, int RD, int RM>
+INLINE void half_row(u32 (&hr)[WORDS(DT, HALF_CH)], const void* __restrict__ p, u32 hh, int norm,
+                     const u16* __restrict__ weight, float r, u32 n16, const void* __restrict__ cos,
+                     const void* __restrict__ sin, u32 t) {
+  load_row<DT, HALF_CH>(hr, p, n16, 16u * hh);
+  if (norm) rms_apply<DT, HALF_CH, RM, DT == FP32>(hr, weight, r, n16, 16u * hh);
+  if (hh == 0) rope_row<DT, HALF_CH, RD, RM, true>(hr, cos, sin, t);  // single-buffered tables
 }
 
 // Element offset of (b, t, h) of a strided [B, S, H, D] tensor.
@@ -516,6 +662,35 @@ INLINE u32 sortable16x2(u32 p) { return p ^ (((p & 0x80008000u) >> 15) * 0x7fffu
 // SIGNED (smooth_v): max v and min v per channel instead (sortable16x2 keys, packed signed 16-bit max/min), to
 // vmax_part and vmin_part: the reduce pass needs max |v - v_mean|, and fp32 subtraction of one v_mean is monotone
 // in v, so that maximum sits at max v or min v (docs/numerics.md §smooth_v).
+typedef short s16x2 __attribute__((ext_vector_type(2)));
+// D_PAD 256 (TPL = 32 tokens per lane) goes through its V in V_PARTS = 2 token parts of 16 (stats_v_part,
+// quant_v_part): 32 tokens of 16-bit V are 128 VGPRs, which made the one-launch kernel's stats paths spill.
+#define V_PARTS(DP) ((DP) == 256 ? 2 : 1)
+// TPL / V_PARTS(DP) tokens from token t0 into the lane's maxima (stats_v)
+template <int DT, int DP, bool SIGNED>
+INLINE void stats_v_part(const StatsArgs& a, u32 h, u32 t0, u32 cg_ld, u16x2 (&m)[4], s16x2 (&smax)[4],
+                         s16x2 (&smin)[4]) {
+  constexpr u32 TP = TILE * (DP / 8) / 32 / V_PARTS(DP);
+  u32x4 raw[TP];
+#pragma unroll
+  for (u32 i = 0; i < TP; ++i) {
+    u32 t = min_u32(t0 + i, a.S - 1);
+    raw[i] = load16(a.v + row_offset(a.vst, a.lay_b, a.tok0 + t, h) + cg_ld * 8);
+  }
+#pragma unroll
+  for (u32 i = 0; i < TP; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (SIGNED) {
+        s16x2 key = __builtin_bit_cast(s16x2, sortable16x2(raw[i][e]));
+        smax[e] = __builtin_elementwise_max(smax[e], key);
+        smin[e] = __builtin_elementwise_min(smin[e], key);
+      } else {
+        m[e] = __builtin_elementwise_max(m[e], __builtin_bit_cast(u16x2, raw[i][e] & 0x7fff7fffu));
+      }
+    }
+  }
+}
 template <int DT, int DP, bool SIGNED>
 INLINE void stats_v(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
   constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
@@ -525,30 +700,17 @@ INLINE void stats_v(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
   u32 n_valid_tiles = (a.S + TILE - 1) / TILE;
   u32 t_begin = chunk * a.tiles_per_chunk;
   u32 t_end = min_u32(t_begin + a.tiles_per_chunk, n_valid_tiles);
-  typedef short s16x2 __attribute__((ext_vector_type(2)));
   u16x2 m[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
   s16x2 smax[4], smin[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) smax[e] = (s16x2){-32768, -32768}, smin[e] = (s16x2){32767, 32767};
   for (u32 tile = t_begin; tile < t_end; ++tile) {
-    u32x4 raw[TPL];
-#pragma unroll
-    for (u32 i = 0; i < TPL; ++i) {
-      u32 t = min_u32(tile * TILE + tg * TPL + i, a.S - 1);
-      raw[i] = load16(a.v + row_offset(a.vst, a.lay_b, a.tok0 + t, h) + cg_ld * 8);
-    }
-#pragma unroll
-    for (u32 i = 0; i < TPL; ++i) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if constexpr (SIGNED) {
-          s16x2 key = __builtin_bit_cast(s16x2, sortable16x2(raw[i][e]));
-          smax[e] = __builtin_elementwise_max(smax[e], key);
-          smin[e] = __builtin_elementwise_min(smin[e], key);
-        } else {
-          m[e] = __builtin_elementwise_max(m[e], __builtin_bit_cast(u16x2, raw[i][e] & 0x7fff7fffu));
-        }
-      }
+    // D_PAD 256 (TPL 32: 128 VGPRs of V) in V_PARTS token parts, as quant_v: the maxima do not depend on the order.
+    // The scheduling barrier keeps the second part's loads after the first part's arithmetic (one block otherwise).
+    stats_v_part<DT, DP, SIGNED>(a, h, tile * TILE + tg * TPL, cg_ld, m, smax, smin);
+    if constexpr (V_PARTS(DP) > 1) {
+      __builtin_amdgcn_sched_barrier(0);
+      stats_v_part<DT, DP, SIGNED>(a, h, tile * TILE + tg * TPL + TPL / V_PARTS(DP), cg_ld, m, smax, smin);
     }
   }
   if constexpr (SIGNED) {
@@ -622,6 +784,8 @@ INLINE void stats_v32(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
 #pragma unroll
     for (int pass = 0; pass < 2 * V32_SPLIT; ++pass) {  // channels 4 * (pass % 2) .. + 3 of tokens part pass / 2
       constexpr u32 TP = TPL / V32_SPLIT;                // tokens per pass: 4 * TP VGPRs of V live
+      // D_PAD 256 (TP 16): a scheduling barrier per pass, else the passes' loads are scheduled together (256 VGPRs)
+      if (DP == 256 && pass > 0) __builtin_amdgcn_sched_barrier(0);
       const u32 t_at = tile * TILE + tg * TPL + TP * (pass / 2);
       u32x4 raw[TP];
 #pragma unroll
@@ -685,8 +849,77 @@ INLINE void stats_v32(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
 // each lane writes its packed row, then lane l adds channels CPL*l..CPL*l+CPL-1 of the tile's valid rows in token
 // order.
 #define LDS_PAD 4  // dwords; a row of DP/2 + 4 keeps the 16-byte row stores of different lanes on different banks
+// The LDS of stats_k: TILE rows of at most 128 dwords + LDS_PAD (D_PAD 256 in fp32 goes through it in two halves,
+// stats_k256), so no stats symbol takes more than 16.5 KB (docs/rdna4.md §Occupancy: LDS per WGP).
+#define STATS_LDS_WORDS(DT, DP) (TILE * ((WORDS(DT, DP) < 128 ? WORDS(DT, DP) : 128) + LDS_PAD))
+
+// stats_k at D_PAD 256: the row in halves (half_row, r streamed first), one half made at a time (loops that are not
+// unrolled, as in quant_qk256). 16-bit: both halves go to one LDS row of 128 dwords and lane l adds channels
+// 8l .. 8l + 7 (stats_k's CPL = 8); fp32: one half per pass over the chunk's tiles (pass p makes half p, and r, again),
+// lane l adds channels 128p + 4l .. + 3. Either way each channel is added over the valid rows in token order, tiles in
+// order, as at D_PAD <= 128; the LDS stays at TILE rows of 128 + LDS_PAD dwords (STATS_LDS_WORDS).
+INLINE void lds_barrier() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+}
+template <int DT, int RD, int RM>
+INLINE void stats_k256(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
+  constexpr int ROW = 128 + LDS_PAD, HW = WORDS(DT, HALF_CH), CPP = 4 * 4 / Elt<DT>::BYTES;  // CPP: 8 or 4 channels
+  constexpr u32 PASSES = DT == FP32 ? 2 : 1, HPP = 2 / PASSES;  // halves per pass
+  u32 lane = lane_id();
+  u32 n16 = a.D / 8;
+  __builtin_assume(n16 > 16u);  // D > 128 at D_PAD 256: every group of half 0 is real
+  u32 n_valid_tiles = (a.S + TILE - 1) / TILE;
+  u32 t_begin = chunk * a.tiles_per_chunk;
+  u32 t_end = min_u32(t_begin + a.tiles_per_chunk, n_valid_tiles);
+  float* dst = a.ks + ((u64)(b * a.H + h) * a.n_chunks + chunk) * 256;
+#pragma nounroll
+  for (u32 pass = 0; pass < PASSES; ++pass) {
+    float acc[CPP];
+#pragma unroll
+    for (int c = 0; c < CPP; ++c) acc[c] = 0.0f;
+    for (u32 tile = t_begin; tile < t_end; ++tile) {
+      u32 t = min_u32(tile * TILE + lane, a.S - 1);
+      const u64 off = row_offset(a.kst, a.lay_b, a.tok0 + t, h);
+      const void* src = at<DT>(a.k, off);
+      float r = a.k_norm ? rms_r_256<DT, RM>(a.k, off, n16, a.D, a.eps) : 0.0f;
+      lds_barrier();  // previous tile's LDS reads are done (WAR)
+#pragma nounroll
+      for (u32 k = 0; k < HPP; ++k) {
+        u32 hr[HW];
+        half_row<DT, RD, RM>(hr, src, pass * HPP + k, a.k_norm, a.k_norm_w, r, n16, a.cos, a.sin, t);
+#pragma unroll
+        for (int j = 0; j < HW / 4; ++j)
+          store16(&lds[lane * ROW + HW * k + 4 * j], (u32x4){hr[4 * j], hr[4 * j + 1], hr[4 * j + 2], hr[4 * j + 3]});
+      }
+      lds_barrier();
+      u32 rows = min_u32(TILE, a.S - tile * TILE);  // wave-uniform: padded rows are never added
+#pragma unroll
+      for (u32 rr = 0; rr < TILE; ++rr) {
+        if (rr < rows) {  // this lane's CPP channels: 4 dwords at dword 4 * lane of row rr
+          u32x4 v = *(const u32x4*)&lds[rr * ROW + 4 * lane];
+          u32 c[4] = {v[0], v[1], v[2], v[3]};
+#pragma unroll
+          for (int i = 0; i < CPP; ++i) acc[i] = acc[i] + chan<DT>(c, i);
+        }
+      }
+    }
+    if constexpr (CPP == 8) {
+      store16(dst + 8 * lane, (u32x4){as_u(acc[0]), as_u(acc[1]), as_u(acc[2]), as_u(acc[3])});
+      store16(dst + 8 * lane + 4, (u32x4){as_u(acc[4]), as_u(acc[5]), as_u(acc[6]), as_u(acc[7])});
+    } else {
+      store16(dst + HALF_CH * pass + 4 * lane, (u32x4){as_u(acc[0]), as_u(acc[1]), as_u(acc[2]), as_u(acc[3])});
+    }
+  }
+}
+
 template <int DT, int DP, int RD, int RM>
 INLINE void stats_k(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
+  if constexpr (DP == 256) {  // the row in halves (stats_k256); the code below is never reached there
+    stats_k256<DT, RD, RM>(a, b, h, chunk, lds);
+    return;
+  }
   constexpr int RW = WORDS(DT, DP), ROW = RW + LDS_PAD, CPL = DP / 32, CW = WORDS(DT, CPL);
   u32 lane = lane_id();
   u32 n16 = a.D / 8;
@@ -850,7 +1083,7 @@ INLINE void stats_body(StatsArgs a, u32 chunk, u32 h, u32 z, const u32* cu_seqle
   u32 kinds = idle ? 0u : a.tens & (STATS_V_MAX | STATS_K_SUM | STATS_V_SUM);
   for (u32 i = 0; i < which; ++i) kinds &= kinds - 1;  // drop the lowest set bit `which` times (uniform)
   u32 kind = kinds & (0u - kinds);                      // 0: no statistics (pv fp16 without smooth_k)
-  __attribute__((shared)) static u32 lds[TILE * (WORDS(DT, DP) + LDS_PAD)];  // column sums only
+  __attribute__((shared)) static u32 lds[STATS_LDS_WORDS(DT, DP)];  // column sums only
   if (kind == STATS_V_MAX) {
     if constexpr (DT == FP32) {
       if (a.tens & STATS_V_SIGNED)
@@ -906,9 +1139,129 @@ INLINE u32 pack4_i8(u32 a, u32 b, u32 c, u32 d) {
 // complement low byte is then the low byte of the sum's bit pattern. Exactly rint(y) & 0xff for |y| <= 127.
 #define ROUND_MAGIC 12582912.0f
 
+// D_PAD 256 (see half_row): x of a half row as quant_qk computes it (K: f32(row) - k_mean, Q: f32(row) * q_mult),
+// 128 floats made once per half and pass, so the three cases of half_quant_store read registers only (loads in two
+// of them were hoisted above the branch). K's 128 means of the half as in quant_qk: each lane loads 4 of them (one
+// 16-byte load) and v_readlane broadcasts each (k_mean is written by this launch's fold, so no scalar loads).
+template <int DT, bool is_k>
+INLINE void half_x(float (&x)[HALF_CH], const u32 (&hr)[WORDS(DT, HALF_CH)], const float* mean, float q_mult) {
+  if constexpr (is_k) {
+    constexpr int PER = HALF_CH / TILE;
+    f32x4 own = *(const f32x4*)(mean + lane_id() * PER);
+#pragma unroll
+    for (int i = 0; i < HALF_CH; ++i)
+      x[i] = ch<DT, HALF_CH>(hr, i) - as_f((u32)__builtin_amdgcn_readlane((int)as_u(own[i % PER]), i / PER));
+  } else {
+#pragma unroll
+    for (int i = 0; i < HALF_CH; ++i) x[i] = ch<DT, HALF_CH>(hr, i) * q_mult;
+  }
+}
+// max |x| over a half row as bit patterns (NaN wins, as in quant_qk)
+INLINE u32 half_amax(const float (&x)[HALF_CH]) {
+  u32 m = 0;
+#pragma unroll
+  for (int i = 0; i < HALF_CH; i += 2) {
+    u32 m2 = __builtin_elementwise_max(as_u(x[i]) & 0x7fffffffu, as_u(x[i + 1]) & 0x7fffffffu);
+    m = m > m2 ? m : m2;
+  }
+  return m;
+}
+// The int8 of a half row given the block max m (an SGPR) and inv: quant_qk's three cases, zeros for a padded token.
+INLINE void half_quant_store(const float (&x)[HALF_CH], u32 m, float inv, bool valid, i8* __restrict__ dst) {
+  constexpr int NW = HALF_CH / 4;  // int8 dwords
+  u32 words[NW];
+  if (m >= 0x7f800000u) {  // NaN or inf in the block: every x * inv is 0 or NaN -> int8 0
+#pragma unroll
+    for (int j = 0; j < NW; ++j) words[j] = 0;
+  } else if (as_u(inv) == 0x7f800000u) {  // tiny amax: x * inv = +-inf -> +-127, 0 * inf = NaN -> 0
+#pragma unroll
+    for (int j = 0; j < NW; ++j) {
+      u32 qv[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float xv = x[4 * j + e];
+        qv[e] = xv > 0.0f ? 127u : (xv < 0.0f ? 0x81u : 0u);
+      }
+      words[j] = pack4_i8(qv[0], qv[1], qv[2], qv[3]);
+    }
+  } else {  // |x * inv| <= 127 * (1 + 2^-24): rint(x * inv) is in [-127, 127], no clamp needed
+#pragma unroll
+    for (int j = 0; j < NW; ++j) {
+      u32 qv[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) qv[e] = as_u(x[4 * j + e] * inv + ROUND_MAGIC);
+      words[j] = pack4_i8(qv[0], qv[1], qv[2], qv[3]);
+    }
+  }
+  if (!valid) {
+#pragma unroll
+    for (int j = 0; j < NW; ++j) words[j] = 0;  // padded rows are zero
+  }
+#pragma unroll
+  for (int j = 0; j < NW / 4; ++j)
+    store16(dst + 16 * j, (u32x4){words[4 * j], words[4 * j + 1], words[4 * j + 2], words[4 * j + 3]});
+}
+
+// quant_qk at D_PAD 256: the row in two halves (half_row), each made twice -- once for the block max, which needs
+// both halves, and once to quantize -- so one half (up to 128 VGPRs of row, then 128 of x) is live at a time; the
+// second making is the same loads and operations, so the same bits (the loads hit the cache).
+template <int DT, int RD, int RM, bool is_k>
+INLINE void quant_qk256(const QuantArgs& a, u32 b, u32 h, u32 tile) {
+  constexpr int HW = WORDS(DT, HALF_CH);
+  u32 H = is_k ? a.H_kv : a.H_q;
+  const Seq sq = sequence(is_k ? a.cu_kv : a.cu_q, a.varlen != 0, b, is_k ? a.S_kv : a.S_q,
+                          is_k ? a.S_kv_pad : a.S_q_pad, is_k ? a.rows_kv : a.rows_q, tile);
+  if (sq.skip) return;  // wave-uniform
+  u32 S = sq.S, S_pad = sq.rows;
+  u32 lane = lane_id();
+  u32 t = tile * TILE + lane;
+  bool valid = t < S;
+  u32 t_ld = min_u32(t, S - 1);
+  u32 n16 = a.D / 8;
+  __builtin_assume(n16 > 16u);  // D > 128 at D_PAD 256: every group of half 0 is real
+  const u16* base = is_k ? a.k : a.q;
+  const u16* weight = is_k ? a.k_norm_w : a.q_norm_w;
+  const int norm = is_k ? a.k_norm : a.q_norm;
+  const u64 off = row_offset(is_k ? a.kst : a.qst, sq.lay_b, sq.tok0 + t_ld, h);
+  const void* src = at<DT>(base, off);
+  float r = norm ? rms_r_256<DT, RM>(base, off, n16, a.D, a.eps) : 0.0f;
+  u64 bh = (u64)b * H + h;
+  const float* mean = a.k_mean + bh * 256;  // K only (Q never reads it)
+  u32 m = 0;
+#pragma nounroll
+  for (u32 hh = 0; hh < 2; ++hh) {
+    u32 hr[HW];
+    half_row<DT, RD, RM>(hr, src, hh, norm, weight, r, n16, a.cos, a.sin, t_ld);
+    float x[HALF_CH];
+    half_x<DT, is_k>(x, hr, mean + HALF_CH * hh, a.q_mult);
+    u32 mh = half_amax(x);
+    m = m > mh ? m : mh;
+  }
+  m = valid ? m : 0u;  // padded rows count as zero
+  m = (u32)__builtin_amdgcn_readfirstlane((int)wave_max_u32(m));  // an SGPR: uniform branches, as in quant_qk
+  float amax = as_f(m);
+  float scale = amax / 127.0f;
+  float inv = amax == 0.0f ? 0.0f : 127.0f / amax;
+  const u64 lbh = (u64)sq.lay_b * H + h;
+  if (lane == 0) (is_k ? a.k_scale : a.q_scale)[lbh * (S_pad / TILE) + (sq.row0 / TILE + tile)] = scale;
+  i8* dst = (is_k ? a.k_int8 : a.q_int8) + (lbh * S_pad + sq.row0 + t) * 256;
+#pragma nounroll
+  for (u32 hh = 0; hh < 2; ++hh) {
+    u32 hr[HW];
+    half_row<DT, RD, RM>(hr, src, hh, norm, weight, r, n16, a.cos, a.sin, t_ld);
+    float x[HALF_CH];
+    half_x<DT, is_k>(x, hr, mean + HALF_CH * hh, a.q_mult);
+    half_quant_store(x, m, inv, valid, dst + HALF_CH * hh);
+  }
+}
+
 // Q (is_k = false) or K tile: one 32-token scale block of head h, lane = token.
 template <int DT, int DP, int RD, int RM, bool is_k>
 INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
+  if constexpr (DP == 256) {  // the row in halves (quant_qk256); the code below is never reached there
+    quant_qk256<DT, RD, RM, is_k>(a, b, h, tile);
+    return;
+  }
   constexpr int NW = DP / 4;  // int8 dwords per row
   u32 H = is_k ? a.H_kv : a.H_q;
   const Seq sq = sequence(is_k ? a.cu_kv : a.cu_q, a.varlen != 0, b, is_k ? a.S_kv : a.S_q,
@@ -1002,30 +1355,77 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
 // 16-byte load each, of channels 8cg + CPP*pass .. + CPP - 1, CPP = 8 / V_PASSES: 16-bit inputs take their 8 channels
 // in one pass, fp32 in two passes of 4 (so only 4 * TPL VGPRs of V are live: 8 * TPL spilled at D_pad 128). Padded
 // tokens load token S-1, a lane of padded channels loads channel group 0; both are zeroed.
+// D_PAD 256: V_PARTS token parts (`part`, see stats_v_part).
 #define V_PASSES(DT) (WORDS(DT, 8) / 4)
 template <int DT, int DP>
-INLINE void load_v_pass(u32 (&raw)[TILE * DP / 256][4], const QuantArgs& a, const Seq& sq, u32 h, u32 tile,
-                        int pass) {
-  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
+INLINE void load_v_pass(u32 (&raw)[TILE * DP / 256 / V_PARTS(DP)][4], const QuantArgs& a, const Seq& sq, u32 h,
+                        u32 tile, int pass, int part = 0) {
+  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32, TP = TPL / V_PARTS(DP);
   u32 lane = lane_id(), cg = lane % NCG, tg = lane / NCG;
   bool real = cg * 8 < a.D;
   u32 S = sq.S;  // the sequence's tokens from token sq.tok0 of layout batch sq.lay_b (varlen; else S_kv from 0 of b)
-  u32 t0 = tile * TILE + tg * TPL;
+  u32 t0 = tile * TILE + tg * TPL + TP * (u32)part;
 #pragma unroll
-  for (u32 i = 0; i < TPL; ++i) {
+  for (u32 i = 0; i < TP; ++i) {
     u32x4 v = load16(at<DT>(a.v, row_offset(a.vst, sq.lay_b, sq.tok0 + min_u32(t0 + i, S - 1), h) +
                                      (real ? cg : 0u) * 8 + (u32)pass * (8 / V_PASSES(DT))));
     raw[i][0] = v[0], raw[i][1] = v[1], raw[i][2] = v[2], raw[i][3] = v[3];
   }
   if ((tile + 1) * TILE > S || 8 * NCG > a.D) {  // wave-uniform: the last valid tile, padding tiles, padded D
 #pragma unroll
-    for (u32 i = 0; i < TPL; ++i)
+    for (u32 i = 0; i < TP; ++i)
       if (t0 + i >= S || !real) raw[i][0] = raw[i][1] = raw[i][2] = raw[i][3] = 0;
   }
 }
 
 // V tile of K/V head h: lane = (cg, tg) -> channels 8cg..8cg+7, tokens tile*32 + TPL*tg + 0..TPL-1 (a padded token
 // loads token S-1 and is zeroed before use; a lane of padded channels loads channel group 0 and zeroes it).
+// quant_v_part: token part `part` (V_PARTS(DP) of them, TP tokens each) of the lane's tokens, all passes and channels.
+template <int DT, int DP>
+INLINE void quant_v_part(const QuantArgs& a, const Seq& sq, u32 h, u32 tile, const float (&inv)[8],
+                         const float (&mean)[8], bool fast, unsigned char* dst, int part, u32 tp0) {
+  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32, TP = TPL / V_PARTS(DP);
+  u32 S = sq.S;  // tp0: this part's first token
+  const u32 vrows = sq.rows;
+#pragma unroll
+  for (int pass = 0; pass < V_PASSES(DT); ++pass) {
+  u32 raw[TP][4];
+  load_v_pass<DT, DP>(raw, a, sq, h, tile, pass, part);
+#pragma unroll
+  for (int cc = 0; cc < 8 / V_PASSES(DT); ++cc) {
+    const int c = pass * (8 / V_PASSES(DT)) + cc;  // channel 8cg + c; raw holds it as channel cc
+    float y[TP];
+#pragma unroll
+    for (u32 i = 0; i < TP; ++i) {
+      y[i] = (chan<DT>(raw[i], cc) - mean[c]) * inv[c];
+    }
+    if ((tile + 1) * TILE > S) {  // wave-uniform: padded tokens are 0, not (0 - v_mean) * inv
+#pragma unroll
+      for (u32 i = 0; i < TP; ++i) y[i] = tp0 + i < S ? y[i] : 0.0f;
+    }
+    if (!fast) {
+      bool inv_inf = as_u(inv[c]) == 0x7f800000u;  // tiny amax: no x is NaN or inf, so y is NaN only for x = +-0
+#pragma unroll
+      for (u32 i = 0; i < TP; ++i) {
+        float vv = chan<DT>(raw[i], cc) - mean[c];
+        float cl = __builtin_amdgcn_fmed3f(y[i], -448.0f, 448.0f);
+        cl = is_nan_sel(y[i], inv_inf ? vv : as_f(0x7fc00000u), cl);  // 0 * inf keeps the zero; NaN -> 0x7F
+        y[i] = tp0 + i < S ? cl : 0.0f;                                // padded tokens are 0 even when NaN
+      }
+    }
+    u32 w[TP / 4];
+#pragma unroll
+    for (u32 j = 0; j < TP / 4; ++j) {
+      int lo = __builtin_amdgcn_cvt_pk_fp8_f32(y[4 * j], y[4 * j + 1], 0, false);
+      w[j] = (u32)__builtin_amdgcn_cvt_pk_fp8_f32(y[4 * j + 2], y[4 * j + 3], lo, true);
+    }
+    if constexpr (TP == 16)
+      store16(dst + (u64)c * vrows + TP * part, (u32x4){w[0], w[1], w[2], w[3]});
+    else
+      *(u32x2*)(dst + (u64)c * vrows) = (u32x2){w[0], w[1]};
+  }
+  }
+}
 template <int DT, int DP>
 INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
@@ -1033,7 +1433,6 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   bool real = cg * 8 < a.D;
   const Seq sq = sequence(a.cu_kv, a.varlen != 0, b, a.S_kv, a.S_kv_pad, a.rows_kv, tile);
   if (sq.skip) return;  // wave-uniform
-  u32 S = sq.S;
   u32 t0 = tile * TILE + tg * TPL;
   u64 bh = (u64)b * a.H_kv + h;
   const float* invp = a.v_inv + bh * DP + cg * 8;
@@ -1055,72 +1454,27 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   const u64 lbh = (u64)sq.lay_b * a.H_kv + h;  // the layout's (batch, head); bh indexes the statistics
   const u32 vrows = sq.rows;
   unsigned char* dst = a.v_t + (lbh * DP + cg * 8) * vrows + sq.row0 + t0;
-#pragma unroll
-  for (int pass = 0; pass < V_PASSES(DT); ++pass) {
-  u32 raw[TPL][4];
-  load_v_pass<DT, DP>(raw, a, sq, h, tile, pass);
-#pragma unroll
-  for (int cc = 0; cc < 8 / V_PASSES(DT); ++cc) {
-    const int c = pass * (8 / V_PASSES(DT)) + cc;  // channel 8cg + c; raw holds it as channel cc
-    float y[TPL];
-#pragma unroll
-    for (u32 i = 0; i < TPL; ++i) {
-      y[i] = (chan<DT>(raw[i], cc) - mean[c]) * inv[c];
-    }
-    if ((tile + 1) * TILE > S) {  // wave-uniform: padded tokens are 0, not (0 - v_mean) * inv
-#pragma unroll
-      for (u32 i = 0; i < TPL; ++i) y[i] = t0 + i < S ? y[i] : 0.0f;
-    }
-    if (!fast) {
-      bool inv_inf = as_u(inv[c]) == 0x7f800000u;  // tiny amax: no x is NaN or inf, so y is NaN only for x = +-0
-#pragma unroll
-      for (u32 i = 0; i < TPL; ++i) {
-        float vv = chan<DT>(raw[i], cc) - mean[c];
-        float cl = __builtin_amdgcn_fmed3f(y[i], -448.0f, 448.0f);
-        cl = is_nan_sel(y[i], inv_inf ? vv : as_f(0x7fc00000u), cl);  // 0 * inf keeps the zero; NaN -> 0x7F
-        y[i] = t0 + i < S ? cl : 0.0f;                                 // padded tokens are 0 even when NaN
-      }
-    }
-    u32 w[TPL / 4];
-#pragma unroll
-    for (u32 j = 0; j < TPL / 4; ++j) {
-      int lo = __builtin_amdgcn_cvt_pk_fp8_f32(y[4 * j], y[4 * j + 1], 0, false);
-      w[j] = (u32)__builtin_amdgcn_cvt_pk_fp8_f32(y[4 * j + 2], y[4 * j + 3], lo, true);
-    }
-    if constexpr (TPL == 16)
-      store16(dst + (u64)c * vrows, (u32x4){w[0], w[1], w[2], w[3]});
-    else
-      *(u32x2*)(dst + (u64)c * vrows) = (u32x2){w[0], w[1]};
-  }
-  }
+  quant_v_part<DT, DP>(a, sq, h, tile, inv, mean, fast, dst, 0, t0);
+  if constexpr (V_PARTS(DP) > 1) quant_v_part<DT, DP>(a, sq, h, tile, inv, mean, fast, dst, 1, t0 + TPL / V_PARTS(DP));
 }
 
 // pv fp16: V tile of K/V head h transposed to fp16 [D_pad, S_kv_pad] (the f16 WMMA's A operand rows): fp16 input
 // bits pass through, bf16 and fp32 are rounded by v_cvt_f16_f32 (RNE, overflow -> +-inf, fp16 subnormals kept: torch's
 // .to(float16) of float32(v)). Lane layout, padding and stores as quant_v with 2 bytes per token.
 template <int DT, int DP>
-INLINE void quant_v16(const QuantArgs& a, u32 b, u32 h, u32 tile) {
-  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
-  u32 lane = lane_id(), cg = lane % NCG, tg = lane / NCG;
-  bool real = cg * 8 < a.D;
-  const Seq sq = sequence(a.cu_kv, a.varlen != 0, b, a.S_kv, a.S_kv_pad, a.rows_kv, tile);
-  if (sq.skip) return;  // wave-uniform
-  u32 S = sq.S;
-  u32 t0 = tile * TILE + tg * TPL;
-  u64 bh = (u64)b * a.H_kv + h;
-  const u64 lbh = (u64)sq.lay_b * a.H_kv + h;
+INLINE void quant_v16_part(const QuantArgs& a, const Seq& sq, u32 h, u32 tile, u16* dst, int part) {
+  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32, TP = TPL / V_PARTS(DP);
   const u32 vrows = sq.rows;
-  u16* dst = (u16*)a.v_t + (lbh * DP + cg * 8) * vrows + sq.row0 + t0;
 #pragma unroll
   for (int pass = 0; pass < V_PASSES(DT); ++pass) {
-  u32 raw[TPL][4];
-  load_v_pass<DT, DP>(raw, a, sq, h, tile, pass);
+  u32 raw[TP][4];
+  load_v_pass<DT, DP>(raw, a, sq, h, tile, pass, part);
 #pragma unroll
   for (int cc = 0; cc < 8 / V_PASSES(DT); ++cc) {
     const int c = pass * (8 / V_PASSES(DT)) + cc;  // channel 8cg + c; raw holds it as channel cc
-    u32 hv[TPL];
+    u32 hv[TP];
 #pragma unroll
-    for (u32 i = 0; i < TPL; ++i) {
+    for (u32 i = 0; i < TP; ++i) {
       u32 bits;
       if constexpr (DT == FP16) {
         u32 p = raw[i][cc >> 1];
@@ -1130,14 +1484,27 @@ INLINE void quant_v16(const QuantArgs& a, u32 b, u32 h, u32 tile) {
       }
       hv[i] = bits;
     }
-    u32 w[TPL / 2];
+    u32 w[TP / 2];
 #pragma unroll
-    for (u32 j = 0; j < TPL / 2; ++j) w[j] = hv[2 * j] | (hv[2 * j + 1] << 16);
+    for (u32 j = 0; j < TP / 2; ++j) w[j] = hv[2 * j] | (hv[2 * j + 1] << 16);
 #pragma unroll
-    for (u32 j = 0; j < TPL / 8; ++j)
-      store16(dst + (u64)c * vrows + 8 * j, (u32x4){w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]});
+    for (u32 j = 0; j < TP / 8; ++j)
+      store16(dst + (u64)c * vrows + TP * part + 8 * j, (u32x4){w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]});
   }
   }
+}
+template <int DT, int DP>
+INLINE void quant_v16(const QuantArgs& a, u32 b, u32 h, u32 tile) {
+  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
+  u32 lane = lane_id(), cg = lane % NCG, tg = lane / NCG;
+  const Seq sq = sequence(a.cu_kv, a.varlen != 0, b, a.S_kv, a.S_kv_pad, a.rows_kv, tile);
+  if (sq.skip) return;  // wave-uniform
+  u32 t0 = tile * TILE + tg * TPL;
+  const u64 lbh = (u64)sq.lay_b * a.H_kv + h;
+  const u32 vrows = sq.rows;
+  u16* dst = (u16*)a.v_t + (lbh * DP + cg * 8) * vrows + sq.row0 + t0;
+  quant_v16_part<DT, DP>(a, sq, h, tile, dst, 0);
+  if constexpr (V_PARTS(DP) > 1) quant_v16_part<DT, DP>(a, sq, h, tile, dst, 1);
 }
 
 template <int DT, int DP, int RD, int RM>
@@ -1235,7 +1602,16 @@ INLINE void prepare_body(PREPARE_PARAMS) {
   VARIANT(_d64_##DTS##RS, DT, 64, 0, RM)                               \
   VARIANT(_d64_##DTS##_rope32##RS, DT, 64, 32, RM)                     \
   VARIANT(_d64_##DTS##_rope64##RS, DT, 64, 64, RM)
+#define VARIANTS_D256(DTS, DT, RS, RM)                                 \
+  VARIANT(_d256_##DTS##RS, DT, 256, 0, RM)                             \
+  VARIANT(_d256_##DTS##_rope32##RS, DT, 256, 32, RM)                   \
+  VARIANT(_d256_##DTS##_rope64##RS, DT, 256, 64, RM)                   \
+  VARIANT(_d256_##DTS##_rope96##RS, DT, 256, 96, RM)                   \
+  VARIANT(_d256_##DTS##_rope128##RS, DT, 256, 128, RM)
 #define VARIANTS(RS, RM)                \
+  VARIANTS_D256(bf16, BF16, RS, RM)     \
+  VARIANTS_D256(fp16, FP16, RS, RM)     \
+  VARIANTS_D256(fp32, FP32, RS, RM)     \
   VARIANTS_D128(bf16, BF16, RS, RM)     \
   VARIANTS_D128(fp16, FP16, RS, RM)     \
   VARIANTS_D128(fp32, FP32, RS, RM)     \

@@ -22,12 +22,13 @@ HEAD_DIM = 128            # the D_pad of D in 65..128 (the model's reference hea
 HEAD_DIMS_NATIVE = (64, 128, 256)   # D_pad: the padded head dims of the layout (manifest key column head_dim)
 HEAD_DIM_MAX = HEAD_DIMS_NATIVE[-1]   # the largest D; every D in 1..HEAD_DIM_MAX is zero-padded to d_pad(D)
 # Which D_pad each kernel family is built for (docs/performance.md §Head dim 256): both attention kernels (HIP and
-# asm) at every D_pad; the prepare kernels not yet at 256; pv_dtype fp16 not at 256 (the HIP kernel's f16 V^T staging
-# spills at D_pad 256: 220 B/lane of scratch with clang 22).
+# asm) and the prepare kernels at every D_pad (prepare at 256 goes through the row in two 128-channel halves: no
+# scratch); pv_dtype fp16 not at 256 (the HIP kernel's f16 V^T staging spills at D_pad 256: 220 B/lane of scratch
+# with clang 22).
 ATTENTION_HIP_HEAD_DIMS = HEAD_DIMS_NATIVE
 ATTENTION_ASM_HEAD_DIMS = HEAD_DIMS_NATIVE
 PV16_HEAD_DIMS = (64, 128)
-PREPARE_HEAD_DIMS = (64, 128)
+PREPARE_HEAD_DIMS = HEAD_DIMS_NATIVE
 # The prepare kernels read q/k/v rows in 16-byte groups of HEAD_DIM_GRANULE bf16/fp16 channels and the attention
 # epilogues store exactly D channels: a D that is not a multiple of the granule is zero-padded on the host to
 # one (sage_co/ops/prepare.py, a copy of q/k/v), the output is still written with D channels.
@@ -168,7 +169,10 @@ ATTENTION_OUTPUTS = ("out", "lse")
 # ---------------------------------------------------------------------------------------------- prepare
 # asm_src/gfx1201_sage_prepare.hip (sage_co/ops/prepare.py packs its kernargs): one launch (statistics, their fold,
 # the quantization; issue 28), one symbol per (head_dim = D_pad, in_dtype, rope_dim, rounding) manifest key columns.
-PREPARE_ROPE_DIMS = (0, 32, 64, 96, 128)   # manifest key column rope_dim (0 = no RoPE); D_pad 64: 0, 32, 64 only
+# manifest key column rope_dim (0 = no RoPE); D_pad 64: 0, 32, 64 only; D_pad 256 all five: a RoPE wider than 128 is
+# not offered at any D (sage_co/validate.py), and up to 128 the rotate-half partners sit in the row's first half,
+# which the D_pad 256 prepare kernels norm and rope on its own (asm_src/gfx1201_sage_prepare.hip half_row)
+PREPARE_ROPE_DIMS = (0, 32, 64, 96, 128)
 PREPARE_IN_DTYPES = ("bf16", "fp16", "fp32")   # manifest key column in_dtype (fp32: docs/numerics.md §Inputs)
 # manifest key column rounding = the norm_rope_rounding option (docs/numerics.md §Optional RMSNorm + rotate-half
 # RoPE): "once" (the default: F.rms_norm, then RoPE in fp32 with fp32 tables) or "per_op" (the HF-transformers chain)

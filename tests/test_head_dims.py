@@ -180,12 +180,13 @@ def test_wide_head_dims_asm_is_hip_bitwise(case):
 
 def test_wide_head_dims_refusals_name_the_argument():
     q, k, v = _inputs(160, "bf16")
-    pr = reference.sage_prepare(q, k, v)
     pr16 = reference.sage_prepare(q, k, v, pv_dtype="fp16")
     with pytest.raises(ValueError, match="pv_dtype: \"fp16\" is built for head dims up to 128, got D = 160"):
         attention_ops.run_attention_fwd(pr16, backend="emu")
-    with pytest.raises(ValueError, match="q: the prepare kernels are built for head dims up to"):
-        run_prepare(q, k, v, backend="emu")
+    # the prepare kernels are built at D_pad 256 (issue 30): a kernel prepare of D = 160 plans the default (asm)
+    # attention kernel of D_pad 256
+    rec = attention_ops.plan_forward(run_prepare(q, k, v, backend="emu"), backend="emu")
+    assert rec.kernel.variant == "asm" and rec.kernel.symbol == "gfx1201_sage_attention_fwd_asm_d256_bf16"
 
 
 def test_predictor_kernels_refuse_other_head_dims():

@@ -179,6 +179,71 @@ def test_rope_dim_given_explicitly_and_one_sided_norm():
     check(q, k, v, rope_dim=64, **kw)
 
 
+
+# ------------------------------------------------------------------------------------------------ D_pad 256
+# Head dims 129..256 (SD1.5's 160, 200, 256): the prepare kernels go through the row in two 128-channel halves
+# (asm_src/gfx1201_sage_prepare.hip half_row; RMSNorm's sum streamed over both halves first, RoPE in half 0), V with
+# 32 tokens per lane. Both roundings, every dtype, S and S_kv not multiples of 64, B = 2, GQA; bitwise as above.
+@pytest.mark.parametrize("D,dtype,rope_dim,rounding,smooth_k,S,S_kv", [
+    (160, torch.bfloat16, 128, "once", True, 70, 100),
+    (160, torch.float32, 96, "per_op", True, 45, 77),
+    (200, torch.bfloat16, 32, "per_op", False, 100, 33),
+    (200, torch.float32, 64, "once", True, 33, 130),
+    (256, torch.float16, 128, "per_op", True, 65, 31),
+    (136, torch.float16, None, "once", True, 40, 90)])
+def test_head_dim_256(D, dtype, rope_dim, rounding, smooth_k, S, S_kv):
+    q, k, v = _qkv(2, S, 4, seed=D + S, D=D, dtype=dtype, S_kv=S_kv, H_kv=2, scale=(2.0, 1.0, 1.0),
+                   offset=(0.0, 0.5, 0.0))
+    out = check(q, k, v, smooth_k=smooth_k, eps=1e-5, norm_rope_rounding=rounding,
+                **_norm_rope(max(S, S_kv), rope_dim, norm=True, D=D, dtype=dtype))
+    assert out.q_int8.shape[-1] == 256 and out.head_dim == D
+    assert not out.q_int8[..., D:].any() and not out.k_int8[..., D:].any()
+    assert not out.v_t.view(torch.uint8)[:, :, D:].any() and not out.v_scale[..., D:].any()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_head_dim_256_plain_and_smooth_v(dtype):
+    """D = 160 without norm/RoPE (the 16-bit and fp32 paths without the streamed norm sum), and smooth_v's V stats
+    and quantization at 32 tokens per lane (v_t / v_scale bitwise given the kernel's v_mean)."""
+    q, k, v = _qkv(2, 97, 2, seed=160, D=160, dtype=dtype, S_kv=70)
+    check(q, k, v, smooth_k=True)
+    out = run_prepare(q, k, v, smooth_v=True, backend="emu")
+    mean = reference.v_channel_mean(v)
+    assert (out.v_mean - mean).abs().max() <= 2 * 70 * U * v.float().abs().amax()
+    assert not out.v_mean[..., 160:].any()
+    v_t, v_scale = reference.quantize_v(v, out.v_mean)
+    _same_bits("v_t", out.v_t, v_t)
+    _same_bits("v_scale", out.v_scale, v_scale)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_head_dim_256_non_finite_and_tiny_blocks(dtype):
+    """D = 200: NaN / inf in either half of a row decide the whole block (the block max is taken over both halves
+    before either is quantized), a block of tiny values takes the inv = inf path, a V channel in the second half
+    with inf or NaN; every other block is finite and bitwise as the reference."""
+    B, S, H, D = 2, 100, 2, 200
+    q, k, v = _qkv(B, S, H, seed=7, D=D, dtype=dtype)
+    nan, inf = float("nan"), float("inf")
+    q[0, 5, 1, 170] = nan       # Q block (b0, h1, blk0): NaN in half 1
+    q[1, 40, 0, 3] = -inf       # Q block (b1, h0, blk1): inf in half 0
+    k[0, 70, 0, 190] = inf      # K block (b0, h0, blk2): inf in half 1
+    k[1, 99, 1, 0] = nan        # K block (b1, h1, blk3), the partial last block
+    q[1, 64:96, 1] = q[1, 64:96, 1] * 1e-40 if dtype == torch.float32 else q[1, 64:96, 1] * 0
+    q[1, 70, 1, 150] = 2e-45 if dtype == torch.float32 else 1e-38   # tiny amax: 127 / amax = inf
+    v[0, 3, 0, 180] = -inf      # V channel (b0, h0, 180): inf
+    v[1, 50, 1, 140] = nan      # V channel (b1, h1, 140): NaN
+    out = check(q, k, v)
+    assert torch.isnan(out.q_scale[0, 1, 0]) and not out.q_int8[0, 1, :32].any()
+    assert out.q_scale[1, 0, 1] == inf and not out.q_int8[1, 0, 32:64].any()
+    assert out.k_scale[0, 0, 2] == inf and not out.k_int8[0, 0, 64:96].any()
+    assert torch.isnan(out.k_scale[1, 1, 3]) and not out.k_int8[1, 1, 96:128].any()
+    tiny = out.q_int8[1, 1, 64:96, :D]   # the tiny block: inv = inf, so every nonzero x is +-127
+    assert set(tiny.unique().tolist()) <= {-127, 0, 127} and bool((tiny == 127).any()), tiny.unique()
+    fp8 = out.v_t.view(torch.uint8)
+    assert out.v_scale[0, 0, 180] == inf and fp8[0, 0, 180, 3] == 0x7F
+    assert torch.isnan(out.v_scale[1, 1, 140]) and bool((fp8[1, 1, 140, :S] == 0x7F).all())
+    assert not fp8[..., S:].any()
+
 # ---------------------------------------------------------------------------------------------- special values
 @pytest.mark.parametrize("smooth_k", [False, True])
 def test_all_zero(smooth_k):
@@ -539,9 +604,9 @@ def test_every_prepare_symbol_keeps_denormals_and_has_no_scratch():
     v_cvt_f16_f32) and the kernel header promises no scratch: read from each shipped descriptor."""
     from sage_co import registry
     rows = [k for k in registry.kernels() if k.op == "sage_prepare"]
-    # dtype (bf16, fp16, fp32) x rounding (once, per_op) x (D_pad 128: 5 rope dims, 64: 3): one symbol each, the
-    # statistics, their fold and the quantization in one launch (issue 28)
-    assert len(rows) == 3 * 2 * (5 + 3)
+    # dtype (bf16, fp16, fp32) x rounding (once, per_op) x (D_pad 256 and 128: 5 rope dims, 64: 3): one symbol each,
+    # the statistics, their fold and the quantization in one launch (issue 28)
+    assert len(rows) == 3 * 2 * (5 + 5 + 3)
     for k in rows:
         kern = registry.load(k.file, k.sha256).kernel(k.symbol)
         f = kern.descriptor.fields

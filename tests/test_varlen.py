@@ -98,13 +98,14 @@ def test_varlen_flag_and_fields_are_in_the_abi():
 
 
 # ---------------------------------------------------------------------------------------------- packed prepare
-@pytest.mark.parametrize("smooth_k, smooth_v, pv_dtype, dtype", [
-    (True, False, "fp8", torch.bfloat16), (False, True, "fp8", torch.float16), (True, False, "fp16", torch.bfloat16)])
-def test_packed_prepare_equals_per_sequence_reference(smooth_k, smooth_v, pv_dtype, dtype):
+@pytest.mark.parametrize("smooth_k, smooth_v, pv_dtype, dtype, D", [
+    (True, False, "fp8", torch.bfloat16, 64), (False, True, "fp8", torch.float16, 64),
+    (True, False, "fp16", torch.bfloat16, 64), (True, True, "fp8", torch.bfloat16, 160)])   # 160: D_pad 256
+def test_packed_prepare_equals_per_sequence_reference(smooth_k, smooth_v, pv_dtype, dtype, D):
     from sage_co.ops import prepare as prepare_ops
     from sage_co import validate
     lq, lk = [31, 0, 77, 1], [64, 33, 0, 100]
-    q, k, v, cq, ck = packed_inputs(lq, lk, 4, 2, 64, dtype, seed=3, k_offset=True)
+    q, k, v, cq, ck = packed_inputs(lq, lk, 4, 2, D, dtype, seed=3, k_offset=True)
     chk = validate.check_prepare_args(q[None], k[None], v[None], None, smooth_k=smooth_k, smooth_v=smooth_v,
                                       pv_dtype=pv_dtype)
     sh = chk.shapes._replace(B=len(lq), S_q=max(lq), S_kv=max(lk))

@@ -4,9 +4,8 @@ fallback to attention_pytorch, exactly one attention kernel launch -- and the ou
 (sage_co.accuracy) of ComfyUI's attention_pytorch on the same inputs in fp32.
 
 Cases (issue 30): no mask, additive [S, S], bool [B, 1, S] key padding (also HND, skip_reshape=True), head dims 40,
-80 and 160 (SD1.5's 320/8 and 1280/8), fp32 inputs (ComfyUI's CPU default). D = 160 is an expected failure (strict
-xfail) until the prepare kernels are built at D_pad 256 (issue 30 is open on it): today ComfyUI logs the op's
-"prepare kernels are built for head dims up to 128" ERROR and falls back."""
+80 and 160 (SD1.5's 320/8 and 1280/8; D = 160 runs the prepare and attention kernels at D_pad 256),
+fp32 inputs (ComfyUI's CPU default)."""
 from __future__ import annotations
 
 import inspect
@@ -31,9 +30,7 @@ def test_master_signature_check_sends_masks():
 
 
 @pytest.mark.parametrize("version", sorted(comfy.VERSIONS))
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(
-    strict=True, reason="prepare kernels not built at D_pad 256 yet (issue 30)")) if c.D > 128 else c
-    for c in comfy.CASES], ids=[c.name for c in comfy.CASES])
+@pytest.mark.parametrize("case", comfy.CASES, ids=[c.name for c in comfy.CASES])
 def test_attention_sage_runs_on_sage_co(version, case, caplog, monkeypatch):
     fallbacks = []
     real_pytorch = comfy.attention_pytorch

@@ -83,6 +83,9 @@ def run_ops(backend: str):
     from sage_co.ops.predict import run_predict
     from sage_co.ops.prepare import run_prepare
     variants = sorted({k.variant for k in registry.kernels() if k.op == OP})
+    # (variant, head_dim, pv_dtype) of the shipped attention symbols: pv_dtype fp16 stops at D_pad 128
+    # (abi.PV16_HEAD_DIMS), the prepare and attention kernels do not
+    served = {(k.variant, k.key("head_dim"), k.key("pv_dtype")) for k in registry.kernels() if k.op == OP}
     with launch.recording() as records:
         for (D, dtype), rope_dims in prepare_families().items():
             q, k, v = inputs(D=D, dtype=dtype)
@@ -96,14 +99,18 @@ def run_ops(backend: str):
             smooth_v = run_prepare(q, k, v, smooth_v=True, backend=backend)       # issue 19: V statistics
             pv16 = run_prepare(q, k, v, pv_dtype="fp16", backend=backend)        # and the fp16 V^T path
             for variant in variants:
-                run_attention_fwd(prepared, backend=backend, variant=variant)
-                run_attention_fwd(prepared, backend=backend, variant=variant, return_lse=True)
-                run_attention_fwd(smooth_v, backend=backend, variant=variant)
-                run_attention_fwd(pv16, backend=backend, variant=variant, return_lse=True)
-            if dtype in abi.PREDICT_IN_DTYPES:   # the block-mask predictor (pool + select): 16-bit q/k only
+                if (variant, D, "fp8") in served:
+                    run_attention_fwd(prepared, backend=backend, variant=variant)
+                    run_attention_fwd(prepared, backend=backend, variant=variant, return_lse=True)
+                    run_attention_fwd(smooth_v, backend=backend, variant=variant)
+                if (variant, D, "fp16") in served:
+                    run_attention_fwd(pv16, backend=backend, variant=variant, return_lse=True)
+            # the block-mask predictor (pool + select): 16-bit q/k only, D up to abi.PREDICT_CHANNELS
+            if dtype in abi.PREDICT_IN_DTYPES and D <= abi.PREDICT_CHANNELS:
                 sh, qn, kn, _ = validate.check_qkv(q, k, k, "NHD")
                 run_predict(qn, kn, sh, 0.125, 0.9, None, 0.6, backend=backend)
-        # attention symbols of a head dim no prepare kernel serves (D_pad 256, issue 30): on reference prepares
+        # attention symbols of a head dim no prepare kernel serves (none since issue 30 built prepare at D_pad 256):
+        # on reference prepares
         from sage_co import reference
         prep_dims = {D for D, _ in prepare_families()}
         for variant, D, out_dtype in sorted({(k.variant, k.key("head_dim"), k.key("out_dtype"))
