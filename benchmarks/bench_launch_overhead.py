@@ -30,7 +30,7 @@ BEFORE_US = {
     "98c7edd (3 launches; quiet machine)": "76-78",
     # side by side later, on a machine ~1.8x slower for the same code: 98c7edd 141-147, 7f814db (one prepare
     # launch) 121-126, issue 24's binding work (one workspace per call, static fields, hip-python's own argument
-    # types) 55-60
+    # types) 55-60; in a quieter window that work at 0d327ec: 35-46, median 38.6 (98c7edd beside it 91-113)
 }
 
 
