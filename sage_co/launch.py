@@ -150,7 +150,9 @@ _GEOMETRY_CACHE = 256   # (grid, block) pairs remembered as checked per kernel; 
 _INT_ONLY = {int}
 
 
-def _check_geometry(grid, block, p: KernelPlan) -> tuple[tuple, tuple]:
+def check_geometry(grid, block, p: KernelPlan) -> tuple[tuple, tuple]:
+    """grid and block as int tuples, checked against the HIP limits and what kernel p reads (a block spanning
+    dimensions it has no work-item ids for is refused); a geometry checked once for p is not checked again."""
     grid, block = tuple(grid), tuple(block)
     key = (grid, block)
     if key in p.checked_geometry and set(map(type, grid + block)) == _INT_ONLY:   # (True == 1: types too)
@@ -290,7 +292,7 @@ def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: 
                 return result
     be = _backend(backend, options)
     p = plan(symbol, struct)
-    grid, block = _check_geometry(grid, block, p)
+    grid, block = check_geometry(grid, block, p)
     bound = args.bound if type(args) is LaunchArgs else None
     if bound is not None and bound.symbol == symbol and bound.struct is struct:
         # the scalars were checked when bound; the workspace fields are views of the call's workspace
@@ -353,7 +355,7 @@ class BoundLaunch:
                  backend: str, workspace=(), static: dict | None = None):
         be = _backend(backend, {})
         p = plan(symbol, struct)
-        self.grid, self.block = _check_geometry(grid, block, p)
+        self.grid, self.block = check_geometry(grid, block, p)
         pointers = {f.name: 0 for f in struct.fields if f.kind == "ptr"}
         # static: pointer fields bound to one tensor for every launch (a placeholder, a cached table): checked
         # here like a caller's tensor, packed once, kept alive by the binding

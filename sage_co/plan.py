@@ -186,6 +186,11 @@ def _key(spec: callspec.OpSpec, inputs: tuple, o: dict):
 _plans: dict[tuple, Plan] = {}
 
 
+def memo_size() -> int:
+    """How many call plans are memoised now (a repeated call adds none; bounded by the memo's size)."""
+    return len(_plans)
+
+
 def _fresh(spec, inputs, o, resolve):
     if spec.name == callspec.SAGE_ATTENTION_FWD.name:
         return _plan_prepared(spec, inputs[0], o, resolve)

@@ -126,5 +126,5 @@ def test_a_block_spanning_dimensions_without_work_item_ids_is_refused():
     p = launch.plan(sym, prepare.PREPARE_ARGS)
     assert p.kernel.descriptor.enable_vgpr_workitem_id == 0
     with pytest.raises(ValueError, match="spans dimensions the kernel does not see .* only the x work-item id"):
-        launch._check_geometry((1, 1, 1), (16, 2, 1), p)
-    launch._check_geometry((1, 1, 1), (32, 1, 1), p)   # the block it is written for
+        launch.check_geometry((1, 1, 1), (16, 2, 1), p)
+    launch.check_geometry((1, 1, 1), (32, 1, 1), p)   # the block it is written for

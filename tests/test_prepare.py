@@ -38,7 +38,7 @@ def garbage_outputs(monkeypatch):
         t = torch.empty(*shape, dtype=dtype, device=device)
         t.view(torch.uint8).fill_(0xA5)
         return t
-    monkeypatch.setattr(prepare_mod, "_alloc", alloc)
+    monkeypatch.setattr(prepare_mod, "alloc", alloc)
 
 
 # --------------------------------------------------------------------------------------------------- helpers
@@ -433,20 +433,20 @@ def test_stats_counters_are_reset_and_cached():
     last tile store 0. After a call every counter is 0 again, the same per-device buffer serves the next call (whose
     outputs are bitwise the same), and a call with more heads grows it (zeroed). With V, K and V-sum items
     (smooth_k + smooth_v: n_tens = 3) and several chunks per head."""
-    prepare_mod._counter_buffers.clear()
+    prepare_mod.counter_buffers.clear()
     q, k, v = _qkv(2, 200, 3, seed=21, offset=(0.0, 1.0, 0.5))
     check(q, k, v, smooth_k=True)
     a = run_prepare(q, k, v, smooth_k=True, smooth_v=True, backend="emu")
-    ctr = prepare_mod._counter_buffers[prepare_mod._counter_key(q.device)]
+    ctr = prepare_mod.counter_buffers[prepare_mod.counter_key(q.device)]
     assert ctr.numel() >= 1 + 2 * 3 and not ctr.any(), "a counter was left nonzero"
     b = run_prepare(q, k, v, smooth_k=True, smooth_v=True, backend="emu")
-    assert prepare_mod._counter_buffers[prepare_mod._counter_key(q.device)] is ctr and not ctr.any()
+    assert prepare_mod.counter_buffers[prepare_mod.counter_key(q.device)] is ctr and not ctr.any()
     for name in ("k_mean", "v_scale", "v_mean", "k_int8", "v_t"):
         x, y = getattr(a, name), getattr(b, name)
         assert torch.equal(x.view(torch.uint8), y.view(torch.uint8)), name
     q, k, v = _qkv(2, 40, 8, seed=22)
     check(q, k, v)
-    grown = prepare_mod._counter_buffers[prepare_mod._counter_key(q.device)]
+    grown = prepare_mod.counter_buffers[prepare_mod.counter_key(q.device)]
     assert grown.numel() >= 1 + 2 * 8 and not grown.any()
 
 
@@ -455,7 +455,7 @@ def test_a_launch_that_fails_part_way_leaves_no_dirty_counters(monkeypatch):
     heads counted): the buffer is dropped, so the next call starts from zeroed counters and is correct."""
     q, k, v = _qkv(2, 70, 3, seed=23)
     check(q, k, v)
-    key = prepare_mod._counter_key(q.device)
+    key = prepare_mod.counter_key(q.device)
     real = prepare_mod.launch
 
     def fails_part_way(sym, st, grid, block, args, backend):
@@ -465,10 +465,10 @@ def test_a_launch_that_fails_part_way_leaves_no_dirty_counters(monkeypatch):
     monkeypatch.setattr(prepare_mod, "launch", fails_part_way)
     with pytest.raises(RuntimeError, match="stopped part-way"):
         run_prepare(q, k, v, backend="emu")
-    assert key not in prepare_mod._counter_buffers
+    assert key not in prepare_mod.counter_buffers
     monkeypatch.setattr(prepare_mod, "launch", real)
     check(q, k, v, smooth_k=True)
-    assert not prepare_mod._counter_buffers[key].any()
+    assert not prepare_mod.counter_buffers[key].any()
 
 
 # ------------------------------------------------------------------------------- issue 13: the new shapes
@@ -727,12 +727,12 @@ def test_sage_attentions_own_prepare_is_one_workspace_allocation(smooth_k, monke
     allocator shows every workspace byte the kernels read was written)."""
     from sage_co import api
     allocated = []
-    garbage = prepare_mod._alloc
+    garbage = prepare_mod.alloc
 
     def counting(*shape, dtype, device):
         allocated.append((shape, dtype))
         return garbage(*shape, dtype=dtype, device=device)
-    monkeypatch.setattr(prepare_mod, "_alloc", counting)
+    monkeypatch.setattr(prepare_mod, "alloc", counting)
     q, k, v = _qkv(2, 70, 2, seed=31, D=64, S_kv=45)
     out, lse = api.sage_attention(q, k, v, smooth_k=smooth_k, return_lse=True, backend="emu")
     assert [dtype for _, dtype in allocated] == [torch.uint8] + [torch.float32] * smooth_k   # workspace (, k_mean)

@@ -58,7 +58,7 @@ def chunking(S: int) -> tuple[int, int]:
     return per_chunk, -(-tiles // per_chunk)
 
 
-def _alloc(*shape, dtype, device) -> torch.Tensor:
+def alloc(*shape, dtype, device) -> torch.Tensor:
     """Every output and workspace tensor: torch.empty, so the kernels must write every byte (tests replace this
     with an allocator that fills the memory with garbage to prove it)."""
     return torch.empty(*shape, dtype=dtype, device=device)
@@ -122,11 +122,11 @@ def buffers(rec: "PrepareRecipe", device: torch.device, internal: bool = False
             ) -> tuple[torch.Tensor | None, dict]:
     """(the workspace, {name: tensor}) of one execute on `device` as rec.buffers plans them (internal: mode 1):
     the workspace (None when no field lives in one) holds the bound workspace fields; the dict has every other
-    buffer (_alloc). (The absent statistics' placeholder is bound into the launch: recipe's static fields.)"""
+    buffer (alloc). (The absent statistics' placeholder is bound into the launch: recipe's static fields.)"""
     plan, mode = rec.buffers, int(internal)
     total = plan.total[mode]
-    workspace = _alloc(total, dtype=torch.uint8, device=device) if total else None
-    return workspace, {name: _alloc(*shape, dtype=dtype, device=device) for name, shape, dtype in plan.apart[mode]}
+    workspace = alloc(total, dtype=torch.uint8, device=device) if total else None
+    return workspace, {name: alloc(*shape, dtype=dtype, device=device) for name, shape, dtype in plan.apart[mode]}
 
 
 class Staged(NamedTuple):
@@ -283,7 +283,8 @@ def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool,
 
 
 _placeholders: dict[torch.device, torch.Tensor] = {}
-_counter_buffers: dict[tuple[torch.device, int], torch.Tensor] = {}
+# the kernel's counters per counter_key(device): allocated zeroed once, left zeroed by every launch (_counters)
+counter_buffers: dict[tuple[torch.device, int], torch.Tensor] = {}
 
 
 def _placeholder(device: torch.device) -> torch.Tensor:
@@ -294,7 +295,7 @@ def _placeholder(device: torch.device) -> torch.Tensor:
     return t
 
 
-def _counter_key(device: torch.device) -> tuple[torch.device, int]:
+def counter_key(device: torch.device) -> tuple[torch.device, int]:
     """Counters are per device and per stream: launches on one stream run in order, launches on two streams of a
     device may overlap, and two prepare launches must never share a counter while both run."""
     if device.index is not None and device.type == "cuda":   # a ROCm torch names HIP devices "cuda"; one C call,
@@ -307,10 +308,10 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
     once per (device, stream) (grown when a call needs more) and reused by every prepare there. Each launch leaves
     them 0 again (the last ticket's workgroup and each head's last K/V tile store 0), so the next launch in stream
     order finds them ready."""
-    key = _counter_key(device)
-    t = _counter_buffers.get(key)
+    key = counter_key(device)
+    t = counter_buffers.get(key)
     if t is None or t.numel() < n:
-        t = _counter_buffers[key] = torch.zeros(max(n, 2 * (0 if t is None else t.numel())), dtype=torch.int32,
+        t = counter_buffers[key] = torch.zeros(max(n, 2 * (0 if t is None else t.numel())), dtype=torch.int32,
                                                 device=device)
     return t
 
@@ -326,7 +327,7 @@ def _launch_counted(bound: BoundLaunch, device: torch.device, heads: int, tensor
         launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors, fresh, workspace),
                backend=bound.backend)
     except BaseException:
-        _counter_buffers.pop(_counter_key(device), None)
+        counter_buffers.pop(counter_key(device), None)
         raise
 
 
@@ -436,13 +437,13 @@ def execute_varlen(rec: PrepareRecipe, q, k, v, cu_seqlens_q, cu_seqlens_kv, *, 
     placeholder = _placeholder(dev)
 
     def f32(*shape):
-        return _alloc(*shape, dtype=torch.float32, device=dev)
+        return alloc(*shape, dtype=torch.float32, device=dev)
 
-    q_int8 = _alloc(H_q, R_q, Dp, dtype=torch.int8, device=dev)
-    k_int8 = _alloc(H_kv, R_kv, Dp, dtype=torch.int8, device=dev)
+    q_int8 = alloc(H_q, R_q, Dp, dtype=torch.int8, device=dev)
+    k_int8 = alloc(H_kv, R_kv, Dp, dtype=torch.int8, device=dev)
     q_scale, k_scale = f32(H_q, R_q // SCALE_BLOCK), f32(H_kv, R_kv // SCALE_BLOCK)
     k_mean, v_scale, v_inv, v_mean = f32(B, H_kv, Dp), f32(B, H_kv, Dp), f32(B, H_kv, Dp), f32(B, H_kv, Dp)
-    v_t = _alloc(H_kv, Dp, R_kv, dtype=torch.float16 if rec.pv16 else torch.float8_e4m3fn, device=dev)
+    v_t = alloc(H_kv, Dp, R_kv, dtype=torch.float16 if rec.pv16 else torch.float8_e4m3fn, device=dev)
     n_chunks = rec.n_chunks
     vmax_part = placeholder if rec.pv16 else f32(B, H_kv, n_chunks, Dp)
     ksum_part = f32(B, H_kv, n_chunks, Dp) if rec.smooth_k else placeholder
