@@ -16,6 +16,7 @@ every scale must actually be written by the kernels.
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import pytest
@@ -683,6 +684,7 @@ def test_one_launch_protocol_is_fenced_in_every_symbol():
     text, _, symbols = text_and_symbols(co)
     starts = sorted(symbols)
     insts = disassemble(text)
+    offsets = [off for off, _ in insts]
     syms = [k.symbol for k in registry.kernels() if k.op == "sage_prepare"]
     assert syms
 
@@ -699,7 +701,7 @@ def test_one_launch_protocol_is_fenced_in_every_symbol():
     for sym in syms:
         lo = next(off for off, name in symbols.items() if name == sym)
         hi = next((s for s in starts if s > lo), len(text))
-        body = [t for off, t in insts if lo <= off < hi]
+        body = [t for _, t in insts[bisect.bisect_left(offsets, lo):bisect.bisect_left(offsets, hi)]]
         atomics = [i for i, t in enumerate(body) if t.startswith("global_atomic")]
         assert all("scope:SCOPE_DEV" in body[a] for a in atomics), sym
         assert "TH_ATOMIC_RETURN" in body[atomics[0]], f"{sym}: the ticket"
