@@ -126,19 +126,7 @@ class KeyLoop:
         self.mask_apply(a, cur, len(vm.outstanding), f".Lmask_applied_{sfx}")
         a.label(f".Lmask_applied_{sfx}")
         wv.prefetch()
-        nomask = f".Lnomask_{sfx}"
-        for ln in self.mask_lines(cur, nomask):
-            a.op(ln)
-        a.label(nomask)
-        a.op(f"s_bitcmp1_b32 {self.s_kind}, {abi.MASK_KIND_ADDITIVE_BIT}", "additive attn_mask tile: scores are s")
-        a.op(f"s_cbranch_scc1 .Lmax_additive_{sfx}")
-        a.valu(self.max_ops(cur, m_old, m_new))
-        a.label(f".Lmax_done_{sfx}")
-        self.ool.label(f".Lmax_additive_{sfx}")
-        self.ool.valu(self.max_ops(cur, m_old, m_new, scaled=False))
-        self.ool.op(f"s_branch .Lmax_done_{sfx}")
-        for ln in self.alpha_select_lines(m_old) + self.guard_lines(m_new):
-            a.op(ln)
+        self.row_max(a, cur, m_old, m_new, sfx)
         self.exact_form(a, cur, f".Lone_fma_{parity}{'_last' if last else ''}")
         e_issues = pair_vopd(self.exp_ops(cur) + [Op.mov(self.alpha[1], self.alpha[0])] + self.lsum_ops())
         wv.phase(n_qk, e_issues)
@@ -170,6 +158,23 @@ class KeyLoop:
             a.op(f"s_mov_b32 {self.s_L1}, {self.s_L2}")
             a.op(f"s_mov_b32 {self.s_L2}, {self.s_L3}")
             a.op(f"s_mov_b32 {self.s_kind}, {self.s_kindn}")
+
+    def row_max(self, a: Asm, cur, m_old, m_new, sfx: str) -> None:
+        """The row max of tile t's scores (both schedules): the attn_mask bits, then the max of the scaled scores
+        (additive-mask tiles take the max of the unscaled sums, out of line), the alpha select and the guards."""
+        nomask = f".Lnomask_{sfx}"
+        for ln in self.mask_lines(cur, nomask):
+            a.op(ln)
+        a.label(nomask)
+        a.op(f"s_bitcmp1_b32 {self.s_kind}, {abi.MASK_KIND_ADDITIVE_BIT}", "additive attn_mask tile: scores are s")
+        a.op(f"s_cbranch_scc1 .Lmax_additive_{sfx}")
+        a.valu(self.max_ops(cur, m_old, m_new))
+        a.label(f".Lmax_done_{sfx}")
+        self.ool.label(f".Lmax_additive_{sfx}")
+        self.ool.valu(self.max_ops(cur, m_old, m_new, scaled=False))
+        self.ool.op(f"s_branch .Lmax_done_{sfx}")
+        for ln in self.alpha_select_lines(m_old) + self.guard_lines(m_new):
+            a.op(ln)
 
     def lut_next(self, a: Asm, parity: int) -> None:
         """Top of tile t: L[min(t+3, last)] and the attn_mask kind of L[t+1] s_load-ed (waited at the end)."""
@@ -238,19 +243,7 @@ class KeyLoop:
         wp = Weaver(a, pv, ds)
         wp.prefetch()   # the ring is free from here (mask_apply has used the biases)
         a.section("softmax(t): row max, alpha, exp2 / row sum / P pack")
-        nomask = f".Lnomask_{sfx}"
-        for ln in self.mask_lines(cur, nomask):
-            a.op(ln)
-        a.label(nomask)
-        a.op(f"s_bitcmp1_b32 {self.s_kind}, {abi.MASK_KIND_ADDITIVE_BIT}", "additive attn_mask tile: scores are s")
-        a.op(f"s_cbranch_scc1 .Lmax_additive_{sfx}")
-        a.valu(self.max_ops(cur, m_old, m_new))
-        a.label(f".Lmax_done_{sfx}")
-        self.ool.label(f".Lmax_additive_{sfx}")
-        self.ool.valu(self.max_ops(cur, m_old, m_new, scaled=False))
-        self.ool.op(f"s_branch .Lmax_done_{sfx}")
-        for ln in self.alpha_select_lines(m_old) + self.guard_lines(m_new):
-            a.op(ln)
+        self.row_max(a, cur, m_old, m_new, sfx)
         self.exact_form(a, cur, f".Lone_fma_{sfx}")
         # the first half of PV(t) (PV_ORDER: i = 0, chunks 0 and 1) reads only P^T of scores 0..15: the exp2 / row sum
         # / pack of scores 16..31 and the running sum are woven between its WMMAs (the same ops in the same order)
