@@ -28,6 +28,29 @@ MAX_RESIDENT_WAVES = 2048
 LDS_LIMIT = 65536            # bytes of LDS one workgroup may allocate (docs/rdna4.md §Occupancy)
 
 
+class _Memo:
+    """A read-only sequence of n values, each made by fn(index) on first use."""
+    __slots__ = ("_fn", "_values")
+
+    def __init__(self, n: int, fn):
+        self._fn, self._values = fn, [None] * n
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getitem__(self, n: int):
+        v = self._values[n]
+        if v is None:
+            v = self._values[n] = self._fn(n)
+        return v
+
+    def __iter__(self):
+        return (self[n] for n in range(len(self._values)))
+
+    def __eq__(self, other):
+        return list(self) == list(other)
+
+
 class Program:
     """One kernel of a Module: its instruction list from the entry point, branch-target map, static info."""
 
@@ -36,9 +59,11 @@ class Program:
         insts = [i for i in module.insts if i.offset >= kernel.entry]
         if kernel.code_size:
             insts = [i for i in insts if i.offset < kernel.entry + kernel.code_size] or insts
-        # A kernel that calls (s_swappc_b64 / s_call_b64, or jumps through s_setpc_b64) may reach any function of the
-        # code object: its program is then the whole .text, entered at the kernel's entry (docs/rdna4.md §Calls).
-        if any(i.name in CALL_INSTS for i in insts):
+        # A kernel that calls (s_swappc_b64 / s_call_b64) may reach any function of the code object: its program is
+        # then the whole .text, entered at the kernel's entry (docs/rdna4.md §Calls). s_setpc_b64 alone is a jump
+        # (LLVM's long branch in a kernel over 128 KiB): its program stays the kernel, and a target outside it stops
+        # the run (code_index).
+        if any(i.name in CALL_INSTS and i.name != "s_setpc_b64" for i in insts):
             insts = list(module.insts)
         self.insts = insts
         self.index = {i.offset: n for n, i in enumerate(insts)}
@@ -62,8 +87,10 @@ class Program:
         # MODE.FP16_OVFL can be set only from the descriptor or by s_setreg: otherwise f16 results need no check
         self.fp16_ovfl_possible = bool(d.fp16_ovfl) or any(i.name.startswith("s_setreg") for i in insts)
         self.exec_count = np.zeros(len(insts) + 1, dtype=np.int64)   # wave-instructions per PC index
-        self.facts = [facts(i) for i in insts]
-        self.cls = [f.cls for f in self.facts]
+        # per instruction, made on first use: a program that is the whole .text (a long branch through s_setpc in a
+        # large kernel) runs a small part of it, and the facts of 1.8 M instructions took ~13 s per kernel
+        self.facts = _Memo(len(insts), lambda n: facts(insts[n]))
+        self.cls = _Memo(len(insts), lambda n: self.facts[n].cls)
 
     def target(self, pc: int, simm16: int) -> int:
         """Index of a SOPP branch target: byte offset = offset + 4 + simm16*4 (signed)."""
@@ -93,7 +120,7 @@ class Program:
 
     def fail_jump(self, pc: int, addr: int):
         raise EmuError(f"kernel {self.name} pc 0x{self.insts[pc].offset:x} `{self.text(pc)}`: jump to address "
-                       f"0x{addr:x}, which is not an instruction of this code object's .text")
+                       f"0x{addr:x}, which is not an instruction of its program (the kernel; the whole .text if it calls)")
 
     def text(self, pc: int) -> str:
         try:
@@ -263,9 +290,10 @@ def _run(prog: Program, grid, block, *, kernarg_va, dispatch_va=0, queue_va=0, s
             progress(wg_lo + nwg, total_wg)
     counts = {c: 0 for c in CLASSES}
     ec = prog.exec_count
-    for pc, c in enumerate(prog.cls):
-        counts[c] += int(ec[pc])
-    out = Stats(counts, {prog.insts[n].offset: int(ec[n]) for n in np.flatnonzero(ec[:len(prog.insts)])})
+    executed = np.flatnonzero(ec[:len(prog.insts)])
+    for pc in executed.tolist():
+        counts[prog.cls[pc]] += int(ec[pc])
+    out = Stats(counts, {prog.insts[n].offset: int(ec[n]) for n in executed})
     out["wave_instructions"] = int(ec.sum())
     out["steps"] = steps
     out["waves"] = total_wg * wpg

@@ -90,7 +90,7 @@ def test_call_forms_and_per_wave_targets(bad, tmp_path):
     out = dev.alloc(8 * 128)
     run = lambda: mod.launch("calls", (1, 1, 1), (128, 1, 1), struct.pack("<Q", out))  # noqa: E731
     if bad:
-        with pytest.raises(EmuError, match="not an instruction of this code object"):
+        with pytest.raises(EmuError, match="not an instruction of its program"):
             run()
         return
     st = run()
