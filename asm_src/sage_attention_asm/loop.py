@@ -98,16 +98,7 @@ class KeyLoop:
         if not last:
             a.section(f"tile t (t % 2 = {parity}): LUT entry L[min(t+3, last)]; staging loads of K(L[min(t+2, last)]), "
                       "V^T(L[t+1]), k_scale(L[t+1])")
-            a.op(f"s_add_co_i32 {self.s_tmp[0]}, {self.s_t}, 3")
-            a.op(f"s_min_u32 {self.s_L3}, {self.s_tmp[0]}, {self.s_last}", "varlen walks tiles 0.. : L[i] = i")
-            a.op(f"s_bitcmp1_b32 {self.s_flags}, {abi.FLAG_VARLEN_BIT}")
-            a.op(f"s_cbranch_scc1 .Lwalk_next_{parity}")
-            a.op(f"s_lshl_b32 {self.s_tmp[0]}, {self.s_L3}, 2")
-            a.op(f"s_load_b32 {self.s_L3}, {self.s_lutrow}, {self.s_tmp[0]} offset:0x4", "waited at the end of the tile")
-            a.op(f"s_lshl_b32 {self.s_tmp3[0]}, {self.s_t}, 2")
-            a.op(f"s_load_b32 {self.s_kindn}, {self.s_kindrow}, {self.s_tmp3[0]} offset:0x8",
-                 "attn_mask kind of L[t+1] (waited at the end of the tile)")
-            a.label(f".Lwalk_next_{parity}")
+            self.lut_next(a, parity)
             self.k_tile_base(a, self.s_L2)
             a.op(f"s_sub_co_i32 {self.s_tmp[0]}, {self.s_L1}, {self.s_Lc}", "tiles from L[t] to L[t+1] (> 0: ascending)")
             a.op(f"s_mov_b32 {self.s_tmp2[1]}, 0")

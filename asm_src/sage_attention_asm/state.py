@@ -12,6 +12,16 @@ from .config import (ARGS, PRELOAD_BYTES, PRELOADED, B128, CHUNKS, KARG_SGPR, QR
 class KernelState:
     """Sizes and registers of one kernel; the stage mixins (prologue, matmul, softmax, loop, epilogue) read them."""
 
+    def _staging_addresses(self, V) -> None:
+        """The per-thread staging addresses and k_scale registers both layouts allocate, in this order."""
+        self.k_st = V.alloc("k_st", note="LDS store address of this thread's K staging chunks")
+        self.v_st = V.alloc("v_st", note="LDS store address of this thread's V^T staging chunks")
+        self.k_gl = V.alloc("k_gl", note="global offset of this thread's K staging chunk 0 in a tile")
+        self.v_gl = V.alloc("v_gl", note="global offset of this thread's V^T staging chunk 0 (row*seq_pad_kv + col*16)")
+        self.ks = V.alloc("ks", note="k_scale of this lane half's 32 keys of the next tile")
+        self.ks_off = V.alloc("ks_off", note="4h: byte offset of this lane half's k_scale in a tile's pair")
+
+
     def __init__(self, cfg: Config):
         self.cfg = cfg
         self.SYMBOL = cfg.symbol
@@ -85,12 +95,7 @@ class KernelState:
                                 f"dt*{16 * self.V_ROW_BYTES})")
         else:
             self.v_rd = V.alloc("v_rd", 2, note="LDS byte address of V^T fragment half i (d-tile adds dt*1024)")
-        self.k_st = V.alloc("k_st", note="LDS store address of this thread's K staging chunks")
-        self.v_st = V.alloc("v_st", note="LDS store address of this thread's V^T staging chunks")
-        self.k_gl = V.alloc("k_gl", note="global offset of this thread's K staging chunk 0 in a tile")
-        self.v_gl = V.alloc("v_gl", note="global offset of this thread's V^T staging chunk 0 (row*seq_pad_kv + col*16)")
-        self.ks = V.alloc("ks", note="k_scale of this lane half's 32 keys of the next tile")
-        self.ks_off = V.alloc("ks_off", note="4h: byte offset of this lane half's k_scale in a tile's pair")
+        self._staging_addresses(V)
         self.qk = V.alloc("qk", 2, note="q_scale*k_scale, two copies in different banks (VOPD src0)")
         self.m = V.alloc("m", 3, align=4, note="m[0], m[1]: running max ping-pong (even/odd tile); m[2]: copy of m_new")
         self.alpha = V.alloc("alpha", 2, note="exp2(m_old - m_new), two banks (VOPD src0); alpha[0] also the scratch of it")
@@ -126,12 +131,7 @@ class KernelState:
         V.next = 1
         self.k_rd = V.alloc("k_rd", self.QF, note="LDS byte address of K fragment d-group i (chunk c adds 8 rows)")
         self.v_rd = V.alloc("v_rd", 2, note="LDS byte address of V^T fragment half i (d-tile adds dt*1024)")
-        self.k_st = V.alloc("k_st", note="LDS store address of this thread's K staging chunks")
-        self.v_st = V.alloc("v_st", note="LDS store address of this thread's V^T staging chunks")
-        self.k_gl = V.alloc("k_gl", note="global offset of this thread's K staging chunk 0 in a tile")
-        self.v_gl = V.alloc("v_gl", note="global offset of this thread's V^T staging chunk 0 (row*seq_pad_kv + col*16)")
-        self.ks = V.alloc("ks", note="k_scale of this lane half's 32 keys of the next tile")
-        self.ks_off = V.alloc("ks_off", note="4h: byte offset of this lane half's k_scale in a tile's pair")
+        self._staging_addresses(V)
         self.q_rd = V.alloc("q_rd", note=f"LDS byte address of this thread's Q^T fragment 0 (fragment i adds "
                             f"{self.Q_FRAG_STEP}i)")
         self.qk = V.alloc("qk", 2, note="q_scale*k_scale of the current tile, two copies in different banks (VOPD src0)")
