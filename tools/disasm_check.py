@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import re
 import sys
@@ -98,10 +99,16 @@ def parse_objdump(text: str) -> dict[str, list[Line]]:
 
 def decode_lines(code: bytes, base: int = 0) -> list[Line]:
     """Decoded instructions of a code blob as Lines (text exactly as llvm-objdump prints it)."""
-    out = []
+    out, texts = [], {}
     for inst in decode(code, base):
-        mnem, _, ops = inst_text(inst).partition(" ")
-        out.append(Line(inst.offset, mnem, ops.strip(), inst))
+        # the text is a function of the instruction's bytes (not of its offset: branches print the raw simm16), and
+        # unrolled kernels repeat their encodings: spell each distinct one once
+        key = code[inst.offset - base:inst.offset - base + inst.size]
+        got = texts.get(key)
+        if got is None:
+            mnem, _, ops = inst_text(inst).partition(" ")
+            got = texts[key] = (mnem, ops.strip())
+        out.append(Line(inst.offset, got[0], got[1], inst))
     return out
 
 
@@ -111,11 +118,12 @@ def disassemble(path: Path) -> dict[str, list[Line]]:
     co = codeobj.read(path.read_bytes(), str(path), arch=None)
     lines = decode_lines(co.text, co.text_addr)
     entries = sorted(k.entry for k in co.kernels.values()) + [len(co.text)]
+    addrs = [ln.addr for ln in lines]           # ascending: one bisection per kernel instead of a scan
     funcs = {}
     for name, k in co.kernels.items():
         end = k.entry + k.code_size if k.code_size else next(e for e in entries if e > k.entry)
         lo, hi = co.text_addr + k.entry, co.text_addr + end
-        funcs[name] = [ln for ln in lines if lo <= ln.addr < hi]
+        funcs[name] = lines[bisect.bisect_left(addrs, lo):bisect.bisect_left(addrs, hi)]
     return funcs
 
 

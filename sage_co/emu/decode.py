@@ -236,9 +236,23 @@ def decode(code: bytes, base: int = 0) -> list[Inst]:
     """Decode a blob linearly from its first byte (code must start on an instruction)."""
     if len(code) % 4:
         raise DecodeError(f'code length {len(code)} is not a multiple of 4 bytes')
-    out, off = [], 0
-    while off < len(code):
-        inst = decode_at(code, off, base)
+    # Unrolled kernels repeat the same encodings many times (a prepare code object: ~200 K instructions, a few
+    # thousand distinct): decode each distinct byte string once and re-stamp its offset. The encoding is a prefix
+    # code (decode_at reads dwords in order and stops once the instruction is complete), so the bytes of a decoded
+    # instruction decode the same wherever they appear, and among cached instructions at most one is a prefix of
+    # the bytes at `off`: trying the lengths 4, 8, 12 (the longest: a 12-byte
+    # VMEM, or 8 bytes plus a literal or DPP dword) in turn finds the right one or none.
+    seen: dict[bytes, Inst] = {}
+    out, off, n = [], 0, len(code)
+    while off < n:
+        for size in (4, 8, 12):
+            t = seen.get(code[off:off + size])
+            if t is not None:
+                inst = Inst(base + off, t.size, t.enc, t.opcode, t.name, t.f, t.literal, t.dpp)
+                break
+        else:
+            inst = decode_at(code, off, base)
+            seen[code[off:off + inst.size]] = inst
         out.append(inst)
         off += inst.size
     return out
