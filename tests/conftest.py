@@ -1,5 +1,16 @@
+import os
+
 import pytest
 import torch
+
+# pytest-xdist runs one worker per core (-n auto), and torch (and OpenMP under it) would start one thread per core in
+# each: cores^2 threads whose spin-waits thrash (the CPU reference model at S=2048 took 20 s instead of 1 s on a loaded
+# 2-core machine). Each worker gets its share of the cores; OMP_NUM_THREADS carries it to the subprocesses tests start.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _THREADS = max(1, (os.cpu_count() or 1) // _WORKERS)
+    torch.set_num_threads(_THREADS)
+    os.environ["OMP_NUM_THREADS"] = str(_THREADS)
 
 
 def _gfx1201_present() -> bool:

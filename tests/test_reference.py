@@ -367,12 +367,13 @@ def test_fp32_fma_is_correctly_rounded():
 
 def test_model_figures_randn_2048():
     q, k, v = accuracy.make_inputs("randn", 1, 2048, 2, seed=0)
-    ref = R.attention_fp32(q, k, v)
-    m = accuracy.metrics(R.sage_attention(q, k, v), ref)
+    # one model run gives both figures: return_lse only appends the LSE after the same loop (sage_attention_model
+    # returns the same `out` either way), and the model is the slow part (~20 s of CPU at S=2048)
+    ref, ref_lse = R.attention_fp32(q, k, v, return_lse=True)
+    out, lse = R.sage_attention(q, k, v, return_lse=True)
+    m = accuracy.metrics(out, ref)
     assert 0.036 <= m["rel_l2"] <= 0.041 and m["cosine"] >= 0.9990, m
     assert accuracy.within_contract(m), m
-    _, lse = R.sage_attention(q, k, v, return_lse=True)
-    _, ref_lse = R.attention_fp32(q, k, v, return_lse=True)
     assert (lse - ref_lse).abs().max() < 0.01  # measured 0.006 at S=512
     sdpa = accuracy.metrics(accuracy.bf16_sdpa(q, k, v), ref)
     assert 0.0015 <= sdpa["rel_l2"] <= 0.003, sdpa
