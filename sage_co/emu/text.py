@@ -450,4 +450,13 @@ def inst_text(inst: Inst, true16: bool = False) -> str:
 
 
 def disassemble(code: bytes, base: int = 0, true16: bool = False) -> list[tuple[int, str]]:
-    return [(i.offset, inst_text(i, true16)) for i in decode(code, base)]
+    # the text is a function of the instruction's bytes (never of its offset: branches print the raw simm16), and
+    # unrolled kernels repeat their encodings: spell each distinct one once
+    out, texts = [], {}
+    for i in decode(code, base):
+        key = code[i.offset - base:i.offset - base + i.size]
+        t = texts.get(key)
+        if t is None:
+            t = texts[key] = inst_text(i, true16)
+        out.append((i.offset, t))
+    return out
