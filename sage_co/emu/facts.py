@@ -324,7 +324,7 @@ def _dedup(keys) -> tuple:
 
 def facts(inst) -> InstFacts:
     """Facts of one decoded instruction (sage_co.emu.decode.Inst)."""
-    key = (inst.enc, inst.opcode, tuple(sorted(inst.f.items())),
+    key = (inst.enc, inst.opcode, tuple(inst.f.items()),       # decode() builds f in one order per encoding
            None if inst.dpp is None else inst.dpp.get("src0"))
     return _facts(key, inst)
 
