@@ -313,4 +313,5 @@ def describe() -> str:
     """One line for `sage-co info`."""
     if is_installed():
         return f"SDPA routing: installed process-wide ({_installed}); stats {stats()}"
-    return "SDPA routing: not installed (sage_co.sdpa.enabled() / install())"
+    from .integrations.switches import SDPA_NOT_INSTALLED   # `sage-co info` prints it without importing this module
+    return SDPA_NOT_INSTALLED

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import os
+import sys
 
 
 def _version(dist: str) -> str | None:
@@ -23,13 +24,24 @@ def _lightx2v_plugin() -> bool:
     return any(ep.name == "sage_co" for ep in md.entry_points(group="lightx2v.platform_plugins"))
 
 
+SDPA_NOT_INSTALLED = "SDPA routing: not installed (sage_co.sdpa.enabled() / install())"
+
+
+def _sdpa_line() -> str:
+    sdpa = sys.modules.get("sage_co.sdpa")
+    if sdpa is None:
+        # never imported: nothing in this process can have installed the routing or routed a call, and importing it
+        # (torch, and torch._dynamo for its constant-result marker) would make `sage-co info` take seconds
+        return SDPA_NOT_INSTALLED + "; 0 calls routed in this process"
+    return sdpa.describe() + f"; {sdpa.stats()['routed']} calls routed in this process"
+
+
 def lines() -> list[str]:
-    from .. import sdpa
     from . import sageattention_shim, startup
     pth = startup.installed_pth()
     env = os.environ.get(sageattention_shim.ENV_VAR)
     return [
-        sdpa.describe() + f"; {sdpa.stats()['routed']} calls routed in this process",
+        _sdpa_line(),
         f"diffusers ({_installed('diffusers')}): sage_co.integrations.diffusers.enable(model) for processors that "
         "dispatch; sage_co.sdpa.enabled() for those calling SDPA (SD3, CogVideoX)",
         "ComfyUI: node \"sage-co attention\" after `sage-co comfyui install PATH`; or --use-sage-attention with "
