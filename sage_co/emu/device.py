@@ -131,6 +131,7 @@ class Module:
         self.device, self.co = device, co
         self.insts = decode.decode(co.text, 0)
         self.by_offset = {i.offset: i for i in self.insts}
+        self.offsets = [i.offset for i in self.insts]      # ascending (decode order): executor.Program bisects it
         self._programs = {}
 
     @property

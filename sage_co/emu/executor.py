@@ -13,6 +13,7 @@ is asked. A new instruction group hooks in by adding its builder to the tuples o
 """
 from __future__ import annotations
 
+import bisect
 import ctypes
 import gc
 import time
@@ -56,9 +57,13 @@ class Program:
 
     def __init__(self, module, kernel):
         self.module, self.kernel, self.name = module, kernel, kernel.name
-        insts = [i for i in module.insts if i.offset >= kernel.entry]
+        # module.insts is in decode order (ascending offsets): slice by bisection, not a scan per kernel (a prepare
+        # code object has ~30 kernels over a million instructions)
+        starts = getattr(module, "offsets", None) or [i.offset for i in module.insts]
+        insts = module.insts[bisect.bisect_left(starts, kernel.entry):]
         if kernel.code_size:
-            insts = [i for i in insts if i.offset < kernel.entry + kernel.code_size] or insts
+            end = bisect.bisect_left(starts, kernel.entry + kernel.code_size)
+            insts = module.insts[bisect.bisect_left(starts, kernel.entry):end] or insts
         # A kernel that calls (s_swappc_b64 / s_call_b64) may reach any function of the code object: its program is
         # then the whole .text, entered at the kernel's entry (docs/rdna4.md §Calls). s_setpc_b64 alone is a jump
         # (LLVM's long branch in a kernel over 128 KiB): its program stays the kernel, and a target outside it stops
