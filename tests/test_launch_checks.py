@@ -31,7 +31,7 @@ def _attention_args(S: int = 64):
     real = attention.launch
     attention.launch = capture
     try:
-        attention.run_attention_fwd(p, backend="emu", variant="hip")
+        attention.run_attention_fwd(p, backend="emu", kernel="hip")
     finally:
         attention.launch = real
     assert captured["symbol"] == SYMBOL
