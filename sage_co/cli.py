@@ -295,7 +295,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="emu (the CPU emulator) or gpu (a gfx1201); default: gpu when one is visible, else emu")
 
 
-def _parse(argv) -> argparse.Namespace:
+def parse_args(argv) -> argparse.Namespace:
+    """The command line as main() reads it: the subcommand (default `run`) and its options, the run options allowed
+    before or after `run` (RUN_DEFAULTS fill what is not given); a bad option exits 2 with argparse's usage line."""
     ap = argparse.ArgumentParser(prog="sage-co", description="SageAttention for gfx1201 as shipped code objects")
     _add_run_options(ap)
     sub = ap.add_subparsers(dest="cmd")
@@ -346,7 +348,7 @@ def _fail(message: str, code: int) -> int:
 
 
 def main(argv=None) -> int:
-    args = _parse(argv)   # argparse itself exits 2 with a usage line on a bad option
+    args = parse_args(argv)   # argparse itself exits 2 with a usage line on a bad option
     from .codeobj import CodeObjectError
     from .manifest import ManifestError
     try:

@@ -36,7 +36,7 @@ def _one_line_error(r: subprocess.CompletedProcess, code: int, text: str) -> Non
     (["--dist", "k_offset", "-B", "2", "run"], dict(dist="k_offset", B=2, S=1024)),
 ])
 def test_options_mean_the_same_before_and_after_run(argv, expected):
-    args = cli._parse(argv)
+    args = cli.parse_args(argv)
     assert args.func is cli.cmd_run
     for name, value in expected.items():
         assert getattr(args, name) == value, name
@@ -44,7 +44,7 @@ def test_options_mean_the_same_before_and_after_run(argv, expected):
 
 def test_options_with_info_are_refused(capsys):
     with pytest.raises(SystemExit) as info:
-        cli._parse(["-S", "64", "--smooth-k", "info"])
+        cli.parse_args(["-S", "64", "--smooth-k", "info"])
     assert info.value.code == 2
     assert "-S, --smooth-k: option(s) of `run`, not of `info`" in capsys.readouterr().err
 

@@ -54,7 +54,7 @@ def _guarded_attention(prepared, kernel, is_causal):
     B, S_q, H_q, D = rec.out_shape
     buf = torch.full((B, S_q, H_q, D + GAP), SENTINEL, dtype=torch.int16).view(rec.out_dtype)
     lse = torch.empty(rec.lse_shape, dtype=torch.float32)
-    lut, _, _, kinds, bits, bias = attention_ops._lut(rec, None, torch.device("cpu"))   # no attn_mask: placeholders
+    lut, _, _, kinds, bits, bias = attention_ops.tile_lut(rec, None, torch.device("cpu"))   # no attn_mask: placeholders
     args = dict(rec.launch.args({
         "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_t, "q_scale": prepared.q_scale,
         "k_scale": prepared.k_scale, "k_mean": prepared.k_mean, "v_scale": prepared.v_scale, "out": buf, "lse": lse,

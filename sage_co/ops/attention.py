@@ -180,10 +180,10 @@ def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: boo
                            (scalars["lut_stride_b"], scalars["lut_stride_h"]), own)
 
 
-_luts: dict[tuple, tuple] = {}   # (S_q, S_kv, is_causal, device) -> _lut's answer without a mask
+_luts: dict[tuple, tuple] = {}   # (S_q, S_kv, is_causal, device) -> tile_lut's answer without a mask
 
 
-def _lut(rec: AttentionRecipe, block_mask: torch.Tensor | None, device: torch.device, attn_mask=None):
+def tile_lut(rec: AttentionRecipe, block_mask: torch.Tensor | None, device: torch.device, attn_mask=None):
     """(lut, stride_b, stride_h, mask_kind, mask_bits, mask_bias): the LUT of the key tiles each query tile visits and
     the kind of each entry (docs/numerics.md §Masks). Without a block_mask or attn_mask it depends only on (S_q,
     S_kv, is_causal) and is shared by every (batch, head) (strides 0; kinds all full): built once per shape and
@@ -209,7 +209,7 @@ def _lut(rec: AttentionRecipe, block_mask: torch.Tensor | None, device: torch.de
 
 
 def _maskless_lut(S_q: int, S_kv: int, is_causal: bool, device: torch.device) -> tuple:
-    """_lut's answer without a block_mask or attn_mask (one row set shared by every batch and head), built once per
+    """tile_lut's answer without a block_mask or attn_mask (one row set shared by every batch and head), built once per
     (S_q, S_kv, is_causal, device) and kept."""
     key = (S_q, S_kv, is_causal, device)
     hit = _luts.get(key)
@@ -252,7 +252,7 @@ def execute(rec: AttentionRecipe, prepared, block_mask: torch.Tensor | None = No
     if "lse" not in static:
         fresh["lse"] = lse
     if "lut" not in static:
-        lut, lut_sb, lut_sh, kinds, bits, bias = _lut(rec, block_mask, device, attn_mask)
+        lut, lut_sb, lut_sh, kinds, bits, bias = tile_lut(rec, block_mask, device, attn_mask)
         assert (lut_sb, lut_sh) == rec.lut_strides
         fresh.update(lut=lut, mask_bits=bits, mask_bias=bias, mask_kind=kinds)
         if "cu_seqlens_q" not in static:   # read only by varlen launches (abi.FLAG_VARLEN): any valid pointer
