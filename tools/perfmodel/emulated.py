@@ -292,7 +292,7 @@ def emulate_workgroup(path: Path, symbol: str, block: int, args: dict, text_addr
         stats = mod.launch(symbol, grid=(1, 1, 1), block=(block, 1, 1), kernargs=kernargs,
                            **({"dynamic_lds": dynamic_lds} if dynamic_lds else {}))
     counts = {text_addr + off: n for off, n in stats.exec_counts.items()}     # objdump numbering
-    prog = mod._programs[symbol]                        # the instruction list the LDS observer's PC indices index
+    prog = mod.programs[symbol]                        # the instruction list the LDS observer's PC indices index
     # a 2addr access calls the address function once per address: passes per wave-execution add up
     execs = {text_addr + prog.insts[pc].offset: counts.get(text_addr + prog.insts[pc].offset, 0) for pc in passes}
     lds = {text_addr + prog.insts[pc].offset: tot / max(1, execs[text_addr + prog.insts[pc].offset])
