@@ -19,9 +19,9 @@ from sage_co import registry
 from sage_co.ops.attention import run_attention_fwd
 from sage_co.ops.prepare import run_prepare
 
-KERNELS = ("hip", "asm")
+from attention_cases import DTYPES, KERNELS   # tests/attention_cases.py: the shared kernel and dtype lists
+
 MODEL_REL_L2 = 1e-3          # docs/numerics.md §Kernel vs model
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def inputs(B=1, S_q=70, S_kv=None, H_q=2, H_kv=2, D=128, dtype="bf16", layout="NHD", v_offset=3.0, seed=0):
