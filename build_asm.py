@@ -173,6 +173,12 @@ def _run(cmd: list[str], cwd: Path, what: str, env: dict | None = None) -> str:
     return proc.stdout
 
 
+def compile_defines(entry: Entry) -> list[str]:
+    """The -DNAME=VALUE arguments of a .hip entry: sage_co/family.py CodeObjectFamily.compile_defines, which pick
+    the part of a shared source this code object instantiates (e.g. PREPARE_D_PAD for the prepare objects)."""
+    return [f"-D{k}={v}" for k, v in (entry.family.compile_defines if entry.family else {}).items()]
+
+
 def build_one(entry: Entry, llvm: LLVM, out_dir: Path, generated: str | None = None) -> Path:
     """Build one code object into out_dir/<arch>/<name>.co and return its path. `generated`: the assembly a .py
     source printed, when the caller already ran it."""
@@ -187,7 +193,7 @@ def build_one(entry: Entry, llvm: LLVM, out_dir: Path, generated: str | None = N
                   # keep argument names so the metadata (.args[].name) can be checked against Python
                   "-fno-discard-value-names",
                   # clang derives the HIP compilation-unit id from paths (incl. the temp output): pin it
-                  f"-cuid={entry.name}", "-o", tmp / "out.co", src],
+                  f"-cuid={entry.name}", *compile_defines(entry), "-o", tmp / "out.co", src],
                  entry.src_dir, f"compiling {entry.src_dir.name}/{src}")
             shutil.copyfile(tmp / "out.co", out)
             return out
@@ -287,16 +293,20 @@ def family_problems(entry: Entry, kernels, llvm: LLVM) -> list[str]:
             if c_int(value) != want:
                 problems.append(f"{entry.name}: {entry.source} has `#define {name} {value}`, but sage_co/abi.py "
                                 f"says {want} (sage_co/family.py {entry.name} defines)")
-    preprocessed = _run([llvm.clang, "-x", "hip", f"--offload-arch={entry.arch}", "--cuda-device-only", "-nogpulib",
-                         "-nogpuinc", "-E", "-P", entry.source], entry.src_dir,
-                        f"preprocessing {entry.src_dir.name}/{entry.source}")
-    instances = hip_instances(preprocessed)
+    instances = hip_instances(preprocess(entry, llvm))
     for k in fam.kernels:
         if k.hip_instance is not None and k.symbol in instances and instances[k.symbol] != k.hip_instance:
             problems.append(f"{entry.name}: {entry.source} defines {k.symbol} as a call of "
                             f"{instances[k.symbol] or 'no template'}, but sage_co/family.py declares "
                             f"{k.hip_instance} for its keys {dict(k.keys)}")
     return problems
+
+
+def preprocess(entry: Entry, llvm: LLVM) -> str:
+    """A .hip entry's source after the preprocessor, with its compile_defines: the wrappers it instantiates."""
+    return _run([llvm.clang, "-x", "hip", f"--offload-arch={entry.arch}", "--cuda-device-only", "-nogpulib",
+                 "-nogpuinc", *compile_defines(entry), "-E", "-P", entry.source], entry.src_dir,
+                f"preprocessing {entry.src_dir.name}/{entry.source}")
 
 
 def manifest_entry(entry: Entry, co_path: Path, llvm: LLVM, problems: list[str] | None = None) -> dict:
@@ -317,6 +327,8 @@ def manifest_entry(entry: Entry, co_path: Path, llvm: LLVM, problems: list[str] 
         "sha256": hashlib.sha256(data).hexdigest(),
         "code_object_version": co.code_object_version,
         "llvm_version": llvm.version,
+        **({"compile_defines": dict(entry.family.compile_defines)} if entry.family and entry.family.compile_defines
+           else {}),
         "provides": [dict(p) for p in entry.provides],
         "kernels": kernels,
     }

@@ -1608,15 +1608,22 @@ INLINE void prepare_body(PREPARE_PARAMS) {
   VARIANT(_d256_##DTS##_rope64##RS, DT, 256, 64, RM)                   \
   VARIANT(_d256_##DTS##_rope96##RS, DT, 256, 96, RM)                   \
   VARIANT(_d256_##DTS##_rope128##RS, DT, 256, 128, RM)
+// Each code object holds one D_pad: build_asm.py passes -DPREPARE_D_PAD=<64|128|256> (sage_co/family.py
+// CODE_OBJECTS compile_defines), so the three objects of this one source compile side by side.
+#if !defined(PREPARE_D_PAD)
+#error "PREPARE_D_PAD (64, 128 or 256) selects the code object: build this source through build_asm.py"
+#elif PREPARE_D_PAD == 256
+#define VARIANTS_DP VARIANTS_D256
+#elif PREPARE_D_PAD == 128
+#define VARIANTS_DP VARIANTS_D128
+#elif PREPARE_D_PAD == 64
+#define VARIANTS_DP VARIANTS_D64
+#else
+#error "PREPARE_D_PAD must be 64, 128 or 256"
+#endif
 #define VARIANTS(RS, RM)                \
-  VARIANTS_D256(bf16, BF16, RS, RM)     \
-  VARIANTS_D256(fp16, FP16, RS, RM)     \
-  VARIANTS_D256(fp32, FP32, RS, RM)     \
-  VARIANTS_D128(bf16, BF16, RS, RM)     \
-  VARIANTS_D128(fp16, FP16, RS, RM)     \
-  VARIANTS_D128(fp32, FP32, RS, RM)     \
-  VARIANTS_D64(bf16, BF16, RS, RM)      \
-  VARIANTS_D64(fp16, FP16, RS, RM)      \
-  VARIANTS_D64(fp32, FP32, RS, RM)
+  VARIANTS_DP(bf16, BF16, RS, RM)       \
+  VARIANTS_DP(fp16, FP16, RS, RM)       \
+  VARIANTS_DP(fp32, FP32, RS, RM)
 VARIANTS(, ROUND_PER_OP)
 VARIANTS(_once, ROUND_ONCE)

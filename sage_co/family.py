@@ -143,6 +143,9 @@ class CodeObjectFamily:
     source that must equal sage_co/abi.py (name -> int; build_asm.py reads `#define NAME VALUE` lines)."""
     kernels: tuple[Symbol, ...]
     defines: dict[str, int] = field(default_factory=dict)
+    # passed to clang as -DNAME=VALUE: which part of a shared .hip source this code object instantiates (one
+    # source, several code objects, so build_asm.py compiles them in parallel)
+    compile_defines: dict[str, int] = field(default_factory=dict)
 
     @property
     def symbols(self) -> tuple[str, ...]:
@@ -188,9 +191,10 @@ _PREDICT_DEFINES = {
 # code object name (asm_src/kernels.toml `name`) -> what it provides
 CODE_OBJECTS: dict[str, CodeObjectFamily] = {
     f"{ARCH}_sage_attention_hip": CodeObjectFamily(tuple(v.symbol_row() for v in ATTENTION_HIP), _ATTENTION_DEFINES),
-    f"{ARCH}_sage_prepare": CodeObjectFamily(
-        tuple(v.symbol_row() for v in PREPARE),
-        _PREPARE_DEFINES),
+    # prepare: one code object per D_pad (one source; clang takes ~1-2 min for each, so they build side by side)
+    **{f"{ARCH}_sage_prepare_d{d}": CodeObjectFamily(tuple(v.symbol_row() for v in PREPARE if v.head_dim == d),
+                                                      _PREPARE_DEFINES, {"PREPARE_D_PAD": d})
+       for d in reversed(abi.PREPARE_HEAD_DIMS)},
     f"{ARCH}_sage_attention_asm": CodeObjectFamily(tuple(v.symbol_row() for v in ATTENTION_ASM)),
     f"{ARCH}_sage_predict": CodeObjectFamily(
         tuple(v.symbol_row() for v in PREDICT_POOL) + (Symbol(abi.PREDICT_SELECT_OP, "hip", f"{ARCH}_sage_predict_select"),),

@@ -164,3 +164,17 @@ def test_shipped_hip_sources_match_the_declaration(name):
     renamed = dataclasses.replace(entry.family, kernels=tuple(wrong if x is k else x for x in entry.family.kernels))
     problems = build_asm.family_problems(dataclasses.replace(entry, family=renamed), symbols, LLVM)
     assert len(problems) == 1 and f"defines {k.symbol} as a call of {k.hip_instance}" in problems[0]
+
+
+@needs_llvm
+def test_each_prepare_object_instantiates_only_its_d_pad():
+    """The prepare code objects share one source; the D_pad passed as -DPREPARE_D_PAD (family.py compile_defines)
+    selects exactly the declared wrappers of each, and a source built without it refuses to compile."""
+    entries = [e for e in build_asm.read_kernel_list() if e.source == "gfx1201_sage_prepare.hip"]
+    assert sorted(e.family.compile_defines["PREPARE_D_PAD"] for e in entries) == sorted(abi.PREPARE_HEAD_DIMS)
+    for e in entries:
+        assert set(build_asm.hip_instances(build_asm.preprocess(e, LLVM))) == set(e.family.symbols), e.name
+        assert {dict(k.keys)["head_dim"] for k in e.family.kernels} == {e.family.compile_defines["PREPARE_D_PAD"]}
+    bare = dataclasses.replace(entries[0], family=dataclasses.replace(entries[0].family, compile_defines={}))
+    with pytest.raises(build_asm.BuildError, match="PREPARE_D_PAD"):
+        build_asm.preprocess(bare, LLVM)

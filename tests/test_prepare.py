@@ -22,7 +22,7 @@ import math
 import pytest
 import torch
 
-from sage_co import reference
+from sage_co import abi, reference
 from sage_co.ops import prepare as prepare_mod
 from sage_co.ops.prepare import chunking, run_prepare
 from sage_co.prepared import SagePrepared, s_pad
@@ -679,14 +679,13 @@ def test_one_launch_protocol_is_fenced_in_every_symbol():
     device scope, sleeps, and invalidates before the tile's first other load."""
     from sage_co import registry
     from sage_co.emu.disasm import disassemble, text_and_symbols
-    from pathlib import Path
-    co = (Path(__file__).resolve().parent.parent / "hsaco" / "gfx1201" / "gfx1201_sage_prepare.co").read_bytes()
-    text, _, symbols = text_and_symbols(co)
-    starts = sorted(symbols)
-    insts = disassemble(text)
-    offsets = [off for off, _ in insts]
-    syms = [k.symbol for k in registry.kernels() if k.op == "sage_prepare"]
-    assert syms
+    rows = [k for k in registry.kernels() if k.op == "sage_prepare"]
+    assert len({k.file for k in rows}) == len(abi.PREPARE_HEAD_DIMS)   # one code object per D_pad
+    objects = {}
+    for file, sha in sorted({(k.file, k.sha256) for k in rows}):
+        text, _, symbols = text_and_symbols(registry.load_bytes(file, sha))
+        insts = disassemble(text)
+        objects[file] = (text, symbols, sorted(symbols), insts, [off for off, _ in insts])
 
     def released(body, at, sym):   # every global store before `at` has been waited for
         last_store = max(i for i, t in enumerate(body[:at]) if t.startswith("global_store"))
@@ -698,7 +697,9 @@ def test_one_launch_protocol_is_fenced_in_every_symbol():
                     and "scope:SCOPE_DEV" not in body[i])
         assert inv < load, f"{sym}: a load before the acquire"
 
-    for sym in syms:
+    for row in rows:
+        sym = row.symbol
+        text, symbols, starts, insts, offsets = objects[row.file]
         lo = next(off for off, name in symbols.items() if name == sym)
         hi = next((s for s in starts if s > lo), len(text))
         body = [t for _, t in insts[bisect.bisect_left(offsets, lo):bisect.bisect_left(offsets, hi)]]
