@@ -114,7 +114,7 @@ def read_kernel_list(path: Path = KERNEL_LIST, families: dict | None = None) -> 
                                  f"provides rows come from there, remove the {len(provides)} written here")
             provides = tuple(k.row() for k in declared.kernels)
         for p in provides:
-            for key in ("op", "variant", "symbol"):
+            for key in ("op", "kernel", "symbol"):
                 if not isinstance(p.get(key), str):
                     raise BuildError(f"{where}: each provides row needs string {key!r}")
             for key, value in p.items():
@@ -133,21 +133,21 @@ def read_kernel_list(path: Path = KERNEL_LIST, families: dict | None = None) -> 
 
 
 def _check_key_columns(entries: list[Entry], where: str) -> None:
-    """Every row of one (op, variant, arch) has the same key columns and distinct values: registry.find can
+    """Every row of one (op, kernel, arch) has the same key columns and distinct values: registry.find can
     resolve any launch by keys alone."""
     groups: dict[tuple, list[dict]] = {}
     for e in entries:
         for p in e.provides:
-            groups.setdefault((p["op"], p["variant"], e.arch), []).append(p)
-    for (op, variant, arch), rows in groups.items():
-        columns = {tuple(sorted(set(p) - {"op", "variant", "symbol"})) for p in rows}
+            groups.setdefault((p["op"], p["kernel"], e.arch), []).append(p)
+    for (op, kernel, arch), rows in groups.items():
+        columns = {tuple(sorted(set(p) - {"op", "kernel", "symbol"})) for p in rows}
         if len(columns) > 1:
-            raise BuildError(f"{where}: op {op!r} variant {variant!r} rows carry different key columns {sorted(columns)}")
+            raise BuildError(f"{where}: op {op!r} kernel {kernel!r} rows carry different key columns {sorted(columns)}")
         seen: dict[tuple, str] = {}
         for p in rows:
-            key = tuple(sorted((k, v) for k, v in p.items() if k not in ("op", "variant", "symbol")))
+            key = tuple(sorted((k, v) for k, v in p.items() if k not in ("op", "kernel", "symbol")))
             if key in seen:
-                raise BuildError(f"{where}: op {op!r} variant {variant!r}: {p['symbol']!r} and {seen[key]!r} have "
+                raise BuildError(f"{where}: op {op!r} kernel {kernel!r}: {p['symbol']!r} and {seen[key]!r} have "
                                  f"the same keys {dict(key)}")
             seen[key] = p["symbol"]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generator of the hand-scheduled SageAttention forward kernels (the "asm" variant of sage_attention_fwd).
+"""Generator of the hand-scheduled SageAttention forward kernels (kernel "asm" of sage_attention_fwd).
 
 `python gen_sage_attention_asm.py` prints the assembly of the whole family (build_asm.py assembles it and
 commits the text as asm_src/gfx1201_sage_attention_asm.s). `build(cfg)` returns the assembly of one kernel

@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     ap.add_argument("-B", type=int, default=1)
     ap.add_argument("-H", type=int, default=24)
     ap.add_argument("-S", type=int, nargs="+", default=[4096, 16384])
-    ap.add_argument("--kernel", nargs="+", default=["hip", "asm"], help="attention kernel variants to time")
+    ap.add_argument("--kernel", nargs="+", default=["hip", "asm"], help="attention kernels to time (asm, hip)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--device", type=int, default=None, help="gfx1201 device index (default: the first one)")
     args = ap.parse_args(argv)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Host time per launch of the hip backend, measured against the stub HIP runtime (tests/stub_hip), so it runs
+"""Host time per launch of the gpu backend, measured against the stub HIP runtime (tests/stub_hip), so it runs
 anywhere with a C compiler and hip-python: the real hip-python wrappers, the real launch() path (plan lookup,
 checks, kernarg packing, device guard, hipModuleLaunchKernel), a runtime whose entry points return at once.
 
@@ -62,21 +62,21 @@ def main(argv=None) -> int:
         print(f"host time per launch (median of {args.rounds} rounds x {args.launches} launches, stub runtime; "
               "bound: through a BoundLaunch, as the ops launch):")
         for symbol, struct, grid, block, kargs in kernels(torch):
-            cpu, _, wall = timed(lambda: launch.launch(symbol, struct, grid, block, kargs, backend="hip"),
+            cpu, _, wall = timed(lambda: launch.launch(symbol, struct, grid, block, kargs, backend="gpu"),
                                  args.launches, args.rounds)
             # the ops' way: a BoundLaunch (scalars packed once, pointer fields per call; sage_co.launch)
             scalars = {n: a for n, a in kargs.items() if not isinstance(a, torch.Tensor)}
-            bound = launch.BoundLaunch(symbol, struct, grid, block, scalars, backend="hip")
+            bound = launch.BoundLaunch(symbol, struct, grid, block, scalars, backend="gpu")
             tensors = {n: a for n, a in kargs.items() if isinstance(a, torch.Tensor)}
             bound_cpu, _, _ = timed(lambda: launch.launch(symbol, struct, bound.grid, bound.block,
-                                                          bound.args(tensors), backend="hip"), args.launches,
+                                                          bound.args(tensors), backend="gpu"), args.launches,
                                   args.rounds)
             print(f"  {symbol:40s} {cpu * 1e6:6.1f} us CPU, {wall * 1e6:6.1f} us wall; bound {bound_cpu * 1e6:5.1f}")
         # the whole public op: validation, custom-op dispatch, output allocation, the prepare + the attention launch
         import sage_co
         q, k, v = (torch.zeros(1, 64, 2, 128, dtype=torch.bfloat16) for _ in range(3))
         dispatched = (q, k, v, 128 ** -0.5, "NHD", False, None, None, 1e-6, None, None, 0, False, "hip", "")
-        calls = (lambda: sage_co.sage_attention(q, k, v, backend="hip"),
+        calls = (lambda: sage_co.sage_attention(q, k, v, backend="gpu"),
                  lambda: torch.ops.sage_co.sage_attention(*dispatched))
         ops = max(args.launches // 10, 1)
         (cpu, cpu_min, wall), (via_op, _, _) = (timed(call, ops, args.rounds) for call in calls)

@@ -41,7 +41,7 @@ def main(argv=None) -> int:
         figures = {}
         for n in (1, 64):
             q, k, v, cu, mx = batch(n)
-            call = lambda: sage_co.sage_attention_varlen(q, k, v, cu, cu, mx, mx, is_causal=True, backend="hip")
+            call = lambda: sage_co.sage_attention_varlen(q, k, v, cu, cu, mx, mx, is_causal=True, backend="gpu")
             call()
             before = len(stub.records("launch"))
             call()

@@ -1,5 +1,5 @@
 """What the host-time benchmarks (benchmarks/bench_launch_overhead.py, benchmarks/bench_varlen.py) share: the stub HIP
-runtime (tests/stub_hip) as the process's hip backend, and the timing loop. The scripts import this module as a
+runtime (tests/stub_hip) as the process's gpu backend, and the timing loop. The scripts import this module as a
 sibling (Python puts a script's own folder first on sys.path; no sys.path edit)."""
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def load_stub_hip():
 
 @contextmanager
 def stub_hip_backend(script: str):
-    """The stub runtime built in a temporary folder, with a HipBackend on it installed as the "hip" backend: yields
+    """The stub runtime built in a temporary folder, with a HipBackend on it installed as the "gpu" backend: yields
     the stub_hip.Stub, or None after printing to stderr (prefixed with `script`) why it cannot run here."""
     stub_hip = load_stub_hip()
     import torch
@@ -53,7 +53,7 @@ def stub_hip_backend(script: str):
             return
         from sage_co import launch
         from sage_co.backends.hip import HipBackend
-        launch.use_backend("hip", HipBackend(platform=stub_hip.HostPlatform()))
+        launch.use_backend("gpu", HipBackend(platform=stub_hip.HostPlatform()))
         yield stub
 
 

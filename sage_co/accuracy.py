@@ -78,20 +78,20 @@ def default_providers() -> dict[str, Provider]:
     }
 
 
-def kernel_providers(variants=()) -> dict[str, Provider]:
+def kernel_providers(kernels=()) -> dict[str, Provider]:
     """The shipped attention kernels (prepare + forward through sage_co's public op) as providers; an empty
-    `variants` means every shipped variant of sage_attention_fwd. Imported lazily: the metrics above need no
+    `kernels` means every shipped kernel ("asm", "hip") of sage_attention_fwd. Imported lazily: the metrics above need no
     kernels."""
     import sage_co
     from sage_co import registry
 
-    variants = list(variants) or sorted({k.variant for k in registry.kernels() if k.op == "sage_attention_fwd"})
+    kernels = list(kernels) or sorted({k.kernel for k in registry.kernels() if k.op == "sage_attention_fwd"})
     providers = {}
-    for variant in variants:
+    for kernel in kernels:
         for smooth_k in (False, True):
-            name = f"sage-co kernel ({variant})" + (" smooth_k" if smooth_k else "")
-            providers[name] = (lambda q, k, v, variant=variant, smooth_k=smooth_k:
-                               sage_co.sage_attention(q, k, v, smooth_k=smooth_k, kernel=variant))
+            name = f"sage-co kernel ({kernel})" + (" smooth_k" if smooth_k else "")
+            providers[name] = (lambda q, k, v, kernel=kernel, smooth_k=smooth_k:
+                               sage_co.sage_attention(q, k, v, smooth_k=smooth_k, kernel=kernel))
     return providers
 
 
@@ -133,9 +133,9 @@ def main(argv=None, extra_providers: Mapping[str, Provider] | None = None) -> in
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dist", choices=DISTRIBUTIONS, action="append",
                     help="input distribution (repeatable; default: all)")
-    ap.add_argument("--kernels", nargs="*", default=None, metavar="VARIANT",
-                    help="also run the shipped attention kernels (prepare + forward) of these variants, e.g. "
-                         "'asm hip'; bare --kernels runs every shipped variant (on the emulator for CPU tensors)")
+    ap.add_argument("--kernels", nargs="*", default=None, metavar="KERNEL",
+                    help="also run the shipped attention kernels (prepare + forward) of these kernels, e.g. "
+                         "'asm hip'; bare --kernels runs every shipped kernel (on the emulator for CPU tensors)")
     args = ap.parse_args(argv)
     for name in ("B", "H", "S"):
         if getattr(args, name) < 1:

@@ -101,7 +101,8 @@ def sage_prepare(q, k, v, softmax_scale=None, **options) -> SagePrepared:
     per-channel mean before fp8 (added back by the attention kernel); pv_dtype "fp16": keep V in fp16 for the
     f16 P.V WMMA (docs/numerics.md §smooth_v, §pv_dtype fp16). The options: sage_co.callspec.SAGE_PREPARE.
 
-    backend: None picks by device (CPU -> the emulator, a gfx1201 GPU -> hip), or "emu" / "hip"."""
+    backend: None picks by device (CPU -> the emulator, a gfx1201 GPU -> "gpu"), or "emu" / "gpu" ("hip" is the
+    deprecated spelling of "gpu": a FutureWarning)."""
     o = SAGE_PREPARE.bind(options, "sage_prepare")
     o["softmax_scale"] = softmax_scale
     if planning.eager(q, k, v):
@@ -166,7 +167,7 @@ def sage_attention_fwd(prepared: SagePrepared, **options):
     """The attention kernel alone on a SagePrepared: out [B, S_q, H_q, D] (layout="HND": [B, H_q, S_q, D]) in
     prepared.out_dtype, or (out, lse fp32 [B, H_q, S_q]).
 
-    kernel: None = the default shipped kernel (the hand-scheduled asm when shipped), or a variant name from
+    kernel: None = the default shipped kernel (the hand-scheduled asm when shipped), or a kernel name from
     the manifest ("hip" = the clang-built baseline, "asm"). is_causal / block_mask: see sage_attention."""
     o = SAGE_ATTENTION_FWD.bind(options, "sage_attention_fwd", allowed=FWD_KEYWORDS)
     fast = isinstance(prepared, SagePrepared) and planning.eager(prepared.q_int8)

@@ -2,14 +2,14 @@
 
     sage-co                     run a real attention through the shipped code objects (on the emulator when no
                                 gfx1201 is present) and print accuracy, instruction counts and kernel provenance
-    sage-co run -B 1 -H 2 -S 1024 [--kernel hip] [--backend emu|hip] [--smooth-k] [--seed N]
+    sage-co run -B 1 -H 2 -S 1024 [--kernel hip] [--backend emu|gpu] [--smooth-k] [--seed N]
     sage-co info                list the shipped kernels with their ABI (from hsaco/manifest.json) and which
                                 framework switches reach sage-co here
     sage-co comfyui install PATH   install sage-co's ComfyUI node into the ComfyUI tree at PATH
 
 The run options mean the same before and after `run` (`sage-co -S 64 run --smooth-k` runs S=64 with smooth_k;
 given twice, the later one wins) and are refused with another subcommand. Every failure is one line on stderr and
-a non-zero exit: 2 for a bad argument, 1 for a run that could not complete (no GPU for --backend hip, not enough
+a non-zero exit: 2 for a bad argument, 1 for a run that could not complete (no GPU for --backend gpu, not enough
 memory, unusable code objects, output closed or disk full), 130 when interrupted.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from .backends import BACKENDS
+from .backends import ALIASES, BACKENDS, canonical
 
 
 class _Console(Console):
@@ -41,16 +41,16 @@ def cmd_info(args) -> int:
     from . import registry
     man = registry.manifest()
     table = Table(title=f"shipped code objects ({registry.hsaco_dir()})")
-    for col in ("op", "variant", "symbol", "code object", "kernarg bytes", "args (offset:name)", "VGPRs", "LDS B",
+    for col in ("op", "kernel", "symbol", "code object", "kernarg bytes", "args (offset:name)", "VGPRs", "LDS B",
                 "COV", "LLVM", "sha256"):
         args_col = col == "args (offset:name)"
         table.add_column(col, overflow="fold", no_wrap=not args_col, min_width=28 if args_col else None)
     for name, co in sorted(man["code_objects"].items()):
         for kname, k in sorted(co["kernels"].items()):
-            provides = [p for p in co["provides"] if p["symbol"] == kname] or [{"op": "-", "variant": "-"}]
+            provides = [p for p in co["provides"] if p["symbol"] == kname] or [{"op": "-", "kernel": "-"}]
             for p in provides:
                 args_text = " ".join(f"{a['offset']}:{a['name'].removesuffix('.coerce')}" for a in k["args"])
-                table.add_row(p["op"], p["variant"], kname, co["file"], str(k["kernarg_size"]), args_text,
+                table.add_row(p["op"], p["kernel"], kname, co["file"], str(k["kernarg_size"]), args_text,
                               str(k["vgpr_count"]), str(k["lds_bytes"]), str(co["code_object_version"]),
                               co["llvm_version"], co["sha256"][:12])
     # the ABI table is wide: piped output gets room for every column instead of rich's 80-column guess
@@ -77,11 +77,12 @@ class CliError(Exception):
         self.code = code
 
 
-def _default_backend() -> str:
+def default_backend() -> str:
+    """The backend `sage-co run` uses without --backend: "gpu" when the current device is a gfx1201, else "emu"."""
     import torch
     from .launch import device_arch
     if torch.cuda.is_available() and device_arch(torch.device("cuda", torch.cuda.current_device())) == "gfx1201":
-        return "hip"
+        return "gpu"
     return "emu"
 
 
@@ -130,10 +131,10 @@ def _check_run_feasible(args, backend: str) -> dict:
         validate.check_kernel(args.kernel)   # before the prepare kernels run (they used to, then the refusal came)
     except (TypeError, ValueError) as exc:
         raise CliError(f"--kernel {args.kernel!r}: {exc}", 2) from None
-    if backend == "hip" and _default_backend() != "hip":
+    if backend == "gpu" and default_backend() != "gpu":
         import torch
         why = "torch has no ROCm" if getattr(torch.version, "hip", None) is None else "no gfx1201 device is visible"
-        raise CliError(f"--backend hip needs a gfx1201 GPU and a ROCm build of torch ({why}); "
+        raise CliError(f"--backend gpu needs a gfx1201 GPU and a ROCm build of torch ({why}); "
                        f"leave --backend out to run on the CPU emulator")
     est = estimate(args.B, args.H, args.S)
     avail = available_memory()
@@ -180,10 +181,11 @@ def cmd_run(args) -> int:
     from . import launch as launch_mod
     from .backends.timing import stage
 
-    backend = args.backend or _default_backend()
+    # the one normalization of backend names (--backend hip: the deprecated spelling of gpu, a FutureWarning)
+    backend = canonical(args.backend, "--backend") or default_backend()
     est = _check_run_feasible(args, backend)
-    device = "cuda" if backend == "hip" else "cpu"
-    where = "gfx1201 GPU (hip-python)" if backend == "hip" else "CPU emulator (sage_co.emu) executing the gfx1201 code objects"
+    device = "cuda" if backend == "gpu" else "cpu"
+    where = "gfx1201 GPU (hip-python)" if backend == "gpu" else "CPU emulator (sage_co.emu) executing the gfx1201 code objects"
     console.print(f"[bold]sage-co[/]: SageAttention forward, B={args.B} H={args.H} S={args.S} D=128, "
                   f"backend [cyan]{backend}[/] ({where})")
     if backend == "emu" and est["prepare_s"] + est["attention_s"] > LONG_RUN_S:
@@ -196,13 +198,13 @@ def cmd_run(args) -> int:
             console.status("prepare kernel: quantizing Q/K to INT8 and V to FP8 ...") as status, \
             _emu_progress(backend, status) as progress:
         progress.started = time.perf_counter()
-        with stage(backend, q.device if backend == "hip" else None) as t:   # HIP events on the GPU
+        with stage(backend, q.device if backend == "gpu" else None) as t:   # HIP events on the GPU
             prepared = api.sage_prepare(q, k, v, smooth_k=args.smooth_k, backend=backend)
         timings["prepare"] = t.seconds
         status.update(f"attention kernel: INT8 QK^T + FP8 PV WMMA over {args.S} keys "
                       f"(prepare took {timings['prepare']:.1f} s) ...")
         progress.started = time.perf_counter()
-        with stage(backend, q.device if backend == "hip" else None) as t:
+        with stage(backend, q.device if backend == "gpu" else None) as t:
             out = api.sage_attention_fwd(prepared, backend=backend, kernel=args.kernel)
         timings["attention"] = t.seconds
         status.update("FP32 reference and BF16 SDPA ...")
@@ -288,11 +290,14 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dist", choices=("randn", "k_offset"), default=sup, help="input distribution (default randn)")
     p.add_argument("--seed", type=_seed, default=sup, help="input seed, 0 .. 2**64 - 1 (default 0)")
     p.add_argument("--smooth-k", action="store_true", default=sup)
-    p.add_argument("--kernel", default=sup, help="attention kernel variant (default: the manifest's default)")
-    p.add_argument("--backend", choices=BACKENDS, default=sup)
+    p.add_argument("--kernel", default=sup, help="attention kernel: asm or hip (default: the manifest's default)")
+    p.add_argument("--backend", choices=BACKENDS + tuple(ALIASES), default=sup,
+                   help="emu (the CPU emulator) or gpu (a gfx1201); default: gpu when one is visible, else emu")
 
 
-def _parse(argv) -> argparse.Namespace:
+def parse_args(argv) -> argparse.Namespace:
+    """The command line as main() reads it: the subcommand (default `run`) and its options, the run options allowed
+    before or after `run` (RUN_DEFAULTS fill what is not given); a bad option exits 2 with argparse's usage line."""
     ap = argparse.ArgumentParser(prog="sage-co", description="SageAttention for gfx1201 as shipped code objects")
     _add_run_options(ap)
     sub = ap.add_subparsers(dest="cmd")
@@ -343,7 +348,7 @@ def _fail(message: str, code: int) -> int:
 
 
 def main(argv=None) -> int:
-    args = _parse(argv)   # argparse itself exits 2 with a usage line on a bad option
+    args = parse_args(argv)   # argparse itself exits 2 with a usage line on a bad option
     from .codeobj import CodeObjectError
     from .manifest import ManifestError
     try:

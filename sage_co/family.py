@@ -1,4 +1,4 @@
-"""The shipped kernel family, declared once: which symbols each code object provides, for which (op, variant, key
+"""The shipped kernel family, declared once: which symbols each code object provides, for which (op, kernel, key
 columns), and what a .hip source must instantiate and #define for them.
 
 Each kind of kernel is a dataclass (one instance = one symbol; its name, manifest key columns and HIP template
@@ -27,7 +27,7 @@ from typing import ClassVar
 from . import abi
 
 ARCH = "gfx1201"
-ATTENTION_IMPLS = ("hip", "asm")      # the `variant` column of sage_attention_fwd: HIP source, asm generator
+ATTENTION_KERNELS = ("hip", "asm")    # the `kernel` column of sage_attention_fwd: HIP source, asm generator
 # The HIP sources' compile-time dtype selectors (`#define BF16 0`, `#define FP16 1`), the first template argument
 # of the prepare and predict bodies.
 HIP_IN_DTYPE = {"bf16": 0, "fp16": 1, "fp32": 2}
@@ -42,35 +42,35 @@ def _hip_bool(flag: bool) -> str:
 
 
 @dataclass(frozen=True)
-class Kernel:
-    """One symbol: the manifest row (op, variant, key columns, symbol) and, for a HIP wrapper, the template instance
+class Symbol:
+    """One symbol: the manifest row (op, kernel, key columns, symbol) and, for a HIP wrapper, the template instance
     its body calls (None: the kernel is written out, not instantiated)."""
     op: str
-    variant: str
+    kernel: str
     symbol: str
     keys: tuple[tuple[str, object], ...] = ()
     hip_instance: str | None = None
 
     def row(self) -> dict:
         """The provides row of hsaco/manifest.json (the column order of the hand-written kernels.toml rows)."""
-        return {"op": self.op, "variant": self.variant, **dict(self.keys), "symbol": self.symbol}
+        return {"op": self.op, "kernel": self.kernel, **dict(self.keys), "symbol": self.symbol}
 
 
 @dataclass(frozen=True)
 class AttentionVariant:
-    """sage_attention_fwd: padded head dim (D_pad), output dtype, P.V WMMA input type; `variant` the implementation
+    """sage_attention_fwd: padded head dim (D_pad), output dtype, P.V WMMA input type; `kernel` the implementation
     ("hip": asm_src/gfx1201_sage_attention.hip, "asm": the generator asm_src/gen_sage_attention_asm.py)."""
-    variant: str
+    kernel: str
     head_dim: int
     out_dtype: str
     pv_dtype: str
     op: ClassVar[str] = abi.ATTENTION_OP
 
     def __post_init__(self):
-        if self.variant not in ATTENTION_IMPLS or self.head_dim not in abi.HEAD_DIMS_NATIVE or \
+        if self.kernel not in ATTENTION_KERNELS or self.head_dim not in abi.HEAD_DIMS_NATIVE or \
                 self.out_dtype not in abi.OUT_DTYPES or self.pv_dtype not in abi.PV_DTYPES:
-            raise ValueError(f"AttentionVariant{(self.variant, self.head_dim, self.out_dtype, self.pv_dtype)}: variant "
-                             f"must be one of {ATTENTION_IMPLS}, head_dim one of {abi.HEAD_DIMS_NATIVE}, out_dtype one of "
+            raise ValueError(f"AttentionVariant{(self.kernel, self.head_dim, self.out_dtype, self.pv_dtype)}: kernel "
+                             f"must be one of {ATTENTION_KERNELS}, head_dim one of {abi.HEAD_DIMS_NATIVE}, out_dtype one of "
                              f"{abi.OUT_DTYPES}, pv_dtype one of {abi.PV_DTYPES}")
 
     @property
@@ -79,14 +79,14 @@ class AttentionVariant:
 
     @property
     def symbol(self) -> str:
-        return f"{ARCH}_sage_attention_fwd_" + ("asm_" if self.variant == "asm" else "") + self.tag
+        return f"{ARCH}_sage_attention_fwd_" + ("asm_" if self.kernel == "asm" else "") + self.tag
 
-    def kernel(self) -> Kernel:
+    def symbol_row(self) -> Symbol:
         instance = None
-        if self.variant == "hip":   # template <int DP, int OT, bool PV16> attention(...)
+        if self.kernel == "hip":   # template <int DP, int OT, bool PV16> attention(...)
             instance = (f"attention<{self.head_dim}, {HIP_OUT_DTYPE[self.out_dtype]}, "
                         f"{_hip_bool(self.pv_dtype == 'fp16')}>")
-        return Kernel(self.op, self.variant, self.symbol,
+        return Symbol(self.op, self.kernel, self.symbol,
                       (("head_dim", self.head_dim), ("out_dtype", self.out_dtype), ("pv_dtype", self.pv_dtype)),
                       instance)
 
@@ -114,8 +114,8 @@ class PrepareVariant:
         return (f"{ARCH}_sage_prepare_d{self.head_dim}_{self.in_dtype}"
                 + (f"_rope{self.rope_dim}" if self.rope_dim else "") + ("_once" if self.rounding == "once" else ""))
 
-    def kernel(self) -> Kernel:   # template <int DT, int DP, int RD, int RM> prepare_body(...)
-        return Kernel(abi.PREPARE_OP, "hip", self.symbol,
+    def symbol_row(self) -> Symbol:   # template <int DT, int DP, int RD, int RM> prepare_body(...)
+        return Symbol(abi.PREPARE_OP, "hip", self.symbol,
                       (("head_dim", self.head_dim), ("in_dtype", self.in_dtype), ("rope_dim", self.rope_dim),
                        ("rounding", self.rounding)),
                       f"prepare_body<{HIP_IN_DTYPE[self.in_dtype]}, {self.head_dim}, {self.rope_dim}, "
@@ -127,8 +127,8 @@ class PredictPoolVariant:
     """sage_predict.pool: one symbol per input dtype."""
     in_dtype: str
 
-    def kernel(self) -> Kernel:   # template <int DT> pool_body(...)
-        return Kernel(abi.PREDICT_POOL_OP, "hip", f"{ARCH}_sage_predict_pool_{self.in_dtype}",
+    def symbol_row(self) -> Symbol:   # template <int DT> pool_body(...)
+        return Symbol(abi.PREDICT_POOL_OP, "hip", f"{ARCH}_sage_predict_pool_{self.in_dtype}",
                       (("in_dtype", self.in_dtype),), f"pool_body<{HIP_IN_DTYPE[self.in_dtype]}>")
 
 
@@ -141,7 +141,7 @@ def rope_dims(head_dim: int) -> tuple[int, ...]:
 class CodeObjectFamily:
     """What one code object provides (in this order: the manifest rows keep it) and the #define values of its .hip
     source that must equal sage_co/abi.py (name -> int; build_asm.py reads `#define NAME VALUE` lines)."""
-    kernels: tuple[Kernel, ...]
+    kernels: tuple[Symbol, ...]
     defines: dict[str, int] = field(default_factory=dict)
     # passed to clang as -DNAME=VALUE: which part of a shared .hip source this code object instantiates (one
     # source, several code objects, so build_asm.py compiles them in parallel)
@@ -190,13 +190,13 @@ _PREDICT_DEFINES = {
 
 # code object name (asm_src/kernels.toml `name`) -> what it provides
 CODE_OBJECTS: dict[str, CodeObjectFamily] = {
-    f"{ARCH}_sage_attention_hip": CodeObjectFamily(tuple(v.kernel() for v in ATTENTION_HIP), _ATTENTION_DEFINES),
+    f"{ARCH}_sage_attention_hip": CodeObjectFamily(tuple(v.symbol_row() for v in ATTENTION_HIP), _ATTENTION_DEFINES),
     # prepare: one code object per D_pad (one source; clang takes ~1-2 min for each, so they build side by side)
-    **{f"{ARCH}_sage_prepare_d{d}": CodeObjectFamily(tuple(v.kernel() for v in PREPARE if v.head_dim == d),
+    **{f"{ARCH}_sage_prepare_d{d}": CodeObjectFamily(tuple(v.symbol_row() for v in PREPARE if v.head_dim == d),
                                                       _PREPARE_DEFINES, {"PREPARE_D_PAD": d})
        for d in reversed(abi.PREPARE_HEAD_DIMS)},
-    f"{ARCH}_sage_attention_asm": CodeObjectFamily(tuple(v.kernel() for v in ATTENTION_ASM)),
+    f"{ARCH}_sage_attention_asm": CodeObjectFamily(tuple(v.symbol_row() for v in ATTENTION_ASM)),
     f"{ARCH}_sage_predict": CodeObjectFamily(
-        tuple(v.kernel() for v in PREDICT_POOL) + (Kernel(abi.PREDICT_SELECT_OP, "hip", f"{ARCH}_sage_predict_select"),),
+        tuple(v.symbol_row() for v in PREDICT_POOL) + (Symbol(abi.PREDICT_SELECT_OP, "hip", f"{ARCH}_sage_predict_select"),),
         _PREDICT_DEFINES),
 }

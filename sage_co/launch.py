@@ -7,14 +7,15 @@
 (sage_co.kernargs), checked against the code object's metadata at the kernel's first launch. Grid counts
 workgroups (HIP module-launch semantics), block counts work-items. Keyword options go to the backend
 (emu: sanitize, lds_race_check, trace_wave); launch() returns the backend's result (emu: the run's statistics,
-hip: None, the kernel being enqueued on torch's current stream).
+gpu: None, the kernel being enqueued on torch's current stream).
 
 Host cost: everything that does not change between launches (manifest row, parsed code object, metadata
 check, a precompiled kernarg packer, the backend's module and function handles) is built once per kernel
 and kept in a KernelPlan; benchmarks/bench_launch_overhead.py measures what is left per launch.
 
-Backends (sage_co.backends.BACKENDS): "emu" runs the real code object on the CPU in sage_co.emu; "hip" runs
-it on a gfx1201 through hip-python's module API, bound to the HIP runtime torch loaded.
+Backends (sage_co.backends.BACKENDS): "emu" runs the real code object on the CPU in sage_co.emu; "gpu" runs
+it on a gfx1201 through hip-python's module API, bound to the HIP runtime torch loaded. Every backend name
+goes through sage_co.backends.canonical (the deprecated spelling "hip" of "gpu" included).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from typing import Any
 import torch
 
 from . import abi, registry
-from .backends import BACKENDS, backend_class
+from .backends import BACKENDS, backend_class, canonical
 from .backends.base import (POINTER_ALIGN, KernelLaunch, KernelPlan, Packer, device_arch, emu_device_problem,
                             hip_device_problem)
 from .kernargs import KernargStruct
@@ -37,7 +38,7 @@ from .kernargs import KernargStruct
 __all__ = ["launch", "BoundLaunch", "FlatView", "device_guard", "resolve_backend", "get_backend", "use_backend", "checked_kernel", "plan", "warmup",
            "recording", "device_arch", "BACKENDS", "LaunchRecord"]
 
-_DEVICE_CHECKS = {"emu": emu_device_problem, "hip": hip_device_problem}
+_DEVICE_CHECKS = {"emu": emu_device_problem, "gpu": hip_device_problem}
 _checked: set[tuple] = set()   # (symbol, sha256, declared layout) already compared with the metadata
 _plans: dict[tuple[str, int], KernelPlan] = {}
 _backends: dict[str, Any] = {}
@@ -75,6 +76,7 @@ def get_backend(name: str):
     """The process's backend instance for `name` (created at first use)."""
     be = _backends.get(name)
     if be is None:
+        name = canonical(name, "backend")
         with _lock:
             be = _backends.get(name)
             if be is None:
@@ -83,10 +85,11 @@ def get_backend(name: str):
 
 
 def use_backend(name: str, instance) -> Any:
-    """Install `instance` as the backend `name` (tests: a hip backend on a stub runtime); returns the previous
+    """Install `instance` as the backend `name` (tests: the gpu backend on a stub runtime); returns the previous
     one (None when none was created yet) so the caller can put it back."""
-    if name not in BACKENDS:
-        raise ValueError(f"backend={name!r}: expected one of {BACKENDS}")
+    name = canonical(name, "name")
+    if name is None:
+        raise ValueError(f"name: expected one of {BACKENDS}, got None")
     global backend_swaps
     backend_swaps += 1
     previous = _backends.pop(name, None)
@@ -101,10 +104,10 @@ def _device_problem(name: str, tensor: torch.Tensor) -> str | None:
 
 
 def resolve_backend(tensor: torch.Tensor, backend: str | None) -> str:
-    """backend= wins when given; otherwise CPU tensors -> "emu", a gfx1201 ROCm device -> "hip"."""
+    """backend= wins when given (normalized: "hip" is the deprecated spelling of "gpu", a FutureWarning);
+    otherwise CPU tensors -> "emu", a gfx1201 ROCm device -> "gpu"."""
     if backend is not None:
-        if backend not in BACKENDS:
-            raise ValueError(f"backend={backend!r}: expected one of {BACKENDS} or None (choose by tensor device)")
+        backend = canonical(backend, "backend")
         problem = _device_problem(backend, tensor)
         if problem:
             raise ValueError(problem)
@@ -113,9 +116,9 @@ def resolve_backend(tensor: torch.Tensor, backend: str | None) -> str:
         return "emu"
     arch = device_arch(tensor.device)
     if arch == "gfx1201":
-        return "hip"
+        return "gpu"
     raise ValueError(f"no sage-co backend for tensors on {tensor.device} (arch {arch}): sage-co runs on a gfx1201 "
-                     "ROCm device (backend='hip') or on CPU tensors through the emulator (backend='emu')")
+                     "ROCm device (backend='gpu') or on CPU tensors through the emulator (backend='emu')")
 
 
 def checked_kernel(symbol: str, struct: KernargStruct, arch: str = "gfx1201"):
@@ -236,9 +239,10 @@ def _run(be, p: KernelPlan, backend: str, grid, block, args, tensors, values, op
 
 
 def _backend(backend: str, options: dict):
-    be = get_backend(backend) if backend in BACKENDS else None
-    if be is None:
-        raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")
+    backend = canonical(backend, "backend")
+    if backend is None:
+        raise ValueError(f"backend: expected one of {BACKENDS}, got None")
+    be = get_backend(backend)
     if options and not options.keys() <= be.options:
         raise TypeError(f"launch(backend={backend!r}) got unknown option(s) {sorted(set(options) - be.options)}; "
                         f"the {backend} backend takes {sorted(be.options)}")
@@ -280,7 +284,7 @@ def _tensors_of(tensors: dict) -> dict:
 
 def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: dict, *, backend: str,
            **options):
-    """Run one kernel to completion (emu) or enqueue it on the current stream (hip); returns the backend's
+    """Run one kernel to completion (emu) or enqueue it on the current stream (gpu); returns the backend's
     result. Everything is checked before the backend sees the launch; a launch that fails is not recorded."""
     if type(args) is LaunchArgs and not options:
         bound = args.bound
@@ -290,6 +294,7 @@ def launch(symbol: str, struct: KernargStruct, grid: tuple, block: tuple, args: 
             done, result = bound._fire(args.tensors, args.fresh, args.workspace)
             if done:
                 return result
+    backend = canonical(backend, "backend")
     be = _backend(backend, options)
     p = plan(symbol, struct)
     grid, block = check_geometry(grid, block, p)
@@ -314,7 +319,7 @@ _NO_GUARD = contextlib.nullcontext()
 
 
 def device_guard(backend: str, tensor: torch.Tensor):
-    """One device guard for several launches on `tensor`'s device (a whole op call): the hip backend makes that
+    """One device guard for several launches on `tensor`'s device (a whole op call): the gpu backend makes that
     device current once (HipBackend.device_guard) instead of per launch; other backends need none."""
     be = _backends.get(backend)
     guard = getattr(be, "device_guard", None)
@@ -339,7 +344,7 @@ class BoundLaunch:
     input, a cached table): checked here as a caller's tensor would be, packed once, kept alive; they fix the
     launch's device (a call's tensors on another one take the full path, which refuses the mix).
 
-    Per call, a backend with a bound-launch fast path (the hip backend: `bind_launch`, its kernarg bytes packed
+    Per call, a backend with a bound-launch fast path (the gpu backend: `bind_launch`, its kernarg bytes packed
     here once, only the pointer fields written per call) gets just the addresses, after launch()'s per-launch
     checks: every `tensors` entry contiguous and on one device, every address POINTER_ALIGN-aligned, exactly the
     struct's other pointer fields (not static, not in the workspace) given. `fresh` tensors (and the workspace) are the op's own torch.empty outputs
@@ -353,6 +358,7 @@ class BoundLaunch:
 
     def __init__(self, symbol: str, struct: KernargStruct, grid: tuple, block: tuple, scalars: dict, *,
                  backend: str, workspace=(), static: dict | None = None):
+        backend = canonical(backend, "backend")
         be = _backend(backend, {})
         p = plan(symbol, struct)
         self.grid, self.block = check_geometry(grid, block, p)
@@ -587,7 +593,7 @@ class LaunchArgs(dict):
         super().clear()
 
 
-def warmup(backend: str = "hip", device: torch.device | str | int | None = None, symbols=None) -> None:
+def warmup(backend: str = "gpu", device: torch.device | str | int | None = None, symbols=None) -> None:
     """Load every shipped kernel (or those named in `symbols`) on `device` now, so no later launch loads a
     module: call it before capturing a HIP graph (loading a module during stream capture fails on HIP), or to
     keep first-call latency out of a timed region."""

@@ -17,7 +17,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 # provides rows carry extra lookup keys).
 _CODE_OBJECT_FIELDS = {"file": str, "arch": str, "sha256": str, "source": str, "code_object_version": int,
                        "llvm_version": str, "provides": list, "kernels": dict}
-_PROVIDES_FIELDS = {"op": str, "variant": str, "symbol": str}
+_PROVIDES_FIELDS = {"op": str, "kernel": str, "symbol": str}
 _KERNEL_FIELDS = {"kernarg_size": int, "vgpr_count": int, "lds_bytes": int, "args": list}
 _ARG_FIELDS = {"name": str, "offset": int, "size": int}
 

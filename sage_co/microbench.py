@@ -2,7 +2,7 @@
 §Microbenchmarks and refit).
 
     inputs(bench, workgroups, ...)      the kernel's argument tensors (seeded)
-    launch_bench(bench, args, ...)      one launch on a backend ("emu" or "hip")
+    launch_bench(bench, args, ...)      one launch on a backend ("emu" or "gpu")
     expected(bench, args, ...)          the result records the kernel must write (numpy, from the inputs alone)
     check(bench, out, args, ...)        the mismatching record fields (empty: the kernel ran correctly)
     derive(seconds)                     the model's parameters from HIP-event times (sustained WMMA clock, co-issue,

@@ -5,7 +5,7 @@
 
 Every refusal of docs/numerics.md §Inputs happens here, before any kernel, with sage_co.validate's messages: the
 inputs (validate.check_prepare_args / check_prepared), every option's own validator (sage_co.callspec), then what
-needs the shapes (the shipped kernel for this head dim / dtype / pv_dtype / variant, the query-head limit, the
+needs the shapes (the shipped kernel for this head dim / dtype / pv_dtype / kernel, the query-head limit, the
 attention length, the block mask). With `resolve=True` the plan also holds the recipes the ops execute: the
 resolved ShippedKernels, grids, flags, scalar kernargs and how each input is read; sage_co.ops.* take them and
 check nothing again.
@@ -54,7 +54,7 @@ class Plan(NamedTuple):
 
 @torch.compiler.assume_constant_result
 def _attention_kernel_serves(D_pad: int, dtype_key: str, kernel, pv_dtype: str) -> bool:
-    """A shipped attention kernel serves (variant, D_pad, dtype, pv_dtype): a LookupError listing what is shipped
+    """A shipped attention kernel serves (kernel, D_pad, dtype, pv_dtype): a LookupError listing what is shipped
     otherwise. It reads hsaco/manifest.json, which dynamo cannot trace: under torch.compile it runs once at trace
     time, on static values only (D_pad is 64 or 128 whatever D is; sizes never reach it)."""
     from . import registry
@@ -65,7 +65,7 @@ def _attention_kernel_serves(D_pad: int, dtype_key: str, kernel, pv_dtype: str) 
 def _check_attention(sh: validate.Shapes, kernel, pv_dtype: str, names=("q", "k")) -> None:
     """The attention kernel's limits for these shapes, before any kernel (prepare included)."""
     attention_ops.check_query_heads(sh.H_q, names[0] if names[0] == "q" else "prepared.q_int8")
-    kernel = attention_ops.served_variant(kernel, sh.D, pv_dtype, names[0])
+    kernel = attention_ops.served_kernel(kernel, sh.D, pv_dtype, names[0])
     _attention_kernel_serves(d_pad(sh.D), DTYPE_KEYS[sh.dtype], kernel, pv_dtype)
     validate.check_attention_length(sh.S_q, sh.D, names[0])
     validate.check_attention_length(sh.S_kv, sh.D, names[1])
@@ -101,7 +101,7 @@ def _plan_qkv(spec: callspec.OpSpec, q, k, v, o: dict, resolve: bool) -> Plan:
                                   norm_rope_rounding=o["norm_rope_rounding"], backend=backend)
         if attends:
             att = attention_ops.recipe(sh, layout=o["layout"], return_lse=o["return_lse"], is_causal=o["is_causal"],
-                                       variant=o["kernel"], pv_dtype=o["pv_dtype"], smooth_v=o["smooth_v"],
+                                       kernel=o["kernel"], pv_dtype=o["pv_dtype"], smooth_v=o["smooth_v"],
                                        has_block_mask=o["block_mask"] is not None, backend=backend,
                                        has_lse_corr=o["smooth_k"],   # the prepare's lse_corr (smooth_k)
                                        attn_mask=o["attn_mask"],
@@ -119,7 +119,7 @@ def _plan_prepared(spec: callspec.OpSpec, prepared: SagePrepared, o: dict, resol
     att = None
     if resolve:
         att = attention_ops.recipe(sh, layout=o["layout"], return_lse=o["return_lse"], is_causal=o["is_causal"],
-                                   variant=o["kernel"], pv_dtype=prepared.pv_dtype,
+                                   kernel=o["kernel"], pv_dtype=prepared.pv_dtype,
                                    smooth_v=prepared.v_mean is not None, has_block_mask=o["block_mask"] is not None,
                                    backend=resolve_backend(prepared.q_int8, o["backend"]),
                                    has_lse_corr=prepared.lse_corr is not None, attn_mask=o["attn_mask"],

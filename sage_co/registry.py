@@ -32,20 +32,20 @@ def manifest() -> dict:
 @dataclass(frozen=True)
 class ShippedKernel:
     op: str
-    variant: str
+    kernel: str               # the implementation ("asm", "hip"): the manifest's `kernel` column
     arch: str
     symbol: str
     code_object: str          # manifest key, e.g. "gfx1201_sage_prepare"
     file: str                 # relative to hsaco/, e.g. "gfx1201/gfx1201_sage_prepare.co"
     sha256: str
-    keys: tuple[tuple[str, object], ...] = ()   # the row's key columns beyond op/variant (head_dim, rope_dim, ...)
+    keys: tuple[tuple[str, object], ...] = ()   # the row's key columns beyond op/kernel (head_dim, rope_dim, ...)
 
     def key(self, name: str):
         return dict(self.keys).get(name)
 
 
 # Columns of a manifest `provides` row that are not lookup keys.
-_NOT_KEYS = ("op", "variant", "symbol")
+_NOT_KEYS = ("op", "kernel", "symbol")
 
 
 def kernels() -> list[ShippedKernel]:
@@ -59,7 +59,7 @@ def _kernels() -> tuple[ShippedKernel, ...]:
     for name, co in sorted(manifest()["code_objects"].items()):
         for p in co.get("provides", []):
             keys = tuple(sorted((k, v) for k, v in p.items() if k not in _NOT_KEYS))
-            out.append(ShippedKernel(p["op"], p["variant"], co["arch"], p["symbol"], name, co["file"], co["sha256"],
+            out.append(ShippedKernel(p["op"], p["kernel"], co["arch"], p["symbol"], name, co["file"], co["sha256"],
                                      keys))
     return tuple(out)
 
@@ -67,31 +67,32 @@ def _kernels() -> tuple[ShippedKernel, ...]:
 _found: dict[tuple, ShippedKernel] = {}
 
 
-def find(op: str, variant: str | None = None, arch: str = "gfx1201", **keys) -> ShippedKernel:
+def find(op: str, kernel: str | None = None, arch: str = "gfx1201", **keys) -> ShippedKernel:
     """The one kernel serving `op` whose manifest key columns equal `keys` (e.g. head_dim=128, out_dtype="bf16",
-    rope_dim=0). `variant` None picks DEFAULT_VARIANT[op] when shipped, else the only variant there is.
-    Every key column the op's rows carry must be given (or be the same on every row); a miss or an ambiguous
-    match is a LookupError listing what is shipped. Answers are cached (ops look their kernels up per call)."""
-    cache_key = (op, variant, arch, tuple(sorted(keys.items())))
+    rope_dim=0). `kernel` (the implementation, e.g. "asm" or "hip") None picks DEFAULT_KERNEL[op] when shipped, else
+    the only one there is. Every key column the op's rows carry must be given (or be the same on every row); a miss
+    or an ambiguous match is a LookupError listing what is shipped. Answers are cached (ops look their kernels up
+    per call)."""
+    cache_key = (op, kernel, arch, tuple(sorted(keys.items())))
     hit = _found.get(cache_key)
     if hit is None:
-        hit = _found[cache_key] = _find(op, variant, arch, keys)
+        hit = _found[cache_key] = _find(op, kernel, arch, keys)
     return hit
 
 
-def _find(op: str, variant: str | None, arch: str, keys: dict) -> ShippedKernel:
+def _find(op: str, kernel: str | None, arch: str, keys: dict) -> ShippedKernel:
     rows = [k for k in _kernels() if k.op == op and k.arch == arch]
     if not rows:
         raise LookupError(f"no shipped kernel for op {op!r} on {arch}; shipped ops: {sorted({k.op for k in _kernels()})}")
-    variants = sorted({k.variant for k in rows})
-    if variant is None:
-        preferred = DEFAULT_VARIANT.get(op)
-        variant = preferred if preferred in variants else variants[0] if len(variants) == 1 else None
-        if variant is None:
-            raise LookupError(f"op {op!r} has variants {variants} and no default: pass variant=")
-    if variant not in variants:
-        raise LookupError(f"op {op!r} on {arch} has no variant {variant!r}; available: {variants}")
-    rows = [k for k in rows if k.variant == variant]
+    shipped = sorted({k.kernel for k in rows})
+    if kernel is None:
+        preferred = DEFAULT_KERNEL.get(op)
+        kernel = preferred if preferred in shipped else shipped[0] if len(shipped) == 1 else None
+        if kernel is None:
+            raise LookupError(f"op {op!r} has kernels {shipped} and no default: pass kernel=")
+    if kernel not in shipped:
+        raise LookupError(f"op {op!r} on {arch} has no kernel {kernel!r}; available: {shipped}")
+    rows = [k for k in rows if k.kernel == kernel]
     columns = sorted({c for k in rows for c, _ in k.keys})
     unknown = sorted(set(keys) - set(columns))
     if unknown:
@@ -101,13 +102,13 @@ def _find(op: str, variant: str | None, arch: str, keys: dict) -> ShippedKernel:
         return match[0]
     table = ", ".join("{" + ", ".join(f"{c}={v!r}" for c, v in k.keys) + "}" for k in rows)
     if not match:
-        raise LookupError(f"op {op!r} variant {variant!r} has no kernel with {keys}; shipped: {table}")
-    raise LookupError(f"op {op!r} variant {variant!r}: {keys} matches {len(match)} kernels "
+        raise LookupError(f"op {op!r} kernel {kernel!r} has no symbol with {keys}; shipped: {table}")
+    raise LookupError(f"op {op!r} kernel {kernel!r}: {keys} matches {len(match)} symbols "
                       f"({[k.symbol for k in match]}); give the other key columns too: {columns}")
 
 
 # Ops with several implementations: which one serves by default (the others stay selectable).
-DEFAULT_VARIANT = {"sage_attention_fwd": "asm"}
+DEFAULT_KERNEL = {"sage_attention_fwd": "asm"}
 
 
 def find_symbol(symbol: str, arch: str = "gfx1201") -> ShippedKernel:

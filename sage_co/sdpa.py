@@ -65,7 +65,7 @@ class Options:
 
     def __post_init__(self):
         if self.pv_dtype not in PV_DTYPES:
-            raise ValueError(f"pv_dtype: expected one of {tuple(PV_DTYPES)}, got {self.pv_dtype!r}")
+            raise ValueError(f"pv_dtype: expected one of {PV_DTYPES}, got {self.pv_dtype!r}")
         for name in ("smooth_k", "smooth_v"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}: expected True or False, got {getattr(self, name)!r}")
@@ -73,8 +73,8 @@ class Options:
             raise ValueError("smooth_v: only the fp8 P.V path quantizes V; got smooth_v=True with pv_dtype='fp16'")
         if self.sparsity not in (None, "auto"):
             raise ValueError(f"sparsity: expected None or \"auto\", got {self.sparsity!r}")
-        from .validate import check_backend
-        check_backend(self.backend)
+        from .backends import canonical   # the deprecated "hip" is stored as "gpu" (one FutureWarning, here)
+        object.__setattr__(self, "backend", canonical(self.backend, "backend"))
 
 
 # -------------------------------------------------------------------------------------------- stats
@@ -115,7 +115,7 @@ def _device_served(t: torch.Tensor, backend: str | None) -> bool:
     if t.device.type == "cpu":
         return backend in (None, "emu")
     from .backends.base import device_arch
-    return backend in (None, "hip") and device_arch(t.device) == "gfx1201"
+    return backend in (None, "gpu") and device_arch(t.device) == "gfx1201"
 
 
 def _dtype_names(dtypes) -> str:

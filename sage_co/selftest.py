@@ -118,7 +118,7 @@ def environment(report: Report) -> list[int]:
     if devices:
         try:
             from .launch import get_backend
-            be = get_backend("hip")
+            be = get_backend("gpu")
             env["hip_runtime"] = be.runtime.path
             report.add("hip-python bound to torch's HIP runtime", True, be.runtime.path)
         except Exception as exc:   # the report must still be written: the failure is the finding
@@ -176,9 +176,10 @@ def same_bits(a, b) -> bool:
     return torch.equal(a.view(view), b.view(view)) if view is not None else torch.equal(a, b)
 
 
-def variants() -> list[str]:
+def kernels() -> list[str]:
+    """The shipped attention kernels (\"asm\", \"hip\"): each one is run and checked."""
     from . import registry
-    return sorted({k.variant for k in registry.kernels() if k.op == "sage_attention_fwd"})
+    return sorted({k.kernel for k in registry.kernels() if k.op == "sage_attention_fwd"})
 
 
 def rel_l2(a, b) -> float:
@@ -187,7 +188,7 @@ def rel_l2(a, b) -> float:
 
 
 def emulator_case(report: Report, B, S, H, config: str) -> dict:
-    """Prepare and every attention variant on the emulator; checked against the reference. Returns the results
+    """Prepare and every attention kernel on the emulator; checked against the reference. Returns the results
     (the GPU half compares with them)."""
     from . import accuracy, api, reference
     (q, k, v), kw = inputs(B, S, H, config)
@@ -214,15 +215,15 @@ def emulator_case(report: Report, B, S, H, config: str) -> dict:
     kn = reference.norm_rope(k, kw.get("k_norm_weight"), 1e-6, kw.get("cos"), kw.get("sin"), kw.get("rope_dim"))
     fp32 = reference.attention_fp32(qn.to(q.dtype), kn.to(k.dtype), v)
     model = reference.sage_attention_model(prepared)
-    for variant in variants():
-        o, lse = api.sage_attention_fwd(prepared, backend="emu", kernel=variant, return_lse=True)
-        out["attention"][variant] = (o, lse)
+    for kernel in kernels():
+        o, lse = api.sage_attention_fwd(prepared, backend="emu", kernel=kernel, return_lse=True)
+        out["attention"][kernel] = (o, lse)
         r = rel_l2(o, model)
-        report.add(f"{tag}: attention[{variant}] vs arithmetic model", r <= MODEL_REL_L2,
+        report.add(f"{tag}: attention[{kernel}] vs arithmetic model", r <= MODEL_REL_L2,
                    f"rel L2 {r:.2e} (bound {MODEL_REL_L2:g})")
         if S >= 32:    # the contract's statistics need more than a handful of rows
             m = accuracy.metrics(o, fp32)
-            report.add(f"{tag}: attention[{variant}] accuracy contract vs FP32", accuracy.within_contract(m),
+            report.add(f"{tag}: attention[{kernel}] accuracy contract vs FP32", accuracy.within_contract(m),
                        f"cosine {m['cosine']:.5f}, outside band {100 * m['outside_band']:.3f} %")
     if config == "plain":   # the block-mask predictor (simthreshd -1: every block ranked, a non-trivial mask)
         from .sparse import predict_block_mask
@@ -241,20 +242,20 @@ def gpu_case(report: Report, device: int, B, S, H, config: str, emu: dict) -> No
     from . import api
     (q, k, v), kw = inputs(B, S, H, config, device=f"cuda:{device}")
     tag = f"gpu{device} B={B} S={S} H={H} {config}"
-    prepared = api.sage_prepare(q, k, v, backend="hip", **kw)
+    prepared = api.sage_prepare(q, k, v, backend="gpu", **kw)
     fields = PREPARED_FIELDS + (("v_mean",) if prepared.v_mean is not None else ())
     differ = [n for n in fields if not same_bits(getattr(prepared, n), getattr(emu["prepared"], n))]
     report.add(f"{tag}: prepare == emulator (bit for bit, all fields)", not differ,
                f"differ: {differ}" if differ else "")
     if "predict" in emu:
         from .sparse import predict_block_mask
-        ok = same_bits(predict_block_mask(*predict_inputs(B, H, device=f"cuda:{device}"), **PREDICT_KW, backend="hip"),
+        ok = same_bits(predict_block_mask(*predict_inputs(B, H, device=f"cuda:{device}"), **PREDICT_KW, backend="gpu"),
                        emu["predict"])
         report.add(f"{tag}: predictor mask == emulator (bit for bit)", ok)
-    for variant, (eo, el) in emu["attention"].items():
-        o, lse = api.sage_attention_fwd(prepared, backend="hip", kernel=variant, return_lse=True)
+    for kernel, (eo, el) in emu["attention"].items():
+        o, lse = api.sage_attention_fwd(prepared, backend="gpu", kernel=kernel, return_lse=True)
         ok = same_bits(o, eo) and same_bits(lse, el)
-        report.add(f"{tag}: attention[{variant}] == emulator (out and LSE, bit for bit)", ok,
+        report.add(f"{tag}: attention[{kernel}] == emulator (out and LSE, bit for bit)", ok,
                    "" if ok else f"out rel L2 {rel_l2(o, eo):.2e}, lse rel L2 {rel_l2(lse, el):.2e}")
 
 
@@ -262,10 +263,10 @@ def gpu_contract(report: Report, device: int, B, S, H) -> None:
     from . import accuracy, api, reference
     (q, k, v), _ = inputs(B, S, H, "plain", device=f"cuda:{device}")
     fp32 = reference.attention_fp32(q, k, v)
-    for variant in variants():
-        o = api.sage_attention(q, k, v, kernel=variant, backend="hip")
+    for kernel in kernels():
+        o = api.sage_attention(q, k, v, kernel=kernel, backend="gpu")
         m = accuracy.metrics(o.cpu(), fp32.cpu())
-        report.add(f"gpu{device} B={B} S={S} H={H}: attention[{variant}] accuracy contract vs FP32",
+        report.add(f"gpu{device} B={B} S={S} H={H}: attention[{kernel}] accuracy contract vs FP32",
                    accuracy.within_contract(m), f"cosine {m['cosine']:.5f}, outside band {100 * m['outside_band']:.3f} %")
 
 
@@ -277,14 +278,14 @@ def gpu_timing(report: Report, device: int, B, S, H) -> None:
     from . import api
     from .selftest_perf import time_ms   # the one HIP-event timer (the microbenchmarks use it too)
     (q, k, v), _ = inputs(B, S, H, "plain", device=f"cuda:{device}")
-    prepared = api.sage_prepare(q, k, v, backend="hip")
+    prepared = api.sage_prepare(q, k, v, backend="gpu")
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
     providers = {}
-    for variant in variants():
-        providers[f"sage[{variant}] prepare + attention"] = lambda variant=variant: api.sage_attention(
-            q, k, v, kernel=variant, backend="hip")
-        providers[f"sage[{variant}] attention kernel"] = lambda variant=variant: api.sage_attention_fwd(
-            prepared, kernel=variant, backend="hip")
+    for kernel in kernels():
+        providers[f"sage[{kernel}] prepare + attention"] = lambda kernel=kernel: api.sage_attention(
+            q, k, v, kernel=kernel, backend="gpu")
+        providers[f"sage[{kernel}] attention kernel"] = lambda kernel=kernel: api.sage_attention_fwd(
+            prepared, kernel=kernel, backend="gpu")
     providers["BF16 SDPA"] = lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt)
     flops = 4 * B * H * S * S * 128
     for name, fn in providers.items():

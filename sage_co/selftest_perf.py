@@ -94,11 +94,11 @@ def gpu(report, device: int, echo=print) -> dict:
         args = mb.inputs(bench, workgroups, device=dev)
         check_iterations = mb.EMU_PLAN[bench][1]
         with torch.cuda.device(device):
-            mb.launch_bench(bench, args, check_iterations, backend="hip")
+            mb.launch_bench(bench, args, check_iterations, backend="gpu")
             torch.cuda.synchronize()
         problems = mb.check(bench, args["out"], args, check_iterations)
         report.add(f"gpu{device} microbenchmark {bench}: results", not problems, "; ".join(problems))
-        t = [_time_launch(lambda n=n: mb.launch_bench(bench, args, n, backend="hip"), device) for n in (n1, n2)]
+        t = [_time_launch(lambda n=n: mb.launch_bench(bench, args, n, backend="gpu"), device) for n in (n1, n2)]
         per_iter = mb.per_iteration_seconds(t[0], t[1], n1, n2)
         ok = per_iter > 0
         report.add(f"gpu{device} microbenchmark {bench}: time grows with iterations", ok,

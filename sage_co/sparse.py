@@ -3,7 +3,7 @@ patterns for video token grids. Every function returns a bool block_mask [B, H_q
 ceil(S_kv / BLOCK_KV)] for sage_attention(..., block_mask=...).
 
 predict_block_mask runs as two gfx1201 kernels (asm_src/gfx1201_sage_predict.hip, host side sage_co/ops/predict.py)
-on the emu / hip backends; backend="torch" runs its torch implementation below, which is the spec
+on the emu / gpu backends; backend="torch" runs its torch implementation below, which is the spec
 (docs/numerics.md §Predictor) the kernels match bit for bit. Its cost is O(S^2 / 64^2 * D) pooled-score work plus
 one read of Q and K, small next to the attention it prunes (docs/performance.md §Predictor and block-sparse
 attention).
@@ -139,7 +139,7 @@ def predict_block_mask(q: torch.Tensor, k: torch.Tensor, *, cdf_threshold: float
     goes to future blocks the attention drops anyway. The exact arithmetic (bit for bit the same on every backend)
     is docs/numerics.md §Predictor; the defaults are SpargeAttn's (cdf_threshold 0.98, simthreshd 0.6).
 
-    backend: None picks by device (CPU -> the emulator, a gfx1201 GPU -> hip; the kernels), "emu" / "hip", or
+    backend: None picks by device (CPU -> the emulator, a gfx1201 GPU -> "gpu"; the kernels), "emu" / "gpu", or
     "torch" (the torch implementation of the spec, any device)."""
     sh, qn, kn, _ = validate.check_qkv(q, k, k, layout)
     scale = validate.check_softmax_scale(softmax_scale, sh.D)
@@ -149,8 +149,11 @@ def predict_block_mask(q: torch.Tensor, k: torch.Tensor, *, cdf_threshold: float
         raise ValueError(f"topk: expected None or a fraction in (0, 1], got {topk!r}")
     if isinstance(simthreshd, bool) or not isinstance(simthreshd, (int, float)) or not -1.0 <= simthreshd <= 1.0:
         raise ValueError(f"simthreshd: expected a number in [-1, 1], got {simthreshd!r}")
-    if backend is not None and backend not in PREDICT_BACKENDS:
-        raise ValueError(f"backend: expected None or one of {PREDICT_BACKENDS}, got {backend!r}")
+    if backend != "torch":
+        try:   # the kernels' backends, the deprecated "hip" included (the launch normalizes it, and warns)
+            validate.canonical_backend(backend, "backend", warn=False)
+        except (TypeError, ValueError):
+            raise ValueError(f"backend: expected None or one of {PREDICT_BACKENDS}, got {backend!r}") from None
     validate.check_flag("is_causal", is_causal)
     if backend != "torch":
         from .ops.predict import check_predict_limits

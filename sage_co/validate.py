@@ -12,7 +12,7 @@ import torch
 
 from .abi import PREPARE_ROPE_DIMS
 from .abi import PREPARE_ROUNDINGS as NORM_ROPE_ROUNDINGS  # the manifest's rounding column
-from .backends import BACKENDS  # the one list; backend modules load lazily, so this stays light
+from .backends import BACKENDS, canonical as canonical_backend  # the one list; backend modules load lazily
 from .abi import HEAD_DIM_GRANULE
 from .prepared import (HEAD_DIM, HEAD_DIM_MAX, HEAD_DIMS_NATIVE, INPUT_DTYPES, LAYOUTS, PAD, PV_DTYPES,
                        SCALE_BLOCK, U32, SagePrepared, d_pad, expected_shapes, s_pad)
@@ -296,7 +296,7 @@ def check_pv(pv_dtype, smooth_v) -> str:
     if not isinstance(pv_dtype, str):
         raise TypeError(f"pv_dtype: expected \"fp8\" or \"fp16\", got {type(pv_dtype).__name__}")
     if pv_dtype not in PV_DTYPES:
-        raise ValueError(f"pv_dtype: expected one of {tuple(PV_DTYPES)} (the P.V WMMA's input type), got {pv_dtype!r}")
+        raise ValueError(f"pv_dtype: expected one of {PV_DTYPES} (the P.V WMMA's input type), got {pv_dtype!r}")
     check_flag("smooth_v", smooth_v)
     if smooth_v and pv_dtype != "fp8":
         raise ValueError(f"smooth_v: only the fp8 P.V path quantizes V (pv_dtype=\"fp8\"); got smooth_v=True "
@@ -419,21 +419,18 @@ ATTENTION_OP = "sage_attention_fwd"
 
 
 def check_backend(backend) -> None:
-    """backend: None (choose by the tensors' device), "emu" or "hip"."""
-    if backend is None:
-        return
-    if not isinstance(backend, str):
-        raise TypeError(f"backend: expected None or one of {BACKENDS}, got {type(backend).__name__}")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend: expected None or one of {BACKENDS}, got {backend!r}")
+    """backend: None (choose by the tensors' device), "emu" or "gpu" (or the deprecated "hip"). Checked here, before
+    any kernel, without the alias's FutureWarning: this check also runs while torch.compile traces, and the
+    launch's sage_co.launch.resolve_backend normalizes the name (and warns) once per call."""
+    canonical_backend(backend, "backend", warn=False)
 
 
 def check_kernel(kernel, op: str = ATTENTION_OP) -> None:
-    """kernel: None (the default variant) or the name of a variant the manifest ships for `op`."""
+    """kernel: None (the default kernel) or the name of a kernel ("asm", "hip") the manifest ships for `op`."""
     if kernel is None:
         return
     if not isinstance(kernel, str):
-        raise TypeError(f"kernel: expected None or a str naming a shipped variant of {op}, got {type(kernel).__name__}")
+        raise TypeError(f"kernel: expected None or a str naming a shipped kernel of {op}, got {type(kernel).__name__}")
     if torch.compiler.is_compiling():
         return   # dynamo cannot trace the manifest read; the op's fake implementation makes this check at trace time
     check_kernel_shipped(kernel, op)
@@ -445,9 +442,9 @@ def check_kernel_shipped(kernel, op: str = ATTENTION_OP) -> None:
     if kernel is None:
         return
     from . import registry  # torch-free and cached; imported here so `validate` stays a leaf for the reference
-    variants = sorted({k.variant for k in registry.kernels() if k.op == op})
-    if kernel not in variants:
-        raise ValueError(f"kernel: expected None or one of {variants} (the shipped variants of {op}), got {kernel!r}")
+    shipped = sorted({k.kernel for k in registry.kernels() if k.op == op})
+    if kernel not in shipped:
+        raise ValueError(f"kernel: expected None or one of {shipped} (the shipped kernels of {op}), got {kernel!r}")
 
 
 def check_attention_length(S, D, name: str = "q") -> None:

@@ -138,7 +138,7 @@ def _plan(q, k, v, batch: int, max_q: int, max_kv: int, o: dict) -> VarlenPlan:
                               packed=(total_q, total_kv))
     att = attention_ops.varlen_recipe(batch=batch, max_seqlen_q=max_q, total_q=total_q, total_kv=total_kv,
                                       H_q=sh.H_q, H_kv=sh.H_kv, D=sh.D, dtype=sh.dtype,
-                                      return_lse=o["return_lse"], is_causal=o["is_causal"], variant=o["kernel"],
+                                      return_lse=o["return_lse"], is_causal=o["is_causal"], kernel=o["kernel"],
                                       pv_dtype=o["pv_dtype"], smooth_v=o["smooth_v"], has_lse_corr=o["smooth_k"],
                                       backend=backend)
     hit = VarlenPlan(prep, att, max_q, max_kv)

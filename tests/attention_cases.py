@@ -67,7 +67,7 @@ def prepared_case(case):
 def kernel_case(kernel: str, case):
     """(q, k, v, prepared, out, lse) for one case; each kernel runs once per case."""
     q, k, v, prepared = prepared_case(case)
-    out, lse = run_attention_fwd(prepared, return_lse=True, layout=case[7], backend="emu", variant=kernel)
+    out, lse = run_attention_fwd(prepared, return_lse=True, layout=case[7], backend="emu", kernel=kernel)
     return q, k, v, prepared, out, lse
 
 
@@ -86,7 +86,7 @@ def bits(t: torch.Tensor) -> torch.Tensor:
 def run_both(prepared, **kw):
     """Both kernels (KERNELS) on the emulator with the same arguments; they must be bitwise equal in output and LSE
     (same per-row arithmetic, only the schedule differs). Returns the asm kernel's (out, lse)."""
-    res = {kern: run_attention_fwd(prepared, return_lse=True, backend="emu", variant=kern, **kw) for kern in KERNELS}
+    res = {kern: run_attention_fwd(prepared, return_lse=True, backend="emu", kernel=kern, **kw) for kern in KERNELS}
     (ao, al), (ho, hl) = res["asm"], res["hip"]
     assert torch.equal(bits(ao), bits(ho)), f"{(bits(ao) != bits(ho)).sum().item()} outputs differ asm vs hip"
     assert torch.equal(bits(al), bits(hl)), "lse differs asm vs hip"

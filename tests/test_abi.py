@@ -63,20 +63,20 @@ def test_build_check_and_lint_run_without_torch(tmp_path):
 def test_every_shipped_symbol_has_a_struct_and_keys():
     for k in registry.kernels():
         assert abi.struct_for(k.op) is not None
-        assert registry.find(k.op, k.variant, **dict(k.keys)) == k
+        assert registry.find(k.op, k.kernel, **dict(k.keys)) == k
 
 
 def test_find_by_keys():
     k = registry.find("sage_prepare", "hip", rope_dim=64, head_dim=128, in_dtype="bf16", rounding="once")
     assert k.key("rope_dim") == 64 and k.op == "sage_prepare"
-    assert registry.find(abi.PREDICT_SELECT_OP).variant == "hip"   # an op with one kernel: no keys needed
+    assert registry.find(abi.PREDICT_SELECT_OP).kernel == "hip"   # an op with one kernel: no keys needed
     with pytest.raises(LookupError, match="unknown key"):
         registry.find("sage_prepare", "hip", rope=64)
-    with pytest.raises(LookupError, match="has no kernel with"):
+    with pytest.raises(LookupError, match="has no symbol with"):
         registry.find("sage_prepare", "hip", rope_dim=48, head_dim=128, in_dtype="bf16", rounding="once")
-    with pytest.raises(LookupError, match=r"matches \d+ kernels"):
+    with pytest.raises(LookupError, match=r"matches \d+ symbols"):
         registry.find("sage_prepare", "hip", rope_dim=64)
-    with pytest.raises(LookupError, match="no variant 'fast'"):
+    with pytest.raises(LookupError, match="no kernel 'fast'"):
         registry.find(abi.ATTENTION_OP, "fast")
 
 
@@ -91,8 +91,8 @@ def test_kernel_list_rejects_ambiguous_keys(tmp_path):
     import build_asm
     (tmp_path / "a.s").write_text("")
     rows = ('[[code_object]]\nname = "x"\nsource = "a.s"\narch = "gfx1201"\n'
-            '[[code_object.provides]]\nop = "o"\nvariant = "v"\nsymbol = "s1"\nrope_dim = 0\n'
-            '[[code_object.provides]]\nop = "o"\nvariant = "v"\nsymbol = "s2"\nrope_dim = 0\n')
+            '[[code_object.provides]]\nop = "o"\nkernel = "v"\nsymbol = "s1"\nrope_dim = 0\n'
+            '[[code_object.provides]]\nop = "o"\nkernel = "v"\nsymbol = "s2"\nrope_dim = 0\n')
     (tmp_path / "k.toml").write_text(rows)
     with pytest.raises(build_asm.BuildError, match="have the same keys"):
         build_asm.read_kernel_list(tmp_path / "k.toml")

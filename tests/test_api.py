@@ -98,21 +98,58 @@ def test_more_validation_errors(no_kernels):
 def test_backend_choice_is_explicit_or_by_device():
     t = torch.zeros(1)
     assert launch_mod.resolve_backend(t, None) == "emu"
-    with pytest.raises(ValueError, match="backend='hip' needs tensors on a gfx1201"):
-        launch_mod.resolve_backend(t, "hip")
-    with pytest.raises(ValueError, match="expected one of"):
+    with pytest.raises(ValueError, match="backend='gpu' needs tensors on a gfx1201"):
         launch_mod.resolve_backend(t, "gpu")
+    with pytest.raises(ValueError, match="expected None or one of"):
+        launch_mod.resolve_backend(t, "cuda")
     meta = torch.zeros(1, device="meta")
     with pytest.raises(ValueError, match="no sage-co backend for tensors on meta"):
         launch_mod.resolve_backend(meta, None)
 
 
+@pytest.fixture
+def emu_as_gpu():
+    """The emulator installed as the "gpu" backend (launch.use_backend), so that a call naming the gpu backend runs
+    here, on CPU tensors; the real one is put back after the test."""
+    from sage_co.backends.emu import EmuBackend
+    previous = launch_mod.use_backend("gpu", EmuBackend())
+    yield
+    launch_mod.use_backend("gpu", previous)
+
+
+def test_backend_hip_is_the_deprecated_spelling_of_gpu(emu_as_gpu):
+    """backend="hip" (the gpu backend's name until "hip" came to mean only the HIP-source kernel) still works: the
+    one normalization (sage_co.backends.canonical) warns and runs the call on "gpu", eagerly and under
+    torch.compile(fullgraph=True) (the check while tracing does not warn; the launch outside the graph does)."""
+    q, k, v = qkv(S=40)
+    want = sage_co.sage_attention(q, k, v, backend="emu")
+    with launch_mod.recording() as records, pytest.warns(FutureWarning, match='backend="hip" is now "gpu"'):
+        got = sage_co.sage_attention(q, k, v, backend="hip")
+    assert torch.equal(got, want)
+    assert records and {r.backend for r in records} == {"gpu"}
+
+    def f(q, k, v):
+        return sage_co.sage_attention(q, k, v, backend="hip") * 2
+
+    with launch_mod.recording() as records, pytest.warns(FutureWarning, match='backend="hip" is now "gpu"'):
+        compiled = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
+    assert torch.equal(compiled, want * 2)
+    assert records and {r.backend for r in records} == {"gpu"}
+
+
+@pytest.mark.parametrize("backend, error", [("cuda", ValueError), ("HIP", ValueError), (1, TypeError)])
+def test_unknown_backend_names_the_argument_and_the_choices(no_kernels, backend, error):
+    q, k, v = qkv()
+    with pytest.raises(error, match=r"^backend: expected None or one of \('emu', 'gpu'\), got"):
+        sage_co.sage_attention(q, k, v, backend=backend)
+
+
 def test_default_kernel_is_the_hand_scheduled_one():
     from sage_co import registry
-    assert registry.find("sage_attention_fwd", head_dim=128, out_dtype="bf16", pv_dtype="fp8").variant == "asm"
+    assert registry.find("sage_attention_fwd", head_dim=128, out_dtype="bf16", pv_dtype="fp8").kernel == "asm"
     assert registry.find("sage_attention_fwd", "hip", head_dim=64, out_dtype="fp16", pv_dtype="fp8").symbol == \
         "gfx1201_sage_attention_fwd_d64_fp16"
-    with pytest.raises(LookupError, match="no variant 'fast'"):
+    with pytest.raises(LookupError, match="no kernel 'fast'"):
         registry.find("sage_attention_fwd", "fast")
 
 

@@ -1,5 +1,5 @@
 """The hand-scheduled attention kernel (asm_src/gen_sage_attention_asm.py -> gfx1201_sage_attention_asm.co) on the
-emulator, through sage_co.ops.attention.run_attention_fwd(variant="asm"), every variant (head dim 64/128 x bf16/fp16).
+emulator, through sage_co.ops.attention.run_attention_fwd(kernel="asm"), every variant (head dim 64/128 x bf16/fp16).
 
 Bitwise vs the HIP kernel: the asm kernel keeps the HIP kernel's per-row operation order everywhere
 (docs/numerics.md §Attention arithmetic model: the row max on the accumulators' floats MAGIC + s_int, scaled once
@@ -50,11 +50,11 @@ def _check_bitwise(case):
     assert torch.equal(_bits(lse), _bits(hlse)), (lse - hlse).abs().max().item()
 
 
-def test_asm_is_the_default_variant():
+def test_asm_is_the_default_kernel():
     for D in abi.ATTENTION_ASM_HEAD_DIMS:
         for dtype in abi.OUT_DTYPES:
             k = registry.find("sage_attention_fwd", head_dim=D, out_dtype=dtype, pv_dtype="fp8")
-            assert k.variant == "asm" and k.symbol == f"gfx1201_sage_attention_fwd_asm_d{D}_{dtype}"
+            assert k.kernel == "asm" and k.symbol == f"gfx1201_sage_attention_fwd_asm_d{D}_{dtype}"
             assert registry.find("sage_attention_fwd", "hip", head_dim=D, out_dtype=dtype, pv_dtype="fp8").symbol == \
                 f"gfx1201_sage_attention_fwd_d{D}_{dtype}"
 
@@ -74,17 +74,17 @@ def test_square_shapes_bitwise_model_and_fp32(case):
 def test_steady_state_instruction_mix():
     """Per-wave dynamic counts of one key tile (difference of two runs), head dim 128 bf16: the loop keeps 64 WMMA
     per tile and fewer VALU+TRANS issues than the HIP kernel (the printed figures feed the report)."""
-    def per_wave(variant, S):
+    def per_wave(kernel, S):
         q, k, v = make_inputs(1, 64, S, 1, 1, 128, "bf16", "NHD", "randn")
-        run_attention_fwd(reference.sage_prepare(q, k, v), variant=variant, backend="emu")
+        run_attention_fwd(reference.sage_prepare(q, k, v), kernel=kernel, backend="emu")
         _, stats = get_backend("emu").history[-1]
         return {c: stats[c] / stats["waves"] for c in ("WMMA", "VALU", "TRANS", "LDS", "VMEM_LOAD", "SALU")}
 
     mixes = {}
-    for variant in ("asm", "hip"):
-        a, b = per_wave(variant, 256), per_wave(variant, 512)
-        mixes[variant] = {c: (b[c] - a[c]) / 4 for c in a}       # 4 more key tiles per wave
-        print(variant, {c: round(x, 1) for c, x in mixes[variant].items()})
+    for kernel in ("asm", "hip"):
+        a, b = per_wave(kernel, 256), per_wave(kernel, 512)
+        mixes[kernel] = {c: (b[c] - a[c]) / 4 for c in a}       # 4 more key tiles per wave
+        print(kernel, {c: round(x, 1) for c, x in mixes[kernel].items()})
     assert mixes["asm"]["WMMA"] == 64
     asm_issue = mixes["asm"]["VALU"] + mixes["asm"]["TRANS"]
     hip_issue = mixes["hip"]["VALU"] + mixes["hip"]["TRANS"]
@@ -115,8 +115,8 @@ def test_exact_form_for_zero_and_large_scales(kernel, D):
     prepared = reference.sage_prepare(*(t.to(torch.bfloat16) for t in (q, k, v)))
     rows = _one_fma_form_rows(prepared)[0, 0, :S_q]
     assert not rows[:64].any() and rows[64:].all()  # the data reaches both forms
-    out, lse = run_attention_fwd(prepared, return_lse=True, backend="emu", variant=kernel)
-    other = run_attention_fwd(prepared, return_lse=True, backend="emu", variant="asm" if kernel == "hip" else "hip")
+    out, lse = run_attention_fwd(prepared, return_lse=True, backend="emu", kernel=kernel)
+    other = run_attention_fwd(prepared, return_lse=True, backend="emu", kernel="asm" if kernel == "hip" else "hip")
     assert torch.equal(_bits(out), _bits(other[0])) and torch.equal(_bits(lse), _bits(other[1]))
     assert torch.isfinite(out.float()).all() and torch.isfinite(lse).all()
     ref_out, ref_lse = reference.sage_attention_model(prepared, return_lse=True)

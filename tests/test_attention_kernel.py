@@ -1,5 +1,5 @@
-"""The attention forward kernels -- the clang-built baseline (asm_src/gfx1201_sage_attention.hip, variant "hip")
-and the hand-scheduled family (asm_src/gen_sage_attention_asm.py, variant "asm", the default) -- run on the
+"""The attention forward kernels -- the clang-built baseline (asm_src/gfx1201_sage_attention.hip, kernel "hip")
+and the hand-scheduled family (asm_src/gen_sage_attention_asm.py, kernel "asm", the default) -- run on the
 emulator through sage_co.ops.attention.run_attention_fwd, checked against the FP32 reference and the arithmetic
 model, on every variant (head dim 64 and 128 incl. zero-padded 48/80/96/112, bf16 and fp16 out), separate query
 and key lengths, GQA/MQA and both output layouts. tests/test_attention_asm.py adds asm vs HIP bit for bit.
@@ -68,7 +68,7 @@ def test_zero_qk_uniform_v(D, dtype, kernel):
     z = torch.zeros(B, S_q, H_q, D, dtype=DTYPES[dtype])
     zk = torch.zeros(B, S_kv, H_kv, D, dtype=DTYPES[dtype])
     prepared = reference.sage_prepare(z, zk, torch.ones_like(zk))
-    out = run_attention_fwd(prepared, backend="emu", variant=kernel)
+    out = run_attention_fwd(prepared, backend="emu", kernel=kernel)
     assert out.shape == (B, S_q, H_q, D)
     assert ((out.float() - 1).abs() <= ONES_TOL).all(), out.float().sub(1).abs().max()
 
@@ -80,7 +80,7 @@ def test_gqa_reads_the_right_kv_head(kernel):
     q = torch.randn(B, S, 4, D, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
     k = torch.randn(B, S, 2, D, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
     v = torch.stack([torch.full((B, S, D), g + 1.0) for g in range(2)], dim=2).to(torch.bfloat16)
-    out = run_attention_fwd(reference.sage_prepare(q, k, v), backend="emu", variant=kernel)
+    out = run_attention_fwd(reference.sage_prepare(q, k, v), backend="emu", kernel=kernel)
     for h in range(4):
         assert ((out[:, :, h].float() - (h // 2 + 1)).abs() <= 2 * ONES_TOL * (h // 2 + 1)).all(), h
 
@@ -88,7 +88,7 @@ def test_gqa_reads_the_right_kv_head(kernel):
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_repeat_runs_bitwise_identical(kernel):
     _, _, _, prepared, out, lse = kernel_case(kernel, CASES[4])
-    out2, lse2 = run_attention_fwd(prepared, return_lse=True, layout=CASES[4][7], backend="emu", variant=kernel)
+    out2, lse2 = run_attention_fwd(prepared, return_lse=True, layout=CASES[4][7], backend="emu", kernel=kernel)
     assert torch.equal(out.view(torch.int16), out2.view(torch.int16))
     assert torch.equal(lse.view(torch.int32), lse2.view(torch.int32))
 
@@ -97,7 +97,7 @@ def test_repeat_runs_bitwise_identical(kernel):
 def test_without_lse_same_output(kernel):
     case = CASES[5]
     _, _, _, prepared, out, _ = kernel_case(kernel, case)
-    out2 = run_attention_fwd(prepared, layout=case[7], backend="emu", variant=kernel)
+    out2 = run_attention_fwd(prepared, layout=case[7], backend="emu", kernel=kernel)
     assert isinstance(out2, torch.Tensor)
     assert torch.equal(out.view(torch.int16), out2.view(torch.int16))
 
@@ -107,7 +107,7 @@ def test_layouts_hold_the_same_values(kernel):
     """HND output is the NHD output transposed, bit for bit (the kernel writes through the output strides)."""
     case = CASES[6]
     _, _, _, prepared, out_hnd, _ = kernel_case(kernel, case)
-    out_nhd = run_attention_fwd(prepared, layout="NHD", backend="emu", variant=kernel)
+    out_nhd = run_attention_fwd(prepared, layout="NHD", backend="emu", kernel=kernel)
     assert torch.equal(out_nhd.transpose(1, 2).contiguous().view(torch.int16), out_hnd.view(torch.int16))
 
 
@@ -122,7 +122,7 @@ def test_padding_rows_do_not_leak(kernel):
     v = prepared.v_t.view(torch.uint8).clone()
     v[..., S_kv:] = 0x7E  # 448
     dirty = prepared._replace(k_int8=k, v_t=v.view(torch.float8_e4m3fn))
-    out2, lse2 = run_attention_fwd(dirty, return_lse=True, layout=case[7], backend="emu", variant=kernel)
+    out2, lse2 = run_attention_fwd(dirty, return_lse=True, layout=case[7], backend="emu", kernel=kernel)
     assert torch.equal(out.view(torch.int16), out2.view(torch.int16))
     assert torch.equal(lse.view(torch.int32), lse2.view(torch.int32))
 
@@ -138,7 +138,7 @@ def test_output_saturates_at_the_dtype_max(dtype, kernel):
     q = torch.randn(B, S, H, D, generator=torch.Generator().manual_seed(5)).to(dt)
     v = torch.full((B, S, H, D), big, dtype=dt)
     prepared = reference.sage_prepare(q, q, v)
-    out = run_attention_fwd(prepared, backend="emu", variant=kernel)
+    out = run_attention_fwd(prepared, backend="emu", kernel=kernel)
     ref = reference.sage_attention_model(prepared)
     assert torch.isfinite(out).all()
     assert torch.equal(out.view(torch.int16), ref.view(torch.int16))
@@ -195,8 +195,8 @@ def test_bad_options_are_rejected():
         run_attention_fwd(p, return_lse=1, backend="emu")
     with pytest.raises(ValueError, match="backend"):
         run_attention_fwd(p, backend="cuda")
-    with pytest.raises(LookupError, match="variant"):
-        run_attention_fwd(p, backend="emu", variant="no-such-variant")
+    with pytest.raises(LookupError, match="no kernel 'no-such-kernel'"):
+        run_attention_fwd(p, backend="emu", kernel="no-such-kernel")
     with pytest.raises(ValueError, match="layout"):
         run_attention_fwd(p, backend="emu", layout="BSHD")
 

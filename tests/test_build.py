@@ -71,7 +71,7 @@ def test_build_is_deterministic_and_writes_the_manifest(kernel_tree, tmp_path):
     assert fill["kernels"]["fill"]["kernarg_size"] == 12
     wmma = manifest["code_objects"]["test_wmma_iu8_min"]
     assert wmma["kernels"]["wmma_iu8_min"]["lds_bytes"] == 256
-    assert wmma["provides"] == [{"op": "test.wmma", "variant": "asm", "symbol": "wmma_iu8_min"}]
+    assert wmma["provides"] == [{"op": "test.wmma", "kernel": "asm", "symbol": "wmma_iu8_min"}]
     assert "/tmp" not in (out1 / "gfx1201/test_saxpy.co").read_bytes().decode("latin1")
 
 

@@ -138,7 +138,7 @@ def test_plans_are_memoised_on_metadata_and_option_types():
 
 def test_compile_dynamic_with_several_heads_and_batches():
     """torch.compile(fullgraph=True, dynamic=True) with B = H = 2: the trace-time checks see symbolic sizes, and the
-    manifest lookup (a constant to dynamo) gets only static values (D_pad, dtype, variant, pv_dtype). Before the
+    manifest lookup (a constant to dynamo) gets only static values (D_pad, dtype, kernel, pv_dtype). Before the
     plan it was handed the symbolic H_q and failed to trace."""
     from sage_co import api
     torch._dynamo.reset()

@@ -36,7 +36,7 @@ def _one_line_error(r: subprocess.CompletedProcess, code: int, text: str) -> Non
     (["--dist", "k_offset", "-B", "2", "run"], dict(dist="k_offset", B=2, S=1024)),
 ])
 def test_options_mean_the_same_before_and_after_run(argv, expected):
-    args = cli._parse(argv)
+    args = cli.parse_args(argv)
     assert args.func is cli.cmd_run
     for name, value in expected.items():
         assert getattr(args, name) == value, name
@@ -44,7 +44,7 @@ def test_options_mean_the_same_before_and_after_run(argv, expected):
 
 def test_options_with_info_are_refused(capsys):
     with pytest.raises(SystemExit) as info:
-        cli._parse(["-S", "64", "--smooth-k", "info"])
+        cli.parse_args(["-S", "64", "--smooth-k", "info"])
     assert info.value.code == 2
     assert "-S, --smooth-k: option(s) of `run`, not of `info`" in capsys.readouterr().err
 
@@ -55,7 +55,7 @@ def test_a_run_with_options_before_the_subcommand_runs_that_shape(capsys):
     out = capsys.readouterr().out
     assert "B=1 H=1 S=64" in out
     symbols = [r.symbol for r in records]
-    assert symbols[-1] == "gfx1201_sage_attention_fwd_d128_bf16"   # the --kernel hip variant, not the asm default
+    assert symbols[-1] == "gfx1201_sage_attention_fwd_d128_bf16"   # the --kernel hip symbol, not the asm default
     assert any(s.startswith("gfx1201_sage_prepare_d") for s in symbols)
 
 
@@ -72,10 +72,19 @@ def test_bad_arguments_are_one_line_errors(args, code, text):
     _one_line_error(run_cli(*args), code, text)
 
 
-def test_backend_hip_without_a_gpu_is_one_line():
-    if cli._default_backend() == "hip":
+def test_backend_gpu_without_a_gpu_is_one_line():
+    if cli.default_backend() == "gpu":
         pytest.skip("this machine has a gfx1201")
-    _one_line_error(run_cli("--backend", "hip", "-S", "64"), 1, "--backend hip needs a gfx1201 GPU")
+    _one_line_error(run_cli("--backend", "gpu", "-S", "64"), 1, "--backend gpu needs a gfx1201 GPU")
+
+
+def test_backend_hip_is_the_deprecated_spelling_of_gpu():
+    """--backend hip still works: the one normalization (sage_co.backends.canonical) warns and runs it as gpu."""
+    if cli.default_backend() == "gpu":
+        pytest.skip("this machine has a gfx1201")
+    result = run_cli("--backend", "hip", "-S", "64")
+    assert 'FutureWarning: --backend="hip" is now "gpu"' in result.stderr, result.stderr
+    _one_line_error(result, 1, "--backend gpu needs a gfx1201 GPU")
 
 
 @pytest.mark.parametrize("args", [["info"], ["-S", "64", "-H", "1"]])

@@ -81,7 +81,7 @@ def test_catches_abi_drift_and_a_changed_kernarg_layout(built, tmp_path, monkeyp
     shutil.copytree(built, hsaco)
     manifest = json.loads((hsaco / "manifest.json").read_text())
     manifest["code_objects"] = {k: v for k, v in manifest["code_objects"].items() if k == "test_fill"}
-    manifest["code_objects"]["test_fill"]["provides"] = [{"op": "test.fill", "variant": "asm", "symbol": "fill"}]
+    manifest["code_objects"]["test_fill"]["provides"] = [{"op": "test.fill", "kernel": "asm", "symbol": "fill"}]
 
     def write(m):
         (hsaco / "manifest.json").write_text(json.dumps(m))

@@ -29,12 +29,12 @@ KERNEL(tiny_d128, 128)
 TINY = "test_tiny_family"
 
 
-def tiny_kernel(head_dim: int, instance_dim: int | None = None) -> family.Kernel:
-    return family.Kernel("test.tiny", "hip", f"tiny_d{head_dim}", (("head_dim", head_dim),),
+def tiny_symbol(head_dim: int, instance_dim: int | None = None) -> family.Symbol:
+    return family.Symbol("test.tiny", "hip", f"tiny_d{head_dim}", (("head_dim", head_dim),),
                          f"body<{instance_dim or head_dim}>")
 
 
-GOOD = family.CodeObjectFamily((tiny_kernel(64), tiny_kernel(128)), {"FLAG_LSE": abi.FLAG_LSE})
+GOOD = family.CodeObjectFamily((tiny_symbol(64), tiny_symbol(128)), {"FLAG_LSE": abi.FLAG_LSE})
 
 
 @pytest.fixture
@@ -66,14 +66,14 @@ def test_rows_come_from_the_declaration_and_check_passes(tiny_tree, capsys):
 
 @needs_llvm
 def test_check_fails_on_a_symbol_the_family_does_not_declare(tiny_tree, capsys):
-    rc, err = tiny_tree[0](dataclasses.replace(GOOD, kernels=(tiny_kernel(64),)), capsys)
+    rc, err = tiny_tree[0](dataclasses.replace(GOOD, kernels=(tiny_symbol(64),)), capsys)
     assert rc == 1
     assert "holds symbol 'tiny_d128', which sage_co/family.py does not declare" in err
 
 
 @needs_llvm
 def test_check_fails_on_a_declared_symbol_the_code_object_lacks(tiny_tree, capsys):
-    extra = family.Kernel("test.tiny", "hip", "tiny_d256", (("head_dim", 256),), "body<256>")
+    extra = family.Symbol("test.tiny", "hip", "tiny_d256", (("head_dim", 256),), "body<256>")
     rc, err = tiny_tree[0](dataclasses.replace(GOOD, kernels=GOOD.kernels + (extra,)), capsys)
     assert rc == 1
     assert "sage_co/family.py declares symbol 'tiny_d256', but the code object built from tiny.hip does not hold it" \
@@ -91,7 +91,7 @@ def test_check_fails_on_a_flag_define_that_differs_from_abi(tiny_tree, capsys):
 
 @needs_llvm
 def test_check_fails_on_a_wrapper_instantiating_other_keys(tiny_tree, capsys):
-    swapped = (tiny_kernel(64, instance_dim=128), tiny_kernel(128))
+    swapped = (tiny_symbol(64, instance_dim=128), tiny_symbol(128))
     rc, err = tiny_tree[0](dataclasses.replace(GOOD, kernels=swapped), capsys)
     assert rc == 1
     assert "defines tiny_d64 as a call of body<64>, but sage_co/family.py declares body<128>" in err
@@ -100,7 +100,7 @@ def test_check_fails_on_a_wrapper_instantiating_other_keys(tiny_tree, capsys):
 def test_rows_may_not_be_written_twice(tmp_path, monkeypatch):
     (tmp_path / "tiny.hip").write_text(TINY_HIP)
     (tmp_path / "k.toml").write_text(f'[[code_object]]\nname = "{TINY}"\nsource = "tiny.hip"\narch = "gfx1201"\n'
-                                     '[[code_object.provides]]\nop = "test.tiny"\nvariant = "hip"\nsymbol = "tiny_d64"\n')
+                                     '[[code_object.provides]]\nop = "test.tiny"\nkernel = "hip"\nsymbol = "tiny_d64"\n')
     monkeypatch.setitem(family.CODE_OBJECTS, TINY, GOOD)
     with pytest.raises(build_asm.BuildError, match="declared in sage_co/family.py CODE_OBJECTS"):
         build_asm.read_kernel_list(tmp_path / "k.toml")

@@ -174,7 +174,7 @@ def _att_case(case):
 def test_attention_fp32_out_asm_hip_model(case):
     layout, causal = case[6], case[7]
     q, k, v, p = _att_case(case)
-    run = {var: run_attention_fwd(p, return_lse=True, layout=layout, backend="emu", variant=var, is_causal=causal)
+    run = {var: run_attention_fwd(p, return_lse=True, layout=layout, backend="emu", kernel=var, is_causal=causal)
            for var in ("hip", "asm")}
     out, lse = run["asm"]
     assert out.dtype == torch.float32 and out.is_contiguous()
@@ -182,7 +182,7 @@ def test_attention_fp32_out_asm_hip_model(case):
     _same("lse asm vs hip", lse, run["hip"][1])
     # the fp32 output is the value the 16-bit symbols round: rounded here, it is their output bit for bit
     for dt in (torch.bfloat16, torch.float16):
-        o16 = run_attention_fwd(p._replace(out_dtype=dt), layout=layout, backend="emu", variant="asm",
+        o16 = run_attention_fwd(p._replace(out_dtype=dt), layout=layout, backend="emu", kernel="asm",
                                 is_causal=causal)
         _same(f"round_saturating(fp32 out) vs the {dt} symbol", R.round_saturating(out, dt), o16)
     model, model_lse = R.sage_attention_model(p, return_lse=True, is_causal=causal)
@@ -207,7 +207,7 @@ def test_attention_fp32_nan_is_canonical_and_inf_passes():
     p = p._replace(v_scale=v_scale)
     model = R.sage_attention_model(p)
     for var in ("hip", "asm"):
-        out = run_attention_fwd(p, backend="emu", variant=var)
+        out = run_attention_fwd(p, backend="emu", kernel=var)
         bits = out.view(torch.int32)
         assert (bits[0, :, 1, 3] == 0x7fc00000).all(), var    # query head 1 reads K/V head 1
         assert torch.isinf(out[1, :, 0, 5]).any(), var

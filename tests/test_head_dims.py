@@ -47,14 +47,14 @@ def prepared_cases():
     return out
 
 
-def _guarded_attention(prepared, variant, is_causal):
+def _guarded_attention(prepared, kernel, is_causal):
     """The planned launch with the output rows GAP elements apart in a sentinel-filled buffer: (out view, buffer,
     lse)."""
-    rec = attention_ops.plan_forward(prepared, return_lse=True, backend="emu", variant=variant, is_causal=is_causal)
+    rec = attention_ops.plan_forward(prepared, return_lse=True, backend="emu", kernel=kernel, is_causal=is_causal)
     B, S_q, H_q, D = rec.out_shape
     buf = torch.full((B, S_q, H_q, D + GAP), SENTINEL, dtype=torch.int16).view(rec.out_dtype)
     lse = torch.empty(rec.lse_shape, dtype=torch.float32)
-    lut, _, _, kinds, bits, bias = attention_ops._lut(rec, None, torch.device("cpu"))   # no attn_mask: placeholders
+    lut, _, _, kinds, bits, bias = attention_ops.tile_lut(rec, None, torch.device("cpu"))   # no attn_mask: placeholders
     args = dict(rec.launch.args({
         "q": prepared.q_int8, "k": prepared.k_int8, "v": prepared.v_t, "q_scale": prepared.q_scale,
         "k_scale": prepared.k_scale, "k_mean": prepared.k_mean, "v_scale": prepared.v_scale, "out": buf, "lse": lse,
@@ -76,11 +76,11 @@ def test_any_head_dim(case, prepared_cases):
         assert torch.equal(_bytes(getattr(pk, f)), _bytes(getattr(pr, f))), f"prepare {f} at D = {D}"
     model, model_lse = reference.sage_attention_model(pr, return_lse=True, is_causal=is_causal)
     results = {}
-    for variant in ("hip", "asm"):
-        out, buf, lse = _guarded_attention(pk, variant, is_causal)
+    for kernel in ("hip", "asm"):
+        out, buf, lse = _guarded_attention(pk, kernel, is_causal)
         gap = buf[..., D:].view(torch.int16)
-        assert bool((gap == SENTINEL).all()), f"{variant}: the epilogue wrote past channel {D - 1}"
-        results[variant] = (out, lse)
+        assert bool((gap == SENTINEL).all()), f"{kernel}: the epilogue wrote past channel {D - 1}"
+        results[kernel] = (out, lse)
         assert rel_l2(out, model) <= MODEL_REL_L2
         assert (out.float() - model.float()).abs().max().item() <= MODEL_MAX_ABS * model.float().abs().max().item()
         assert (out != model).float().mean().item() <= MODEL_MAX_DIFFERENT
@@ -111,12 +111,12 @@ def test_head_dim_limits_name_the_argument():
 
 def test_every_padded_head_dim_has_an_attention_kernel():
     """Each D_pad has both attention kernels (fp8 P.V), HIP and asm (docs/performance.md §Head dim 256), and the
-    default (no variant) is the asm one; the registry is what the plan looks up."""
+    default (kernel None) is the asm one; the registry is what the plan looks up."""
     for Dp in abi.HEAD_DIMS_NATIVE:
         for dtype in abi.OUT_DTYPES:
-            for variant in ("hip", "asm"):
-                registry.find(abi.ATTENTION_OP, variant, head_dim=Dp, out_dtype=dtype, pv_dtype="fp8")
-            assert registry.find(abi.ATTENTION_OP, head_dim=Dp, out_dtype=dtype, pv_dtype="fp8").variant == "asm"
+            for kernel in ("hip", "asm"):
+                registry.find(abi.ATTENTION_OP, kernel, head_dim=Dp, out_dtype=dtype, pv_dtype="fp8")
+            assert registry.find(abi.ATTENTION_OP, head_dim=Dp, out_dtype=dtype, pv_dtype="fp8").kernel == "asm"
     assert set(abi.ATTENTION_ASM_HEAD_DIMS) == set(abi.ATTENTION_HIP_HEAD_DIMS) == set(abi.HEAD_DIMS_NATIVE)
 
 
@@ -133,19 +133,19 @@ def test_wide_head_dims_both_kernels(case):
     assert pr.q_int8.shape[-1] == 256 and pr.head_dim == D
     model, model_lse = reference.sage_attention_model(pr, return_lse=True, is_causal=is_causal)
     rec = attention_ops.plan_forward(pr, return_lse=True, backend="emu", is_causal=is_causal)
-    assert rec.kernel.variant == "asm" and rec.kernel.symbol.endswith(f"_asm_d256_{dtype}")   # the default at D > 128
+    assert rec.kernel.kernel == "asm" and rec.kernel.symbol.endswith(f"_asm_d256_{dtype}")   # the default at D > 128
     results = {}
-    for variant in ("hip", "asm"):
-        out, buf, lse = _guarded_attention(pr, variant, is_causal)
+    for kernel in ("hip", "asm"):
+        out, buf, lse = _guarded_attention(pr, kernel, is_causal)
         assert bool((buf[..., D:].view(torch.int16) == SENTINEL).all()), \
-            f"{variant}: the epilogue wrote past channel {D - 1}"
+            f"{kernel}: the epilogue wrote past channel {D - 1}"
         assert rel_l2(out, model) <= MODEL_REL_L2
         assert (out.float() - model.float()).abs().max().item() <= MODEL_MAX_ABS * model.float().abs().max().item()
         assert (out != model).float().mean().item() <= MODEL_MAX_DIFFERENT
         fin = torch.isfinite(model_lse)
         assert torch.equal(fin, torch.isfinite(lse))
         assert torch.allclose(lse[fin], model_lse[fin], rtol=1e-4, atol=0)
-        results[variant] = (out.view(torch.int16), lse.view(torch.int32))
+        results[kernel] = (out.view(torch.int16), lse.view(torch.int32))
     assert torch.equal(results["hip"][0], results["asm"][0])
     assert torch.equal(results["hip"][1], results["asm"][1])
 
@@ -168,7 +168,7 @@ def test_wide_head_dims_asm_is_hip_bitwise(case):
     k = (torch.randn(B, S_kv, H_kv, D, generator=g) + 2 * torch.randn(1, 1, H_kv, D, generator=g)).to(DTYPES[dtype])
     v = torch.randn(B, S_kv, H_kv, D, generator=g).to(DTYPES[dtype])
     pr = reference.sage_prepare(q, k, v, smooth_k=smooth_k)
-    res = {var: attention_ops.run_attention_fwd(pr, return_lse=True, backend="emu", variant=var, is_causal=is_causal)
+    res = {var: attention_ops.run_attention_fwd(pr, return_lse=True, backend="emu", kernel=var, is_causal=is_causal)
            for var in ("hip", "asm")}
     (ao, al), (ho, hl) = res["asm"], res["hip"]
     diff = (ao.view(torch.int16) != ho.view(torch.int16)).sum().item()
@@ -186,7 +186,7 @@ def test_wide_head_dims_refusals_name_the_argument():
     # the prepare kernels are built at D_pad 256 (issue 30): a kernel prepare of D = 160 plans the default (asm)
     # attention kernel of D_pad 256
     rec = attention_ops.plan_forward(run_prepare(q, k, v, backend="emu"), backend="emu")
-    assert rec.kernel.variant == "asm" and rec.kernel.symbol == "gfx1201_sage_attention_fwd_asm_d256_bf16"
+    assert rec.kernel.kernel == "asm" and rec.kernel.symbol == "gfx1201_sage_attention_fwd_asm_d256_bf16"
 
 
 def test_predictor_kernels_refuse_other_head_dims():

@@ -123,7 +123,7 @@ def test_every_gfx1201_device_while_another_is_current(index):
 def test_graph_capture_after_warmup():
     q, k, v = qkv(1, 128, 2)
     prepared = sage_co.sage_prepare(q, k, v)
-    launch.warmup("hip", device=torch.device(DEVICE))
+    launch.warmup("gpu", device=torch.device(DEVICE))
     eager = sage_co.sage_attention_fwd(prepared)
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.Stream(DEVICE)

@@ -1,4 +1,4 @@
-"""The hip backend driven through the real hip-python against a stub libamdhip64 (tests/stub_hip): what the
+"""The gpu backend driven through the real hip-python against a stub libamdhip64 (tests/stub_hip): what the
 runtime receives, per shipped kernel, is what the emulator runs; modules load once per (device, code object);
 hip-python is bound to the runtime file torch mapped (and refuses a second one); HIP errors are clear.
 

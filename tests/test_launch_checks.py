@@ -31,7 +31,7 @@ def _attention_args(S: int = 64):
     real = attention.launch
     attention.launch = capture
     try:
-        attention.run_attention_fwd(p, backend="emu", variant="hip")
+        attention.run_attention_fwd(p, backend="emu", kernel="hip")
     finally:
         attention.launch = real
     assert captured["symbol"] == SYMBOL
@@ -109,7 +109,7 @@ def test_emulator_refuses_code_touching_vgprs_past_the_descriptor(small_descript
     md = {k: v for k, v in kernel.metadata.items() if k != ".vgpr_count"}
     module.co = dataclasses.replace(module.co, kernels={**module.co.kernels,
                                                         SYMBOL: dataclasses.replace(kernel, metadata=md)})
-    module._programs.clear()
+    module.programs.clear()
     _, args = _attention_args()
     bufs = {n: device.alloc(max(t.numel() * t.element_size(), 4)) for n, t in args.items()
             if isinstance(t, torch.Tensor)}

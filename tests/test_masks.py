@@ -86,8 +86,8 @@ def test_all_true_mask_is_dense_bitwise():
     p = reference.sage_prepare(q, k, v)
     bm = torch.ones(1, 2, 2, 3, dtype=torch.bool)
     for kern in KERNELS:
-        do, dl = run_attention_fwd(p, return_lse=True, backend="emu", variant=kern)
-        so, sl = run_attention_fwd(p, return_lse=True, backend="emu", variant=kern, block_mask=bm)
+        do, dl = run_attention_fwd(p, return_lse=True, backend="emu", kernel=kern)
+        so, sl = run_attention_fwd(p, return_lse=True, backend="emu", kernel=kern, block_mask=bm)
         assert torch.equal(bits(do), bits(so)) and torch.equal(bits(dl), bits(sl))
 
 
@@ -97,11 +97,11 @@ def test_inactive_tiles_are_never_read():
     q, k, v = make_inputs(1, 64, 192, 1, 1, 64, "bf16", "NHD", "randn", seed=3)
     p = reference.sage_prepare(q, k, v)
     bm = torch.tensor([True, False, True]).view(1, 1, 1, 3)
-    clean = {kern: run_attention_fwd(p, backend="emu", variant=kern, block_mask=bm) for kern in KERNELS}
+    clean = {kern: run_attention_fwd(p, backend="emu", kernel=kern, block_mask=bm) for kern in KERNELS}
     p.k_scale[..., 2:4] = float("nan")
     p.v_t.view(torch.uint8)[..., 64:128] = 0x7f        # e4m3fn NaN
     for kern in KERNELS:
-        assert torch.equal(bits(run_attention_fwd(p, backend="emu", variant=kern, block_mask=bm)), bits(clean[kern]))
+        assert torch.equal(bits(run_attention_fwd(p, backend="emu", kernel=kern, block_mask=bm)), bits(clean[kern]))
 
 
 def test_block_mask_is_validated():

@@ -147,7 +147,7 @@ def test_gpu_half_control_flow(monkeypatch, tmp_path):
     real_launch, real_inputs = mb.launch_bench, mb.inputs
 
     def launch_bench(bench, args, n, *, backend):
-        assert backend == "hip"
+        assert backend == "gpu"
         launched.append((bench, n))
         if n == mb.EMU_PLAN[bench][1]:      # the correctness launch: really run (on the emulator)
             return real_launch(bench, args, n, backend="emu")

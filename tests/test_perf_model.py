@@ -313,8 +313,8 @@ def test_model_classes_and_registers_are_the_facts_layers():
                 assert isa.classify(ln.mnemonic, ln.operands) == f.cls, ln.text
                 srcs, dsts = isa.reads_writes(ln)
                 scc = isa.NAMED["scc"]
-                assert {r for r in srcs if r != scc} == {isa._key(k) for k in f.reads}, ln.text
-                assert {r for r in dsts if r != scc} == {isa._key(k) for k in f.writes}, ln.text
+                assert {r for r in srcs if r != scc} == {isa.register_number(k) for k in f.reads}, ln.text
+                assert {r for r in dsts if r != scc} == {isa.register_number(k) for k in f.writes}, ln.text
                 n += 1
     assert n > 1000
 

@@ -19,9 +19,9 @@ from sage_co import registry
 from sage_co.ops.attention import run_attention_fwd
 from sage_co.ops.prepare import run_prepare
 
-KERNELS = ("hip", "asm")
+from attention_cases import DTYPES, KERNELS   # tests/attention_cases.py: the shared kernel and dtype lists
+
 MODEL_REL_L2 = 1e-3          # docs/numerics.md §Kernel vs model
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def inputs(B=1, S_q=70, S_kv=None, H_q=2, H_kv=2, D=128, dtype="bf16", layout="NHD", v_offset=3.0, seed=0):
@@ -123,7 +123,7 @@ def test_kernels_match_model_and_each_other(case, kw):
     p = run_prepare(q, k, v, layout=layout, smooth_k=True, **kw)
     model, model_lse = R.sage_attention_model(p, return_lse=True, is_causal=causal)
     model = R.to_layout(model, layout)
-    res = {kern: run_attention_fwd(p, variant=kern, layout=layout, return_lse=True, is_causal=causal)
+    res = {kern: run_attention_fwd(p, kernel=kern, layout=layout, return_lse=True, is_causal=causal)
            for kern in KERNELS}
     for kern, (out, lse) in res.items():
         assert rel_l2(out, model) <= MODEL_REL_L2, kern
@@ -158,12 +158,12 @@ def test_block_mask_rows_without_keys_and_varlen(kw, kernel):
 
 
 def test_pv16_symbols_are_shipped_for_both_kernels():
-    for variant in KERNELS:
+    for kernel in KERNELS:
         for D in (64, 128):
             for out in ("bf16", "fp16"):
-                k = registry.find("sage_attention_fwd", variant, head_dim=D, out_dtype=out, pv_dtype="fp16")
+                k = registry.find("sage_attention_fwd", kernel, head_dim=D, out_dtype=out, pv_dtype="fp16")
                 assert k.symbol.endswith("_pv16")
-    assert registry.find("sage_attention_fwd", head_dim=128, out_dtype="bf16", pv_dtype="fp16").variant == "asm"
+    assert registry.find("sage_attention_fwd", head_dim=128, out_dtype="bf16", pv_dtype="fp16").kernel == "asm"
 
 
 # ------------------------------------------------------------------------------------------------- api

@@ -246,3 +246,13 @@ def test_torch_compile_fullgraph_routes(how):
     assert all(torch.equal(o, want) for o in outs)
     st = sdpa.stats()
     assert st["routed"] == 1 and sum(st["fallback"].values()) == 1, st
+
+
+def test_options_backend_hip_is_stored_as_gpu():
+    """sdpa.Options goes through the one backend normalization: the deprecated "hip" warns once, here, and is kept
+    as "gpu" (what routing compares against); an unknown name is refused naming the argument and the choices."""
+    with pytest.warns(FutureWarning, match='backend="hip" is now "gpu"'):
+        assert sdpa.Options(backend="hip").backend == "gpu"
+    assert sdpa.Options(backend="gpu").backend == "gpu"
+    with pytest.raises(ValueError, match=r"^backend: expected None or one of \('emu', 'gpu'\), got 'cuda'"):
+        sdpa.Options(backend="cuda")

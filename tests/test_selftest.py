@@ -23,7 +23,7 @@ def test_emulator_half_without_a_gpu(tmp_path):
     pred = next(c for c in report.checks if "predictor mask == torch spec" in c.name)
     assert 0 < float(pred.detail.split()[-1]) < 1, pred      # a non-trivial mask (S=33 was one tile: density 1)
     assert any("prepare == reference" in n for n in names)
-    assert sum("accuracy contract vs FP32" in n for n in names) == 2 * len(selftest.variants())
+    assert sum("accuracy contract vs FP32" in n for n in names) == 2 * len(selftest.kernels())
     data = json.loads((tmp_path / "selftest.json").read_text())
     assert data["failed"] == 0 and data["gpu"] == report.gpu and data["environment"]["torch"]
     md = (tmp_path / "selftest.md").read_text()

@@ -51,7 +51,7 @@ def kernel_runs():
             pk = pack_prepared(q, k, v, cq, ck, smooth_k=sk, smooth_v=sv, pv_dtype=pv)
             rec = attention_ops.varlen_recipe(
                 batch=len(lq), max_seqlen_q=max(lq), total_q=sum(lq), total_kv=sum(lk), H_q=H_q, H_kv=H_kv, D=D,
-                dtype=dt, return_lse=True, is_causal=causal, variant=kernel, pv_dtype=pv, smooth_v=sv,
+                dtype=dt, return_lse=True, is_causal=causal, kernel=kernel, pv_dtype=pv, smooth_v=sv,
                 has_lse_corr=sk, backend="emu")
             launch.launched.clear()   # a bounded deque (maxlen 256): full after a long run, its length would stop growing
             before = len(launch.launched)
@@ -60,7 +60,7 @@ def kernel_runs():
 
             def one(qb, kb, vb):
                 p = reference.sage_prepare(qb, kb, vb, smooth_k=sk, smooth_v=sv, pv_dtype=pv)
-                return run_attention_fwd(p, return_lse=True, variant=kernel, is_causal=causal, backend="emu")
+                return run_attention_fwd(p, return_lse=True, kernel=kernel, is_causal=causal, backend="emu")
             cache[key] = (out, lse, *per_sequence(q, k, v, cq, ck, one))
         return cache[key]
     return run

@@ -133,7 +133,7 @@ def test_compile_refuses_a_bad_kernel_at_trace_time(no_launch):
         compiled(*_qkv(64))
 
 
-def test_compile_with_a_kernel_variant():
+def test_compile_with_a_kernel_choice():
     torch._dynamo.reset()
     compiled = torch.compile(lambda q, k, v: api.sage_attention(q, k, v, kernel="hip"), fullgraph=True, dynamic=True)
     q, k, v = _qkv(64, seed=9)

@@ -1,4 +1,4 @@
-"""The hand-scheduled SageAttention forward family (the "asm" variant of sage_attention_fwd), one job per module:
+"""The hand-scheduled SageAttention forward family (kernel "asm" of sage_attention_fwd), one job per module:
 
     config.py    constants (tile geometry, numerics bit patterns, limits), Config, FAMILY, kernarg loads
     stream.py    the WMMA stream: LDS fragment ring (Matrix) and the Weaver that interleaves VALU work

@@ -37,7 +37,7 @@ def emu_device_problem(tensor: torch.Tensor) -> str | None:
 def hip_device_problem(tensor: torch.Tensor) -> str | None:
     arch = device_arch(tensor.device)
     if arch != "gfx1201":
-        return (f"backend='hip' needs tensors on a gfx1201 ROCm device; the inputs are on {tensor.device} "
+        return (f"backend='gpu' needs tensors on a gfx1201 ROCm device; the inputs are on {tensor.device} "
                 f"(arch {arch})")
     return None
 
@@ -103,7 +103,7 @@ class KernelPlan:
 @dataclass(eq=False)
 class KernelLaunch:
     """One launch, handed to Backend.run. `values` has every kernarg field: tensors already replaced by their
-    data_ptr() (the hip backend packs these; the emulator replaces them with its own addresses). A backend
+    data_ptr() (the gpu backend packs these; the emulator replaces them with its own addresses). A backend
     sets `kernarg_bytes` (and `addresses`: field -> device address) to what it handed the runtime."""
     plan: KernelPlan
     grid: tuple
@@ -126,7 +126,7 @@ class Backend(Protocol):
         """Why this backend cannot run on tensors like this one (None when it can)."""
 
     def run(self, launch: KernelLaunch) -> Any:
-        """Run (emu) or enqueue (hip) the launch; returns the backend's result (emu: statistics)."""
+        """Run (emu) or enqueue (gpu) the launch; returns the backend's result (emu: statistics)."""
 
     def warmup(self, plans: list[KernelPlan], device: torch.device | None) -> None:
         """Load and resolve these kernels now (before a graph capture, say), so run() loads nothing."""

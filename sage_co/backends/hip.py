@@ -1,4 +1,5 @@
-"""The HIP backend: hip-python's module API on a real gfx1201 (docs/rdna4.md §HIP runtime).
+"""The gpu backend (BACKENDS "gpu"; the module is named after hip-python, the library it drives): hip-python's
+module API on a real gfx1201 (docs/rdna4.md §HIP runtime).
 
 hipModuleLoadData from the shipped bytes, hipModuleGetFunction, hipModuleLaunchKernel with the packed kernarg
 buffer passed through a prebuilt `extra` config (its address, which hip-python forwards unchanged), on torch's
@@ -40,7 +41,7 @@ class TorchHip:
 
     def init(self) -> None:
         if getattr(torch.version, "hip", None) is None:
-            raise HipError(f"backend='hip' needs a ROCm (HIP) build of torch; this torch {torch.__version__} has "
+            raise HipError(f"backend='gpu' needs a ROCm (HIP) build of torch; this torch {torch.__version__} has "
                            "none (pip install torch from the ROCm index)")
         torch.cuda.init()
 
@@ -191,7 +192,7 @@ class _DeviceGuard:
 
 
 class HipBackend:
-    name = "hip"
+    name = "gpu"   # sage_co.backends.BACKENDS; the module is named after hip-python, the library it drives
     options = frozenset({"dynamic_lds"})   # bytes of dynamic LDS: hipModuleLaunchKernel's sharedMemBytes
 
     def __init__(self, platform=None):
@@ -327,7 +328,7 @@ class HipBackend:
     def run(self, kl: KernelLaunch):
         p = kl.plan
         if not kl.tensors:
-            raise ValueError(f"{p.symbol}: the hip backend needs at least one tensor argument to pick a device")
+            raise ValueError(f"{p.symbol}: the gpu backend needs at least one tensor argument to pick a device")
         index = self.platform.device_index(next(iter(kl.tensors.values())))
         rk = p.backend_state.get(self, {}).get(index)
         if rk is None:

@@ -47,7 +47,7 @@ def mapped_runtimes(maps_path: str = "/proc/self/maps") -> list[RuntimeFile]:
         with open(maps_path) as fh:
             lines = fh.read().splitlines()
     except OSError as exc:
-        raise HipError(f"cannot read {maps_path} to find the HIP runtime torch loaded ({exc}); the hip backend "
+        raise HipError(f"cannot read {maps_path} to find the HIP runtime torch loaded ({exc}); the gpu backend "
                        "needs Linux") from None
     seen: dict[tuple[str, int], RuntimeFile] = {}
     for line in lines:
@@ -73,7 +73,7 @@ def import_hip():
             from hip import hip  # hip-python 6.x / 7.x
             generation = "hip"
         except ImportError:
-            raise HipError("backend='hip' needs hip-python: pip install 'sage-co[rocm]' and pick the hip-python "
+            raise HipError("backend='gpu' needs hip-python: pip install 'sage-co[rocm]' and pick the hip-python "
                            "series that matches your ROCm (README, Supported versions)") from None
     return hip, generation, hip_python_version()
 
@@ -122,7 +122,7 @@ def bind(hip, generation: str, init_torch_runtime) -> RuntimeFile:
     before = mapped_runtimes()
     if not before:
         raise HipError("no HIP runtime (libamdhip64) is mapped in this process after torch's HIP initialisation: "
-                       "the hip backend needs a ROCm build of torch that sees a GPU")
+                       "the gpu backend needs a ROCm build of torch that sees a GPU")
     if len(before) > 1:
         raise _two_runtimes(before, None)
     torch_file = before[0]

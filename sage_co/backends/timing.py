@@ -15,10 +15,10 @@ class StageTime:
 
 @contextlib.contextmanager
 def stage(backend: str, device=None):
-    """with stage("hip") as t: ...  ->  t.seconds after the block (the GPU work enqueued inside it, measured with
+    """with stage("gpu") as t: ...  ->  t.seconds after the block (the GPU work enqueued inside it, measured with
     torch.cuda.Event on the current stream of `device`, synchronized at the end)."""
     t = StageTime()
-    if backend == "hip":
+    if backend == "gpu":
         import torch
         with torch.cuda.device(device if device is not None else torch.cuda.current_device()):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -132,7 +132,9 @@ class Module:
         self.insts = decode.decode(co.text, 0)
         self.by_offset = {i.offset: i for i in self.insts}
         self.offsets = [i.offset for i in self.insts]      # ascending (decode order): executor.Program bisects it
-        self._programs = {}
+        # kernel name -> its executor.Program, made at its first launch (tools and tests read the instruction list
+        # a run's PC indices refer to; a test may seed one)
+        self.programs: dict = {}
 
     @property
     def kernels(self):
@@ -203,9 +205,9 @@ class Module:
             if k.descriptor.enable_sgpr_queue_ptr:
                 qva = dev.alloc(QUEUE_BYTES)
                 extra.append(qva)
-            prog = self._programs.get(kernel_name)
+            prog = self.programs.get(kernel_name)
             if prog is None:
-                prog = self._programs[kernel_name] = executor.Program(self, k)
+                prog = self.programs[kernel_name] = executor.Program(self, k)
             return executor.run(prog, grid, block, kernarg_va=kva, dispatch_va=dva, queue_va=qva,
                                 sanitize=sanitize, lds_race_check=lds_race_check, trace_wave=trace_wave,
                                 dynamic_lds=dynamic_lds, progress=progress)

@@ -434,7 +434,7 @@ def rsq_f32(x) -> np.ndarray:
 # min / max (IEEE 754-2019 minimumNumber / maximumNumber, as the RDNA4 pseudocode spells out for *_NUM_F32:
 # NaN loses to a number, two NaNs give the first one quieted, and -0 < +0)
 
-def _order_key(x: np.ndarray) -> np.ndarray:
+def order_key(x: np.ndarray) -> np.ndarray:
     """Monotone int64 key of float32 values: -0 sorts just below +0; NaN is handled by the callers."""
     bits = as_u32(x).astype(np.int64)
     return np.where(bits & 0x80000000, -(bits & 0x7FFFFFFF) - 1, bits)
@@ -485,9 +485,9 @@ def med3_num_f32(a, b, c) -> np.ndarray:
     elif S1 is, max(S0, S2), else max(S0, S1)."""
     a, b, c = _f32(a), _f32(b), _f32(c)
     anynan = np.isnan(a) | np.isnan(b) | np.isnan(c)
-    m = _order_key(max3_num_f32(a, b, c))
-    med = np.where(m == _order_key(a), max_num_f32(b, c),
-                   np.where(m == _order_key(b), max_num_f32(a, c), max_num_f32(a, b)))
+    m = order_key(max3_num_f32(a, b, c))
+    med = np.where(m == order_key(a), max_num_f32(b, c),
+                   np.where(m == order_key(b), max_num_f32(a, c), max_num_f32(a, b)))
     return np.where(anynan, min3_num_f32(a, b, c), med)
 
 

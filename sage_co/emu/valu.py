@@ -17,7 +17,7 @@ from sage_co.emu import wmma as wm
 from sage_co.emu.decode import HALVES
 from sage_co.emu.state import (ALL, EXEC, LITERAL, MODE_FP16_OVFL, NULL, VCC, EmuError, F, const_bits, pack_lanes,
                                unpack_lanes)
-from sage_co.emu.valu_ops import CMP, CMP_KIND, T, _cls, _div_fmas, _div_scale, _ffbl, _i, fp16_ovfl_handler
+from sage_co.emu.valu_ops import CMP, CMP_KIND, T, _cls, div_fmas, div_scale, _ffbl, _i, fp16_ovfl_handler
 
 U8, U16, U32, U64, I16, I32, I64 = np.uint8, np.uint16, np.uint32, np.uint64, np.int16, np.int32, np.int64
 F16, F32, F64 = np.float16, np.float32, np.float64
@@ -570,7 +570,7 @@ def _div_scale_op(st, ops, inst, src):
     def h(sel):
         n = st.W if sel is ALL else len(sel)
         x, y, z = (np.broadcast_to(r(sel), (n, 32)) for r in (a, b, c))
-        d, vcc = _div_scale(x, y, z)
+        d, vcc = div_scale(x, y, z)
         cw(sel, vcc)
         wr(sel, d)
     return h
@@ -580,7 +580,7 @@ def _div_fmas_op(st, ops, inst, src):
     a, b, c = (src.read(i, F(inst, f"src{i}"), "f") for i in range(3))
     m = _lanemask_reader(st, ops, inst, VCC)
     wr = _typed_writer(st, ops, inst, F(inst, "vdst"), "f")
-    return lambda sel: wr(sel, _div_fmas(a(sel), b(sel), c(sel), m(sel)))
+    return lambda sel: wr(sel, div_fmas(a(sel), b(sel), c(sel), m(sel)))
 
 
 def _nop(st, ops, inst, src):

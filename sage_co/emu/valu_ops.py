@@ -90,7 +90,7 @@ def _cvt_f32_f16(h):
     return nm.f16_to_f32(h)
 
 
-def _div_scale(s0, s1, s2):
+def div_scale(s0, s1, s2):
     """v_div_scale_f32 S0 (value to scale), S1 (denominator), S2 (numerator) -> (D, vcc bool), following the RDNA
     ISA pseudocode case by case; where its text (written for f64) cannot apply to f32 -- "1.0 / S1 is a
     denormal" -- it is read at f32 precision (|S1| > 2^126). clang's correctly rounded f32 division is
@@ -130,7 +130,7 @@ def _div_scale(s0, s1, s2):
     return d.astype(F32), vcc
 
 
-def _div_fmas(a, b, c, vcc):
+def div_fmas(a, b, c, vcc):
     """v_div_fmas_f32: fma(a, b, c), times 2^64 (exponent of c > 127) or 2^-64 where vcc is set, rounded once:
     the exact a*b + c is kept round-to-odd in f64 through the power-of-two scaling, then rounded to f32 (so a
     quotient that lands in the f32 subnormal range is not rounded twice)."""
@@ -149,8 +149,9 @@ def _div_fmas(a, b, c, vcc):
     return np.where(vcc, scaled, r).astype(F32)
 
 
-def _div_fixup(s0, s1, s2):
-    """s0 = quotient estimate, s1 = denominator, s2 = numerator."""
+def div_fixup(s0, s1, s2):
+    """v_div_fixup_f32: s0 = quotient estimate, s1 = denominator, s2 = numerator (the last step of clang's f32
+    division; div_scale, div_fmas and this are public so a test can replay the whole sequence)."""
     sign = np.signbit(s1) ^ np.signbit(s2)
     inf = np.where(sign, np.float32(-np.inf), np.float32(np.inf))
     zero = np.where(sign, np.float32(-0.0), np.float32(0.0))
@@ -246,7 +247,7 @@ op("v_min3_num_f32", "fff", "f", nm.min3_num_f32, True)
 op("v_med3_num_f32", "fff", "f", nm.med3_num_f32, True)
 op("v_maxmin_num_f32", "fff", "f", lambda a, b, c: nm.min_num_f32(nm.max_num_f32(a, b), c), True)
 op("v_minmax_num_f32", "fff", "f", lambda a, b, c: nm.max_num_f32(nm.min_num_f32(a, b), c), True)
-op("v_div_fixup_f32", "fff", "f", _div_fixup, True)
+op("v_div_fixup_f32", "fff", "f", div_fixup, True)
 op("v_exp_f32", "f", "f", nm.exp2_f32)
 op("v_log_f32", "f", "f", nm.log2_f32)
 op("v_rcp_f32", "f", "f", nm.rcp_f32)

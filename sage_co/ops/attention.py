@@ -1,7 +1,7 @@
 """Host side of the attention forward kernels: SagePrepared in, out in the caller's dtype and layout (and fp32
 LSE [B, H_q, S_q]) out.
 
-Both kernels (asm_src/gfx1201_sage_attention.hip, variant "hip", and the hand-scheduled asm family, variant
+Both kernels (asm_src/gfx1201_sage_attention.hip, kernel "hip", and the hand-scheduled asm family, kernel
 "asm") take the kernarg struct of sage_co/abi.py, run one workgroup of 4 wave32 per 64 queries of one (batch,
 query head), grid (S_q_pad / 64, H_q, B), and write `out` through its element strides (so NHD and HND results
 need no copy) and `lse` when asked. One symbol per (head_dim = D_pad, out_dtype) pair, found by those manifest
@@ -32,11 +32,11 @@ def grid(prepared: SagePrepared) -> tuple[int, int, int]:
     return (S_q_pad // QUERY_TILE, H_q, B)
 
 
-def served_variant(variant: str | None, D: int, pv_dtype: str, name: str = "q") -> str | None:
-    """The kernel family that runs head dim D (docs/performance.md §Head dim 256): `variant` as given, except that the
+def served_kernel(kernel: str | None, D: int, pv_dtype: str, name: str = "q") -> str | None:
+    """The kernel family that runs head dim D (docs/performance.md §Head dim 256): `kernel` as given, except that the
     default (None) is the HIP kernel where the asm generator has no D_pad kernel (abi.ATTENTION_ASM_HEAD_DIMS: today
     every D_pad, so the default is the asm kernel; the recipe's kernel names the symbol that runs). pv_dtype "fp16" exists only at abi.PV16_HEAD_DIMS, and an
-    explicit variant must be built for D_pad: a ValueError naming the argument otherwise, before any kernel."""
+    explicit kernel must be built for D_pad: a ValueError naming the argument otherwise, before any kernel."""
     Dp = d_pad(D)
     if pv_dtype == "fp16" and Dp not in abi.PV16_HEAD_DIMS:
         raise ValueError(f"pv_dtype: \"fp16\" is built for head dims up to {max(abi.PV16_HEAD_DIMS)}, got D = {D} "
@@ -46,12 +46,12 @@ def served_variant(variant: str | None, D: int, pv_dtype: str, name: str = "q") 
         # spill (docs/numerics.md §Inputs); both kernels refuse the same calls
         raise ValueError(f"pv_dtype: \"fp16\" at head dims 65..128 needs D a multiple of {abi.HEAD_DIM_GRANULE}, "
                          f"got D = {D}; use pv_dtype=\"fp8\" or pad the head dim")
-    if variant == "asm" and Dp not in abi.ATTENTION_ASM_HEAD_DIMS:
+    if kernel == "asm" and Dp not in abi.ATTENTION_ASM_HEAD_DIMS:
         raise ValueError(f"kernel: the \"asm\" attention kernels are built for head dims up to "
                          f"{max(abi.ATTENTION_ASM_HEAD_DIMS)}, got D = {D} ({name}); pass kernel=None or \"hip\"")
-    if variant is None and Dp not in abi.ATTENTION_ASM_HEAD_DIMS:
+    if kernel is None and Dp not in abi.ATTENTION_ASM_HEAD_DIMS:
         return "hip"
-    return variant
+    return kernel
 
 
 def check_query_heads(H_q: int, name: str = "q") -> None:
@@ -125,12 +125,12 @@ def _check_mask_reach(sh: validate.Shapes, mask_dims) -> None:
                          f"offsets ({words} bit words); split the call")
 
 
-def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: bool, variant: str | None,
+def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: bool, kernel: str | None,
            pv_dtype: str, smooth_v: bool, has_block_mask: bool, backend: str,
            has_lse_corr: bool = False, attn_mask=None, staged: tuple = (), device: torch.device | None = None
            ) -> AttentionRecipe:
     """The attention launch for checked shapes and options: the query-head and 32-bit reach limits, the shipped
-    kernel for (variant, D_pad, out dtype, pv_dtype), bound to its grid and scalar kernargs. `backend` is
+    kernel for (kernel, D_pad, out dtype, pv_dtype), bound to its grid and scalar kernargs. `backend` is
     resolved. attn_mask (checked): only its shape is read here (the mask strides, the LUT's). staged: the
     prepare's mode-1 workspace fields (ops.prepare.BufferPlan.workspace[1]) of a call that prepares its own inputs
     (sage_attention): launch_own reads them from a Staged's workspace. device (the call's): the pointers that do
@@ -142,8 +142,7 @@ def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: boo
         _check_mask_reach(sh, mask_dims)
     strides = _out_strides(sh, layout)
     _check_reach(sh, strides)
-    variant = served_variant(variant, sh.D, pv_dtype)
-    kernel = registry.find(OP, variant, head_dim=d_pad(sh.D), out_dtype=DTYPE_KEYS[sh.dtype], pv_dtype=pv_dtype)
+    shipped = registry.find(OP, served_kernel(kernel, sh.D, pv_dtype), head_dim=d_pad(sh.D), out_dtype=DTYPE_KEYS[sh.dtype], pv_dtype=pv_dtype)
     # The smooth_k term: with has_lse_corr (prepared.lse_corr, made by every sage_prepare with smooth_k) execute adds
     # it after the kernel, from the original q (docs/numerics.md §LSE); otherwise the kernel adds its own
     # ln2 * q_f . k_mean (k_mean is all zero without smooth_k, so adding it is exact: x + ln2 * (+-0) == x).
@@ -170,21 +169,21 @@ def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: boo
         if not has_block_mask and mask_dims is None:
             lut, _, _, kinds, bits, bias = _maskless_lut(sh.S_q, sh.S_kv, is_causal, device)
             static.update(lut=lut, mask_kind=kinds, mask_bits=bits, mask_bias=bias)
-    bound = BoundLaunch(kernel.symbol, ATTENTION_FWD_ARGS, geometry, BLOCK, scalars, backend=backend, static=static)
+    bound = BoundLaunch(shipped.symbol, ATTENTION_FWD_ARGS, geometry, BLOCK, scalars, backend=backend, static=static)
     own = None
     if staged:
         at = {name: (off, n) for name, off, n in staged}
-        own = BoundLaunch(kernel.symbol, ATTENTION_FWD_ARGS, geometry, BLOCK, scalars, backend=backend,
+        own = BoundLaunch(shipped.symbol, ATTENTION_FWD_ARGS, geometry, BLOCK, scalars, backend=backend,
                           workspace=[(field, *at[buf]) for field, buf in PREPARED_FIELDS.items() if buf in at],
                           static=static)
-    return AttentionRecipe(kernel, bound, out_shape, lse_shape, sh.dtype, sh, is_causal, return_lse, mask_dims,
+    return AttentionRecipe(shipped, bound, out_shape, lse_shape, sh.dtype, sh, is_causal, return_lse, mask_dims,
                            (scalars["lut_stride_b"], scalars["lut_stride_h"]), own)
 
 
-_luts: dict[tuple, tuple] = {}   # (S_q, S_kv, is_causal, device) -> _lut's answer without a mask
+_luts: dict[tuple, tuple] = {}   # (S_q, S_kv, is_causal, device) -> tile_lut's answer without a mask
 
 
-def _lut(rec: AttentionRecipe, block_mask: torch.Tensor | None, device: torch.device, attn_mask=None):
+def tile_lut(rec: AttentionRecipe, block_mask: torch.Tensor | None, device: torch.device, attn_mask=None):
     """(lut, stride_b, stride_h, mask_kind, mask_bits, mask_bias): the LUT of the key tiles each query tile visits and
     the kind of each entry (docs/numerics.md §Masks). Without a block_mask or attn_mask it depends only on (S_q,
     S_kv, is_causal) and is shared by every (batch, head) (strides 0; kinds all full): built once per shape and
@@ -210,7 +209,7 @@ def _lut(rec: AttentionRecipe, block_mask: torch.Tensor | None, device: torch.de
 
 
 def _maskless_lut(S_q: int, S_kv: int, is_causal: bool, device: torch.device) -> tuple:
-    """_lut's answer without a block_mask or attn_mask (one row set shared by every batch and head), built once per
+    """tile_lut's answer without a block_mask or attn_mask (one row set shared by every batch and head), built once per
     (S_q, S_kv, is_causal, device) and kept."""
     key = (S_q, S_kv, is_causal, device)
     hit = _luts.get(key)
@@ -253,7 +252,7 @@ def execute(rec: AttentionRecipe, prepared, block_mask: torch.Tensor | None = No
     if "lse" not in static:
         fresh["lse"] = lse
     if "lut" not in static:
-        lut, lut_sb, lut_sh, kinds, bits, bias = _lut(rec, block_mask, device, attn_mask)
+        lut, lut_sb, lut_sh, kinds, bits, bias = tile_lut(rec, block_mask, device, attn_mask)
         assert (lut_sb, lut_sh) == rec.lut_strides
         fresh.update(lut=lut, mask_bits=bits, mask_bias=bias, mask_kind=kinds)
         if "cu_seqlens_q" not in static:   # read only by varlen launches (abi.FLAG_VARLEN): any valid pointer
@@ -283,20 +282,20 @@ _NONE: dict = {}   # no caller tensors (never mutated)
 
 
 def plan_forward(prepared: SagePrepared, *, return_lse: bool = False, layout: str = "NHD",
-                 backend: str | None = None, variant: str | None = None, is_causal: bool = False,
+                 backend: str | None = None, kernel: str | None = None, is_causal: bool = False,
                  block_mask: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None) -> AttentionRecipe:
     """Check a forward on a caller's SagePrepared (every field, every option) and plan its launch."""
     validate.check_flag("return_lse", return_lse)
     validate.check_flag("is_causal", is_causal)
     layout = validate.check_layout(layout)
     sh = validate.check_prepared(prepared)
-    if variant is not None and not isinstance(variant, str):
-        raise TypeError(f"variant: expected None (the default kernel) or a str naming a shipped variant of {OP}, "
-                        f"got {type(variant).__name__}")
+    if kernel is not None and not isinstance(kernel, str):
+        raise TypeError(f"kernel: expected None (the default kernel) or a str naming a shipped kernel of {OP}, "
+                        f"got {type(kernel).__name__}")
     check_query_heads(sh.H_q, "prepared.q_int8")
     masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv, device=prepared.q_int8.device)
     masks.check_attn_mask(attn_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv, device=prepared.q_int8.device)
-    return recipe(sh, attn_mask=attn_mask, layout=layout, return_lse=return_lse, is_causal=is_causal, variant=variant,
+    return recipe(sh, attn_mask=attn_mask, layout=layout, return_lse=return_lse, is_causal=is_causal, kernel=kernel,
                   pv_dtype=prepared.pv_dtype, smooth_v=prepared.v_mean is not None,
                   has_lse_corr=prepared.lse_corr is not None,
                   has_block_mask=block_mask is not None, backend=resolve_backend(prepared.q_int8, backend),
@@ -304,17 +303,17 @@ def plan_forward(prepared: SagePrepared, *, return_lse: bool = False, layout: st
 
 
 def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layout: str = "NHD",
-                      backend: str | None = None, variant: str | None = None, is_causal: bool = False,
+                      backend: str | None = None, kernel: str | None = None, is_causal: bool = False,
                       block_mask: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None):
     """Attention forward on a prepared structure: out [B, S_q, H_q, D] (layout "NHD") or [B, H_q, S_q, D] ("HND")
     in prepared.out_dtype, or (out, lse fp32 [B, H_q, S_q]).
 
-    backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "hip"); variant: which shipped kernel
+    backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "gpu"); kernel: which shipped kernel
     family ("asm" = the hand-scheduled one, the default; "hip" = the clang-built one). is_causal: row i sees keys
     j <= i + S_kv - S_q (bottom-right aligned); block_mask: bool [B, H_q, ceil(S_q/64), ceil(S_kv/64)], the key
     tiles each query tile visits (sage_co.masks). Rows that see no key get zeros and lse -inf. Everything is
     validated before any kernel runs (plan_forward); sage_co.api plans through sage_co.plan instead."""
-    rec = plan_forward(prepared, return_lse=return_lse, layout=layout, backend=backend, variant=variant,
+    rec = plan_forward(prepared, return_lse=return_lse, layout=layout, backend=backend, kernel=kernel,
                        is_causal=is_causal, block_mask=block_mask, attn_mask=attn_mask)
     out, lse = execute(rec, prepared, block_mask, attn_mask)
     return (out, lse) if return_lse else out
@@ -322,7 +321,7 @@ def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layou
 
 # ---------------------------------------------------------------------------------------------- varlen
 def varlen_recipe(*, batch: int, max_seqlen_q: int, total_q: int, total_kv: int, H_q: int, H_kv: int, D: int,
-                  dtype: torch.dtype, return_lse: bool, is_causal: bool, variant: str | None, pv_dtype: str,
+                  dtype: torch.dtype, return_lse: bool, is_causal: bool, kernel: str | None, pv_dtype: str,
                   smooth_v: bool, has_lse_corr: bool, backend: str) -> AttentionRecipe:
     """The one attention launch of a varlen call (docs/numerics.md §Varlen) over a PackedPrepared: grid
     (ceil(max_seqlen_q / 64), H_q, batch) as flash-attention sizes it, FLAG_VARLEN; each workgroup reads its
@@ -337,7 +336,7 @@ def varlen_recipe(*, batch: int, max_seqlen_q: int, total_q: int, total_kv: int,
                              f"(the kernel's 32-bit offsets)")
     if max(strides) >= U32 or WAVE_ROWS * strides[1] * 2 >= U32 or total_q * H_q >= U32:
         raise ValueError(f"q: {total_q} packed rows of {H_q} x {D} are too large for the kernel's 32-bit offsets")
-    kernel = registry.find(OP, variant, head_dim=Dp, out_dtype=DTYPE_KEYS[dtype], pv_dtype=pv_dtype)
+    shipped = registry.find(OP, kernel, head_dim=Dp, out_dtype=DTYPE_KEYS[dtype], pv_dtype=pv_dtype)
     smooth_k_term = 0 if has_lse_corr else FLAG_SMOOTH_K
     flags = ((FLAG_LSE | smooth_k_term) if return_lse else 0) | (FLAG_CAUSAL if is_causal else 0) | \
         (FLAG_SMOOTH_V if smooth_v else 0) | abi.FLAG_VARLEN
@@ -351,9 +350,9 @@ def varlen_recipe(*, batch: int, max_seqlen_q: int, total_q: int, total_kv: int,
         "mask_stride_b": 0, "mask_stride_h": 0, "mask_stride_s": 0,
     }
     grid = (max(1, -(-max_seqlen_q // QUERY_TILE)), H_q, batch)
-    bound = BoundLaunch(kernel.symbol, ATTENTION_FWD_ARGS, grid, BLOCK, scalars, backend=backend)
+    bound = BoundLaunch(shipped.symbol, ATTENTION_FWD_ARGS, grid, BLOCK, scalars, backend=backend)
     sh = validate.Shapes(batch, max_seqlen_q, 0, H_q, H_kv, D, dtype)
-    return AttentionRecipe(kernel, bound, (total_q, H_q, D), (H_q, total_q) if return_lse else (1,), dtype, sh,
+    return AttentionRecipe(shipped, bound, (total_q, H_q, D), (H_q, total_q) if return_lse else (1,), dtype, sh,
                            is_causal, return_lse)
 
 

@@ -24,7 +24,7 @@ from ..reference import q_multiplier
 from ..prepared import DTYPE_KEYS, U32
 from .prepare import flat_view
 
-VARIANT = "hip"
+KERNEL = "hip"   # the predictor ships one (HIP) kernel per op
 
 
 def select_lds_bytes(n_kv: int) -> int:
@@ -60,8 +60,8 @@ def run_predict(qn: torch.Tensor, kn: torch.Tensor, sh: validate.Shapes, softmax
     """The predictor kernels on validated NHD views (sage_co.sparse.predict_block_mask validates the arguments)."""
     check_predict_limits(sh)
     backend = resolve_backend(qn, backend)
-    pool_sym = registry.find(PREDICT_POOL_OP, VARIANT, in_dtype=DTYPE_KEYS[sh.dtype]).symbol
-    select_sym = registry.find(PREDICT_SELECT_OP, VARIANT).symbol
+    pool_sym = registry.find(PREDICT_POOL_OP, KERNEL, in_dtype=DTYPE_KEYS[sh.dtype]).symbol
+    select_sym = registry.find(PREDICT_SELECT_OP, KERNEL).symbol
     n_q, n_kv = n_tiles(sh.S_q, BLOCK_Q), n_tiles(sh.S_kv, BLOCK_KV)
     (qf, qs), (kf, ks) = flat_view(qn), flat_view(kn)
     for name, st in (("q", qs), ("k", ks)):

@@ -380,7 +380,7 @@ def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_
 
     smooth_v: V's per-channel mean (v_mean) is subtracted before fp8 (stats also takes V's sums, max and min);
     pv_dtype="fp16": quant writes V^T in fp16 and no V statistics run (stats only for smooth_k, if at all).
-    backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "hip"). Every argument is validated before
+    backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "gpu"). Every argument is validated before
     any kernel runs (sage_co.api plans through sage_co.plan instead); outputs are fresh tensors on q's device,
     padded rows/columns/channels zero."""
     chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,

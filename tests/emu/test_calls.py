@@ -77,7 +77,7 @@ def test_call_private_callee_frame_is_checked(env):
     k = mod.co.kernel("call_private")
     assert k.descriptor.private_segment_fixed_size == 96
     small = dataclasses.replace(k, descriptor=dataclasses.replace(k.descriptor, private_segment_fixed_size=80))
-    mod._programs["call_private"] = executor.Program(mod, small)
+    mod.programs["call_private"] = executor.Program(mod, small)
     with pytest.raises(EmuError, match=r"scratch_store_b32 off, v9, s33.*outside the kernel's 80 B private segment"):
         mod.launch("call_private", (1, 1, 1), (48, 1, 1), struct.pack("<QQ", dev.alloc(256), dev.alloc(256)))
 

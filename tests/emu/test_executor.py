@@ -47,7 +47,7 @@ def test_wmma_iu8_min_matches_numpy_and_buffer_oob_reads_zero(wmma_min):
     assert stats["WMMA"] == 1 and stats["waves"] == 1
     # straight-line code, one wave: every instruction from the entry to s_endpgm ran once (Stats.exec_counts, by
     # byte offset in .text; the instructions after s_endpgm, s_code_end padding, never run)
-    prog = mod._programs["wmma_iu8_min"]
+    prog = mod.programs["wmma_iu8_min"]
     end = next(n for n, i in enumerate(prog.insts) if i.name == "s_endpgm")
     assert stats.exec_counts == {i.offset: 1 for i in prog.insts[:end + 1]}
     # a_bytes = 100: the V# NUM_RECORDS range check zeroes every 8-byte A fragment with offset + 8 > 100
@@ -122,7 +122,7 @@ def test_divergent_branches_and_loops(hip):
     np.testing.assert_array_equal(get(dev, out, np.uint32, nwg * 64), _diverge_ref(x, nwg))
     # per-instruction counts (Stats.exec_counts) add up to the class counts; the loops ran some instructions more
     # often than the 12 waves, the branches skipped others for some waves
-    prog = mod._programs["diverge"]
+    prog = mod.programs["diverge"]
     cls = {i.offset: c for i, c in zip(prog.insts, prog.cls)}
     by_class = {c: 0 for c in set(prog.cls)}
     for off, n in stats.exec_counts.items():

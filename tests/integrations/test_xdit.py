@@ -14,6 +14,7 @@ from sage_co.integrations.xdit import SageCoRingProcessor, register_xdit, xdit_a
 
 from . import dist_worker
 from .fp32ref import attention_fp32
+from .ring_bounds import RING_REL_L2
 
 
 def _hnd(S=70, H=2):
@@ -110,7 +111,6 @@ def test_yunchang_ulysses_is_the_op_bitwise(yunchang_runs):
 def test_yunchang_ring_with_sage_co_processor(yunchang_runs):
     """yunchang's own ring loop and merge around sage-co's processor. Bounds and why not bitwise: as for
     sage_co.parallel's ring (tests/integrations/test_parallel.py): per-shard quantization, bf16 partials."""
-    from .test_parallel import RING_REL_L2
     runs, (q, k, v) = yunchang_runs
     out = runs["ring"]
     ref = sage_co.sage_attention(q, k, v, smooth_k=True)

@@ -1,4 +1,4 @@
-"""Build and read the stand-in libamdhip64.so (stub_amdhip64.c) that the hip backend tests run against.
+"""Build and read the stand-in libamdhip64.so (stub_amdhip64.c) that the gpu backend tests run against.
 
     lib = build(tmp_dir)            # compiles with the system C compiler; raises NoCompiler when there is none
     stub = Stub(lib)                # ctypes view of the same loaded file (one instance per process)
@@ -97,7 +97,7 @@ class Stub:
 
 
 class HostPlatform:
-    """The hip backend's view of devices and streams for runs on the stub: CPU tensors stand for device
+    """The gpu backend's view of devices and streams for runs on the stub: CPU tensors stand for device
     tensors (their host addresses go into the kernargs), `device` is the device index they are on, `stream`
     the raw stream handle torch would report, `arch` every device's gfx name."""
 

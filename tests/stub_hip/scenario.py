@@ -1,4 +1,4 @@
-"""Runs of the hip backend on the stub runtime, each in a fresh process (hip-python opens libamdhip64 once per
+"""Runs of the gpu backend on the stub runtime, each in a fresh process (hip-python opens libamdhip64 once per
 process, so every runtime layout needs its own): `python tests/stub_hip/scenario.py NAME TMPDIR` prints one
 JSON line of observations that tests/test_hip_stub.py asserts on.
 
@@ -75,17 +75,17 @@ def prepare_families():
 def run_ops(backend: str):
     """Every shipped kernel through the ops: for each prepare family (head dim, dtype) prepare without and with
     smooth_k, with norm + RoPE at each rope_dim, with smooth_v and with pv_dtype="fp16", then attention in each
-    variant with and without LSE on those prepared inputs (the fp16 one reaches the _pv16 symbols), then each
+    kernel with and without LSE on those prepared inputs (the fp16 one reaches the _pv16 symbols), then each
     microbenchmark (sage_co.microbench). Returns the launch records."""
     from sage_co import abi, launch, registry
     from sage_co.ops.attention import OP, run_attention_fwd
     from sage_co import validate
     from sage_co.ops.predict import run_predict
     from sage_co.ops.prepare import run_prepare
-    variants = sorted({k.variant for k in registry.kernels() if k.op == OP})
-    # (variant, head_dim, pv_dtype) of the shipped attention symbols: pv_dtype fp16 stops at D_pad 128
+    shipped_kernels = sorted({k.kernel for k in registry.kernels() if k.op == OP})
+    # (kernel, head_dim, pv_dtype) of the shipped attention symbols: pv_dtype fp16 stops at D_pad 128
     # (abi.PV16_HEAD_DIMS), the prepare and attention kernels do not
-    served = {(k.variant, k.key("head_dim"), k.key("pv_dtype")) for k in registry.kernels() if k.op == OP}
+    served = {(k.kernel, k.key("head_dim"), k.key("pv_dtype")) for k in registry.kernels() if k.op == OP}
     with launch.recording() as records:
         for (D, dtype), rope_dims in prepare_families().items():
             q, k, v = inputs(D=D, dtype=dtype)
@@ -98,13 +98,13 @@ def run_ops(backend: str):
                         run_prepare(q, k, v, smooth_k=True, backend=backend, norm_rope_rounding=rounding, **nr)
             smooth_v = run_prepare(q, k, v, smooth_v=True, backend=backend)       # issue 19: V statistics
             pv16 = run_prepare(q, k, v, pv_dtype="fp16", backend=backend)        # and the fp16 V^T path
-            for variant in variants:
-                if (variant, D, "fp8") in served:
-                    run_attention_fwd(prepared, backend=backend, variant=variant)
-                    run_attention_fwd(prepared, backend=backend, variant=variant, return_lse=True)
-                    run_attention_fwd(smooth_v, backend=backend, variant=variant)
-                if (variant, D, "fp16") in served:
-                    run_attention_fwd(pv16, backend=backend, variant=variant, return_lse=True)
+            for kernel in shipped_kernels:
+                if (kernel, D, "fp8") in served:
+                    run_attention_fwd(prepared, backend=backend, kernel=kernel)
+                    run_attention_fwd(prepared, backend=backend, kernel=kernel, return_lse=True)
+                    run_attention_fwd(smooth_v, backend=backend, kernel=kernel)
+                if (kernel, D, "fp16") in served:
+                    run_attention_fwd(pv16, backend=backend, kernel=kernel, return_lse=True)
             # the block-mask predictor (pool + select): 16-bit q/k only, D up to abi.PREDICT_CHANNELS
             if dtype in abi.PREDICT_IN_DTYPES and D <= abi.PREDICT_CHANNELS:
                 sh, qn, kn, _ = validate.check_qkv(q, k, k, "NHD")
@@ -113,11 +113,11 @@ def run_ops(backend: str):
         # on reference prepares
         from sage_co import reference
         prep_dims = {D for D, _ in prepare_families()}
-        for variant, D, out_dtype in sorted({(k.variant, k.key("head_dim"), k.key("out_dtype"))
+        for kernel, D, out_dtype in sorted({(k.kernel, k.key("head_dim"), k.key("out_dtype"))
                                              for k in registry.kernels() if k.op == OP
                                              and k.key("head_dim") not in prep_dims}):
             run_attention_fwd(reference.sage_prepare(*inputs(D=D, dtype=out_dtype)), backend=backend,
-                              variant=variant, return_lse=True)
+                              kernel=kernel, return_lse=True)
         from sage_co import microbench            # the microbenchmarks of `selftest --perf`: one workgroup each
         for bench in microbench.MICROBENCH_BENCHES:
             args = microbench.inputs(bench, 1, src_bytes=microbench.stream_stride(1) if bench == "l2_stream" else None)
@@ -148,10 +148,10 @@ def main_scenario(tmp: Path) -> dict:
     be = hip_backend(stream=0x5A5A)
     out["runtime"] = be.runtime.path
     out["hip_python"] = be.hip_python_version
-    launch.use_backend("hip", be)
+    launch.use_backend("gpu", be)
 
     # -- kernarg bytes: the stub's copy of `extra` vs the emulator's packing of the same launches
-    hip_records = run_ops("hip")
+    hip_records = run_ops("gpu")
     stub_launches = stub.records("launch")
     emu_records = run_ops("emu")
     comparisons = []
@@ -178,7 +178,7 @@ def main_scenario(tmp: Path) -> dict:
 
     # -- modules: one load per (device, code object), bytes = the shipped file, functions by name
     be.platform.device = 1
-    run_ops_once = run_ops("hip")
+    run_ops_once = run_ops("gpu")
     be.platform.device = 0
     loads = stub.records("load")
     out["loads"] = [dict(device=r["device"], size=len(r["data"]),
@@ -195,7 +195,7 @@ def main_scenario(tmp: Path) -> dict:
     from sage_co import sage_attention
     be.platform.device = 1
     sets_before, launches_before = len(stub.records("set_device")), len(stub.records("launch"))
-    sage_attention(*inputs(S=100, H=2), backend="hip")
+    sage_attention(*inputs(S=100, H=2), backend="gpu")
     be.platform.device = 0
     out["whole_call_launches"] = len(stub.records("launch")) - launches_before
     out["whole_call_set_device"] = [r["device"] for r in stub.records("set_device")[sets_before:]]
@@ -203,11 +203,11 @@ def main_scenario(tmp: Path) -> dict:
     # -- errors: code, every alias, hipGetErrorString text; a failed launch is not recorded as launched
     q, k, v = inputs(S=16, H=1)
     from sage_co.ops.prepare import run_prepare
-    prepared = launch_prepared = run_prepare(q, k, v, backend="hip")
+    prepared = launch_prepared = run_prepare(q, k, v, backend="gpu")
     before = len(launch.launched), list(launch.launched)[-1:]
     stub.fail("hipModuleLaunchKernel", 400)
     try:
-        attention.run_attention_fwd(launch_prepared, backend="hip")
+        attention.run_attention_fwd(launch_prepared, backend="gpu")
         out["launch_error"] = None
     except HipError as exc:
         out["launch_error"] = dict(message=str(exc), call=exc.call, code=exc.code)
@@ -216,11 +216,11 @@ def main_scenario(tmp: Path) -> dict:
     be.platform.device = 1
     be.unload()            # the next launch loads and resolves again
     try:
-        attention.run_attention_fwd(prepared, backend="hip")
+        attention.run_attention_fwd(prepared, backend="gpu")
         out["get_function_error"] = None
     except HipError as exc:
         out["get_function_error"] = dict(message=str(exc), call=exc.call, code=exc.code)
-    attention.run_attention_fwd(prepared, backend="hip")   # the next launch resolves again and works
+    attention.run_attention_fwd(prepared, backend="gpu")   # the next launch resolves again and works
     out["retry_after_error_ok"] = stub.records("launch")[-1]["result"] == 0
     be.platform.device = 0
 
@@ -230,18 +230,18 @@ def main_scenario(tmp: Path) -> dict:
                           ok=all(r["result"] == 0 for r in stub.records("unload")))
     stub.set_capturing(0x5A5A, True)
     try:
-        attention.run_attention_fwd(prepared, backend="hip")
+        attention.run_attention_fwd(prepared, backend="gpu")
         out["capture_without_warmup"] = None
     except HipError as exc:
         out["capture_without_warmup"] = str(exc)
     stub.set_capturing(0x5A5A, False)
     n_loads = len(stub.records("load"))
-    launch.warmup("hip", device=0)
+    launch.warmup("gpu", device=0)
     out["warmup_loads"] = len(stub.records("load")) - n_loads
     n_loads, n_launches = len(stub.records("load")), len(stub.records("launch"))
     stub.set_capturing(0x5A5A, True)
-    attention.run_attention_fwd(prepared, backend="hip")
-    run_prepare(q, k, v, backend="hip")
+    attention.run_attention_fwd(prepared, backend="gpu")
+    run_prepare(q, k, v, backend="gpu")
     stub.set_capturing(0x5A5A, False)
     out["capture_after_warmup"] = dict(loads=len(stub.records("load")) - n_loads,
                                        launches=len(stub.records("launch")) - n_launches,
@@ -254,7 +254,7 @@ def main_scenario(tmp: Path) -> dict:
     buf = torch.zeros(4096, dtype=torch.uint8)
     launch.launch(shipped.symbol, struct_, (1, 1, 1), (launch.plan(shipped.symbol, struct_).max_threads, 1, 1),
                   {f.name: buf if f.kind == "ptr" else 1.0 if f.kind == "f32" else 1 for f in struct_.fields},
-                  backend="hip", dynamic_lds=256)
+                  backend="gpu", dynamic_lds=256)
     out["dynamic_lds_shared_mem"] = stub.records("launch")[-1]["shared_mem"]
 
     # -- alignment: a view at an odd offset is refused before anything reaches the runtime
@@ -267,7 +267,7 @@ def main_scenario(tmp: Path) -> dict:
         args[first_ptr] = odd
         out["misaligned_field"] = first_ptr
         launch.launch(shipped.symbol, struct_, (1, 1, 1), (launch.plan(shipped.symbol, struct_).max_threads, 1, 1),
-                      args, backend="hip")
+                      args, backend="gpu")
         out["misaligned"] = None
     except ValueError as exc:
         out["misaligned"] = str(exc)
@@ -335,15 +335,15 @@ class _HostReadForbidden:
 
 
 def varlen_scenario(tmp: Path) -> dict:
-    """Issue 26: sage_attention_varlen on the hip backend while the stream is capturing a graph (after warmup):
+    """Issue 26: sage_attention_varlen on the gpu backend while the stream is capturing a graph (after warmup):
     per batch size, the launches the stub received, the synchronizing calls, and whether any tensor value was
     read on the host (forbidden: _HostReadForbidden)."""
     stub = stub_hip.Stub(stub_hip.build(tmp))
     import torch
     import sage_co
     from sage_co import launch
-    launch.use_backend("hip", hip_backend(stream=0x5A5A))
-    launch.warmup("hip", device=0)
+    launch.use_backend("gpu", hip_backend(stream=0x5A5A))
+    launch.warmup("gpu", device=0)
     out: dict = {}
     g = torch.Generator().manual_seed(0)
     for batch in (1, 64):
@@ -356,13 +356,13 @@ def varlen_scenario(tmp: Path) -> dict:
         # one call first (plans the shape, as a graph is captured after a warm-up run); the captured call then
         # reads no tensor value at all on the host
         sage_co.sage_attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_kv), is_causal=True, smooth_k=True,
-                                      return_lse=True, backend="hip")
+                                      return_lse=True, backend="gpu")
         n_launch, n_sync = len(stub.records("launch")), len(stub.records("sync"))
         stub.set_capturing(0x5A5A, True)
         try:
             with _HostReadForbidden():
                 res = sage_co.sage_attention_varlen(q, k, v, cq, ck, max(lens_q), max(lens_kv), is_causal=True,
-                                                    smooth_k=True, return_lse=True, backend="hip")
+                                                    smooth_k=True, return_lse=True, backend="gpu")
             error = None
         except Exception as exc:   # reported, asserted on by the test
             import traceback
@@ -383,19 +383,19 @@ def bound_scenario(tmp: Path) -> dict:
     import torch
     from sage_co import abi, launch, registry
     be = hip_backend()
-    launch.use_backend("hip", be)
+    launch.use_backend("gpu", be)
     struct_ = abi.PREPARE_ARGS
     symbol = next(k.symbol for k in registry.kernels() if k.op == struct_.name)
     scalars = {f.name: 1.0 if f.kind == "f32" else 3 for f in struct_.fields if f.kind != "ptr"}
     pointers = [f.name for f in struct_.fields if f.kind == "ptr"]
     bufs = {n: torch.zeros(64, dtype=torch.float32) for n in pointers}
     grid, block = (2, 1, 1), (32, 1, 1)     # the prepare kernel is one wave32 per workgroup, a 1-D grid
-    bound = launch.BoundLaunch(symbol, struct_, grid, block, scalars, backend="hip")
+    bound = launch.BoundLaunch(symbol, struct_, grid, block, scalars, backend="gpu")
     stub.clear()
     with launch.recording() as records:
-        launch.launch(symbol, struct_, grid, block, {**scalars, **bufs}, backend="hip")        # the full path
-        launch.launch(symbol, struct_, bound.grid, bound.block, bound.args(bufs), backend="hip")  # fast, checked
-        launch.launch(symbol, struct_, bound.grid, bound.block, bound.args({}, bufs), backend="hip")  # fast, fresh
+        launch.launch(symbol, struct_, grid, block, {**scalars, **bufs}, backend="gpu")        # the full path
+        launch.launch(symbol, struct_, bound.grid, bound.block, bound.args(bufs), backend="gpu")  # fast, checked
+        launch.launch(symbol, struct_, bound.grid, bound.block, bound.args({}, bufs), backend="gpu")  # fast, fresh
     sent = stub.records("launch")
     out: dict = {"same_bytes": [r["data"] == sent[0]["data"] for r in sent],
                  "recorded_bytes": [r.kernarg_bytes == s["data"] for r, s in zip(records, sent)],
@@ -408,7 +408,7 @@ def bound_scenario(tmp: Path) -> dict:
             ("missing", {n: bufs[n] for n in pointers[1:]}, None),
             ("scalar_as_tensor", {**bufs, "H_kv": torch.zeros(4)}, None)):
         try:
-            launch.launch(symbol, struct_, bound.grid, bound.block, bound.args(tensors, fresh), backend="hip")
+            launch.launch(symbol, struct_, bound.grid, bound.block, bound.args(tensors, fresh), backend="gpu")
             errors[name] = None
         except (TypeError, ValueError) as exc:
             errors[name] = f"{type(exc).__name__}: {exc}"
@@ -417,30 +417,30 @@ def bound_scenario(tmp: Path) -> dict:
     # workspace fields: bound at (offset, nbytes) of one per-call uint8 tensor; the fast path sends the bytes the
     # full path sends for the views ws[offset:offset + nbytes], and refuses a missing or short workspace
     spans = {"v_inv": (0, 256), "q_int8": (512, 256)}
-    wsb = launch.BoundLaunch(symbol, struct_, grid, block, scalars, backend="hip",
+    wsb = launch.BoundLaunch(symbol, struct_, grid, block, scalars, backend="gpu",
                              workspace=[(n, off, nb) for n, (off, nb) in spans.items()])
     ws = torch.zeros(1024, dtype=torch.uint8)
     others = {n: t for n, t in bufs.items() if n not in spans}
     stub.clear()
     with launch.recording() as ws_records:
         launch.launch(symbol, struct_, grid, block,
-                      {**scalars, **others, **{n: ws[off:off + nb] for n, (off, nb) in spans.items()}}, backend="hip")
-        launch.launch(symbol, struct_, wsb.grid, wsb.block, wsb.args({}, others, ws), backend="hip")
+                      {**scalars, **others, **{n: ws[off:off + nb] for n, (off, nb) in spans.items()}}, backend="gpu")
+        launch.launch(symbol, struct_, wsb.grid, wsb.block, wsb.args({}, others, ws), backend="gpu")
     ws_sent = stub.records("launch")
     out["workspace_same_bytes"] = len(ws_sent) == 2 and ws_sent[0]["data"] == ws_sent[1]["data"]
     out["workspace_addresses"] = [ws_records[1].addresses[n] - ws.data_ptr() for n in spans]
     ws_errors = {}
     for name, workspace in (("missing", None), ("short", torch.zeros(600, dtype=torch.uint8))):
         try:
-            launch.launch(symbol, struct_, wsb.grid, wsb.block, wsb.args({}, others, workspace), backend="hip")
+            launch.launch(symbol, struct_, wsb.grid, wsb.block, wsb.args({}, others, workspace), backend="gpu")
             ws_errors[name] = None
         except ValueError as exc:
             ws_errors[name] = str(exc)
     out["workspace_errors"] = ws_errors
     out["workspace_launches_after_errors"] = len(stub.records("launch"))
     be2 = hip_backend()
-    launch.use_backend("hip", be2)
-    launch.launch(symbol, struct_, bound.grid, bound.block, bound.args(bufs), backend="hip")
+    launch.use_backend("gpu", be2)
+    launch.launch(symbol, struct_, bound.grid, bound.block, bound.args(bufs), backend="gpu")
     out["swapped_backend_loads"] = [be.module_loads, be2.module_loads]
     return out
 

@@ -1,4 +1,4 @@
-/* A stand-in libamdhip64.so for the test suite: implements the HIP entry points sage_co's hip backend calls,
+/* A stand-in libamdhip64.so for the test suite: implements the HIP entry points sage_co's gpu backend calls,
  * records every call, and never touches a GPU.
  *
  * It is loaded through the real hip-python (whose Cython wrappers dlopen it as "libamdhip64") so the tests

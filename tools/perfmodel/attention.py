@@ -5,17 +5,17 @@ from __future__ import annotations
 from perfmodel.stream import HEAD_DIM
 
 
-def attention_symbol(variant: str, head_dim: int = HEAD_DIM, pv_dtype: str = "fp8", out_dtype: str = "bf16") -> str:
-    """The shipped symbol of an attention variant at this head dim, P.V dtype and output dtype (default bf16; a code
+def attention_symbol(kernel: str, head_dim: int = HEAD_DIM, pv_dtype: str = "fp8", out_dtype: str = "bf16") -> str:
+    """The shipped symbol of an attention kernel at this head dim, P.V dtype and output dtype (default bf16; a code
     object may hold one symbol per (head_dim, out_dtype, pv_dtype): registry key columns)."""
     from sage_co import registry
     try:
-        return registry.find("sage_attention_fwd", variant, head_dim=head_dim, out_dtype=out_dtype,
+        return registry.find("sage_attention_fwd", kernel, head_dim=head_dim, out_dtype=out_dtype,
                              pv_dtype=pv_dtype).symbol
     except (LookupError, TypeError, ValueError):
         if head_dim != HEAD_DIM:
-            raise ValueError(f"no shipped {variant} attention kernel for head_dim={head_dim}") from None
-        return registry.find("sage_attention_fwd", variant).symbol       # a manifest without key columns
+            raise ValueError(f"no shipped {kernel} attention kernel for head_dim={head_dim}") from None
+        return registry.find("sage_attention_fwd", kernel).symbol       # a manifest without key columns
 
 
 def attention_inputs(S_q: int, S_kv: int | None = None, head_dim: int = HEAD_DIM, seed: int = 0,

@@ -51,7 +51,7 @@ def _scale_side_figures(mix: Mix, static: Mix) -> None:
     mix.store_bytes = mix.VMEM_STORE * ratio(static.store_bytes, static.VMEM_STORE)
 
 
-def attention_stats(variant: str, S: int, pv_dtype: str = "fp8") -> dict:
+def attention_stats(kernel: str, S: int, pv_dtype: str = "fp8") -> dict:
     """Emulator statistics of one shipped attention launch at B = H = 1, S keys: launch()'s return value.
     Arguments by name for whichever attention kernarg layout sage_co.abi declares (restate.attention_inputs)."""
     import torch
@@ -65,18 +65,18 @@ def attention_stats(variant: str, S: int, pv_dtype: str = "fp8") -> dict:
         args[f.name] = torch.zeros(v, dtype=torch.uint8) if f.kind == "ptr" and isinstance(v, int) else v
     S_pad = values["seq_pad"]
     grid = (S_pad // abi.QUERY_TILE, 1, 1)
-    return launch(attention_symbol(variant, pv_dtype=pv_dtype), struct, grid, abi.ATTENTION_BLOCK, args, backend="emu")
+    return launch(attention_symbol(kernel, pv_dtype=pv_dtype), struct, grid, abi.ATTENTION_BLOCK, args, backend="emu")
 
 
-def emulator_mix(km: KernelModel, variant: str, seqs=EMU_SEQ, pv_dtype: str = "fp8") -> tuple[Mix, frozenset[int]]:
-    """Run the variant on the emulator at two sequence lengths: (steady-state mix per 64-key tile, the addresses
+def emulator_mix(km: KernelModel, kernel: str, seqs=EMU_SEQ, pv_dtype: str = "fp8") -> tuple[Mix, frozenset[int]]:
+    """Run the kernel on the emulator at two sequence lengths: (steady-state mix per 64-key tile, the addresses
     either run executed: KernelModel.executed, which keeps the simulator's loop paths to the blocks that ran).
     Raises when the emulator cannot run it."""
     runs = []
     for S in seqs:
         if S % PAD:
             raise ValueError(f"emulator sequence lengths must be multiples of {PAD} (no tail tile), got {S}")
-        runs.append((S, attention_stats(variant, S, pv_dtype)))
+        runs.append((S, attention_stats(kernel, S, pv_dtype)))
     (s0, st0), (s1, st1) = runs
     # per 64-key tile (the emulator counts whole iterations; S is a multiple of keys_per_iter in both runs)
     if s0 % km.keys_per_iter or s1 % km.keys_per_iter:
@@ -292,7 +292,7 @@ def emulate_workgroup(path: Path, symbol: str, block: int, args: dict, text_addr
         stats = mod.launch(symbol, grid=(1, 1, 1), block=(block, 1, 1), kernargs=kernargs,
                            **({"dynamic_lds": dynamic_lds} if dynamic_lds else {}))
     counts = {text_addr + off: n for off, n in stats.exec_counts.items()}     # objdump numbering
-    prog = mod._programs[symbol]                        # the instruction list the LDS observer's PC indices index
+    prog = mod.programs[symbol]                        # the instruction list the LDS observer's PC indices index
     # a 2addr access calls the address function once per address: passes per wave-execution add up
     execs = {text_addr + prog.insts[pc].offset: counts.get(text_addr + prog.insts[pc].offset, 0) for pc in passes}
     lds = {text_addr + prog.insts[pc].offset: tot / max(1, execs[text_addr + prog.insts[pc].offset])

@@ -80,7 +80,7 @@ _SCALAR = {106: NAMED["vcc_lo"], 107: NAMED["vcc_hi"], 125: NAMED["m0"], 126: NA
            127: NAMED["exec_hi"]}
 
 
-def _key(k) -> int:
+def register_number(k) -> int:
     """facts' register key -> scoreboard number. A 16-bit half ('v.l' / 'v.h') counts as its whole VGPR (the
     scoreboard tracks registers, not halves: a conservative dependency)."""
     kind, n = k
@@ -93,7 +93,7 @@ def reads_writes(ins: Inst) -> tuple[tuple[int, ...], tuple[int, ...]]:
     if ins.inst is None:
         return text_reads_writes(ins)
     f = facts(ins.inst)
-    srcs, dsts = [_key(k) for k in f.reads], [_key(k) for k in f.writes]
+    srcs, dsts = [register_number(k) for k in f.reads], [register_number(k) for k in f.writes]
     m = ins.mnemonic
     if m.startswith(_SCC_READERS):
         srcs.append(NAMED["scc"])

@@ -53,18 +53,18 @@ def _mask_args(kind: str, S: int, seed: int = 0) -> dict:
 _runs: dict = {}
 
 
-def _emulated(kind: str, variant: str):
+def _emulated(kind: str, kernel: str):
     """(km, run) of the first workgroup at EMU_S with every visited tile of `kind` ('full': the dense run)."""
     import torch
     from sage_co import codeobj
-    restate.our_kernel(variant, 1, 1, restate.EMU_S)          # fills restate's (km, run) cache
-    km, dense_run = restate._cache[(variant, HEAD_DIM, False)]
+    restate.our_kernel(kernel, 1, 1, restate.EMU_S)          # fills restate's (km, run) cache
+    km, dense_run = restate._cache[(kernel, HEAD_DIM, False)]
     if kind == "full":
         return km, dense_run
-    key = (variant, kind)
+    key = (kernel, kind)
     if key not in _runs:
-        path = restate.KERNELS[variant]
-        symbol = attention_symbol(variant, HEAD_DIM)
+        path = restate.KERNELS[kernel]
+        symbol = attention_symbol(kernel, HEAD_DIM)
         names = set(arg_names(codeobj.read_file(path).kernel(symbol)))
         inputs = {**attention_inputs(restate.EMU_S, restate.EMU_S, HEAD_DIM), **_mask_args(kind, restate.EMU_S)}
         args = {k: v.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if isinstance(v, torch.Tensor)
@@ -73,11 +73,11 @@ def _emulated(kind: str, variant: str):
     return km, _runs[key]
 
 
-def tile_mix(kind: str, variant: str = "asm") -> Mix:
+def tile_mix(kind: str, kernel: str = "asm") -> Mix:
     """The emulated per-tile mix of one wave with every visited tile of `kind`: the loop's instructions plus the
     out-of-line attn_mask blocks the asm kernel branches to (after the epilogue's s_endpgm; the HIP kernel has its
     mask code inside the loop)."""
-    km, run = _emulated(kind, variant)
+    km, run = _emulated(kind, kernel)
     mix, trips = dynamic_iteration_mix(km, run)
     end = max(i.addr for i in km.insts if i.mnemonic == "s_endpgm")
     for ins in km.insts:
@@ -87,15 +87,15 @@ def tile_mix(kind: str, variant: str = "asm") -> Mix:
     return mix.scaled(1 / km.tiles_per_iter, source=f"{kind} tiles: loop + out-of-line mask blocks per 64-key tile")
 
 
-def tile_kind_time(kind: str, variant: str = "asm", B: int = 1, H: int = 16, S: int = 4096, params=CALIBRATED):
+def tile_kind_time(kind: str, kernel: str = "asm", B: int = 1, H: int = 16, S: int = 4096, params=CALIBRATED):
     """(modeled us, issue-cost ratio vs full, binding) of the launch at (B, H, S) with every visited tile of
     `kind`: the calibrated launch model of the unmasked kernel, its compute time scaled by the issue-bound cost
     ratio of the kinds' per-tile mixes (issue.tile_cost at the kernel's waves per SIMD), against the DRAM time with
     the mask's bytes."""
-    km, _ = _emulated("full", variant)
-    dense = restate.our_kernel(variant, B, H, S, params)
+    km, _ = _emulated("full", kernel)
+    dense = restate.our_kernel(kernel, B, H, S, params)
     waves = dense.occupancy.waves_per_simd
-    ratio = tile_cost(tile_mix(kind, variant), waves).cycles / tile_cost(tile_mix("full", variant), waves).cycles
+    ratio = tile_cost(tile_mix(kind, kernel), waves).cycles / tile_cost(tile_mix("full", kernel), waves).cycles
     S_pad = -(-S // 64) * 64
     mask_bytes = {"full": 0, "partial": S_pad * S_pad / 8, "additive": S_pad * S_pad * (4 + 1 / 8)}[kind]
     dram_s = dense.dram_s + B * H * mask_bytes / DRAM_BYTES_PER_S
@@ -104,7 +104,7 @@ def tile_kind_time(kind: str, variant: str = "asm", B: int = 1, H: int = 16, S: 
     return t * 1e6, ratio, ("DRAM" if dram_s > compute_s * ratio else dense.binding)
 
 
-def mask_rows(variant: str = "asm", B: int = 1, H: int = 16, S: int = 4096, params=CALIBRATED,
+def mask_rows(kernel: str = "asm", B: int = 1, H: int = 16, S: int = 4096, params=CALIBRATED,
               valid_lengths=(4096 - 37, 2048 + 1, 333)) -> list[dict]:
     """Modeled time with every tile full / partial / additive at (B, H, S), and key padding's cost at valid
     lengths (one partial tile among ceil(L / 64))."""
@@ -112,13 +112,13 @@ def mask_rows(variant: str = "asm", B: int = 1, H: int = 16, S: int = 4096, para
     full_us = None
     ratio = {}
     for kind in ("full", "partial", "additive"):
-        us, ratio[kind], binding = tile_kind_time(kind, variant, B, H, S, params)
+        us, ratio[kind], binding = tile_kind_time(kind, kernel, B, H, S, params)
         full_us = full_us or us
-        rows.append({"variant": variant, "S": S, "mode": f"every visited tile {kind}", "time_us": us,
+        rows.append({"kernel": kernel, "S": S, "mode": f"every visited tile {kind}", "time_us": us,
                      "vs_unmasked": us / full_us, "issue_ratio": ratio[kind], "binding": binding})
     for L in valid_lengths:
         n = -(-L // 64)
-        rows.append({"variant": variant, "S": L, "mode": f"key padding, valid length {L} ({n} tiles, <= 1 partial)",
+        rows.append({"kernel": kernel, "S": L, "mode": f"key padding, valid length {L} ({n} tiles, <= 1 partial)",
                      "time_us": None, "vs_unmasked": 1 + (ratio["partial"] - 1) / n, "binding": "model"})
     return rows
 

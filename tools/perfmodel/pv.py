@@ -15,27 +15,27 @@ SHAPE = (1, 24, 4096)           # B, H, S (S_q = S_kv) of the issue's comparison
 GOAL_RATIO = 1.5                # issue 19: the fp16 variant may cost at most 1.5x the fp8 one
 
 
-def pv_costs(shape=SHAPE, seqs=EMU_SEQ, variants=("hip", "asm")) -> list[dict]:
-    """One row per (kernel variant, pv_dtype): modeled cycles per tile, binding resource, occupancy, time."""
+def pv_costs(shape=SHAPE, seqs=EMU_SEQ, kernels=("hip", "asm")) -> list[dict]:
+    """One row per (kernel, pv_dtype): modeled cycles per tile, binding resource, occupancy, time."""
     from perfmodel.report import ASM_CO, HIP_CO
     paths = {"hip": HIP_CO, "asm": ASM_CO}
     B, H, S = shape
     rows = []
-    for variant in variants:
+    for kernel in kernels:
         for pv in PV_DTYPES:
-            symbol = attention_symbol(variant, pv_dtype=pv)
-            km = analyze(variant, paths[variant], symbol)
-            km.mix, km.executed = emulator_mix(km, variant, seqs, pv_dtype=pv)
+            symbol = attention_symbol(kernel, pv_dtype=pv)
+            km = analyze(kernel, paths[kernel], symbol)
+            km.mix, km.executed = emulator_mix(km, kernel, seqs, pv_dtype=pv)
             cost = tile_cost(km.mix, km.waves)
             sim = simulate_kernel(km)
             issue = model_shape(km, B, H, S)
             lat = model_shape(km, B, H, S, sim=sim)
-            rows.append(dict(variant=variant, pv_dtype=pv, symbol=symbol, vgprs=km.vgprs, lds_bytes=km.lds_bytes,
+            rows.append(dict(kernel=kernel, pv_dtype=pv, symbol=symbol, vgprs=km.vgprs, lds_bytes=km.lds_bytes,
                              waves=km.waves, wmma_cycles=cost.wmma, valu=cost.valu, cycles=cost.cycles,
                              binding=cost.binding, latency_cycles=sim.cycles_per_tile, latency_binding=sim.binding,
                              time_us=issue.seconds * 1e6, latency_time_us=lat.seconds * 1e6))
     for r in rows:
-        base = next(x for x in rows if x["variant"] == r["variant"] and x["pv_dtype"] == "fp8")
+        base = next(x for x in rows if x["kernel"] == r["kernel"] and x["pv_dtype"] == "fp8")
         r["ratio"] = r["time_us"] / base["time_us"]
         r["latency_ratio"] = r["latency_time_us"] / base["latency_time_us"]
     return rows
@@ -56,7 +56,7 @@ def print_pv(as_json: bool = False) -> int:
                 "time us", "vs fp8", "latency-aware cyc/tile", "time us", "vs fp8"):
         t.add_column(col, justify="right")
     for r in rows:
-        t.add_row(r["variant"], r["pv_dtype"], f"{r['vgprs']} / {r['lds_bytes']} -> {r['waves']}",
+        t.add_row(r["kernel"], r["pv_dtype"], f"{r['vgprs']} / {r['lds_bytes']} -> {r['waves']}",
                   f"{r['wmma_cycles']:.0f}", f"{r['valu']:.0f}", f"{r['cycles']:.0f} ({r['binding']})",
                   f"{r['time_us']:.0f}", f"{r['ratio']:.2f}x", f"{r['latency_cycles']:.0f} ({r['latency_binding']})",
                   f"{r['latency_time_us']:.0f}", f"{r['latency_ratio']:.2f}x")
@@ -65,7 +65,7 @@ def print_pv(as_json: bool = False) -> int:
     for r in rows:
         if r["pv_dtype"] == "fp16":
             worst = max(r["ratio"], r["latency_ratio"])
-            console.print(f"Goal (fp16 P.V <= {GOAL_RATIO}x fp8, modeled) for {r['variant']}: "
+            console.print(f"Goal (fp16 P.V <= {GOAL_RATIO}x fp8, modeled) for {r['kernel']}: "
                           f"{'met' if worst <= GOAL_RATIO else 'NOT met'} ({r['ratio']:.2f}x issue-bound, "
                           f"{r['latency_ratio']:.2f}x latency-aware)")
     return 0

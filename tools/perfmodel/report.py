@@ -20,27 +20,27 @@ ASM_CO = HSACO / "gfx1201_sage_attention_asm.co"
 
 
 def load_kernels(static_only: bool, asm_co: Path | None, seqs=EMU_SEQ):
-    """[(variant, KernelModel | None, why-missing)]; fills km.mix from the emulator when it can."""
+    """[(kernel, KernelModel | None, why-missing)]; fills km.mix from the emulator when it can."""
     out = []
-    for variant, path in (("hip", HIP_CO), ("asm", asm_co or ASM_CO)):
+    for kernel, path in (("hip", HIP_CO), ("asm", asm_co or ASM_CO)):
         if not path.exists():
-            out.append((variant, None, f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} "
+            out.append((kernel, None, f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} "
                                        "is not shipped yet"))
             continue
         # the shipped code objects may hold one symbol per (head_dim, out_dtype): the model describes D=128, bf16
         symbol = {HIP_CO: "hip", ASM_CO: "asm"}.get(path)
         symbol = attention_symbol(symbol) if symbol else None
-        km = analyze(variant, path, symbol)
+        km = analyze(kernel, path, symbol)
         if static_only:
             km.notes.append("static counts (--static): emulator not run")
-        elif asm_co is not None and variant == "asm":
+        elif asm_co is not None and kernel == "asm":
             km.notes.append("static counts: --asm-co code object is not launched through the op registry")
         else:
             try:
-                km.mix, km.executed = emulator_mix(km, variant, seqs)
+                km.mix, km.executed = emulator_mix(km, kernel, seqs)
             except Exception as e:    # the fallback the model promises: say why and use static counts
                 km.notes.append(f"static counts: emulator run failed ({type(e).__name__}: {e})")
-        out.append((variant, km, ""))
+        out.append((kernel, km, ""))
     return out
 
 

@@ -31,7 +31,7 @@ def attention_flops(B: int, H: int, S: int, D: int = HEAD_DIM, S_kv: int | None 
     return 4.0 * B * H * S * (S_kv or S) * D
 
 
-def our_kernel(variant: str, B: int, H: int, S: int, params: Params = CALIBRATED, *, S_kv: int | None = None,
+def our_kernel(kernel: str, B: int, H: int, S: int, params: Params = CALIBRATED, *, S_kv: int | None = None,
                head_dim: int = HEAD_DIM, out_dtype: str = "bf16") -> LaunchResult:
     """A shipped attention kernel at (B, H, S_q = S, S_kv), D = head_dim: the first workgroup emulated at
     S = EMU_S (S_kv = min(S_kv, EMU_S) for cross-attention) gives the per-iteration counts and LDS passes, the trip
@@ -41,13 +41,13 @@ def our_kernel(variant: str, B: int, H: int, S: int, params: Params = CALIBRATED
     from sage_co import codeobj
     from perfmodel.emulated import arg_names
     S_kv = S_kv or S
-    path = KERNELS[variant]
+    path = KERNELS[kernel]
     cross = S_kv != S
     out_bytes = abi.OUT_BYTES[out_dtype]
-    key = (variant, head_dim, cross) + ((out_dtype,) if out_dtype != "bf16" else ())
+    key = (kernel, head_dim, cross) + ((out_dtype,) if out_dtype != "bf16" else ())
     if key not in _cache:
-        symbol = attention_symbol(variant, head_dim, out_dtype=out_dtype)
-        km = analyze(variant, path, symbol, head_dim)
+        symbol = attention_symbol(kernel, head_dim, out_dtype=out_dtype)
+        km = analyze(kernel, path, symbol, head_dim)
         names = set(arg_names(codeobj.read_file(path).kernel(symbol)))
         inputs = attention_inputs(EMU_S, min(S_kv, EMU_S) if cross else EMU_S, head_dim, out_bytes=out_bytes)
         args = {k: v.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if isinstance(v, torch.Tensor)

@@ -29,10 +29,10 @@ from perfmodel.stream import HEAD_DIM
 DENSITIES = (1.0, 0.5, 0.25, 0.1)
 
 
-def _launch(variant: str, B: int, H: int, S: int, active_tiles_per_qtile: float, params):
+def _launch(kernel: str, B: int, H: int, S: int, active_tiles_per_qtile: float, params):
     from sage_co import abi
-    dense = restate.our_kernel(variant, B, H, S, params)           # fills restate's (km, run) cache
-    km, run = restate._cache[(variant, HEAD_DIM, False)]
+    dense = restate.our_kernel(kernel, B, H, S, params)           # fills restate's (km, run) cache
+    km, run = restate._cache[(kernel, HEAD_DIM, False)]
     S_pad = -(-S // abi.PAD) * abi.PAD
     n_kv = S_pad // abi.KEY_TILE
     frac = active_tiles_per_qtile / n_kv
@@ -44,7 +44,7 @@ def _launch(variant: str, B: int, H: int, S: int, active_tiles_per_qtile: float,
     return dense, model_launch(km, launch, run, params)
 
 
-def density_rows(variant: str = "asm", B: int = 1, H: int = 16, S: int = 16384, densities=DENSITIES,
+def density_rows(kernel: str = "asm", B: int = 1, H: int = 16, S: int = 16384, densities=DENSITIES,
                  params=CALIBRATED) -> list[dict]:
     """Modeled time at each block density (fraction of active key tiles per query tile) and causal, vs dense."""
     from sage_co import masks
@@ -52,13 +52,13 @@ def density_rows(variant: str = "asm", B: int = 1, H: int = 16, S: int = 16384, 
     rows = []
     dense_us = None
     for d in densities:
-        dense, r = _launch(variant, B, H, S, d * n_kv, params)
+        dense, r = _launch(kernel, B, H, S, d * n_kv, params)
         dense_us = dense.time_us
-        rows.append({"variant": variant, "S": S, "mode": f"density {d:g}", "time_us": r.time_us,
+        rows.append({"kernel": kernel, "S": S, "mode": f"density {d:g}", "time_us": r.time_us,
                      "speedup": dense_us / r.time_us, "binding": r.binding})
     causal_tiles = float(masks.causal_tiles(S, S).sum()) / masks.causal_tiles(S, S).shape[0]
-    _, r = _launch(variant, B, H, S, causal_tiles, params)
-    rows.append({"variant": variant, "S": S, "mode": f"causal ({causal_tiles / n_kv:.3f} of the tiles)",
+    _, r = _launch(kernel, B, H, S, causal_tiles, params)
+    rows.append({"kernel": kernel, "S": S, "mode": f"causal ({causal_tiles / n_kv:.3f} of the tiles)",
                  "time_us": r.time_us, "speedup": dense_us / r.time_us, "binding": r.binding})
     return rows
 
@@ -103,14 +103,14 @@ def predictor_rows(B: int = PREDICT_SHAPE[0], H: int = PREDICT_SHAPE[1], S: int 
     return rows
 
 
-def predictor_vs_dense(variant: str = "asm", densities=DENSITIES, params=CALIBRATED) -> dict:
+def predictor_vs_dense(kernel: str = "asm", densities=DENSITIES, params=CALIBRATED) -> dict:
     """The predictor next to the attention it prunes at PREDICT_SHAPE: modeled predictor time, dense attention
     time, and the attention time at each density (density_rows) plus the predictor."""
     B, H, S, D = PREDICT_SHAPE
     pred = predictor_rows(B, H, S, D, params)
     pred_us = sum(r["time_us"] for r in pred)
-    rows = density_rows(variant, B, H, S, densities, params)
-    dense_us = rows[0]["time_us"] / 1.0 if densities[0] == 1.0 else restate.our_kernel(variant, B, H, S).time_us
+    rows = density_rows(kernel, B, H, S, densities, params)
+    dense_us = rows[0]["time_us"] / 1.0 if densities[0] == 1.0 else restate.our_kernel(kernel, B, H, S).time_us
     for r in rows:
         r["with_predictor_us"] = r["time_us"] + pred_us
         r["speedup_with_predictor"] = dense_us / r["with_predictor_us"]

@@ -16,7 +16,7 @@ launch is modeled from the same calibrated pieces workgroup by workgroup:
   * dispatch: workgroups in grid order (x fastest) to the least-loaded of the 32 WGPs (list scheduling, work
     conserving); the launch takes the busiest WGP's clocks at the sustained clock + one launch overhead.
 
-The per-sequence baseline is restate.our_kernel(variant, 1, H, len_b) per sequence: its own launch overhead and
+The per-sequence baseline is restate.our_kernel(kernel, 1, H, len_b) per sequence: its own launch overhead and
 wave-quantization tail each. Both are compute models (DRAM and L2 bounds: restate.our_kernel's; the varlen launch
 reads each sequence's K/V from L2 as the per-sequence launches do). The same scheduler run on a one-sequence batch
 reproduces restate.our_kernel's time for that sequence (print_varlen shows both; docs/performance.md §Varlen).
@@ -32,12 +32,12 @@ from perfmodel.hardware import CALIBRATED, WGPS, Params
 FULL_S = 4096      # the dense launch whose full-occupancy round gives the per-tile and per-workgroup clocks
 
 
-def _costs(variant: str, H: int, params: Params) -> tuple[float, float, float, int]:
+def _costs(kernel: str, H: int, params: Params) -> tuple[float, float, float, int]:
     """(clocks per key tile of one workgroup, prologue + epilogue clocks per workgroup, early-exit clocks per
     workgroup, workgroups per WGP) from the dense kernel's full round."""
     from perfmodel.stream import HEAD_DIM
-    res = restate.our_kernel(variant, 1, H, FULL_S, params)
-    km, _ = restate._cache[(variant, HEAD_DIM, False)]
+    res = restate.our_kernel(kernel, 1, H, FULL_S, params)
+    km, _ = restate._cache[(kernel, HEAD_DIM, False)]
     full = res.rounds[0]
     k = full.workgroups_per_wgp
     waves = res.occupancy.waves_per_simd_per_wg
@@ -77,20 +77,20 @@ def schedule_clocks(tiles: list[int | None], per_tile: float, per_wg: float, exi
     return max(loads)
 
 
-def model_varlen(lens_q, lens_kv=None, H: int = 24, variant: str = "asm", causal: bool = False,
+def model_varlen(lens_q, lens_kv=None, H: int = 24, kernel: str = "asm", causal: bool = False,
                  params: Params = CALIBRATED) -> dict:
     """Modeled us of the one varlen launch and of the per-sequence launches (restate.our_kernel each)."""
     lens_kv = list(lens_q) if lens_kv is None else list(lens_kv)
-    per_tile, per_wg, exit_wg, k = _costs(variant, H, params)
+    per_tile, per_wg, exit_wg, k = _costs(kernel, H, params)
     tiles = workgroup_tiles(lens_q, lens_kv, H, causal)
     clocks = schedule_clocks(tiles, per_tile, per_wg, exit_wg)
     varlen_us = (clocks / params.clock_hz + params.launch_overhead_s) * 1e6
     if causal:
         per_seq_us = None   # restate.our_kernel models dense launches only
     else:
-        per_seq_us = sum(restate.our_kernel(variant, 1, H, lq, params, S_kv=lk if lk != lq else None).time_us
+        per_seq_us = sum(restate.our_kernel(kernel, 1, H, lq, params, S_kv=lk if lk != lq else None).time_us
                          for lq, lk in zip(lens_q, lens_kv) if lq and lk)
-    return {"variant": variant, "H": H, "sequences": len(lens_q), "tokens_q": sum(lens_q),
+    return {"kernel": kernel, "H": H, "sequences": len(lens_q), "tokens_q": sum(lens_q),
             "tokens_kv": sum(lens_kv), "workgroups": len(tiles), "early_exit": sum(t is None for t in tiles),
             "key_tiles": sum(t or 0 for t in tiles), "workgroups_per_wgp": k, "varlen_us": varlen_us,
             "per_sequence_us": per_seq_us,
@@ -105,14 +105,14 @@ def issue_batch(n: int = 64, seed: int = 0, lo: int = 64, hi: int = 4096) -> lis
 
 
 def print_varlen(as_json: bool = False) -> int:
-    rows = [model_varlen([4096], H=24, variant=v) for v in ("asm", "hip")]
-    rows += [model_varlen(issue_batch(), H=24, variant=v) for v in ("asm", "hip")]
+    rows = [model_varlen([4096], H=24, kernel=v) for v in ("asm", "hip")]
+    rows += [model_varlen(issue_batch(), H=24, kernel=v) for v in ("asm", "hip")]
     if as_json:
         import json
         print(json.dumps(rows, indent=1))
         return 0
     for r in rows:
-        print(f"  {r['variant']:3} {r['sequences']:2d} sequence(s), {r['tokens_q']:6d} tokens, H {r['H']}: "
+        print(f"  {r['kernel']:3} {r['sequences']:2d} sequence(s), {r['tokens_q']:6d} tokens, H {r['H']}: "
               f"varlen {r['varlen_us']:9.1f} us, per-sequence sum {r['per_sequence_us']:9.1f} us, "
               f"ratio {r['ratio']:.3f} (modeled; {r['early_exit']} of {r['workgroups']} workgroups exit early)")
     return 0

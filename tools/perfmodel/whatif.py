@@ -16,19 +16,19 @@ from perfmodel.stream import Mix, iteration_paths
 B, H, S = 1, 24, 4096                       # the shape of the what-ifs (a FlyDSL reference shape)
 
 
-def _streams(variant: str):
+def _streams(kernel: str):
     from perfmodel.restate import _cache
-    our_kernel(variant, B, H, S)            # fills the cache: KernelModel + emulated workgroup
-    km, run = _cache[(variant, HEAD_DIM, False)]
+    our_kernel(kernel, B, H, S)            # fills the cache: KernelModel + emulated workgroup
+    km, run = _cache[(kernel, HEAD_DIM, False)]
     body = [i for i in km.insts if km.loop.contains(i.addr)]
     return km, run, body
 
 
-def waves_sweep(variant: str, waves=(1, 2, 3, 4, 6, 8)) -> dict[int, float]:
+def waves_sweep(kernel: str, waves=(1, 2, 3, 4, 6, 8)) -> dict[int, float]:
     """Simulated SIMD clocks per loop iteration of one wave at each number of waves per SIMD (the shipped
     stream; more waves than its VGPRs allow are a what-if of the same schedule with fewer registers)."""
     from perfmodel.emulated import dynamic_iteration_mix
-    km, run, body = _streams(variant)
+    km, run, body = _streams(kernel)
     mix, _ = dynamic_iteration_mix(km, run)
     paths, order = loop_streams(km, mix, SIM_ITERATIONS)
     streams = [_with_lds(decode_path(p, body), p, run, CALIBRATED) for p in paths]
@@ -37,10 +37,10 @@ def waves_sweep(variant: str, waves=(1, 2, 3, 4, 6, 8)) -> dict[int, float]:
             for w in waves}
 
 
-def rescale_bounds(variant: str) -> dict[str, float]:
+def rescale_bounds(kernel: str) -> dict[str, float]:
     """Clocks per iteration at 4 waves/SIMD with the loop path that never rescales O, the emulated mix, and the
     path that always does (the asm loop already skips the rescale when no row maximum moved)."""
-    km, run, body = _streams(variant)
+    km, run, body = _streams(kernel)
     paths = iteration_paths(km.insts, km.loop)
     by_valu = sorted(paths, key=lambda p: Mix.of(p).VALU)
     lat = latencies(CALIBRATED, 1)
@@ -67,11 +67,11 @@ def drop_valu(fraction: float):
     return transform
 
 
-def valu_per_score(variant: str) -> tuple[float, float]:
+def valu_per_score(kernel: str) -> tuple[float, float]:
     """(plain VALU issues, TRANS issues) per score VGPR of the emulated loop (16 queries x keys per wave:
     keys / 2 score VGPRs per 16 queries, 32 lanes)."""
     from perfmodel.emulated import dynamic_iteration_mix
-    km, run, _ = _streams(variant)
+    km, run, _ = _streams(kernel)
     mix, _ = dynamic_iteration_mix(km, run)
     score_vgprs = 16 * km.keys_per_iter / 32
     return mix.VALU / score_vgprs, mix.TRANS / score_vgprs
@@ -96,36 +96,36 @@ def emulate_exp(fraction: float, valu_per_exp: int):
     return transform
 
 
-def exp_emulated(variant: str, fraction: float, valu_per_exp: int):
+def exp_emulated(kernel: str, fraction: float, valu_per_exp: int):
     """The S = 4096 launch with `fraction` of the loop's exp2s emulated on the VALU (emulate_exp)."""
-    return _transformed_launch(variant, emulate_exp(fraction, valu_per_exp))
+    return _transformed_launch(kernel, emulate_exp(fraction, valu_per_exp))
 
 
-def trimmed(variant: str, target_valu_per_score: float, params=CALIBRATED):
+def trimmed(kernel: str, target_valu_per_score: float, params=CALIBRATED):
     """The S = 4096 launch with the loop's plain VALU cut to `target` issues per score VGPR, under `params` (e.g.
     CALIBRATED.override(trans_coissue_wmma=True): the hardware.Params knob the refit sets, which the simulator's
     rules follow through launch_model.latencies)."""
-    now, _ = valu_per_score(variant)
+    now, _ = valu_per_score(kernel)
     frac = max(0.0, 1.0 - target_valu_per_score / now)
-    return _transformed_launch(variant, drop_valu(frac), params)
+    return _transformed_launch(kernel, drop_valu(frac), params)
 
 
-def _transformed_launch(variant: str, transform, params=CALIBRATED):
+def _transformed_launch(kernel: str, transform, params=CALIBRATED):
     from perfmodel.restate import _cache, attention_flops
     from perfmodel.launch_model import Launch, model_launch
     from perfmodel.stream import PAD, QUERY_TILE
-    km, run = _cache[(variant, HEAD_DIM, False)]
+    km, run = _cache[(kernel, HEAD_DIM, False)]
     S_pad = -(-S // PAD) * PAD
     launch = Launch((S_pad // QUERY_TILE, H, B), BLOCK, attention_flops(B, H, S), "int8",
                     trip_count=S_pad / km.keys_per_iter)
     return model_launch(km, launch, run, params, transform=transform)
 
 
-def l2_threshold(variant: str, candidates=(2048, 1536, 1024, 768, 640, 512, 384)) -> float | None:
+def l2_threshold(kernel: str, candidates=(2048, 1536, 1024, 768, 640, 512, 384)) -> float | None:
     """The smallest L2 -> CU bandwidth (bytes per clock, whole GPU) at which the S = 4096 launch stays compute-bound."""
     last = None
     for c in candidates:
-        r = our_kernel(variant, B, H, S, replace(CALIBRATED, l2_bytes_per_clk=c))
+        r = our_kernel(kernel, B, H, S, replace(CALIBRATED, l2_bytes_per_clk=c))
         if r.binding == "L2 -> CU bandwidth":
             return last
         last = c

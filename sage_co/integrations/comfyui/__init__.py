@@ -24,10 +24,10 @@ neighborhood attention, which sage-co's kernels do not, so sage-co registers no 
 from __future__ import annotations
 
 from ... import sdpa
+from ...abi import PV_DTYPES   # the node's pv_dtype choices: the manifest column, one list (fp8 first: the default)
 from .attention import make_attention, make_override
 
 ATTENTION_NAME = "sage_co"   # the name in comfy.ldm.modules.attention's registry
-PV_DTYPES = ("fp8", "fp16")
 SPARSITY = ("off", "auto")
 
 
