@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -349,7 +350,7 @@ def _build_entry(e: Entry, llvm: LLVM, out_dir: Path, asm_dir: Path | None, prob
 
 
 def build_all(entries: list[Entry], llvm: LLVM, out_dir: Path, progress: bool = True,
-              asm_dir: Path | None = None, problems: list[str] | None = None) -> dict:
+              asm_dir: Path | None = None, problems: list[str] | None = None, verb: str = "building") -> dict:
     """Build every entry into out_dir; generators' assembly goes to asm_dir (None: each entry's own folder).
     problems: collects the disagreements with the declared family (None: the first one raises BuildError).
     The entries build concurrently, one thread per core: each is a clang/lld subprocess in its own temp folder, so
@@ -357,7 +358,11 @@ def build_all(entries: list[Entry], llvm: LLVM, out_dir: Path, progress: bool = 
     the entries' order."""
     def build(e: Entry):
         found = None if problems is None else []
-        return _build_entry(e, llvm, out_dir, asm_dir or e.src_dir, found), found
+        start = time.monotonic()
+        result = _build_entry(e, llvm, out_dir, asm_dir or e.src_dir, found), found
+        if progress and bar is None:   # a line per finished object: the prepare ones take minutes on 2 cores
+            print(f"  {e.name} done in {time.monotonic() - start:.0f} s", file=sys.stderr)
+        return result
 
     manifest = {"format": 1, "code_objects": {}}
     bar = None
@@ -365,12 +370,12 @@ def build_all(entries: list[Entry], llvm: LLVM, out_dir: Path, progress: bool = 
         if progress and sys.stderr.isatty():
             from rich.progress import Progress
             bar = stack.enter_context(Progress(transient=True))
-            task = bar.add_task(f"building {len(entries)} code objects", total=len(entries))
+            task = bar.add_task(f"{verb} {len(entries)} code objects", total=len(entries))
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=max(1, min(len(entries), os.cpu_count() or 1))))
         futures = []
         for e in entries:
             if progress and bar is None:
-                print(f"  building {e.name} ({e.source})", file=sys.stderr)
+                print(f"  {verb} {e.name} ({e.source})", file=sys.stderr)
             futures.append(pool.submit(build, e))
             if bar is not None:
                 futures[-1].add_done_callback(lambda _: bar.advance(task))
@@ -420,7 +425,8 @@ def check(entries: list[Entry], llvm: LLVM, hsaco: Path = HSACO, only: set[str] 
     with tempfile.TemporaryDirectory(prefix="sage_co_check_") as tmp:
         asm_dir = Path(tmp) / "asm"
         asm_dir.mkdir()
-        rebuilt = build_all(entries, llvm, Path(tmp), progress=False, asm_dir=asm_dir, problems=problems)
+        rebuilt = build_all(entries, llvm, Path(tmp), progress=True, asm_dir=asm_dir, problems=problems,
+                            verb="rebuilding")
         for e in entries:
             if Path(e.source).suffix != ".py":
                 continue
