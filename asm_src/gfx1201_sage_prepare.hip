@@ -494,22 +494,44 @@ INLINE void rope_once(u32 (&row)[WORDS(DT, DP)], const float* __restrict__ cs, c
   }
 }
 
-// The optional norm/RoPE of one Q or K row of token t (the loaded token): cos/sin are [*, RD] tables of u16 in
-// the input dtype (per_op) or of fp32 (once).
-template <int DT, int DP, int RD, int RM, bool SINGLE = false>
-INLINE void rope_row(u32 (&row)[WORDS(DT, DP)], const void* __restrict__ cos, const void* __restrict__ sin, u32 t) {
+// The optional RoPE of one Q or K row of token t (the loaded token): cos/sin are [*, W] tables of u16 in the
+// input dtype (per_op) or of fp32 (once).
+template <int DT, int DP, int W, int RM, bool SINGLE>
+INLINE void rope_width(u32 (&row)[WORDS(DT, DP)], const void* __restrict__ cos, const void* __restrict__ sin, u32 t) {
   // fp32 per_op: round() is the identity and the tables are fp32 (the input dtype), so the per_op chain
   // round(round(y*c) + round(rot*s)) is rope_once's y*c + rot*s
-  if constexpr (RD > 0 && (RM == ROUND_ONCE || DT == FP32))
-    rope_once<DT, DP, RD, SINGLE>(row, (const float*)cos + (u64)t * RD, (const float*)sin + (u64)t * RD);
-  else if constexpr (RD > 0)
-    rope_per_op<DT, DP, RD, SINGLE>(row, (const u16*)cos + (u64)t * RD, (const u16*)sin + (u64)t * RD);
+  if constexpr (RM == ROUND_ONCE || DT == FP32)
+    rope_once<DT, DP, W, SINGLE>(row, (const float*)cos + (u64)t * W, (const float*)sin + (u64)t * W);
+  else
+    rope_per_op<DT, DP, W, SINGLE>(row, (const u16*)cos + (u64)t * W, (const u16*)sin + (u64)t * W);
+}
+// The RoPE width is the kernarg rope_dim (0 = none; a width of sage_co/abi.py PREPARE_ROPE_DIMS <= D_PAD, checked on
+// the host). RD = ROPE_RUNTIME: a wave-uniform branch on rd to that width's unrolled body, so one symbol serves every
+// width and the rest of the kernel (most of its code) is compiled once, not once per width (build_asm.py --check's
+// clang time). RD >= 0: the width fixed at compile time (rd equals it): the fp32 symbols at D_PAD >= 128, whose
+// rows fill the register file, are one symbol per width (prepare_body), since the union of all widths in one body
+// spills there (~500 bytes of scratch per lane with clang 22).
+#define ROPE_RUNTIME (-1)
+template <int DT, int DP, int RD, int RM, bool SINGLE = false>
+INLINE void rope_row(u32 (&row)[WORDS(DT, DP)], const void* __restrict__ cos, const void* __restrict__ sin, u32 t,
+                     u32 rd) {
+  if constexpr (RD > 0) {
+    rope_width<DT, DP, RD, RM, SINGLE>(row, cos, sin, t);
+  } else if constexpr (RD == ROPE_RUNTIME) {
+    switch (rd) {
+      case 32: rope_width<DT, DP, 32, RM, SINGLE>(row, cos, sin, t); break;
+      case 64: rope_width<DT, DP, 64, RM, SINGLE>(row, cos, sin, t); break;
+      case 96: if constexpr (DP >= 96) rope_width<DT, DP, 96, RM, SINGLE>(row, cos, sin, t); break;
+      case 128: if constexpr (DP >= 128) rope_width<DT, DP, 128, RM, SINGLE>(row, cos, sin, t); break;
+      default: break;  // 0: no RoPE
+    }
+  }
 }
 template <int DT, int DP, int RD, int RM>
 INLINE void norm_rope_row(u32 (&row)[WORDS(DT, DP)], int norm, const u16* __restrict__ weight, float eps, u32 n16, u32 D,
-                          const void* __restrict__ cos, const void* __restrict__ sin, u32 t) {
+                          const void* __restrict__ cos, const void* __restrict__ sin, u32 t, u32 rd) {
   if (norm) rms_norm<DT, DP, RM>(row, weight, eps, n16, D);
-  rope_row<DT, DP, RD, RM>(row, cos, sin, t);
+  rope_row<DT, DP, RD, RM>(row, cos, sin, t, rd);
 }
 
 // ------------------------------------------------------------------------------------------------ D_PAD 256
@@ -615,16 +637,16 @@ INLINE float rms_r_256(const u16* base, u64 off, u32 n16, u32 D, float eps) {
 }
 
 // Half hh (wave-uniform) of the row at p (token t: the cos/sin row), normed with r when norm != 0 and, half 0,
-// roped (RD > 0). The callers run it in loops that are not unrolled (#pragma nounroll, hh the counter), so one
+// roped (rd > 0). The callers run it in loops that are not unrolled (#pragma nounroll, hh the counter), so one
 // half's registers are live at a time: unrolled, LLVM hoisted the other half's loads, weights and K means (128
 // VGPRs or SGPRs each) into the first half's arithmetic and spilled, whatever barriers were put in its way.
 template <int DT, int RD, int RM>
 INLINE void half_row(u32 (&hr)[WORDS(DT, HALF_CH)], const void* __restrict__ p, u32 hh, int norm,
                      const u16* __restrict__ weight, float r, u32 n16, const void* __restrict__ cos,
-                     const void* __restrict__ sin, u32 t) {
+                     const void* __restrict__ sin, u32 t, u32 rd) {
   load_row<DT, HALF_CH>(hr, p, n16, 16u * hh);
   if (norm) rms_apply<DT, HALF_CH, RM, DT == FP32>(hr, weight, r, n16, 16u * hh);
-  if (hh == 0) rope_row<DT, HALF_CH, RD, RM, true>(hr, cos, sin, t);  // single-buffered tables
+  if (hh == 0) rope_row<DT, HALF_CH, RD, RM, true>(hr, cos, sin, t, rd);  // single-buffered tables
 }
 
 // Element offset of (b, t, h) of a strided [B, S, H, D] tensor.
@@ -640,6 +662,7 @@ struct StatsArgs {
   float* k_mean; float* v_scale; float* v_inv; float* v_mean; u32* counter; u32 n_wg; int v_mode; int smooth_k;
   u32 lay_b, tok0;  // the layout batch and first token of the (b, head)'s rows (varlen: 0 and cu_seqlens_kv[b])
   u32 n_fold;       // chunks the reduction folds: n_chunks, or (varlen) the sequence's own chunk count
+  u32 rope_dim;     // the RoPE width (rope_row)
 };
 // `tens` bits (sage_co/abi.py STATS_*): which statistics this launch computes; workgroup z % n_tens runs the
 // (z % n_tens)-th set bit of the low three.
@@ -888,7 +911,7 @@ INLINE void stats_k256(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
 #pragma nounroll
       for (u32 k = 0; k < HPP; ++k) {
         u32 hr[HW];
-        half_row<DT, RD, RM>(hr, src, pass * HPP + k, a.k_norm, a.k_norm_w, r, n16, a.cos, a.sin, t);
+        half_row<DT, RD, RM>(hr, src, pass * HPP + k, a.k_norm, a.k_norm_w, r, n16, a.cos, a.sin, t, a.rope_dim);
 #pragma unroll
         for (int j = 0; j < HW / 4; ++j)
           store16(&lds[lane * ROW + HW * k + 4 * j], (u32x4){hr[4 * j], hr[4 * j + 1], hr[4 * j + 2], hr[4 * j + 3]});
@@ -933,7 +956,7 @@ INLINE void stats_k(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
     u32 t = min_u32(tile * TILE + lane, a.S - 1);
     u32 row[RW];
     load_row<DT, DP>(row, at<DT>(a.k, row_offset(a.kst, a.lay_b, a.tok0 + t, h)), n16);
-    norm_rope_row<DT, DP, RD, RM>(row, a.k_norm, a.k_norm_w, a.eps, n16, a.D, a.cos, a.sin, t);
+    norm_rope_row<DT, DP, RD, RM>(row, a.k_norm, a.k_norm_w, a.eps, n16, a.D, a.cos, a.sin, t, a.rope_dim);
     __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");  // previous tile's LDS reads are done (WAR)
     __builtin_amdgcn_s_barrier();
     __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
@@ -1066,6 +1089,13 @@ INLINE void reduce_if_last(const StatsArgs& a, u32 b, u32 h) {
   if (lane == 0) __hip_atomic_fetch_add(ctr, 1u, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
 }
 
+// The stats items' LDS, one array per (DT, D_PAD): shared by the per-width bodies of one symbol (prepare_body), which
+// as function-local statics of stats_body would each get their own.
+template <int DT, int DP>
+INLINE u32* stats_lds() {
+  __attribute__((shared)) static u32 lds[STATS_LDS_WORDS(DT, DP)];
+  return lds;
+}
 template <int DT, int DP, int RD, int RM>
 INLINE void stats_body(StatsArgs a, u32 chunk, u32 h, u32 z, const u32* cu_seqlens_kv, bool varlen) {
   u32 b = z / a.n_tens, which = z % a.n_tens;
@@ -1083,7 +1113,7 @@ INLINE void stats_body(StatsArgs a, u32 chunk, u32 h, u32 z, const u32* cu_seqle
   u32 kinds = idle ? 0u : a.tens & (STATS_V_MAX | STATS_K_SUM | STATS_V_SUM);
   for (u32 i = 0; i < which; ++i) kinds &= kinds - 1;  // drop the lowest set bit `which` times (uniform)
   u32 kind = kinds & (0u - kinds);                      // 0: no statistics (pv fp16 without smooth_k)
-  __attribute__((shared)) static u32 lds[STATS_LDS_WORDS(DT, DP)];  // column sums only
+  u32* lds = stats_lds<DT, DP>();  // column sums only
   if (kind == STATS_V_MAX) {
     if constexpr (DT == FP32) {
       if (a.tens & STATS_V_SIGNED)
@@ -1113,6 +1143,7 @@ struct QuantArgs {
   float* k_scale; unsigned char* v_t; float q_mult, eps; u32 S_q, S_kv, H_q, H_kv, S_q_pad, S_kv_pad, D;
   int q_norm, k_norm; Strides qst, kst, vst; const float* v_mean;
   const u32* cu_q; const u32* cu_kv; u32 varlen, rows_q, rows_kv;
+  u32 rope_dim;     // the RoPE width (rope_row)
 };
 
 // Varlen (sage_co/abi.py PREPARE_QUANT_ARGS, docs/numerics.md §Varlen): where sequence b of a packed launch
@@ -1231,7 +1262,7 @@ INLINE void quant_qk256(const QuantArgs& a, u32 b, u32 h, u32 tile) {
 #pragma nounroll
   for (u32 hh = 0; hh < 2; ++hh) {
     u32 hr[HW];
-    half_row<DT, RD, RM>(hr, src, hh, norm, weight, r, n16, a.cos, a.sin, t_ld);
+    half_row<DT, RD, RM>(hr, src, hh, norm, weight, r, n16, a.cos, a.sin, t_ld, a.rope_dim);
     float x[HALF_CH];
     half_x<DT, is_k>(x, hr, mean + HALF_CH * hh, a.q_mult);
     u32 mh = half_amax(x);
@@ -1248,7 +1279,7 @@ INLINE void quant_qk256(const QuantArgs& a, u32 b, u32 h, u32 tile) {
 #pragma nounroll
   for (u32 hh = 0; hh < 2; ++hh) {
     u32 hr[HW];
-    half_row<DT, RD, RM>(hr, src, hh, norm, weight, r, n16, a.cos, a.sin, t_ld);
+    half_row<DT, RD, RM>(hr, src, hh, norm, weight, r, n16, a.cos, a.sin, t_ld, a.rope_dim);
     float x[HALF_CH];
     half_x<DT, is_k>(x, hr, mean + HALF_CH * hh, a.q_mult);
     half_quant_store(x, m, inv, valid, dst + HALF_CH * hh);
@@ -1277,7 +1308,7 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   load_row<DT, DP>(row, at<DT>(is_k ? a.k : a.q, row_offset(is_k ? a.kst : a.qst, sq.lay_b, sq.tok0 + t_ld, h)),
                    n16);
   norm_rope_row<DT, DP, RD, RM>(row, is_k ? a.k_norm : a.q_norm, is_k ? a.k_norm_w : a.q_norm_w, a.eps, n16, a.D,
-                                a.cos, a.sin, t_ld);
+                                a.cos, a.sin, t_ld, a.rope_dim);
   float x[DP];
 #pragma unroll
   for (int i = 0; i < DP; ++i) x[i] = ch<DT, DP>(row, i);
@@ -1551,9 +1582,9 @@ INLINE void quant_body(const QuantArgs& a, u32 x, u32 b, u32* counter, u32 folde
       int rows_kv, float *__restrict__ ksum_part, float *__restrict__ vmax_part, float *__restrict__ vmin_part, \
       float *__restrict__ vsum_part, float *__restrict__ v_scale, u32 *counter, int tiles_per_chunk,          \
       int n_chunks, int n_tens, int tens, int n_wg, int v_mode, int smooth_k, int stats_x, int n_stats,       \
-      int n_items, int B
+      int n_items, int B, int rope_dim
 template <int DT, int DP, int RD, int RM>
-INLINE void prepare_body(PREPARE_PARAMS) {
+INLINE void prepare_rd(PREPARE_PARAMS) {
   u32 t = 0;
   if (lane_id() == 0) {
     t = __hip_atomic_fetch_add(counter, 1u, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
@@ -1565,7 +1596,7 @@ INLINE void prepare_body(PREPARE_PARAMS) {
                    (u32)tiles_per_chunk, (u32)n_chunks, (u32)n_tens, k_norm, (u32)D,
                    {(u32)k_sb, (u32)k_ss, (u32)k_sh}, {(u32)v_sb, (u32)v_ss, (u32)v_sh}, vmin_part, vsum_part,
                    (u32)tens, k_mean, v_scale, v_inv, v_mean, counter, (u32)n_wg, v_mode, smooth_k, 0u, 0u,
-                   (u32)n_chunks};
+                   (u32)n_chunks, (u32)rope_dim};
     u32 r = t / (u32)stats_x;
     stats_body<DT, DP, RD, RM>(a, t % (u32)stats_x, r % (u32)H_kv, r / (u32)H_kv, cu_seqlens_kv, varlen != 0);
     return;
@@ -1574,7 +1605,7 @@ INLINE void prepare_body(PREPARE_PARAMS) {
                  q_mult, eps, (u32)S_q, (u32)S_kv, (u32)H_q, (u32)H_kv, (u32)S_q_pad, (u32)S_kv_pad, (u32)D,
                  q_norm, k_norm, {(u32)q_sb, (u32)q_ss, (u32)q_sh}, {(u32)k_sb, (u32)k_ss, (u32)k_sh},
                  {(u32)v_sb, (u32)v_ss, (u32)v_sh}, v_mean, cu_seqlens_q, cu_seqlens_kv, (u32)varlen,
-                 (u32)rows_q, (u32)rows_kv};
+                 (u32)rows_q, (u32)rows_kv, (u32)rope_dim};
   u32 u = t - (u32)n_stats, nq = (u32)H_q * ((u32)S_q_pad / TILE), all_q = (u32)B * nq;
   u32 kv = 2u * (u32)H_kv * ((u32)S_kv_pad / TILE);  // K and V tiles per batch
   u32 x = u % nq, b = u / nq;  // a Q tile (every batch's come first)
@@ -1585,45 +1616,44 @@ INLINE void prepare_body(PREPARE_PARAMS) {
                      q_mult, eps, S_q, S_kv, H_q, H_kv, S_q_pad, S_kv_pad, D, q_norm, k_norm, q_sb, q_ss, q_sh,   \
                      k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, v_mean, pv_fp16, cu_seqlens_q, cu_seqlens_kv, varlen,    \
                      rows_q, rows_kv, ksum_part, vmax_part, vmin_part, vsum_part, v_scale, counter,               \
-                     tiles_per_chunk, n_chunks, n_tens, tens, n_wg, v_mode, smooth_k, stats_x, n_stats, n_items, B
+                     tiles_per_chunk, n_chunks, n_tens, tens, n_wg, v_mode, smooth_k, stats_x, n_stats, n_items, B, rope_dim
+
+// A symbol per (D_PAD, dtype, rounding) that serves every RoPE width (the kernarg rope_dim, rope_row), except the
+// fp32 ones at D_PAD >= 128 (sage_co/abi.py PREPARE_ROPE_IN_SYMBOL): their rows fill the register file, the union
+// of all widths in one body spills there, so they keep one symbol per width (prepare_rd<..., RD, ...>).
+template <int DT, int DP, int RM>
+INLINE void prepare_body(PREPARE_PARAMS) {
+  prepare_rd<DT, DP, ROPE_RUNTIME, RM>(PREPARE_ARGS);
+}
 
 // ------------------------------------------------------------------------------------------------ symbols
-// One stats and one quant symbol per (D_PAD, dtype, rope_dim, rounding); rope_dim <= D_PAD. The once convention
-// (the default) has the suffix _once; without it, per_op.
-#define VARIANT(SUFFIX, DT, DP, RD, RM) \
-  KERNEL void gfx1201_sage_prepare##SUFFIX(PREPARE_PARAMS) { prepare_body<DT, DP, RD, RM>(PREPARE_ARGS); }
-#define VARIANTS_D128(DTS, DT, RS, RM)                                 \
-  VARIANT(_d128_##DTS##RS, DT, 128, 0, RM)                             \
-  VARIANT(_d128_##DTS##_rope32##RS, DT, 128, 32, RM)                   \
-  VARIANT(_d128_##DTS##_rope64##RS, DT, 128, 64, RM)                   \
-  VARIANT(_d128_##DTS##_rope96##RS, DT, 128, 96, RM)                   \
-  VARIANT(_d128_##DTS##_rope128##RS, DT, 128, 128, RM)
-#define VARIANTS_D64(DTS, DT, RS, RM)                                  \
-  VARIANT(_d64_##DTS##RS, DT, 64, 0, RM)                               \
-  VARIANT(_d64_##DTS##_rope32##RS, DT, 64, 32, RM)                     \
-  VARIANT(_d64_##DTS##_rope64##RS, DT, 64, 64, RM)
-#define VARIANTS_D256(DTS, DT, RS, RM)                                 \
-  VARIANT(_d256_##DTS##RS, DT, 256, 0, RM)                             \
-  VARIANT(_d256_##DTS##_rope32##RS, DT, 256, 32, RM)                   \
-  VARIANT(_d256_##DTS##_rope64##RS, DT, 256, 64, RM)                   \
-  VARIANT(_d256_##DTS##_rope96##RS, DT, 256, 96, RM)                   \
-  VARIANT(_d256_##DTS##_rope128##RS, DT, 256, 128, RM)
+// The once convention (the default) has the suffix _once; without it, per_op.
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define DP_NAME(REST) CAT(CAT(_d, PREPARE_D_PAD), REST)
+#define VARIANT(SUFFIX, DT, RM) \
+  KERNEL void CAT(gfx1201_sage_prepare, SUFFIX)(PREPARE_PARAMS) { prepare_body<DT, PREPARE_D_PAD, RM>(PREPARE_ARGS); }
+#define VARIANT_RD(SUFFIX, DT, RD, RM) \
+  KERNEL void CAT(gfx1201_sage_prepare, SUFFIX)(PREPARE_PARAMS) { prepare_rd<DT, PREPARE_D_PAD, RD, RM>(PREPARE_ARGS); }
+#define VARIANTS(DTS, DT) VARIANT(DP_NAME(_##DTS), DT, ROUND_PER_OP) VARIANT(DP_NAME(_##DTS##_once), DT, ROUND_ONCE)
+#define VARIANTS_RD(DTS, DT, RS, RM)                     \
+  VARIANT_RD(DP_NAME(_##DTS##RS), DT, 0, RM)             \
+  VARIANT_RD(DP_NAME(_##DTS##_rope32##RS), DT, 32, RM)   \
+  VARIANT_RD(DP_NAME(_##DTS##_rope64##RS), DT, 64, RM)   \
+  VARIANT_RD(DP_NAME(_##DTS##_rope96##RS), DT, 96, RM)   \
+  VARIANT_RD(DP_NAME(_##DTS##_rope128##RS), DT, 128, RM)
 // Each code object holds one D_pad: build_asm.py passes -DPREPARE_D_PAD=<64|128|256> (sage_co/family.py
 // CODE_OBJECTS compile_defines), so the three objects of this one source compile side by side.
 #if !defined(PREPARE_D_PAD)
 #error "PREPARE_D_PAD (64, 128 or 256) selects the code object: build this source through build_asm.py"
-#elif PREPARE_D_PAD == 256
-#define VARIANTS_DP VARIANTS_D256
-#elif PREPARE_D_PAD == 128
-#define VARIANTS_DP VARIANTS_D128
-#elif PREPARE_D_PAD == 64
-#define VARIANTS_DP VARIANTS_D64
-#else
+#elif PREPARE_D_PAD != 64 && PREPARE_D_PAD != 128 && PREPARE_D_PAD != 256
 #error "PREPARE_D_PAD must be 64, 128 or 256"
 #endif
-#define VARIANTS(RS, RM)                \
-  VARIANTS_DP(bf16, BF16, RS, RM)       \
-  VARIANTS_DP(fp16, FP16, RS, RM)       \
-  VARIANTS_DP(fp32, FP32, RS, RM)
-VARIANTS(, ROUND_PER_OP)
-VARIANTS(_once, ROUND_ONCE)
+VARIANTS(bf16, BF16)
+VARIANTS(fp16, FP16)
+#if PREPARE_D_PAD == 64
+VARIANTS(fp32, FP32)
+#else
+VARIANTS_RD(fp32, FP32, , ROUND_PER_OP)
+VARIANTS_RD(fp32, FP32, _once, ROUND_ONCE)
+#endif

@@ -173,6 +173,11 @@ ATTENTION_OUTPUTS = ("out", "lse")
 # not offered at any D (sage_co/validate.py), and up to 128 the rotate-half partners sit in the row's first half,
 # which the D_pad 256 prepare kernels norm and rope on its own (asm_src/gfx1201_sage_prepare.hip half_row)
 PREPARE_ROPE_DIMS = (0, 32, 64, 96, 128)
+# The (in_dtype, D_pad) whose prepare kernels take the RoPE width in the symbol (one symbol per width, suffix
+# _rope<N>; the kernarg rope_dim then equals it): fp32 rows fill the register file at D_pad >= 128, where the union
+# of all widths in one body spills. Every other symbol serves all widths of PREPARE_ROPE_DIMS through the kernarg
+# rope_dim (asm_src/gfx1201_sage_prepare.hip rope_row), so the family compiles its shared code once, not per width.
+PREPARE_ROPE_IN_SYMBOL = (("fp32", 128), ("fp32", 256))
 PREPARE_IN_DTYPES = ("bf16", "fp16", "fp32")   # manifest key column in_dtype (fp32: docs/numerics.md §Inputs)
 # manifest key column rounding = the norm_rope_rounding option (docs/numerics.md §Optional RMSNorm + rotate-half
 # RoPE): "once" (the default: F.rms_norm, then RoPE in fp32 with fp32 tables) or "per_op" (the HF-transformers chain)
@@ -249,7 +254,8 @@ PREPARE_ARGS = KernargStruct(PREPARE_OP, [
     Field("n_stats", "i32", 320),    # stats items = stats_x * H_kv * B * n_tens: the first tickets
     Field("n_items", "i32", 324),    # tickets = workgroups of the launch (1-D grid)
     Field("B", "i32", 328),
-], size=332)
+    Field("rope_dim", "i32", 332),   # the RoPE width (0 = none): one symbol serves every width (but see below)
+], size=336)
 STATS_V_MAX = 1           # tens bit 0: per-channel max |v| (or, with STATS_V_SIGNED, max v and min v)
 STATS_K_SUM = 2           # bit 1: per-channel sums of the normed/roped K (smooth_k)
 STATS_V_SUM = 4           # bit 2: per-channel sums of V (smooth_v)

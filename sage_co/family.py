@@ -110,16 +110,25 @@ class PrepareVariant:
                              f"of {abi.PREPARE_ROUNDINGS}")
 
     @property
-    def symbol(self) -> str:
-        return (f"{ARCH}_sage_prepare_d{self.head_dim}_{self.in_dtype}"
-                + (f"_rope{self.rope_dim}" if self.rope_dim else "") + ("_once" if self.rounding == "once" else ""))
+    def rope_in_symbol(self) -> bool:
+        """One symbol per RoPE width (abi.PREPARE_ROPE_IN_SYMBOL); else one symbol serves every width."""
+        return (self.in_dtype, self.head_dim) in abi.PREPARE_ROPE_IN_SYMBOL
 
-    def symbol_row(self) -> Symbol:   # template <int DT, int DP, int RD, int RM> prepare_body(...)
+    @property
+    def symbol(self) -> str:
+        rope = f"_rope{self.rope_dim}" if self.rope_in_symbol and self.rope_dim else ""
+        return (f"{ARCH}_sage_prepare_d{self.head_dim}_{self.in_dtype}{rope}"
+                + ("_once" if self.rounding == "once" else ""))
+
+    def symbol_row(self) -> Symbol:
+        # template <int DT, int DP, int RM> prepare_body (the width a kernarg) or <DT, DP, RD, RM> prepare_rd;
+        # a symbol serving every width has a row per width (the manifest is looked up by rope_dim)
+        dt, rm = HIP_IN_DTYPE[self.in_dtype], HIP_ROUNDING[self.rounding]
+        instance = (f"prepare_rd<{dt}, {self.head_dim}, {self.rope_dim}, {rm}>" if self.rope_in_symbol
+                    else f"prepare_body<{dt}, {self.head_dim}, {rm}>")
         return Symbol(abi.PREPARE_OP, "hip", self.symbol,
                       (("head_dim", self.head_dim), ("in_dtype", self.in_dtype), ("rope_dim", self.rope_dim),
-                       ("rounding", self.rounding)),
-                      f"prepare_body<{HIP_IN_DTYPE[self.in_dtype]}, {self.head_dim}, {self.rope_dim}, "
-                      f"{HIP_ROUNDING[self.rounding]}>")
+                       ("rounding", self.rounding)), instance)
 
 
 @dataclass(frozen=True)
@@ -149,7 +158,9 @@ class CodeObjectFamily:
 
     @property
     def symbols(self) -> tuple[str, ...]:
-        return tuple(k.symbol for k in self.kernels)
+        """The distinct symbols, in row order (several rows may name one symbol: a prepare kernel serving every
+        RoPE width has a row per width)."""
+        return tuple(dict.fromkeys(k.symbol for k in self.kernels))
 
 
 # ---------------------------------------------------------------------------------------------- the product

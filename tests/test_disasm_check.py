@@ -73,6 +73,17 @@ def test_lint_rules_on_text():
                lint_text("v_cndmask_b32 v1, v2, v3, vcc_lo\ns_mov_b32 vcc_lo, 0\nv_cndmask_b32 v1, v2, v3, vcc_lo"))
 
 
+def test_lint_follows_branches():
+    """The rule-3 state goes where the control flow goes: an s_branch over a read makes it unreachable from the
+    rewrite (the read is reached by another jump: clang's block layout in the prepare kernels), while the same
+    rewrite reaching a read through a branch, conditional or not, is still caught, merged with the fall-through."""
+    rewrite = "v_add_nc_u32 v1, s4, v1\ns_add_co_u32 s4, s4, 64\n"
+    assert lint_text(rewrite + "s_branch 1\nv_add_nc_u32 v2, s4, v2\ns_endpgm") == []
+    assert any("valu-sgpr-hazard" in p for p in lint_text(rewrite + "s_branch 1\ns_nop 0\nv_add_nc_u32 v2, s4, v2"))
+    assert any("valu-sgpr-hazard" in p for p in
+               lint_text(rewrite + "s_cbranch_scc1 2\ns_wait_alu depctr_sa_sdst(0)\ns_nop 0\nv_add_nc_u32 v2, s4, v2"))
+
+
 def test_catches_abi_drift_and_a_changed_kernarg_layout(built, tmp_path, monkeypatch):
     """The one snapshot is the manifest's `kernels` section; the declarations come from sage_co.abi by op."""
     from sage_co import abi

@@ -422,7 +422,7 @@ def test_kernel_sequence_and_geometry(monkeypatch):
     run_prepare(q, k, v, backend="emu")
     tiles = 2 * (3 * 4 + 2 * 3 * 4)      # B * (H_q * S_q_pad/32 + 2 * H_kv * S_kv_pad/32)
     assert calls == [
-        ("gfx1201_sage_prepare_d128_bf16_rope96_once", (3 * 3 * 2 + tiles, 1, 1), (32, 1, 1)),   # 3 chunks
+        ("gfx1201_sage_prepare_d128_bf16_once", (3 * 3 * 2 + tiles, 1, 1), (32, 1, 1)),   # 3 chunks, RoPE 96
         ("gfx1201_sage_prepare_d128_bf16_once", (3 * 3 * 2 * 2 + tiles, 1, 1), (32, 1, 1)),      # V and K sums
         ("gfx1201_sage_prepare_d64_fp16_once", (4 * 2 * 2 + 2 * (4 * 2 + 2 * 2 * 4), 1, 1), (32, 1, 1)),
     ]
@@ -605,19 +605,24 @@ def test_every_prepare_symbol_keeps_denormals_and_has_no_scratch():
     v_cvt_f16_f32) and the kernel header promises no scratch: read from each shipped descriptor."""
     from sage_co import registry
     rows = [k for k in registry.kernels() if k.op == "sage_prepare"]
-    # dtype (bf16, fp16, fp32) x rounding (once, per_op) x (D_pad 256 and 128: 5 rope dims, 64: 3): one symbol each,
-    # the statistics, their fold and the quantization in one launch (issue 28)
+    # dtype (bf16, fp16, fp32) x rounding (once, per_op) x (D_pad 256 and 128: 5 rope dims, 64: 3): a row each, the
+    # statistics, their fold and the quantization in one launch (issue 28); one symbol serves every RoPE width except
+    # for fp32 at D_pad >= 128 (abi.PREPARE_ROPE_IN_SYMBOL: a symbol per width)
     assert len(rows) == 3 * 2 * (5 + 5 + 3)
+    assert len({k.symbol for k in rows}) == 3 * 2 * 3 + 2 * 2 * (5 - 1)
     for k in rows:
         kern = registry.load(k.file, k.sha256).kernel(k.symbol)
         f = kern.descriptor.fields
         assert f["float_denorm_mode_32"] == 3 and f["float_denorm_mode_16_64"] == 3, k.symbol
         assert kern.descriptor.private_segment_fixed_size == 0, k.symbol
-        # fp32 rows are twice as wide: up to the wave's 256 VGPRs, still without scratch (docs/performance.md §fp32)
-        # 16-bit: <= 212 (the stats and the tile paths in one kernel; 216 after the allocation granule, as 207 was:
-        # 7 waves per SIMD by registers either way, docs/rdna4.md §Occupancy; the stats items' LDS now binds first,
-        # docs/performance.md §The prepare stage)
-        assert kern.metadata[".vgpr_count"] <= (256 if k.key("in_dtype") == "fp32" else 212), k.symbol
+        # up to the wave's 256 VGPRs, without scratch; the registers never bind occupancy before the stats items'
+        # LDS does (docs/rdna4.md §Occupancy, docs/performance.md §The prepare stage): the 16-bit symbols serving
+        # every RoPE width (up to 243 VGPRs: 5 waves per SIMD at D_pad 256, where the LDS allows 1.9) as before
+        vgprs = kern.metadata[".vgpr_count"]
+        assert vgprs <= 256, k.symbol
+        by_registers = min(16, 1536 // (-(-vgprs // 24) * 24))
+        by_lds = 65536 / kern.metadata[".group_segment_fixed_size"] / 2   # 64 KiB per WGP of 2 SIMDs, 1-wave groups
+        assert by_registers >= by_lds, (k.symbol, vgprs, by_registers, by_lds)
 
 
 # ------------------------------------------------------------------------------------------ smooth_v, pv fp16
@@ -697,7 +702,7 @@ def test_one_launch_protocol_is_fenced_in_every_symbol():
                     and "scope:SCOPE_DEV" not in body[i])
         assert inv < load, f"{sym}: a load before the acquire"
 
-    for row in rows:
+    for row in {k.symbol: k for k in rows}.values():   # a symbol serving every RoPE width has a row per width
         sym = row.symbol
         text, symbols, starts, insts, offsets = objects[row.file]
         lo = next(off for off, name in symbols.items() if name == sym)

@@ -159,18 +159,45 @@ def _hazard_sgprs(keys) -> set[int]:
     return {n for k, n in keys if k == "s" and n <= 107}
 
 
+def _jump_target(ln: Line, simm: int) -> int | None:
+    """Where a direct branch goes (s_branch / s_cbranch_*: PC + 4 + simm16 * 4), None for any other instruction."""
+    if ln.mnemonic == "s_branch" or ln.mnemonic.startswith("s_cbranch_"):
+        return ln.addr + 4 + 4 * (simm - 0x10000 if simm & 0x8000 else simm)
+    return None
+
+
+def _merged(a: tuple, b: tuple) -> tuple:
+    """Two ways into one instruction: (the last WMMA's D, LDS stores pending, SGPRs read by a VALU, SGPRs
+    rewritten since) of either, unioned (None: no WMMA result pending on either way)."""
+    (wa, pa, ra, sa), (wb, pb, rb, sb) = a, b
+    return (None if wa is None and wb is None else (wa or set()) | (wb or set()), pa or pb, ra | rb, sa | sb)
+
+
 def lint(lines: list[Line], kernel: codeobj.Kernel | None = None) -> list[str]:
+    """The rules' state follows the control flow forward: a direct branch hands its state to its target (merged,
+    a union, with the other ways in), and the instruction after an unconditional branch (s_branch, s_setpc_b64, ...)
+    starts from only what jumps there; a target reached only by a backward branch (a loop head) keeps the
+    fall-through state, as the linear scan did."""
     problems = []
     prev_wmma_d: set[int] | None = None     # D of the last WMMA while no VALU has issued since
     lds_stores_pending = False
     sgpr_read_by_valu: set[int] = set()
     salu_rewritten: set[int] = set()        # SGPRs written by SALU after a VALU read them, not yet waited
+    jumps_in: dict[int, tuple] = {}         # address -> the merged state of the branches seen so far that go there
+    reachable = True                        # by falling through from the previous instruction
     if kernel is not None and (kernel.descriptor.private_segment_fixed_size or kernel.descriptor.enable_private_segment):
         problems.append(f"scratch: kernel {kernel.name} uses a private segment "
                         f"({kernel.descriptor.private_segment_fixed_size} bytes)")
     for ln in lines:
         fx = line_facts(ln)
         m, simm = fx.name, ln.inst.f.get("simm16", 0) & 0xFFFF
+        incoming = jumps_in.pop(ln.addr, None)
+        if not reachable or incoming is not None:   # after an unconditional branch only jumps come here
+            here = (prev_wmma_d, lds_stores_pending, sgpr_read_by_valu, salu_rewritten) if reachable else \
+                (None, False, set(), set())          # (none seen: a loop head or dead code, starts clean)
+            prev_wmma_d, lds_stores_pending, sgpr_read_by_valu, salu_rewritten = \
+                _merged(here, incoming) if incoming is not None else here
+        reachable = True
         is_valu = fx.cls in ("VALU", "TRANS")
         where = f"0x{ln.addr:x}: {ln.text}"
         if fx.cls == "WMMA":
@@ -213,6 +240,12 @@ def lint(lines: list[Line], kernel: codeobj.Kernel | None = None) -> list[str]:
             sgpr_read_by_valu |= read_sgprs
         elif fx.cls == "SALU":
             salu_rewritten |= _hazard_sgprs(fx.writes) & sgpr_read_by_valu
+        target = _jump_target(ln, simm)
+        if target is not None and target > ln.addr:   # forward: the target starts from (at least) this state
+            state = (prev_wmma_d, lds_stores_pending, set(sgpr_read_by_valu), set(salu_rewritten))
+            jumps_in[target] = _merged(jumps_in[target], state) if target in jumps_in else state
+        if m == "s_branch" or m.startswith(("s_setpc_", "s_endpgm")):
+            reachable = False
     return problems
 
 

@@ -264,7 +264,7 @@ def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool,
         "rows_q": rows_q, "rows_kv": rows_kv, "tiles_per_chunk": per_chunk, "n_chunks": n_chunks,
         "n_tens": wg_tens, "tens": tens, "n_wg": stats_x * wg_tens, "smooth_k": int(smooth_k),
         "v_mode": REDUCE_V_NONE if pv16 else (REDUCE_V_SMOOTH if smooth_v else REDUCE_V_FP8), "stats_x": stats_x,
-        "n_stats": n_stats, "n_items": n_items, "B": B}
+        "n_stats": n_stats, "n_items": n_items, "B": B, "rope_dim": keys["rope_dim"]}
 
     # Not packed: the placeholder's fields are bound once (static): the absent tables and statistics, cu_seqlens
     static = {}
