@@ -96,7 +96,8 @@
 //            200 pv_fp16 (i32); 208 cu_seqlens_q, 216 cu_seqlens_kv (ptr); 224 varlen, 228 rows_q, 232 rows_kv
 //            (i32) (varlen: sequence b, sage_co/abi.py); 240 ksum_part, 248 vmax_part, 256 vmin_part,
 //            264 vsum_part, 272 v_scale, 280 counter (ptr); 288 tiles_per_chunk, 292 n_chunks, 296 n_tens,
-//            300 tens, 304 n_wg, 308 v_mode, 312 smooth_k, 316 stats_x, 320 n_stats, 324 n_items, 328 B (i32)
+//            300 tens, 304 n_wg, 308 v_mode, 312 smooth_k, 316 stats_x, 320 n_stats, 324 n_items, 328 B,
+//            332 rope_dim (i32: the RoPE width, 0 = none; rope_row)
 // q_norm / k_norm = 0 means no RMSNorm (the weight pointer is then never read); without RoPE cos/sin are unused.
 // cos/sin: [max(S_q, S_kv), rope_dim], row = position (token index) for Q and K alike; in the input dtype for the
 // per_op symbols, fp32 for the _once ones (the host upcasts a table given in the input dtype).

@@ -168,7 +168,8 @@ ATTENTION_OUTPUTS = ("out", "lse")
 
 # ---------------------------------------------------------------------------------------------- prepare
 # asm_src/gfx1201_sage_prepare.hip (sage_co/ops/prepare.py packs its kernargs): one launch (statistics, their fold,
-# the quantization; issue 28), one symbol per (head_dim = D_pad, in_dtype, rope_dim, rounding) manifest key columns.
+# the quantization; issue 28), one manifest row per (head_dim = D_pad, in_dtype, rope_dim, rounding) key columns; a
+# symbol serves every rope_dim (the kernarg) except where PREPARE_ROPE_IN_SYMBOL says.
 # manifest key column rope_dim (0 = no RoPE); D_pad 64: 0, 32, 64 only; D_pad 256 all five: a RoPE wider than 128 is
 # not offered at any D (sage_co/validate.py), and up to 128 the rotate-half partners sit in the row's first half,
 # which the D_pad 256 prepare kernels norm and rope on its own (asm_src/gfx1201_sage_prepare.hip half_row)

@@ -11,7 +11,8 @@ grid of one wave32 per work item, the items claimed in order through a ticket co
                v_mean. pv_dtype="fp16" without smooth_k: no statistics, one item per head that writes its zeros.
   tiles        every batch's Q tiles, then per batch H_kv * S_kv_pad/32 K tiles and as many V tiles; a K or V tile
                waits for its head's fold.
-One symbol per (head_dim = D_pad, in_dtype, rope_dim, rounding), selected by those manifest keys; rounding =
+One manifest row per (head_dim = D_pad, in_dtype, rope_dim, rounding), selected by those keys (the symbol takes the
+RoPE width as the kernarg rope_dim: sage_co/abi.py PREPARE_ROPE_IN_SYMBOL); rounding =
 norm_rope_rounding ("once" reads fp32 cos/sin tables: one in the input dtype is upcast here, exactly).
 The inputs are read in place: each kernel gets a flat view of the tensor's memory and its element strides, so an
 HND view of NHD memory (or any other strided view) costs no copy. Only a view the 16-byte vector loads cannot
