@@ -239,7 +239,7 @@ def _run(be, p: KernelPlan, backend: str, grid, block, args, tensors, values, op
 
 
 def _backend(backend: str, options: dict):
-    backend = canonical(backend, "backend")
+    """The backend instance for a name launch() / BoundLaunch already normalized (canonical)."""
     if backend is None:
         raise ValueError(f"backend: expected one of {BACKENDS}, got None")
     be = get_backend(backend)
