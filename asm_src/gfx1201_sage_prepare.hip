@@ -1650,11 +1650,21 @@ INLINE void prepare_body(PREPARE_PARAMS) {
 #elif PREPARE_D_PAD != 64 && PREPARE_D_PAD != 128 && PREPARE_D_PAD != 256
 #error "PREPARE_D_PAD must be 64, 128 or 256"
 #endif
+// and the input dtypes of PREPARE_DTYPES (bit 1 << BF16 / FP16 / FP32): sage_co/family.py prepare_parts
+#if !defined(PREPARE_DTYPES)
+#error "PREPARE_DTYPES (a bit per input dtype) selects the code object: build this source through build_asm.py"
+#endif
+#if PREPARE_DTYPES & (1 << BF16)
 VARIANTS(bf16, BF16)
+#endif
+#if PREPARE_DTYPES & (1 << FP16)
 VARIANTS(fp16, FP16)
+#endif
+#if PREPARE_DTYPES & (1 << FP32)
 #if PREPARE_D_PAD == 64
 VARIANTS(fp32, FP32)
-#else
+#else  // sage_co/abi.py PREPARE_ROPE_IN_SYMBOL
 VARIANTS_RD(fp32, FP32, , ROUND_PER_OP)
 VARIANTS_RD(fp32, FP32, _once, ROUND_ONCE)
+#endif
 #endif

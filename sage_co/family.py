@@ -199,13 +199,26 @@ _PREDICT_DEFINES = {
     "BF16": HIP_IN_DTYPE["bf16"], "FP16": HIP_IN_DTYPE["fp16"],
 }
 
+def prepare_parts() -> tuple[tuple[int, str, tuple[str, ...]], ...]:
+    """(D_pad, name suffix, input dtypes) of each prepare code object, largest D_pad first: every dtype in one object,
+    except that the dtypes with a symbol per RoPE width (abi.PREPARE_ROPE_IN_SYMBOL: 5x the kernels) get their own
+    object (suffix _<dtype>_rope), the longest compiles, which would otherwise bound build_asm.py --check on 2 cores."""
+    parts = []
+    for d in reversed(abi.PREPARE_HEAD_DIMS):
+        alone = tuple(t for t in abi.PREPARE_IN_DTYPES if (t, d) in abi.PREPARE_ROPE_IN_SYMBOL)
+        parts += [(d, f"_{t}_rope", (t,)) for t in alone]
+        parts.append((d, "", tuple(t for t in abi.PREPARE_IN_DTYPES if t not in alone)))
+    return tuple(parts)
+
+
 # code object name (asm_src/kernels.toml `name`) -> what it provides
 CODE_OBJECTS: dict[str, CodeObjectFamily] = {
     f"{ARCH}_sage_attention_hip": CodeObjectFamily(tuple(v.symbol_row() for v in ATTENTION_HIP), _ATTENTION_DEFINES),
-    # prepare: one code object per D_pad (one source; clang takes ~1-2 min for each, so they build side by side)
-    **{f"{ARCH}_sage_prepare_d{d}": CodeObjectFamily(tuple(v.symbol_row() for v in PREPARE if v.head_dim == d),
-                                                      _PREPARE_DEFINES, {"PREPARE_D_PAD": d})
-       for d in reversed(abi.PREPARE_HEAD_DIMS)},
+    # prepare: one source, a code object per (D_pad, input dtypes) part so that clang builds them side by side
+    **{f"{ARCH}_sage_prepare_d{d}{suffix}": CodeObjectFamily(
+        tuple(v.symbol_row() for v in PREPARE if v.head_dim == d and v.in_dtype in dtypes), _PREPARE_DEFINES,
+        {"PREPARE_D_PAD": d, "PREPARE_DTYPES": sum(1 << HIP_IN_DTYPE[t] for t in dtypes)})
+       for d, suffix, dtypes in prepare_parts()},
     f"{ARCH}_sage_attention_asm": CodeObjectFamily(tuple(v.symbol_row() for v in ATTENTION_ASM)),
     f"{ARCH}_sage_predict": CodeObjectFamily(
         tuple(v.symbol_row() for v in PREDICT_POOL) + (Symbol(abi.PREDICT_SELECT_OP, "hip", f"{ARCH}_sage_predict_select"),),

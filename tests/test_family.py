@@ -168,13 +168,21 @@ def test_shipped_hip_sources_match_the_declaration(name):
 
 @needs_llvm
 def test_each_prepare_object_instantiates_only_its_d_pad():
-    """The prepare code objects share one source; the D_pad passed as -DPREPARE_D_PAD (family.py compile_defines)
-    selects exactly the declared wrappers of each, and a source built without it refuses to compile."""
+    """The prepare code objects share one source; the D_pad and the input dtypes passed as -DPREPARE_D_PAD and
+    -DPREPARE_DTYPES (family.py compile_defines) select exactly the declared wrappers of each, together every
+    (D_pad, dtype) once, and a source built without them refuses to compile."""
     entries = [e for e in build_asm.read_kernel_list() if e.source == "gfx1201_sage_prepare.hip"]
-    assert sorted(e.family.compile_defines["PREPARE_D_PAD"] for e in entries) == sorted(abi.PREPARE_HEAD_DIMS)
+    parts = []
     for e in entries:
         assert set(build_asm.hip_instances(build_asm.preprocess(e, LLVM))) == set(e.family.symbols), e.name
-        assert {dict(k.keys)["head_dim"] for k in e.family.kernels} == {e.family.compile_defines["PREPARE_D_PAD"]}
-    bare = dataclasses.replace(entries[0], family=dataclasses.replace(entries[0].family, compile_defines={}))
-    with pytest.raises(build_asm.BuildError, match="PREPARE_D_PAD"):
-        build_asm.preprocess(bare, LLVM)
+        defines = e.family.compile_defines
+        keys = {(dict(k.keys)["head_dim"], dict(k.keys)["in_dtype"]) for k in e.family.kernels}
+        assert {d for d, _ in keys} == {defines["PREPARE_D_PAD"]}, e.name
+        assert sum(1 << family.HIP_IN_DTYPE[t] for _, t in keys) == defines["PREPARE_DTYPES"], e.name
+        parts += sorted(keys)
+    assert sorted(parts) == sorted((d, t) for d in abi.PREPARE_HEAD_DIMS for t in abi.PREPARE_IN_DTYPES)
+    for drop in ("PREPARE_D_PAD", "PREPARE_DTYPES"):
+        kept = {k: v for k, v in entries[0].family.compile_defines.items() if k != drop}
+        bare = dataclasses.replace(entries[0], family=dataclasses.replace(entries[0].family, compile_defines=kept))
+        with pytest.raises(build_asm.BuildError, match=drop):
+            build_asm.preprocess(bare, LLVM)

@@ -682,10 +682,10 @@ def test_one_launch_protocol_is_fenced_in_every_symbol():
     precedes a device-scope invalidate before the fold's first load; the fold's publishing add (no return) follows
     a wait for the fold's stores; and each poll loop (the K and V tiles' wait for the fold) reads the counter at
     device scope, sleeps, and invalidates before the tile's first other load."""
-    from sage_co import registry
+    from sage_co import family, registry
     from sage_co.emu.disasm import disassemble, text_and_symbols
     rows = [k for k in registry.kernels() if k.op == "sage_prepare"]
-    assert len({k.file for k in rows}) == len(abi.PREPARE_HEAD_DIMS)   # one code object per D_pad
+    assert len({k.file for k in rows}) == len(family.prepare_parts())   # the prepare code objects
     objects = {}
     for file, sha in sorted({(k.file, k.sha256) for k in rows}):
         text, _, symbols = text_and_symbols(registry.load_bytes(file, sha))
