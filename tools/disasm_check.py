@@ -33,6 +33,7 @@ from pathlib import Path
 from sage_co import abi, codeobj
 from sage_co import manifest as sage_manifest
 from sage_co.emu.decode import Inst, decode
+from sage_co.emu import hazards
 from sage_co.emu.facts import CLASSES, class_of, facts, vopd_problem  # noqa: F401
 from sage_co.emu.text import inst_text
 from sage_co.manifest import kernel_snapshot
@@ -151,14 +152,6 @@ LDS_WRITES = ("ds_store", "ds_write", "ds_add", "ds_sub", "ds_rsub", "ds_inc", "
               "ds_and", "ds_or", "ds_xor", "ds_mskor", "ds_cmpstore", "ds_cond_sub", "ds_condxchg")
 DS_WAITS = {"s_wait_dscnt": lambda v: v & 0x3F, "s_wait_loadcnt_dscnt": lambda v: v & 0x3F,
             "s_wait_storecnt_dscnt": lambda v: v & 0x3F}       # docs/rdna4.md §Waits: imm = cnt << 8 | dscnt
-DEPCTR_SA_SDST = 0x1        # s_wait_alu field sa_sdst (bit 0): depctr_sa_sdst(0) clears it (docs/rdna4.md §Hazards 3)
-
-
-def _hazard_sgprs(keys) -> set[int]:
-    """SGPRs of rule 3 (s0-s105 and vcc_lo/hi) among register keys."""
-    return {n for k, n in keys if k == "s" and n <= 107}
-
-
 def _jump_target(ln: Line, simm: int) -> int | None:
     """Where a direct branch goes (s_branch / s_cbranch_*: PC + 4 + simm16 * 4), None for any other instruction."""
     if ln.mnemonic == "s_branch" or ln.mnemonic.startswith("s_cbranch_"):
@@ -166,51 +159,34 @@ def _jump_target(ln: Line, simm: int) -> int | None:
     return None
 
 
-def _merged(a: tuple, b: tuple) -> tuple:
-    """Two ways into one instruction: (the last WMMA's D, LDS stores pending, SGPRs read by a VALU, SGPRs
-    rewritten since) of either, unioned (None: no WMMA result pending on either way)."""
-    (wa, pa, ra, sa), (wb, pb, rb, sb) = a, b
-    return (None if wa is None and wb is None else (wa or set()) | (wb or set()), pa or pb, ra | rb, sa | sb)
-
-
 def lint(lines: list[Line], kernel: codeobj.Kernel | None = None) -> list[str]:
-    """The rules' state follows the control flow forward: a direct branch hands its state to its target (merged,
-    a union, with the other ways in), and the instruction after an unconditional branch (s_branch, s_setpc_b64, ...)
-    starts from only what jumps there; a target reached only by a backward branch (a loop head) keeps the
-    fall-through state, as the linear scan did."""
+    """The hazards of docs/rdna4.md §Hazards rules 1, 3 and 5 come from the one hazard model
+    (sage_co.emu.hazards: the control-flow graph to a fixed point), one finding per site. The other rules look at
+    single instructions, or (barrier-without-dscnt) follow the control flow forward: a direct branch hands its
+    state to its target, and the instruction after an unconditional branch starts from only what jumps there."""
     problems = []
-    prev_wmma_d: set[int] | None = None     # D of the last WMMA while no VALU has issued since
     lds_stores_pending = False
-    sgpr_read_by_valu: set[int] = set()
-    salu_rewritten: set[int] = set()        # SGPRs written by SALU after a VALU read them, not yet waited
-    jumps_in: dict[int, tuple] = {}         # address -> the merged state of the branches seen so far that go there
+    jumps_in: dict[int, bool] = {}          # address -> LDS stores pending on some branch that goes there
     reachable = True                        # by falling through from the previous instruction
     if kernel is not None and (kernel.descriptor.private_segment_fixed_size or kernel.descriptor.enable_private_segment):
         problems.append(f"scratch: kernel {kernel.name} uses a private segment "
                         f"({kernel.descriptor.private_segment_fixed_size} bytes)")
     for ln in lines:
+        line_facts(ln)                      # refuses text-only Lines
+    for f in hazards.analyze([ln.inst for ln in lines]):
+        problems.append(f"hazard {f.describe()}")
+    for ln in lines:
         fx = line_facts(ln)
         m, simm = fx.name, ln.inst.f.get("simm16", 0) & 0xFFFF
         incoming = jumps_in.pop(ln.addr, None)
         if not reachable or incoming is not None:   # after an unconditional branch only jumps come here
-            here = (prev_wmma_d, lds_stores_pending, sgpr_read_by_valu, salu_rewritten) if reachable else \
-                (None, False, set(), set())          # (none seen: a loop head or dead code, starts clean)
-            prev_wmma_d, lds_stores_pending, sgpr_read_by_valu, salu_rewritten = \
-                _merged(here, incoming) if incoming is not None else here
+            lds_stores_pending = (lds_stores_pending and reachable) or bool(incoming)
         reachable = True
-        is_valu = fx.cls in ("VALU", "TRANS")
         where = f"0x{ln.addr:x}: {ln.text}"
         if fx.cls == "WMMA":
             d, a, b = fx.vgprs("vdst"), fx.vgprs("src0"), fx.vgprs("src1")
             if d & (a | b):
                 problems.append(f"wmma-overlap: D overlaps A/B (docs/rdna4.md §Hazards rule 2) at {where}")
-            idx = fx.vgprs("src2") if m.startswith("v_swmmac") else set()
-            if prev_wmma_d is not None and prev_wmma_d & (a | b | idx):
-                problems.append(f"wmma-operand-hazard: reads the previous WMMA's result as A/B with no VALU between "
-                                f"(docs/rdna4.md §Hazards rule 1; insert v_nop) at {where}")
-            prev_wmma_d = d
-        elif is_valu:
-            prev_wmma_d = None
         if ln.inst.enc == "VOPD":
             why = vopd_problem(ln.inst)
             if why is not None:
@@ -224,26 +200,9 @@ def lint(lines: list[Line], kernel: codeobj.Kernel | None = None) -> list[str]:
                             f"before it (docs/rdna4.md §Hazards rule 8) at {where}")
         if m.startswith("scratch_"):
             problems.append(f"scratch: scratch access at {where}")
-        # VALU-read-SGPR hazard (rule 3): VALU reads s_x, SALU rewrites s_x, VALU reads s_x again
-        if m == "s_wait_alu" and not simm & DEPCTR_SA_SDST:
-            salu_rewritten.clear()
-        if fx.cls in ("SMEM", "VMEM_LOAD", "VMEM_STORE"):
-            sgpr_read_by_valu.clear()
-            salu_rewritten.clear()
-        read_sgprs = _hazard_sgprs(fx.reads)
-        if salu_rewritten & read_sgprs and is_valu:
-            hit = sorted(salu_rewritten & read_sgprs)
-            problems.append(f"valu-sgpr-hazard: s{hit[0]} was read by a VALU, rewritten by an SALU and is read again "
-                            f"without s_wait_alu depctr_sa_sdst(0) (docs/rdna4.md §Hazards rule 3) at {where}")
-            salu_rewritten -= set(hit)
-        if is_valu:
-            sgpr_read_by_valu |= read_sgprs
-        elif fx.cls == "SALU":
-            salu_rewritten |= _hazard_sgprs(fx.writes) & sgpr_read_by_valu
         target = _jump_target(ln, simm)
         if target is not None and target > ln.addr:   # forward: the target starts from (at least) this state
-            state = (prev_wmma_d, lds_stores_pending, set(sgpr_read_by_valu), set(salu_rewritten))
-            jumps_in[target] = _merged(jumps_in[target], state) if target in jumps_in else state
+            jumps_in[target] = jumps_in.get(target, False) or lds_stores_pending
         if m == "s_branch" or m.startswith(("s_setpc_", "s_endpgm")):
             reachable = False
     return problems
