@@ -12,6 +12,11 @@ What it gives a generator, and nothing more:
     (docs/rdna4.md §Waits, MEM_ORDERED), so `wait_for(tag)` emits the loosest `s_wait_*cnt N` that covers a
     given load;
   * `Asm`, the output buffer: instructions, labels, comments and section banners;
+  * `insert_hazard_waits(body)`: the hazard pass every generated kernel body goes through. It assembles the body
+    (llvm-mc), runs the one hazard model (sage_co.emu.hazards, docs/rdna4.md §Hazards) over its control flow and
+    puts the fix LLVM would put right before each site: `s_wait_alu` with the fields the read needs, `v_nop`
+    before a WMMA reading the previous WMMA's D, a `v_mov_b32 vX, vX` before a v_permlane after a v_cmpx. So no
+    schedule change can leave a hazard in the shipped bytes, and a schedule without one gets no extra wait;
   * `KernelDescriptor` / `amdhsa_kernel(...)` / `code_object(...)`: the `.amdhsa_kernel` descriptor directives,
     the function symbol boilerplate and the `.amdgpu_metadata` YAML of one or several kernels, so a generator
     (and a test kernel) states only what differs: name, arguments, LDS, register counts, workgroup size.
@@ -293,6 +298,74 @@ class Asm:
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ hazards
+_LABEL = re.compile(r"^\s*[A-Za-z_.$][\w.$]*:\s*(//.*)?$")
+WAIT_SPELLING = {"sa_sdst": "depctr_sa_sdst(0)", "va_sdst": "depctr_va_sdst(0)", "va_vcc": "depctr_va_vcc(0)"}
+
+
+def _is_instruction(line: str) -> bool:
+    t = line.strip()
+    return bool(t) and not t.startswith(("//", ".", ";")) and not _LABEL.match(line)
+
+
+def assemble_body(body: str) -> bytes:
+    """The machine code of kernel-body lines (instructions, labels, comments), assembled by llvm-mc for gfx1201."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from sage_co.emu.disasm import text_and_symbols
+    from sage_co.llvm import find_llvm
+    mc = find_llvm().tool("llvm-mc")
+    with tempfile.TemporaryDirectory() as d:
+        src, obj = Path(d) / "body.s", Path(d) / "body.o"
+        src.write_text(f'        .amdgcn_target "{TARGET}"\n        .text\n{body}\n')
+        r = subprocess.run([str(mc), "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1201", "-filetype=obj", "-o", str(obj),
+                            str(src)], capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(f"llvm-mc rejected the kernel body:\n{r.stderr[-4000:]}")
+        return text_and_symbols(obj.read_bytes())[0]
+
+
+def insert_hazard_waits(body: str) -> str:
+    """`body` with the minimal fix of every hazard site of docs/rdna4.md §Hazards rules 1, 3 and 5 inserted right
+    before the instruction that reads (one line per site; the model's state after a site is the fixed one, so no
+    fix is inserted that an earlier one makes unnecessary)."""
+    from sage_co.emu.decode import decode
+    from sage_co.emu.hazards import RULE_FIELD, analyze
+    lines = body.split("\n")
+    where = [i for i, ln in enumerate(lines) if _is_instruction(ln)]
+    insts = decode(assemble_body(body))
+    if len(insts) != len(where):
+        raise RuntimeError(f"insert_hazard_waits: {len(where)} instruction lines assembled to {len(insts)} "
+                           f"instructions (one line must be one instruction)")
+    index = {inst.offset: k for k, inst in enumerate(insts)}
+    fixes: dict[int, dict] = {}
+    for f in analyze(insts):
+        fixes.setdefault(index[f.addr], {})[f.rule] = f
+    if not fixes:
+        return body
+    out = []
+    for k, i in enumerate(where):
+        start = where[k - 1] + 1 if k else 0
+        out.extend(lines[start:i])
+        site = fixes.get(k, {})
+        fields = [RULE_FIELD[r] for r in RULE_FIELD if r in site]
+        if fields:
+            regs = ", ".join(sorted({site[r].reg for r in RULE_FIELD if r in site}))
+            out.append(f"        s_wait_alu {' '.join(WAIT_SPELLING[x] for x in fields)}  // hazard: {regs} "
+                       f"(docs/rdna4.md §Hazards 3)")
+        if "wmma-operand" in site:
+            out.append("        v_nop  // hazard: WMMA reads the previous WMMA's D (docs/rdna4.md §Hazards 1)")
+        if "vcmpx-permlane" in site:
+            src0 = insts[k].f["src0"] - 256
+            out.append(f"        v_mov_b32 v{src0}, v{src0}  // hazard: v_permlane after v_cmpx "
+                       f"(docs/rdna4.md §Hazards 5)")
+        out.append(lines[i])
+    out.extend(lines[where[-1] + 1:])
+    return "\n".join(out)
 
 
 # ------------------------------------------------------------------------------------------ code object

@@ -134,9 +134,12 @@
 // Memory waits are placed where the data is first needed (§Waits: loads of a kind complete in order).
 //
 // Hazards (docs/rdna4.md §Hazards): no WMMA reads another WMMA's D as A/B (rule 1: A/B come from LDS, Q and
-// the VALU-written P); D never overlaps A/B (rule 2); every VCC written by VALU and read again is preceded by
-// s_wait_alu depctr_va_vcc(0) (rule 3); SGPRs read by VALU are written once in the prologue, followed by
-// s_wait_alu depctr_sa_sdst(0); s_wait_dscnt 0 before every s_barrier_signal (rule 8); no scratch.
+// the VALU-written P); D never overlaps A/B (rule 2); s_wait_dscnt 0 before every s_barrier_signal (rule 8); no
+// scratch. Rule 3 (VALU-read-SGPR): SALU-written SGPRs whose pair a VALU reads (the LUT cursor, the tile-row
+// bounds of the mask lines, the V^T addresses) are read again in the loop; every kernel body goes through
+// asmdsl.insert_hazard_waits, which evaluates the hazard model (sage_co/emu/hazards.py) over the body's control
+// flow and puts `s_wait_alu` with the needed fields right before each such read (the lines marked
+// "// hazard:"), so a schedule change cannot leave one unguarded.
         .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
         .amdhsa_code_object_version 6
         .text
@@ -676,6 +679,7 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld256_bf16_walk_next_0
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -869,6 +873,7 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
         s_lshl_b32 s56, s25, 5  // 32 V^T rows
         s_mov_b32 s57, 0
         global_load_b128 v[224:227], v14, s[82:83]
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s[56:57] (docs/rdna4.md §Hazards 3)
         s_add_nc_u64 s[54:55], s[82:83], s[56:57]
         global_load_b128 v[228:231], v14, s[54:55]
         s_add_nc_u64 s[54:55], s[54:55], s[56:57]
@@ -900,7 +905,9 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
 
         // ---- softmax(t): row max, alpha, exp2 / row sum / P pack ---------------------------------------------
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_bf16_nomask_0
         s_wait_alu depctr_sa_sdst(0)
@@ -1080,7 +1087,9 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
         v_dual_subrev_f32 v190, s69, v190 :: v_dual_subrev_f32 v191, s69, v191
         v_dual_mul_f32 v190, v18, v190 :: v_dual_mul_f32 v191, v19, v191
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_bf16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -1516,6 +1525,7 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld256_bf16_walk_next_1
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -1709,6 +1719,7 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
         s_lshl_b32 s56, s25, 5  // 32 V^T rows
         s_mov_b32 s57, 0
         global_load_b128 v[224:227], v14, s[82:83]
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s[56:57] (docs/rdna4.md §Hazards 3)
         s_add_nc_u64 s[54:55], s[82:83], s[56:57]
         global_load_b128 v[228:231], v14, s[54:55]
         s_add_nc_u64 s[54:55], s[54:55], s[56:57]
@@ -1740,7 +1751,9 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
 
         // ---- softmax(t): row max, alpha, exp2 / row sum / P pack ---------------------------------------------
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_bf16_nomask_1
         s_wait_alu depctr_sa_sdst(0)
@@ -1920,7 +1933,9 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
         v_dual_subrev_f32 v190, s69, v190 :: v_dual_subrev_f32 v191, s69, v191
         v_dual_mul_f32 v190, v18, v190 :: v_dual_mul_f32 v191, v19, v191
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_bf16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -2526,7 +2541,9 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
 
         // ---- softmax(t): row max, alpha, exp2 / row sum / P pack ---------------------------------------------
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_bf16_nomask_0_last
         s_wait_alu depctr_sa_sdst(0)
@@ -2706,7 +2723,9 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
         v_dual_subrev_f32 v190, s69, v190 :: v_dual_subrev_f32 v191, s69, v191
         v_dual_mul_f32 v190, v18, v190 :: v_dual_mul_f32 v191, v19, v191
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_bf16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -3291,7 +3310,9 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
 
         // ---- softmax(t): row max, alpha, exp2 / row sum / P pack ---------------------------------------------
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_bf16_nomask_1_last
         s_wait_alu depctr_sa_sdst(0)
@@ -3471,7 +3492,9 @@ gfx1201_sage_attention_fwd_asm_d256_bf16:
         v_dual_subrev_f32 v190, s69, v190 :: v_dual_subrev_f32 v191, s69, v191
         v_dual_mul_f32 v190, v18, v190 :: v_dual_mul_f32 v191, v19, v191
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_bf16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -8156,6 +8179,7 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld256_fp16_walk_next_0
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -8349,6 +8373,7 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
         s_lshl_b32 s56, s25, 5  // 32 V^T rows
         s_mov_b32 s57, 0
         global_load_b128 v[224:227], v14, s[82:83]
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s[56:57] (docs/rdna4.md §Hazards 3)
         s_add_nc_u64 s[54:55], s[82:83], s[56:57]
         global_load_b128 v[228:231], v14, s[54:55]
         s_add_nc_u64 s[54:55], s[54:55], s[56:57]
@@ -8380,7 +8405,9 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
 
         // ---- softmax(t): row max, alpha, exp2 / row sum / P pack ---------------------------------------------
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_fp16_nomask_0
         s_wait_alu depctr_sa_sdst(0)
@@ -8560,7 +8587,9 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
         v_dual_subrev_f32 v190, s69, v190 :: v_dual_subrev_f32 v191, s69, v191
         v_dual_mul_f32 v190, v18, v190 :: v_dual_mul_f32 v191, v19, v191
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_fp16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -8996,6 +9025,7 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld256_fp16_walk_next_1
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -9189,6 +9219,7 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
         s_lshl_b32 s56, s25, 5  // 32 V^T rows
         s_mov_b32 s57, 0
         global_load_b128 v[224:227], v14, s[82:83]
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s[56:57] (docs/rdna4.md §Hazards 3)
         s_add_nc_u64 s[54:55], s[82:83], s[56:57]
         global_load_b128 v[228:231], v14, s[54:55]
         s_add_nc_u64 s[54:55], s[54:55], s[56:57]
@@ -9220,7 +9251,9 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
 
         // ---- softmax(t): row max, alpha, exp2 / row sum / P pack ---------------------------------------------
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_fp16_nomask_1
         s_wait_alu depctr_sa_sdst(0)
@@ -9400,7 +9433,9 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
         v_dual_subrev_f32 v190, s69, v190 :: v_dual_subrev_f32 v191, s69, v191
         v_dual_mul_f32 v190, v18, v190 :: v_dual_mul_f32 v191, v19, v191
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_fp16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -10006,7 +10041,9 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
 
         // ---- softmax(t): row max, alpha, exp2 / row sum / P pack ---------------------------------------------
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_fp16_nomask_0_last
         s_wait_alu depctr_sa_sdst(0)
@@ -10186,7 +10223,9 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
         v_dual_subrev_f32 v190, s69, v190 :: v_dual_subrev_f32 v191, s69, v191
         v_dual_mul_f32 v190, v18, v190 :: v_dual_mul_f32 v191, v19, v191
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_fp16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -10771,7 +10810,9 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
 
         // ---- softmax(t): row max, alpha, exp2 / row sum / P pack ---------------------------------------------
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_fp16_nomask_1_last
         s_wait_alu depctr_sa_sdst(0)
@@ -10951,7 +10992,9 @@ gfx1201_sage_attention_fwd_asm_d256_fp16:
         v_dual_subrev_f32 v190, s69, v190 :: v_dual_subrev_f32 v191, s69, v191
         v_dual_mul_f32 v190, v18, v190 :: v_dual_mul_f32 v191, v19, v191
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_fp16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -15508,6 +15551,7 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld256_fp32_walk_next_0
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -15701,6 +15745,7 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
         s_lshl_b32 s56, s25, 5  // 32 V^T rows
         s_mov_b32 s57, 0
         global_load_b128 v[224:227], v14, s[82:83]
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s[56:57] (docs/rdna4.md §Hazards 3)
         s_add_nc_u64 s[54:55], s[82:83], s[56:57]
         global_load_b128 v[228:231], v14, s[54:55]
         s_add_nc_u64 s[54:55], s[54:55], s[56:57]
@@ -15732,7 +15777,9 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
 
         // ---- softmax(t): row max, alpha, exp2 / row sum / P pack ---------------------------------------------
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_fp32_nomask_0
         s_wait_alu depctr_sa_sdst(0)
@@ -15912,7 +15959,9 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
         v_dual_subrev_f32 v190, s69, v190 :: v_dual_subrev_f32 v191, s69, v191
         v_dual_mul_f32 v190, v18, v190 :: v_dual_mul_f32 v191, v19, v191
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_fp32_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -16348,6 +16397,7 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld256_fp32_walk_next_1
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -16541,6 +16591,7 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
         s_lshl_b32 s56, s25, 5  // 32 V^T rows
         s_mov_b32 s57, 0
         global_load_b128 v[224:227], v14, s[82:83]
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s[56:57] (docs/rdna4.md §Hazards 3)
         s_add_nc_u64 s[54:55], s[82:83], s[56:57]
         global_load_b128 v[228:231], v14, s[54:55]
         s_add_nc_u64 s[54:55], s[54:55], s[56:57]
@@ -16572,7 +16623,9 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
 
         // ---- softmax(t): row max, alpha, exp2 / row sum / P pack ---------------------------------------------
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_fp32_nomask_1
         s_wait_alu depctr_sa_sdst(0)
@@ -16752,7 +16805,9 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
         v_dual_subrev_f32 v190, s69, v190 :: v_dual_subrev_f32 v191, s69, v191
         v_dual_mul_f32 v190, v18, v190 :: v_dual_mul_f32 v191, v19, v191
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_fp32_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -17358,7 +17413,9 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
 
         // ---- softmax(t): row max, alpha, exp2 / row sum / P pack ---------------------------------------------
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_fp32_nomask_0_last
         s_wait_alu depctr_sa_sdst(0)
@@ -17538,7 +17595,9 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
         v_dual_subrev_f32 v190, s69, v190 :: v_dual_subrev_f32 v191, s69, v191
         v_dual_mul_f32 v190, v18, v190 :: v_dual_mul_f32 v191, v19, v191
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_fp32_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -18123,7 +18182,9 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
 
         // ---- softmax(t): row max, alpha, exp2 / row sum / P pack ---------------------------------------------
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_fp32_nomask_1_last
         s_wait_alu depctr_sa_sdst(0)
@@ -18303,7 +18364,9 @@ gfx1201_sage_attention_fwd_asm_d256_fp32:
         v_dual_subrev_f32 v190, s69, v190 :: v_dual_subrev_f32 v191, s69, v191
         v_dual_mul_f32 v190, v18, v190 :: v_dual_mul_f32 v191, v19, v191
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld256_fp32_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -22362,6 +22425,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld128_bf16_walk_next_0
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -22403,7 +22467,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         ds_load_b128 v[240:243], v3 offset:8192
         ds_load_b128 v[244:247], v3 offset:9216
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_bf16_nomask_0
         s_wait_alu depctr_sa_sdst(0)
@@ -22583,7 +22649,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_bf16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -22974,6 +23042,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_mov_b32 s67, s68
         s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
@@ -22987,6 +23056,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld128_bf16_walk_next_1
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -23028,7 +23098,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         ds_load_b128 v[240:243], v3 offset:0
         ds_load_b128 v[244:247], v3 offset:1024
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_bf16_nomask_1
         s_wait_alu depctr_sa_sdst(0)
@@ -23208,7 +23280,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
         v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_bf16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -23622,7 +23696,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         ds_load_b128 v[240:243], v6 offset:16384
         ds_load_b128 v[244:247], v6 offset:17408
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_bf16_nomask_0_last
         s_wait_alu depctr_sa_sdst(0)
@@ -23802,7 +23878,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_bf16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -24130,7 +24208,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         ds_load_b128 v[240:243], v6 offset:24576
         ds_load_b128 v[244:247], v6 offset:25600
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_bf16_nomask_1_last
         s_wait_alu depctr_sa_sdst(0)
@@ -24310,7 +24390,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
         v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_bf16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -27546,6 +27628,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld128_fp16_walk_next_0
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -27587,7 +27670,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         ds_load_b128 v[240:243], v3 offset:8192
         ds_load_b128 v[244:247], v3 offset:9216
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp16_nomask_0
         s_wait_alu depctr_sa_sdst(0)
@@ -27767,7 +27852,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -28158,6 +28245,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_mov_b32 s67, s68
         s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
@@ -28171,6 +28259,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld128_fp16_walk_next_1
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -28212,7 +28301,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         ds_load_b128 v[240:243], v3 offset:0
         ds_load_b128 v[244:247], v3 offset:1024
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp16_nomask_1
         s_wait_alu depctr_sa_sdst(0)
@@ -28392,7 +28483,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
         v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -28806,7 +28899,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         ds_load_b128 v[240:243], v6 offset:16384
         ds_load_b128 v[244:247], v6 offset:17408
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp16_nomask_0_last
         s_wait_alu depctr_sa_sdst(0)
@@ -28986,7 +29081,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -29314,7 +29411,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         ds_load_b128 v[240:243], v6 offset:24576
         ds_load_b128 v[244:247], v6 offset:25600
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp16_nomask_1_last
         s_wait_alu depctr_sa_sdst(0)
@@ -29494,7 +29593,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
         v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -32666,6 +32767,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp32:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld128_fp32_walk_next_0
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -32707,7 +32809,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp32:
         ds_load_b128 v[240:243], v3 offset:8192
         ds_load_b128 v[244:247], v3 offset:9216
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp32_nomask_0
         s_wait_alu depctr_sa_sdst(0)
@@ -32887,7 +32991,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp32:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp32_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -33278,6 +33384,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp32:
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_mov_b32 s67, s68
         s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
@@ -33291,6 +33398,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp32:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld128_fp32_walk_next_1
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -33332,7 +33440,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp32:
         ds_load_b128 v[240:243], v3 offset:0
         ds_load_b128 v[244:247], v3 offset:1024
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp32_nomask_1
         s_wait_alu depctr_sa_sdst(0)
@@ -33512,7 +33622,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp32:
         v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
         v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp32_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -33926,7 +34038,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp32:
         ds_load_b128 v[240:243], v6 offset:16384
         ds_load_b128 v[244:247], v6 offset:17408
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp32_nomask_0_last
         s_wait_alu depctr_sa_sdst(0)
@@ -34106,7 +34220,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp32:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v13, v126 :: v_dual_mul_f32 v127, v14, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp32_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -34434,7 +34550,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp32:
         ds_load_b128 v[240:243], v6 offset:24576
         ds_load_b128 v[244:247], v6 offset:25600
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp32_nomask_1_last
         s_wait_alu depctr_sa_sdst(0)
@@ -34614,7 +34732,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp32:
         v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
         v_dual_mul_f32 v158, v13, v158 :: v_dual_mul_f32 v159, v14, v159
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp32_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -37468,6 +37588,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld64_bf16_walk_next_0
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -37503,7 +37624,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         ds_load_b128 v[184:187], v3 offset:8192
         ds_load_b128 v[188:191], v3 offset:9216
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_bf16_nomask_0
         s_wait_alu depctr_sa_sdst(0)
@@ -37683,7 +37806,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
         v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_bf16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -37990,6 +38115,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_mov_b32 s67, s68
         s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
@@ -38003,6 +38129,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld64_bf16_walk_next_1
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -38038,7 +38165,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         ds_load_b128 v[184:187], v3 offset:12288
         ds_load_b128 v[188:191], v3 offset:13312
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_bf16_nomask_1
         s_wait_alu depctr_sa_sdst(0)
@@ -38218,7 +38347,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_bf16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -38546,7 +38677,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         ds_load_b128 v[176:179], v4 offset:10240
         ds_load_b128 v[180:183], v4 offset:11264
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_bf16_nomask_0_last
         s_wait_alu depctr_sa_sdst(0)
@@ -38726,7 +38859,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
         v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_bf16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -39006,7 +39141,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         ds_load_b128 v[176:179], v4 offset:14336
         ds_load_b128 v[180:183], v4 offset:15360
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_bf16_nomask_1_last
         s_wait_alu depctr_sa_sdst(0)
@@ -39186,7 +39323,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_bf16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -41706,6 +41845,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld64_fp16_walk_next_0
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -41741,7 +41881,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         ds_load_b128 v[184:187], v3 offset:8192
         ds_load_b128 v[188:191], v3 offset:9216
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp16_nomask_0
         s_wait_alu depctr_sa_sdst(0)
@@ -41921,7 +42063,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
         v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -42228,6 +42372,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_mov_b32 s67, s68
         s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
@@ -42241,6 +42386,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld64_fp16_walk_next_1
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -42276,7 +42422,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         ds_load_b128 v[184:187], v3 offset:12288
         ds_load_b128 v[188:191], v3 offset:13312
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp16_nomask_1
         s_wait_alu depctr_sa_sdst(0)
@@ -42456,7 +42604,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -42784,7 +42934,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         ds_load_b128 v[176:179], v4 offset:10240
         ds_load_b128 v[180:183], v4 offset:11264
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp16_nomask_0_last
         s_wait_alu depctr_sa_sdst(0)
@@ -42964,7 +43116,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
         v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -43244,7 +43398,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         ds_load_b128 v[176:179], v4 offset:14336
         ds_load_b128 v[180:183], v4 offset:15360
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp16_nomask_1_last
         s_wait_alu depctr_sa_sdst(0)
@@ -43424,7 +43580,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -45912,6 +46070,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp32:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld64_fp32_walk_next_0
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -45947,7 +46106,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32:
         ds_load_b128 v[184:187], v3 offset:8192
         ds_load_b128 v[188:191], v3 offset:9216
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp32_nomask_0
         s_wait_alu depctr_sa_sdst(0)
@@ -46127,7 +46288,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32:
         v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
         v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp32_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -46434,6 +46597,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp32:
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_mov_b32 s67, s68
         s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
@@ -46447,6 +46611,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp32:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld64_fp32_walk_next_1
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -46482,7 +46647,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32:
         ds_load_b128 v[184:187], v3 offset:12288
         ds_load_b128 v[188:191], v3 offset:13312
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp32_nomask_1
         s_wait_alu depctr_sa_sdst(0)
@@ -46662,7 +46829,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp32_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -46990,7 +47159,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32:
         ds_load_b128 v[176:179], v4 offset:10240
         ds_load_b128 v[180:183], v4 offset:11264
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp32_nomask_0_last
         s_wait_alu depctr_sa_sdst(0)
@@ -47170,7 +47341,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32:
         v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
         v_dual_mul_f32 v94, v11, v94 :: v_dual_mul_f32 v95, v12, v95
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp32_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -47450,7 +47623,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32:
         ds_load_b128 v[176:179], v4 offset:14336
         ds_load_b128 v[180:183], v4 offset:15360
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp32_nomask_1_last
         s_wait_alu depctr_sa_sdst(0)
@@ -47630,7 +47805,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v11, v126 :: v_dual_mul_f32 v127, v12, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp32_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -50063,6 +50240,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld128_bf16_pv16_walk_next_0
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -50101,7 +50279,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         ds_load_b128 v[240:243], v2 offset:8192
         ds_load_b128 v[244:247], v2 offset:9216
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_bf16_pv16_nomask_0
         s_wait_alu depctr_sa_sdst(0)
@@ -50281,7 +50461,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -50747,6 +50929,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_mov_b32 s67, s68
         s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
@@ -50760,6 +50943,7 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld128_bf16_pv16_walk_next_1
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -50798,7 +50982,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         ds_load_b128 v[240:243], v2 offset:0
         ds_load_b128 v[244:247], v2 offset:1024
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_bf16_pv16_nomask_1
         s_wait_alu depctr_sa_sdst(0)
@@ -50978,7 +51164,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
         v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -51463,7 +51651,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         ds_load_b128 v[240:243], v5 offset:25600
         ds_load_b128 v[244:247], v5 offset:27904
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_bf16_pv16_nomask_0_last
         s_wait_alu depctr_sa_sdst(0)
@@ -51643,7 +51833,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -52035,7 +52227,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         ds_load_b128 v[240:243], v5 offset:25600
         ds_load_b128 v[244:247], v5 offset:27904
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_bf16_pv16_nomask_1_last
         s_wait_alu depctr_sa_sdst(0)
@@ -52215,7 +52409,9 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
         v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_bf16_pv16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -55285,6 +55481,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld128_fp16_pv16_walk_next_0
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -55323,7 +55520,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         ds_load_b128 v[240:243], v2 offset:8192
         ds_load_b128 v[244:247], v2 offset:9216
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp16_pv16_nomask_0
         s_wait_alu depctr_sa_sdst(0)
@@ -55503,7 +55702,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -55969,6 +56170,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_mov_b32 s67, s68
         s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
@@ -55982,6 +56184,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld128_fp16_pv16_walk_next_1
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -56020,7 +56223,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         ds_load_b128 v[240:243], v2 offset:0
         ds_load_b128 v[244:247], v2 offset:1024
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp16_pv16_nomask_1
         s_wait_alu depctr_sa_sdst(0)
@@ -56200,7 +56405,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
         v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -56685,7 +56892,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         ds_load_b128 v[240:243], v5 offset:25600
         ds_load_b128 v[244:247], v5 offset:27904
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp16_pv16_nomask_0_last
         s_wait_alu depctr_sa_sdst(0)
@@ -56865,7 +57074,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -57257,7 +57468,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         ds_load_b128 v[240:243], v5 offset:25600
         ds_load_b128 v[244:247], v5 offset:27904
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp16_pv16_nomask_1_last
         s_wait_alu depctr_sa_sdst(0)
@@ -57437,7 +57650,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
         v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp16_pv16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -60443,6 +60658,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp32_pv16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld128_fp32_pv16_walk_next_0
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -60481,7 +60697,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp32_pv16:
         ds_load_b128 v[240:243], v2 offset:8192
         ds_load_b128 v[244:247], v2 offset:9216
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp32_pv16_nomask_0
         s_wait_alu depctr_sa_sdst(0)
@@ -60661,7 +60879,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp32_pv16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp32_pv16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -61127,6 +61347,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp32_pv16:
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_mov_b32 s67, s68
         s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
@@ -61140,6 +61361,7 @@ gfx1201_sage_attention_fwd_asm_d128_fp32_pv16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld128_fp32_pv16_walk_next_1
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -61178,7 +61400,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp32_pv16:
         ds_load_b128 v[240:243], v2 offset:0
         ds_load_b128 v[244:247], v2 offset:1024
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp32_pv16_nomask_1
         s_wait_alu depctr_sa_sdst(0)
@@ -61358,7 +61582,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp32_pv16:
         v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
         v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp32_pv16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -61843,7 +62069,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp32_pv16:
         ds_load_b128 v[240:243], v5 offset:25600
         ds_load_b128 v[244:247], v5 offset:27904
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp32_pv16_nomask_0_last
         s_wait_alu depctr_sa_sdst(0)
@@ -62023,7 +62251,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp32_pv16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v12, v126 :: v_dual_mul_f32 v127, v13, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp32_pv16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -62415,7 +62645,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp32_pv16:
         ds_load_b128 v[240:243], v5 offset:25600
         ds_load_b128 v[244:247], v5 offset:27904
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp32_pv16_nomask_1_last
         s_wait_alu depctr_sa_sdst(0)
@@ -62595,7 +62827,9 @@ gfx1201_sage_attention_fwd_asm_d128_fp32_pv16:
         v_dual_subrev_f32 v158, s69, v158 :: v_dual_subrev_f32 v159, s69, v159
         v_dual_mul_f32 v158, v12, v158 :: v_dual_mul_f32 v159, v13, v159
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld128_fp32_pv16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -65281,6 +65515,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld64_bf16_pv16_walk_next_0
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -65317,7 +65552,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         ds_load_b128 v[192:195], v3 offset:8192
         ds_load_b128 v[196:199], v3 offset:10496
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_bf16_pv16_nomask_0
         s_wait_alu depctr_sa_sdst(0)
@@ -65497,7 +65734,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
         v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -65857,6 +66096,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_mov_b32 s67, s68
         s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
@@ -65870,6 +66110,7 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld64_bf16_pv16_walk_next_1
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -65906,7 +66147,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         ds_load_b128 v[192:195], v3 offset:8192
         ds_load_b128 v[196:199], v3 offset:10496
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_bf16_pv16_nomask_1
         s_wait_alu depctr_sa_sdst(0)
@@ -66086,7 +66329,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -66469,7 +66714,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         ds_load_b128 v[192:195], v3 offset:8224
         ds_load_b128 v[196:199], v3 offset:10528
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_bf16_pv16_nomask_0_last
         s_wait_alu depctr_sa_sdst(0)
@@ -66649,7 +66896,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
         v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -66977,7 +67226,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         ds_load_b128 v[192:195], v3 offset:8224
         ds_load_b128 v[196:199], v3 offset:10528
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_bf16_pv16_nomask_1_last
         s_wait_alu depctr_sa_sdst(0)
@@ -67157,7 +67408,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_bf16_pv16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -69599,6 +69852,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld64_fp16_pv16_walk_next_0
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -69635,7 +69889,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         ds_load_b128 v[192:195], v3 offset:8192
         ds_load_b128 v[196:199], v3 offset:10496
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp16_pv16_nomask_0
         s_wait_alu depctr_sa_sdst(0)
@@ -69815,7 +70071,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
         v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -70175,6 +70433,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_mov_b32 s67, s68
         s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
@@ -70188,6 +70447,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld64_fp16_pv16_walk_next_1
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -70224,7 +70484,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         ds_load_b128 v[192:195], v3 offset:8192
         ds_load_b128 v[196:199], v3 offset:10496
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp16_pv16_nomask_1
         s_wait_alu depctr_sa_sdst(0)
@@ -70404,7 +70666,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -70787,7 +71051,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         ds_load_b128 v[192:195], v3 offset:8224
         ds_load_b128 v[196:199], v3 offset:10528
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp16_pv16_nomask_0_last
         s_wait_alu depctr_sa_sdst(0)
@@ -70967,7 +71233,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
         v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -71295,7 +71563,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         ds_load_b128 v[192:195], v3 offset:8224
         ds_load_b128 v[196:199], v3 offset:10528
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp16_pv16_nomask_1_last
         s_wait_alu depctr_sa_sdst(0)
@@ -71475,7 +71745,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp16_pv16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -73885,6 +74157,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld64_fp32_pv16_walk_next_0
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -73921,7 +74194,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         ds_load_b128 v[192:195], v3 offset:8192
         ds_load_b128 v[196:199], v3 offset:10496
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp32_pv16_nomask_0
         s_wait_alu depctr_sa_sdst(0)
@@ -74101,7 +74376,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
         v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp32_pv16_one_fma_0_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -74461,6 +74738,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         s_wait_kmcnt 0  // L[min(t+3, last)]
         s_mov_b32 s65, s66
         s_mov_b32 s66, s67
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_mov_b32 s67, s68
         s_mov_b32 s38, s39
         s_cmp_eq_u32 s72, s59
@@ -74474,6 +74752,7 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         s_min_u32 s68, s52, s59  // varlen walks tiles 0.. : L[i] = i
         s_bitcmp1_b32 s34, 5
         s_cbranch_scc1 .Ld64_fp32_pv16_walk_next_1
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s68 (docs/rdna4.md §Hazards 3)
         s_lshl_b32 s52, s68, 2
         s_load_b32 s68, s[62:63], s52 offset:0x4  // waited at the end of the tile
         s_lshl_b32 s56, s72, 2
@@ -74510,7 +74789,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         ds_load_b128 v[192:195], v3 offset:8192
         ds_load_b128 v[196:199], v3 offset:10496
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp32_pv16_nomask_1
         s_wait_alu depctr_sa_sdst(0)
@@ -74690,7 +74971,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp32_pv16_one_fma_1_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -75073,7 +75356,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         ds_load_b128 v[192:195], v3 offset:8224
         ds_load_b128 v[196:199], v3 offset:10528
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp32_pv16_nomask_0_last
         s_wait_alu depctr_sa_sdst(0)
@@ -75253,7 +75538,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         v_dual_subrev_f32 v94, s69, v94 :: v_dual_subrev_f32 v95, s69, v95
         v_dual_mul_f32 v94, v10, v94 :: v_dual_mul_f32 v95, v11, v95
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp32_pv16_one_fma_0_last_lim
         s_wait_alu depctr_sa_sdst(0)
@@ -75581,7 +75868,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         ds_load_b128 v[192:195], v3 offset:8224
         ds_load_b128 v[196:199], v3 offset:10528
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp32_pv16_nomask_1_last
         s_wait_alu depctr_sa_sdst(0)
@@ -75761,7 +76050,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         v_dual_subrev_f32 v126, s69, v126 :: v_dual_subrev_f32 v127, s69, v127
         v_dual_mul_f32 v126, v10, v126 :: v_dual_mul_f32 v127, v11, v127
         s_lshl_b32 s56, s65, 6
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s56 (docs/rdna4.md §Hazards 3)
         s_add_co_i32 s57, s56, 64
+        s_wait_alu depctr_sa_sdst(0)  // hazard: s57 (docs/rdna4.md §Hazards 3)
         s_cmp_le_i32 s57, s61
         s_cbranch_scc1 .Ld64_fp32_pv16_one_fma_1_last_lim
         s_wait_alu depctr_sa_sdst(0)

@@ -104,9 +104,12 @@ def family_header(kernels) -> str:
 // Memory waits are placed where the data is first needed (§Waits: loads of a kind complete in order).
 //
 // Hazards (docs/rdna4.md §Hazards): no WMMA reads another WMMA's D as A/B (rule 1: A/B come from LDS, Q and
-// the VALU-written P); D never overlaps A/B (rule 2); every VCC written by VALU and read again is preceded by
-// s_wait_alu depctr_va_vcc(0) (rule 3); SGPRs read by VALU are written once in the prologue, followed by
-// s_wait_alu depctr_sa_sdst(0); s_wait_dscnt 0 before every s_barrier_signal (rule 8); no scratch.
+// the VALU-written P); D never overlaps A/B (rule 2); s_wait_dscnt 0 before every s_barrier_signal (rule 8); no
+// scratch. Rule 3 (VALU-read-SGPR): SALU-written SGPRs whose pair a VALU reads (the LUT cursor, the tile-row
+// bounds of the mask lines, the V^T addresses) are read again in the loop; every kernel body goes through
+// asmdsl.insert_hazard_waits, which evaluates the hazard model (sage_co/emu/hazards.py) over the body's control
+// flow and puts `s_wait_alu` with the needed fields right before each such read (the lines marked
+// "// hazard:"), so a schedule change cannot leave one unguarded.
 """
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from asmdsl import Asm, KernelArg, Op, amdhsa_kernel
+from asmdsl import Asm, KernelArg, Op, amdhsa_kernel, insert_hazard_waits
 from sage_co import abi
 from sage_co.rdna4 import waves_by_vgprs
 
@@ -52,7 +52,8 @@ class AttentionKernel(KernelState, Prologue, MatmulStreams, Softmax, KeyLoop, Ep
         a.section("out of line: the attn_mask blocks of partial / additive tiles (each branches back)")
         a.lines.extend(self.ool.lines)
         # labels are local to the file: a family's .s holds several kernels, so each kernel's carry its tag
-        return re.sub(r"\.L(\w+)", lambda m: f".L{self.cfg.tag}_{m.group(1)}", a.text())
+        body = re.sub(r"\.L(\w+)", lambda m: f".L{self.cfg.tag}_{m.group(1)}", a.text())
+        return insert_hazard_waits(body)     # docs/rdna4.md §Hazards: the model's fix at every site
 
 
     def variant_header(self) -> str:
