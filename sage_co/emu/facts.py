@@ -47,6 +47,8 @@ READS_VDST = re.compile(r"^v_(dual_)?(fmac_|pk_fmac_|dot2acc_|dot2c_|permlane16_
 READS_VCC = ("v_cndmask_b32", "v_add_co_ci_u32", "v_sub_co_ci_u32", "v_subrev_co_ci_u32", "v_dual_cndmask_b32",
              "s_cbranch_vccz", "s_cbranch_vccnz")
 WRITES_VCC_E32 = ("v_add_co_ci_u32", "v_sub_co_ci_u32", "v_subrev_co_ci_u32")
+# VOP3-only instructions whose VCC read is implied in every encoding (LLVM: `Uses = [VCC, ...]`)
+READS_VCC_VOP3 = ("v_div_fmas_f32", "v_div_fmas_f64")
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,7 +307,7 @@ def _alu_operands(inst, tpl) -> list[Operand]:
         else:
             out.append(Operand(field, _half(_src_keys(code, n), hi), True, False))
     # implied operands
-    if name in READS_VCC and (enc in ("VOP2", "SOPP", "VOPD")):
+    if (name in READS_VCC and (enc in ("VOP2", "SOPP", "VOPD"))) or name in READS_VCC_VOP3:
         out.append(Operand("implied", _skeys(VCC, 1), True, False))
     if enc == "VOP2" and name in WRITES_VCC_E32:
         out.append(Operand("implied", _skeys(VCC, 1), False, True))

@@ -414,6 +414,10 @@ def analyze(insts) -> list[Finding]:
     # a block whose out-state grew hands it to its successors (merge = union), until nothing changes: the state
     # only grows and every back-edge merges, so this ends [LLVM-SH run]
     ins = [_State() for _ in blocks]
+    npreds = [0] * len(blocks)
+    for out in succs:
+        for c in out:
+            npreds[c] += 1
     outs: list[tuple | None] = [None] * len(blocks)
     work = list(range(len(blocks) - 1, -1, -1))
     queued = set(work)
@@ -427,7 +431,13 @@ def analyze(insts) -> list[Finding]:
             continue
         outs[b] = key
         for c in succs[b]:
-            if ins[c].merge(st) and c not in queued:
+            if npreds[c] == 1 and c != 0:     # its one way in: replaced (a fix needed only once the state grew
+                changed = ins[c].key() != key  # drops what an earlier, smaller state left) [LLVM-SH run]
+                if changed:
+                    ins[c] = st.copy()
+            else:
+                changed = ins[c].merge(st)
+            if changed and c not in queued:
                 work.append(c)
                 queued.add(c)
     found: list[Finding] = []
