@@ -43,7 +43,7 @@ def built(tmp_path_factory):
 def test_catches_the_planted_wmma_hazard(built):
     r = run_check("--co", built / "gfx1201" / "test_hazard_wmma.co", "--no-mix")
     assert r.returncode == 1
-    assert "wmma-operand-hazard" in r.stderr and "v_wmma_i32_16x16x16_iu8 v[24:31], v[16:17]" in r.stderr
+    assert "wmma-operand" in r.stderr and "v_wmma_i32_16x16x16_iu8 v[24:31], v[16:17]" in r.stderr
     clean = run_check("--co", built / "gfx1201" / "test_wmma_iu8_min.co", "--no-mix")
     assert clean.returncode == 0, clean.stderr
 
@@ -64,12 +64,22 @@ def test_lint_rules_on_text():
     assert any("barrier-without-dscnt" in p for p in lint_text("ds_store_b32 v1, v2\ns_barrier_signal -1"))
     assert lint_text("ds_store_b32 v1, v2\ns_wait_dscnt 0x0\ns_barrier_signal -1") == []
     assert any("scratch" in p for p in lint_text("scratch_store_b32 off, v1, s0"))
-    assert any("valu-sgpr-hazard" in p for p in
+    assert any("sgpr-salu-write" in p for p in
                lint_text("v_add_nc_u32 v1, s4, v1\ns_add_co_u32 s4, s4, 64\nv_add_nc_u32 v2, s4, v2"))
     assert lint_text("v_add_nc_u32 v1, s4, v1\ns_add_co_u32 s4, s4, 64\ns_wait_alu depctr_sa_sdst(0)\n"
                      "v_add_nc_u32 v2, s4, v2") == []
+    # each finding names the rule, the reader, the writer and the VALU read that put the pair at risk
+    got = lint_text("v_add_nc_u32 v1, s5, v1\ns_mov_b32 s4, 1\ns_lshl_b32 s6, s4, 2")
+    assert len(got) == 1 and "sgpr-salu-write: s_lshl_b32 at 0x8 reads s4 written at 0x4, the pair read by a VALU at " \
+        "0x0" in got[0] and "s_wait_alu depctr_sa_sdst(0)" in got[0]
+    assert any("sgpr-valu-write" in p for p in
+               lint_text("v_add_nc_u32 v1, s4, v1\nv_readfirstlane_b32 s4, v1\nv_add_nc_u32 v2, s4, v2"))
+    assert any("vcc-valu-write" in p for p in
+               lint_text("v_cndmask_b32 v1, v2, v3, vcc_lo\nv_cmp_eq_u32 vcc_lo, v1, v3\nv_cndmask_b32 v1, v2, v3, vcc_lo"))
+    assert any("vcmpx-permlane" in p for p in lint_text("v_cmpx_eq_u32 v1, v2\nv_permlane16_b32 v1, v2, s0, s1"))
+    assert lint_text("v_cmpx_eq_u32 v1, v2\nv_mov_b32 v2, v2\nv_permlane16_b32 v1, v2, s0, s1") == []
     # an SGPR read through VCC by v_cndmask_b32 (an implied operand) counts as a VALU read
-    assert any("valu-sgpr-hazard" in p for p in
+    assert any("sgpr-salu-write" in p for p in
                lint_text("v_cndmask_b32 v1, v2, v3, vcc_lo\ns_mov_b32 vcc_lo, 0\nv_cndmask_b32 v1, v2, v3, vcc_lo"))
 
 
@@ -79,8 +89,8 @@ def test_lint_follows_branches():
     rewrite reaching a read through a branch, conditional or not, is still caught, merged with the fall-through."""
     rewrite = "v_add_nc_u32 v1, s4, v1\ns_add_co_u32 s4, s4, 64\n"
     assert lint_text(rewrite + "s_branch 1\nv_add_nc_u32 v2, s4, v2\ns_endpgm") == []
-    assert any("valu-sgpr-hazard" in p for p in lint_text(rewrite + "s_branch 1\ns_nop 0\nv_add_nc_u32 v2, s4, v2"))
-    assert any("valu-sgpr-hazard" in p for p in
+    assert any("sgpr-salu-write" in p for p in lint_text(rewrite + "s_branch 1\ns_nop 0\nv_add_nc_u32 v2, s4, v2"))
+    assert any("sgpr-salu-write" in p for p in
                lint_text(rewrite + "s_cbranch_scc1 2\ns_wait_alu depctr_sa_sdst(0)\ns_nop 0\nv_add_nc_u32 v2, s4, v2"))
 
 

@@ -12,11 +12,13 @@
    manifest) against the code object's metadata, the same comparison the launcher makes before a first launch.
    Runs without torch (sage_co.abi and sage_co.codeobj are torch-free).
 3. Lint of the decoded instructions (sage_co.emu.decode + sage_co.emu.facts) for the gfx12 rules of
-   docs/rdna4.md §Hazards:
-   wmma-operand-hazard (a WMMA reading the previous WMMA's D as A/B with no VALU between; rule 1),
-   wmma-overlap (D overlapping A or B; rule 2), valu-sgpr-hazard (an SGPR read by a VALU, rewritten by an
-   SALU, then read again without s_wait_alu depctr_sa_sdst(0); rule 3), barrier-without-dscnt (LDS stores in flight at s_barrier_signal; rule 8), scratch
-   (any private segment or scratch_* access), vopd-illegal (docs/rdna4.md §Throughput VOPD rules).
+   docs/rdna4.md §Hazards. The hazards software must mitigate come from the one hazard model
+   (sage_co.emu.hazards, evaluated over the kernel's control-flow graph to a fixed point), one finding per site
+   naming the rule, the reader, the writer and the VALU read that put the SGPR pair at risk: sgpr-salu-write,
+   sgpr-valu-write, vcc-valu-write, sgpr-at-setpc (rule 3), wmma-operand (rule 1), vcmpx-permlane (rule 5).
+   Per instruction: wmma-overlap (D overlapping A or B; rule 2), barrier-without-dscnt (LDS stores in flight at
+   s_barrier_signal; rule 8), scratch (any private segment or scratch_* access), vopd-illegal (docs/rdna4.md
+   §Throughput VOPD rules). `--co X` lints any compiler's code object.
 4. Instruction mix per kernel in the emulator's instruction classes (sage_co.emu.facts.CLASSES), printed with rich.
 """
 from __future__ import annotations
