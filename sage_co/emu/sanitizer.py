@@ -1,4 +1,4 @@
-"""The sanitizer: wait counters, WMMA hazards, barriers, LDS races. Every finding raises EmuError naming kernel,
+"""The sanitizer: wait counters, WMMA / VALU-read-SGPR / v_cmpx->v_permlane hazards, barriers, LDS races. Every finding raises EmuError naming kernel,
 PC, instruction, wave (workgroup id + wave-in-group) and lane (state.State.fail).
 
 Wait counters (docs/rdna4.md §Waits): data completes at issue, but each wave keeps a per-counter issue sequence number
@@ -8,12 +8,18 @@ order; SMEM may complete out of order, so only kmcnt 0 completes anything). Read
 non-load -- a register whose load is not complete is an error. Registers that may be pending are kept in a small
 dict so that the common step (nothing pending) costs one truth test.
 
+Hazards software must mitigate (docs/rdna4.md §Hazards 1, 3, 5): the rules of the one hazard model
+(sage_co/emu/hazards.py), followed per wave on the path it runs: a read the hardware would not interlock is an
+error. The static model merges paths; here each wave has its own state, so a hazard on a path no wave takes is
+not reported (tools/disasm_check.py reports it).
+
 Global bounds live in memory_ops.check_global; LDS bounds in memory_ops._lds_index.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from sage_co.emu import hazards
 from sage_co.emu.facts import WAIT_COUNTER
 from sage_co.emu.state import ALL
 
@@ -30,8 +36,16 @@ def wrap(st, inst, fx, pc, h):
     is_valu = fx.cls in ("VALU", "TRANS")
     issued = st.issued
     touched = frozenset(reads) | frozenset(plain_writes)    # one C-level test against the pending keys per step
+    hz = sgpr_hazard(st, inst, fx, pc)
+    permlane, vcmpx = hazards.is_permlane(fx.name), hazards.vcmpx_writes_exec(fx)
+    valu_class = fx.cls in ("VALU", "TRANS", "WMMA")
+    ends_vcmpx = valu_class and fx.name != "v_nop"
 
     def hh(sel):
+        if hz is not None:
+            hz(sel)
+        if valu_class and (st.hz_vcmpx_live or vcmpx):
+            vcmpx_permlane(st, pc, sel, permlane, vcmpx, ends_vcmpx)
         if st.maybe and not st.maybe.keys().isdisjoint(touched):
             _check(st, pc, sel, reads, "reads", "before its load completed (missing s_wait_*)")
             _check(st, pc, sel, plain_writes, "overwrites", "while a load into it is still pending")
@@ -52,6 +66,99 @@ def wrap(st, inst, fx, pc, h):
                     st.maybe[key] = kind
         return r
     return hh
+
+
+# ------------------------------------------------------------------------------------------------ hazards
+def sgpr_hazard(st, inst, fx, pc):
+    """The per-wave VALU-read-SGPR check of one instruction (docs/rdna4.md §Hazards 3; the rule of
+    sage_co.emu.hazards: uses checked and waited, then defs recorded), or None when it touches no such state."""
+    eff = hazards.sgpr_effect(inst, fx)
+    kind = eff.kind
+    if kind == "clear":
+        def h(sel):
+            st.hz_salu[sel] = False
+            st.hz_valu[sel] = False
+            st.hz_vcc[sel] = False
+        return h
+    if kind == "wait":
+        cleared = hazards.wait_clears(inst.f.get("simm16", 0xFFFF))
+        if not cleared:
+            return None
+
+        def h(sel):
+            if "va_vcc" in cleared:
+                st.hz_vcc[sel, 1] = False
+            if "sa_sdst" in cleared:
+                st.hz_salu[sel] = False
+                st.hz_vcc[sel, 0] = False
+            if "va_sdst" in cleared:
+                st.hz_valu[sel] = False
+        return h
+    if kind not in ("salu", "valu", "setpc") or not (eff.uses or eff.defs):
+        return None
+    is_valu = kind == "valu"
+    uses = [(f, n, f >> 1, f in (hazards.VCC_LO, hazards.VCC_HI)) for f, n in eff.uses]
+    defs = [(f, n, f >> 1, f in (hazards.VCC_LO, hazards.VCC_HI)) for f, n in eff.defs]
+
+    def h(sel):
+        tr = st.hz_tracked
+        for first, n, pair, vcc in uses:
+            t = tr[sel, pair]
+            if not t.any():
+                if is_valu:
+                    tr[sel, pair] = True
+                continue
+            if not is_valu:                              # an SALU read retires VALU writes (interlocked)
+                if vcc:
+                    st.hz_vcc[sel, 1] &= ~t
+                else:
+                    st.hz_valu[sel] &= ~t[:, None]
+            bad = t & st.hz_salu[sel, first:first + n].any(axis=1)
+            why = "written by an SALU", "depctr_sa_sdst(0)"
+            if vcc and not bad.any():
+                bad, why = t & st.hz_vcc[sel, 0], ("written by an SALU", "depctr_sa_sdst(0)")
+            if is_valu and not bad.any():
+                bad, why = t & st.hz_valu[sel, first:first + n].any(axis=1), ("written by a VALU",
+                                                                              "depctr_va_sdst(0)")
+                if vcc and not bad.any():
+                    bad, why = t & st.hz_vcc[sel, 1], ("written by a VALU", "depctr_va_vcc(0)")
+            if bad.any():
+                w = st.waves_of(sel)[int(np.argmax(bad))]
+                reg = "vcc_lo" if first == hazards.VCC_LO else f"s{first}" if n == 1 else f"s[{first}:{first + n - 1}]"
+                st.fail(pc, f"reads {reg}, {why[0]} after a VALU read its SGPR pair, with no s_wait_alu {why[1]}, "
+                            f"SMEM or buffer access between: the hardware does not interlock it (VALU-read-SGPR "
+                            f"hazard, docs/rdna4.md §Hazards 3)", w)
+            if is_valu:
+                tr[sel, pair] = True
+        for first, n, pair, vcc in defs:
+            t = tr[sel, pair]
+            if not t.any():
+                continue
+            if vcc:
+                st.hz_vcc[sel, 0] = np.where(t, not is_valu, st.hz_vcc[sel, 0])
+                st.hz_vcc[sel, 1] = np.where(t, is_valu, st.hz_vcc[sel, 1])
+            elif is_valu:
+                st.hz_valu[sel, first:first + n] |= t[:, None]
+            else:
+                st.hz_salu[sel, first:first + n] |= t[:, None]
+    return h
+
+
+def vcmpx_permlane(st, pc, sel, permlane: bool, vcmpx: bool, ends: bool):
+    """docs/rdna4.md §Hazards 5: a v_permlane* whose last VALU other than v_nop is a v_cmpx."""
+    if permlane and st.hz_vcmpx_live:
+        bad = st.hz_vcmpx[sel]
+        if bad.any():
+            st.fail(pc, "v_permlane right after a v_cmpx with no VALU other than v_nop between (needs one, e.g. "
+                        "v_mov_b32 of its src0 onto itself; v_cmpx->v_permlane hazard, docs/rdna4.md §Hazards 5)",
+                    st.waves_of(sel)[int(np.argmax(bad))])
+    if vcmpx:
+        st.hz_vcmpx[sel] = True
+        st.hz_vcmpx_live = True
+    elif ends:
+        st.hz_vcmpx[sel] = False
+        if sel is ALL:
+            st.hz_vcmpx_live = False
 
 
 # VGPR keys of facts: ('v', n) the whole register, ('v.l', n) / ('v.h', n) one 16-bit half; a pending load into a

@@ -101,6 +101,7 @@ class State:
         "dpp_mask",
         # sanitizer (sanitizer.py): wait counters, pending loads, WMMA hazard, LDS race check
         "sanitize", "lds_race_check", "issued", "done", "vpend", "spend", "maybe", "wmma_d", "wmma_live",
+        "hz_tracked", "hz_salu", "hz_valu", "hz_vcc", "hz_vcmpx", "hz_vcmpx_live",
         "race_writer", "race_readers", "race_barriers",
     )
 
@@ -144,6 +145,14 @@ class State:
         self.maybe = {}                      # ('v'|'s', reg) -> counter kind of a possibly pending load
         self.wmma_d = np.full((W, 2), -1, dtype=np.int64)
         self.wmma_live = False
+        # VALU-read-SGPR hazard per wave (sanitizer.sgpr_hazard, docs/rdna4.md §Hazards 3): SGPR pairs some VALU
+        # read, SGPRs written by SALU / by VALU and not waited for, VCC written by [SALU, VALU]; v_cmpx last VALU
+        self.hz_tracked = np.zeros((W, 64), dtype=bool)
+        self.hz_salu = np.zeros((W, 128), dtype=bool)
+        self.hz_valu = np.zeros((W, 128), dtype=bool)
+        self.hz_vcc = np.zeros((W, 2), dtype=bool)
+        self.hz_vcmpx = np.zeros(W, dtype=bool)
+        self.hz_vcmpx_live = False
         ndw = self.lds_stride // 4 if lds_race_check else 0
         self.race_writer = np.zeros((nwg, ndw), dtype=np.int64)      # wave-in-wg + 1 of the last writer, 0 none
         self.race_readers = np.zeros((nwg, ndw), dtype=np.uint64)    # bitmask of reading waves (wave-in-wg < 64)

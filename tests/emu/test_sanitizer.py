@@ -42,6 +42,11 @@ CASES = [
     ("oob_lds", 32, {}, r"outside the kernel's 128 B group segment"),
     ("barrier_skip", 64, {}, r"barrier"),
     ("lds_race", 64, {"lds_race_check": True}, r"LDS race"),
+    ("sgpr_salu_valu", 32, {}, r"reads s9, written by an SALU .* no s_wait_alu depctr_sa_sdst\(0\)"),
+    ("sgpr_loop", 32, {}, r"reads s8, written by an SALU .* no s_wait_alu depctr_sa_sdst\(0\)"),
+    ("sgpr_valu_valu", 32, {}, r"reads s8, written by a VALU .* no s_wait_alu depctr_va_sdst\(0\)"),
+    ("vcc_valu", 32, {}, r"reads vcc_lo, written by a VALU .* no s_wait_alu depctr_va_vcc\(0\)"),
+    ("vcmpx_permlane", 32, {}, r"v_permlane right after a v_cmpx"),
 ]
 
 
@@ -68,6 +73,17 @@ def test_clean_kernel_passes(cos, kernel, block, kw, msg):
         assert (out[:32] == np.arange(32)).all()
     if kernel == "lds_race":
         assert (out[32:64] == np.arange(32)).all()
+    lane = np.arange(32)
+    if kernel == "sgpr_salu_valu":
+        assert (out[:32] == lane + 12).all()
+    if kernel == "sgpr_loop":
+        assert (out[:32] == 0 + 1 + 2 + 3).all()
+    if kernel == "sgpr_valu_valu":
+        assert (out[:32] == lane + 6).all()          # s8 = lane 0's 0 + 3
+    if kernel == "vcc_valu":
+        assert (out[:32] == np.where(lane < 8, 2, 0)).all()
+    if kernel == "vcmpx_permlane":
+        assert (out[:32] == np.where(lane < 16, 0, 16)).all()   # every lane takes lane 0 of its row
 
 
 def test_error_names_lane_for_oob(cos):

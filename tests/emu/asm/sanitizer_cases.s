@@ -74,6 +74,77 @@ KSTART oob_lds
         global_store_b32 v1, v2, s[6:7]
         s_endpgm
 
+// VALU-read-SGPR (docs/rdna4.md §Hazards 3): a VALU reads s8 (pair s[8:9]), an SALU writes the partner s9, a VALU
+// reads s9 with no s_wait_alu depctr_sa_sdst(0) between
+KSTART sgpr_salu_valu
+        s_mov_b32 s8, 5
+        v_add_nc_u32 v2, s8, v0
+        s_add_co_i32 s9, s8, 2
+.if !BROKEN
+        s_wait_alu depctr_sa_sdst(0)
+.endif
+        v_add_nc_u32 v3, s9, v2
+        global_store_b32 v1, v3, s[6:7]
+        s_endpgm
+
+// the same hazard with an SALU reader, reached through the loop's back-edge: the loop test reads s8, which the
+// previous trip's s_add_co_i32 wrote after the VALU read it
+KSTART sgpr_loop
+        s_mov_b32 s8, 0
+        v_mov_b32 v3, 0
+1:
+        s_cmp_lt_u32 s8, 4
+        s_cbranch_scc0 2f
+        v_add_nc_u32 v3, s8, v3
+        s_add_co_i32 s8, s8, 1
+.if !BROKEN
+        s_wait_alu depctr_sa_sdst(0)
+.endif
+        s_branch 1b
+2:
+        global_store_b32 v1, v3, s[6:7]
+        s_endpgm
+
+// VALU -> VALU through an SGPR: v_readfirstlane_b32 writes s8 (its pair read by a VALU before), a VALU reads it
+// with no s_wait_alu depctr_va_sdst(0) between
+KSTART sgpr_valu_valu
+        s_mov_b32 s8, 3
+        v_add_nc_u32 v2, s8, v0
+        v_readfirstlane_b32 s8, v2
+.if !BROKEN
+        s_wait_alu depctr_va_sdst(0)
+.endif
+        v_add_nc_u32 v3, s8, v2
+        global_store_b32 v1, v3, s[6:7]
+        s_endpgm
+
+// VALU -> VALU through VCC: a compare rewrites VCC after v_cndmask read it; the next v_cndmask needs
+// s_wait_alu depctr_va_vcc(0)
+KSTART vcc_valu
+        v_cmp_gt_u32 vcc_lo, 16, v0
+        v_cndmask_b32_e64 v2, 1, 2, vcc_lo
+        v_cmp_gt_u32 vcc_lo, 8, v0
+.if !BROKEN
+        s_wait_alu depctr_va_vcc(0)
+.endif
+        v_cndmask_b32_e64 v3, 0, v2, vcc_lo
+        global_store_b32 v1, v3, s[6:7]
+        s_endpgm
+
+// v_cmpx -> v_permlane (docs/rdna4.md §Hazards 5): a VALU other than v_nop must come between (LLVM: v_mov of the
+// permlane's src0 onto itself)
+KSTART vcmpx_permlane
+        v_mov_b32 v2, v0
+        v_mov_b32 v3, 0
+        v_cmpx_gt_u32 32, v0
+        v_nop
+.if !BROKEN
+        v_mov_b32 v2, v2
+.endif
+        v_permlane16_b32 v3, v2, 0, 0
+        global_store_b32 v1, v3, s[6:7]
+        s_endpgm
+
 // two waves: wave 1 ends without reaching the barrier wave 0 waits at
 KSTART barrier_skip
         v_readfirstlane_b32 s8, v0
@@ -137,6 +208,11 @@ KSTART lds_race
         KDESC oob_lds, 128
         KDESC barrier_skip, 0
         KDESC lds_race, 128
+        KDESC sgpr_salu_valu, 0
+        KDESC sgpr_loop, 0
+        KDESC sgpr_valu_valu, 0
+        KDESC vcc_valu, 0
+        KDESC vcmpx_permlane, 0
 
         .amdgpu_metadata
 ---
@@ -150,5 +226,10 @@ amdhsa.kernels:
   - { .name: oob_lds, .symbol: oob_lds.kd, .kernarg_segment_size: 16, .kernarg_segment_align: 8, .group_segment_fixed_size: 128, .private_segment_fixed_size: 0, .wavefront_size: 32, .sgpr_count: 16, .vgpr_count: 32, .max_flat_workgroup_size: 64, .args: [ { .offset: 0, .size: 8, .value_kind: global_buffer }, { .offset: 8, .size: 8, .value_kind: global_buffer } ] }
   - { .name: barrier_skip, .symbol: barrier_skip.kd, .kernarg_segment_size: 16, .kernarg_segment_align: 8, .group_segment_fixed_size: 0, .private_segment_fixed_size: 0, .wavefront_size: 32, .sgpr_count: 16, .vgpr_count: 32, .max_flat_workgroup_size: 64, .args: [ { .offset: 0, .size: 8, .value_kind: global_buffer }, { .offset: 8, .size: 8, .value_kind: global_buffer } ] }
   - { .name: lds_race, .symbol: lds_race.kd, .kernarg_segment_size: 16, .kernarg_segment_align: 8, .group_segment_fixed_size: 128, .private_segment_fixed_size: 0, .wavefront_size: 32, .sgpr_count: 16, .vgpr_count: 32, .max_flat_workgroup_size: 64, .args: [ { .offset: 0, .size: 8, .value_kind: global_buffer }, { .offset: 8, .size: 8, .value_kind: global_buffer } ] }
+  - { .name: sgpr_salu_valu, .symbol: sgpr_salu_valu.kd, .kernarg_segment_size: 16, .kernarg_segment_align: 8, .group_segment_fixed_size: 0, .private_segment_fixed_size: 0, .wavefront_size: 32, .sgpr_count: 16, .vgpr_count: 32, .max_flat_workgroup_size: 64, .args: [ { .offset: 0, .size: 8, .value_kind: global_buffer }, { .offset: 8, .size: 8, .value_kind: global_buffer } ] }
+  - { .name: sgpr_loop, .symbol: sgpr_loop.kd, .kernarg_segment_size: 16, .kernarg_segment_align: 8, .group_segment_fixed_size: 0, .private_segment_fixed_size: 0, .wavefront_size: 32, .sgpr_count: 16, .vgpr_count: 32, .max_flat_workgroup_size: 64, .args: [ { .offset: 0, .size: 8, .value_kind: global_buffer }, { .offset: 8, .size: 8, .value_kind: global_buffer } ] }
+  - { .name: sgpr_valu_valu, .symbol: sgpr_valu_valu.kd, .kernarg_segment_size: 16, .kernarg_segment_align: 8, .group_segment_fixed_size: 0, .private_segment_fixed_size: 0, .wavefront_size: 32, .sgpr_count: 16, .vgpr_count: 32, .max_flat_workgroup_size: 64, .args: [ { .offset: 0, .size: 8, .value_kind: global_buffer }, { .offset: 8, .size: 8, .value_kind: global_buffer } ] }
+  - { .name: vcc_valu, .symbol: vcc_valu.kd, .kernarg_segment_size: 16, .kernarg_segment_align: 8, .group_segment_fixed_size: 0, .private_segment_fixed_size: 0, .wavefront_size: 32, .sgpr_count: 16, .vgpr_count: 32, .max_flat_workgroup_size: 64, .args: [ { .offset: 0, .size: 8, .value_kind: global_buffer }, { .offset: 8, .size: 8, .value_kind: global_buffer } ] }
+  - { .name: vcmpx_permlane, .symbol: vcmpx_permlane.kd, .kernarg_segment_size: 16, .kernarg_segment_align: 8, .group_segment_fixed_size: 0, .private_segment_fixed_size: 0, .wavefront_size: 32, .sgpr_count: 16, .vgpr_count: 32, .max_flat_workgroup_size: 64, .args: [ { .offset: 0, .size: 8, .value_kind: global_buffer }, { .offset: 8, .size: 8, .value_kind: global_buffer } ] }
 ...
         .end_amdgpu_metadata
