@@ -283,3 +283,20 @@ def test_stripped_hip_attention_kernel():
     insts = funcs["gfx1201_sage_attention_fwd_d128_bf16"]
     assert sum(i.name == "s_wait_alu" for i in insts) > 100
     assert strip_compare(insts) == ([], [])
+
+
+SANITIZER_CASES = ROOT / "tests" / "emu" / "asm" / "sanitizer_cases.s"
+BROKEN_RULE = {"wmma_hazard": "wmma-operand", "sgpr_salu_valu": "sgpr-salu-write", "sgpr_loop": "sgpr-salu-write",
+               "sgpr_valu_valu": "sgpr-valu-write", "vcc_valu": "vcc-valu-write", "vcmpx_permlane": "vcmpx-permlane"}
+
+
+@pytest.mark.parametrize("broken", [0, 1])
+def test_model_flags_the_sanitizer_cases(broken, tmp_path):
+    """The emulator's deliberately broken kernels (tests/emu/test_sanitizer.py stops each one at run time) are the
+    model's sites too, one per kernel with its rule; their clean twins have none."""
+    from llvm_tools import assemble_co
+    co = tmp_path / "cases.co"
+    co.write_bytes(assemble_co(SANITIZER_CASES, tmp_path, [f"-Wa,-defsym,BROKEN={broken}"]))
+    funcs = _functions(co)
+    for kernel, rule in BROKEN_RULE.items():
+        assert [f.rule for f in analyze(funcs[kernel])] == ([rule] if broken else []), kernel
