@@ -15,7 +15,7 @@
    docs/rdna4.md §Hazards. The hazards software must mitigate come from the one hazard model
    (sage_co.emu.hazards, evaluated over the kernel's control-flow graph to a fixed point), one finding per site
    naming the rule, the reader, the writer and the VALU read that put the SGPR pair at risk: sgpr-salu-write,
-   sgpr-valu-write, vcc-valu-write, sgpr-at-setpc (rule 3), wmma-operand (rule 1), vcmpx-permlane (rule 5).
+   sgpr-valu-write, vcc-valu-write (rule 3), wmma-operand (rule 1), vcmpx-permlane (rule 5).
    Per instruction: wmma-overlap (D overlapping A or B; rule 2), barrier-without-dscnt (LDS stores in flight at
    s_barrier_signal; rule 8), scratch (any private segment or scratch_* access), vopd-illegal (docs/rdna4.md
    §Throughput VOPD rules). `--co X` lints any compiler's code object.

@@ -12,7 +12,8 @@ Rules (docs/rdna4.md §Hazards):
   sgpr-valu-write  rule 3: the same SGPR written by a VALU (an sdst, a carry-out) and read by a VALU with no
                    `depctr_va_sdst(0)` between (an SALU read of it is interlocked and retires the state).
   vcc-valu-write   rule 3: VCC written by a VALU, read by a VALU with no `depctr_va_vcc(0)` between.
-  sgpr-at-setpc    rule 3: any of the above pending at s_setpc/s_swappc/s_call (the other side cannot see it).
+  (at s_setpc/s_swappc/s_call every pending write is a site under its rule: the other side cannot see it; LLVM's
+  long branch s_getpc/s_add/s_setpc is an ordinary edge)
   wmma-operand     rule 1: a WMMA/SWMMAC reading as A/B (SWMMAC: also the index) the D of the last VALU-class
                    instruction, itself a WMMA, on some path (v_nop or any VALU between).
   vcmpx-permlane   rule 5: a v_permlane* whose last VALU other than v_nop, on some path, is a v_cmpx.
