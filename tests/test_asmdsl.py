@@ -2,7 +2,7 @@
 waits, register files, and the shared descriptor/metadata emitter; the generator as a family (Config/build)."""
 import pytest
 
-from llvm_tools import ROOT
+from llvm_tools import ROOT, needs_llvm
 from asmdsl import (Asm, KernelArg, Op, RegFile, WaitCounter, amdhsa_kernel, code_object,  # asm_src/ (pyproject)
                     pair_vopd, try_pair, vopd_legal)
 
@@ -117,3 +117,37 @@ def test_committed_assembly_is_the_generator_output():
     import gen_sage_attention_asm as gen
     committed = (ROOT / "asm_src" / "gfx1201_sage_attention_asm.s").read_text()
     assert committed == gen.build_family()
+
+
+@needs_llvm
+def test_insert_hazard_waits_puts_the_minimal_fix_before_each_site():
+    """The generator's hazard pass (docs/rdna4.md §Hazards): the fix right before the read (after a label that
+    the loop's back-edge reaches), one wait for two reads of one write, nothing where nothing is needed, and a
+    body that needed a fix has no site afterwards."""
+    from asmdsl import assemble_body, insert_hazard_waits
+    from sage_co.emu.decode import decode
+    from sage_co.emu.hazards import analyze
+    body = "\n".join([
+        "        s_mov_b32 s8, 0",
+        ".Lloop:",
+        "        s_cmp_lt_u32 s8, 4  // the back-edge brings s_add_co_i32's write here",
+        "        s_cbranch_scc0 .Ldone",
+        "        v_add_nc_u32 v3, s8, v3",
+        "        s_add_co_i32 s8, s8, 1",
+        "        v_add_nc_u32 v4, s8, v4",
+        "        v_add_nc_u32 v5, s8, v5",
+        "        s_branch .Lloop",
+        ".Ldone:",
+        "        v_cmpx_gt_u32 32, v0",
+        "        v_permlane16_b32 v3, v2, 0, 0",
+        "        s_endpgm"])
+    out = insert_hazard_waits(body).split("\n")
+    waits = [i for i, ln in enumerate(out) if "s_wait_alu" in ln]
+    assert len(waits) == 1 and out[waits[0] + 1].strip().startswith("v_add_nc_u32 v4, s8")
+    assert "depctr_sa_sdst(0)" in out[waits[0]]
+    # the first v_add (reads s8 written before any VALU read its pair) and the loop test need nothing: the wait
+    # before v4's read also covers v5's read and the back-edge to s_cmp_lt_u32
+    assert out[out.index("        v_cmpx_gt_u32 32, v0") + 1].strip().startswith("v_mov_b32 v2, v2")
+    assert analyze(decode(assemble_body("\n".join(out)))) == []
+    clean = "        v_add_nc_u32 v1, s4, v1\n        s_endpgm"
+    assert insert_hazard_waits(clean) == clean
