@@ -70,8 +70,8 @@ def test_lint_rules_on_text():
                      "v_add_nc_u32 v2, s4, v2") == []
     # each finding names the rule, the reader, the writer and the VALU read that put the pair at risk
     got = lint_text("v_add_nc_u32 v1, s5, v1\ns_mov_b32 s4, 1\ns_lshl_b32 s6, s4, 2")
-    assert len(got) == 1 and "sgpr-salu-write: s_lshl_b32 at 0x8 reads s4 written at 0x4, the pair read by a VALU at " \
-        "0x0" in got[0] and "s_wait_alu depctr_sa_sdst(0)" in got[0]
+    assert len(got) == 1 and "sgpr-salu-write: s_lshl_b32 s6, s4, 2 at 0x8 reads s4 written at 0x4 (s_mov_b32 s4, 1), " \
+        "the pair read by a VALU at 0x0 (v_add_nc_u32_e32 v1, s5, v1)" in got[0] and "s_wait_alu depctr_sa_sdst(0)" in got[0]
     assert any("sgpr-valu-write" in p for p in
                lint_text("v_add_nc_u32 v1, s4, v1\nv_readfirstlane_b32 s4, v1\nv_add_nc_u32 v2, s4, v2"))
     assert any("vcc-valu-write" in p for p in

@@ -175,8 +175,9 @@ def lint(lines: list[Line], kernel: codeobj.Kernel | None = None) -> list[str]:
                         f"({kernel.descriptor.private_segment_fixed_size} bytes)")
     for ln in lines:
         line_facts(ln)                      # refuses text-only Lines
+    texts = {ln.addr: ln.text for ln in lines}
     for f in hazards.analyze([ln.inst for ln in lines]):
-        problems.append(f"hazard {f.describe()}")
+        problems.append(f"hazard {f.describe(texts)}")
     for ln in lines:
         fx = line_facts(ln)
         m, simm = fx.name, ln.inst.f.get("simm16", 0) & 0xFFFF

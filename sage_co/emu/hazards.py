@@ -118,12 +118,18 @@ class Finding:
     valu_read: int | None     # address of the VALU read that put the pair at risk (rule 3)
     fix: str
 
-    def describe(self) -> str:
+    def describe(self, texts: dict | None = None) -> str:
+        """One line; texts: address -> the instruction's disassembly, to show reader, writer and VALU read."""
+        texts = texts or {}
+
         def at(a):
-            return "?" if a is None else f"0x{a:x}"
+            if a is None:
+                return "?"
+            return f"0x{a:x}" + (f" ({texts[a]})" if a in texts else "")
         risk = f", the pair read by a VALU at {at(self.valu_read)}" if self.rule in RULE_FIELD else ""
-        return (f"{self.rule}: {self.text} at 0x{self.addr:x} reads {self.reg} written at {at(self.writer)}{risk} "
-                f"with no mitigation between (needs {self.fix} before it; docs/rdna4.md §Hazards)")
+        return (f"{self.rule}: {texts.get(self.addr, self.text)} at 0x{self.addr:x} reads {self.reg} written at "
+                f"{at(self.writer)}{risk} with no mitigation between (needs {self.fix} before it; docs/rdna4.md "
+                f"§Hazards)")
 
 
 class _State:
