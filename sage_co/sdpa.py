@@ -247,7 +247,13 @@ def _sdpa_takes_mask(attn_mask, query) -> bool:
 def _dim_order(t: torch.Tensor) -> tuple:
     """t's dims from the largest stride to the smallest (ties in dim order): the memory layout torch's output
     follows (torch.empty_like's preserve_format; the CPU flash kernel returns q's layout)."""
-    return tuple(sorted(range(t.dim()), key=lambda d: -t.stride(d)))
+    order = []
+    for d in range(t.dim()):   # an insertion sort: dynamo traces comparisons of symbolic strides, not sorted(key=)
+        i = len(order)
+        while i > 0 and t.stride(order[i - 1]) < t.stride(d):
+            i -= 1
+        order.insert(i, d)
+    return tuple(order)
 
 
 def _op_inputs(query, key, value):
@@ -345,8 +351,8 @@ def run(query, key, value, is_causal=False, scale=None, *, options: Options = Op
     order = _dim_order(query)
     if order == (0, 1, 2, 3):
         return out
-    like = out.permute(order).contiguous().permute(sorted(range(4), key=order.__getitem__))
-    return like   # query's memory layout (e.g. [S, B, H, D]), as torch returns
+    inverse = tuple(order.index(d) for d in range(4))
+    return out.permute(order).contiguous().permute(inverse)   # query's memory layout (e.g. [S, B, H, D]), as torch
 
 
 _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
