@@ -169,6 +169,28 @@ def test_install_writes_a_custom_node_entry(tmp_path, capsys):
     assert "custom_nodes" in capsys.readouterr().err
 
 
+def test_install_refuses_to_overwrite_an_edited_entry(tmp_path, capsys):
+    """Issue 39 item 11: an existing custom_nodes/sage-co/__init__.py with other content (a user's edits) is not
+    overwritten; --replace replaces it, says so and keeps the old file; re-installing sage-co's own entry is fine."""
+    (tmp_path / "custom_nodes" / comfy_install.FOLDER).mkdir(parents=True)
+    entry = tmp_path / "custom_nodes" / comfy_install.FOLDER / "__init__.py"
+    mine = "# my edits\n" + comfy_install.ENTRY
+    entry.write_text(mine)
+    assert cli.main(["comfyui", "install", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert str(entry) in err and "--replace" in err and entry.read_text() == mine
+    assert cli.main(["comfyui", "install", "--replace", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    saved = entry.with_name("__init__.py.bak")
+    assert f"replaced {entry}" in out and str(saved) in out
+    assert entry.read_text() == comfy_install.ENTRY and saved.read_text() == mine
+    assert cli.main(["comfyui", "install", str(tmp_path)]) == 0            # sage-co's own entry: nothing to refuse
+    assert "replaced" not in capsys.readouterr().out
+    entry.write_text("# again\n")
+    assert cli.main(["comfyui", "install", "--force", str(tmp_path)]) == 0   # a second backup does not clobber the first
+    assert saved.read_text() == mine and entry.with_name("__init__.py.bak.1").read_text() == "# again\n"
+
+
 # ------------------------------------------------------------------ ComfyUI's real attention.py (opt-in)
 COMFYUI = os.environ.get("SAGE_CO_COMFYUI_ROOT")
 needs_comfyui = pytest.mark.skipif(not COMFYUI, reason="set SAGE_CO_COMFYUI_ROOT to a ComfyUI checkout to run "
