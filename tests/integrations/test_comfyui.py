@@ -147,6 +147,27 @@ def test_node_sparsity_auto_runs_the_predictor(comfy):
     assert any("predict" in r.symbol for r in records)
 
 
+def test_node_falls_back_where_the_options_cannot_serve_the_call(comfy):
+    """Issue 39 item 6: sparsity "auto" at SD1.5's head dim 40 (the predictor kernels pool multiples of 16) and
+    pv_dtype "fp16" with V beyond the fp16 range were counted as routed and then raised inside the model; both are
+    decided before routing now: ComfyUI's own function runs, the reason is in sdpa.stats()."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(B, 77, HEADS * 40, generator=g).to(torch.float16) for _ in range(3))
+    (auto,) = comfyui.SageCoAttention().patch(_PatcherMaster(), True, "fp8", True, "auto")
+    out = comfy.optimized_attention(q, k, v, HEADS, transformer_options=auto.model_options["transformer_options"])
+    assert comfy.calls == ["pytorch"] and out.shape == (B, 77, HEADS * 40)
+    (reason,) = sdpa.stats()["fallback"]
+    assert reason.startswith("q: the predictor kernels pool head dims") and sdpa.stats()["routed"] == 0, reason
+    sdpa.reset_stats()
+    q, k, v = _qkv()
+    v[1, 3, 5] = 9e4
+    (fp16,) = comfyui.SageCoAttention().patch(_PatcherMaster(), True, "fp16", True, "off")
+    comfy.optimized_attention(q, k, v, HEADS, transformer_options=fp16.model_options["transformer_options"])
+    assert comfy.calls == ["pytorch", "pytorch"]
+    (reason,) = sdpa.stats()["fallback"]
+    assert reason.startswith('v: pv_dtype="fp16" keeps V in fp16') and sdpa.stats()["routed"] == 0, reason
+
+
 def test_node_declares_its_inputs_and_registers_the_function(comfy):
     inputs = comfyui.SageCoAttention.INPUT_TYPES()["required"]
     assert list(inputs) == ["model", "enabled", "pv_dtype", "smooth_k", "sparsity"]
