@@ -3,7 +3,7 @@
     import sage_co.sdpa
     with sage_co.sdpa.enabled():            # a torch.overrides.TorchFunctionMode; also a decorator
         image = pipe(prompt).images[0]      # diffusers SD3 / CogVideoX processors, research code, ...
-    print(sage_co.sdpa.stats())             # {'routed': 48, 'fallback': {}}
+    print(sage_co.sdpa.stats())             # {'routed': 48, 'fallback': {}, 'differences': {...}}
 
     sage_co.sdpa.install()                  # the same routing process-wide (every thread), until uninstall()
 
@@ -18,12 +18,25 @@ dtype), broadcastable to [B, H_q, S_q, S_kv] -- key padding, per-head, per-query
 (docs/numerics.md §Masks). Last, the call must be one the op itself accepts: the router asks sage_co.plan.plan_call
 on the exact call it would make (head dims the shipped kernels serve, lengths, strides, the mask's shape), so a
 call is never routed only to fail, and the op's message (naming the argument, quoting shapes and dtypes) is the
-fallback's reason. Every other call falls back; a call torch's SDPA itself refuses (is_causal with a mask, a
-float16 mask with bf16 q) falls back too, so that torch raises its own error.
+fallback's reason; what only the data shows (pv_dtype "fp16" with V beyond the fp16 range) is checked before routing
+in eager mode too. Every other call falls back (nested / jagged tensors included); a call torch's SDPA itself refuses
+(is_causal with a mask, a float16 mask with bf16 q) falls back too, so that torch raises its own error.
+
+As SDPA does (docs/numerics.md §SDPA router): torch.nn.attention.bias.CausalBias masks are causal attention
+(causal_lower_right is sage-co's bottom-right is_causal at any S_q, S_kv; causal_upper_left is is_causal at S_q ==
+S_kv and its bool mask otherwise); under torch.autocast the floating inputs (mask included, float64 excepted) run in
+the autocast dtype and so does the output; torch.nn.attention.sdpa_kernel(...) is respected -- a call is routed only
+while the selection allows a fused backend torch has for the device (FLASH_ATTENTION on CPU; FLASH_ATTENTION,
+EFFICIENT_ATTENTION or CUDNN_ATTENTION on a GPU): MATH alone (exact attention) falls back, no runnable backend falls
+back to torch's error; Options(respect_sdpa_kernel=False) routes regardless; the output has q's memory layout
+([B, S, H, D] memory viewed as [B, H, S, D] in gives the same out, so out.transpose(1, 2).view(B, S, H * D) works).
+Where a routed result differs from SDPA's by design (accuracy band, non-finite Q / K / V, rows that see no key,
+very sharp logits) is DIFFERENCES, also in stats().
 
 Options (enabled(...) / install(...), the fields of Options): pv_dtype "fp8" (default) or "fp16", smooth_k (default
 True, as SageAttention's sageattn: softmax-invariant, lowers the INT8 error of K), smooth_v, backend (None = by
-device), sparsity "auto" with cdf_threshold (SpargeAttn's predicted block mask: approximate, off by default).
+device), sparsity "auto" with cdf_threshold (SpargeAttn's predicted block mask: approximate, off by default; a call
+the predictor kernels cannot serve falls back), respect_sdpa_kernel (default True).
 
 Mechanism: enabled() is a TorchFunctionMode (torch's documented hook for intercepting torch functions; it sees the
 call however the function was imported, in the thread that entered it). install() replaces the attribute
@@ -31,7 +44,7 @@ torch.nn.functional.scaled_dot_product_attention (all threads; code that bound t
 e.g. `from torch.nn.functional import scaled_dot_product_attention`, keeps the original). Under torch.compile
 dynamo traces both: the routing decision is made while tracing and sage-co runs as its custom op in the graph.
 
-stats(): in eager mode one count per call. Under torch.compile the decision runs at trace time, so each call site
+stats(): {'routed', 'fallback': {reason: count}, 'differences': DIFFERENCES}; in eager mode one count per call. Under torch.compile the decision runs at trace time, so each call site
 counts once per compilation (replays of the compiled graph are not counted).
 """
 from __future__ import annotations
@@ -80,6 +93,21 @@ class Options:
         object.__setattr__(self, "backend", canonical(self.backend, "backend"))
 
 
+# Where a routed call's result differs from SDPA's by design (docs/numerics.md §SDPA router): in stats(), so a user
+# reading the counts sees them next to the routed number.
+DIFFERENCES = {
+    "accuracy": "a routed call is within the accuracy contract of SDPA (INT8 Q/K, FP8 or FP16 P.V; docs/numerics.md "
+                "§Accuracy), not bitwise equal to it",
+    "non-finite q": "a NaN / +-inf in Q makes its whole 32-query quantization block NaN (SDPA: that query's row)",
+    "non-finite k/v": "a NaN / +-inf in K makes every row of the head NaN, in V that output channel of every row "
+                      "(SDPA: only where the softmax weighs it)",
+    "row masked everywhere": "a query that sees no key (bool mask all False, -inf, or an additive mask at "
+                             "finfo.min, which sage-co reads as -inf) gives zeros (SDPA: zeros for bool / -inf on "
+                             "CPU, the mean of V for finfo.min)",
+    "sharp logits": "|scale * q.k| far above ~100 (|scale| ~ 1e4) leaves the accuracy band (the INT8 rounding of Q "
+                    "and K is multiplied by the scale)",
+}
+
 # -------------------------------------------------------------------------------------------- stats
 _lock = threading.Lock()
 _routed = 0
@@ -101,9 +129,10 @@ def record(reason: str) -> bool:
 
 
 def stats() -> dict:
-    """{'routed': number of SDPA calls sage-co ran, 'fallback': {reason: number handed to torch's SDPA}}."""
+    """{'routed': number of SDPA calls sage-co ran, 'fallback': {reason: number handed to torch's SDPA},
+    'differences': DIFFERENCES (where a routed call's result differs from SDPA's by design)}."""
     with _lock:
-        return {"routed": _routed, "fallback": dict(_fallback)}
+        return {"routed": _routed, "fallback": dict(_fallback), "differences": DIFFERENCES}
 
 
 def reset_stats() -> None:
@@ -424,6 +453,7 @@ def is_installed() -> bool:
 def describe() -> str:
     """One line for `sage-co info`."""
     if is_installed():
-        return f"SDPA routing: installed process-wide ({_installed}); stats {stats()}"
+        st = stats()
+        return f"SDPA routing: installed process-wide ({_installed}); routed {st['routed']}, fallback {st['fallback']}"
     from .integrations.switches import SDPA_NOT_INSTALLED   # `sage-co info` prints it without importing this module
     return SDPA_NOT_INSTALLED

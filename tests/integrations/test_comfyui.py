@@ -118,7 +118,7 @@ def test_node_routes_the_models_attention_to_sage_co(comfy, patcher):
     mask[:, 50:] = float("-inf")
     out = comfy.optimized_attention(q, k, v, HEADS, mask, transformer_options=opts)
     assert torch.equal(out, _sage_nhd(q, k, v, attn_mask=mask[None, None])) and comfy.calls == []
-    assert sdpa.stats() == {"routed": 2, "fallback": {}}
+    assert sdpa.stats() == {"routed": 2, "fallback": {}, "differences": sdpa.DIFFERENCES}
 
 
 def test_node_options_and_skip_reshape(comfy):

@@ -26,7 +26,7 @@ REFUSED = {  # scenario -> (world, text every rank's ValueError contains)
 # Issue 39 item 10: refusals only the data shows, after the first exchange (ulysses: head 1, which rank 1 holds after
 # the all-to-all; ring: rank 0's V shard, which both ranks attend): run last in their spawn
 DATA_REFUSED = {
-    "vrange_ulysses": (2, 'sequence_parallel_attention: rank 1 of 2: ValueError: v: pv_dtype="fp16" keeps V in fp16'),
+    "vrange_ulysses": (2, "sequence_parallel_attention: rank 1 of 2: ValueError: v: pv_dtype=\"fp16\" keeps V"),
     "vrange_ring": (2, 'sequence_parallel_attention: rank 0 of 2: ValueError: v: pv_dtype="fp16" keeps V in fp16'),
 }
 REFUSED.update(DATA_REFUSED)
