@@ -39,7 +39,8 @@ def results(tmp_path_factory):
     res = {}
     for world in (2, 3):
         names = ([n for n, (w, _) in REFUSED.items() if w == world and n not in DATA_REFUSED]
-                 + [n for n, w in SERVED.items() if w == world] + [n for n, (w, _) in DATA_REFUSED.items() if w == world])
+                 + [n for n, w in SERVED.items() if w == world]
+                 + [n for n, (w, _) in DATA_REFUSED.items() if w == world])
         d = tmp_path_factory.mktemp(f"agree{world}")
         mp.spawn(dist_worker.run_agreement, args=(world, str(d / "init"), str(d), names), nprocs=world, join=True)
         for n in names:
