@@ -63,9 +63,11 @@ def cmd_info(args) -> int:
 
 def cmd_comfyui_install(args) -> int:
     from .integrations.comfyui import install
-    target = install.install(args.path)
-    console.print(f"wrote {target}: restart ComfyUI and add the node \"sage-co attention\" (advanced/attention) "
-                  f"after the model loader", markup=False)
+    done = install.install(args.path, replace=args.replace)
+    if done.saved is not None:
+        console.print(f"replaced {done.target} (its previous content is saved as {done.saved})", markup=False)
+    console.print(f"wrote {done.target}: restart ComfyUI and add the node \"sage-co attention\" "
+                  f"(advanced/attention) after the model loader", markup=False)
     return 0
 
 
@@ -307,6 +309,9 @@ def parse_args(argv) -> argparse.Namespace:
     comfyui_sub = comfyui.add_subparsers(dest="comfyui_cmd", required=True)
     comfyui_install = comfyui_sub.add_parser("install", help="write PATH/custom_nodes/sage-co/__init__.py")
     comfyui_install.add_argument("path", metavar="PATH", help="the ComfyUI folder (the one holding custom_nodes/)")
+    comfyui_install.add_argument("--replace", "--force", dest="replace", action="store_true",
+                                 help="replace an existing custom_nodes/sage-co/__init__.py with other content (saved "
+                                      "first as __init__.py.bak)")
     comfyui_install.set_defaults(func=cmd_comfyui_install)
     run = sub.add_parser("run", help="run one attention and report accuracy (the default command)")
     _add_run_options(run)

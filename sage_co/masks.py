@@ -119,7 +119,9 @@ def check_attn_mask(attn_mask, B: int, H_q: int, S_q: int, S_kv: int, *, device)
                         f"mask, got {desc}")
     want = (B, H_q, S_q, S_kv)
     shape = tuple(attn_mask.shape)
-    if not 1 <= len(shape) <= 4 or any(s not in (1, w) for s, w in zip(reversed(shape), reversed(want))):
+    # s != 1 and s != w, not `s not in (1, w)`: dynamo's tuple membership does not compare a symbolic size with a
+    # constant one (torch.compile(dynamic=True) at S_q == S_kv == D refused a valid mask)
+    if not 1 <= len(shape) <= 4 or any(s != 1 and s != w for s, w in zip(reversed(shape), reversed(want))):
         raise ValueError(f"attn_mask: expected a shape broadcastable to [B, H_q, S_q, S_kv] = {list(want)} (SDPA's "
                          f"trailing alignment: [S_q, S_kv], [B or 1, H_q or 1, S_q or 1, S_kv], ...; a key-padding "
                          f"mask [B, S_kv] is attn_mask[:, None, None, :]), got {desc}")

@@ -11,7 +11,9 @@ its output shard back in that layout (and lse [B, H, S_r] fp32). `op_kwargs` go 
 Before any exchange of data every rank validates its own arguments (sage_attention's checks, on meta tensors of
 the shapes the op will see) and the ranks all_gather what they were given (dtype, B, H, D, layout, mode, options,
 the shard lengths): a bad argument on one rank, or ranks that disagree, raise the same ValueError on every rank
-(`agree`) instead of a hang, a crash of the other ranks or a wrong result.
+(`agree`) instead of a hang, a crash of the other ranks or a wrong result. What only the data can refuse (pv_dtype
+"fp16" with V beyond the fp16 range, in the heads or K/V shards a rank holds) is settled after the op calls and
+before the next exchange (`settle`: one all_reduce of a flag): every rank raises the same error, in seconds.
 
 ulysses  all-to-all from sequence shards to head shards (every rank gets all tokens of H/W heads), the op, and
          the inverse all-to-all. Needs H % W == 0. Each head sees exactly the single-process inputs, so the result
@@ -150,6 +152,34 @@ def agree(q, k, v, group, world: int, rank: int, *, mode, layout, return_lse, op
     return Agreed(lens_q, lens_kv, *views)
 
 
+def settle(err: str | None, group, world: int, device) -> None:
+    """After this rank's kernel calls (err: their error, "Type: message", or None): one all_reduce of a flag, and
+    when any rank failed, the same exception on every rank within seconds -- a data-dependent refusal (pv_dtype
+    "fp16" with V beyond the fp16 range in the heads or shards one rank holds) used to leave the other ranks
+    blocked in the next exchange until the group timeout (30 min for gloo). The messages are exchanged only then
+    (all_gather_object); the first failing rank's is raised, as ValueError when it was a ValueError / TypeError
+    (an argument the op refuses), else RuntimeError."""
+    flag = torch.tensor([0 if err is None else 1], dtype=torch.int32, device=device)   # the shards' device
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    if not int(flag.item()):
+        return
+    every = [None] * world
+    dist.all_gather_object(every, err, group=group)
+    bad = [(r, e) for r, e in enumerate(every) if e is not None]
+    r, e = bad[0]
+    more = f" (ranks {[b for b, _ in bad]} failed)" if len(bad) > 1 else ""
+    kind = ValueError if e.startswith(("ValueError:", "TypeError:")) else RuntimeError
+    raise kind(f"sequence_parallel_attention: rank {r} of {world}: {e}{more}")
+
+
+def _attempt(fn, *args, **kwargs):
+    """(fn's result, None) or (None, "Type: message"): a rank keeps going to settle() whatever its call raised."""
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as exc:   # reported on every rank by settle()
+        return None, f"{type(exc).__name__}: {exc}"
+
+
 def sequence_parallel_attention(q, k, v, group=None, mode: str = "ulysses", **op_kwargs):
     """This rank's shard of attention over the whole sequence held by `group`; see the module docstring."""
     if not dist.is_available() or not dist.is_initialized():   # no group to agree in: refuse locally
@@ -191,7 +221,9 @@ def _ulysses(q, k, v, group, world, rank, lens_q, lens_kv, op_kwargs):
         return torch.cat(got, dim=1).contiguous()        # [B, S_total, h, D], tokens in rank order
 
     qh, kh, vh = seq_to_heads(q, hq, lens_q), seq_to_heads(k, hk, lens_kv), seq_to_heads(v, hk, lens_kv)
-    out_h, lse_h = sage_attention(qh, kh, vh, return_lse=True, **op_kwargs)
+    res, err = _attempt(sage_attention, qh, kh, vh, return_lse=True, **op_kwargs)
+    settle(err, group, world, q.device)   # before the inverse exchange: a refusal on one rank reaches every rank
+    out_h, lse_h = res
     offs = [sum(lens_q[:r]) for r in range(world)]
     S_me = lens_q[rank]
     out_parts = _a2a([out_h[:, o:o + n] for o, n in zip(offs, lens_q)], [(B, S_me, hq, D)] * world, group)
@@ -215,7 +247,7 @@ def merge_partials(out, lse, blk_out, blk_lse):
 def _ring(q, k, v, group, world, rank, lens_q, lens_kv, op_kwargs):
     from .api import sage_attention
     nxt, prv = _global(group, (rank + 1) % world), _global(group, (rank - 1) % world)
-    out = lse = None
+    out = lse = err = None
     cur_k, cur_v = k.contiguous(), v.contiguous()
     for step in range(world):
         pending = None
@@ -227,10 +259,13 @@ def _ring(q, k, v, group, world, rank, lens_q, lens_kv, op_kwargs):
             ops = [dist.P2POp(dist.isend, cur_k, nxt, group), dist.P2POp(dist.isend, cur_v, nxt, group),
                    dist.P2POp(dist.irecv, nk, prv, group), dist.P2POp(dist.irecv, nv, prv, group)]
             pending = (dist.batch_isend_irecv(ops), nk, nv)
-        blk_out, blk_lse = sage_attention(q.contiguous(), cur_k, cur_v, return_lse=True, **op_kwargs)
-        out, lse = merge_partials(out, lse, blk_out, blk_lse)
+        if err is None:   # after a failure this rank keeps exchanging (its peers' steps need its K/V), not computing
+            res, err = _attempt(sage_attention, q.contiguous(), cur_k, cur_v, return_lse=True, **op_kwargs)
+            if err is None:
+                out, lse = merge_partials(out, lse, *res)
         if pending is not None:
             reqs, cur_k, cur_v = pending
             for r in reqs:
                 r.wait()
+    settle(err, group, world, q.device)
     return out.to(q.dtype), lse

@@ -85,6 +85,9 @@ def _plan_qkv(spec: callspec.OpSpec, q, k, v, o: dict, resolve: bool) -> Plan:
                                       norm_rope_rounding=o["norm_rope_rounding"])
     if "sparsity" in o:   # the combination first: cdf_threshold=5 without sparsity names the missing sparsity
         sparse.check_sparsity(o["sparsity"], o["cdf_threshold"], o["block_mask"])
+        if o["sparsity"] == "auto":   # the predictor kernels' limits (head dim, dtype, key blocks): refused here,
+            from .ops.predict import check_predict_limits   # not after the prepare ran
+            check_predict_limits(chk.shapes)
     _check_options(spec, o)
     sh = chk.shapes
     attends = "kernel" in o

@@ -3,7 +3,7 @@
     import sage_co.sdpa
     with sage_co.sdpa.enabled():            # a torch.overrides.TorchFunctionMode; also a decorator
         image = pipe(prompt).images[0]      # diffusers SD3 / CogVideoX processors, research code, ...
-    print(sage_co.sdpa.stats())             # {'routed': 48, 'fallback': {}}
+    print(sage_co.sdpa.stats())             # {'routed': 48, 'fallback': {}, 'differences': {...}}
 
     sage_co.sdpa.install()                  # the same routing process-wide (every thread), until uninstall()
 
@@ -18,12 +18,25 @@ dtype), broadcastable to [B, H_q, S_q, S_kv] -- key padding, per-head, per-query
 (docs/numerics.md §Masks). Last, the call must be one the op itself accepts: the router asks sage_co.plan.plan_call
 on the exact call it would make (head dims the shipped kernels serve, lengths, strides, the mask's shape), so a
 call is never routed only to fail, and the op's message (naming the argument, quoting shapes and dtypes) is the
-fallback's reason. Every other call falls back; a call torch's SDPA itself refuses (is_causal with a mask, a
-float16 mask with bf16 q) falls back too, so that torch raises its own error.
+fallback's reason; what only the data shows (pv_dtype "fp16" with V beyond the fp16 range) is checked before routing
+in eager mode too. Every other call falls back (nested / jagged tensors included); a call torch's SDPA itself refuses
+(is_causal with a mask, a float16 mask with bf16 q) falls back too, so that torch raises its own error.
+
+As SDPA does (docs/numerics.md §SDPA router): torch.nn.attention.bias.CausalBias masks are causal attention
+(causal_lower_right is sage-co's bottom-right is_causal at any S_q, S_kv; causal_upper_left is is_causal at S_q ==
+S_kv and its bool mask otherwise); under torch.autocast the floating inputs (mask included, float64 excepted) run in
+the autocast dtype and so does the output; torch.nn.attention.sdpa_kernel(...) is respected -- a call is routed only
+while the selection allows a fused backend torch has for the device (FLASH_ATTENTION on CPU; FLASH_ATTENTION,
+EFFICIENT_ATTENTION or CUDNN_ATTENTION on a GPU): MATH alone (exact attention) falls back, no runnable backend falls
+back to torch's error; Options(respect_sdpa_kernel=False) routes regardless; the output has q's memory layout
+([B, S, H, D] memory viewed as [B, H, S, D] in gives the same out, so out.transpose(1, 2).view(B, S, H * D) works).
+Where a routed result differs from SDPA's by design (accuracy band, non-finite Q / K / V, rows that see no key,
+very sharp logits) is DIFFERENCES, also in stats().
 
 Options (enabled(...) / install(...), the fields of Options): pv_dtype "fp8" (default) or "fp16", smooth_k (default
 True, as SageAttention's sageattn: softmax-invariant, lowers the INT8 error of K), smooth_v, backend (None = by
-device), sparsity "auto" with cdf_threshold (SpargeAttn's predicted block mask: approximate, off by default).
+device), sparsity "auto" with cdf_threshold (SpargeAttn's predicted block mask: approximate, off by default; a call
+the predictor kernels cannot serve falls back), respect_sdpa_kernel (default True).
 
 Mechanism: enabled() is a TorchFunctionMode (torch's documented hook for intercepting torch functions; it sees the
 call however the function was imported, in the thread that entered it). install() replaces the attribute
@@ -31,7 +44,7 @@ torch.nn.functional.scaled_dot_product_attention (all threads; code that bound t
 e.g. `from torch.nn.functional import scaled_dot_product_attention`, keeps the original). Under torch.compile
 dynamo traces both: the routing decision is made while tracing and sage-co runs as its custom op in the graph.
 
-stats(): in eager mode one count per call. Under torch.compile the decision runs at trace time, so each call site
+stats(): {'routed', 'fallback': {reason: count}, 'differences': DIFFERENCES}; in eager mode one count per call. Under torch.compile the decision runs at trace time, so each call site
 counts once per compilation (replays of the compiled graph are not counted).
 """
 from __future__ import annotations
@@ -43,6 +56,8 @@ from dataclasses import dataclass
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from . import abi, validate
 from .callspec import SAGE_ATTENTION
@@ -62,11 +77,12 @@ class Options:
     sparsity: str | None = None   # "auto": SpargeAttn's predicted block mask (approximate: skips key tiles)
     cdf_threshold: float | None = None   # only with sparsity="auto": the attention mass each query tile keeps
     #                                      (None: the predictor's default, sage_co.sparse.DEFAULT_CDF_THRESHOLD)
+    respect_sdpa_kernel: bool = True   # False: route whatever torch.nn.attention.sdpa_kernel(...) allows
 
     def __post_init__(self):
         if self.pv_dtype not in PV_DTYPES:
             raise ValueError(f"pv_dtype: expected one of {PV_DTYPES}, got {self.pv_dtype!r}")
-        for name in ("smooth_k", "smooth_v"):
+        for name in ("smooth_k", "smooth_v", "respect_sdpa_kernel"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}: expected True or False, got {getattr(self, name)!r}")
         if self.smooth_v and self.pv_dtype != "fp8":
@@ -76,6 +92,21 @@ class Options:
         from .backends import canonical   # the deprecated "hip" is stored as "gpu" (one FutureWarning, here)
         object.__setattr__(self, "backend", canonical(self.backend, "backend"))
 
+
+# Where a routed call's result differs from SDPA's by design (docs/numerics.md §SDPA router): in stats(), so a user
+# reading the counts sees them next to the routed number.
+DIFFERENCES = {
+    "accuracy": "a routed call is within the accuracy contract of SDPA (INT8 Q/K, FP8 or FP16 P.V; docs/numerics.md "
+                "§Accuracy), not bitwise equal to it",
+    "non-finite q": "a NaN / +-inf in Q makes its whole 32-query quantization block NaN (SDPA: that query's row)",
+    "non-finite k/v": "a NaN / +-inf in K makes every row of the head NaN, in V that output channel of every row "
+                      "(SDPA: only where the softmax weighs it)",
+    "row masked everywhere": "a query that sees no key (bool mask all False, -inf, or an additive mask at "
+                             "finfo.min, which sage-co reads as -inf) gives zeros (SDPA: zeros for bool / -inf on "
+                             "CPU, the mean of V for finfo.min)",
+    "sharp logits": "|scale * q.k| far above ~100 (|scale| ~ 1e4) leaves the accuracy band (the INT8 rounding of Q "
+                    "and K is multiplied by the scale)",
+}
 
 # -------------------------------------------------------------------------------------------- stats
 _lock = threading.Lock()
@@ -98,9 +129,10 @@ def record(reason: str) -> bool:
 
 
 def stats() -> dict:
-    """{'routed': number of SDPA calls sage-co ran, 'fallback': {reason: number handed to torch's SDPA}}."""
+    """{'routed': number of SDPA calls sage-co ran, 'fallback': {reason: number handed to torch's SDPA},
+    'differences': DIFFERENCES (where a routed call's result differs from SDPA's by design)}."""
     with _lock:
-        return {"routed": _routed, "fallback": dict(_fallback)}
+        return {"routed": _routed, "fallback": dict(_fallback), "differences": DIFFERENCES}
 
 
 def reset_stats() -> None:
@@ -129,6 +161,12 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     tensors = (query, key, value)
     if not all(isinstance(t, torch.Tensor) for t in tensors):
         return "query/key/value: not all tensors"
+    if any(t.is_nested for t in tensors) or (isinstance(attn_mask, torch.Tensor) and attn_mask.is_nested):
+        return "nested: sage-co serves dense [B, H, S, D] tensors; torch's SDPA serves nested (jagged) ones"
+    if options.respect_sdpa_kernel:
+        reason = _sdpa_kernel_reason(query.device.type)
+        if reason:
+            return reason
     if not isinstance(dropout_p, (int, float)) or dropout_p != 0:
         return "dropout_p: sage-co has no dropout (dropout_p=0 only)"
     if any(t.dim() != 4 for t in tensors):
@@ -162,11 +200,12 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
         return "heads: H_q != H_kv needs enable_gqa=True and H_q a multiple of H_kv"
     if H_q >= abi.MAX_QUERY_HEADS:
         return f"heads: {H_q} query heads exceed the launch grid (< {abi.MAX_QUERY_HEADS})"
+    if is_causal and attn_mask is not None:   # torch's SDPA refuses the pair: the fallback raises its own error
+        return "is_causal: SDPA takes attn_mask or is_causal, not both"
     if is_causal and S_q != S_kv:
         return ("is_causal: SDPA's causal mask is top-left aligned, sage-co's bottom-right; they agree only at "
                 "S_q == S_kv")
-    if is_causal and attn_mask is not None:   # torch's SDPA refuses the pair: the fallback raises its own error
-        return "is_causal: SDPA takes attn_mask or is_causal, not both"
+    attn_mask, is_causal = _served_mask(attn_mask, is_causal, S_q, S_kv, query.device)
     if any(t.stride(-1) != 1 for t in tensors):
         return "stride: sage-co reads a contiguous last dim (stride(-1) == 1)"
     from .validate import MAX_STRIDE, check_attention_length
@@ -180,7 +219,53 @@ def fallback_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
         return (f"attn_mask: torch's SDPA takes a bool, float32 or {_dtype_names([query.dtype])} mask, got "
                 + (f"{attn_mask.dtype} {list(attn_mask.shape)}" if isinstance(attn_mask, torch.Tensor)
                    else type(attn_mask).__name__) + " (its own error follows)")
-    return _op_reason(query, key, value, _op_keywords(is_causal, options, attn_mask), _softmax_scale(query, scale))
+    reason = _op_reason(query, key, value, _op_keywords(is_causal, options, attn_mask), _softmax_scale(query, scale))
+    if not reason and options.pv_dtype == "fp16" and _eager(query, key, value):
+        try:   # data-dependent (one pass over V): decided here in eager mode, by the op itself under torch.compile
+            validate.check_v_fp16_range(value, "fp16")
+        except ValueError as e:
+            return str(e)
+    return reason
+
+
+def _eager(*tensors) -> bool:
+    from .plan import eager
+    return eager(*tensors)
+
+
+def _sdpa_kernel_reason(device_type: str) -> str:
+    """torch.nn.attention.sdpa_kernel(...)'s backend selection, read from torch's flags: "" when it allows a fused
+    (flash-class) backend torch has for this device type -- FLASH_ATTENTION on CPU, FLASH_ATTENTION /
+    EFFICIENT_ATTENTION / CUDNN_ATTENTION on a GPU -- else the reason: MATH alone asks for exact attention, and no
+    runnable backend at all makes torch raise its own error (the fallback)."""
+    flags = _sdp_flags()
+    fused = flags[0] if device_type == "cpu" else any(flags[:3])
+    if fused:
+        return ""
+    if flags[3]:
+        return ("sdpa_kernel: the backend selection allows only SDPBackend.MATH (exact attention); sage-co serves a "
+                "call when a fused backend is allowed (Options(respect_sdpa_kernel=False) routes anyway)")
+    return "sdpa_kernel: the backend selection allows no backend torch runs on this device (its own error follows)"
+
+
+@torch.compiler.assume_constant_result
+def _sdp_flags() -> tuple:
+    """(flash, mem_efficient, cudnn, math) enabled: the flags torch.nn.attention.sdpa_kernel sets (read at trace
+    time under torch.compile, like the sdpa_kernel context itself)."""
+    b = torch.backends.cuda
+    return b.flash_sdp_enabled(), b.mem_efficient_sdp_enabled(), b.cudnn_sdp_enabled(), b.math_sdp_enabled()
+
+
+def _served_mask(attn_mask, is_causal, S_q: int, S_kv: int, device):
+    """(attn_mask, is_causal) as sage_co.sage_attention takes them. torch.nn.attention.bias.CausalBias (a tensor
+    subclass whose storage is not the mask) means causal attention: causal_lower_right is sage-co's bottom-right
+    is_causal at any S_q, S_kv; causal_upper_left (SDPA's is_causal) is the same at S_q == S_kv and its bool mask
+    (query i sees keys j <= i) otherwise."""
+    if not isinstance(attn_mask, CausalBias):
+        return attn_mask, is_causal
+    if attn_mask.variant == CausalVariant.LOWER_RIGHT or S_q == S_kv:
+        return None, True
+    return torch.ones(S_q, S_kv, dtype=torch.bool, device=device).tril(), False
 
 
 def _sdpa_takes_mask(attn_mask, query) -> bool:
@@ -188,9 +273,29 @@ def _sdpa_takes_mask(attn_mask, query) -> bool:
     return isinstance(attn_mask, torch.Tensor) and attn_mask.dtype in (torch.bool, torch.float32, query.dtype)
 
 
-def _op_keywords(is_causal, options: Options, attn_mask) -> dict:
+def _dim_order(t: torch.Tensor) -> tuple:
+    """t's dims from the largest stride to the smallest (ties in dim order): the memory layout torch's output
+    follows (torch.empty_like's preserve_format; the CPU flash kernel returns q's layout)."""
+    order = []
+    for d in range(t.dim()):   # an insertion sort: dynamo traces comparisons of symbolic strides, not sorted(key=)
+        i = len(order)
+        while i > 0 and t.stride(order[i - 1]) < t.stride(d):
+            i -= 1
+        order.insert(i, d)
+    return tuple(order)
+
+
+def _op_inputs(query, key, value):
+    """(layout, q, k, v) the op runs on: "NHD" views when query's memory is [B, S, H, D] (most models), so the
+    output has that memory layout as torch's does; else "HND" (SDPA's dims)."""
+    if _dim_order(query) == (0, 2, 1, 3):
+        return "NHD", query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
+    return "HND", query, key, value
+
+
+def _op_keywords(is_causal, options: Options, attn_mask, layout: str = "HND") -> dict:
     """The keywords run() passes sage_co.sage_attention for this call (one place: the gate checks what runs)."""
-    kw = dict(layout="HND", is_causal=bool(is_causal), smooth_k=options.smooth_k, smooth_v=options.smooth_v,
+    kw = dict(layout=layout, is_causal=bool(is_causal), smooth_k=options.smooth_k, smooth_v=options.smooth_v,
               pv_dtype=options.pv_dtype, backend=options.backend, sparsity=options.sparsity,
               cdf_threshold=options.cdf_threshold)
     if attn_mask is not None:
@@ -209,9 +314,10 @@ def _op_reason(query, key, value, keywords: dict, softmax_scale: float) -> str:
     (the plan is memoised, so sage_attention's own plan of the call is a cache hit); while torch.compile traces,
     the trace-time checks sage_attention makes there."""
     from . import plan
-    o = SAGE_ATTENTION.bind(keywords)
+    layout, *qkv = _op_inputs(query.detach(), key.detach(), value.detach())
+    o = SAGE_ATTENTION.bind({**keywords, "layout": layout})
     o["softmax_scale"] = softmax_scale
-    qkv = (query.detach(), key.detach(), value.detach())
+    qkv = tuple(qkv)
     try:
         plan.plan_call(SAGE_ATTENTION, qkv, o, resolve=plan.eager(*qkv))
     except (TypeError, ValueError, LookupError) as e:
@@ -223,6 +329,9 @@ def route(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
           options: Options = Options(), fallback=ORIGINAL_SDPA):
     """One SDPA call: sage-co when fallback_reason() is "", else `fallback` (torch's SDPA; under install(), the
     function it replaced) with the same arguments."""
+    if isinstance(query, torch.Tensor) and torch.is_autocast_enabled(query.device.type):
+        return _autocast_route(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                               options=options, fallback=fallback)
     reason = fallback_reason(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options=options)
     record(reason)
     if reason:
@@ -232,15 +341,47 @@ def route(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
     return run(query, key, value, is_causal, scale, options=options, attn_mask=attn_mask)
 
 
+def _autocast_route(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, *, options, fallback):
+    """SDPA's autocast rule (it is on autocast's lower-precision list): every floating tensor argument on the
+    autocast device but float64 -- q, k, v and a float attn_mask -- is cast to the autocast dtype and the op runs in
+    it (the output too). Done here, then routed with autocast off: the fallback sees what autocast would hand it."""
+    device_type = query.device.type
+    plain = all(type(t) is torch.Tensor for t in (query, key, value))   # nested / subclasses: torch's own handling
+    if not plain:
+        reason = fallback_reason(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                                 options=options) or "autocast: q, k, v are not plain tensors"
+        record(reason)
+        extra = {"enable_gqa": enable_gqa} if enable_gqa else {}
+        return fallback(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                        scale=scale, **extra)
+    dtype = torch.get_autocast_dtype(device_type)
+
+    def cast(t):
+        eligible = (type(t) is torch.Tensor and t.is_floating_point() and t.dtype != torch.float64
+                    and t.device.type == device_type)
+        return t.to(dtype) if eligible else t
+
+    with torch.autocast(device_type, enabled=False):
+        return route(cast(query), cast(key), cast(value), cast(attn_mask), dropout_p, is_causal, scale, enable_gqa,
+                     options=options, fallback=fallback)
+
+
 def run(query, key, value, is_causal=False, scale=None, *, options: Options = Options(), attn_mask=None):
     """sage-co on a call fallback_reason() accepted: [B, H, S, D] in and out, SDPA's scale default; attn_mask as
     SDPA takes it (bool True = attend, or additive float; broadcastable to [B, H_q, S_q, S_kv])."""
     from .api import sage_attention
+    attn_mask, is_causal = _served_mask(attn_mask, is_causal, query.shape[2], key.shape[2], query.device)
     # grad mode is off here when any input requires grad (else fallback_reason refused it): detach() is a view
     # that tells sage-co's validation so, with the same values and the same output
-    query, key, value = query.detach(), key.detach(), value.detach()
-    return sage_attention(query, key, value, _softmax_scale(query, scale), **_op_keywords(is_causal, options,
-                                                                                          attn_mask))
+    layout, q, k, v = _op_inputs(query.detach(), key.detach(), value.detach())
+    out = sage_attention(q, k, v, _softmax_scale(query, scale), **_op_keywords(is_causal, options, attn_mask, layout))
+    if layout == "NHD":
+        return out.transpose(1, 2)   # [B, H, S_q, D] over [B, S_q, H, D] memory, as torch returns
+    order = _dim_order(query)
+    if order == (0, 1, 2, 3):
+        return out
+    inverse = tuple(order.index(d) for d in range(4))
+    return out.permute(order).contiguous().permute(inverse)   # query's memory layout (e.g. [S, B, H, D]), as torch
 
 
 _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
@@ -312,6 +453,7 @@ def is_installed() -> bool:
 def describe() -> str:
     """One line for `sage-co info`."""
     if is_installed():
-        return f"SDPA routing: installed process-wide ({_installed}); stats {stats()}"
+        st = stats()
+        return f"SDPA routing: installed process-wide ({_installed}); routed {st['routed']}, fallback {st['fallback']}"
     from .integrations.switches import SDPA_NOT_INSTALLED   # `sage-co info` prints it without importing this module
     return SDPA_NOT_INSTALLED

@@ -61,7 +61,7 @@ def sage_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, ma
     sh = validate.check_packed_qkv(q, k, v)
     scale = validate.check_softmax_scale(softmax_scale, sh.D)
     validate.check_flag("return_lse", return_lse)
-    if "attn_mask" in options:   # the packed kernels walk each sequence's key tiles: no LUT, no mask kinds
+    if options.pop("attn_mask", None) is not None:   # the packed kernels walk each sequence's key tiles: no LUT
         raise TypeError("attn_mask: sage_attention_varlen does not take an attn_mask (the packed kernels serve "
                         "is_causal per sequence only; docs/numerics.md §Varlen); call sage_attention per sequence")
     opts = SAGE_ATTENTION.bind(options, "sage_attention_varlen", allowed=PASSTHROUGH)

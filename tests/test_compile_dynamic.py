@@ -76,3 +76,29 @@ def test_varlen():
         q, k, v = (t[0] for t in _qkv(1, 150, 160, H_q, H_kv, D, dt, seed=5))
         cu_q, cu_kv = torch.tensor([0, 70, 70, 150], dtype=torch.int32), torch.tensor([0, 90, 100, 160])
         assert _same(c(q, k, v, cu_q, cu_kv), f(q, k, v, cu_q, cu_kv))
+
+
+def test_attn_mask_at_lengths_equal_to_the_head_dim():
+    """Issue 39 item 7: with S_q == S_kv == D (64 here) dynamo specialises the lengths with the head dim while the
+    mask's dims stay symbolic; the broadcast check (`s not in (1, w)`) refused every valid mask, for the op and for
+    the SDPA router under torch.compile. Compiled == eager, bit for bit."""
+    import torch.nn.functional as F
+
+    from sage_co import sdpa
+    g = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(2, 2, 64, 64, generator=g).to(torch.bfloat16) for _ in range(3))
+    masks = {"bool [S, S]": torch.rand(64, 64, generator=g) < 0.8,
+             "additive [B, 1, 1, S]": torch.randn(2, 1, 1, 64, generator=g)}
+    f = lambda q, k, v, m: api.sage_attention(q, k, v, layout="HND", attn_mask=m)   # noqa: E731
+    c = torch.compile(f, **COMPILE)
+    for name, m in masks.items():
+        assert _same(c(q, k, v, m), f(q, k, v, m)), name
+    torch._dynamo.reset()
+    routed = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)   # noqa: E731
+    sdpa.reset_stats()
+    with sdpa.enabled():
+        c = torch.compile(routed, **COMPILE)
+        got = c(q, k, v, masks["bool [S, S]"])
+    assert sdpa.stats()["routed"] >= 1 and not sdpa.stats()["fallback"], sdpa.stats()
+    assert _same(got, api.sage_attention(q, k, v, layout="HND", attn_mask=masks["bool [S, S]"], smooth_k=True))
+    sdpa.reset_stats()

@@ -39,7 +39,7 @@ def test_served_call_is_sage_attention_bit_for_bit():
     assert torch.equal(out, _sage(q, k, v))
     assert torch.equal(scaled, _sage(q, k, v, softmax_scale=0.07))
     assert not torch.equal(out, F.scaled_dot_product_attention(q, k, v))   # outside the block: torch's SDPA
-    assert sdpa.stats() == {"routed": 2, "fallback": {}}
+    assert sdpa.stats() == {"routed": 2, "fallback": {}, "differences": sdpa.DIFFERENCES}
 
 
 def test_causal_square_and_gqa_are_served():
@@ -109,7 +109,7 @@ def test_masked_calls_are_served(name):
     q, k, v = _qkv()
     with sdpa.enabled():
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    assert sdpa.stats() == {"routed": 1, "fallback": {}}
+    assert sdpa.stats() == {"routed": 1, "fallback": {}, "differences": sdpa.DIFFERENCES}
     assert torch.equal(out, _sage(q, k, v, attn_mask=mask))
     assert not torch.equal(out, _sage(q, k, v))   # the mask did something
 
@@ -131,7 +131,7 @@ def test_issue30_head_dims_and_fp32_are_served(D, dtype):
     q, k, v = _qkv(B, H, S, D, dtype=dtype)
     with sdpa.enabled():
         out = F.scaled_dot_product_attention(q, k, v)
-    assert sdpa.stats() == {"routed": 1, "fallback": {}}, sdpa.stats()
+    assert sdpa.stats() == {"routed": 1, "fallback": {}, "differences": sdpa.DIFFERENCES}, sdpa.stats()
     assert out.dtype == dtype and torch.equal(out, _sage(q, k, v))
 
 
@@ -192,7 +192,7 @@ def test_install_is_process_wide_and_uninstall_restores():
     sdpa.uninstall()
     assert F.scaled_dot_product_attention is sdpa.ORIGINAL_SDPA and not sdpa.is_installed()
     assert torch.equal(F.scaled_dot_product_attention(q, k, v), sdpa.ORIGINAL_SDPA(q, k, v))
-    assert sdpa.stats() == {"routed": 1, "fallback": {}}
+    assert sdpa.stats() == {"routed": 1, "fallback": {}, "differences": sdpa.DIFFERENCES}
 
 
 def test_install_keeps_and_restores_a_previous_replacement(monkeypatch):
@@ -256,3 +256,27 @@ def test_options_backend_hip_is_stored_as_gpu():
     assert sdpa.Options(backend="gpu").backend == "gpu"
     with pytest.raises(ValueError, match=r"^backend: expected None or one of \('emu', 'gpu'\), got 'cuda'"):
         sdpa.Options(backend="cuda")
+
+
+def test_differences_by_design_are_stated_and_hold():
+    """Issue 39 "semantics to state": stats() carries sdpa.DIFFERENCES (docs/numerics.md §SDPA router), and two of
+    them are what a routed call does: a NaN in Q poisons its 32-query quantization block (SDPA: that row), and a row
+    whose additive mask is finfo.min everywhere gives zeros (SDPA: the mean of V)."""
+    assert sdpa.stats()["differences"] is sdpa.DIFFERENCES
+    assert set(sdpa.DIFFERENCES) == {"accuracy", "non-finite q", "non-finite k/v", "row masked everywhere",
+                                     "sharp logits"}
+    q, k, v = _qkv()
+    q[0, 1, 37, 5] = float("nan")   # block 1 (rows 32..63) of batch 0, head 1
+    mask = torch.zeros(S, S)
+    mask[10] = torch.finfo(torch.float32).min
+    with sdpa.enabled():
+        out = F.scaled_dot_product_attention(q, k, v)
+        masked = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert sdpa.stats()["routed"] == 2
+    ref = sdpa.ORIGINAL_SDPA(q, k, v)
+    nan_rows = out[0, 1].isnan().any(-1).nonzero().flatten().tolist()
+    assert nan_rows == list(range(32, 64)) and ref[0, 1].isnan().any(-1).nonzero().flatten().tolist() == [37]
+    assert not out[1].isnan().any() and not out[0, 0].isnan().any()
+    assert torch.equal(masked[1, :, 10], torch.zeros_like(masked[1, :, 10]))
+    uniform = sdpa.ORIGINAL_SDPA(q.float(), k.float(), v.float(), attn_mask=mask)[1, :, 10]
+    torch.testing.assert_close(uniform, v[1].float().mean(1), rtol=0, atol=1e-5)   # SDPA: V's mean

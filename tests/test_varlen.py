@@ -214,6 +214,14 @@ def test_varlen_refuses_attn_mask_naming_it():
     assert len(launch.launched) == before
 
 
+def test_varlen_takes_attn_mask_none():
+    """Issue 39 item 9: attn_mask=None asks for no mask (LightX2V's varlen path passes it): the call runs, equal to
+    the call without it, through sage_attention_varlen and SageAttention's sageattn_varlen."""
+    q, k, v, cq, ck = packed_inputs([50, 77], [66, 41], 2, 1, 48, torch.bfloat16)
+    for fn in (sage_co.sage_attention_varlen, sage_co.sageattn_varlen):
+        assert torch.equal(fn(q, k, v, cq, ck, 77, 66, attn_mask=None), fn(q, k, v, cq, ck, 77, 66)), fn.__name__
+
+
 def test_varlen_reads_cu_seqlens_on_the_host_only_on_the_emulator(monkeypatch):
     """The value checks (host memory on the emulator) are the only host reads: on a device backend the call
     never calls validate.check_cu_seqlens (tests/test_hip_stub.py runs the hip path with reads forbidden)."""

@@ -13,7 +13,8 @@ decorator (the one diffusers registers its built-in backends with) under the bac
 then sets `_attention_backend` on the model's processors, which is what `ModelMixin.set_attention_backend("sage")`
 does minus its check that thu-ml's package is installed. Nothing else in diffusers is touched.
 
-The "sage" entry is global in diffusers: while enabled, any model set to "sage" runs sage-co. When a real thu-ml
+The "sage" entry is global in diffusers: while enabled, any model set to "sage" runs sage-co; `disable` puts the
+previous entry back only when it disables the last model enabled (another enabled model keeps working). When a real thu-ml
 sageattention is what diffusers' "sage" uses, `enable` refuses unless `replace_real_sageattention=True`.
 Alternative with no registry call at all: activate sage_co.integrations.sageattention_shim *before* importing
 diffusers; then diffusers' own "sage" backend imports sage-co's `sageattn` and `model.set_attention_backend("sage")`
@@ -32,9 +33,12 @@ NotImplementedError; use sage_co.parallel for sequence parallelism.
 """
 from __future__ import annotations
 
+import weakref
+
 from ..compat import sageattn
 
 _saved_entry = None  # diffusers' "sage" registry entry before enable(): (function, constraints, arg names)
+_enabled = weakref.WeakSet()   # the models enable() switched and disable() has not: the entry stays while any is
 
 
 def attention_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -87,19 +91,22 @@ def enable(model, *, replace_real_sageattention: bool = False) -> int:
         if proc._attention_backend != name:
             proc._sage_co_previous_backend = proc._attention_backend
             proc._attention_backend = name
+    _enabled.add(model)
     return len(procs)
 
 
 def disable(model) -> None:
-    """Give `model`'s processors their previous backends and diffusers' "sage" entry its previous function."""
+    """Give `model`'s processors their previous backends; once no enabled model is left, diffusers' "sage" entry
+    gets its previous function back (another model still enabled keeps running sage-co)."""
     global _saved_entry
     ad = _dispatch()
     for proc in _processors(model):
         if hasattr(proc, "_sage_co_previous_backend"):
             proc._attention_backend = proc._sage_co_previous_backend
             del proc._sage_co_previous_backend
+    _enabled.discard(model)
     reg, name = ad._AttentionBackendRegistry, ad.AttentionBackendName.SAGE
-    if _saved_entry is not None and reg._backends.get(name) is attention_backend:
+    if not _enabled and _saved_entry is not None and reg._backends.get(name) is attention_backend:
         fn, constraints, args = _saved_entry
         if fn is None:
             for table in (reg._backends, reg._constraints, reg._supported_arg_names):

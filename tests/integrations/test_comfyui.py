@@ -118,7 +118,7 @@ def test_node_routes_the_models_attention_to_sage_co(comfy, patcher):
     mask[:, 50:] = float("-inf")
     out = comfy.optimized_attention(q, k, v, HEADS, mask, transformer_options=opts)
     assert torch.equal(out, _sage_nhd(q, k, v, attn_mask=mask[None, None])) and comfy.calls == []
-    assert sdpa.stats() == {"routed": 2, "fallback": {}}
+    assert sdpa.stats() == {"routed": 2, "fallback": {}, "differences": sdpa.DIFFERENCES}
 
 
 def test_node_options_and_skip_reshape(comfy):
@@ -147,6 +147,27 @@ def test_node_sparsity_auto_runs_the_predictor(comfy):
     assert any("predict" in r.symbol for r in records)
 
 
+def test_node_falls_back_where_the_options_cannot_serve_the_call(comfy):
+    """Issue 39 item 6: sparsity "auto" at SD1.5's head dim 40 (the predictor kernels pool multiples of 16) and
+    pv_dtype "fp16" with V beyond the fp16 range were counted as routed and then raised inside the model; both are
+    decided before routing now: ComfyUI's own function runs, the reason is in sdpa.stats()."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(B, 77, HEADS * 40, generator=g).to(torch.float16) for _ in range(3))
+    (auto,) = comfyui.SageCoAttention().patch(_PatcherMaster(), True, "fp8", True, "auto")
+    out = comfy.optimized_attention(q, k, v, HEADS, transformer_options=auto.model_options["transformer_options"])
+    assert comfy.calls == ["pytorch"] and out.shape == (B, 77, HEADS * 40)
+    (reason,) = sdpa.stats()["fallback"]
+    assert reason.startswith("q: the predictor kernels pool head dims") and sdpa.stats()["routed"] == 0, reason
+    sdpa.reset_stats()
+    q, k, v = _qkv()
+    v[1, 3, 5] = 9e4
+    (fp16,) = comfyui.SageCoAttention().patch(_PatcherMaster(), True, "fp16", True, "off")
+    comfy.optimized_attention(q, k, v, HEADS, transformer_options=fp16.model_options["transformer_options"])
+    assert comfy.calls == ["pytorch", "pytorch"]
+    (reason,) = sdpa.stats()["fallback"]
+    assert reason.startswith('v: pv_dtype="fp16" keeps V in fp16') and sdpa.stats()["routed"] == 0, reason
+
+
 def test_node_declares_its_inputs_and_registers_the_function(comfy):
     inputs = comfyui.SageCoAttention.INPUT_TYPES()["required"]
     assert list(inputs) == ["model", "enabled", "pv_dtype", "smooth_k", "sparsity"]
@@ -167,6 +188,28 @@ def test_install_writes_a_custom_node_entry(tmp_path, capsys):
     assert ns["NODE_CLASS_MAPPINGS"] is comfyui.NODE_CLASS_MAPPINGS
     assert cli.main(["comfyui", "install", str(tmp_path / "nowhere")]) == 2
     assert "custom_nodes" in capsys.readouterr().err
+
+
+def test_install_refuses_to_overwrite_an_edited_entry(tmp_path, capsys):
+    """Issue 39 item 11: an existing custom_nodes/sage-co/__init__.py with other content (a user's edits) is not
+    overwritten; --replace replaces it, says so and keeps the old file; re-installing sage-co's own entry is fine."""
+    (tmp_path / "custom_nodes" / comfy_install.FOLDER).mkdir(parents=True)
+    entry = tmp_path / "custom_nodes" / comfy_install.FOLDER / "__init__.py"
+    mine = "# my edits\n" + comfy_install.ENTRY
+    entry.write_text(mine)
+    assert cli.main(["comfyui", "install", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert str(entry) in err and "--replace" in err and entry.read_text() == mine
+    assert cli.main(["comfyui", "install", "--replace", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    saved = entry.with_name("__init__.py.bak")
+    assert f"replaced {entry}" in out and str(saved) in out
+    assert entry.read_text() == comfy_install.ENTRY and saved.read_text() == mine
+    assert cli.main(["comfyui", "install", str(tmp_path)]) == 0            # sage-co's own entry: nothing to refuse
+    assert "replaced" not in capsys.readouterr().out
+    entry.write_text("# again\n")
+    assert cli.main(["comfyui", "install", "--force", str(tmp_path)]) == 0   # a second backup does not clobber the first
+    assert saved.read_text() == mine and entry.with_name("__init__.py.bak.1").read_text() == "# again\n"
 
 
 # ------------------------------------------------------------------ ComfyUI's real attention.py (opt-in)

@@ -87,5 +87,5 @@ def test_node_routes_masked_calls(monkeypatch):
         want = comfy.sageattn(*views, tensor_layout=layout, attn_mask=sdpa_mask)
         want = want.transpose(1, 2) if case.skip_reshape else want
         assert torch.equal(out, want.reshape(comfy.B, comfy.S, -1)), case.name
-    assert sdpa.stats() == {"routed": 3, "fallback": {}}
+    assert sdpa.stats() == {"routed": 3, "fallback": {}, "differences": sdpa.DIFFERENCES}
     sdpa.reset_stats()

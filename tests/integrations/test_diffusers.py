@@ -68,6 +68,31 @@ def test_dispatcher_passes_every_argument(flux):
         sage_diffusers.disable(model)
 
 
+def test_disable_of_one_model_leaves_another_enabled(flux):
+    """Issue 39 item 8: disable(model_a) used to restore diffusers' global "sage" entry while model_b was still set
+    to it (model_b then failed with TypeError: 'NoneType' object is not callable). The entry stays until the last
+    enabled model is disabled."""
+    from diffusers.models import attention_dispatch as ad
+    model_a, ref = flux
+    model_b = tiny_flux.build()
+    name = ad.AttentionBackendName.SAGE
+    before = ad._AttentionBackendRegistry._backends.get(name)
+    sage_diffusers.enable(model_a)
+    sage_diffusers.enable(model_b)
+    try:
+        sage_diffusers.disable(model_a)
+        with launch.recording() as records:
+            out_b = tiny_flux.forward(model_b)
+        assert len(_attention_launches(records)) == tiny_flux.N_ATTENTION   # model_b still runs sage-co
+        assert torch.equal(tiny_flux.forward(model_a), ref)                  # model_a is back on SDPA
+        d = out_b.float() - ref.float()
+        assert (d.norm() / ref.float().norm()).item() <= MODEL_REL_L2 and not torch.equal(out_b, ref)
+    finally:
+        sage_diffusers.disable(model_a)
+        sage_diffusers.disable(model_b)
+    assert ad._AttentionBackendRegistry._backends.get(name) is before   # the last disable restored the entry
+
+
 def test_refuses_a_model_without_dispatching_processors():
     with pytest.raises(ValueError, match="model"):
         sage_diffusers.enable(torch.nn.Linear(2, 2))

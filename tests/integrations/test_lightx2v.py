@@ -53,6 +53,15 @@ def test_apply_honours_softmax_scale_and_refuses_what_it_cannot_do():
         w.apply(q, k, v, cu_seqlens_q=torch.tensor([0, 39]))
 
 
+def test_varlen_apply_with_attn_mask_none():
+    """Issue 39 item 9: LightX2V's varlen path passes attn_mask=None; it means no mask (it raised TypeError)."""
+    q, k, v = _tokens(S=40)
+    packed = torch.tensor([0, 15, 40], dtype=torch.int32)
+    out = SageCoAttnWeight().apply(q, k, v, cu_seqlens_q=packed, cu_seqlens_kv=packed, max_seqlen_q=25,
+                                   max_seqlen_kv=25, attn_mask=None)
+    assert torch.equal(out, sage_co.sageattn_varlen(q, k, v, packed, packed, 25, 25).reshape(40, -1))
+
+
 def test_apply_with_lse_for_ring_attn():
     """LightX2V's RingAttn wants (out [tokens, H*D] or [tokens, H, D], lse [tokens, H]) from a 3-D block."""
     q, k, v = _tokens()

@@ -33,7 +33,7 @@ def test_every_attention_call_runs_sage_co(name):
     sdpa.reset_stats()
     with launch.recording() as records, sdpa.enabled():
         out = tiny.forward(model, inputs())
-    assert sdpa.stats() == {"routed": calls, "fallback": {}}
+    assert sdpa.stats() == {"routed": calls, "fallback": {}, "differences": sdpa.DIFFERENCES}
     assert len([r for r in records if "attention" in r.symbol]) == calls   # sage-co's kernel ran each time
     assert out.shape == ref.shape and torch.isfinite(out).all()
     assert not torch.equal(out, ref)
@@ -54,6 +54,6 @@ def test_sd3_under_torch_compile_fullgraph():
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     with launch.recording() as records, sdpa.enabled():
         out = tiny.forward(compiled, tiny.sd3_inputs())
-    assert sdpa.stats() == {"routed": tiny.SD3_SDPA_CALLS, "fallback": {}}
+    assert sdpa.stats() == {"routed": tiny.SD3_SDPA_CALLS, "fallback": {}, "differences": sdpa.DIFFERENCES}
     assert len([r for r in records if "attention" in r.symbol]) == tiny.SD3_SDPA_CALLS
     assert torch.equal(out, eager)
