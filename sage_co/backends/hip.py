@@ -185,12 +185,14 @@ class HipBackend:
     name = "gpu"   # sage_co.backends.BACKENDS
     options = frozenset({"dynamic_lds"})   # bytes of dynamic LDS: hipModuleLaunchKernel's sharedMemBytes
 
-    def __init__(self, platform=None, binding: str | None = None):
+    def __init__(self, platform=None, binding=None):
         """`binding`: "hip-python", "ctypes" or "auto" (default: $SAGE_CO_HIP_BINDING, else "auto": hip-python
-        where installed, ctypes where not; hip_bindings.load). Any failure to reach the runtime is a HipError."""
+        where installed, ctypes where not; hip_bindings.load), or a HipBinding already made on torch's runtime.
+        Any failure to reach the runtime is a HipError."""
         self.platform = platform if platform is not None else TorchHip()
         try:
-            self.binding = hip_bindings.load(self.platform.init, binding)
+            self.binding = (hip_bindings.load(self.platform.init, binding) if binding is None
+                            or isinstance(binding, str) else binding)
         except (HipError, ValueError):
             raise
         except Exception as exc:   # anything else a binding raises while loading is still "the runtime is unusable"

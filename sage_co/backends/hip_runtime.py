@@ -257,8 +257,10 @@ def two_runtimes(listed: list[str], binding: str) -> HipError:
         f"{len(listed)} different HIP runtimes (libamdhip64 / amdhip64) are loaded in this process:\n{lines}\n"
         f"Kernels launched through {binding} would run on a runtime that does not know torch's streams (launches "
         "fail) or on a queue unordered with torch's kernels (a silent race), so sage-co refuses to launch. "
-        "Let sage-co make the first hip-python call in the process (it binds hip-python to torch's file), or "
-        "make the other file unreachable (LD_LIBRARY_PATH, ROCM_PATH, PATH) so only torch's runtime is found.")
+        + ("Let sage-co make the first hip-python call in the process (it binds hip-python to torch's file), or "
+           if binding == "hip-python" else "Find what loaded the other one (a second ROCm install, a library "
+           "bundling its own runtime) and ")
+        + "make the other file unreachable (LD_LIBRARY_PATH, ROCM_PATH, PATH) so only torch's runtime is found.")
 
 
 def describe_files(files: list[RuntimeFile], torch_file: RuntimeFile | None = None) -> list[str]:

@@ -5,12 +5,15 @@ JSON line of observations that tests/test_hip_stub.py asserts on.
   main           the stub mapped as torch's runtime (named libamdhip64.so.7, on no search path): every shipped
                  kernel through the real ops, kernarg bytes vs the emulator's, module loads per (device, code
                  object), streams and devices, error mapping, graph-capture warm-up
-  symlink        hip-python opened torch's runtime through a symlink: the same file, accepted
-  two_runtimes   hip-python already opened a copy of torch's runtime: refused
-  deleted        torch's runtime file was deleted after loading, so hip-python cannot dlopen it: HipError
+  symlink        hip-python (ctypes binding: a library) opened torch's runtime through a symlink: the same file,
+                 accepted
+  two_runtimes   hip-python (ctypes binding: a library) already opened a copy of torch's runtime: refused
+  deleted        torch's runtime file was deleted after loading: hip-python cannot dlopen it (HipError); the ctypes
+                 binding takes the loaded object by its name in the loader's list and needs no file
   varlen         sage_attention_varlen of 1 and of 64 sequences while the stream captures a graph: launches, syncs,
                  host reads of tensor values (forbidden)
   bound          a BoundLaunch's fast path vs the full launch() path: same bytes, the full path's errors
+  windows        the ctypes binding finding the stub as amdhip64_7.dll in a (fake) Windows module list
   bindings       every shipped kernel through the ops on each binding in one process (SAGE_CO_TEST_BINDINGS, comma-
                  separated, default "hip-python,ctypes"): the runtime's call log (kernarg bytes included), HIP errors,
                  events, per binding
@@ -335,8 +338,9 @@ def deleted_scenario(tmp: Path) -> dict:
     lib.unlink()
     from sage_co.backends.hip_runtime import HipError
     try:
-        hip_backend()
-        return dict(error=None)
+        be = hip_backend()
+        return dict(error=None, binding=be.binding.name, runtime=be.runtime.path, lib=str(lib),
+                    device_count=be._call("hipGetDeviceCount"))
     except HipError as exc:
         return dict(error=str(exc), error_type=type(exc).__name__)
 
@@ -561,6 +565,20 @@ def binding_run(stub, binding) -> dict:
     return out
 
 
+def windows_scenario(tmp: Path) -> dict:
+    """The ctypes binding's Windows path on the stub: the runtime found in a module list (stub_hip.FakeKernel32:
+    torch's amdhip64_7.dll among system DLLs, its HMODULE the stub's real handle) and reached through that handle
+    (ctypes.CDLL(path, handle=...), no load), then the ops run through it like the Linux ctypes run."""
+    stub = stub_hip.Stub(stub_hip.build(tmp / "rocm_sdk_core" / "lib"))
+    stub.set_device_count(2)
+    from sage_co.backends import hip_bindings
+    dll = r"C:\Users\me\venv\Lib\site-packages\_rocm_sdk_core\bin\amdhip64_7.dll"
+    modules = [(rf"C:\Windows\System32\mod{i}.dll", 0x7FF0_0000_0000 + 0x10000 * i) for i in range(40)]
+    modules.insert(17, (dll, stub.lib._handle))
+    binding = hip_bindings.CtypesBinding(lambda: None, platform="win32", windows_api=stub_hip.FakeKernel32(modules))
+    return {"win32": binding_run(stub, binding), "dll": dll}
+
+
 def bindings_scenario(tmp: Path) -> dict:
     stub = stub_hip.Stub(stub_hip.build(tmp / "rocm_sdk_core" / "lib"))
     stub.set_device_count(2)
@@ -570,7 +588,7 @@ def bindings_scenario(tmp: Path) -> dict:
 
 SCENARIOS = {"main": main_scenario, "symlink": symlink_scenario, "two_runtimes": two_runtimes_scenario,
              "deleted": deleted_scenario, "varlen": varlen_scenario, "bound": bound_scenario,
-             "bindings": bindings_scenario}
+             "bindings": bindings_scenario, "windows": windows_scenario}
 
 if __name__ == "__main__":
     result = SCENARIOS[sys.argv[1]](Path(sys.argv[2]))
