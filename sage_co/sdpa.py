@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import abi, validate
+from . import abi, hostsafe, validate
 from .callspec import SAGE_ATTENTION
 from .prepared import INPUT_DTYPES, PV_DTYPES
 
@@ -98,9 +98,14 @@ def record(reason: str) -> bool:
 
 
 def stats() -> dict:
-    """{'routed': number of SDPA calls sage-co ran, 'fallback': {reason: number handed to torch's SDPA}}."""
+    """{'routed': number of SDPA calls sage-co ran, 'fallback': {reason: number handed to torch's SDPA}}. A call
+    whose GPU binding or launch failed (sage_co.hostsafe: "gpu: ..." reasons, also those of the ComfyUI node, the
+    sageattention shim and the adapters) counts as a fallback, not as routed."""
+    unrouted, gpu = hostsafe.counts()
     with _lock:
-        return {"routed": _routed, "fallback": dict(_fallback)}
+        fallback = Counter(_fallback)
+        fallback.update(gpu)
+        return {"routed": _routed - unrouted, "fallback": dict(fallback)}
 
 
 def reset_stats() -> None:
@@ -108,6 +113,7 @@ def reset_stats() -> None:
     with _lock:
         _routed = 0
         _fallback.clear()
+    hostsafe.reset()
 
 
 # -------------------------------------------------------------------------------------------- routing
@@ -222,14 +228,19 @@ def _op_reason(query, key, value, keywords: dict, softmax_scale: float) -> str:
 def route(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *,
           options: Options = Options(), fallback=ORIGINAL_SDPA):
     """One SDPA call: sage-co when fallback_reason() is "", else `fallback` (torch's SDPA; under install(), the
-    function it replaced) with the same arguments."""
+    function it replaced) with the same arguments; also `fallback` when sage-co's GPU binding or launch fails
+    (sage_co.hostsafe: the reason counted, logged once)."""
     reason = fallback_reason(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options=options)
     record(reason)
-    if reason:
+
+    def host():
         extra = {"enable_gqa": enable_gqa} if enable_gqa else {}
         return fallback(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                         scale=scale, **extra)
-    return run(query, key, value, is_causal, scale, options=options, attn_mask=attn_mask)
+    if reason:
+        return host()
+    return hostsafe.guarded(lambda: run(query, key, value, is_causal, scale, options=options, attn_mask=attn_mask),
+                            host, routed=True)
 
 
 def run(query, key, value, is_causal=False, scale=None, *, options: Options = Options(), attn_mask=None):

@@ -32,7 +32,7 @@ NotImplementedError; use sage_co.parallel for sequence parallelism.
 """
 from __future__ import annotations
 
-from ..compat import sageattn
+from ..hostsafe import sageattn   # compat's; a GPU error falls back (hostsafe)
 
 _saved_entry = None  # diffusers' "sage" registry entry before enable(): (function, constraints, arg names)
 
