@@ -57,6 +57,12 @@ def note(reason: str, routed: bool, exc: BaseException | None = None) -> None:
         _reasons[reason] += 1
         if routed:
             _unrouted += 1
+    log_once(reason, exc)
+
+
+def log_once(reason: str, exc: BaseException | None = None) -> None:
+    """Log a fallback reason the first time it occurs in this process (with the full error)."""
+    with _lock:
         first = reason not in _logged
         _logged.add(reason)
     if first:

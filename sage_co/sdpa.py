@@ -222,6 +222,10 @@ def _op_reason(query, key, value, keywords: dict, softmax_scale: float) -> str:
         plan.plan_call(SAGE_ATTENTION, qkv, o, resolve=plan.eager(*qkv))
     except (TypeError, ValueError, LookupError) as e:
         return str(e)
+    except hostsafe.GPU_ERRORS as e:   # planning binds the launches: the GPU binding failed to load
+        reason = hostsafe.gpu_reason(e)
+        hostsafe.log_once(reason, e)
+        return reason
     return ""
 
 
