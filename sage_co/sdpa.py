@@ -31,6 +31,9 @@ torch.nn.functional.scaled_dot_product_attention (all threads; code that bound t
 e.g. `from torch.nn.functional import scaled_dot_product_attention`, keeps the original). Under torch.compile
 dynamo traces both: the routing decision is made while tracing and sage-co runs as its custom op in the graph.
 
+A routed call whose GPU binding or launch fails (HipError) runs torch's SDPA instead, the reason counted ("gpu: ...")
+and logged once (sage_co.hostsafe); the host model never sees the error.
+
 stats(): in eager mode one count per call. Under torch.compile the decision runs at trace time, so each call site
 counts once per compilation (replays of the compiled graph are not counted).
 """

@@ -54,6 +54,7 @@ def main_run(tmp_path_factory):
 def test_bound_to_the_mapped_file_without_an_unversioned_name(main_run):
     # TheRock layout: only libamdhip64.so.7, on no search path; hip-python's own search would not find it
     assert main_run["runtime"].endswith("rocm_sdk_core/lib/libamdhip64.so.7")
+    assert main_run["binding"] == ("hip-python" if HIP_PYTHON else "ctypes")   # auto: hip-python where installed
 
 
 def test_every_shipped_kernel_gets_the_emulators_kernarg_bytes(main_run):

@@ -96,8 +96,8 @@ def mapped_runtimes(maps_path: str = "/proc/self/maps") -> list[RuntimeFile]:
         with open(maps_path) as fh:
             lines = fh.read().splitlines()
     except OSError as exc:
-        raise HipError(f"cannot read {maps_path} to find the HIP runtime torch loaded ({exc}); the gpu backend "
-                       "needs Linux") from None
+        raise HipError(f"cannot read {maps_path} to find the HIP runtime torch loaded ({exc}); the hip-python "
+                       "binding needs Linux (elsewhere: SAGE_CO_HIP_BINDING=ctypes)") from None
     seen: dict[tuple[str, int], RuntimeFile] = {}
     for line in lines:
         parts = line.split(maxsplit=5)
