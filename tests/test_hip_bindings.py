@@ -102,3 +102,16 @@ def test_describe_says_which_binding(monkeypatch):
     monkeypatch.setattr(hip_runtime, "hip_python_version", lambda: "7.2.0")
     assert hip_bindings.describe(environ={}) == "GPU binding: hip-python 7.2.0"
     assert hip_bindings.describe(environ={hip_bindings.ENV_VAR: "ctypes"}) == "GPU binding: ctypes (SAGE_CO_HIP_BINDING=ctypes)"
+
+
+def test_a_bad_binding_choice_is_a_hip_error_naming_it(monkeypatch):
+    """The gpu backend turns every failure to reach the runtime into HipError (what hosts fall back on), a
+    misspelled SAGE_CO_HIP_BINDING included."""
+    from sage_co.backends.hip import HipBackend
+    import stub_hip
+    monkeypatch.setenv(hip_bindings.ENV_VAR, "pyhip")
+    with pytest.raises(HipError, match=r"SAGE_CO_HIP_BINDING: expected one of \('auto', 'hip-python', 'ctypes'\)"):
+        HipBackend(platform=stub_hip.HostPlatform())
+    monkeypatch.setenv(hip_bindings.ENV_VAR, "ctypes")   # no runtime loaded in this process
+    with pytest.raises(HipError, match="no HIP runtime"):
+        HipBackend(platform=stub_hip.HostPlatform())

@@ -193,8 +193,10 @@ class HipBackend:
         try:
             self.binding = (hip_bindings.load(self.platform.init, binding) if binding is None
                             or isinstance(binding, str) else binding)
-        except (HipError, ValueError):
+        except HipError:
             raise
+        except ValueError as exc:   # SAGE_CO_HIP_BINDING / binding= names no binding: the message names it
+            raise HipError(str(exc)) from None
         except Exception as exc:   # anything else a binding raises while loading is still "the runtime is unusable"
             raise HipError(f"the HIP binding failed to load: {type(exc).__name__}: {exc}") from exc
         self.runtime = self.binding.runtime
