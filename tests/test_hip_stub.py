@@ -179,6 +179,10 @@ def _check_binding_run(r: dict, name: str, runtime: str = "rocm_sdk_core/lib/lib
     assert ev["statuses"] == [0] * 7 and ev["launches"] == 2 and ev["ms"] == 2.0    # 1 stub-ms per launch
     assert ev["destroyed_again"] == 400
     assert r["device"] == [0, 2]
+    # the router tried sage-co (one launch, failed in the runtime), then torch's SDPA answered; counted, not routed
+    rf = r["routed_failure"]
+    assert rf["tried"] == [719] and rf["same_as_torch"]
+    assert rf["stats"] == {"routed": 0, "fallback": {"gpu: hipModuleLaunchKernel failed (hipError_t 719)": 1}}
 
 
 @pytest.mark.skipif(not HIP_PYTHON, reason=NO_HIP_PYTHON)

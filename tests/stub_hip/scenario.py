@@ -560,6 +560,21 @@ def binding_run(stub, binding) -> dict:
                          destroyed_again=int(be.binding.call("hipEventDestroy", stop)[0]))
     out["error_log"] = call_log(stub.records()[n1:])
     out["device"] = [be._call("hipGetDevice"), be._call("hipGetDeviceCount")]
+    # a routed SDPA call whose launch fails in the runtime (hipErrorLaunchFailure): torch's SDPA answers, the reason
+    # is counted (CPU tensors stand for the device's here, so the router's device rule is told they are served)
+    from sage_co import sdpa
+    served, sdpa._device_served = sdpa._device_served, lambda t, backend: True
+    sdpa.reset_stats()
+    g = torch.Generator().manual_seed(5)
+    q4, k4, v4 = (torch.randn(2, 2, 77, 64, generator=g).to(torch.bfloat16) for _ in range(3))
+    n_launch = len(stub.records("launch"))
+    stub.fail("hipModuleLaunchKernel", 719)
+    with sdpa.enabled(backend="gpu"):
+        routed = torch.nn.functional.scaled_dot_product_attention(q4, k4, v4)
+    sdpa._device_served = served
+    out["routed_failure"] = dict(stats=sdpa.stats(), same_as_torch=torch.equal(routed, sdpa.ORIGINAL_SDPA(q4, k4, v4)),
+                                 tried=[r["result"] for r in stub.records("launch")[n_launch:]])
+    sdpa.reset_stats()
     be.unload()
     del torch
     return out
