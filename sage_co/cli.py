@@ -55,6 +55,8 @@ def cmd_info(args) -> int:
                               co["llvm_version"], co["sha256"][:12])
     # the ABI table is wide: piped output gets room for every column instead of rich's 80-column guess
     (console if sys.stdout.isatty() else _Console(width=260)).print(table)
+    from .backends import hip_bindings   # which HIP binding the gpu backend runs on here (hip-python or ctypes)
+    console.print(hip_bindings.describe(), markup=False)
     from .integrations import switches  # which framework switches reach sage-co here (the shim's line last)
     for line in switches.lines():
         console.print(line, markup=False)

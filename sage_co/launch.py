@@ -14,8 +14,9 @@ check, a precompiled kernarg packer, the backend's module and function handles) 
 and kept in a KernelPlan; benchmarks/bench_launch_overhead.py measures what is left per launch.
 
 Backends (sage_co.backends.BACKENDS): "emu" runs the real code object on the CPU in sage_co.emu; "gpu" runs
-it on a gfx1201 through hip-python's module API, bound to the HIP runtime torch loaded. Every backend name
-goes through sage_co.backends.canonical (the deprecated spelling "hip" of "gpu" included).
+it on a gfx1201 through HIP's module API (hip-python, or ctypes where it is not installed), on the HIP runtime
+torch loaded. Every backend name goes through sage_co.backends.canonical (the deprecated spelling "hip" of "gpu"
+included).
 """
 from __future__ import annotations
 

@@ -44,7 +44,11 @@ torch.nn.functional.scaled_dot_product_attention (all threads; code that bound t
 e.g. `from torch.nn.functional import scaled_dot_product_attention`, keeps the original). Under torch.compile
 dynamo traces both: the routing decision is made while tracing and sage-co runs as its custom op in the graph.
 
-stats(): {'routed', 'fallback': {reason: count}, 'differences': DIFFERENCES}; in eager mode one count per call. Under torch.compile the decision runs at trace time, so each call site
+A routed call whose GPU binding or launch fails (HipError) runs torch's SDPA instead, the reason counted ("gpu: ...")
+and logged once (sage_co.hostsafe); the host model never sees the error.
+
+stats(): {'routed', 'fallback': {reason: count}, 'differences': DIFFERENCES}; in eager mode one count per call. Under
+torch.compile the decision runs at trace time, so each call site
 counts once per compilation (replays of the compiled graph are not counted).
 """
 from __future__ import annotations
@@ -59,7 +63,7 @@ from torch.overrides import TorchFunctionMode
 
 from torch.nn.attention.bias import CausalBias, CausalVariant
 
-from . import abi, validate
+from . import abi, hostsafe, validate
 from .callspec import SAGE_ATTENTION
 from .prepared import INPUT_DTYPES, PV_DTYPES
 
@@ -130,9 +134,14 @@ def record(reason: str) -> bool:
 
 def stats() -> dict:
     """{'routed': number of SDPA calls sage-co ran, 'fallback': {reason: number handed to torch's SDPA},
-    'differences': DIFFERENCES (where a routed call's result differs from SDPA's by design)}."""
+    'differences': DIFFERENCES (where a routed call's result differs from SDPA's by design)}. A call whose GPU binding
+    or launch failed (sage_co.hostsafe: "gpu: ..." reasons, also those of the ComfyUI node, the sageattention shim and
+    the adapters) counts as a fallback, not as routed."""
+    unrouted, gpu = hostsafe.counts()
     with _lock:
-        return {"routed": _routed, "fallback": dict(_fallback), "differences": DIFFERENCES}
+        fallback = Counter(_fallback)
+        fallback.update(gpu)
+        return {"routed": _routed - unrouted, "fallback": dict(fallback), "differences": DIFFERENCES}
 
 
 def reset_stats() -> None:
@@ -140,6 +149,7 @@ def reset_stats() -> None:
     with _lock:
         _routed = 0
         _fallback.clear()
+    hostsafe.reset()
 
 
 # -------------------------------------------------------------------------------------------- routing
@@ -322,23 +332,32 @@ def _op_reason(query, key, value, keywords: dict, softmax_scale: float) -> str:
         plan.plan_call(SAGE_ATTENTION, qkv, o, resolve=plan.eager(*qkv))
     except (TypeError, ValueError, LookupError) as e:
         return str(e)
+    except hostsafe.GPU_ERRORS as e:   # planning binds the launches: the GPU binding failed to load
+        reason = hostsafe.gpu_reason(e)
+        hostsafe.log_once(reason, e)
+        return reason
     return ""
 
 
 def route(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *,
           options: Options = Options(), fallback=ORIGINAL_SDPA):
     """One SDPA call: sage-co when fallback_reason() is "", else `fallback` (torch's SDPA; under install(), the
-    function it replaced) with the same arguments."""
+    function it replaced) with the same arguments; also `fallback` when sage-co's GPU binding or launch fails
+    (sage_co.hostsafe: the reason counted, logged once)."""
     if isinstance(query, torch.Tensor) and torch.is_autocast_enabled(query.device.type):
         return _autocast_route(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                                options=options, fallback=fallback)
     reason = fallback_reason(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options=options)
     record(reason)
-    if reason:
+
+    def host():
         extra = {"enable_gqa": enable_gqa} if enable_gqa else {}
         return fallback(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                         scale=scale, **extra)
-    return run(query, key, value, is_causal, scale, options=options, attn_mask=attn_mask)
+    if reason:
+        return host()
+    return hostsafe.guarded(lambda: run(query, key, value, is_causal, scale, options=options, attn_mask=attn_mask),
+                            host, routed=True)
 
 
 def _autocast_route(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, *, options, fallback):

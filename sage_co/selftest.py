@@ -102,7 +102,8 @@ def environment(report: Report) -> list[int]:
     env = report.environment
     env.update(sage_co=__version__, python=sys.version.split()[0], platform=platform.platform(),
                torch=torch.__version__, torch_hip=getattr(torch.version, "hip", None),
-               hip_python=hip_runtime.hip_python_version() or "not installed")
+               hip_python=hip_runtime.hip_python_version() or "not installed",
+               gpu_binding=__import__("sage_co.backends.hip_bindings", fromlist=["describe"]).describe())
     devices, why = gfx1201_devices()
     if torch.cuda.is_available():
         env["devices"] = "; ".join(f"{i}: {torch.cuda.get_device_name(i)} "

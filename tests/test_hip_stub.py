@@ -1,9 +1,11 @@
-"""The gpu backend driven through the real hip-python against a stub libamdhip64 (tests/stub_hip): what the
-runtime receives, per shipped kernel, is what the emulator runs; modules load once per (device, code object);
-hip-python is bound to the runtime file torch mapped (and refuses a second one); HIP errors are clear.
+"""The gpu backend driven through its HIP bindings (hip-python and ctypes) against a stub libamdhip64
+(tests/stub_hip): what the runtime receives, per shipped kernel, is what the emulator runs; modules load once per
+(device, code object); the binding calls the runtime file torch mapped (and refuses a second one); HIP errors are
+clear; both bindings hand the runtime the same calls and kernarg bytes, and without hip-python the backend runs on
+ctypes.
 
-Each scenario runs in its own process (hip-python opens its runtime once per process). Skipped, with the
-reason, without a C compiler or without hip-python (`pip install hip-python`, part of the dev extra)."""
+Each scenario runs in its own process (hip-python opens its runtime once per process). Skipped, with the reason,
+without a C compiler; the hip-python cases without hip-python (`pip install hip-python`, part of the dev extra)."""
 from __future__ import annotations
 
 import json
@@ -16,6 +18,7 @@ import pytest
 import torch
 
 import stub_hip
+from sage_co.backends import hip_bindings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,21 +27,21 @@ if getattr(torch.version, "hip", None) is not None:
                 "for torch's runtime (tests/test_hip_backend.py covers the real one)", allow_module_level=True)
 if stub_hip.compiler() is None:
     pytest.skip("no system C compiler (cc, gcc or clang) to build the stub libamdhip64", allow_module_level=True)
-try:
-    import rocm.bindings.hip  # noqa: F401  (hip-python >= 10)
-except ImportError:
-    try:
-        import hip.hip  # noqa: F401  (hip-python 6.x / 7.x)
-    except ImportError:
-        pytest.skip("hip-python is not installed (pip install hip-python; it is in the dev extra)",
-                    allow_module_level=True)
+if not sys.platform.startswith("linux"):
+    pytest.skip("the stub runtime is a Linux shared object", allow_module_level=True)
+
+HIP_PYTHON = hip_bindings.hip_python_importable()
+NO_HIP_PYTHON = "hip-python is not installed (pip install hip-python; it is in the dev extra)"
+# each binding, the hip-python one skipped where it is not installed
+BINDINGS = [pytest.param("hip-python", marks=pytest.mark.skipif(not HIP_PYTHON, reason=NO_HIP_PYTHON)), "ctypes"]
 
 
-def scenario(name: str, tmp_path: Path) -> dict:
+def scenario(name: str, tmp_path: Path, **env) -> dict:
     # the child imports stub_hip (tests/) and this checkout's sage_co through PYTHONPATH, not sys.path edits
     path = os.pathsep.join([str(ROOT / "tests"), str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    child_env = {k: v for k, v in os.environ.items() if k != hip_bindings.ENV_VAR}
     r = subprocess.run([sys.executable, str(ROOT / "tests" / "stub_hip" / "scenario.py"), name, str(tmp_path)],
-                       capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": path})
+                       capture_output=True, text=True, timeout=600, env={**child_env, "PYTHONPATH": path, **env})
     assert r.returncode == 0, f"scenario {name} failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -51,6 +54,7 @@ def main_run(tmp_path_factory):
 def test_bound_to_the_mapped_file_without_an_unversioned_name(main_run):
     # TheRock layout: only libamdhip64.so.7, on no search path; hip-python's own search would not find it
     assert main_run["runtime"].endswith("rocm_sdk_core/lib/libamdhip64.so.7")
+    assert main_run["binding"] == ("hip-python" if HIP_PYTHON else "ctypes")   # auto: hip-python where installed
 
 
 def test_every_shipped_kernel_gets_the_emulators_kernarg_bytes(main_run):
@@ -119,23 +123,89 @@ def test_misaligned_tensor_refused_before_the_runtime(main_run):
     assert not main_run["misaligned_reached_runtime"]
 
 
-def test_same_file_through_a_symlink_is_accepted(tmp_path):
-    r = scenario("symlink", tmp_path)
+@pytest.mark.parametrize("binding", BINDINGS)
+def test_same_file_through_a_symlink_is_accepted(tmp_path, binding):
+    r = scenario("symlink", tmp_path, SAGE_CO_HIP_BINDING=binding)
     assert r["mapped"] == [r["lib"]] and r["runtime"] == r["lib"]
 
 
-def test_a_second_runtime_is_refused(tmp_path):
-    r = scenario("two_runtimes", tmp_path)
+@pytest.mark.parametrize("binding", BINDINGS)
+def test_a_second_runtime_is_refused(tmp_path, binding):
+    r = scenario("two_runtimes", tmp_path, SAGE_CO_HIP_BINDING=binding)
     assert r["error"] is not None
     assert "2 different HIP runtimes" in r["error"]
     assert r["torch_lib"] in r["error"] and r["other"] in r["error"]
     assert "refuses to launch" in r["error"]
+    assert f"launched through {'hip-python' if binding == 'hip-python' else 'the ctypes binding'}" in r["error"]
 
 
+@pytest.mark.skipif(not HIP_PYTHON, reason=NO_HIP_PYTHON)
 def test_unloadable_runtime_is_a_hip_error(tmp_path):
-    r = scenario("deleted", tmp_path)
+    r = scenario("deleted", tmp_path, SAGE_CO_HIP_BINDING="hip-python")
     assert r["error_type"] == "HipError"
     assert "hip-python could not load the HIP runtime torch uses" in r["error"] and "dlopen" in r["error"]
+
+
+def test_ctypes_binding_needs_no_file_only_the_loaded_object(tmp_path):
+    """The runtime torch loaded, its file deleted since: the ctypes binding takes the loaded object by the loader's
+    name for it (RTLD_NOLOAD) and never opens the file, so it still binds, and calls reach the stub."""
+    r = scenario("deleted", tmp_path, SAGE_CO_HIP_BINDING="ctypes")
+    assert r["error"] is None and r["binding"] == "ctypes"
+    assert r["runtime"] == r["lib"] and not Path(r["lib"]).exists()
+    assert r["device_count"] == 1
+
+
+@pytest.fixture(scope="module")
+def bindings_run(tmp_path_factory):
+    """The bindings scenario: each binding (the hip-python one where installed) in one process."""
+    choices = "hip-python,ctypes" if HIP_PYTHON else "ctypes"
+    return scenario("bindings", tmp_path_factory.mktemp("stub_bindings"), SAGE_CO_TEST_BINDINGS=choices)
+
+
+def _check_binding_run(r: dict, name: str, runtime: str = "rocm_sdk_core/lib/libamdhip64.so.7"):
+    assert r["binding"] == name and r["runtime"].endswith(runtime)
+    assert r["describe"].startswith(f"GPU binding: {name}") and r["runtime"] in r["describe"]
+    assert r["launches"] > 0 and r["bytes_as_recorded"]     # the runtime got the bytes the launch recorded
+    launched = {entry[9] for entry in r["log"] if entry[0] == "launch"}
+    from sage_co import registry
+    assert launched == {k.symbol for k in registry.kernels()}    # every shipped kernel went through the binding
+    assert all(entry[2] == 0 for entry in r["log"])              # and every call succeeded
+    e = r["errors"]
+    assert e["hipModuleLaunchKernel"]["code"] == 400 and e["hipModuleGetFunction"]["code"] == 500
+    assert "hipErrorInvalidHandle / hipErrorInvalidResourceHandle" in e["hipModuleLaunchKernel"]["message"]
+    assert "stub: error string for code 400" in e["hipModuleLaunchKernel"]["message"]   # hipGetErrorString
+    assert "capturing" in e["capture"] and "warmup" in e["capture"]
+    ev = r["events"]
+    assert ev["statuses"] == [0] * 7 and ev["launches"] == 2 and ev["ms"] == 2.0    # 1 stub-ms per launch
+    assert ev["destroyed_again"] == 400
+    assert r["device"] == [0, 2]
+    # the router tried sage-co (one launch, failed in the runtime), then torch's SDPA answered; counted, not routed
+    rf = r["routed_failure"]
+    assert rf["tried"] == [719] and rf["same_as_torch"]
+    assert rf["stats"] == {"routed": 0, "fallback": {"gpu: hipModuleLaunchKernel failed (hipError_t 719)": 1}}
+
+
+@pytest.mark.skipif(not HIP_PYTHON, reason=NO_HIP_PYTHON)
+def test_both_bindings_send_the_runtime_identical_calls_and_bytes(bindings_run):
+    """hip-python and ctypes: the same HIP calls in the same order with the same arguments, the same kernarg bytes
+    (pointer fields aside, which hold each run's own tensor addresses and are checked against the launch records),
+    the same results, the same error messages and event timings."""
+    hp, ct = bindings_run["hip-python"], bindings_run["ctypes"]
+    _check_binding_run(hp, "hip-python")
+    _check_binding_run(ct, "ctypes")
+    assert len(hp["log"]) == len(ct["log"]) > 0
+    for i, (a, b) in enumerate(zip(hp["log"], ct["log"])):
+        assert a == b, (i, a, b)
+    assert hp["error_log"] == ct["error_log"]
+    assert hp["errors"] == ct["errors"] and hp["events"] == ct["events"]
+
+
+def test_without_hip_python_the_backend_launches_on_ctypes(tmp_path, bindings_run):
+    """hip-python uninstalled (its imports blocked), SAGE_CO_HIP_BINDING unset: the gpu backend picks ctypes and
+    every shipped kernel launches, with the calls and bytes of the ctypes (and hip-python) runs above."""
+    r = scenario("bindings", tmp_path, SAGE_CO_TEST_BINDINGS="auto", SAGE_CO_TEST_BLOCK_HIP_PYTHON="1")["auto"]
+    _check_binding_run(r, "ctypes")
+    assert r["log"] == bindings_run["ctypes"]["log"] and r["error_log"] == bindings_run["ctypes"]["error_log"]
 
 
 def test_launch_overhead_benchmark_runs(tmp_path):
@@ -186,3 +256,13 @@ def test_varlen_is_a_fixed_number_of_launches_without_a_host_sync(tmp_path):
     assert one["launches"] == many["launches"] <= 5 and one["ok"] and many["ok"]
     assert one["syncs"] == many["syncs"] == 0
     assert many["grids"][-1][1:] == [4, 64] and one["grids"][-1][1:] == [4, 1]
+
+
+def test_windows_module_list_path_launches_like_linux(tmp_path, bindings_run):
+    """The ctypes binding's Windows route on the stub: torch's runtime found as amdhip64_7.dll in a module list
+    (EnumProcessModules / GetModuleFileNameW faked as C function pointers) and reached through its module handle
+    (here the stub's real handle, so the calls land): the same calls and bytes as the Linux ctypes run."""
+    r = scenario("windows", tmp_path)
+    _check_binding_run(r["win32"], "ctypes", runtime=r["dll"])
+    assert r["win32"]["log"] == bindings_run["ctypes"]["log"]
+    assert r["win32"]["error_log"] == bindings_run["ctypes"]["error_log"]

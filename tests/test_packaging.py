@@ -85,3 +85,24 @@ def test_shipped_entry_points_run_from_the_installed_copy(installed):
     co = next((venv / "lib").glob("python*/site-packages/sage_co/hsaco/gfx1201/gfx1201_sage_predict.co"))
     text = _run([python, "-m", "sage_co.emu.disasm", co], work, env)
     assert "s_endpgm" in text
+
+
+def test_the_wheel_resolves_for_windows_and_hip_python_is_linux_only(installed):
+    """Windows users install the same pure-Python wheel: pip resolves it (and its rocm extra) for a win_amd64
+    target, and the installed metadata requires hip-python (Linux wheels only) only on Linux."""
+    python, env, work, venv = installed
+    wheel = next((venv.parent / "dist").glob("sage_co-*.whl"))
+    assert wheel.name.endswith("-py3-none-any.whl")
+    for target in (str(wheel), f"{wheel}[rocm]"):
+        out = _run([python, "-m", "pip", "install", "--dry-run", "--no-index", "--platform", "win_amd64",
+                    "--only-binary=:all:", "--no-deps", "--target", venv.parent / "win_target", target], work, env)
+        assert "Would install sage-co-" in out, out
+    requires = json.loads(_run([python, "-c", "import importlib.metadata as m, json; "
+                                "print(json.dumps(m.requires('sage-co')))"], work, env))
+    hip = [r for r in requires if r.startswith("hip-python")]
+    assert hip and all('sys_platform == "linux"' in r for r in hip), hip
+    from packaging.requirements import Requirement
+    for extra in ("rocm", "dev"):
+        for system, wanted in (("win32", False), ("linux", True)):
+            picked = [r for r in map(Requirement, hip) if r.marker.evaluate({"sys_platform": system, "extra": extra})]
+            assert bool(picked) is wanted, (extra, system, picked)

@@ -1,5 +1,5 @@
 """The backends that run shipped kernels, one list: "emu" (sage_co.emu on the CPU) and "gpu" (a real gfx1201,
-through hip-python: sage_co/backends/hip.py, named after the library it uses). Each implements
+through HIP's module API: sage_co/backends/hip.py, over hip-python or ctypes, hip_bindings.py). Each implements
 sage_co.backends.base.Backend; sage_co.launch drives them. Backend modules are imported on first use, so
 `import sage_co` needs neither the emulator's tables nor hip-python."""
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""The gpu backend (BACKENDS "gpu"; the module is named after hip-python, the library it drives): hip-python's
-module API on a real gfx1201 (docs/rdna4.md §HIP runtime).
+"""The gpu backend (BACKENDS "gpu"; the module is named after HIP): HIP's module API on a real gfx1201
+(docs/rdna4.md §HIP runtime), called through a binding (sage_co/backends/hip_bindings.py: hip-python, or ctypes
+where hip-python is not installed, Windows included), the same launch path over either.
 
 hipModuleLoadData from the shipped bytes, hipModuleGetFunction, hipModuleLaunchKernel with the packed kernarg
-buffer passed through a prebuilt `extra` config (its address, which hip-python forwards unchanged), on torch's
-current stream, with the tensors' device current (HIP requires the
-stream's device to be the current one). hip-python is bound to the libamdhip64 file torch loaded
-(hip_runtime.bind), so both share one runtime, one set of streams and one queue.
+buffer passed through a prebuilt `extra` config (its address, which both bindings forward unchanged), on torch's
+current stream, with the tensors' device current (HIP requires the stream's device to be the current one). The
+binding calls the HIP runtime torch loaded, so both share one runtime, one set of streams and one queue.
 
 Per (device, kernel) the module, the function handle and the kernarg buffer + config are resolved at the first
 launch and cached: a launch does no loading, no lookups and creates no ctypes types or buffers. A module is never loaded while
@@ -22,18 +22,9 @@ import threading
 
 import torch
 
-from . import hip_runtime
+from . import hip_bindings, hip_runtime
 from .base import KernelLaunch, KernelPlan, device_arch, hip_device_problem
 from .hip_runtime import HipError
-
-
-def _hip_python_module(generation: str, name: str):
-    """hip-python's submodule `name` of the installed generation ("rocm.bindings" or "hip"), None without it."""
-    import importlib
-    try:
-        return importlib.import_module(f"{generation}.{name}")
-    except ImportError:
-        return None
 
 
 class TorchHip:
@@ -72,7 +63,7 @@ PARAM_BUFFER_POINTER, PARAM_BUFFER_SIZE, PARAM_END = 1, 2, 3
 class ResolvedKernel:
     """One kernel on one device: its function handle and a kernarg buffer with the 5-slot `extra` config
     {BUFFER_POINTER, buffer, BUFFER_SIZE, &size, END} built once. A launch packs into the buffer and hands
-    hip-python the config's address (forwarded as is; HIP copies the kernargs during the call, so the buffer
+    the binding the config's address (forwarded as is; HIP copies the kernargs during the call, so the buffer
     is free again when it returns; the lock keeps two threads from packing into it at once)."""
 
     __slots__ = ("function", "buffer", "size", "config", "config_address", "extra", "lock")
@@ -94,7 +85,7 @@ class BoundKernel:
     pointer fields grouped into runs of adjacent 8-byte fields (one slice store into a little-endian u64 view of
     the buffer per run: pointers are 8-byte aligned, docs/rdna4.md §Entry), grid and block. A call writes the
     addresses and calls hipModuleLaunchKernel with the prebuilt config: the only per-call Python work left is the
-    device guard, the stream lookup and hip-python's own wrapper."""
+    device guard, the stream lookup and the binding's own call."""
 
     __slots__ = ("backend", "plan", "grid", "block", "buffer", "words", "size", "config", "config_address", "extra",
                  "runs", "lock")
@@ -147,9 +138,8 @@ class BoundKernel:
                 for a, b, i, j in self.runs:   # _pack, inline
                     words[i:j] = row[a:b]
                 data = bytes(self.buffer) if want_bytes else None
-                err = be.hip.hipModuleLaunchKernel(rk.function, *grid, *block, 0, stream, be._no_params,
-                                                   self.extra)[0]
-        except RuntimeError as exc:
+                err = be._launch(rk.function, *grid, *block, 0, stream, self.extra)
+        except be._call_errors as exc:
             raise be._unreachable(p, exc) from None
         if err != be._success:
             raise be._launch_failed(p, err, grid, block, index)
@@ -192,71 +182,63 @@ class _DeviceGuard:
 
 
 class HipBackend:
-    name = "gpu"   # sage_co.backends.BACKENDS; the module is named after hip-python, the library it drives
+    name = "gpu"   # sage_co.backends.BACKENDS
     options = frozenset({"dynamic_lds"})   # bytes of dynamic LDS: hipModuleLaunchKernel's sharedMemBytes
 
-    def __init__(self, platform=None):
+    def __init__(self, platform=None, binding=None):
+        """`binding`: "hip-python", "ctypes" or "auto" (default: $SAGE_CO_HIP_BINDING, else "auto": hip-python
+        where installed, ctypes where not; hip_bindings.load), or a HipBinding already made on torch's runtime.
+        Any failure to reach the runtime is a HipError."""
         self.platform = platform if platform is not None else TorchHip()
-        self.hip, self.generation, self.hip_python_version = hip_runtime.import_hip()
-        self.runtime = hip_runtime.bind(self.hip, self.generation, self.platform.init)
+        try:
+            self.binding = (hip_bindings.load(self.platform.init, binding) if binding is None
+                            or isinstance(binding, str) else binding)
+        except HipError:
+            raise
+        except ValueError as exc:   # SAGE_CO_HIP_BINDING / binding= names no binding: the message names it
+            raise HipError(str(exc)) from None
+        except Exception as exc:   # anything else a binding raises while loading is still "the runtime is unusable"
+            raise HipError(f"the HIP binding failed to load: {type(exc).__name__}: {exc}") from exc
+        self.runtime = self.binding.runtime
+        self.hip_python_version = self.binding.version if self.binding.name == "hip-python" else None
         self.modules: dict[tuple[int, str], tuple[object, bytes]] = {}   # (device, sha256) -> (module, bytes)
         self.module_loads = 0
         self._resolved_plans: list[KernelPlan] = []   # plans whose backend_state holds this backend's handles
         self._lock = threading.Lock()
-        self._success = self.hip.hipError_t.hipSuccess
-        # hip-python converts every hipModuleLaunchKernel argument to its own wrapper type per call; the `extra`
-        # config, kernelParams=NULL and the stream given as those wrappers pass through as they are (hip-python
-        # returns an argument of its type unchanged): ~1.3 -> ~0.5 us per launch. Plain values where the installed
-        # hip-python lacks them.
-        helpers = _hip_python_module(self.generation, "_hip_helpers")
-        extra_type = getattr(helpers, "HipModuleLaunchKernel_extra", None)
-        self._wrap_extra = extra_type if extra_type is not None else (lambda address: address)
-        types = _hip_python_module(self.generation, "util.types" if self.generation == "rocm.bindings"
-                                   else "_util.types")
-        list_of_pointer = getattr(types, "ListOfPointer", None)
-        self._no_params = list_of_pointer(None) if list_of_pointer is not None else None
-        self._stream_type = getattr(self.hip, "ihipStream_t", None)
-        self._streams: dict[int, object] = {}   # raw stream handle -> its ihipStream_t (bounded)
+        self._success = self.binding.success
+        self._launch = self.binding.launch
+        self._call_errors = self.binding.call_errors
+        self._wrap_extra = self.binding.extra
         self._guard = threading.local()   # .index: the device a device_guard() made current on this thread
 
     def device_problem(self, tensor: torch.Tensor) -> str | None:
         return self.platform.device_problem(tensor)
 
     def _stream(self, index: int):
-        """torch's current stream on device `index`, as hip-python's ihipStream_t (a wrapper of the same handle,
-        made once per handle), or the raw handle without that type."""
-        raw = self.platform.stream(index)
-        wrapped = self._streams.get(raw)
-        if wrapped is None:
-            if self._stream_type is None:
-                return raw
-            if len(self._streams) >= 256:
-                self._streams.clear()
-            wrapped = self._streams[raw] = self._stream_type(raw)
-        return wrapped
+        """torch's current stream on device `index`, as the binding passes it."""
+        return self.binding.stream(self.platform.stream(index))
 
     # --------------------------------------------------------------------------------- HIP calls
-    def _call(self, name: str, *args, detail: str = "", fault_note: bool = False, **kwargs):
-        """Call hip.<name>; raise HipError for a non-success result (or hip-python's own dlsym failure)."""
+    def _call(self, name: str, *args, detail: str = "", fault_note: bool = False):
+        """The binding's call `name`; raise HipError for a non-success result (or a runtime it cannot call)."""
         try:
-            result = getattr(self.hip, name)(*args, **kwargs)
-        except RuntimeError as exc:
-            raise HipError(f"{name}{detail}: hip-python could not call the HIP runtime {self.runtime.path}: {exc}",
-                           call=name) from None
-        err = result[0] if isinstance(result, tuple) else result
+            err, value = self.binding.call(name, *args)
+        except self._call_errors as exc:
+            raise HipError(f"{name}{detail}: {self.binding.name} could not call the HIP runtime "
+                           f"{self.runtime.path}: {exc}", call=name) from None
         if err != self._success:
-            raise hip_runtime.error(self.hip, name, err, detail, fault_note)
-        return result[1] if isinstance(result, tuple) and len(result) == 2 else None
+            raise hip_runtime.error(self.binding, name, err, detail, fault_note)
+        return value
 
     def _current_device(self) -> int:
         """hipGetDevice: _call("hipGetDevice") without its generic dispatch (once per op call or unguarded
         launch)."""
         try:
-            status, index = self.hip.hipGetDevice()
-        except RuntimeError:
-            return self._call("hipGetDevice")   # hip-python could not call the runtime: _call's HipError
+            status, index = self.binding.call("hipGetDevice")
+        except self._call_errors:
+            return self._call("hipGetDevice")   # the binding could not call the runtime: _call's HipError
         if status != self._success:
-            raise hip_runtime.error(self.hip, "hipGetDevice", status, "", False)
+            raise hip_runtime.error(self.binding, "hipGetDevice", status, "", False)
         return index
 
     def _capturing(self, stream: int) -> bool:
@@ -348,7 +330,6 @@ class HipBackend:
         and hipModuleLaunchKernel on torch's current stream of that device; HIP's errors as HipError. Returns
         pack()'s result."""
         stream = self._stream(index)
-        hip = self.hip
         if getattr(self._guard, "index", None) == index:   # inside device_guard(index): already current
             previous = index
         else:
@@ -358,8 +339,8 @@ class HipBackend:
         try:
             with lock:
                 data = pack()
-                err = hip.hipModuleLaunchKernel(function, *grid, *block, shared, stream, self._no_params, extra)[0]
-        except RuntimeError as exc:
+                err = self._launch(function, *grid, *block, shared, stream, extra)
+        except self._call_errors as exc:
             raise self._unreachable(p, exc) from None
         finally:
             if previous != index:
@@ -368,13 +349,12 @@ class HipBackend:
             raise self._launch_failed(p, err, grid, block, index)
         return data
 
-    @staticmethod
-    def _unreachable(p: KernelPlan, exc: RuntimeError) -> HipError:
-        return HipError(f"hipModuleLaunchKernel({p.symbol}): hip-python could not call the HIP runtime: {exc}",
-                        call="hipModuleLaunchKernel")
+    def _unreachable(self, p: KernelPlan, exc: Exception) -> HipError:
+        return HipError(f"hipModuleLaunchKernel({p.symbol}): {self.binding.name} could not call the HIP runtime: "
+                        f"{exc}", call="hipModuleLaunchKernel")
 
     def _launch_failed(self, p: KernelPlan, err, grid, block, index: int) -> HipError:
-        return hip_runtime.error(self.hip, "hipModuleLaunchKernel", err,
+        return hip_runtime.error(self.binding, "hipModuleLaunchKernel", err,
                                  f"({p.symbol}, grid={grid}, block={block}, device {index})", fault_note=True)
 
     def synchronize(self) -> None:

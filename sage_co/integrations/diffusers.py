@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import weakref
 
-from ..compat import sageattn
+from ..hostsafe import sageattn   # compat's; a GPU error falls back (hostsafe)
 
 _saved_entry = None  # diffusers' "sage" registry entry before enable(): (function, constraints, arg names)
 _enabled = weakref.WeakSet()   # the models enable() switched and disable() has not: the entry stays while any is

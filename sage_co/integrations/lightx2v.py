@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from ..compat import sageattn, sageattn_varlen
+from ..hostsafe import sageattn, sageattn_varlen   # compat's; a GPU error falls back (hostsafe)
 
 KEY = "sage_co"
 CONTEXT_KWARGS = frozenset({"block_idx", "scheduler", "grid_sizes", "sol_morton_preordered", "model_cls"})

@@ -3,7 +3,8 @@
 ComfyUI (`--use-sage-attention`), diffusers (`set_attention_backend("sage")`), xDiT (`--attention_backend SAGE`),
 yunchang (`AttnType.SAGE_*`) and LightX2V (`"attn_type": "sage_attn2"`) all do `from sageattention import
 sageattn`, whose CUDA kernels do not build on ROCm. With the shim active that import yields a module whose
-`sageattn` / `sageattn_varlen` are sage_co.compat's, and `importlib.metadata.version("sageattention")` answers
+`sageattn` / `sageattn_varlen` are sage_co.compat's (through sage_co.hostsafe: a GPU binding or launch error
+falls back to torch's attention instead of failing the framework), and `importlib.metadata.version("sageattention")` answers
 `SAGEATTENTION_API_VERSION` (callers check it, e.g. diffusers wants >= 2.1.1).
 
 Opt-in only, three ways:
@@ -60,24 +61,31 @@ def _compat():
     return compat
 
 
+def _host():
+    """sage_co.hostsafe (imported on first use, as _compat): compat's sageattn / sageattn_varlen, except that a GPU
+    binding or launch error falls back to torch's attention (the framework calling them keeps running)."""
+    from .. import hostsafe
+    return hostsafe
+
+
 def sageattn_qk_int8_pv_fp8_cuda(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, return_lse=False,
                                  smooth_k=True, **kwargs):
     """SageAttention's INT8-QK / FP8-PV variant: sage-co's kernel is that arithmetic; runs sage_co.sageattn."""
-    return _compat().sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, **kwargs)
+    return _host().sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, **kwargs)
 
 
 def sageattn_qk_int8_pv_fp8_cuda_sm90(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None,
                                       return_lse=False, smooth_k=True, **kwargs):
     """SageAttention's INT8-QK / FP8-PV variant (sm90 build): runs sage_co.sageattn."""
-    return _compat().sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, **kwargs)
+    return _host().sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k, **kwargs)
 
 
 def _fp16_pv(name: str):
     def variant(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, return_lse=False, smooth_k=True,
                 **kwargs):
         # value_dtype= is compat's second spelling of pv_dtype: a caller's pv_dtype="fp8" is a conflict it names
-        return _compat().sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k,
-                                  value_dtype="fp16", **kwargs)
+        return _host().sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, smooth_k,
+                                value_dtype="fp16", **kwargs)
     variant.__name__ = variant.__qualname__ = name
     variant.__doc__ = "SageAttention's INT8-QK / FP16-PV variant: sage_co.sageattn with pv_dtype=\"fp16\"."
     return variant
@@ -86,8 +94,8 @@ def _fp16_pv(name: str):
 def module_namespace() -> dict:
     """The public names of the shim's `sageattention` module."""
     return {
-        "sageattn": _compat().sageattn,
-        "sageattn_varlen": _compat().sageattn_varlen,
+        "sageattn": _host().sageattn,
+        "sageattn_varlen": _host().sageattn_varlen,
         "sageattn_qk_int8_pv_fp8_cuda": sageattn_qk_int8_pv_fp8_cuda,
         "sageattn_qk_int8_pv_fp8_cuda_sm90": sageattn_qk_int8_pv_fp8_cuda_sm90,
         "sageattn_qk_int8_pv_fp16_cuda": _fp16_pv("sageattn_qk_int8_pv_fp16_cuda"),

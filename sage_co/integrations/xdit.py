@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from ..compat import sageattn
+from ..hostsafe import sageattn   # compat's; a GPU error falls back (hostsafe)
 
 _VARLEN_KEYS = ("indices_k", "cu_seqlens_k", "max_seqlen_k")
 
@@ -48,7 +48,7 @@ def _packed_kv(query, key, value, dropout_p, is_causal, attn_mask, indices_k, cu
     """xDiT's packed K/V (its _varlen_pack_keys): K/V rows [B*S_k] of the BSHD views gathered by indices_k, one
     sequence per batch (cu_seqlens_k, max_seqlen_k), the queries dense (cu_seqlens_q = b * S); out [B, H, S, D],
     lse [B, H, S] from the packed call's [H, B*S]. sageattn_varlen: sageattn's keyword policy and defaults."""
-    from ..compat import sageattn_varlen
+    from ..hostsafe import sageattn_varlen
     if attn_mask is not None:
         raise ValueError("attn_mask: xDiT's packed K/V (indices_k) already carries the mask; expected None, got a "
                          f"{type(attn_mask).__name__}")

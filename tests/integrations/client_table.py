@@ -75,7 +75,7 @@ def _shim_row(name, build, inputs, backend):
     """diffusers' own "sage" / "sage_varlen" backend with sageattention = sage-co's shim
     (`set_attention_backend(backend)`); the model's direct SDPA calls (HunyuanVideo's refiner) stay torch's."""
     import diffusers.models.attention_dispatch as ad
-    from sage_co import compat
+    from sage_co import hostsafe
     model = build()
     ref = tiny.forward(model, inputs())
     saved = ad.sageattn, ad.sageattn_varlen, ad._CAN_USE_SAGE_ATTN
@@ -83,7 +83,7 @@ def _shim_row(name, build, inputs, backend):
     # what diffusers binds when the shim is active before `import diffusers`: its `from sageattention import
     # sageattn, sageattn_varlen` are sage-co's, and its version check passes (the shim reports
     # SAGEATTENTION_API_VERSION)
-    ad.sageattn, ad.sageattn_varlen, ad._CAN_USE_SAGE_ATTN = compat.sageattn, compat.sageattn_varlen, True
+    ad.sageattn, ad.sageattn_varlen, ad._CAN_USE_SAGE_ATTN = hostsafe.sageattn, hostsafe.sageattn_varlen, True
     out = None
     try:
         model.set_attention_backend(backend)

@@ -118,3 +118,41 @@ class HostPlatform:
 
     def stream(self, index: int) -> int:
         return self.stream_handle
+
+
+_ENUM = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_ulong,
+                         ctypes.POINTER(ctypes.c_ulong))
+_NAME = ctypes.CFUNCTYPE(ctypes.c_ulong, ctypes.c_void_p, ctypes.POINTER(ctypes.c_wchar), ctypes.c_ulong)
+
+
+class FakeKernel32:
+    """kernel32's GetCurrentProcess / K32EnumProcessModules / GetModuleFileNameW over a list of (path, HMODULE),
+    as C function pointers: the code under test hands them ctypes buffers exactly as it hands the real ones."""
+
+    PROCESS = 0xFFFF_FFFF_FFFF_FFFF   # GetCurrentProcess's pseudo-handle (-1)
+
+    def __init__(self, modules: list[tuple[str, int]], fail: bool = False):
+        self.modules, self.calls = modules, []
+        by_handle = dict((h, p) for p, h in modules)
+
+        def enum(process, array, size, needed):
+            self.calls.append(("enum", process, size))
+            if fail:
+                return 0
+            room = size // ctypes.sizeof(ctypes.c_void_p)
+            for i, (_, handle) in enumerate(modules[:room]):
+                array[i] = handle
+            needed[0] = len(modules) * ctypes.sizeof(ctypes.c_void_p)
+            return 1
+
+        def name(handle, buffer, size):
+            path = by_handle.get(handle)
+            if path is None or len(path) >= size:
+                return 0
+            for i, ch in enumerate(path + "\0"):
+                buffer[i] = ch
+            return len(path)
+        self.K32EnumProcessModules, self.GetModuleFileNameW = _ENUM(enum), _NAME(name)
+
+    def GetCurrentProcess(self):   # noqa: N802 (kernel32's name)
+        return self.PROCESS

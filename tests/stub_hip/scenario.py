@@ -5,15 +5,26 @@ JSON line of observations that tests/test_hip_stub.py asserts on.
   main           the stub mapped as torch's runtime (named libamdhip64.so.7, on no search path): every shipped
                  kernel through the real ops, kernarg bytes vs the emulator's, module loads per (device, code
                  object), streams and devices, error mapping, graph-capture warm-up
-  symlink        hip-python opened torch's runtime through a symlink: the same file, accepted
-  two_runtimes   hip-python already opened a copy of torch's runtime: refused
-  deleted        torch's runtime file was deleted after loading, so hip-python cannot dlopen it: HipError
+  symlink        hip-python (ctypes binding: a library) opened torch's runtime through a symlink: the same file,
+                 accepted
+  two_runtimes   hip-python (ctypes binding: a library) already opened a copy of torch's runtime: refused
+  deleted        torch's runtime file was deleted after loading: hip-python cannot dlopen it (HipError); the ctypes
+                 binding takes the loaded object by its name in the loader's list and needs no file
   varlen         sage_attention_varlen of 1 and of 64 sequences while the stream captures a graph: launches, syncs,
                  host reads of tensor values (forbidden)
   bound          a BoundLaunch's fast path vs the full launch() path: same bytes, the full path's errors
+  windows        the ctypes binding finding the stub as amdhip64_7.dll in a (fake) Windows module list
+  bindings       every shipped kernel through the ops on each binding in one process (SAGE_CO_TEST_BINDINGS, comma-
+                 separated, default "hip-python,ctypes"): the runtime's call log (kernarg bytes included), HIP errors,
+                 events, per binding
+
+The gpu backend's binding is $SAGE_CO_HIP_BINDING's (hip_bindings.load; "auto" when unset). With
+SAGE_CO_TEST_BLOCK_HIP_PYTHON=1 every import of hip-python fails, as where it is not installed.
 """
 from __future__ import annotations
 
+import hashlib
+import importlib.abc
 import json
 import os
 import shutil
@@ -24,8 +35,26 @@ from pathlib import Path
 import stub_hip  # tests/ and the repository come on PYTHONPATH (tests/test_hip_stub.py sets it)
 
 
+class BlockHipPython(importlib.abc.MetaPathFinder):
+    """hip-python as if uninstalled: its packages (rocm.*, hip.*) fail to import."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.split(".")[0] in ("rocm", "hip"):
+            raise ModuleNotFoundError(f"No module named {fullname!r} (hip-python blocked by the test)", name=fullname)
+        return None
+
+
+if os.environ.get("SAGE_CO_TEST_BLOCK_HIP_PYTHON") == "1":
+    sys.meta_path.insert(0, BlockHipPython())
+
+
 def point_hip_python_at(path: Path):
-    """What a stray first hip-python call does: open a runtime of its own choosing (here: `path`)."""
+    """What a stray first hip-python call does: open a runtime of its own choosing (here: `path`). Where the gpu
+    backend runs on ctypes, a library loading a runtime of its own (ctypes.CDLL) does the same."""
+    from sage_co.backends import hip_bindings
+    if hip_bindings.requested() == "ctypes" or not hip_bindings.hip_python_importable():
+        stub_hip.Stub(path)
+        return
     try:
         from rocm.bindings.util import paths
         paths.get_library_path = lambda shortname, *a, **k: os.fsencode(path)
@@ -37,9 +66,9 @@ def point_hip_python_at(path: Path):
     hip.hipGetDeviceCount()
 
 
-def hip_backend(**platform):
+def hip_backend(binding=None, **platform):
     from sage_co.backends.hip import HipBackend
-    return HipBackend(platform=stub_hip.HostPlatform(**platform))
+    return HipBackend(platform=stub_hip.HostPlatform(**platform), binding=binding)
 
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}   # the prepare in_dtype keys
@@ -148,6 +177,7 @@ def main_scenario(tmp: Path) -> dict:
     be = hip_backend(stream=0x5A5A)
     out["runtime"] = be.runtime.path
     out["hip_python"] = be.hip_python_version
+    out["binding"] = be.binding.name
     launch.use_backend("gpu", be)
 
     # -- kernarg bytes: the stub's copy of `extra` vs the emulator's packing of the same launches
@@ -308,8 +338,9 @@ def deleted_scenario(tmp: Path) -> dict:
     lib.unlink()
     from sage_co.backends.hip_runtime import HipError
     try:
-        hip_backend()
-        return dict(error=None)
+        be = hip_backend()
+        return dict(error=None, binding=be.binding.name, runtime=be.runtime.path, lib=str(lib),
+                    device_count=be._call("hipGetDeviceCount"))
     except HipError as exc:
         return dict(error=str(exc), error_type=type(exc).__name__)
 
@@ -445,8 +476,134 @@ def bound_scenario(tmp: Path) -> dict:
     return out
 
 
+def call_log(records: list[dict]) -> list[list]:
+    """The runtime's view of a run, comparable across processes and bindings: every recorded call with its
+    arguments and result; module / function handles numbered by first appearance; code-object bytes by sha256;
+    kernarg bytes by sha256 with the pointer fields zeroed (they hold this process's tensor addresses, checked
+    against the launch records separately)."""
+    from sage_co import registry
+    from sage_co.abi import struct_for
+    ids: dict = {}
+
+    def ident(kind, handle):
+        return ids.setdefault((kind, handle), len(ids)) if handle else None
+    out = []
+    for r in records:
+        data = bytearray(r["data"])
+        if r["kind"] == "launch" and r["name"] and data:
+            for f in struct_for(registry.find_symbol(r["name"]).op).fields:
+                if f.kind == "ptr":
+                    data[f.offset:f.offset + 8] = bytes(8)
+        out.append([r["kind"], r["device"], r["result"], ident("module", r["module"]),
+                    ident("function", r["function"]), r["stream"], list(r["grid"]), list(r["block"]),
+                    r["shared_mem"], r["name"], r["kernel_params_null"], len(data),
+                    hashlib.sha256(bytes(data)).hexdigest()[:16] if data else ""])
+    return out
+
+
+def binding_run(stub, binding) -> dict:
+    """One binding on the stub: every shipped kernel through the ops (run_ops), then errors, events, a capture."""
+    import torch
+    from sage_co import launch
+    from sage_co.backends import hip_bindings
+    from sage_co.backends.hip_runtime import HipError
+    from sage_co.ops import attention
+    from sage_co.ops.prepare import run_prepare
+    be = hip_backend(binding, stream=0x5A5A)
+    launch.use_backend("gpu", be)
+    out: dict = {"binding": be.binding.name, "runtime": be.runtime.path, "describe": hip_bindings.describe(be.binding)}
+    n0 = stub.count()
+    records = run_ops("gpu")
+    sent = stub.records()[n0:]
+    launches = [r for r in sent if r["kind"] == "launch"]
+    out["launches"] = len(records)
+    out["bytes_as_recorded"] = len(launches) == len(records) and all(
+        s["data"] == r.kernarg_bytes for s, r in zip(launches, records))
+    out["log"] = call_log(sent)
+
+    q, k, v = inputs(S=16, H=2)
+    prepared = run_prepare(q, k, v, backend="gpu")
+    n1 = stub.count()
+    errors = {}
+    for entry, code in (("hipModuleLaunchKernel", 400), ("hipModuleGetFunction", 500)):
+        stub.fail(entry, code)
+        if entry == "hipModuleGetFunction":
+            be.unload()   # the next launch loads and resolves again
+        try:
+            attention.run_attention_fwd(prepared, backend="gpu")
+            errors[entry] = None
+        except HipError as exc:
+            errors[entry] = dict(message=str(exc), call=exc.call, code=exc.code)
+    be.unload()
+    stub.set_capturing(0x5A5A, True)
+    try:
+        attention.run_attention_fwd(prepared, backend="gpu")
+        errors["capture"] = None
+    except HipError as exc:
+        errors["capture"] = str(exc)
+    stub.set_capturing(0x5A5A, False)
+    out["errors"] = errors
+    # events around one attention call: the stub's clock counts the launches between the two records
+    status, start = be.binding.call("hipEventCreate")
+    _, stop = be.binding.call("hipEventCreate")
+    stream = be.binding.stream(0x5A5A)
+    statuses = [int(status), int(be.binding.call("hipEventRecord", start, stream)[0])]
+    n_launch = len(stub.records("launch"))
+    attention.run_attention_fwd(prepared, backend="gpu")
+    run_prepare(q, k, v, backend="gpu")
+    statuses += [int(be.binding.call("hipEventRecord", stop, stream)[0]),
+                 int(be.binding.call("hipEventSynchronize", stop)[0])]
+    status, ms = be.binding.call("hipEventElapsedTime", start, stop)
+    statuses += [int(status), int(be.binding.call("hipEventDestroy", start)[0]),
+                 int(be.binding.call("hipEventDestroy", stop)[0])]
+    out["events"] = dict(statuses=statuses, ms=float(ms), launches=len(stub.records("launch")) - n_launch,
+                         destroyed_again=int(be.binding.call("hipEventDestroy", stop)[0]))
+    out["error_log"] = call_log(stub.records()[n1:])
+    out["device"] = [be._call("hipGetDevice"), be._call("hipGetDeviceCount")]
+    # a routed SDPA call whose launch fails in the runtime (hipErrorLaunchFailure): torch's SDPA answers, the reason
+    # is counted (CPU tensors stand for the device's here, so the router's device rule is told they are served)
+    from sage_co import sdpa
+    served, sdpa._device_served = sdpa._device_served, lambda t, backend: True
+    sdpa.reset_stats()
+    g = torch.Generator().manual_seed(5)
+    q4, k4, v4 = (torch.randn(2, 2, 77, 64, generator=g).to(torch.bfloat16) for _ in range(3))
+    n_launch = len(stub.records("launch"))
+    stub.fail("hipModuleLaunchKernel", 719)
+    with sdpa.enabled(backend="gpu"):
+        routed = torch.nn.functional.scaled_dot_product_attention(q4, k4, v4)
+    sdpa._device_served = served
+    out["routed_failure"] = dict(stats=sdpa.stats(), same_as_torch=torch.equal(routed, sdpa.ORIGINAL_SDPA(q4, k4, v4)),
+                                 tried=[r["result"] for r in stub.records("launch")[n_launch:]])
+    sdpa.reset_stats()
+    be.unload()
+    del torch
+    return out
+
+
+def windows_scenario(tmp: Path) -> dict:
+    """The ctypes binding's Windows path on the stub: the runtime found in a module list (stub_hip.FakeKernel32:
+    torch's amdhip64_7.dll among system DLLs, its HMODULE the stub's real handle) and reached through that handle
+    (ctypes.CDLL(path, handle=...), no load), then the ops run through it like the Linux ctypes run."""
+    stub = stub_hip.Stub(stub_hip.build(tmp / "rocm_sdk_core" / "lib"))
+    stub.set_device_count(2)
+    from sage_co.backends import hip_bindings
+    dll = r"C:\Users\me\venv\Lib\site-packages\_rocm_sdk_core\bin\amdhip64_7.dll"
+    modules = [(rf"C:\Windows\System32\mod{i}.dll", 0x7FF0_0000_0000 + 0x10000 * i) for i in range(40)]
+    modules.insert(17, (dll, stub.lib._handle))
+    binding = hip_bindings.CtypesBinding(lambda: None, platform="win32", windows_api=stub_hip.FakeKernel32(modules))
+    return {"win32": binding_run(stub, binding), "dll": dll}
+
+
+def bindings_scenario(tmp: Path) -> dict:
+    stub = stub_hip.Stub(stub_hip.build(tmp / "rocm_sdk_core" / "lib"))
+    stub.set_device_count(2)
+    choices = os.environ.get("SAGE_CO_TEST_BINDINGS", "hip-python,ctypes").split(",")
+    return {choice: binding_run(stub, None if choice == "auto" else choice) for choice in choices}
+
+
 SCENARIOS = {"main": main_scenario, "symlink": symlink_scenario, "two_runtimes": two_runtimes_scenario,
-             "deleted": deleted_scenario, "varlen": varlen_scenario, "bound": bound_scenario}
+             "deleted": deleted_scenario, "varlen": varlen_scenario, "bound": bound_scenario,
+             "bindings": bindings_scenario, "windows": windows_scenario}
 
 if __name__ == "__main__":
     result = SCENARIOS[sys.argv[1]](Path(sys.argv[2]))

@@ -1,8 +1,8 @@
 /* A stand-in libamdhip64.so for the test suite: implements the HIP entry points sage_co's gpu backend calls,
  * records every call, and never touches a GPU.
  *
- * It is loaded through the real hip-python (whose Cython wrappers dlopen it as "libamdhip64") so the tests
- * check exactly the bytes and values hip-python hands to the runtime: code-object bytes (hipModuleLoadData),
+ * It is called through the real hip-python (whose Cython wrappers dlopen it as "libamdhip64") and through sage-co's
+ * ctypes binding, so the tests check exactly the bytes and values each binding hands to the runtime: code-object bytes (hipModuleLoadData),
  * function names, kernarg buffer bytes and size (hipModuleLaunchKernel's `extra` config), grid, block,
  * shared memory, stream, and the device current at each call. Tests read the records through the stub_*
  * functions below (ctypes), make a chosen entry point fail, or mark a stream as capturing.
@@ -20,7 +20,7 @@
 typedef int hipError_t;
 enum {
     hipSuccess = 0, hipErrorInvalidValue = 1, hipErrorInvalidDevice = 101, hipErrorInvalidImage = 200,
-    hipErrorInvalidHandle = 400, hipErrorNotFound = 500, hipErrorStreamCaptureUnsupported = 900,
+    hipErrorInvalidHandle = 400, hipErrorNotFound = 500, hipErrorNotReady = 600, hipErrorStreamCaptureUnsupported = 900,
 };
 enum { PARAM_BUFFER_POINTER = 1, PARAM_BUFFER_SIZE = 2, PARAM_END = 3 };
 enum { REC_LOAD = 1, REC_GET_FUNCTION = 2, REC_LAUNCH = 3, REC_SET_DEVICE = 4, REC_UNLOAD = 5, REC_SYNC = 6 };
@@ -58,6 +58,7 @@ static stub_module modules[MAX_MODULES];
 static int n_modules = 0;
 static stub_function functions[MAX_FUNCTIONS];
 static int n_functions = 0;
+static int n_launches = 0;   /* successful launches (the events' clock) */
 static int current_device = 0;
 static int device_count = 1;
 static uint64_t capturing[MAX_STREAMS];
@@ -206,8 +207,56 @@ hipError_t hipModuleLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
     if (!e) {
         size_t n = *(size_t *)extra[3];
         r->nbytes = n; r->bytes = copy(extra[1], n);
+        n_launches++;
     }
     return r->result = e;
+}
+
+/* Events: a handle per hipEventCreate; hipEventRecord stamps the event with the number of launches recorded so far,
+ * and hipEventElapsedTime reports the launches between two stamps as milliseconds (1 ms per launch, the stub's
+ * own clock: it runs no kernel), so a test sees a float out-parameter that depends on what happened between. */
+#define MAX_EVENTS 64
+static int64_t event_stamp[MAX_EVENTS];
+static int n_events = 0;
+
+static int event_index(void *event) {
+    uintptr_t i = (uintptr_t)event - 0x200000;
+    return (i < (uintptr_t)n_events && event_stamp[i] != -2) ? (int)i : -1;
+}
+
+hipError_t hipEventCreate(void **event) {
+    if (n_events == MAX_EVENTS) return hipErrorInvalidValue;
+    event_stamp[n_events] = -1;   /* created, never recorded */
+    *event = (void *)(uintptr_t)(0x200000 + n_events++);
+    return hipSuccess;
+}
+
+hipError_t hipEventRecord(void *event, void *stream) {
+    int i = event_index(event);
+    if (i < 0) return hipErrorInvalidHandle;
+    event_stamp[i] = n_launches;
+    return hipSuccess;
+}
+
+hipError_t hipEventSynchronize(void *event) {
+    stub_record *r = new_record(REC_SYNC);
+    int i = event_index(event);
+    return r->result = i < 0 ? hipErrorInvalidHandle : injected("hipEventSynchronize");
+}
+
+hipError_t hipEventElapsedTime(float *ms, void *start, void *stop) {
+    int a = event_index(start), b = event_index(stop);
+    if (a < 0 || b < 0) return hipErrorInvalidHandle;
+    if (event_stamp[a] < 0 || event_stamp[b] < 0) return hipErrorNotReady;
+    *ms = (float)(event_stamp[b] - event_stamp[a]);
+    return hipSuccess;
+}
+
+hipError_t hipEventDestroy(void *event) {
+    int i = event_index(event);
+    if (i < 0) return hipErrorInvalidHandle;
+    event_stamp[i] = -2;
+    return hipSuccess;
 }
 
 const char *hipGetErrorName(hipError_t e) {

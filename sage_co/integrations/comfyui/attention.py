@@ -12,14 +12,15 @@ GQA (enable_gqa), and ComfyUI's masks -- `mask` follows ComfyUI's convention (a 
 batch dim, a 3-dim [B, S_q or 1, S_kv] one a heads dim, as ComfyUI's attention_pytorch / attention_sage do) and is
 then SDPA's: bool (True = attend) or additive float. Any other call (low_precision_attention=False, what the op
 refuses) runs the fallback with the same arguments: ComfyUI's attention function that sage-co replaced when known
-(the override route passes it), else ComfyUI's attention_pytorch. Each decision is counted in
-sage_co.sdpa.stats(), a fallback with its reason.
+(the override route passes it), else ComfyUI's attention_pytorch; so does a served call whose GPU binding or launch
+fails (sage_co.hostsafe: the workflow keeps running). Each decision is counted in sage_co.sdpa.stats(), a fallback
+with its reason.
 attn_precision (ComfyUI's fp32 upcast of Q.K^T for some models) does not apply: sage-co's Q.K^T is INT8 with
 fp32 accumulation.
 """
 from __future__ import annotations
 
-from ... import sdpa
+from ... import hostsafe, sdpa
 
 
 def _pytorch_attention():
@@ -65,12 +66,18 @@ def make_attention(options: sdpa.Options = sdpa.Options(), fallback=None):
             reason = sdpa.fallback_reason(qh, kh, vh, attn_mask=sdpa_mask, scale=kwargs.get("scale"),
                                           enable_gqa=bool(kwargs.get("enable_gqa", False)), options=options)
         sdpa.record(reason)
-        if reason:
+
+        def host():
             fn = fallback if fallback is not None else _pytorch_attention()
             return fn(q, k, v, heads, mask=mask, attn_precision=attn_precision, skip_reshape=skip_reshape,
                       skip_output_reshape=skip_output_reshape, **kwargs)
-        out = sdpa.run(qh, kh, vh, scale=kwargs.get("scale"), options=options, attn_mask=sdpa_mask)   # [B, H, S_q, D]
-        return out if skip_output_reshape else out.transpose(1, 2).reshape(b, -1, heads * dim_head)
+        if reason:
+            return host()
+
+        def sage():
+            out = sdpa.run(qh, kh, vh, scale=kwargs.get("scale"), options=options, attn_mask=sdpa_mask)  # [B,H,S_q,D]
+            return out if skip_output_reshape else out.transpose(1, 2).reshape(b, -1, heads * dim_head)
+        return hostsafe.guarded(sage, host, routed=True)   # a GPU error: ComfyUI's attention, the reason counted
 
     sage_co_attention.sage_co_options = options
     return sage_co_attention
