@@ -243,7 +243,7 @@ PREPARE_ARGS = KernargStruct(PREPARE_OP, [
     Field("vmin_part", "ptr", 256),  # fp32 [B, H_kv, n_chunks, D_pad]: min v (smooth_v only; else placeholder)
     Field("vsum_part", "ptr", 264),  # fp32 [B, H_kv, n_chunks, D_pad]: sum of v (smooth_v only)
     Field("v_scale", "ptr", 272),    # fp32 [B, H_kv, D_pad] out
-    Field("counter", "ptr", 280),    # u32 [>= 1 + B * H_kv]: tickets, then per (b, K/V head): 0 before, 0 after
+    Field("counter", "ptr", 280),    # u32 [>= 1 + B * H_kv]: tickets, then per (b, K/V head): zeroed per launch
     Field("tiles_per_chunk", "i32", 288),
     Field("n_chunks", "i32", 292),
     Field("n_tens", "i32", 296),     # stats items per (chunk, head, batch): the bits set in `tens`
