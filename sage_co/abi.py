@@ -404,7 +404,8 @@ MICROBENCH_LDS_LOAD_BYTES = 512     # one wave ds_load_b128 / global_load_b128: 
 MICROBENCH_STREAM_LOADS = 4     # global_load_b128 per iteration (l2_stream)
 MICROBENCH_STREAM_WAVE_BYTES = MICROBENCH_STREAM_LOADS * MICROBENCH_LDS_LOAD_BYTES   # 2 KiB per wave-iteration
 MICROBENCH_BENCHES = ("wmma", "valu", "trans", "lds", "wmma_valu", "wmma_trans", "wmma_lds", "lds_chain",
-                      "l2_stream")
+                      "l2_stream", "trans_log", "trans_rcp", "vopd", "trans_valu", "clock")
+MICROBENCH_VOPD_PER_ITER = 16   # v_dual_add_f32 pairs per iteration (vopd: 32 adds as the valu kernel's, paired)
 
 MICROBENCH_ARGS = KernargStruct(MICROBENCH_OP, [
     Field("a", "ptr", 0),             # int8 [16][16] A, row-major (WMMA kernels; any 256 B otherwise)
