@@ -77,7 +77,7 @@
 // followed by s_wait_alu depctr_va_sdst(0); s_wait_dscnt 0 before the LDS fill's barrier (rule 8); no scratch.
 
         .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
-        .amdhsa_code_object_version 6
+        .amdhsa_code_object_version 5     // every supported ROCm loads v5 (docs/rdna4.md §Code object)
 
 // ---- named constants (sage_co/abi.py states the host's side of each)
         .set LANES, 32                      // wave32 (§Entry)
