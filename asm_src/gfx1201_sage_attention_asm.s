@@ -141,7 +141,7 @@
 // flow and puts `s_wait_alu` with the needed fields right before each such read (the lines marked
 // "// hazard:"), so a schedule change cannot leave one unguarded.
         .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
-        .amdhsa_code_object_version 6
+        .amdhsa_code_object_version 5
         .text
         .globl  gfx1201_sage_attention_fwd_asm_d256_bf16
         .p2align 8
