@@ -104,15 +104,19 @@ def sgpr_hazard(st, inst, fx, pc):
         tr = st.hz_tracked
         for first, n, pair, vcc in uses:
             t = tr[sel, pair]
+            if not is_valu:
+                # An SALU read retires VALU writes (interlocked). LLVM's static pass clears on a read of a pair
+                # tracked on ANY path into the instruction (its block states are unions), so a wave whose own path
+                # did not track the pair is cleared too: the sanitizer never stops a kernel LLVM guarded by its own
+                # rule; the static lint (sage_co.emu.hazards) keeps LLVM's rule exactly (docs/rdna4.md §Hazards 3).
+                if vcc:
+                    st.hz_vcc[sel, 1] = False
+                else:
+                    st.hz_valu[sel] = False
             if not t.any():
                 if is_valu:
                     tr[sel, pair] = True
                 continue
-            if not is_valu:                              # an SALU read retires VALU writes (interlocked)
-                if vcc:
-                    st.hz_vcc[sel, 1] &= ~t
-                else:
-                    st.hz_valu[sel] &= ~t[:, None]
             bad = t & st.hz_salu[sel, first:first + n].any(axis=1)
             why = "written by an SALU", "depctr_sa_sdst(0)"
             if vcc and not bad.any():
