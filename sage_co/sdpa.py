@@ -44,8 +44,9 @@ torch.nn.functional.scaled_dot_product_attention (all threads; code that bound t
 e.g. `from torch.nn.functional import scaled_dot_product_attention`, keeps the original). Under torch.compile
 dynamo traces both: the routing decision is made while tracing and sage-co runs as its custom op in the graph.
 
-stats(): {'routed', 'fallback': {reason: count}, 'differences': DIFFERENCES}; in eager mode one count per call. Under torch.compile the decision runs at trace time, so each call site
-counts once per compilation (replays of the compiled graph are not counted).
+stats(): {'routed': count, 'fallback': {reason: count}, 'differences': DIFFERENCES}; in eager mode one count per
+call. Under torch.compile the decision runs at trace time, so each call site counts once per compilation (replays of
+the compiled graph are not counted).
 """
 from __future__ import annotations
 
@@ -55,9 +56,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 import torch
-from torch.overrides import TorchFunctionMode
-
 from torch.nn.attention.bias import CausalBias, CausalVariant
+from torch.overrides import TorchFunctionMode
 
 from . import abi, validate
 from .callspec import SAGE_ATTENTION
@@ -329,7 +329,7 @@ def route(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
           options: Options = Options(), fallback=ORIGINAL_SDPA):
     """One SDPA call: sage-co when fallback_reason() is "", else `fallback` (torch's SDPA; under install(), the
     function it replaced) with the same arguments."""
-    if isinstance(query, torch.Tensor) and torch.is_autocast_enabled(query.device.type):
+    if isinstance(query, torch.Tensor) and _autocast_on(query.device.type):
         return _autocast_route(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                                options=options, fallback=fallback)
     reason = fallback_reason(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options=options)
@@ -339,6 +339,11 @@ def route(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
         return fallback(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                         scale=scale, **extra)
     return run(query, key, value, is_causal, scale, options=options, attn_mask=attn_mask)
+
+
+def _autocast_on(device_type: str) -> bool:
+    """torch.autocast is on for this device type (False for a type autocast does not know, such as meta)."""
+    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
 
 
 def _autocast_route(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, *, options, fallback):
