@@ -47,9 +47,9 @@ dynamo traces both: the routing decision is made while tracing and sage-co runs 
 A routed call whose GPU binding or launch fails (HipError) runs torch's SDPA instead, the reason counted ("gpu: ...")
 and logged once (sage_co.hostsafe); the host model never sees the error.
 
-stats(): {'routed', 'fallback': {reason: count}, 'differences': DIFFERENCES}; in eager mode one count per call. Under
-torch.compile the decision runs at trace time, so each call site
-counts once per compilation (replays of the compiled graph are not counted).
+stats(): {'routed': count, 'fallback': {reason: count}, 'differences': DIFFERENCES}; in eager mode one count per
+call. Under torch.compile the decision runs at trace time, so each call site counts once per compilation (replays of
+the compiled graph are not counted).
 """
 from __future__ import annotations
 
@@ -59,9 +59,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 import torch
-from torch.overrides import TorchFunctionMode
-
 from torch.nn.attention.bias import CausalBias, CausalVariant
+from torch.overrides import TorchFunctionMode
 
 from . import abi, hostsafe, validate
 from .callspec import SAGE_ATTENTION
@@ -344,7 +343,7 @@ def route(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
     """One SDPA call: sage-co when fallback_reason() is "", else `fallback` (torch's SDPA; under install(), the
     function it replaced) with the same arguments; also `fallback` when sage-co's GPU binding or launch fails
     (sage_co.hostsafe: the reason counted, logged once)."""
-    if isinstance(query, torch.Tensor) and torch.is_autocast_enabled(query.device.type):
+    if isinstance(query, torch.Tensor) and _autocast_on(query.device.type):
         return _autocast_route(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                                options=options, fallback=fallback)
     reason = fallback_reason(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options=options)
@@ -358,6 +357,11 @@ def route(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
         return host()
     return hostsafe.guarded(lambda: run(query, key, value, is_causal, scale, options=options, attn_mask=attn_mask),
                             host, routed=True)
+
+
+def _autocast_on(device_type: str) -> bool:
+    """torch.autocast is on for this device type (False for a type autocast does not know, such as meta)."""
+    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
 
 
 def _autocast_route(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, *, options, fallback):
