@@ -1,4 +1,4 @@
-"""The docs describe the repository as it is (issue 17): every path the README's Layout table names exists, every
+"""The docs describe the repository as it is: every path the Layout table of docs/architecture.md names exists, every
 `docs/rdna4.md §Section` citation names a section that exists, and no file outside tests/ cites the fact sheets
 that live outside the repository or an absolute path on the machine it was written on."""
 from __future__ import annotations
@@ -22,9 +22,15 @@ def _text_files():
                 yield f
 
 
+LAYOUT_DOC = ROOT / "docs" / "architecture.md"     # its "## Layout" table: path -> what
+
+
+def _layout_table() -> str:
+    return LAYOUT_DOC.read_text().split("\n## Layout", 1)[1].split("\n## ", 1)[0]
+
+
 def _layout_paths() -> list[str]:
-    readme = (ROOT / "README.md").read_text()
-    table = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    table = _layout_table()
     paths = []
     for row in table.splitlines():
         if not row.startswith("| `"):
@@ -47,21 +53,20 @@ def test_layout_table_paths_exist():
     paths = _layout_paths()
     assert len(paths) >= 30, paths                 # the parser found the table
     missing = [p for p in paths if not (ROOT / p).exists()]
-    assert not missing, f"README Layout names paths that do not exist: {missing}"
+    assert not missing, f"docs/architecture.md Layout names paths that do not exist: {missing}"
 
 
 def test_layout_table_lists_every_package_module():
     """Every module of sage_co/ (outside the emulator, which docs/emulator.md lists) and every subpackage of sage_co/
-    and tools/ appears in the Layout table."""
-    readme = (ROOT / "README.md").read_text()
-    table = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    and tools/ appears in the Layout table of docs/architecture.md."""
+    table = _layout_table()
     wanted = [f"sage_co/{p.name}" for p in (ROOT / "sage_co").glob("*.py") if p.name != "__init__.py"]
     wanted += [f"{p.parent.name}/{p.name}/" for d in ("sage_co", "tools") for p in (ROOT / d).iterdir()
                if p.is_dir() and (p / "__init__.py").exists()]
     listed = set(_layout_paths())
     absent = [w for w in wanted if w not in listed and w.rstrip("/") not in listed
               and f"`{Path(w).name}`" not in table]
-    assert not absent, f"README Layout does not mention: {absent}"
+    assert not absent, f"docs/architecture.md Layout does not mention: {absent}"
 
 
 def test_emulator_doc_lists_every_emu_module():
