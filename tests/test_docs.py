@@ -95,3 +95,48 @@ def test_nothing_cites_files_outside_the_repository():
             if OUTSIDE.search(line):
                 bad.append(f"{f.relative_to(ROOT)}:{i}: {line.strip()[:120]}")
     assert not bad, "references to files outside the repository:\n" + "\n".join(bad)
+
+
+# The contract docs state what is, in the present tense; history (issue numbers of the project's tracker, commit
+# hashes of this repository, before/after tables) goes to CHANGELOG.md and docs/log/. A new contract doc under
+# docs/ is covered by the glob; one elsewhere joins by adding its pattern here.
+CONTRACT_DOCS = ("README.md", "docs/*.md")
+# "issue 28", "Issue #30", "issues 12 and 24"; not the verb ("the loop issues 3.65 VALU per score")
+ISSUE_REF = re.compile(r"\bissues?\s+#?\d+(?!\d|\.\d)", re.I)
+# a commit hash: 7-40 lowercase hex digits with at least one digit and one letter, standing alone. A pinned revision
+# of another repository keeps its `owner/repo@` prefix (`ROCm/clr@2ef9189`) and is a source, not history; hex
+# constants carry `0x`.
+COMMIT_HASH = re.compile(r"(?<![\w@/.#-])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![\w-])")
+
+
+def contract_docs() -> list[Path]:
+    return sorted({p for pattern in CONTRACT_DOCS for p in ROOT.glob(pattern) if p.is_file()})
+
+
+def history_in(text: str) -> list[str]:
+    """The issue references and commit hashes in `text`, one 'line: match' entry each."""
+    found = []
+    for i, line in enumerate(text.splitlines(), 1):
+        found += [f"{i}: {m.group(0)}" for m in ISSUE_REF.finditer(line)]
+        found += [f"{i}: {m.group(0)}" for m in COMMIT_HASH.finditer(line)]
+    return found
+
+
+def test_history_detector_catches_issues_and_hashes():
+    assert history_in("since issue 28 the prepare is one launch") == ["1: issue 28"]
+    assert history_in("Issue #30's masks\nissues 12 and 24.") == ["1: Issue #30", "2: issues 12"]
+    assert history_in("the asm loop issues 3.65 plain VALU per score") == []
+    assert history_in("measured at 0d327ec, before c1635f3") == ["1: 0d327ec", "1: c1635f3"]
+    assert history_in("at 4d688c2a9e1f0b3c5d7e9f1a2b3c4d5e6f7a8b9c.") == ["1: 4d688c2a9e1f0b3c5d7e9f1a2b3c4d5e6f7a8b9c"]
+    # not history: pinned sources of other repositories, hex constants, decimal numbers, words, sha256 digests
+    assert history_in("`ROCm/clr@2ef9189`, rsrc1 0xE00F0002, 0x50019, 1234567, deadbeef, facade, "
+                      "PR #4188, " + "ab12" * 16) == []
+
+
+def test_contract_docs_carry_no_history():
+    docs = contract_docs()
+    assert ROOT / "README.md" in docs and ROOT / "docs" / "numerics.md" in docs
+    assert not any("log" in p.relative_to(ROOT).parts[:-1] for p in docs)
+    bad = [f"{p.relative_to(ROOT)}:{hit}" for p in docs for hit in history_in(p.read_text())]
+    assert not bad, ("issue numbers / commit hashes in contract docs (history goes to CHANGELOG.md or docs/log/):\n"
+                     + "\n".join(bad))
