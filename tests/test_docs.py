@@ -140,3 +140,18 @@ def test_contract_docs_carry_no_history():
     bad = [f"{p.relative_to(ROOT)}:{hit}" for p in docs for hit in history_in(p.read_text())]
     assert not bad, ("issue numbers / commit hashes in contract docs (history goes to CHANGELOG.md or docs/log/):\n"
                      + "\n".join(bad))
+
+
+def test_tests_index_names_existing_files_and_every_test_file():
+    """tests/README.md maps features to test files: every file it names exists (globs match something), and every
+    test file outside tests/emu/ (indexed there as one folder) is named at least once."""
+    tests = ROOT / "tests"
+    index = (tests / "README.md").read_text().split("## Feature → files", 1)[1]
+    named = set(re.findall(r"`([\w/*.-]+\.py)`", index))
+    assert len(named) >= 30, named
+    missing = [n for n in named if not list(tests.glob(n))]
+    assert not missing, f"tests/README.md names files that do not exist: {missing}"
+    covered = {p for n in named for p in tests.glob(n)}
+    unlisted = [str(p.relative_to(tests)) for p in sorted(tests.rglob("test_*.py"))
+                if p not in covered and "emu" not in p.relative_to(tests).parts]
+    assert not unlisted, f"tests/README.md does not index: {unlisted}"
