@@ -32,7 +32,8 @@ LARGE_SHAPES = ((1, 4096, 8), (1, 16384, 2))                           # accurac
 TIMING_SHAPES = ((1, 4096, 24), (1, 16384, 24))                        # HIP-event timing vs BF16 SDPA
 QUICK_SMALL, QUICK_LARGE, QUICK_TIMING = SMALL_SHAPES[1:2], LARGE_SHAPES[:1], TIMING_SHAPES[:1]
 PREPARE_CONFIGS = ("plain", "smooth_k", "norm+rope64", "smooth_v", "pv_fp16")
-MODEL_REL_L2 = 2e-3   # kernel vs arithmetic model (tests/test_attention_asm.py states the same bound and why)
+MODEL_REL_L2 = 2e-3   # kernel vs arithmetic model (tests/kernels/test_attention_asm_equals_hip.py states the same bound
+                      # and why)
 PREPARED_FIELDS = ("q_int8", "q_scale", "k_int8", "k_scale", "k_mean", "v_t", "v_scale")
 
 
@@ -196,7 +197,8 @@ def emulator_case(report: Report, B, S, H, config: str) -> dict:
     prepared = api.sage_prepare(q, k, v, backend="emu", **kw)
     ref = reference.sage_prepare(q, k, v, **kw)
     # with smooth_k, k_mean (and K quantized after subtracting it) follow a float summation whose order the
-    # reference does not fix: bit for bit only without it (tests/test_prepare.py states the k_mean bound)
+    # reference does not fix: bit for bit only without it (tests/kernels/test_prepare_vs_reference.py states the k_mean
+    # bound)
     # with smooth_v the same holds for v_mean: v_t / v_scale are compared given the kernel's v_mean instead
     exact_k = config in ("plain", "smooth_v", "pv_fp16")
     bitwise = ["q_int8", "q_scale"] + (["v_t", "v_scale"] if config != "smooth_v" else []) + \
