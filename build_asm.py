@@ -19,7 +19,7 @@ Sources by suffix:
           committed next to it as asm_src/<code object name>.s and --check compares it too
 
 Builds are deterministic: sources are compiled from inside asm_src/ with relative paths, and the outputs
-carry no paths or timestamps, so two builds give identical bytes (tests/test_build.py checks it).
+carry no paths or timestamps, so two builds give identical bytes (tests/build_abi/test_build_asm.py checks it).
 This is a development tool: the installed sage_co package never imports it. It needs no torch (it reads the
 built code objects with sage_co.codeobj, finds LLVM with sage_co.llvm; `import sage_co` loads nothing torch-dependent
 eagerly). Run from the repository root, it imports this checkout's sage_co (its own folder is sys.path[0]).

@@ -140,7 +140,8 @@ class Op:
     def raw(cls, text: str, reads=(), writes=(), trans: bool | None = None) -> "Op":
         """Free-text VALU op with the VGPRs it reads and writes. What sage_co.emu.facts knows from the mnemonic is
         taken from there: TRANS (facts.is_trans; a `trans` passed must agree) and the read of a tied destination
-        (facts.READS_VDST: v_permlanex16_b32, v_fmac_*, ...: its writes are read too). tests/test_asmdsl.py assembles
+        (facts.READS_VDST: v_permlanex16_b32, v_fmac_*, ...: its writes are read too). tests/build_abi/test_asmdsl.py
+        assembles
         every raw op of the family and checks the sets against facts of the decoded bytes."""
         def nums(xs):
             out = set()

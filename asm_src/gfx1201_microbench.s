@@ -51,7 +51,7 @@
 // Launch: block = 128 threads (4 wave32, .reqd_workgroup_size), any grid x.
 //
 // Result record of one lane (RECORD_DWORDS u32 at out + (wave * 32 + lane) * RECORD_BYTES; what the emulator
-// checks in tests/test_microbench.py):
+// checks in tests/perfmodel/test_microbench_refit.py):
 //   [0:8)   the matrix sum ACC0+ACC1+ACC2+ACC3: 4 * iterations * (A.B), D layout (dword i = C[i + 8h][r], r = lane
 //           % 16, h = lane / 16; docs/rdna4.md §WMMA); trans_valu: 4 * iterations (its 16 counters v[16:31]);
 //           l2_stream: the per-lane sums of every dword it loaded

@@ -27,7 +27,7 @@
 // order 0,1,2,3; epilogue (O * (1/l)) * v_scale [+ v_mean where flags bit 3 (smooth_v) and l != 0] -> bf16/fp16
 // RNE saturating at +-the dtype's max (pv fp16: p16 = fp16(p) RNE, v_wmma_f32_16x16x16_f16, O * (1/l)); lse =
 // (m + (log2 l - P_OFF))*ln2 [+ ln2*q.k_mean]): the output and LSE are bitwise the HIP kernel's on the emulator
-// (tests/test_attention_asm.py).
+// (tests/kernels/test_attention_asm_equals_hip.py).
 //
 // Launch: grid (seq_pad_q/64, num_heads_q, batch), block 128 = 4 wave32; wave w owns queries
 // 64*x + 16w .. +15 of query head y, batch z, and walks the active key tiles L[0] < L[1] < ... of its query tile's

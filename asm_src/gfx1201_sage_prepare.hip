@@ -84,7 +84,8 @@
 //   v_cvt_f16_f32 of the fp32 value (RNE, torch's .to(float16)).
 //   bf16 rounding in norm/RoPE: RNE, NaN -> (bits >> 16) | 0x40 (torch's .to(bfloat16)), see bf16_bits; fp16
 //   rounding: v_cvt_f16_f32 (RNE, overflow -> inf, fp16 denormals kept: clang's descriptor sets
-//   float_denorm_mode_16_64 = 3, docs/rdna4.md §Entry FP mode; tests/test_prepare.py checks every symbol). A NaN's
+//   float_denorm_mode_16_64 = 3, docs/rdna4.md §Entry FP mode; tests/kernels/test_prepare_vs_reference.py checks every
+//   symbol). A NaN's
 //   payload only ever reaches a scale (NaN == NaN in the spec), never an int8/fp8 value.
 //
 // Kernargs (explicit only, no hidden arguments; sage_co/abi.py PREPARE_ARGS declares the same layout). Strides are in

@@ -6,7 +6,7 @@ offset), the launch tiles, the flag bits and the padding / scale-block constants
 (sage_co/ops/*) pack them, tools/disasm_check.py compares them with every shipped symbol's metadata, and the
 HIP kernels' header tables are checked against them through that same metadata comparison.
 
-This module must not import torch (kernel authors build and lint without it: tests/test_abi.py checks).
+This module must not import torch (kernel authors build and lint without it: tests/build_abi/test_abi_module.py checks).
 Structs are keyed by the op they serve (the `op` column of hsaco/manifest.json), so a symbol's struct is
 found through the manifest, never through a symbol name assembled here.
 """

@@ -13,7 +13,8 @@ SageAttention aliases) and each public op lists its options in schema order (`Op
     spec.passthrough(...)    the options another entry point forwards (varlen, parallel, integrations)
 
 So adding an option to `SAGE_ATTENTION` is one line here: the schema, the fake, the compat keyword table and the
-parallel pass-through picks it up (tests/test_callspec.py shows it with a made-up option; varlen takes only the
+parallel pass-through picks it up (tests/api/test_options_declared_once.py shows it with a made-up option; varlen takes
+only the
 options its packed kernels implement, sage_co.varlen.VARLEN_OPTIONS, and refuses a new one by name). What the option
 *does* is the plan's and the kernels' business (sage_co/plan.py, sage_co/ops/*).
 
@@ -230,7 +231,8 @@ class OpSpec:
         return frozenset(n for n in self.option_names if n not in exclude)
 
     def with_option(self, option: Option, after: str | None = None) -> "OpSpec":
-        """This spec with one more option (appended, or after `after`): how an op grows (tests/test_callspec.py)."""
+        """This spec with one more option (appended, or after `after`): how an op grows
+        (tests/api/test_options_declared_once.py)."""
         opts = list(self.options)
         at = len(opts) if after is None else self.option_names.index(after) + 1
         opts.insert(at, option)

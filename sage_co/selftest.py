@@ -52,7 +52,8 @@ REPORT_FILES = ("selftest.json", "selftest.md")
 EMU_RESULTS = "selftest.emu.pt"            # the emulator half's results, for the GPU child to compare with
 CHILD_SPEC = "selftest.child.json"
 PREPARE_CONFIGS = ("plain", "smooth_k", "norm+rope64", "smooth_v", "pv_fp16")
-MODEL_REL_L2 = 2e-3   # kernel vs arithmetic model (tests/test_attention_asm.py states the same bound and why)
+MODEL_REL_L2 = 2e-3   # kernel vs arithmetic model (tests/kernels/test_attention_asm_equals_hip.py states the same bound
+                      # and why)
 PREPARED_FIELDS = ("q_int8", "q_scale", "k_int8", "k_scale", "k_mean", "v_t", "v_scale")
 
 
@@ -260,7 +261,8 @@ def emulator_case(report: Report, B, S, H, config: str) -> dict:
     prepared = api.sage_prepare(q, k, v, backend="emu", **kw)
     ref = reference.sage_prepare(q, k, v, **kw)
     # with smooth_k, k_mean (and K quantized after subtracting it) follow a float summation whose order the
-    # reference does not fix: bit for bit only without it (tests/test_prepare.py states the k_mean bound)
+    # reference does not fix: bit for bit only without it (tests/kernels/test_prepare_vs_reference.py states the k_mean
+    # bound)
     # with smooth_v the same holds for v_mean: v_t / v_scale are compared given the kernel's v_mean instead
     exact_k = config in ("plain", "smooth_v", "pv_fp16")
     bitwise = ["q_int8", "q_scale"] + (["v_t", "v_scale"] if config != "smooth_v" else []) + \

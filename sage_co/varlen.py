@@ -8,7 +8,7 @@ grids are sized from the caller's max_seqlen_q / max_seqlen_kv and the batch siz
 workgroup past its sequence exits at once. Each sequence is quantized on its own (its 32-token scale blocks start at
 its own first token, its k_mean / V statistics are over its own tokens, its padding is its own) and the attention
 walks its own key tiles (causal bottom-right aligned per sequence), so the packed call equals the per-sequence
-sage_attention calls bit for bit (tests/test_varlen.py).
+sage_attention calls bit for bit (tests/kernels/test_varlen_packed.py).
 
 No host sync: a call on a GPU reads nothing back (graph-capturable after sage_co.launch.warmup). The caller's
 contract, as flash-attention documents it: cu_seqlens_q / cu_seqlens_kv are int32 (int64 is converted on the

@@ -1,7 +1,9 @@
-"""The attention kernel cases shared by tests/test_attention_kernel.py, tests/test_attention_asm.py,
-tests/test_masks.py and tests/test_attn_mask.py: the case table, inputs, each (kernel, case) run once on the emulator (cached), and the checks
+"""The attention kernel cases shared by tests/kernels/test_attention_vs_reference.py,
+tests/kernels/test_attention_asm_equals_hip.py,
+tests/kernels/test_causal_and_block_sparse.py and tests/kernels/test_attn_mask.py: the case table, inputs, each (kernel,
+case) run once on the emulator (cached), and the checks
 against the FP32 reference and the arithmetic model with their bounds (why the kernel is not bitwise the model:
-tests/test_attention_kernel.py's docstring, docs/numerics.md "Kernel vs model")."""
+tests/kernels/test_attention_vs_reference.py's docstring, docs/numerics.md "Kernel vs model")."""
 from __future__ import annotations
 
 import functools

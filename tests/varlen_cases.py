@@ -1,4 +1,5 @@
-"""Packed (varlen) batches shared by tests/test_varlen.py: lengths, packed inputs, and a PackedPrepared assembled on
+"""Packed (varlen) batches shared by tests/kernels/test_varlen_packed.py: lengths, packed inputs, and a PackedPrepared
+assembled on
 the host from per-sequence reference prepares (the layout of docs/numerics.md §Varlen, built here independently of
 the packed prepare kernels, so the attention kernels' varlen path is tested on its own)."""
 from __future__ import annotations

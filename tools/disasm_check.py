@@ -117,7 +117,7 @@ def decode_lines(code: bytes, base: int = 0) -> list[Line]:
 
 def disassemble(path: Path) -> dict[str, list[Line]]:
     """Instructions per kernel symbol, decoded by the emulator's decoder (sage_co.emu; LLVM is the cross-check in
-    tests/test_disasm_check.py)."""
+    tests/build_abi/test_disasm_check.py)."""
     co = codeobj.read(path.read_bytes(), str(path), arch=None)
     lines = decode_lines(co.text, co.text_addr)
     entries = sorted(k.entry for k in co.kernels.values()) + [len(co.text)]

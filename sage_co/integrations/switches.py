@@ -1,5 +1,5 @@
-"""Which framework switches reach sage-co in this environment: the lines `sage-co info` prints (README
-"Ecosystem" has the same table). Reads installed-package metadata and this process's state; imports no framework.
+"""Which framework switches reach sage-co in this environment: the lines `sage-co info` prints (docs/integrations.md
+§Switches has the same table). Reads installed-package metadata and this process's state; imports no framework.
 """
 from __future__ import annotations
 

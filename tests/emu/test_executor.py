@@ -21,7 +21,7 @@ def hip(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def wmma_min(tmp_path_factory):
-    return assemble_co(HERE.parent / "kernels" / "wmma_iu8_min.s", tmp_path_factory.mktemp("asm"))
+    return assemble_co(HERE.parent / "build_abi" / "kernels" / "wmma_iu8_min.s", tmp_path_factory.mktemp("asm"))
 
 
 def put(dev, arr):

@@ -1,4 +1,4 @@
-"""The client-by-client table of issue 30, measured: `python tests/integrations/client_table.py` (from the repository
+"""The client-by-client table of docs/integrations.md §What real clients pass, measured: `python tests/integrations/client_table.py` (from the repository
 root, sage-co importable) runs every client call pattern the tests replay -- ComfyUI's attention_sage (master and
 the 2025 releases, comfy_replay.py), diffusers HunyuanVideo and LTX-Video (tiny_video_models.py) on sage-co's
 "sage" backend and through the sageattention shim with diffusers' own "sage" backend -- and prints a markdown table

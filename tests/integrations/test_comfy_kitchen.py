@@ -1,4 +1,4 @@
-"""comfy-kitchen (PyPI comfy-kitchen, ComfyUI's `--use-kitchen-int8-attention`): the facts the README's row and
+"""comfy-kitchen (PyPI comfy-kitchen, ComfyUI's `--use-kitchen-int8-attention`): the facts docs/integrations.md's row and
 sage_co.integrations.comfyui's docstring state, so a comfy-kitchen release that changes them fails here.
 Which attention functions consult comfy_kitchen.registry.BackendRegistry: sol_attn and na3d/na2d (Sol-Attn's pooled
 sparse attention and neighborhood attention, which sage-co's dense / causal / block-mask kernels do not compute, so

@@ -1,6 +1,6 @@
 """Runs of the gpu backend on the stub runtime, each in a fresh process (hip-python opens libamdhip64 once per
 process, so every runtime layout needs its own): `python tests/stub_hip/scenario.py NAME TMPDIR` prints one
-JSON line of observations that tests/test_hip_stub.py asserts on.
+JSON line of observations that tests/ops/test_gpu_backend_stub_runtime.py asserts on.
 
   main           the stub mapped as torch's runtime (named libamdhip64.so.7, on no search path): every shipped
                  kernel through the real ops, kernarg bytes vs the emulator's, module loads per (device, code
@@ -32,7 +32,7 @@ import struct
 import sys
 from pathlib import Path
 
-import stub_hip  # tests/ and the repository come on PYTHONPATH (tests/test_hip_stub.py sets it)
+import stub_hip  # tests/ and the repository come on PYTHONPATH (tests/ops/test_gpu_backend_stub_runtime.py sets it)
 
 
 class BlockHipPython(importlib.abc.MetaPathFinder):

@@ -5,7 +5,8 @@ instruction-facts layer, sage_co/emu/facts.py (the emulator's statistics, saniti
 the class of a mnemonic (facts.class_of via disasm_check.classify) and, for decoded instructions (every Line of
 disasm_check.disassemble carries the emulator's decoded `inst`), the registers read and written (facts(inst)).
 Hand-written streams (the synthetic calibration stream, unit tests) have no decoded instruction: their operands are
-read from the text by `text_reads_writes`, which tests/test_perf_model.py checks against facts on every shipped and
+read from the text by `text_reads_writes`, which tests/perfmodel/test_perf_model.py checks against facts on every
+shipped and
 calibration instruction.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@
 //                            odd workgroups   A(unsigned) * B(signed) + 7 with EXEC = lanes 0..15 (rows 0..7);
 //                            rows 8..15 keep 7
 //   out[1024:2048) v[24:31]: every wave, EXEC = lanes 16..31: rows 8..15 = A * B + 5 (signed), rows 0..7 keep 5
-// Layouts as tests/kernels/wmma_iu8_min.s (docs/rdna4.md §WMMA): D[m][n] in lane 16*(m//8)+n, register m%8.
+// Layouts as tests/build_abi/kernels/wmma_iu8_min.s (docs/rdna4.md §WMMA): D[m][n] in lane 16*(m//8)+n, register m%8.
         .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
         .amdhsa_code_object_version 5
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 import build_asm  # noqa: E402  (the repository root and tools/ are on sys.path: pyproject.toml pytest pythonpath)
 from dataclasses import replace  # noqa: E402
 

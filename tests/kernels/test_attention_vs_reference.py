@@ -2,7 +2,8 @@
 and the hand-scheduled family (asm_src/gen_sage_attention_asm.py, kernel "asm", the default) -- run on the
 emulator through sage_co.ops.attention.run_attention_fwd, checked against the FP32 reference and the arithmetic
 model, on every variant (head dim 64 and 128 incl. zero-padded 48/80/96/112, bf16 and fp16 out), separate query
-and key lengths, GQA/MQA and both output layouts. tests/test_attention_asm.py adds asm vs HIP bit for bit.
+and key lengths, GQA/MQA and both output layouts. tests/kernels/test_attention_asm_equals_hip.py adds asm vs HIP bit for
+bit.
 
 Inputs are prepared by sage_co.reference.sage_prepare (bitwise the spec's prepare), so only the attention
 kernel is under test here.

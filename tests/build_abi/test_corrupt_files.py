@@ -233,7 +233,7 @@ def test_disasm_check_on_a_malformed_manifest(tmp_path, manifest_text):
 @needs_llvm
 def test_build_asm_check_on_a_truncated_manifest(tmp_path):
     src = tmp_path / "kernels"
-    shutil.copytree(ROOT / "tests" / "kernels", src)
+    shutil.copytree(ROOT / "tests" / "build_abi" / "kernels", src)
     out = tmp_path / "hsaco"
     assert build_asm.main(["--kernels", str(src / "kernels.toml"), "--out", str(out)]) == 0
     text = (out / "manifest.json").read_text()

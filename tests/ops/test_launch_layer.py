@@ -11,7 +11,7 @@ import torch
 from sage_co import abi, launch, registry
 from sage_co.backends.base import Packer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _values(struct, rng):

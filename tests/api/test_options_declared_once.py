@@ -16,7 +16,7 @@ import torch
 
 from sage_co import callspec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 _FAKE_OPTION = textwrap.dedent("""
     import sys

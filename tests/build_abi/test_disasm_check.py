@@ -30,7 +30,7 @@ def test_passes_on_the_shipped_kernels():
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("hsaco")
     kernels = tmp_path_factory.mktemp("src")
-    for f in (ROOT / "tests" / "kernels").iterdir():
+    for f in (ROOT / "tests" / "build_abi" / "kernels").iterdir():
         shutil.copy(f, kernels / f.name)
     with open(kernels / "kernels.toml", "a") as fh:
         fh.write('\n[[code_object]]\nname = "test_hazard_wmma"\nsource = "hazard_wmma.s"\narch = "gfx1201"\n')

@@ -15,7 +15,8 @@ Against the arithmetic model (sage_co.reference.sage_attention_model) the bound 
 
 The emulator runs with its sanitizer on (the default): missing s_wait_* before a register is read, WMMA hazards,
 out-of-bounds global/LDS accesses and barrier misuse fail the run. The tests every attention kernel must pass
-(zero Q/K, repeat runs, padding, LSE, LDS races, ...) run against both kernels in tests/test_attention_kernel.py.
+(zero Q/K, repeat runs, padding, LSE, LDS races, ...) run against both kernels in
+tests/kernels/test_attention_vs_reference.py.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import pytest
 
 from sage_co import cli, launch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*args: str, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:

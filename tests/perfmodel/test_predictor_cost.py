@@ -47,7 +47,7 @@ def test_issue_bound_launches_use_the_calibrated_clock():
 def test_perf_model_cli_sparse_json():
     import json
     import subprocess
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     r = subprocess.run([sys.executable, str(root / "tools" / "perf_model.py"), "--sparse", "--json"],
                        capture_output=True, text=True, check=True)
     res = json.loads(r.stdout)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_SOURCES = ("pyproject.toml", "README.md", "build_hooks.py", "sage_co", "hsaco")
 
 CHECK = textwrap.dedent("""

@@ -17,7 +17,8 @@ def test_objects(tmp_path_factory):
     if LLVM is None:
         pytest.skip("no LLVM with gfx1201 support here")
     out = tmp_path_factory.mktemp("hsaco")
-    r = subprocess.run([sys.executable, str(ROOT / "build_asm.py"), "--kernels", str(ROOT / "tests/kernels/kernels.toml"),
+    r = subprocess.run([sys.executable, str(ROOT / "build_asm.py"),
+                        "--kernels", str(ROOT / "tests/build_abi/kernels/kernels.toml"),
                         "--out", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return out / "gfx1201"

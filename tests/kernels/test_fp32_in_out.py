@@ -10,7 +10,8 @@ GQA and lengths that are not multiples of 64.
   attention asm == HIP bit for bit (out and lse), and the fp32 output rounded with reference.round_saturating is
             bit for bit the bf16 / fp16 symbol's output on the same prepared structure (the fp32 output is the value
             before that rounding step); vs the arithmetic model the bounds of the 16-bit symbols (the kernels are not
-            bitwise the model: tests/test_attention_asm.py's docstring); vs fp32 SDPA the accuracy contract.
+            bitwise the model: tests/kernels/test_attention_asm_equals_hip.py's docstring); vs fp32 SDPA the accuracy
+            contract.
 """
 from __future__ import annotations
 

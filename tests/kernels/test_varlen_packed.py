@@ -5,7 +5,7 @@ prepares: tests/varlen_cases.py), the packed prepare kernels (against the same p
 the whole sage_attention_varlen call, each bitwise against the per-sequence calls (output and LSE), on the emulator
 with its sanitizer on. Lengths from {0, 1, 31, 33, 64, 77, 333, 1000}, S_q != S_kv per sequence, causal and not,
 GQA, bf16/fp16, pv_dtype fp16, smooth_k / smooth_v. The launch count and the absence of a host sync are in
-tests/test_hip_stub.py (the stub runtime records every call)."""
+tests/ops/test_gpu_backend_stub_runtime.py (the stub runtime records every call)."""
 from __future__ import annotations
 
 import pytest
@@ -224,7 +224,8 @@ def test_varlen_takes_attn_mask_none():
 
 def test_varlen_reads_cu_seqlens_on_the_host_only_on_the_emulator(monkeypatch):
     """The value checks (host memory on the emulator) are the only host reads: on a device backend the call
-    never calls validate.check_cu_seqlens (tests/test_hip_stub.py runs the hip path with reads forbidden)."""
+    never calls validate.check_cu_seqlens (tests/ops/test_gpu_backend_stub_runtime.py runs the hip path with reads
+    forbidden)."""
     from sage_co import validate
     calls = []
     real = validate.check_cu_seqlens

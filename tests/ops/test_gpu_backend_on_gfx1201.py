@@ -1,7 +1,8 @@
 """The hip-python backend on a real gfx1201 (skipped elsewhere, with the reason).
 
 The emulator executes the same code objects bit for bit, and the emulator results are checked against the
-reference in tests/test_prepare.py and tests/test_attention_*.py; so here every GPU result must equal the
+reference in tests/kernels/test_prepare_vs_reference.py and tests/kernels/test_attention_*.py; so here every GPU result
+must equal the
 emulator's result of the same inputs bit for bit (prepare: all fields, k_mean included since the kernel's
 summation order is the same on both; attention: out and LSE), plus the accuracy contract, a non-default
 stream, another device than the current one, graph capture after warm-up, and validation on GPU tensors.
@@ -137,7 +138,8 @@ def test_graph_capture_after_warmup():
 
 def test_inputs_at_an_odd_offset_are_copied_by_prepare():
     """The kernels use 16-byte vector loads: prepare copies an input view that does not start on a 16-byte
-    boundary into an aligned buffer (launch() itself refuses such a pointer: tests/test_hip_stub.py)."""
+    boundary into an aligned buffer (launch() itself refuses such a pointer:
+    tests/ops/test_gpu_backend_stub_runtime.py)."""
     q, k, v = qkv(1, 64, 1)
     flat = torch.empty(q.numel() + 8, dtype=q.dtype, device=DEVICE)
     q_odd = flat[1:1 + q.numel()].view(q.shape)

@@ -4,7 +4,7 @@ kernels and both attention kernels (hip, asm) on the emulator.
 Bitwise: prepare's v_t / v_scale against reference.quantize_v given the kernel's v_mean (smooth_v; v_mean itself
 within fp32 summation error, docs/numerics.md §smooth_v) and against reference.convert_v_fp16 (pv fp16); the asm
 kernel against the HIP kernel. Kernel vs model: the bound of docs/numerics.md §Kernel vs model. Accuracy against
-FP32: the issue's goals on the model (tests/test_pv_dtype_smooth_v.py::test_accuracy_goals; the table is in
+FP32: the issue's goals on the model (tests/kernels/test_pv_fp16_and_smooth_v.py::test_accuracy_goals; the table is in
 docs/numerics.md §Accuracy of pv_dtype and smooth_v).
 """
 import math

@@ -15,7 +15,7 @@ import torch
 
 from sage_co import abi, microbench as mb, selftest, selftest_perf
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ASM = ROOT / "asm_src" / "gfx1201_microbench.s"
 from perfmodel import refit  # noqa: E402  (tools/ is on sys.path: pyproject.toml pytest pythonpath)
 from perfmodel.hardware import CALIBRATED  # noqa: E402

@@ -20,11 +20,12 @@ import torch
 import stub_hip
 from sage_co.backends import hip_bindings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 if getattr(torch.version, "hip", None) is not None:
     pytest.skip("torch is a ROCm build: its own libamdhip64 is mapped in every process, so a stub cannot stand in "
-                "for torch's runtime (tests/test_hip_backend.py covers the real one)", allow_module_level=True)
+                "for torch's runtime (tests/ops/test_gpu_backend_on_gfx1201.py covers the real one)",
+                allow_module_level=True)
 if stub_hip.compiler() is None:
     pytest.skip("no system C compiler (cc, gcc or clang) to build the stub libamdhip64", allow_module_level=True)
 if not sys.platform.startswith("linux"):

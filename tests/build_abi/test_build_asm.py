@@ -8,7 +8,7 @@ import pytest
 
 from llvm_tools import LLVM, ROOT, build_asm, needs_llvm  # noqa: E402
 
-TEST_KERNELS = ROOT / "tests" / "kernels"
+TEST_KERNELS = ROOT / "tests" / "build_abi" / "kernels"
 
 
 def run_build(*args):
