@@ -65,7 +65,7 @@ class HipError(RuntimeError):
 
 # hipError_t: every name and value (aliases share a value), as HIP's hip_runtime_api.h declares them and
 # hip-python's hipError_t enum carries them (docs/rdna4.md §HIP runtime); the ctypes binding names errors from it,
-# tests/test_hip_bindings.py checks it against the installed hip-python.
+# tests/ops/test_hip_bindings.py checks it against the installed hip-python.
 HIP_ERRORS = (
     ("hipSuccess", 0), ("hipErrorInvalidValue", 1), ("hipErrorOutOfMemory", 2), ("hipErrorMemoryAllocation", 2),
     ("hipErrorNotInitialized", 3), ("hipErrorInitializationError", 3), ("hipErrorDeinitialized", 4),

@@ -19,7 +19,7 @@ from llvm_tools import assemble_text, needs_llvm
 from sage_co.emu.decode import decode
 from sage_co.emu.hazards import RULE_FIELD, analyze, wait_clears
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LLC = shutil.which("llc-22")
 pytestmark = needs_llvm          # the cases are assembled with llvm-mc
 

@@ -19,7 +19,7 @@ import torch
 
 import stub_hip
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 if getattr(torch.version, "hip", None) is not None:
     pytest.skip("torch is a ROCm build: its own HIP runtime is loaded in every process", allow_module_level=True)
