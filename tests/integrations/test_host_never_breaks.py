@@ -90,7 +90,7 @@ def test_routed_sdpa_call_whose_launch_raises_falls_back_counted_and_logged_once
     assert failing.tries == 3                       # sage-co was tried each time: the call was routed
     for out in outs:
         assert torch.equal(out, expected)           # then torch's SDPA ran with the same arguments
-    assert sdpa.stats() == {"routed": 0, "fallback": {LAUNCH_FAILURE: 3}}
+    assert sdpa.stats() == {"routed": 0, "fallback": {LAUNCH_FAILURE: 3}, "differences": sdpa.DIFFERENCES}
     logged = [r for r in caplog.records if r.name == "sage_co"]
     assert len(logged) == 1 and LAUNCH_FAILURE in logged[0].getMessage()
     assert "hipErrorLaunchFailure" in logged[0].getMessage()       # the full error, once
@@ -102,7 +102,7 @@ def test_direct_calls_still_raise(failing):
         sage_co.sage_attention(q, k, v, layout="HND")
     with pytest.raises(HipError):
         sage_co.sageattn(q, k, v)
-    assert sdpa.stats() == {"routed": 0, "fallback": {}}
+    assert sdpa.stats() == {"routed": 0, "fallback": {}, "differences": sdpa.DIFFERENCES}
 
 
 def test_a_binding_that_fails_to_load_makes_the_router_fall_back(monkeypatch, caplog):
@@ -156,7 +156,7 @@ def test_shim_sageattn_falls_back_to_torch_with_sageattns_semantics(failing, lay
     torch.testing.assert_close(hnd(out).double(), ref_out, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-5, atol=1e-5)
     assert torch.isneginf(lse[1]).all() and not hnd(out)[1].any()
-    assert failing.tries == 1 and sdpa.stats() == {"routed": 0, "fallback": {LAUNCH_FAILURE: 1}}
+    assert failing.tries == 1 and sdpa.stats() == {"routed": 0, "fallback": {LAUNCH_FAILURE: 1}, "differences": sdpa.DIFFERENCES}
 
 
 def test_shim_fallback_additive_mask_and_default_scale(failing):
@@ -205,7 +205,7 @@ def test_comfyui_node_falls_back_to_comfys_function(failing):
     out = make_attention(fallback=comfy_attention)(q, k, v, 4)
     assert calls == [4] and torch.equal(out, torch.zeros(q.shape))
     assert failing.tries == 1
-    assert sdpa.stats() == {"routed": 0, "fallback": {LAUNCH_FAILURE: 1}}
+    assert sdpa.stats() == {"routed": 0, "fallback": {LAUNCH_FAILURE: 1}, "differences": sdpa.DIFFERENCES}
 
 
 def test_adapters_fall_back(failing):
