@@ -22648,18 +22648,18 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_fma_f32 v96, v96, v13, -v29
         v_fma_f32 v97, v97, v13, -v29
         v_fma_f32 v98, v98, v13, -v29
+        v_fma_f32 v99, v99, v13, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_fma_f32 v99, v99, v13, -v29
         v_exp_f32_e32 v96, v96
         v_fma_f32 v100, v100, v13, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
         v_exp_f32_e32 v97, v97
         v_fma_f32 v101, v101, v13, -v29
-        v_exp_f32_e32 v98, v98
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v98, v98
         v_fma_f32 v102, v102, v13, -v29
         v_exp_f32_e32 v99, v99
         v_fma_f32 v103, v103, v13, -v29
@@ -22687,117 +22687,117 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         ds_load_b128 v[220:223], v4 offset:9216
         v_exp_f32_e32 v104, v104
         v_fma_f32 v108, v108, v13, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[164:165], v[128:135] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
         v_fma_f32 v109, v109, v13, -v29
+        v_cvt_pk_fp8_f32 v97, v100, v101
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[164:165], v[136:143] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
         v_fma_f32 v110, v110, v13, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[164:165], v[144:151] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_exp_f32_e32 v107, v107
         v_fma_f32 v111, v111, v13, -v29
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[164:165], v[152:159] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
         v_fma_f32 v112, v112, v13, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[166:167], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:10240
-        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_exp_f32_e32 v109, v109
         v_fma_f32 v113, v113, v13, -v29
+        v_cvt_pk_fp8_f32 v104, v104, v105
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[166:167], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:11264
-        v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
         v_fma_f32 v114, v114, v13, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[166:167], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:16384
-        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_exp_f32_e32 v111, v111
         v_fma_f32 v115, v115, v13, -v29
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[166:167], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:17408
-        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
         v_fma_f32 v116, v116, v13, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[168:169], v[128:135] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_exp_f32_e32 v113, v113
         v_fma_f32 v117, v117, v13, -v29
+        v_cvt_pk_fp8_f32 v105, v108, v109
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[168:169], v[136:143] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v105, v108, v109
         v_exp_f32_e32 v114, v114
         v_fma_f32 v118, v118, v13, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[208:209], v[168:169], v[144:151] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_exp_f32_e32 v115, v115
         v_fma_f32 v119, v119, v13, -v29
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[212:213], v[168:169], v[152:159] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         v_exp_f32_e32 v116, v116
         v_fma_f32 v120, v120, v13, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[170:171], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:18432
-        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_exp_f32_e32 v117, v117
         v_fma_f32 v121, v121, v13, -v29
+        v_cvt_pk_fp8_f32 v112, v112, v113
         v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[170:171], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:19456
-        v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
         v_fma_f32 v122, v122, v13, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_wmma_i32_16x16x16_iu8 v[144:151], v[210:211], v[170:171], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v5 offset:20480
-        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
         v_fma_f32 v123, v123, v13, -v29
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[152:159], v[214:215], v[170:171], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v5 offset:21504
-        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[216:217], v[172:173], v[128:135] neg_lo:[1,1,0]
         v_fma_f32 v124, v124, v13, -v29
         v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[216:217], v[172:173], v[128:135] neg_lo:[1,1,0]
         v_exp_f32_e32 v121, v121
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[220:221], v[172:173], v[136:143] neg_lo:[1,1,0]
         v_fma_f32 v125, v125, v13, -v29
         v_cvt_pk_fp8_f32 v113, v116, v117
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[220:221], v[172:173], v[136:143] neg_lo:[1,1,0]
         v_exp_f32_e32 v122, v122
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[172:173], v[144:151] neg_lo:[1,1,0]
         v_fma_f32 v126, v126, v13, -v29
         v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[172:173], v[144:151] neg_lo:[1,1,0]
         v_exp_f32_e32 v123, v123
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[172:173], v[152:159] neg_lo:[1,1,0]
         v_fma_f32 v127, v127, v13, -v29
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[172:173], v[152:159] neg_lo:[1,1,0]
         v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_wmma_i32_16x16x16_iu8 v[128:135], v[218:219], v[174:175], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v5 offset:22528
-        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_exp_f32_e32 v125, v125
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_wmma_i32_16x16x16_iu8 v[136:143], v[222:223], v[174:175], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v5 offset:23552
         v_exp_f32_e32 v126, v126
         v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
-        v_exp_f32_e32 v127, v127
         v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[174:175], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v6 offset:16384
+        v_exp_f32_e32 v127, v127
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
         v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
@@ -23269,18 +23269,18 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         v_fma_f32 v128, v128, v13, -v29
         v_fma_f32 v129, v129, v13, -v29
         v_fma_f32 v130, v130, v13, -v29
+        v_fma_f32 v131, v131, v13, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_fma_f32 v131, v131, v13, -v29
         v_exp_f32_e32 v128, v128
         v_fma_f32 v132, v132, v13, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
         v_exp_f32_e32 v129, v129
         v_fma_f32 v133, v133, v13, -v29
-        v_exp_f32_e32 v130, v130
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v130, v130
         v_fma_f32 v134, v134, v13, -v29
         v_exp_f32_e32 v131, v131
         v_fma_f32 v135, v135, v13, -v29
@@ -23308,117 +23308,117 @@ gfx1201_sage_attention_fwd_asm_d128_bf16:
         ds_load_b128 v[220:223], v4 offset:1024
         v_exp_f32_e32 v136, v136
         v_fma_f32 v140, v140, v13, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[164:165], v[96:103] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         v_exp_f32_e32 v137, v137
         v_fma_f32 v141, v141, v13, -v29
+        v_cvt_pk_fp8_f32 v129, v132, v133
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[164:165], v[104:111] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v129, v132, v133
         v_exp_f32_e32 v138, v138
         v_fma_f32 v142, v142, v13, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[164:165], v[112:119] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         v_exp_f32_e32 v139, v139
         v_fma_f32 v143, v143, v13, -v29
+        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[164:165], v[120:127] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
         v_exp_f32_e32 v140, v140
         v_fma_f32 v144, v144, v13, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[166:167], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:2048
-        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_exp_f32_e32 v141, v141
         v_fma_f32 v145, v145, v13, -v29
+        v_cvt_pk_fp8_f32 v136, v136, v137
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[166:167], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:3072
-        v_cvt_pk_fp8_f32 v136, v136, v137
         v_exp_f32_e32 v142, v142
         v_fma_f32 v146, v146, v13, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[166:167], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:24576
-        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_exp_f32_e32 v143, v143
         v_fma_f32 v147, v147, v13, -v29
+        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[166:167], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:25600
-        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
         v_exp_f32_e32 v144, v144
         v_fma_f32 v148, v148, v13, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[168:169], v[96:103] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
         v_exp_f32_e32 v145, v145
         v_fma_f32 v149, v149, v13, -v29
+        v_cvt_pk_fp8_f32 v137, v140, v141
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[168:169], v[104:111] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v137, v140, v141
         v_exp_f32_e32 v146, v146
         v_fma_f32 v150, v150, v13, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[208:209], v[168:169], v[112:119] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
         v_exp_f32_e32 v147, v147
         v_fma_f32 v151, v151, v13, -v29
+        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[212:213], v[168:169], v[120:127] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
         v_exp_f32_e32 v148, v148
         v_fma_f32 v152, v152, v13, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
         v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[170:171], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:26624
-        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
         v_exp_f32_e32 v149, v149
         v_fma_f32 v153, v153, v13, -v29
+        v_cvt_pk_fp8_f32 v144, v144, v145
         v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[170:171], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:27648
-        v_cvt_pk_fp8_f32 v144, v144, v145
         v_exp_f32_e32 v150, v150
         v_fma_f32 v154, v154, v13, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
         v_wmma_i32_16x16x16_iu8 v[112:119], v[210:211], v[170:171], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v5 offset:28672
-        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
         v_exp_f32_e32 v151, v151
         v_fma_f32 v155, v155, v13, -v29
+        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[214:215], v[170:171], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v5 offset:29696
-        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
         v_exp_f32_e32 v152, v152
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[216:217], v[172:173], v[96:103] neg_lo:[1,1,0]
         v_fma_f32 v156, v156, v13, -v29
         v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[216:217], v[172:173], v[96:103] neg_lo:[1,1,0]
         v_exp_f32_e32 v153, v153
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[220:221], v[172:173], v[104:111] neg_lo:[1,1,0]
         v_fma_f32 v157, v157, v13, -v29
         v_cvt_pk_fp8_f32 v145, v148, v149
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[220:221], v[172:173], v[104:111] neg_lo:[1,1,0]
         v_exp_f32_e32 v154, v154
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[172:173], v[112:119] neg_lo:[1,1,0]
         v_fma_f32 v158, v158, v13, -v29
         v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[172:173], v[112:119] neg_lo:[1,1,0]
         v_exp_f32_e32 v155, v155
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[172:173], v[120:127] neg_lo:[1,1,0]
         v_fma_f32 v159, v159, v13, -v29
         v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[172:173], v[120:127] neg_lo:[1,1,0]
         v_exp_f32_e32 v156, v156
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
         v_wmma_i32_16x16x16_iu8 v[96:103], v[218:219], v[174:175], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v5 offset:30720
-        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
         v_exp_f32_e32 v157, v157
         v_cvt_pk_fp8_f32 v152, v152, v153
         v_wmma_i32_16x16x16_iu8 v[104:111], v[222:223], v[174:175], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v5 offset:31744
         v_exp_f32_e32 v158, v158
         v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
-        v_exp_f32_e32 v159, v159
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v6 offset:24576
+        v_exp_f32_e32 v159, v159
         v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
         v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
         v_cvt_pk_fp8_f32 v153, v156, v157
@@ -27815,18 +27815,18 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_fma_f32 v96, v96, v13, -v29
         v_fma_f32 v97, v97, v13, -v29
         v_fma_f32 v98, v98, v13, -v29
+        v_fma_f32 v99, v99, v13, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_fma_f32 v99, v99, v13, -v29
         v_exp_f32_e32 v96, v96
         v_fma_f32 v100, v100, v13, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
         v_exp_f32_e32 v97, v97
         v_fma_f32 v101, v101, v13, -v29
-        v_exp_f32_e32 v98, v98
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v98, v98
         v_fma_f32 v102, v102, v13, -v29
         v_exp_f32_e32 v99, v99
         v_fma_f32 v103, v103, v13, -v29
@@ -27854,117 +27854,117 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         ds_load_b128 v[220:223], v4 offset:9216
         v_exp_f32_e32 v104, v104
         v_fma_f32 v108, v108, v13, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[164:165], v[128:135] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
         v_fma_f32 v109, v109, v13, -v29
+        v_cvt_pk_fp8_f32 v97, v100, v101
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[164:165], v[136:143] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
         v_fma_f32 v110, v110, v13, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[164:165], v[144:151] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_exp_f32_e32 v107, v107
         v_fma_f32 v111, v111, v13, -v29
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[164:165], v[152:159] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
         v_fma_f32 v112, v112, v13, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[166:167], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:10240
-        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_exp_f32_e32 v109, v109
         v_fma_f32 v113, v113, v13, -v29
+        v_cvt_pk_fp8_f32 v104, v104, v105
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[166:167], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:11264
-        v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
         v_fma_f32 v114, v114, v13, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[166:167], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:16384
-        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_exp_f32_e32 v111, v111
         v_fma_f32 v115, v115, v13, -v29
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[166:167], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:17408
-        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
         v_fma_f32 v116, v116, v13, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[168:169], v[128:135] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_exp_f32_e32 v113, v113
         v_fma_f32 v117, v117, v13, -v29
+        v_cvt_pk_fp8_f32 v105, v108, v109
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[168:169], v[136:143] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v105, v108, v109
         v_exp_f32_e32 v114, v114
         v_fma_f32 v118, v118, v13, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[208:209], v[168:169], v[144:151] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_exp_f32_e32 v115, v115
         v_fma_f32 v119, v119, v13, -v29
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[212:213], v[168:169], v[152:159] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         v_exp_f32_e32 v116, v116
         v_fma_f32 v120, v120, v13, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[170:171], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:18432
-        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_exp_f32_e32 v117, v117
         v_fma_f32 v121, v121, v13, -v29
+        v_cvt_pk_fp8_f32 v112, v112, v113
         v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[170:171], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:19456
-        v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
         v_fma_f32 v122, v122, v13, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_wmma_i32_16x16x16_iu8 v[144:151], v[210:211], v[170:171], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v5 offset:20480
-        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
         v_fma_f32 v123, v123, v13, -v29
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[152:159], v[214:215], v[170:171], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v5 offset:21504
-        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[216:217], v[172:173], v[128:135] neg_lo:[1,1,0]
         v_fma_f32 v124, v124, v13, -v29
         v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[216:217], v[172:173], v[128:135] neg_lo:[1,1,0]
         v_exp_f32_e32 v121, v121
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[220:221], v[172:173], v[136:143] neg_lo:[1,1,0]
         v_fma_f32 v125, v125, v13, -v29
         v_cvt_pk_fp8_f32 v113, v116, v117
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[220:221], v[172:173], v[136:143] neg_lo:[1,1,0]
         v_exp_f32_e32 v122, v122
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[172:173], v[144:151] neg_lo:[1,1,0]
         v_fma_f32 v126, v126, v13, -v29
         v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[172:173], v[144:151] neg_lo:[1,1,0]
         v_exp_f32_e32 v123, v123
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[172:173], v[152:159] neg_lo:[1,1,0]
         v_fma_f32 v127, v127, v13, -v29
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[172:173], v[152:159] neg_lo:[1,1,0]
         v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_wmma_i32_16x16x16_iu8 v[128:135], v[218:219], v[174:175], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v5 offset:22528
-        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_exp_f32_e32 v125, v125
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_wmma_i32_16x16x16_iu8 v[136:143], v[222:223], v[174:175], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v5 offset:23552
         v_exp_f32_e32 v126, v126
         v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
-        v_exp_f32_e32 v127, v127
         v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[174:175], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v6 offset:16384
+        v_exp_f32_e32 v127, v127
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
         v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
@@ -28436,18 +28436,18 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         v_fma_f32 v128, v128, v13, -v29
         v_fma_f32 v129, v129, v13, -v29
         v_fma_f32 v130, v130, v13, -v29
+        v_fma_f32 v131, v131, v13, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_fma_f32 v131, v131, v13, -v29
         v_exp_f32_e32 v128, v128
         v_fma_f32 v132, v132, v13, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
         v_exp_f32_e32 v129, v129
         v_fma_f32 v133, v133, v13, -v29
-        v_exp_f32_e32 v130, v130
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v130, v130
         v_fma_f32 v134, v134, v13, -v29
         v_exp_f32_e32 v131, v131
         v_fma_f32 v135, v135, v13, -v29
@@ -28475,117 +28475,117 @@ gfx1201_sage_attention_fwd_asm_d128_fp16:
         ds_load_b128 v[220:223], v4 offset:1024
         v_exp_f32_e32 v136, v136
         v_fma_f32 v140, v140, v13, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[164:165], v[96:103] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         v_exp_f32_e32 v137, v137
         v_fma_f32 v141, v141, v13, -v29
+        v_cvt_pk_fp8_f32 v129, v132, v133
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[164:165], v[104:111] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v129, v132, v133
         v_exp_f32_e32 v138, v138
         v_fma_f32 v142, v142, v13, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[164:165], v[112:119] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         v_exp_f32_e32 v139, v139
         v_fma_f32 v143, v143, v13, -v29
+        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[164:165], v[120:127] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
         v_exp_f32_e32 v140, v140
         v_fma_f32 v144, v144, v13, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[166:167], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:2048
-        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_exp_f32_e32 v141, v141
         v_fma_f32 v145, v145, v13, -v29
+        v_cvt_pk_fp8_f32 v136, v136, v137
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[166:167], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:3072
-        v_cvt_pk_fp8_f32 v136, v136, v137
         v_exp_f32_e32 v142, v142
         v_fma_f32 v146, v146, v13, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[166:167], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:24576
-        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_exp_f32_e32 v143, v143
         v_fma_f32 v147, v147, v13, -v29
+        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[166:167], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:25600
-        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
         v_exp_f32_e32 v144, v144
         v_fma_f32 v148, v148, v13, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[168:169], v[96:103] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
         v_exp_f32_e32 v145, v145
         v_fma_f32 v149, v149, v13, -v29
+        v_cvt_pk_fp8_f32 v137, v140, v141
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[168:169], v[104:111] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v137, v140, v141
         v_exp_f32_e32 v146, v146
         v_fma_f32 v150, v150, v13, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[208:209], v[168:169], v[112:119] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
         v_exp_f32_e32 v147, v147
         v_fma_f32 v151, v151, v13, -v29
+        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[212:213], v[168:169], v[120:127] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
         v_exp_f32_e32 v148, v148
         v_fma_f32 v152, v152, v13, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
         v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[170:171], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:26624
-        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
         v_exp_f32_e32 v149, v149
         v_fma_f32 v153, v153, v13, -v29
+        v_cvt_pk_fp8_f32 v144, v144, v145
         v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[170:171], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:27648
-        v_cvt_pk_fp8_f32 v144, v144, v145
         v_exp_f32_e32 v150, v150
         v_fma_f32 v154, v154, v13, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
         v_wmma_i32_16x16x16_iu8 v[112:119], v[210:211], v[170:171], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v5 offset:28672
-        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
         v_exp_f32_e32 v151, v151
         v_fma_f32 v155, v155, v13, -v29
+        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[214:215], v[170:171], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v5 offset:29696
-        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
         v_exp_f32_e32 v152, v152
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[216:217], v[172:173], v[96:103] neg_lo:[1,1,0]
         v_fma_f32 v156, v156, v13, -v29
         v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[216:217], v[172:173], v[96:103] neg_lo:[1,1,0]
         v_exp_f32_e32 v153, v153
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[220:221], v[172:173], v[104:111] neg_lo:[1,1,0]
         v_fma_f32 v157, v157, v13, -v29
         v_cvt_pk_fp8_f32 v145, v148, v149
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[220:221], v[172:173], v[104:111] neg_lo:[1,1,0]
         v_exp_f32_e32 v154, v154
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[172:173], v[112:119] neg_lo:[1,1,0]
         v_fma_f32 v158, v158, v13, -v29
         v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[172:173], v[112:119] neg_lo:[1,1,0]
         v_exp_f32_e32 v155, v155
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[172:173], v[120:127] neg_lo:[1,1,0]
         v_fma_f32 v159, v159, v13, -v29
         v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[172:173], v[120:127] neg_lo:[1,1,0]
         v_exp_f32_e32 v156, v156
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
         v_wmma_i32_16x16x16_iu8 v[96:103], v[218:219], v[174:175], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v5 offset:30720
-        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
         v_exp_f32_e32 v157, v157
         v_cvt_pk_fp8_f32 v152, v152, v153
         v_wmma_i32_16x16x16_iu8 v[104:111], v[222:223], v[174:175], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v5 offset:31744
         v_exp_f32_e32 v158, v158
         v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
-        v_exp_f32_e32 v159, v159
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v6 offset:24576
+        v_exp_f32_e32 v159, v159
         v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
         v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
         v_cvt_pk_fp8_f32 v153, v156, v157
@@ -32918,18 +32918,18 @@ gfx1201_sage_attention_fwd_asm_d128_fp32:
         v_fma_f32 v96, v96, v13, -v29
         v_fma_f32 v97, v97, v13, -v29
         v_fma_f32 v98, v98, v13, -v29
+        v_fma_f32 v99, v99, v13, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_fma_f32 v99, v99, v13, -v29
         v_exp_f32_e32 v96, v96
         v_fma_f32 v100, v100, v13, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
         v_exp_f32_e32 v97, v97
         v_fma_f32 v101, v101, v13, -v29
-        v_exp_f32_e32 v98, v98
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v98, v98
         v_fma_f32 v102, v102, v13, -v29
         v_exp_f32_e32 v99, v99
         v_fma_f32 v103, v103, v13, -v29
@@ -32957,117 +32957,117 @@ gfx1201_sage_attention_fwd_asm_d128_fp32:
         ds_load_b128 v[220:223], v4 offset:9216
         v_exp_f32_e32 v104, v104
         v_fma_f32 v108, v108, v13, -v29
+        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[164:165], v[128:135] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
         v_fma_f32 v109, v109, v13, -v29
+        v_cvt_pk_fp8_f32 v97, v100, v101
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[164:165], v[136:143] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
         v_fma_f32 v110, v110, v13, -v29
+        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[164:165], v[144:151] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
         v_exp_f32_e32 v107, v107
         v_fma_f32 v111, v111, v13, -v29
+        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[164:165], v[152:159] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
         v_fma_f32 v112, v112, v13, -v29
+        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[166:167], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:10240
-        v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
         v_exp_f32_e32 v109, v109
         v_fma_f32 v113, v113, v13, -v29
+        v_cvt_pk_fp8_f32 v104, v104, v105
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[166:167], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:11264
-        v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
         v_fma_f32 v114, v114, v13, -v29
+        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[166:167], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:16384
-        v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
         v_exp_f32_e32 v111, v111
         v_fma_f32 v115, v115, v13, -v29
+        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[166:167], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:17408
-        v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
         v_fma_f32 v116, v116, v13, -v29
+        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[168:169], v[128:135] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
         v_exp_f32_e32 v113, v113
         v_fma_f32 v117, v117, v13, -v29
+        v_cvt_pk_fp8_f32 v105, v108, v109
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[168:169], v[136:143] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v105, v108, v109
         v_exp_f32_e32 v114, v114
         v_fma_f32 v118, v118, v13, -v29
+        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[144:151], v[208:209], v[168:169], v[144:151] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_exp_f32_e32 v115, v115
         v_fma_f32 v119, v119, v13, -v29
+        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[152:159], v[212:213], v[168:169], v[152:159] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v105, v110, v111 op_sel:[0,0,1]
         v_exp_f32_e32 v116, v116
         v_fma_f32 v120, v120, v13, -v29
+        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[170:171], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:18432
-        v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_exp_f32_e32 v117, v117
         v_fma_f32 v121, v121, v13, -v29
+        v_cvt_pk_fp8_f32 v112, v112, v113
         v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[170:171], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:19456
-        v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
         v_fma_f32 v122, v122, v13, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_wmma_i32_16x16x16_iu8 v[144:151], v[210:211], v[170:171], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v5 offset:20480
-        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
         v_fma_f32 v123, v123, v13, -v29
+        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[152:159], v[214:215], v[170:171], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v5 offset:21504
-        v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[216:217], v[172:173], v[128:135] neg_lo:[1,1,0]
         v_fma_f32 v124, v124, v13, -v29
         v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[216:217], v[172:173], v[128:135] neg_lo:[1,1,0]
         v_exp_f32_e32 v121, v121
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[220:221], v[172:173], v[136:143] neg_lo:[1,1,0]
         v_fma_f32 v125, v125, v13, -v29
         v_cvt_pk_fp8_f32 v113, v116, v117
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[220:221], v[172:173], v[136:143] neg_lo:[1,1,0]
         v_exp_f32_e32 v122, v122
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[172:173], v[144:151] neg_lo:[1,1,0]
         v_fma_f32 v126, v126, v13, -v29
         v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[172:173], v[144:151] neg_lo:[1,1,0]
         v_exp_f32_e32 v123, v123
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[172:173], v[152:159] neg_lo:[1,1,0]
         v_fma_f32 v127, v127, v13, -v29
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[172:173], v[152:159] neg_lo:[1,1,0]
         v_exp_f32_e32 v124, v124
+        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_wmma_i32_16x16x16_iu8 v[128:135], v[218:219], v[174:175], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v5 offset:22528
-        v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_exp_f32_e32 v125, v125
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_wmma_i32_16x16x16_iu8 v[136:143], v[222:223], v[174:175], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v5 offset:23552
         v_exp_f32_e32 v126, v126
         v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
-        v_exp_f32_e32 v127, v127
         v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[174:175], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v6 offset:16384
+        v_exp_f32_e32 v127, v127
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
         v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
@@ -33539,18 +33539,18 @@ gfx1201_sage_attention_fwd_asm_d128_fp32:
         v_fma_f32 v128, v128, v13, -v29
         v_fma_f32 v129, v129, v13, -v29
         v_fma_f32 v130, v130, v13, -v29
+        v_fma_f32 v131, v131, v13, -v29
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[208:209], v[160:161], v[248:255] neg_lo:[1,1,0]
-        v_fma_f32 v131, v131, v13, -v29
         v_exp_f32_e32 v128, v128
         v_fma_f32 v132, v132, v13, -v29
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[212:213], v[160:161], v[248:255] neg_lo:[1,1,0]
         v_exp_f32_e32 v129, v129
         v_fma_f32 v133, v133, v13, -v29
-        v_exp_f32_e32 v130, v130
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[216:217], v[160:161], v[248:255] neg_lo:[1,1,0]
+        v_exp_f32_e32 v130, v130
         v_fma_f32 v134, v134, v13, -v29
         v_exp_f32_e32 v131, v131
         v_fma_f32 v135, v135, v13, -v29
@@ -33578,117 +33578,117 @@ gfx1201_sage_attention_fwd_asm_d128_fp32:
         ds_load_b128 v[220:223], v4 offset:1024
         v_exp_f32_e32 v136, v136
         v_fma_f32 v140, v140, v13, -v29
+        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[164:165], v[96:103] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
         v_exp_f32_e32 v137, v137
         v_fma_f32 v141, v141, v13, -v29
+        v_cvt_pk_fp8_f32 v129, v132, v133
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[164:165], v[104:111] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v129, v132, v133
         v_exp_f32_e32 v138, v138
         v_fma_f32 v142, v142, v13, -v29
+        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[164:165], v[112:119] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
         v_exp_f32_e32 v139, v139
         v_fma_f32 v143, v143, v13, -v29
+        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[164:165], v[120:127] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v129, v134, v135 op_sel:[0,0,1]
         v_exp_f32_e32 v140, v140
         v_fma_f32 v144, v144, v13, -v29
+        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[166:167], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:2048
-        v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
         v_exp_f32_e32 v141, v141
         v_fma_f32 v145, v145, v13, -v29
+        v_cvt_pk_fp8_f32 v136, v136, v137
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[166:167], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:3072
-        v_cvt_pk_fp8_f32 v136, v136, v137
         v_exp_f32_e32 v142, v142
         v_fma_f32 v146, v146, v13, -v29
+        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[166:167], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v5 offset:24576
-        v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
         v_exp_f32_e32 v143, v143
         v_fma_f32 v147, v147, v13, -v29
+        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[166:167], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v5 offset:25600
-        v_cvt_pk_fp8_f32 v136, v138, v139 op_sel:[0,0,1]
         v_exp_f32_e32 v144, v144
         v_fma_f32 v148, v148, v13, -v29
+        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
         s_wait_dscnt 9
         v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[168:169], v[96:103] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
         v_exp_f32_e32 v145, v145
         v_fma_f32 v149, v149, v13, -v29
+        v_cvt_pk_fp8_f32 v137, v140, v141
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[168:169], v[104:111] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v137, v140, v141
         v_exp_f32_e32 v146, v146
         v_fma_f32 v150, v150, v13, -v29
+        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[208:209], v[168:169], v[112:119] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
         v_exp_f32_e32 v147, v147
         v_fma_f32 v151, v151, v13, -v29
+        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[212:213], v[168:169], v[120:127] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v137, v142, v143 op_sel:[0,0,1]
         v_exp_f32_e32 v148, v148
         v_fma_f32 v152, v152, v13, -v29
+        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
         v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[170:171], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v5 offset:26624
-        v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
         v_exp_f32_e32 v149, v149
         v_fma_f32 v153, v153, v13, -v29
+        v_cvt_pk_fp8_f32 v144, v144, v145
         v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[170:171], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v5 offset:27648
-        v_cvt_pk_fp8_f32 v144, v144, v145
         v_exp_f32_e32 v150, v150
         v_fma_f32 v154, v154, v13, -v29
+        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
         v_wmma_i32_16x16x16_iu8 v[112:119], v[210:211], v[170:171], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[208:211], v5 offset:28672
-        v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
         v_exp_f32_e32 v151, v151
         v_fma_f32 v155, v155, v13, -v29
+        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
         v_wmma_i32_16x16x16_iu8 v[120:127], v[214:215], v[170:171], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[212:215], v5 offset:29696
-        v_cvt_pk_fp8_f32 v144, v146, v147 op_sel:[0,0,1]
         v_exp_f32_e32 v152, v152
-        s_wait_dscnt 9
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[216:217], v[172:173], v[96:103] neg_lo:[1,1,0]
         v_fma_f32 v156, v156, v13, -v29
         v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
+        s_wait_dscnt 9
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[216:217], v[172:173], v[96:103] neg_lo:[1,1,0]
         v_exp_f32_e32 v153, v153
-        s_wait_dscnt 8
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[220:221], v[172:173], v[104:111] neg_lo:[1,1,0]
         v_fma_f32 v157, v157, v13, -v29
         v_cvt_pk_fp8_f32 v145, v148, v149
+        s_wait_dscnt 8
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[220:221], v[172:173], v[104:111] neg_lo:[1,1,0]
         v_exp_f32_e32 v154, v154
-        s_wait_dscnt 7
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[172:173], v[112:119] neg_lo:[1,1,0]
         v_fma_f32 v158, v158, v13, -v29
         v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
+        s_wait_dscnt 7
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[172:173], v[112:119] neg_lo:[1,1,0]
         v_exp_f32_e32 v155, v155
-        s_wait_dscnt 6
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[172:173], v[120:127] neg_lo:[1,1,0]
         v_fma_f32 v159, v159, v13, -v29
         v_cvt_pk_fp8_f32 v145, v150, v151 op_sel:[0,0,1]
+        s_wait_dscnt 6
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[172:173], v[120:127] neg_lo:[1,1,0]
         v_exp_f32_e32 v156, v156
+        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
         v_wmma_i32_16x16x16_iu8 v[96:103], v[218:219], v[174:175], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[216:219], v5 offset:30720
-        v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
         v_exp_f32_e32 v157, v157
         v_cvt_pk_fp8_f32 v152, v152, v153
         v_wmma_i32_16x16x16_iu8 v[104:111], v[222:223], v[174:175], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[220:223], v5 offset:31744
         v_exp_f32_e32 v158, v158
         v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
-        v_exp_f32_e32 v159, v159
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[174:175], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v6 offset:24576
+        v_exp_f32_e32 v159, v159
         v_cvt_pk_fp8_f32 v152, v154, v155 op_sel:[0,0,1]
         v_dual_add_f32 v22, v22, v158 :: v_dual_add_f32 v23, v23, v159
         v_cvt_pk_fp8_f32 v153, v156, v157
@@ -37706,56 +37706,56 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_fma_f32 v69, v69, v11, -v29
         v_exp_f32_e32 v66, v66
         v_fma_f32 v70, v70, v11, -v29
-        v_exp_f32_e32 v67, v67
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v67, v67
         v_fma_f32 v71, v71, v11, -v29
         v_exp_f32_e32 v68, v68
         v_fma_f32 v72, v72, v11, -v29
         v_dual_add_f32 v22, v64, v66 :: v_dual_add_f32 v23, v65, v67
         v_exp_f32_e32 v69, v69
         v_fma_f32 v73, v73, v11, -v29
+        v_cvt_pk_fp8_f32 v64, v64, v65
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v64, v64, v65
         v_exp_f32_e32 v70, v70
         v_fma_f32 v74, v74, v11, -v29
         v_dual_add_f32 v22, v22, v68 :: v_dual_add_f32 v23, v23, v69
         v_exp_f32_e32 v71, v71
         v_fma_f32 v75, v75, v11, -v29
+        v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
         v_exp_f32_e32 v72, v72
         v_fma_f32 v76, v76, v11, -v29
         v_dual_add_f32 v22, v22, v70 :: v_dual_add_f32 v23, v23, v71
         v_exp_f32_e32 v73, v73
         v_fma_f32 v77, v77, v11, -v29
+        v_cvt_pk_fp8_f32 v65, v68, v69
         v_wmma_i32_16x16x16_iu8 v[96:103], v[154:155], v[130:131], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[152:155], v3 offset:10240
-        v_cvt_pk_fp8_f32 v65, v68, v69
         v_exp_f32_e32 v74, v74
         v_fma_f32 v78, v78, v11, -v29
         v_dual_add_f32 v22, v22, v72 :: v_dual_add_f32 v23, v23, v73
-        v_exp_f32_e32 v75, v75
         v_wmma_i32_16x16x16_iu8 v[104:111], v[158:159], v[130:131], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[156:159], v3 offset:11264
+        v_exp_f32_e32 v75, v75
         v_fma_f32 v79, v79, v11, -v29
         v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
         v_exp_f32_e32 v76, v76
         v_fma_f32 v80, v80, v11, -v29
         v_dual_add_f32 v22, v22, v74 :: v_dual_add_f32 v23, v23, v75
-        v_exp_f32_e32 v77, v77
         v_wmma_i32_16x16x16_iu8 v[112:119], v[162:163], v[130:131], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v4 offset:8192
+        v_exp_f32_e32 v77, v77
         v_fma_f32 v81, v81, v11, -v29
         v_cvt_pk_fp8_f32 v72, v72, v73
         v_exp_f32_e32 v78, v78
         v_fma_f32 v82, v82, v11, -v29
         v_dual_add_f32 v22, v22, v76 :: v_dual_add_f32 v23, v23, v77
-        v_exp_f32_e32 v79, v79
         v_wmma_i32_16x16x16_iu8 v[120:127], v[166:167], v[130:131], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v4 offset:9216
+        v_exp_f32_e32 v79, v79
         v_fma_f32 v83, v83, v11, -v29
         v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
         v_exp_f32_e32 v80, v80
@@ -37784,25 +37784,25 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cvt_pk_fp8_f32 v80, v80, v81
         v_exp_f32_e32 v86, v86
         v_fma_f32 v90, v90, v11, -v29
+        v_dual_add_f32 v22, v22, v84 :: v_dual_add_f32 v23, v23, v85
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[180:181], v[132:133], v[120:127] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v84 :: v_dual_add_f32 v23, v23, v85
         v_exp_f32_e32 v87, v87
         v_fma_f32 v91, v91, v11, -v29
         v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
         v_exp_f32_e32 v88, v88
         v_fma_f32 v92, v92, v11, -v29
+        v_dual_add_f32 v22, v22, v86 :: v_dual_add_f32 v23, v23, v87
         v_wmma_i32_16x16x16_iu8 v[96:103], v[170:171], v[134:135], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v4 offset:10240
-        v_dual_add_f32 v22, v22, v86 :: v_dual_add_f32 v23, v23, v87
         v_exp_f32_e32 v89, v89
         v_fma_f32 v93, v93, v11, -v29
         v_cvt_pk_fp8_f32 v81, v84, v85
         v_exp_f32_e32 v90, v90
         v_fma_f32 v94, v94, v11, -v29
+        v_dual_add_f32 v22, v22, v88 :: v_dual_add_f32 v23, v23, v89
         v_wmma_i32_16x16x16_iu8 v[104:111], v[174:175], v[134:135], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v4 offset:11264
-        v_dual_add_f32 v22, v22, v88 :: v_dual_add_f32 v23, v23, v89
         v_exp_f32_e32 v91, v91
         v_fma_f32 v95, v95, v11, -v29
         v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
@@ -37813,8 +37813,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cvt_pk_fp8_f32 v88, v88, v89
         v_exp_f32_e32 v94, v94
         v_dual_add_f32 v22, v22, v92 :: v_dual_add_f32 v23, v23, v93
-        v_exp_f32_e32 v95, v95
         v_wmma_i32_16x16x16_iu8 v[120:127], v[182:183], v[134:135], v[120:127] neg_lo:[1,1,0]
+        v_exp_f32_e32 v95, v95
         v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
         v_dual_add_f32 v22, v22, v94 :: v_dual_add_f32 v23, v23, v95
         v_cvt_pk_fp8_f32 v89, v92, v93
@@ -38237,56 +38237,56 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_fma_f32 v101, v101, v11, -v29
         v_exp_f32_e32 v98, v98
         v_fma_f32 v102, v102, v11, -v29
-        v_exp_f32_e32 v99, v99
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v99, v99
         v_fma_f32 v103, v103, v11, -v29
         v_exp_f32_e32 v100, v100
         v_fma_f32 v104, v104, v11, -v29
         v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_exp_f32_e32 v101, v101
         v_fma_f32 v105, v105, v11, -v29
+        v_cvt_pk_fp8_f32 v96, v96, v97
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v96, v96, v97
         v_exp_f32_e32 v102, v102
         v_fma_f32 v106, v106, v11, -v29
         v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_exp_f32_e32 v103, v103
         v_fma_f32 v107, v107, v11, -v29
+        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         v_exp_f32_e32 v104, v104
         v_fma_f32 v108, v108, v11, -v29
         v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
         v_fma_f32 v109, v109, v11, -v29
+        v_cvt_pk_fp8_f32 v97, v100, v101
         v_wmma_i32_16x16x16_iu8 v[64:71], v[154:155], v[130:131], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[152:155], v3 offset:14336
-        v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
         v_fma_f32 v110, v110, v11, -v29
         v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
-        v_exp_f32_e32 v107, v107
         v_wmma_i32_16x16x16_iu8 v[72:79], v[158:159], v[130:131], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[156:159], v3 offset:15360
+        v_exp_f32_e32 v107, v107
         v_fma_f32 v111, v111, v11, -v29
         v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
         v_fma_f32 v112, v112, v11, -v29
         v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
-        v_exp_f32_e32 v109, v109
         v_wmma_i32_16x16x16_iu8 v[80:87], v[162:163], v[130:131], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v4 offset:12288
+        v_exp_f32_e32 v109, v109
         v_fma_f32 v113, v113, v11, -v29
         v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
         v_fma_f32 v114, v114, v11, -v29
         v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
-        v_exp_f32_e32 v111, v111
         v_wmma_i32_16x16x16_iu8 v[88:95], v[166:167], v[130:131], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v4 offset:13312
+        v_exp_f32_e32 v111, v111
         v_fma_f32 v115, v115, v11, -v29
         v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
@@ -38315,25 +38315,25 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
         v_fma_f32 v122, v122, v11, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[180:181], v[132:133], v[88:95] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
         v_fma_f32 v123, v123, v11, -v29
         v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
         v_fma_f32 v124, v124, v11, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_wmma_i32_16x16x16_iu8 v[64:71], v[170:171], v[134:135], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v4 offset:14336
-        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_exp_f32_e32 v121, v121
         v_fma_f32 v125, v125, v11, -v29
         v_cvt_pk_fp8_f32 v113, v116, v117
         v_exp_f32_e32 v122, v122
         v_fma_f32 v126, v126, v11, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_wmma_i32_16x16x16_iu8 v[72:79], v[174:175], v[134:135], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v4 offset:15360
-        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_exp_f32_e32 v123, v123
         v_fma_f32 v127, v127, v11, -v29
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
@@ -38344,8 +38344,8 @@ gfx1201_sage_attention_fwd_asm_d64_bf16:
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_exp_f32_e32 v126, v126
         v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
-        v_exp_f32_e32 v127, v127
         v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
+        v_exp_f32_e32 v127, v127
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
         v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
@@ -41927,56 +41927,56 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_fma_f32 v69, v69, v11, -v29
         v_exp_f32_e32 v66, v66
         v_fma_f32 v70, v70, v11, -v29
-        v_exp_f32_e32 v67, v67
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v67, v67
         v_fma_f32 v71, v71, v11, -v29
         v_exp_f32_e32 v68, v68
         v_fma_f32 v72, v72, v11, -v29
         v_dual_add_f32 v22, v64, v66 :: v_dual_add_f32 v23, v65, v67
         v_exp_f32_e32 v69, v69
         v_fma_f32 v73, v73, v11, -v29
+        v_cvt_pk_fp8_f32 v64, v64, v65
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v64, v64, v65
         v_exp_f32_e32 v70, v70
         v_fma_f32 v74, v74, v11, -v29
         v_dual_add_f32 v22, v22, v68 :: v_dual_add_f32 v23, v23, v69
         v_exp_f32_e32 v71, v71
         v_fma_f32 v75, v75, v11, -v29
+        v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
         v_exp_f32_e32 v72, v72
         v_fma_f32 v76, v76, v11, -v29
         v_dual_add_f32 v22, v22, v70 :: v_dual_add_f32 v23, v23, v71
         v_exp_f32_e32 v73, v73
         v_fma_f32 v77, v77, v11, -v29
+        v_cvt_pk_fp8_f32 v65, v68, v69
         v_wmma_i32_16x16x16_iu8 v[96:103], v[154:155], v[130:131], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[152:155], v3 offset:10240
-        v_cvt_pk_fp8_f32 v65, v68, v69
         v_exp_f32_e32 v74, v74
         v_fma_f32 v78, v78, v11, -v29
         v_dual_add_f32 v22, v22, v72 :: v_dual_add_f32 v23, v23, v73
-        v_exp_f32_e32 v75, v75
         v_wmma_i32_16x16x16_iu8 v[104:111], v[158:159], v[130:131], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[156:159], v3 offset:11264
+        v_exp_f32_e32 v75, v75
         v_fma_f32 v79, v79, v11, -v29
         v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
         v_exp_f32_e32 v76, v76
         v_fma_f32 v80, v80, v11, -v29
         v_dual_add_f32 v22, v22, v74 :: v_dual_add_f32 v23, v23, v75
-        v_exp_f32_e32 v77, v77
         v_wmma_i32_16x16x16_iu8 v[112:119], v[162:163], v[130:131], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v4 offset:8192
+        v_exp_f32_e32 v77, v77
         v_fma_f32 v81, v81, v11, -v29
         v_cvt_pk_fp8_f32 v72, v72, v73
         v_exp_f32_e32 v78, v78
         v_fma_f32 v82, v82, v11, -v29
         v_dual_add_f32 v22, v22, v76 :: v_dual_add_f32 v23, v23, v77
-        v_exp_f32_e32 v79, v79
         v_wmma_i32_16x16x16_iu8 v[120:127], v[166:167], v[130:131], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v4 offset:9216
+        v_exp_f32_e32 v79, v79
         v_fma_f32 v83, v83, v11, -v29
         v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
         v_exp_f32_e32 v80, v80
@@ -42005,25 +42005,25 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cvt_pk_fp8_f32 v80, v80, v81
         v_exp_f32_e32 v86, v86
         v_fma_f32 v90, v90, v11, -v29
+        v_dual_add_f32 v22, v22, v84 :: v_dual_add_f32 v23, v23, v85
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[180:181], v[132:133], v[120:127] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v84 :: v_dual_add_f32 v23, v23, v85
         v_exp_f32_e32 v87, v87
         v_fma_f32 v91, v91, v11, -v29
         v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
         v_exp_f32_e32 v88, v88
         v_fma_f32 v92, v92, v11, -v29
+        v_dual_add_f32 v22, v22, v86 :: v_dual_add_f32 v23, v23, v87
         v_wmma_i32_16x16x16_iu8 v[96:103], v[170:171], v[134:135], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v4 offset:10240
-        v_dual_add_f32 v22, v22, v86 :: v_dual_add_f32 v23, v23, v87
         v_exp_f32_e32 v89, v89
         v_fma_f32 v93, v93, v11, -v29
         v_cvt_pk_fp8_f32 v81, v84, v85
         v_exp_f32_e32 v90, v90
         v_fma_f32 v94, v94, v11, -v29
+        v_dual_add_f32 v22, v22, v88 :: v_dual_add_f32 v23, v23, v89
         v_wmma_i32_16x16x16_iu8 v[104:111], v[174:175], v[134:135], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v4 offset:11264
-        v_dual_add_f32 v22, v22, v88 :: v_dual_add_f32 v23, v23, v89
         v_exp_f32_e32 v91, v91
         v_fma_f32 v95, v95, v11, -v29
         v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
@@ -42034,8 +42034,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cvt_pk_fp8_f32 v88, v88, v89
         v_exp_f32_e32 v94, v94
         v_dual_add_f32 v22, v22, v92 :: v_dual_add_f32 v23, v23, v93
-        v_exp_f32_e32 v95, v95
         v_wmma_i32_16x16x16_iu8 v[120:127], v[182:183], v[134:135], v[120:127] neg_lo:[1,1,0]
+        v_exp_f32_e32 v95, v95
         v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
         v_dual_add_f32 v22, v22, v94 :: v_dual_add_f32 v23, v23, v95
         v_cvt_pk_fp8_f32 v89, v92, v93
@@ -42458,56 +42458,56 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_fma_f32 v101, v101, v11, -v29
         v_exp_f32_e32 v98, v98
         v_fma_f32 v102, v102, v11, -v29
-        v_exp_f32_e32 v99, v99
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v99, v99
         v_fma_f32 v103, v103, v11, -v29
         v_exp_f32_e32 v100, v100
         v_fma_f32 v104, v104, v11, -v29
         v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_exp_f32_e32 v101, v101
         v_fma_f32 v105, v105, v11, -v29
+        v_cvt_pk_fp8_f32 v96, v96, v97
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v96, v96, v97
         v_exp_f32_e32 v102, v102
         v_fma_f32 v106, v106, v11, -v29
         v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_exp_f32_e32 v103, v103
         v_fma_f32 v107, v107, v11, -v29
+        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         v_exp_f32_e32 v104, v104
         v_fma_f32 v108, v108, v11, -v29
         v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
         v_fma_f32 v109, v109, v11, -v29
+        v_cvt_pk_fp8_f32 v97, v100, v101
         v_wmma_i32_16x16x16_iu8 v[64:71], v[154:155], v[130:131], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[152:155], v3 offset:14336
-        v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
         v_fma_f32 v110, v110, v11, -v29
         v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
-        v_exp_f32_e32 v107, v107
         v_wmma_i32_16x16x16_iu8 v[72:79], v[158:159], v[130:131], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[156:159], v3 offset:15360
+        v_exp_f32_e32 v107, v107
         v_fma_f32 v111, v111, v11, -v29
         v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
         v_fma_f32 v112, v112, v11, -v29
         v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
-        v_exp_f32_e32 v109, v109
         v_wmma_i32_16x16x16_iu8 v[80:87], v[162:163], v[130:131], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v4 offset:12288
+        v_exp_f32_e32 v109, v109
         v_fma_f32 v113, v113, v11, -v29
         v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
         v_fma_f32 v114, v114, v11, -v29
         v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
-        v_exp_f32_e32 v111, v111
         v_wmma_i32_16x16x16_iu8 v[88:95], v[166:167], v[130:131], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v4 offset:13312
+        v_exp_f32_e32 v111, v111
         v_fma_f32 v115, v115, v11, -v29
         v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
@@ -42536,25 +42536,25 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
         v_fma_f32 v122, v122, v11, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[180:181], v[132:133], v[88:95] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
         v_fma_f32 v123, v123, v11, -v29
         v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
         v_fma_f32 v124, v124, v11, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_wmma_i32_16x16x16_iu8 v[64:71], v[170:171], v[134:135], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v4 offset:14336
-        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_exp_f32_e32 v121, v121
         v_fma_f32 v125, v125, v11, -v29
         v_cvt_pk_fp8_f32 v113, v116, v117
         v_exp_f32_e32 v122, v122
         v_fma_f32 v126, v126, v11, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_wmma_i32_16x16x16_iu8 v[72:79], v[174:175], v[134:135], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v4 offset:15360
-        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_exp_f32_e32 v123, v123
         v_fma_f32 v127, v127, v11, -v29
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
@@ -42565,8 +42565,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp16:
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_exp_f32_e32 v126, v126
         v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
-        v_exp_f32_e32 v127, v127
         v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
+        v_exp_f32_e32 v127, v127
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
         v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
@@ -46116,56 +46116,56 @@ gfx1201_sage_attention_fwd_asm_d64_fp32:
         v_fma_f32 v69, v69, v11, -v29
         v_exp_f32_e32 v66, v66
         v_fma_f32 v70, v70, v11, -v29
-        v_exp_f32_e32 v67, v67
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v67, v67
         v_fma_f32 v71, v71, v11, -v29
         v_exp_f32_e32 v68, v68
         v_fma_f32 v72, v72, v11, -v29
         v_dual_add_f32 v22, v64, v66 :: v_dual_add_f32 v23, v65, v67
         v_exp_f32_e32 v69, v69
         v_fma_f32 v73, v73, v11, -v29
+        v_cvt_pk_fp8_f32 v64, v64, v65
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v64, v64, v65
         v_exp_f32_e32 v70, v70
         v_fma_f32 v74, v74, v11, -v29
         v_dual_add_f32 v22, v22, v68 :: v_dual_add_f32 v23, v23, v69
         v_exp_f32_e32 v71, v71
         v_fma_f32 v75, v75, v11, -v29
+        v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v64, v66, v67 op_sel:[0,0,1]
         v_exp_f32_e32 v72, v72
         v_fma_f32 v76, v76, v11, -v29
         v_dual_add_f32 v22, v22, v70 :: v_dual_add_f32 v23, v23, v71
         v_exp_f32_e32 v73, v73
         v_fma_f32 v77, v77, v11, -v29
+        v_cvt_pk_fp8_f32 v65, v68, v69
         v_wmma_i32_16x16x16_iu8 v[96:103], v[154:155], v[130:131], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[152:155], v3 offset:10240
-        v_cvt_pk_fp8_f32 v65, v68, v69
         v_exp_f32_e32 v74, v74
         v_fma_f32 v78, v78, v11, -v29
         v_dual_add_f32 v22, v22, v72 :: v_dual_add_f32 v23, v23, v73
-        v_exp_f32_e32 v75, v75
         v_wmma_i32_16x16x16_iu8 v[104:111], v[158:159], v[130:131], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[156:159], v3 offset:11264
+        v_exp_f32_e32 v75, v75
         v_fma_f32 v79, v79, v11, -v29
         v_cvt_pk_fp8_f32 v65, v70, v71 op_sel:[0,0,1]
         v_exp_f32_e32 v76, v76
         v_fma_f32 v80, v80, v11, -v29
         v_dual_add_f32 v22, v22, v74 :: v_dual_add_f32 v23, v23, v75
-        v_exp_f32_e32 v77, v77
         v_wmma_i32_16x16x16_iu8 v[112:119], v[162:163], v[130:131], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v4 offset:8192
+        v_exp_f32_e32 v77, v77
         v_fma_f32 v81, v81, v11, -v29
         v_cvt_pk_fp8_f32 v72, v72, v73
         v_exp_f32_e32 v78, v78
         v_fma_f32 v82, v82, v11, -v29
         v_dual_add_f32 v22, v22, v76 :: v_dual_add_f32 v23, v23, v77
-        v_exp_f32_e32 v79, v79
         v_wmma_i32_16x16x16_iu8 v[120:127], v[166:167], v[130:131], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v4 offset:9216
+        v_exp_f32_e32 v79, v79
         v_fma_f32 v83, v83, v11, -v29
         v_cvt_pk_fp8_f32 v72, v74, v75 op_sel:[0,0,1]
         v_exp_f32_e32 v80, v80
@@ -46194,25 +46194,25 @@ gfx1201_sage_attention_fwd_asm_d64_fp32:
         v_cvt_pk_fp8_f32 v80, v80, v81
         v_exp_f32_e32 v86, v86
         v_fma_f32 v90, v90, v11, -v29
+        v_dual_add_f32 v22, v22, v84 :: v_dual_add_f32 v23, v23, v85
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[180:181], v[132:133], v[120:127] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v84 :: v_dual_add_f32 v23, v23, v85
         v_exp_f32_e32 v87, v87
         v_fma_f32 v91, v91, v11, -v29
         v_cvt_pk_fp8_f32 v80, v82, v83 op_sel:[0,0,1]
         v_exp_f32_e32 v88, v88
         v_fma_f32 v92, v92, v11, -v29
+        v_dual_add_f32 v22, v22, v86 :: v_dual_add_f32 v23, v23, v87
         v_wmma_i32_16x16x16_iu8 v[96:103], v[170:171], v[134:135], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v4 offset:10240
-        v_dual_add_f32 v22, v22, v86 :: v_dual_add_f32 v23, v23, v87
         v_exp_f32_e32 v89, v89
         v_fma_f32 v93, v93, v11, -v29
         v_cvt_pk_fp8_f32 v81, v84, v85
         v_exp_f32_e32 v90, v90
         v_fma_f32 v94, v94, v11, -v29
+        v_dual_add_f32 v22, v22, v88 :: v_dual_add_f32 v23, v23, v89
         v_wmma_i32_16x16x16_iu8 v[104:111], v[174:175], v[134:135], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v4 offset:11264
-        v_dual_add_f32 v22, v22, v88 :: v_dual_add_f32 v23, v23, v89
         v_exp_f32_e32 v91, v91
         v_fma_f32 v95, v95, v11, -v29
         v_cvt_pk_fp8_f32 v81, v86, v87 op_sel:[0,0,1]
@@ -46223,8 +46223,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp32:
         v_cvt_pk_fp8_f32 v88, v88, v89
         v_exp_f32_e32 v94, v94
         v_dual_add_f32 v22, v22, v92 :: v_dual_add_f32 v23, v23, v93
-        v_exp_f32_e32 v95, v95
         v_wmma_i32_16x16x16_iu8 v[120:127], v[182:183], v[134:135], v[120:127] neg_lo:[1,1,0]
+        v_exp_f32_e32 v95, v95
         v_cvt_pk_fp8_f32 v88, v90, v91 op_sel:[0,0,1]
         v_dual_add_f32 v22, v22, v94 :: v_dual_add_f32 v23, v23, v95
         v_cvt_pk_fp8_f32 v89, v92, v93
@@ -46647,56 +46647,56 @@ gfx1201_sage_attention_fwd_asm_d64_fp32:
         v_fma_f32 v101, v101, v11, -v29
         v_exp_f32_e32 v98, v98
         v_fma_f32 v102, v102, v11, -v29
-        v_exp_f32_e32 v99, v99
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[156:157], v[128:129], v[192:199] neg_lo:[1,1,0]
+        v_exp_f32_e32 v99, v99
         v_fma_f32 v103, v103, v11, -v29
         v_exp_f32_e32 v100, v100
         v_fma_f32 v104, v104, v11, -v29
         v_dual_add_f32 v22, v96, v98 :: v_dual_add_f32 v23, v97, v99
         v_exp_f32_e32 v101, v101
         v_fma_f32 v105, v105, v11, -v29
+        v_cvt_pk_fp8_f32 v96, v96, v97
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[160:161], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v96, v96, v97
         v_exp_f32_e32 v102, v102
         v_fma_f32 v106, v106, v11, -v29
         v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
         v_exp_f32_e32 v103, v103
         v_fma_f32 v107, v107, v11, -v29
+        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[164:165], v[128:129], v[192:199] neg_lo:[1,1,0]
-        v_cvt_pk_fp8_f32 v96, v98, v99 op_sel:[0,0,1]
         v_exp_f32_e32 v104, v104
         v_fma_f32 v108, v108, v11, -v29
         v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
         v_exp_f32_e32 v105, v105
         v_fma_f32 v109, v109, v11, -v29
+        v_cvt_pk_fp8_f32 v97, v100, v101
         v_wmma_i32_16x16x16_iu8 v[64:71], v[154:155], v[130:131], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[152:155], v3 offset:14336
-        v_cvt_pk_fp8_f32 v97, v100, v101
         v_exp_f32_e32 v106, v106
         v_fma_f32 v110, v110, v11, -v29
         v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
-        v_exp_f32_e32 v107, v107
         v_wmma_i32_16x16x16_iu8 v[72:79], v[158:159], v[130:131], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[156:159], v3 offset:15360
+        v_exp_f32_e32 v107, v107
         v_fma_f32 v111, v111, v11, -v29
         v_cvt_pk_fp8_f32 v97, v102, v103 op_sel:[0,0,1]
         v_exp_f32_e32 v108, v108
         v_fma_f32 v112, v112, v11, -v29
         v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
-        v_exp_f32_e32 v109, v109
         v_wmma_i32_16x16x16_iu8 v[80:87], v[162:163], v[130:131], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v4 offset:12288
+        v_exp_f32_e32 v109, v109
         v_fma_f32 v113, v113, v11, -v29
         v_cvt_pk_fp8_f32 v104, v104, v105
         v_exp_f32_e32 v110, v110
         v_fma_f32 v114, v114, v11, -v29
         v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
-        v_exp_f32_e32 v111, v111
         v_wmma_i32_16x16x16_iu8 v[88:95], v[166:167], v[130:131], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v4 offset:13312
+        v_exp_f32_e32 v111, v111
         v_fma_f32 v115, v115, v11, -v29
         v_cvt_pk_fp8_f32 v104, v106, v107 op_sel:[0,0,1]
         v_exp_f32_e32 v112, v112
@@ -46725,25 +46725,25 @@ gfx1201_sage_attention_fwd_asm_d64_fp32:
         v_cvt_pk_fp8_f32 v112, v112, v113
         v_exp_f32_e32 v118, v118
         v_fma_f32 v122, v122, v11, -v29
+        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[180:181], v[132:133], v[88:95] neg_lo:[1,1,0]
-        v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_exp_f32_e32 v119, v119
         v_fma_f32 v123, v123, v11, -v29
         v_cvt_pk_fp8_f32 v112, v114, v115 op_sel:[0,0,1]
         v_exp_f32_e32 v120, v120
         v_fma_f32 v124, v124, v11, -v29
+        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_wmma_i32_16x16x16_iu8 v[64:71], v[170:171], v[134:135], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v4 offset:14336
-        v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_exp_f32_e32 v121, v121
         v_fma_f32 v125, v125, v11, -v29
         v_cvt_pk_fp8_f32 v113, v116, v117
         v_exp_f32_e32 v122, v122
         v_fma_f32 v126, v126, v11, -v29
+        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_wmma_i32_16x16x16_iu8 v[72:79], v[174:175], v[134:135], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v4 offset:15360
-        v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_exp_f32_e32 v123, v123
         v_fma_f32 v127, v127, v11, -v29
         v_cvt_pk_fp8_f32 v113, v118, v119 op_sel:[0,0,1]
@@ -46754,8 +46754,8 @@ gfx1201_sage_attention_fwd_asm_d64_fp32:
         v_cvt_pk_fp8_f32 v120, v120, v121
         v_exp_f32_e32 v126, v126
         v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
-        v_exp_f32_e32 v127, v127
         v_wmma_i32_16x16x16_iu8 v[88:95], v[182:183], v[134:135], v[88:95] neg_lo:[1,1,0]
+        v_exp_f32_e32 v127, v127
         v_cvt_pk_fp8_f32 v120, v122, v123 op_sel:[0,0,1]
         v_dual_add_f32 v22, v22, v126 :: v_dual_add_f32 v23, v23, v127
         v_cvt_pk_fp8_f32 v121, v124, v125
@@ -50274,145 +50274,145 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_exp_f32_e32 v102, v102
         v_fma_f32 v106, v106, v12, -v29
         v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
+        v_cvt_f16_f32_e64 v98, v98
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[162:163], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v2 offset:11264
-        v_cvt_f16_f32_e64 v98, v98
         v_exp_f32_e32 v103, v103
         v_fma_f32 v107, v107, v12, -v29
         v_cvt_f16_f32_e64 v99, v99
+        v_pack_b32_f16 v97, v98, v99
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[162:163], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v3 offset:8192
-        v_pack_b32_f16 v97, v98, v99
         v_exp_f32_e32 v104, v104
         v_fma_f32 v108, v108, v12, -v29
         v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
+        v_cvt_f16_f32_e64 v100, v100
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[162:163], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v3 offset:9216
-        v_cvt_f16_f32_e64 v100, v100
         v_exp_f32_e32 v105, v105
         v_fma_f32 v109, v109, v12, -v29
         v_cvt_f16_f32_e64 v101, v101
+        v_pack_b32_f16 v98, v100, v101
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[164:165], v[128:135] neg_lo:[1,1,0]
-        v_pack_b32_f16 v98, v100, v101
         v_exp_f32_e32 v106, v106
         v_fma_f32 v110, v110, v12, -v29
         v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
+        v_cvt_f16_f32_e64 v102, v102
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[164:165], v[136:143] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v102, v102
         v_exp_f32_e32 v107, v107
         v_fma_f32 v111, v111, v12, -v29
         v_cvt_f16_f32_e64 v103, v103
+        v_pack_b32_f16 v99, v102, v103
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[164:165], v[144:151] neg_lo:[1,1,0]
-        v_pack_b32_f16 v99, v102, v103
         v_exp_f32_e32 v108, v108
         v_fma_f32 v112, v112, v12, -v29
         v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
+        v_cvt_f16_f32_e64 v104, v104
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[164:165], v[152:159] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v104, v104
         v_exp_f32_e32 v109, v109
         v_fma_f32 v113, v113, v12, -v29
         v_cvt_f16_f32_e64 v105, v105
+        v_pack_b32_f16 v104, v104, v105
         v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[166:167], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v3 offset:10240
-        v_pack_b32_f16 v104, v104, v105
         v_exp_f32_e32 v110, v110
         v_fma_f32 v114, v114, v12, -v29
         v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
+        v_cvt_f16_f32_e64 v106, v106
         v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[166:167], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v3 offset:11264
-        v_cvt_f16_f32_e64 v106, v106
         v_exp_f32_e32 v111, v111
         v_fma_f32 v115, v115, v12, -v29
         v_cvt_f16_f32_e64 v107, v107
+        v_pack_b32_f16 v105, v106, v107
         v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[166:167], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:8192
-        v_pack_b32_f16 v105, v106, v107
         v_exp_f32_e32 v112, v112
         v_fma_f32 v116, v116, v12, -v29
         v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
+        v_cvt_f16_f32_e64 v108, v108
         v_wmma_i32_16x16x16_iu8 v[152:159], v[230:231], v[166:167], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:9216
-        v_cvt_f16_f32_e64 v108, v108
         v_exp_f32_e32 v113, v113
         v_fma_f32 v117, v117, v12, -v29
-        s_wait_dscnt 5
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[232:233], v[168:169], v[128:135] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[232:233], v[168:169], v[128:135] neg_lo:[1,1,0]
         v_exp_f32_e32 v114, v114
         v_fma_f32 v118, v118, v12, -v29
-        s_wait_dscnt 4
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[236:237], v[168:169], v[136:143] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_cvt_f16_f32_e64 v110, v110
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[236:237], v[168:169], v[136:143] neg_lo:[1,1,0]
         v_exp_f32_e32 v115, v115
         v_fma_f32 v119, v119, v12, -v29
-        s_wait_dscnt 3
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[240:241], v[168:169], v[144:151] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[240:241], v[168:169], v[144:151] neg_lo:[1,1,0]
         v_exp_f32_e32 v116, v116
         v_fma_f32 v120, v120, v12, -v29
-        s_wait_dscnt 2
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[244:245], v[168:169], v[152:159] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_cvt_f16_f32_e64 v112, v112
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[244:245], v[168:169], v[152:159] neg_lo:[1,1,0]
         v_exp_f32_e32 v117, v117
         v_fma_f32 v121, v121, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[234:235], v[170:171], v[128:135] neg_lo:[1,1,0]
-        ds_load_b128 v[232:235], v4 offset:10240
         v_cvt_f16_f32_e64 v113, v113
         v_pack_b32_f16 v112, v112, v113
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[234:235], v[170:171], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v4 offset:10240
         v_exp_f32_e32 v118, v118
         v_fma_f32 v122, v122, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[238:239], v[170:171], v[136:143] neg_lo:[1,1,0]
-        ds_load_b128 v[236:239], v4 offset:11264
         v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_cvt_f16_f32_e64 v114, v114
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[238:239], v[170:171], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v4 offset:11264
         v_exp_f32_e32 v119, v119
         v_fma_f32 v123, v123, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[242:243], v[170:171], v[144:151] neg_lo:[1,1,0]
-        ds_load_b128 v[240:243], v5 offset:16384
         v_cvt_f16_f32_e64 v115, v115
         v_pack_b32_f16 v113, v114, v115
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[242:243], v[170:171], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[240:243], v5 offset:16384
         v_exp_f32_e32 v120, v120
         v_fma_f32 v124, v124, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[246:247], v[170:171], v[152:159] neg_lo:[1,1,0]
-        ds_load_b128 v[244:247], v5 offset:18688
         v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_cvt_f16_f32_e64 v116, v116
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[246:247], v[170:171], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[244:247], v5 offset:18688
         v_exp_f32_e32 v121, v121
         v_fma_f32 v125, v125, v12, -v29
-        s_wait_dscnt 5
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[172:173], v[128:135] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v117, v117
         v_pack_b32_f16 v114, v116, v117
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[172:173], v[128:135] neg_lo:[1,1,0]
         v_exp_f32_e32 v122, v122
         v_fma_f32 v126, v126, v12, -v29
-        s_wait_dscnt 4
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[172:173], v[136:143] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_cvt_f16_f32_e64 v118, v118
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[172:173], v[136:143] neg_lo:[1,1,0]
         v_exp_f32_e32 v123, v123
         v_fma_f32 v127, v127, v12, -v29
-        s_wait_dscnt 3
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[172:173], v[144:151] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[172:173], v[144:151] neg_lo:[1,1,0]
         v_exp_f32_e32 v124, v124
-        s_wait_dscnt 2
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[172:173], v[152:159] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_cvt_f16_f32_e64 v120, v120
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[172:173], v[152:159] neg_lo:[1,1,0]
         v_exp_f32_e32 v125, v125
         v_cvt_f16_f32_e64 v121, v121
+        v_pack_b32_f16 v120, v120, v121
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[174:175], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v5 offset:20992
-        v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
         v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_cvt_f16_f32_e64 v122, v122
@@ -50967,145 +50967,145 @@ gfx1201_sage_attention_fwd_asm_d128_bf16_pv16:
         v_exp_f32_e32 v134, v134
         v_fma_f32 v138, v138, v12, -v29
         v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
+        v_cvt_f16_f32_e64 v130, v130
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[162:163], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v2 offset:3072
-        v_cvt_f16_f32_e64 v130, v130
         v_exp_f32_e32 v135, v135
         v_fma_f32 v139, v139, v12, -v29
         v_cvt_f16_f32_e64 v131, v131
+        v_pack_b32_f16 v129, v130, v131
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[162:163], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v3 offset:0
-        v_pack_b32_f16 v129, v130, v131
         v_exp_f32_e32 v136, v136
         v_fma_f32 v140, v140, v12, -v29
         v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
+        v_cvt_f16_f32_e64 v132, v132
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[162:163], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v3 offset:1024
-        v_cvt_f16_f32_e64 v132, v132
         v_exp_f32_e32 v137, v137
         v_fma_f32 v141, v141, v12, -v29
         v_cvt_f16_f32_e64 v133, v133
+        v_pack_b32_f16 v130, v132, v133
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[164:165], v[96:103] neg_lo:[1,1,0]
-        v_pack_b32_f16 v130, v132, v133
         v_exp_f32_e32 v138, v138
         v_fma_f32 v142, v142, v12, -v29
         v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
+        v_cvt_f16_f32_e64 v134, v134
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[164:165], v[104:111] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v134, v134
         v_exp_f32_e32 v139, v139
         v_fma_f32 v143, v143, v12, -v29
         v_cvt_f16_f32_e64 v135, v135
+        v_pack_b32_f16 v131, v134, v135
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[164:165], v[112:119] neg_lo:[1,1,0]
-        v_pack_b32_f16 v131, v134, v135
         v_exp_f32_e32 v140, v140
         v_fma_f32 v144, v144, v12, -v29
         v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
+        v_cvt_f16_f32_e64 v136, v136
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[164:165], v[120:127] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v136, v136
         v_exp_f32_e32 v141, v141
         v_fma_f32 v145, v145, v12, -v29
         v_cvt_f16_f32_e64 v137, v137
+        v_pack_b32_f16 v136, v136, v137
         v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[166:167], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v3 offset:2048
-        v_pack_b32_f16 v136, v136, v137
         v_exp_f32_e32 v142, v142
         v_fma_f32 v146, v146, v12, -v29
         v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
+        v_cvt_f16_f32_e64 v138, v138
         v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[166:167], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v3 offset:3072
-        v_cvt_f16_f32_e64 v138, v138
         v_exp_f32_e32 v143, v143
         v_fma_f32 v147, v147, v12, -v29
         v_cvt_f16_f32_e64 v139, v139
+        v_pack_b32_f16 v137, v138, v139
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[166:167], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:0
-        v_pack_b32_f16 v137, v138, v139
         v_exp_f32_e32 v144, v144
         v_fma_f32 v148, v148, v12, -v29
         v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
+        v_cvt_f16_f32_e64 v140, v140
         v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[166:167], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:1024
-        v_cvt_f16_f32_e64 v140, v140
         v_exp_f32_e32 v145, v145
         v_fma_f32 v149, v149, v12, -v29
-        s_wait_dscnt 5
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[232:233], v[168:169], v[96:103] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v141, v141
         v_pack_b32_f16 v138, v140, v141
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[232:233], v[168:169], v[96:103] neg_lo:[1,1,0]
         v_exp_f32_e32 v146, v146
         v_fma_f32 v150, v150, v12, -v29
-        s_wait_dscnt 4
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[236:237], v[168:169], v[104:111] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
         v_cvt_f16_f32_e64 v142, v142
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[236:237], v[168:169], v[104:111] neg_lo:[1,1,0]
         v_exp_f32_e32 v147, v147
         v_fma_f32 v151, v151, v12, -v29
-        s_wait_dscnt 3
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[240:241], v[168:169], v[112:119] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v143, v143
         v_pack_b32_f16 v139, v142, v143
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[240:241], v[168:169], v[112:119] neg_lo:[1,1,0]
         v_exp_f32_e32 v148, v148
         v_fma_f32 v152, v152, v12, -v29
-        s_wait_dscnt 2
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[244:245], v[168:169], v[120:127] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
         v_cvt_f16_f32_e64 v144, v144
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[244:245], v[168:169], v[120:127] neg_lo:[1,1,0]
         v_exp_f32_e32 v149, v149
         v_fma_f32 v153, v153, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[234:235], v[170:171], v[96:103] neg_lo:[1,1,0]
-        ds_load_b128 v[232:235], v4 offset:2048
         v_cvt_f16_f32_e64 v145, v145
         v_pack_b32_f16 v144, v144, v145
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[234:235], v[170:171], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v4 offset:2048
         v_exp_f32_e32 v150, v150
         v_fma_f32 v154, v154, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[238:239], v[170:171], v[104:111] neg_lo:[1,1,0]
-        ds_load_b128 v[236:239], v4 offset:3072
         v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
         v_cvt_f16_f32_e64 v146, v146
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[238:239], v[170:171], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v4 offset:3072
         v_exp_f32_e32 v151, v151
         v_fma_f32 v155, v155, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[242:243], v[170:171], v[112:119] neg_lo:[1,1,0]
-        ds_load_b128 v[240:243], v5 offset:16384
         v_cvt_f16_f32_e64 v147, v147
         v_pack_b32_f16 v145, v146, v147
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[242:243], v[170:171], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[240:243], v5 offset:16384
         v_exp_f32_e32 v152, v152
         v_fma_f32 v156, v156, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[246:247], v[170:171], v[120:127] neg_lo:[1,1,0]
-        ds_load_b128 v[244:247], v5 offset:18688
         v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
         v_cvt_f16_f32_e64 v148, v148
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[246:247], v[170:171], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[244:247], v5 offset:18688
         v_exp_f32_e32 v153, v153
         v_fma_f32 v157, v157, v12, -v29
-        s_wait_dscnt 5
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[172:173], v[96:103] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v149, v149
         v_pack_b32_f16 v146, v148, v149
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[172:173], v[96:103] neg_lo:[1,1,0]
         v_exp_f32_e32 v154, v154
         v_fma_f32 v158, v158, v12, -v29
-        s_wait_dscnt 4
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[172:173], v[104:111] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
         v_cvt_f16_f32_e64 v150, v150
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[172:173], v[104:111] neg_lo:[1,1,0]
         v_exp_f32_e32 v155, v155
         v_fma_f32 v159, v159, v12, -v29
-        s_wait_dscnt 3
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[172:173], v[112:119] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v151, v151
         v_pack_b32_f16 v147, v150, v151
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[172:173], v[112:119] neg_lo:[1,1,0]
         v_exp_f32_e32 v156, v156
-        s_wait_dscnt 2
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[172:173], v[120:127] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
         v_cvt_f16_f32_e64 v152, v152
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[172:173], v[120:127] neg_lo:[1,1,0]
         v_exp_f32_e32 v157, v157
         v_cvt_f16_f32_e64 v153, v153
+        v_pack_b32_f16 v152, v152, v153
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[174:175], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v5 offset:20992
-        v_pack_b32_f16 v152, v152, v153
         v_exp_f32_e32 v158, v158
         v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_cvt_f16_f32_e64 v154, v154
@@ -55479,145 +55479,145 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_exp_f32_e32 v102, v102
         v_fma_f32 v106, v106, v12, -v29
         v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
+        v_cvt_f16_f32_e64 v98, v98
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[162:163], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v2 offset:11264
-        v_cvt_f16_f32_e64 v98, v98
         v_exp_f32_e32 v103, v103
         v_fma_f32 v107, v107, v12, -v29
         v_cvt_f16_f32_e64 v99, v99
+        v_pack_b32_f16 v97, v98, v99
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[162:163], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v3 offset:8192
-        v_pack_b32_f16 v97, v98, v99
         v_exp_f32_e32 v104, v104
         v_fma_f32 v108, v108, v12, -v29
         v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
+        v_cvt_f16_f32_e64 v100, v100
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[162:163], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v3 offset:9216
-        v_cvt_f16_f32_e64 v100, v100
         v_exp_f32_e32 v105, v105
         v_fma_f32 v109, v109, v12, -v29
         v_cvt_f16_f32_e64 v101, v101
+        v_pack_b32_f16 v98, v100, v101
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[164:165], v[128:135] neg_lo:[1,1,0]
-        v_pack_b32_f16 v98, v100, v101
         v_exp_f32_e32 v106, v106
         v_fma_f32 v110, v110, v12, -v29
         v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
+        v_cvt_f16_f32_e64 v102, v102
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[164:165], v[136:143] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v102, v102
         v_exp_f32_e32 v107, v107
         v_fma_f32 v111, v111, v12, -v29
         v_cvt_f16_f32_e64 v103, v103
+        v_pack_b32_f16 v99, v102, v103
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[164:165], v[144:151] neg_lo:[1,1,0]
-        v_pack_b32_f16 v99, v102, v103
         v_exp_f32_e32 v108, v108
         v_fma_f32 v112, v112, v12, -v29
         v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
+        v_cvt_f16_f32_e64 v104, v104
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[164:165], v[152:159] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v104, v104
         v_exp_f32_e32 v109, v109
         v_fma_f32 v113, v113, v12, -v29
         v_cvt_f16_f32_e64 v105, v105
+        v_pack_b32_f16 v104, v104, v105
         v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[166:167], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v3 offset:10240
-        v_pack_b32_f16 v104, v104, v105
         v_exp_f32_e32 v110, v110
         v_fma_f32 v114, v114, v12, -v29
         v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
+        v_cvt_f16_f32_e64 v106, v106
         v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[166:167], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v3 offset:11264
-        v_cvt_f16_f32_e64 v106, v106
         v_exp_f32_e32 v111, v111
         v_fma_f32 v115, v115, v12, -v29
         v_cvt_f16_f32_e64 v107, v107
+        v_pack_b32_f16 v105, v106, v107
         v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[166:167], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:8192
-        v_pack_b32_f16 v105, v106, v107
         v_exp_f32_e32 v112, v112
         v_fma_f32 v116, v116, v12, -v29
         v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
+        v_cvt_f16_f32_e64 v108, v108
         v_wmma_i32_16x16x16_iu8 v[152:159], v[230:231], v[166:167], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:9216
-        v_cvt_f16_f32_e64 v108, v108
         v_exp_f32_e32 v113, v113
         v_fma_f32 v117, v117, v12, -v29
-        s_wait_dscnt 5
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[232:233], v[168:169], v[128:135] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[232:233], v[168:169], v[128:135] neg_lo:[1,1,0]
         v_exp_f32_e32 v114, v114
         v_fma_f32 v118, v118, v12, -v29
-        s_wait_dscnt 4
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[236:237], v[168:169], v[136:143] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_cvt_f16_f32_e64 v110, v110
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[236:237], v[168:169], v[136:143] neg_lo:[1,1,0]
         v_exp_f32_e32 v115, v115
         v_fma_f32 v119, v119, v12, -v29
-        s_wait_dscnt 3
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[240:241], v[168:169], v[144:151] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[240:241], v[168:169], v[144:151] neg_lo:[1,1,0]
         v_exp_f32_e32 v116, v116
         v_fma_f32 v120, v120, v12, -v29
-        s_wait_dscnt 2
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[244:245], v[168:169], v[152:159] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_cvt_f16_f32_e64 v112, v112
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[244:245], v[168:169], v[152:159] neg_lo:[1,1,0]
         v_exp_f32_e32 v117, v117
         v_fma_f32 v121, v121, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[234:235], v[170:171], v[128:135] neg_lo:[1,1,0]
-        ds_load_b128 v[232:235], v4 offset:10240
         v_cvt_f16_f32_e64 v113, v113
         v_pack_b32_f16 v112, v112, v113
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[234:235], v[170:171], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v4 offset:10240
         v_exp_f32_e32 v118, v118
         v_fma_f32 v122, v122, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[238:239], v[170:171], v[136:143] neg_lo:[1,1,0]
-        ds_load_b128 v[236:239], v4 offset:11264
         v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_cvt_f16_f32_e64 v114, v114
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[238:239], v[170:171], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v4 offset:11264
         v_exp_f32_e32 v119, v119
         v_fma_f32 v123, v123, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[242:243], v[170:171], v[144:151] neg_lo:[1,1,0]
-        ds_load_b128 v[240:243], v5 offset:16384
         v_cvt_f16_f32_e64 v115, v115
         v_pack_b32_f16 v113, v114, v115
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[242:243], v[170:171], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[240:243], v5 offset:16384
         v_exp_f32_e32 v120, v120
         v_fma_f32 v124, v124, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[246:247], v[170:171], v[152:159] neg_lo:[1,1,0]
-        ds_load_b128 v[244:247], v5 offset:18688
         v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_cvt_f16_f32_e64 v116, v116
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[246:247], v[170:171], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[244:247], v5 offset:18688
         v_exp_f32_e32 v121, v121
         v_fma_f32 v125, v125, v12, -v29
-        s_wait_dscnt 5
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[172:173], v[128:135] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v117, v117
         v_pack_b32_f16 v114, v116, v117
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[172:173], v[128:135] neg_lo:[1,1,0]
         v_exp_f32_e32 v122, v122
         v_fma_f32 v126, v126, v12, -v29
-        s_wait_dscnt 4
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[172:173], v[136:143] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_cvt_f16_f32_e64 v118, v118
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[172:173], v[136:143] neg_lo:[1,1,0]
         v_exp_f32_e32 v123, v123
         v_fma_f32 v127, v127, v12, -v29
-        s_wait_dscnt 3
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[172:173], v[144:151] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[172:173], v[144:151] neg_lo:[1,1,0]
         v_exp_f32_e32 v124, v124
-        s_wait_dscnt 2
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[172:173], v[152:159] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_cvt_f16_f32_e64 v120, v120
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[172:173], v[152:159] neg_lo:[1,1,0]
         v_exp_f32_e32 v125, v125
         v_cvt_f16_f32_e64 v121, v121
+        v_pack_b32_f16 v120, v120, v121
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[174:175], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v5 offset:20992
-        v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
         v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_cvt_f16_f32_e64 v122, v122
@@ -56172,145 +56172,145 @@ gfx1201_sage_attention_fwd_asm_d128_fp16_pv16:
         v_exp_f32_e32 v134, v134
         v_fma_f32 v138, v138, v12, -v29
         v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
+        v_cvt_f16_f32_e64 v130, v130
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[162:163], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v2 offset:3072
-        v_cvt_f16_f32_e64 v130, v130
         v_exp_f32_e32 v135, v135
         v_fma_f32 v139, v139, v12, -v29
         v_cvt_f16_f32_e64 v131, v131
+        v_pack_b32_f16 v129, v130, v131
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[162:163], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v3 offset:0
-        v_pack_b32_f16 v129, v130, v131
         v_exp_f32_e32 v136, v136
         v_fma_f32 v140, v140, v12, -v29
         v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
+        v_cvt_f16_f32_e64 v132, v132
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[162:163], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v3 offset:1024
-        v_cvt_f16_f32_e64 v132, v132
         v_exp_f32_e32 v137, v137
         v_fma_f32 v141, v141, v12, -v29
         v_cvt_f16_f32_e64 v133, v133
+        v_pack_b32_f16 v130, v132, v133
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[164:165], v[96:103] neg_lo:[1,1,0]
-        v_pack_b32_f16 v130, v132, v133
         v_exp_f32_e32 v138, v138
         v_fma_f32 v142, v142, v12, -v29
         v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
+        v_cvt_f16_f32_e64 v134, v134
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[164:165], v[104:111] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v134, v134
         v_exp_f32_e32 v139, v139
         v_fma_f32 v143, v143, v12, -v29
         v_cvt_f16_f32_e64 v135, v135
+        v_pack_b32_f16 v131, v134, v135
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[164:165], v[112:119] neg_lo:[1,1,0]
-        v_pack_b32_f16 v131, v134, v135
         v_exp_f32_e32 v140, v140
         v_fma_f32 v144, v144, v12, -v29
         v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
+        v_cvt_f16_f32_e64 v136, v136
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[164:165], v[120:127] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v136, v136
         v_exp_f32_e32 v141, v141
         v_fma_f32 v145, v145, v12, -v29
         v_cvt_f16_f32_e64 v137, v137
+        v_pack_b32_f16 v136, v136, v137
         v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[166:167], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v3 offset:2048
-        v_pack_b32_f16 v136, v136, v137
         v_exp_f32_e32 v142, v142
         v_fma_f32 v146, v146, v12, -v29
         v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
+        v_cvt_f16_f32_e64 v138, v138
         v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[166:167], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v3 offset:3072
-        v_cvt_f16_f32_e64 v138, v138
         v_exp_f32_e32 v143, v143
         v_fma_f32 v147, v147, v12, -v29
         v_cvt_f16_f32_e64 v139, v139
+        v_pack_b32_f16 v137, v138, v139
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[166:167], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:0
-        v_pack_b32_f16 v137, v138, v139
         v_exp_f32_e32 v144, v144
         v_fma_f32 v148, v148, v12, -v29
         v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
+        v_cvt_f16_f32_e64 v140, v140
         v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[166:167], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:1024
-        v_cvt_f16_f32_e64 v140, v140
         v_exp_f32_e32 v145, v145
         v_fma_f32 v149, v149, v12, -v29
-        s_wait_dscnt 5
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[232:233], v[168:169], v[96:103] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v141, v141
         v_pack_b32_f16 v138, v140, v141
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[232:233], v[168:169], v[96:103] neg_lo:[1,1,0]
         v_exp_f32_e32 v146, v146
         v_fma_f32 v150, v150, v12, -v29
-        s_wait_dscnt 4
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[236:237], v[168:169], v[104:111] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
         v_cvt_f16_f32_e64 v142, v142
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[236:237], v[168:169], v[104:111] neg_lo:[1,1,0]
         v_exp_f32_e32 v147, v147
         v_fma_f32 v151, v151, v12, -v29
-        s_wait_dscnt 3
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[240:241], v[168:169], v[112:119] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v143, v143
         v_pack_b32_f16 v139, v142, v143
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[240:241], v[168:169], v[112:119] neg_lo:[1,1,0]
         v_exp_f32_e32 v148, v148
         v_fma_f32 v152, v152, v12, -v29
-        s_wait_dscnt 2
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[244:245], v[168:169], v[120:127] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
         v_cvt_f16_f32_e64 v144, v144
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[244:245], v[168:169], v[120:127] neg_lo:[1,1,0]
         v_exp_f32_e32 v149, v149
         v_fma_f32 v153, v153, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[234:235], v[170:171], v[96:103] neg_lo:[1,1,0]
-        ds_load_b128 v[232:235], v4 offset:2048
         v_cvt_f16_f32_e64 v145, v145
         v_pack_b32_f16 v144, v144, v145
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[234:235], v[170:171], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v4 offset:2048
         v_exp_f32_e32 v150, v150
         v_fma_f32 v154, v154, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[238:239], v[170:171], v[104:111] neg_lo:[1,1,0]
-        ds_load_b128 v[236:239], v4 offset:3072
         v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
         v_cvt_f16_f32_e64 v146, v146
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[238:239], v[170:171], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v4 offset:3072
         v_exp_f32_e32 v151, v151
         v_fma_f32 v155, v155, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[242:243], v[170:171], v[112:119] neg_lo:[1,1,0]
-        ds_load_b128 v[240:243], v5 offset:16384
         v_cvt_f16_f32_e64 v147, v147
         v_pack_b32_f16 v145, v146, v147
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[242:243], v[170:171], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[240:243], v5 offset:16384
         v_exp_f32_e32 v152, v152
         v_fma_f32 v156, v156, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[246:247], v[170:171], v[120:127] neg_lo:[1,1,0]
-        ds_load_b128 v[244:247], v5 offset:18688
         v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
         v_cvt_f16_f32_e64 v148, v148
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[246:247], v[170:171], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[244:247], v5 offset:18688
         v_exp_f32_e32 v153, v153
         v_fma_f32 v157, v157, v12, -v29
-        s_wait_dscnt 5
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[172:173], v[96:103] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v149, v149
         v_pack_b32_f16 v146, v148, v149
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[172:173], v[96:103] neg_lo:[1,1,0]
         v_exp_f32_e32 v154, v154
         v_fma_f32 v158, v158, v12, -v29
-        s_wait_dscnt 4
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[172:173], v[104:111] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
         v_cvt_f16_f32_e64 v150, v150
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[172:173], v[104:111] neg_lo:[1,1,0]
         v_exp_f32_e32 v155, v155
         v_fma_f32 v159, v159, v12, -v29
-        s_wait_dscnt 3
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[172:173], v[112:119] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v151, v151
         v_pack_b32_f16 v147, v150, v151
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[172:173], v[112:119] neg_lo:[1,1,0]
         v_exp_f32_e32 v156, v156
-        s_wait_dscnt 2
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[172:173], v[120:127] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
         v_cvt_f16_f32_e64 v152, v152
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[172:173], v[120:127] neg_lo:[1,1,0]
         v_exp_f32_e32 v157, v157
         v_cvt_f16_f32_e64 v153, v153
+        v_pack_b32_f16 v152, v152, v153
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[174:175], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v5 offset:20992
-        v_pack_b32_f16 v152, v152, v153
         v_exp_f32_e32 v158, v158
         v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_cvt_f16_f32_e64 v154, v154
@@ -60620,145 +60620,145 @@ gfx1201_sage_attention_fwd_asm_d128_fp32_pv16:
         v_exp_f32_e32 v102, v102
         v_fma_f32 v106, v106, v12, -v29
         v_dual_add_f32 v22, v22, v100 :: v_dual_add_f32 v23, v23, v101
+        v_cvt_f16_f32_e64 v98, v98
         v_wmma_i32_16x16x16_iu8 v[136:143], v[230:231], v[162:163], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v2 offset:11264
-        v_cvt_f16_f32_e64 v98, v98
         v_exp_f32_e32 v103, v103
         v_fma_f32 v107, v107, v12, -v29
         v_cvt_f16_f32_e64 v99, v99
+        v_pack_b32_f16 v97, v98, v99
         v_wmma_i32_16x16x16_iu8 v[144:151], v[234:235], v[162:163], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v3 offset:8192
-        v_pack_b32_f16 v97, v98, v99
         v_exp_f32_e32 v104, v104
         v_fma_f32 v108, v108, v12, -v29
         v_dual_add_f32 v22, v22, v102 :: v_dual_add_f32 v23, v23, v103
+        v_cvt_f16_f32_e64 v100, v100
         v_wmma_i32_16x16x16_iu8 v[152:159], v[238:239], v[162:163], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v3 offset:9216
-        v_cvt_f16_f32_e64 v100, v100
         v_exp_f32_e32 v105, v105
         v_fma_f32 v109, v109, v12, -v29
         v_cvt_f16_f32_e64 v101, v101
+        v_pack_b32_f16 v98, v100, v101
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[128:135], v[240:241], v[164:165], v[128:135] neg_lo:[1,1,0]
-        v_pack_b32_f16 v98, v100, v101
         v_exp_f32_e32 v106, v106
         v_fma_f32 v110, v110, v12, -v29
         v_dual_add_f32 v22, v22, v104 :: v_dual_add_f32 v23, v23, v105
+        v_cvt_f16_f32_e64 v102, v102
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[136:143], v[244:245], v[164:165], v[136:143] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v102, v102
         v_exp_f32_e32 v107, v107
         v_fma_f32 v111, v111, v12, -v29
         v_cvt_f16_f32_e64 v103, v103
+        v_pack_b32_f16 v99, v102, v103
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[144:151], v[224:225], v[164:165], v[144:151] neg_lo:[1,1,0]
-        v_pack_b32_f16 v99, v102, v103
         v_exp_f32_e32 v108, v108
         v_fma_f32 v112, v112, v12, -v29
         v_dual_add_f32 v22, v22, v106 :: v_dual_add_f32 v23, v23, v107
+        v_cvt_f16_f32_e64 v104, v104
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[152:159], v[228:229], v[164:165], v[152:159] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v104, v104
         v_exp_f32_e32 v109, v109
         v_fma_f32 v113, v113, v12, -v29
         v_cvt_f16_f32_e64 v105, v105
+        v_pack_b32_f16 v104, v104, v105
         v_wmma_i32_16x16x16_iu8 v[128:135], v[242:243], v[166:167], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v3 offset:10240
-        v_pack_b32_f16 v104, v104, v105
         v_exp_f32_e32 v110, v110
         v_fma_f32 v114, v114, v12, -v29
         v_dual_add_f32 v22, v22, v108 :: v_dual_add_f32 v23, v23, v109
+        v_cvt_f16_f32_e64 v106, v106
         v_wmma_i32_16x16x16_iu8 v[136:143], v[246:247], v[166:167], v[136:143] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v3 offset:11264
-        v_cvt_f16_f32_e64 v106, v106
         v_exp_f32_e32 v111, v111
         v_fma_f32 v115, v115, v12, -v29
         v_cvt_f16_f32_e64 v107, v107
+        v_pack_b32_f16 v105, v106, v107
         v_wmma_i32_16x16x16_iu8 v[144:151], v[226:227], v[166:167], v[144:151] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:8192
-        v_pack_b32_f16 v105, v106, v107
         v_exp_f32_e32 v112, v112
         v_fma_f32 v116, v116, v12, -v29
         v_dual_add_f32 v22, v22, v110 :: v_dual_add_f32 v23, v23, v111
+        v_cvt_f16_f32_e64 v108, v108
         v_wmma_i32_16x16x16_iu8 v[152:159], v[230:231], v[166:167], v[152:159] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:9216
-        v_cvt_f16_f32_e64 v108, v108
         v_exp_f32_e32 v113, v113
         v_fma_f32 v117, v117, v12, -v29
-        s_wait_dscnt 5
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[232:233], v[168:169], v[128:135] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v109, v109
         v_pack_b32_f16 v106, v108, v109
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[232:233], v[168:169], v[128:135] neg_lo:[1,1,0]
         v_exp_f32_e32 v114, v114
         v_fma_f32 v118, v118, v12, -v29
-        s_wait_dscnt 4
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[236:237], v[168:169], v[136:143] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v112 :: v_dual_add_f32 v23, v23, v113
         v_cvt_f16_f32_e64 v110, v110
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[236:237], v[168:169], v[136:143] neg_lo:[1,1,0]
         v_exp_f32_e32 v115, v115
         v_fma_f32 v119, v119, v12, -v29
-        s_wait_dscnt 3
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[240:241], v[168:169], v[144:151] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v111, v111
         v_pack_b32_f16 v107, v110, v111
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[240:241], v[168:169], v[144:151] neg_lo:[1,1,0]
         v_exp_f32_e32 v116, v116
         v_fma_f32 v120, v120, v12, -v29
-        s_wait_dscnt 2
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[244:245], v[168:169], v[152:159] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v114 :: v_dual_add_f32 v23, v23, v115
         v_cvt_f16_f32_e64 v112, v112
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[244:245], v[168:169], v[152:159] neg_lo:[1,1,0]
         v_exp_f32_e32 v117, v117
         v_fma_f32 v121, v121, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[234:235], v[170:171], v[128:135] neg_lo:[1,1,0]
-        ds_load_b128 v[232:235], v4 offset:10240
         v_cvt_f16_f32_e64 v113, v113
         v_pack_b32_f16 v112, v112, v113
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[234:235], v[170:171], v[128:135] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v4 offset:10240
         v_exp_f32_e32 v118, v118
         v_fma_f32 v122, v122, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[238:239], v[170:171], v[136:143] neg_lo:[1,1,0]
-        ds_load_b128 v[236:239], v4 offset:11264
         v_dual_add_f32 v22, v22, v116 :: v_dual_add_f32 v23, v23, v117
         v_cvt_f16_f32_e64 v114, v114
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[238:239], v[170:171], v[136:143] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v4 offset:11264
         v_exp_f32_e32 v119, v119
         v_fma_f32 v123, v123, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[242:243], v[170:171], v[144:151] neg_lo:[1,1,0]
-        ds_load_b128 v[240:243], v5 offset:16384
         v_cvt_f16_f32_e64 v115, v115
         v_pack_b32_f16 v113, v114, v115
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[242:243], v[170:171], v[144:151] neg_lo:[1,1,0]
+        ds_load_b128 v[240:243], v5 offset:16384
         v_exp_f32_e32 v120, v120
         v_fma_f32 v124, v124, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[246:247], v[170:171], v[152:159] neg_lo:[1,1,0]
-        ds_load_b128 v[244:247], v5 offset:18688
         v_dual_add_f32 v22, v22, v118 :: v_dual_add_f32 v23, v23, v119
         v_cvt_f16_f32_e64 v116, v116
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[246:247], v[170:171], v[152:159] neg_lo:[1,1,0]
+        ds_load_b128 v[244:247], v5 offset:18688
         v_exp_f32_e32 v121, v121
         v_fma_f32 v125, v125, v12, -v29
-        s_wait_dscnt 5
-        v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[172:173], v[128:135] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v117, v117
         v_pack_b32_f16 v114, v116, v117
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[128:135], v[224:225], v[172:173], v[128:135] neg_lo:[1,1,0]
         v_exp_f32_e32 v122, v122
         v_fma_f32 v126, v126, v12, -v29
-        s_wait_dscnt 4
-        v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[172:173], v[136:143] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v120 :: v_dual_add_f32 v23, v23, v121
         v_cvt_f16_f32_e64 v118, v118
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[136:143], v[228:229], v[172:173], v[136:143] neg_lo:[1,1,0]
         v_exp_f32_e32 v123, v123
         v_fma_f32 v127, v127, v12, -v29
-        s_wait_dscnt 3
-        v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[172:173], v[144:151] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[144:151], v[232:233], v[172:173], v[144:151] neg_lo:[1,1,0]
         v_exp_f32_e32 v124, v124
-        s_wait_dscnt 2
-        v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[172:173], v[152:159] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v122 :: v_dual_add_f32 v23, v23, v123
         v_cvt_f16_f32_e64 v120, v120
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[152:159], v[236:237], v[172:173], v[152:159] neg_lo:[1,1,0]
         v_exp_f32_e32 v125, v125
         v_cvt_f16_f32_e64 v121, v121
+        v_pack_b32_f16 v120, v120, v121
         v_wmma_i32_16x16x16_iu8 v[128:135], v[226:227], v[174:175], v[128:135] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v5 offset:20992
-        v_pack_b32_f16 v120, v120, v121
         v_exp_f32_e32 v126, v126
         v_dual_add_f32 v22, v22, v124 :: v_dual_add_f32 v23, v23, v125
         v_cvt_f16_f32_e64 v122, v122
@@ -61313,145 +61313,145 @@ gfx1201_sage_attention_fwd_asm_d128_fp32_pv16:
         v_exp_f32_e32 v134, v134
         v_fma_f32 v138, v138, v12, -v29
         v_dual_add_f32 v22, v22, v132 :: v_dual_add_f32 v23, v23, v133
+        v_cvt_f16_f32_e64 v130, v130
         v_wmma_i32_16x16x16_iu8 v[104:111], v[230:231], v[162:163], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v2 offset:3072
-        v_cvt_f16_f32_e64 v130, v130
         v_exp_f32_e32 v135, v135
         v_fma_f32 v139, v139, v12, -v29
         v_cvt_f16_f32_e64 v131, v131
+        v_pack_b32_f16 v129, v130, v131
         v_wmma_i32_16x16x16_iu8 v[112:119], v[234:235], v[162:163], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[232:235], v3 offset:0
-        v_pack_b32_f16 v129, v130, v131
         v_exp_f32_e32 v136, v136
         v_fma_f32 v140, v140, v12, -v29
         v_dual_add_f32 v22, v22, v134 :: v_dual_add_f32 v23, v23, v135
+        v_cvt_f16_f32_e64 v132, v132
         v_wmma_i32_16x16x16_iu8 v[120:127], v[238:239], v[162:163], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[236:239], v3 offset:1024
-        v_cvt_f16_f32_e64 v132, v132
         v_exp_f32_e32 v137, v137
         v_fma_f32 v141, v141, v12, -v29
         v_cvt_f16_f32_e64 v133, v133
+        v_pack_b32_f16 v130, v132, v133
         s_wait_dscnt 5
         v_wmma_i32_16x16x16_iu8 v[96:103], v[240:241], v[164:165], v[96:103] neg_lo:[1,1,0]
-        v_pack_b32_f16 v130, v132, v133
         v_exp_f32_e32 v138, v138
         v_fma_f32 v142, v142, v12, -v29
         v_dual_add_f32 v22, v22, v136 :: v_dual_add_f32 v23, v23, v137
+        v_cvt_f16_f32_e64 v134, v134
         s_wait_dscnt 4
         v_wmma_i32_16x16x16_iu8 v[104:111], v[244:245], v[164:165], v[104:111] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v134, v134
         v_exp_f32_e32 v139, v139
         v_fma_f32 v143, v143, v12, -v29
         v_cvt_f16_f32_e64 v135, v135
+        v_pack_b32_f16 v131, v134, v135
         s_wait_dscnt 3
         v_wmma_i32_16x16x16_iu8 v[112:119], v[224:225], v[164:165], v[112:119] neg_lo:[1,1,0]
-        v_pack_b32_f16 v131, v134, v135
         v_exp_f32_e32 v140, v140
         v_fma_f32 v144, v144, v12, -v29
         v_dual_add_f32 v22, v22, v138 :: v_dual_add_f32 v23, v23, v139
+        v_cvt_f16_f32_e64 v136, v136
         s_wait_dscnt 2
         v_wmma_i32_16x16x16_iu8 v[120:127], v[228:229], v[164:165], v[120:127] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v136, v136
         v_exp_f32_e32 v141, v141
         v_fma_f32 v145, v145, v12, -v29
         v_cvt_f16_f32_e64 v137, v137
+        v_pack_b32_f16 v136, v136, v137
         v_wmma_i32_16x16x16_iu8 v[96:103], v[242:243], v[166:167], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[240:243], v3 offset:2048
-        v_pack_b32_f16 v136, v136, v137
         v_exp_f32_e32 v142, v142
         v_fma_f32 v146, v146, v12, -v29
         v_dual_add_f32 v22, v22, v140 :: v_dual_add_f32 v23, v23, v141
+        v_cvt_f16_f32_e64 v138, v138
         v_wmma_i32_16x16x16_iu8 v[104:111], v[246:247], v[166:167], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[244:247], v3 offset:3072
-        v_cvt_f16_f32_e64 v138, v138
         v_exp_f32_e32 v143, v143
         v_fma_f32 v147, v147, v12, -v29
         v_cvt_f16_f32_e64 v139, v139
+        v_pack_b32_f16 v137, v138, v139
         v_wmma_i32_16x16x16_iu8 v[112:119], v[226:227], v[166:167], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v4 offset:0
-        v_pack_b32_f16 v137, v138, v139
         v_exp_f32_e32 v144, v144
         v_fma_f32 v148, v148, v12, -v29
         v_dual_add_f32 v22, v22, v142 :: v_dual_add_f32 v23, v23, v143
+        v_cvt_f16_f32_e64 v140, v140
         v_wmma_i32_16x16x16_iu8 v[120:127], v[230:231], v[166:167], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[228:231], v4 offset:1024
-        v_cvt_f16_f32_e64 v140, v140
         v_exp_f32_e32 v145, v145
         v_fma_f32 v149, v149, v12, -v29
-        s_wait_dscnt 5
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[232:233], v[168:169], v[96:103] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v141, v141
         v_pack_b32_f16 v138, v140, v141
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[232:233], v[168:169], v[96:103] neg_lo:[1,1,0]
         v_exp_f32_e32 v146, v146
         v_fma_f32 v150, v150, v12, -v29
-        s_wait_dscnt 4
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[236:237], v[168:169], v[104:111] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v144 :: v_dual_add_f32 v23, v23, v145
         v_cvt_f16_f32_e64 v142, v142
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[236:237], v[168:169], v[104:111] neg_lo:[1,1,0]
         v_exp_f32_e32 v147, v147
         v_fma_f32 v151, v151, v12, -v29
-        s_wait_dscnt 3
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[240:241], v[168:169], v[112:119] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v143, v143
         v_pack_b32_f16 v139, v142, v143
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[240:241], v[168:169], v[112:119] neg_lo:[1,1,0]
         v_exp_f32_e32 v148, v148
         v_fma_f32 v152, v152, v12, -v29
-        s_wait_dscnt 2
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[244:245], v[168:169], v[120:127] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v146 :: v_dual_add_f32 v23, v23, v147
         v_cvt_f16_f32_e64 v144, v144
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[244:245], v[168:169], v[120:127] neg_lo:[1,1,0]
         v_exp_f32_e32 v149, v149
         v_fma_f32 v153, v153, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[234:235], v[170:171], v[96:103] neg_lo:[1,1,0]
-        ds_load_b128 v[232:235], v4 offset:2048
         v_cvt_f16_f32_e64 v145, v145
         v_pack_b32_f16 v144, v144, v145
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[234:235], v[170:171], v[96:103] neg_lo:[1,1,0]
+        ds_load_b128 v[232:235], v4 offset:2048
         v_exp_f32_e32 v150, v150
         v_fma_f32 v154, v154, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[238:239], v[170:171], v[104:111] neg_lo:[1,1,0]
-        ds_load_b128 v[236:239], v4 offset:3072
         v_dual_add_f32 v22, v22, v148 :: v_dual_add_f32 v23, v23, v149
         v_cvt_f16_f32_e64 v146, v146
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[238:239], v[170:171], v[104:111] neg_lo:[1,1,0]
+        ds_load_b128 v[236:239], v4 offset:3072
         v_exp_f32_e32 v151, v151
         v_fma_f32 v155, v155, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[242:243], v[170:171], v[112:119] neg_lo:[1,1,0]
-        ds_load_b128 v[240:243], v5 offset:16384
         v_cvt_f16_f32_e64 v147, v147
         v_pack_b32_f16 v145, v146, v147
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[242:243], v[170:171], v[112:119] neg_lo:[1,1,0]
+        ds_load_b128 v[240:243], v5 offset:16384
         v_exp_f32_e32 v152, v152
         v_fma_f32 v156, v156, v12, -v29
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[246:247], v[170:171], v[120:127] neg_lo:[1,1,0]
-        ds_load_b128 v[244:247], v5 offset:18688
         v_dual_add_f32 v22, v22, v150 :: v_dual_add_f32 v23, v23, v151
         v_cvt_f16_f32_e64 v148, v148
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[246:247], v[170:171], v[120:127] neg_lo:[1,1,0]
+        ds_load_b128 v[244:247], v5 offset:18688
         v_exp_f32_e32 v153, v153
         v_fma_f32 v157, v157, v12, -v29
-        s_wait_dscnt 5
-        v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[172:173], v[96:103] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v149, v149
         v_pack_b32_f16 v146, v148, v149
+        s_wait_dscnt 5
+        v_wmma_i32_16x16x16_iu8 v[96:103], v[224:225], v[172:173], v[96:103] neg_lo:[1,1,0]
         v_exp_f32_e32 v154, v154
         v_fma_f32 v158, v158, v12, -v29
-        s_wait_dscnt 4
-        v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[172:173], v[104:111] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v152 :: v_dual_add_f32 v23, v23, v153
         v_cvt_f16_f32_e64 v150, v150
+        s_wait_dscnt 4
+        v_wmma_i32_16x16x16_iu8 v[104:111], v[228:229], v[172:173], v[104:111] neg_lo:[1,1,0]
         v_exp_f32_e32 v155, v155
         v_fma_f32 v159, v159, v12, -v29
-        s_wait_dscnt 3
-        v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[172:173], v[112:119] neg_lo:[1,1,0]
         v_cvt_f16_f32_e64 v151, v151
         v_pack_b32_f16 v147, v150, v151
+        s_wait_dscnt 3
+        v_wmma_i32_16x16x16_iu8 v[112:119], v[232:233], v[172:173], v[112:119] neg_lo:[1,1,0]
         v_exp_f32_e32 v156, v156
-        s_wait_dscnt 2
-        v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[172:173], v[120:127] neg_lo:[1,1,0]
         v_dual_add_f32 v22, v22, v154 :: v_dual_add_f32 v23, v23, v155
         v_cvt_f16_f32_e64 v152, v152
+        s_wait_dscnt 2
+        v_wmma_i32_16x16x16_iu8 v[120:127], v[236:237], v[172:173], v[120:127] neg_lo:[1,1,0]
         v_exp_f32_e32 v157, v157
         v_cvt_f16_f32_e64 v153, v153
+        v_pack_b32_f16 v152, v152, v153
         v_wmma_i32_16x16x16_iu8 v[96:103], v[226:227], v[174:175], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[224:227], v5 offset:20992
-        v_pack_b32_f16 v152, v152, v153
         v_exp_f32_e32 v158, v158
         v_dual_add_f32 v22, v22, v156 :: v_dual_add_f32 v23, v23, v157
         v_cvt_f16_f32_e64 v154, v154
@@ -65423,9 +65423,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_exp_f32_e32 v68, v68
         v_fma_f32 v72, v72, v10, -v25
         v_dual_add_f32 v18, v64, v66 :: v_dual_add_f32 v19, v65, v67
+        v_cvt_f16_f32_e64 v64, v64
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[164:165], v[128:129], v[200:207] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v64, v64
         v_exp_f32_e32 v69, v69
         v_fma_f32 v73, v73, v10, -v25
         v_cvt_f16_f32_e64 v65, v65
@@ -65433,46 +65433,46 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_exp_f32_e32 v70, v70
         v_fma_f32 v74, v74, v10, -v25
         v_dual_add_f32 v18, v18, v68 :: v_dual_add_f32 v19, v19, v69
+        v_cvt_f16_f32_e64 v66, v66
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[168:169], v[128:129], v[200:207] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v66, v66
         v_exp_f32_e32 v71, v71
         v_fma_f32 v75, v75, v10, -v25
         v_cvt_f16_f32_e64 v67, v67
         v_pack_b32_f16 v65, v66, v67
-        v_exp_f32_e32 v72, v72
-        v_fma_f32 v76, v76, v10, -v25
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[172:173], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v72, v72
+        v_fma_f32 v76, v76, v10, -v25
         v_dual_add_f32 v18, v18, v70 :: v_dual_add_f32 v19, v19, v71
         v_cvt_f16_f32_e64 v68, v68
         v_exp_f32_e32 v73, v73
         v_fma_f32 v77, v77, v10, -v25
         v_cvt_f16_f32_e64 v69, v69
         v_pack_b32_f16 v66, v68, v69
-        v_exp_f32_e32 v74, v74
-        v_fma_f32 v78, v78, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[96:103], v[162:163], v[130:131], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v3 offset:12800
+        v_exp_f32_e32 v74, v74
+        v_fma_f32 v78, v78, v10, -v25
         v_dual_add_f32 v18, v18, v72 :: v_dual_add_f32 v19, v19, v73
         v_cvt_f16_f32_e64 v70, v70
         v_exp_f32_e32 v75, v75
         v_fma_f32 v79, v79, v10, -v25
         v_cvt_f16_f32_e64 v71, v71
         v_pack_b32_f16 v67, v70, v71
-        v_exp_f32_e32 v76, v76
-        v_fma_f32 v80, v80, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[104:111], v[166:167], v[130:131], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v3 offset:15104
+        v_exp_f32_e32 v76, v76
+        v_fma_f32 v80, v80, v10, -v25
         v_dual_add_f32 v18, v18, v74 :: v_dual_add_f32 v19, v19, v75
         v_cvt_f16_f32_e64 v72, v72
         v_exp_f32_e32 v77, v77
         v_fma_f32 v81, v81, v10, -v25
         v_cvt_f16_f32_e64 v73, v73
         v_pack_b32_f16 v72, v72, v73
-        v_exp_f32_e32 v78, v78
         v_wmma_i32_16x16x16_iu8 v[112:119], v[170:171], v[130:131], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v3 offset:8208
+        v_exp_f32_e32 v78, v78
         v_fma_f32 v82, v82, v10, -v25
         v_dual_add_f32 v18, v18, v76 :: v_dual_add_f32 v19, v19, v77
         v_cvt_f16_f32_e64 v74, v74
@@ -65480,9 +65480,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_fma_f32 v83, v83, v10, -v25
         v_cvt_f16_f32_e64 v75, v75
         v_pack_b32_f16 v73, v74, v75
-        v_exp_f32_e32 v80, v80
         v_wmma_i32_16x16x16_iu8 v[120:127], v[174:175], v[130:131], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v3 offset:10512
+        v_exp_f32_e32 v80, v80
         v_fma_f32 v84, v84, v10, -v25
         v_dual_add_f32 v18, v18, v78 :: v_dual_add_f32 v19, v19, v79
         v_cvt_f16_f32_e64 v76, v76
@@ -65509,9 +65509,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_exp_f32_e32 v85, v85
         v_fma_f32 v89, v89, v10, -v25
         v_cvt_f16_f32_e64 v81, v81
+        v_pack_b32_f16 v80, v80, v81
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[184:185], v[132:133], v[112:119] neg_lo:[1,1,0]
-        v_pack_b32_f16 v80, v80, v81
         v_exp_f32_e32 v86, v86
         v_fma_f32 v90, v90, v10, -v25
         v_dual_add_f32 v18, v18, v84 :: v_dual_add_f32 v19, v19, v85
@@ -65519,9 +65519,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_exp_f32_e32 v87, v87
         v_fma_f32 v91, v91, v10, -v25
         v_cvt_f16_f32_e64 v83, v83
+        v_pack_b32_f16 v81, v82, v83
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[188:189], v[132:133], v[120:127] neg_lo:[1,1,0]
-        v_pack_b32_f16 v81, v82, v83
         v_exp_f32_e32 v88, v88
         v_fma_f32 v92, v92, v10, -v25
         v_dual_add_f32 v18, v18, v86 :: v_dual_add_f32 v19, v19, v87
@@ -65529,17 +65529,17 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_exp_f32_e32 v89, v89
         v_fma_f32 v93, v93, v10, -v25
         v_cvt_f16_f32_e64 v85, v85
+        v_pack_b32_f16 v82, v84, v85
         v_wmma_i32_16x16x16_iu8 v[96:103], v[178:179], v[134:135], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[176:179], v3 offset:12816
-        v_pack_b32_f16 v82, v84, v85
         v_exp_f32_e32 v90, v90
         v_fma_f32 v94, v94, v10, -v25
         v_dual_add_f32 v18, v18, v88 :: v_dual_add_f32 v19, v19, v89
         v_cvt_f16_f32_e64 v86, v86
-        v_exp_f32_e32 v91, v91
-        v_fma_f32 v95, v95, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[104:111], v[182:183], v[134:135], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[180:183], v3 offset:15120
+        v_exp_f32_e32 v91, v91
+        v_fma_f32 v95, v95, v10, -v25
         v_cvt_f16_f32_e64 v87, v87
         v_pack_b32_f16 v83, v86, v87
         v_exp_f32_e32 v92, v92
@@ -66008,9 +66008,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_exp_f32_e32 v100, v100
         v_fma_f32 v104, v104, v10, -v25
         v_dual_add_f32 v18, v96, v98 :: v_dual_add_f32 v19, v97, v99
+        v_cvt_f16_f32_e64 v96, v96
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[164:165], v[128:129], v[200:207] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v96, v96
         v_exp_f32_e32 v101, v101
         v_fma_f32 v105, v105, v10, -v25
         v_cvt_f16_f32_e64 v97, v97
@@ -66018,46 +66018,46 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_exp_f32_e32 v102, v102
         v_fma_f32 v106, v106, v10, -v25
         v_dual_add_f32 v18, v18, v100 :: v_dual_add_f32 v19, v19, v101
+        v_cvt_f16_f32_e64 v98, v98
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[168:169], v[128:129], v[200:207] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v98, v98
         v_exp_f32_e32 v103, v103
         v_fma_f32 v107, v107, v10, -v25
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
-        v_exp_f32_e32 v104, v104
-        v_fma_f32 v108, v108, v10, -v25
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[172:173], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v10, -v25
         v_dual_add_f32 v18, v18, v102 :: v_dual_add_f32 v19, v19, v103
         v_cvt_f16_f32_e64 v100, v100
         v_exp_f32_e32 v105, v105
         v_fma_f32 v109, v109, v10, -v25
         v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
-        v_exp_f32_e32 v106, v106
-        v_fma_f32 v110, v110, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[64:71], v[162:163], v[130:131], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v3 offset:12800
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v10, -v25
         v_dual_add_f32 v18, v18, v104 :: v_dual_add_f32 v19, v19, v105
         v_cvt_f16_f32_e64 v102, v102
         v_exp_f32_e32 v107, v107
         v_fma_f32 v111, v111, v10, -v25
         v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
-        v_exp_f32_e32 v108, v108
-        v_fma_f32 v112, v112, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[72:79], v[166:167], v[130:131], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v3 offset:15104
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v10, -v25
         v_dual_add_f32 v18, v18, v106 :: v_dual_add_f32 v19, v19, v107
         v_cvt_f16_f32_e64 v104, v104
         v_exp_f32_e32 v109, v109
         v_fma_f32 v113, v113, v10, -v25
         v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
-        v_exp_f32_e32 v110, v110
         v_wmma_i32_16x16x16_iu8 v[80:87], v[170:171], v[130:131], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v3 offset:8208
+        v_exp_f32_e32 v110, v110
         v_fma_f32 v114, v114, v10, -v25
         v_dual_add_f32 v18, v18, v108 :: v_dual_add_f32 v19, v19, v109
         v_cvt_f16_f32_e64 v106, v106
@@ -66065,9 +66065,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_fma_f32 v115, v115, v10, -v25
         v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
-        v_exp_f32_e32 v112, v112
         v_wmma_i32_16x16x16_iu8 v[88:95], v[174:175], v[130:131], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v3 offset:10512
+        v_exp_f32_e32 v112, v112
         v_fma_f32 v116, v116, v10, -v25
         v_dual_add_f32 v18, v18, v110 :: v_dual_add_f32 v19, v19, v111
         v_cvt_f16_f32_e64 v108, v108
@@ -66094,9 +66094,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_exp_f32_e32 v117, v117
         v_fma_f32 v121, v121, v10, -v25
         v_cvt_f16_f32_e64 v113, v113
+        v_pack_b32_f16 v112, v112, v113
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[184:185], v[132:133], v[80:87] neg_lo:[1,1,0]
-        v_pack_b32_f16 v112, v112, v113
         v_exp_f32_e32 v118, v118
         v_fma_f32 v122, v122, v10, -v25
         v_dual_add_f32 v18, v18, v116 :: v_dual_add_f32 v19, v19, v117
@@ -66104,9 +66104,9 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_exp_f32_e32 v119, v119
         v_fma_f32 v123, v123, v10, -v25
         v_cvt_f16_f32_e64 v115, v115
+        v_pack_b32_f16 v113, v114, v115
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[188:189], v[132:133], v[88:95] neg_lo:[1,1,0]
-        v_pack_b32_f16 v113, v114, v115
         v_exp_f32_e32 v120, v120
         v_fma_f32 v124, v124, v10, -v25
         v_dual_add_f32 v18, v18, v118 :: v_dual_add_f32 v19, v19, v119
@@ -66114,17 +66114,17 @@ gfx1201_sage_attention_fwd_asm_d64_bf16_pv16:
         v_exp_f32_e32 v121, v121
         v_fma_f32 v125, v125, v10, -v25
         v_cvt_f16_f32_e64 v117, v117
+        v_pack_b32_f16 v114, v116, v117
         v_wmma_i32_16x16x16_iu8 v[64:71], v[178:179], v[134:135], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[176:179], v3 offset:12816
-        v_pack_b32_f16 v114, v116, v117
         v_exp_f32_e32 v122, v122
         v_fma_f32 v126, v126, v10, -v25
         v_dual_add_f32 v18, v18, v120 :: v_dual_add_f32 v19, v19, v121
         v_cvt_f16_f32_e64 v118, v118
-        v_exp_f32_e32 v123, v123
-        v_fma_f32 v127, v127, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[72:79], v[182:183], v[134:135], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[180:183], v3 offset:15120
+        v_exp_f32_e32 v123, v123
+        v_fma_f32 v127, v127, v10, -v25
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
         v_exp_f32_e32 v124, v124
@@ -69724,9 +69724,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_exp_f32_e32 v68, v68
         v_fma_f32 v72, v72, v10, -v25
         v_dual_add_f32 v18, v64, v66 :: v_dual_add_f32 v19, v65, v67
+        v_cvt_f16_f32_e64 v64, v64
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[164:165], v[128:129], v[200:207] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v64, v64
         v_exp_f32_e32 v69, v69
         v_fma_f32 v73, v73, v10, -v25
         v_cvt_f16_f32_e64 v65, v65
@@ -69734,46 +69734,46 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_exp_f32_e32 v70, v70
         v_fma_f32 v74, v74, v10, -v25
         v_dual_add_f32 v18, v18, v68 :: v_dual_add_f32 v19, v19, v69
+        v_cvt_f16_f32_e64 v66, v66
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[168:169], v[128:129], v[200:207] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v66, v66
         v_exp_f32_e32 v71, v71
         v_fma_f32 v75, v75, v10, -v25
         v_cvt_f16_f32_e64 v67, v67
         v_pack_b32_f16 v65, v66, v67
-        v_exp_f32_e32 v72, v72
-        v_fma_f32 v76, v76, v10, -v25
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[172:173], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v72, v72
+        v_fma_f32 v76, v76, v10, -v25
         v_dual_add_f32 v18, v18, v70 :: v_dual_add_f32 v19, v19, v71
         v_cvt_f16_f32_e64 v68, v68
         v_exp_f32_e32 v73, v73
         v_fma_f32 v77, v77, v10, -v25
         v_cvt_f16_f32_e64 v69, v69
         v_pack_b32_f16 v66, v68, v69
-        v_exp_f32_e32 v74, v74
-        v_fma_f32 v78, v78, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[96:103], v[162:163], v[130:131], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v3 offset:12800
+        v_exp_f32_e32 v74, v74
+        v_fma_f32 v78, v78, v10, -v25
         v_dual_add_f32 v18, v18, v72 :: v_dual_add_f32 v19, v19, v73
         v_cvt_f16_f32_e64 v70, v70
         v_exp_f32_e32 v75, v75
         v_fma_f32 v79, v79, v10, -v25
         v_cvt_f16_f32_e64 v71, v71
         v_pack_b32_f16 v67, v70, v71
-        v_exp_f32_e32 v76, v76
-        v_fma_f32 v80, v80, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[104:111], v[166:167], v[130:131], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v3 offset:15104
+        v_exp_f32_e32 v76, v76
+        v_fma_f32 v80, v80, v10, -v25
         v_dual_add_f32 v18, v18, v74 :: v_dual_add_f32 v19, v19, v75
         v_cvt_f16_f32_e64 v72, v72
         v_exp_f32_e32 v77, v77
         v_fma_f32 v81, v81, v10, -v25
         v_cvt_f16_f32_e64 v73, v73
         v_pack_b32_f16 v72, v72, v73
-        v_exp_f32_e32 v78, v78
         v_wmma_i32_16x16x16_iu8 v[112:119], v[170:171], v[130:131], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v3 offset:8208
+        v_exp_f32_e32 v78, v78
         v_fma_f32 v82, v82, v10, -v25
         v_dual_add_f32 v18, v18, v76 :: v_dual_add_f32 v19, v19, v77
         v_cvt_f16_f32_e64 v74, v74
@@ -69781,9 +69781,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_fma_f32 v83, v83, v10, -v25
         v_cvt_f16_f32_e64 v75, v75
         v_pack_b32_f16 v73, v74, v75
-        v_exp_f32_e32 v80, v80
         v_wmma_i32_16x16x16_iu8 v[120:127], v[174:175], v[130:131], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v3 offset:10512
+        v_exp_f32_e32 v80, v80
         v_fma_f32 v84, v84, v10, -v25
         v_dual_add_f32 v18, v18, v78 :: v_dual_add_f32 v19, v19, v79
         v_cvt_f16_f32_e64 v76, v76
@@ -69810,9 +69810,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_exp_f32_e32 v85, v85
         v_fma_f32 v89, v89, v10, -v25
         v_cvt_f16_f32_e64 v81, v81
+        v_pack_b32_f16 v80, v80, v81
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[184:185], v[132:133], v[112:119] neg_lo:[1,1,0]
-        v_pack_b32_f16 v80, v80, v81
         v_exp_f32_e32 v86, v86
         v_fma_f32 v90, v90, v10, -v25
         v_dual_add_f32 v18, v18, v84 :: v_dual_add_f32 v19, v19, v85
@@ -69820,9 +69820,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_exp_f32_e32 v87, v87
         v_fma_f32 v91, v91, v10, -v25
         v_cvt_f16_f32_e64 v83, v83
+        v_pack_b32_f16 v81, v82, v83
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[188:189], v[132:133], v[120:127] neg_lo:[1,1,0]
-        v_pack_b32_f16 v81, v82, v83
         v_exp_f32_e32 v88, v88
         v_fma_f32 v92, v92, v10, -v25
         v_dual_add_f32 v18, v18, v86 :: v_dual_add_f32 v19, v19, v87
@@ -69830,17 +69830,17 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_exp_f32_e32 v89, v89
         v_fma_f32 v93, v93, v10, -v25
         v_cvt_f16_f32_e64 v85, v85
+        v_pack_b32_f16 v82, v84, v85
         v_wmma_i32_16x16x16_iu8 v[96:103], v[178:179], v[134:135], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[176:179], v3 offset:12816
-        v_pack_b32_f16 v82, v84, v85
         v_exp_f32_e32 v90, v90
         v_fma_f32 v94, v94, v10, -v25
         v_dual_add_f32 v18, v18, v88 :: v_dual_add_f32 v19, v19, v89
         v_cvt_f16_f32_e64 v86, v86
-        v_exp_f32_e32 v91, v91
-        v_fma_f32 v95, v95, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[104:111], v[182:183], v[134:135], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[180:183], v3 offset:15120
+        v_exp_f32_e32 v91, v91
+        v_fma_f32 v95, v95, v10, -v25
         v_cvt_f16_f32_e64 v87, v87
         v_pack_b32_f16 v83, v86, v87
         v_exp_f32_e32 v92, v92
@@ -70309,9 +70309,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_exp_f32_e32 v100, v100
         v_fma_f32 v104, v104, v10, -v25
         v_dual_add_f32 v18, v96, v98 :: v_dual_add_f32 v19, v97, v99
+        v_cvt_f16_f32_e64 v96, v96
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[164:165], v[128:129], v[200:207] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v96, v96
         v_exp_f32_e32 v101, v101
         v_fma_f32 v105, v105, v10, -v25
         v_cvt_f16_f32_e64 v97, v97
@@ -70319,46 +70319,46 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_exp_f32_e32 v102, v102
         v_fma_f32 v106, v106, v10, -v25
         v_dual_add_f32 v18, v18, v100 :: v_dual_add_f32 v19, v19, v101
+        v_cvt_f16_f32_e64 v98, v98
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[168:169], v[128:129], v[200:207] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v98, v98
         v_exp_f32_e32 v103, v103
         v_fma_f32 v107, v107, v10, -v25
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
-        v_exp_f32_e32 v104, v104
-        v_fma_f32 v108, v108, v10, -v25
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[172:173], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v10, -v25
         v_dual_add_f32 v18, v18, v102 :: v_dual_add_f32 v19, v19, v103
         v_cvt_f16_f32_e64 v100, v100
         v_exp_f32_e32 v105, v105
         v_fma_f32 v109, v109, v10, -v25
         v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
-        v_exp_f32_e32 v106, v106
-        v_fma_f32 v110, v110, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[64:71], v[162:163], v[130:131], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v3 offset:12800
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v10, -v25
         v_dual_add_f32 v18, v18, v104 :: v_dual_add_f32 v19, v19, v105
         v_cvt_f16_f32_e64 v102, v102
         v_exp_f32_e32 v107, v107
         v_fma_f32 v111, v111, v10, -v25
         v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
-        v_exp_f32_e32 v108, v108
-        v_fma_f32 v112, v112, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[72:79], v[166:167], v[130:131], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v3 offset:15104
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v10, -v25
         v_dual_add_f32 v18, v18, v106 :: v_dual_add_f32 v19, v19, v107
         v_cvt_f16_f32_e64 v104, v104
         v_exp_f32_e32 v109, v109
         v_fma_f32 v113, v113, v10, -v25
         v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
-        v_exp_f32_e32 v110, v110
         v_wmma_i32_16x16x16_iu8 v[80:87], v[170:171], v[130:131], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v3 offset:8208
+        v_exp_f32_e32 v110, v110
         v_fma_f32 v114, v114, v10, -v25
         v_dual_add_f32 v18, v18, v108 :: v_dual_add_f32 v19, v19, v109
         v_cvt_f16_f32_e64 v106, v106
@@ -70366,9 +70366,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_fma_f32 v115, v115, v10, -v25
         v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
-        v_exp_f32_e32 v112, v112
         v_wmma_i32_16x16x16_iu8 v[88:95], v[174:175], v[130:131], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v3 offset:10512
+        v_exp_f32_e32 v112, v112
         v_fma_f32 v116, v116, v10, -v25
         v_dual_add_f32 v18, v18, v110 :: v_dual_add_f32 v19, v19, v111
         v_cvt_f16_f32_e64 v108, v108
@@ -70395,9 +70395,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_exp_f32_e32 v117, v117
         v_fma_f32 v121, v121, v10, -v25
         v_cvt_f16_f32_e64 v113, v113
+        v_pack_b32_f16 v112, v112, v113
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[184:185], v[132:133], v[80:87] neg_lo:[1,1,0]
-        v_pack_b32_f16 v112, v112, v113
         v_exp_f32_e32 v118, v118
         v_fma_f32 v122, v122, v10, -v25
         v_dual_add_f32 v18, v18, v116 :: v_dual_add_f32 v19, v19, v117
@@ -70405,9 +70405,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_exp_f32_e32 v119, v119
         v_fma_f32 v123, v123, v10, -v25
         v_cvt_f16_f32_e64 v115, v115
+        v_pack_b32_f16 v113, v114, v115
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[188:189], v[132:133], v[88:95] neg_lo:[1,1,0]
-        v_pack_b32_f16 v113, v114, v115
         v_exp_f32_e32 v120, v120
         v_fma_f32 v124, v124, v10, -v25
         v_dual_add_f32 v18, v18, v118 :: v_dual_add_f32 v19, v19, v119
@@ -70415,17 +70415,17 @@ gfx1201_sage_attention_fwd_asm_d64_fp16_pv16:
         v_exp_f32_e32 v121, v121
         v_fma_f32 v125, v125, v10, -v25
         v_cvt_f16_f32_e64 v117, v117
+        v_pack_b32_f16 v114, v116, v117
         v_wmma_i32_16x16x16_iu8 v[64:71], v[178:179], v[134:135], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[176:179], v3 offset:12816
-        v_pack_b32_f16 v114, v116, v117
         v_exp_f32_e32 v122, v122
         v_fma_f32 v126, v126, v10, -v25
         v_dual_add_f32 v18, v18, v120 :: v_dual_add_f32 v19, v19, v121
         v_cvt_f16_f32_e64 v118, v118
-        v_exp_f32_e32 v123, v123
-        v_fma_f32 v127, v127, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[72:79], v[182:183], v[134:135], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[180:183], v3 offset:15120
+        v_exp_f32_e32 v123, v123
+        v_fma_f32 v127, v127, v10, -v25
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
         v_exp_f32_e32 v124, v124
@@ -73993,9 +73993,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         v_exp_f32_e32 v68, v68
         v_fma_f32 v72, v72, v10, -v25
         v_dual_add_f32 v18, v64, v66 :: v_dual_add_f32 v19, v65, v67
+        v_cvt_f16_f32_e64 v64, v64
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[104:111], v[164:165], v[128:129], v[200:207] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v64, v64
         v_exp_f32_e32 v69, v69
         v_fma_f32 v73, v73, v10, -v25
         v_cvt_f16_f32_e64 v65, v65
@@ -74003,46 +74003,46 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         v_exp_f32_e32 v70, v70
         v_fma_f32 v74, v74, v10, -v25
         v_dual_add_f32 v18, v18, v68 :: v_dual_add_f32 v19, v19, v69
+        v_cvt_f16_f32_e64 v66, v66
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[168:169], v[128:129], v[200:207] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v66, v66
         v_exp_f32_e32 v71, v71
         v_fma_f32 v75, v75, v10, -v25
         v_cvt_f16_f32_e64 v67, v67
         v_pack_b32_f16 v65, v66, v67
-        v_exp_f32_e32 v72, v72
-        v_fma_f32 v76, v76, v10, -v25
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[172:173], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v72, v72
+        v_fma_f32 v76, v76, v10, -v25
         v_dual_add_f32 v18, v18, v70 :: v_dual_add_f32 v19, v19, v71
         v_cvt_f16_f32_e64 v68, v68
         v_exp_f32_e32 v73, v73
         v_fma_f32 v77, v77, v10, -v25
         v_cvt_f16_f32_e64 v69, v69
         v_pack_b32_f16 v66, v68, v69
-        v_exp_f32_e32 v74, v74
-        v_fma_f32 v78, v78, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[96:103], v[162:163], v[130:131], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v3 offset:12800
+        v_exp_f32_e32 v74, v74
+        v_fma_f32 v78, v78, v10, -v25
         v_dual_add_f32 v18, v18, v72 :: v_dual_add_f32 v19, v19, v73
         v_cvt_f16_f32_e64 v70, v70
         v_exp_f32_e32 v75, v75
         v_fma_f32 v79, v79, v10, -v25
         v_cvt_f16_f32_e64 v71, v71
         v_pack_b32_f16 v67, v70, v71
-        v_exp_f32_e32 v76, v76
-        v_fma_f32 v80, v80, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[104:111], v[166:167], v[130:131], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v3 offset:15104
+        v_exp_f32_e32 v76, v76
+        v_fma_f32 v80, v80, v10, -v25
         v_dual_add_f32 v18, v18, v74 :: v_dual_add_f32 v19, v19, v75
         v_cvt_f16_f32_e64 v72, v72
         v_exp_f32_e32 v77, v77
         v_fma_f32 v81, v81, v10, -v25
         v_cvt_f16_f32_e64 v73, v73
         v_pack_b32_f16 v72, v72, v73
-        v_exp_f32_e32 v78, v78
         v_wmma_i32_16x16x16_iu8 v[112:119], v[170:171], v[130:131], v[112:119] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v3 offset:8208
+        v_exp_f32_e32 v78, v78
         v_fma_f32 v82, v82, v10, -v25
         v_dual_add_f32 v18, v18, v76 :: v_dual_add_f32 v19, v19, v77
         v_cvt_f16_f32_e64 v74, v74
@@ -74050,9 +74050,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         v_fma_f32 v83, v83, v10, -v25
         v_cvt_f16_f32_e64 v75, v75
         v_pack_b32_f16 v73, v74, v75
-        v_exp_f32_e32 v80, v80
         v_wmma_i32_16x16x16_iu8 v[120:127], v[174:175], v[130:131], v[120:127] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v3 offset:10512
+        v_exp_f32_e32 v80, v80
         v_fma_f32 v84, v84, v10, -v25
         v_dual_add_f32 v18, v18, v78 :: v_dual_add_f32 v19, v19, v79
         v_cvt_f16_f32_e64 v76, v76
@@ -74079,9 +74079,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         v_exp_f32_e32 v85, v85
         v_fma_f32 v89, v89, v10, -v25
         v_cvt_f16_f32_e64 v81, v81
+        v_pack_b32_f16 v80, v80, v81
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[112:119], v[184:185], v[132:133], v[112:119] neg_lo:[1,1,0]
-        v_pack_b32_f16 v80, v80, v81
         v_exp_f32_e32 v86, v86
         v_fma_f32 v90, v90, v10, -v25
         v_dual_add_f32 v18, v18, v84 :: v_dual_add_f32 v19, v19, v85
@@ -74089,9 +74089,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         v_exp_f32_e32 v87, v87
         v_fma_f32 v91, v91, v10, -v25
         v_cvt_f16_f32_e64 v83, v83
+        v_pack_b32_f16 v81, v82, v83
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[120:127], v[188:189], v[132:133], v[120:127] neg_lo:[1,1,0]
-        v_pack_b32_f16 v81, v82, v83
         v_exp_f32_e32 v88, v88
         v_fma_f32 v92, v92, v10, -v25
         v_dual_add_f32 v18, v18, v86 :: v_dual_add_f32 v19, v19, v87
@@ -74099,17 +74099,17 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         v_exp_f32_e32 v89, v89
         v_fma_f32 v93, v93, v10, -v25
         v_cvt_f16_f32_e64 v85, v85
+        v_pack_b32_f16 v82, v84, v85
         v_wmma_i32_16x16x16_iu8 v[96:103], v[178:179], v[134:135], v[96:103] neg_lo:[1,1,0]
         ds_load_b128 v[176:179], v3 offset:12816
-        v_pack_b32_f16 v82, v84, v85
         v_exp_f32_e32 v90, v90
         v_fma_f32 v94, v94, v10, -v25
         v_dual_add_f32 v18, v18, v88 :: v_dual_add_f32 v19, v19, v89
         v_cvt_f16_f32_e64 v86, v86
-        v_exp_f32_e32 v91, v91
-        v_fma_f32 v95, v95, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[104:111], v[182:183], v[134:135], v[104:111] neg_lo:[1,1,0]
         ds_load_b128 v[180:183], v3 offset:15120
+        v_exp_f32_e32 v91, v91
+        v_fma_f32 v95, v95, v10, -v25
         v_cvt_f16_f32_e64 v87, v87
         v_pack_b32_f16 v83, v86, v87
         v_exp_f32_e32 v92, v92
@@ -74578,9 +74578,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         v_exp_f32_e32 v100, v100
         v_fma_f32 v104, v104, v10, -v25
         v_dual_add_f32 v18, v96, v98 :: v_dual_add_f32 v19, v97, v99
+        v_cvt_f16_f32_e64 v96, v96
         s_wait_dscnt 8
         v_wmma_i32_16x16x16_iu8 v[72:79], v[164:165], v[128:129], v[200:207] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v96, v96
         v_exp_f32_e32 v101, v101
         v_fma_f32 v105, v105, v10, -v25
         v_cvt_f16_f32_e64 v97, v97
@@ -74588,46 +74588,46 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         v_exp_f32_e32 v102, v102
         v_fma_f32 v106, v106, v10, -v25
         v_dual_add_f32 v18, v18, v100 :: v_dual_add_f32 v19, v19, v101
+        v_cvt_f16_f32_e64 v98, v98
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[168:169], v[128:129], v[200:207] neg_lo:[1,1,0]
-        v_cvt_f16_f32_e64 v98, v98
         v_exp_f32_e32 v103, v103
         v_fma_f32 v107, v107, v10, -v25
         v_cvt_f16_f32_e64 v99, v99
         v_pack_b32_f16 v97, v98, v99
-        v_exp_f32_e32 v104, v104
-        v_fma_f32 v108, v108, v10, -v25
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[172:173], v[128:129], v[200:207] neg_lo:[1,1,0]
+        v_exp_f32_e32 v104, v104
+        v_fma_f32 v108, v108, v10, -v25
         v_dual_add_f32 v18, v18, v102 :: v_dual_add_f32 v19, v19, v103
         v_cvt_f16_f32_e64 v100, v100
         v_exp_f32_e32 v105, v105
         v_fma_f32 v109, v109, v10, -v25
         v_cvt_f16_f32_e64 v101, v101
         v_pack_b32_f16 v98, v100, v101
-        v_exp_f32_e32 v106, v106
-        v_fma_f32 v110, v110, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[64:71], v[162:163], v[130:131], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[160:163], v3 offset:12800
+        v_exp_f32_e32 v106, v106
+        v_fma_f32 v110, v110, v10, -v25
         v_dual_add_f32 v18, v18, v104 :: v_dual_add_f32 v19, v19, v105
         v_cvt_f16_f32_e64 v102, v102
         v_exp_f32_e32 v107, v107
         v_fma_f32 v111, v111, v10, -v25
         v_cvt_f16_f32_e64 v103, v103
         v_pack_b32_f16 v99, v102, v103
-        v_exp_f32_e32 v108, v108
-        v_fma_f32 v112, v112, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[72:79], v[166:167], v[130:131], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[164:167], v3 offset:15104
+        v_exp_f32_e32 v108, v108
+        v_fma_f32 v112, v112, v10, -v25
         v_dual_add_f32 v18, v18, v106 :: v_dual_add_f32 v19, v19, v107
         v_cvt_f16_f32_e64 v104, v104
         v_exp_f32_e32 v109, v109
         v_fma_f32 v113, v113, v10, -v25
         v_cvt_f16_f32_e64 v105, v105
         v_pack_b32_f16 v104, v104, v105
-        v_exp_f32_e32 v110, v110
         v_wmma_i32_16x16x16_iu8 v[80:87], v[170:171], v[130:131], v[80:87] neg_lo:[1,1,0]
         ds_load_b128 v[168:171], v3 offset:8208
+        v_exp_f32_e32 v110, v110
         v_fma_f32 v114, v114, v10, -v25
         v_dual_add_f32 v18, v18, v108 :: v_dual_add_f32 v19, v19, v109
         v_cvt_f16_f32_e64 v106, v106
@@ -74635,9 +74635,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         v_fma_f32 v115, v115, v10, -v25
         v_cvt_f16_f32_e64 v107, v107
         v_pack_b32_f16 v105, v106, v107
-        v_exp_f32_e32 v112, v112
         v_wmma_i32_16x16x16_iu8 v[88:95], v[174:175], v[130:131], v[88:95] neg_lo:[1,1,0]
         ds_load_b128 v[172:175], v3 offset:10512
+        v_exp_f32_e32 v112, v112
         v_fma_f32 v116, v116, v10, -v25
         v_dual_add_f32 v18, v18, v110 :: v_dual_add_f32 v19, v19, v111
         v_cvt_f16_f32_e64 v108, v108
@@ -74664,9 +74664,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         v_exp_f32_e32 v117, v117
         v_fma_f32 v121, v121, v10, -v25
         v_cvt_f16_f32_e64 v113, v113
+        v_pack_b32_f16 v112, v112, v113
         s_wait_dscnt 7
         v_wmma_i32_16x16x16_iu8 v[80:87], v[184:185], v[132:133], v[80:87] neg_lo:[1,1,0]
-        v_pack_b32_f16 v112, v112, v113
         v_exp_f32_e32 v118, v118
         v_fma_f32 v122, v122, v10, -v25
         v_dual_add_f32 v18, v18, v116 :: v_dual_add_f32 v19, v19, v117
@@ -74674,9 +74674,9 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         v_exp_f32_e32 v119, v119
         v_fma_f32 v123, v123, v10, -v25
         v_cvt_f16_f32_e64 v115, v115
+        v_pack_b32_f16 v113, v114, v115
         s_wait_dscnt 6
         v_wmma_i32_16x16x16_iu8 v[88:95], v[188:189], v[132:133], v[88:95] neg_lo:[1,1,0]
-        v_pack_b32_f16 v113, v114, v115
         v_exp_f32_e32 v120, v120
         v_fma_f32 v124, v124, v10, -v25
         v_dual_add_f32 v18, v18, v118 :: v_dual_add_f32 v19, v19, v119
@@ -74684,17 +74684,17 @@ gfx1201_sage_attention_fwd_asm_d64_fp32_pv16:
         v_exp_f32_e32 v121, v121
         v_fma_f32 v125, v125, v10, -v25
         v_cvt_f16_f32_e64 v117, v117
+        v_pack_b32_f16 v114, v116, v117
         v_wmma_i32_16x16x16_iu8 v[64:71], v[178:179], v[134:135], v[64:71] neg_lo:[1,1,0]
         ds_load_b128 v[176:179], v3 offset:12816
-        v_pack_b32_f16 v114, v116, v117
         v_exp_f32_e32 v122, v122
         v_fma_f32 v126, v126, v10, -v25
         v_dual_add_f32 v18, v18, v120 :: v_dual_add_f32 v19, v19, v121
         v_cvt_f16_f32_e64 v118, v118
-        v_exp_f32_e32 v123, v123
-        v_fma_f32 v127, v127, v10, -v25
         v_wmma_i32_16x16x16_iu8 v[72:79], v[182:183], v[134:135], v[72:79] neg_lo:[1,1,0]
         ds_load_b128 v[180:183], v3 offset:15120
+        v_exp_f32_e32 v123, v123
+        v_fma_f32 v127, v127, v10, -v25
         v_cvt_f16_f32_e64 v119, v119
         v_pack_b32_f16 v115, v118, v119
         v_exp_f32_e32 v124, v124
