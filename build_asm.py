@@ -191,6 +191,8 @@ def build_one(entry: Entry, llvm: LLVM, out_dir: Path, generated: str | None = N
         if src.suffix == ".hip":
             _run([llvm.clang, "-x", "hip", f"--offload-arch={entry.arch}", "--cuda-device-only", "-nogpulib",
                   "-nogpuinc", "--no-gpu-bundle-output", "-O3",
+                  # code object v5: every supported ROCm loads it (v6 needs ROCr 6.2+; docs/rdna4.md §Code object)
+                  f"-mcode-object-version={codeobj.CODE_OBJECT_VERSION}",
                   # keep argument names so the metadata (.args[].name) can be checked against Python
                   "-fno-discard-value-names",
                   # clang derives the HIP compilation-unit id from paths (incl. the temp output): pin it

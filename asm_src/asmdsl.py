@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 # the one instruction-facts layer; sage_co is this checkout's (build_asm.py runs generators with asm_src/ and the
 # repository root on PYTHONPATH, pytest adds both through pyproject.toml)
+from sage_co.codeobj import CODE_OBJECT_VERSION  # v5: every supported ROCm loads it (docs/rdna4.md §Code object)
 from sage_co.emu.facts import READS_VDST, VOPD_PLAIN, is_trans, vopd_pair_problem
 
 # docs/rdna4.md §Throughput, VOPD rules: ops with a v_dual_* form in both halves whose meaning is dst = f(src0, src1)
@@ -297,7 +298,6 @@ class Asm:
 
 # ------------------------------------------------------------------------------------------ code object
 TARGET = "amdgcn-amd-amdhsa--gfx1201"
-CODE_OBJECT_VERSION = 6
 VCC_SGPRS = 2          # VCC is allocated from the top of the SGPR file when reserved (LLVM AMDGPUUsage)
 
 

@@ -17,14 +17,26 @@
 //   gfx1201_microbench_wmma_lds     the WMMA body with the LDS body interleaved (1 ds_load_b128 after each WMMA)
 //                                   => overlap = (t_wmma + t_unit - t_mix) / min(t_wmma, t_unit): 1 the unit issues
 //                                   while a WMMA holds the matrix unit (this wave's or another wave's), 0 they add
+//   gfx1201_microbench_trans_log    8 v_log_f32 of exact powers of two: TRANS clocks of v_log_f32
+//   gfx1201_microbench_trans_rcp    8 v_rcp_f32 of exact powers of two: TRANS clocks of v_rcp_f32
+//   gfx1201_microbench_vopd         16 v_dual_add_f32 pairs (32 adds like the valu kernel's, two per issue): the
+//                                   vector issue clocks of one VOPD pair (1: dual issue pays, 2: it does not)
+//   gfx1201_microbench_trans_valu   the TRANS body with 32 v_add_nc_u32 interleaved (8 after each 2 v_exp_f32):
+//                                   overlap of the TRANS pipeline with other VALU issue (1 overlaps, 0 adds)
+//   gfx1201_microbench_clock        the WMMA body between two reads of hwreg(HW_REG_SHADER_CYCLES_LO/HI): the
+//                                   wave's shader clocks across the loop; the host divides their growth between
+//                                   two iteration counts by the HIP-event time's growth = the clock under matrix
+//                                   load, measured (not inferred from an assumed WMMA rate)
 //   gfx1201_microbench_lds_chain    8 dependent ds_load_b32 per iteration (each address the previous load's value,
 //                                   s_wait_dscnt 0 between): LDS load-to-use latency
 //   gfx1201_microbench_l2_stream    4 global_load_b128 scope:SCOPE_DEV per iteration (2 KiB per wave) over a buffer
 //                                   that fits the 8 MiB L2 (§Throughput table): L2 -> CU bandwidth
 //
-// Timing is the host's: HIP events around launches at two iteration counts, the slope per iteration. (llvm-mc 22
-// rejects s_memtime / s_memrealtime for gfx1201; s_getreg hwreg(HW_REG_SHADER_CYCLES_LO) assembles, but the
-// emulator has no clock, so a kernel reading it could not be checked there.)
+// Timing is the host's: HIP events around launches at two iteration counts, the slope per iteration. The clock
+// kernel adds the shader clock counter (llvm-mc 22 rejects s_memtime / s_memrealtime for gfx1201; s_getreg_b32
+// hwreg(HW_REG_SHADER_CYCLES_LO / _HI) assembles, docs/rdna4.md §Throughput "Clock counters"); the emulator has no
+// clock and returns its count of wave-instructions executed so far there (docs/emulator.md), so the kernel's
+// control flow and record are checked, not a frequency.
 //
 // Kernarg table (sage_co/abi.py MICROBENCH_ARGS, 44 bytes; every kernel takes the same struct):
 //   +0  a            ptr  int8 [16][16] A, row-major (WMMA kernels)
@@ -41,17 +53,20 @@
 // Result record of one lane (RECORD_DWORDS u32 at out + (wave * 32 + lane) * RECORD_BYTES; what the emulator
 // checks in tests/test_microbench.py):
 //   [0:8)   the matrix sum ACC0+ACC1+ACC2+ACC3: 4 * iterations * (A.B), D layout (dword i = C[i + 8h][r], r = lane
-//           % 16, h = lane / 16; docs/rdna4.md §WMMA); l2_stream: the per-lane sums of every dword it loaded
+//           % 16, h = lane / 16; docs/rdna4.md §WMMA); trans_valu: 4 * iterations (its 16 counters v[16:31]);
+//           l2_stream: the per-lane sums of every dword it loaded
 //           (dword i sums the words at byte 16 * lane + 4 * (i % 4) of loads i / 4 and i / 4 + 2); else 0
-//   [8:24)  the unit block v[48:63]: valu: 16 counters (2 * iterations each); trans: v[48:55] = 2^v[56:63],
-//           v[56:63] = float((lane % 8) - 4 + k); lds / wmma_lds: the 4 loaded b128 (LDS words 4 * lane +
+//   [8:24)  the unit block v[48:63]: valu: 16 counters (2 * iterations each); vopd: the same as f32; trans, trans_valu:
+//           v[48:55] = 2^v[56:63], v[56:63] = float((lane % 8) - 4 + k); trans_log: v[48:55] = log2 v[56:63],
+//           v[56:63] = 2^((lane % 8) - 4 + k); trans_rcp: v[48:55] = 1 / v[56:63], v[56:63] as trans_log;
+//           clock: v[48:51] = SHADER_CYCLES LO, HI before the loop, LO, HI after it (the rest 0); lds / wmma_lds: the 4 loaded b128 (LDS words 4 * lane +
 //           128 * j ..); lds_chain: dword 0 = the chain's last address (start 4 * thread id); l2_stream: the
 //           last iteration's 4 loads
 //
 // Register map (all kernels):
 //   s[0:1] kernarg pointer; s[4:5] a; s[6:7] b; s[8:9] src; s[10:11] out; s12 iterations; s13 src_bytes;
 //   s14 stride_bytes; s15 loop counter; s16 wave index in the grid; s17 the wave's record offset;
-//   s[18:19] l2_stream read base; s20 l2_stream window offset
+//   s[18:19] l2_stream read base; s20 l2_stream window offset; s[22:25] clock: the cycle counter reads
 //   v0 work-item id (x); v1 lane; v2 address; v3 wave in the workgroup; v4, v5 temporaries
 //   v[8:9] A fragment, v[10:11] B fragment (8 contiguous bytes at 16 r + 8 h, §WMMA lane layouts)
 //   v[16:23] ACC0 (the record's matrix sum), v[24:31] ACC1, v[32:39] ACC2, v[40:47] ACC3
@@ -62,7 +77,7 @@
 // followed by s_wait_alu depctr_va_sdst(0); s_wait_dscnt 0 before the LDS fill's barrier (rule 8); no scratch.
 
         .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
-        .amdhsa_code_object_version 6
+        .amdhsa_code_object_version 5     // every supported ROCm loads v5 (docs/rdna4.md §Code object)
 
 // ---- named constants (sage_co/abi.py states the host's side of each)
         .set LANES, 32                      // wave32 (§Entry)
@@ -177,19 +192,47 @@
         .endif
 .endm
 
-.macro TRANS2 pair
+.macro TRANS2 pair, op=v_exp_f32
         .if \pair == 0
-        v_exp_f32       v48, v56
-        v_exp_f32       v49, v57
+        \op            v48, v56
+        \op            v49, v57
         .elseif \pair == 1
-        v_exp_f32       v50, v58
-        v_exp_f32       v51, v59
+        \op            v50, v58
+        \op            v51, v59
         .elseif \pair == 2
-        v_exp_f32       v52, v60
-        v_exp_f32       v53, v61
+        \op            v52, v60
+        \op            v53, v61
         .else
-        v_exp_f32       v54, v62
-        v_exp_f32       v55, v63
+        \op            v54, v62
+        \op            v55, v63
+        .endif
+.endm
+
+// 8 VALU on v[16:23] (half 0) or v[24:31] (half 1): trans_valu's counters (no WMMA accumulates there)
+.macro VALU8_ACC half
+        .if \half == 0
+        .irp r, 16,17,18,19,20,21,22,23
+        v_add_nc_u32    v\r, COUNT_STEP, v\r
+        .endr
+        .else
+        .irp r, 24,25,26,27,28,29,30,31
+        v_add_nc_u32    v\r, COUNT_STEP, v\r
+        .endr
+        .endif
+.endm
+
+// 4 VOPD pairs = 8 f32 adds of 1.0 on one half of the unit block (destinations even/odd, sources in banks r % 4
+// and (r + 1) % 4: the VOPD rules of docs/rdna4.md §Throughput; v_dual_add_nc_u32 is a Y-only opcode in LLVM 22,
+// so both halves are v_dual_add_f32 and the counters are floats, exact up to 2^24)
+.macro VOPD8 half
+        .if \half == 0
+        .irp r, 48,50,52,54
+        v_dual_add_f32  v\r, 1.0, v\r :: v_dual_add_f32 v[\r + 1], 1.0, v[\r + 1]
+        .endr
+        .else
+        .irp r, 56,58,60,62
+        v_dual_add_f32  v\r, 1.0, v\r :: v_dual_add_f32 v[\r + 1], 1.0, v[\r + 1]
+        .endr
         .endif
 .endm
 
@@ -212,6 +255,21 @@
         v_add_nc_u32    v5, \k - EXP_BIAS, v4
         v_cvt_f32_i32   v[56 + \k], v5
         .endr
+.endm
+
+// ---- trans_log / trans_rcp operands: v[56 + k] = 2^((lane % 8) - 4 + k), exact (v_ldexp_f32 of 1.0)
+.macro POWERS
+        v_and_b32       v4, EXP_LANE_MASK, v1
+        .irp k, 0,1,2,3,4,5,6,7
+        v_add_nc_u32    v5, \k - EXP_BIAS, v4
+        v_ldexp_f32     v[56 + \k], 1.0, v5
+        .endr
+.endm
+
+// ---- the shader clock counter into two SGPRs (lo, hi); HW_REG_SHADER_CYCLES_LO/HI, docs/rdna4.md §Throughput
+.macro CYCLES lo, hi
+        s_getreg_b32    \lo, hwreg(HW_REG_SHADER_CYCLES_LO)
+        s_getreg_b32    \hi, hwreg(HW_REG_SHADER_CYCLES_HI)
 .endm
 
 // ---- epilogue: matrix sum, then the lane's record
@@ -360,6 +418,85 @@ KERNEL_BEGIN gfx1201_microbench_wmma_lds
         EPILOGUE
 KERNEL_END gfx1201_microbench_wmma_lds
 
+// ============================================================================ TRANS alone: v_log_f32, v_rcp_f32
+// Measures: TRANS clocks of v_log_f32 / v_rcp_f32. Record: [8:16) = log2 / 1 / v[56:63], [16:24) = the powers.
+KERNEL_BEGIN gfx1201_microbench_trans_log
+        PROLOGUE
+        POWERS
+        LOOP_BEGIN trans_log
+        TRANS2 0, v_log_f32
+        TRANS2 1, v_log_f32
+        TRANS2 2, v_log_f32
+        TRANS2 3, v_log_f32
+        LOOP_END trans_log
+        EPILOGUE
+KERNEL_END gfx1201_microbench_trans_log
+
+KERNEL_BEGIN gfx1201_microbench_trans_rcp
+        PROLOGUE
+        POWERS
+        LOOP_BEGIN trans_rcp
+        TRANS2 0, v_rcp_f32
+        TRANS2 1, v_rcp_f32
+        TRANS2 2, v_rcp_f32
+        TRANS2 3, v_rcp_f32
+        LOOP_END trans_rcp
+        EPILOGUE
+KERNEL_END gfx1201_microbench_trans_rcp
+
+// ============================================================================ VOPD
+// Measures: vector issue clocks of a v_dual_* pair (the valu kernel's adds, paired). Record: valu's [8:24).
+KERNEL_BEGIN gfx1201_microbench_vopd
+        PROLOGUE
+        LOOP_BEGIN vopd
+        VOPD8 0
+        VOPD8 1
+        VOPD8 0
+        VOPD8 1
+        LOOP_END vopd
+        EPILOGUE
+KERNEL_END gfx1201_microbench_vopd
+
+// ============================================================================ TRANS + VALU
+// Measures: whether other VALU issues while the TRANS pipeline runs. Record: [0:8) 4 * iterations, trans's [8:24).
+KERNEL_BEGIN gfx1201_microbench_trans_valu
+        PROLOGUE
+        EXPONENTS
+        LOOP_BEGIN trans_valu
+        TRANS2 0
+        VALU8_ACC 0
+        TRANS2 1
+        VALU8_ACC 1
+        TRANS2 2
+        VALU8_ACC 0
+        TRANS2 3
+        VALU8_ACC 1
+        LOOP_END trans_valu
+        EPILOGUE
+KERNEL_END gfx1201_microbench_trans_valu
+
+// ============================================================================ clock
+// Measures: shader clocks across the WMMA loop (host: the same grid as wmma). Record: wmma's [0:8), [8:12) the
+// counter reads (lo, hi before; lo, hi after).
+KERNEL_BEGIN gfx1201_microbench_clock
+        PROLOGUE
+        LOAD_WMMA_OPERANDS
+        CYCLES          s22, s23
+        LOOP_BEGIN clock
+        WMMA 0
+        WMMA 1
+        WMMA 2
+        WMMA 3
+        LOOP_END clock
+        CYCLES          s24, s25
+        s_wait_alu      depctr_sa_sdst(0)           // §Hazards 3: the SALU wrote s[22:25], a VALU reads them
+        v_mov_b32       v48, s22
+        v_mov_b32       v49, s23
+        v_mov_b32       v50, s24
+        v_mov_b32       v51, s25
+        EPILOGUE
+KERNEL_END gfx1201_microbench_clock
+
 // ============================================================================ dependent LDS loads
 // Measures: LDS load-to-use latency (host: one workgroup, one wave per SIMD). Record: [8] = the last address.
 KERNEL_BEGIN gfx1201_microbench_lds_chain
@@ -412,7 +549,7 @@ KERNEL_END gfx1201_microbench_l2_stream
 
 // ---- descriptors: the LDS kernels allocate LDS_BYTES, the others none
         .rodata
-.macro DESCRIPTOR name, lds
+.macro DESCRIPTOR name, lds, sgprs=24
         .p2align 6
         .amdhsa_kernel \name
           .amdhsa_group_segment_fixed_size \lds
@@ -424,7 +561,7 @@ KERNEL_END gfx1201_microbench_l2_stream
           .amdhsa_system_sgpr_workgroup_id_x 1
           .amdhsa_system_vgpr_workitem_id 0
           .amdhsa_next_free_vgpr 72
-          .amdhsa_next_free_sgpr 24
+          .amdhsa_next_free_sgpr \sgprs
           .amdhsa_reserve_vcc 0
           .amdhsa_float_denorm_mode_32 3
           .amdhsa_float_denorm_mode_16_64 3
@@ -439,6 +576,11 @@ KERNEL_END gfx1201_microbench_l2_stream
         DESCRIPTOR gfx1201_microbench_wmma_lds, LDS_BYTES
         DESCRIPTOR gfx1201_microbench_lds_chain, LDS_BYTES
         DESCRIPTOR gfx1201_microbench_l2_stream, 0
+        DESCRIPTOR gfx1201_microbench_trans_log, 0
+        DESCRIPTOR gfx1201_microbench_trans_rcp, 0
+        DESCRIPTOR gfx1201_microbench_vopd, 0
+        DESCRIPTOR gfx1201_microbench_trans_valu, 0
+        DESCRIPTOR gfx1201_microbench_clock, 0, 26
 
 // ---- metadata (the kernarg table above; one entry per kernel)
         .amdgpu_metadata
@@ -616,6 +758,106 @@ amdhsa.kernels:
     .private_segment_fixed_size: 0
     .wavefront_size:  32
     .sgpr_count:      24
+    .vgpr_count:      72
+    .max_flat_workgroup_size: 128
+    .reqd_workgroup_size: [128, 1, 1]
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
+      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
+      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
+  - .name:            gfx1201_microbench_trans_log
+    .symbol:          gfx1201_microbench_trans_log.kd
+    .kernarg_segment_size: 44
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      24
+    .vgpr_count:      72
+    .max_flat_workgroup_size: 128
+    .reqd_workgroup_size: [128, 1, 1]
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
+      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
+      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
+  - .name:            gfx1201_microbench_trans_rcp
+    .symbol:          gfx1201_microbench_trans_rcp.kd
+    .kernarg_segment_size: 44
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      24
+    .vgpr_count:      72
+    .max_flat_workgroup_size: 128
+    .reqd_workgroup_size: [128, 1, 1]
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
+      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
+      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
+  - .name:            gfx1201_microbench_vopd
+    .symbol:          gfx1201_microbench_vopd.kd
+    .kernarg_segment_size: 44
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      24
+    .vgpr_count:      72
+    .max_flat_workgroup_size: 128
+    .reqd_workgroup_size: [128, 1, 1]
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
+      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
+      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
+  - .name:            gfx1201_microbench_trans_valu
+    .symbol:          gfx1201_microbench_trans_valu.kd
+    .kernarg_segment_size: 44
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      24
+    .vgpr_count:      72
+    .max_flat_workgroup_size: 128
+    .reqd_workgroup_size: [128, 1, 1]
+    .uniform_work_group_size: 1
+    .args:
+      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
+      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
+      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
+      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
+      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
+  - .name:            gfx1201_microbench_clock
+    .symbol:          gfx1201_microbench_clock.kd
+    .kernarg_segment_size: 44
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 0
+    .wavefront_size:  32
+    .sgpr_count:      26
     .vgpr_count:      72
     .max_flat_workgroup_size: 128
     .reqd_workgroup_size: [128, 1, 1]

@@ -139,7 +139,7 @@
 // s_wait_alu depctr_va_vcc(0) (rule 3); SGPRs read by VALU are written once in the prologue, followed by
 // s_wait_alu depctr_sa_sdst(0); s_wait_dscnt 0 before every s_barrier_signal (rule 8); no scratch.
         .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
-        .amdhsa_code_object_version 6
+        .amdhsa_code_object_version 5
         .text
         .globl  gfx1201_sage_attention_fwd_asm_d256_bf16
         .p2align 8

@@ -249,7 +249,7 @@ PREPARE_ARGS = KernargStruct(PREPARE_OP, [
     Field("vmin_part", "ptr", 256),  # fp32 [B, H_kv, n_chunks, D_pad]: min v (smooth_v only; else placeholder)
     Field("vsum_part", "ptr", 264),  # fp32 [B, H_kv, n_chunks, D_pad]: sum of v (smooth_v only)
     Field("v_scale", "ptr", 272),    # fp32 [B, H_kv, D_pad] out
-    Field("counter", "ptr", 280),    # u32 [>= 1 + B * H_kv]: tickets, then per (b, K/V head): 0 before, 0 after
+    Field("counter", "ptr", 280),    # u32 [>= 1 + B * H_kv]: tickets, then per (b, K/V head): zeroed per launch
     Field("tiles_per_chunk", "i32", 288),
     Field("n_chunks", "i32", 292),
     Field("n_tens", "i32", 296),     # stats items per (chunk, head, batch): the bits set in `tens`
@@ -410,7 +410,8 @@ MICROBENCH_LDS_LOAD_BYTES = 512     # one wave ds_load_b128 / global_load_b128: 
 MICROBENCH_STREAM_LOADS = 4     # global_load_b128 per iteration (l2_stream)
 MICROBENCH_STREAM_WAVE_BYTES = MICROBENCH_STREAM_LOADS * MICROBENCH_LDS_LOAD_BYTES   # 2 KiB per wave-iteration
 MICROBENCH_BENCHES = ("wmma", "valu", "trans", "lds", "wmma_valu", "wmma_trans", "wmma_lds", "lds_chain",
-                      "l2_stream")
+                      "l2_stream", "trans_log", "trans_rcp", "vopd", "trans_valu", "clock")
+MICROBENCH_VOPD_PER_ITER = 16   # v_dual_add_f32 pairs per iteration (vopd: 32 adds as the valu kernel's, paired)
 
 MICROBENCH_ARGS = KernargStruct(MICROBENCH_OP, [
     Field("a", "ptr", 0),             # int8 [16][16] A, row-major (WMMA kernels; any 256 B otherwise)

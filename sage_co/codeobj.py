@@ -25,6 +25,9 @@ NT_AMDGPU_METADATA = 32
 MACH = {0x04E: "gfx1201", 0x04C: "gfx942", 0x04F: "gfx950", 0x048: "gfx1200", 0x041: "gfx1100"}
 # EI_ABIVERSION -> code object version
 ABI_TO_COV = {2: 4, 3: 5, 4: 6}
+# the version every shipped code object is built as (build_asm.py, asm_src/asmdsl.py; the hand-written
+# asm_src/gfx1201_microbench.s states it too): v5 loads on every supported ROCm, nothing shipped needs v6
+CODE_OBJECT_VERSION = 5
 KERNEL_DESCRIPTOR_BYTES = 64
 
 

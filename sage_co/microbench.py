@@ -5,9 +5,11 @@
     launch_bench(bench, args, ...)      one launch on a backend ("emu" or "gpu")
     expected(bench, args, ...)          the result records the kernel must write (numpy, from the inputs alone)
     check(bench, out, args, ...)        the mismatching record fields (empty: the kernel ran correctly)
-    derive(seconds)                     the model's parameters from HIP-event times (sustained WMMA clock, co-issue,
-                                        LDS bytes per clock per CU, LDS load-to-use latency, L2 -> CU bytes
-                                        per clock)
+    gpu_plan(cus)                       the launch geometry on a GPU of `cus` compute units (its grid fills it)
+    clock_cycles(out)                   the clock kernel's per-wave shader-clock growth across its loop
+    derive(seconds, ...)                the model's parameters from HIP-event times and the measured clock (sustained
+                                        clock, TRANS clocks per op, VOPD issue clocks, co-issue, LDS bytes per clock
+                                        per CU, LDS load-to-use latency, L2 -> CU bytes per clock)
 
 Each kernel runs `iterations` loop iterations per wave; on a GPU it is timed at two iteration counts and the slope
 (seconds per iteration) is what `derive` uses, so launch overhead and prologue cancel. Every constant of the
@@ -19,7 +21,7 @@ import numpy as np
 import torch
 
 from . import abi, registry
-from .abi import (MICROBENCH_ARGS, MICROBENCH_BENCHES, MICROBENCH_BLOCK, MICROBENCH_CHAIN_STEPS,
+from .abi import (MICROBENCH_ARGS, MICROBENCH_BENCHES, MICROBENCH_BLOCK, MICROBENCH_CHAIN_STEPS, MICROBENCH_VOPD_PER_ITER,
                   MICROBENCH_LDS_BYTES, MICROBENCH_LDS_LOAD_BYTES, MICROBENCH_LDS_PER_ITER, MICROBENCH_MATRIX_DWORDS,
                   MICROBENCH_OP, MICROBENCH_RECORD_DWORDS, MICROBENCH_STREAM_LOADS, MICROBENCH_STREAM_WAVE_BYTES,
                   MICROBENCH_TRANS_PER_ITER, MICROBENCH_VALU_PER_ITER, MICROBENCH_WAVES_PER_WG,
@@ -31,15 +33,19 @@ WMMA_OPS = 2 * WMMA_TILE ** 3       # multiply-adds x 2 of one 16x16x16 WMMA
 IU8_WMMA_CLOCKS = 8                 # docs/rdna4.md §Throughput [AMC]: iu8 WMMA issue cost per SIMD
 VALU_ISSUE_CLOCKS = 1               # §Throughput: one wave32 VALU issue per clock per SIMD (UNVERIFIED)
 TRANS_CLOCKS = 4                    # §Throughput: TRANS quarter rate, 4 clk per wave32 v_exp_f32
-SIMDS = 128                         # §Throughput table: 64 CUs x 2 SIMD32
-CUS = SIMDS // 2                    # 2 SIMD32 per CU; one LDS half (32 banks) per CU, shared by its 2 SIMDs (§Memory)
-WGPS = 32                           # 64 CUs = 32 WGPs
+CUS = 64                            # §Throughput table: the R9700's 64 CUs (the model's target; a GPU's own count
+                                    # comes from its properties: gpu_plan / derive take it)
+SIMDS_PER_CU = 2                    # 2 SIMD32 per CU; one LDS half (32 banks) per CU, shared by its 2 SIMDs (§Memory)
+CUS_PER_WGP = 2
 STREAM_SRC_BYTES = 6 << 20          # l2_stream buffer: fits the 8 MiB L2 (§Throughput table), far beyond L0
 EXP_LANE_MASK, EXP_BIAS = 7, 4      # trans exponents: float((lane % 8) - 4 + k), k = 0..7 (2^e exact)
 UNIT_DWORDS = MICROBENCH_RECORD_DWORDS - MICROBENCH_MATRIX_DWORDS
-WMMA_BENCHES = ("wmma", "wmma_valu", "wmma_trans", "wmma_lds")
+WMMA_BENCHES = ("wmma", "wmma_valu", "wmma_trans", "wmma_lds", "clock")
+TRANS_BENCHES = {"trans": "v_exp_f32", "trans_log": "v_log_f32", "trans_rcp": "v_rcp_f32"}   # TRANS alone, per op
+CLOCK_DWORDS = 4                    # clock: unit block dwords 0..3 = SHADER_CYCLES lo, hi before; lo, hi after
 LDS_BENCHES = ("lds", "wmma_lds", "lds_chain")
 OVERLAP_PAIRS = {"wmma_valu": "valu", "wmma_trans": "trans", "wmma_lds": "lds"}   # mix -> the unit alone
+UNIT_PAIRS = {"trans_valu": ("trans", "valu")}      # mixes of two non-WMMA units -> the two alone
 
 
 def symbol(bench: str) -> str:
@@ -123,12 +129,21 @@ def expected(bench: str, args: dict, iterations: int) -> np.ndarray:
         rec[:, :, :m] = _matrix_record(a, b_t, iterations)
     if bench in ("valu", "wmma_valu"):
         rec[:, :, m:] = iterations * MICROBENCH_VALU_PER_ITER // UNIT_DWORDS
-    if bench in ("trans", "wmma_trans"):
-        e = ((lanes % (EXP_LANE_MASK + 1)) - EXP_BIAS)[:, None] + np.arange(MICROBENCH_TRANS_PER_ITER)[None, :]
-        exps = e.astype(np.float32)
-        rec[:, :, m + MICROBENCH_TRANS_PER_ITER:] = exps.view(np.int32)
+    if bench == "vopd":         # f32 counters (v_dual_add_f32 of 1.0): 2 per iteration each, exact below 2^24
+        rec[:, :, m:] = np.float32(2 * MICROBENCH_VOPD_PER_ITER * iterations // UNIT_DWORDS).view(np.int32)
+    if bench == "trans_valu":   # its VALU counters are v[16:31]: the matrix sum adds two of them per dword
+        rec[:, :, :m] = 2 * iterations * MICROBENCH_VALU_PER_ITER // UNIT_DWORDS
+    e = ((lanes % (EXP_LANE_MASK + 1)) - EXP_BIAS)[:, None] + np.arange(MICROBENCH_TRANS_PER_ITER)[None, :]
+    exps = e.astype(np.float32)
+    t = MICROBENCH_TRANS_PER_ITER
+    if bench in ("trans", "wmma_trans", "trans_valu"):
+        rec[:, :, m + t:] = exps.view(np.int32)
         if iterations:
-            rec[:, :, m:m + MICROBENCH_TRANS_PER_ITER] = np.exp2(exps).view(np.int32)
+            rec[:, :, m:m + t] = np.exp2(exps).view(np.int32)
+    if bench in ("trans_log", "trans_rcp"):     # operands 2^e (exact), results e and 2^-e (exact)
+        rec[:, :, m + t:] = np.exp2(exps).view(np.int32)
+        if iterations:
+            rec[:, :, m:m + t] = (exps if bench == "trans_log" else np.exp2(-exps)).view(np.int32)
     if bench in ("lds", "wmma_lds") and iterations:
         slots = MICROBENCH_LDS_LOAD_BYTES // 4
         words = [src[j * slots + 4 * lanes[:, None] + np.arange(4)[None, :]] for j in range(MICROBENCH_LDS_PER_ITER)]
@@ -167,16 +182,40 @@ def _stream_records(src: np.ndarray, n_waves: int, iterations: int) -> np.ndarra
     return rec
 
 
+def clock_cycles(out: torch.Tensor) -> np.ndarray:
+    """The clock kernel's shader-clock growth across its loop, per wave (lane 0's record; every lane holds the same
+    SGPR values): (hi << 32 | lo) after - before, as int64."""
+    r = out.cpu().numpy().astype(np.int64)[:, 0, MICROBENCH_MATRIX_DWORDS:MICROBENCH_MATRIX_DWORDS + CLOCK_DWORDS]
+    r &= 0xFFFFFFFF
+    return ((r[:, 3] << 32) | r[:, 2]) - ((r[:, 1] << 32) | r[:, 0])
+
+
 def check(bench: str, out: torch.Tensor, args: dict, iterations: int) -> list[str]:
-    """What differs between the written records and expected(): [] when the kernel ran correctly."""
+    """What differs between the written records and expected(): [] when the kernel ran correctly. The clock
+    kernel's counter reads are not known in advance: every lane of a wave must hold its wave's, and the counter must
+    have grown across the loop by at least one per WMMA (on a GPU, 8 clocks per iu8 WMMA; on the emulator one
+    wave-instruction)."""
     got = out.cpu().numpy().astype(np.int32)
     want = expected(bench, args, iterations)
+    problems = []
+    if bench == "clock":
+        m = MICROBENCH_MATRIX_DWORDS
+        stamps = got[:, :, m:m + CLOCK_DWORDS]
+        if (stamps != stamps[:, :1]).any():
+            problems.append("clock: the lanes of a wave hold different counter reads")
+        grew = clock_cycles(out)
+        low = iterations * MICROBENCH_WMMA_PER_ITER
+        if (grew < low).any():
+            problems.append(f"clock: the shader clock grew by {int(grew.min())} across the loop, less than its "
+                            f"{low} WMMAs")
+        got = got.copy()
+        got[:, :, m:m + CLOCK_DWORDS] = want[:, :, m:m + CLOCK_DWORDS]
     bad = np.argwhere(got != want)
     if not len(bad):
-        return []
+        return problems
     w, lane, d = bad[0]
     field = "matrix sum" if d < MICROBENCH_MATRIX_DWORDS else "unit block"
-    return [f"{bench}: {len(bad)} of {want.size} result dwords differ; first: wave {w} lane {lane} dword {d} "
+    return problems + [f"{bench}: {len(bad)} of {want.size} result dwords differ; first: wave {w} lane {lane} dword {d} "
             f"({field}) = {int(got[w, lane, d])}, expected {int(want[w, lane, d])}"]
 
 
@@ -187,9 +226,11 @@ def ops_per_iteration(bench: str) -> dict[str, int]:
     n = {"WMMA": 0, "VALU": 0, "TRANS": 0, "LDS": 0, "CHAIN": 0, "BYTES": 0}
     if bench in WMMA_BENCHES:
         n["WMMA"] = MICROBENCH_WMMA_PER_ITER
-    if bench in ("valu", "wmma_valu"):
+    if bench in ("valu", "wmma_valu", "trans_valu"):
         n["VALU"] = MICROBENCH_VALU_PER_ITER
-    if bench in ("trans", "wmma_trans"):
+    if bench == "vopd":
+        n["VALU"] = MICROBENCH_VOPD_PER_ITER        # one wave-instruction per pair
+    if bench in ("trans", "wmma_trans", "trans_valu", "trans_log", "trans_rcp"):
         n["TRANS"] = MICROBENCH_TRANS_PER_ITER
     if bench in ("lds", "wmma_lds"):
         n["LDS"] = MICROBENCH_LDS_PER_ITER
@@ -202,15 +243,24 @@ def ops_per_iteration(bench: str) -> dict[str, int]:
     return n
 
 
-# Launch geometry on a GPU: `workgroups` (1 workgroup = one wave on each SIMD of a WGP) and the two iteration
-# counts whose time difference is measured. The throughput kernels run WGPS x 8 workgroups (8 waves per SIMD: the
-# latencies are hidden; the stream 16, so that enough loads are in flight to cover the L2 latency), the chain one
-# workgroup (one wave per SIMD: latency-bound by construction).
-GPU_PLAN = {
-    **{b: (WGPS * 8, 2048, 8192) for b in ("wmma", "valu", "trans", "lds", "wmma_valu", "wmma_trans", "wmma_lds")},
-    "lds_chain": (1, 1024, 4096),
-    "l2_stream": (WGPS * 16, 512, 2048),      # 16 waves per SIMD: 32 KiB of loads in flight per SIMD
-}
+def gpu_plan(cus: int) -> dict[str, tuple[int, int, int]]:
+    """Launch geometry on a GPU of `cus` compute units (its own count, from the device's properties: a 56- or
+    48-CU gfx1201 board gets a grid that fills it, not the R9700's): per bench (workgroups, the two iteration
+    counts whose time difference is measured); 1 workgroup = one wave on each SIMD of a WGP. The throughput
+    kernels run WGPs x 8 workgroups (8 waves per SIMD: the latencies are hidden; the stream 16, so that enough
+    loads are in flight to cover the L2 latency), the chain one workgroup (one wave per SIMD: latency-bound by
+    construction)."""
+    if isinstance(cus, bool) or not isinstance(cus, int) or cus < CUS_PER_WGP or cus % CUS_PER_WGP:
+        raise ValueError(f"cus: expected a positive even number of compute units, got {cus!r}")
+    wgps = cus // CUS_PER_WGP
+    throughput = ("wmma", "valu", "trans", "lds", "wmma_valu", "wmma_trans", "wmma_lds", "trans_log", "trans_rcp",
+                  "vopd", "trans_valu", "clock")
+    return {**{b: (wgps * 8, 2048, 8192) for b in throughput},
+            "lds_chain": (1, 1024, 4096),
+            "l2_stream": (wgps * 16, 512, 2048)}      # 16 waves per SIMD: 32 KiB of loads in flight per SIMD
+
+
+GPU_PLAN = gpu_plan(CUS)                  # the R9700's (tests; selftest_perf uses gpu_plan(the device's CUs))
 # (workgroups, iterations) on the emulator, correctness only; a GPU's correctness launch uses the same iterations
 EMU_PLAN = {b: (2, 3) for b in MICROBENCH_BENCHES}
 
@@ -221,31 +271,50 @@ def per_iteration_seconds(t_short: float, t_long: float, n_short: int, n_long: i
     return (t_long - t_short) / (n_long - n_short)
 
 
-def derive(seconds: dict[str, float], workgroups: dict[str, int]) -> dict:
-    """The model's parameters from the measured seconds per loop iteration (all waves of the launch together).
+def derive(seconds: dict[str, float], workgroups: dict[str, int], cus: int = CUS,
+           clock_cycles_per_iteration: float | None = None) -> dict:
+    """The model's parameters from the measured seconds per loop iteration (all waves of the launch together) on a
+    GPU of `cus` compute units.
 
-    clock: the WMMA kernel keeps every SIMD's matrix unit busy (8 waves per SIMD, 4 independent chains per wave), so
-    SIMD clocks per iteration = waves per SIMD x WMMA per iteration x 8 (§Throughput [AMC]); clock = that / seconds.
-    overlap (per unit X): (t_wmma + t_X - t_mix) / min(t_wmma, t_X); 1: X issues while a WMMA holds the matrix
-    unit, 0: the two add (the model's rule, docs/rdna4.md §Hazards 7). LDS rate: the `lds` kernel's bytes of all
-    waves per iteration / CUs / seconds / clock, bytes per clock of one CU's LDS half (16 waves per CU keep it
-    busy; its loads are conflict-free, 4 passes of 128 B each, docs/rdna4.md §Memory). LDS latency: seconds per
-    dependent step x the clock. L2: bytes of all waves per iteration / seconds / clock."""
+    clock: measured, not assumed: the clock kernel's shader-clock growth per loop iteration of one wave (its waves
+    run side by side for the whole launch) over its HIP-event seconds per iteration (clock_cycles_per_iteration;
+    without it the clock is inferred from the WMMA rate at the assumed 8 clocks per iu8 WMMA, §Throughput [AMC],
+    and `clock.measured` is false). The WMMA rate then gives the measured clocks per iu8 WMMA.
+    TRANS / VALU alone: SIMD clocks per op at that clock (trans: v_exp_f32, trans_log, trans_rcp); vopd: vector
+    issue clocks per v_dual pair. overlap (per unit X with WMMA, and TRANS with VALU): (t_a + t_b - t_mix) /
+    min(t_a, t_b); 1: the two issue side by side, 0: they add. LDS rate: the `lds` kernel's bytes of all waves per
+    iteration / CUs / seconds / clock, bytes per clock of one CU's LDS half (its loads are conflict-free, 4 passes
+    of 128 B each, docs/rdna4.md §Memory). LDS latency: seconds per dependent step x the clock. L2: bytes of all
+    waves per iteration / seconds / clock."""
     missing = [b for b in MICROBENCH_BENCHES if b not in seconds]
     if missing:
         raise ValueError(f"derive: no measurement for {missing}")
+    simds = cus * SIMDS_PER_CU
     out: dict = {}
-    wps = waves(workgroups["wmma"]) / SIMDS
-    wmma_clocks = wps * MICROBENCH_WMMA_PER_ITER * IU8_WMMA_CLOCKS
-    clock = wmma_clocks / seconds["wmma"]
-    out["wmma"] = {"sustained_clock_hz": clock, "waves_per_simd": wps,
+    wps = waves(workgroups["wmma"]) / simds
+    inferred = wps * MICROBENCH_WMMA_PER_ITER * IU8_WMMA_CLOCKS / seconds["wmma"]
+    if clock_cycles_per_iteration is not None:
+        clock = clock_cycles_per_iteration / seconds["clock"]
+        out["clock"] = {"measured": True, "clock_hz": clock, "cycles_per_iteration": clock_cycles_per_iteration}
+    else:
+        clock = inferred
+        out["clock"] = {"measured": False, "clock_hz": clock}
+    out["wmma"] = {"sustained_clock_hz": clock, "waves_per_simd": wps, "inferred_clock_hz": inferred,
+                   "clocks_per_wmma": seconds["wmma"] * clock / (wps * MICROBENCH_WMMA_PER_ITER),
                    "ops_per_s": waves(workgroups["wmma"]) * MICROBENCH_WMMA_PER_ITER * WMMA_OPS / seconds["wmma"]}
+    for bench in (*TRANS_BENCHES, "valu"):
+        out[bench] = {"clocks_per_op": _unit_clocks(bench, seconds[bench], workgroups[bench], clock, simds)}
+    vwps = waves(workgroups["vopd"]) / simds
+    out["vopd"] = {"issue_clocks_per_pair": seconds["vopd"] * clock / (vwps * MICROBENCH_VOPD_PER_ITER)}
     for mix, unit in OVERLAP_PAIRS.items():
         t_w, t_x, t_m = seconds["wmma"], seconds[unit], seconds[mix]
         out[mix] = {"overlap": (t_w + t_x - t_m) / min(t_w, t_x), "t_wmma_s": t_w, "t_unit_s": t_x, "t_mix_s": t_m,
-                    "unit_clocks_per_op": _unit_clocks(unit, seconds[unit], workgroups[unit], clock)}
+                    "unit_clocks_per_op": _unit_clocks(unit, seconds[unit], workgroups[unit], clock, simds)}
+    for mix, (a, b) in UNIT_PAIRS.items():
+        t_a, t_b, t_m = seconds[a], seconds[b], seconds[mix]
+        out[mix] = {"overlap": (t_a + t_b - t_m) / min(t_a, t_b), f"t_{a}_s": t_a, f"t_{b}_s": t_b, "t_mix_s": t_m}
     lds_bytes = waves(workgroups["lds"]) * MICROBENCH_LDS_PER_ITER * MICROBENCH_LDS_LOAD_BYTES
-    out["lds"] = {"bytes_per_clk": lds_bytes / CUS / seconds["lds"] / clock}
+    out["lds"] = {"bytes_per_clk": lds_bytes / cus / seconds["lds"] / clock}
     step_s = seconds["lds_chain"] / MICROBENCH_CHAIN_STEPS     # the chains of all waves advance side by side
     out["lds_chain"] = {"load_to_use_s": step_s, "load_to_use_clk": step_s * clock}
     stream_bytes = waves(workgroups["l2_stream"]) * MICROBENCH_STREAM_WAVE_BYTES
@@ -254,10 +323,10 @@ def derive(seconds: dict[str, float], workgroups: dict[str, int]) -> dict:
     return out
 
 
-def _unit_clocks(unit: str, seconds: float, workgroups: int, clock: float) -> float:
+def _unit_clocks(unit: str, seconds: float, workgroups: int, clock: float, simds: int = CUS * SIMDS_PER_CU) -> float:
     """SIMD clocks per op of the unit alone at the measured clock (VALU: issue clocks; TRANS: pipeline clocks; LDS:
     clocks per wave ds_load_b128 of one SIMD)."""
     ops = ops_per_iteration(unit)
     per_wave = ops["VALU"] or ops["TRANS"] or ops["LDS"]
-    return seconds * clock / (waves(workgroups) / SIMDS * per_wave)
+    return seconds * clock / (waves(workgroups) / simds * per_wave)
 

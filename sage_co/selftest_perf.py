@@ -3,12 +3,16 @@
 With a gfx1201: every kernel of asm_src/gfx1201_microbench.s runs once at a small iteration count and its result
 records are checked (sage_co.microbench.check), then it is timed with HIP events (torch.cuda.Event on the current
 stream) at two iteration counts; the slope, seconds per loop iteration, gives the derived parameters
-(microbench.derive: sustained WMMA clock and rate, whether VALU / TRANS / LDS issue while a WMMA holds the matrix
-unit, LDS load-to-use latency, L2 -> CU bytes per clock). Without one: every kernel runs on the emulator, its records
+(microbench.derive: the clock under matrix load, measured by the clock kernel's shader-clock counter against the
+HIP-event time; the WMMA rate; TRANS clocks per v_exp / v_log / v_rcp; VOPD issue clocks; whether VALU / TRANS / LDS
+issue while a WMMA holds the matrix unit and whether TRANS overlaps VALU; LDS load-to-use latency, L2 -> CU bytes
+per clock). The grids are sized from the device's own CU count (microbench.gpu_plan), recorded with its name and
+arch in `perf.device`. Without one: every kernel runs on the emulator, its records
 and dynamic instruction counts are checked, and no time is reported (`measured` is false).
 
 The report's `perf` section (selftest.json) is what `python tools/perf_model.py --refit REPORT.json` reads:
     perf.measured                   true only when the times are HIP-event times on a gfx1201
+    perf.device                     name, arch, cus (compute units) of the GPU measured
     perf.kernels.<bench>            workgroups, iterations [n1, n2], ms [t1, t2], seconds_per_iteration, correct
     perf.derived.<bench>.<figure>   microbench.derive's figures (absent when not measured)
 """
@@ -30,6 +34,11 @@ WHAT = {
     "wmma_lds": "WMMA body + LDS body interleaved: LDS issue under WMMA",
     "lds_chain": "8 dependent ds_load_b32 per iteration: LDS load-to-use latency",
     "l2_stream": "4 global_load_b128 (SCOPE_DEV) per iteration over 6 MiB: L2 -> CU bandwidth",
+    "trans_log": "8 v_log_f32 per iteration: TRANS clocks of v_log_f32",
+    "trans_rcp": "8 v_rcp_f32 per iteration: TRANS clocks of v_rcp_f32",
+    "vopd": "16 v_dual_add_f32 pairs per iteration: vector issue clocks of a VOPD pair",
+    "trans_valu": "TRANS body + VALU body interleaved: TRANS overlapping other VALU",
+    "clock": "WMMA body between two SHADER_CYCLES reads: the clock under matrix load, measured",
 }
 
 
@@ -83,13 +92,26 @@ def count_problems(bench: str, stats: dict, workgroups: int, iterations: int) ->
             for k, v in want.items() if stats.get(k, 0) != v]
 
 
+def device_info(device: int) -> dict:
+    """The GPU's name, arch and compute-unit count (torch's device properties: multi_processor_count is the CU
+    count on ROCm)."""
+    import torch
+    p = torch.cuda.get_device_properties(device)
+    return {"name": torch.cuda.get_device_name(device), "arch": getattr(p, "gcnArchName", "").split(":")[0],
+            "cus": int(p.multi_processor_count)}
+
+
 def gpu(report, device: int, echo=print) -> dict:
-    """Every microbenchmark on gfx1201 device `device`: checked once, then timed at two iteration counts."""
+    """Every microbenchmark on gfx1201 device `device`: checked once, then timed at two iteration counts; the
+    grids fill the device's own CUs."""
     import torch
     kernels, seconds, workgroups_of = {}, {}, {}
     dev = f"cuda:{device}"
+    info = device_info(device)
+    plan = mb.gpu_plan(info["cus"])
+    clock_cycles = None
     for bench in mb.MICROBENCH_BENCHES:
-        workgroups, n1, n2 = mb.GPU_PLAN[bench]
+        workgroups, n1, n2 = plan[bench]
         echo(f"gpu {device}: microbenchmark {bench}")
         args = mb.inputs(bench, workgroups, device=dev)
         check_iterations = mb.EMU_PLAN[bench][1]
@@ -98,18 +120,28 @@ def gpu(report, device: int, echo=print) -> dict:
             torch.cuda.synchronize()
         problems = mb.check(bench, args["out"], args, check_iterations)
         report.add(f"gpu{device} microbenchmark {bench}: results", not problems, "; ".join(problems))
-        t = [_time_launch(lambda n=n: mb.launch_bench(bench, args, n, backend="gpu"), device) for n in (n1, n2)]
+        t, cycles = [], []
+        for n in (n1, n2):
+            t.append(_time_launch(lambda n=n: mb.launch_bench(bench, args, n, backend="gpu"), device))
+            if bench == "clock":     # the last timed launch's records: the median wave's shader-clock growth
+                cycles.append(float(statistics.median(mb.clock_cycles(args["out"]).tolist())))
         per_iter = mb.per_iteration_seconds(t[0], t[1], n1, n2)
         ok = per_iter > 0
         report.add(f"gpu{device} microbenchmark {bench}: time grows with iterations", ok,
                    f"{t[0] * 1e3:.3f} ms at {n1}, {t[1] * 1e3:.3f} ms at {n2} iterations")
         kernels[bench] = {"workgroups": workgroups, "iterations": [n1, n2], "ms": [x * 1e3 for x in t],
                           "seconds_per_iteration": per_iter, "correct": not problems}
+        if cycles:
+            kernels[bench]["shader_cycles"] = cycles
+            clock_cycles = (cycles[1] - cycles[0]) / (n2 - n1)
+            report.add(f"gpu{device} microbenchmark clock: the shader clock grows with iterations", clock_cycles > 0,
+                       f"{cycles[0]:.0f} at {n1}, {cycles[1]:.0f} at {n2} iterations")
         seconds[bench], workgroups_of[bench] = per_iter, workgroups
-    out = {"measured": True, "where": f"gfx1201 device {device} ({torch.cuda.get_device_name(device)}), HIP events",
-           "kernels": kernels}
+    out = {"measured": True, "where": f"gfx1201 device {device} ({info['name']}, {info['cus']} CUs), HIP events",
+           "device": info, "kernels": kernels}
     if all(s > 0 for s in seconds.values()):
-        out["derived"] = mb.derive(seconds, workgroups_of)
+        out["derived"] = mb.derive(seconds, workgroups_of, info["cus"],
+                                   clock_cycles if clock_cycles and clock_cycles > 0 else None)
     return out
 
 
@@ -132,8 +164,18 @@ def markdown(perf: dict) -> list[str]:
     if d:
         lines += ["", "Derived (feed this report to `python tools/perf_model.py --refit selftest.json`):", "",
                   "| figure | value |", "|---|---|",
-                  f"| sustained clock under WMMA load | {d['wmma']['sustained_clock_hz'] / 1e9:.3f} GHz |",
+                  f"| sustained clock under WMMA load ({'measured: shader clock / HIP events' if d['clock']['measured'] else 'INFERRED from 8 clk per WMMA: the clock kernel gave nothing'}) "
+                  f"| {d['wmma']['sustained_clock_hz'] / 1e9:.3f} GHz |",
+                  f"| clock inferred from the WMMA rate at 8 clk per iu8 WMMA (cross-check) "
+                  f"| {d['wmma']['inferred_clock_hz'] / 1e9:.3f} GHz |",
+                  f"| iu8 WMMA: SIMD clocks per op at that clock | {d['wmma']['clocks_per_wmma']:.2f} |",
                   f"| iu8 WMMA rate | {d['wmma']['ops_per_s'] / 1e12:.1f} TOPS |"]
+        for bench, op in mb.TRANS_BENCHES.items():
+            lines.append(f"| {op}: TRANS clocks per op | {d[bench]['clocks_per_op']:.2f} |")
+        lines += [f"| VALU: issue clocks per op | {d['valu']['clocks_per_op']:.2f} |",
+                  f"| VOPD: issue clocks per v_dual pair (1 dual issue pays, 2 it does not) "
+                  f"| {d['vopd']['issue_clocks_per_pair']:.2f} |",
+                  f"| TRANS overlap with VALU (1 overlaps, 0 adds) | {d['trans_valu']['overlap']:.2f} |"]
         for mix, unit in mb.OVERLAP_PAIRS.items():
             lines.append(f"| {unit.upper()} overlap with WMMA (1 co-issues, 0 adds) | {d[mix]['overlap']:.2f} |")
             lines.append(f"| {unit.upper()} alone: SIMD clocks per op | {d[mix]['unit_clocks_per_op']:.2f} |")

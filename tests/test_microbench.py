@@ -85,26 +85,62 @@ def test_assembly_constants_are_the_abi_constants():
 
 
 # ------------------------------------------------------------------------------------------ derivation
-def _synthetic_seconds(clock, overlaps, lds_latency, l2_bytes_per_clk, plan=mb.GPU_PLAN, lds_bytes_per_clk=128.0):
+def _synthetic_seconds(clock, overlaps, lds_latency, l2_bytes_per_clk, plan=mb.GPU_PLAN, lds_bytes_per_clk=128.0,
+                       cus=mb.CUS, trans_clocks=mb.TRANS_CLOCKS, log_clocks=6.0, rcp_clocks=5.0, vopd_clocks=1.0,
+                       wmma_clocks=mb.IU8_WMMA_CLOCKS):
     """Seconds per iteration a GPU with these properties would show (the inverse of derive's arithmetic; a CU's
-    LDS half serves both its SIMDs, so one SIMD's b128 load takes 2 x 512 B / lds_bytes_per_clk clocks)."""
+    LDS half serves both its SIMDs, so one SIMD's b128 load takes 2 x 512 B / lds_bytes_per_clk clocks), and the
+    clock kernel's shader clocks per iteration of one wave (its waves run side by side: the launch's clocks)."""
     wg = {b: plan[b][0] for b in abi.MICROBENCH_BENCHES}
-    wps = {b: mb.waves(wg[b]) / mb.SIMDS for b in wg}
-    clocks = {"wmma": wps["wmma"] * abi.MICROBENCH_WMMA_PER_ITER * mb.IU8_WMMA_CLOCKS,
+    wps = {b: mb.waves(wg[b]) / (2 * cus) for b in wg}
+    t = abi.MICROBENCH_TRANS_PER_ITER
+    clocks = {"wmma": wps["wmma"] * abi.MICROBENCH_WMMA_PER_ITER * wmma_clocks,
+              "clock": wps["clock"] * abi.MICROBENCH_WMMA_PER_ITER * wmma_clocks,
               "valu": wps["valu"] * abi.MICROBENCH_VALU_PER_ITER * mb.VALU_ISSUE_CLOCKS,
-              "trans": wps["trans"] * abi.MICROBENCH_TRANS_PER_ITER * mb.TRANS_CLOCKS,
+              "trans": wps["trans"] * t * trans_clocks, "trans_log": wps["trans_log"] * t * log_clocks,
+              "trans_rcp": wps["trans_rcp"] * t * rcp_clocks,
+              "vopd": wps["vopd"] * abi.MICROBENCH_VOPD_PER_ITER * vopd_clocks,
               "lds": wps["lds"] * abi.MICROBENCH_LDS_PER_ITER * 2 * abi.MICROBENCH_LDS_LOAD_BYTES / lds_bytes_per_clk}
     s = {b: c / clock for b, c in clocks.items()}
     for mix, unit in mb.OVERLAP_PAIRS.items():
         s[mix] = s["wmma"] + s[unit] - overlaps[unit] * min(s["wmma"], s[unit])
+    s["trans_valu"] = s["trans"] + s["valu"] - overlaps.get("trans_valu", 1.0) * min(s["trans"], s["valu"])
     s["lds_chain"] = abi.MICROBENCH_CHAIN_STEPS * lds_latency / clock
     s["l2_stream"] = mb.waves(wg["l2_stream"]) * abi.MICROBENCH_STREAM_WAVE_BYTES / l2_bytes_per_clk / clock
-    return s, wg
+    return s, wg, clocks["clock"]
 
 
-def test_derive_recovers_the_properties():
-    s, wg = _synthetic_seconds(2.4e9, {"valu": 0.0, "trans": 1.0, "lds": 0.75}, 57, 1500.0, lds_bytes_per_clk=80.0)
-    d = mb.derive(s, wg)
+@pytest.mark.parametrize("cus", [64, 48])
+def test_derive_recovers_the_properties(cus):
+    """On the R9700 and on a 48-CU gfx1201 board (grids from its own CU count), with WMMA at 10 clocks instead of
+    the assumed 8: the clock is the measured one (shader clocks over HIP-event time), not the one the WMMA rate
+    implies, and every rule the speed verdict rests on comes back."""
+    plan = mb.gpu_plan(cus)
+    assert plan["wmma"][0] == cus // 2 * 8
+    s, wg, cyc = _synthetic_seconds(2.4e9, {"valu": 0.0, "trans": 1.0, "lds": 0.75, "trans_valu": 0.2}, 57, 1500.0,
+                                    plan, lds_bytes_per_clk=80.0, cus=cus, trans_clocks=8.0, vopd_clocks=2.0,
+                                    wmma_clocks=10.0)
+    d = mb.derive(s, wg, cus, cyc)
+    assert d["clock"]["measured"] and d["wmma"]["sustained_clock_hz"] == pytest.approx(2.4e9)
+    assert d["wmma"]["inferred_clock_hz"] == pytest.approx(2.4e9 * 8 / 10)      # what the old derivation said
+    assert d["wmma"]["clocks_per_wmma"] == pytest.approx(10.0)
+    assert d["wmma"]["ops_per_s"] == pytest.approx(2.4e9 * 2048 * cus * 8 / 10)
+    assert d["trans"]["clocks_per_op"] == pytest.approx(8.0)
+    assert d["trans_log"]["clocks_per_op"] == pytest.approx(6.0)
+    assert d["trans_rcp"]["clocks_per_op"] == pytest.approx(5.0)
+    assert d["vopd"]["issue_clocks_per_pair"] == pytest.approx(2.0)
+    assert d["trans_valu"]["overlap"] == pytest.approx(0.2)
+    assert d["valu"]["clocks_per_op"] == pytest.approx(1.0)
+    d0 = mb.derive(s, wg, cus)                      # without the clock kernel's cycles: inferred, and says so
+    assert not d0["clock"]["measured"] and d0["wmma"]["sustained_clock_hz"] == pytest.approx(2.4e9 * 0.8)
+    with pytest.raises(ValueError, match="cus"):
+        mb.gpu_plan(63)
+
+
+def test_derive_recovers_the_r9700_properties():
+    s, wg, cyc = _synthetic_seconds(2.4e9, {"valu": 0.0, "trans": 1.0, "lds": 0.75}, 57, 1500.0,
+                                    lds_bytes_per_clk=80.0)
+    d = mb.derive(s, wg, mb.CUS, cyc)
     assert d["wmma"]["sustained_clock_hz"] == pytest.approx(2.4e9)
     assert d["wmma"]["ops_per_s"] == pytest.approx(2.4e9 * 2048 * 64)      # iu8 2048 OP/clk/CU (§Throughput)
     assert d["wmma_valu"]["overlap"] == pytest.approx(0.0, abs=1e-9)
@@ -139,10 +175,15 @@ def test_selftest_perf_runs_every_microbenchmark_on_the_emulator(tmp_path):
 def test_gpu_half_control_flow(monkeypatch, tmp_path):
     """selftest_perf.gpu end to end with the HIP launches served by the emulator and HIP-event times replaced by a
     synthetic GPU (there is no gfx1201 here): checked once, timed at two iteration counts, derived, fed to refit."""
-    clock = 2.5e9
+    clock, cus = 2.5e9, 56                # a 56-CU board: the plan and the derivation take its own count
     plan = {b: (WORKGROUPS, 2, 6) for b in abi.MICROBENCH_BENCHES}
-    per_iter, _ = _synthetic_seconds(clock, {"valu": 0.0, "trans": 0.9, "lds": 1.0}, 64, 1024.0, plan, 100.0)
-    monkeypatch.setattr(mb, "GPU_PLAN", plan)
+    plan["clock"] = (WORKGROUPS, 2000, 6000)     # whole counter values: enough of them that rounding is < 1e-4
+    per_iter, _, cyc = _synthetic_seconds(clock, {"valu": 0.0, "trans": 0.9, "lds": 1.0}, 64, 1024.0, plan, 100.0,
+                                          cus=cus, trans_clocks=8.0)
+    plans = []
+    monkeypatch.setattr(mb, "gpu_plan", lambda n: plans.append(n) or plan)
+    monkeypatch.setattr(selftest_perf, "device_info", lambda d: {"name": "synthetic gfx1201", "arch": "gfx1201",
+                                                                 "cus": cus})
     launched = []
     real_launch, real_inputs = mb.launch_bench, mb.inputs
 
@@ -151,6 +192,9 @@ def test_gpu_half_control_flow(monkeypatch, tmp_path):
         launched.append((bench, n))
         if n == mb.EMU_PLAN[bench][1]:      # the correctness launch: really run (on the emulator)
             return real_launch(bench, args, n, backend="emu")
+        if bench == "clock":                # a timed launch: the shader clock grows by n x cycles per iteration
+            m = abi.MICROBENCH_MATRIX_DWORDS
+            args["out"][:, :, m:m + 4] = torch.tensor([7, 1, 7 + round(n * cyc), 1], dtype=torch.int32)
     monkeypatch.setattr(mb, "launch_bench", launch_bench)
     monkeypatch.setattr(mb, "inputs", lambda bench, wg, device="cpu", **kw: real_inputs(bench, wg, **kw))
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
@@ -167,25 +211,39 @@ def test_gpu_half_control_flow(monkeypatch, tmp_path):
     selftest_perf.run(report, [0], echo=lambda *_: None)
     assert not report.failed, report.failed
     perf = report.perf
-    assert perf["measured"] is True and perf["kernels"]["wmma"]["iterations"] == [2, 6]
-    assert perf["derived"]["wmma"]["sustained_clock_hz"] == pytest.approx(clock)     # the overhead cancels
-    assert perf["derived"]["lds_chain"]["load_to_use_clk"] == pytest.approx(64)
+    assert perf["measured"] is True and perf["kernels"]["wmma"]["iterations"] == [2, 6] and plans == [cus]
+    assert perf["device"] == {"name": "synthetic gfx1201", "arch": "gfx1201", "cus": cus}
+    assert perf["derived"]["clock"]["measured"] is True
+    assert perf["derived"]["wmma"]["sustained_clock_hz"] == pytest.approx(clock, rel=1e-4)   # the overhead cancels
+    assert perf["derived"]["trans"]["clocks_per_op"] == pytest.approx(8.0, rel=1e-4)
+    assert perf["derived"]["lds_chain"]["load_to_use_clk"] == pytest.approx(64, rel=1e-4)
     assert "| LDS b128 load rate (one CU's LDS half) | 100.0 B/clk |" in "\n".join(selftest_perf.markdown(perf))
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"perf": json.loads(json.dumps(perf))}))
+    with pytest.raises(refit.RefitError, match=r"perf\.device\.cus = 56: the model's target \(the R9700\) has 64"):
+        refit.read_report(path)
+    perf["device"]["cus"] = 64              # as if it were the R9700 (the derived figures are per CU or per clock)
+    path.write_text(json.dumps({"perf": json.loads(json.dumps(perf))}))
     derived = refit.read_report(path)
     params, changes = refit.refit_params(derived)
-    assert params.clock_hz == pytest.approx(clock) and params.lds_latency == 64
-    assert params.l2_bytes_per_clk == pytest.approx(1024) and params.lds_bytes_per_clk == pytest.approx(100.0)
+    assert params.clock_hz == pytest.approx(clock, rel=1e-4) and params.lds_latency == 64
+    assert params.trans_clocks == 8
+    assert params.l2_bytes_per_clk == pytest.approx(1024, rel=1e-4)
+    assert params.lds_bytes_per_clk == pytest.approx(100.0, rel=1e-4)
     params = refit.apply_rules(params, refit.rule_findings(derived))
     assert params.trans_coissue_wmma is True and params.valu_coissue_wmma is False
 
 
 # ------------------------------------------------------------------------------------------ --refit
-def _report(tmp_path, clock=2.6e9, lds=40.0, l2=1800.0, trans=0.05, lds_rate=96.0, **changes):
-    perf = {"measured": True, "where": "synthetic (test)", "kernels": {b: {"correct": True}
-                                                                        for b in abi.MICROBENCH_BENCHES},
+def _report(tmp_path, clock=2.6e9, lds=40.0, l2=1800.0, trans=0.05, lds_rate=96.0, trans_clocks=4.1, vopd=1.05,
+            trans_valu=0.9, **changes):
+    perf = {"measured": True, "where": "synthetic (test)", "device": {"name": "synthetic", "arch": "gfx1201",
+                                                                       "cus": 64},
+            "kernels": {b: {"correct": True} for b in abi.MICROBENCH_BENCHES},
             "derived": {"wmma": {"sustained_clock_hz": clock, "ops_per_s": 1.0},
+                        "trans": {"clocks_per_op": trans_clocks}, "trans_log": {"clocks_per_op": 6.2},
+                        "trans_rcp": {"clocks_per_op": 4.0}, "vopd": {"issue_clocks_per_pair": vopd},
+                        "trans_valu": {"overlap": trans_valu},
                         "wmma_valu": {"overlap": 0.02}, "wmma_trans": {"overlap": trans},
                         "wmma_lds": {"overlap": 0.97}, "lds": {"bytes_per_clk": lds_rate},
                         "lds_chain": {"load_to_use_clk": lds}, "l2_stream": {"bytes_per_clk": l2}}}
@@ -213,7 +271,9 @@ def test_refit_sets_parameters_and_restates(tmp_path, capsys, clock, faster):
     assert params.clock_hz == clock != CALIBRATED.clock_hz
     assert params.lds_latency == 40 != CALIBRATED.lds_latency and params.l2_bytes_per_clk == 1800.0
     assert params.lds_bytes_per_clk == 96.0 != CALIBRATED.lds_bytes_per_clk
-    assert [c.mapping.param for c in changes] == ["clock_hz", "lds_bytes_per_clk", "lds_latency", "l2_bytes_per_clk"]
+    assert [c.mapping.param for c in changes] == ["clock_hz", "trans_clocks", "vopd_issue_clocks", "lds_bytes_per_clk",
+                                                  "lds_latency", "l2_bytes_per_clk"]
+    assert params.trans_clocks == 4 and params.vopd_issue_clocks == 1
     assert refit.print_refit(path, shapes=SHAPES) == 0
     out = capsys.readouterr().out
     assert f"{CALIBRATED.clock_hz / 1e9:.3f} GHz -> {clock / 1e9:.3f} GHz (was SOURCED)" in out
@@ -240,7 +300,8 @@ def test_measured_trans_rule_reaches_the_restated_time(tmp_path, capsys):
     assert data["params"]["trans_coissue_wmma"] == {"field": "wmma_trans.overlap", "measured": 0.92, "old": False,
                                                     "new": True}
     assert data["params"]["valu_coissue_wmma"]["new"] is False
-    assert [r["verdict"] for r in data["rules"]] == ["contradicts", "agrees", "agrees"]
+    assert [r["verdict"] for r in data["rules"]] == ["contradicts", "agrees", "agrees", "agrees"]
+    assert data["other_trans"] == {"trans_log": 6.2, "trans_rcp": 4.0}
     # the re-stated time runs under the measured rule: the same parameters with the model's TRANS rule are slower
     params = refit.apply_rules(refit.refit_params(derived)[0], found)
     assert params.trans_coissue_wmma is True
@@ -274,6 +335,10 @@ def test_partial_overlap_keeps_the_knob_and_brackets_the_time(tmp_path, capsys):
     ({"derived__wmma_trans__overlap": 7.0}, r"perf\.derived\.wmma_trans\.overlap = 7"),
     ({"measured": False}, r"perf\.measured = False"),
     ({"kernels__lds__correct": False}, r"perf\.kernels\.lds\.correct is not true"),
+    ({"device__cus": 48}, r"perf\.device\.cus = 48: the model's target \(the R9700\) has 64 CUs"),
+    ({"device__arch": "gfx1200"}, r"perf\.device\.arch = 'gfx1200': the model's target is gfx1201"),
+    ({"device": None}, r"perf\.device: missing"),
+    ({"derived__trans__clocks_per_op": 200.0}, r"perf\.derived\.trans\.clocks_per_op = 200 clk: outside"),
     ({"derived": None}, r"perf\.derived: missing"),
 ])
 def test_bad_report_names_the_field(tmp_path, changes, message):
@@ -301,7 +366,7 @@ def test_parameter_map_names_model_parameters():
     # every co-issue knob is a boolean Params field that reaches the simulator's rules
     from perfmodel.launch_model import latencies
     knobs = [m.param for m in refit.RULE_MAP if m.param]
-    assert knobs == ["trans_coissue_wmma", "valu_coissue_wmma"]
+    assert knobs == ["trans_coissue_wmma", "valu_coissue_wmma", "trans_overlaps_valu"]
     for k in knobs:
         assert isinstance(getattr(CALIBRATED, k), bool)
         assert latencies(CALIBRATED.override(**{k: True})) != latencies(CALIBRATED.override(**{k: False})), k
@@ -345,3 +410,22 @@ def test_cli_selftest_perf_flag(tmp_path, monkeypatch):
     monkeypatch.setattr(selftest, "run", fake_run)
     assert cli.main(["selftest", "--perf", "--out", str(tmp_path)]) == 0 and seen == {"perf": True}
     assert cli.main(["selftest", "--out", str(tmp_path)]) == 0 and seen == {"perf": False}
+
+
+def test_refit_with_trans_at_8_clocks_moves_the_time_as_hypotheses_predict(tmp_path, capsys):
+    """Issue 38: a report measuring TRANS at 8 clocks per v_exp_f32 (every other figure at the model's values)
+    re-states the kernel at exactly the time `--hypotheses` gives its row (TRANS 8, the other rules unchanged), and
+    that is slower than the current rules' time."""
+    from perfmodel import hypotheses as hy
+    c = CALIBRATED
+    path = _report(tmp_path, clock=c.clock_hz, lds=c.lds_latency, l2=c.l2_bytes_per_clk, lds_rate=c.lds_bytes_per_clk,
+                   trans=0.0, trans_clocks=7.8, vopd=1.0, trans_valu=1.0)
+    assert refit.print_refit(path, as_json=True, shapes=SHAPES) == 0
+    data = json.loads(capsys.readouterr().out)
+    row = data["figures"][0]
+    assert data["params"]["trans_clocks"]["new"] == 8 and data["rule_set"] == hy.RuleSet(8, False, False, 1).label
+    want = hy.evaluate(hy.RuleSet(8, False, False, 1), shapes=(1536,), levers=())
+    now = hy.evaluate(hy.RuleSet.of(CALIBRATED), shapes=(1536,), levers=())
+    assert row["new_us"] == pytest.approx(want["us"][1536], rel=1e-9)
+    assert row["old_us"] == pytest.approx(now["us"][1536], rel=1e-9)
+    assert row["old_us"] < row["new_us"]

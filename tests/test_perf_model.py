@@ -827,3 +827,56 @@ def test_prepare_model_cold_and_resident():
     assert traffic(1, 24, 16384, case="resident")["cache_bytes"] == hw.INFINITY_CACHE
     with pytest.raises(ValueError, match="case: expected one of"):
         traffic(1, 24, 1536, case="warm")
+
+
+# ------------------------------------------------------------------------------------------ issue 38: hypotheses
+def test_hypotheses_rule_sets_cover_every_combination_current_first():
+    from perfmodel import hypotheses as hy
+    rs = hy.rule_sets()
+    assert len(rs) == len(set(rs)) == 3 * 2 * 2 * 2
+    assert rs[0] == hy.RuleSet.of(hw.CALIBRATED) == hy.RuleSet(4, False, False, 1)
+    assert {r.trans_clocks for r in rs} == {4, 6, 8} and {r.vopd_issues for r in rs} == {1, 2}
+    p = hy.RuleSet(8, True, False, 2).params()
+    assert (p.trans_clocks, p.trans_coissue_wmma, p.valu_coissue_wmma, p.vopd_issue_clocks) == (8, True, False, 2)
+    assert p.clock_hz == hw.CALIBRATED.clock_hz        # only the rules change
+    assert hy.RuleSet.of(p) == hy.RuleSet(8, True, False, 2)
+
+
+def test_hypotheses_evaluate_names_the_lever_that_pays_at_every_shape():
+    """evaluate() with a model of its own (the reuse path for another schedule): a lever pays only when it saves
+    >= PAYS_AT at every shape."""
+    from perfmodel import hypotheses as hy
+    fast, slow = (lambda k: "fast"), (lambda k: "slow")
+    levers = (hy.Lever("fast", "", fast), hy.Lever("slow", "", slow))
+    calls = []
+
+    def model(kernel, S, params, transform=None):
+        calls.append((kernel, S, params.trans_clocks, transform))
+        base = 100.0 * S / 1536 * params.trans_clocks / 4
+        return base * {None: 1.0, "fast": 0.9, "slow": 0.99 if S == 1536 else 0.9}[transform]
+    row = hy.evaluate(hy.RuleSet(8, False, False, 1), kernel="mine", levers=levers, model=model)
+    assert row["us"] == {1536: 200.0, 4096: pytest.approx(200.0 * 4096 / 1536)}
+    assert row["pays"] == ["fast"] and row["gain"]["slow"][1536] == pytest.approx(0.01)
+    assert {c[0] for c in calls} == {"mine"} and {c[2] for c in calls} == {8}
+    md = "\n".join(hy.markdown([row]))
+    assert "| 8 | no | no | 1 | 200.0 |" in md and "| fast |" in md
+
+
+def test_hypotheses_trans_rate_reaches_the_shipped_kernels_time():
+    """The rules reach the simulator: TRANS at 8 clocks models the shipped kernel slower than at 4 (the issue's
+    ~855 us at S=4096 is the same effect); VOPD at 2 issues too."""
+    from perfmodel import hypotheses as hy
+    t4 = hy.modeled_us("asm", 1536, hy.RuleSet(4, False, False, 1).params())
+    t8 = hy.modeled_us("asm", 1536, hy.RuleSet(8, False, False, 1).params())
+    v2 = hy.modeled_us("asm", 1536, hy.RuleSet(4, False, False, 2).params())
+    assert t8 > 1.05 * t4 and v2 > 1.02 * t4
+
+
+def test_what_if_walks_only_the_executed_paths():
+    """`--what-if` crashed at HEAD ("more than 4096 paths through one iteration"): its waves sweep and rescale
+    bounds walked every path of the asm loop, attn_mask and varlen blocks included."""
+    from perfmodel import whatif
+    sweep = whatif.waves_sweep("asm", waves=(2, 4))
+    assert sweep[2] > sweep[4] > 0
+    r = whatif.rescale_bounds("asm")
+    assert r["never"] <= r["always"] and r["valu_never"] < r["valu_always"]

@@ -428,48 +428,74 @@ def test_kernel_sequence_and_geometry(monkeypatch):
     ]
 
 
-def test_stats_counters_are_reset_and_cached():
-    """Issue 28: the ticket counter and, per (b, K/V head), a counter of its stats items (the last one folds the
-    partials in chunk order), its fold and its K/V tiles (which wait for the fold); the last ticket and each head's
-    last tile store 0. After a call every counter is 0 again, the same per-device buffer serves the next call (whose
-    outputs are bitwise the same), and a call with more heads grows it (zeroed). With V, K and V-sum items
-    (smooth_k + smooth_v: n_tens = 3) and several chunks per head."""
-    prepare_mod.counter_buffers.clear()
+def test_every_launch_gets_fresh_zeroed_counters():
+    """Issue 38: the ticket counter and, per (b, K/V head), a counter of its stats items (the last one folds the
+    partials in chunk order), its fold and its K/V tiles belong to ONE launch: allocated and zeroed right before it
+    (on its stream), never shared with another launch. Each launch below finds its counters all zero, in storage
+    of their own, and the outputs of two calls are bitwise the same. With V, K and V-sum items (smooth_k +
+    smooth_v: n_tens = 3) and several chunks per head."""
+    seen = []
+    real = prepare_mod.launch
+
+    def recording(sym, st, grid, block, args, backend):
+        ctr = args["counter"]
+        seen.append((ctr, ctr.clone()))
+        return real(sym, st, grid, block, args, backend=backend)
     q, k, v = _qkv(2, 200, 3, seed=21, offset=(0.0, 1.0, 0.5))
-    check(q, k, v, smooth_k=True)
-    a = run_prepare(q, k, v, smooth_k=True, smooth_v=True, backend="emu")
-    ctr = prepare_mod.counter_buffers[prepare_mod.counter_key(q.device)]
-    assert ctr.numel() >= 1 + 2 * 3 and not ctr.any(), "a counter was left nonzero"
-    b = run_prepare(q, k, v, smooth_k=True, smooth_v=True, backend="emu")
-    assert prepare_mod.counter_buffers[prepare_mod.counter_key(q.device)] is ctr and not ctr.any()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(prepare_mod, "launch", recording)
+        a = run_prepare(q, k, v, smooth_k=True, smooth_v=True, backend="emu")
+        b = run_prepare(q, k, v, smooth_k=True, smooth_v=True, backend="emu")
+    assert len(seen) == 2
+    (c0, at0), (c1, at1) = seen
+    assert c0.numel() == c1.numel() == 1 + 2 * 3 and not at0.any() and not at1.any()
+    assert c0.data_ptr() != c1.data_ptr()           # both alive here: two buffers, not one reused
     for name in ("k_mean", "v_scale", "v_mean", "k_int8", "v_t"):
         x, y = getattr(a, name), getattr(b, name)
         assert torch.equal(x.view(torch.uint8), y.view(torch.uint8)), name
-    q, k, v = _qkv(2, 40, 8, seed=22)
-    check(q, k, v)
-    grown = prepare_mod.counter_buffers[prepare_mod.counter_key(q.device)]
-    assert grown.numel() >= 1 + 2 * 8 and not grown.any()
 
 
-def test_a_launch_that_fails_part_way_leaves_no_dirty_counters(monkeypatch):
-    """A prepare launch that raises may have stopped part-way and left its counters nonzero (tickets handed out,
-    heads counted): the buffer is dropped, so the next call starts from zeroed counters and is correct."""
-    q, k, v = _qkv(2, 70, 3, seed=23)
-    check(q, k, v)
-    key = prepare_mod.counter_key(q.device)
+def _captured(q, k, v, mp):
+    """What a HIP graph captured with default settings holds of one prepare call: its launch and the tensors bound
+    into it (emulated: the launch is recorded, not run, as a capture records it)."""
+    got = []
+    mp.setattr(prepare_mod, "launch", lambda sym, st, grid, block, args, backend: got.append(
+        (sym, st, grid, block, dict(args), backend)))
+    out = run_prepare(q, k, v, backend="emu")
+    assert len(got) == 1
+    return got[0], out
+
+
+def test_two_graphs_and_an_aborted_launch_cannot_share_or_dirty_counters():
+    """Issue 38: two graphs captured with default settings (the same capture stream: counters keyed by device and
+    stream used to be ONE buffer for both) get counters of their own, disjoint in memory; graph A's replay that
+    stops part-way (an aborted launch: tickets handed out, heads counted) leaves its counters dirty, and graph B's
+    replay, which runs after it (or concurrently), is still bitwise the reference. An eager call after the aborted
+    launch is correct too. Fails with one counter buffer per (device, stream)."""
+    qa, ka, va = _qkv(2, 70, 3, seed=23)
+    qb, kb, vb = _qkv(2, 70, 3, seed=24)
     real = prepare_mod.launch
+    with pytest.MonkeyPatch.context() as mp:
+        (sym_a, st_a, grid_a, block_a, args_a, _), _ = _captured(qa, ka, va, mp)
+        (sym_b, st_b, grid_b, block_b, args_b, _), out_b = _captured(qb, kb, vb, mp)
+    ca, cb = args_a["counter"], args_b["counter"]
+    a0, a1 = ca.data_ptr(), ca.data_ptr() + ca.numel() * ca.element_size()
+    b0, b1 = cb.data_ptr(), cb.data_ptr() + cb.numel() * cb.element_size()
+    assert a1 <= b0 or b1 <= a0, "two captured launches share counter memory"
+    ca[: min(5, ca.numel())] = 7                     # graph A's replay stopped part-way
+    real(sym_b, st_b, grid_b, block_b, args_b, backend="emu")      # graph B's replay
+    ref = reference.sage_prepare(qb, kb, vb)
+    for name in ("q_int8", "q_scale", "k_int8", "k_scale", "v_t", "v_scale"):
+        _same_bits(name, getattr(out_b, name), getattr(ref, name))
 
     def fails_part_way(sym, st, grid, block, args, backend):
         args["counter"][:5] = 7          # what a grid stopped after some work items leaves behind
         raise RuntimeError("stopped part-way")
-
-    monkeypatch.setattr(prepare_mod, "launch", fails_part_way)
-    with pytest.raises(RuntimeError, match="stopped part-way"):
-        run_prepare(q, k, v, backend="emu")
-    assert key not in prepare_mod.counter_buffers
-    monkeypatch.setattr(prepare_mod, "launch", real)
-    check(q, k, v, smooth_k=True)
-    assert not prepare_mod.counter_buffers[key].any()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(prepare_mod, "launch", fails_part_way)
+        with pytest.raises(RuntimeError, match="stopped part-way"):
+            run_prepare(qa, ka, va, backend="emu")
+    check(qa, ka, va, smooth_k=True)
 
 
 # ------------------------------------------------------------------------------- issue 13: the new shapes

@@ -18,6 +18,29 @@ from dataclasses import dataclass
 # first three numbers of a hip-python version name the ROCm release its bindings were generated against.
 SUPPORTED_HIP_PYTHON = ("6.4", "7.0", "7.1", "7.2", "10.0")
 
+# the HIP runtime series (hipRuntimeGetVersion: major * 10^7 + minor * 10^5 + patch) each hip-python series is
+# generated against (README "Supported versions"; 10.0 is TheRock's, HIP 7.15: any 7.x above the 7.0-7.2 series)
+HIP_PYTHON_RUNTIME = {"6.4": lambda M, m: (M, m) == (6, 4), "7.0": lambda M, m: (M, m) == (7, 0),
+                      "7.1": lambda M, m: (M, m) == (7, 1), "7.2": lambda M, m: (M, m) == (7, 2),
+                      "10.0": lambda M, m: M == 7 and m >= 3}
+
+
+def hip_python_series_problem(hip_python: str | None, runtime_version: int) -> str:
+    """Why this hip-python does not fit the HIP runtime torch loaded ("" when it does): its series (the first two
+    numbers) must be in SUPPORTED_HIP_PYTHON and generated against the runtime's series."""
+    M, m = runtime_version // 10_000_000, runtime_version // 100_000 % 100
+    if not hip_python:
+        return "hip-python is not installed"
+    series = ".".join(hip_python.split(".")[:2])
+    if series not in SUPPORTED_HIP_PYTHON:
+        return f"hip-python {hip_python}: series {series} is not one of the supported {SUPPORTED_HIP_PYTHON}"
+    if not HIP_PYTHON_RUNTIME[series](M, m):
+        return (f"hip-python {hip_python} (series {series}) was generated for another ROCm than the HIP runtime "
+                f"torch loaded ({M}.{m}, hipRuntimeGetVersion {runtime_version}): install the series of your "
+                "ROCm (README, Supported versions)")
+    return ""
+
+
 SYNC_NOTE = ("HIP reports a fault inside a kernel (memory access violation, illegal instruction) at the next "
              "synchronizing call (torch.cuda.synchronize(), a copy to the host, an event wait), not at the "
              "launch that caused it")

@@ -9,6 +9,8 @@ import numpy as np
 from sage_co.emu import sanitizer
 from sage_co.emu.state import ALL, END, EXEC, HWREG_MODE, MODE_FP16_OVFL, MODE_FP_BITS, VCC, EmuError, F
 
+HWREG_SHADER_CYCLES_LO, HWREG_SHADER_CYCLES_HI = 29, 30   # gfx12 hwreg ids (sage_co/emu/opcodes.py HWREG)
+
 U32, U64, I32, I64 = np.uint32, np.uint64, np.int32, np.int64
 M32 = U64(0xFFFFFFFF)
 
@@ -375,6 +377,15 @@ def _hwreg(st, ops, inst, pc, name, simm):
     values they have (the VALU binds the descriptor's modes); any other MODE bit or hardware register is refused."""
     rid, off, size = simm & 0x3F, (simm >> 6) & 0x1F, ((simm >> 11) & 0x1F) + 1
     mask = ((1 << size) - 1) << off & 0xFFFFFFFF
+    if rid in (HWREG_SHADER_CYCLES_LO, HWREG_SHADER_CYCLES_HI) and name == "s_getreg_b32":
+        # the shader clock counter (docs/rdna4.md §Throughput "Clock counters"): the emulator has no clock; it
+        # returns the wave-instructions the launch has executed so far (64 bits, LO / HI), which only grows
+        wr, ec, shift = ops.swrite(F(inst, "sdst")), st.prog.exec_count, 32 * (rid == HWREG_SHADER_CYCLES_HI)
+
+        def cycles(sel):
+            v = (int(ec.sum()) >> shift) & 0xFFFFFFFF
+            wr(sel, np.full(st.W if sel is ALL else len(sel), (v & mask) >> off, dtype=U32))
+        return cycles
     if rid != HWREG_MODE:
         raise EmuError(f"{name} of hardware register {rid} is not emulated (only HW_REG_WAVE_MODE)")
     mode = st.mode

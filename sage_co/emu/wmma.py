@@ -292,6 +292,10 @@ def f32_16bit_vgpr(a, b, c, bf16: bool, neg_lo=(0, 0, 0), neg_hi=(0, 0, 0)) -> n
     w = a.shape[1]
     dot = np.ascontiguousarray(_slots32_t(_dot16(a, b, bf16, neg_lo, neg_hi)))   # the sum passes run contiguous
     cf = _c_f32(c, neg_lo[2], neg_hi[2])                   # C: neg_lo = negate, neg_hi = abs (AMC README)
+    if not bf16 and nm.HARDWARE_LIKE["f16_wmma_two_roundings"]:
+        # the other accumulation order (sage-co selftest --rehearse): the products' sum rounded to f32 first,
+        # then C added with a second rounding
+        dot = dot.astype(np.float32).astype(np.float64)
     return _sum_to_f32([dot], cf, midpoints_likely=True).view(np.uint32).reshape(8, w, 32)
 
 

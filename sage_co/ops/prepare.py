@@ -7,7 +7,7 @@ grid of one wave32 per work item, the items claimed in order through a ticket co
   stats items  (n_chunks or 1) x H_kv x B * n_tens, one per chunk of 32-token tiles: per-channel max |v| partials
                (smooth_v: max v and min v, and the sums of V), and with smooth_k the per-channel sums of the
                (normed/roped) K rows; the last item of each (b, K/V head) (an atomic counter per head, from
-               _counters) folds them in chunk order into v_scale, 1/v_scale (448 / amax, a workspace), k_mean and
+               counters(): fresh and zeroed on the stream for every launch) folds them in chunk order into v_scale, 1/v_scale (448 / amax, a workspace), k_mean and
                v_mean. pv_dtype="fp16" without smooth_k: no statistics, one item per head that writes its zeros.
   tiles        every batch's Q tiles, then per batch H_kv * S_kv_pad/32 K tiles and as many V tiles; a K or V tile
                waits for its head's fold.
@@ -284,8 +284,6 @@ def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool,
 
 
 _placeholders: dict[torch.device, torch.Tensor] = {}
-# the kernel's counters per counter_key(device): allocated zeroed once, left zeroed by every launch (_counters)
-counter_buffers: dict[tuple[torch.device, int], torch.Tensor] = {}
 
 
 def _placeholder(device: torch.device) -> torch.Tensor:
@@ -296,40 +294,23 @@ def _placeholder(device: torch.device) -> torch.Tensor:
     return t
 
 
-def counter_key(device: torch.device) -> tuple[torch.device, int]:
-    """Counters are per device and per stream: launches on one stream run in order, launches on two streams of a
-    device may overlap, and two prepare launches must never share a counter while both run."""
-    if device.index is not None and device.type == "cuda":   # a ROCm torch names HIP devices "cuda"; one C call,
-        return device, torch._C._cuda_getCurrentRawStream(device.index)   # no Stream object
-    return device, 0
-
-
-def _counters(device: torch.device, n: int) -> torch.Tensor:
-    """The kernel's counters, the ticket counter then one per (b, K/V head): >= n zeroed u32 (int32 here), allocated
-    once per (device, stream) (grown when a call needs more) and reused by every prepare there. Each launch leaves
-    them 0 again (the last ticket's workgroup and each head's last K/V tile store 0), so the next launch in stream
-    order finds them ready."""
-    key = counter_key(device)
-    t = counter_buffers.get(key)
-    if t is None or t.numel() < n:
-        t = counter_buffers[key] = torch.zeros(max(n, 2 * (0 if t is None else t.numel())), dtype=torch.int32,
-                                                device=device)
-    return t
+def counters(device: torch.device, heads: int) -> torch.Tensor:
+    """The counters of ONE prepare launch, the ticket counter then one per (b, K/V head): 1 + heads u32 (int32
+    here), a fresh allocation zeroed on the current stream right before the launch that uses them (torch's caching
+    allocator and a memset on the launch's stream). So no two launches share counters -- not two streams, not two
+    HIP graphs captured with default settings (each capture allocates from its own pool and records the memset as a
+    node, so every replay starts from zeroed counters), not concurrent replays -- and a launch that stopped part-way
+    (an aborted grid, an error) leaves nothing a later launch reads."""
+    return torch.zeros(1 + heads, dtype=torch.int32, device=device)
 
 
 def _launch_counted(bound: BoundLaunch, device: torch.device, heads: int, tensors: dict, fresh: dict,
                     workspace: torch.Tensor | None = None) -> None:
-    """The prepare launch with this (device, stream)'s counters (the ticket, then one per (b, K/V head)) added to
-    `fresh` (the caller's own dict literal, so no copy). A launch
-    that raises may have stopped part-way (an emulator error mid-grid) and left them nonzero, which would hand the
-    next launch tickets past its grid: the buffer is dropped then, so the next call allocates zeroed ones."""
-    try:
-        fresh["counter"] = _counters(device, 1 + heads)   # (the caller's own dict: no copy)
-        launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors, fresh, workspace),
-               backend=bound.backend)
-    except BaseException:
-        counter_buffers.pop(counter_key(device), None)
-        raise
+    """The prepare launch with its own zeroed counters (counters()) added to `fresh` (the caller's own dict
+    literal, so no copy)."""
+    fresh["counter"] = counters(device, heads)
+    launch(bound.symbol, bound.struct, bound.grid, bound.block, bound.args(tensors, fresh, workspace),
+           backend=bound.backend)
 
 
 def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=None, cos=None, sin=None,

@@ -1,5 +1,5 @@
         .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
-        .amdhsa_code_object_version 6
+        .amdhsa_code_object_version 5
         .text
         .globl  fill
         .p2align 8

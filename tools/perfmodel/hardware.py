@@ -74,6 +74,15 @@ class Params:
                                                    "\"Can co-execute with VALU: False\"]")
     trans_coissue_wmma: bool = _p(False, "ASSUMED", "the TRANS pipeline may run under a WMMA (a WMMA does not wait "
                                                     "for it to drain)")
+    trans_clocks: int = _p(4, "ASSUMED", "TRANS pipeline clocks per wave32 v_exp/v_log/v_rcp_f32 (\"quarter rate\": a "
+                                         "2020 GFX10-era LLVM comment, not an RDNA4 document [docs/rdna4.md "
+                                         "§Throughput, §Open questions]); the microbenchmark `trans` measures it")
+    trans_overlaps_valu: bool = _p(True, "ASSUMED", "other VALU ops issue while the TRANS pipeline runs (False: a "
+                                                    "TRANS op holds the vector issue for its trans_clocks) "
+                                                    "[§Throughput LLVM-SCHED D92042]; `trans_valu` measures it")
+    vopd_issue_clocks: int = _p(1, "ASSUMED", "vector issue clocks of one VOPD v_dual_* pair (1: two ops in one "
+                                              "issue; 2: no gain over two single ops) [§Throughput, UNVERIFIED]; "
+                                              "`vopd` measures it")
     launch_overhead_s: float = _p(4e-6, "ASSUMED", "kernel launch + first-wave ramp per launch")
     infinity_cache_bytes_per_s: float = _p(2.0e12, "ASSUMED", "Infinity Cache -> L2 read rate, whole GPU, bytes per "
                                                               "second: no gfx1201 figure found; 3.1x the DRAM rate "
@@ -129,10 +138,11 @@ LDS_BYTES_PER_CLK_PER_SIMD = CALIBRATED.lds_bytes_per_clk / SIMDS_PER_LDS_HALF  
 
 ASSUMPTIONS = [
     ("WMMA", "iu8/fp8/bf8/iu4 16x16x16: 8 cycles per SIMD; f16/bf16: 16 (swmmac alike)", "§Throughput [AMC]"),
-    ("VALU", "one wave32 VALU issue per cycle per SIMD; a VOPD v_dual_* pair is one issue; every non-TRANS "
+    ("VALU", "one wave32 VALU issue per cycle per SIMD; a VOPD v_dual_* pair is one issue "
+             "(Params.vopd_issue_clocks); every non-TRANS "
              "VALU op costs one issue cycle (no multi-cycle VALU ops in these loops)", "§Throughput (UNVERIFIED)"),
-    ("TRANS", "v_exp/log/rcp/rsq/sqrt/sin/cos: one VALU issue cycle, then 4 cycles in the TRANS pipeline; "
-              "the pipeline overlaps other VALU issue but NOT WMMA (WMMA owns the SIMD's vector datapath): "
+    ("TRANS", "v_exp/log/rcp/rsq/sqrt/sin/cos: one VALU issue cycle, then Params.trans_clocks (4) cycles in the "
+              "TRANS pipeline; the pipeline overlaps other VALU issue (Params.trans_overlaps_valu) but NOT WMMA (WMMA owns the SIMD's vector datapath): "
               "vector port = WMMA + max(VALU issue, 4 x TRANS)", "§Throughput [LLVM-SCHED] + decision"),
     ("WMMA vs VALU", "WMMA cannot co-execute with VALU on its SIMD, for any wave: WMMA cycles and VALU issue "
                      "cycles add on the SIMD's vector port, whatever the occupancy (Params.valu_coissue_wmma)",

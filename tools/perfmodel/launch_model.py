@@ -132,7 +132,9 @@ def latencies(params: Params = CALIBRATED, wg_waves: int = 0) -> Latencies:
     """The simulator's rules from the parameter set (the one place Params reaches simulate.Latencies)."""
     return Latencies(lds=params.lds_latency, global_=params.global_latency, barrier=params.barrier_latency,
                      lds_bytes_per_clk=params.lds_bytes_per_clk / SIMDS_PER_LDS_HALF, wg_waves=wg_waves,
-                     valu_overlaps_wmma=params.valu_coissue_wmma, trans_overlaps_wmma=params.trans_coissue_wmma)
+                     valu_overlaps_wmma=params.valu_coissue_wmma, trans_overlaps_wmma=params.trans_coissue_wmma,
+                     trans_busy=params.trans_clocks, trans_overlaps_valu=params.trans_overlaps_valu,
+                     vopd_clocks=params.vopd_issue_clocks)
 
 
 def model_launch(km: KernelModel, launch: Launch, run: WorkgroupRun | None = None,

@@ -36,6 +36,8 @@ class ParamMapping:
 # The one mapping from measured figures to the model's parameters (adapt `param` when hardware.Params renames one).
 PARAMETER_MAP = (
     ParamMapping("wmma.sustained_clock_hz", "clock_hz", "Hz", 0.3e9, 4.0e9),
+    ParamMapping("trans.clocks_per_op", "trans_clocks", "clk", 0.5, 64.0, integer=True),
+    ParamMapping("vopd.issue_clocks_per_pair", "vopd_issue_clocks", "clk", 0.5, 8.0, integer=True),
     ParamMapping("lds.bytes_per_clk", "lds_bytes_per_clk", "B/clk", 1.0, 1024.0),
     ParamMapping("lds_chain.load_to_use_clk", "lds_latency", "clk", 1.0, 4000.0, integer=True),
     ParamMapping("l2_stream.bytes_per_clk", "l2_bytes_per_clk", "B/clk", 1.0, 1.0e5),
@@ -55,6 +57,8 @@ RULE_MAP = (
                 "hardware.ASSUMPTIONS 'TRANS': whether the TRANS pipeline runs under a WMMA"),
     RuleMapping("wmma_valu.overlap", "valu_coissue_wmma", None,
                 "hardware.ASSUMPTIONS 'WMMA vs VALU': whether VALU issues while a WMMA holds the vector port"),
+    RuleMapping("trans_valu.overlap", "trans_overlaps_valu", None,
+                "hardware.ASSUMPTIONS 'TRANS': whether other VALU issues while the TRANS pipeline runs"),
     RuleMapping("wmma_lds.overlap", None, True,
                 "hardware.ASSUMPTIONS 'scalar/memory issue': LDS issues on a second port, beside WMMA"),
 )
@@ -88,8 +92,13 @@ def _number(perf: dict, path: str, lo: float, hi: float, unit: str) -> float:
     return float(value)
 
 
+TARGET_ARCH = "gfx1201"           # the model's target (hardware.py: the R9700's figures)
+
+
 def read_report(path: Path) -> dict:
-    """The `perf.derived` section of a measured report; RefitError naming the field otherwise."""
+    """The `perf.derived` section of a measured report; RefitError naming the field otherwise. A report of another
+    GPU than the model's target (arch, or CU count: hardware.CUS) is refused -- its clock and rates describe
+    another chip, whose time the model's grid arithmetic would misstate."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -103,6 +112,16 @@ def read_report(path: Path) -> dict:
     if perf.get("measured") is not True:
         raise RefitError(f"perf.measured = {perf.get('measured')!r}: the microbenchmarks were not timed on a gfx1201 "
                          f"({perf.get('where', 'no device recorded')}); there is nothing to fit")
+    from perfmodel.hardware import CUS
+    dev = perf.get("device")
+    if not isinstance(dev, dict):
+        raise RefitError("perf.device: missing from the report (its arch and CU count are needed; re-run "
+                         "`sage-co selftest --perf`)")
+    if dev.get("arch") != TARGET_ARCH:
+        raise RefitError(f"perf.device.arch = {dev.get('arch')!r}: the model's target is {TARGET_ARCH}")
+    if dev.get("cus") != CUS:
+        raise RefitError(f"perf.device.cus = {dev.get('cus')!r}: the model's target (the R9700) has {CUS} CUs; a "
+                         "report of a board with another CU count cannot set its parameters")
     for bench, k in (perf.get("kernels") or {}).items():
         if not isinstance(k, dict) or k.get("correct") is not True:
             raise RefitError(f"perf.kernels.{bench}.correct is not true: that kernel computed wrong results on the "
@@ -209,8 +228,14 @@ def refit(path: Path, shapes=FIGURE_SHAPES, base: Params = CALIBRATED) -> dict:
     params, changes = refit_params(derived, base)
     found = rule_findings(derived, base)
     params = apply_rules(params, found)
-    return {"params": params, "changes": changes, "findings": found,
+    return {"params": params, "changes": changes, "findings": found, "other_trans": other_trans(derived),
             "figures": figures(base, params, shapes, bracket(params, found))}
+
+
+def other_trans(derived: dict) -> dict[str, float]:
+    """TRANS clocks per op of v_log_f32 / v_rcp_f32 (reported; the model's one TRANS rate is v_exp_f32's)."""
+    return {b: derived[b]["clocks_per_op"] for b in ("trans_log", "trans_rcp")
+            if isinstance(derived.get(b), dict) and "clocks_per_op" in derived[b]}
 
 
 def _fmt(m: ParamMapping, v: float) -> str:
@@ -222,6 +247,7 @@ def _status(param: str) -> str:
 
 
 def print_refit(path: Path, as_json: bool = False, shapes=FIGURE_SHAPES) -> int:
+    from perfmodel.hypotheses import RuleSet
     r = refit(path, shapes)
     knobs = [f for f in r["findings"] if f.mapping.param]
     if as_json:
@@ -234,6 +260,7 @@ def print_refit(path: Path, as_json: bool = False, shapes=FIGURE_SHAPES) -> int:
             "rules": [{"field": f.mapping.field, "param": f.mapping.param, "measured_overlap": f.measured,
                        "measured_rule": f.coissues, "model_rule": f.model, "verdict": f.verdict.split()[0].lower()}
                       for f in r["findings"]],
+            "other_trans": r["other_trans"], "rule_set": RuleSet.of(r["params"]).label,
             "figures": r["figures"], "modeled": True}, indent=1))
         return 0
     print(f"Refit from {path} (measured on a gfx1201 by `sage-co selftest --perf`)")
@@ -250,6 +277,10 @@ def print_refit(path: Path, as_json: bool = False, shapes=FIGURE_SHAPES) -> int:
         knob = f"Params.{f.mapping.param}" if f.mapping.param else "no model knob: the model's rule stays"
         print(f"  {f.mapping.field:<22} measured {f.measured:.2f} ({rule}), model {'co-issues' if f.model else 'adds'}: "
               f"{f.verdict} {f.mapping.assumption} ({knob})")
+    for b, v in r["other_trans"].items():
+        print(f"  {b}.clocks_per_op {v:.2f} (reported; the model's TRANS rate is v_exp_f32's, trans.clocks_per_op)")
+    from perfmodel.hypotheses import RuleSet
+    print(f"  rule set now: {RuleSet.of(r['params']).label} (its row of `python tools/perf_model.py --hypotheses`)")
     print("Re-stated kernel times (MODELED) with the current -> the refitted parameters and co-issue rules")
     for row in r["figures"]:
         change = 100 * (row["new_us"] / row["old_us"] - 1)

@@ -32,11 +32,11 @@ def attention_flops(B: int, H: int, S: int, D: int = HEAD_DIM, S_kv: int | None 
 
 
 def our_kernel(kernel: str, B: int, H: int, S: int, params: Params = CALIBRATED, *, S_kv: int | None = None,
-               head_dim: int = HEAD_DIM, out_dtype: str = "bf16") -> LaunchResult:
+               head_dim: int = HEAD_DIM, out_dtype: str = "bf16", transform=None) -> LaunchResult:
     """A shipped attention kernel at (B, H, S_q = S, S_kv), D = head_dim: the first workgroup emulated at
     S = EMU_S (S_kv = min(S_kv, EMU_S) for cross-attention) gives the per-iteration counts and LDS passes, the trip
     count is S_kv_pad / keys per iteration. out_dtype: the symbol's output (bf16 default; fp32 writes 4 B per
-    element)."""
+    element). transform: a what-if on the decoded loop streams (launch_model.model_launch; whatif.py's)."""
     import torch
     from sage_co import codeobj
     from perfmodel.emulated import arg_names
@@ -60,7 +60,7 @@ def our_kernel(kernel: str, B: int, H: int, S: int, params: Params = CALIBRATED,
                     + 3 * head_dim * 4)
     launch = Launch((S_pad // QUERY_TILE, H, B), BLOCK, attention_flops(B, H, S, head_dim, S_kv), "int8",
                     trip_count=S_kv_pad / km.keys_per_iter, dram_bytes=dram)
-    return model_launch(km, launch, run, params)
+    return model_launch(km, launch, run, params, transform=transform)
 
 
 def flydsl_kernel(ref: Reference, S: int, params: Params = CALIBRATED, H: int | None = None) -> LaunchResult:

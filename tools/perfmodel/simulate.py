@@ -75,6 +75,8 @@ class Latencies:
     ports: int = 2                      # 2: vector + scalar/memory issue per clock; 1: one issue per SIMD per clock
     trans_overlaps_wmma: bool = False   # variant: a WMMA may start while the TRANS pipeline drains
     valu_overlaps_wmma: bool = False    # variant: VALU/TRANS of any wave may issue while a WMMA holds the matrix unit
+    trans_overlaps_valu: bool = True    # False: a TRANS op holds the SIMD's vector issue for trans_busy clocks
+    vopd_clocks: int = 1                # vector issue clocks of a VOPD v_dual_* pair (2: no dual-issue gain)
     wmma_counts_vdst: bool = False      # variant: in-flight WMMA results hold DS/VMEM issue (VA_VDST)
     barrier_colocated: bool = False     # variant: a barrier waits for all waves of the SIMD (one workgroup)
     setprio: bool = True                # s_setprio orders the arbitration (False: every wave alike, the old rule)
@@ -218,6 +220,7 @@ def simulate(ops: list[Op], waves: int, iterations: int = 12, lat: Latencies = L
     warmup = max(1, iterations // 4) if warmup is None else warmup
     ws = [_Wave(len(variants[order[0]]), i // lat.wg_waves if lat.wg_waves else i) for i in range(waves)]
     matrix_free = trans_free = lds_free = 0
+    vport_free, vport_why = 0, "VALU issue"     # the vector issue held by a VOPD's 2nd clock or a blocking TRANS
     now = 0
     counts = dict.fromkeys(CATEGORIES, 0.0)
     marks: list[tuple[int, str, int]] = []       # (clock, category, clocks): attributed in the window afterwards
@@ -285,6 +288,8 @@ def simulate(ops: list[Op], waves: int, iterations: int = 12, lat: Latencies = L
             if op.vector:
                 if matrix_free > t and (op.cls == "WMMA" or not lat.valu_overlaps_wmma):
                     t, why = matrix_free, "WMMA"
+                if vport_free > t:
+                    t, why = vport_free, vport_why
                 if op.cls == "TRANS" and trans_free > t:
                     t, why = trans_free, "TRANS pipeline"
                 if op.cls == "WMMA" and not lat.trans_overlaps_wmma and trans_free > t:
@@ -312,9 +317,14 @@ def simulate(ops: list[Op], waves: int, iterations: int = 12, lat: Latencies = L
                 ready, kind = now + op.wmma_cycles + lat.wmma_extra, "WMMA"
             elif op.cls == "TRANS":
                 trans_free = now + lat.trans_busy
-                ready, kind = now + lat.trans, "TRANS"
+                # a slower pipeline delivers its result later by the same clocks (TRANS_LATENCY at TRANS_BUSY)
+                ready, kind = now + lat.trans + max(0, lat.trans_busy - TRANS_BUSY), "TRANS"
+                if not lat.trans_overlaps_valu:
+                    vport_free, vport_why = now + lat.trans_busy, "TRANS pipeline"
             elif op.cls == "VALU":
                 ready, kind = now + lat.valu, "VALU"
+                if lat.vopd_clocks > 1 and op.mnemonic.startswith("v_dual_"):
+                    vport_free, vport_why = now + lat.vopd_clocks, "VALU issue"
             else:
                 ready, kind = now + lat.salu, "SALU"
             if op.cls == "LDS":

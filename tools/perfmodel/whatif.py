@@ -24,13 +24,20 @@ def _streams(kernel: str):
     return km, run, body
 
 
+def _executed(run) -> set[int]:
+    """The loop addresses the emulated workgroup executed: the paths go through them only (the attn_mask / varlen
+    blocks a dense run never takes would multiply the paths past stream.iteration_paths' limit), as
+    launch_model.model_launch does."""
+    return {a for a, n in run.counts.items() if n}
+
+
 def waves_sweep(kernel: str, waves=(1, 2, 3, 4, 6, 8)) -> dict[int, float]:
     """Simulated SIMD clocks per loop iteration of one wave at each number of waves per SIMD (the shipped
     stream; more waves than its VGPRs allow are a what-if of the same schedule with fewer registers)."""
     from perfmodel.emulated import dynamic_iteration_mix
     km, run, body = _streams(kernel)
     mix, _ = dynamic_iteration_mix(km, run)
-    paths, order = loop_streams(km, mix, SIM_ITERATIONS)
+    paths, order = loop_streams(km, mix, SIM_ITERATIONS, executed=_executed(run))
     streams = [_with_lds(decode_path(p, body), p, run, CALIBRATED) for p in paths]
     lat = latencies(CALIBRATED, 1)
     return {w: simulate(streams[0], w, SIM_ITERATIONS, lat, variants=streams, order=order).cycles_per_iter
@@ -41,7 +48,7 @@ def rescale_bounds(kernel: str) -> dict[str, float]:
     """Clocks per iteration at 4 waves/SIMD with the loop path that never rescales O, the emulated mix, and the
     path that always does (the asm loop already skips the rescale when no row maximum moved)."""
     km, run, body = _streams(kernel)
-    paths = iteration_paths(km.insts, km.loop)
+    paths = iteration_paths(km.insts, km.loop, executed=_executed(run))
     by_valu = sorted(paths, key=lambda p: Mix.of(p).VALU)
     lat = latencies(CALIBRATED, 1)
     out = {}
