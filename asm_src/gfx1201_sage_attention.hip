@@ -12,11 +12,13 @@
 //   s      = float(sum_d q_int8*k_int8[g]) * (q_scale[i/32] * k_scale[g][j/32])   keys j >= lim(i): s = -inf
 //   (only the active key tiles of the LUT are visited; lim(i) = seq_len_kv, or min(seq_len_kv, i + S_kv - S_q + 1)
 //   when causal)
-//   m_new  = max(m_old, max_j s);  alpha = exp2(m_old - m_new) (0 while m_old = -inf)
-//   t      = m_use - P_OFF (m_use = m_new, or 0 while m_new = -inf; P_OFF = 8 - 2^-7 folds the fp8 range
-//            into the exponent: p <= 2^8 for every m, docs/numerics.md §Attention arithmetic model)
+//   m_cand = max(m_old, max_j s);  d = m_old - m_cand;  grow = d < -RESCALE_TAU (m starts at M_INIT = -FLT_MAX)
+//   m_new  = grow ? m_cand : m_old;  alpha = exp2(grow ? d : 0) (1 exactly without growth: no O rescale)
+//   t      = m_new - P_OFF (P_OFF = 8 - 2^-7 folds the fp8 range into the exponent: p <= 2^(8.05 + RESCALE_TAU)
+//            < 448 for every m, docs/numerics.md §Attention arithmetic model)
 //   p      = exp2(arg), arg = fma(x, qk, -fma(MAGIC, qk, t)) with x = MAGIC + s_int32 (the accumulator's float)
-//            when every lane's qk = q_scale*k_scale is in (0, 2^-6], else arg = s - t;  l = l*alpha + rowsum(p)
+//            when every lane's qk = q_scale*k_scale is in (0, 2^-6], else arg = s - t;
+//   l_h    = fma(l_h, alpha, rowsum_h(p)) per lane half h (keys 32h..32h+31), l = l_0 + l_1 in the epilogue
 //   O      = O*alpha + fp8_e4m3(p) . v_fp8                                   (fp32 accumulation)
 //   out    = round_sat((O * (1/l)) * v_scale[g][d] [+ v_mean[g][d]]) (inv = 0 when l = 0: zeros; v_mean with
 //            flags bit 3 (smooth_v) on rows with l != 0)  RNE to bf16 or fp16, saturating at +-the dtype's
@@ -170,6 +172,10 @@ typedef _Float16 v8h __attribute__((ext_vector_type(8)));
 #define MAGIC_INT 0x4b400000
 #define MAGIC_F 12582912.0f
 #define FMA_MAX_QK_SCALE 0.015625f
+// The running max starts at M_INIT = -FLT_MAX (finite: no -inf guard) and moves only when a tile's max passes it by
+// more than RESCALE_TAU (docs/numerics.md §Attention arithmetic model "Thresholded rescale")
+#define M_INIT -3.40282346638528859812e+38f
+#define RESCALE_TAU 0.75f
 #define MAX_DP 256     // the largest padded head dim (its LDS: 64 KiB, the most one workgroup may allocate)
 
 #define LN2 0.693147180559945309f
@@ -384,7 +390,7 @@ static __device__ __attribute__((always_inline)) void attention(
 
   v8f o[NCOL];
   for (int t = 0; t < NCOL; ++t) o[t] = (v8f){0, 0, 0, 0, 0, 0, 0, 0};
-  float m_run = -__builtin_inff(), l_run = 0.0f;
+  float m_run = M_INIT, l_run = 0.0f;  // l_run: this lane half's keys (the halves are added in the epilogue)
 
   for (u32 it = 0; it < count; ++it) {
     const u32 tile = varlen ? it : tiles[it];
@@ -469,12 +475,15 @@ static __device__ __attribute__((always_inline)) void attention(
       mx = (mx - MAGIC_F) * qk;  // = max_j float(s_int32) * qk exactly (the subtraction is exact, qk >= 0 scales
                                  // monotonically); a masked half gives -inf, or NaN when qk = 0 (dropped by fmax)
     mx = __builtin_fmaxf(mx, xlane16(mx));
-    const float m_new = __builtin_fmaxf(m_run, mx);
-    const float alpha = m_run == -__builtin_inff() ? 0.0f : __builtin_amdgcn_exp2f(m_run - m_new);
+    // thresholded rescale: m moves only when the tile's max passes it by more than RESCALE_TAU (p stays fp8);
+    // m starts at M_INIT (finite): no -inf guard, exp2(M_INIT - m_cand) = 0
+    const float m_cand = __builtin_fmaxf(m_run, mx);
+    const float d = m_run - m_cand;
+    const bool grow = d < -RESCALE_TAU;
+    const float m_new = grow ? m_cand : m_run;
+    const float alpha = __builtin_amdgcn_exp2f(grow ? d : 0.0f);
     m_run = m_new;
-    // a row with no visible key yet has m_new = -inf: subtract 0 instead, so p = exp2(-inf) = 0, not NaN
-    const float m_use = m_new == -__builtin_inff() ? 0.0f : m_new;
-    const float t_exp = m_use - P_OFF;  // p <= 2^8.05: P is fp8 as it comes out of exp2 (no * 448)
+    const float t_exp = m_new - P_OFF;  // p <= 2^(8.05 + RESCALE_TAU) < 448: P is fp8 as it comes out of exp2
     // exp2 argument: one FMA per score, arg = fma(x, qk, -fma(MAGIC, qk, t)), when every lane's qk is in
     // (0, FMA_MAX_QK_SCALE] (NaN fails); otherwise the exact arg = float(s_int32) * qk - t (uniform branch)
     float cf = qk, bf = __builtin_fmaf(MAGIC_F, qk, t_exp);
@@ -500,9 +509,8 @@ static __device__ __attribute__((always_inline)) void attention(
       rs0 += p[j];
       rs1 += p[j + 1];
     }
-    float rs = rs0 + rs1;
-    rs = rs + xlane16(rs);  // (keys 0-31) + (keys 32-63); fp add commutes, so both lanes get the same l
-    l_run = l_run * alpha + rs;
+    const float rs = rs0 + rs1;
+    l_run = __builtin_fmaf(l_run, alpha, rs);  // this lane half's keys; the other half's sum joins in the epilogue
     v2i pf[4];   // fp8: P^T B-fragments, chunk c: keys 32hl+8c .. +7 in byte order
     v8h ph[4];   // fp16: the same keys as 8 halves (RNE), in the f16 operand's slot order (§WMMA permutation rule)
     for (int c = 0; c < 4; ++c) {
@@ -514,8 +522,8 @@ static __device__ __attribute__((always_inline)) void attention(
         pf[c].y = fp8x4(pc[4], pc[5], pc[6], pc[7]);
       }
     }
-    // Rescale O only when some lane's max moved (x * 1 == x exactly, so skipping is bitwise the same);
-    // after the first tiles of a row the max rarely changes. Uniform branch on a wave-wide ballot.
+    // Rescale O only when some lane's max moved (alpha = 1 otherwise: x * 1 == x exactly, so skipping is bitwise
+    // the same); after the first tiles of a row the max rarely moves by more than RESCALE_TAU. Uniform branch.
     if (__builtin_amdgcn_ballot_w32(alpha != 1.0f))
       for (int t = 0; t < NCOL; ++t) o[t] *= alpha;
 
@@ -560,6 +568,7 @@ static __device__ __attribute__((always_inline)) void attention(
 
   // Epilogue: lane (hl, r) holds O^T[d = 16t + 8hl + e][query r] in o[t][e]; channels at or past head_dim (the
   // zero-padded ones, any D) are not stored.
+  l_run = l_run + xlane16(l_run);  // (keys 32h of every tile) + the other lane half's: full EXEC, before the return
   if (qi >= seq_len_q) return;
   // l = 0: the row saw no key (O = 0): output zeros (inv 0, not 1/0) and lse = (-inf + log2 0) * ln2 = -inf
   const float inv = l_run == 0.0f ? 0.0f : 1.0f / l_run;  // l carries 2^P_OFF as O does

@@ -53,6 +53,12 @@ ATTENTION_BLOCK = (ATTENTION_WAVES * WAVE_SIZE, 1, 1)
 P_OFF = 8.0 - 2.0 ** -7
 MAGIC = 1.5 * 2.0 ** 23
 FMA_MAX_QK_SCALE = 2.0 ** -6
+# The running max m starts at M_INIT = -FLT_MAX, a finite value below every score (no -inf guard in the loop: t =
+# m - P_OFF stays finite, exp2(M_INIT - m_new) is 0); it moves to a tile's larger max only when that grows it by more
+# than RESCALE_TAU (log2 units): while it grows by <= RESCALE_TAU, p <= 2^(8.05 + RESCALE_TAU) < 448 stays fp8 and
+# O is not rescaled (docs/numerics.md §Attention arithmetic model "Thresholded rescale")
+M_INIT = -3.4028234663852886e38
+RESCALE_TAU = 0.75
 
 FLAG_LSE_BIT = 0          # kernarg `flags` bit 0: write lse
 FLAG_SMOOTH_K_BIT = 1     # bit 1: lse adds ln2 * (q_int8 * q_scale) . k_mean

@@ -20,6 +20,7 @@ FP8_MAX = 448.0  # OCP e4m3fn largest finite (docs/rdna4.md §FP8: 0x7E)
 # The P offset, the accumulators' magic and the one-FMA form's bound (docs/numerics.md §Attention arithmetic model):
 # one definition in sage_co.abi, shared with the kernels' generator and checked against the HIP kernel's #defines.
 P_OFF, MAGIC, FMA_MAX_QK_SCALE = abi.P_OFF, abi.MAGIC, abi.FMA_MAX_QK_SCALE
+M_INIT, RESCALE_TAU = abi.M_INIT, abi.RESCALE_TAU
 FP8_NAN = 0x7F  # the one NaN encoding the spec produces (docs/numerics.md §Non-finite)
 KEY_TILE = 64  # keys per online-softmax step in the HIP kernel
 # The attention output saturates at the output dtype's largest finite value (docs/numerics.md §Finite range):
@@ -372,12 +373,15 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
     query head h (K/V head g = h // (H_q / H_kv)) and key tile t of key_tile keys:
       qk_scale = q_scale[blk(i)] * k_scale[g, blk(j)];  s = float32(s_int32) * qk_scale;  s = -inf for j >= S_kv
       and for masked pairs (docs/numerics.md §Masks: is_causal row i sees j <= i + S_kv - S_q; block_mask tiles)
-      m_new = max(m_old, max_t s);  alpha = exp2(m_old - m_new) (0 when m_old = -inf);
-      t = m_use - P_OFF, m_use = m_new (0 while m_new = -inf: a row that saw no key keeps p = 0, l = 0);
-      p = exp2(arg) (P_OFF = 8 - 2^-7 folds the fp8 range into the exponent: p <= 2^8.05 for every m), arg =
+      m_cand = max(m_old, max_t s), m starting at M_INIT = -FLT_MAX;  d = m_old - m_cand;  grow = d < -RESCALE_TAU;
+      m_new = grow ? m_cand : m_old;  alpha = exp2(grow ? d : 0) (thresholded rescale: 1 while m does not move);
+      t = m_new - P_OFF (finite: a row that saw no key keeps p = 0, l = 0);
+      p = exp2(arg) (P_OFF = 8 - 2^-7 folds the fp8 range into the exponent: p <= 2^(8.05 + RESCALE_TAU) < 448),
+      arg =
       fma(x, qk_scale, -fma(MAGIC, qk_scale, t)) with x = MAGIC + s_int32 (-inf masked) when every qk_scale of
       the row's tile is in (0, FMA_MAX_QK_SCALE], else arg = s - t
-      l = l * alpha + rowsum(p);  p8 = fp8(p);  O = O * alpha + p8 @ float32(v_fp8[g])
+      l = fma(l, alpha, rowsum(p)) (the kernels: per lane half, added in the epilogue);  p8 = fp8(p);
+      O = O * alpha + p8 @ float32(v_fp8[g])
       out[i, d] = round_sat((O[i, d] * inv) * v_scale[g, d] [+ v_mean[g, d]]),  inv = 1 / l (0 when
       l = 0), d < head_dim, v_mean added (smooth_v) only where l > 0, round_sat = RNE to out_dtype saturating at
       +-its largest finite value (round_saturating)
@@ -400,7 +404,7 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
     S, S_kv, dev = sh.S_q, sh.S_kv, prepared.q_int8.device
     masks.check_block_mask(block_mask, sh.B, sh.H_q, S, S_kv, device=dev)
     masks.check_attn_mask(attn_mask, sh.B, sh.H_q, S, S_kv, device=dev)
-    # skipping an inactive tile and masking all its scores are the same arithmetic (alpha = 1 or 0, p = 0)
+    # skipping an inactive tile and masking all its scores are the same arithmetic (m_cand = m: alpha = 1, p = 0)
     visible = masks.element_mask(S, S_kv, is_causal=is_causal, block_mask=block_mask, device=dev)
     bias_e = add_e = None
     if attn_mask is not None:
@@ -428,7 +432,8 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
     neg_inf = torch.tensor(-math.inf, dtype=torch.float32, device=dev)
     p_off, magic, fma_max = _f32(P_OFF, qi), _f32(MAGIC, qi), _f32(FMA_MAX_QK_SCALE, qi)
 
-    m = torch.full((B, H, S, 1), -math.inf, dtype=torch.float32, device=dev)
+    m = torch.full((B, H, S, 1), M_INIT, dtype=torch.float32, device=dev)
+    neg_tau = _f32(-RESCALE_TAU, qi)
     l = torch.zeros(B, H, S, 1, dtype=torch.float32, device=dev)
     O = torch.zeros(B, H, S, Dp, dtype=torch.float32, device=dev)
     for j0 in range(0, S_kv, key_tile):
@@ -447,16 +452,18 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
             s = torch.where(add_tile, fp32_fma(s_int, qk_scale, b), s)
         s = torch.where(seen, s, neg_inf)
         x = torch.where(seen, s_int + magic, neg_inf)  # the accumulator's float (exact: |s_int| < 2^22)
-        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-        alpha = torch.where(m == -math.inf, torch.zeros_like(m), torch.exp2(m - m_new))
-        m_use = torch.where(m_new == -math.inf, torch.zeros_like(m_new), m_new)
-        t = m_use - p_off
+        m_cand = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        d = m - m_cand
+        grow = d < neg_tau   # NaN (a NaN score max) does not grow m, as v_max_num drops it in the kernels
+        m_new = torch.where(grow, m_cand, m)
+        alpha = torch.exp2(torch.where(grow, d, torch.zeros_like(d)))
+        t = m_new - p_off
         one_fma = ((qk_scale > 0) & (qk_scale <= fma_max)).all(dim=-1, keepdim=True)  # NaN/inf/0 scales: exact form
         if add_tile is not None:
             one_fma = one_fma & ~add_tile
         arg = torch.where(one_fma, fp32_fma(x, qk_scale, -fp32_fma(magic, qk_scale, t)), s - t)
         p = torch.exp2(arg)
-        l = l * alpha + p.sum(dim=-1, keepdim=True)
+        l = fp32_fma(l, alpha, p.sum(dim=-1, keepdim=True))
         pq = p.to(torch.float16).float() if pv16 else to_fp8(p).float()
         O = O * alpha + pq @ v_t[:, :, :, j0:j1].float().transpose(-1, -2)
         m = m_new

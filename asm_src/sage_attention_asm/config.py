@@ -37,6 +37,8 @@ F32_P_OFF = _f32_bits(abi.P_OFF)
 F32_FMA_MAX_QK_SCALE = _f32_bits(abi.FMA_MAX_QK_SCALE)
 MAGIC_INT = _f32_bits(abi.MAGIC)          # 0x4b400000: int32 x + MAGIC_INT has the float bits of MAGIC + x
 F32_NEG_INF = "0xff800000"
+F32_M_INIT = _f32_bits(abi.M_INIT)        # 0xff7fffff = -FLT_MAX: the running max's start (no -inf guards)
+F32_NEG_TAU = _f32_bits(-abi.RESCALE_TAU)  # the thresholded rescale: m moves when m_old - m_cand < -TAU
 F32_LN2 = "0x3f317218"                    # float32(ln 2)
 BF16_QNAN32 = "0x7fc00000"                # a NaN output becomes bf16 0x7fc0 (as the HIP kernel)
 BF16_ROUND = "0x7fff"

@@ -36,8 +36,12 @@ class Epilogue:
     def epilogue(self, a: Asm, parity_m) -> None:
         """out = bf16((O * (1 / l)) * v_scale [+ v_mean]) (pv fp16: O * (1 / l)) and the LSE, exactly as the HIP
         kernel's epilogue (l carries the P offset's 2^P_OFF as O does: no 448 here)."""
-        a.section("epilogue: inv = 1 / l (IEEE division, LLVM's v_div_scale/fmas/fixup sequence)")
+        a.section("epilogue: l = l + l of the other lane half; inv = 1 / l (IEEE division, LLVM's "
+                  "v_div_scale/fmas/fixup sequence)")
         t, den, num, r, q, e = (self.ring[i] for i in range(6))
+        # each lane half summed its own keys (softmax lsum_ops): one exchange per row, full EXEC (docs/rdna4.md §WMMA)
+        a.op(f"v_permlanex16_b32 {self.xl}, {self.l_run}, {self.s_sel}, {PERMX16_SEL_HI}", "l of the other lane half")
+        a.op(f"v_add_f32_e32 {self.l_run}, {self.l_run}, {self.xl}")
         a.op(f"v_mov_b32_e32 {t}, {self.l_run}")
         a.op(f"v_div_scale_f32 {den}, null, {t}, {t}, 1.0")
         a.op(f"v_div_scale_f32 {num}, vcc_lo, 1.0, {t}, 1.0")

@@ -24,9 +24,10 @@ def family_header(kernels) -> str:
 //
 // Contract: the same operation, kernarg struct and launch geometry as asm_src/gfx1201_sage_attention.hip, and
 // the same per-row arithmetic in the same order (docs/numerics.md §Attention arithmetic model: x = the
-// accumulator's float MAGIC + s_int; m = max((max x - MAGIC) * qk, ...); t = m_use - P_OFF; exp2(fma(x, qk,
-// -fma(MAGIC, qk, t))), or exp2((x - MAGIC) * qk - t) when some lane's qk is outside (0, 2^-6]; row sum
-// (p0+p2+..+p30)+(p1+p3+..+p31) then + the other lane half; l = l*alpha + sum; fp8(p); per-accumulator PV chunk
+// accumulator's float MAGIC + s_int; m_cand = max((max x - MAGIC) * qk, ...), m moves to it only when it grows
+// by more than RESCALE_TAU (m starts at -FLT_MAX); t = m - P_OFF; exp2(fma(x, qk, -fma(MAGIC, qk, t))), or
+// exp2((x - MAGIC) * qk - t) when some lane's qk is outside (0, 2^-6]; row sum (p0+p2+..+p30)+(p1+p3+..+p31)
+// per lane half; l_h = fma(l_h, alpha, sum), the halves added in the epilogue; fp8(p); per-accumulator PV chunk
 // order 0,1,2,3; epilogue (O * (1/l)) * v_scale [+ v_mean where flags bit 3 (smooth_v) and l != 0] -> bf16/fp16
 // RNE saturating at +-the dtype's max (pv fp16: p16 = fp16(p) RNE, {WMMA_PV16}, O * (1/l)); lse =
 // (m + (log2 l - P_OFF))*ln2 [+ ln2*q.k_mean]): the output and LSE are bitwise the HIP kernel's on the emulator
@@ -39,7 +40,7 @@ def family_header(kernels) -> str:
 // Tile t of the walk is key tile L[t]: K/V^T/k_scale addresses come from L[t+1], L[min(t+2, last)] (SGPRs), and
 // L[min(t+3, last)] is s_load-ed at the top of tile t and waited at its end (one LUT entry in flight).
 // Masking: a tile whose end passes the wave's smallest row limit (seq_len_kv, or q0 + S_kv - S_q + 1 when
-// causal) takes a uniform branch that sets s = -inf for keys >= the lane's row limit; m_use = 0 while m = -inf.
+// causal) takes a uniform branch that sets s = -inf for keys >= the lane's row limit (m starts finite: no guard).
 // attn_mask (flags bit {abi.FLAG_MASK_BIT}; docs/numerics.md §Masks "attn_mask"): the kind of L[t+1] is s_load-ed
 // with L[t+3] (mask_kind, parallel to the LUT; zeros without a mask). Partial tiles: at the top of tile t (before
 // its staging loads) each lane loads its bit word (row q0 + r, keys 32h..) into rs[0]; additive tiles also its 32
@@ -85,10 +86,10 @@ def family_header(kernels) -> str:
 // m[0]/m[1] and the LDS buffers alternate by name):
 //   top      SALU addresses; global_load k_scale(t+1), K(min(t+2, last)), V^T(t+1)
 //   phase X  ds_load the first {RING} K fragments of tile t+1; row max of tile t on the accumulators (VOPD max
-//            chains, one scaling, v_permlanex16, v_max3), alpha, t, b; the exact form if some qk needs it
+//            chains, one scaling, v_permlanex16, v_max3), the thresholded m, alpha, t, b; the exact form if some qk needs it
 //            (uniform branch); then the QK^T(t+1) WMMAs with tile t's FMA / exp2 / row sum (two chains, their
 //            adds paired in VOPD) / fp8 pack woven between them, V^T fragment loads of tile t as ring slots free up
-//   rescale  O *= alpha only when some lane's max moved (v_cmp + s_cbranch_vccz; bitwise the same)
+//   rescale  O *= alpha only when some lane's max moved by more than RESCALE_TAU (v_cmp + s_cbranch_vccz)
 //   phase Y  the PV(t) WMMAs (and qk of tile t+1: the scores need no per-score scaling any more)
 //   end      s_wait_loadcnt 0; ds_store K(t+2), V^T(t+1); s_wait_dscnt 0; s_barrier_signal/wait
 //   The last step (peeled, outside the loop) runs softmax + PV only. Every step masks when its tile needs it.

@@ -9,7 +9,7 @@ from asmdsl import Asm, KernelArg, Op, amdhsa_kernel, insert_hazard_waits
 from sage_co import abi
 from sage_co.rdna4 import waves_by_vgprs
 
-from .config import ARGS, F32_NEG_INF, INST_PREF_SIZE, OUT_MAX, THREADS, WMMA_PV, WMMA_PV16
+from .config import ARGS, F32_M_INIT, INST_PREF_SIZE, OUT_MAX, THREADS, WMMA_PV, WMMA_PV16
 from .epilogue import Epilogue
 from .loop import KeyLoop
 from .matmul import MatmulStreams
@@ -43,8 +43,8 @@ class AttentionKernel(KernelState, Prologue, MatmulStreams, Softmax, KeyLoop, Ep
                 a.op(f"v_mov_b32 {self.m[0]}, {self.m[1]}", "m of the last tile into m[0]")
             a.op("s_branch .Lepilogue")
         a.label(".Lempty")
-        a.section("no active key tile (LUT count 0): O = 0, m = -inf, l = 0 -> zeros and lse -inf")
-        a.valu([Op.mov(self.O[j], "0") for j in range(self.O.n)] + [Op.mov(self.m[0], F32_NEG_INF),
+        a.section("no active key tile (LUT count 0): O = 0, m = M_INIT, l = 0 -> zeros and lse -inf")
+        a.valu([Op.mov(self.O[j], "0") for j in range(self.O.n)] + [Op.mov(self.m[0], F32_M_INIT),
                                                                    Op.mov(self.l_run, "0")])
         a.op("s_wait_kmcnt 0", "q_scale (the smooth_k lse term)")
         a.label(".Lepilogue")

@@ -119,7 +119,7 @@ class KeyLoop:
         wv.prefetch()
         self.row_max(a, cur, m_old, m_new, sfx)
         self.exact_form(a, cur, f".Lone_fma_{parity}{'_last' if last else ''}")
-        e_issues = pair_vopd(self.exp_ops(cur) + [Op.mov(self.alpha[1], self.alpha[0])] + self.lsum_ops())
+        e_issues = pair_vopd(self.exp_ops(cur) + self.lsum_ops())
         wv.phase(n_qk, e_issues)
         self.rescale(a, f".Lno_rescale_{parity}{'_last' if last else ''}")
         a.section("phase Y: PV(t) x 32 WMMA" + ("" if last else " woven with the score scaling of tile t+1"))
@@ -152,7 +152,7 @@ class KeyLoop:
 
     def row_max(self, a: Asm, cur, m_old, m_new, sfx: str) -> None:
         """The row max of tile t's scores (both schedules): the attn_mask bits, then the max of the scaled scores
-        (additive-mask tiles take the max of the unscaled sums, out of line), the alpha select and the guards."""
+        (additive-mask tiles take the max of the unscaled sums, out of line), the thresholded m, alpha, t and b."""
         nomask = f".Lnomask_{sfx}"
         for ln in self.mask_lines(cur, nomask):
             a.op(ln)
@@ -164,7 +164,7 @@ class KeyLoop:
         self.ool.label(f".Lmax_additive_{sfx}")
         self.ool.valu(self.max_ops(cur, m_old, m_new, scaled=False))
         self.ool.op(f"s_branch .Lmax_done_{sfx}")
-        for ln in self.alpha_select_lines(m_old) + self.guard_lines(m_new):
+        for ln in self.threshold_lines(m_old, m_new):
             a.op(ln)
 
     def lut_next(self, a: Asm, parity: int) -> None:
@@ -241,7 +241,7 @@ class KeyLoop:
         e_ops = self.exp_ops(cur)
         low = set().union(*(cur[j].regs() for j in range(16)))
         split = 1 + max(k for k, op in enumerate(e_ops) if (op.reads | op.writes) & low)
-        wp.phase(0, pair_vopd(e_ops[:split] + [Op.mov(self.alpha[1], self.alpha[0])]))
+        wp.phase(0, pair_vopd(e_ops[:split]))
         self.rescale(a, f".Lno_rescale_{sfx}")
         a.section(f"PV(t) x {self.N_PV} WMMA, the first {self.N_PV // 2} woven with the softmax of scores 16..31")
         wp.phase(self.N_PV // 2, pair_vopd(e_ops[split:] + self.lsum_ops()))

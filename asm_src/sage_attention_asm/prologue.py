@@ -5,7 +5,7 @@ from __future__ import annotations
 from asmdsl import Asm, Op, WaitCounter
 from sage_co import abi
 
-from .config import (ARGS, B128, F32_BYTES, F32_NEG_INF, KARG_SGPR, MAGIC_INT, OUT_BYTES, PERMX16_SEL_LO,
+from .config import (ARGS, B128, F32_BYTES, F32_M_INIT, KARG_SGPR, MAGIC_INT, OUT_BYTES, PERMX16_SEL_LO,
                      SCALE_BLOCK, TILE_K, TILE_Q, V_STAGE_ROWS, WAVE_Q, kernarg_loads, log2)
 from .stream import Matrix, Weaver
 
@@ -50,7 +50,7 @@ class Prologue:
         self.wide_k_loads(a, vm, "p0", dst=k0)
         self.wide_v_loads(a, vm, "p0", dst=v0)
         a.section("prologue: m = -inf, l = 0; the stores to LDS; O = 0 (after its registers are stored)")
-        a.valu([Op.mov(self.m[0], F32_NEG_INF), Op.mov(self.l_run, "0")])
+        a.valu([Op.mov(self.m[0], F32_M_INIT), Op.mov(self.l_run, "0")])
         vm.wait_all()
         self.wide_stores(a, self.q_rd, 0)
         self.wide_stores(a, self.k_st, self.LDS_KBUF[0], src=k0)
@@ -78,7 +78,7 @@ class Prologue:
         self.k_tile_base(a, self.s_L1, "K(L[min(1, last)])")
         a.section("prologue: O = 0, m = -inf, l = 0")
         a.valu([Op.mov(self.O[j], "0") for j in range(self.O.n)] + [Op.mov(self.magic[j], self.s_magic) for j in range(8)] +
-               [Op.mov(self.m[0], F32_NEG_INF), Op.mov(self.l_run, "0")])
+               [Op.mov(self.m[0], F32_M_INIT), Op.mov(self.l_run, "0")])
         vm.wait_all()
         self.stage_stores(a, self.LDS_KBUF[0], self.LDS_VBUF[0])
         self.barrier(a, ds)

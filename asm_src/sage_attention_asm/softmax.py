@@ -6,7 +6,7 @@ from __future__ import annotations
 from asmdsl import Asm, Op
 from sage_co import abi
 
-from .config import B128, F32_BYTES, CHUNKS, F32_FMA_MAX_QK_SCALE, F32_NEG_INF, F32_P_OFF, PERMX16_SEL_HI, TILE_K, log2
+from .config import B128, F32_BYTES, CHUNKS, F32_FMA_MAX_QK_SCALE, F32_NEG_INF, F32_NEG_TAU, F32_P_OFF, PERMX16_SEL_HI, TILE_K, log2
 from .stream import vadd, vcc_select_lines, vmax, vmul, vsub
 
 
@@ -14,16 +14,17 @@ class Softmax:
     """The softmax stage of AttentionKernel (reads KernelState)."""
 
     def scale_ops(self, sacc) -> list[Op]:
-        """qk = q_scale * k_scale of the next tile, twice: qk[1] is the exp argument's multiplier (exact_form sets
-    it to 1.0). The scores stay as the QK^T accumulators leave them: each chunk's first WMMA takes C = 0x4b400000
-    (MAGIC_INT) instead of 0, so each holds the bits of the float x = 1.5 * 2^23 + s_int32 (|s_int32| < 2^21 keeps
-    the exponent), monotonic in s: the row max and the one-FMA exp argument read x, no per-score convert."""
-        return [vmul(self.qk[0], self.s_qs, self.ks), Op.mov(self.qk[1], self.qk[0])]
+        """qk[0] = q_scale * k_scale of the next tile, also the exp argument's multiplier (exact_form sets it to 1.0
+    once it is done with it). The scores stay as the QK^T accumulators leave them: each chunk's first WMMA takes C =
+    0x4b400000 (MAGIC_INT) instead of 0, so each holds the bits of the float x = 1.5 * 2^23 + s_int32 (|s_int32| <
+    2^21 keeps the exponent), monotonic in s: the row max and the one-FMA exp argument read x, no per-score
+    convert."""
+        return [vmul(self.qk[0], self.s_qs, self.ks)]
 
     def exact_ops(self, sacc) -> list[Op]:
         """The exact form's scores in place: s = (x - 1.5 * 2^23) * qk (the subtraction is exact, Sterbenz), the
-    HIP kernel's float(s_int32) * qk."""
-        ops = []
+    HIP kernel's float(s_int32) * qk (qk[1], a copy in the other bank, for the VOPD pairs)."""
+        ops = [Op.mov(self.qk[1], self.qk[0])]
         for j in range(32):
             ops.append(Op.vop2("v_subrev_f32", sacc[j], self.s_magic, sacc[j]))
             if j % 2:
@@ -35,8 +36,9 @@ class Softmax:
         """Row max over the lane's 32 accumulators x (4 partial chains, VOPD pairs), scaled once:
     (max x - 1.5 * 2^23) * qk = max_j float(s_int32) * qk exactly (qk >= 0 scales monotonically; a masked lane
     half gives -inf, or NaN when qk = 0, which v_max3_num drops); the other lane half's max through v_permlanex16
-    (docs/rdna4.md §WMMA: DPP cannot cross 16-lane rows), m_new = max(m_old, both) and alpha = exp2(m_old -
-    m_new), 0 while m_old = -inf (max is exact, so any order is the HIP kernel's value)."""
+    (docs/rdna4.md §WMMA: DPP cannot cross 16-lane rows), m_cand = max(m_old, both) into m_new and d = m_old -
+    m_cand into alpha[0] (max is exact, so any order is the HIP kernel's value); threshold_lines finish m_new and
+    alpha."""
         ops = [vmax(self.mx[0], sacc[0], sacc[1]), vmax(self.mx[1], sacc[2], sacc[3]),
                vmax(self.mx[2], sacc[4], sacc[5]), vmax(self.mx[3], sacc[6], sacc[7])]
         for j in range(8, 32, 4):
@@ -50,31 +52,32 @@ class Softmax:
         ops.append(Op.raw(f"v_permlanex16_b32 {self.xl}, {self.mx[0]}, {self.s_sel}, {PERMX16_SEL_HI}", [self.mx[0]], [self.xl]))
         ops.append(Op.raw(f"v_max3_num_f32 {m_new}, {m_old}, {self.mx[0]}, {self.xl}", [m_old, self.mx[0], self.xl], [m_new]))
         ops.append(vsub(self.alpha[0], m_old, m_new))
-        ops.append(Op.raw(f"v_exp_f32_e32 {self.alpha[0]}, {self.alpha[0]}", [self.alpha[0]], [self.alpha[0]], trans=True))
         return ops
 
-    def alpha_select_lines(self, m_old) -> list[str]:
-        """alpha = m_old == -inf ? 0 : exp2(m_old - m_new) (VCC written by VALU, read by VALU: §Hazards 3)."""
-        return vcc_select_lines(f"v_cmp_neq_f32_e32 vcc_lo, {F32_NEG_INF}, {m_old}", self.alpha[0], 0, self.alpha[0])
-
-    def guard_lines(self, m_new) -> list[str]:
-        """t = m_use - P_OFF in m[2], m_use = m_new, or 0 while m_new = -inf (a row with no visible key so far:
-    p = exp2(-inf) = 0, not NaN). P_OFF folds the fp8 range into the exponent: p <= 2^8.05 (docs/numerics.md
-    §Attention arithmetic model). lim = b = fma(1.5 * 2^23, qk, t), the one-FMA form's subtrahend."""
-        return vcc_select_lines(f"v_cmp_neq_f32_e32 vcc_lo, {F32_NEG_INF}, {m_new}", self.m[2], 0, m_new) + \
-            [f"v_subrev_f32_e32 {self.m[2]}, {F32_P_OFF}, {self.m[2]}",
-             f"v_fma_f32 {self.lim}, {self.s_magic}, {self.qk[0]}, {self.m[2]}"]
+    def threshold_lines(self, m_old, m_new) -> list[str]:
+        """The thresholded rescale (docs/numerics.md §Attention arithmetic model): grow = d < -RESCALE_TAU (d = m_old -
+    m_cand in alpha[0]; never NaN: m starts at M_INIT, finite, and m_cand >= m_old), m_new = grow ? m_cand :
+    m_old, alpha = exp2(grow ? d : 0) (exactly 1 without growth: the O rescale is skipped); t = m_new -
+    P_OFF in m[2] (m_new is finite: M_INIT, no -inf guard) and lim = b = fma(1.5 * 2^23, qk, t), the one-FMA form's
+    subtrahend (VCC written by VALU, read by VALU: docs/rdna4.md §Hazards 3)."""
+        return [f"v_cmp_gt_f32_e32 vcc_lo, {F32_NEG_TAU}, {self.alpha[0]}",
+                "s_wait_alu depctr_va_vcc(0)",
+                f"v_cndmask_b32_e32 {m_new}, {m_old}, {m_new}, vcc_lo",
+                f"v_cndmask_b32_e32 {self.alpha[0]}, 0, {self.alpha[0]}, vcc_lo",
+                f"v_exp_f32_e32 {self.alpha[0]}, {self.alpha[0]}",
+                f"v_subrev_f32_e32 {self.m[2]}, {F32_P_OFF}, {m_new}",
+                f"v_fma_f32 {self.lim}, {self.s_magic}, {self.qk[0]}, {self.m[2]}"]
 
     def exact_form(self, a: Asm, sacc, label: str) -> None:
         """Unless every lane's qk lies in (0, FMA_MAX_QK_SCALE] (on the fp32 bits: bits(qk) - 1 < bits(FMA_MAX)
     unsigned, which NaN, inf, 0 and negative values fail), the exact form (uniform branch, rarely taken): s =
-    (x - 1.5 * 2^23) * qk, masked again ((-inf) * 0 is NaN; attn_mask bits too), qk[1] = 1.0 and lim = t, so that
-    the common fma(s, 1.0, -t) is s - t. Additive attn_mask tiles (scores already s) take qk[1] = 1.0, lim = t."""
+    (x - 1.5 * 2^23) * qk, masked again ((-inf) * 0 is NaN; attn_mask bits too), qk[0] = 1.0 and lim = t, so that
+    the common fma(s, 1.0, -t) is s - t. Additive attn_mask tiles (scores already s) take qk = 1.0, lim = t."""
         a.op(f"s_bitcmp1_b32 {self.s_kind}, {abi.MASK_KIND_ADDITIVE_BIT}", "additive attn_mask tile")
         a.op(f"s_cbranch_scc1 {label}_additive")
         ool = self.ool
         ool.label(f"{label}_additive")
-        ool.op(f"v_mov_b32_e32 {self.qk[1]}, 1.0")
+        ool.op(f"v_mov_b32_e32 {self.qk[0]}, 1.0")
         ool.op(f"v_mov_b32_e32 {self.lim}, {self.m[2]}")
         ool.op(f"s_branch {label}")
         a.op(f"v_add_nc_u32_e32 {self.xl}, -1, {self.qk[0]}")
@@ -92,18 +95,18 @@ class Softmax:
             ool.op(ln)
         ool.op(f"s_branch {label}_mask")
         a.label(label + "_mask")
-        a.op(f"v_mov_b32_e32 {self.qk[1]}, 1.0")
+        a.op(f"v_mov_b32_e32 {self.qk[0]}, 1.0")
         a.op(f"v_mov_b32_e32 {self.lim}, {self.m[2]}")
         a.label(label)
 
     def exp_ops(self, sacc) -> list[Op]:
-        """p = exp2(fma(x, qk[1], -lim)) (one FMA per score; guard_lines / exact_form set qk[1] and lim); the row
+        """p = exp2(fma(x, qk[0], -lim)) (one FMA per score; threshold_lines / exact_form set qk[0] and lim); the row
     sum in two chains, l_tile = (p0 + p2 + ... + p30) + (p1 + p3 + ... + p31) (the HIP kernel's order; the chains'
     adds pair in VOPD: one even, one odd destination), p8 = fp8(p) packed in VGPR order into the chunk's first two
     registers (the P^T B-fragment, docs/rdna4.md §WMMA data flow); pv fp16: p16 = fp16(p), packed in halves."""
         def arg(j):
-            return Op.raw(f"v_fma_f32 {sacc[j]}, {sacc[j]}, {self.qk[1]}, -{self.lim}",
-                          [sacc[j], self.qk[1], self.lim], [sacc[j]])
+            return Op.raw(f"v_fma_f32 {sacc[j]}, {sacc[j]}, {self.qk[0]}, -{self.lim}",
+                          [sacc[j], self.qk[0], self.lim], [sacc[j]])
 
         def exp(j):
             return Op.raw(f"v_exp_f32_e32 {sacc[j]}, {sacc[j]}", [sacc[j]], [sacc[j]], trans=True)
@@ -152,13 +155,12 @@ class Softmax:
         return ops
 
     def lsum_ops(self) -> list[Op]:
-        """l = l * alpha + ((rs[0] + rs[1]) + rs of the other lane half) -- the HIP kernel's roundings, in its order."""
+        """l = fma(l, alpha, rs[0] + rs[1]): this lane half's running sum (the HIP kernel's roundings, in its order);
+    the two lane halves' sums are added once, in the epilogue (l_total_lines)."""
         final = self.rs[0]
         return [vadd(final, self.rs[0], self.rs[1]),
-                Op.raw(f"v_permlanex16_b32 {self.xl}, {final}, {self.s_sel}, {PERMX16_SEL_HI}", [final], [self.xl]),
-                vadd(final, final, self.xl),
-                vmul(self.l_run, self.l_run, self.alpha[0]),
-                vadd(self.l_run, self.l_run, final)]
+                Op.raw(f"v_fma_f32 {self.l_run}, {self.l_run}, {self.alpha[0]}, {final}",
+                       [self.l_run, self.alpha[0], final], [self.l_run])]
 
     def mask_lines(self, sacc, label: str) -> list[str]:
         """Tiles reaching past the wave's smallest row limit (the sequence tail, the causal diagonal): scores of
@@ -254,9 +256,11 @@ class Softmax:
         a.op(f"s_branch {ret}")
 
     def rescale(self, a: Asm, label: str) -> None:
-        """O *= alpha, skipped when no lane's max moved (x * 1.0 == x: bitwise the same as always scaling)."""
+        """O *= alpha, skipped when no lane's max moved by more than RESCALE_TAU (alpha = 1 exactly there, x * 1.0 ==
+    x: bitwise the same as always scaling); alpha[1], a copy in the other bank, for the VOPD pairs."""
         a.op(f"v_cmp_neq_f32_e32 vcc_lo, 1.0, {self.alpha[0]}")
         a.op("s_wait_alu depctr_va_vcc(0)")
         a.op(f"s_cbranch_vccz {label}")
-        a.valu([vmul(self.O[j], self.alpha[j % 2], self.O[j]) for j in range(self.O.n)])
+        a.valu([Op.mov(self.alpha[1], self.alpha[0])] +
+               [vmul(self.O[j], self.alpha[j % 2], self.O[j]) for j in range(self.O.n)])
         a.label(label)

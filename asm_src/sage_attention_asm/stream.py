@@ -102,6 +102,15 @@ class Weaver:
         units = items
         n = len(units)
         cut = [round(n * (w + 1) / (n_wmma + 1)) for w in range(n_wmma + 1)] if n_wmma else [n]
+        # a TRANS op (v_exp_f32) opens its gap where one is near the even cut: the VALU ops after it overlap its
+        # pipeline, which a WMMA would wait to drain (tools/perf_model.py: the TRANS pipeline does not overlap WMMA)
+        for w in range(n_wmma):
+            lo = cut[w - 1] + 1 if w else 1
+            for d in (0, -1, 1, -2, 2):
+                c = cut[w] + d
+                if lo <= c < min(n, cut[w + 1]) and getattr(units[c], "trans", False):
+                    cut[w] = c
+                    break
         u = 0
         for w in range(n_wmma):
             for item in units[u:cut[w]]:

@@ -241,6 +241,8 @@ def build(st, ops, inst, pc):
         return special(st, ops, inst, src)
     if enc == "VOP3P" and name in valu_packed.PK:
         return valu_packed.packed(st, ops, inst)
+    if enc == "VOP3P" and name in valu_packed.DOT4_F8:
+        return valu_packed.dot4_f8(st, ops, inst)
     if enc == "VOP3P" and name in ("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16"):
         return valu_packed.fma_mix(st, ops, inst)
     if name not in T:

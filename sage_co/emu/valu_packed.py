@@ -118,3 +118,32 @@ def packed(st, ops, inst):
             hi = nm.saturate_f16_overflow(hi, [x.view(F16) for x in hi_in], on)
         wr(sel, np.asarray(lo).astype(U32) | (np.asarray(hi).astype(U32) << U32(16)))
     return h
+
+
+DOT4_F8 = {"v_dot4_f32_fp8_fp8": (nm.fp8_e4m3_to_f32, nm.fp8_e4m3_to_f32),
+           "v_dot4_f32_fp8_bf8": (nm.fp8_e4m3_to_f32, nm.bf8_e5m2_to_f32),
+           "v_dot4_f32_bf8_fp8": (nm.bf8_e5m2_to_f32, nm.fp8_e4m3_to_f32),
+           "v_dot4_f32_bf8_bf8": (nm.bf8_e5m2_to_f32, nm.bf8_e5m2_to_f32)}
+
+
+def dot4_f8(st, ops, inst):
+    """v_dot4_f32_{fp8,bf8}_{fp8,bf8}: D = S2 + sum_k S0.byte[k] * S1.byte[k], the ISA pseudocode's order (tmp = S2;
+    tmp += product of byte 0, 1, 2, 3; each product exact in fp32, each add one fp32 RNE rounding, denormals kept).
+    Where every partial sum is exact (the attention kernels' row sums of fp8 P with S1 = 1.0: multiples of 2^-9
+    below 2^15) the order and rounding points do not matter. Source modifiers are not modeled (an error)."""
+    if any(F(inst, f) for f in ("opsel", "neg", "neg_hi", "clamp")):
+        raise NotImplementedError(f"{inst.name}: source modifiers are not modeled")
+    dec0, dec1 = DOT4_F8[inst.name]
+    readers = [ops.vread(inst, F(inst, f"src{i}"), "b32") for i in range(3)]
+    wr = ops.vwrite(F(inst, "vdst"))
+
+    def h(sel):
+        a, b, c = (np.asarray(r(sel), dtype=U32) for r in readers)
+        a, b, c = np.broadcast_arrays(a, b, c)
+        acc = c.view(F32).copy()
+        for k in range(4):
+            x = dec0(((a >> U32(8 * k)) & U32(0xFF)).astype(np.uint8))
+            y = dec1(((b >> U32(8 * k)) & U32(0xFF)).astype(np.uint8))
+            acc = (acc + (x.astype(F32) * y.astype(F32))).astype(F32)
+        wr(sel, acc.view(U32))
+    return h

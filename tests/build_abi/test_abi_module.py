@@ -135,3 +135,5 @@ def test_hip_kernel_arithmetic_constants_match_abi():
     assert float(defs["MAGIC_F"].rstrip("f")) == abi.MAGIC
     assert int(defs["MAGIC_INT"], 16) == struct.unpack("<I", struct.pack("<f", abi.MAGIC))[0]
     assert float(defs["FMA_MAX_QK_SCALE"].rstrip("f")) == abi.FMA_MAX_QK_SCALE
+    assert float(defs["M_INIT"].rstrip("f")) == abi.M_INIT == -struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
+    assert float(defs["RESCALE_TAU"].rstrip("f")) == abi.RESCALE_TAU

@@ -72,3 +72,26 @@ def test_fp16_ovfl_saturates_f16_results(tmp_path):
 def test_fp16_ovfl_unemulated_forms_are_refused(tmp_path):
     with pytest.raises(EmuError, match="FP16_OVFL is set: its saturation of this instruction's f16 result is not"):
         _run_fp16(tmp_path, 1.0, refuse=1)
+
+
+DOT4 = Path(__file__).parent / "asm" / "dot4_f8.s"
+
+
+def test_dot4_f32_fp8_sums_the_bytes(tmp_path):
+    """v_dot4_f32_fp8_fp8 / v_dot4_f32_bf8_fp8 (the attention kernels' row sum of packed fp8 P, docs/numerics.md
+    §Attention arithmetic model): c + the 4 byte products, against exact rational sums of the decoded bytes (b = four
+    different fp8 values; the sums here are exact in fp32)."""
+    from fractions import Fraction
+    from sage_co.emu import numerics as nm
+    a, b, c = 0x3C381001, 0x38403048, 0.75      # low byte 0x01 + lane: fp8 2^-9 (min subnormal) and up
+    co = assemble_co(DOT4, tmp_path)
+    dev = Device()
+    out = dev.alloc(4 * 64)
+    dev.load(co).launch("dot4_f8", (1, 1, 1), (32, 1, 1), struct.pack("<QIIf", out, a, b, c))
+    got = np.frombuffer(dev.read(out, 4 * 64), np.float32).reshape(2, 32)
+    for lane in (0, 1, 7, 31):
+        x = (a + lane) & 0xFFFFFFFF
+        for row, dec in enumerate((nm.fp8_e4m3_to_f32, nm.bf8_e5m2_to_f32)):
+            want = Fraction(c) + sum(Fraction(float(dec(np.uint8(x >> 8 * k & 0xFF)))) *
+                                     Fraction(float(nm.fp8_e4m3_to_f32(np.uint8(b >> 8 * k & 0xFF)))) for k in range(4))
+            assert Fraction(float(got[row, lane])) == want, (row, lane, got[row, lane], float(want))

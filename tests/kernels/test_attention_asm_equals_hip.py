@@ -3,9 +3,9 @@ emulator, through sage_co.ops.attention.run_attention_fwd(kernel="asm"), every v
 
 Bitwise vs the HIP kernel: the asm kernel keeps the HIP kernel's per-row operation order everywhere
 (docs/numerics.md §Attention arithmetic model: the row max on the accumulators' floats MAGIC + s_int, scaled once
--- exact, so its evaluation order is free; exp2(fma(x, qk, -fma(MAGIC, qk, m_use - P_OFF))) with v_exp_f32, or the
-exact form's exp2(float(s_int) * qk - t) on the same waves; the row sum in two chains (even, odd keys) plus the
-other lane half's partial; l = l * alpha + sum; fp8(p); each O^T accumulator takes the key chunks 0, 1, 2, 3 in
+-- exact, so its evaluation order is free; the thresholded m (RESCALE_TAU) and exp2(fma(x, qk, -fma(MAGIC, qk, m -
+P_OFF))) with v_exp_f32, or the exact form's exp2(float(s_int) * qk - t) on the same waves; the row sum in two
+chains (even, odd keys) per lane half, l_h = fma(l_h, alpha, sum), the halves added in the epilogue; fp8(p); each O^T accumulator takes the key chunks 0, 1, 2, 3 in
 order with the same WMMA operands; the same epilogue and LSE sums). Only the schedule differs, so out and lse must be equal bit for bit on every shape
 (no tile takes a deliberately different path).
 
@@ -125,4 +125,20 @@ def test_exact_form_for_zero_and_large_scales(kernel, D):
     assert rel_l2 <= MODEL_REL_L2, rel_l2
     assert (out.float() - ref_out.float()).abs().max() <= MODEL_MAX_ABS * ref_out.float().abs().max()
     assert (_bits(out) != _bits(ref_out)).float().mean().item() <= MODEL_MAX_DIFFERENT
+    assert ((lse - ref_lse).abs() / ref_lse.abs().clamp(min=1.0)).max().item() <= LSE_RTOL
+
+
+def test_thresholded_rescale_bitwise_and_model():
+    """Tile maxima growing by ~0.7 log2 units a tile (below RESCALE_TAU): m moves every other tile, P reaches
+    2^8.6 (docs/numerics.md §Attention arithmetic model "Thresholded rescale"). asm == HIP bitwise, both within the
+    model bound, lse finite."""
+    from test_reference import _growing_max_inputs
+    prepared = reference.sage_prepare(*_growing_max_inputs())
+    out, lse = run_attention_fwd(prepared, return_lse=True, backend="emu", kernel="asm")
+    hout, hlse = run_attention_fwd(prepared, return_lse=True, backend="emu", kernel="hip")
+    assert torch.equal(_bits(out), _bits(hout)) and torch.equal(_bits(lse), _bits(hlse))
+    ref_out, ref_lse = reference.sage_attention_model(prepared, return_lse=True)
+    rel_l2 = ((out.double() - ref_out.double()).norm() / ref_out.double().norm()).item()
+    assert rel_l2 <= MODEL_REL_L2, rel_l2
+    assert torch.isfinite(lse).all()
     assert ((lse - ref_lse).abs() / ref_lse.abs().clamp(min=1.0)).max().item() <= LSE_RTOL

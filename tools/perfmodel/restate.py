@@ -20,7 +20,7 @@ HSACO = ROOT / "hsaco" / "gfx1201"
 KERNELS = {"hip": HSACO / "gfx1201_sage_attention_hip.co", "asm": HSACO / "gfx1201_sage_attention_asm.co"}
 BLOCK = abi.ATTENTION_BLOCK[0]              # threads per attention workgroup (sage_co/abi.py)
 EMU_S = 2048                                # the emulated workgroup's sequence (counts per iteration, LDS passes)
-SHAPES = [(1, 24, s) for s in (1536, 4096, 16384, 75600)]
+SHAPES = [(1, 24, s) for s in (1536, 4096, 16384, 75600)] + [(1, 40, 32760)]   # + Wan-2.x-480p-like (video DiT)
 FLY_BLOCK_M = 256                           # FlyDSL: 256 queries per 16-wave workgroup, 64 keys per iteration
 FLY_BLOCK_N = 64
 
@@ -63,14 +63,15 @@ def our_kernel(kernel: str, B: int, H: int, S: int, params: Params = CALIBRATED,
     return model_launch(km, launch, run, params, transform=transform)
 
 
-def flydsl_kernel(ref: Reference, S: int, params: Params = CALIBRATED) -> LaunchResult:
-    """A FlyDSL reference kernel at another S (same H, D): its emulated workgroup at the published shape, trip
+def flydsl_kernel(ref: Reference, S: int, params: Params = CALIBRATED, H: int | None = None) -> LaunchResult:
+    """A FlyDSL reference kernel at another S (and H; same D): its emulated workgroup at the published shape, trip
     count S_pad / 64 (sequence padded to 256 queries: the kernels are built without a tail mask)."""
     km, run = emulated(ref)
+    H = H or ref.H
     S_pad = -(-S // FLY_BLOCK_M) * FLY_BLOCK_M
     esz = 1 if ref.dtype == "fp8" else 2
-    launch = Launch((ref.B * (S_pad // FLY_BLOCK_M) * ref.H, 1, 1), ref.block, attention_flops(ref.B, ref.H, S),
-                    ref.dtype, trip_count=S_pad / FLY_BLOCK_N, dram_bytes=ref.B * S_pad * ref.H * ref.D * (3 * esz + 2))
+    launch = Launch((ref.B * (S_pad // FLY_BLOCK_M) * H, 1, 1), ref.block, attention_flops(ref.B, H, S),
+                    ref.dtype, trip_count=S_pad / FLY_BLOCK_N, dram_bytes=ref.B * S_pad * H * ref.D * (3 * esz + 2))
     return model_launch(km, launch, run, params)
 
 
@@ -104,7 +105,7 @@ def restatement(folder=None, params: Params = CALIBRATED) -> list[dict]:
                     row[f"op_{v}{sfx}"] = {"time_us": t, "tflops": row["flops"] / t / 1e6}
         row["prepare_before_us"] = prepare_seconds(B, H, S, params, launches=PREPARE_LAUNCHES_BEFORE) * 1e6
         for dt, ref in refs.items():
-            res = flydsl_kernel(ref, S, params)
+            res = flydsl_kernel(ref, S, params, H=H)
             q = quant_seconds(B * S * H * HEAD_DIM, 3, params) * 1e6 if dt == "fp8" else 0.0
             row[f"flydsl_{dt}"] = {"time_us": res.time_us, "tflops": res.tflops, "binding": res.binding,
                                    "published_us": published.get((dt, S, False))}
@@ -235,7 +236,7 @@ def print_restatement(as_json: bool = False) -> int:
           "DRAM (the goal rows), 'resident' = still in the Infinity Cache after the projection GEMM, at an ASSUMED "
           "Infinity Cache rate: docs/performance.md §The prepare stage)")
     for r in rows:
-        parts = [f"S={r['S']}"]
+        parts = [f"S={r['S']}" + (f" (B={r['B']}, H={r['H']}: Wan-2.x-480p-like)" if r["H"] != 24 else "")]
         for v in KERNELS:
             if v in r:
                 parts.append(f"{v} {r[v]['time_us']:.1f} us {r[v]['tflops']:.1f} TF ({r[v]['binding']})")
