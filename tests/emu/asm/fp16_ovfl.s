@@ -51,14 +51,19 @@ fp16_ovfl:
         v_mov_b32       v13, 0
         v_add_f16       v13, 1.0, 2.0
         s_add_f16       s10, 0x7bff, 0x7bff
+        s_wait_alu      depctr_sa_sdst(0)        // s10 was read by a VALU before: docs/rdna4.md §Hazards 3
         v_mov_b32       v14, s10
         s_cvt_f16_f32   s10, s6
+        s_wait_alu      depctr_sa_sdst(0)        // s10 was read by a VALU before: docs/rdna4.md §Hazards 3
         v_mov_b32       v15, s10
         v_s_rcp_f16     s10, 0
+        s_wait_alu      depctr_va_sdst(0)        // s10 was read by a VALU before: docs/rdna4.md §Hazards 3
         v_mov_b32       v16, s10
         v_s_exp_f16     s10, 0x4c00
+        s_wait_alu      depctr_va_sdst(0)        // s10 was read by a VALU before: docs/rdna4.md §Hazards 3
         v_mov_b32       v17, s10
         s_mul_f16       s10, 0x7c00, 2.0
+        s_wait_alu      depctr_sa_sdst(0)        // s10 was read by a VALU before: docs/rdna4.md §Hazards 3
         v_mov_b32       v18, s10
         v_mov_b32       v27, 0x3c007bff          // {max, 1}
         v_mov_b32       v28, 0x40007bff          // {max, 2}

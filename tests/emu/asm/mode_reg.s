@@ -25,6 +25,7 @@ mode_reg:
         v_mov_b32       v5, 0
         v_cvt_pk_fp8_f32 v5, v2, v3
         s_getreg_b32    s7, hwreg(HW_REG_WAVE_MODE, 0, 24)
+        s_wait_alu      depctr_sa_sdst(0)        // s7 is SALU-written and its pair was VALU-read (s6): docs/rdna4.md §Hazards 3
         v_mov_b32       v6, s7
         global_store_b96 v1, v[4:6], s[4:5]
         s_endpgm
