@@ -254,7 +254,7 @@ for _n in sorted(scalar_float.OPS):
     if _n.startswith("s_cmp_"):
         ASM_CASES.append((f"{_n} s4, s5", _n, "abc"))
     elif _n in ("s_fmac_f32", "s_fmac_f16"):
-        ASM_CASES.append((f"s_mov_b32 s16, s6\n        {_n} s16, s4, s5", _n, "abc"))
+        ASM_CASES.append((f"s_mov_b32 s16, s6\n        s_wait_alu depctr_sa_sdst(0)\n        {_n} s16, s4, s5", _n, "abc"))
     elif _n == "s_fmaak_f32":
         ASM_CASES.append((f"{_n} s16, s4, s5, 0x{K1:08x}", "s_fmac_f32", f"ab{K1}"))
         ASM_CASES.append((f"{_n} s16, s4, s5, 0x{K2:08x}", "s_fmac_f32", f"ab{K2}"))
@@ -321,10 +321,13 @@ def asm_source(mode32: int, mode16: int, cases=ASM_CASES, twins=VALU_TWINS) -> s
     for i, (text, _, spec) in enumerate(cases):
         if spec == "a15361*":
             lines.append("        s_mov_b32 s16, s6")
+            lines.append("        s_wait_alu depctr_sa_sdst(0)")   # the case reads s16 (docs/rdna4.md §Hazards 3)
         lines.append(f"        {text}")
         if text.startswith("s_cmp_"):
             lines.append("        s_cselect_b32 s16, 1, 0")
         if not text.startswith("v_") or text.startswith("v_s_"):       # VALU cases write v1 themselves
+            # s16's pair is VALU-read by the case before: wait for the SALU / VALU write (docs/rdna4.md §Hazards 3)
+            lines.append("        s_wait_alu depctr_sa_sdst(0) & depctr_va_sdst(0)")
             lines.append("        v_mov_b32 v1, s16")
         lines.append(f"        global_store_b32 v0, v1, s[8:9] offset:{4 * i}")
     for j, twin in enumerate(twins):
