@@ -7,6 +7,7 @@ tests/kernels/test_attention_vs_reference.py's docstring, docs/numerics.md "Kern
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
@@ -121,3 +122,18 @@ def check_against_model(kernel, case):
     # rounding error stays that of its O(1) terms m*ln2 and log(l)
     rel = (lse - ref_lse).abs() / ref_lse.abs().clamp(min=1.0)
     assert rel.max().item() <= LSE_RTOL, rel.max().item()
+
+
+def growing_max_inputs(D: int = 64, S: int = 200, H: int = 2, growth: float = 0.7, seed: int = 41):
+    """q, k, v (bf16, B=1) whose key tile t holds one key with score ~ growth * t (log2 units) above tile 0's max and
+    otherwise small scores: each tile's max passes the previous one by ~growth < RESCALE_TAU. S = 200: the last tile
+    is partial."""
+    g = torch.Generator().manual_seed(seed)
+    q = 0.05 * torch.randn(1, S, H, D, generator=g)
+    k = 0.05 * torch.randn(1, S, H, D, generator=g)
+    q[..., 0] = 1.0
+    scale = 1.0 / math.sqrt(D) * math.log2(math.e)    # one unit of k[..., 0] moves the score by `scale` log2 units
+    for t in range(-(-S // 64)):
+        k[:, 64 * t + 5, :, 0] = 4.0 + growth * t / scale
+    v = torch.randn(1, S, H, D, generator=g)
+    return tuple(x.to(torch.bfloat16) for x in (q, k, v))

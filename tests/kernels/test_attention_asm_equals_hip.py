@@ -132,8 +132,8 @@ def test_thresholded_rescale_bitwise_and_model():
     """Tile maxima growing by ~0.7 log2 units a tile (below RESCALE_TAU): m moves every other tile, P reaches
     2^8.6 (docs/numerics.md §Attention arithmetic model "Thresholded rescale"). asm == HIP bitwise, both within the
     model bound, lse finite."""
-    from test_reference import _growing_max_inputs
-    prepared = reference.sage_prepare(*_growing_max_inputs())
+    from attention_cases import growing_max_inputs
+    prepared = reference.sage_prepare(*growing_max_inputs())
     out, lse = run_attention_fwd(prepared, return_lse=True, backend="emu", kernel="asm")
     hout, hlse = run_attention_fwd(prepared, return_lse=True, backend="emu", kernel="hip")
     assert torch.equal(_bits(out), _bits(hout)) and torch.equal(_bits(lse), _bits(hlse))

@@ -8,6 +8,7 @@ import torch
 
 from sage_co import accuracy, reference as R, validate
 from sage_co.prepared import SagePrepared, expected_shapes, s_pad
+from attention_cases import growing_max_inputs
 
 BF16 = torch.bfloat16
 
@@ -573,27 +574,12 @@ def test_accuracy_command_runs_the_shipped_kernels(capsys):
     assert "sage-co kernel (hip)" in out and "sage-co kernel (hip) smooth_k" in out and "FAIL" not in out
 
 
-def _growing_max_inputs(D: int = 64, S: int = 200, H: int = 2, growth: float = 0.7, seed: int = 41):
-    """q, k, v (bf16, B=1) whose key tile t holds one key with score ~ growth * t (log2 units) above tile 0's max and
-    otherwise small scores: each tile's max passes the previous one by ~growth < RESCALE_TAU. S = 200: the last tile
-    is partial."""
-    g = torch.Generator().manual_seed(seed)
-    q = 0.05 * torch.randn(1, S, H, D, generator=g)
-    k = 0.05 * torch.randn(1, S, H, D, generator=g)
-    q[..., 0] = 1.0
-    scale = 1.0 / math.sqrt(D) * math.log2(math.e)    # one unit of k[..., 0] moves the score by `scale` log2 units
-    for t in range(-(-S // 64)):
-        k[:, 64 * t + 5, :, 0] = 4.0 + growth * t / scale
-    v = torch.randn(1, S, H, D, generator=g)
-    return tuple(x.to(torch.bfloat16) for x in (q, k, v))
-
-
 def test_thresholded_rescale_keeps_p_inside_fp8(monkeypatch):
     """docs/numerics.md §Attention arithmetic model "Thresholded rescale": while a tile's max passes m by at most
     RESCALE_TAU, m stays and P reaches above 2^8 but stays below e4m3's 448 (never saturated); the bound itself, the
     largest argument 8.05 + RESCALE_TAU of the one-FMA form, is below log2(448)."""
     assert 2.0 ** (8.05 + R.RESCALE_TAU) < 448
-    prepared = R.sage_prepare(*_growing_max_inputs())
+    prepared = R.sage_prepare(*growing_max_inputs())
     seen = []
     real = R.to_fp8
 
