@@ -74,6 +74,29 @@ FLAG_SMOOTH_V = 1 << FLAG_SMOOTH_V_BIT
 FLAG_VARLEN = 1 << FLAG_VARLEN_BIT
 FLAG_MASK_BIT = 4         # bit 4: attn_mask: read the kind of each LUT entry from mask_kind (docs/numerics.md §Masks)
 FLAG_MASK = 1 << FLAG_MASK_BIT
+# The option -> flag table of the attention recipes (sage_co/ops/attention.py recipe and varlen_recipe, one for the
+# dense, prepared and varlen calls): an option of the call's options object (sage_co.callspec OpSpec.typed) whose
+# value is neither None nor False sets its bit. A runtime-flag option is one entry here (and its Option in
+# sage_co/callspec.py). FLAG_SMOOTH_K (lse's smooth_k term when the host does not add it) and FLAG_VARLEN (the
+# packed launch) are the recipes' own.
+FLAG_OPTIONS = {
+    "return_lse": FLAG_LSE,
+    "is_causal": FLAG_CAUSAL,
+    "smooth_v": FLAG_SMOOTH_V,
+    "v_mean": FLAG_SMOOTH_V,      # sage_attention_fwd: the SagePrepared's v_mean (made by smooth_v)
+    "attn_mask": FLAG_MASK,
+}
+
+
+def option_flags(options) -> int:
+    """The kernarg `flags` bits FLAG_OPTIONS gives for an options object (attributes; an op without an option of
+    the table leaves its bit clear)."""
+    flags = 0
+    for name, bit in FLAG_OPTIONS.items():
+        value = getattr(options, name, None)
+        if value is not None and value is not False:
+            flags |= bit
+    return flags
 # The kind of one visited key tile (u32 mask_kind entries, parallel to the LUT entries): full (no element masked by
 # attn_mask), partial (read the tile's bits: 64 query x 64 key bits, bit j of u32 word w of a row = key 32w + j
 # visible), additive (partial + add the tile's log2-domain bias to the scores, the exact exp2 form). An all-masked
