@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import abi, registry
+from . import registry
 from .abi import (MICROBENCH_ARGS, MICROBENCH_BENCHES, MICROBENCH_BLOCK, MICROBENCH_CHAIN_STEPS,
                   MICROBENCH_LDS_BYTES, MICROBENCH_LDS_LOAD_BYTES, MICROBENCH_LDS_PER_ITER, MICROBENCH_MATRIX_DWORDS,
                   MICROBENCH_OP, MICROBENCH_RECORD_DWORDS, MICROBENCH_STREAM_LOADS, MICROBENCH_STREAM_WAVE_BYTES,
