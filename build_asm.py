@@ -567,9 +567,11 @@ def _diff_dicts(a, b, path="") -> list[str]:
     return []
 
 
-def check(entries: list[Entry], llvm: LLVM, hsaco: Path = HSACO, only: set[str] | None = None) -> list[str]:
+def check(entries: list[Entry], llvm: LLVM, hsaco: Path = HSACO, only: set[str] | None = None,
+          every_entry: list[Entry] | None = None) -> list[str]:
     """Rebuild into a temporary folder; return a readable list of differences (empty = all match).
-    only: check just these code objects (the rest of the manifest is not compared)."""
+    only: check just these code objects (the rest of the manifest is not compared). every_entry: the whole kernel
+    list (default `entries`), which the generated files are made from (a source's wrappers list all its objects)."""
     problems = []
     manifest_path = hsaco / "manifest.json"
     checked_in = None
@@ -580,7 +582,7 @@ def check(entries: list[Entry], llvm: LLVM, hsaco: Path = HSACO, only: set[str] 
             checked_in = manifest_file.read(manifest_path)
         except manifest_file.ManifestError as exc:   # truncated or malformed: say so, compare the bytes anyway
             problems.append(f"{exc}; run python build_asm.py and commit hsaco/")
-    problems += generated_problems(entries)
+    problems += generated_problems(entries if every_entry is None else every_entry)
     with tempfile.TemporaryDirectory(prefix="sage_co_check_") as tmp:
         asm_dir = Path(tmp) / "asm"
         asm_dir.mkdir()
@@ -649,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.check:
             only = set(args.only) if args.only else None
             checked = [e for e in entries if only is None or e.name in only]
-            problems = check(checked, llvm, hsaco, only)
+            problems = check(checked, llvm, hsaco, only, entries)
             if problems:
                 print("build_asm.py --check: the shipped code objects do not match their sources:", file=sys.stderr)
                 for p in problems:
