@@ -11,11 +11,16 @@ SageAttention aliases) and each public op lists its options in schema order (`Op
     spec.signature()         the public function's inspect.Signature
     spec.alias_names         SageAttention's spellings -> option names (sage_co/compat.py's keyword table)
     spec.passthrough(...)    the options another entry point forwards (varlen, parallel, integrations)
+    spec.typed(values)       the call's options as the op's frozen dataclass (spec.Options), what plan_call hands
+                             the recipes (sage_co/ops/*: attributes, never string keys)
+    spec.options_doc()       the options with their Option.doc, appended to the public docstrings
 
 So adding an option to `SAGE_ATTENTION` is one line here: the schema, the fake, the compat keyword table and the
 parallel pass-through picks it up (tests/test_callspec.py shows it with a made-up option; varlen takes only the
 options its packed kernels implement, sage_co.varlen.VARLEN_OPTIONS, and refuses a new one by name). What the option
-*does* is the plan's and the kernels' business (sage_co/plan.py, sage_co/ops/*).
+*does* is the kernels' business: a runtime-flag option also takes its bit in sage_co/abi.py FLAG_OPTIONS, which the
+dense, prepared and varlen attention recipes all read (tests/test_callspec.py shows a made-up one reaching the
+kernarg `flags`); tools/gen_stubs.py regenerates sage_co/__init__.pyi, the typed signatures IDEs read.
 
 Validators take the value and return it normalised, raising TypeError/ValueError whose message starts with the
 option's name (sage_co.validate's convention; compat renames the prefix when the caller used an alias). Options
