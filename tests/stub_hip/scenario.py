@@ -24,6 +24,18 @@ from pathlib import Path
 import stub_hip  # tests/ and the repository come on PYTHONPATH (tests/test_hip_stub.py sets it)
 
 
+
+def fwd(prepared, **options):
+    """sage_attention_fwd's planned launch (sage_co.plan.plan_call, every check) without its padding read: the stub
+    runtime runs no kernel, so a structure prepared on it holds torch.empty's bytes."""
+    from sage_co.callspec import FWD_KEYWORDS, SAGE_ATTENTION_FWD
+    from sage_co.ops import attention
+    from sage_co.plan import plan_call
+    o = SAGE_ATTENTION_FWD.bind(options, "sage_attention_fwd", allowed=FWD_KEYWORDS)
+    rec = plan_call(SAGE_ATTENTION_FWD, (prepared,), o).attention
+    out, lse = attention.execute(rec, prepared, o["block_mask"], o["attn_mask"])
+    return (out, lse) if o["return_lse"] else out
+
 def point_hip_python_at(path: Path):
     """What a stray first hip-python call does: open a runtime of its own choosing (here: `path`)."""
     try:
@@ -78,7 +90,6 @@ def run_ops(backend: str):
     kernel with and without LSE on those prepared inputs (the fp16 one reaches the _pv16 symbols), then each
     microbenchmark (sage_co.microbench). Returns the launch records."""
     from sage_co import abi, launch, registry
-    from sage_co.api import sage_attention_fwd
     from sage_co.ops.attention import OP
     from sage_co import validate
     from sage_co.ops.predict import run_predict
@@ -101,11 +112,11 @@ def run_ops(backend: str):
             pv16 = sage_prepare(q, k, v, pv_dtype="fp16", backend=backend)        # and the fp16 V^T path
             for kernel in shipped_kernels:
                 if (kernel, D, "fp8") in served:
-                    sage_attention_fwd(prepared, backend=backend, kernel=kernel)
-                    sage_attention_fwd(prepared, backend=backend, kernel=kernel, return_lse=True)
-                    sage_attention_fwd(smooth_v, backend=backend, kernel=kernel)
+                    fwd(prepared, backend=backend, kernel=kernel)
+                    fwd(prepared, backend=backend, kernel=kernel, return_lse=True)
+                    fwd(smooth_v, backend=backend, kernel=kernel)
                 if (kernel, D, "fp16") in served:
-                    sage_attention_fwd(pv16, backend=backend, kernel=kernel, return_lse=True)
+                    fwd(pv16, backend=backend, kernel=kernel, return_lse=True)
             # the block-mask predictor (pool + select): 16-bit q/k only, D up to abi.PREDICT_CHANNELS
             if dtype in abi.PREDICT_IN_DTYPES and D <= abi.PREDICT_CHANNELS:
                 sh, qn, kn, _ = validate.check_qkv(q, k, k, "NHD")
@@ -117,7 +128,7 @@ def run_ops(backend: str):
         for kernel, D, out_dtype in sorted({(k.kernel, k.key("head_dim"), k.key("out_dtype"))
                                              for k in registry.kernels() if k.op == OP
                                              and k.key("head_dim") not in prep_dims}):
-            sage_attention_fwd(reference.sage_prepare(*inputs(D=D, dtype=out_dtype)), backend=backend,
+            fwd(reference.sage_prepare(*inputs(D=D, dtype=out_dtype)), backend=backend,
                               kernel=kernel, return_lse=True)
         from sage_co import microbench            # the microbenchmarks of `selftest --perf`: one workgroup each
         for bench in microbench.MICROBENCH_BENCHES:
@@ -202,12 +213,12 @@ def main_scenario(tmp: Path) -> dict:
 
     # -- errors: code, every alias, hipGetErrorString text; a failed launch is not recorded as launched
     q, k, v = inputs(S=16, H=1)
-    from sage_co.api import sage_attention_fwd, sage_prepare
+    from sage_co.api import sage_prepare
     prepared = launch_prepared = sage_prepare(q, k, v, backend="gpu")
     before = len(launch.launched), list(launch.launched)[-1:]
     stub.fail("hipModuleLaunchKernel", 400)
     try:
-        sage_attention_fwd(launch_prepared, backend="gpu")
+        fwd(launch_prepared, backend="gpu")
         out["launch_error"] = None
     except HipError as exc:
         out["launch_error"] = dict(message=str(exc), call=exc.call, code=exc.code)
@@ -216,11 +227,11 @@ def main_scenario(tmp: Path) -> dict:
     be.platform.device = 1
     be.unload()            # the next launch loads and resolves again
     try:
-        sage_attention_fwd(prepared, backend="gpu")
+        fwd(prepared, backend="gpu")
         out["get_function_error"] = None
     except HipError as exc:
         out["get_function_error"] = dict(message=str(exc), call=exc.call, code=exc.code)
-    sage_attention_fwd(prepared, backend="gpu")   # the next launch resolves again and works
+    fwd(prepared, backend="gpu")   # the next launch resolves again and works
     out["retry_after_error_ok"] = stub.records("launch")[-1]["result"] == 0
     be.platform.device = 0
 
@@ -230,7 +241,7 @@ def main_scenario(tmp: Path) -> dict:
                           ok=all(r["result"] == 0 for r in stub.records("unload")))
     stub.set_capturing(0x5A5A, True)
     try:
-        sage_attention_fwd(prepared, backend="gpu")
+        fwd(prepared, backend="gpu")
         out["capture_without_warmup"] = None
     except HipError as exc:
         out["capture_without_warmup"] = str(exc)
@@ -240,7 +251,7 @@ def main_scenario(tmp: Path) -> dict:
     out["warmup_loads"] = len(stub.records("load")) - n_loads
     n_loads, n_launches = len(stub.records("load")), len(stub.records("launch"))
     stub.set_capturing(0x5A5A, True)
-    sage_attention_fwd(prepared, backend="gpu")
+    fwd(prepared, backend="gpu")
     sage_prepare(q, k, v, backend="gpu")
     stub.set_capturing(0x5A5A, False)
     out["capture_after_warmup"] = dict(loads=len(stub.records("load")) - n_loads,
