@@ -21,7 +21,7 @@
 //   l_h    = fma(l_h, alpha, rowsum_h(p)) per lane half h (keys 32h..32h+31), l = l_0 + l_1 in the epilogue
 //   O      = O*alpha + fp8_e4m3(p) . v_fp8                                   (fp32 accumulation)
 //   out    = round_sat((O * (1/l)) * v_scale[g][d] [+ v_mean[g][d]]) (inv = 0 when l = 0: zeros; v_mean with
-//            flags bit 3 (smooth_v) on rows with l != 0)  RNE to bf16 or fp16, saturating at +-the dtype's
+//            FLAG_SMOOTH_V on rows with l != 0)  RNE to bf16 or fp16, saturating at +-the dtype's
 //            largest finite value (NaN -> the dtype's quiet NaN), d < head_dim only (any D: the last partial
 //            8-channel group of a lane is stored element by element); fp32 output: the fp32 value itself (no
 //            rounding, no saturation: +-inf stays +-inf), NaN -> 0x7fc00000 (the one fp32 NaN written)
@@ -34,50 +34,12 @@
 //   Workgroup = 64 queries of one (batch, query head); wave w owns queries 16w..16w+15 of them.
 //   Each wave loops over the active key tiles (LUT row of its query tile) of K/V head (head * kv_group_magic) >> 32.
 //
-// Kernarg struct (sage_co/abi.py ATTENTION_FWD_ARGS, 216 bytes, 8-byte aligned; no hidden arguments):
-//   | offset | name           | type | contents                                                           |
-//   |--------|----------------|------|--------------------------------------------------------------------|
-//   |      0 | q              | ptr  | int8  [B, H_q, seq_pad_q, DP], carries softmax_scale*log2(e)       |
-//   |      8 | k              | ptr  | int8  [B, H_kv, seq_pad_kv, DP]                                    |
-//   |     16 | v              | ptr  | V^T [B, H_kv, DP, seq_pad_kv] (key-contiguous): fp8 e4m3fn; fp16 PV16 |
-//   |     24 | q_scale        | ptr  | f32   [B, H_q, seq_pad_q/32]                                       |
-//   |     32 | k_scale        | ptr  | f32   [B, H_kv, seq_pad_kv/32]                                     |
-//   |     40 | k_mean         | ptr  | f32   [B, H_kv, DP] (read only when flags bit 1 and bit 0 are set) |
-//   |     48 | v_scale        | ptr  | f32   [B, H_kv, DP] (not read by PV16 symbols)                     |
-//   |     56 | out            | ptr  | bf16/fp16/fp32, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d]|
-//   |     64 | lse            | ptr  | f32   [B, H_q, seq_len_q] (written only when flags bit 0 is set)   |
-//   |     72 | seq_len_q      | u32  | S_q >= 1                                                           |
-//   |     76 | seq_pad_q      | u32  | round_up(S_q, 64); padded rows of q are zero                       |
-//   |     80 | seq_len_kv     | u32  | S_kv >= 1                                                          |
-//   |     84 | seq_pad_kv     | u32  | round_up(S_kv, 64); padded rows of k/v are zero                    |
-//   |     88 | num_heads_q    | u32  | H_q (grid y)                                                       |
-//   |     92 | num_heads_kv   | u32  | H_kv (divides H_q)                                                 |
-//   |     96 | kv_group_magic | u64  | ceil(2^32 / (H_q/H_kv)): K/V head = (h * magic) >> 32, exact for   |
-//   |        |                |      | every h < 2^16 (proof: sage_co/abi.py kv_group_magic)              |
-//   |    104 | out_stride_b   | u32  | element strides of out (sb, ss, sh; the last dim is contiguous)    |
-//   |    108 | out_stride_s   | u32  |                                                                    |
-//   |    112 | out_stride_h   | u32  |                                                                    |
-//   |    116 | head_dim       | u32  | D (1 <= D <= DP): channels >= D are not stored (exact stores)      |
-//   |    120 | flags          | u32  | bit 0: write lse; bit 1: lse adds the smooth_k term; bit 2: causal; |
-//   |        |                |      | bit 3: smooth_v (add v_mean); bit 4: attn_mask (read mask_kind)    |
-//   |    128 | lut            | ptr  | u32 rows [count, t_0 < ... < t_{count-1}, ...] of seq_pad_kv/64 + 1 |
-//   |        |                |      | entries per query tile: the active key tiles (docs/numerics.md)     |
-//   |    136 | lut_stride_b   | u32  | element strides of the LUT rows of (batch, head); row of query tile |
-//   |    140 | lut_stride_h   | u32  | x at lut + b*sb + h*sh + x*(seq_pad_kv/64 + 1); 0 = shared          |
-//   |    144 | causal_offset  | i32  | seq_len_kv - seq_len_q: row i sees keys j <= i + causal_offset      |
-//   |    152 | v_mean         | ptr  | f32   [B, H_kv, DP] (read here only with flags bit 3; the asm      |
-//   |        |                |      | kernel loads it always: the host passes k_mean without smooth_v)   |
-//   |    160 | mask_bits      | ptr  | u32 attn_mask bit rows: row (b, h, i) at b*msb + h*msh + i*mss,     |
-//   |        |                |      | word w bit j = key 32w + j visible (read on partial tiles)          |
-//   |    168 | mask_bias      | ptr  | f32 rows at 32 * (b*msb + h*msh + i*mss): fp32(mask) * fp32(log2 e)  |
-//   |        |                |      | (read on additive tiles only)                                      |
-//   |    176 | mask_kind      | ptr  | u32 per LUT entry (the LUT's rows and strides): MASK_KIND_* of it   |
-//   |    184 | mask_stride_b  | u32  | word strides msb, msh, mss of the bit rows (0: broadcast dim);      |
-//   |    188 | mask_stride_h  | u32  | every mask field is read only with flags bit 4 (attn_mask)          |
-//   |    192 | mask_stride_s  | u32  |                                                                    |
-//   |    200 | cu_seqlens_q   | ptr  | i32 [B + 1] (read only with flags bit 5, varlen)                   |
-//   |    208 | cu_seqlens_kv  | ptr  | i32 [B + 1] (read only with flags bit 5, varlen)                   |
-// Varlen (flags bit 5, docs/numerics.md §Varlen): batch z is packed sequence b = z, len_q = cu_seqlens_q[b+1] -
+// Kernargs: sage_co/abi.py ATTENTION_FWD_ARGS, declared there once with what each field holds (docs/abi.md has the
+// offsets; no hidden arguments). The kernels' parameter list is SAGE_ATTENTION_FWD_PARAMS of generated/sage_abi.h,
+// generated from it, as are the flag bits (FLAG_*: lse, the smooth_k lse term, causal, smooth_v, attn_mask, varlen)
+// and the constants below. The mask fields are read only with FLAG_MASK, cu_seqlens only with FLAG_VARLEN, v_mean
+// only with FLAG_SMOOTH_V here (the asm kernel loads it always: the host passes k_mean without smooth_v).
+// Varlen (FLAG_VARLEN, docs/numerics.md §Varlen): batch z is packed sequence b = z, len_q = cu_seqlens_q[b+1] -
 // cu_seqlens_q[b], len_kv likewise; these replace seq_len_q / seq_len_kv / causal_offset (= len_kv - len_q). The
 // prepared tensors are packed: q [1, H_q, seq_pad_q, DP] with sequence b at rows packed_row(cu_q[b], b) =
 // 64*ceil(cu_q[b]/64) + 64*b (sage_co/abi.py packed_row), q_scale at blocks packed_row/32, k / V^T columns /
@@ -85,7 +47,7 @@
 // the sequence is token cu_q[b] + i (out_stride_b is not used), lse [H_q, seq_len_q = total_q]. A workgroup whose
 // query tile starts at or past len_q exits at once; the key tiles are 0 .. count-1, count = ceil(len_kv/64), or
 // with causal the tiles holding a key j <= last row + causal_offset (the causal LUT of sage_co/masks.py), counted
-// here: the LUT is not read. Varlen and attn_mask (flags bit 4) are exclusive (the host refuses both): with varlen
+// here: the LUT is not read. Varlen and attn_mask (FLAG_MASK) are exclusive (the host refuses both): with varlen
 // no mask_kind entry is read and every tile is full.
 // Every tensor but out is dense in the layout above; the host (sage_co/ops/attention.py) checks that.
 
@@ -151,32 +113,16 @@ typedef float v4f __attribute__((ext_vector_type(4)));
 typedef float v8f __attribute__((ext_vector_type(8)));
 typedef _Float16 v8h __attribute__((ext_vector_type(8)));
 
-#define TILE_Q 64      // queries per workgroup
-#define TILE_K 64      // keys per loop step
-#define FLAG_LSE 1u
-#define FLAG_SMOOTH_K 2u
-#define FLAG_CAUSAL 4u
-#define FLAG_SMOOTH_V 8u
-#define FLAG_MASK 16u
-#define FLAG_VARLEN 32u
-// attn_mask tile kinds (docs/numerics.md §Masks "attn_mask"): partial = read the tile's bits; additive = partial +
-// add the log2-domain bias to the scores (exact exp2 form); 0 = full (the unmasked arithmetic)
-#define MASK_KIND_PARTIAL 1u
-#define MASK_KIND_ADDITIVE 3u
-#define MASK_WORD_BITS 32
-// P_OFF = 8 - 2^-7: exp2's argument is s - (m - P_OFF) <= 8 for every m (docs/numerics.md §Attention arithmetic
-// model), so p <= 2^8 fits fp8 e4m3 (max 448) and the row sum carries the same 2^P_OFF as O
-#define P_OFF 7.9921875f
-// The QK^T accumulators start at MAGIC_INT = the bits of MAGIC_F = 1.5 * 2^23; the one-FMA exp argument is used
-// while q_scale * k_scale <= FMA_MAX_QK_SCALE = 2^-6 (its error ~ulp(MAGIC * qk) stays <= 1.1 % of p)
-#define MAGIC_INT 0x4b400000
-#define MAGIC_F 12582912.0f
-#define FMA_MAX_QK_SCALE 0.015625f
-// The running max starts at M_INIT = -FLT_MAX (finite: no -inf guard) and moves only when a tile's max passes it by
-// more than RESCALE_TAU (docs/numerics.md §Attention arithmetic model "Thresholded rescale")
-#define M_INIT -3.40282346638528859812e+38f
-#define RESCALE_TAU 0.75f
-#define MAX_DP 256     // the largest padded head dim (its LDS: 64 KiB, the most one workgroup may allocate)
+// QUERY_TILE, KEY_TILE, FLAG_*, MASK_KIND_* (attn_mask tile kinds, docs/numerics.md §Masks "attn_mask": partial =
+// read the tile's bits; additive = partial + add the log2-domain bias to the scores, exact exp2 form; 0 = full),
+// MASK_WORD_BITS, OUT_* (the output type OT, the template's second argument) and the arithmetic's constants
+// (docs/numerics.md §Attention arithmetic model): P_OFF = 8 - 2^-7, exp2's argument is s - (m - P_OFF) <= 8 for
+// every m, so p <= 2^8 fits fp8 e4m3 (max 448) and the row sum carries the same 2^P_OFF as O; the QK^T
+// accumulators start at MAGIC_BITS = the bits of MAGIC = 1.5 * 2^23; the one-FMA exp argument is used while
+// q_scale * k_scale <= FMA_MAX_QK_SCALE = 2^-6 (its error ~ulp(MAGIC * qk) stays <= 1.1 % of p); the running max
+// starts at M_INIT = -FLT_MAX (finite: no -inf guard) and moves only when a tile's max passes it by more than
+// RESCALE_TAU (docs/numerics.md §Attention arithmetic model "Thresholded rescale")
+#include "generated/sage_abi.h"
 
 #define LN2 0.693147180559945309f
 #define BF16_MAX 0x1.fep127f   // largest finite bf16 (bits 0x7f7f), exact in fp32
@@ -184,14 +130,10 @@ typedef _Float16 v8h __attribute__((ext_vector_type(8)));
 #define BF16_QNAN 0x7fc0u
 #define FP16_QNAN 0x7e00u
 #define FP32_QNAN 0x7fc00000u
-// The output type OT (sage_co/family.py HIP_OUT_DTYPE, manifest key out_dtype), the template's second argument.
-#define OUT_BF16 0
-#define OUT_FP16 1
-#define OUT_FP32 2
 
 // Varlen: the first prepared row of sequence b whose tokens start at cu_start (sage_co/abi.py packed_row).
 static __device__ __attribute__((always_inline)) u32 packed_row(u32 cu_start, u32 b) {
-  return ((cu_start + TILE_K - 1) / TILE_K) * TILE_K + TILE_K * b;
+  return ((cu_start + KEY_TILE - 1) / KEY_TILE) * KEY_TILE + KEY_TILE * b;
 }
 
 static __device__ __attribute__((always_inline)) float xlane16(float x) {
@@ -237,16 +179,7 @@ static __device__ __attribute__((always_inline)) u32 kswz(u32 row) {
 }
 
 template <int DP, int OT, bool PV16>
-static __device__ __attribute__((always_inline)) void attention(
-    const signed char* __restrict__ q, const signed char* __restrict__ k, const unsigned char* __restrict__ v,
-    const float* __restrict__ q_scale, const float* __restrict__ k_scale, const float* __restrict__ k_mean,
-    const float* __restrict__ v_scale, unsigned short* __restrict__ out, float* __restrict__ lse, u32 seq_len_q,
-    u32 seq_pad_q, u32 seq_len_kv, u32 seq_pad_kv, u32 num_heads_q, u32 num_heads_kv, u64 kv_group_magic,
-    u32 out_stride_b, u32 out_stride_s, u32 out_stride_h, u32 head_dim, u32 flags, const u32* __restrict__ lut,
-    u32 lut_stride_b, u32 lut_stride_h, int causal_offset, const float* __restrict__ v_mean,
-    const u32* __restrict__ mask_bits, const float* __restrict__ mask_bias, const u32* __restrict__ mask_kind,
-    u32 mask_stride_b, u32 mask_stride_h, u32 mask_stride_s, const u32* __restrict__ cu_seqlens_q,
-    const u32* __restrict__ cu_seqlens_kv, v4i* lds) {
+static __device__ __attribute__((always_inline)) void attention(SAGE_ATTENTION_FWD_PARAMS, v4i* lds) {
   u32 lse_stride = seq_len_q;  // lse row stride of one (batch, head): S_q, or total_q (varlen)
   constexpr int NCOL = DP / 16;        // 16-byte chunks per K row (and O^T d-tiles)
   constexpr int HCOL = NCOL / 2;       // chunks of a row one lane half holds (d = DP/2*hl ..)
@@ -277,7 +210,7 @@ static __device__ __attribute__((always_inline)) void attention(
     const u32 cq0 = cu_seqlens_q[batch], cq1 = cu_seqlens_q[batch + 1];
     const u32 ck0 = cu_seqlens_kv[batch], ck1 = cu_seqlens_kv[batch + 1];
     const u32 len_q = cq1 - cq0;
-    if (qtile * TILE_Q >= len_q) return;  // uniform: past this sequence's queries (or none), before any barrier
+    if (qtile * QUERY_TILE >= len_q) return;  // uniform: past this sequence's queries (or none), before any barrier
     seq_len_kv = ck1 - ck0;
     causal_offset = (int)seq_len_kv - (int)len_q;
     lse_stride = seq_len_q;               // = total_q: lse [H_q, total_q]
@@ -305,7 +238,7 @@ static __device__ __attribute__((always_inline)) void attention(
   const float* ksh = k_scale + bkv_lay * nblk_kv + row_kv / 32;
 
   // Q^T B-fragments: lane (hl, r) holds query row r, bytes DP/2*hl .. +DP/2-1; d-step s = bytes 8s..8s+7 of that.
-  const u32 q0 = qtile * TILE_Q + wave * 16;  // first query of this wave (uniform)
+  const u32 q0 = qtile * QUERY_TILE + wave * 16;  // first query of this wave (uniform)
   const u32 qi = q0 + r;                      // this lane's query
   // DP = 256 (Q_RELOAD): the fragments are re-read from global memory (L0/L2-resident: 16 KiB per wave) at each
   // use instead of held, 32 VGPRs fewer
@@ -342,18 +275,18 @@ static __device__ __attribute__((always_inline)) void attention(
   // set between heads/batches). Keys j of row i are visible when j < lim(i) = min(seq_len_kv, i + causal_offset
   // + 1) (the second term only with FLAG_CAUSAL); a tile is masked per element only when some row of the wave
   // has lim below its end (uniform test on the wave's first row, whose lim is the smallest).
-  const u32 ntiles = seq_pad_kv / TILE_K;
+  const u32 ntiles = seq_pad_kv / KEY_TILE;
   const u64 lrow_off = (u64)batch * lut_stride_b + (u64)head * lut_stride_h + (u64)qtile * (ntiles + 1);
   const u32* lrow = lut + lrow_off;
   const bool causal = (flags & FLAG_CAUSAL) != 0;
   // varlen: key tiles 0 .. count-1 (causal: those with a key j <= last row + causal_offset, masks.causal_tiles)
   u32 count;
   if (varlen) {
-    count = (seq_len_kv + TILE_K - 1) / TILE_K;
+    count = (seq_len_kv + KEY_TILE - 1) / KEY_TILE;
     if (causal) {
-      const int last_row = __builtin_elementwise_min((int)(qtile * TILE_Q + TILE_Q - 1), (int)seq_len_q - 1);
+      const int last_row = __builtin_elementwise_min((int)(qtile * QUERY_TILE + QUERY_TILE - 1), (int)seq_len_q - 1);
       const int lim = last_row + causal_offset + 1;  // keys < lim are seen by some row of the tile
-      count = __builtin_elementwise_min(count, lim > 0 ? (u32)(lim + TILE_K - 1) / TILE_K : 0u);
+      count = __builtin_elementwise_min(count, lim > 0 ? (u32)(lim + KEY_TILE - 1) / KEY_TILE : 0u);
     }
   } else {
     count = lrow[0];
@@ -374,8 +307,8 @@ static __device__ __attribute__((always_inline)) void attention(
   float ks_next = 0.0f;
   if (count) {
     const u32 t0 = varlen ? 0u : tiles[0];
-    for (int u = 0; u < QF; ++u) kst[u] = *(const v4i*)(kh + (k_gl[u] + t0 * (TILE_K * DP)));
-    for (int u = 0; u < VF; ++u) vst[u] = *(const v4i*)(vh + (v_gl[u] + t0 * (TILE_K * VB)));
+    for (int u = 0; u < QF; ++u) kst[u] = *(const v4i*)(kh + (k_gl[u] + t0 * (KEY_TILE * DP)));
+    for (int u = 0; u < VF; ++u) vst[u] = *(const v4i*)(vh + (v_gl[u] + t0 * (KEY_TILE * VB)));
     const v2f ks2 = *(const v2f*)(ksh + 2 * t0);
     ks_next = hl ? ks2.y : ks2.x;  // k_scale block of keys 32hl..32hl+31 of the tile
   } else {
@@ -401,7 +334,7 @@ static __device__ __attribute__((always_inline)) void attention(
     if (more) {  // prefetch the next active tile into VGPRs; stored to the other LDS buffer after this tile's WMMAs
       // the tile offset goes into the 32-bit lane offset (not the base) so the load keeps the SGPR base
       const u32 tn = varlen ? it + 1 : tiles[it + 1];
-      const u32 koff = tn * (TILE_K * DP), voff = tn * (TILE_K * VB);
+      const u32 koff = tn * (KEY_TILE * DP), voff = tn * (KEY_TILE * VB);
       for (int u = 0; u < QF; ++u) kst[u] = *(const v4i*)(kh + (k_gl[u] + koff));
       if (DIRECT_STAGE) {  // K(t+1) -> the other K buffer now: its last readers passed the previous barrier
         for (int u = 0; u < QF; ++u) lds[(buf ^ LDS_BUF) + lds_k_st + 128 * u] = kst[u];
@@ -421,10 +354,10 @@ static __device__ __attribute__((always_inline)) void attention(
 
     // S^T chunks: 4 x (16 keys x 16 queries), DP/16 d-steps each, chains interleaved over the chunks.
     v8i sacc[4];
-    // C = MAGIC_INT: each accumulator ends as the bits of the float MAGIC + s_int32 (|s_int32| < 2^21 keeps the
+    // C = MAGIC_BITS: each accumulator ends as the bits of the float MAGIC + s_int32 (|s_int32| < 2^21 keeps the
     // exponent), monotonic in s: the row max and the one-FMA exp argument read it as a float, no convert
-    for (int c = 0; c < 4; ++c) sacc[c] = (v8i){MAGIC_INT, MAGIC_INT, MAGIC_INT, MAGIC_INT,
-                                                 MAGIC_INT, MAGIC_INT, MAGIC_INT, MAGIC_INT};
+    for (int c = 0; c < 4; ++c) sacc[c] = (v8i){MAGIC_BITS, MAGIC_BITS, MAGIC_BITS, MAGIC_BITS,
+                                                 MAGIC_BITS, MAGIC_BITS, MAGIC_BITS, MAGIC_BITS};
     for (int i = 0; i < QF; ++i) {
       // DP <= 128: the held fragment qf[i] is named in the WMMA itself (a hoisted copy made LLVM spill the pv16
       // symbols); DP = 256 (Q_RELOAD): the fragment is loaded here, one d-group in flight at a time
@@ -453,15 +386,15 @@ static __device__ __attribute__((always_inline)) void attention(
     const bool additive = (kind & MASK_KIND_ADDITIVE) == MASK_KIND_ADDITIVE;
     const bool partial = (kind & MASK_KIND_PARTIAL) != 0;
     if (additive) {  // s = fma(float(s_int32), qk, b) with b the tile's log2-domain bias (keys 32hl + j)
-      const v4f* bt = (const v4f*)(brow + tile * TILE_K);
+      const v4f* bt = (const v4f*)(brow + tile * KEY_TILE);
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
         const v4f b4 = bt[u];
-        for (int e = 0; e < 4; ++e) x[4 * u + e] = __builtin_fmaf(x[4 * u + e] - MAGIC_F, qk, b4[e]);
+        for (int e = 0; e < 4; ++e) x[4 * u + e] = __builtin_fmaf(x[4 * u + e] - MAGIC, qk, b4[e]);
       }
     }
-    const bool masked = (int)(tile * TILE_K + TILE_K) > lim_wave;  // tail / causal-diagonal tiles (uniform)
-    const int lim = lim_lane - (int)(tile * TILE_K + 32 * hl);     // keys 32hl + j of the tile: valid when j < lim
+    const bool masked = (int)(tile * KEY_TILE + KEY_TILE) > lim_wave;  // tail / causal-diagonal tiles (uniform)
+    const int lim = lim_lane - (int)(tile * KEY_TILE + 32 * hl);     // keys 32hl + j of the tile: valid when j < lim
     if (masked)
 #pragma unroll
       for (int j = 0; j < 32; ++j) x[j] = j < lim ? x[j] : -__builtin_inff();
@@ -472,7 +405,7 @@ static __device__ __attribute__((always_inline)) void attention(
     float mx = x[0];
     for (int j = 1; j < 32; ++j) mx = __builtin_fmaxf(mx, x[j]);
     if (!additive)
-      mx = (mx - MAGIC_F) * qk;  // = max_j float(s_int32) * qk exactly (the subtraction is exact, qk >= 0 scales
+      mx = (mx - MAGIC) * qk;  // = max_j float(s_int32) * qk exactly (the subtraction is exact, qk >= 0 scales
                                  // monotonically); a masked half gives -inf, or NaN when qk = 0 (dropped by fmax)
     mx = __builtin_fmaxf(mx, xlane16(mx));
     // thresholded rescale: m moves only when the tile's max passes it by more than RESCALE_TAU (p stays fp8);
@@ -486,13 +419,13 @@ static __device__ __attribute__((always_inline)) void attention(
     const float t_exp = m_new - P_OFF;  // p <= 2^(8.05 + RESCALE_TAU) < 448: P is fp8 as it comes out of exp2
     // exp2 argument: one FMA per score, arg = fma(x, qk, -fma(MAGIC, qk, t)), when every lane's qk is in
     // (0, FMA_MAX_QK_SCALE] (NaN fails); otherwise the exact arg = float(s_int32) * qk - t (uniform branch)
-    float cf = qk, bf = __builtin_fmaf(MAGIC_F, qk, t_exp);
+    float cf = qk, bf = __builtin_fmaf(MAGIC, qk, t_exp);
     if (additive) {  // the scores are s already: the exact form
       cf = 1.0f;
       bf = t_exp;
     } else if (__builtin_amdgcn_ballot_w32(!(qk > 0.0f && qk <= FMA_MAX_QK_SCALE))) {
 #pragma unroll
-      for (int j = 0; j < 32; ++j) x[j] = (x[j] - MAGIC_F) * qk;
+      for (int j = 0; j < 32; ++j) x[j] = (x[j] - MAGIC) * qk;
       if (masked)  // (-inf) * 0 is NaN: mask the scores again
 #pragma unroll
         for (int j = 0; j < 32; ++j) x[j] = j < lim ? x[j] : -__builtin_inff();
@@ -642,43 +575,14 @@ static __device__ __attribute__((always_inline)) void attention(
   }
 }
 
-#define ATTENTION_PARAMS                                                                                      \
-  const signed char *__restrict__ q, const signed char *__restrict__ k, const unsigned char *__restrict__ v,   \
-      const float *__restrict__ q_scale, const float *__restrict__ k_scale, const float *__restrict__ k_mean,  \
-      const float *__restrict__ v_scale, unsigned short *__restrict__ out, float *__restrict__ lse,             \
-      u32 seq_len_q, u32 seq_pad_q, u32 seq_len_kv, u32 seq_pad_kv, u32 num_heads_q, u32 num_heads_kv,         \
-      u64 kv_group_magic, u32 out_stride_b, u32 out_stride_s, u32 out_stride_h, u32 head_dim, u32 flags,       \
-      const u32 *__restrict__ lut, u32 lut_stride_b, u32 lut_stride_h, int causal_offset,                     \
-      const float *__restrict__ v_mean, const u32 *__restrict__ mask_bits, const float *__restrict__ mask_bias, \
-      const u32 *__restrict__ mask_kind, u32 mask_stride_b, u32 mask_stride_h, u32 mask_stride_s,             \
-      const u32 *__restrict__ cu_seqlens_q, const u32 *__restrict__ cu_seqlens_kv
-#define ATTENTION_ARGS                                                                                        \
-  q, k, v, q_scale, k_scale, k_mean, v_scale, out, lse, seq_len_q, seq_pad_q, seq_len_kv, seq_pad_kv,          \
-      num_heads_q, num_heads_kv, kv_group_magic, out_stride_b, out_stride_s, out_stride_h, head_dim, flags,    \
-      lut, lut_stride_b, lut_stride_h, causal_offset, v_mean, mask_bits, mask_bias, mask_kind, mask_stride_b,    \
-      mask_stride_h, mask_stride_s, cu_seqlens_q, cu_seqlens_kv
 // LDS: two buffers of K (64 x DP B) + V^T (DP x 64 B) tiles (PV16: two K tiles + one DP x 128 B V^T tile),
 // 32 KiB for DP = 128, 16 KiB for DP = 64
-#define KERNEL(NAME, DP, OT, PV16)                                                                          \
-  extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(128, 128))) void NAME(ATTENTION_PARAMS) { \
+#define SAGE_KERNEL(NAME, TEMPLATE, DP, OT, PV16)                                                          \
+  extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(128, 128))) void NAME(SAGE_ATTENTION_FWD_PARAMS) { \
     __shared__ static v4i lds[16 * DP];                                                                       \
-    attention<DP, OT, PV16>(ATTENTION_ARGS, lds);                                                           \
+    TEMPLATE<DP, OT, PV16>(SAGE_ATTENTION_FWD_ARGS, lds);                                                   \
   }
 
-// One symbol per (head_dim = DP, out_dtype) manifest key pair (sage_co/family.py ATTENTION_HIP)
-KERNEL(gfx1201_sage_attention_fwd_d256_bf16, 256, OUT_BF16, false)
-KERNEL(gfx1201_sage_attention_fwd_d256_fp16, 256, OUT_FP16, false)
-KERNEL(gfx1201_sage_attention_fwd_d256_fp32, 256, OUT_FP32, false)
-KERNEL(gfx1201_sage_attention_fwd_d128_bf16, 128, OUT_BF16, false)
-KERNEL(gfx1201_sage_attention_fwd_d128_fp16, 128, OUT_FP16, false)
-KERNEL(gfx1201_sage_attention_fwd_d128_fp32, 128, OUT_FP32, false)
-KERNEL(gfx1201_sage_attention_fwd_d64_bf16, 64, OUT_BF16, false)
-KERNEL(gfx1201_sage_attention_fwd_d64_fp16, 64, OUT_FP16, false)
-KERNEL(gfx1201_sage_attention_fwd_d64_fp32, 64, OUT_FP32, false)
-// pv_dtype fp16 (manifest key pv_dtype = "fp16"; the nine above are "fp8")
-KERNEL(gfx1201_sage_attention_fwd_d128_bf16_pv16, 128, OUT_BF16, true)
-KERNEL(gfx1201_sage_attention_fwd_d128_fp16_pv16, 128, OUT_FP16, true)
-KERNEL(gfx1201_sage_attention_fwd_d128_fp32_pv16, 128, OUT_FP32, true)
-KERNEL(gfx1201_sage_attention_fwd_d64_bf16_pv16, 64, OUT_BF16, true)
-KERNEL(gfx1201_sage_attention_fwd_d64_fp16_pv16, 64, OUT_FP16, true)
-KERNEL(gfx1201_sage_attention_fwd_d64_fp32_pv16, 64, OUT_FP32, true)
+// One symbol per (head_dim = DP, out_dtype, pv_dtype) manifest key triple: the wrappers are generated from
+// sage_co/family.py ATTENTION_HIP
+#include "generated/gfx1201_sage_attention_kernels.h"

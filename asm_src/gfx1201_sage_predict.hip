@@ -36,14 +36,10 @@
 //     (Horner, separate multiply and add), e = p * 2^n -- basic IEEE operations only, so every device agrees
 //     (v_exp_f32 is not correctly rounded on hardware: docs/numerics.md §Attention arithmetic model).
 //
-// Kernargs (explicit only; sage_co/abi.py PREDICT_POOL_ARGS / PREDICT_SELECT_ARGS declare the same layouts):
-//   pool   (100 B): 0 q, 8 k, 16 q_mean, 24 q_sim, 32 k_mean, 40 k_sim (ptr); 48 S_q, 52 S_kv, 56 H_q, 60 H_kv,
-//                   64 n_q, 68 n_kv, 72 D, 76 q_sb, 80 q_ss, 84 q_sh, 88 k_sb, 92 k_ss, 96 k_sh (u32; strides
-//                   in elements: batch, token, head)
-//   select (100 B): 0 q_mean, 8 q_sim, 16 k_mean, 24 k_sim, 32 mask (ptr); 40 kv_group_magic (u64); 48 n_q,
-//                   52 n_kv, 56 H_q, 60 H_kv, 64 D (u32); 68 score_scale, 72 sim_threshold, 76 mass_scale (f32);
-//                   80 cdf_fixed, 84 topk_count (u32; topk_count 0 = cdf mode), 88 causal (u32 0/1), 92 S_q,
-//                   96 S_kv (u32)
+// Kernargs (explicit only): sage_co/abi.py PREDICT_POOL_ARGS / PREDICT_SELECT_ARGS, declared there once with what
+// each field holds (docs/abi.md has the offsets); the parameter lists are SAGE_PREDICT_POOL_PARAMS /
+// SAGE_PREDICT_SELECT_PARAMS of generated/sage_abi.h (strides in elements: batch, token, head; topk_count 0 = cdf
+// mode; causal 0/1).
 //
 // Register map (hsaco/manifest.json has the counts): pool keeps acc[4], usum[4] and TPS tokens x 4 channels per
 // lane; select keeps s and 16 key values of a step, then two 64-bit keys of a compare-exchange, the query row in
@@ -64,16 +60,15 @@ typedef u32 u32x2 __attribute__((ext_vector_type(2)));
 typedef u32 u32x4 __attribute__((ext_vector_type(4)));
 typedef float f32x4 __attribute__((ext_vector_type(4)));
 
-#define BLOCK 64          // tokens per pooled block = the attention kernel's query / key tile (sage_co.abi)
-#define CH 128            // pooled channels: D zero-padded to 128 (32 lanes x 4)
+// KEY_TILE: tokens per pooled block = the attention kernel's query / key tile; PREDICT_CHANNELS: pooled channels, D
+// zero-padded to 128 (32 lanes x 4); HEAD_DIM_STEP: the select kernel's score loop step (D is a multiple of it);
+// the dtype selectors BF16 / FP16: generated from sage_co/abi.py and family.py
+#include "generated/sage_abi.h"
 #define CPL 4             // channels per lane
 #define TPS 4             // pool: tokens per step (loads in flight together)
-#define DSTEP 16          // the select kernel's score loop step: D is a multiple of 16 (sage_co.abi.HEAD_DIM_STEP)
 #define FLT_MIN_F 1.17549435e-38f
 #define FLT_MAX_F 3.40282347e+38f
 #define EXP2_CUTOFF -32.0f  // exp2_poly(x) = 0 below: e * mass_scale < 2^-8 rounds to 0 (mass_scale <= 2^24)
-#define BF16 0
-#define FP16 1
 
 // 2^f on [0, 1): least-squares fit, coefficients rounded to fp32 (relative error <= 8.4e-8 with fp32 Horner).
 #define C1 0x1.62e42cp-1f
@@ -122,10 +117,7 @@ INLINE float tree_sum(float c0, float c1, float c2, float c3) {
 
 // ------------------------------------------------------------------------------------------------ pool
 template <int DT>
-INLINE void pool_body(const u16* __restrict__ q, const u16* __restrict__ k, float* __restrict__ q_mean,
-                      float* __restrict__ q_sim, float* __restrict__ k_mean, float* __restrict__ k_sim, u32 S_q,
-                      u32 S_kv, u32 H_q, u32 H_kv, u32 n_q, u32 n_kv, u32 D, u32 q_sb, u32 q_ss, u32 q_sh,
-                      u32 k_sb, u32 k_ss, u32 k_sh) {
+INLINE void pool_body(SAGE_PREDICT_POOL_PARAMS) {
   u32 x = __builtin_amdgcn_workgroup_id_x();
   u32 b = __builtin_amdgcn_workgroup_id_y();
   u32 lane = lane_id();
@@ -137,10 +129,10 @@ INLINE void pool_body(const u16* __restrict__ q, const u16* __restrict__ k, floa
   u32 S = is_q ? S_q : S_kv;
   u32 sb = is_q ? q_sb : k_sb, ss = is_q ? q_ss : k_ss, sh = is_q ? q_sh : k_sh;
   const u16* base = is_q ? q : k;
-  u32 n = min_u32(BLOCK, S - blk * BLOCK);
+  u32 n = min_u32(KEY_TILE, S - blk * KEY_TILE);
   u32 c0 = CPL * lane;
   bool real = c0 < D;
-  const u16* p = base + (u64)b * sb + (u64)(blk * BLOCK) * ss + (u64)h * sh + (real ? c0 : 0u);
+  const u16* p = base + (u64)b * sb + (u64)(blk * KEY_TILE) * ss + (u64)h * sh + (real ? c0 : 0u);
   float acc[CPL] = {0.0f, 0.0f, 0.0f, 0.0f}, us[CPL] = {0.0f, 0.0f, 0.0f, 0.0f};
   // TPS tokens per step: their loads and channel trees are independent (in flight together); the sums into acc
   // and usum stay in token order. A token past n re-reads token n - 1 and counts as zeros: adding +0 to acc or
@@ -179,18 +171,14 @@ INLINE void pool_body(const u16* __restrict__ q, const u16* __restrict__ k, floa
 #pragma unroll
   for (int c = 0; c < CPL; ++c) mean[c] = acc[c] / fn;
   u64 row = ((u64)b * (is_q ? H_q : H_kv) + h) * nb + blk;
-  *(f32x4*)((is_q ? q_mean : k_mean) + row * CH + c0) = (f32x4){mean[0], mean[1], mean[2], mean[3]};
+  *(f32x4*)((is_q ? q_mean : k_mean) + row * PREDICT_CHANNELS + c0) = (f32x4){mean[0], mean[1], mean[2], mean[3]};
   if (lane == 0) (is_q ? q_sim : k_sim)[row] = sim;
 }
 
-#define POOL_PARAMS                                                                                              \
-  const u16 *__restrict__ q, const u16 *__restrict__ k, float *__restrict__ q_mean, float *__restrict__ q_sim,  \
-      float *__restrict__ k_mean, float *__restrict__ k_sim, u32 S_q, u32 S_kv, u32 H_q, u32 H_kv, u32 n_q,   \
-      u32 n_kv, u32 D, u32 q_sb, u32 q_ss, u32 q_sh, u32 k_sb, u32 k_ss, u32 k_sh
-#define POOL_ARGS q, k, q_mean, q_sim, k_mean, k_sim, S_q, S_kv, H_q, H_kv, n_q, n_kv, D, q_sb, q_ss, q_sh, k_sb, \
-                  k_ss, k_sh
-KERNEL void gfx1201_sage_predict_pool_bf16(POOL_PARAMS) { pool_body<BF16>(POOL_ARGS); }
-KERNEL void gfx1201_sage_predict_pool_fp16(POOL_PARAMS) { pool_body<FP16>(POOL_ARGS); }
+// One pool symbol per input dtype, generated from sage_co/family.py PREDICT_POOL
+#define SAGE_KERNEL(NAME, TEMPLATE, ...) \
+  KERNEL void NAME(SAGE_PREDICT_POOL_PARAMS) { TEMPLATE<__VA_ARGS__>(SAGE_PREDICT_POOL_ARGS); }
+#include "generated/gfx1201_sage_predict_kernels.h"
 
 // ------------------------------------------------------------------------------------------------ select
 // Dynamic LDS (host: sage_co.ops.predict.select_lds_bytes): N = the next power of two >= max(n_kv, 2) sort keys
@@ -234,10 +222,10 @@ INLINE void lds_handoff() { __builtin_amdgcn_fence(__ATOMIC_ACQ_REL, "wavefront"
 // The key blocks query block x sees under the bottom-right aligned causal mask (row i sees keys j <= i + S_kv - S_q):
 // those whose first key is <= last row + S_kv - S_q, a prefix 0 .. n_row - 1 (0 when the last row sees no key).
 INLINE u32 causal_key_blocks(u32 x, u32 S_q, u32 S_kv, u32 n_kv) {
-  long long last = (long long)min_u32(x * BLOCK + BLOCK - 1, S_q - 1);
+  long long last = (long long)min_u32(x * KEY_TILE + KEY_TILE - 1, S_q - 1);
   long long lim = last + (long long)S_kv - (long long)S_q;
   if (lim < 0) return 0;
-  long long n = lim / BLOCK + 1;
+  long long n = lim / KEY_TILE + 1;
   return n < (long long)n_kv ? (u32)n : n_kv;
 }
 
@@ -245,11 +233,7 @@ INLINE void write_all(u8* __restrict__ out, u32 n_kv, u8 v) {
   for (u32 j = lane_id(); j < n_kv; j += 32) out[j] = v;
 }
 
-KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const float* __restrict__ q_sim,
-                                        const float* __restrict__ k_mean, const float* __restrict__ k_sim,
-                                        u8* __restrict__ mask, u64 kv_group_magic, u32 n_q, u32 n_kv, u32 H_q,
-                                        u32 H_kv, u32 D, float score_scale, float sim_threshold, float mass_scale,
-                                        u32 cdf_fixed, u32 topk_count, u32 causal, u32 S_q, u32 S_kv) {
+KERNEL void gfx1201_sage_predict_select(SAGE_PREDICT_SELECT_PARAMS) {
   u32 x = __builtin_amdgcn_workgroup_id_x();
   u32 h = __builtin_amdgcn_workgroup_id_y();
   u32 b = __builtin_amdgcn_workgroup_id_z();
@@ -267,9 +251,9 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
     write_all(out, n_row, 1);
     return;
   }
-  const float* qr = q_mean + row * CH;
+  const float* qr = q_mean + row * PREDICT_CHANNELS;
   u64 bh = (u64)b * H_kv + g;
-  const float* kt = k_mean + bh * n_kv * CH;
+  const float* kt = k_mean + bh * n_kv * PREDICT_CHANNELS;
   const float* ks = k_sim + bh * n_kv;
   u32 N = 2;
   while (N < n_row) N <<= 1;
@@ -281,14 +265,14 @@ KERNEL void gfx1201_sage_predict_select(const float* __restrict__ q_mean, const 
   float mx = -__builtin_inff();
   for (u32 j0 = 0; j0 < n_row; j0 += 32) {
     u32 j = j0 + lane, jl = min_u32(j, n_row - 1);
-    const float* kr = kt + (u64)jl * CH;  // this lane's key row: 16-byte loads at immediate offsets
+    const float* kr = kt + (u64)jl * PREDICT_CHANNELS;  // this lane's key row: 16-byte loads at immediate offsets
     float s = 0.0f;
-    for (u32 d0 = 0; d0 < D; d0 += DSTEP) {  // D is a multiple of DSTEP: all loads of a step, then the sums
-      f32x4 kv[DSTEP / 4];
+    for (u32 d0 = 0; d0 < D; d0 += HEAD_DIM_STEP) {  // D is a multiple of HEAD_DIM_STEP: all loads of a step, then the sums
+      f32x4 kv[HEAD_DIM_STEP / 4];
 #pragma unroll
-      for (u32 e = 0; e < DSTEP / 4; ++e) kv[e] = *(const f32x4*)(kr + d0 + 4 * e);
+      for (u32 e = 0; e < HEAD_DIM_STEP / 4; ++e) kv[e] = *(const f32x4*)(kr + d0 + 4 * e);
 #pragma unroll
-      for (u32 e = 0; e < DSTEP; ++e) s = s + qr[d0 + e] * kv[e / 4][e % 4];
+      for (u32 e = 0; e < HEAD_DIM_STEP; ++e) s = s + qr[d0 + e] * kv[e / 4][e % 4];
     }
     float t = s * score_scale;
     if (j < n_row) {

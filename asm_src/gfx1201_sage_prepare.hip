@@ -6,17 +6,18 @@
 //
 // Inputs (element strides are kernargs, read in place; the last dim is contiguous):
 //   q [B, S_q, H_q, D], k and v [B, S_kv, H_kv, D], bf16, fp16 or fp32 (one symbol per dtype; fp32 is read as
-//   fp32, one channel per dword, and goes through the same fp32 arithmetic unrounded), D a multiple of 16 up
-//   to D_PAD (64, 128 or 256, one symbol per D_PAD): channels D..D_PAD-1 read as zero (never loaded), so a head dim
-//   of 32/48/80/96/112/160/200 is padded without an extra pass. An HND tensor is the same memory with other strides.
+//   fp32, one channel per dword, and goes through the same fp32 arithmetic unrounded), D a multiple of 8
+//   (sage_co/abi.py HEAD_DIM_GRANULE: the host zero-pads any other D to one) up to D_PAD (64, 128 or 256, one
+//   symbol per D_PAD): channels D..D_PAD-1 read as zero (never loaded), so a head dim of 32/48/80/96/112/160/200 is
+//   padded without an extra pass. An HND tensor is the same memory with other strides.
 //   D_PAD 256 (D 129..256) takes a row in two 128-channel halves: see half_row, quant_qk256, stats_k256.
 // S_pad = round_up(S, 64) per tensor; a tile = 32 tokens of one (b, head) = one Q/K scale block, one wave32.
 // GQA: K/V are prepared per K/V head (H_kv), Q per query head (H_q); nothing is replicated.
 //
-// One launch (sage_co/ops/prepare.py; issue 28: it was two), gfx1201_sage_prepare_*, one symbol per (D_PAD, dtype,
-// RoPE width, norm/RoPE rounding): suffix _d64/_d128/_d256, _bf16/_fp16/_fp32, then _rope32.._rope128 (none = no
-// RoPE; D_PAD 64 has rope 32 and 64 only, 256 the same five widths as 128), then _once for norm_rope_rounding
-// "once" (none = "per_op"; ROUND_* below).
+// One launch (sage_co/ops/prepare.py), gfx1201_sage_prepare_*, one symbol per (D_PAD, dtype, norm/RoPE rounding):
+// suffix _d64/_d128/_d256, _bf16/_fp16/_fp32, then _once for norm_rope_rounding "once" (none = "per_op"; ROUND_*).
+// A symbol serves every RoPE width through the kernarg rope_dim (rope_row), except the fp32 ones at D_PAD >= 128
+// (sage_co/abi.py PREPARE_ROPE_IN_SYMBOL), one symbol per width there (suffix _rope32.._rope128 before _once).
 // A runtime switch let LLVM merge the variants' tails and spill; one symbol each keeps every 16-bit kernel at
 // <= 212 VGPRs, no scratch. fp32 (rows of D_PAD dwords, up to 256 VGPRs, no scratch) needs more care, see
 // sum_sq_tree, sum_sq_lanes8, rope_once, rms_norm, quant_qk, load_v_pass and stats_v32.
@@ -88,17 +89,9 @@
 //   symbol). A NaN's
 //   payload only ever reaches a scale (NaN == NaN in the spec), never an int8/fp8 value.
 //
-// Kernargs (explicit only, no hidden arguments; sage_co/abi.py PREPARE_ARGS declares the same layout). Strides are in
-// elements: *_sb (batch), *_ss (token), *_sh (head):
-//   (332 B): 0 q, 8 k, 16 v, 24 q_norm_w, 32 k_norm_w, 40 cos, 48 sin, 56 k_mean, 64 v_inv, 72 q_int8,
-//            80 k_int8, 88 q_scale, 96 k_scale, 104 v_t (ptr); 112 q_mult (f32), 116 eps (f32); 120 S_q, 124 S_kv,
-//            128 H_q, 132 H_kv, 136 S_q_pad, 140 S_kv_pad, 144 D, 148 q_norm, 152 k_norm, 156 q_sb, 160 q_ss,
-//            164 q_sh, 168 k_sb, 172 k_ss, 176 k_sh, 180 v_sb, 184 v_ss, 188 v_sh (i32); 192 v_mean (ptr);
-//            200 pv_fp16 (i32); 208 cu_seqlens_q, 216 cu_seqlens_kv (ptr); 224 varlen, 228 rows_q, 232 rows_kv
-//            (i32) (varlen: sequence b, sage_co/abi.py); 240 ksum_part, 248 vmax_part, 256 vmin_part,
-//            264 vsum_part, 272 v_scale, 280 counter (ptr); 288 tiles_per_chunk, 292 n_chunks, 296 n_tens,
-//            300 tens, 304 n_wg, 308 v_mode, 312 smooth_k, 316 stats_x, 320 n_stats, 324 n_items, 328 B,
-//            332 rope_dim (i32: the RoPE width, 0 = none; rope_row)
+// Kernargs: sage_co/abi.py PREPARE_ARGS, declared there once with what each field holds (docs/abi.md has the
+// offsets; explicit only, no hidden arguments); the parameter list is SAGE_PREPARE_PARAMS of generated/sage_abi.h.
+// Strides are in elements: *_sb (batch), *_ss (token), *_sh (head); rope_dim is the RoPE width (0 = none; rope_row).
 // q_norm / k_norm = 0 means no RMSNorm (the weight pointer is then never read); without RoPE cos/sin are unused.
 // cos/sin: [max(S_q, S_kv), rope_dim], row = position (token index) for Q and K alike; in the input dtype for the
 // per_op symbols, fp32 for the _once ones (the host upcasts a table given in the input dtype).
@@ -120,11 +113,9 @@ typedef u32 u32x4 __attribute__((ext_vector_type(4)));
 typedef float f32x4 __attribute__((ext_vector_type(4)));
 typedef u16 u16x2 __attribute__((ext_vector_type(2)));
 
-#define TILE 32
-#define PREPARE_MAX_CHUNKS 64  // stats chunks per (b, K/V head) at most: sage_co/abi.py PREPARE_MAX_CHUNKS
-#define BF16 0
-#define FP16 1
-#define FP32 2
+// SCALE_BLOCK (tokens per tile = per Q/K scale), PREPARE_MAX_CHUNKS (stats chunks per (b, K/V head) at most), the
+// dtype selectors BF16 / FP16 / FP32, ROUND_*, STATS_*, REDUCE_V_*: generated from sage_co/abi.py and family.py
+#include "generated/sage_abi.h"
 
 // ------------------------------------------------------------------------------------------------ helpers
 INLINE u32 lane_id() { return __builtin_amdgcn_workitem_id_x(); }
@@ -262,8 +253,8 @@ INLINE void load_row(u32 (&row)[WORDS(DT, DP)], const void* __restrict__ p, u32 
 
 // The two rounding conventions of the optional norm/RoPE (sage_co/abi.py PREPARE_ROUNDINGS, docs/numerics.md
 // §Optional RMSNorm + rotate-half RoPE); one stats and one quant symbol per convention.
-#define ROUND_PER_OP 0  // HF-transformers chain: every op rounded to the input dtype, tables in the input dtype
-#define ROUND_ONCE 1    // F.rms_norm (fp32, one rounding), then RoPE in fp32 with fp32 tables, one rounding
+// ROUND_PER_OP: the HF-transformers chain, every op rounded to the input dtype, tables in the input dtype;
+// ROUND_ONCE: F.rms_norm (fp32, one rounding), then RoPE in fp32 with fp32 tables, one rounding
 
 // Sum of x*x over the row, per_op convention (reference.mean_square): t = x*x over the D_PAD channels (zeros past
 // D), t[i] += t[i + w] for w = D_PAD/2 .. 1.
@@ -668,10 +659,6 @@ struct StatsArgs {
 };
 // `tens` bits (sage_co/abi.py STATS_*): which statistics this launch computes; workgroup z % n_tens runs the
 // (z % n_tens)-th set bit of the low three.
-#define STATS_V_MAX 1u
-#define STATS_K_SUM 2u
-#define STATS_V_SUM 4u
-#define STATS_V_SIGNED 8u
 
 // A 16-bit float pattern as a signed int16 that orders like the value: negative patterns get their magnitude bits
 // flipped (-x -> -1 - |x|), so v_pk_max_i16 / v_pk_min_i16 give max v and min v (+-0 both map next to 0; NaN
@@ -695,7 +682,7 @@ typedef short s16x2 __attribute__((ext_vector_type(2)));
 template <int DT, int DP, bool SIGNED>
 INLINE void stats_v_part(const StatsArgs& a, u32 h, u32 t0, u32 cg_ld, u16x2 (&m)[4], s16x2 (&smax)[4],
                          s16x2 (&smin)[4]) {
-  constexpr u32 TP = TILE * (DP / 8) / 32 / V_PARTS(DP);
+  constexpr u32 TP = SCALE_BLOCK * (DP / 8) / 32 / V_PARTS(DP);
   u32x4 raw[TP];
 #pragma unroll
   for (u32 i = 0; i < TP; ++i) {
@@ -718,11 +705,11 @@ INLINE void stats_v_part(const StatsArgs& a, u32 h, u32 t0, u32 cg_ld, u16x2 (&m
 }
 template <int DT, int DP, bool SIGNED>
 INLINE void stats_v(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
-  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
+  constexpr u32 NCG = DP / 8, TPL = SCALE_BLOCK * NCG / 32;
   u32 lane = lane_id(), cg = lane % NCG, tg = lane / NCG;
   bool real = cg * 8 < a.D;
   u32 cg_ld = real ? cg : 0;
-  u32 n_valid_tiles = (a.S + TILE - 1) / TILE;
+  u32 n_valid_tiles = (a.S + SCALE_BLOCK - 1) / SCALE_BLOCK;
   u32 t_begin = chunk * a.tiles_per_chunk;
   u32 t_end = min_u32(t_begin + a.tiles_per_chunk, n_valid_tiles);
   u16x2 m[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
@@ -732,10 +719,10 @@ INLINE void stats_v(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
   for (u32 tile = t_begin; tile < t_end; ++tile) {
     // D_PAD 256 (TPL 32: 128 VGPRs of V) in V_PARTS token parts, as quant_v: the maxima do not depend on the order.
     // The scheduling barrier keeps the second part's loads after the first part's arithmetic (one block otherwise).
-    stats_v_part<DT, DP, SIGNED>(a, h, tile * TILE + tg * TPL, cg_ld, m, smax, smin);
+    stats_v_part<DT, DP, SIGNED>(a, h, tile * SCALE_BLOCK + tg * TPL, cg_ld, m, smax, smin);
     if constexpr (V_PARTS(DP) > 1) {
       __builtin_amdgcn_sched_barrier(0);
-      stats_v_part<DT, DP, SIGNED>(a, h, tile * TILE + tg * TPL + TPL / V_PARTS(DP), cg_ld, m, smax, smin);
+      stats_v_part<DT, DP, SIGNED>(a, h, tile * SCALE_BLOCK + tg * TPL + TPL / V_PARTS(DP), cg_ld, m, smax, smin);
     }
   }
   if constexpr (SIGNED) {
@@ -794,11 +781,11 @@ INLINE void stats_v(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
 INLINE u32 sortable32(u32 p) { return p ^ ((u32)((int)p >> 31) & 0x7fffffffu); }  // its own inverse
 template <int DP, bool SIGNED>
 INLINE void stats_v32(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
-  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
+  constexpr u32 NCG = DP / 8, TPL = SCALE_BLOCK * NCG / 32;
   u32 lane = lane_id(), cg = lane % NCG, tg = lane / NCG;
   bool real = cg * 8 < a.D;
   u32 cg_ld = real ? cg : 0;
-  u32 n_valid_tiles = (a.S + TILE - 1) / TILE;
+  u32 n_valid_tiles = (a.S + SCALE_BLOCK - 1) / SCALE_BLOCK;
   u32 t_begin = chunk * a.tiles_per_chunk;
   u32 t_end = min_u32(t_begin + a.tiles_per_chunk, n_valid_tiles);
   u32 m[8];
@@ -811,7 +798,7 @@ INLINE void stats_v32(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
       constexpr u32 TP = TPL / V32_SPLIT;                // tokens per pass: 4 * TP VGPRs of V live
       // D_PAD 256 (TP 16): a scheduling barrier per pass, else the passes' loads are scheduled together (256 VGPRs)
       if (DP == 256 && pass > 0) __builtin_amdgcn_sched_barrier(0);
-      const u32 t_at = tile * TILE + tg * TPL + TP * (pass / 2);
+      const u32 t_at = tile * SCALE_BLOCK + tg * TPL + TP * (pass / 2);
       u32x4 raw[TP];
 #pragma unroll
       for (u32 i = 0; i < TP; ++i) {
@@ -874,15 +861,15 @@ INLINE void stats_v32(const StatsArgs& a, u32 b, u32 h, u32 chunk) {
 // each lane writes its packed row, then lane l adds channels CPL*l..CPL*l+CPL-1 of the tile's valid rows in token
 // order.
 #define LDS_PAD 4  // dwords; a row of DP/2 + 4 keeps the 16-byte row stores of different lanes on different banks
-// The LDS of stats_k: TILE rows of at most 128 dwords + LDS_PAD (D_PAD 256 in fp32 goes through it in two halves,
+// The LDS of stats_k: SCALE_BLOCK rows of at most 128 dwords + LDS_PAD (D_PAD 256 in fp32 goes through it in two halves,
 // stats_k256), so no stats symbol takes more than 16.5 KB (docs/rdna4.md §Occupancy: LDS per WGP).
-#define STATS_LDS_WORDS(DT, DP) (TILE * ((WORDS(DT, DP) < 128 ? WORDS(DT, DP) : 128) + LDS_PAD))
+#define STATS_LDS_WORDS(DT, DP) (SCALE_BLOCK * ((WORDS(DT, DP) < 128 ? WORDS(DT, DP) : 128) + LDS_PAD))
 
 // stats_k at D_PAD 256: the row in halves (half_row, r streamed first), one half made at a time (loops that are not
 // unrolled, as in quant_qk256). 16-bit: both halves go to one LDS row of 128 dwords and lane l adds channels
 // 8l .. 8l + 7 (stats_k's CPL = 8); fp32: one half per pass over the chunk's tiles (pass p makes half p, and r, again),
 // lane l adds channels 128p + 4l .. + 3. Either way each channel is added over the valid rows in token order, tiles in
-// order, as at D_PAD <= 128; the LDS stays at TILE rows of 128 + LDS_PAD dwords (STATS_LDS_WORDS).
+// order, as at D_PAD <= 128; the LDS stays at SCALE_BLOCK rows of 128 + LDS_PAD dwords (STATS_LDS_WORDS).
 INLINE void lds_barrier() {
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
   __builtin_amdgcn_s_barrier();
@@ -895,7 +882,7 @@ INLINE void stats_k256(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
   u32 lane = lane_id();
   u32 n16 = a.D / 8;
   __builtin_assume(n16 > 16u);  // D > 128 at D_PAD 256: every group of half 0 is real
-  u32 n_valid_tiles = (a.S + TILE - 1) / TILE;
+  u32 n_valid_tiles = (a.S + SCALE_BLOCK - 1) / SCALE_BLOCK;
   u32 t_begin = chunk * a.tiles_per_chunk;
   u32 t_end = min_u32(t_begin + a.tiles_per_chunk, n_valid_tiles);
   float* dst = a.ks + ((u64)(b * a.H + h) * a.n_chunks + chunk) * 256;
@@ -905,7 +892,7 @@ INLINE void stats_k256(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
 #pragma unroll
     for (int c = 0; c < CPP; ++c) acc[c] = 0.0f;
     for (u32 tile = t_begin; tile < t_end; ++tile) {
-      u32 t = min_u32(tile * TILE + lane, a.S - 1);
+      u32 t = min_u32(tile * SCALE_BLOCK + lane, a.S - 1);
       const u64 off = row_offset(a.kst, a.lay_b, a.tok0 + t, h);
       const void* src = at<DT>(a.k, off);
       float r = a.k_norm ? rms_r_256<DT, RM>(a.k, off, n16, a.D, a.eps) : 0.0f;
@@ -919,9 +906,9 @@ INLINE void stats_k256(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
           store16(&lds[lane * ROW + HW * k + 4 * j], (u32x4){hr[4 * j], hr[4 * j + 1], hr[4 * j + 2], hr[4 * j + 3]});
       }
       lds_barrier();
-      u32 rows = min_u32(TILE, a.S - tile * TILE);  // wave-uniform: padded rows are never added
+      u32 rows = min_u32(SCALE_BLOCK, a.S - tile * SCALE_BLOCK);  // wave-uniform: padded rows are never added
 #pragma unroll
-      for (u32 rr = 0; rr < TILE; ++rr) {
+      for (u32 rr = 0; rr < SCALE_BLOCK; ++rr) {
         if (rr < rows) {  // this lane's CPP channels: 4 dwords at dword 4 * lane of row rr
           u32x4 v = *(const u32x4*)&lds[rr * ROW + 4 * lane];
           u32 c[4] = {v[0], v[1], v[2], v[3]};
@@ -948,14 +935,14 @@ INLINE void stats_k(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
   constexpr int RW = WORDS(DT, DP), ROW = RW + LDS_PAD, CPL = DP / 32, CW = WORDS(DT, CPL);
   u32 lane = lane_id();
   u32 n16 = a.D / 8;
-  u32 n_valid_tiles = (a.S + TILE - 1) / TILE;
+  u32 n_valid_tiles = (a.S + SCALE_BLOCK - 1) / SCALE_BLOCK;
   u32 t_begin = chunk * a.tiles_per_chunk;
   u32 t_end = min_u32(t_begin + a.tiles_per_chunk, n_valid_tiles);
   float acc[CPL];
 #pragma unroll
   for (int c = 0; c < CPL; ++c) acc[c] = 0.0f;
   for (u32 tile = t_begin; tile < t_end; ++tile) {
-    u32 t = min_u32(tile * TILE + lane, a.S - 1);
+    u32 t = min_u32(tile * SCALE_BLOCK + lane, a.S - 1);
     u32 row[RW];
     load_row<DT, DP>(row, at<DT>(a.k, row_offset(a.kst, a.lay_b, a.tok0 + t, h)), n16);
     norm_rope_row<DT, DP, RD, RM>(row, a.k_norm, a.k_norm_w, a.eps, n16, a.D, a.cos, a.sin, t, a.rope_dim);
@@ -968,9 +955,9 @@ INLINE void stats_k(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
     __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
     __builtin_amdgcn_s_barrier();
     __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
-    u32 rows = min_u32(TILE, a.S - tile * TILE);  // wave-uniform: padded rows are never added
+    u32 rows = min_u32(SCALE_BLOCK, a.S - tile * SCALE_BLOCK);  // wave-uniform: padded rows are never added
 #pragma unroll
-    for (u32 r = 0; r < TILE; ++r) {
+    for (u32 r = 0; r < SCALE_BLOCK; ++r) {
       if (r < rows) {  // this lane's CPL channels: CW dwords at dword CW * lane of row r
         u32 c[CW];
         if constexpr (CW == 4) {
@@ -995,9 +982,6 @@ INLINE void stats_k(const StatsArgs& a, u32 b, u32 h, u32 chunk, u32* lds) {
 }
 
 // v_mode (sage_co/abi.py REDUCE_V_*): how the last workgroup of a head makes v_scale / v_inv / v_mean
-#define REDUCE_V_FP8 0
-#define REDUCE_V_SMOOTH 1
-#define REDUCE_V_NONE 2
 
 // The fold of one (b, K/V head)'s chunk partials into its outputs, per channel ch: the partials in chunk order
 // (fixed, so the result does not depend on which workgroup finished last): v_scale = amax / 448, v_inv = 448 / amax
@@ -1086,7 +1070,7 @@ INLINE void reduce_if_last(const StatsArgs& a, u32 b, u32 h) {
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");  // every other workgroup's partials after their counts
   u64 bh = (u64)b * a.H + h;
 #pragma unroll
-  for (u32 i = 0; i < DP / TILE; ++i) reduce_channel(a, bh, lane + TILE * i, DP);
+  for (u32 i = 0; i < DP / SCALE_BLOCK; ++i) reduce_channel(a, bh, lane + SCALE_BLOCK * i, DP);
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");  // the fold's outputs before FOLDED
   if (lane == 0) __hip_atomic_fetch_add(ctr, 1u, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
 }
@@ -1107,7 +1091,7 @@ INLINE void stats_body(StatsArgs a, u32 chunk, u32 h, u32 z, const u32* cu_seqle
     a.tok0 = cu_seqlens_kv[b];
     a.S = cu_seqlens_kv[b + 1] - a.tok0;
     a.lay_b = 0;
-    const u32 tiles = (a.S + TILE - 1) / TILE;
+    const u32 tiles = (a.S + SCALE_BLOCK - 1) / SCALE_BLOCK;
     a.tiles_per_chunk = (tiles + PREPARE_MAX_CHUNKS - 1) / PREPARE_MAX_CHUNKS;
     a.n_fold = tiles ? (tiles + a.tiles_per_chunk - 1) / a.tiles_per_chunk : 0u;
     idle = chunk >= a.n_fold;  // uniform
@@ -1156,7 +1140,7 @@ INLINE Seq sequence(const u32* cu, bool varlen, u32 b, u32 S, u32 rows, u32 pack
   u32 t0 = cu[b], len = cu[b + 1] - t0;
   // the sequence's padded rows end at round_up(len, 64): tiles past them (or every tile of an empty sequence)
   // have nothing to write -- the attention kernel never reads the rows between two sequences
-  bool skip = tile * TILE >= ((len + 63u) & ~63u);
+  bool skip = tile * SCALE_BLOCK >= ((len + 63u) & ~63u);
   return {len, t0, ((t0 + 63u) & ~63u) + 64u * b, 0u, packed_rows, skip};
 }
 
@@ -1179,7 +1163,7 @@ INLINE u32 pack4_i8(u32 a, u32 b, u32 c, u32 d) {
 template <int DT, bool is_k>
 INLINE void half_x(float (&x)[HALF_CH], const u32 (&hr)[WORDS(DT, HALF_CH)], const float* mean, float q_mult) {
   if constexpr (is_k) {
-    constexpr int PER = HALF_CH / TILE;
+    constexpr int PER = HALF_CH / SCALE_BLOCK;
     f32x4 own = *(const f32x4*)(mean + lane_id() * PER);
 #pragma unroll
     for (int i = 0; i < HALF_CH; ++i)
@@ -1247,7 +1231,7 @@ INLINE void quant_qk256(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   if (sq.skip) return;  // wave-uniform
   u32 S = sq.S, S_pad = sq.rows;
   u32 lane = lane_id();
-  u32 t = tile * TILE + lane;
+  u32 t = tile * SCALE_BLOCK + lane;
   bool valid = t < S;
   u32 t_ld = min_u32(t, S - 1);
   u32 n16 = a.D / 8;
@@ -1276,7 +1260,7 @@ INLINE void quant_qk256(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   float scale = amax / 127.0f;
   float inv = amax == 0.0f ? 0.0f : 127.0f / amax;
   const u64 lbh = (u64)sq.lay_b * H + h;
-  if (lane == 0) (is_k ? a.k_scale : a.q_scale)[lbh * (S_pad / TILE) + (sq.row0 / TILE + tile)] = scale;
+  if (lane == 0) (is_k ? a.k_scale : a.q_scale)[lbh * (S_pad / SCALE_BLOCK) + (sq.row0 / SCALE_BLOCK + tile)] = scale;
   i8* dst = (is_k ? a.k_int8 : a.q_int8) + (lbh * S_pad + sq.row0 + t) * 256;
 #pragma nounroll
   for (u32 hh = 0; hh < 2; ++hh) {
@@ -1302,7 +1286,7 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   if (sq.skip) return;  // wave-uniform
   u32 S = sq.S, S_pad = sq.rows;  // S_pad: rows per (layout batch, head)
   u32 lane = lane_id();
-  u32 t = tile * TILE + lane;
+  u32 t = tile * SCALE_BLOCK + lane;
   bool valid = t < S;
   u32 t_ld = min_u32(t, S - 1);
   u32 n16 = a.D / 8;
@@ -1319,7 +1303,7 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
     // k_mean is written by this launch's fold (wait_for_fold ordered it), so it is not the unclobbered memory LLVM
     // reads with scalar loads, and held as vector loads of one address the DP uniform means would take DP VGPRs:
     // each lane loads DP / 32 of them (one vector load) and v_readlane broadcasts each into an SGPR operand.
-    constexpr int PER = DP / TILE;
+    constexpr int PER = DP / SCALE_BLOCK;
     const float* mine = a.k_mean + bh * DP + lane * PER;
     float own[PER];
 #pragma unroll
@@ -1345,7 +1329,7 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   float scale = amax / 127.0f;
   float inv = amax == 0.0f ? 0.0f : 127.0f / amax;
   const u64 lbh = (u64)sq.lay_b * H + h;  // the layout's (batch, head); bh (above) indexes the statistics
-  if (lane == 0) (is_k ? a.k_scale : a.q_scale)[lbh * (S_pad / TILE) + (sq.row0 / TILE + tile)] = scale;
+  if (lane == 0) (is_k ? a.k_scale : a.q_scale)[lbh * (S_pad / SCALE_BLOCK) + (sq.row0 / SCALE_BLOCK + tile)] = scale;
 
   u32 words[NW];
   if (m >= 0x7f800000u) {  // NaN or inf in the block: every x * inv is 0 or NaN -> int8 0
@@ -1373,7 +1357,7 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
   }
   // fp32 with RoPE: the token index is recomputed here rather than kept across the row's arithmetic (one
   // VGPR; kept, it is the one that spills in the RoPE-32 symbols)
-  if constexpr (DT == FP32 && RD != 0) t = tile * TILE + opaque_u(lane), valid = t < S;
+  if constexpr (DT == FP32 && RD != 0) t = tile * SCALE_BLOCK + opaque_u(lane), valid = t < S;
   if (!valid) {
 #pragma unroll
     for (int j = 0; j < NW; ++j) words[j] = 0;  // padded rows are zero
@@ -1391,20 +1375,20 @@ INLINE void quant_qk(const QuantArgs& a, u32 b, u32 h, u32 tile) {
 // D_PAD 256: V_PARTS token parts (`part`, see stats_v_part).
 #define V_PASSES(DT) (WORDS(DT, 8) / 4)
 template <int DT, int DP>
-INLINE void load_v_pass(u32 (&raw)[TILE * DP / 256 / V_PARTS(DP)][4], const QuantArgs& a, const Seq& sq, u32 h,
+INLINE void load_v_pass(u32 (&raw)[SCALE_BLOCK * DP / 256 / V_PARTS(DP)][4], const QuantArgs& a, const Seq& sq, u32 h,
                         u32 tile, int pass, int part = 0) {
-  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32, TP = TPL / V_PARTS(DP);
+  constexpr u32 NCG = DP / 8, TPL = SCALE_BLOCK * NCG / 32, TP = TPL / V_PARTS(DP);
   u32 lane = lane_id(), cg = lane % NCG, tg = lane / NCG;
   bool real = cg * 8 < a.D;
   u32 S = sq.S;  // the sequence's tokens from token sq.tok0 of layout batch sq.lay_b (varlen; else S_kv from 0 of b)
-  u32 t0 = tile * TILE + tg * TPL + TP * (u32)part;
+  u32 t0 = tile * SCALE_BLOCK + tg * TPL + TP * (u32)part;
 #pragma unroll
   for (u32 i = 0; i < TP; ++i) {
     u32x4 v = load16(at<DT>(a.v, row_offset(a.vst, sq.lay_b, sq.tok0 + min_u32(t0 + i, S - 1), h) +
                                      (real ? cg : 0u) * 8 + (u32)pass * (8 / V_PASSES(DT))));
     raw[i][0] = v[0], raw[i][1] = v[1], raw[i][2] = v[2], raw[i][3] = v[3];
   }
-  if ((tile + 1) * TILE > S || 8 * NCG > a.D) {  // wave-uniform: the last valid tile, padding tiles, padded D
+  if ((tile + 1) * SCALE_BLOCK > S || 8 * NCG > a.D) {  // wave-uniform: the last valid tile, padding tiles, padded D
 #pragma unroll
     for (u32 i = 0; i < TP; ++i)
       if (t0 + i >= S || !real) raw[i][0] = raw[i][1] = raw[i][2] = raw[i][3] = 0;
@@ -1417,7 +1401,7 @@ INLINE void load_v_pass(u32 (&raw)[TILE * DP / 256 / V_PARTS(DP)][4], const Quan
 template <int DT, int DP>
 INLINE void quant_v_part(const QuantArgs& a, const Seq& sq, u32 h, u32 tile, const float (&inv)[8],
                          const float (&mean)[8], bool fast, unsigned char* dst, int part, u32 tp0) {
-  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32, TP = TPL / V_PARTS(DP);
+  constexpr u32 NCG = DP / 8, TPL = SCALE_BLOCK * NCG / 32, TP = TPL / V_PARTS(DP);
   u32 S = sq.S;  // tp0: this part's first token
   const u32 vrows = sq.rows;
 #pragma unroll
@@ -1432,7 +1416,7 @@ INLINE void quant_v_part(const QuantArgs& a, const Seq& sq, u32 h, u32 tile, con
     for (u32 i = 0; i < TP; ++i) {
       y[i] = (chan<DT>(raw[i], cc) - mean[c]) * inv[c];
     }
-    if ((tile + 1) * TILE > S) {  // wave-uniform: padded tokens are 0, not (0 - v_mean) * inv
+    if ((tile + 1) * SCALE_BLOCK > S) {  // wave-uniform: padded tokens are 0, not (0 - v_mean) * inv
 #pragma unroll
       for (u32 i = 0; i < TP; ++i) y[i] = tp0 + i < S ? y[i] : 0.0f;
     }
@@ -1461,12 +1445,12 @@ INLINE void quant_v_part(const QuantArgs& a, const Seq& sq, u32 h, u32 tile, con
 }
 template <int DT, int DP>
 INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
-  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
+  constexpr u32 NCG = DP / 8, TPL = SCALE_BLOCK * NCG / 32;
   u32 lane = lane_id(), cg = lane % NCG, tg = lane / NCG;
   bool real = cg * 8 < a.D;
   const Seq sq = sequence(a.cu_kv, a.varlen != 0, b, a.S_kv, a.S_kv_pad, a.rows_kv, tile);
   if (sq.skip) return;  // wave-uniform
-  u32 t0 = tile * TILE + tg * TPL;
+  u32 t0 = tile * SCALE_BLOCK + tg * TPL;
   u64 bh = (u64)b * a.H_kv + h;
   const float* invp = a.v_inv + bh * DP + cg * 8;
   f32x4 i0 = *(const f32x4*)invp, i1 = *(const f32x4*)(invp + 4);
@@ -1496,7 +1480,7 @@ INLINE void quant_v(const QuantArgs& a, u32 b, u32 h, u32 tile) {
 // .to(float16) of float32(v)). Lane layout, padding and stores as quant_v with 2 bytes per token.
 template <int DT, int DP>
 INLINE void quant_v16_part(const QuantArgs& a, const Seq& sq, u32 h, u32 tile, u16* dst, int part) {
-  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32, TP = TPL / V_PARTS(DP);
+  constexpr u32 NCG = DP / 8, TPL = SCALE_BLOCK * NCG / 32, TP = TPL / V_PARTS(DP);
   const u32 vrows = sq.rows;
 #pragma unroll
   for (int pass = 0; pass < V_PASSES(DT); ++pass) {
@@ -1528,11 +1512,11 @@ INLINE void quant_v16_part(const QuantArgs& a, const Seq& sq, u32 h, u32 tile, u
 }
 template <int DT, int DP>
 INLINE void quant_v16(const QuantArgs& a, u32 b, u32 h, u32 tile) {
-  constexpr u32 NCG = DP / 8, TPL = TILE * NCG / 32;
+  constexpr u32 NCG = DP / 8, TPL = SCALE_BLOCK * NCG / 32;
   u32 lane = lane_id(), cg = lane % NCG, tg = lane / NCG;
   const Seq sq = sequence(a.cu_kv, a.varlen != 0, b, a.S_kv, a.S_kv_pad, a.rows_kv, tile);
   if (sq.skip) return;  // wave-uniform
-  u32 t0 = tile * TILE + tg * TPL;
+  u32 t0 = tile * SCALE_BLOCK + tg * TPL;
   const u64 lbh = (u64)sq.lay_b * a.H_kv + h;
   const u32 vrows = sq.rows;
   u16* dst = (u16*)a.v_t + (lbh * DP + cg * 8) * vrows + sq.row0 + t0;
@@ -1542,7 +1526,7 @@ INLINE void quant_v16(const QuantArgs& a, u32 b, u32 h, u32 tile) {
 
 template <int DT, int DP, int RD, int RM>
 INLINE void quant_body(const QuantArgs& a, u32 x, u32 b, u32* counter, u32 folded, bool pv_fp16) {
-  u32 tq = a.S_q_pad / TILE, tkv = a.S_kv_pad / TILE;
+  u32 tq = a.S_q_pad / SCALE_BLOCK, tkv = a.S_kv_pad / SCALE_BLOCK;
   u32 nq = a.H_q * tq, nk = a.H_kv * tkv;
   // Q and K are separate specializations: a runtime is_k would keep the unscaled and the scaled row alive at
   // the same time. The work index is wave-uniform (SGPR), so these are scalar divisions and uniform branches.
@@ -1572,21 +1556,8 @@ INLINE void quant_body(const QuantArgs& a, u32 x, u32 b, u32* counter, u32 folde
 // issue slots. The last workgroup to claim a ticket stores counter[0] = 0, and the last K/V tile of a head stores
 // its counter = 0: the next launch in stream order finds every counter at 0 (sage_co/ops/prepare.py allocates
 // them zeroed once per device and stream).
-#define PREPARE_PARAMS                                                                                        \
-  const u16 *__restrict__ q, const u16 *__restrict__ k, const u16 *__restrict__ v,                            \
-      const u16 *__restrict__ q_norm_w, const u16 *__restrict__ k_norm_w, const u16 *__restrict__ cos,        \
-      const u16 *__restrict__ sin, float *k_mean, float *v_inv, i8 *__restrict__ q_int8,                      \
-      i8 *__restrict__ k_int8, float *__restrict__ q_scale, float *__restrict__ k_scale,                      \
-      unsigned char *__restrict__ v_t, float q_mult, float eps, int S_q, int S_kv, int H_q, int H_kv,         \
-      int S_q_pad, int S_kv_pad, int D, int q_norm, int k_norm, int q_sb, int q_ss, int q_sh, int k_sb,       \
-      int k_ss, int k_sh, int v_sb, int v_ss, int v_sh, float *v_mean, int pv_fp16,                           \
-      const u32 *__restrict__ cu_seqlens_q, const u32 *__restrict__ cu_seqlens_kv, int varlen, int rows_q,    \
-      int rows_kv, float *__restrict__ ksum_part, float *__restrict__ vmax_part, float *__restrict__ vmin_part, \
-      float *__restrict__ vsum_part, float *__restrict__ v_scale, u32 *counter, int tiles_per_chunk,          \
-      int n_chunks, int n_tens, int tens, int n_wg, int v_mode, int smooth_k, int stats_x, int n_stats,       \
-      int n_items, int B, int rope_dim
 template <int DT, int DP, int RD, int RM>
-INLINE void prepare_rd(PREPARE_PARAMS) {
+INLINE void prepare_rd(SAGE_PREPARE_PARAMS) {
   u32 t = 0;
   if (lane_id() == 0) {
     t = __hip_atomic_fetch_add(counter, 1u, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
@@ -1608,64 +1579,26 @@ INLINE void prepare_rd(PREPARE_PARAMS) {
                  q_norm, k_norm, {(u32)q_sb, (u32)q_ss, (u32)q_sh}, {(u32)k_sb, (u32)k_ss, (u32)k_sh},
                  {(u32)v_sb, (u32)v_ss, (u32)v_sh}, v_mean, cu_seqlens_q, cu_seqlens_kv, (u32)varlen,
                  (u32)rows_q, (u32)rows_kv, (u32)rope_dim};
-  u32 u = t - (u32)n_stats, nq = (u32)H_q * ((u32)S_q_pad / TILE), all_q = (u32)B * nq;
-  u32 kv = 2u * (u32)H_kv * ((u32)S_kv_pad / TILE);  // K and V tiles per batch
+  u32 u = t - (u32)n_stats, nq = (u32)H_q * ((u32)S_q_pad / SCALE_BLOCK), all_q = (u32)B * nq;
+  u32 kv = 2u * (u32)H_kv * ((u32)S_kv_pad / SCALE_BLOCK);  // K and V tiles per batch
   u32 x = u % nq, b = u / nq;  // a Q tile (every batch's come first)
   if (u >= all_q) x = nq + (u - all_q) % kv, b = (u - all_q) / kv;  // then per batch its K and V tiles
   quant_body<DT, DP, RD, RM>(a, x, b, counter, (u32)n_wg + 1u, pv_fp16 != 0);
 }
-#define PREPARE_ARGS q, k, v, q_norm_w, k_norm_w, cos, sin, k_mean, v_inv, q_int8, k_int8, q_scale, k_scale, v_t, \
-                     q_mult, eps, S_q, S_kv, H_q, H_kv, S_q_pad, S_kv_pad, D, q_norm, k_norm, q_sb, q_ss, q_sh,   \
-                     k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, v_mean, pv_fp16, cu_seqlens_q, cu_seqlens_kv, varlen,    \
-                     rows_q, rows_kv, ksum_part, vmax_part, vmin_part, vsum_part, v_scale, counter,               \
-                     tiles_per_chunk, n_chunks, n_tens, tens, n_wg, v_mode, smooth_k, stats_x, n_stats, n_items, B, rope_dim
 
 // A symbol per (D_PAD, dtype, rounding) that serves every RoPE width (the kernarg rope_dim, rope_row), except the
 // fp32 ones at D_PAD >= 128 (sage_co/abi.py PREPARE_ROPE_IN_SYMBOL): their rows fill the register file, the union
 // of all widths in one body spills there, so they keep one symbol per width (prepare_rd<..., RD, ...>).
 template <int DT, int DP, int RM>
-INLINE void prepare_body(PREPARE_PARAMS) {
-  prepare_rd<DT, DP, ROPE_RUNTIME, RM>(PREPARE_ARGS);
+INLINE void prepare_body(SAGE_PREPARE_PARAMS) {
+  prepare_rd<DT, DP, ROPE_RUNTIME, RM>(SAGE_PREPARE_ARGS);
 }
 
 // ------------------------------------------------------------------------------------------------ symbols
-// The once convention (the default) has the suffix _once; without it, per_op.
-#define CAT_(a, b) a##b
-#define CAT(a, b) CAT_(a, b)
-#define DP_NAME(REST) CAT(CAT(_d, PREPARE_D_PAD), REST)
-#define VARIANT(SUFFIX, DT, RM) \
-  KERNEL void CAT(gfx1201_sage_prepare, SUFFIX)(PREPARE_PARAMS) { prepare_body<DT, PREPARE_D_PAD, RM>(PREPARE_ARGS); }
-#define VARIANT_RD(SUFFIX, DT, RD, RM) \
-  KERNEL void CAT(gfx1201_sage_prepare, SUFFIX)(PREPARE_PARAMS) { prepare_rd<DT, PREPARE_D_PAD, RD, RM>(PREPARE_ARGS); }
-#define VARIANTS(DTS, DT) VARIANT(DP_NAME(_##DTS), DT, ROUND_PER_OP) VARIANT(DP_NAME(_##DTS##_once), DT, ROUND_ONCE)
-#define VARIANTS_RD(DTS, DT, RS, RM)                     \
-  VARIANT_RD(DP_NAME(_##DTS##RS), DT, 0, RM)             \
-  VARIANT_RD(DP_NAME(_##DTS##_rope32##RS), DT, 32, RM)   \
-  VARIANT_RD(DP_NAME(_##DTS##_rope64##RS), DT, 64, RM)   \
-  VARIANT_RD(DP_NAME(_##DTS##_rope96##RS), DT, 96, RM)   \
-  VARIANT_RD(DP_NAME(_##DTS##_rope128##RS), DT, 128, RM)
-// Each code object holds one D_pad: build_asm.py passes -DPREPARE_D_PAD=<64|128|256> (sage_co/family.py
-// CODE_OBJECTS compile_defines), so the three objects of this one source compile side by side.
-#if !defined(PREPARE_D_PAD)
-#error "PREPARE_D_PAD (64, 128 or 256) selects the code object: build this source through build_asm.py"
-#elif PREPARE_D_PAD != 64 && PREPARE_D_PAD != 128 && PREPARE_D_PAD != 256
-#error "PREPARE_D_PAD must be 64, 128 or 256"
-#endif
-// and the input dtypes of PREPARE_DTYPES (bit 1 << BF16 / FP16 / FP32): sage_co/family.py prepare_parts
-#if !defined(PREPARE_DTYPES)
-#error "PREPARE_DTYPES (a bit per input dtype) selects the code object: build this source through build_asm.py"
-#endif
-#if PREPARE_DTYPES & (1 << BF16)
-VARIANTS(bf16, BF16)
-#endif
-#if PREPARE_DTYPES & (1 << FP16)
-VARIANTS(fp16, FP16)
-#endif
-#if PREPARE_DTYPES & (1 << FP32)
-#if PREPARE_D_PAD == 64
-VARIANTS(fp32, FP32)
-#else  // sage_co/abi.py PREPARE_ROPE_IN_SYMBOL
-VARIANTS_RD(fp32, FP32, , ROUND_PER_OP)
-VARIANTS_RD(fp32, FP32, _once, ROUND_ONCE)
-#endif
-#endif
+// One symbol per (D_PAD, dtype, rounding) -- the once convention has the suffix _once -- and, for the fp32 ones at
+// D_PAD >= 128, per RoPE width: generated from sage_co/family.py PREPARE. Each code object holds one D_pad and some
+// input dtypes, selected by the -DPREPARE_D_PAD / -DPREPARE_DTYPES build_asm.py passes (sage_co/family.py
+// CODE_OBJECTS compile_defines), so the objects of this one source compile side by side.
+#define SAGE_KERNEL(NAME, TEMPLATE, ...) \
+  KERNEL void NAME(SAGE_PREPARE_PARAMS) { TEMPLATE<__VA_ARGS__>(SAGE_PREPARE_ARGS); }
+#include "generated/gfx1201_sage_prepare_kernels.h"

@@ -1,16 +1,20 @@
 """The kernel ABI of every shipped kernel, in one torch-free module.
 
-One source of truth for what the host and the kernels must agree on: the kernarg structs (field, kind, byte
-offset), the launch tiles, the flag bits and the padding / scale-block constants. The asm generator
-(asm_src/gen_sage_attention_asm.py) emits its kernarg loads and metadata from these structs, the ops
-(sage_co/ops/*) pack them, tools/disasm_check.py compares them with every shipped symbol's metadata, and the
-HIP kernels' header tables are checked against them through that same metadata comparison.
+One source of truth for what the host and the kernels must agree on: the kernarg structs (fields in declaration
+order with their kind and C parameter type; offsets and sizes follow from the order, sage_co/kernargs.py), the
+launch tiles, the flag bits and the padding / scale-block constants. build_asm.py generates the HIP kernels'
+header from this module (asm_src/generated/sage_abi.h: HIP_CONSTANTS, the selectors of sage_co/family.py and one
+parameter / argument list macro per struct) and docs/abi.md; the asm generator (asm_src/gen_sage_attention_asm.py)
+emits its kernarg loads and metadata from these structs, the ops (sage_co/ops/*) pack them, and the loader
+(before the first launch of a symbol) and tools/disasm_check.py compare them with every shipped symbol's metadata.
 
 This module must not import torch (kernel authors build and lint without it: tests/build_abi/test_abi_module.py checks).
 Structs are keyed by the op they serve (the `op` column of hsaco/manifest.json), so a symbol's struct is
 found through the manifest, never through a symbol name assembled here.
 """
 from __future__ import annotations
+
+import struct
 
 from .kernargs import Field, KernargStruct
 from .rdna4 import LDS_MAX_PER_WG, WAVE_SIZE
@@ -76,6 +80,29 @@ FLAG_SMOOTH_V = 1 << FLAG_SMOOTH_V_BIT
 FLAG_VARLEN = 1 << FLAG_VARLEN_BIT
 FLAG_MASK_BIT = 4         # bit 4: attn_mask: read the kind of each LUT entry from mask_kind (docs/numerics.md §Masks)
 FLAG_MASK = 1 << FLAG_MASK_BIT
+# The option -> flag table of the attention recipes (sage_co/ops/attention.py recipe and varlen_recipe, one for the
+# dense, prepared and varlen calls): an option of the call's options object (sage_co.callspec OpSpec.typed) whose
+# value is neither None nor False sets its bit. A runtime-flag option is one entry here (and its Option in
+# sage_co/callspec.py). FLAG_SMOOTH_K (lse's smooth_k term when the host does not add it) and FLAG_VARLEN (the
+# packed launch) are the recipes' own.
+FLAG_OPTIONS = {
+    "return_lse": FLAG_LSE,
+    "is_causal": FLAG_CAUSAL,
+    "smooth_v": FLAG_SMOOTH_V,
+    "v_mean": FLAG_SMOOTH_V,      # sage_attention_fwd: the SagePrepared's v_mean (made by smooth_v)
+    "attn_mask": FLAG_MASK,
+}
+
+
+def option_flags(options) -> int:
+    """The kernarg `flags` bits FLAG_OPTIONS gives for an options object (attributes; an op without an option of
+    the table leaves its bit clear)."""
+    flags = 0
+    for name, bit in FLAG_OPTIONS.items():
+        value = getattr(options, name, None)
+        if value is not None and value is not False:
+            flags |= bit
+    return flags
 # The kind of one visited key tile (u32 mask_kind entries, parallel to the LUT entries): full (no element masked by
 # attn_mask), partial (read the tile's bits: 64 query x 64 key bits, bit j of u32 word w of a row = key 32w + j
 # visible), additive (partial + add the tile's log2-domain bias to the scores, the exact exp2 form). An all-masked
@@ -87,58 +114,64 @@ MASK_KIND_PARTIAL = 1 << MASK_KIND_PARTIAL_BIT
 MASK_KIND_ADDITIVE = MASK_KIND_PARTIAL | (1 << MASK_KIND_ADDITIVE_BIT)
 MASK_WORD_BITS = 32       # keys per u32 word of a mask bit row
 # Active key tiles per query tile (docs/numerics.md §Masks): u32 rows [count, t_0 < t_1 < ... < t_{count-1}, ...]
-# of lut_row_len(seq_pad_kv) entries; the asm kernel reads 4 entries at a time, so the buffer carries LUT_TAIL
-# spare entries past its last row.
+# of seq_pad_kv / KEY_TILE + 1 entries (the count + one per key tile); the asm kernel reads 4 entries at a time, so
+# the buffer carries LUT_TAIL spare entries past its last row.
 LUT_TAIL = 3
 
 
-def lut_row_len(seq_pad_kv: int) -> int:
-    """u32 entries per LUT row: the count + one per key tile."""
-    return seq_pad_kv // KEY_TILE + 1
+def _in(name: str, ctype: str) -> Field:
+    """A pointer the kernel only reads: the HIP parameter `const ctype *__restrict__ name`."""
+    return Field(name, "ptr", ctype=f"const {ctype} *__restrict__")
+
+
+def _ptr(name: str, ctype: str, restrict: bool = True) -> Field:
+    """A pointer the kernel writes (or reads and writes): `ctype *__restrict__ name` (`ctype *name` when another
+    pointer of the launch may alias it)."""
+    return Field(name, "ptr", ctype=f"{ctype} *__restrict__" if restrict else f"{ctype} *")
 
 
 ATTENTION_FWD_ARGS = KernargStruct("sage_attention_fwd", [
-    Field("q", "ptr", 0),               # int8 [B, H_q, S_q_pad, D_pad]
-    Field("k", "ptr", 8),               # int8 [B, H_kv, S_kv_pad, D_pad]
-    Field("v", "ptr", 16),              # V^T [B, H_kv, D_pad, S_kv_pad]: fp8 e4m3fn (pv fp8) or fp16 (pv fp16)
-    Field("q_scale", "ptr", 24),        # fp32 [B, H_q, S_q_pad/32]
-    Field("k_scale", "ptr", 32),        # fp32 [B, H_kv, S_kv_pad/32]
-    Field("k_mean", "ptr", 40),         # fp32 [B, H_kv, D_pad]
-    Field("v_scale", "ptr", 48),        # fp32 [B, H_kv, D_pad] (pv fp8 only)
-    Field("out", "ptr", 56),            # bf16/fp16/fp32, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d], d < head_dim
-    Field("lse", "ptr", 64),            # fp32 [B, H_q, S_q]; a 4-byte placeholder when flags bit 0 is clear
-    Field("seq_len_q", "u32", 72),
-    Field("seq_pad_q", "u32", 76),
-    Field("seq_len_kv", "u32", 80),
-    Field("seq_pad_kv", "u32", 84),
-    Field("num_heads_q", "u32", 88),    # grid y
-    Field("num_heads_kv", "u32", 92),
-    Field("kv_group_magic", "u64", 96),  # kv_group_magic(H_q // H_kv): K/V head = (h * magic) >> 32
-    Field("out_stride_b", "u32", 104),  # element strides of out
-    Field("out_stride_s", "u32", 108),
-    Field("out_stride_h", "u32", 112),
-    Field("head_dim", "u32", 116),      # the real D (1 <= D <= D_pad): channels >= D are not stored
-    Field("flags", "u32", 120),
-    Field("lut", "ptr", 128),           # u32 LUT rows (above); row of (b, h, query tile x) at b*sb + h*sh + x*row_len
-    Field("lut_stride_b", "u32", 136),  # element strides (0: rows shared by every batch / head)
-    Field("lut_stride_h", "u32", 140),
-    Field("causal_offset", "i32", 144),  # seq_len_kv - seq_len_q (read only with FLAG_CAUSAL)
-    Field("v_mean", "ptr", 152),        # fp32 [B, H_kv, D_pad]: added only with FLAG_SMOOTH_V, but the asm kernel
+    _in("q", "signed char"),            # int8 [B, H_q, S_q_pad, D_pad]
+    _in("k", "signed char"),            # int8 [B, H_kv, S_kv_pad, D_pad]
+    _in("v", "unsigned char"),          # V^T [B, H_kv, D_pad, S_kv_pad]: fp8 e4m3fn (pv fp8) or fp16 (pv fp16)
+    _in("q_scale", "float"),            # fp32 [B, H_q, S_q_pad/32]
+    _in("k_scale", "float"),            # fp32 [B, H_kv, S_kv_pad/32]
+    _in("k_mean", "float"),             # fp32 [B, H_kv, D_pad]
+    _in("v_scale", "float"),            # fp32 [B, H_kv, D_pad] (pv fp8 only)
+    _ptr("out", "unsigned short"),      # bf16/fp16/fp32, element (b, i, h, d) at out[b*sb + i*ss + h*sh + d], d < head_dim
+    _ptr("lse", "float"),               # fp32 [B, H_q, S_q]; a 4-byte placeholder when flags bit 0 is clear
+    Field("seq_len_q", "u32"),
+    Field("seq_pad_q", "u32"),
+    Field("seq_len_kv", "u32"),
+    Field("seq_pad_kv", "u32"),
+    Field("num_heads_q", "u32"),        # grid y
+    Field("num_heads_kv", "u32"),
+    Field("kv_group_magic", "u64"),     # kv_group_magic(H_q // H_kv): K/V head = (h * magic) >> 32
+    Field("out_stride_b", "u32"),       # element strides of out
+    Field("out_stride_s", "u32"),
+    Field("out_stride_h", "u32"),
+    Field("head_dim", "u32"),           # the real D (1 <= D <= D_pad): channels >= D are not stored
+    Field("flags", "u32"),
+    _in("lut", "u32"),                  # u32 LUT rows (above); row of (b, h, query tile x) at b*sb + h*sh + x*row_len
+    Field("lut_stride_b", "u32"),       # element strides (0: rows shared by every batch / head)
+    Field("lut_stride_h", "u32"),
+    Field("causal_offset", "i32"),      # seq_len_kv - seq_len_q (read only with FLAG_CAUSAL)
+    _in("v_mean", "float"),             # fp32 [B, H_kv, D_pad]: added only with FLAG_SMOOTH_V, but the asm kernel
                                         # loads it always: without smooth_v pass another [B, H_kv, D_pad] (k_mean)
     # attn_mask (docs/numerics.md §Masks), read only with FLAG_MASK (the kinds: always, zeros without FLAG_MASK)
-    Field("mask_bits", "ptr", 160),     # u32 bit rows [Bm, Hm, Rq, seq_pad_kv/32]: row (b, h, i) word w at
+    _in("mask_bits", "u32"),            # u32 bit rows [Bm, Hm, Rq, seq_pad_kv/32]: row (b, h, i) word w at
                                         # (b*sb + h*sh + i*ss) + w; bit j = key 32w + j visible (strides 0: broadcast)
-    Field("mask_bias", "ptr", 168),     # f32 [Bm, Hm, Rq, seq_pad_kv]: fp32(bias) * fp32(log2 e), key at
+    _in("mask_bias", "float"),          # f32 [Bm, Hm, Rq, seq_pad_kv]: fp32(bias) * fp32(log2 e), key at
                                         # (b*sb + h*sh + i*ss) * 32 + key (read on additive tiles only)
-    Field("mask_kind", "ptr", 176),     # u32 per LUT entry (same rows and strides as lut): MASK_KIND_* of the tile
-    Field("mask_stride_b", "u32", 184),  # u32-word strides of the bit rows (the bias rows: x 32 floats)
-    Field("mask_stride_h", "u32", 188),
-    Field("mask_stride_s", "u32", 192),
+    _in("mask_kind", "u32"),            # u32 per LUT entry (same rows and strides as lut): MASK_KIND_* of the tile
+    Field("mask_stride_b", "u32"),      # u32-word strides of the bit rows (the bias rows: x 32 floats)
+    Field("mask_stride_h", "u32"),
+    Field("mask_stride_s", "u32"),
     # read only with FLAG_VARLEN (the asm kernel loads them then, like the mask fields: not preloaded); without it
     # pass any valid pointer (the placeholder)
-    Field("cu_seqlens_q", "ptr", 200),  # int32 [B + 1] (B = grid z): sequence b's queries are rows cu[b]..cu[b+1]-1
-    Field("cu_seqlens_kv", "ptr", 208),  # int32 [B + 1]: its keys / values
-], size=216)
+    _in("cu_seqlens_q", "u32"),         # int32 [B + 1] (B = grid z): sequence b's queries are rows cu[b]..cu[b+1]-1
+    _in("cu_seqlens_kv", "u32"),        # int32 [B + 1]: its keys / values
+])
 
 
 def packed_row(cu_start: int, b: int) -> int:
@@ -193,9 +226,8 @@ PREPARE_ALIGN = 16        # the prepare kernels read and write with 16-byte vect
 PREPARE_MAX_CHUNKS = 64   # stats chunks per (b, K/V head): enough waves to fill the GPU, few partials to fold
 
 
-def _strides(prefix: str, offset: int) -> list[Field]:
-    return [Field(f"{prefix}_sb", "i32", offset), Field(f"{prefix}_ss", "i32", offset + 4),
-            Field(f"{prefix}_sh", "i32", offset + 8)]
+def _strides(prefix: str) -> list[Field]:
+    return [Field(f"{prefix}_sb", "i32"), Field(f"{prefix}_ss", "i32"), Field(f"{prefix}_sh", "i32")]
 
 
 # The kernarg table of the header comment in asm_src/gfx1201_sage_prepare.hip; checked against the .co metadata
@@ -204,65 +236,65 @@ def _strides(prefix: str, offset: int) -> list[Field]:
 # tiles, then per batch its K tiles and V tiles, which wait for their head's fold (docs/rdna4.md §Forward progress).
 PREPARE_OP = "sage_prepare"
 PREPARE_ARGS = KernargStruct(PREPARE_OP, [
-    Field("q", "ptr", 0),            # bf16/fp16/fp32 [B, S_q, H_q, D] (strided, flat view)
-    Field("k", "ptr", 8),            # [B, S_kv, H_kv, D]
-    Field("v", "ptr", 16),
-    Field("q_norm_w", "ptr", 24),    # [D] (placeholder when q_norm == 0)
-    Field("k_norm_w", "ptr", 32),
-    Field("cos", "ptr", 40),         # [max(S_q, S_kv), rope_dim] (placeholder without RoPE)
-    Field("sin", "ptr", 48),
-    Field("k_mean", "ptr", 56),      # fp32 [B, H_kv, D_pad] out (the fold; zeros unless smooth_k), read by K tiles
-    Field("v_inv", "ptr", 64),       # fp32 [B, H_kv, D_pad] workspace: 448 / amax (the fold), read by V tiles
-    Field("q_int8", "ptr", 72),      # int8 [B, H_q, S_q_pad, D_pad] out
-    Field("k_int8", "ptr", 80),      # int8 [B, H_kv, S_kv_pad, D_pad] out
-    Field("q_scale", "ptr", 88),     # fp32 [B, H_q, S_q_pad / 32] out
-    Field("k_scale", "ptr", 96),     # fp32 [B, H_kv, S_kv_pad / 32] out
-    Field("v_t", "ptr", 104),        # V^T [B, H_kv, D_pad, S_kv_pad] out: fp8 e4m3fn, or fp16 when pv_fp16
-    Field("q_mult", "f32", 112),     # float32(softmax_scale * log2 e)
-    Field("eps", "f32", 116),
-    Field("S_q", "i32", 120),
-    Field("S_kv", "i32", 124),
-    Field("H_q", "i32", 128),
-    Field("H_kv", "i32", 132),
-    Field("S_q_pad", "i32", 136),
-    Field("S_kv_pad", "i32", 140),
-    Field("D", "i32", 144),
-    Field("q_norm", "i32", 148),
-    Field("k_norm", "i32", 152),
-    *_strides("q", 156), *_strides("k", 168), *_strides("v", 180),
-    Field("v_mean", "ptr", 192),     # fp32 [B, H_kv, D_pad] out (the fold; zeros unless v_mode 1), subtracted
+    _in("q", "u16"),                    # bf16/fp16/fp32 [B, S_q, H_q, D] (strided, flat view)
+    _in("k", "u16"),                    # [B, S_kv, H_kv, D]
+    _in("v", "u16"),
+    _in("q_norm_w", "u16"),             # [D] (placeholder when q_norm == 0)
+    _in("k_norm_w", "u16"),
+    _in("cos", "u16"),                  # [max(S_q, S_kv), rope_dim] (placeholder without RoPE)
+    _in("sin", "u16"),
+    _ptr("k_mean", "float", restrict=False), # fp32 [B, H_kv, D_pad] out (the fold; zeros unless smooth_k), read by K tiles
+    _ptr("v_inv", "float", restrict=False), # fp32 [B, H_kv, D_pad] workspace: 448 / amax (the fold), read by V tiles
+    _ptr("q_int8", "i8"),               # int8 [B, H_q, S_q_pad, D_pad] out
+    _ptr("k_int8", "i8"),               # int8 [B, H_kv, S_kv_pad, D_pad] out
+    _ptr("q_scale", "float"),           # fp32 [B, H_q, S_q_pad / 32] out
+    _ptr("k_scale", "float"),           # fp32 [B, H_kv, S_kv_pad / 32] out
+    _ptr("v_t", "unsigned char"),       # V^T [B, H_kv, D_pad, S_kv_pad] out: fp8 e4m3fn, or fp16 when pv_fp16
+    Field("q_mult", "f32"),             # float32(softmax_scale * log2 e)
+    Field("eps", "f32"),
+    Field("S_q", "i32"),
+    Field("S_kv", "i32"),
+    Field("H_q", "i32"),
+    Field("H_kv", "i32"),
+    Field("S_q_pad", "i32"),
+    Field("S_kv_pad", "i32"),
+    Field("D", "i32"),
+    Field("q_norm", "i32"),
+    Field("k_norm", "i32"),
+    *_strides("q"), *_strides("k"), *_strides("v"),
+    _ptr("v_mean", "float", restrict=False), # fp32 [B, H_kv, D_pad] out (the fold; zeros unless v_mode 1), subtracted
                                      # from V before fp8 (zeros: exact)
-    Field("pv_fp16", "i32", 200),    # 1: V^T in fp16 (RNE from bf16/fp32, fp16 passed through), no v_inv / v_mean
+    Field("pv_fp16", "i32"),            # 1: V^T in fp16 (RNE from bf16/fp32, fp16 passed through), no v_inv / v_mean
     # varlen (docs/numerics.md §Varlen): q/k/v are packed [1, total, H, D]; batch b = sequence b reads cu_seqlens
     # [b], [b+1] on the device (its tokens, its length replacing S_q / S_kv, its own stats chunking); S_q_pad /
     # S_kv_pad are then the per-sequence tile span (round_up(max_seqlen, 64)), and the outputs are the packed
     # [H, rows, D_pad] (V^T [H_kv, D_pad, rows_kv]) with sequence b at row abi.packed_row(cu[b], b); stats items
     # past a sequence's chunks only count themselves (n_wg stays the launch's)
-    Field("cu_seqlens_q", "ptr", 208),   # int32 [B + 1] (read only when varlen)
-    Field("cu_seqlens_kv", "ptr", 216),  # int32 [B + 1]
-    Field("varlen", "i32", 224),     # 1: packed sequences (above)
-    Field("rows_q", "i32", 228),     # varlen: rows per head of q_int8 (abi.packed_rows(total_q, B))
-    Field("rows_kv", "i32", 232),    # varlen: rows per head of k_int8 / columns of V^T
+    _in("cu_seqlens_q", "u32"),         # int32 [B + 1] (read only when varlen)
+    _in("cu_seqlens_kv", "u32"),        # int32 [B + 1]
+    Field("varlen", "i32"),             # 1: packed sequences (above)
+    Field("rows_q", "i32"),             # varlen: rows per head of q_int8 (abi.packed_rows(total_q, B))
+    Field("rows_kv", "i32"),            # varlen: rows per head of k_int8 / columns of V^T
     # the statistics and their fold (the last stats item of each (b, K/V head) folds: reduce_if_last in the .hip)
-    Field("ksum_part", "ptr", 240),  # fp32 [B, H_kv, n_chunks, D_pad] (smooth_k only; else placeholder)
-    Field("vmax_part", "ptr", 248),  # fp32 [B, H_kv, n_chunks, D_pad] (not for pv fp16)
-    Field("vmin_part", "ptr", 256),  # fp32 [B, H_kv, n_chunks, D_pad]: min v (smooth_v only; else placeholder)
-    Field("vsum_part", "ptr", 264),  # fp32 [B, H_kv, n_chunks, D_pad]: sum of v (smooth_v only)
-    Field("v_scale", "ptr", 272),    # fp32 [B, H_kv, D_pad] out
-    Field("counter", "ptr", 280),    # u32 [>= 1 + B * H_kv]: tickets, then per (b, K/V head): zeroed per launch
-    Field("tiles_per_chunk", "i32", 288),
-    Field("n_chunks", "i32", 292),
-    Field("n_tens", "i32", 296),     # stats items per (chunk, head, batch): the bits set in `tens`
-    Field("tens", "i32", 300),       # STATS_* bits: which statistics run (z % n_tens picks the n-th set bit)
-    Field("n_wg", "i32", 304),       # stats items per (b, K/V head) = stats_x * n_tens: the last one folds
-    Field("v_mode", "i32", 308),     # REDUCE_V_*: how v_scale / v_inv / v_mean are made
-    Field("smooth_k", "i32", 312),   # 1: k_mean = the K sums / S_kv (else zeros)
-    Field("stats_x", "i32", 316),    # stats items per (head, z): n_chunks, or 1 without statistics
-    Field("n_stats", "i32", 320),    # stats items = stats_x * H_kv * B * n_tens: the first tickets
-    Field("n_items", "i32", 324),    # tickets = workgroups of the launch (1-D grid)
-    Field("B", "i32", 328),
-    Field("rope_dim", "i32", 332),   # the RoPE width (0 = none): one symbol serves every width (but see below)
-], size=336)
+    _ptr("ksum_part", "float"),         # fp32 [B, H_kv, n_chunks, D_pad] (smooth_k only; else placeholder)
+    _ptr("vmax_part", "float"),         # fp32 [B, H_kv, n_chunks, D_pad] (not for pv fp16)
+    _ptr("vmin_part", "float"),         # fp32 [B, H_kv, n_chunks, D_pad]: min v (smooth_v only; else placeholder)
+    _ptr("vsum_part", "float"),         # fp32 [B, H_kv, n_chunks, D_pad]: sum of v (smooth_v only)
+    _ptr("v_scale", "float"),           # fp32 [B, H_kv, D_pad] out
+    _ptr("counter", "u32", restrict=False), # u32 [>= 1 + B * H_kv]: tickets, then per (b, K/V head): zeroed per launch
+    Field("tiles_per_chunk", "i32"),
+    Field("n_chunks", "i32"),
+    Field("n_tens", "i32"),             # stats items per (chunk, head, batch): the bits set in `tens`
+    Field("tens", "i32"),               # STATS_* bits: which statistics run (z % n_tens picks the n-th set bit)
+    Field("n_wg", "i32"),               # stats items per (b, K/V head) = stats_x * n_tens: the last one folds
+    Field("v_mode", "i32"),             # REDUCE_V_*: how v_scale / v_inv / v_mean are made
+    Field("smooth_k", "i32"),           # 1: k_mean = the K sums / S_kv (else zeros)
+    Field("stats_x", "i32"),            # stats items per (head, z): n_chunks, or 1 without statistics
+    Field("n_stats", "i32"),            # stats items = stats_x * H_kv * B * n_tens: the first tickets
+    Field("n_items", "i32"),            # tickets = workgroups of the launch (1-D grid)
+    Field("B", "i32"),
+    Field("rope_dim", "i32"),           # the RoPE width (0 = none): one symbol serves every width (but see below)
+])
 STATS_V_MAX = 1           # tens bit 0: per-channel max |v| (or, with STATS_V_SIGNED, max v and min v)
 STATS_K_SUM = 2           # bit 1: per-channel sums of the normed/roped K (smooth_k)
 STATS_V_SUM = 4           # bit 2: per-channel sums of V (smooth_v)
@@ -328,44 +360,44 @@ PREDICT_MASS_BITS = 31    # integer masses: W = sum of n_kv masses stays below 2
 PREDICT_BLOCK = (WAVE_SIZE, 1, 1)
 
 PREDICT_POOL_ARGS = KernargStruct(PREDICT_POOL_OP, [
-    Field("q", "ptr", 0),            # bf16/fp16 [B, S_q, H_q, D] (strided, flat view)
-    Field("k", "ptr", 8),            # [B, S_kv, H_kv, D]
-    Field("q_mean", "ptr", 16),      # fp32 [B, H_q, n_q, 128] out
-    Field("q_sim", "ptr", 24),       # fp32 [B, H_q, n_q] out
-    Field("k_mean", "ptr", 32),      # fp32 [B, H_kv, n_kv, 128] out
-    Field("k_sim", "ptr", 40),       # fp32 [B, H_kv, n_kv] out
-    Field("S_q", "u32", 48),
-    Field("S_kv", "u32", 52),
-    Field("H_q", "u32", 56),
-    Field("H_kv", "u32", 60),
-    Field("n_q", "u32", 64),         # ceil(S_q / 64)
-    Field("n_kv", "u32", 68),        # ceil(S_kv / 64)
-    Field("D", "u32", 72),
-    Field("q_sb", "u32", 76), Field("q_ss", "u32", 80), Field("q_sh", "u32", 84),   # element strides
-    Field("k_sb", "u32", 88), Field("k_ss", "u32", 92), Field("k_sh", "u32", 96),
-], size=100)
+    _in("q", "u16"),                    # bf16/fp16 [B, S_q, H_q, D] (strided, flat view)
+    _in("k", "u16"),                    # [B, S_kv, H_kv, D]
+    _ptr("q_mean", "float"),            # fp32 [B, H_q, n_q, 128] out
+    _ptr("q_sim", "float"),             # fp32 [B, H_q, n_q] out
+    _ptr("k_mean", "float"),            # fp32 [B, H_kv, n_kv, 128] out
+    _ptr("k_sim", "float"),             # fp32 [B, H_kv, n_kv] out
+    Field("S_q", "u32"),
+    Field("S_kv", "u32"),
+    Field("H_q", "u32"),
+    Field("H_kv", "u32"),
+    Field("n_q", "u32"),                # ceil(S_q / 64)
+    Field("n_kv", "u32"),               # ceil(S_kv / 64)
+    Field("D", "u32"),
+    Field("q_sb", "u32"), Field("q_ss", "u32"), Field("q_sh", "u32"), # element strides
+    Field("k_sb", "u32"), Field("k_ss", "u32"), Field("k_sh", "u32"),
+])
 
 PREDICT_SELECT_ARGS = KernargStruct(PREDICT_SELECT_OP, [
-    Field("q_mean", "ptr", 0),       # from pool
-    Field("q_sim", "ptr", 8),
-    Field("k_mean", "ptr", 16),
-    Field("k_sim", "ptr", 24),
-    Field("mask", "ptr", 32),        # u8 [B, H_q, n_q, n_kv] out (0/1: torch.bool)
-    Field("kv_group_magic", "u64", 40),   # kv_group_magic(H_q // H_kv)
-    Field("n_q", "u32", 48),
-    Field("n_kv", "u32", 52),
-    Field("H_q", "u32", 56),
-    Field("H_kv", "u32", 60),
-    Field("D", "u32", 64),
-    Field("score_scale", "f32", 68),      # float32(softmax_scale * log2 e)
-    Field("sim_threshold", "f32", 72),    # float32(simthreshd)
-    Field("mass_scale", "f32", 76),       # 2^k, k = min(24, 31 - ceil(log2 n_kv))
-    Field("cdf_fixed", "u32", 80),        # max(1, rne(cdf_threshold * 2^31))
-    Field("topk_count", "u32", 84),       # predict_topk_count(); 0 = cdf mode
-    Field("causal", "u32", 88),           # 1: each query block ranks only the key blocks it sees causally
-    Field("S_q", "u32", 92),              # the lengths that place the causal diagonal (read only when causal)
-    Field("S_kv", "u32", 96),
-], size=100)
+    _in("q_mean", "float"),             # from pool
+    _in("q_sim", "float"),
+    _in("k_mean", "float"),
+    _in("k_sim", "float"),
+    _ptr("mask", "u8"),                 # u8 [B, H_q, n_q, n_kv] out (0/1: torch.bool)
+    Field("kv_group_magic", "u64"),     # kv_group_magic(H_q // H_kv)
+    Field("n_q", "u32"),
+    Field("n_kv", "u32"),
+    Field("H_q", "u32"),
+    Field("H_kv", "u32"),
+    Field("D", "u32"),
+    Field("score_scale", "f32"),        # float32(softmax_scale * log2 e)
+    Field("sim_threshold", "f32"),      # float32(simthreshd)
+    Field("mass_scale", "f32"),         # 2^k, k = min(24, 31 - ceil(log2 n_kv))
+    Field("cdf_fixed", "u32"),          # max(1, rne(cdf_threshold * 2^31))
+    Field("topk_count", "u32"),         # predict_topk_count(); 0 = cdf mode
+    Field("causal", "u32"),             # 1: each query block ranks only the key blocks it sees causally
+    Field("S_q", "u32"),                # the lengths that place the causal diagonal (read only when causal)
+    Field("S_kv", "u32"),
+])
 
 STRUCTS[PREDICT_POOL_OP] = PREDICT_POOL_ARGS
 STRUCTS[PREDICT_SELECT_OP] = PREDICT_SELECT_ARGS
@@ -391,6 +423,25 @@ def predict_topk_count(topk: float | None, n_kv: int, cdf_threshold: float = 0.0
     return n_kv if cdf_threshold >= 1.0 else 0
 
 
+# ---------------------------------------------------------------------------------------------- the HIP header
+# The bits of the float MAGIC (the QK^T accumulators' initial value in the HIP attention kernel)
+MAGIC_BITS = int.from_bytes(struct.pack("<f", MAGIC), "little")
+
+# The constants the HIP kernel sources take from the header build_asm.py generates from this module
+# (asm_src/generated/sage_abi.h; docs/abi.md lists them): name -> how the header spells it ("int": a decimal int,
+# "u32": an unsigned literal (bit masks), "hex": an int in hex, "float": an exact float literal)
+HIP_CONSTANTS = {
+    "QUERY_TILE": "int", "KEY_TILE": "int", "SCALE_BLOCK": "int", "HEAD_DIM_STEP": "int",
+    "FLAG_LSE": "u32", "FLAG_SMOOTH_K": "u32", "FLAG_CAUSAL": "u32", "FLAG_SMOOTH_V": "u32", "FLAG_MASK": "u32",
+    "FLAG_VARLEN": "u32", "MASK_KIND_PARTIAL": "u32", "MASK_KIND_ADDITIVE": "u32", "MASK_WORD_BITS": "int",
+    "P_OFF": "float", "MAGIC": "float", "MAGIC_BITS": "hex", "FMA_MAX_QK_SCALE": "float", "M_INIT": "float",
+    "RESCALE_TAU": "float",
+    "PREPARE_MAX_CHUNKS": "int", "STATS_V_MAX": "u32", "STATS_K_SUM": "u32", "STATS_V_SUM": "u32",
+    "STATS_V_SIGNED": "u32", "REDUCE_V_FP8": "int", "REDUCE_V_SMOOTH": "int", "REDUCE_V_NONE": "int",
+    "PREDICT_CHANNELS": "int",
+}
+
+
 # ---------------------------------------------------------------------------------------------- microbenchmarks
 # asm_src/gfx1201_microbench.s (issue 28; sage_co/microbench.py launches them, docs/performance.md
 # §Microbenchmarks and refit): one symbol per benchmark (manifest key column bench), every one taking
@@ -414,12 +465,12 @@ MICROBENCH_BENCHES = ("wmma", "valu", "trans", "lds", "wmma_valu", "wmma_trans",
 MICROBENCH_VOPD_PER_ITER = 16   # v_dual_add_f32 pairs per iteration (vopd: 32 adds as the valu kernel's, paired)
 
 MICROBENCH_ARGS = KernargStruct(MICROBENCH_OP, [
-    Field("a", "ptr", 0),             # int8 [16][16] A, row-major (WMMA kernels; any 256 B otherwise)
-    Field("b", "ptr", 8),             # int8 [16][16] B^T, row-major
-    Field("src", "ptr", 16),          # LDS kernels: MICROBENCH_LDS_BYTES for LDS; l2_stream: src_bytes read
-    Field("out", "ptr", 24),          # u32 [waves, 32 lanes, MICROBENCH_RECORD_DWORDS]
-    Field("iterations", "u32", 32),   # loop iterations per wave
-    Field("src_bytes", "u32", 36),    # l2_stream: bytes of src (multiple of MICROBENCH_STREAM_WAVE_BYTES)
-    Field("stride_bytes", "u32", 40),  # l2_stream: window advance per iteration (multiple of it, <= src_bytes)
-], size=44)
+    Field("a", "ptr"),                  # int8 [16][16] A, row-major (WMMA kernels; any 256 B otherwise)
+    Field("b", "ptr"),                  # int8 [16][16] B^T, row-major
+    Field("src", "ptr"),                # LDS kernels: MICROBENCH_LDS_BYTES for LDS; l2_stream: src_bytes read
+    Field("out", "ptr"),                # u32 [waves, 32 lanes, MICROBENCH_RECORD_DWORDS]
+    Field("iterations", "u32"),         # loop iterations per wave
+    Field("src_bytes", "u32"),          # l2_stream: bytes of src (multiple of MICROBENCH_STREAM_WAVE_BYTES)
+    Field("stride_bytes", "u32"),       # l2_stream: window advance per iteration (multiple of it, <= src_bytes)
+])
 STRUCTS[MICROBENCH_OP] = MICROBENCH_ARGS

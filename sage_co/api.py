@@ -114,6 +114,7 @@ def sage_prepare(q, k, v, softmax_scale=None, **options) -> SagePrepared:
 
 
 sage_prepare.__signature__ = SAGE_PREPARE.signature()
+sage_prepare.__doc__ += "\n\n" + SAGE_PREPARE.options_doc()
 
 
 def _prepared(fields, S_q: int, S_kv: int, D: int, out_dtype: torch.dtype, smooth_v: bool = False,
@@ -184,6 +185,7 @@ def sage_attention_fwd(prepared: SagePrepared, **options):
 
 
 sage_attention_fwd.__signature__ = SAGE_ATTENTION_FWD.signature(FWD_KEYWORDS)
+sage_attention_fwd.__doc__ += "\n\n" + SAGE_ATTENTION_FWD.options_doc(FWD_KEYWORDS)
 
 
 # -------------------------------------------------------------------------------------------- prepare + forward
@@ -265,3 +267,4 @@ def sage_attention(q, k, v, softmax_scale=None, **options):
 
 
 sage_attention.__signature__ = SAGE_ATTENTION.signature()
+sage_attention.__doc__ += "\n\n" + SAGE_ATTENTION.options_doc()

@@ -11,12 +11,17 @@ SageAttention aliases) and each public op lists its options in schema order (`Op
     spec.signature()         the public function's inspect.Signature
     spec.alias_names         SageAttention's spellings -> option names (sage_co/compat.py's keyword table)
     spec.passthrough(...)    the options another entry point forwards (varlen, parallel, integrations)
+    spec.typed(values)       the call's options as the op's frozen dataclass (spec.Options), what plan_call hands
+                             the recipes (sage_co/ops/*: attributes, never string keys)
+    spec.options_doc()       the options with their Option.doc, appended to the public docstrings
 
 So adding an option to `SAGE_ATTENTION` is one line here: the schema, the fake, the compat keyword table and the
 parallel pass-through picks it up (tests/api/test_options_declared_once.py shows it with a made-up option; varlen takes
 only the
 options its packed kernels implement, sage_co.varlen.VARLEN_OPTIONS, and refuses a new one by name). What the option
-*does* is the plan's and the kernels' business (sage_co/plan.py, sage_co/ops/*).
+*does* is the kernels' business: a runtime-flag option also takes its bit in sage_co/abi.py FLAG_OPTIONS, which the
+dense, prepared and varlen attention recipes all read (tests/test_callspec.py shows a made-up one reaching the
+kernarg `flags`); tools/gen_stubs.py regenerates sage_co/__init__.pyi, the typed signatures IDEs read.
 
 Validators take the value and return it normalised, raising TypeError/ValueError whose message starts with the
 option's name (sage_co.validate's convention; compat renames the prefix when the caller used an alias). Options
@@ -26,7 +31,7 @@ per-value validator: sage_co.plan.plan_call checks them with the shapes.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, make_dataclass, replace
 from typing import Any, Callable
 
 from . import validate
@@ -45,16 +50,6 @@ def _none_as(empty):
 
 def _flag(name: str) -> Callable:
     return lambda value: validate.check_flag(name, value)
-
-
-def _choice(name: str, choices: tuple, why: str = "") -> Callable:
-    def check(value):
-        if not isinstance(value, str):
-            raise TypeError(f"{name}: expected one of {choices}, got {type(value).__name__}")
-        if value not in choices:
-            raise ValueError(f"{name}: expected one of {choices}{why}, got {value!r}")
-        return value
-    return check
 
 
 def _check_backend(value):
@@ -170,6 +165,7 @@ class OpSpec:
     schema_options: tuple[Option, ...] = field(init=False, compare=False)
     defaults: dict = field(init=False, compare=False, repr=False)
     alias_names: dict = field(init=False, compare=False, repr=False)
+    Options: type = field(init=False, compare=False, repr=False)   # the typed options object (typed())
 
     def __post_init__(self):
         names = tuple(o.name for o in self.options)
@@ -180,6 +176,7 @@ class OpSpec:
         set_(self, "schema_options", tuple(o for o in self.options if o.schema))
         set_(self, "defaults", {o.name: o.default for o in self.options})
         set_(self, "alias_names", {**{n: n for n in names}, **{a: o.name for o in self.options for a in o.aliases}})
+        set_(self, "Options", _options_type(self))
 
     def option(self, name: str) -> Option:
         return self.options[self.option_names.index(name)]
@@ -207,6 +204,23 @@ class OpSpec:
             return {**self.defaults, **kwargs}
         unknown = sorted(set(kwargs) - set(known))
         raise TypeError(f"{fn or self.name}() got an unexpected keyword argument {unknown[0]!r}")
+
+    def typed(self, values: dict):
+        """The call's options as the op's frozen dataclass (`Options`, one field per option in declaration order):
+        what plan_call hands the recipes (sage_co/ops/*), which read attributes, never string keys. `values` holds
+        every option of the op (a bind() result; other keys, e.g. another op's defaults, are not taken)."""
+        return self.Options(**{n: values[n] for n in self.option_names})
+
+    def options_doc(self, keywords=None) -> str:
+        """The options as the public docstrings show them: one line per option (`keywords`: only these) with its
+        default and Option.doc."""
+        lines = []
+        for o in self.options:
+            if keywords is not None and o.name not in keywords:
+                continue
+            alias = f" (also {', '.join(o.aliases)})" if o.aliases else ""
+            lines.append(f"    {o.name}={o.default!r}{alias}: {o.doc}")
+        return "Options (sage_co.callspec):\n" + "\n".join(lines)
 
     def check(self, values: dict, skip=()) -> dict:
         """Every per-value validator on `values` (a bind() result), in declaration order."""
@@ -237,6 +251,18 @@ class OpSpec:
         at = len(opts) if after is None else self.option_names.index(after) + 1
         opts.insert(at, option)
         return replace(self, options=tuple(opts))
+
+
+def _options_type(spec: "OpSpec") -> type:
+    """The frozen dataclass of an op's options: <Op>Options with one field per option (its default; Option.doc in
+    the field's metadata)."""
+    name = "".join(part.title() for part in spec.name.split("_")) + "Options"
+    cls = make_dataclass(name, [(o.name, Any, field(default=o.default, metadata={"doc": o.doc}))
+                                for o in spec.options], frozen=True)
+    cls.__module__ = __name__
+    cls.__doc__ = f"The options of {spec.name} (sage_co.callspec), one field per option:\n" + \
+        "\n".join(f"    {o.name}: {o.doc}" for o in spec.options)
+    return cls
 
 
 def _opts(*names: str) -> tuple[Option, ...]:

@@ -1,5 +1,5 @@
 """The shipped kernel family, declared once: which symbols each code object provides, for which (op, kernel, key
-columns), and what a .hip source must instantiate and #define for them.
+columns), and the extern "C" wrappers a .hip source instantiates for them.
 
 Each kind of kernel is a dataclass (one instance = one symbol; its name, manifest key columns and HIP template
 instance are derived from its fields), and each family is the product of the axes sage_co/abi.py declares
@@ -8,15 +8,19 @@ PREPARE_IN_DTYPES, PREPARE_ROPE_DIMS, PREDICT_IN_DTYPES). From this module come:
 
   * the manifest rows (`provides` of hsaco/manifest.json) of every code object named in CODE_OBJECTS:
     build_asm.py derives them (asm_src/kernels.toml lists only the code object's name, source and arch);
+  * the extern "C" wrappers of the HIP code objects: build_asm.py writes asm_src/generated/<source>_kernels.h,
+    one `SAGE_KERNEL(symbol, template, args...)` line per symbol with a template instance (guarded by the code
+    object's compile_defines when one source builds several), which the .hip source includes after its templates
+    and expands with its own SAGE_KERNEL macro (the parameter list comes from asm_src/generated/sage_abi.h);
   * the asm generator's FAMILY (asm_src/sage_attention_asm/config.py: one Config per ATTENTION_ASM variant);
   * what `build_asm.py` (build and --check) verifies in both directions: the built code object holds exactly the
-    declared symbols (none missing, none extra), each .hip wrapper calls the declared template instance (e.g.
-    `attention<128, false, true>`), and the .hip #define values in `CodeObjectFamily.defines` equal sage_co/abi.py.
+    declared symbols (none missing, none extra) and each .hip wrapper calls the declared template instance (e.g.
+    `attention<128, 0, true>`).
 
-Adding a variant: extend an axis in sage_co/abi.py (or the product below) and rebuild (`python build_asm.py`);
-the .hip source must instantiate it (the check names what is missing). Adding a code object: one
-CodeObjectFamily in CODE_OBJECTS plus its [[code_object]] line (name, source, arch) in asm_src/kernels.toml, or,
-for a one-off kernel, [[code_object.provides]] rows written in kernels.toml itself (then it is not named here).
+Adding a variant: extend an axis in sage_co/abi.py (or the product below) and rebuild (`python build_asm.py`): the
+wrapper is generated; the template must accept the new arguments. Adding a code object: one CodeObjectFamily in
+CODE_OBJECTS plus its [[code_object]] line (name, source, arch) in asm_src/kernels.toml, or, for a one-off kernel,
+[[code_object.provides]] rows written in kernels.toml itself (then it is not named here).
 Torch-free (build_asm.py and the generator import it without torch).
 """
 from __future__ import annotations
@@ -28,13 +32,17 @@ from . import abi
 
 ARCH = "gfx1201"
 ATTENTION_KERNELS = ("hip", "asm")    # the `kernel` column of sage_attention_fwd: HIP source, asm generator
-# The HIP sources' compile-time dtype selectors (`#define BF16 0`, `#define FP16 1`), the first template argument
-# of the prepare and predict bodies.
+# The HIP sources' compile-time dtype selectors (BF16, FP16, FP32 in asm_src/generated/sage_abi.h), the first
+# template argument of the prepare and predict bodies.
 HIP_IN_DTYPE = {"bf16": 0, "fp16": 1, "fp32": 2}
-# The attention source's output-type selectors (`#define OUT_BF16 0` ...), its second template argument.
+# The attention source's output-type selectors (OUT_BF16 ...), its second template argument.
 HIP_OUT_DTYPE = {"bf16": 0, "fp16": 1, "fp32": 2}
-# The prepare source's rounding selectors (`#define ROUND_PER_OP 0`, `#define ROUND_ONCE 1`), its last template argument.
+# The prepare source's rounding selectors (ROUND_PER_OP, ROUND_ONCE), its last template argument.
 HIP_ROUNDING = {"per_op": 0, "once": 1}
+# name -> value of every selector above, as the generated header defines them
+HIP_SELECTORS = {**{t.upper(): v for t, v in HIP_IN_DTYPE.items()},
+                 **{f"OUT_{t.upper()}": v for t, v in HIP_OUT_DTYPE.items()},
+                 **{f"ROUND_{r.upper()}": v for r, v in HIP_ROUNDING.items()}}
 
 
 def _hip_bool(flag: bool) -> str:
@@ -148,13 +156,21 @@ def rope_dims(head_dim: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class CodeObjectFamily:
-    """What one code object provides (in this order: the manifest rows keep it) and the #define values of its .hip
-    source that must equal sage_co/abi.py (name -> int; build_asm.py reads `#define NAME VALUE` lines)."""
+    """What one code object provides (in this order: the manifest rows keep it; its generated wrappers too)."""
     kernels: tuple[Symbol, ...]
-    defines: dict[str, int] = field(default_factory=dict)
     # passed to clang as -DNAME=VALUE: which part of a shared .hip source this code object instantiates (one
-    # source, several code objects, so build_asm.py compiles them in parallel)
+    # source, several code objects, so build_asm.py compiles them in parallel); the generated wrappers of each
+    # code object are guarded by them
     compile_defines: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def wrappers(self) -> tuple[Symbol, ...]:
+        """The symbols whose extern "C" wrapper is generated (one per symbol with a template instance, first row)."""
+        seen = {}
+        for k in self.kernels:
+            if k.hip_instance is not None:
+                seen.setdefault(k.symbol, k)
+        return tuple(seen.values())
 
     @property
     def symbols(self) -> tuple[str, ...]:
@@ -176,28 +192,11 @@ def attention_variants(head_dims) -> tuple[tuple[int, str, str], ...]:
 ATTENTION_HIP = tuple(AttentionVariant("hip", *v) for v in attention_variants(abi.ATTENTION_HIP_HEAD_DIMS))
 # the generator's FAMILY
 ATTENTION_ASM = tuple(AttentionVariant("asm", *v) for v in attention_variants(abi.ATTENTION_ASM_HEAD_DIMS))
-PREPARE = tuple(PrepareVariant(d, t, r, rm) for rm in reversed(abi.PREPARE_ROUNDINGS)
-                for d in reversed(abi.PREPARE_HEAD_DIMS) for t in abi.PREPARE_IN_DTYPES for r in rope_dims(d))
+# prepare: D_pad descending, then input dtype, rounding per_op before once, RoPE width (the wrappers' order)
+PREPARE = tuple(PrepareVariant(d, t, r, rm) for d in reversed(abi.PREPARE_HEAD_DIMS) for t in abi.PREPARE_IN_DTYPES
+                for rm in sorted(abi.PREPARE_ROUNDINGS, key=HIP_ROUNDING.get) for r in rope_dims(d))
 PREDICT_POOL = tuple(PredictPoolVariant(t) for t in abi.PREDICT_IN_DTYPES)
 
-_ATTENTION_DEFINES = {
-    "TILE_Q": abi.QUERY_TILE, "TILE_K": abi.KEY_TILE, "MAX_DP": abi.HEAD_DIM_MAX,
-    "FLAG_LSE": abi.FLAG_LSE, "FLAG_SMOOTH_K": abi.FLAG_SMOOTH_K, "FLAG_CAUSAL": abi.FLAG_CAUSAL,
-    "FLAG_SMOOTH_V": abi.FLAG_SMOOTH_V, "FLAG_MASK": abi.FLAG_MASK, "MASK_KIND_PARTIAL": abi.MASK_KIND_PARTIAL,
-    "MASK_KIND_ADDITIVE": abi.MASK_KIND_ADDITIVE, "MASK_WORD_BITS": abi.MASK_WORD_BITS,
-    "OUT_BF16": HIP_OUT_DTYPE["bf16"], "OUT_FP16": HIP_OUT_DTYPE["fp16"], "OUT_FP32": HIP_OUT_DTYPE["fp32"],
-}
-_PREPARE_DEFINES = {
-    "TILE": abi.SCALE_BLOCK, "BF16": HIP_IN_DTYPE["bf16"], "FP16": HIP_IN_DTYPE["fp16"],
-    "FP32": HIP_IN_DTYPE["fp32"],
-    "STATS_V_MAX": abi.STATS_V_MAX, "STATS_K_SUM": abi.STATS_K_SUM, "STATS_V_SUM": abi.STATS_V_SUM,
-    "STATS_V_SIGNED": abi.STATS_V_SIGNED, "ROUND_PER_OP": HIP_ROUNDING["per_op"], "ROUND_ONCE": HIP_ROUNDING["once"],
-    "REDUCE_V_FP8": abi.REDUCE_V_FP8, "REDUCE_V_SMOOTH": abi.REDUCE_V_SMOOTH, "REDUCE_V_NONE": abi.REDUCE_V_NONE,
-}
-_PREDICT_DEFINES = {
-    "BLOCK": abi.KEY_TILE, "CH": abi.PREDICT_CHANNELS, "DSTEP": abi.HEAD_DIM_STEP,
-    "BF16": HIP_IN_DTYPE["bf16"], "FP16": HIP_IN_DTYPE["fp16"],
-}
 
 def prepare_parts() -> tuple[tuple[int, str, tuple[str, ...]], ...]:
     """(D_pad, name suffix, input dtypes) of each prepare code object, largest D_pad first: every dtype in one object,
@@ -213,14 +212,13 @@ def prepare_parts() -> tuple[tuple[int, str, tuple[str, ...]], ...]:
 
 # code object name (asm_src/kernels.toml `name`) -> what it provides
 CODE_OBJECTS: dict[str, CodeObjectFamily] = {
-    f"{ARCH}_sage_attention_hip": CodeObjectFamily(tuple(v.symbol_row() for v in ATTENTION_HIP), _ATTENTION_DEFINES),
+    f"{ARCH}_sage_attention_hip": CodeObjectFamily(tuple(v.symbol_row() for v in ATTENTION_HIP)),
     # prepare: one source, a code object per (D_pad, input dtypes) part so that clang builds them side by side
     **{f"{ARCH}_sage_prepare_d{d}{suffix}": CodeObjectFamily(
-        tuple(v.symbol_row() for v in PREPARE if v.head_dim == d and v.in_dtype in dtypes), _PREPARE_DEFINES,
+        tuple(v.symbol_row() for v in PREPARE if v.head_dim == d and v.in_dtype in dtypes),
         {"PREPARE_D_PAD": d, "PREPARE_DTYPES": sum(1 << HIP_IN_DTYPE[t] for t in dtypes)})
        for d, suffix, dtypes in prepare_parts()},
     f"{ARCH}_sage_attention_asm": CodeObjectFamily(tuple(v.symbol_row() for v in ATTENTION_ASM)),
     f"{ARCH}_sage_predict": CodeObjectFamily(
-        tuple(v.symbol_row() for v in PREDICT_POOL) + (Symbol(abi.PREDICT_SELECT_OP, "hip", f"{ARCH}_sage_predict_select"),),
-        _PREDICT_DEFINES),
+        tuple(v.symbol_row() for v in PREDICT_POOL) + (Symbol(abi.PREDICT_SELECT_OP, "hip", f"{ARCH}_sage_predict_select"),)),
 }

@@ -1,6 +1,8 @@
 """Kernel argument structs, declared explicitly and packed by hand.
 
-Every shipped kernel has one KernargStruct: field name, kind and byte offset, declared once in sage_co/abi.py
+Every shipped kernel has one KernargStruct: field name, kind (and, for the HIP kernels, the C parameter type),
+declared once in sage_co/abi.py in declaration order; the byte offsets and the size follow from that order (the ABI
+below), so no offset is written by hand
 (torch-free; the asm generator, the ops and tools/disasm_check.py all read it there). Before the first launch the declaration is compared with the code
 object's own metadata (`.args`: offset, size, value_kind, name) and a mismatch refuses to launch with
 both layouts side by side. tools/disasm_check.py runs the same comparison for every shipped kernel.
@@ -13,7 +15,7 @@ filled by the runtime (HIP, or sage_co.emu), never by the caller.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # kind -> (struct format, size, metadata value_kind)
 KINDS = {
@@ -29,27 +31,59 @@ class KernargMismatch(RuntimeError):
     """The Python declaration of a kernel's arguments disagrees with the code object."""
 
 
+# kind -> the C parameter type of a scalar field in the HIP kernels (a pointer field names its own: Field.ctype)
+C_TYPES = {"i32": "int", "u32": "u32", "u64": "u64", "f32": "float"}
+
+
 @dataclass(frozen=True)
 class Field:
+    """One explicit kernel argument. offset None: the next naturally aligned offset after the previous field of its
+    KernargStruct (which fills it in). ctype: its C parameter type in the HIP kernels (the generated header's
+    parameter list, asm_src/generated/sage_abi.h); default by kind for scalars, required there for pointers."""
     name: str
     kind: str
-    offset: int
+    offset: int | None = None
+    ctype: str | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"Field {self.name!r}: kind {self.kind!r} not one of {sorted(KINDS)}")
-        if self.offset % KINDS[self.kind][1]:
+        if self.offset is not None and self.offset % KINDS[self.kind][1]:
             raise ValueError(f"Field {self.name!r}: offset {self.offset} is not {KINDS[self.kind][1]}-byte aligned")
 
     @property
     def size(self) -> int:
         return KINDS[self.kind][1]
 
+    @property
+    def c_param(self) -> str:
+        """The HIP kernel's parameter declaration of this field ("const float *__restrict__ q_scale")."""
+        ctype = self.ctype or C_TYPES.get(self.kind)
+        if ctype is None:
+            raise ValueError(f"Field {self.name!r}: a {self.kind} field needs its C type (ctype=...)")
+        return f"{ctype}{'' if ctype.endswith('*') else ' '}{self.name}"
+
+
+def _laid_out(fields) -> list[Field]:
+    """The fields with every missing offset filled in: each at the first offset past the previous field that is a
+    multiple of its size (natural alignment, docs/rdna4.md §Entry)."""
+    out, end = [], 0
+    for f in fields:
+        if f.offset is None:
+            f = replace(f, offset=-(-end // f.size) * f.size)
+        out.append(f)
+        end = f.offset + f.size
+    return out
+
 
 class KernargStruct:
-    """An explicit kernarg layout. `size` is the end of the explicit arguments in bytes."""
+    """An explicit kernarg layout. `size` is the end of the explicit arguments in bytes (None: the end of the last
+    field, as the code objects' metadata has it; given: checked)."""
 
-    def __init__(self, name: str, fields: list[Field], size: int):
+    def __init__(self, name: str, fields: list[Field], size: int | None = None):
+        fields = _laid_out(fields)
+        if size is None:
+            size = max((f.offset + f.size for f in fields), default=0)
         self.name, self.fields, self.size = name, tuple(fields), size
         end = 0
         for f in sorted(self.fields, key=lambda f: f.offset):

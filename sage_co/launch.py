@@ -413,11 +413,6 @@ class BoundLaunch:
                              f"{None if workspace is None else (type(workspace).__name__, getattr(workspace, 'shape', None), getattr(workspace, 'dtype', None))}")
         return {name: workspace[off:off + n] for name, off, n in self.workspace}
 
-    def fire(self, args: "LaunchArgs") -> tuple[bool, Any]:
-        """The fast path of launch(): (True, the backend's result), or (False, None) when the launch must take
-        the full path (which then raises the precise error, or launches on a swapped-in backend)."""
-        return self._fire(args.tensors, args.fresh, args.workspace)
-
     def _fire(self, checked: dict, fresh: dict, workspace) -> tuple[bool, Any]:
         if self.fast is None or _backends.get(self.backend) is not self._be or \
                 len(checked) + len(fresh) != self._n:   # use_backend() replaced it since binding / a field short

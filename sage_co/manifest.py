@@ -41,6 +41,7 @@ def read(path) -> dict:
 
 
 def loads(text: str, name: str = "manifest.json") -> dict:
+    """The manifest in `text`, parsed, with every kernel's `args` reference resolved (expand()), and checked."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -48,8 +49,68 @@ def loads(text: str, name: str = "manifest.json") -> dict:
                                   f"(truncated or hand-edited?)") from None
     except RecursionError:
         raise ManifestError(name, "not valid JSON: nested too deeply") from None
+    data = expand(data, name)
     check(data, name)
     return data
+
+
+# On disk each distinct kernarg layout is stored once, in the top-level `kernarg_layouts` object (id -> the args
+# list), and a kernel's `args` is that id; in memory (read, loads) every kernel's `args` is the list itself.
+LAYOUTS = "kernarg_layouts"
+
+
+def compact(data: dict) -> dict:
+    """A copy of a manifest with each distinct `args` list stored once under LAYOUTS and referenced by id from each
+    kernel: the id is `<op>/<kernel>` of the symbol's provides row (the kernarg struct it takes, sage_co/abi.py
+    STRUCTS, as that implementation's metadata spells it: clang names HIP pointers `<name>.coerce`), with
+    `/<symbol>` added when kernels of one id disagree (a layout nobody declared: disasm_check reports it), the
+    kernel's name without a provides row."""
+    out = {**data, "code_objects": {}}
+    layouts: dict[str, list] = {}
+    for co_name, co in sorted(data["code_objects"].items()):
+        ops = {}
+        for p in co.get("provides", []):
+            ops.setdefault(p["symbol"], f"{p['op']}/{p['kernel']}")
+        kernels = {}
+        for kname, k in sorted(co["kernels"].items()):
+            args = k["args"]
+            if isinstance(args, list):
+                key = ops.get(kname, kname)
+                if layouts.get(key, args) != args:
+                    key = f"{key}/{kname}"
+                layouts.setdefault(key, args)
+                k = {**k, "args": key}
+            kernels[kname] = k
+        out["code_objects"][co_name] = {**co, "kernels": kernels}
+    out[LAYOUTS] = dict(sorted(layouts.items()))
+    return out
+
+
+def expand(data, name: str = "manifest.json"):
+    """`data` with every kernel's `args` id replaced by its list from LAYOUTS (and LAYOUTS dropped); a manifest
+    written with the lists inline is returned as it is."""
+    if not isinstance(data, dict) or LAYOUTS not in data:
+        return data
+    layouts = data[LAYOUTS]
+    if not isinstance(layouts, dict) or not all(isinstance(v, list) for v in layouts.values()):
+        raise ManifestError(name, f"{LAYOUTS}: expected an object of argument lists")
+    out = {k: v for k, v in data.items() if k != LAYOUTS}
+    if not isinstance(data.get("code_objects"), dict):
+        return out
+    out["code_objects"] = {}
+    for co_name, co in data["code_objects"].items():
+        if isinstance(co, dict) and isinstance(co.get("kernels"), dict):
+            kernels = {}
+            for kname, k in co["kernels"].items():
+                if isinstance(k, dict) and isinstance(k.get("args"), str):
+                    if k["args"] not in layouts:
+                        raise ManifestError(name, f"code_objects.{co_name}.kernels.{kname}.args: {k['args']!r} is "
+                                                  f"not in {LAYOUTS} {sorted(layouts)}")
+                    k = {**k, "args": layouts[k["args"]]}
+                kernels[kname] = k
+            co = {**co, "kernels": kernels}
+        out["code_objects"][co_name] = co
+    return out
 
 
 def _fields(obj, spec: dict, name: str, where: str) -> None:

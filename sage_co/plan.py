@@ -6,13 +6,14 @@
 Every refusal of docs/numerics.md §Inputs happens here, before any kernel, with sage_co.validate's messages: the
 inputs (validate.check_prepare_args / check_prepared), every option's own validator (sage_co.callspec), then what
 needs the shapes (the shipped kernel for this head dim / dtype / pv_dtype / kernel, the query-head limit, the
-attention length, the block mask). With `resolve=True` the plan also holds the recipes the ops execute: the
-resolved ShippedKernels, grids, flags, scalar kernargs and how each input is read; sage_co.ops.* take them and
-check nothing again.
+attention length, the block mask). With `resolve=True` (the default) the plan also holds the recipes the ops
+execute, made from the call's typed options object (spec.typed: the op's frozen dataclass): the resolved
+ShippedKernels, grids, kernarg flags (sage_co.abi.FLAG_OPTIONS), scalar kernargs and how each input is read;
+sage_co.ops.* take them and check nothing again.
 
-`check=True, resolve=False` is what the Python functions run while torch.compile traces them (no manifest read
-except through `_attention_kernel_serves`, whose answer dynamo takes as a constant; every other check is plain
-comparisons, also on symbolic sizes); the custom op's real implementation plans again when it runs.
+`resolve=False` is what the Python functions run while torch.compile traces them (every check, no recipe; no
+manifest read except through `_attention_kernel_serves`, whose answer dynamo takes as a constant; every other check
+is plain comparisons, also on symbolic sizes); the custom op's real implementation plans again when it runs.
 
 Repeated calls: validation and planning depend only on the tensors' metadata (type, shape, strides, dtype,
 device, requires_grad, 16-byte alignment), the option values (with their types) and the backends installed (launch.use_backend), so
@@ -97,17 +98,12 @@ def _plan_qkv(spec: callspec.OpSpec, q, k, v, o: dict, resolve: bool) -> Plan:
         masks.check_attn_mask(o["attn_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv, device=q.device)
     prep = att = None
     if resolve:
-        backend = resolve_backend(q, o["backend"])
-        prep = prepare_ops.recipe(chk, smooth_k=o["smooth_k"], eps=o["eps"], smooth_v=o["smooth_v"],
-                                  pv_dtype=o["pv_dtype"], has_q_norm=o["q_norm_weight"] is not None,
-                                  has_k_norm=o["k_norm_weight"] is not None,
-                                  norm_rope_rounding=o["norm_rope_rounding"], backend=backend)
+        opts = spec.typed(o)   # the typed options object the recipes read
+        backend = resolve_backend(q, opts.backend)
+        prep = prepare_ops.recipe(chk, opts, backend=backend)
         if attends:
-            att = attention_ops.recipe(sh, layout=o["layout"], return_lse=o["return_lse"], is_causal=o["is_causal"],
-                                       kernel=o["kernel"], pv_dtype=o["pv_dtype"], smooth_v=o["smooth_v"],
-                                       has_block_mask=o["block_mask"] is not None, backend=backend,
-                                       has_lse_corr=o["smooth_k"],   # the prepare's lse_corr (smooth_k)
-                                       attn_mask=o["attn_mask"],
+            att = attention_ops.recipe(sh, opts, backend=backend,
+                                       has_lse_corr=opts.smooth_k,   # the prepare's lse_corr (smooth_k)
                                        staged=prep.buffers.workspace[1],   # api._run_attention's own prepare
                                        device=q.device)
     return Plan(spec.name, sh, o["layout"], chk.q, chk.k, chk.v, chk.softmax_scale, chk.rope_dim, o, prep, att)
@@ -121,12 +117,11 @@ def _plan_prepared(spec: callspec.OpSpec, prepared: SagePrepared, o: dict, resol
     masks.check_attn_mask(o["attn_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv, device=prepared.q_int8.device)
     att = None
     if resolve:
-        att = attention_ops.recipe(sh, layout=o["layout"], return_lse=o["return_lse"], is_causal=o["is_causal"],
-                                   kernel=o["kernel"], pv_dtype=prepared.pv_dtype,
-                                   smooth_v=prepared.v_mean is not None, has_block_mask=o["block_mask"] is not None,
-                                   backend=resolve_backend(prepared.q_int8, o["backend"]),
-                                   has_lse_corr=prepared.lse_corr is not None, attn_mask=o["attn_mask"],
-                                   device=prepared.q_int8.device)
+        # the typed options with what the SagePrepared fixes (its pv_dtype, v_mean = smooth_v, lse_corr = smooth_k)
+        opts = spec.typed({**o, "v_mean": prepared.v_mean, "pv_dtype": prepared.pv_dtype,
+                           "lse_corr": prepared.lse_corr})
+        att = attention_ops.recipe(sh, opts, backend=resolve_backend(prepared.q_int8, opts.backend),
+                                   has_lse_corr=prepared.lse_corr is not None, device=prepared.q_int8.device)
     return Plan(spec.name, sh, o["layout"], None, None, None, None, None, o, None, att)
 
 

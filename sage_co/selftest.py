@@ -460,7 +460,6 @@ def gpu_timing(report: Report, device: int | str, B, S, H, *, backend: str = "gp
     """sage-co's providers and BF16 SDPA timed at (B, S, H); each provider isolated: an error fails its own check,
     an out-of-memory baseline is recorded (the baseline's failure, not sage-co's: an info check and a timing row
     saying so). timer(fn, device) -> ms (default: HIP events, selftest_perf.time_ms)."""
-    import torch
 
     from . import api
     if timer is None:

@@ -12,7 +12,7 @@ import torch
 
 from .abi import PREPARE_ROPE_DIMS
 from .abi import PREPARE_ROUNDINGS as NORM_ROPE_ROUNDINGS  # the manifest's rounding column
-from .backends import BACKENDS, canonical as canonical_backend  # the one list; backend modules load lazily
+from .backends import BACKENDS, canonical as canonical_backend  # noqa: F401 (the one list; backend modules load lazily)
 from .abi import HEAD_DIM_GRANULE
 from .prepared import (HEAD_DIM, HEAD_DIM_MAX, HEAD_DIMS_NATIVE, INPUT_DTYPES, LAYOUTS, PAD, PV_DTYPES,
                        SCALE_BLOCK, U32, SagePrepared, d_pad, expected_shapes, s_pad)

@@ -130,17 +130,11 @@ def _plan(q, k, v, batch: int, max_q: int, max_kv: int, o: dict) -> VarlenPlan:
     _attention_kernel_serves(prepare_ops.d_pad(sh.D), prepare_ops.DTYPE_KEYS[sh.dtype], o["kernel"], o["pv_dtype"])
     validate.check_attention_length(max_q, sh.D, "max_seqlen_q")
     validate.check_attention_length(max_kv, sh.D, "max_seqlen_kv")
-    backend = launch.resolve_backend(q, o["backend"])
-    prep = prepare_ops.recipe(chk._replace(shapes=sh), smooth_k=o["smooth_k"], eps=o["eps"], smooth_v=o["smooth_v"],
-                              pv_dtype=o["pv_dtype"], has_q_norm=o["q_norm_weight"] is not None,
-                              has_k_norm=o["k_norm_weight"] is not None,
-                              norm_rope_rounding=o["norm_rope_rounding"], backend=backend,
-                              packed=(total_q, total_kv))
-    att = attention_ops.varlen_recipe(batch=batch, max_seqlen_q=max_q, total_q=total_q, total_kv=total_kv,
-                                      H_q=sh.H_q, H_kv=sh.H_kv, D=sh.D, dtype=sh.dtype,
-                                      return_lse=o["return_lse"], is_causal=o["is_causal"], kernel=o["kernel"],
-                                      pv_dtype=o["pv_dtype"], smooth_v=o["smooth_v"], has_lse_corr=o["smooth_k"],
-                                      backend=backend)
+    opts = SAGE_ATTENTION_VARLEN.typed(o)   # the typed options object the recipes read
+    backend = launch.resolve_backend(q, opts.backend)
+    prep = prepare_ops.recipe(chk._replace(shapes=sh), opts, backend=backend, packed=(total_q, total_kv))
+    att = attention_ops.varlen_recipe(opts, batch=batch, max_seqlen_q=max_q, total_q=total_q, total_kv=total_kv,
+                                      H_q=sh.H_q, H_kv=sh.H_kv, D=sh.D, dtype=sh.dtype, backend=backend)
     hit = VarlenPlan(prep, att, max_q, max_kv)
     if len(_plans) >= _CACHE_SIZE:
         _plans.clear()
@@ -187,6 +181,8 @@ def _varlen_fake(*args):
     return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]) if o["return_lse"] else (0,),
                                             dtype=torch.float32)
 
+
+sage_attention_varlen.__doc__ += "\n\n" + SAGE_ATTENTION_VARLEN.options_doc(PASSTHROUGH)
 
 _varlen_op = torch.library.custom_op("sage_co::sage_attention_varlen", _varlen_impl, mutates_args=(),
                                      schema=SAGE_ATTENTION_VARLEN.schema())

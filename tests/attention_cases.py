@@ -12,7 +12,9 @@ import math
 import torch
 
 from sage_co import accuracy, reference
-from sage_co.ops.attention import run_attention_fwd
+from sage_co.api import sage_attention_fwd
+from sage_co.callspec import FWD_KEYWORDS, SAGE_ATTENTION_FWD
+from sage_co.plan import plan_call
 
 # vs sage_attention_model (see the module docstring for why not bitwise): docs/numerics.md "Kernel vs model"
 MODEL_REL_L2 = 1e-3
@@ -22,6 +24,13 @@ LSE_RTOL = 1e-4         # vs the model's LSE
 ONES_TOL = 8e-3         # all-zero Q/K, V = 1: the output is 1 up to the rounding of the fp8/scale chain
 
 KERNELS = ("hip", "asm")
+
+
+def planned_fwd(prepared, **options):
+    """The attention recipe sage_attention_fwd(prepared, **options) runs (sage_co.plan.plan_call: every check), for
+    tests that launch it themselves (ops.attention.execute, or their own buffers) or look at the plan."""
+    o = SAGE_ATTENTION_FWD.bind(options, "sage_attention_fwd", allowed=FWD_KEYWORDS)
+    return plan_call(SAGE_ATTENTION_FWD, (prepared,), o).attention
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -70,7 +79,7 @@ def prepared_case(case):
 def kernel_case(kernel: str, case):
     """(q, k, v, prepared, out, lse) for one case; each kernel runs once per case."""
     q, k, v, prepared = prepared_case(case)
-    out, lse = run_attention_fwd(prepared, return_lse=True, layout=case[7], backend="emu", kernel=kernel)
+    out, lse = sage_attention_fwd(prepared, return_lse=True, layout=case[7], backend="emu", kernel=kernel)
     return q, k, v, prepared, out, lse
 
 
@@ -89,7 +98,7 @@ def bits(t: torch.Tensor) -> torch.Tensor:
 def run_both(prepared, **kw):
     """Both kernels (KERNELS) on the emulator with the same arguments; they must be bitwise equal in output and LSE
     (same per-row arithmetic, only the schedule differs). Returns the asm kernel's (out, lse)."""
-    res = {kern: run_attention_fwd(prepared, return_lse=True, backend="emu", kernel=kern, **kw) for kern in KERNELS}
+    res = {kern: sage_attention_fwd(prepared, return_lse=True, backend="emu", kernel=kern, **kw) for kern in KERNELS}
     (ao, al), (ho, hl) = res["asm"], res["hip"]
     assert torch.equal(bits(ao), bits(ho)), f"{(bits(ao) != bits(ho)).sum().item()} outputs differ asm vs hip"
     assert torch.equal(bits(al), bits(hl)), "lse differs asm vs hip"

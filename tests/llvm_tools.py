@@ -2,7 +2,6 @@
 for tests that need it, and the build helpers the tests share."""
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

@@ -11,7 +11,12 @@ opcode and the first that decodes wins.
     python tools/gen_opcodes.py            # rewrites sage_co/emu/opcodes.py
 """
 from __future__ import annotations
-import os, pprint, re, subprocess, sys, tempfile
+import os
+import pprint
+import re
+import subprocess
+import sys
+import tempfile
 
 from sage_co.llvm import LLVMNotFound, find_llvm  # the one LLVM discovery of the repo
 

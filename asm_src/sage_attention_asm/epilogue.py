@@ -71,7 +71,7 @@ class Epilogue:
         vm = WaitCounter(a, "s_wait_loadcnt")
         a.op(f"v_bfe_u32 {t}, {self.tid}, 4, 1", "h")
         a.op(f"v_lshlrev_b32 {t}, 5, {t}", "8h floats = 32h bytes")
-        # smooth_v (flags bit 3): v_mean of d-tile dt in slot dt % 2 (magic, stV[0:8], both free now), added on the
+        # smooth_v (FLAG_SMOOTH_V): v_mean of d-tile dt in slot dt % 2 (magic, stV[0:8], both free now), added on the
         # lanes of s_addmean = rows with l != 0 when the flag is set (others keep the value: no -0 -> +0 change)
         # head dim 256: (ring[8:16], qring); the staging set is half of sab there
         vmean_slots = (self.ring[8:16], self.qring) if self.WIDE else (self.magic, self.stV[0:8])

@@ -28,7 +28,7 @@ def family_header(kernels) -> str:
 // by more than RESCALE_TAU (m starts at -FLT_MAX); t = m - P_OFF; exp2(fma(x, qk, -fma(MAGIC, qk, t))), or
 // exp2((x - MAGIC) * qk - t) when some lane's qk is outside (0, 2^-6]; row sum (p0+p2+..+p30)+(p1+p3+..+p31)
 // per lane half; l_h = fma(l_h, alpha, sum), the halves added in the epilogue; fp8(p); per-accumulator PV chunk
-// order 0,1,2,3; epilogue (O * (1/l)) * v_scale [+ v_mean where flags bit 3 (smooth_v) and l != 0] -> bf16/fp16
+// order 0,1,2,3; epilogue (O * (1/l)) * v_scale [+ v_mean where FLAG_SMOOTH_V and l != 0] -> bf16/fp16
 // RNE saturating at +-the dtype's max (pv fp16: p16 = fp16(p) RNE, {WMMA_PV16}, O * (1/l)); lse =
 // (m + (log2 l - P_OFF))*ln2 [+ ln2*q.k_mean]): the output and LSE are bitwise the HIP kernel's on the emulator
 // (tests/kernels/test_attention_asm_equals_hip.py).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from asmdsl import RegFile
 from sage_co import abi
 
-from .config import (ARGS, PRELOAD_BYTES, PRELOADED, B128, CHUNKS, KARG_SGPR, QRING_D256, RING, RING_D256, RING_PV16_D128,
+from .config import (PRELOAD_BYTES, PRELOADED, B128, CHUNKS, KARG_SGPR, QRING_D256, RING, RING_D256, RING_PV16_D128,
                      SGPR_LIMIT, THREADS, TILE_K, V16_ROW_PAD, VGPR_LIMIT, WMMA_N, Config)
 
 

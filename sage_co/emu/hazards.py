@@ -451,16 +451,3 @@ def analyze(insts) -> list[Finding]:
     for b, (s, e) in enumerate(blocks):
         run(ins[b].copy(), s, e, found)
     return found
-
-
-def fix_masks(findings) -> dict[int, int]:
-    """address -> the s_wait_alu immediate that fixes its rule-3 findings (LLVM's default encoding of the other
-    fields: 0xff9f with the needed fields 0)."""
-    out: dict[int, int] = {}
-    for f in findings:
-        field = RULE_FIELD.get(f.rule)
-        if field is None:
-            continue
-        sh, m = WAIT_FIELDS[field]
-        out[f.addr] = out.get(f.addr, 0xFF9F) & ~(m << sh)
-    return out

@@ -97,11 +97,6 @@ def mem_scatter(mem, mem32, off: np.ndarray, data: np.ndarray, nbytes: int):
     mem[off[:, None] + np.arange(nbytes)] = b
 
 
-def _vread_rows(V, r, n, sel):
-    """VGPRs r..r+n-1 of the selected waves as [n, W', 32] (a view for sel=ALL)."""
-    return V[r:r + n] if sel is ALL else V[r:r + n][:, sel]
-
-
 def _active(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """x [W', 32] -> the values of mask's active lanes, row-major [k] (a view when every lane is active)."""
     return x.reshape(-1) if mask.all() else x[mask]

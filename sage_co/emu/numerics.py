@@ -93,11 +93,6 @@ def _f32(x) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------------------
 # basic VALU f32 ops (numpy's f32 add/mul/sub round like IEEE RNE; only the denormal mode needs adding)
 
-def add_f32(a, b, mode: int = DENORM_KEEP) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        return flush_out(flush_in(_f32(a), mode) + flush_in(_f32(b), mode), mode)
-
-
 def mul_f32(a, b, mode: int = DENORM_KEEP) -> np.ndarray:
     with np.errstate(all="ignore"):
         return flush_out(flush_in(_f32(a), mode) * flush_in(_f32(b), mode), mode)

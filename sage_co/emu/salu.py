@@ -23,10 +23,6 @@ def _i64(x):
     return np.asarray(x, dtype=U64).view(I64)
 
 
-def _u32(x):
-    return np.asarray(x).astype(U32) if np.asarray(x).dtype != U32 else np.asarray(x)
-
-
 def _sext16(v: int) -> int:
     return ((v & 0xFFFF) ^ 0x8000) - 0x8000
 

@@ -21,10 +21,6 @@ def _u(x):
     return np.asarray(x).astype(U32, copy=False)
 
 
-def _f(x):
-    return np.asarray(x, dtype=U32).view(F32)
-
-
 def _fb(x):
     return np.asarray(x, dtype=F32).view(U32)
 
@@ -84,10 +80,6 @@ def perm_b32(s0, s1, sel):
         r = np.where(s < 8, b, np.where(s < 12, sgn, np.where(s == 12, U64(0), U64(0xFF))))
         out |= r.astype(U32) << U32(8 * byte)
     return out
-
-
-def _cvt_f32_f16(h):
-    return nm.f16_to_f32(h)
 
 
 def div_scale(s0, s1, s2):

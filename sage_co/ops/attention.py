@@ -15,9 +15,8 @@ from typing import NamedTuple
 import torch
 
 from .. import abi, masks, registry, validate
-from ..abi import (ATTENTION_FWD_ARGS, FLAG_CAUSAL, FLAG_LSE, FLAG_MASK, FLAG_SMOOTH_K, FLAG_SMOOTH_V, QUERY_TILE,
-                   kv_group_magic)
-from ..launch import BoundLaunch, launch, resolve_backend
+from ..abi import ATTENTION_FWD_ARGS, FLAG_LSE, FLAG_SMOOTH_K, QUERY_TILE, kv_group_magic
+from ..launch import BoundLaunch, launch
 from ..prepared import DTYPE_KEYS, U32, SagePrepared, d_pad, s_pad
 
 OP = abi.ATTENTION_OP
@@ -125,30 +124,30 @@ def _check_mask_reach(sh: validate.Shapes, mask_dims) -> None:
                          f"offsets ({words} bit words); split the call")
 
 
-def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: bool, kernel: str | None,
-           pv_dtype: str, smooth_v: bool, has_block_mask: bool, backend: str,
-           has_lse_corr: bool = False, attn_mask=None, staged: tuple = (), device: torch.device | None = None
-           ) -> AttentionRecipe:
+def recipe(sh: validate.Shapes, opts, *, backend: str, has_lse_corr: bool = False, staged: tuple = (),
+           device: torch.device | None = None) -> AttentionRecipe:
     """The attention launch for checked shapes and options: the query-head and 32-bit reach limits, the shipped
-    kernel for (kernel, D_pad, out dtype, pv_dtype), bound to its grid and scalar kernargs. `backend` is
-    resolved. attn_mask (checked): only its shape is read here (the mask strides, the LUT's). staged: the
-    prepare's mode-1 workspace fields (ops.prepare.BufferPlan.workspace[1]) of a call that prepares its own inputs
-    (sage_attention): launch_own reads them from a Staged's workspace. device (the call's): the pointers that do
-    not change between calls are bound into the launches (static): cu_seqlens (not read without abi.FLAG_VARLEN),
-    lse without return_lse (never written) and, without a block_mask or attn_mask, the cached LUT."""
+    kernel for (kernel, D_pad, out dtype, pv_dtype), bound to its grid and scalar kernargs. `opts`: the call's typed
+    options (sage_co.callspec OpSpec.typed: layout, return_lse, kernel, pv_dtype, block_mask, attn_mask and the
+    options of abi.FLAG_OPTIONS, which make the kernarg flags). `backend` is resolved. attn_mask (checked): only its
+    shape is read here (the mask strides, the LUT's). has_lse_corr: the host adds smooth_k's lse term
+    (SagePrepared.lse_corr), so the kernel does not. staged: the prepare's mode-1 workspace fields
+    (ops.prepare.BufferPlan.workspace[1]) of a call that prepares its own inputs (sage_attention): launch_own reads
+    them from a Staged's workspace. device (the call's): the pointers that do not change between calls are bound
+    into the launches (static): cu_seqlens (not read without abi.FLAG_VARLEN), lse without return_lse (never
+    written) and, without a block_mask or attn_mask, the cached LUT."""
+    layout, return_lse, is_causal, attn_mask = opts.layout, opts.return_lse, opts.is_causal, opts.attn_mask
+    has_block_mask = opts.block_mask is not None
+    pv_dtype = opts.pv_dtype
     check_query_heads(sh.H_q)
     mask_dims = None if attn_mask is None else masks.mask_dims(attn_mask, sh.B, sh.H_q, sh.S_q)
     if mask_dims is not None:
         _check_mask_reach(sh, mask_dims)
     strides = _out_strides(sh, layout)
     _check_reach(sh, strides)
-    shipped = registry.find(OP, served_kernel(kernel, sh.D, pv_dtype), head_dim=d_pad(sh.D), out_dtype=DTYPE_KEYS[sh.dtype], pv_dtype=pv_dtype)
-    # The smooth_k term: with has_lse_corr (prepared.lse_corr, made by every sage_prepare with smooth_k) execute adds
-    # it after the kernel, from the original q (docs/numerics.md §LSE); otherwise the kernel adds its own
-    # ln2 * q_f . k_mean (k_mean is all zero without smooth_k, so adding it is exact: x + ln2 * (+-0) == x).
-    smooth_k_term = 0 if has_lse_corr else FLAG_SMOOTH_K
-    flags = ((FLAG_LSE | smooth_k_term) if return_lse else 0) | (FLAG_CAUSAL if is_causal else 0) | \
-        (FLAG_SMOOTH_V if smooth_v else 0) | (FLAG_MASK if mask_dims is not None else 0)
+    shipped = registry.find(OP, served_kernel(opts.kernel, sh.D, pv_dtype), head_dim=d_pad(sh.D),
+                            out_dtype=DTYPE_KEYS[sh.dtype], pv_dtype=pv_dtype)
+    flags = _flags(opts, has_lse_corr)
     Sq_pad, Skv_pad = s_pad(sh.S_q), s_pad(sh.S_kv)
     scalars = {
         "seq_len_q": sh.S_q, "seq_pad_q": Sq_pad, "seq_len_kv": sh.S_kv, "seq_pad_kv": Skv_pad,
@@ -178,6 +177,17 @@ def recipe(sh: validate.Shapes, *, layout: str, return_lse: bool, is_causal: boo
                           static=static)
     return AttentionRecipe(shipped, bound, out_shape, lse_shape, sh.dtype, sh, is_causal, return_lse, mask_dims,
                            (scalars["lut_stride_b"], scalars["lut_stride_h"]), own)
+
+
+def _flags(opts, has_lse_corr: bool) -> int:
+    """The kernarg flags of a call: abi.option_flags (the option -> flag table), and with return_lse the kernel's own
+    smooth_k term unless the host adds it: with has_lse_corr (prepared.lse_corr, made by every sage_prepare with
+    smooth_k) execute adds it after the kernel, from the original q (docs/numerics.md §LSE); otherwise the kernel adds
+    ln2 * q_f . k_mean (k_mean is all zero without smooth_k, so adding it is exact: x + ln2 * (+-0) == x)."""
+    flags = abi.option_flags(opts)
+    if flags & FLAG_LSE and not has_lse_corr:
+        flags |= FLAG_SMOOTH_K
+    return flags
 
 
 _luts: dict[tuple, tuple] = {}   # (S_q, S_kv, is_causal, device) -> tile_lut's answer without a mask
@@ -281,51 +291,14 @@ def execute(rec: AttentionRecipe, prepared, block_mask: torch.Tensor | None = No
 _NONE: dict = {}   # no caller tensors (never mutated)
 
 
-def plan_forward(prepared: SagePrepared, *, return_lse: bool = False, layout: str = "NHD",
-                 backend: str | None = None, kernel: str | None = None, is_causal: bool = False,
-                 block_mask: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None) -> AttentionRecipe:
-    """Check a forward on a caller's SagePrepared (every field, every option) and plan its launch."""
-    validate.check_flag("return_lse", return_lse)
-    validate.check_flag("is_causal", is_causal)
-    layout = validate.check_layout(layout)
-    sh = validate.check_prepared(prepared)
-    if kernel is not None and not isinstance(kernel, str):
-        raise TypeError(f"kernel: expected None (the default kernel) or a str naming a shipped kernel of {OP}, "
-                        f"got {type(kernel).__name__}")
-    check_query_heads(sh.H_q, "prepared.q_int8")
-    masks.check_block_mask(block_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv, device=prepared.q_int8.device)
-    masks.check_attn_mask(attn_mask, sh.B, sh.H_q, sh.S_q, sh.S_kv, device=prepared.q_int8.device)
-    return recipe(sh, attn_mask=attn_mask, layout=layout, return_lse=return_lse, is_causal=is_causal, kernel=kernel,
-                  pv_dtype=prepared.pv_dtype, smooth_v=prepared.v_mean is not None,
-                  has_lse_corr=prepared.lse_corr is not None,
-                  has_block_mask=block_mask is not None, backend=resolve_backend(prepared.q_int8, backend),
-                  device=prepared.q_int8.device)
-
-
-def run_attention_fwd(prepared: SagePrepared, *, return_lse: bool = False, layout: str = "NHD",
-                      backend: str | None = None, kernel: str | None = None, is_causal: bool = False,
-                      block_mask: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None):
-    """Attention forward on a prepared structure: out [B, S_q, H_q, D] (layout "NHD") or [B, H_q, S_q, D] ("HND")
-    in prepared.out_dtype, or (out, lse fp32 [B, H_q, S_q]).
-
-    backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "gpu"); kernel: which shipped kernel
-    family ("asm" = the hand-scheduled one, the default; "hip" = the clang-built one). is_causal: row i sees keys
-    j <= i + S_kv - S_q (bottom-right aligned); block_mask: bool [B, H_q, ceil(S_q/64), ceil(S_kv/64)], the key
-    tiles each query tile visits (sage_co.masks). Rows that see no key get zeros and lse -inf. Everything is
-    validated before any kernel runs (plan_forward); sage_co.api plans through sage_co.plan instead."""
-    rec = plan_forward(prepared, return_lse=return_lse, layout=layout, backend=backend, kernel=kernel,
-                       is_causal=is_causal, block_mask=block_mask, attn_mask=attn_mask)
-    out, lse = execute(rec, prepared, block_mask, attn_mask)
-    return (out, lse) if return_lse else out
-
-
 # ---------------------------------------------------------------------------------------------- varlen
-def varlen_recipe(*, batch: int, max_seqlen_q: int, total_q: int, total_kv: int, H_q: int, H_kv: int, D: int,
-                  dtype: torch.dtype, return_lse: bool, is_causal: bool, kernel: str | None, pv_dtype: str,
-                  smooth_v: bool, has_lse_corr: bool, backend: str) -> AttentionRecipe:
+def varlen_recipe(opts, *, batch: int, max_seqlen_q: int, total_q: int, total_kv: int, H_q: int, H_kv: int,
+                  D: int, dtype: torch.dtype, backend: str) -> AttentionRecipe:
     """The one attention launch of a varlen call (docs/numerics.md §Varlen) over a PackedPrepared: grid
-    (ceil(max_seqlen_q / 64), H_q, batch) as flash-attention sizes it, FLAG_VARLEN; each workgroup reads its
-    sequence's lengths from cu_seqlens on the device. Out is the packed [total_q, H_q, D], lse [H_q, total_q]."""
+    (ceil(max_seqlen_q / 64), H_q, batch) as flash-attention sizes it, the flags of `opts` (the call's typed
+    options: abi.option_flags, as recipe) and FLAG_VARLEN; each workgroup reads its sequence's lengths from
+    cu_seqlens on the device. Out is the packed [total_q, H_q, D], lse [H_q, total_q]."""
+    return_lse, is_causal, pv_dtype = opts.return_lse, opts.is_causal, opts.pv_dtype
     check_query_heads(H_q)
     strides = (0, H_q * D, D)        # out [total_q, H_q, D]: row cu_q[b] + i (out_stride_b unused)
     R_q, R_kv = abi.packed_rows(total_q, batch), abi.packed_rows(total_kv, batch)
@@ -336,10 +309,8 @@ def varlen_recipe(*, batch: int, max_seqlen_q: int, total_q: int, total_kv: int,
                              f"(the kernel's 32-bit offsets)")
     if max(strides) >= U32 or WAVE_ROWS * strides[1] * 2 >= U32 or total_q * H_q >= U32:
         raise ValueError(f"q: {total_q} packed rows of {H_q} x {D} are too large for the kernel's 32-bit offsets")
-    shipped = registry.find(OP, kernel, head_dim=Dp, out_dtype=DTYPE_KEYS[dtype], pv_dtype=pv_dtype)
-    smooth_k_term = 0 if has_lse_corr else FLAG_SMOOTH_K
-    flags = ((FLAG_LSE | smooth_k_term) if return_lse else 0) | (FLAG_CAUSAL if is_causal else 0) | \
-        (FLAG_SMOOTH_V if smooth_v else 0) | abi.FLAG_VARLEN
+    shipped = registry.find(OP, opts.kernel, head_dim=Dp, out_dtype=DTYPE_KEYS[dtype], pv_dtype=pv_dtype)
+    flags = _flags(opts, opts.smooth_k) | abi.FLAG_VARLEN   # the host adds smooth_k's lse term (lse_corr)
     scalars = {
         # seq_len_q: the lse row stride (total_q); seq_len_kv / causal_offset: replaced per sequence in the kernel
         "seq_len_q": total_q, "seq_pad_q": R_q, "seq_len_kv": total_kv, "seq_pad_kv": R_kv,

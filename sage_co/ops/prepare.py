@@ -31,7 +31,7 @@ from ..abi import (HEAD_DIM_GRANULE, PREPARE_ALIGN, PREPARE_MAX_CHUNKS, REDUCE_V
                    STATS_K_SUM, STATS_V_MAX, STATS_V_SIGNED, STATS_V_SUM)
 from ..abi import PREPARE_ARGS, PREPARE_OP  # the struct lives in sage_co/abi.py
 from ..abi import HEAD_DIM_MAX, PREPARE_HEAD_DIMS, d_granule
-from ..launch import BoundLaunch, FlatView, launch, resolve_backend
+from ..launch import BoundLaunch, FlatView, launch
 from ..abi import packed_rows
 from ..prepared import DTYPE_KEYS, SCALE_BLOCK, PackedPrepared, SagePrepared, d_pad, s_pad
 from ..reference import norm_rope, q_multiplier, smooth_k_lse_correction, smooth_k_lse_correction_packed
@@ -222,16 +222,19 @@ def _strided(prefix: str, st) -> dict:
     return {f"{prefix}_sb": st[0], f"{prefix}_ss": st[1], f"{prefix}_sh": st[2]}
 
 
-def recipe(chk: validate.Checked, *, smooth_k: bool, eps: float, smooth_v: bool, pv_dtype: str, has_q_norm: bool,
-           has_k_norm: bool, norm_rope_rounding: str, backend: str, packed: tuple[int, int] | None = None
-           ) -> PrepareRecipe:
-    """The prepare launch for checked arguments (validate.check_prepare_args): the launch limits, the shipped
-    kernel for (D_pad, dtype, rope_dim, rounding), bound to its grid and scalar kernargs.
+def recipe(chk: validate.Checked, opts, *, backend: str, packed: tuple[int, int] | None = None) -> PrepareRecipe:
+    """The prepare launch for checked arguments (validate.check_prepare_args) and the call's typed options (sage_co.
+    callspec OpSpec.typed: smooth_k, eps, smooth_v, pv_dtype, norm_rope_rounding, q_norm_weight / k_norm_weight
+    given or not): the launch limits, the shipped kernel for (D_pad, dtype, rope_dim, rounding), bound to its grid
+    and scalar kernargs.
 
     packed = (total_q, total_kv): a varlen prepare (docs/numerics.md §Varlen) of chk.shapes.B packed sequences with
     S_q / S_kv = the caller's max_seqlen_q / max_seqlen_kv (chk.q/k/v the [1, total, H, D] views): the same
     launch, sized from the maxima (every kernel reads its sequence's lengths from cu_seqlens on the device), the
     outputs in the packed layout (execute_varlen)."""
+    smooth_k, eps, smooth_v, pv_dtype = opts.smooth_k, opts.eps, opts.smooth_v, opts.pv_dtype
+    has_q_norm, has_k_norm = opts.q_norm_weight is not None, opts.k_norm_weight is not None
+    norm_rope_rounding = opts.norm_rope_rounding
     sh = chk.shapes
     check_launch_limits(sh)
     if d_pad(sh.D) not in PREPARE_HEAD_DIMS:
@@ -353,27 +356,6 @@ def execute(rec: PrepareRecipe, q, k, v, *, q_norm_weight=None, k_norm_weight=No
     return SagePrepared(own["q_int8"], own["q_scale"], own["k_int8"], own["k_scale"], own["k_mean"], own["v_t"],
                         own["v_scale"], sh.S_q, sh.S_kv, sh.D, sh.dtype, own["v_mean"] if rec.smooth_v else None,
                         lse_corr)
-
-
-def run_prepare(q, k, v, softmax_scale=None, *, layout="NHD", smooth_k=False, q_norm_weight=None,
-                k_norm_weight=None, eps=1e-6, cos=None, sin=None, rope_dim=None, smooth_v=False, pv_dtype="fp8",
-                norm_rope_rounding="once", backend: str | None = None) -> SagePrepared:
-    """The prepare stage on the shipped gfx1201 kernels; same arguments and result as sage_co.reference.sage_prepare.
-
-    smooth_v: V's per-channel mean (v_mean) is subtracted before fp8 (stats also takes V's sums, max and min);
-    pv_dtype="fp16": quant writes V^T in fp16 and no V statistics run (stats only for smooth_k, if at all).
-    backend: None picks by device (CPU tensors -> "emu", gfx1201 -> "gpu"). Every argument is validated before
-    any kernel runs (sage_co.api plans through sage_co.plan instead); outputs are fresh tensors on q's device,
-    padded rows/columns/channels zero."""
-    chk = validate.check_prepare_args(q, k, v, softmax_scale, layout=layout, smooth_k=smooth_k,
-                                      q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, eps=eps, cos=cos,
-                                      sin=sin, rope_dim=rope_dim, smooth_v=smooth_v, pv_dtype=pv_dtype,
-                                      norm_rope_rounding=norm_rope_rounding)
-    rec = recipe(chk, smooth_k=smooth_k, eps=eps, smooth_v=smooth_v, pv_dtype=pv_dtype,
-                 has_q_norm=q_norm_weight is not None, has_k_norm=k_norm_weight is not None,
-                 norm_rope_rounding=norm_rope_rounding, backend=resolve_backend(q, backend))
-    return execute(rec, chk.q, chk.k, chk.v, q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, cos=cos,
-                   sin=sin)
 
 
 def tiles(sh: validate.Shapes) -> int:

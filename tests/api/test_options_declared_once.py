@@ -166,3 +166,53 @@ def test_plan_memo_keys_floats_by_their_bits():
     negative = eps_of(-0.0)
     assert math.copysign(1.0, negative.scalars["eps"]) == -1.0 and negative is not first
     assert eps_of(1e-6) is eps_of(1e-6)
+
+
+def test_a_runtime_flag_option_reaches_the_kernarg_flags(monkeypatch):
+    """A made-up runtime-flag option is declared in two places -- its Option (sage_co/callspec.py) and its bit in the
+    option -> flag table (sage_co/abi.py FLAG_OPTIONS) -- and reaches the attention launch's kernarg `flags` through
+    the public call (the typed options object the recipe reads), set only when the option is on."""
+    from sage_co import abi, api, validate
+    from sage_co.ops import attention as attention_ops
+    from sage_co.ops import prepare as prepare_ops
+    bit = 1 << 6
+    assert not bit & (abi.FLAG_LSE | abi.FLAG_SMOOTH_K | abi.FLAG_CAUSAL | abi.FLAG_SMOOTH_V | abi.FLAG_MASK |
+                      abi.FLAG_VARLEN)
+    knob = callspec.Option("fake_flag", "bool", False, lambda value: validate.check_flag("fake_flag", value))
+    monkeypatch.setattr(api, "SAGE_ATTENTION", callspec.SAGE_ATTENTION.with_option(knob))   # the Option
+    monkeypatch.setitem(abi.FLAG_OPTIONS, "fake_flag", bit)                                 # its bit
+    launched = []
+
+    def record(symbol, struct, grid, block, args, **kw):   # no kernel runs: the kernargs are what is checked
+        launched.append((struct.name, args))
+    monkeypatch.setattr(attention_ops, "launch", record)
+    monkeypatch.setattr(prepare_ops, "launch", record)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 70, 2, 48, generator=g).to(torch.bfloat16) for _ in range(3))
+    for on in (True, False):
+        launched.clear()
+        api.sage_attention(q, k, v, is_causal=True, fake_flag=on)
+        flags = [args["flags"] for name, args in launched if name == abi.ATTENTION_OP]
+        assert flags == [abi.FLAG_CAUSAL | (bit if on else 0)], (on, flags)
+    with pytest.raises(TypeError, match="fake_flag"):
+        api.sage_attention(q, k, v, fake_flag="yes")
+
+
+def test_the_typed_options_object_and_the_docs_come_from_the_declarations():
+    """OpSpec.typed: a frozen dataclass with one field per option (defaults and Option.doc from the declaration); the
+    public docstrings list every option with its doc; sage_co/__init__.pyi (IDEs) is what tools/gen_stubs.py makes."""
+    import dataclasses
+
+    import gen_stubs
+    from sage_co import api
+    spec = callspec.SAGE_ATTENTION
+    opts = spec.typed(spec.bind({"is_causal": True}))
+    assert type(opts).__name__ == "SageAttentionOptions" and opts.is_causal is True and opts.layout == "NHD"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.is_causal = False
+    fields = dataclasses.fields(opts)
+    assert [f.name for f in fields] == list(spec.option_names)
+    assert all(f.metadata["doc"] == spec.option(f.name).doc for f in fields)
+    for o in spec.options:
+        assert f"    {o.name}={o.default!r}" in api.sage_attention.__doc__ and o.doc in api.sage_attention.__doc__
+    assert (ROOT / "sage_co" / "__init__.pyi").read_text() == gen_stubs.stub(), "run python tools/gen_stubs.py"

@@ -125,15 +125,27 @@ def test_generator_loads_the_struct_from_abi():
 
 
 def test_hip_kernel_arithmetic_constants_match_abi():
-    """The HIP attention kernel's #defines of the softmax arithmetic are abi's values (the asm generator derives its
-    bit patterns from abi; docs/numerics.md §Attention arithmetic model)."""
+    """The HIP kernels' constants of the softmax arithmetic come from the generated header, whose values are abi's
+    (the asm generator derives its bit patterns from abi; docs/numerics.md §Attention arithmetic model), and no .hip
+    source #defines an ABI constant, selector or kernarg parameter list by hand."""
     import re
     import struct
-    src = (ROOT / "asm_src" / "gfx1201_sage_attention.hip").read_text()
-    defs = dict(re.findall(r"^#define (\w+) (\S+)", src, flags=re.M))
+
+    import build_asm
+    from sage_co import family
+    header = (ROOT / "asm_src" / "generated" / "sage_abi.h").read_text()
+    defs = dict(re.findall(r"^#define (\w+) (\S+)", header, flags=re.M))
     assert float(defs["P_OFF"].rstrip("f")) == abi.P_OFF
-    assert float(defs["MAGIC_F"].rstrip("f")) == abi.MAGIC
-    assert int(defs["MAGIC_INT"], 16) == struct.unpack("<I", struct.pack("<f", abi.MAGIC))[0]
+    assert float(defs["MAGIC"].rstrip("f")) == abi.MAGIC
+    assert int(defs["MAGIC_BITS"], 16) == struct.unpack("<I", struct.pack("<f", abi.MAGIC))[0]
     assert float(defs["FMA_MAX_QK_SCALE"].rstrip("f")) == abi.FMA_MAX_QK_SCALE
     assert float(defs["M_INIT"].rstrip("f")) == abi.M_INIT == -struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
     assert float(defs["RESCALE_TAU"].rstrip("f")) == abi.RESCALE_TAU
+    assert int(defs["FLAG_VARLEN"].rstrip("u")) == abi.FLAG_VARLEN
+    generated = set(abi.HIP_CONSTANTS) | set(family.HIP_SELECTORS) | \
+        {f"{build_asm.struct_macro(st.name)}_{x}" for st in build_asm.hip_structs() for x in ("PARAMS", "ARGS")}
+    for src in sorted((ROOT / "asm_src").glob("*.hip")):
+        text = src.read_text()
+        assert '#include "generated/sage_abi.h"' in text, src.name
+        by_hand = set(re.findall(r"^[ \t]*#[ \t]*define[ \t]+(\w+)", text, flags=re.M)) & generated
+        assert not by_hand, f"{src.name} #defines {sorted(by_hand)} by hand"

@@ -1,5 +1,4 @@
 """build_asm.py: LLVM discovery, deterministic builds, the manifest, and --check catching drift."""
-import json
 import shutil
 import subprocess
 import sys
@@ -7,6 +6,7 @@ import sys
 import pytest
 
 from llvm_tools import LLVM, ROOT, build_asm, needs_llvm  # noqa: E402
+from sage_co import manifest as manifest_file
 
 TEST_KERNELS = ROOT / "tests" / "build_abi" / "kernels"
 
@@ -60,7 +60,7 @@ def test_build_is_deterministic_and_writes_the_manifest(kernel_tree, tmp_path):
                                         "gfx1201/test_wmma_iu8_min.co"}
     for f in files:
         assert (out1 / f).read_bytes() == (out2 / f).read_bytes(), f"{f} differs between two builds"
-    manifest = json.loads((out1 / "manifest.json").read_text())
+    manifest = manifest_file.read(out1 / "manifest.json")   # each kernel's args resolved from kernarg_layouts
     saxpy = manifest["code_objects"]["test_saxpy"]
     assert saxpy["llvm_version"] == LLVM.version
     k = saxpy["kernels"]["saxpy"]

@@ -143,7 +143,8 @@ def _mutations(data: dict):
 
 
 def test_malformed_manifests(manifest_text):
-    data = json.loads(manifest_text)
+    raw = json.loads(manifest_text)
+    data = manifest_mod.expand(raw)   # each kernel's args resolved from kernarg_layouts
     n = 0
     for what, m in _mutations(data):
         with pytest.raises(manifest_mod.ManifestError, match="^m.json: ") as info:
@@ -151,6 +152,18 @@ def test_malformed_manifests(manifest_text):
         assert info.value.problem, what
         n += 1
     assert n > 30
+    # the stored-once layouts: a reference to none, or a layouts table of the wrong shape, is refused by name
+    co_name, co = next(iter(raw["code_objects"].items()))
+    kname = next(iter(co["kernels"]))
+    m = copy.deepcopy(raw)
+    m["code_objects"][co_name]["kernels"][kname]["args"] = "no_such_layout"
+    with pytest.raises(manifest_mod.ManifestError, match=f"kernels.{kname}.args: 'no_such_layout' is not in"):
+        manifest_mod.loads(json.dumps(m), "m.json")
+    m = copy.deepcopy(raw)
+    m[manifest_mod.LAYOUTS] = []
+    with pytest.raises(manifest_mod.ManifestError, match="kernarg_layouts: expected an object"):
+        manifest_mod.loads(json.dumps(m), "m.json")
+    assert manifest_mod.expand(manifest_mod.compact(data)) == data   # what build_asm.py writes reads back the same
 
 
 @pytest.mark.parametrize("file", ["../x.co", "/etc/passwd", "gfx1201/../../x.co", "./gfx1201/a.co", "a\\b.co",

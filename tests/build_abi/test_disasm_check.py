@@ -11,6 +11,7 @@ import pytest
 
 from llvm_tools import LLVM, ROOT, assemble_text, build_asm, needs_llvm  # noqa: E402,F401
 import disasm_check  # noqa: E402
+from sage_co import manifest as manifest_file
 
 pytestmark = needs_llvm
 
@@ -100,7 +101,7 @@ def test_catches_abi_drift_and_a_changed_kernarg_layout(built, tmp_path, monkeyp
     from sage_co.kernargs import Field, KernargStruct
     hsaco = tmp_path / "hsaco"
     shutil.copytree(built, hsaco)
-    manifest = json.loads((hsaco / "manifest.json").read_text())
+    manifest = manifest_file.read(hsaco / "manifest.json")   # args resolved: written back inline below
     manifest["code_objects"] = {k: v for k, v in manifest["code_objects"].items() if k == "test_fill"}
     manifest["code_objects"]["test_fill"]["provides"] = [{"op": "test.fill", "kernel": "asm", "symbol": "fill"}]
 

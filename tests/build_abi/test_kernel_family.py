@@ -1,6 +1,7 @@
-"""sage_co/family.py, the kernel family declared once: the manifest rows and the asm generator's FAMILY come from it,
-and `build_asm.py --check` fails when a code object or its .hip source disagrees with it in either direction
-(a declared symbol missing, an undeclared symbol present, a wrong template instance, a #define off sage_co/abi.py)."""
+"""sage_co/family.py, the kernel family declared once: the manifest rows, the HIP sources' extern "C" wrappers and the
+asm generator's FAMILY come from it, and `build_asm.py --check` fails when a code object, its .hip source or a
+generated header disagrees with it in either direction (a declared symbol missing, an undeclared symbol present, a
+wrong template instance, a generated file that is not what sage_co/abi.py and family.py give)."""
 import dataclasses
 import json
 import tomllib
@@ -10,21 +11,21 @@ import pytest
 from llvm_tools import LLVM, ROOT, build_asm, needs_llvm
 from sage_co import abi, family
 
-# A family code object small enough to compile in a second: two wrappers of one template and one flag #define
-# (the shape of asm_src/gfx1201_sage_attention.hip: KERNEL(NAME, DP, ...) lines over a template body).
+# A family code object small enough to compile in a second: two generated wrappers of one template and one flag of
+# the generated ABI header (the shape of asm_src/gfx1201_sage_attention.hip: a SAGE_KERNEL macro over a template body,
+# the wrapper lines included from generated/<source>_kernels.h).
 TINY_HIP = """// test family: y[i] = DP * x[i] (+1 when FLAG_LSE is set in flags)
 #define __global__ __attribute__((global))
-#define FLAG_LSE 1u
+#include "generated/sage_abi.h"
 template <int DP>
 static inline __attribute__((always_inline, device)) void body(float* y, const float* x, unsigned flags) {
   unsigned i = __builtin_amdgcn_workitem_id_x();
   y[i] = DP * x[i] + ((flags & FLAG_LSE) ? 1.0f : 0.0f);
 }
-#define KERNEL(NAME, DP) \\
+#define SAGE_KERNEL(NAME, TEMPLATE, ...) \\
   extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(32, 32))) \\
-  void NAME(float* y, const float* x, unsigned flags) { body<DP>(y, x, flags); }
-KERNEL(tiny_d64, 64)
-KERNEL(tiny_d128, 128)
+  void NAME(float* y, const float* x, unsigned flags) { TEMPLATE<__VA_ARGS__>(y, x, flags); }
+#include "generated/tiny_kernels.h"
 """
 TINY = "test_tiny_family"
 
@@ -34,7 +35,7 @@ def tiny_symbol(head_dim: int, instance_dim: int | None = None) -> family.Symbol
                          f"body<{instance_dim or head_dim}>")
 
 
-GOOD = family.CodeObjectFamily((tiny_symbol(64), tiny_symbol(128)), {"FLAG_LSE": abi.FLAG_LSE})
+GOOD = family.CodeObjectFamily((tiny_symbol(64), tiny_symbol(128)))
 
 
 @pytest.fixture
@@ -81,12 +82,21 @@ def test_check_fails_on_a_declared_symbol_the_code_object_lacks(tiny_tree, capsy
 
 
 @needs_llvm
-def test_check_fails_on_a_flag_define_that_differs_from_abi(tiny_tree, capsys):
-    rc, err = tiny_tree[0](dataclasses.replace(GOOD, defines={"FLAG_LSE": abi.FLAG_CAUSAL}), capsys)
-    assert rc == 1
-    assert f"has `#define FLAG_LSE 1u`, but sage_co/abi.py says {abi.FLAG_CAUSAL}" in err
-    rc, err = tiny_tree[0](dataclasses.replace(GOOD, defines={"FLAG_SMOOTH_V": abi.FLAG_SMOOTH_V}), capsys)
-    assert rc == 1 and "has no `#define FLAG_SMOOTH_V`" in err
+def test_the_wrappers_and_the_abi_header_are_generated(tiny_tree, capsys, monkeypatch):
+    """The build wrote generated/tiny_kernels.h (one SAGE_KERNEL line per declared symbol) and generated/sage_abi.h
+    (FLAG_LSE from sage_co/abi.py); --check fails when either is edited or no longer what the declarations give."""
+    check, out = tiny_tree
+    gen = out.parent / "src" / "generated"
+    assert "SAGE_KERNEL(tiny_d64, body, 64)" in (gen / "tiny_kernels.h").read_text()
+    header = (gen / "sage_abi.h").read_text()
+    assert f"#define FLAG_LSE {abi.FLAG_LSE}u" in header
+    (gen / "sage_abi.h").write_text(header.replace(f"#define FLAG_LSE {abi.FLAG_LSE}u", "#define FLAG_LSE 4u"))
+    rc, err = check(GOOD, capsys)
+    assert rc == 1 and "sage_abi.h is not what sage_co/abi.py and sage_co/family.py generate" in err
+    (gen / "sage_abi.h").write_text(header)
+    monkeypatch.setattr(abi, "FLAG_LSE", 1 << 7)   # the declaration moves: the committed header is stale
+    rc, err = check(GOOD, capsys)
+    assert rc == 1 and "#define FLAG_LSE 128u" in err
 
 
 @needs_llvm
@@ -148,22 +158,24 @@ def test_the_product_spans_the_abi_axes():
 
 
 @needs_llvm
-@pytest.mark.parametrize("name", [n for n, f in family.CODE_OBJECTS.items() if f.defines])
+@pytest.mark.parametrize("name", [n for n, f in family.CODE_OBJECTS.items() if f.wrappers])
 def test_shipped_hip_sources_match_the_declaration(name):
-    """The real .hip sources (preprocessed, not compiled): each wrapper calls its declared template instance and each
-    declared #define equals sage_co/abi.py; a declaration with one flag moved is caught."""
+    """The real .hip sources (preprocessed, not compiled) with their generated wrappers: each wrapper calls its
+    declared template instance; a declaration with another instance is caught."""
     entry = next(e for e in build_asm.read_kernel_list() if e.name == name)
     symbols = set(entry.family.symbols)
     assert build_asm.family_problems(entry, symbols, LLVM) == []
-    flag, value = next(iter(entry.family.defines.items()))
-    moved = dataclasses.replace(entry.family, defines={flag: value + 1})
-    problems = build_asm.family_problems(dataclasses.replace(entry, family=moved), symbols, LLVM)
-    assert len(problems) == 1 and f"`#define {flag} " in problems[0]
     k = entry.family.kernels[-1] if entry.family.kernels[-1].hip_instance else entry.family.kernels[1]
     wrong = dataclasses.replace(k, hip_instance=k.hip_instance.replace("<", "<9, "))
     renamed = dataclasses.replace(entry.family, kernels=tuple(wrong if x is k else x for x in entry.family.kernels))
     problems = build_asm.family_problems(dataclasses.replace(entry, family=renamed), symbols, LLVM)
     assert len(problems) == 1 and f"defines {k.symbol} as a call of {k.hip_instance}" in problems[0]
+
+
+def test_generated_files_are_current():
+    """asm_src/generated/* and docs/abi.md are what sage_co/abi.py and sage_co/family.py give now (the cheap half of
+    build_asm.py --check: no compiler)."""
+    assert build_asm.generated_problems(build_asm.read_kernel_list()) == []
 
 
 @needs_llvm

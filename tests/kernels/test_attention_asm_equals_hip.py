@@ -1,5 +1,5 @@
 """The hand-scheduled attention kernel (asm_src/gen_sage_attention_asm.py -> gfx1201_sage_attention_asm.co) on the
-emulator, through sage_co.ops.attention.run_attention_fwd(kernel="asm"), every variant (head dim 64/128 x bf16/fp16).
+emulator, through sage_co.ops.sage_attention_fwd(kernel="asm"), every variant (head dim 64/128 x bf16/fp16).
 
 Bitwise vs the HIP kernel: the asm kernel keeps the HIP kernel's per-row operation order everywhere
 (docs/numerics.md §Attention arithmetic model: the row max on the accumulators' floats MAGIC + s_int, scaled once
@@ -25,7 +25,7 @@ import torch
 
 from sage_co import abi, reference, registry
 from sage_co.launch import get_backend
-from sage_co.ops.attention import run_attention_fwd
+from sage_co.api import sage_attention_fwd
 from attention_cases import (CASES, IDS, LSE_RTOL, MODEL_MAX_ABS, MODEL_MAX_DIFFERENT, MODEL_REL_L2,
                              check_against_fp32, check_against_model, kernel_case, make_inputs)
 
@@ -77,7 +77,7 @@ def test_steady_state_instruction_mix():
     per tile and fewer VALU+TRANS issues than the HIP kernel (the printed figures feed the report)."""
     def per_wave(kernel, S):
         q, k, v = make_inputs(1, 64, S, 1, 1, 128, "bf16", "NHD", "randn")
-        run_attention_fwd(reference.sage_prepare(q, k, v), kernel=kernel, backend="emu")
+        sage_attention_fwd(reference.sage_prepare(q, k, v), kernel=kernel, backend="emu")
         _, stats = get_backend("emu").history[-1]
         return {c: stats[c] / stats["waves"] for c in ("WMMA", "VALU", "TRANS", "LDS", "VMEM_LOAD", "SALU")}
 
@@ -116,8 +116,8 @@ def test_exact_form_for_zero_and_large_scales(kernel, D):
     prepared = reference.sage_prepare(*(t.to(torch.bfloat16) for t in (q, k, v)))
     rows = _one_fma_form_rows(prepared)[0, 0, :S_q]
     assert not rows[:64].any() and rows[64:].all()  # the data reaches both forms
-    out, lse = run_attention_fwd(prepared, return_lse=True, backend="emu", kernel=kernel)
-    other = run_attention_fwd(prepared, return_lse=True, backend="emu", kernel="asm" if kernel == "hip" else "hip")
+    out, lse = sage_attention_fwd(prepared, return_lse=True, backend="emu", kernel=kernel)
+    other = sage_attention_fwd(prepared, return_lse=True, backend="emu", kernel="asm" if kernel == "hip" else "hip")
     assert torch.equal(_bits(out), _bits(other[0])) and torch.equal(_bits(lse), _bits(other[1]))
     assert torch.isfinite(out.float()).all() and torch.isfinite(lse).all()
     ref_out, ref_lse = reference.sage_attention_model(prepared, return_lse=True)
@@ -134,8 +134,8 @@ def test_thresholded_rescale_bitwise_and_model():
     model bound, lse finite."""
     from attention_cases import growing_max_inputs
     prepared = reference.sage_prepare(*growing_max_inputs())
-    out, lse = run_attention_fwd(prepared, return_lse=True, backend="emu", kernel="asm")
-    hout, hlse = run_attention_fwd(prepared, return_lse=True, backend="emu", kernel="hip")
+    out, lse = sage_attention_fwd(prepared, return_lse=True, backend="emu", kernel="asm")
+    hout, hlse = sage_attention_fwd(prepared, return_lse=True, backend="emu", kernel="hip")
     assert torch.equal(_bits(out), _bits(hout)) and torch.equal(_bits(lse), _bits(hlse))
     ref_out, ref_lse = reference.sage_attention_model(prepared, return_lse=True)
     rel_l2 = ((out.double() - ref_out.double()).norm() / ref_out.double().norm()).item()

@@ -14,7 +14,7 @@ import torch
 
 import sage_co
 from sage_co import abi, accuracy, masks, reference
-from sage_co.ops.attention import run_attention_fwd
+from sage_co.api import sage_attention_fwd
 from attention_cases import KERNELS, LSE_RTOL, MODEL_MAX_DIFFERENT, MODEL_REL_L2, bits, make_inputs, rel_l2, run_both
 
 
@@ -88,7 +88,7 @@ def test_attn_mask_both_kernels(case):
     p = reference.sage_prepare(q, k, v, pv_dtype=pv)
     out, lse = run_both(p, attn_mask=mask, is_causal=causal)
     _check(q, k, v, p, out, lse, attn_mask=mask, is_causal=causal)
-    dense = run_attention_fwd(p, backend="emu", kernel="asm", is_causal=causal)
+    dense = sage_attention_fwd(p, backend="emu", kernel="asm", is_causal=causal)
     assert not torch.equal(bits(out), bits(dense))   # the mask did something
 
 
@@ -115,8 +115,8 @@ def test_all_true_mask_is_no_mask_bitwise():
     p = reference.sage_prepare(q, k, v)
     ones = torch.ones(2, 2, 100, 150, dtype=torch.bool)
     for kern in KERNELS:
-        do, dl = run_attention_fwd(p, return_lse=True, backend="emu", kernel=kern)
-        mo, ml = run_attention_fwd(p, return_lse=True, backend="emu", kernel=kern, attn_mask=ones)
+        do, dl = sage_attention_fwd(p, return_lse=True, backend="emu", kernel=kern)
+        mo, ml = sage_attention_fwd(p, return_lse=True, backend="emu", kernel=kern, attn_mask=ones)
         assert torch.equal(bits(do), bits(mo)) and torch.equal(bits(dl), bits(ml))
 
 
@@ -143,7 +143,7 @@ def test_key_padding_shapes(shape):
     p = reference.sage_prepare(q, k, v)
     out, lse = run_both(p, attn_mask=mask)
     _check(q, k, v, p, out, lse, attn_mask=mask)
-    full, full_lse = run_attention_fwd(p, return_lse=True, backend="emu", kernel="asm",
+    full, full_lse = sage_attention_fwd(p, return_lse=True, backend="emu", kernel="asm",
                                        attn_mask=mask.expand(B, 1, S_q, S_kv).contiguous())
     assert torch.equal(bits(out), bits(full)) and torch.equal(bits(lse), bits(full_lse))
 
@@ -156,11 +156,11 @@ def test_hidden_tiles_are_never_read():
     m = torch.ones(192, dtype=torch.bool)
     m[64:128] = False
     m[10] = False                                   # tile 0 partial
-    clean = {kern: run_attention_fwd(p, backend="emu", kernel=kern, attn_mask=m) for kern in KERNELS}
+    clean = {kern: sage_attention_fwd(p, backend="emu", kernel=kern, attn_mask=m) for kern in KERNELS}
     p.k_scale[..., 2:4] = float("nan")
     p.v_t.view(torch.uint8)[..., 64:128] = 0x7f
     for kern in KERNELS:
-        assert torch.equal(bits(run_attention_fwd(p, backend="emu", kernel=kern, attn_mask=m)), bits(clean[kern]))
+        assert torch.equal(bits(sage_attention_fwd(p, backend="emu", kernel=kern, attn_mask=m)), bits(clean[kern]))
 
 
 def test_lut_kinds_parallel_to_entries():
@@ -206,7 +206,7 @@ def test_api_sageattn_and_fake_take_attn_mask():
     assert sage_co.callspec.SAGE_ATTENTION.alias_names["attn_mask"] == "attn_mask"
     out = sage_co.sage_attention(q, k, v, attn_mask=m)
     p = reference.sage_prepare(q, k, v)
-    assert torch.equal(bits(out), bits(run_attention_fwd(p, backend="emu", kernel="asm", attn_mask=m)))
+    assert torch.equal(bits(out), bits(sage_attention_fwd(p, backend="emu", kernel="asm", attn_mask=m)))
     sa = sageattn(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=m, smooth_k=False)
     assert torch.equal(bits(sa.transpose(1, 2)), bits(out))
     fwd = sage_co.sage_attention_fwd(sage_co.sage_prepare(q, k, v), attn_mask=m)

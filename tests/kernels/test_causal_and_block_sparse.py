@@ -14,7 +14,7 @@ import torch
 
 import sage_co
 from sage_co import accuracy, masks, reference
-from sage_co.ops.attention import run_attention_fwd
+from sage_co.api import sage_attention_fwd
 from sage_co.sparse import predict_block_mask, radial_mask, sliding_tile_mask
 from attention_cases import (KERNELS, MODEL_REL_L2, bits, make_inputs,  # the shared attention cases and checks
                              rel_l2, run_both)
@@ -86,8 +86,8 @@ def test_all_true_mask_is_dense_bitwise():
     p = reference.sage_prepare(q, k, v)
     bm = torch.ones(1, 2, 2, 3, dtype=torch.bool)
     for kern in KERNELS:
-        do, dl = run_attention_fwd(p, return_lse=True, backend="emu", kernel=kern)
-        so, sl = run_attention_fwd(p, return_lse=True, backend="emu", kernel=kern, block_mask=bm)
+        do, dl = sage_attention_fwd(p, return_lse=True, backend="emu", kernel=kern)
+        so, sl = sage_attention_fwd(p, return_lse=True, backend="emu", kernel=kern, block_mask=bm)
         assert torch.equal(bits(do), bits(so)) and torch.equal(bits(dl), bits(sl))
 
 
@@ -97,11 +97,11 @@ def test_inactive_tiles_are_never_read():
     q, k, v = make_inputs(1, 64, 192, 1, 1, 64, "bf16", "NHD", "randn", seed=3)
     p = reference.sage_prepare(q, k, v)
     bm = torch.tensor([True, False, True]).view(1, 1, 1, 3)
-    clean = {kern: run_attention_fwd(p, backend="emu", kernel=kern, block_mask=bm) for kern in KERNELS}
+    clean = {kern: sage_attention_fwd(p, backend="emu", kernel=kern, block_mask=bm) for kern in KERNELS}
     p.k_scale[..., 2:4] = float("nan")
     p.v_t.view(torch.uint8)[..., 64:128] = 0x7f        # e4m3fn NaN
     for kern in KERNELS:
-        assert torch.equal(bits(run_attention_fwd(p, backend="emu", kernel=kern, block_mask=bm)), bits(clean[kern]))
+        assert torch.equal(bits(sage_attention_fwd(p, backend="emu", kernel=kern, block_mask=bm)), bits(clean[kern]))
 
 
 def test_block_mask_is_validated():
@@ -185,7 +185,7 @@ def test_predicted_mask_locality_table():
     assert dens == sorted(dens)                                  # higher threshold keeps more
     assert any(d <= 0.5 and e <= 0.06 for _, d, e in table), table
     # the kernel itself (asm, emulator) with the 0.9 mask, vs dense FP32
-    out = run_attention_fwd(reference.sage_prepare(q, k, v), block_mask=predict_block_mask(q, k, cdf_threshold=0.9),
+    out = sage_attention_fwd(reference.sage_prepare(q, k, v), block_mask=predict_block_mask(q, k, cdf_threshold=0.9),
                             backend="emu")
     err = rel_l2(out, dense)
     print("kernel, cdf_threshold 0.9: rel_l2 vs dense FP32", round(err, 4))

@@ -3,7 +3,7 @@
 value the bf16/fp16 symbols round. On the emulator with its sanitizer on (the default), small shapes with B, H >= 2,
 GQA and lengths that are not multiples of 64.
 
-  prepare   run_prepare(fp32) == sage_co.reference.sage_prepare(fp32) bit for bit, with and without the fused
+  prepare   sage_prepare(fp32) == sage_co.reference.sage_prepare(fp32) bit for bit, with and without the fused
             RMSNorm + RoPE (both rounding conventions), smooth_k / smooth_v (given the kernel's k_mean / v_mean: their
             summation order is not part of the spec, as for 16-bit inputs) and pv_dtype fp16; the reference's fp32
             norm / RoPE == the eager fp32 chains (F.rms_norm, fp32 RoPE; the HF chain) bit for bit.
@@ -21,8 +21,8 @@ import torch.nn.functional as F
 
 import sage_co
 from sage_co import reference as R
-from sage_co.ops.attention import run_attention_fwd
-from sage_co.ops.prepare import run_prepare
+from sage_co.api import sage_attention_fwd
+from sage_co.api import sage_prepare
 from attention_cases import MODEL_MAX_ABS, MODEL_REL_L2, rel_l2
 from sage_co import accuracy
 
@@ -82,7 +82,7 @@ def test_prepare_fp32_bitwise(D, opts):
         kw.update(q_norm_weight=wq, k_norm_weight=wk, eps=EPS)
     if opts.get("rope_dim"):
         kw["cos"], kw["sin"] = _tables(max(S_q, S_kv), opts["rope_dim"])
-    p = run_prepare(q, k, v, backend="emu", **kw)
+    p = sage_prepare(q, k, v, backend="emu", **kw)
     ref = R.sage_prepare(q, k, v, **kw)
     assert p.out_dtype == torch.float32 and p.pv_dtype == kw.get("pv_dtype", "fp8")
     for name in ("q_int8", "q_scale"):
@@ -111,19 +111,19 @@ def test_prepare_fp32_reads_fp32_not_a_16_bit_copy():
     """fp32 inputs are quantized from their own values: the blocks differ from those of the same inputs rounded to
     bf16 first (the fp32 symbols are reached, not a conversion)."""
     q, k, v, _, _ = _inputs(1, 40, 40, 2, 2, 64, seed=5)
-    a = run_prepare(q, k, v, backend="emu")
-    b = run_prepare(*(t.bfloat16() for t in (q, k, v)), backend="emu")
+    a = sage_prepare(q, k, v, backend="emu")
+    b = sage_prepare(*(t.bfloat16() for t in (q, k, v)), backend="emu")
     assert not torch.equal(a.q_int8, b.q_int8) and not torch.equal(a.v_t.view(torch.uint8), b.v_t.view(torch.uint8))
 
 
 def test_prepare_fp32_strided_and_hnd():
     """HND views and a sliced (non-contiguous, 16-byte-aligned) fp32 view are read in place, same bits."""
     q, k, v, _, _ = _inputs(2, 33, 50, 2, 2, 64, seed=6)
-    base = run_prepare(q, k, v, backend="emu")
-    hnd = run_prepare(*(t.transpose(1, 2).contiguous() for t in (q, k, v)), layout="HND", backend="emu")
+    base = sage_prepare(q, k, v, backend="emu")
+    hnd = sage_prepare(*(t.transpose(1, 2).contiguous() for t in (q, k, v)), layout="HND", backend="emu")
     wide = torch.randn(2, 33, 2, 68)   # row stride 68 fp32 = 272 B (a multiple of 16 B): read in place
     wide[..., :64] = q
-    sliced = run_prepare(wide[..., :64], k, v, backend="emu")
+    sliced = sage_prepare(wide[..., :64], k, v, backend="emu")
     for name in ("q_int8", "q_scale", "k_int8", "k_scale", "v_t", "v_scale"):
         _same(name, getattr(hnd, name), getattr(base, name))
         _same(name, getattr(sliced, name), getattr(base, name))
@@ -175,7 +175,7 @@ def _att_case(case):
 def test_attention_fp32_out_asm_hip_model(case):
     layout, causal = case[6], case[7]
     q, k, v, p = _att_case(case)
-    run = {var: run_attention_fwd(p, return_lse=True, layout=layout, backend="emu", kernel=var, is_causal=causal)
+    run = {var: sage_attention_fwd(p, return_lse=True, layout=layout, backend="emu", kernel=var, is_causal=causal)
            for var in ("hip", "asm")}
     out, lse = run["asm"]
     assert out.dtype == torch.float32 and out.is_contiguous()
@@ -183,7 +183,7 @@ def test_attention_fp32_out_asm_hip_model(case):
     _same("lse asm vs hip", lse, run["hip"][1])
     # the fp32 output is the value the 16-bit symbols round: rounded here, it is their output bit for bit
     for dt in (torch.bfloat16, torch.float16):
-        o16 = run_attention_fwd(p._replace(out_dtype=dt), layout=layout, backend="emu", kernel="asm",
+        o16 = sage_attention_fwd(p._replace(out_dtype=dt), layout=layout, backend="emu", kernel="asm",
                                 is_causal=causal)
         _same(f"round_saturating(fp32 out) vs the {dt} symbol", R.round_saturating(out, dt), o16)
     model, model_lse = R.sage_attention_model(p, return_lse=True, is_causal=causal)
@@ -208,7 +208,7 @@ def test_attention_fp32_nan_is_canonical_and_inf_passes():
     p = p._replace(v_scale=v_scale)
     model = R.sage_attention_model(p)
     for var in ("hip", "asm"):
-        out = run_attention_fwd(p, backend="emu", kernel=var)
+        out = sage_attention_fwd(p, backend="emu", kernel=var)
         bits = out.view(torch.int32)
         assert (bits[0, :, 1, 3] == 0x7fc00000).all(), var    # query head 1 reads K/V head 1
         assert torch.isinf(out[1, :, 0, 5]).any(), var

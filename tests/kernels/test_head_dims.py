@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention_cases import DTYPES, MODEL_MAX_ABS, MODEL_MAX_DIFFERENT, MODEL_REL_L2, rel_l2
+from attention_cases import DTYPES, MODEL_MAX_ABS, MODEL_MAX_DIFFERENT, MODEL_REL_L2, planned_fwd, rel_l2
 from sage_co import abi, reference, registry, validate
 from sage_co.launch import launch
 from sage_co.ops import attention as attention_ops
-from sage_co.ops.prepare import run_prepare
+from sage_co.api import sage_attention_fwd, sage_prepare
 
 # (D, dtype, is_causal, pv_dtype): D from the issue's list (and 37: not a multiple of the 8-channel granule, so the
 # host pads q/k/v to 40); shapes B = 2, S_q = 37 != S_kv = 70 (not multiples of 64: a tail tile), GQA 4 / 2
@@ -42,7 +42,7 @@ def prepared_cases():
     out = {}
     for D, dtype, _, pv in SMALL_DIMS:
         q, k, v = _inputs(D, dtype)
-        out[(D, dtype, pv)] = (q, k, v, run_prepare(q, k, v, pv_dtype=pv, backend="emu"),
+        out[(D, dtype, pv)] = (q, k, v, sage_prepare(q, k, v, pv_dtype=pv, backend="emu"),
                                reference.sage_prepare(q, k, v, pv_dtype=pv))
     return out
 
@@ -50,7 +50,7 @@ def prepared_cases():
 def _guarded_attention(prepared, kernel, is_causal):
     """The planned launch with the output rows GAP elements apart in a sentinel-filled buffer: (out view, buffer,
     lse)."""
-    rec = attention_ops.plan_forward(prepared, return_lse=True, backend="emu", kernel=kernel, is_causal=is_causal)
+    rec = planned_fwd(prepared, return_lse=True, backend="emu", kernel=kernel, is_causal=is_causal)
     B, S_q, H_q, D = rec.out_shape
     buf = torch.full((B, S_q, H_q, D + GAP), SENTINEL, dtype=torch.int16).view(rec.out_dtype)
     lse = torch.empty(rec.lse_shape, dtype=torch.float32)
@@ -94,8 +94,8 @@ def test_public_api_any_head_dim():
     q, k, v = _inputs(40, "bf16", seed=1)
     out = sage_co.sage_attention(q, k, v, is_causal=True)
     assert out.shape == q.shape
-    p = run_prepare(q, k, v, backend="emu")
-    ref, _ = attention_ops.run_attention_fwd(p, return_lse=True, is_causal=True, backend="emu")
+    p = sage_prepare(q, k, v, backend="emu")
+    ref, _ = sage_attention_fwd(p, return_lse=True, is_causal=True, backend="emu")
     assert torch.equal(out, ref)
 
 
@@ -106,7 +106,7 @@ def test_head_dim_limits_name_the_argument():
     w = torch.ones(37, dtype=torch.bfloat16)
     x = torch.zeros(1, 4, 1, 37, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="q_norm_weight: the fused RMSNorm needs a head dim that is a multiple of 8"):
-        run_prepare(x, x, x, q_norm_weight=w, backend="emu")
+        sage_prepare(x, x, x, q_norm_weight=w, backend="emu")
 
 
 def test_every_padded_head_dim_has_an_attention_kernel():
@@ -132,7 +132,7 @@ def test_wide_head_dims_both_kernels(case):
     pr = reference.sage_prepare(q, k, v)
     assert pr.q_int8.shape[-1] == 256 and pr.head_dim == D
     model, model_lse = reference.sage_attention_model(pr, return_lse=True, is_causal=is_causal)
-    rec = attention_ops.plan_forward(pr, return_lse=True, backend="emu", is_causal=is_causal)
+    rec = planned_fwd(pr, return_lse=True, backend="emu", is_causal=is_causal)
     assert rec.kernel.kernel == "asm" and rec.kernel.symbol.endswith(f"_asm_d256_{dtype}")   # the default at D > 128
     results = {}
     for kernel in ("hip", "asm"):
@@ -168,7 +168,7 @@ def test_wide_head_dims_asm_is_hip_bitwise(case):
     k = (torch.randn(B, S_kv, H_kv, D, generator=g) + 2 * torch.randn(1, 1, H_kv, D, generator=g)).to(DTYPES[dtype])
     v = torch.randn(B, S_kv, H_kv, D, generator=g).to(DTYPES[dtype])
     pr = reference.sage_prepare(q, k, v, smooth_k=smooth_k)
-    res = {var: attention_ops.run_attention_fwd(pr, return_lse=True, backend="emu", kernel=var, is_causal=is_causal)
+    res = {var: sage_attention_fwd(pr, return_lse=True, backend="emu", kernel=var, is_causal=is_causal)
            for var in ("hip", "asm")}
     (ao, al), (ho, hl) = res["asm"], res["hip"]
     diff = (ao.view(torch.int16) != ho.view(torch.int16)).sum().item()
@@ -182,10 +182,10 @@ def test_wide_head_dims_refusals_name_the_argument():
     q, k, v = _inputs(160, "bf16")
     pr16 = reference.sage_prepare(q, k, v, pv_dtype="fp16")
     with pytest.raises(ValueError, match="pv_dtype: \"fp16\" is built for head dims up to 128, got D = 160"):
-        attention_ops.run_attention_fwd(pr16, backend="emu")
+        sage_attention_fwd(pr16, backend="emu")
     # the prepare kernels are built at D_pad 256 (issue 30): a kernel prepare of D = 160 plans the default (asm)
     # attention kernel of D_pad 256
-    rec = attention_ops.plan_forward(run_prepare(q, k, v, backend="emu"), backend="emu")
+    rec = planned_fwd(sage_prepare(q, k, v, backend="emu"), backend="emu")
     assert rec.kernel.kernel == "asm" and rec.kernel.symbol == "gfx1201_sage_attention_fwd_asm_d256_bf16"
 
 

@@ -8,7 +8,7 @@
       xf.pow(2).mean(-1) sums in another order, so the literal HF chain is not a well-defined target (the measured
       disagreement is in docs/numerics.md).
 
-The kernels' results are int8 blocks, so "fused == eager" is checked through the quantization: run_prepare with the
+The kernels' results are int8 blocks, so "fused == eager" is checked through the quantization: sage_prepare with the
 norm/RoPE arguments (on the emulator) == reference.quantize_q / quantize_k of the eager chain's output, without
 smooth_k (k_mean zero). The eager chains are written out here op for op, independent of sage_co.reference's norm code.
 
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from sage_co import reference as R
-from sage_co.ops.prepare import run_prepare
+from sage_co.api import sage_prepare
 
 EPS = 1e-6
 SEED_CASES = [(4097, 28, 96), (513, 7, 128), (300, 3, 64)]   # (S, H, rope_dim) of the seed's test_fused_norm_rope
@@ -80,8 +80,8 @@ def _same(name, a, b):
 
 
 def fused_equals_chain(q, k, v, wq, wk, cos, sin, rope_dim, rounding, chain):
-    """run_prepare's Q and K blocks == the quantization of chain(q), chain(k), bit for bit."""
-    p = run_prepare(q, k, v, q_norm_weight=wq, k_norm_weight=wk, eps=EPS, cos=cos, sin=sin,
+    """sage_prepare's Q and K blocks == the quantization of chain(q), chain(k), bit for bit."""
+    p = sage_prepare(q, k, v, q_norm_weight=wq, k_norm_weight=wk, eps=EPS, cos=cos, sin=sin,
                     norm_rope_rounding=rounding, backend="emu")
     qn, kn = chain(q, wq, cos, sin, rope_dim), chain(k, wk, cos, sin, rope_dim)
     q_int8, q_scale = R.quantize_q(qn)
@@ -119,7 +119,7 @@ def test_once_takes_tables_in_the_input_dtype_exactly():
     S, D = 40, 128
     q, k, v, wq, wk = _inputs(1, S, 2, D, torch.bfloat16, seed=7)
     cos, sin = (t.bfloat16() for t in fp32_tables(S, 64))
-    a = run_prepare(q, k, v, q_norm_weight=wq, k_norm_weight=wk, cos=cos, sin=sin, backend="emu")
+    a = sage_prepare(q, k, v, q_norm_weight=wq, k_norm_weight=wk, cos=cos, sin=sin, backend="emu")
     b = R.sage_prepare(q, k, v, q_norm_weight=wq, k_norm_weight=wk, cos=cos.float(), sin=sin.float())
     for name in ("q_int8", "q_scale", "k_int8", "k_scale"):
         _same(name, getattr(a, name), getattr(b, name))
@@ -130,7 +130,7 @@ def test_the_two_conventions_differ():
     S, D = 40, 128
     q, k, v, wq, wk = _inputs(1, S, 2, D, torch.bfloat16, seed=8)
     cos, sin = (t.bfloat16() for t in fp32_tables(S, 128))
-    a, b = (run_prepare(q, k, v, q_norm_weight=wq, cos=cos, sin=sin, norm_rope_rounding=r, backend="emu")
+    a, b = (sage_prepare(q, k, v, q_norm_weight=wq, cos=cos, sin=sin, norm_rope_rounding=r, backend="emu")
             for r in ("once", "per_op"))
     assert not torch.equal(a.q_int8, b.q_int8)
 
@@ -149,7 +149,7 @@ def test_bad_rounding_arguments_fail_before_any_kernel(bad, exc, match, monkeypa
     monkeypatch.setattr(prepare_mod, "launch", lambda *a, **kw: launched.append(a[0]))
     q = k = v = torch.zeros(1, 8, 1, 128, dtype=torch.bfloat16)
     with pytest.raises(exc, match=match):
-        run_prepare(q, k, v, backend="emu", **bad)
+        sage_prepare(q, k, v, backend="emu", **bad)
     assert launched == []
 
 

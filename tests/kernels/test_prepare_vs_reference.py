@@ -1,4 +1,4 @@
-"""The prepare kernels (asm_src/gfx1201_sage_prepare.hip) on the emulator through sage_co.ops.prepare.run_prepare,
+"""The prepare kernels (asm_src/gfx1201_sage_prepare.hip) on the emulator through sage_co.ops.prepare.sage_prepare,
 checked against sage_co.reference (docs/numerics.md §Prepare).
 
 Bitwise: q_int8, q_scale, v_t, v_scale against reference.sage_prepare; k_int8, k_scale against
@@ -22,9 +22,10 @@ import math
 import pytest
 import torch
 
-from sage_co import abi, reference
+from sage_co import reference
 from sage_co.ops import prepare as prepare_mod
-from sage_co.ops.prepare import chunking, run_prepare
+from sage_co.api import sage_prepare
+from sage_co.ops.prepare import chunking
 from sage_co.prepared import SagePrepared, s_pad
 
 BF16_MAX = torch.finfo(torch.bfloat16).max
@@ -33,7 +34,7 @@ U = 2.0 ** -24
 
 @pytest.fixture(autouse=True)
 def garbage_outputs(monkeypatch):
-    """Outputs come from torch.empty in run_prepare; make 'empty' memory visibly non-zero (0xA5 bytes: int8 -91,
+    """Outputs come from torch.empty in sage_prepare; make 'empty' memory visibly non-zero (0xA5 bytes: int8 -91,
     fp8 -0.40625 (0xA5), fp32 -2.9e-16) so an unwritten byte fails the bitwise comparison."""
     def alloc(*shape, dtype, device):
         t = torch.empty(*shape, dtype=dtype, device=device)
@@ -85,8 +86,8 @@ def _same_bits(name, a: torch.Tensor, b: torch.Tensor):
 
 
 def check(q, k, v, softmax_scale=None, *, smooth_k=False, eps=1e-6, layout="NHD", **kw) -> SagePrepared:
-    """run_prepare on the emulator vs the reference; returns the kernel's result."""
-    out = run_prepare(q, k, v, softmax_scale, smooth_k=smooth_k, eps=eps, layout=layout, backend="emu", **kw)
+    """sage_prepare on the emulator vs the reference; returns the kernel's result."""
+    out = sage_prepare(q, k, v, softmax_scale, smooth_k=smooth_k, eps=eps, layout=layout, backend="emu", **kw)
     ref = reference.sage_prepare(q, k, v, softmax_scale, smooth_k=smooth_k, eps=eps, layout=layout, **kw)
     assert isinstance(out, SagePrepared) and out[7:11] == ref[7:11]
     assert (out.lse_corr is None) == (ref.lse_corr is None) == (not smooth_k)   # smooth_k's LSE term (§LSE)
@@ -208,7 +209,7 @@ def test_head_dim_256_plain_and_smooth_v(dtype):
     and quantization at 32 tokens per lane (v_t / v_scale bitwise given the kernel's v_mean)."""
     q, k, v = _qkv(2, 97, 2, seed=160, D=160, dtype=dtype, S_kv=70)
     check(q, k, v, smooth_k=True)
-    out = run_prepare(q, k, v, smooth_v=True, backend="emu")
+    out = sage_prepare(q, k, v, smooth_v=True, backend="emu")
     mean = reference.v_channel_mean(v)
     assert (out.v_mean - mean).abs().max() <= 2 * 70 * U * v.float().abs().amax()
     assert not out.v_mean[..., 160:].any()
@@ -401,7 +402,7 @@ def test_bad_arguments_fail_before_any_kernel(bad, exc, match, monkeypatch):
     args.update(bad)
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
     with pytest.raises(exc, match=match):
-        run_prepare(q, k, v, backend="emu", **args)
+        sage_prepare(q, k, v, backend="emu", **args)
     assert launched == []
 
 
@@ -416,10 +417,10 @@ def test_kernel_sequence_and_geometry(monkeypatch):
                         real(sym, st, grid, block, args, backend=backend))
     S = 70
     q, k, v = _qkv(2, S, 3, seed=15)
-    run_prepare(q, k, v, backend="emu", **_norm_rope(S, 96))
-    run_prepare(q, k, v, smooth_k=True, backend="emu")
+    sage_prepare(q, k, v, backend="emu", **_norm_rope(S, 96))
+    sage_prepare(q, k, v, smooth_k=True, backend="emu")
     q, k, v = _qkv(2, 40, 4, seed=15, D=48, dtype=torch.float16, S_kv=100, H_kv=2)
-    run_prepare(q, k, v, backend="emu")
+    sage_prepare(q, k, v, backend="emu")
     tiles = 2 * (3 * 4 + 2 * 3 * 4)      # B * (H_q * S_q_pad/32 + 2 * H_kv * S_kv_pad/32)
     assert calls == [
         ("gfx1201_sage_prepare_d128_bf16_once", (3 * 3 * 2 + tiles, 1, 1), (32, 1, 1)),   # 3 chunks, RoPE 96
@@ -444,8 +445,8 @@ def test_every_launch_gets_fresh_zeroed_counters():
     q, k, v = _qkv(2, 200, 3, seed=21, offset=(0.0, 1.0, 0.5))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(prepare_mod, "launch", recording)
-        a = run_prepare(q, k, v, smooth_k=True, smooth_v=True, backend="emu")
-        b = run_prepare(q, k, v, smooth_k=True, smooth_v=True, backend="emu")
+        a = sage_prepare(q, k, v, smooth_k=True, smooth_v=True, backend="emu")
+        b = sage_prepare(q, k, v, smooth_k=True, smooth_v=True, backend="emu")
     assert len(seen) == 2
     (c0, at0), (c1, at1) = seen
     assert c0.numel() == c1.numel() == 1 + 2 * 3 and not at0.any() and not at1.any()
@@ -461,7 +462,7 @@ def _captured(q, k, v, mp):
     got = []
     mp.setattr(prepare_mod, "launch", lambda sym, st, grid, block, args, backend: got.append(
         (sym, st, grid, block, dict(args), backend)))
-    out = run_prepare(q, k, v, backend="emu")
+    out = sage_prepare(q, k, v, backend="emu")
     assert len(got) == 1
     return got[0], out
 
@@ -494,7 +495,7 @@ def test_two_graphs_and_an_aborted_launch_cannot_share_or_dirty_counters():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(prepare_mod, "launch", fails_part_way)
         with pytest.raises(RuntimeError, match="stopped part-way"):
-            run_prepare(qa, ka, va, backend="emu")
+            sage_prepare(qa, ka, va, backend="emu")
     check(qa, ka, va, smooth_k=True)
 
 
@@ -584,8 +585,8 @@ def test_hnd_and_strided_views_are_read_in_place(dtype, monkeypatch):
 
 def test_mixed_layouts_of_the_same_values_agree():
     q, k, v = _qkv(1, 40, 4, seed=6, D=96, S_kv=33, H_kv=2)
-    a = run_prepare(q, k, v, backend="emu")
-    b = run_prepare(*(t.transpose(1, 2).contiguous() for t in (q, k, v)), layout="HND", backend="emu")
+    a = sage_prepare(q, k, v, backend="emu")
+    b = sage_prepare(*(t.transpose(1, 2).contiguous() for t in (q, k, v)), layout="HND", backend="emu")
     for name in ("q_int8", "q_scale", "k_int8", "k_scale", "v_t", "v_scale"):
         _same_bits(name, getattr(a, name), getattr(b, name))
 
@@ -661,14 +662,14 @@ def test_smooth_v_and_pv16_every_byte(dtype, D, S):
     g = _gen(21)
     q, k = (torch.randn(1, S, 2, D, generator=g).to(dtype) for _ in range(2))
     v = (torch.randn(1, S, 2, D, generator=g) * 0.5 + 3 * torch.randn(1, 1, 2, D, generator=g)).to(dtype)
-    out = run_prepare(q, k, v, smooth_v=True, backend="emu")
+    out = sage_prepare(q, k, v, smooth_v=True, backend="emu")
     mean = reference.v_channel_mean(v)
     assert (out.v_mean - mean).abs().max() <= 2 * S * U * v.float().abs().amax()
     assert not out.v_mean[..., D:].any()
     v_t, v_scale = reference.quantize_v(v, out.v_mean)
     _same_bits("v_t", out.v_t, v_t)
     _same_bits("v_scale", out.v_scale, v_scale)
-    h = run_prepare(q, k, v, pv_dtype="fp16", smooth_k=True, backend="emu")
+    h = sage_prepare(q, k, v, pv_dtype="fp16", smooth_k=True, backend="emu")
     _same_bits("v_t", h.v_t, reference.convert_v_fp16(v))
     _same_bits("v_scale", h.v_scale, torch.zeros_like(h.v_scale))
     ref = reference.sage_prepare(q, k, v, pv_dtype="fp16")
@@ -684,16 +685,16 @@ def test_smooth_v_non_finite_and_overflowing_v():
     v[0, 3, 0, 5] = float("nan")
     v[0, 7, 0, 9] = float("inf")
     v[0, 9, 0, 11] = 1e6
-    out = run_prepare(q, k, v, smooth_v=True, backend="emu")
+    out = sage_prepare(q, k, v, smooth_v=True, backend="emu")
     fp8 = out.v_t.view(torch.uint8)[0, 0]
     for ch in (5, 9):
         assert torch.isnan(out.v_scale[0, 0, ch]) and bool((fp8[ch, :64] == 0x7F).all())
     v_t, v_scale = reference.quantize_v(v, out.v_mean)
     _same_bits("v_t", out.v_t, v_t)
     with pytest.raises(ValueError, match="^v: pv_dtype=\"fp16\""):
-        run_prepare(q, k, v, pv_dtype="fp16", backend="emu")
+        sage_prepare(q, k, v, pv_dtype="fp16", backend="emu")
     v[0, 9, 0, 11] = 0
-    h = run_prepare(q, k, v, pv_dtype="fp16", backend="emu")
+    h = sage_prepare(q, k, v, pv_dtype="fp16", backend="emu")
     assert math.isinf(h.v_t[0, 0, 9, 7].item()) and math.isnan(h.v_t[0, 0, 5, 3].item())
     ref = reference.convert_v_fp16(v)
     finite = ~torch.isnan(ref)

@@ -16,8 +16,8 @@ import sage_co
 import sage_co.api  # noqa: F401  (registers torch.ops.sage_co.*)
 from sage_co import reference as R
 from sage_co import registry
-from sage_co.ops.attention import run_attention_fwd
-from sage_co.ops.prepare import run_prepare
+from sage_co.api import sage_attention_fwd
+from sage_co.api import sage_prepare
 
 from attention_cases import DTYPES, KERNELS   # tests/attention_cases.py: the shared kernel and dtype lists
 
@@ -85,22 +85,22 @@ def test_pv_fp16_reference_conversion():
 @pytest.mark.parametrize("D", [64, 80, 128])
 def test_prepare_smooth_v_and_pv16_bitwise(dtype, D):
     q, k, v = inputs(S_q=70, S_kv=100, H_q=4, H_kv=2, D=D, dtype=dtype)
-    sm = run_prepare(q, k, v, smooth_v=True, smooth_k=True)
+    sm = sage_prepare(q, k, v, smooth_v=True, smooth_k=True)
     assert (sm.v_mean - R.v_channel_mean(v)).abs().max() <= 1e-5      # summation order is free
     v_t, v_scale = R.quantize_v(v, sm.v_mean)                          # given v_mean: bitwise
     assert torch.equal(sm.v_t.view(torch.uint8), v_t.view(torch.uint8)) and torch.equal(sm.v_scale, v_scale)
     ref = R.sage_prepare(q, k, v, smooth_v=True, smooth_k=True)
     assert torch.equal(sm.q_int8, ref.q_int8) and torch.equal(sm.q_scale, ref.q_scale)
-    h = run_prepare(q, k, v, pv_dtype="fp16")
+    h = sage_prepare(q, k, v, pv_dtype="fp16")
     assert h.v_mean is None and h.pv_dtype == "fp16" and not h.v_scale.any()
     assert torch.equal(h.v_t.view(torch.int16), R.convert_v_fp16(v).view(torch.int16))
-    plain = run_prepare(q, k, v)
+    plain = sage_prepare(q, k, v)
     assert plain.v_mean is None and torch.equal(plain.v_t.view(torch.uint8), R.quantize_v(v)[0].view(torch.uint8))
 
 
 def test_prepare_pv16_hnd_strided_view():
     q, k, v = inputs(S_q=33, H_q=2, H_kv=1, D=64, dtype="fp16", layout="HND")
-    p = run_prepare(q, k, v, pv_dtype="fp16", layout="HND")
+    p = sage_prepare(q, k, v, pv_dtype="fp16", layout="HND")
     assert torch.equal(p.v_t.view(torch.int16), R.convert_v_fp16(v.transpose(1, 2)).view(torch.int16))
 
 
@@ -120,10 +120,10 @@ CASES = [  # (S_q, S_kv, H_q, H_kv, D, dtype, layout, causal)
 def test_kernels_match_model_and_each_other(case, kw):
     S_q, S_kv, H_q, H_kv, D, dtype, layout, causal = case
     q, k, v = inputs(S_q=S_q, S_kv=S_kv, H_q=H_q, H_kv=H_kv, D=D, dtype=dtype, layout=layout)
-    p = run_prepare(q, k, v, layout=layout, smooth_k=True, **kw)
+    p = sage_prepare(q, k, v, layout=layout, smooth_k=True, **kw)
     model, model_lse = R.sage_attention_model(p, return_lse=True, is_causal=causal)
     model = R.to_layout(model, layout)
-    res = {kern: run_attention_fwd(p, kernel=kern, layout=layout, return_lse=True, is_causal=causal)
+    res = {kern: sage_attention_fwd(p, kernel=kern, layout=layout, return_lse=True, is_causal=causal)
            for kern in KERNELS}
     for kern, (out, lse) in res.items():
         assert rel_l2(out, model) <= MODEL_REL_L2, kern

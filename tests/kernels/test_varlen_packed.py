@@ -14,7 +14,8 @@ import torch
 import sage_co
 from sage_co import abi, accuracy, launch, reference
 from sage_co.ops import attention as attention_ops
-from sage_co.ops.attention import run_attention_fwd
+from sage_co.api import sage_attention_fwd
+from sage_co.varlen import SAGE_ATTENTION_VARLEN
 
 from varlen_cases import pack_prepared, packed_inputs, per_sequence
 
@@ -49,10 +50,12 @@ def kernel_runs():
             lq, lk, H_q, H_kv, D, dt, causal, sk, sv, pv = case
             q, k, v, cq, ck = packed_inputs(lq, lk, H_q, H_kv, D, dt, k_offset=sk)
             pk = pack_prepared(q, k, v, cq, ck, smooth_k=sk, smooth_v=sv, pv_dtype=pv)
+            opts = SAGE_ATTENTION_VARLEN.typed({**SAGE_ATTENTION_VARLEN.defaults, "return_lse": True,
+                                                "is_causal": causal, "kernel": kernel, "pv_dtype": pv,
+                                                "smooth_v": sv, "smooth_k": sk})
             rec = attention_ops.varlen_recipe(
-                batch=len(lq), max_seqlen_q=max(lq), total_q=sum(lq), total_kv=sum(lk), H_q=H_q, H_kv=H_kv, D=D,
-                dtype=dt, return_lse=True, is_causal=causal, kernel=kernel, pv_dtype=pv, smooth_v=sv,
-                has_lse_corr=sk, backend="emu")
+                opts, batch=len(lq), max_seqlen_q=max(lq), total_q=sum(lq), total_kv=sum(lk), H_q=H_q, H_kv=H_kv,
+                D=D, dtype=dt, backend="emu")
             launch.launched.clear()   # a bounded deque (maxlen 256): full after a long run, its length would stop growing
             before = len(launch.launched)
             out, lse = attention_ops.execute_varlen(rec, pk)
@@ -60,7 +63,7 @@ def kernel_runs():
 
             def one(qb, kb, vb):
                 p = reference.sage_prepare(qb, kb, vb, smooth_k=sk, smooth_v=sv, pv_dtype=pv)
-                return run_attention_fwd(p, return_lse=True, kernel=kernel, is_causal=causal, backend="emu")
+                return sage_attention_fwd(p, return_lse=True, kernel=kernel, is_causal=causal, backend="emu")
             cache[key] = (out, lse, *per_sequence(q, k, v, cq, ck, one))
         return cache[key]
     return run
@@ -109,9 +112,9 @@ def test_packed_prepare_equals_per_sequence_reference(smooth_k, smooth_v, pv_dty
     chk = validate.check_prepare_args(q[None], k[None], v[None], None, smooth_k=smooth_k, smooth_v=smooth_v,
                                       pv_dtype=pv_dtype)
     sh = chk.shapes._replace(B=len(lq), S_q=max(lq), S_kv=max(lk))
-    rec = prepare_ops.recipe(chk._replace(shapes=sh), smooth_k=smooth_k, eps=1e-6, smooth_v=smooth_v,
-                             pv_dtype=pv_dtype, has_q_norm=False, has_k_norm=False, norm_rope_rounding="once",
-                             backend="emu", packed=(sum(lq), sum(lk)))
+    opts = SAGE_ATTENTION_VARLEN.typed({**SAGE_ATTENTION_VARLEN.defaults, "smooth_k": smooth_k,
+                                        "smooth_v": smooth_v, "pv_dtype": pv_dtype})
+    rec = prepare_ops.recipe(chk._replace(shapes=sh), opts, backend="emu", packed=(sum(lq), sum(lk)))
     launch.launched.clear()   # a bounded deque (maxlen 256): full after a long run, its length would stop growing
     before = len(launch.launched)
     got = prepare_ops.execute_varlen(rec, q, k, v, cq, ck, total_q=sum(lq), max_seqlen_q=max(lq),

@@ -12,6 +12,7 @@ import torch
 from elftools.elf.elffile import ELFFile
 
 from sage_co import abi, emu, launch, reference, registry
+from sage_co.api import sage_attention_fwd
 from sage_co.emu.device import EmuError
 
 SYMBOL = "gfx1201_sage_attention_fwd_d128_bf16"   # the HIP kernel, head dim 128, bf16 out: 128 work-items, x id only
@@ -31,7 +32,7 @@ def _attention_args(S: int = 64):
     real = attention.launch
     attention.launch = capture
     try:
-        attention.run_attention_fwd(p, backend="emu", kernel="hip")
+        sage_attention_fwd(p, backend="emu", kernel="hip")
     finally:
         attention.launch = real
     assert captured["symbol"] == SYMBOL

@@ -48,6 +48,18 @@ if os.environ.get("SAGE_CO_TEST_BLOCK_HIP_PYTHON") == "1":
     sys.meta_path.insert(0, BlockHipPython())
 
 
+
+def fwd(prepared, **options):
+    """sage_attention_fwd's planned launch (sage_co.plan.plan_call, every check) without its padding read: the stub
+    runtime runs no kernel, so a structure prepared on it holds torch.empty's bytes."""
+    from sage_co.callspec import FWD_KEYWORDS, SAGE_ATTENTION_FWD
+    from sage_co.ops import attention
+    from sage_co.plan import plan_call
+    o = SAGE_ATTENTION_FWD.bind(options, "sage_attention_fwd", allowed=FWD_KEYWORDS)
+    rec = plan_call(SAGE_ATTENTION_FWD, (prepared,), o).attention
+    out, lse = attention.execute(rec, prepared, o["block_mask"], o["attn_mask"])
+    return (out, lse) if o["return_lse"] else out
+
 def point_hip_python_at(path: Path):
     """What a stray first hip-python call does: open a runtime of its own choosing (here: `path`). Where the gpu
     backend runs on ctypes, a library loading a runtime of its own (ctypes.CDLL) does the same."""
@@ -107,10 +119,10 @@ def run_ops(backend: str):
     kernel with and without LSE on those prepared inputs (the fp16 one reaches the _pv16 symbols), then each
     microbenchmark (sage_co.microbench). Returns the launch records."""
     from sage_co import abi, launch, registry
-    from sage_co.ops.attention import OP, run_attention_fwd
+    from sage_co.ops.attention import OP
     from sage_co import validate
     from sage_co.ops.predict import run_predict
-    from sage_co.ops.prepare import run_prepare
+    from sage_co.api import sage_prepare
     shipped_kernels = sorted({k.kernel for k in registry.kernels() if k.op == OP})
     # (kernel, head_dim, pv_dtype) of the shipped attention symbols: pv_dtype fp16 stops at D_pad 128
     # (abi.PV16_HEAD_DIMS), the prepare and attention kernels do not
@@ -118,22 +130,22 @@ def run_ops(backend: str):
     with launch.recording() as records:
         for (D, dtype), rope_dims in prepare_families().items():
             q, k, v = inputs(D=D, dtype=dtype)
-            prepared = run_prepare(q, k, v, smooth_k=False, backend=backend)
-            run_prepare(q, k, v, smooth_k=True, backend=backend)
+            prepared = sage_prepare(q, k, v, smooth_k=False, backend=backend)
+            sage_prepare(q, k, v, smooth_k=True, backend=backend)
             for rd in rope_dims:   # both norm_rope_rounding conventions (the _once symbols and the per_op ones)
                 nr = norm_rope(q.shape[1], rd, D, dtype) if rd else {"q_norm_weight": q[0, 0, 0].contiguous()}
                 for rounding in ("once", "per_op"):
                     if rd or rounding == "per_op":   # rope 0 once: the plain runs above
-                        run_prepare(q, k, v, smooth_k=True, backend=backend, norm_rope_rounding=rounding, **nr)
-            smooth_v = run_prepare(q, k, v, smooth_v=True, backend=backend)       # issue 19: V statistics
-            pv16 = run_prepare(q, k, v, pv_dtype="fp16", backend=backend)        # and the fp16 V^T path
+                        sage_prepare(q, k, v, smooth_k=True, backend=backend, norm_rope_rounding=rounding, **nr)
+            smooth_v = sage_prepare(q, k, v, smooth_v=True, backend=backend)       # issue 19: V statistics
+            pv16 = sage_prepare(q, k, v, pv_dtype="fp16", backend=backend)        # and the fp16 V^T path
             for kernel in shipped_kernels:
                 if (kernel, D, "fp8") in served:
-                    run_attention_fwd(prepared, backend=backend, kernel=kernel)
-                    run_attention_fwd(prepared, backend=backend, kernel=kernel, return_lse=True)
-                    run_attention_fwd(smooth_v, backend=backend, kernel=kernel)
+                    fwd(prepared, backend=backend, kernel=kernel)
+                    fwd(prepared, backend=backend, kernel=kernel, return_lse=True)
+                    fwd(smooth_v, backend=backend, kernel=kernel)
                 if (kernel, D, "fp16") in served:
-                    run_attention_fwd(pv16, backend=backend, kernel=kernel, return_lse=True)
+                    fwd(pv16, backend=backend, kernel=kernel, return_lse=True)
             # the block-mask predictor (pool + select): 16-bit q/k only, D up to abi.PREDICT_CHANNELS
             if dtype in abi.PREDICT_IN_DTYPES and D <= abi.PREDICT_CHANNELS:
                 sh, qn, kn, _ = validate.check_qkv(q, k, k, "NHD")
@@ -145,7 +157,7 @@ def run_ops(backend: str):
         for kernel, D, out_dtype in sorted({(k.kernel, k.key("head_dim"), k.key("out_dtype"))
                                              for k in registry.kernels() if k.op == OP
                                              and k.key("head_dim") not in prep_dims}):
-            run_attention_fwd(reference.sage_prepare(*inputs(D=D, dtype=out_dtype)), backend=backend,
+            fwd(reference.sage_prepare(*inputs(D=D, dtype=out_dtype)), backend=backend,
                               kernel=kernel, return_lse=True)
         from sage_co import microbench            # the microbenchmarks of `selftest --perf`: one workgroup each
         for bench in microbench.MICROBENCH_BENCHES:
@@ -172,7 +184,6 @@ def main_scenario(tmp: Path) -> dict:
     import torch
     from sage_co import launch, registry
     from sage_co.backends.hip_runtime import HipError
-    from sage_co.ops import attention
     out: dict = {}
     be = hip_backend(stream=0x5A5A)
     out["runtime"] = be.runtime.path
@@ -232,12 +243,12 @@ def main_scenario(tmp: Path) -> dict:
 
     # -- errors: code, every alias, hipGetErrorString text; a failed launch is not recorded as launched
     q, k, v = inputs(S=16, H=1)
-    from sage_co.ops.prepare import run_prepare
-    prepared = launch_prepared = run_prepare(q, k, v, backend="gpu")
+    from sage_co.api import sage_prepare
+    prepared = launch_prepared = sage_prepare(q, k, v, backend="gpu")
     before = len(launch.launched), list(launch.launched)[-1:]
     stub.fail("hipModuleLaunchKernel", 400)
     try:
-        attention.run_attention_fwd(launch_prepared, backend="gpu")
+        fwd(launch_prepared, backend="gpu")
         out["launch_error"] = None
     except HipError as exc:
         out["launch_error"] = dict(message=str(exc), call=exc.call, code=exc.code)
@@ -246,11 +257,11 @@ def main_scenario(tmp: Path) -> dict:
     be.platform.device = 1
     be.unload()            # the next launch loads and resolves again
     try:
-        attention.run_attention_fwd(prepared, backend="gpu")
+        fwd(prepared, backend="gpu")
         out["get_function_error"] = None
     except HipError as exc:
         out["get_function_error"] = dict(message=str(exc), call=exc.call, code=exc.code)
-    attention.run_attention_fwd(prepared, backend="gpu")   # the next launch resolves again and works
+    fwd(prepared, backend="gpu")   # the next launch resolves again and works
     out["retry_after_error_ok"] = stub.records("launch")[-1]["result"] == 0
     be.platform.device = 0
 
@@ -260,7 +271,7 @@ def main_scenario(tmp: Path) -> dict:
                           ok=all(r["result"] == 0 for r in stub.records("unload")))
     stub.set_capturing(0x5A5A, True)
     try:
-        attention.run_attention_fwd(prepared, backend="gpu")
+        fwd(prepared, backend="gpu")
         out["capture_without_warmup"] = None
     except HipError as exc:
         out["capture_without_warmup"] = str(exc)
@@ -270,8 +281,8 @@ def main_scenario(tmp: Path) -> dict:
     out["warmup_loads"] = len(stub.records("load")) - n_loads
     n_loads, n_launches = len(stub.records("load")), len(stub.records("launch"))
     stub.set_capturing(0x5A5A, True)
-    attention.run_attention_fwd(prepared, backend="gpu")
-    run_prepare(q, k, v, backend="gpu")
+    fwd(prepared, backend="gpu")
+    sage_prepare(q, k, v, backend="gpu")
     stub.set_capturing(0x5A5A, False)
     out["capture_after_warmup"] = dict(loads=len(stub.records("load")) - n_loads,
                                        launches=len(stub.records("launch")) - n_launches,

@@ -152,9 +152,9 @@ ASSUMPTIONS = [
      "decision; §Throughput \"s_setprio\""),
     ("occupancy", "workgroups per WGP = min over VGPRs (per SIMD), LDS (128 KiB per WGP), wave slots (16 per "
                   "SIMD); a workgroup's waves go round-robin over the WGP's 4 SIMDs", "§Occupancy + decision"),
-    ("LDS", f"32 dword banks per CU half shared by 2 SIMDs; an access takes one pass per 128 B (b64: 16 lanes, "
-            f"b128: 8 lanes per pass) times its bank-conflict degree from the emulated addresses; a pass holds the "
-            f"half 128 / Params.lds_bytes_per_clk clocks", "§Memory [LDSDOC, UNVERIFIED for RDNA4] + fit"),
+    ("LDS", "32 dword banks per CU half shared by 2 SIMDs; an access takes one pass per 128 B (b64: 16 lanes, "
+            "b128: 8 lanes per pass) times its bank-conflict degree from the emulated addresses; a pass holds the "
+            "half 128 / Params.lds_bytes_per_clk clocks", "§Memory [LDSDOC, UNVERIFIED for RDNA4] + fit"),
     ("memory", "640 GB/s DRAM; K/V of a head are read from DRAM once while they fit the 64 MiB Infinity Cache; "
                "L2 -> CU traffic bounded by Params.l2_bytes_per_clk", "§Throughput table + decision"),
     ("clock / grid", "the sustained clock is the RX 9070 XT boost (Params.clock_hz, SOURCED and bounded by the "

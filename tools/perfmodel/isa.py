@@ -19,10 +19,6 @@ from perfmodel.hardware import LANES
 from sage_co.emu.facts import CLASSES, facts  # noqa: F401
 
 
-def is_wmma(mnemonic: str) -> bool:
-    return classify(mnemonic) == "WMMA"
-
-
 def access_bytes(mnemonic: str) -> int:
     """Bytes per lane of one LDS/VMEM access (a 2addr access: both halves)."""
     m = re.search(r"_b(\d+)$", mnemonic.replace("_tr_b", "_b"))

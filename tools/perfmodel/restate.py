@@ -222,10 +222,6 @@ def print_sensitivity(folder=None, as_json: bool = False) -> int:
     return 0
 
 
-def _cell(d: dict | None, key="time_us") -> str:
-    return "-" if not d else f"{d[key]:.1f}"
-
-
 def print_restatement(as_json: bool = False) -> int:
     rows = restatement()
     variants = variant_rows()

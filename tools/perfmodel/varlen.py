@@ -24,7 +24,6 @@ reproduces restate.our_kernel's time for that sequence (print_varlen shows both;
 from __future__ import annotations
 
 import heapq
-import math
 
 from perfmodel import restate
 from perfmodel.hardware import CALIBRATED, WGPS, Params
