@@ -46,9 +46,11 @@ def test_import_sage_co_and_abi_without_torch(tmp_path):
 def test_build_check_and_lint_run_without_torch(tmp_path):
     r = _run_without_torch(tmp_path, """
         import runpy, sys
-        # the generated attention family (the clang-built objects take minutes; test_build checks all of them)
+        # the generated attention family (the clang-built objects take minutes; test_build checks all of them) and
+        # its lint (tests/build_abi/test_disasm_check.py lints every shipped object)
         for tool, argv in (("build_asm.py", ["--check", "--only", "gfx1201_sage_attention_asm"]),
-                           ("tools/disasm_check.py", ["--no-mix"])):
+                           ("tools/disasm_check.py", ["--no-mix", "--co",
+                                                      "hsaco/gfx1201/gfx1201_sage_attention_asm.co"])):
             sys.argv = [tool, *argv]
             try:
                 runpy.run_path(tool, run_name="__main__")
