@@ -308,6 +308,72 @@ def abi_doc() -> str:
     return "\n".join(out) + "\n"
 
 
+# The hand-written microbenchmarks (asm_src/gfx1201_microbench.s) `.include` generated/gfx1201_microbench_abi.s: the
+# target, sage_co/abi.py MICROBENCH_ASM_CONSTANTS and the kernarg offsets of MICROBENCH_ARGS as `.set` lines, and
+# the macro MICROBENCH_DESCRIPTORS (every kernel's descriptor and the metadata, one entry per MICROBENCH_BENCHES
+# symbol, written by asmdsl's one descriptor / metadata writer), which the source expands after its code.
+# Their register budget is the kernel's own (the register map in the source's header says what each register
+# holds): stated here once, the descriptors and the metadata both take it.
+MICROBENCH_SOURCE = "gfx1201_microbench.s"
+MICROBENCH_VGPRS = 72             # v[64:71], the LDS fill staging, is the last range
+MICROBENCH_SGPRS = 24             # s[0:21] (the l2_stream window registers are the last), rounded up
+MICROBENCH_SGPRS_BY_BENCH = {"clock": 26}   # s[22:25]: the clock kernel's counter reads
+
+
+def _asmdsl():
+    """asm_src/asmdsl.py, the one writer of kernel descriptors and metadata (asm_src/ is not a package: the
+    generators import it from their folder; this loads it from its file, once)."""
+    import importlib.util
+    if "asmdsl" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("asmdsl", ROOT / "asm_src" / "asmdsl.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["asmdsl"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["asmdsl"]
+
+
+def karg_symbol(name: str) -> str:
+    """The assembler name of a kernarg field's offset in a generated include: KARG_<FIELD>."""
+    return f"KARG_{name.upper()}"
+
+
+def microbench_abi(entry: Entry) -> str:
+    """generated/gfx1201_microbench_abi.s (see MICROBENCH_SOURCE) for the code object `entry`, whose provides rows
+    name one symbol per sage_co/abi.py MICROBENCH_BENCHES (key column bench)."""
+    from sage_co import abi
+    dsl = _asmdsl()
+    st = abi.MICROBENCH_ARGS
+    symbols = {p.get("bench"): p["symbol"] for p in entry.provides if p["op"] == abi.MICROBENCH_OP}
+    if set(symbols) != set(abi.MICROBENCH_BENCHES):
+        raise BuildError(f"{entry.name}: its provides rows name the benches {sorted(map(str, symbols))}, sage_co/abi.py "
+                         f"MICROBENCH_BENCHES {sorted(abi.MICROBENCH_BENCHES)}: one row per bench")
+    width = max(len(n) for n in [*abi.MICROBENCH_ASM_CONSTANTS, *(karg_symbol(f.name) for f in st.fields)])
+    out = [_BANNER.replace("and sage_co/family.py", "(and asm_src/asmdsl.py)").rstrip("\n"),
+           f"// The ABI of asm_src/{MICROBENCH_SOURCE}, which includes this file first and expands",
+           "// MICROBENCH_DESCRIPTORS after its code.", "", dsl.target_directives(), "",
+           "// sage_co/abi.py MICROBENCH_ASM_CONSTANTS (the assembly's name, the value of the abi name)"]
+    for name, src in abi.MICROBENCH_ASM_CONSTANTS.items():
+        value = getattr(abi, src)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise BuildError(f"sage_co/abi.py {src} = {value!r}: MICROBENCH_ASM_CONSTANTS needs an int")
+        out.append(f"        .set {name + ',':<{width + 1}} {value:<5} // {src}")
+    out += ["", f"// sage_co/abi.py MICROBENCH_ARGS: the kernarg offset of each field, then the size ({st.size} bytes)"]
+    for f in st.fields:
+        name = karg_symbol(f.name)
+        out.append(f"        .set {name + ',':<{width + 1}} {f.offset:<5} // {f.kind} {f.name}")
+    out.append(f"        .set {'KARG_SIZE,':<{width + 1}} {st.size}")
+    descs = [dsl.amdhsa_kernel(
+        symbols[bench],
+        args=[dsl.KernelArg(f.name, f.offset, f.kind, written=f.name in abi.MICROBENCH_OUTPUTS) for f in st.fields],
+        kernarg_size=st.size, lds_bytes=abi.MICROBENCH_LDS_BYTES if bench in abi.MICROBENCH_LDS_BENCHES else 0,
+        next_free_vgpr=MICROBENCH_VGPRS, next_free_sgpr=MICROBENCH_SGPRS_BY_BENCH.get(bench, MICROBENCH_SGPRS),
+        max_flat_workgroup_size=abi.MICROBENCH_BLOCK[0], reqd_workgroup_size=abi.MICROBENCH_BLOCK,
+        reserve_vcc=False, uniform_work_group_size=True, workgroup_id_dims=1) for bench in abi.MICROBENCH_BENCHES]
+    out += ["", "// The descriptors (LDS: MICROBENCH_LDS_BENCHES) and the metadata of every MICROBENCH_BENCHES kernel",
+            ".macro MICROBENCH_DESCRIPTORS", dsl.descriptors_and_metadata(descs), ".endm"]
+    return "\n".join(out) + "\n"
+
+
 def generated_files(entries: list[Entry]) -> dict[Path, str]:
     """path -> text of every file build_asm.py generates for these entries (see GENERATED_DIR)."""
     files: dict[Path, str] = {}
@@ -322,6 +388,9 @@ def generated_files(entries: list[Entry]) -> dict[Path, str]:
             files[src_dir / GENERATED_DIR / f"{Path(source).stem}_kernels.h"] = kernels_header(source, group)
         if src_dir.resolve() == ASM_SRC.resolve():
             files[ABI_DOC] = abi_doc()
+    for e in entries:
+        if e.source == MICROBENCH_SOURCE:
+            files[e.src_dir / GENERATED_DIR / f"{Path(e.source).stem}_abi.s"] = microbench_abi(e)
     return files
 
 
