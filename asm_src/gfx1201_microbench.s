@@ -81,7 +81,8 @@
 // ---- the ABI, generated from sage_co/abi.py by build_asm.py: the target and code object version (v5, docs/rdna4.md
 // §Code object), LANES (wave32, §Entry), WAVES_PER_WG, RECORD_DWORDS, MATRIX_DWORDS, LDS_BYTES, LDS_LOAD_BYTES,
 // STREAM_LOADS, STREAM_WAVE_BYTES, CHAIN_STEPS, EXP_LANE_MASK, EXP_BIAS, the kernarg offsets KARG_<FIELD> and
-// KARG_SIZE, and the macro MICROBENCH_DESCRIPTORS (descriptors and metadata, expanded at the end)
+// KARG_SIZE, and the macro MICROBENCH_DESCRIPTORS (descriptors and metadata, expanded at the end). The path is
+// relative to asm_src/, where build_asm.py assembles from (elsewhere: clang -I asm_src)
         .include "generated/gfx1201_microbench_abi.s"
 
 // ---- the kernel's own named constants
