@@ -14,7 +14,9 @@ a .hip wrapper instantiating another template than declared.
 Before compiling, the build writes what the HIP sources include, generated from sage_co/abi.py and sage_co/family.py
 (committed; --check compares them): asm_src/generated/sage_abi.h (constants, flag bits, selectors, one parameter /
 argument list macro per kernarg struct), asm_src/generated/<source>_kernels.h (the extern "C" wrappers of the code
-objects built from that source), and docs/abi.md (the same ABI as tables). hsaco/manifest.json stores each distinct
+objects built from that source), asm_src/generated/gfx1201_microbench_abi.s (what the hand-written microbenchmarks
+include: constants, kernarg offsets, descriptors, metadata) and docs/abi.md (the same ABI as tables).
+hsaco/manifest.json stores each distinct
 kernarg layout once (`kernarg_layouts`) and a reference per kernel (sage_co.manifest.compact / expand).
 
 Sources by suffix:
@@ -292,7 +294,11 @@ def abi_doc() -> str:
            "(docs/rdna4.md §Entry); the size is the end of the last field. No kernel has hidden arguments. The loader",
            "compares each struct with a symbol's code-object metadata before its first launch, and",
            "`tools/disasm_check.py` does so for every shipped symbol. The HIP kernels take their parameter lists",
-           f"and the constants below from `asm_src/{GENERATED_DIR}/{ABI_HEADER}`, generated from the same module.",
+           f"and the constants below from `asm_src/{GENERATED_DIR}/{ABI_HEADER}`, the hand-written microbenchmarks",
+           f"their constants, kernarg offsets, descriptors and metadata from `asm_src/{GENERATED_DIR}/"
+           f"{Path(MICROBENCH_SOURCE).stem}_abi.s`,",
+           "both generated from the same module; the asm attention generator emits its kernarg loads and metadata",
+           "from the structs.",
            "What each field holds: the comments of its declaration in `sage_co/abi.py`.", ""]
     for op, st in abi.STRUCTS.items():
         out += [f"## `{op}` ({st.size} bytes)", "", "| offset | size | kind | HIP parameter | name |",

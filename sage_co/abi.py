@@ -4,7 +4,9 @@ One source of truth for what the host and the kernels must agree on: the kernarg
 order with their kind and C parameter type; offsets and sizes follow from the order, sage_co/kernargs.py), the
 launch tiles, the flag bits and the padding / scale-block constants. build_asm.py generates the HIP kernels'
 header from this module (asm_src/generated/sage_abi.h: HIP_CONSTANTS, the selectors of sage_co/family.py and one
-parameter / argument list macro per struct) and docs/abi.md; the asm generator (asm_src/gen_sage_attention_asm.py)
+parameter / argument list macro per struct), the microbenchmarks' include (asm_src/generated/
+gfx1201_microbench_abi.s: MICROBENCH_ASM_CONSTANTS, kernarg offsets, descriptors, metadata) and docs/abi.md; the asm
+generator (asm_src/gen_sage_attention_asm.py)
 emits its kernarg loads and metadata from these structs, the ops (sage_co/ops/*) pack them, and the loader
 (before the first launch of a symbol) and tools/disasm_check.py compare them with every shipped symbol's metadata.
 
