@@ -316,8 +316,9 @@ def abi_doc() -> str:
 
 # The hand-written microbenchmarks (asm_src/gfx1201_microbench.s) `.include` generated/gfx1201_microbench_abi.s: the
 # target, sage_co/abi.py MICROBENCH_ASM_CONSTANTS and the kernarg offsets of MICROBENCH_ARGS as `.set` lines, and
-# the macro MICROBENCH_DESCRIPTORS (every kernel's descriptor and the metadata, one entry per MICROBENCH_BENCHES
-# symbol, written by asmdsl's one descriptor / metadata writer), which the source expands after its code.
+# the macros CODE_END_PADDING (asmdsl's s_code_end padding) and MICROBENCH_DESCRIPTORS (every kernel's descriptor
+# and the metadata, one entry per MICROBENCH_BENCHES symbol, written by asmdsl's one descriptor / metadata writer),
+# which the source expands after its code.
 # Their register budget is the kernel's own (the register map in the source's header says what each register
 # holds): stated here once, the descriptors and the metadata both take it.
 MICROBENCH_SOURCE = "gfx1201_microbench.s"
@@ -356,7 +357,7 @@ def microbench_abi(entry: Entry) -> str:
     width = max(len(n) for n in [*abi.MICROBENCH_ASM_CONSTANTS, *(karg_symbol(f.name) for f in st.fields)])
     out = [_BANNER.replace("and sage_co/family.py", "(and asm_src/asmdsl.py)").rstrip("\n"),
            f"// The ABI of asm_src/{MICROBENCH_SOURCE}, which includes this file first and expands",
-           "// MICROBENCH_DESCRIPTORS after its code.", "", dsl.target_directives(), "",
+           "// CODE_END_PADDING and MICROBENCH_DESCRIPTORS after its code.", "", dsl.target_directives(), "",
            "// sage_co/abi.py MICROBENCH_ASM_CONSTANTS (the assembly's name, the value of the abi name)"]
     for name, src in abi.MICROBENCH_ASM_CONSTANTS.items():
         value = getattr(abi, src)
@@ -375,6 +376,8 @@ def microbench_abi(entry: Entry) -> str:
         next_free_vgpr=MICROBENCH_VGPRS, next_free_sgpr=MICROBENCH_SGPRS_BY_BENCH.get(bench, MICROBENCH_SGPRS),
         max_flat_workgroup_size=abi.MICROBENCH_BLOCK[0], reqd_workgroup_size=abi.MICROBENCH_BLOCK,
         reserve_vcc=False, uniform_work_group_size=True, workgroup_id_dims=1) for bench in abi.MICROBENCH_BENCHES]
+    out += ["", "// The padding after the last kernel's code (asm_src/asmdsl.py code_end_padding)",
+            ".macro CODE_END_PADDING", dsl.code_end_padding(), ".endm"]
     out += ["", "// The descriptors (LDS: MICROBENCH_LDS_BENCHES) and the metadata of every MICROBENCH_BENCHES kernel",
             ".macro MICROBENCH_DESCRIPTORS", dsl.descriptors_and_metadata(descs), ".endm"]
     return "\n".join(out) + "\n"

@@ -372,6 +372,11 @@ def insert_hazard_waits(body: str) -> str:
 
 # ------------------------------------------------------------------------------------------ code object
 TARGET = "amdgcn-amd-amdhsa--gfx1201"
+# The padding LLVM puts after the last kernel for gfx12 (an instruction prefetch past it reads no garbage): s_code_end
+# words up to a 128-byte boundary, then 96 more
+S_CODE_END = 0xBF9F0000
+CODE_END_ALIGN_LOG2 = 7
+CODE_END_PAD_DWORDS = 96
 VCC_SGPRS = 2          # VCC is allocated from the top of the SGPR file when reserved (LLVM AMDGPUUsage)
 
 
@@ -486,6 +491,12 @@ def function(symbol: str, body: str) -> str:
 """)
 
 
+def code_end_padding() -> str:
+    """The s_code_end padding after the last kernel's code (see S_CODE_END)."""
+    return (f"        .p2alignl {CODE_END_ALIGN_LOG2}, 0x{S_CODE_END:X}\n"
+            f"        .fill {CODE_END_PAD_DWORDS}, 4, 0x{S_CODE_END:X}")
+
+
 def target_directives() -> str:
     """The target and code object version every kernel file starts with."""
     return f"""        .amdgcn_target "{TARGET}"
@@ -516,13 +527,12 @@ amdhsa.kernels:
 def code_object(kernels: list[tuple[KernelDescriptor, str]], header: str = "",
                 pad_with_s_code_end: bool = False) -> str:
     """A whole assembly file: target, every kernel's function, descriptors and one metadata block.
-    pad_with_s_code_end: fill after the code with s_code_end (0xBF9F0000) as LLVM does for gfx12, so an
-    instruction prefetch past the last kernel reads no garbage."""
+    pad_with_s_code_end: fill after the code with s_code_end as LLVM does for gfx12 (code_end_padding)."""
     out = [header.rstrip("\n")] if header else []
     out.append(target_directives())
     for desc, body in kernels:
         out.append(function(desc.symbol, body))
     if pad_with_s_code_end:
-        out.append("        .p2alignl 7, 0xBF9F0000\n        .fill 96, 4, 0xBF9F0000")
+        out.append(code_end_padding())
     out.append(descriptors_and_metadata([desc for desc, _ in kernels]))
     return "\n".join(out) + "\n"

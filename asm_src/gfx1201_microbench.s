@@ -81,8 +81,8 @@
 // ---- the ABI, generated from sage_co/abi.py by build_asm.py: the target and code object version (v5, docs/rdna4.md
 // §Code object), LANES (wave32, §Entry), WAVES_PER_WG, RECORD_DWORDS, MATRIX_DWORDS, LDS_BYTES, LDS_LOAD_BYTES,
 // STREAM_LOADS, STREAM_WAVE_BYTES, CHAIN_STEPS, EXP_LANE_MASK, EXP_BIAS, the kernarg offsets KARG_<FIELD> and
-// KARG_SIZE, and the macro MICROBENCH_DESCRIPTORS (descriptors and metadata, expanded at the end). The path is
-// relative to asm_src/, where build_asm.py assembles from (elsewhere: clang -I asm_src)
+// KARG_SIZE, and the macros CODE_END_PADDING and MICROBENCH_DESCRIPTORS (descriptors and metadata), expanded at
+// the end. The path is relative to asm_src/, where build_asm.py assembles from (elsewhere: clang -I asm_src)
         .include "generated/gfx1201_microbench_abi.s"
 
 // ---- the kernel's own named constants
@@ -553,11 +553,7 @@ KERNEL_BEGIN gfx1201_microbench_l2_stream
 KERNEL_END gfx1201_microbench_l2_stream
 
 // the padding LLVM puts after the last kernel (instruction prefetch must not run into other data): s_code_end words
-        .set S_CODE_END, 0xBF9F0000
-        .set CODE_END_ALIGN_LOG2, 7
-        .set CODE_END_PAD_DWORDS, 96
-        .p2alignl CODE_END_ALIGN_LOG2, S_CODE_END
-        .fill CODE_END_PAD_DWORDS, 4, S_CODE_END
+        CODE_END_PADDING
 
 // ---- descriptors and metadata (generated: every kernel takes MICROBENCH_ARGS; the LDS kernels allocate LDS_BYTES)
         MICROBENCH_DESCRIPTORS
