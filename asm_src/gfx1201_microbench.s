@@ -11,7 +11,7 @@
 //                                   clock under a matrix load (8 clk per iu8 WMMA, §Throughput [AMC])
 //   gfx1201_microbench_valu         32 v_add_nc_u32 (16 counters): the VALU alone
 //   gfx1201_microbench_trans        8 v_exp_f32: the TRANS pipeline alone
-//   gfx1201_microbench_lds          4 ds_load_b128 (conflict-free, 512 B each): LDS loads alone
+//   gfx1201_microbench_lds          4 ds_load_b128 (conflict-free, LDS_LOAD_BYTES each): LDS loads alone
 //   gfx1201_microbench_wmma_valu    the WMMA body with the VALU body interleaved (8 VALU after each WMMA)
 //   gfx1201_microbench_wmma_trans   the WMMA body with the TRANS body interleaved (2 v_exp_f32 after each WMMA)
 //   gfx1201_microbench_wmma_lds     the WMMA body with the LDS body interleaved (1 ds_load_b128 after each WMMA)
@@ -29,8 +29,8 @@
 //                                   load, measured (not inferred from an assumed WMMA rate)
 //   gfx1201_microbench_lds_chain    8 dependent ds_load_b32 per iteration (each address the previous load's value,
 //                                   s_wait_dscnt 0 between): LDS load-to-use latency
-//   gfx1201_microbench_l2_stream    4 global_load_b128 scope:SCOPE_DEV per iteration (2 KiB per wave) over a buffer
-//                                   that fits the 8 MiB L2 (§Throughput table): L2 -> CU bandwidth
+//   gfx1201_microbench_l2_stream    4 global_load_b128 scope:SCOPE_DEV per iteration (STREAM_WAVE_BYTES per wave)
+//                                   over a buffer that fits the 8 MiB L2 (§Throughput table): L2 -> CU bandwidth
 //
 // Timing is the host's: HIP events around launches at two iteration counts, the slope per iteration. The clock
 // kernel adds the shader clock counter (llvm-mc 22 rejects s_memtime / s_memrealtime for gfx1201; s_getreg_b32
@@ -361,7 +361,7 @@ KERNEL_END gfx1201_microbench_trans
 KERNEL_BEGIN gfx1201_microbench_lds
         PROLOGUE
         FILL_LDS
-        v_lshlrev_b32   v2, ROW_SHIFT, v1           // 16 * lane: each load reads 512 contiguous bytes
+        v_lshlrev_b32   v2, ROW_SHIFT, v1           // 16 * lane: each load reads STREAM_LOAD_BYTES contiguous bytes
         LOOP_BEGIN lds
         s_wait_dscnt    0                           // the previous iteration's loads into the same registers
         LDS1 0

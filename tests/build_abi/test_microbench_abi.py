@@ -37,6 +37,7 @@ def test_include_states_abi_constants_and_offsets(entry):
 def test_include_follows_a_changed_abi(entry, monkeypatch):
     """A field added to MICROBENCH_ARGS moves the offsets after it and the size, in the `.set` lines, the
     descriptors and the metadata; a larger LDS table reaches exactly the LDS kernels' descriptors and metadata."""
+    it, size = abi.MICROBENCH_ARGS.by_name["iterations"].offset, abi.MICROBENCH_ARGS.size
     fields = [dataclasses.replace(f, offset=None) for f in abi.MICROBENCH_ARGS.fields]
     at = [f.name for f in fields].index("iterations") + 1
     monkeypatch.setattr(abi, "MICROBENCH_ARGS", KernargStruct(abi.MICROBENCH_OP, [*fields[:at], Field("extra", "u32"),
@@ -44,11 +45,12 @@ def test_include_follows_a_changed_abi(entry, monkeypatch):
     monkeypatch.setattr(abi, "MICROBENCH_LDS_BYTES", 2 * abi.MICROBENCH_LDS_BYTES)
     text = build_asm.microbench_abi(entry)
     sets = _sets(text)
-    assert (sets["KARG_ITERATIONS"], sets["KARG_EXTRA"], sets["KARG_SRC_BYTES"], sets["KARG_SIZE"]) == (32, 36, 40, 48)
+    assert (sets["KARG_ITERATIONS"], sets["KARG_EXTRA"], sets["KARG_SRC_BYTES"], sets["KARG_SIZE"]) == \
+        (it, it + 4, it + 8, size + 4)
     assert sets["LDS_BYTES"] == abi.MICROBENCH_LDS_BYTES
     n = len(abi.MICROBENCH_BENCHES)
-    assert text.count(".amdhsa_kernarg_size 48\n") == text.count(".kernarg_segment_size: 48\n") == n
-    assert text.count("{ .name: extra, .offset: 36, .size: 4, .value_kind: by_value }") == n
+    assert text.count(f".amdhsa_kernarg_size {size + 4}\n") == text.count(f".kernarg_segment_size: {size + 4}\n") == n
+    assert text.count(f"{{ .name: extra, .offset: {it + 4}, .size: 4, .value_kind: by_value }}") == n
     lds = len(abi.MICROBENCH_LDS_BENCHES)
     assert text.count(f".amdhsa_group_segment_fixed_size {abi.MICROBENCH_LDS_BYTES}\n") == lds
     assert text.count(f".group_segment_fixed_size: {abi.MICROBENCH_LDS_BYTES}\n") == lds
