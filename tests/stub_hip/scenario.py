@@ -538,8 +538,7 @@ def binding_run(stub, binding) -> dict:
     from sage_co import launch
     from sage_co.backends import hip_bindings
     from sage_co.backends.hip_runtime import HipError
-    from sage_co.ops import attention
-    from sage_co.ops.prepare import run_prepare
+    from sage_co.api import sage_prepare
     be = hip_backend(binding, stream=0x5A5A)
     launch.use_backend("gpu", be)
     out: dict = {"binding": be.binding.name, "runtime": be.runtime.path, "describe": hip_bindings.describe(be.binding)}
@@ -553,7 +552,7 @@ def binding_run(stub, binding) -> dict:
     out["log"] = call_log(sent)
 
     q, k, v = inputs(S=16, H=2)
-    prepared = run_prepare(q, k, v, backend="gpu")
+    prepared = sage_prepare(q, k, v, backend="gpu")
     n1 = stub.count()
     errors = {}
     for entry, code in (("hipModuleLaunchKernel", 400), ("hipModuleGetFunction", 500)):
@@ -561,14 +560,14 @@ def binding_run(stub, binding) -> dict:
         if entry == "hipModuleGetFunction":
             be.unload()   # the next launch loads and resolves again
         try:
-            attention.run_attention_fwd(prepared, backend="gpu")
+            fwd(prepared, backend="gpu")
             errors[entry] = None
         except HipError as exc:
             errors[entry] = dict(message=str(exc), call=exc.call, code=exc.code)
     be.unload()
     stub.set_capturing(0x5A5A, True)
     try:
-        attention.run_attention_fwd(prepared, backend="gpu")
+        fwd(prepared, backend="gpu")
         errors["capture"] = None
     except HipError as exc:
         errors["capture"] = str(exc)
@@ -580,8 +579,8 @@ def binding_run(stub, binding) -> dict:
     stream = be.binding.stream(0x5A5A)
     statuses = [int(status), int(be.binding.call("hipEventRecord", start, stream)[0])]
     n_launch = len(stub.records("launch"))
-    attention.run_attention_fwd(prepared, backend="gpu")
-    run_prepare(q, k, v, backend="gpu")
+    fwd(prepared, backend="gpu")
+    sage_prepare(q, k, v, backend="gpu")
     statuses += [int(be.binding.call("hipEventRecord", stop, stream)[0]),
                  int(be.binding.call("hipEventSynchronize", stop)[0])]
     status, ms = be.binding.call("hipEventElapsedTime", start, stop)
