@@ -8,7 +8,8 @@
     python tools/perf_model.py --calibration [DIR] --sensitivity [--json]   # one parameter varied at a time
     python tools/perf_model.py --restate [--json]             # our kernels and the op next to FlyDSL's figures
     python tools/perf_model.py --what-if [--json]             # the asm kernel's geometry/schedule what-ifs
-    python tools/perf_model.py --hypotheses [--json]          # the kernel's time under each plausible rule set
+    python tools/perf_model.py --hypotheses [--json]          # the kernel's time under each plausible rule set,
+                                                              # the best shipped schedule and its gap to the levers
     python tools/perf_model.py --refit REPORT.json [--json]   # parameters from `sage-co selftest --perf`, old vs new
 
 --arg NAME=VALUE: a by-value kernel argument (e.g. seq_len=4096); for a pointer argument VALUE is the size in
@@ -106,7 +107,8 @@ def main(argv=None) -> int:
     ap.add_argument("--what-if", action="store_true", help="the asm kernel's geometry/schedule what-ifs")
     ap.add_argument("--hypotheses", action="store_true",
                     help="the shipped kernel's time under each plausible rule set (TRANS clocks, TRANS/VALU under "
-                         "WMMA, VOPD issues) and the lever that pays under each (several minutes)")
+                         "WMMA, VOPD issues), the lever that pays under each, the best shipped schedule and its gap to the "
+                         "best lever combination (several minutes)")
     ap.add_argument("--pv", action="store_true", help="pv_dtype fp8 vs fp16 for both kernels (issue 19)")
     ap.add_argument("--fp32", action="store_true", help="fp32 inputs and output vs bf16 (issue 30)")
     ap.add_argument("--sparse", action="store_true", help="the predictor and the attention vs block density (issue 14)")
