@@ -950,7 +950,7 @@ def test_hypotheses_json_and_table_carry_the_schedule_columns(monkeypatch, capsy
 def test_hypotheses_default_schedule_is_the_models_best_today():
     """family.DEFAULT_SCHEDULE (the first of ATTENTION_SCHEDULES) is the fastest shipped schedule of the asm
     kernel under today's parameters (hardware.CALIBRATED) at S=1536 and 4096 (the real model: one emulated
-    workgroup per schedule, ~15 s each on one core)."""
+    workgroup per schedule: ~20 s for the two shipped ones on an idle core)."""
     from sage_co import family
     from perfmodel import hypotheses as hy
     schedules = hy.shipped_schedules("asm")
