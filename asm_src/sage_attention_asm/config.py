@@ -40,6 +40,10 @@ F32_NEG_INF = "0xff800000"
 F32_M_INIT = _f32_bits(abi.M_INIT)        # 0xff7fffff = -FLT_MAX: the running max's start (no -inf guards)
 F32_NEG_TAU = _f32_bits(-abi.RESCALE_TAU)  # the thresholded rescale: m moves when m_old - m_cand < -TAU
 F32_LN2 = "0x3f317218"                    # float32(ln 2)
+# the "exp2_valu" schedule's polynomial exp2 (sage_co/abi.py EXP2_VALU_*): the clamp and the coefficients
+F32_EXP2_VALU_MIN = _f32_bits(abi.EXP2_VALU_MIN)
+F32_EXP2_VALU_C1 = _f32_bits(abi.EXP2_VALU_C1)
+F32_EXP2_VALU_C2 = _f32_bits(abi.EXP2_VALU_C2)
 BF16_QNAN32 = "0x7fc00000"                # a NaN output becomes bf16 0x7fc0 (as the HIP kernel)
 BF16_ROUND = "0x7fff"
 HI16_MASK = "0xffff0000"
@@ -78,12 +82,13 @@ def log2(n: int) -> int:
 
 @dataclass(frozen=True)
 class Config:
-    """One kernel of the family: the padded head dim (64 or 128), the output dtype ("bf16", "fp16" or "fp32") and the P.V
-    input type ("fp8" or "fp16"). The manifest key columns of the symbol (head_dim, out_dtype, pv_dtype) are
-    exactly these fields."""
+    """One kernel of the family: the padded head dim (64, 128 or 256), the output dtype ("bf16", "fp16" or "fp32"), the
+    P.V input type ("fp8" or "fp16") and the exp2 schedule (sage_co/family.py ATTENTION_SCHEDULES). The manifest key
+    columns of the symbol (head_dim, out_dtype, pv_dtype, schedule) are exactly these fields."""
     head_dim: int = abi.HEAD_DIM
     out_dtype: str = "bf16"
     pv_dtype: str = "fp8"
+    schedule: str = family.DEFAULT_SCHEDULE
 
     def __post_init__(self):
         _ = self.variant   # sage_co.family.AttentionVariant raises ValueError for a combination outside the axes
@@ -91,7 +96,7 @@ class Config:
     @property
     def variant(self) -> family.AttentionVariant:
         """This kernel's entry in the family declaration (sage_co/family.py): its symbol and manifest keys."""
-        return family.AttentionVariant("asm", self.head_dim, self.out_dtype, self.pv_dtype)
+        return family.AttentionVariant("asm", self.head_dim, self.out_dtype, self.pv_dtype, self.schedule)
 
     @property
     def tag(self) -> str:
@@ -104,7 +109,7 @@ class Config:
 
 # the variants the shipped code object holds, in symbol order: sage_co/family.py ATTENTION_ASM (the family declared
 # once; the manifest rows of gfx1201_sage_attention_asm come from the same tuple)
-FAMILY = tuple(Config(v.head_dim, v.out_dtype, v.pv_dtype) for v in family.ATTENTION_ASM)
+FAMILY = tuple(Config(v.head_dim, v.out_dtype, v.pv_dtype, v.schedule) for v in family.ATTENTION_ASM)
 
 
 # The kernarg fields preloaded into SGPRs (dword i in SGPR KARG_SGPR + i): everything before the attn_mask fields.

@@ -852,16 +852,118 @@ def test_hypotheses_evaluate_names_the_lever_that_pays_at_every_shape():
     levers = (hy.Lever("fast", "", fast), hy.Lever("slow", "", slow))
     calls = []
 
-    def model(kernel, S, params, transform=None):
-        calls.append((kernel, S, params.trans_clocks, transform))
+    def model(kernel, S, params, transform=None, schedule=None):
+        calls.append((kernel, S, params.trans_clocks, transform, schedule))
         base = 100.0 * S / 1536 * params.trans_clocks / 4
+        if callable(transform):                  # the two levers combined (hypotheses.combined)
+            return base * 0.85
         return base * {None: 1.0, "fast": 0.9, "slow": 0.99 if S == 1536 else 0.9}[transform]
-    row = hy.evaluate(hy.RuleSet(8, False, False, 1), kernel="mine", levers=levers, model=model)
+    row = hy.evaluate(hy.RuleSet(8, False, False, 1), kernel="mine", levers=levers, model=model, schedules=("one",))
     assert row["us"] == {1536: 200.0, 4096: pytest.approx(200.0 * 4096 / 1536)}
     assert row["pays"] == ["fast"] and row["gain"]["slow"][1536] == pytest.approx(0.01)
-    assert {c[0] for c in calls} == {"mine"} and {c[2] for c in calls} == {8}
+    assert {c[0] for c in calls} == {"mine"} and {c[2] for c in calls} == {8} and {c[4] for c in calls} == {"one"}
     md = "\n".join(hy.markdown([row]))
     assert "| 8 | no | no | 1 | 200.0 |" in md and "| fast |" in md
+
+
+def _tagging_lever(tag):
+    """A lever whose transform appends `tag` to the op list: the synthetic model reads which levers, in which
+    order, a call applied."""
+    from perfmodel import hypotheses as hy
+    return hy.Lever(tag, "", lambda kernel: (lambda ops: list(ops) + [tag]))
+
+
+def test_hypotheses_best_shipped_schedule_and_gap_to_the_best_lever_combination():
+    """Per rule set and shape: the best shipped schedule is the fastest schedule (it may differ per shape), the
+    best lever combination the fastest of every lever subset on the default schedule and every shipped schedule,
+    the gap their ratio; a hypothetical lever combination counts against the gap and is labelled 'not shipped'."""
+    from perfmodel import hypotheses as hy
+    levers = (_tagging_lever("x"), _tagging_lever("y"))
+    applied = []
+
+    def model(kernel, S, params, transform=None, schedule=None):
+        tags = tuple(transform([])) if transform is not None else ()
+        applied.append((schedule, tags))
+        assert tags == () or schedule == "base"             # the levers apply to the default schedule only
+        slow = params.trans_clocks == 8
+        t = {"base": 100.0, "hedge": 97.0 if slow and S == 4096 else 80.0 if params.trans_clocks == 6 else 104.0,
+             "other": 99.0 if slow else 101.0}
+        t = t[schedule] * S / 1536
+        if slow:                                            # x and y together: 10 % off; alone: 4 % / 1 %
+            t *= {(): 1.0, ("x",): 0.96, ("y",): 0.99, ("x", "y"): 0.90}[tags]
+        else:
+            t *= {(): 1.0, ("x",): 0.995, ("y",): 0.99, ("x", "y"): 0.985}[tags]
+        return t
+    sched = ("base", "hedge", "other")
+    slow = hy.evaluate(hy.RuleSet(8, False, False, 1), kernel="asm", levers=levers, model=model, schedules=sched)
+    assert ("base", ("x", "y")) in applied and ("base", ("y", "x")) not in applied     # LEVERS order, combined
+    assert slow["schedules"]["hedge"][4096] == pytest.approx(97.0 * 4096 / 1536)
+    assert slow["best_shipped"][1536] == {"schedule": "other", "us": pytest.approx(99.0)}
+    assert slow["best_shipped"][4096]["schedule"] == "hedge"
+    assert slow["best"][1536] == {"name": "base + x + y", "us": pytest.approx(90.0), "shipped": False}
+    assert slow["gap"][1536] == pytest.approx(99.0 / 90.0 - 1)
+    assert slow["gap"][4096] == pytest.approx(97.0 / 90.0 - 1)
+    assert set(slow["combinations"]) == {"base", "base + x", "base + y", "base + x + y"}
+    assert slow["within_goal"] is False
+    fast = hy.evaluate(hy.RuleSet(4, False, False, 1), kernel="asm", levers=levers, model=model, schedules=sched)
+    assert fast["best_shipped"][1536]["schedule"] == fast["best_shipped"][4096]["schedule"] == "base"
+    assert fast["best"][4096]["name"] == "base + x + y" and fast["gap"][4096] == pytest.approx(1 / 0.985 - 1)
+    assert fast["within_goal"] is True                      # 1.5 % <= GOAL_GAP at both shapes
+    mid = hy.evaluate(hy.RuleSet(6, False, False, 1), kernel="asm", levers=levers, model=model, schedules=sched)
+    assert mid["best"][1536] == {"name": "hedge", "us": pytest.approx(80.0), "shipped": True}    # a shipped one
+    assert mid["gap"] == {1536: 0.0, 4096: 0.0} and mid["within_goal"] is True
+    md = "\n".join(hy.markdown([fast, slow]))
+    assert "| base: 100.0 / 266.7 | base + x + y (not shipped): 98.5 / 262.7 | +1.5 % / +1.5 % | yes |" in md
+    assert "| other: 99.0 / hedge: 258.7 | base + x + y (not shipped): 90.0 / 240.0 | +10.0 % / +7.8 % | no |" in md
+
+
+def test_hypotheses_json_and_table_carry_the_schedule_columns(monkeypatch, capsys):
+    """`--hypotheses [--json]` (print_hypotheses) over every rule set with the model, levers and schedules replaced
+    by synthetic ones: the JSON rows carry the best shipped schedule, the best combination and the gap; the table
+    prints them and counts the rows within the goal."""
+    from perfmodel import hypotheses as hy
+    monkeypatch.setattr(hy, "LEVERS", (_tagging_lever("x"),))
+    monkeypatch.setattr(hy, "shipped_schedules", lambda kernel="asm": ("base", "hedge"))
+
+    def model(kernel, S, params, transform=None, schedule=None):
+        t = 100.0 * S / 1536 * {"base": 1.0, "hedge": 0.95 if params.trans_clocks == 8 else 1.05}[schedule]
+        return t * (0.9 if transform is not None and params.vopd_issue_clocks == 2 else 1.0)
+    monkeypatch.setattr(hy, "modeled_us", model)
+    assert hy.print_hypotheses(as_json=True) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["schedules"] == ["base", "hedge"] and d["default_schedule"] == "base" and d["modeled"] is True
+    assert len(d["rows"]) == 24 and d["goal_gap"] == hy.GOAL_GAP
+    by = {(r["rules"]["trans_clocks"], r["rules"]["vopd_issues"], r["rules"]["trans_under_wmma"],
+           r["rules"]["valu_under_wmma"]): r for r in d["rows"]}
+    r = by[(8, 1, False, False)]
+    assert r["best_shipped"]["4096"]["schedule"] == "hedge" and r["gap"]["4096"] == 0.0 and r["within_goal"]
+    r = by[(4, 2, False, False)]                            # the lever 10 % faster, shipped by no schedule
+    assert r["best"]["1536"] == {"name": "base + x", "us": pytest.approx(90.0), "shipped": False}
+    assert r["gap"]["1536"] == pytest.approx(1 / 0.9 - 1) and not r["within_goal"]
+    assert d["within_goal"] == 12                           # the VOPD-1 rows
+    assert hy.print_hypotheses() == 0
+    out = capsys.readouterr().out
+    assert "best shipped schedule: µs at S=1536 / 4096" in out and "Rows within 3 %: 12 of 24 (MODELED)." in out
+    assert "| base: 100.0 / 266.7 | base + x (not shipped): 90.0 / 240.0 | +11.1 % / +11.1 % | no |" in out
+
+
+def test_hypotheses_default_schedule_is_the_models_best_today():
+    """family.DEFAULT_SCHEDULE (the first of ATTENTION_SCHEDULES) is the fastest shipped schedule of the asm
+    kernel under today's parameters (hardware.CALIBRATED) at S=1536 and 4096 (the real model: one emulated
+    workgroup per schedule: ~20 s for the two shipped ones on an idle core)."""
+    from sage_co import family
+    from perfmodel import hypotheses as hy
+    schedules = hy.shipped_schedules("asm")
+    assert schedules[0] == family.DEFAULT_SCHEDULE == family.ATTENTION_SCHEDULES[0]
+    assert set(schedules) <= set(family.ATTENTION_SCHEDULES)
+    for S in hy.SHAPES:
+        t = {sc: hy.modeled_us("asm", S, hw.CALIBRATED, schedule=sc) for sc in schedules}
+        assert min(t, key=t.get) == family.DEFAULT_SCHEDULE, (S, t)
+
+
+def test_attention_symbol_refuses_an_unknown_schedule():
+    with pytest.raises(ValueError, match="schedule 'nope': expected one of"):
+        attention_symbol("asm", schedule="nope")
 
 
 def test_hypotheses_trans_rate_reaches_the_shipped_kernels_time():

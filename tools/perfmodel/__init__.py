@@ -16,7 +16,8 @@ with published gfx1201 timings (docs/performance.md). Entry point: `python tools
     attention    the shipped attention kernels' symbols and launch inputs
     restate      our kernels and the whole op re-stated next to FlyDSL's figures
     whatif       the asm kernel's geometry/schedule what-ifs
-    hypotheses   the shipped kernel under each plausible rule set (TRANS rate, co-issue, VOPD) and the lever that pays
+    hypotheses   the shipped kernel under each plausible rule set (TRANS rate, co-issue, VOPD): the lever that pays,
+                 the best shipped schedule and its gap to the best lever combination
     sparse       block-sparse attention vs density, and the predictor kernels from their emulated counts
     synthetic    the synthetic BF16 flash-attention stream (simulator checks)
     report       the per-tile report of the shipped attention kernels (issue-bound and latency-aware bounds)

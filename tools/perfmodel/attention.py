@@ -5,16 +5,22 @@ from __future__ import annotations
 from perfmodel.stream import HEAD_DIM
 
 
-def attention_symbol(kernel: str, head_dim: int = HEAD_DIM, pv_dtype: str = "fp8", out_dtype: str = "bf16") -> str:
-    """The shipped symbol of an attention kernel at this head dim, P.V dtype and output dtype (default bf16; a code
-    object may hold one symbol per (head_dim, out_dtype, pv_dtype): registry key columns)."""
-    from sage_co import registry
+def attention_symbol(kernel: str, head_dim: int = HEAD_DIM, pv_dtype: str = "fp8", out_dtype: str = "bf16",
+                     schedule: str | None = None) -> str:
+    """The shipped symbol of an attention kernel at this head dim, P.V dtype, output dtype (default bf16) and exp2
+    schedule (sage_co.family.ATTENTION_SCHEDULES; None: family.DEFAULT_SCHEDULE). A code object may hold one symbol
+    per (head_dim, out_dtype, pv_dtype, schedule): registry key columns."""
+    from sage_co import family, registry
+    schedule = schedule or family.DEFAULT_SCHEDULE
+    if schedule not in family.ATTENTION_SCHEDULES:
+        raise ValueError(f"schedule {schedule!r}: expected one of {family.ATTENTION_SCHEDULES}")
     try:
         return registry.find("sage_attention_fwd", kernel, head_dim=head_dim, out_dtype=out_dtype,
-                             pv_dtype=pv_dtype).symbol
+                             pv_dtype=pv_dtype, schedule=schedule).symbol
     except (LookupError, TypeError, ValueError):
-        if head_dim != HEAD_DIM:
-            raise ValueError(f"no shipped {kernel} attention kernel for head_dim={head_dim}") from None
+        if head_dim != HEAD_DIM or schedule != family.DEFAULT_SCHEDULE:
+            raise ValueError(f"no shipped {kernel} attention kernel for head_dim={head_dim}, "
+                             f"schedule={schedule!r}") from None
         return registry.find("sage_attention_fwd", kernel).symbol       # a manifest without key columns
 
 

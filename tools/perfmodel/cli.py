@@ -8,7 +8,8 @@
     python tools/perf_model.py --calibration [DIR] --sensitivity [--json]   # one parameter varied at a time
     python tools/perf_model.py --restate [--json]             # our kernels and the op next to FlyDSL's figures
     python tools/perf_model.py --what-if [--json]             # the asm kernel's geometry/schedule what-ifs
-    python tools/perf_model.py --hypotheses [--json]          # the kernel's time under each plausible rule set
+    python tools/perf_model.py --hypotheses [--json]          # the kernel's time under each plausible rule set,
+                                                              # the best shipped schedule and its gap to the levers
     python tools/perf_model.py --pv | --fp32 | --sparse | --masks | --varlen [--json]   # one feature's report
     python tools/perf_model.py --refit REPORT.json [--json]   # parameters from `sage-co selftest --perf`, old vs new
 
@@ -55,7 +56,8 @@ REPORTS = (
     Report("what-if", "perfmodel.whatif", "print_what_if", "the asm kernel's geometry/schedule what-ifs"),
     Report("hypotheses", "perfmodel.hypotheses", "print_hypotheses",
            "the shipped kernel's time under each plausible rule set (TRANS clocks, TRANS/VALU under WMMA, VOPD "
-           "issues) and the lever that pays under each (several minutes)"),
+           "issues), the lever that pays under each, the best shipped schedule and its gap to the best lever "
+           "combination (several minutes)"),
     Report("pv", "perfmodel.pv", "print_pv", "pv_dtype fp8 vs fp16 for both kernels"),
     Report("fp32", "perfmodel.fp32", "print_fp32", "fp32 inputs and output vs bf16"),
     Report("sparse", "perfmodel.sparse", "print_sparse", "the predictor and the attention vs block density"),

@@ -12,13 +12,28 @@ The API (reusable: another column is one more call of `evaluate` with another ke
     rule_sets()                      the 24 RuleSets, the model's current rules first
     RuleSet.params(base)             hardware.Params with those rules (every other parameter from `base`)
     LEVERS                           the schedule changes weighed (Lever: name, what, transform(kernel))
-    modeled_us(kernel, S, params, transform=None)   one launch, B=1 H=24 D=128 (restate.our_kernel), MODELED
-    evaluate(rules, kernel="asm", shapes=SHAPES, levers=LEVERS, model=modeled_us) -> dict
-        {"rules": {...}, "label", "kernel", "us": {S: t}, "levers": {name: {S: t}}, "gain": {name: {S: fraction}},
-         "pays": [lever names whose gain at every shape is >= PAYS_AT]}
+    shipped_schedules(kernel="asm")  the exp2 schedules (sage_co.family.ATTENTION_SCHEDULES, default first) the
+                                     registry has a symbol of at D=128, bf16 out, fp8 P.V
+    modeled_us(kernel, S, params, transform=None, schedule=None)   one launch, B=1 H=24 D=128
+                                     (restate.our_kernel; schedule None: family.DEFAULT_SCHEDULE), MODELED
+    evaluate(rules, kernel="asm", shapes=SHAPES, levers=None, model=None, schedules=None) -> dict
+        (None: LEVERS, modeled_us, shipped_schedules(kernel))
+        {"rules": {...}, "label", "kernel", "us": {S: t} (the default schedule), "levers": {name: {S: t}},
+         "gain": {name: {S: fraction}}, "pays": [lever names whose gain at every shape is >= PAYS_AT],
+         "schedules": {schedule: {S: t}}, "best_shipped": {S: {"schedule", "us"}},
+         "combinations": {label: {S: t}} (every subset of the levers on the default schedule, the empty one and
+         the single levers included), "best": {S: {"name", "us", "shipped"}}, "gap": {S: fraction},
+         "within_goal": bool}
     table(rules=None, kernel="asm", ...) -> [evaluate(r, ...) for r in rules or rule_sets()]
-    `model` is any callable (kernel, S, params, transform) -> microseconds: a schedule that is not a shipped kernel
-    passes its own.
+    `model` is any callable (kernel, S, params, transform=None, schedule=None) -> microseconds: a schedule that is
+    not a shipped kernel passes its own.
+
+"Best shipped schedule" (per shape): the fastest of the shipped schedules, unchanged. "Best lever combination" (per
+shape): the fastest of every subset of LEVERS applied together to the default schedule (the empty subset is the
+default schedule itself) and of every shipped schedule. Gap = best shipped / best combination - 1 (>= 0: the
+shipped schedules are among the candidates); a row is within the goal when the gap is <= GOAL_GAP at
+every shape. A best combination that is no shipped schedule (a lever, hypothetical until a schedule ships it)
+counts against the gap like any other.
 """
 from __future__ import annotations
 
@@ -32,6 +47,7 @@ from perfmodel.hardware import CALIBRATED, Params
 B, H, D = 1, 24, 128
 SHAPES = (1536, 4096)                       # S (= S_q = S_kv) of the table's columns
 PAYS_AT = 0.02                              # a lever "pays" when it saves >= 2 % (modeled) at every shape
+GOAL_GAP = 0.03                             # the goal: the best shipped schedule within 3 % of the best combination
 TRANS_CLOCKS = (4, 6, 8)
 YES_NO = (False, True)
 VOPD_ISSUES = (1, 2)
@@ -87,42 +103,125 @@ def _valu_trim(kernel: str):
     return drop_valu(1.0 / now)             # one plain VALU issue fewer per score VGPR
 
 
+# Order matters where levers combine (combined()): each transform sees the stream the previous one left, so the
+# trim, which removes plain VALU issues of the shipped loop, comes before the exp emulation, which adds some.
 LEVERS = (
+    Lever("VALU trim", "one plain VALU issue fewer per score VGPR (whatif.drop_valu)", _valu_trim),
     Lever("exp2 on the VALU", "a quarter of the loop's v_exp_f32 emulated by 3 dependent VALU issues (FA4 "
           "ex2_emulation_2 style; whatif.emulate_exp)", _exp_emulation),
-    Lever("VALU trim", "one plain VALU issue fewer per score VGPR (whatif.drop_valu)", _valu_trim),
 )
 
 
-def modeled_us(kernel: str, S: int, params: Params, transform=None) -> float:
-    """The shipped `kernel` at B=1, H=24, D=128, S_q = S_kv = S under `params` (restate.our_kernel), MODELED."""
+def combined(levers, kernel: str):
+    """One what-if transform applying `levers`' transforms in turn (in the order given), or None for no lever."""
+    transforms = [lv.transform(kernel) for lv in levers]
+    if not transforms:
+        return None
+
+    def transform(ops):
+        for t in transforms:
+            ops = t(ops)
+        return ops
+    return transform
+
+
+def combination_label(default_schedule: str, levers) -> str:
+    return " + ".join([default_schedule] + [lv.name for lv in levers])
+
+
+def shipped_schedules(kernel: str = "asm") -> tuple[str, ...]:
+    """The schedules of sage_co.family.ATTENTION_SCHEDULES (the default first) that `kernel` ships a symbol of at
+    the table's shape (D=128, bf16 out, fp8 P.V; attention.attention_symbol)."""
+    from sage_co import family
+    from perfmodel.attention import attention_symbol
+    out = []
+    for sc in family.ATTENTION_SCHEDULES:
+        try:
+            attention_symbol(kernel, D, schedule=sc)
+        except ValueError:
+            continue
+        out.append(sc)
+    if family.DEFAULT_SCHEDULE not in out:
+        raise ValueError(f"kernel {kernel!r} ships no symbol of the default schedule {family.DEFAULT_SCHEDULE!r} "
+                         f"at head_dim={D}")
+    return tuple(out)
+
+
+def modeled_us(kernel: str, S: int, params: Params, transform=None, schedule: str | None = None) -> float:
+    """The shipped `kernel` (its `schedule`'s symbol; None: the default) at B=1, H=24, D=128, S_q = S_kv = S under
+    `params` (restate.our_kernel), MODELED."""
     from perfmodel.restate import our_kernel
-    return our_kernel(kernel, B, H, S, params, head_dim=D, transform=transform).time_us
+    return our_kernel(kernel, B, H, S, params, head_dim=D, transform=transform, schedule=schedule).time_us
 
 
-def evaluate(rules: RuleSet, kernel: str = "asm", shapes=SHAPES, levers=LEVERS, model=modeled_us,
-             base: Params = CALIBRATED) -> dict:
-    """One row: the kernel's modeled time at each shape under `rules`, each lever's time and gain, and the levers
-    that pay (gain >= PAYS_AT at every shape)."""
+def evaluate(rules: RuleSet, kernel: str = "asm", shapes=SHAPES, levers=None, model=None,
+             base: Params = CALIBRATED, schedules=None) -> dict:
+    """One row: the kernel's modeled time at each shape under `rules` (its default schedule, `schedules[0]`), each
+    lever's time and gain, the levers that pay (gain >= PAYS_AT at every shape), each shipped schedule's time, the
+    best shipped schedule, the best lever combination and the gap between the two (module docstring).
+    levers None: LEVERS; model None: modeled_us; schedules: the shipped schedules, the default first (None:
+    shipped_schedules(kernel))."""
+    levers = LEVERS if levers is None else levers
+    model = modeled_us if model is None else model
+    schedules = tuple(schedules) if schedules is not None else shipped_schedules(kernel)
+    if not schedules:
+        raise ValueError("schedules: expected at least the default schedule")
+    default = schedules[0]
     params = rules.params(base)
-    us = {S: model(kernel, S, params) for S in shapes}
-    lever_us = {lv.name: {S: model(kernel, S, params, lv.transform(kernel)) for S in shapes} for lv in levers}
+    us = {S: model(kernel, S, params, None, schedule=default) for S in shapes}
+    sched_us = {default: us}
+    sched_us.update({sc: {S: model(kernel, S, params, None, schedule=sc) for S in shapes} for sc in schedules[1:]})
+    lever_us = {lv.name: {S: model(kernel, S, params, lv.transform(kernel), schedule=default) for S in shapes}
+                for lv in levers}
     gain = {name: {S: 1.0 - t[S] / us[S] for S in shapes} for name, t in lever_us.items()}
     pays = [name for name, g in gain.items() if all(v >= PAYS_AT for v in g.values())]
+    combos = {}
+    for n in range(len(levers) + 1):
+        for sub in itertools.combinations(levers, n):
+            label = combination_label(default, sub)
+            if n == 0:
+                combos[label] = us
+            elif n == 1:
+                combos[label] = lever_us[sub[0].name]
+            else:
+                tr = combined(sub, kernel)
+                combos[label] = {S: model(kernel, S, params, tr, schedule=default) for S in shapes}
+    best_shipped, best, gap = {}, {}, {}
+    for S in shapes:
+        sc = min(schedules, key=lambda k: sched_us[k][S])
+        best_shipped[S] = {"schedule": sc, "us": sched_us[sc][S]}
+        cands = [(t[S], label, False) for label, t in combos.items()] + [(sched_us[k][S], k, True) for k in schedules]
+        t, name, shipped = min(cands, key=lambda c: (c[0], not c[2]))    # a tie goes to a shipped schedule
+        best[S] = {"name": name, "us": t, "shipped": shipped or name == combination_label(default, ())}
+        gap[S] = best_shipped[S]["us"] / t - 1.0
     return {"rules": asdict(rules), "label": rules.label, "kernel": kernel, "us": us, "levers": lever_us,
-            "gain": gain, "pays": pays, "modeled": True}
+            "gain": gain, "pays": pays, "schedules": sched_us, "best_shipped": best_shipped, "combinations": combos,
+            "best": best, "gap": gap, "within_goal": all(g <= GOAL_GAP for g in gap.values()), "modeled": True}
 
 
-def table(rules=None, kernel: str = "asm", shapes=SHAPES, levers=LEVERS, model=modeled_us) -> list[dict]:
-    return [evaluate(r, kernel, shapes, levers, model) for r in (rules if rules is not None else rule_sets())]
+def table(rules=None, kernel: str = "asm", shapes=SHAPES, levers=None, model=None, schedules=None) -> list[dict]:
+    schedules = tuple(schedules) if schedules is not None else shipped_schedules(kernel)
+    return [evaluate(r, kernel, shapes, levers, model, schedules=schedules)
+            for r in (rules if rules is not None else rule_sets())]
+
+
+def _per_shape(picks: dict, key: str) -> str:
+    """'name t1 / t2' when one name wins at every shape, else 'name1 t1 / name2 t2'."""
+    names = {p[key] for p in picks.values()}
+    if len(names) == 1:
+        return f"{names.pop()}: " + " / ".join(f"{p['us']:.1f}" for p in picks.values())
+    return " / ".join(f"{p[key]}: {p['us']:.1f}" for p in picks.values())
 
 
 def markdown(rows: list[dict]) -> list[str]:
     shapes = list(rows[0]["us"]) if rows else list(SHAPES)
     levers = list(rows[0]["levers"]) if rows else [lv.name for lv in LEVERS]
     yn = {False: "no", True: "yes"}
+    sh = " / ".join(str(S) for S in shapes)
     head = ["TRANS clk", "TRANS under WMMA", "VALU under WMMA", "VOPD issues"] + \
-        [f"S={S} µs" for S in shapes] + [f"{name}: gain at S={shapes[-1]}" for name in levers] + ["lever that pays"]
+        [f"S={S} µs" for S in shapes] + [f"{name}: gain at S={shapes[-1]}" for name in levers] + \
+        ["lever that pays", f"best shipped schedule: µs at S={sh}", f"best lever combination: µs at S={sh}",
+         f"gap at S={sh}", f"within {100 * GOAL_GAP:g} %"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         ru = r["rules"]
@@ -130,19 +229,39 @@ def markdown(rows: list[dict]) -> list[str]:
         cells += [f"{r['us'][S]:.1f}" for S in shapes]
         cells += [f"{100 * r['gain'][n][shapes[-1]]:+.1f} %" for n in levers]
         cells.append(", ".join(r["pays"]) or "none")
+        cells.append(_per_shape(r["best_shipped"], "schedule"))
+        best = {S: {**b, "name": b["name"] + ("" if b["shipped"] else " (not shipped)")} for S, b in r["best"].items()}
+        cells.append(_per_shape(best, "name"))
+        cells.append(" / ".join(f"{100 * r['gap'][S]:+.1f} %" for S in shapes))
+        cells.append(yn[r["within_goal"]])
         out.append("| " + " | ".join(cells) + " |")
     return out
 
 
 def print_hypotheses(as_json: bool = False, kernel: str = "asm") -> int:
-    rows = table(kernel=kernel)
+    from sage_co import family
+    schedules = shipped_schedules(kernel)
+    unshipped = [sc for sc in family.ATTENTION_SCHEDULES if sc not in schedules]
+    rows = table(kernel=kernel, schedules=schedules)
     if as_json:
         print(json.dumps({"kernel": kernel, "B": B, "H": H, "D": D, "shapes": list(SHAPES), "pays_at": PAYS_AT,
-                          "levers": {lv.name: lv.what for lv in LEVERS}, "rows": rows, "modeled": True}, indent=1))
+                          "goal_gap": GOAL_GAP, "schedules": list(schedules), "default_schedule": schedules[0],
+                          "schedules_not_shipped_here": unshipped,
+                          "levers": {lv.name: lv.what for lv in LEVERS}, "rows": rows,
+                          "within_goal": sum(r["within_goal"] for r in rows), "modeled": True}, indent=1))
         return 0
     print(f"The shipped {kernel} kernel at B={B} H={H} D={D} under each rule set (MODELED; the first row is the "
-          f"model's current rules). A lever pays when it saves >= {100 * PAYS_AT:g} % at every shape.")
+          f"model's current rules; 'S=... µs' and the levers: the default schedule '{schedules[0]}'). A lever pays "
+          f"when it saves >= {100 * PAYS_AT:g} % at every shape.")
+    print(f"  shipped schedules: {', '.join(schedules)} (sage_co.family.ATTENTION_SCHEDULES, the default first)"
+          + (f"; declared but with no {kernel} symbol at D={D}, bf16 out, fp8 P.V: {', '.join(unshipped)}"
+             if unshipped else ""))
     for lv in LEVERS:
         print(f"  lever '{lv.name}': {lv.what}")
+    print(f"  best shipped schedule: the fastest shipped schedule at each shape (MODELED). Best lever combination: "
+          f"the fastest of every subset of the levers applied together to '{schedules[0]}' and of every shipped "
+          f"schedule (MODELED; '(not shipped)': no shipped schedule has it). Gap: best shipped / best combination - 1; "
+          f"within {100 * GOAL_GAP:g} %: the gap at every shape.")
     print("\n".join(markdown(rows)))
+    print(f"Rows within {100 * GOAL_GAP:g} %: {sum(r['within_goal'] for r in rows)} of {len(rows)} (MODELED).")
     return 0
