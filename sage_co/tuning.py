@@ -127,14 +127,14 @@ def read_entries(path: Path | None = None) -> tuple[list[dict], str]:
     anything else that is not a FORMAT file of well-formed entries is no entries and a problem."""
     path = path if path is not None else cache_path()
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         return [], ""
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         return [], f"cannot be read ({type(exc).__name__}: {exc})"
     try:
-        data = json.loads(text)
-    except ValueError as exc:
+        data = json.loads(raw)
+    except ValueError as exc:   # malformed JSON, or bytes that are no text
         return [], f"is not valid JSON ({exc})"
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), list):
         return [], f"is not a sage-co tuning cache of format {FORMAT}"
@@ -151,8 +151,9 @@ def _warn_once(message: str) -> None:
     if _warned:
         return
     _warned.append(message)
-    warnings.warn(f"sage-co tuning cache {cache_path()}: {message}; not trusted: calls without a schedule run the "
-                  f"default {family.DEFAULT_SCHEDULE!r} (`sage-co tune` stores a new choice)", TuningCacheWarning,
+    warnings.warn(f"sage-co tuning cache {cache_path()}: {message}; ignored: calls without a schedule run the "
+                  f"default {family.DEFAULT_SCHEDULE!r} (`sage-co tune` stores a choice for this device; this warning "
+                  "is given once per process)", TuningCacheWarning,
                   stacklevel=2)
 
 

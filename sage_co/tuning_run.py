@@ -83,7 +83,7 @@ def choose(ms: dict, shapes: list[str]) -> tuple[str, dict, list]:
     return best, scores, common
 
 
-def measure(index: int, *, backend=None, shapes=SHAPES, echo=print) -> Measurement:
+def measure(index: int, *, backend=None, shapes=None, echo=print) -> Measurement:
     """Time every shipped schedule at `shapes` on HIP device `index` of the gpu backend (default: the process's) and
     choose; stores nothing (tune / selftest call tuning.store with the result)."""
     from . import api
@@ -94,6 +94,7 @@ def measure(index: int, *, backend=None, shapes=SHAPES, echo=print) -> Measureme
     if backend is None:
         from . import launch
         backend = launch.get_backend("gpu")
+    shapes = SHAPES if shapes is None else shapes
     identity = tuning.device_identity(backend, index)
     m = Measurement(index, identity, tuple(shapes))
     clock = HipEventClock(backend, index)
