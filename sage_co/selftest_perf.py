@@ -148,9 +148,12 @@ def schedules(report, devices: list[int], echo=print) -> None:
         report.perf["schedules"] = {"measured": False, "shape": tuning_run.shape_text(tuning_run.EMU_SHAPE),
                                     "rows": rows}
         for r in rows:
-            if r["equal"] is not None:
-                report.add(f"emu attention schedule {r['schedule']} ({r['kernel']}): == model bit for bit",
-                           r["equal"], r["symbol"])
+            if r["ok"] is not None:
+                report.add(f"emu attention schedule {r['schedule']} ({r['kernel']}): kernels bitwise equal, "
+                           "within the model's bounds", r["ok"],
+                           f"{r['symbol']}: rel L2 {r['rel_l2']:.1e} vs the model, "
+                           f"{100 * r['different']:.3f} % of elements differ"
+                           + (f", bitwise equal to {r['same_as']}" if r["same_as"] else ""))
     report.save()
 
 
@@ -160,11 +163,13 @@ def _schedules_markdown(sched: dict) -> list[str]:
         return []
     lines = ["", "## Attention schedules (`--perf`, as `sage-co tune`)", ""]
     if not sched["measured"]:
-        lines += [f"On the emulator at {sched['shape']}: each schedule's output against the arithmetic model, bit "
-                  "for bit; nothing timed, no choice stored.", "", "| schedule | kernel | symbol | == model |",
-                  "|---|---|---|---|"]
-        lines += [f"| {r['schedule']} | {r['kernel']} | {r['symbol'] or '-'} | "
-                  f"{'not built' if r['equal'] is None else 'yes' if r['equal'] else 'NO'} |" for r in sched["rows"]]
+        lines += [f"On the emulator at {sched['shape']}: per schedule the kernels bitwise equal to each other and "
+                  "each within the model's bounds (docs/numerics.md §Kernel vs model); nothing timed, no choice "
+                  "stored.", "", "| schedule | kernel | symbol | bitwise equal to | rel L2 vs model | checks |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {r['schedule']} | {r['kernel']} | {r['symbol'] or '-'} | {r.get('same_as') or '-'} | "
+                  + (f"{r['rel_l2']:.1e} | {'pass' if r['ok'] else 'FAIL'} |" if r["ok"] is not None else
+                     "- | not built |") for r in sched["rows"]]
         return lines
     shapes = sched["shapes"]
     lines += [f"Device {sched['device']} ({sched['identity']['name']}, {sched['identity']['gcn_arch_name']}), HIP-event "
