@@ -56,6 +56,7 @@ def sage_attention(
     attn_mask: torch.Tensor | None = None,  # SDPA's attn_mask: bool (True = attend) or additive float32/bf16/fp16, broadcastable to [B, H_q, S_q, S_kv]; checked with the shapes (sage_co.masks.check_attn_mask)
     sparsity: str | None = None,  # None or 'auto' (block_mask predicted by sage_co.predict_block_mask)
     cdf_threshold: float | None = None,  # only with sparsity='auto': the predictor's CDF (None: sage_co.sparse.DEFAULT_CDF_THRESHOLD)
+    schedule: str | None = None,  # None (the default schedule) or one of sage_co.family.ATTENTION_SCHEDULES: how the attention kernel spreads the softmax's exp2s over the execution units ('trans': all on the TRANS unit); '' in the schema
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
 
 def sage_attention_fwd(
@@ -68,6 +69,7 @@ def sage_attention_fwd(
     is_causal: bool = False,  # bottom-right aligned causal mask
     block_mask: torch.Tensor | None = None,  # bool [B, H_q, ceil(S_q/64), ceil(S_kv/64)]: key tiles to visit
     attn_mask: torch.Tensor | None = None,  # SDPA's attn_mask: bool (True = attend) or additive float32/bf16/fp16, broadcastable to [B, H_q, S_q, S_kv]; checked with the shapes (sage_co.masks.check_attn_mask)
+    schedule: str | None = None,  # None (the default schedule) or one of sage_co.family.ATTENTION_SCHEDULES: how the attention kernel spreads the softmax's exp2s over the execution units ('trans': all on the TRANS unit); '' in the schema
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
 
 def sage_attention_varlen(
@@ -91,4 +93,5 @@ def sage_attention_varlen(
     smooth_v: bool = False,  # subtract V's per-channel mean before fp8
     pv_dtype: str = 'fp8',  # 'fp8' (fp8 V, the fp8 WMMA) or 'fp16' (fp16 V, the f16 WMMA)
     norm_rope_rounding: str = 'once',  # fused RMSNorm + RoPE: 'once' (F.rms_norm, then RoPE in fp32, one rounding: the seed's eager chain) or 'per_op' (the HF-transformers chain, every op rounded)
+    schedule: str | None = None,  # None (the default schedule) or one of sage_co.family.ATTENTION_SCHEDULES: how the attention kernel spreads the softmax's exp2s over the execution units ('trans': all on the TRANS unit); '' in the schema
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...

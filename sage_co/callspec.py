@@ -141,6 +141,9 @@ OPTIONS = {o.name: (replace(o, schema_required=True) if o.name in _FIRST_PUBLISH
     Option("attn_mask", "Tensor?", None,
            doc="SDPA's attn_mask: bool (True = attend) or additive float32/bf16/fp16, broadcastable to "
                "[B, H_q, S_q, S_kv]; checked with the shapes (sage_co.masks.check_attn_mask)"),
+    Option("schedule", "str", None, validate.check_schedule, _str_or_none, _str_or_none_back,
+           doc="None (the default schedule) or one of sage_co.family.ATTENTION_SCHEDULES: how the attention kernel "
+               "spreads the softmax's exp2s over the execution units ('trans': all on the TRANS unit); '' in the schema"),
     Option("sparsity", "str", None, _check_sparsity, schema=False,
            doc="None or 'auto' (block_mask predicted by sage_co.predict_block_mask)"),
     Option("cdf_threshold", "float", None, _check_cdf, schema=False,
@@ -283,7 +286,8 @@ SAGE_PREPARE = OpSpec(
 SAGE_ATTENTION = OpSpec(
     "sage_attention", _QKV,
     _opts("softmax_scale", "layout", "smooth_k", *_NORM_ROPE, "return_lse", "backend", "kernel", "is_causal",
-          "block_mask", "smooth_v", "pv_dtype", "norm_rope_rounding", "attn_mask", "sparsity", "cdf_threshold"),
+          "block_mask", "smooth_v", "pv_dtype", "norm_rope_rounding", "attn_mask", "sparsity", "cdf_threshold",
+          "schedule"),
     "(Tensor, Tensor)", positional=("softmax_scale",))
 
 # The forward on a SagePrepared: its tensors cross the boundary as inputs (v_t as raw bytes, see sage_co/api.py),
@@ -297,10 +301,10 @@ SAGE_ATTENTION_FWD = OpSpec(
      Option("v_mean", "Tensor?", None, doc="SagePrepared.v_mean (smooth_v); not a keyword of the Python function"),
      Option("pv_dtype", "str", "fp8", doc="how to read v_bytes; taken from the SagePrepared"),
      Option("lse_corr", "Tensor?", None, doc="SagePrepared.lse_corr (smooth_k's LSE term); not a keyword"),
-     OPTIONS["attn_mask"]),
+     OPTIONS["attn_mask"], OPTIONS["schedule"]),
     "(Tensor, Tensor)")
 FWD_KEYWORDS = frozenset({"layout", "return_lse", "backend", "kernel", "is_causal", "block_mask",
-                          "attn_mask"})  # its keywords
+                          "attn_mask", "schedule"})  # its keywords
 
 # What an entry point that splits a call (varlen: per sequence; parallel: per shard) forwards to each
 # sage_attention: every option except those it fixes itself (the layout of the pieces is NHD by construction,

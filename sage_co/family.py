@@ -32,6 +32,12 @@ from . import abi
 
 ARCH = "gfx1201"
 ATTENTION_KERNELS = ("hip", "asm")    # the `kernel` column of sage_attention_fwd: HIP source, asm generator
+# The `schedule` column of sage_attention_fwd (docs/numerics.md §Attention arithmetic model, docs/performance.md
+# §Schedules): how a kernel spreads the softmax's exp2s over the execution units, each schedule a symbol of its own
+# in both kernels (asm and HIP, bitwise equal per schedule). The default first: the model's best under today's
+# parameters (tools/perf_model.py): "trans", every exp2 a v_exp_f32 on the TRANS unit.
+ATTENTION_SCHEDULES = ("trans",)
+DEFAULT_SCHEDULE = ATTENTION_SCHEDULES[0]
 # The HIP sources' compile-time dtype selectors (BF16, FP16, FP32 in asm_src/generated/sage_abi.h), the first
 # template argument of the prepare and predict bodies.
 HIP_IN_DTYPE = {"bf16": 0, "fp16": 1, "fp32": 2}
@@ -66,24 +72,29 @@ class Symbol:
 
 @dataclass(frozen=True)
 class AttentionVariant:
-    """sage_attention_fwd: padded head dim (D_pad), output dtype, P.V WMMA input type; `kernel` the implementation
+    """sage_attention_fwd: padded head dim (D_pad), output dtype, P.V WMMA input type, exp2 schedule
+    (ATTENTION_SCHEDULES; the default keeps the unsuffixed symbol names); `kernel` the implementation
     ("hip": asm_src/gfx1201_sage_attention.hip, "asm": the generator asm_src/gen_sage_attention_asm.py)."""
     kernel: str
     head_dim: int
     out_dtype: str
     pv_dtype: str
+    schedule: str = DEFAULT_SCHEDULE
     op: ClassVar[str] = abi.ATTENTION_OP
 
     def __post_init__(self):
         if self.kernel not in ATTENTION_KERNELS or self.head_dim not in abi.HEAD_DIMS_NATIVE or \
-                self.out_dtype not in abi.OUT_DTYPES or self.pv_dtype not in abi.PV_DTYPES:
-            raise ValueError(f"AttentionVariant{(self.kernel, self.head_dim, self.out_dtype, self.pv_dtype)}: kernel "
-                             f"must be one of {ATTENTION_KERNELS}, head_dim one of {abi.HEAD_DIMS_NATIVE}, out_dtype one of "
-                             f"{abi.OUT_DTYPES}, pv_dtype one of {abi.PV_DTYPES}")
+                self.out_dtype not in abi.OUT_DTYPES or self.pv_dtype not in abi.PV_DTYPES or \
+                self.schedule not in ATTENTION_SCHEDULES:
+            raise ValueError(f"AttentionVariant{(self.kernel, self.head_dim, self.out_dtype, self.pv_dtype, self.schedule)}"
+                             f": kernel must be one of {ATTENTION_KERNELS}, head_dim one of {abi.HEAD_DIMS_NATIVE}, "
+                             f"out_dtype one of {abi.OUT_DTYPES}, pv_dtype one of {abi.PV_DTYPES}, schedule one of "
+                             f"{ATTENTION_SCHEDULES}")
 
     @property
     def tag(self) -> str:
-        return f"d{self.head_dim}_{self.out_dtype}" + ("_pv16" if self.pv_dtype == "fp16" else "")
+        return (f"d{self.head_dim}_{self.out_dtype}" + ("_pv16" if self.pv_dtype == "fp16" else "")
+                + ("" if self.schedule == DEFAULT_SCHEDULE else f"_{self.schedule}"))
 
     @property
     def symbol(self) -> str:
@@ -95,8 +106,8 @@ class AttentionVariant:
             instance = (f"attention<{self.head_dim}, {HIP_OUT_DTYPE[self.out_dtype]}, "
                         f"{_hip_bool(self.pv_dtype == 'fp16')}>")
         return Symbol(self.op, self.kernel, self.symbol,
-                      (("head_dim", self.head_dim), ("out_dtype", self.out_dtype), ("pv_dtype", self.pv_dtype)),
-                      instance)
+                      (("head_dim", self.head_dim), ("out_dtype", self.out_dtype), ("pv_dtype", self.pv_dtype),
+                       ("schedule", self.schedule)), instance)
 
 
 @dataclass(frozen=True)
@@ -182,11 +193,19 @@ class CodeObjectFamily:
 # ---------------------------------------------------------------------------------------------- the product
 # Attention: the order of the symbols in both code objects (pv_dtype, then head dim descending, then out_dtype;
 # each implementation at its own head dims, sage_co/abi.py ATTENTION_*_HEAD_DIMS).
-def attention_variants(head_dims) -> tuple[tuple[int, str, str], ...]:
-    """(head_dim, out_dtype, pv_dtype) of one implementation built for `head_dims` (pv_dtype fp16 only at
-    abi.PV16_HEAD_DIMS)."""
-    return tuple((d, t, pv) for pv in abi.PV_DTYPES for d in reversed(head_dims) for t in abi.OUT_DTYPES
-                 if pv != "fp16" or d in abi.PV16_HEAD_DIMS)
+# Then the schedules: the default schedule's symbols first (in the order above), each other schedule's after them,
+# built where schedule_built says.
+def schedule_built(schedule: str, head_dim: int, pv_dtype: str) -> bool:
+    """Whether a schedule has a symbol at (head_dim, pv_dtype): the default everywhere."""
+    return schedule == DEFAULT_SCHEDULE
+
+
+def attention_variants(head_dims) -> tuple[tuple[int, str, str, str], ...]:
+    """(head_dim, out_dtype, pv_dtype, schedule) of one implementation built for `head_dims` (pv_dtype fp16 only at
+    abi.PV16_HEAD_DIMS; a schedule where schedule_built)."""
+    return tuple((d, t, pv, sc) for sc in ATTENTION_SCHEDULES for pv in abi.PV_DTYPES for d in reversed(head_dims)
+                 for t in abi.OUT_DTYPES
+                 if (pv != "fp16" or d in abi.PV16_HEAD_DIMS) and schedule_built(sc, d, pv))
 
 
 ATTENTION_HIP = tuple(AttentionVariant("hip", *v) for v in attention_variants(abi.ATTENTION_HIP_HEAD_DIMS))

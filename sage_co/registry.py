@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import codeobj
+from . import family
 from . import manifest as manifest_file
 
 _PKG = Path(__file__).resolve().parent
@@ -70,9 +71,9 @@ _found: dict[tuple, ShippedKernel] = {}
 def find(op: str, kernel: str | None = None, arch: str = "gfx1201", **keys) -> ShippedKernel:
     """The one kernel serving `op` whose manifest key columns equal `keys` (e.g. head_dim=128, out_dtype="bf16",
     rope_dim=0). `kernel` (the implementation, e.g. "asm" or "hip") None picks DEFAULT_KERNEL[op] when shipped, else
-    the only one there is. Every key column the op's rows carry must be given (or be the same on every row); a miss
-    or an ambiguous match is a LookupError listing what is shipped. Answers are cached (ops look their kernels up
-    per call)."""
+    the only one there is. Every key column the op's rows carry must be given (or be the same on every row, or have
+    a DEFAULT_KEYS value, which a column not given takes); a miss or an ambiguous match is a LookupError listing what
+    is shipped. Answers are cached (ops look their kernels up per call)."""
     cache_key = (op, kernel, arch, tuple(sorted(keys.items())))
     hit = _found.get(cache_key)
     if hit is None:
@@ -94,6 +95,7 @@ def _find(op: str, kernel: str | None, arch: str, keys: dict) -> ShippedKernel:
         raise LookupError(f"op {op!r} on {arch} has no kernel {kernel!r}; available: {shipped}")
     rows = [k for k in rows if k.kernel == kernel]
     columns = sorted({c for k in rows for c, _ in k.keys})
+    keys = {**{c: v for c, v in DEFAULT_KEYS.get(op, {}).items() if c in columns}, **keys}
     unknown = sorted(set(keys) - set(columns))
     if unknown:
         raise LookupError(f"op {op!r}: unknown key(s) {unknown}; the manifest's key columns are {columns}")
@@ -109,6 +111,9 @@ def _find(op: str, kernel: str | None, arch: str, keys: dict) -> ShippedKernel:
 
 # Ops with several implementations: which one serves by default (the others stay selectable).
 DEFAULT_KERNEL = {"sage_attention_fwd": "asm"}
+# Key columns with a default, taken when a lookup does not give them: the attention's exp2 schedule (the ops resolve
+# theirs in sage_co/ops/attention.py resolved_schedule and always pass it).
+DEFAULT_KEYS = {"sage_attention_fwd": {"schedule": family.DEFAULT_SCHEDULE}}
 
 
 def find_symbol(symbol: str, arch: str = "gfx1201") -> ShippedKernel:

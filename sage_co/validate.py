@@ -290,6 +290,21 @@ def check_norm_rope(q_norm_weight, k_norm_weight, cos, sin, rope_dim, shapes: Sh
     return rope_dim
 
 
+def check_schedule(schedule) -> str | None:
+    """schedule: None (the default: sage_co.ops.attention.resolved_schedule) or a name from
+    sage_co.family.ATTENTION_SCHEDULES (the attention kernels' exp2 schedules, docs/performance.md §Schedules)."""
+    from .family import ATTENTION_SCHEDULES   # torch-free declaration of the kernel family
+    if schedule is None:
+        return schedule
+    if not isinstance(schedule, str):
+        raise TypeError(f"schedule: expected None or a str naming a shipped schedule {ATTENTION_SCHEDULES}, got "
+                        f"{type(schedule).__name__}")
+    if schedule not in ATTENTION_SCHEDULES:
+        raise ValueError(f"schedule: expected None or one of {ATTENTION_SCHEDULES} (the shipped exp2 schedules of the "
+                         f"attention kernels), got {schedule!r}")
+    return schedule
+
+
 def check_pv(pv_dtype, smooth_v) -> str:
     """pv_dtype is "fp8" or "fp16"; smooth_v a bool that only the fp8 path takes (the fp16 path has no V scale
     for a mean to shrink). Returns pv_dtype."""

@@ -37,7 +37,7 @@ from .ops import prepare as prepare_ops
 # sage_co.callspec.SPLIT_FIXED; softmax_scale is a parameter). A new option of sage_attention is refused here (a
 # TypeError naming it, from OpSpec.bind) until the packed path implements it: taken unseen it would be ignored.
 VARLEN_OPTIONS = ("is_causal", "smooth_k", "q_norm_weight", "k_norm_weight", "eps", "smooth_v", "pv_dtype",
-                  "norm_rope_rounding", "backend", "kernel")
+                  "norm_rope_rounding", "backend", "kernel", "schedule")
 PASSTHROUGH = SAGE_ATTENTION.passthrough(exclude=SPLIT_FIXED + ("softmax_scale",)) & frozenset(VARLEN_OPTIONS)
 
 SAGE_ATTENTION_VARLEN = OpSpec(
@@ -134,7 +134,8 @@ def _plan(q, k, v, batch: int, max_q: int, max_kv: int, o: dict) -> VarlenPlan:
     backend = launch.resolve_backend(q, opts.backend)
     prep = prepare_ops.recipe(chk._replace(shapes=sh), opts, backend=backend, packed=(total_q, total_kv))
     att = attention_ops.varlen_recipe(opts, batch=batch, max_seqlen_q=max_q, total_q=total_q, total_kv=total_kv,
-                                      H_q=sh.H_q, H_kv=sh.H_kv, D=sh.D, dtype=sh.dtype, backend=backend)
+                                      H_q=sh.H_q, H_kv=sh.H_kv, D=sh.D, dtype=sh.dtype, backend=backend,
+                                      device=q.device)
     hit = VarlenPlan(prep, att, max_q, max_kv)
     if len(_plans) >= _CACHE_SIZE:
         _plans.clear()

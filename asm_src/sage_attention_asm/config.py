@@ -78,12 +78,13 @@ def log2(n: int) -> int:
 
 @dataclass(frozen=True)
 class Config:
-    """One kernel of the family: the padded head dim (64 or 128), the output dtype ("bf16", "fp16" or "fp32") and the P.V
-    input type ("fp8" or "fp16"). The manifest key columns of the symbol (head_dim, out_dtype, pv_dtype) are
-    exactly these fields."""
+    """One kernel of the family: the padded head dim (64, 128 or 256), the output dtype ("bf16", "fp16" or "fp32"), the
+    P.V input type ("fp8" or "fp16") and the exp2 schedule (sage_co/family.py ATTENTION_SCHEDULES). The manifest key
+    columns of the symbol (head_dim, out_dtype, pv_dtype, schedule) are exactly these fields."""
     head_dim: int = abi.HEAD_DIM
     out_dtype: str = "bf16"
     pv_dtype: str = "fp8"
+    schedule: str = family.DEFAULT_SCHEDULE
 
     def __post_init__(self):
         _ = self.variant   # sage_co.family.AttentionVariant raises ValueError for a combination outside the axes
@@ -91,7 +92,7 @@ class Config:
     @property
     def variant(self) -> family.AttentionVariant:
         """This kernel's entry in the family declaration (sage_co/family.py): its symbol and manifest keys."""
-        return family.AttentionVariant("asm", self.head_dim, self.out_dtype, self.pv_dtype)
+        return family.AttentionVariant("asm", self.head_dim, self.out_dtype, self.pv_dtype, self.schedule)
 
     @property
     def tag(self) -> str:
@@ -104,7 +105,7 @@ class Config:
 
 # the variants the shipped code object holds, in symbol order: sage_co/family.py ATTENTION_ASM (the family declared
 # once; the manifest rows of gfx1201_sage_attention_asm come from the same tuple)
-FAMILY = tuple(Config(v.head_dim, v.out_dtype, v.pv_dtype) for v in family.ATTENTION_ASM)
+FAMILY = tuple(Config(v.head_dim, v.out_dtype, v.pv_dtype, v.schedule) for v in family.ATTENTION_ASM)
 
 
 # The kernarg fields preloaded into SGPRs (dword i in SGPR KARG_SGPR + i): everything before the attn_mask fields.

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import torch
 
-from .. import abi, masks, registry, validate
+from .. import abi, family, masks, registry, validate
 from ..abi import ATTENTION_FWD_ARGS, FLAG_LSE, FLAG_SMOOTH_K, QUERY_TILE, kv_group_magic
 from ..launch import BoundLaunch, launch
 from ..prepared import DTYPE_KEYS, U32, SagePrepared, d_pad, s_pad
@@ -51,6 +51,13 @@ def served_kernel(kernel: str | None, D: int, pv_dtype: str, name: str = "q") ->
     if kernel is None and Dp not in abi.ATTENTION_ASM_HEAD_DIMS:
         return "hip"
     return kernel
+
+
+def resolved_schedule(opts, backend: str, device: torch.device | None = None) -> str:
+    """The exp2 schedule a call runs (sage_co.family.ATTENTION_SCHEDULES, docs/performance.md §Schedules): the
+    call's `schedule` option, or for None the default (sage_co.family.DEFAULT_SCHEDULE). The one place the default is
+    resolved (recipe and varlen_recipe call it)."""
+    return opts.schedule or family.DEFAULT_SCHEDULE
 
 
 def check_query_heads(H_q: int, name: str = "q") -> None:
@@ -146,7 +153,8 @@ def recipe(sh: validate.Shapes, opts, *, backend: str, has_lse_corr: bool = Fals
     strides = _out_strides(sh, layout)
     _check_reach(sh, strides)
     shipped = registry.find(OP, served_kernel(opts.kernel, sh.D, pv_dtype), head_dim=d_pad(sh.D),
-                            out_dtype=DTYPE_KEYS[sh.dtype], pv_dtype=pv_dtype)
+                            out_dtype=DTYPE_KEYS[sh.dtype], pv_dtype=pv_dtype,
+                            schedule=resolved_schedule(opts, backend, device))
     flags = _flags(opts, has_lse_corr)
     Sq_pad, Skv_pad = s_pad(sh.S_q), s_pad(sh.S_kv)
     scalars = {
@@ -293,11 +301,12 @@ _NONE: dict = {}   # no caller tensors (never mutated)
 
 # ---------------------------------------------------------------------------------------------- varlen
 def varlen_recipe(opts, *, batch: int, max_seqlen_q: int, total_q: int, total_kv: int, H_q: int, H_kv: int,
-                  D: int, dtype: torch.dtype, backend: str) -> AttentionRecipe:
+                  D: int, dtype: torch.dtype, backend: str, device: torch.device | None = None) -> AttentionRecipe:
     """The one attention launch of a varlen call (docs/numerics.md §Varlen) over a PackedPrepared: grid
     (ceil(max_seqlen_q / 64), H_q, batch) as flash-attention sizes it, the flags of `opts` (the call's typed
     options: abi.option_flags, as recipe) and FLAG_VARLEN; each workgroup reads its sequence's lengths from
-    cu_seqlens on the device. Out is the packed [total_q, H_q, D], lse [H_q, total_q]."""
+    cu_seqlens on the device. Out is the packed [total_q, H_q, D], lse [H_q, total_q]. device: the call's (the
+    schedule's resolution, resolved_schedule)."""
     return_lse, is_causal, pv_dtype = opts.return_lse, opts.is_causal, opts.pv_dtype
     check_query_heads(H_q)
     strides = (0, H_q * D, D)        # out [total_q, H_q, D]: row cu_q[b] + i (out_stride_b unused)
@@ -309,7 +318,8 @@ def varlen_recipe(opts, *, batch: int, max_seqlen_q: int, total_q: int, total_kv
                              f"(the kernel's 32-bit offsets)")
     if max(strides) >= U32 or WAVE_ROWS * strides[1] * 2 >= U32 or total_q * H_q >= U32:
         raise ValueError(f"q: {total_q} packed rows of {H_q} x {D} are too large for the kernel's 32-bit offsets")
-    shipped = registry.find(OP, opts.kernel, head_dim=Dp, out_dtype=DTYPE_KEYS[dtype], pv_dtype=pv_dtype)
+    shipped = registry.find(OP, opts.kernel, head_dim=Dp, out_dtype=DTYPE_KEYS[dtype], pv_dtype=pv_dtype,
+                            schedule=resolved_schedule(opts, backend, device))
     flags = _flags(opts, opts.smooth_k) | abi.FLAG_VARLEN   # the host adds smooth_k's lse term (lse_corr)
     scalars = {
         # seq_len_q: the lse row stride (total_q); seq_len_kv / causal_offset: replaced per sequence in the kernel
