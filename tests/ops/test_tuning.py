@@ -208,12 +208,14 @@ def scenario(name: str, tmp: Path, cache_dir: Path, **env) -> dict:
 
 @pytest.fixture(scope="module")
 def tuned_runs(tmp_path_factory):
-    """`tune` over a cache holding a foreign entry (the stub's card under another driver), then a fresh process."""
+    """`tune` over a cache holding a foreign entry (the stub's card under another driver), then a fresh process on the
+    ctypes binding."""
     cache_dir = tmp_path_factory.mktemp("tuning_cache")
     foreign = _entry(tuning.DeviceIdentity(STUB_CARD.name, "gfx1201", 64, 60443483, 70253211), schedule=FAST)
     (cache_dir / tuning.FILE_NAME).write_text(json.dumps({"format": tuning.FORMAT, "entries": [foreign]}))
     tune = scenario("tune", tmp_path_factory.mktemp("stub_tune"), cache_dir, SAGE_CO_TEST_FAST_SCHEDULE=FAST)
-    return tune, scenario("tuned", tmp_path_factory.mktemp("stub_tuned"), cache_dir)
+    # read back through the ctypes binding (tune ran on hip-python where it is installed): the same identity
+    return tune, scenario("tuned", tmp_path_factory.mktemp("stub_tuned"), cache_dir, SAGE_CO_HIP_BINDING="ctypes")
 
 
 @stub_only
@@ -243,7 +245,10 @@ def test_a_foreign_entry_is_ignored_with_one_warning_and_tune_takes_effect_at_on
 
 @stub_only
 def test_a_new_process_launches_the_tuned_schedule_for_its_device_only(tuned_runs):
-    _, after = tuned_runs
+    tune, after = tuned_runs
+    from sage_co.backends import hip_bindings
+    assert tune["binding"] == ("hip-python" if hip_bindings.hip_python_importable() else "ctypes")
+    assert after["binding"] == "ctypes"       # the identity read through ctypes matches the one tune stored
     assert after["launched"]["0"] == [FAST, FAST, family.DEFAULT_SCHEDULE]   # schedule= given still wins
     assert after["launched"]["1"] == [family.DEFAULT_SCHEDULE] * 3          # another card: nothing tuned for it
     assert len(after["warnings"]) == 1 and "none for AMD Radeon RX 9070 XT" in after["warnings"][0]

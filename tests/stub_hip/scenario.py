@@ -668,6 +668,7 @@ def tune_scenario(tmp: Path) -> dict:
         after = _attention_symbols(100)      # the same call shape: planned again after the new choice
     path = tuning.cache_path()
     return dict(code=code, output=text, file=json.loads(path.read_text()) if path.exists() else None,
+                binding=be.binding.name,
                 schedules=list(family.ATTENTION_SCHEDULES), default=family.DEFAULT_SCHEDULE,
                 leftover=sorted(p.name for p in path.parent.iterdir()),
                 before=[registry.find_symbol(s).key("schedule") for s in before],
@@ -682,7 +683,7 @@ def tuned_scenario(tmp: Path) -> dict:
     import warnings
     stub, be = _tuning_stub(tmp)
     from sage_co import family, registry, tuning
-    out: dict = {"launched": {}}
+    out: dict = {"launched": {}, "binding": be.binding.name}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for device, lengths in ((0, (100, 130)), (1, (150, 170))):
