@@ -105,10 +105,6 @@ class Stub:
         """What hipGetDeviceProperties reports for `device` (default: an R9700, gfx1201, 64 CUs)."""
         self.lib.stub_set_device_props(device, name.encode(), arch.encode(), cus)
 
-    def set_driver_version(self, version: int):
-        """hipDriverGetVersion's answer (default 70253211, the runtime's)."""
-        self.lib.stub_set_driver_version(version)
-
 
 class HostPlatform:
     """The gpu backend's view of devices and streams for runs on the stub: CPU tensors stand for device

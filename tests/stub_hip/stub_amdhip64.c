@@ -128,8 +128,7 @@ hipError_t hipSetDevice(int device) {
 hipError_t hipGetDevice(int *device) { *device = current_device; return hipSuccess; }
 hipError_t hipGetDeviceCount(int *count) { *count = device_count; return injected("hipGetDeviceCount"); }
 hipError_t hipRuntimeGetVersion(int *version) { *version = 70253211; return hipSuccess; }
-static int driver_version = 70253211;
-hipError_t hipDriverGetVersion(int *version) { *version = driver_version; return hipSuccess; }
+hipError_t hipDriverGetVersion(int *version) { *version = 70253211; return hipSuccess; }
 
 /* hipDeviceProp_tR0600 (HIP >= 6: hipGetDeviceProperties is a macro for hipGetDevicePropertiesR0600): the stub fills
  * the fields sage-co reads, at their offsets in the 1472-byte struct (sage_co/backends/hip_bindings.py
@@ -317,7 +316,6 @@ void stub_clear(void) {
 }
 void stub_set_recording(int on) { recording = on; }
 void stub_set_device_count(int n) { device_count = n; }
-void stub_set_driver_version(int v) { driver_version = v; }
 void stub_set_device_props(int device, const char *name, const char *arch, int cus) {
     if (device < 0 || device >= MAX_DEVICES) return;
     strncpy(device_name[device], name, 255); strncpy(device_arch[device], arch, 255); device_cus[device] = cus;
