@@ -290,3 +290,19 @@ def test_tune_on_the_emulator_checks_every_schedule_and_writes_nothing(cache, ca
         assert r["symbol"] in out and r["schedule"] in out
         assert r["rel_l2"] <= accuracy.MODEL_REL_L2 and r["different"] <= accuracy.MODEL_MAX_DIFFERENT
     assert cli.main(["tune", "--backend", "emu", "--device", "0"]) == 2   # the emulator has no devices
+
+
+def test_the_tuned_choice_applies_to_gpu_calls_without_a_schedule_where_it_is_built(monkeypatch):
+    from sage_co.ops import attention
+    asked = []
+    monkeypatch.setattr(tuning, "chosen_schedule", lambda device=None, backend=None: asked.append(device) or "elsewhere")
+    keys = dict(head_dim=128, out_dtype="bf16", pv_dtype="fp8")
+    none = SimpleNamespace(schedule=None)
+    assert attention.resolved_schedule(none, "gpu", "dev") == "elsewhere" and asked == ["dev"]
+    assert attention.resolved_schedule(none, "emu", "dev") == family.DEFAULT_SCHEDULE and asked == ["dev"]
+    named = SimpleNamespace(schedule=family.DEFAULT_SCHEDULE)
+    assert attention.resolved_schedule(named, "gpu", "dev") == family.DEFAULT_SCHEDULE and asked == ["dev"]
+    # a tuned schedule with no symbol for these keys: the default's symbol runs; the same name given explicitly fails
+    assert attention._shipped(none, "gpu", "dev", "asm", **keys).key("schedule") == family.DEFAULT_SCHEDULE
+    with pytest.raises(LookupError, match="has no symbol"):
+        attention._shipped(SimpleNamespace(schedule="elsewhere"), "gpu", "dev", "asm", **keys)
