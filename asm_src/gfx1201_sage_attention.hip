@@ -178,7 +178,19 @@ static __device__ __attribute__((always_inline)) u32 kswz(u32 row) {
   return DP >= 128 ? (row & 7) : ((row >> 1) & 3);
 }
 
-template <int DP, int OT, bool PV16>
+// exp2 on the VALU (the SCHED_EXP2_VALU schedule; docs/numerics.md §Attention arithmetic model "exp2 on the VALU"):
+// c = max(a, EXP2_VALU_MIN); r = c + MAGIC rounds to the nearest integer n (held in r's low bits); f = c - (r - MAGIC)
+// in [-0.5, 0.5], exact; q = fma(fma(f, C2, C1), f, 1); n added to q's exponent by an integer add of r << 23.
+// c = -127 (every -inf) gives +0 exactly.
+static __device__ __attribute__((always_inline)) float exp2_valu(float a) {
+  const float c = __builtin_fmaxf(a, EXP2_VALU_MIN);
+  const float r = c + MAGIC;
+  const float f = c - (r - MAGIC);
+  const float q = __builtin_fmaf(__builtin_fmaf(f, EXP2_VALU_C2, EXP2_VALU_C1), f, 1.0f);
+  return __builtin_bit_cast(float, (__builtin_bit_cast(u32, r) << 23) + __builtin_bit_cast(u32, q));
+}
+
+template <int DP, int OT, bool PV16, int SCHED>
 static __device__ __attribute__((always_inline)) void attention(SAGE_ATTENTION_FWD_PARAMS, v4i* lds) {
   u32 lse_stride = seq_len_q;  // lse row stride of one (batch, head): S_q, or total_q (varlen)
   constexpr int NCOL = DP / 16;        // 16-byte chunks per K row (and O^T d-tiles)
@@ -436,7 +448,12 @@ static __device__ __attribute__((always_inline)) void attention(SAGE_ATTENTION_F
       bf = t_exp;
     }
     float p[32];
-    for (int j = 0; j < 32; ++j) p[j] = __builtin_amdgcn_exp2f(__builtin_fmaf(x[j], cf, -bf));
+    // key 32hl + j: the schedule's VALU exp2 where bit j of EXP2_VALU_KEYS is set, v_exp_f32 elsewhere
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const float a = __builtin_fmaf(x[j], cf, -bf);
+      p[j] = SCHED == SCHED_EXP2_VALU && (EXP2_VALU_KEYS >> j) & 1u ? exp2_valu(a) : __builtin_amdgcn_exp2f(a);
+    }
     float rs0 = p[0], rs1 = p[1];  // two chains (even, odd keys): the asm pairs their adds in VOPD
     for (int j = 2; j < 32; j += 2) {
       rs0 += p[j];
@@ -577,12 +594,12 @@ static __device__ __attribute__((always_inline)) void attention(SAGE_ATTENTION_F
 
 // LDS: two buffers of K (64 x DP B) + V^T (DP x 64 B) tiles (PV16: two K tiles + one DP x 128 B V^T tile),
 // 32 KiB for DP = 128, 16 KiB for DP = 64
-#define SAGE_KERNEL(NAME, TEMPLATE, DP, OT, PV16)                                                          \
+#define SAGE_KERNEL(NAME, TEMPLATE, DP, OT, PV16, SCHED)                                                   \
   extern "C" __global__ __attribute__((amdgpu_flat_work_group_size(128, 128))) void NAME(SAGE_ATTENTION_FWD_PARAMS) { \
     __shared__ static v4i lds[16 * DP];                                                                       \
-    TEMPLATE<DP, OT, PV16>(SAGE_ATTENTION_FWD_ARGS, lds);                                                   \
+    TEMPLATE<DP, OT, PV16, SCHED>(SAGE_ATTENTION_FWD_ARGS, lds);                                            \
   }
 
-// One symbol per (head_dim = DP, out_dtype, pv_dtype) manifest key triple: the wrappers are generated from
+// One symbol per (head_dim = DP, out_dtype, pv_dtype, schedule) manifest key tuple: the wrappers are generated from
 // sage_co/family.py ATTENTION_HIP
 #include "generated/gfx1201_sage_attention_kernels.h"

@@ -63,6 +63,16 @@ FMA_MAX_QK_SCALE = 2.0 ** -6
 # O is not rescaled (docs/numerics.md §Attention arithmetic model "Thresholded rescale")
 M_INIT = -3.4028234663852886e38
 RESCALE_TAU = 0.75
+# The "exp2_valu" schedule (sage_co/family.py ATTENTION_SCHEDULES; docs/numerics.md §Attention arithmetic model
+# "exp2 on the VALU"): the scores of the keys whose index mod 32 has its bit set in EXP2_VALU_KEYS take
+# exp2_valu(a) instead of v_exp_f32: c = max(a, EXP2_VALU_MIN); r = c + MAGIC (round to the nearest integer n, the
+# low bits of r hold n); f = c - (r - MAGIC) in [-0.5, 0.5] (exact); q = fma(fma(f, EXP2_VALU_C2, EXP2_VALU_C1), f,
+# 1.0); bits(p) = (bits(r) << 23) + bits(q) (n added to the exponent). c = -127 gives exactly +0 (q(0) = 1.0).
+# Max relative error 2.78e-3 on [-0.5, 0.5] (P is fp8 e4m3: 3 mantissa bits); every value an exact fp32.
+EXP2_VALU_KEYS = 0xCCCCCCCC      # keys 8c + 2, 3, 6, 7 of every 8: half the scores, VOPD-paired (even, odd)
+EXP2_VALU_MIN = -127.0
+EXP2_VALU_C1 = struct.unpack("<f", struct.pack("<I", 0x3f34f4ae))[0]   # 0.70685851573944091796875
+EXP2_VALU_C2 = 0.25
 
 FLAG_LSE_BIT = 0          # kernarg `flags` bit 0: write lse
 FLAG_SMOOTH_K_BIT = 1     # bit 1: lse adds ln2 * (q_int8 * q_scale) . k_mean
@@ -435,7 +445,8 @@ HIP_CONSTANTS = {
     "FLAG_LSE": "u32", "FLAG_SMOOTH_K": "u32", "FLAG_CAUSAL": "u32", "FLAG_SMOOTH_V": "u32", "FLAG_MASK": "u32",
     "FLAG_VARLEN": "u32", "MASK_KIND_PARTIAL": "u32", "MASK_KIND_ADDITIVE": "u32", "MASK_WORD_BITS": "int",
     "P_OFF": "float", "MAGIC": "float", "MAGIC_BITS": "hex", "FMA_MAX_QK_SCALE": "float", "M_INIT": "float",
-    "RESCALE_TAU": "float",
+    "RESCALE_TAU": "float", "EXP2_VALU_KEYS": "u32", "EXP2_VALU_MIN": "float", "EXP2_VALU_C1": "float",
+    "EXP2_VALU_C2": "float",
     "PREPARE_MAX_CHUNKS": "int", "STATS_V_MAX": "u32", "STATS_K_SUM": "u32", "STATS_V_SUM": "u32",
     "STATS_V_SIGNED": "u32", "REDUCE_V_FP8": "int", "REDUCE_V_SMOOTH": "int", "REDUCE_V_NONE": "int",
     "PREDICT_CHANNELS": "int",

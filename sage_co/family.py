@@ -35,9 +35,12 @@ ATTENTION_KERNELS = ("hip", "asm")    # the `kernel` column of sage_attention_fw
 # The `schedule` column of sage_attention_fwd (docs/numerics.md §Attention arithmetic model, docs/performance.md
 # §Schedules): how a kernel spreads the softmax's exp2s over the execution units, each schedule a symbol of its own
 # in both kernels (asm and HIP, bitwise equal per schedule). The default first: the model's best under today's
-# parameters (tools/perf_model.py): "trans", every exp2 a v_exp_f32 on the TRANS unit.
-ATTENTION_SCHEDULES = ("trans",)
+# parameters (tools/perf_model.py): "trans", every exp2 a v_exp_f32 on the TRANS unit; "exp2_valu", the TRANS-rate
+# hedge: the scores of the keys abi.EXP2_VALU_KEYS names take a polynomial exp2 on the VALU (abi.EXP2_VALU_*).
+ATTENTION_SCHEDULES = ("trans", "exp2_valu")
 DEFAULT_SCHEDULE = ATTENTION_SCHEDULES[0]
+# The attention source's schedule selectors (SCHED_TRANS ...), its fourth template argument.
+HIP_SCHEDULE = {s: i for i, s in enumerate(ATTENTION_SCHEDULES)}
 # The HIP sources' compile-time dtype selectors (BF16, FP16, FP32 in asm_src/generated/sage_abi.h), the first
 # template argument of the prepare and predict bodies.
 HIP_IN_DTYPE = {"bf16": 0, "fp16": 1, "fp32": 2}
@@ -48,7 +51,8 @@ HIP_ROUNDING = {"per_op": 0, "once": 1}
 # name -> value of every selector above, as the generated header defines them
 HIP_SELECTORS = {**{t.upper(): v for t, v in HIP_IN_DTYPE.items()},
                  **{f"OUT_{t.upper()}": v for t, v in HIP_OUT_DTYPE.items()},
-                 **{f"ROUND_{r.upper()}": v for r, v in HIP_ROUNDING.items()}}
+                 **{f"ROUND_{r.upper()}": v for r, v in HIP_ROUNDING.items()},
+                 **{f"SCHED_{sc.upper()}": v for sc, v in HIP_SCHEDULE.items()}}
 
 
 def _hip_bool(flag: bool) -> str:
@@ -102,9 +106,9 @@ class AttentionVariant:
 
     def symbol_row(self) -> Symbol:
         instance = None
-        if self.kernel == "hip":   # template <int DP, int OT, bool PV16> attention(...)
+        if self.kernel == "hip":   # template <int DP, int OT, bool PV16, int SCHED> attention(...)
             instance = (f"attention<{self.head_dim}, {HIP_OUT_DTYPE[self.out_dtype]}, "
-                        f"{_hip_bool(self.pv_dtype == 'fp16')}>")
+                        f"{_hip_bool(self.pv_dtype == 'fp16')}, {HIP_SCHEDULE[self.schedule]}>")
         return Symbol(self.op, self.kernel, self.symbol,
                       (("head_dim", self.head_dim), ("out_dtype", self.out_dtype), ("pv_dtype", self.pv_dtype),
                        ("schedule", self.schedule)), instance)
@@ -196,8 +200,9 @@ class CodeObjectFamily:
 # Then the schedules: the default schedule's symbols first (in the order above), each other schedule's after them,
 # built where schedule_built says.
 def schedule_built(schedule: str, head_dim: int, pv_dtype: str) -> bool:
-    """Whether a schedule has a symbol at (head_dim, pv_dtype): the default everywhere."""
-    return schedule == DEFAULT_SCHEDULE
+    """Whether a schedule has a symbol at (head_dim, pv_dtype): the default everywhere, "exp2_valu" for pv_dtype
+    fp8 (every head dim and output dtype; the fp16 P.V path keeps the default only)."""
+    return schedule == DEFAULT_SCHEDULE or pv_dtype == "fp8"
 
 
 def attention_variants(head_dims) -> tuple[tuple[int, str, str, str], ...]:

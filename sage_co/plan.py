@@ -63,9 +63,10 @@ def _attention_kernel_serves(D_pad: int, dtype_key: str, kernel, pv_dtype: str) 
     return True
 
 
-def _check_attention(sh: validate.Shapes, kernel, pv_dtype: str, names=("q", "k")) -> None:
+def _check_attention(sh: validate.Shapes, kernel, pv_dtype: str, names=("q", "k"), schedule=None) -> None:
     """The attention kernel's limits for these shapes, before any kernel (prepare included)."""
     attention_ops.check_query_heads(sh.H_q, names[0] if names[0] == "q" else "prepared.q_int8")
+    attention_ops.check_schedule_built(schedule, sh.D, pv_dtype)
     kernel = attention_ops.served_kernel(kernel, sh.D, pv_dtype, names[0])
     _attention_kernel_serves(d_pad(sh.D), DTYPE_KEYS[sh.dtype], kernel, pv_dtype)
     validate.check_attention_length(sh.S_q, sh.D, names[0])
@@ -93,7 +94,7 @@ def _plan_qkv(spec: callspec.OpSpec, q, k, v, o: dict, resolve: bool) -> Plan:
     sh = chk.shapes
     attends = "kernel" in o
     if attends:
-        _check_attention(sh, o["kernel"], o["pv_dtype"])
+        _check_attention(sh, o["kernel"], o["pv_dtype"], schedule=o["schedule"])
         masks.check_block_mask(o["block_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv, device=q.device)
         masks.check_attn_mask(o["attn_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv, device=q.device)
     prep = att = None
@@ -112,7 +113,8 @@ def _plan_qkv(spec: callspec.OpSpec, q, k, v, o: dict, resolve: bool) -> Plan:
 def _plan_prepared(spec: callspec.OpSpec, prepared: SagePrepared, o: dict, resolve: bool) -> Plan:
     _check_options(spec, o, skip=())
     sh = validate.check_prepared(prepared)
-    _check_attention(sh, o["kernel"], prepared.pv_dtype, ("prepared.seq_len_q", "prepared.seq_len_kv"))
+    _check_attention(sh, o["kernel"], prepared.pv_dtype, ("prepared.seq_len_q", "prepared.seq_len_kv"),
+                     schedule=o["schedule"])
     masks.check_block_mask(o["block_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv, device=prepared.q_int8.device)
     masks.check_attn_mask(o["attn_mask"], sh.B, sh.H_q, sh.S_q, sh.S_kv, device=prepared.q_int8.device)
     att = None

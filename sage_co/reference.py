@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from . import abi, masks, validate
+from . import abi, family, masks, validate
 from .prepared import SCALE_BLOCK, SagePrepared, d_pad, s_pad
 
 LOG2E = 1.4426950408889634  # log2(e) as the nearest double (M_LOG2E)
@@ -366,9 +366,34 @@ def round_saturating(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return x.clamp(-hi, hi).to(dtype)  # clamp keeps NaN
 
 
+def exp2_valu(a: torch.Tensor) -> torch.Tensor:
+    """The "exp2_valu" schedule's VALU exp2 of fp32 `a` (docs/numerics.md §Attention arithmetic model "exp2 on the
+    VALU"; abi.EXP2_VALU_*), every fp32 op of the kernels reproduced: c = max(a, EXP2_VALU_MIN) (v_max_num: NaN
+    dropped); r = c + MAGIC; f = c - (r - MAGIC); q = fma(fma(f, C2, C1), f, 1.0); bits(p) = (bits(r) << 23) +
+    bits(q) mod 2^32."""
+    a = a.float()
+    c = torch.fmax(a, torch.tensor(abi.EXP2_VALU_MIN, dtype=torch.float32, device=a.device))
+    magic = _f32(MAGIC, a)
+    r = c + magic
+    f = c - (r - magic)
+    q = fp32_fma(fp32_fma(f, _f32(abi.EXP2_VALU_C2, a), _f32(abi.EXP2_VALU_C1, a)), f, _f32(1.0, a))
+    bits = ((r.view(torch.int32).long() << 23) + q.view(torch.int32).long()) & 0xFFFFFFFF
+    return torch.where(bits >= 2 ** 31, bits - 2 ** 32, bits).to(torch.int32).view(torch.float32)
+
+
+def schedule_exp2(arg: torch.Tensor, keys: torch.Tensor, schedule: str) -> torch.Tensor:
+    """exp2 of the scores `arg` [..., T] of the keys `keys` [T] as the schedule computes it: v_exp_f32 (torch.exp2)
+    for "trans"; for "exp2_valu" exp2_valu where bit (key mod 32) of abi.EXP2_VALU_KEYS is set."""
+    p = torch.exp2(arg)
+    if schedule == "trans":
+        return p
+    valu = ((abi.EXP2_VALU_KEYS >> (keys % 32)) & 1).bool()
+    return torch.where(valu, exp2_valu(arg), p)
+
+
 def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, key_tile: int = KEY_TILE,
                          is_causal: bool = False, block_mask: torch.Tensor | None = None,
-                         attn_mask: torch.Tensor | None = None):
+                         attn_mask: torch.Tensor | None = None, schedule: str = family.DEFAULT_SCHEDULE):
     """What the attention kernel computes from a SagePrepared (docs/numerics.md §Attention), per query row i of
     query head h (K/V head g = h // (H_q / H_kv)) and key tile t of key_tile keys:
       qk_scale = q_scale[blk(i)] * k_scale[g, blk(j)];  s = float32(s_int32) * qk_scale;  s = -inf for j >= S_kv
@@ -393,8 +418,12 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
       the tail (s = -inf); in a 64 x 64 tile where some visible element has a bias b = fp32(mask) * fp32(log2 e) != 0
       (an "additive" tile) every score is s = fma(float(s_int32), qk_scale, b) and the exp2 argument takes the
       exact form arg = s - t; every other tile keeps the unmasked arithmetic
+    schedule (sage_co.family.ATTENTION_SCHEDULES): "exp2_valu" computes p of the keys j with bit (j mod 32) of
+      abi.EXP2_VALU_KEYS set by exp2_valu(arg) (schedule_exp2) instead of exp2; everything else is the same
     Returns out [B, S_q, H_q, head_dim] (NHD) in out_dtype, and with return_lse also lse fp32 [B, H_q, S_q]
     (natural log, smooth_k-corrected)."""
+    validate.check_schedule(schedule)
+    schedule = schedule or family.DEFAULT_SCHEDULE
     if isinstance(key_tile, bool) or not isinstance(key_tile, int) or key_tile < 1:
         raise ValueError(f"key_tile: expected a positive int, got {key_tile!r}")
     validate.check_flag("return_lse", return_lse)
@@ -462,7 +491,7 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
         if add_tile is not None:
             one_fma = one_fma & ~add_tile
         arg = torch.where(one_fma, fp32_fma(x, qk_scale, -fp32_fma(magic, qk_scale, t)), s - t)
-        p = torch.exp2(arg)
+        p = schedule_exp2(arg, torch.arange(j0, j1, device=dev), schedule)
         l = fp32_fma(l, alpha, p.sum(dim=-1, keepdim=True))
         pq = p.to(torch.float16).float() if pv16 else to_fp8(p).float()
         O = O * alpha + pq @ v_t[:, :, :, j0:j1].float().transpose(-1, -2)

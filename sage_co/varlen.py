@@ -127,6 +127,7 @@ def _plan(q, k, v, batch: int, max_q: int, max_kv: int, o: dict) -> VarlenPlan:
     # every sequence fits in the packed totals: a larger bound only widens the grids
     max_q, max_kv = max(1, min(max_q, total_q)), max(1, min(max_kv, total_kv))
     sh = chk.shapes._replace(B=batch, S_q=max_q, S_kv=max_kv)
+    attention_ops.check_schedule_built(o["schedule"], sh.D, o["pv_dtype"])
     _attention_kernel_serves(prepare_ops.d_pad(sh.D), prepare_ops.DTYPE_KEYS[sh.dtype], o["kernel"], o["pv_dtype"])
     validate.check_attention_length(max_q, sh.D, "max_seqlen_q")
     validate.check_attention_length(max_kv, sh.D, "max_seqlen_kv")

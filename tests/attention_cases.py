@@ -74,10 +74,11 @@ def prepared_case(case):
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_case(kernel: str, case):
-    """(q, k, v, prepared, out, lse) for one case; each kernel runs once per case."""
+def kernel_case(kernel: str, case, schedule: str | None = None):
+    """(q, k, v, prepared, out, lse) for one case; each kernel runs once per case and schedule (None: the default)."""
     q, k, v, prepared = prepared_case(case)
-    out, lse = sage_attention_fwd(prepared, return_lse=True, layout=case[7], backend="emu", kernel=kernel)
+    out, lse = sage_attention_fwd(prepared, return_lse=True, layout=case[7], backend="emu", kernel=kernel,
+                                  schedule=schedule)
     return q, k, v, prepared, out, lse
 
 
@@ -117,9 +118,9 @@ def check_against_fp32(kernel, case):
     assert accuracy.within_contract(m), m
 
 
-def check_against_model(kernel, case):
-    _, _, _, prepared, out, lse = kernel_case(kernel, case)
-    ref_out, ref_lse = reference.sage_attention_model(prepared, return_lse=True)
+def check_against_model(kernel, case, schedule: str | None = None):
+    _, _, _, prepared, out, lse = kernel_case(kernel, case, schedule)
+    ref_out, ref_lse = reference.sage_attention_model(prepared, return_lse=True, schedule=schedule)
     ref_out = reference.to_layout(ref_out, case[7])
     assert rel_l2(out, ref_out) <= MODEL_REL_L2
     assert (out.float() - ref_out.float()).abs().max() <= MODEL_MAX_ABS * ref_out.float().abs().max()

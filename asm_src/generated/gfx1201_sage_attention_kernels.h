@@ -2,18 +2,27 @@
 // rewrites it, `python build_asm.py --check` compares it). docs/abi.md has the same ABI as tables.
 // The extern "C" kernels of asm_src/gfx1201_sage_attention.hip: SAGE_KERNEL(symbol, template, template arguments...),
 // expanded by the SAGE_KERNEL macro that source defines before it includes this file.
-SAGE_KERNEL(gfx1201_sage_attention_fwd_d256_bf16, attention, 256, 0, false)  // head_dim=256 out_dtype=bf16 pv_dtype=fp8 schedule=trans
-SAGE_KERNEL(gfx1201_sage_attention_fwd_d256_fp16, attention, 256, 1, false)  // head_dim=256 out_dtype=fp16 pv_dtype=fp8 schedule=trans
-SAGE_KERNEL(gfx1201_sage_attention_fwd_d256_fp32, attention, 256, 2, false)  // head_dim=256 out_dtype=fp32 pv_dtype=fp8 schedule=trans
-SAGE_KERNEL(gfx1201_sage_attention_fwd_d128_bf16, attention, 128, 0, false)  // head_dim=128 out_dtype=bf16 pv_dtype=fp8 schedule=trans
-SAGE_KERNEL(gfx1201_sage_attention_fwd_d128_fp16, attention, 128, 1, false)  // head_dim=128 out_dtype=fp16 pv_dtype=fp8 schedule=trans
-SAGE_KERNEL(gfx1201_sage_attention_fwd_d128_fp32, attention, 128, 2, false)  // head_dim=128 out_dtype=fp32 pv_dtype=fp8 schedule=trans
-SAGE_KERNEL(gfx1201_sage_attention_fwd_d64_bf16, attention, 64, 0, false)  // head_dim=64 out_dtype=bf16 pv_dtype=fp8 schedule=trans
-SAGE_KERNEL(gfx1201_sage_attention_fwd_d64_fp16, attention, 64, 1, false)  // head_dim=64 out_dtype=fp16 pv_dtype=fp8 schedule=trans
-SAGE_KERNEL(gfx1201_sage_attention_fwd_d64_fp32, attention, 64, 2, false)  // head_dim=64 out_dtype=fp32 pv_dtype=fp8 schedule=trans
-SAGE_KERNEL(gfx1201_sage_attention_fwd_d128_bf16_pv16, attention, 128, 0, true)  // head_dim=128 out_dtype=bf16 pv_dtype=fp16 schedule=trans
-SAGE_KERNEL(gfx1201_sage_attention_fwd_d128_fp16_pv16, attention, 128, 1, true)  // head_dim=128 out_dtype=fp16 pv_dtype=fp16 schedule=trans
-SAGE_KERNEL(gfx1201_sage_attention_fwd_d128_fp32_pv16, attention, 128, 2, true)  // head_dim=128 out_dtype=fp32 pv_dtype=fp16 schedule=trans
-SAGE_KERNEL(gfx1201_sage_attention_fwd_d64_bf16_pv16, attention, 64, 0, true)  // head_dim=64 out_dtype=bf16 pv_dtype=fp16 schedule=trans
-SAGE_KERNEL(gfx1201_sage_attention_fwd_d64_fp16_pv16, attention, 64, 1, true)  // head_dim=64 out_dtype=fp16 pv_dtype=fp16 schedule=trans
-SAGE_KERNEL(gfx1201_sage_attention_fwd_d64_fp32_pv16, attention, 64, 2, true)  // head_dim=64 out_dtype=fp32 pv_dtype=fp16 schedule=trans
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d256_bf16, attention, 256, 0, false, 0)  // head_dim=256 out_dtype=bf16 pv_dtype=fp8 schedule=trans
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d256_fp16, attention, 256, 1, false, 0)  // head_dim=256 out_dtype=fp16 pv_dtype=fp8 schedule=trans
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d256_fp32, attention, 256, 2, false, 0)  // head_dim=256 out_dtype=fp32 pv_dtype=fp8 schedule=trans
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d128_bf16, attention, 128, 0, false, 0)  // head_dim=128 out_dtype=bf16 pv_dtype=fp8 schedule=trans
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d128_fp16, attention, 128, 1, false, 0)  // head_dim=128 out_dtype=fp16 pv_dtype=fp8 schedule=trans
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d128_fp32, attention, 128, 2, false, 0)  // head_dim=128 out_dtype=fp32 pv_dtype=fp8 schedule=trans
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d64_bf16, attention, 64, 0, false, 0)  // head_dim=64 out_dtype=bf16 pv_dtype=fp8 schedule=trans
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d64_fp16, attention, 64, 1, false, 0)  // head_dim=64 out_dtype=fp16 pv_dtype=fp8 schedule=trans
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d64_fp32, attention, 64, 2, false, 0)  // head_dim=64 out_dtype=fp32 pv_dtype=fp8 schedule=trans
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d128_bf16_pv16, attention, 128, 0, true, 0)  // head_dim=128 out_dtype=bf16 pv_dtype=fp16 schedule=trans
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d128_fp16_pv16, attention, 128, 1, true, 0)  // head_dim=128 out_dtype=fp16 pv_dtype=fp16 schedule=trans
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d128_fp32_pv16, attention, 128, 2, true, 0)  // head_dim=128 out_dtype=fp32 pv_dtype=fp16 schedule=trans
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d64_bf16_pv16, attention, 64, 0, true, 0)  // head_dim=64 out_dtype=bf16 pv_dtype=fp16 schedule=trans
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d64_fp16_pv16, attention, 64, 1, true, 0)  // head_dim=64 out_dtype=fp16 pv_dtype=fp16 schedule=trans
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d64_fp32_pv16, attention, 64, 2, true, 0)  // head_dim=64 out_dtype=fp32 pv_dtype=fp16 schedule=trans
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d256_bf16_exp2_valu, attention, 256, 0, false, 1)  // head_dim=256 out_dtype=bf16 pv_dtype=fp8 schedule=exp2_valu
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d256_fp16_exp2_valu, attention, 256, 1, false, 1)  // head_dim=256 out_dtype=fp16 pv_dtype=fp8 schedule=exp2_valu
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d256_fp32_exp2_valu, attention, 256, 2, false, 1)  // head_dim=256 out_dtype=fp32 pv_dtype=fp8 schedule=exp2_valu
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d128_bf16_exp2_valu, attention, 128, 0, false, 1)  // head_dim=128 out_dtype=bf16 pv_dtype=fp8 schedule=exp2_valu
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d128_fp16_exp2_valu, attention, 128, 1, false, 1)  // head_dim=128 out_dtype=fp16 pv_dtype=fp8 schedule=exp2_valu
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d128_fp32_exp2_valu, attention, 128, 2, false, 1)  // head_dim=128 out_dtype=fp32 pv_dtype=fp8 schedule=exp2_valu
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d64_bf16_exp2_valu, attention, 64, 0, false, 1)  // head_dim=64 out_dtype=bf16 pv_dtype=fp8 schedule=exp2_valu
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d64_fp16_exp2_valu, attention, 64, 1, false, 1)  // head_dim=64 out_dtype=fp16 pv_dtype=fp8 schedule=exp2_valu
+SAGE_KERNEL(gfx1201_sage_attention_fwd_d64_fp32_exp2_valu, attention, 64, 2, false, 1)  // head_dim=64 out_dtype=fp32 pv_dtype=fp8 schedule=exp2_valu

@@ -23,6 +23,10 @@
 #define FMA_MAX_QK_SCALE 0.015625f
 #define M_INIT -3.4028234663852886e+38f
 #define RESCALE_TAU 0.75f
+#define EXP2_VALU_KEYS 3435973836u
+#define EXP2_VALU_MIN -127.0f
+#define EXP2_VALU_C1 0.7068585157394409f
+#define EXP2_VALU_C2 0.25f
 #define PREPARE_MAX_CHUNKS 64
 #define STATS_V_MAX 1u
 #define STATS_K_SUM 2u
@@ -42,6 +46,8 @@
 #define OUT_FP32 2
 #define ROUND_PER_OP 0
 #define ROUND_ONCE 1
+#define SCHED_TRANS 0
+#define SCHED_EXP2_VALU 1
 
 // sage_co/abi.py: the kernarg struct of sage_attention_fwd, 216 bytes (offset name):
 //   0 q, 8 k, 16 v, 24 q_scale, 32 k_scale, 40 k_mean, 48 v_scale, 56 out, 64 lse, 72 seq_len_q, 76 seq_pad_q,

@@ -40,6 +40,10 @@ F32_NEG_INF = "0xff800000"
 F32_M_INIT = _f32_bits(abi.M_INIT)        # 0xff7fffff = -FLT_MAX: the running max's start (no -inf guards)
 F32_NEG_TAU = _f32_bits(-abi.RESCALE_TAU)  # the thresholded rescale: m moves when m_old - m_cand < -TAU
 F32_LN2 = "0x3f317218"                    # float32(ln 2)
+# the "exp2_valu" schedule's polynomial exp2 (sage_co/abi.py EXP2_VALU_*): the clamp and the coefficients
+F32_EXP2_VALU_MIN = _f32_bits(abi.EXP2_VALU_MIN)
+F32_EXP2_VALU_C1 = _f32_bits(abi.EXP2_VALU_C1)
+F32_EXP2_VALU_C2 = _f32_bits(abi.EXP2_VALU_C2)
 BF16_QNAN32 = "0x7fc00000"                # a NaN output becomes bf16 0x7fc0 (as the HIP kernel)
 BF16_ROUND = "0x7fff"
 HI16_MASK = "0xffff0000"

@@ -6,8 +6,9 @@ from __future__ import annotations
 from asmdsl import Asm, Op
 from sage_co import abi
 
-from .config import B128, F32_BYTES, CHUNKS, F32_FMA_MAX_QK_SCALE, F32_NEG_INF, F32_NEG_TAU, F32_P_OFF, PERMX16_SEL_HI, TILE_K, log2
-from .stream import vadd, vcc_select_lines, vmax, vmul, vsub
+from .config import (B128, F32_BYTES, CHUNKS, F32_EXP2_VALU_C1, F32_EXP2_VALU_C2, F32_EXP2_VALU_MIN, F32_FMA_MAX_QK_SCALE,
+                     F32_NEG_INF, F32_NEG_TAU, F32_P_OFF, PERMX16_SEL_HI, TILE_K, log2)
+from .stream import vadd, vcc_select_lines, vmax, vmul, vsub, vsubrev
 
 
 class Softmax:
@@ -108,8 +109,12 @@ class Softmax:
             return Op.raw(f"v_fma_f32 {sacc[j]}, {sacc[j]}, {self.qk[0]}, -{self.lim}",
                           [sacc[j], self.qk[0], self.lim], [sacc[j]])
 
+        valu = self.exp2_valu_keys()
+
         def exp(j):
-            return Op.raw(f"v_exp_f32_e32 {sacc[j]}, {sacc[j]}", [sacc[j]], [sacc[j]], trans=True)
+            if j in valu:       # the first of an (even, odd) pair: both scores' VALU exp2
+                return self.exp2_valu_ops(sacc[j], sacc[j + 1]) if j % 2 == 0 else []
+            return [Op.raw(f"v_exp_f32_e32 {sacc[j]}, {sacc[j]}", [sacc[j]], [sacc[j]], trans=True)]
 
         def chain(j):           # rs[j % 2] += p_j; the chains start rs[0] = p0 + p2, rs[1] = p1 + p3
             if j < 4:
@@ -139,9 +144,11 @@ class Softmax:
 
         LEAD, LAG = 4, 2        # arguments LEAD scores ahead of their exp; chain adds LAG behind, packs 2 more
         ops: list[Op] = [arg(j) for j in range(LEAD)]
+        if valu:                # xl = C2 (free from the row max to the next tile's mask loads)
+            ops.insert(0, Op.mov(self.xl, F32_EXP2_VALU_C2))
         for k in range(32 + LAG):
             if k < 32:
-                ops.append(exp(k))
+                ops += exp(k)
                 if k + LEAD < 32:
                     ops.append(arg(k + LEAD))
             j = k - LAG
@@ -152,6 +159,40 @@ class Softmax:
         for j in (30, 31):
             ops += scale(j)
             ops += packs_after(j)
+        return ops
+
+    def exp2_valu_keys(self) -> frozenset[int]:
+        """The scores j (key 32h + j of the tile) whose exp2 the schedule computes on the VALU: bit j of
+    abi.EXP2_VALU_KEYS with the "exp2_valu" schedule (whole (even, odd) pairs), none with "trans"."""
+        if self.cfg.schedule != "exp2_valu":
+            return frozenset()
+        keys = frozenset(j for j in range(32) if abi.EXP2_VALU_KEYS >> j & 1)
+        assert all((j ^ 1) in keys for j in keys), "EXP2_VALU_KEYS must name whole (even, odd) pairs"
+        return keys
+
+    def exp2_valu_ops(self, a_, b_) -> list[Op]:
+        """exp2 of the arguments in a_, b_ (an even and an odd score VGPR) on the VALU, in place (docs/numerics.md
+    §Attention arithmetic model "exp2 on the VALU"; sage_co.reference.exp2_valu): c = max(a, EXP2_VALU_MIN), r = c +
+    MAGIC (the nearest integer n in r's low bits), f = c - (r - MAGIC), q = fma(fma(f, C2, C1), f, 1.0), p = (r << 23)
+    + q as integers. The four fp32 steps pair in VOPD; r and r - MAGIC go to mx[0..3] (free between the row max and
+    the next tile's); C2 is read from xl (exp_ops sets it: a VOP3 takes one literal, C1, and 0.25 is no inline
+    constant)."""
+        r0, r1, u0, u1 = self.mx[0], self.mx[1], self.mx[2], self.mx[3]
+        ops = []
+        for x, r, u in ((a_, r0, u0), (b_, r1, u1)):
+            ops.append(vmax(x, F32_EXP2_VALU_MIN, x))
+        for x, r, u in ((a_, r0, u0), (b_, r1, u1)):
+            ops.append(vadd(r, self.s_magic, x))
+        for x, r, u in ((a_, r0, u0), (b_, r1, u1)):
+            ops.append(vsubrev(u, self.s_magic, r))
+        for x, r, u in ((a_, r0, u0), (b_, r1, u1)):
+            ops.append(vsub(x, x, u))
+        for x, r, u in ((a_, r0, u0), (b_, r1, u1)):
+            ops.append(Op.raw(f"v_fma_f32 {u}, {x}, {self.xl}, {F32_EXP2_VALU_C1}", [x, self.xl], [u]))
+        for x, r, u in ((a_, r0, u0), (b_, r1, u1)):
+            ops.append(Op.raw(f"v_fma_f32 {x}, {u}, {x}, 1.0", [u, x], [x]))
+        for x, r, u in ((a_, r0, u0), (b_, r1, u1)):
+            ops.append(Op.raw(f"v_lshl_add_u32 {x}, {r}, 23, {x}", [r, x], [x]))
         return ops
 
     def lsum_ops(self) -> list[Op]:

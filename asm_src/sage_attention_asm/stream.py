@@ -11,6 +11,7 @@ from asmdsl import Asm, Op, WaitCounter
 vmul = partial(Op.vop2, "v_mul_f32")
 vadd = partial(Op.vop2, "v_add_f32")
 vsub = partial(Op.vop2, "v_sub_f32")
+vsubrev = partial(Op.vop2, "v_subrev_f32")
 vmax = partial(Op.vop2, "v_max_num_f32")
 
 

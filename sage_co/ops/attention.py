@@ -80,6 +80,15 @@ def _shipped(opts, backend: str, device, kernel, **keys) -> registry.ShippedKern
     return registry.find(OP, kernel, schedule=schedule, **keys)
 
 
+def check_schedule_built(schedule: str | None, D: int, pv_dtype: str) -> None:
+    """An explicit schedule must have a symbol at (D_pad, pv_dtype) (sage_co.family.schedule_built): a ValueError
+    naming the argument otherwise, before any kernel."""
+    if schedule is not None and not family.schedule_built(schedule, d_pad(D), pv_dtype):
+        built = [s for s in family.ATTENTION_SCHEDULES if family.schedule_built(s, d_pad(D), pv_dtype)]
+        raise ValueError(f"schedule: {schedule!r} is not built for pv_dtype={pv_dtype!r} (head dim {D}); the "
+                         f"schedules built there: {built}")
+
+
 def check_query_heads(H_q: int, name: str = "q") -> None:
     """The one query-head limit of the attention launch (grid y, and the range kv_group_magic divides exactly)."""
     if H_q >= abi.MAX_QUERY_HEADS:

@@ -142,3 +142,91 @@ def test_thresholded_rescale_bitwise_and_model():
     assert rel_l2 <= MODEL_REL_L2, rel_l2
     assert torch.isfinite(lse).all()
     assert ((lse - ref_lse).abs() / ref_lse.abs().clamp(min=1.0)).max().item() <= LSE_RTOL
+
+
+# ---------------------------------------------------------------------------------------------- the exp2 schedules
+# "exp2_valu" (sage_co/family.py ATTENTION_SCHEDULES; docs/numerics.md §Attention arithmetic model "exp2 on the
+# VALU"): the scores of the keys abi.EXP2_VALU_KEYS names take the polynomial exp2 on the VALU. Both kernels compute
+# it with the same fp32 ops: asm == HIP bitwise, and against the model (reference.sage_attention_model(schedule=))
+# the kernels' usual bound; the schedule changes the output (so these tests see which schedule ran).
+HEDGE = "exp2_valu"
+HEDGE_CASES = [(2, 77, 131, 2, 1, 128, "bf16", "NHD", False, "randn"),
+               (2, 100, 70, 4, 2, 64, "fp16", "HND", True, "k_offset"),
+               (2, 33, 90, 2, 2, 200, "bf16", "NHD", False, "randn")]      # D_pad 256
+HEDGE_IDS = [f"B{c[0]}-Sq{c[1]}-Skv{c[2]}-H{c[3]}/{c[4]}-D{c[5]}-{c[6]}-{c[7]}" for c in HEDGE_CASES]
+
+
+@pytest.mark.parametrize("case", HEDGE_CASES, ids=HEDGE_IDS)
+def test_exp2_valu_schedule_bitwise_and_model(case):
+    *_, out, lse = kernel_case("asm", case, HEDGE)
+    *_, hout, hlse = kernel_case("hip", case, HEDGE)
+    assert torch.equal(_bits(out), _bits(hout)), f"{(_bits(out) != _bits(hout)).sum().item()} outputs differ"
+    assert torch.equal(_bits(lse), _bits(hlse))
+    check_against_model("asm", case, HEDGE)
+    *_, tout, _ = kernel_case("asm", case)
+    assert not torch.equal(_bits(out), _bits(tout))     # the schedule ran: its exp2 differs from v_exp_f32's
+
+
+@pytest.mark.parametrize("D,dtype,causal", [(128, torch.float32, True), (64, torch.float32, False)])
+def test_exp2_valu_fp32_out_causal_and_mask(D, dtype, causal):
+    """fp32 in/out, causal, an attn_mask (bool, with additive tiles elsewhere covered by the default schedule's
+    suite): asm == HIP bitwise with the schedule; vs the model within the kernels' bound."""
+    from attention_cases import run_both, rel_l2
+    g = torch.Generator().manual_seed(7)
+    B, S_q, S_kv, H = 2, 70, 97, 2
+    q, k, v = (torch.randn(B, S, H, D, generator=g, dtype=dtype) for S in (S_q, S_kv, S_kv))
+    mask = torch.rand(B, 1, S_q, S_kv, generator=g) < 0.7
+    p = reference.sage_prepare(q, k, v)
+    out, lse = run_both(p, attn_mask=mask, is_causal=causal, schedule=HEDGE)
+    ref = reference.sage_attention_model(p, attn_mask=mask, is_causal=causal, schedule=HEDGE)
+    assert out.dtype == torch.float32 and rel_l2(out, ref) <= 1e-3
+
+
+def test_exp2_valu_varlen_both_kernels_and_per_sequence():
+    """The packed varlen launch with the schedule: asm == HIP bitwise, and each sequence bitwise its own call."""
+    import sage_co
+    from varlen_cases import packed_inputs, per_sequence
+    q, k, v, cu_q, cu_kv = packed_inputs([33, 77, 1], [100, 31, 65], 2, 1, 128, torch.bfloat16)
+    res = {kern: sage_co.sage_attention_varlen(q, k, v, cu_q, cu_kv, 77, 100, return_lse=True, is_causal=True,
+                                               backend="emu", kernel=kern, schedule=HEDGE) for kern in ("asm", "hip")}
+    assert torch.equal(_bits(res["asm"][0]), _bits(res["hip"][0])) and torch.equal(res["asm"][1], res["hip"][1])
+    seq = per_sequence(q, k, v, cu_q, cu_kv, lambda a, b, c: sage_co.sage_attention(
+        a, b, c, return_lse=True, is_causal=True, backend="emu", kernel="asm", schedule=HEDGE))
+    assert torch.equal(_bits(res["asm"][0]), _bits(seq[0]))
+
+
+def test_schedule_option_is_validated_before_any_kernel():
+    import sage_co
+    q = torch.randn(1, 40, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"schedule: .*'trans', 'exp2_valu'.*'bogus'"):
+        sage_co.sage_attention(q, q, q, schedule="bogus", backend="emu")
+    with pytest.raises(TypeError, match="schedule:"):
+        sage_co.sage_attention(q, q, q, schedule=2, backend="emu")
+    with pytest.raises(ValueError, match="schedule: 'exp2_valu' is not built for pv_dtype='fp16'"):
+        sage_co.sage_attention(q, q, q, schedule=HEDGE, pv_dtype="fp16", backend="emu")
+    k = registry.find("sage_attention_fwd", "asm", head_dim=128, out_dtype="bf16", pv_dtype="fp8", schedule=HEDGE)
+    assert k.symbol == "gfx1201_sage_attention_fwd_asm_d128_bf16_exp2_valu"
+    # without a schedule key the lookup takes the default (the unsuffixed symbol)
+    assert registry.find("sage_attention_fwd", "asm", head_dim=128, out_dtype="bf16",
+                         pv_dtype="fp8").symbol == "gfx1201_sage_attention_fwd_asm_d128_bf16"
+
+
+def test_exp2_valu_values_and_accuracy_bound():
+    """reference.exp2_valu: -inf and every argument <= -127 give +0 exactly (a fully masked row keeps l = 0),
+    integers n give 2^n exactly, the relative error stays <= 2.78e-3 on the arguments the loop sees; and the
+    schedule keeps the accuracy goal: randn B=1 H=2 S=2048 D=128, rel L2 vs FP32 <= 0.040 (model = both kernels'
+    arithmetic, bitwise up to v_exp_f32's ulp on the other scores)."""
+    from sage_co import accuracy
+    a = torch.tensor([-float("inf"), -1e30, -200.0, -127.0])
+    assert torch.equal(reference.exp2_valu(a).view(torch.int32), torch.zeros(4, dtype=torch.int32))
+    n = torch.arange(-126, 9, dtype=torch.float32)
+    assert torch.equal(reference.exp2_valu(n), torch.exp2(n))
+    x = torch.linspace(-100.0, 8.8, 200001)
+    assert ((reference.exp2_valu(x).double() / torch.exp2(x.double()) - 1).abs().max() <= 2.78e-3)
+    q, k, v = accuracy.make_inputs("randn", 1, 2048, 2, seed=0)
+    ref = reference.attention_fp32(q, k, v)
+    p = reference.sage_prepare(q, k, v)
+    hedge = accuracy.metrics(reference.sage_attention_model(p, schedule=HEDGE), ref)
+    trans = accuracy.metrics(reference.sage_attention_model(p), ref)
+    assert hedge["rel_l2"] <= 0.040 and accuracy.within_contract(hedge), hedge
+    assert hedge["rel_l2"] != trans["rel_l2"]

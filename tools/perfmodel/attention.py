@@ -5,13 +5,16 @@ from __future__ import annotations
 from perfmodel.stream import HEAD_DIM
 
 
-def attention_symbol(kernel: str, head_dim: int = HEAD_DIM, pv_dtype: str = "fp8", out_dtype: str = "bf16") -> str:
-    """The shipped symbol of an attention kernel at this head dim, P.V dtype and output dtype (default bf16; a code
-    object may hold one symbol per (head_dim, out_dtype, pv_dtype): registry key columns)."""
+def attention_symbol(kernel: str, head_dim: int = HEAD_DIM, pv_dtype: str = "fp8", out_dtype: str = "bf16",
+                     schedule: str | None = None) -> str:
+    """The shipped symbol of an attention kernel at this head dim, P.V dtype, output dtype (default bf16) and exp2
+    schedule (None: the family's default; a code object may hold one symbol per (head_dim, out_dtype, pv_dtype,
+    schedule): registry key columns)."""
     from sage_co import registry
+    extra = {} if schedule is None else {"schedule": schedule}
     try:
         return registry.find("sage_attention_fwd", kernel, head_dim=head_dim, out_dtype=out_dtype,
-                             pv_dtype=pv_dtype).symbol
+                             pv_dtype=pv_dtype, **extra).symbol
     except (LookupError, TypeError, ValueError):
         if head_dim != HEAD_DIM:
             raise ValueError(f"no shipped {kernel} attention kernel for head_dim={head_dim}") from None

@@ -32,11 +32,13 @@ def attention_flops(B: int, H: int, S: int, D: int = HEAD_DIM, S_kv: int | None 
 
 
 def our_kernel(kernel: str, B: int, H: int, S: int, params: Params = CALIBRATED, *, S_kv: int | None = None,
-               head_dim: int = HEAD_DIM, out_dtype: str = "bf16", transform=None) -> LaunchResult:
+               head_dim: int = HEAD_DIM, out_dtype: str = "bf16", transform=None,
+               schedule: str | None = None) -> LaunchResult:
     """A shipped attention kernel at (B, H, S_q = S, S_kv), D = head_dim: the first workgroup emulated at
     S = EMU_S (S_kv = min(S_kv, EMU_S) for cross-attention) gives the per-iteration counts and LDS passes, the trip
     count is S_kv_pad / keys per iteration. out_dtype: the symbol's output (bf16 default; fp32 writes 4 B per
-    element). transform: a what-if on the decoded loop streams (launch_model.model_launch; whatif.py's)."""
+    element). transform: a what-if on the decoded loop streams (launch_model.model_launch; whatif.py's). schedule:
+    the symbol's exp2 schedule (sage_co.family.ATTENTION_SCHEDULES; None: the default)."""
     import torch
     from sage_co import codeobj
     from perfmodel.emulated import arg_names
@@ -44,9 +46,10 @@ def our_kernel(kernel: str, B: int, H: int, S: int, params: Params = CALIBRATED,
     path = KERNELS[kernel]
     cross = S_kv != S
     out_bytes = abi.OUT_BYTES[out_dtype]
-    key = (kernel, head_dim, cross) + ((out_dtype,) if out_dtype != "bf16" else ())
+    key = (kernel, head_dim, cross) + ((out_dtype,) if out_dtype != "bf16" else ()) + \
+        ((schedule,) if schedule is not None else ())
     if key not in _cache:
-        symbol = attention_symbol(kernel, head_dim, out_dtype=out_dtype)
+        symbol = attention_symbol(kernel, head_dim, out_dtype=out_dtype, schedule=schedule)
         km = analyze(kernel, path, symbol, head_dim)
         names = set(arg_names(codeobj.read_file(path).kernel(symbol)))
         inputs = attention_inputs(EMU_S, min(S_kv, EMU_S) if cross else EMU_S, head_dim, out_bytes=out_bytes)
