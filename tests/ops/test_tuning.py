@@ -228,7 +228,7 @@ def test_tune_times_each_schedule_with_hip_events_and_stores_the_fastest(tuned_r
     assert mine["device"] == STUB_CARD.__dict__ and mine["manifest"] == tuning.manifest_identity()
     assert mine["schedule"] == FAST and mine["rule"] == tuning_run.RULE
     # the stub's event clock: 1 ms per launch of the fast schedule's symbols, 3 ms for every other schedule's
-    assert mine["scores_ms"] == {s: (1.0 if s == FAST else 3.0) for s in family.ATTENTION_SCHEDULES}
+    assert mine["scores_ms"] == pytest.approx({s: (1.0 if s == FAST else 3.0) for s in family.ATTENTION_SCHEDULES})
     assert mine["shapes"] == ["B=1 H=2 S=200 D=128", "B=2 H=3 S=130 D=64"]
     assert tune["leftover"] == [tuning.FILE_NAME]                 # no temporary file left
     n = 2 * len(family.ATTENTION_SCHEDULES)
