@@ -14,7 +14,9 @@ a .hip wrapper instantiating another template than declared.
 Before compiling, the build writes what the HIP sources include, generated from sage_co/abi.py and sage_co/family.py
 (committed; --check compares them): asm_src/generated/sage_abi.h (constants, flag bits, selectors, one parameter /
 argument list macro per kernarg struct), asm_src/generated/<source>_kernels.h (the extern "C" wrappers of the code
-objects built from that source), and docs/abi.md (the same ABI as tables). hsaco/manifest.json stores each distinct
+objects built from that source), asm_src/generated/gfx1201_microbench_abi.s (what the hand-written microbenchmarks
+include: constants, kernarg offsets, descriptors, metadata) and docs/abi.md (the same ABI as tables).
+hsaco/manifest.json stores each distinct
 kernarg layout once (`kernarg_layouts`) and a reference per kernel (sage_co.manifest.compact / expand).
 
 Sources by suffix:
@@ -292,7 +294,11 @@ def abi_doc() -> str:
            "(docs/rdna4.md §Entry); the size is the end of the last field. No kernel has hidden arguments. The loader",
            "compares each struct with a symbol's code-object metadata before its first launch, and",
            "`tools/disasm_check.py` does so for every shipped symbol. The HIP kernels take their parameter lists",
-           f"and the constants below from `asm_src/{GENERATED_DIR}/{ABI_HEADER}`, generated from the same module.",
+           f"and the constants below from `asm_src/{GENERATED_DIR}/{ABI_HEADER}`, the hand-written microbenchmarks",
+           f"their constants, kernarg offsets, descriptors and metadata from `asm_src/{GENERATED_DIR}/"
+           f"{Path(MICROBENCH_SOURCE).stem}_abi.s`,",
+           "both generated from the same module; the asm attention generator emits its kernarg loads and metadata",
+           "from the structs.",
            "What each field holds: the comments of its declaration in `sage_co/abi.py`.", ""]
     for op, st in abi.STRUCTS.items():
         out += [f"## `{op}` ({st.size} bytes)", "", "| offset | size | kind | HIP parameter | name |",
@@ -305,6 +311,75 @@ def abi_doc() -> str:
     out += [f"| `{n}` | `{_c_literal(n, getattr(abi, n), how)}` | `{n}` |" for n, how in abi.HIP_CONSTANTS.items()]
     out += ["", "## Template selectors (sage_co/family.py)", "", "| name | value |", "|------|------:|"]
     out += [f"| `{n}` | {v} |" for n, v in kernel_family.HIP_SELECTORS.items()]
+    return "\n".join(out) + "\n"
+
+
+# The hand-written microbenchmarks (asm_src/gfx1201_microbench.s) `.include` generated/gfx1201_microbench_abi.s: the
+# target, sage_co/abi.py MICROBENCH_ASM_CONSTANTS and the kernarg offsets of MICROBENCH_ARGS as `.set` lines, and
+# the macros CODE_END_PADDING (asmdsl's s_code_end padding) and MICROBENCH_DESCRIPTORS (every kernel's descriptor
+# and the metadata, one entry per MICROBENCH_BENCHES symbol, written by asmdsl's one descriptor / metadata writer),
+# which the source expands after its code.
+# Their register budget is the kernel's own (the register map in the source's header says what each register
+# holds): stated here once, the descriptors and the metadata both take it.
+MICROBENCH_SOURCE = "gfx1201_microbench.s"
+MICROBENCH_VGPRS = 72             # v[64:71], the LDS fill staging, is the last range
+MICROBENCH_SGPRS = 24             # s[0:21] (the l2_stream window registers are the last), rounded up
+MICROBENCH_SGPRS_BY_BENCH = {"clock": 26}   # s[22:25]: the clock kernel's counter reads
+
+
+def _asmdsl():
+    """asm_src/asmdsl.py, the one writer of kernel descriptors and metadata (asm_src/ is not a package: the
+    generators import it from their folder; this loads it from its file, once)."""
+    import importlib.util
+    if "asmdsl" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("asmdsl", ROOT / "asm_src" / "asmdsl.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["asmdsl"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["asmdsl"]
+
+
+def karg_symbol(name: str) -> str:
+    """The assembler name of a kernarg field's offset in a generated include: KARG_<FIELD>."""
+    return f"KARG_{name.upper()}"
+
+
+def microbench_abi(entry: Entry) -> str:
+    """generated/gfx1201_microbench_abi.s (see MICROBENCH_SOURCE) for the code object `entry`, whose provides rows
+    name one symbol per sage_co/abi.py MICROBENCH_BENCHES (key column bench)."""
+    from sage_co import abi
+    dsl = _asmdsl()
+    st = abi.MICROBENCH_ARGS
+    symbols = {p.get("bench"): p["symbol"] for p in entry.provides if p["op"] == abi.MICROBENCH_OP}
+    if set(symbols) != set(abi.MICROBENCH_BENCHES):
+        raise BuildError(f"{entry.name}: its provides rows name the benches {sorted(map(str, symbols))}, sage_co/abi.py "
+                         f"MICROBENCH_BENCHES {sorted(abi.MICROBENCH_BENCHES)}: one row per bench")
+    width = max(len(n) for n in [*abi.MICROBENCH_ASM_CONSTANTS, *(karg_symbol(f.name) for f in st.fields)])
+    out = [_BANNER.replace("and sage_co/family.py", "(and asm_src/asmdsl.py)").rstrip("\n"),
+           f"// The ABI of asm_src/{MICROBENCH_SOURCE}, which includes this file first and expands",
+           "// CODE_END_PADDING and MICROBENCH_DESCRIPTORS after its code.", "", dsl.target_directives(), "",
+           "// sage_co/abi.py MICROBENCH_ASM_CONSTANTS (the assembly's name, the value of the abi name)"]
+    for name, src in abi.MICROBENCH_ASM_CONSTANTS.items():
+        value = getattr(abi, src)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise BuildError(f"sage_co/abi.py {src} = {value!r}: MICROBENCH_ASM_CONSTANTS needs an int")
+        out.append(f"        .set {name + ',':<{width + 1}} {value:<5} // {src}")
+    out += ["", f"// sage_co/abi.py MICROBENCH_ARGS: the kernarg offset of each field, then the size ({st.size} bytes)"]
+    for f in st.fields:
+        name = karg_symbol(f.name)
+        out.append(f"        .set {name + ',':<{width + 1}} {f.offset:<5} // {f.kind} {f.name}")
+    out.append(f"        .set {'KARG_SIZE,':<{width + 1}} {st.size}")
+    descs = [dsl.amdhsa_kernel(
+        symbols[bench],
+        args=[dsl.KernelArg(f.name, f.offset, f.kind, written=f.name in abi.MICROBENCH_OUTPUTS) for f in st.fields],
+        kernarg_size=st.size, lds_bytes=abi.MICROBENCH_LDS_BYTES if bench in abi.MICROBENCH_LDS_BENCHES else 0,
+        next_free_vgpr=MICROBENCH_VGPRS, next_free_sgpr=MICROBENCH_SGPRS_BY_BENCH.get(bench, MICROBENCH_SGPRS),
+        max_flat_workgroup_size=abi.MICROBENCH_BLOCK[0], reqd_workgroup_size=abi.MICROBENCH_BLOCK,
+        reserve_vcc=False, uniform_work_group_size=True, workgroup_id_dims=1) for bench in abi.MICROBENCH_BENCHES]
+    out += ["", "// The padding after the last kernel's code (asm_src/asmdsl.py code_end_padding)",
+            ".macro CODE_END_PADDING", dsl.code_end_padding(), ".endm"]
+    out += ["", "// The descriptors (LDS: MICROBENCH_LDS_BENCHES) and the metadata of every MICROBENCH_BENCHES kernel",
+            ".macro MICROBENCH_DESCRIPTORS", dsl.descriptors_and_metadata(descs), ".endm"]
     return "\n".join(out) + "\n"
 
 
@@ -322,6 +397,9 @@ def generated_files(entries: list[Entry]) -> dict[Path, str]:
             files[src_dir / GENERATED_DIR / f"{Path(source).stem}_kernels.h"] = kernels_header(source, group)
         if src_dir.resolve() == ASM_SRC.resolve():
             files[ABI_DOC] = abi_doc()
+    for e in entries:
+        if e.source == MICROBENCH_SOURCE:
+            files[e.src_dir / GENERATED_DIR / f"{Path(e.source).stem}_abi.s"] = microbench_abi(e)
     return files
 
 

@@ -372,6 +372,11 @@ def insert_hazard_waits(body: str) -> str:
 
 # ------------------------------------------------------------------------------------------ code object
 TARGET = "amdgcn-amd-amdhsa--gfx1201"
+# The padding LLVM puts after the last kernel for gfx12 (an instruction prefetch past it reads no garbage): s_code_end
+# words up to a 128-byte boundary, then 96 more
+S_CODE_END = 0xBF9F0000
+CODE_END_ALIGN_LOG2 = 7
+CODE_END_PAD_DWORDS = 96
 VCC_SGPRS = 2          # VCC is allocated from the top of the SGPR file when reserved (LLVM AMDGPUUsage)
 
 
@@ -414,6 +419,8 @@ class KernelDescriptor:
     denorm_mode: int = 3             # 3 = keep fp32 and fp16/fp64 denormals (input and output)
     inst_pref_size: int | None = None
     uniform_work_group_size: bool = False
+    workgroup_id_dims: int = 3       # workgroup ids x (1), x/y (2) or x/y/z (3) enabled in the descriptor
+    reqd_workgroup_size: tuple[int, int, int] | None = None   # the metadata's .reqd_workgroup_size, when fixed
 
     @property
     def sgpr_count(self) -> int:
@@ -430,8 +437,8 @@ class KernelDescriptor:
                  "  .amdhsa_user_sgpr_kernarg_segment_ptr 1",
                  "  .amdhsa_wavefront_size32 1",
                  "  .amdhsa_system_sgpr_workgroup_id_x 1",
-                 "  .amdhsa_system_sgpr_workgroup_id_y 1",
-                 "  .amdhsa_system_sgpr_workgroup_id_z 1",
+                 f"  .amdhsa_system_sgpr_workgroup_id_y {int(self.workgroup_id_dims >= 2)}",
+                 f"  .amdhsa_system_sgpr_workgroup_id_z {int(self.workgroup_id_dims >= 3)}",
                  "  .amdhsa_system_vgpr_workitem_id 0",
                  f"  .amdhsa_next_free_vgpr {self.next_free_vgpr}",
                  f"  .amdhsa_next_free_sgpr {self.next_free_sgpr}",
@@ -455,6 +462,8 @@ class KernelDescriptor:
                  f"    .sgpr_count:      {self.sgpr_count}",
                  f"    .vgpr_count:      {self.next_free_vgpr}",
                  f"    .max_flat_workgroup_size: {self.max_flat_workgroup_size}"]
+        if self.reqd_workgroup_size is not None:
+            lines.append(f"    .reqd_workgroup_size: [{', '.join(map(str, self.reqd_workgroup_size))}]")
         if self.uniform_work_group_size:
             lines.append("    .uniform_work_group_size: 1")
         if self.args:
@@ -482,22 +491,26 @@ def function(symbol: str, body: str) -> str:
 """)
 
 
-def code_object(kernels: list[tuple[KernelDescriptor, str]], header: str = "",
-                pad_with_s_code_end: bool = False) -> str:
-    """A whole assembly file: target, every kernel's function, descriptors and one metadata block.
-    pad_with_s_code_end: fill after the code with s_code_end (0xBF9F0000) as LLVM does for gfx12, so an
-    instruction prefetch past the last kernel reads no garbage."""
-    out = [header.rstrip("\n")] if header else []
-    out.append(f"""        .amdgcn_target "{TARGET}"
-        .amdhsa_code_object_version {CODE_OBJECT_VERSION}""")
-    for desc, body in kernels:
-        out.append(function(desc.symbol, body))
-    if pad_with_s_code_end:
-        out.append("        .p2alignl 7, 0xBF9F0000\n        .fill 96, 4, 0xBF9F0000")
-    out.append("        .rodata")
-    for desc, _ in kernels:
+def code_end_padding() -> str:
+    """The s_code_end padding after the last kernel's code (see S_CODE_END)."""
+    return (f"        .p2alignl {CODE_END_ALIGN_LOG2}, 0x{S_CODE_END:X}\n"
+            f"        .fill {CODE_END_PAD_DWORDS}, 4, 0x{S_CODE_END:X}")
+
+
+def target_directives() -> str:
+    """The target and code object version every kernel file starts with."""
+    return f"""        .amdgcn_target "{TARGET}"
+        .amdhsa_code_object_version {CODE_OBJECT_VERSION}"""
+
+
+def descriptors_and_metadata(descs: list[KernelDescriptor]) -> str:
+    """The .rodata kernel descriptors of these kernels, then the one .amdgpu_metadata block (amdhsa.kernels in
+    the same order). The one writer of both: generated kernels (code_object) and the hand-written microbenchmarks
+    (build_asm.py writes asm_src/generated/gfx1201_microbench_abi.s with it) share it."""
+    out = ["        .rodata"]
+    for desc in descs:
         out.append("        .p2align 6\n" + desc.directives())
-    meta = "\n".join(d.metadata() for d, _ in kernels)
+    meta = "\n".join(d.metadata() for d in descs)
     out.append(f"""        .amdgpu_metadata
 ---
 amdhsa.version:
@@ -508,4 +521,18 @@ amdhsa.kernels:
 {meta}
 ...
         .end_amdgpu_metadata""")
+    return "\n".join(out)
+
+
+def code_object(kernels: list[tuple[KernelDescriptor, str]], header: str = "",
+                pad_with_s_code_end: bool = False) -> str:
+    """A whole assembly file: target, every kernel's function, descriptors and one metadata block.
+    pad_with_s_code_end: fill after the code with s_code_end as LLVM does for gfx12 (code_end_padding)."""
+    out = [header.rstrip("\n")] if header else []
+    out.append(target_directives())
+    for desc, body in kernels:
+        out.append(function(desc.symbol, body))
+    if pad_with_s_code_end:
+        out.append(code_end_padding())
+    out.append(descriptors_and_metadata([desc for desc, _ in kernels]))
     return "\n".join(out) + "\n"

@@ -11,7 +11,7 @@
 //                                   clock under a matrix load (8 clk per iu8 WMMA, §Throughput [AMC])
 //   gfx1201_microbench_valu         32 v_add_nc_u32 (16 counters): the VALU alone
 //   gfx1201_microbench_trans        8 v_exp_f32: the TRANS pipeline alone
-//   gfx1201_microbench_lds          4 ds_load_b128 (conflict-free, 512 B each): LDS loads alone
+//   gfx1201_microbench_lds          4 ds_load_b128 (conflict-free, LDS_LOAD_BYTES each): LDS loads alone
 //   gfx1201_microbench_wmma_valu    the WMMA body with the VALU body interleaved (8 VALU after each WMMA)
 //   gfx1201_microbench_wmma_trans   the WMMA body with the TRANS body interleaved (2 v_exp_f32 after each WMMA)
 //   gfx1201_microbench_wmma_lds     the WMMA body with the LDS body interleaved (1 ds_load_b128 after each WMMA)
@@ -29,8 +29,8 @@
 //                                   load, measured (not inferred from an assumed WMMA rate)
 //   gfx1201_microbench_lds_chain    8 dependent ds_load_b32 per iteration (each address the previous load's value,
 //                                   s_wait_dscnt 0 between): LDS load-to-use latency
-//   gfx1201_microbench_l2_stream    4 global_load_b128 scope:SCOPE_DEV per iteration (2 KiB per wave) over a buffer
-//                                   that fits the 8 MiB L2 (§Throughput table): L2 -> CU bandwidth
+//   gfx1201_microbench_l2_stream    4 global_load_b128 scope:SCOPE_DEV per iteration (STREAM_WAVE_BYTES per wave)
+//                                   over a buffer that fits the 8 MiB L2 (§Throughput table): L2 -> CU bandwidth
 //
 // Timing is the host's: HIP events around launches at two iteration counts, the slope per iteration. The clock
 // kernel adds the shader clock counter (llvm-mc 22 rejects s_memtime / s_memrealtime for gfx1201; s_getreg_b32
@@ -38,17 +38,18 @@
 // clock and returns its count of wave-instructions executed so far there (docs/emulator.md), so the kernel's
 // control flow and record are checked, not a frequency.
 //
-// Kernarg table (sage_co/abi.py MICROBENCH_ARGS, 44 bytes; every kernel takes the same struct):
-//   +0  a            ptr  int8 [16][16] A, row-major (WMMA kernels)
-//   +8  b            ptr  int8 [16][16] B^T, row-major = B column-major (WMMA kernels)
-//   +16 src          ptr  LDS kernels: LDS_BYTES copied into LDS at entry (lds_chain: u32 next-byte-addresses);
-//                         l2_stream: the buffer read, src_bytes long
-//   +24 out          ptr  u32 records, RECORD_DWORDS per lane, lane-major per wave, waves in grid order
-//   +32 iterations   u32  loop iterations per wave (0: the loop is skipped)
-//   +36 src_bytes    u32  l2_stream: bytes of src (a multiple of STREAM_WAVE_BYTES, >= stride_bytes)
-//   +40 stride_bytes u32  l2_stream: bytes a wave's read window advances per iteration (a multiple of
-//                         STREAM_WAVE_BYTES, <= src_bytes; the host passes grid waves x STREAM_WAVE_BYTES)
-// Launch: block = 128 threads (4 wave32, .reqd_workgroup_size), any grid x.
+// Kernel arguments (sage_co/abi.py MICROBENCH_ARGS, in this order; every kernel takes the same struct; the offsets
+// KARG_<FIELD> and the size KARG_SIZE come from the generated include, docs/abi.md lists them):
+//   a            ptr  int8 [16][16] A, row-major (WMMA kernels)
+//   b            ptr  int8 [16][16] B^T, row-major = B column-major (WMMA kernels)
+//   src          ptr  LDS kernels: LDS_BYTES copied into LDS at entry (lds_chain: u32 next-byte-addresses);
+//                     l2_stream: the buffer read, src_bytes long
+//   out          ptr  u32 records, RECORD_DWORDS per lane, lane-major per wave, waves in grid order
+//   iterations   u32  loop iterations per wave (0: the loop is skipped)
+//   src_bytes    u32  l2_stream: bytes of src (a multiple of STREAM_WAVE_BYTES, >= stride_bytes)
+//   stride_bytes u32  l2_stream: bytes a wave's read window advances per iteration (a multiple of
+//                     STREAM_WAVE_BYTES, <= src_bytes; the host passes grid waves x STREAM_WAVE_BYTES)
+// Launch: block = LANES x WAVES_PER_WG threads (.reqd_workgroup_size), any grid x.
 //
 // Result record of one lane (RECORD_DWORDS u32 at out + (wave * 32 + lane) * RECORD_BYTES; what the emulator
 // checks in tests/perfmodel/test_microbench_refit.py):
@@ -71,46 +72,57 @@
 //   v[8:9] A fragment, v[10:11] B fragment (8 contiguous bytes at 16 r + 8 h, §WMMA lane layouts)
 //   v[16:23] ACC0 (the record's matrix sum), v[24:31] ACC1, v[32:39] ACC2, v[40:47] ACC3
 //   v[48:63] the unit block (record [8:24)); v[64:71] LDS fill staging
+// The descriptors' register budget follows this map (build_asm.py MICROBENCH_VGPRS / MICROBENCH_SGPRS state it).
 //
 // Hazards (docs/rdna4.md §Hazards): no WMMA reads another WMMA's D as A/B (A/B are loaded once; rule 1); D never
 // overlaps A/B (rule 2); no VALU in a loop reads an SGPR (rule 3); the one VALU SGPR write (v_readfirstlane) is
 // followed by s_wait_alu depctr_va_sdst(0); s_wait_dscnt 0 before the LDS fill's barrier (rule 8); no scratch.
 
-        .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
-        .amdhsa_code_object_version 5     // every supported ROCm loads v5 (docs/rdna4.md §Code object)
+// ---- the ABI, generated from sage_co/abi.py by build_asm.py: the target and code object version (v5, docs/rdna4.md
+// §Code object), LANES (wave32, §Entry), WAVES_PER_WG, RECORD_DWORDS, MATRIX_DWORDS, LDS_BYTES, LDS_LOAD_BYTES,
+// STREAM_LOADS, STREAM_WAVE_BYTES, CHAIN_STEPS, EXP_LANE_MASK, EXP_BIAS, the kernarg offsets KARG_<FIELD> and
+// KARG_SIZE, and the macros CODE_END_PADDING and MICROBENCH_DESCRIPTORS (descriptors and metadata), expanded at
+// the end. The path is relative to asm_src/, where build_asm.py assembles from (elsewhere: clang -I asm_src)
+        .include "generated/gfx1201_microbench_abi.s"
 
-// ---- named constants (sage_co/abi.py states the host's side of each)
-        .set LANES, 32                      // wave32 (§Entry)
+// ---- the kernel's own named constants
         .set LANE_MASK, LANES - 1
-        .set WAVE_SHIFT, 5                  // thread id >> 5 = wave in the workgroup
-        .set WAVES_PER_WG, 4                // block = 128 threads
-        .set WG_SHIFT, 2                    // workgroup id * WAVES_PER_WG
-        .set RECORD_DWORDS, 24
+        .set WAVE_SHIFT, 5                  // thread id >> WAVE_SHIFT = wave in the workgroup
+        .set WG_SHIFT, 2                    // workgroup id << WG_SHIFT = workgroup id * WAVES_PER_WG
+        .if (1 << WAVE_SHIFT) != LANES || (1 << WG_SHIFT) != WAVES_PER_WG
+        .error "WAVE_SHIFT / WG_SHIFT: LANES and WAVES_PER_WG must be 1 << them"
+        .endif
         .set RECORD_BYTES, RECORD_DWORDS * 4
-        .set RECORD_UNIT, 32                // byte offset of the unit block in a record
+        .set RECORD_UNIT, MATRIX_DWORDS * 4 // byte offset of the unit block in a record
         .set RECORD_WAVE_BYTES, LANES * RECORD_BYTES
         .set B128, 16                       // bytes of one b128 access per lane
         .set HALF_MASK, 15                  // r = lane % 16
         .set HALF_SHIFT, 4                  // h = lane / 16
         .set ROW_SHIFT, 4                   // 16 bytes per A / B^T row
         .set FRAG_SHIFT, 3                  // 8 bytes per half-wave fragment
-        .set LDS_BYTES, 4096                // LDS table copied from src (two b128 per thread)
-        .set LDS_HALF, LDS_BYTES / 2
-        .set LDS_LOAD_STRIDE, LANES * B128  // one conflict-free wave b128 load = 512 B
+        .set LDS_HALF, LDS_BYTES / 2        // the LDS table (copied from src): two b128 per thread
+        .set LDS_LOAD_STRIDE, LANES * B128  // one conflict-free wave b128 load
         .set CHAIN_SHIFT, 2                 // lds_chain start address = 4 * thread id
-        .set EXP_LANE_MASK, 7               // exponents (lane % 8) - EXP_BIAS + k: 2^e exact for e in [-4, 10]
-        .set EXP_BIAS, 4
-        .set STREAM_LOAD_BYTES, LANES * B128    // one wave global_load_b128 = 512 B, lane-contiguous
-        .set STREAM_WAVE_BYTES, 4 * STREAM_LOAD_BYTES   // per wave and iteration
-        .set CHAIN_STEPS, 8                 // dependent ds_load_b32 per lds_chain iteration
+        .set STREAM_LOAD_BYTES, LANES * B128    // one wave global_load_b128, lane-contiguous
+        .if LDS_LOAD_STRIDE != LDS_LOAD_BYTES || STREAM_LOADS * STREAM_LOAD_BYTES != STREAM_WAVE_BYTES
+        .error "a wave's b128 access is LANES * B128 bytes: LDS_LOAD_BYTES / STREAM_WAVE_BYTES disagree"
+        .endif
+        .if LDS_HALF != LANES * WAVES_PER_WG * B128
+        .error "FILL_LDS copies LDS_BYTES with two b128 per thread of the block"
+        .endif
         .set COUNT_STEP, 1                  // what each VALU op adds to its counter
-        .set KARG_POINTERS, 0               // kernarg offset of a, b, src, out (4 x 8 bytes)
-        .set KARG_SCALARS, 32               // kernarg offset of iterations, src_bytes, stride_bytes
+        // PROLOGUE loads the 4 pointers with one s_load_b256 and the 3 scalars with one s_load_b96
+        .if KARG_B != KARG_A + 8 || KARG_SRC != KARG_B + 8 || KARG_OUT != KARG_SRC + 8
+        .error "KARG_A..KARG_OUT: PROLOGUE needs a, b, src, out adjacent (s_load_b256 s[4:11])"
+        .endif
+        .if KARG_SRC_BYTES != KARG_ITERATIONS + 4 || KARG_STRIDE_BYTES != KARG_SRC_BYTES + 4
+        .error "KARG_ITERATIONS..KARG_STRIDE_BYTES: PROLOGUE needs them adjacent (s_load_b96 s[12:14])"
+        .endif
 
 // ---- prologue: arguments, lane and wave index, zeroed accumulators and unit block
 .macro PROLOGUE
-        s_load_b256     s[4:11], s[0:1], KARG_POINTERS      // a, b, src, out
-        s_load_b96      s[12:14], s[0:1], KARG_SCALARS      // iterations, src_bytes, stride_bytes
+        s_load_b256     s[4:11], s[0:1], KARG_A             // a, b, src, out
+        s_load_b96      s[12:14], s[0:1], KARG_ITERATIONS   // iterations, src_bytes, stride_bytes
         v_and_b32       v1, LANE_MASK, v0           // lane
         v_lshrrev_b32   v3, WAVE_SHIFT, v0          // wave in the workgroup (uniform)
         v_readfirstlane_b32 s16, v3
@@ -349,7 +361,7 @@ KERNEL_END gfx1201_microbench_trans
 KERNEL_BEGIN gfx1201_microbench_lds
         PROLOGUE
         FILL_LDS
-        v_lshlrev_b32   v2, ROW_SHIFT, v1           // 16 * lane: each load reads 512 contiguous bytes
+        v_lshlrev_b32   v2, ROW_SHIFT, v1           // 16 * lane: each load reads STREAM_LOAD_BYTES contiguous bytes
         LOOP_BEGIN lds
         s_wait_dscnt    0                           // the previous iteration's loads into the same registers
         LDS1 0
@@ -541,334 +553,7 @@ KERNEL_BEGIN gfx1201_microbench_l2_stream
 KERNEL_END gfx1201_microbench_l2_stream
 
 // the padding LLVM puts after the last kernel (instruction prefetch must not run into other data): s_code_end words
-        .set S_CODE_END, 0xBF9F0000
-        .set CODE_END_ALIGN_LOG2, 7
-        .set CODE_END_PAD_DWORDS, 96
-        .p2alignl CODE_END_ALIGN_LOG2, S_CODE_END
-        .fill CODE_END_PAD_DWORDS, 4, S_CODE_END
+        CODE_END_PADDING
 
-// ---- descriptors: the LDS kernels allocate LDS_BYTES, the others none
-        .rodata
-.macro DESCRIPTOR name, lds, sgprs=24
-        .p2align 6
-        .amdhsa_kernel \name
-          .amdhsa_group_segment_fixed_size \lds
-          .amdhsa_private_segment_fixed_size 0
-          .amdhsa_kernarg_size 44
-          .amdhsa_user_sgpr_count 2
-          .amdhsa_user_sgpr_kernarg_segment_ptr 1
-          .amdhsa_wavefront_size32 1
-          .amdhsa_system_sgpr_workgroup_id_x 1
-          .amdhsa_system_vgpr_workitem_id 0
-          .amdhsa_next_free_vgpr 72
-          .amdhsa_next_free_sgpr \sgprs
-          .amdhsa_reserve_vcc 0
-          .amdhsa_float_denorm_mode_32 3
-          .amdhsa_float_denorm_mode_16_64 3
-        .end_amdhsa_kernel
-.endm
-        DESCRIPTOR gfx1201_microbench_wmma, 0
-        DESCRIPTOR gfx1201_microbench_valu, 0
-        DESCRIPTOR gfx1201_microbench_trans, 0
-        DESCRIPTOR gfx1201_microbench_lds, LDS_BYTES
-        DESCRIPTOR gfx1201_microbench_wmma_valu, 0
-        DESCRIPTOR gfx1201_microbench_wmma_trans, 0
-        DESCRIPTOR gfx1201_microbench_wmma_lds, LDS_BYTES
-        DESCRIPTOR gfx1201_microbench_lds_chain, LDS_BYTES
-        DESCRIPTOR gfx1201_microbench_l2_stream, 0
-        DESCRIPTOR gfx1201_microbench_trans_log, 0
-        DESCRIPTOR gfx1201_microbench_trans_rcp, 0
-        DESCRIPTOR gfx1201_microbench_vopd, 0
-        DESCRIPTOR gfx1201_microbench_trans_valu, 0
-        DESCRIPTOR gfx1201_microbench_clock, 0, 26
-
-// ---- metadata (the kernarg table above; one entry per kernel)
-        .amdgpu_metadata
----
-amdhsa.version:
-  - 1
-  - 2
-amdhsa.target: amdgcn-amd-amdhsa--gfx1201
-amdhsa.kernels:
-  - .name:            gfx1201_microbench_wmma
-    .symbol:          gfx1201_microbench_wmma.kd
-    .kernarg_segment_size: 44
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .wavefront_size:  32
-    .sgpr_count:      24
-    .vgpr_count:      72
-    .max_flat_workgroup_size: 128
-    .reqd_workgroup_size: [128, 1, 1]
-    .uniform_work_group_size: 1
-    .args:
-      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
-      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
-      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
-      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
-  - .name:            gfx1201_microbench_valu
-    .symbol:          gfx1201_microbench_valu.kd
-    .kernarg_segment_size: 44
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .wavefront_size:  32
-    .sgpr_count:      24
-    .vgpr_count:      72
-    .max_flat_workgroup_size: 128
-    .reqd_workgroup_size: [128, 1, 1]
-    .uniform_work_group_size: 1
-    .args:
-      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
-      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
-      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
-      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
-  - .name:            gfx1201_microbench_trans
-    .symbol:          gfx1201_microbench_trans.kd
-    .kernarg_segment_size: 44
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .wavefront_size:  32
-    .sgpr_count:      24
-    .vgpr_count:      72
-    .max_flat_workgroup_size: 128
-    .reqd_workgroup_size: [128, 1, 1]
-    .uniform_work_group_size: 1
-    .args:
-      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
-      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
-      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
-      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
-  - .name:            gfx1201_microbench_lds
-    .symbol:          gfx1201_microbench_lds.kd
-    .kernarg_segment_size: 44
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: 4096
-    .private_segment_fixed_size: 0
-    .wavefront_size:  32
-    .sgpr_count:      24
-    .vgpr_count:      72
-    .max_flat_workgroup_size: 128
-    .reqd_workgroup_size: [128, 1, 1]
-    .uniform_work_group_size: 1
-    .args:
-      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
-      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
-      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
-      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
-  - .name:            gfx1201_microbench_wmma_valu
-    .symbol:          gfx1201_microbench_wmma_valu.kd
-    .kernarg_segment_size: 44
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .wavefront_size:  32
-    .sgpr_count:      24
-    .vgpr_count:      72
-    .max_flat_workgroup_size: 128
-    .reqd_workgroup_size: [128, 1, 1]
-    .uniform_work_group_size: 1
-    .args:
-      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
-      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
-      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
-      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
-  - .name:            gfx1201_microbench_wmma_trans
-    .symbol:          gfx1201_microbench_wmma_trans.kd
-    .kernarg_segment_size: 44
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .wavefront_size:  32
-    .sgpr_count:      24
-    .vgpr_count:      72
-    .max_flat_workgroup_size: 128
-    .reqd_workgroup_size: [128, 1, 1]
-    .uniform_work_group_size: 1
-    .args:
-      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
-      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
-      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
-      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
-  - .name:            gfx1201_microbench_wmma_lds
-    .symbol:          gfx1201_microbench_wmma_lds.kd
-    .kernarg_segment_size: 44
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: 4096
-    .private_segment_fixed_size: 0
-    .wavefront_size:  32
-    .sgpr_count:      24
-    .vgpr_count:      72
-    .max_flat_workgroup_size: 128
-    .reqd_workgroup_size: [128, 1, 1]
-    .uniform_work_group_size: 1
-    .args:
-      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
-      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
-      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
-      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
-  - .name:            gfx1201_microbench_lds_chain
-    .symbol:          gfx1201_microbench_lds_chain.kd
-    .kernarg_segment_size: 44
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: 4096
-    .private_segment_fixed_size: 0
-    .wavefront_size:  32
-    .sgpr_count:      24
-    .vgpr_count:      72
-    .max_flat_workgroup_size: 128
-    .reqd_workgroup_size: [128, 1, 1]
-    .uniform_work_group_size: 1
-    .args:
-      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
-      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
-      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
-      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
-  - .name:            gfx1201_microbench_l2_stream
-    .symbol:          gfx1201_microbench_l2_stream.kd
-    .kernarg_segment_size: 44
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .wavefront_size:  32
-    .sgpr_count:      24
-    .vgpr_count:      72
-    .max_flat_workgroup_size: 128
-    .reqd_workgroup_size: [128, 1, 1]
-    .uniform_work_group_size: 1
-    .args:
-      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
-      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
-      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
-      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
-  - .name:            gfx1201_microbench_trans_log
-    .symbol:          gfx1201_microbench_trans_log.kd
-    .kernarg_segment_size: 44
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .wavefront_size:  32
-    .sgpr_count:      24
-    .vgpr_count:      72
-    .max_flat_workgroup_size: 128
-    .reqd_workgroup_size: [128, 1, 1]
-    .uniform_work_group_size: 1
-    .args:
-      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
-      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
-      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
-      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
-  - .name:            gfx1201_microbench_trans_rcp
-    .symbol:          gfx1201_microbench_trans_rcp.kd
-    .kernarg_segment_size: 44
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .wavefront_size:  32
-    .sgpr_count:      24
-    .vgpr_count:      72
-    .max_flat_workgroup_size: 128
-    .reqd_workgroup_size: [128, 1, 1]
-    .uniform_work_group_size: 1
-    .args:
-      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
-      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
-      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
-      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
-  - .name:            gfx1201_microbench_vopd
-    .symbol:          gfx1201_microbench_vopd.kd
-    .kernarg_segment_size: 44
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .wavefront_size:  32
-    .sgpr_count:      24
-    .vgpr_count:      72
-    .max_flat_workgroup_size: 128
-    .reqd_workgroup_size: [128, 1, 1]
-    .uniform_work_group_size: 1
-    .args:
-      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
-      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
-      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
-      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
-  - .name:            gfx1201_microbench_trans_valu
-    .symbol:          gfx1201_microbench_trans_valu.kd
-    .kernarg_segment_size: 44
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .wavefront_size:  32
-    .sgpr_count:      24
-    .vgpr_count:      72
-    .max_flat_workgroup_size: 128
-    .reqd_workgroup_size: [128, 1, 1]
-    .uniform_work_group_size: 1
-    .args:
-      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
-      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
-      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
-      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
-  - .name:            gfx1201_microbench_clock
-    .symbol:          gfx1201_microbench_clock.kd
-    .kernarg_segment_size: 44
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .wavefront_size:  32
-    .sgpr_count:      26
-    .vgpr_count:      72
-    .max_flat_workgroup_size: 128
-    .reqd_workgroup_size: [128, 1, 1]
-    .uniform_work_group_size: 1
-    .args:
-      - { .name: a, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: b, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: src, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global, .actual_access: read_only }
-      - { .name: out, .offset: 24, .size: 8, .value_kind: global_buffer, .address_space: global }
-      - { .name: iterations, .offset: 32, .size: 4, .value_kind: by_value }
-      - { .name: src_bytes, .offset: 36, .size: 4, .value_kind: by_value }
-      - { .name: stride_bytes, .offset: 40, .size: 4, .value_kind: by_value }
-...
-        .end_amdgpu_metadata
+// ---- descriptors and metadata (generated: every kernel takes MICROBENCH_ARGS; the LDS kernels allocate LDS_BYTES)
+        MICROBENCH_DESCRIPTORS

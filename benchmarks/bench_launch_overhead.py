@@ -75,7 +75,8 @@ def main(argv=None) -> int:
         # the whole public op: validation, custom-op dispatch, output allocation, the prepare + the attention launch
         import sage_co
         q, k, v = (torch.zeros(1, 64, 2, 128, dtype=torch.bfloat16) for _ in range(3))
-        dispatched = (q, k, v, 128 ** -0.5, "NHD", False, None, None, 1e-6, None, None, 0, False, "hip", "")
+        from sage_co.callspec import SAGE_ATTENTION    # the custom op's positional arguments, from the call spec
+        dispatched = SAGE_ATTENTION.to_schema((q, k, v), SAGE_ATTENTION.bind({"softmax_scale": 128 ** -0.5, "backend": "gpu"}))
         calls = (lambda: sage_co.sage_attention(q, k, v, backend="gpu"),
                  lambda: torch.ops.sage_co.sage_attention(*dispatched))
         ops = max(args.launches // 10, 1)

@@ -4,7 +4,9 @@ One source of truth for what the host and the kernels must agree on: the kernarg
 order with their kind and C parameter type; offsets and sizes follow from the order, sage_co/kernargs.py), the
 launch tiles, the flag bits and the padding / scale-block constants. build_asm.py generates the HIP kernels'
 header from this module (asm_src/generated/sage_abi.h: HIP_CONSTANTS, the selectors of sage_co/family.py and one
-parameter / argument list macro per struct) and docs/abi.md; the asm generator (asm_src/gen_sage_attention_asm.py)
+parameter / argument list macro per struct), the microbenchmarks' include (asm_src/generated/
+gfx1201_microbench_abi.s: MICROBENCH_ASM_CONSTANTS, kernarg offsets, descriptors, metadata) and docs/abi.md; the asm
+generator (asm_src/gen_sage_attention_asm.py)
 emits its kernarg loads and metadata from these structs, the ops (sage_co/ops/*) pack them, and the loader
 (before the first launch of a symbol) and tools/disasm_check.py compare them with every shipped symbol's metadata.
 
@@ -456,7 +458,9 @@ HIP_CONSTANTS = {
 # ---------------------------------------------------------------------------------------------- microbenchmarks
 # asm_src/gfx1201_microbench.s (issue 28; sage_co/microbench.py launches them, docs/performance.md
 # §Microbenchmarks and refit): one symbol per benchmark (manifest key column bench), every one taking
-# MICROBENCH_ARGS. The constants below are the host's side of the named constants in the assembly's header.
+# MICROBENCH_ARGS. The constants below are what the host and the assembly agree on: build_asm.py writes them, the
+# kernarg offsets and size of MICROBENCH_ARGS, the descriptors and the metadata into the file the assembly includes
+# (asm_src/generated/gfx1201_microbench_abi.s, MICROBENCH_ASM_CONSTANTS).
 MICROBENCH_OP = "microbench"
 MICROBENCH_BLOCK = (4 * WAVE_SIZE, 1, 1)    # 4 wave32 (.reqd_workgroup_size)
 MICROBENCH_WAVES_PER_WG = MICROBENCH_BLOCK[0] // WAVE_SIZE
@@ -474,6 +478,12 @@ MICROBENCH_STREAM_WAVE_BYTES = MICROBENCH_STREAM_LOADS * MICROBENCH_LDS_LOAD_BYT
 MICROBENCH_BENCHES = ("wmma", "valu", "trans", "lds", "wmma_valu", "wmma_trans", "wmma_lds", "lds_chain",
                       "l2_stream", "trans_log", "trans_rcp", "vopd", "trans_valu", "clock")
 MICROBENCH_VOPD_PER_ITER = 16   # v_dual_add_f32 pairs per iteration (vopd: 32 adds as the valu kernel's, paired)
+MICROBENCH_LDS_BENCHES = ("lds", "wmma_lds", "lds_chain")   # the kernels that copy MICROBENCH_LDS_BYTES into LDS
+# The TRANS kernels' exponents: float((lane & MICROBENCH_EXP_LANE_MASK) - MICROBENCH_EXP_BIAS + k), k = 0..7 (2^e
+# exact for e in [-4, 10])
+MICROBENCH_EXP_LANE_MASK = 7
+MICROBENCH_EXP_BIAS = 4
+MICROBENCH_OUTPUTS = ("out",)   # the one pointer the kernels write (the others read only; the metadata says so)
 
 MICROBENCH_ARGS = KernargStruct(MICROBENCH_OP, [
     Field("a", "ptr"),                  # int8 [16][16] A, row-major (WMMA kernels; any 256 B otherwise)
@@ -485,3 +495,11 @@ MICROBENCH_ARGS = KernargStruct(MICROBENCH_OP, [
     Field("stride_bytes", "u32"),       # l2_stream: window advance per iteration (multiple of it, <= src_bytes)
 ])
 STRUCTS[MICROBENCH_OP] = MICROBENCH_ARGS
+# The constants of asm_src/generated/gfx1201_microbench_abi.s: the assembly's name -> the name here (each a `.set`)
+MICROBENCH_ASM_CONSTANTS = {
+    "LANES": "WAVE_SIZE", "WAVES_PER_WG": "MICROBENCH_WAVES_PER_WG", "RECORD_DWORDS": "MICROBENCH_RECORD_DWORDS",
+    "MATRIX_DWORDS": "MICROBENCH_MATRIX_DWORDS", "LDS_BYTES": "MICROBENCH_LDS_BYTES",
+    "LDS_LOAD_BYTES": "MICROBENCH_LDS_LOAD_BYTES", "STREAM_LOADS": "MICROBENCH_STREAM_LOADS",
+    "STREAM_WAVE_BYTES": "MICROBENCH_STREAM_WAVE_BYTES", "CHAIN_STEPS": "MICROBENCH_CHAIN_STEPS",
+    "EXP_LANE_MASK": "MICROBENCH_EXP_LANE_MASK", "EXP_BIAS": "MICROBENCH_EXP_BIAS",
+}

@@ -20,7 +20,7 @@ parallel pass-through picks it up (tests/api/test_options_declared_once.py shows
 only the
 options its packed kernels implement, sage_co.varlen.VARLEN_OPTIONS, and refuses a new one by name). What the option
 *does* is the kernels' business: a runtime-flag option also takes its bit in sage_co/abi.py FLAG_OPTIONS, which the
-dense, prepared and varlen attention recipes all read (tests/test_callspec.py shows a made-up one reaching the
+dense, prepared and varlen attention recipes all read (tests/api/test_options_declared_once.py shows a made-up one reaching the
 kernarg `flags`); tools/gen_stubs.py regenerates sage_co/__init__.pyi, the typed signatures IDEs read.
 
 Validators take the value and return it normalised, raising TypeError/ValueError whose message starts with the

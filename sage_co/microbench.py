@@ -22,6 +22,7 @@ import torch
 
 from . import registry
 from .abi import (MICROBENCH_ARGS, MICROBENCH_BENCHES, MICROBENCH_BLOCK, MICROBENCH_CHAIN_STEPS, MICROBENCH_VOPD_PER_ITER,
+                  MICROBENCH_EXP_BIAS, MICROBENCH_EXP_LANE_MASK,
                   MICROBENCH_LDS_BYTES, MICROBENCH_LDS_LOAD_BYTES, MICROBENCH_LDS_PER_ITER, MICROBENCH_MATRIX_DWORDS,
                   MICROBENCH_OP, MICROBENCH_RECORD_DWORDS, MICROBENCH_STREAM_LOADS, MICROBENCH_STREAM_WAVE_BYTES,
                   MICROBENCH_TRANS_PER_ITER, MICROBENCH_VALU_PER_ITER, MICROBENCH_WAVES_PER_WG,
@@ -38,12 +39,10 @@ CUS = 64                            # §Throughput table: the R9700's 64 CUs (th
 SIMDS_PER_CU = 2                    # 2 SIMD32 per CU; one LDS half (32 banks) per CU, shared by its 2 SIMDs (§Memory)
 CUS_PER_WGP = 2
 STREAM_SRC_BYTES = 6 << 20          # l2_stream buffer: fits the 8 MiB L2 (§Throughput table), far beyond L0
-EXP_LANE_MASK, EXP_BIAS = 7, 4      # trans exponents: float((lane % 8) - 4 + k), k = 0..7 (2^e exact)
 UNIT_DWORDS = MICROBENCH_RECORD_DWORDS - MICROBENCH_MATRIX_DWORDS
 WMMA_BENCHES = ("wmma", "wmma_valu", "wmma_trans", "wmma_lds", "clock")
 TRANS_BENCHES = {"trans": "v_exp_f32", "trans_log": "v_log_f32", "trans_rcp": "v_rcp_f32"}   # TRANS alone, per op
 CLOCK_DWORDS = 4                    # clock: unit block dwords 0..3 = SHADER_CYCLES lo, hi before; lo, hi after
-LDS_BENCHES = ("lds", "wmma_lds", "lds_chain")
 OVERLAP_PAIRS = {"wmma_valu": "valu", "wmma_trans": "trans", "wmma_lds": "lds"}   # mix -> the unit alone
 UNIT_PAIRS = {"trans_valu": ("trans", "valu")}      # mixes of two non-WMMA units -> the two alone
 
@@ -133,7 +132,7 @@ def expected(bench: str, args: dict, iterations: int) -> np.ndarray:
         rec[:, :, m:] = np.float32(2 * MICROBENCH_VOPD_PER_ITER * iterations // UNIT_DWORDS).view(np.int32)
     if bench == "trans_valu":   # its VALU counters are v[16:31]: the matrix sum adds two of them per dword
         rec[:, :, :m] = 2 * iterations * MICROBENCH_VALU_PER_ITER // UNIT_DWORDS
-    e = ((lanes % (EXP_LANE_MASK + 1)) - EXP_BIAS)[:, None] + np.arange(MICROBENCH_TRANS_PER_ITER)[None, :]
+    e = ((lanes & MICROBENCH_EXP_LANE_MASK) - MICROBENCH_EXP_BIAS)[:, None] + np.arange(MICROBENCH_TRANS_PER_ITER)[None, :]
     exps = e.astype(np.float32)
     t = MICROBENCH_TRANS_PER_ITER
     if bench in ("trans", "wmma_trans", "trans_valu"):

@@ -629,7 +629,7 @@ def rehearsal_setup(report: Report):
     from .emu import numerics
     numerics.HARDWARE_LIKE.update(trans_ulp=True, f16_wmma_two_roundings=True)
     report.rehearsal = {
-        "perturbed": "v_exp_f32 / v_log_f32 / v_rcp_f32 results +-1 ulp (deterministic: a hash of the input bits "
+        "perturbed": "v_exp_f32 / v_log_f32 / v_rcp_f32 / v_sqrt_f32 / v_rsq_f32 results +-1 ulp (deterministic: a hash of the input bits "
                      "picks +1, -1 or 0); f16 WMMA: the products' sum rounded to f32 before C is added",
         "faults": {
             "a HIP error in one check (hipErrorLaunchFailure)": "the check 'cpu ... plain: attention[hip] ...' "

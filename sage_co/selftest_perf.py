@@ -21,6 +21,7 @@ from __future__ import annotations
 import statistics
 
 from . import microbench as mb
+from .abi import MICROBENCH_LDS_BENCHES
 from .backends.timing import time_ms
 
 WARMUP = 2              # launches before timing (module load, clocks ramping)
@@ -68,7 +69,7 @@ def count_problems(bench: str, stats: dict, workgroups: int, iterations: int) ->
     """The emulator's dynamic WMMA / TRANS / LDS counts against the kernel's loop body x iterations x waves."""
     per = mb.ops_per_iteration(bench)
     n = mb.waves(workgroups) * iterations
-    fill = 2 * mb.waves(workgroups) if bench in mb.LDS_BENCHES else 0     # the LDS fill: two b128 stores per lane
+    fill = 2 * mb.waves(workgroups) if bench in MICROBENCH_LDS_BENCHES else 0     # the LDS fill: two b128 stores per lane
     want = {"WMMA": per["WMMA"] * n, "TRANS": per["TRANS"] * n, "LDS": per["LDS"] * n + fill}
     return [f"{bench}: {k} ran {stats.get(k, 0)} wave-instructions, the loop body says {v}"
             for k, v in want.items() if stats.get(k, 0) != v]

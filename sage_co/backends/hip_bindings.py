@@ -10,7 +10,7 @@ hip-python publishes Linux wheels only, so on Windows (AMD's ROCm torch wheels) 
 Which one: SAGE_CO_HIP_BINDING = "auto" (default: hip-python where it imports, else ctypes), "hip-python" or
 "ctypes"; `sage-co info` and the selftest report say which (describe()). The gpu backend (sage_co/backends/hip.py)
 is the same code over either: it calls HipBinding.call for everything but the launch, HipBinding.launch for the
-launch, and both bindings hand the runtime the same arguments (tests/test_hip_stub.py runs the stub-runtime
+launch, and both bindings hand the runtime the same arguments (tests/ops/test_gpu_backend_stub_runtime.py runs the stub-runtime
 scenario through each and compares the runtime's call logs and kernarg bytes).
 
 The HIP entry points (CALLS) and how each binding passes them, docs/rdna4.md §HIP runtime: hipError_t is a C int;

@@ -48,9 +48,9 @@ def hip_python_series_problem(hip_python: str | None, runtime_version: int) -> s
     return ""
 
 
-SYNC_NOTE = ("HIP reports a fault inside a kernel (memory access violation, illegal instruction) at the next "
-             "synchronizing call (torch.cuda.synchronize(), a copy to the host, an event wait), not at the "
-             "launch that caused it")
+SYNC_NOTE = ("kernels run asynchronously: an error a kernel leaves (e.g. hipErrorLaunchFailure) comes back from the "
+             "next synchronizing call (or the next launch), not from the launch that caused it; a memory fault inside a kernel "
+             "aborts the process under ROCm's defaults instead (docs/gpu.md \"Errors\")")
 
 
 class HipError(RuntimeError):
@@ -299,8 +299,8 @@ def error_names(code: int) -> list[str]:
 
 def error(binding, call: str, err, detail: str = "", fault_note: bool = False) -> HipError:
     """A HipError for a failed call of `binding` (sage_co/backends/hip_bindings.py): code, every alias name and
-    hipGetErrorString's text; with fault_note (launches, synchronizations) the reminder that a kernel's fault
-    surfaces at the next synchronization."""
+    hipGetErrorString's text; with fault_note (launches, synchronizations) the reminder that an asynchronous
+    kernel's error comes back later (SYNC_NOTE)."""
     code = int(err)
     try:
         text = binding.error_string(code)

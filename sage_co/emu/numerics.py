@@ -401,9 +401,9 @@ def _trans(fn, x) -> np.ndarray:
 
 
 # Hardware-like mode (`sage-co selftest --rehearse`, sage_co/selftest.py): the TRANS results of v_exp_f32,
-# v_log_f32 and v_rcp_f32 moved by one ulp (+1, -1 or 0, a deterministic function of the input's bits), within the
-# ~1 ulp hardware allows (docs/numerics.md §Hardware tolerance). Off unless a process turns it on
-# (sage_co.emu.hardware_like); nothing else reads it.
+# v_log_f32, v_rcp_f32, v_sqrt_f32 and v_rsq_f32 moved by one ulp (+1, -1 or 0, a deterministic function of the
+# input's bits), within the ~1 ulp hardware allows (docs/numerics.md §Hardware tolerance). Off unless a process
+# turns it on (sage_co.emu.hardware_like); nothing else reads it.
 HARDWARE_LIKE = {"trans_ulp": False, "f16_wmma_two_roundings": False}
 
 
@@ -440,12 +440,12 @@ def rcp_f32(x) -> np.ndarray:
 
 def sqrt_f32(x) -> np.ndarray:
     """v_sqrt_f32: sqrt(x); sqrt(-0) = -0, sqrt(x<0) = NaN, sqrt(inf) = inf."""
-    return _trans(np.sqrt, x)
+    return _trans_hw(np.sqrt, x)
 
 
 def rsq_f32(x) -> np.ndarray:
     """v_rsq_f32: 1/sqrt(x); rsq(+0) = +inf, rsq(-0) = -inf, rsq(x<0) = NaN, rsq(inf) = +0."""
-    return _trans(lambda v: 1.0 / np.sqrt(v), x)
+    return _trans_hw(lambda v: 1.0 / np.sqrt(v), x)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -159,7 +159,8 @@ def test_edited_kernarg_declaration_is_refused(symbol):
     fields = list(ATTENTION_FWD_ARGS.fields)
     swapped = [Field(f.name, f.kind, f.offset) for f in fields]
     i_hd, i_fl = (next(i for i, f in enumerate(fields) if f.name == n) for n in ("head_dim", "flags"))
-    swapped[i_hd], swapped[i_fl] = Field("flags", "u32", 116), Field("head_dim", "u32", 120)   # offsets swapped
+    swapped[i_hd], swapped[i_fl] = (Field("flags", "u32", fields[i_hd].offset),      # the two names swapped,
+                                    Field("head_dim", "u32", fields[i_fl].offset))   # the offsets kept
     edited = KernargStruct("edited_attention_fwd", swapped, ATTENTION_FWD_ARGS.size)
     with pytest.raises(KernargMismatch, match="refusing to launch"):
         launch_mod.checked_kernel(symbol, edited)

@@ -1,6 +1,7 @@
 """sage_co/abi.py is the one ABI module, torch-free; the kernel author's tools run without torch; every launch
 resolves its kernel through registry.find(op, **keys) over the manifest's key columns."""
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -46,9 +47,11 @@ def test_import_sage_co_and_abi_without_torch(tmp_path):
 def test_build_check_and_lint_run_without_torch(tmp_path):
     r = _run_without_torch(tmp_path, """
         import runpy, sys
-        # the generated attention family (the clang-built objects take minutes; test_build checks all of them)
+        # the generated attention family (the clang-built objects take minutes; test_build checks all of them) and
+        # its lint (tests/build_abi/test_disasm_check.py lints every shipped object)
         for tool, argv in (("build_asm.py", ["--check", "--only", "gfx1201_sage_attention_asm"]),
-                           ("tools/disasm_check.py", ["--no-mix"])):
+                           ("tools/disasm_check.py", ["--no-mix", "--co",
+                                                      "hsaco/gfx1201/gfx1201_sage_attention_asm.co"])):
             sys.argv = [tool, *argv]
             try:
                 runpy.run_path(tool, run_name="__main__")
@@ -128,7 +131,6 @@ def test_hip_kernel_arithmetic_constants_match_abi():
     """The HIP kernels' constants of the softmax arithmetic come from the generated header, whose values are abi's
     (the asm generator derives its bit patterns from abi; docs/numerics.md §Attention arithmetic model), and no .hip
     source #defines an ABI constant, selector or kernarg parameter list by hand."""
-    import re
     import struct
 
     import build_asm
@@ -149,3 +151,64 @@ def test_hip_kernel_arithmetic_constants_match_abi():
         assert '#include "generated/sage_abi.h"' in text, src.name
         by_hand = set(re.findall(r"^[ \t]*#[ \t]*define[ \t]+(\w+)", text, flags=re.M)) & generated
         assert not by_hand, f"{src.name} #defines {sorted(by_hand)} by hand"
+
+
+# What a hand-written assembly source must leave to its generated include (build_asm.py: the target, the ABI's
+# `.set` constants and kernarg offsets, the descriptors and the metadata)
+_GENERATED_DIRECTIVES = re.compile(r"^[ \t]*(\.amdgpu_metadata|\.amdhsa_kernel\b|\.amdhsa_kernarg_size|\.amdgcn_target|"
+                                   r"\.amdhsa_code_object_version)", re.M)
+# a load from the kernarg segment pointer s[0:1] at a number instead of a KARG_<FIELD> offset
+_LITERAL_KARG_LOAD = re.compile(r"^[ \t]*s_load_\w+\s+[^,\n]+,\s*s\[0:1\],\s*(?:0x[0-9a-fA-F]+|\d+)\b", re.M)
+
+
+def asm_hand_copies(source: str, include: str) -> list[str]:
+    """What an assembly source states by hand that its generated include (the text `include`) states: a `.set` of
+    a name the include sets or of any KARG_ name (a kernarg offset), a kernarg load at a literal offset, or a directive of the include (descriptor,
+    metadata, kernarg size, target, code object version). Comments are not read."""
+    code = re.sub(r"//.*", "", source)
+    generated = set(re.findall(r"^[ \t]*\.set[ \t]+(\w+),", include, re.M))
+    found = [f".set {n}" for n in re.findall(r"^[ \t]*\.set[ \t]+(\w+),", code, re.M)
+             if n in generated or n.startswith("KARG_")]      # KARG_<FIELD>: the include's kernarg offsets
+    found += [m.group(1) for m in _GENERATED_DIRECTIVES.finditer(code)]
+    found += [" ".join(m.group(0).split()) for m in _LITERAL_KARG_LOAD.finditer(code)]
+    return found
+
+
+def test_no_assembly_source_states_the_abi_by_hand():
+    """Every hand-written .s of the kernel list includes the file build_asm.py generates for it from sage_co/abi.py
+    and states none of it again (the .hip counterpart: test_hip_kernel_arithmetic_constants_match_abi)."""
+    import build_asm
+    entries = build_asm.read_kernel_list()
+    files = build_asm.generated_files(entries)
+    sources = [e for e in entries if e.source.endswith(".s")]
+    assert sources          # the microbenchmarks
+    for e in sources:
+        include = e.src_dir / build_asm.GENERATED_DIR / f"{e.source.removesuffix('.s')}_abi.s"
+        assert include in files, f"build_asm.py generates no {include.name} for {e.source}"
+        text = (e.src_dir / e.source).read_text()
+        assert f'.include "{build_asm.GENERATED_DIR}/{include.name}"' in text, e.source
+        assert asm_hand_copies(text, files[include]) == [], e.source
+
+
+def test_hand_copies_in_assembly_are_found():
+    """The lines the microbenchmark source held before its include was generated are each reported."""
+    import build_asm
+    entry = next(e for e in build_asm.read_kernel_list() if e.source == build_asm.MICROBENCH_SOURCE)
+    include = build_asm.microbench_abi(entry)
+    old = """
+        .amdgcn_target "amdgcn-amd-amdhsa--gfx1201"
+        .amdhsa_code_object_version 5     // every supported ROCm loads v5
+        .set RECORD_DWORDS, 24
+        .set RECORD_BYTES, RECORD_DWORDS * 4     // (the source's own: not reported)
+        .set KARG_SCALARS, 32
+        s_load_b256     s[4:11], s[0:1], 0      // a, b, src, out
+        s_load_b96      s[12:14], s[0:1], 0x20
+        s_load_b96      s[12:14], s[0:1], KARG_ITERATIONS
+        .amdhsa_kernel gfx1201_microbench_wmma
+          .amdhsa_kernarg_size 44
+        .amdgpu_metadata
+        // .set LDS_BYTES, 4096 in a comment is not code
+    """
+    assert asm_hand_copies(old, include) == [
+        ".set RECORD_DWORDS", ".set KARG_SCALARS", ".amdgcn_target", ".amdhsa_code_object_version", ".amdhsa_kernel",
+        ".amdhsa_kernarg_size", ".amdgpu_metadata", "s_load_b256 s[4:11], s[0:1], 0", "s_load_b96 s[12:14], s[0:1], 0x20"]

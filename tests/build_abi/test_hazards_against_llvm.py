@@ -221,7 +221,7 @@ def _functions(path: Path) -> dict:
 @pytest.mark.parametrize("path", LLVM_BUILT, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_no_site_in_llvm_built_code(path):
     """LLVM (clang, Triton, FlyDSL) mitigated every hazard the model knows; the shipped objects are checked by
-    tools/disasm_check.py's lint (tests/test_disasm_check.py)."""
+    tools/disasm_check.py's lint (tests/build_abi/test_disasm_check.py)."""
     for name, insts in _functions(path).items():
         assert [f.describe() for f in analyze(insts)] == [], name
 

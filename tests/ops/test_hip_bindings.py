@@ -1,7 +1,7 @@
 """The HIP bindings' pieces that need no runtime: finding the runtime torch loaded in a Windows module list (a fake
 one, served through real ctypes function pointers, as kernel32 would), runtime names per platform, the hipError_t
 table against hip-python's, the SAGE_CO_HIP_BINDING choice and the line `sage-co info` prints. The bindings on a
-runtime: tests/test_hip_stub.py."""
+runtime: tests/ops/test_gpu_backend_stub_runtime.py."""
 from __future__ import annotations
 
 import ctypes

@@ -71,17 +71,22 @@ def test_bad_arguments_name_the_argument():
 
 
 def test_assembly_constants_are_the_abi_constants():
-    """The hand-written assembly cannot import sage_co.abi: its named constants are checked against it here."""
+    """The assembly's named constants, evaluated as the assembler does (the generated include first, then the
+    source's own), are what the host computes with: the ABI ones from sage_co.abi, the derived ones agree."""
     consts: dict = {}
-    for name, expr in re.findall(r"^\s*\.set\s+(\w+),\s*([^/\n]+)", ASM.read_text(), re.M):
-        consts[name] = eval(expr, {}, dict(consts))  # noqa: S307 (integer expressions of earlier names)
-    assert consts["RECORD_DWORDS"] == abi.MICROBENCH_RECORD_DWORDS
-    assert consts["LDS_BYTES"] == abi.MICROBENCH_LDS_BYTES
+    for src in (ASM.parent / "generated" / "gfx1201_microbench_abi.s", ASM):
+        for name, expr in re.findall(r"^\s*\.set\s+(\w+),\s*(.+?)\s*(?://.*)?$", src.read_text(), re.M):
+            # integer expressions of earlier names (the assembler's / is integer division)
+            consts[name] = eval(expr.replace("/", "//"), {}, dict(consts))  # noqa: S307
+    assert consts["RECORD_BYTES"] == 4 * abi.MICROBENCH_RECORD_DWORDS
+    assert consts["RECORD_UNIT"] == 4 * abi.MICROBENCH_MATRIX_DWORDS
+    assert consts["LDS_HALF"] * 2 == abi.MICROBENCH_LDS_BYTES
     assert consts["LDS_LOAD_STRIDE"] == consts["STREAM_LOAD_BYTES"] == abi.MICROBENCH_LDS_LOAD_BYTES
     assert consts["STREAM_WAVE_BYTES"] == abi.MICROBENCH_STREAM_WAVE_BYTES
-    assert consts["LANES"] * consts["WAVES_PER_WG"] == abi.MICROBENCH_BLOCK[0]
+    assert consts["LANES"] << consts["WG_SHIFT"] == abi.MICROBENCH_BLOCK[0] == 1 << (consts["WAVE_SHIFT"] + consts["WG_SHIFT"])
     assert consts["CHAIN_STEPS"] == abi.MICROBENCH_CHAIN_STEPS and ".rept CHAIN_STEPS" in ASM.read_text()
-    assert consts["EXP_LANE_MASK"] == mb.EXP_LANE_MASK and consts["EXP_BIAS"] == mb.EXP_BIAS
+    assert (consts["EXP_LANE_MASK"], consts["EXP_BIAS"]) == (abi.MICROBENCH_EXP_LANE_MASK, abi.MICROBENCH_EXP_BIAS)
+    assert consts["KARG_SIZE"] == abi.MICROBENCH_ARGS.size
 
 
 # ------------------------------------------------------------------------------------------ derivation

@@ -9,6 +9,7 @@
     python tools/perf_model.py --restate [--json]             # our kernels and the op next to FlyDSL's figures
     python tools/perf_model.py --what-if [--json]             # the asm kernel's geometry/schedule what-ifs
     python tools/perf_model.py --hypotheses [--json]          # the kernel's time under each plausible rule set
+    python tools/perf_model.py --pv | --fp32 | --sparse | --masks | --varlen [--json]   # one feature's report
     python tools/perf_model.py --refit REPORT.json [--json]   # parameters from `sage-co selftest --perf`, old vs new
 
 --arg NAME=VALUE: a by-value kernel argument (e.g. seq_len=4096); for a pointer argument VALUE is the size in
@@ -26,11 +27,42 @@ Arguments without a name in the code object's metadata are arg0, arg1, ... (thei
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from perfmodel.hardware import PEAK_RATE
+
+
+@dataclass(frozen=True)
+class Report:
+    """One report of the model: `--flag` runs module.function(as_json=...) (every figure MODELED)."""
+    flag: str
+    module: str
+    function: str
+    help: str
+
+    def run(self, as_json: bool) -> int:
+        return getattr(importlib.import_module(self.module), self.function)(as_json=as_json)
+
+
+# The reports of the shipped kernels, one entry each: the CLI's flags and their dispatch come from this list
+# (--calibration, --refit and --co take arguments and stay their own options).
+REPORTS = (
+    Report("restate", "perfmodel.restate", "print_restatement", "our kernels and the op next to FlyDSL's figures"),
+    Report("what-if", "perfmodel.whatif", "print_what_if", "the asm kernel's geometry/schedule what-ifs"),
+    Report("hypotheses", "perfmodel.hypotheses", "print_hypotheses",
+           "the shipped kernel's time under each plausible rule set (TRANS clocks, TRANS/VALU under WMMA, VOPD "
+           "issues) and the lever that pays under each (several minutes)"),
+    Report("pv", "perfmodel.pv", "print_pv", "pv_dtype fp8 vs fp16 for both kernels"),
+    Report("fp32", "perfmodel.fp32", "print_fp32", "fp32 inputs and output vs bf16"),
+    Report("sparse", "perfmodel.sparse", "print_sparse", "the predictor and the attention vs block density"),
+    Report("masks", "perfmodel.masks", "print_masks", "attn_mask: partial / additive tiles and key padding"),
+    Report("varlen", "perfmodel.varlen", "print_varlen",
+           "packed varlen launches: each workgroup's key tiles vs the dense kernel"),
+)
 
 
 def _pairs(items: list[str], flag: str) -> dict:
@@ -102,15 +134,8 @@ def main(argv=None) -> int:
                     help="the calibration references, FlyDSL and gcnasm (default $SAGE_CO_CALIBRATION)")
     ap.add_argument("--sensitivity", action="store_true",
                     help="with --calibration: each parameter varied alone, errors per run (several minutes)")
-    ap.add_argument("--restate", action="store_true", help="our kernels and the op next to FlyDSL's figures")
-    ap.add_argument("--what-if", action="store_true", help="the asm kernel's geometry/schedule what-ifs")
-    ap.add_argument("--hypotheses", action="store_true",
-                    help="the shipped kernel's time under each plausible rule set (TRANS clocks, TRANS/VALU under "
-                         "WMMA, VOPD issues) and the lever that pays under each (several minutes)")
-    ap.add_argument("--pv", action="store_true", help="pv_dtype fp8 vs fp16 for both kernels (issue 19)")
-    ap.add_argument("--fp32", action="store_true", help="fp32 inputs and output vs bf16 (issue 30)")
-    ap.add_argument("--sparse", action="store_true", help="the predictor and the attention vs block density (issue 14)")
-    ap.add_argument("--masks", action="store_true", help="attn_mask: partial / additive tiles and key padding (issue 30)")
+    for r in REPORTS:
+        ap.add_argument(f"--{r.flag}", action="store_true", help=r.help)
     ap.add_argument("--refit", type=Path, metavar="REPORT.json",
                     help="set the parameters from a `sage-co selftest --perf` report of a gfx1201; old vs new figures")
     o = ap.add_argument_group("the shipped attention kernels' report")
@@ -145,27 +170,9 @@ def main(argv=None) -> int:
             return print_calibration(a.calibration or None, as_json=a.json)
         if a.sensitivity:
             ap.error("--sensitivity goes with --calibration [DIR]")
-        if a.restate:
-            from perfmodel.restate import print_restatement
-            return print_restatement(as_json=a.json)
-        if a.what_if:
-            from perfmodel.whatif import print_what_if
-            return print_what_if(as_json=a.json)
-        if a.hypotheses:
-            from perfmodel.hypotheses import print_hypotheses
-            return print_hypotheses(as_json=a.json)
-        if a.pv:
-            from perfmodel.pv import print_pv
-            return print_pv(as_json=a.json)
-        if a.fp32:
-            from perfmodel.fp32 import print_fp32
-            return print_fp32(as_json=a.json)
-        if a.sparse:
-            from perfmodel.sparse import print_sparse
-            return print_sparse(as_json=a.json)
-        if a.masks:
-            from perfmodel.masks import print_masks
-            return print_masks(as_json=a.json)
+        for r in REPORTS:
+            if getattr(a, r.flag.replace("-", "_")):
+                return r.run(a.json)
         if a.refit is not None:
             from perfmodel.refit import print_refit
             return print_refit(a.refit, as_json=a.json)
