@@ -173,7 +173,8 @@ def _schedules_markdown(sched: dict) -> list[str]:
                      "- | not built |") for r in sched["rows"]]
         return lines
     shapes = sched["shapes"]
-    lines += [f"Device {sched['device']} ({sched['identity']['name']}, {sched['identity']['gcn_arch_name']}), HIP-event "
+    ident = sched["identity"]
+    lines += [f"Device {sched['device']} ({ident['name']}, {ident['gcn_arch_name']}), HIP-event "
               f"ms per attention launch. Rule: {tuning_run.RULE}. **Chosen: {sched['choice']}** (stored in "
               f"{sched['stored']}).", "", "| schedule | " + " | ".join(shapes) + " | geometric mean |",
               "|---|" + "---|" * (len(shapes) + 1)]

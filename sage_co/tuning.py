@@ -151,10 +151,16 @@ def _warn_once(message: str) -> None:
     if _warned:
         return
     _warned.append(message)
-    warnings.warn(f"sage-co tuning cache {cache_path()}: {message}; ignored: calls without a schedule run the "
-                  f"default {family.DEFAULT_SCHEDULE!r} (`sage-co tune` stores a choice for this device; this warning "
-                  "is given once per process)", TuningCacheWarning,
-                  stacklevel=2)
+    try:
+        where = str(cache_path())
+    except Exception as exc:   # the cache directory itself cannot be found: said, never raised
+        where = f"(no cache directory: {type(exc).__name__}: {exc})"
+    try:
+        warnings.warn(f"sage-co tuning cache {where}: {message}; ignored: calls without a schedule run the "
+                      f"default {family.DEFAULT_SCHEDULE!r} (`sage-co tune` stores a choice for this device; this "
+                      "warning is given once per process)", TuningCacheWarning, stacklevel=2)
+    except Warning:   # warnings turned into errors (-W error): the cache still never raises into the host
+        pass
 
 
 def lookup(identity: DeviceIdentity, manifest: str | None = None, path: Path | None = None) -> str | None:
@@ -220,11 +226,16 @@ def chosen_schedule(device=None, backend=None) -> str | None:
         return _choices[key]
     except KeyError:
         pass
+    choice = None
     try:
-        choice = lookup(device_identity(backend, index))
+        identity = device_identity(backend, index)
     except Exception as exc:   # the host never sees the cache fail
         _warn_once(f"the identity of device {index} cannot be read ({type(exc).__name__}: {exc})")
-        choice = None
+    else:
+        try:
+            choice = lookup(identity)
+        except Exception as exc:
+            _warn_once(f"it cannot be read ({type(exc).__name__}: {exc})")
     with _lock:
         _choices[key] = choice
     return choice

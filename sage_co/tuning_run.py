@@ -65,7 +65,8 @@ class Measurement:
     choice: str = ""
 
     def as_dict(self) -> dict:
-        return {"device": self.device, "identity": self.identity.__dict__, "shapes": [shape_text(s) for s in self.shapes],
+        return {"device": self.device, "identity": self.identity.__dict__,
+                "shapes": [shape_text(s) for s in self.shapes],
                 "ms": self.ms, "symbols": self.symbols, "scores_ms": self.scores, "common_shapes": self.common,
                 "choice": self.choice, "rule": RULE}
 

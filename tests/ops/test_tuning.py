@@ -156,6 +156,21 @@ def test_an_unreadable_identity_is_no_choice_not_an_error(cache):
     assert len(caught) == 1 and "cannot be read" in str(caught[0].message)
 
 
+def test_no_cache_directory_or_warnings_as_errors_never_reach_the_host(cache, monkeypatch):
+    def no_dir():
+        raise ImportError("cannot import name 'HRESULT' from 'ctypes'")   # platformdirs' Windows path, faked
+    monkeypatch.setattr(tuning, "cache_dir", no_dir)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert tuning.chosen_schedule(0, FakeBackend()) is None
+    assert len(caught) == 1 and "no cache directory: ImportError" in str(caught[0].message)
+    monkeypatch.setattr(tuning, "_warned", [])
+    tuning.invalidate()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # python -W error
+        assert tuning.chosen_schedule(0, FakeBackend()) is None
+
+
 def test_the_rule_picks_the_smallest_geometric_mean_and_keeps_the_default_on_a_near_tie(monkeypatch):
     monkeypatch.setattr(family, "ATTENTION_SCHEDULES", ("a", "b", "c"))
     monkeypatch.setattr(family, "DEFAULT_SCHEDULE", "a")
@@ -295,7 +310,8 @@ def test_tune_on_the_emulator_checks_every_schedule_and_writes_nothing(cache, ca
 def test_the_tuned_choice_applies_to_gpu_calls_without_a_schedule_where_it_is_built(monkeypatch):
     from sage_co.ops import attention
     asked = []
-    monkeypatch.setattr(tuning, "chosen_schedule", lambda device=None, backend=None: asked.append(device) or "elsewhere")
+    monkeypatch.setattr(tuning, "chosen_schedule",
+                        lambda device=None, backend=None: asked.append(device) or "elsewhere")
     keys = dict(head_dim=128, out_dtype="bf16", pv_dtype="fp8")
     none = SimpleNamespace(schedule=None)
     assert attention.resolved_schedule(none, "gpu", "dev") == "elsewhere" and asked == ["dev"]
@@ -306,3 +322,16 @@ def test_the_tuned_choice_applies_to_gpu_calls_without_a_schedule_where_it_is_bu
     assert attention._shipped(none, "gpu", "dev", "asm", **keys).key("schedule") == family.DEFAULT_SCHEDULE
     with pytest.raises(LookupError, match="has no symbol"):
         attention._shipped(SimpleNamespace(schedule="elsewhere"), "gpu", "dev", "asm", **keys)
+
+
+def test_the_selftest_report_renders_a_measured_choice():
+    from sage_co import selftest_perf
+    shapes = ((1, 24, 1536, 128), (1, 24, 4096, 64))
+    m = tuning_run.Measurement(0, R9700, shapes)
+    texts = [tuning_run.shape_text(s) for s in shapes]
+    m.ms = {s: {t: (0.5 if s == OTHER else 0.6) for t in texts} for s in family.ATTENTION_SCHEDULES}
+    m.choice, m.scores, m.common = tuning_run.choose(m.ms, texts)
+    lines = selftest_perf.markdown({"schedules": {"measured": True, **m.as_dict(), "stored": "/c/tuning.json"}})
+    text = "\n".join(lines)
+    assert f"**Chosen: {m.choice}**" in text and "AMD Radeon AI PRO R9700" in text and "/c/tuning.json" in text
+    assert f"| {OTHER} | 0.500 | 0.500 | 0.500 |" in text

@@ -123,9 +123,9 @@ def prepare_families():
 def run_ops(backend: str):
     """Every shipped kernel through the ops: for each prepare family (head dim, dtype) prepare without and with
     smooth_k, with norm + RoPE at each rope_dim, with smooth_v and with pv_dtype="fp16", then attention in each
-    kernel with and without LSE on those prepared inputs (the fp16 one reaches the _pv16 symbols), then each
-    microbenchmark (sage_co.microbench). Returns the launch records."""
-    from sage_co import abi, launch, registry
+    kernel with and without LSE on those prepared inputs (the fp16 one reaches the _pv16 symbols) and in each other
+    exp2 schedule built there, then each microbenchmark (sage_co.microbench). Returns the launch records."""
+    from sage_co import abi, family, launch, registry
     from sage_co.ops.attention import OP
     from sage_co import validate
     from sage_co.ops.predict import run_predict
@@ -134,6 +134,9 @@ def run_ops(backend: str):
     # (kernel, head_dim, pv_dtype) of the shipped attention symbols: pv_dtype fp16 stops at D_pad 128
     # (abi.PV16_HEAD_DIMS), the prepare and attention kernels do not
     served = {(k.kernel, k.key("head_dim"), k.key("pv_dtype")) for k in registry.kernels() if k.op == OP}
+    # the other exp2 schedules' symbols (sage_co.family.ATTENTION_SCHEDULES after the default), where built
+    scheduled = {(k.kernel, k.key("head_dim"), k.key("pv_dtype"), k.key("schedule")) for k in registry.kernels()
+                 if k.op == OP and k.key("schedule") != family.DEFAULT_SCHEDULE}
     with launch.recording() as records:
         for (D, dtype), rope_dims in prepare_families().items():
             q, k, v = inputs(D=D, dtype=dtype)
@@ -153,6 +156,9 @@ def run_ops(backend: str):
                     fwd(smooth_v, backend=backend, kernel=kernel)
                 if (kernel, D, "fp16") in served:
                     fwd(pv16, backend=backend, kernel=kernel, return_lse=True)
+                for _, _, pv, schedule in sorted(x for x in scheduled if x[:2] == (kernel, D)):
+                    fwd(prepared if pv == "fp8" else pv16, backend=backend, kernel=kernel, schedule=schedule,
+                        return_lse=True)
             # the block-mask predictor (pool + select): 16-bit q/k only, D up to abi.PREDICT_CHANNELS
             if dtype in abi.PREDICT_IN_DTYPES and D <= abi.PREDICT_CHANNELS:
                 sh, qn, kn, _ = validate.check_qkv(q, k, k, "NHD")
