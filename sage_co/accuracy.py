@@ -45,6 +45,24 @@ def within_contract(m: Mapping[str, float]) -> bool:
     return m["outside_band"] <= MAX_OUTSIDE and m["cosine"] >= MIN_COSINE and m["median_row_cosine"] >= MIN_ROW_COSINE
 
 
+# A kernel's output against the arithmetic model (reference.sage_attention_model) at the kernel's key tile:
+# docs/numerics.md §Kernel vs model (not bitwise: exp2 within 1 ulp, the row-sum and WMMA accumulation orders)
+MODEL_REL_L2 = 1e-3
+MODEL_MAX_ABS = 2.0 ** -7   # times max|model|
+MODEL_MAX_DIFFERENT = 0.01  # fraction of output elements not bitwise equal
+
+
+def versus_model(out: torch.Tensor, model: torch.Tensor) -> dict:
+    """A kernel's 16-bit output against the model's: relative L2, max |difference| / max |model|, the fraction of
+    elements not bitwise equal, and `ok`: all three within the bounds above."""
+    o, m = out.float(), model.float()
+    rel = ((o - m).norm() / m.norm().clamp_min(1e-30)).item()
+    max_abs = ((o - m).abs().max() / m.abs().max().clamp_min(1e-30)).item()
+    different = (out.view(torch.int16) != model.view(torch.int16)).float().mean().item()
+    return {"rel_l2": rel, "max_abs": max_abs, "different": different,
+            "ok": rel <= MODEL_REL_L2 and max_abs <= MODEL_MAX_ABS and different <= MODEL_MAX_DIFFERENT}
+
+
 def make_inputs(dist: str, B: int, S: int, H: int, seed: int = 0, device="cpu"):
     """bf16 [B, S, H, 128] q, k, v. randn: all N(0, 1). k_offset: k gets a per-(head, channel) offset
     4 * N(0, 1) shared by every token, the distribution smooth_k exists for; v_offset: the same on v (smooth_v's);

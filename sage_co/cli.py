@@ -3,8 +3,11 @@
     sage-co                     run a real attention through the shipped code objects (on the emulator when no
                                 gfx1201 is present) and print accuracy, instruction counts and kernel provenance
     sage-co run -B 1 -H 2 -S 1024 [--kernel hip] [--backend emu|gpu] [--smooth-k] [--seed N]
-    sage-co info                list the shipped kernels with their ABI (from hsaco/manifest.json) and which
-                                framework switches reach sage-co here
+    sage-co info                list the shipped kernels with their ABI (from hsaco/manifest.json), which
+                                framework switches reach sage-co here and each gfx1201's tuned attention schedule
+    sage-co tune [--device N] [--backend gpu|emu]
+                                time the shipped attention schedules on the GPU and store the fastest for the
+                                device (docs/gpu.md §Tuning); on the emulator: check each bit for bit, store nothing
     sage-co comfyui install PATH   install sage-co's ComfyUI node into the ComfyUI tree at PATH
 
 The run options mean the same before and after `run` (`sage-co -S 64 run --smooth-k` runs S=64 with smooth_k;
@@ -60,6 +63,75 @@ def cmd_info(args) -> int:
     from .integrations import switches  # which framework switches reach sage-co here (the shim's line last)
     for line in switches.lines():
         console.print(line, markup=False)
+    from . import tuning    # each visible gfx1201's stored schedule choice (sage-co tune)
+    for line in tuning.describe_choices():
+        console.print(line, markup=False)
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from . import family, tuning, tuning_run
+    backend = canonical(args.tune_backend, "--backend") if args.tune_backend is not None else None
+    be, devices, why = tuning.gpu_devices() if backend != "emu" else (None, [], "")
+    backend = backend or ("gpu" if devices else "emu")
+    echo = lambda line: console.print(line, markup=False)   # noqa: E731 (progress lines)
+    if backend == "emu":
+        if args.device is not None:
+            raise CliError("--device: the emulator has no devices; --device N picks a gfx1201 with --backend gpu", 2)
+        console.print(f"sage-co tune on the CPU emulator{f' ({why})' if why else ''}: each attention schedule "
+                      f"{family.ATTENTION_SCHEDULES} once per kernel at {tuning_run.shape_text(tuning_run.EMU_SHAPE)}: "
+                      "the kernels bit for bit against each other, each against the arithmetic model within "
+                      "docs/numerics.md §Kernel vs model", markup=False)
+        rows = tuning_run.check_emulator(echo)
+        table = Table(title="attention schedules on the emulator (no timing: the emulator has no clock)")
+        for col in ("schedule", "kernel", "symbol", "bitwise equal to", "vs model: rel L2", "elements differing",
+                    "checks"):
+            table.add_column(col, no_wrap=True)
+        for r in rows:
+            if r["ok"] is None:
+                table.add_row(r["schedule"], r["kernel"], "-", "-", "-", "-", "not built")
+                continue
+            table.add_row(r["schedule"], r["kernel"], r["symbol"], r["same_as"] or "-", f"{r['rel_l2']:.1e}",
+                          f"{100 * r['different']:.3f} %", "[green]pass[/]" if r["ok"] else "[red]FAIL[/]")
+        console.print(table)
+        console.print("nothing was timed and no choice was written: the emulator has no clock (run `sage-co tune` "
+                      f"on a gfx1201 to choose; until then calls run the default {family.DEFAULT_SCHEDULE!r})",
+                      markup=False)
+        return 0 if all(r["ok"] is not False for r in rows) else 1
+    if not devices:
+        raise CliError(f"--backend gpu needs a gfx1201 ({why}); `sage-co tune --backend emu` checks the schedules "
+                       "on the CPU emulator")
+    if args.device is not None:
+        if args.device not in devices:
+            raise CliError(f"--device {args.device}: not a visible gfx1201 (the gfx1201 devices: {devices})", 2)
+        devices = [args.device]
+    done = {}
+    for index in devices:
+        identity = tuning.device_identity(be, index)
+        if identity in done:   # a second card of the same kind, driver and runtime: the same entry serves it
+            console.print(f"device {index} ({identity.describe()}): the same identity as device {done[identity]}, "
+                          "whose choice serves it", markup=False)
+            continue
+        console.print(f"tuning device {index} ({identity.describe()}, driver {identity.driver_version}, runtime "
+                      f"{identity.runtime_version}): {len(family.ATTENTION_SCHEDULES)} schedule(s) x "
+                      f"{len(tuning_run.SHAPES)} shapes, HIP events", markup=False)
+        m = tuning_run.measure(index, backend=be, echo=echo)
+        path = tuning_run.store(m)
+        done[identity] = index
+        table = Table(title=f"attention forward per schedule, device {index}: HIP-event ms per launch "
+                            "(median of 3 rounds of 5)")
+        shapes = [tuning_run.shape_text(sh) for sh in m.shapes]
+        table.add_column("schedule", no_wrap=True)
+        for sh in shapes:
+            table.add_column(sh, justify="right")
+        table.add_column("geometric mean", justify="right")
+        table.add_column("", no_wrap=True)
+        for sc, per in m.ms.items():
+            table.add_row(sc, *[f"{per[sh]:.3f}" if per[sh] is not None else "not built" for sh in shapes],
+                          f"{m.scores[sc]:.3f}", "chosen" if sc == m.choice else "")
+        console.print(table)
+        console.print(f"device {index}: chose {m.choice!r} (rule: {tuning_run.RULE}); written to {path}",
+                      markup=False)
     return 0
 
 
@@ -315,6 +387,13 @@ def parse_args(argv) -> argparse.Namespace:
                                  help="replace an existing custom_nodes/sage-co/__init__.py with other content (saved "
                                       "first as __init__.py.bak)")
     comfyui_install.set_defaults(func=cmd_comfyui_install)
+    tune = sub.add_parser("tune", help="time the shipped attention schedules and store the fastest per device "
+                                       "(on the emulator: check them, store nothing)")
+    tune.add_argument("--device", type=int, default=None, help="only this gfx1201 (HIP index; default: every one)")
+    tune.add_argument("--backend", dest="tune_backend", choices=BACKENDS + tuple(ALIASES), default=None,
+                      help="gpu (time on a gfx1201) or emu (check on the CPU emulator); default: gpu when a gfx1201 "
+                           "is visible, else emu")
+    tune.set_defaults(func=cmd_tune)
     run = sub.add_parser("run", help="run one attention and report accuracy (the default command)")
     _add_run_options(run)
     run.set_defaults(func=cmd_run)

@@ -85,6 +85,11 @@ def get_backend(name: str):
     return be
 
 
+def has_backend(name: str) -> bool:
+    """Whether the backend `name` was created or installed in this process (creates nothing)."""
+    return canonical(name, "name") in _backends
+
+
 def use_backend(name: str, instance) -> Any:
     """Install `instance` as the backend `name` (tests: the gpu backend on a stub runtime); returns the previous
     one (None when none was created yet) so the caller can put it back."""

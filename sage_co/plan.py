@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from . import callspec, launch, masks, sparse, validate
+from . import callspec, launch, masks, sparse, tuning, validate
 from .launch import resolve_backend
 from .ops import attention as attention_ops
 from .ops import prepare as prepare_ops
@@ -178,9 +178,10 @@ def _key(spec: callspec.OpSpec, inputs: tuple, o: dict):
                 break
     if signed_zero:
         values = tuple(x if t in _PLAIN else _value_key(x) for x, t in zip(values, types))
-    # launch.backend_swaps: a plan resolved (device checks included) before a backend was swapped is not reused.
+    # launch.backend_swaps: a plan resolved (device checks included) before a backend was swapped is not reused;
+    # tuning.generation: nor one whose default schedule was resolved before a tuned choice was stored.
     # Not hashed here: plan_call's lookup hashes it once (an unhashable part: TypeError there, planned uncached)
-    return (spec.name, launch.backend_swaps, tuple(o), tensors, types, values)
+    return (spec.name, launch.backend_swaps, tuning.generation, tuple(o), tensors, types, values)
 
 
 _plans: dict[tuple, Plan] = {}

@@ -17,7 +17,9 @@
    out-of-memory baseline is recorded, not fatal).
 4. With --perf, the microbenchmarks of asm_src/gfx1201_microbench.s (sage_co/selftest_perf.py): timed with HIP events
    on the first gfx1201, their derived parameters in the report's `perf` section (what
-   `python tools/perf_model.py --refit` reads); without a GPU run on the emulator, results checked, no time.
+   `python tools/perf_model.py --refit` reads); without a GPU run on the emulator, results checked, no time. Then
+   the attention schedules as `sage-co tune` runs them (sage_co/tuning_run.py): timed on the first gfx1201 and the
+   choice stored for it (perf.schedules); on the emulator each checked bit for bit, nothing stored.
 Without a gfx1201 it says so plainly and runs the emulator half. The report goes to DIR/selftest.md and
 DIR/selftest.json, rewritten after every check; every check is isolated (an exception fails that check, named,
 and the next one runs). A kernel fault (memory fault, illegal instruction) aborts the process that launched it
@@ -180,14 +182,17 @@ def environment(report: Report) -> list[int]:
             from .launch import get_backend
             be = get_backend("gpu")
             env["hip_runtime"] = be.runtime.path
-            report.add("hip-python bound to torch's HIP runtime", True, be.runtime.path)
-            err, version = be.hip.hipRuntimeGetVersion()[:2]
-            env["hip_runtime_version"] = int(version)
-            problem = hip_runtime.hip_python_series_problem(hip_runtime.hip_python_version(), int(version))
-            report.add("hip-python series matches the HIP runtime (hipRuntimeGetVersion)", not problem,
-                       problem or f"hip-python {env['hip_python']}, runtime {int(version)}")
+            report.add(f"{be.binding.name} bound to torch's HIP runtime", True, be.runtime.path)
+            version = int(be._call("hipRuntimeGetVersion"))
+            env["hip_runtime_version"] = version
+            if be.binding.name == "hip-python":   # the ctypes binding has no generated series to match
+                problem = hip_runtime.hip_python_series_problem(hip_runtime.hip_python_version(), version)
+                report.add("hip-python series matches the HIP runtime (hipRuntimeGetVersion)", not problem,
+                           problem or f"hip-python {env['hip_python']}, runtime {version}")
+            from . import tuning
+            env["tuned_schedules"] = "; ".join(tuning.describe_choices())
         except Exception as exc:   # the report must still be written: the failure is the finding
-            report.add("hip-python bound to torch's HIP runtime", False, f"{type(exc).__name__}: {exc}")
+            report.add("the gpu backend bound to torch's HIP runtime", False, f"{type(exc).__name__}: {exc}")
             return []
     else:
         mapped = hip_runtime.mapped_runtimes() if sys.platform.startswith("linux") else []
@@ -459,11 +464,11 @@ def is_oom(exc: BaseException) -> bool:
 def gpu_timing(report: Report, device: int | str, B, S, H, *, backend: str = "gpu", timer=None, inject=None) -> None:
     """sage-co's providers and BF16 SDPA timed at (B, S, H); each provider isolated: an error fails its own check,
     an out-of-memory baseline is recorded (the baseline's failure, not sage-co's: an info check and a timing row
-    saying so). timer(fn, device) -> ms (default: HIP events, selftest_perf.time_ms)."""
+    saying so). timer(fn, device) -> ms (default: HIP events, sage_co.backends.timing.time_ms)."""
 
     from . import api
     if timer is None:
-        from .selftest_perf import time_ms as timer   # the one HIP-event timer (the microbenchmarks use it too)
+        from .backends.timing import time_ms as timer   # the one HIP-event timer (microbenchmarks, tune too)
     dev = f"cuda:{device}" if isinstance(device, int) else device
     inject = inject or (lambda name: None)
     (q, k, v), _ = inputs(B, S, H, "plain", device=dev)
@@ -569,9 +574,10 @@ def run(out_dir: Path, *, quick: bool = False, device: int | None = None, small=
             report.running = ""
         for name in (EMU_RESULTS, CHILD_SPEC):
             (out_dir / name).unlink(missing_ok=True)
-    if perf and not devices:   # the microbenchmarks on the emulator (on a gfx1201 the child runs them)
+    if perf and not devices:   # the microbenchmarks and schedules on the emulator (on a gfx1201 the child runs them)
         from . import selftest_perf
         guarded(report, "microbenchmarks (emulator)", selftest_perf.run, report, [], echo)
+        guarded(report, "attention schedules (emulator)", selftest_perf.schedules, report, [], echo)
     report.environment["selftest_seconds"] = round(time.perf_counter() - t0, 1)
     report.save()
     return report
@@ -607,6 +613,7 @@ def child_main(out_dir: Path) -> int:
     if spec["perf"]:
         from . import selftest_perf
         guarded(report, "microbenchmarks", selftest_perf.run, report, spec["devices"][:1], print)
+        guarded(report, "attention schedules", selftest_perf.schedules, report, spec["devices"][:1], print)
     if rehearse:       # last: a kernel fault aborts the process (ROCr's default), as it would on a GPU
         report.start("rehearsal: a kernel fault in the child (injected: os.abort)")
         os.abort()

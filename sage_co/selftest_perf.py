@@ -22,6 +22,7 @@ import statistics
 
 from . import microbench as mb
 from .abi import MICROBENCH_LDS_BENCHES
+from .backends.timing import time_ms
 
 WARMUP = 2              # launches before timing (module load, clocks ramping)
 ROUNDS = 5              # timed launches per iteration count; the median is kept
@@ -41,25 +42,6 @@ WHAT = {
     "trans_valu": "TRANS body + VALU body interleaved: TRANS overlapping other VALU",
     "clock": "WMMA body between two SHADER_CYCLES reads: the clock under matrix load, measured",
 }
-
-
-def time_ms(fn, device: int, warmup: int = 2, iters: int = 5, rounds: int = 3) -> float:
-    """Median over rounds of HIP-event milliseconds per call of fn (iters calls per round) on the device's current
-    stream, after `warmup` calls (module loads, clocks ramping)."""
-    import torch
-    with torch.cuda.device(device):
-        for _ in range(warmup):
-            fn()
-        times = []
-        for _ in range(rounds):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / iters)
-    return statistics.median(times)
 
 
 def _time_launch(fn, device: int) -> float:
@@ -150,9 +132,63 @@ def run(report, devices: list[int], echo=print) -> None:
     report.perf = gpu(report, devices[0], echo) if devices else emulator(report, echo)
 
 
+def schedules(report, devices: list[int], echo=print) -> None:
+    """The attention schedules as `sage-co tune` runs them (sage_co/tuning_run.py), into report.perf["schedules"]:
+    with a gfx1201 timed on devices[0] and the choice stored for it; without one each checked on the emulator bit for
+    bit against the model, nothing stored."""
+    from . import tuning_run
+    if devices:
+        m = tuning_run.measure(devices[0], echo=echo)
+        path = tuning_run.store(m)
+        report.perf["schedules"] = {"measured": True, **m.as_dict(), "stored": str(path)}
+        report.add(f"gpu{devices[0]} attention schedules timed, choice stored", True,
+                   f"{m.choice!r} (geometric means {', '.join(f'{k} {v:.3f} ms' for k, v in m.scores.items())}); "
+                   f"{path}")
+    else:
+        rows = tuning_run.check_emulator(echo)
+        report.perf["schedules"] = {"measured": False, "shape": tuning_run.shape_text(tuning_run.EMU_SHAPE),
+                                    "rows": rows}
+        for r in rows:
+            if r["ok"] is not None:
+                report.add(f"emu attention schedule {r['schedule']} ({r['kernel']}): kernels bitwise equal, "
+                           "within the model's bounds", r["ok"],
+                           f"{r['symbol']}: rel L2 {r['rel_l2']:.1e} vs the model, "
+                           f"{100 * r['different']:.3f} % of elements differ"
+                           + (f", bitwise equal to {r['same_as']}" if r["same_as"] else ""))
+    report.save()
+
+
+def _schedules_markdown(sched: dict) -> list[str]:
+    from . import tuning_run
+    if not sched:
+        return []
+    lines = ["", "## Attention schedules (`--perf`, as `sage-co tune`)", ""]
+    if not sched["measured"]:
+        lines += [f"On the emulator at {sched['shape']}: per schedule the kernels bitwise equal to each other and "
+                  "each within the model's bounds (docs/numerics.md §Kernel vs model); nothing timed, no choice "
+                  "stored.", "", "| schedule | kernel | symbol | bitwise equal to | rel L2 vs model | checks |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {r['schedule']} | {r['kernel']} | {r['symbol'] or '-'} | {r.get('same_as') or '-'} | "
+                  + (f"{r['rel_l2']:.1e} | {'pass' if r['ok'] else 'FAIL'} |" if r["ok"] is not None else
+                     "- | not built |") for r in sched["rows"]]
+        return lines
+    shapes = sched["shapes"]
+    ident = sched["identity"]
+    lines += [f"Device {sched['device']} ({ident['name']}, {ident['gcn_arch_name']}), HIP-event "
+              f"ms per attention launch. Rule: {tuning_run.RULE}. **Chosen: {sched['choice']}** (stored in "
+              f"{sched['stored']}).", "", "| schedule | " + " | ".join(shapes) + " | geometric mean |",
+              "|---|" + "---|" * (len(shapes) + 1)]
+    for sc, per in sched["ms"].items():
+        cells = [f"{per[sh]:.3f}" if per[sh] is not None else "not built" for sh in shapes]
+        lines.append(f"| {sc} | " + " | ".join(cells) + f" | {sched['scores_ms'][sc]:.3f} |")
+    return lines
+
+
 def markdown(perf: dict) -> list[str]:
     if not perf:
         return []
+    if "kernels" not in perf:   # only the schedules ran (the microbenchmarks failed before writing)
+        return _schedules_markdown(perf.get("schedules", {}))
     lines = ["", "## Microbenchmarks (`--perf`)", "", f"**Where:** {perf['where']}", "",
              "| kernel | measures | workgroups | iterations | ms | s / iteration | correct |",
              "|---|---|---|---|---|---|---|"]
@@ -188,4 +224,4 @@ def markdown(perf: dict) -> list[str]:
     elif not perf["measured"]:
         lines += ["", "No time is reported: the emulator checks that every kernel computes the right results, "
                       "not how fast (run on a gfx1201 for the measured figures)."]
-    return lines
+    return lines + _schedules_markdown(perf.get("schedules", {}))

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import torch
 
-from . import launch, validate
+from . import launch, tuning, validate
 from .callspec import OPTIONS, SAGE_ATTENTION, SPLIT_FIXED, Option, OpSpec
 from .ops import attention as attention_ops
 from .ops import prepare as prepare_ops
@@ -111,7 +111,7 @@ _CACHE_SIZE = 256
 
 def _plan(q, k, v, batch: int, max_q: int, max_kv: int, o: dict) -> VarlenPlan:
     from .plan import _attention_kernel_serves, _tensor_key
-    key = (launch.backend_swaps, batch, max_q, max_kv, _tensor_key(q), _tensor_key(k), _tensor_key(v),
+    key = (launch.backend_swaps, tuning.generation, batch, max_q, max_kv, _tensor_key(q), _tensor_key(k), _tensor_key(v),
            _tensor_key(o["q_norm_weight"]) if o["q_norm_weight"] is not None else None,
            _tensor_key(o["k_norm_weight"]) if o["k_norm_weight"] is not None else None,
            tuple((n, type(x), x.hex() if type(x) is float else x) for n, x in o.items()

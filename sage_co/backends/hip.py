@@ -49,6 +49,16 @@ class TorchHip:
         return device_arch(torch.device("cuda", index))
 
     @staticmethod
+    def index_of(device: torch.device) -> int:
+        """The HIP device index of a torch device ("cuda" without an index: the current one)."""
+        return device.index if device.index is not None else torch.cuda.current_device()
+
+    @staticmethod
+    def tensor_device(index: int) -> torch.device:
+        """Where tensors for HIP device `index` live."""
+        return torch.device("cuda", index)
+
+    @staticmethod
     def stream(index: int) -> int:
         """The raw handle of torch's current stream on device `index` (honours torch.cuda.stream(...) and
         graph-capture streams)."""
@@ -240,6 +250,24 @@ class HipBackend:
         if status != self._success:
             raise hip_runtime.error(self.binding, "hipGetDevice", status, "", False)
         return index
+
+    def device_properties(self, index: int) -> hip_bindings.DeviceProperties:
+        """hipGetDeviceProperties of device `index` through the binding: name, gcnArchName, CU count."""
+        try:
+            err, props = self.binding.device_properties(index)
+        except self._call_errors as exc:
+            raise HipError(f"hipGetDeviceProperties(device {index}): {self.binding.name} could not call the HIP "
+                           f"runtime {self.runtime.path}: {exc}", call="hipGetDeviceProperties") from None
+        if err != self._success:
+            raise hip_runtime.error(self.binding, "hipGetDeviceProperties", err, f"(device {index})")
+        return props
+
+    def versions(self) -> tuple[int, int]:
+        """(hipDriverGetVersion, hipRuntimeGetVersion): the driver's and the runtime's encoded versions."""
+        return int(self._call("hipDriverGetVersion")), int(self._call("hipRuntimeGetVersion"))
+
+    def device_count(self) -> int:
+        return int(self._call("hipGetDeviceCount"))
 
     def _capturing(self, stream: int) -> bool:
         status = self._call("hipStreamIsCapturing", stream)

@@ -25,7 +25,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from . import hip_runtime
 from .hip_runtime import HipError, HipPythonMissing, RuntimeFile
@@ -40,6 +40,7 @@ CALLS = {
     "hipGetDevice": ((ctypes.POINTER(_I),), _I, 0),
     "hipSetDevice": ((_I,), None, 0),
     "hipRuntimeGetVersion": ((ctypes.POINTER(_I),), _I, 0),
+    "hipDriverGetVersion": ((ctypes.POINTER(_I),), _I, 0),
     "hipDeviceSynchronize": ((), None, 0),
     "hipStreamIsCapturing": ((_P, ctypes.POINTER(_I)), _I, -1),   # hipStreamCaptureStatus, an enum (int)
     "hipModuleLoadData": ((ctypes.POINTER(_P), _P), _P, 0),
@@ -52,6 +53,32 @@ CALLS = {
     "hipEventDestroy": ((_P,), None, 0),
 }
 LAUNCH_ARGTYPES = (_P,) + (ctypes.c_uint,) * 7 + (_P, _P, _P)   # f, grid, block, shared, stream, params, extra
+
+
+class DeviceProperties(NamedTuple):
+    """What the gpu backend reads of hipDeviceProp_t (hipGetDeviceProperties): the marketing name, the arch as the
+    runtime spells it (gcnArchName, e.g. "gfx1201" or "gfx942:sramecc+:xnack-") and the compute-unit count
+    (multiProcessorCount)."""
+    name: str
+    gcn_arch_name: str
+    cus: int
+
+
+# hipDeviceProp_tR0600 (HIP >= 6.0; hipGetDeviceProperties is a macro for hipGetDevicePropertiesR0600), the fields
+# the ctypes binding reads at their offsets in the 1472-byte struct (docs/rdna4.md §HIP runtime;
+# tests/ops/test_hip_bindings.py checks the offsets and the size against hip-python's own hipDeviceProp_t)
+DEVICE_PROP_SIZE = 1472
+DEVICE_PROP_OFFSETS = {"name": 0, "multiProcessorCount": 388, "gcnArchName": 1160}
+
+
+class DevicePropR0600(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 256), ("_before_cus", ctypes.c_uint8 * (388 - 256)),
+                ("multiProcessorCount", ctypes.c_int), ("_before_arch", ctypes.c_uint8 * (1160 - 392)),
+                ("gcnArchName", ctypes.c_char * 256), ("_tail", ctypes.c_uint8 * (DEVICE_PROP_SIZE - 1416))]
+
+
+def _text(value) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 class HipBinding(Protocol):
@@ -79,6 +106,9 @@ class HipBinding(Protocol):
 
     def error_names(self, code: int) -> list[str]:
         """Every hipError_t name of `code`."""
+
+    def device_properties(self, index: int) -> tuple[Any, DeviceProperties | None]:
+        """hipGetDeviceProperties(index) -> (status, the DeviceProperties or None when it failed)."""
 
 
 def _hip_python_module(generation: str, name: str):
@@ -168,6 +198,12 @@ class HipPythonBinding:
     def error_names(self, code: int) -> list[str]:
         return [name for name, member in self.hip.hipError_t.__members__.items() if int(member) == int(code)]
 
+    def device_properties(self, index: int):
+        status, props = self.hip.hipGetDeviceProperties(index)
+        if status != self.success:
+            return status, None
+        return status, DeviceProperties(_text(props.name), _text(props.gcnArchName), int(props.multiProcessorCount))
+
 
 def runtime_version(encoded: int) -> str:
     """HIP_VERSION as hipRuntimeGetVersion returns it (major * 10^7 + minor * 10^5 + patch) as "major.minor.patch"."""
@@ -203,6 +239,7 @@ class CtypesBinding:
             self._calls[name] = (self._function(name, argtypes), out, position)
         self.lib_launch = self._function("hipModuleLaunchKernel", LAUNCH_ARGTYPES)
         self._error_string = self._function("hipGetErrorString", (ctypes.c_int,), ctypes.c_char_p)
+        self._properties = self._function("hipGetDevicePropertiesR0600", (ctypes.POINTER(DevicePropR0600), _I))
         launch_fn = self.lib_launch
 
         def launch(function, gx, gy, gz, bx, by, bz, shared, stream, extra):
@@ -256,6 +293,13 @@ class CtypesBinding:
     @staticmethod
     def error_names(code: int) -> list[str]:
         return hip_runtime.error_names(code)
+
+    def device_properties(self, index: int):
+        props = DevicePropR0600()
+        status = self._properties(ctypes.byref(props), index)
+        if status:
+            return status, None
+        return status, DeviceProperties(_text(props.name), _text(props.gcnArchName), int(props.multiProcessorCount))
 
 
 def requested(environ=os.environ) -> str:

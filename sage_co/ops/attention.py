@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import torch
 
-from .. import abi, family, masks, registry, validate
+from .. import abi, family, masks, registry, tuning, validate
 from ..abi import ATTENTION_FWD_ARGS, FLAG_LSE, FLAG_SMOOTH_K, QUERY_TILE, kv_group_magic
 from ..launch import BoundLaunch, launch
 from ..prepared import DTYPE_KEYS, U32, SagePrepared, d_pad, s_pad
@@ -54,10 +54,30 @@ def served_kernel(kernel: str | None, D: int, pv_dtype: str, name: str = "q") ->
 
 
 def resolved_schedule(opts, backend: str, device: torch.device | None = None) -> str:
-    """The exp2 schedule a call runs (sage_co.family.ATTENTION_SCHEDULES, docs/performance.md §Schedules): the
-    call's `schedule` option, or for None the default (sage_co.family.DEFAULT_SCHEDULE). The one place the default is
-    resolved (recipe and varlen_recipe call it)."""
-    return opts.schedule or family.DEFAULT_SCHEDULE
+    """The exp2 schedule a call asks for (sage_co.family.ATTENTION_SCHEDULES, docs/performance.md §Schedules): the
+    call's `schedule` option, or for None on the gpu backend the device's tuned choice (sage_co.tuning, stored by
+    `sage-co tune`; read once per device and process), else the default (sage_co.family.DEFAULT_SCHEDULE). The one
+    place the default is resolved (recipe and varlen_recipe call it, through _shipped)."""
+    if opts.schedule is not None:
+        return opts.schedule
+    if backend == "gpu":
+        tuned = tuning.chosen_schedule(device)
+        if tuned is not None:
+            return tuned
+    return family.DEFAULT_SCHEDULE
+
+
+def _shipped(opts, backend: str, device, kernel, **keys) -> registry.ShippedKernel:
+    """The attention symbol of (kernel, keys) in the resolved schedule; a tuned choice that is not built for these
+    keys (a head dim or pv_dtype its family leaves out) gives way to the default schedule, an explicit one does not
+    (registry.find's LookupError lists what is shipped)."""
+    schedule = resolved_schedule(opts, backend, device)
+    if opts.schedule is None and schedule != family.DEFAULT_SCHEDULE:
+        try:
+            return registry.find(OP, kernel, schedule=schedule, **keys)
+        except LookupError:
+            schedule = family.DEFAULT_SCHEDULE
+    return registry.find(OP, kernel, schedule=schedule, **keys)
 
 
 def check_schedule_built(schedule: str | None, D: int, pv_dtype: str) -> None:
@@ -161,9 +181,8 @@ def recipe(sh: validate.Shapes, opts, *, backend: str, has_lse_corr: bool = Fals
         _check_mask_reach(sh, mask_dims)
     strides = _out_strides(sh, layout)
     _check_reach(sh, strides)
-    shipped = registry.find(OP, served_kernel(opts.kernel, sh.D, pv_dtype), head_dim=d_pad(sh.D),
-                            out_dtype=DTYPE_KEYS[sh.dtype], pv_dtype=pv_dtype,
-                            schedule=resolved_schedule(opts, backend, device))
+    shipped = _shipped(opts, backend, device, served_kernel(opts.kernel, sh.D, pv_dtype), head_dim=d_pad(sh.D),
+                       out_dtype=DTYPE_KEYS[sh.dtype], pv_dtype=pv_dtype)
     flags = _flags(opts, has_lse_corr)
     Sq_pad, Skv_pad = s_pad(sh.S_q), s_pad(sh.S_kv)
     scalars = {
@@ -327,8 +346,8 @@ def varlen_recipe(opts, *, batch: int, max_seqlen_q: int, total_q: int, total_kv
                              f"(the kernel's 32-bit offsets)")
     if max(strides) >= U32 or WAVE_ROWS * strides[1] * 2 >= U32 or total_q * H_q >= U32:
         raise ValueError(f"q: {total_q} packed rows of {H_q} x {D} are too large for the kernel's 32-bit offsets")
-    shipped = registry.find(OP, opts.kernel, head_dim=Dp, out_dtype=DTYPE_KEYS[dtype], pv_dtype=pv_dtype,
-                            schedule=resolved_schedule(opts, backend, device))
+    shipped = _shipped(opts, backend, device, opts.kernel, head_dim=Dp, out_dtype=DTYPE_KEYS[dtype],
+                       pv_dtype=pv_dtype)
     flags = _flags(opts, opts.smooth_k) | abi.FLAG_VARLEN   # the host adds smooth_k's lse term (lse_corr)
     scalars = {
         # seq_len_q: the lse row stride (total_q); seq_len_kv / causal_offset: replaced per sequence in the kernel

@@ -143,3 +143,31 @@ def test_hip_python_series_is_checked_against_the_runtime(hip_python, runtime, o
     from sage_co.backends.hip_runtime import hip_python_series_problem
     problem = hip_python_series_problem(hip_python, runtime)
     assert (problem == "") is ok, problem
+
+
+@pytest.mark.parametrize("binding", ["hip-python", "ctypes"])
+def test_environment_with_a_gpu_reads_the_runtime_version_through_the_binding(monkeypatch, binding):
+    """With a gfx1201 (faked: the device list and the gpu backend), the environment step returns the device, reads
+    hipRuntimeGetVersion through the backend's binding, checks the hip-python series only on hip-python, and records
+    the tuned schedules; the GPU half is not skipped."""
+    from types import SimpleNamespace
+
+    from sage_co import launch, tuning
+    from sage_co.backends import hip_runtime
+    calls = []
+    be = SimpleNamespace(binding=SimpleNamespace(name=binding), runtime=SimpleNamespace(path="/opt/rocm/lib/x.so"),
+                         _call=lambda name, *a: calls.append(name) or 70253211)
+    monkeypatch.setattr(selftest, "gfx1201_devices", lambda: ([0], ""))
+    monkeypatch.setattr(launch, "get_backend", lambda name: be)
+    monkeypatch.setattr(tuning, "describe_choices", lambda: ["tuned attention schedule, device 0 (...): none"])
+    monkeypatch.setattr(hip_runtime, "hip_python_version", lambda: "7.2.0")
+    report = Report()
+    assert selftest.environment(report) == [0]
+    assert calls == ["hipRuntimeGetVersion"] and report.environment["hip_runtime_version"] == 70253211
+    names = {c.name: c for c in report.checks}
+    assert names[f"{binding} bound to torch's HIP runtime"].status == "pass"
+    series = "hip-python series matches the HIP runtime (hipRuntimeGetVersion)"
+    assert (series in names) == (binding == "hip-python")
+    if binding == "hip-python":
+        assert names[series].status == "pass"
+    assert report.environment["tuned_schedules"].startswith("tuned attention schedule, device 0")

@@ -41,8 +41,11 @@ def scenario(name: str, tmp_path: Path, **env) -> dict:
     # the child imports stub_hip (tests/) and this checkout's sage_co through PYTHONPATH, not sys.path edits
     path = os.pathsep.join([str(ROOT / "tests"), str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     child_env = {k: v for k, v in os.environ.items() if k != hip_bindings.ENV_VAR}
+    # a cache of tuned schedules of its own (none): a choice in the user's cache would change the symbols launched
+    cache = {"SAGE_CO_CACHE_DIR": str(tmp_path / "tuning_cache")}
     r = subprocess.run([sys.executable, str(ROOT / "tests" / "stub_hip" / "scenario.py"), name, str(tmp_path)],
-                       capture_output=True, text=True, timeout=600, env={**child_env, "PYTHONPATH": path, **env})
+                       capture_output=True, text=True, timeout=600,
+                       env={**child_env, "PYTHONPATH": path, **cache, **env})
     assert r.returncode == 0, f"scenario {name} failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     return json.loads(r.stdout.strip().splitlines()[-1])
 

@@ -115,3 +115,19 @@ def test_a_bad_binding_choice_is_a_hip_error_naming_it(monkeypatch):
     monkeypatch.setenv(hip_bindings.ENV_VAR, "ctypes")   # no runtime loaded in this process
     with pytest.raises(HipError, match="no HIP runtime"):
         HipBackend(platform=stub_hip.HostPlatform())
+
+
+def test_device_prop_offsets_match_hip_python():
+    """The ctypes binding reads hipDeviceProp_tR0600's name, multiProcessorCount and gcnArchName at fixed offsets
+    (hip_bindings.DEVICE_PROP_OFFSETS, also the stub runtime's): hip-python's own struct, compiled from HIP's header,
+    reads the same bytes as the same fields and has the same size."""
+    hip = pytest.importorskip("rocm.bindings.hip", reason="hip-python >= 10 not installed")
+    assert ctypes.sizeof(hip_bindings.DevicePropR0600) == hip_bindings.DEVICE_PROP_SIZE
+    assert hip.hipDeviceProp_t().c_sizeof() == hip_bindings.DEVICE_PROP_SIZE
+    for field, offset in hip_bindings.DEVICE_PROP_OFFSETS.items():
+        assert getattr(hip_bindings.DevicePropR0600, field).offset == offset, field
+    ours = hip_bindings.DevicePropR0600(name=b"AMD Radeon AI PRO R9700", multiProcessorCount=64,
+                                        gcnArchName=b"gfx1201:sramecc-")
+    theirs = hip.hipDeviceProp_t.fromObj(ctypes.addressof(ours))
+    assert (theirs.name, theirs.multiProcessorCount, theirs.gcnArchName) == \
+        ("AMD Radeon AI PRO R9700", 64, "gfx1201:sramecc-")

@@ -173,6 +173,10 @@ def test_selftest_perf_runs_every_microbenchmark_on_the_emulator(tmp_path):
     assert all(k["correct"] and "ms" not in k for k in data["perf"]["kernels"].values())
     md = (tmp_path / "selftest.md").read_text()
     assert "## Microbenchmarks" in md and "No time is reported" in md
+    # and the attention schedules as `sage-co tune` checks them on the emulator: nothing timed, nothing stored
+    sched = data["perf"]["schedules"]
+    assert sched["measured"] is False and sched["rows"] and all(r["ok"] for r in sched["rows"] if r["symbol"])
+    assert "## Attention schedules" in md and "no choice stored" in md
     with pytest.raises(refit.RefitError, match=r"perf.measured = False"):   # an emulator report cannot be fitted on
         refit.read_report(tmp_path / "selftest.json")
 

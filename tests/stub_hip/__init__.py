@@ -63,6 +63,8 @@ class Stub:
         self.lib.stub_get.restype = ctypes.POINTER(StubRecord)
         self.lib.stub_fail.argtypes = (ctypes.c_char_p, ctypes.c_int, ctypes.c_int)
         self.lib.stub_set_capturing.argtypes = (ctypes.c_uint64, ctypes.c_int)
+        self.lib.stub_set_kernel_ms.argtypes = (ctypes.c_char_p, ctypes.c_double)
+        self.lib.stub_set_device_props.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int)
 
     def records(self, kind: str | None = None) -> list[dict]:
         out = []
@@ -95,6 +97,14 @@ class Stub:
     def set_capturing(self, stream: int, on: bool):
         self.lib.stub_set_capturing(stream, int(on))
 
+    def set_kernel_ms(self, symbol: str, ms: float):
+        """The stub's duration of one launch of `symbol` on its event clock (default 1 ms per launch)."""
+        self.lib.stub_set_kernel_ms(symbol.encode(), ms)
+
+    def set_device_props(self, device: int, name: str, arch: str, cus: int):
+        """What hipGetDeviceProperties reports for `device` (default: an R9700, gfx1201, 64 CUs)."""
+        self.lib.stub_set_device_props(device, name.encode(), arch.encode(), cus)
+
 
 class HostPlatform:
     """The gpu backend's view of devices and streams for runs on the stub: CPU tensors stand for device
@@ -115,6 +125,13 @@ class HostPlatform:
 
     def arch(self, index: int) -> str:
         return self.arch_name
+
+    def index_of(self, device) -> int:
+        return self.device
+
+    def tensor_device(self, index: int):
+        import torch
+        return torch.device("cpu")
 
     def stream(self, index: int) -> int:
         return self.stream_handle

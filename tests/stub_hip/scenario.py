@@ -14,6 +14,12 @@ JSON line of observations that tests/ops/test_gpu_backend_stub_runtime.py assert
                  host reads of tensor values (forbidden)
   bound          a BoundLaunch's fast path vs the full launch() path: same bytes, the full path's errors
   windows        the ctypes binding finding the stub as amdhip64_7.dll in a (fake) Windows module list
+  tune           a call without a schedule, `sage-co tune --backend gpu --device 0` (SAGE_CO_CACHE_DIR names the
+                 cache) with the stub's event clock making $SAGE_CO_TEST_FAST_SCHEDULE's attention symbols the fastest,
+                 the call again: the schedules launched, the output, the file, the TuningCacheWarnings
+  tuned          a fresh process after `tune` (or with a cache file the test wrote): sage_attention without a
+                 schedule on device 0 and on device 1 (another card), the schedules launched, the
+                 TuningCacheWarnings, `sage-co info`'s tuned-schedule lines
   bindings       every shipped kernel through the ops on each binding in one process (SAGE_CO_TEST_BINDINGS, comma-
                  separated, default "hip-python,ctypes"): the runtime's call log (kernarg bytes included), HIP errors,
                  events, per binding
@@ -117,9 +123,9 @@ def prepare_families():
 def run_ops(backend: str):
     """Every shipped kernel through the ops: for each prepare family (head dim, dtype) prepare without and with
     smooth_k, with norm + RoPE at each rope_dim, with smooth_v and with pv_dtype="fp16", then attention in each
-    kernel with and without LSE on those prepared inputs (the fp16 one reaches the _pv16 symbols), then each
-    microbenchmark (sage_co.microbench). Returns the launch records."""
-    from sage_co import abi, launch, registry
+    kernel with and without LSE on those prepared inputs (the fp16 one reaches the _pv16 symbols) and in each other
+    exp2 schedule built there, then each microbenchmark (sage_co.microbench). Returns the launch records."""
+    from sage_co import abi, family, launch, registry
     from sage_co.ops.attention import OP
     from sage_co import validate
     from sage_co.ops.predict import run_predict
@@ -128,6 +134,9 @@ def run_ops(backend: str):
     # (kernel, head_dim, pv_dtype) of the shipped attention symbols: pv_dtype fp16 stops at D_pad 128
     # (abi.PV16_HEAD_DIMS), the prepare and attention kernels do not
     served = {(k.kernel, k.key("head_dim"), k.key("pv_dtype")) for k in registry.kernels() if k.op == OP}
+    # the other exp2 schedules' symbols (sage_co.family.ATTENTION_SCHEDULES after the default), where built
+    scheduled = {(k.kernel, k.key("head_dim"), k.key("pv_dtype"), k.key("schedule")) for k in registry.kernels()
+                 if k.op == OP and k.key("schedule") != family.DEFAULT_SCHEDULE}
     with launch.recording() as records:
         for (D, dtype), rope_dims in prepare_families().items():
             q, k, v = inputs(D=D, dtype=dtype)
@@ -147,6 +156,9 @@ def run_ops(backend: str):
                     fwd(smooth_v, backend=backend, kernel=kernel)
                 if (kernel, D, "fp16") in served:
                     fwd(pv16, backend=backend, kernel=kernel, return_lse=True)
+                for _, _, pv, schedule in sorted(x for x in scheduled if x[:2] == (kernel, D)):
+                    fwd(prepared if pv == "fp8" else pv16, backend=backend, kernel=kernel, schedule=schedule,
+                        return_lse=True)
             # the block-mask predictor (pool + select): 16-bit q/k only, D up to abi.PREDICT_CHANNELS
             if dtype in abi.PREDICT_IN_DTYPES and D <= abi.PREDICT_CHANNELS:
                 sh, qn, kn, _ = validate.check_qkv(q, k, k, "NHD")
@@ -631,7 +643,88 @@ def bindings_scenario(tmp: Path) -> dict:
     return {choice: binding_run(stub, None if choice == "auto" else choice) for choice in choices}
 
 
-SCENARIOS = {"main": main_scenario, "symlink": symlink_scenario, "two_runtimes": two_runtimes_scenario,
+def _tuning_stub(tmp: Path):
+    """The stub as torch's runtime with two devices (1: another card, an RX 9070 XT) and the gpu backend installed."""
+    stub = stub_hip.Stub(stub_hip.build(tmp / "rocm_sdk_core" / "lib"))
+    stub.set_device_count(2)
+    stub.set_device_props(1, "AMD Radeon RX 9070 XT", "gfx1201", 64)
+    from sage_co import launch
+    be = hip_backend(stream=0x5A5A)
+    launch.use_backend("gpu", be)
+    return stub, be
+
+
+def _cli(argv) -> tuple[int, str]:
+    import contextlib
+    import io
+    from sage_co import cli
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.main(argv)
+    return code, out.getvalue()
+
+
+def _attention_symbols(S: int, **options) -> list[str]:
+    """The attention symbols one sage_attention call (B=1, H=2, S) on the gpu backend launches."""
+    import sage_co
+    from sage_co import launch, registry
+    with launch.recording() as records:
+        sage_co.sage_attention(*inputs(S=S, H=2), backend="gpu", **options)
+    return [r.symbol for r in records if registry.find_symbol(r.symbol).op == "sage_attention_fwd"]
+
+
+def tune_scenario(tmp: Path) -> dict:
+    """A call without a schedule (the cache holds what the test wrote), `sage-co tune --backend gpu --device 0`, the
+    same call again in this process; the stub's event clock makes $SAGE_CO_TEST_FAST_SCHEDULE's attention launches
+    1 ms and every other schedule's 3 ms."""
+    import warnings
+    stub, be = _tuning_stub(tmp)
+    from sage_co import family, registry, tuning, tuning_run
+    # small shapes (the stub computes nothing, its clock counts launches): D 128 and D 64, lengths not multiples of 64
+    tuning_run.SHAPES = ((1, 2, 200, 128), (2, 3, 130, 64))
+    fast = os.environ["SAGE_CO_TEST_FAST_SCHEDULE"]
+    for k in registry.kernels():
+        if k.op == "sage_attention_fwd":
+            stub.set_kernel_ms(k.symbol, 1.0 if k.key("schedule") == fast else 3.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        before = _attention_symbols(100)
+        code, text = _cli(["tune", "--backend", "gpu", "--device", "0"])
+        after = _attention_symbols(100)      # the same call shape: planned again after the new choice
+    path = tuning.cache_path()
+    return dict(code=code, output=text, file=json.loads(path.read_text()) if path.exists() else None,
+                binding=be.binding.name,
+                schedules=list(family.ATTENTION_SCHEDULES), default=family.DEFAULT_SCHEDULE,
+                leftover=sorted(p.name for p in path.parent.iterdir()),
+                before=[registry.find_symbol(s).key("schedule") for s in before],
+                after=[registry.find_symbol(s).key("schedule") for s in after],
+                warnings=[str(w.message) for w in caught if issubclass(w.category, tuning.TuningCacheWarning)])
+
+
+def tuned_scenario(tmp: Path) -> dict:
+    """A fresh process: per device, two sage_attention calls of different shapes without a schedule, then one naming
+    the default (the shapes differ per device: on the stub every device's tensors are CPU tensors, which would share
+    plans): the schedules of the attention symbols launched; the warnings given; `sage-co info`'s lines."""
+    import warnings
+    stub, be = _tuning_stub(tmp)
+    from sage_co import family, registry, tuning
+    out: dict = {"launched": {}, "binding": be.binding.name}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for device, lengths in ((0, (100, 130)), (1, (150, 170))):
+            be.platform.device = device
+            symbols = _attention_symbols(lengths[0]) + _attention_symbols(lengths[1]) + \
+                _attention_symbols(lengths[0], schedule=family.DEFAULT_SCHEDULE)
+            out["launched"][str(device)] = [registry.find_symbol(s).key("schedule") for s in symbols]
+        be.platform.device = 0
+    out["warnings"] = [str(w.message) for w in caught if issubclass(w.category, tuning.TuningCacheWarning)]
+    code, text = _cli(["info"])
+    out["info"] = [line for line in text.splitlines() if line.startswith("tuned attention schedule")]
+    out["info_code"] = code
+    return out
+
+
+SCENARIOS = {"tune": tune_scenario, "tuned": tuned_scenario, "main": main_scenario, "symlink": symlink_scenario, "two_runtimes": two_runtimes_scenario,
              "deleted": deleted_scenario, "varlen": varlen_scenario, "bound": bound_scenario,
              "bindings": bindings_scenario, "windows": windows_scenario}
 

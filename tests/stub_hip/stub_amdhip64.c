@@ -58,7 +58,17 @@ static stub_module modules[MAX_MODULES];
 static int n_modules = 0;
 static stub_function functions[MAX_FUNCTIONS];
 static int n_functions = 0;
-static int n_launches = 0;   /* successful launches (the events' clock) */
+static double clock_ms = 0;   /* the events' clock: the stub's milliseconds of the successful launches so far */
+#define MAX_COSTS 64
+static char cost_name[MAX_COSTS][256];
+static double cost_ms[MAX_COSTS];
+static int n_costs = 0;
+
+/* The stub's duration of one launch of kernel `name`: 1 ms unless stub_set_kernel_ms gave it another. */
+static double kernel_ms(const char *name) {
+    for (int i = 0; i < n_costs; i++) if (strcmp(cost_name[i], name) == 0) return cost_ms[i];
+    return 1.0;
+}
 static int current_device = 0;
 static int device_count = 1;
 static uint64_t capturing[MAX_STREAMS];
@@ -119,6 +129,31 @@ hipError_t hipGetDevice(int *device) { *device = current_device; return hipSucce
 hipError_t hipGetDeviceCount(int *count) { *count = device_count; return injected("hipGetDeviceCount"); }
 hipError_t hipRuntimeGetVersion(int *version) { *version = 70253211; return hipSuccess; }
 hipError_t hipDriverGetVersion(int *version) { *version = 70253211; return hipSuccess; }
+
+/* hipDeviceProp_tR0600 (HIP >= 6: hipGetDeviceProperties is a macro for hipGetDevicePropertiesR0600): the stub fills
+ * the fields sage-co reads, at their offsets in the 1472-byte struct (sage_co/backends/hip_bindings.py
+ * DEVICE_PROP_OFFSETS, checked against hip-python's hipDeviceProp_t by tests/ops/test_hip_bindings.py), and zeroes
+ * the rest. Per device: a name, a gcnArchName and a CU count (stub_set_device_props). */
+#define MAX_DEVICES 8
+#define PROP_SIZE 1472
+#define PROP_CUS 388
+#define PROP_ARCH 1160
+static char device_name[MAX_DEVICES][256];
+static char device_arch[MAX_DEVICES][256];
+static int device_cus[MAX_DEVICES];
+
+hipError_t hipGetDevicePropertiesR0600(void *prop, int device) {
+    if (device < 0 || device >= device_count || device >= MAX_DEVICES) return hipErrorInvalidDevice;
+    int e = injected("hipGetDeviceProperties");
+    if (e) return e;
+    uint8_t *p = prop;
+    memset(p, 0, PROP_SIZE);
+    strncpy((char *)p, device_name[device][0] ? device_name[device] : "AMD Radeon AI PRO R9700 (stub)", 255);
+    int cus = device_cus[device] ? device_cus[device] : 64;
+    memcpy(p + PROP_CUS, &cus, sizeof cus);
+    strncpy((char *)p + PROP_ARCH, device_arch[device][0] ? device_arch[device] : "gfx1201", 255);
+    return hipSuccess;
+}
 
 hipError_t hipDeviceSynchronize(void) {
     stub_record *r = new_record(REC_SYNC);
@@ -207,16 +242,17 @@ hipError_t hipModuleLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
     if (!e) {
         size_t n = *(size_t *)extra[3];
         r->nbytes = n; r->bytes = copy(extra[1], n);
-        n_launches++;
+        clock_ms += kernel_ms(functions[fi].name);
     }
     return r->result = e;
 }
 
-/* Events: a handle per hipEventCreate; hipEventRecord stamps the event with the number of launches recorded so far,
- * and hipEventElapsedTime reports the launches between two stamps as milliseconds (1 ms per launch, the stub's
- * own clock: it runs no kernel), so a test sees a float out-parameter that depends on what happened between. */
-#define MAX_EVENTS 64
-static int64_t event_stamp[MAX_EVENTS];
+/* Events: a handle per hipEventCreate; hipEventRecord stamps the event with the stub's clock (the sum of the
+ * durations of the launches so far: 1 ms each unless stub_set_kernel_ms says otherwise; it runs no kernel), and
+ * hipEventElapsedTime reports the difference of two stamps in milliseconds, so a test sees a float out-parameter
+ * that depends on what was launched between. */
+#define MAX_EVENTS 1024
+static double event_stamp[MAX_EVENTS];
 static int n_events = 0;
 
 static int event_index(void *event) {
@@ -234,7 +270,7 @@ hipError_t hipEventCreate(void **event) {
 hipError_t hipEventRecord(void *event, void *stream) {
     int i = event_index(event);
     if (i < 0) return hipErrorInvalidHandle;
-    event_stamp[i] = n_launches;
+    event_stamp[i] = clock_ms;
     return hipSuccess;
 }
 
@@ -280,6 +316,15 @@ void stub_clear(void) {
 }
 void stub_set_recording(int on) { recording = on; }
 void stub_set_device_count(int n) { device_count = n; }
+void stub_set_device_props(int device, const char *name, const char *arch, int cus) {
+    if (device < 0 || device >= MAX_DEVICES) return;
+    strncpy(device_name[device], name, 255); strncpy(device_arch[device], arch, 255); device_cus[device] = cus;
+}
+void stub_set_kernel_ms(const char *name, double ms) {
+    for (int i = 0; i < n_costs; i++) if (strcmp(cost_name[i], name) == 0) { cost_ms[i] = ms; return; }
+    if (n_costs == MAX_COSTS) return;
+    strncpy(cost_name[n_costs], name, 255); cost_ms[n_costs++] = ms;
+}
 void stub_fail(const char *entry, int code, int times) {
     strncpy(fail_entry, entry, sizeof fail_entry - 1); fail_code = code; fail_times = times;
 }

@@ -33,36 +33,41 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from perfmodel.hardware import PEAK_RATE
 
 
 @dataclass(frozen=True)
 class Report:
-    """One report of the model: `--flag` runs module.function(as_json=...) (every figure MODELED)."""
+    """One report of the model: `--flag` runs load()(as_json=...) (every figure MODELED). `load` imports the
+    report's module only when its flag is given (the CLI starts without the model's heavy imports)."""
     flag: str
-    module: str
-    function: str
+    load: Callable[[], Callable[..., int]]
     help: str
 
     def run(self, as_json: bool) -> int:
-        return getattr(importlib.import_module(self.module), self.function)(as_json=as_json)
+        return self.load()(as_json=as_json)
+
+
+def _module(name: str):
+    return importlib.import_module(f"perfmodel.{name}")
 
 
 # The reports of the shipped kernels, one entry each: the CLI's flags and their dispatch come from this list
 # (--calibration, --refit and --co take arguments and stay their own options).
 REPORTS = (
-    Report("restate", "perfmodel.restate", "print_restatement", "our kernels and the op next to FlyDSL's figures"),
-    Report("what-if", "perfmodel.whatif", "print_what_if", "the asm kernel's geometry/schedule what-ifs"),
-    Report("hypotheses", "perfmodel.hypotheses", "print_hypotheses",
+    Report("restate", lambda: _module("restate").print_restatement, "our kernels and the op next to FlyDSL's figures"),
+    Report("what-if", lambda: _module("whatif").print_what_if, "the asm kernel's geometry/schedule what-ifs"),
+    Report("hypotheses", lambda: _module("hypotheses").print_hypotheses,
            "the shipped kernel's time under each plausible rule set (TRANS clocks, TRANS/VALU under WMMA, VOPD "
            "issues), the lever that pays under each, the best shipped schedule and its gap to the best lever "
            "combination (several minutes)"),
-    Report("pv", "perfmodel.pv", "print_pv", "pv_dtype fp8 vs fp16 for both kernels"),
-    Report("fp32", "perfmodel.fp32", "print_fp32", "fp32 inputs and output vs bf16"),
-    Report("sparse", "perfmodel.sparse", "print_sparse", "the predictor and the attention vs block density"),
-    Report("masks", "perfmodel.masks", "print_masks", "attn_mask: partial / additive tiles and key padding"),
-    Report("varlen", "perfmodel.varlen", "print_varlen",
+    Report("pv", lambda: _module("pv").print_pv, "pv_dtype fp8 vs fp16 for both kernels"),
+    Report("fp32", lambda: _module("fp32").print_fp32, "fp32 inputs and output vs bf16"),
+    Report("sparse", lambda: _module("sparse").print_sparse, "the predictor and the attention vs block density"),
+    Report("masks", lambda: _module("masks").print_masks, "attn_mask: partial / additive tiles and key padding"),
+    Report("varlen", lambda: _module("varlen").print_varlen,
            "packed varlen launches: each workgroup's key tiles vs the dense kernel"),
 )
 
