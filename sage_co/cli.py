@@ -60,11 +60,11 @@ def cmd_info(args) -> int:
     (console if sys.stdout.isatty() else _Console(width=260)).print(table)
     from .backends import hip_bindings   # which HIP binding the gpu backend runs on here (hip-python or ctypes)
     console.print(hip_bindings.describe(), markup=False)
-    from .integrations import switches  # which framework switches reach sage-co here (the shim's line last)
-    for line in switches.lines():
-        console.print(line, markup=False)
     from . import tuning    # each visible gfx1201's stored schedule choice (sage-co tune)
     for line in tuning.describe_choices():
+        console.print(line, markup=False)
+    from .integrations import switches  # which framework switches reach sage-co here (the shim's line last)
+    for line in switches.lines():
         console.print(line, markup=False)
     return 0
 
