@@ -7,7 +7,7 @@ from asmdsl import Asm, Op
 from sage_co import abi
 
 from .config import (B128, F32_BYTES, CHUNKS, F32_EXP2_VALU_C1, F32_EXP2_VALU_C2, F32_EXP2_VALU_MIN, F32_FMA_MAX_QK_SCALE,
-                     F32_NEG_INF, F32_NEG_TAU, F32_P_OFF, PERMX16_SEL_HI, TILE_K, log2)
+                     F32_NEG_INF, F32_NEG_TAU, F32_P_OFF, FP8X4_ONES, PERMX16_SEL_HI, TILE_K, log2)
 from .stream import vadd, vcc_select_lines, vmax, vmul, vsub, vsubrev
 
 
@@ -34,19 +34,32 @@ class Softmax:
         return ops
 
     def max_ops(self, sacc, m_old, m_new, scaled: bool = True) -> list[Op]:
-        """Row max over the lane's 32 accumulators x (4 partial chains, VOPD pairs), scaled once:
+        """Row max over the lane's 32 accumulators x by v_max3_num_f32 (two values per issue whatever a VOPD pair
+    costs, docs/rdna4.md §VOPD): 4 interleaved partial chains (9, 9, 7, 7 values) combined into mx[0], scaled once:
     (max x - 1.5 * 2^23) * qk = max_j float(s_int32) * qk exactly (qk >= 0 scales monotonically; a masked lane
     half gives -inf, or NaN when qk = 0, which v_max3_num drops); the other lane half's max through v_permlanex16
     (docs/rdna4.md §WMMA: DPP cannot cross 16-lane rows), m_cand = max(m_old, both) into m_new and d = m_old -
     m_cand into alpha[0] (max is exact, so any order is the HIP kernel's value); threshold_lines finish m_new and
     alpha."""
-        ops = [vmax(self.mx[0], sacc[0], sacc[1]), vmax(self.mx[1], sacc[2], sacc[3]),
-               vmax(self.mx[2], sacc[4], sacc[5]), vmax(self.mx[3], sacc[6], sacc[7])]
-        for j in range(8, 32, 4):
-            for q in range(4):
-                ops.append(vmax(self.mx[q], sacc[j + q], self.mx[q]))
-        ops += [vmax(self.mx[0], self.mx[0], self.mx[2]), vmax(self.mx[1], self.mx[1], self.mx[3]),
-                vmax(self.mx[0], self.mx[0], self.mx[1])]
+        def max3(d, a_, b_, c_):
+            return Op.raw(f"v_max3_num_f32 {d}, {a_}, {b_}, {c_}", [a_, b_, c_], [d])
+
+        bounds = (0, 9, 18, 25, 32)                 # the chains' values: sacc[bounds[q]:bounds[q + 1]]
+        chains = [[sacc[j] for j in range(bounds[q], bounds[q + 1])] for q in range(4)]
+        ops, started = [], [False] * 4
+        while any(chains):
+            for q, vals in enumerate(chains):
+                if not vals:
+                    continue
+                m = self.mx[q]
+                if not started[q]:
+                    ops.append(max3(m, vals.pop(0), vals.pop(0), vals.pop(0)))
+                    started[q] = True
+                elif len(vals) >= 2:
+                    ops.append(max3(m, m, vals.pop(0), vals.pop(0)))
+                else:
+                    ops.append(vmax(m, vals.pop(0), m))
+        ops += [max3(self.mx[0], self.mx[0], self.mx[1], self.mx[2]), vmax(self.mx[0], self.mx[0], self.mx[3])]
         if scaled:   # additive attn_mask tiles hold the scores s themselves (mask_apply): no scaling
             ops += [Op.vop2("v_subrev_f32", self.mx[0], self.s_magic, self.mx[0]),
                     vmul(self.mx[0], self.qk[0], self.mx[0])]
@@ -101,10 +114,12 @@ class Softmax:
         a.label(label)
 
     def exp_ops(self, sacc) -> list[Op]:
-        """p = exp2(fma(x, qk[0], -lim)) (one FMA per score; threshold_lines / exact_form set qk[0] and lim); the row
-    sum in two chains, l_tile = (p0 + p2 + ... + p30) + (p1 + p3 + ... + p31) (the HIP kernel's order; the chains'
-    adds pair in VOPD: one even, one odd destination), p8 = fp8(p) packed in VGPR order into the chunk's first two
-    registers (the P^T B-fragment, docs/rdna4.md §WMMA data flow); pv fp16: p16 = fp16(p), packed in halves."""
+        """p = exp2(fma(x, qk[0], -lim)) (one FMA per score; threshold_lines / exact_form set qk[0] and lim), p8 =
+    fp8(p) packed in VGPR order into the chunk's first two registers (the P^T B-fragment, docs/rdna4.md §WMMA data
+    flow) and the row sum of the fp8 values, one v_dot4_f32_fp8_fp8 against 1.0 per packed VGPR in two chains
+    (docs/numerics.md §Attention arithmetic model: every partial sum is exact, so l_tile = sum_j p8_j in any order);
+    pv fp16: p16 = fp16(p), packed in halves, and the row sum of the fp32 p in two chains, l_tile = (p0 + p2 + ... +
+    p30) + (p1 + p3 + ... + p31) (the HIP kernel's order; the chains' adds pair in VOPD)."""
         def arg(j):
             return Op.raw(f"v_fma_f32 {sacc[j]}, {sacc[j]}, {self.qk[0]}, -{self.lim}",
                           [sacc[j], self.qk[0], self.lim], [sacc[j]])
@@ -140,7 +155,14 @@ class Softmax:
                 # op_sel dst bit: the high half; the convert merges into dst (docs/rdna4.md §Hazards 9)
                 out.append(Op.raw(f"v_cvt_pk_fp8_f32 {dst}, {sacc[j - 1]}, {sacc[j]} op_sel:[0,0,1]",
                                   [sacc[j - 1], sacc[j], dst], [dst]))
+                out.append(row_sum(2 * c + e // 4, dst))
             return out
+
+        def row_sum(k, packed):     # rs[k % 2] += the 4 fp8 p of packed VGPR k (k = 0, 1 start the chains at 0)
+            rs = self.rs[k % 2]
+            acc = "0" if k < 2 else rs
+            return Op.raw(f"v_dot4_f32_fp8_fp8 {rs}, {packed}, {FP8X4_ONES}, {acc}",
+                          [packed] + ([rs] if k >= 2 else []), [rs])
 
         LEAD, LAG = 4, 2        # arguments LEAD scores ahead of their exp; chain adds LAG behind, packs 2 more
         ops: list[Op] = [arg(j) for j in range(LEAD)]
@@ -153,7 +175,8 @@ class Softmax:
                     ops.append(arg(k + LEAD))
             j = k - LAG
             if j >= 2:
-                ops.append(chain(j))
+                if self.PV16:
+                    ops.append(chain(j))
                 ops += scale(j - 2)
                 ops += packs_after(j - 2)
         for j in (30, 31):

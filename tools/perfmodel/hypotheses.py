@@ -11,15 +11,17 @@ The rules (hardware.Params knobs; the microbenchmark that measures each, asm_src
 The API (reusable: another column is one more call of `evaluate` with another kernel or schedule):
     rule_sets()                      the 24 RuleSets, the model's current rules first
     RuleSet.params(base)             hardware.Params with those rules (every other parameter from `base`)
-    LEVERS                           the schedule changes weighed (Lever: name, what, transform(kernel))
+    LEVERS                           the schedule changes weighed that no shipped schedule has (Lever: name, what,
+                                     transform(kernel)); VALU_SENSITIVITY: a what-if, not a lever (its own column)
     shipped_schedules(kernel="asm")  the exp2 schedules (sage_co.family.ATTENTION_SCHEDULES, default first) the
                                      registry has a symbol of at D=128, bf16 out, fp8 P.V
     modeled_us(kernel, S, params, transform=None, schedule=None)   one launch, B=1 H=24 D=128
                                      (restate.our_kernel; schedule None: family.DEFAULT_SCHEDULE), MODELED
-    evaluate(rules, kernel="asm", shapes=SHAPES, levers=None, model=None, schedules=None) -> dict
-        (None: LEVERS, modeled_us, shipped_schedules(kernel))
+    evaluate(rules, kernel="asm", shapes=SHAPES, levers=None, model=None, schedules=None, sensitivity=None) -> dict
+        (None: LEVERS, modeled_us, shipped_schedules(kernel), with the real model only)
         {"rules": {...}, "label", "kernel", "us": {S: t} (the default schedule), "levers": {name: {S: t}},
-         "gain": {name: {S: fraction}}, "pays": [lever names whose gain at every shape is >= PAYS_AT],
+         "gain": {name: {S: fraction}}, "sensitivity": {S: fraction} (VALU_SENSITIVITY's gain; {} without),
+         "pays": [lever names whose gain at every shape is >= PAYS_AT],
          "schedules": {schedule: {S: t}}, "best_shipped": {S: {"schedule", "us"}},
          "combinations": {label: {S: t}} (every subset of the levers on the default schedule, the empty one and
          the single levers included), "best": {S: {"name", "us", "shipped"}}, "gap": {S: fraction},
@@ -97,19 +99,50 @@ def _exp_emulation(kernel: str):
     return emulate_exp(0.25, 3)
 
 
-def _valu_trim(kernel: str):
+def _exact_check_on_salu(kernel: str):
+    """The exact-form test (bits(qk) - 1 < bits(FMA_MAX_QK_SCALE), softmax.exact_form) on SALU: its two VALU ops
+    per tile (v_add_nc_u32 into a temporary, v_cmp_le_u32 into VCC) leave the vector port for what SALU needs
+    instead: the tile's two k_scale values by one s_load_b64 (issued a tile ahead, as the loop's ks load is: no
+    wait here), qk = q_scale * k_scale twice (s_mul_f32), bits - 1 twice, their unsigned max and one compare."""
+    from dataclasses import replace
+    salu = ("s_mul_f32", "s_mul_f32", "s_add_co_i32", "s_add_co_i32", "s_max_u32", "s_cmp_lt_u32")
+
+    def transform(ops):
+        out = []
+        for op in ops:
+            if op.mnemonic.startswith("v_cmp_le_u32"):
+                for k in range(len(out) - 1, -1, -1):
+                    if out[k].mnemonic.startswith("v_add_nc_u32") and set(out[k].dsts) & set(op.srcs):
+                        del out[k]
+                        break
+                out.append(replace(op, mnemonic="s_load_b64", cls="SMEM", vector=False, srcs=(), dsts=(), mem_bytes=8))
+                out += [replace(op, mnemonic=m, cls="SALU", vector=False, srcs=(), dsts=()) for m in salu]
+                continue
+            out.append(op)
+        return out
+    return transform
+
+
+def _valu_sensitivity(kernel: str):
     from perfmodel.whatif import drop_valu, valu_per_score
     now, _ = valu_per_score(kernel)
     return drop_valu(1.0 / now)             # one plain VALU issue fewer per score VGPR
 
 
-# Order matters where levers combine (combined()): each transform sees the stream the previous one left, so the
-# trim, which removes plain VALU issues of the shipped loop, comes before the exp emulation, which adds some.
+# The schedule changes the model weighs that no shipped schedule has (each a concrete instruction change on the
+# default schedule's loop). The issue-41 levers the kernels ship (the row max by v_max3_num_f32, the row sum by
+# v_dot4_f32_fp8_fp8, the thresholded rescale, no -inf guard, l per lane half) are in the stream already.
+# Order matters where levers combine (combined()): each transform sees the stream the previous one left.
 LEVERS = (
-    Lever("VALU trim", "one plain VALU issue fewer per score VGPR (whatif.drop_valu)", _valu_trim),
+    Lever("exact check on SALU", "the exact-form test's 2 VALU ops per tile replaced by 1 s_load_b64 and 6 SALU "
+          "ops", _exact_check_on_salu),
     Lever("exp2 on the VALU", "a quarter of the loop's v_exp_f32 emulated by 3 dependent VALU issues (FA4 "
           "ex2_emulation_2 style; whatif.emulate_exp)", _exp_emulation),
 )
+# Not a lever (no instruction change realizes it): what one plain VALU issue fewer per score VGPR would be worth
+# (whatif.drop_valu), a column of its own that says how VALU-bound each rule set leaves the kernel.
+VALU_SENSITIVITY = Lever("one VALU issue fewer per score", "whatif.drop_valu: one plain VALU issue fewer per score "
+                         "VGPR (sensitivity; no schedule realizes it)", _valu_sensitivity)
 
 
 def combined(levers, kernel: str):
@@ -155,7 +188,7 @@ def modeled_us(kernel: str, S: int, params: Params, transform=None, schedule: st
 
 
 def evaluate(rules: RuleSet, kernel: str = "asm", shapes=SHAPES, levers=None, model=None,
-             base: Params = CALIBRATED, schedules=None) -> dict:
+             base: Params = CALIBRATED, schedules=None, sensitivity: bool | None = None) -> dict:
     """One row: the kernel's modeled time at each shape under `rules` (its default schedule, `schedules[0]`), each
     lever's time and gain, the levers that pay (gain >= PAYS_AT at every shape), each shipped schedule's time, the
     best shipped schedule, the best lever combination and the gap between the two (module docstring).
@@ -174,6 +207,10 @@ def evaluate(rules: RuleSet, kernel: str = "asm", shapes=SHAPES, levers=None, mo
     lever_us = {lv.name: {S: model(kernel, S, params, lv.transform(kernel), schedule=default) for S in shapes}
                 for lv in levers}
     gain = {name: {S: 1.0 - t[S] / us[S] for S in shapes} for name, t in lever_us.items()}
+    sensitivity = model is modeled_us if sensitivity is None else sensitivity
+    sens = VALU_SENSITIVITY.transform(kernel) if sensitivity else None
+    sensitivity_gain = {S: 1.0 - model(kernel, S, params, sens, schedule=default) / us[S] for S in shapes} \
+        if sensitivity else {}
     pays = [name for name, g in gain.items() if all(v >= PAYS_AT for v in g.values())]
     combos = {}
     for n in range(len(levers) + 1):
@@ -195,7 +232,7 @@ def evaluate(rules: RuleSet, kernel: str = "asm", shapes=SHAPES, levers=None, mo
         best[S] = {"name": name, "us": t, "shipped": shipped or name == combination_label(default, ())}
         gap[S] = best_shipped[S]["us"] / t - 1.0
     return {"rules": asdict(rules), "label": rules.label, "kernel": kernel, "us": us, "levers": lever_us,
-            "gain": gain, "pays": pays, "schedules": sched_us, "best_shipped": best_shipped, "combinations": combos,
+            "gain": gain, "sensitivity": sensitivity_gain, "pays": pays, "schedules": sched_us, "best_shipped": best_shipped, "combinations": combos,
             "best": best, "gap": gap, "within_goal": all(g <= GOAL_GAP for g in gap.values()), "modeled": True}
 
 
@@ -220,6 +257,7 @@ def markdown(rows: list[dict]) -> list[str]:
     sh = " / ".join(str(S) for S in shapes)
     head = ["TRANS clk", "TRANS under WMMA", "VALU under WMMA", "VOPD issues"] + \
         [f"S={S} µs" for S in shapes] + [f"{name}: gain at S={shapes[-1]}" for name in levers] + \
+        ([f"{VALU_SENSITIVITY.name} (sensitivity): gain at S={shapes[-1]}"] if rows and rows[0]["sensitivity"] else []) + \
         ["lever that pays", f"best shipped schedule: µs at S={sh}", f"best lever combination: µs at S={sh}",
          f"gap at S={sh}", f"within {100 * GOAL_GAP:g} %"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -228,6 +266,8 @@ def markdown(rows: list[dict]) -> list[str]:
         cells = [str(ru["trans_clocks"]), yn[ru["trans_under_wmma"]], yn[ru["valu_under_wmma"]], str(ru["vopd_issues"])]
         cells += [f"{r['us'][S]:.1f}" for S in shapes]
         cells += [f"{100 * r['gain'][n][shapes[-1]]:+.1f} %" for n in levers]
+        if r["sensitivity"]:
+            cells.append(f"{100 * r['sensitivity'][shapes[-1]]:+.1f} %")
         cells.append(", ".join(r["pays"]) or "none")
         cells.append(_per_shape(r["best_shipped"], "schedule"))
         best = {S: {**b, "name": b["name"] + ("" if b["shipped"] else " (not shipped)")} for S, b in r["best"].items()}
@@ -247,7 +287,8 @@ def print_hypotheses(as_json: bool = False, kernel: str = "asm") -> int:
         print(json.dumps({"kernel": kernel, "B": B, "H": H, "D": D, "shapes": list(SHAPES), "pays_at": PAYS_AT,
                           "goal_gap": GOAL_GAP, "schedules": list(schedules), "default_schedule": schedules[0],
                           "schedules_not_shipped_here": unshipped,
-                          "levers": {lv.name: lv.what for lv in LEVERS}, "rows": rows,
+                          "levers": {lv.name: lv.what for lv in LEVERS},
+                          "sensitivity": {VALU_SENSITIVITY.name: VALU_SENSITIVITY.what}, "rows": rows,
                           "within_goal": sum(r["within_goal"] for r in rows), "modeled": True}, indent=1))
         return 0
     print(f"The shipped {kernel} kernel at B={B} H={H} D={D} under each rule set (MODELED; the first row is the "
@@ -258,6 +299,7 @@ def print_hypotheses(as_json: bool = False, kernel: str = "asm") -> int:
              if unshipped else ""))
     for lv in LEVERS:
         print(f"  lever '{lv.name}': {lv.what}")
+    print(f"  sensitivity '{VALU_SENSITIVITY.name}': {VALU_SENSITIVITY.what}; not a lever, not in the gap")
     print(f"  best shipped schedule: the fastest shipped schedule at each shape (MODELED). Best lever combination: "
           f"the fastest of every subset of the levers applied together to '{schedules[0]}' and of every shipped "
           f"schedule (MODELED; '(not shipped)': no shipped schedule has it). Gap: best shipped / best combination - 1; "
