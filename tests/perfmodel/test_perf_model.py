@@ -990,3 +990,20 @@ def test_what_if_walks_only_the_executed_paths():
     assert sweep[2] > sweep[4] > 0
     r = whatif.rescale_bounds("asm")
     assert r["never"] <= r["always"] and r["valu_never"] < r["valu_always"]
+
+
+def test_hypotheses_levers_are_concrete_instruction_changes():
+    """LEVERS holds only instruction changes no shipped schedule has: 'exact check on SALU' takes the exact-form
+    test's v_add_nc_u32 / v_cmp_le_u32 pair off the vector port and adds what SALU needs instead (1 s_load_b64, 6
+    SALU ops), leaving every other op; the one-VALU-per-score what-if is a sensitivity column, not a lever."""
+    from perfmodel import hypotheses as hy
+    from perfmodel.simulate import Op
+    names = [lv.name for lv in hy.LEVERS]
+    assert names == ["exact check on SALU", "exp2 on the VALU"] and hy.VALU_SENSITIVITY.name not in names
+    ops = [Op("v_fma_f32", "VALU", True, (1, 2), (1,)), Op("v_add_nc_u32_e32", "VALU", True, (7,), (9,)),
+           Op("v_add_nc_u32_e32", "VALU", True, (3,), (4,)), Op("v_cmp_le_u32_e32", "VALU", True, (4,), (106,)),
+           Op("v_exp_f32_e32", "TRANS", True, (1,), (1,))]
+    out = hy.LEVERS[0].transform("asm")(ops)
+    assert [o.mnemonic for o in out if o.vector] == ["v_fma_f32", "v_add_nc_u32_e32", "v_exp_f32_e32"]
+    assert out[1].srcs == (7,)                              # the add that feeds no compare stays
+    assert [o.cls for o in out if not o.vector] == ["SMEM"] + ["SALU"] * 6
