@@ -441,6 +441,26 @@ def compile_defines(entry: Entry) -> list[str]:
     return [f"-D{k}={v}" for k, v in (entry.family.compile_defines if entry.family else {}).items()]
 
 
+def hip_flags(entry: Entry) -> list[str]:
+    """clang's arguments for a .hip entry, but the output and the source (its inputs_sha256 hashes them)."""
+    return ["-x", "hip", f"--offload-arch={entry.arch}", "--cuda-device-only", "-nogpulib", "-nogpuinc",
+            "--no-gpu-bundle-output", "-O3",
+            # code object v5: every supported ROCm loads it (v6 needs ROCr 6.2+; docs/rdna4.md §Code object)
+            f"-mcode-object-version={codeobj.CODE_OBJECT_VERSION}",
+            # keep argument names so the metadata (.args[].name) can be checked against Python
+            "-fno-discard-value-names",
+            # clang derives the HIP compilation-unit id from paths (incl. the temp output): pin it
+            f"-cuid={entry.name}", *compile_defines(entry)]
+
+
+def inputs_sha256(entry: Entry, llvm: LLVM) -> str:
+    """What a .hip entry's bytes are a function of: clang's arguments and the preprocessed source (every include
+    and define resolved; no line markers, so no paths). The LLVM version is recorded beside it (llvm_version)."""
+    h = hashlib.sha256("\0".join(hip_flags(entry)).encode())
+    h.update(b"\0" + preprocess(entry, llvm).encode())
+    return h.hexdigest()
+
+
 def build_one(entry: Entry, llvm: LLVM, out_dir: Path, generated: str | None = None) -> Path:
     """Build one code object into out_dir/<arch>/<name>.co and return its path. `generated`: the assembly a .py
     source printed, when the caller already ran it."""
@@ -450,14 +470,7 @@ def build_one(entry: Entry, llvm: LLVM, out_dir: Path, generated: str | None = N
     with tempfile.TemporaryDirectory(prefix="sage_co_build_") as tmp:
         tmp = Path(tmp)
         if src.suffix == ".hip":
-            _run([llvm.clang, "-x", "hip", f"--offload-arch={entry.arch}", "--cuda-device-only", "-nogpulib",
-                  "-nogpuinc", "--no-gpu-bundle-output", "-O3",
-                  # code object v5: every supported ROCm loads it (v6 needs ROCr 6.2+; docs/rdna4.md §Code object)
-                  f"-mcode-object-version={codeobj.CODE_OBJECT_VERSION}",
-                  # keep argument names so the metadata (.args[].name) can be checked against Python
-                  "-fno-discard-value-names",
-                  # clang derives the HIP compilation-unit id from paths (incl. the temp output): pin it
-                  f"-cuid={entry.name}", *compile_defines(entry), "-o", tmp / "out.co", src],
+            _run([llvm.clang, *hip_flags(entry), "-o", tmp / "out.co", src],
                  entry.src_dir, f"compiling {entry.src_dir.name}/{src}")
             shutil.copyfile(tmp / "out.co", out)
             return out
@@ -572,12 +585,22 @@ def manifest_entry(entry: Entry, co_path: Path, llvm: LLVM, problems: list[str] 
     }
     if Path(entry.source).suffix == ".py":
         out["generated"] = f"{entry.src_dir.name}/{generated_asm_path(entry).name}"
+    if Path(entry.source).suffix == ".hip":
+        out["inputs_sha256"] = inputs_sha256(entry, llvm)
     return out
 
 
-def _build_entry(e: Entry, llvm: LLVM, out_dir: Path, asm_dir: Path | None, problems: list[str] | None = None) -> dict:
+def _build_entry(e: Entry, llvm: LLVM, out_dir: Path, asm_dir: Path | None, problems: list[str] | None = None,
+                 shipped: Path | None = None) -> dict:
     """Build one entry; a generator's assembly is also written to asm_dir/<name>.s (None: not written).
-    problems: where family disagreements go (None: they raise BuildError)."""
+    problems: where family disagreements go (None: they raise BuildError). shipped: the hsaco/ folder whose bytes
+    stand in for compiling a .hip entry (check --quick: its manifest entry, inputs_sha256 included, is then made
+    from those bytes and today's sources)."""
+    if shipped is not None and Path(e.source).suffix == ".hip" and (shipped / e.arch / f"{e.name}.co").exists():
+        out = out_dir / e.arch / f"{e.name}.co"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shipped / e.arch / f"{e.name}.co", out)
+        return manifest_entry(e, out, llvm, problems)
     generated = None
     if Path(e.source).suffix == ".py":
         generated = generate(e)
@@ -587,7 +610,8 @@ def _build_entry(e: Entry, llvm: LLVM, out_dir: Path, asm_dir: Path | None, prob
 
 
 def build_all(entries: list[Entry], llvm: LLVM, out_dir: Path, progress: bool = True,
-              asm_dir: Path | None = None, problems: list[str] | None = None, verb: str = "building") -> dict:
+              asm_dir: Path | None = None, problems: list[str] | None = None, verb: str = "building",
+              shipped: Path | None = None) -> dict:
     """Build every entry into out_dir; generators' assembly goes to asm_dir (None: each entry's own folder).
     problems: collects the disagreements with the declared family (None: the first one raises BuildError).
     The entries build concurrently, one thread per core: each is a clang/lld subprocess in its own temp folder, so
@@ -596,7 +620,7 @@ def build_all(entries: list[Entry], llvm: LLVM, out_dir: Path, progress: bool = 
     def build(e: Entry):
         found = None if problems is None else []
         start = time.monotonic()
-        result = _build_entry(e, llvm, out_dir, asm_dir or e.src_dir, found), found
+        result = _build_entry(e, llvm, out_dir, asm_dir or e.src_dir, found, shipped), found
         if progress and bar is None:   # a line per finished object: the prepare ones take minutes on 2 cores
             print(f"  {e.name} done in {time.monotonic() - start:.0f} s", file=sys.stderr)
         return result
@@ -648,10 +672,13 @@ def _diff_dicts(a, b, path="") -> list[str]:
 
 
 def check(entries: list[Entry], llvm: LLVM, hsaco: Path = HSACO, only: set[str] | None = None,
-          every_entry: list[Entry] | None = None) -> list[str]:
+          every_entry: list[Entry] | None = None, quick: bool = False) -> list[str]:
     """Rebuild into a temporary folder; return a readable list of differences (empty = all match).
     only: check just these code objects (the rest of the manifest is not compared). every_entry: the whole kernel
-    list (default `entries`), which the generated files are made from (a source's wrappers list all its objects)."""
+    list (default `entries`), which the generated files are made from (a source's wrappers list all its objects).
+    quick: the .hip entries are not compiled; each must have the inputs it was built from (inputs_sha256: clang's
+    arguments and the preprocessed source) and its recorded sha256, and the LLVM that built it. The assembled and
+    generated entries are rebuilt byte for byte either way."""
     problems = []
     manifest_path = hsaco / "manifest.json"
     checked_in = None
@@ -667,7 +694,7 @@ def check(entries: list[Entry], llvm: LLVM, hsaco: Path = HSACO, only: set[str] 
         asm_dir = Path(tmp) / "asm"
         asm_dir.mkdir()
         rebuilt = build_all(entries, llvm, Path(tmp), progress=True, asm_dir=asm_dir, problems=problems,
-                            verb="rebuilding")
+                            verb="rebuilding" if not quick else "checking", shipped=hsaco if quick else None)
         for e in entries:
             if Path(e.source).suffix != ".py":
                 continue
@@ -701,6 +728,13 @@ def check(entries: list[Entry], llvm: LLVM, hsaco: Path = HSACO, only: set[str] 
             for name in sorted(set(old_objs) - set(new_objs)):
                 problems.append(f"{name}: in hsaco/manifest.json but not in asm_src/kernels.toml")
             for name in sorted(set(new_objs) & set(old_objs)):
+                old_in, new_in = old_objs[name].get("inputs_sha256"), new_objs[name].get("inputs_sha256")
+                if new_in is not None and old_in != new_in:
+                    problems.append(f"{name}: its inputs changed since hsaco/ was built ({new_objs[name]['source']} "
+                                    f"preprocessed with its defines, or clang's arguments): recompile it")
+                if quick and new_in is not None and old_objs[name].get("llvm_version") != llvm.version:
+                    problems.append(f"{name}: built with LLVM {old_objs[name].get('llvm_version')}, this LLVM is "
+                                    f"{llvm.version}: the quick check cannot vouch for its bytes (run --check)")
                 for line in _diff_dicts(old_objs[name], new_objs[name]):
                     problems.append(f"{name}: manifest {line}")
             for name in sorted(set(new_objs) - set(old_objs)):
@@ -717,6 +751,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="verify hsaco/ matches asm_src/ (no files written)")
     ap.add_argument("--only", metavar="NAME", action="append", help="build only these code objects")
+    ap.add_argument("--quick", action="store_true",
+                    help="with --check: compare the compiled (.hip) objects by their recorded inputs (preprocessed "
+                         "source, clang's arguments, LLVM version) and bytes instead of recompiling them; the "
+                         "assembled ones are rebuilt")
     ap.add_argument("--kernels", type=Path, default=KERNEL_LIST, help=argparse.SUPPRESS)  # tests: another kernel list
     ap.add_argument("--out", type=Path, default=HSACO, help=argparse.SUPPRESS)             # tests: another hsaco dir
     args = ap.parse_args(argv)
@@ -728,17 +766,20 @@ def main(argv: list[str] | None = None) -> int:
             unknown = set(args.only) - {e.name for e in entries}
             if unknown:
                 raise BuildError(f"--only: unknown code object(s) {sorted(unknown)}; known: {[e.name for e in entries]}")
+        if args.quick and not args.check:
+            raise BuildError("--quick: only with --check")
         if args.check:
             only = set(args.only) if args.only else None
             checked = [e for e in entries if only is None or e.name in only]
-            problems = check(checked, llvm, hsaco, only, entries)
+            problems = check(checked, llvm, hsaco, only, entries, quick=args.quick)
             if problems:
                 print("build_asm.py --check: the shipped code objects do not match their sources:", file=sys.stderr)
                 for p in problems:
                     print(f"  - {p}", file=sys.stderr)
                 print("Rebuild with `python build_asm.py` and commit hsaco/ together with asm_src/.", file=sys.stderr)
                 return 1
-            print(f"build_asm.py --check: {len(checked)} code objects match their sources (LLVM {llvm.version})")
+            how = " (compiled ones by their inputs)" if args.quick else ""
+            print(f"build_asm.py --check: {len(checked)} code objects match their sources{how} (LLVM {llvm.version})")
             return 0
         write_generated(entries)
         manifest = build_all(entries if not args.only else [e for e in entries if e.name in args.only], llvm, hsaco)

@@ -173,13 +173,11 @@ def lint(lines: list[Line], kernel: codeobj.Kernel | None = None) -> list[str]:
     if kernel is not None and (kernel.descriptor.private_segment_fixed_size or kernel.descriptor.enable_private_segment):
         problems.append(f"scratch: kernel {kernel.name} uses a private segment "
                         f"({kernel.descriptor.private_segment_fixed_size} bytes)")
-    for ln in lines:
-        line_facts(ln)                      # refuses text-only Lines
+    fxs = [line_facts(ln) for ln in lines]  # refuses text-only Lines; computed once per line
     texts = {ln.addr: ln.text for ln in lines}
     for f in hazards.analyze([ln.inst for ln in lines]):
         problems.append(f"hazard {f.describe(texts)}")
-    for ln in lines:
-        fx = line_facts(ln)
+    for ln, fx in zip(lines, fxs):
         m, simm = fx.name, ln.inst.f.get("simm16", 0) & 0xFFFF
         incoming = jumps_in.pop(ln.addr, None)
         if not reachable or incoming is not None:   # after an unconditional branch only jumps come here
@@ -228,8 +226,9 @@ def kernarg_declarations(manifest: dict) -> dict:
     return out
 
 
-def check_code_object(path: Path, recorded: dict | None, declared: dict | None, mix_rows: list) -> list[str]:
-    """recorded: the manifest's `kernels` section for this code object (None: no snapshot comparison)."""
+def check_code_object(path: Path, recorded: dict | None, declared: dict | None, mix_rows: list | None) -> list[str]:
+    """recorded: the manifest's `kernels` section for this code object (None: no snapshot comparison). mix_rows:
+    gets (code object, kernel, instruction mix, VGPRs, LDS bytes) per kernel (None: the mix is not counted)."""
     problems = []
     try:
         co = codeobj.read_file(path, arch=None)
@@ -253,8 +252,44 @@ def check_code_object(path: Path, recorded: dict | None, declared: dict | None, 
         lines = funcs.get(kname, [])
         for p in lint(lines, k):
             problems.append(f"{path.name}:{kname}: {p}")
-        mix_rows.append((path.name, kname, instruction_mix(lines), k))
+        if mix_rows is not None:
+            mix_rows.append((path.name, kname, instruction_mix(lines), k.metadata.get(".vgpr_count"),
+                             k.descriptor.group_segment_fixed_size))
     return problems
+
+
+def _check_one(args) -> tuple[list[str], list, int]:
+    """check_code_object in a worker process: (problems, mix rows, kernels checked)."""
+    path, recorded, declared, with_mix = args
+    rows = [] if with_mix else None
+    problems = check_code_object(path, recorded, declared, rows)
+    try:
+        kernels = len(codeobj.read_file(path, arch=None).kernels)
+    except (OSError, codeobj.CodeObjectError):
+        kernels = 0                         # check_code_object reported it
+    return problems, rows or [], kernels
+
+
+def check_all(jobs: list[tuple], with_mix: bool) -> tuple[list[str], list, int]:
+    """check_code_object over (path, recorded, declared) jobs, one process per core (the objects are independent;
+    the hazard model's fixed point dominates), results in the jobs' order."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    work = [(p, r, d, with_mix) for p, r, d in jobs]
+    workers = min(len(work), os.cpu_count() or 1)
+    if workers <= 1:
+        results = [_check_one(w) for w in work]
+    else:
+        # spawn, not fork: a host that imported torch has threads a fork would copy mid-flight
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = list(pool.map(_check_one, work))
+    problems, rows, kernels = [], [], 0
+    for p, r, n in results:
+        problems += p
+        rows += r
+        kernels += n
+    return problems, rows, kernels
 
 
 def print_mix(rows: list) -> None:
@@ -266,9 +301,9 @@ def print_mix(rows: list) -> None:
     table.add_column("kernel", no_wrap=True)
     for c in cols + ["total", "VGPRs", "LDS B"]:
         table.add_column(c, justify="right")
-    for co_name, kname, mix, k in rows:
-        table.add_row(co_name, kname, *[str(mix.get(c, 0)) for c in cols], str(sum(mix.values())),
-                      str(k.metadata.get(".vgpr_count")), str(k.descriptor.group_segment_fixed_size))
+    for co_name, kname, mix, vgprs, lds in rows:
+        table.add_row(co_name, kname, *[str(mix.get(c, 0)) for c in cols], str(sum(mix.values())), str(vgprs),
+                      str(lds))
     Console(width=200).print(table)
 
 
@@ -278,10 +313,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hsaco", type=Path, default=HSACO, help=argparse.SUPPRESS)
     ap.add_argument("--no-mix", action="store_true", help="do not print the instruction-mix table")
     args = ap.parse_args(argv)
-    problems, rows = [], []
     if args.co:
-        for path in args.co:
-            problems += check_code_object(path, None, None, rows)
+        jobs = [(path, None, None) for path in args.co]
     else:
         try:
             manifest = sage_manifest.read(args.hsaco / "manifest.json")
@@ -291,8 +324,9 @@ def main(argv=None) -> int:
             print(f"disasm_check.py: {exc}", file=sys.stderr)
             return 2
         declared = kernarg_declarations(manifest)
-        for path, entry in zip(paths, manifest["code_objects"].values()):
-            problems += check_code_object(path, entry.get("kernels", {}), declared, rows)
+        jobs = [(path, entry.get("kernels", {}), declared)
+                for path, entry in zip(paths, manifest["code_objects"].values())]
+    problems, rows, kernels = check_all(jobs, with_mix=not args.no_mix)
     if not args.no_mix and rows:
         print_mix(rows)
     if problems:
@@ -300,7 +334,7 @@ def main(argv=None) -> int:
         for p in problems:
             print(f"  - {p}", file=sys.stderr)
         return 1
-    print(f"disasm_check.py: {len(rows)} kernel(s) checked: snapshots, kernarg declarations and lint clean")
+    print(f"disasm_check.py: {kernels} kernel(s) checked: snapshots, kernarg declarations and lint clean")
     return 0
 
 

@@ -113,5 +113,38 @@ def test_build_error_is_readable(kernel_tree):
 
 @needs_llvm
 def test_shipped_code_objects_match_their_sources():
-    r = run_build("--check")
+    """The shipped objects against today's sources: the assembled and generated ones rebuilt byte for byte, the
+    compiled (.hip) ones by their recorded inputs, bytes and LLVM (--quick; the full recompile, `--check`, is the
+    maintainers' before-release step: test_check_passes_then_catches_a_flipped_byte_and_an_edited_source and
+    test_quick_check_catches_an_edited_hip_source_and_a_flipped_byte cover both paths on small kernels)."""
+    r = run_build("--check", "--quick")
     assert r.returncode == 0, r.stderr
+    assert "code objects match their sources (compiled ones by their inputs)" in r.stdout
+
+
+@needs_llvm
+def test_quick_check_catches_an_edited_hip_source_and_a_flipped_byte(kernel_tree):
+    """--check --quick compiles no .hip entry, yet fails on a .hip source edited after the build (its inputs_sha256,
+    the preprocessed source, no longer matches), on a flipped byte of its object (sha256) and on an edited
+    assembly source (rebuilt byte for byte); --quick without --check is refused."""
+    src, out = kernel_tree
+    assert run_build("--kernels", src / "kernels.toml", "--out", out).returncode == 0
+    ok = run_build("--kernels", src / "kernels.toml", "--out", out, "--check", "--quick")
+    assert ok.returncode == 0, ok.stderr
+    assert "3 code objects match their sources (compiled ones by their inputs)" in ok.stdout
+    assert "compiling" not in ok.stderr
+
+    co = out / "gfx1201" / "test_saxpy.co"
+    good = co.read_bytes()
+    co.write_bytes(good[:100] + bytes([good[100] ^ 1]) + good[101:])
+    bad = run_build("--kernels", src / "kernels.toml", "--out", out, "--check", "--quick")
+    assert bad.returncode == 1 and "test_saxpy: manifest sha256" in bad.stderr, bad.stderr
+    co.write_bytes(good)
+
+    hip = src / "saxpy.hip"
+    hip.write_text(hip.read_text().replace("__builtin_fmaf(a, x[i], y[i])", "__builtin_fmaf(a, x[i], -y[i])"))
+    edited = run_build("--kernels", src / "kernels.toml", "--out", out, "--check", "--quick")
+    assert edited.returncode == 1
+    assert "test_saxpy: its inputs changed since hsaco/ was built" in edited.stderr, edited.stderr
+
+    assert run_build("--kernels", src / "kernels.toml", "--out", out, "--quick").returncode == 2
