@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import torch
 
 from . import callspec, launch, masks, sparse, tuning, validate
+from .tracing import constant_result
 from .launch import resolve_backend
 from .ops import attention as attention_ops
 from .ops import prepare as prepare_ops
@@ -53,7 +54,7 @@ class Plan(NamedTuple):
     attention: Any = None     # ops.attention.AttentionRecipe
 
 
-@torch.compiler.assume_constant_result
+@constant_result
 def _attention_kernel_serves(D_pad: int, dtype_key: str, kernel, pv_dtype: str) -> bool:
     """A shipped attention kernel serves (kernel, D_pad, dtype, pv_dtype): a LookupError listing what is shipped
     otherwise. It reads hsaco/manifest.json, which dynamo cannot trace: under torch.compile it runs once at trace

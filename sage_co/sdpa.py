@@ -65,6 +65,7 @@ from torch.overrides import TorchFunctionMode
 from . import abi, hostsafe, validate
 from .callspec import SAGE_ATTENTION
 from .prepared import INPUT_DTYPES, PV_DTYPES
+from .tracing import constant_result
 
 # torch's builtin (what F.scaled_dot_product_attention is unless someone replaced it, install() included)
 ORIGINAL_SDPA = torch._C._nn.scaled_dot_product_attention
@@ -117,7 +118,7 @@ _routed = 0
 _fallback: Counter = Counter()
 
 
-@torch.compiler.assume_constant_result
+@constant_result
 def record(reason: str) -> bool:
     """Count one decision ("" = routed to sage-co, else the fallback's reason): route() and adapters that decide
     with fallback_reason() (the ComfyUI node) call it. Marked constant-result so dynamo runs it at trace time
@@ -257,7 +258,7 @@ def _sdpa_kernel_reason(device_type: str) -> str:
     return "sdpa_kernel: the backend selection allows no backend torch runs on this device (its own error follows)"
 
 
-@torch.compiler.assume_constant_result
+@constant_result
 def _sdp_flags() -> tuple:
     """(flash, mem_efficient, cudnn, math) enabled: the flags torch.nn.attention.sdpa_kernel sets (read at trace
     time under torch.compile, like the sdpa_kernel context itself)."""

@@ -102,3 +102,29 @@ def test_attn_mask_at_lengths_equal_to_the_head_dim():
     assert sdpa.stats()["routed"] >= 1 and not sdpa.stats()["fallback"], sdpa.stats()
     assert _same(got, api.sage_attention(q, k, v, layout="HND", attn_mask=masks["bool [S, S]"], smooth_k=True))
     sdpa.reset_stats()
+
+
+def test_constant_result_marks_functions_as_torchs_decorator_does():
+    """sage_co.tracing.constant_result sets on a function exactly what torch.compiler.assume_constant_result sets
+    (so dynamo runs the manifest lookups at trace time), without importing torch._dynamo: a process that imports
+    sage_co.api and runs an op eagerly never imports it (4 s of CPU per CLI run, selftest child, worker)."""
+    import subprocess
+    import sys
+
+    from sage_co import tracing
+
+    def ours():
+        return 1
+
+    def torchs():
+        return 1
+    assert tracing.constant_result(ours) is ours
+    assert torch.compiler.assume_constant_result(torchs) is torchs
+    assert ours.__dict__ == torchs.__dict__ == {tracing.MARK: True}
+    code = ("import sys, torch, sage_co, sage_co.api\n"
+            "q = torch.randn(2, 70, 2, 40, dtype=torch.bfloat16)\n"
+            "sage_co.sage_attention(q, q, q, backend='emu')\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
