@@ -17,22 +17,32 @@ def full_inputs(S: int, H: int):
     return accuracy.make_inputs("k_offset", 1, S, H, seed=3)
 
 
-def run(rank: int, world: int, init_file: str, out_dir: str, scenarios) -> None:
+def run(rank: int, world: int, init_file: str, out_dir: str, scenarios: dict) -> None:
+    """scenarios {group size W: [(name, mode, lens, H)]}: the W == world ones on the default group (group=None),
+    each smaller W on the subgroup of ranks 0 .. W-1 (group=), the others waiting; results in out_dir/W/."""
     torch.set_num_threads(1)  # W processes share a small machine
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        for name, mode, lens, H in scenarios:
-            q, k, v = full_inputs(sum(lens), H)
-            sl = slice(sum(lens[:rank]), sum(lens[:rank + 1]))
-            try:
-                out, lse = sequence_parallel_attention(q[:, sl], k[:, sl], v[:, sl], mode=mode, return_lse=True,
-                                                       smooth_k=True)
-                res = {"out": out, "lse": lse}
-            except Exception as e:  # the parent asserts on it (refusals are part of the contract)
-                res = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
-            torch.save(res, f"{out_dir}/{name}.{rank}.pt")
+        for w in sorted(scenarios, reverse=True):
+            group = None if w == world else dist.new_group(list(range(w)))   # every rank creates every group
+            if rank < w:
+                _run_scenarios(rank, group, f"{out_dir}/{w}", scenarios[w])
+        dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def _run_scenarios(rank: int, group, out_dir: str, scenarios) -> None:
+    for name, mode, lens, H in scenarios:
+        q, k, v = full_inputs(sum(lens), H)
+        sl = slice(sum(lens[:rank]), sum(lens[:rank + 1]))
+        try:
+            out, lse = sequence_parallel_attention(q[:, sl], k[:, sl], v[:, sl], group=group, mode=mode,
+                                                   return_lse=True, smooth_k=True)
+            res = {"out": out, "lse": lse}
+        except Exception as e:  # the parent asserts on it (refusals are part of the contract)
+            res = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
+        torch.save(res, f"{out_dir}/{name}.{rank}.pt")
 
 
 def run_yunchang(rank: int, world: int, init_file: str, out_dir: str, S_r: int, H: int) -> None:
