@@ -1,4 +1,4 @@
-"""sage_co.parallel.sequence_parallel_attention: 2 and 4 gloo processes on CPU, emulator kernels, tiny shapes.
+"""sage_co.parallel.sequence_parallel_attention: 2- and 4-rank gloo groups on CPU, emulator kernels, tiny shapes.
 
 One spawn of 4 processes runs every scenario (process start-up, ~8 s of CPU a process, dominates on a small
 machine): the 4-rank ones on the default group, then the 2-rank ones on the subgroup of ranks 0 and 1 (group=); each
