@@ -27,11 +27,16 @@ def norm_rope_args(S, rope_dim=64, seed=1):
 KERNELS = ["asm", "hip"]   # every attention test runs against both shipped kernels
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_opcheck_all_three_ops(kernel):
+def test_opcheck_prepare():
+    """sage_prepare takes no kernel: checked once (the attention ops below, per kernel)."""
     q, k, v = qkv()
     torch.library.opcheck(torch.ops.sage_co.sage_prepare.default,
                           (q, k, v, 0.088, "NHD", True, None, None, 1e-6, None, None, 0, "emu"))
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_opcheck_attention_ops(kernel):
+    q, k, v = qkv()
     p = sage_co.sage_prepare(q, k, v)
     torch.library.opcheck(torch.ops.sage_co.sage_attention_fwd.default,
                           (*p[:5], p.v_t.view(torch.uint8), p.v_scale, p.seq_len_q, p.seq_len_kv, p.head_dim,

@@ -17,22 +17,32 @@ def full_inputs(S: int, H: int):
     return accuracy.make_inputs("k_offset", 1, S, H, seed=3)
 
 
-def run(rank: int, world: int, init_file: str, out_dir: str, scenarios) -> None:
+def run(rank: int, world: int, init_file: str, out_dir: str, scenarios: dict) -> None:
+    """scenarios {group size W: [(name, mode, lens, H)]}: the W == world ones on the default group (group=None),
+    each smaller W on the subgroup of ranks 0 .. W-1 (group=), the others waiting; results in out_dir/W/."""
     torch.set_num_threads(1)  # W processes share a small machine
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        for name, mode, lens, H in scenarios:
-            q, k, v = full_inputs(sum(lens), H)
-            sl = slice(sum(lens[:rank]), sum(lens[:rank + 1]))
-            try:
-                out, lse = sequence_parallel_attention(q[:, sl], k[:, sl], v[:, sl], mode=mode, return_lse=True,
-                                                       smooth_k=True)
-                res = {"out": out, "lse": lse}
-            except Exception as e:  # the parent asserts on it (refusals are part of the contract)
-                res = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
-            torch.save(res, f"{out_dir}/{name}.{rank}.pt")
+        for w in sorted(scenarios, reverse=True):
+            group = None if w == world else dist.new_group(list(range(w)))   # every rank creates every group
+            if rank < w:
+                _run_scenarios(rank, group, f"{out_dir}/{w}", scenarios[w])
+        dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def _run_scenarios(rank: int, group, out_dir: str, scenarios) -> None:
+    for name, mode, lens, H in scenarios:
+        q, k, v = full_inputs(sum(lens), H)
+        sl = slice(sum(lens[:rank]), sum(lens[:rank + 1]))
+        try:
+            out, lse = sequence_parallel_attention(q[:, sl], k[:, sl], v[:, sl], group=group, mode=mode,
+                                                   return_lse=True, smooth_k=True)
+            res = {"out": out, "lse": lse}
+        except Exception as e:  # the parent asserts on it (refusals are part of the contract)
+            res = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
+        torch.save(res, f"{out_dir}/{name}.{rank}.pt")
 
 
 def run_yunchang(rank: int, world: int, init_file: str, out_dir: str, S_r: int, H: int) -> None:
@@ -86,26 +96,35 @@ def agreement_case(name: str, rank: int, world: int):
     return q.contiguous(), k.contiguous(), v.contiguous(), kw
 
 
-def run_agreement(rank: int, world: int, init_file: str, out_dir: str, names) -> None:
-    """Each scenario of agreement_case; saves the result or the error and how long the call took. A 60 s group
-    timeout turns a hang into a failure (gloo's default is 30 min)."""
+def run_agreement(rank: int, world: int, init_file: str, out_dir: str, names: dict) -> None:
+    """Each scenario of agreement_case, names {group size W: [name]}: the W == world ones on the default group
+    (group=None), each smaller W after them on the subgroup of ranks 0 .. W-1 (group=), the others waiting; saves
+    the result or the error and how long the call took. A 60 s group timeout turns a hang into a failure (gloo's
+    default is 30 min)."""
     import datetime
     import time
+    timeout = datetime.timedelta(seconds=60)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world, timeout=timeout)
+    # where the ranks outside a subgroup wait for its scenarios (minutes on a loaded machine), not the 60 s group
+    done = dist.new_group(timeout=datetime.timedelta(minutes=30))
     try:
         m = torch.empty(1, 64, 2, 64, dtype=torch.bfloat16, device="meta")
         sage_co.sage_attention(m, m, m)   # imports and the manifest read, so the timings below are the calls'
-        for name in names:
-            q, k, v, kw = agreement_case(name, rank, world)
-            t0 = time.perf_counter()
-            try:
-                out, lse = sequence_parallel_attention(q, k, v, **kw)
-                res = {"out": out, "lse": lse}
-            except Exception as e:
-                res = {"error": f"{type(e).__name__}: {e}"}
-            res["seconds"] = time.perf_counter() - t0
-            torch.save(res, f"{out_dir}/{name}.{rank}.pt")
+        for w in sorted(names, reverse=True):
+            group = None if w == world else dist.new_group(list(range(w)), timeout=timeout)   # on every rank
+            if rank >= w:
+                continue
+            for name in names[w]:
+                q, k, v, kw = agreement_case(name, rank, w)
+                t0 = time.perf_counter()
+                try:
+                    out, lse = sequence_parallel_attention(q, k, v, group=group, **kw)
+                    res = {"out": out, "lse": lse}
+                except Exception as e:
+                    res = {"error": f"{type(e).__name__}: {e}"}
+                res["seconds"] = time.perf_counter() - t0
+                torch.save(res, f"{out_dir}/{name}.{rank}.pt")
+        dist.barrier(group=done)
     finally:
         dist.destroy_process_group()

@@ -1,7 +1,8 @@
-"""sage_co.parallel.sequence_parallel_attention: 2 and 4 gloo processes on CPU, emulator kernels, tiny shapes.
+"""sage_co.parallel.sequence_parallel_attention: 2- and 4-rank gloo groups on CPU, emulator kernels, tiny shapes.
 
-One spawn per world size runs every scenario (process start-up dominates on a small machine); each test then
-checks one scenario's gathered shards against the single-process op."""
+One spawn of 4 processes runs every scenario (process start-up, ~8 s of CPU a process, dominates on a small
+machine): the 4-rank ones on the default group, then the 2-rank ones on the subgroup of ranks 0 and 1 (group=); each
+test then checks one scenario's gathered shards against the single-process op."""
 from __future__ import annotations
 
 import pytest
@@ -25,14 +26,22 @@ SCENARIOS = {
 }
 
 
+@pytest.fixture(scope="module")
+def spawned(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sp")
+    for world in SCENARIOS:
+        (d / str(world)).mkdir()
+    world = max(SCENARIOS)
+    mp.spawn(dist_worker.run, args=(world, str(d / "init"), str(d), SCENARIOS), nprocs=world, join=True)
+    return d
+
+
 @pytest.fixture(scope="module", params=[2, 4], ids=["W2", "W4"])
-def runs(request, tmp_path_factory):
+def runs(request, spawned):
     world = request.param
-    d = tmp_path_factory.mktemp(f"sp{world}")
-    mp.spawn(dist_worker.run, args=(world, str(d / "init"), str(d), SCENARIOS[world]), nprocs=world, join=True)
     res = {}
     for name, mode, lens, H in SCENARIOS[world]:
-        shards = [torch.load(d / f"{name}.{r}.pt") for r in range(world)]
+        shards = [torch.load(spawned / str(world) / f"{name}.{r}.pt") for r in range(world)]
         q, k, v = dist_worker.full_inputs(sum(lens), H)
         res[name] = (shards, (q, k, v))
     return world, res

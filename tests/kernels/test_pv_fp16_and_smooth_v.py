@@ -182,19 +182,32 @@ def test_validation_before_any_kernel(no_kernels, kw, exc, match, entry):
         fn(q, k, v, **kw)
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_opcheck_and_compile_with_the_new_options(kernel):
+NEW_OPTIONS = [(True, "fp8"), (False, "fp16")]   # (smooth_v, pv_dtype): the option-dependent paths of the fakes
+
+
+@pytest.mark.parametrize("smooth_v, pv", NEW_OPTIONS, ids=["smooth_v", "pv16"])
+def test_opcheck_with_the_new_options(smooth_v, pv):
+    """opcheck (schema, autograd registration, fake vs real, aot_dispatch_dynamic) of the three ops with each new
+    option: the fakes branch on the options (v_t's bytes per element, v_mean), not on the kernel, so each option is
+    checked once per op; the fwd op runs the hip kernel and the fused op the asm one, so both kernels' real outputs
+    meet the fakes under each option (test_compile_with_the_new_options runs each kernel compiled and eager)."""
     q, k, v = inputs(S_q=33, H_q=1, H_kv=1, D=128)
-    for smooth_v, pv in ((True, "fp8"), (False, "fp16")):
-        torch.library.opcheck(torch.ops.sage_co.sage_prepare.default,
-                              (q, k, v, 0.088, "NHD", False, None, None, 1e-6, None, None, 0, "emu", smooth_v, pv))
+    torch.library.opcheck(torch.ops.sage_co.sage_prepare.default,
+                          (q, k, v, 0.088, "NHD", False, None, None, 1e-6, None, None, 0, "emu", smooth_v, pv))
+    p = sage_co.sage_prepare(q, k, v, smooth_v=smooth_v, pv_dtype=pv)
+    torch.library.opcheck(torch.ops.sage_co.sage_attention_fwd.default,
+                          (*p[:5], p.v_t.view(torch.uint8), p.v_scale, p.seq_len_q, p.seq_len_kv, p.head_dim,
+                           p.out_dtype, "NHD", True, "emu", "hip", False, None, p.v_mean, pv))
+    torch.library.opcheck(torch.ops.sage_co.sage_attention.default,
+                          (q, k, v, 0.088, "NHD", False, None, None, 1e-6, None, None, 0, False, "emu", "asm",
+                           False, None, smooth_v, pv))
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_compile_with_the_new_options(kernel):
+    q, k, v = inputs(S_q=33, H_q=1, H_kv=1, D=128)
+    for smooth_v, pv in NEW_OPTIONS:
         p = sage_co.sage_prepare(q, k, v, smooth_v=smooth_v, pv_dtype=pv)
-        torch.library.opcheck(torch.ops.sage_co.sage_attention_fwd.default,
-                              (*p[:5], p.v_t.view(torch.uint8), p.v_scale, p.seq_len_q, p.seq_len_kv, p.head_dim,
-                               p.out_dtype, "NHD", True, "emu", kernel, False, None, p.v_mean, pv))
-        torch.library.opcheck(torch.ops.sage_co.sage_attention.default,
-                              (q, k, v, 0.088, "NHD", False, None, None, 1e-6, None, None, 0, False, "emu", kernel,
-                               False, None, smooth_v, pv))
 
         def f(q, k, v, smooth_v=smooth_v, pv=pv):
             return sage_co.sage_attention(q, k, v, kernel=kernel, smooth_v=smooth_v, pv_dtype=pv) * 2

@@ -70,12 +70,15 @@ class Stub:
         out = []
         for i in range(self.lib.stub_count()):
             r = self.lib.stub_get(i).contents
-            rec = dict(kind=KINDS[r.kind], device=r.device, result=r.result, module=r.module, function=r.function,
-                       stream=r.stream, grid=tuple(r.grid), block=tuple(r.block), shared_mem=r.shared_mem,
-                       name=r.name.decode(), kernel_params_null=bool(r.kernel_params_null),
-                       data=bytes(r.bytes[:r.nbytes]) if r.nbytes else b"")
-            if kind is None or rec["kind"] == kind:
-                out.append(rec)
+            if kind is not None and KINDS[r.kind] != kind:
+                continue
+            # string_at copies the buffer in one memcpy (slicing the POINTER builds a list of ints: seconds for
+            # the code objects a load record holds)
+            out.append(dict(kind=KINDS[r.kind], device=r.device, result=r.result, module=r.module,
+                            function=r.function, stream=r.stream, grid=tuple(r.grid), block=tuple(r.block),
+                            shared_mem=r.shared_mem, name=r.name.decode(),
+                            kernel_params_null=bool(r.kernel_params_null),
+                            data=ctypes.string_at(r.bytes, r.nbytes) if r.nbytes else b""))
         return out
 
     def count(self) -> int:
