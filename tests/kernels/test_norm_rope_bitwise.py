@@ -114,8 +114,9 @@ def test_per_op_equals_hf_chain(D, rope_dim, dtype):
     fused_equals_chain(q, k, v, wq, None if rope_dim else wk, cos, sin, rope_dim, "per_op", hf_chain)
 
 
-def test_once_takes_tables_in_the_input_dtype_exactly():
-    """bf16 cos/sin with "once" are upcast exactly: the same bits as passing their fp32 values."""
+def test_once_takes_tables_in_the_input_dtype_exactly_and_the_two_conventions_differ():
+    """bf16 cos/sin with "once" are upcast exactly: the same bits as passing their fp32 values. And the option
+    reaches the kernels: on the same inputs "per_op" gives different Q blocks."""
     S, D = 40, 128
     q, k, v, wq, wk = _inputs(1, S, 2, D, torch.bfloat16, seed=7)
     cos, sin = (t.bfloat16() for t in fp32_tables(S, 64))
@@ -123,16 +124,9 @@ def test_once_takes_tables_in_the_input_dtype_exactly():
     b = R.sage_prepare(q, k, v, q_norm_weight=wq, k_norm_weight=wk, cos=cos.float(), sin=sin.float())
     for name in ("q_int8", "q_scale", "k_int8", "k_scale"):
         _same(name, getattr(a, name), getattr(b, name))
-
-
-def test_the_two_conventions_differ():
-    """The option reaches the kernels: on the same inputs "once" and "per_op" give different Q blocks."""
-    S, D = 40, 128
-    q, k, v, wq, wk = _inputs(1, S, 2, D, torch.bfloat16, seed=8)
-    cos, sin = (t.bfloat16() for t in fp32_tables(S, 128))
-    a, b = (sage_prepare(q, k, v, q_norm_weight=wq, cos=cos, sin=sin, norm_rope_rounding=r, backend="emu")
-            for r in ("once", "per_op"))
-    assert not torch.equal(a.q_int8, b.q_int8)
+    per_op = sage_prepare(q, k, v, q_norm_weight=wq, k_norm_weight=wk, cos=cos, sin=sin, norm_rope_rounding="per_op",
+                          backend="emu")
+    assert not torch.equal(a.q_int8, per_op.q_int8)
 
 
 @pytest.mark.parametrize("bad,exc,match", [
