@@ -454,6 +454,13 @@ static __device__ __attribute__((always_inline)) void attention(SAGE_ATTENTION_F
       const float a = __builtin_fmaf(x[j], cf, -bf);
       p[j] = SCHED == SCHED_EXP2_VALU && (EXP2_VALU_KEYS >> j) & 1u ? exp2_valu(a) : __builtin_amdgcn_exp2f(a);
     }
+    float rs0 = p[0], rs1 = p[1];  // two chains (even, odd keys): the asm pairs their adds in VOPD
+    for (int j = 2; j < 32; j += 2) {
+      rs0 += p[j];
+      rs1 += p[j + 1];
+    }
+    const float rs = rs0 + rs1;
+    l_run = __builtin_fmaf(l_run, alpha, rs);  // this lane half's keys; the other half's sum joins in the epilogue
     v2i pf[4];   // fp8: P^T B-fragments, chunk c: keys 32hl+8c .. +7 in byte order
     v8h ph[4];   // fp16: the same keys as 8 halves (RNE), in the f16 operand's slot order (§WMMA permutation rule)
     for (int c = 0; c < 4; ++c) {
@@ -465,24 +472,6 @@ static __device__ __attribute__((always_inline)) void attention(SAGE_ATTENTION_F
         pf[c].y = fp8x4(pc[4], pc[5], pc[6], pc[7]);
       }
     }
-    float rs0, rs1;
-    if (PV16) {  // the fp32 p in two chains (even, odd keys): the asm pairs their adds in VOPD
-      rs0 = p[0];
-      rs1 = p[1];
-      for (int j = 2; j < 32; j += 2) {
-        rs0 += p[j];
-        rs1 += p[j + 1];
-      }
-    } else {     // fp8: the sum of the p8 the P.V WMMAs multiply, exact in any order (every partial sum is a
-                 // multiple of 2^-9 below 2^14: docs/numerics.md §Attention arithmetic model)
-      rs0 = rs1 = 0.0f;
-      for (int c = 0; c < 4; ++c) {
-        rs0 = __builtin_amdgcn_dot4_f32_fp8_fp8(pf[c].x, FP8X4_ONES, rs0);
-        rs1 = __builtin_amdgcn_dot4_f32_fp8_fp8(pf[c].y, FP8X4_ONES, rs1);
-      }
-    }
-    const float rs = rs0 + rs1;
-    l_run = __builtin_fmaf(l_run, alpha, rs);  // this lane half's keys; the other half's sum joins in the epilogue
     // Rescale O only when some lane's max moved (alpha = 1 otherwise: x * 1 == x exactly, so skipping is bitwise
     // the same); after the first tiles of a row the max rarely moves by more than RESCALE_TAU. Uniform branch.
     if (__builtin_amdgcn_ballot_w32(alpha != 1.0f))

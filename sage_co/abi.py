@@ -75,9 +75,6 @@ EXP2_VALU_KEYS = 0xCCCCCCCC      # keys 8c + 2, 3, 6, 7 of every 8: half the sco
 EXP2_VALU_MIN = -127.0
 EXP2_VALU_C1 = struct.unpack("<f", struct.pack("<I", 0x3f34f4ae))[0]   # 0.70685851573944091796875
 EXP2_VALU_C2 = 0.25
-# The row sum of fp8 P (docs/numerics.md §Attention arithmetic model "Row sum"): per packed P VGPR one
-# v_dot4_f32_fp8_fp8 against four e4m3 1.0 bytes (0x38); l_tile is the exact sum of the fp8 values P.V multiplies.
-FP8X4_ONES = 0x38383838
 
 FLAG_LSE_BIT = 0          # kernarg `flags` bit 0: write lse
 FLAG_SMOOTH_K_BIT = 1     # bit 1: lse adds ln2 * (q_int8 * q_scale) . k_mean
@@ -451,7 +448,7 @@ HIP_CONSTANTS = {
     "FLAG_VARLEN": "u32", "MASK_KIND_PARTIAL": "u32", "MASK_KIND_ADDITIVE": "u32", "MASK_WORD_BITS": "int",
     "P_OFF": "float", "MAGIC": "float", "MAGIC_BITS": "hex", "FMA_MAX_QK_SCALE": "float", "M_INIT": "float",
     "RESCALE_TAU": "float", "EXP2_VALU_KEYS": "u32", "EXP2_VALU_MIN": "float", "EXP2_VALU_C1": "float",
-    "EXP2_VALU_C2": "float", "FP8X4_ONES": "u32",
+    "EXP2_VALU_C2": "float",
     "PREPARE_MAX_CHUNKS": "int", "STATS_V_MAX": "u32", "STATS_K_SUM": "u32", "STATS_V_SUM": "u32",
     "STATS_V_SIGNED": "u32", "REDUCE_V_FP8": "int", "REDUCE_V_SMOOTH": "int", "REDUCE_V_NONE": "int",
     "PREDICT_CHANNELS": "int",

@@ -405,14 +405,14 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
       arg =
       fma(x, qk_scale, -fma(MAGIC, qk_scale, t)) with x = MAGIC + s_int32 (-inf masked) when every qk_scale of
       the row's tile is in (0, FMA_MAX_QK_SCALE], else arg = s - t
-      p8 = fp8(p);  l = fma(l, alpha, rowsum(p8)) (exact; the kernels: per lane half, added in the epilogue);
+      l = fma(l, alpha, rowsum(p)) (the kernels: per lane half, added in the epilogue);  p8 = fp8(p);
       O = O * alpha + p8 @ float32(v_fp8[g])
       out[i, d] = round_sat((O[i, d] * inv) * v_scale[g, d] [+ v_mean[g, d]]),  inv = 1 / l (0 when
       l = 0), d < head_dim, v_mean added (smooth_v) only where l > 0, round_sat = RNE to out_dtype saturating at
       +-its largest finite value (round_saturating)
     lse = (m + (log2(l) - P_OFF)) * ln2 + lse_corr (l carries the 2^P_OFF of p; smooth_k: prepared.lse_corr, from
       the original q; without lse_corr the kernel's term ln2 * (q_int8 * q_scale) . k_mean, docs/numerics.md §LSE)
-    pv_dtype "fp16" (v_t float16): p16 = fp16(p) (RNE), l = fma(l, alpha, rowsum(p)), O = O * alpha + p16 @ float32(v_t[g]),
+    pv_dtype "fp16" (v_t float16): p16 = fp16(p) (RNE), O = O * alpha + p16 @ float32(v_t[g]),
       out = round_sat(O * inv), inv = 1 / l (0 when l = 0) -- no v_scale; lse as above
     attn_mask (docs/numerics.md §Masks "attn_mask"; sage_co.masks.attn_mask_parts): keys it hides are masked like
       the tail (s = -inf); in a 64 x 64 tile where some visible element has a bias b = fp32(mask) * fp32(log2 e) != 0
@@ -492,10 +492,8 @@ def sage_attention_model(prepared: SagePrepared, *, return_lse: bool = False, ke
             one_fma = one_fma & ~add_tile
         arg = torch.where(one_fma, fp32_fma(x, qk_scale, -fp32_fma(magic, qk_scale, t)), s - t)
         p = schedule_exp2(arg, torch.arange(j0, j1, device=dev), schedule)
+        l = fp32_fma(l, alpha, p.sum(dim=-1, keepdim=True))
         pq = p.to(torch.float16).float() if pv16 else to_fp8(p).float()
-        # the row sum: pv fp8 sums the p8 the P.V product multiplies (every partial sum exact: multiples of 2^-9
-        # below 2^14), pv fp16 the fp32 p (docs/numerics.md §Attention arithmetic model "Row sum")
-        l = fp32_fma(l, alpha, (p if pv16 else pq).sum(dim=-1, keepdim=True))
         O = O * alpha + pq @ v_t[:, :, :, j0:j1].float().transpose(-1, -2)
         m = m_new
 

@@ -315,9 +315,6 @@ def emulator_case(report: Report, B, S, H, config: str) -> dict:
 U_P = {"fp8": 2.0 ** -3, "fp16": 2.0 ** -10}         # one ulp of P's format, relative (normal values)
 ULP_SUB = {"fp8": 2.0 ** -9, "fp16": 2.0 ** -24}     # one ulp of P's format, absolute (subnormal values)
 OUT_ULP = {"bf16": 2.0 ** -7, "fp16": 2.0 ** -10}     # one ulp of the output format, relative
-# a row that saw a key has l >= 2^L_MIN_LOG2 (docs/numerics.md §Hardware tolerance): the key that last set m has
-# p >= 2^(P_OFF - 0.012) (the one-FMA argument's error) and p8 >= 15/16 of it (fp8 rounding): 2^-0.105, rounded down
-L_MIN_LOG2 = P_OFF - 0.125
 
 
 def attention_bound(eo, el, v, pv_dtype: str = "fp8", v_mean=None):
@@ -326,7 +323,6 @@ def attention_bound(eo, el, v, pv_dtype: str = "fp8", v_mean=None):
     out eo [B, S_q, H, D], lse el [B, H, S_q] and V [B, S_kv, H, D] (docs/numerics.md §Hardware tolerance states
     the derivation). K keys, T = ceil(K / 64) key tiles:
         eps_l = (K + 2T) 2^-23                                     row sum l: p, alpha and the order
-                (fp8 P: + u_P + K ulp_sub / 2^L_MIN_LOG2               l sums p8, whose rounding may flip)
         lse:  eps_l + 2^-22 (3 Lg + 2 P_OFF) + 2^-21 |lse|         Lg = 8.05 + log2 K >= |log2 l|
         out:  (u_P + eps_l) A_d + K ulp_sub |v|max_d / 2^P_OFF + |out| (eps_l + 2^-21 + u_out)
               A_d = (1 + 2^-3)(1 + 2^-4) max_j |v_jd| (+ |v_mean_d|)  u_P: one ulp of P's format (a +-1 ulp p may
@@ -335,8 +331,6 @@ def attention_bound(eo, el, v, pv_dtype: str = "fp8", v_mean=None):
     K = v.shape[1]
     T = -(-K // 64)
     eps_l = (K + 2 * T) * 2.0 ** -23
-    if pv_dtype == "fp8":   # l sums the fp8 p8 (the v_dot4 row sum): a flipped p8 moves l by one fp8 ulp of it
-        eps_l += U_P["fp8"] + K * ULP_SUB["fp8"] / 2.0 ** L_MIN_LOG2
     lg = 8.05 + math.log2(K)
     lse = el.float().cpu()
     b_lse = eps_l + 2.0 ** -22 * (3 * lg + 2 * P_OFF) + 2.0 ** -21 * lse.abs()

@@ -40,7 +40,6 @@ F32_NEG_INF = "0xff800000"
 F32_M_INIT = _f32_bits(abi.M_INIT)        # 0xff7fffff = -FLT_MAX: the running max's start (no -inf guards)
 F32_NEG_TAU = _f32_bits(-abi.RESCALE_TAU)  # the thresholded rescale: m moves when m_old - m_cand < -TAU
 F32_LN2 = "0x3f317218"                    # float32(ln 2)
-FP8X4_ONES = f"0x{abi.FP8X4_ONES:08x}"    # four e4m3 1.0 bytes: v_dot4_f32_fp8_fp8 with it sums a packed P VGPR
 # the "exp2_valu" schedule's polynomial exp2 (sage_co/abi.py EXP2_VALU_*): the clamp and the coefficients
 F32_EXP2_VALU_MIN = _f32_bits(abi.EXP2_VALU_MIN)
 F32_EXP2_VALU_C1 = _f32_bits(abi.EXP2_VALU_C1)

@@ -7,7 +7,7 @@ from asmdsl import Asm, Op
 from sage_co import abi
 
 from .config import (B128, F32_BYTES, CHUNKS, F32_EXP2_VALU_C1, F32_EXP2_VALU_C2, F32_EXP2_VALU_MIN, F32_FMA_MAX_QK_SCALE,
-                     F32_NEG_INF, F32_NEG_TAU, F32_P_OFF, FP8X4_ONES, PERMX16_SEL_HI, TILE_K, log2)
+                     F32_NEG_INF, F32_NEG_TAU, F32_P_OFF, PERMX16_SEL_HI, TILE_K, log2)
 from .stream import vadd, vcc_select_lines, vmax, vmul, vsub, vsubrev
 
 
@@ -35,7 +35,7 @@ class Softmax:
 
     def max_ops(self, sacc, m_old, m_new, scaled: bool = True) -> list[Op]:
         """Row max over the lane's 32 accumulators x by v_max3_num_f32 (two values per issue whatever a VOPD pair
-    costs, docs/rdna4.md §VOPD): 4 interleaved partial chains (9, 9, 7, 7 values) combined into mx[0], scaled once:
+    costs, docs/rdna4.md §Throughput): 4 interleaved partial chains (9, 9, 7, 7 values) combined into mx[0], scaled once:
     (max x - 1.5 * 2^23) * qk = max_j float(s_int32) * qk exactly (qk >= 0 scales monotonically; a masked lane
     half gives -inf, or NaN when qk = 0, which v_max3_num drops); the other lane half's max through v_permlanex16
     (docs/rdna4.md §WMMA: DPP cannot cross 16-lane rows), m_cand = max(m_old, both) into m_new and d = m_old -
@@ -114,12 +114,10 @@ class Softmax:
         a.label(label)
 
     def exp_ops(self, sacc) -> list[Op]:
-        """p = exp2(fma(x, qk[0], -lim)) (one FMA per score; threshold_lines / exact_form set qk[0] and lim), p8 =
-    fp8(p) packed in VGPR order into the chunk's first two registers (the P^T B-fragment, docs/rdna4.md §WMMA data
-    flow) and the row sum of the fp8 values, one v_dot4_f32_fp8_fp8 against 1.0 per packed VGPR in two chains
-    (docs/numerics.md §Attention arithmetic model: every partial sum is exact, so l_tile = sum_j p8_j in any order);
-    pv fp16: p16 = fp16(p), packed in halves, and the row sum of the fp32 p in two chains, l_tile = (p0 + p2 + ... +
-    p30) + (p1 + p3 + ... + p31) (the HIP kernel's order; the chains' adds pair in VOPD)."""
+        """p = exp2(fma(x, qk[0], -lim)) (one FMA per score; threshold_lines / exact_form set qk[0] and lim); the row
+    sum in two chains, l_tile = (p0 + p2 + ... + p30) + (p1 + p3 + ... + p31) (the HIP kernel's order; the chains'
+    adds pair in VOPD: one even, one odd destination), p8 = fp8(p) packed in VGPR order into the chunk's first two
+    registers (the P^T B-fragment, docs/rdna4.md §WMMA data flow); pv fp16: p16 = fp16(p), packed in halves."""
         def arg(j):
             return Op.raw(f"v_fma_f32 {sacc[j]}, {sacc[j]}, {self.qk[0]}, -{self.lim}",
                           [sacc[j], self.qk[0], self.lim], [sacc[j]])
@@ -155,14 +153,7 @@ class Softmax:
                 # op_sel dst bit: the high half; the convert merges into dst (docs/rdna4.md §Hazards 9)
                 out.append(Op.raw(f"v_cvt_pk_fp8_f32 {dst}, {sacc[j - 1]}, {sacc[j]} op_sel:[0,0,1]",
                                   [sacc[j - 1], sacc[j], dst], [dst]))
-                out.append(row_sum(2 * c + e // 4, dst))
             return out
-
-        def row_sum(k, packed):     # rs[k % 2] += the 4 fp8 p of packed VGPR k (k = 0, 1 start the chains at 0)
-            rs = self.rs[k % 2]
-            acc = "0" if k < 2 else rs
-            return Op.raw(f"v_dot4_f32_fp8_fp8 {rs}, {packed}, {FP8X4_ONES}, {acc}",
-                          [packed] + ([rs] if k >= 2 else []), [rs])
 
         LEAD, LAG = 4, 2        # arguments LEAD scores ahead of their exp; chain adds LAG behind, packs 2 more
         ops: list[Op] = [arg(j) for j in range(LEAD)]
@@ -175,8 +166,7 @@ class Softmax:
                     ops.append(arg(k + LEAD))
             j = k - LAG
             if j >= 2:
-                if self.PV16:
-                    ops.append(chain(j))
+                ops.append(chain(j))
                 ops += scale(j - 2)
                 ops += packs_after(j - 2)
         for j in (30, 31):

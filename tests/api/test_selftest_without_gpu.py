@@ -123,21 +123,16 @@ def test_attention_bound_admits_the_tolerance_and_fails_a_wrong_result():
     lse = torch.randn(2, 3, 50, generator=g) * 4
     b_out, b_lse = selftest.attention_bound(o, lse, v, "fp8")
     assert b_out.shape == (2, 50, 3, 128) and b_lse.shape == lse.shape
-    # one output ulp anywhere, and the LSE moved by a few ulps, are within it; an LSE off by 0.2 (fp8 P: l sums the
-    # p8, a flip of every one moves it by 2^-3 relative) is not, nor with fp16 P an LSE off by 1 %
+    # one output ulp anywhere, and the LSE moved by a few ulps, are within it; a 1 % error of the LSE is not
     bumped = (o.view(torch.int16) + 1).view(torch.bfloat16)
     assert selftest.within_bound(bumped, o, b_out)[0]
     assert selftest.within_bound(lse * (1 + 2 ** -22), lse, b_lse)[0]
-    assert (b_lse > 2.0 ** -3).all() and (b_lse < 0.2).all()
-    ok, equal, ratio = selftest.within_bound(lse + 0.2, lse, b_lse)
+    ok, equal, ratio = selftest.within_bound(lse + 0.01 * lse.abs().clamp_min(1), lse, b_lse)
     assert not ok and equal == 0.0 and ratio > 1
     # fp16 P is 2^7 times tighter than fp8 P: a 1 % output error passes fp8's bound on most elements, not fp16's
-    b16, b16_lse = selftest.attention_bound(o, lse, v, "fp16")
+    b16, _ = selftest.attention_bound(o, lse, v, "fp16")
     assert (b16 < b_out).all()
     assert not selftest.within_bound(o.float() * 1.02 + 0.01, o.float(), b16)[0]
-    assert selftest.within_bound(lse * (1 + 2 ** -22), lse, b16_lse)[0]
-    ok, equal, ratio = selftest.within_bound(lse + 0.01 * lse.abs().clamp_min(1), lse, b16_lse)
-    assert not ok and equal == 0.0 and ratio > 1
 
 
 @pytest.mark.parametrize("hip_python, runtime, ok", [("7.2.0", 70_253_211, True), ("6.4.1", 60_443_484, True),

@@ -232,27 +232,17 @@ def test_exp2_valu_values_and_accuracy_bound():
     assert hedge["rel_l2"] != trans["rel_l2"]
 
 
-def test_row_sum_by_dot4_and_row_max_by_max3_in_every_asm_symbol():
-    """The generated asm (docs/numerics.md §Attention arithmetic model "Row sum of the fp8 P", "Row max"): every
-    pv fp8 symbol sums each packed P VGPR (the high-half v_cvt_pk_fp8_f32) with one v_dot4_f32_fp8_fp8 against
-    abi.FP8X4_ONES and has no VOPD row-sum add left in the "trans" schedule; pv fp16 keeps the fp32 adds; every
-    symbol takes its row max with v_max3_num_f32 and no VOPD max."""
+def test_row_max_by_max3_in_every_asm_symbol():
+    """The generated asm (docs/numerics.md §Attention arithmetic model "Row max"): every symbol takes its row max
+    with v_max3_num_f32, two values per issue whatever a VOPD pair costs, and the "trans" symbols keep no VOPD max
+    (the exp2_valu hedge's clamp, a max with EXP2_VALU_MIN, still pairs in VOPD)."""
     import re
     from pathlib import Path
     text = (Path(__file__).resolve().parents[2] / "asm_src" / "gfx1201_sage_attention_asm.s").read_text()
     parts = re.split(r"^(gfx1201_sage_attention_fwd_asm_\w+):$", text, flags=re.M)
     bodies = dict(zip(parts[1::2], parts[2::2]))
     assert len(bodies) >= 24
-    ones = f"0x{abi.FP8X4_ONES:08x}"
     for name, body in bodies.items():
-        dot4 = re.findall(r"v_dot4_f32_fp8_fp8 v\d+, v\d+, (\w+), ", body)
-        high_packs = len(re.findall(r"v_cvt_pk_fp8_f32 .* op_sel:\[0,0,1\]", body))
         assert body.count("v_max3_num_f32") >= 16, name
-        if "exp2_valu" not in name:     # the hedge's clamp (max with EXP2_VALU_MIN) pairs in VOPD
+        if "exp2_valu" not in name:
             assert "v_dual_max_num_f32" not in body, name
-        if name.endswith("_pv16"):
-            assert not dot4 and body.count("v_dual_add_f32") > 0, name
-        else:
-            assert len(dot4) == high_packs > 0 and set(dot4) == {ones}, (name, len(dot4), high_packs)
-            if "exp2_valu" not in name:
-                assert "v_dual_add_f32" not in body, name

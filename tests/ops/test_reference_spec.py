@@ -323,8 +323,8 @@ def test_model_single_tile_matches_direct_formula():
     x, t = s_int.float() + R.MAGIC, s.amax(-1, keepdim=True) - R.P_OFF
     pr = torch.exp2(R.fp32_fma(x, c, -R.fp32_fma(torch.tensor(R.MAGIC), c, t)))
     assert pr.max() <= 2.0 ** 8.05  # fp8 without a multiply
+    l = pr.sum(-1, keepdim=True)
     p8 = R.to_fp8(pr).float()
-    l = p8.sum(-1, keepdim=True)    # the row sum of the fp8 P the product multiplies (exact in fp32)
     o = p8 @ p.v_t[..., :S].float().transpose(-1, -2)
     direct = ((o * (1 / l)) * p.v_scale[:, :, None, :]).to(BF16).transpose(1, 2)
     assert torch.equal(out.view(torch.int16), direct.view(torch.int16))

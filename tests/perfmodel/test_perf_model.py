@@ -968,18 +968,13 @@ def test_attention_symbol_refuses_an_unknown_schedule():
 
 def test_hypotheses_trans_rate_reaches_the_shipped_kernels_time():
     """The rules reach the simulator: TRANS at 8 clocks models the shipped kernel slower than at 4 (the issue's
-    ~855 us at S=4096 is the same effect); VOPD at 2 issues too, by what its remaining VOPD pairs cost (the row max
-    and row sum left VOPD for v_max3 / v_dot4: about 9 pairs a tile, the O rescale's, on a third of the tiles)."""
+    ~855 us at S=4096 is the same effect); VOPD at 2 issues too, by what the loop's VOPD pairs cost (the row-sum
+    adds and the O rescale; the row max is v_max3, no VOPD)."""
     from perfmodel import hypotheses as hy
-    from perfmodel.whatif import _streams
-    from perfmodel.emulated import dynamic_iteration_mix
     t4 = hy.modeled_us("asm", 1536, hy.RuleSet(4, False, False, 1).params())
     t8 = hy.modeled_us("asm", 1536, hy.RuleSet(8, False, False, 1).params())
     v2 = hy.modeled_us("asm", 1536, hy.RuleSet(4, False, False, 2).params())
-    km, run, _ = _streams("asm")
-    vopd = dynamic_iteration_mix(km, run)[0].vopd
-    assert vopd > 0
-    assert t8 > 1.05 * t4 and v2 > 1.003 * t4
+    assert t8 > 1.05 * t4 and v2 > 1.01 * t4
 
 
 def test_what_if_walks_only_the_executed_paths():

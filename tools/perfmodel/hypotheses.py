@@ -130,8 +130,9 @@ def _valu_sensitivity(kernel: str):
 
 
 # The schedule changes the model weighs that no shipped schedule has (each a concrete instruction change on the
-# default schedule's loop). The issue-41 levers the kernels ship (the row max by v_max3_num_f32, the row sum by
-# v_dot4_f32_fp8_fp8, the thresholded rescale, no -inf guard, l per lane half) are in the stream already.
+# default schedule's loop). The issue-41 levers the kernels ship (the row max by v_max3_num_f32, the thresholded
+# rescale, no -inf guard, l per lane half) are in the stream already; the row sum by v_dot4_f32_fp8_fp8 is no lever:
+# it would sum the fp8 P and move the LSE past its accuracy test (docs/numerics.md §Attention arithmetic model).
 # Order matters where levers combine (combined()): each transform sees the stream the previous one left.
 LEVERS = (
     Lever("exact check on SALU", "the exact-form test's 2 VALU ops per tile replaced by 1 s_load_b64 and 6 SALU "
