@@ -453,11 +453,11 @@ def hip_flags(entry: Entry) -> list[str]:
             f"-cuid={entry.name}", *compile_defines(entry)]
 
 
-def inputs_sha256(entry: Entry, llvm: LLVM) -> str:
-    """What a .hip entry's bytes are a function of: clang's arguments and the preprocessed source (every include
-    and define resolved; no line markers, so no paths). The LLVM version is recorded beside it (llvm_version)."""
+def inputs_sha256(entry: Entry, preprocessed: str) -> str:
+    """What a .hip entry's bytes are a function of: clang's arguments and the preprocessed source (preprocess():
+    every include and define resolved; no line markers, so no paths). The LLVM version is recorded beside it."""
     h = hashlib.sha256("\0".join(hip_flags(entry)).encode())
-    h.update(b"\0" + preprocess(entry, llvm).encode())
+    h.update(b"\0" + preprocessed.encode())
     return h.hexdigest()
 
 
@@ -525,7 +525,7 @@ def hip_instances(preprocessed: str) -> dict[str, str | None]:
     return out
 
 
-def family_problems(entry: Entry, kernels, llvm: LLVM) -> list[str]:
+def family_problems(entry: Entry, kernels, llvm: LLVM, preprocessed: str | None = None) -> list[str]:
     """How the built code object (its kernel names `kernels`) and its source disagree with what the entry declares
     (sage_co/family.py, or the toml's provides rows), in both directions: a declared symbol missing, a symbol no
     row declares, a .hip wrapper calling another template instance than declared. Empty: they agree. A code object
@@ -544,7 +544,7 @@ def family_problems(entry: Entry, kernels, llvm: LLVM) -> list[str]:
     fam = entry.family
     if fam is None or Path(entry.source).suffix != ".hip":
         return problems
-    instances = hip_instances(preprocess(entry, llvm))
+    instances = hip_instances(preprocessed if preprocessed is not None else preprocess(entry, llvm))
     for k in fam.kernels:
         if k.hip_instance is not None and k.symbol in instances and instances[k.symbol] != k.hip_instance:
             problems.append(f"{entry.name}: {entry.source} defines {k.symbol} as a call of "
@@ -566,7 +566,9 @@ def manifest_entry(entry: Entry, co_path: Path, llvm: LLVM, problems: list[str] 
     data = co_path.read_bytes()
     co = read_code_object(data, f"{entry.arch}/{co_path.name}", entry.arch)
     kernels = {kname: kernel_snapshot(k) for kname, k in sorted(co.kernels.items())}
-    found = family_problems(entry, set(kernels), llvm)
+    hip = Path(entry.source).suffix == ".hip"
+    preprocessed = preprocess(entry, llvm) if hip else None     # once: the family check and inputs_sha256
+    found = family_problems(entry, set(kernels), llvm, preprocessed)
     if found and problems is None:
         raise BuildError("\n  ".join(found))
     if problems is not None:
@@ -585,8 +587,8 @@ def manifest_entry(entry: Entry, co_path: Path, llvm: LLVM, problems: list[str] 
     }
     if Path(entry.source).suffix == ".py":
         out["generated"] = f"{entry.src_dir.name}/{generated_asm_path(entry).name}"
-    if Path(entry.source).suffix == ".hip":
-        out["inputs_sha256"] = inputs_sha256(entry, llvm)
+    if hip:
+        out["inputs_sha256"] = inputs_sha256(entry, preprocessed)
     return out
 
 

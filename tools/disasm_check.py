@@ -226,14 +226,16 @@ def kernarg_declarations(manifest: dict) -> dict:
     return out
 
 
-def check_code_object(path: Path, recorded: dict | None, declared: dict | None, mix_rows: list | None) -> list[str]:
-    """recorded: the manifest's `kernels` section for this code object (None: no snapshot comparison). mix_rows:
-    gets (code object, kernel, instruction mix, VGPRs, LDS bytes) per kernel (None: the mix is not counted)."""
+def check_code_object(path: Path, recorded: dict | None, declared: dict | None,
+                      mix_rows: list | None) -> tuple[list[str], int]:
+    """(problems, kernels checked). recorded: the manifest's `kernels` section for this code object (None: no
+    snapshot comparison). mix_rows: gets (code object, kernel, instruction mix, VGPRs, LDS bytes) per kernel (None:
+    the mix is not counted)."""
     problems = []
     try:
         co = codeobj.read_file(path, arch=None)
     except codeobj.CodeObjectError as exc:
-        return [str(exc)]
+        return [str(exc)], 0
     if recorded is not None:
         for line in diff_snapshot(recorded, snapshot(co)):
             problems.append(f"{path.name}: ABI drift {line} (rebuild with build_asm.py and review the manifest)")
@@ -255,18 +257,14 @@ def check_code_object(path: Path, recorded: dict | None, declared: dict | None, 
         if mix_rows is not None:
             mix_rows.append((path.name, kname, instruction_mix(lines), k.metadata.get(".vgpr_count"),
                              k.descriptor.group_segment_fixed_size))
-    return problems
+    return problems, len(co.kernels)
 
 
 def _check_one(args) -> tuple[list[str], list, int]:
     """check_code_object in a worker process: (problems, mix rows, kernels checked)."""
     path, recorded, declared, with_mix = args
     rows = [] if with_mix else None
-    problems = check_code_object(path, recorded, declared, rows)
-    try:
-        kernels = len(codeobj.read_file(path, arch=None).kernels)
-    except (OSError, codeobj.CodeObjectError):
-        kernels = 0                         # check_code_object reported it
+    problems, kernels = check_code_object(path, recorded, declared, rows)
     return problems, rows or [], kernels
 
 
