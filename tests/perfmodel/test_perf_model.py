@@ -1002,3 +1002,35 @@ def test_hypotheses_levers_are_concrete_instruction_changes():
     assert [o.mnemonic for o in out if o.vector] == ["v_fma_f32", "v_add_nc_u32_e32", "v_exp_f32_e32"]
     assert out[1].srcs == (7,)                              # the add that feeds no compare stays
     assert [o.cls for o in out if not o.vector] == ["SMEM"] + ["SALU"] * 6
+
+
+def test_exp2_lever_is_the_exp2_valu_schedules_own_instructions():
+    """The 'exp2 on the VALU' lever costs what the shipped exp2_valu schedule issues per emulated (even, odd) pair,
+    read from the shipped assembly (the trans and exp2_valu symbols of one variant: the v_exp_f32 it drops, the VOPD
+    pairs and VOP3 it adds), and its transform puts exactly that in place of a quarter of a tile's v_exp_f32."""
+    from collections import Counter
+    from perfmodel import hypotheses as hy
+    from perfmodel.simulate import Op
+    text = (ROOT / "asm_src" / "gfx1201_sage_attention_asm.s").read_text().split("\n")
+
+    def body(symbol):
+        start = text.index(symbol + ":")
+        end = next(n for n in range(start, len(text)) if text[n].strip().startswith(f".size   {symbol},"))
+        return Counter(line.split()[0] for line in text[start + 1:end] if line.startswith("        v_"))
+
+    trans = body("gfx1201_sage_attention_fwd_asm_d128_bf16")
+    valu = body("gfx1201_sage_attention_fwd_asm_d128_bf16_exp2_valu")
+    dropped = trans["v_exp_f32_e32"] - valu["v_exp_f32_e32"]
+    assert dropped > 0 and dropped % 2 == 0
+    for m in hy.EXP2_VALU_PAIR_VOPD:
+        assert valu[m] - trans[m] == dropped // 2, m
+    for m, n in Counter(hy.EXP2_VALU_PER_SCORE).items():
+        assert valu[m] - trans[m] == n * dropped, m
+
+    ops = [Op("v_exp_f32_e32", "TRANS", True, (j,), (j,)) for j in range(64)]      # two tiles' exps
+    out = hy.emulate_exp_pairs()(ops)
+    assert sum(o.cls == "TRANS" for o in out) == 48                 # keys 8c + 2, 8c + 3: a quarter
+    assert [o.srcs for o in out if o.cls == "TRANS"][:3] == [(0,), (1,), (4,)]
+    pair = out[2:2 + len(hy.EXP2_VALU_PAIR_VOPD) + 2 * len(hy.EXP2_VALU_PER_SCORE)]
+    assert [o.mnemonic for o in pair[:4]] == list(hy.EXP2_VALU_PAIR_VOPD) and pair[0].dsts == (2, 3)
+    assert Counter(o.mnemonic for o in pair[4:]) == Counter(hy.EXP2_VALU_PER_SCORE * 2)
