@@ -7,6 +7,8 @@ the arena). Freed space is reused first-fit.
 """
 from __future__ import annotations
 
+import bisect
+
 import struct
 
 import numpy as np
@@ -129,12 +131,37 @@ class Module:
 
     def __init__(self, device: Device, co):
         self.device, self.co = device, co
-        self.insts = decode.decode(co.text, 0)
-        self.by_offset = {i.offset: i for i in self.insts}
-        self.offsets = [i.offset for i in self.insts]      # ascending (decode order): executor.Program bisects it
+        self._insts: list | None = None
+        self._offsets: list[int] | None = None
         # kernel name -> its executor.Program, made at its first launch (tools and tests read the instruction list
         # a run's PC indices refer to; a test may seed one)
         self.programs: dict = {}
+
+    @property
+    def insts(self) -> list:
+        """Every instruction of .text in decode order (ascending offsets), decoded on first use: a launch decodes
+    only its kernel (range_insts); the shipped prepare code object holds ~30 kernels and ~200 K instructions."""
+        if self._insts is None:
+            self._insts = decode.decode(self.co.text, 0)
+        return self._insts
+
+    @property
+    def offsets(self) -> list[int]:
+        """The .text offset of each of `insts` (ascending: executor.Program bisects it)."""
+        if self._offsets is None:
+            self._offsets = [i.offset for i in self.insts]
+        return self._offsets
+
+    def range_insts(self, start: int, end: int) -> list:
+        """The instructions in [start, end) of .text, start on an instruction: a slice of `insts` once that is
+    decoded, else only these bytes decoded (a kernel's symbol range: it ends where its last instruction does)."""
+        if self._insts is None:
+            try:
+                return decode.decode(self.co.text[start:end], start)
+            except decode.DecodeError:
+                pass                # not a range of whole instructions: decode all of .text and slice
+        starts = self.offsets
+        return self.insts[bisect.bisect_left(starts, start):bisect.bisect_left(starts, end)]
 
     @property
     def kernels(self):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import gc
+import threading
 import time
 
 import numpy as np
@@ -59,11 +60,10 @@ class Program:
         self.module, self.kernel, self.name = module, kernel, kernel.name
         # module.insts is in decode order (ascending offsets): slice by bisection, not a scan per kernel (a prepare
         # code object has ~30 kernels over a million instructions)
-        starts = getattr(module, "offsets", None) or [i.offset for i in module.insts]
-        insts = module.insts[bisect.bisect_left(starts, kernel.entry):]
-        if kernel.code_size:
-            end = bisect.bisect_left(starts, kernel.entry + kernel.code_size)
-            insts = module.insts[bisect.bisect_left(starts, kernel.entry):end] or insts
+        insts = module.range_insts(kernel.entry, kernel.entry + kernel.code_size) if kernel.code_size else []
+        if not insts:
+            starts = module.offsets
+            insts = module.insts[bisect.bisect_left(starts, kernel.entry):]
         # A kernel that calls (s_swappc_b64 / s_call_b64) may reach any function of the code object: its program is
         # then the whole .text, entered at the kernel's entry (docs/rdna4.md §Calls). s_setpc_b64 alone is a jump
         # (LLVM's long branch in a kernel over 128 KiB): its program stays the kernel, and a target outside it stops
@@ -187,9 +187,9 @@ def _init_batch(st: State, prog: Program, grid, block, wg_lo: int, nwg: int, wpg
     d = prog.kernel.descriptor
     st.grid, st.block = grid, block
     wg_local = np.repeat(np.arange(nwg), wpg)
-    st.wave_wg = wg_local
-    st.wave_in_wg = np.tile(np.arange(wpg), nwg)
-    st.wg_id = wg_lo + wg_local
+    st.wave_wg[:] = wg_local            # in place: handlers of a reused State hold these arrays (State.reset)
+    st.wave_in_wg[:] = np.tile(np.arange(wpg), nwg)
+    st.wg_id[:] = wg_lo + wg_local
     gx, gy, gz = grid
     wx, wy, wz = st.wg_id % gx, st.wg_id // gx % gy, st.wg_id // (gx * gy)
     # user SGPRs from s0 in the fixed order (docs/rdna4.md §Entry)
@@ -284,13 +284,13 @@ def _run(prog: Program, grid, block, *, kernarg_va, dispatch_va=0, queue_va=0, s
     steps = 0
     for wg_lo in range(0, total_wg, per_batch):
         nwg = min(per_batch, total_wg - wg_lo)
-        st = State(prog, nwg * wpg, nwg, sanitize=sanitize, lds_race_check=lds_race_check, lds_bytes=lds_bytes,
-                   device=mem_dev)
+        st, ops = _batch_state(prog, nwg * wpg, nwg, sanitize, lds_race_check, lds_bytes, mem_dev, tracer)
         _init_batch(st, prog, grid, block, wg_lo, nwg, wpg, kernarg_va, dispatch_va, queue_va)
         if tracer is not None:
             tracer.attach(st)
         with np.errstate(all="ignore"):
-            steps += _run_batch(st, Ops(st), tracer)
+            steps += _run_batch(st, ops, tracer)
+        _keep_state(prog, st, ops, tracer)
         if progress is not None:   # progress(workgroups done, total): the CLI's progress bar on long runs
             progress(wg_lo + nwg, total_wg)
     counts = {c: 0 for c in CLASSES}
@@ -307,6 +307,44 @@ def _run(prog: Program, grid, block, *, kernarg_va, dispatch_va=0, queue_va=0, s
     if tracer is not None:
         out["trace"] = tracer.lines
     return out
+
+
+# The State of a finished batch is kept for the next batch or launch of the same Program with the same shape: its
+# handlers (built on an instruction's first execution, ~0.15 ms each) are then built once, not per launch -- an
+# unrolled prepare kernel runs ~6,000 instructions once each. A launch of several batches keeps one State per batch
+# shape (the last batch is usually smaller). KEPT_BYTES bounds the memory the kept States hold (one of 2,048 waves
+# holds 64 MiB of VGPRs at 256 VGPRs); a traced run neither takes nor leaves one.
+KEPT_BYTES = 384 << 20
+_kept: dict = {}        # (Program, shape key) -> (State, Ops, bytes), oldest first
+_kept_lock = threading.Lock()       # launches on several Devices may run in threads: a State serves one at a time
+
+
+def _state_bytes(st: State) -> int:
+    return st.V.nbytes + st.lds.nbytes + st.spend.nbytes + sum(a.nbytes for a in st.vpend.values()) + \
+        st.race_writer.nbytes * 2 + (st.private.nbytes if st.private is not None else 0)
+
+
+def _batch_state(prog: Program, W: int, nwg: int, sanitize: bool, lds_race_check: bool, lds_bytes: int, device,
+                 tracer):
+    key = (prog, W, nwg, bool(sanitize), bool(lds_race_check), lds_bytes, id(device))
+    with _kept_lock:
+        kept = _kept.pop(key, None) if tracer is None else None
+    if kept is not None:
+        st, ops, _ = kept
+        st.reset(device)
+        return st, ops
+    st = State(prog, W, nwg, sanitize=sanitize, lds_race_check=lds_race_check, lds_bytes=lds_bytes, device=device)
+    return st, Ops(st)
+
+
+def _keep_state(prog: Program, st: State, ops: Ops, tracer):
+    if tracer is not None:
+        return
+    key = (prog, st.W, st.nwg, bool(st.sanitize), bool(st.lds_race_check), st.lds_bytes, id(st.device))
+    with _kept_lock:
+        _kept[key] = (st, ops, _state_bytes(st))
+        while len(_kept) > 1 and sum(k[2] for k in _kept.values()) > KEPT_BYTES:
+            del _kept[next(iter(_kept))]
 
 
 def _run_batch(st: State, ops: Ops, tracer) -> int:

@@ -110,7 +110,8 @@ class State:
         W = nwaves
         self.prog, self.W, self.nwg = prog, W, nwg
         self.grid = self.block = (1, 1, 1)
-        self.wave_wg = self.wave_in_wg = self.wg_id = np.zeros(W, dtype=np.int64)
+        # three arrays, written in place by the executor's batch setup (handlers may hold them: reset())
+        self.wave_wg, self.wave_in_wg, self.wg_id = (np.zeros(W, dtype=np.int64) for _ in range(3))
         self.V = np.zeros((prog.nvgpr, W, 32), dtype=np.uint32)
         self.S = np.zeros((NUM_SREGS, W), dtype=np.uint32)
         self.SCC = np.zeros(W, dtype=bool)
@@ -157,6 +158,29 @@ class State:
         self.race_writer = np.zeros((nwg, ndw), dtype=np.int64)      # wave-in-wg + 1 of the last writer, 0 none
         self.race_readers = np.zeros((nwg, ndw), dtype=np.uint64)    # bitmask of reading waves (wave-in-wg < 64)
         self.race_barriers = np.zeros(nwg, dtype=np.int64)           # barriers whose completion cleared them
+
+    def reset(self, device=None):
+        """Back to the state __init__ leaves, in place, keeping the built handlers: a handler holds the arrays of
+    the State it was built for (operands.Ops binds them once), so every array is cleared rather than replaced. The
+    device's arena may have moved (Device.alloc grows it) and its allocations changed: both are read again."""
+        for a in (self.wave_wg, self.wave_in_wg, self.wg_id, self.V, self.S, self.SCC, self.EXM, self.mode, self.pc,
+                  self.blocked, self.asleep, self.sig, self.passed, self.lds, self.spend, self.hz_tracked,
+                  self.hz_salu, self.hz_valu, self.hz_vcc, self.hz_vcmpx, self.race_writer, self.race_readers,
+                  self.race_barriers, *self.issued.values(), *self.done.values(), *self.vpend.values()):
+            a.fill(0)
+        if self.private is not None:
+            self.private.fill(0)
+        self.alive.fill(True)
+        self.wmma_d.fill(-1)
+        self.grid = self.block = (1, 1, 1)
+        self.exec_full = self.wmma_live = self.hz_vcmpx_live = False
+        self.dpp_mask = None
+        self.maybe.clear()
+        self.device = device
+        self.mem = device.mem if device is not None else np.zeros(0, dtype=np.uint8)
+        self.mem32 = self.mem.view(np.uint32)
+        self.live_starts, self.live_ends = device.live_ranges() if device is not None else \
+            (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     # --- EXEC
     def refresh_exec(self, sel=ALL):

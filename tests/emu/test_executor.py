@@ -7,6 +7,7 @@ import pytest
 
 from llvm_tools import assemble_co, hip_co, needs_llvm
 from sage_co.emu import Device, executor
+from sage_co.emu.state import ARENA_VA, EmuError
 from sage_co.emu.facts import CALL_INSTS
 
 HERE = Path(__file__).parent
@@ -142,6 +143,35 @@ def test_lds_barrier_block_sum_8_waves(hip):
                        lds_race_check=True)
     np.testing.assert_array_equal(get(dev, out, np.float32, 4), x.reshape(4, 256).sum(1))
     assert stats["LDS"] > 0 and stats["waves"] == 32
+
+
+def test_a_kept_state_runs_the_next_launch_like_a_fresh_one(hip, monkeypatch):
+    """A launch reuses the State (and the built handlers) its Program's last launch of the same shape left
+    (executor._batch_state): LDS, barriers, registers and the sanitizer start clean, the grown arena is read again,
+    and the result and the counts equal a fresh State's. An out-of-bounds launch on a kept State still stops."""
+    dev = Device()
+    mod = dev.load(hip)
+    rng = np.random.default_rng(5)
+    xs = [rng.integers(-100, 100, 3 * 256).astype(np.float32) for _ in range(2)]
+    args = lambda out, x: struct.pack("<QQ", out, put(dev, x))             # noqa: E731
+    out0 = dev.alloc(12)
+    mod.launch("block_sum", (3, 1, 1), (256, 1, 1), args(out0, xs[0]), lds_race_check=True)
+    built = []
+    real = executor.build_handler
+    monkeypatch.setattr(executor, "build_handler", lambda *a: built.append(a[2]) or real(*a))
+    big = dev.alloc(len(dev.mem) * 2)           # the arena grows: the kept State must read the new one
+    out1 = dev.alloc(12)
+    kept = mod.launch("block_sum", (3, 1, 1), (256, 1, 1), args(out1, xs[1]), lds_race_check=True)
+    assert built == []                          # every handler came with the kept State
+    np.testing.assert_array_equal(get(dev, out1, np.float32, 3), xs[1].reshape(3, 256).sum(1))
+    executor._kept.clear()
+    fresh = mod.launch("block_sum", (3, 1, 1), (256, 1, 1), args(out1, xs[1]), lds_race_check=True)
+    assert built and kept.exec_counts == fresh.exec_counts
+    assert {k: v for k, v in kept.items() if k != "wall_s"} == {k: v for k, v in fresh.items() if k != "wall_s"}
+    dev.free(big)
+    with pytest.raises(EmuError, match="global"):
+        mod.launch("block_sum", (3, 1, 1), (256, 1, 1), struct.pack("<QQ", out1, ARENA_VA + len(dev.mem)),
+                   lds_race_check=True)
 
 
 def test_dpp_permlanex16_exp2(hip):
