@@ -17,6 +17,7 @@ import bisect
 import ctypes
 import gc
 import threading
+import weakref
 import time
 
 import numpy as np
@@ -92,6 +93,7 @@ class Program:
         # MODE.FP16_OVFL can be set only from the descriptor or by s_setreg: otherwise f16 results need no check
         self.fp16_ovfl_possible = bool(d.fp16_ovfl) or any(i.name.startswith("s_setreg") for i in insts)
         self.exec_count = np.zeros(len(insts) + 1, dtype=np.int64)   # wave-instructions per PC index
+        self.kept: dict = {}        # batch shape -> (State, Ops) of a finished batch (_keep_state)
         # per instruction, made on first use: a program that is the whole .text (a long branch through s_setpc in a
         # large kernel) runs a small part of it, and the facts of 1.8 M instructions took ~13 s per kernel
         self.facts = _Memo(len(insts), lambda n: facts(insts[n]))
@@ -312,10 +314,11 @@ def _run(prog: Program, grid, block, *, kernarg_va, dispatch_va=0, queue_va=0, s
 # The State of a finished batch is kept for the next batch or launch of the same Program with the same shape: its
 # handlers (built on an instruction's first execution, ~0.15 ms each) are then built once, not per launch -- an
 # unrolled prepare kernel runs ~6,000 instructions once each. A launch of several batches keeps one State per batch
-# shape (the last batch is usually smaller). KEPT_BYTES bounds the memory the kept States hold (one of 2,048 waves
-# holds 64 MiB of VGPRs at 256 VGPRs); a traced run neither takes nor leaves one.
+# shape (the last batch is usually smaller). The States live on their Program (Program.kept: they go when its module
+# does) and hold no device arena; KEPT_BYTES bounds the memory all of them hold (one of 2,048 waves holds 64 MiB of
+# VGPRs at 256 VGPRs), the oldest going first. A traced run neither takes nor leaves one.
 KEPT_BYTES = 384 << 20
-_kept: dict = {}        # (Program, shape key) -> (State, Ops, bytes), oldest first
+_kept_order: dict = {}      # (weakref to a Program, shape) -> bytes, oldest first
 _kept_lock = threading.Lock()       # launches on several Devices may run in threads: a State serves one at a time
 
 
@@ -326,11 +329,13 @@ def _state_bytes(st: State) -> int:
 
 def _batch_state(prog: Program, W: int, nwg: int, sanitize: bool, lds_race_check: bool, lds_bytes: int, device,
                  tracer):
-    key = (prog, W, nwg, bool(sanitize), bool(lds_race_check), lds_bytes, id(device))
+    shape = (W, nwg, bool(sanitize), bool(lds_race_check), lds_bytes)
     with _kept_lock:
-        kept = _kept.pop(key, None) if tracer is None else None
+        kept = prog.kept.pop(shape, None) if tracer is None else None
+        if kept is not None:
+            _kept_order.pop((weakref.ref(prog), shape), None)
     if kept is not None:
-        st, ops, _ = kept
+        st, ops = kept
         st.reset(device)
         return st, ops
     st = State(prog, W, nwg, sanitize=sanitize, lds_race_check=lds_race_check, lds_bytes=lds_bytes, device=device)
@@ -340,11 +345,20 @@ def _batch_state(prog: Program, W: int, nwg: int, sanitize: bool, lds_race_check
 def _keep_state(prog: Program, st: State, ops: Ops, tracer):
     if tracer is not None:
         return
-    key = (prog, st.W, st.nwg, bool(st.sanitize), bool(st.lds_race_check), st.lds_bytes, id(st.device))
+    shape = (st.W, st.nwg, bool(st.sanitize), bool(st.lds_race_check), st.lds_bytes)
+    st.device, st.mem = None, np.zeros(0, dtype=np.uint8)       # the arena stays with its Device (reset reads it)
+    st.mem32 = st.mem.view(np.uint32)
     with _kept_lock:
-        _kept[key] = (st, ops, _state_bytes(st))
-        while len(_kept) > 1 and sum(k[2] for k in _kept.values()) > KEPT_BYTES:
-            del _kept[next(iter(_kept))]
+        prog.kept[shape] = (st, ops)
+        _kept_order[(weakref.ref(prog), shape)] = _state_bytes(st)
+        total = 0
+        for (ref, sh), nbytes in reversed(list(_kept_order.items())):      # newest first
+            owner = ref()
+            total += nbytes if owner is not None else 0
+            if owner is None or total > KEPT_BYTES and (ref, sh) != (weakref.ref(prog), shape):
+                del _kept_order[(ref, sh)]
+                if owner is not None:
+                    owner.kept.pop(sh, None)
 
 
 def _run_batch(st: State, ops: Ops, tracer) -> int:

@@ -164,7 +164,7 @@ def test_a_kept_state_runs_the_next_launch_like_a_fresh_one(hip, monkeypatch):
     kept = mod.launch("block_sum", (3, 1, 1), (256, 1, 1), args(out1, xs[1]), lds_race_check=True)
     assert built == []                          # every handler came with the kept State
     np.testing.assert_array_equal(get(dev, out1, np.float32, 3), xs[1].reshape(3, 256).sum(1))
-    executor._kept.clear()
+    mod.programs["block_sum"].kept.clear()
     fresh = mod.launch("block_sum", (3, 1, 1), (256, 1, 1), args(out1, xs[1]), lds_race_check=True)
     assert built and kept.exec_counts == fresh.exec_counts
     assert {k: v for k, v in kept.items() if k != "wall_s"} == {k: v for k, v in fresh.items() if k != "wall_s"}
