@@ -923,6 +923,7 @@ def test_hypotheses_json_and_table_carry_the_schedule_columns(monkeypatch, capsy
     prints them and counts the rows within the goal."""
     from perfmodel import hypotheses as hy
     monkeypatch.setattr(hy, "LEVERS", (_tagging_lever("x"),))
+    monkeypatch.setattr(hy, "VALU_SENSITIVITY", _tagging_lever("sensitivity"))    # not the real kernel's counts
     monkeypatch.setattr(hy, "shipped_schedules", lambda kernel="asm": ("base", "hedge"))
 
     def model(kernel, S, params, transform=None, schedule=None):
