@@ -31,6 +31,7 @@ ALLOWED = {
     ("sage_co/integrations/sageattention_shim.py", "locate_file"): "importlib.metadata.Distribution protocol",
     ("sage_co/integrations/sageattention_shim.py", "find_distributions"): "importlib.metadata finder protocol",
     ("tests/conftest.py", "pytest_collection_modifyitems"): "pytest hook",
+    ("tests/conftest.py", "pytest_unconfigure"): "pytest hook",
     ("tests/emu/corpus/flydsl/kernels.py", "wmma_gemm"): "called by name from the corpus build script",
     ("tests/emu/corpus/flydsl/kernels.py", "online_softmax_attention"): "called by name from the corpus build script",
     ("tests/emu/corpus/flydsl/kernels.py", "wmma_attention"): "called by name from the corpus build script",
