@@ -317,10 +317,11 @@ def _run(prog: Program, grid, block, *, kernarg_va, dispatch_va=0, queue_va=0, s
 # shape (the last batch is usually smaller). The States live on their Program (Program.kept: they go when its module
 # does) and hold no device arena; KEPT_BYTES bounds the memory all of them hold (one of 2,048 waves holds 64 MiB of
 # VGPRs at 256 VGPRs) and KEPT_HANDLERS the handlers, the oldest going first: each handler is a closure of ~30
-# cells that Python's collector scans on every full collection once it is kept (measured: 20,000 kept handlers cost
-# a file of new shapes ~6 % and save a file of repeated shapes ~30 %). A traced run neither takes nor leaves one.
+# cells that Python's collector scans on every full collection once it is kept: a file of new shapes runs ~6 %
+# slower, one of repeated shapes ~30 % faster (tests/kernels/test_varlen_packed.py, tests/api/test_public_ops.py).
+# A traced run neither takes nor leaves one.
 KEPT_BYTES = 384 << 20
-KEPT_HANDLERS = 20_000
+KEPT_HANDLERS = 100_000
 _kept_order: dict = {}      # (weakref to a Program, shape) -> (bytes, handlers), oldest first
 _kept_lock = threading.Lock()       # launches on several Devices may run in threads: a State serves one at a time
 
