@@ -8,7 +8,6 @@ the arena). Freed space is reused first-fit.
 from __future__ import annotations
 
 import bisect
-
 import struct
 
 import numpy as np

@@ -13,12 +13,11 @@ is asked. A new instruction group hooks in by adding its builder to the tuples o
 """
 from __future__ import annotations
 
-import bisect
 import ctypes
 import gc
 import threading
-import weakref
 import time
+import weakref
 
 import numpy as np
 
@@ -59,12 +58,10 @@ class Program:
 
     def __init__(self, module, kernel):
         self.module, self.kernel, self.name = module, kernel, kernel.name
-        # module.insts is in decode order (ascending offsets): slice by bisection, not a scan per kernel (a prepare
-        # code object has ~30 kernels over a million instructions)
-        insts = module.range_insts(kernel.entry, kernel.entry + kernel.code_size) if kernel.code_size else []
-        if not insts:
-            starts = module.offsets
-            insts = module.insts[bisect.bisect_left(starts, kernel.entry):]
+        # only the kernel's bytes are decoded (a prepare code object has ~30 kernels); without a symbol size, up to
+        # the end of .text
+        end = kernel.entry + kernel.code_size if kernel.code_size else len(module.co.text)
+        insts = module.range_insts(kernel.entry, end)
         # A kernel that calls (s_swappc_b64 / s_call_b64) may reach any function of the code object: its program is
         # then the whole .text, entered at the kernel's entry (docs/rdna4.md §Calls). s_setpc_b64 alone is a jump
         # (LLVM's long branch in a kernel over 128 KiB): its program stays the kernel, and a target outside it stops
@@ -331,9 +328,14 @@ def _state_bytes(st: State) -> int:
         st.race_writer.nbytes * 2 + (st.private.nbytes if st.private is not None else 0)
 
 
+def _shape(W: int, nwg: int, sanitize: bool, lds_race_check: bool, lds_bytes: int) -> tuple:
+    """What a kept State must match to serve a batch (its arrays' sizes and what its handlers were built for)."""
+    return W, nwg, bool(sanitize), bool(lds_race_check), int(lds_bytes)
+
+
 def _batch_state(prog: Program, W: int, nwg: int, sanitize: bool, lds_race_check: bool, lds_bytes: int, device,
                  tracer):
-    shape = (W, nwg, bool(sanitize), bool(lds_race_check), lds_bytes)
+    shape = _shape(W, nwg, sanitize, lds_race_check, lds_bytes)
     with _kept_lock:
         kept = prog.kept.pop(shape, None) if tracer is None else None
         if kept is not None:
@@ -349,19 +351,17 @@ def _batch_state(prog: Program, W: int, nwg: int, sanitize: bool, lds_race_check
 def _keep_state(prog: Program, st: State, ops: Ops, tracer):
     if tracer is not None:
         return
-    shape = (st.W, st.nwg, bool(st.sanitize), bool(st.lds_race_check), st.lds_bytes)
-    st.device, st.mem = None, np.zeros(0, dtype=np.uint8)       # the arena stays with its Device (reset reads it)
-    st.mem32 = st.mem.view(np.uint32)
+    newest = (weakref.ref(prog), _shape(st.W, st.nwg, st.sanitize, st.lds_race_check, st.lds_bytes))
+    st.attach(None)             # the arena stays with its Device (reset attaches the next launch's)
     with _kept_lock:
-        prog.kept[shape] = (st, ops)
-        _kept_order[(weakref.ref(prog), shape)] = (_state_bytes(st), len(st.handlers) - st.handlers.count(None))
+        prog.kept[newest[1]] = (st, ops)
+        _kept_order[newest] = (_state_bytes(st), len(st.handlers) - st.handlers.count(None))
         nbytes = nhandlers = 0
         for (ref, sh), (b, h) in reversed(list(_kept_order.items())):      # newest first
             owner = ref()
             if owner is not None:
                 nbytes, nhandlers = nbytes + b, nhandlers + h
-            if owner is None or (nbytes > KEPT_BYTES or nhandlers > KEPT_HANDLERS) and \
-                    (ref, sh) != (weakref.ref(prog), shape):
+            if owner is None or (nbytes > KEPT_BYTES or nhandlers > KEPT_HANDLERS) and (ref, sh) != newest:
                 del _kept_order[(ref, sh)]
                 gone = owner.kept.pop(sh, None) if owner is not None else None
                 if gone is not None:        # the handlers close over their State: break the cycle, so that

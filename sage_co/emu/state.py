@@ -125,11 +125,7 @@ class State:
         self.sig = np.zeros(W, dtype=np.int64)        # barrier signals per wave
         self.passed = np.zeros(W, dtype=np.int64)     # barrier waits passed per wave
         self.handlers: list = [None] * len(prog.insts)
-        self.device = device
-        self.mem = device.mem if device is not None else np.zeros(0, dtype=np.uint8)
-        self.mem32 = self.mem.view(np.uint32)
-        self.live_starts, self.live_ends = device.live_ranges() if device is not None else \
-            (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        self.attach(device)
         self.lds_bytes = int(lds_bytes)
         self.lds_stride = (max(self.lds_bytes, 4) + 15) // 16 * 16
         self.lds = np.zeros(nwg * self.lds_stride, dtype=np.uint8)
@@ -162,7 +158,7 @@ class State:
     def reset(self, device=None):
         """Back to the state __init__ leaves, in place, keeping the built handlers: a handler holds the arrays of
     the State it was built for (operands.Ops binds them once), so every array is cleared rather than replaced. The
-    device's arena may have moved (Device.alloc grows it) and its allocations changed: both are read again."""
+    device's arena may have moved (Device.alloc grows it) and its allocations changed: attach reads both again."""
         for a in (self.wave_wg, self.wave_in_wg, self.wg_id, self.V, self.S, self.SCC, self.EXM, self.mode, self.pc,
                   self.blocked, self.asleep, self.sig, self.passed, self.lds, self.spend, self.hz_tracked,
                   self.hz_salu, self.hz_valu, self.hz_vcc, self.hz_vcmpx, self.race_writer, self.race_readers,
@@ -176,6 +172,10 @@ class State:
         self.exec_full = self.wmma_live = self.hz_vcmpx_live = False
         self.dpp_mask = None
         self.maybe.clear()
+        self.attach(device)
+
+    def attach(self, device):
+        """Read `device`'s arena and live allocations (None: none; a kept State holds no arena)."""
         self.device = device
         self.mem = device.mem if device is not None else np.zeros(0, dtype=np.uint8)
         self.mem32 = self.mem.view(np.uint32)

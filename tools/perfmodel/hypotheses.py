@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 from perfmodel.hardware import CALIBRATED, Params
@@ -108,7 +108,6 @@ def emulate_exp_pairs(keys: int = EXP2_LEVER_KEYS):
     VGPRs) with bit j of `keys` set become the exp2_valu schedule's own instructions (EXP2_VALU_PAIR_VOPD on the
     (even, odd) pair, then EXP2_VALU_PER_SCORE on each score), at the even score's place; every VOPD pair costs
     what the rule set's VOPD rule says."""
-    from dataclasses import replace
 
     def transform(ops):
         exps = [n for n, op in enumerate(ops) if op.cls == "TRANS" and op.mnemonic.startswith("v_exp_f32")]
@@ -143,7 +142,6 @@ def _exact_check_on_salu(kernel: str):
     per tile (v_add_nc_u32 into a temporary, v_cmp_le_u32 into VCC) leave the vector port for what SALU needs
     instead: the tile's two k_scale values by one s_load_b64 (issued a tile ahead, as the loop's ks load is: no
     wait here), qk = q_scale * k_scale twice (s_mul_f32), bits - 1 twice, their unsigned max and one compare."""
-    from dataclasses import replace
     salu = ("s_mul_f32", "s_mul_f32", "s_add_co_i32", "s_add_co_i32", "s_max_u32", "s_cmp_lt_u32")
 
     def transform(ops):
