@@ -95,6 +95,9 @@ class Program:
         # large kernel) runs a small part of it, and the facts of 1.8 M instructions took ~13 s per kernel
         self.facts = _Memo(len(insts), lambda n: facts(insts[n]))
         self.cls = _Memo(len(insts), lambda n: self.facts[n].cls)
+        # what the sanitizer checks at each instruction (its facts, no State): a State of a new batch shape
+        # builds its handlers from these
+        self.checks = _Memo(len(insts), lambda n: sanitizer.CheckPlan(insts[n], self.facts[n]))
 
     def target(self, pc: int, simm16: int) -> int:
         """Index of a SOPP branch target: byte offset = offset + 4 + simm16*4 (signed)."""
@@ -162,7 +165,7 @@ def build_handler(st: State, ops: Ops, pc: int):
     if st.prog.fp16_ovfl_possible and inst.name in valu_ops.FP16_OVFL_UNEMULATED:
         h = valu_ops.fp16_ovfl_refused(st, pc, h)
     if st.sanitize:
-        h = sanitizer.wrap(st, inst, st.prog.facts[pc], pc, h)
+        h = sanitizer.Checked(st, st.prog.checks[pc], pc, h)
     st.handlers[pc] = h
     return h
 
@@ -368,6 +371,9 @@ def _keep_state(prog: Program, st: State, ops: Ops, tracer):
                     gone[0].handlers.clear()    # reference counting frees it now, not a full collection later
 
 
+NO_PC = np.iinfo(np.int64).max      # the PC of a wave that has ended: never the smallest
+
+
 def _run_batch(st: State, ops: Ops, tracer) -> int:
     prog = st.prog
     handlers, ec = st.handlers, prog.exec_count
@@ -412,7 +418,7 @@ def _run_batch(st: State, ops: Ops, tracer) -> int:
             runnable = awake
         else:                   # every wave that can run has slept: all wake
             st.asleep[:] = False
-        pcs = np.where(runnable, st.pc, np.iinfo(np.int64).max)
+        pcs = np.where(runnable, st.pc, NO_PC)
         pc = int(pcs.min())
         at = pcs == pc
         if at.all():
@@ -435,7 +441,7 @@ def _run_batch(st: State, ops: Ops, tracer) -> int:
         elif type(r) is int:
             if r == END:
                 st.alive[sel] = False
-                st.pc[sel] = np.iinfo(np.int64).max
+                st.pc[sel] = NO_PC
                 salu.waves_ended(st, sel, pc)
             else:
                 st.pc[sel] = r

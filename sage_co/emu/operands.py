@@ -1,5 +1,9 @@
 """Operand readers/writers of the executor, bound to one State (resolved once per instruction, when its handler
-is built)."""
+is built).
+
+A reader or writer binds what it reads as default arguments rather than closing over it: a kept handler's operand is
+then a function and one tuple for Python's collector to scan, not also a cell per captured name (docs/emulator.md
+§Speed). The register rows are bound as views, which stay valid because a State is reset in place (State.reset)."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,33 +29,34 @@ class Ops:
             if r + (2 if wide else 1) > st.prog.nvgpr:
                 raise EmuError(f"v{r} beyond the kernel's {st.prog.nvgpr} VGPRs")
             if wide:
-                return lambda sel: V[r][sel].astype(np.uint64) | (V[r + 1][sel].astype(np.uint64) << np.uint64(32))
-            return lambda sel: V[r][sel]
+                return lambda sel, lo=V[r], hi=V[r + 1]: lo[sel].astype(np.uint64) | \
+                    (hi[sel].astype(np.uint64) << np.uint64(32))
+            return lambda sel, row=V[r]: row[sel]
         if code == LITERAL:
             lit = int(inst.literal or 0)
             if wide:   # 64-bit literal: the 32 bits are the high half for f64, zero-extended for b64
                 val = np.uint64(lit << 32) if kind == "f64" else np.uint64(lit)
-                return lambda sel: val
+                return lambda sel, val=val: val
             val = np.uint32(lit & 0xFFFFFFFF)
-            return lambda sel: val
+            return lambda sel, val=val: val
         c = const_bits(code, kind)
         if c is not None:
             val = np.uint64(c) if wide else np.uint32(c & 0xFFFFFFFF)
-            return lambda sel: val
+            return lambda sel, val=val: val
         if code in APERTURE_OPERANDS:
             val = np.uint64(aperture(code, wide))
-            return lambda sel: val
+            return lambda sel, val=val: val
         if code == SCC_CODE:
-            return lambda sel: SCC[sel].astype(np.uint32)[:, None] if not wide else \
-                SCC[sel].astype(np.uint64)[:, None]
+            dtype = np.uint64 if wide else np.uint32
+            return lambda sel, SCC=SCC, dtype=dtype: SCC[sel].astype(dtype)[:, None]
         if code < 128:
             if wide:
-                return lambda sel: (S[code][sel].astype(np.uint64) |
-                                    (S[code + 1][sel].astype(np.uint64) << np.uint64(32)))[:, None]
+                return lambda sel, lo=S[code], hi=S[code + 1]: (lo[sel].astype(np.uint64) |
+                                                                (hi[sel].astype(np.uint64) << np.uint64(32)))[:, None]
             if code == NULL:
                 z = np.uint32(0)
-                return lambda sel: z
-            return lambda sel: S[code][sel][:, None]
+                return lambda sel, z=z: z
+            return lambda sel, row=S[code]: row[sel][:, None]
         raise EmuError(f"operand code {code} not supported")
 
     # ---- scalar reads: [n] arrays (uint32 or uint64 for 64-bit)
@@ -61,23 +66,24 @@ class Ops:
         if code == LITERAL:
             lit = int(inst.literal or 0)
             val = np.uint64(lit) if wide else np.uint32(lit & 0xFFFFFFFF)
-            return lambda sel: val
+            return lambda sel, val=val: val
         c = const_bits(code, "b64" if wide else "b32")
         if c is not None:
             val = np.uint64(c) if wide else np.uint32(c & 0xFFFFFFFF)
-            return lambda sel: val
+            return lambda sel, val=val: val
         if code in APERTURE_OPERANDS:
             val = np.uint64(aperture(code, wide))
-            return lambda sel: val
+            return lambda sel, val=val: val
         if code == SCC_CODE:
-            return lambda sel: SCC[sel].astype(np.uint64 if wide else np.uint32)
+            return lambda sel, SCC=SCC, dtype=np.uint64 if wide else np.uint32: SCC[sel].astype(dtype)
         if code == NULL:
             z = np.uint64(0) if wide else np.uint32(0)
-            return lambda sel: z
+            return lambda sel, z=z: z
         if code < 128:
             if wide:
-                return lambda sel: S[code][sel].astype(np.uint64) | (S[code + 1][sel].astype(np.uint64) << np.uint64(32))
-            return lambda sel: S[code][sel]
+                return lambda sel, lo=S[code], hi=S[code + 1]: lo[sel].astype(np.uint64) | \
+                    (hi[sel].astype(np.uint64) << np.uint64(32))
+            return lambda sel, row=S[code]: row[sel]
         if code >= 256:
             raise EmuError(f"VGPR operand v{code - 256} in a scalar instruction")
         raise EmuError(f"scalar operand code {code} not supported")
@@ -92,15 +98,15 @@ class Ops:
             raise EmuError(f"scalar destination code {code} not supported")
         is_exec = code in (EXEC, EXEC + 1) or (wide and code + 1 == EXEC)
         if wide:
-            def w(sel, val):
+            def w(sel, val, st=st, lo=S[code], hi=S[code + 1], is_exec=is_exec):
                 val = np.asarray(val, dtype=np.uint64)
-                S[code][sel] = (val & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-                S[code + 1][sel] = (val >> np.uint64(32)).astype(np.uint32)
+                lo[sel] = (val & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+                hi[sel] = (val >> np.uint64(32)).astype(np.uint32)
                 if is_exec:
                     st.refresh_exec(sel)
         else:
-            def w(sel, val):
-                S[code][sel] = val
+            def w(sel, val, st=st, row=S[code], is_exec=is_exec):
+                row[sel] = val
                 if is_exec:
                     st.refresh_exec(sel)
         return w
@@ -110,10 +116,7 @@ class Ops:
         st = self.st
         if r + nregs > st.prog.nvgpr:
             raise EmuError(f"destination v{r} (+{nregs}) beyond the kernel's {st.prog.nvgpr} VGPRs")
-        V, EXM = st.V, st.EXM
-        row = V[r]
-
-        def w(sel, val):
+        def w(sel, val, st=st, row=st.V[r], EXM=st.EXM):
             if sel is ALL:
                 if st.exec_full:
                     row[...] = val
@@ -125,9 +128,7 @@ class Ops:
 
     def vwrite_masked(self, r: int):
         """Writer f(sel, val, mask) writing only lanes where mask (already includes EXEC if wanted)."""
-        row = self.st.V[r]
-
-        def w(sel, val, mask):
+        def w(sel, val, mask, row=self.st.V[r]):
             if sel is ALL:
                 np.copyto(row, val, where=mask, casting="unsafe")
             else:

@@ -25,84 +25,127 @@ from sage_co.emu.state import ALL
 
 
 # ------------------------------------------------------------------------------------------------ registers
-def wrap(st, inst, fx, pc, h):
-    """Handler h with the register checks of one instruction, from its facts (sage_co.emu.facts): reading -- or
-    overwriting with a non-load -- a register whose load has not completed is an error; a load's destinations
-    become pending on its counter."""
-    kind = fx.wait_kind
-    load_dsts = tuple((VPART.get(k[0]), k) for k in fx.writes) if fx.returns_data else ()
-    plain_writes = _related(()) if fx.returns_data else _related(fx.writes)
-    reads = _related(fx.reads)
-    is_valu = fx.cls in ("VALU", "TRANS")
-    issued = st.issued
-    touched = frozenset(reads) | frozenset(plain_writes)    # one C-level test against the pending keys per step
-    hz = sgpr_hazard(st, inst, fx, pc)
-    permlane, vcmpx = hazards.is_permlane(fx.name), hazards.vcmpx_writes_exec(fx)
-    valu_class = fx.cls in ("VALU", "TRANS", "WMMA")
-    ends_vcmpx = valu_class and fx.name != "v_nop"
+class CheckPlan:
+    """What the register and hazard checks of one instruction need, from its facts (sage_co.emu.facts) alone:
+    made once per instruction of a Program (Program.checks) and shared by the handlers of every State."""
+    __slots__ = ("kind", "load_dsts", "plain_writes", "reads", "is_valu", "touched", "hazard", "permlane", "vcmpx",
+                 "valu_class", "ends_vcmpx")
 
-    def hh(sel):
-        if hz is not None:
-            hz(sel)
-        if valu_class and (st.hz_vcmpx_live or vcmpx):
-            vcmpx_permlane(st, pc, sel, permlane, vcmpx, ends_vcmpx)
-        if st.maybe and not st.maybe.keys().isdisjoint(touched):
-            _check(st, pc, sel, reads, "reads", "before its load completed (missing s_wait_*)")
-            _check(st, pc, sel, plain_writes, "overwrites", "while a load into it is still pending")
-        if is_valu and st.wmma_live:
+    def __init__(self, inst, fx):
+        self.kind = fx.wait_kind
+        self.load_dsts = tuple((VPART.get(k[0]), k) for k in fx.writes) if fx.returns_data else ()
+        self.plain_writes = _related(()) if fx.returns_data else _related(fx.writes)
+        self.reads = _related(fx.reads)
+        self.is_valu = fx.cls in ("VALU", "TRANS")
+        # one C-level test against the pending keys per step
+        self.touched = frozenset(self.reads) | frozenset(self.plain_writes)
+        self.hazard = sgpr_plan(inst, fx)
+        self.permlane, self.vcmpx = hazards.is_permlane(fx.name), hazards.vcmpx_writes_exec(fx)
+        self.valu_class = fx.cls in ("VALU", "TRANS", "WMMA")
+        self.ends_vcmpx = self.valu_class and fx.name != "v_nop"
+
+
+class Checked:
+    """Handler h with the register checks of one instruction (its CheckPlan): reading -- or overwriting with a
+    non-load -- a register whose load has not completed is an error; a load's destinations become pending on its
+    counter. A slotted object, not a closure: a kept handler is then one object for Python's collector to scan
+    rather than a function, its cell tuple and a cell per captured name (docs/emulator.md §Speed)."""
+    __slots__ = ("st", "pc", "h", "kind", "load_dsts", "plain_writes", "reads", "is_valu", "issued", "touched",
+                 "hz", "permlane", "vcmpx", "valu_class", "ends_vcmpx")
+
+    def __init__(self, st, plan: CheckPlan, pc, h):
+        self.st, self.pc, self.h = st, pc, h
+        self.kind, self.load_dsts, self.plain_writes, self.reads = plan.kind, plan.load_dsts, plan.plain_writes, \
+            plan.reads
+        self.is_valu, self.touched, self.permlane, self.vcmpx = plan.is_valu, plan.touched, plan.permlane, plan.vcmpx
+        self.valu_class, self.ends_vcmpx = plan.valu_class, plan.ends_vcmpx
+        self.issued = st.issued
+        self.hz = sgpr_hazard(st, plan.hazard, pc)
+
+    def __call__(self, sel):
+        st = self.st
+        if self.hz is not None:
+            self.hz(sel)
+        if self.valu_class and (st.hz_vcmpx_live or self.vcmpx):
+            vcmpx_permlane(st, self.pc, sel, self.permlane, self.vcmpx, self.ends_vcmpx)
+        if st.maybe and not st.maybe.keys().isdisjoint(self.touched):
+            _check(st, self.pc, sel, self.reads, "reads", "before its load completed (missing s_wait_*)")
+            _check(st, self.pc, sel, self.plain_writes, "overwrites", "while a load into it is still pending")
+        if self.is_valu and st.wmma_live:
             st.wmma_d[sel] = -1
             if sel is ALL:
                 st.wmma_live = False
-        r = h(sel)
+        r = self.h(sel)
+        kind = self.kind
         if kind is not None:
-            issued[kind][sel] += 1
-            if load_dsts:
-                seq = issued[kind][sel]
-                for part, key in load_dsts:
+            issued = self.issued[kind]
+            issued[sel] += 1
+            if self.load_dsts:
+                seq = issued[sel]
+                for part, key in self.load_dsts:
                     if part is not None:
                         st.vpend[kind][part, key[1], sel] = seq
                     else:
                         st.spend[key[1]][sel] = seq
                     st.maybe[key] = kind
         return r
-    return hh
 
 
 # ------------------------------------------------------------------------------------------------ hazards
-def sgpr_hazard(st, inst, fx, pc):
-    """The per-wave VALU-read-SGPR check of one instruction (docs/rdna4.md §Hazards 3; the rule of
-    sage_co.emu.hazards: uses checked and waited, then defs recorded), or None when it touches no such state."""
+def sgpr_plan(inst, fx):
+    """The VALU-read-SGPR effect of one instruction (docs/rdna4.md §Hazards 3; the rule of sage_co.emu.hazards):
+    ("clear",), ("wait", cleared counters), ("track", is_valu, uses, defs), or None when it touches no such state."""
     eff = hazards.sgpr_effect(inst, fx)
     kind = eff.kind
     if kind == "clear":
-        def h(sel):
+        return ("clear",)
+    if kind == "wait":
+        cleared = hazards.wait_clears(inst.f.get("simm16", 0xFFFF))
+        return ("wait", frozenset(cleared)) if cleared else None
+    if kind not in ("salu", "valu", "setpc") or not (eff.uses or eff.defs):
+        return None
+    pairs = [tuple((f, n, f >> 1, f in (hazards.VCC_LO, hazards.VCC_HI)) for f, n in regs)
+             for regs in (eff.uses, eff.defs)]
+    return ("track", kind == "valu", *pairs)
+
+
+def sgpr_hazard(st, plan, pc):
+    """The per-wave VALU-read-SGPR check of one instruction from its sgpr_plan (uses checked and waited, then defs
+    recorded), or None."""
+    if plan is None:
+        return None
+    if plan[0] == "clear":
+        def h(sel, st=st):
             st.hz_salu[sel] = False
             st.hz_valu[sel] = False
             st.hz_vcc[sel] = False
         return h
-    if kind == "wait":
-        cleared = hazards.wait_clears(inst.f.get("simm16", 0xFFFF))
-        if not cleared:
-            return None
+    if plan[0] == "wait":
+        cleared = plan[1]
 
-        def h(sel):
-            if "va_vcc" in cleared:
+        def h(sel, st=st, va_vcc="va_vcc" in cleared, sa_sdst="sa_sdst" in cleared, va_sdst="va_sdst" in cleared):
+            if va_vcc:
                 st.hz_vcc[sel, 1] = False
-            if "sa_sdst" in cleared:
+            if sa_sdst:
                 st.hz_salu[sel] = False
                 st.hz_vcc[sel, 0] = False
-            if "va_sdst" in cleared:
+            if va_sdst:
                 st.hz_valu[sel] = False
         return h
-    if kind not in ("salu", "valu", "setpc") or not (eff.uses or eff.defs):
-        return None
-    is_valu = kind == "valu"
-    uses = [(f, n, f >> 1, f in (hazards.VCC_LO, hazards.VCC_HI)) for f, n in eff.uses]
-    defs = [(f, n, f >> 1, f in (hazards.VCC_LO, hazards.VCC_HI)) for f, n in eff.defs]
+    return SgprHazard(st, pc, *plan[1:])
 
-    def h(sel):
+
+class SgprHazard:
+    """The VALU-read-SGPR check of one SALU or VALU instruction (sgpr_hazard); slotted for the reason Checked is."""
+    __slots__ = ("st", "pc", "is_valu", "uses", "defs")
+
+    def __init__(self, st, pc, is_valu, uses, defs):
+        self.st, self.pc, self.is_valu, self.uses, self.defs = st, pc, is_valu, uses, defs
+
+    def __call__(self, sel):
+        st, is_valu = self.st, self.is_valu
         tr = st.hz_tracked
-        for first, n, pair, vcc in uses:
+        for first, n, pair, vcc in self.uses:
             t = tr[sel, pair]
             if not is_valu:
                 # An SALU read retires VALU writes (interlocked). LLVM's static pass clears on a read of a pair
@@ -129,12 +172,12 @@ def sgpr_hazard(st, inst, fx, pc):
             if bad.any():
                 w = st.waves_of(sel)[int(np.argmax(bad))]
                 reg = "vcc_lo" if first == hazards.VCC_LO else f"s{first}" if n == 1 else f"s[{first}:{first + n - 1}]"
-                st.fail(pc, f"reads {reg}, {why[0]} after a VALU read its SGPR pair, with no s_wait_alu {why[1]}, "
-                            f"SMEM or buffer access between: the hardware does not interlock it (VALU-read-SGPR "
-                            f"hazard, docs/rdna4.md §Hazards 3)", w)
+                st.fail(self.pc, f"reads {reg}, {why[0]} after a VALU read its SGPR pair, with no s_wait_alu "
+                                 f"{why[1]}, SMEM or buffer access between: the hardware does not interlock it "
+                                 f"(VALU-read-SGPR hazard, docs/rdna4.md §Hazards 3)", w)
             if is_valu:
                 tr[sel, pair] = True
-        for first, n, pair, vcc in defs:
+        for first, n, pair, vcc in self.defs:
             t = tr[sel, pair]
             if not t.any():
                 continue
@@ -145,7 +188,6 @@ def sgpr_hazard(st, inst, fx, pc):
                 st.hz_valu[sel, first:first + n] |= t[:, None]
             else:
                 st.hz_salu[sel, first:first + n] |= t[:, None]
-    return h
 
 
 def vcmpx_permlane(st, pc, sel, permlane: bool, vcmpx: bool, ends: bool):

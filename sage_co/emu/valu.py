@@ -101,9 +101,9 @@ class Src:
                     v = v ^ nmk
                 return v
         if kind == "f":
-            return lambda sel: np.asarray(raw(sel)).view(F32)
+            return lambda sel, raw=raw: np.asarray(raw(sel)).view(F32)
         if kind == "d":
-            return lambda sel: np.asarray(raw(sel)).view(F64)
+            return lambda sel, raw=raw: np.asarray(raw(sel)).view(F64)
         return raw
 
 
@@ -202,7 +202,7 @@ def _typed_writer(st, ops, inst, vd, res, dst_hi=0, dpp=False):
             mw(sel, val, m & (EXM if sel is ALL else EXM[sel]))
         return w
 
-    def w(sel, val):
+    def w(sel, val, base=base):
         val = np.asarray(val)
         if val.dtype != U32:
             val = val.view(U32) if val.dtype.itemsize == 4 else val.astype(U32)
@@ -276,22 +276,17 @@ def build(st, ops, inst, pc):
             return post(inner(*a))
     if res == "h" and st.prog.fp16_ovfl_possible:      # MODE.FP16_OVFL saturates f16 results (§FP16_OVFL)
         return fp16_ovfl_handler(st, readers, fn, wr)
+    # the handler binds its parts as defaults (fewer objects for the collector, sage_co/emu/operands.py)
     if len(readers) == 1:
-        r0, = readers
-
-        def h(sel):
+        def h(sel, wr=wr, fn=fn, r0=readers[0]):
             with ERR:
                 wr(sel, fn(r0(sel)))
     elif len(readers) == 2:
-        r0, r1 = readers
-
-        def h(sel):
+        def h(sel, wr=wr, fn=fn, r0=readers[0], r1=readers[1]):
             with ERR:
                 wr(sel, fn(r0(sel), r1(sel)))
     else:
-        r0, r1, r2 = readers
-
-        def h(sel):
+        def h(sel, wr=wr, fn=fn, r0=readers[0], r1=readers[1], r2=readers[2]):
             with ERR:
                 wr(sel, fn(r0(sel), r1(sel), r2(sel)))
     return h
