@@ -232,8 +232,10 @@ def decode_at(code: bytes, offset: int, base: int = 0) -> Inst:
                 MappingProxyType(dpp) if dpp is not None else None)
 
 
-def decode(code: bytes, base: int = 0) -> list[Inst]:
-    """Decode a blob linearly from its first byte (code must start on an instruction)."""
+def decode(code: bytes, base: int = 0, templates: dict | None = None) -> list[Inst]:
+    """Decode a blob linearly from its first byte (code must start on an instruction). templates: a dict of the
+    instructions decoded so far by their bytes, shared by the calls that decode parts of one code object (a Module's
+    kernels) so that each distinct encoding is decoded once per object and its copies share one field mapping."""
     if len(code) % 4:
         raise DecodeError(f'code length {len(code)} is not a multiple of 4 bytes')
     # Unrolled kernels repeat the same encodings many times (a prepare code object: ~200 K instructions, a few
@@ -242,7 +244,7 @@ def decode(code: bytes, base: int = 0) -> list[Inst]:
     # instruction decode the same wherever they appear, and among cached instructions at most one is a prefix of
     # the bytes at `off`: trying the lengths 4, 8, 12 (the longest: a 12-byte
     # VMEM, or 8 bytes plus a literal or DPP dword) in turn finds the right one or none.
-    seen: dict[bytes, Inst] = {}
+    seen: dict[bytes, Inst] = {} if templates is None else templates
     out, off, n = [], 0, len(code)
     while off < n:
         for size in (4, 8, 12):

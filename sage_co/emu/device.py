@@ -132,6 +132,7 @@ class Module:
         self.device, self.co = device, co
         self._insts: list | None = None
         self._offsets: list[int] | None = None
+        self._templates: dict = {}      # decode's instructions by their bytes, shared by every kernel's range
         # kernel name -> its executor.Program, made at its first launch (tools and tests read the instruction list
         # a run's PC indices refer to; a test may seed one)
         self.programs: dict = {}
@@ -141,7 +142,7 @@ class Module:
         """Every instruction of .text in decode order (ascending offsets), decoded on first use: a launch decodes
     only its kernel (range_insts); the shipped prepare code object holds ~30 kernels and ~200 K instructions."""
         if self._insts is None:
-            self._insts = decode.decode(self.co.text, 0)
+            self._insts = decode.decode(self.co.text, 0, self._templates)
         return self._insts
 
     @property
@@ -156,7 +157,7 @@ class Module:
     decoded, else only these bytes decoded (a kernel's symbol range: it ends where its last instruction does)."""
         if self._insts is None:
             try:
-                return decode.decode(self.co.text[start:end], start)
+                return decode.decode(self.co.text[start:end], start, self._templates)
             except decode.DecodeError:
                 pass                # not a range of whole instructions: decode all of .text and slice
         starts = self.offsets

@@ -97,7 +97,8 @@ class Program:
         self.cls = _Memo(len(insts), lambda n: self.facts[n].cls)
         # what the sanitizer checks at each instruction (its facts, no State): a State of a new batch shape
         # builds its handlers from these
-        self.checks = _Memo(len(insts), lambda n: sanitizer.CheckPlan(insts[n], self.facts[n]))
+        self.yields = _Memo(len(insts), lambda n: insts[n].name.startswith(YIELDS))   # see YIELDS
+        self.checks = _Memo(len(insts), lambda n: sanitizer.check_plan(insts[n], self.facts[n]))
 
     def target(self, pc: int, simm16: int) -> int:
         """Index of a SOPP branch target: byte offset = offset + 4 + simm16*4 (signed)."""
@@ -372,11 +373,14 @@ def _keep_state(prog: Program, st: State, ops: Ops, tracer):
 
 
 NO_PC = np.iinfo(np.int64).max      # the PC of a wave that has ended: never the smallest
+# Instructions that change which waves may run (a barrier blocks or releases waves, a sleeping wave yields, an ended
+# wave releases its workgroup's barrier): a divergent run ahead stops before them (_run_batch).
+YIELDS = ("s_barrier", "s_sleep", "s_wakeup", "s_endpgm", "s_trap", "s_sethalt")
 
 
 def _run_batch(st: State, ops: Ops, tracer) -> int:
     prog = st.prog
-    handlers, ec = st.handlers, prog.exec_count
+    handlers, ec, yields = st.handlers, prog.exec_count, prog.yields
     W = st.W
     steps = 0
     pc = int(st.pc[0])
@@ -432,10 +436,31 @@ def _run_batch(st: State, ops: Ops, tracer) -> int:
         if traced:
             tracer.before(pc)
         r = h(sel)
-        ec[pc] += len(sel)
+        n = len(sel)
+        ec[pc] += n
         steps += 1
         if traced:
             tracer.after(pc)
+        if r is None and trace_ws is None and not yields[pc]:
+            # Run ahead: the picked waves stay the ones at the smallest PC until they branch, reach a PC where
+            # other runnable waves wait (`limit`: they merge there), or come to an instruction that changes which
+            # waves may run (YIELDS). The steps are those the pick above would make one by one, without its
+            # per-step scan of every wave's PC.
+            limit = int(pcs[~at].min())
+            pc += 1
+            while pc < limit and not yields[pc]:
+                h = handlers[pc]
+                if h is None:
+                    h = build_handler(st, ops, pc)
+                r = h(sel)
+                ec[pc] += n
+                steps += 1
+                if r is not None:
+                    break
+                pc += 1
+            else:
+                st.pc[sel] = pc
+                continue
         if r is None:
             st.pc[sel] = pc + 1
         elif type(r) is int:

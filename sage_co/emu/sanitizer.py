@@ -27,7 +27,7 @@ from sage_co.emu.state import ALL
 # ------------------------------------------------------------------------------------------------ registers
 class CheckPlan:
     """What the register and hazard checks of one instruction need, from its facts (sage_co.emu.facts) alone:
-    made once per instruction of a Program (Program.checks) and shared by the handlers of every State."""
+    made once per distinct facts (check_plan) and shared by the handlers of every State."""
     __slots__ = ("kind", "load_dsts", "plain_writes", "reads", "is_valu", "touched", "hazard", "permlane", "vcmpx",
                  "valu_class", "ends_vcmpx")
 
@@ -43,6 +43,20 @@ class CheckPlan:
         self.permlane, self.vcmpx = hazards.is_permlane(fx.name), hazards.vcmpx_writes_exec(fx)
         self.valu_class = fx.cls in ("VALU", "TRANS", "WMMA")
         self.ends_vcmpx = self.valu_class and fx.name != "v_nop"
+
+
+_PLANS: dict = {}       # id(facts) -> (facts, its CheckPlan): facts are cached per encoding (sage_co.emu.facts)
+
+
+def check_plan(inst, fx) -> CheckPlan:
+    """The CheckPlan of an instruction, a function of its facts: one per distinct facts object, whatever the Program
+    (the prepare kernels of one code object share most of their encodings)."""
+    got = _PLANS.get(id(fx))
+    if got is not None and got[0] is fx:
+        return got[1]
+    plan = CheckPlan(inst, fx)
+    _PLANS[id(fx)] = (fx, plan)
+    return plan
 
 
 class Checked:

@@ -174,6 +174,35 @@ def test_a_kept_state_runs_the_next_launch_like_a_fresh_one(hip, monkeypatch):
                    lds_race_check=True)
 
 
+def test_divergent_waves_run_ahead_through_the_steps_one_pick_at_a_time_makes(monkeypatch):
+    """Divergent waves at the smallest PC run on until they branch, reach another runnable wave's PC or an
+    instruction in executor.YIELDS (_run_batch): the steps, per-instruction counts and results are those of picking
+    the smallest PC before every step (every instruction made a yield). The prepare kernels are the divergent case:
+    statistics, fold and quantization items of one launch at different PCs, polling each other at device scope."""
+    import torch
+    from sage_co import launch
+    from sage_co.api import sage_prepare
+    from sage_co.backends.emu import EmuBackend
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 70, 2, 64, generator=g).bfloat16() for _ in range(3))
+
+    def run():
+        backend = EmuBackend()
+        previous = launch.use_backend("emu", backend)
+        try:
+            out = sage_prepare(q, k, v, smooth_k=True, backend="emu")
+        finally:
+            launch.use_backend("emu", previous)
+        (_, stats), = backend.history
+        return out, stats
+    ahead, ahead_stats = run()
+    monkeypatch.setattr(executor, "YIELDS", ("",))          # every instruction yields: one pick per step
+    picked, picked_stats = run()
+    assert ahead_stats["steps"] == picked_stats["steps"] and ahead_stats.exec_counts == picked_stats.exec_counts
+    for name in ("q_int8", "q_scale", "k_int8", "k_scale", "k_mean", "v_t", "v_scale"):
+        assert torch.equal(getattr(ahead, name), getattr(picked, name)), name
+
+
 def test_dpp_permlanex16_exp2(hip):
     dev = Device()
     mod = dev.load(hip)
