@@ -95,10 +95,7 @@ class Program:
         # large kernel) runs a small part of it, and the facts of 1.8 M instructions took ~13 s per kernel
         self.facts = _Memo(len(insts), lambda n: facts(insts[n]))
         self.cls = _Memo(len(insts), lambda n: self.facts[n].cls)
-        # what the sanitizer checks at each instruction (its facts, no State): a State of a new batch shape
-        # builds its handlers from these
         self.yields = _Memo(len(insts), lambda n: insts[n].name.startswith(YIELDS))   # see YIELDS
-        self.checks = _Memo(len(insts), lambda n: sanitizer.check_plan(insts[n], self.facts[n]))
 
     def target(self, pc: int, simm16: int) -> int:
         """Index of a SOPP branch target: byte offset = offset + 4 + simm16*4 (signed)."""
@@ -166,7 +163,7 @@ def build_handler(st: State, ops: Ops, pc: int):
     if st.prog.fp16_ovfl_possible and inst.name in valu_ops.FP16_OVFL_UNEMULATED:
         h = valu_ops.fp16_ovfl_refused(st, pc, h)
     if st.sanitize:
-        h = sanitizer.Checked(st, st.prog.checks[pc], pc, h)
+        h = sanitizer.Checked(st, sanitizer.check_plan(inst, st.prog.facts[pc]), pc, h)
     st.handlers[pc] = h
     return h
 
@@ -317,9 +314,8 @@ def _run(prog: Program, grid, block, *, kernarg_va, dispatch_va=0, queue_va=0, s
 # unrolled prepare kernel runs ~6,000 instructions once each. A launch of several batches keeps one State per batch
 # shape (the last batch is usually smaller). The States live on their Program (Program.kept: they go when its module
 # does) and hold no device arena; KEPT_BYTES bounds the memory all of them hold (one of 2,048 waves holds 64 MiB of
-# VGPRs at 256 VGPRs) and KEPT_HANDLERS the handlers, the oldest going first: each handler is a closure of ~30
-# cells that Python's collector scans on every full collection once it is kept: a file of new shapes runs ~6 %
-# slower, one of repeated shapes ~30 % faster (tests/kernels/test_varlen_packed.py, tests/api/test_public_ops.py).
+# VGPRs at 256 VGPRs) and KEPT_HANDLERS the handlers, the oldest going first: each kept handler is ~15 objects that
+# Python's collector scans on every full collection.
 # A traced run neither takes nor leaves one.
 KEPT_BYTES = 384 << 20
 KEPT_HANDLERS = 100_000
@@ -368,7 +364,7 @@ def _keep_state(prog: Program, st: State, ops: Ops, tracer):
             if owner is None or (nbytes > KEPT_BYTES or nhandlers > KEPT_HANDLERS) and (ref, sh) != newest:
                 del _kept_order[(ref, sh)]
                 gone = owner.kept.pop(sh, None) if owner is not None else None
-                if gone is not None:        # the handlers close over their State: break the cycle, so that
+                if gone is not None:        # the handlers hold their State: break the cycle, so that
                     gone[0].handlers.clear()    # reference counting frees it now, not a full collection later
 
 

@@ -3,7 +3,7 @@ is built).
 
 A reader or writer binds what it reads as default arguments rather than closing over it: a kept handler's operand is
 then a function and one tuple for Python's collector to scan, not also a cell per captured name (docs/emulator.md
-§Speed). The register rows are bound as views, which stay valid because a State is reset in place (State.reset)."""
+§Execution model). The register rows are bound as views, which stay valid because a State is reset in place (State.reset)."""
 from __future__ import annotations
 
 import numpy as np

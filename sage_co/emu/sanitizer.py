@@ -63,40 +63,34 @@ class Checked:
     """Handler h with the register checks of one instruction (its CheckPlan): reading -- or overwriting with a
     non-load -- a register whose load has not completed is an error; a load's destinations become pending on its
     counter. A slotted object, not a closure: a kept handler is then one object for Python's collector to scan
-    rather than a function, its cell tuple and a cell per captured name (docs/emulator.md §Speed)."""
-    __slots__ = ("st", "pc", "h", "kind", "load_dsts", "plain_writes", "reads", "is_valu", "issued", "touched",
-                 "hz", "permlane", "vcmpx", "valu_class", "ends_vcmpx")
+    rather than a function, its cell tuple and a cell per captured name (docs/emulator.md §Execution model)."""
+    __slots__ = ("st", "pc", "h", "plan", "hz")
 
     def __init__(self, st, plan: CheckPlan, pc, h):
-        self.st, self.pc, self.h = st, pc, h
-        self.kind, self.load_dsts, self.plain_writes, self.reads = plan.kind, plan.load_dsts, plan.plain_writes, \
-            plan.reads
-        self.is_valu, self.touched, self.permlane, self.vcmpx = plan.is_valu, plan.touched, plan.permlane, plan.vcmpx
-        self.valu_class, self.ends_vcmpx = plan.valu_class, plan.ends_vcmpx
-        self.issued = st.issued
+        self.st, self.pc, self.h, self.plan = st, pc, h, plan
         self.hz = sgpr_hazard(st, plan.hazard, pc)
 
     def __call__(self, sel):
-        st = self.st
+        st, plan = self.st, self.plan
         if self.hz is not None:
             self.hz(sel)
-        if self.valu_class and (st.hz_vcmpx_live or self.vcmpx):
-            vcmpx_permlane(st, self.pc, sel, self.permlane, self.vcmpx, self.ends_vcmpx)
-        if st.maybe and not st.maybe.keys().isdisjoint(self.touched):
-            _check(st, self.pc, sel, self.reads, "reads", "before its load completed (missing s_wait_*)")
-            _check(st, self.pc, sel, self.plain_writes, "overwrites", "while a load into it is still pending")
-        if self.is_valu and st.wmma_live:
+        if plan.valu_class and (st.hz_vcmpx_live or plan.vcmpx):
+            vcmpx_permlane(st, self.pc, sel, plan.permlane, plan.vcmpx, plan.ends_vcmpx)
+        if st.maybe and not st.maybe.keys().isdisjoint(plan.touched):
+            _check(st, self.pc, sel, plan.reads, "reads", "before its load completed (missing s_wait_*)")
+            _check(st, self.pc, sel, plan.plain_writes, "overwrites", "while a load into it is still pending")
+        if plan.is_valu and st.wmma_live:
             st.wmma_d[sel] = -1
             if sel is ALL:
                 st.wmma_live = False
         r = self.h(sel)
-        kind = self.kind
+        kind = plan.kind
         if kind is not None:
-            issued = self.issued[kind]
+            issued = st.issued[kind]
             issued[sel] += 1
-            if self.load_dsts:
+            if plan.load_dsts:
                 seq = issued[sel]
-                for part, key in self.load_dsts:
+                for part, key in plan.load_dsts:
                     if part is not None:
                         st.vpend[kind][part, key[1], sel] = seq
                     else:
